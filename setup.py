@@ -1,0 +1,50 @@
+"""Packaging for keras-capsules: the layer library plus its applications and tuning."""
+
+import pathlib
+
+from setuptools import find_packages, setup
+
+HERE = pathlib.Path(__file__).parent
+
+INSTALL_REQUIRES = [
+    # The TensorFlow 2.21 line and the Keras 3 that runs on it.
+    "tensorflow~=2.21.0",
+    "keras>=3.10,<4",
+    "tensorflow-datasets>=4.9.9,<5",
+    "tensorflow-text~=2.21.0",
+    "keras-tuner>=1.4.7,<2",
+    "keras-hub>=0.21,<1",
+    # Needed at run time but not declared by the packages above on this stack:
+    "importlib_resources>=6",  # tensorflow-datasets
+    "tensorboard~=2.21.0",  # keras-tuner's TensorBoard hooks on TensorFlow
+    "scipy>=1.11",  # keras-tuner BayesianOptimization
+    "scikit-learn>=1.3",  # keras-tuner BayesianOptimization; demo digits
+    "numpy>=1.26",
+    "matplotlib>=3.8",  # plots written next to runs
+]
+
+EXTRAS_REQUIRE = {
+    "dev": ["pytest>=8", "pytest-timeout>=2.3"],
+}
+
+setup(
+    name="keras-capsules",
+    version="0.1.0",
+    description=(
+        "Keras 3 layers for networks that iterate to infer: capsule routing "
+        "(EM with D-step, k-means, dynamic), compositional-code embeddings, "
+        "Recurrent Ladder networks and MAC reasoning cells."
+    ),
+    long_description=(HERE / "README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    python_requires=">=3.10",
+    packages=find_packages(include=["keras_capsules*", "applications*", "tuning*"]),
+    install_requires=INSTALL_REQUIRES,
+    extras_require=EXTRAS_REQUIRE,
+    entry_points={"console_scripts": ["keras-capsules=applications.__main__:main"]},
+    classifiers=[
+        "Programming Language :: Python :: 3",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+    ],
+)

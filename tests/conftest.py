@@ -1,0 +1,48 @@
+"""Test-session set-up shared by every test.
+
+Two logical CPU devices are configured before TensorFlow initialises its runtime, so
+that ``tf.distribute.MirroredStrategy`` can run a real two-replica step on a machine
+with one physical CPU.
+"""
+
+import os
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import pathlib  # noqa: E402
+
+import keras  # noqa: E402
+import pytest  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+_cpus = tf.config.list_physical_devices("CPU")
+try:
+    tf.config.set_logical_device_configuration(
+        _cpus[0], [tf.config.LogicalDeviceConfiguration()] * 2
+    )
+except RuntimeError:  # the runtime was initialised already (e.g. by a plugin)
+    pass
+
+SHARED = pathlib.Path(__file__).resolve().parents[1].parent / "shared"
+
+
+def shared_path(*parts):
+    """Path below ``../shared`` (real data and golden references)."""
+    return SHARED.joinpath(*parts)
+
+
+@pytest.fixture
+def shared_dir():
+    if not SHARED.is_dir():
+        pytest.fail(f"../shared not found at {SHARED}: tests need the project's shared data")
+    return SHARED
+
+
+@pytest.fixture(autouse=True)
+def _reset_keras_state():
+    """Every test starts with float32 policy and a fixed seed."""
+    keras.config.set_dtype_policy("float32")
+    keras.utils.set_random_seed(1234)
+    yield
+    keras.config.set_dtype_policy("float32")

@@ -1,0 +1,246 @@
+"""The layer contract every public layer is tested against (DESIGN.md, checks 2-6).
+
+``run_layer_contract(layer_cls, init_kwargs, inputs)`` builds the layer on example
+inputs and checks, in order:
+
+* ``config``: ``from_config(get_config())`` rebuilds an identical configuration and
+  ``compute_output_shape`` agrees with what a call returns;
+* ``gradients``: every trainable weight (and every floating input) receives a finite
+  gradient of a random-cotangent loss over all outputs;
+* ``saving``: a functional model using the layer saves to ``.keras`` and loads back
+  with identical outputs;
+* ``jit``: a ``tf.function(jit_compile=True)`` call matches eager;
+* ``mixed_precision``: under ``mixed_float16`` and ``mixed_bfloat16`` the weights stay
+  float32, outputs and weight gradients are finite;
+* ``distributed``: one ``model.fit`` step under ``tf.distribute.MirroredStrategy`` over
+  two logical CPU devices updates the weights to finite values.
+
+A layer's own test file states what is particular to it (reference data, masks, bad
+input) and calls this once.
+"""
+
+import numpy as np
+import keras
+import tensorflow as tf
+
+ALL_CHECKS = ("config", "gradients", "saving", "jit", "mixed_precision", "distributed")
+
+
+def _as_structure(inputs):
+    """Inputs as given (array, list/tuple or dict) with numpy leaves."""
+    return keras.tree.map_structure(np.asarray, inputs)
+
+
+def _to_tensors(inputs, dtype=None):
+    def convert(x):
+        if dtype is not None and np.issubdtype(x.dtype, np.floating):
+            return tf.constant(x, dtype=dtype)
+        return tf.constant(x)
+
+    return keras.tree.map_structure(convert, inputs)
+
+
+def _symbolic_inputs(inputs):
+    def make(x):
+        return keras.Input(shape=x.shape[1:], dtype=str(x.dtype), batch_size=None)
+
+    return keras.tree.map_structure(make, inputs)
+
+
+def _flat_outputs(outputs):
+    return [keras.ops.convert_to_numpy(o) for o in keras.tree.flatten(outputs)]
+
+
+def _assert_all_finite(arrays, what):
+    for k, a in enumerate(arrays):
+        a = np.asarray(a, dtype=np.float64)
+        assert np.all(np.isfinite(a)), f"{what} #{k} is not finite: {a}"
+
+
+def _random_cotangents(outputs, seed=0):
+    rng = np.random.default_rng(seed)
+    return [
+        tf.constant(rng.standard_normal(o.shape), dtype=o.dtype)
+        for o in keras.tree.flatten(outputs)
+    ]
+
+
+def _loss_and_grads(layer, tensors, call_kwargs, seed=0):
+    """Random-cotangent loss over every output; gradients for weights and float inputs."""
+    float_inputs = [t for t in keras.tree.flatten(tensors) if t.dtype.is_floating]
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(float_inputs)
+        outputs = layer(tensors, **call_kwargs)
+        flat = keras.tree.flatten(outputs)
+        cots = _random_cotangents(outputs, seed)
+        loss = tf.add_n(
+            [tf.reduce_sum(tf.cast(o, "float32") * tf.cast(c, "float32")) for o, c in zip(flat, cots)]
+        )
+    weight_grads = tape.gradient(loss, layer.trainable_weights)
+    input_grads = tape.gradient(loss, float_inputs)
+    del tape
+    return outputs, weight_grads, input_grads
+
+
+def _shape_leaves(shape):
+    """A shape, or a nested structure of shapes, as a flat list of tuples."""
+    if isinstance(shape, dict):
+        return [leaf for v in shape.values() for leaf in _shape_leaves(v)]
+    if isinstance(shape, (list, tuple)) and all(d is None or isinstance(d, int) for d in shape):
+        return [tuple(shape)]
+    return [leaf for s in shape for leaf in _shape_leaves(s)]
+
+
+def check_config(layer_cls, init_kwargs, inputs, call_kwargs):
+    layer = layer_cls(**init_kwargs)
+    tensors = _to_tensors(inputs)
+    outputs = layer(tensors, **call_kwargs)
+    config = layer.get_config()
+    clone = layer_cls.from_config(config)
+    assert clone.get_config() == config, "from_config(get_config()) changed the config"
+    shapes = keras.tree.map_structure(lambda t: tuple(t.shape), tensors)
+    expected = _shape_leaves(layer.compute_output_shape(shapes))
+    got = [tuple(o.shape) for o in keras.tree.flatten(outputs)]
+    assert len(expected) == len(got), f"compute_output_shape gave {expected}, call {got}"
+    for e, g in zip(expected, got):
+        assert len(e) == len(g) and all(a is None or a == b for a, b in zip(e, g)), (
+            f"compute_output_shape gave {e}, call returned {g}"
+        )
+
+
+def check_gradients(layer_cls, init_kwargs, inputs, call_kwargs):
+    layer = layer_cls(**init_kwargs)
+    outputs, weight_grads, input_grads = _loss_and_grads(layer, _to_tensors(inputs), call_kwargs)
+    _assert_all_finite(_flat_outputs(outputs), "output")
+    assert layer.trainable_weights, f"{layer_cls.__name__} has no trainable weights"
+    for w, g in zip(layer.trainable_weights, weight_grads):
+        assert g is not None, f"weight {w.path} gets no gradient"
+        _assert_all_finite([g], f"gradient of weight {w.path}")
+    for g in input_grads:
+        if g is not None:
+            _assert_all_finite([g], "gradient of an input")
+
+
+def check_saving(layer_cls, init_kwargs, inputs, call_kwargs, tmp_path, atol, rtol):
+    sym = _symbolic_inputs(inputs)
+    layer = layer_cls(**init_kwargs)
+    model = keras.Model(sym, layer(sym, **call_kwargs))
+    expected = _flat_outputs(model(_to_tensors(inputs), training=False))
+    path = str(tmp_path / f"{layer_cls.__name__}.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    got = _flat_outputs(loaded(_to_tensors(inputs), training=False))
+    for e, g in zip(expected, got):
+        np.testing.assert_allclose(g, e, atol=atol, rtol=rtol, err_msg="after .keras round trip")
+    loaded_layer = [lay for lay in loaded.layers if isinstance(lay, layer_cls)]
+    assert loaded_layer and loaded_layer[0].get_config() == layer.get_config()
+
+
+def check_jit(layer_cls, init_kwargs, inputs, call_kwargs, atol, rtol):
+    layer = layer_cls(**init_kwargs)
+    tensors = _to_tensors(inputs)
+    eager = _flat_outputs(layer(tensors, **call_kwargs))
+
+    @tf.function(jit_compile=True)
+    def compiled(t):
+        return layer(t, **call_kwargs)
+
+    jitted = _flat_outputs(compiled(tensors))
+    for e, g in zip(eager, jitted):
+        np.testing.assert_allclose(g, e, atol=atol, rtol=rtol, err_msg="XLA vs eager")
+
+
+def check_mixed_precision(layer_cls, init_kwargs, inputs, call_kwargs):
+    for policy in ("mixed_float16", "mixed_bfloat16"):
+        layer = layer_cls(**init_kwargs, dtype=policy)
+        outputs, weight_grads, _ = _loss_and_grads(layer, _to_tensors(inputs), call_kwargs)
+        for w in layer.weights:
+            assert w.dtype == "float32", f"{policy}: weight {w.path} is {w.dtype}, not float32"
+        _assert_all_finite(_flat_outputs(outputs), f"{policy} output")
+        for w, g in zip(layer.trainable_weights, weight_grads):
+            assert g is not None, f"{policy}: weight {w.path} gets no gradient"
+            _assert_all_finite([g], f"{policy} gradient of {w.path}")
+
+
+_STRATEGY = []
+
+
+def two_cpu_strategy():
+    """One ``MirroredStrategy`` over the two logical CPUs, shared by the whole session.
+
+    TensorFlow's collective ops key their instances per process; several strategies
+    created one after another in one process collide, so every test uses this one.
+    """
+    if not _STRATEGY:
+        devices = [d.name for d in tf.config.list_logical_devices("CPU")][:2]
+        assert len(devices) == 2, "conftest.py must configure two logical CPU devices"
+        _STRATEGY.append(tf.distribute.MirroredStrategy(devices))
+    return _STRATEGY[0]
+
+
+def check_distributed(layer_cls, init_kwargs, inputs, call_kwargs):
+    strategy = two_cpu_strategy()
+    assert strategy.num_replicas_in_sync == 2
+    batch = len(keras.tree.flatten(inputs)[0])
+    with strategy.scope():
+        sym = _symbolic_inputs(inputs)
+        layer = layer_cls(**init_kwargs)
+        outputs = keras.tree.flatten(layer(sym, **call_kwargs))
+        model = keras.Model(sym, outputs)
+        model.compile(optimizer=keras.optimizers.SGD(0.01), loss=["mse"] * len(outputs))
+    before = [keras.ops.convert_to_numpy(w) for w in model.trainable_weights]
+    eager_out = _flat_outputs(model(_to_tensors(inputs)))
+    rng = np.random.default_rng(1)
+    targets = tuple(rng.standard_normal(o.shape).astype("float32") for o in eager_out)
+    x = inputs if not isinstance(inputs, list) else tuple(inputs)
+    ds = tf.data.Dataset.from_tensor_slices((x, targets)).batch(batch)
+    history = model.fit(ds, epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][0]), history.history
+    after = [keras.ops.convert_to_numpy(w) for w in model.trainable_weights]
+    _assert_all_finite(after, "weight after a distributed step")
+    assert any(not np.array_equal(a, b) for a, b in zip(before, after)), (
+        "a MirroredStrategy training step changed no weight"
+    )
+
+
+def run_layer_contract(
+    layer_cls,
+    init_kwargs,
+    inputs,
+    *,
+    tmp_path,
+    call_kwargs=None,
+    checks=ALL_CHECKS,
+    atol=1e-5,
+    rtol=1e-5,
+):
+    """Runs the shared layer contract on ``layer_cls(**init_kwargs)``.
+
+    Args:
+        layer_cls: the layer class (must be registered serializable).
+        init_kwargs: constructor arguments (without ``dtype``: the harness sets it).
+        inputs: example inputs, a numpy array or a list/tuple/dict of them, with a
+            batch dimension divisible by two (for the two-replica step).
+        tmp_path: a directory for the ``.keras`` file (pytest's ``tmp_path``).
+        call_kwargs: static keyword arguments for ``call`` (not tensors).
+        checks: the subset of ``ALL_CHECKS`` to run; every layer runs them all
+            unless its test says why not.
+        atol, rtol: tolerances of the save/load and XLA comparisons.
+    """
+    unknown = set(checks) - set(ALL_CHECKS)
+    if unknown:
+        raise ValueError(f"Unknown checks {sorted(unknown)}; choose from {ALL_CHECKS}")
+    inputs = _as_structure(inputs)
+    call_kwargs = dict(call_kwargs or {})
+    if "config" in checks:
+        check_config(layer_cls, init_kwargs, inputs, call_kwargs)
+    if "gradients" in checks:
+        check_gradients(layer_cls, init_kwargs, inputs, call_kwargs)
+    if "saving" in checks:
+        check_saving(layer_cls, init_kwargs, inputs, call_kwargs, tmp_path, atol, rtol)
+    if "jit" in checks:
+        check_jit(layer_cls, init_kwargs, inputs, call_kwargs, atol, rtol)
+    if "mixed_precision" in checks:
+        check_mixed_precision(layer_cls, init_kwargs, inputs, call_kwargs)
+    if "distributed" in checks:
+        check_distributed(layer_cls, init_kwargs, inputs, call_kwargs)

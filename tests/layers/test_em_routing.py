@@ -1,0 +1,318 @@
+"""EMRouting: reference conformance, padding, the layer contract, errors, learning."""
+
+import json
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_capsules.layers import EMRouting
+from tests.conftest import shared_path
+from tests.harness import run_layer_contract
+
+CASES = {
+    "case_a_fixed": ("votes",),
+    "case_b_variable_padded": ("votes", "moments"),
+}
+GRAD_ORDER = ("W", "B", "beta_use", "beta_ign", "mu_inp", "a_inp")
+
+
+def _load(case):
+    path = shared_path("refdata", "heinsen", f"{case}.npz")
+    ref = np.load(path)
+    meta = json.loads(str(ref["meta_json"]))
+    return ref, meta
+
+
+def _reference_layer(ref, meta, dtype, algorithm):
+    layer = EMRouting(
+        n_out=meta["n_out"],
+        d_out=meta["d_out"],
+        n_iters=meta["n_iters"],
+        n_inp=meta["n_inp"] if meta["n_inp_fixed"] else None,
+        eps=meta["eps"],
+        algorithm=algorithm,
+        dtype=dtype,
+    )
+    layer([tf.constant(ref["a_inp"], dtype), tf.constant(ref["mu_inp"], dtype)])
+    for weight, key in zip(
+        (layer.kernel, layer.bias, layer.beta_use, layer.beta_ign), GRAD_ORDER[:4]
+    ):
+        assert tuple(weight.shape) == ref[key].shape, (weight.path, weight.shape, ref[key].shape)
+        weight.assign(ref[key].astype(dtype))
+    return layer
+
+
+def _outputs_and_grads(layer, ref, dtype):
+    a = tf.constant(ref["a_inp"], dtype)
+    mu = tf.constant(ref["mu_inp"], dtype)
+    sources = [layer.kernel, layer.bias, layer.beta_use, layer.beta_ign, mu, a]
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch([a, mu])
+        a_out, mu_out, sig2_out = layer([a, mu])
+        plain = tf.reduce_sum(a_out) + tf.reduce_sum(mu_out) + tf.reduce_sum(sig2_out)
+        weighted = (
+            tf.reduce_sum(a_out * tf.constant(ref["G_a"], dtype))
+            + tf.reduce_sum(mu_out * tf.constant(ref["G_mu"], dtype))
+            + tf.reduce_sum(sig2_out * tf.constant(ref["G_sig2"], dtype))
+        )
+    outs = {"a_out": a_out, "mu_out": mu_out, "sig2_out": sig2_out}
+    grads = dict(zip(GRAD_ORDER, tape.gradient(plain, sources)))
+    gradw = dict(zip(GRAD_ORDER, tape.gradient(weighted, sources)))
+    return outs, grads, gradw
+
+
+@pytest.mark.parametrize(
+    "case,algorithm", [(c, a) for c, algs in CASES.items() for a in algs]
+)
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_matches_reference(case, algorithm, dtype):
+    ref, meta = _load(case)
+    layer = _reference_layer(ref, meta, dtype, algorithm)
+    assert layer.resolved_algorithm == algorithm
+    outs, grads, gradw = _outputs_and_grads(layer, ref, dtype)
+    if dtype == "float64":
+        out_tol = grad_tol = dict(atol=1e-8, rtol=1e-8)
+    else:  # the tolerances of refdata/README.md
+        out_tol, grad_tol = dict(atol=1e-5, rtol=1e-5), dict(atol=1e-4, rtol=1e-4)
+    for key, value in outs.items():
+        np.testing.assert_allclose(value.numpy(), ref[f"{key}_64"], err_msg=key, **out_tol)
+    for key in GRAD_ORDER:
+        np.testing.assert_allclose(
+            grads[key].numpy(), ref[f"grad_{key}_64"], err_msg=f"grad {key}", **grad_tol
+        )
+        np.testing.assert_allclose(
+            gradw[key].numpy(), ref[f"gradw_{key}_64"], err_msg=f"gradw {key}", **grad_tol
+        )
+
+
+def _random_inputs(rng, batch=4, n_inp=9, d_cov=2, d_inp=3, pad_from=None):
+    a = rng.normal(size=(batch, n_inp)).astype("float32")
+    mu = rng.normal(size=(batch, n_inp, d_cov, d_inp)).astype("float32")
+    if pad_from is not None:
+        a[1, pad_from:] = -np.inf
+        a[-1, :] = -np.inf  # a sample with every input excluded
+    return a, mu
+
+
+@pytest.mark.parametrize("algorithm", ["votes", "moments"])
+def test_padding_by_mask_and_by_minus_inf_is_exact(algorithm):
+    rng = np.random.default_rng(0)
+    a, mu = _random_inputs(rng, pad_from=5)
+    excluded = ~np.isfinite(a)
+    layer = EMRouting(n_out=4, d_out=2, algorithm=algorithm, bias_initializer="random_normal")
+
+    # Excluded inputs may hold anything: NaN and inf in their poses, any score.
+    poisoned_mu = mu.copy()
+    poisoned_mu[excluded] = np.nan
+    poisoned_mu[1, 6, 0, 0] = np.inf
+    masked_a = np.where(excluded, 123.0, a).astype("float32")
+
+    def run(a_val, mu_val, mask=None):
+        a_t, mu_t = tf.constant(a_val), tf.constant(mu_val)
+        with tf.GradientTape() as tape:
+            tape.watch([a_t, mu_t])
+            outs = layer([a_t, mu_t], mask=mask)
+            loss = sum(tf.reduce_sum(o * (k + 1.0)) for k, o in enumerate(outs))
+        grads = tape.gradient(loss, [a_t, mu_t] + layer.trainable_weights)
+        return [o.numpy() for o in outs], [g.numpy() for g in grads]
+
+    base_out, base_grads = run(a, mu)
+    for out in base_out:
+        assert np.all(np.isfinite(out))
+    for grad in base_grads:
+        assert np.all(np.isfinite(grad))
+    # All-excluded sample: no data used, finite outputs (a_out = 0, sig2 = eps).
+    np.testing.assert_allclose(base_out[0][-1], 0.0)
+    np.testing.assert_allclose(base_out[2][-1], layer.eps, rtol=1e-6)
+
+    for a_val, mu_val, mask in (
+        (a, poisoned_mu, None),
+        (masked_a, poisoned_mu, tf.constant(~excluded)),
+        (masked_a, mu, [None, tf.constant(~excluded)]),
+    ):
+        out, grads = run(a_val, mu_val, mask)
+        for got, want in zip(out, base_out):
+            np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+        # Weight gradients identical; excluded inputs receive exactly zero gradient.
+        for got, want in zip(grads[2:], base_grads[2:]):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(grads[0][excluded], 0.0)
+        np.testing.assert_array_equal(grads[1][excluded], 0.0)
+
+    # Removing the padded positions altogether gives the same result for sample 1.
+    short = layer([tf.constant(a[1:2, :5]), tf.constant(mu[1:2, :5])])
+    for got, want in zip(short, base_out):
+        np.testing.assert_allclose(got.numpy()[0], want[1], rtol=1e-5, atol=1e-6)
+
+
+def test_mask_in_a_functional_model():
+    tokens = keras.Input((None,), dtype="int32")
+    emb = keras.layers.Embedding(20, 6)(tokens)
+    mu = keras.layers.Reshape((-1, 2, 3))(emb)
+    score = keras.layers.Reshape((-1,))(keras.layers.Dense(1)(emb))
+    mask = keras.ops.not_equal(tokens, 0)
+    _, mu_out, _ = EMRouting(n_out=3, d_out=2)([score, mu], mask=mask)
+    model = keras.Model(tokens, mu_out)
+    ids = np.array([[3, 4, 5, 0, 0], [7, 2, 0, 0, 0]], "int32")
+    ref = model(ids).numpy()
+    # The same real tokens with shorter padding give identical outputs ...
+    np.testing.assert_allclose(model(ids[:, :3]).numpy(), ref, rtol=1e-5, atol=1e-6)
+    # ... while other real tokens change them.
+    assert not np.allclose(model(np.array([[3, 4, 6, 0, 0], [7, 2, 0, 0, 0]], "int32")).numpy(), ref)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_votes_and_moments_agree(dtype):
+    rng = np.random.default_rng(3)
+    a, mu = _random_inputs(rng, batch=3, n_inp=11, d_cov=3, d_inp=4, pad_from=7)
+    mu = mu + 5.0  # a common offset: the moment algorithm centres it away
+    layers = [
+        EMRouting(n_out=5, d_out=3, n_iters=4, algorithm=alg, dtype=dtype,
+                  bias_initializer="random_normal", beta_initializer="random_normal")
+        for alg in ("votes", "moments")
+    ]
+    layers[0]([a, mu])
+    layers[1]([a, mu])
+    layers[1].set_weights(layers[0].get_weights())
+    outs = [[o.numpy() for o in lay([a, mu])] for lay in layers]
+    tol = 1e-10 if dtype == "float64" else 2e-4
+    for got, want in zip(outs[1], outs[0]):
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+
+
+def test_auto_algorithm_choice():
+    a, mu = _random_inputs(np.random.default_rng(0), d_inp=4)
+    layer = EMRouting(n_out=3, d_out=4)
+    layer([a, mu])
+    assert layer.resolved_algorithm == "moments"
+    a, mu = _random_inputs(np.random.default_rng(0), d_cov=1, d_inp=16)
+    layer = EMRouting(n_out=3, d_out=2)
+    layer([a, mu])
+    assert layer.resolved_algorithm == "votes"
+    fixed = EMRouting(n_out=3, d_out=4, n_inp=9)
+    fixed(_random_inputs(np.random.default_rng(0), d_inp=4))
+    assert fixed.resolved_algorithm == "votes"
+
+
+def test_weights_names_shapes_and_paper_initialization():
+    layer = EMRouting(n_out=32, d_out=4, n_inp=50)
+    layer.build([(None, 50), (None, 50, 4, 8)])
+    shapes = {w.name: tuple(w.shape) for w in layer.weights}
+    assert shapes == {
+        "kernel": (50, 32, 8, 4),
+        "bias": (50, 32, 4, 4),
+        "beta_use": (50, 32),
+        "beta_ign": (50, 32),
+    }
+    kernel = np.asarray(layer.kernel)
+    assert abs(kernel.std() - 1.0 / 8) < 0.01 and abs(kernel.mean()) < 0.01
+    for w in (layer.bias, layer.beta_use, layer.beta_ign):
+        assert not np.any(np.asarray(w))
+    variable = EMRouting(n_out=None, d_out=2)
+    variable.build([(None, None), (None, None, 1, 6)])
+    shapes = {w.name: tuple(w.shape) for w in variable.weights}
+    assert shapes == {
+        "kernel": (1, 1, 6, 2),
+        "bias": (1, 1, 1, 2),
+        "beta_use": (1, 1),
+        "beta_ign": (1, 1),
+        "bias_break": (1, 1, 2),
+    }
+
+
+def test_variable_number_of_outputs_breaks_symmetry():
+    rng = np.random.default_rng(5)
+    a = rng.normal(size=(2, 6)).astype("float32")
+    mu = rng.normal(size=(2, 6, 1, 3)).astype("float32")
+    layer = EMRouting(n_out=None, d_out=2)
+    a_out, mu_out, _ = layer([a, mu])
+    assert a_out.shape == (2, 6) and mu_out.shape == (2, 6, 1, 2)
+    # With zero bias_break every output receives identical votes and stays identical.
+    np.testing.assert_allclose(mu_out.numpy(), mu_out.numpy()[:, :1].repeat(6, 1), atol=1e-6)
+    layer.bias_break.assign(np.array([[[0.7, -0.4]]], "float32"))
+    a_out, mu_out, _ = layer([a, mu])
+    spread = np.ptp(mu_out.numpy(), axis=1)
+    assert np.all(spread > 0.1), spread
+    # The number of outputs follows the number of inputs at call time.
+    a_out, _, _ = layer([a[:, :4], mu[:, :4]])
+    assert a_out.shape == (2, 4)
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (dict(n_out=0, d_out=2), "n_out"),
+        (dict(n_out=3, d_out=-1), "d_out"),
+        (dict(n_out=3, d_out=2, n_iters=0), "n_iters"),
+        (dict(n_out=3, d_out=2, n_inp=2.5), "n_inp"),
+        (dict(n_out=3, d_out=2, eps=0.0), "eps"),
+        (dict(n_out=3, d_out=2, algorithm="fast"), "algorithm"),
+        (dict(n_out=3, d_out=2, n_inp=4, algorithm="moments"), "n_inp"),
+    ],
+)
+def test_bad_constructor_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=f"Received: .*{message}"):
+        EMRouting(**kwargs)
+
+
+def test_bad_input_shapes():
+    layer = EMRouting(n_out=3, d_out=2)
+    a = np.zeros((2, 5), "float32")
+    with pytest.raises(ValueError, match="rank 4"):
+        layer([a, np.zeros((2, 5, 4), "float32")])
+    with pytest.raises(ValueError, match="two inputs"):
+        layer(np.zeros((2, 5, 4, 4), "float32"))
+    with pytest.raises(ValueError, match="same number of input capsules"):
+        layer([np.zeros((2, 6), "float32"), np.zeros((2, 5, 4, 4), "float32")])
+    layer([a, np.zeros((2, 5, 4, 4), "float32")])
+    with pytest.raises(ValueError, match=r"\[batch, n_inp, 4, 4\]"):
+        layer([a, np.zeros((2, 5, 4, 3), "float32")])
+    fixed = EMRouting(n_out=3, d_out=2, n_inp=5)
+    with pytest.raises(ValueError, match=r"fixed n_inp=5.*\[batch, 5\]"):
+        fixed([np.zeros((2, 7), "float32"), np.zeros((2, 7, 4, 4), "float32")])
+
+
+@pytest.mark.parametrize(
+    "init_kwargs,shape",
+    [
+        (dict(n_out=3, d_out=2, n_inp=5, bias_initializer="random_normal"), (4, 5, 2, 3)),
+        (dict(n_out=3, d_out=2, algorithm="moments", beta_initializer="random_normal"), (4, 7, 2, 3)),
+        (dict(n_out=3, d_out=4, algorithm="votes", kernel_regularizer="l2"), (4, 7, 1, 6)),
+        (dict(n_out=None, d_out=2, bias_initializer="random_normal"), (4, 6, 1, 3)),
+    ],
+)
+def test_layer_contract(init_kwargs, shape, tmp_path):
+    rng = np.random.default_rng(7)
+    a = rng.normal(size=shape[:2]).astype("float32")
+    if init_kwargs.get("n_inp") is None:
+        a[1, -2:] = -np.inf  # padded inputs take part in every check
+        a[3, :] = -np.inf  # and so does an all-padded sample
+    mu = rng.normal(size=shape).astype("float32")
+    run_layer_contract(EMRouting, init_kwargs, [a, mu], tmp_path=tmp_path, atol=1e-5, rtol=1e-4)
+
+
+def test_learns_a_small_task():
+    """Two routing layers learn to tell four noisy pose prototypes apart."""
+    rng = np.random.default_rng(0)
+    n, n_inp, classes = 512, 8, 4
+    protos = rng.normal(size=(classes, n_inp, 2, 2)).astype("float32")
+    labels = rng.integers(0, classes, size=n)
+    mu = protos[labels] + 0.6 * rng.normal(size=(n, n_inp, 2, 2)).astype("float32")
+    a = np.zeros((n, n_inp), "float32")
+
+    a_in, mu_in = keras.Input((None,)), keras.Input((None, 2, 2))
+    a1, mu1, _ = EMRouting(n_out=8, d_out=2)([a_in, mu_in])
+    a2, _, _ = EMRouting(n_out=classes, d_out=2, n_inp=8)([a1, mu1])
+    model = keras.Model([a_in, mu_in], a2)
+    model.compile(
+        keras.optimizers.Adam(0.02),
+        keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+    )
+    before = model.evaluate([a, mu], labels, verbose=0)[1]
+    history = model.fit([a[:384], mu[:384]], labels[:384], epochs=12, batch_size=32, verbose=0)
+    after = model.evaluate([a[384:], mu[384:]], labels[384:], verbose=0)[1]
+    assert history.history["loss"][-1] < history.history["loss"][0]
+    assert after >= 0.8 and after > before + 0.3, (before, after)
