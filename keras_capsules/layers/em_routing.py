@@ -61,7 +61,8 @@ class EMRouting(keras.layers.Layer):
       the votes are computed from the ``D_use``-weighted first and second moments of
       the *inputs*, and the E-step's Gaussian log-likelihoods from a quadratic form in
       the inputs, all as matrix products over the input axis. Memory no longer grows
-      with ``n_out * d_out``; at the smallNORB shape it is several times faster. Inputs
+      with ``n_out * d_out``; at the smallNORB first-layer shape it is ~19x faster and
+      needs ~9x less memory than ``"votes"`` (``benchmarks/em_routing.py``). Inputs
       are centred per sample first, which keeps the expanded quadratic forms accurate
       in float32. It agrees with ``"votes"`` to float32 rounding on
       well-conditioned data; when votes cluster so tightly that the variances fall to
@@ -278,7 +279,7 @@ class EMRouting(keras.layers.Layer):
         return "moments" if cheap else "votes"
 
     # ------------------------------------------------------------------ call
-    def _combined_mask(self, mask, a_inp):
+    def _combined_mask(self, mask):
         masks = [m for m in (mask if isinstance(mask, (list, tuple)) else [mask]) if m is not None]
         combined = None
         for m in masks:
@@ -314,7 +315,7 @@ class EMRouting(keras.layers.Layer):
         # Excluded inputs: -inf scores or mask == False. Their activation is zero and
         # their poses are replaced by zeros before any arithmetic touches them.
         valid = a_inp > ops.cast(-math.inf, dtype)
-        user_mask = self._combined_mask(mask, a_inp)
+        user_mask = self._combined_mask(mask)
         if user_mask is not None:
             valid = ops.logical_and(valid, user_mask)
         f = ops.where(valid, ops.sigmoid(ops.where(valid, a_inp, ops.zeros_like(a_inp))), 0.0)

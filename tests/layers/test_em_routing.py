@@ -316,3 +316,25 @@ def test_learns_a_small_task():
     after = model.evaluate([a[384:], mu[384:]], labels[384:], verbose=0)[1]
     assert history.history["loss"][-1] < history.history["loss"][0]
     assert after >= 0.8 and after > before + 0.3, (before, after)
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_mixed_precision_routes_in_float32(policy):
+    """Only the inputs are rounded to 16 bits; the routing itself runs in float32."""
+    rng = np.random.default_rng(11)
+    a, mu = _random_inputs(rng, batch=2, n_inp=40, d_cov=4, d_inp=4, pad_from=30)
+    full = EMRouting(n_out=6, d_out=4, beta_initializer="random_normal")
+    half = EMRouting(n_out=6, d_out=4, beta_initializer="random_normal", dtype=policy)
+    full([a, mu])
+    half([a, mu])
+    half.set_weights(full.get_weights())
+    assert all(w.dtype == "float32" for w in half.weights)
+    dtype = policy.split("_")[1]
+    # Reference: the float32 layer on inputs rounded to the policy's compute dtype.
+    rounded = [np.asarray(keras.ops.cast(keras.ops.cast(v, dtype), "float32")) for v in (a, mu)]
+    want = [o.numpy() for o in full(rounded)]
+    got = half([a, mu])
+    assert all(o.dtype == dtype for o in got)
+    tol = 2e-3 if dtype == "float16" else 2e-2  # only the final cast to 16 bits differs
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(np.asarray(keras.ops.cast(g, "float32")), w, rtol=tol, atol=tol)
