@@ -24,7 +24,17 @@ try:
 except RuntimeError:  # the runtime was initialised already (e.g. by a plugin)
     pass
 
-SHARED = pathlib.Path(__file__).resolve().parents[1].parent / "shared"
+def _find_shared():
+    """``shared/`` beside the checkout (or beside a parent, e.g. from a git worktree)."""
+    repo = pathlib.Path(__file__).resolve().parents[1]
+    for parent in repo.parents:
+        candidate = parent / "shared"
+        if (candidate / "refdata").is_dir():
+            return candidate
+    return repo.parent / "shared"
+
+
+SHARED = _find_shared()
 
 
 def shared_path(*parts):
