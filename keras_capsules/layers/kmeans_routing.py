@@ -80,7 +80,7 @@ class KMeansRouting(VoteRouting):
     ```python
     tokens = keras.Input((None,), dtype="int32")
     x = keras_capsules.layers.CompositionalEmbedding(60000, 64, mask_zero=True)(tokens)
-    x = keras.layers.Reshape((-1, 8))(keras.layers.Dense(8)(x))       # [batch, n, 8]
+    x = keras.layers.Dense(8)(x)                                  # [batch, n, 8]
     caps = keras_capsules.layers.KMeansRouting(n_out=4, d_out=16)(x)  # mask propagates
     scores = keras_capsules.layers.CapsuleLength()(caps)
     model = keras.Model(tokens, scores)

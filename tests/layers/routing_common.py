@@ -222,3 +222,17 @@ def check_learns(layer_cls, **kwargs):
     after = model.evaluate(ids[300:], labels[300:], verbose=0)[1]
     assert history.history["loss"][-1] < 0.5 * history.history["loss"][0], history.history
     assert after >= 0.9 and after > before + 0.3, (before, after)
+
+
+def check_jit_with_mask(layer):
+    """XLA with a mask and an all-padded sample matches eager."""
+    u, valid = padded_inputs(np.random.default_rng(4))
+    u[~valid] = 1e6  # large padded values must not leak either
+    eager = [o.numpy() for o in layer(u, mask=valid)]
+
+    @tf.function(jit_compile=True)
+    def compiled(x, m):
+        return layer(x, mask=m)
+
+    for got, want in zip(compiled(tf.constant(u), tf.constant(valid)), eager):
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-6)

@@ -61,8 +61,8 @@ def test_bad_input_shapes():
     "init_kwargs",
     [
         dict(n_out=3, d_out=4),
-        dict(n_out=3, d_out=4, shared_weights=False, kernel_regularizer="l2"),
-        dict(n_out=2, d_out=3, n_iters=2, return_couplings=True),
+        dict(n_out=2, d_out=3, n_iters=2, shared_weights=False, return_couplings=True,
+             kernel_regularizer="l2"),
     ],
 )
 def test_layer_contract(init_kwargs, tmp_path):
@@ -74,3 +74,10 @@ def test_layer_contract(init_kwargs, tmp_path):
 def test_learns_a_small_task():
     tf.random.set_seed(0)
     rc.check_learns(DynamicRouting)
+
+
+@pytest.mark.parametrize("shared_weights", [True, False])
+def test_jit_with_mask(shared_weights):
+    rc.check_jit_with_mask(
+        DynamicRouting(n_out=3, d_out=4, shared_weights=shared_weights, return_couplings=True)
+    )

@@ -89,8 +89,8 @@ def test_bad_input_shapes():
     "init_kwargs",
     [
         dict(n_out=3, d_out=4),
-        dict(n_out=3, d_out=4, similarity="dot", shared_weights=False, kernel_regularizer="l2"),
-        dict(n_out=2, d_out=3, n_iters=2, return_couplings=True),
+        dict(n_out=2, d_out=3, n_iters=2, similarity="dot", shared_weights=False, return_couplings=True,
+             kernel_regularizer="l2"),
     ],
 )
 def test_layer_contract(init_kwargs, tmp_path):
@@ -99,7 +99,13 @@ def test_layer_contract(init_kwargs, tmp_path):
     run_layer_contract(KMeansRouting, init_kwargs, u, tmp_path=tmp_path, atol=1e-5, rtol=1e-4)
 
 
-@pytest.mark.parametrize("similarity", ["cosine", "dot"])
-def test_learns_a_small_task(similarity):
+def test_learns_a_small_task():
     tf.random.set_seed(0)
-    rc.check_learns(KMeansRouting, similarity=similarity)
+    rc.check_learns(KMeansRouting)  # the paper's cosine similarity
+
+
+@pytest.mark.parametrize("similarity", ["cosine", "dot"])
+def test_jit_with_mask(similarity):
+    rc.check_jit_with_mask(
+        KMeansRouting(n_out=3, d_out=4, similarity=similarity, return_couplings=True)
+    )
