@@ -159,7 +159,9 @@ class CompositionalEmbedding(keras.layers.Layer):
             num_codewords = default_num_codewords(self.input_dim, self.num_codebooks)
         self.num_codewords = num_codewords
         if not isinstance(mask_zero, bool):
-            raise ValueError(f"`mask_zero` must be True or False. Received: mask_zero={mask_zero!r}")
+            raise ValueError(
+                f"`mask_zero` must be True or False. Received: mask_zero={mask_zero!r}"
+            )
         self.mask_zero = mask_zero
         if fixed_codes is None:
             fixed_codes = codes is not None
@@ -185,7 +187,9 @@ class CompositionalEmbedding(keras.layers.Layer):
         self.supports_masking = mask_zero
 
     def _validate_codes(self, codes):
-        codes = np.asarray(codes if isinstance(codes, (np.ndarray, list, tuple)) else ops.convert_to_numpy(codes))
+        if not isinstance(codes, (np.ndarray, list, tuple)):
+            codes = ops.convert_to_numpy(codes)  # a tensor or variable
+        codes = np.asarray(codes)
         expected = (self.input_dim, self.num_codebooks)
         if codes.shape != expected or not np.issubdtype(codes.dtype, np.integer):
             raise ValueError(
@@ -248,7 +252,9 @@ class CompositionalEmbedding(keras.layers.Layer):
     # ------------------------------------------------------------------ call
     def _check_ids(self, ids):
         values = _concrete_values(ids)
-        if values is not None and values.size and (values.min() < 0 or values.max() >= self.input_dim):
+        if values is None or not values.size:
+            return
+        if values.min() < 0 or values.max() >= self.input_dim:
             bad = values[(values < 0) | (values >= self.input_dim)]
             raise ValueError(
                 f"CompositionalEmbedding ids must lie in [0, input_dim) = "
