@@ -11,3 +11,12 @@ from keras_capsules.layers import EMRouting
 __version__ = "0.1.0"
 
 __all__ = ["EMRouting", "layers", "ops", "__version__"]
+from keras_capsules import losses
+from keras_capsules.layers import (
+    CapsuleLength,
+    CompositionalEmbedding,
+    DynamicRouting,
+    KMeansRouting,
+)
+
+__all__ += ["CapsuleLength", "CompositionalEmbedding", "DynamicRouting", "KMeansRouting", "losses"]

@@ -1,0 +1,200 @@
+"""Shared machinery of the vote-based routing layers (DynamicRouting, KMeansRouting).
+
+Private: the public layers are the subclasses. This module holds what both need and
+nothing algorithm-specific: argument validation, the ``kernel`` weight, the votes
+``u_hat[b, i, j, :] = u[b, i, :] @ kernel[(i,) j]``, mask handling and the output
+shapes/specs (one output, or two with the coupling coefficients).
+"""
+
+import keras
+from keras import ops
+
+from keras_capsules.ops import routing_dtype, squash
+
+
+def positive_int(name, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
+    return value
+
+
+def boolean(name, value):
+    if not isinstance(value, bool):
+        raise ValueError(f"`{name}` must be True or False. Received: {name}={value!r}")
+    return value
+
+
+class VoteRouting(keras.layers.Layer):
+    """Base of routing layers whose inputs cast linear votes for every output.
+
+    Subclasses implement ``_route(u_hat, valid)`` which receives the votes
+    ``[batch, n_in, n_out, d_out]`` (zero at padded inputs), the boolean validity
+    ``[batch, n_in]`` (or None) and returns ``(s, c)``: the pre-squash output vectors
+    ``[batch, n_out, d_out]`` and the last coupling coefficients ``[batch, n_in, n_out]``
+    (zero at padded inputs). Everything runs in the routing dtype.
+    """
+
+    def __init__(
+        self,
+        n_out,
+        d_out,
+        n_iters=3,
+        shared_weights=True,
+        return_couplings=False,
+        kernel_initializer="glorot_uniform",
+        kernel_regularizer=None,
+        kernel_constraint=None,
+        **kwargs,
+    ):
+        kwargs["autocast"] = False  # inputs and kernel are cast to the routing dtype here
+        super().__init__(**kwargs)
+        self.n_out = positive_int("n_out", n_out)
+        self.d_out = positive_int("d_out", d_out)
+        self.n_iters = positive_int("n_iters", n_iters)
+        self.shared_weights = boolean("shared_weights", shared_weights)
+        self.return_couplings = boolean("return_couplings", return_couplings)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
+        self.kernel_constraint = keras.constraints.get(kernel_constraint)
+        self.supports_masking = True
+
+    # ------------------------------------------------------------------ shapes
+    def _check_shape(self, input_shape):
+        name = type(self).__name__
+        shape = tuple(input_shape) if isinstance(input_shape, (list, tuple)) else None
+        if shape is None or not all(d is None or isinstance(d, int) for d in shape):
+            raise ValueError(
+                f"{name} expects one input of shape [batch, n_in, d_in]. "
+                f"Received: input_shape={input_shape}"
+            )
+        if len(shape) != 3:
+            raise ValueError(
+                f"{name} expects input capsules of shape [batch, n_in, d_in] (rank 3). "
+                f"Received: input_shape={shape}"
+            )
+        if shape[2] is None:
+            raise ValueError(
+                f"{name} needs the capsule dimension d_in (axis 2 of [batch, n_in, d_in]) "
+                f"to be known. Received: input_shape={shape}"
+            )
+        if not self.shared_weights and shape[1] is None:
+            raise ValueError(
+                f"{name} with shared_weights=False has one weight matrix per input capsule, "
+                "so the number of input capsules n_in (axis 1 of [batch, n_in, d_in]) must "
+                f"be static. Received: input_shape={shape}"
+            )
+        if self.built:
+            expected_n = "n_in" if self.shared_weights else str(self.n_in)
+            if shape[2] != self.d_in or (
+                not self.shared_weights and shape[1] is not None and shape[1] != self.n_in
+            ):
+                raise ValueError(
+                    f"This {name} layer was built for inputs of shape "
+                    f"[batch, {expected_n}, {self.d_in}]. Received: input_shape={shape}"
+                )
+        return shape
+
+    def build(self, input_shape):
+        shape = self._check_shape(input_shape)
+        self.d_in = int(shape[2])
+        self.n_in = None if self.shared_weights else int(shape[1])
+        kernel_shape = (self.n_out, self.d_in, self.d_out)
+        if not self.shared_weights:
+            kernel_shape = (self.n_in,) + kernel_shape
+        self.kernel = self.add_weight(
+            name="kernel",
+            shape=kernel_shape,
+            initializer=self.kernel_initializer,
+            regularizer=self.kernel_regularizer,
+            constraint=self.kernel_constraint,
+        )
+        self.built = True
+
+    def compute_output_shape(self, input_shape):
+        shape = self._check_shape(input_shape)
+        out = (shape[0], self.n_out, self.d_out)
+        if self.return_couplings:
+            return [out, (shape[0], shape[1], self.n_out)]
+        return out
+
+    def compute_output_spec(self, inputs, mask=None):
+        shapes = self.compute_output_shape(tuple(inputs.shape))
+        if self.return_couplings:
+            return [keras.KerasTensor(s, dtype=self.compute_dtype) for s in shapes]
+        return keras.KerasTensor(shapes, dtype=self.compute_dtype)
+
+    def compute_mask(self, inputs, mask=None):
+        # Output capsules are never padding.
+        return [None, None] if self.return_couplings else None
+
+    # ------------------------------------------------------------------ call
+    def _valid(self, mask, inputs):
+        if isinstance(mask, (list, tuple)):
+            masks = [m for m in mask if m is not None]
+            if len(masks) > 1:
+                raise ValueError(
+                    f"{type(self).__name__} takes a single mask of shape [batch, n_in]. "
+                    f"Received: {len(masks)} masks"
+                )
+            mask = masks[0] if masks else None
+        if mask is None:
+            return None
+        if len(mask.shape) != 2:
+            raise ValueError(
+                f"{type(self).__name__} expects a mask of shape [batch, n_in]. "
+                f"Received: mask shape={tuple(mask.shape)}"
+            )
+        return ops.cast(mask, "bool")
+
+    def votes(self, inputs, mask=None):
+        """The votes ``u_hat`` ``[batch, n_in, n_out, d_out]`` in the routing dtype.
+
+        Padded inputs (``mask == False``) are replaced by zeros before the product,
+        so their votes are zero whatever they held (even NaN or inf).
+        """
+        dtype = routing_dtype(self.compute_dtype)
+        u = ops.cast(inputs, dtype)
+        valid = self._valid(mask, inputs)
+        if valid is not None:
+            u = ops.where(valid[:, :, None], u, ops.zeros_like(u))
+        kernel = ops.cast(self.kernel, dtype)
+        if self.shared_weights:
+            return ops.einsum("bid,jdo->bijo", u, kernel)
+        return ops.einsum("bid,ijdo->bijo", u, kernel)
+
+    def call(self, inputs, mask=None):
+        self._check_shape(tuple(inputs.shape))
+        valid = self._valid(mask, inputs)
+        u_hat = self.votes(inputs, mask=valid)
+        s, c = self._route(u_hat, valid)
+        outputs = ops.cast(squash(s), self.compute_dtype)
+        if self.return_couplings:
+            return [outputs, ops.cast(c, self.compute_dtype)]
+        return outputs
+
+    def _route(self, u_hat, valid):
+        raise NotImplementedError
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "n_out": self.n_out,
+                "d_out": self.d_out,
+                "n_iters": self.n_iters,
+                "shared_weights": self.shared_weights,
+                "return_couplings": self.return_couplings,
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "kernel_regularizer": keras.regularizers.serialize(self.kernel_regularizer),
+                "kernel_constraint": keras.constraints.serialize(self.kernel_constraint),
+            }
+        )
+        return config
+
+
+def couplings(logits, valid):
+    """Softmax over outputs (last axis); rows of padded inputs are exactly zero."""
+    c = ops.softmax(logits, axis=-1)
+    if valid is None:
+        return c
+    return ops.where(valid[:, :, None], c, ops.zeros_like(c))

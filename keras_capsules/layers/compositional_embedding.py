@@ -1,0 +1,339 @@
+"""CompositionalEmbedding: word embeddings composed from a few shared codebooks."""
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_capsules.ops import routing_dtype
+
+_LETTERS = "abcdefghnpqrstuvwxyz"  # einsum letters for the id axes (not m, k, d)
+
+
+def default_num_codewords(input_dim, num_codebooks):
+    """The smallest integer ``K`` with ``K ** num_codebooks >= input_dim``.
+
+    Computed exactly in integers (a float root such as ``60000 ** (1/8)`` can round
+    to the wrong side of an integer).
+
+    Args:
+        input_dim: vocabulary size ``V`` (positive integer).
+        num_codebooks: number of codebooks ``M`` (positive integer).
+
+    Returns:
+        ``K``, the number of codewords per codebook that lets ``K ** M`` distinct
+        codes tell all ``V`` ids apart.
+    """
+    k = max(1, int(round(input_dim ** (1.0 / num_codebooks))))
+    while k > 1 and (k - 1) ** num_codebooks >= input_dim:
+        k -= 1
+    while k**num_codebooks < input_dim:
+        k += 1
+    return k
+
+
+def _positive_int(name, value, allow_none=False):
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
+    return int(value)
+
+
+def _concrete_values(x):
+    """The values of ``x`` as numpy (eager), or None for a traced/symbolic tensor."""
+    if isinstance(x, keras.KerasTensor):
+        return None
+    try:
+        return ops.convert_to_numpy(x)
+    except Exception:  # symbolic tensors of any backend refuse conversion
+        return None
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules")
+class CompositionalEmbedding(keras.layers.Layer):
+    """Embeds ids as sums of codewords from ``M`` small codebooks (compositional coding).
+
+    A standard embedding stores one ``D``-vector per id (``V * D`` numbers). Here the
+    layer stores ``M`` codebooks of ``K`` codewords each (``codebook``
+    ``[M, K, D]``) and describes every id by a code: which codeword of each codebook
+    it uses. The embedding of an id is the sum over codebooks of its codewords.
+
+    Two ways of holding the codes:
+
+    * **learned codes** (default; Ren & Lu's compositional coding): the code of id
+      ``w`` is a real-valued weight ``codes[w]`` ``[M, K]``; every codebook's
+      codeword is chosen softly,
+      ``e[w] = sum_m sum_k softmax_k(codes[w, m, :])[k] * codebook[m, k, :]``,
+      so codes and codebooks train jointly by backpropagation.
+    * **fixed codes** (Shu & Nakayama's compressed "CC" embedding, for deployment):
+      the code of id ``w`` is ``M`` integers ``codes[w, m]`` in ``[0, K)`` and
+      ``e[w] = sum_m codebook[m, codes[w, m], :]``. The codes are a non-trainable
+      ``int32`` weight ``codes`` ``[V, M]``; only ``codebook`` trains. Pass the codes
+      as the ``codes`` constructor argument (an integer array), or get a deployable
+      layer from a trained learned-code layer with :meth:`to_fixed_codes` (which
+      takes the argmax of every codebook's softmax, see :meth:`hard_codes`).
+      ``get_config()`` records ``fixed_codes=True`` but never the code table itself
+      (it would bloat the config): the table is saved with the weights, so a
+      ``.keras`` file round-trips it, and ``from_config`` creates a zero table to be
+      filled by the saved weights (or by ``set_weights``).
+
+    With ``K`` the smallest integer such that ``K ** M >= V`` (the default), the
+    learned form has ``V * M * K + M * K * D`` parameters instead of ``V * D``: for
+    ``V = 60000, D = 64, M = 8`` (``K = 4``) 1.92M instead of 3.84M; the fixed form
+    needs only ``V * M`` small integers (``M * log2(K)`` bits per id) and the codebooks.
+
+    Ids are checked in eager calls: an id outside ``[0, input_dim)`` raises a
+    ``ValueError``. (Inside a traced function, e.g. ``model.fit`` or
+    ``jit_compile``, the check is skipped, as the values are unknown.) With
+    ``mask_zero=True`` id 0 is padding, exactly as in ``keras.layers.Embedding``: it
+    still has an embedding, and the layer emits the mask ``ids != 0``.
+
+    Mixed precision: weights are float32; the softmax and the sum run in float32 and
+    the output is cast to the compute dtype.
+
+    Args:
+        input_dim: vocabulary size ``V`` (ids lie in ``[0, V)``).
+        output_dim: embedding dimension ``D``.
+        num_codebooks: number of codebooks ``M``. Default 8.
+        num_codewords: codewords per codebook ``K``; None (default) for the smallest
+            ``K`` with ``K ** M >= V``.
+        mask_zero: if True, id 0 is padding and the layer returns a mask.
+        codes: None (learned codes), or an integer array ``[V, M]`` with values in
+            ``[0, K)``: the fixed codes (implies ``fixed_codes=True``).
+        fixed_codes: True for fixed integer codes, False for learned codes; None
+            (default) means True exactly when ``codes`` is given. ``fixed_codes=True``
+            without ``codes`` creates a zero code table (for ``from_config``).
+        codes_initializer: initializer of the learned ``codes``. Default normal with
+            standard deviation 1 (distinct soft codes from the start).
+        codebook_initializer: initializer of ``codebook``. Default ``"uniform"``.
+        codes_regularizer, codebook_regularizer: optional regularizers.
+        codes_constraint, codebook_constraint: optional constraints.
+        **kwargs: base layer arguments (``name``, ``dtype``, ...).
+
+    Call arguments:
+        inputs: integer ids of any shape ``[...]``.
+
+    Returns:
+        Embeddings ``[..., output_dim]``.
+
+    Example:
+
+    ```python
+    tokens = keras.Input((None,), dtype="int32")
+    emb = keras_capsules.layers.CompositionalEmbedding(60000, 64, mask_zero=True)
+    x = emb(tokens)                                     # [batch, seq, 64], masked
+    # ... train, then deploy with 8 integer codes per word:
+    small = emb.to_fixed_codes()
+    ```
+
+    Reference:
+        R. Shu, H. Nakayama, "Compressing Word Embeddings via Deep Compositional Code
+        Learning", ICLR 2018; H. Ren, H. Lu, "Compositional Coding Capsule Network
+        with K-Means Routing for Text Classification", 2018.
+    """
+
+    def __init__(
+        self,
+        input_dim,
+        output_dim,
+        num_codebooks=8,
+        num_codewords=None,
+        mask_zero=False,
+        codes=None,
+        fixed_codes=None,
+        codes_initializer=None,
+        codebook_initializer="uniform",
+        codes_regularizer=None,
+        codebook_regularizer=None,
+        codes_constraint=None,
+        codebook_constraint=None,
+        **kwargs,
+    ):
+        kwargs["autocast"] = False
+        super().__init__(**kwargs)
+        self.input_dim = _positive_int("input_dim", input_dim)
+        self.output_dim = _positive_int("output_dim", output_dim)
+        self.num_codebooks = _positive_int("num_codebooks", num_codebooks)
+        num_codewords = _positive_int("num_codewords", num_codewords, allow_none=True)
+        if num_codewords is None:
+            num_codewords = default_num_codewords(self.input_dim, self.num_codebooks)
+        self.num_codewords = num_codewords
+        if not isinstance(mask_zero, bool):
+            raise ValueError(
+                f"`mask_zero` must be True or False. Received: mask_zero={mask_zero!r}"
+            )
+        self.mask_zero = mask_zero
+        if fixed_codes is None:
+            fixed_codes = codes is not None
+        if not isinstance(fixed_codes, bool):
+            raise ValueError(
+                f"`fixed_codes` must be True, False or None. Received: fixed_codes={fixed_codes!r}"
+            )
+        if codes is not None and not fixed_codes:
+            raise ValueError(
+                "`codes` gives fixed integer codes, which contradicts fixed_codes=False. "
+                f"Received: fixed_codes={fixed_codes!r}"
+            )
+        self.fixed_codes = fixed_codes
+        self._initial_codes = None if codes is None else self._validate_codes(codes)
+        self.codes_initializer = keras.initializers.get(
+            codes_initializer or keras.initializers.RandomNormal(stddev=1.0)
+        )
+        self.codebook_initializer = keras.initializers.get(codebook_initializer)
+        self.codes_regularizer = keras.regularizers.get(codes_regularizer)
+        self.codebook_regularizer = keras.regularizers.get(codebook_regularizer)
+        self.codes_constraint = keras.constraints.get(codes_constraint)
+        self.codebook_constraint = keras.constraints.get(codebook_constraint)
+        self.supports_masking = mask_zero
+
+    def _validate_codes(self, codes):
+        if not isinstance(codes, (np.ndarray, list, tuple)):
+            codes = ops.convert_to_numpy(codes)  # a tensor or variable
+        codes = np.asarray(codes)
+        expected = (self.input_dim, self.num_codebooks)
+        if codes.shape != expected or not np.issubdtype(codes.dtype, np.integer):
+            raise ValueError(
+                f"`codes` must be an integer array of shape [input_dim, num_codebooks] = "
+                f"{list(expected)}. Received: codes with shape {list(codes.shape)} and "
+                f"dtype {codes.dtype}"
+            )
+        if codes.size and (codes.min() < 0 or codes.max() >= self.num_codewords):
+            raise ValueError(
+                f"`codes` values must lie in [0, num_codewords) = [0, {self.num_codewords}) "
+                "(pass num_codewords for larger codes). Received: codes with values in "
+                f"[{codes.min()}, {codes.max()}]"
+            )
+        return codes.astype("int32")
+
+    # ------------------------------------------------------------------ weights
+    def build(self, input_shape=None):
+        m, k = self.num_codebooks, self.num_codewords
+        if self.fixed_codes:
+            self.codes = self.add_weight(
+                name="codes",
+                shape=(self.input_dim, m),
+                dtype="int32",
+                initializer="zeros",
+                trainable=False,
+            )
+            if self._initial_codes is not None:
+                self.codes.assign(self._initial_codes)
+                self._initial_codes = None
+        else:
+            self.codes = self.add_weight(
+                name="codes",
+                shape=(self.input_dim, m, k),
+                initializer=self.codes_initializer,
+                regularizer=self.codes_regularizer,
+                constraint=self.codes_constraint,
+            )
+        self.codebook = self.add_weight(
+            name="codebook",
+            shape=(m, k, self.output_dim),
+            initializer=self.codebook_initializer,
+            regularizer=self.codebook_regularizer,
+            constraint=self.codebook_constraint,
+        )
+        self.built = True
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape) + (self.output_dim,)
+
+    def compute_output_spec(self, inputs):
+        return keras.KerasTensor(
+            self.compute_output_shape(inputs.shape), dtype=self.compute_dtype
+        )
+
+    def compute_mask(self, inputs, mask=None):
+        if not self.mask_zero:
+            return None
+        return ops.not_equal(inputs, 0)
+
+    # ------------------------------------------------------------------ call
+    def _check_ids(self, ids):
+        values = _concrete_values(ids)
+        if values is None or not values.size:
+            return
+        if values.min() < 0 or values.max() >= self.input_dim:
+            bad = values[(values < 0) | (values >= self.input_dim)]
+            raise ValueError(
+                f"CompositionalEmbedding ids must lie in [0, input_dim) = "
+                f"[0, {self.input_dim}). Received: ids with out-of-range values "
+                f"{np.unique(bad)[:10].tolist()}"
+            )
+
+    def call(self, inputs):
+        self._check_ids(inputs)
+        ids = ops.cast(inputs, "int32")  # floats holding ids are accepted, as in Embedding
+        dtype = routing_dtype(self.compute_dtype)
+        codebook = ops.cast(self.codebook, dtype)
+        rank = len(ids.shape)
+        if self.fixed_codes:
+            # Row m*K + codes[w, m] of the flattened codebook is codeword codes[w, m] of m.
+            offsets = ops.arange(self.num_codebooks, dtype="int32") * self.num_codewords
+            rows = ops.take(self.codes, ids, axis=0) + offsets  # [..., M]
+            flat = ops.reshape(codebook, (self.num_codebooks * self.num_codewords, self.output_dim))
+            out = ops.sum(ops.take(flat, rows, axis=0), axis=-2)
+        else:
+            weights = ops.softmax(ops.cast(ops.take(self.codes, ids, axis=0), dtype), axis=-1)
+            lead = _LETTERS[:rank]
+            out = ops.einsum(f"{lead}mk,mkd->{lead}d", weights, codebook)
+        return ops.cast(out, self.compute_dtype)
+
+    # ------------------------------------------------------------------ export
+    def hard_codes(self):
+        """The integer codes ``[input_dim, num_codebooks]`` (numpy ``int32``).
+
+        For learned codes, the argmax of every codebook's softmax (the codeword each
+        id leans to most); for fixed codes, the code table itself.
+        """
+        if not self.built:
+            raise ValueError("hard_codes() needs a built layer. Received: an unbuilt layer")
+        codes = ops.convert_to_numpy(self.codes)
+        if self.fixed_codes:
+            return codes.astype("int32")
+        return np.argmax(codes, axis=-1).astype("int32")
+
+    def to_fixed_codes(self, **kwargs):
+        """A fixed-code copy of this layer for deployment.
+
+        The new layer has the same vocabulary, dimensions, mask setting and
+        ``codebook`` values, and the codes of :meth:`hard_codes`. Its embeddings equal
+        this layer's exactly when every learned softmax is one-hot; otherwise they are
+        the hard (argmax) approximation of them.
+
+        Args:
+            **kwargs: base layer arguments for the new layer (e.g. ``name``).
+
+        Returns:
+            A built ``CompositionalEmbedding`` with ``fixed_codes=True``.
+        """
+        codes = self.hard_codes()
+        config = self.get_config()
+        for key in ("name", "fixed_codes", "trainable"):
+            config.pop(key, None)
+        config.update(kwargs)
+        layer = type(self)(**config, codes=codes, fixed_codes=True)
+        layer.build()
+        layer.codebook.assign(ops.convert_to_numpy(self.codebook))
+        return layer
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "input_dim": self.input_dim,
+                "output_dim": self.output_dim,
+                "num_codebooks": self.num_codebooks,
+                "num_codewords": self.num_codewords,
+                "mask_zero": self.mask_zero,
+                "fixed_codes": self.fixed_codes,
+                "codes_initializer": keras.initializers.serialize(self.codes_initializer),
+                "codebook_initializer": keras.initializers.serialize(self.codebook_initializer),
+                "codes_regularizer": keras.regularizers.serialize(self.codes_regularizer),
+                "codebook_regularizer": keras.regularizers.serialize(self.codebook_regularizer),
+                "codes_constraint": keras.constraints.serialize(self.codes_constraint),
+                "codebook_constraint": keras.constraints.serialize(self.codebook_constraint),
+            }
+        )
+        return config

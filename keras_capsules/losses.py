@@ -1,0 +1,245 @@
+"""Losses on capsule lengths: the margin loss and its combinations with focal and
+cross-entropy terms.
+
+Both losses take class scores that are capsule lengths in ``[0, 1)`` (see
+:class:`keras_capsules.layers.CapsuleLength`) and labels in either form:
+
+* integer class ids, shape ``[batch]`` or ``[batch, 1]`` (sparse labels), or
+* one-hot (or, for the margin term, multi-hot) targets ``[batch, n_classes]``.
+
+The form is told from the shapes: labels with one axis fewer than the scores, or a
+last axis of 1 while there are several classes, are class ids; labels of the same
+shape as the scores are one-hot targets.
+"""
+
+import numbers
+
+import keras
+from keras import ops
+
+_TERMS = ("margin", "focal", "cross")
+
+
+def _number(name, value, minimum=None):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or (
+        minimum is not None and value < minimum
+    ):
+        bound = "" if minimum is None else f" >= {minimum}"
+        raise ValueError(f"`{name}` must be a number{bound}. Received: {name}={value!r}")
+    return float(value)
+
+
+def _targets(y_true, y_pred):
+    """Float targets ``[..., n_classes]`` from sparse ids or one-hot labels."""
+    n_classes = y_pred.shape[-1]
+    if n_classes is None:
+        raise ValueError(
+            "Capsule losses need a known number of classes (last axis of the scores). "
+            f"Received: y_pred shape={tuple(y_pred.shape)}"
+        )
+    rank_true, rank_pred = len(y_true.shape), len(y_pred.shape)
+    sparse = rank_true == rank_pred - 1 or (
+        rank_true == rank_pred and y_true.shape[-1] == 1 and n_classes > 1
+    )
+    if sparse:
+        if rank_true == rank_pred:
+            y_true = ops.squeeze(y_true, axis=-1)
+        ids = ops.cast(y_true, "int32")
+        return ops.one_hot(ids, n_classes, dtype=y_pred.dtype)
+    if rank_true != rank_pred or (y_true.shape[-1] is not None and y_true.shape[-1] != n_classes):
+        raise ValueError(
+            "Labels must be class ids [batch] / [batch, 1] or one-hot targets with the "
+            f"scores' shape [batch, {n_classes}]. Received: y_true shape="
+            f"{tuple(y_true.shape)}, y_pred shape={tuple(y_pred.shape)}"
+        )
+    return ops.cast(y_true, y_pred.dtype)
+
+
+def margin_term(targets, lengths, m_plus=0.9, m_minus=0.1, lambda_=0.5):
+    """Per-sample margin loss ``sum_c [T relu(m+ - x)^2 + lambda (1-T) relu(x - m-)^2]``."""
+    present = targets * ops.square(ops.relu(m_plus - lengths))
+    absent = lambda_ * (1.0 - targets) * ops.square(ops.relu(lengths - m_minus))
+    return ops.sum(present + absent, axis=-1)
+
+
+def focal_term(targets, lengths, alpha=0.25, gamma=2.0):
+    """Per-sample focal loss ``-alpha (1 - p_t)^gamma log p_t`` with ``p = softmax(x)``."""
+    log_p = ops.log_softmax(lengths, axis=-1)
+    weight = ops.power(1.0 - ops.exp(log_p), gamma)
+    return -alpha * ops.sum(targets * weight * log_p, axis=-1)
+
+
+def cross_term(targets, lengths):
+    """Per-sample cross-entropy ``-log softmax(x)[label]`` of the lengths as logits."""
+    return -ops.sum(targets * ops.log_softmax(lengths, axis=-1), axis=-1)
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules")
+class CapsuleLoss(keras.losses.Loss):
+    """A sum of margin, focal and cross-entropy terms on capsule lengths.
+
+    For capsule lengths ``x`` ``[batch, n_classes]`` and targets ``T`` (one-hot of the
+    labels) the available per-sample terms are
+
+    * ``"margin"`` (Sabour 2017):
+      ``sum_c [T_c relu(m_plus - x_c)^2 + lambda_ (1 - T_c) relu(x_c - m_minus)^2]``;
+    * ``"focal"`` (Lin et al. 2017, on the softmax of the lengths):
+      ``-focal_alpha (1 - p_t)^focal_gamma log p_t`` with ``log p = log_softmax(x)``
+      and ``t`` the label;
+    * ``"cross"``: the cross-entropy ``-log p_t`` of the same softmax.
+
+    The loss is the sum of the chosen terms per sample, reduced over the batch (by
+    default the mean), so it equals the sum of the terms' batch means. Ren & Lu's
+    capsule text classifier uses ``terms=("margin", "focal")`` (the default); any
+    non-empty combination is allowed. The math runs in the loss dtype (float32 by
+    default), also when the scores are float16.
+
+    Args:
+        terms: names of the terms to add, from ``"margin"``, ``"focal"``, ``"cross"``.
+        m_plus: margin for present classes. Default 0.9.
+        m_minus: margin for absent classes. Default 0.1.
+        lambda_: down-weighting of absent classes. Default 0.5.
+        focal_alpha: focal loss weight. Default 0.25.
+        focal_gamma: focal loss focusing exponent. Default 2.0.
+        reduction: Keras loss reduction. Default ``"sum_over_batch_size"``.
+        name: loss name.
+        dtype: dtype of the loss computation.
+
+    Call arguments:
+        y_true: class ids ``[batch]`` / ``[batch, 1]`` or one-hot targets
+            ``[batch, n_classes]`` (see the module docstring).
+        y_pred: capsule lengths ``[batch, n_classes]``.
+        sample_weight: optional per-sample weights.
+
+    Returns:
+        The reduced loss (a scalar with the default reduction).
+
+    Example:
+
+    ```python
+    model.compile("adam", keras_capsules.losses.CapsuleLoss(terms=("margin", "focal")))
+    ```
+
+    Reference:
+        H. Ren, H. Lu, "Compositional Coding Capsule Network with K-Means Routing for
+        Text Classification", 2018 (margin + focal loss); S. Sabour, N. Frosst,
+        G. E. Hinton, "Dynamic Routing Between Capsules", NeurIPS 2017 (eq. 4).
+    """
+
+    def __init__(
+        self,
+        terms=("margin", "focal"),
+        m_plus=0.9,
+        m_minus=0.1,
+        lambda_=0.5,
+        focal_alpha=0.25,
+        focal_gamma=2.0,
+        reduction="sum_over_batch_size",
+        name=None,
+        dtype=None,
+    ):
+        if isinstance(terms, str):
+            terms = (terms,)
+        terms = tuple(terms) if isinstance(terms, (list, tuple)) else None
+        if not terms or any(t not in _TERMS for t in terms) or len(set(terms)) != len(terms):
+            raise ValueError(
+                f"`terms` must be a non-empty sequence of distinct names from {_TERMS}. "
+                f"Received: terms={terms!r}"
+            )
+        super().__init__(name=name, reduction=reduction, dtype=dtype)
+        self.terms = terms
+        self.m_plus = _number("m_plus", m_plus)
+        self.m_minus = _number("m_minus", m_minus)
+        self.lambda_ = _number("lambda_", lambda_, minimum=0)
+        self.focal_alpha = _number("focal_alpha", focal_alpha, minimum=0)
+        self.focal_gamma = _number("focal_gamma", focal_gamma, minimum=0)
+
+    def call(self, y_true, y_pred):
+        targets = _targets(y_true, y_pred)
+        total = 0.0
+        for term in self.terms:
+            if term == "margin":
+                value = margin_term(targets, y_pred, self.m_plus, self.m_minus, self.lambda_)
+            elif term == "focal":
+                value = focal_term(targets, y_pred, self.focal_alpha, self.focal_gamma)
+            else:
+                value = cross_term(targets, y_pred)
+            total = total + value
+        return total
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "terms": list(self.terms),
+                "m_plus": self.m_plus,
+                "m_minus": self.m_minus,
+                "lambda_": self.lambda_,
+                "focal_alpha": self.focal_alpha,
+                "focal_gamma": self.focal_gamma,
+            }
+        )
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules")
+class MarginLoss(CapsuleLoss):
+    """The margin loss on capsule lengths (Sabour 2017).
+
+    Per sample ``sum_c [T_c relu(m_plus - x_c)^2 + lambda_ (1 - T_c) relu(x_c - m_minus)^2]``
+    for capsule lengths ``x`` and targets ``T``, reduced over the batch (by default
+    the mean). ``T`` comes from class ids or from one-hot targets; multi-hot targets
+    (several classes present) are accepted too.
+
+    Args:
+        m_plus: margin for present classes. Default 0.9.
+        m_minus: margin for absent classes. Default 0.1.
+        lambda_: down-weighting of absent classes. Default 0.5.
+        reduction: Keras loss reduction. Default ``"sum_over_batch_size"``.
+        name: loss name.
+        dtype: dtype of the loss computation.
+
+    Call arguments:
+        y_true: class ids ``[batch]`` / ``[batch, 1]`` or one-hot / multi-hot
+            targets ``[batch, n_classes]``.
+        y_pred: capsule lengths ``[batch, n_classes]``.
+        sample_weight: optional per-sample weights.
+
+    Returns:
+        The reduced loss (a scalar with the default reduction).
+
+    Example:
+
+    ```python
+    model.compile("adam", keras_capsules.losses.MarginLoss(), metrics=["accuracy"])
+    ```
+
+    Reference:
+        S. Sabour, N. Frosst, G. E. Hinton, "Dynamic Routing Between Capsules",
+        NeurIPS 2017 (eq. 4).
+    """
+
+    def __init__(
+        self,
+        m_plus=0.9,
+        m_minus=0.1,
+        lambda_=0.5,
+        reduction="sum_over_batch_size",
+        name=None,
+        dtype=None,
+    ):
+        super().__init__(
+            terms=("margin",),
+            m_plus=m_plus,
+            m_minus=m_minus,
+            lambda_=lambda_,
+            reduction=reduction,
+            name=name,
+            dtype=dtype,
+        )
+
+    def get_config(self):
+        config = super().get_config()
+        for key in ("terms", "focal_alpha", "focal_gamma"):
+            config.pop(key)
+        return config

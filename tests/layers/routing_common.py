@@ -1,0 +1,238 @@
+"""Checks shared by the tests of the vote-routing layers (DynamicRouting, KMeansRouting).
+
+Holds float64 numpy versions of both algorithms (hand-derived from the formulas in
+the layers' docstrings, with padding) and the checks that are the same for both.
+"""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests.refdata import load_cccaps
+
+
+# ---------------------------------------------------------------- numpy versions
+def np_squash(s):
+    n = np.linalg.norm(s, axis=-1, keepdims=True)
+    return n / (1.0 + n**2) * s
+
+
+def np_softmax(x, axis=-1):
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def np_votes(u, kernel, valid=None):
+    u = np.asarray(u, np.float64)
+    if valid is not None:
+        u = np.where(valid[:, :, None], u, 0.0)
+    if kernel.ndim == 3:
+        return np.einsum("bid,jdo->bijo", u, kernel)
+    return np.einsum("bid,ijdo->bijo", u, kernel)
+
+
+def np_dynamic(u, kernel, n_iters=3, valid=None):
+    u_hat = np_votes(u, kernel, valid)
+    b = np.zeros(u_hat.shape[:3])
+    for t in range(n_iters):
+        c = np_softmax(b)
+        if valid is not None:
+            c = c * valid[:, :, None]
+        s = np.einsum("bij,bijo->bjo", c, u_hat)
+        if t < n_iters - 1:
+            b = b + np.einsum("bijo,bjo->bij", u_hat, np_squash(s))
+    return np_squash(s), c
+
+
+def np_kmeans(u, kernel, n_iters=3, similarity="cosine", valid=None, init="mean"):
+    """k-means routing; ``init="mean"`` starts from the mean vote over real inputs."""
+    u_hat = np_votes(u, kernel, valid)
+    n_real = u_hat.shape[1] if valid is None else valid.sum(1)
+    n_real = np.maximum(np.asarray(n_real, np.float64), 1.0).reshape(-1, 1, 1)
+    v = u_hat.sum(1) / (n_real if init == "mean" else u_hat.shape[2])
+    for _ in range(n_iters):
+        v_dir = v / np.maximum(np.linalg.norm(v, axis=-1, keepdims=True), 1e-12)
+        b = np.einsum("bijo,bjo->bij", u_hat, v_dir)
+        if similarity == "cosine":
+            b = b / np.maximum(np.linalg.norm(u_hat, axis=-1), 1e-12)
+        c = np_softmax(b)
+        if valid is not None:
+            c = c * valid[:, :, None]
+        v = np.einsum("bij,bijo->bjo", c, u_hat)
+    return np_squash(v), c
+
+
+# ---------------------------------------------------------------- reference data
+def load_reference(name):
+    return load_cccaps(name)
+
+
+def check_reference(layer_cls, ref, dtype, **kwargs):
+    """Outputs, couplings, lengths and all stored gradients against the reference.
+
+    The reference weight ``W[j, o, d]`` maps ``u`` by ``W[j] @ u``; the layer's kernel
+    is ``[j, d, o]`` (``u @ kernel[j]``), its transpose.
+    """
+    n_out, d_out, d_in = ref["W"].shape
+    layer = layer_cls(
+        n_out=n_out, d_out=d_out, n_iters=int(ref["num_iterations"]),
+        return_couplings=True, dtype=dtype, **kwargs,
+    )
+    u = tf.constant(ref["u"], dtype)
+    layer(u)
+    layer.kernel.assign(np.transpose(ref["W"], (0, 2, 1)).astype(dtype))
+    cot = tf.constant(ref["cotangent"], dtype)
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(u)
+        out, c = layer(u)
+        lengths = tf.norm(out, axis=-1)
+        losses = {"sum": tf.reduce_sum(out), "cot": tf.reduce_sum(out * cot),
+                  "len": tf.reduce_sum(lengths)}
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == "float32" else dict(rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(out.numpy(), ref["out"], err_msg="out", **tol)
+    np.testing.assert_allclose(lengths.numpy(), ref["lengths"], err_msg="lengths", **tol)
+    # c_iter is stored [iteration, b, j, i]; the layer returns [b, i, j].
+    np.testing.assert_allclose(
+        c.numpy(), np.transpose(ref["c_iter"][-1], (0, 2, 1)), err_msg="couplings", **tol
+    )
+    for key, loss in losses.items():
+        g_kernel, g_u = tape.gradient(loss, [layer.kernel, u])
+        np.testing.assert_allclose(
+            np.transpose(g_kernel.numpy(), (0, 2, 1)), ref[f"grad_{key}_W"],
+            err_msg=f"grad_{key}_W", **tol,
+        )
+        np.testing.assert_allclose(g_u.numpy(), ref[f"grad_{key}_u"], err_msg=f"grad_{key}_u", **tol)
+
+
+# ---------------------------------------------------------------- shared checks
+def padded_inputs(rng, batch=4, n_in=7, d_in=5, pad_from=4):
+    u = rng.normal(size=(batch, n_in, d_in)).astype("float32")
+    valid = np.ones((batch, n_in), bool)
+    valid[1, pad_from:] = False
+    valid[2, 2:] = False
+    valid[-1, :] = False  # a sample with every input padded
+    return u, valid
+
+
+def check_padding_invariance(layer):
+    """Padded inputs never change outputs, couplings or gradients, whatever they hold."""
+    rng = np.random.default_rng(0)
+    u, valid = padded_inputs(rng)
+    poisoned = u.copy()
+    poisoned[~valid] = np.nan
+    poisoned[1, 5, 0] = np.inf
+    shifted = np.where(valid[:, :, None], u, 100.0 * rng.normal(size=u.shape)).astype("float32")
+    mask = tf.constant(valid)
+
+    def run(x):
+        x = tf.constant(x)
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            out, c = layer(x, mask=mask)
+            loss = tf.reduce_sum(out * tf.range(1.0, 1.0 + out.shape[-1]))
+        grads = tape.gradient(loss, [x] + layer.trainable_weights)
+        return out.numpy(), c.numpy(), [g.numpy() for g in grads]
+
+    out, c, grads = run(u)
+    for a in [out, c] + grads:
+        assert np.all(np.isfinite(a))
+    np.testing.assert_array_equal(c[~valid], 0.0)
+    np.testing.assert_allclose(c[valid].sum(-1), 1.0, rtol=1e-6)
+    np.testing.assert_array_equal(out[-1], 0.0)  # all padded: zero capsules
+    np.testing.assert_array_equal(grads[0][~valid], 0.0)
+    for x in (poisoned, shifted):
+        out2, c2, grads2 = run(x)
+        np.testing.assert_array_equal(out2, out)
+        np.testing.assert_array_equal(c2, c)
+        for g2, g in zip(grads2, grads):
+            np.testing.assert_allclose(g2, g, rtol=1e-6, atol=1e-7)
+    if layer.shared_weights:
+        # Dropping the padded positions altogether gives the same result.
+        short, c_short = layer(tf.constant(u[1:2, :4]))
+        np.testing.assert_allclose(short.numpy()[0], out[1], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(c_short.numpy()[0], c[1, :4], rtol=1e-5, atol=1e-6)
+    return u, valid, out, c
+
+
+def check_mask_in_functional_model(layer_cls, **kwargs):
+    tokens = keras.Input((None,), dtype="int32")
+    emb = keras.layers.Embedding(20, 6, mask_zero=True)(tokens)  # the mask propagates
+    caps = layer_cls(n_out=3, d_out=4, **kwargs)(emb)
+    model = keras.Model(tokens, caps)
+    ids = np.array([[3, 4, 5, 0, 0], [7, 2, 0, 0, 0]], "int32")
+    ref = model(ids).numpy()
+    np.testing.assert_allclose(model(ids[:, :3]).numpy(), ref, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(model(np.array([[3, 4, 6, 0, 0], [7, 2, 0, 0, 0]], "int32")).numpy(), ref)
+
+
+CONSTRUCTOR_ERRORS = [
+    (dict(n_out=0, d_out=2), "n_out"),
+    (dict(n_out=3, d_out=-1), "d_out"),
+    (dict(n_out=3, d_out=2, n_iters=0), "n_iters"),
+    (dict(n_out=3.0, d_out=2), "n_out"),
+    (dict(n_out=3, d_out=2, shared_weights="no"), "shared_weights"),
+    (dict(n_out=3, d_out=2, return_couplings=1), "return_couplings"),
+]
+
+
+def check_bad_inputs(layer_cls, **kwargs):
+    layer = layer_cls(n_out=3, d_out=2, **kwargs)
+    with pytest.raises(ValueError, match=r"\[batch, n_in, d_in\] \(rank 3\)"):
+        layer(np.zeros((2, 5), "float32"))
+    with pytest.raises(ValueError, match="rank 3"):
+        layer(np.zeros((2, 5, 4, 4), "float32"))
+    layer(np.zeros((2, 5, 4), "float32"))
+    with pytest.raises(ValueError, match=r"built for inputs of shape \[batch, n_in, 4\]"):
+        layer(np.zeros((2, 5, 3), "float32"))
+    with pytest.raises(ValueError, match=r"mask of shape \[batch, n_in\]"):
+        layer(np.zeros((2, 5, 4), "float32"), mask=np.ones((2, 5, 4), bool))
+    unshared = layer_cls(n_out=3, d_out=2, shared_weights=False, **kwargs)
+    with pytest.raises(ValueError, match="must be static"):
+        unshared(keras.Input((None, 4)))
+    unshared(np.zeros((2, 5, 4), "float32"))
+    assert tuple(unshared.kernel.shape) == (5, 3, 4, 2)
+    with pytest.raises(ValueError, match=r"\[batch, 5, 4\]"):
+        unshared(np.zeros((2, 6, 4), "float32"))
+    with pytest.raises(ValueError, match="d_in"):
+        layer_cls(n_out=3, d_out=2, **kwargs)(keras.Input((5, None)))
+
+
+def check_learns(layer_cls, **kwargs):
+    """Embedding -> routing -> lengths learns which of 3 token sets a sequence uses."""
+    from keras_capsules.layers import CapsuleLength
+    from keras_capsules.losses import MarginLoss
+
+    rng = np.random.default_rng(0)
+    n, seq, classes = 384, 6, 3
+    labels = rng.integers(0, classes, size=n)
+    # Class k draws tokens from {1+5k, ..., 5+5k} and from 5 shared noise tokens.
+    own = 1 + 5 * labels[:, None] + rng.integers(0, 5, size=(n, seq))
+    noise = 16 + rng.integers(0, 5, size=(n, seq))
+    ids = np.where(rng.random((n, seq)) < 0.5, own, noise)
+    lengths = rng.integers(3, seq + 1, size=n)
+    ids[np.arange(seq)[None, :] >= lengths[:, None]] = 0  # padding
+    tokens = keras.Input((seq,), dtype="int32")
+    x = keras.layers.Embedding(21, 8, mask_zero=True)(tokens)
+    caps = layer_cls(n_out=classes, d_out=8, **kwargs)(x)
+    model = keras.Model(tokens, CapsuleLength()(caps))
+    model.compile(keras.optimizers.Adam(0.02), MarginLoss(), metrics=["accuracy"])
+    before = model.evaluate(ids[300:], labels[300:], verbose=0)[1]
+    history = model.fit(ids[:300], labels[:300], epochs=8, batch_size=32, verbose=0)
+    after = model.evaluate(ids[300:], labels[300:], verbose=0)[1]
+    assert history.history["loss"][-1] < 0.5 * history.history["loss"][0], history.history
+    assert after >= 0.9 and after > before + 0.3, (before, after)
+
+
+def check_jit_with_mask(layer):
+    """XLA with a mask and an all-padded sample matches eager."""
+    u, valid = padded_inputs(np.random.default_rng(4))
+    u[~valid] = 1e6  # large padded values must not leak either
+    eager = [o.numpy() for o in layer(u, mask=valid)]
+
+    @tf.function(jit_compile=True)
+    def compiled(x, m):
+        return layer(x, mask=m)
+
+    for got, want in zip(compiled(tf.constant(u), tf.constant(valid)), eager):
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-6)

@@ -1,0 +1,214 @@
+"""CompositionalEmbedding: reference conformance, fixed codes, masking, contract, errors."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_capsules.layers import CompositionalEmbedding
+from keras_capsules.layers.compositional_embedding import default_num_codewords
+from tests import harness
+from tests.harness import ALL_CHECKS, run_layer_contract
+from tests.refdata import load_cccaps
+
+
+def _reference_layer(ref, dtype="float32"):
+    layer = CompositionalEmbedding(
+        int(ref["num_embeddings"]), int(ref["embedding_dim"]),
+        num_codebooks=int(ref["num_codebook"]), dtype=dtype,
+    )
+    assert layer.num_codewords == int(ref["num_codeword"])  # K = 2 by default
+    layer.build()
+    layer.codes.assign(ref["code"].astype(dtype))
+    layer.codebook.assign(ref["codebook"].astype(dtype))
+    return layer
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_matches_reference(dtype):
+    ref = load_cccaps("cc_embedding_cwc")
+    layer = _reference_layer(ref, dtype)
+    ids = tf.constant(ref["ids"])  # id 0 is embedded like any id
+    with tf.GradientTape(persistent=True) as tape:
+        out = layer(ids)
+        losses = {"sum": tf.reduce_sum(out),
+                  "cot": tf.reduce_sum(out * tf.constant(ref["cotangent"], dtype))}
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == "float32" else dict(rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(out.numpy(), ref["out"], **tol)
+    for key, loss in losses.items():
+        g_code, g_book = tape.gradient(loss, [layer.codes, layer.codebook])
+        g_code = tf.convert_to_tensor(g_code)  # gathered rows come back as IndexedSlices
+        np.testing.assert_allclose(g_code.numpy(), ref[f"grad_{key}_code"], err_msg=key, **tol)
+        np.testing.assert_allclose(g_book.numpy(), ref[f"grad_{key}_codebook"], err_msg=key, **tol)
+
+
+@pytest.mark.parametrize(
+    "vocab,books,k",
+    [(50, 8, 2), (60000, 8, 4), (65536, 8, 4), (65537, 8, 5), (6561, 8, 3), (6562, 8, 4),
+     (1, 8, 1), (1000, 1, 1000), (10**6, 3, 100), (10**6 + 1, 3, 101), (2**40, 20, 4)],
+)
+def test_default_number_of_codewords_is_exact(vocab, books, k):
+    assert default_num_codewords(vocab, books) == k
+    assert k**books >= vocab and (k == 1 or (k - 1) ** books < vocab)
+
+
+def test_parameter_count_is_about_half_of_an_embedding():
+    vocab, dim, books = 60000, 64, 8
+    layer = CompositionalEmbedding(vocab, dim, num_codebooks=books)
+    layer.build()
+    assert layer.num_codewords == 4
+    k = layer.num_codewords
+    assert layer.count_params() == vocab * books * k + books * k * dim == 1_922_048
+    standard = vocab * dim
+    assert standard == 3_840_000
+    assert layer.count_params() <= 0.55 * standard  # >= 45% fewer (here 49.9%)
+    # The deployable fixed-code form stores V*M small integers and the codebooks.
+    fixed = layer.to_fixed_codes()
+    assert fixed.count_params() == vocab * books + books * k * dim
+
+
+def _numpy_fixed(codes, codebook, ids):
+    m = np.arange(codes.shape[1])
+    return codebook[m, codes[ids]].sum(-2)  # [..., M, D] summed over codebooks
+
+
+def test_fixed_codes_embed_by_codeword_sums():
+    rng = np.random.default_rng(0)
+    codes = rng.integers(0, 3, size=(20, 4))
+    layer = CompositionalEmbedding(20, 5, num_codebooks=4, num_codewords=3, codes=codes)
+    ids = rng.integers(0, 20, size=(3, 6))
+    out = layer(ids).numpy()
+    assert layer.fixed_codes and layer.codes.dtype == "int32" and not layer.codes.trainable
+    assert [w.name for w in layer.trainable_weights] == ["codebook"]
+    np.testing.assert_array_equal(layer.hard_codes(), codes)
+    np.testing.assert_allclose(out, _numpy_fixed(codes, layer.codebook.numpy(), ids), rtol=1e-6)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(layer(ids) ** 2)
+    (grad,) = tape.gradient(loss, layer.trainable_weights)
+    assert np.all(np.isfinite(tf.convert_to_tensor(grad).numpy()))
+
+
+def test_export_hard_codes_from_a_learned_layer(tmp_path):
+    ref = load_cccaps("cc_embedding_cwc")
+    learned = _reference_layer(ref)
+    fixed = learned.to_fixed_codes(name="deployed")
+    hard = np.argmax(ref["code"], axis=-1)
+    np.testing.assert_array_equal(fixed.hard_codes(), hard)
+    np.testing.assert_array_equal(fixed.codebook.numpy(), ref["codebook"])
+    ids = ref["ids"]
+    np.testing.assert_allclose(fixed(ids).numpy(), _numpy_fixed(hard, ref["codebook"], ids), rtol=1e-6)
+    # With (nearly) one-hot learned codes the fixed layer reproduces the learned one.
+    learned.codes.assign(30.0 * (np.eye(2)[hard] - 0.5).astype("float32"))
+    np.testing.assert_allclose(fixed(ids).numpy(), learned(ids).numpy(), rtol=1e-5, atol=1e-5)
+    # The code table travels with the weights of a .keras file, not in the config.
+    config = fixed.get_config()
+    assert config["fixed_codes"] is True and "codes" not in config
+    inputs = keras.Input((None,), dtype="int32")
+    model = keras.Model(inputs, fixed(inputs))
+    model.save(tmp_path / "fixed.keras")
+    loaded = keras.saving.load_model(tmp_path / "fixed.keras")
+    np.testing.assert_array_equal(loaded.layers[-1].hard_codes(), hard)
+    np.testing.assert_allclose(loaded(ids).numpy(), fixed(ids).numpy(), rtol=1e-6)
+
+
+def test_mask_zero():
+    layer = CompositionalEmbedding(10, 4, num_codebooks=2, mask_zero=True)
+    ids = np.array([[1, 2, 0], [3, 0, 0]])
+    out = layer(ids)
+    np.testing.assert_array_equal(layer.compute_mask(ids).numpy(), ids != 0)
+    np.testing.assert_array_equal(out._keras_mask.numpy(), ids != 0)
+    assert CompositionalEmbedding(10, 4).compute_mask(ids) is None
+    # In a model the mask reaches the next layer.
+    tokens = keras.Input((None,), dtype="int32")
+    pooled = keras.layers.GlobalAveragePooling1D()(layer(tokens))
+    model = keras.Model(tokens, pooled)
+    np.testing.assert_allclose(model(ids[:, :2]).numpy()[0], model(ids).numpy()[0], rtol=1e-6)
+
+
+def test_out_of_range_ids_raise_in_eager_mode():
+    layer = CompositionalEmbedding(10, 4, num_codebooks=2)
+    with pytest.raises(ValueError, match=r"\[0, 10\).*\[10\]"):
+        layer(np.array([[1, 10]]))
+    with pytest.raises(ValueError, match=r"\[-1\]"):
+        layer(np.array([-1, 3]))
+    fixed = CompositionalEmbedding(10, 4, num_codebooks=2, codes=np.zeros((10, 2), int))
+    with pytest.raises(ValueError, match="input_dim"):
+        fixed(np.array([12]))
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (dict(input_dim=0, output_dim=4), "input_dim"),
+        (dict(input_dim=10, output_dim=2.0), "output_dim"),
+        (dict(input_dim=10, output_dim=4, num_codebooks=0), "num_codebooks"),
+        (dict(input_dim=10, output_dim=4, num_codewords=-2), "num_codewords"),
+        (dict(input_dim=10, output_dim=4, mask_zero="yes"), "mask_zero"),
+        (dict(input_dim=10, output_dim=4, fixed_codes=1), "fixed_codes"),
+        (dict(input_dim=10, output_dim=4, codes=np.zeros((10, 8), int), fixed_codes=False),
+         "fixed_codes"),
+        (dict(input_dim=10, output_dim=4, codes=np.zeros((9, 8), int)), r"codes with shape \[9, 8\]"),
+        (dict(input_dim=10, output_dim=4, codes=np.zeros((10, 8))), "dtype float64"),
+        (dict(input_dim=10, output_dim=4, num_codebooks=2, codes=np.full((10, 2), 4)),
+         r"values in \[4, 4\]"),
+    ],
+)
+def test_bad_constructor_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=f"Received: .*{message}"):
+        CompositionalEmbedding(**kwargs)
+
+
+def test_mixed_precision_with_fixed_codes():
+    codes = np.random.default_rng(0).integers(0, 2, size=(12, 3))
+    for policy in ("mixed_float16", "mixed_bfloat16"):
+        layer = CompositionalEmbedding(12, 6, num_codebooks=3, num_codewords=2, codes=codes,
+                                       dtype=policy)
+        with tf.GradientTape() as tape:
+            out = layer(np.array([[1, 5, 11]]))
+            loss = tf.reduce_sum(tf.cast(out, "float32"))
+        (grad,) = tape.gradient(loss, layer.trainable_weights)
+        assert out.dtype == policy.split("_")[1]
+        assert layer.codebook.dtype == "float32" and layer.codes.dtype == "int32"
+        assert np.all(np.isfinite(tf.convert_to_tensor(grad).numpy()))
+
+
+@pytest.fixture
+def dense_gradients(monkeypatch):
+    """Lets the harness check sparse gradients.
+
+    Gathered embedding rows get ``tf.IndexedSlices`` gradients (as with
+    ``keras.layers.Embedding``), which the harness's finiteness check cannot turn
+    into numpy; they are made dense first. (Proposed for tests/harness.py itself.)
+    """
+    check = harness._assert_all_finite
+
+    def densified(arrays, what):
+        return check([tf.convert_to_tensor(a) if isinstance(a, tf.IndexedSlices) else a
+                      for a in arrays], what)
+
+    monkeypatch.setattr(harness, "_assert_all_finite", densified)
+
+
+@pytest.mark.parametrize("mask_zero", [False, True])
+def test_layer_contract_learned_codes(mask_zero, tmp_path, dense_gradients):
+    ids = np.random.default_rng(7).integers(0, 30, size=(4, 5)).astype("int32")
+    ids[1, 3:] = 0
+    run_layer_contract(
+        CompositionalEmbedding,
+        dict(input_dim=30, output_dim=6, num_codebooks=3, mask_zero=mask_zero,
+             codebook_regularizer="l2"),
+        ids, tmp_path=tmp_path,
+    )
+
+
+def test_layer_contract_fixed_codes(tmp_path, dense_gradients):
+    # The harness requires every weight to be float32 under mixed precision; the
+    # fixed code table is int32 by design, so that check is the one above instead.
+    ids = np.random.default_rng(7).integers(0, 30, size=(4, 5)).astype("int32")
+    codes = np.random.default_rng(8).integers(0, 4, size=(30, 3))
+    run_layer_contract(
+        CompositionalEmbedding,
+        dict(input_dim=30, output_dim=6, num_codebooks=3, num_codewords=4, codes=codes),
+        ids, tmp_path=tmp_path,
+        checks=[c for c in ALL_CHECKS if c != "mixed_precision"],
+    )

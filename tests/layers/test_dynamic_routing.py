@@ -1,0 +1,83 @@
+"""DynamicRouting: reference conformance, padding, the layer contract, errors, learning."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_capsules.layers import DynamicRouting
+from tests.harness import run_layer_contract
+from tests.layers import routing_common as rc
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_matches_reference(dtype):
+    rc.check_reference(DynamicRouting, rc.load_reference("dynamic_routing_shared"), dtype)
+
+
+@pytest.mark.parametrize("shared_weights", [True, False])
+@pytest.mark.parametrize("n_iters", [1, 2, 4])
+def test_matches_numpy_with_padding(shared_weights, n_iters):
+    u, valid = rc.padded_inputs(np.random.default_rng(1))
+    layer = DynamicRouting(
+        n_out=3, d_out=4, n_iters=n_iters, shared_weights=shared_weights,
+        return_couplings=True, dtype="float64",
+    )
+    out, c = layer(u.astype("float64"), mask=valid)
+    want_out, want_c = rc.np_dynamic(u, layer.kernel.numpy(), n_iters, valid)
+    np.testing.assert_allclose(out.numpy(), want_out, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(c.numpy(), want_c, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("shared_weights", [True, False])
+def test_padding_never_changes_results(shared_weights):
+    layer = DynamicRouting(n_out=3, d_out=4, shared_weights=shared_weights, return_couplings=True)
+    rc.check_padding_invariance(layer)
+
+
+def test_mask_in_a_functional_model():
+    rc.check_mask_in_functional_model(DynamicRouting)
+
+
+def test_outputs_are_squashed_and_couplings_optional():
+    u = np.random.default_rng(2).normal(size=(2, 5, 3)).astype("float32")
+    layer = DynamicRouting(n_out=4, d_out=6)
+    out = layer(u)
+    assert out.shape == (2, 4, 6)
+    assert np.all(np.linalg.norm(out.numpy(), axis=-1) < 1.0)
+    assert {w.name: tuple(w.shape) for w in layer.weights} == {"kernel": (4, 3, 6)}
+
+
+@pytest.mark.parametrize("kwargs,message", rc.CONSTRUCTOR_ERRORS)
+def test_bad_constructor_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=f"Received: .*{message}"):
+        DynamicRouting(**kwargs)
+
+
+def test_bad_input_shapes():
+    rc.check_bad_inputs(DynamicRouting)
+
+
+@pytest.mark.parametrize(
+    "init_kwargs",
+    [
+        dict(n_out=3, d_out=4),
+        dict(n_out=2, d_out=3, n_iters=2, shared_weights=False, return_couplings=True,
+             kernel_regularizer="l2"),
+    ],
+)
+def test_layer_contract(init_kwargs, tmp_path):
+    u = np.random.default_rng(7).normal(size=(4, 5, 6)).astype("float32")
+    u[3] = 0.0  # zero capsules take part in every check (squash and norms at 0)
+    run_layer_contract(DynamicRouting, init_kwargs, u, tmp_path=tmp_path, atol=1e-5, rtol=1e-4)
+
+
+def test_learns_a_small_task():
+    tf.random.set_seed(0)
+    rc.check_learns(DynamicRouting)
+
+
+@pytest.mark.parametrize("shared_weights", [True, False])
+def test_jit_with_mask(shared_weights):
+    rc.check_jit_with_mask(
+        DynamicRouting(n_out=3, d_out=4, shared_weights=shared_weights, return_couplings=True)
+    )

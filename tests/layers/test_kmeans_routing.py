@@ -1,0 +1,111 @@
+"""KMeansRouting: reference conformance, padding, the layer contract, errors, learning."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_capsules.layers import KMeansRouting
+from tests.harness import run_layer_contract
+from tests.layers import routing_common as rc
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_matches_reference_dot(dtype):
+    ref = rc.load_reference("kmeans_routing_shared_dot")
+    assert str(ref["similarity"]) == "dot"
+    rc.check_reference(KMeansRouting, ref, dtype, similarity="dot")
+
+
+@pytest.mark.parametrize("similarity", ["cosine", "dot"])
+@pytest.mark.parametrize("shared_weights", [True, False])
+@pytest.mark.parametrize("n_iters", [1, 3])
+def test_matches_numpy_with_padding(similarity, shared_weights, n_iters):
+    u, valid = rc.padded_inputs(np.random.default_rng(1))
+    layer = KMeansRouting(
+        n_out=3, d_out=4, n_iters=n_iters, similarity=similarity,
+        shared_weights=shared_weights, return_couplings=True, dtype="float64",
+    )
+    out, c = layer(u.astype("float64"), mask=valid)
+    # The initial centre's scale is irrelevant: starting from the mean over the real
+    # inputs (numpy here) and from their sum / n_out (the layer) routes identically.
+    for init in ("mean", "sum_over_n_out"):
+        want_out, want_c = rc.np_kmeans(u, layer.kernel.numpy(), n_iters, similarity, valid, init)
+        np.testing.assert_allclose(out.numpy(), want_out, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(c.numpy(), want_c, rtol=1e-10, atol=1e-12)
+
+
+def test_cosine_differs_from_dot():
+    u = np.random.default_rng(3).normal(size=(2, 6, 4)).astype("float32")
+    cos = KMeansRouting(n_out=3, d_out=5, return_couplings=True)
+    dot = KMeansRouting(n_out=3, d_out=5, similarity="dot", return_couplings=True)
+    cos(u)
+    dot(u)
+    dot.set_weights(cos.get_weights())
+    c_cos, c_dot = cos(u)[1].numpy(), dot(u)[1].numpy()
+    assert not np.allclose(c_cos, c_dot, atol=1e-3)
+
+
+@pytest.mark.parametrize("similarity", ["cosine", "dot"])
+@pytest.mark.parametrize("shared_weights", [True, False])
+def test_padding_never_changes_results(similarity, shared_weights):
+    layer = KMeansRouting(
+        n_out=3, d_out=4, similarity=similarity, shared_weights=shared_weights,
+        return_couplings=True,
+    )
+    rc.check_padding_invariance(layer)
+
+
+def test_mask_in_a_functional_model():
+    rc.check_mask_in_functional_model(KMeansRouting)
+
+
+def test_zero_votes_give_zero_scores_not_nan():
+    layer = KMeansRouting(n_out=2, d_out=3, return_couplings=True)
+    u = tf.zeros((2, 4, 5))
+    with tf.GradientTape() as tape:
+        tape.watch(u)
+        out, c = layer(u)
+        loss = tf.reduce_sum(out)
+    np.testing.assert_array_equal(out.numpy(), 0.0)
+    np.testing.assert_allclose(c.numpy(), 0.5)
+    for g in tape.gradient(loss, [u, layer.kernel]):
+        assert np.all(np.isfinite(g.numpy()))
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    rc.CONSTRUCTOR_ERRORS + [(dict(n_out=3, d_out=2, similarity="euclid"), "similarity")],
+)
+def test_bad_constructor_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=f"Received: .*{message}"):
+        KMeansRouting(**kwargs)
+
+
+def test_bad_input_shapes():
+    rc.check_bad_inputs(KMeansRouting)
+
+
+@pytest.mark.parametrize(
+    "init_kwargs",
+    [
+        dict(n_out=3, d_out=4),
+        dict(n_out=2, d_out=3, n_iters=2, similarity="dot", shared_weights=False, return_couplings=True,
+             kernel_regularizer="l2"),
+    ],
+)
+def test_layer_contract(init_kwargs, tmp_path):
+    u = np.random.default_rng(7).normal(size=(4, 5, 6)).astype("float32")
+    u[3] = 0.0  # zero capsules take part in every check (norms at 0)
+    run_layer_contract(KMeansRouting, init_kwargs, u, tmp_path=tmp_path, atol=1e-5, rtol=1e-4)
+
+
+def test_learns_a_small_task():
+    tf.random.set_seed(0)
+    rc.check_learns(KMeansRouting)  # the paper's cosine similarity
+
+
+@pytest.mark.parametrize("similarity", ["cosine", "dot"])
+def test_jit_with_mask(similarity):
+    rc.check_jit_with_mask(
+        KMeansRouting(n_out=3, d_out=4, similarity=similarity, return_couplings=True)
+    )

@@ -1,0 +1,106 @@
+"""Capsule losses: reference conformance of every term combination, labels, config."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_capsules import losses
+from keras_capsules.losses import CapsuleLoss, MarginLoss
+from tests.refdata import load_cccaps
+
+REF = load_cccaps("loss_margin_focal")
+TERMS = {
+    "margin": ("margin",), "focal": ("focal",), "cross": ("cross",),
+    "mf": ("margin", "focal"), "mc": ("margin", "cross"), "fc": ("focal", "cross"),
+    "mfc": ("margin", "focal", "cross"),
+}
+
+
+def _loss_and_grad(loss_fn, labels):
+    x = tf.constant(REF["classes"])
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        value = loss_fn(labels, x)
+    return value.numpy(), tape.gradient(value, x).numpy()
+
+
+@pytest.mark.parametrize("key", sorted(TERMS))
+@pytest.mark.parametrize("label_form", ["sparse", "sparse_column", "one_hot"])
+def test_matches_reference(key, label_form):
+    labels = {
+        "sparse": REF["labels"],
+        "sparse_column": REF["labels"][:, None],
+        "one_hot": REF["targets_onehot"],
+    }[label_form]
+    value, grad = _loss_and_grad(CapsuleLoss(terms=TERMS[key]), labels)
+    np.testing.assert_allclose(value, REF[f"loss_{key}"], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(grad, REF[f"grad_{key}"], rtol=1e-5, atol=1e-5)
+
+
+def test_margin_loss_and_paper_default():
+    value, grad = _loss_and_grad(MarginLoss(), REF["labels"])
+    np.testing.assert_allclose(value, REF["loss_margin"], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(grad, REF["grad_margin"], rtol=1e-5, atol=1e-5)
+    # The default composite is the paper's margin + focal loss (`loss`, `grad_classes`).
+    value, grad = _loss_and_grad(CapsuleLoss(), REF["labels"])
+    np.testing.assert_allclose(value, REF["loss"], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(grad, REF["grad_classes"], rtol=1e-5, atol=1e-5)
+    # Per-sample values through reduction="none".
+    per_sample = MarginLoss(reduction="none")(REF["labels"], REF["classes"]).numpy()
+    np.testing.assert_allclose(per_sample, REF["margin_per_sample"], rtol=1e-5, atol=1e-6)
+    per_sample = CapsuleLoss(terms=["focal"], reduction="none")(REF["labels"], REF["classes"])
+    np.testing.assert_allclose(per_sample.numpy(), REF["focal_per_sample"], rtol=1e-5, atol=1e-6)
+
+
+def test_margin_hand_values_multi_hot_and_float16():
+    x = np.array([[0.95, 0.05, 0.5]], "float32")
+    loss = MarginLoss(m_plus=0.9, m_minus=0.1, lambda_=0.5)
+    np.testing.assert_allclose(loss(np.array([0]), x).numpy(), 0.5 * 0.4**2, rtol=1e-6)
+    # Two classes present (multi-hot): 0.2^2 for class 2, nothing for class 1 being low.
+    np.testing.assert_allclose(loss(np.array([[1.0, 0.0, 1.0]]), x).numpy(), 0.4**2, rtol=1e-6)
+    half = loss(np.array([0]), x.astype("float16"))
+    assert half.dtype == "float32"
+
+
+def test_bad_arguments_and_labels():
+    with pytest.raises(ValueError, match="Received: terms="):
+        CapsuleLoss(terms=("margin", "hinge"))
+    with pytest.raises(ValueError, match="Received: terms="):
+        CapsuleLoss(terms=())
+    with pytest.raises(ValueError, match="Received: terms="):
+        CapsuleLoss(terms=("margin", "margin"))
+    with pytest.raises(ValueError, match="Received: lambda_=-1"):
+        MarginLoss(lambda_=-1)
+    with pytest.raises(ValueError, match="Received: m_plus="):
+        MarginLoss(m_plus="0.9")
+    with pytest.raises(ValueError, match=r"\[batch, 4\]"):
+        MarginLoss()(np.zeros((8, 3)), REF["classes"])
+
+
+@pytest.mark.parametrize(
+    "loss",
+    [MarginLoss(m_plus=0.8, lambda_=0.25, name="m"), CapsuleLoss(terms=("cross", "margin"), focal_gamma=1.0)],
+)
+def test_config_and_serialization(loss):
+    config = loss.get_config()
+    clone = type(loss).from_config(config)
+    assert clone.get_config() == config
+    restored = keras.losses.deserialize(keras.losses.serialize(loss))
+    assert type(restored) is type(loss) and restored.get_config() == config
+    np.testing.assert_allclose(
+        restored(REF["labels"], REF["classes"]).numpy(), loss(REF["labels"], REF["classes"]).numpy()
+    )
+    assert losses.MarginLoss is MarginLoss
+
+
+def test_compiles_into_a_model_and_saves(tmp_path):
+    inputs = keras.Input((4,))
+    model = keras.Model(inputs, keras.layers.Dense(3, activation="sigmoid")(inputs))
+    model.compile("sgd", CapsuleLoss(terms=("margin", "focal")))
+    x = np.random.default_rng(0).normal(size=(8, 4)).astype("float32")
+    y = np.arange(8) % 3
+    model.fit(x, y, epochs=1, verbose=0)
+    model.save(tmp_path / "m.keras")
+    loaded = keras.saving.load_model(tmp_path / "m.keras")
+    assert isinstance(loaded.loss, CapsuleLoss) and loaded.loss.terms == ("margin", "focal")

@@ -1,0 +1,87 @@
+"""ops: squash, safe_norm and masked_softmax values and gradients at the edge cases."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_capsules import ops
+
+
+def _np_squash(v):
+    norm = np.linalg.norm(v, axis=-1, keepdims=True)
+    # |v|^2 / (1 + |v|^2) * v / |v| (the paper's form), 0 at v = 0
+    return np.where(norm > 0, norm**2 / (1 + norm**2) * v / np.where(norm > 0, norm, 1), 0.0)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_squash_matches_numpy(dtype):
+    v = np.random.default_rng(0).normal(size=(3, 4, 5)) * np.array([1e-3, 0.5, 2.0, 30.0])[:, None]
+    got = ops.squash(tf.constant(v, dtype)).numpy()
+    np.testing.assert_allclose(got, _np_squash(v), rtol=1e-6 if dtype == "float32" else 1e-12)
+    lengths = np.linalg.norm(got, axis=-1)
+    assert np.all(lengths < 1.0)
+    # Other axes.
+    got0 = ops.squash(tf.constant(v, dtype), axis=0).numpy()
+    np.testing.assert_allclose(got0, np.moveaxis(_np_squash(np.moveaxis(v, 0, -1)), -1, 0),
+                               rtol=1e-6 if dtype == "float32" else 1e-12)
+
+
+def test_squash_and_safe_norm_finite_at_zero():
+    v = tf.constant(np.array([[0.0, 0.0, 0.0], [3.0, 4.0, 0.0]], "float32"))
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(v)
+        squashed = ops.squash(v)
+        norm = ops.safe_norm(v)
+        sums = [tf.reduce_sum(squashed), tf.reduce_sum(norm), tf.reduce_sum(tf.norm(v, axis=-1))]
+    np.testing.assert_array_equal(squashed.numpy()[0], 0.0)
+    np.testing.assert_allclose(norm.numpy(), [0.0, 5.0])
+    g_squash = tape.gradient(sums[0], v).numpy()
+    g_norm = tape.gradient(sums[1], v).numpy()
+    assert np.all(np.isfinite(g_squash)) and np.all(np.isfinite(g_norm))
+    np.testing.assert_array_equal(g_norm[0], 0.0)
+    np.testing.assert_allclose(g_norm[1], [0.6, 0.8, 0.0], rtol=1e-6)
+    # TensorFlow's own norm gives NaN there: the reason safe_norm exists.
+    assert np.isnan(tape.gradient(sums[2], v).numpy()[0]).all()
+
+
+def test_squash_gradient_matches_finite_differences():
+    v = np.random.default_rng(1).normal(size=(4,))
+    x = tf.constant(v, "float64")
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = tf.reduce_sum(ops.squash(x) * tf.constant([1.0, -2.0, 0.5, 3.0], "float64"))
+    grad = tape.gradient(y, x).numpy()
+    w = np.array([1.0, -2.0, 0.5, 3.0])
+    numeric = [
+        ((_np_squash(v + h) - _np_squash(v - h)) @ w) / 2e-6 for h in np.eye(4) * 1e-6
+    ]
+    np.testing.assert_allclose(grad, numeric, rtol=1e-6)
+
+
+def test_masked_softmax():
+    logits = tf.constant([[1.0, 2.0, 3.0], [1.0, 1e4, -1e4], [5.0, 6.0, 7.0]])
+    mask = tf.constant([[True, False, True], [True, True, True], [False, False, False]])
+    with tf.GradientTape() as tape:
+        tape.watch(logits)
+        w = ops.masked_softmax(logits, mask)
+        loss = tf.reduce_sum(w * tf.constant([1.0, 2.0, 3.0]))
+    w = w.numpy()
+    e = np.exp([1.0, 3.0])
+    np.testing.assert_allclose(w[0], [e[0] / e.sum(), 0.0, e[1] / e.sum()], rtol=1e-6)
+    np.testing.assert_allclose(w[1], [0.0, 1.0, 0.0], atol=1e-6)
+    np.testing.assert_array_equal(w[2], 0.0)  # a fully masked row gives zeros, not NaN
+    grad = tape.gradient(loss, logits).numpy()
+    assert np.all(np.isfinite(grad))
+    np.testing.assert_array_equal(grad[2], 0.0)
+    np.testing.assert_array_equal(grad[0, 1], 0.0)
+    # Without a mask it is the plain softmax; float16 logits come back as float16.
+    np.testing.assert_allclose(ops.masked_softmax(logits).numpy(), tf.nn.softmax(logits).numpy())
+    half = ops.masked_softmax(tf.cast(logits, "float16"), mask)
+    assert half.dtype == "float16" and np.all(np.isfinite(half.numpy()))
+    np.testing.assert_array_equal(half.numpy()[2], 0.0)
+
+
+def test_routing_dtype():
+    assert ops.routing_dtype("float16") == "float32"
+    assert ops.routing_dtype("bfloat16") == "float32"
+    assert ops.routing_dtype("float64") == "float64"
