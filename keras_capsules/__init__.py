@@ -5,18 +5,25 @@ embeddings, Recurrent Ladder networks and MAC reasoning cells, written with
 ``keras.ops`` so that they run on any Keras backend and compile with XLA.
 """
 
-from keras_capsules import layers, ops
-from keras_capsules.layers import EMRouting
-
-__version__ = "0.1.0"
-
-__all__ = ["EMRouting", "layers", "ops", "__version__"]
-from keras_capsules import losses
+from keras_capsules import layers, losses, ops
 from keras_capsules.layers import (
     CapsuleLength,
     CompositionalEmbedding,
     DynamicRouting,
+    EMRouting,
     KMeansRouting,
 )
 
-__all__ += ["CapsuleLength", "CompositionalEmbedding", "DynamicRouting", "KMeansRouting", "losses"]
+__version__ = "0.1.0"
+
+__all__ = [
+    "CapsuleLength",
+    "CompositionalEmbedding",
+    "DynamicRouting",
+    "EMRouting",
+    "KMeansRouting",
+    "layers",
+    "losses",
+    "ops",
+    "__version__",
+]

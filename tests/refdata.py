@@ -1,12 +1,4 @@
-"""Locating ``shared/refdata`` from any checkout of the repository.
-
-``tests.conftest.shared_path`` looks for ``shared/`` next to the checkout, which
-holds for the main checkout but not for a git worktree nested one level deeper
-(``<root>/wt/<name>``). This helper tries that location first and then every
-ancestor directory, so the reference tests run from either.
-"""
-
-import pathlib
+"""The golden reference files below ``shared/refdata``."""
 
 import numpy as np
 
@@ -14,15 +6,11 @@ from tests.conftest import shared_path
 
 
 def refdata_path(*parts):
-    """Path of a file below ``shared/refdata`` (the first ancestor that has it)."""
-    candidate = shared_path("refdata", *parts)
-    if candidate.exists():
-        return candidate
-    for ancestor in pathlib.Path(__file__).resolve().parents:
-        path = ancestor.joinpath("shared", "refdata", *parts)
-        if path.exists():
-            return path
-    raise FileNotFoundError(f"shared/refdata/{'/'.join(parts)} not found above {__file__}")
+    """Path of a file below ``shared/refdata``; a clear error if it is missing."""
+    path = shared_path("refdata", *parts)
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found: the tests need ../shared beside the checkout")
+    return path
 
 
 def load_cccaps(name):

@@ -7,8 +7,7 @@ import tensorflow as tf
 
 from keras_capsules.layers import CompositionalEmbedding
 from keras_capsules.layers.compositional_embedding import default_num_codewords
-from tests import harness
-from tests.harness import ALL_CHECKS, run_layer_contract
+from tests.harness import run_layer_contract
 from tests.refdata import load_cccaps
 
 
@@ -172,25 +171,8 @@ def test_mixed_precision_with_fixed_codes():
         assert np.all(np.isfinite(tf.convert_to_tensor(grad).numpy()))
 
 
-@pytest.fixture
-def dense_gradients(monkeypatch):
-    """Lets the harness check sparse gradients.
-
-    Gathered embedding rows get ``tf.IndexedSlices`` gradients (as with
-    ``keras.layers.Embedding``), which the harness's finiteness check cannot turn
-    into numpy; they are made dense first. (Proposed for tests/harness.py itself.)
-    """
-    check = harness._assert_all_finite
-
-    def densified(arrays, what):
-        return check([tf.convert_to_tensor(a) if isinstance(a, tf.IndexedSlices) else a
-                      for a in arrays], what)
-
-    monkeypatch.setattr(harness, "_assert_all_finite", densified)
-
-
 @pytest.mark.parametrize("mask_zero", [False, True])
-def test_layer_contract_learned_codes(mask_zero, tmp_path, dense_gradients):
+def test_layer_contract_learned_codes(mask_zero, tmp_path):
     ids = np.random.default_rng(7).integers(0, 30, size=(4, 5)).astype("int32")
     ids[1, 3:] = 0
     run_layer_contract(
@@ -201,14 +183,11 @@ def test_layer_contract_learned_codes(mask_zero, tmp_path, dense_gradients):
     )
 
 
-def test_layer_contract_fixed_codes(tmp_path, dense_gradients):
-    # The harness requires every weight to be float32 under mixed precision; the
-    # fixed code table is int32 by design, so that check is the one above instead.
+def test_layer_contract_fixed_codes(tmp_path):
     ids = np.random.default_rng(7).integers(0, 30, size=(4, 5)).astype("int32")
     codes = np.random.default_rng(8).integers(0, 4, size=(30, 3))
     run_layer_contract(
         CompositionalEmbedding,
         dict(input_dim=30, output_dim=6, num_codebooks=3, num_codewords=4, codes=codes),
         ids, tmp_path=tmp_path,
-        checks=[c for c in ALL_CHECKS if c != "mixed_precision"],
     )
