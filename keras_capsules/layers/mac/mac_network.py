@@ -36,8 +36,10 @@ class MACNetwork(_base.MACLayerBase):
     dict input, or through Keras mask propagation (e.g. ``Embedding(mask_zero=True)``
     followed by a ``Bidirectional(LSTM(..., return_sequences=True))`` gives the
     contextual words a mask; a mask on the knowledge base is read as well, a mask on
-    the question is ignored). All masks given are combined by logical AND. Masked
-    positions never change the result or a gradient, whatever they hold.
+    the question is ignored). All masks given are combined by logical AND. Masks may
+    be boolean or numeric (non-zero = real position); prefer integer masks as model
+    inputs under ``tf.distribute``, where Keras cannot feed boolean inputs to ``fit``.
+    Masked positions never change the result or a gradient, whatever they hold.
 
     Args:
         max_steps: number of reasoning steps ``p`` (at least 1).
