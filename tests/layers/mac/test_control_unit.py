@@ -117,11 +117,10 @@ def test_keras_mask_is_used():
     np.testing.assert_allclose(attention, direct, atol=1e-7)
 
 
-@pytest.mark.parametrize("use_previous_control", [True, False])
-def test_layer_contract(tmp_path, use_previous_control):
+def test_layer_contract(tmp_path):
     run_layer_contract(
         ControlUnit,
-        {"max_steps": STEPS, "use_previous_control": use_previous_control},
+        {"max_steps": STEPS},
         _inputs(),
         tmp_path=tmp_path,
         call_kwargs={"step": 1},

@@ -80,12 +80,11 @@ def test_history_mask():
     np.testing.assert_allclose(np.asarray(m1)[1], np.asarray(m3)[1], atol=1e-6)
 
 
-@pytest.mark.parametrize("self_attention", [False, True])
-def test_layer_contract(tmp_path, self_attention):
+def test_layer_contract(tmp_path):
     run_layer_contract(
         WriteUnit,
-        {"self_attention": self_attention, "memory_gate": True},
-        _inputs(self_attention),
+        {"self_attention": True, "memory_gate": True},
+        _inputs(True),
         tmp_path=tmp_path,
     )
 
