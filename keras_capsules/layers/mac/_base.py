@@ -81,7 +81,7 @@ def check_mask(mask, values, what, layer_name):
         return None
     if len(mask.shape) != 2:
         raise ValueError(
-            f"{layer_name} expects {what} of shape [batch, {'n'}] (rank 2). "
+            f"{layer_name} expects {what} of shape [batch, n] (rank 2). "
             f"Received: {what} shape={tuple(mask.shape)}"
         )
     for a, b in zip(mask.shape, values.shape[:2]):
