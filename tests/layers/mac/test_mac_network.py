@@ -134,6 +134,18 @@ def test_variational_memory_dropout_uses_one_mask_for_all_steps():
         assert not np.allclose(train[0], eval_a[0])
 
 
+def test_dropout_compiles_with_xla():
+    net = MACNetwork(max_steps=2, memory_dropout=0.3, read_dropout=0.2, seed=1)
+    x = _inputs(6)
+
+    @tf.function(jit_compile=True)
+    def train_call(t):
+        return net(t, training=True)
+
+    first, second = np.asarray(train_call(x)), np.asarray(train_call(x))
+    assert np.all(np.isfinite(first)) and not np.allclose(first, second)
+
+
 def test_shapes_and_default_output():
     net = MACNetwork(max_steps=2)
     x = _inputs()
