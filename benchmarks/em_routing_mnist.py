@@ -40,10 +40,12 @@ def load_idx_digits(data_dir):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", default=str(REPO.parent / "shared" / "data" / "mnist"))
-    parser.add_argument("--epochs", type=int, default=12)
+    parser.add_argument("--epochs", type=int, default=15)
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--learning-rate", type=float, default=1e-3)
+    parser.add_argument("--learning-rate", type=float, default=3e-3)
     parser.add_argument("--n-iters", type=int, default=2, help="EM iterations of both routing layers")
+    parser.add_argument("--hidden-capsules", type=int, default=32)
+    parser.add_argument("--filters", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--verbose", type=int, default=2)
     args = parser.parse_args(argv)
@@ -57,7 +59,9 @@ def main(argv=None):
     train_ds, test_ds = demo.make_datasets(
         images, labels, args.batch_size, test_fraction=0.2, seed=args.seed
     )
-    model = demo.compile_model(demo.build_model(input_shape=(28, 28, 1), n_iters=args.n_iters), args.learning_rate)
+    model = demo.compile_model(demo.build_model(
+        input_shape=(28, 28, 1), n_iters=args.n_iters, hidden_capsules=args.hidden_capsules, filters=args.filters
+    ), args.learning_rate)
     print(f"load average before: {os.getloadavg()}")
     print(f"{model.count_params():,} parameters, {args.n_iters} EM iterations; 8,000 train / 2,000 test digits")
     start = time.perf_counter()

@@ -6,24 +6,8 @@ embeddings, Recurrent Ladder networks and MAC reasoning cells, written with
 """
 
 from keras_capsules import layers, losses, ops
-from keras_capsules.layers import (
-    CapsuleLength,
-    CompositionalEmbedding,
-    DynamicRouting,
-    EMRouting,
-    KMeansRouting,
-)
+from keras_capsules.layers import *  # noqa: F401,F403  (the public layers, see layers.__all__)
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "CapsuleLength",
-    "CompositionalEmbedding",
-    "DynamicRouting",
-    "EMRouting",
-    "KMeansRouting",
-    "layers",
-    "losses",
-    "ops",
-    "__version__",
-]
+__all__ = [*layers.__all__, "layers", "losses", "ops", "__version__"]

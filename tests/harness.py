@@ -41,9 +41,11 @@ def _to_tensors(inputs, dtype=None):
 
 
 def _symbolic_inputs(inputs):
-    def make(x):
-        return keras.Input(shape=x.shape[1:], dtype=str(x.dtype), batch_size=None)
+    def make(x, name=None):
+        return keras.Input(shape=x.shape[1:], dtype=str(x.dtype), name=name)
 
+    if isinstance(inputs, dict):  # named after their keys, as Keras expects for dict inputs
+        return {key: make(value, name=key) for key, value in inputs.items()}
     return keras.tree.map_structure(make, inputs)
 
 

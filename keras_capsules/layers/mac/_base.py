@@ -1,0 +1,203 @@
+"""Shared plumbing of the MAC layers: argument checks, weight helpers, masks.
+
+Private to ``keras_capsules.layers.mac``; the public layers are in the sibling modules.
+"""
+
+import keras
+from keras import ops
+
+from keras_capsules.ops import MASK_VALUE, routing_dtype
+
+
+def positive_int(name, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
+    return value
+
+
+def rate(name, value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        raise ValueError(f"`{name}` must be a number in [0, 1). Received: {name}={value!r}")
+    return float(value)
+
+
+def boolean(name, value):
+    if not isinstance(value, bool):
+        raise ValueError(f"`{name}` must be True or False. Received: {name}={value!r}")
+    return value
+
+
+def activation_name(name, value, allowed=(None, "elu")):
+    if value not in allowed:
+        raise ValueError(f"`{name}` must be one of {allowed}. Received: {name}={value!r}")
+    return value
+
+
+def as_list(inputs, n_allowed, layer_name, description):
+    """``inputs`` as a list whose length is one of ``n_allowed``; else a clear error."""
+    if not isinstance(inputs, (list, tuple)) or len(inputs) not in n_allowed:
+        got = len(inputs) if isinstance(inputs, (list, tuple)) else type(inputs).__name__
+        raise ValueError(f"{layer_name} expects a list of inputs {description}. Received: {got}")
+    return list(inputs)
+
+
+def check_shape(shape, rank, what, expected, layer_name, known_last=True):
+    """Validates rank (and a known last axis) of one input shape."""
+    shape = tuple(shape)
+    if len(shape) != rank or (known_last and shape[-1] is None):
+        raise ValueError(
+            f"{layer_name} expects {what} of shape {expected}"
+            f"{' with a known last axis' if known_last else ''}. "
+            f"Received: {what} shape={shape}"
+        )
+    return shape
+
+
+def pick_mask(mask, index, key):
+    """The mask of one input out of what Keras propagates (a list, dict or tensor)."""
+    if mask is None:
+        return None
+    if isinstance(mask, dict):
+        return mask.get(key)
+    if isinstance(mask, (list, tuple)):
+        return mask[index] if index < len(mask) else None
+    return mask
+
+
+def combine_masks(*masks):
+    """Logical AND of the masks that are not None (None if all are None)."""
+    out = None
+    for m in masks:
+        if m is None:
+            continue
+        m = ops.cast(m, "bool")
+        out = m if out is None else ops.logical_and(out, m)
+    return out
+
+
+def check_mask(mask, values, what, layer_name):
+    """A ``[batch, n]`` mask for ``values`` ``[batch, n, d]``."""
+    if mask is None:
+        return None
+    if len(mask.shape) != 2:
+        raise ValueError(
+            f"{layer_name} expects {what} of shape [batch, n] (rank 2). "
+            f"Received: {what} shape={tuple(mask.shape)}"
+        )
+    for a, b in zip(mask.shape, values.shape[:2]):
+        if a is not None and b is not None and a != b:
+            raise ValueError(
+                f"{layer_name}: {what} must have shape {tuple(values.shape[:2])} to match "
+                f"its values. Received: {what} shape={tuple(mask.shape)}"
+            )
+    return ops.cast(mask, "bool")
+
+
+def attend(logits, values, mask):
+    """Masked softmax over axis 1 of ``logits`` ``[b, n]``, then ``sum_n w v``.
+
+    Runs in float32 (float64 for float64 values) whatever the compute dtype, with
+    masked logits replaced by :data:`MASK_VALUE` and masked weights (and values) set to
+    exactly zero, so masked positions never change the result or a gradient. Returns
+    ``(weighted_sum, weights)`` cast back to the dtype of ``values``.
+    """
+    dtype = values.dtype
+    work = routing_dtype(dtype)
+    logits = ops.cast(logits, work)
+    values = ops.cast(values, work)
+    if mask is not None:
+        logits = ops.where(mask, logits, ops.cast(MASK_VALUE, work))
+    # Written out (not ops.softmax) so that a single position (the first step of the
+    # write unit's self-attention) raises no warning.
+    exp = ops.exp(logits - ops.stop_gradient(ops.max(logits, axis=1, keepdims=True)))
+    weights = exp / ops.sum(exp, axis=1, keepdims=True)
+    if mask is not None:
+        weights = ops.where(mask, weights, ops.zeros_like(weights))
+        values = ops.where(mask[:, :, None], values, ops.zeros_like(values))
+    summed = ops.einsum("bn,bnd->bd", weights, values)
+    return ops.cast(summed, dtype), ops.cast(weights, dtype)
+
+
+class MACLayerBase(keras.layers.Layer):
+    """Initializers, regularizers and constraints of kernels and biases.
+
+    Weights stay in the variable dtype (float32); ``autocast`` is off and every layer
+    casts its inputs and weights itself: projections run in the compute dtype,
+    attention logits and softmaxes in float32.
+    """
+
+    def __init__(
+        self,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        kernel_regularizer=None,
+        bias_regularizer=None,
+        kernel_constraint=None,
+        bias_constraint=None,
+        **kwargs,
+    ):
+        kwargs["autocast"] = False
+        super().__init__(**kwargs)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
+        self.bias_regularizer = keras.regularizers.get(bias_regularizer)
+        self.kernel_constraint = keras.constraints.get(kernel_constraint)
+        self.bias_constraint = keras.constraints.get(bias_constraint)
+
+    def add_kernel(self, name, shape, initializer=None):
+        return self.add_weight(
+            name=name,
+            shape=shape,
+            initializer=initializer or self.kernel_initializer,
+            regularizer=self.kernel_regularizer,
+            constraint=self.kernel_constraint,
+        )
+
+    def add_bias(self, name, shape, initializer=None):
+        return self.add_weight(
+            name=name,
+            shape=shape,
+            initializer=initializer or self.bias_initializer,
+            regularizer=self.bias_regularizer,
+            constraint=self.bias_constraint,
+        )
+
+    def dense(self, x, kernel, bias):
+        """``x @ kernel + bias`` in the dtype of ``x`` (weights cast to it)."""
+        return ops.matmul(x, ops.cast(kernel, x.dtype)) + ops.cast(bias, x.dtype)
+
+    def logit(self, x, kernel, bias):
+        """A scalar score per position, ``x @ kernel + bias`` in float32: ``[..., 1] -> [...]``."""
+        work = routing_dtype(x.dtype)
+        out = ops.matmul(ops.cast(x, work), ops.cast(kernel, work)) + ops.cast(bias, work)
+        return ops.squeeze(out, axis=-1)
+
+    def to_compute(self, x):
+        return ops.cast(x, self.compute_dtype)
+
+    def weight_config(self):
+        """Constructor arguments of sublayers: the serialized weight options."""
+        return {
+            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+            "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+            "kernel_regularizer": keras.regularizers.serialize(self.kernel_regularizer),
+            "bias_regularizer": keras.regularizers.serialize(self.bias_regularizer),
+            "kernel_constraint": keras.constraints.serialize(self.kernel_constraint),
+            "bias_constraint": keras.constraints.serialize(self.bias_constraint),
+        }
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(self.weight_config())
+        return config
+
+
+def per_step_initializer(initializer, steps):
+    """An initializer of ``[steps, fan_in, fan_out]`` that initialises each step's
+    ``[fan_in, fan_out]`` matrix on its own (so fans are those of one matrix)."""
+
+    def init(shape, dtype=None):
+        return ops.stack([initializer(tuple(shape[1:]), dtype=dtype) for _ in range(steps)])
+
+    return init

@@ -1,0 +1,153 @@
+"""ReadUnit: the read step of a MAC cell (Hudson & Manning 2018, section 3.2.2)."""
+
+import keras
+from keras import ops
+
+from keras_capsules.layers.mac import _base
+
+_LAYER = "ReadUnit"
+_INPUTS = "[memory_prev [batch, d], knowledge_base [batch, cells, d_kb], control [batch, d]]"
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules")
+class ReadUnit(_base.MACLayerBase):
+    """Retrieves information from a knowledge base, guided by memory and control.
+
+    With ``m_prev`` the previous memory, ``c`` the current control and ``kb_h`` the
+    knowledge-base cells (any number of them, e.g. the flattened cells of an image
+    feature map or a list of object descriptions), the unit computes
+
+    * the memory interaction ``I_h = (m_prev W_m + b_m) * (kb_h W_k + b_k)``;
+    * its combination with the cell itself ``I'_h = [I_h, kb_h] W_c + b_c``;
+    * the control interaction ``ra_h = (c * I'_h) W_a + b_a``, one logit per cell;
+    * the attention ``rv = softmax_h(ra)`` over the (unmasked) cells;
+    * the retrieved information ``m_new = sum_h rv_h kb_h``.
+
+    ``activation="elu"`` is the official code's variant: an ELU after the
+    ``[I, kb] W_c + b_c`` projection and after the control interaction. The default
+    ``None`` is the paper's linear form.
+
+    Masked cells are zeroed before any arithmetic and their logits set to -1e9 in
+    float32, so they never change the result whatever they hold; a sample whose
+    cells are all masked gets a zero ``m_new`` and a zero attention.
+
+    Args:
+        activation: None (default, the paper) or ``"elu"`` (the official code).
+        dropout: dropout rate on the control interaction before the logit
+            (training only). Default 0.
+        seed: seed of the dropout.
+        kernel_initializer: initializer of the kernels. Default ``"glorot_uniform"``.
+        bias_initializer: initializer of the biases. Default ``"zeros"``.
+        kernel_regularizer, bias_regularizer: optional regularizers.
+        kernel_constraint, bias_constraint: optional constraints.
+        **kwargs: base layer arguments (``name``, ``dtype``, ...).
+
+    Call arguments:
+        inputs: a list ``[memory_prev, knowledge_base, control]`` of shapes
+            ``[batch, d]``, ``[batch, cells, d_kb]`` and ``[batch, d]``.
+        kb_mask: optional boolean ``[batch, cells]``, False for cells to ignore.
+        mask: the Keras mask (a list with the knowledge base's mask at index 1).
+            Combined with ``kb_mask`` by logical AND.
+        training: whether dropout is active.
+
+    Returns:
+        A list ``[retrieved, attention]``: ``retrieved`` ``[batch, d_kb]`` and the
+        attention over cells ``[batch, cells]`` (zero at masked cells).
+
+    Weights:
+        ``memory_kernel`` ``[d, d]``, ``memory_bias`` ``[d]``, ``kb_kernel``
+        ``[d_kb, d]``, ``kb_bias`` ``[d]``, ``concat_kernel`` ``[d + d_kb, d]`` (the
+        first ``d`` rows act on ``I``), ``concat_bias`` ``[d]``, ``attention_kernel``
+        ``[d, 1]``, ``attention_bias`` ``[1]``.
+
+    Example:
+
+    ```python
+    memory = keras.Input((64,))
+    kb = keras.Input((14 * 14, 64))
+    control = keras.Input((64,))
+    retrieved, attention = keras_capsules.layers.ReadUnit()([memory, kb, control])
+    ```
+
+    Reference:
+        D. A. Hudson and C. D. Manning, "Compositional Attention Networks for Machine
+        Reasoning", ICLR 2018, arXiv:1803.03067 (section 3.2.2).
+    """
+
+    def __init__(self, activation=None, dropout=0.0, seed=None, **kwargs):
+        super().__init__(**kwargs)
+        self.activation = _base.activation_name("activation", activation)
+        self.dropout = _base.rate("dropout", dropout)
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise ValueError(f"`seed` must be an integer or None. Received: seed={seed!r}")
+        self.seed = seed
+        self.seed_generator = keras.random.SeedGenerator(seed) if self.dropout > 0 else None
+        self.supports_masking = True
+
+    def _shapes(self, input_shape):
+        m, kb, c = _base.as_list(input_shape, (3,), _LAYER, _INPUTS)
+        m = _base.check_shape(m, 2, "memory_prev", "[batch, d]", _LAYER)
+        kb = _base.check_shape(kb, 3, "knowledge_base", "[batch, cells, d_kb]", _LAYER)
+        c = _base.check_shape(c, 2, "control", "[batch, d]", _LAYER)
+        if m[-1] != c[-1]:
+            raise ValueError(
+                f"{_LAYER} expects memory_prev and control of the same shape [batch, d]. "
+                f"Received: memory_prev shape={m}, control shape={c}"
+            )
+        return m, kb, c
+
+    def build(self, input_shape):
+        m, kb, _ = self._shapes(input_shape)
+        d, d_kb = int(m[-1]), int(kb[-1])
+        self.memory_kernel = self.add_kernel("memory_kernel", (d, d))
+        self.memory_bias = self.add_bias("memory_bias", (d,))
+        self.kb_kernel = self.add_kernel("kb_kernel", (d_kb, d))
+        self.kb_bias = self.add_bias("kb_bias", (d,))
+        self.concat_kernel = self.add_kernel("concat_kernel", (d + d_kb, d))
+        self.concat_bias = self.add_bias("concat_bias", (d,))
+        self.attention_kernel = self.add_kernel("attention_kernel", (d, 1))
+        self.attention_bias = self.add_bias("attention_bias", (1,))
+        self.built = True
+
+    def compute_output_shape(self, input_shape):
+        _, kb, _ = self._shapes(input_shape)
+        return [(kb[0], kb[2]), (kb[0], kb[1])]
+
+    def compute_output_spec(self, inputs, kb_mask=None, mask=None, training=None):
+        shapes = self.compute_output_shape([tuple(x.shape) for x in inputs])
+        return [keras.KerasTensor(s, dtype=self.compute_dtype) for s in shapes]
+
+    def compute_mask(self, inputs, mask=None):
+        return None
+
+    def _act(self, x):
+        return ops.elu(x) if self.activation == "elu" else x
+
+    def call(self, inputs, kb_mask=None, mask=None, training=None):
+        memory, kb, control = _base.as_list(inputs, (3,), _LAYER, _INPUTS)
+        self._shapes([tuple(memory.shape), tuple(kb.shape), tuple(control.shape)])
+        memory, kb, control = (self.to_compute(x) for x in (memory, kb, control))
+        kb_mask = _base.check_mask(
+            _base.combine_masks(kb_mask, _base.pick_mask(mask, 1, "kb")), kb, "kb_mask", _LAYER
+        )
+        if kb_mask is not None:
+            kb = ops.where(kb_mask[:, :, None], kb, ops.zeros_like(kb))
+        projected_memory = self.dense(memory, self.memory_kernel, self.memory_bias)
+        projected_kb = self.dense(kb, self.kb_kernel, self.kb_bias)
+        interaction = projected_memory[:, None, :] * projected_kb
+        combined = self._act(
+            self.dense(
+                ops.concatenate([interaction, kb], axis=-1), self.concat_kernel, self.concat_bias
+            )
+        )
+        gated = self._act(control[:, None, :] * combined)
+        if training and self.dropout > 0:
+            gated = keras.random.dropout(gated, self.dropout, seed=self.seed_generator)
+        logits = self.logit(gated, self.attention_kernel, self.attention_bias)
+        retrieved, attention = _base.attend(logits, kb, kb_mask)
+        return [retrieved, attention]
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"activation": self.activation, "dropout": self.dropout, "seed": self.seed})
+        return config

@@ -1,0 +1,90 @@
+"""Sort-of-CLEVR: answers by hand, the data stream, the model (padding, saving, a step)."""
+
+import keras
+import numpy as np
+import pytest
+
+from applications import sort_of_clevr as soc
+
+
+def _scene():
+    # red (0) left-top square; green (1) circle right next to it; blue (2) far right
+    # bottom circle; the rest squares on the right.
+    positions = np.array(
+        [[0.1, 0.1], [0.2, 0.1], [0.9, 0.9], [0.6, 0.4], [0.7, 0.6], [0.8, 0.2]]
+    )
+    return {"shapes": np.array([0, 1, 1, 0, 0, 0]), "positions": positions}
+
+
+@pytest.mark.parametrize(
+    "template,color,expected",
+    [
+        (0, 0, "square"),
+        (0, 2, "circle"),
+        (1, 0, "yes"),
+        (1, 2, "no"),
+        (2, 0, "yes"),
+        (2, 2, "no"),
+        (3, 0, "circle"),  # closest to red: green
+        (3, 2, "square"),  # closest to blue: gray (0.7, 0.6)
+        (4, 0, "circle"),  # farthest from red: blue
+        (4, 2, "square"),  # farthest from blue: red
+        (5, 0, "4"),
+        (5, 1, "2"),
+    ],
+)
+def test_answers_by_hand(template, color, expected):
+    assert soc.ANSWERS[soc.answer(_scene(), template, color)] == expected
+
+
+def test_examples_are_consistent_and_deterministic():
+    (x, y) = soc.generate_examples(32, seed=3)
+    assert x["question"].shape == (32, soc.MAX_QUESTION_LENGTH)
+    assert x["kb"].shape == (32, 6, soc.KB_DIM) and y.shape == (32,)
+    for tokens, kb, ans in zip(x["question"], x["kb"], y):
+        text = soc.detokenize(tokens)
+        color = next(c for c in soc.COLORS if f" {c} object" in text)
+        template = [t for t, s in enumerate(soc.TEMPLATES) if s.format(color) == text]
+        scene = {"shapes": kb[:, 6:8].argmax(-1), "positions": kb[:, 8:]}
+        assert len(template) == 1
+        assert soc.answer(scene, template[0], soc.COLORS.index(color)) == ans
+    x2, y2 = soc.generate_examples(32, seed=3)
+    np.testing.assert_array_equal(x2["kb"], x["kb"])
+    np.testing.assert_array_equal(y2, y)
+    _, y_rel = soc.generate_examples(64, seed=0, relational=True)
+    _, y_non = soc.generate_examples(64, seed=0, relational=False)
+    assert set(y_non) <= {0, 1, 2, 3}
+    assert set(y_rel) - {0, 1}  # counts and shapes
+
+
+def test_dataset_stream():
+    ds = soc.make_dataset(batch_size=8, seed=1)
+    (x, y), = ds.take(1)
+    assert x["question"].shape == (8, soc.MAX_QUESTION_LENGTH) and x["question"].dtype == "int32"
+    assert x["kb"].shape == (8, 6, soc.KB_DIM) and y.shape == (8,)
+    (x2, _), = soc.make_dataset(batch_size=8, seed=1).take(1)
+    np.testing.assert_array_equal(x["kb"], x2["kb"])
+
+
+def test_model_padding_saving_and_a_training_step(tmp_path):
+    model = soc.build_model(units=16, max_steps=2, embedding_dim=8)
+    x, y = soc.generate_examples(8, seed=2)
+    logits = model(x)
+    assert logits.shape == (8, len(soc.ANSWERS))
+    # Extra padding never changes the answer (the mask reaches the MAC network).
+    longer = dict(x, question=np.pad(x["question"], [(0, 0), (0, 3)]))
+    np.testing.assert_allclose(model(longer), logits, atol=1e-5)
+    path = str(tmp_path / "soc.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    np.testing.assert_allclose(loaded(x), logits, atol=1e-6)
+    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    history = model.fit(soc.make_dataset(batch_size=8), steps_per_epoch=2, epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="Received: units=15"):
+        soc.build_model(units=15)
+    with pytest.raises(ValueError, match="Received: relational='yes'"):
+        soc.generate_examples(2, relational="yes")

@@ -1,0 +1,1 @@
+"""Tests of the MAC layers (keras_capsules.layers.mac)."""

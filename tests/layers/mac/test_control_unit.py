@@ -1,0 +1,156 @@
+"""ControlUnit: the paper's formulas, padding, the layer contract, errors."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_capsules.layers import ControlUnit
+from tests.harness import run_layer_contract
+from tests.layers.mac import reference as ref
+
+B, S, D, DQ, STEPS = 2, 5, 4, 3, 3
+
+
+def _inputs(seed=0):
+    rng = np.random.default_rng(seed)
+    return [
+        rng.standard_normal((B, DQ)).astype("float32"),
+        rng.standard_normal((B, D)).astype("float32"),
+        rng.standard_normal((B, S, D)).astype("float32"),
+    ]
+
+
+MASK = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool)
+
+
+def _layer(**kwargs):
+    layer = ControlUnit(max_steps=STEPS, **kwargs)
+    layer(_inputs())
+    return ref.randomize(layer)
+
+
+@pytest.mark.parametrize("use_previous_control", [True, False])
+@pytest.mark.parametrize("step", [0, 2])
+@pytest.mark.parametrize("masked", [False, True])
+def test_matches_numpy(use_previous_control, step, masked):
+    layer = _layer(use_previous_control=use_previous_control)
+    q, c, cw = _inputs(1)
+    mask = MASK if masked else None
+    control, attention = layer([q, c, cw], step=step, words_mask=mask)
+    want_c, want_a = ref.control_unit(
+        ref.weights(layer), q, c, cw, step, mask, use_previous_control
+    )
+    np.testing.assert_allclose(control, want_c, atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(attention, want_a, atol=1e-6, rtol=1e-5)
+
+
+def test_step_as_tensor_matches_int():
+    layer = _layer()
+    x = _inputs(2)
+    for step in range(STEPS):
+        a = layer(x, step=step)
+        b = layer(x, step=tf.constant(step))
+        for u, v in zip(a, b):
+            np.testing.assert_allclose(u, v, atol=1e-6)
+
+
+def test_uniform_attention_by_hand():
+    # Zero attention kernel: every logit equals the bias, so the attention is uniform
+    # over the real words and the control is their mean.
+    layer = _layer()
+    layer.attention_kernel.assign(np.zeros((D, 1), "float32"))
+    q, c, cw = _inputs(3)
+    control, attention = layer([q, c, cw], step=1, words_mask=MASK)
+    np.testing.assert_allclose(attention[0], [1 / 3] * 3 + [0, 0], atol=1e-6)
+    np.testing.assert_allclose(attention[1], [0.2] * 5, atol=1e-6)
+    np.testing.assert_allclose(control[0], cw[0, :3].mean(0), atol=1e-6)
+    np.testing.assert_allclose(control[1], cw[1].mean(0), atol=1e-6)
+
+
+@pytest.mark.parametrize("fill", [0.0, 1e6, np.nan, np.inf])
+def test_padded_words_never_change_the_result(fill):
+    layer = _layer()
+    q, c, cw = _inputs(4)
+    dirty = cw.copy()
+    dirty[~MASK] = fill
+    tensors = [tf.constant(x) for x in (q, c, cw)]
+    dirty_t = tf.constant(dirty)
+    clean = layer(tensors, step=1, words_mask=MASK)
+    with tf.GradientTape() as tape:
+        tape.watch(dirty_t)
+        out = layer([tensors[0], tensors[1], dirty_t], step=1, words_mask=MASK)
+        loss = tf.reduce_sum(out[0]) + tf.reduce_sum(out[1] * tf.range(S, dtype="float32"))
+    grads = tape.gradient(loss, layer.trainable_weights + [dirty_t])
+    for a, b in zip(clean, out):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_allclose(np.sum(out[1], -1), 1.0, atol=1e-6)
+    for g in grads:
+        assert np.all(np.isfinite(g))
+    assert np.all(grads[-1].numpy()[~MASK] == 0)
+
+
+def test_all_padded_question_is_finite():
+    layer = _layer()
+    x = [tf.constant(v) for v in _inputs(5)]
+    mask = np.zeros((B, S), bool)
+    with tf.GradientTape() as tape:
+        control, attention = layer(x, step=0, words_mask=mask)
+        loss = tf.reduce_sum(control) + tf.reduce_sum(attention)
+    np.testing.assert_array_equal(control, 0.0)
+    np.testing.assert_array_equal(attention, 0.0)
+    for g in tape.gradient(loss, layer.trainable_weights):
+        assert g is not None and np.all(np.isfinite(g))
+
+
+def test_keras_mask_is_used():
+    q_in, c_in = keras.Input((DQ,)), keras.Input((D,))
+    w_in = keras.Input((S, D))
+    masked = keras.layers.Masking(0.0)(w_in)
+    layer = ControlUnit(max_steps=STEPS)
+    model = keras.Model([q_in, c_in, w_in], layer([q_in, c_in, masked], step=0))
+    q, c, cw = _inputs(6)
+    cw[~MASK] = 0.0
+    _, attention = model([q, c, cw])
+    _, direct = layer([q, c, cw], step=0, words_mask=MASK)
+    np.testing.assert_array_equal(np.asarray(attention)[~MASK], 0.0)
+    np.testing.assert_allclose(attention, direct, atol=1e-7)
+
+
+def test_layer_contract(tmp_path):
+    run_layer_contract(
+        ControlUnit,
+        {"max_steps": STEPS},
+        _inputs(),
+        tmp_path=tmp_path,
+        call_kwargs={"step": 1},
+    )
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"max_steps": 0}, "Received: max_steps=0"),
+        ({"max_steps": 2.0}, "Received: max_steps=2.0"),
+        ({"max_steps": 2, "use_previous_control": "yes"}, "Received: use_previous_control='yes'"),
+    ],
+)
+def test_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        ControlUnit(**kwargs)
+
+
+def test_bad_inputs():
+    q, c, cw = _inputs()
+    layer = ControlUnit(max_steps=2)
+    with pytest.raises(ValueError, match=r"context_words of shape \[batch, words, d\]"):
+        layer([q, c, cw[:, 0]])
+    with pytest.raises(ValueError, match="same d"):
+        layer([q, c[:, :3], cw])
+    with pytest.raises(ValueError, match="a list of inputs"):
+        layer([q, cw])
+    layer([q, c, cw])
+    with pytest.raises(ValueError, match="Received: step=2"):
+        layer([q, c, cw], step=2)
+    with pytest.raises(ValueError, match="words_mask"):
+        layer([q, c, cw], words_mask=np.ones((B, S + 1), bool))

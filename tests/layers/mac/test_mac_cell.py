@@ -1,0 +1,72 @@
+"""MACCell: one step equals the three units' formulas composed; contract; errors."""
+
+import numpy as np
+import pytest
+
+from keras_capsules.layers import MACCell
+from tests.harness import run_layer_contract
+from tests.layers.mac import reference as ref
+
+B, S, N, D, DQ, DKB, T = 2, 4, 5, 4, 3, 6, 2
+
+
+def _inputs(self_attention=False, seed=0):
+    rng = np.random.default_rng(seed)
+    shapes = [(B, S, D), (B, DQ), (B, N, DKB), (B, D), (B, D)]
+    if self_attention:
+        shapes += [(B, T, D), (B, T, D)]
+    return [rng.standard_normal(s).astype("float32") for s in shapes]
+
+
+@pytest.mark.parametrize("self_attention", [False, True])
+def test_matches_numpy(self_attention):
+    cell = MACCell(max_steps=3, self_attention=self_attention, memory_gate=True,
+                   read_activation="elu")
+    cell(_inputs(self_attention))
+    ref.randomize(cell)
+    x = _inputs(self_attention, seed=1)
+    words_mask = np.array([[1, 1, 0, 0], [1, 1, 1, 1]], bool)
+    kb_mask = np.array([[1, 1, 1, 1, 1], [0, 1, 0, 1, 0]], bool)
+    drop = np.array([[2.0, 0, 2.0, 0], [0, 2.0, 2.0, 2.0]], "float32")
+    out = cell(x, step=2, words_mask=words_mask, kb_mask=kb_mask, memory_dropout_mask=drop)
+    cw, q, kb, c, m = x[:5]
+    c1, cv = ref.control_unit(ref.weights(cell.control_unit), q, c, cw, 2, words_mask)
+    r, rv = ref.read_unit(ref.weights(cell.read_unit), m * drop, kb, c1, kb_mask, "elu")
+    m1, sa = ref.write_unit(ref.weights(cell.write_unit), r, m, c1, *(x[5:] or [None, None]),
+                            self_attention, True)
+    want = [c1, m1, cv, rv] + ([sa] if self_attention else [])
+    assert len(out) == len(want)
+    for got, exp in zip(out, want):
+        np.testing.assert_allclose(got, exp, atol=1e-5, rtol=1e-5)
+
+
+def test_layer_contract(tmp_path):
+    run_layer_contract(
+        MACCell,
+        {"max_steps": 2, "self_attention": True, "memory_gate": True},
+        _inputs(True),
+        tmp_path=tmp_path,
+        call_kwargs={"step": 1},
+    )
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"max_steps": -1}, "Received: max_steps=-1"),
+        ({"max_steps": 2, "read_activation": "tanh"}, "Received: read_activation='tanh'"),
+        ({"max_steps": 2, "read_dropout": -0.1}, "Received: read_dropout=-0.1"),
+        ({"max_steps": 2, "memory_gate": 0}, "Received: memory_gate=0"),
+    ],
+)
+def test_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        MACCell(**kwargs)
+
+
+def test_bad_inputs():
+    x = _inputs()
+    with pytest.raises(ValueError, match="a list of inputs"):
+        MACCell(max_steps=2)(x[:4])
+    with pytest.raises(ValueError, match=r"memory_prev of shape \[batch, d\] with d=4"):
+        MACCell(max_steps=2)(x[:4] + [x[4][:, :3]])

@@ -1,0 +1,242 @@
+"""MACNetwork: the recurrence against numpy, masks, dropout, contract, errors, learning."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_capsules.layers import MACNetwork
+from tests.harness import run_layer_contract
+from tests.layers.mac import reference as ref
+
+B, S, N, D, DQ, DKB, P = 2, 4, 5, 4, 3, 6, 3
+WORDS_MASK = np.array([[1, 1, 1, 0], [1, 1, 1, 1]], bool)
+KB_MASK = np.array([[1, 0, 1, 1, 0], [1, 1, 1, 1, 1]], bool)
+
+
+def _inputs(seed=0):
+    rng = np.random.default_rng(seed)
+    return [
+        rng.standard_normal((B, S, D)).astype("float32"),
+        rng.standard_normal((B, DQ)).astype("float32"),
+        rng.standard_normal((B, N, DKB)).astype("float32"),
+    ]
+
+
+def _network(**kwargs):
+    kwargs.setdefault("max_steps", P)
+    net = MACNetwork(return_attention=True, **kwargs)
+    net(_inputs())
+    return ref.randomize(net)
+
+
+CONFIGS = {
+    "paper": {},
+    "full": {"self_attention": True, "memory_gate": True},
+    "official": {"use_previous_control": False, "read_activation": "elu", "memory_gate": True},
+}
+
+
+@pytest.mark.parametrize("config", sorted(CONFIGS))
+@pytest.mark.parametrize("masked", [False, True])
+def test_matches_numpy(config, masked):
+    net = _network(**CONFIGS[config])
+    x = _inputs(1)
+    masks = (WORDS_MASK, KB_MASK) if masked else (None, None)
+    out = net(x, words_mask=masks[0], kb_mask=masks[1])
+    want = ref.mac_network(net, *x, *masks)
+    assert len(out) == len(want)
+    for got, exp in zip(out, want):
+        np.testing.assert_allclose(got, exp, atol=2e-5, rtol=2e-5)
+
+
+def test_masked_positions_never_change_the_result():
+    net = _network(self_attention=True, memory_gate=True)
+    words, question, kb = (tf.constant(v) for v in _inputs(2))
+    dirty_words = words.numpy().copy()
+    dirty_words[~WORDS_MASK] = np.nan
+    dirty_kb = kb.numpy().copy()
+    dirty_kb[~KB_MASK] = 1e30
+    dirty_words, dirty_kb = tf.constant(dirty_words), tf.constant(dirty_kb)
+    clean = net([words, question, kb], words_mask=WORDS_MASK, kb_mask=KB_MASK)
+    with tf.GradientTape() as tape:
+        tape.watch([dirty_words, dirty_kb])
+        out = net([dirty_words, question, dirty_kb], words_mask=WORDS_MASK, kb_mask=KB_MASK)
+        loss = sum(tf.reduce_sum(o * (1.0 + tf.cast(i, "float32"))) for i, o in enumerate(out))
+    for a, b in zip(clean, out):
+        np.testing.assert_array_equal(a, b)
+    memory, control_attention, read_attention, self_attention = (np.asarray(o) for o in out)
+    # Attention maps sum to one over the real positions and are zero elsewhere.
+    np.testing.assert_allclose(control_attention.sum(-1), 1.0, atol=1e-6)
+    np.testing.assert_allclose(read_attention.sum(-1), 1.0, atol=1e-6)
+    np.testing.assert_allclose(self_attention.sum(-1), 1.0, atol=1e-6)
+    assert np.all(control_attention.transpose(1, 0, 2)[:, ~WORDS_MASK] == 0)
+    assert np.all(read_attention.transpose(1, 0, 2)[:, ~KB_MASK] == 0)
+    assert np.all(np.triu(np.ones((P, P)), 1)[None] * self_attention == 0)
+    grads = tape.gradient(loss, net.trainable_weights + [dirty_words, dirty_kb])
+    assert all(g is not None and np.all(np.isfinite(g)) for g in grads)
+    assert np.all(grads[-2].numpy()[~WORDS_MASK] == 0)
+    assert np.all(grads[-1].numpy()[~KB_MASK] == 0)
+
+
+def test_all_padded_inputs_give_finite_gradients():
+    net = _network(self_attention=True, memory_gate=True)
+    x = [tf.constant(v) for v in _inputs(3)]
+    with tf.GradientTape() as tape:
+        out = net(x, words_mask=np.zeros((B, S), bool), kb_mask=np.zeros((B, N), bool))
+        loss = sum(tf.reduce_sum(o) for o in out)
+    assert all(np.all(np.isfinite(o)) for o in out)
+    grads = tape.gradient(loss, net.trainable_weights)
+    assert all(g is not None and np.all(np.isfinite(g)) for g in grads)
+
+
+def test_mask_sources_agree():
+    """Call arguments, dict entries and Keras mask propagation give the same result."""
+    net = _network()
+    words, question, kb = _inputs(4)
+    words[~WORDS_MASK] = 0.0
+    kb[~KB_MASK] = 0.0
+    by_args = net([words, question, kb], words_mask=WORDS_MASK, kb_mask=KB_MASK)
+    by_dict = net({"words": words, "question": question, "kb": kb,
+                   "words_mask": WORDS_MASK, "kb_mask": KB_MASK})
+    w_in, q_in, kb_in = keras.Input((S, D)), keras.Input((DQ,)), keras.Input((N, DKB))
+    masked = [keras.layers.Masking(0.0)(w_in), q_in, keras.layers.Masking(0.0)(kb_in)]
+    by_keras = keras.Model([w_in, q_in, kb_in], net(masked))([words, question, kb])
+    unmasked = net([words, question, kb])
+    for a, b, c in zip(by_args, by_dict, by_keras):
+        np.testing.assert_allclose(b, a, atol=1e-6)
+        np.testing.assert_allclose(c, a, atol=1e-6)
+    assert not np.allclose(unmasked[0], by_args[0])
+
+
+def test_variational_memory_dropout_uses_one_mask_for_all_steps():
+    for variational in (True, False):
+        net = _network(memory_dropout=0.5, variational_memory_dropout=variational, seed=7)
+        seen = []
+        call = net.cell.call
+
+        def spy(*args, memory_dropout_mask=None, **kwargs):
+            seen.append(memory_dropout_mask)
+            return call(*args, memory_dropout_mask=memory_dropout_mask, **kwargs)
+
+        net.cell.call = spy
+        x = _inputs(5)
+        eval_a, eval_b = net(x, training=False), net(x)
+        assert all(m is None for m in seen)
+        np.testing.assert_array_equal(eval_a[0], eval_b[0])
+        seen.clear()
+        train = net(x, training=True)
+        assert len(seen) == P and all(m is not None for m in seen)
+        masks = np.stack([np.asarray(m) for m in seen])
+        assert set(np.unique(masks)) <= {0.0, 2.0}
+        same = all(np.array_equal(masks[0], m) for m in masks[1:])
+        assert same == variational
+        assert not np.allclose(train[0], eval_a[0])
+
+
+def test_dropout_compiles_with_xla():
+    net = MACNetwork(max_steps=2, memory_dropout=0.3, read_dropout=0.2, seed=1)
+    x = _inputs(6)
+
+    @tf.function(jit_compile=True)
+    def train_call(t):
+        return net(t, training=True)
+
+    first, second = np.asarray(train_call(x)), np.asarray(train_call(x))
+    assert np.all(np.isfinite(first)) and not np.allclose(first, second)
+
+
+def test_shapes_and_default_output():
+    net = MACNetwork(max_steps=2)
+    x = _inputs()
+    memory = net(x)
+    assert memory.shape == (B, D)
+    assert net.compute_output_shape([v.shape for v in x]) == (B, D)
+    sym = [keras.Input((None, D)), keras.Input((DQ,)), keras.Input((None, DKB))]
+    out = MACNetwork(max_steps=2, return_attention=True, self_attention=True)(sym)
+    assert [tuple(o.shape) for o in out] == [(None, D), (None, 2, None), (None, 2, None), (None, 2, 2)]
+
+
+def test_layer_contract_default(tmp_path):
+    run_layer_contract(MACNetwork, {"max_steps": 2}, _inputs(), tmp_path=tmp_path)
+
+
+def test_layer_contract_masked_full(tmp_path):
+    # Masks as int32 (non-zero = real): Keras' fit under MirroredStrategy sums the
+    # first batch over replicas while building, which fails for boolean inputs.
+    words, question, kb = _inputs()
+    inputs = {"words": words, "question": question, "kb": kb,
+              "words_mask": WORDS_MASK.astype("int32"), "kb_mask": KB_MASK.astype("int32")}
+    run_layer_contract(
+        MACNetwork,
+        {"max_steps": 2, "self_attention": True, "memory_gate": True,
+         "return_attention": True, "read_activation": "elu"},
+        inputs,
+        tmp_path=tmp_path,
+    )
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"max_steps": 0}, "Received: max_steps=0"),
+        ({"max_steps": 2, "memory_dropout": 1.5}, "Received: memory_dropout=1.5"),
+        ({"max_steps": 2, "read_dropout": "0.1"}, "Received: read_dropout='0.1'"),
+        ({"max_steps": 2, "return_attention": "yes"}, "Received: return_attention='yes'"),
+        ({"max_steps": 2, "variational_memory_dropout": 1},
+         "Received: variational_memory_dropout=1"),
+        ({"max_steps": 2, "read_activation": "relu"}, "Received: read_activation='relu'"),
+    ],
+)
+def test_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        MACNetwork(**kwargs)
+
+
+def test_bad_inputs():
+    words, question, kb = _inputs()
+    with pytest.raises(ValueError, match=r"knowledge_base of shape \[batch, cells, d_kb\]"):
+        MACNetwork(max_steps=2)([words, question, kb[:, 0]])
+    with pytest.raises(ValueError, match=r"question of shape \[batch, d_q\]"):
+        MACNetwork(max_steps=2)([words, question[:, None], kb])
+    with pytest.raises(ValueError, match="keys"):
+        MACNetwork(max_steps=2)({"words": words, "kb": kb})
+    with pytest.raises(ValueError, match="kb_mask"):
+        MACNetwork(max_steps=2)([words, question, kb], kb_mask=np.ones((B, N + 1), bool))
+    with pytest.raises(ValueError, match="words_mask"):
+        MACNetwork(max_steps=2)({"words": words, "question": question, "kb": kb,
+                                 "words_mask": np.ones((B, S + 2), bool)})
+
+
+def _retrieval_task(n, rng, keys=6, cells=4, values=4):
+    """Each sample: ``cells`` (key, value) pairs with distinct keys; the question is one
+    of the keys; the answer is the value stored with it."""
+    key_ids = np.stack([rng.permutation(keys)[:cells] for _ in range(n)])
+    value_ids = rng.integers(0, values, (n, cells))
+    kb = np.concatenate([np.eye(keys)[key_ids], np.eye(values)[value_ids]], -1)
+    pick = rng.integers(0, cells, n)
+    question = np.eye(keys)[key_ids[np.arange(n), pick]]
+    answer = value_ids[np.arange(n), pick]
+    return kb.astype("float32"), question.astype("float32"), answer
+
+
+def test_learns_key_value_retrieval():
+    keras.utils.set_random_seed(0)
+    rng = np.random.default_rng(0)
+    kb, question, answer = _retrieval_task(1024, rng)
+    d = 16
+    q_in, kb_in = keras.Input(question.shape[1:]), keras.Input(kb.shape[1:])
+    q = keras.layers.Dense(d, activation="tanh")(q_in)
+    words = keras.layers.Reshape((1, d))(q)
+    memory = MACNetwork(max_steps=2)([words, q, keras.layers.Dense(d)(kb_in)])
+    hidden = keras.layers.Dense(d, activation="elu")(keras.layers.Concatenate()([memory, q]))
+    model = keras.Model([q_in, kb_in], keras.layers.Dense(4)(hidden))
+    model.compile(
+        keras.optimizers.Adam(1e-2),
+        keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+    )
+    model.fit([question, kb], answer, batch_size=64, epochs=12, verbose=0)
+    kb_t, q_t, a_t = _retrieval_task(256, np.random.default_rng(1))
+    _, accuracy = model.evaluate([q_t, kb_t], a_t, verbose=0)
+    assert accuracy > 0.9, accuracy  # chance is 0.25

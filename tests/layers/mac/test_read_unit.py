@@ -1,0 +1,128 @@
+"""ReadUnit: the paper's formulas (and the ELU variant), padding, contract, errors."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_capsules.layers import ReadUnit
+from tests.harness import run_layer_contract
+from tests.layers.mac import reference as ref
+
+B, N, D, DKB = 2, 6, 4, 3
+MASK = np.array([[1, 0, 1, 1, 0, 1], [1, 1, 1, 1, 1, 1]], bool)
+
+
+def _inputs(seed=0):
+    rng = np.random.default_rng(seed)
+    return [
+        rng.standard_normal((B, D)).astype("float32"),
+        rng.standard_normal((B, N, DKB)).astype("float32"),
+        rng.standard_normal((B, D)).astype("float32"),
+    ]
+
+
+def _layer(**kwargs):
+    layer = ReadUnit(**kwargs)
+    layer(_inputs())
+    return ref.randomize(layer)
+
+
+@pytest.mark.parametrize("activation", [None, "elu"])
+@pytest.mark.parametrize("masked", [False, True])
+def test_matches_numpy(activation, masked):
+    layer = _layer(activation=activation)
+    m, kb, c = _inputs(1)
+    mask = MASK if masked else None
+    retrieved, attention = layer([m, kb, c], kb_mask=mask)
+    want_r, want_a = ref.read_unit(ref.weights(layer), m, kb, c, mask, activation)
+    np.testing.assert_allclose(retrieved, want_r, atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(attention, want_a, atol=1e-6, rtol=1e-5)
+
+
+def test_uniform_attention_by_hand():
+    layer = _layer()
+    layer.attention_kernel.assign(np.zeros((D, 1), "float32"))
+    m, kb, c = _inputs(2)
+    retrieved, attention = layer([m, kb, c], kb_mask=MASK)
+    np.testing.assert_allclose(attention[0], MASK[0] / 4.0, atol=1e-6)
+    np.testing.assert_allclose(retrieved[0], kb[0, MASK[0]].mean(0), atol=1e-6)
+    np.testing.assert_allclose(retrieved[1], kb[1].mean(0), atol=1e-6)
+
+
+@pytest.mark.parametrize("fill", [-1e6, np.nan, np.inf])
+def test_masked_cells_never_change_the_result(fill):
+    layer = _layer(activation="elu")
+    m, kb, c = (tf.constant(x) for x in _inputs(3))
+    dirty = kb.numpy().copy()
+    dirty[~MASK] = fill
+    dirty = tf.constant(dirty)
+    clean = layer([m, kb, c], kb_mask=MASK)
+    with tf.GradientTape() as tape:
+        tape.watch(dirty)
+        out = layer([m, dirty, c], kb_mask=MASK)
+        loss = tf.reduce_sum(out[0]) + tf.reduce_sum(out[1] * tf.range(N, dtype="float32"))
+    grads = tape.gradient(loss, layer.trainable_weights + [dirty])
+    for a, b in zip(clean, out):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_allclose(np.sum(out[1], -1), 1.0, atol=1e-6)
+    assert all(np.all(np.isfinite(g)) for g in grads)
+    assert np.all(grads[-1].numpy()[~MASK] == 0)
+
+
+def test_all_masked_and_mixed_precision_attention():
+    layer = ReadUnit(dtype="mixed_float16")
+    x = _inputs(4)
+    retrieved, attention = layer(x, kb_mask=np.zeros((B, N), bool))
+    assert retrieved.dtype == "float16"
+    np.testing.assert_array_equal(retrieved, 0.0)
+    _, attention = layer(x, kb_mask=MASK)
+    np.testing.assert_allclose(np.sum(np.asarray(attention, "float32"), -1), 1.0, atol=2e-3)
+
+
+def test_any_number_of_cells():
+    layer = ReadUnit()
+    kb_in = keras.Input((None, DKB))
+    m_in, c_in = keras.Input((D,)), keras.Input((D,))
+    model = keras.Model([m_in, kb_in, c_in], layer([m_in, kb_in, c_in]))
+    m, _, c = _inputs()
+    for cells in (1, 9):
+        out = model([m, np.ones((B, cells, DKB), "float32"), c])
+        assert out[1].shape == (B, cells)
+
+
+def test_layer_contract(tmp_path):
+    run_layer_contract(ReadUnit, {"activation": "elu"}, _inputs(), tmp_path=tmp_path)
+
+
+def test_dropout_only_in_training():
+    layer = _layer(dropout=0.5, seed=3)
+    x = _inputs(5)
+    a = layer(x, training=False)[1]
+    b = layer(x, training=True)[1]
+    np.testing.assert_allclose(a, layer(x)[1])
+    assert not np.allclose(a, b)
+    np.testing.assert_allclose(np.sum(b, -1), 1.0, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"activation": "relu"}, "Received: activation='relu'"),
+        ({"dropout": 1.0}, "Received: dropout=1.0"),
+        ({"seed": "x"}, "Received: seed='x'"),
+    ],
+)
+def test_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        ReadUnit(**kwargs)
+
+
+def test_bad_inputs():
+    m, kb, c = _inputs()
+    with pytest.raises(ValueError, match=r"knowledge_base of shape \[batch, cells, d_kb\]"):
+        ReadUnit()([m, kb.reshape(B, -1), c])
+    with pytest.raises(ValueError, match="same shape"):
+        ReadUnit()([m, kb, c[:, :2]])
+    with pytest.raises(ValueError, match="kb_mask"):
+        ReadUnit()([m, kb, c], kb_mask=np.ones((B, N, 1), bool))

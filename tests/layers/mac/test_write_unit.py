@@ -1,0 +1,116 @@
+"""WriteUnit: the paper's formulas with and without self-attention and gate."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_capsules.layers import WriteUnit
+from tests.harness import run_layer_contract
+from tests.layers.mac import reference as ref
+
+B, D, DR, T = 2, 4, 3, 3
+
+
+def _inputs(self_attention, seed=0):
+    rng = np.random.default_rng(seed)
+    x = [
+        rng.standard_normal((B, DR)).astype("float32"),
+        rng.standard_normal((B, D)).astype("float32"),
+        rng.standard_normal((B, D)).astype("float32"),
+    ]
+    if self_attention:
+        x += [rng.standard_normal((B, T, D)).astype("float32") for _ in range(2)]
+    return x
+
+
+def _layer(self_attention, **kwargs):
+    layer = WriteUnit(self_attention=self_attention, **kwargs)
+    layer(_inputs(self_attention))
+    return ref.randomize(layer)
+
+
+@pytest.mark.parametrize("self_attention", [False, True])
+@pytest.mark.parametrize("memory_gate", [False, True])
+def test_matches_numpy(self_attention, memory_gate):
+    layer = _layer(self_attention, memory_gate=memory_gate)
+    x = _inputs(self_attention, seed=1)
+    out = layer(x)
+    want_m, want_sa = ref.write_unit(
+        ref.weights(layer), *x[:3], *(x[3:] or [None, None]), self_attention, memory_gate
+    )
+    memory = out[0] if self_attention else out
+    np.testing.assert_allclose(memory, want_m, atol=1e-5, rtol=1e-5)
+    if self_attention:
+        np.testing.assert_allclose(out[1], want_sa, atol=1e-6, rtol=1e-5)
+        np.testing.assert_allclose(np.sum(out[1], -1), 1.0, atol=1e-6)
+
+
+def test_gate_by_hand():
+    # Zero gate kernel: the gate is sigmoid(bias) for every sample; with the default
+    # bias initialiser (1.0) m = s m_prev + (1 - s) m' with s = sigmoid(1).
+    layer = WriteUnit(memory_gate=True, gate_per_dimension=True)
+    x = _inputs(False, seed=2)
+    layer(x)
+    np.testing.assert_array_equal(layer.gate_bias.numpy(), np.ones(D))
+    layer.gate_kernel.assign(np.zeros((D, D), "float32"))
+    r, m, _ = x
+    plain = np.concatenate([r, m], -1) @ layer.kernel.numpy() + layer.bias.numpy()
+    s = 1 / (1 + np.exp(-1.0))
+    np.testing.assert_allclose(layer(x), s * m + (1 - s) * plain, atol=1e-5)
+    wide = WriteUnit(memory_gate=True, gate_bias_initializer=keras.initializers.Constant(-2.0))
+    wide(x)
+    assert wide.gate_bias.shape == (1,) and wide.gate_bias.numpy()[0] == -2.0
+
+
+def test_history_mask():
+    layer = _layer(True)
+    x = _inputs(True, seed=3)
+    mask = np.array([[1, 1, 0], [1, 0, 0]], bool)
+    dirty = [v.copy() for v in x]
+    dirty[3][~mask] = np.nan
+    dirty[4][~mask] = 1e9
+    m1, sa1 = layer(x, history_mask=mask)
+    m2, sa2 = layer(dirty, history_mask=mask)
+    np.testing.assert_array_equal(m1, m2)
+    np.testing.assert_array_equal(sa2, sa1)
+    np.testing.assert_array_equal(np.asarray(sa1)[~mask], 0.0)
+    # Sample 1 keeps only the first history entry: as if the history had length 1.
+    m3, _ = layer(x[:3] + [x[3][:, :1], x[4][:, :1]])
+    np.testing.assert_allclose(np.asarray(m1)[1], np.asarray(m3)[1], atol=1e-6)
+
+
+def test_layer_contract(tmp_path):
+    run_layer_contract(
+        WriteUnit,
+        {"self_attention": True, "memory_gate": True},
+        _inputs(True),
+        tmp_path=tmp_path,
+    )
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"self_attention": 1}, "Received: self_attention=1"),
+        ({"memory_gate": None}, "Received: memory_gate=None"),
+        ({"gate_per_dimension": "no"}, "Received: gate_per_dimension='no'"),
+    ],
+)
+def test_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        WriteUnit(**kwargs)
+
+
+def test_bad_inputs():
+    x = _inputs(True)
+    with pytest.raises(ValueError, match="a list of inputs"):
+        WriteUnit()(x)
+    with pytest.raises(ValueError, match="a list of inputs"):
+        WriteUnit(self_attention=True)(x[:3])
+    with pytest.raises(ValueError, match=r"previous_memories of shape \[batch, steps, 4\]"):
+        WriteUnit(self_attention=True)(x[:4] + [x[4][..., :2]])
+    with pytest.raises(ValueError, match="same shape"):
+        WriteUnit()([x[0], x[1], x[2][:, :2]])
+    with pytest.raises(ValueError, match="history_mask"):
+        WriteUnit(self_attention=True)(x, history_mask=tf.ones((B,), "bool"))
