@@ -11,3 +11,31 @@ from keras_capsules.layers import EMRouting
 __version__ = "0.1.0"
 
 __all__ = ["EMRouting", "layers", "ops", "__version__"]
+
+from keras_capsules.layers import (  # noqa: E402
+    G1,
+    ConvG1,
+    ConvG2,
+    ConvG3,
+    ConvLSTMEncoderCell,
+    GatedEncoderCell,
+    LSTMEncoderCell,
+    RLadder,
+    RTagger,
+    level_spec,
+)
+from keras_capsules.losses_rtagger import MixtureNLL  # noqa: E402
+
+__all__ += [
+    "G1",
+    "ConvG1",
+    "ConvG2",
+    "ConvG3",
+    "GatedEncoderCell",
+    "LSTMEncoderCell",
+    "ConvLSTMEncoderCell",
+    "RLadder",
+    "RTagger",
+    "level_spec",
+    "MixtureNLL",
+]

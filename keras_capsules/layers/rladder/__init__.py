@@ -21,3 +21,7 @@ __all__ = [
     "RLadder",
     "level_spec",
 ]
+
+from keras_capsules.layers.rladder.rtagger import RTagger  # noqa: E402
+
+__all__.append("RTagger")
