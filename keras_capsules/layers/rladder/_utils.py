@@ -94,5 +94,5 @@ def elementwise_f(u, params):
     ``params`` has shape ``[5, n]`` (one parameter vector per row) and ``u``
     ``[..., n]``; the result has the shape of ``u``.
     """
-    w0, w1, w2, w3, w4 = (params[i] for i in range(5))
+    w0, w1, w2, w3, w4 = ops.unstack(params, num=5, axis=0)
     return w0 * ops.sigmoid(w1 * u + w2) + w3 * u + w4

@@ -77,10 +77,10 @@ def test_decoder_feedback_reaches_the_encoder(decoder_to_encoder):
 
 
 CONTRACT_CASES = [
-    ("dense", dict(levels=DENSE_LEVELS), (4, 3, 5)),
+    ("dense", dict(levels=DENSE_LEVELS), (4, 2, 5)),
     ("dense_static_ablated", dict(levels=DENSE_LEVELS, n_iters=2, decoder_to_encoder=False, output_units=2), (4, 5)),
-    ("conv", dict(levels=CONV_LEVELS), (4, 2, 4, 4, 1)),
-    ("encoder_only", dict(levels=DENSE_LEVELS, use_decoder=False), (4, 2, 5)),
+    ("conv", dict(levels=CONV_LEVELS[1:]), (4, 2, 4, 4, 1)),
+    ("encoder_only", dict(levels=DENSE_LEVELS[:1], use_decoder=False), (4, 2, 5)),
 ]
 
 
@@ -129,17 +129,17 @@ def test_bad_input_shapes():
 def test_learns_next_step_prediction_of_a_periodic_sequence():
     """Sines of random phase: predict x_{t+1} from x_1..x_t; the error drops clearly."""
     rng = np.random.default_rng(0)
-    n, steps = 96, 10
+    n, steps = 96, 6
     phase = rng.uniform(0, 2 * np.pi, size=(n, 1))
     t = np.arange(steps + 1)[None, :]
     seq = np.stack([np.sin(0.8 * t + phase), np.cos(0.8 * t + phase)], axis=-1).astype("float32")
     x, y = seq[:, :-1], seq[:, 1:]
 
     inputs = keras.Input((steps, 2))
-    prediction, _ = RLadder([level_spec("gated", 12), level_spec("gated", 8)])(inputs)
+    prediction, _ = RLadder([level_spec("gated", 12)])(inputs)
     model = keras.Model(inputs, prediction)
-    model.compile(keras.optimizers.Adam(0.02), "mse")
+    model.compile(keras.optimizers.Adam(0.02), "mse", jit_compile=False)  # fast to trace
     before = model.evaluate(x, y, verbose=0)
-    model.fit(x, y, epochs=25, batch_size=32, verbose=0)
+    model.fit(x, y, epochs=20, batch_size=32, verbose=0)
     after = model.evaluate(x, y, verbose=0)
     assert after < 0.2 * before and after < 0.05, (before, after)
