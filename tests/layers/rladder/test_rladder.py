@@ -78,7 +78,7 @@ def test_decoder_feedback_reaches_the_encoder(decoder_to_encoder):
 
 CONTRACT_CASES = [
     ("dense", dict(levels=DENSE_LEVELS), (4, 2, 5)),
-    ("dense_static_ablated", dict(levels=DENSE_LEVELS, n_iters=2, decoder_to_encoder=False, output_units=2), (4, 5)),
+    ("dense_static_ablated", dict(levels=DENSE_LEVELS[1:], n_iters=2, decoder_to_encoder=False, output_units=2), (4, 5)),
     ("conv", dict(levels=CONV_LEVELS[1:]), (4, 2, 4, 4, 1)),
     ("encoder_only", dict(levels=DENSE_LEVELS[:1], use_decoder=False), (4, 2, 5)),
 ]

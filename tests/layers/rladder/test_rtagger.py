@@ -44,7 +44,7 @@ def test_groups_share_one_ladder():
     "kwargs,shape",
     [
         (dict(n_groups=2, levels=CONV_LEVELS, n_iters=2), (4, 4, 4, 1)),
-        (dict(n_groups=3, levels=[level_spec("gated", 3)], sigma=0.2), (4, 2, 4)),
+        (dict(n_groups=3, levels=[level_spec("gated", 3)], sigma=0.2), (4, 1, 4)),  # sequence
     ],
 )
 def test_layer_contract(kwargs, shape, tmp_path):
