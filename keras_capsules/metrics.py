@@ -43,7 +43,9 @@ def adjusted_mutual_info(true_groups, pi, group_axis=1, ignore_label=None, per_s
             f"true_groups shape={true_groups.shape}, pi shape={pi.shape}, group_axis={group_axis}"
         )
     scores = []
-    for truth, guess in zip(true_groups.reshape(len(true_groups), -1), predicted.reshape(len(predicted), -1)):
+    flat_true = true_groups.reshape(len(true_groups), -1)
+    flat_pred = predicted.reshape(len(predicted), -1)
+    for truth, guess in zip(flat_true, flat_pred):
         keep = np.ones_like(truth, dtype=bool) if ignore_label is None else truth != ignore_label
         if not keep.any():
             scores.append(np.nan)

@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_capsules.layers.rladder._utils import serialize_all
+from keras_capsules.layers.rladder._utils import clone_initializer, serialize_all
 
 _INITIALIZERS = (
     "kernel_initializer",
@@ -138,7 +138,7 @@ class EncoderCellBase(keras.layers.Layer):
         return self.add_weight(
             name=name,
             shape=shape,
-            initializer=getattr(self, f"{kind}_initializer"),
+            initializer=clone_initializer(getattr(self, f"{kind}_initializer")),
             regularizer=getattr(self, f"{kind}_regularizer"),
             constraint=getattr(self, f"{kind}_constraint"),
         )

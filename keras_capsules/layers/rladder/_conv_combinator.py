@@ -9,6 +9,7 @@ import keras
 from keras import ops
 
 from keras_capsules.layers.rladder._utils import (
+    clone_initializer,
     UPSAMPLE_MODES,
     choice,
     positive_int,
@@ -100,7 +101,7 @@ class ConvCombinatorBase(keras.layers.Layer):
         return self.add_weight(
             name=name,
             shape=shape,
-            initializer=self.kernel_initializer,
+            initializer=clone_initializer(self.kernel_initializer),
             regularizer=self.kernel_regularizer,
             constraint=self.kernel_constraint,
         )
@@ -109,7 +110,7 @@ class ConvCombinatorBase(keras.layers.Layer):
         return self.add_weight(
             name=name,
             shape=(size,),
-            initializer=self.bias_initializer,
+            initializer=clone_initializer(self.bias_initializer),
             regularizer=self.bias_regularizer,
             constraint=self.bias_constraint,
         )

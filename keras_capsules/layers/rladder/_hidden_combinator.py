@@ -24,7 +24,8 @@ class HiddenConvCombinatorBase(ConvCombinatorBase):
         self.lateral_kernel = self._conv_kernel("lateral_kernel", self.lat_channels, hidden)
         self.hidden_bias = self._bias("hidden_bias", hidden)
         for head in self.HEADS:
-            setattr(self, f"{head}_kernel", self._conv_kernel(f"{head}_kernel", hidden, self.lat_channels))
+            kernel = self._conv_kernel(f"{head}_kernel", hidden, self.lat_channels)
+            setattr(self, f"{head}_kernel", kernel)
             setattr(self, f"{head}_bias", self._bias(f"{head}_bias", self.lat_channels))
         self.built = True
 

@@ -96,3 +96,15 @@ def elementwise_f(u, params):
     """
     w0, w1, w2, w3, w4 = ops.unstack(params, num=5, axis=0)
     return w0 * ops.sigmoid(w1 * u + w2) + w3 * u + w4
+
+
+def clone_initializer(initializer):
+    """A fresh copy of an initializer for one weight.
+
+    An unseeded Keras random initializer draws its seed once, so one instance used
+    for several weights of the same shape fills them with identical values; a copy
+    made from its config draws a new seed.
+    """
+    if isinstance(initializer, keras.initializers.Initializer):
+        return initializer.__class__.from_config(initializer.get_config())
+    return initializer

@@ -4,7 +4,12 @@ import keras
 from keras import ops
 
 from keras_capsules.layers.rladder._conv_combinator import ConvCombinatorBase
-from keras_capsules.layers.rladder._utils import RowwiseConstant, elementwise_f, serialize_all
+from keras_capsules.layers.rladder._utils import (
+    clone_initializer,
+    RowwiseConstant,
+    elementwise_f,
+    serialize_all,
+)
 from keras_capsules.layers.rladder.g1 import DEFAULT_MU_VALUES, DEFAULT_S_VALUES
 
 _EXTRA = ("mu_initializer", "s_initializer")
@@ -117,14 +122,14 @@ class ConvG1(ConvCombinatorBase):
         self.mu_weights = self.add_weight(
             name="mu_weights",
             shape=(5, channels),
-            initializer=self.mu_initializer,
+            initializer=clone_initializer(self.mu_initializer),
             regularizer=self.mu_regularizer,
             constraint=self.mu_constraint,
         )
         self.s_weights = self.add_weight(
             name="s_weights",
             shape=(5, channels),
-            initializer=self.s_initializer,
+            initializer=clone_initializer(self.s_initializer),
             regularizer=self.s_regularizer,
             constraint=self.s_constraint,
         )

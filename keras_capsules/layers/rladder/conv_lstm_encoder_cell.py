@@ -73,8 +73,12 @@ class ConvLSTMEncoderCell(LSTMEncoderCell):
         k, n = self.kernel_size, 4 * self.filters
         self.kernel = self._weight("kernel", "kernel", (k, k, x[-1], n))
         if self.use_feedback:
-            self.feedback_kernel = self._weight("feedback", "feedback_kernel", (k, k, self.filters, n))
-        self.recurrent_kernel = self._weight("recurrent", "recurrent_kernel", (k, k, self.filters, n))
+            self.feedback_kernel = self._weight(
+                "feedback", "feedback_kernel", (k, k, self.filters, n)
+            )
+        self.recurrent_kernel = self._weight(
+            "recurrent", "recurrent_kernel", (k, k, self.filters, n)
+        )
         self.bias = self._lstm_bias(self.filters)
 
     def _step(self, x, d, states):

@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from keras_capsules.layers.rladder._utils import (
+    clone_initializer,
     RowwiseConstant,
     elementwise_f,
     serialize_all,
@@ -145,28 +146,28 @@ class G1(keras.layers.Layer):
             self.kernel = self.add_weight(
                 name="kernel",
                 shape=(top[-1], units),
-                initializer=self.kernel_initializer,
+                initializer=clone_initializer(self.kernel_initializer),
                 regularizer=self.kernel_regularizer,
                 constraint=self.kernel_constraint,
             )
         self.bias = self.add_weight(
             name="bias",
             shape=(units,),
-            initializer=self.bias_initializer,
+            initializer=clone_initializer(self.bias_initializer),
             regularizer=self.bias_regularizer,
             constraint=self.bias_constraint,
         )
         self.mu_weights = self.add_weight(
             name="mu_weights",
             shape=(5, units),
-            initializer=self.mu_initializer,
+            initializer=clone_initializer(self.mu_initializer),
             regularizer=self.mu_regularizer,
             constraint=self.mu_constraint,
         )
         self.s_weights = self.add_weight(
             name="s_weights",
             shape=(5, units),
-            initializer=self.s_initializer,
+            initializer=clone_initializer(self.s_initializer),
             regularizer=self.s_regularizer,
             constraint=self.s_constraint,
         )

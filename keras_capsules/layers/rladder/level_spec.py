@@ -2,13 +2,21 @@
 
 from keras_capsules.layers.rladder._utils import UPSAMPLE_MODES, choice, positive_int
 
-#: encoder ops: name -> (kind, cell class name)
+#: encoder ops: name -> kind of level
 ENCODERS = {"gated": "dense", "lstm": "dense", "convlstm": "conv"}
 DENSE_COMBINATORS = ("G1",)
 CONV_COMBINATORS = ("ConvG1", "ConvG2", "ConvG3")
 COMBINATORS = DENSE_COMBINATORS + CONV_COMBINATORS
 
-_KEYS = ("encoder", "units", "combinator", "pool", "kernel_size", "combinator_filters", "upsample_mode")
+_KEYS = (
+    "encoder",
+    "units",
+    "combinator",
+    "pool",
+    "kernel_size",
+    "combinator_filters",
+    "upsample_mode",
+)
 
 
 def level_spec(
@@ -89,7 +97,9 @@ def normalize_level(spec, index=None):
         "combinator_filters": positive_int(
             "combinator_filters", spec.get("combinator_filters"), allow_none=True
         ),
-        "upsample_mode": choice("upsample_mode", spec.get("upsample_mode", "nearest"), UPSAMPLE_MODES),
+        "upsample_mode": choice(
+            "upsample_mode", spec.get("upsample_mode", "nearest"), UPSAMPLE_MODES
+        ),
     }
 
 

@@ -5,7 +5,12 @@ import math
 import keras
 from keras import ops
 
-from keras_capsules.layers.rladder._utils import max_pool, positive_int, serialize_all
+from keras_capsules.layers.rladder._utils import (
+    clone_initializer,
+    max_pool,
+    positive_int,
+    serialize_all,
+)
 from keras_capsules.layers.rladder.conv_g1 import ConvG1
 from keras_capsules.layers.rladder.conv_g2 import ConvG2
 from keras_capsules.layers.rladder.conv_g3 import ConvG3
@@ -139,7 +144,8 @@ class RLadder(keras.layers.Layer):
                     f"Received: pool={spec['pool']}"
                 )
         self.n_iters = positive_int("n_iters", n_iters, allow_none=True)
-        for name, value in (("decoder_to_encoder", decoder_to_encoder), ("use_decoder", use_decoder)):
+        flags = (("decoder_to_encoder", decoder_to_encoder), ("use_decoder", use_decoder))
+        for name, value in flags:
             if not isinstance(value, bool):
                 raise ValueError(f"`{name}` must be True or False. Received: {name}={value!r}")
         self.decoder_to_encoder = decoder_to_encoder
@@ -166,16 +172,16 @@ class RLadder(keras.layers.Layer):
         use_feedback = self.decoder_to_encoder and self.use_decoder
         common = dict(
             dtype=self.dtype_policy,
-            kernel_initializer=self.kernel_initializer,
-            bias_initializer=self.bias_initializer,
+            kernel_initializer=clone_initializer(self.kernel_initializer),
+            bias_initializer=clone_initializer(self.bias_initializer),
             kernel_regularizer=self.kernel_regularizer,
             bias_regularizer=self.bias_regularizer,
         )
         cell_common = dict(
             common,
             use_feedback=use_feedback,
-            feedback_initializer=self.kernel_initializer,
-            recurrent_initializer=self.recurrent_initializer,
+            feedback_initializer=clone_initializer(self.kernel_initializer),
+            recurrent_initializer=clone_initializer(self.recurrent_initializer),
             feedback_regularizer=self.kernel_regularizer,
             recurrent_regularizer=self.recurrent_regularizer,
         )
@@ -305,13 +311,13 @@ class RLadder(keras.layers.Layer):
                 self.output_kernel = self.add_weight(
                     name="output_kernel",
                     shape=(features[-1], self.output_units),
-                    initializer=self.kernel_initializer,
+                    initializer=clone_initializer(self.kernel_initializer),
                     regularizer=self.kernel_regularizer,
                 )
                 self.output_bias = self.add_weight(
                     name="output_bias",
                     shape=(self.output_units,),
-                    initializer=self.bias_initializer,
+                    initializer=clone_initializer(self.bias_initializer),
                     regularizer=self.bias_regularizer,
                 )
         self.built = True

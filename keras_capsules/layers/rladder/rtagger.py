@@ -5,11 +5,21 @@ import math
 import keras
 from keras import ops
 
-from keras_capsules.layers.rladder._utils import positive_float, positive_int, serialize_all
+from keras_capsules.layers.rladder._utils import (
+    clone_initializer,
+    positive_float,
+    positive_int,
+    serialize_all,
+)
 from keras_capsules.layers.rladder.rladder import RLadder
 from keras_capsules.ops import routing_dtype
 
-_INITIALIZERS = ("kernel_initializer", "recurrent_initializer", "bias_initializer", "means_initializer")
+_INITIALIZERS = (
+    "kernel_initializer",
+    "recurrent_initializer",
+    "bias_initializer",
+    "means_initializer",
+)
 _REGULARIZERS = ("kernel_regularizer", "recurrent_regularizer", "bias_regularizer")
 
 
@@ -126,9 +136,9 @@ class RTagger(keras.layers.Layer):
             use_decoder=True,
             input_combinator=input_combinator,
             input_combinator_filters=input_combinator_filters,
-            kernel_initializer=self.kernel_initializer,
-            recurrent_initializer=self.recurrent_initializer,
-            bias_initializer=self.bias_initializer,
+            kernel_initializer=clone_initializer(self.kernel_initializer),
+            recurrent_initializer=clone_initializer(self.recurrent_initializer),
+            bias_initializer=clone_initializer(self.bias_initializer),
             kernel_regularizer=self.kernel_regularizer,
             recurrent_regularizer=self.recurrent_regularizer,
             bias_regularizer=self.bias_regularizer,
@@ -168,18 +178,20 @@ class RTagger(keras.layers.Layer):
         self.ladder.build((None,) + self._ladder_features(spatial, channels, is_image))
         width = 2 * channels + 3
         self.initial_means = self.add_weight(
-            name="initial_means", shape=(self.n_groups, channels), initializer=self.means_initializer
+            name="initial_means",
+            shape=(self.n_groups, channels),
+            initializer=clone_initializer(self.means_initializer),
         )
         self.readout_kernel = self.add_weight(
             name="readout_kernel",
             shape=(width, channels + 1),
-            initializer=self.kernel_initializer,
+            initializer=clone_initializer(self.kernel_initializer),
             regularizer=self.kernel_regularizer,
         )
         self.readout_bias = self.add_weight(
             name="readout_bias",
             shape=(channels + 1,),
-            initializer=self.bias_initializer,
+            initializer=clone_initializer(self.bias_initializer),
             regularizer=self.bias_regularizer,
         )
         self.built = True

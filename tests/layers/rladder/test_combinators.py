@@ -157,3 +157,10 @@ def test_functional_model_without_top():
     lat = keras.Input((4, 4, 2))
     model = keras.Model(lat, ConvG3()([None, lat]))
     assert model.output.shape == (None, 4, 4, 2)
+
+
+def test_same_shape_kernels_start_different():
+    """An unseeded initializer is cloned per weight, so mu1 and mu2 do not start equal."""
+    layer = ConvG3()
+    layer(np.zeros((1, 4, 4, 2), "float32"))
+    assert not np.allclose(np.asarray(layer.mu1_kernel), np.asarray(layer.mu2_kernel))
