@@ -37,16 +37,20 @@ class RTagger(keras.layers.Layer):
     the logits over the groups.
 
     The likelihood terms (our reading of the paper's equations (76)-(77)) for a
-    Gaussian with fixed variance ``sigma^2``, per pixel ``p`` (summed over channels):
+    Gaussian with fixed variance ``sigma^2``, per pixel (summed over channels):
 
     ```
     L_k = -sum_c (x - m_k)^2 / (2 sigma^2)          log-likelihood up to a constant
     q_k = softmax_k(log pi_k + L_k)                 the posterior-like term
     ```
 
-    so group ``k``'s ladder input is the channel concatenation
-    ``[x, m_k, pi_k, L_k, q_k]`` (``2 C + 3`` channels). The likelihood terms and both
-    softmaxes run in float32, also under mixed precision.
+    Group ``k``'s ladder input is the channel concatenation
+    ``[x, m_k, pi_k, exp(L_k), q_k]`` (``2 C + 3`` channels). The log-likelihood
+    enters as ``exp(L_k)``, the Gaussian likelihood without its normalizing constant:
+    it lies in ``(0, 1]`` (1 where ``m_k = x``), whereas ``L_k`` itself is unbounded
+    below and, fed raw, made the iterations diverge for small ``sigma``. ``q_k`` is
+    computed from ``L_k`` exactly (a log-domain softmax). The likelihood terms and
+    both softmaxes run in float32, also under mixed precision.
 
     At the first iteration the means are learned per-group constants
     ``initial_means`` ``[K, C]`` (randomly initialized, which breaks the symmetry
@@ -234,7 +238,8 @@ class RTagger(keras.layers.Layer):
             log_lik = -ops.sum(ops.square(x - m), axis=-1, keepdims=True) * inv_two_var
             q = ops.softmax(log_pi + log_lik, axis=1)
             z = ops.concatenate(
-                [ops.broadcast_to(x, ops.shape(m)), m, ops.exp(log_pi), log_lik, q], axis=-1
+                [ops.broadcast_to(x, ops.shape(m)), m, ops.exp(log_pi), ops.exp(log_lik), q],
+                axis=-1,
             )
             z = ops.cast(z, dtype)
             z = ops.reshape(z, (-1,) + self._ladder_features(spatial, channels, is_image))

@@ -147,3 +147,9 @@ def test_adjusted_mutual_info():
     assert adjusted_mutual_info(truth, wrong_bg, ignore_label=0) == pytest.approx(1.0)
     with pytest.raises(ValueError, match="one axis"):
         adjusted_mutual_info(truth, random[:, 0])
+
+
+def test_many_iterations_with_a_small_sigma_stay_bounded():
+    pi, m = RTagger(2, CONV_LEVELS, n_iters=6, sigma=0.05)(_images(2, 4, 4, 1))
+    assert np.all(np.isfinite(m.numpy())) and np.abs(m.numpy()).max() < 50
+    assert np.all(np.isfinite(pi.numpy()))
