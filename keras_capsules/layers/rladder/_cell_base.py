@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_capsules.layers.rladder._utils import clone_initializer, serialize_all
+from keras_capsules.layers.rladder._utils import clone_initializer, output_spec, serialize_all
 
 _INITIALIZERS = (
     "kernel_initializer",
@@ -123,6 +123,9 @@ class EncoderCellBase(keras.layers.Layer):
     def compute_output_shape(self, input_shape):
         _, _, state = self._split_shapes(input_shape)
         return state if self.NUM_STATES == 1 else [state] * self.NUM_STATES
+
+    def compute_output_spec(self, inputs):
+        return output_spec(self, inputs)
 
     def output_feature_shape(self, x_feature_shape):
         """Per-sample shape of the output (and of every state) for an input shape."""

@@ -108,3 +108,11 @@ def clone_initializer(initializer):
     if isinstance(initializer, keras.initializers.Initializer):
         return initializer.__class__.from_config(initializer.get_config())
     return initializer
+
+
+def output_spec(layer, inputs):
+    """KerasTensors (compute dtype) for every shape ``layer.compute_output_shape`` gives."""
+    shapes = layer.compute_output_shape(keras.tree.map_structure(lambda t: tuple(t.shape), inputs))
+    return keras.tree.map_shape_structure(
+        lambda shape: keras.KerasTensor(shape, dtype=layer.compute_dtype), shapes
+    )

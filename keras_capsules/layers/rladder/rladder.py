@@ -8,6 +8,7 @@ from keras import ops
 from keras_capsules.layers.rladder._utils import (
     clone_initializer,
     max_pool,
+    output_spec,
     positive_int,
     serialize_all,
 )
@@ -334,6 +335,9 @@ class RLadder(keras.layers.Layer):
         if not self.use_decoder:
             return top
         return [(batch, steps) + self._prediction_features(features), top]
+
+    def compute_output_spec(self, inputs):
+        return output_spec(self, inputs)
 
     # ------------------------------------------------------------------ steps
     def initial_carry(self, batch_size, dtype):

@@ -7,6 +7,7 @@ from keras import ops
 
 from keras_capsules.layers.rladder._utils import (
     clone_initializer,
+    output_spec,
     positive_float,
     positive_int,
     serialize_all,
@@ -204,6 +205,9 @@ class RTagger(keras.layers.Layer):
         batch, steps, spatial, channels, is_image = self._pixel_shape(input_shape)
         lead = (batch, steps, self.n_groups) + tuple(spatial)
         return [lead + (1,), lead + (channels,)]
+
+    def compute_output_spec(self, inputs):
+        return output_spec(self, inputs)
 
     # ------------------------------------------------------------------ call
     def call(self, inputs):

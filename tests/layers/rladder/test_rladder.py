@@ -143,3 +143,10 @@ def test_learns_next_step_prediction_of_a_periodic_sequence():
     model.fit(x, y, epochs=20, batch_size=32, verbose=0)
     after = model.evaluate(x, y, verbose=0)
     assert after < 0.2 * before and after < 0.05, (before, after)
+
+
+def test_symbolic_output_spec_follows_the_policy():
+    inputs = keras.Input((3, 5))
+    prediction, top = RLadder(DENSE_LEVELS, dtype="mixed_bfloat16")(inputs)
+    assert prediction.shape == (None, 3, 5) and top.shape == (None, 3, 3)
+    assert prediction.dtype == "bfloat16" and top.dtype == "bfloat16"
