@@ -6,16 +6,41 @@ from keras_capsules.layers.dynamic_routing import DynamicRouting
 from keras_capsules.layers.em_routing import EMRouting
 from keras_capsules.layers.kmeans_routing import KMeansRouting
 from keras_capsules.layers.mac import ControlUnit, MACCell, MACNetwork, ReadUnit, WriteUnit
+from keras_capsules.layers.rladder import (
+    G1,
+    ConvG1,
+    ConvG2,
+    ConvG3,
+    ConvLSTMEncoderCell,
+    GatedEncoderCell,
+    LSTMEncoderCell,
+    RLadder,
+    RTagger,
+    level_spec,
+)
 
 __all__ = [
+    # capsule routing and embeddings
     "CapsuleLength",
     "CompositionalEmbedding",
-    "ControlUnit",
     "DynamicRouting",
     "EMRouting",
     "KMeansRouting",
+    # MAC reasoning cells
+    "ControlUnit",
     "MACCell",
     "MACNetwork",
     "ReadUnit",
     "WriteUnit",
+    # Recurrent Ladder networks
+    "G1",
+    "ConvG1",
+    "ConvG2",
+    "ConvG3",
+    "ConvLSTMEncoderCell",
+    "GatedEncoderCell",
+    "LSTMEncoderCell",
+    "RLadder",
+    "RTagger",
+    "level_spec",
 ]

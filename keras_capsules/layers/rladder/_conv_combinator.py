@@ -1,0 +1,176 @@
+"""Private base of the convolutional combinators ConvG1, ConvG2 and ConvG3.
+
+It handles what they share: the ``[x_top, x_lat]`` inputs, shape validation, the
+top-down path (upsampling + convolution of ``x_top``, or a dense projection when
+``x_top`` is a vector), and the kernel/bias arguments.
+"""
+
+import keras
+from keras import ops
+
+from keras_capsules.layers.rladder._utils import (
+    clone_initializer,
+    UPSAMPLE_MODES,
+    choice,
+    positive_int,
+    serialize_all,
+    split_top_lateral,
+    upsample_nearest,
+)
+
+_BASE_INITIALIZERS = ("kernel_initializer", "bias_initializer")
+_BASE_REGULARIZERS = ("kernel_regularizer", "bias_regularizer")
+_BASE_CONSTRAINTS = ("kernel_constraint", "bias_constraint")
+
+
+class ConvCombinatorBase(keras.layers.Layer):
+    """Shared machinery; see ConvG1 for the public documentation of the arguments."""
+
+    def __init__(
+        self,
+        kernel_size=3,
+        upsample=1,
+        upsample_mode="nearest",
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        kernel_regularizer=None,
+        bias_regularizer=None,
+        kernel_constraint=None,
+        bias_constraint=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.kernel_size = positive_int("kernel_size", kernel_size)
+        self.upsample = positive_int("upsample", upsample)
+        self.upsample_mode = choice("upsample_mode", upsample_mode, UPSAMPLE_MODES)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
+        self.bias_regularizer = keras.regularizers.get(bias_regularizer)
+        self.kernel_constraint = keras.constraints.get(kernel_constraint)
+        self.bias_constraint = keras.constraints.get(bias_constraint)
+
+    # ------------------------------------------------------------------ shapes
+    def _shapes(self, input_shape):
+        name = type(self).__name__
+        if isinstance(input_shape, (list, tuple)) and input_shape and not all(
+            d is None or isinstance(d, int) for d in input_shape
+        ):
+            top, lat = split_top_lateral(name, list(input_shape))
+        else:
+            top, lat = None, input_shape
+        lat = tuple(lat)
+        if len(lat) != 4 or any(d is None for d in lat[1:]):
+            raise ValueError(
+                f"{name} expects x_lat of shape [batch, height, width, channels] (rank 4, "
+                f"channels last, known sizes). Received: x_lat shape={lat}"
+            )
+        if top is not None:
+            top = tuple(top)
+            if len(top) == 2:
+                if top[-1] is None:
+                    raise ValueError(
+                        f"{name} expects a vector x_top of shape [batch, top_units] with "
+                        f"known top_units. Received: x_top shape={top}"
+                    )
+            elif len(top) == 4:
+                expected = (lat[1] // self.upsample, lat[2] // self.upsample)
+                if (
+                    top[3] is None
+                    or lat[1] % self.upsample
+                    or lat[2] % self.upsample
+                    or tuple(top[1:3]) != expected
+                ):
+                    raise ValueError(
+                        f"{name} with upsample={self.upsample} expects x_top of shape "
+                        f"[batch, {expected[0]}, {expected[1]}, top_channels] for x_lat of "
+                        f"shape {lat}. Received: x_top shape={top}"
+                    )
+            else:
+                raise ValueError(
+                    f"{name} expects x_top of shape [batch, height, width, channels] or "
+                    f"[batch, top_units]. Received: x_top shape={top}"
+                )
+        return top, lat
+
+    def compute_output_shape(self, input_shape):
+        return self._shapes(input_shape)[1]
+
+    # ------------------------------------------------------------------ weights
+    def _kernel(self, name, shape):
+        return self.add_weight(
+            name=name,
+            shape=shape,
+            initializer=clone_initializer(self.kernel_initializer),
+            regularizer=self.kernel_regularizer,
+            constraint=self.kernel_constraint,
+        )
+
+    def _bias(self, name, size):
+        return self.add_weight(
+            name=name,
+            shape=(size,),
+            initializer=clone_initializer(self.bias_initializer),
+            regularizer=self.bias_regularizer,
+            constraint=self.bias_constraint,
+        )
+
+    def _conv_kernel(self, name, in_channels, out_channels):
+        k = self.kernel_size
+        return self._kernel(name, (k, k, in_channels, out_channels))
+
+    def _build_top(self, top, out_channels):
+        """Creates ``top_kernel`` mapping x_top to ``out_channels`` (None without top)."""
+        self.top_rank = None if top is None else len(top)
+        if top is None:
+            return
+        if len(top) == 2:
+            self.top_kernel = self._kernel("top_kernel", (top[-1], out_channels))
+        elif self.upsample > 1 and self.upsample_mode == "transpose":
+            k = max(self.kernel_size, self.upsample)
+            self.top_kernel = self._kernel("top_kernel", (k, k, out_channels, top[-1]))
+        else:
+            self.top_kernel = self._conv_kernel("top_kernel", top[-1], out_channels)
+
+    def _top_signal(self, x_top, x_lat):
+        """The top-down contribution to ``u``, broadcastable to x_lat's spatial shape."""
+        if len(x_top.shape) == 2:
+            return ops.matmul(x_top, self.top_kernel)[:, None, None, :]
+        if self.upsample > 1 and self.upsample_mode == "transpose":
+            return ops.conv_transpose(
+                x_top, self.top_kernel, strides=self.upsample, padding="same"
+            )
+        return ops.conv(upsample_nearest(x_top, self.upsample), self.top_kernel, padding="same")
+
+    def _split_and_check(self, inputs):
+        name = type(self).__name__
+        x_top, x_lat = split_top_lateral(name, inputs)
+        has_top = self.top_rank is not None
+        if (x_top is not None) != has_top:
+            raise ValueError(
+                f"This {name} layer was built "
+                + ("with" if has_top else "without")
+                + f" an x_top input. Received: x_top={'None' if x_top is None else 'a tensor'}"
+            )
+        shapes = [tuple(x_lat.shape)] if x_top is None else [tuple(x_top.shape), tuple(x_lat.shape)]
+        self._shapes(shapes if x_top is not None else shapes[0])
+        if x_lat.shape[-1] != self.lat_channels:
+            raise ValueError(
+                f"This {name} layer was built for x_lat of shape [batch, height, width, "
+                f"{self.lat_channels}]. Received: x_lat shape={tuple(x_lat.shape)}"
+            )
+        return x_top, x_lat
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "kernel_size": self.kernel_size,
+                "upsample": self.upsample,
+                "upsample_mode": self.upsample_mode,
+            }
+        )
+        serialize_all(config, self, _BASE_INITIALIZERS, "initializers")
+        serialize_all(config, self, _BASE_REGULARIZERS, "regularizers")
+        serialize_all(config, self, _BASE_CONSTRAINTS, "constraints")
+        return config

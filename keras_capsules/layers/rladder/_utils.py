@@ -1,0 +1,118 @@
+"""Private helpers shared by the Recurrent Ladder layers (validation, resampling)."""
+
+import keras
+from keras import ops
+
+UPSAMPLE_MODES = ("nearest", "transpose")
+
+
+def positive_int(name, value, allow_none=False):
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
+    return value
+
+
+def positive_float(name, value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"`{name}` must be a positive number. Received: {name}={value!r}")
+    return float(value)
+
+
+def choice(name, value, options):
+    if value not in options:
+        raise ValueError(f"`{name}` must be one of {options}. Received: {name}={value!r}")
+    return value
+
+
+def serialize_all(config, obj, names, kind):
+    """Writes ``obj.<name>`` of every name, serialized with ``keras.<kind>``."""
+    module = getattr(keras, kind)
+    for name in names:
+        config[name] = module.serialize(getattr(obj, name))
+    return config
+
+
+def split_top_lateral(layer_name, inputs):
+    """``[x_top, x_lat]``, ``[None, x_lat]``, ``[x_lat]`` or ``x_lat`` -> (x_top, x_lat)."""
+    if isinstance(inputs, (list, tuple)):
+        if len(inputs) == 2:
+            return inputs[0], inputs[1]
+        if len(inputs) == 1:
+            return None, inputs[0]
+        raise ValueError(
+            f"{layer_name} expects inputs [x_top, x_lat] (x_top may be None at the top "
+            f"level) or a single tensor x_lat. Received: a list of length {len(inputs)}"
+        )
+    return None, inputs
+
+
+def is_shape(value):
+    return isinstance(value, (list, tuple)) and all(d is None or isinstance(d, int) for d in value)
+
+
+def upsample_nearest(x, factor):
+    """Repeats every pixel of ``[batch, H, W, C]`` ``factor`` times along H and W."""
+    if factor == 1:
+        return x
+    return ops.repeat(ops.repeat(x, factor, axis=1), factor, axis=2)
+
+
+def max_pool(x, factor):
+    """Max pooling of ``[batch, H, W, C]`` over ``factor x factor`` windows."""
+    if factor == 1:
+        return x
+    return ops.max_pool(x, pool_size=factor, strides=factor, padding="valid")
+
+
+class RowwiseConstant(keras.initializers.Initializer):
+    """Fills row ``i`` of a ``[len(values), n]`` weight with ``values[i]``."""
+
+    def __init__(self, values):
+        self.values = [float(v) for v in values]
+
+    def __call__(self, shape, dtype=None):
+        if len(shape) != 2 or shape[0] != len(self.values):
+            raise ValueError(
+                f"RowwiseConstant({self.values}) fills weights of shape "
+                f"[{len(self.values)}, n]. Received: shape={tuple(shape)}"
+            )
+        column = ops.convert_to_tensor(self.values, dtype=dtype or "float32")[:, None]
+        return ops.tile(column, (1, shape[1]))
+
+    def get_config(self):
+        return {"values": list(self.values)}
+
+
+keras.saving.register_keras_serializable(package="keras_capsules")(RowwiseConstant)
+
+
+def elementwise_f(u, params):
+    """The combinator's per-unit function ``w0 * sigmoid(w1 * u + w2) + w3 * u + w4``.
+
+    ``params`` has shape ``[5, n]`` (one parameter vector per row) and ``u``
+    ``[..., n]``; the result has the shape of ``u``.
+    """
+    w0, w1, w2, w3, w4 = ops.unstack(params, num=5, axis=0)
+    return w0 * ops.sigmoid(w1 * u + w2) + w3 * u + w4
+
+
+def clone_initializer(initializer):
+    """A fresh copy of an initializer for one weight.
+
+    An unseeded Keras random initializer draws its seed once, so one instance used
+    for several weights of the same shape fills them with identical values; a copy
+    made from its config draws a new seed.
+    """
+    if isinstance(initializer, keras.initializers.Initializer):
+        return initializer.__class__.from_config(initializer.get_config())
+    return initializer
+
+
+def output_spec(layer, inputs):
+    """KerasTensors (compute dtype) for every shape ``layer.compute_output_shape`` gives."""
+    shapes = layer.compute_output_shape(keras.tree.map_structure(lambda t: tuple(t.shape), inputs))
+    return keras.tree.map_shape_structure(
+        lambda shape: keras.KerasTensor(shape, dtype=layer.compute_dtype), shapes
+    )

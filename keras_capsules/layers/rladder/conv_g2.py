@@ -1,0 +1,64 @@
+"""ConvG2: a gated convolutional combinator (a reconstruction; Ilin et al. 2017)."""
+
+import keras
+from keras import ops
+
+from keras_capsules.layers.rladder._hidden_combinator import HiddenConvCombinatorBase
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules")
+class ConvG2(HiddenConvCombinatorBase):
+    """Convolutional decoder combinator ConvG2 (a reconstruction).
+
+    The paper's appendix lists ConvG2 among its decoder functions, but its formula is
+    lost from the text available to us. This layer is a *reconstruction* that sits
+    between ConvG1 and ConvG3: a hidden layer sees both inputs (as in ConvG3), and the
+    lateral signal is passed through a learned gate (as in G1/ConvG1):
+
+    ```
+    u  = relu(A1 * up(x_top) + B1 * x_lat + b1)     (convolutions, `filters` channels)
+    mu = W1 * u + b_mu
+    s  = sigmoid(Ws * u + b_s)
+    y  = x_lat * s + (1 - s) * mu
+    ```
+
+    All convolutions use ``kernel_size`` kernels and 'same' padding. Upsampling of
+    ``x_top``, a vector ``x_top`` and the top level (no ``x_top``: the ``A1`` term is
+    dropped) are handled as in :class:`ConvG1`.
+
+    Args:
+        filters: channels of ``u``; None (default) uses the channels of ``x_lat``.
+        kernel_size: height and width of every convolution kernel. Default 3.
+        upsample: the factor between x_top's and x_lat's height and width. Default 1.
+        upsample_mode: ``"nearest"`` (default) or ``"transpose"`` (see ConvG1).
+        kernel_initializer, bias_initializer: initializers of every kernel and bias.
+        kernel_regularizer, bias_regularizer: optional regularizers.
+        kernel_constraint, bias_constraint: optional constraints.
+        **kwargs: base layer arguments (``name``, ``dtype``, ...).
+
+    Call arguments:
+        inputs: ``[x_top, x_lat]`` as for :class:`ConvG1`, or ``x_lat`` alone.
+
+    Returns:
+        ``y`` of the shape of ``x_lat``.
+
+    Example:
+
+    ```python
+    top = keras.Input((4, 4, 16))
+    lateral = keras.Input((8, 8, 8))
+    y = keras_capsules.layers.ConvG2(filters=16, upsample=2)([top, lateral])
+    ```
+
+    Reference:
+        A. Ilin et al., "Recurrent Ladder Networks", NIPS 2017 (appendix; formula
+        reconstructed, see above).
+    """
+
+    HEADS = ("mu", "s")
+
+    def call(self, inputs):
+        u, x_lat = self._hidden(inputs)
+        mu = self._head("mu", u)
+        s = ops.sigmoid(self._head("s", u))
+        return x_lat * s + (1.0 - s) * mu

@@ -1,0 +1,205 @@
+"""G1: the dense decoder combinator of the Recurrent Ladder (Ilin et al. 2017)."""
+
+import keras
+from keras import ops
+
+from keras_capsules.layers.rladder._utils import (
+    clone_initializer,
+    RowwiseConstant,
+    elementwise_f,
+    serialize_all,
+    split_top_lateral,
+)
+
+_INITIALIZERS = ("kernel_initializer", "bias_initializer", "mu_initializer", "s_initializer")
+_REGULARIZERS = ("kernel_regularizer", "bias_regularizer", "mu_regularizer", "s_regularizer")
+_CONSTRAINTS = ("kernel_constraint", "bias_constraint", "mu_constraint", "s_constraint")
+
+#: f(u) = u: mu starts as the top-down signal itself.
+DEFAULT_MU_VALUES = (0.0, 1.0, 0.0, 1.0, 0.0)
+#: f(u) = sigmoid(u): the lateral weight s starts in (0, 1).
+DEFAULT_S_VALUES = (1.0, 1.0, 0.0, 0.0, 0.0)
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules")
+class G1(keras.layers.Layer):
+    """Dense decoder combinator G1 of the Recurrent Ladder (paper appendix).
+
+    Merges the top-down signal ``x_top`` (the decoder output of the level above) with
+    the lateral signal ``x_lat`` (this level's encoder output):
+
+    ```
+    u  = x_top @ A + b                                  (a dense projection)
+    mu = f(u; w_mu),  s = f(u; w_s)
+    f(u; w) = w0 * sigmoid(w1 * u + w2) + w3 * u + w4   (elementwise, per unit)
+    y  = x_lat * s + (1 - s) * mu
+    ```
+
+    ``w_mu`` and ``w_s`` hold five parameter vectors each, one value per unit. The
+    output has the shape of ``x_lat``. At the top level of a ladder there is no
+    ``x_top``: pass ``x_lat`` alone (or ``[None, x_lat]``) and ``u = b``, a learned
+    bias vector (zeros at initialization), so that ``mu`` and ``s`` are learned
+    constants per unit.
+
+    Args:
+        kernel_initializer: initializer of ``kernel`` (``A``). Default glorot uniform.
+        bias_initializer: initializer of ``bias`` (``b``). Default zeros.
+        mu_initializer: initializer of ``mu_weights`` ``[5, units]`` (rows ``w0..w4``).
+            Default: rows ``(0, 1, 0, 1, 0)``, i.e. ``mu = u``.
+        s_initializer: initializer of ``s_weights`` ``[5, units]``. Default: rows
+            ``(1, 1, 0, 0, 0)``, i.e. ``s = sigmoid(u)``.
+        kernel_regularizer, bias_regularizer, mu_regularizer, s_regularizer: optional.
+        kernel_constraint, bias_constraint, mu_constraint, s_constraint: optional.
+        **kwargs: base layer arguments (``name``, ``dtype``, ...).
+
+    Call arguments:
+        inputs: ``[x_top, x_lat]`` with ``x_top`` ``[batch, ..., top_units]`` and
+            ``x_lat`` ``[batch, ..., units]`` (same leading axes), or ``x_lat`` alone /
+            ``[None, x_lat]`` at the top level.
+
+    Returns:
+        ``y``, a tensor of the shape of ``x_lat``.
+
+    Example:
+
+    ```python
+    top = keras.Input((8,))
+    lateral = keras.Input((16,))
+    y = keras_capsules.layers.G1()([top, lateral])        # (None, 16)
+    y_top = keras_capsules.layers.G1()(lateral)            # top level: no x_top
+    ```
+
+    Reference:
+        A. Ilin, I. Prémont-Schwarz, T. H. Hao, A. Rasmus, R. Boney, H. Valpola,
+        "Recurrent Ladder Networks", NIPS 2017 (appendix, decoder functions); the
+        function ``f`` follows the vanilla combinator of Rasmus et al. 2015.
+    """
+
+    def __init__(
+        self,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        mu_initializer=None,
+        s_initializer=None,
+        kernel_regularizer=None,
+        bias_regularizer=None,
+        mu_regularizer=None,
+        s_regularizer=None,
+        kernel_constraint=None,
+        bias_constraint=None,
+        mu_constraint=None,
+        s_constraint=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.mu_initializer = keras.initializers.get(
+            mu_initializer if mu_initializer is not None else RowwiseConstant(DEFAULT_MU_VALUES)
+        )
+        self.s_initializer = keras.initializers.get(
+            s_initializer if s_initializer is not None else RowwiseConstant(DEFAULT_S_VALUES)
+        )
+        for name, value in zip(
+            _REGULARIZERS, (kernel_regularizer, bias_regularizer, mu_regularizer, s_regularizer)
+        ):
+            setattr(self, name, keras.regularizers.get(value))
+        for name, value in zip(
+            _CONSTRAINTS, (kernel_constraint, bias_constraint, mu_constraint, s_constraint)
+        ):
+            setattr(self, name, keras.constraints.get(value))
+
+    def _shapes(self, input_shape):
+        if isinstance(input_shape, (list, tuple)) and input_shape and not all(
+            d is None or isinstance(d, int) for d in input_shape
+        ):
+            top, lat = split_top_lateral("G1", list(input_shape))
+        else:
+            top, lat = None, input_shape
+        lat = tuple(lat)
+        if len(lat) < 2 or lat[-1] is None:
+            raise ValueError(
+                "G1 expects x_lat of shape [batch, ..., units] with a known number of "
+                f"units. Received: x_lat shape={lat}"
+            )
+        if top is not None:
+            top = tuple(top)
+            if len(top) != len(lat) or top[-1] is None:
+                raise ValueError(
+                    "G1 expects x_top of shape [batch, ..., top_units] with the same rank "
+                    f"as x_lat and known top_units. Received: x_top shape={top}, "
+                    f"x_lat shape={lat}"
+                )
+            for a, b in zip(top[1:-1], lat[1:-1]):
+                if a is not None and b is not None and a != b:
+                    raise ValueError(
+                        "G1 expects x_top and x_lat to share their leading axes. "
+                        f"Received: x_top shape={top}, x_lat shape={lat}"
+                    )
+        return top, lat
+
+    def build(self, input_shape):
+        top, lat = self._shapes(input_shape)
+        units = lat[-1]
+        self.has_top = top is not None
+        if self.has_top:
+            self.kernel = self.add_weight(
+                name="kernel",
+                shape=(top[-1], units),
+                initializer=clone_initializer(self.kernel_initializer),
+                regularizer=self.kernel_regularizer,
+                constraint=self.kernel_constraint,
+            )
+        self.bias = self.add_weight(
+            name="bias",
+            shape=(units,),
+            initializer=clone_initializer(self.bias_initializer),
+            regularizer=self.bias_regularizer,
+            constraint=self.bias_constraint,
+        )
+        self.mu_weights = self.add_weight(
+            name="mu_weights",
+            shape=(5, units),
+            initializer=clone_initializer(self.mu_initializer),
+            regularizer=self.mu_regularizer,
+            constraint=self.mu_constraint,
+        )
+        self.s_weights = self.add_weight(
+            name="s_weights",
+            shape=(5, units),
+            initializer=clone_initializer(self.s_initializer),
+            regularizer=self.s_regularizer,
+            constraint=self.s_constraint,
+        )
+        self.built = True
+
+    def compute_output_shape(self, input_shape):
+        return self._shapes(input_shape)[1]
+
+    def call(self, inputs):
+        x_top, x_lat = split_top_lateral("G1", inputs)
+        if (x_top is not None) != self.has_top:
+            raise ValueError(
+                "This G1 layer was built "
+                + ("with" if self.has_top else "without")
+                + f" an x_top input. Received: x_top={'None' if x_top is None else 'a tensor'}"
+            )
+        if x_lat.shape[-1] != self.bias.shape[0]:
+            raise ValueError(
+                f"This G1 layer was built for x_lat of shape [batch, ..., {self.bias.shape[0]}]. "
+                f"Received: x_lat shape={tuple(x_lat.shape)}"
+            )
+        if x_top is None:
+            u = ops.cast(self.bias, x_lat.dtype)
+        else:
+            u = ops.matmul(x_top, self.kernel) + self.bias
+        mu = elementwise_f(u, self.mu_weights)
+        s = elementwise_f(u, self.s_weights)
+        return x_lat * s + (1.0 - s) * mu
+
+    def get_config(self):
+        config = super().get_config()
+        serialize_all(config, self, _INITIALIZERS, "initializers")
+        serialize_all(config, self, _REGULARIZERS, "regularizers")
+        serialize_all(config, self, _CONSTRAINTS, "constraints")
+        return config

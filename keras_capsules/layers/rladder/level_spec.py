@@ -1,0 +1,108 @@
+"""level_spec: the serializable description of one Recurrent Ladder level."""
+
+from keras_capsules.layers.rladder._utils import UPSAMPLE_MODES, choice, positive_int
+
+#: encoder ops: name -> kind of level
+ENCODERS = {"gated": "dense", "lstm": "dense", "convlstm": "conv"}
+DENSE_COMBINATORS = ("G1",)
+CONV_COMBINATORS = ("ConvG1", "ConvG2", "ConvG3")
+COMBINATORS = DENSE_COMBINATORS + CONV_COMBINATORS
+
+_KEYS = (
+    "encoder",
+    "units",
+    "combinator",
+    "pool",
+    "kernel_size",
+    "combinator_filters",
+    "upsample_mode",
+)
+
+
+def level_spec(
+    encoder,
+    units,
+    combinator=None,
+    pool=1,
+    kernel_size=3,
+    combinator_filters=None,
+    upsample_mode="nearest",
+):
+    """Describes one level of an :class:`RLadder` as a plain (JSON-serializable) dict.
+
+    Args:
+        encoder: the encoder op: ``"gated"`` (:class:`GatedEncoderCell`, dense),
+            ``"lstm"`` (:class:`LSTMEncoderCell`, dense) or ``"convlstm"``
+            (:class:`ConvLSTMEncoderCell`, convolutional).
+        units: state size (dense) or channels (convolutional) of the encoder.
+        combinator: this level's decoder combinator: ``"G1"`` for dense levels,
+            ``"ConvG1"``, ``"ConvG2"`` or ``"ConvG3"`` for convolutional ones. None
+            (default) picks ``"G1"`` / ``"ConvG1"``.
+        pool: max-pooling factor applied to the level below's output before this
+            level's encoder (convolutional inputs only); the decoder of the level
+            below then upsamples by the same factor. Default 1 (no pooling).
+        kernel_size: kernel size of the convolutional encoder and combinator.
+        combinator_filters: hidden channels of ConvG2 / ConvG3 (None: as many as the
+            level has).
+        upsample_mode: how the level below's combinator upsamples this level's
+            decoder output: ``"nearest"`` or ``"transpose"``.
+
+    Returns:
+        A dict with every key filled in (the form :class:`RLadder` stores in its
+        config).
+    """
+    return normalize_level(
+        dict(
+            encoder=encoder,
+            units=units,
+            combinator=combinator,
+            pool=pool,
+            kernel_size=kernel_size,
+            combinator_filters=combinator_filters,
+            upsample_mode=upsample_mode,
+        )
+    )
+
+
+def normalize_level(spec, index=None):
+    """Validates a level dict and fills in defaults; raises ValueError on a bad spec."""
+    where = "" if index is None else f"levels[{index}]: "
+    if not isinstance(spec, dict):
+        raise ValueError(
+            f"{where}a level must be a dict (see level_spec). Received: level={spec!r}"
+        )
+    unknown = sorted(set(spec) - set(_KEYS))
+    if unknown:
+        raise ValueError(
+            f"{where}unknown level keys {unknown}; allowed: {_KEYS}. Received: level={spec!r}"
+        )
+    if "encoder" not in spec or "units" not in spec:
+        raise ValueError(f"{where}a level needs `encoder` and `units`. Received: level={spec!r}")
+    encoder = choice("encoder", spec["encoder"], tuple(ENCODERS))
+    kind = ENCODERS[encoder]
+    allowed = DENSE_COMBINATORS if kind == "dense" else CONV_COMBINATORS
+    combinator = spec.get("combinator")
+    combinator = allowed[0] if combinator is None else combinator
+    if combinator not in allowed:
+        raise ValueError(
+            f"{where}a {kind} level (encoder={encoder!r}) needs a combinator in {allowed}. "
+            f"Received: combinator={combinator!r}"
+        )
+    return {
+        "encoder": encoder,
+        "units": positive_int("units", spec["units"]),
+        "combinator": combinator,
+        "pool": positive_int("pool", spec.get("pool", 1)),
+        "kernel_size": positive_int("kernel_size", spec.get("kernel_size", 3)),
+        "combinator_filters": positive_int(
+            "combinator_filters", spec.get("combinator_filters"), allow_none=True
+        ),
+        "upsample_mode": choice(
+            "upsample_mode", spec.get("upsample_mode", "nearest"), UPSAMPLE_MODES
+        ),
+    }
+
+
+def level_kind(spec):
+    """``"dense"`` or ``"conv"``."""
+    return ENCODERS[spec["encoder"]]

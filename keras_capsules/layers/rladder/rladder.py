@@ -1,0 +1,421 @@
+"""RLadder: the Recurrent Ladder network unrolled over time (Ilin et al. 2017)."""
+
+import math
+
+import keras
+from keras import ops
+
+from keras_capsules.layers.rladder._utils import (
+    clone_initializer,
+    max_pool,
+    output_spec,
+    positive_int,
+    serialize_all,
+)
+from keras_capsules.layers.rladder.conv_g1 import ConvG1
+from keras_capsules.layers.rladder.conv_g2 import ConvG2
+from keras_capsules.layers.rladder.conv_g3 import ConvG3
+from keras_capsules.layers.rladder.conv_lstm_encoder_cell import ConvLSTMEncoderCell
+from keras_capsules.layers.rladder.g1 import G1
+from keras_capsules.layers.rladder.gated_encoder_cell import GatedEncoderCell
+from keras_capsules.layers.rladder.level_spec import (
+    COMBINATORS,
+    CONV_COMBINATORS,
+    level_kind,
+    normalize_level,
+)
+from keras_capsules.layers.rladder.lstm_encoder_cell import LSTMEncoderCell
+
+_COMBINATOR_CLASSES = {"G1": G1, "ConvG1": ConvG1, "ConvG2": ConvG2, "ConvG3": ConvG3}
+_INITIALIZERS = ("kernel_initializer", "recurrent_initializer", "bias_initializer")
+_REGULARIZERS = ("kernel_regularizer", "recurrent_regularizer", "bias_regularizer")
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules")
+class RLadder(keras.layers.Layer):
+    """A Recurrent Ladder network: a ladder of recurrent encoder cells and decoder
+    combinators, unrolled over time with shared weights.
+
+    Levels ``l = 1..L`` each have an encoder cell and a decoder combinator; level 0 is
+    the input, with a combinator of its own. At every step ``t``:
+
+    * encoder: ``e_0 = x_t``; level ``l`` receives ``pool(e_{l-1})`` (max pooling by
+      the level's ``pool`` factor; flattened when a dense level follows a
+      convolutional one) and, through its feedback input, the decoder output
+      ``d_l`` of the *previous* step (zeros at ``t = 0``), and updates its state;
+      its output ``e_l`` is the new state ``h``;
+    * decoder: ``d_L = g_L(e_L)`` (the top combinator has no top-down input),
+      then ``d_l = g_l([d_{l+1}, e_l])`` down to ``d_0 = g_0([d_1, x_t])``, the
+      prediction of the next input ``x_{t+1}``. Combinators upsample ``d_{l+1}`` by
+      the pooling factor of level ``l + 1``.
+
+    The time axis is the axis 1 of a sequence input ``[batch, T, ...]``
+    (``n_iters=None``), or a static input ``[batch, ...]`` is presented
+    ``n_iters`` times (iterative inference). The loop over steps is a static Python
+    loop, so the layer compiles with XLA; every step reuses the same weights.
+
+    Ablations of the paper: ``decoder_to_encoder=False`` removes the feedback
+    connections (the encoder cells take no decoder input); ``use_decoder=False``
+    removes the decoder altogether, leaving a hierarchical RNN whose only output is
+    the top encoder sequence.
+
+    Args:
+        levels: a list of level specifications, dicts as made by
+            :func:`level_spec` (``encoder``, ``units``, ``combinator``, ``pool``,
+            ``kernel_size``, ``combinator_filters``, ``upsample_mode``).
+            Convolutional levels (``"convlstm"``) must come before dense ones.
+        n_iters: None (default) for sequence inputs, or the number of iterations on
+            a static input.
+        decoder_to_encoder: feed each level's decoder output of step ``t - 1`` to
+            its encoder at step ``t``. Default True.
+        use_decoder: build the decoder. Default True.
+        input_combinator: the combinator of level 0 (``"G1"``, ``"ConvG1"``,
+            ``"ConvG2"``, ``"ConvG3"``); None (default) picks ``"ConvG1"`` when the
+            first level is convolutional and ``"G1"`` otherwise. An image input to a
+            dense first level needs a convolutional one given explicitly.
+        input_combinator_filters: hidden channels of a ConvG2/ConvG3 input combinator.
+        output_units: if set, a learned linear map (a 1x1 convolution for images)
+            of ``d_0`` to this many channels gives the prediction; None (default)
+            returns ``d_0``, which has the shape of the input.
+        kernel_initializer, recurrent_initializer, bias_initializer: passed to every
+            encoder cell and combinator (and the output map).
+        kernel_regularizer, recurrent_regularizer, bias_regularizer: likewise.
+        **kwargs: base layer arguments (``name``, ``dtype``, ...).
+
+    Call arguments:
+        inputs: ``[batch, T, features]`` or ``[batch, T, H, W, C]`` for
+            ``n_iters=None``; ``[batch, features]`` or ``[batch, H, W, C]`` otherwise.
+
+    Returns:
+        With the decoder: ``[predictions, top]``, ``predictions``
+        ``[batch, T, *input_features]`` (``output_units`` channels if set) the
+        bottom decoder output at every step and ``top`` ``[batch, T, *top_features]``
+        the top encoder output at every step (``T = n_iters`` for static inputs).
+        With ``use_decoder=False``: ``top`` alone.
+
+    Example:
+
+    ```python
+    from keras_capsules.layers import RLadder, level_spec
+    frames = keras.Input((10, 16, 16, 1))
+    levels = [level_spec("convlstm", 8), level_spec("convlstm", 16, pool=2),
+              level_spec("gated", 32)]
+    predictions, top = RLadder(levels)(frames)   # (None, 10, 16, 16, 1), (None, 10, 32)
+    ```
+
+    Reference:
+        A. Ilin, I. Prémont-Schwarz, T. H. Hao, A. Rasmus, R. Boney, H. Valpola,
+        "Recurrent Ladder Networks", NIPS 2017.
+    """
+
+    def __init__(
+        self,
+        levels,
+        n_iters=None,
+        decoder_to_encoder=True,
+        use_decoder=True,
+        input_combinator=None,
+        input_combinator_filters=None,
+        output_units=None,
+        kernel_initializer="glorot_uniform",
+        recurrent_initializer="orthogonal",
+        bias_initializer="zeros",
+        kernel_regularizer=None,
+        recurrent_regularizer=None,
+        bias_regularizer=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if not isinstance(levels, (list, tuple)) or not levels:
+            raise ValueError(
+                f"`levels` must be a non-empty list of level specs. Received: levels={levels!r}"
+            )
+        self.levels = [normalize_level(spec, i) for i, spec in enumerate(levels)]
+        kinds = [level_kind(s) for s in self.levels]
+        if "dense" in kinds and "conv" in kinds[kinds.index("dense"):]:
+            raise ValueError(
+                "Convolutional levels must come before dense levels. "
+                f"Received: levels={[s['encoder'] for s in self.levels]}"
+            )
+        for i, (spec, kind) in enumerate(zip(self.levels, kinds)):
+            below_dense = i > 0 and kinds[i - 1] == "dense"
+            if spec["pool"] > 1 and below_dense:
+                raise ValueError(
+                    f"levels[{i}]: pooling needs an image below the level. "
+                    f"Received: pool={spec['pool']}"
+                )
+        self.n_iters = positive_int("n_iters", n_iters, allow_none=True)
+        flags = (("decoder_to_encoder", decoder_to_encoder), ("use_decoder", use_decoder))
+        for name, value in flags:
+            if not isinstance(value, bool):
+                raise ValueError(f"`{name}` must be True or False. Received: {name}={value!r}")
+        self.decoder_to_encoder = decoder_to_encoder
+        self.use_decoder = use_decoder
+        if input_combinator is None:
+            input_combinator = "ConvG1" if kinds[0] == "conv" else "G1"
+        if input_combinator not in COMBINATORS:
+            raise ValueError(
+                f"`input_combinator` must be one of {COMBINATORS}. "
+                f"Received: input_combinator={input_combinator!r}"
+            )
+        self.input_combinator = input_combinator
+        self.input_combinator_filters = positive_int(
+            "input_combinator_filters", input_combinator_filters, allow_none=True
+        )
+        self.output_units = positive_int("output_units", output_units, allow_none=True)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.recurrent_initializer = keras.initializers.get(recurrent_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
+        self.recurrent_regularizer = keras.regularizers.get(recurrent_regularizer)
+        self.bias_regularizer = keras.regularizers.get(bias_regularizer)
+
+        use_feedback = self.decoder_to_encoder and self.use_decoder
+        common = dict(
+            dtype=self.dtype_policy,
+            kernel_initializer=clone_initializer(self.kernel_initializer),
+            bias_initializer=clone_initializer(self.bias_initializer),
+            kernel_regularizer=self.kernel_regularizer,
+            bias_regularizer=self.bias_regularizer,
+        )
+        cell_common = dict(
+            common,
+            use_feedback=use_feedback,
+            feedback_initializer=clone_initializer(self.kernel_initializer),
+            recurrent_initializer=clone_initializer(self.recurrent_initializer),
+            feedback_regularizer=self.kernel_regularizer,
+            recurrent_regularizer=self.recurrent_regularizer,
+        )
+        self.encoders = []
+        for i, spec in enumerate(self.levels):
+            name = f"encoder_{i + 1}"
+            if spec["encoder"] == "gated":
+                cell = GatedEncoderCell(spec["units"], name=name, **cell_common)
+            elif spec["encoder"] == "lstm":
+                cell = LSTMEncoderCell(spec["units"], name=name, **cell_common)
+            else:
+                cell = ConvLSTMEncoderCell(
+                    spec["units"], kernel_size=spec["kernel_size"], name=name, **cell_common
+                )
+            self.encoders.append(cell)
+        self.decoders = []
+        if self.use_decoder:
+            n = len(self.levels)
+            for l in range(n + 1):  # decoder of level l (0 = the input level)
+                if l == 0:
+                    combinator, filters, ksize = (
+                        self.input_combinator,
+                        self.input_combinator_filters,
+                        self.levels[0]["kernel_size"],
+                    )
+                else:
+                    spec = self.levels[l - 1]
+                    combinator, filters, ksize = (
+                        spec["combinator"],
+                        spec["combinator_filters"],
+                        spec["kernel_size"],
+                    )
+                self.decoders.append(self._make_combinator(l, combinator, filters, ksize, common))
+
+    def _make_combinator(self, l, combinator, filters, kernel_size, common):
+        cls = _COMBINATOR_CLASSES[combinator]
+        name = f"decoder_{l}"
+        if cls is G1:
+            return G1(name=name, **common)
+        above = self.levels[l] if l < len(self.levels) else None
+        upsample, mode = 1, "nearest"
+        if above is not None and level_kind(above) == "conv":
+            upsample, mode = above["pool"], above["upsample_mode"]
+        kwargs = dict(kernel_size=kernel_size, upsample=upsample, upsample_mode=mode, name=name)
+        if combinator in CONV_COMBINATORS[1:]:
+            kwargs["filters"] = filters
+        return cls(**kwargs, **common)
+
+    # ------------------------------------------------------------------ shapes
+    def _feature_shape(self, input_shape):
+        shape = tuple(input_shape)
+        if self.n_iters is None:
+            what = "[batch, T, features] or [batch, T, height, width, channels]"
+            if len(shape) not in (3, 5) or shape[1] is None:
+                raise ValueError(
+                    f"RLadder with n_iters=None expects a sequence of shape {what} with a "
+                    f"known number of steps T. Received: input_shape={shape}"
+                )
+            steps, features = shape[1], shape[2:]
+        else:
+            what = "[batch, features] or [batch, height, width, channels]"
+            if len(shape) not in (2, 4):
+                raise ValueError(
+                    f"RLadder with n_iters={self.n_iters} expects a static input of shape "
+                    f"{what}. Received: input_shape={shape}"
+                )
+            steps, features = self.n_iters, shape[1:]
+        if any(d is None for d in features):
+            raise ValueError(
+                f"RLadder needs known feature sizes (all axes after the batch and time "
+                f"axes). Received: input_shape={shape}"
+            )
+        return shape[0], steps, tuple(features)
+
+    def _level_shapes(self, features):
+        """Per-sample shapes: encoder inputs and outputs of every level."""
+        inputs, outputs = [], []
+        below = features
+        for i, (spec, cell) in enumerate(zip(self.levels, self.encoders)):
+            x = below
+            if spec["pool"] > 1:
+                if len(x) != 3 or x[0] % spec["pool"] or x[1] % spec["pool"]:
+                    raise ValueError(
+                        f"levels[{i}] pools by {spec['pool']}, so it expects an image below "
+                        f"it whose height and width are divisible by {spec['pool']}. "
+                        f"Received: shape below={x}"
+                    )
+                x = (x[0] // spec["pool"], x[1] // spec["pool"], x[2])
+            if level_kind(spec) == "dense" and len(x) == 3:
+                x = (math.prod(x),)
+            if level_kind(spec) == "conv" and len(x) != 3:
+                raise ValueError(
+                    f"levels[{i}] is convolutional and expects an image [height, width, "
+                    f"channels] below it. Received: shape below={x}"
+                )
+            inputs.append(x)
+            below = cell.output_feature_shape(x)
+            outputs.append(below)
+        return inputs, outputs
+
+    def build(self, input_shape):
+        _, _, features = self._feature_shape(input_shape)
+        if len(features) == 1 and self.use_decoder and self.input_combinator != "G1":
+            raise ValueError(
+                "A vector input needs input_combinator='G1'. "
+                f"Received: input_combinator={self.input_combinator!r}"
+            )
+        if len(features) == 3 and self.use_decoder and self.input_combinator == "G1":
+            raise ValueError(
+                "An image input needs a convolutional input_combinator (ConvG1, ConvG2 or "
+                f"ConvG3). Received: input_combinator={self.input_combinator!r}"
+            )
+        self._enc_inputs, self._enc_outputs = self._level_shapes(features)
+        self._features = features
+        for cell, x, h in zip(self.encoders, self._enc_inputs, self._enc_outputs):
+            shapes = [(None,) + x]
+            if cell.use_feedback:
+                shapes.append((None,) + h)
+            shapes += [(None,) + h] * cell.NUM_STATES
+            cell.build(shapes)
+        if self.use_decoder:
+            lateral = [features] + self._enc_outputs
+            for l, comb in enumerate(self.decoders):
+                lat = (None,) + lateral[l]
+                comb.build(lat if l == len(self.levels) else [(None,) + lateral[l + 1], lat])
+            if self.output_units is not None:
+                self.output_kernel = self.add_weight(
+                    name="output_kernel",
+                    shape=(features[-1], self.output_units),
+                    initializer=clone_initializer(self.kernel_initializer),
+                    regularizer=self.kernel_regularizer,
+                )
+                self.output_bias = self.add_weight(
+                    name="output_bias",
+                    shape=(self.output_units,),
+                    initializer=clone_initializer(self.bias_initializer),
+                    regularizer=self.bias_regularizer,
+                )
+        self.built = True
+
+    def _prediction_features(self, features):
+        if self.output_units is None:
+            return features
+        return features[:-1] + (self.output_units,)
+
+    def compute_output_shape(self, input_shape):
+        batch, steps, features = self._feature_shape(input_shape)
+        _, outputs = self._level_shapes(features)
+        top = (batch, steps) + outputs[-1]
+        if not self.use_decoder:
+            return top
+        return [(batch, steps) + self._prediction_features(features), top]
+
+    def compute_output_spec(self, inputs):
+        return output_spec(self, inputs)
+
+    # ------------------------------------------------------------------ steps
+    def initial_carry(self, batch_size, dtype):
+        """Zero encoder states and zero decoder feedback for ``batch_size`` samples."""
+        states = [
+            [ops.zeros((batch_size,) + h, dtype=dtype) for _ in range(cell.NUM_STATES)]
+            for cell, h in zip(self.encoders, self._enc_outputs)
+        ]
+        feedback = [
+            ops.zeros((batch_size,) + h, dtype=dtype) if cell.use_feedback else None
+            for cell, h in zip(self.encoders, self._enc_outputs)
+        ]
+        return states, feedback
+
+    def step(self, x, carry):
+        """One step of the ladder: ``(x_t, carry) -> (prediction, top, new carry)``.
+
+        ``prediction`` is None with ``use_decoder=False``. The layer must be built.
+        """
+        states, feedback = carry
+        below, lateral, new_states = x, [x], []
+        for i, (spec, cell) in enumerate(zip(self.levels, self.encoders)):
+            inp = max_pool(below, spec["pool"])
+            if level_kind(spec) == "dense" and len(inp.shape) == 4:
+                inp = ops.reshape(inp, (-1, math.prod(inp.shape[1:])))
+            below, cell_states = cell.step(inp, feedback[i], states[i])
+            new_states.append(cell_states)
+            lateral.append(below)
+        top = below
+        if not self.use_decoder:
+            return None, top, (new_states, feedback)
+        n = len(self.levels)
+        decoded = [None] * (n + 1)
+        d = self.decoders[n](lateral[n])
+        decoded[n] = d
+        for l in range(n - 1, -1, -1):
+            d = self.decoders[l]([d, lateral[l]])
+            decoded[l] = d
+        new_feedback = [
+            decoded[i + 1] if cell.use_feedback else None for i, cell in enumerate(self.encoders)
+        ]
+        prediction = decoded[0]
+        if self.output_units is not None:
+            prediction = ops.matmul(prediction, self.output_kernel) + self.output_bias
+        return prediction, top, (new_states, new_feedback)
+
+    def call(self, inputs):
+        batch, steps, features = self._feature_shape(tuple(inputs.shape))
+        if features != self._features:
+            raise ValueError(
+                f"This RLadder was built for inputs with features of shape {self._features}. "
+                f"Received: input shape={tuple(inputs.shape)}"
+            )
+        carry = self.initial_carry(ops.shape(inputs)[0], inputs.dtype)
+        predictions, tops = [], []
+        for t in range(steps):
+            x_t = inputs[:, t] if self.n_iters is None else inputs
+            prediction, top, carry = self.step(x_t, carry)
+            predictions.append(prediction)
+            tops.append(top)
+        top = ops.stack(tops, axis=1)
+        if not self.use_decoder:
+            return top
+        return [ops.stack(predictions, axis=1), top]
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "levels": [dict(spec) for spec in self.levels],
+                "n_iters": self.n_iters,
+                "decoder_to_encoder": self.decoder_to_encoder,
+                "use_decoder": self.use_decoder,
+                "input_combinator": self.input_combinator,
+                "input_combinator_filters": self.input_combinator_filters,
+                "output_units": self.output_units,
+            }
+        )
+        serialize_all(config, self, _INITIALIZERS, "initializers")
+        serialize_all(config, self, _REGULARIZERS, "regularizers")
+        return config

@@ -1,0 +1,277 @@
+"""RTagger: perceptual grouping with a Recurrent Ladder shared by K groups (Ilin et al. 2017)."""
+
+import math
+
+import keras
+from keras import ops
+
+from keras_capsules.layers.rladder._utils import (
+    clone_initializer,
+    output_spec,
+    positive_float,
+    positive_int,
+    serialize_all,
+)
+from keras_capsules.layers.rladder.rladder import RLadder
+from keras_capsules.ops import routing_dtype
+
+_INITIALIZERS = (
+    "kernel_initializer",
+    "recurrent_initializer",
+    "bias_initializer",
+    "means_initializer",
+)
+_REGULARIZERS = ("kernel_regularizer", "recurrent_regularizer", "bias_regularizer")
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules")
+class RTagger(keras.layers.Layer):
+    """RTagger: iterative perceptual grouping by K groups that share one RLadder.
+
+    The input ``x`` (an image ``[batch, H, W, C]`` or a vector ``[batch, D]``, whose
+    entries are then pixels with one channel) is explained as a mixture of ``K``
+    groups: group ``k`` holds a mean ``m_k`` per pixel and a probability ``pi_k``
+    per pixel of owning it (``sum_k pi_k = 1``). Each iteration, every group runs one
+    step of the *same* :class:`RLadder` (shared weights, separate recurrent states)
+    on Tagger-style inputs, and a learned 1x1 read-out of the ladder's bottom decoder
+    output gives the group's new mean and assignment logit; ``pi`` is the softmax of
+    the logits over the groups.
+
+    The likelihood terms (our reading of the paper's equations (76)-(77)) for a
+    Gaussian with fixed variance ``sigma^2``, per pixel (summed over channels):
+
+    ```
+    L_k = -sum_c (x - m_k)^2 / (2 sigma^2)          log-likelihood up to a constant
+    q_k = softmax_k(log pi_k + L_k)                 the posterior-like term
+    ```
+
+    Group ``k``'s ladder input is the channel concatenation
+    ``[x, m_k, pi_k, exp(L_k), q_k]`` (``2 C + 3`` channels). The log-likelihood
+    enters as ``exp(L_k)``, the Gaussian likelihood without its normalizing constant:
+    it lies in ``(0, 1]`` (1 where ``m_k = x``), whereas ``L_k`` itself is unbounded
+    below and, fed raw, made the iterations diverge for small ``sigma``. ``q_k`` is
+    computed from ``L_k`` exactly (a log-domain softmax). The likelihood terms and
+    both softmaxes run in float32, also under mixed precision.
+
+    At the first iteration the means are learned per-group constants
+    ``initial_means`` ``[K, C]`` (randomly initialized, which breaks the symmetry
+    between groups) and ``pi`` is uniform.
+
+    Args:
+        n_groups: the number of groups ``K`` (at least 2).
+        levels: the shared ladder's levels (see :func:`level_spec`).
+        n_iters: None (default) for sequence inputs ``[batch, T, ...]`` (one
+            iteration per step), or the number of iterations on a static input.
+        sigma: the fixed standard deviation of the Gaussian likelihood. Default 0.5.
+        decoder_to_encoder: passed to the ladder. Default True.
+        input_combinator, input_combinator_filters: passed to the ladder.
+        kernel_initializer, recurrent_initializer, bias_initializer: passed to the
+            ladder (``kernel_initializer`` and ``bias_initializer`` also to the
+            read-out).
+        means_initializer: initializer of ``initial_means``. Default normal with
+            standard deviation 0.5.
+        kernel_regularizer, recurrent_regularizer, bias_regularizer: likewise.
+        **kwargs: base layer arguments (``name``, ``dtype``, ...).
+
+    Call arguments:
+        inputs: ``[batch, H, W, C]`` or ``[batch, D]`` with ``n_iters`` set, or
+            ``[batch, T, H, W, C]`` / ``[batch, T, D]`` with ``n_iters=None``.
+
+    Returns:
+        ``[pi, m]`` for every iteration: for images ``pi`` ``[batch, T, K, H, W, 1]``
+        (probabilities, summing to 1 over axis 2) and ``m`` ``[batch, T, K, H, W, C]``;
+        for vectors ``pi`` and ``m`` ``[batch, T, K, D, 1]`` (pixels of one channel).
+        ``T = n_iters`` for static inputs. Train with
+        :class:`keras_capsules.losses.MixtureNLL` on
+        ``ops.concatenate([m, pi], axis=-1)``.
+
+    Example:
+
+    ```python
+    from keras_capsules.layers import RTagger, level_spec
+    images = keras.Input((20, 20, 1))
+    pi, m = RTagger(n_groups=3, n_iters=4,
+                    levels=[level_spec("convlstm", 16), level_spec("gated", 32)])(images)
+    ```
+
+    Reference:
+        A. Ilin et al., "Recurrent Ladder Networks", NIPS 2017 (RTagger); K. Greff
+        et al., "Tagger: Deep Unsupervised Perceptual Grouping", NIPS 2016.
+    """
+
+    def __init__(
+        self,
+        n_groups,
+        levels,
+        n_iters=None,
+        sigma=0.5,
+        decoder_to_encoder=True,
+        input_combinator=None,
+        input_combinator_filters=None,
+        kernel_initializer="glorot_uniform",
+        recurrent_initializer="orthogonal",
+        bias_initializer="zeros",
+        means_initializer=None,
+        kernel_regularizer=None,
+        recurrent_regularizer=None,
+        bias_regularizer=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.n_groups = positive_int("n_groups", n_groups)
+        if self.n_groups < 2:
+            raise ValueError(f"`n_groups` must be at least 2. Received: n_groups={n_groups!r}")
+        self.n_iters = positive_int("n_iters", n_iters, allow_none=True)
+        self.sigma = positive_float("sigma", sigma)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.recurrent_initializer = keras.initializers.get(recurrent_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.means_initializer = keras.initializers.get(
+            means_initializer
+            if means_initializer is not None
+            else keras.initializers.RandomNormal(stddev=0.5)
+        )
+        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
+        self.recurrent_regularizer = keras.regularizers.get(recurrent_regularizer)
+        self.bias_regularizer = keras.regularizers.get(bias_regularizer)
+        self.ladder = RLadder(
+            levels,
+            n_iters=1,
+            decoder_to_encoder=decoder_to_encoder,
+            use_decoder=True,
+            input_combinator=input_combinator,
+            input_combinator_filters=input_combinator_filters,
+            kernel_initializer=clone_initializer(self.kernel_initializer),
+            recurrent_initializer=clone_initializer(self.recurrent_initializer),
+            bias_initializer=clone_initializer(self.bias_initializer),
+            kernel_regularizer=self.kernel_regularizer,
+            recurrent_regularizer=self.recurrent_regularizer,
+            bias_regularizer=self.bias_regularizer,
+            dtype=self.dtype_policy,
+            name="ladder",
+        )
+
+    # ------------------------------------------------------------------ shapes
+    def _pixel_shape(self, input_shape):
+        """(batch, steps, spatial, channels, is_image) from the input shape."""
+        shape = tuple(input_shape)
+        offset = 2 if self.n_iters is None else 1
+        if self.n_iters is None:
+            ok = len(shape) in (3, 5) and shape[1] is not None
+            what = "[batch, T, H, W, C] or [batch, T, D]"
+        else:
+            ok = len(shape) in (2, 4)
+            what = "[batch, H, W, C] or [batch, D]"
+        if not ok or any(d is None for d in shape[offset:]):
+            raise ValueError(
+                f"RTagger with n_iters={self.n_iters} expects inputs of shape {what} with "
+                f"known sizes. Received: input_shape={shape}"
+            )
+        steps = shape[1] if self.n_iters is None else self.n_iters
+        features = shape[offset:]
+        if len(features) == 3:
+            return shape[0], steps, features[:2], features[2], True
+        return shape[0], steps, features, 1, False
+
+    def _ladder_features(self, spatial, channels, is_image):
+        width = 2 * channels + 3
+        return spatial + (width,) if is_image else (spatial[0] * width,)
+
+    def build(self, input_shape):
+        _, _, spatial, channels, is_image = self._pixel_shape(input_shape)
+        self._spatial, self._channels, self._is_image = spatial, channels, is_image
+        self.ladder.build((None,) + self._ladder_features(spatial, channels, is_image))
+        width = 2 * channels + 3
+        self.initial_means = self.add_weight(
+            name="initial_means",
+            shape=(self.n_groups, channels),
+            initializer=clone_initializer(self.means_initializer),
+        )
+        self.readout_kernel = self.add_weight(
+            name="readout_kernel",
+            shape=(width, channels + 1),
+            initializer=clone_initializer(self.kernel_initializer),
+            regularizer=self.kernel_regularizer,
+        )
+        self.readout_bias = self.add_weight(
+            name="readout_bias",
+            shape=(channels + 1,),
+            initializer=clone_initializer(self.bias_initializer),
+            regularizer=self.bias_regularizer,
+        )
+        self.built = True
+
+    def compute_output_shape(self, input_shape):
+        batch, steps, spatial, channels, is_image = self._pixel_shape(input_shape)
+        lead = (batch, steps, self.n_groups) + tuple(spatial)
+        return [lead + (1,), lead + (channels,)]
+
+    def compute_output_spec(self, inputs):
+        return output_spec(self, inputs)
+
+    # ------------------------------------------------------------------ call
+    def call(self, inputs):
+        batch, steps, spatial, channels, is_image = self._pixel_shape(tuple(inputs.shape))
+        if (tuple(spatial), channels) != (tuple(self._spatial), self._channels):
+            raise ValueError(
+                f"This RTagger was built for inputs with pixels {self._spatial} and "
+                f"{self._channels} channels. Received: input shape={tuple(inputs.shape)}"
+            )
+        k = self.n_groups
+        dtype = self.compute_dtype
+        math_dtype = routing_dtype(dtype)
+        n_batch = ops.shape(inputs)[0]
+        pixel_axes = (1,) * len(spatial)
+        inv_two_var = 1.0 / (2.0 * self.sigma**2)
+
+        means = ops.cast(self.initial_means, math_dtype)
+        m = ops.broadcast_to(
+            ops.reshape(means, (1, k) + pixel_axes + (channels,)),
+            (n_batch, k) + tuple(spatial) + (channels,),
+        )
+        logits = ops.zeros((n_batch, k) + tuple(spatial) + (1,), dtype=math_dtype)
+        carry = self.ladder.initial_carry(n_batch * k, dtype)
+        pis, ms = [], []
+        for t in range(steps):
+            x = inputs[:, t] if self.n_iters is None else inputs
+            x = ops.cast(x, math_dtype)
+            if not is_image:
+                x = x[..., None]
+            x = x[:, None]  # [b, 1, *spatial, C]
+            log_pi = ops.log_softmax(logits, axis=1)
+            log_lik = -ops.sum(ops.square(x - m), axis=-1, keepdims=True) * inv_two_var
+            q = ops.softmax(log_pi + log_lik, axis=1)
+            z = ops.concatenate(
+                [ops.broadcast_to(x, ops.shape(m)), m, ops.exp(log_pi), ops.exp(log_lik), q],
+                axis=-1,
+            )
+            z = ops.cast(z, dtype)
+            z = ops.reshape(z, (-1,) + self._ladder_features(spatial, channels, is_image))
+            out, _, carry = self.ladder.step(z, carry)
+            out = ops.reshape(out, (-1, k) + tuple(spatial) + (2 * channels + 3,))
+            out = ops.matmul(out, self.readout_kernel) + self.readout_bias
+            out = ops.cast(out, math_dtype)
+            m, logits = out[..., :channels], out[..., channels:]
+            pi = ops.softmax(logits, axis=1)
+            pis.append(pi)
+            ms.append(m)
+        pi = ops.cast(ops.stack(pis, axis=1), dtype)
+        m_out = ops.cast(ops.stack(ms, axis=1), dtype)
+        return [pi, m_out]
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "n_groups": self.n_groups,
+                "levels": [dict(spec) for spec in self.ladder.levels],
+                "n_iters": self.n_iters,
+                "sigma": self.sigma,
+                "decoder_to_encoder": self.ladder.decoder_to_encoder,
+                "input_combinator": self.ladder.input_combinator,
+                "input_combinator_filters": self.ladder.input_combinator_filters,
+            }
+        )
+        serialize_all(config, self, _INITIALIZERS, "initializers")
+        serialize_all(config, self, _REGULARIZERS, "regularizers")
+        return config

@@ -1,0 +1,57 @@
+"""Evaluation metrics computed on numpy arrays (outside the training graph)."""
+
+import numpy as np
+
+
+def adjusted_mutual_info(true_groups, pi, group_axis=1, ignore_label=None, per_sample=False):
+    """Adjusted mutual information between true and predicted segmentations.
+
+    The predicted group of each pixel is the ``argmax`` of the group assignment
+    probabilities ``pi`` (as returned by RTagger for one iteration). The AMI of
+    every sample is computed by ``sklearn.metrics.adjusted_mutual_info_score``
+    (1 for a perfect segmentation up to a permutation of the labels, about 0 for a
+    random one) and averaged over the batch.
+
+    Args:
+        true_groups: integer labels ``[batch, *pixels]``.
+        pi: assignments ``[batch, K, *pixels]`` (groups at ``group_axis``), optionally
+            with a trailing channel axis of size 1 (``[batch, K, *pixels, 1]``).
+        group_axis: the axis of ``pi`` holding the groups. Default 1.
+        ignore_label: pixels whose true label equals this value (e.g. the
+            background) are left out. Default None (every pixel counts).
+        per_sample: return the AMI of every sample instead of the mean.
+
+    Returns:
+        The mean AMI (a float), or a ``[batch]`` array with ``per_sample=True``.
+        Samples with no pixel left are NaN (and skipped by the mean).
+    """
+    from sklearn.metrics import adjusted_mutual_info_score
+
+    true_groups = np.asarray(true_groups)
+    pi = np.asarray(pi)
+    if pi.ndim == true_groups.ndim + 2 and pi.shape[-1] == 1:
+        pi = pi[..., 0]
+    if pi.ndim != true_groups.ndim + 1:
+        raise ValueError(
+            "adjusted_mutual_info expects pi with one axis (the groups) more than "
+            f"true_groups. Received: true_groups shape={true_groups.shape}, pi shape={pi.shape}"
+        )
+    predicted = np.argmax(pi, axis=group_axis)
+    if predicted.shape != true_groups.shape:
+        raise ValueError(
+            "pi without its group axis must have the shape of true_groups. Received: "
+            f"true_groups shape={true_groups.shape}, pi shape={pi.shape}, group_axis={group_axis}"
+        )
+    scores = []
+    flat_true = true_groups.reshape(len(true_groups), -1)
+    flat_pred = predicted.reshape(len(predicted), -1)
+    for truth, guess in zip(flat_true, flat_pred):
+        keep = np.ones_like(truth, dtype=bool) if ignore_label is None else truth != ignore_label
+        if not keep.any():
+            scores.append(np.nan)
+            continue
+        scores.append(adjusted_mutual_info_score(truth[keep], guess[keep]))
+    scores = np.asarray(scores, dtype=np.float64)
+    if per_sample:
+        return scores
+    return float(np.nanmean(scores)) if np.isfinite(scores).any() else float("nan")

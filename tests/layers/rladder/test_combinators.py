@@ -1,0 +1,166 @@
+"""G1, ConvG1, ConvG2, ConvG3: hand-derived cases, the layer contract, errors."""
+
+import keras
+import numpy as np
+import pytest
+
+from keras_capsules.layers import G1, ConvG1, ConvG2, ConvG3
+from tests.harness import run_layer_contract
+
+
+def _sigmoid(v):
+    return 1.0 / (1.0 + np.exp(-v))
+
+
+def _f(u, w):
+    return w[0] * _sigmoid(w[1] * u + w[2]) + w[3] * u + w[4]
+
+
+def _set_random(layer, rng):
+    layer.set_weights([rng.normal(size=w.shape).astype("float32") for w in layer.get_weights()])
+
+
+def test_g1_matches_numpy():
+    rng = np.random.default_rng(0)
+    top = rng.normal(size=(3, 2)).astype("float32")
+    lat = rng.normal(size=(3, 4)).astype("float32")
+    layer = G1()
+    layer([top, lat])
+    _set_random(layer, rng)
+    a, b, wm, ws = (np.asarray(w) for w in (layer.kernel, layer.bias, layer.mu_weights, layer.s_weights))
+    u = top @ a + b
+    mu, s = _f(u, wm), _f(u, ws)
+    want = lat * s + (1 - s) * mu
+    np.testing.assert_allclose(layer([top, lat]).numpy(), want, rtol=1e-5, atol=1e-6)
+
+
+def test_g1_hand_computed_defaults():
+    """Default parameters: mu = u, s = sigmoid(u); with A = 1 and b = 0: u = x_top."""
+    layer = G1(kernel_initializer="ones")
+    top = np.array([[0.0], [2.0]], "float32")
+    lat = np.array([[3.0], [1.0]], "float32")
+    y = layer([top, lat]).numpy()
+    # u = 0: s = 0.5, mu = 0 -> y = 1.5; u = 2: s = sigmoid(2), mu = 2 -> y = 1 * s + 2 (1 - s)
+    s2 = 1.0 / (1.0 + np.exp(-2.0))
+    np.testing.assert_allclose(y, [[1.5], [s2 + 2.0 * (1 - s2)]], rtol=1e-6)
+
+
+def test_g1_top_level_uses_a_learned_bias():
+    rng = np.random.default_rng(1)
+    lat = rng.normal(size=(2, 3)).astype("float32")
+    for inputs in (lat, [None, lat], [lat]):
+        layer = G1(bias_initializer="random_normal")
+        y = layer(inputs).numpy()
+        assert not hasattr(layer, "kernel")
+        b, wm, ws = (np.asarray(w) for w in (layer.bias, layer.mu_weights, layer.s_weights))
+        np.testing.assert_allclose(y, lat * _f(b, ws) + (1 - _f(b, ws)) * _f(b, wm), rtol=1e-5)
+    with pytest.raises(ValueError, match="built without an x_top"):
+        layer([lat[:, :2], lat])
+
+
+def test_conv_combinators_match_numpy_with_1x1_kernels():
+    """1x1 kernels: every convolution is a per-pixel matrix product."""
+    rng = np.random.default_rng(2)
+    top = rng.normal(size=(2, 2, 2, 3)).astype("float32")
+    lat = rng.normal(size=(2, 4, 4, 2)).astype("float32")
+    up = top.repeat(2, 1).repeat(2, 2)
+
+    g1 = ConvG1(kernel_size=1, upsample=2)
+    g1([top, lat])
+    _set_random(g1, rng)
+    u = up @ np.asarray(g1.top_kernel)[0, 0] + np.asarray(g1.bias)
+    s, mu = _f(u, np.asarray(g1.s_weights)), _f(u, np.asarray(g1.mu_weights))
+    np.testing.assert_allclose(g1([top, lat]).numpy(), lat * s + (1 - s) * mu, rtol=1e-4, atol=1e-5)
+
+    for cls in (ConvG2, ConvG3):
+        layer = cls(kernel_size=1, upsample=2, filters=5)
+        layer([top, lat])
+        _set_random(layer, rng)
+        w = {v.name: np.asarray(v) for v in layer.weights}
+        k = lambda name: w[name][0, 0]  # noqa: E731
+        u = np.maximum(up @ k("top_kernel") + lat @ k("lateral_kernel") + w["hidden_bias"], 0)
+        s = _sigmoid(u @ k("s_kernel") + w["s_bias"])
+        if cls is ConvG2:
+            mu = u @ k("mu_kernel") + w["mu_bias"]
+            want = lat * s + (1 - s) * mu
+        else:
+            want = s * (u @ k("mu1_kernel") + w["mu1_bias"]) + (1 - s) * (
+                u @ k("mu2_kernel") + w["mu2_bias"]
+            )
+        np.testing.assert_allclose(layer([top, lat]).numpy(), want, rtol=1e-4, atol=1e-5)
+
+
+def test_vector_top_is_broadcast_over_pixels():
+    rng = np.random.default_rng(3)
+    top = rng.normal(size=(2, 3)).astype("float32")
+    lat = np.zeros((2, 4, 4, 2), "float32")
+    layer = ConvG1(upsample=2)  # the factor is irrelevant for a vector x_top
+    y = layer([top, lat]).numpy()
+    np.testing.assert_allclose(y, np.broadcast_to(y[:, :1, :1], y.shape), rtol=1e-6)
+
+
+def test_transposed_upsampling_shapes_and_weights():
+    top = np.ones((2, 2, 2, 3), "float32")
+    lat = np.ones((2, 6, 6, 2), "float32")
+    layer = ConvG3(upsample=3, upsample_mode="transpose", kernel_size=2)
+    assert layer([top, lat]).shape == (2, 6, 6, 2)
+    assert tuple(layer.top_kernel.shape) == (3, 3, 2, 3)  # max(kernel_size, upsample)
+
+
+CONTRACT_CASES = [
+    (G1, dict(bias_initializer="random_normal"), [(4, 3), (4, 5)]),
+    (G1, dict(mu_regularizer="l2"), [(4, 5)]),
+    (ConvG1, dict(upsample=2), [(4, 2, 2, 3), (4, 4, 4, 2)]),
+    (ConvG2, dict(filters=3, kernel_size=1), [(4, 3), (4, 4, 4, 2)]),
+    (ConvG3, dict(upsample=2, upsample_mode="transpose"), [(4, 2, 2, 2), (4, 4, 4, 2)]),
+]
+
+
+@pytest.mark.parametrize("cls,kwargs,shapes", CONTRACT_CASES, ids=lambda v: getattr(v, "__name__", None))
+def test_layer_contract(cls, kwargs, shapes, tmp_path):
+    rng = np.random.default_rng(4)
+    inputs = [rng.normal(size=s).astype("float32") for s in shapes]
+    run_layer_contract(cls, kwargs, inputs if len(inputs) > 1 else inputs[0], tmp_path=tmp_path)
+
+
+@pytest.mark.parametrize(
+    "cls,kwargs,name",
+    [
+        (ConvG1, dict(kernel_size=0), "kernel_size"),
+        (ConvG1, dict(upsample=1.5), "upsample"),
+        (ConvG2, dict(upsample_mode="bilinear"), "upsample_mode"),
+        (ConvG3, dict(filters=-2), "filters"),
+    ],
+)
+def test_bad_constructor_arguments(cls, kwargs, name):
+    with pytest.raises(ValueError, match=f"Received: {name}="):
+        cls(**kwargs)
+
+
+def test_bad_input_shapes():
+    lat = np.zeros((2, 4, 4, 2), "float32")
+    with pytest.raises(ValueError, match=r"\[batch, 2, 2, top_channels\]"):
+        ConvG1(upsample=2)([np.zeros((2, 3, 3, 1), "float32"), lat])
+    with pytest.raises(ValueError, match=r"\[batch, height, width, channels\]"):
+        ConvG2()(np.zeros((2, 4), "float32"))
+    with pytest.raises(ValueError, match="same rank"):
+        G1()([np.zeros((2, 3, 1), "float32"), np.zeros((2, 3), "float32")])
+    with pytest.raises(ValueError, match=r"\[x_top, x_lat\]"):
+        G1()([lat, lat, lat])
+    layer = G1()
+    layer([np.zeros((2, 3), "float32"), np.zeros((2, 4), "float32")])
+    with pytest.raises(ValueError, match=r"\[batch, \.\.\., 4\]"):
+        layer([np.zeros((2, 3), "float32"), np.zeros((2, 5), "float32")])
+
+
+def test_functional_model_without_top():
+    lat = keras.Input((4, 4, 2))
+    model = keras.Model(lat, ConvG3()([None, lat]))
+    assert model.output.shape == (None, 4, 4, 2)
+
+
+def test_same_shape_kernels_start_different():
+    """An unseeded initializer is cloned per weight, so mu1 and mu2 do not start equal."""
+    layer = ConvG3()
+    layer(np.zeros((1, 4, 4, 2), "float32"))
+    assert not np.allclose(np.asarray(layer.mu1_kernel), np.asarray(layer.mu2_kernel))

@@ -1,0 +1,130 @@
+"""GatedEncoderCell, LSTMEncoderCell, ConvLSTMEncoderCell: numpy cases, contract, errors."""
+
+import numpy as np
+import pytest
+
+from keras_capsules.layers import ConvLSTMEncoderCell, GatedEncoderCell, LSTMEncoderCell
+from tests.harness import run_layer_contract
+
+
+def _sigmoid(v):
+    return 1.0 / (1.0 + np.exp(-v))
+
+
+def _randomize(layer, rng):
+    layer.set_weights([rng.normal(size=w.shape).astype("float32") * 0.5 for w in layer.get_weights()])
+
+
+def test_gated_cell_zero_weights_by_hand():
+    """All weights zero: z = r = g = 1/2 and c = 0, so h_new = h / 2."""
+    cell = GatedEncoderCell(3, kernel_initializer="zeros", feedback_initializer="zeros",
+                            recurrent_initializer="zeros")
+    h = np.array([[1.0, -2.0, 4.0]], "float32")
+    out = cell([np.ones((1, 2), "float32"), np.ones((1, 3), "float32"), h]).numpy()
+    np.testing.assert_allclose(out, h / 2, rtol=1e-6)
+
+
+@pytest.mark.parametrize("use_feedback", [True, False])
+def test_gated_cell_matches_numpy(use_feedback):
+    rng = np.random.default_rng(0)
+    u = 3
+    x = rng.normal(size=(2, 4)).astype("float32")
+    d = rng.normal(size=(2, u)).astype("float32")
+    h = rng.normal(size=(2, u)).astype("float32")
+    cell = GatedEncoderCell(u, use_feedback=use_feedback)
+    inputs = [x, d, h] if use_feedback else [x, h]
+    cell(inputs)
+    _randomize(cell, rng)
+    W = np.asarray(cell.kernel)
+    V = np.asarray(cell.recurrent_kernel)
+    b = np.asarray(cell.bias)
+    blocks = lambda m: [m[:, i * u:(i + 1) * u] for i in range(m.shape[1] // u)]  # noqa: E731
+    bb = [b[i * u:(i + 1) * u] for i in range(len(b) // u)]
+    Wb, Vb = blocks(W), blocks(V)
+    if use_feedback:
+        Ub = blocks(np.asarray(cell.feedback_kernel))
+        z = _sigmoid(x @ Wb[0] + d @ Ub[0] + h @ Vb[0] + bb[0])
+        r = _sigmoid(x @ Wb[1] + d @ Ub[1] + h @ Vb[1] + bb[1])
+        g = _sigmoid(x @ Wb[2] + d @ Ub[2] + h @ Vb[2] + bb[2])
+        c = np.tanh(x @ Wb[3] + (g * d) @ Ub[3] + (r * h) @ Vb[3] + bb[3])
+    else:
+        z = _sigmoid(x @ Wb[0] + h @ Vb[0] + bb[0])
+        r = _sigmoid(x @ Wb[1] + h @ Vb[1] + bb[1])
+        c = np.tanh(x @ Wb[2] + (r * h) @ Vb[2] + bb[2])
+    want = (1 - z) * h + z * c
+    np.testing.assert_allclose(cell(inputs).numpy(), want, rtol=1e-5, atol=1e-6)
+
+
+def _lstm_numpy(pre, c):
+    i, f, g, o = np.split(pre, 4, axis=-1)
+    c_new = _sigmoid(f) * c + _sigmoid(i) * np.tanh(g)
+    return _sigmoid(o) * np.tanh(c_new), c_new
+
+
+def test_lstm_cells_match_numpy():
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(2, 3, 3, 2)).astype("float32")
+    d, h, c = (rng.normal(size=(2, 3, 3, 4)).astype("float32") for _ in range(3))
+    conv = ConvLSTMEncoderCell(4, kernel_size=1)
+    conv([x, d, h, c])
+    _randomize(conv, rng)
+    k = lambda w: np.asarray(w)[0, 0]  # noqa: E731  1x1 kernels
+    pre = x @ k(conv.kernel) + d @ k(conv.feedback_kernel) + h @ k(conv.recurrent_kernel) + np.asarray(conv.bias)
+    for got, want in zip(conv([x, d, h, c]), _lstm_numpy(pre, c)):
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-5)
+
+    dense = LSTMEncoderCell(4, use_feedback=False)
+    flat = [a[:, 0, 0] for a in (x, h, c)]
+    dense(flat)
+    _randomize(dense, rng)
+    pre = flat[0] @ np.asarray(dense.kernel) + flat[1] @ np.asarray(dense.recurrent_kernel) + np.asarray(dense.bias)
+    for got, want in zip(dense(flat), _lstm_numpy(pre, flat[2])):
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_unit_forget_bias():
+    cell = LSTMEncoderCell(2)
+    cell.build([(None, 3), (None, 2), (None, 2), (None, 2)])
+    np.testing.assert_array_equal(np.asarray(cell.bias), [0, 0, 1, 1, 0, 0, 0, 0])
+
+
+CONTRACT_CASES = [
+    (GatedEncoderCell, dict(units=3), [(4, 5), (4, 3), (4, 3)]),
+    (GatedEncoderCell, dict(units=3, use_feedback=False, kernel_regularizer="l2"), [(4, 5), (4, 3)]),
+    (LSTMEncoderCell, dict(units=3), [(4, 5), (4, 3), (4, 3), (4, 3)]),
+    (ConvLSTMEncoderCell, dict(filters=2), [(4, 3, 3, 1), (4, 3, 3, 2), (4, 3, 3, 2), (4, 3, 3, 2)]),
+]
+
+
+@pytest.mark.parametrize("cls,kwargs,shapes", CONTRACT_CASES, ids=lambda v: getattr(v, "__name__", None))
+def test_layer_contract(cls, kwargs, shapes, tmp_path):
+    rng = np.random.default_rng(2)
+    inputs = [rng.normal(size=s).astype("float32") for s in shapes]
+    run_layer_contract(cls, kwargs, inputs, tmp_path=tmp_path, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "cls,kwargs,name",
+    [
+        (GatedEncoderCell, dict(units=0), "units"),
+        (GatedEncoderCell, dict(units=2, use_feedback="yes"), "use_feedback"),
+        (LSTMEncoderCell, dict(units=2, unit_forget_bias=1), "unit_forget_bias"),
+        (ConvLSTMEncoderCell, dict(filters=2, kernel_size=0), "kernel_size"),
+        (ConvLSTMEncoderCell, dict(filters=None), "filters"),
+    ],
+)
+def test_bad_constructor_arguments(cls, kwargs, name):
+    with pytest.raises(ValueError, match=f"Received: {name}="):
+        cls(**kwargs)
+
+
+def test_bad_inputs():
+    z = lambda *s: np.zeros(s, "float32")  # noqa: E731
+    with pytest.raises(ValueError, match=r"3 inputs \[x, feedback, h\]"):
+        GatedEncoderCell(3)([z(2, 4), z(2, 3)])
+    with pytest.raises(ValueError, match=r"feedback to have the shape of its state, \[batch, 3\]"):
+        GatedEncoderCell(3)([z(2, 4), z(2, 5), z(2, 3)])
+    with pytest.raises(ValueError, match=r"state c of shape \[batch, 3\]"):
+        LSTMEncoderCell(3, use_feedback=False)([z(2, 4), z(2, 3), z(2, 2)])
+    with pytest.raises(ValueError, match=r"\[batch, height, width, channels\]"):
+        ConvLSTMEncoderCell(2)([z(2, 4), z(2, 2), z(2, 2), z(2, 2)])

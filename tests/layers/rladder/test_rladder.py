@@ -1,0 +1,152 @@
+"""RLadder: shapes, ablation switches, weight sharing, contract, errors, learning."""
+
+import keras
+import numpy as np
+import pytest
+
+from keras_capsules.layers import RLadder, level_spec
+from tests.harness import run_layer_contract
+
+CONV_LEVELS = [
+    level_spec("convlstm", 2, pool=1),
+    level_spec("convlstm", 3, pool=2, combinator="ConvG3", upsample_mode="transpose"),
+    level_spec("gated", 4),
+]
+DENSE_LEVELS = [level_spec("gated", 4), level_spec("lstm", 3)]
+
+
+def _seq(*shape, seed=0):
+    return np.random.default_rng(seed).normal(size=shape).astype("float32")
+
+
+def test_output_shapes_and_ablations():
+    x = _seq(2, 3, 4, 4, 1)
+    pred, top = RLadder(CONV_LEVELS)(x)
+    assert pred.shape == (2, 3, 4, 4, 1) and top.shape == (2, 3, 4)
+
+    no_fb = RLadder(CONV_LEVELS, decoder_to_encoder=False)
+    pred, top = no_fb(x)
+    assert pred.shape == (2, 3, 4, 4, 1) and top.shape == (2, 3, 4)
+    assert not any("feedback" in w.path for w in no_fb.weights)
+
+    encoder_only = RLadder(CONV_LEVELS, use_decoder=False)
+    top = encoder_only(x)
+    assert top.shape == (2, 3, 4)
+    assert not any("decoder" in w.path or "feedback" in w.path for w in encoder_only.weights)
+    assert encoder_only.compute_output_shape((None, 3, 4, 4, 1)) == (None, 3, 4)
+
+    static = RLadder(DENSE_LEVELS, n_iters=5, output_units=2)
+    pred, top = static(_seq(2, 6))
+    assert pred.shape == (2, 5, 2) and top.shape == (2, 5, 3)
+
+
+def test_weights_are_shared_over_steps_and_time_is_causal():
+    short, long = RLadder(DENSE_LEVELS), RLadder(DENSE_LEVELS)
+    x = _seq(2, 6, 5)
+    short(x[:, :3])
+    long(x)
+    assert len(short.weights) == len(long.weights)
+    long.set_weights(short.get_weights())
+    for a, b in zip(short(x[:, :3]), long(x)):
+        np.testing.assert_allclose(a.numpy(), b.numpy()[:, :3], rtol=1e-5, atol=1e-6)
+
+
+def test_static_input_equals_repeated_sequence():
+    x = _seq(2, 4, 4, 1)
+    static = RLadder(CONV_LEVELS, n_iters=3)
+    seq = RLadder(CONV_LEVELS)
+    static(x)
+    seq(np.repeat(x[:, None], 3, axis=1))
+    seq.set_weights(static.get_weights())
+    for a, b in zip(static(x), seq(np.repeat(x[:, None], 3, axis=1))):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("decoder_to_encoder", [True, False])
+def test_decoder_feedback_reaches_the_encoder(decoder_to_encoder):
+    x = _seq(2, 3, 5)
+    layer = RLadder(DENSE_LEVELS, decoder_to_encoder=decoder_to_encoder)
+    _, top = layer(x)
+    for w in layer.weights:  # change only the decoder
+        if w.path.split("/")[1].startswith("decoder"):
+            w.assign(w + 0.5)
+    _, top2 = layer(x)
+    np.testing.assert_allclose(top2[:, 0], top[:, 0], rtol=1e-6)  # no feedback at t = 0
+    changed = not np.allclose(top2[:, 1:], top[:, 1:])
+    assert changed == decoder_to_encoder
+
+
+CONTRACT_CASES = [
+    ("dense", dict(levels=DENSE_LEVELS), (4, 2, 5)),
+    ("dense_static_ablated", dict(levels=DENSE_LEVELS[1:], n_iters=2, decoder_to_encoder=False, output_units=2), (4, 5)),
+    ("conv", dict(levels=CONV_LEVELS[1:]), (4, 2, 4, 4, 1)),
+    ("encoder_only", dict(levels=DENSE_LEVELS[:1], use_decoder=False), (4, 2, 5)),
+]
+
+
+@pytest.mark.parametrize("case,kwargs,shape", CONTRACT_CASES, ids=[c[0] for c in CONTRACT_CASES])
+def test_layer_contract(case, kwargs, shape, tmp_path):
+    run_layer_contract(RLadder, kwargs, _seq(*shape), tmp_path=tmp_path, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (dict(levels=[]), "Received: levels="),
+        (dict(levels=[{"encoder": "gru", "units": 2}]), "Received: encoder="),
+        (dict(levels=[{"encoder": "gated", "units": 2, "size": 3}]), "unknown level keys"),
+        (dict(levels=[level_spec("gated", 2), level_spec("convlstm", 2)]), "before dense"),
+        (dict(levels=[level_spec("gated", 2), level_spec("gated", 2, pool=2)]), "Received: pool=2"),
+        (dict(levels=[{"encoder": "gated", "units": 2, "combinator": "ConvG1"}]), "Received: combinator="),
+        (dict(levels=DENSE_LEVELS, n_iters=0), "Received: n_iters=0"),
+        (dict(levels=DENSE_LEVELS, use_decoder=1), "Received: use_decoder=1"),
+        (dict(levels=DENSE_LEVELS, input_combinator="G2"), "Received: input_combinator="),
+        (dict(levels=DENSE_LEVELS, output_units=0), "Received: output_units=0"),
+    ],
+)
+def test_bad_constructor_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        RLadder(**kwargs)
+
+
+def test_bad_input_shapes():
+    with pytest.raises(ValueError, match=r"\[batch, T, features\]"):
+        RLadder(DENSE_LEVELS)(_seq(2, 5))
+    with pytest.raises(ValueError, match=r"static input of shape \[batch, features\]"):
+        RLadder(DENSE_LEVELS, n_iters=2)(_seq(2, 3, 5))
+    with pytest.raises(ValueError, match="divisible by 2"):
+        RLadder(CONV_LEVELS)(_seq(2, 2, 3, 3, 1))
+    with pytest.raises(ValueError, match="image input needs a convolutional input_combinator"):
+        RLadder(DENSE_LEVELS)(_seq(2, 2, 3, 3, 1))
+    with pytest.raises(ValueError, match="vector input needs input_combinator='G1'"):
+        RLadder(CONV_LEVELS)(_seq(2, 2, 5))
+    layer = RLadder(DENSE_LEVELS)
+    layer(_seq(2, 3, 5))
+    with pytest.raises(ValueError, match=r"features of shape \(5,\)"):
+        layer(_seq(2, 3, 6))
+
+
+def test_learns_next_step_prediction_of_a_periodic_sequence():
+    """Sines of random phase: predict x_{t+1} from x_1..x_t; the error drops clearly."""
+    rng = np.random.default_rng(0)
+    n, steps = 96, 6
+    phase = rng.uniform(0, 2 * np.pi, size=(n, 1))
+    t = np.arange(steps + 1)[None, :]
+    seq = np.stack([np.sin(0.8 * t + phase), np.cos(0.8 * t + phase)], axis=-1).astype("float32")
+    x, y = seq[:, :-1], seq[:, 1:]
+
+    inputs = keras.Input((steps, 2))
+    prediction, _ = RLadder([level_spec("gated", 12)])(inputs)
+    model = keras.Model(inputs, prediction)
+    model.compile(keras.optimizers.Adam(0.02), "mse", jit_compile=False)  # fast to trace
+    before = model.evaluate(x, y, verbose=0)
+    model.fit(x, y, epochs=20, batch_size=32, verbose=0)
+    after = model.evaluate(x, y, verbose=0)
+    assert after < 0.2 * before and after < 0.05, (before, after)
+
+
+def test_symbolic_output_spec_follows_the_policy():
+    inputs = keras.Input((3, 5))
+    prediction, top = RLadder(DENSE_LEVELS, dtype="mixed_bfloat16")(inputs)
+    assert prediction.shape == (None, 3, 5) and top.shape == (None, 3, 3)
+    assert prediction.dtype == "bfloat16" and top.dtype == "bfloat16"

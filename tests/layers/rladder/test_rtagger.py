@@ -1,0 +1,155 @@
+"""RTagger, MixtureNLL and adjusted_mutual_info."""
+
+import keras
+import numpy as np
+import pytest
+
+from keras_capsules.layers import RTagger, level_spec
+from keras_capsules.losses import MixtureNLL, mixture_nll
+from keras_capsules.metrics import adjusted_mutual_info
+from tests.harness import run_layer_contract
+
+CONV_LEVELS = [level_spec("convlstm", 2), level_spec("gated", 3)]
+
+
+def _images(*shape, seed=0):
+    return np.random.default_rng(seed).uniform(size=shape).astype("float32")
+
+
+def test_outputs_are_distributions_and_means():
+    layer = RTagger(3, CONV_LEVELS, n_iters=2, sigma=0.3)
+    pi, m = layer(_images(2, 4, 4, 1))
+    assert pi.shape == (2, 2, 3, 4, 4, 1) and m.shape == (2, 2, 3, 4, 4, 1)
+    np.testing.assert_allclose(pi.numpy().sum(axis=2), 1.0, rtol=1e-5)
+    assert np.all(pi.numpy() > 0)
+    assert layer.compute_output_shape((None, 4, 4, 1)) == [(None, 2, 3, 4, 4, 1)] * 2
+
+    seq = RTagger(2, [level_spec("gated", 4)])
+    pi, m = seq(_images(2, 3, 5))  # sequence of vectors: 5 pixels of one channel
+    assert pi.shape == (2, 3, 2, 5, 1) and m.shape == (2, 3, 2, 5, 1)
+
+
+def test_groups_share_one_ladder():
+    """The weights do not grow with the number of groups (only initial_means does)."""
+    small, large = RTagger(2, CONV_LEVELS, n_iters=1), RTagger(5, CONV_LEVELS, n_iters=1)
+    small(_images(2, 4, 4, 1))
+    large(_images(2, 4, 4, 1))
+    shapes = lambda layer: {w.path.split("/", 1)[1]: tuple(w.shape) for w in layer.weights}  # noqa: E731
+    a, b = shapes(small), shapes(large)
+    assert a.pop("initial_means") == (2, 1) and b.pop("initial_means") == (5, 1)
+    assert a == b
+
+
+@pytest.mark.parametrize(
+    "kwargs,shape",
+    [
+        (dict(n_groups=2, levels=CONV_LEVELS, n_iters=2), (4, 4, 4, 1)),
+        (dict(n_groups=3, levels=[level_spec("gated", 3)], sigma=0.2), (4, 1, 4)),  # sequence
+    ],
+)
+def test_layer_contract(kwargs, shape, tmp_path):
+    run_layer_contract(RTagger, kwargs, _images(*shape), tmp_path=tmp_path, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (dict(n_groups=1, levels=CONV_LEVELS), "Received: n_groups=1"),
+        (dict(n_groups=2, levels=CONV_LEVELS, sigma=0.0), "Received: sigma=0.0"),
+        (dict(n_groups=2, levels=CONV_LEVELS, n_iters=-1), "Received: n_iters=-1"),
+        (dict(n_groups=2, levels="gated"), "Received: levels="),
+    ],
+)
+def test_bad_constructor_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        RTagger(**kwargs)
+
+
+def test_bad_input_shapes():
+    with pytest.raises(ValueError, match=r"\[batch, H, W, C\] or \[batch, D\]"):
+        RTagger(2, CONV_LEVELS, n_iters=2)(_images(2, 3, 4, 4, 1))
+    layer = RTagger(2, CONV_LEVELS, n_iters=1)
+    layer(_images(2, 4, 4, 1))
+    with pytest.raises(ValueError, match="built for inputs with pixels"):
+        layer(_images(2, 4, 4, 2))
+
+
+def _numpy_nll(x, m, pi, sigma):
+    dens = np.exp(-((x[:, None] - m) ** 2).sum(-1) / (2 * sigma**2)) / (
+        (2 * np.pi * sigma**2) ** (m.shape[-1] / 2)
+    )
+    return -np.log((pi[..., 0] * dens).sum(axis=1))
+
+
+def test_mixture_nll_matches_numpy():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(3, 4, 2)).astype("float32")  # [b, pixels, C]
+    m = rng.normal(size=(3, 5, 4, 2)).astype("float32")  # [b, K, pixels, C]
+    logits = rng.normal(size=(3, 5, 4, 1)).astype("float32")
+    pi = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+    want = _numpy_nll(x.astype("float64"), m.astype("float64"), pi.astype("float64"), 0.7)
+    per_pixel = mixture_nll(x, m, pi, 0.7).numpy()
+    np.testing.assert_allclose(per_pixel, want, rtol=1e-5)
+    packed = np.concatenate([m, pi], axis=-1)
+    np.testing.assert_allclose(MixtureNLL(sigma=0.7)(x, packed).numpy(), want.mean(), rtol=1e-5)
+    summed = MixtureNLL(sigma=0.7, reduction="sum")(x, packed).numpy()
+    np.testing.assert_allclose(summed, want.sum(), rtol=1e-5)
+    from_logits = MixtureNLL(sigma=0.7, from_logits=True)(x, np.concatenate([m, logits], -1))
+    np.testing.assert_allclose(from_logits.numpy(), want.mean(), rtol=1e-5)
+    # Far-away data: every density underflows in float32, the log-sum-exp does not.
+    far = MixtureNLL(sigma=0.1)(x + 100.0, packed).numpy()
+    assert np.isfinite(far) and far > 1e5
+    config = MixtureNLL(sigma=0.7, group_axis=2).get_config()
+    assert MixtureNLL.from_config(config).get_config() == config
+
+
+def test_mixture_nll_errors():
+    with pytest.raises(ValueError, match="Received: sigma=-1"):
+        MixtureNLL(sigma=-1)
+    with pytest.raises(ValueError, match="Received: group_axis=0"):
+        MixtureNLL(group_axis=0)
+    with pytest.raises(ValueError, match="one channel less"):
+        MixtureNLL()(np.zeros((2, 4, 2), "float32"), np.zeros((2, 3, 4, 2), "float32"))
+
+
+def test_rtagger_trains_with_mixture_nll():
+    """Two-object toy images: the mixture NLL falls clearly in a few steps."""
+    rng = np.random.default_rng(0)
+    n = 32
+    images = np.zeros((n, 4, 4, 1), "float32")
+    for i in range(n):
+        r, c = rng.integers(0, 2, size=2)
+        images[i, r:r + 2, c:c + 2] = 1.0
+    inputs = keras.Input((4, 4, 1))
+    pi, m = RTagger(2, [level_spec("convlstm", 4)], n_iters=2, sigma=0.5)(inputs)
+    packed = keras.layers.Concatenate()([m, pi])
+    model = keras.Model(inputs, packed)
+    model.compile(keras.optimizers.Adam(0.02), MixtureNLL(sigma=0.5, group_axis=2), jit_compile=False)
+    targets = np.repeat(images[:, None], 2, axis=1)  # the same image at every iteration
+    history = model.fit(images, targets, epochs=8, batch_size=16, verbose=0)
+    losses = history.history["loss"]
+    assert np.all(np.isfinite(losses)) and losses[-1] < losses[0] - 0.1, losses
+
+
+def test_adjusted_mutual_info():
+    rng = np.random.default_rng(0)
+    truth = rng.integers(0, 3, size=(4, 6, 6))
+    perfect = np.eye(3)[(truth + 1) % 3]  # permuted labels, one-hot: [b, H, W, K]
+    perfect = np.moveaxis(perfect, -1, 1)[..., None]  # [b, K, H, W, 1] as RTagger gives
+    assert adjusted_mutual_info(truth, perfect) == pytest.approx(1.0)
+    random = rng.uniform(size=(4, 3, 6, 6))
+    assert abs(adjusted_mutual_info(truth, random)) < 0.1
+    per_sample = adjusted_mutual_info(truth, perfect, per_sample=True)
+    assert per_sample.shape == (4,)
+    # Background pixels (label 0) ignored: a prediction wrong only there is perfect.
+    wrong_bg = perfect.copy()
+    wrong_bg[:, :, :, :, 0] = np.where(truth[:, None] == 0, np.roll(perfect[..., 0], 1, axis=1), perfect[..., 0])
+    assert adjusted_mutual_info(truth, wrong_bg, ignore_label=0) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="one axis"):
+        adjusted_mutual_info(truth, random[:, 0])
+
+
+def test_many_iterations_with_a_small_sigma_stay_bounded():
+    pi, m = RTagger(2, CONV_LEVELS, n_iters=6, sigma=0.05)(_images(2, 4, 4, 1))
+    assert np.all(np.isfinite(m.numpy())) and np.abs(m.numpy()).max() < 50
+    assert np.all(np.isfinite(pi.numpy()))
