@@ -9,19 +9,8 @@ shapes/specs (one output, or two with the coupling coefficients).
 import keras
 from keras import ops
 
+from keras_capsules._validation import boolean, positive_int  # noqa: F401 (used by subclasses)
 from keras_capsules.ops import routing_dtype, squash
-
-
-def positive_int(name, value):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
-    return value
-
-
-def boolean(name, value):
-    if not isinstance(value, bool):
-        raise ValueError(f"`{name}` must be True or False. Received: {name}={value!r}")
-    return value
 
 
 class VoteRouting(keras.layers.Layer):

@@ -4,6 +4,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_capsules._validation import positive_int
 from keras_capsules.ops import routing_dtype
 
 _LETTERS = "abcdefghnpqrstuvwxyz"  # einsum letters for the id axes (not m, k, d)
@@ -29,14 +30,6 @@ def default_num_codewords(input_dim, num_codebooks):
     while k**num_codebooks < input_dim:
         k += 1
     return k
-
-
-def _positive_int(name, value, allow_none=False):
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
-    return int(value)
 
 
 def _concrete_values(x):
@@ -151,10 +144,10 @@ class CompositionalEmbedding(keras.layers.Layer):
     ):
         kwargs["autocast"] = False
         super().__init__(**kwargs)
-        self.input_dim = _positive_int("input_dim", input_dim)
-        self.output_dim = _positive_int("output_dim", output_dim)
-        self.num_codebooks = _positive_int("num_codebooks", num_codebooks)
-        num_codewords = _positive_int("num_codewords", num_codewords, allow_none=True)
+        self.input_dim = positive_int("input_dim", input_dim)
+        self.output_dim = positive_int("output_dim", output_dim)
+        self.num_codebooks = positive_int("num_codebooks", num_codebooks)
+        num_codewords = positive_int("num_codewords", num_codewords, allow_none=True)
         if num_codewords is None:
             num_codewords = default_num_codewords(self.input_dim, self.num_codebooks)
         self.num_codewords = num_codewords

@@ -5,17 +5,10 @@ import math
 import keras
 from keras import ops
 
+from keras_capsules._validation import choice, positive_float, positive_int
 from keras_capsules.ops import routing_dtype
 
 _ALGORITHMS = ("auto", "votes", "moments")
-
-
-def _positive_int(name, value, allow_none=False):
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
-    return value
 
 
 def _uniform_use(f, n_out):
@@ -146,17 +139,12 @@ class EMRouting(keras.layers.Layer):
     ):
         kwargs["autocast"] = False  # inputs and weights are cast to the routing dtype here
         super().__init__(**kwargs)
-        self.n_out = _positive_int("n_out", n_out, allow_none=True)
-        self.d_out = _positive_int("d_out", d_out)
-        self.n_iters = _positive_int("n_iters", n_iters)
-        self.n_inp = _positive_int("n_inp", n_inp, allow_none=True)
-        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0:
-            raise ValueError(f"`eps` must be a positive number. Received: eps={eps!r}")
-        self.eps = float(eps)
-        if algorithm not in _ALGORITHMS:
-            raise ValueError(
-                f"`algorithm` must be one of {_ALGORITHMS}. Received: algorithm={algorithm!r}"
-            )
+        self.n_out = positive_int("n_out", n_out, allow_none=True)
+        self.d_out = positive_int("d_out", d_out)
+        self.n_iters = positive_int("n_iters", n_iters)
+        self.n_inp = positive_int("n_inp", n_inp, allow_none=True)
+        self.eps = positive_float("eps", eps)
+        choice("algorithm", algorithm, _ALGORITHMS)
         if algorithm == "moments" and self.n_inp is not None:
             raise ValueError(
                 "`algorithm='moments'` needs weights shared over inputs (n_inp=None). "

@@ -6,25 +6,8 @@ Private to ``keras_capsules.layers.mac``; the public layers are in the sibling m
 import keras
 from keras import ops
 
+from keras_capsules._validation import boolean, positive_int, rate  # noqa: F401 (re-exported to the MAC layers)
 from keras_capsules.ops import MASK_VALUE, routing_dtype
-
-
-def positive_int(name, value):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
-    return value
-
-
-def rate(name, value):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-        raise ValueError(f"`{name}` must be a number in [0, 1). Received: {name}={value!r}")
-    return float(value)
-
-
-def boolean(name, value):
-    if not isinstance(value, bool):
-        raise ValueError(f"`{name}` must be True or False. Received: {name}={value!r}")
-    return value
 
 
 def activation_name(name, value, allowed=(None, "elu")):

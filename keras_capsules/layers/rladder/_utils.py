@@ -3,27 +3,9 @@
 import keras
 from keras import ops
 
+from keras_capsules._validation import choice, positive_float, positive_int  # noqa: F401 (re-exported)
+
 UPSAMPLE_MODES = ("nearest", "transpose")
-
-
-def positive_int(name, value, allow_none=False):
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
-    return value
-
-
-def positive_float(name, value):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(f"`{name}` must be a positive number. Received: {name}={value!r}")
-    return float(value)
-
-
-def choice(name, value, options):
-    if value not in options:
-        raise ValueError(f"`{name}` must be one of {options}. Received: {name}={value!r}")
-    return value
 
 
 def serialize_all(config, obj, names, kind):

@@ -1,0 +1,44 @@
+"""Constructor-argument checks shared by every layer, loss and optimizer.
+
+Each returns the (normalised) value or raises ``ValueError`` quoting
+``Received: name=value``, the house format for bad arguments.
+"""
+
+import numbers
+
+
+def positive_int(name, value, allow_none=False):
+    """An integer >= 1 (numpy integers accepted; bools refused), or None if allowed."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
+    return int(value)
+
+
+def positive_float(name, value):
+    """A real number > 0, returned as float."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
+        raise ValueError(f"`{name}` must be a positive number. Received: {name}={value!r}")
+    return float(value)
+
+
+def rate(name, value):
+    """A real number in [0, 1) (dropout rates and the like), returned as float."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < 1:
+        raise ValueError(f"`{name}` must be a number in [0, 1). Received: {name}={value!r}")
+    return float(value)
+
+
+def boolean(name, value):
+    """Exactly True or False."""
+    if not isinstance(value, bool):
+        raise ValueError(f"`{name}` must be True or False. Received: {name}={value!r}")
+    return value
+
+
+def choice(name, value, options):
+    """One of ``options``."""
+    if value not in options:
+        raise ValueError(f"`{name}` must be one of {tuple(options)}. Received: {name}={value!r}")
+    return value
