@@ -87,6 +87,7 @@ def build_model(
     pose_size=4,
     n_iters=3,
     strides=(1, 2, 1, 2, 1, 2),
+    routing_kwargs=None,
     name="smallnorb_capsules",
 ):
     """The paper's smallNORB classifier (defaults) or a variant of it.
@@ -101,6 +102,8 @@ def build_model(
         pose_size: capsule poses are ``pose_size x pose_size``. Default 4.
         n_iters: EM iterations of both routings. Default 3.
         strides: strides of the 3x3 convolutions (one per convolution).
+        routing_kwargs: extra ``EMRouting`` arguments for both routings (e.g.
+            initializers); default None: the paper's.
         name: model name.
 
     Returns:
@@ -123,11 +126,13 @@ def build_model(
     mu = keras.layers.BatchNormalization(name="poses_bn")(x)
     mu = keras.layers.Conv2D(n_parts * d_pose, 1, name="poses")(mu)
     mu = keras.layers.Reshape((-1, pose_size, pose_size), name="part_poses")(mu)
-    a, mu, _ = EMRouting(n_out=n_parts, d_out=pose_size, n_iters=n_iters, name="part_routing")(
-        [a, mu]
-    )
+    routing_kwargs = dict(routing_kwargs or {})
+    a, mu, _ = EMRouting(
+        n_out=n_parts, d_out=pose_size, n_iters=n_iters, name="part_routing", **routing_kwargs
+    )([a, mu])
     a, _, _ = EMRouting(
-        n_out=n_classes, d_out=pose_size, n_iters=n_iters, n_inp=n_parts, name="class_routing"
+        n_out=n_classes, d_out=pose_size, n_iters=n_iters, n_inp=n_parts, name="class_routing",
+        **routing_kwargs,
     )([a, mu])
     model = keras.Model(images, a, name=name)
     counts = parameter_counts(model)

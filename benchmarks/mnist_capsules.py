@@ -11,7 +11,7 @@ within 20 minutes on a 2-core CPU.
 
 Usage (from the repository root):
 
-    python benchmarks/mnist_capsules.py [--data-dir ../shared/data/mnist] [--epochs 6]
+    python benchmarks/mnist_capsules.py [--data-dir ../shared/data/mnist] [--epochs 8]
 
 Prints the test accuracy, the wall time, the parameter count and the machine load.
 """
@@ -77,10 +77,10 @@ def main(argv=None):
     parser.add_argument("--data-dir", default=str(default_data_dir()))
     parser.add_argument("--n-train", type=int, default=8000)
     parser.add_argument("--n-test", type=int, default=2000)
-    parser.add_argument("--epochs", type=int, default=6)
+    parser.add_argument("--epochs", type=int, default=8)
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--min-lr", type=float, default=1e-4)
-    parser.add_argument("--max-lr", type=float, default=1e-2)
+    parser.add_argument("--min-lr", type=float, default=2e-4)
+    parser.add_argument("--max-lr", type=float, default=2e-2)
     parser.add_argument("--padding", type=int, default=2, help="random-shift augmentation")
     parser.add_argument("--mixup", type=float, default=0.0, help="mixup alpha (0: off)")
     parser.add_argument("--budget-minutes", type=float, default=20.0)
