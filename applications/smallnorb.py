@@ -32,7 +32,6 @@ Reference:
 """
 
 import logging
-import math
 import pathlib
 
 import keras
