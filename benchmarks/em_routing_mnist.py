@@ -11,7 +11,6 @@ test accuracy.
 """
 
 import argparse
-import gzip
 import os
 import pathlib
 import sys
@@ -23,24 +22,9 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 
-def load_idx_digits(data_dir):
-    """Images ``[n, 28, 28, 1]`` in [0, 1] and labels from the t10k IDX files."""
-    data_dir = pathlib.Path(data_dir)
-    images_path = data_dir / "t10k-images-idx3-ubyte.gz"
-    labels_path = data_dir / "t10k-labels-idx1-ubyte.gz"
-    for path in (images_path, labels_path):
-        if not path.exists():
-            raise SystemExit(f"error: {path} not found; pass --data-dir with the MNIST t10k IDX files")
-    with gzip.open(images_path) as f:
-        images = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 28, 28, 1)
-    with gzip.open(labels_path) as f:
-        labels = np.frombuffer(f.read(), np.uint8, offset=8)
-    return images.astype("float32") / 255.0, labels.astype("int32")
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", default=str(REPO.parent / "shared" / "data" / "mnist"))
+    parser.add_argument("--data-dir", default=None, help="folder of the t10k IDX files (default: ../shared/data/mnist)")
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--learning-rate", type=float, default=3e-3)
@@ -54,8 +38,12 @@ def main(argv=None):
     import keras
 
     from applications import demo
+    from applications.mnist_digits import default_data_dir, load_idx_digits
 
-    images, labels = load_idx_digits(args.data_dir)
+    try:
+        images, labels = load_idx_digits(args.data_dir or default_data_dir())
+    except FileNotFoundError as err:
+        raise SystemExit(f"error: {err}") from None
     keras.utils.set_random_seed(args.seed)
     train_ds, test_ds = demo.make_datasets(
         images, labels, args.batch_size, test_fraction=0.2, seed=args.seed

@@ -17,7 +17,6 @@ Prints the test accuracy, the wall time, the parameter count and the machine loa
 """
 
 import argparse
-import gzip
 import os
 import pathlib
 import sys
@@ -34,24 +33,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from applications import smallnorb, training  # noqa: E402
-
-
-def default_data_dir():
-    """``../shared/data/mnist`` relative to the repository (or above it, for worktrees)."""
-    for parent in [REPO.parent, *REPO.parent.parents]:
-        candidate = parent / "shared" / "data" / "mnist"
-        if candidate.is_dir():
-            return candidate
-    return REPO.parent / "shared" / "data" / "mnist"
-
-
-def load_mnist(data_dir):
-    data_dir = pathlib.Path(data_dir)
-    with gzip.open(data_dir / "t10k-images-idx3-ubyte.gz") as f:
-        images = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 28, 28)
-    with gzip.open(data_dir / "t10k-labels-idx1-ubyte.gz") as f:
-        labels = np.frombuffer(f.read(), np.uint8, offset=8)
-    return images[..., None].astype("float32") / 255.0, labels.astype("int64")
+from applications.mnist_digits import default_data_dir, load_idx_digits  # noqa: E402
 
 
 class TimeBudget(keras.callbacks.Callback):
@@ -89,7 +71,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     keras.utils.set_random_seed(args.seed)
-    images, labels = load_mnist(args.data_dir)
+    images, labels = load_idx_digits(args.data_dir)
     order = np.random.default_rng(args.seed).permutation(len(images))
     train_idx, test_idx = order[: args.n_train], order[args.n_train : args.n_train + args.n_test]
     x_train, y_train = images[train_idx], np.eye(10, dtype="float32")[labels[train_idx]]

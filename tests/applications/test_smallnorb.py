@@ -1,6 +1,5 @@
 """smallNORB application: the paper's model, the TFDS pipeline (mocked), saving, plots, learning."""
 
-import gzip
 
 import keras
 import numpy as np
@@ -10,6 +9,7 @@ import tensorflow_datasets as tfds
 
 from applications import smallnorb
 from keras_capsules.layers import EMRouting
+from applications.mnist_digits import load_idx_digits
 from tests.conftest import shared_path
 
 TINY = dict(d_chns=8, n_parts=8)  # the paper's architecture, narrower
@@ -126,23 +126,9 @@ def test_viewpoint_sequence_selects_one_object_in_azimuth_order():
         smallnorb.viewpoint_sequence(ds, vary="lighting")
 
 
-def _mnist_dir():
-    """``../shared/data/mnist``; from a git worktree (``/work/wt/<name>``) look further up."""
-    folder = shared_path("data", "mnist")
-    for parent in [folder.parents[2], *folder.parents[2].parents]:
-        candidate = parent / "shared" / "data" / "mnist"
-        if candidate.is_dir():
-            return candidate
-    pytest.fail(f"real MNIST digits not found at {folder} or above it")
-
-
 def _mnist():
-    folder = _mnist_dir()
-    with gzip.open(folder / "t10k-images-idx3-ubyte.gz") as f:
-        images = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 28, 28)
-    with gzip.open(folder / "t10k-labels-idx1-ubyte.gz") as f:
-        labels = np.frombuffer(f.read(), np.uint8, offset=8)
-    return images, labels
+    images, labels = load_idx_digits(shared_path("data", "mnist"))
+    return (images[..., 0] * 255).round().astype(np.uint8), labels
 
 
 def test_the_architecture_learns_mnist_digits_at_small_size():

@@ -134,8 +134,8 @@ class MACCell(_base.MACLayerBase):
     def _shapes(self, input_shape):
         shapes = _base.as_list(input_shape, (self._n_inputs,), _LAYER, _INPUTS)
         w = _base.check_shape(shapes[0], 3, "context_words", "[batch, words, d]", _LAYER)
-        q = _base.check_shape(shapes[1], 2, "question", "[batch, d_q]", _LAYER)
-        kb = _base.check_shape(shapes[2], 3, "knowledge_base", "[batch, cells, d_kb]", _LAYER)
+        _base.check_shape(shapes[1], 2, "question", "[batch, d_q]", _LAYER)
+        _base.check_shape(shapes[2], 3, "knowledge_base", "[batch, cells, d_kb]", _LAYER)
         d = w[-1]
         for what, s in zip(("control_prev", "memory_prev"), shapes[3:5]):
             s = _base.check_shape(s, 2, what, f"[batch, {d}]", _LAYER)

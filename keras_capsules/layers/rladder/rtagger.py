@@ -1,7 +1,5 @@
 """RTagger: perceptual grouping with a Recurrent Ladder shared by K groups (Ilin et al. 2017)."""
 
-import math
-
 import keras
 from keras import ops
 
