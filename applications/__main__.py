@@ -15,7 +15,8 @@ there); their HyperModels in ``tuning/__init__.py``.
 ``--batch-size`` is per replica everywhere. ``train`` backs up its state in
 ``<run-dir>/backup``: the same command, run again after a crash, resumes. Mistakes a
 user can fix (a bad option, missing data, a dataset that needs a download while
-offline, no TPU) print one line ``keras-capsules: error: ...`` and exit with code 2.
+offline, no TPU) print one line ``keras-capsules: error: ...`` and exit with code 2
+(set ``KERAS_CAPSULES_DEBUG=1`` for the traceback).
 """
 
 import argparse
@@ -168,6 +169,8 @@ def main(argv=None):
     try:
         return _run(args)
     except (CommandLineError, FileNotFoundError, ValueError) as err:
+        if os.environ.get("KERAS_CAPSULES_DEBUG"):  # the full traceback, for developers
+            raise
         message = (str(err).strip().splitlines() or [type(err).__name__])[0]
         print(f"{PROG}: error: {message}", file=sys.stderr)
         return 2

@@ -259,6 +259,7 @@ def train(
         "metrics": os.path.join(out, "metrics.json"),
         "logs": os.path.join(out, "logs"),
     }
+    distribute.prepare_fit(model, train_ds, strategy)
     resumable = fault_tolerance.resumable_callbacks(out, save_freq=save_freq)
     if verbose:
         print(
@@ -306,6 +307,7 @@ def evaluate(model_path, batch_size=64, seed=0, data_dir=None, limit=None, strat
     )
     with strategy.scope():
         model = keras.saving.load_model(model_path)
+    distribute.prepare_fit(model, test_ds, strategy)
     loss, accuracy = model.evaluate(test_ds, verbose=0)
     return {"test_accuracy": float(accuracy), "test_loss": float(loss), "model": model_path}
 

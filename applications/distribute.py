@@ -139,3 +139,40 @@ def output_dir(run_dir, strategy=None):
         return run_dir
     task_type, index = task()
     return os.path.join(run_dir, "workers", f"{task_type}-{index}")
+
+
+def prepare_fit(model, dataset, strategy):
+    """Works around two Keras 3 (3.15) bugs before ``fit``/``evaluate`` under many workers.
+
+    Under ``MultiWorkerMirroredStrategy`` (tensorflow/tensorflow#72388):
+
+    * ``fit`` first builds the compiled metrics from a batch it all-reduces eagerly,
+      which fails ("Attempt to convert a value (PerReplica...)"). Here the model, loss,
+      metrics and optimizer are built from one local batch of ``dataset`` instead, and
+      that step is skipped.
+    * the logs of every step are reduced with ``strategy.reduce("MEAN", v, axis=0)``,
+      which fails on scalars ("Invalid reduction dimension 0"). Here ``train_step`` and
+      ``test_step`` return each scalar as a vector of one, which that reduction turns
+      back into the scalar mean over the replicas.
+
+    Other strategies are left alone. Returns ``model``.
+    """
+    if not _is_multi_worker(strategy):
+        return model
+    import keras
+    import tensorflow as tf
+
+    batch = next(iter(dataset.take(1)))
+    with strategy.scope():
+        model._symbolic_build(data_batch=batch)
+    model._maybe_symbolic_build = lambda iterator=None, data_batch=None: None
+
+    def with_batch_axis(logs):
+        return keras.tree.map_structure(
+            lambda v: tf.reshape(v, [1]) if tf.is_tensor(v) and v.shape.rank == 0 else v, logs
+        )
+
+    train_step, test_step = model.train_step, model.test_step
+    model.train_step = lambda data: with_batch_axis(train_step(data))
+    model.test_step = lambda data: with_batch_axis(test_step(data))
+    return model
