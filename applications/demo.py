@@ -43,6 +43,7 @@ def build_model(
     hidden_capsules=16,
     pose_size=4,
     n_iters=2,
+    synchronized_batchnorm=False,
     name="em_capsules",
 ):
     """Builds the demo capsule network.
@@ -56,7 +57,12 @@ def build_model(
         pose_size: poses are ``pose_size x pose_size`` matrices.
         n_iters: EM iterations of both routing layers. The demo uses 2: in this small
             network, 3 iterations (the paper's default) make the assignments
-            saturate early and learning takes several times more epochs.
+            saturate early and learning takes several times more epochs. With 1
+            iteration the class scores do not depend on the votes (the routing
+            kernels get no gradient): use 2 or more.
+        synchronized_batchnorm: batch statistics over the global batch of all
+            replicas (``train`` sets it when there are several replicas, so that
+            every replica keeps identical moving statistics).
         name: model name.
 
     Returns:
@@ -67,14 +73,14 @@ def build_model(
     x = images
     # As in Heinsen's smallNORB model: normalization before each convolution, Swish after.
     for k, stride in enumerate((1, 2)):
-        x = keras.layers.BatchNormalization(name=f"norm{k}")(x)
+        x = keras.layers.BatchNormalization(synchronized=synchronized_batchnorm, name=f"norm{k}")(x)
         x = keras.layers.Conv2D(
             filters, 3, strides=stride, padding="same", kernel_initializer="he_normal", name=f"conv{k}"
         )(x)
         x = keras.layers.Activation("swish", name=f"swish{k}")(x)
-    scores = keras.layers.BatchNormalization(name="norm_scores")(x)
+    scores = keras.layers.BatchNormalization(synchronized=synchronized_batchnorm, name="norm_scores")(x)
     scores = keras.layers.Conv2D(primary_capsules, 1, name="primary_scores")(scores)
-    poses = keras.layers.BatchNormalization(name="norm_poses")(x)
+    poses = keras.layers.BatchNormalization(synchronized=synchronized_batchnorm, name="norm_poses")(x)
     poses = keras.layers.Conv2D(primary_capsules * p * p, 1, name="primary_poses")(poses)
     scores = keras.layers.Reshape((-1,), name="capsule_scores")(scores)
     poses = keras.layers.Reshape((-1, p, p), name="capsule_poses")(poses)
@@ -248,10 +254,10 @@ def train(
     images, labels = load_arrays(data_dir, limit)
     global_batch = distribute.global_batch_size(batch_size, strategy)
     train_ds, test_ds = make_datasets(images, labels, global_batch, seed=seed)
+    model_options = dict(model_options or {})
+    model_options.setdefault("synchronized_batchnorm", strategy.num_replicas_in_sync > 1)
     with strategy.scope():
-        model = compile_model(
-            build_model(input_shape=images.shape[1:], **(model_options or {})), learning_rate
-        )
+        model = compile_model(build_model(input_shape=images.shape[1:], **model_options), learning_rate)
     paths = {
         "model": os.path.join(out, "model.keras"),
         "plot": os.path.join(out, "history.png"),
