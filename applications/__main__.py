@@ -2,84 +2,185 @@
 
     keras-capsules train                       # the default demo, no download needed
     keras-capsules train demo --epochs 5 --run-dir runs/demo
+    keras-capsules train demo --strategy mirrored --batch-size 16
     keras-capsules evaluate demo --model runs/demo/model.keras
+    keras-capsules tune demo --tuner bayesian --directory runs/tune --max-trials 20
+    keras-capsules bench demo                  # from a source checkout: benchmarks/
+    keras-capsules train demo --help           # every option of one command
+
+The application, when given, comes right after the command (default: ``demo``).
+Applications register in ``applications/registry.py`` (the protocol is documented
+there); their HyperModels in ``tuning/__init__.py``.
+
+``--batch-size`` is per replica everywhere. ``train`` backs up its state in
+``<run-dir>/backup``: the same command, run again after a crash, resumes. Mistakes a
+user can fix (a bad option, missing data, a dataset that needs a download while
+offline, no TPU) print one line ``keras-capsules: error: ...`` and exit with code 2
+(set ``KERAS_CAPSULES_DEBUG=1`` for the traceback).
 """
 
 import argparse
 import json
 import os
+import pathlib
+import subprocess
 import sys
 
-APPLICATIONS = ("demo",)
+from applications import arguments, registry
+from applications.errors import CommandLineError
+
+PROG = "keras-capsules"
+COMMANDS = ("train", "evaluate", "tune", "bench")
+# Where benchmarks live in a source checkout (they are not installed).
+BENCHMARKS_DIR = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
 
 
-def _positive_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line (``prog: error: message``) and exit code 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def _positive_float(text):
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return value
+def _hypermodel_names():
+    import tuning
+
+    return tuple(name for name in registry.names() if name in tuning.HYPERMODELS)
 
 
-def build_parser():
-    parser = argparse.ArgumentParser(
-        prog="keras-capsules",
-        description="Train and evaluate the keras-capsules applications.",
+def _application_list():
+    lines = []
+    for name in registry.names():
+        module = registry.load(name)
+        text = getattr(module, "DESCRIPTION", None) or (module.__doc__ or "").strip().splitlines()[0]
+        lines.append(f"  {name:<12} {text}")
+    return "\n".join(lines)
+
+
+def build_parser(application=registry.DEFAULT_APPLICATION):
+    """The parser; ``application``'s own options are added to train/evaluate/tune."""
+    module = registry.load(application)
+    parser = _Parser(
+        prog=PROG,
+        description="Train, evaluate, tune and benchmark the keras-capsules applications.",
+        epilog="applications:\n" + _application_list()
+        + "\n\n`keras-capsules COMMAND APPLICATION --help` lists the options of one application.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    train = commands.add_parser("train", help="train an application (default: the demo)")
-    train.add_argument("application", nargs="?", default="demo", choices=APPLICATIONS)
-    train.add_argument("--run-dir", default=os.path.join("runs", "demo"),
-                       help="where the model, plots, metrics and TensorBoard logs go")
-    train.add_argument("--epochs", type=_positive_int, default=15)
-    train.add_argument("--batch-size", type=_positive_int, default=32)
-    train.add_argument("--learning-rate", type=_positive_float, default=3e-3)
-    train.add_argument("--seed", type=int, default=0)
-    train.add_argument("--quiet", action="store_true", help="no progress bars")
-
-    evaluate = commands.add_parser("evaluate", help="evaluate a trained model")
-    evaluate.add_argument("application", nargs="?", default="demo", choices=APPLICATIONS)
-    evaluate.add_argument("--model", default=os.path.join("runs", "demo", "model.keras"),
-                          help="path of a .keras model written by `train`")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                     parser_class=_Parser)
+    helps = {
+        "train": "train an application (default: the demo); rerun to resume after a crash",
+        "evaluate": "evaluate a trained model",
+        "tune": "search hyperparameters with keras-tuner; rerun to resume a stopped search",
+    }
+    for command, help_text in helps.items():
+        sub = commands.add_parser(
+            command, help=help_text, description=help_text + f". Options of {application!r} shown.",
+        )
+        choices = _hypermodel_names() if command == "tune" else registry.names()
+        sub.add_argument("application", nargs="?", default=registry.DEFAULT_APPLICATION, choices=choices,
+                         help="one of %(choices)s (default: %(default)s)")
+        arguments.add_common_arguments(sub, command)
+        module.add_arguments(sub, command)
+    bench = commands.add_parser(
+        "bench", help="run a benchmark script of benchmarks/ (source checkout only)",
+        description="Runs benchmarks/NAME.py (or an application's benchmark) with the "
+        "remaining arguments. Benchmarks are not installed: run from a source checkout.",
+    )
+    bench.add_argument("benchmark", help="an application (e.g. demo) or a script name in benchmarks/")
+    bench.add_argument("benchmark_args", nargs=argparse.REMAINDER, help="arguments of the benchmark")
     return parser
 
 
-def main(argv=None):
-    args = build_parser().parse_args(argv)
-    from applications import demo
+def _defaults(args):
+    if getattr(args, "run_dir", "unset") is None:
+        args.run_dir = os.path.join("runs", args.application)
+    if getattr(args, "model", "unset") is None:
+        args.model = os.path.join("runs", args.application, "model.keras")
+    if getattr(args, "directory", "unset") is None:
+        args.directory = os.path.join("runs", f"tune-{args.application}")
+    return args
 
-    try:
-        if args.command == "train":
-            result = demo.train(
-                run_dir=args.run_dir,
-                epochs=args.epochs,
-                batch_size=args.batch_size,
-                learning_rate=args.learning_rate,
-                seed=args.seed,
-                verbose=0 if args.quiet else 1,
-            )
-            print(f"test accuracy {result['test_accuracy']:.4f} ({result['parameters']:,} parameters)")
-            print(f"outputs in {os.path.abspath(args.run_dir)}: model.keras, history.png, "
-                  "metrics.json, logs/ (tensorboard --logdir " + result["logs"] + ")")
-        else:
-            print(json.dumps(demo.evaluate(args.model), indent=2))
-    except (FileNotFoundError, ValueError) as err:
-        print(f"keras-capsules: error: {err}", file=sys.stderr)
-        return 2
+
+def _benchmark_script(name):
+    if not BENCHMARKS_DIR.is_dir():
+        raise CommandLineError(
+            "benchmarks are not installed: run `keras-capsules bench` from a source checkout "
+            "(python -m applications bench ...)"
+        )
+    available = sorted(p.stem for p in BENCHMARKS_DIR.glob("*.py") if not p.stem.startswith("_"))
+    if name in registry.APPLICATIONS:
+        name = getattr(registry.load(name), "BENCHMARK", None) or name
+    if name not in available:
+        raise CommandLineError(f"no benchmark {name!r}; choose from {', '.join(available)}")
+    return BENCHMARKS_DIR / f"{name}.py"
+
+
+def _bench(args):
+    script = _benchmark_script(args.benchmark)
+    env = dict(os.environ)
+    root = str(BENCHMARKS_DIR.parent)
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    sys.stdout.flush()
+    return subprocess.call([sys.executable, str(script), *args.benchmark_args], env=env)
+
+
+def _print_outputs(result, where):
+    if "test_accuracy" in result:
+        line = f"test accuracy {result['test_accuracy']:.4f}"
+        if "parameters" in result:
+            line += f" ({result['parameters']:,} parameters)"
+        print(line)
+    outputs = [os.path.basename(result[k]) for k in ("model", "plot", "history", "metrics") if result.get(k)]
+    text = f"outputs in {os.path.abspath(where)}: " + ", ".join(outputs)
+    if result.get("logs"):
+        text += f", logs/ (tensorboard --logdir {result['logs']})"
+    print(text)
+
+
+def _run(args):
+    if args.command == "bench":
+        return _bench(args)
+    from applications import distribute
+
+    # First TensorFlow work of the process: MultiWorkerMirroredStrategy needs that.
+    strategy = distribute.make_strategy(args.strategy, tpu=args.tpu)
+    module = registry.load(args.application)
+    if args.command == "train":
+        result = module.run_train(args, strategy)
+        _print_outputs(result, distribute.output_dir(args.run_dir, strategy))
+    elif args.command == "evaluate":
+        print(json.dumps(module.run_evaluate(args, strategy), indent=2))
+    else:
+        from tuning import search
+
+        result = search.run_search(args, strategy)
+        print(f"{result['new_trials']} new trial(s), {result['trials']} in total; "
+              f"best {result['objective']} {result['best_score']}")
+        print(f"best model {result['model']}, hyperparameters {result['hyperparameters']}")
     return 0
+
+
+def main(argv=None):
+    """Runs the command line; returns the exit code (2 for a user error)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = _defaults(build_parser(_application_of(argv)).parse_args(argv))
+    try:
+        return _run(args)
+    except (CommandLineError, FileNotFoundError, ValueError) as err:
+        if os.environ.get("KERAS_CAPSULES_DEBUG"):  # the full traceback, for developers
+            raise
+        message = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        print(f"{PROG}: error: {message}", file=sys.stderr)
+        return 2
+
+
+def _application_of(argv):
+    """The application named right after the command, else the default one."""
+    if len(argv) > 1 and argv[0] in ("train", "evaluate", "tune") and argv[1] in registry.APPLICATIONS:
+        return argv[1]
+    return registry.DEFAULT_APPLICATION
 
 
 if __name__ == "__main__":

@@ -6,6 +6,12 @@ the default data. The same builder runs on 28x28 MNIST (see
 
     keras-capsules train                 # this demo, a minute or two on a laptop CPU
     python -m applications train demo --epochs 5 --run-dir runs/demo
+    keras-capsules train demo --strategy mirrored --batch-size 16   # 16 per replica
+    keras-capsules train demo --data-dir ../shared/data/mnist       # 28x28 MNIST (IDX files)
+    keras-capsules tune demo --tuner bayesian --directory runs/tune --max-trials 10
+
+Running the same ``train`` command again after a crash resumes from the last epoch
+saved in ``<run-dir>/backup`` (see ``applications.fault_tolerance``).
 
 The model: a small convolutional stem, a 1x1 convolution that turns every location
 into ``primary_capsules`` capsules (one score and one 4x4 pose each), ``EMRouting``
@@ -14,12 +20,19 @@ and ``EMRouting`` from those to one capsule per class. The class scores are the 
 routing scores (logits).
 """
 
+import argparse
+import gzip
 import os
 
 import keras
 import numpy as np
 
+from applications import distribute, fault_tolerance
+from applications.errors import DataNotFoundError
 from keras_capsules.layers import EMRouting
+
+DESCRIPTION = "two-layer EM-routing capsule network on digits (no download needed)"
+BENCHMARK = "em_routing_mnist"
 
 
 def build_model(
@@ -30,6 +43,7 @@ def build_model(
     hidden_capsules=16,
     pose_size=4,
     n_iters=2,
+    synchronized_batchnorm=False,
     name="em_capsules",
 ):
     """Builds the demo capsule network.
@@ -43,7 +57,12 @@ def build_model(
         pose_size: poses are ``pose_size x pose_size`` matrices.
         n_iters: EM iterations of both routing layers. The demo uses 2: in this small
             network, 3 iterations (the paper's default) make the assignments
-            saturate early and learning takes several times more epochs.
+            saturate early and learning takes several times more epochs. With 1
+            iteration the class scores do not depend on the votes (the routing
+            kernels get no gradient): use 2 or more.
+        synchronized_batchnorm: batch statistics over the global batch of all
+            replicas (``train`` sets it when there are several replicas, so that
+            every replica keeps identical moving statistics).
         name: model name.
 
     Returns:
@@ -54,14 +73,14 @@ def build_model(
     x = images
     # As in Heinsen's smallNORB model: normalization before each convolution, Swish after.
     for k, stride in enumerate((1, 2)):
-        x = keras.layers.BatchNormalization(name=f"norm{k}")(x)
+        x = keras.layers.BatchNormalization(synchronized=synchronized_batchnorm, name=f"norm{k}")(x)
         x = keras.layers.Conv2D(
             filters, 3, strides=stride, padding="same", kernel_initializer="he_normal", name=f"conv{k}"
         )(x)
         x = keras.layers.Activation("swish", name=f"swish{k}")(x)
-    scores = keras.layers.BatchNormalization(name="norm_scores")(x)
+    scores = keras.layers.BatchNormalization(synchronized=synchronized_batchnorm, name="norm_scores")(x)
     scores = keras.layers.Conv2D(primary_capsules, 1, name="primary_scores")(scores)
-    poses = keras.layers.BatchNormalization(name="norm_poses")(x)
+    poses = keras.layers.BatchNormalization(synchronized=synchronized_batchnorm, name="norm_poses")(x)
     poses = keras.layers.Conv2D(primary_capsules * p * p, 1, name="primary_poses")(poses)
     scores = keras.layers.Reshape((-1,), name="capsule_scores")(scores)
     poses = keras.layers.Reshape((-1, p, p), name="capsule_poses")(poses)
@@ -81,8 +100,50 @@ def load_digits_arrays():
     return images, digits.target.astype("int32")
 
 
+MNIST_FILES = ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
+
+
+def load_idx_digits(data_dir):
+    """MNIST digits ``[n, 28, 28, 1]`` in [0, 1] and labels from the ``t10k`` IDX files in ``data_dir``.
+
+    Raises:
+        DataNotFoundError: ``data_dir`` or one of its two files is missing.
+    """
+    if not os.path.isdir(data_dir):
+        raise DataNotFoundError(f"data directory {data_dir!r} does not exist")
+    images_path, labels_path = (os.path.join(data_dir, name) for name in MNIST_FILES)
+    for path in (images_path, labels_path):
+        if not os.path.exists(path):
+            raise DataNotFoundError(
+                f"{path} not found: --data-dir must hold the MNIST files {' and '.join(MNIST_FILES)}"
+            )
+    with gzip.open(images_path) as f:
+        images = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 28, 28, 1)
+    with gzip.open(labels_path) as f:
+        labels = np.frombuffer(f.read(), np.uint8, offset=8)
+    return images.astype("float32") / 255.0, labels.astype("int32")
+
+
+def load_arrays(data_dir=None, limit=None):
+    """Images and labels: scikit-learn's digits, or MNIST IDX files from ``data_dir``.
+
+    Args:
+        data_dir: None for the 8x8 digits (no download), else a directory with the
+            MNIST ``t10k`` IDX files.
+        limit: keep only the first ``limit`` examples (quick runs and tests).
+    """
+    images, labels = load_digits_arrays() if data_dir is None else load_idx_digits(data_dir)
+    if limit is not None:
+        images, labels = images[:limit], labels[:limit]
+    return images, labels
+
+
 def make_datasets(images, labels, batch_size, test_fraction=0.2, seed=0):
-    """Shuffled train/test ``tf.data`` pipelines from arrays (a fixed, seeded split)."""
+    """Shuffled train/test ``tf.data`` pipelines from arrays (a fixed, seeded split).
+
+    ``batch_size`` is the global batch (see ``applications.distribute``). The datasets
+    shard by ``DATA`` under a multi-worker strategy.
+    """
     import tensorflow as tf
 
     if len(images) != len(labels):
@@ -97,7 +158,10 @@ def make_datasets(images, labels, batch_size, test_fraction=0.2, seed=0):
         .prefetch(tf.data.AUTOTUNE)
     )
     test_ds = tf.data.Dataset.from_tensor_slices((images[test], labels[test])).batch(batch_size)
-    return train_ds, test_ds
+    return (
+        distribute.distribute_dataset_options(train_ds),
+        distribute.distribute_dataset_options(test_ds),
+    )
 
 
 def compile_model(model, learning_rate=3e-3):
@@ -111,13 +175,11 @@ def compile_model(model, learning_rate=3e-3):
 
 def save_atomically(model, path):
     """Saves a ``.keras`` file so that a crash mid-write never replaces a good file."""
-    tmp = f"{path}.tmp-{os.getpid()}.keras"
-    model.save(tmp)
-    os.replace(tmp, path)
+    fault_tolerance.save_model_atomically(model, path)
 
 
 def plot_history(history, path):
-    """Writes loss and accuracy curves (train and validation) to a PNG."""
+    """Writes loss and accuracy curves (train and validation) to a PNG (atomically)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -134,62 +196,189 @@ def plot_history(history, path):
         ax.grid(alpha=0.3)
         ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    fault_tolerance.atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=100, format="png"))
     plt.close(fig)
 
 
-def train(run_dir="runs/demo", epochs=15, batch_size=32, learning_rate=3e-3, seed=0, verbose=1):
-    """Trains the demo on scikit-learn's digits and writes its outputs to ``run_dir``.
+MODEL_OPTIONS = ("filters", "primary_capsules", "hidden_capsules", "pose_size", "n_iters")
+
+
+def train(
+    run_dir="runs/demo",
+    epochs=15,
+    batch_size=32,
+    learning_rate=3e-3,
+    seed=0,
+    verbose=1,
+    strategy=None,
+    data_dir=None,
+    limit=None,
+    save_freq="epoch",
+    model_options=None,
+    callbacks=(),
+):
+    """Trains the demo and writes its outputs to ``run_dir``.
 
     Writes ``model.keras`` (the trained model), ``history.png`` (learning curves),
-    ``metrics.json`` and TensorBoard logs under ``logs/``.
+    ``history.csv`` (one row per epoch), ``metrics.json`` and TensorBoard logs under
+    ``logs/``. While training, ``backup/`` holds the state to resume from: calling
+    ``train`` again with the same ``run_dir`` after a crash continues where it stopped.
+
+    Args:
+        run_dir: output directory (other workers of a multi-worker cluster write below
+            ``run_dir/workers/``).
+        epochs: total number of epochs (a resumed run trains the remaining ones).
+        batch_size: examples per replica and step; the global batch is
+            ``batch_size x strategy.num_replicas_in_sync``.
+        learning_rate: Adam's learning rate.
+        seed: seeds the weights, the train/test split and the shuffling.
+        verbose: 0 (silent) or 1 (progress bars).
+        strategy: a ``tf.distribute.Strategy`` (None: the default strategy).
+        data_dir: None for scikit-learn's 8x8 digits, or a directory with the MNIST
+            ``t10k`` IDX files.
+        limit: use only the first ``limit`` examples.
+        save_freq: ``"epoch"`` or a number of steps between backups.
+        model_options: keyword arguments of :func:`build_model` (``filters``,
+            ``hidden_capsules``, ``n_iters``, ...).
+        callbacks: extra Keras callbacks (after the backup and the CSV logger).
 
     Returns:
-        A dict with the test accuracy, the parameter count and the output paths.
+        A dict with the test accuracy, the parameter count, the epochs and the paths.
     """
-    import json
+    import tensorflow as tf
 
+    strategy = strategy or tf.distribute.get_strategy()
     keras.utils.set_random_seed(seed)
-    os.makedirs(run_dir, exist_ok=True)
-    images, labels = load_digits_arrays()
-    train_ds, test_ds = make_datasets(images, labels, batch_size, seed=seed)
-    model = compile_model(build_model(input_shape=images.shape[1:]), learning_rate)
+    out = distribute.output_dir(run_dir, strategy)
+    os.makedirs(out, exist_ok=True)
+    images, labels = load_arrays(data_dir, limit)
+    global_batch = distribute.global_batch_size(batch_size, strategy)
+    train_ds, test_ds = make_datasets(images, labels, global_batch, seed=seed)
+    model_options = dict(model_options or {})
+    model_options.setdefault("synchronized_batchnorm", strategy.num_replicas_in_sync > 1)
+    with strategy.scope():
+        model = compile_model(build_model(input_shape=images.shape[1:], **model_options), learning_rate)
+    paths = {
+        "model": os.path.join(out, "model.keras"),
+        "plot": os.path.join(out, "history.png"),
+        "history": os.path.join(out, fault_tolerance.HISTORY_CSV),
+        "metrics": os.path.join(out, "metrics.json"),
+        "logs": os.path.join(out, "logs"),
+    }
+    distribute.prepare_fit(model, train_ds, strategy)
+    resumable = fault_tolerance.resumable_callbacks(out, save_freq=save_freq)
     if verbose:
-        print(f"{model.name}: {model.count_params():,} parameters; training on {len(images)} digits")
-    history = model.fit(
+        print(
+            f"{model.name}: {model.count_params():,} parameters; {len(images)} digits; "
+            f"{strategy.num_replicas_in_sync} replica(s), global batch {global_batch}"
+        )
+        if fault_tolerance.backup_exists(out):
+            print(f"resuming from the backup in {os.path.join(out, fault_tolerance.BACKUP_DIR)}")
+    model.fit(
         train_ds,
         validation_data=test_ds,
         epochs=epochs,
         verbose=verbose,
-        callbacks=[keras.callbacks.TensorBoard(os.path.join(run_dir, "logs"))],
+        callbacks=[*resumable, keras.callbacks.TensorBoard(paths["logs"]), *callbacks],
     )
     loss, accuracy = model.evaluate(test_ds, verbose=0)
-    paths = {
-        "model": os.path.join(run_dir, "model.keras"),
-        "plot": os.path.join(run_dir, "history.png"),
-        "metrics": os.path.join(run_dir, "metrics.json"),
-        "logs": os.path.join(run_dir, "logs"),
-    }
     save_atomically(model, paths["model"])
-    plot_history(history.history, paths["plot"])
+    history, epoch_numbers = fault_tolerance.read_history_csv(paths["history"])
+    plot_history(history, paths["plot"])
     result = {
         "test_accuracy": float(accuracy),
         "test_loss": float(loss),
         "parameters": int(model.count_params()),
         "epochs": epochs,
+        "epochs_logged": epoch_numbers,
+        "resumed_from_epoch": resumable[0].restored_epoch,
+        "replicas": int(strategy.num_replicas_in_sync),
+        "global_batch_size": global_batch,
         **paths,
     }
-    with open(paths["metrics"], "w") as f:
-        json.dump(result, f, indent=2)
+    fault_tolerance.write_json_atomically(result, paths["metrics"])
     return result
 
 
-def evaluate(model_path, batch_size=64, seed=0):
-    """Test accuracy of a saved demo model on the held-out digits."""
+def evaluate(model_path, batch_size=64, seed=0, data_dir=None, limit=None, strategy=None):
+    """Test accuracy of a saved demo model on the held-out digits (same split as ``train``)."""
+    import tensorflow as tf
+
     if not os.path.exists(model_path):
         raise FileNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
-    model = keras.saving.load_model(model_path)
-    images, labels = load_digits_arrays()
-    _, test_ds = make_datasets(images, labels, batch_size, seed=seed)
+    strategy = strategy or tf.distribute.get_strategy()
+    images, labels = load_arrays(data_dir, limit)
+    _, test_ds = make_datasets(
+        images, labels, distribute.global_batch_size(batch_size, strategy), seed=seed
+    )
+    with strategy.scope():
+        model = keras.saving.load_model(model_path)
+    distribute.prepare_fit(model, test_ds, strategy)
     loss, accuracy = model.evaluate(test_ds, verbose=0)
     return {"test_accuracy": float(accuracy), "test_loss": float(loss), "model": model_path}
+
+
+# The command-line protocol (applications/registry.py).
+
+
+def _hang_at(text):
+    try:
+        epoch, batch = (int(v) for v in text.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected EPOCH:BATCH, got {text!r}") from None
+    return epoch, batch
+
+
+def add_arguments(parser, command):
+    """The demo's options for ``train``, ``evaluate`` and ``tune``."""
+    from applications.arguments import positive_float, positive_int
+
+    parser.add_argument(
+        "--data-dir",
+        default=None,
+        help="directory with the MNIST t10k IDX files (28x28 digits); "
+        "default: scikit-learn's 8x8 digits, no download",
+    )
+    parser.add_argument("--limit", type=positive_int, default=None,
+                        help="use only the first N examples (quick runs)")
+    if command == "train":
+        parser.add_argument("--learning-rate", type=positive_float, default=3e-3)
+        parser.add_argument("--filters", type=positive_int, default=32, help="channels of the stem")
+        parser.add_argument("--primary-capsules", type=positive_int, default=8,
+                            help="capsules per location of the last feature map")
+        parser.add_argument("--hidden-capsules", type=positive_int, default=16)
+        parser.add_argument("--pose-size", type=positive_int, default=4, help="poses are N x N")
+        parser.add_argument("--n-iters", type=positive_int, default=2, help="EM routing iterations")
+        parser.add_argument("--test-hang-at", type=_hang_at, default=None, help=argparse.SUPPRESS)
+
+
+def run_train(args, strategy):
+    callbacks = []
+    if args.test_hang_at is not None:
+        marker = os.path.join(args.run_dir, "hang.marker")
+        callbacks.append(fault_tolerance.HangForTest(*args.test_hang_at, marker=marker))
+    return train(
+        run_dir=args.run_dir,
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        learning_rate=args.learning_rate,
+        seed=args.seed,
+        verbose=0 if args.quiet else 1,
+        strategy=strategy,
+        data_dir=args.data_dir,
+        limit=args.limit,
+        save_freq=args.save_freq,
+        model_options={name: getattr(args, name) for name in MODEL_OPTIONS},
+        callbacks=callbacks,
+    )
+
+
+def run_evaluate(args, strategy):
+    return evaluate(
+        args.model,
+        batch_size=args.batch_size,
+        seed=args.seed,
+        data_dir=args.data_dir,
+        limit=args.limit,
+        strategy=strategy,
+    )

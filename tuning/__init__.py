@@ -1,0 +1,54 @@
+"""keras-tuner HyperModels, one per application, and the search behind ``keras-capsules tune``.
+
+``HYPERMODELS`` maps an application name to its ``keras_tuner.HyperModel`` subclass
+(imported when first looked up):
+
+    from tuning import HYPERMODELS
+    hypermodel = HYPERMODELS["demo"](batch_size=64)
+
+Protocol of a HyperModel registered here (see ``tuning/demo.py``):
+
+* ``build(hp)`` returns a compiled model; keras-tuner calls it inside the strategy's
+  scope when the tuner has a ``distribution_strategy``.
+* ``fit(hp, model, *args, **kwargs)`` makes its own datasets (so that data options can
+  be tuned too) and returns ``model.fit(...)``'s history; ``kwargs`` are the
+  ``epochs``/``callbacks``/``verbose`` of ``tuner.search``.
+* ``objective``: the class attribute naming the metric to maximise or minimise
+  (e.g. ``"val_accuracy"``).
+* ``from_args(args, strategy)``: a classmethod building it from the parsed
+  ``keras-capsules tune`` options (the application's ``add_arguments(parser, "tune")``
+  adds its data options), with ``args.batch_size`` per replica.
+
+To add one: write ``tuning/<application>.py`` and add a line to ``_HYPERMODELS``.
+"""
+
+import importlib
+from collections.abc import Mapping
+
+_HYPERMODELS = {
+    "demo": "tuning.demo:DemoHyperModel",
+}
+
+
+class _LazyRegistry(Mapping):
+    def __init__(self, entries):
+        self._entries = dict(entries)
+
+    def __getitem__(self, name):
+        module, _, attr = self._entries[name].partition(":")
+        return getattr(importlib.import_module(module), attr)
+
+    def __iter__(self):
+        return iter(self._entries)
+
+    def __len__(self):
+        return len(self._entries)
+
+    def __contains__(self, name):
+        return name in self._entries
+
+
+#: application name -> ``keras_tuner.HyperModel`` subclass.
+HYPERMODELS = _LazyRegistry(_HYPERMODELS)
+
+__all__ = ["HYPERMODELS"]

@@ -1,0 +1,77 @@
+"""Argument types and the options common to every application's commands."""
+
+import argparse
+
+from applications import distribute
+
+
+def positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def positive_float(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
+def save_freq(text):
+    if text == "epoch":
+        return text
+    try:
+        return positive_int(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected 'epoch' or a positive number of steps, got {text!r}") from None
+
+
+def add_common_arguments(parser, command):
+    """Options every application's ``train`` / ``evaluate`` / ``tune`` command has."""
+    parser.add_argument(
+        "--batch-size", type=positive_int, default=32,
+        help="examples per replica and step; the global batch is this times the "
+        "number of replicas (default: %(default)s)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
+    parser.add_argument(
+        "--strategy", choices=distribute.STRATEGIES, default="default",
+        help="tf.distribute strategy: default (one device), mirrored (all GPUs or logical "
+        "CPUs), multiworker (cluster from TF_CONFIG), tpu (default: %(default)s)",
+    )
+    parser.add_argument("--tpu", default=None, help="TPU name or address for --strategy tpu")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    if command == "train":
+        parser.add_argument("--run-dir", default=None,
+                            help="where the model, plots, metrics, backup and TensorBoard logs go "
+                            "(default: runs/APPLICATION)")
+        parser.add_argument("--epochs", type=positive_int, default=15,
+                            help="total epochs; a resumed run trains the remaining ones (default: %(default)s)")
+        parser.add_argument("--save-freq", type=save_freq, default="epoch",
+                            help="back up the training state every epoch or every N steps "
+                            "(default: %(default)s)")
+    elif command == "evaluate":
+        parser.add_argument("--model", default=None,
+                            help="a .keras model written by `train` (default: runs/APPLICATION/model.keras)")
+    elif command == "tune":
+        parser.add_argument("--tuner", choices=("hyperband", "bayesian", "random"), default="hyperband",
+                            help="search algorithm (default: %(default)s)")
+        parser.add_argument("--directory", default=None,
+                            help="search state, trials, best model and hyperparameters; a stopped "
+                            "search resumes from it (default: runs/tune-APPLICATION)")
+        parser.add_argument("--max-trials", type=positive_int, default=10,
+                            help="total trials of the search, including those of earlier runs "
+                            "(default: %(default)s)")
+        parser.add_argument("--epochs", type=positive_int, default=3,
+                            help="epochs per trial (hyperband: the most epochs of a trial) "
+                            "(default: %(default)s)")
+        parser.add_argument("--overwrite", action="store_true",
+                            help="start the search again instead of resuming it")

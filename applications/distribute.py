@@ -1,0 +1,178 @@
+"""``tf.distribute`` strategies for training, evaluation and tuning.
+
+    strategy = make_strategy("mirrored")          # default | mirrored | multiworker | tpu
+    with strategy.scope():
+        model = compile_model(build_model())      # variables are created under the strategy
+    batch = global_batch_size(32, strategy)       # 32 per replica x replicas in sync
+    model.fit(distribute_dataset_options(train_ds.batch(batch)), ...)
+
+Batch sizes: every ``--batch-size`` of the command line is **per replica**. Datasets
+are batched with the *global* batch ``per_replica x strategy.num_replicas_in_sync``;
+Keras' ``fit`` hands each replica its slice. Learning rates are not rescaled.
+
+Strategies:
+
+* ``default``: the default (no-op) strategy, one device.
+* ``mirrored``: ``MirroredStrategy`` over every GPU, or over every logical CPU when
+  there is no GPU (and several logical CPUs are configured, as in the tests).
+* ``multiworker``: ``MultiWorkerMirroredStrategy``; the cluster comes from the
+  ``TF_CONFIG`` environment variable, as usual. Must be created before any other
+  TensorFlow op runs in the process (the command line does so). Every worker runs the
+  same command; only the chief writes into ``--run-dir``, the others into
+  ``--run-dir/workers/<type>-<index>`` (see :func:`output_dir`).
+* ``tpu``: ``TPUStrategy`` through ``TPUClusterResolver`` (``tpu`` names the TPU, or
+  empty for the one attached to this VM). A :class:`StrategyError` (one line from the
+  command line) when no TPU is reachable.
+
+Generated or in-memory data (``from_tensor_slices``, generators) cannot be sharded by
+file, so :func:`distribute_dataset_options` sets the auto-shard policy to ``DATA``:
+each worker takes its share of every global batch.
+"""
+
+import json
+import os
+
+from applications.errors import StrategyError
+
+STRATEGIES = ("default", "mirrored", "multiworker", "tpu")
+
+# One strategy of each kind per process: TensorFlow's collective ops key their
+# instances per process, and several mirrored strategies created in one process collide.
+_CACHE = {}
+
+
+def make_strategy(name="default", tpu=None):
+    """The ``tf.distribute.Strategy`` called ``name`` (one of :data:`STRATEGIES`).
+
+    Args:
+        name: ``default``, ``mirrored``, ``multiworker`` or ``tpu``.
+        tpu: the TPU name or address for ``name="tpu"`` (None: the TPU of this VM).
+
+    Raises:
+        StrategyError: an unknown name, or no TPU reachable.
+    """
+    if name not in STRATEGIES:
+        raise StrategyError(f"unknown strategy {name!r}; choose from {', '.join(STRATEGIES)}")
+    key = (name, tpu) if name == "tpu" else name
+    if key not in _CACHE:
+        _CACHE[key] = _create(name, tpu)
+    return _CACHE[key]
+
+
+def _create(name, tpu):
+    import tensorflow as tf
+
+    if name == "default":
+        return tf.distribute.get_strategy()
+    if name == "mirrored":
+        gpus = tf.config.list_logical_devices("GPU")
+        devices = gpus or tf.config.list_logical_devices("CPU")
+        return tf.distribute.MirroredStrategy([d.name for d in devices])
+    if name == "multiworker":
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    try:
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu)
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+        return tf.distribute.TPUStrategy(resolver)
+    except Exception as err:  # the resolver raises ValueError, NotFoundError, ...
+        first_line = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise StrategyError(
+            f"no TPU reachable ({first_line}); pass --tpu NAME, or use --strategy default|mirrored"
+        ) from None
+
+
+def global_batch_size(per_replica_batch_size, strategy):
+    """``per_replica_batch_size x strategy.num_replicas_in_sync``."""
+    return int(per_replica_batch_size) * int(strategy.num_replicas_in_sync)
+
+
+def distribute_dataset_options(dataset):
+    """``dataset`` with auto-sharding by ``DATA`` (right for in-memory or generated data)."""
+    import tensorflow as tf
+
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    return dataset.with_options(options)
+
+
+def task():
+    """``(task_type, task_index)`` of this process from ``TF_CONFIG`` (``("chief", 0)`` if none)."""
+    config = json.loads(os.environ.get("TF_CONFIG") or "{}")
+    spec = config.get("task") or {}
+    task_type = spec.get("type")
+    index = int(spec.get("index", 0))
+    if task_type is None:
+        return "chief", 0
+    return task_type, index
+
+
+def is_chief(strategy=None):
+    """True for the process that writes the outputs (the only process without TF_CONFIG).
+
+    In a multi-worker cluster the chief is task ``chief`` or, with no chief task,
+    ``worker 0``.
+    """
+    config = json.loads(os.environ.get("TF_CONFIG") or "{}")
+    if strategy is not None and not _is_multi_worker(strategy):
+        return True
+    task_type, index = task()
+    if task_type == "chief":
+        return True
+    has_chief = "chief" in (config.get("cluster") or {})
+    return task_type == "worker" and index == 0 and not has_chief
+
+
+def _is_multi_worker(strategy):
+    extended = getattr(strategy, "extended", None)
+    return bool(getattr(extended, "_in_multi_worker_mode", lambda: False)())
+
+
+def output_dir(run_dir, strategy=None):
+    """Where this process writes: ``run_dir`` for the chief, a sub-folder for other workers.
+
+    Workers of a multi-worker cluster run the same command (same ``--run-dir``, often on
+    a shared file system); they write their copies of the outputs apart so that they do
+    not clobber the chief's.
+    """
+    if is_chief(strategy):
+        return run_dir
+    task_type, index = task()
+    return os.path.join(run_dir, "workers", f"{task_type}-{index}")
+
+
+def prepare_fit(model, dataset, strategy):
+    """Works around two Keras 3 (3.15) bugs before ``fit``/``evaluate`` under many workers.
+
+    Under ``MultiWorkerMirroredStrategy`` (tensorflow/tensorflow#72388):
+
+    * ``fit`` first builds the compiled metrics from a batch it all-reduces eagerly,
+      which fails ("Attempt to convert a value (PerReplica...)"). Here the model, loss,
+      metrics and optimizer are built from one local batch of ``dataset`` instead, and
+      that step is skipped.
+    * the logs of every step are reduced with ``strategy.reduce("MEAN", v, axis=0)``,
+      which fails on scalars ("Invalid reduction dimension 0"). Here ``train_step`` and
+      ``test_step`` return each scalar as a vector of one, which that reduction turns
+      back into the scalar mean over the replicas.
+
+    Other strategies are left alone. Returns ``model``.
+    """
+    if not _is_multi_worker(strategy):
+        return model
+    import keras
+    import tensorflow as tf
+
+    batch = next(iter(dataset.take(1)))
+    with strategy.scope():
+        model._symbolic_build(data_batch=batch)
+    model._maybe_symbolic_build = lambda iterator=None, data_batch=None: None
+
+    def with_batch_axis(logs):
+        return keras.tree.map_structure(
+            lambda v: tf.reshape(v, [1]) if tf.is_tensor(v) and v.shape.rank == 0 else v, logs
+        )
+
+    train_step, test_step = model.train_step, model.test_step
+    model.train_step = lambda data: with_batch_axis(train_step(data))
+    model.test_step = lambda data: with_batch_axis(test_step(data))
+    return model

@@ -1,0 +1,59 @@
+"""The application registry: how an application joins the command line.
+
+To add an application ``foo``, write ``applications/foo.py`` (or a package) and add one
+line to :data:`APPLICATIONS` below (and, for ``tune``, one line to
+``tuning.HYPERMODELS``). Modules are imported only when their command runs.
+
+The protocol (an application module exposes):
+
+``DESCRIPTION``
+    One line shown by ``keras-capsules --help`` (default: the docstring's first line).
+
+``add_arguments(parser, command)``
+    Adds the application's own options to the ``argparse`` sub-parser of ``command``
+    (``"train"``, ``"evaluate"`` or ``"tune"``): model sizes, ``--data-dir``, ... The
+    command line already adds the common options (see
+    ``applications.__main__.add_common_arguments``): ``--run-dir``, ``--epochs``,
+    ``--batch-size`` (per replica), ``--seed``, ``--strategy``, ``--tpu``,
+    ``--save-freq``, ``--quiet``; ``evaluate`` adds ``--model``.
+
+``run_train(args, strategy) -> dict``
+    Trains under ``strategy`` (build and compile the model inside ``strategy.scope()``,
+    batch datasets with ``applications.distribute.global_batch_size``), with the
+    callbacks of ``applications.fault_tolerance.resumable_callbacks`` so that a
+    restarted command resumes, writes its outputs below
+    ``applications.distribute.output_dir(args.run_dir, strategy)`` with atomic writes,
+    and returns a JSON-serialisable summary (the command line prints it and where the
+    outputs went: keys ``model``, ``plot``, ``metrics``, ``logs`` when present).
+
+``run_evaluate(args, strategy) -> dict``
+    Evaluates ``args.model`` and returns a JSON-serialisable dict of metrics.
+
+``BENCHMARK`` (optional)
+    The stem of a script in ``benchmarks/`` run by ``keras-capsules bench <name>``.
+
+User mistakes (missing data, bad values, a dataset that needs a download while
+offline: see ``applications.tfds_data.require_prepared``) are raised as
+``applications.errors.CommandLineError`` (or ``FileNotFoundError``/``ValueError``);
+the command line prints them as one line and exits with code 2.
+"""
+
+import importlib
+
+#: application name -> module that implements the protocol above.
+APPLICATIONS = {
+    "demo": "applications.demo",
+}
+
+DEFAULT_APPLICATION = "demo"
+
+
+def names():
+    return tuple(APPLICATIONS)
+
+
+def load(name):
+    """The module of application ``name``."""
+    if name not in APPLICATIONS:
+        raise KeyError(f"unknown application {name!r}; choose from {', '.join(APPLICATIONS)}")
+    return importlib.import_module(APPLICATIONS[name])

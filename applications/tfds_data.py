@@ -1,0 +1,34 @@
+"""TFDS helpers: a friendly error when a dataset is not prepared and we are offline."""
+
+from applications.errors import DataNotFoundError
+
+
+def require_prepared(name, data_dir=None):
+    """The ``tfds`` builder of ``name`` in ``data_dir``, if its data is prepared there.
+
+    Applications call this before ``builder.as_dataset(...)`` instead of
+    ``tfds.load(..., download=True)``, so that a missing dataset is reported as one line
+    that suggests ``--data-dir`` (or ``tfds build``) rather than as a download attempt
+    and a network traceback.
+
+    Raises:
+        DataNotFoundError: the dataset is unknown, or not prepared in ``data_dir``.
+    """
+    import tensorflow_datasets as tfds
+
+    where = data_dir or "the default TFDS data directory (~/tensorflow_datasets)"
+    try:
+        builder = tfds.builder(name, data_dir=data_dir)
+        prepared = builder.is_prepared()
+    except Exception as err:  # unknown name, unreadable directory, ...
+        first_line = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise DataNotFoundError(
+            f"cannot open TFDS dataset {name!r} in {where}: {first_line}"
+        ) from None
+    if not prepared:
+        raise DataNotFoundError(
+            f"TFDS dataset {name!r} is not prepared in {where}; pass --data-dir with a "
+            f"directory holding it, or prepare it with network access: "
+            f"tfds build {name.split('/')[0]} --data_dir DIR"
+        )
+    return builder

@@ -1,0 +1,106 @@
+"""The command line: help for every command, one-line errors, bench, registry."""
+
+import pytest
+
+from applications import __main__ as cli
+from applications import registry, tfds_data
+from applications.errors import DataNotFoundError
+
+
+@pytest.mark.parametrize("argv", [[], ["train"], ["train", "demo"], ["evaluate"], ["tune"], ["bench"]])
+def test_help_of_every_command(argv, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main([*argv, "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: keras-capsules")
+    if argv[:1] in (["train"], ["evaluate"], ["tune"]):
+        assert "--batch-size" in out and "per replica" in out and "--strategy" in out
+        assert "--data-dir" in out  # the demo's own options
+    if argv == []:
+        assert "demo" in out and all(c in out for c in cli.COMMANDS)
+    if argv == ["tune"]:
+        assert "hyperband" in out and "--max-trials" in out and "--directory" in out
+    if argv[:1] == ["train"]:
+        assert "--save-freq" in out and "--test-hang-at" not in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["train", "--epochs", "0"], "positive integer"),
+    (["train", "--strategy", "gpu-farm"], "invalid choice"),
+    (["tune", "demo", "--tuner", "grid"], "invalid choice"),
+    (["train", "--save-freq", "often"], "'epoch' or a positive number"),
+    (["frobnicate"], "invalid choice"),
+])
+def test_a_bad_option_is_one_line_and_exit_code_2(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_a_missing_data_directory_is_one_line(tmp_path, capsys):
+    missing = str(tmp_path / "no-mnist")
+    for argv in (["train", "demo", "--data-dir", missing, "--quiet", "--run-dir", str(tmp_path / "r")],
+                 ["tune", "demo", "--data-dir", missing, "--directory", str(tmp_path / "t"), "--quiet"]):
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("keras-capsules: error: data directory") and err.count("\n") == 1
+    (tmp_path / "empty").mkdir()
+    assert cli.main(["train", "--data-dir", str(tmp_path / "empty"), "--quiet"]) == 2
+    assert "t10k-images-idx3-ubyte.gz" in capsys.readouterr().err
+
+
+def test_train_reads_mnist_idx_files_from_data_dir(tmp_path, capsys, shared_dir):
+    run_dir = tmp_path / "run"
+    code = cli.main(["train", "demo", "--data-dir", str(shared_dir / "data" / "mnist"), "--limit", "64",
+                     "--epochs", "1", "--batch-size", "16", "--run-dir", str(run_dir), "--quiet",
+                     "--filters", "4", "--hidden-capsules", "4", "--primary-capsules", "2", "--pose-size", "2"])
+    assert code == 0, capsys.readouterr().err
+    import keras
+
+    assert keras.saving.load_model(run_dir / "model.keras").input_shape == (None, 28, 28, 1)
+
+
+def test_tfds_dataset_that_needs_a_download_is_a_friendly_error(tmp_path, capsys):
+    with pytest.raises(DataNotFoundError, match="--data-dir") as info:
+        tfds_data.require_prepared("mnist", data_dir=str(tmp_path))
+    assert "not prepared" in str(info.value) and "\n" not in str(info.value)
+    with pytest.raises(DataNotFoundError, match="cannot open TFDS dataset"):
+        tfds_data.require_prepared("no_such_dataset_xyz", data_dir=str(tmp_path))
+
+
+def test_bench_runs_a_script_of_benchmarks(tmp_path, capfd, monkeypatch):
+    bench_dir = tmp_path / "benchmarks"
+    bench_dir.mkdir()
+    (bench_dir / "tiny.py").write_text("import sys\nprint('tiny benchmark', sys.argv[1:])\n")
+    (bench_dir / "em_routing_mnist.py").write_text("print('demo benchmark')\n")
+    monkeypatch.setattr(cli, "BENCHMARKS_DIR", bench_dir)
+    assert cli.main(["bench", "tiny", "--shape", "sst"]) == 0
+    assert "tiny benchmark ['--shape', 'sst']" in capfd.readouterr().out
+    assert cli.main(["bench", "demo"]) == 0  # an application's BENCHMARK
+    assert "demo benchmark" in capfd.readouterr().out
+    assert cli.main(["bench", "nothing"]) == 2
+    assert "no benchmark 'nothing'; choose from em_routing_mnist, tiny" in capfd.readouterr().err
+
+
+def test_bench_outside_a_checkout_is_a_clear_error(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(cli, "BENCHMARKS_DIR", tmp_path / "not-here")
+    assert cli.main(["bench", "em_routing"]) == 2
+    err = capsys.readouterr().err
+    assert "benchmarks are not installed" in err and err.count("\n") == 1
+
+
+def test_the_real_benchmarks_are_found_from_this_checkout():
+    assert cli._benchmark_script("demo").name == "em_routing_mnist.py"
+    assert cli._benchmark_script("em_routing").exists()
+
+
+def test_registry_protocol_of_every_application():
+    for name in registry.names():
+        module = registry.load(name)
+        for attribute in ("add_arguments", "run_train", "run_evaluate"):
+            assert callable(getattr(module, attribute)), (name, attribute)
+    with pytest.raises(KeyError, match="unknown application"):
+        registry.load("nope")

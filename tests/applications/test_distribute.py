@@ -1,0 +1,82 @@
+"""Training the demo under tf.distribute: MirroredStrategy in-process, two workers as processes."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from applications import __main__ as cli
+from applications import distribute
+from applications.errors import StrategyError
+from tests.applications import cli_helpers
+from tests.harness import two_cpu_strategy
+
+
+@pytest.fixture
+def mirrored(monkeypatch):
+    """``make_strategy("mirrored")`` returns the session's two-CPU strategy (one per process)."""
+    monkeypatch.setitem(distribute._CACHE, "mirrored", two_cpu_strategy())
+
+
+def test_global_batch_is_per_replica_batch_times_replicas(mirrored):
+    assert distribute.global_batch_size(8, distribute.make_strategy("mirrored")) == 16
+    assert distribute.global_batch_size(8, distribute.make_strategy("default")) == 8
+
+
+def test_train_demo_under_mirrored_strategy(tmp_path, capsys, mirrored):
+    run_dir = tmp_path / "run"
+    code = cli.main(["train", "demo", "--strategy", "mirrored", "--epochs", "1", "--limit", "96",
+                     "--batch-size", "8", "--run-dir", str(run_dir), "--quiet", *cli_helpers.TINY_MODEL])
+    assert code == 0, capsys.readouterr().err
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["replicas"] == 2 and metrics["global_batch_size"] == 16
+    assert np.isfinite(metrics["test_loss"])
+    assert (run_dir / "model.keras").stat().st_size > 0
+
+
+def test_unreachable_tpu_is_a_one_line_error(capsys):
+    with pytest.raises(StrategyError, match="no TPU reachable"):
+        distribute.make_strategy("tpu")
+    assert cli.main(["train", "--strategy", "tpu", "--epochs", "1", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("keras-capsules: error: no TPU reachable") and err.count("\n") == 1
+
+
+def test_output_dir_separates_non_chief_workers(monkeypatch):
+    cluster = {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 0}}))
+    assert distribute.is_chief() and distribute.output_dir("r") == "r"
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 1}}))
+    assert not distribute.is_chief()
+    assert distribute.output_dir("r") == os.path.join("r", "workers", "worker-1")
+
+
+def test_two_workers_end_with_identical_weights(tmp_path):
+    ports = cli_helpers.free_ports(2)
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in ports]}
+    run_dir = tmp_path / "run"  # one run directory, as on a shared file system
+    options = ["--epochs", "1", "--limit", "96", "--batch-size", "8", "--seed", "3", "--quiet",
+               *cli_helpers.TINY_MODEL]
+    procs = []
+    try:
+        for index in range(2):
+            tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
+            procs.append(cli_helpers.start(
+                ["tests/applications/multiworker_worker.py", str(run_dir), str(tmp_path / f"w{index}.npz"),
+                 *options],
+                tmp_path / f"worker{index}.log", TF_CONFIG=tf_config,
+            ))
+        for proc in procs:
+            assert cli_helpers.wait(proc, timeout=300) == 0, cli_helpers.tail(proc)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                cli_helpers.kill(proc)
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["replicas"] == 2 and metrics["global_batch_size"] == 16
+    assert (run_dir / "workers" / "worker-1" / "model.keras").exists()
+    chief, worker = np.load(tmp_path / "w0.npz"), np.load(tmp_path / "w1.npz")
+    assert len(chief.files) == len(worker.files) > 0
+    for key in chief.files:
+        np.testing.assert_array_equal(chief[key], worker[key], err_msg=key)

@@ -1,0 +1,77 @@
+"""Atomic writes, and training that resumes after SIGKILL from the last saved epoch."""
+
+import json
+import os
+
+import keras
+import numpy as np
+import pytest
+
+from applications import demo, fault_tolerance
+from tests.applications import cli_helpers
+
+
+def _small_model():
+    return demo.build_model(filters=4, primary_capsules=2, hidden_capsules=4, pose_size=2)
+
+
+def test_a_save_that_fails_half_way_leaves_the_good_file(tmp_path, monkeypatch):
+    path = tmp_path / "model.keras"
+    model = _small_model()
+    fault_tolerance.save_model_atomically(model, path)
+    good = path.read_bytes()
+
+    def half_save(self, filepath, *args, **kwargs):
+        with open(filepath, "wb") as f:
+            f.write(good[: len(good) // 2])
+        raise OSError("disk full (simulated)")
+
+    monkeypatch.setattr(keras.Model, "save", half_save)
+    with pytest.raises(OSError, match="simulated"):
+        fault_tolerance.save_model_atomically(model, path)
+    assert path.read_bytes() == good
+    assert os.listdir(tmp_path) == ["model.keras"], "a temporary file was left behind"
+    monkeypatch.undo()
+    reloaded = keras.saving.load_model(path)
+    x = np.random.default_rng(0).random((2, 8, 8, 1)).astype("float32")
+    np.testing.assert_allclose(reloaded(x), model(x), atol=1e-6)
+
+
+def test_json_and_backup_writes_are_atomic(tmp_path, monkeypatch):
+    path = tmp_path / "m.json"
+    fault_tolerance.write_json_atomically({"epoch": 1}, path)
+
+    def broken_dump(*args, **kwargs):
+        raise RuntimeError("crash mid-write")
+
+    monkeypatch.setattr(json, "dump", broken_dump)
+    with pytest.raises(RuntimeError):
+        fault_tolerance.write_json_atomically({"epoch": 2}, path)
+    monkeypatch.undo()
+    assert json.loads(path.read_text()) == {"epoch": 1}
+    assert os.listdir(tmp_path) == ["m.json"]
+
+
+def test_killed_training_resumes_from_the_last_saved_epoch(tmp_path):
+    run_dir = tmp_path / "run"
+    command = ["-m", "applications", "train", "demo", "--epochs", "6", "--limit", "160", "--batch-size", "16",
+               "--run-dir", str(run_dir), "--quiet", "--test-hang-at", "2:3", *cli_helpers.TINY_MODEL]
+    first = cli_helpers.start(command, tmp_path / "first.log")
+    try:
+        # Epochs 0 and 1 are saved; the process now waits after step 3 of epoch 2.
+        cli_helpers.wait_for_file(run_dir / "hang.marker", first, timeout=300)
+    finally:
+        cli_helpers.kill(first)  # SIGKILL, mid-epoch
+    assert first.returncode == -9
+    backup = json.loads((run_dir / "backup" / "training_metadata.json").read_text())
+    assert backup["epoch"] == 2
+    assert not (run_dir / "model.keras").exists()
+
+    second = cli_helpers.start(command, tmp_path / "second.log")  # the same command
+    assert cli_helpers.wait(second, timeout=300) == 0, cli_helpers.tail(second)
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["resumed_from_epoch"] == 2
+    assert metrics["epochs_logged"] == [0, 1, 2, 3, 4, 5]
+    assert (run_dir / "model.keras").stat().st_size > 0
+    assert not (run_dir / "backup").exists(), "the backup is removed when training finishes"
+    assert not [p for p in os.listdir(run_dir) if ".tmp-" in p]

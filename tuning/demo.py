@@ -1,0 +1,73 @@
+"""The demo's search space: what matters for a two-layer EM-routing network.
+
+* ``n_iters`` 1-3: EM routing iterations (more iterations sharpen the assignments but
+  can saturate them early in small networks);
+* ``hidden_capsules`` 8/16/32 and ``pose_size`` 2-4: capacity of the routed layer (the
+  vote tensor grows with both);
+* ``primary_capsules`` 4/8/16 and ``filters`` 16/32/64: the convolutional stem;
+* ``learning_rate`` 1e-4 to 1e-2 (log scale).
+"""
+
+import keras_tuner
+
+from applications import demo, distribute
+
+
+class DemoHyperModel(keras_tuner.HyperModel):
+    """HyperModel of ``applications.demo``.
+
+    Args:
+        data_dir: None for scikit-learn's 8x8 digits, else a directory of MNIST IDX files.
+        limit: use only the first ``limit`` examples.
+        batch_size: the global batch size.
+        seed: seeds the train/validation split and shuffling.
+    """
+
+    objective = "val_accuracy"
+
+    def __init__(self, data_dir=None, limit=None, batch_size=32, seed=0, name="demo", tunable=True):
+        super().__init__(name=name, tunable=tunable)
+        self.data_dir, self.limit, self.batch_size, self.seed = data_dir, limit, batch_size, seed
+        self._arrays = None
+
+    @classmethod
+    def from_args(cls, args, strategy):
+        return cls(
+            data_dir=args.data_dir,
+            limit=args.limit,
+            batch_size=distribute.global_batch_size(args.batch_size, strategy),
+            seed=args.seed,
+        )
+
+    def arrays(self):
+        if self._arrays is None:  # raises DataNotFoundError before any trial runs
+            self._arrays = demo.load_arrays(self.data_dir, self.limit)
+        return self._arrays
+
+    def build(self, hp):
+        images, _ = self.arrays()
+        model = demo.build_model(
+            input_shape=images.shape[1:],
+            filters=hp.Choice("filters", [16, 32, 64], default=32),
+            primary_capsules=hp.Choice("primary_capsules", [4, 8, 16], default=8),
+            hidden_capsules=hp.Choice("hidden_capsules", [8, 16, 32], default=16),
+            pose_size=hp.Int("pose_size", 2, 4, default=4),
+            n_iters=hp.Int("n_iters", 1, 3, default=2),
+        )
+        learning_rate = hp.Float("learning_rate", 1e-4, 1e-2, sampling="log", default=3e-3)
+        return demo.compile_model(model, learning_rate)
+
+    def fit(self, hp, model, *args, **kwargs):
+        images, labels = self.arrays()
+        train_ds, val_ds = demo.make_datasets(images, labels, self.batch_size, seed=self.seed)
+        kwargs.setdefault("validation_data", val_ds)
+        return model.fit(train_ds, **kwargs)
+
+
+def default_model(**kwargs):
+    """The demo model at the default point of the search space (for tests and docs)."""
+    hypermodel = DemoHyperModel(**kwargs)
+    return hypermodel.build(keras_tuner.HyperParameters())
+
+
+__all__ = ["DemoHyperModel", "default_model"]

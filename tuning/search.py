@@ -1,0 +1,101 @@
+"""The search behind ``keras-capsules tune``: tuner, resume, best model and hyperparameters.
+
+    tuner = make_tuner("bayesian", hypermodel, "runs/tune", "demo", max_trials=20, epochs=3)
+    tuner.search(epochs=3)
+
+The tuner state lives in ``<directory>/<application>/``; with ``overwrite=False`` (the
+default) a stopped search resumes there: finished trials are kept and only the
+remaining ones of ``max_trials`` run. Hyperband has no trial budget of its own: its
+oracle's ``max_trials`` is set too, so ``--max-trials`` bounds every tuner. After the
+search, ``<directory>/best_model.keras`` (written atomically) and
+``<directory>/best_hyperparameters.json`` hold the best trial's model and values.
+"""
+
+import os
+
+import keras_tuner
+
+from applications import fault_tolerance
+
+TUNERS = ("hyperband", "bayesian", "random")
+
+
+def make_tuner(kind, hypermodel, directory, project_name, max_trials, epochs=3, seed=0,
+               strategy=None, overwrite=False, objective=None):
+    """A keras-tuner tuner of ``kind`` (hyperband, bayesian or random) for ``hypermodel``.
+
+    Args:
+        strategy: a ``tf.distribute.Strategy``: models are built and trained under it.
+        epochs: hyperband's ``max_epochs`` (the other tuners take epochs in ``search``).
+    """
+    objective = objective or getattr(hypermodel, "objective", "val_loss")
+    common = dict(
+        objective=objective,
+        seed=seed,
+        directory=directory,
+        project_name=project_name,
+        overwrite=overwrite,
+        distribution_strategy=strategy,
+    )
+    if kind == "hyperband":
+        tuner = keras_tuner.Hyperband(hypermodel, max_epochs=max(epochs, 2), factor=3, **common)
+        tuner.oracle.max_trials = max_trials
+    elif kind == "bayesian":
+        tuner = keras_tuner.BayesianOptimization(hypermodel, max_trials=max_trials, **common)
+    elif kind == "random":
+        tuner = keras_tuner.RandomSearch(hypermodel, max_trials=max_trials, **common)
+    else:
+        raise ValueError(f"unknown tuner {kind!r}; choose from {', '.join(TUNERS)}")
+    return tuner
+
+
+def _finished(tuner):
+    done = (keras_tuner.engine.trial.TrialStatus.COMPLETED,)
+    return [t for t in tuner.oracle.trials.values() if t.status in done]
+
+
+def run_search(args, strategy):
+    """Runs (or resumes) the search that ``keras-capsules tune`` describes; writes the best."""
+    import tensorflow as tf
+
+    import tuning
+
+    hypermodel = tuning.HYPERMODELS[args.application].from_args(args, strategy)
+    if hasattr(hypermodel, "arrays"):
+        hypermodel.arrays()  # a missing data directory fails now, as one line
+    default = strategy is None or strategy is tf.distribute.get_strategy()
+    tuner = make_tuner(
+        args.tuner, hypermodel, args.directory, args.application, args.max_trials,
+        epochs=args.epochs, seed=args.seed, strategy=None if default else strategy,
+        overwrite=args.overwrite,
+    )
+    before = len(_finished(tuner))
+    tuner.search(epochs=args.epochs, verbose=0 if args.quiet else 1)
+    finished = _finished(tuner)
+    if not finished:
+        raise RuntimeError("the search finished no trial")
+    return export_best(tuner, args.directory, new_trials=len(finished) - before)
+
+
+def export_best(tuner, directory, new_trials=None):
+    """Writes ``best_model.keras`` and ``best_hyperparameters.json`` into ``directory``."""
+    best_trial = tuner.oracle.get_best_trials(1)[0]
+    model = tuner.get_best_models(1)[0]
+    paths = {
+        "model": os.path.join(directory, "best_model.keras"),
+        "hyperparameters": os.path.join(directory, "best_hyperparameters.json"),
+    }
+    fault_tolerance.save_model_atomically(model, paths["model"])
+    summary = {
+        "trial_id": best_trial.trial_id,
+        "objective": tuner.oracle.objective.name,
+        "best_score": best_trial.score,
+        "hyperparameters": best_trial.hyperparameters.values,
+    }
+    fault_tolerance.write_json_atomically(summary, paths["hyperparameters"])
+    return {
+        **summary,
+        "trials": len(_finished(tuner)),
+        "new_trials": new_trials,
+        **paths,
+    }
