@@ -11,3 +11,5 @@ from keras_capsules.layers import EMRouting
 __version__ = "0.1.0"
 
 __all__ = ["EMRouting", "layers", "ops", "__version__"]
+from keras_capsules.optimizers import RAdam  # noqa: E402
+__all__ += ["RAdam"]
