@@ -13,6 +13,7 @@ from keras_capsules.layers import (
     EMRouting,
     KMeansRouting,
 )
+from keras_capsules.optimizers import RAdam
 
 __version__ = "0.1.0"
 
@@ -25,5 +26,6 @@ __all__ = [
     "layers",
     "losses",
     "ops",
+    "RAdam",
     "__version__",
 ]

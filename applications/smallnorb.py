@@ -1,0 +1,423 @@
+"""smallNORB: classifying stereo pairs of toys with EM-routed capsules (Heinsen 2019).
+
+The model (the paper's Figure 3):
+
+* the stereo pair ``[H, W, 2]`` with two coordinate channels (-1..1 horizontally and
+  vertically) appended: ``[H, W, 4]``;
+* six 3x3 convolutions of 64 channels with strides 1, 2, 1, 2, 1, 2, each preceded by
+  batch normalization and followed by Swish;
+* two 1x1 convolutions, each preceded by batch normalization, computing 64 scores and
+  64 4x4 pose matrices at every location: ``H' * W' * 64`` part capsules;
+* ``EMRouting`` from the variable number of parts (weights shared over inputs, so any
+  image size works) to 64 capsules of 4x4, then ``EMRouting`` from those 64 (one set
+  of weights per input) to 5 class capsules of 4x4;
+* the class scores ``a_out`` are logits: the class probabilities are their softmax.
+
+At 96x96 the model has 271,688 trainable parameters (the count of the authors' code)
+plus 904 non-trainable batch-normalization statistics: 272,592 in all, the paper's
+"273K". The count does not depend on the image size.
+
+Training recipe: TFDS ``smallnorb`` (both images of the pair, label
+``label_category``), 16 pixels of zero padding and a random 96x96 crop, batches of
+20, 50 epochs, mixup with Beta(0.2, 0.2), RAdam with a learning rate rising linearly
+from 1e-5 to 5e-4 over the first 10% of steps then falling back to 1e-5 on a cosine,
+cross-entropy of the softmax of the class scores.
+
+The "reverse graphics" view (``plot_pose_trajectory``) projects the pose of the
+activated class capsule with MDS as the viewpoint of an object changes.
+
+Reference:
+    F. A. Heinsen, "An Algorithm for Routing Capsules in All Domains", 2019,
+    arXiv:1911.00792.
+"""
+
+import logging
+import math
+import pathlib
+
+import keras
+import numpy as np
+import tensorflow as tf
+from keras import ops
+
+from applications import training as train_utils
+from keras_capsules.layers import EMRouting
+from keras_capsules.optimizers import RAdam, one_cycle_schedule
+
+logger = logging.getLogger(__name__)
+
+IMAGE_SIZE = 96
+NUM_CLASSES = 5
+CLASS_NAMES = ("animal", "human", "airplane", "truck", "car")
+PAPER_TRAINABLE_PARAMS = 271_688  # the authors' code; the paper rounds to 273K with BN statistics
+
+
+# ------------------------------------------------------------------------- layers
+@keras.saving.register_keras_serializable(package="applications")
+class CoordinateChannels(keras.layers.Layer):
+    """Appends two channels of pixel coordinates, from -1 to 1, to ``[b, H, W, C]`` images.
+
+    Channel ``C`` varies horizontally (left -1, right 1), channel ``C + 1`` vertically
+    (top -1, bottom 1). Works for any (also unknown) ``H`` and ``W``.
+    """
+
+    def call(self, images):
+        shape = ops.shape(images)
+        height, width = shape[1], shape[2]
+        xs = ops.linspace(-1.0, 1.0, width)
+        ys = ops.linspace(-1.0, 1.0, height)
+        grid_x = ops.broadcast_to(ops.reshape(xs, (1, -1)), (height, width))
+        grid_y = ops.broadcast_to(ops.reshape(ys, (-1, 1)), (height, width))
+        grid = ops.cast(ops.stack([grid_x, grid_y], axis=-1), images.dtype)
+        grid = ops.broadcast_to(grid[None], (shape[0], height, width, 2))
+        return ops.concatenate([images, grid], axis=-1)
+
+    def compute_output_shape(self, input_shape):
+        channels = None if input_shape[-1] is None else input_shape[-1] + 2
+        return tuple(input_shape[:-1]) + (channels,)
+
+
+# -------------------------------------------------------------------------- model
+def build_model(
+    n_classes=NUM_CLASSES,
+    n_parts=64,
+    d_chns=64,
+    image_channels=2,
+    image_size=None,
+    pose_size=4,
+    n_iters=3,
+    strides=(1, 2, 1, 2, 1, 2),
+    name="smallnorb_capsules",
+):
+    """The paper's smallNORB classifier (defaults) or a variant of it.
+
+    Args:
+        n_classes: number of class capsules. Default 5.
+        n_parts: part capsules per location, and capsules after the first routing.
+            Default 64.
+        d_chns: channels of the 3x3 convolutions. Default 64.
+        image_channels: channels of the input images (2: the stereo pair). Default 2.
+        image_size: fixed input size, or None (default) to accept any size.
+        pose_size: capsule poses are ``pose_size x pose_size``. Default 4.
+        n_iters: EM iterations of both routings. Default 3.
+        strides: strides of the 3x3 convolutions (one per convolution).
+        name: model name.
+
+    Returns:
+        A ``keras.Model`` from images ``[batch, H, W, image_channels]`` to class scores
+        (logits) ``[batch, n_classes]``. Its layer ``"class_routing"`` returns
+        ``[a_out, mu_out, sig2_out]`` of the class capsules. The parameter count is
+        logged at INFO level.
+    """
+    images = keras.Input((image_size, image_size, image_channels), name="images")
+    x = CoordinateChannels(name="coordinates")(images)
+    for k, stride in enumerate(strides):
+        x = keras.layers.BatchNormalization(name=f"conv{k + 1}_bn")(x)
+        x = keras.layers.Conv2D(
+            d_chns, 3, strides=stride, padding="same", activation="silu", name=f"conv{k + 1}"
+        )(x)
+    d_pose = pose_size * pose_size
+    a = keras.layers.BatchNormalization(name="scores_bn")(x)
+    a = keras.layers.Conv2D(n_parts, 1, name="scores")(a)
+    a = keras.layers.Reshape((-1,), name="part_scores")(a)  # [b, H' * W' * n_parts]
+    mu = keras.layers.BatchNormalization(name="poses_bn")(x)
+    mu = keras.layers.Conv2D(n_parts * d_pose, 1, name="poses")(mu)
+    mu = keras.layers.Reshape((-1, pose_size, pose_size), name="part_poses")(mu)
+    a, mu, _ = EMRouting(n_out=n_parts, d_out=pose_size, n_iters=n_iters, name="part_routing")(
+        [a, mu]
+    )
+    a, _, _ = EMRouting(
+        n_out=n_classes, d_out=pose_size, n_iters=n_iters, n_inp=n_parts, name="class_routing"
+    )([a, mu])
+    model = keras.Model(images, a, name=name)
+    counts = parameter_counts(model)
+    logger.info(
+        "%s: %d trainable + %d non-trainable = %d parameters",
+        name, counts["trainable"], counts["non_trainable"], counts["total"],
+    )
+    return model
+
+
+def parameter_counts(model):
+    """``{"trainable", "non_trainable", "total"}`` parameter counts of a built model."""
+    trainable = sum(int(np.prod(w.shape)) for w in model.trainable_weights)
+    non_trainable = sum(int(np.prod(w.shape)) for w in model.non_trainable_weights)
+    return {"trainable": trainable, "non_trainable": non_trainable, "total": trainable + non_trainable}
+
+
+def compile_model(model, total_steps, min_lr=1e-5, max_lr=5e-4, warmup_fraction=0.1):
+    """The paper's regime: RAdam, one-cycle schedule, cross-entropy on softmax of scores."""
+    model.compile(
+        optimizer=RAdam(one_cycle_schedule(total_steps, min_lr, max_lr, warmup_fraction)),
+        loss=keras.losses.CategoricalCrossentropy(from_logits=True),
+        metrics=[keras.metrics.CategoricalAccuracy(name="accuracy")],
+    )
+    return model
+
+
+# --------------------------------------------------------------------------- data
+def load_split(split, data_dir=None, download=True, shuffle_files=False):
+    """The TFDS ``smallnorb`` split (``"train"``/``"test"``) as a dataset of feature dicts."""
+    import tensorflow_datasets as tfds
+
+    return tfds.load(
+        "smallnorb", split=split, data_dir=data_dir, download=download, shuffle_files=shuffle_files
+    )
+
+
+def stereo_pair(example, image_size=IMAGE_SIZE):
+    """Both images of the pair as ``[image_size, image_size, 2]`` float32 in [0, 1]."""
+    pair = tf.concat([example["image"], example["image2"]], axis=-1)
+    pair = tf.cast(pair, tf.float32) / 255.0
+    if image_size != IMAGE_SIZE:
+        pair = tf.image.resize(pair, (image_size, image_size), antialias=True)
+    return pair
+
+
+def make_dataset(
+    examples,
+    training,
+    batch_size=20,
+    image_size=IMAGE_SIZE,
+    padding=None,
+    mixup_alpha=0.2,
+    shuffle_buffer=4096,
+    seed=None,
+    repeat=False,
+):
+    """Batches of ``(pairs [b, S, S, 2], one-hot labels [b, 5])`` from smallNORB examples.
+
+    Training batches are shuffled, padded by ``padding`` pixels (default 16, scaled
+    with ``image_size / 96``) and cropped at random back to ``image_size``, then mixed
+    up with Beta(``mixup_alpha``, ``mixup_alpha``) (None or 0 disables mixup).
+    """
+    if padding is None:
+        padding = int(round(16 * image_size / IMAGE_SIZE))
+
+    def prepare(example):
+        pair = stereo_pair(example, image_size)
+        label = tf.one_hot(example["label_category"], NUM_CLASSES)
+        return pair, label
+
+    ds = examples.map(prepare, num_parallel_calls=tf.data.AUTOTUNE)
+    if training:
+        ds = ds.shuffle(shuffle_buffer, seed=seed)
+        if repeat:
+            ds = ds.repeat()
+        crop_seeds = tf.data.Dataset.random(seed=seed).batch(2, drop_remainder=True)
+        ds = tf.data.Dataset.zip((ds, crop_seeds)).map(
+            lambda xy, s: (training_crop(xy[0], padding, image_size, s), xy[1]),
+            num_parallel_calls=tf.data.AUTOTUNE,
+        )
+        ds = ds.batch(batch_size, drop_remainder=True)
+        if mixup_alpha:
+            ds = train_utils.mixup(ds, alpha=mixup_alpha, seed=seed)
+    else:
+        if repeat:
+            ds = ds.repeat()
+        ds = ds.batch(batch_size)
+    return ds.prefetch(tf.data.AUTOTUNE)
+
+
+def training_crop(pair, padding, image_size, seed):
+    """Zero padding and a random ``image_size`` crop (the same for both images)."""
+    return train_utils.pad_and_random_crop(pair, padding, image_size, seed=seed)
+
+
+# -------------------------------------------------------------------------- train
+def train(
+    data_dir=None,
+    run_dir="runs/smallnorb",
+    epochs=50,
+    batch_size=20,
+    image_size=IMAGE_SIZE,
+    steps_per_epoch=None,
+    validation_steps=None,
+    mixup_alpha=0.2,
+    seed=None,
+    verbose=1,
+    download=True,
+    model_kwargs=None,
+):
+    """Trains the paper's model on smallNORB with the paper's recipe.
+
+    Args:
+        data_dir: TFDS data directory (None: TFDS's default).
+        run_dir: directory for TensorBoard logs (``run_dir/logs``) and the model
+            (``run_dir/model.keras``, saved after every epoch).
+        epochs: number of epochs. Default 50.
+        batch_size: default 20.
+        image_size: side of the (square) training crops; 96 is the dataset's size,
+            smaller sizes resize the images first (for quick experiments).
+        steps_per_epoch, validation_steps: limits per epoch (None: whole splits).
+        mixup_alpha: mixup's Beta parameter (None or 0: no mixup). Default 0.2.
+        seed: seed of shuffling, cropping and mixup.
+        verbose: ``model.fit`` verbosity (1: progress bars).
+        download: let TFDS download and prepare the data if it is missing.
+        model_kwargs: arguments of ``build_model`` (default: the paper's model).
+
+    Returns:
+        ``(model, history)``.
+    """
+    train_examples = load_split("train", data_dir, download, shuffle_files=True)
+    test_examples = load_split("test", data_dir, download)
+    if steps_per_epoch is None:
+        n_train = int(train_examples.cardinality())
+        if n_train < 0:
+            raise ValueError("The size of the training split is unknown: pass `steps_per_epoch`.")
+        steps_per_epoch = n_train // batch_size
+    train_ds = make_dataset(
+        train_examples, True, batch_size, image_size, mixup_alpha=mixup_alpha, seed=seed, repeat=True
+    )
+    test_ds = make_dataset(test_examples, False, batch_size, image_size)
+    if validation_steps is not None:
+        test_ds = test_ds.repeat().take(validation_steps)
+
+    model = build_model(**(model_kwargs or {}))
+    compile_model(model, total_steps=max(2, epochs * steps_per_epoch))
+    history = model.fit(
+        train_ds,
+        epochs=epochs,
+        steps_per_epoch=steps_per_epoch,
+        validation_data=test_ds,
+        callbacks=train_utils.run_callbacks(run_dir),
+        verbose=verbose,
+    )
+    return model, history
+
+
+# ---------------------------------------------------------------- reverse graphics
+def class_capsule_poses(model, images, class_index=None, batch_size=32):
+    """Poses of the activated class capsule: ``(poses [n, pose_size**2], classes [n])``.
+
+    The activated capsule is the argmax of the class scores of each image, or
+    ``class_index`` for every image if given.
+    """
+    routing = model.get_layer("class_routing")
+    probe = keras.Model(model.inputs, routing.output)
+    a_out, mu_out, _ = probe.predict(np.asarray(images, "float32"), batch_size=batch_size, verbose=0)
+    classes = np.argmax(a_out, axis=-1) if class_index is None else np.full(len(a_out), class_index)
+    poses = mu_out[np.arange(len(mu_out)), classes].reshape(len(mu_out), -1)
+    return poses, classes
+
+
+def _mds_2d(points, seed):
+    from sklearn.manifold import MDS
+
+    try:
+        mds = MDS(n_components=2, random_state=seed, init="classical_mds")
+    except TypeError:  # scikit-learn < 1.8
+        mds = MDS(n_components=2, random_state=seed, n_init=4)
+    return mds.fit_transform(np.asarray(points, np.float64))
+
+
+def plot_pose_trajectory(model, images, path, labels=None, class_index=None, title=None, seed=0):
+    """Plots the 2-D MDS projection of the class-capsule pose along an image sequence.
+
+    ``images`` is a sequence of stereo pairs that differ only in one viewpoint
+    parameter (azimuth or elevation), in order; ``labels`` (e.g. the angles) annotate
+    the points. The activated class capsule's pose (``mu_out`` of the last routing,
+    flattened) of every image is projected to 2-D with metric MDS and drawn as a
+    trajectory, written to ``path`` as a PNG.
+
+    Returns:
+        The projected points ``[n, 2]``.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    poses, classes = class_capsule_poses(model, images, class_index)
+    points = _mds_2d(poses, seed)
+    fig, ax = plt.subplots(figsize=(5, 5), dpi=100)
+    ax.plot(points[:, 0], points[:, 1], "-", color="0.6", zorder=1)
+    scatter = ax.scatter(
+        points[:, 0], points[:, 1], c=np.arange(len(points)), cmap="viridis", zorder=2
+    )
+    fig.colorbar(scatter, ax=ax, label="position in the sequence")
+    if labels is not None:
+        for (px, py), label in zip(points, labels):
+            ax.annotate(str(label), (px, py), textcoords="offset points", xytext=(3, 3), fontsize=7)
+    names = sorted({CLASS_NAMES[c] if c < len(CLASS_NAMES) else str(c) for c in classes})
+    ax.set_title(title or f"class-capsule pose (MDS), class: {', '.join(names)}")
+    ax.set_xlabel("MDS 1")
+    ax.set_ylabel("MDS 2")
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png")
+    plt.close(fig)
+    return points
+
+
+def viewpoint_sequence(examples, vary="azimuth", instance=None, category=None, elevation=0,
+                       azimuth=0, lighting=0, image_size=IMAGE_SIZE, max_examples=None):
+    """Stereo pairs of one object that differ only in azimuth (or elevation), in order.
+
+    Args:
+        examples: a TFDS smallnorb split (feature dicts), e.g. ``load_split("test")``.
+        vary: ``"azimuth"`` or ``"elevation"``.
+        instance, category: the object (default: those of the first example).
+        elevation, azimuth, lighting: the fixed viewpoint labels (the one that varies is
+            ignored).
+        image_size: size of the returned pairs.
+        max_examples: stop scanning after this many examples (None: the whole split).
+
+    Returns:
+        ``(pairs [n, S, S, 2], values [n])`` sorted by the varying label.
+    """
+    if vary not in ("azimuth", "elevation"):
+        raise ValueError(f"`vary` must be 'azimuth' or 'elevation'. Received: vary={vary!r}")
+    fixed = {"label_lighting": lighting}
+    fixed["label_elevation" if vary == "azimuth" else "label_azimuth"] = (
+        elevation if vary == "azimuth" else azimuth
+    )
+    found = {}
+    it = examples if max_examples is None else examples.take(max_examples)
+    for ex in it.as_numpy_iterator():
+        if instance is None:
+            instance, category = int(ex["instance"]), int(ex["label_category"])
+        if int(ex["instance"]) != instance or int(ex["label_category"]) != category:
+            continue
+        if any(int(ex[k]) != v for k, v in fixed.items()):
+            continue
+        found.setdefault(int(ex[f"label_{vary}"]), stereo_pair(ex, image_size).numpy())
+    values = sorted(found)
+    if not values:
+        return np.zeros((0, image_size, image_size, 2), "float32"), np.zeros((0,), "int64")
+    return np.stack([found[v] for v in values]), np.asarray(values)
+
+
+def main(argv=None):
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data-dir", default=None)
+    parser.add_argument("--run-dir", default="runs/smallnorb")
+    parser.add_argument("--epochs", type=int, default=50)
+    parser.add_argument("--count-only", action="store_true", help="print the parameter count")
+    args = parser.parse_args(argv)
+    if args.count_only:
+        counts = parameter_counts(build_model())
+        print(f"smallNORB model at {IMAGE_SIZE}x{IMAGE_SIZE}: {counts}")
+        return counts
+    train(data_dir=args.data_dir, run_dir=args.run_dir, epochs=args.epochs)
+
+
+if __name__ == "__main__":
+    main()
+
+
+__all__ = [
+    "CoordinateChannels",
+    "build_model",
+    "parameter_counts",
+    "compile_model",
+    "load_split",
+    "stereo_pair",
+    "make_dataset",
+    "train",
+    "class_capsule_poses",
+    "plot_pose_trajectory",
+    "viewpoint_sequence",
+]

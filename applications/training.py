@@ -1,0 +1,106 @@
+"""Training helpers shared by the applications: tf.data transforms, callbacks, run dirs."""
+
+import pathlib
+
+import keras
+import tensorflow as tf
+
+
+def _sample_beta(seed, shape, alpha):
+    """Stateless Beta(alpha, alpha) samples as X / (X + Y) with X, Y ~ Gamma(alpha)."""
+    seeds = tf.random.experimental.stateless_split(seed, 2)
+    x = tf.random.stateless_gamma(shape, seeds[0], alpha=alpha)
+    y = tf.random.stateless_gamma(shape, seeds[1], alpha=alpha)
+    # Both Gamma(0.2) draws can underflow to 0 in float32; fall back to an even mix.
+    total = x + y
+    return tf.where(total > 0, x / tf.maximum(total, 1e-30), 0.5)
+
+
+def _mix(value, other, lam):
+    value = tf.convert_to_tensor(value)
+    if not value.dtype.is_floating:
+        raise ValueError(
+            "mixup mixes floating-point inputs and targets only (one-hot targets; pass "
+            "`num_classes` to one-hot integer labels). "
+            f"Received: a tensor of dtype {value.dtype.name}"
+        )
+    lam = tf.reshape(tf.cast(lam, value.dtype), [-1] + [1] * (value.shape.rank - 1))
+    return lam * value + (1 - lam) * other
+
+
+def mixup(dataset, alpha=0.2, seed=None, num_classes=None, per_example=True):
+    """Mixup (Zhang et al. 2018) on a batched ``tf.data`` dataset of ``(x, y)`` pairs.
+
+    Each batch is mixed with a random permutation of itself:
+    ``x' = lam * x + (1 - lam) * x[perm]`` and ``y' = lam * y + (1 - lam) * y[perm]``,
+    with ``lam ~ Beta(alpha, alpha)``. ``x`` may be a tensor or a tuple/list/dict of
+    floating tensors (every one mixed with the same ``lam`` and permutation); ``y``
+    must be one-hot (or any distribution over classes), so mixed targets still sum
+    to 1. Elements ``(x, y, sample_weight)`` keep their weights unmixed.
+
+    Args:
+        dataset: a batched ``tf.data.Dataset`` of ``(x, y)`` or ``(x, y, w)``.
+        alpha: the Beta distribution's parameter (> 0). Default 0.2 (Heinsen 2019).
+        seed: integer seed for reproducible mixing, or None for a random one.
+        num_classes: if given, integer labels ``y`` are one-hot encoded first.
+        per_example: draw one ``lam`` per example (default) or one per batch.
+
+    Returns:
+        The mixed dataset.
+    """
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not alpha > 0:
+        raise ValueError(f"`alpha` must be a positive number. Received: alpha={alpha!r}")
+    seeds = tf.data.Dataset.random(seed=seed).batch(2, drop_remainder=True)
+
+    def transform(element, seed_pair):
+        if not isinstance(element, tuple) or len(element) not in (2, 3):
+            raise ValueError(
+                "mixup expects dataset elements (x, y) or (x, y, sample_weight). "
+                f"Received: {element}"
+            )
+        x, y = element[0], element[1]
+        if num_classes is not None:
+            y = tf.one_hot(tf.cast(y, tf.int32), num_classes)
+        batch = tf.shape(y)[0]
+        seed_a, seed_b = tf.unstack(tf.random.experimental.stateless_split(seed_pair, 2))
+        perm = tf.argsort(tf.random.stateless_uniform([batch], seed_a))
+        lam = _sample_beta(seed_b, [batch] if per_example else [1], float(alpha))
+        lam = tf.broadcast_to(lam, [batch])
+        x = tf.nest.map_structure(lambda t: _mix(t, tf.gather(t, perm), lam), x)
+        y = _mix(y, tf.gather(y, perm), lam)
+        return (x, y) + tuple(element[2:])
+
+    # Elements of the zipped dataset are (element, seed pair): map passes them as two args.
+    return tf.data.Dataset.zip((dataset, seeds)).map(transform, num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def coordinate_grid(height, width, dtype="float32"):
+    """Two channels of coordinates from -1 to 1: ``[..., 0]`` horizontal, ``[..., 1]`` vertical."""
+    xs = tf.linspace(-1.0, 1.0, width)
+    ys = tf.linspace(-1.0, 1.0, height)
+    gx, gy = tf.meshgrid(xs, ys)
+    return tf.cast(tf.stack([gx, gy], axis=-1), dtype)
+
+
+def pad_and_random_crop(image, padding, size, seed=None):
+    """Zero-pads ``padding`` pixels on every side, then crops ``size x size`` at random."""
+    image = tf.pad(image, [[padding, padding], [padding, padding], [0, 0]])
+    channels = tf.shape(image)[-1]
+    if seed is None:
+        return tf.image.random_crop(image, tf.stack([size, size, channels]))
+    return tf.image.stateless_random_crop(image, tf.stack([size, size, channels]), seed)
+
+
+def run_callbacks(run_dir, checkpoint=True):
+    """Callbacks for a run: TensorBoard logs (and the best model) under ``run_dir``."""
+    run_dir = pathlib.Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    callbacks = [keras.callbacks.TensorBoard(log_dir=str(run_dir / "logs"), update_freq="epoch")]
+    if checkpoint:
+        callbacks.append(
+            keras.callbacks.ModelCheckpoint(str(run_dir / "model.keras"), save_best_only=False)
+        )
+    return callbacks
+
+
+__all__ = ["mixup", "coordinate_grid", "pad_and_random_crop", "run_callbacks"]

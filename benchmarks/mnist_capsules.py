@@ -1,0 +1,145 @@
+"""Learning benchmark: the smallNORB capsule architecture (Heinsen 2019) on real MNIST digits.
+
+The model is ``applications.smallnorb.build_model`` adapted to 28x28 single images
+(one image channel plus the two coordinate channels; 10 class capsules; otherwise the
+paper's 64-channel convolutions, 64 part capsules and two EM routings). It is trained
+on 8,000 of the 10,000 real MNIST test digits and evaluated on the other 2,000, with
+the paper's regime (RAdam, linear warm-up then cosine decay of the learning rate,
+cross-entropy on the softmax of the class scores) and a random-shift augmentation
+(zero padding + random crop, as for smallNORB). Target: at least 98% test accuracy
+within 20 minutes on a 2-core CPU.
+
+Usage (from the repository root):
+
+    python benchmarks/mnist_capsules.py [--data-dir ../shared/data/mnist] [--epochs 6]
+
+Prints the test accuracy, the wall time, the parameter count and the machine load.
+"""
+
+import argparse
+import gzip
+import os
+import pathlib
+import sys
+import time
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from applications import smallnorb, training  # noqa: E402
+
+
+def default_data_dir():
+    """``../shared/data/mnist`` relative to the repository (or above it, for worktrees)."""
+    for parent in [REPO.parent, *REPO.parent.parents]:
+        candidate = parent / "shared" / "data" / "mnist"
+        if candidate.is_dir():
+            return candidate
+    return REPO.parent / "shared" / "data" / "mnist"
+
+
+def load_mnist(data_dir):
+    data_dir = pathlib.Path(data_dir)
+    with gzip.open(data_dir / "t10k-images-idx3-ubyte.gz") as f:
+        images = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 28, 28)
+    with gzip.open(data_dir / "t10k-labels-idx1-ubyte.gz") as f:
+        labels = np.frombuffer(f.read(), np.uint8, offset=8)
+    return images[..., None].astype("float32") / 255.0, labels.astype("int64")
+
+
+class TimeBudget(keras.callbacks.Callback):
+    """Stops training once the wall-time budget is spent (checked after every batch)."""
+
+    def __init__(self, seconds):
+        super().__init__()
+        self.seconds = seconds
+        self.start = None
+        self.exceeded = False
+
+    def on_train_begin(self, logs=None):
+        self.start = time.perf_counter()
+
+    def on_train_batch_end(self, batch, logs=None):
+        if time.perf_counter() - self.start > self.seconds:
+            self.exceeded = True
+            self.model.stop_training = True
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data-dir", default=str(default_data_dir()))
+    parser.add_argument("--n-train", type=int, default=8000)
+    parser.add_argument("--n-test", type=int, default=2000)
+    parser.add_argument("--epochs", type=int, default=6)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--min-lr", type=float, default=1e-4)
+    parser.add_argument("--max-lr", type=float, default=1e-2)
+    parser.add_argument("--padding", type=int, default=2, help="random-shift augmentation")
+    parser.add_argument("--mixup", type=float, default=0.0, help="mixup alpha (0: off)")
+    parser.add_argument("--budget-minutes", type=float, default=20.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--verbose", type=int, default=2)
+    args = parser.parse_args(argv)
+
+    keras.utils.set_random_seed(args.seed)
+    images, labels = load_mnist(args.data_dir)
+    order = np.random.default_rng(args.seed).permutation(len(images))
+    train_idx, test_idx = order[: args.n_train], order[args.n_train : args.n_train + args.n_test]
+    x_train, y_train = images[train_idx], np.eye(10, dtype="float32")[labels[train_idx]]
+    x_test, y_test = images[test_idx], np.eye(10, dtype="float32")[labels[test_idx]]
+
+    start = time.perf_counter()
+    train_ds = tf.data.Dataset.from_tensor_slices((x_train, y_train)).shuffle(
+        len(x_train), seed=args.seed, reshuffle_each_iteration=True
+    )
+    if args.padding:
+        crop_seeds = tf.data.Dataset.random(seed=args.seed).batch(2, drop_remainder=True)
+        train_ds = tf.data.Dataset.zip((train_ds, crop_seeds)).map(
+            lambda xy, s: (training.pad_and_random_crop(xy[0], args.padding, 28, seed=s), xy[1]),
+            num_parallel_calls=tf.data.AUTOTUNE,
+        )
+    train_ds = train_ds.batch(args.batch_size, drop_remainder=True)
+    if args.mixup:
+        train_ds = training.mixup(train_ds, alpha=args.mixup, seed=args.seed)
+    train_ds = train_ds.prefetch(tf.data.AUTOTUNE)
+    steps_per_epoch = len(x_train) // args.batch_size
+
+    model = smallnorb.build_model(n_classes=10, image_channels=1, name="mnist_capsules")
+    counts = smallnorb.parameter_counts(model)
+    smallnorb.compile_model(
+        model, total_steps=args.epochs * steps_per_epoch, min_lr=args.min_lr, max_lr=args.max_lr
+    )
+    budget = TimeBudget(args.budget_minutes * 60)
+    model.fit(
+        train_ds,
+        epochs=args.epochs,
+        validation_data=(x_test, y_test),
+        validation_batch_size=200,
+        callbacks=[budget],
+        verbose=args.verbose,
+    )
+    train_time = time.perf_counter() - start
+    _, accuracy = model.evaluate(x_test, y_test, batch_size=200, verbose=0)
+    wall = time.perf_counter() - start
+    load = os.getloadavg()
+    print(f"parameters: {counts['trainable']:,} trainable + {counts['non_trainable']:,} "
+          f"non-trainable = {counts['total']:,}")
+    print(f"test accuracy: {accuracy:.4f} on {len(x_test)} digits (trained on {len(x_train)})")
+    print(f"wall time: {wall:.0f} s (training {train_time:.0f} s)"
+          f"{' - stopped by the time budget' if budget.exceeded else ''}")
+    print(f"load average (1, 5, 15 min): {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on "
+          f"{os.cpu_count()} CPUs")
+    print("target (>= 98% within 20 min):",
+          "MET" if accuracy >= 0.98 and wall <= 20 * 60 else "NOT MET")
+    return accuracy, wall
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,196 @@
+"""Optimizers and learning-rate schedules used by the paper applications.
+
+* ``RAdam``: rectified Adam (Liu et al. 2019).
+* ``one_cycle_schedule``: linear warm-up then cosine decay, as in Heinsen 2019.
+"""
+
+import keras
+from keras import ops
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules")
+class RAdam(keras.optimizers.Optimizer):
+    """Rectified Adam: Adam whose adaptive step is switched on only once it is reliable.
+
+    Early in training the second-moment estimate ``v`` averages only a handful of
+    squared gradients, so the adaptive learning rate ``1 / sqrt(v_hat)`` has a large
+    (or, for the first steps, unbounded) variance. RAdam tracks the length of the
+    approximated simple moving average behind ``v``,
+
+        rho_inf = 2 / (1 - beta_2) - 1
+        rho_t = rho_inf - 2 t beta_2^t / (1 - beta_2^t)
+
+    and, at step ``t`` (counted from 1), with ``m_hat = m_t / (1 - beta_1^t)`` and
+    ``v_hat = v_t / (1 - beta_2^t)``:
+
+    * if ``rho_t > 4`` the variance of the adaptive rate is tractable and the step is
+      rescaled by the rectification term
+
+          r_t = sqrt((rho_t - 4)(rho_t - 2) rho_inf / ((rho_inf - 4)(rho_inf - 2) rho_t))
+
+      giving ``theta -= lr * r_t * m_hat / (sqrt(v_hat) + epsilon)``;
+    * otherwise the update is SGD with momentum, ``theta -= lr * m_hat``.
+
+    Threshold: ``rho_t > 4`` is the condition of the paper's Algorithm 2 (the variance
+    of the adaptive rate exists only for more than four degrees of freedom). With the
+    default ``beta_2 = 0.999``, ``rho_t`` is about ``t``, so steps 1 to 4 are
+    momentum-SGD steps and the rectified adaptive step starts at step 5. (The
+    authors' released code uses ``rho_t >= 5`` instead, which starts one step later.)
+
+    Decoupled weight decay (``weight_decay=...``), gradient clipping, EMA, gradient
+    accumulation and loss scaling come from the base optimizer, and ``learning_rate``
+    may be a float or a ``keras.optimizers.schedules.LearningRateSchedule``.
+
+    Args:
+        learning_rate: a float or a learning-rate schedule. Default 0.001.
+        beta_1: decay rate of the first-moment estimate. Default 0.9.
+        beta_2: decay rate of the second-moment estimate. Default 0.999.
+        epsilon: added to ``sqrt(v_hat)`` in the adaptive step. Default 1e-8.
+        weight_decay, clipnorm, clipvalue, global_clipnorm, use_ema, ema_momentum,
+            ema_overwrite_frequency, loss_scale_factor, gradient_accumulation_steps,
+            name: as for every ``keras.optimizers.Optimizer``.
+
+    Example:
+
+    ```python
+    schedule = keras_capsules.optimizers.one_cycle_schedule(total_steps=10_000)
+    model.compile(optimizer=keras_capsules.optimizers.RAdam(schedule), loss=...)
+    ```
+
+    Reference:
+        L. Liu, H. Jiang, P. He, W. Chen, X. Liu, J. Gao, J. Han, "On the Variance of
+        the Adaptive Learning Rate and Beyond", ICLR 2020, arXiv:1908.03265.
+    """
+
+    def __init__(
+        self,
+        learning_rate=0.001,
+        beta_1=0.9,
+        beta_2=0.999,
+        epsilon=1e-8,
+        weight_decay=None,
+        clipnorm=None,
+        clipvalue=None,
+        global_clipnorm=None,
+        use_ema=False,
+        ema_momentum=0.99,
+        ema_overwrite_frequency=None,
+        loss_scale_factor=None,
+        gradient_accumulation_steps=None,
+        name="radam",
+        **kwargs,
+    ):
+        for arg, value in (("beta_1", beta_1), ("beta_2", beta_2)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+                raise ValueError(f"`{arg}` must be a number in [0, 1). Received: {arg}={value!r}")
+        if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or epsilon < 0:
+            raise ValueError(f"`epsilon` must be a non-negative number. Received: epsilon={epsilon!r}")
+        super().__init__(
+            learning_rate=learning_rate,
+            name=name,
+            weight_decay=weight_decay,
+            clipnorm=clipnorm,
+            clipvalue=clipvalue,
+            global_clipnorm=global_clipnorm,
+            use_ema=use_ema,
+            ema_momentum=ema_momentum,
+            ema_overwrite_frequency=ema_overwrite_frequency,
+            loss_scale_factor=loss_scale_factor,
+            gradient_accumulation_steps=gradient_accumulation_steps,
+            **kwargs,
+        )
+        self.beta_1 = float(beta_1)
+        self.beta_2 = float(beta_2)
+        self.epsilon = float(epsilon)
+
+    def build(self, var_list):
+        """Creates the first- and second-moment slots of every variable."""
+        if self.built:
+            return
+        super().build(var_list)
+        self._momentums, self._velocities = self.add_optimizer_variables(
+            var_list, ["momentum", "velocity"]
+        )
+
+    def update_step(self, gradient, variable, learning_rate):
+        dtype = variable.dtype
+        lr = ops.cast(learning_rate, dtype)
+        gradient = ops.cast(gradient, dtype)
+        t = ops.cast(self.iterations + 1, dtype)
+        # Python floats stay exact: ops.cast(0.999, "float64") would round through float32.
+        beta_1, beta_2 = self.beta_1, self.beta_2
+        beta_1_power = ops.power(ops.convert_to_tensor(beta_1, dtype=dtype), t)
+        beta_2_power = ops.power(ops.convert_to_tensor(beta_2, dtype=dtype), t)
+
+        m = self._momentums[self._get_variable_index(variable)]
+        v = self._velocities[self._get_variable_index(variable)]
+        self.assign_add(m, ops.multiply(ops.subtract(gradient, m), 1.0 - beta_1))
+        self.assign_add(v, ops.multiply(ops.subtract(ops.square(gradient), v), 1.0 - beta_2))
+        m_hat = ops.divide(m, 1.0 - beta_1_power)
+
+        # Length of the approximated simple moving average (rho_1 = 1 for any beta_2).
+        rho_inf = 2.0 / (1.0 - beta_2) - 1.0
+        rho_t = rho_inf - 2.0 * t * beta_2_power / (1.0 - beta_2_power)
+        rectify = rho_t > 4.0
+        # Both branches are evaluated; the unused one must not produce a NaN.
+        rho_safe = ops.where(rectify, rho_t, ops.convert_to_tensor(5.0, dtype=dtype))
+        r_t = ops.sqrt(
+            (rho_safe - 4.0) * (rho_safe - 2.0) * (rho_inf / ((rho_inf - 4.0) * (rho_inf - 2.0)))
+            / rho_safe
+        )
+        v_hat = ops.divide(v, 1.0 - beta_2_power)
+        adaptive = r_t * m_hat / (ops.sqrt(v_hat) + self.epsilon)
+        step = ops.where(rectify, adaptive, m_hat)
+        self.assign_sub(variable, ops.multiply(lr, step))
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"beta_1": self.beta_1, "beta_2": self.beta_2, "epsilon": self.epsilon})
+        return config
+
+
+def one_cycle_schedule(total_steps, min_lr=1e-5, max_lr=5e-4, warmup_fraction=0.1):
+    """The learning-rate regime of Heinsen 2019: linear warm-up, then cosine decay.
+
+    The rate rises linearly from ``min_lr`` (step 0) to ``max_lr`` over the first
+    ``warmup_fraction`` of ``total_steps``, then falls back to ``min_lr`` (at step
+    ``total_steps``) along a half cosine, and stays there. It is expressed exactly by
+    ``keras.optimizers.schedules.CosineDecay`` with ``initial_learning_rate=min_lr``,
+    ``warmup_target=max_lr``, ``warmup_steps=round(warmup_fraction * total_steps)``,
+    ``decay_steps=total_steps - warmup_steps`` and ``alpha=min_lr / max_lr``, so it
+    serializes like any built-in schedule.
+
+    Args:
+        total_steps: number of optimizer steps of the whole run (epochs x batches).
+        min_lr: rate at the start and at the end. Default 1e-5.
+        max_lr: peak rate, reached at the end of the warm-up. Default 5e-4.
+        warmup_fraction: fraction of the steps spent warming up, in [0, 1). Default 0.1.
+
+    Returns:
+        A ``keras.optimizers.schedules.CosineDecay``.
+    """
+    if isinstance(total_steps, bool) or not isinstance(total_steps, int) or total_steps < 2:
+        raise ValueError(
+            f"`total_steps` must be an integer >= 2. Received: total_steps={total_steps!r}"
+        )
+    if not 0 < min_lr <= max_lr:
+        raise ValueError(
+            f"Expected 0 < min_lr <= max_lr. Received: min_lr={min_lr!r}, max_lr={max_lr!r}"
+        )
+    if not 0 <= warmup_fraction < 1:
+        raise ValueError(
+            f"`warmup_fraction` must be in [0, 1). Received: warmup_fraction={warmup_fraction!r}"
+        )
+    warmup_steps = int(round(warmup_fraction * total_steps))
+    warmup_steps = min(warmup_steps, total_steps - 1)
+    return keras.optimizers.schedules.CosineDecay(
+        initial_learning_rate=float(min_lr),
+        decay_steps=total_steps - warmup_steps,
+        alpha=float(min_lr) / float(max_lr),
+        warmup_target=float(max_lr),
+        warmup_steps=warmup_steps,
+        name="one_cycle",
+    )
+
+
+__all__ = ["RAdam", "one_cycle_schedule"]

@@ -1,0 +1,161 @@
+"""smallNORB application: the paper's model, the TFDS pipeline (mocked), saving, plots, learning."""
+
+import gzip
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+from applications import smallnorb
+from keras_capsules.layers import EMRouting
+from tests.conftest import shared_path
+
+TINY = dict(d_chns=8, n_parts=8)  # the paper's architecture, narrower
+
+
+def test_paper_model_parameter_count_and_any_image_size():
+    model = smallnorb.build_model()
+    counts = smallnorb.parameter_counts(model)
+    # The authors' code has 271,688 parameters; Keras also counts the 904 moving
+    # means/variances of batch normalization: 272,592, the paper's "273K".
+    assert counts == {"trainable": 271_688, "non_trainable": 904, "total": 272_592}
+    assert model.count_params() == 272_592
+    part, cls = model.get_layer("part_routing"), model.get_layer("class_routing")
+    assert (part.n_inp, part.n_out, part.d_out) == (None, 64, 4)
+    assert (cls.n_inp, cls.n_out, cls.d_out) == (64, 5, 4)
+    convs = [lay for lay in model.layers if isinstance(lay, keras.layers.Conv2D)]
+    assert [c.strides[0] for c in convs[:6]] == [1, 2, 1, 2, 1, 2]
+    assert [c.kernel_size for c in convs] == [(3, 3)] * 6 + [(1, 1)] * 2
+    assert model.input_shape == (None, None, None, 2)
+    for size in (96, 40):
+        out = model(np.random.default_rng(0).uniform(size=(2, size, size, 2)).astype("float32"))
+        assert out.shape == (2, 5) and np.all(np.isfinite(out))
+
+
+def test_coordinate_channels():
+    images = np.zeros((2, 3, 5, 2), "float32")
+    out = smallnorb.CoordinateChannels()(images).numpy()
+    assert out.shape == (2, 3, 5, 4)
+    np.testing.assert_allclose(out[1, 2, :, 2], np.linspace(-1, 1, 5), atol=1e-6)  # horizontal
+    np.testing.assert_allclose(out[1, :, 4, 3], np.linspace(-1, 1, 3), atol=1e-6)  # vertical
+    assert smallnorb.CoordinateChannels().compute_output_shape((None, None, None, 2)) == (
+        None, None, None, 4,
+    )
+
+
+def test_keras_round_trip_of_the_full_model(tmp_path):
+    model = smallnorb.build_model()
+    x = np.random.default_rng(1).uniform(size=(2, 32, 32, 2)).astype("float32")
+    # Every weight away from its initial value (BN statistics and routing betas included).
+    rng = np.random.default_rng(2)
+    for w in model.weights:
+        value = rng.uniform(0.5, 1.5, size=w.shape) if "variance" in w.name else (
+            np.asarray(w) + 0.05 * rng.normal(size=w.shape)
+        )
+        w.assign(value.astype("float32"))
+    expected = model(x, training=False).numpy()
+    assert np.all(np.isfinite(expected)) and np.ptp(expected) > 0
+    path = tmp_path / "smallnorb.keras"
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    np.testing.assert_array_equal(loaded(x, training=False).numpy(), expected)
+    assert isinstance(loaded.get_layer("class_routing"), EMRouting)
+
+
+def test_pipeline_shapes_and_one_training_step_with_mock_data(tmp_path):
+    with tfds.testing.mock_data(num_examples=8):
+        train_split = smallnorb.load_split("train", data_dir=str(tmp_path / "tfds"))
+        x, y = next(iter(smallnorb.make_dataset(train_split, True, batch_size=4, image_size=24, seed=0)))
+        assert x.shape == (4, 24, 24, 2) and x.dtype == tf.float32
+        assert y.shape == (4, 5)
+        np.testing.assert_allclose(y.numpy().sum(1), 1.0, rtol=1e-6)
+        assert float(tf.reduce_min(x)) >= 0.0 and float(tf.reduce_max(x)) <= 1.0
+        test_split = smallnorb.load_split("test", data_dir=str(tmp_path / "tfds"))
+        x, y = next(iter(smallnorb.make_dataset(test_split, False, batch_size=4)))
+        assert x.shape == (4, 96, 96, 2)
+        assert set(np.unique(y.numpy())) <= {0.0, 1.0}  # test labels are never mixed
+
+        run_dir = tmp_path / "run"
+        model, history = smallnorb.train(
+            data_dir=str(tmp_path / "tfds"), run_dir=str(run_dir), epochs=1, batch_size=4,
+            image_size=24, steps_per_epoch=1, validation_steps=1, seed=0, verbose=0,
+            model_kwargs=TINY,
+        )
+    assert np.isfinite(history.history["loss"][0]) and "val_accuracy" in history.history
+    assert isinstance(model.optimizer, smallnorb.RAdam)
+    assert int(model.optimizer.iterations) == 1
+    assert list((run_dir / "logs").rglob("events.out.tfevents.*")), "no TensorBoard logs"
+    assert (run_dir / "model.keras").is_file()
+
+
+def test_reverse_graphics_plot_writes_a_png(tmp_path):
+    model = smallnorb.build_model(**TINY)
+    images = np.random.default_rng(2).uniform(size=(6, 24, 24, 2)).astype("float32")
+    poses, classes = smallnorb.class_capsule_poses(model, images)
+    assert poses.shape == (6, 16) and classes.shape == (6,)
+    path = tmp_path / "plots" / "azimuth.png"
+    points = smallnorb.plot_pose_trajectory(model, images, path, labels=[0, 20, 40, 60, 80, 100])
+    assert points.shape == (6, 2) and np.all(np.isfinite(points))
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    import matplotlib.image
+
+    assert matplotlib.image.imread(str(path)).shape[:2] == (500, 500)
+
+
+def test_viewpoint_sequence_selects_one_object_in_azimuth_order():
+    n = 10
+    azimuths = np.array([8, 2, 5, 0, 3, 2, 4, 4, 1, 6])
+    examples = {
+        "image": np.arange(n, dtype="uint8").reshape(n, 1, 1, 1) * np.ones((1, 4, 4, 1), "uint8"),
+        "image2": np.zeros((n, 4, 4, 1), "uint8"),
+        "instance": np.array([3, 3, 3, 3, 3, 5, 3, 3, 3, 3]),
+        "label_category": np.array([1] * n),
+        "label_elevation": np.array([0, 0, 0, 0, 0, 0, 0, 2, 0, 0]),
+        "label_lighting": np.array([0, 0, 0, 0, 0, 0, 0, 0, 1, 0]),
+        "label_azimuth": azimuths,
+    }
+    ds = tf.data.Dataset.from_tensor_slices(examples)
+    pairs, values = smallnorb.viewpoint_sequence(ds, vary="azimuth", image_size=4)
+    # Example 5 is another object, 7 another elevation, 8 another lighting.
+    np.testing.assert_array_equal(values, [0, 2, 3, 4, 5, 6, 8])
+    np.testing.assert_allclose(pairs[:, 0, 0, 0] * 255, [3, 1, 4, 6, 2, 9, 0], atol=1e-4)
+    with pytest.raises(ValueError, match="vary"):
+        smallnorb.viewpoint_sequence(ds, vary="lighting")
+
+
+def _mnist_dir():
+    """``../shared/data/mnist``; from a git worktree (``/work/wt/<name>``) look further up."""
+    folder = shared_path("data", "mnist")
+    for parent in [folder.parents[2], *folder.parents[2].parents]:
+        candidate = parent / "shared" / "data" / "mnist"
+        if candidate.is_dir():
+            return candidate
+    pytest.fail(f"real MNIST digits not found at {folder} or above it")
+
+
+def _mnist(n):
+    folder = _mnist_dir()
+    with gzip.open(folder / "t10k-images-idx3-ubyte.gz") as f:
+        images = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 28, 28)[:n]
+    with gzip.open(folder / "t10k-labels-idx1-ubyte.gz") as f:
+        labels = np.frombuffer(f.read(), np.uint8, offset=8)[:n]
+    return images, labels
+
+
+def test_the_architecture_learns_mnist_digits_at_small_size():
+    """CI-sized learning test: 480 real digits at 14x14, a narrow version of the model."""
+    images, labels = _mnist(640)
+    x = tf.image.resize(images[..., None].astype("float32") / 255.0, (14, 14), antialias=True).numpy()
+    y = np.eye(10, dtype="float32")[labels]
+    model = smallnorb.build_model(n_classes=10, image_channels=1, d_chns=16, n_parts=16)
+    epochs, batch = 8, 32
+    smallnorb.compile_model(model, total_steps=epochs * (480 // batch), min_lr=1e-4, max_lr=1e-2)
+    before = model.evaluate(x[480:], y[480:], verbose=0)
+    history = model.fit(x[:480], y[:480], epochs=epochs, batch_size=batch, verbose=0)
+    loss, accuracy = model.evaluate(x[480:], y[480:], verbose=0)
+    assert history.history["loss"][-1] < 0.5 * history.history["loss"][0], history.history["loss"]
+    assert loss < before[0]
+    assert accuracy > 0.6, (before, loss, accuracy)  # chance is 0.1

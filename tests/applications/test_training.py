@@ -1,0 +1,94 @@
+"""Shared training helpers: mixup, padding + random crop, coordinate grids."""
+
+import numpy as np
+import pytest
+import scipy.stats
+import tensorflow as tf
+
+from applications.training import coordinate_grid, mixup, pad_and_random_crop, run_callbacks
+
+
+def _identity_batches(batch, n_batches, n_classes=4, seed=0):
+    """x["ids"] is the identity (row k marks example k), so a mixed row holds the mixing weights."""
+    rng = np.random.default_rng(seed)
+    ids = np.tile(np.eye(batch, dtype="float32"), (n_batches, 1))
+    other = rng.normal(size=(batch * n_batches, 3, 2)).astype("float32")
+    labels = rng.integers(0, n_classes, size=batch * n_batches)
+    onehot = np.eye(n_classes, dtype="float32")[labels]
+    ds = tf.data.Dataset.from_tensor_slices(({"ids": ids, "other": other}, onehot)).batch(batch)
+    return ds, ids, other, onehot
+
+
+def test_mixup_is_a_convex_combination_of_a_permuted_batch():
+    batch = 16
+    ds, ids, other, onehot = _identity_batches(batch, 3)
+    for k, (x, y) in enumerate(mixup(ds, alpha=0.2, seed=3).as_numpy_iterator()):
+        rows = slice(k * batch, (k + 1) * batch)
+        weights = x["ids"]  # [batch, batch]: row i = lam e_i + (1 - lam) e_perm(i)
+        assert np.all(weights >= 0) and np.all(weights <= 1)
+        np.testing.assert_allclose(weights.sum(1), 1.0, rtol=1e-6)
+        assert np.all((weights > 0).sum(1) <= 2)
+        # Each column is used as a partner exactly once: a permutation of the batch.
+        partner = np.where(weights.sum(0) > 0)[0]
+        assert len(partner) >= batch // 2
+        # Every input and the targets are mixed with the same weights.
+        np.testing.assert_allclose(x["other"], np.einsum("ij,jcd->icd", weights, other[rows]), atol=1e-6)
+        np.testing.assert_allclose(y, weights @ onehot[rows], atol=1e-6)
+        np.testing.assert_allclose(y.sum(1), 1.0, rtol=1e-6)  # still distributions
+
+
+def test_mixing_weights_follow_beta_alpha_alpha():
+    batch, n_batches, alpha = 128, 24, 0.2
+    ds, *_ = _identity_batches(batch, n_batches)
+    lams = []
+    for x, _ in mixup(ds.map(lambda x, y: (x["ids"], y)), alpha=alpha, seed=11).as_numpy_iterator():
+        diag = np.diag(x)
+        partnered = (x > 0).sum(1) == 2  # perm(i) != i and lam strictly inside (0, 1)
+        lams.append(diag[partnered])
+    lams = np.concatenate(lams)
+    assert len(lams) > 0.9 * batch * n_batches
+    assert abs(lams.mean() - 0.5) < 0.03
+    assert abs(lams.var() - alpha**2 / (4 * alpha**2 * (2 * alpha + 1))) < 0.02
+    assert scipy.stats.kstest(lams, scipy.stats.beta(alpha, alpha).cdf).pvalue > 1e-3
+    # U-shaped: most weights near 0 or 1.
+    assert np.mean((lams < 0.1) | (lams > 0.9)) > 0.5
+
+
+def test_mixup_tuple_inputs_integer_labels_sample_weights_and_seed():
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(8, 5)).astype("float32")
+    b = rng.normal(size=(8, 2, 2)).astype("float32")
+    labels = rng.integers(0, 3, size=8)
+    weights = rng.uniform(size=8).astype("float32")
+    ds = tf.data.Dataset.from_tensor_slices(((a, b), labels, weights)).batch(4)
+    first = list(mixup(ds, seed=5, num_classes=3).as_numpy_iterator())
+    again = list(mixup(ds, seed=5, num_classes=3).as_numpy_iterator())
+    for ((xa, xb), y, w), ((ya, yb), y2, _) in zip(first, again):
+        assert xa.shape == (4, 5) and xb.shape == (4, 2, 2) and y.shape == (4, 3)
+        np.testing.assert_allclose(y.sum(1), 1.0, rtol=1e-6)
+        np.testing.assert_array_equal(xa, ya)  # reproducible with a seed
+        np.testing.assert_array_equal(y, y2)
+    np.testing.assert_array_equal(np.concatenate([e[2] for e in first]), weights)  # unmixed
+    per_batch = next(mixup(ds, seed=5, num_classes=3, per_example=False).as_numpy_iterator())
+    assert per_batch[1].shape == (4, 3)
+
+
+def test_mixup_errors():
+    ds = tf.data.Dataset.from_tensor_slices((np.zeros((4, 2), "float32"), np.zeros(4, "int64"))).batch(2)
+    with pytest.raises(ValueError, match="Received: alpha=0"):
+        mixup(ds, alpha=0)
+    with pytest.raises(ValueError, match="num_classes"):
+        mixup(ds)  # integer labels without num_classes
+
+
+def test_coordinate_grid_and_pad_and_crop(tmp_path):
+    grid = coordinate_grid(3, 5).numpy()
+    np.testing.assert_allclose(grid[0, :, 0], np.linspace(-1, 1, 5), atol=1e-7)
+    np.testing.assert_allclose(grid[:, 0, 1], np.linspace(-1, 1, 3), atol=1e-7)
+    image = tf.ones((8, 8, 2))
+    crop = pad_and_random_crop(image, 2, 8, seed=tf.constant([1, 2])).numpy()
+    assert crop.shape == (8, 8, 2)
+    assert set(np.unique(crop)) <= {0.0, 1.0}
+    np.testing.assert_array_equal(crop[..., 0], crop[..., 1])  # same crop for both channels
+    callbacks = run_callbacks(tmp_path / "run")
+    assert (tmp_path / "run").is_dir() and len(callbacks) == 2

@@ -1,0 +1,176 @@
+"""RAdam and the one-cycle schedule: the published rule, schedules, serialization, training."""
+
+import math
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_capsules
+from keras_capsules.optimizers import RAdam, one_cycle_schedule
+
+
+def _numpy_radam(theta, grad_fn, lrs, beta_1=0.9, beta_2=0.999, eps=1e-8, weight_decay=0.0):
+    """RAdam as published (Algorithm 2, threshold rho_t > 4), in float64 numpy.
+
+    Returns the parameters after every step and whether each step was rectified.
+    """
+    theta = np.array(theta, np.float64)
+    m = np.zeros_like(theta)
+    v = np.zeros_like(theta)
+    rho_inf = 2.0 / (1.0 - beta_2) - 1.0
+    history, rectified = [], []
+    for t, lr in enumerate(lrs, start=1):
+        g = grad_fn(theta)
+        if weight_decay:  # decoupled, applied before the step as Keras does
+            theta = theta - lr * weight_decay * theta
+        m = beta_1 * m + (1 - beta_1) * g
+        v = beta_2 * v + (1 - beta_2) * g * g
+        m_hat = m / (1 - beta_1**t)
+        rho_t = rho_inf - 2 * t * beta_2**t / (1 - beta_2**t)
+        if rho_t > 4:
+            v_hat = v / (1 - beta_2**t)
+            r_t = math.sqrt(
+                (rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t)
+            )
+            theta = theta - lr * r_t * m_hat / (np.sqrt(v_hat) + eps)
+        else:
+            theta = theta - lr * m_hat
+        history.append(theta.copy())
+        rectified.append(rho_t > 4)
+    return history, rectified
+
+
+# A small anisotropic quadratic: f(x) = 0.5 x^T A x - b^T x.
+A = np.array([[3.0, 0.5, 0.0], [0.5, 1.0, 0.2], [0.0, 0.2, 0.3]])
+B = np.array([1.0, -2.0, 0.5])
+X0 = np.array([0.7, -0.3, 1.5])
+
+
+def _keras_steps(optimizer, n_steps, dtype="float64"):
+    x = keras.Variable(X0.astype(dtype), dtype=dtype)
+    a, b = tf.constant(A, dtype), tf.constant(B, dtype)
+    history = []
+    for _ in range(n_steps):
+        with tf.GradientTape() as tape:
+            loss = 0.5 * tf.tensordot(x, tf.linalg.matvec(a, x), 1) - tf.tensordot(b, x, 1)
+        optimizer.apply_gradients([(tape.gradient(loss, x), x)])
+        history.append(np.asarray(x))
+    return history
+
+
+# In float32, rho_t - 4 loses ~4 digits to cancellation (rho_inf ~ 2e3) just past the
+# threshold, so float32 agrees to ~1e-4 relative; float64 agrees to rounding. The
+# learning rate is held in float32 by Keras, so the reference uses its float32 value.
+LR = float(np.float32(0.05))
+TOLERANCES = {"float64": dict(rtol=1e-10, atol=1e-12), "float32": dict(rtol=2e-4, atol=1e-5)}
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("beta_2", [0.999, 0.99])
+def test_matches_the_published_rule_across_the_threshold(beta_2, dtype):
+    n = 9
+    ours = _keras_steps(RAdam(LR, beta_2=beta_2), n, dtype)
+    ref, rectified = _numpy_radam(X0, lambda x: A @ x - B, [LR] * n, beta_2=beta_2)
+    # Steps 1-4 are momentum SGD, the rest rectified adaptive steps (rho_t ~ t).
+    assert rectified == [False] * 4 + [True] * (n - 4)
+    for k, (got, want) in enumerate(zip(ours, ref)):
+        np.testing.assert_allclose(got, want, err_msg=f"step {k + 1}", **TOLERANCES[dtype])
+
+
+def test_learning_rate_schedule_and_weight_decay():
+    # weight_decay = 1/8 is exact in float32, in which the base class holds it.
+    schedule = one_cycle_schedule(20, min_lr=0.01, max_lr=0.1, warmup_fraction=0.25)
+    n = 8
+    lrs = [float(schedule(k)) for k in range(n)]  # the optimizer's step k uses schedule(k)
+    ours = _keras_steps(RAdam(schedule, weight_decay=0.125), n)
+    ref, _ = _numpy_radam(X0, lambda x: A @ x - B, lrs, weight_decay=0.125)
+    for k, (got, want) in enumerate(zip(ours, ref)):
+        np.testing.assert_allclose(got, want, err_msg=f"step {k + 1}", **TOLERANCES["float64"])
+
+
+def test_first_step_is_sgd_with_momentum():
+    ours = _keras_steps(RAdam(0.1), 1, "float32")[0]
+    np.testing.assert_allclose(ours, X0 - 0.1 * (A @ X0 - B), rtol=1e-6)
+
+
+def test_serialization_round_trip(tmp_path):
+    opt = RAdam(one_cycle_schedule(100), beta_1=0.8, beta_2=0.99, epsilon=1e-6, weight_decay=0.01)
+    config = keras.optimizers.serialize(opt)
+    assert config["registered_name"] == "keras_capsules>RAdam"
+    clone = keras.optimizers.deserialize(config)
+    assert isinstance(clone, RAdam)
+    assert clone.get_config() == opt.get_config()
+    assert keras_capsules.RAdam is RAdam
+
+    inputs = keras.Input((3,))
+    model = keras.Model(inputs, keras.layers.Dense(1)(inputs))
+    model.compile(optimizer=opt, loss="mse")
+    x = np.random.default_rng(0).normal(size=(16, 3)).astype("float32")
+    model.fit(x, x[:, :1], epochs=1, batch_size=8, verbose=0)
+    path = str(tmp_path / "m.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    assert isinstance(loaded.optimizer, RAdam)
+    assert int(loaded.optimizer.iterations) == 2
+    for a, b in zip(loaded.optimizer.variables, model.optimizer.variables):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+@pytest.mark.parametrize(
+    "kwargs,name",
+    [(dict(beta_1=1.0), "beta_1"), (dict(beta_2=-0.1), "beta_2"), (dict(epsilon=-1.0), "epsilon")],
+)
+def test_bad_arguments(kwargs, name):
+    with pytest.raises(ValueError, match=f"Received: {name}="):
+        RAdam(**kwargs)
+
+
+def test_trains_a_tiny_model():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(256, 4)).astype("float32")
+    y = (x @ np.array([1.0, -1.0, 0.5, 0.0]) > 0).astype("int32")
+    inputs = keras.Input((4,))
+    hidden = keras.layers.Dense(8, activation="relu")(inputs)
+    model = keras.Model(inputs, keras.layers.Dense(2)(hidden))
+    model.compile(
+        optimizer=RAdam(one_cycle_schedule(8 * 15, min_lr=1e-3, max_lr=5e-2)),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+    )
+    before = model.evaluate(x, y, verbose=0)[0]
+    history = model.fit(x, y, epochs=15, batch_size=32, verbose=0)
+    loss, accuracy = model.evaluate(x, y, verbose=0)
+    assert loss < 0.5 * before, (before, history.history["loss"])
+    assert accuracy > 0.9
+
+
+def test_one_cycle_schedule_values():
+    total = 1000
+    schedule = one_cycle_schedule(total)
+    assert isinstance(schedule, keras.optimizers.schedules.CosineDecay)
+    lr = lambda step: float(schedule(step))  # noqa: E731
+    np.testing.assert_allclose(lr(0), 1e-5, rtol=1e-5)
+    np.testing.assert_allclose(lr(50), 1e-5 + 0.5 * (5e-4 - 1e-5), rtol=1e-5)  # linear
+    np.testing.assert_allclose(lr(100), 5e-4, rtol=1e-5)  # end of warm-up: the peak
+    mid = 100 + 450  # half way through the cosine: the mean of the two ends
+    np.testing.assert_allclose(lr(mid), 0.5 * (5e-4 + 1e-5), rtol=1e-4)
+    np.testing.assert_allclose(lr(total), 1e-5, rtol=1e-4)  # the end
+    np.testing.assert_allclose(lr(2 * total), 1e-5, rtol=1e-4)  # and after it
+    values = [lr(s) for s in range(0, total + 1, 10)]
+    peak = int(np.argmax(values))
+    assert peak == 10
+    assert np.all(np.diff(values[: peak + 1]) > 0) and np.all(np.diff(values[peak:]) < 0)
+    clone = keras.optimizers.schedules.deserialize(keras.optimizers.schedules.serialize(schedule))
+    np.testing.assert_allclose(float(clone(321)), lr(321), rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [dict(total_steps=1), dict(total_steps=10, min_lr=1e-3, max_lr=1e-4),
+     dict(total_steps=10, warmup_fraction=1.0)],
+)
+def test_one_cycle_schedule_bad_arguments(kwargs):
+    with pytest.raises(ValueError, match="Received"):
+        one_cycle_schedule(**kwargs)
