@@ -3,7 +3,7 @@
 ``data``: tensorflow-text preprocessing, vocabulary, length-bucketed ``tf.data``
 pipelines, TFDS (AG News, Yelp polarity) and SST (tree files) loaders.
 ``model``: :func:`build_model` (compositional embedding, BiGRU, k-means / dynamic
-routing or a linear head). ``train``: :func:`train`, the paper's recipe.
+routing or a linear head). ``recipe``: :func:`train`, the paper's recipe.
 """
 
 from applications.text_classification.data import (
@@ -23,7 +23,7 @@ from applications.text_classification.model import (
     embedding_parameters,
     parameter_report,
 )
-from applications.text_classification.train import main, train
+from applications.text_classification.recipe import main, train
 
 __all__ = [
     "DATASETS",

@@ -2,7 +2,7 @@
 
 import sys
 
-from applications.text_classification.train import main
+from applications.text_classification.recipe import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -221,6 +221,18 @@ def make_dataset(
     return bucket_batches(ds, batch_size, boundaries).prefetch(tf.data.AUTOTUNE)
 
 
+def with_cardinality(dataset):
+    """The dataset with its number of elements counted once and asserted.
+
+    Length bucketing hides how many batches an epoch has; the count is the same every
+    epoch (each bucket holds the same examples), so one pass over the data lets
+    Keras show complete progress bars and plan epochs without running dry. With a
+    ``cache()`` in the pipeline, this pass also fills the cache.
+    """
+    count = int(dataset.reduce(np.int64(0), lambda n, _: n + 1))
+    return dataset.apply(tf.data.experimental.assert_cardinality(count))
+
+
 # ---------------------------------------------------------------------- datasets
 
 
@@ -302,6 +314,7 @@ __all__ = [
     "PAD_ID",
     "bucket_batches",
     "build_vocabulary",
+    "with_cardinality",
     "encode",
     "load_split",
     "load_vocabulary",

@@ -74,7 +74,8 @@ def train(
     n_classes = data_lib.num_classes(dataset)
 
     def batches(ds, shuffle):
-        return data_lib.make_dataset(ds, lookup, batch_size, shuffle=shuffle, seed=seed, max_length=max_length)
+        batched = data_lib.make_dataset(ds, lookup, batch_size, shuffle=shuffle, seed=seed, max_length=max_length)
+        return data_lib.with_cardinality(batched)
 
     train_ds = batches(train_raw, True)
     val_ds = batches(raw(val_split), False)
