@@ -33,6 +33,7 @@ def train(
     limit=None,
     seed=0,
     jit_compile="auto",
+    callbacks=None,
     verbose=1,
     **model_kwargs,
 ):
@@ -54,6 +55,7 @@ def train(
         limit: use only the first ``limit`` examples of every split (quick runs).
         seed: random seed (weights, dropout, shuffling).
         jit_compile: passed to ``model.compile``.
+        callbacks: extra Keras callbacks for ``fit`` (TensorBoard is always added).
         verbose: 0 silent, 1 progress bars and summary lines.
         **model_kwargs: further :func:`build_model` arguments.
 
@@ -101,7 +103,7 @@ def train(
         validation_data=val_ds,
         epochs=epochs,
         verbose=verbose,
-        callbacks=[keras.callbacks.TensorBoard(os.path.join(run_dir, "logs"))],
+        callbacks=[keras.callbacks.TensorBoard(os.path.join(run_dir, "logs")), *(callbacks or [])],
     )
     test_loss, test_accuracy = model.evaluate(test_ds, verbose=0)
     paths = {
@@ -116,6 +118,7 @@ def train(
     plot_history(history.history, paths["plot"])
     result = {
         "dataset": dataset,
+        "epochs_run": len(history.history.get("loss", [])),
         "routing": routing,
         "embedding": embedding,
         "test_accuracy": float(test_accuracy),
