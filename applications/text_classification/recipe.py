@@ -69,7 +69,7 @@ def train(
     def raw(split, **kwargs):
         return data_lib.load_split(dataset, split, data_dir, limit=limit, **kwargs)
 
-    train_raw = raw(train_split, phrases=phrases) if phrases else raw(train_split)
+    train_raw = raw(train_split, phrases=phrases)
     vocabulary = data_lib.build_vocabulary(train_raw, max_size=vocab_size, max_length=max_length)
     lookup = data_lib.make_lookup(vocabulary)
     n_ids = lookup.vocabulary_size()
