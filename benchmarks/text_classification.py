@@ -90,7 +90,7 @@ def learning(args):
                 data_dir=args.data_dir,
                 run_dir=run_dir,
                 routing=routing,
-                embedding="compositional",
+                embedding=args.embedding,
                 epochs=args.epochs,
                 batch_size=30,
                 phrases=args.phrases,
@@ -101,7 +101,7 @@ def learning(args):
         seconds = time.perf_counter() - start
         results[routing] = result["test_accuracy"]
         print(
-            f"SST-2 test accuracy, {routing:7s} routing: {result['test_accuracy']:.4f} after "
+            f"SST-2 test accuracy, {routing:7s} routing, {args.embedding} embedding: {result['test_accuracy']:.4f} after "
             f"{result['epochs_run']} epoch(s), {seconds / 60:.1f} min; {load_average()}",
             flush=True,
         )
@@ -144,6 +144,8 @@ def main(argv=None):
     parser.add_argument("--data-dir", default=str(default_sst_dir()), help="SST tree-file folder")
     parser.add_argument("--minutes", type=float, default=15.0, help="training budget per model")
     parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--embedding", default="compositional", choices=model_lib.EMBEDDINGS,
+                        help="learning: the embedding of all three models")
     parser.add_argument("--phrases", action="store_true", help="train on every SST phrase")
     parser.add_argument("--steps", type=int, default=20, help="timed training steps")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps (tracing, XLA)")

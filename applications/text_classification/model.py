@@ -107,6 +107,8 @@ def build_model(
     class_capsule_dim=16,
     n_iters=3,
     similarity="cosine",
+    codebook_stddev=1.0,
+    codes_stddev=1.0,
     name=None,
 ):
     """Builds the capsule text classifier (defaults: the paper's configuration).
@@ -127,6 +129,11 @@ def build_model(
         class_capsule_dim: dimension of the class capsules.
         n_iters: routing iterations.
         similarity: k-means routing similarity, ``"cosine"`` (paper) or ``"dot"``.
+        codebook_stddev: the compositional codebooks start normal with this standard
+            deviation (1.0, as the authors' code). The library default (uniform in
+            +-0.05) makes all words' embeddings nearly equal at first, and the model
+            then learns far more slowly.
+        codes_stddev: the learned codes start normal with this standard deviation.
         name: model name (default ``"cccapsnet_<routing>_<embedding>"``).
 
     Returns:
@@ -140,7 +147,13 @@ def build_model(
     ids = keras.Input((None,), dtype="int32", name="ids")
     if embedding == "compositional":
         embed = CompositionalEmbedding(
-            vocab_size, embedding_dim, num_codebooks=num_codebooks, mask_zero=True, name="embedding"
+            vocab_size,
+            embedding_dim,
+            num_codebooks=num_codebooks,
+            mask_zero=True,
+            codes_initializer=keras.initializers.RandomNormal(stddev=codes_stddev),
+            codebook_initializer=keras.initializers.RandomNormal(stddev=codebook_stddev),
+            name="embedding",
         )
     else:
         embed = keras.layers.Embedding(vocab_size, embedding_dim, mask_zero=True, name="embedding")
