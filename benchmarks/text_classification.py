@@ -1,0 +1,168 @@
+"""Benchmarks of the capsule text classifier (Ren & Lu, CCCapsNet).
+
+Two parts, run separately or together (from the repository root):
+
+    python benchmarks/text_classification.py learning   [--minutes 15] [--epochs 10]
+    python benchmarks/text_classification.py throughput [--steps 20] [--jit both]
+    python benchmarks/text_classification.py all
+
+* ``learning``: SST-2 (sentences; binary, neutral dropped) test accuracy of the model
+  with k-means routing, dynamic routing and a linear head, each trained from scratch
+  with the paper's recipe (Adam, batch 30, margin + focal loss) within a wall-time
+  budget per model; also the embedding parameters of a 60,000-word vocabulary,
+  compositional (M = 8, D = 64) vs standard.
+* ``throughput``: training samples/s at batch 30, sequence length 128, 60,000 ids and
+  4 classes on synthetic ids, with XLA (``jit_compile``) on and off.
+
+Every report line ends with the machine's load average, as figures on a shared
+machine mean little without it.
+"""
+
+import argparse
+import os
+import pathlib
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from applications.text_classification import model as model_lib  # noqa: E402
+from applications.text_classification import recipe  # noqa: E402
+
+
+def load_average():
+    return "load average %.2f, %.2f, %.2f" % os.getloadavg()
+
+
+def default_sst_dir():
+    """``../shared/data/sst`` relative to the repository (or above it, for worktrees)."""
+    for parent in [REPO.parent, *REPO.parent.parents]:
+        candidate = parent / "shared" / "data" / "sst"
+        if candidate.is_dir():
+            return candidate
+    return REPO.parent / "shared" / "data" / "sst"
+
+
+class TimeBudget(keras.callbacks.Callback):
+    """Stops training once the wall-time budget is spent (checked after every batch)."""
+
+    def __init__(self, seconds):
+        super().__init__()
+        self.seconds = seconds
+        self.start = None
+
+    def on_train_begin(self, logs=None):
+        self.start = time.perf_counter()
+
+    def on_train_batch_end(self, batch, logs=None):
+        if time.perf_counter() - self.start > self.seconds:
+            self.model.stop_training = True
+
+
+def embedding_report(vocab_size=60000, num_classes=4):
+    report = model_lib.parameter_report(vocab_size, num_classes)
+    comp, std = report["compositional"]["embedding"], report["standard"]["embedding"]
+    print(
+        f"embedding parameters, V={vocab_size:,}, D=64, M=8: compositional {comp:,} vs "
+        f"standard {std:,} ({100 * (1 - comp / std):.1f}% fewer); whole model "
+        f"{report['compositional']['total']:,} vs {report['standard']['total']:,}"
+    )
+    return report
+
+
+def learning(args):
+    embedding_report()
+    results = {}
+    for routing in args.routings:
+        start = time.perf_counter()
+        with tempfile.TemporaryDirectory() as run_dir:
+            result = recipe.train(
+                dataset="sst2",
+                data_dir=args.data_dir,
+                run_dir=run_dir,
+                routing=routing,
+                embedding=args.embedding,
+                epochs=args.epochs,
+                batch_size=30,
+                phrases=args.phrases,
+                seed=args.seed,
+                callbacks=[TimeBudget(args.minutes * 60)],
+                verbose=args.verbose,
+            )
+        seconds = time.perf_counter() - start
+        results[routing] = result["test_accuracy"]
+        print(
+            f"SST-2 test accuracy, {routing:7s} routing, {args.embedding} embedding: {result['test_accuracy']:.4f} after "
+            f"{result['epochs_run']} epoch(s), {seconds / 60:.1f} min; {load_average()}",
+            flush=True,
+        )
+    return results
+
+
+def throughput(args):
+    batch, length, vocab, classes = 30, 128, 60000, 4
+    rng = np.random.default_rng(0)
+    ids = tf.constant(rng.integers(1, vocab, (batch, length)), tf.int32)
+    labels = tf.constant(rng.integers(0, classes, batch), tf.int32)
+    dataset = tf.data.Dataset.from_tensors((ids, labels)).repeat()
+    jits = {"both": (False, True), "on": (True,), "off": (False,)}[args.jit]
+    results = {}
+    for routing in args.routings:
+        for jit in jits:
+            keras.utils.set_random_seed(0)
+            model = model_lib.compile_model(model_lib.build_model(vocab, classes, routing=routing), jit_compile=jit)
+            model.fit(dataset, steps_per_epoch=args.warmup, epochs=1, verbose=0)  # trace / compile
+            start = time.perf_counter()
+            model.fit(dataset, steps_per_epoch=args.steps, epochs=1, verbose=0)
+            seconds = time.perf_counter() - start
+            rate = args.steps * batch / seconds
+            results[(routing, jit)] = rate
+            print(
+                f"training throughput, {routing:7s} routing, jit_compile={str(jit):5s}: "
+                f"{rate:7.1f} samples/s (batch {batch}, length {length}, {vocab:,} ids, "
+                f"{classes} classes, {args.steps} steps); {load_average()}",
+                flush=True,
+            )
+            del model
+    return results
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("part", nargs="?", default="all", choices=("learning", "throughput", "all"))
+    parser.add_argument("--routings", nargs="+", default=None, choices=model_lib.ROUTINGS,
+                        help="default: all three for learning, kmeans for throughput")
+    parser.add_argument("--data-dir", default=str(default_sst_dir()), help="SST tree-file folder")
+    parser.add_argument("--minutes", type=float, default=15.0, help="training budget per model")
+    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--embedding", default="compositional", choices=model_lib.EMBEDDINGS,
+                        help="learning: the embedding of all three models")
+    parser.add_argument("--phrases", action="store_true", help="train on every SST phrase")
+    parser.add_argument("--steps", type=int, default=20, help="timed training steps")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps (tracing, XLA)")
+    parser.add_argument("--jit", default="both", choices=("both", "on", "off"))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--verbose", type=int, default=2, help="Keras fit verbosity")
+    args = parser.parse_args(argv)
+    print(f"TensorFlow {tf.__version__}, Keras {keras.__version__}; {load_average()}", flush=True)
+    routings = args.routings
+    if args.part in ("throughput", "all"):
+        args.routings = routings or ["kmeans"]
+        throughput(args)
+    if args.part in ("learning", "all"):
+        args.routings = routings or list(model_lib.ROUTINGS)
+        learning(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,232 @@
+"""Capsule text classification (CCCapsNet): text pipeline, datasets, model, recipe."""
+
+import json
+import os
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from applications.text_classification import data, recipe
+from applications.text_classification import model as model_lib
+from keras_capsules.losses import CapsuleLoss
+from tests.conftest import shared_path
+
+SST_DIR = shared_path("data", "sst")
+TINY = dict(embedding_dim=8, gru_units=8, num_capsules=2, capsule_dim=4, class_capsule_dim=4, n_iters=2)
+
+
+def _tokens(ragged_or_dense):
+    values = ragged_or_dense.to_list() if isinstance(ragged_or_dense, tf.RaggedTensor) else ragged_or_dense.numpy().tolist()
+    if values and isinstance(values[0], list):
+        return [[t.decode() for t in row] for row in values]
+    return [t.decode() for t in values]
+
+
+# ---------------------------------------------------------------------- text
+
+
+def test_preprocess_hand_written_strings():
+    assert _tokens(data.preprocess("Hello, World! It's 2019.")) == [
+        "hello", ",", "world", "!", "it", "'", "s", "2", "0", "1", "9", ".",
+    ]
+    batch = data.preprocess(["abc123def  x--y", "ÉCOLE été\t3.5%", ""])
+    assert _tokens(batch) == [
+        ["abc", "1", "2", "3", "def", "x", "-", "-", "y"],
+        ["école", "été", "3", ".", "5", "%"],
+        [],
+    ]
+    assert _tokens(data.preprocess("a b c d e", max_length=3)) == ["a", "b", "c"]
+    with pytest.raises(ValueError, match="max_length"):
+        data.preprocess("a", max_length=0)
+
+
+def test_preprocess_runs_inside_tf_data():
+    ds = tf.data.Dataset.from_tensor_slices(["Hi there!", "42"]).map(lambda t: data.preprocess(t))
+    assert [[t.decode() for t in x] for x in ds.as_numpy_iterator()] == [["hi", "there", "!"], ["4", "2"]]
+
+
+def test_vocabulary_is_most_frequent_first_with_reserved_ids():
+    texts = ["b a a", "c b a", "d"]
+    vocab = data.build_vocabulary(texts)
+    assert vocab == ["a", "b", "c", "d"]  # counts 3, 2, 1, 1 (ties alphabetical)
+    assert data.build_vocabulary(texts, max_size=4) == ["a", "b"]
+    assert data.build_vocabulary(tf.data.Dataset.from_tensor_slices((texts, [0, 1, 0])), min_count=2) == ["a", "b"]
+    lookup = data.make_lookup(vocab)
+    assert lookup.vocabulary_size() == 6
+    ids = data.encode(["A b zzz", "d"], lookup)
+    assert ids.to_list() == [[2, 3, data.OOV_ID], [5]]
+    assert ids.dtype == tf.int32
+
+
+def test_bucketing_batches_similar_lengths_padded_with_zeros():
+    lengths = [1, 2, 3, 9, 10, 11, 30, 31, 2, 10]
+    ds = tf.data.Dataset.from_generator(
+        lambda: ((np.arange(1, n + 1, dtype="int32"), np.int32(n)) for n in lengths),
+        output_signature=(tf.TensorSpec([None], tf.int32), tf.TensorSpec([], tf.int32)),
+    )
+    batches = list(data.bucket_batches(ds, batch_size=3, boundaries=(8, 16)).as_numpy_iterator())
+    seen = []
+    for ids, labels in batches:
+        assert ids.ndim == 2 and ids.shape[0] == len(labels) <= 3
+        assert ids.shape[1] == labels.max()  # padded to the longest of its batch only
+        buckets = {0 if n < 8 else 1 if n < 16 else 2 for n in labels}
+        assert len(buckets) == 1, labels
+        for row, n in zip(ids, labels):
+            assert (row[:n] > 0).all() and (row[n:] == data.PAD_ID).all()
+        seen += labels.tolist()
+    assert sorted(seen) == sorted(lengths)
+    batched = data.bucket_batches(ds, batch_size=3, boundaries=(8, 16))
+    assert batched.cardinality() == tf.data.UNKNOWN_CARDINALITY
+    assert data.with_cardinality(batched).cardinality() == len(batches)
+    with pytest.raises(ValueError, match="increasing"):
+        data.bucket_batches(ds, 3, boundaries=(16, 8))
+
+
+@pytest.mark.parametrize("name", ["ag_news", "yelp_polarity"])
+def test_tfds_pipelines_offline_with_mock_data(name, tmp_path):
+    import tensorflow_datasets as tfds
+
+    with tfds.testing.mock_data(num_examples=12):
+        raw = data.load_split(name, "train", data_dir=str(tmp_path))
+        texts, labels = zip(*raw.as_numpy_iterator())
+        assert len(texts) == 12 and all(isinstance(t, bytes) for t in texts)
+        assert all(0 <= y < data.num_classes(name) for y in labels)
+        lookup = data.make_lookup(data.build_vocabulary(raw, max_size=50))
+        batches = list(data.make_dataset(data.load_split(name, "test", str(tmp_path), limit=7), lookup, 4))
+    assert sum(int(ids.shape[0]) for ids, _ in batches) <= 7
+    for ids, y in batches:
+        assert ids.dtype == tf.int32 and y.dtype == tf.int32 and ids.shape[0] == y.shape[0]
+    assert data.num_classes("ag_news") == 4 and data.num_classes("yelp_polarity") == 2
+    assert data.splits(name) == ("train", "test", "test")
+
+
+def test_sst_splits_from_tree_files():
+    raw = data.load_split("sst2", "test", SST_DIR)
+    labels = [y for _, y in raw.as_numpy_iterator()]
+    assert len(labels) == 1821 and set(labels) == {0, 1}
+    five = data.load_split("sst5", "dev", SST_DIR, limit=20)
+    assert {int(y) for _, y in five.as_numpy_iterator()} <= set(range(5))
+    phrases = data.load_split("sst2", "dev", SST_DIR, phrases=True)
+    assert phrases.cardinality() > 872
+    assert data.num_classes("sst5") == 5 and data.splits("sst2") == ("train", "dev", "test")
+    with pytest.raises(ValueError, match="dataset"):
+        data.load_split("imdb", "train", SST_DIR)
+    with pytest.raises(ValueError, match="data_dir"):
+        data.load_split("sst2", "train")
+
+
+# ---------------------------------------------------------------------- model
+
+
+def _ids(lengths, vocab=50, pad_to=None, seed=0):
+    rng = np.random.default_rng(seed)
+    width = pad_to or max(lengths)
+    ids = np.zeros((len(lengths), width), "int32")
+    for row, n in enumerate(lengths):
+        ids[row, :n] = rng.integers(1, vocab, n)
+    return ids
+
+
+@pytest.mark.parametrize("routing", model_lib.ROUTINGS)
+@pytest.mark.parametrize("embedding", model_lib.EMBEDDINGS)
+def test_every_option_builds_runs_and_has_finite_gradients(routing, embedding):
+    model = model_lib.build_model(50, 3, routing=routing, embedding=embedding, **TINY)
+    ids = _ids([5, 3, 7])
+    with tf.GradientTape() as tape:
+        scores = model(ids, training=True)
+        loss = CapsuleLoss()(np.array([0, 1, 2]), scores)
+    scores = scores.numpy()
+    assert scores.shape == (3, 3) and np.all((scores >= 0) & (scores <= 1))
+    grads = tape.gradient(loss, model.trainable_variables)
+    assert all(g is not None for g in grads)
+    assert all(np.isfinite(keras.ops.convert_to_numpy(tf.convert_to_tensor(g))).all() for g in grads)
+
+
+@pytest.mark.parametrize("routing", model_lib.ROUTINGS)
+def test_padding_never_changes_predictions(routing):
+    model = model_lib.build_model(50, 4, routing=routing, **TINY)
+    lengths = [6, 2, 4]
+    short = _ids(lengths, pad_to=6)
+    long = _ids(lengths, pad_to=17)
+    np.testing.assert_allclose(model(short), model(long), atol=1e-5)
+    alone = np.concatenate([model(short[i : i + 1, :n]) for i, n in enumerate(lengths)])
+    np.testing.assert_allclose(model(long), alone, atol=1e-5)
+
+
+def test_token_capsules_split_features_and_repeat_the_mask():
+    x = keras.ops.reshape(keras.ops.arange(2 * 3 * 8, dtype="float32"), (2, 3, 8))
+    layer = model_lib.TokenCapsules(4)
+    caps = layer(x)
+    assert tuple(caps.shape) == (2, 6, 4)
+    lengths = np.linalg.norm(caps.numpy(), axis=-1)
+    assert np.all(lengths < 1)
+    mask = np.array([[True, True, False], [True, False, False]])
+    np.testing.assert_array_equal(
+        layer.compute_mask(x, mask), [[1, 1, 1, 1, 0, 0], [1, 1, 0, 0, 0, 0]]
+    )
+    with pytest.raises(ValueError, match="multiple of"):
+        model_lib.TokenCapsules(3)(x)
+    with pytest.raises(ValueError, match="routing"):
+        model_lib.build_model(50, 2, routing="em")
+    with pytest.raises(ValueError, match="embedding"):
+        model_lib.build_model(50, 2, embedding="glove")
+
+
+def test_full_model_keras_round_trip(tmp_path):
+    model = model_lib.build_model(50, 4, **TINY)
+    ids = _ids([5, 2, 8])
+    path = tmp_path / "cccapsnet.keras"
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    np.testing.assert_allclose(loaded(ids), model(ids), atol=1e-6)
+    assert isinstance(loaded.get_layer("token_capsules"), model_lib.TokenCapsules)
+    assert type(loaded.get_layer("routing")).__name__ == "KMeansRouting"
+
+
+def test_compositional_embedding_halves_the_parameters():
+    report = model_lib.parameter_report(60000, 4, embedding_dim=64, num_codebooks=8, gru_units=8)
+    comp, std = report["compositional"]["embedding"], report["standard"]["embedding"]
+    assert std == 60000 * 64 == 3_840_000
+    assert comp == 60000 * 8 * 4 + 8 * 4 * 64  # the paper's 1.92M (K = 4 codewords)
+    assert comp <= 0.55 * std
+    assert report["standard"]["total"] - report["compositional"]["total"] == std - comp
+
+
+# ---------------------------------------------------------------------- recipe
+
+
+def loaded_params(run_dir):
+    return keras.saving.load_model(run_dir / "model.keras").count_params()
+
+
+def test_tiny_training_on_real_sst_sentences(tmp_path):
+    run_dir = tmp_path / "run"
+    result = recipe.train(
+        dataset="sst2",
+        data_dir=SST_DIR,
+        run_dir=str(run_dir),
+        routing="kmeans",
+        epochs=1,
+        batch_size=8,
+        limit=24,
+        jit_compile=False,
+        verbose=0,
+        **TINY,
+    )
+    assert 0.0 <= result["test_accuracy"] <= 1.0
+    params = result["parameters"]  # (tiny D = 8: codes cost more than vectors here)
+    assert params["standard"]["embedding"] == result["vocab_size"] * 8
+    assert params["compositional"]["total"] == loaded_params(run_dir)
+    for name in ("model.keras", "vocab.txt", "history.png", "metrics.json"):
+        assert (run_dir / name).stat().st_size > 0, name
+    assert os.path.isdir(run_dir / "logs")
+    assert not [p for p in os.listdir(run_dir) if ".tmp-" in p]
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["test_accuracy"] == pytest.approx(result["test_accuracy"])
+    loaded = keras.saving.load_model(run_dir / "model.keras")
+    vocab = data.load_vocabulary(run_dir / "vocab.txt")
+    assert loaded.get_layer("embedding").input_dim == len(vocab) + 2 == result["vocab_size"]
+    ids = data.encode(["a gripping , funny film ."], data.make_lookup(vocab)).to_tensor()
+    assert loaded(ids).shape == (1, 2)
