@@ -21,14 +21,13 @@ routing scores (logits).
 """
 
 import argparse
-import gzip
 import os
 
 import keras
 import numpy as np
 
 from applications import distribute, fault_tolerance
-from applications.errors import DataNotFoundError
+from applications.mnist_digits import load_idx_digits
 from keras_capsules.layers import EMRouting
 
 DESCRIPTION = "two-layer EM-routing capsule network on digits (no download needed)"
@@ -98,30 +97,6 @@ def load_digits_arrays():
     digits = load_digits()
     images = (digits.images / 16.0).astype("float32")[..., None]
     return images, digits.target.astype("int32")
-
-
-MNIST_FILES = ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
-
-
-def load_idx_digits(data_dir):
-    """MNIST digits ``[n, 28, 28, 1]`` in [0, 1] and labels from the ``t10k`` IDX files in ``data_dir``.
-
-    Raises:
-        DataNotFoundError: ``data_dir`` or one of its two files is missing.
-    """
-    if not os.path.isdir(data_dir):
-        raise DataNotFoundError(f"data directory {data_dir!r} does not exist")
-    images_path, labels_path = (os.path.join(data_dir, name) for name in MNIST_FILES)
-    for path in (images_path, labels_path):
-        if not os.path.exists(path):
-            raise DataNotFoundError(
-                f"{path} not found: --data-dir must hold the MNIST files {' and '.join(MNIST_FILES)}"
-            )
-    with gzip.open(images_path) as f:
-        images = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 28, 28, 1)
-    with gzip.open(labels_path) as f:
-        labels = np.frombuffer(f.read(), np.uint8, offset=8)
-    return images.astype("float32") / 255.0, labels.astype("int32")
 
 
 def load_arrays(data_dir=None, limit=None):

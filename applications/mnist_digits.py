@@ -10,6 +10,10 @@ import pathlib
 
 import numpy as np
 
+from applications.errors import DataNotFoundError
+
+MNIST_FILES = ("{prefix}-images-idx3-ubyte.gz", "{prefix}-labels-idx1-ubyte.gz")
+
 
 def load_idx_digits(data_dir, prefix="t10k"):
     """Images ``[n, 28, 28, 1]`` as float32 in [0, 1] and int32 labels.
@@ -20,14 +24,19 @@ def load_idx_digits(data_dir, prefix="t10k"):
         prefix: ``"t10k"`` (test set) or ``"train"``.
 
     Raises:
-        FileNotFoundError: a file is missing (the message names it).
+        DataNotFoundError: (a ``FileNotFoundError``) the folder or a file is missing;
+            the message names it.
     """
     data_dir = pathlib.Path(data_dir)
-    images_path = data_dir / f"{prefix}-images-idx3-ubyte.gz"
-    labels_path = data_dir / f"{prefix}-labels-idx1-ubyte.gz"
+    if not data_dir.is_dir():
+        raise DataNotFoundError(f"data directory {str(data_dir)!r} does not exist")
+    names = [name.format(prefix=prefix) for name in MNIST_FILES]
+    images_path, labels_path = (data_dir / name for name in names)
     for path in (images_path, labels_path):
         if not path.is_file():
-            raise FileNotFoundError(f"{path} not found: pass the folder with the MNIST IDX files")
+            raise DataNotFoundError(
+                f"{path} not found: the data directory must hold the MNIST files {' and '.join(names)}"
+            )
     with gzip.open(images_path) as f:
         images = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 28, 28, 1)
     with gzip.open(labels_path) as f:
