@@ -134,3 +134,14 @@ def test_dataset_model_and_ema_recipe(mock_clevr, tmp_path):
     with pytest.raises(ValueError, match="does not hold"):
         clevr.plot_attention(str(tmp_path / "bad.png"), words, out["control_attention"][0],
                              out["read_attention"][0], grid=(3, 2))
+
+
+def test_train_writes_the_run_outputs(mock_clevr, tmp_path):
+    root, _ = mock_clevr
+    result = clevr.train(
+        str(root / "cache"), run_dir=str(tmp_path / "run"), epochs=1, batch_size=32, image_size=IMAGE_SIZE,
+        weights=None, model_kwargs={"units": 8, "embedding_dim": 4, "max_steps": 1}, verbose=0,
+    )
+    assert 0.0 <= result["validation_accuracy"] <= 1.0
+    for key in ("model", "plot", "metrics"):
+        assert os.path.exists(result[key])

@@ -1,5 +1,7 @@
 """Sort-of-CLEVR: answers by hand, the data stream, the model (padding, saving, a step)."""
 
+import os
+
 import keras
 import numpy as np
 import pytest
@@ -157,3 +159,14 @@ def test_bad_arguments():
         soc.generate_examples(2, kb="pixels")
     with pytest.raises(ValueError, match="Received: kb='both'"):
         soc.build_model(kb="both")
+
+
+def test_train_writes_the_run_outputs(tmp_path):
+    result = soc.train(
+        str(tmp_path / "run"), steps=10, batch_size=8, validation_examples=16,
+        model_kwargs={"units": 8, "embedding_dim": 4, "max_steps": 2}, verbose=0,
+    )
+    assert 0.0 <= result["relational_accuracy"] <= 1.0 and 0.0 <= result["non_relational_accuracy"] <= 1.0
+    for key in ("model", "plot", "metrics", "attention"):
+        assert os.path.exists(result[key])
+    assert os.listdir(tmp_path / "run" / "logs")
