@@ -133,7 +133,7 @@ def test_image_model_and_attention_plots(tmp_path):
     loaded = keras.saving.load_model(path)
     np.testing.assert_allclose(loaded({"question": x["question"], "image": x["image"]}), logits, atol=1e-5)
     png = b"\x89PNG\r\n\x1a\n"
-    for kb, m in (("image", model), ("kb", soc.build_model(units=16, max_steps=3, embedding_dim=8))):
+    for kb, m in (("image", loaded), ("kb", soc.build_model(units=16, max_steps=3, embedding_dim=8))):
         out = soc.plot_example_attention(m, {"question": x["question"], kb: x[kb]}, str(tmp_path / f"{kb}.png"), 1)
         with open(out, "rb") as f:
             assert f.read(8) == png
