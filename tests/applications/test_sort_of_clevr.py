@@ -1,5 +1,7 @@
 """Sort-of-CLEVR: answers by hand, the data stream, the model (padding, saving, a step)."""
 
+import os
+
 import keras
 import numpy as np
 import pytest
@@ -31,6 +33,8 @@ def _scene():
         (4, 2, "square"),  # farthest from blue: red
         (5, 0, "4"),
         (5, 1, "2"),
+        (6, 0, "square"),  # farthest from red: blue; nearest to blue: gray
+        (6, 2, "circle"),  # farthest from blue: red; nearest to red: green
     ],
 )
 def test_answers_by_hand(template, color, expected):
@@ -83,8 +87,86 @@ def test_model_padding_saving_and_a_training_step(tmp_path):
     assert np.isfinite(history.history["loss"][0])
 
 
+def test_render_scene_draws_squares_and_circles_where_the_kb_says():
+    scene = {"shapes": np.array([0, 1, 0, 1, 0, 1]), "positions": np.array(
+        [[0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.5, 0.5], [0.5, 0.0]])}
+    image = soc.render_scene(scene)
+    assert image.shape == (75, 75, 3) and image.dtype == np.float32
+    assert image.min() >= 0.0 and image.max() <= 1.0
+    centres = soc.pixel_centres(scene["positions"])
+    for k, (cx, cy) in enumerate(centres):
+        np.testing.assert_array_equal(image[cy, cx], soc.RGB[k])
+        corner = image[cy - 5, cx - 5]  # inside a square, outside a circle
+        expected = soc.RGB[k] if scene["shapes"][k] == 0 else np.ones(3)
+        np.testing.assert_array_equal(corner, expected)
+    assert (centres[0] == 6).all() and (centres[3] == 68).all()  # objects stay on the canvas
+    # "on the left" agrees with the drawing: centre column < 37 iff x < 0.5.
+    assert soc.pixel_centres([[0.49, 0.51]])[0, 0] <= 37 <= soc.pixel_centres([[0.51, 0.51]])[0, 0]
+
+
+def test_image_examples_match_their_symbolic_scene():
+    x, y = soc.generate_examples(6, seed=4, kb="both")
+    assert x["image"].shape == (6, 75, 75, 3) and x["kb"].shape == (6, 6, soc.KB_DIM)
+    for image, kb in zip(x["image"], x["kb"]):
+        pos = kb[:, 8:]
+        distances = np.linalg.norm(pos[:, None] - pos[None], axis=-1) + 9 * np.eye(6)
+        assert distances.min() >= soc.IMAGE_MIN_DISTANCE  # nothing hidden
+        for k, (cx, cy) in enumerate(soc.pixel_centres(pos)):
+            np.testing.assert_array_equal(image[cy, cx], soc.RGB[k])
+    x_img, y_img = soc.generate_examples(6, seed=4, kb="image")
+    assert set(x_img) == {"question", "image"}
+    np.testing.assert_array_equal(y_img, y)
+    (xd, _), = soc.make_dataset(batch_size=2, seed=4, kb="image").take(1)
+    assert xd["image"].shape == (2, 75, 75, 3)
+    two_hop = soc.generate_examples(4, templates=[soc.TWO_HOP])[0]["question"]
+    assert all("farthest" in soc.detokenize(q) and "nearest" in soc.detokenize(q) for q in two_hop)
+
+
+def test_image_model_and_attention_plots(tmp_path):
+    x, _ = soc.generate_examples(2, seed=5, kb="both")
+    model = soc.build_model(units=16, max_steps=2, embedding_dim=8, kb="image", stem_filters=8)
+    logits = model({"question": x["question"], "image": x["image"]})
+    assert logits.shape == (2, len(soc.ANSWERS))
+    assert model.get_layer("kb_cells").output.shape == (None, 25, 16)
+    path = str(tmp_path / "img.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    np.testing.assert_allclose(loaded({"question": x["question"], "image": x["image"]}), logits, atol=1e-5)
+    png = b"\x89PNG\r\n\x1a\n"
+    for kb, m in (("image", loaded), ("kb", soc.build_model(units=16, max_steps=3, embedding_dim=8))):
+        out = soc.plot_example_attention(m, {"question": x["question"], kb: x[kb]}, str(tmp_path / f"{kb}.png"), 1)
+        with open(out, "rb") as f:
+            assert f.read(8) == png
+
+
+def test_learns_shape_questions_in_a_few_seconds():
+    keras.utils.set_random_seed(0)
+    model = soc.build_model(units=32, max_steps=1, embedding_dim=16)
+    model.compile(keras.optimizers.Adam(1e-2), keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=["accuracy"])
+    x, y = soc.generate_examples(768, seed=1, templates=[0])
+    x_test, y_test = soc.generate_examples(256, seed=2, templates=[0])
+    model.fit(x, y, batch_size=32, epochs=4, verbose=0)
+    assert model.evaluate(x_test, y_test, verbose=0)[1] > 0.9  # chance: 0.5
+
+
 def test_bad_arguments():
     with pytest.raises(ValueError, match="Received: units=15"):
         soc.build_model(units=15)
     with pytest.raises(ValueError, match="Received: relational='yes'"):
         soc.generate_examples(2, relational="yes")
+    with pytest.raises(ValueError, match="Received: kb='pixels'"):
+        soc.generate_examples(2, kb="pixels")
+    with pytest.raises(ValueError, match="Received: kb='both'"):
+        soc.build_model(kb="both")
+
+
+def test_train_writes_the_run_outputs(tmp_path):
+    result = soc.train(
+        str(tmp_path / "run"), steps=10, batch_size=8, validation_examples=16,
+        model_kwargs={"units": 8, "embedding_dim": 4, "max_steps": 2}, verbose=0,
+    )
+    assert 0.0 <= result["relational_accuracy"] <= 1.0 and 0.0 <= result["non_relational_accuracy"] <= 1.0
+    for key in ("model", "plot", "metrics", "attention"):
+        assert os.path.exists(result[key])
+    assert os.listdir(tmp_path / "run" / "logs")

@@ -1,0 +1,574 @@
+"""CLEVR answered by a MAC network (Hudson & Manning 2018), and the MAC model parts
+shared with :mod:`applications.sort_of_clevr`.
+
+Model parts (reusable builders, used by both applications):
+
+* :func:`input_unit`: word embeddings and a bidirectional LSTM over the question;
+  its outputs are the contextual words, the concatenated final states of both
+  directions the question vector ``q``. Padding (token 0) is masked.
+* :func:`image_knowledge_base`: a feature map ``[H, W, C]`` -> optional positional
+  encoding (:class:`PositionalEncoding`, sin/cos or a linear meshgrid) -> two 3x3
+  convolutions with ELU -> a knowledge base of ``H * W`` cells of size ``d``.
+* :func:`output_unit`: a two-layer classifier on ``[m_p, q]``.
+* :func:`mac_answer_logits`: the three around a :class:`keras_capsules.layers.MACNetwork`
+  named ``"mac"`` (built with ``return_attention=True``; the attention maps are read
+  by :func:`attention_model`).
+
+CLEVR data: TFDS ``clevr`` 3.1.0 (features ``image``, ``objects``, and a sequence
+``question_answer`` of ``{"question", "answer"}`` texts per image). Images are
+resized (224x224 in the paper) and passed once through a frozen ImageNet ResNet-101
+up to its conv4 stage (layer ``"conv4_block23_out"``: ``14 x 14 x 1024`` at 224);
+the features are cached on disk (:func:`cache_features`, float16 ``.npy``, written
+atomically, with a progress bar). Questions are lowercased, punctuation is split off
+and they are tokenized with tensorflow-text's ``WhitespaceTokenizer``; the word and
+answer vocabularies come from the training split (:func:`build_vocabularies`).
+
+Recipe (:func:`compile_model`, :func:`train`): Adam with learning rate 1e-4, batches
+of 64, gradient clipping by norm (8), and an exponential moving average of the
+weights used for evaluation. How the EMA weights are used, with Keras 3:
+
+* ``Adam(use_ema=True, ema_momentum=0.999)`` keeps the average in the optimizer
+  (``optimizer._model_variables_moving_average``), updated after every step;
+* during ``fit``, the ``keras.callbacks.SwapEMAWeights()`` callback swaps the model's
+  weights with the averages at ``on_test_begin`` and back at ``on_test_end``, so the
+  validation metrics are those of the EMA weights while training continues on the
+  raw weights;
+* at the end of ``fit`` Keras itself calls ``optimizer.finalize_variable_values(
+  model.trainable_weights)``, which assigns the averages to the model: after ``fit``
+  the model *holds* the EMA weights, so ``evaluate``, ``predict`` and ``save`` use
+  them (calling ``fit`` again continues from the EMA weights).
+
+Attention maps: :func:`attention_model` and :func:`plot_attention` (word attention
+and knowledge-base attention of every step, as a heat map over the image grid for a
+spatial knowledge base, as bars over objects for a symbolic one).
+
+Reference:
+    D. A. Hudson and C. D. Manning, "Compositional Attention Networks for Machine
+    Reasoning", ICLR 2018, arXiv:1803.03067.
+"""
+
+import json
+import logging
+import os
+import pathlib
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_capsules.layers import MACNetwork
+
+logger = logging.getLogger(__name__)
+
+FEATURE_LAYER = "conv4_block23_out"
+IMAGE_SIZE = 224
+PAD, UNK = "<pad>", "<unk>"
+TFDS_NAME = "clevr:3.1.0"
+
+
+# ------------------------------------------------------------------------- layers
+@keras.saving.register_keras_serializable(package="applications")
+class PositionalEncoding(keras.layers.Layer):
+    """Appends position channels to a feature map ``[batch, H, W, C]``.
+
+    Args:
+        mode: ``"linear"``: two channels, the column and row coordinates from -1 to 1
+            (a meshgrid); ``"sincos"``: ``dim`` channels, sines and cosines of the
+            column index (first half) and of the row index (second half) at ``dim / 4``
+            geometrically spaced frequencies (the Transformer's scheme in 2D).
+        dim: number of sin/cos channels (a multiple of 4; ``"sincos"`` only).
+
+    Call arguments:
+        features: ``[batch, H, W, C]`` (``H``, ``W`` may be unknown).
+
+    Returns:
+        ``[batch, H, W, C + 2]`` (linear) or ``[batch, H, W, C + dim]`` (sincos).
+    """
+
+    def __init__(self, mode="sincos", dim=32, **kwargs):
+        super().__init__(**kwargs)
+        if mode not in ("sincos", "linear"):
+            raise ValueError(f"`mode` must be 'sincos' or 'linear'. Received: mode={mode!r}")
+        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 4 or dim % 4:
+            raise ValueError(f"`dim` must be a positive multiple of 4. Received: dim={dim!r}")
+        self.mode = mode
+        self.dim = dim
+
+    @property
+    def channels(self):
+        return 2 if self.mode == "linear" else self.dim
+
+    def _axis(self, n):
+        """Encoding of positions ``0..n-1``: ``[n, channels / 2]``."""
+        if self.mode == "linear":
+            return ops.reshape(ops.linspace(-1.0, 1.0, n), (-1, 1))
+        k = self.dim // 4
+        positions = ops.cast(ops.arange(n), "float32")[:, None]
+        frequencies = ops.exp(ops.arange(k, dtype="float32") * (-np.log(10000.0) / k))[None]
+        angles = positions * frequencies
+        return ops.concatenate([ops.sin(angles), ops.cos(angles)], axis=-1)
+
+    def call(self, features):
+        shape = ops.shape(features)
+        batch, height, width = shape[0], shape[1], shape[2]
+        half = self.channels // 2
+        x = ops.broadcast_to(self._axis(width)[None], (height, width, half))
+        y = ops.broadcast_to(self._axis(height)[:, None], (height, width, half))
+        grid = ops.cast(ops.concatenate([x, y], axis=-1), features.dtype)
+        grid = ops.broadcast_to(grid[None], (batch, height, width, self.channels))
+        return ops.concatenate([features, grid], axis=-1)
+
+    def compute_output_shape(self, input_shape):
+        channels = None if input_shape[-1] is None else input_shape[-1] + self.channels
+        return tuple(input_shape[:-1]) + (channels,)
+
+    def get_config(self):
+        return {**super().get_config(), "mode": self.mode, "dim": self.dim}
+
+
+# ------------------------------------------------------------------------- model parts
+def input_unit(tokens, vocabulary_size, embedding_dim=300, units=512, dropout=0.0, name="input"):
+    """Word embeddings + BiLSTM over the question tokens (0 = padding).
+
+    Args:
+        tokens: int tensor ``[batch, words]`` (a Keras input).
+        vocabulary_size: rows of the embedding (including padding 0).
+        embedding_dim: word-embedding size (the paper: 300).
+        units: ``d``, the size of the contextual words and of ``q`` (even: each
+            direction has ``units // 2``; the paper: 512).
+        dropout: dropout on the embeddings.
+        name: prefix of the layer names.
+
+    Returns:
+        ``(contextual_words [batch, words, units] (masked), question [batch, units])``.
+    """
+    if isinstance(units, bool) or not isinstance(units, int) or units < 2 or units % 2:
+        raise ValueError(
+            f"`units` must be even (a BiLSTM of units // 2 each way). Received: units={units}"
+        )
+    x = keras.layers.Embedding(vocabulary_size, embedding_dim, mask_zero=True, name=f"{name}_embedding")(
+        tokens
+    )
+    if dropout:
+        x = keras.layers.Dropout(dropout, name=f"{name}_dropout")(x)
+    words, forward_h, _, backward_h, _ = keras.layers.Bidirectional(
+        keras.layers.LSTM(units // 2, return_sequences=True, return_state=True),
+        name=f"{name}_bilstm",
+    )(x)
+    question = keras.layers.Concatenate(name="question_vector")([forward_h, backward_h])
+    return words, question
+
+
+def image_knowledge_base(features, units=512, positional_encoding="sincos", encoding_dim=32,
+                         dropout=0.0, name="kb"):
+    """A knowledge base ``[batch, H * W, units]`` from a feature map ``[batch, H, W, C]``.
+
+    Optional positional encoding (``"sincos"``, ``"linear"`` or None, see
+    :class:`PositionalEncoding`), then two 3x3 convolutions (same padding) of ``units``
+    channels with ELU, then the grid flattened row by row into cells.
+    """
+    x = features
+    if positional_encoding is not None:
+        x = PositionalEncoding(positional_encoding, encoding_dim, name=f"{name}_position")(x)
+    if dropout:
+        x = keras.layers.Dropout(dropout, name=f"{name}_dropout")(x)
+    for k in (1, 2):
+        x = keras.layers.Conv2D(units, 3, padding="same", activation="elu", name=f"{name}_conv{k}")(x)
+    return keras.layers.Reshape((-1, units), name=f"{name}_cells")(x)
+
+
+def output_unit(memory, question, num_answers, units=512, dropout=0.0, name="output"):
+    """The classifier: ``[m_p, q]`` -> Dense(units, ELU) -> Dense(num_answers) logits."""
+    x = keras.layers.Concatenate(name=f"{name}_concat")([memory, question])
+    if dropout:
+        x = keras.layers.Dropout(dropout, name=f"{name}_dropout")(x)
+    x = keras.layers.Dense(units, activation="elu", name=f"{name}_hidden")(x)
+    return keras.layers.Dense(num_answers, name="answer")(x)
+
+
+def mac_answer_logits(words, question, kb, num_answers, max_steps=12, classifier_units=None,
+                      output_dropout=0.0, **mac_kwargs):
+    """Contextual words, question and knowledge base -> MAC network -> answer logits.
+
+    The MAC network is the layer ``"mac"`` (``return_attention=True``; its first output
+    is the final memory). ``mac_kwargs`` go to :class:`MACNetwork`.
+    """
+    units = int(words.shape[-1])
+    memory = MACNetwork(max_steps=max_steps, return_attention=True, name="mac", **mac_kwargs)(
+        [words, question, kb]
+    )[0]
+    return output_unit(memory, question, num_answers, classifier_units or units, output_dropout)
+
+
+def build_model(
+    vocabulary_size,
+    num_answers,
+    feature_shape=(14, 14, 1024),
+    units=512,
+    embedding_dim=300,
+    max_steps=12,
+    positional_encoding="sincos",
+    self_attention=False,
+    memory_gate=False,
+    memory_dropout=0.15,
+    input_dropout=0.0,
+    output_dropout=0.15,
+    name="clevr_mac",
+):
+    """The MAC model for CLEVR on cached ResNet-101 conv4 features.
+
+    Defaults are the paper's: ``d = 512``, 300-d embeddings, 12 steps.
+
+    Returns:
+        A ``keras.Model`` with inputs ``{"question": int [batch, words] (0 = padding),
+        "features": float [batch, H, W, C]}`` and answer logits ``[batch, num_answers]``.
+    """
+    tokens = keras.Input((None,), dtype="int32", name="question")
+    features = keras.Input(tuple(feature_shape), name="features")
+    words, question = input_unit(tokens, vocabulary_size, embedding_dim, units, input_dropout)
+    kb = image_knowledge_base(features, units, positional_encoding, dropout=input_dropout)
+    logits = mac_answer_logits(
+        words, question, kb, num_answers, max_steps, output_dropout=output_dropout,
+        self_attention=self_attention, memory_gate=memory_gate, memory_dropout=memory_dropout,
+    )
+    return keras.Model({"question": tokens, "features": features}, logits, name=name)
+
+
+def compile_model(model, learning_rate=1e-4, clipnorm=8.0, ema_momentum=0.999, metrics=("accuracy",)):
+    """The paper's recipe: Adam, clipped gradients, EMA of the weights (see module doc)."""
+    optimizer = keras.optimizers.Adam(
+        learning_rate, clipnorm=clipnorm, use_ema=True, ema_momentum=ema_momentum
+    )
+    model.compile(
+        optimizer=optimizer,
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=list(metrics),
+    )
+    return model
+
+
+def recipe_callbacks(run_dir):
+    """EMA swap for validation, then TensorBoard logs under ``run_dir/logs``."""
+    return [
+        keras.callbacks.SwapEMAWeights(),
+        keras.callbacks.TensorBoard(os.path.join(str(run_dir), "logs")),
+    ]
+
+
+# ------------------------------------------------------------------------- attention
+def attention_model(model):
+    """A model with the inputs of ``model`` and outputs ``{"answer", "control_attention"
+    [b, p, words], "read_attention" [b, p, cells]}`` (from its ``"mac"`` layer)."""
+    mac = model.get_layer("mac")
+    outputs = mac.output
+    if not isinstance(outputs, (list, tuple)):
+        raise ValueError("the model's 'mac' layer must be built with return_attention=True")
+    return keras.Model(
+        model.input,
+        {"answer": model.output, "control_attention": outputs[1], "read_attention": outputs[2]},
+    )
+
+
+def plot_attention(path, words, control_attention, read_attention, grid=None, image=None,
+                   object_names=None, title=None):
+    """Writes the attention maps of one question, one row per reasoning step, to a PNG.
+
+    Args:
+        path: output file.
+        words: the question's words (``len(words) <= control_attention.shape[-1]``;
+            padding columns beyond are dropped).
+        control_attention: ``[p, words]`` attention of the control unit.
+        read_attention: ``[p, cells]`` attention of the read unit.
+        grid: ``(H, W)`` when the knowledge base is spatial (``cells == H * W``): the
+            read attention is drawn as a heat map, over ``image`` if given.
+        image: optional ``[h, w, 3]`` image (floats in [0, 1] or uint8).
+        object_names: labels of the cells of a symbolic knowledge base (bars).
+        title: optional figure title (e.g. the question, answer and prediction).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    control_attention = np.asarray(control_attention, "float32")
+    read_attention = np.asarray(read_attention, "float32")
+    words = list(words)
+    steps, cells = read_attention.shape
+    control_attention = control_attention[:, : len(words)]
+    fig, axes = plt.subplots(steps, 2, figsize=(10, 2.2 * steps + 0.6), squeeze=False)
+    for i in range(steps):
+        ax = axes[i, 0]
+        ax.bar(range(len(words)), control_attention[i], color="tab:blue")
+        ax.set_xticks(range(len(words)))
+        ax.set_xticklabels(words, rotation=60, fontsize=7)
+        ax.set_ylim(0, 1)
+        ax.set_ylabel(f"step {i + 1}")
+        ax = axes[i, 1]
+        if grid is not None:
+            height, width = grid
+            if height * width != cells:
+                raise ValueError(f"grid {grid} does not hold {cells} cells")
+            heat = read_attention[i].reshape(height, width)
+            if image is not None:
+                image_array = np.asarray(image)
+                ax.imshow(image_array, extent=(0, width, height, 0))
+                ax.imshow(heat, cmap="jet", alpha=0.5, extent=(0, width, height, 0),
+                          interpolation="bilinear")
+            else:
+                ax.imshow(heat, cmap="viridis")
+            ax.set_xticks([])
+            ax.set_yticks([])
+        else:
+            labels = list(object_names) if object_names is not None else [str(c) for c in range(cells)]
+            ax.bar(range(cells), read_attention[i], color="tab:orange")
+            ax.set_xticks(range(cells))
+            ax.set_xticklabels(labels, rotation=60, fontsize=7)
+            ax.set_ylim(0, 1)
+    axes[0, 0].set_title("word attention")
+    axes[0, 1].set_title("knowledge-base attention")
+    if title:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    return path
+
+
+# ------------------------------------------------------------------------- data
+def load_split(split, data_dir=None, download=False):
+    """A TFDS ``clevr`` 3.1.0 split in a fixed order."""
+    import tensorflow_datasets as tfds
+
+    return tfds.load(TFDS_NAME, split=split, data_dir=data_dir, download=download, shuffle_files=False)
+
+
+def feature_extractor(image_size=IMAGE_SIZE, weights="imagenet"):
+    """Frozen ResNet-101 from images ``[b, s, s, 3]`` (0..255) to its conv4 output.
+
+    ``weights=None`` gives random weights (tests; no download)."""
+    base = keras.applications.ResNet101(
+        include_top=False, weights=weights, input_shape=(image_size, image_size, 3)
+    )
+    extractor = keras.Model(base.input, base.get_layer(FEATURE_LAYER).output, name="resnet101_conv4")
+    extractor.trainable = False
+    return extractor
+
+
+def _preprocess(image, image_size):
+    import tensorflow as tf
+
+    image = tf.image.resize(tf.cast(image[..., :3], tf.float32), (image_size, image_size))
+    return keras.applications.resnet.preprocess_input(image)
+
+
+def cache_split(split, cache_dir, data_dir=None, image_size=IMAGE_SIZE, weights="imagenet",
+                batch_size=32, extractor=None, verbose=1):
+    """One pass over ``split``: conv4 features of every image and its questions, cached.
+
+    Writes ``{cache_dir}/{split}_{image_size}.npy`` (float16 ``[images, H, W, 1024]``
+    in the split's order) and ``{cache_dir}/{split}_questions.json`` (image index,
+    question, answer of every question) through temporary files renamed at the end,
+    so an interrupted run never leaves a truncated cache. An existing cache is reused.
+    A progress bar counts the images.
+
+    Returns:
+        ``(features_path, questions_path)``.
+    """
+    cache_dir = pathlib.Path(cache_dir)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    path = cache_dir / f"{split}_{image_size}.npy"
+    questions_path = cache_dir / f"{split}_questions.json"
+    if path.exists() and questions_path.exists():
+        return str(path), str(questions_path)
+    ds = load_split(split, data_dir)
+    n = int(ds.cardinality())
+    if n < 0:
+        n = sum(1 for _ in ds)
+    extractor = extractor or feature_extractor(image_size, weights)
+    shape = tuple(int(s) for s in extractor.output.shape[1:])
+    tmp = cache_dir / f".{path.name}.tmp-{os.getpid()}.npy"
+    out = np.lib.format.open_memmap(tmp, mode="w+", dtype="float16", shape=(n,) + shape)
+    batches = ds.map(
+        lambda ex: (_preprocess(ex["image"], image_size), ex["question_answer"])
+    ).padded_batch(batch_size)
+    # Questions and answers come in pairs (min() guards against ragged mock data).
+    lengths = ds.map(
+        lambda ex: ops.minimum(
+            ops.shape(ex["question_answer"]["question"])[0], ops.shape(ex["question_answer"]["answer"])[0]
+        )
+    ).batch(batch_size)
+    progress = keras.utils.Progbar(n, verbose=verbose, unit_name="image")
+    table = {"image_index": [], "question": [], "answer": []}
+    start = 0
+    for (images, qa), counts in zip(batches, lengths):
+        feats = extractor(images, training=False)
+        out[start : start + len(feats)] = ops.convert_to_numpy(feats).astype("float16")
+        for k, count in enumerate(counts.numpy()):
+            table["image_index"].extend([start + k] * int(count))
+            table["question"].extend(q.decode() for q in qa["question"][k, :count].numpy())
+            table["answer"].extend(a.decode() for a in qa["answer"][k, :count].numpy())
+        start += len(feats)
+        progress.update(start)
+    out.flush()
+    del out
+    if start != n:
+        tmp.unlink()
+        raise RuntimeError(f"split {split!r} gave {start} images, expected {n}")
+    tmp_questions = cache_dir / f".{questions_path.name}.tmp-{os.getpid()}"
+    with open(tmp_questions, "w") as f:
+        json.dump(table, f)
+    os.replace(tmp, path)
+    os.replace(tmp_questions, questions_path)
+    return str(path), str(questions_path)
+
+
+def question_table(questions_path):
+    """``(image_index int64 [n], questions [n], answers [n])`` from a cached split."""
+    with open(questions_path) as f:
+        table = json.load(f)
+    return (
+        np.array(table["image_index"], "int64"),
+        np.array(table["question"], dtype=object),
+        np.array(table["answer"], dtype=object),
+    )
+
+
+def split_punctuation(texts):
+    """Lowercases and puts spaces around punctuation (a ``tf.string`` tensor)."""
+    import tensorflow as tf
+
+    texts = tf.strings.lower(texts)
+    return tf.strings.regex_replace(texts, r"([^\w\s])", r" \1 ")
+
+
+def tokenize(texts):
+    """Word tokens (``tf.RaggedTensor`` of strings) with tensorflow-text."""
+    import tensorflow_text as tf_text
+
+    return tf_text.WhitespaceTokenizer().tokenize(split_punctuation(texts))
+
+
+def _text(value):
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def build_vocabularies(questions, answers):
+    """Word vocabulary ``(<pad>, <unk>, sorted words...)`` and answer classes (sorted)."""
+    import tensorflow as tf
+
+    tokens = tokenize(tf.constant(list(questions), tf.string)) if len(questions) else None
+    words = set() if tokens is None else {w.decode() for w in tokens.flat_values.numpy()}
+    words -= {PAD, UNK}
+    classes = sorted({_text(a) for a in answers} - {""})
+    return (PAD, UNK) + tuple(sorted(words)), tuple(classes)
+
+
+def encode(questions, answers, vocabulary, classes):
+    """Token ids ``[n, max_words]`` (0-padded, 1 unknown) and answer classes (-1 unknown)."""
+    import tensorflow as tf
+
+    word_ids = {w: i for i, w in enumerate(vocabulary)}
+    class_ids = {a: i for i, a in enumerate(classes)}
+    tokens = tokenize(tf.constant(list(questions), tf.string)).to_list() if len(questions) else []
+    ids = [[word_ids.get(w.decode(), 1) for w in q] for q in tokens]
+    length = max((len(q) for q in ids), default=1) or 1
+    array = np.zeros((len(ids), length), "int32")
+    for i, q in enumerate(ids):
+        array[i, : len(q)] = q
+    labels = np.array(
+        [class_ids.get(_text(a), -1) for a in answers], "int32"
+    )
+    return array, labels
+
+
+def make_dataset(features_path, image_index, tokens, labels, batch_size=64, shuffle=False, seed=0,
+                 drop_unknown=True):
+    """``({"question", "features"}, answer)`` batches; features read from the cache.
+
+    The cache is memory-mapped and the features of a batch gathered from it, so the
+    full CLEVR cache (tens of GB) never has to fit in memory. Questions whose answer
+    is not a training class (label -1) are dropped when ``drop_unknown``.
+    """
+    import tensorflow as tf
+
+    features = np.load(features_path, mmap_mode="r")
+    keep = labels >= 0 if drop_unknown else np.ones(len(labels), bool)
+    image_index, tokens, labels = image_index[keep], tokens[keep], labels[keep]
+    feature_shape = features.shape[1:]
+
+    def gather(index):
+        return np.asarray(features[np.sort(index)][np.argsort(np.argsort(index))], "float32")
+
+    ds = tf.data.Dataset.from_tensor_slices((image_index, tokens, labels))
+    if shuffle:
+        ds = ds.shuffle(len(labels), seed=seed, reshuffle_each_iteration=True)
+    ds = ds.batch(batch_size)
+
+    def attach(index, question, label):
+        feats = tf.numpy_function(gather, [index], tf.float32)
+        feats.set_shape((None,) + feature_shape)
+        return {"question": question, "features": feats}, label
+
+    return ds.map(attach).prefetch(tf.data.AUTOTUNE)
+
+
+def prepare(cache_dir, data_dir=None, splits=("train", "validation"), image_size=IMAGE_SIZE,
+            weights="imagenet", extractor=None, batch_size=32, verbose=1):
+    """Caches ``splits`` (:func:`cache_split`), builds the vocabularies on ``splits[0]``
+    and saves them to ``cache_dir/vocabulary.json``.
+
+    Returns:
+        A dict with ``"vocabulary"``, ``"classes"`` and, per split, the keyword
+        arguments of :func:`make_dataset` (``features_path``, ``image_index``,
+        ``tokens``, ``labels``).
+    """
+    paths = {}
+    for s in splits:
+        if extractor is None and not all(
+            (pathlib.Path(cache_dir) / f).exists() for f in (f"{s}_{image_size}.npy", f"{s}_questions.json")
+        ):
+            extractor = feature_extractor(image_size, weights)
+        paths[s] = cache_split(s, cache_dir, data_dir, image_size, weights, batch_size, extractor, verbose)
+    tables = {s: question_table(paths[s][1]) for s in splits}
+    vocabulary, classes = build_vocabularies(tables[splits[0]][1], tables[splits[0]][2])
+    result = {"vocabulary": vocabulary, "classes": classes}
+    for s in splits:
+        index, questions, answers = tables[s]
+        tokens, labels = encode(questions, answers, vocabulary, classes)
+        result[s] = {"features_path": paths[s][0], "image_index": index, "tokens": tokens, "labels": labels}
+    with open(pathlib.Path(cache_dir) / "vocabulary.json", "w") as f:
+        json.dump({"vocabulary": vocabulary, "classes": classes}, f)
+    return result
+
+
+def train(cache_dir, run_dir="runs/clevr", data_dir=None, epochs=25, batch_size=64, image_size=IMAGE_SIZE,
+          weights="imagenet", model_kwargs=None, extractor=None, seed=0, verbose=1):
+    """Trains the CLEVR MAC model with the paper's recipe, as the demo does.
+
+    Writes ``model.keras`` (EMA weights), ``history.png``, ``metrics.json`` and
+    TensorBoard logs to ``run_dir``. Returns the metrics dict.
+    """
+    from applications.demo import plot_history, save_atomically
+
+    keras.utils.set_random_seed(seed)
+    os.makedirs(run_dir, exist_ok=True)
+    data = prepare(cache_dir, data_dir, ("train", "validation"), image_size, weights, extractor, verbose=verbose)
+    train_ds = make_dataset(**data["train"], batch_size=batch_size, shuffle=True, seed=seed)
+    val_ds = make_dataset(**data["validation"], batch_size=batch_size)
+    feature_shape = np.load(data["train"]["features_path"], mmap_mode="r").shape[1:]
+    model = build_model(
+        len(data["vocabulary"]), len(data["classes"]), feature_shape, **(model_kwargs or {})
+    )
+    compile_model(model)
+    history = model.fit(train_ds, validation_data=val_ds, epochs=epochs, verbose=verbose,
+                        callbacks=recipe_callbacks(run_dir))
+    loss, accuracy = model.evaluate(val_ds, verbose=0)  # EMA weights (see module doc)
+    paths = {k: os.path.join(run_dir, f) for k, f in
+             (("model", "model.keras"), ("plot", "history.png"), ("metrics", "metrics.json"))}
+    save_atomically(model, paths["model"])
+    plot_history(history.history, paths["plot"])
+    result = {"validation_accuracy": float(accuracy), "validation_loss": float(loss),
+              "parameters": int(model.count_params()), "epochs": epochs, **paths}
+    with open(paths["metrics"], "w") as f:
+        json.dump(result, f, indent=2)
+    return result

@@ -1,0 +1,147 @@
+"""CLEVR: positional encoding, tokenization, vocabularies, the cached-feature pipeline
+on TFDS mock data with a random-weight ResNet-101, the model, the EMA recipe, plots."""
+
+import json
+import os
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+from applications import clevr
+
+IMAGE_SIZE = 32  # conv4 of ResNet-101 has stride 16: a 2x2 grid
+
+
+def test_positional_encoding_values_and_saving(tmp_path):
+    features = np.zeros((2, 3, 4, 5), "float32")
+    linear = clevr.PositionalEncoding("linear")(features)
+    assert linear.shape == (2, 3, 4, 7)
+    np.testing.assert_allclose(linear[0, 0, :, 5], np.linspace(-1, 1, 4), atol=1e-6)  # columns
+    np.testing.assert_allclose(linear[1, :, 2, 6], [-1, 0, 1], atol=1e-6)  # rows
+    sincos = keras.ops.convert_to_numpy(clevr.PositionalEncoding("sincos", 8)(features))
+    assert sincos.shape == (2, 3, 4, 13)
+    # dim 8: x -> [sin(x), sin(x / 100), cos(x), cos(x / 100)], then the same for y.
+    x, y = 3, 2
+    expected = [np.sin(x), np.sin(x / 100), np.cos(x), np.cos(x / 100),
+                np.sin(y), np.sin(y / 100), np.cos(y), np.cos(y / 100)]
+    np.testing.assert_allclose(sincos[1, y, x, 5:], expected, atol=1e-5)
+    inputs = keras.Input((None, None, 5))
+    model = keras.Model(inputs, clevr.PositionalEncoding("sincos", 8)(inputs))
+    assert model.output.shape == (None, None, None, 13)
+    model.save(tmp_path / "pe.keras")
+    loaded = keras.saving.load_model(tmp_path / "pe.keras")
+    np.testing.assert_allclose(loaded(features), sincos, atol=1e-6)
+    with pytest.raises(ValueError, match="Received: mode='fourier'"):
+        clevr.PositionalEncoding("fourier")
+    with pytest.raises(ValueError, match="Received: dim=6"):
+        clevr.PositionalEncoding("sincos", 6)
+
+
+def test_tokenize_vocabularies_and_encoding():
+    tokens = clevr.tokenize(tf.constant(["What color is the cube?", "Are there 2 RED spheres, or not?"]))
+    assert [[w.decode() for w in q] for q in tokens.to_list()] == [
+        ["what", "color", "is", "the", "cube", "?"],
+        ["are", "there", "2", "red", "spheres", ",", "or", "not", "?"],
+    ]
+    vocabulary, classes = clevr.build_vocabularies(["Is it red?", "Is it blue?"], ["yes", "no", "yes"])
+    assert vocabulary == ("<pad>", "<unk>", "?", "blue", "is", "it", "red")
+    assert classes == ("no", "yes")
+    ids, labels = clevr.encode(["It is green?", "Is it red"], ["no", "maybe"], vocabulary, classes)
+    np.testing.assert_array_equal(ids, [[5, 4, 1, 2], [4, 5, 6, 0]])
+    np.testing.assert_array_equal(labels, [0, -1])
+
+
+def test_builders_give_the_paper_shapes():
+    tokens = keras.Input((None,), dtype="int32")
+    words, question = clevr.input_unit(tokens, 90, embedding_dim=300, units=512)
+    assert words.shape == (None, None, 512) and question.shape == (None, 512)
+    kb = clevr.image_knowledge_base(keras.Input((14, 14, 1024)), units=512)
+    assert kb.shape == (None, 196, 512)
+    with pytest.raises(ValueError, match="Received: units=7"):
+        clevr.input_unit(tokens, 90, units=7)
+
+
+@pytest.fixture(scope="module")
+def mock_clevr(tmp_path_factory):
+    root = tmp_path_factory.mktemp("clevr")
+    extractor = clevr.feature_extractor(IMAGE_SIZE, weights=None)  # random weights: no download
+    assert extractor.output.shape == (None, 2, 2, 1024)
+    with tfds.testing.mock_data(num_examples=5):
+        data = clevr.prepare(
+            str(root / "cache"), str(root / "tfds"), ("train", "validation"), IMAGE_SIZE,
+            extractor=extractor, batch_size=2, verbose=0,
+        )
+    return root, data
+
+
+def test_features_are_cached_once_with_their_questions(mock_clevr):
+    root, data = mock_clevr
+    cache = root / "cache"
+    features = np.load(data["train"]["features_path"])
+    assert features.shape == (5, 2, 2, 1024) and features.dtype == np.float16
+    assert np.isfinite(features).all() and features.astype("float32").std() > 0
+    assert sorted(os.listdir(cache)) == sorted(
+        ["train_32.npy", "validation_32.npy", "train_questions.json", "validation_questions.json",
+         "vocabulary.json"]
+    )
+    with open(cache / "vocabulary.json") as f:
+        assert tuple(json.load(f)["vocabulary"]) == data["vocabulary"]
+    train = data["train"]
+    assert len(train["image_index"]) == len(train["tokens"]) == len(train["labels"]) > 5
+    assert set(train["image_index"]) <= set(range(5)) and (train["labels"] >= 0).all()
+    mtime = os.path.getmtime(data["train"]["features_path"])
+    # A second pass reuses the cache: no TFDS, no extractor needed.
+    paths = clevr.cache_split("train", str(cache), image_size=IMAGE_SIZE, extractor=object())
+    assert paths[0] == data["train"]["features_path"]
+    assert os.path.getmtime(paths[0]) == mtime
+
+
+def test_dataset_model_and_ema_recipe(mock_clevr, tmp_path):
+    _, data = mock_clevr
+    train_ds = clevr.make_dataset(**data["train"], batch_size=4, shuffle=True)
+    val_ds = clevr.make_dataset(**data["validation"], batch_size=4)
+    (x, y), = train_ds.take(1)
+    assert x["features"].shape == (4, 2, 2, 1024) and x["question"].dtype == tf.int32
+    features = np.load(data["train"]["features_path"])
+    index = data["train"]["image_index"]
+    first = {tuple(t): i for t, i in zip(data["train"]["tokens"], index)}
+    np.testing.assert_allclose(x["features"][0], features[first[tuple(x["question"][0].numpy())]])
+
+    model = clevr.build_model(len(data["vocabulary"]), len(data["classes"]), (2, 2, 1024),
+                              units=16, embedding_dim=8, max_steps=2)
+    clevr.compile_model(model)
+    assert model.optimizer.use_ema and model.optimizer.clipnorm == 8.0
+    model.fit(train_ds.take(2), validation_data=val_ds.take(1), epochs=1, verbose=0,
+              callbacks=clevr.recipe_callbacks(str(tmp_path)))
+    # After fit the model holds the EMA weights (finalize_variable_values).
+    for var, ema in zip(model.trainable_weights, model.optimizer._model_variables_moving_average):
+        np.testing.assert_allclose(var.numpy(), ema.numpy())
+    assert os.listdir(tmp_path / "logs")
+
+    out = clevr.attention_model(model)(x)
+    assert out["control_attention"].shape == (4, 2, x["question"].shape[1])
+    assert out["read_attention"].shape == (4, 2, 4)
+    np.testing.assert_allclose(out["read_attention"].numpy().sum(-1), 1.0, atol=1e-5)
+    words = [data["vocabulary"][i] for i in x["question"][0].numpy() if i]
+    path = clevr.plot_attention(str(tmp_path / "att.png"), words, out["control_attention"][0],
+                                out["read_attention"][0], grid=(2, 2),
+                                image=np.random.default_rng(0).uniform(size=(32, 32, 3)))
+    with open(path, "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(ValueError, match="does not hold"):
+        clevr.plot_attention(str(tmp_path / "bad.png"), words, out["control_attention"][0],
+                             out["read_attention"][0], grid=(3, 2))
+
+
+def test_train_writes_the_run_outputs(mock_clevr, tmp_path):
+    root, _ = mock_clevr
+    result = clevr.train(
+        str(root / "cache"), run_dir=str(tmp_path / "run"), epochs=1, batch_size=32, image_size=IMAGE_SIZE,
+        weights=None, model_kwargs={"units": 8, "embedding_dim": 4, "max_steps": 1}, verbose=0,
+    )
+    assert 0.0 <= result["validation_accuracy"] <= 1.0
+    for key in ("model", "plot", "metrics"):
+        assert os.path.exists(result[key])
