@@ -194,14 +194,22 @@ class Encoder:
 class EmbeddedTexts:
     """Per-token hidden states of many texts, stored without padding.
 
-    ``states[offsets[i]:offsets[i + 1]]`` are text ``i``'s rows ``[tokens, layers,
-    width]``. ``states`` is usually a read-only memory map of the cache file.
+    Text ``i``'s rows ``[tokens, layers, width]`` are
+    ``states[starts[i] : starts[i] + lengths[i]]``. ``states`` is usually a read-only
+    memory map of the cache file; ``subset(indices)`` selects texts without copying.
     """
 
-    def __init__(self, states, offsets):
+    def __init__(self, states, starts, lengths):
         self.states = states
-        self.offsets = np.asarray(offsets, dtype="int64")
-        self.lengths = np.diff(self.offsets)
+        self.starts = np.asarray(starts, dtype="int64")
+        self.lengths = np.asarray(lengths, dtype="int64")
+        if self.starts.shape != self.lengths.shape:
+            raise ValueError(f"starts and lengths differ in shape: {self.starts.shape} != {self.lengths.shape}")
+
+    @classmethod
+    def from_offsets(cls, states, offsets):
+        offsets = np.asarray(offsets, dtype="int64")
+        return cls(states, offsets[:-1], np.diff(offsets))
 
     def __len__(self):
         return len(self.lengths)
@@ -215,7 +223,12 @@ class EmbeddedTexts:
         return int(self.states.shape[2])
 
     def __getitem__(self, i):
-        return np.asarray(self.states[self.offsets[i] : self.offsets[i + 1]], dtype="float32")
+        return np.asarray(self.states[self.starts[i] : self.starts[i] + self.lengths[i]], dtype="float32")
+
+    def subset(self, indices):
+        """The texts at ``indices`` (e.g. the SST-2 sentences among SST-5's)."""
+        indices = np.asarray(indices, dtype="int64")
+        return EmbeddedTexts(self.states, self.starts[indices], self.lengths[indices])
 
     def padded_batch(self, indices, length=None):
         """``(embeddings [n, T, layers, width] float32, mask [n, T] float32)`` for ``indices``."""
@@ -225,7 +238,7 @@ class EmbeddedTexts:
         mask = np.zeros((len(indices), length), "float32")
         for row, i in enumerate(indices):
             n = min(int(self.lengths[i]), length)
-            x[row, :n] = self.states[self.offsets[i] : self.offsets[i] + n]
+            x[row, :n] = self.states[self.starts[i] : self.starts[i] + n]
             mask[row, :n] = 1.0
         return x, mask
 
@@ -233,7 +246,8 @@ class EmbeddedTexts:
         """Mean over each text's tokens of one layer's states: ``[n, width]`` float32."""
         out = np.zeros((len(self), self.width), "float32")
         for i in range(len(self)):
-            out[i] = np.asarray(self.states[self.offsets[i] : self.offsets[i + 1], layer], "float32").mean(0)
+            rows = self.states[self.starts[i] : self.starts[i] + self.lengths[i], layer]
+            out[i] = np.asarray(rows, "float32").mean(0)
         return out
 
 
@@ -285,7 +299,7 @@ def embed_texts(
         )
     entry = pathlib.Path(cache_dir) / _cache_key(encoder_name, name, max_length, texts)
     if (entry / "meta.json").is_file():
-        return EmbeddedTexts(np.load(entry / "states.npy", mmap_mode="r"), np.load(entry / "offsets.npy"))
+        return EmbeddedTexts.from_offsets(np.load(entry / "states.npy", mmap_mode="r"), np.load(entry / "offsets.npy"))
 
     if not isinstance(encoder, Encoder):
         encoder = Encoder.from_preset(encoder, max_length=max_length)
@@ -332,7 +346,7 @@ def embed_texts(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return EmbeddedTexts(np.load(entry / "states.npy", mmap_mode="r"), np.load(entry / "offsets.npy"))
+    return EmbeddedTexts.from_offsets(np.load(entry / "states.npy", mmap_mode="r"), np.load(entry / "offsets.npy"))
 
 
 def load_embedded_split(
