@@ -260,6 +260,12 @@ def _cache_key(encoder_name, name, max_length, texts):
     return f"{tag}-{name}-L{max_length}-{digest.hexdigest()[:12]}"
 
 
+def is_cached(cache_dir, encoder, name, max_length, texts):
+    """Whether ``embed_texts`` would read these texts' states from the cache."""
+    encoder_name = encoder.name if isinstance(encoder, Encoder) else (encoder or DEFAULT_PRESET)
+    return (pathlib.Path(cache_dir) / _cache_key(encoder_name, name, max_length, list(texts)) / "meta.json").is_file()
+
+
 def embed_texts(
     texts,
     encoder,
@@ -598,24 +604,21 @@ def train(
     run_dir.mkdir(parents=True, exist_ok=True)
     cache_dir = pathlib.Path(cache_dir) if cache_dir is not None else run_dir / "cache"
     if encoder is None:
-        encoder = preset  # loaded lazily, only if some split is not cached yet
+        encoder = preset or DEFAULT_PRESET  # loaded lazily, only if some split is not cached yet
     n_classes = sst_trees.num_classes(granularity)
 
     def embedded(split, phrases, limit):
         nonlocal encoder
-        if not isinstance(encoder, Encoder):
-            # Load at most once, if a cache misses.
-            texts, _ = sst_trees.load_split(data_dir, split, granularity, phrases=phrases)
-            texts = texts[:limit] if limit is not None else texts
-            name = f"sst{granularity}-{split}-{'phrases' if phrases else 'sentences'}"
-            if not (cache_dir / _cache_key(encoder or DEFAULT_PRESET, name, max_length, texts) / "meta.json").is_file():
-                encoder = Encoder.from_preset(encoder, max_length=max_length)
+        texts, labels = sst_trees.load_split(data_dir, split, granularity, phrases=phrases)
+        if limit is not None:
+            texts, labels = texts[:limit], labels[:limit]
+        name = f"sst{granularity}-{split}-{'phrases' if phrases else 'sentences'}"
+        if not isinstance(encoder, Encoder) and not is_cached(cache_dir, encoder, name, max_length, texts):
+            encoder = Encoder.from_preset(encoder, max_length=max_length)  # loaded once, if needed
         if verbose:
-            print(f"embedding {split} ({'phrases' if phrases else 'sentences'}) ...")
-        return load_embedded_split(
-            data_dir, split, granularity, encoder, cache_dir, phrases=phrases,
-            max_length=max_length, max_examples=limit, verbose=verbose,
-        )[:2]
+            print(f"embedding {len(texts):,} {split} {'phrases' if phrases else 'sentences'}")
+        emb = embed_texts(texts, encoder, cache_dir, name=name, max_length=max_length, verbose=verbose)
+        return emb, labels
 
     train_x, train_y = embedded("train", train_on == "phrases", max_train)
     dev_x, dev_y = embedded("dev", False, max_eval)
