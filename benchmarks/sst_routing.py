@@ -79,7 +79,8 @@ def main(argv=None):
     parser.add_argument("--run-dir", default="runs/sst_benchmark")
     parser.add_argument("--preset", default=sst.DEFAULT_PRESET)
     parser.add_argument("--train-on", choices=("sentences", "phrases"), default="sentences")
-    parser.add_argument("--max-train", type=int, default=None)
+    parser.add_argument("--max-train", type=int, default=None,
+                        help="train on a seeded random sample of this many training texts")
     parser.add_argument("--tasks", default="5,2")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=32)
@@ -95,8 +96,10 @@ def main(argv=None):
     def embedded(split, phrases, limit=None):
         nonlocal encoder
         texts, labels = sst_trees.load_split(args.data_dir, split, "5", phrases=phrases)
-        if limit is not None:
-            texts, labels = texts[:limit], labels[:limit]
+        if limit is not None and limit < len(texts):
+            # A seeded random sample (sorted, so the cache key is stable for a seed).
+            keep = np.sort(np.random.default_rng(args.seed).choice(len(texts), limit, replace=False))
+            texts, labels = [texts[i] for i in keep], labels[keep]
         name = f"sst-{split}-{'phrases' if phrases else 'sentences'}"
         print(f"embedding {len(texts):,} {split} {'phrases' if phrases else 'sentences'}", flush=True)
         emb = sst.embed_texts(texts, encoder, args.cache_dir, name=name, verbose=1)
