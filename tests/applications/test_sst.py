@@ -64,6 +64,8 @@ def test_embeddings_hold_every_layer_of_every_token(encoder, tmp_path):
     assert emb.mean_pooled().shape == (4, 16)
     sub = emb.subset([3, 0])
     np.testing.assert_array_equal(sub[0], emb[3])
+    with pytest.raises(ValueError, match="max_sequence_length=32"):
+        sst.Encoder(encoder.backbone, encoder.tokenizer, "tiny-bert", max_length=64)
 
 
 def test_cache_is_reused_and_keyed_by_texts(encoder, tmp_path, monkeypatch):
