@@ -15,6 +15,18 @@ SST-5's, selected from the same cache). By default the routing model trains on t
 root training sentences (``--train-on sentences``); ``--train-on phrases`` uses the
 paper's regime (every distinct training phrase: ~160k texts to embed, ~8 GB of cache,
 tens of minutes of CPU), which is what the paper's figures were measured with.
+
+Measured (2026-11-21, MiniLM-L6, 3 epochs, batch 32, mixup 0.2, seed 0, two CPU
+cores under a load average of 7-11; test accuracy, linear probe trained on the
+training sentences in both rows):
+
+    routing trained on                      SST-5/R routing  probe   SST-2/R routing  probe
+    8,544 training sentences                         0.4371  0.4326           0.8144  0.8133
+    40,000 random training phrases (--train-on phrases --max-train 40000)
+                                                     0.4561  0.4326           0.8380  0.8133
+
+The phrases run took 31 minutes (15.8 of them embedding). The paper's figures
+(GPT-2 large, all 159k phrases) are not reproduced by this small-encoder setting.
 """
 
 import argparse
