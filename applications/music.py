@@ -102,11 +102,36 @@ def next_step_arrays(rolls, steps=None):
     return inputs, targets, mask
 
 
-def make_dataset(rolls, batch_size=16, steps=None, shuffle=False, seed=0):
-    """A ``tf.data`` pipeline of ``(inputs, targets, mask)`` for ``model.fit``."""
+def windows(inputs, targets, mask, window):
+    """Cuts padded sequences into consecutive windows of ``window`` steps.
+
+    Windows holding no real step are dropped. Training on windows keeps the unrolled
+    graph short; the ladder's state then starts from zeros at each window.
+    """
+    steps = inputs.shape[1]
+    pad = (-steps) % window
+    if pad:
+        widths = ((0, 0), (0, pad), (0, 0))
+        inputs, targets = np.pad(inputs, widths), np.pad(targets, widths)
+        mask = np.pad(mask, ((0, 0), (0, pad)))
+    n = inputs.shape[1] // window
+    split = lambda a: a.reshape((a.shape[0] * n, window) + a.shape[2:])  # noqa: E731
+    inputs, targets, mask = split(inputs), split(targets), split(mask)
+    keep = mask.sum(axis=1) > 0
+    return inputs[keep], targets[keep], mask[keep]
+
+
+def make_dataset(rolls, batch_size=16, steps=None, shuffle=False, seed=0, window=None):
+    """A ``tf.data`` pipeline of ``(inputs, targets, mask)`` for ``model.fit``.
+
+    With ``window`` the sequences are cut into windows of that many steps (see
+    ``windows``); the model must then be built with ``steps=window``.
+    """
     import tensorflow as tf
 
     inputs, targets, mask = next_step_arrays(rolls, steps)
+    if window is not None:
+        inputs, targets, mask = windows(inputs, targets, mask, window)
     ds = tf.data.Dataset.from_tensor_slices((inputs, targets, mask))
     if shuffle:
         ds = ds.shuffle(len(inputs), seed=seed, reshuffle_each_iteration=True)
