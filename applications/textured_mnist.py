@@ -180,19 +180,16 @@ def build_model(
 
     Returns:
         A ``keras.Model`` with outputs ``{"mixture": concatenate([m, pi]) [b, T, K,
-        H, W, 2], "pi": [b, T, K, H, W, 1]}`` and, with ``num_classes``,
-        ``"digit"``: class probabilities ``[b, T, classes]`` at every iteration.
+        H, W, 2]}`` (``pi`` is the last channel: see ``assignments``) and, with
+        ``num_classes``, ``"digit"``: class probabilities ``[b, T, classes]`` at every
+        iteration.
     """
     images = keras.Input((image_size, image_size, 1), name="images")
     x = GaussianCorruption(noise_std, seed=0, name="corruption")(images) if noise_std else images
     pi, m = RTagger(
         n_groups, paper_levels(conv_units, dense_units), n_iters=n_iters, sigma=sigma, name="rtagger"
     )(x)
-    pi = keras.layers.Identity(name="pi")(pi)
-    outputs = {
-        "mixture": keras.layers.Concatenate(axis=-1, name="mixture")([m, pi]),
-        "pi": pi,
-    }
+    outputs = {"mixture": keras.layers.Concatenate(axis=-1, name="mixture")([m, pi])}
     if num_classes:
         # each group's share of the image, read by one shared network
         shares = GroupShares(name="group_shares")([pi, images])  # [b, T, K, H, W, 1]
@@ -221,6 +218,11 @@ def compile_model(model, learning_rate=1e-3, sigma=0.5, class_weight=1.0):
     return model
 
 
+def assignments(outputs):
+    """The group assignments ``pi`` ``[b, T, K, H, W, 1]`` from the model's outputs."""
+    return outputs["mixture"][..., -1:]
+
+
 def evaluate_iterations(model, data, batch_size=64):
     """Per-iteration segmentation AMI (and classification error with a classifier).
 
@@ -228,7 +230,7 @@ def evaluate_iterations(model, data, batch_size=64):
         ``{"ami": [T floats], "error": [T floats] (with a classifier)}``.
     """
     out = model.predict(data["images"], batch_size=batch_size, verbose=0)
-    pi = out["pi"]  # [b, T, K, H, W, 1]
+    pi = assignments(out)  # [b, T, K, H, W, 1]
     result = {
         "ami": [
             adjusted_mutual_info(data["segmentation"], pi[:, t], group_axis=1)
