@@ -96,8 +96,8 @@ def test_rladder_learns_something(digits):
     model = om.compile_model(om.build_model("rladder", **TINY), learning_rate=1e-2)
     ds = om.make_dataset(data, "rladder", batch_size=16)
     before = model.evaluate(ds, verbose=0, return_dict=True)
-    model.fit(ds, epochs=6, verbose=0)
+    model.fit(ds, epochs=8, verbose=0)
     after = model.evaluate(ds, verbose=0, return_dict=True)
     # both costs fall: the frames (static bars, dark background) and the digit
-    assert after["loss"] < 0.85 * before["loss"], (before, after)
-    assert after["next_frames_loss"] < before["next_frames_loss"], (before, after)
+    assert after["loss"] < 0.88 * before["loss"], (before, after)
+    assert after["next_frames_loss"] < 0.95 * before["next_frames_loss"], (before, after)
