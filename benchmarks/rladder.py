@@ -14,6 +14,11 @@ time budget stops training early if the machine is slower):
         RTagger on Textured MNIST: segmentation AMI after every iteration.
 
 Each prints its figures, the wall time and the machine load.
+
+Measured (jsb, defaults: gated levels 128/64, windows of 32 steps, 60 epochs):
+test NLL 8.577 per step (valid 8.447), 747 s wall, load average ~10 falling to 4 on
+2 CPUs. Target < 8.0 not met: the model overfits after ~40 epochs (train 8.1);
+wider levels (256/128, input dropout 0.3, 150 epochs) overfit more (test 8.640).
 """
 
 import argparse
