@@ -1,0 +1,341 @@
+"""Polyphonic music: next-step prediction of JSB Chorales with a Recurrent Ladder.
+
+Ilin et al. 2017 (section 3.2, Table 10) model polyphonic music as a sequence of
+88-key piano rolls: at every step ``t`` a Recurrent Ladder with dense levels reads
+the roll ``x_t`` and predicts which keys sound at step ``t + 1``, one independent
+Bernoulli per key (a sigmoid on a linear read-out of the ladder's bottom decoder
+output). The figure reported is the negative log-likelihood per time step, summed
+over the 88 keys and averaged over all test steps (paper: RNN 8.76, RLadder 5.64).
+
+Data: the Boulanger-Lewandowski et al. 2012 split of the JSB Chorales (229 / 76 / 77
+chorales), a JSON file ``{"train", "valid", "test"}`` of chorales, each a list of
+steps, each a sorted list of the MIDI pitches sounding (see ``load_chorales``).
+Chorales differ in length, so they are zero-padded to a common length and a mask
+(``sample_weight``) removes the padded steps from the loss and from the metric.
+
+Every step is predicted, the first one included: the ladder's input at step ``t``
+is the roll of step ``t - 1`` (zeros before the first step), its target the roll of
+step ``t``.
+"""
+
+import json
+import os
+import pathlib
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_capsules.layers import RLadder, level_spec
+
+LOWEST_KEY = 21  # A0, MIDI 21: the piano's first key
+NUM_KEYS = 88  # MIDI 21..108
+SPLITS = ("train", "valid", "test")
+PAPER_NLL = {"RNN": 8.76, "RLadder": 5.64}
+
+
+# ------------------------------------------------------------------------- data
+def default_data_path():
+    """``shared/data/jsb_chorales/jsb_chorales.json`` beside this checkout, if any."""
+    repo = pathlib.Path(__file__).resolve().parents[1]
+    for parent in repo.parents:
+        candidate = parent / "shared" / "data" / "jsb_chorales" / "jsb_chorales.json"
+        if candidate.is_file():
+            return candidate
+    return repo.parent / "shared" / "data" / "jsb_chorales" / "jsb_chorales.json"
+
+
+def load_chorales(path=None):
+    """The chorales of every split: ``{"train": [...], "valid": [...], "test": [...]}``.
+
+    Args:
+        path: the JSON file, or a folder holding ``jsb_chorales.json``; None looks
+            for the project's shared copy.
+    """
+    path = pathlib.Path(path) if path is not None else default_data_path()
+    if path.is_dir():
+        path = path / "jsb_chorales.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: pass the JSB Chorales JSON file or its folder")
+    with open(path) as f:
+        data = json.load(f)
+    missing = [s for s in SPLITS if s not in data]
+    if missing:
+        raise ValueError(f"{path} lacks the splits {missing}; expected keys {SPLITS}")
+    return {s: data[s] for s in SPLITS}
+
+
+def piano_roll(chorale):
+    """One chorale (a list of steps of MIDI pitches) as a ``[steps, 88]`` float32 0/1 roll."""
+    roll = np.zeros((len(chorale), NUM_KEYS), "float32")
+    for t, pitches in enumerate(chorale):
+        for pitch in pitches:
+            key = int(pitch) - LOWEST_KEY
+            if not 0 <= key < NUM_KEYS:
+                raise ValueError(f"MIDI pitch {pitch} at step {t} is outside the piano (21..108)")
+            roll[t, key] = 1.0
+    return roll
+
+
+def pad_rolls(rolls, steps=None):
+    """Zero-pads rolls to ``steps`` (default: the longest): ``(rolls [n, steps, 88], mask [n, steps])``."""
+    lengths = [len(r) for r in rolls]
+    steps = max(lengths) if steps is None else steps
+    if max(lengths) > steps:
+        raise ValueError(f"a roll has {max(lengths)} steps, more than steps={steps}")
+    out = np.zeros((len(rolls), steps, NUM_KEYS), "float32")
+    mask = np.zeros((len(rolls), steps), "float32")
+    for i, roll in enumerate(rolls):
+        out[i, : len(roll)] = roll
+        mask[i, : len(roll)] = 1.0
+    return out, mask
+
+
+def next_step_arrays(rolls, steps=None):
+    """Inputs, targets and mask for next-step prediction of every step.
+
+    ``inputs[:, t]`` is the roll of step ``t - 1`` (zeros at ``t = 0``), ``targets``
+    the padded rolls and ``mask`` 1 on the real steps.
+    """
+    targets, mask = pad_rolls(rolls, steps)
+    inputs = np.concatenate([np.zeros_like(targets[:, :1]), targets[:, :-1]], axis=1)
+    return inputs, targets, mask
+
+
+def windows(inputs, targets, mask, window):
+    """Cuts padded sequences into consecutive windows of ``window`` steps.
+
+    Windows holding no real step are dropped. Training on windows keeps the unrolled
+    graph short; the ladder's state then starts from zeros at each window.
+    """
+    steps = inputs.shape[1]
+    pad = (-steps) % window
+    if pad:
+        widths = ((0, 0), (0, pad), (0, 0))
+        inputs, targets = np.pad(inputs, widths), np.pad(targets, widths)
+        mask = np.pad(mask, ((0, 0), (0, pad)))
+    n = inputs.shape[1] // window
+    split = lambda a: a.reshape((a.shape[0] * n, window) + a.shape[2:])  # noqa: E731
+    inputs, targets, mask = split(inputs), split(targets), split(mask)
+    keep = mask.sum(axis=1) > 0
+    return inputs[keep], targets[keep], mask[keep]
+
+
+def make_dataset(rolls, batch_size=16, steps=None, shuffle=False, seed=0, window=None):
+    """A ``tf.data`` pipeline of ``(inputs, targets, mask)`` for ``model.fit``.
+
+    With ``window`` the sequences are cut into windows of that many steps (see
+    ``windows``); the model must then be built with ``steps=window``.
+    """
+    import tensorflow as tf
+
+    inputs, targets, mask = next_step_arrays(rolls, steps)
+    if window is not None:
+        inputs, targets, mask = windows(inputs, targets, mask, window)
+    ds = tf.data.Dataset.from_tensor_slices((inputs, targets, mask))
+    if shuffle:
+        ds = ds.shuffle(len(inputs), seed=seed, reshuffle_each_iteration=True)
+    return ds.batch(batch_size).prefetch(tf.data.AUTOTUNE)
+
+
+# ------------------------------------------------------------------------- loss
+@keras.saving.register_keras_serializable(package="applications")
+class PianoRollNLL(keras.losses.Loss):
+    """Negative log-likelihood of a roll under independent Bernoullis, summed over keys.
+
+    ``y_pred`` holds logits ``[batch, steps, keys]``; the per-step values
+    ``[batch, steps]`` are averaged with the sample weights (the padding mask)
+    as weights, so padded steps never count: the result is the NLL per real step.
+    """
+
+    def __init__(self, reduction="mean_with_sample_weight", name="piano_roll_nll", dtype=None):
+        super().__init__(name=name, reduction=reduction, dtype=dtype)
+
+    def call(self, y_true, y_pred):
+        y_true = ops.cast(y_true, y_pred.dtype)
+        per_key = ops.binary_crossentropy(y_true, y_pred, from_logits=True)
+        return ops.sum(per_key, axis=-1)
+
+
+# ------------------------------------------------------------------------- model
+def paper_levels(units=(128, 64), encoder="gated"):
+    """Dense ladder levels in the spirit of the paper's Table 10 (narrower by default)."""
+    return [level_spec(encoder, u) for u in units]
+
+
+def build_model(
+    steps,
+    units=(128, 64),
+    encoder="gated",
+    decoder_to_encoder=True,
+    use_decoder=True,
+    input_dropout=0.0,
+    name="rladder_music",
+):
+    """The music model: an RLadder of dense levels, per-key logits for the next step.
+
+    Args:
+        steps: the (padded) sequence length the model is built for; ``nll_per_step``
+            reuses its layers for any other length.
+        units: state sizes of the ladder levels, bottom to top.
+        encoder: ``"gated"`` or ``"lstm"`` encoder cells.
+        decoder_to_encoder: RLadder's decoder-to-encoder connections.
+        use_decoder: False gives the hierarchical-RNN baseline; the prediction is
+            then a linear read-out of the top level.
+        input_dropout: dropout on the input rolls during training.
+        name: model name.
+
+    Returns:
+        A ``keras.Model`` from ``[batch, steps, 88]`` rolls to logits ``[batch, steps, 88]``
+        (output ``t`` predicts the roll at ``t + 1`` of the input).
+    """
+    rolls = keras.Input((steps, NUM_KEYS), name="rolls")
+    x = rolls
+    if input_dropout:
+        x = keras.layers.Dropout(input_dropout, name="input_dropout")(x)
+    levels = paper_levels(units, encoder)
+    if use_decoder:
+        logits, _ = RLadder(
+            levels,
+            decoder_to_encoder=decoder_to_encoder,
+            output_units=NUM_KEYS,
+            name="rladder",
+        )(x)
+    else:
+        top = RLadder(levels, use_decoder=False, name="rladder")(x)
+        logits = keras.layers.Dense(NUM_KEYS, name="readout")(top)
+    return keras.Model(rolls, logits, name=name)
+
+
+def compile_model(model, learning_rate=1e-3, clipnorm=1.0):
+    model.compile(
+        optimizer=keras.optimizers.Adam(learning_rate, clipnorm=clipnorm),
+        loss=PianoRollNLL(),
+    )
+    return model
+
+
+def _with_steps(model, steps):
+    """The same layers (shared weights) applied to sequences of ``steps`` steps."""
+    if model.input_shape[1] == steps:
+        return model
+    rolls = keras.Input((steps, NUM_KEYS))
+    x = rolls
+    for layer in model.layers[1:]:
+        if isinstance(layer, keras.layers.Dropout):
+            continue
+        x = layer(x)
+        if isinstance(x, (list, tuple)):
+            x = x[0]
+    return keras.Model(rolls, x)
+
+
+def nll_per_step(model, rolls, batch_size=32):
+    """The paper's metric: NLL per time step, summed over keys, mean over all steps.
+
+    Args:
+        model: a model from ``build_model`` (any ``steps``: its layers are reused for
+            the longest roll when it differs).
+        rolls: a list of ``[steps_i, 88]`` piano rolls.
+
+    Returns:
+        ``sum over rolls and steps of -log p(x_t | x_<t)`` divided by the number of steps.
+    """
+    inputs, targets, mask = next_step_arrays(rolls)
+    net = _with_steps(model, inputs.shape[1])
+    total = 0.0
+    for start in range(0, len(inputs), batch_size):
+        logits = np.asarray(net(inputs[start : start + batch_size], training=False))
+        y = targets[start : start + batch_size]
+        # -log sigmoid(z) for y = 1, -log sigmoid(-z) for y = 0, computed stably
+        per_key = np.logaddexp(0.0, -logits) * y + np.logaddexp(0.0, logits) * (1 - y)
+        total += float((per_key.sum(-1) * mask[start : start + batch_size]).sum())
+    return total / float(mask.sum())
+
+
+# ------------------------------------------------------------------------- recipe
+def train(
+    data_path=None,
+    run_dir="runs/music",
+    epochs=100,
+    batch_size=16,
+    learning_rate=1e-3,
+    units=(128, 64),
+    encoder="gated",
+    input_dropout=0.1,
+    decoder_to_encoder=True,
+    use_decoder=True,
+    window=32,
+    seed=0,
+    verbose=1,
+    callbacks=(),
+):
+    """Trains on the training chorales, keeps the best model on the validation NLL.
+
+    With ``window`` (default 32) training and validation run on windows of that many
+    steps (short unrolled graphs; the validation loss is then the windowed NLL); the
+    reported figures are ``nll_per_step`` on whole chorales. ``window=None`` trains
+    on whole chorales padded to the longest.
+
+    Writes ``model.keras``, ``history.png``, ``metrics.json`` and TensorBoard logs
+    under ``run_dir``.
+
+    Returns:
+        A dict with the validation and test NLL per step, the parameter count and the paths.
+    """
+    from applications.demo import plot_history, save_atomically
+
+    keras.utils.set_random_seed(seed)
+    os.makedirs(run_dir, exist_ok=True)
+    data = load_chorales(data_path)
+    rolls = {s: [piano_roll(c) for c in data[s]] for s in SPLITS}
+    longest = max(len(r) for s in SPLITS for r in rolls[s])
+    steps = window or longest
+    train_ds = make_dataset(rolls["train"], batch_size, longest, True, seed, window)
+    valid_ds = make_dataset(rolls["valid"], batch_size, longest, window=window)
+    model = compile_model(
+        build_model(
+            steps,
+            units=units,
+            encoder=encoder,
+            decoder_to_encoder=decoder_to_encoder,
+            use_decoder=use_decoder,
+            input_dropout=input_dropout,
+        ),
+        learning_rate,
+    )
+    paths = {
+        "model": os.path.join(run_dir, "model.keras"),
+        "plot": os.path.join(run_dir, "history.png"),
+        "metrics": os.path.join(run_dir, "metrics.json"),
+        "logs": os.path.join(run_dir, "logs"),
+    }
+    best = {"val": float("inf"), "weights": None}
+
+    class KeepBest(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            if logs and logs.get("val_loss", np.inf) < best["val"]:
+                best["val"] = float(logs["val_loss"])
+                best["weights"] = self.model.get_weights()
+
+    history = model.fit(
+        train_ds,
+        validation_data=valid_ds,
+        epochs=epochs,
+        verbose=verbose,
+        callbacks=[keras.callbacks.TensorBoard(paths["logs"]), KeepBest(), *callbacks],
+    )
+    if best["weights"] is not None:
+        model.set_weights(best["weights"])
+    save_atomically(model, paths["model"])
+    plot_history(history.history, paths["plot"])
+    result = {
+        "valid_nll_per_step": nll_per_step(model, rolls["valid"]),
+        "test_nll_per_step": nll_per_step(model, rolls["test"]),
+        "parameters": int(model.count_params()),
+        "epochs_run": len(history.history.get("loss", [])),
+        **paths,
+    }
+    with open(paths["metrics"], "w") as f:
+        json.dump(result, f, indent=2)
+    return result

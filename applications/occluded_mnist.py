@@ -1,0 +1,351 @@
+"""Occluded Moving MNIST: classifying a moving digit seen through bars (Ilin et al. 2017, 3.1).
+
+A 14x14 (downscaled) MNIST digit moves over a black 32x32 frame with one of 8
+discrete velocities (the 8 compass directions at ``speed`` pixels per frame),
+bouncing off the borders; static vertical bars ``bar_width`` pixels wide, with left
+edges ``bar_spacing`` pixels apart, are drawn *over* the digit, so that no single
+frame shows all of it. A sequence has 5 frames. The task is to name the digit; the
+unsupervised cost is predicting the next (occluded) frame.
+
+The model (in the spirit of the paper's Table 7): an RLadder with convolutional
+levels (ConvLSTM encoders, ConvG1 combinators, max pooling between levels) and a
+dense gated level on top. Costs: next-frame prediction at the bottom (per-pixel
+sigmoid cross-entropy of a 1x1 read-out of the bottom decoder, for frames 2..T from
+steps 1..T-1) plus classification (a softmax Dense on the top encoder output of
+the last step). Baselines (``variant``):
+
+* ``"rladder"``: the full model;
+* ``"no_feedback"``: RLadder without decoder-to-encoder connections;
+* ``"hierarchical"``: hierarchical RNN, the ladder's encoder alone (no decoder, no
+  frame prediction);
+* ``"temporal"``: a per-frame convolutional network with a GRU on top.
+"""
+
+import json
+import os
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_capsules.layers import RLadder, level_spec
+
+FRAME_SIZE = 32
+DIGIT_SIZE = 14
+NUM_FRAMES = 5
+NUM_CLASSES = 10
+VARIANTS = ("rladder", "no_feedback", "hierarchical", "temporal")
+#: the 8 discrete directions (dy, dx)
+DIRECTIONS = ((-1, -1), (-1, 0), (-1, 1), (0, -1), (0, 1), (1, -1), (1, 0), (1, 1))
+PAPER_ERROR = {"rladder": 0.0074, "temporal": 0.0202, "no_feedback": 0.0160}
+
+
+# ------------------------------------------------------------------------- data
+def load_digits(source="idx", data_dir=None, split="test"):
+    """MNIST digits ``[n, 28, 28]`` float32 in [0, 1] and int32 labels.
+
+    Args:
+        source: ``"idx"`` reads the canonical IDX files in ``data_dir`` (see
+            ``applications.mnist_digits``); ``"tfds"`` reads TFDS ``mnist``
+            (``data_dir`` is TFDS's data folder).
+        split: ``"train"`` or ``"test"`` (for IDX: prefix ``train`` or ``t10k``).
+    """
+    if source == "idx":
+        from applications.mnist_digits import default_data_dir, load_idx_digits
+
+        prefix = "t10k" if split == "test" else "train"
+        images, labels = load_idx_digits(data_dir or default_data_dir(), prefix=prefix)
+        return images[..., 0], labels
+    if source == "tfds":
+        import tensorflow_datasets as tfds
+
+        ds = tfds.as_numpy(tfds.load("mnist", split=split, data_dir=data_dir, batch_size=-1))
+        return ds["image"][..., 0].astype("float32") / 255.0, ds["label"].astype("int32")
+    raise ValueError(f"`source` must be 'idx' or 'tfds'. Received: source={source!r}")
+
+
+def downscale(digits, size=DIGIT_SIZE):
+    """``[n, 28, 28]`` digits to ``[n, size, size]`` by averaging blocks (size must divide 28)."""
+    digits = np.asarray(digits, "float32")
+    factor = digits.shape[1] // size
+    if factor * size != digits.shape[1]:
+        raise ValueError(f"size={size} must divide the digit size {digits.shape[1]}")
+    n = len(digits)
+    return digits.reshape(n, size, factor, size, factor).mean(axis=(2, 4))
+
+
+def bar_mask(frame_size=FRAME_SIZE, bar_width=4, bar_spacing=8, offset=0):
+    """A ``[frame_size, frame_size]`` bool mask of vertical bars (True on a bar)."""
+    columns = (np.arange(frame_size) - offset) % bar_spacing < bar_width
+    return np.broadcast_to(columns[None, :], (frame_size, frame_size)).copy()
+
+
+def trajectory(start, velocity, num_frames, limit):
+    """Top-left positions ``[num_frames, 2]`` moving by ``velocity``, bouncing inside ``[0, limit]``."""
+    pos = np.array(start, "int64")
+    vel = np.array(velocity, "int64")
+    out = []
+    for _ in range(num_frames):
+        out.append(pos.copy())
+        nxt = pos + vel
+        for axis in range(2):
+            if nxt[axis] < 0 or nxt[axis] > limit:
+                vel[axis] = -vel[axis]
+                nxt[axis] = pos[axis] + vel[axis]
+        pos = np.clip(nxt, 0, limit)
+    return np.stack(out)
+
+
+def generate(
+    digits,
+    labels,
+    num_sequences,
+    seed=0,
+    num_frames=NUM_FRAMES,
+    frame_size=FRAME_SIZE,
+    digit_size=DIGIT_SIZE,
+    speed=3,
+    bar_width=4,
+    bar_spacing=8,
+    bar_value=1.0,
+    random_bar_offset=True,
+):
+    """Occluded moving-digit sequences, deterministic for a seed.
+
+    Args:
+        digits: ``[n, 28, 28]`` images in [0, 1] (or already ``digit_size`` wide).
+        labels: ``[n]`` integer labels.
+        num_sequences: how many sequences to make (digits drawn with replacement).
+        seed: the generator's seed.
+        speed: pixels per frame along each moving axis.
+        bar_width, bar_spacing: width of a bar and distance between left edges of bars.
+        bar_value: intensity of the bars (drawn over the digit).
+        random_bar_offset: shift the bar pattern by a random 0..bar_spacing-1 pixels
+            per sequence (else bars start at column 0).
+
+    Returns:
+        A dict: ``frames`` ``[num_sequences, num_frames, S, S, 1]`` float32 in [0, 1]
+        (occluded), ``clean`` the same without bars, ``labels`` ``[num_sequences]``,
+        ``positions`` ``[num_sequences, num_frames, 2]`` (top-left row, column of
+        the digit), ``velocities`` ``[num_sequences, 2]`` and ``bars``
+        ``[num_sequences, S, S]`` (bool masks).
+    """
+    rng = np.random.default_rng(seed)
+    digits = np.asarray(digits, "float32")
+    if digits.ndim == 4:
+        digits = digits[..., 0]
+    small = digits if digits.shape[1] == digit_size else downscale(digits, digit_size)
+    limit = frame_size - digit_size
+    index = rng.integers(0, len(small), num_sequences)
+    starts = rng.integers(0, limit + 1, (num_sequences, 2))
+    directions = np.asarray(DIRECTIONS)[rng.integers(0, len(DIRECTIONS), num_sequences)]
+    offsets = rng.integers(0, bar_spacing, num_sequences) if random_bar_offset else np.zeros(
+        num_sequences, "int64"
+    )
+    clean = np.zeros((num_sequences, num_frames, frame_size, frame_size), "float32")
+    positions = np.zeros((num_sequences, num_frames, 2), "int64")
+    bars = np.zeros((num_sequences, frame_size, frame_size), bool)
+    for i in range(num_sequences):
+        positions[i] = trajectory(starts[i], directions[i] * speed, num_frames, limit)
+        for t, (r, c) in enumerate(positions[i]):
+            clean[i, t, r : r + digit_size, c : c + digit_size] = small[index[i]]
+        bars[i] = bar_mask(frame_size, bar_width, bar_spacing, offsets[i])
+    frames = np.where(bars[:, None], np.float32(bar_value), clean)
+    return {
+        "frames": frames[..., None].astype("float32"),
+        "clean": clean[..., None],
+        "labels": np.asarray(labels, "int32")[index],
+        "positions": positions,
+        "velocities": directions * speed,
+        "bars": bars,
+    }
+
+
+def targets_for(variant, frames, labels):
+    """The ``y`` of ``fit`` for a variant: ``{"next_frames", "digit"}`` or labels alone."""
+    if variant in ("rladder", "no_feedback"):
+        return {"next_frames": frames[:, 1:], "digit": labels}
+    return {"digit": labels}
+
+
+def make_dataset(data, variant="rladder", batch_size=32, shuffle=False, seed=0):
+    """A ``tf.data`` pipeline of ``(frames, targets)`` from ``generate``'s output."""
+    import tensorflow as tf
+
+    ds = tf.data.Dataset.from_tensor_slices(
+        (data["frames"], targets_for(variant, data["frames"], data["labels"]))
+    )
+    if shuffle:
+        ds = ds.shuffle(len(data["frames"]), seed=seed, reshuffle_each_iteration=True)
+    return ds.batch(batch_size).prefetch(tf.data.AUTOTUNE)
+
+
+# ------------------------------------------------------------------------- model
+def paper_levels(conv_units=(32, 64, 64), dense_units=128):
+    """Convolutional levels (pooling by 2 from the second on) and a dense gated top."""
+    levels = [
+        level_spec("convlstm", u, pool=1 if i == 0 else 2) for i, u in enumerate(conv_units)
+    ]
+    return levels + [level_spec("gated", dense_units)]
+
+
+def build_model(
+    variant="rladder",
+    num_frames=NUM_FRAMES,
+    frame_size=FRAME_SIZE,
+    conv_units=(32, 64, 64),
+    dense_units=128,
+    num_classes=NUM_CLASSES,
+    name=None,
+):
+    """Builds one of the models (see the module docstring for ``variant``).
+
+    Returns:
+        A ``keras.Model`` from frames ``[batch, T, S, S, 1]`` to ``{"next_frames":
+        logits [batch, T-1, S, S, 1], "digit": probabilities [batch, classes]}`` for
+        ``"rladder"`` / ``"no_feedback"``, or to ``{"digit": ...}`` for the baselines.
+    """
+    if variant not in VARIANTS:
+        raise ValueError(f"`variant` must be one of {VARIANTS}. Received: variant={variant!r}")
+    frames = keras.Input((num_frames, frame_size, frame_size, 1), name="frames")
+    outputs = {}
+    if variant == "temporal":
+        x = frames
+        for i, units in enumerate(conv_units):
+            x = keras.layers.TimeDistributed(
+                keras.layers.Conv2D(units, 3, padding="same", activation="relu"), name=f"conv{i}"
+            )(x)
+            if i > 0:
+                x = keras.layers.TimeDistributed(keras.layers.MaxPooling2D(2), name=f"pool{i}")(x)
+        x = keras.layers.TimeDistributed(keras.layers.Flatten(), name="flatten")(x)
+        top = keras.layers.GRU(dense_units, name="rnn")(x)
+    else:
+        levels = paper_levels(conv_units, dense_units)
+        if variant == "hierarchical":
+            tops = RLadder(levels, use_decoder=False, name="rladder")(frames)
+        else:
+            predictions, tops = RLadder(
+                levels,
+                decoder_to_encoder=variant == "rladder",
+                output_units=1,
+                name="rladder",
+            )(frames)
+            outputs["next_frames"] = keras.layers.Identity(name="next_frames")(
+                predictions[:, :-1]
+            )
+        top = tops[:, -1]
+    outputs["digit"] = keras.layers.Dense(num_classes, activation="softmax", name="digit")(top)
+    return keras.Model(frames, outputs, name=name or f"occluded_mnist_{variant}")
+
+
+def compile_model(model, learning_rate=1e-3, frame_loss="bce", frame_weight=1.0):
+    """Adam; cross-entropy for the digit, per-pixel sigmoid CE (``"bce"``) or ``"mse"`` for frames."""
+    losses = {"digit": keras.losses.SparseCategoricalCrossentropy()}
+    weights = {"digit": 1.0}
+    if "next_frames" in model.output:
+        if frame_loss == "bce":
+            losses["next_frames"] = keras.losses.BinaryCrossentropy(from_logits=True)
+        elif frame_loss == "mse":
+            losses["next_frames"] = _SigmoidMSE()
+        else:
+            raise ValueError(f"`frame_loss` must be 'bce' or 'mse'. Received: {frame_loss!r}")
+        weights["next_frames"] = frame_weight
+    model.compile(
+        optimizer=keras.optimizers.Adam(learning_rate, clipnorm=1.0),
+        loss=losses,
+        loss_weights=weights,
+        metrics={"digit": ["accuracy"]},
+    )
+    return model
+
+
+@keras.saving.register_keras_serializable(package="applications")
+class _SigmoidMSE(keras.losses.Loss):
+    """Mean squared error between frames and the sigmoid of the predicted logits."""
+
+    def __init__(self, reduction="sum_over_batch_size", name="sigmoid_mse", dtype=None):
+        super().__init__(name=name, reduction=reduction, dtype=dtype)
+
+    def call(self, y_true, y_pred):
+        return ops.mean(ops.square(ops.cast(y_true, y_pred.dtype) - ops.sigmoid(y_pred)), axis=-1)
+
+
+def classification_error(model, data, batch_size=64):
+    """Fraction of sequences whose digit is misclassified."""
+    out = model.predict(data["frames"], batch_size=batch_size, verbose=0)
+    return float(np.mean(np.argmax(out["digit"], -1) != data["labels"]))
+
+
+# ------------------------------------------------------------------------- recipe
+def train(
+    variant="rladder",
+    source="idx",
+    data_dir=None,
+    run_dir="runs/occluded_mnist",
+    num_train=20000,
+    num_test=5000,
+    epochs=20,
+    batch_size=32,
+    learning_rate=1e-3,
+    conv_units=(32, 64, 64),
+    dense_units=128,
+    seed=0,
+    verbose=1,
+    callbacks=(),
+):
+    """Trains one variant on generated sequences; writes model, plot, metrics and logs.
+
+    With ``source="idx"`` the IDX digits are split 80/20 into the digits of the
+    training and of the test sequences; with ``"tfds"`` the TFDS train and test
+    splits are used.
+
+    Returns:
+        A dict with the test classification error, the parameter count and the paths.
+    """
+    from applications.demo import plot_history, save_atomically
+
+    keras.utils.set_random_seed(seed)
+    os.makedirs(run_dir, exist_ok=True)
+    if source == "tfds":
+        train_digits = load_digits("tfds", data_dir, "train")
+        test_digits = load_digits("tfds", data_dir, "test")
+    else:
+        images, labels = load_digits(source, data_dir)
+        order = np.random.default_rng(seed).permutation(len(images))
+        cut = int(0.8 * len(images))
+        train_digits = images[order[:cut]], labels[order[:cut]]
+        test_digits = images[order[cut:]], labels[order[cut:]]
+    train_data = generate(*train_digits, num_train, seed=seed)
+    test_data = generate(*test_digits, num_test, seed=seed + 1)
+    model = compile_model(
+        build_model(variant, conv_units=conv_units, dense_units=dense_units), learning_rate
+    )
+    paths = {
+        "model": os.path.join(run_dir, "model.keras"),
+        "plot": os.path.join(run_dir, "history.png"),
+        "metrics": os.path.join(run_dir, "metrics.json"),
+        "logs": os.path.join(run_dir, "logs"),
+    }
+    history = model.fit(
+        make_dataset(train_data, variant, batch_size, shuffle=True, seed=seed),
+        validation_data=make_dataset(test_data, variant, batch_size),
+        epochs=epochs,
+        verbose=verbose,
+        callbacks=[keras.callbacks.TensorBoard(paths["logs"]), *callbacks],
+    )
+    save_atomically(model, paths["model"])
+    curves = dict(history.history)
+    for key in ("digit_accuracy", "val_digit_accuracy"):
+        if key in curves:
+            curves[key.replace("digit_", "")] = curves[key]
+    plot_history(curves, paths["plot"])
+    result = {
+        "variant": variant,
+        "test_error": classification_error(model, test_data),
+        "parameters": int(model.count_params()),
+        "epochs_run": len(history.history.get("loss", [])),
+        **paths,
+    }
+    with open(paths["metrics"], "w") as f:
+        json.dump(result, f, indent=2)
+    return result

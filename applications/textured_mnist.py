@@ -1,0 +1,311 @@
+"""Textured MNIST: perceptual grouping of a textured digit with RTagger (Ilin et al. 2017, 4.1).
+
+Each image shows an MNIST digit filled with one texture on a background of another
+texture, so that intensity alone does not separate them: the groups must be found
+from the textures' statistics. The ground-truth segmentation is the digit's shape
+(pixels of the 28x28 digit above ``threshold``: label 1, background: label 0).
+
+Textures are procedural (``texture``): stripes (random angle, period, phase),
+checkerboards (random cell size and phase) and smooth noise (random blob size),
+each with a random pair of intensities; the digit and the background always get
+textures of different kinds or different parameters.
+
+The model: :class:`~keras_capsules.layers.RTagger` with ``K`` groups sharing one
+Recurrent Ladder (convolutional bottom level, dense top), trained with
+:class:`~keras_capsules.losses.MixtureNLL` on every iteration (the input may be
+corrupted by Gaussian noise, ``noise_std``; the target is the clean image). The
+segmentation quality per iteration is the adjusted mutual information (AMI) of
+``argmax_k pi_k`` with the truth.
+
+An optional classifier (``num_classes``) reads each group's share of the image
+(``pi_k * x``) with one shared small network, sums the groups' logits (the order
+of the groups does not matter) and is trained on every iteration: its error per
+iteration is reported too. RTagger does not expose its ladder's top level, so this
+head works on the groups' outputs, not on the paper's top-level features.
+"""
+
+import json
+import os
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_capsules.layers import RTagger, level_spec
+from keras_capsules.losses import MixtureNLL
+from keras_capsules.metrics import adjusted_mutual_info
+
+IMAGE_SIZE = 28
+TEXTURE_KINDS = ("stripes", "checker", "noise")
+
+
+# ------------------------------------------------------------------------- data
+def texture(kind, rng, size=IMAGE_SIZE):
+    """A ``[size, size]`` float32 texture in [0, 1] with random parameters from ``rng``."""
+    low, high = np.sort(rng.uniform(0.0, 1.0, 2))
+    if high - low < 0.4:  # keep a visible contrast
+        low, high = max(0.0, low - 0.2), min(1.0, high + 0.2)
+    rows, cols = np.mgrid[0:size, 0:size].astype("float32")
+    if kind == "stripes":
+        angle = rng.uniform(0, np.pi)
+        period = rng.uniform(3.0, 8.0)
+        phase = rng.uniform(0, 2 * np.pi)
+        wave = np.sin(2 * np.pi * (rows * np.sin(angle) + cols * np.cos(angle)) / period + phase)
+        pattern = (wave > 0).astype("float32")
+    elif kind == "checker":
+        cell = int(rng.integers(2, 6))
+        dr, dc = rng.integers(0, cell, 2)
+        pattern = (((rows + dr) // cell + (cols + dc) // cell) % 2).astype("float32")
+    elif kind == "noise":
+        blob = int(rng.integers(1, 4))
+        coarse = rng.uniform(0, 1, (size // blob + 2, size // blob + 2))
+        pattern = (np.kron(coarse, np.ones((blob, blob)))[:size, :size] > 0.5).astype("float32")
+    else:
+        raise ValueError(f"`kind` must be one of {TEXTURE_KINDS}. Received: kind={kind!r}")
+    return (low + (high - low) * pattern).astype("float32")
+
+
+def generate(digits, labels, num_images, seed=0, threshold=0.5, size=IMAGE_SIZE):
+    """Textured digits, deterministic for a seed.
+
+    Args:
+        digits: ``[n, 28, 28]`` (or ``[n, 28, 28, 1]``) images in [0, 1].
+        labels: ``[n]`` labels.
+        num_images: how many images (digits drawn with replacement).
+        threshold: digit pixels above it belong to the digit.
+
+    Returns:
+        A dict: ``images`` ``[num_images, 28, 28, 1]`` float32 in [0, 1],
+        ``segmentation`` ``[num_images, 28, 28]`` int32 (1 digit, 0 background),
+        ``labels`` ``[num_images]`` int32 and ``kinds`` ``[num_images, 2]`` (indices
+        into ``TEXTURE_KINDS`` of the digit's and the background's texture).
+    """
+    rng = np.random.default_rng(seed)
+    digits = np.asarray(digits, "float32")
+    if digits.ndim == 4:
+        digits = digits[..., 0]
+    index = rng.integers(0, len(digits), num_images)
+    images = np.zeros((num_images, size, size), "float32")
+    kinds = np.zeros((num_images, 2), "int32")
+    segmentation = (digits[index] > threshold).astype("int32")
+    for i in range(num_images):
+        fg_kind, bg_kind = rng.integers(0, len(TEXTURE_KINDS), 2)
+        fg = texture(TEXTURE_KINDS[fg_kind], rng, size)
+        bg = texture(TEXTURE_KINDS[bg_kind], rng, size)
+        images[i] = np.where(segmentation[i] == 1, fg, bg)
+        kinds[i] = fg_kind, bg_kind
+    return {
+        "images": images[..., None],
+        "segmentation": segmentation,
+        "labels": np.asarray(labels, "int32")[index],
+        "kinds": kinds,
+    }
+
+
+def make_dataset(data, n_iters, batch_size=32, num_classes=None, shuffle=False, seed=0):
+    """``tf.data`` of ``(images, targets)``: the image repeated per iteration (and labels)."""
+    import tensorflow as tf
+
+    images = data["images"]
+    targets = {"mixture": np.repeat(images[:, None], n_iters, axis=1)}
+    if num_classes:
+        targets["digit"] = np.repeat(data["labels"][:, None], n_iters, axis=1)
+    ds = tf.data.Dataset.from_tensor_slices((images, targets))
+    if shuffle:
+        ds = ds.shuffle(len(images), seed=seed, reshuffle_each_iteration=True)
+    return ds.batch(batch_size).prefetch(tf.data.AUTOTUNE)
+
+
+# ------------------------------------------------------------------------- model
+@keras.saving.register_keras_serializable(package="applications")
+class GaussianCorruption(keras.layers.Layer):
+    """Adds Gaussian noise of standard deviation ``stddev`` in training (seeded)."""
+
+    def __init__(self, stddev, seed=None, **kwargs):
+        super().__init__(**kwargs)
+        self.stddev = float(stddev)
+        self.seed = seed
+        self.seed_generator = keras.random.SeedGenerator(seed)
+
+    def call(self, x, training=False):
+        if not training or self.stddev == 0:
+            return x
+        return x + self.stddev * keras.random.normal(ops.shape(x), seed=self.seed_generator)
+
+    def get_config(self):
+        return {**super().get_config(), "stddev": self.stddev, "seed": self.seed}
+
+
+@keras.saving.register_keras_serializable(package="applications")
+class GroupShares(keras.layers.Layer):
+    """``[pi [b, T, K, H, W, 1], x [b, H, W, 1]] -> pi * x`` (each group's share of the image)."""
+
+    def call(self, inputs):
+        pi, x = inputs
+        return pi * ops.cast(x, pi.dtype)[:, None, None]
+
+    def compute_output_shape(self, input_shapes):
+        return input_shapes[0]
+
+
+@keras.saving.register_keras_serializable(package="applications")
+class SumGroups(keras.layers.Layer):
+    """Sums ``[b, T, K, n]`` over the group axis 2: ``[b, T, n]``."""
+
+    def call(self, x):
+        return ops.sum(x, axis=2)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape[:2] + input_shape[3:]
+
+
+def paper_levels(conv_units=32, dense_units=64):
+    """A convolutional bottom level and a dense gated top (narrow for a CPU)."""
+    return [level_spec("convlstm", conv_units), level_spec("gated", dense_units)]
+
+
+def build_model(
+    n_groups=3,
+    n_iters=3,
+    image_size=IMAGE_SIZE,
+    conv_units=32,
+    dense_units=64,
+    sigma=0.5,
+    noise_std=0.1,
+    num_classes=None,
+    head_units=64,
+    name="rtagger_textured_mnist",
+):
+    """RTagger with ``n_groups`` groups on ``[size, size, 1]`` images.
+
+    Returns:
+        A ``keras.Model`` with outputs ``{"mixture": concatenate([m, pi]) [b, T, K,
+        H, W, 2]}`` (``pi`` is the last channel: see ``assignments``) and, with
+        ``num_classes``, ``"digit"``: class probabilities ``[b, T, classes]`` at every
+        iteration.
+    """
+    images = keras.Input((image_size, image_size, 1), name="images")
+    x = GaussianCorruption(noise_std, seed=0, name="corruption")(images) if noise_std else images
+    pi, m = RTagger(
+        n_groups, paper_levels(conv_units, dense_units), n_iters=n_iters, sigma=sigma, name="rtagger"
+    )(x)
+    outputs = {"mixture": keras.layers.Concatenate(axis=-1, name="mixture")([m, pi])}
+    if num_classes:
+        # each group's share of the image, read by one shared network
+        shares = GroupShares(name="group_shares")([pi, images])  # [b, T, K, H, W, 1]
+        flat = keras.layers.Reshape((n_iters, n_groups, image_size * image_size), name="flat")(shares)
+        hidden = keras.layers.Dense(head_units, activation="relu", name="head_hidden")(flat)
+        logits = keras.layers.Dense(num_classes, name="head_logits")(hidden)
+        summed = SumGroups(name="sum_groups")(logits)
+        outputs["digit"] = keras.layers.Softmax(name="digit")(summed)
+    return keras.Model(images, outputs, name=name)
+
+
+def compile_model(model, learning_rate=1e-3, sigma=0.5, class_weight=1.0):
+    losses = {"mixture": MixtureNLL(sigma=sigma, group_axis=2)}
+    weights = {"mixture": 1.0}
+    metrics = {}
+    if "digit" in model.output:
+        losses["digit"] = keras.losses.SparseCategoricalCrossentropy()
+        weights["digit"] = class_weight
+        metrics["digit"] = ["accuracy"]
+    model.compile(
+        optimizer=keras.optimizers.Adam(learning_rate, clipnorm=1.0),
+        loss=losses,
+        loss_weights=weights,
+        metrics=metrics or None,
+    )
+    return model
+
+
+def assignments(outputs):
+    """The group assignments ``pi`` ``[b, T, K, H, W, 1]`` from the model's outputs."""
+    return outputs["mixture"][..., -1:]
+
+
+def evaluate_iterations(model, data, batch_size=64):
+    """Per-iteration segmentation AMI (and classification error with a classifier).
+
+    Returns:
+        ``{"ami": [T floats], "error": [T floats] (with a classifier)}``.
+    """
+    out = model.predict(data["images"], batch_size=batch_size, verbose=0)
+    pi = assignments(out)  # [b, T, K, H, W, 1]
+    result = {
+        "ami": [
+            adjusted_mutual_info(data["segmentation"], pi[:, t], group_axis=1)
+            for t in range(pi.shape[1])
+        ]
+    }
+    if "digit" in out:
+        guesses = np.argmax(out["digit"], axis=-1)  # [b, T]
+        result["error"] = [float(e) for e in np.mean(guesses != data["labels"][:, None], axis=0)]
+    return result
+
+
+# ------------------------------------------------------------------------- recipe
+def train(
+    data_dir=None,
+    run_dir="runs/textured_mnist",
+    num_train=8000,
+    num_test=1000,
+    n_groups=3,
+    n_iters=3,
+    epochs=10,
+    batch_size=32,
+    learning_rate=1e-3,
+    num_classes=None,
+    conv_units=32,
+    dense_units=64,
+    seed=0,
+    verbose=1,
+    callbacks=(),
+):
+    """Trains RTagger on textured digits (IDX digits from ``data_dir``, split 80/20).
+
+    Writes ``model.keras``, ``history.png``, ``metrics.json`` and TensorBoard logs.
+
+    Returns:
+        A dict with the per-iteration test AMI (and error), the parameter count and paths.
+    """
+    from applications.demo import plot_history, save_atomically
+    from applications.mnist_digits import default_data_dir, load_idx_digits
+
+    keras.utils.set_random_seed(seed)
+    os.makedirs(run_dir, exist_ok=True)
+    images, labels = load_idx_digits(data_dir or default_data_dir())
+    order = np.random.default_rng(seed).permutation(len(images))
+    cut = int(0.8 * len(images))
+    train_data = generate(images[order[:cut]], labels[order[:cut]], num_train, seed=seed)
+    test_data = generate(images[order[cut:]], labels[order[cut:]], num_test, seed=seed + 1)
+    model = compile_model(
+        build_model(
+            n_groups, n_iters, conv_units=conv_units, dense_units=dense_units,
+            num_classes=num_classes,
+        ),
+        learning_rate,
+    )
+    paths = {
+        "model": os.path.join(run_dir, "model.keras"),
+        "plot": os.path.join(run_dir, "history.png"),
+        "metrics": os.path.join(run_dir, "metrics.json"),
+        "logs": os.path.join(run_dir, "logs"),
+    }
+    history = model.fit(
+        make_dataset(train_data, n_iters, batch_size, num_classes, shuffle=True, seed=seed),
+        validation_data=make_dataset(test_data, n_iters, batch_size, num_classes),
+        epochs=epochs,
+        verbose=verbose,
+        callbacks=[keras.callbacks.TensorBoard(paths["logs"]), *callbacks],
+    )
+    save_atomically(model, paths["model"])
+    plot_history(history.history, paths["plot"])
+    result = {
+        **evaluate_iterations(model, test_data),
+        "parameters": int(model.count_params()),
+        "epochs_run": len(history.history.get("loss", [])),
+        **paths,
+    }
+    with open(paths["metrics"], "w") as f:
+        json.dump(result, f, indent=2)
+    return result

@@ -1,0 +1,103 @@
+"""Occluded Moving MNIST: the generator, the four models, saving and learning."""
+
+import keras
+import numpy as np
+import pytest
+
+from applications import occluded_mnist as om
+from applications.mnist_digits import load_idx_digits
+from tests.conftest import shared_path
+
+TINY = dict(conv_units=(4, 4, 4), dense_units=8)
+
+
+@pytest.fixture(scope="module")
+def digits():
+    images, labels = load_idx_digits(shared_path("data", "mnist"))
+    return images[:400, ..., 0], labels[:400]
+
+
+def test_generator_shapes_ranges_bars_and_bouncing(digits):
+    data = om.generate(*digits, 64, seed=3)
+    frames = data["frames"]
+    assert frames.shape == (64, 5, 32, 32, 1) and frames.dtype == np.float32
+    assert frames.min() >= 0.0 and frames.max() <= 1.0
+    assert data["labels"].shape == (64,) and set(np.unique(data["labels"])) <= set(range(10))
+    # bars: 4 columns on out of every 8, over the digit in every frame
+    for bars, seq in zip(data["bars"], frames[..., 0]):
+        on = bars[0]
+        assert on.sum() == 16 and on[:8].sum() == 4 and np.array_equal(on[:-8], on[8:])
+        assert np.all(seq[:, :, on] == 1.0)
+    # the clean digit is hidden under the bars
+    assert np.any(data["clean"][..., 0][:, :, data["bars"][0]] > 0)
+    # bouncing keeps the whole 14x14 digit inside the 32x32 frame
+    pos = data["positions"]
+    assert pos.min() >= 0 and pos.max() <= 32 - 14
+    steps = np.abs(np.diff(pos, axis=1))
+    assert np.all((steps == 0) | (steps <= 3))
+    assert set(map(tuple, np.sign(data["velocities"]))) <= set(om.DIRECTIONS)
+    # the digit's ink lies within its box
+    for i in range(8):
+        for t in range(5):
+            r, c = pos[i, t]
+            box = np.zeros((32, 32), bool)
+            box[r : r + 14, c : c + 14] = True
+            assert data["clean"][i, t, ~box, 0].sum() == 0
+
+
+def test_trajectory_bounces_off_borders():
+    path = om.trajectory((0, 17), (-3, 3), 5, limit=18)
+    assert path.tolist() == [[0, 17], [3, 14], [6, 11], [9, 8], [12, 5]]
+    assert om.trajectory((16, 0), (3, 0), 3, limit=18).tolist() == [[16, 0], [13, 0], [10, 0]]
+
+
+def test_generator_is_deterministic_by_seed(digits):
+    a, b = om.generate(*digits, 16, seed=1), om.generate(*digits, 16, seed=1)
+    c = om.generate(*digits, 16, seed=2)
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+    assert not np.array_equal(a["frames"], c["frames"])
+
+
+def test_load_digits_rejects_unknown_source():
+    with pytest.raises(ValueError, match="source"):
+        om.load_digits("nope")
+
+
+@pytest.mark.parametrize("variant", om.VARIANTS)
+def test_variants_build_train_a_step_and_round_trip(tmp_path, digits, variant):
+    data = om.generate(*digits, 8, seed=0)
+    model = om.compile_model(om.build_model(variant, **TINY))
+    out = model(data["frames"][:2])
+    assert out["digit"].shape == (2, 10)
+    if variant in ("rladder", "no_feedback"):
+        assert out["next_frames"].shape == (2, 4, 32, 32, 1)
+    else:
+        assert "next_frames" not in out
+    ladder = [lay for lay in model.layers if lay.name == "rladder"]
+    if variant == "no_feedback":
+        assert not ladder[0].decoder_to_encoder
+    if variant == "hierarchical":
+        assert not ladder[0].use_decoder
+    model.fit(om.make_dataset(data, variant, batch_size=8), epochs=1, verbose=0)
+    path = tmp_path / f"{variant}.keras"
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    for key, value in model(data["frames"][:2]).items():
+        np.testing.assert_allclose(loaded(data["frames"][:2])[key], value, atol=1e-5)
+
+
+def test_bad_variant():
+    with pytest.raises(ValueError, match="variant"):
+        om.build_model("ladder")
+
+
+def test_rladder_learns_something(digits):
+    data = om.generate(*digits, 64, seed=0)
+    model = om.compile_model(om.build_model("rladder", **TINY), learning_rate=1e-2)
+    ds = om.make_dataset(data, "rladder", batch_size=16)
+    before = model.evaluate(ds, verbose=0, return_dict=True)
+    model.fit(ds, epochs=8, verbose=0)
+    after = model.evaluate(ds, verbose=0, return_dict=True)
+    # both costs fall: the frames (static bars, dark background) and the digit
+    assert after["loss"] < 0.88 * before["loss"], (before, after)
+    assert after["next_frames_loss"] < 0.95 * before["next_frames_loss"], (before, after)

@@ -1,0 +1,81 @@
+"""Textured MNIST for RTagger: textures, segmentation, model, saving, per-iteration AMI."""
+
+import keras
+import numpy as np
+import pytest
+
+from applications import textured_mnist as tm
+from applications.mnist_digits import load_idx_digits
+from tests.conftest import shared_path
+
+TINY = dict(n_groups=2, n_iters=2, image_size=28, conv_units=4, dense_units=8)
+
+
+@pytest.fixture(scope="module")
+def digits():
+    images, labels = load_idx_digits(shared_path("data", "mnist"))
+    return images[:200], labels[:200]
+
+
+@pytest.mark.parametrize("kind", tm.TEXTURE_KINDS)
+def test_textures_are_two_level_patterns_in_range(kind):
+    tex = tm.texture(kind, np.random.default_rng(0))
+    assert tex.shape == (28, 28) and tex.dtype == np.float32
+    assert tex.min() >= 0 and tex.max() <= 1
+    assert len(np.unique(tex)) == 2 and tex.max() - tex.min() >= 0.39
+    with pytest.raises(ValueError, match="kind"):
+        tm.texture("dots", np.random.default_rng(0))
+
+
+def test_generator_segmentation_and_determinism(digits):
+    data = tm.generate(*digits, 16, seed=5)
+    images, seg = data["images"], data["segmentation"]
+    assert images.shape == (16, 28, 28, 1) and seg.shape == (16, 28, 28)
+    assert set(np.unique(seg)) == {0, 1} and 0 < seg.mean() < 0.5
+    assert images.min() >= 0 and images.max() <= 1
+    # the digit's pixels carry the foreground texture: at most 2 values per region
+    for img, s in zip(images[..., 0], seg):
+        assert len(np.unique(img[s == 1])) <= 2 and len(np.unique(img[s == 0])) <= 2
+    again = tm.generate(*digits, 16, seed=5)
+    assert all(np.array_equal(data[k], again[k]) for k in data)
+    assert not np.array_equal(tm.generate(*digits, 16, seed=6)["images"], images)
+
+
+def test_ami_of_the_truth_is_one(digits):
+    data = tm.generate(*digits, 4, seed=0)
+    pi = np.stack([1 - data["segmentation"], data["segmentation"]], axis=1)
+    assert tm.adjusted_mutual_info(data["segmentation"], pi) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("num_classes", [None, 10])
+def test_model_trains_a_step_round_trips_and_reports_per_iteration(tmp_path, digits, num_classes):
+    data = tm.generate(*digits, 8, seed=0)
+    model = tm.compile_model(tm.build_model(num_classes=num_classes, **TINY))
+    out = model(data["images"][:2])
+    assert out["mixture"].shape == (2, 2, 2, 28, 28, 2)
+    np.testing.assert_allclose(np.sum(tm.assignments(out), axis=2), 1.0, atol=1e-5)
+    model.fit(tm.make_dataset(data, 2, batch_size=8, num_classes=num_classes), epochs=1, verbose=0)
+    path = tmp_path / "tagger.keras"
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    for key, value in model(data["images"][:2]).items():
+        np.testing.assert_allclose(loaded(data["images"][:2])[key], value, atol=1e-5)
+    report = tm.evaluate_iterations(loaded, data)
+    assert len(report["ami"]) == 2 and all(-1 <= a <= 1 for a in report["ami"])
+    if num_classes:
+        assert out["digit"].shape == (2, 2, 10)
+        assert len(report["error"]) == 2 and all(0 <= e <= 1 for e in report["error"])
+    else:
+        assert "error" not in report
+
+
+def test_rtagger_learns_something(digits):
+    data = tm.generate(*digits, 64, seed=0)
+    model = tm.compile_model(tm.build_model(noise_std=0.0, **TINY), learning_rate=1e-2)
+    ds = tm.make_dataset(data, 2, batch_size=32)
+    before = model.evaluate(ds, verbose=0)
+    model.fit(ds, epochs=4, verbose=0)
+    after = model.evaluate(ds, verbose=0)
+    before = before[0] if isinstance(before, list) else before
+    after = after[0] if isinstance(after, list) else after
+    assert after < before - 0.1 * abs(before), (before, after)
