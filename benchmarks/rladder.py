@@ -34,26 +34,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-import keras  # noqa: E402
-
-
-class TimeBudget(keras.callbacks.Callback):
-    """Stops training once the wall-time budget is spent (checked after every batch)."""
-
-    def __init__(self, seconds):
-        super().__init__()
-        self.seconds = seconds
-        self.start = None
-        self.exceeded = False
-
-    def on_train_begin(self, logs=None):
-        if self.start is None:
-            self.start = time.perf_counter()
-
-    def on_train_batch_end(self, batch, logs=None):
-        if time.perf_counter() - self.start > self.seconds:
-            self.exceeded = True
-            self.model.stop_training = True
+from keras_capsules.callbacks import TimeBudget  # noqa: E402
 
 
 def _load():

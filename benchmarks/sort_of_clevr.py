@@ -50,26 +50,10 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import keras  # noqa: E402
+from keras_capsules.callbacks import TimeBudget  # noqa: E402
 
 from applications import clevr  # noqa: E402
 from applications import sort_of_clevr as soc  # noqa: E402
-
-
-class TimeBudget(keras.callbacks.Callback):
-    """Stops training once the wall-time budget is spent (checked after every batch)."""
-
-    def __init__(self, seconds):
-        super().__init__()
-        self.seconds = seconds
-        self.steps = 0
-
-    def on_train_begin(self, logs=None):
-        self.start = time.time()
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.steps += 1
-        if time.time() - self.start > self.seconds:
-            self.model.stop_training = True
 
 
 def build_baseline(units=128, embedding_dim=64, name="lstm_mlp_baseline"):

@@ -32,6 +32,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import keras  # noqa: E402
+from keras_capsules.callbacks import TimeBudget  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
@@ -50,22 +51,6 @@ def default_sst_dir():
         if candidate.is_dir():
             return candidate
     return REPO.parent / "shared" / "data" / "sst"
-
-
-class TimeBudget(keras.callbacks.Callback):
-    """Stops training once the wall-time budget is spent (checked after every batch)."""
-
-    def __init__(self, seconds):
-        super().__init__()
-        self.seconds = seconds
-        self.start = None
-
-    def on_train_begin(self, logs=None):
-        self.start = time.perf_counter()
-
-    def on_train_batch_end(self, batch, logs=None):
-        if time.perf_counter() - self.start > self.seconds:
-            self.model.stop_training = True
 
 
 def embedding_report(vocab_size=60000, num_classes=4):

@@ -5,10 +5,10 @@ embeddings, Recurrent Ladder networks and MAC reasoning cells, written with
 ``keras.ops`` so that they run on any Keras backend and compile with XLA.
 """
 
-from keras_capsules import layers, losses, metrics, ops, optimizers
+from keras_capsules import callbacks, layers, losses, metrics, ops, optimizers
 from keras_capsules.layers import *  # noqa: F401,F403  (the public layers, see layers.__all__)
 from keras_capsules.optimizers import RAdam
 
 __version__ = "0.1.0"
 
-__all__ = [*layers.__all__, "RAdam", "layers", "losses", "metrics", "ops", "optimizers", "__version__"]
+__all__ = [*layers.__all__, "RAdam", "callbacks", "layers", "losses", "metrics", "ops", "optimizers", "__version__"]
