@@ -43,6 +43,9 @@ import importlib
 #: application name -> module that implements the protocol above.
 APPLICATIONS = {
     "demo": "applications.demo",
+    "sort_of_clevr": "applications.sort_of_clevr",
+    "music": "applications.music",
+    "occluded_mnist": "applications.occluded_mnist",
 }
 
 DEFAULT_APPLICATION = "demo"
