@@ -46,6 +46,7 @@ APPLICATIONS = {
     "sort_of_clevr": "applications.sort_of_clevr",
     "music": "applications.music",
     "occluded_mnist": "applications.occluded_mnist",
+    "smallnorb": "applications.smallnorb",
 }
 
 DEFAULT_APPLICATION = "demo"

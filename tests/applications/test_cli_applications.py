@@ -28,8 +28,11 @@ MISSING_DATA = {
     "music": ["--data-dir", "{missing}"],
     "occluded_mnist": ["--data-dir", "{missing}"],
     "occluded_mnist/tfds": ["--source", "tfds", "--data-dir", "{missing}", "--num-test", "4"],
+    "smallnorb": ["--data-dir", "{missing}"],
 }
-APPLICATIONS = ["sort_of_clevr", "music", "occluded_mnist"]
+APPLICATIONS = ["sort_of_clevr", "music", "occluded_mnist", "smallnorb"]
+# Applications with a tiny train/evaluate run on shared or generated data.
+RUNNABLE = ["sort_of_clevr", "music", "occluded_mnist"]
 
 
 @pytest.mark.parametrize("command", ["train", "evaluate"])
@@ -61,14 +64,14 @@ def test_missing_data_is_one_line_and_exit_code_2(key, tmp_path, capsys):
         assert "Traceback" not in err
 
 
-@pytest.mark.parametrize("name", APPLICATIONS)
+@pytest.mark.parametrize("name", RUNNABLE)
 def test_evaluate_without_a_model_is_one_line(name, tmp_path, capsys):
     assert cli.main(["evaluate", name, *TINY_EVALUATE[name], "--model", str(tmp_path / "none.keras")]) == 2
     err = capsys.readouterr().err
     assert "no model at" in err and err.count("\n") == 1
 
 
-@pytest.mark.parametrize("name", APPLICATIONS)
+@pytest.mark.parametrize("name", RUNNABLE)
 def test_tiny_train_then_evaluate(name, tmp_path, capsys):
     run_dir = tmp_path / "run"
     code = cli.main(["train", name, *TINY[name], "--epochs", "1", "--quiet", "--run-dir", str(run_dir)])
@@ -81,3 +84,30 @@ def test_tiny_train_then_evaluate(name, tmp_path, capsys):
     metrics = json.loads(capsys.readouterr().out)
     assert metrics["model"] == str(run_dir / "model.keras")
     assert os.path.isfile(metrics["model"])
+
+
+def test_smallnorb_unprepared_is_the_friendly_tfds_error(tmp_path, capsys):
+    assert cli.main(["train", "smallnorb", "--data-dir", str(tmp_path), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "TFDS dataset 'smallnorb' is not prepared" in err and "--data-dir" in err
+    assert err.count("\n") == 1
+
+
+def test_smallnorb_tiny_train_then_evaluate_on_mock_data(tmp_path, capsys, monkeypatch):
+    import tensorflow_datasets as tfds
+
+    from applications import tfds_data
+
+    monkeypatch.setattr(tfds_data, "require_prepared", lambda name, data_dir=None: None)
+    run_dir = tmp_path / "run"
+    sizes = ["--data-dir", str(tmp_path / "tfds"), "--image-size", "24", "--validation-steps", "1",
+             "--batch-size", "4"]
+    with tfds.testing.mock_data(num_examples=8):
+        code = cli.main(["train", "smallnorb", *sizes, "--steps-per-epoch", "1", "--channels", "8",
+                         "--parts", "8", "--epochs", "1", "--quiet", "--run-dir", str(run_dir)])
+        assert code == 0, capsys.readouterr().err
+        assert (run_dir / "model.keras").is_file() and (run_dir / "metrics.json").is_file()
+        capsys.readouterr()
+        assert cli.main(["evaluate", "smallnorb", *sizes, "--model", str(run_dir / "model.keras")]) == 0
+    metrics = json.loads(capsys.readouterr().out)
+    assert 0.0 <= metrics["test_accuracy"] <= 1.0
