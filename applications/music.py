@@ -56,7 +56,9 @@ def load_chorales(path=None):
     if path.is_dir():
         path = path / "jsb_chorales.json"
     if not path.is_file():
-        raise FileNotFoundError(f"{path} not found: pass the JSB Chorales JSON file or its folder")
+        from applications.errors import DataNotFoundError
+
+        raise DataNotFoundError(f"{path} not found: pass the JSB Chorales JSON file or its folder")
     with open(path) as f:
         data = json.load(f)
     missing = [s for s in SPLITS if s not in data]
@@ -269,6 +271,8 @@ def train(
     seed=0,
     verbose=1,
     callbacks=(),
+    strategy=None,
+    limit=None,
 ):
     """Trains on the training chorales, keeps the best model on the validation NLL.
 
@@ -278,7 +282,9 @@ def train(
     on whole chorales padded to the longest.
 
     Writes ``model.keras``, ``history.png``, ``metrics.json`` and TensorBoard logs
-    under ``run_dir``.
+    under ``run_dir``. With ``strategy`` the model is built and compiled in its scope
+    (``batch_size`` is then the global batch); ``limit`` keeps the first chorales of
+    every split (quick runs).
 
     Returns:
         A dict with the validation and test NLL per step, the parameter count and the paths.
@@ -287,23 +293,27 @@ def train(
 
     keras.utils.set_random_seed(seed)
     os.makedirs(run_dir, exist_ok=True)
+    import tensorflow as tf
+
+    strategy = strategy or tf.distribute.get_strategy()
     data = load_chorales(data_path)
-    rolls = {s: [piano_roll(c) for c in data[s]] for s in SPLITS}
+    rolls = {s: [piano_roll(c) for c in data[s][:limit]] for s in SPLITS}
     longest = max(len(r) for s in SPLITS for r in rolls[s])
     steps = window or longest
     train_ds = make_dataset(rolls["train"], batch_size, longest, True, seed, window)
     valid_ds = make_dataset(rolls["valid"], batch_size, longest, window=window)
-    model = compile_model(
-        build_model(
-            steps,
-            units=units,
-            encoder=encoder,
-            decoder_to_encoder=decoder_to_encoder,
-            use_decoder=use_decoder,
-            input_dropout=input_dropout,
-        ),
-        learning_rate,
-    )
+    with strategy.scope():
+        model = compile_model(
+            build_model(
+                steps,
+                units=units,
+                encoder=encoder,
+                decoder_to_encoder=decoder_to_encoder,
+                use_decoder=use_decoder,
+                input_dropout=input_dropout,
+            ),
+            learning_rate,
+        )
     paths = {
         "model": os.path.join(run_dir, "model.keras"),
         "plot": os.path.join(run_dir, "history.png"),
@@ -339,3 +349,70 @@ def train(
     with open(paths["metrics"], "w") as f:
         json.dump(result, f, indent=2)
     return result
+
+
+def evaluate(model_path, data_path=None, split="test", limit=None, batch_size=32, strategy=None):
+    """NLL per step of a saved model on the chorales of ``split`` (``limit``: the first ones)."""
+    import tensorflow as tf
+
+    if not os.path.exists(model_path):
+        raise FileNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
+    strategy = strategy or tf.distribute.get_strategy()
+    data = load_chorales(data_path)
+    with strategy.scope():
+        model = keras.saving.load_model(model_path)
+    rolls = [piano_roll(c) for c in data[split][:limit]]
+    return {f"{split}_nll_per_step": nll_per_step(model, rolls, batch_size), "model": model_path}
+
+
+# The command-line protocol (applications/registry.py).
+
+DESCRIPTION = "Recurrent Ladder next-step prediction of JSB Chorales (--data-dir: jsb_chorales.json)"
+BENCHMARK = "rladder"
+
+
+def add_arguments(parser, command):
+    """The music application's options for ``train`` and ``evaluate``."""
+    from applications.arguments import positive_float, positive_int
+
+    parser.add_argument("--data-dir", default=None,
+                        help="folder holding jsb_chorales.json (or the file itself); "
+                        "default: the project's shared copy")
+    parser.add_argument("--limit", type=positive_int, default=None,
+                        help="use only the first N chorales of every split (quick runs)")
+    if command == "train":
+        parser.add_argument("--learning-rate", type=positive_float, default=1e-3)
+        parser.add_argument("--units", type=positive_int, nargs="+", default=[128, 64],
+                            help="state sizes of the ladder levels, bottom to top (default: 128 64)")
+        parser.add_argument("--encoder", choices=("gated", "lstm"), default="gated")
+        parser.add_argument("--window", type=positive_int, default=32,
+                            help="train on windows of N steps (default: %(default)s)")
+    else:
+        parser.add_argument("--split", choices=SPLITS, default="test")
+
+
+def run_train(args, strategy):
+    from applications import distribute, fault_tolerance
+
+    out = distribute.output_dir(args.run_dir, strategy)
+    os.makedirs(out, exist_ok=True)
+    return train(
+        args.data_dir,
+        run_dir=out,
+        epochs=args.epochs,
+        batch_size=distribute.global_batch_size(args.batch_size, strategy),
+        learning_rate=args.learning_rate,
+        units=tuple(args.units),
+        encoder=args.encoder,
+        window=args.window,
+        seed=args.seed,
+        verbose=0 if args.quiet else 1,
+        callbacks=fault_tolerance.resumable_callbacks(out, save_freq=args.save_freq),
+        strategy=strategy,
+        limit=args.limit,
+    )
+
+
+def run_evaluate(args, strategy):
+    return evaluate(args.model, args.data_dir, split=args.split, limit=args.limit,
+                    batch_size=args.batch_size, strategy=strategy)

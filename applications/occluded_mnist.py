@@ -59,7 +59,9 @@ def load_digits(source="idx", data_dir=None, split="test"):
     if source == "tfds":
         import tensorflow_datasets as tfds
 
-        ds = tfds.as_numpy(tfds.load("mnist", split=split, data_dir=data_dir, batch_size=-1))
+        from applications.tfds_data import require_prepared
+
+        ds = tfds.as_numpy(require_prepared("mnist", data_dir).as_dataset(split=split, batch_size=-1))
         return ds["image"][..., 0].astype("float32") / 255.0, ds["label"].astype("int32")
     raise ValueError(f"`source` must be 'idx' or 'tfds'. Received: source={source!r}")
 
@@ -277,6 +279,16 @@ def classification_error(model, data, batch_size=64):
 
 
 # ------------------------------------------------------------------------- recipe
+def _train_test_digits(source, data_dir, seed):
+    """The digits of the training and of the test sequences (see :func:`train`)."""
+    if source == "tfds":
+        return load_digits("tfds", data_dir, "train"), load_digits("tfds", data_dir, "test")
+    images, labels = load_digits(source, data_dir)
+    order = np.random.default_rng(seed).permutation(len(images))
+    cut = int(0.8 * len(images))
+    return (images[order[:cut]], labels[order[:cut]]), (images[order[cut:]], labels[order[cut:]])
+
+
 def train(
     variant="rladder",
     source="idx",
@@ -292,34 +304,32 @@ def train(
     seed=0,
     verbose=1,
     callbacks=(),
+    strategy=None,
 ):
     """Trains one variant on generated sequences; writes model, plot, metrics and logs.
 
     With ``source="idx"`` the IDX digits are split 80/20 into the digits of the
     training and of the test sequences; with ``"tfds"`` the TFDS train and test
-    splits are used.
+    splits are used. With ``strategy`` the model is built and compiled in its scope
+    (``batch_size`` is then the global batch).
 
     Returns:
         A dict with the test classification error, the parameter count and the paths.
     """
     from applications.demo import plot_history, save_atomically
 
+    import tensorflow as tf
+
+    strategy = strategy or tf.distribute.get_strategy()
     keras.utils.set_random_seed(seed)
     os.makedirs(run_dir, exist_ok=True)
-    if source == "tfds":
-        train_digits = load_digits("tfds", data_dir, "train")
-        test_digits = load_digits("tfds", data_dir, "test")
-    else:
-        images, labels = load_digits(source, data_dir)
-        order = np.random.default_rng(seed).permutation(len(images))
-        cut = int(0.8 * len(images))
-        train_digits = images[order[:cut]], labels[order[:cut]]
-        test_digits = images[order[cut:]], labels[order[cut:]]
+    train_digits, test_digits = _train_test_digits(source, data_dir, seed)
     train_data = generate(*train_digits, num_train, seed=seed)
     test_data = generate(*test_digits, num_test, seed=seed + 1)
-    model = compile_model(
-        build_model(variant, conv_units=conv_units, dense_units=dense_units), learning_rate
-    )
+    with strategy.scope():
+        model = compile_model(
+            build_model(variant, conv_units=conv_units, dense_units=dense_units), learning_rate
+        )
     paths = {
         "model": os.path.join(run_dir, "model.keras"),
         "plot": os.path.join(run_dir, "history.png"),
@@ -349,3 +359,72 @@ def train(
     with open(paths["metrics"], "w") as f:
         json.dump(result, f, indent=2)
     return result
+
+
+def evaluate(model_path, source="idx", data_dir=None, num_test=5000, seed=0, batch_size=64, strategy=None):
+    """Classification error of a saved model on the test sequences of :func:`train` (same seed)."""
+    import tensorflow as tf
+
+    if not os.path.exists(model_path):
+        raise FileNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
+    strategy = strategy or tf.distribute.get_strategy()
+    _, test_digits = _train_test_digits(source, data_dir, seed)
+    test_data = generate(*test_digits, num_test, seed=seed + 1)
+    with strategy.scope():
+        model = keras.saving.load_model(model_path)
+    return {"test_error": classification_error(model, test_data, batch_size), "model": model_path}
+
+
+# The command-line protocol (applications/registry.py).
+
+DESCRIPTION = "Recurrent Ladder on Occluded Moving MNIST (--data-dir: MNIST IDX files, or --source tfds)"
+BENCHMARK = "rladder"
+
+
+def add_arguments(parser, command):
+    """Occluded Moving MNIST's options for ``train`` and ``evaluate``."""
+    from applications.arguments import positive_float, positive_int
+
+    parser.add_argument("--source", choices=("idx", "tfds"), default="idx",
+                        help="MNIST IDX files in --data-dir, or TFDS mnist (prepared in --data-dir) "
+                        "(default: %(default)s)")
+    parser.add_argument("--data-dir", default=None,
+                        help="folder of the MNIST IDX files (default: the project's shared copy), "
+                        "or TFDS's data folder with --source tfds")
+    parser.add_argument("--num-test", type=positive_int, default=5000, help="test sequences")
+    if command == "train":
+        parser.add_argument("--variant", choices=VARIANTS, default="rladder")
+        parser.add_argument("--num-train", type=positive_int, default=20000, help="training sequences")
+        parser.add_argument("--learning-rate", type=positive_float, default=1e-3)
+        parser.add_argument("--conv-units", type=positive_int, nargs="+", default=[32, 64, 64],
+                            help="units of the convolutional levels (default: 32 64 64)")
+        parser.add_argument("--dense-units", type=positive_int, default=128)
+
+
+def run_train(args, strategy):
+    from applications import distribute, fault_tolerance
+
+    out = distribute.output_dir(args.run_dir, strategy)
+    os.makedirs(out, exist_ok=True)
+    return train(
+        variant=args.variant,
+        source=args.source,
+        data_dir=args.data_dir,
+        run_dir=out,
+        num_train=args.num_train,
+        num_test=args.num_test,
+        epochs=args.epochs,
+        batch_size=distribute.global_batch_size(args.batch_size, strategy),
+        learning_rate=args.learning_rate,
+        conv_units=tuple(args.conv_units),
+        dense_units=args.dense_units,
+        seed=args.seed,
+        verbose=0 if args.quiet else 1,
+        callbacks=fault_tolerance.resumable_callbacks(out, save_freq=args.save_freq),
+        strategy=strategy,
+    )
+
+
+def run_evaluate(args, strategy):
+    return evaluate(args.model, source=args.source, data_dir=args.data_dir, num_test=args.num_test,
+                    seed=args.seed, batch_size=args.batch_size, strategy=strategy)

@@ -43,6 +43,10 @@ import importlib
 #: application name -> module that implements the protocol above.
 APPLICATIONS = {
     "demo": "applications.demo",
+    "sort_of_clevr": "applications.sort_of_clevr",
+    "music": "applications.music",
+    "occluded_mnist": "applications.occluded_mnist",
+    "smallnorb": "applications.smallnorb",
 }
 
 DEFAULT_APPLICATION = "demo"

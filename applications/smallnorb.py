@@ -242,6 +242,8 @@ def train(
     verbose=1,
     download=True,
     model_kwargs=None,
+    strategy=None,
+    callbacks=(),
 ):
     """Trains the paper's model on smallNORB with the paper's recipe.
 
@@ -259,6 +261,9 @@ def train(
         verbose: ``model.fit`` verbosity (1: progress bars).
         download: let TFDS download and prepare the data if it is missing.
         model_kwargs: arguments of ``build_model`` (default: the paper's model).
+        strategy: a ``tf.distribute.Strategy``; the model is built and compiled in its
+            scope (``batch_size`` is then the global batch). None: the default one.
+        callbacks: extra Keras callbacks (after the TensorBoard logs and checkpoint).
 
     Returns:
         ``(model, history)``.
@@ -277,14 +282,18 @@ def train(
     if validation_steps is not None:
         test_ds = test_ds.repeat().take(validation_steps)
 
-    model = build_model(**(model_kwargs or {}))
-    compile_model(model, total_steps=max(2, epochs * steps_per_epoch))
+    from applications import distribute
+
+    strategy = strategy or tf.distribute.get_strategy()
+    with strategy.scope():
+        model = build_model(**(model_kwargs or {}))
+        compile_model(model, total_steps=max(2, epochs * steps_per_epoch))
     history = model.fit(
-        train_ds,
+        distribute.distribute_dataset_options(train_ds),
         epochs=epochs,
         steps_per_epoch=steps_per_epoch,
         validation_data=test_ds,
-        callbacks=train_utils.run_callbacks(run_dir),
+        callbacks=[*train_utils.run_callbacks(run_dir), *callbacks],
         verbose=verbose,
     )
     return model, history
@@ -390,6 +399,112 @@ def viewpoint_sequence(examples, vary="azimuth", instance=None, category=None, e
     if not values:
         return np.zeros((0, image_size, image_size, 2), "float32"), np.zeros((0,), "int64")
     return np.stack([found[v] for v in values]), np.asarray(values)
+
+
+def evaluate(model_path, data_dir=None, batch_size=20, image_size=IMAGE_SIZE, steps=None, strategy=None,
+             download=False):
+    """Test loss and accuracy of a saved model on the smallNORB test split (``steps``: the
+    first batches only)."""
+    import os
+
+    if not os.path.exists(model_path):
+        raise FileNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
+    strategy = strategy or tf.distribute.get_strategy()
+    test_ds = make_dataset(load_split("test", data_dir, download), False, batch_size, image_size)
+    if steps is not None:
+        test_ds = test_ds.take(steps)
+    with strategy.scope():
+        model = keras.saving.load_model(model_path)
+    loss, accuracy = model.evaluate(test_ds, verbose=0)
+    return {"test_accuracy": float(accuracy), "test_loss": float(loss), "model": model_path}
+
+
+# The command-line protocol (applications/registry.py).
+
+DESCRIPTION = "EM-routing capsules on smallNORB stereo pairs (TFDS smallnorb in --data-dir)"
+BENCHMARK = "mnist_capsules"
+
+
+def add_arguments(parser, command):
+    """smallNORB's options for ``train`` and ``evaluate``."""
+    from applications.arguments import positive_int
+
+    parser.add_argument("--data-dir", default=None,
+                        help="TFDS data directory holding a prepared smallnorb "
+                        "(default: ~/tensorflow_datasets; no download is attempted)")
+    parser.add_argument("--image-size", type=positive_int, default=IMAGE_SIZE,
+                        help="side of the images; below 96 they are resized (default: %(default)s)")
+    parser.add_argument("--validation-steps", type=positive_int, default=None,
+                        help="evaluate on the first N test batches only (default: all)")
+    if command == "train":
+        parser.add_argument("--steps-per-epoch", type=positive_int, default=None,
+                            help="training steps per epoch (default: the whole training split)")
+        parser.add_argument("--mixup-alpha", type=float, default=0.2, help="0 disables mixup")
+        parser.add_argument("--channels", type=positive_int, default=64, help="channels of the convolutions")
+        parser.add_argument("--parts", type=positive_int, default=64,
+                            help="part capsules per location and hidden capsules")
+
+
+def _require_data(data_dir):
+    from applications import tfds_data
+
+    tfds_data.require_prepared("smallnorb", data_dir)
+
+
+def run_train(args, strategy):
+    import os
+
+    from applications import distribute, fault_tolerance
+
+    _require_data(args.data_dir)
+    out = distribute.output_dir(args.run_dir, strategy)
+    os.makedirs(out, exist_ok=True)
+    resumable = fault_tolerance.resumable_callbacks(out, save_freq=args.save_freq)
+    model, history = train(
+        data_dir=args.data_dir,
+        run_dir=out,
+        epochs=args.epochs,
+        batch_size=distribute.global_batch_size(args.batch_size, strategy),
+        image_size=args.image_size,
+        steps_per_epoch=args.steps_per_epoch,
+        validation_steps=args.validation_steps,
+        mixup_alpha=args.mixup_alpha or None,
+        seed=args.seed,
+        verbose=0 if args.quiet else 1,
+        download=False,
+        model_kwargs={"d_chns": args.channels, "n_parts": args.parts},
+        strategy=strategy,
+        callbacks=resumable,
+    )
+    paths = {
+        "model": os.path.join(out, "model.keras"),
+        "history": os.path.join(out, fault_tolerance.HISTORY_CSV),
+        "metrics": os.path.join(out, "metrics.json"),
+        "logs": os.path.join(out, "logs"),
+    }
+    fault_tolerance.save_model_atomically(model, paths["model"])
+    logs = history.history
+    result = {
+        "test_accuracy": float(logs["val_accuracy"][-1]) if logs.get("val_accuracy") else None,
+        "test_loss": float(logs["val_loss"][-1]) if logs.get("val_loss") else None,
+        "parameters": int(model.count_params()),
+        "epochs": args.epochs,
+        "resumed_from_epoch": resumable[0].restored_epoch,
+        **paths,
+    }
+    if result["test_accuracy"] is None:
+        del result["test_accuracy"]
+    fault_tolerance.write_json_atomically(result, paths["metrics"])
+    return result
+
+
+def run_evaluate(args, strategy):
+    from applications import distribute
+
+    _require_data(args.data_dir)
+    return evaluate(args.model, data_dir=args.data_dir,
+                    batch_size=distribute.global_batch_size(args.batch_size, strategy),
+                    image_size=args.image_size, steps=args.validation_steps, strategy=strategy)
 
 
 def main(argv=None):

@@ -343,29 +343,36 @@ def plot_example_attention(model, x, path, index=0):
 
 
 def train(run_dir="runs/sort_of_clevr", steps=20000, batch_size=64, kb="symbolic", learning_rate=1e-4,
-          validation_examples=2000, model_kwargs=None, seed=0, verbose=1):
+          validation_examples=2000, model_kwargs=None, seed=0, verbose=1, epochs=10, strategy=None,
+          callbacks=()):
     """Trains MAC on generated Sort-of-CLEVR with the paper's recipe (as the demo does).
 
     Writes ``model.keras`` (EMA weights), ``history.png``, ``metrics.json``,
     ``attention.png`` and TensorBoard logs to ``run_dir``. Returns the metrics with
-    the relational and non-relational validation accuracies.
+    the relational and non-relational validation accuracies. ``steps`` are spread over
+    ``epochs`` epochs; with ``strategy`` the model is built and compiled in its scope
+    and ``batch_size`` is the global batch; ``callbacks`` run after the recipe's.
     """
     import json
     import os
 
     from applications.demo import plot_history, save_atomically
 
+    from applications import distribute
+
+    strategy = strategy or tf.distribute.get_strategy()
     keras.utils.set_random_seed(seed)
     os.makedirs(run_dir, exist_ok=True)
-    model = clevr.compile_model(build_model(kb=kb, **(model_kwargs or {})), learning_rate)
-    epochs = 10
+    with strategy.scope():
+        model = clevr.compile_model(build_model(kb=kb, **(model_kwargs or {})), learning_rate)
     val = {r: generate_examples(validation_examples // 2, seed + 1000 + r, relational=bool(r), kb=kb)
            for r in (0, 1)}
     val_all = ({k: np.concatenate([val[0][0][k], val[1][0][k]]) for k in val[0][0]},
                np.concatenate([val[0][1], val[1][1]]))
     history = model.fit(
-        make_dataset(batch_size, seed, kb=kb), steps_per_epoch=max(1, steps // epochs), epochs=epochs,
-        validation_data=val_all, verbose=verbose, callbacks=clevr.recipe_callbacks(run_dir),
+        distribute.distribute_dataset_options(make_dataset(batch_size, seed, kb=kb)),
+        steps_per_epoch=max(1, steps // epochs), epochs=epochs,
+        validation_data=val_all, verbose=verbose, callbacks=[*clevr.recipe_callbacks(run_dir), *callbacks],
     )
     result = {
         f"{name}_accuracy": float(model.evaluate(*val[r], verbose=0, batch_size=256)[1])
@@ -381,3 +388,77 @@ def train(run_dir="runs/sort_of_clevr", steps=20000, batch_size=64, kb="symbolic
     with open(paths["metrics"], "w") as f:
         json.dump(result, f, indent=2)
     return result
+
+
+def _validation_sets(validation_examples, seed, kb):
+    return {r: generate_examples(validation_examples // 2, seed + 1000 + r, relational=bool(r), kb=kb)
+            for r in (0, 1)}
+
+
+def evaluate(model_path, validation_examples=2000, seed=0, batch_size=256, strategy=None):
+    """Relational and non-relational accuracy of a saved model on the validation questions
+    of ``train`` (same ``seed``); the knowledge base (symbolic or image) is the model's."""
+    import os
+
+    if not os.path.exists(model_path):
+        raise FileNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
+    strategy = strategy or tf.distribute.get_strategy()
+    with strategy.scope():
+        model = keras.saving.load_model(model_path)
+    names = [getattr(t, "name", "") for t in keras.tree.flatten(model.inputs)]
+    kb = "image" if any("image" in n for n in names) else "symbolic"
+    val = _validation_sets(validation_examples, seed, kb)
+    result = {
+        f"{name}_accuracy": float(model.evaluate(*val[r], verbose=0, batch_size=batch_size)[1])
+        for r, name in ((0, "non_relational"), (1, "relational"))
+    }
+    result.update(kb=kb, model=model_path)
+    return result
+
+
+# The command-line protocol (applications/registry.py).
+
+DESCRIPTION = "MAC network on generated Sort-of-CLEVR questions (no download needed)"
+BENCHMARK = "sort_of_clevr"
+
+
+def add_arguments(parser, command):
+    """Sort-of-CLEVR's options for ``train`` and ``evaluate``."""
+    from applications.arguments import positive_float, positive_int
+
+    parser.add_argument("--validation-examples", type=positive_int, default=2000,
+                        help="validation questions, half relational (default: %(default)s)")
+    if command == "train":
+        parser.add_argument("--steps", type=positive_int, default=20000,
+                            help="training steps in total, spread over --epochs (default: %(default)s)")
+        parser.add_argument("--kb", choices=("symbolic", "image"), default="symbolic",
+                            help="knowledge base: the object list or the rendered scene (default: %(default)s)")
+        parser.add_argument("--learning-rate", type=positive_float, default=1e-4)
+        parser.add_argument("--units", type=positive_int, default=128, help="MAC state size")
+        parser.add_argument("--mac-steps", type=positive_int, default=4, help="MAC reasoning steps")
+        parser.add_argument("--embedding-dim", type=positive_int, default=64, help="word embedding size")
+
+
+def run_train(args, strategy):
+    from applications import distribute, fault_tolerance
+
+    out = distribute.output_dir(args.run_dir, strategy)
+    return train(
+        out,
+        steps=args.steps,
+        batch_size=distribute.global_batch_size(args.batch_size, strategy),
+        kb=args.kb,
+        learning_rate=args.learning_rate,
+        validation_examples=args.validation_examples,
+        model_kwargs={"units": args.units, "max_steps": args.mac_steps, "embedding_dim": args.embedding_dim},
+        seed=args.seed,
+        verbose=0 if args.quiet else 1,
+        epochs=args.epochs,
+        strategy=strategy,
+        callbacks=fault_tolerance.resumable_callbacks(out, save_freq=args.save_freq),
+    )
+
+
+def run_evaluate(args, strategy):
+    return evaluate(args.model, validation_examples=args.validation_examples, seed=args.seed,
+                    batch_size=args.batch_size, strategy=strategy)
