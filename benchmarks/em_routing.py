@@ -43,9 +43,9 @@ def _current_rss_bytes():
 def worker(shape, algorithm, jit, repeats):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import numpy as np
-    import tensorflow as tf
 
-    from keras_capsules.layers import EMRouting
+    from keras_capsules.layers import EMRouting  # first: its TensorFlow runtime defaults
+    import tensorflow as tf
 
     cfg = SHAPES[shape]
     rng = np.random.default_rng(0)

@@ -35,10 +35,9 @@ def main(argv=None):
     parser.add_argument("--verbose", type=int, default=2)
     args = parser.parse_args(argv)
 
-    import keras
-
-    from applications import demo
+    from applications import demo  # first: keras_capsules' TensorFlow runtime defaults
     from applications.mnist_digits import default_data_dir, load_idx_digits
+    import keras
 
     try:
         images, labels = load_idx_digits(args.data_dir or default_data_dir())

@@ -49,6 +49,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+import keras_capsules  # noqa: E402,F401  (first: its TensorFlow runtime defaults)
 import keras  # noqa: E402
 from keras_capsules.callbacks import TimeBudget  # noqa: E402
 

@@ -39,6 +39,7 @@ import time
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
+import keras_capsules  # noqa: E402,F401  (first: its TensorFlow runtime defaults)
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 

@@ -5,9 +5,33 @@ embeddings, Recurrent Ladder networks and MAC reasoning cells, written with
 ``keras.ops`` so that they run on any Keras backend and compile with XLA.
 """
 
-from keras_capsules import callbacks, layers, losses, metrics, ops, optimizers
-from keras_capsules.layers import *  # noqa: F401,F403  (the public layers, see layers.__all__)
-from keras_capsules.optimizers import RAdam
+import os as _os
+import sys as _sys
+import warnings as _warnings
+
+# TensorFlow 2.21's oneDNN batch-matmul kernels corrupt the heap when they broadcast
+# operands of different ranks (tensorflow/tensorflow#117700, fixed after 2.21.0). The
+# einsums of the routing layers and Keras' own Dense on rank-3+ inputs reach those
+# kernels, and the corruption surfaces later as a random segfault or abort. Unless the
+# user chose otherwise, turn the oneDNN kernels off before TensorFlow loads (the Eigen
+# kernels are exact and, for these layers, within 2x of oneDNN's speed).
+# ``TF_ENABLE_ONEDNN_OPTS=1`` opts back in.
+ONEDNN_VARIABLE = "TF_ENABLE_ONEDNN_OPTS"
+if "tensorflow" not in _sys.modules:
+    _os.environ.setdefault(ONEDNN_VARIABLE, "0")
+elif _os.environ.get(ONEDNN_VARIABLE) is None:
+    _warnings.warn(
+        "keras_capsules was imported after TensorFlow, whose oneDNN CPU kernels (on by "
+        "default in TensorFlow 2.21) can corrupt memory in broadcast batch matmuls "
+        "(tensorflow/tensorflow#117700). Import keras_capsules before keras/tensorflow, "
+        f"or set {ONEDNN_VARIABLE}=0 in the environment.",
+        RuntimeWarning,
+        stacklevel=2,
+    )
+
+from keras_capsules import callbacks, layers, losses, metrics, ops, optimizers  # noqa: E402
+from keras_capsules.layers import *  # noqa: F401,F403,E402  (the public layers, see layers.__all__)
+from keras_capsules.optimizers import RAdam  # noqa: E402
 
 __version__ = "0.1.0"
 

@@ -12,6 +12,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import pathlib  # noqa: E402
 
+# First, before TensorFlow loads: keras_capsules turns off TF 2.21's oneDNN kernels,
+# which corrupt the heap in broadcast batch matmuls (see keras_capsules/__init__.py).
+import keras_capsules  # noqa: E402,F401
 import keras  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402

@@ -25,6 +25,8 @@ To add one: write ``tuning/<application>.py`` and add a line to ``_HYPERMODELS``
 import importlib
 from collections.abc import Mapping
 
+import keras_capsules  # noqa: F401  (before keras_tuner loads TensorFlow: its runtime defaults)
+
 _HYPERMODELS = {
     "demo": "tuning.demo:DemoHyperModel",
 }
