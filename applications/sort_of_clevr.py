@@ -365,10 +365,8 @@ def train(run_dir="runs/sort_of_clevr", steps=20000, batch_size=64, kb="symbolic
     os.makedirs(run_dir, exist_ok=True)
     with strategy.scope():
         model = clevr.compile_model(build_model(kb=kb, **(model_kwargs or {})), learning_rate)
-    val = {r: generate_examples(validation_examples // 2, seed + 1000 + r, relational=bool(r), kb=kb)
-           for r in (0, 1)}
-    val_all = ({k: np.concatenate([val[0][0][k], val[1][0][k]]) for k in val[0][0]},
-               np.concatenate([val[0][1], val[1][1]]))
+    val = _validation_sets(validation_examples, seed, kb)
+    val_all = validation_data(validation_examples, seed, kb, val)
     history = model.fit(
         distribute.distribute_dataset_options(make_dataset(batch_size, seed, kb=kb)),
         steps_per_epoch=max(1, steps // epochs), epochs=epochs,
@@ -393,6 +391,15 @@ def train(run_dir="runs/sort_of_clevr", steps=20000, batch_size=64, kb="symbolic
 def _validation_sets(validation_examples, seed, kb):
     return {r: generate_examples(validation_examples // 2, seed + 1000 + r, relational=bool(r), kb=kb)
             for r in (0, 1)}
+
+
+def validation_data(validation_examples=2000, seed=0, kb="symbolic", sets=None):
+    """The validation questions of :func:`train` (half non-relational, then half
+    relational) as one ``(inputs, answers)`` pair of arrays; ``sets``: the two halves
+    if already generated."""
+    val = sets or _validation_sets(validation_examples, seed, kb)
+    inputs = {k: np.concatenate([val[0][0][k], val[1][0][k]]) for k in val[0][0]}
+    return inputs, np.concatenate([val[0][1], val[1][1]])
 
 
 def evaluate(model_path, validation_examples=2000, seed=0, batch_size=256, strategy=None):
@@ -423,16 +430,20 @@ BENCHMARK = "sort_of_clevr"
 
 
 def add_arguments(parser, command):
-    """Sort-of-CLEVR's options for ``train`` and ``evaluate``."""
+    """Sort-of-CLEVR's options for ``train``, ``evaluate`` and ``tune``."""
     from applications.arguments import positive_float, positive_int
 
     parser.add_argument("--validation-examples", type=positive_int, default=2000,
                         help="validation questions, half relational (default: %(default)s)")
+    if command in ("train", "tune"):
+        parser.add_argument("--kb", choices=("symbolic", "image"), default="symbolic",
+                            help="knowledge base: the object list or the rendered scene (default: %(default)s)")
+    if command == "tune":
+        parser.add_argument("--steps-per-epoch", type=positive_int, default=500,
+                            help="training steps of every epoch of a trial (default: %(default)s)")
     if command == "train":
         parser.add_argument("--steps", type=positive_int, default=20000,
                             help="training steps in total, spread over --epochs (default: %(default)s)")
-        parser.add_argument("--kb", choices=("symbolic", "image"), default="symbolic",
-                            help="knowledge base: the object list or the rendered scene (default: %(default)s)")
         parser.add_argument("--learning-rate", type=positive_float, default=1e-4)
         parser.add_argument("--units", type=positive_int, default=128, help="MAC state size")
         parser.add_argument("--mac-steps", type=positive_int, default=4, help="MAC reasoning steps")
