@@ -81,15 +81,16 @@ def parse_fixed(text):
 def fixed_hyperparameters(hypermodel, fixed):
     """``keras_tuner.HyperParameters`` holding the ``NAME=VALUE`` texts of ``fixed``.
 
-    Every name must be one that ``hypermodel.build`` declares (checked by declaring the
-    space once, a build of the default model), so that a typo is not silently ignored.
+    Every name must be one that ``hypermodel.build`` declares (checked by one build of
+    the default model, as keras-tuner does to learn the space), so that a typo is not
+    silently ignored.
     Returns None when ``fixed`` is empty.
     """
     if not fixed:
         return None
     values = dict(parse_fixed(text) for text in fixed)
     declared = keras_tuner.HyperParameters()
-    hypermodel.declare_hyperparameters(declared)
+    hypermodel.build(declared)
     names = sorted({hp.name for hp in declared.space})
     unknown = sorted(set(values) - set(names))
     if unknown:

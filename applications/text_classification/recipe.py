@@ -182,7 +182,7 @@ def evaluate(model_path, dataset="sst2", data_dir=None, vocabulary_path=None, li
     strategy = strategy or tf.distribute.get_strategy()
     lookup = data_lib.make_lookup(data_lib.load_vocabulary(vocabulary_path))
     raw = data_lib.load_split(dataset, data_lib.splits(dataset)[2], data_dir, limit=limit)
-    test = data_lib.make_dataset(raw, lookup, batch_size, max_length=max_length)
+    test = data_lib.with_cardinality(data_lib.make_dataset(raw, lookup, batch_size, max_length=max_length))
     with strategy.scope():
         model = keras.saving.load_model(model_path)
     n_classes = data_lib.num_classes(dataset)
