@@ -796,6 +796,7 @@ def run_train(args, strategy):
     from applications import distribute, fault_tolerance
     from applications.arguments import cache_dir_of
 
+    sst_trees.require_split_files(args.data_dir)
     out = distribute.output_dir(args.run_dir, strategy)
     os.makedirs(out, exist_ok=True)
     return train(
@@ -824,6 +825,7 @@ def run_evaluate(args, strategy):
     from applications import distribute
     from applications.arguments import cache_dir_of
 
+    sst_trees.require_split_files(args.data_dir, (args.split,))
     return evaluate(args.model, args.data_dir, args.granularity, args.split, args.preset, cache_dir_of(args),
                     args.max_length, args.max_eval, distribute.global_batch_size(args.batch_size, strategy),
                     strategy)

@@ -54,6 +54,7 @@ class SSTHyperModel(DatasetHyperModel):
                 "max_eval": args.max_eval, "max_length": args.max_length}
 
     def load_data(self):
+        sst_trees.require_split_files(self.data_dir, ("train", "dev"))
         requests = {"train": ("train", self.train_on == "phrases", self.max_train),
                     "dev": ("dev", False, self.max_eval)}
         return sst.embed_splits(self.data_dir, self.granularity, requests, self.preset, self.cache_dir,

@@ -263,7 +263,7 @@ def require_data(name, data_dir=None):
     ``applications.tfds_data.require_prepared``); SST needs the folder of its tree files.
 
     Raises:
-        DataNotFoundError: (a ``FileNotFoundError``) with a one-line message.
+        FileNotFoundError: (``DataNotFoundError`` for TFDS) with a one-line message.
     """
     _check_dataset(name)
     from applications import tfds_data
@@ -277,11 +277,7 @@ def require_data(name, data_dir=None):
                                 "train.txt, dev.txt and test.txt")
     from applications import sst_trees
 
-    for split in splits(name):
-        try:
-            sst_trees.split_path(data_dir, split)
-        except FileNotFoundError as err:
-            raise DataNotFoundError(str(err)) from None
+    sst_trees.require_split_files(data_dir, splits(name))
 
 
 def _tfds_split(name, split, data_dir, download):
