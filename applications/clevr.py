@@ -673,7 +673,7 @@ DESCRIPTION = "MAC network on CLEVR (TFDS clevr in --data-dir, ResNet-101 featur
 
 def add_arguments(parser, command):
     """CLEVR's options for ``train``, ``evaluate`` and ``tune``."""
-    from applications.arguments import positive_float, positive_int
+    from applications.arguments import positive_int
 
     parser.add_argument("--data-dir", default=None,
                         help="TFDS data directory holding a prepared clevr:3.1.0, read only while "
@@ -687,10 +687,23 @@ def add_arguments(parser, command):
     parser.add_argument("--limit", type=positive_int, default=None,
                         help="use only the first N questions of every split (quick runs)")
     if command == "train":
-        parser.add_argument("--learning-rate", type=positive_float, default=1e-4)
-        parser.add_argument("--units", type=positive_int, default=512, help="MAC state size d (even)")
-        parser.add_argument("--mac-steps", type=positive_int, default=12, help="MAC reasoning steps p")
-        parser.add_argument("--embedding-dim", type=positive_int, default=300, help="word embedding size")
+        add_mac_arguments(parser, units=512, mac_steps=12, embedding_dim=300)
+
+
+def add_mac_arguments(parser, units, mac_steps, embedding_dim, learning_rate=1e-4):
+    """The MAC model's options of ``train`` (CLEVR and Sort-of-CLEVR), with their defaults;
+    :func:`mac_options` reads them back as ``build_model`` arguments."""
+    from applications.arguments import positive_float, positive_int
+
+    parser.add_argument("--learning-rate", type=positive_float, default=learning_rate)
+    parser.add_argument("--units", type=positive_int, default=units, help="MAC state size d (even)")
+    parser.add_argument("--mac-steps", type=positive_int, default=mac_steps, help="MAC reasoning steps p")
+    parser.add_argument("--embedding-dim", type=positive_int, default=embedding_dim, help="word embedding size")
+
+
+def mac_options(args):
+    """The ``build_model`` arguments of the options of :func:`add_mac_arguments`."""
+    return {"units": args.units, "max_steps": args.mac_steps, "embedding_dim": args.embedding_dim}
 
 
 def run_train(args, strategy):
@@ -707,7 +720,7 @@ def run_train(args, strategy):
         epochs=args.epochs,
         batch_size=distribute.global_batch_size(args.batch_size, strategy),
         image_size=args.image_size,
-        model_kwargs={"units": args.units, "max_steps": args.mac_steps, "embedding_dim": args.embedding_dim},
+        model_kwargs=mac_options(args),
         extractor=extractor,
         seed=args.seed,
         verbose=0 if args.quiet else 1,

@@ -431,7 +431,7 @@ BENCHMARK = "sort_of_clevr"
 
 def add_arguments(parser, command):
     """Sort-of-CLEVR's options for ``train``, ``evaluate`` and ``tune``."""
-    from applications.arguments import positive_float, positive_int
+    from applications.arguments import positive_int
 
     parser.add_argument("--validation-examples", type=positive_int, default=2000,
                         help="validation questions, half relational (default: %(default)s)")
@@ -444,10 +444,7 @@ def add_arguments(parser, command):
     if command == "train":
         parser.add_argument("--steps", type=positive_int, default=20000,
                             help="training steps in total, spread over --epochs (default: %(default)s)")
-        parser.add_argument("--learning-rate", type=positive_float, default=1e-4)
-        parser.add_argument("--units", type=positive_int, default=128, help="MAC state size")
-        parser.add_argument("--mac-steps", type=positive_int, default=4, help="MAC reasoning steps")
-        parser.add_argument("--embedding-dim", type=positive_int, default=64, help="word embedding size")
+        clevr.add_mac_arguments(parser, units=128, mac_steps=4, embedding_dim=64)
 
 
 def run_train(args, strategy):
@@ -461,7 +458,7 @@ def run_train(args, strategy):
         kb=args.kb,
         learning_rate=args.learning_rate,
         validation_examples=args.validation_examples,
-        model_kwargs={"units": args.units, "max_steps": args.mac_steps, "embedding_dim": args.embedding_dim},
+        model_kwargs=clevr.mac_options(args),
         seed=args.seed,
         verbose=0 if args.quiet else 1,
         epochs=args.epochs,
