@@ -297,6 +297,7 @@ def train(
     Returns:
         A dict with the validation and test NLL per step, the parameter count and the paths.
     """
+    from applications import fault_tolerance
     from applications.demo import plot_history, save_atomically
 
     keras.utils.set_random_seed(seed)
@@ -352,8 +353,7 @@ def train(
         "epochs_run": len(history.history.get("loss", [])),
         **paths,
     }
-    with open(paths["metrics"], "w") as f:
-        json.dump(result, f, indent=2)
+    fault_tolerance.write_json_atomically(result, paths["metrics"])
     return result
 
 

@@ -21,7 +21,6 @@ the last step). Baselines (``variant``):
 * ``"temporal"``: a per-frame convolutional network with a GRU on top.
 """
 
-import json
 import os
 
 import keras
@@ -327,6 +326,7 @@ def train(
     Returns:
         A dict with the test classification error, the parameter count and the paths.
     """
+    from applications import fault_tolerance
     from applications.demo import plot_history, save_atomically
 
     import tensorflow as tf
@@ -365,8 +365,7 @@ def train(
         "epochs_run": len(history.history.get("loss", [])),
         **paths,
     }
-    with open(paths["metrics"], "w") as f:
-        json.dump(result, f, indent=2)
+    fault_tolerance.write_json_atomically(result, paths["metrics"])
     return result
 
 

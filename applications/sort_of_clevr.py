@@ -353,12 +353,10 @@ def train(run_dir="runs/sort_of_clevr", steps=20000, batch_size=64, kb="symbolic
     ``epochs`` epochs; with ``strategy`` the model is built and compiled in its scope
     and ``batch_size`` is the global batch; ``callbacks`` run after the recipe's.
     """
-    import json
     import os
 
+    from applications import distribute, fault_tolerance
     from applications.demo import plot_history, save_atomically
-
-    from applications import distribute
 
     strategy = strategy or tf.distribute.get_strategy()
     keras.utils.set_random_seed(seed)
@@ -383,8 +381,7 @@ def train(run_dir="runs/sort_of_clevr", steps=20000, batch_size=64, kb="symbolic
     plot_history(history.history, paths["plot"])
     plot_example_attention(model, val[1][0], paths["attention"])
     result.update(parameters=int(model.count_params()), steps=steps, **paths)
-    with open(paths["metrics"], "w") as f:
-        json.dump(result, f, indent=2)
+    fault_tolerance.write_json_atomically(result, paths["metrics"])
     return result
 
 

@@ -48,7 +48,7 @@ APPLICATIONS = ["sort_of_clevr", "music", "occluded_mnist", "smallnorb", "sst", 
 RUNNABLE = ["sort_of_clevr", "music", "occluded_mnist", "text_classification"]
 
 
-@pytest.mark.parametrize("command", ["train", "evaluate"])
+@pytest.mark.parametrize("command", ["train", "evaluate", "tune"])
 @pytest.mark.parametrize("name", APPLICATIONS)
 def test_help(name, command, capsys):
     with pytest.raises(SystemExit) as exit_info:
@@ -56,6 +56,8 @@ def test_help(name, command, capsys):
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
     assert out.startswith("usage: keras-capsules") and "--batch-size" in out and "--strategy" in out
+    if command == "tune":
+        assert "--max-trials" in out and "--fixed" in out and "--tuner" in out
 
 
 def test_applications_are_listed(capsys):
