@@ -55,7 +55,7 @@ class TextClassificationHyperModel(DatasetHyperModel):
     def load_data(self):
         data_lib.require_data(self.dataset, self.data_dir)
         return recipe.prepare_data(self.dataset, self.data_dir, self.batch_size, self.vocab_size,
-                                   self.max_length, self.phrases, self.limit, self.seed)
+                                   self.max_length, self.phrases, self.limit, self.seed, test=False)
 
     def build(self, hp):
         data = self.prepare()

@@ -19,7 +19,7 @@ from applications.text_classification import model as model_lib
 
 
 def prepare_data(dataset="sst2", data_dir=None, batch_size=30, vocab_size=60000, max_length=data_lib.MAX_LENGTH,
-                 phrases=False, limit=None, seed=0):
+                 phrases=False, limit=None, seed=0, test=True):
     """The vocabulary and the batched splits that :func:`train` trains and tests on.
 
     The vocabulary is the ``vocab_size`` most frequent tokens of the training split;
@@ -28,8 +28,8 @@ def prepare_data(dataset="sst2", data_dir=None, batch_size=30, vocab_size=60000,
     Returns:
         A dict: ``vocabulary`` (words), ``vocab_size`` (ids, padding and OOV
         included), ``num_classes``, and the datasets ``train`` (shuffled),
-        ``validation`` and ``test`` (the same dataset when a TFDS set validates on its
-        test split).
+        ``validation`` and, with ``test``, ``test`` (the same dataset when a TFDS set
+        validates on its test split).
     """
     train_split, val_split, test_split = data_lib.splits(dataset)
 
@@ -45,14 +45,16 @@ def prepare_data(dataset="sst2", data_dir=None, batch_size=30, vocab_size=60000,
         return data_lib.with_cardinality(batched)
 
     validation = batches(raw(val_split), False)
-    return {
+    data = {
         "vocabulary": vocabulary,
         "vocab_size": int(lookup.vocabulary_size()),
         "num_classes": data_lib.num_classes(dataset),
         "train": batches(train_raw, True),
         "validation": validation,
-        "test": validation if test_split == val_split else batches(raw(test_split), False),
     }
+    if test:
+        data["test"] = validation if test_split == val_split else batches(raw(test_split), False)
+    return data
 
 
 def train(

@@ -1,8 +1,9 @@
 """Every application's HyperModel: a tiny two-trial `keras-capsules tune` on tiny data.
 
 Each search fixes the model's sizes at their smallest (``--fixed``) and searches the
-rest; the three tuners each run on more than one application, and the SST search runs
-under a two-replica ``MirroredStrategy``.
+rest; the three tuners each run on more than one application. (The HyperModels' shared
+base, ``tuning.base.DatasetHyperModel``, runs under a ``MirroredStrategy`` in
+``test_search.py``, through the demo's HyperModel.)
 """
 
 import contextlib
@@ -14,10 +15,8 @@ import pytest
 
 import tuning
 from applications import __main__ as cli
-from applications import distribute
 from tests.applications.tiny_data import CLEVR_IMAGE_SIZE, SST_DIR, tiny_bert_preset, tiny_clevr_cache
 from tests.conftest import shared_path
-from tests.harness import two_cpu_strategy
 
 MNIST_DIR = str(shared_path("data", "mnist"))
 JSB_DIR = str(shared_path("data", "jsb_chorales"))
@@ -40,7 +39,7 @@ SEARCHES = {
     "sst": (
         "bayesian",
         ["--data-dir", str(SST_DIR), "--granularity", "2", "--train-on", "sentences", "--max-train", "32",
-         "--max-eval", "16", "--max-length", "12", "--batch-size", "8", "--strategy", "mirrored"],
+         "--max-eval", "16", "--max-length", "12", "--batch-size", "16"],
         dict(hidden_dim=8, hidden_capsules=4),
         {"n_iters": (2, 4), "capsule_dim": (1, 4), "max_lr": (1e-4, 2e-3), "mixup_alpha": (0.0, 0.2, 0.4)},
         "val_accuracy", (None, 2),
@@ -95,8 +94,6 @@ def test_every_application_with_a_hypermodel_can_be_tuned():
 
 def _data_options(name, tmp_path, monkeypatch, stack):
     """Data options that need files made for the test (and mock TFDS for smallnorb)."""
-    if "mirrored" in SEARCHES[name][1]:  # the session's one two-CPU MirroredStrategy
-        monkeypatch.setitem(distribute._CACHE, "mirrored", two_cpu_strategy())
     if name == "sst":
         return ["--preset", tiny_bert_preset(tmp_path / "preset")]
     if name == "clevr":
