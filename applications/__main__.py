@@ -50,10 +50,11 @@ def _hypermodel_names():
 
 def _application_list():
     lines = []
+    width = max(len(name) for name in registry.names())
     for name in registry.names():
         module = registry.load(name)
         text = getattr(module, "DESCRIPTION", None) or (module.__doc__ or "").strip().splitlines()[0]
-        lines.append(f"  {name:<12} {text}")
+        lines.append(f"  {name:<{width}}  {text}")
     return "\n".join(lines)
 
 

@@ -1,6 +1,7 @@
 """Argument types and the options common to every application's commands."""
 
 import argparse
+import os
 
 from applications import distribute
 
@@ -75,3 +76,21 @@ def add_common_arguments(parser, command):
                             "(default: %(default)s)")
         parser.add_argument("--overwrite", action="store_true",
                             help="start the search again instead of resuming it")
+        parser.add_argument("--fixed", action="append", default=[], metavar="NAME=VALUE",
+                            help="pin a hyperparameter of the search space to one value and search "
+                            "the others (repeatable), e.g. --fixed n_iters=3")
+
+
+def cache_dir_of(args):
+    """``--cache-dir``, else a ``cache`` folder beside the command's outputs.
+
+    ``RUN_DIR/cache`` for ``train``, the model's folder ``/cache`` for ``evaluate`` (the
+    cache ``train`` made by default), ``DIRECTORY/cache`` for ``tune``.
+    """
+    if getattr(args, "cache_dir", None):
+        return args.cache_dir
+    if args.command == "train":
+        return os.path.join(args.run_dir, "cache")
+    if args.command == "evaluate":
+        return os.path.join(os.path.dirname(os.path.abspath(args.model)), "cache")
+    return os.path.join(args.directory, "cache")

@@ -536,39 +536,204 @@ def prepare(cache_dir, data_dir=None, splits=("train", "validation"), image_size
         index, questions, answers = tables[s]
         tokens, labels = encode(questions, answers, vocabulary, classes)
         result[s] = {"features_path": paths[s][0], "image_index": index, "tokens": tokens, "labels": labels}
-    with open(pathlib.Path(cache_dir) / "vocabulary.json", "w") as f:
-        json.dump({"vocabulary": vocabulary, "classes": classes}, f)
+    from applications.fault_tolerance import write_json_atomically
+
+    write_json_atomically({"vocabulary": vocabulary, "classes": classes},
+                          pathlib.Path(cache_dir) / "vocabulary.json")
     return result
 
 
+SPLITS = ("train", "validation")
+
+
+def is_cached(cache_dir, split, image_size=IMAGE_SIZE):
+    """Whether :func:`cache_split` would reuse the cache of ``split`` (no TFDS, no ResNet)."""
+    folder = pathlib.Path(cache_dir)
+    return all((folder / f).is_file() for f in (f"{split}_{image_size}.npy", f"{split}_questions.json"))
+
+
+def offline_extractor(cache_dir, data_dir=None, image_size=IMAGE_SIZE, weights="imagenet", splits=SPLITS):
+    """The feature extractor :func:`prepare` needs, or None when every split is cached.
+
+    Checks first that TFDS ``clevr`` is prepared in ``data_dir`` (it is never
+    downloaded) and reports missing ImageNet weights as one line.
+
+    Raises:
+        DataNotFoundError: the cache is incomplete and the dataset or the weights are missing.
+    """
+    if all(is_cached(cache_dir, s, image_size) for s in splits):
+        return None
+    from applications import tfds_data
+    from applications.errors import DataNotFoundError
+
+    tfds_data.require_prepared(TFDS_NAME, data_dir)
+    try:
+        return feature_extractor(image_size, weights)
+    except Exception as err:  # keras.utils.get_file raises a bare Exception when offline
+        if weights is None:
+            raise
+        first_line = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise DataNotFoundError(
+            f"cannot load ResNet-101's {weights!r} weights to cache the CLEVR features ({first_line}); "
+            f"Keras downloads them once into ~/.keras/models"
+        ) from None
+
+
+def first_questions(data, limit=None):
+    """``data`` of :func:`prepare` with only the first ``limit`` questions of every split."""
+    if limit is None:
+        return data
+    return {
+        key: {k: v if k == "features_path" else v[:limit] for k, v in value.items()}
+        if key in SPLITS else value
+        for key, value in data.items()
+    }
+
+
+def prepare_offline(cache_dir, data_dir=None, image_size=IMAGE_SIZE, limit=None, verbose=1):
+    """:func:`prepare` of both splits without any download (see :func:`offline_extractor`),
+    keeping the first ``limit`` questions of each split."""
+    extractor = offline_extractor(cache_dir, data_dir, image_size)
+    data = prepare(cache_dir, data_dir, SPLITS, image_size, extractor=extractor, verbose=verbose)
+    return first_questions(data, limit)
+
+
+def feature_shape(data):
+    """Shape ``(H, W, C)`` of the cached features of :func:`prepare`'s ``data``."""
+    return np.load(data["train"]["features_path"], mmap_mode="r").shape[1:]
+
+
 def train(cache_dir, run_dir="runs/clevr", data_dir=None, epochs=25, batch_size=64, image_size=IMAGE_SIZE,
-          weights="imagenet", model_kwargs=None, extractor=None, seed=0, verbose=1):
+          weights="imagenet", model_kwargs=None, extractor=None, seed=0, verbose=1, learning_rate=1e-4,
+          limit=None, strategy=None, callbacks=()):
     """Trains the CLEVR MAC model with the paper's recipe, as the demo does.
 
     Writes ``model.keras`` (EMA weights), ``history.png``, ``metrics.json`` and
-    TensorBoard logs to ``run_dir``. Returns the metrics dict.
+    TensorBoard logs to ``run_dir``. Returns the metrics dict. ``limit`` keeps the
+    first questions of every split (quick runs); with ``strategy`` the model is built
+    and compiled in its scope (``batch_size`` is then the global batch); ``callbacks``
+    run after the recipe's.
     """
-    from applications.demo import plot_history, save_atomically
+    import tensorflow as tf
 
+    from applications import distribute
+    from applications.demo import plot_history, save_atomically
+    from applications.fault_tolerance import write_json_atomically
+
+    strategy = strategy or tf.distribute.get_strategy()
     keras.utils.set_random_seed(seed)
     os.makedirs(run_dir, exist_ok=True)
-    data = prepare(cache_dir, data_dir, ("train", "validation"), image_size, weights, extractor, verbose=verbose)
+    data = prepare(cache_dir, data_dir, SPLITS, image_size, weights, extractor, verbose=verbose)
+    data = first_questions(data, limit)
     train_ds = make_dataset(**data["train"], batch_size=batch_size, shuffle=True, seed=seed)
     val_ds = make_dataset(**data["validation"], batch_size=batch_size)
-    feature_shape = np.load(data["train"]["features_path"], mmap_mode="r").shape[1:]
-    model = build_model(
-        len(data["vocabulary"]), len(data["classes"]), feature_shape, **(model_kwargs or {})
-    )
-    compile_model(model)
-    history = model.fit(train_ds, validation_data=val_ds, epochs=epochs, verbose=verbose,
-                        callbacks=recipe_callbacks(run_dir))
+    with strategy.scope():
+        model = build_model(
+            len(data["vocabulary"]), len(data["classes"]), feature_shape(data), **(model_kwargs or {})
+        )
+        compile_model(model, learning_rate)
+    history = model.fit(distribute.distribute_dataset_options(train_ds), validation_data=val_ds, epochs=epochs,
+                        verbose=verbose, callbacks=[*recipe_callbacks(run_dir), *callbacks])
     loss, accuracy = model.evaluate(val_ds, verbose=0)  # EMA weights (see module doc)
     paths = {k: os.path.join(run_dir, f) for k, f in
-             (("model", "model.keras"), ("plot", "history.png"), ("metrics", "metrics.json"))}
+             (("model", "model.keras"), ("plot", "history.png"), ("metrics", "metrics.json"),
+              ("logs", "logs"))}
     save_atomically(model, paths["model"])
     plot_history(history.history, paths["plot"])
     result = {"validation_accuracy": float(accuracy), "validation_loss": float(loss),
               "parameters": int(model.count_params()), "epochs": epochs, **paths}
-    with open(paths["metrics"], "w") as f:
-        json.dump(result, f, indent=2)
+    write_json_atomically(result, paths["metrics"])
     return result
+
+
+def evaluate(model_path, cache_dir, data_dir=None, image_size=IMAGE_SIZE, limit=None, batch_size=64,
+             strategy=None):
+    """Validation loss and accuracy of a saved model (the CLEVR test split has no answers).
+
+    The questions are encoded with the vocabulary of the cached training split, as in
+    :func:`train`; a missing cache is made first (see :func:`prepare_offline`).
+    """
+    import tensorflow as tf
+
+    if not os.path.exists(model_path):
+        raise FileNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
+    strategy = strategy or tf.distribute.get_strategy()
+    data = prepare_offline(cache_dir, data_dir, image_size, limit, verbose=0)
+    val_ds = make_dataset(**data["validation"], batch_size=batch_size)
+    with strategy.scope():
+        model = keras.saving.load_model(model_path)
+    loss, accuracy = model.evaluate(val_ds, verbose=0)
+    return {"validation_accuracy": float(accuracy), "validation_loss": float(loss), "model": model_path}
+
+
+# The command-line protocol (applications/registry.py).
+
+DESCRIPTION = "MAC network on CLEVR (TFDS clevr in --data-dir, ResNet-101 features cached once)"
+
+
+def add_arguments(parser, command):
+    """CLEVR's options for ``train``, ``evaluate`` and ``tune``."""
+    from applications.arguments import positive_int
+
+    parser.add_argument("--data-dir", default=None,
+                        help="TFDS data directory holding a prepared clevr:3.1.0, read only while "
+                        "the feature cache is incomplete (default: ~/tensorflow_datasets; no download "
+                        "is attempted)")
+    parser.add_argument("--cache-dir", default=None,
+                        help="the cache of ResNet-101 features and questions (default: RUN_DIR/cache "
+                        "for train, the model's folder/cache for evaluate, DIRECTORY/cache for tune)")
+    parser.add_argument("--image-size", type=positive_int, default=IMAGE_SIZE,
+                        help="images are resized to N x N before ResNet-101 (default: %(default)s)")
+    parser.add_argument("--limit", type=positive_int, default=None,
+                        help="use only the first N questions of every split (quick runs)")
+    if command == "train":
+        add_mac_arguments(parser, units=512, mac_steps=12, embedding_dim=300)
+
+
+def add_mac_arguments(parser, units, mac_steps, embedding_dim, learning_rate=1e-4):
+    """The MAC model's options of ``train`` (CLEVR and Sort-of-CLEVR), with their defaults;
+    :func:`mac_options` reads them back as ``build_model`` arguments."""
+    from applications.arguments import positive_float, positive_int
+
+    parser.add_argument("--learning-rate", type=positive_float, default=learning_rate)
+    parser.add_argument("--units", type=positive_int, default=units, help="MAC state size d (even)")
+    parser.add_argument("--mac-steps", type=positive_int, default=mac_steps, help="MAC reasoning steps p")
+    parser.add_argument("--embedding-dim", type=positive_int, default=embedding_dim, help="word embedding size")
+
+
+def mac_options(args):
+    """The ``build_model`` arguments of the options of :func:`add_mac_arguments`."""
+    return {"units": args.units, "max_steps": args.mac_steps, "embedding_dim": args.embedding_dim}
+
+
+def run_train(args, strategy):
+    from applications import distribute, fault_tolerance
+    from applications.arguments import cache_dir_of
+
+    out = distribute.output_dir(args.run_dir, strategy)
+    cache_dir = cache_dir_of(args)
+    extractor = offline_extractor(cache_dir, args.data_dir, args.image_size)
+    return train(
+        cache_dir,
+        run_dir=out,
+        data_dir=args.data_dir,
+        epochs=args.epochs,
+        batch_size=distribute.global_batch_size(args.batch_size, strategy),
+        image_size=args.image_size,
+        model_kwargs=mac_options(args),
+        extractor=extractor,
+        seed=args.seed,
+        verbose=0 if args.quiet else 1,
+        learning_rate=args.learning_rate,
+        limit=args.limit,
+        strategy=strategy,
+        callbacks=fault_tolerance.resumable_callbacks(out, save_freq=args.save_freq),
+    )
+
+
+def run_evaluate(args, strategy):
+    from applications import distribute
+    from applications.arguments import cache_dir_of
+
+    return evaluate(args.model, cache_dir_of(args), args.data_dir, args.image_size, args.limit,
+                    batch_size=distribute.global_batch_size(args.batch_size, strategy), strategy=strategy)

@@ -67,6 +67,14 @@ def load_chorales(path=None):
     return {s: data[s] for s in SPLITS}
 
 
+def load_rolls(path=None, limit=None):
+    """The piano rolls of every split (the first ``limit`` chorales of each) and the
+    number of steps of the longest roll: ``({"train": [...], ...}, longest)``."""
+    data = load_chorales(path)
+    rolls = {s: [piano_roll(c) for c in data[s][:limit]] for s in SPLITS}
+    return rolls, max(len(r) for s in SPLITS for r in rolls[s])
+
+
 def piano_roll(chorale):
     """One chorale (a list of steps of MIDI pitches) as a ``[steps, 88]`` float32 0/1 roll."""
     roll = np.zeros((len(chorale), NUM_KEYS), "float32")
@@ -289,6 +297,7 @@ def train(
     Returns:
         A dict with the validation and test NLL per step, the parameter count and the paths.
     """
+    from applications import fault_tolerance
     from applications.demo import plot_history, save_atomically
 
     keras.utils.set_random_seed(seed)
@@ -296,9 +305,7 @@ def train(
     import tensorflow as tf
 
     strategy = strategy or tf.distribute.get_strategy()
-    data = load_chorales(data_path)
-    rolls = {s: [piano_roll(c) for c in data[s][:limit]] for s in SPLITS}
-    longest = max(len(r) for s in SPLITS for r in rolls[s])
+    rolls, longest = load_rolls(data_path, limit)
     steps = window or longest
     train_ds = make_dataset(rolls["train"], batch_size, longest, True, seed, window)
     valid_ds = make_dataset(rolls["valid"], batch_size, longest, window=window)
@@ -346,8 +353,7 @@ def train(
         "epochs_run": len(history.history.get("loss", [])),
         **paths,
     }
-    with open(paths["metrics"], "w") as f:
-        json.dump(result, f, indent=2)
+    fault_tolerance.write_json_atomically(result, paths["metrics"])
     return result
 
 
@@ -372,7 +378,7 @@ BENCHMARK = "rladder"
 
 
 def add_arguments(parser, command):
-    """The music application's options for ``train`` and ``evaluate``."""
+    """The music application's options for ``train``, ``evaluate`` and ``tune``."""
     from applications.arguments import positive_float, positive_int
 
     parser.add_argument("--data-dir", default=None,
@@ -380,14 +386,15 @@ def add_arguments(parser, command):
                         "default: the project's shared copy")
     parser.add_argument("--limit", type=positive_int, default=None,
                         help="use only the first N chorales of every split (quick runs)")
+    if command in ("train", "tune"):
+        parser.add_argument("--window", type=positive_int, default=32,
+                            help="train on windows of N steps (default: %(default)s)")
     if command == "train":
         parser.add_argument("--learning-rate", type=positive_float, default=1e-3)
         parser.add_argument("--units", type=positive_int, nargs="+", default=[128, 64],
                             help="state sizes of the ladder levels, bottom to top (default: 128 64)")
         parser.add_argument("--encoder", choices=("gated", "lstm"), default="gated")
-        parser.add_argument("--window", type=positive_int, default=32,
-                            help="train on windows of N steps (default: %(default)s)")
-    else:
+    elif command == "evaluate":
         parser.add_argument("--split", choices=SPLITS, default="test")
 
 

@@ -21,7 +21,6 @@ the last step). Baselines (``variant``):
 * ``"temporal"``: a per-frame convolutional network with a GRU on top.
 """
 
-import json
 import os
 
 import keras
@@ -289,6 +288,17 @@ def _train_test_digits(source, data_dir, seed):
     return (images[order[:cut]], labels[order[:cut]]), (images[order[cut:]], labels[order[cut:]])
 
 
+def make_sequences(source="idx", data_dir=None, num_train=20000, num_test=5000, seed=0):
+    """The training and test sequences of :func:`train` (``generate``'s dicts).
+
+    With ``source="idx"`` the IDX digits are split 80/20 into the digits of the
+    training and of the test sequences; with ``"tfds"`` the TFDS train and test
+    splits are used.
+    """
+    train_digits, test_digits = _train_test_digits(source, data_dir, seed)
+    return generate(*train_digits, num_train, seed=seed), generate(*test_digits, num_test, seed=seed + 1)
+
+
 def train(
     variant="rladder",
     source="idx",
@@ -316,6 +326,7 @@ def train(
     Returns:
         A dict with the test classification error, the parameter count and the paths.
     """
+    from applications import fault_tolerance
     from applications.demo import plot_history, save_atomically
 
     import tensorflow as tf
@@ -323,9 +334,7 @@ def train(
     strategy = strategy or tf.distribute.get_strategy()
     keras.utils.set_random_seed(seed)
     os.makedirs(run_dir, exist_ok=True)
-    train_digits, test_digits = _train_test_digits(source, data_dir, seed)
-    train_data = generate(*train_digits, num_train, seed=seed)
-    test_data = generate(*test_digits, num_test, seed=seed + 1)
+    train_data, test_data = make_sequences(source, data_dir, num_train, num_test, seed)
     with strategy.scope():
         model = compile_model(
             build_model(variant, conv_units=conv_units, dense_units=dense_units), learning_rate
@@ -356,8 +365,7 @@ def train(
         "epochs_run": len(history.history.get("loss", [])),
         **paths,
     }
-    with open(paths["metrics"], "w") as f:
-        json.dump(result, f, indent=2)
+    fault_tolerance.write_json_atomically(result, paths["metrics"])
     return result
 
 
@@ -382,7 +390,7 @@ BENCHMARK = "rladder"
 
 
 def add_arguments(parser, command):
-    """Occluded Moving MNIST's options for ``train`` and ``evaluate``."""
+    """Occluded Moving MNIST's options for ``train``, ``evaluate`` and ``tune``."""
     from applications.arguments import positive_float, positive_int
 
     parser.add_argument("--source", choices=("idx", "tfds"), default="idx",
@@ -392,9 +400,10 @@ def add_arguments(parser, command):
                         help="folder of the MNIST IDX files (default: the project's shared copy), "
                         "or TFDS's data folder with --source tfds")
     parser.add_argument("--num-test", type=positive_int, default=5000, help="test sequences")
-    if command == "train":
+    if command in ("train", "tune"):
         parser.add_argument("--variant", choices=VARIANTS, default="rladder")
         parser.add_argument("--num-train", type=positive_int, default=20000, help="training sequences")
+    if command == "train":
         parser.add_argument("--learning-rate", type=positive_float, default=1e-3)
         parser.add_argument("--conv-units", type=positive_int, nargs="+", default=[32, 64, 64],
                             help="units of the convolutional levels (default: 32 64 64)")

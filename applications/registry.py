@@ -47,6 +47,9 @@ APPLICATIONS = {
     "music": "applications.music",
     "occluded_mnist": "applications.occluded_mnist",
     "smallnorb": "applications.smallnorb",
+    "sst": "applications.sst",
+    "text_classification": "applications.text_classification",
+    "clevr": "applications.clevr",
 }
 
 DEFAULT_APPLICATION = "demo"

@@ -426,7 +426,7 @@ BENCHMARK = "mnist_capsules"
 
 
 def add_arguments(parser, command):
-    """smallNORB's options for ``train`` and ``evaluate``."""
+    """smallNORB's options for ``train``, ``evaluate`` and ``tune``."""
     from applications.arguments import positive_int
 
     parser.add_argument("--data-dir", default=None,
@@ -436,9 +436,10 @@ def add_arguments(parser, command):
                         help="side of the images; below 96 they are resized (default: %(default)s)")
     parser.add_argument("--validation-steps", type=positive_int, default=None,
                         help="evaluate on the first N test batches only (default: all)")
-    if command == "train":
+    if command in ("train", "tune"):
         parser.add_argument("--steps-per-epoch", type=positive_int, default=None,
                             help="training steps per epoch (default: the whole training split)")
+    if command == "train":
         parser.add_argument("--mixup-alpha", type=float, default=0.2, help="0 disables mixup")
         parser.add_argument("--channels", type=positive_int, default=64, help="channels of the convolutions")
         parser.add_argument("--parts", type=positive_int, default=64,

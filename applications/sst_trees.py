@@ -174,6 +174,16 @@ def split_path(data_dir, split):
     return path
 
 
+def require_split_files(data_dir, splits=SPLITS):
+    """Checks that ``data_dir`` holds the tree files of ``splits`` before any work starts.
+
+    Raises:
+        FileNotFoundError: naming the missing directory or the first missing file.
+    """
+    for split in splits:
+        split_path(data_dir, split)
+
+
 def read_trees(data_dir, split, unescape=True):
     """Parses every tree of a split; errors name the file and the line number."""
     path = split_path(data_dir, split)

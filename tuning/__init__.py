@@ -18,8 +18,12 @@ Protocol of a HyperModel registered here (see ``tuning/demo.py``):
 * ``from_args(args, strategy)``: a classmethod building it from the parsed
   ``keras-capsules tune`` options (the application's ``add_arguments(parser, "tune")``
   adds its data options), with ``args.batch_size`` per replica.
+* ``prepare()``: loads the data once; ``keras-capsules tune`` calls it before the
+  first trial, so that missing data is a one-line error.
 
-To add one: write ``tuning/<application>.py`` and add a line to ``_HYPERMODELS``.
+To add one: write ``tuning/<application>.py`` (usually a subclass of
+``tuning.base.DatasetHyperModel``, which implements ``fit``, ``from_args`` and
+``prepare``) and add a line to ``_HYPERMODELS``.
 """
 
 import importlib
@@ -29,6 +33,13 @@ import keras_capsules  # noqa: F401  (before keras_tuner loads TensorFlow: its r
 
 _HYPERMODELS = {
     "demo": "tuning.demo:DemoHyperModel",
+    "smallnorb": "tuning.smallnorb:SmallNORBHyperModel",
+    "sst": "tuning.sst:SSTHyperModel",
+    "text_classification": "tuning.text_classification:TextClassificationHyperModel",
+    "sort_of_clevr": "tuning.sort_of_clevr:SortOfClevrHyperModel",
+    "clevr": "tuning.clevr:ClevrHyperModel",
+    "occluded_mnist": "tuning.occluded_mnist:OccludedMNISTHyperModel",
+    "music": "tuning.music:MusicHyperModel",
 }
 
 

@@ -10,10 +10,11 @@
 
 import keras_tuner
 
-from applications import demo, distribute
+from applications import demo
+from tuning.base import DatasetHyperModel
 
 
-class DemoHyperModel(keras_tuner.HyperModel):
+class DemoHyperModel(DatasetHyperModel):
     """HyperModel of ``applications.demo``.
 
     Args:
@@ -23,29 +24,22 @@ class DemoHyperModel(keras_tuner.HyperModel):
         seed: seeds the train/validation split and shuffling.
     """
 
+    application = "demo"
     objective = "val_accuracy"
 
-    def __init__(self, data_dir=None, limit=None, batch_size=32, seed=0, name="demo", tunable=True):
-        super().__init__(name=name, tunable=tunable)
-        self.data_dir, self.limit, self.batch_size, self.seed = data_dir, limit, batch_size, seed
-        self._arrays = None
+    def __init__(self, data_dir=None, limit=None, **kwargs):
+        super().__init__(**kwargs)
+        self.data_dir, self.limit = data_dir, limit
 
     @classmethod
-    def from_args(cls, args, strategy):
-        return cls(
-            data_dir=args.data_dir,
-            limit=args.limit,
-            batch_size=distribute.global_batch_size(args.batch_size, strategy),
-            seed=args.seed,
-        )
+    def options_from_args(cls, args):
+        return {"data_dir": args.data_dir, "limit": args.limit}
 
-    def arrays(self):
-        if self._arrays is None:  # raises DataNotFoundError before any trial runs
-            self._arrays = demo.load_arrays(self.data_dir, self.limit)
-        return self._arrays
+    def load_data(self):  # raises DataNotFoundError before any trial runs
+        return demo.load_arrays(self.data_dir, self.limit)
 
     def build(self, hp):
-        images, _ = self.arrays()
+        images, _ = self.prepare()
         model = demo.build_model(
             input_shape=images.shape[1:],
             filters=hp.Choice("filters", [16, 32, 64], default=32),
@@ -57,11 +51,9 @@ class DemoHyperModel(keras_tuner.HyperModel):
         learning_rate = hp.Float("learning_rate", 1e-4, 1e-2, sampling="log", default=3e-3)
         return demo.compile_model(model, learning_rate)
 
-    def fit(self, hp, model, *args, **kwargs):
-        images, labels = self.arrays()
-        train_ds, val_ds = demo.make_datasets(images, labels, self.batch_size, seed=self.seed)
-        kwargs.setdefault("validation_data", val_ds)
-        return model.fit(train_ds, **kwargs)
+    def datasets(self, hp, data):
+        images, labels = data
+        return demo.make_datasets(images, labels, self.batch_size, seed=self.seed)
 
 
 def default_model(**kwargs):

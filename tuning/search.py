@@ -9,24 +9,32 @@ remaining ones of ``max_trials`` run. Hyperband has no trial budget of its own: 
 oracle's ``max_trials`` is set too, so ``--max-trials`` bounds every tuner. After the
 search, ``<directory>/best_model.keras`` (written atomically) and
 ``<directory>/best_hyperparameters.json`` hold the best trial's model and values.
+
+``--fixed NAME=VALUE`` (repeatable) pins hyperparameters of the search space to one
+value (``hp.Fixed``) and searches the others, e.g. ``--fixed n_iters=3`` or a small
+model for a quick search. A name that the HyperModel does not declare is an error.
 """
 
+import json
 import os
 
 import keras_tuner
 
 from applications import fault_tolerance
+from applications.errors import CommandLineError
 
 TUNERS = ("hyperband", "bayesian", "random")
 
 
 def make_tuner(kind, hypermodel, directory, project_name, max_trials, epochs=3, seed=0,
-               strategy=None, overwrite=False, objective=None):
+               strategy=None, overwrite=False, objective=None, hyperparameters=None):
     """A keras-tuner tuner of ``kind`` (hyperband, bayesian or random) for ``hypermodel``.
 
     Args:
         strategy: a ``tf.distribute.Strategy``: models are built and trained under it.
         epochs: hyperband's ``max_epochs`` (the other tuners take epochs in ``search``).
+        hyperparameters: a ``keras_tuner.HyperParameters`` of fixed values (see
+            :func:`fixed_hyperparameters`); the HyperModel's other entries are searched.
     """
     objective = objective or getattr(hypermodel, "objective", "val_loss")
     common = dict(
@@ -36,6 +44,8 @@ def make_tuner(kind, hypermodel, directory, project_name, max_trials, epochs=3, 
         project_name=project_name,
         overwrite=overwrite,
         distribution_strategy=strategy,
+        hyperparameters=hyperparameters,
+        tune_new_entries=True,
     )
     if kind == "hyperband":
         tuner = keras_tuner.Hyperband(hypermodel, max_epochs=max(epochs, 2), factor=3, **common)
@@ -54,6 +64,46 @@ def _finished(tuner):
     return [t for t in tuner.oracle.trials.values() if t.status in done]
 
 
+def parse_fixed(text):
+    """``NAME=VALUE`` of ``--fixed``: the value as JSON (numbers, true/false), else a string."""
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip() or not value.strip():
+        raise CommandLineError(f"--fixed expects NAME=VALUE, got {text!r}")
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError:
+        parsed = value
+    if not isinstance(parsed, (bool, int, float, str)):
+        raise CommandLineError(f"--fixed {name}: expected a number, true/false or a word, got {value!r}")
+    return name.strip(), parsed
+
+
+def fixed_hyperparameters(hypermodel, fixed):
+    """``keras_tuner.HyperParameters`` holding the ``NAME=VALUE`` texts of ``fixed``.
+
+    Every name must be one that ``hypermodel.build`` declares (checked by one build of
+    the default model, as keras-tuner does to learn the space), so that a typo is not
+    silently ignored.
+    Returns None when ``fixed`` is empty.
+    """
+    if not fixed:
+        return None
+    values = dict(parse_fixed(text) for text in fixed)
+    declared = keras_tuner.HyperParameters()
+    hypermodel.build(declared)
+    names = sorted({hp.name for hp in declared.space})
+    unknown = sorted(set(values) - set(names))
+    if unknown:
+        raise CommandLineError(
+            f"--fixed: {', '.join(unknown)} not in the search space of {hypermodel.name!r}; "
+            f"choose from {', '.join(names)}"
+        )
+    hyperparameters = keras_tuner.HyperParameters()
+    for name, value in values.items():
+        hyperparameters.Fixed(name, value)
+    return hyperparameters
+
+
 def run_search(args, strategy):
     """Runs (or resumes) the search that ``keras-capsules tune`` describes; writes the best."""
     import tensorflow as tf
@@ -61,13 +111,12 @@ def run_search(args, strategy):
     import tuning
 
     hypermodel = tuning.HYPERMODELS[args.application].from_args(args, strategy)
-    if hasattr(hypermodel, "arrays"):
-        hypermodel.arrays()  # a missing data directory fails now, as one line
+    hypermodel.prepare()  # missing data fails now, as one line, before any trial
     default = strategy is None or strategy is tf.distribute.get_strategy()
     tuner = make_tuner(
         args.tuner, hypermodel, args.directory, args.application, args.max_trials,
         epochs=args.epochs, seed=args.seed, strategy=None if default else strategy,
-        overwrite=args.overwrite,
+        overwrite=args.overwrite, hyperparameters=fixed_hyperparameters(hypermodel, args.fixed),
     )
     before = len(_finished(tuner))
     tuner.search(epochs=args.epochs, verbose=0 if args.quiet else 1)

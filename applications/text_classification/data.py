@@ -256,6 +256,30 @@ def splits(name):
     return ("train", "dev", "test")
 
 
+def require_data(name, data_dir=None):
+    """Checks, without any download, that dataset ``name`` can be read from ``data_dir``.
+
+    TFDS sets must be prepared in ``data_dir`` (see
+    ``applications.tfds_data.require_prepared``); SST needs the folder of its tree files.
+
+    Raises:
+        FileNotFoundError: (``DataNotFoundError`` for TFDS) with a one-line message.
+    """
+    _check_dataset(name)
+    from applications import tfds_data
+    from applications.errors import DataNotFoundError
+
+    if name in TFDS_DATASETS:
+        tfds_data.require_prepared(TFDS_DATASETS[name][0], data_dir)
+        return
+    if data_dir is None:
+        raise DataNotFoundError(f"{name} needs --data-dir: the folder of the SST tree files "
+                                "train.txt, dev.txt and test.txt")
+    from applications import sst_trees
+
+    sst_trees.require_split_files(data_dir, splits(name))
+
+
 def _tfds_split(name, split, data_dir, download):
     import tensorflow_datasets as tfds
 
@@ -322,6 +346,7 @@ __all__ = [
     "make_lookup",
     "num_classes",
     "preprocess",
+    "require_data",
     "save_vocabulary",
     "splits",
 ]

@@ -18,6 +18,45 @@ from applications.text_classification import data as data_lib
 from applications.text_classification import model as model_lib
 
 
+def prepare_data(dataset="sst2", data_dir=None, batch_size=30, vocab_size=60000, max_length=data_lib.MAX_LENGTH,
+                 phrases=False, limit=None, seed=0, test=True):
+    """The vocabulary and the batched splits that :func:`train` trains and tests on.
+
+    The vocabulary is the ``vocab_size`` most frequent tokens of the training split;
+    batches are bucketed by length, and counted once (see ``data.with_cardinality``).
+
+    Returns:
+        A dict: ``vocabulary`` (words), ``vocab_size`` (ids, padding and OOV
+        included), ``num_classes``, and the datasets ``train`` (shuffled),
+        ``validation`` and, with ``test``, ``test`` (the same dataset when a TFDS set
+        validates on its test split).
+    """
+    train_split, val_split, test_split = data_lib.splits(dataset)
+
+    def raw(split, **kwargs):
+        return data_lib.load_split(dataset, split, data_dir, limit=limit, **kwargs)
+
+    train_raw = raw(train_split, phrases=phrases)
+    vocabulary = data_lib.build_vocabulary(train_raw, max_size=vocab_size, max_length=max_length)
+    lookup = data_lib.make_lookup(vocabulary)
+
+    def batches(ds, shuffle):
+        batched = data_lib.make_dataset(ds, lookup, batch_size, shuffle=shuffle, seed=seed, max_length=max_length)
+        return data_lib.with_cardinality(batched)
+
+    validation = batches(raw(val_split), False)
+    data = {
+        "vocabulary": vocabulary,
+        "vocab_size": int(lookup.vocabulary_size()),
+        "num_classes": data_lib.num_classes(dataset),
+        "train": batches(train_raw, True),
+        "validation": validation,
+    }
+    if test:
+        data["test"] = validation if test_split == val_split else batches(raw(test_split), False)
+    return data
+
+
 def train(
     dataset="sst2",
     data_dir=None,
@@ -35,6 +74,7 @@ def train(
     jit_compile="auto",
     callbacks=None,
     verbose=1,
+    strategy=None,
     **model_kwargs,
 ):
     """Trains a classifier on one dataset and writes its outputs to ``run_dir``.
@@ -57,34 +97,27 @@ def train(
         jit_compile: passed to ``model.compile``.
         callbacks: extra Keras callbacks for ``fit`` (TensorBoard is always added).
         verbose: 0 silent, 1 progress bars and summary lines.
+        strategy: a ``tf.distribute.Strategy``: the model is built and compiled in its
+            scope (``batch_size`` is then the global batch). None: the default one.
         **model_kwargs: further :func:`build_model` arguments.
 
     Returns:
         A dict of the results (test accuracy, parameter counts, output paths, ...).
     """
+    import tensorflow as tf
+
+    from applications import distribute
+    from applications.fault_tolerance import atomic_write, write_json_atomically
+
+    strategy = strategy or tf.distribute.get_strategy()
     keras.utils.set_random_seed(seed)
     os.makedirs(run_dir, exist_ok=True)
-    train_split, val_split, test_split = data_lib.splits(dataset)
+    data = prepare_data(dataset, data_dir, batch_size, vocab_size, max_length, phrases, limit, seed)
+    n_ids, n_classes = data["vocab_size"], data["num_classes"]
 
-    def raw(split, **kwargs):
-        return data_lib.load_split(dataset, split, data_dir, limit=limit, **kwargs)
-
-    train_raw = raw(train_split, phrases=phrases)
-    vocabulary = data_lib.build_vocabulary(train_raw, max_size=vocab_size, max_length=max_length)
-    lookup = data_lib.make_lookup(vocabulary)
-    n_ids = lookup.vocabulary_size()
-    n_classes = data_lib.num_classes(dataset)
-
-    def batches(ds, shuffle):
-        batched = data_lib.make_dataset(ds, lookup, batch_size, shuffle=shuffle, seed=seed, max_length=max_length)
-        return data_lib.with_cardinality(batched)
-
-    train_ds = batches(train_raw, True)
-    val_ds = batches(raw(val_split), False)
-    test_ds = val_ds if test_split == val_split else batches(raw(test_split), False)
-
-    model = model_lib.build_model(n_ids, n_classes, routing=routing, embedding=embedding, **model_kwargs)
-    model_lib.compile_model(model, learning_rate, jit_compile=jit_compile)
+    with strategy.scope():
+        model = model_lib.build_model(n_ids, n_classes, routing=routing, embedding=embedding, **model_kwargs)
+        model_lib.compile_model(model, learning_rate, jit_compile=jit_compile)
     other = "standard" if embedding == "compositional" else "compositional"
     reference = model_lib.build_model(n_ids, n_classes, routing=routing, embedding=other, **model_kwargs)
     params = {
@@ -99,13 +132,13 @@ def train(
             f"{params[other]['total']:,} (embedding {params[other]['embedding']:,}) with a {other} embedding"
         )
     history = model.fit(
-        train_ds,
-        validation_data=val_ds,
+        distribute.distribute_dataset_options(data["train"]),
+        validation_data=data["validation"],
         epochs=epochs,
         verbose=verbose,
         callbacks=[keras.callbacks.TensorBoard(os.path.join(run_dir, "logs")), *(callbacks or [])],
     )
-    test_loss, test_accuracy = model.evaluate(test_ds, verbose=0)
+    test_loss, test_accuracy = model.evaluate(data["test"], verbose=0)
     paths = {
         "model": os.path.join(run_dir, "model.keras"),
         "vocabulary": os.path.join(run_dir, "vocab.txt"),
@@ -114,7 +147,7 @@ def train(
         "logs": os.path.join(run_dir, "logs"),
     }
     save_atomically(model, paths["model"])
-    data_lib.save_vocabulary(vocabulary, paths["vocabulary"])
+    atomic_write(paths["vocabulary"], lambda tmp: data_lib.save_vocabulary(data["vocabulary"], tmp))
     plot_history(history.history, paths["plot"])
     result = {
         "dataset": dataset,
@@ -128,11 +161,38 @@ def train(
         "parameters": params,
         **paths,
     }
-    with open(paths["metrics"], "w") as f:
-        json.dump(result, f, indent=2)
+    write_json_atomically(result, paths["metrics"])
     if verbose:
         print(f"test accuracy {test_accuracy:.4f}; outputs in {os.path.abspath(run_dir)}")
     return result
+
+
+def evaluate(model_path, dataset="sst2", data_dir=None, vocabulary_path=None, limit=None, batch_size=30,
+             max_length=data_lib.MAX_LENGTH, strategy=None):
+    """Test loss and accuracy of a saved model on ``dataset``'s test split.
+
+    Texts are encoded with the vocabulary the model was trained with: ``vocab.txt``
+    beside the model (as :func:`train` writes it) unless ``vocabulary_path`` is given.
+    """
+    import tensorflow as tf
+
+    if not os.path.exists(model_path):
+        raise FileNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
+    vocabulary_path = vocabulary_path or os.path.join(os.path.dirname(os.path.abspath(model_path)), "vocab.txt")
+    if not os.path.exists(vocabulary_path):
+        raise FileNotFoundError(f"no vocabulary at {vocabulary_path!r}: pass the vocab.txt written by `train`")
+    strategy = strategy or tf.distribute.get_strategy()
+    lookup = data_lib.make_lookup(data_lib.load_vocabulary(vocabulary_path))
+    raw = data_lib.load_split(dataset, data_lib.splits(dataset)[2], data_dir, limit=limit)
+    test = data_lib.with_cardinality(data_lib.make_dataset(raw, lookup, batch_size, max_length=max_length))
+    with strategy.scope():
+        model = keras.saving.load_model(model_path)
+    n_classes = data_lib.num_classes(dataset)
+    if int(model.output.shape[-1]) != n_classes:
+        raise ValueError(f"the model has {model.output.shape[-1]} classes but {dataset} has {n_classes}: "
+                         "pass the --dataset it was trained on")
+    loss, accuracy = model.evaluate(test, verbose=0)
+    return {"test_accuracy": float(accuracy), "test_loss": float(loss), "model": model_path}
 
 
 def main(argv=None):

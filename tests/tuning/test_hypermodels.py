@@ -1,0 +1,166 @@
+"""Every application's HyperModel: a tiny two-trial `keras-capsules tune` on tiny data.
+
+Each search fixes the model's sizes at their smallest (``--fixed``) and searches the
+rest; the three tuners each run on more than one application. (The HyperModels' shared
+base, ``tuning.base.DatasetHyperModel``, runs under a ``MirroredStrategy`` in
+``test_search.py``, through the demo's HyperModel.)
+"""
+
+import contextlib
+import json
+import os
+
+import keras
+import pytest
+
+import tuning
+from applications import __main__ as cli
+from tests.applications.tiny_data import CLEVR_IMAGE_SIZE, SST_DIR, tiny_bert_preset, tiny_clevr_cache
+from tests.conftest import shared_path
+
+MNIST_DIR = str(shared_path("data", "mnist"))
+JSB_DIR = str(shared_path("data", "jsb_chorales"))
+
+
+def fixed(**values):
+    return [option for name, value in values.items() for option in ("--fixed", f"{name}={value}")]
+
+
+# name -> (tuner, options, fixed values, {searched hyperparameter: (low, high) or choices},
+#          objective, output shape of the best model)
+SEARCHES = {
+    "smallnorb": (
+        "hyperband",
+        ["--image-size", "24", "--steps-per-epoch", "1", "--validation-steps", "1", "--batch-size", "4"],
+        dict(d_chns=8, n_parts=4, pose_size=2),
+        {"n_iters": (2, 4), "max_lr": (1e-4, 2e-3), "mixup_alpha": (0.0, 0.2, 0.4)},
+        "val_accuracy", (None, 5),
+    ),
+    "sst": (
+        "bayesian",
+        ["--data-dir", str(SST_DIR), "--granularity", "2", "--train-on", "sentences", "--max-train", "32",
+         "--max-eval", "16", "--max-length", "12", "--batch-size", "16"],
+        dict(hidden_dim=8, hidden_capsules=4),
+        {"n_iters": (2, 4), "capsule_dim": (1, 4), "max_lr": (1e-4, 2e-3), "mixup_alpha": (0.0, 0.2, 0.4)},
+        "val_accuracy", (None, 2),
+    ),
+    "text_classification": (
+        "random",
+        ["--dataset", "sst2", "--data-dir", str(SST_DIR), "--limit", "32", "--embedding-dim", "8",
+         "--batch-size", "16"],
+        dict(gru_units=8, num_capsules=2, capsule_dim=4, class_capsule_dim=4),
+        {"routing": ("kmeans", "dynamic", "linear"), "n_iters": (1, 5), "dropout": (0.0, 0.6),
+         "learning_rate": (1e-4, 1e-2)},
+        "val_accuracy", (None, 2),
+    ),
+    "sort_of_clevr": (
+        "hyperband",
+        ["--steps-per-epoch", "2", "--validation-examples", "8", "--batch-size", "4"],
+        dict(units=8, embedding_dim=4),
+        {"max_steps": (1, 6), "memory_dropout": (0.0, 0.3), "output_dropout": (0.0, 0.3),
+         "learning_rate": (3e-5, 1e-3)},
+        "val_accuracy", (None, 10),
+    ),
+    "clevr": (
+        "random",
+        ["--image-size", str(CLEVR_IMAGE_SIZE), "--batch-size", "8"],
+        dict(units=8, embedding_dim=4, max_steps=1),
+        {"memory_gate": (False, True), "memory_dropout": (0.0, 0.3), "learning_rate": (3e-5, 1e-3)},
+        "val_accuracy", None,  # (None, number of answers): read from the cache
+    ),
+    "occluded_mnist": (
+        "random",
+        ["--data-dir", MNIST_DIR, "--num-train", "8", "--num-test", "8", "--batch-size", "8"],
+        dict(conv_levels=1, conv_units_0=4, dense_units=8),
+        {"learning_rate": (1e-4, 1e-2), "frame_weight": (0.1, 0.3, 1.0)},
+        "val_digit_accuracy", None,  # a dict of outputs
+    ),
+    "music": (
+        "bayesian",
+        ["--data-dir", JSB_DIR, "--limit", "4", "--window", "8", "--batch-size", "4"],
+        dict(levels=1, units_0=8, encoder="gated"),
+        {"input_dropout": (0.0, 0.3), "learning_rate": (1e-4, 1e-2), "decoder_to_encoder": (False, True)},
+        "val_loss", (None, 8, 88),
+    ),
+}
+
+
+def test_every_application_with_a_hypermodel_can_be_tuned():
+    assert set(SEARCHES) | {"demo"} == set(tuning.HYPERMODELS)
+    assert set(cli._hypermodel_names()) == set(tuning.HYPERMODELS)
+    tuners = [search[0] for search in SEARCHES.values()]
+    assert all(tuners.count(t) >= 2 for t in ("hyperband", "bayesian", "random"))
+
+
+def _data_options(name, tmp_path, monkeypatch, stack):
+    """Data options that need files made for the test (and mock TFDS for smallnorb)."""
+    if name == "sst":
+        return ["--preset", tiny_bert_preset(tmp_path / "preset")]
+    if name == "clevr":
+        return ["--cache-dir", tiny_clevr_cache(tmp_path / "clevr-cache")]
+    if name == "smallnorb":
+        import tensorflow_datasets as tfds
+
+        from applications import tfds_data
+
+        monkeypatch.setattr(tfds_data, "require_prepared", lambda name, data_dir=None: None)
+        stack.enter_context(tfds.testing.mock_data(num_examples=8))
+        return ["--data-dir", str(tmp_path / "tfds")]
+    return []
+
+
+def _trial_values(directory, name):
+    project = os.path.join(directory, name)
+    trials = sorted(p for p in os.listdir(project) if p.startswith("trial_"))
+    values = []
+    for trial in trials:
+        with open(os.path.join(project, trial, "trial.json")) as f:
+            values.append(json.load(f)["hyperparameters"]["values"])
+    return values
+
+
+def _check_range(name, value, allowed):
+    if len(allowed) == 2 and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in allowed):
+        assert allowed[0] <= value <= allowed[1], (name, value, allowed)
+    else:
+        assert value in allowed, (name, value, allowed)
+
+
+@pytest.mark.parametrize("name", sorted(SEARCHES))
+def test_a_tiny_search_writes_the_best_model_and_hyperparameters(name, tmp_path, capsys, monkeypatch):
+    tuner, options, pinned, searched, objective, output_shape = SEARCHES[name]
+    directory = tmp_path / "search"
+    with contextlib.ExitStack() as stack:
+        argv = ["tune", name, "--tuner", tuner, "--directory", str(directory), "--max-trials", "2",
+                "--epochs", "1", "--quiet", *options, *_data_options(name, tmp_path, monkeypatch, stack),
+                *fixed(**pinned)]
+        code = cli.main(argv)
+    assert code == 0, capsys.readouterr().err
+    assert "2 new trial(s), 2 in total" in capsys.readouterr().out
+    trials = _trial_values(str(directory), name)
+    assert len(trials) == 2
+    assert trials[0] != trials[1]  # the two trials tried two points of the space
+    for values in trials:
+        assert {k: values[k] for k in pinned} == pinned
+        for key, allowed in searched.items():
+            _check_range(key, values[key], allowed)
+    best = json.loads((directory / "best_hyperparameters.json").read_text())
+    assert best["objective"] == objective and best["hyperparameters"] in trials
+    model = keras.saving.load_model(directory / "best_model.keras")
+    if name == "clevr":  # one logit per answer of the training questions
+        classes = json.loads((tmp_path / "clevr-cache" / "vocabulary.json").read_text())["classes"]
+        output_shape = (None, len(classes))
+    if name == "occluded_mnist":
+        assert model.output["digit"].shape == (None, 10)
+    else:
+        assert model.output_shape == output_shape
+
+
+def test_an_unknown_fixed_hyperparameter_is_one_line(tmp_path, capsys):
+    argv = ["tune", "music", "--data-dir", JSB_DIR, "--limit", "2", "--directory", str(tmp_path / "t"),
+            "--quiet", *fixed(levels=1, units_0=8, layers=3)]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--fixed: layers not in the search space of 'music'" in err and "units_0" in err
+    assert err.count("\n") == 1
+    assert not (tmp_path / "t").exists()  # no trial ran

@@ -1,0 +1,101 @@
+"""What the HyperModels of ``tuning/`` share: data read once, datasets per trial, ``fit``.
+
+A subclass of :class:`DatasetHyperModel` implements
+
+* ``load_data()``: reads or generates the application's data once, with the
+  application's own data functions. Missing data raises
+  ``applications.errors.DataNotFoundError`` (or ``FileNotFoundError``), which
+  ``keras-capsules tune`` reports as one line before any trial runs (it calls
+  :meth:`DatasetHyperModel.prepare` first);
+* ``datasets(hp, data)``: the training and validation data of one trial, batched with
+  ``self.batch_size`` (the *global* batch: ``--batch-size`` times the replicas);
+* ``build(hp)``: the compiled model, from the application's ``build_model`` and compile
+  recipe. Every hyperparameter is declared here, also those that only ``datasets``
+  reads (with ``hp.get``), so that keras-tuner knows the whole space before the first
+  trial and ``--fixed NAME=VALUE`` can pin any of them;
+
+and may override ``fit_options(hp)`` (extra ``model.fit`` arguments such as
+``steps_per_epoch``, or callbacks that must run before the tuner's own) and
+``options_from_args(args)`` (its constructor arguments from the parsed ``tune``
+options).
+"""
+
+import keras_tuner
+
+from applications import distribute
+
+
+class DatasetHyperModel(keras_tuner.HyperModel):
+    """Base of the HyperModels that train on datasets they make themselves.
+
+    Args:
+        batch_size: the global batch size.
+        seed: seeds the data (splits, shuffling, generated examples).
+        epochs: epochs per trial (schedules that need the number of steps use it).
+        name: the HyperModel's name (default: the class attribute ``application``).
+    """
+
+    #: the metric keras-tuner optimises (a name, or a ``keras_tuner.Objective``).
+    objective = "val_accuracy"
+    #: the application this HyperModel tunes.
+    application = None
+
+    def __init__(self, batch_size=32, seed=0, epochs=3, name=None, tunable=True):
+        super().__init__(name=name or self.application, tunable=tunable)
+        self.batch_size, self.seed, self.epochs = int(batch_size), int(seed), int(epochs)
+        self._data = None
+
+    @classmethod
+    def from_args(cls, args, strategy):
+        """From the parsed ``keras-capsules tune`` options (``--batch-size`` is per replica)."""
+        return cls(
+            batch_size=distribute.global_batch_size(args.batch_size, strategy),
+            seed=args.seed,
+            epochs=args.epochs,
+            **cls.options_from_args(args),
+        )
+
+    @classmethod
+    def options_from_args(cls, args):
+        """The application's own constructor arguments from the parsed options."""
+        return {}
+
+    def prepare(self):
+        """The data of :meth:`load_data`, loaded on the first call only."""
+        if self._data is None:
+            self._data = self.load_data()
+        return self._data
+
+    def load_data(self):
+        raise NotImplementedError
+
+    def datasets(self, hp, data):
+        """``(train, validation)`` of one trial."""
+        raise NotImplementedError
+
+    def fit_options(self, hp):
+        """Extra ``model.fit`` keyword arguments; ``callbacks`` run before the tuner's."""
+        return {}
+
+    def fit(self, hp, model, *args, **kwargs):
+        """Trains ``model`` on this HyperModel's datasets (positional ``args`` are not used:
+        the data comes from :meth:`datasets`); ``kwargs`` are those of ``tuner.search``."""
+        train, validation = self.datasets(hp, self.prepare())
+        options = dict(self.fit_options(hp))
+        kwargs["callbacks"] = [*options.pop("callbacks", ()), *kwargs.get("callbacks", ())]
+        for key, value in options.items():
+            kwargs.setdefault(key, value)
+        kwargs.setdefault("validation_data", _for_strategies(validation))
+        return model.fit(_for_strategies(train), **kwargs)
+
+
+def _for_strategies(data):
+    """``tf.data`` datasets shard by ``DATA`` (in-memory or generated data); others as they are."""
+    import tensorflow as tf
+
+    if isinstance(data, tf.data.Dataset):
+        return distribute.distribute_dataset_options(data)
+    return data
+
+
+__all__ = ["DatasetHyperModel"]

@@ -1,0 +1,62 @@
+"""CLEVR's search space: the MAC network's reasoning steps and width (shared with Sort-of-CLEVR).
+
+The MAC part is :func:`tuning.sort_of_clevr.mac_hyperparameters` at CLEVR's scale:
+
+* ``max_steps`` (``p``) 4-16, default 12 (the paper's): CLEVR's questions chain up
+  to a dozen operations (filter, relate, count, compare);
+* ``units`` (``d``) 128/256/512, default 512 (the paper's);
+* ``embedding_dim`` 100/200/300, default 300 (the paper's GloVe size);
+* ``memory_gate``, ``self_attention``, ``memory_dropout``, ``output_dropout`` (the
+  paper: 0.15 each) and the learning rate (1e-4) as for Sort-of-CLEVR.
+
+The ResNet-101 features are cached once (``--cache-dir``; TFDS ``clevr`` is read from
+``--data-dir`` only while the cache is incomplete, never downloaded); every trial
+trains on the cached features. The objective is the validation accuracy.
+"""
+
+from applications import clevr
+from tuning.sort_of_clevr import MACHyperModel
+
+
+class ClevrHyperModel(MACHyperModel):
+    """HyperModel of ``applications.clevr`` on cached ResNet-101 conv4 features.
+
+    Args:
+        cache_dir: the feature cache (made on first use from ``data_dir``).
+        data_dir: TFDS data directory holding a prepared ``clevr:3.1.0``.
+        image_size: side of the images given to ResNet-101.
+        limit: use only the first ``limit`` questions of every split.
+        **kwargs: ``batch_size``, ``seed``, ``epochs`` of :class:`DatasetHyperModel`.
+    """
+
+    application = "clevr"
+    steps = (4, 16, 12)
+    units = (128, 256, 512)
+    default_units = 512
+    embedding_dims = (100, 200, 300)
+
+    def __init__(self, cache_dir, data_dir=None, image_size=clevr.IMAGE_SIZE, limit=None, **kwargs):
+        super().__init__(**kwargs)
+        self.cache_dir, self.data_dir, self.image_size, self.limit = cache_dir, data_dir, image_size, limit
+
+    @classmethod
+    def options_from_args(cls, args):
+        from applications.arguments import cache_dir_of
+
+        return {"cache_dir": cache_dir_of(args), "data_dir": args.data_dir, "image_size": args.image_size,
+                "limit": args.limit}
+
+    def load_data(self):
+        return clevr.prepare_offline(self.cache_dir, self.data_dir, self.image_size, self.limit, verbose=0)
+
+    def build_mac(self, hp, **mac_kwargs):
+        data = self.prepare()
+        return clevr.build_model(len(data["vocabulary"]), len(data["classes"]), clevr.feature_shape(data),
+                                 **mac_kwargs)
+
+    def datasets(self, hp, data):
+        return (clevr.make_dataset(**data["train"], batch_size=self.batch_size, shuffle=True, seed=self.seed),
+                clevr.make_dataset(**data["validation"], batch_size=self.batch_size))
+
+
+__all__ = ["ClevrHyperModel"]

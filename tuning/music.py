@@ -1,0 +1,69 @@
+"""The music application's search space: the levels of the Recurrent Ladder.
+
+* ``levels`` 1-3 and ``units_0`` .. ``units_2`` 32/64/128/256: how many dense ladder
+  levels there are and how wide each one is, bottom to top (the default, 128 and 64,
+  is a narrower version of the paper's Table 10). Levels above ``levels`` are not
+  used (their entries stay in the space, unconditional, so that ``--fixed`` can pin
+  them).
+* ``encoder`` gated/lstm: the encoder cells of every level.
+* ``decoder_to_encoder``: the ladder's feedback connections (off: no top-down
+  information reaches the next step's encoder).
+* ``input_dropout`` 0-0.3 on the input rolls, the model's only dropout, and
+  ``learning_rate`` 1e-4 to 1e-2 (log scale) of Adam.
+
+The objective is the validation loss: the NLL per (windowed) step, summed over keys.
+"""
+
+from applications import music
+from tuning.base import DatasetHyperModel
+
+MAX_LEVELS = 3
+WIDTHS = (32, 64, 128, 256)
+DEFAULT_UNITS = (128, 64, 64)
+
+
+class MusicHyperModel(DatasetHyperModel):
+    """HyperModel of ``applications.music`` (JSB Chorales).
+
+    Args:
+        data_dir: the JSON file of the chorales or its folder (None: the shared copy).
+        limit: use only the first ``limit`` chorales of every split.
+        window: train and validate on windows of that many steps (None: whole chorales).
+        **kwargs: ``batch_size``, ``seed``, ``epochs`` of :class:`DatasetHyperModel`.
+    """
+
+    application = "music"
+    objective = "val_loss"
+
+    def __init__(self, data_dir=None, limit=None, window=32, **kwargs):
+        super().__init__(**kwargs)
+        self.data_dir, self.limit, self.window = data_dir, limit, window
+
+    @classmethod
+    def options_from_args(cls, args):
+        return {"data_dir": args.data_dir, "limit": args.limit, "window": args.window}
+
+    def load_data(self):
+        return music.load_rolls(self.data_dir, self.limit)
+
+    def build(self, hp):
+        levels = hp.Int("levels", 1, MAX_LEVELS, default=2)
+        units = [hp.Choice(f"units_{k}", WIDTHS, default=DEFAULT_UNITS[k]) for k in range(MAX_LEVELS)]
+        _, longest = self.prepare()
+        model = music.build_model(
+            self.window or longest,
+            units=tuple(units[:levels]),
+            encoder=hp.Choice("encoder", ["gated", "lstm"], default="gated"),
+            decoder_to_encoder=hp.Boolean("decoder_to_encoder", default=True),
+            input_dropout=hp.Float("input_dropout", 0.0, 0.3, step=0.05, default=0.1),
+        )
+        return music.compile_model(model, hp.Float("learning_rate", 1e-4, 1e-2, sampling="log", default=1e-3))
+
+    def datasets(self, hp, data):
+        rolls, longest = data
+        train = music.make_dataset(rolls["train"], self.batch_size, longest, True, self.seed, self.window)
+        valid = music.make_dataset(rolls["valid"], self.batch_size, longest, window=self.window)
+        return train, valid
+
+
+__all__ = ["MusicHyperModel"]

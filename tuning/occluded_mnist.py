@@ -1,0 +1,76 @@
+"""Occluded Moving MNIST's search space: the levels of the convolutional Recurrent Ladder.
+
+* ``conv_levels`` 1-3 and ``conv_units_0`` .. ``conv_units_2`` 16/32/64: how many
+  ConvLSTM levels the ladder has and how wide each is (the default 32, 64, 64 is the
+  spirit of the paper's Table 7; every level after the first pools by 2). Levels above
+  ``conv_levels`` are not used (their entries stay in the space, unconditional, so
+  that ``--fixed`` can pin them).
+* ``dense_units`` 64/128/256: the dense gated level on top, which the digit is read from.
+* ``frame_weight`` 0.1/0.3/1: weight of the unsupervised next-frame cost against the
+  digit's cross-entropy (the variants without a decoder ignore it).
+* ``learning_rate`` 1e-4 to 1e-2 (log scale) of Adam. The model has no dropout.
+
+The objective is the accuracy of the digit on the test sequences
+(``val_digit_accuracy``).
+"""
+
+import keras_tuner
+
+from applications import occluded_mnist
+from tuning.base import DatasetHyperModel
+
+MAX_CONV_LEVELS = 3
+DEFAULT_CONV_UNITS = (32, 64, 64)
+
+
+class OccludedMNISTHyperModel(DatasetHyperModel):
+    """HyperModel of ``applications.occluded_mnist``.
+
+    Args:
+        variant: the model variant (``rladder``, ``no_feedback``, ``hierarchical``, ``temporal``).
+        source: ``"idx"`` (MNIST IDX files in ``data_dir``) or ``"tfds"``.
+        data_dir: the IDX folder (None: the shared copy) or TFDS's data folder.
+        num_train, num_test: generated training and test sequences.
+        **kwargs: ``batch_size``, ``seed``, ``epochs`` of :class:`DatasetHyperModel`.
+    """
+
+    application = "occluded_mnist"
+    objective = keras_tuner.Objective("val_digit_accuracy", "max")
+
+    def __init__(self, variant="rladder", source="idx", data_dir=None, num_train=20000, num_test=5000,
+                 **kwargs):
+        super().__init__(**kwargs)
+        self.variant, self.source, self.data_dir = variant, source, data_dir
+        self.num_train, self.num_test = num_train, num_test
+
+    @classmethod
+    def options_from_args(cls, args):
+        return {"variant": args.variant, "source": args.source, "data_dir": args.data_dir,
+                "num_train": args.num_train, "num_test": args.num_test}
+
+    def load_data(self):
+        return occluded_mnist.make_sequences(self.source, self.data_dir, self.num_train, self.num_test,
+                                             self.seed)
+
+    def build(self, hp):
+        levels = hp.Int("conv_levels", 1, MAX_CONV_LEVELS, default=MAX_CONV_LEVELS)
+        conv_units = [hp.Choice(f"conv_units_{k}", [16, 32, 64], default=DEFAULT_CONV_UNITS[k])
+                      for k in range(MAX_CONV_LEVELS)]
+        model = occluded_mnist.build_model(
+            self.variant,
+            conv_units=tuple(conv_units[:levels]),
+            dense_units=hp.Choice("dense_units", [64, 128, 256], default=128),
+        )
+        return occluded_mnist.compile_model(
+            model,
+            hp.Float("learning_rate", 1e-4, 1e-2, sampling="log", default=1e-3),
+            frame_weight=hp.Choice("frame_weight", [0.1, 0.3, 1.0], default=1.0),
+        )
+
+    def datasets(self, hp, data):
+        train, test = data
+        return (occluded_mnist.make_dataset(train, self.variant, self.batch_size, shuffle=True, seed=self.seed),
+                occluded_mnist.make_dataset(test, self.variant, self.batch_size))
+
+
+__all__ = ["OccludedMNISTHyperModel"]

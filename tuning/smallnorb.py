@@ -1,0 +1,83 @@
+"""smallNORB's search space: the sizes and iterations of Heinsen's EM-routing classifier.
+
+* ``n_iters`` 2-4: EM iterations of both routings (the paper: 3). One iteration is
+  left out: the class scores then do not depend on the votes.
+* ``n_parts`` 16/32/64: part capsules per location, and capsules after the first
+  routing (the paper: 64): the vote tensor, and most of the time, grows with it.
+* ``pose_size`` 2-4: poses are ``pose_size x pose_size`` matrices (the paper: 4x4),
+  what a capsule can say about an object's viewpoint.
+* ``d_chns`` 32/64/128: channels of the six convolutions that find the parts.
+* ``max_lr`` 1e-4 to 2e-3 (log scale): the peak of the one-cycle schedule (5e-4), and
+  ``mixup_alpha`` 0/0.2/0.4: the regime's only regulariser (the model has no dropout).
+
+Data: TFDS ``smallnorb`` already prepared in ``--data-dir`` (never downloaded),
+training crops and mixup as in ``applications.smallnorb.make_dataset``; the
+objective is the test split's accuracy (``--validation-steps`` batches of it).
+"""
+
+from applications import smallnorb, tfds_data
+from tuning.base import DatasetHyperModel
+
+
+class SmallNORBHyperModel(DatasetHyperModel):
+    """HyperModel of ``applications.smallnorb``.
+
+    Args:
+        data_dir: TFDS data directory holding a prepared ``smallnorb``.
+        image_size: side of the (resized) stereo pairs; 96 is the dataset's.
+        steps_per_epoch: training steps per epoch (None: the whole training split).
+        validation_steps: validate on the first N test batches (None: all of them).
+        **kwargs: ``batch_size``, ``seed``, ``epochs`` of :class:`DatasetHyperModel`.
+    """
+
+    application = "smallnorb"
+
+    def __init__(self, data_dir=None, image_size=smallnorb.IMAGE_SIZE, steps_per_epoch=None,
+                 validation_steps=None, **kwargs):
+        super().__init__(**kwargs)
+        self.data_dir, self.image_size = data_dir, image_size
+        self.steps_per_epoch, self.validation_steps = steps_per_epoch, validation_steps
+
+    @classmethod
+    def options_from_args(cls, args):
+        return {"data_dir": args.data_dir, "image_size": args.image_size,
+                "steps_per_epoch": args.steps_per_epoch, "validation_steps": args.validation_steps}
+
+    def load_data(self):
+        tfds_data.require_prepared("smallnorb", self.data_dir)
+        train = smallnorb.load_split("train", self.data_dir, download=False, shuffle_files=True)
+        test = smallnorb.load_split("test", self.data_dir, download=False)
+        steps = self.steps_per_epoch or int(train.cardinality()) // self.batch_size
+        if steps < 1:
+            raise ValueError("the smallNORB training split is unknown or smaller than a batch: "
+                             "pass --steps-per-epoch")
+        return train, test, steps
+
+    def build(self, hp):
+        model = smallnorb.build_model(
+            n_parts=hp.Choice("n_parts", [16, 32, 64], default=64),
+            d_chns=hp.Choice("d_chns", [32, 64, 128], default=64),
+            pose_size=hp.Int("pose_size", 2, 4, default=4),
+            n_iters=hp.Int("n_iters", 2, 4, default=3),
+        )
+        max_lr = hp.Float("max_lr", 1e-4, 2e-3, sampling="log", default=5e-4)
+        hp.Choice("mixup_alpha", [0.0, 0.2, 0.4], default=0.2)  # read by `datasets`
+        steps = self.prepare()[2]
+        return smallnorb.compile_model(model, total_steps=max(2, self.epochs * steps), max_lr=max_lr)
+
+    def datasets(self, hp, data):
+        train, test, _ = data
+        train_ds = smallnorb.make_dataset(
+            train, True, self.batch_size, self.image_size, mixup_alpha=hp.get("mixup_alpha") or None,
+            seed=self.seed, repeat=True,
+        )
+        test_ds = smallnorb.make_dataset(test, False, self.batch_size, self.image_size)
+        if self.validation_steps is not None:
+            test_ds = test_ds.take(self.validation_steps)
+        return train_ds, test_ds
+
+    def fit_options(self, hp):
+        return {"steps_per_epoch": self.prepare()[2]}
+
+
+__all__ = ["SmallNORBHyperModel"]

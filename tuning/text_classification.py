@@ -1,0 +1,82 @@
+"""Capsule text classification's search space: the routing head of CCCapsNet.
+
+* ``routing`` kmeans/dynamic/linear: k-means routing (the paper), dynamic routing
+  (Sabour et al.) or no capsules at all (a masked mean and a sigmoid per class), the
+  comparison the paper makes.
+* ``n_iters`` 1-5: routing iterations (the paper: 3).
+* ``num_capsules`` 2/4/8 and ``capsule_dim`` 4/8/16: how each token's BiGRU features
+  are cut into lower capsules; ``class_capsule_dim`` 8/16/32: the class capsules,
+  whose length is the class score.
+* ``gru_units`` 32/64/128: each direction of the two BiGRU layers (the paper: 128),
+  ``dropout`` 0-0.6 between them (the paper: 0.5), and ``learning_rate`` 1e-4 to 1e-2
+  (log scale) of Adam (1e-3).
+
+The routing entries are plain (not conditional) hyperparameters: the linear head
+ignores them, and ``--fixed`` can pin any of them. The embedding (compositional or
+standard, ``--embedding``) and its size are options of the command, not searched. The
+vocabulary and the length-bucketed datasets are made once, before the first trial;
+the objective is the accuracy on the validation split (SST: dev; TFDS sets: test).
+"""
+
+from applications.text_classification import data as data_lib
+from applications.text_classification import model as model_lib
+from applications.text_classification import recipe
+from tuning.base import DatasetHyperModel
+
+
+class TextClassificationHyperModel(DatasetHyperModel):
+    """HyperModel of ``applications.text_classification``.
+
+    Args:
+        dataset: one of ``applications.text_classification.data.DATASETS``.
+        data_dir: the SST tree-file folder, or the TFDS data directory (never downloaded).
+        limit: use only the first ``limit`` examples of every split.
+        vocab_size, max_length, phrases: the data options of ``recipe.train``.
+        embedding, embedding_dim, num_codebooks: the (fixed) embedding of every trial.
+        **kwargs: ``batch_size``, ``seed``, ``epochs`` of :class:`DatasetHyperModel`.
+    """
+
+    application = "text_classification"
+
+    def __init__(self, dataset="sst2", data_dir=None, limit=None, vocab_size=60000,
+                 max_length=data_lib.MAX_LENGTH, phrases=False, embedding="compositional", embedding_dim=64,
+                 num_codebooks=8, **kwargs):
+        super().__init__(**kwargs)
+        self.dataset, self.data_dir, self.limit = dataset, data_dir, limit
+        self.vocab_size, self.max_length, self.phrases = vocab_size, max_length, phrases
+        self.embedding, self.embedding_dim, self.num_codebooks = embedding, embedding_dim, num_codebooks
+
+    @classmethod
+    def options_from_args(cls, args):
+        names = ("dataset", "data_dir", "limit", "vocab_size", "max_length", "phrases", "embedding",
+                 "embedding_dim", "num_codebooks")
+        return {name: getattr(args, name) for name in names}
+
+    def load_data(self):
+        data_lib.require_data(self.dataset, self.data_dir)
+        return recipe.prepare_data(self.dataset, self.data_dir, self.batch_size, self.vocab_size,
+                                   self.max_length, self.phrases, self.limit, self.seed, test=False)
+
+    def build(self, hp):
+        data = self.prepare()
+        model = model_lib.build_model(
+            data["vocab_size"],
+            data["num_classes"],
+            routing=hp.Choice("routing", list(model_lib.ROUTINGS), default="kmeans"),
+            embedding=self.embedding,
+            embedding_dim=self.embedding_dim,
+            num_codebooks=self.num_codebooks,
+            gru_units=hp.Choice("gru_units", [32, 64, 128], default=128),
+            dropout=hp.Float("dropout", 0.0, 0.6, step=0.1, default=0.5),
+            num_capsules=hp.Choice("num_capsules", [2, 4, 8], default=4),
+            capsule_dim=hp.Choice("capsule_dim", [4, 8, 16], default=8),
+            class_capsule_dim=hp.Choice("class_capsule_dim", [8, 16, 32], default=16),
+            n_iters=hp.Int("n_iters", 1, 5, default=3),
+        )
+        return model_lib.compile_model(model, hp.Float("learning_rate", 1e-4, 1e-2, sampling="log", default=1e-3))
+
+    def datasets(self, hp, data):
+        return data["train"], data["validation"]
+
+
+__all__ = ["TextClassificationHyperModel"]
