@@ -1,7 +1,8 @@
 """The demo's search space: what matters for a two-layer EM-routing network.
 
-* ``n_iters`` 1-3: EM routing iterations (more iterations sharpen the assignments but
-  can saturate them early in small networks);
+* ``n_iters`` 2-3: EM routing iterations (more iterations sharpen the assignments but
+  can saturate them early in small networks; with one iteration the class scores do
+  not depend on the votes, so the routing kernels get no gradient);
 * ``hidden_capsules`` 8/16/32 and ``pose_size`` 2-4: capacity of the routed layer (the
   vote tensor grows with both);
 * ``primary_capsules`` 4/8/16 and ``filters`` 16/32/64: the convolutional stem;
@@ -46,7 +47,7 @@ class DemoHyperModel(DatasetHyperModel):
             primary_capsules=hp.Choice("primary_capsules", [4, 8, 16], default=8),
             hidden_capsules=hp.Choice("hidden_capsules", [8, 16, 32], default=16),
             pose_size=hp.Int("pose_size", 2, 4, default=4),
-            n_iters=hp.Int("n_iters", 1, 3, default=2),
+            n_iters=hp.Int("n_iters", 2, 3, default=2),
         )
         learning_rate = hp.Float("learning_rate", 1e-4, 1e-2, sampling="log", default=3e-3)
         return demo.compile_model(model, learning_rate)

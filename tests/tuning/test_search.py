@@ -22,7 +22,8 @@ def test_registry_and_search_space():
     model = DemoHyperModel(limit=40).build(hp)
     assert isinstance(model, keras.Model)
     assert {"n_iters", "hidden_capsules", "pose_size", "filters", "learning_rate"} <= set(hp.values)
-    assert (hp.get("n_iters"), hp.space[[p.name for p in hp.space].index("n_iters")].max_value) == (2, 3)
+    n_iters = hp.space[[p.name for p in hp.space].index("n_iters")]
+    assert (hp.get("n_iters"), n_iters.min_value, n_iters.max_value) == (2, 2, 3)
 
 
 def _trials(directory):
@@ -43,7 +44,7 @@ def test_tiny_search_writes_best_model_and_hyperparameters(tuner, tmp_path, caps
     assert "2 new trial(s), 2 in total" in capsys.readouterr().out
     assert len(_trials(directory)) == 2
     best = json.loads((tmp_path / "search" / "best_hyperparameters.json").read_text())
-    assert best["objective"] == "val_accuracy" and 1 <= best["hyperparameters"]["n_iters"] <= 3
+    assert best["objective"] == "val_accuracy" and 2 <= best["hyperparameters"]["n_iters"] <= 3
     model = keras.saving.load_model(tmp_path / "search" / "best_model.keras")
     assert model.output_shape == (None, 10)
 
