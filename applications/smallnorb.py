@@ -456,6 +456,7 @@ def run_train(args, strategy):
     import os
 
     from applications import distribute, fault_tolerance
+    from applications.demo import plot_history
 
     _require_data(args.data_dir)
     out = distribute.output_dir(args.run_dir, strategy)
@@ -479,11 +480,14 @@ def run_train(args, strategy):
     )
     paths = {
         "model": os.path.join(out, "model.keras"),
+        "plot": os.path.join(out, "history.png"),
         "history": os.path.join(out, fault_tolerance.HISTORY_CSV),
         "metrics": os.path.join(out, "metrics.json"),
         "logs": os.path.join(out, "logs"),
     }
     fault_tolerance.save_model_atomically(model, paths["model"])
+    # Curves of every epoch, also those before a resume (the CSV log spans them all).
+    plot_history(fault_tolerance.read_history_csv(paths["history"])[0], paths["plot"])
     logs = history.history
     result = {
         "test_accuracy": float(logs["val_accuracy"][-1]) if logs.get("val_accuracy") else None,

@@ -92,6 +92,7 @@ def test_tiny_train_then_evaluate(name, tmp_path, capsys):
     code = cli.main(["train", name, *TINY[name], "--epochs", "1", "--quiet", "--run-dir", str(run_dir)])
     assert code == 0, capsys.readouterr().err
     assert (run_dir / "model.keras").is_file() and (run_dir / "history.csv").is_file()
+    assert (run_dir / "history.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not (run_dir / "backup").exists()
     capsys.readouterr()
     code = cli.main(["evaluate", name, *TINY_EVALUATE[name], "--model", str(run_dir / "model.keras")])
@@ -122,6 +123,7 @@ def test_smallnorb_tiny_train_then_evaluate_on_mock_data(tmp_path, capsys, monke
                          "--parts", "8", "--epochs", "1", "--quiet", "--run-dir", str(run_dir)])
         assert code == 0, capsys.readouterr().err
         assert (run_dir / "model.keras").is_file() and (run_dir / "metrics.json").is_file()
+        assert (run_dir / "history.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         capsys.readouterr()
         assert cli.main(["evaluate", "smallnorb", *sizes, "--model", str(run_dir / "model.keras")]) == 0
     metrics = json.loads(capsys.readouterr().out)
@@ -182,6 +184,7 @@ def test_sst_tiny_train_then_evaluate_with_a_preset_folder(tmp_path, capsys, mon
                      "--run-dir", str(run_dir)])
     assert code == 0, capsys.readouterr().err
     assert (run_dir / "model.keras").is_file() and (run_dir / "history.csv").is_file()
+    assert (run_dir / "history.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not (run_dir / "backup").exists()
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["task"] == "SST-2/R" and metrics["preset"] == preset
@@ -208,6 +211,7 @@ def test_clevr_tiny_train_under_a_strategy_then_evaluate(tmp_path, capsys, monke
                      "--run-dir", str(run_dir)])
     assert code == 0, capsys.readouterr().err
     assert (run_dir / "model.keras").is_file() and (run_dir / "history.csv").is_file()
+    assert (run_dir / "history.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not (run_dir / "backup").exists()
     assert "validation_accuracy" in json.loads((run_dir / "metrics.json").read_text())
     capsys.readouterr()
