@@ -329,7 +329,9 @@ def plot_attention(path, words, control_attention, read_attention, grid=None, im
     if title:
         fig.suptitle(title, fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=80)
+    from applications.fault_tolerance import save_figure_atomically
+
+    save_figure_atomically(fig, path, dpi=80)
     plt.close(fig)
     return path
 

@@ -4,7 +4,7 @@
   and ``os.replace``: a reader sees the old complete file or the new complete file,
   never a half-written one, whatever happens mid-write (exception, SIGKILL, power cut
   after the ``fsync``). :func:`save_model_atomically` and :func:`write_json_atomically`
-  use it, and so does :class:`AtomicModelCheckpoint`, Keras' ``ModelCheckpoint``
+  use it, as do :func:`save_figure_atomically` and :class:`AtomicModelCheckpoint`, Keras' ``ModelCheckpoint``
   whose every save replaces the file atomically (``applications.training.run_callbacks``).
 * :class:`AtomicBackupAndRestore` is ``keras.callbacks.BackupAndRestore`` with atomic
   writes of its two files (``latest.weights.h5`` and ``training_metadata.json``) and a
@@ -65,6 +65,11 @@ def write_json_atomically(data, path):
             json.dump(data, f, indent=2)
 
     atomic_write(path, write)
+
+
+def save_figure_atomically(fig, path, **savefig_kwargs):
+    """``fig.savefig(path, ...)`` (format from the suffix of ``path``) through :func:`atomic_write`."""
+    atomic_write(path, lambda tmp: fig.savefig(tmp, **savefig_kwargs))
 
 
 class AtomicModelCheckpoint(keras.callbacks.ModelCheckpoint):

@@ -353,11 +353,7 @@ def train(
         callbacks=[keras.callbacks.TensorBoard(paths["logs"]), *callbacks],
     )
     save_atomically(model, paths["model"])
-    curves = dict(history.history)
-    for key in ("digit_accuracy", "val_digit_accuracy"):
-        if key in curves:
-            curves[key.replace("digit_", "")] = curves[key]
-    plot_history(curves, paths["plot"])
+    plot_history(history.history, paths["plot"], accuracy="digit_accuracy")
     result = {
         "variant": variant,
         "test_error": classification_error(model, test_data),
