@@ -337,6 +337,9 @@ def train(
         **evaluate_iterations(model, test_data),
         "parameters": int(model.count_params()),
         "epochs_run": len(history.history.get("loss", [])),
+        "resumed_from_epoch": next(
+            (c.restored_epoch for c in callbacks if isinstance(c, fault_tolerance.AtomicBackupAndRestore)), 0
+        ),
         "replicas": int(strategy.num_replicas_in_sync),
         **paths,
     }
