@@ -389,27 +389,19 @@ def add_arguments(parser, command):
 
 
 def run_train(args, strategy):
-    from applications import distribute, fault_tolerance
+    from applications.arguments import train_options
 
-    out = distribute.output_dir(args.run_dir, strategy)
-    os.makedirs(out, exist_ok=True)
     return train(
         data_dir=args.data_dir,
-        run_dir=out,
         num_train=args.num_train,
         num_test=args.num_test,
         n_groups=args.n_groups,
         n_iters=args.n_iters,
-        epochs=args.epochs,
-        batch_size=distribute.global_batch_size(args.batch_size, strategy),
         learning_rate=args.learning_rate,
         num_classes=10 if args.classify else None,
         conv_units=args.conv_units,
         dense_units=args.dense_units,
-        seed=args.seed,
-        verbose=0 if args.quiet else 1,
-        callbacks=fault_tolerance.resumable_callbacks(out, save_freq=args.save_freq),
-        strategy=strategy,
+        **train_options(args, strategy),
     )
 
 

@@ -25,7 +25,7 @@ TINY = {
     "text_classification": [*TINY_TEXT_DATA, "--embedding-dim", "8", "--gru-units", "8", "--num-capsules", "2",
                             "--capsule-dim", "4", "--class-capsule-dim", "4", "--n-iters", "2", "--batch-size", "8"],
     "textured_mnist": ["--data-dir", str(shared_path("data", "mnist")), "--num-train", "8", "--num-test", "8",
-                       "--n-groups", "2", "--n-iters", "2", "--conv-units", "4", "--dense-units", "8",
+                       "--n-groups", "2", "--n-iters", "1", "--conv-units", "4", "--dense-units", "8",
                        "--batch-size", "8"],
 }
 # name -> the options of `evaluate` that select the same data as TINY's `train`.
