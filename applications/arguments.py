@@ -81,6 +81,29 @@ def add_common_arguments(parser, command):
                             "the others (repeatable), e.g. --fixed n_iters=3")
 
 
+def train_options(args, strategy):
+    """The keyword arguments of an application's ``train`` that every ``run_train`` passes.
+
+    ``run_dir`` (this process's ``distribute.output_dir``, created), ``epochs``,
+    ``batch_size`` (the global batch for ``strategy``), ``seed``, ``verbose``,
+    ``strategy`` and ``callbacks`` (``fault_tolerance.resumable_callbacks`` of the run
+    directory, so that the same command resumes after a crash).
+    """
+    from applications import fault_tolerance
+
+    out = distribute.output_dir(args.run_dir, strategy)
+    os.makedirs(out, exist_ok=True)
+    return {
+        "run_dir": out,
+        "epochs": args.epochs,
+        "batch_size": distribute.global_batch_size(args.batch_size, strategy),
+        "seed": args.seed,
+        "verbose": 0 if args.quiet else 1,
+        "strategy": strategy,
+        "callbacks": fault_tolerance.resumable_callbacks(out, save_freq=args.save_freq),
+    }
+
+
 def cache_dir_of(args):
     """``--cache-dir``, else a ``cache`` folder beside the command's outputs.
 

@@ -329,7 +329,9 @@ def plot_attention(path, words, control_attention, read_attention, grid=None, im
     if title:
         fig.suptitle(title, fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=80)
+    from applications.fault_tolerance import save_figure_atomically
+
+    save_figure_atomically(fig, path, dpi=80)
     plt.close(fig)
     return path
 
@@ -707,27 +709,19 @@ def mac_options(args):
 
 
 def run_train(args, strategy):
-    from applications import distribute, fault_tolerance
-    from applications.arguments import cache_dir_of
+    from applications.arguments import cache_dir_of, train_options
 
-    out = distribute.output_dir(args.run_dir, strategy)
     cache_dir = cache_dir_of(args)
     extractor = offline_extractor(cache_dir, args.data_dir, args.image_size)
     return train(
         cache_dir,
-        run_dir=out,
         data_dir=args.data_dir,
-        epochs=args.epochs,
-        batch_size=distribute.global_batch_size(args.batch_size, strategy),
         image_size=args.image_size,
         model_kwargs=mac_options(args),
         extractor=extractor,
-        seed=args.seed,
-        verbose=0 if args.quiet else 1,
         learning_rate=args.learning_rate,
         limit=args.limit,
-        strategy=strategy,
-        callbacks=fault_tolerance.resumable_callbacks(out, save_freq=args.save_freq),
+        **train_options(args, strategy),
     )
 
 

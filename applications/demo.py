@@ -153,15 +153,19 @@ def save_atomically(model, path):
     fault_tolerance.save_model_atomically(model, path)
 
 
-def plot_history(history, path):
-    """Writes loss and accuracy curves (train and validation) to a PNG (atomically)."""
+def plot_history(history, path, accuracy="accuracy"):
+    """Writes loss and accuracy curves (train and validation) to a PNG (atomically).
+
+    ``accuracy`` names the accuracy metric in ``history`` (e.g. ``"digit_accuracy"``
+    for a model's output ``digit``); a metric that is missing leaves its panel empty.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
-    for ax, metric in zip(axes, ("loss", "accuracy")):
+    for ax, metric in zip(axes, ("loss", accuracy)):
         for prefix, style in (("", "-"), ("val_", "--")):
             values = history.get(prefix + metric)
             if values:
@@ -169,9 +173,10 @@ def plot_history(history, path):
         ax.set_xlabel("epoch")
         ax.set_title(metric)
         ax.grid(alpha=0.3)
-        ax.legend()
+        if ax.lines:
+            ax.legend()
     fig.tight_layout()
-    fault_tolerance.atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=100, format="png"))
+    fault_tolerance.save_figure_atomically(fig, path, dpi=100, format="png")
     plt.close(fig)
 
 

@@ -4,7 +4,8 @@
   and ``os.replace``: a reader sees the old complete file or the new complete file,
   never a half-written one, whatever happens mid-write (exception, SIGKILL, power cut
   after the ``fsync``). :func:`save_model_atomically` and :func:`write_json_atomically`
-  use it.
+  use it, as do :func:`save_figure_atomically` and :class:`AtomicModelCheckpoint`, Keras' ``ModelCheckpoint``
+  whose every save replaces the file atomically (``applications.training.run_callbacks``).
 * :class:`AtomicBackupAndRestore` is ``keras.callbacks.BackupAndRestore`` with atomic
   writes of its two files (``latest.weights.h5`` and ``training_metadata.json``) and a
   record of the epoch it resumed from. Training that uses it (``train`` of every
@@ -64,6 +65,31 @@ def write_json_atomically(data, path):
             json.dump(data, f, indent=2)
 
     atomic_write(path, write)
+
+
+def save_figure_atomically(fig, path, **savefig_kwargs):
+    """``fig.savefig(path, ...)`` (format from the suffix of ``path``) through :func:`atomic_write`."""
+    atomic_write(path, lambda tmp: fig.savefig(tmp, **savefig_kwargs))
+
+
+class AtomicModelCheckpoint(keras.callbacks.ModelCheckpoint):
+    """``keras.callbacks.ModelCheckpoint`` whose saves go through :func:`atomic_write`.
+
+    Same arguments and choice of when to save (``monitor``, ``save_best_only``,
+    ``save_freq``, ...); a crash or an error in the middle of a save leaves the last
+    complete checkpoint at ``filepath`` and no temporary file.
+    """
+
+    def _save_model(self, epoch, batch, logs):
+        filepath = self._get_file_path(epoch, batch, logs)
+        if not self._should_save_model(epoch, batch, logs, filepath):
+            return
+        if self.save_weights_only:
+            atomic_write(filepath, lambda tmp: self.model.save_weights(tmp, overwrite=True))
+        else:
+            save_model_atomically(self.model, filepath)
+        if self.verbose > 0:
+            print(f"\nEpoch {epoch + 1}: finished saving model to {filepath}")
 
 
 class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):

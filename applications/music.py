@@ -399,24 +399,16 @@ def add_arguments(parser, command):
 
 
 def run_train(args, strategy):
-    from applications import distribute, fault_tolerance
+    from applications.arguments import train_options
 
-    out = distribute.output_dir(args.run_dir, strategy)
-    os.makedirs(out, exist_ok=True)
     return train(
         args.data_dir,
-        run_dir=out,
-        epochs=args.epochs,
-        batch_size=distribute.global_batch_size(args.batch_size, strategy),
         learning_rate=args.learning_rate,
         units=tuple(args.units),
         encoder=args.encoder,
         window=args.window,
-        seed=args.seed,
-        verbose=0 if args.quiet else 1,
-        callbacks=fault_tolerance.resumable_callbacks(out, save_freq=args.save_freq),
-        strategy=strategy,
         limit=args.limit,
+        **train_options(args, strategy),
     )
 
 

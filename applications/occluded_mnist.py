@@ -353,11 +353,7 @@ def train(
         callbacks=[keras.callbacks.TensorBoard(paths["logs"]), *callbacks],
     )
     save_atomically(model, paths["model"])
-    curves = dict(history.history)
-    for key in ("digit_accuracy", "val_digit_accuracy"):
-        if key in curves:
-            curves[key.replace("digit_", "")] = curves[key]
-    plot_history(curves, paths["plot"])
+    plot_history(history.history, paths["plot"], accuracy="digit_accuracy")
     result = {
         "variant": variant,
         "test_error": classification_error(model, test_data),
@@ -411,26 +407,18 @@ def add_arguments(parser, command):
 
 
 def run_train(args, strategy):
-    from applications import distribute, fault_tolerance
+    from applications.arguments import train_options
 
-    out = distribute.output_dir(args.run_dir, strategy)
-    os.makedirs(out, exist_ok=True)
     return train(
         variant=args.variant,
         source=args.source,
         data_dir=args.data_dir,
-        run_dir=out,
         num_train=args.num_train,
         num_test=args.num_test,
-        epochs=args.epochs,
-        batch_size=distribute.global_batch_size(args.batch_size, strategy),
         learning_rate=args.learning_rate,
         conv_units=tuple(args.conv_units),
         dense_units=args.dense_units,
-        seed=args.seed,
-        verbose=0 if args.quiet else 1,
-        callbacks=fault_tolerance.resumable_callbacks(out, save_freq=args.save_freq),
-        strategy=strategy,
+        **train_options(args, strategy),
     )
 
 

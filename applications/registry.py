@@ -50,6 +50,7 @@ APPLICATIONS = {
     "sst": "applications.sst",
     "text_classification": "applications.text_classification",
     "clevr": "applications.clevr",
+    "textured_mnist": "applications.textured_mnist",
 }
 
 DEFAULT_APPLICATION = "demo"

@@ -32,7 +32,6 @@ Reference:
 """
 
 import logging
-import pathlib
 
 import keras
 import numpy as np
@@ -356,9 +355,9 @@ def plot_pose_trajectory(model, images, path, labels=None, class_index=None, tit
     ax.set_title(title or f"class-capsule pose (MDS), class: {', '.join(names)}")
     ax.set_xlabel("MDS 1")
     ax.set_ylabel("MDS 2")
-    path = pathlib.Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png")
+    from applications.fault_tolerance import save_figure_atomically
+
+    save_figure_atomically(fig, path, format="png")
     plt.close(fig)
     return points
 

@@ -445,22 +445,15 @@ def add_arguments(parser, command):
 
 
 def run_train(args, strategy):
-    from applications import distribute, fault_tolerance
+    from applications.arguments import train_options
 
-    out = distribute.output_dir(args.run_dir, strategy)
     return train(
-        out,
         steps=args.steps,
-        batch_size=distribute.global_batch_size(args.batch_size, strategy),
         kb=args.kb,
         learning_rate=args.learning_rate,
         validation_examples=args.validation_examples,
         model_kwargs=clevr.mac_options(args),
-        seed=args.seed,
-        verbose=0 if args.quiet else 1,
-        epochs=args.epochs,
-        strategy=strategy,
-        callbacks=fault_tolerance.resumable_callbacks(out, save_freq=args.save_freq),
+        **train_options(args, strategy),
     )
 
 

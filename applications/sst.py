@@ -793,31 +793,22 @@ MODEL_OPTIONS = ("hidden_dim", "hidden_capsules", "capsule_dim", "n_iters")
 
 
 def run_train(args, strategy):
-    from applications import distribute, fault_tolerance
-    from applications.arguments import cache_dir_of
+    from applications.arguments import cache_dir_of, train_options
 
     sst_trees.require_split_files(args.data_dir)
-    out = distribute.output_dir(args.run_dir, strategy)
-    os.makedirs(out, exist_ok=True)
     return train(
         args.data_dir,
         args.granularity,
-        out,
         preset=args.preset,
         cache_dir=cache_dir_of(args),
         train_on=args.train_on,
-        epochs=args.epochs,
-        batch_size=distribute.global_batch_size(args.batch_size, strategy),
         max_lr=args.learning_rate,
         mixup_alpha=args.mixup_alpha or None,
         max_length=args.max_length,
         max_train=args.max_train,
         max_eval=args.max_eval,
-        seed=args.seed,
-        verbose=0 if args.quiet else 1,
         model_kwargs={name: getattr(args, name) for name in MODEL_OPTIONS},
-        strategy=strategy,
-        callbacks=fault_tolerance.resumable_callbacks(out, save_freq=args.save_freq),
+        **train_options(args, strategy),
     )
 
 

@@ -24,7 +24,6 @@ iteration is reported too. RTagger does not expose its ladder's top level, so th
 head works on the groups' outputs, not on the paper's top-level features.
 """
 
-import json
 import os
 
 import keras
@@ -244,6 +243,27 @@ def evaluate_iterations(model, data, batch_size=64):
 
 
 # ------------------------------------------------------------------------- recipe
+def _train_test_digits(data_dir, seed):
+    """The IDX digits of ``data_dir`` split 80/20 (seeded): training and test digits."""
+    from applications.mnist_digits import default_data_dir, load_idx_digits
+
+    images, labels = load_idx_digits(data_dir or default_data_dir())
+    order = np.random.default_rng(seed).permutation(len(images))
+    cut = int(0.8 * len(images))
+    return (images[order[:cut]], labels[order[:cut]]), (images[order[cut:]], labels[order[cut:]])
+
+
+def make_images(data_dir=None, num_train=8000, num_test=1000, seed=0):
+    """The training and test images of :func:`train` (``generate``'s dicts).
+
+    The IDX digits of ``data_dir`` (None: the project's shared copy) are split 80/20
+    into the digits of the training and of the test images, which are generated with
+    seeds ``seed`` and ``seed + 1``.
+    """
+    train_digits, test_digits = _train_test_digits(data_dir, seed)
+    return generate(*train_digits, num_train, seed=seed), generate(*test_digits, num_test, seed=seed + 1)
+
+
 def train(
     data_dir=None,
     run_dir="runs/textured_mnist",
@@ -260,52 +280,131 @@ def train(
     seed=0,
     verbose=1,
     callbacks=(),
+    strategy=None,
 ):
     """Trains RTagger on textured digits (IDX digits from ``data_dir``, split 80/20).
 
-    Writes ``model.keras``, ``history.png``, ``metrics.json`` and TensorBoard logs.
+    Writes ``model.keras``, ``history.png``, ``metrics.json`` (all atomically) and
+    TensorBoard logs. With ``strategy`` the model is built and compiled in its scope
+    (``batch_size`` is then the global batch). When ``callbacks`` log to
+    ``run_dir/history.csv`` (``fault_tolerance.resumable_callbacks``), the plot shows
+    every epoch of a resumed run.
 
     Returns:
         A dict with the per-iteration test AMI (and error), the parameter count and paths.
     """
-    from applications.demo import plot_history, save_atomically
-    from applications.mnist_digits import default_data_dir, load_idx_digits
+    import tensorflow as tf
 
+    from applications import distribute, fault_tolerance
+    from applications.demo import plot_history, save_atomically
+
+    strategy = strategy or tf.distribute.get_strategy()
     keras.utils.set_random_seed(seed)
     os.makedirs(run_dir, exist_ok=True)
-    images, labels = load_idx_digits(data_dir or default_data_dir())
-    order = np.random.default_rng(seed).permutation(len(images))
-    cut = int(0.8 * len(images))
-    train_data = generate(images[order[:cut]], labels[order[:cut]], num_train, seed=seed)
-    test_data = generate(images[order[cut:]], labels[order[cut:]], num_test, seed=seed + 1)
-    model = compile_model(
-        build_model(
-            n_groups, n_iters, conv_units=conv_units, dense_units=dense_units,
-            num_classes=num_classes,
-        ),
-        learning_rate,
-    )
+    train_data, test_data = make_images(data_dir, num_train, num_test, seed)
+    with strategy.scope():
+        model = compile_model(
+            build_model(
+                n_groups, n_iters, conv_units=conv_units, dense_units=dense_units,
+                num_classes=num_classes,
+            ),
+            learning_rate,
+        )
     paths = {
         "model": os.path.join(run_dir, "model.keras"),
         "plot": os.path.join(run_dir, "history.png"),
         "metrics": os.path.join(run_dir, "metrics.json"),
         "logs": os.path.join(run_dir, "logs"),
     }
+    train_ds = distribute.distribute_dataset_options(
+        make_dataset(train_data, n_iters, batch_size, num_classes, shuffle=True, seed=seed)
+    )
+    distribute.prepare_fit(model, train_ds, strategy)
     history = model.fit(
-        make_dataset(train_data, n_iters, batch_size, num_classes, shuffle=True, seed=seed),
+        train_ds,
         validation_data=make_dataset(test_data, n_iters, batch_size, num_classes),
         epochs=epochs,
         verbose=verbose,
-        callbacks=[keras.callbacks.TensorBoard(paths["logs"]), *callbacks],
+        callbacks=[*callbacks, keras.callbacks.TensorBoard(paths["logs"])],
     )
     save_atomically(model, paths["model"])
-    plot_history(history.history, paths["plot"])
+    csv_path = os.path.join(run_dir, fault_tolerance.HISTORY_CSV)
+    logged, _ = fault_tolerance.read_history_csv(csv_path)
+    if logged:
+        paths["history"] = csv_path
+    plot_history(logged or history.history, paths["plot"], accuracy="digit_accuracy")
     result = {
         **evaluate_iterations(model, test_data),
         "parameters": int(model.count_params()),
         "epochs_run": len(history.history.get("loss", [])),
+        "resumed_from_epoch": next(
+            (c.restored_epoch for c in callbacks if isinstance(c, fault_tolerance.AtomicBackupAndRestore)), 0
+        ),
+        "replicas": int(strategy.num_replicas_in_sync),
         **paths,
     }
-    with open(paths["metrics"], "w") as f:
-        json.dump(result, f, indent=2)
+    fault_tolerance.write_json_atomically(result, paths["metrics"])
     return result
+
+
+def evaluate(model_path, data_dir=None, num_test=1000, seed=0, batch_size=64, strategy=None):
+    """Per-iteration AMI (and error) of a saved model on the test images of :func:`train` (same seed)."""
+    import tensorflow as tf
+
+    if not os.path.exists(model_path):
+        raise FileNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
+    strategy = strategy or tf.distribute.get_strategy()
+    _, test_digits = _train_test_digits(data_dir, seed)
+    test_data = generate(*test_digits, num_test, seed=seed + 1)
+    with strategy.scope():
+        model = keras.saving.load_model(model_path)
+    return {**evaluate_iterations(model, test_data, batch_size), "model": model_path}
+
+
+# The command-line protocol (applications/registry.py).
+
+DESCRIPTION = "RTagger grouping textured MNIST digits (--data-dir: MNIST IDX files)"
+BENCHMARK = "rladder"
+
+
+def add_arguments(parser, command):
+    """Textured MNIST's options for ``train``, ``evaluate`` and ``tune``."""
+    from applications.arguments import positive_float, positive_int
+
+    parser.add_argument("--data-dir", default=None,
+                        help="folder of the MNIST t10k IDX files (default: the project's shared copy)")
+    parser.add_argument("--num-test", type=positive_int, default=1000, help="test images")
+    if command in ("train", "tune"):
+        parser.add_argument("--num-train", type=positive_int, default=8000, help="training images")
+        parser.add_argument("--classify", action="store_true",
+                            help="add the digit classifier on the groups (reports its error per iteration)")
+    if command == "train":
+        parser.add_argument("--learning-rate", type=positive_float, default=1e-3)
+        parser.add_argument("--n-groups", type=positive_int, default=3, help="RTagger's groups K")
+        parser.add_argument("--n-iters", type=positive_int, default=3, help="RTagger's iterations T")
+        parser.add_argument("--conv-units", type=positive_int, default=32,
+                            help="units of the ladder's ConvLSTM level")
+        parser.add_argument("--dense-units", type=positive_int, default=64,
+                            help="units of the ladder's dense gated top")
+
+
+def run_train(args, strategy):
+    from applications.arguments import train_options
+
+    return train(
+        data_dir=args.data_dir,
+        num_train=args.num_train,
+        num_test=args.num_test,
+        n_groups=args.n_groups,
+        n_iters=args.n_iters,
+        learning_rate=args.learning_rate,
+        num_classes=10 if args.classify else None,
+        conv_units=args.conv_units,
+        dense_units=args.dense_units,
+        **train_options(args, strategy),
+    )
+
+
+def run_evaluate(args, strategy):
+    return evaluate(args.model, data_dir=args.data_dir, num_test=args.num_test, seed=args.seed,
+                    batch_size=args.batch_size, strategy=strategy)

@@ -5,6 +5,8 @@ import pathlib
 import keras
 import tensorflow as tf
 
+from applications import fault_tolerance
+
 
 def _sample_beta(seed, shape, alpha):
     """Stateless Beta(alpha, alpha) samples as X / (X + Y) with X, Y ~ Gamma(alpha)."""
@@ -92,14 +94,14 @@ def pad_and_random_crop(image, padding, size, seed=None):
 
 
 def run_callbacks(run_dir, checkpoint=True):
-    """Callbacks for a run: TensorBoard logs (and the best model) under ``run_dir``."""
+    """Callbacks for a run: TensorBoard logs under ``run_dir`` (and, with ``checkpoint``,
+    the model saved to ``run_dir/model.keras`` after every epoch, replaced atomically:
+    see ``applications.fault_tolerance.AtomicModelCheckpoint``)."""
     run_dir = pathlib.Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     callbacks = [keras.callbacks.TensorBoard(log_dir=str(run_dir / "logs"), update_freq="epoch")]
     if checkpoint:
-        callbacks.append(
-            keras.callbacks.ModelCheckpoint(str(run_dir / "model.keras"), save_best_only=False)
-        )
+        callbacks.append(fault_tolerance.AtomicModelCheckpoint(str(run_dir / "model.keras"), save_best_only=False))
     return callbacks
 
 

@@ -40,6 +40,7 @@ _HYPERMODELS = {
     "clevr": "tuning.clevr:ClevrHyperModel",
     "occluded_mnist": "tuning.occluded_mnist:OccludedMNISTHyperModel",
     "music": "tuning.music:MusicHyperModel",
+    "textured_mnist": "tuning.textured_mnist:TexturedMNISTHyperModel",
 }
 
 

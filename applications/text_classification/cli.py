@@ -10,8 +10,6 @@ TFDS sets (``ag_news``, ``yelp_polarity``) must be prepared in ``--data-dir``: t
 never downloaded. ``evaluate`` reads the vocabulary ``train`` wrote beside the model.
 """
 
-import os
-
 from applications.text_classification import data as data_lib
 from applications.text_classification import model as model_lib
 from applications.text_classification import recipe
@@ -58,29 +56,21 @@ def add_arguments(parser, command):
 
 
 def run_train(args, strategy):
-    from applications import distribute, fault_tolerance
+    from applications.arguments import train_options
 
     data_lib.require_data(args.dataset, args.data_dir)
-    out = distribute.output_dir(args.run_dir, strategy)
-    os.makedirs(out, exist_ok=True)
     result = recipe.train(
         dataset=args.dataset,
         data_dir=args.data_dir,
-        run_dir=out,
         routing=args.routing,
         embedding=args.embedding,
-        epochs=args.epochs,
-        batch_size=distribute.global_batch_size(args.batch_size, strategy),
         learning_rate=args.learning_rate,
         vocab_size=args.vocab_size,
         max_length=args.max_length,
         phrases=args.phrases,
         limit=args.limit,
-        seed=args.seed,
-        callbacks=fault_tolerance.resumable_callbacks(out, save_freq=args.save_freq),
-        verbose=0 if args.quiet else 1,
-        strategy=strategy,
         **{name: getattr(args, name) for name in MODEL_OPTIONS},
+        **train_options(args, strategy),
     )
     # One parameter count for the summary line; both embeddings' counts stay in metrics.json.
     return {**result, "parameters": result["parameters"][args.embedding]["total"],

@@ -24,6 +24,9 @@ TINY = {
                        "--conv-units", "4", "--dense-units", "8", "--batch-size", "8"],
     "text_classification": [*TINY_TEXT_DATA, "--embedding-dim", "8", "--gru-units", "8", "--num-capsules", "2",
                             "--capsule-dim", "4", "--class-capsule-dim", "4", "--n-iters", "2", "--batch-size", "8"],
+    "textured_mnist": ["--data-dir", str(shared_path("data", "mnist")), "--num-train", "8", "--num-test", "8",
+                       "--n-groups", "2", "--n-iters", "1", "--conv-units", "4", "--dense-units", "8",
+                       "--batch-size", "8"],
 }
 # name -> the options of `evaluate` that select the same data as TINY's `train`.
 TINY_EVALUATE = {
@@ -31,6 +34,7 @@ TINY_EVALUATE = {
     "music": ["--data-dir", str(shared_path("data", "jsb_chorales")), "--limit", "4"],
     "occluded_mnist": ["--data-dir", str(shared_path("data", "mnist")), "--num-test", "8"],
     "text_classification": TINY_TEXT_DATA,
+    "textured_mnist": ["--data-dir", str(shared_path("data", "mnist")), "--num-test", "8"],
 }
 # name -> options naming data that is not there (``{missing}``: a missing directory).
 MISSING_DATA = {
@@ -42,10 +46,12 @@ MISSING_DATA = {
     "text_classification": ["--dataset", "sst5", "--data-dir", "{missing}"],
     "text_classification/tfds": ["--dataset", "ag_news", "--data-dir", "{missing}"],
     "clevr": ["--data-dir", "{missing}", "--cache-dir", "{missing}"],
+    "textured_mnist": ["--data-dir", "{missing}"],
 }
-APPLICATIONS = ["sort_of_clevr", "music", "occluded_mnist", "smallnorb", "sst", "text_classification", "clevr"]
+APPLICATIONS = ["sort_of_clevr", "music", "occluded_mnist", "smallnorb", "sst", "text_classification", "clevr",
+                "textured_mnist"]
 # Applications with a tiny train/evaluate run on shared or generated data.
-RUNNABLE = ["sort_of_clevr", "music", "occluded_mnist", "text_classification"]
+RUNNABLE = ["sort_of_clevr", "music", "occluded_mnist", "text_classification", "textured_mnist"]
 
 
 @pytest.mark.parametrize("command", ["train", "evaluate", "tune"])

@@ -52,6 +52,45 @@ def test_json_and_backup_writes_are_atomic(tmp_path, monkeypatch):
     assert os.listdir(tmp_path) == ["m.json"]
 
 
+def _fit(model, callbacks, epochs=1):
+    rng = np.random.default_rng(0)
+    x = rng.random((8, 8, 8, 1)).astype("float32")
+    y = rng.integers(0, 10, 8)
+    demo.compile_model(model)
+    return model.fit(x, y, batch_size=8, epochs=epochs, verbose=0, callbacks=callbacks)
+
+
+def test_the_checkpoint_of_run_callbacks_saves_atomically(tmp_path, monkeypatch):
+    from applications.training import run_callbacks
+
+    run_dir = tmp_path / "run"
+    checkpoints = [c for c in run_callbacks(run_dir) if isinstance(c, keras.callbacks.ModelCheckpoint)]
+    assert len(checkpoints) == 1 and isinstance(checkpoints[0], fault_tolerance.AtomicModelCheckpoint)
+    model = _small_model()
+    _fit(model, checkpoints, epochs=2)
+    path = run_dir / "model.keras"
+    good = path.read_bytes()
+    assert os.listdir(run_dir) == ["model.keras"], "a temporary file was left behind"
+    x = np.random.default_rng(1).random((2, 8, 8, 1)).astype("float32")
+    np.testing.assert_allclose(keras.saving.load_model(path)(x), model(x), atol=1e-6)
+
+    saved = []
+
+    def failing_save(self, filepath, *args, **kwargs):
+        saved.append(filepath)
+        with open(filepath, "wb") as f:
+            f.write(b"half a zip")
+        raise OSError("disk full (simulated)")
+
+    monkeypatch.setattr(keras.Model, "save", failing_save)
+    with pytest.raises(OSError, match="simulated"):
+        _fit(model, checkpoints)
+    monkeypatch.undo()
+    assert saved and all(os.path.basename(p) != "model.keras" for p in saved), "saved in place"
+    assert path.read_bytes() == good
+    assert os.listdir(run_dir) == ["model.keras"], "a temporary file was left behind"
+
+
 def test_killed_training_resumes_from_the_last_saved_epoch(tmp_path):
     run_dir = tmp_path / "run"
     command = ["-m", "applications", "train", "demo", "--epochs", "6", "--limit", "160", "--batch-size", "16",

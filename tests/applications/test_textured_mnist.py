@@ -1,4 +1,6 @@
-"""Textured MNIST for RTagger: textures, segmentation, model, saving, per-iteration AMI."""
+"""Textured MNIST for RTagger: textures, segmentation, model, saving, per-iteration AMI, command line."""
+
+import json
 
 import keras
 import numpy as np
@@ -79,3 +81,69 @@ def test_rtagger_learns_something(digits):
     before = before[0] if isinstance(before, list) else before
     after = after[0] if isinstance(after, list) else after
     assert after < before - 0.1 * abs(before), (before, after)
+
+
+class _CrashAtEpoch(keras.callbacks.Callback):
+    """Raises at the start of epoch ``epoch`` (after the backup of the epoch before)."""
+
+    def __init__(self, epoch):
+        super().__init__()
+        self.epoch = epoch
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if epoch == self.epoch:
+            raise RuntimeError("crash (simulated)")
+
+
+CLI_DATA = ["--data-dir", str(shared_path("data", "mnist")), "--num-test", "8"]
+CLI_TINY = [*CLI_DATA, "--num-train", "8", "--n-groups", "2", "--conv-units", "4", "--dense-units", "8",
+            "--batch-size", "4", "--quiet"]
+
+
+def _files(directory):
+    return sorted(p.name for p in directory.iterdir() if p.is_file())
+
+
+def test_cli_trains_on_two_replicas_then_evaluates(tmp_path, capsys, monkeypatch):
+    from applications import __main__ as cli
+    from applications import distribute
+    from tests.harness import two_cpu_strategy
+
+    monkeypatch.setitem(distribute._CACHE, "mirrored", two_cpu_strategy())
+    run_dir = tmp_path / "run"
+    argv = ["train", "textured_mnist", *CLI_TINY, "--n-iters", "1", "--classify", "--strategy", "mirrored",
+            "--epochs", "1", "--run-dir", str(run_dir)]
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["replicas"] == 2 and metrics["resumed_from_epoch"] == 0
+    assert len(metrics["ami"]) == 1 and len(metrics["error"]) == 1
+    assert _files(run_dir) == ["history.csv", "history.png", "metrics.json", "model.keras"]  # no temporary file
+    assert not (run_dir / "backup").exists()
+    capsys.readouterr()
+    assert cli.main(["evaluate", "textured_mnist", *CLI_DATA, "--model", str(run_dir / "model.keras")]) == 0
+    result = json.loads(capsys.readouterr().out)
+    np.testing.assert_allclose(result["ami"], metrics["ami"], atol=1e-6)
+    np.testing.assert_allclose(result["error"], metrics["error"])
+
+
+def test_cli_training_resumes_after_a_crash(tmp_path, capsys, monkeypatch):
+    from applications import __main__ as cli
+    from applications import fault_tolerance
+
+    resumable = fault_tolerance.resumable_callbacks
+    monkeypatch.setattr(fault_tolerance, "resumable_callbacks",
+                        lambda *a, **k: [*resumable(*a, **k), _CrashAtEpoch(1)])
+    run_dir = tmp_path / "run"
+    argv = ["train", "textured_mnist", *CLI_TINY, "--n-iters", "1", "--epochs", "2", "--run-dir", str(run_dir)]
+    with pytest.raises(RuntimeError, match="simulated"):
+        cli.main(argv)
+    assert json.loads((run_dir / "backup" / "training_metadata.json").read_text())["epoch"] == 1  # next to run
+    assert not (run_dir / "model.keras").exists()
+
+    monkeypatch.setattr(fault_tolerance, "resumable_callbacks", resumable)
+    assert cli.main(argv) == 0, capsys.readouterr().err  # the same command resumes
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["resumed_from_epoch"] == 1 and metrics["epochs_run"] == 1
+    assert fault_tolerance.read_history_csv(run_dir / "history.csv")[1] == [0, 1]
+    assert not (run_dir / "backup").exists()
+    assert _files(run_dir) == ["history.csv", "history.png", "metrics.json", "model.keras"]

@@ -82,6 +82,13 @@ SEARCHES = {
         {"input_dropout": (0.0, 0.3), "learning_rate": (1e-4, 1e-2), "decoder_to_encoder": (False, True)},
         "val_loss", (None, 8, 88),
     ),
+    "textured_mnist": (
+        "random",
+        ["--data-dir", MNIST_DIR, "--num-train", "8", "--num-test", "8", "--batch-size", "8"],
+        dict(n_groups=2, n_iters=1, conv_units=4, dense_units=8),
+        {"learning_rate": (1e-4, 1e-2)},
+        "val_loss", None,  # a dict of outputs
+    ),
 }
 
 
@@ -152,6 +159,8 @@ def test_a_tiny_search_writes_the_best_model_and_hyperparameters(name, tmp_path,
         output_shape = (None, len(classes))
     if name == "occluded_mnist":
         assert model.output["digit"].shape == (None, 10)
+    elif name == "textured_mnist":  # [b, T, K, H, W, mean and assignment]
+        assert model.output["mixture"].shape == (None, 1, 2, 28, 28, 2)
     else:
         assert model.output_shape == output_shape
 

@@ -1,0 +1,70 @@
+"""Textured MNIST's search space: RTagger's groups and iterations, the ladder's widths.
+
+* ``n_groups`` 2-4: RTagger's groups K (the digit and the background need 2; more
+  give the model room to split a texture).
+* ``n_iters`` 2-4: RTagger's iterations T (the targets repeat the image once per
+  iteration, so the datasets of a trial follow it).
+* ``conv_units`` 16/32/64 and ``dense_units`` 32/64/128: the widths of the ladder's
+  ConvLSTM level and of its dense gated top.
+* ``learning_rate`` 1e-4 to 1e-2 (log scale) of Adam.
+
+The objective is the validation loss (the mixture's negative log-likelihood averaged
+over the iterations, plus the digit's cross-entropy with ``--classify``): segmentation
+needs no labels, and the AMI is not a Keras metric.
+"""
+
+import keras_tuner
+
+from applications import textured_mnist
+from tuning.base import DatasetHyperModel
+
+
+class TexturedMNISTHyperModel(DatasetHyperModel):
+    """HyperModel of ``applications.textured_mnist``.
+
+    Args:
+        data_dir: the folder of the MNIST IDX files (None: the shared copy).
+        num_train, num_test: generated training and test images.
+        classify: add the digit classifier on the groups.
+        **kwargs: ``batch_size``, ``seed``, ``epochs`` of :class:`DatasetHyperModel`.
+    """
+
+    application = "textured_mnist"
+    objective = keras_tuner.Objective("val_loss", "min")
+
+    def __init__(self, data_dir=None, num_train=8000, num_test=1000, classify=False, **kwargs):
+        super().__init__(**kwargs)
+        self.data_dir, self.num_train, self.num_test = data_dir, num_train, num_test
+        self.num_classes = 10 if classify else None
+
+    @classmethod
+    def options_from_args(cls, args):
+        return {"data_dir": args.data_dir, "num_train": args.num_train, "num_test": args.num_test,
+                "classify": args.classify}
+
+    def load_data(self):
+        return textured_mnist.make_images(self.data_dir, self.num_train, self.num_test, self.seed)
+
+    def build(self, hp):
+        model = textured_mnist.build_model(
+            n_groups=hp.Int("n_groups", 2, 4, default=3),
+            n_iters=hp.Int("n_iters", 2, 4, default=3),
+            conv_units=hp.Choice("conv_units", [16, 32, 64], default=32),
+            dense_units=hp.Choice("dense_units", [32, 64, 128], default=64),
+            num_classes=self.num_classes,
+        )
+        return textured_mnist.compile_model(
+            model, hp.Float("learning_rate", 1e-4, 1e-2, sampling="log", default=1e-3)
+        )
+
+    def datasets(self, hp, data):
+        train, test = data
+        n_iters = hp.get("n_iters")
+        return (
+            textured_mnist.make_dataset(train, n_iters, self.batch_size, self.num_classes, shuffle=True,
+                                        seed=self.seed),
+            textured_mnist.make_dataset(test, n_iters, self.batch_size, self.num_classes),
+        )
+
+
+__all__ = ["TexturedMNISTHyperModel"]
