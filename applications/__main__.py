@@ -104,27 +104,30 @@ def _defaults(args):
     return args
 
 
-def _benchmark_script(name):
+def _benchmark_command(name):
+    """``(script, default arguments)`` of a benchmark or of an application's ``BENCHMARK``."""
     if not BENCHMARKS_DIR.is_dir():
         raise CommandLineError(
             "benchmarks are not installed: run `keras-capsules bench` from a source checkout "
             "(python -m applications bench ...)"
         )
     available = sorted(p.stem for p in BENCHMARKS_DIR.glob("*.py") if not p.stem.startswith("_"))
+    arguments = []
     if name in registry.APPLICATIONS:
-        name = getattr(registry.load(name), "BENCHMARK", None) or name
+        # e.g. "rladder jsb": the script's stem, then arguments that select the application's part.
+        name, *arguments = (getattr(registry.load(name), "BENCHMARK", None) or name).split()
     if name not in available:
         raise CommandLineError(f"no benchmark {name!r}; choose from {', '.join(available)}")
-    return BENCHMARKS_DIR / f"{name}.py"
+    return BENCHMARKS_DIR / f"{name}.py", arguments
 
 
 def _bench(args):
-    script = _benchmark_script(args.benchmark)
+    script, arguments = _benchmark_command(args.benchmark)
     env = dict(os.environ)
     root = str(BENCHMARKS_DIR.parent)
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     sys.stdout.flush()
-    return subprocess.call([sys.executable, str(script), *args.benchmark_args], env=env)
+    return subprocess.call([sys.executable, str(script), *arguments, *args.benchmark_args], env=env)
 
 
 def _print_outputs(result, where):

@@ -374,7 +374,7 @@ def evaluate(model_path, data_path=None, split="test", limit=None, batch_size=32
 # The command-line protocol (applications/registry.py).
 
 DESCRIPTION = "Recurrent Ladder next-step prediction of JSB Chorales (--data-dir: jsb_chorales.json)"
-BENCHMARK = "rladder"
+BENCHMARK = "rladder jsb"
 
 
 def add_arguments(parser, command):

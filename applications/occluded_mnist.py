@@ -382,7 +382,7 @@ def evaluate(model_path, source="idx", data_dir=None, num_test=5000, seed=0, bat
 # The command-line protocol (applications/registry.py).
 
 DESCRIPTION = "Recurrent Ladder on Occluded Moving MNIST (--data-dir: MNIST IDX files, or --source tfds)"
-BENCHMARK = "rladder"
+BENCHMARK = "rladder occluded"
 
 
 def add_arguments(parser, command):

@@ -30,7 +30,9 @@ The protocol (an application module exposes):
     Evaluates ``args.model`` and returns a JSON-serialisable dict of metrics.
 
 ``BENCHMARK`` (optional)
-    The stem of a script in ``benchmarks/`` run by ``keras-capsules bench <name>``.
+    The stem of a script in ``benchmarks/`` run by ``keras-capsules bench <name>``,
+    optionally followed by the script's arguments that select the application's part
+    (``"rladder jsb"``); the user's own arguments come after them.
 
 User mistakes (missing data, bad values, a dataset that needs a download while
 offline: see ``applications.tfds_data.require_prepared``) are raised as

@@ -364,7 +364,7 @@ def evaluate(model_path, data_dir=None, num_test=1000, seed=0, batch_size=64, st
 # The command-line protocol (applications/registry.py).
 
 DESCRIPTION = "RTagger grouping textured MNIST digits (--data-dir: MNIST IDX files)"
-BENCHMARK = "rladder"
+BENCHMARK = "rladder tagger"
 
 
 def add_arguments(parser, command):

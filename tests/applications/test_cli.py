@@ -3,7 +3,7 @@
 import pytest
 
 from applications import __main__ as cli
-from applications import registry, tfds_data
+from applications import demo, registry, tfds_data
 from applications.errors import DataNotFoundError
 
 
@@ -75,12 +75,15 @@ def test_bench_runs_a_script_of_benchmarks(tmp_path, capfd, monkeypatch):
     bench_dir = tmp_path / "benchmarks"
     bench_dir.mkdir()
     (bench_dir / "tiny.py").write_text("import sys\nprint('tiny benchmark', sys.argv[1:])\n")
-    (bench_dir / "em_routing_mnist.py").write_text("print('demo benchmark')\n")
+    (bench_dir / "em_routing_mnist.py").write_text("import sys\nprint('demo benchmark', sys.argv[1:])\n")
     monkeypatch.setattr(cli, "BENCHMARKS_DIR", bench_dir)
     assert cli.main(["bench", "tiny", "--shape", "sst"]) == 0
     assert "tiny benchmark ['--shape', 'sst']" in capfd.readouterr().out
     assert cli.main(["bench", "demo"]) == 0  # an application's BENCHMARK
-    assert "demo benchmark" in capfd.readouterr().out
+    assert "demo benchmark []" in capfd.readouterr().out
+    monkeypatch.setattr(demo, "BENCHMARK", "em_routing_mnist --part 2")  # script + its arguments
+    assert cli.main(["bench", "demo", "--epochs", "1"]) == 0
+    assert "demo benchmark ['--part', '2', '--epochs', '1']" in capfd.readouterr().out
     assert cli.main(["bench", "nothing"]) == 2
     assert "no benchmark 'nothing'; choose from em_routing_mnist, tiny" in capfd.readouterr().err
 
@@ -93,8 +96,24 @@ def test_bench_outside_a_checkout_is_a_clear_error(tmp_path, capsys, monkeypatch
 
 
 def test_the_real_benchmarks_are_found_from_this_checkout():
-    assert cli._benchmark_script("demo").name == "em_routing_mnist.py"
-    assert cli._benchmark_script("em_routing").exists()
+    script, arguments = cli._benchmark_command("demo")
+    assert script.name == "em_routing_mnist.py" and arguments == []
+    assert cli._benchmark_command("em_routing")[0].exists()
+    for name, part in (("music", "jsb"), ("occluded_mnist", "occluded"), ("textured_mnist", "tagger")):
+        script, arguments = cli._benchmark_command(name)
+        assert (script.name, arguments) == ("rladder.py", [part])
+
+
+def test_every_application_benchmark_parses_its_arguments():
+    """``bench <application> --help`` reaches the script's own parser with the part selected."""
+    import subprocess
+    import sys
+
+    for name in ("music", "smallnorb", "sort_of_clevr"):
+        script, arguments = cli._benchmark_command(name)
+        proc = subprocess.run([sys.executable, str(script), *arguments, "--help"],
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0 and "usage:" in proc.stdout, proc.stderr[-1000:]
 
 
 def test_registry_protocol_of_every_application():
