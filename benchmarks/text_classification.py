@@ -16,6 +16,19 @@ Two parts, run separately or together (from the repository root):
 
 Every report line ends with the machine's load average, as figures on a shared
 machine mean little without it.
+
+Measured 2026-11-23 (TensorFlow's oneDNN off, 2 CPUs, load average ~2.2-2.6; the
+paper's recipe, 10 epochs, batch 30; each model took 2.3-2.8 minutes):
+
+    SST-2 test accuracy        kmeans   dynamic   linear
+    compositional embedding    0.5673   0.6947    0.7194
+    standard embedding         0.6936      -      0.7666
+
+    embedding parameters, V=60,000: compositional 1,922,048 vs standard 3,840,000 (49.9% fewer)
+    throughput (kmeans, XLA off): 136.7-138.8 samples/s; XLA on: 58.7 samples/s
+
+Two BiGRU(128) layers alone train at 171-197 samples/s here: the GRU loops bound the
+throughput (target 192 samples/s, 1.5x the authors' PyTorch model).
 """
 
 import argparse
