@@ -148,9 +148,13 @@ def _run(args):
         return _bench(args)
     from applications import distribute
 
+    module = registry.load(args.application)
+    threads = args.intra_op_threads
+    if threads is None:
+        threads = getattr(module, "INTRA_OP_THREADS", None)
+    distribute.set_intra_op_threads(threads)  # before TensorFlow's first op
     # First TensorFlow work of the process: MultiWorkerMirroredStrategy needs that.
     strategy = distribute.make_strategy(args.strategy, tpu=args.tpu)
-    module = registry.load(args.application)
     if args.command == "train":
         result = module.run_train(args, strategy)
         _print_outputs(result, distribute.output_dir(args.run_dir, strategy))

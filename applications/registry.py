@@ -15,7 +15,7 @@ The protocol (an application module exposes):
     command line already adds the common options (see
     ``applications.__main__.add_common_arguments``): ``--run-dir``, ``--epochs``,
     ``--batch-size`` (per replica), ``--seed``, ``--strategy``, ``--tpu``,
-    ``--save-freq``, ``--quiet``; ``evaluate`` adds ``--model``.
+    ``--intra-op-threads``, ``--save-freq``, ``--quiet``; ``evaluate`` adds ``--model``.
 
 ``run_train(args, strategy) -> dict``
     Trains under ``strategy`` (build and compile the model inside ``strategy.scope()``,
@@ -28,6 +28,11 @@ The protocol (an application module exposes):
 
 ``run_evaluate(args, strategy) -> dict``
     Evaluates ``args.model`` and returns a JSON-serialisable dict of metrics.
+
+``INTRA_OP_THREADS`` (optional)
+    Threads TensorFlow may use inside one op when the user does not pass
+    ``--intra-op-threads`` (see ``applications.distribute.set_intra_op_threads``);
+    absent or None: TensorFlow's default, all cores.
 
 ``BENCHMARK`` (optional)
     The stem of a script in ``benchmarks/`` run by ``keras-capsules bench <name>``,

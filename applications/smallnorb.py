@@ -47,6 +47,7 @@ logger = logging.getLogger(__name__)
 IMAGE_SIZE = 96
 NUM_CLASSES = 5
 CLASS_NAMES = ("animal", "human", "airplane", "truck", "car")
+BN_MOMENTUM = 0.9  # PyTorch's default (momentum 0.1 there), as the authors trained
 PAPER_TRAINABLE_PARAMS = 271_688  # the authors' code; the paper rounds to 273K with BN statistics
 
 
@@ -112,16 +113,19 @@ def build_model(
     """
     images = keras.Input((image_size, image_size, image_channels), name="images")
     x = CoordinateChannels(name="coordinates")(images)
+    # As the authors' code: He-normal 3x3 kernels, and batch-normalization statistics
+    # averaged with PyTorch's momentum (0.1 of each batch, Keras' momentum=0.9).
     for k, stride in enumerate(strides):
-        x = keras.layers.BatchNormalization(name=f"conv{k + 1}_bn")(x)
+        x = keras.layers.BatchNormalization(momentum=BN_MOMENTUM, name=f"conv{k + 1}_bn")(x)
         x = keras.layers.Conv2D(
-            d_chns, 3, strides=stride, padding="same", activation="silu", name=f"conv{k + 1}"
+            d_chns, 3, strides=stride, padding="same", activation="silu",
+            kernel_initializer="he_normal", name=f"conv{k + 1}",
         )(x)
     d_pose = pose_size * pose_size
-    a = keras.layers.BatchNormalization(name="scores_bn")(x)
+    a = keras.layers.BatchNormalization(momentum=BN_MOMENTUM, name="scores_bn")(x)
     a = keras.layers.Conv2D(n_parts, 1, name="scores")(a)
     a = keras.layers.Reshape((-1,), name="part_scores")(a)  # [b, H' * W' * n_parts]
-    mu = keras.layers.BatchNormalization(name="poses_bn")(x)
+    mu = keras.layers.BatchNormalization(momentum=BN_MOMENTUM, name="poses_bn")(x)
     mu = keras.layers.Conv2D(n_parts * d_pose, 1, name="poses")(mu)
     mu = keras.layers.Reshape((-1, pose_size, pose_size), name="part_poses")(mu)
     routing_kwargs = dict(routing_kwargs or {})

@@ -9,6 +9,17 @@ cross-entropy on the softmax of the class scores) and a random-shift augmentatio
 (zero padding + random crop, as for smallNORB). Target: at least 98% test accuracy
 within 20 minutes on a 2-core CPU.
 
+Two settings differ from the smallNORB defaults, both for the short budget:
+
+* ``beta_use`` and ``beta_ign`` start normal with standard deviation 0.1
+  (``--beta-stddev``), not at zero. At zero, the class scores ``a_out`` are 0 for
+  every input and every weight below the last routing gets a zero gradient: the
+  network first has to grow the betas from nothing, and on MNIST that start costs
+  several epochs (500-step probe at load ~1.7, Adam 1e-3, two EM iterations:
+  validation accuracy 0.859 after two epochs from zero betas, 0.953 from N(0, 0.1)).
+* two EM iterations (``--n-iters``) instead of three: with three the assignments
+  saturate early (same probe with N(0, 0.1) betas: 0.874 after two epochs).
+
 Usage (from the repository root):
 
     python benchmarks/mnist_capsules.py [--data-dir ../shared/data/mnist] [--epochs 8]
@@ -43,10 +54,13 @@ def main(argv=None):
     parser.add_argument("--data-dir", default=str(default_data_dir()))
     parser.add_argument("--n-train", type=int, default=8000)
     parser.add_argument("--n-test", type=int, default=2000)
-    parser.add_argument("--epochs", type=int, default=8)
+    parser.add_argument("--epochs", type=int, default=15)
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--min-lr", type=float, default=2e-4)
-    parser.add_argument("--max-lr", type=float, default=2e-2)
+    parser.add_argument("--min-lr", type=float, default=1e-5)
+    parser.add_argument("--max-lr", type=float, default=1e-3)
+    parser.add_argument("--n-iters", type=int, default=2, help="EM iterations of both routings")
+    parser.add_argument("--beta-stddev", type=float, default=0.1,
+                        help="initial standard deviation of beta_use/beta_ign (0: the paper's zeros)")
     parser.add_argument("--padding", type=int, default=2, help="random-shift augmentation")
     parser.add_argument("--mixup", type=float, default=0.0, help="mixup alpha (0: off)")
     parser.add_argument("--budget-minutes", type=float, default=20.0)
@@ -77,7 +91,14 @@ def main(argv=None):
     train_ds = train_ds.prefetch(tf.data.AUTOTUNE)
     steps_per_epoch = len(x_train) // args.batch_size
 
-    model = smallnorb.build_model(n_classes=10, image_channels=1, name="mnist_capsules")
+    beta_init = (
+        keras.initializers.RandomNormal(stddev=args.beta_stddev, seed=args.seed)
+        if args.beta_stddev > 0 else "zeros"
+    )
+    model = smallnorb.build_model(
+        n_classes=10, image_channels=1, n_iters=args.n_iters,
+        routing_kwargs={"beta_initializer": beta_init}, name="mnist_capsules",
+    )
     counts = smallnorb.parameter_counts(model)
     smallnorb.compile_model(
         model, total_steps=args.epochs * steps_per_epoch, min_lr=args.min_lr, max_lr=args.max_lr

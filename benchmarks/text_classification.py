@@ -50,6 +50,8 @@ from keras_capsules.callbacks import TimeBudget  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+import applications.text_classification as text_classification  # noqa: E402
+from applications import distribute  # noqa: E402
 from applications.text_classification import model as model_lib  # noqa: E402
 from applications.text_classification import recipe  # noqa: E402
 
@@ -151,8 +153,13 @@ def main(argv=None):
     parser.add_argument("--jit", default="both", choices=("both", "on", "off"))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--verbose", type=int, default=2, help="Keras fit verbosity")
+    parser.add_argument("--intra-op-threads", type=int, default=text_classification.INTRA_OP_THREADS,
+                        help="threads inside one TensorFlow op, 0: all cores (default: the "
+                        "application's, %(default)s)")
     args = parser.parse_args(argv)
-    print(f"TensorFlow {tf.__version__}, Keras {keras.__version__}; {load_average()}", flush=True)
+    distribute.set_intra_op_threads(args.intra_op_threads)  # before the first op
+    print(f"TensorFlow {tf.__version__}, Keras {keras.__version__}; intra-op threads "
+          f"{tf.config.threading.get_intra_op_parallelism_threads() or 'all'}; {load_average()}", flush=True)
     routings = args.routings
     if args.part in ("throughput", "all"):
         args.routings = routings or ["kmeans"]

@@ -40,3 +40,35 @@ def test_importing_after_tensorflow_warns_when_onednn_may_be_on():
 
 def test_this_test_session_runs_with_onednn_off():
     assert os.environ.get("TF_ENABLE_ONEDNN_OPTS") == "0"
+
+
+THREADS = (
+    "import warnings\n"
+    "from applications import distribute\n"
+    "import tensorflow as tf\n"
+    "assert distribute.set_intra_op_threads(None)\n"
+    "assert distribute.set_intra_op_threads(1)\n"
+    "assert tf.config.threading.get_intra_op_parallelism_threads() == 1\n"
+    "float(tf.reduce_sum(tf.ones((3, 3))))  # the runtime starts here\n"
+    "assert distribute.set_intra_op_threads(1)  # unchanged: nothing to do\n"
+    "with warnings.catch_warnings(record=True) as caught:\n"
+    "    warnings.simplefilter('always')\n"
+    "    assert not distribute.set_intra_op_threads(2)\n"
+    "assert any('intra-op threads' in str(w.message) for w in caught)\n"
+    "assert tf.config.threading.get_intra_op_parallelism_threads() == 1\n"
+    "for bad in (-1, 1.5, True):\n"
+    "    try:\n"
+    "        distribute.set_intra_op_threads(bad)\n"
+    "    except ValueError:\n"
+    "        pass\n"
+    "    else:\n"
+    "        raise AssertionError(bad)\n"
+    "print('ok')\n"
+)
+
+
+def test_intra_op_threads_are_set_before_the_first_op_and_later_changes_only_warn():
+    proc = subprocess.run([sys.executable, "-c", THREADS], capture_output=True, text=True, timeout=300,
+                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split()[-1] == "ok"

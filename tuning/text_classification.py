@@ -4,9 +4,9 @@
   (Sabour et al.) or no capsules at all (a masked mean and a sigmoid per class), the
   comparison the paper makes.
 * ``n_iters`` 1-5: routing iterations (the paper: 3).
-* ``num_capsules`` 2/4/8 and ``capsule_dim`` 4/8/16: how each token's BiGRU features
-  are cut into lower capsules; ``class_capsule_dim`` 8/16/32: the class capsules,
-  whose length is the class score.
+* ``capsule_dim`` 4/8/16: the sentence vector (the mean of the BiGRU outputs) is cut
+  into ``gru_units / capsule_dim`` lower capsules; ``class_capsule_dim`` 8/16/32: the
+  class capsules, whose length is the class score.
 * ``gru_units`` 32/64/128: each direction of the two BiGRU layers (the paper: 128),
   ``dropout`` 0-0.6 between them (the paper: 0.5), and ``learning_rate`` 1e-4 to 1e-2
   (log scale) of Adam (1e-3).
@@ -68,7 +68,6 @@ class TextClassificationHyperModel(DatasetHyperModel):
             num_codebooks=self.num_codebooks,
             gru_units=hp.Choice("gru_units", [32, 64, 128], default=128),
             dropout=hp.Float("dropout", 0.0, 0.6, step=0.1, default=0.5),
-            num_capsules=hp.Choice("num_capsules", [2, 4, 8], default=4),
             capsule_dim=hp.Choice("capsule_dim", [4, 8, 16], default=8),
             class_capsule_dim=hp.Choice("class_capsule_dim", [8, 16, 32], default=16),
             n_iters=hp.Int("n_iters", 1, 5, default=3),

@@ -18,7 +18,6 @@ from applications.text_classification.data import (
     preprocess,
 )
 from applications.text_classification.model import (
-    TokenCapsules,
     build_model,
     compile_model,
     embedding_parameters,
@@ -29,6 +28,7 @@ from applications.text_classification.recipe import evaluate, main, train
 # The command-line protocol (applications/registry.py).
 from applications.text_classification.cli import (
     BENCHMARK,
+    INTRA_OP_THREADS,
     DESCRIPTION,
     add_arguments,
     run_evaluate,
@@ -37,9 +37,9 @@ from applications.text_classification.cli import (
 
 __all__ = [
     "BENCHMARK",
+    "INTRA_OP_THREADS",
     "DESCRIPTION",
     "DATASETS",
-    "TokenCapsules",
     "add_arguments",
     "bucket_batches",
     "build_model",

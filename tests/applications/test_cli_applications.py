@@ -22,7 +22,7 @@ TINY = {
               "--window", "8", "--batch-size", "4"],
     "occluded_mnist": ["--data-dir", str(shared_path("data", "mnist")), "--num-train", "8", "--num-test", "8",
                        "--conv-units", "4", "--dense-units", "8", "--batch-size", "8"],
-    "text_classification": [*TINY_TEXT_DATA, "--embedding-dim", "8", "--gru-units", "8", "--num-capsules", "2",
+    "text_classification": [*TINY_TEXT_DATA, "--embedding-dim", "8", "--gru-units", "8",
                             "--capsule-dim", "4", "--class-capsule-dim", "4", "--n-iters", "2", "--batch-size", "8"],
     "textured_mnist": ["--data-dir", str(shared_path("data", "mnist")), "--num-train", "8", "--num-test", "8",
                        "--n-groups", "2", "--n-iters", "1", "--conv-units", "4", "--dense-units", "8",

@@ -14,7 +14,7 @@ from keras_capsules.losses import CapsuleLoss
 from tests.conftest import shared_path
 
 SST_DIR = shared_path("data", "sst")
-TINY = dict(embedding_dim=8, gru_units=8, num_capsules=2, capsule_dim=4, class_capsule_dim=4, n_iters=2)
+TINY = dict(embedding_dim=8, gru_units=8, capsule_dim=4, class_capsule_dim=4, n_iters=2)
 
 
 def _tokens(ragged_or_dense):
@@ -155,19 +155,22 @@ def test_padding_never_changes_predictions(routing):
     np.testing.assert_allclose(model(long), alone, atol=1e-5)
 
 
-def test_token_capsules_split_features_and_repeat_the_mask():
-    x = keras.ops.reshape(keras.ops.arange(2 * 3 * 8, dtype="float32"), (2, 3, 8))
-    layer = model_lib.TokenCapsules(4)
-    caps = layer(x)
-    assert tuple(caps.shape) == (2, 6, 4)
-    lengths = np.linalg.norm(caps.numpy(), axis=-1)
-    assert np.all(lengths < 1)
-    mask = np.array([[True, True, False], [True, False, False]])
-    np.testing.assert_array_equal(
-        layer.compute_mask(x, mask), [[1, 1, 1, 1, 0, 0], [1, 1, 0, 0, 0, 0]]
-    )
-    with pytest.raises(ValueError, match="multiple of"):
-        model_lib.TokenCapsules(3)(x)
+def test_sentence_vector_is_cut_into_capsules_routed_with_one_weight_set_each():
+    model = model_lib.build_model(50, 3, routing="kmeans", **TINY)
+    caps = model.get_layer("sentence_capsules")
+    assert tuple(caps.output.shape) == (None, 2, 4)  # gru_units 8 / capsule_dim 4
+    assert tuple(model.get_layer("routing").kernel.shape) == (2, 3, 4, 4)  # per input
+    assert tuple(model.get_layer("bigru2").output.shape) == (None, None, 8)  # directions summed
+    # The routed capsules are the masked mean of the GRU outputs, cut in pieces.
+    ids = _ids([4, 2], pad_to=6)
+    trunk = keras.Model(model.input, [model.get_layer("bigru2").output, caps.output])
+    states, pieces = (t.numpy() for t in trunk(ids))
+    for row, n in enumerate([4, 2]):
+        np.testing.assert_allclose(pieces[row].reshape(-1), states[row, :n].mean(0), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="divide"):
+        model_lib.build_model(50, 2, gru_units=8, capsule_dim=3)
+    with pytest.raises(ValueError, match="capsule_dim"):
+        model_lib.build_model(50, 2, capsule_dim=0)
     with pytest.raises(ValueError, match="routing"):
         model_lib.build_model(50, 2, routing="em")
     with pytest.raises(ValueError, match="embedding"):
@@ -181,7 +184,6 @@ def test_full_model_keras_round_trip(tmp_path):
     model.save(path)
     loaded = keras.saving.load_model(path)
     np.testing.assert_allclose(loaded(ids), model(ids), atol=1e-6)
-    assert isinstance(loaded.get_layer("token_capsules"), model_lib.TokenCapsules)
     assert type(loaded.get_layer("routing")).__name__ == "KMeansRouting"
 
 

@@ -48,7 +48,7 @@ SEARCHES = {
         "random",
         ["--dataset", "sst2", "--data-dir", str(SST_DIR), "--limit", "32", "--embedding-dim", "8",
          "--batch-size", "16"],
-        dict(gru_units=8, num_capsules=2, capsule_dim=4, class_capsule_dim=4),
+        dict(gru_units=8, capsule_dim=4, class_capsule_dim=4),
         {"routing": ("kmeans", "dynamic", "linear"), "n_iters": (1, 5), "dropout": (0.0, 0.6),
          "learning_rate": (1e-4, 1e-2)},
         "val_accuracy", (None, 2),
