@@ -20,6 +20,13 @@ Two settings differ from the smallNORB defaults, both for the short budget:
 * two EM iterations (``--n-iters``) instead of three: with three the assignments
   saturate early (same probe with N(0, 0.1) betas: 0.874 after two epochs).
 
+Measured 2026-11-23 with the defaults (2 CPUs, load average 2.1-2.8, TensorFlow's
+oneDNN off): test accuracy 0.9910 on the 2,000 held-out digits after 15 epochs,
+656 s wall time (36-66 s per epoch); validation accuracy passed 0.98 at epoch 6.
+The model has 281,990 trainable + 902 non-trainable weights here (10 classes, one
+image channel). With the paper's zero betas, three iterations and an older
+higher-rate schedule, the same script had reached only 58% after 5 epochs.
+
 Usage (from the repository root):
 
     python benchmarks/mnist_capsules.py [--data-dir ../shared/data/mnist] [--epochs 8]

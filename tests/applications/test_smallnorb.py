@@ -135,8 +135,8 @@ def test_the_architecture_learns_mnist_digits_at_small_size():
     """CI-sized learning test: real digits 0, 1, 2 at 14x14, a narrow version of the model.
 
     300 training and 150 held-out digits, 10 epochs of 10 steps. Held-out predictions
-    use batch statistics (training=True): after 100 steps the moving averages of batch
-    normalization (momentum 0.99) still remember their initial values.
+    run in inference mode: with the authors' batch-normalization momentum (0.9, PyTorch's
+    default) 100 steps are enough for the moving statistics.
     """
     images, labels = _mnist()
     keep = np.where(labels < 3)[0][:450]
@@ -149,5 +149,5 @@ def test_the_architecture_learns_mnist_digits_at_small_size():
     history = model.fit(x[:300], y[:300], epochs=epochs, batch_size=batch, verbose=0)
     losses = history.history["loss"]
     assert losses[-1] < 0.6 * losses[0], losses
-    accuracy = np.mean(np.argmax(model(x[300:], training=True), -1) == labels[300:])
+    accuracy = np.mean(np.argmax(model(x[300:], training=False), -1) == labels[300:])
     assert accuracy > 0.8, (accuracy, losses)  # chance is 1/3
