@@ -211,6 +211,10 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
+    from applications import distribute
+    from applications.text_classification.cli import INTRA_OP_THREADS
+
+    distribute.set_intra_op_threads(INTRA_OP_THREADS)  # as the command line; before the first op
     result = train(
         dataset=args.dataset,
         data_dir=args.data_dir,
