@@ -19,10 +19,14 @@ Every report line ends with the machine's load average, as figures on a shared
 machine mean little without it.
 
 Measured 2026-11-23 (TensorFlow's oneDNN off, one intra-op thread as the application
-sets, 2 CPUs; the paper's recipe, 10 epochs, batch 30, trained on SST-2 sentences):
+sets, 2 CPUs; the paper's recipe, 10 epochs, batch 30):
 
-    SST-2 test accuracy        kmeans   dynamic   linear     (load average ~1.8-2.3;
-    compositional embedding    0.7381   0.7578    0.7073      1.7-1.9 min per model)
+    SST-2 test accuracy,         kmeans   dynamic   linear
+    compositional embedding
+      every phrase (default)     0.8078   0.7968    0.8034   (9.9-12.3 min per model,
+                                                             load average 2.0-2.2)
+      sentences (--sentences)    0.7381   0.7578    0.7073   (1.7-1.9 min per model,
+                                                             load average 1.8-2.3)
 
     embedding parameters, V=60,000: compositional 1,922,048 vs standard 3,840,000 (49.9% fewer)
     throughput, XLA off, median of 3 x 50 steps (load average 1.5-2.0):
