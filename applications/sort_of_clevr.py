@@ -530,7 +530,7 @@ BENCHMARK = "sort_of_clevr"
 
 def add_arguments(parser, command):
     """Sort-of-CLEVR's options for ``train``, ``evaluate`` and ``tune``."""
-    from applications.arguments import positive_int
+    from applications.arguments import non_negative_int, positive_int
 
     parser.add_argument("--validation-examples", type=positive_int, default=2000,
                         help="validation questions, half relational (default: %(default)s)")
@@ -543,6 +543,9 @@ def add_arguments(parser, command):
     if command == "train":
         parser.add_argument("--steps", type=positive_int, default=20000,
                             help="training steps in total, spread over --epochs (default: %(default)s)")
+        parser.add_argument("--coordinate-frequencies", type=non_negative_int, default=4,
+                            help="symbolic KB: sin/cos frequencies per object coordinate, 0 for the raw "
+                                 "coordinates (default: %(default)s)")
         clevr.add_mac_arguments(parser, units=128, mac_steps=4, embedding_dim=64)
 
 
@@ -554,7 +557,7 @@ def run_train(args, strategy):
         kb=args.kb,
         learning_rate=args.learning_rate,
         validation_examples=args.validation_examples,
-        model_kwargs=clevr.mac_options(args),
+        model_kwargs={**clevr.mac_options(args), "coordinate_frequencies": args.coordinate_frequencies},
         **train_options(args, strategy),
     )
 

@@ -80,15 +80,18 @@ def build_baseline(units=128, embedding_dim=64, name="lstm_mlp_baseline"):
     return keras.Model({"question": tokens, "kb": objects}, logits, name=name)
 
 
-def build(name, units):
+def build(name, units, coordinate_frequencies=4):
     if name == "baseline":
         return build_baseline(units)
-    return soc.build_model(units=units, max_steps=int(name[3:]), name=name)
+    return soc.build_model(units=units, max_steps=int(name[3:]), name=name,
+                           coordinate_frequencies=coordinate_frequencies)
 
 
-def run(name, seconds, test_sets, units=64, batch_size=64, learning_rate=3e-3, ema_momentum=0.99, seed=0):
+def run(name, seconds, test_sets, units=64, batch_size=64, learning_rate=3e-3, ema_momentum=0.99, seed=0,
+        coordinate_frequencies=4):
     keras.utils.set_random_seed(seed)
-    model = clevr.compile_model(build(name, units), learning_rate, ema_momentum=ema_momentum)
+    model = clevr.compile_model(build(name, units, coordinate_frequencies), learning_rate,
+                                ema_momentum=ema_momentum)
     budget = TimeBudget(seconds)
     start = time.time()
     model.fit(soc.make_dataset(batch_size, seed=seed), steps_per_epoch=100, epochs=100_000,
@@ -108,6 +111,9 @@ def main(argv=None):
     parser.add_argument("--units", type=int, default=64)
     parser.add_argument("--learning-rate", type=float, default=3e-3)
     parser.add_argument("--test-examples", type=int, default=1000, help="per kind")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the weights and the training stream")
+    parser.add_argument("--coordinate-frequencies", type=int, default=4,
+                        help="MAC's symbolic KB: sin/cos frequencies per coordinate (0: raw x, y)")
     args = parser.parse_args(argv)
     models = args.models.split(",")
     test_sets = {
@@ -118,7 +124,8 @@ def main(argv=None):
     print(f"{len(models)} models, {seconds:.0f} s of training each")
     results = []
     for name in models:
-        results.append(run(name, seconds, test_sets, args.units, learning_rate=args.learning_rate))
+        results.append(run(name, seconds, test_sets, args.units, learning_rate=args.learning_rate,
+                           coordinate_frequencies=args.coordinate_frequencies, seed=args.seed))
         r = results[-1]
         print(f"{r['model']:>9}: non-relational {r['non_relational']:.3f}  relational "
               f"{r['relational']:.3f}  ({r['steps']} steps, {r['seconds']} s, {r['parameters']:,} params)",

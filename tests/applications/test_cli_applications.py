@@ -17,7 +17,7 @@ TINY_TEXT_DATA = ["--dataset", "sst2", "--data-dir", str(SST_DIR), "--limit", "2
 # name -> options of a tiny model for `train` (1 epoch, small sizes).
 TINY = {
     "sort_of_clevr": ["--steps", "2", "--validation-examples", "8", "--units", "8", "--mac-steps", "1",
-                      "--embedding-dim", "4", "--batch-size", "4"],
+                      "--embedding-dim", "4", "--batch-size", "4", "--coordinate-frequencies", "2"],
     "music": ["--data-dir", str(shared_path("data", "jsb_chorales")), "--limit", "4", "--units", "8", "4",
               "--window", "8", "--batch-size", "4"],
     "occluded_mnist": ["--data-dir", str(shared_path("data", "mnist")), "--num-train", "8", "--num-test", "8",
