@@ -78,6 +78,9 @@ def occluded(args):
 
 
 def jsb(args):
+    from applications import distribute
+
+    distribute.set_intra_op_threads(args.intra_op_threads)  # before TensorFlow's first op
     from applications import music
 
     budget = TimeBudget(args.budget_minutes * 60)
@@ -93,6 +96,9 @@ def jsb(args):
             encoder=args.encoder,
             input_dropout=args.input_dropout,
             window=args.window,
+            transpose=args.transpose,
+            weight_decay=args.weight_decay,
+            ema_momentum=args.ema_momentum,
             seed=args.seed,
             verbose=args.verbose,
             callbacks=[budget],
@@ -169,6 +175,13 @@ def main(argv=None):
     p.add_argument("--encoder", default="gated", choices=("gated", "lstm"))
     p.add_argument("--input-dropout", type=float, default=0.1)
     p.add_argument("--window", type=int, default=32)
+    p.add_argument("--transpose", type=int, default=0,
+                   help="move training windows by up to N semitones (0: off)")
+    p.add_argument("--weight-decay", type=float, default=0.0, help="AdamW's decoupled weight decay")
+    p.add_argument("--ema-momentum", type=float, default=None,
+                   help="validate and keep a moving average of the weights")
+    p.add_argument("--intra-op-threads", type=int, default=1,
+                   help="TensorFlow threads inside one op (0: all cores)")
     p.set_defaults(run=jsb)
 
     p = sub.add_parser("tagger", parents=[common], help="RTagger AMI per iteration")
