@@ -365,6 +365,8 @@ def train(
     transpose=0,
     weight_decay=0.0,
     ema_momentum=None,
+    reduce_lr_patience=None,
+    reduce_lr_factor=0.5,
     seed=0,
     verbose=1,
     callbacks=(),
@@ -382,6 +384,9 @@ def train(
     to that many (see ``make_dataset``); ``weight_decay`` and ``ema_momentum`` are
     passed to ``compile_model`` (with ``ema_momentum`` the validation loss, the model
     kept and the figures are those of the moving average of the weights).
+    ``reduce_lr_patience`` (a positive integer; None: off) multiplies the learning rate
+    by ``reduce_lr_factor`` (in ``(0, 1)``) whenever the validation loss has not improved
+    for that many epochs.
 
     Writes ``model.keras``, ``history.png``, ``metrics.json`` and TensorBoard logs
     under ``run_dir``. With ``strategy`` the model is built and compiled in its scope
@@ -394,6 +399,14 @@ def train(
     from applications import fault_tolerance
     from applications.demo import plot_history, save_atomically
 
+    if reduce_lr_patience is not None and (
+        isinstance(reduce_lr_patience, bool) or not isinstance(reduce_lr_patience, int) or reduce_lr_patience < 1
+    ):
+        raise ValueError(
+            f"`reduce_lr_patience` must be None or a positive integer. Received: reduce_lr_patience={reduce_lr_patience!r}"
+        )
+    if isinstance(reduce_lr_factor, bool) or not isinstance(reduce_lr_factor, (int, float)) or not 0 < reduce_lr_factor < 1:
+        raise ValueError(f"`reduce_lr_factor` must be in (0, 1). Received: reduce_lr_factor={reduce_lr_factor!r}")
     keras.utils.set_random_seed(seed)
     os.makedirs(run_dir, exist_ok=True)
     import tensorflow as tf
@@ -433,13 +446,15 @@ def train(
 
     # With EMA the average is swapped into the model for validation and at each epoch's
     # end (so KeepBest keeps it), and swapped out again for training.
-    ema = [keras.callbacks.SwapEMAWeights(swap_on_epoch=True)] if ema_momentum is not None else []
+    extra = [keras.callbacks.SwapEMAWeights(swap_on_epoch=True)] if ema_momentum is not None else []
+    if reduce_lr_patience is not None:
+        extra.append(keras.callbacks.ReduceLROnPlateau("val_loss", reduce_lr_factor, reduce_lr_patience, verbose=verbose))
     history = model.fit(
         train_ds,
         validation_data=valid_ds,
         epochs=epochs,
         verbose=verbose,
-        callbacks=[keras.callbacks.TensorBoard(paths["logs"]), *ema, KeepBest(), *callbacks],
+        callbacks=[keras.callbacks.TensorBoard(paths["logs"]), *extra, KeepBest(), *callbacks],
     )
     if best["weights"] is not None:
         model.set_weights(best["weights"])
@@ -501,6 +516,11 @@ def add_arguments(parser, command):
         parser.add_argument("--ema-momentum", type=float, default=None,
                             help="validate and keep an exponential moving average of the weights "
                             "with this momentum, e.g. 0.99 (default: off)")
+        parser.add_argument("--reduce-lr-patience", type=positive_int, default=None, metavar="EPOCHS",
+                            help="multiply the learning rate by --reduce-lr-factor after this many "
+                            "epochs without a better validation loss (default: off)")
+        parser.add_argument("--reduce-lr-factor", type=float, default=0.5,
+                            help="see --reduce-lr-patience (default: %(default)s)")
     elif command == "evaluate":
         parser.add_argument("--split", choices=SPLITS, default="test")
 
@@ -517,6 +537,8 @@ def run_train(args, strategy):
         transpose=args.transpose,
         weight_decay=args.weight_decay,
         ema_momentum=args.ema_momentum,
+        reduce_lr_patience=args.reduce_lr_patience,
+        reduce_lr_factor=args.reduce_lr_factor,
         limit=args.limit,
         **train_options(args, strategy),
     )

@@ -99,6 +99,8 @@ def jsb(args):
             transpose=args.transpose,
             weight_decay=args.weight_decay,
             ema_momentum=args.ema_momentum,
+            reduce_lr_patience=args.reduce_lr_patience,
+            reduce_lr_factor=args.reduce_lr_factor,
             seed=args.seed,
             verbose=args.verbose,
             callbacks=[budget],
@@ -180,6 +182,9 @@ def main(argv=None):
     p.add_argument("--weight-decay", type=float, default=0.0, help="AdamW's decoupled weight decay")
     p.add_argument("--ema-momentum", type=float, default=None,
                    help="validate and keep a moving average of the weights")
+    p.add_argument("--reduce-lr-patience", type=int, default=None,
+                   help="halve the learning rate after N epochs without a better validation loss")
+    p.add_argument("--reduce-lr-factor", type=float, default=0.5)
     p.add_argument("--intra-op-threads", type=int, default=1,
                    help="TensorFlow threads inside one op (0: all cores)")
     p.set_defaults(run=jsb)

@@ -170,18 +170,21 @@ def test_command_line_options_reach_train(monkeypatch):
 
     parser = argparse.ArgumentParser()
     music.add_arguments(parser, "train")
-    args = parser.parse_args(["--transpose", "3", "--weight-decay", "0.01", "--ema-momentum", "0.99"])
+    args = parser.parse_args(["--transpose", "3", "--weight-decay", "0.01", "--ema-momentum", "0.99",
+                              "--reduce-lr-patience", "4", "--reduce-lr-factor", "0.3"])
     assert (args.transpose, args.weight_decay, args.ema_momentum) == (3, 0.01, 0.99)
     defaults = parser.parse_args([])
     assert (defaults.transpose, defaults.weight_decay, defaults.ema_momentum) == (0, 0.0, None)
-    with pytest.raises(SystemExit):
-        parser.parse_args(["--transpose", "-1"])
+    for bad in (["--transpose", "-1"], ["--reduce-lr-patience", "0"]):
+        with pytest.raises(SystemExit):
+            parser.parse_args(bad)
     seen = {}
     monkeypatch.setattr(music, "train", lambda *a, **kw: seen.update(kw))
     monkeypatch.setattr("applications.arguments.train_options", lambda args, strategy: {})
     args.data_dir = args.limit = None
     music.run_train(args, None)
     assert (seen["transpose"], seen["weight_decay"], seen["ema_momentum"]) == (3, 0.01, 0.99)
+    assert (seen["reduce_lr_patience"], seen["reduce_lr_factor"]) == (4, 0.3)
 
 
 def test_train_with_transposition_weight_decay_and_moving_average(tmp_path):
@@ -191,3 +194,25 @@ def test_train_with_transposition_weight_decay_and_moving_average(tmp_path):
     rolls, _ = music.load_rolls(DATA, limit=3)
     saved = keras.saving.load_model(result["model"])
     assert music.nll_per_step(saved, rolls["valid"]) == pytest.approx(result["valid_nll_per_step"], rel=1e-5)
+
+
+@pytest.mark.parametrize("bad, name", [(dict(reduce_lr_patience=0), "reduce_lr_patience"),
+                                       (dict(reduce_lr_patience=2.0), "reduce_lr_patience"),
+                                       (dict(reduce_lr_patience=2, reduce_lr_factor=1.0), "reduce_lr_factor"),
+                                       (dict(reduce_lr_factor=0), "reduce_lr_factor")])
+def test_train_refuses_bad_learning_rate_schedules(tmp_path, bad, name):
+    with pytest.raises(ValueError, match=name):
+        music.train(DATA, run_dir=str(tmp_path), epochs=1, limit=1, **bad)
+
+
+def test_reduce_lr_on_plateau_lowers_the_learning_rate(tmp_path):
+    seen = []
+
+    class Record(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            seen.append(float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate)))
+
+    # a learning rate far too high: the validation loss stops improving, the rate is halved
+    music.train(DATA, run_dir=str(tmp_path), epochs=4, batch_size=4, window=8, limit=2, learning_rate=5.0,
+                reduce_lr_patience=1, reduce_lr_factor=0.5, verbose=0, callbacks=[Record()], **TINY)
+    assert seen[0] == pytest.approx(5.0) and min(seen) <= 2.5 and all(b <= a for a, b in zip(seen, seen[1:]))
