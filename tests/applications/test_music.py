@@ -94,3 +94,125 @@ def test_learns_something(chorales):
     after = model.evaluate(ds, verbose=0)
     # chance is 88 log 2 = 61 nats per step; the key frequencies alone bring it far below
     assert after < 0.5 * before, (before, after)
+
+
+def test_transpose_roll_moves_notes_and_refuses_to_leave_the_keyboard():
+    roll = music.piano_roll([[21, 60], [64], []])
+    up = music.transpose_roll(roll, 3)
+    assert sorted(np.flatnonzero(up[0]) + 21) == [24, 63] and np.flatnonzero(up[1]).tolist() == [64 + 3 - 21]
+    assert up.sum() == roll.sum() and up[2].sum() == 0
+    np.testing.assert_array_equal(music.transpose_roll(up, -3), roll)
+    with pytest.raises(ValueError, match="off the piano"):
+        music.transpose_roll(roll, -1)  # A0 has no key below it
+    with pytest.raises(ValueError, match="off the piano"):
+        music.transpose_roll(music.piano_roll([[108]]), 1)
+    with pytest.raises(ValueError, match="semitones"):
+        music.transpose_roll(roll, 1.5)
+
+
+def _keys(a):
+    return np.flatnonzero(a.reshape(-1, 88).max(axis=0))
+
+
+def test_random_transposition_keeps_notes_on_the_keyboard_and_shifts_inputs_with_targets():
+    rng = np.random.default_rng(0)
+    # notes near both ends of the keyboard, in the middle, and a window without notes
+    chorales = [[[22], [23, 30]], [[100], [107, 108]], [[60, 64], [67]], [[]]]
+    rolls = [music.piano_roll(c) for c in chorales] * 50
+    order = rng.permutation(len(rolls))
+    rolls = [rolls[i] for i in order]
+    plain = music.make_dataset(rolls, batch_size=len(rolls))
+    moved = music.make_dataset(rolls, batch_size=len(rolls), transpose=5, seed=3)
+    (x0, y0, m0), = [tuple(t.numpy() for t in b) for b in plain]
+    epochs = [[tuple(t.numpy() for t in b) for b in moved][0] for _ in range(2)]
+    shifts = []
+    for x, y, m in epochs:
+        np.testing.assert_array_equal(m, m0)
+        assert set(np.unique(y)) <= {0.0, 1.0}
+        np.testing.assert_array_equal(x.sum(axis=(1, 2)), x0.sum(axis=(1, 2)))  # no note lost
+        np.testing.assert_array_equal(y.sum(axis=(1, 2)), y0.sum(axis=(1, 2)))
+        for i in range(len(rolls)):
+            if y0[i].sum() == 0:
+                np.testing.assert_array_equal(y[i], 0)
+                continue
+            shift = _keys(y[i])[0] - _keys(y0[i])[0]
+            assert -5 <= shift <= 5
+            # inputs and targets moved together, by the same amount, notes kept in order
+            np.testing.assert_array_equal(y[i], music.transpose_roll(y0[i], int(shift)))
+            np.testing.assert_array_equal(x[i], music.transpose_roll(x0[i], int(shift)))
+            shifts.append((order[i] % 4, shift))
+    by_kind = {k: {s for kind, s in shifts if kind == k} for k in range(3)}
+    assert by_kind[0] == {-1, 0, 1, 2, 3, 4, 5}  # key 22 (index 1) can go down one key only
+    assert by_kind[1] == {-5, -4, -3, -2, -1, 0}  # key 108 is the top of the keyboard
+    assert by_kind[2] == set(range(-5, 6))
+    assert not np.array_equal(epochs[0][1], epochs[1][1])  # new draws every epoch
+    for bad in (-1, 88, 2.5, True):
+        with pytest.raises(ValueError, match="transpose"):
+            music.make_dataset(rolls, transpose=bad)
+
+
+def test_optimizer_options_and_their_validation():
+    model = music.build_model(4, **TINY)
+    opt = music.compile_model(model, weight_decay=1e-4, ema_momentum=0.9).optimizer
+    assert isinstance(opt, keras.optimizers.AdamW) and opt.weight_decay == pytest.approx(1e-4)
+    assert opt.use_ema and opt.ema_momentum == pytest.approx(0.9)
+    opt = music.compile_model(model).optimizer
+    assert type(opt) is keras.optimizers.Adam and not opt.use_ema
+    with pytest.raises(ValueError, match="weight_decay"):
+        music.compile_model(model, weight_decay=-1.0)
+    for bad in (1.0, -0.1, "0.9"):
+        with pytest.raises(ValueError, match="ema_momentum"):
+            music.compile_model(model, ema_momentum=bad)
+
+
+def test_command_line_options_reach_train(monkeypatch):
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    music.add_arguments(parser, "train")
+    args = parser.parse_args(["--transpose", "3", "--weight-decay", "0.01", "--ema-momentum", "0.99",
+                              "--reduce-lr-patience", "4", "--reduce-lr-factor", "0.3"])
+    assert (args.transpose, args.weight_decay, args.ema_momentum) == (3, 0.01, 0.99)
+    defaults = parser.parse_args([])
+    assert (defaults.transpose, defaults.weight_decay, defaults.ema_momentum) == (0, 0.0, None)
+    for bad in (["--transpose", "-1"], ["--reduce-lr-patience", "0"]):
+        with pytest.raises(SystemExit):
+            parser.parse_args(bad)
+    seen = {}
+    monkeypatch.setattr(music, "train", lambda *a, **kw: seen.update(kw))
+    monkeypatch.setattr("applications.arguments.train_options", lambda args, strategy: {})
+    args.data_dir = args.limit = None
+    music.run_train(args, None)
+    assert (seen["transpose"], seen["weight_decay"], seen["ema_momentum"]) == (3, 0.01, 0.99)
+    assert (seen["reduce_lr_patience"], seen["reduce_lr_factor"]) == (4, 0.3)
+
+
+def test_train_with_transposition_weight_decay_and_moving_average(tmp_path):
+    result = music.train(DATA, run_dir=str(tmp_path), epochs=2, batch_size=4, window=8, limit=3,
+                         transpose=2, weight_decay=1e-3, ema_momentum=0.5, verbose=0, **TINY)
+    assert result["epochs_run"] == 2 and np.isfinite(result["test_nll_per_step"])
+    rolls, _ = music.load_rolls(DATA, limit=3)
+    saved = keras.saving.load_model(result["model"])
+    assert music.nll_per_step(saved, rolls["valid"]) == pytest.approx(result["valid_nll_per_step"], rel=1e-5)
+
+
+@pytest.mark.parametrize("bad, name", [(dict(reduce_lr_patience=0), "reduce_lr_patience"),
+                                       (dict(reduce_lr_patience=2.0), "reduce_lr_patience"),
+                                       (dict(reduce_lr_patience=2, reduce_lr_factor=1.0), "reduce_lr_factor"),
+                                       (dict(reduce_lr_factor=0), "reduce_lr_factor")])
+def test_train_refuses_bad_learning_rate_schedules(tmp_path, bad, name):
+    with pytest.raises(ValueError, match=name):
+        music.train(DATA, run_dir=str(tmp_path), epochs=1, limit=1, **bad)
+
+
+def test_reduce_lr_on_plateau_lowers_the_learning_rate(tmp_path):
+    seen = []
+
+    class Record(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            seen.append(float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate)))
+
+    # a learning rate far too high: the validation loss stops improving, the rate is halved
+    music.train(DATA, run_dir=str(tmp_path), epochs=4, batch_size=4, window=8, limit=2, learning_rate=5.0,
+                reduce_lr_patience=1, reduce_lr_factor=0.5, verbose=0, callbacks=[Record()], **TINY)
+    assert seen[0] == pytest.approx(5.0) and min(seen) <= 2.5 and all(b <= a for a, b in zip(seen, seen[1:]))
