@@ -50,3 +50,58 @@ class TimeBudget(keras.callbacks.Callback):
         if self.elapsed > self.seconds:
             self.exceeded = True
             self.model.stop_training = True
+
+
+class BudgetLinearDecay(keras.callbacks.Callback):
+    """Decays the learning rate linearly to a floor as a wall-time budget is spent.
+
+    Under a time budget the number of steps is not known in advance, so a step-based
+    schedule cannot end where training ends. This callback sets the optimizer's
+    learning rate before every batch to
+    ``initial * (1 - (1 - final_fraction) * min(1, elapsed / seconds))``, where
+    ``initial`` is the learning rate the optimizer held when training began and
+    ``elapsed`` is read from ``budget``. Ending training with a small learning rate
+    usually gives a clearly better final model than a constant one ("budgeted
+    training", Li et al. 2020).
+
+    Args:
+        budget: the :class:`TimeBudget` whose clock drives the decay (put it in the
+            same ``callbacks`` list, before this one).
+        final_fraction: the learning rate at the end of the budget, as a fraction of
+            the initial one, in ``[0, 1]``. Default 0.05.
+
+    Example:
+
+    ```python
+    budget = keras_capsules.callbacks.TimeBudget(10 * 60)
+    decay = keras_capsules.callbacks.BudgetLinearDecay(budget)
+    model.compile(keras.optimizers.Adam(3e-3), "mse")
+    model.fit(dataset, epochs=10_000, callbacks=[budget, decay])
+    ```
+    """
+
+    def __init__(self, budget, final_fraction=0.05):
+        super().__init__()
+        if not isinstance(budget, TimeBudget):
+            raise ValueError(f"`budget` must be a TimeBudget. Received: budget={budget!r}")
+        if isinstance(final_fraction, bool) or not isinstance(final_fraction, (int, float)) \
+                or not 0.0 <= final_fraction <= 1.0:
+            raise ValueError(f"`final_fraction` must be in [0, 1]. Received: final_fraction={final_fraction!r}")
+        self.budget = budget
+        self.final_fraction = float(final_fraction)
+        self.initial = None
+
+    def on_train_begin(self, logs=None):
+        optimizer = self.model.optimizer
+        if isinstance(optimizer._learning_rate, keras.optimizers.schedules.LearningRateSchedule):
+            raise ValueError("BudgetLinearDecay needs an optimizer with a constant learning rate, not a schedule.")
+        if self.initial is None:
+            self.initial = float(keras.ops.convert_to_numpy(optimizer.learning_rate))
+
+    def factor(self):
+        """The current learning rate as a fraction of the initial one."""
+        spent = min(1.0, self.budget.elapsed / self.budget.seconds)
+        return 1.0 - (1.0 - self.final_fraction) * spent
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.model.optimizer.learning_rate = self.initial * self.factor()

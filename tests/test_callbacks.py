@@ -1,10 +1,10 @@
-"""keras_capsules.callbacks.TimeBudget."""
+"""keras_capsules.callbacks: TimeBudget and BudgetLinearDecay."""
 
 import keras
 import numpy as np
 import pytest
 
-from keras_capsules.callbacks import TimeBudget
+from keras_capsules.callbacks import BudgetLinearDecay, TimeBudget
 
 
 def _model():
@@ -31,3 +31,46 @@ def test_runs_to_the_end_within_the_budget():
 def test_bad_budget(seconds):
     with pytest.raises(ValueError, match="Received: seconds="):
         TimeBudget(seconds)
+
+
+class _FakeClockBudget(TimeBudget):
+    """A budget whose clock advances by one second per training batch."""
+
+    @property
+    def elapsed(self):
+        return float(self.steps)
+
+
+class _RecordLearningRate(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.rates = []
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.rates.append(float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate)))
+
+
+def test_budget_linear_decay_follows_the_clock_to_the_floor():
+    x, y = np.zeros((64, 3), "float32"), np.zeros((64, 1), "float32")
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    model.compile(keras.optimizers.Adam(0.02), "mse")
+    budget = _FakeClockBudget(4.0)
+    record = _RecordLearningRate()
+    model.fit(x, y, batch_size=8, epochs=1, callbacks=[budget, BudgetLinearDecay(budget, 0.1), record], verbose=0)
+    # batch k starts after k seconds: 0.02 * (1 - 0.9 * min(1, k / 4)); the budget stops after batch 5
+    expected = [0.02 * (1 - 0.9 * min(1.0, k / 4)) for k in range(5)]
+    np.testing.assert_allclose(record.rates, expected, rtol=1e-6)
+    assert budget.exceeded
+
+
+def test_budget_linear_decay_bad_arguments():
+    with pytest.raises(ValueError, match="Received: budget="):
+        BudgetLinearDecay(10.0)
+    with pytest.raises(ValueError, match="Received: final_fraction="):
+        BudgetLinearDecay(TimeBudget(1.0), final_fraction=1.5)
+    model = _model()
+    model.compile(keras.optimizers.SGD(keras.optimizers.schedules.ExponentialDecay(0.1, 10, 0.5)), "mse")
+    x, y = np.zeros((8, 3), "float32"), np.zeros((8, 1), "float32")
+    budget = TimeBudget(60.0)
+    with pytest.raises(ValueError, match="constant learning rate"):
+        model.fit(x, y, epochs=1, callbacks=[budget, BudgetLinearDecay(budget)], verbose=0)
