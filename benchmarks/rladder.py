@@ -113,8 +113,15 @@ def jsb(args):
     distribute.set_intra_op_threads(args.intra_op_threads)  # before TensorFlow's first op
     from applications import music
 
-    budget = TimeBudget(args.budget_minutes * 60)
     start = time.perf_counter()
+    deadline = start + args.budget_minutes * 60
+    budgets = []
+
+    def member_budget(member):
+        # each ensemble member gets an equal share of the time still left
+        budgets.append(TimeBudget(max(deadline - time.perf_counter(), 1.0) / (args.ensemble - member)))
+        return [budgets[-1]]
+
     with tempfile.TemporaryDirectory() as run_dir:
         result = music.train(
             data_path=args.data_path,
@@ -131,16 +138,21 @@ def jsb(args):
             ema_momentum=args.ema_momentum if args.ema_momentum >= 0 else None,
             reduce_lr_patience=args.reduce_lr_patience,
             reduce_lr_factor=args.reduce_lr_factor,
+            dropout=args.dropout,
+            dropout_noise=args.dropout_noise,
+            init_output_bias=args.init_output_bias,
+            ensemble=args.ensemble,
             seed=args.seed,
             verbose=args.verbose,
-            callbacks=[budget],
+            callbacks=member_budget,
         )
     wall = time.perf_counter() - start
     print(f"JSB Chorales test NLL per step: {result['test_nll_per_step']:.3f} "
           f"(valid {result['valid_nll_per_step']:.3f}; paper RNN {music.PAPER_NLL['RNN']}, "
           f"RLadder {music.PAPER_NLL['RLadder']})")
+    hit = any(b.exceeded for b in budgets)
     print(f"{result['parameters']:,} parameters, {result['epochs_run']} epochs, wall time "
-          f"{wall:.0f} s{' (budget hit)' if budget.exceeded else ''}")
+          f"{wall:.0f} s{' (budget hit)' if hit else ''}")
     print(_load())
     print("target (< 8.0 within 20 min):",
           "MET" if result["test_nll_per_step"] < 8.0 and wall <= 20 * 60 else "NOT MET")
@@ -215,6 +227,14 @@ def main(argv=None):
     p.add_argument("--reduce-lr-patience", type=int, default=None,
                    help="halve the learning rate after N epochs without a better validation loss")
     p.add_argument("--reduce-lr-factor", type=float, default=0.5)
+    p.add_argument("--dropout", type=float, default=0.0,
+                   help="RLadder's dropout on the signals between levels (encoder and decoder outputs)")
+    p.add_argument("--dropout-noise", default="step", choices=("step", "sequence"),
+                   help="new dropout masks every step, or one per sequence (variational)")
+    p.add_argument("--init-output-bias", action=argparse.BooleanOptionalAction, default=False,
+                   help="start the output bias at the log-odds of each key's training frequency")
+    p.add_argument("--ensemble", type=int, default=1,
+                   help="train N models one after the other within the budget; average their probabilities")
     p.add_argument("--intra-op-threads", type=int, default=1,
                    help="TensorFlow threads inside one op (0: all cores)")
     p.set_defaults(run=jsb)
