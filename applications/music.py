@@ -249,6 +249,7 @@ def build_model(
     input_dropout=0.0,
     dropout=0.0,
     dropout_noise="step",
+    zoneout=0.0,
     output_bias=None,
     seed=None,
     name="rladder_music",
@@ -266,6 +267,7 @@ def build_model(
         input_dropout: dropout on the input rolls during training.
         dropout: RLadder's dropout between levels during training (see ``RLadder``).
         dropout_noise: ``"step"`` or ``"sequence"`` (variational) dropout masks.
+        zoneout: RLadder's zoneout rate of the encoder states (see ``RLadder``).
         output_bias: None (zeros), or 88 initial values of the output bias, e.g. the
             log-odds of every key's frequency in the training rolls (``key_log_odds``).
         seed: seed of the dropout masks.
@@ -287,6 +289,7 @@ def build_model(
             output_units=NUM_KEYS,
             dropout=dropout,
             dropout_noise=dropout_noise,
+            zoneout=zoneout,
             seed=seed,
             name="rladder",
         )
@@ -294,7 +297,7 @@ def build_model(
         bias = ladder.output_bias
     else:
         top = RLadder(levels, use_decoder=False, dropout=dropout, dropout_noise=dropout_noise,
-                      seed=seed, name="rladder")(x)
+                      zoneout=zoneout, seed=seed, name="rladder")(x)
         readout = keras.layers.Dense(NUM_KEYS, name="readout")
         logits = readout(top)
         bias = readout.bias
@@ -409,6 +412,7 @@ def train(
     reduce_lr_factor=0.5,
     dropout=0.0,
     dropout_noise="step",
+    zoneout=0.0,
     init_output_bias=False,
     ensemble=1,
     seed=0,
@@ -435,8 +439,8 @@ def train(
     by ``reduce_lr_factor`` (in ``(0, 1)``) whenever the validation loss has not improved
     for that many epochs.
 
-    ``dropout`` and ``dropout_noise`` set the RLadder's dropout between levels (see
-    ``build_model``); ``init_output_bias`` starts the output bias at the log-odds of
+    ``dropout`` and ``dropout_noise`` set the RLadder's dropout between levels and
+    ``zoneout`` its zoneout of the encoder states (see ``build_model``); ``init_output_bias`` starts the output bias at the log-odds of
     every key's frequency in the training rolls (``key_log_odds``) instead of zeros.
     ``ensemble`` > 1 trains that many models one after the other (seeds ``seed``,
     ``seed + 1``, ...), each kept at its best validation epoch, and reports the NLL
@@ -497,6 +501,7 @@ def train(
                     input_dropout=input_dropout,
                     dropout=dropout,
                     dropout_noise=dropout_noise,
+                    zoneout=zoneout,
                     output_bias=bias,
                     seed=seed + member,
                 ),
@@ -598,6 +603,16 @@ def add_arguments(parser, command):
                             "epochs without a better validation loss (default: off)")
         parser.add_argument("--reduce-lr-factor", type=float, default=0.5,
                             help="see --reduce-lr-patience (default: %(default)s)")
+        parser.add_argument("--dropout", type=float, default=0.0,
+                            help="RLadder's dropout on the signals between levels (default: %(default)s)")
+        parser.add_argument("--dropout-noise", choices=("step", "sequence"), default="step",
+                            help="new dropout masks every step or one per sequence (default: %(default)s)")
+        parser.add_argument("--zoneout", type=float, default=0.0,
+                            help="RLadder's zoneout rate of the encoder states (default: %(default)s)")
+        parser.add_argument("--init-output-bias", action="store_true",
+                            help="start the output bias at the log-odds of each key's training frequency")
+        parser.add_argument("--ensemble", type=positive_int, default=1,
+                            help="train N models and average their probabilities (default: %(default)s)")
     elif command == "evaluate":
         parser.add_argument("--split", choices=SPLITS, default="test")
 
@@ -616,6 +631,11 @@ def run_train(args, strategy):
         ema_momentum=args.ema_momentum,
         reduce_lr_patience=args.reduce_lr_patience,
         reduce_lr_factor=args.reduce_lr_factor,
+        dropout=args.dropout,
+        dropout_noise=args.dropout_noise,
+        zoneout=args.zoneout,
+        init_output_bias=args.init_output_bias,
+        ensemble=args.ensemble,
         limit=args.limit,
         **train_options(args, strategy),
     )

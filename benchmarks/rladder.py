@@ -113,6 +113,7 @@ def jsb(args):
     distribute.set_intra_op_threads(args.intra_op_threads)  # before TensorFlow's first op
     from applications import music
 
+    print("at the start,", _load(), flush=True)
     start = time.perf_counter()
     deadline = start + args.budget_minutes * 60
     budgets = []
@@ -140,6 +141,7 @@ def jsb(args):
             reduce_lr_factor=args.reduce_lr_factor,
             dropout=args.dropout,
             dropout_noise=args.dropout_noise,
+            zoneout=args.zoneout,
             init_output_bias=args.init_output_bias,
             ensemble=args.ensemble,
             seed=args.seed,
@@ -231,6 +233,7 @@ def main(argv=None):
                    help="RLadder's dropout on the signals between levels (encoder and decoder outputs)")
     p.add_argument("--dropout-noise", default="step", choices=("step", "sequence"),
                    help="new dropout masks every step, or one per sequence (variational)")
+    p.add_argument("--zoneout", type=float, default=0.0, help="RLadder's zoneout rate of the encoder states")
     p.add_argument("--init-output-bias", action=argparse.BooleanOptionalAction, default=False,
                    help="start the output bias at the log-odds of each key's training frequency")
     p.add_argument("--ensemble", type=int, default=1,

@@ -90,7 +90,12 @@ class RLadder(keras.layers.Layer):
         dropout_noise: ``"step"`` (default) draws new dropout masks at every step;
             ``"sequence"`` draws one mask per sequence and signal and keeps it for
             every step (variational dropout, Gal & Ghahramani 2016).
-        seed: seed of the dropout masks (None: random).
+        zoneout: zoneout rate, in ``[0, 1)``, of the encoder states (Krueger et al.
+            2017): during training every unit of every encoder state keeps its
+            previous value with this probability instead of taking the cell's
+            update; at inference the state is the expectation,
+            ``zoneout * h_prev + (1 - zoneout) * h_new``. Default 0 (off).
+        seed: seed of the dropout and zoneout masks (None: random).
         **kwargs: base layer arguments (``name``, ``dtype``, ...).
 
     Call arguments:
@@ -136,6 +141,7 @@ class RLadder(keras.layers.Layer):
         bias_regularizer=None,
         dropout=0.0,
         dropout_noise="step",
+        zoneout=0.0,
         seed=None,
         **kwargs,
     ):
@@ -185,8 +191,11 @@ class RLadder(keras.layers.Layer):
                 f"`dropout_noise` must be one of {DROPOUT_NOISE}. Received: dropout_noise={dropout_noise!r}"
             )
         self.dropout_noise = dropout_noise
+        if isinstance(zoneout, bool) or not isinstance(zoneout, (int, float)) or not 0 <= zoneout < 1:
+            raise ValueError(f"`zoneout` must be a number in [0, 1). Received: zoneout={zoneout!r}")
+        self.zoneout = float(zoneout)
         self.seed = seed
-        self.seed_generator = keras.random.SeedGenerator(seed) if self.dropout else None
+        self.seed_generator = keras.random.SeedGenerator(seed) if self.dropout or self.zoneout else None
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.recurrent_initializer = keras.initializers.get(recurrent_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
@@ -382,7 +391,7 @@ class RLadder(keras.layers.Layer):
         ``prediction`` is None with ``use_decoder=False``. The layer must be built.
         No dropout is applied (this is the inference step).
         """
-        return self._step(x, carry, None)
+        return self._step(x, carry, None, False)
 
     def _dropper(self, batch_size, dtype):
         """The dropout applied to signal ``key`` at one step (``drop(key, x)``)."""
@@ -399,7 +408,16 @@ class RLadder(keras.layers.Layer):
 
         return drop
 
-    def _step(self, x, carry, drop):
+    def _zone(self, old, new, training):
+        """Zoneout of one state: keep ``old`` units with probability ``zoneout``."""
+        if not self.zoneout:
+            return new
+        if not training:
+            return self.zoneout * old + (1.0 - self.zoneout) * new
+        keep = keras.random.uniform(ops.shape(new), seed=self.seed_generator) < self.zoneout
+        return ops.where(keep, old, new)
+
+    def _step(self, x, carry, drop, training):
         states, feedback = carry
         below, lateral, new_states = x, [x], []
         for i, (spec, cell) in enumerate(zip(self.levels, self.encoders)):
@@ -407,6 +425,9 @@ class RLadder(keras.layers.Layer):
             if level_kind(spec) == "dense" and len(inp.shape) == 4:
                 inp = ops.reshape(inp, (-1, math.prod(inp.shape[1:])))
             below, cell_states = cell.step(inp, feedback[i], states[i])
+            if self.zoneout:
+                cell_states = [self._zone(o, h, training) for o, h in zip(states[i], cell_states)]
+                below = cell_states[0]
             new_states.append(cell_states)
             if drop is not None:
                 below = drop(("e", i), below)
@@ -444,7 +465,7 @@ class RLadder(keras.layers.Layer):
         predictions, tops = [], []
         for t in range(steps):
             x_t = inputs[:, t] if self.n_iters is None else inputs
-            prediction, top, carry = self._step(x_t, carry, drop)
+            prediction, top, carry = self._step(x_t, carry, drop, bool(training))
             predictions.append(prediction)
             tops.append(top)
         top = ops.stack(tops, axis=1)
@@ -465,6 +486,7 @@ class RLadder(keras.layers.Layer):
                 "output_units": self.output_units,
                 "dropout": self.dropout,
                 "dropout_noise": self.dropout_noise,
+                "zoneout": self.zoneout,
                 "seed": self.seed,
             }
         )
