@@ -445,7 +445,9 @@ def train(
     ``ensemble`` > 1 trains that many models one after the other (seeds ``seed``,
     ``seed + 1``, ...), each kept at its best validation epoch, and reports the NLL
     of their mean predictive probabilities (``nll_per_step`` of the list); each is
-    saved (``model.keras``, ``model_1.keras``, ...). ``callbacks`` is a list of
+    saved (``model.keras``, ``model_1.keras``, ...). ``encoder`` may be a list of
+    encoder kinds: member ``i`` then uses ``encoder[i % len(encoder)]`` (an ensemble
+    of gated and LSTM ladders). ``callbacks`` is a list of
     callbacks, or a function from the member's index to its list (e.g. a fresh
     time budget for each).
 
@@ -486,6 +488,7 @@ def train(
         "logs": os.path.join(run_dir, "logs"),
     }
     bias = key_log_odds(rolls["train"]) if init_output_bias else None
+    encoders = [encoder] if isinstance(encoder, str) else list(encoder)
     models, epochs_run = [], []
     for member in range(ensemble):
         if member:
@@ -495,7 +498,7 @@ def train(
                 build_model(
                     steps,
                     units=units,
-                    encoder=encoder,
+                    encoder=encoders[member % len(encoders)],
                     decoder_to_encoder=decoder_to_encoder,
                     use_decoder=use_decoder,
                     input_dropout=input_dropout,

@@ -281,11 +281,13 @@ def test_ensemble_averages_the_probabilities():
 def test_train_an_ensemble_with_dropout_and_output_bias(tmp_path):
     budgets = []
     result = music.train(DATA, run_dir=str(tmp_path), epochs=1, batch_size=4, window=8, limit=3, dropout=0.2,
-                         dropout_noise="sequence", init_output_bias=True, ensemble=2, verbose=0,
+                         dropout_noise="sequence", zoneout=0.1, init_output_bias=True, ensemble=2,
+                         encoder=("gated", "lstm"), verbose=0,
                          callbacks=lambda member: budgets.append(member) or [], **TINY)
     assert budgets == [0, 1] and result["epochs_run"] == [1, 1]
     rolls, _ = music.load_rolls(DATA, limit=3)
     members = [keras.saving.load_model(tmp_path / name) for name in ("model.keras", "model_1.keras")]
+    assert [m.get_layer("rladder").levels[0]["encoder"] for m in members] == ["gated", "lstm"]
     assert music.nll_per_step(members, rolls["test"]) == pytest.approx(result["test_nll_per_step"], rel=1e-5)
     with pytest.raises(ValueError, match="ensemble"):
         music.train(DATA, run_dir=str(tmp_path), epochs=1, limit=1, ensemble=0)
