@@ -247,6 +247,11 @@ def build_model(
     decoder_to_encoder=True,
     use_decoder=True,
     input_dropout=0.0,
+    dropout=0.0,
+    dropout_noise="step",
+    zoneout=0.0,
+    output_bias=None,
+    seed=None,
     name="rladder_music",
 ):
     """The music model: an RLadder of dense levels, per-key logits for the next step.
@@ -260,6 +265,12 @@ def build_model(
         use_decoder: False gives the hierarchical-RNN baseline; the prediction is
             then a linear read-out of the top level.
         input_dropout: dropout on the input rolls during training.
+        dropout: RLadder's dropout between levels during training (see ``RLadder``).
+        dropout_noise: ``"step"`` or ``"sequence"`` (variational) dropout masks.
+        zoneout: RLadder's zoneout rate of the encoder states (see ``RLadder``).
+        output_bias: None (zeros), or 88 initial values of the output bias, e.g. the
+            log-odds of every key's frequency in the training rolls (``key_log_odds``).
+        seed: seed of the dropout masks.
         name: model name.
 
     Returns:
@@ -272,16 +283,35 @@ def build_model(
         x = keras.layers.Dropout(input_dropout, name="input_dropout")(x)
     levels = paper_levels(units, encoder)
     if use_decoder:
-        logits, _ = RLadder(
+        ladder = RLadder(
             levels,
             decoder_to_encoder=decoder_to_encoder,
             output_units=NUM_KEYS,
+            dropout=dropout,
+            dropout_noise=dropout_noise,
+            zoneout=zoneout,
+            seed=seed,
             name="rladder",
-        )(x)
+        )
+        logits, _ = ladder(x)
+        bias = ladder.output_bias
     else:
-        top = RLadder(levels, use_decoder=False, name="rladder")(x)
-        logits = keras.layers.Dense(NUM_KEYS, name="readout")(top)
+        top = RLadder(levels, use_decoder=False, dropout=dropout, dropout_noise=dropout_noise,
+                      zoneout=zoneout, seed=seed, name="rladder")(x)
+        readout = keras.layers.Dense(NUM_KEYS, name="readout")
+        logits = readout(top)
+        bias = readout.bias
+    if output_bias is not None:
+        bias.assign(np.asarray(output_bias, "float32").reshape((NUM_KEYS,)))
     return keras.Model(rolls, logits, name=name)
+
+
+def key_log_odds(rolls, prior=1.0):
+    """Log-odds of every key sounding at a step of ``rolls``, ``[88]`` (``prior``
+    pseudo-steps with and without the key keep unseen keys finite)."""
+    on = sum(r.sum(axis=0) for r in rolls)
+    steps = sum(len(r) for r in rolls)
+    return np.log((on + prior) / (steps - on + prior)).astype("float32")
 
 
 def compile_model(model, learning_rate=1e-3, clipnorm=1.0, weight_decay=0.0, ema_momentum=None):
@@ -331,22 +361,35 @@ def nll_per_step(model, rolls, batch_size=32):
 
     Args:
         model: a model from ``build_model`` (any ``steps``: its layers are reused for
-            the longest roll when it differs).
+            the longest roll when it differs), or a list of such models: an ensemble
+            whose predictive probability of every key is the mean of the models'
+            (still one independent Bernoulli per key given the past).
         rolls: a list of ``[steps_i, 88]`` piano rolls.
 
     Returns:
         ``sum over rolls and steps of -log p(x_t | x_<t)`` divided by the number of steps.
     """
+    models = list(model) if isinstance(model, (list, tuple)) else [model]
     inputs, targets, mask = next_step_arrays(rolls)
-    net = _with_steps(model, inputs.shape[1])
+    nets = [_with_steps(m, inputs.shape[1]) for m in models]
     total = 0.0
     for start in range(0, len(inputs), batch_size):
-        logits = np.asarray(net(inputs[start : start + batch_size], training=False))
+        logits = np.stack([np.asarray(net(inputs[start : start + batch_size], training=False), "float64")
+                           for net in nets])
         y = targets[start : start + batch_size]
-        # -log sigmoid(z) for y = 1, -log sigmoid(-z) for y = 0, computed stably
-        per_key = np.logaddexp(0.0, -logits) * y + np.logaddexp(0.0, logits) * (1 - y)
+        # log p(key on) = log mean_k sigmoid(z_k) and log p(key off) = log mean_k sigmoid(-z_k),
+        # computed stably: log sigmoid(z) = -logaddexp(0, -z)
+        log_on = _log_mean_exp(-np.logaddexp(0.0, -logits))
+        log_off = _log_mean_exp(-np.logaddexp(0.0, logits))
+        per_key = -(log_on * y + log_off * (1 - y))
         total += float((per_key.sum(-1) * mask[start : start + batch_size]).sum())
     return total / float(mask.sum())
+
+
+def _log_mean_exp(a):
+    """``log(mean(exp(a), axis=0))``, stably."""
+    top = a.max(axis=0)
+    return top + np.log(np.mean(np.exp(a - top), axis=0))
 
 
 # ------------------------------------------------------------------------- recipe
@@ -367,6 +410,11 @@ def train(
     ema_momentum=None,
     reduce_lr_patience=None,
     reduce_lr_factor=0.5,
+    dropout=0.0,
+    dropout_noise="step",
+    zoneout=0.0,
+    init_output_bias=False,
+    ensemble=1,
     seed=0,
     verbose=1,
     callbacks=(),
@@ -391,6 +439,18 @@ def train(
     by ``reduce_lr_factor`` (in ``(0, 1)``) whenever the validation loss has not improved
     for that many epochs.
 
+    ``dropout`` and ``dropout_noise`` set the RLadder's dropout between levels and
+    ``zoneout`` its zoneout of the encoder states (see ``build_model``); ``init_output_bias`` starts the output bias at the log-odds of
+    every key's frequency in the training rolls (``key_log_odds``) instead of zeros.
+    ``ensemble`` > 1 trains that many models one after the other (seeds ``seed``,
+    ``seed + 1``, ...), each kept at its best validation epoch, and reports the NLL
+    of their mean predictive probabilities (``nll_per_step`` of the list); each is
+    saved (``model.keras``, ``model_1.keras``, ...). ``encoder`` may be a list of
+    encoder kinds: member ``i`` then uses ``encoder[i % len(encoder)]`` (an ensemble
+    of gated and LSTM ladders). ``callbacks`` is a list of
+    callbacks, or a function from the member's index to its list (e.g. a fresh
+    time budget for each).
+
     Writes ``model.keras``, ``history.png``, ``metrics.json`` and TensorBoard logs
     under ``run_dir``. With ``strategy`` the model is built and compiled in its scope
     (``batch_size`` is then the global batch); ``limit`` keeps the first chorales of
@@ -408,6 +468,8 @@ def train(
         raise ValueError(
             f"`reduce_lr_patience` must be None or a positive integer. Received: reduce_lr_patience={reduce_lr_patience!r}"
         )
+    if isinstance(ensemble, bool) or not isinstance(ensemble, int) or ensemble < 1:
+        raise ValueError(f"`ensemble` must be a positive integer. Received: ensemble={ensemble!r}")
     if isinstance(reduce_lr_factor, bool) or not isinstance(reduce_lr_factor, (int, float)) or not 0 < reduce_lr_factor < 1:
         raise ValueError(f"`reduce_lr_factor` must be in (0, 1). Received: reduce_lr_factor={reduce_lr_factor!r}")
     keras.utils.set_random_seed(seed)
@@ -419,55 +481,75 @@ def train(
     steps = window or longest
     train_ds = make_dataset(rolls["train"], batch_size, longest, True, seed, window, transpose)
     valid_ds = make_dataset(rolls["valid"], batch_size, longest, window=window)
-    with strategy.scope():
-        model = compile_model(
-            build_model(
-                steps,
-                units=units,
-                encoder=encoder,
-                decoder_to_encoder=decoder_to_encoder,
-                use_decoder=use_decoder,
-                input_dropout=input_dropout,
-            ),
-            learning_rate,
-            weight_decay=weight_decay,
-            ema_momentum=ema_momentum,
-        )
     paths = {
         "model": os.path.join(run_dir, "model.keras"),
         "plot": os.path.join(run_dir, "history.png"),
         "metrics": os.path.join(run_dir, "metrics.json"),
         "logs": os.path.join(run_dir, "logs"),
     }
-    best = {"val": float("inf"), "weights": None}
+    bias = key_log_odds(rolls["train"]) if init_output_bias else None
+    encoders = [encoder] if isinstance(encoder, str) else list(encoder)
+    models, epochs_run = [], []
+    for member in range(ensemble):
+        if member:
+            keras.utils.set_random_seed(seed + member)
+        with strategy.scope():
+            model = compile_model(
+                build_model(
+                    steps,
+                    units=units,
+                    encoder=encoders[member % len(encoders)],
+                    decoder_to_encoder=decoder_to_encoder,
+                    use_decoder=use_decoder,
+                    input_dropout=input_dropout,
+                    dropout=dropout,
+                    dropout_noise=dropout_noise,
+                    zoneout=zoneout,
+                    output_bias=bias,
+                    seed=seed + member,
+                ),
+                learning_rate,
+                weight_decay=weight_decay,
+                ema_momentum=ema_momentum,
+            )
+        best = {"val": float("inf"), "weights": None}
 
-    class KeepBest(keras.callbacks.Callback):
-        def on_epoch_end(self, epoch, logs=None):
-            if logs and logs.get("val_loss", np.inf) < best["val"]:
-                best["val"] = float(logs["val_loss"])
-                best["weights"] = self.model.get_weights()
+        class KeepBest(keras.callbacks.Callback):
+            def on_epoch_end(self, epoch, logs=None):
+                if logs and logs.get("val_loss", np.inf) < best["val"]:
+                    best["val"] = float(logs["val_loss"])
+                    best["weights"] = self.model.get_weights()
 
-    # With EMA the average is swapped into the model for validation and at each epoch's
-    # end (so KeepBest keeps it), and swapped out again for training.
-    extra = [keras.callbacks.SwapEMAWeights(swap_on_epoch=True)] if ema_momentum is not None else []
-    if reduce_lr_patience is not None:
-        extra.append(keras.callbacks.ReduceLROnPlateau("val_loss", reduce_lr_factor, reduce_lr_patience, verbose=verbose))
-    history = model.fit(
-        train_ds,
-        validation_data=valid_ds,
-        epochs=epochs,
-        verbose=verbose,
-        callbacks=[keras.callbacks.TensorBoard(paths["logs"]), *extra, KeepBest(), *callbacks],
-    )
-    if best["weights"] is not None:
-        model.set_weights(best["weights"])
-    save_atomically(model, paths["model"])
-    plot_history(history.history, paths["plot"])
+        # With EMA the average is swapped into the model for validation and at each epoch's
+        # end (so KeepBest keeps it), and swapped out again for training.
+        extra = [keras.callbacks.SwapEMAWeights(swap_on_epoch=True)] if ema_momentum is not None else []
+        if reduce_lr_patience is not None:
+            extra.append(keras.callbacks.ReduceLROnPlateau("val_loss", reduce_lr_factor, reduce_lr_patience,
+                                                           verbose=verbose))
+        user = callbacks(member) if callable(callbacks) else callbacks
+        logs = paths["logs"] if not member else f"{paths['logs']}_{member}"
+        history = model.fit(
+            train_ds,
+            validation_data=valid_ds,
+            epochs=epochs,
+            verbose=verbose,
+            callbacks=[keras.callbacks.TensorBoard(logs), *extra, KeepBest(), *user],
+        )
+        if best["weights"] is not None:
+            model.set_weights(best["weights"])
+        save_atomically(model, paths["model"] if not member else os.path.join(run_dir, f"model_{member}.keras"))
+        if not member:
+            plot_history(history.history, paths["plot"])
+        models.append(model)
+        epochs_run.append(len(history.history.get("loss", [])))
+        if ensemble > 1 and verbose:
+            print(f"member {member}: valid NLL per step {nll_per_step(model, rolls['valid']):.3f}, "
+                  f"ensemble of {member + 1}: {nll_per_step(models, rolls['valid']):.3f}", flush=True)
     result = {
-        "valid_nll_per_step": nll_per_step(model, rolls["valid"]),
-        "test_nll_per_step": nll_per_step(model, rolls["test"]),
-        "parameters": int(model.count_params()),
-        "epochs_run": len(history.history.get("loss", [])),
+        "valid_nll_per_step": nll_per_step(models, rolls["valid"]),
+        "test_nll_per_step": nll_per_step(models, rolls["test"]),
+        "parameters": int(sum(m.count_params() for m in models)),
+        "epochs_run": epochs_run[0] if ensemble == 1 else epochs_run,
         **paths,
     }
     fault_tolerance.write_json_atomically(result, paths["metrics"])
@@ -524,6 +606,16 @@ def add_arguments(parser, command):
                             "epochs without a better validation loss (default: off)")
         parser.add_argument("--reduce-lr-factor", type=float, default=0.5,
                             help="see --reduce-lr-patience (default: %(default)s)")
+        parser.add_argument("--dropout", type=float, default=0.0,
+                            help="RLadder's dropout on the signals between levels (default: %(default)s)")
+        parser.add_argument("--dropout-noise", choices=("step", "sequence"), default="step",
+                            help="new dropout masks every step or one per sequence (default: %(default)s)")
+        parser.add_argument("--zoneout", type=float, default=0.0,
+                            help="RLadder's zoneout rate of the encoder states (default: %(default)s)")
+        parser.add_argument("--init-output-bias", action="store_true",
+                            help="start the output bias at the log-odds of each key's training frequency")
+        parser.add_argument("--ensemble", type=positive_int, default=1,
+                            help="train N models and average their probabilities (default: %(default)s)")
     elif command == "evaluate":
         parser.add_argument("--split", choices=SPLITS, default="test")
 
@@ -542,6 +634,11 @@ def run_train(args, strategy):
         ema_momentum=args.ema_momentum,
         reduce_lr_patience=args.reduce_lr_patience,
         reduce_lr_factor=args.reduce_lr_factor,
+        dropout=args.dropout,
+        dropout_noise=args.dropout_noise,
+        zoneout=args.zoneout,
+        init_output_bias=args.init_output_bias,
+        ensemble=args.ensemble,
         limit=args.limit,
         **train_options(args, strategy),
     )

@@ -216,3 +216,108 @@ def test_reduce_lr_on_plateau_lowers_the_learning_rate(tmp_path):
     music.train(DATA, run_dir=str(tmp_path), epochs=4, batch_size=4, window=8, limit=2, learning_rate=5.0,
                 reduce_lr_patience=1, reduce_lr_factor=0.5, verbose=0, callbacks=[Record()], **TINY)
     assert seen[0] == pytest.approx(5.0) and min(seen) <= 2.5 and all(b <= a for a, b in zip(seen, seen[1:]))
+
+
+def test_dropout_between_levels_only_in_training_and_round_trips(tmp_path):
+    rng = np.random.default_rng(1)
+    x = (rng.uniform(size=(3, 6, 88)) < 0.1).astype("float32")
+    for noise in ("step", "sequence"):
+        model = music.build_model(6, dropout=0.5, dropout_noise=noise, seed=2, **TINY)
+        plain = music.build_model(6, **TINY)
+        plain.set_weights(model.get_weights())
+        np.testing.assert_allclose(model(x, training=False), plain(x), atol=1e-6)  # inference: no dropout
+        a, b = model(x, training=True), model(x, training=True)
+        assert not np.allclose(a, b) and not np.allclose(a, plain(x))  # training: new masks every call
+        path = tmp_path / f"{noise}.keras"
+        model.save(path)
+        loaded = keras.saving.load_model(path)
+        rladder = loaded.get_layer("rladder")
+        assert (rladder.dropout, rladder.dropout_noise) == (0.5, noise)
+        np.testing.assert_allclose(loaded(x), model(x), atol=1e-5)
+    with pytest.raises(ValueError, match="dropout"):
+        music.build_model(4, dropout=1.0, **TINY)
+    with pytest.raises(ValueError, match="dropout_noise"):
+        music.build_model(4, dropout=0.1, dropout_noise="time", **TINY)
+
+
+def test_sequence_dropout_keeps_its_masks_over_time():
+    from keras_capsules.layers import RLadder, level_spec
+
+    ladder = RLadder([level_spec("gated", 8)], dropout=0.5, dropout_noise="sequence", seed=0)
+    x = np.ones((4, 5, 6), "float32")
+    ladder(x)
+    drop = ladder._dropper(4, "float32")
+    v = np.ones((4, 8), "float32")
+    first, again = np.asarray(drop(("e", 0), v)), np.asarray(drop(("e", 0), 3 * v))
+    np.testing.assert_allclose(again, 3 * first)  # the same mask at every step
+    assert set(np.unique(first)) <= {0.0, 2.0} and 0 < (first == 0).mean() < 1
+
+
+def test_output_bias_starts_at_the_key_log_odds():
+    rolls = [music.piano_roll([[60], [60, 64], [64]]), music.piano_roll([[60]])]
+    odds = music.key_log_odds(rolls)
+    assert odds.shape == (88,)
+    assert odds[60 - 21] == pytest.approx(np.log((3 + 1) / (1 + 1)))  # on at 3 of 4 steps
+    assert odds[64 - 21] == pytest.approx(np.log((2 + 1) / (2 + 1)))
+    assert odds[0] == pytest.approx(np.log(1 / 5))
+    for use_decoder in (True, False):
+        model = music.build_model(3, use_decoder=use_decoder, output_bias=odds, **TINY)
+        bias = [w for w in model.weights if w.path.endswith("output_bias") or w.path.endswith("readout/bias")]
+        np.testing.assert_allclose(bias[0], odds)
+
+
+def test_ensemble_averages_the_probabilities():
+    rolls = [music.piano_roll([[60], [62, 64], [], [67]]), music.piano_roll([[48, 55]])]
+    a, b = music.build_model(4, **TINY), music.build_model(4, **TINY)
+    inputs, targets, mask = music.next_step_arrays(rolls)
+    p = (keras.ops.sigmoid(a(inputs)) + keras.ops.sigmoid(b(inputs))) / 2
+    p = np.asarray(p, "float64")
+    per_step = -(targets * np.log(p) + (1 - targets) * np.log(1 - p)).sum(-1)
+    expected = (per_step * mask).sum() / mask.sum()
+    assert music.nll_per_step([a, b], rolls) == pytest.approx(expected, rel=1e-5)
+    assert music.nll_per_step([a], rolls) == pytest.approx(music.nll_per_step(a, rolls), rel=1e-6)
+
+
+def test_train_an_ensemble_with_dropout_and_output_bias(tmp_path):
+    budgets = []
+    result = music.train(DATA, run_dir=str(tmp_path), epochs=1, batch_size=4, window=8, limit=3, dropout=0.2,
+                         dropout_noise="sequence", zoneout=0.1, init_output_bias=True, ensemble=2,
+                         encoder=("gated", "lstm"), verbose=0,
+                         callbacks=lambda member: budgets.append(member) or [], **TINY)
+    assert budgets == [0, 1] and result["epochs_run"] == [1, 1]
+    rolls, _ = music.load_rolls(DATA, limit=3)
+    members = [keras.saving.load_model(tmp_path / name) for name in ("model.keras", "model_1.keras")]
+    assert [m.get_layer("rladder").levels[0]["encoder"] for m in members] == ["gated", "lstm"]
+    assert music.nll_per_step(members, rolls["test"]) == pytest.approx(result["test_nll_per_step"], rel=1e-5)
+    with pytest.raises(ValueError, match="ensemble"):
+        music.train(DATA, run_dir=str(tmp_path), epochs=1, limit=1, ensemble=0)
+
+
+def test_zoneout_of_the_encoder_states(tmp_path):
+    from keras_capsules.layers import RLadder, level_spec
+
+    rng = np.random.default_rng(2)
+    x = (rng.uniform(size=(3, 6, 88)) < 0.1).astype("float32")
+    model = music.build_model(6, zoneout=0.3, seed=1, **TINY)
+    a, b = model(x, training=True), model(x, training=True)
+    assert not np.allclose(a, b)  # new masks every call
+    np.testing.assert_allclose(model(x), model(x))  # inference is deterministic
+    path = tmp_path / "zoneout.keras"
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    assert loaded.get_layer("rladder").zoneout == pytest.approx(0.3)
+    np.testing.assert_allclose(loaded(x), model(x), atol=1e-5)
+    # one level, no decoder: at inference the state is the expectation of the zoned updates
+    ladder = RLadder([level_spec("gated", 4)], use_decoder=False, zoneout=0.25)
+    plain = RLadder([level_spec("gated", 4)], use_decoder=False)
+    seq = rng.normal(size=(2, 3, 5)).astype("float32")
+    ladder(seq), plain(seq)
+    plain.set_weights(ladder.get_weights())
+    cell = plain.encoders[0]
+    h = np.zeros((2, 4), "float32")
+    for t in range(3):
+        h_new = np.asarray(cell([seq[:, t], h]))
+        h = 0.25 * h + 0.75 * h_new
+    np.testing.assert_allclose(np.asarray(ladder(seq))[:, -1], h, atol=1e-5)
+    with pytest.raises(ValueError, match="zoneout"):
+        music.build_model(4, zoneout=-0.1, **TINY)

@@ -29,6 +29,7 @@ from keras_capsules.layers.rladder.lstm_encoder_cell import LSTMEncoderCell
 _COMBINATOR_CLASSES = {"G1": G1, "ConvG1": ConvG1, "ConvG2": ConvG2, "ConvG3": ConvG3}
 _INITIALIZERS = ("kernel_initializer", "recurrent_initializer", "bias_initializer")
 _REGULARIZERS = ("kernel_regularizer", "recurrent_regularizer", "bias_regularizer")
+DROPOUT_NOISE = ("step", "sequence")
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -80,6 +81,21 @@ class RLadder(keras.layers.Layer):
         kernel_initializer, recurrent_initializer, bias_initializer: passed to every
             encoder cell and combinator (and the output map).
         kernel_regularizer, recurrent_regularizer, bias_regularizer: likewise.
+        dropout: dropout rate, in ``[0, 1)``, on the signals between levels during
+            training: every encoder output ``e_l`` (``l >= 1``) where it leaves its
+            level (upwards to the next encoder and sideways to the decoder) and every
+            decoder output ``d_l`` (``l >= 1``) where it goes down to the combinator
+            below and back to its encoder as feedback. The encoder states themselves
+            (the recurrence) are never dropped. Default 0 (off).
+        dropout_noise: ``"step"`` (default) draws new dropout masks at every step;
+            ``"sequence"`` draws one mask per sequence and signal and keeps it for
+            every step (variational dropout, Gal & Ghahramani 2016).
+        zoneout: zoneout rate, in ``[0, 1)``, of the encoder states (Krueger et al.
+            2017): during training every unit of every encoder state keeps its
+            previous value with this probability instead of taking the cell's
+            update; at inference the state is the expectation,
+            ``zoneout * h_prev + (1 - zoneout) * h_new``. Default 0 (off).
+        seed: seed of the dropout and zoneout masks (None: random).
         **kwargs: base layer arguments (``name``, ``dtype``, ...).
 
     Call arguments:
@@ -123,6 +139,10 @@ class RLadder(keras.layers.Layer):
         kernel_regularizer=None,
         recurrent_regularizer=None,
         bias_regularizer=None,
+        dropout=0.0,
+        dropout_noise="step",
+        zoneout=0.0,
+        seed=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -163,6 +183,19 @@ class RLadder(keras.layers.Layer):
             "input_combinator_filters", input_combinator_filters, allow_none=True
         )
         self.output_units = positive_int("output_units", output_units, allow_none=True)
+        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
+            raise ValueError(f"`dropout` must be a number in [0, 1). Received: dropout={dropout!r}")
+        self.dropout = float(dropout)
+        if dropout_noise not in DROPOUT_NOISE:
+            raise ValueError(
+                f"`dropout_noise` must be one of {DROPOUT_NOISE}. Received: dropout_noise={dropout_noise!r}"
+            )
+        self.dropout_noise = dropout_noise
+        if isinstance(zoneout, bool) or not isinstance(zoneout, (int, float)) or not 0 <= zoneout < 1:
+            raise ValueError(f"`zoneout` must be a number in [0, 1). Received: zoneout={zoneout!r}")
+        self.zoneout = float(zoneout)
+        self.seed = seed
+        self.seed_generator = keras.random.SeedGenerator(seed) if self.dropout or self.zoneout else None
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.recurrent_initializer = keras.initializers.get(recurrent_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
@@ -356,7 +389,35 @@ class RLadder(keras.layers.Layer):
         """One step of the ladder: ``(x_t, carry) -> (prediction, top, new carry)``.
 
         ``prediction`` is None with ``use_decoder=False``. The layer must be built.
+        No dropout is applied (this is the inference step).
         """
+        return self._step(x, carry, None, False)
+
+    def _dropper(self, batch_size, dtype):
+        """The dropout applied to signal ``key`` at one step (``drop(key, x)``)."""
+        rate = self.dropout
+        if self.dropout_noise == "step":
+            return lambda key, v: keras.random.dropout(v, rate, seed=self.seed_generator)
+        masks = {}
+
+        def drop(key, v):
+            if key not in masks:
+                ones = ops.ones((batch_size,) + tuple(v.shape[1:]), dtype=dtype)
+                masks[key] = keras.random.dropout(ones, rate, seed=self.seed_generator)
+            return v * masks[key]
+
+        return drop
+
+    def _zone(self, old, new, training):
+        """Zoneout of one state: keep ``old`` units with probability ``zoneout``."""
+        if not self.zoneout:
+            return new
+        if not training:
+            return self.zoneout * old + (1.0 - self.zoneout) * new
+        keep = keras.random.uniform(ops.shape(new), seed=self.seed_generator) < self.zoneout
+        return ops.where(keep, old, new)
+
+    def _step(self, x, carry, drop, training):
         states, feedback = carry
         below, lateral, new_states = x, [x], []
         for i, (spec, cell) in enumerate(zip(self.levels, self.encoders)):
@@ -364,7 +425,12 @@ class RLadder(keras.layers.Layer):
             if level_kind(spec) == "dense" and len(inp.shape) == 4:
                 inp = ops.reshape(inp, (-1, math.prod(inp.shape[1:])))
             below, cell_states = cell.step(inp, feedback[i], states[i])
+            if self.zoneout:
+                cell_states = [self._zone(o, h, training) for o, h in zip(states[i], cell_states)]
+                below = cell_states[0]
             new_states.append(cell_states)
+            if drop is not None:
+                below = drop(("e", i), below)
             lateral.append(below)
         top = below
         if not self.use_decoder:
@@ -374,6 +440,9 @@ class RLadder(keras.layers.Layer):
         d = self.decoders[n](lateral[n])
         decoded[n] = d
         for l in range(n - 1, -1, -1):
+            if drop is not None:
+                d = drop(("d", l + 1), d)
+                decoded[l + 1] = d
             d = self.decoders[l]([d, lateral[l]])
             decoded[l] = d
         new_feedback = [
@@ -384,7 +453,7 @@ class RLadder(keras.layers.Layer):
             prediction = ops.matmul(prediction, self.output_kernel) + self.output_bias
         return prediction, top, (new_states, new_feedback)
 
-    def call(self, inputs):
+    def call(self, inputs, training=None):
         batch, steps, features = self._feature_shape(tuple(inputs.shape))
         if features != self._features:
             raise ValueError(
@@ -392,10 +461,11 @@ class RLadder(keras.layers.Layer):
                 f"Received: input shape={tuple(inputs.shape)}"
             )
         carry = self.initial_carry(ops.shape(inputs)[0], inputs.dtype)
+        drop = self._dropper(ops.shape(inputs)[0], inputs.dtype) if training and self.dropout else None
         predictions, tops = [], []
         for t in range(steps):
             x_t = inputs[:, t] if self.n_iters is None else inputs
-            prediction, top, carry = self.step(x_t, carry)
+            prediction, top, carry = self._step(x_t, carry, drop, bool(training))
             predictions.append(prediction)
             tops.append(top)
         top = ops.stack(tops, axis=1)
@@ -414,6 +484,10 @@ class RLadder(keras.layers.Layer):
                 "input_combinator": self.input_combinator,
                 "input_combinator_filters": self.input_combinator_filters,
                 "output_units": self.output_units,
+                "dropout": self.dropout,
+                "dropout_noise": self.dropout_noise,
+                "zoneout": self.zoneout,
+                "seed": self.seed,
             }
         )
         serialize_all(config, self, _INITIALIZERS, "initializers")
