@@ -119,6 +119,20 @@ the key is a regularity shared by every split, and moving it makes the task hard
 (training loss 9.3 vs 8.6 after 50 epochs with +-2 semitones). Windows of 64 steps
 learn more slowly per epoch. The earlier figure (8.577 test, 747 s, 60 epochs without
 EMA) was measured on both cores at load ~10.
+
+Measured (occluded), 2026-11-23, defaults (6,000 training / 2,000 test sequences,
+6 epochs, 18 minutes shared by the three variants), pinned to one core
+(``taskset -c 0``) while another job used the other, load average 1.6-2.0:
+
+    variant        test error   epochs   wall
+    rladder        90.95%       4        394 s (budget hit)
+    temporal       41.40%       6        265 s
+    no_feedback    76.75%       5        383 s (budget hit)
+
+Target (RLadder clearly below both) not met: in this budget the RLadder's digit
+error stays at chance while the temporal baseline learns. Not yet investigated;
+first suspects are the balance of the frame-prediction and digit costs
+(``compile_model``'s ``frame_weight``) and the learning rate for the deeper model.
 """
 
 import argparse
