@@ -34,6 +34,12 @@ sets, 2 CPUs; the paper's recipe, 10 epochs, batch 30):
         dynamic 219.9 / 208.0, linear 226.2 / 195.5; XLA on: ~40 samples/s (kmeans)
     target: 192 samples/s, 1.5x the authors' PyTorch model
 
+Re-measured 2026-11-23 17:00 on the next session's machine (same kind, 2 CPUs, quiet,
+load average 1.0-1.5), kmeans, XLA off, 3 runs: 162.2 (3 x 50 steps), 165.5 and
+162.4 samples/s (5 x 50 steps; ranges within 160-169): below the 192 target there.
+Pinned to one core (``taskset -c 0``) it falls to 94.1, since the two GRU directions
+no longer run side by side. The spread between machines and runs is not understood.
+
 What moved the figures (same day, earlier versions): routing 4 capsules cut from every
 token (512 per sentence) learned worse than the linear head (kmeans 0.5673, dynamic
 0.6947, linear 0.7194); routing the 16 capsules of the masked mean, as the authors'
