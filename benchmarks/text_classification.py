@@ -137,26 +137,30 @@ def throughput(args):
     dataset = tf.data.Dataset.from_tensors((ids, labels)).repeat().with_options(data_lib.pipeline_options())
     jits = {"both": (False, True), "on": (True,), "off": (False,)}[args.jit]
     results = {}
+    grus = {"both": ("projected", "keras"), "projected": ("projected",), "keras": ("keras",)}[args.gru]
     for routing in args.routings:
-        for jit in jits:
-            keras.utils.set_random_seed(0)
-            model = model_lib.compile_model(model_lib.build_model(vocab, classes, routing=routing), jit_compile=jit)
-            model.fit(dataset, steps_per_epoch=args.warmup, epochs=1, verbose=0)  # trace / compile
-            rates = []
-            for _ in range(args.repeats):
-                start = time.perf_counter()
-                model.fit(dataset, steps_per_epoch=args.steps, epochs=1, verbose=0)
-                rates.append(args.steps * batch / (time.perf_counter() - start))
-            rate = float(np.median(rates))
-            results[(routing, jit)] = rate
-            print(
-                f"training throughput, {routing:7s} routing, jit_compile={str(jit):5s}: "
-                f"{rate:7.1f} samples/s median of {args.repeats} x {args.steps} steps "
-                f"(range {min(rates):.1f}-{max(rates):.1f}; batch {batch}, length {length}, "
-                f"{vocab:,} ids, {classes} classes); {load_average()}",
-                flush=True,
-            )
-            del model
+        for gru in grus:
+            for jit in jits:
+                keras.utils.set_random_seed(0)
+                model = model_lib.compile_model(
+                    model_lib.build_model(vocab, classes, routing=routing, gru=gru), jit_compile=jit
+                )
+                model.fit(dataset, steps_per_epoch=args.warmup, epochs=1, verbose=0)  # trace / compile
+                rates = []
+                for _ in range(args.repeats):
+                    start = time.perf_counter()
+                    model.fit(dataset, steps_per_epoch=args.steps, epochs=1, verbose=0)
+                    rates.append(args.steps * batch / (time.perf_counter() - start))
+                rate = float(np.median(rates))
+                results[(routing, gru, jit)] = rate
+                print(
+                    f"training throughput, {routing:7s} routing, {gru:9s} GRU, jit_compile={str(jit):5s}: "
+                    f"{rate:7.1f} samples/s median of {args.repeats} x {args.steps} steps "
+                    f"(range {min(rates):.1f}-{max(rates):.1f}; batch {batch}, length {length}, "
+                    f"{vocab:,} ids, {classes} classes); {load_average()}",
+                    flush=True,
+                )
+                del model
     return results
 
 
@@ -177,6 +181,8 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=3, help="timed repeats (the median is reported)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps (tracing, XLA)")
     parser.add_argument("--jit", default="both", choices=("both", "on", "off"))
+    parser.add_argument("--gru", default="projected", choices=("projected", "keras", "both"),
+                        help="GRU implementation (default: ProjectedGRU, the model's default)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--verbose", type=int, default=2, help="Keras fit verbosity")
     parser.add_argument("--intra-op-threads", type=int, default=text_classification.INTRA_OP_THREADS,

@@ -3,6 +3,7 @@
     ids [batch, length]                       0 = padding
     -> CompositionalEmbedding (M = 8 codebooks, D = 64, mask_zero)    or Embedding
     -> BiGRU(128) -> Dropout(0.5) -> BiGRU(128)   [batch, length, 128], masked
+       (ProjectedGRU: Keras' GRU, faster to train on CPUs; projected_gru.py)
        (the second layer sums its two directions, as the authors' code)
     -> mean over the real tokens                   [batch, 128]
     -> 128 / capsule_dim lower capsules            [batch, 16, 8]
@@ -37,8 +38,11 @@ from keras_capsules.layers import (
 )
 from keras_capsules.losses import CapsuleLoss
 
+from applications.text_classification.projected_gru import ProjectedGRU
+
 ROUTINGS = ("kmeans", "dynamic", "linear")
 EMBEDDINGS = ("compositional", "standard")
+GRUS = ("projected", "keras")
 
 
 def _choice(name, value, choices):
@@ -61,6 +65,7 @@ def build_model(
     similarity="cosine",
     codebook_stddev=1.0,
     codes_stddev=1.0,
+    gru="projected",
     name=None,
 ):
     """Builds the capsule text classifier (defaults: the paper's configuration).
@@ -87,6 +92,10 @@ def build_model(
             +-0.05) makes all words' embeddings nearly equal at first, and the model
             then learns far more slowly.
         codes_stddev: the learned codes start normal with this standard deviation.
+        gru: ``"projected"`` (default; :class:`ProjectedGRU`, Keras' GRU with its input
+            projection out of the time loop and a written-out backward pass: the same
+            function and weights, about a third more training samples per CPU-second)
+            or ``"keras"`` (``keras.layers.GRU``).
         name: model name (default ``"cccapsnet_<routing>_<embedding>"``).
 
     Returns:
@@ -95,6 +104,7 @@ def build_model(
     """
     _choice("routing", routing, ROUTINGS)
     _choice("embedding", embedding, EMBEDDINGS)
+    _choice("gru", gru, GRUS)
     if not 0 <= dropout < 1:
         raise ValueError(f"`dropout` must lie in [0, 1). Received: dropout={dropout!r}")
     for arg, value in (("gru_units", gru_units), ("capsule_dim", capsule_dim)):
@@ -119,10 +129,11 @@ def build_model(
     else:
         embed = keras.layers.Embedding(vocab_size, embedding_dim, mask_zero=True, name="embedding")
     x = embed(ids)
-    x = keras.layers.Bidirectional(keras.layers.GRU(gru_units, return_sequences=True), name="bigru1")(x)
+    recurrent = ProjectedGRU if gru == "projected" else keras.layers.GRU
+    x = keras.layers.Bidirectional(recurrent(gru_units, return_sequences=True), name="bigru1")(x)
     x = keras.layers.Dropout(dropout, name="dropout1")(x)
     x = keras.layers.Bidirectional(
-        keras.layers.GRU(gru_units, return_sequences=True), merge_mode="sum", name="bigru2"
+        recurrent(gru_units, return_sequences=True), merge_mode="sum", name="bigru2"
     )(x)
     x = keras.layers.GlobalAveragePooling1D(name="masked_mean")(x)  # honours the mask
     if routing == "linear":
