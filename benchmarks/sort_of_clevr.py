@@ -123,10 +123,11 @@ def build(name, units, coordinate_frequencies=4):
 
 
 def run(name, seconds, test_sets, units=64, batch_size=64, learning_rate=3e-3, ema_momentum=0.99, seed=0,
-        coordinate_frequencies=4, final_lr_fraction=None):
+        coordinate_frequencies=4, final_lr_fraction=None, jit_compile=True):
     keras.utils.set_random_seed(seed)
     model = clevr.compile_model(build(name, units, coordinate_frequencies), learning_rate,
                                 ema_momentum=ema_momentum)
+    model.jit_compile = jit_compile  # Keras' "auto" leaves XLA off on CPUs
     budget = TimeBudget(seconds)
     callbacks = [budget]
     if final_lr_fraction is not None:
@@ -155,6 +156,8 @@ def main(argv=None):
     parser.add_argument("--final-lr-fraction", type=float, default=0.05,
                         help="decay the learning rate linearly over each model's time budget to this "
                              "fraction of --learning-rate (1: constant)")
+    parser.add_argument("--jit", default="on", choices=("on", "off"),
+                        help="XLA-compile the training step (default on: ~1.2x the steps on a CPU)")
     args = parser.parse_args(argv)
     models = args.models.split(",")
     test_sets = {
@@ -167,7 +170,7 @@ def main(argv=None):
     for name in models:
         results.append(run(name, seconds, test_sets, args.units, learning_rate=args.learning_rate,
                            coordinate_frequencies=args.coordinate_frequencies, seed=args.seed,
-                           final_lr_fraction=args.final_lr_fraction))
+                           final_lr_fraction=args.final_lr_fraction, jit_compile=args.jit == "on"))
         r = results[-1]
         print(f"{r['model']:>9}: non-relational {r['non_relational']:.3f}  relational "
               f"{r['relational']:.3f}  ({r['steps']} steps, {r['seconds']} s, {r['parameters']:,} params)",

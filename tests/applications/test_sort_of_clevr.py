@@ -68,6 +68,16 @@ def test_dataset_stream():
     assert x["kb"].shape == (8, 6, soc.KB_DIM) and y.shape == (8,)
     (x2, _), = soc.make_dataset(batch_size=8, seed=1).take(1)
     np.testing.assert_array_equal(x["kb"], x2["kb"])
+    # Batches are the per-example stream cut in order: two batches of 4 are the
+    # examples generate_examples draws from the same seed.
+    expected_x, expected_y = soc.generate_examples(8, seed=1)
+    batches = list(soc.make_dataset(batch_size=4, seed=1).take(2))
+    for key in ("question", "kb"):
+        np.testing.assert_array_equal(np.concatenate([b[0][key] for b in batches]), expected_x[key])
+    np.testing.assert_array_equal(np.concatenate([b[1] for b in batches]), expected_y)
+    for bad in (0, 2.5, True):
+        with pytest.raises(ValueError, match="batch_size"):
+            soc.make_dataset(batch_size=bad)
 
 
 def test_model_padding_saving_and_a_training_step(tmp_path):
