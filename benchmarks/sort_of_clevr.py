@@ -102,6 +102,9 @@ from applications import clevr  # noqa: E402
 from applications import sort_of_clevr as soc  # noqa: E402
 
 
+TYPE_NAMES = {3: "closest", 4: "farthest", 5: "count", 6: "two-hop"}
+
+
 def build_baseline(units=128, embedding_dim=64, name="lstm_mlp_baseline"):
     """Question LSTM + MLP over the concatenated object features (no attention)."""
     tokens = keras.Input((None,), dtype="int32", name="question")
@@ -140,6 +143,9 @@ def run(name, seconds, test_sets, units=64, batch_size=64, learning_rate=3e-3, e
               "parameters": model.count_params()}
     for kind, (x, y) in test_sets.items():
         result[kind] = model.evaluate(x, y, batch_size=500, verbose=0)[1]
+    for template in soc.RELATIONAL:  # which relational questions hold the mean back
+        x, y = soc.generate_examples(500, seed=20_000 + template, templates=[template])
+        result[f"type {template}"] = model.evaluate(x, y, batch_size=500, verbose=0)[1]
     return result
 
 
@@ -175,6 +181,8 @@ def main(argv=None):
         print(f"{r['model']:>9}: non-relational {r['non_relational']:.3f}  relational "
               f"{r['relational']:.3f}  ({r['steps']} steps, {r['seconds']} s, {r['parameters']:,} params)",
               flush=True)
+        print("           relational by type: " + ", ".join(
+            f"{TYPE_NAMES[t]} {r[f'type {t}']:.3f}" for t in soc.RELATIONAL), flush=True)
     print("load average (1, 5, 15 min):", " ".join(f"{v:.2f}" for v in os.getloadavg()))
     return results
 
