@@ -181,6 +181,10 @@ def occluded(args):
                 batch_size=args.batch_size,
                 conv_units=tuple(args.conv_units),
                 dense_units=args.dense_units,
+                learning_rate=args.learning_rate,
+                frame_size=args.frame_size,
+                classify=args.classify,
+                normalization=None if args.normalization == "none" else args.normalization,
                 seed=args.seed,
                 verbose=args.verbose,
                 callbacks=[budget],
@@ -300,6 +304,12 @@ def main(argv=None):
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--conv-units", type=int, nargs=3, default=[8, 16, 16])
     p.add_argument("--dense-units", type=int, default=64)
+    p.add_argument("--learning-rate", type=float, default=1e-3)
+    p.add_argument("--frame-size", type=int, default=32, help="frames of N x N pixels (paper: 32)")
+    p.add_argument("--classify", default="every", choices=("every", "last"),
+                   help="classification cost on every step or on the last one")
+    p.add_argument("--normalization", default="layer", choices=("layer", "none"),
+                   help="RLadder's layer normalization of each level's input")
     p.set_defaults(run=occluded)
 
     p = sub.add_parser("jsb", parents=[common], help="JSB Chorales test NLL")
