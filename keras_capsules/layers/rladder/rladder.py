@@ -113,10 +113,13 @@ class RLadder(keras.layers.Layer):
             mean and unit variance (no learned parameters: the encoder's kernel
             that follows absorbs a gain and a shift). Without it a stack of
             recurrent levels (ConvLSTM and gated cells with Glorot kernels) shrinks
-            the signal several times per level, so the top of a deep ladder starts
-            nearly constant and learns very slowly; with it every level sees an
-            input of the same scale. The decoder's lateral inputs (the encoder
-            outputs themselves) are not normalized.
+            the signal several times per level (the top output of the Occluded
+            Moving MNIST ladder varies by ~1e-4 between inputs at initialization);
+            with it every level sees an input of the same scale. The decoder's
+            lateral inputs (the encoder outputs themselves) are not normalized.
+            Measured on Occluded Moving MNIST it did *not* help: the encoder-only
+            ladder stayed at chance for 1,125 updates with it and reached 44%
+            validation accuracy without it, so it is off by default.
         **kwargs: base layer arguments (``name``, ``dtype``, ...).
 
     Call arguments:

@@ -124,15 +124,14 @@ def test_top_of_a_deep_ladder_depends_on_its_input_at_initialization(normalizati
     """The Occluded Moving MNIST ladder (three ConvLSTM levels and a gated top) on
     binary frames: with Glorot kernels every recurrent level shrinks its input several
     times, so without normalization the top output at the first step hardly differs
-    between inputs (a std of ~1e-4 across the batch: the classifier on top gets no
-    signal and the model stayed at chance); layer normalization of every level's
-    input keeps it of order one."""
+    between inputs (a std of ~1e-4 across the batch); layer normalization of every
+    level's input keeps it of order one."""
     keras.utils.set_random_seed(0)
     x = (np.random.default_rng(0).random((16, 2, 32, 32, 1)) < 0.5).astype("float32")
     _, top = RLadder(DEEP_CONV_LEVELS, normalization=normalization)(x)
     spread = float(np.mean(np.std(np.asarray(top[:, 0]), axis=0)))
     if normalization is None:
-        assert spread < 0.01  # documents the failure the option fixes
+        assert spread < 0.01  # documents what the option changes
     else:
         assert spread > 0.1
 
