@@ -9,10 +9,13 @@ unsupervised cost is predicting the next (occluded) frame.
 
 The model (in the spirit of the paper's Table 7): an RLadder with convolutional
 levels (ConvLSTM encoders, ConvG1 combinators, max pooling between levels) and a
-dense gated level on top. Costs: next-frame prediction at the bottom (per-pixel
-sigmoid cross-entropy of a 1x1 read-out of the bottom decoder, for frames 2..T from
-steps 1..T-1) plus classification (a softmax Dense on the top encoder output of
-the last step). Baselines (``variant``):
+dense gated level on top. Costs: next-frame prediction at the
+bottom (per-pixel sigmoid cross-entropy of a 1x1 read-out of the bottom decoder,
+for frames 2..T from steps 1..T-1) plus classification: one softmax Dense shared by
+all steps reads the top encoder output of every step (``digit_steps``); by default
+(``compile_model(classify="every")``) the classification cost is the mean over
+steps of their cross-entropies, and the reported digit (``digit``) is the last
+step's. Baselines (``variant``):
 
 * ``"rladder"``: the full model;
 * ``"no_feedback"``: RLadder without decoder-to-encoder connections;
@@ -163,10 +166,16 @@ def generate(
 
 
 def targets_for(variant, frames, labels):
-    """The ``y`` of ``fit`` for a variant: ``{"next_frames", "digit"}`` or labels alone."""
+    """The ``y`` of ``fit`` for a variant: ``{"digit", "digit_steps"(, "next_frames")}``.
+
+    ``digit`` is the label, ``digit_steps`` the label repeated for every frame and
+    ``next_frames`` (RLadder variants) the frames 2..T.
+    """
+    labels = np.asarray(labels)
+    targets = {"digit": labels, "digit_steps": np.repeat(labels[:, None], frames.shape[1], axis=1)}
     if variant in ("rladder", "no_feedback"):
-        return {"next_frames": frames[:, 1:], "digit": labels}
-    return {"digit": labels}
+        targets["next_frames"] = frames[:, 1:]
+    return targets
 
 
 def make_dataset(data, variant="rladder", batch_size=32, shuffle=False, seed=0):
@@ -197,14 +206,22 @@ def build_model(
     conv_units=(32, 64, 64),
     dense_units=128,
     num_classes=NUM_CLASSES,
+    normalization=None,
     name=None,
 ):
     """Builds one of the models (see the module docstring for ``variant``).
 
+    Args:
+        normalization: the RLadder's ``normalization`` (None by default, or
+            ``"layer"``: measured slower to learn here, see the benchmark); the
+            temporal baseline (plain convolutions and a GRU) ignores it.
+
     Returns:
         A ``keras.Model`` from frames ``[batch, T, S, S, 1]`` to ``{"next_frames":
-        logits [batch, T-1, S, S, 1], "digit": probabilities [batch, classes]}`` for
-        ``"rladder"`` / ``"no_feedback"``, or to ``{"digit": ...}`` for the baselines.
+        logits [batch, T-1, S, S, 1], "digit_steps": probabilities [batch, T,
+        classes] (every step), "digit": probabilities [batch, classes] (the last
+        step)}`` for ``"rladder"`` / ``"no_feedback"``, or to ``{"digit_steps",
+        "digit"}`` for the baselines.
     """
     if variant not in VARIANTS:
         raise ValueError(f"`variant` must be one of {VARIANTS}. Received: variant={variant!r}")
@@ -219,30 +236,47 @@ def build_model(
             if i > 0:
                 x = keras.layers.TimeDistributed(keras.layers.MaxPooling2D(2), name=f"pool{i}")(x)
         x = keras.layers.TimeDistributed(keras.layers.Flatten(), name="flatten")(x)
-        top = keras.layers.GRU(dense_units, name="rnn")(x)
+        tops = keras.layers.GRU(dense_units, return_sequences=True, name="rnn")(x)
     else:
         levels = paper_levels(conv_units, dense_units)
         if variant == "hierarchical":
-            tops = RLadder(levels, use_decoder=False, name="rladder")(frames)
+            tops = RLadder(
+                levels, use_decoder=False, normalization=normalization, name="rladder"
+            )(frames)
         else:
             predictions, tops = RLadder(
                 levels,
                 decoder_to_encoder=variant == "rladder",
                 output_units=1,
+                normalization=normalization,
                 name="rladder",
             )(frames)
             outputs["next_frames"] = keras.layers.Identity(name="next_frames")(
                 predictions[:, :-1]
             )
-        top = tops[:, -1]
-    outputs["digit"] = keras.layers.Dense(num_classes, activation="softmax", name="digit")(top)
+    # one classifier shared by all steps; the digit is read at the last step
+    steps = keras.layers.Dense(num_classes, activation="softmax", name="digit_steps")(tops)
+    outputs["digit_steps"] = steps
+    outputs["digit"] = keras.layers.Identity(name="digit")(steps[:, -1])
     return keras.Model(frames, outputs, name=name or f"occluded_mnist_{variant}")
 
 
-def compile_model(model, learning_rate=1e-3, frame_loss="bce", frame_weight=1.0):
-    """Adam; cross-entropy for the digit, per-pixel sigmoid CE (``"bce"``) or ``"mse"`` for frames."""
-    losses = {"digit": keras.losses.SparseCategoricalCrossentropy()}
-    weights = {"digit": 1.0}
+CLASSIFY = ("every", "last")
+
+
+def compile_model(model, learning_rate=1e-3, frame_loss="bce", frame_weight=1.0, classify="every"):
+    """Adam; cross-entropy for the digit, per-pixel sigmoid CE (``"bce"``) or ``"mse"`` for frames.
+
+    ``classify="every"`` (default) puts the classification cost on every step
+    (``digit_steps``, the mean over steps of the cross-entropy of each step's
+    prediction); ``"last"`` on the last step's prediction only. The reported
+    accuracy is always the last step's.
+    """
+    if classify not in CLASSIFY:
+        raise ValueError(f"`classify` must be one of {CLASSIFY}. Received: classify={classify!r}")
+    digit = "digit_steps" if classify == "every" else "digit"
+    losses = {digit: keras.losses.SparseCategoricalCrossentropy()}
+    weights = {digit: 1.0}
     if "next_frames" in model.output:
         if frame_loss == "bce":
             losses["next_frames"] = keras.losses.BinaryCrossentropy(from_logits=True)
@@ -288,7 +322,7 @@ def _train_test_digits(source, data_dir, seed):
     return (images[order[:cut]], labels[order[:cut]]), (images[order[cut:]], labels[order[cut:]])
 
 
-def make_sequences(source="idx", data_dir=None, num_train=20000, num_test=5000, seed=0):
+def make_sequences(source="idx", data_dir=None, num_train=20000, num_test=5000, seed=0, frame_size=FRAME_SIZE):
     """The training and test sequences of :func:`train` (``generate``'s dicts).
 
     With ``source="idx"`` the IDX digits are split 80/20 into the digits of the
@@ -296,7 +330,10 @@ def make_sequences(source="idx", data_dir=None, num_train=20000, num_test=5000, 
     splits are used.
     """
     train_digits, test_digits = _train_test_digits(source, data_dir, seed)
-    return generate(*train_digits, num_train, seed=seed), generate(*test_digits, num_test, seed=seed + 1)
+    return (
+        generate(*train_digits, num_train, seed=seed, frame_size=frame_size),
+        generate(*test_digits, num_test, seed=seed + 1, frame_size=frame_size),
+    )
 
 
 def train(
@@ -315,13 +352,19 @@ def train(
     verbose=1,
     callbacks=(),
     strategy=None,
+    classify="every",
+    normalization=None,
+    frame_size=FRAME_SIZE,
 ):
     """Trains one variant on generated sequences; writes model, plot, metrics and logs.
 
     With ``source="idx"`` the IDX digits are split 80/20 into the digits of the
     training and of the test sequences; with ``"tfds"`` the TFDS train and test
     splits are used. With ``strategy`` the model is built and compiled in its scope
-    (``batch_size`` is then the global batch).
+    (``batch_size`` is then the global batch). ``classify``: see
+    :func:`compile_model`; ``normalization``: see :func:`build_model`;
+    ``frame_size``: height and width of the frames (32 as in the paper; smaller
+    frames leave the digit fewer positions and cost less per step).
 
     Returns:
         A dict with the test classification error, the parameter count and the paths.
@@ -334,10 +377,18 @@ def train(
     strategy = strategy or tf.distribute.get_strategy()
     keras.utils.set_random_seed(seed)
     os.makedirs(run_dir, exist_ok=True)
-    train_data, test_data = make_sequences(source, data_dir, num_train, num_test, seed)
+    train_data, test_data = make_sequences(source, data_dir, num_train, num_test, seed, frame_size)
     with strategy.scope():
         model = compile_model(
-            build_model(variant, conv_units=conv_units, dense_units=dense_units), learning_rate
+            build_model(
+                variant,
+                frame_size=frame_size,
+                conv_units=conv_units,
+                dense_units=dense_units,
+                normalization=normalization,
+            ),
+            learning_rate,
+            classify=classify,
         )
     paths = {
         "model": os.path.join(run_dir, "model.keras"),

@@ -26,10 +26,21 @@ from keras_capsules.layers.rladder.level_spec import (
 )
 from keras_capsules.layers.rladder.lstm_encoder_cell import LSTMEncoderCell
 
+def _layer_normalize(x, epsilon=1e-5):
+    """Zero mean, unit variance over all axes but the batch axis, computed in float32."""
+    dtype = x.dtype
+    x32 = ops.cast(x, "float32")
+    axes = tuple(range(1, len(x.shape)))
+    mean = ops.mean(x32, axis=axes, keepdims=True)
+    var = ops.mean(ops.square(x32 - mean), axis=axes, keepdims=True)
+    return ops.cast((x32 - mean) * ops.rsqrt(var + epsilon), dtype)
+
+
 _COMBINATOR_CLASSES = {"G1": G1, "ConvG1": ConvG1, "ConvG2": ConvG2, "ConvG3": ConvG3}
 _INITIALIZERS = ("kernel_initializer", "recurrent_initializer", "bias_initializer")
 _REGULARIZERS = ("kernel_regularizer", "recurrent_regularizer", "bias_regularizer")
 DROPOUT_NOISE = ("step", "sequence")
+NORMALIZATIONS = (None, "layer")
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -96,6 +107,19 @@ class RLadder(keras.layers.Layer):
             update; at inference the state is the expectation,
             ``zoneout * h_prev + (1 - zoneout) * h_new``. Default 0 (off).
         seed: seed of the dropout and zoneout masks (None: random).
+        normalization: None (default) or ``"layer"``: layer-normalize the bottom-up
+            input of every encoder level (after pooling and flattening), per sample
+            over all its features (height, width and channels for images), to zero
+            mean and unit variance (no learned parameters: the encoder's kernel
+            that follows absorbs a gain and a shift). Without it a stack of
+            recurrent levels (ConvLSTM and gated cells with Glorot kernels) shrinks
+            the signal several times per level (the top output of the Occluded
+            Moving MNIST ladder varies by ~1e-4 between inputs at initialization);
+            with it every level sees an input of the same scale. The decoder's
+            lateral inputs (the encoder outputs themselves) are not normalized.
+            Measured on Occluded Moving MNIST it did *not* help: the encoder-only
+            ladder stayed at chance for 1,125 updates with it and reached 44%
+            validation accuracy without it, so it is off by default.
         **kwargs: base layer arguments (``name``, ``dtype``, ...).
 
     Call arguments:
@@ -143,6 +167,7 @@ class RLadder(keras.layers.Layer):
         dropout_noise="step",
         zoneout=0.0,
         seed=None,
+        normalization=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -195,6 +220,11 @@ class RLadder(keras.layers.Layer):
             raise ValueError(f"`zoneout` must be a number in [0, 1). Received: zoneout={zoneout!r}")
         self.zoneout = float(zoneout)
         self.seed = seed
+        if normalization not in NORMALIZATIONS:
+            raise ValueError(
+                f"`normalization` must be one of {NORMALIZATIONS}. Received: normalization={normalization!r}"
+            )
+        self.normalization = normalization
         self.seed_generator = keras.random.SeedGenerator(seed) if self.dropout or self.zoneout else None
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.recurrent_initializer = keras.initializers.get(recurrent_initializer)
@@ -424,6 +454,8 @@ class RLadder(keras.layers.Layer):
             inp = max_pool(below, spec["pool"])
             if level_kind(spec) == "dense" and len(inp.shape) == 4:
                 inp = ops.reshape(inp, (-1, math.prod(inp.shape[1:])))
+            if self.normalization == "layer":
+                inp = _layer_normalize(inp)
             below, cell_states = cell.step(inp, feedback[i], states[i])
             if self.zoneout:
                 cell_states = [self._zone(o, h, training) for o, h in zip(states[i], cell_states)]
@@ -488,6 +520,7 @@ class RLadder(keras.layers.Layer):
                 "dropout_noise": self.dropout_noise,
                 "zoneout": self.zoneout,
                 "seed": self.seed,
+                "normalization": self.normalization,
             }
         )
         serialize_all(config, self, _INITIALIZERS, "initializers")
