@@ -158,9 +158,13 @@ class SumGroups(keras.layers.Layer):
         return input_shape[:2] + input_shape[3:]
 
 
-def paper_levels(conv_units=32, dense_units=64):
-    """A convolutional bottom level and a dense gated top (narrow for a CPU)."""
-    return [level_spec("convlstm", conv_units), level_spec("gated", dense_units)]
+def paper_levels(conv_units=32, dense_units=64, pool=1):
+    """A convolutional bottom level and a dense gated top (narrow for a CPU).
+
+    ``pool`` max-pools the convolutional level's output before the dense top, which
+    divides the top's input weights (most of the parameters) by ``pool ** 2``.
+    """
+    return [level_spec("convlstm", conv_units), level_spec("gated", dense_units, pool=pool)]
 
 
 def build_model(
@@ -173,6 +177,8 @@ def build_model(
     noise_std=0.1,
     num_classes=None,
     head_units=64,
+    pool=1,
+    head_input="share",
     name="rtagger_textured_mnist",
 ):
     """RTagger with ``n_groups`` groups on ``[size, size, 1]`` images.
@@ -186,13 +192,17 @@ def build_model(
     images = keras.Input((image_size, image_size, 1), name="images")
     x = GaussianCorruption(noise_std, seed=0, name="corruption")(images) if noise_std else images
     pi, m = RTagger(
-        n_groups, paper_levels(conv_units, dense_units), n_iters=n_iters, sigma=sigma, name="rtagger"
+        n_groups, paper_levels(conv_units, dense_units, pool), n_iters=n_iters, sigma=sigma, name="rtagger"
     )(x)
     outputs = {"mixture": keras.layers.Concatenate(axis=-1, name="mixture")([m, pi])}
     if num_classes:
         # each group's share of the image, read by one shared network
         shares = GroupShares(name="group_shares")([pi, images])  # [b, T, K, H, W, 1]
-        flat = keras.layers.Reshape((n_iters, n_groups, image_size * image_size), name="flat")(shares)
+        width = 1
+        if head_input == "mask_and_share":
+            shares = keras.layers.Concatenate(name="mask_and_share")([pi, shares])
+            width = 2
+        flat = keras.layers.Reshape((n_iters, n_groups, image_size * image_size * width), name="flat")(shares)
         hidden = keras.layers.Dense(head_units, activation="relu", name="head_hidden")(flat)
         logits = keras.layers.Dense(num_classes, name="head_logits")(hidden)
         summed = SumGroups(name="sum_groups")(logits)

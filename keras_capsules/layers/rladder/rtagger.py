@@ -18,6 +18,7 @@ _INITIALIZERS = (
     "recurrent_initializer",
     "bias_initializer",
     "means_initializer",
+    "mask_initializer",
 )
 _REGULARIZERS = ("kernel_regularizer", "recurrent_regularizer", "bias_regularizer")
 
@@ -35,25 +36,31 @@ class RTagger(keras.layers.Layer):
     output gives the group's new mean and assignment logit; ``pi`` is the softmax of
     the logits over the groups.
 
-    The likelihood terms (our reading of the paper's equations (76)-(77)) for a
-    Gaussian with fixed variance ``sigma^2``, per pixel (summed over channels):
+    The per-group inputs follow Tagger (Greff et al. 2016; the RLadder paper's
+    equations (76)-(77)). With ``x~`` the (possibly corrupted) input, ``z_k`` the
+    group's current mean and ``pi_k`` its current mask, per pixel:
 
     ```
-    L_k = -sum_c (x - m_k)^2 / (2 sigma^2)          log-likelihood up to a constant
-    q_k = softmax_k(log pi_k + L_k)                 the posterior-like term
+    dz_k = pi_k (x~ - z_k)                                 gradient-like term
+    L_k  = softmax_k(-||x~ - z_k||^2 / (2 sigma^2))        likelihood of each group,
+                                                           normalized over groups
     ```
 
-    Group ``k``'s ladder input is the channel concatenation
-    ``[x, m_k, pi_k, exp(L_k), q_k]`` (``2 C + 3`` channels). The log-likelihood
-    enters as ``exp(L_k)``, the Gaussian likelihood without its normalizing constant:
-    it lies in ``(0, 1]`` (1 where ``m_k = x``), whereas ``L_k`` itself is unbounded
-    below and, fed raw, made the iterations diverge for small ``sigma``. ``q_k`` is
-    computed from ``L_k`` exactly (a log-domain softmax). The likelihood terms and
-    both softmaxes run in float32, also under mixed precision.
+    Group ``k``'s ladder input is the channel concatenation ``[z_k, dz_k, pi_k, L_k]``
+    (``2 C + 2`` channels). The raw input is *not* an input of its own: a group sees
+    the data only through its masked residual ``dz_k`` and the likelihoods, so a
+    group cannot explain pixels it does not own by copying them (the copy shortcut
+    that let one group reconstruct everything and made the masks uninformative).
+    ``L_k`` is computed in the log domain (a softmax), bounded in ``[0, 1]`` for
+    any ``sigma``. The likelihood terms and both softmaxes run in float32, also
+    under mixed precision.
 
     At the first iteration the means are learned per-group constants
-    ``initial_means`` ``[K, C]`` (randomly initialized, which breaks the symmetry
-    between groups) and ``pi`` is uniform.
+    ``initial_means`` ``[K, C]`` and the masks are the softmax over groups of
+    ``initial_logits`` ``[K, *pixels, 1]``, a fixed (non-trainable) random pattern
+    drawn once at build time (as Tagger starts from random masks): it breaks the
+    symmetry between the groups, which share every other weight, without making
+    the layer stochastic (saved models give identical outputs).
 
     Args:
         n_groups: the number of groups ``K`` (at least 2).
@@ -68,6 +75,8 @@ class RTagger(keras.layers.Layer):
             read-out).
         means_initializer: initializer of ``initial_means``. Default normal with
             standard deviation 0.5.
+        mask_initializer: initializer of the fixed ``initial_logits``. Default
+            normal with standard deviation 1 (seeded).
         kernel_regularizer, recurrent_regularizer, bias_regularizer: likewise.
         **kwargs: base layer arguments (``name``, ``dtype``, ...).
 
@@ -110,6 +119,7 @@ class RTagger(keras.layers.Layer):
         recurrent_initializer="orthogonal",
         bias_initializer="zeros",
         means_initializer=None,
+        mask_initializer=None,
         kernel_regularizer=None,
         recurrent_regularizer=None,
         bias_regularizer=None,
@@ -128,6 +138,11 @@ class RTagger(keras.layers.Layer):
             means_initializer
             if means_initializer is not None
             else keras.initializers.RandomNormal(stddev=0.5)
+        )
+        self.mask_initializer = keras.initializers.get(
+            mask_initializer
+            if mask_initializer is not None
+            else keras.initializers.RandomNormal(stddev=1.0, seed=1)
         )
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
         self.recurrent_regularizer = keras.regularizers.get(recurrent_regularizer)
@@ -172,14 +187,20 @@ class RTagger(keras.layers.Layer):
         return shape[0], steps, features, 1, False
 
     def _ladder_features(self, spatial, channels, is_image):
-        width = 2 * channels + 3
+        width = 2 * channels + 2
         return spatial + (width,) if is_image else (spatial[0] * width,)
 
     def build(self, input_shape):
         _, _, spatial, channels, is_image = self._pixel_shape(input_shape)
         self._spatial, self._channels, self._is_image = spatial, channels, is_image
         self.ladder.build((None,) + self._ladder_features(spatial, channels, is_image))
-        width = 2 * channels + 3
+        width = 2 * channels + 2
+        self.initial_logits = self.add_weight(
+            name="initial_logits",
+            shape=(self.n_groups,) + tuple(spatial) + (1,),
+            initializer=clone_initializer(self.mask_initializer),
+            trainable=False,
+        )
         self.initial_means = self.add_weight(
             name="initial_means",
             shape=(self.n_groups, channels),
@@ -227,7 +248,10 @@ class RTagger(keras.layers.Layer):
             ops.reshape(means, (1, k) + pixel_axes + (channels,)),
             (n_batch, k) + tuple(spatial) + (channels,),
         )
-        logits = ops.zeros((n_batch, k) + tuple(spatial) + (1,), dtype=math_dtype)
+        logits = ops.broadcast_to(
+            ops.cast(self.initial_logits, math_dtype)[None],
+            (n_batch, k) + tuple(spatial) + (1,),
+        )
         carry = self.ladder.initial_carry(n_batch * k, dtype)
         pis, ms = [], []
         for t in range(steps):
@@ -236,22 +260,20 @@ class RTagger(keras.layers.Layer):
             if not is_image:
                 x = x[..., None]
             x = x[:, None]  # [b, 1, *spatial, C]
-            log_pi = ops.log_softmax(logits, axis=1)
-            log_lik = -ops.sum(ops.square(x - m), axis=-1, keepdims=True) * inv_two_var
-            q = ops.softmax(log_pi + log_lik, axis=1)
+            pi = ops.softmax(logits, axis=1)
+            residual = x - m
+            log_lik = -ops.sum(ops.square(residual), axis=-1, keepdims=True) * inv_two_var
             z = ops.concatenate(
-                [ops.broadcast_to(x, ops.shape(m)), m, ops.exp(log_pi), ops.exp(log_lik), q],
-                axis=-1,
+                [m, pi * residual, pi, ops.softmax(log_lik, axis=1)], axis=-1
             )
             z = ops.cast(z, dtype)
             z = ops.reshape(z, (-1,) + self._ladder_features(spatial, channels, is_image))
             out, _, carry = self.ladder.step(z, carry)
-            out = ops.reshape(out, (-1, k) + tuple(spatial) + (2 * channels + 3,))
+            out = ops.reshape(out, (-1, k) + tuple(spatial) + (2 * channels + 2,))
             out = ops.matmul(out, self.readout_kernel) + self.readout_bias
             out = ops.cast(out, math_dtype)
             m, logits = out[..., :channels], out[..., channels:]
-            pi = ops.softmax(logits, axis=1)
-            pis.append(pi)
+            pis.append(ops.softmax(logits, axis=1))
             ms.append(m)
         pi = ops.cast(ops.stack(pis, axis=1), dtype)
         m_out = ops.cast(ops.stack(ms, axis=1), dtype)
