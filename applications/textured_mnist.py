@@ -179,6 +179,7 @@ def build_model(
     head_units=64,
     pool=1,
     head_input="share",
+    head_type="dense",
     name="rtagger_textured_mnist",
 ):
     """RTagger with ``n_groups`` groups on ``[size, size, 1]`` images.
@@ -196,13 +197,33 @@ def build_model(
     )(x)
     outputs = {"mixture": keras.layers.Concatenate(axis=-1, name="mixture")([m, pi])}
     if num_classes:
-        # each group's share of the image, read by one shared network
+        # each group's share of the image (and/or its mask), read by one shared network
         shares = GroupShares(name="group_shares")([pi, images])  # [b, T, K, H, W, 1]
-        width = 1
+        head_in = {"share": shares, "mask": pi}.get(head_input)
         if head_input == "mask_and_share":
-            shares = keras.layers.Concatenate(name="mask_and_share")([pi, shares])
-            width = 2
-        flat = keras.layers.Reshape((n_iters, n_groups, image_size * image_size * width), name="flat")(shares)
+            head_in = keras.layers.Concatenate(name="mask_and_share")([pi, shares])
+        if head_in is None:
+            raise ValueError(
+                "`head_input` must be 'share', 'mask' or 'mask_and_share'. "
+                f"Received: head_input={head_input!r}"
+            )
+        width = head_in.shape[-1]
+        if head_type == "conv":
+            maps = keras.layers.Reshape(
+                (n_iters * n_groups, image_size, image_size, width), name="group_maps"
+            )(head_in)
+            for i, filters in enumerate((8, 16)):
+                maps = keras.layers.TimeDistributed(
+                    keras.layers.Conv2D(filters, 3, strides=2, padding="same", activation="relu"),
+                    name=f"head_conv{i + 1}",
+                )(maps)
+            flat = keras.layers.Reshape((n_iters, n_groups, -1), name="flat")(maps)
+        elif head_type == "dense":
+            flat = keras.layers.Reshape(
+                (n_iters, n_groups, image_size * image_size * width), name="flat"
+            )(head_in)
+        else:
+            raise ValueError(f"`head_type` must be 'dense' or 'conv'. Received: head_type={head_type!r}")
         hidden = keras.layers.Dense(head_units, activation="relu", name="head_hidden")(flat)
         logits = keras.layers.Dense(num_classes, name="head_logits")(hidden)
         summed = SumGroups(name="sum_groups")(logits)
@@ -287,6 +308,11 @@ def train(
     num_classes=None,
     conv_units=32,
     dense_units=64,
+    pool=1,
+    sigma=0.5,
+    noise_std=0.1,
+    head_input="share",
+    head_type="dense",
     seed=0,
     verbose=1,
     callbacks=(),
@@ -316,9 +342,11 @@ def train(
         model = compile_model(
             build_model(
                 n_groups, n_iters, conv_units=conv_units, dense_units=dense_units,
-                num_classes=num_classes,
+                sigma=sigma, noise_std=noise_std, num_classes=num_classes, pool=pool,
+                head_input=head_input, head_type=head_type,
             ),
             learning_rate,
+            sigma=sigma,
         )
     paths = {
         "model": os.path.join(run_dir, "model.keras"),

@@ -55,12 +55,16 @@ class RTagger(keras.layers.Layer):
     any ``sigma``. The likelihood terms and both softmaxes run in float32, also
     under mixed precision.
 
-    At the first iteration the means are learned per-group constants
-    ``initial_means`` ``[K, C]`` and the masks are the softmax over groups of
-    ``initial_logits`` ``[K, *pixels, 1]``, a fixed (non-trainable) random pattern
-    drawn once at build time (as Tagger starts from random masks): it breaks the
-    symmetry between the groups, which share every other weight, without making
-    the layer stochastic (saved models give identical outputs).
+    At the first iteration every group's mean is ``initial_mean`` ``[C]``, one
+    learned constant shared by the groups (as Tagger's single initial value), and
+    the masks are the softmax over groups of random logits, which alone break the
+    symmetry between the groups (they share every weight, so nothing else tells
+    them apart and no group can be "the one that takes everything"). In training
+    (``random_initial_masks=True``, default) the logits are drawn afresh for every
+    sample from a standard normal, as in Tagger; at inference they are
+    ``initial_logits`` ``[K, *pixels, 1]``, one fixed draw from the same
+    distribution made at build time (non-trainable), so that inference is
+    deterministic (a saved model gives identical outputs).
 
     Args:
         n_groups: the number of groups ``K`` (at least 2).
@@ -73,10 +77,12 @@ class RTagger(keras.layers.Layer):
         kernel_initializer, recurrent_initializer, bias_initializer: passed to the
             ladder (``kernel_initializer`` and ``bias_initializer`` also to the
             read-out).
-        means_initializer: initializer of ``initial_means``. Default normal with
-            standard deviation 0.5.
+        means_initializer: initializer of ``initial_mean``. Default zeros.
         mask_initializer: initializer of the fixed ``initial_logits``. Default
-            normal with standard deviation 1 (seeded).
+            standard normal (seeded).
+        random_initial_masks: draw new initial mask logits (standard normal) for
+            every sample in training. Default True.
+        seed: seed of those draws (None: random).
         kernel_regularizer, recurrent_regularizer, bias_regularizer: likewise.
         **kwargs: base layer arguments (``name``, ``dtype``, ...).
 
@@ -120,6 +126,8 @@ class RTagger(keras.layers.Layer):
         bias_initializer="zeros",
         means_initializer=None,
         mask_initializer=None,
+        random_initial_masks=True,
+        seed=None,
         kernel_regularizer=None,
         recurrent_regularizer=None,
         bias_regularizer=None,
@@ -137,13 +145,16 @@ class RTagger(keras.layers.Layer):
         self.means_initializer = keras.initializers.get(
             means_initializer
             if means_initializer is not None
-            else keras.initializers.RandomNormal(stddev=0.5)
+            else "zeros"
         )
         self.mask_initializer = keras.initializers.get(
             mask_initializer
             if mask_initializer is not None
             else keras.initializers.RandomNormal(stddev=1.0, seed=1)
         )
+        self.random_initial_masks = bool(random_initial_masks)
+        self.seed = seed
+        self.seed_generator = keras.random.SeedGenerator(seed) if self.random_initial_masks else None
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
         self.recurrent_regularizer = keras.regularizers.get(recurrent_regularizer)
         self.bias_regularizer = keras.regularizers.get(bias_regularizer)
@@ -201,9 +212,9 @@ class RTagger(keras.layers.Layer):
             initializer=clone_initializer(self.mask_initializer),
             trainable=False,
         )
-        self.initial_means = self.add_weight(
-            name="initial_means",
-            shape=(self.n_groups, channels),
+        self.initial_mean = self.add_weight(
+            name="initial_mean",
+            shape=(channels,),
             initializer=clone_initializer(self.means_initializer),
         )
         self.readout_kernel = self.add_weight(
@@ -229,7 +240,7 @@ class RTagger(keras.layers.Layer):
         return output_spec(self, inputs)
 
     # ------------------------------------------------------------------ call
-    def call(self, inputs):
+    def call(self, inputs, training=None):
         batch, steps, spatial, channels, is_image = self._pixel_shape(tuple(inputs.shape))
         if (tuple(spatial), channels) != (tuple(self._spatial), self._channels):
             raise ValueError(
@@ -240,18 +251,17 @@ class RTagger(keras.layers.Layer):
         dtype = self.compute_dtype
         math_dtype = routing_dtype(dtype)
         n_batch = ops.shape(inputs)[0]
-        pixel_axes = (1,) * len(spatial)
         inv_two_var = 1.0 / (2.0 * self.sigma**2)
 
-        means = ops.cast(self.initial_means, math_dtype)
         m = ops.broadcast_to(
-            ops.reshape(means, (1, k) + pixel_axes + (channels,)),
+            ops.cast(self.initial_mean, math_dtype),
             (n_batch, k) + tuple(spatial) + (channels,),
         )
-        logits = ops.broadcast_to(
-            ops.cast(self.initial_logits, math_dtype)[None],
-            (n_batch, k) + tuple(spatial) + (1,),
-        )
+        logits_shape = (n_batch, k) + tuple(spatial) + (1,)
+        if training and self.random_initial_masks:
+            logits = keras.random.normal(logits_shape, dtype=math_dtype, seed=self.seed_generator)
+        else:
+            logits = ops.broadcast_to(ops.cast(self.initial_logits, math_dtype)[None], logits_shape)
         carry = self.ladder.initial_carry(n_batch * k, dtype)
         pis, ms = [], []
         for t in range(steps):
@@ -287,6 +297,8 @@ class RTagger(keras.layers.Layer):
                 "levels": [dict(spec) for spec in self.ladder.levels],
                 "n_iters": self.n_iters,
                 "sigma": self.sigma,
+                "random_initial_masks": self.random_initial_masks,
+                "seed": self.seed,
                 "decoder_to_encoder": self.ladder.decoder_to_encoder,
                 "input_combinator": self.ladder.input_combinator,
                 "input_combinator_filters": self.ladder.input_combinator_filters,
