@@ -18,6 +18,7 @@ _INITIALIZERS = (
     "recurrent_initializer",
     "bias_initializer",
     "means_initializer",
+    "mask_initializer",
 )
 _REGULARIZERS = ("kernel_regularizer", "recurrent_regularizer", "bias_regularizer")
 
@@ -35,25 +36,35 @@ class RTagger(keras.layers.Layer):
     output gives the group's new mean and assignment logit; ``pi`` is the softmax of
     the logits over the groups.
 
-    The likelihood terms (our reading of the paper's equations (76)-(77)) for a
-    Gaussian with fixed variance ``sigma^2``, per pixel (summed over channels):
+    The per-group inputs follow Tagger (Greff et al. 2016; the RLadder paper's
+    equations (76)-(77)). With ``x~`` the (possibly corrupted) input, ``z_k`` the
+    group's current mean and ``pi_k`` its current mask, per pixel:
 
     ```
-    L_k = -sum_c (x - m_k)^2 / (2 sigma^2)          log-likelihood up to a constant
-    q_k = softmax_k(log pi_k + L_k)                 the posterior-like term
+    dz_k = pi_k (x~ - z_k)                                 gradient-like term
+    L_k  = softmax_k(-||x~ - z_k||^2 / (2 sigma^2))        likelihood of each group,
+                                                           normalized over groups
     ```
 
-    Group ``k``'s ladder input is the channel concatenation
-    ``[x, m_k, pi_k, exp(L_k), q_k]`` (``2 C + 3`` channels). The log-likelihood
-    enters as ``exp(L_k)``, the Gaussian likelihood without its normalizing constant:
-    it lies in ``(0, 1]`` (1 where ``m_k = x``), whereas ``L_k`` itself is unbounded
-    below and, fed raw, made the iterations diverge for small ``sigma``. ``q_k`` is
-    computed from ``L_k`` exactly (a log-domain softmax). The likelihood terms and
-    both softmaxes run in float32, also under mixed precision.
+    Group ``k``'s ladder input is the channel concatenation ``[z_k, dz_k, pi_k, L_k]``
+    (``2 C + 2`` channels). The raw input is *not* an input of its own: a group sees
+    the data only through its masked residual ``dz_k`` and the likelihoods, so a
+    group cannot explain pixels it does not own by copying them (the copy shortcut
+    that let one group reconstruct everything and made the masks uninformative).
+    ``L_k`` is computed in the log domain (a softmax), bounded in ``[0, 1]`` for
+    any ``sigma``. The likelihood terms and both softmaxes run in float32, also
+    under mixed precision.
 
-    At the first iteration the means are learned per-group constants
-    ``initial_means`` ``[K, C]`` (randomly initialized, which breaks the symmetry
-    between groups) and ``pi`` is uniform.
+    At the first iteration every group's mean is ``initial_mean`` ``[C]``, one
+    learned constant shared by the groups (as Tagger's single initial value), and
+    the masks are the softmax over groups of random logits, which alone break the
+    symmetry between the groups (they share every weight, so nothing else tells
+    them apart and no group can be "the one that takes everything"). In training
+    (``random_initial_masks=True``, default) the logits are drawn afresh for every
+    sample from a standard normal, as in Tagger; at inference they are
+    ``initial_logits`` ``[K, *pixels, 1]``, one fixed draw from the same
+    distribution made at build time (non-trainable), so that inference is
+    deterministic (a saved model gives identical outputs).
 
     Args:
         n_groups: the number of groups ``K`` (at least 2).
@@ -66,8 +77,12 @@ class RTagger(keras.layers.Layer):
         kernel_initializer, recurrent_initializer, bias_initializer: passed to the
             ladder (``kernel_initializer`` and ``bias_initializer`` also to the
             read-out).
-        means_initializer: initializer of ``initial_means``. Default normal with
-            standard deviation 0.5.
+        means_initializer: initializer of ``initial_mean``. Default zeros.
+        mask_initializer: initializer of the fixed ``initial_logits``. Default
+            standard normal (seeded).
+        random_initial_masks: draw new initial mask logits (standard normal) for
+            every sample in training. Default True.
+        seed: seed of those draws (None: random).
         kernel_regularizer, recurrent_regularizer, bias_regularizer: likewise.
         **kwargs: base layer arguments (``name``, ``dtype``, ...).
 
@@ -110,6 +125,9 @@ class RTagger(keras.layers.Layer):
         recurrent_initializer="orthogonal",
         bias_initializer="zeros",
         means_initializer=None,
+        mask_initializer=None,
+        random_initial_masks=True,
+        seed=None,
         kernel_regularizer=None,
         recurrent_regularizer=None,
         bias_regularizer=None,
@@ -127,8 +145,16 @@ class RTagger(keras.layers.Layer):
         self.means_initializer = keras.initializers.get(
             means_initializer
             if means_initializer is not None
-            else keras.initializers.RandomNormal(stddev=0.5)
+            else "zeros"
         )
+        self.mask_initializer = keras.initializers.get(
+            mask_initializer
+            if mask_initializer is not None
+            else keras.initializers.RandomNormal(stddev=1.0, seed=1)
+        )
+        self.random_initial_masks = bool(random_initial_masks)
+        self.seed = seed
+        self.seed_generator = keras.random.SeedGenerator(seed) if self.random_initial_masks else None
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
         self.recurrent_regularizer = keras.regularizers.get(recurrent_regularizer)
         self.bias_regularizer = keras.regularizers.get(bias_regularizer)
@@ -172,17 +198,23 @@ class RTagger(keras.layers.Layer):
         return shape[0], steps, features, 1, False
 
     def _ladder_features(self, spatial, channels, is_image):
-        width = 2 * channels + 3
+        width = 2 * channels + 2
         return spatial + (width,) if is_image else (spatial[0] * width,)
 
     def build(self, input_shape):
         _, _, spatial, channels, is_image = self._pixel_shape(input_shape)
         self._spatial, self._channels, self._is_image = spatial, channels, is_image
         self.ladder.build((None,) + self._ladder_features(spatial, channels, is_image))
-        width = 2 * channels + 3
-        self.initial_means = self.add_weight(
-            name="initial_means",
-            shape=(self.n_groups, channels),
+        width = 2 * channels + 2
+        self.initial_logits = self.add_weight(
+            name="initial_logits",
+            shape=(self.n_groups,) + tuple(spatial) + (1,),
+            initializer=clone_initializer(self.mask_initializer),
+            trainable=False,
+        )
+        self.initial_mean = self.add_weight(
+            name="initial_mean",
+            shape=(channels,),
             initializer=clone_initializer(self.means_initializer),
         )
         self.readout_kernel = self.add_weight(
@@ -208,7 +240,7 @@ class RTagger(keras.layers.Layer):
         return output_spec(self, inputs)
 
     # ------------------------------------------------------------------ call
-    def call(self, inputs):
+    def call(self, inputs, training=None):
         batch, steps, spatial, channels, is_image = self._pixel_shape(tuple(inputs.shape))
         if (tuple(spatial), channels) != (tuple(self._spatial), self._channels):
             raise ValueError(
@@ -219,15 +251,17 @@ class RTagger(keras.layers.Layer):
         dtype = self.compute_dtype
         math_dtype = routing_dtype(dtype)
         n_batch = ops.shape(inputs)[0]
-        pixel_axes = (1,) * len(spatial)
         inv_two_var = 1.0 / (2.0 * self.sigma**2)
 
-        means = ops.cast(self.initial_means, math_dtype)
         m = ops.broadcast_to(
-            ops.reshape(means, (1, k) + pixel_axes + (channels,)),
+            ops.cast(self.initial_mean, math_dtype),
             (n_batch, k) + tuple(spatial) + (channels,),
         )
-        logits = ops.zeros((n_batch, k) + tuple(spatial) + (1,), dtype=math_dtype)
+        logits_shape = (n_batch, k) + tuple(spatial) + (1,)
+        if training and self.random_initial_masks:
+            logits = keras.random.normal(logits_shape, dtype=math_dtype, seed=self.seed_generator)
+        else:
+            logits = ops.broadcast_to(ops.cast(self.initial_logits, math_dtype)[None], logits_shape)
         carry = self.ladder.initial_carry(n_batch * k, dtype)
         pis, ms = [], []
         for t in range(steps):
@@ -236,22 +270,20 @@ class RTagger(keras.layers.Layer):
             if not is_image:
                 x = x[..., None]
             x = x[:, None]  # [b, 1, *spatial, C]
-            log_pi = ops.log_softmax(logits, axis=1)
-            log_lik = -ops.sum(ops.square(x - m), axis=-1, keepdims=True) * inv_two_var
-            q = ops.softmax(log_pi + log_lik, axis=1)
+            pi = ops.softmax(logits, axis=1)
+            residual = x - m
+            log_lik = -ops.sum(ops.square(residual), axis=-1, keepdims=True) * inv_two_var
             z = ops.concatenate(
-                [ops.broadcast_to(x, ops.shape(m)), m, ops.exp(log_pi), ops.exp(log_lik), q],
-                axis=-1,
+                [m, pi * residual, pi, ops.softmax(log_lik, axis=1)], axis=-1
             )
             z = ops.cast(z, dtype)
             z = ops.reshape(z, (-1,) + self._ladder_features(spatial, channels, is_image))
             out, _, carry = self.ladder.step(z, carry)
-            out = ops.reshape(out, (-1, k) + tuple(spatial) + (2 * channels + 3,))
+            out = ops.reshape(out, (-1, k) + tuple(spatial) + (2 * channels + 2,))
             out = ops.matmul(out, self.readout_kernel) + self.readout_bias
             out = ops.cast(out, math_dtype)
             m, logits = out[..., :channels], out[..., channels:]
-            pi = ops.softmax(logits, axis=1)
-            pis.append(pi)
+            pis.append(ops.softmax(logits, axis=1))
             ms.append(m)
         pi = ops.cast(ops.stack(pis, axis=1), dtype)
         m_out = ops.cast(ops.stack(ms, axis=1), dtype)
@@ -265,6 +297,8 @@ class RTagger(keras.layers.Layer):
                 "levels": [dict(spec) for spec in self.ladder.levels],
                 "n_iters": self.n_iters,
                 "sigma": self.sigma,
+                "random_initial_masks": self.random_initial_masks,
+                "seed": self.seed,
                 "decoder_to_encoder": self.ladder.decoder_to_encoder,
                 "input_combinator": self.ladder.input_combinator,
                 "input_combinator_filters": self.ladder.input_combinator_filters,

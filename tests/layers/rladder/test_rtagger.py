@@ -30,13 +30,13 @@ def test_outputs_are_distributions_and_means():
 
 
 def test_groups_share_one_ladder():
-    """The weights do not grow with the number of groups (only initial_means does)."""
+    """The weights do not grow with the number of groups (only the fixed initial masks do)."""
     small, large = RTagger(2, CONV_LEVELS, n_iters=1), RTagger(5, CONV_LEVELS, n_iters=1)
     small(_images(2, 4, 4, 1))
     large(_images(2, 4, 4, 1))
     shapes = lambda layer: {w.path.split("/", 1)[1]: tuple(w.shape) for w in layer.weights}  # noqa: E731
     a, b = shapes(small), shapes(large)
-    assert a.pop("initial_means") == (2, 1) and b.pop("initial_means") == (5, 1)
+    assert a.pop("initial_logits") == (2, 4, 4, 1) and b.pop("initial_logits") == (5, 4, 4, 1)
     assert a == b
 
 
@@ -153,3 +153,71 @@ def test_many_iterations_with_a_small_sigma_stay_bounded():
     pi, m = RTagger(2, CONV_LEVELS, n_iters=6, sigma=0.05)(_images(2, 4, 4, 1))
     assert np.all(np.isfinite(m.numpy())) and np.abs(m.numpy()).max() < 50
     assert np.all(np.isfinite(pi.numpy()))
+
+
+def test_a_group_sees_the_input_only_through_its_mask_and_the_likelihoods():
+    """Tagger's inputs: a group owning no pixel learns nothing about the image.
+
+    With equal initial means the normalized likelihoods are uniform, so group 1,
+    whose initial mask is ~0 everywhere, gets the same ladder input for any image:
+    its first means must not depend on the image (they did when the raw image was
+    an input of every group, which let one group copy the whole image).
+    """
+    logits = np.zeros((2, 4, 4, 1), "float32")
+    logits[0], logits[1] = 30.0, -30.0
+    layer = RTagger(
+        2, CONV_LEVELS, n_iters=1, mask_initializer=keras.initializers.Constant(logits),
+    )
+    _, m_a = layer(_images(1, 4, 4, 1, seed=1))
+    _, m_b = layer(_images(1, 4, 4, 1, seed=2))
+    np.testing.assert_allclose(m_a.numpy()[:, :, 1], m_b.numpy()[:, :, 1], atol=1e-6)
+    assert np.abs(m_a.numpy()[:, :, 0] - m_b.numpy()[:, :, 0]).max() > 1e-4  # the owner sees it
+
+
+def test_groups_start_different_even_with_equal_initial_means():
+    """Random initial masks break the symmetry of the shared weights (groups share the mean)."""
+    layer = RTagger(3, CONV_LEVELS, n_iters=2)
+    pi, m = layer(_images(2, 4, 4, 1))
+    pi, m = pi.numpy(), m.numpy()
+    for t in range(2):
+        assert np.abs(pi[:, t, 0] - pi[:, t, 1]).max() > 1e-3
+        assert np.abs(m[:, t, 0] - m[:, t, 1]).max() > 1e-4
+    assert not layer.initial_logits.trainable
+    again = RTagger(3, CONV_LEVELS, n_iters=2)
+    again.build((None, 4, 4, 1))
+    np.testing.assert_allclose(again.initial_logits.numpy(), layer.initial_logits.numpy())  # seeded
+    assert tuple(layer.initial_mean.shape) == (1,)  # one initial mean shared by the groups
+
+
+def test_initial_masks_are_random_per_sample_in_training_and_fixed_at_inference():
+    layer = RTagger(2, CONV_LEVELS, n_iters=1, seed=3)
+    x = np.repeat(_images(1, 4, 4, 1), 2, axis=0)  # the same image twice
+    pi_train, _ = layer(x, training=True)
+    assert np.abs(pi_train.numpy()[0] - pi_train.numpy()[1]).max() > 1e-3  # two different draws
+    pi_a, _ = layer(x)
+    pi_b, _ = layer(x, training=False)
+    np.testing.assert_allclose(pi_a.numpy()[0], pi_a.numpy()[1], atol=1e-6)
+    np.testing.assert_allclose(pi_a.numpy(), pi_b.numpy(), atol=1e-6)
+    fixed = RTagger(2, CONV_LEVELS, n_iters=1, random_initial_masks=False)
+    pi_f, _ = fixed(x, training=True)
+    np.testing.assert_allclose(pi_f.numpy()[0], pi_f.numpy()[1], atol=1e-6)
+    config = layer.get_config()
+    assert config["random_initial_masks"] is True and config["seed"] == 3
+
+
+def test_adjusted_mutual_info_is_sklearns_on_the_argmax_per_sample():
+    from sklearn.metrics import adjusted_mutual_info_score
+
+    rng = np.random.default_rng(3)
+    truth = rng.integers(0, 2, size=(5, 6, 6))
+    pi = rng.uniform(size=(5, 3, 6, 6, 1))
+    pi[:, 1] += 0.8 * truth[..., None]  # partly right
+    guess = pi[..., 0].argmax(axis=1)
+    want = [adjusted_mutual_info_score(t.ravel(), g.ravel()) for t, g in zip(truth, guess)]
+    np.testing.assert_allclose(adjusted_mutual_info(truth, pi, per_sample=True), want, rtol=1e-12)
+    assert adjusted_mutual_info(truth, pi) == pytest.approx(np.mean(want))
+    assert 0.05 < np.mean(want) < 0.95
+    # one group owning every pixel is worth nothing
+    collapsed = np.zeros((5, 3, 6, 6, 1))
+    collapsed[:, 0] = 1.0
+    assert adjusted_mutual_info(truth, collapsed) == pytest.approx(0.0, abs=1e-12)
