@@ -3,7 +3,7 @@
 Two parts, run separately or together (from the repository root):
 
     python benchmarks/text_classification.py learning   [--minutes 15] [--epochs 10] [--sentences]
-    python benchmarks/text_classification.py throughput [--steps 50] [--repeats 3] [--jit both]
+    python benchmarks/text_classification.py throughput [--steps 50] [--repeats 3] [--jit both] [--gru projected|keras|both]
     python benchmarks/text_classification.py all
 
 * ``learning``: SST-2/R (binary, neutral dropped; trained on every labelled phrase of
@@ -39,6 +39,25 @@ load average 1.0-1.5), kmeans, XLA off, 3 runs: 162.2 (3 x 50 steps), 165.5 and
 162.4 samples/s (5 x 50 steps; ranges within 160-169): below the 192 target there.
 Pinned to one core (``taskset -c 0``) it falls to 94.1, since the two GRU directions
 no longer run side by side. The spread between machines and runs is not understood.
+
+Since 2026-11-23 19:30 the model's GRUs are ``ProjectedGRU``
+(``applications/text_classification/projected_gru.py``): Keras' GRU with the input
+projection taken out of the time loop and the backward pass written out (one reverse
+loop carrying the state's gradient; the recurrent kernel's gradient as one product
+after it). Same function and weights (outputs and gradients equal Keras' GRU within
+1e-5 in ``tests/applications/test_projected_gru.py``). Profiled first: the two BiGRU
+layers were ~90% of a step (about 320 of 350 CPU-ms per batch), and of one direction's 48
+CPU-ms (forward + backward) the matrix products are under a third: the rest is
+TensorFlow's derived backward loop, op by op. Same machine, same quiet 2 CPUs,
+``python benchmarks/text_classification.py throughput --jit off --gru both --repeats 5``:
+
+    kmeans, ProjectedGRU   269.6 samples/s (5 x 50 steps, range 263.7-270.4, load 0.5-1.1)
+    kmeans, Keras GRU      165.4 samples/s (range 162.6-166.1, load 1.1-1.5)
+
+and ``--routings kmeans dynamic linear`` (3 x 50 steps, load 1.5-1.7): 265.8, 268.6
+and 265.8 samples/s. Target 192: met, by 1.4x; 1.6x Keras' GRU. In CPU time (two
+runs of 30 steps while other jobs shared the machine): 87 samples per CPU-second with
+Keras' GRU, 114 with ProjectedGRU.
 
 What moved the figures (same day, earlier versions): routing 4 capsules cut from every
 token (512 per sentence) learned worse than the linear head (kmeans 0.5673, dynamic
