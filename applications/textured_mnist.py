@@ -46,11 +46,20 @@ TEXTURE_KINDS = ("stripes", "checker", "noise")
 
 
 # ------------------------------------------------------------------------- data
-def texture(kind, rng, size=IMAGE_SIZE):
-    """A ``[size, size]`` float32 texture in [0, 1] with random parameters from ``rng``."""
+def texture_levels(rng):
+    """A random pair ``(low, high)`` of intensities in [0, 1], at least ~0.4 apart."""
     low, high = np.sort(rng.uniform(0.0, 1.0, 2))
     if high - low < 0.4:  # keep a visible contrast
         low, high = max(0.0, low - 0.2), min(1.0, high + 0.2)
+    return float(low), float(high)
+
+
+def texture(kind, rng, size=IMAGE_SIZE, levels=None):
+    """A ``[size, size]`` float32 texture in [0, 1] with random parameters from ``rng``.
+
+    ``levels``: its two intensities ``(low, high)`` (None: drawn by ``texture_levels``).
+    """
+    low, high = texture_levels(rng) if levels is None else levels
     rows, cols = np.mgrid[0:size, 0:size].astype("float32")
     if kind == "stripes":
         angle = rng.uniform(0, np.pi)
@@ -71,7 +80,7 @@ def texture(kind, rng, size=IMAGE_SIZE):
     return (low + (high - low) * pattern).astype("float32")
 
 
-def generate(digits, labels, num_images, seed=0, threshold=0.5, size=IMAGE_SIZE):
+def generate(digits, labels, num_images, seed=0, threshold=0.5, size=IMAGE_SIZE, mean_gap=0.0):
     """Textured digits, deterministic for a seed.
 
     Args:
@@ -79,6 +88,9 @@ def generate(digits, labels, num_images, seed=0, threshold=0.5, size=IMAGE_SIZE)
         labels: ``[n]`` labels.
         num_images: how many images (digits drawn with replacement).
         threshold: digit pixels above it belong to the digit.
+        mean_gap: the mean intensities of the digit's and the background's textures
+            differ by at least this much (their ranges may still overlap, so that
+            single pixels stay ambiguous). Default 0 (independent draws); at most 0.5.
 
     Returns:
         A dict: ``images`` ``[num_images, 28, 28, 1]`` float32 in [0, 1],
@@ -86,6 +98,8 @@ def generate(digits, labels, num_images, seed=0, threshold=0.5, size=IMAGE_SIZE)
         ``labels`` ``[num_images]`` int32 and ``kinds`` ``[num_images, 2]`` (indices
         into ``TEXTURE_KINDS`` of the digit's and the background's texture).
     """
+    if isinstance(mean_gap, bool) or not isinstance(mean_gap, (int, float)) or not 0 <= mean_gap <= 0.5:
+        raise ValueError(f"`mean_gap` must be a number in [0, 0.5]. Received: mean_gap={mean_gap!r}")
     rng = np.random.default_rng(seed)
     digits = np.asarray(digits, "float32")
     if digits.ndim == 4:
@@ -96,8 +110,16 @@ def generate(digits, labels, num_images, seed=0, threshold=0.5, size=IMAGE_SIZE)
     segmentation = (digits[index] > threshold).astype("int32")
     for i in range(num_images):
         fg_kind, bg_kind = rng.integers(0, len(TEXTURE_KINDS), 2)
-        fg = texture(TEXTURE_KINDS[fg_kind], rng, size)
-        bg = texture(TEXTURE_KINDS[bg_kind], rng, size)
+        if mean_gap > 0:
+            fg_levels = texture_levels(rng)
+            bg_levels = texture_levels(rng)
+            while abs(sum(fg_levels) - sum(bg_levels)) / 2 < mean_gap:
+                bg_levels = texture_levels(rng)
+            fg = texture(TEXTURE_KINDS[fg_kind], rng, size, fg_levels)
+            bg = texture(TEXTURE_KINDS[bg_kind], rng, size, bg_levels)
+        else:
+            fg = texture(TEXTURE_KINDS[fg_kind], rng, size)
+            bg = texture(TEXTURE_KINDS[bg_kind], rng, size)
         images[i] = np.where(segmentation[i] == 1, fg, bg)
         kinds[i] = fg_kind, bg_kind
     return {
@@ -187,6 +209,8 @@ def build_model(
     pool=1,
     head_input="share",
     head_type="dense",
+    mask_update="learned",
+    initial_mask_scale=1,
     name="rtagger_textured_mnist",
 ):
     """RTagger with ``n_groups`` groups on ``[size, size, 1]`` images.
@@ -200,7 +224,8 @@ def build_model(
     images = keras.Input((image_size, image_size, 1), name="images")
     x = GaussianCorruption(noise_std, seed=0, name="corruption")(images) if noise_std else images
     pi, m = RTagger(
-        n_groups, paper_levels(conv_units, dense_units, pool), n_iters=n_iters, sigma=sigma, name="rtagger"
+        n_groups, paper_levels(conv_units, dense_units, pool), n_iters=n_iters, sigma=sigma,
+        mask_update=mask_update, initial_mask_scale=initial_mask_scale, name="rtagger",
     )(x)
     outputs = {"mixture": keras.layers.Concatenate(axis=-1, name="mixture")([m, pi])}
     if num_classes:

@@ -127,6 +127,8 @@ class RTagger(keras.layers.Layer):
         means_initializer=None,
         mask_initializer=None,
         random_initial_masks=True,
+        mask_update="learned",
+        initial_mask_scale=1,
         seed=None,
         kernel_regularizer=None,
         recurrent_regularizer=None,
@@ -153,6 +155,12 @@ class RTagger(keras.layers.Layer):
             else keras.initializers.RandomNormal(stddev=1.0, seed=1)
         )
         self.random_initial_masks = bool(random_initial_masks)
+        if mask_update not in ("learned", "posterior"):
+            raise ValueError(
+                f"`mask_update` must be 'learned' or 'posterior'. Received: mask_update={mask_update!r}"
+            )
+        self.mask_update = mask_update
+        self.initial_mask_scale = positive_int("initial_mask_scale", initial_mask_scale)
         self.seed = seed
         self.seed_generator = keras.random.SeedGenerator(seed) if self.random_initial_masks else None
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
@@ -197,6 +205,21 @@ class RTagger(keras.layers.Layer):
             return shape[0], steps, features[:2], features[2], True
         return shape[0], steps, features, 1, False
 
+    def _coarse_spatial(self, spatial):
+        """The grid of the random initial logits: one per ``initial_mask_scale`` pixels."""
+        scale = self.initial_mask_scale
+        return tuple(-(-int(d) // scale) for d in spatial)
+
+    def _upsample_logits(self, logits, spatial):
+        """``[b, K, *coarse, 1]`` logits -> ``[b, K, *spatial, 1]`` (bilinear)."""
+        if self.initial_mask_scale == 1:
+            return logits
+        k = self.n_groups
+        coarse = self._coarse_spatial(spatial)
+        maps = ops.transpose(ops.reshape(logits, (-1, k) + coarse), (0, 2, 3, 1))  # [b, h, w, K]
+        maps = ops.image.resize(maps, tuple(spatial), interpolation="bilinear", data_format="channels_last")
+        return ops.transpose(maps, (0, 3, 1, 2))[..., None]
+
     def _ladder_features(self, spatial, channels, is_image):
         width = 2 * channels + 2
         return spatial + (width,) if is_image else (spatial[0] * width,)
@@ -206,9 +229,14 @@ class RTagger(keras.layers.Layer):
         self._spatial, self._channels, self._is_image = spatial, channels, is_image
         self.ladder.build((None,) + self._ladder_features(spatial, channels, is_image))
         width = 2 * channels + 2
+        if self.initial_mask_scale > 1 and not is_image:
+            raise ValueError(
+                "`initial_mask_scale` > 1 needs image inputs [batch, H, W, C]. Received: "
+                f"initial_mask_scale={self.initial_mask_scale}, input_shape={tuple(input_shape)}"
+            )
         self.initial_logits = self.add_weight(
             name="initial_logits",
-            shape=(self.n_groups,) + tuple(spatial) + (1,),
+            shape=(self.n_groups,) + self._coarse_spatial(spatial) + (1,),
             initializer=clone_initializer(self.mask_initializer),
             trainable=False,
         )
@@ -257,11 +285,12 @@ class RTagger(keras.layers.Layer):
             ops.cast(self.initial_mean, math_dtype),
             (n_batch, k) + tuple(spatial) + (channels,),
         )
-        logits_shape = (n_batch, k) + tuple(spatial) + (1,)
+        logits_shape = (n_batch, k) + self._coarse_spatial(spatial) + (1,)
         if training and self.random_initial_masks:
             logits = keras.random.normal(logits_shape, dtype=math_dtype, seed=self.seed_generator)
         else:
             logits = ops.broadcast_to(ops.cast(self.initial_logits, math_dtype)[None], logits_shape)
+        logits = self._upsample_logits(logits, spatial)
         carry = self.ladder.initial_carry(n_batch * k, dtype)
         pis, ms = [], []
         for t in range(steps):
@@ -283,6 +312,10 @@ class RTagger(keras.layers.Layer):
             out = ops.matmul(out, self.readout_kernel) + self.readout_bias
             out = ops.cast(out, math_dtype)
             m, logits = out[..., :channels], out[..., channels:]
+            if self.mask_update == "posterior":
+                # E-step: the read-out logits are a prior, the evidence is the
+                # likelihood of the (corrupted) input under the new means
+                logits = logits - ops.sum(ops.square(x - m), axis=-1, keepdims=True) * inv_two_var
             pis.append(ops.softmax(logits, axis=1))
             ms.append(m)
         pi = ops.cast(ops.stack(pis, axis=1), dtype)
@@ -298,6 +331,8 @@ class RTagger(keras.layers.Layer):
                 "n_iters": self.n_iters,
                 "sigma": self.sigma,
                 "random_initial_masks": self.random_initial_masks,
+                "mask_update": self.mask_update,
+                "initial_mask_scale": self.initial_mask_scale,
                 "seed": self.seed,
                 "decoder_to_encoder": self.ladder.decoder_to_encoder,
                 "input_combinator": self.ladder.input_combinator,
