@@ -395,6 +395,11 @@ def tagger(args):
             noise_std=args.noise_std,
             head_input=args.head_input,
             head_type=args.head_type,
+            mask_update=args.mask_update,
+            initial_mask_scale=args.initial_mask_scale,
+            class_weight=args.class_weight,
+            texture_style=args.texture_style,
+            mean_gap=args.mean_gap,
             seed=args.seed,
             verbose=args.verbose,
             callbacks=[budget],
@@ -494,6 +499,15 @@ def main(argv=None):
                    help="the classifier head on the groups (reports its error per iteration)")
     p.add_argument("--head-input", default="mask_and_share", choices=("share", "mask", "mask_and_share"))
     p.add_argument("--head-type", default="conv", choices=("dense", "conv"))
+    p.add_argument("--class-weight", type=float, default=1.0, help="weight of the classifier's cost")
+    p.add_argument("--mask-update", default="learned", choices=("learned", "posterior"),
+                   help="RTagger's new masks: the read-out's, or its prior times the likelihood (E-step)")
+    p.add_argument("--initial-mask-scale", type=int, default=1,
+                   help="pixels per random initial mask logit (1: per pixel; larger: smooth blobs)")
+    p.add_argument("--texture-style", default="binary", choices=("binary", "smooth"),
+                   help="two-level or continuous-valued textures")
+    p.add_argument("--mean-gap", type=float, default=0.0,
+                   help="least difference of the digit's and background's mean intensities")
     p.add_argument("--intra-op-threads", type=int, default=1,
                    help="TensorFlow threads inside one op (0: all cores)")
     p.set_defaults(run=tagger, budget_minutes=17.0)

@@ -66,6 +66,24 @@ class RTagger(keras.layers.Layer):
     distribution made at build time (non-trainable), so that inference is
     deterministic (a saved model gives identical outputs).
 
+    ``initial_mask_scale`` > 1 draws one random logit per ``scale x scale`` pixels
+    and upsamples them bilinearly, so that each group starts with spatially
+    coherent blobs of the image (i.i.d. per-pixel masks, scale 1, give every group
+    a random half of *every* region: nothing then tells the groups' inputs apart
+    but speckle). ``initial_logits`` then has the coarse shape.
+
+    ``mask_update`` says where the new masks come from. ``"learned"`` (default):
+    the read-out's logits. ``"posterior"``: those logits act as a prior and the
+    likelihood of the (corrupted) input under the group's new mean is added,
+
+    ```
+    logit_k <- logit_k - ||x~ - m_k||^2 / (2 sigma^2)
+    ```
+
+    i.e. the masks are the E-step of EM for the mixture with the new means (as in
+    Neural EM), so a pixel goes to the group that explains it, as soon as the
+    groups' means differ there.
+
     Args:
         n_groups: the number of groups ``K`` (at least 2).
         levels: the shared ladder's levels (see :func:`level_spec`).
@@ -82,6 +100,9 @@ class RTagger(keras.layers.Layer):
             standard normal (seeded).
         random_initial_masks: draw new initial mask logits (standard normal) for
             every sample in training. Default True.
+        mask_update: ``"learned"`` (default) or ``"posterior"`` (see above).
+        initial_mask_scale: pixels per random initial logit along each spatial
+            axis (images only). Default 1 (per pixel, as in Tagger).
         seed: seed of those draws (None: random).
         kernel_regularizer, recurrent_regularizer, bias_regularizer: likewise.
         **kwargs: base layer arguments (``name``, ``dtype``, ...).
