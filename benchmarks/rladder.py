@@ -493,18 +493,18 @@ def main(argv=None):
     p.add_argument("--conv-units", type=int, default=16)
     p.add_argument("--dense-units", type=int, default=64)
     p.add_argument("--pool", type=int, default=2, help="max pooling before the ladder's dense top")
-    p.add_argument("--sigma", type=float, default=0.25, help="the Gaussians' standard deviation")
+    p.add_argument("--sigma", type=float, default=0.1, help="the Gaussians' standard deviation")
     p.add_argument("--noise-std", type=float, default=0.2, help="input corruption in training")
     p.add_argument("--classify", action=argparse.BooleanOptionalAction, default=True,
                    help="the classifier head on the groups (reports its error per iteration)")
     p.add_argument("--head-input", default="mask_and_share", choices=("share", "mask", "mask_and_share"))
     p.add_argument("--head-type", default="conv", choices=("dense", "conv"))
     p.add_argument("--class-weight", type=float, default=1.0, help="weight of the classifier's cost")
-    p.add_argument("--mask-update", default="learned", choices=("learned", "posterior"),
+    p.add_argument("--mask-update", default="posterior", choices=("learned", "posterior"),
                    help="RTagger's new masks: the read-out's, or its prior times the likelihood (E-step)")
-    p.add_argument("--initial-mask-scale", type=int, default=1,
+    p.add_argument("--initial-mask-scale", type=int, default=14,
                    help="pixels per random initial mask logit (1: per pixel; larger: smooth blobs)")
-    p.add_argument("--texture-style", default="binary", choices=("binary", "smooth"),
+    p.add_argument("--texture-style", default="smooth", choices=("binary", "smooth"),
                    help="two-level or continuous-valued textures")
     p.add_argument("--mean-gap", type=float, default=0.0,
                    help="least difference of the digit's and background's mean intensities")
