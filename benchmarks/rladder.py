@@ -313,12 +313,20 @@ noise 0.2; AMI after iterations 1/2/3 and error, every second epoch:
                 epoch 8   0.035 / 0.027 / 0.029   46.5 / 48.0 / 48.0%
                 epoch 10  0.029 / 0.023 / 0.029   48.5 / 47.0 / 46.5%
     sigma 0.05  epoch 10  0.021 / 0.022 / 0.023   55.0 / 50.0 / 51.0%
+    sigma 0.1,  epoch 4   0.027 / 0.034 / 0.023   61.5 / 61.5 / 61.5%
+      learned   epoch 6   0.035 / 0.045 / 0.024   52.5 / 52.0 / 52.0%
+      masks     epoch 8   0.038 / 0.033 / 0.030   50.5 / 49.5 / 50.0%
+      (330 s)   epoch 9   0.038 / 0.031 / 0.027   50.5 / 50.5 / 50.5%
 
 The mixture mean's rms error on the clean validation images was 0.08 / 0.07 /
 0.07, below sigma 0.1, and the groups' means stayed close (spread ~0.02):
 the masks (pictures of them) mark the digit's *outline*, where the groups'
 predictions differ, and stay ~0.5 inside strokes and background, where both
 groups predict the same values; argmax of those is noise, hence the low AMI.
+With learned masks (as in round two, but smooth textures and smooth initial
+masks) the masks stay near uniform (max pi 0.51-0.53) and the AMI, as low,
+falls from the first iteration to the last; the posterior masks are sharper
+(max pi 0.6-0.7) but no better segmentations.
 
 Measured (tagger, third round), 2026-11-24, the new defaults (smooth
 textures, ``--mask-update posterior``, ``--initial-mask-scale 14``, sigma 0.1,
