@@ -262,7 +262,7 @@ Tagger, third round (branch tagger2), 2026-11-24. Measured first, then changed:
   mixture of means d apart beats their midpoint only for d > ~2.2 sigma). With
   sigma 0.25 the trained ladder's error on the validation images was ~0.17 (rms
   of the mixture mean after 2 short epochs; short run, 1,500 images): the groups'
-  means collapsed together (pi-weighted spread 0.03) and pi had no gradient.
+  means collapsed together (pi-weighted spread 0.03), leaving pi almost no gradient.
   With sigma 0.1 the means did split (spread 0.11-0.17) but into a "bright" and a
   "dark" hypothesis at every pixel with pi ~0.5 (max pi 0.54, AMI 0.001).
 * Oracle (numpy, 300 training images, no model; per-pixel Bayes denoiser that
@@ -289,7 +289,7 @@ Tagger, third round (branch tagger2), 2026-11-24. Measured first, then changed:
 * XLA: ``jit_compile=True`` on one core: 13 s to compile and 50 images/s vs
   50-113 images/s without (core shared, load ~4): not used.
 
-Short probes (each under a minute, ~100-180 updates on 1,500-2,000 training
+Short probes (about a minute each, ~100-180 updates on 1,500-2,000 training
 images, 100 validation images generated from held-out training digits,
 ``taskset -c 1`` shared with another job, load 3-4.7), AMI after iterations
 1/2/3:
@@ -300,7 +300,8 @@ images, 100 validation images generated from held-out training digits,
       initial masks                                speckle from the initial masks)
     binary, posterior, sigma 0.1, scale 14       0.050 / 0.053 / 0.053  (masks = a
                                                    threshold of the intensity)
-    smooth, posterior / learned, scale 14        0.02-0.07, no trend    (noise of 100 images)
+    smooth, posterior / learned, scale 14,       0.015-0.076, no trend  (noise of 100 images)
+      sigma 0.1 / 0.15, noise 0.2 / 0.3
 
 Validation runs (4,000 training images, 200 validation images from held-out
 training digits, classifier on, 400 s each, ``taskset -c 1`` alone on core 1,
@@ -320,7 +321,7 @@ noise 0.2; AMI after iterations 1/2/3 and error, every second epoch:
 
 The mixture mean's rms error on the clean validation images was 0.08 / 0.07 /
 0.07, below sigma 0.1, and the groups' means stayed close (spread ~0.02):
-the masks (pictures of them) mark the digit's *outline*, where the groups'
+the masks (looked at as pictures) mark the digit's *outline*, where the groups'
 predictions differ, and stay ~0.5 inside strokes and background, where both
 groups predict the same values; argmax of those is noise, hence the low AMI.
 With learned masks (as in round two, but smooth textures and smooth initial
@@ -348,7 +349,7 @@ every iteration, the same as the second round's defaults (0.001 / 0.003 /
 validation images after 10 epochs: with more training the masks again carry
 no segmentation. The classification error (51% vs 67% in round two) is
 not comparable: the smooth textures leave the digit easier to see (the
-classifier overfits: 68% training vs 49% validation accuracy by epoch 16).
+classifier overfits: 68% training vs 49% test accuracy by epoch 16).
 What is left: the groups must be made to predict *different* values inside
 the regions (each group its own texture, also under the other group's
 pixels), not only at the outline. Untried ideas: a larger sigma only for the
