@@ -6,9 +6,17 @@ from the textures' statistics. The ground-truth segmentation is the digit's shap
 (pixels of the 28x28 digit above ``threshold``: label 1, background: label 0).
 
 Textures are procedural (``texture``): stripes (random angle, period, phase),
-checkerboards (random cell size and phase) and smooth noise (random blob size),
-each with a random pair of intensities; the digit and the background always get
-textures of different kinds or different parameters.
+checkerboards (random cell size and phase) and noise (random blob size), each with
+a random pair of intensities; the digit and the background always get textures of
+different kinds or different parameters. ``style="binary"`` (default) keeps each
+texture to its two intensities; ``style="smooth"`` draws the same patterns with
+continuous values between them (sinusoidal gratings, plaids, interpolated noise),
+closer to the natural textures of Tagger's Textured MNIST. With two-level
+textures, two groups can lower the mixture NLL as much by splitting every pixel
+into a "bright" and a "dark" hypothesis as by splitting digit from background, so
+the cheaper intensity split wins (measured: the masks end up a threshold of the
+intensity); continuous values leave no such two-value shortcut. ``mean_gap``
+(optional) keeps the two textures' mean intensities apart.
 
 The model: :class:`~keras_capsules.layers.RTagger` with ``K`` groups sharing one
 Recurrent Ladder (convolutional bottom level, dense top), trained with
@@ -46,32 +54,68 @@ TEXTURE_KINDS = ("stripes", "checker", "noise")
 
 
 # ------------------------------------------------------------------------- data
-def texture(kind, rng, size=IMAGE_SIZE):
-    """A ``[size, size]`` float32 texture in [0, 1] with random parameters from ``rng``."""
+def texture_levels(rng):
+    """A random pair ``(low, high)`` of intensities in [0, 1], at least ~0.4 apart."""
     low, high = np.sort(rng.uniform(0.0, 1.0, 2))
     if high - low < 0.4:  # keep a visible contrast
         low, high = max(0.0, low - 0.2), min(1.0, high + 0.2)
+    return float(low), float(high)
+
+
+TEXTURE_STYLES = ("binary", "smooth")
+
+
+def _bilinear(coarse, scale, size):
+    """Bilinear upsampling of a 2-D ``coarse`` grid by ``scale``, cropped to ``size``."""
+    pos = np.arange(size, dtype="float64") / scale
+    i0 = np.floor(pos).astype(int)
+    frac = pos - i0
+    rows = coarse[i0] * (1 - frac)[:, None] + coarse[i0 + 1] * frac[:, None]
+    return rows[:, i0] * (1 - frac)[None] + rows[:, i0 + 1] * frac[None]
+
+
+def texture(kind, rng, size=IMAGE_SIZE, levels=None, style="binary"):
+    """A ``[size, size]`` float32 texture in [0, 1] with random parameters from ``rng``.
+
+    ``levels``: its two intensities ``(low, high)`` (None: drawn by ``texture_levels``).
+    ``style``: ``"binary"`` (default): the pattern takes only those two values;
+    ``"smooth"``: the same pattern with continuous values between them (a
+    sinusoidal grating, a plaid of sinusoids with the checkerboard's cells, smooth
+    noise interpolated between random values one blob apart). The draws from
+    ``rng`` are the same for both styles.
+    """
+    if style not in TEXTURE_STYLES:
+        raise ValueError(f"`style` must be one of {TEXTURE_STYLES}. Received: style={style!r}")
+    smooth = style == "smooth"
+    low, high = texture_levels(rng) if levels is None else levels
     rows, cols = np.mgrid[0:size, 0:size].astype("float32")
     if kind == "stripes":
         angle = rng.uniform(0, np.pi)
         period = rng.uniform(3.0, 8.0)
         phase = rng.uniform(0, 2 * np.pi)
         wave = np.sin(2 * np.pi * (rows * np.sin(angle) + cols * np.cos(angle)) / period + phase)
-        pattern = (wave > 0).astype("float32")
+        pattern = 0.5 + 0.5 * wave if smooth else (wave > 0).astype("float32")
     elif kind == "checker":
         cell = int(rng.integers(2, 6))
         dr, dc = rng.integers(0, cell, 2)
-        pattern = (((rows + dr) // cell + (cols + dc) // cell) % 2).astype("float32")
+        if smooth:
+            pattern = 0.5 + 0.5 * np.sin(np.pi * (rows + dr + 0.5) / cell) * np.sin(np.pi * (cols + dc + 0.5) / cell)
+        else:
+            pattern = (((rows + dr) // cell + (cols + dc) // cell) % 2).astype("float32")
     elif kind == "noise":
         blob = int(rng.integers(1, 4))
         coarse = rng.uniform(0, 1, (size // blob + 2, size // blob + 2))
-        pattern = (np.kron(coarse, np.ones((blob, blob)))[:size, :size] > 0.5).astype("float32")
+        if smooth:  # values one blob + 1 pixels apart, interpolated (correlated over 2-4 pixels)
+            pattern = _bilinear(coarse, blob + 1, size)
+            pattern = (pattern - pattern.min()) / max(pattern.max() - pattern.min(), 1e-6)
+        else:
+            pattern = (np.kron(coarse, np.ones((blob, blob)))[:size, :size] > 0.5).astype("float32")
     else:
         raise ValueError(f"`kind` must be one of {TEXTURE_KINDS}. Received: kind={kind!r}")
     return (low + (high - low) * pattern).astype("float32")
 
 
-def generate(digits, labels, num_images, seed=0, threshold=0.5, size=IMAGE_SIZE):
+def generate(digits, labels, num_images, seed=0, threshold=0.5, size=IMAGE_SIZE, mean_gap=0.0, style="binary"):
     """Textured digits, deterministic for a seed.
 
     Args:
@@ -79,6 +123,11 @@ def generate(digits, labels, num_images, seed=0, threshold=0.5, size=IMAGE_SIZE)
         labels: ``[n]`` labels.
         num_images: how many images (digits drawn with replacement).
         threshold: digit pixels above it belong to the digit.
+        mean_gap: the mean intensities of the digit's and the background's textures
+            differ by at least this much (their ranges may still overlap, so that
+            single pixels stay ambiguous). Default 0 (independent draws); at most 0.5.
+        style: the textures' ``style`` (see :func:`texture`): ``"binary"`` (default)
+            or ``"smooth"``.
 
     Returns:
         A dict: ``images`` ``[num_images, 28, 28, 1]`` float32 in [0, 1],
@@ -86,6 +135,10 @@ def generate(digits, labels, num_images, seed=0, threshold=0.5, size=IMAGE_SIZE)
         ``labels`` ``[num_images]`` int32 and ``kinds`` ``[num_images, 2]`` (indices
         into ``TEXTURE_KINDS`` of the digit's and the background's texture).
     """
+    if isinstance(mean_gap, bool) or not isinstance(mean_gap, (int, float)) or not 0 <= mean_gap <= 0.5:
+        raise ValueError(f"`mean_gap` must be a number in [0, 0.5]. Received: mean_gap={mean_gap!r}")
+    if style not in TEXTURE_STYLES:
+        raise ValueError(f"`style` must be one of {TEXTURE_STYLES}. Received: style={style!r}")
     rng = np.random.default_rng(seed)
     digits = np.asarray(digits, "float32")
     if digits.ndim == 4:
@@ -96,8 +149,16 @@ def generate(digits, labels, num_images, seed=0, threshold=0.5, size=IMAGE_SIZE)
     segmentation = (digits[index] > threshold).astype("int32")
     for i in range(num_images):
         fg_kind, bg_kind = rng.integers(0, len(TEXTURE_KINDS), 2)
-        fg = texture(TEXTURE_KINDS[fg_kind], rng, size)
-        bg = texture(TEXTURE_KINDS[bg_kind], rng, size)
+        if mean_gap > 0:
+            fg_levels = texture_levels(rng)
+            bg_levels = texture_levels(rng)
+            while abs(sum(fg_levels) - sum(bg_levels)) / 2 < mean_gap:
+                bg_levels = texture_levels(rng)
+            fg = texture(TEXTURE_KINDS[fg_kind], rng, size, fg_levels, style)
+            bg = texture(TEXTURE_KINDS[bg_kind], rng, size, bg_levels, style)
+        else:
+            fg = texture(TEXTURE_KINDS[fg_kind], rng, size, style=style)
+            bg = texture(TEXTURE_KINDS[bg_kind], rng, size, style=style)
         images[i] = np.where(segmentation[i] == 1, fg, bg)
         kinds[i] = fg_kind, bg_kind
     return {
@@ -187,6 +248,8 @@ def build_model(
     pool=1,
     head_input="share",
     head_type="dense",
+    mask_update="learned",
+    initial_mask_scale=1,
     name="rtagger_textured_mnist",
 ):
     """RTagger with ``n_groups`` groups on ``[size, size, 1]`` images.
@@ -200,7 +263,8 @@ def build_model(
     images = keras.Input((image_size, image_size, 1), name="images")
     x = GaussianCorruption(noise_std, seed=0, name="corruption")(images) if noise_std else images
     pi, m = RTagger(
-        n_groups, paper_levels(conv_units, dense_units, pool), n_iters=n_iters, sigma=sigma, name="rtagger"
+        n_groups, paper_levels(conv_units, dense_units, pool), n_iters=n_iters, sigma=sigma,
+        mask_update=mask_update, initial_mask_scale=initial_mask_scale, name="rtagger",
     )(x)
     outputs = {"mixture": keras.layers.Concatenate(axis=-1, name="mixture")([m, pi])}
     if num_classes:
@@ -291,15 +355,18 @@ def _train_test_digits(data_dir, seed):
     return (images[order[:cut]], labels[order[:cut]]), (images[order[cut:]], labels[order[cut:]])
 
 
-def make_images(data_dir=None, num_train=8000, num_test=1000, seed=0):
+def make_images(data_dir=None, num_train=8000, num_test=1000, seed=0, texture_style="binary", mean_gap=0.0):
     """The training and test images of :func:`train` (``generate``'s dicts).
 
     The IDX digits of ``data_dir`` (None: the project's shared copy) are split 80/20
     into the digits of the training and of the test images, which are generated with
-    seeds ``seed`` and ``seed + 1``.
+    seeds ``seed`` and ``seed + 1`` (``texture_style`` and ``mean_gap``: passed to
+    :func:`generate` as ``style`` and ``mean_gap``).
     """
     train_digits, test_digits = _train_test_digits(data_dir, seed)
-    return generate(*train_digits, num_train, seed=seed), generate(*test_digits, num_test, seed=seed + 1)
+    options = dict(style=texture_style, mean_gap=mean_gap)
+    return (generate(*train_digits, num_train, seed=seed, **options),
+            generate(*test_digits, num_test, seed=seed + 1, **options))
 
 
 def train(
@@ -320,6 +387,11 @@ def train(
     noise_std=0.1,
     head_input="share",
     head_type="dense",
+    mask_update="learned",
+    initial_mask_scale=1,
+    class_weight=1.0,
+    texture_style="binary",
+    mean_gap=0.0,
     seed=0,
     verbose=1,
     callbacks=(),
@@ -331,7 +403,9 @@ def train(
     TensorBoard logs. With ``strategy`` the model is built and compiled in its scope
     (``batch_size`` is then the global batch). When ``callbacks`` log to
     ``run_dir/history.csv`` (``fault_tolerance.resumable_callbacks``), the plot shows
-    every epoch of a resumed run.
+    every epoch of a resumed run. ``mask_update`` and ``initial_mask_scale`` are
+    RTagger's; ``class_weight`` weighs the classifier's cost against the mixture
+    NLL; ``texture_style`` and ``mean_gap`` choose the images (see :func:`generate`).
 
     Returns:
         A dict with the per-iteration test AMI (and error), the parameter count and paths.
@@ -344,16 +418,18 @@ def train(
     strategy = strategy or tf.distribute.get_strategy()
     keras.utils.set_random_seed(seed)
     os.makedirs(run_dir, exist_ok=True)
-    train_data, test_data = make_images(data_dir, num_train, num_test, seed)
+    train_data, test_data = make_images(data_dir, num_train, num_test, seed, texture_style, mean_gap)
     with strategy.scope():
         model = compile_model(
             build_model(
                 n_groups, n_iters, conv_units=conv_units, dense_units=dense_units,
                 sigma=sigma, noise_std=noise_std, num_classes=num_classes, pool=pool,
-                head_input=head_input, head_type=head_type,
+                head_input=head_input, head_type=head_type, mask_update=mask_update,
+                initial_mask_scale=initial_mask_scale,
             ),
             learning_rate,
             sigma=sigma,
+            class_weight=class_weight,
         )
     paths = {
         "model": os.path.join(run_dir, "model.keras"),
@@ -392,15 +468,17 @@ def train(
     return result
 
 
-def evaluate(model_path, data_dir=None, num_test=1000, seed=0, batch_size=64, strategy=None):
-    """Per-iteration AMI (and error) of a saved model on the test images of :func:`train` (same seed)."""
+def evaluate(model_path, data_dir=None, num_test=1000, seed=0, batch_size=64, strategy=None,
+             texture_style="binary", mean_gap=0.0):
+    """Per-iteration AMI (and error) of a saved model on the test images of :func:`train` (same seed
+    and texture options)."""
     import tensorflow as tf
 
     if not os.path.exists(model_path):
         raise FileNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
     strategy = strategy or tf.distribute.get_strategy()
     _, test_digits = _train_test_digits(data_dir, seed)
-    test_data = generate(*test_digits, num_test, seed=seed + 1)
+    test_data = generate(*test_digits, num_test, seed=seed + 1, style=texture_style, mean_gap=mean_gap)
     with strategy.scope():
         model = keras.saving.load_model(model_path)
     return {**evaluate_iterations(model, test_data, batch_size), "model": model_path}
@@ -419,6 +497,9 @@ def add_arguments(parser, command):
     parser.add_argument("--data-dir", default=None,
                         help="folder of the MNIST t10k IDX files (default: the project's shared copy)")
     parser.add_argument("--num-test", type=positive_int, default=1000, help="test images")
+    if command in ("train", "evaluate"):
+        parser.add_argument("--texture-style", default="binary", choices=TEXTURE_STYLES,
+                            help="two-level or continuous-valued textures (evaluate: as in training)")
     if command in ("train", "tune"):
         parser.add_argument("--num-train", type=positive_int, default=8000, help="training images")
         parser.add_argument("--classify", action="store_true",
@@ -446,10 +527,11 @@ def run_train(args, strategy):
         num_classes=10 if args.classify else None,
         conv_units=args.conv_units,
         dense_units=args.dense_units,
+        texture_style=args.texture_style,
         **train_options(args, strategy),
     )
 
 
 def run_evaluate(args, strategy):
     return evaluate(args.model, data_dir=args.data_dir, num_test=args.num_test, seed=args.seed,
-                    batch_size=args.batch_size, strategy=strategy)
+                    batch_size=args.batch_size, strategy=strategy, texture_style=args.texture_style)

@@ -29,6 +29,36 @@ def test_textures_are_two_level_patterns_in_range(kind):
         tm.texture("dots", np.random.default_rng(0))
 
 
+@pytest.mark.parametrize("kind", tm.TEXTURE_KINDS)
+def test_smooth_textures_are_continuous_in_range(kind):
+    tex = tm.texture(kind, np.random.default_rng(0), style="smooth", levels=(0.2, 0.8))
+    assert tex.shape == (28, 28) and tex.dtype == np.float32
+    assert tex.min() >= 0.2 - 1e-6 and tex.max() <= 0.8 + 1e-6 and len(np.unique(tex)) > 10
+    # neighbours are correlated: smaller steps than between random pixels
+    assert np.abs(np.diff(tex, axis=1)).mean() < np.abs(tex - tex.mean()).mean() * 2
+    with pytest.raises(ValueError, match="style"):
+        tm.texture(kind, np.random.default_rng(0), style="wavy")
+
+
+def test_texture_options_of_the_generator(digits):
+    smooth = tm.generate(*digits, 8, seed=1, style="smooth")
+    binary = tm.generate(*digits, 8, seed=1)
+    # the same digits, kinds and segmentation: only the textures' values differ
+    assert np.array_equal(smooth["segmentation"], binary["segmentation"])
+    assert np.array_equal(smooth["kinds"], binary["kinds"])
+    assert len(np.unique(smooth["images"][0])) > 4
+    gap = tm.generate(*digits, 16, seed=1, mean_gap=0.4)
+    for img, seg in zip(gap["images"][..., 0], gap["segmentation"]):
+        levels = [np.unique(img[seg == v]) for v in (0, 1)]
+        # each region's two levels (when both appear) have midpoints >= 0.4 apart
+        if all(len(lv) == 2 for lv in levels):
+            assert abs(levels[0].mean() - levels[1].mean()) >= 0.4 - 1e-6
+    with pytest.raises(ValueError, match="mean_gap"):
+        tm.generate(*digits, 2, mean_gap=0.6)
+    with pytest.raises(ValueError, match="style"):
+        tm.generate(*digits, 2, style="wavy")
+
+
 def test_generator_segmentation_and_determinism(digits):
     data = tm.generate(*digits, 16, seed=5)
     images, seg = data["images"], data["segmentation"]

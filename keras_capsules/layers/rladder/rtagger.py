@@ -66,6 +66,24 @@ class RTagger(keras.layers.Layer):
     distribution made at build time (non-trainable), so that inference is
     deterministic (a saved model gives identical outputs).
 
+    ``initial_mask_scale`` > 1 draws one random logit per ``scale x scale`` pixels
+    and upsamples them bilinearly, so that each group starts with spatially
+    coherent blobs of the image (i.i.d. per-pixel masks, scale 1, give every group
+    a random half of *every* region: nothing then tells the groups' inputs apart
+    but speckle). ``initial_logits`` then has the coarse shape.
+
+    ``mask_update`` says where the new masks come from. ``"learned"`` (default):
+    the read-out's logits. ``"posterior"``: those logits act as a prior and the
+    likelihood of the (corrupted) input under the group's new mean is added,
+
+    ```
+    logit_k <- logit_k - ||x~ - m_k||^2 / (2 sigma^2)
+    ```
+
+    i.e. the masks are the E-step of EM for the mixture with the new means (as in
+    Neural EM), so a pixel goes to the group that explains it, as soon as the
+    groups' means differ there.
+
     Args:
         n_groups: the number of groups ``K`` (at least 2).
         levels: the shared ladder's levels (see :func:`level_spec`).
@@ -82,6 +100,9 @@ class RTagger(keras.layers.Layer):
             standard normal (seeded).
         random_initial_masks: draw new initial mask logits (standard normal) for
             every sample in training. Default True.
+        mask_update: ``"learned"`` (default) or ``"posterior"`` (see above).
+        initial_mask_scale: pixels per random initial logit along each spatial
+            axis (images only). Default 1 (per pixel, as in Tagger).
         seed: seed of those draws (None: random).
         kernel_regularizer, recurrent_regularizer, bias_regularizer: likewise.
         **kwargs: base layer arguments (``name``, ``dtype``, ...).
@@ -127,6 +148,8 @@ class RTagger(keras.layers.Layer):
         means_initializer=None,
         mask_initializer=None,
         random_initial_masks=True,
+        mask_update="learned",
+        initial_mask_scale=1,
         seed=None,
         kernel_regularizer=None,
         recurrent_regularizer=None,
@@ -153,6 +176,12 @@ class RTagger(keras.layers.Layer):
             else keras.initializers.RandomNormal(stddev=1.0, seed=1)
         )
         self.random_initial_masks = bool(random_initial_masks)
+        if mask_update not in ("learned", "posterior"):
+            raise ValueError(
+                f"`mask_update` must be 'learned' or 'posterior'. Received: mask_update={mask_update!r}"
+            )
+        self.mask_update = mask_update
+        self.initial_mask_scale = positive_int("initial_mask_scale", initial_mask_scale)
         self.seed = seed
         self.seed_generator = keras.random.SeedGenerator(seed) if self.random_initial_masks else None
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
@@ -197,6 +226,21 @@ class RTagger(keras.layers.Layer):
             return shape[0], steps, features[:2], features[2], True
         return shape[0], steps, features, 1, False
 
+    def _coarse_spatial(self, spatial):
+        """The grid of the random initial logits: one per ``initial_mask_scale`` pixels."""
+        scale = self.initial_mask_scale
+        return tuple(-(-int(d) // scale) for d in spatial)
+
+    def _upsample_logits(self, logits, spatial):
+        """``[b, K, *coarse, 1]`` logits -> ``[b, K, *spatial, 1]`` (bilinear)."""
+        if self.initial_mask_scale == 1:
+            return logits
+        k = self.n_groups
+        coarse = self._coarse_spatial(spatial)
+        maps = ops.transpose(ops.reshape(logits, (-1, k) + coarse), (0, 2, 3, 1))  # [b, h, w, K]
+        maps = ops.image.resize(maps, tuple(spatial), interpolation="bilinear", data_format="channels_last")
+        return ops.transpose(maps, (0, 3, 1, 2))[..., None]
+
     def _ladder_features(self, spatial, channels, is_image):
         width = 2 * channels + 2
         return spatial + (width,) if is_image else (spatial[0] * width,)
@@ -206,9 +250,14 @@ class RTagger(keras.layers.Layer):
         self._spatial, self._channels, self._is_image = spatial, channels, is_image
         self.ladder.build((None,) + self._ladder_features(spatial, channels, is_image))
         width = 2 * channels + 2
+        if self.initial_mask_scale > 1 and not is_image:
+            raise ValueError(
+                "`initial_mask_scale` > 1 needs image inputs [batch, H, W, C]. Received: "
+                f"initial_mask_scale={self.initial_mask_scale}, input_shape={tuple(input_shape)}"
+            )
         self.initial_logits = self.add_weight(
             name="initial_logits",
-            shape=(self.n_groups,) + tuple(spatial) + (1,),
+            shape=(self.n_groups,) + self._coarse_spatial(spatial) + (1,),
             initializer=clone_initializer(self.mask_initializer),
             trainable=False,
         )
@@ -257,11 +306,12 @@ class RTagger(keras.layers.Layer):
             ops.cast(self.initial_mean, math_dtype),
             (n_batch, k) + tuple(spatial) + (channels,),
         )
-        logits_shape = (n_batch, k) + tuple(spatial) + (1,)
+        logits_shape = (n_batch, k) + self._coarse_spatial(spatial) + (1,)
         if training and self.random_initial_masks:
             logits = keras.random.normal(logits_shape, dtype=math_dtype, seed=self.seed_generator)
         else:
             logits = ops.broadcast_to(ops.cast(self.initial_logits, math_dtype)[None], logits_shape)
+        logits = self._upsample_logits(logits, spatial)
         carry = self.ladder.initial_carry(n_batch * k, dtype)
         pis, ms = [], []
         for t in range(steps):
@@ -283,6 +333,10 @@ class RTagger(keras.layers.Layer):
             out = ops.matmul(out, self.readout_kernel) + self.readout_bias
             out = ops.cast(out, math_dtype)
             m, logits = out[..., :channels], out[..., channels:]
+            if self.mask_update == "posterior":
+                # E-step: the read-out logits are a prior, the evidence is the
+                # likelihood of the (corrupted) input under the new means
+                logits = logits - ops.sum(ops.square(x - m), axis=-1, keepdims=True) * inv_two_var
             pis.append(ops.softmax(logits, axis=1))
             ms.append(m)
         pi = ops.cast(ops.stack(pis, axis=1), dtype)
@@ -298,6 +352,8 @@ class RTagger(keras.layers.Layer):
                 "n_iters": self.n_iters,
                 "sigma": self.sigma,
                 "random_initial_masks": self.random_initial_masks,
+                "mask_update": self.mask_update,
+                "initial_mask_scale": self.initial_mask_scale,
                 "seed": self.seed,
                 "decoder_to_encoder": self.ladder.decoder_to_encoder,
                 "input_combinator": self.ladder.input_combinator,

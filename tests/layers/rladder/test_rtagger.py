@@ -45,6 +45,8 @@ def test_groups_share_one_ladder():
     [
         (dict(n_groups=2, levels=CONV_LEVELS, n_iters=2), (4, 4, 4, 1)),
         (dict(n_groups=3, levels=[level_spec("gated", 3)], sigma=0.2), (4, 1, 4)),  # sequence
+        (dict(n_groups=2, levels=CONV_LEVELS, n_iters=2, mask_update="posterior", initial_mask_scale=3),
+         (4, 4, 4, 1)),
     ],
 )
 def test_layer_contract(kwargs, shape, tmp_path):
@@ -58,6 +60,8 @@ def test_layer_contract(kwargs, shape, tmp_path):
         (dict(n_groups=2, levels=CONV_LEVELS, sigma=0.0), "Received: sigma=0.0"),
         (dict(n_groups=2, levels=CONV_LEVELS, n_iters=-1), "Received: n_iters=-1"),
         (dict(n_groups=2, levels="gated"), "Received: levels="),
+        (dict(n_groups=2, levels=CONV_LEVELS, mask_update="em"), "Received: mask_update='em'"),
+        (dict(n_groups=2, levels=CONV_LEVELS, initial_mask_scale=0), "Received: initial_mask_scale=0"),
     ],
 )
 def test_bad_constructor_arguments(kwargs, message):
@@ -72,6 +76,42 @@ def test_bad_input_shapes():
     layer(_images(2, 4, 4, 1))
     with pytest.raises(ValueError, match="built for inputs with pixels"):
         layer(_images(2, 4, 4, 2))
+
+
+def test_posterior_masks_are_the_e_step_of_the_learned_ones():
+    """mask_update="posterior": pi ∝ (the read-out's pi) * N(x; m_k, sigma^2), same means."""
+    x = _images(2, 5, 5, 1)
+    kwargs = dict(n_groups=3, levels=CONV_LEVELS, n_iters=2, sigma=0.3)
+    learned, posterior = RTagger(**kwargs), RTagger(mask_update="posterior", **kwargs)
+    learned(x)
+    posterior(x)
+    posterior.set_weights(learned.get_weights())
+    pi_l, m_l = (t.numpy() for t in learned(x))
+    pi_p, m_p = (t.numpy() for t in posterior(x))
+    # the first iteration's read-out is the same in both; its means too
+    np.testing.assert_allclose(m_p[:, 0], m_l[:, 0], atol=1e-5)
+    want = pi_l[:, 0] * np.exp(-((x[:, None] - m_l[:, 0]) ** 2) / (2 * 0.3**2))
+    want /= want.sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(pi_p[:, 0], want, atol=1e-5)
+    assert posterior.get_config()["mask_update"] == "posterior"
+
+
+def test_smooth_initial_masks():
+    """initial_mask_scale: one random logit per scale x scale pixels, upsampled."""
+    layer = RTagger(2, CONV_LEVELS, n_iters=1, initial_mask_scale=3)
+    x = _images(2, 7, 7, 1)
+    pi, _ = layer(x)
+    assert tuple(layer.initial_logits.shape) == (2, 3, 3, 1) and pi.shape == (2, 1, 2, 7, 7, 1)
+    up = layer._upsample_logits(keras.ops.convert_to_tensor(layer.initial_logits.numpy()[None]), (7, 7))
+    up = up.numpy()[0, ..., 0]
+    assert up.shape == (2, 7, 7)
+    # smooth: neighbouring pixels differ far less than independent draws would
+    assert np.abs(np.diff(up, axis=-1)).mean() < 0.5 * np.abs(np.diff(layer.initial_logits.numpy()[..., 0])).mean()
+    pi_train, _ = layer(x, training=True)
+    assert np.all(np.isfinite(pi_train.numpy()))
+    assert layer.get_config()["initial_mask_scale"] == 3
+    with pytest.raises(ValueError, match="needs image inputs"):
+        RTagger(2, [level_spec("gated", 3)], n_iters=1, initial_mask_scale=2)(_images(2, 6))
 
 
 def _numpy_nll(x, m, pi, sigma):
