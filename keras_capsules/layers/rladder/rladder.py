@@ -15,6 +15,7 @@ from keras_capsules.layers.rladder._utils import (
 from keras_capsules.layers.rladder.conv_g1 import ConvG1
 from keras_capsules.layers.rladder.conv_g2 import ConvG2
 from keras_capsules.layers.rladder.conv_g3 import ConvG3
+from keras_capsules.layers.rladder.conv_encoder_cell import ConvEncoderCell
 from keras_capsules.layers.rladder.conv_lstm_encoder_cell import ConvLSTMEncoderCell
 from keras_capsules.layers.rladder.g1 import G1
 from keras_capsules.layers.rladder.gated_encoder_cell import GatedEncoderCell
@@ -74,8 +75,10 @@ class RLadder(keras.layers.Layer):
     Args:
         levels: a list of level specifications, dicts as made by
             :func:`level_spec` (``encoder``, ``units``, ``combinator``, ``pool``,
-            ``kernel_size``, ``combinator_filters``, ``upsample_mode``).
-            Convolutional levels (``"convlstm"``) must come before dense ones.
+            ``kernel_size``, ``combinator_filters``, ``upsample_mode``,
+            ``normalization``). Convolutional levels (``"convlstm"``, or the
+            feed-forward ``"conv"``, whose memory of the past is then only the
+            decoder feedback) must come before dense ones.
         n_iters: None (default) for sequence inputs, or the number of iterations on
             a static input.
         decoder_to_encoder: feed each level's decoder output of step ``t - 1`` to
@@ -256,6 +259,14 @@ class RLadder(keras.layers.Layer):
                 cell = GatedEncoderCell(spec["units"], name=name, **cell_common)
             elif spec["encoder"] == "lstm":
                 cell = LSTMEncoderCell(spec["units"], name=name, **cell_common)
+            elif spec["encoder"] == "conv":
+                cell = ConvEncoderCell(
+                    spec["units"],
+                    kernel_size=spec["kernel_size"],
+                    normalization=spec["normalization"],
+                    name=name,
+                    **cell_common,
+                )
             else:
                 cell = ConvLSTMEncoderCell(
                     spec["units"], kernel_size=spec["kernel_size"], name=name, **cell_common
@@ -457,7 +468,7 @@ class RLadder(keras.layers.Layer):
             if self.normalization == "layer":
                 inp = _layer_normalize(inp)
             below, cell_states = cell.step(inp, feedback[i], states[i])
-            if self.zoneout:
+            if self.zoneout and cell.NUM_STATES:
                 cell_states = [self._zone(o, h, training) for o, h in zip(states[i], cell_states)]
                 below = cell_states[0]
             new_states.append(cell_states)
