@@ -246,6 +246,7 @@ def build_model(
     normalization=None,
     conv_encoder="convlstm",
     conv_normalization=None,
+    feedback_initializer=None,
     name=None,
 ):
     """Builds one of the models (see the module docstring for ``variant``).
@@ -266,6 +267,9 @@ def build_model(
             temporal baseline's convolutions too (a Keras ``GroupNormalization``
             with one group per channel). Needs ``conv_encoder="conv"`` for the
             ladder variants.
+        feedback_initializer: the RLadder's ``feedback_initializer`` (None: as its
+            other kernels; ``"zeros"``: the full ladder starts as ``no_feedback``
+            and learns its feedback). Only the ``"rladder"`` variant has feedback.
 
     Returns:
         A ``keras.Model`` from frames ``[batch, T, S, S, 1]`` to ``{"next_frames":
@@ -310,6 +314,7 @@ def build_model(
                 decoder_to_encoder=variant == "rladder",
                 output_units=1,
                 normalization=normalization,
+                feedback_initializer=feedback_initializer,
                 name="rladder",
             )(frames)
             outputs["next_frames"] = keras.layers.Identity(name="next_frames")(
@@ -431,6 +436,7 @@ def train(
     conv_normalization=None,
     jit_compile=False,
     frame_weight=1.0,
+    feedback_initializer=None,
 ):
     """Trains one variant on generated sequences; writes model, plot, metrics and logs.
 
@@ -441,7 +447,8 @@ def train(
     :func:`compile_model`; ``normalization``: see :func:`build_model`;
     ``frame_size``: height and width of the frames (32 as in the paper; smaller
     frames leave the digit fewer positions and cost less per step);
-    ``conv_encoder``, ``conv_normalization``: see :func:`build_model`;
+    ``conv_encoder``, ``conv_normalization``, ``feedback_initializer``: see
+    :func:`build_model`;
     ``jit_compile``, ``frame_weight``: see :func:`compile_model`.
 
     Returns:
@@ -466,6 +473,7 @@ def train(
                 normalization=normalization,
                 conv_encoder=conv_encoder,
                 conv_normalization=conv_normalization,
+                feedback_initializer=feedback_initializer,
             ),
             learning_rate,
             frame_weight=frame_weight,

@@ -306,6 +306,7 @@ def occluded(args):
                 conv_normalization=conv_normalization,
                 jit_compile=args.jit_compile,
                 frame_weight=args.frame_weight,
+                feedback_initializer=None if args.feedback_initializer == "default" else args.feedback_initializer,
                 seed=args.seed,
                 verbose=args.verbose,
                 callbacks=[budget],
@@ -446,7 +447,7 @@ def main(argv=None):
     p = sub.add_parser("occluded", parents=[common], help="Occluded Moving MNIST error")
     p.add_argument("--data-dir", default=str(default_data_dir()))
     p.add_argument("--variants", nargs="+", default=["rladder", "temporal", "no_feedback"])
-    p.add_argument("--num-train", type=int, default=6000)
+    p.add_argument("--num-train", type=int, default=20000)
     p.add_argument("--num-test", type=int, default=2000)
     p.add_argument("--epochs", type=int, default=100, help="at most; the time budget stops first")
     p.add_argument("--batch-size", type=int, default=16)
@@ -465,9 +466,12 @@ def main(argv=None):
     p.add_argument("--jit-compile", action=argparse.BooleanOptionalAction, default=True,
                    help="XLA-compile every variant's training step")
     p.add_argument("--frame-weight", type=float, default=1.0, help="weight of the next-frame cost")
+    p.add_argument("--feedback-initializer", default="zeros", choices=("zeros", "default"),
+                   help="RLadder's feedback kernels start at zero, or as its other kernels")
     p.add_argument("--intra-op-threads", type=int, default=1,
                    help="TensorFlow threads inside one op (0: all cores)")
-    p.set_defaults(run=occluded)
+    # 17 minutes of training leave time for generating the sequences and testing within 20
+    p.set_defaults(run=occluded, budget_minutes=17.0)
 
     p = sub.add_parser("jsb", parents=[common], help="JSB Chorales test NLL")
     p.add_argument("--data-path", default=str(default_data_path()))

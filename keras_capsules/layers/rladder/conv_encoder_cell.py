@@ -7,6 +7,9 @@ from keras_capsules.layers.rladder._cell_base import EncoderCellBase
 from keras_capsules.layers.rladder._utils import positive_int
 
 NORMALIZATIONS = (None, "instance", "layer")
+ACTIVATIONS = ("relu", "leaky_relu", "elu", "gelu", "tanh", "linear")
+
+
 def _normalize(x, axis, epsilon=1e-5):
     """Zero mean, unit variance per sample over ``axis`` (computed in float32)."""
     dtype = x.dtype
@@ -14,9 +17,6 @@ def _normalize(x, axis, epsilon=1e-5):
     mean = ops.mean(x32, axis=axis, keepdims=True)
     var = ops.mean(ops.square(x32 - mean), axis=axis, keepdims=True)
     return ops.cast((x32 - mean) * ops.rsqrt(var + epsilon), dtype)
-
-
-ACTIVATIONS = ("relu", "leaky_relu", "elu", "gelu", "tanh", "linear")
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -39,10 +39,11 @@ class ConvEncoderCell(EncoderCellBase):
     does not squash its output through gates, so a stack of such levels passes the
     signal on at the scale of the frames (ReLU with Glorot kernels, as a plain
     convolutional network) and each costs one convolution of the input and one of the
-    feedback instead of two of each with four times the channels.
+    feedback instead of three convolutions (input, feedback, state) with four times
+    the channels. With a ``normalization``:
 
     ```
-    h = activation(gamma * normalize(W * x + U * d) + b)    with a normalization
+    h = activation(gamma * normalize(W * x + U * d) + b)
     ```
 
     Normalization of the pre-activations, per sample (no batch statistics, so the
@@ -55,7 +56,7 @@ class ConvEncoderCell(EncoderCellBase):
     on Occluded Moving MNIST most ReLU channels of the third level were dead after
     a few hundred updates without normalization, and the classifier above them
     stayed at chance; with ``"instance"`` every channel stays active on some pixels
-    of every sample, and the ladder learns the digit from the first epoch.
+    of every sample, and the ladder left chance within the first 250 updates.
     (``"layer"`` allows single channels to die, and did not help there.)
 
     Args:
