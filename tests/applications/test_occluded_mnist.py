@@ -135,8 +135,7 @@ def test_feed_forward_normalized_levels_build_train_and_round_trip(tmp_path, dig
     data = om.generate(*digits, 8, seed=0, frame_size=16)
     model = om.compile_model(
         om.build_model(variant, frame_size=16, conv_encoder="conv", conv_normalization="instance",
-                       feedback_initializer="zeros", **TINY),
-        jit_compile=True,
+                       feedback_initializer="zeros", **TINY)
     )
     if variant == "temporal":  # the same per-frame normalization as the ladder's levels
         assert any(isinstance(lay.layer, keras.layers.GroupNormalization)
@@ -162,3 +161,4 @@ def test_bad_conv_options():
         om.build_model("rladder", conv_normalization="instance", **TINY)
     with pytest.raises(ValueError, match="Received: jit_compile=1"):
         om.compile_model(om.build_model("temporal", **TINY), jit_compile=1)
+    assert om.compile_model(om.build_model("temporal", **TINY), jit_compile=True).jit_compile
