@@ -55,8 +55,10 @@ class ConvEncoderCell(EncoderCellBase):
     towards silence (their lateral output only disturbs the prediction at first):
     on Occluded Moving MNIST most ReLU channels of the third level were dead after
     a few hundred updates without normalization, and the classifier above them
-    stayed at chance; with ``"instance"`` every channel stays active on some pixels
-    of every sample, and the ladder left chance within the first 250 updates.
+    stayed at chance; with ``"instance"`` every channel's pre-activations have zero
+    mean and unit variance over the pixels of every sample (only a large negative
+    bias could silence it), and the ladder left chance within the first 250
+    updates.
     (``"layer"`` allows single channels to die, and did not help there.)
 
     Args:
