@@ -22,6 +22,13 @@ step's. Baselines (``variant``):
 * ``"hierarchical"``: hierarchical RNN, the ladder's encoder alone (no decoder, no
   frame prediction);
 * ``"temporal"``: a per-frame convolutional network with a GRU on top.
+
+Options of :func:`build_model` beyond the paper's layout: ``conv_encoder="conv"``
+(feed-forward convolutional levels, whose memory is the decoder feedback and the
+gated top), ``conv_normalization="instance"`` (per-sample instance normalization
+in every variant's convolutions: without it the next-frame cost silences the
+ladder's upper ReLU levels) and ``feedback_initializer="zeros"`` (the full ladder
+starts as ``no_feedback``); ``benchmarks/rladder.py occluded`` uses all three.
 """
 
 import os
