@@ -128,3 +128,37 @@ def test_rladder_learns_something(digits):
     assert after["next_frames_loss"] < 0.95 * before["next_frames_loss"], (before, after)
     assert after["digit_steps_loss"] < DIGIT_FALL * before["digit_steps_loss"], (before, after)
     assert after["digit_accuracy"] > 0.25, (before, after)  # chance: 0.1
+
+
+@pytest.mark.parametrize("variant", om.VARIANTS)
+def test_feed_forward_normalized_levels_build_train_and_round_trip(tmp_path, digits, variant):
+    data = om.generate(*digits, 8, seed=0, frame_size=16)
+    model = om.compile_model(
+        om.build_model(variant, frame_size=16, conv_encoder="conv", conv_normalization="instance",
+                       feedback_initializer="zeros", **TINY)
+    )
+    if variant == "temporal":  # the same per-frame normalization as the ladder's levels
+        assert any(isinstance(lay.layer, keras.layers.GroupNormalization)
+                   for lay in model.layers if isinstance(lay, keras.layers.TimeDistributed))
+    else:
+        ladder = model.get_layer("rladder")
+        assert [s["encoder"] for s in ladder.levels] == ["conv"] * 3 + ["gated"]
+        assert all(s["normalization"] == "instance" for s in ladder.levels[:3])
+    model.fit(om.make_dataset(data, variant, batch_size=8), epochs=1, verbose=0)
+    path = tmp_path / f"{variant}.keras"
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    for key, value in model(data["frames"][:2]).items():
+        np.testing.assert_allclose(loaded(data["frames"][:2])[key], value, atol=1e-5)
+
+
+def test_bad_conv_options():
+    with pytest.raises(ValueError, match="Received: conv_encoder='lstm'"):
+        om.build_model("rladder", conv_encoder="lstm", **TINY)
+    with pytest.raises(ValueError, match="Received: conv_normalization='batch'"):
+        om.build_model("rladder", conv_encoder="conv", conv_normalization="batch", **TINY)
+    with pytest.raises(ValueError, match="needs conv_encoder='conv'"):
+        om.build_model("rladder", conv_normalization="instance", **TINY)
+    with pytest.raises(ValueError, match="Received: jit_compile=1"):
+        om.compile_model(om.build_model("temporal", **TINY), jit_compile=1)
+    assert om.compile_model(om.build_model("temporal", **TINY), jit_compile=True).jit_compile

@@ -1,5 +1,6 @@
 """Recurrent Ladder networks (Ilin et al. 2017): combinators, encoder cells, RLadder, RTagger."""
 
+from keras_capsules.layers.rladder.conv_encoder_cell import ConvEncoderCell
 from keras_capsules.layers.rladder.conv_g1 import ConvG1
 from keras_capsules.layers.rladder.conv_g2 import ConvG2
 from keras_capsules.layers.rladder.conv_g3 import ConvG3
@@ -18,6 +19,7 @@ __all__ = [
     "GatedEncoderCell",
     "LSTMEncoderCell",
     "ConvLSTMEncoderCell",
+    "ConvEncoderCell",
     "RLadder",
     "level_spec",
 ]

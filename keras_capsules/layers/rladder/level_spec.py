@@ -3,7 +3,7 @@
 from keras_capsules.layers.rladder._utils import UPSAMPLE_MODES, choice, positive_int
 
 #: encoder ops: name -> kind of level
-ENCODERS = {"gated": "dense", "lstm": "dense", "convlstm": "conv"}
+ENCODERS = {"gated": "dense", "lstm": "dense", "convlstm": "conv", "conv": "conv"}
 DENSE_COMBINATORS = ("G1",)
 CONV_COMBINATORS = ("ConvG1", "ConvG2", "ConvG3")
 COMBINATORS = DENSE_COMBINATORS + CONV_COMBINATORS
@@ -16,7 +16,10 @@ _KEYS = (
     "kernel_size",
     "combinator_filters",
     "upsample_mode",
+    "normalization",
 )
+#: per-sample normalizations of a ``"conv"`` encoder's pre-activations (ConvEncoderCell)
+LEVEL_NORMALIZATIONS = (None, "instance", "layer")
 
 
 def level_spec(
@@ -27,13 +30,16 @@ def level_spec(
     kernel_size=3,
     combinator_filters=None,
     upsample_mode="nearest",
+    normalization=None,
 ):
     """Describes one level of an :class:`RLadder` as a plain (JSON-serializable) dict.
 
     Args:
         encoder: the encoder op: ``"gated"`` (:class:`GatedEncoderCell`, dense),
-            ``"lstm"`` (:class:`LSTMEncoderCell`, dense) or ``"convlstm"``
-            (:class:`ConvLSTMEncoderCell`, convolutional).
+            ``"lstm"`` (:class:`LSTMEncoderCell`, dense), ``"convlstm"``
+            (:class:`ConvLSTMEncoderCell`, convolutional) or ``"conv"``
+            (:class:`ConvEncoderCell`, convolutional and feed-forward: a ReLU
+            convolution of the input and the decoder feedback, no state of its own).
         units: state size (dense) or channels (convolutional) of the encoder.
         combinator: this level's decoder combinator: ``"G1"`` for dense levels,
             ``"ConvG1"``, ``"ConvG2"`` or ``"ConvG3"`` for convolutional ones. None
@@ -46,6 +52,9 @@ def level_spec(
             level has).
         upsample_mode: how the level below's combinator upsamples this level's
             decoder output: ``"nearest"`` or ``"transpose"``.
+        normalization: for ``encoder="conv"`` only: None (default), ``"instance"``
+            or ``"layer"``, the per-sample normalization of the encoder's
+            pre-activations (see :class:`ConvEncoderCell`). Other encoders take None.
 
     Returns:
         A dict with every key filled in (the form :class:`RLadder` stores in its
@@ -60,6 +69,7 @@ def level_spec(
             kernel_size=kernel_size,
             combinator_filters=combinator_filters,
             upsample_mode=upsample_mode,
+            normalization=normalization,
         )
     )
 
@@ -88,6 +98,13 @@ def normalize_level(spec, index=None):
             f"{where}a {kind} level (encoder={encoder!r}) needs a combinator in {allowed}. "
             f"Received: combinator={combinator!r}"
         )
+    normalization = spec.get("normalization")
+    if normalization not in LEVEL_NORMALIZATIONS or (normalization is not None and encoder != "conv"):
+        allowed_norms = LEVEL_NORMALIZATIONS if encoder == "conv" else (None,)
+        raise ValueError(
+            f"{where}an encoder {encoder!r} takes a normalization in {allowed_norms}. "
+            f"Received: normalization={normalization!r}"
+        )
     return {
         "encoder": encoder,
         "units": positive_int("units", spec["units"]),
@@ -100,6 +117,7 @@ def normalize_level(spec, index=None):
         "upsample_mode": choice(
             "upsample_mode", spec.get("upsample_mode", "nearest"), UPSAMPLE_MODES
         ),
+        "normalization": normalization,
     }
 
 

@@ -15,6 +15,7 @@ from keras_capsules.layers.rladder._utils import (
 from keras_capsules.layers.rladder.conv_g1 import ConvG1
 from keras_capsules.layers.rladder.conv_g2 import ConvG2
 from keras_capsules.layers.rladder.conv_g3 import ConvG3
+from keras_capsules.layers.rladder.conv_encoder_cell import ConvEncoderCell
 from keras_capsules.layers.rladder.conv_lstm_encoder_cell import ConvLSTMEncoderCell
 from keras_capsules.layers.rladder.g1 import G1
 from keras_capsules.layers.rladder.gated_encoder_cell import GatedEncoderCell
@@ -74,8 +75,10 @@ class RLadder(keras.layers.Layer):
     Args:
         levels: a list of level specifications, dicts as made by
             :func:`level_spec` (``encoder``, ``units``, ``combinator``, ``pool``,
-            ``kernel_size``, ``combinator_filters``, ``upsample_mode``).
-            Convolutional levels (``"convlstm"``) must come before dense ones.
+            ``kernel_size``, ``combinator_filters``, ``upsample_mode``,
+            ``normalization``). Convolutional levels (``"convlstm"``, or the
+            feed-forward ``"conv"``, whose memory of the past is then only the
+            decoder feedback) must come before dense ones.
         n_iters: None (default) for sequence inputs, or the number of iterations on
             a static input.
         decoder_to_encoder: feed each level's decoder output of step ``t - 1`` to
@@ -91,6 +94,16 @@ class RLadder(keras.layers.Layer):
             returns ``d_0``, which has the shape of the input.
         kernel_initializer, recurrent_initializer, bias_initializer: passed to every
             encoder cell and combinator (and the output map).
+        feedback_initializer: initializer of the encoder cells' feedback kernels
+            (the decoder-to-encoder connections); None (default) uses
+            ``kernel_initializer``. ``"zeros"`` starts the ladder as the same
+            ladder without feedback (the feedback kernels still receive gradients,
+            since the decoder outputs are not zero) and lets training bring the
+            feedback in: on Occluded Moving MNIST (feed-forward instance-normalized
+            convolutional levels) the decoder outputs fed back with Glorot kernels
+            outweighed the frames at the encoder inputs, and the ladder reached 57%
+            validation accuracy after 3,000 updates against 81% with zeros (and 80%
+            without feedback).
         kernel_regularizer, recurrent_regularizer, bias_regularizer: likewise.
         dropout: dropout rate, in ``[0, 1)``, on the signals between levels during
             training: every encoder output ``e_l`` (``l >= 1``) where it leaves its
@@ -168,6 +181,7 @@ class RLadder(keras.layers.Layer):
         zoneout=0.0,
         seed=None,
         normalization=None,
+        feedback_initializer=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -229,6 +243,9 @@ class RLadder(keras.layers.Layer):
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.recurrent_initializer = keras.initializers.get(recurrent_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.feedback_initializer = (
+            None if feedback_initializer is None else keras.initializers.get(feedback_initializer)
+        )
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
         self.recurrent_regularizer = keras.regularizers.get(recurrent_regularizer)
         self.bias_regularizer = keras.regularizers.get(bias_regularizer)
@@ -244,7 +261,11 @@ class RLadder(keras.layers.Layer):
         cell_common = dict(
             common,
             use_feedback=use_feedback,
-            feedback_initializer=clone_initializer(self.kernel_initializer),
+            feedback_initializer=clone_initializer(
+                self.kernel_initializer
+                if self.feedback_initializer is None
+                else self.feedback_initializer
+            ),
             recurrent_initializer=clone_initializer(self.recurrent_initializer),
             feedback_regularizer=self.kernel_regularizer,
             recurrent_regularizer=self.recurrent_regularizer,
@@ -256,6 +277,14 @@ class RLadder(keras.layers.Layer):
                 cell = GatedEncoderCell(spec["units"], name=name, **cell_common)
             elif spec["encoder"] == "lstm":
                 cell = LSTMEncoderCell(spec["units"], name=name, **cell_common)
+            elif spec["encoder"] == "conv":
+                cell = ConvEncoderCell(
+                    spec["units"],
+                    kernel_size=spec["kernel_size"],
+                    normalization=spec["normalization"],
+                    name=name,
+                    **cell_common,
+                )
             else:
                 cell = ConvLSTMEncoderCell(
                     spec["units"], kernel_size=spec["kernel_size"], name=name, **cell_common
@@ -457,7 +486,7 @@ class RLadder(keras.layers.Layer):
             if self.normalization == "layer":
                 inp = _layer_normalize(inp)
             below, cell_states = cell.step(inp, feedback[i], states[i])
-            if self.zoneout:
+            if self.zoneout and cell.NUM_STATES:
                 cell_states = [self._zone(o, h, training) for o, h in zip(states[i], cell_states)]
                 below = cell_states[0]
             new_states.append(cell_states)
@@ -525,4 +554,9 @@ class RLadder(keras.layers.Layer):
         )
         serialize_all(config, self, _INITIALIZERS, "initializers")
         serialize_all(config, self, _REGULARIZERS, "regularizers")
+        config["feedback_initializer"] = (
+            None
+            if self.feedback_initializer is None
+            else keras.initializers.serialize(self.feedback_initializer)
+        )
         return config

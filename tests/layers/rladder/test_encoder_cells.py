@@ -1,9 +1,15 @@
-"""GatedEncoderCell, LSTMEncoderCell, ConvLSTMEncoderCell: numpy cases, contract, errors."""
+"""GatedEncoderCell, LSTMEncoderCell, ConvLSTMEncoderCell, ConvEncoderCell: numpy cases,
+contract, errors."""
 
 import numpy as np
 import pytest
 
-from keras_capsules.layers import ConvLSTMEncoderCell, GatedEncoderCell, LSTMEncoderCell
+from keras_capsules.layers import (
+    ConvEncoderCell,
+    ConvLSTMEncoderCell,
+    GatedEncoderCell,
+    LSTMEncoderCell,
+)
 from tests.harness import run_layer_contract
 
 
@@ -93,6 +99,9 @@ CONTRACT_CASES = [
     (GatedEncoderCell, dict(units=3, use_feedback=False, kernel_regularizer="l2"), [(4, 5), (4, 3)]),
     (LSTMEncoderCell, dict(units=3), [(4, 5), (4, 3), (4, 3), (4, 3)]),
     (ConvLSTMEncoderCell, dict(filters=2), [(4, 3, 3, 1), (4, 3, 3, 2), (4, 3, 3, 2), (4, 3, 3, 2)]),
+    (ConvEncoderCell, dict(filters=2), [(4, 3, 3, 1), (4, 3, 3, 2)]),
+    (ConvEncoderCell, dict(filters=2, normalization="instance", activation="tanh"), [(4, 3, 3, 1), (4, 3, 3, 2)]),
+    (ConvEncoderCell, dict(filters=2, use_feedback=False, normalization="layer"), [(4, 3, 3, 1)]),
 ]
 
 
@@ -111,6 +120,9 @@ def test_layer_contract(cls, kwargs, shapes, tmp_path):
         (LSTMEncoderCell, dict(units=2, unit_forget_bias=1), "unit_forget_bias"),
         (ConvLSTMEncoderCell, dict(filters=2, kernel_size=0), "kernel_size"),
         (ConvLSTMEncoderCell, dict(filters=None), "filters"),
+        (ConvEncoderCell, dict(filters=0), "filters"),
+        (ConvEncoderCell, dict(filters=2, activation="softmax"), "activation"),
+        (ConvEncoderCell, dict(filters=2, normalization="batch"), "normalization"),
     ],
 )
 def test_bad_constructor_arguments(cls, kwargs, name):
@@ -128,3 +140,63 @@ def test_bad_inputs():
         LSTMEncoderCell(3, use_feedback=False)([z(2, 4), z(2, 3), z(2, 2)])
     with pytest.raises(ValueError, match=r"\[batch, height, width, channels\]"):
         ConvLSTMEncoderCell(2)([z(2, 4), z(2, 2), z(2, 2), z(2, 2)])
+
+
+def _conv1x1(x, kernel):
+    return np.einsum("bhwc,cf->bhwf", x, kernel[0, 0])
+
+
+@pytest.mark.parametrize("normalization", [None, "instance", "layer"])
+def test_conv_cell_matches_numpy(normalization):
+    """1x1 kernels: h = relu(gamma * normalize(x W + d U) + b), per pixel."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2, 3, 4, 2)).astype("float32")
+    d = rng.normal(size=(2, 3, 4, 3)).astype("float32")
+    cell = ConvEncoderCell(3, kernel_size=1, normalization=normalization)
+    cell([x, d])
+    _randomize(cell, rng)
+    pre = _conv1x1(x, np.asarray(cell.kernel)) + _conv1x1(d, np.asarray(cell.feedback_kernel))
+    if normalization is not None:
+        axes = (1, 2) if normalization == "instance" else (1, 2, 3)
+        mean = pre.mean(axis=axes, keepdims=True)
+        pre = (pre - mean) / np.sqrt(pre.var(axis=axes, keepdims=True) + 1e-5)
+        pre = pre * np.asarray(cell.gamma)
+    want = np.maximum(pre + np.asarray(cell.bias), 0.0)
+    np.testing.assert_allclose(cell([x, d]).numpy(), want, rtol=1e-4, atol=1e-5)
+
+
+def test_conv_cell_without_feedback_is_a_convolution_and_has_no_state():
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(2, 5, 5, 1)).astype("float32")
+    cell = ConvEncoderCell(4, use_feedback=False, activation="linear")
+    out = cell(x)
+    assert out.shape == (2, 5, 5, 4) and cell.NUM_STATES == 0
+    assert not hasattr(cell, "feedback_kernel") and not hasattr(cell, "recurrent_kernel")
+    h, states = cell.step(x, None, [])
+    assert states == []
+    np.testing.assert_allclose(h, out, rtol=1e-6)
+    assert cell.compute_output_shape((None, 5, 5, 1)) == (None, 5, 5, 4)
+
+
+def test_instance_normalized_conv_cell_keeps_every_channel_alive():
+    """Whatever the bias, instance normalization leaves every channel active on
+    some pixels of every sample (mean zero over the pixels before the shift)."""
+    rng = np.random.default_rng(2)
+    x = rng.random((3, 6, 6, 1)).astype("float32")
+    cell = ConvEncoderCell(4, use_feedback=False, normalization="instance")
+    cell(x)
+    cell.bias.assign(np.full((4,), -0.5, "float32"))
+    out = cell(x).numpy()
+    assert np.all(out.max(axis=(1, 2)) > 0)
+
+
+def test_conv_cell_bad_inputs():
+    z = lambda *s: np.zeros(s, "float32")  # noqa: E731
+    with pytest.raises(ValueError, match=r"2 inputs \[x, feedback\]"):
+        ConvEncoderCell(2)([z(2, 4, 4, 1)])
+    with pytest.raises(ValueError, match=r"feedback to have the shape of its state"):
+        ConvEncoderCell(2)([z(2, 4, 4, 1), z(2, 4, 4, 3)])
+    with pytest.raises(ValueError, match=r"\[batch, height, width, channels\]"):
+        ConvEncoderCell(2)([z(2, 4), z(2, 2)])
+    with pytest.raises(ValueError, match="no state"):
+        ConvEncoderCell(2).step(z(2, 4, 4, 1), z(2, 4, 4, 2), [z(2, 4, 4, 2)])

@@ -13,6 +13,11 @@ CONV_LEVELS = [
     level_spec("gated", 4),
 ]
 DENSE_LEVELS = [level_spec("gated", 4), level_spec("lstm", 3)]
+FF_CONV_LEVELS = [
+    level_spec("conv", 2, normalization="instance"),
+    level_spec("conv", 3, pool=2),
+    level_spec("gated", 4),
+]
 
 
 def _seq(*shape, seed=0):
@@ -82,6 +87,7 @@ CONTRACT_CASES = [
     ("conv", dict(levels=CONV_LEVELS[1:]), (4, 2, 4, 4, 1)),
     ("encoder_only", dict(levels=DENSE_LEVELS[:1], use_decoder=False), (4, 2, 5)),
     ("conv_layer_norm", dict(levels=CONV_LEVELS, normalization="layer"), (4, 2, 4, 4, 1)),
+    ("feed_forward_conv", dict(levels=FF_CONV_LEVELS, feedback_initializer="zeros"), (4, 2, 4, 4, 1)),
 ]
 
 
@@ -104,6 +110,11 @@ def test_layer_contract(case, kwargs, shape, tmp_path):
         (dict(levels=DENSE_LEVELS, input_combinator="G2"), "Received: input_combinator="),
         (dict(levels=DENSE_LEVELS, output_units=0), "Received: output_units=0"),
         (dict(levels=DENSE_LEVELS, normalization="batch"), "Received: normalization='batch'"),
+        (dict(levels=[{"encoder": "convlstm", "units": 2, "normalization": "instance"}]),
+         "Received: normalization='instance'"),
+        (dict(levels=[{"encoder": "conv", "units": 2, "normalization": "batch"}]),
+         "Received: normalization='batch'"),
+        (dict(levels=DENSE_LEVELS, feedback_initializer="nope"), "nope"),
     ],
 )
 def test_bad_constructor_arguments(kwargs, message):
@@ -198,3 +209,36 @@ def test_symbolic_output_spec_follows_the_policy():
     prediction, top = RLadder(DENSE_LEVELS, dtype="mixed_bfloat16")(inputs)
     assert prediction.shape == (None, 3, 5) and top.shape == (None, 3, 3)
     assert prediction.dtype == "bfloat16" and top.dtype == "bfloat16"
+
+
+def test_feed_forward_conv_levels_have_no_state_and_take_the_feedback():
+    layer = RLadder(FF_CONV_LEVELS)
+    x = _seq(2, 3, 4, 4, 1)
+    pred, top = layer(x)
+    assert pred.shape == (2, 3, 4, 4, 1) and top.shape == (2, 3, 4)
+    assert [cell.NUM_STATES for cell in layer.encoders] == [0, 0, 1]
+    assert layer.encoders[0].normalization == "instance" and layer.encoders[1].normalization is None
+    assert any("encoder_1/feedback_kernel" in w.path for w in layer.weights)
+    # zoneout leaves the stateless levels alone
+    RLadder(FF_CONV_LEVELS, zoneout=0.5, seed=1)(x, training=True)
+
+
+def test_zero_feedback_initializer_starts_as_the_ladder_without_feedback():
+    x = _seq(2, 3, 4, 4, 1)
+    levels = FF_CONV_LEVELS[:2]  # (a gated level has an extra gate block with feedback)
+    full = RLadder(levels, feedback_initializer="zeros")
+    ablated = RLadder(levels, decoder_to_encoder=False)
+    full(x)
+    ablated(x)
+    feedback = [w for w in full.weights if "feedback_kernel" in w.path]
+    assert len(feedback) == 2 and all(not np.any(np.asarray(w)) for w in feedback)
+    others = {w.path.split("/", 1)[1]: w for w in ablated.weights}
+    for w in full.weights:
+        if "feedback_kernel" not in w.path:
+            w.assign(others[w.path.split("/", 1)[1]])
+    for a, b in zip(full(x), ablated(x)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    config = full.get_config()
+    assert config["feedback_initializer"]["class_name"] == "Zeros"
+    assert RLadder.from_config(config).feedback_initializer is not None
+    assert RLadder(DENSE_LEVELS).get_config()["feedback_initializer"] is None
