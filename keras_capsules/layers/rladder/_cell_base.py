@@ -151,13 +151,18 @@ class EncoderCellBase(keras.layers.Layer):
         self._build(x, fb, state)
         self.built = True
 
-    def call(self, inputs):
+    def _checked_inputs(self, inputs):
+        """``inputs`` as given, after checking their number and shapes."""
         if not isinstance(inputs, (list, tuple)) or len(inputs) != self.num_inputs:
             raise ValueError(
                 f"{type(self).__name__} expects a list of {self.num_inputs} inputs "
                 f"{self._expected()}. Received: {type(inputs).__name__}"
             )
         self._split_shapes([tuple(t.shape) for t in inputs])
+        return inputs
+
+    def call(self, inputs):
+        inputs = self._checked_inputs(inputs)
         x = inputs[0]
         fb = inputs[1] if self.use_feedback else None
         states = list(inputs[1 + int(self.use_feedback):])

@@ -165,13 +165,7 @@ class ConvEncoderCell(EncoderCellBase):
         return state
 
     def call(self, inputs):
-        inputs = self._as_list(inputs)
-        if not isinstance(inputs, (list, tuple)) or len(inputs) != self.num_inputs:
-            raise ValueError(
-                f"{type(self).__name__} expects a list of {self.num_inputs} inputs "
-                f"{self._expected()}. Received: {type(inputs).__name__}"
-            )
-        self._split_shapes([tuple(t.shape) for t in inputs])
+        inputs = self._checked_inputs(self._as_list(inputs))
         x = inputs[0]
         pre = ops.conv(x, self.kernel, padding="same")
         if self.use_feedback:
