@@ -230,6 +230,20 @@ measured with Glorot feedback kernels only); more than one seed (the
 differences, 1.6 and 2.1 points on 2,000 test sequences, are about 1.5-2
 standard errors of a difference, ~1 point).
 
+Second seed, same defaults (``taskset -c 1 python benchmarks/rladder.py occluded
+--seed 1``, 2026-11-24 09:31-09:50 UTC, the project's CI ran on both cores for
+the first 15 minutes; load average 1.55 at the start, 0.79 at the end):
+
+    variant        test error   epochs   wall
+    rladder        13.45%       6        386 s (budget hit)
+    temporal       11.05%       5        348 s (budget hit)
+    no_feedback    10.05%       7        371 s (budget hit)
+
+So over two seeds the full RLadder (12.00 / 13.45%) trails both the temporal
+baseline (10.40 / 11.05%) and, in seed 1, the ladder without feedback (14.10 /
+10.05%): the feedback's advantage of seed 0 was within the run-to-run spread.
+Target NOT MET.
+
 Measured (occluded), second round (branch occl), 2026-11-23; every run pinned to
 core 0 (``taskset -c 0``) on a machine shared with other jobs (load average 2.6-4.6
 on 2 CPUs, so wall times and epochs per budget vary by up to 2x between runs).
