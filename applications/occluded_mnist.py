@@ -8,8 +8,9 @@ frame shows all of it. A sequence has 5 frames. The task is to name the digit; t
 unsupervised cost is predicting the next (occluded) frame.
 
 The model (in the spirit of the paper's Table 7): an RLadder with convolutional
-levels (ConvLSTM encoders, ConvG1 combinators, max pooling between levels) and a
-dense gated level on top. Costs: next-frame prediction at the
+levels (by default feed-forward, instance-normalized convolutional encoders, see
+below; ConvLSTM encoders as in the paper with ``conv_encoder="convlstm"``; ConvG1
+combinators, max pooling between levels) and a dense gated level on top. Costs: next-frame prediction at the
 bottom (per-pixel sigmoid cross-entropy of a 1x1 read-out of the bottom decoder,
 for frames 2..T from steps 1..T-1) plus classification: one softmax Dense shared by
 all steps reads the top encoder output of every step (``digit_steps``); by default
@@ -23,12 +24,14 @@ step's. Baselines (``variant``):
   frame prediction);
 * ``"temporal"``: a per-frame convolutional network with a GRU on top.
 
-Options of :func:`build_model` beyond the paper's layout: ``conv_encoder="conv"``
-(feed-forward convolutional levels, whose memory is the decoder feedback and the
-gated top), ``conv_normalization="instance"`` (per-sample instance normalization
-in every variant's convolutions: without it the next-frame cost silences the
-ladder's upper ReLU levels) and ``feedback_initializer="zeros"`` (the full ladder
-starts as ``no_feedback``); ``benchmarks/rladder.py occluded`` uses all three.
+Defaults of :func:`build_model` that depart from the paper's layout, chosen on a
+validation split (``benchmarks/rladder.py`` records the measurements):
+``conv_encoder="conv"`` (feed-forward convolutional levels, whose memory is the
+decoder feedback and the gated top; the ConvLSTM ladder stayed at chance for
+thousands of updates), ``conv_normalization="auto"`` (per-sample instance
+normalization in every variant's convolutions: without it the next-frame cost
+silences the ladder's upper ReLU levels) and ``feedback_initializer="zeros"``
+(the full ladder starts as ``no_feedback`` and learns its feedback).
 """
 
 import os
@@ -147,6 +150,9 @@ def generate(
         digits = digits[..., 0]
     small = digits if digits.shape[1] == digit_size else downscale(digits, digit_size)
     limit = frame_size - digit_size
+    if limit < 0:
+        raise ValueError(f"`frame_size` must be at least the digit's size ({digit_size}). "
+                         f"Received: frame_size={frame_size}")
     index = rng.integers(0, len(small), num_sequences)
     starts = rng.integers(0, limit + 1, (num_sequences, 2))
     directions = np.asarray(DIRECTIONS)[rng.integers(0, len(DIRECTIONS), num_sequences)]
@@ -199,6 +205,7 @@ def make_dataset(data, variant="rladder", batch_size=32, shuffle=False, seed=0):
 
 # ------------------------------------------------------------------------- model
 def _check_conv_options(conv_encoder, conv_normalization):
+    """Validates the two options and resolves ``conv_normalization="auto"``."""
     if conv_encoder not in CONV_ENCODERS:
         raise ValueError(
             f"`conv_encoder` must be one of {CONV_ENCODERS}. Received: conv_encoder={conv_encoder!r}"
@@ -208,34 +215,38 @@ def _check_conv_options(conv_encoder, conv_normalization):
             f"`conv_normalization` must be one of {CONV_NORMALIZATIONS}. "
             f"Received: conv_normalization={conv_normalization!r}"
         )
+    if conv_normalization == "auto":
+        return "instance" if conv_encoder == "conv" else None
     if conv_normalization is not None and conv_encoder != "conv":
         raise ValueError(
             "`conv_normalization` needs conv_encoder='conv'. "
             f"Received: conv_encoder={conv_encoder!r}, conv_normalization={conv_normalization!r}"
         )
+    return conv_normalization
 
 
 CONV_ENCODERS = ("convlstm", "conv")
-CONV_NORMALIZATIONS = (None, "instance")
+CONV_NORMALIZATIONS = ("auto", None, "instance")
 
 
-def paper_levels(conv_units=(32, 64, 64), dense_units=128, conv_encoder="convlstm", conv_normalization=None):
+def paper_levels(conv_units=(32, 64, 64), dense_units=128, conv_encoder="conv", conv_normalization="auto"):
     """Convolutional levels (pooling by 2 from the second on) and a dense gated top.
 
     Args:
         conv_units: channels of the convolutional levels.
         dense_units: units of the gated top level.
-        conv_encoder: the encoder of the convolutional levels, ``"convlstm"``
-            (recurrent) or ``"conv"`` (feed-forward ReLU convolutions of the input
-            and the decoder feedback: see :class:`ConvEncoderCell`).
-        conv_normalization: None or ``"instance"`` (per-sample, per-channel
-            normalization of the convolutions' pre-activations); only with
-            ``conv_encoder="conv"``.
+        conv_encoder: the encoder of the convolutional levels, ``"conv"``
+            (default: feed-forward ReLU convolutions of the input and the decoder
+            feedback, see :class:`ConvEncoderCell`) or ``"convlstm"`` (recurrent).
+        conv_normalization: ``"auto"`` (default: ``"instance"`` with ``"conv"``
+            levels, None with ``"convlstm"``), None, or ``"instance"`` (per-sample,
+            per-channel normalization of the convolutions' pre-activations; only
+            with ``conv_encoder="conv"``).
 
     Returns:
         A list of level specs for :class:`RLadder`.
     """
-    _check_conv_options(conv_encoder, conv_normalization)
+    conv_normalization = _check_conv_options(conv_encoder, conv_normalization)
     levels = [
         level_spec(conv_encoder, u, pool=1 if i == 0 else 2, normalization=conv_normalization)
         for i, u in enumerate(conv_units)
@@ -251,9 +262,9 @@ def build_model(
     dense_units=128,
     num_classes=NUM_CLASSES,
     normalization=None,
-    conv_encoder="convlstm",
-    conv_normalization=None,
-    feedback_initializer=None,
+    conv_encoder="conv",
+    conv_normalization="auto",
+    feedback_initializer="zeros",
     name=None,
 ):
     """Builds one of the models (see the module docstring for ``variant``).
@@ -263,20 +274,25 @@ def build_model(
             ``"layer"``: measured slower to learn here, see the benchmark); the
             temporal baseline (plain convolutions and a GRU) ignores it.
         conv_encoder: the encoder of the ladder's convolutional levels:
-            ``"convlstm"`` (default) or ``"conv"`` (feed-forward ReLU convolutions
-            of the input and the decoder feedback, :class:`ConvEncoderCell`); the
-            temporal baseline ignores it (its convolutions are feed-forward anyway).
-        conv_normalization: None (default) or ``"instance"``: per-sample
-            normalization, per channel over height and width, of the
-            pre-activations of every convolution before its ReLU, with a learned
-            gain and shift per channel. Applies to the ladder's ``"conv"`` levels
-            and, so that every variant has the same per-frame convolutions, to the
-            temporal baseline's convolutions too (a Keras ``GroupNormalization``
-            with one group per channel). Needs ``conv_encoder="conv"`` for the
-            ladder variants.
-        feedback_initializer: the RLadder's ``feedback_initializer`` (None: as its
-            other kernels; ``"zeros"``: the full ladder starts as ``no_feedback``
-            and learns its feedback). Only the ``"rladder"`` variant has feedback.
+            ``"conv"`` (default: feed-forward ReLU convolutions of the input and
+            the decoder feedback, :class:`ConvEncoderCell`) or ``"convlstm"`` (the
+            recurrent levels of the paper's Table 7; measured to stay near chance
+            far longer, see ``benchmarks/rladder.py``); the temporal baseline
+            ignores it (its convolutions are feed-forward anyway).
+        conv_normalization: ``"instance"``: per-sample normalization, per channel
+            over height and width, of the pre-activations of every convolution
+            before its ReLU, with a learned gain and shift per channel (without
+            it the next-frame cost silences the ladder's upper ReLU levels).
+            Applies to the ladder's ``"conv"`` levels and, so that every variant
+            has the same per-frame convolutions, to the temporal baseline's
+            convolutions too (a Keras ``GroupNormalization`` with one group per
+            channel). Needs ``conv_encoder="conv"`` for the ladder variants.
+            None: no normalization. ``"auto"`` (default): ``"instance"`` with
+            ``conv_encoder="conv"``, None with ``"convlstm"``.
+        feedback_initializer: the RLadder's ``feedback_initializer`` (``"zeros"``,
+            the default: the full ladder starts as ``no_feedback`` and learns its
+            feedback; None: as its other kernels). Only the ``"rladder"`` variant
+            has feedback.
 
     Returns:
         A ``keras.Model`` from frames ``[batch, T, S, S, 1]`` to ``{"next_frames":
@@ -287,7 +303,7 @@ def build_model(
     """
     if variant not in VARIANTS:
         raise ValueError(f"`variant` must be one of {VARIANTS}. Received: variant={variant!r}")
-    _check_conv_options(conv_encoder, conv_normalization)
+    conv_normalization = _check_conv_options(conv_encoder, conv_normalization)
     frames = keras.Input((num_frames, frame_size, frame_size, 1), name="frames")
     outputs = {}
     if variant == "temporal":
@@ -439,11 +455,11 @@ def train(
     classify="every",
     normalization=None,
     frame_size=FRAME_SIZE,
-    conv_encoder="convlstm",
-    conv_normalization=None,
+    conv_encoder="conv",
+    conv_normalization="auto",
     jit_compile=False,
     frame_weight=1.0,
-    feedback_initializer=None,
+    feedback_initializer="zeros",
 ):
     """Trains one variant on generated sequences; writes model, plot, metrics and logs.
 
@@ -521,9 +537,10 @@ def evaluate(model_path, source="idx", data_dir=None, num_test=5000, seed=0, bat
         raise FileNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
     strategy = strategy or tf.distribute.get_strategy()
     _, test_digits = _train_test_digits(source, data_dir, seed)
-    test_data = generate(*test_digits, num_test, seed=seed + 1)
     with strategy.scope():
         model = keras.saving.load_model(model_path)
+    frame_size = model.input_shape[2]  # [batch, T, S, S, 1]: the frames the model was trained on
+    test_data = generate(*test_digits, num_test, seed=seed + 1, frame_size=frame_size)
     return {"test_error": classification_error(model, test_data, batch_size), "model": model_path}
 
 
@@ -535,7 +552,7 @@ BENCHMARK = "rladder occluded"
 
 def add_arguments(parser, command):
     """Occluded Moving MNIST's options for ``train``, ``evaluate`` and ``tune``."""
-    from applications.arguments import positive_float, positive_int
+    from applications.arguments import non_negative_float, positive_float, positive_int
 
     parser.add_argument("--source", choices=("idx", "tfds"), default="idx",
                         help="MNIST IDX files in --data-dir, or TFDS mnist (prepared in --data-dir) "
@@ -552,6 +569,19 @@ def add_arguments(parser, command):
         parser.add_argument("--conv-units", type=positive_int, nargs="+", default=[32, 64, 64],
                             help="units of the convolutional levels (default: 32 64 64)")
         parser.add_argument("--dense-units", type=positive_int, default=128)
+        parser.add_argument("--frame-size", type=positive_int, default=FRAME_SIZE,
+                            help="height and width of the frames (default: %(default)s, as the paper; "
+                            "the benchmark uses 24)")
+        parser.add_argument("--conv-encoder", choices=CONV_ENCODERS, default="conv",
+                            help="the ladder's convolutional levels: feed-forward 'conv' (default) or "
+                            "recurrent 'convlstm' (the paper's)")
+        parser.add_argument("--conv-normalization", choices=("auto", "instance", "none"), default="auto",
+                            help="normalization of the convolutions' pre-activations (default: auto, "
+                            "instance normalization with 'conv' levels, none with 'convlstm')")
+        parser.add_argument("--frame-weight", type=non_negative_float, default=1.0,
+                            help="weight of the next-frame cost against the digit's (default: %(default)s)")
+        parser.add_argument("--jit-compile", action="store_true",
+                            help="compile the training step with XLA (about 2x faster on a CPU)")
 
 
 def run_train(args, strategy):
@@ -566,6 +596,11 @@ def run_train(args, strategy):
         learning_rate=args.learning_rate,
         conv_units=tuple(args.conv_units),
         dense_units=args.dense_units,
+        frame_size=args.frame_size,
+        conv_encoder=args.conv_encoder,
+        conv_normalization=None if args.conv_normalization == "none" else args.conv_normalization,
+        frame_weight=args.frame_weight,
+        jit_compile=args.jit_compile,
         **train_options(args, strategy),
     )
 

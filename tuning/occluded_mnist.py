@@ -1,8 +1,10 @@
 """Occluded Moving MNIST's search space: the levels of the convolutional Recurrent Ladder.
 
 * ``conv_levels`` 1-3 and ``conv_units_0`` .. ``conv_units_2`` 16/32/64: how many
-  ConvLSTM levels the ladder has and how wide each is (the default 32, 64, 64 is the
-  spirit of the paper's Table 7; every level after the first pools by 2). Levels above
+  convolutional levels the ladder has (the application's default levels: feed-forward,
+  instance-normalized, see ``applications.occluded_mnist.build_model``) and how wide
+  each is (the default 32, 64, 64 is the spirit of the paper's Table 7; every level
+  after the first pools by 2). Levels above
   ``conv_levels`` are not used (their entries stay in the space, unconditional, so
   that ``--fixed`` can pin them).
 * ``dense_units`` 64/128/256: the dense gated level on top, which the digit is read from.

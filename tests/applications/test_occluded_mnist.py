@@ -158,7 +158,28 @@ def test_bad_conv_options():
     with pytest.raises(ValueError, match="Received: conv_normalization='batch'"):
         om.build_model("rladder", conv_encoder="conv", conv_normalization="batch", **TINY)
     with pytest.raises(ValueError, match="needs conv_encoder='conv'"):
-        om.build_model("rladder", conv_normalization="instance", **TINY)
+        om.build_model("rladder", conv_encoder="convlstm", conv_normalization="instance", **TINY)
+    with pytest.raises(ValueError, match="Received: frame_size=10"):
+        om.generate(np.zeros((2, 28, 28), "float32"), np.zeros(2, "int32"), 2, frame_size=10)
+
+
+@pytest.mark.parametrize("variant", ["rladder", "temporal"])
+def test_default_levels_are_feed_forward_and_normalized_convlstm_is_plain(variant):
+    default = om.build_model(variant, **TINY)
+    paper = om.build_model(variant, conv_encoder="convlstm", **TINY)
+    if variant == "temporal":
+        def norms(model):
+            return sum(isinstance(lay, keras.layers.TimeDistributed)
+                       and isinstance(lay.layer, keras.layers.GroupNormalization) for lay in model.layers)
+        assert (norms(default), norms(paper)) == (3, 0)
+    else:
+        levels = default.get_layer("rladder").levels
+        assert [s["encoder"] for s in levels] == ["conv"] * 3 + ["gated"]
+        assert [s["normalization"] for s in levels[:3]] == ["instance"] * 3
+        assert isinstance(default.get_layer("rladder").feedback_initializer, keras.initializers.Zeros)
+        levels = paper.get_layer("rladder").levels
+        assert [s["encoder"] for s in levels] == ["convlstm"] * 3 + ["gated"]
+        assert all(s["normalization"] is None for s in levels[:3])
     with pytest.raises(ValueError, match="Received: jit_compile=1"):
         om.compile_model(om.build_model("temporal", **TINY), jit_compile=1)
     assert om.compile_model(om.build_model("temporal", **TINY), jit_compile=True).jit_compile
