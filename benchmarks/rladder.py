@@ -9,7 +9,10 @@ time budget stops training early if the machine is slower):
         for the same budget each (paper: 0.74%, 2.02%, 1.60%). By default the
         ladder's convolutional levels are feed-forward and instance-normalized
         (the temporal baseline's convolutions too), its feedback kernels start at
-        zero, and every variant's step is compiled with XLA.
+        zero, every variant's step is compiled with XLA, the learning rate decays
+        linearly to 5% over the budget, and the three variants train side by side
+        (one single-threaded process each, sharing the machine's cores, each for
+        the whole budget; ``--no-parallel``: one after another, each for a third).
     python benchmarks/rladder.py jsb [--data-path ../shared/data/jsb_chorales]
         JSB Chorales test NLL per time step (target below 8.0; paper: RNN 8.76,
         RLadder 5.64). By default five RLadders (gated, LSTM, gated, LSTM, gated
@@ -243,6 +246,43 @@ So over two seeds the full RLadder (12.00 / 13.45%) trails both the temporal
 baseline (10.40 / 11.05%) and, in seed 1, the ladder without feedback (14.10 /
 10.05%): the feedback's advantage of seed 0 was within the run-to-run spread.
 Target NOT MET.
+
+Measured (occluded), fourth round, 2026-11-24 (this round's changes: the
+application's defaults are now the benchmark's levels; ``--final-lr-fraction``
+(default 0.05, ``keras_capsules.callbacks.BudgetLinearDecay``); ``--parallel``
+(default) with each variant's CPU seconds printed). Validation runs as in the third
+round (training sequences from the first 7,000 training digits, 1,000 validation
+sequences from the other 1,000, frames 24, batch 16, conv 8/16/16 + instance
+normalization, dense 64, zero feedback init, XLA, one thread, ``taskset -c 0``
+while a helper's job used core 1; accuracy of the last step), learning rate 1e-3
+decaying linearly to 5% over the run:
+
+    variant, 340 s each unless said          updates   train acc.   validation acc.
+    rladder                                  6,500     91.4%        86.4%
+    temporal (as the benchmark)              7,500     93.6%        90.8%
+    no_feedback                              9,500     94.9%        86.6%
+    rladder, frame weight 0.1                6,000     91.7%        86.1%
+    hierarchical (encoder only)              26,500    100.0%       89.8%
+    temporal, pooling before each conv       16,500    99.4%        88.1%
+      (the ladder's encoder resolutions)
+    rladder, 1,200 s                         28,000    100.0%       87.8%
+
+What these show: the shared MNIST copy has 10,000 digits, so the training
+sequences hold only 8,000 distinct digits (7,000 here), and every model that
+trains long enough fits its training sequences perfectly. The encoder-only
+ladder and the faster temporal baseline get there within the per-variant budget
+(13 and 20 ms per update) and end at 88-90%; the benchmark's temporal baseline
+(~45 ms, 93.6% on its training sequences) reaches 90.8% without getting there;
+the full RLadder (~50 ms per update; no_feedback ~36 ms) fits them too
+when given 20 minutes alone, and ends lower (87.8%): at convergence in
+this data regime neither the next-frame cost nor the feedback regularizes it
+enough to overtake the baselines (the paper trained on all 60,000 MNIST digits).
+The frame weight (1 or 0.1) changes nothing measurable, and the learned feedback
+adds nothing over ``no_feedback`` (86.4 vs 86.6%). The temporal baseline's
+convolutions run at higher resolution than the ladder's encoder (it pools after
+its second and third convolutions, the ladder before them); with the ladder's
+resolutions it is faster per update but ends lower (88.1%); the benchmark keeps
+the baseline as it was.
 
 Measured (occluded), second round (branch occl), 2026-11-23; every run pinned to
 core 0 (``taskset -c 0``) on a machine shared with other jobs (load average 2.6-4.6
@@ -495,7 +535,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from keras_capsules.callbacks import TimeBudget  # noqa: E402
+from keras_capsules.callbacks import BudgetLinearDecay, TimeBudget  # noqa: E402
 
 
 def _load():
@@ -503,49 +543,82 @@ def _load():
     return f"load average (1, 5, 15 min): {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} CPUs"
 
 
-def occluded(args):
+def _occluded_variant(args, variant, budget_seconds):
+    """Trains and tests one variant (in this process); returns its figures."""
+    import resource
+
     from applications import distribute
 
     distribute.set_intra_op_threads(args.intra_op_threads)  # before TensorFlow's first op
     from applications import occluded_mnist as om
 
+    budget = TimeBudget(budget_seconds)
+    callbacks = [budget]
+    if args.final_lr_fraction < 1:  # the learning rate decays linearly over the budget
+        callbacks.append(BudgetLinearDecay(budget, args.final_lr_fraction))
+    start = time.perf_counter()
+    cpu_start = resource.getrusage(resource.RUSAGE_SELF)
+    with tempfile.TemporaryDirectory() as run_dir:
+        result = om.train(
+            variant=variant,
+            source="idx",
+            data_dir=args.data_dir,
+            run_dir=run_dir,
+            num_train=args.num_train,
+            num_test=args.num_test,
+            epochs=args.epochs,
+            batch_size=args.batch_size,
+            conv_units=tuple(args.conv_units),
+            dense_units=args.dense_units,
+            learning_rate=args.learning_rate,
+            frame_size=args.frame_size,
+            classify=args.classify,
+            normalization=None if args.normalization == "none" else args.normalization,
+            conv_encoder=args.conv_encoder,
+            conv_normalization=None if args.conv_normalization == "none" else args.conv_normalization,
+            jit_compile=args.jit_compile,
+            frame_weight=args.frame_weight,
+            feedback_initializer=None if args.feedback_initializer == "default" else args.feedback_initializer,
+            seed=args.seed,
+            verbose=args.verbose,
+            callbacks=callbacks,
+        )
+    cpu_end = resource.getrusage(resource.RUSAGE_SELF)
+    return {
+        "variant": variant,
+        "test_error": result["test_error"],
+        "paper_error": om.PAPER_ERROR.get(variant, float("nan")),
+        "parameters": result["parameters"],
+        "epochs_run": result["epochs_run"],
+        "wall": time.perf_counter() - start,
+        "cpu": (cpu_end.ru_utime + cpu_end.ru_stime) - (cpu_start.ru_utime + cpu_start.ru_stime),
+        "budget_hit": budget.exceeded,
+    }
+
+
+def occluded(args):
     print("at the start,", _load(), flush=True)
-    conv_normalization = None if args.conv_normalization == "none" else args.conv_normalization
+    if args.parallel:
+        # every variant in its own process for the whole budget, all at once: the
+        # machine's cores are shared equally (the CPU seconds of each are printed)
+        import concurrent.futures
+        import multiprocessing
+
+        print(f"{len(args.variants)} variants side by side, {args.budget_minutes:g} minutes each", flush=True)
+        context = multiprocessing.get_context("spawn")
+        with concurrent.futures.ProcessPoolExecutor(len(args.variants), mp_context=context) as pool:
+            futures = [pool.submit(_occluded_variant, args, v, args.budget_minutes * 60) for v in args.variants]
+            runs = [f.result() for f in futures]
+    else:
+        runs = [_occluded_variant(args, v, args.budget_minutes * 60 / len(args.variants)) for v in args.variants]
     results = {}
-    for variant in args.variants:
-        budget = TimeBudget(args.budget_minutes * 60 / len(args.variants))
-        start = time.perf_counter()
-        with tempfile.TemporaryDirectory() as run_dir:
-            result = om.train(
-                variant=variant,
-                source="idx",
-                data_dir=args.data_dir,
-                run_dir=run_dir,
-                num_train=args.num_train,
-                num_test=args.num_test,
-                epochs=args.epochs,
-                batch_size=args.batch_size,
-                conv_units=tuple(args.conv_units),
-                dense_units=args.dense_units,
-                learning_rate=args.learning_rate,
-                frame_size=args.frame_size,
-                classify=args.classify,
-                normalization=None if args.normalization == "none" else args.normalization,
-                conv_encoder=args.conv_encoder,
-                conv_normalization=conv_normalization,
-                jit_compile=args.jit_compile,
-                frame_weight=args.frame_weight,
-                feedback_initializer=None if args.feedback_initializer == "default" else args.feedback_initializer,
-                seed=args.seed,
-                verbose=args.verbose,
-                callbacks=[budget],
-            )
-        results[variant] = result["test_error"]
+    for run in runs:
+        results[run["variant"]] = run["test_error"]
         print(
-            f"{variant:12s} test error {100 * result['test_error']:.2f}% "
-            f"(paper {100 * om.PAPER_ERROR.get(variant, float('nan')):.2f}%), "
-            f"{result['parameters']:,} parameters, {result['epochs_run']} epochs, "
-            f"{time.perf_counter() - start:.0f} s{' (budget hit)' if budget.exceeded else ''}",
+            f"{run['variant']:12s} test error {100 * run['test_error']:.2f}% "
+            f"(paper {100 * run['paper_error']:.2f}%), {run['parameters']:,} parameters, "
+            f"{run['epochs_run']} epochs, {run['wall']:.0f} s wall, {run['cpu']:.0f} CPU s"
+            f"{' (budget hit)' if run['budget_hit'] else ''}",
             flush=True,
         )
     print(_load())
@@ -700,10 +773,16 @@ def main(argv=None):
     p.add_argument("--jit-compile", action=argparse.BooleanOptionalAction, default=True,
                    help="XLA-compile every variant's training step")
     p.add_argument("--frame-weight", type=float, default=1.0, help="weight of the next-frame cost")
+    p.add_argument("--final-lr-fraction", type=float, default=0.05,
+                   help="the learning rate decays linearly over each variant's budget to this fraction "
+                   "of --learning-rate (1: constant; default: %(default)s)")
     p.add_argument("--feedback-initializer", default="zeros", choices=("zeros", "default"),
                    help="RLadder's feedback kernels start at zero, or as its other kernels")
     p.add_argument("--intra-op-threads", type=int, default=1,
                    help="TensorFlow threads inside one op (0: all cores)")
+    p.add_argument("--parallel", action=argparse.BooleanOptionalAction, default=True,
+                   help="train the variants side by side, one process each, every one for the whole "
+                   "budget (default), or one after another, each for its share of the budget")
     # 17 minutes of training leave time for generating the sequences and testing within 20
     p.set_defaults(run=occluded, budget_minutes=17.0)
 
