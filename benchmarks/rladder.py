@@ -646,6 +646,11 @@ def tagger(args):
             class_weight=args.class_weight,
             texture_style=args.texture_style,
             mean_gap=args.mean_gap,
+            texture_set=args.texture_set,
+            bank_size=args.bank_size,
+            texture_shift=args.texture_shift,
+            posterior_sigma=args.posterior_sigma,
+            initial_mask_stddev=args.initial_mask_stddev,
             seed=args.seed,
             verbose=args.verbose,
             callbacks=[budget],
@@ -766,6 +771,15 @@ def main(argv=None):
                    help="two-level or continuous-valued textures")
     p.add_argument("--mean-gap", type=float, default=0.0,
                    help="least difference of the digit's and background's mean intensities")
+    p.add_argument("--texture-set", default="random", choices=("random", "fixed"),
+                   help="procedural textures drawn per image, or two of a fixed bank of gratings")
+    p.add_argument("--bank-size", type=int, default=8, help="textures in the fixed bank")
+    p.add_argument("--texture-shift", action=argparse.BooleanOptionalAction, default=False,
+                   help="a random phase per image for the fixed bank's gratings")
+    p.add_argument("--posterior-sigma", type=float, default=None,
+                   help="sigma of the posterior mask update only (default: --sigma)")
+    p.add_argument("--initial-mask-stddev", type=float, default=1.0,
+                   help="standard deviation of the random initial mask logits")
     p.add_argument("--intra-op-threads", type=int, default=1,
                    help="TensorFlow threads inside one op (0: all cores)")
     p.set_defaults(run=tagger, budget_minutes=17.0)
