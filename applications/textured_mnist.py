@@ -18,6 +18,15 @@ the cheaper intensity split wins (measured: the masks end up a threshold of the
 intensity); continuous values leave no such two-value shortcut. ``mean_gap``
 (optional) keeps the two textures' mean intensities apart.
 
+``texture_set="fixed"`` replaces the procedural textures by a small fixed bank
+(``texture_bank``: ``bank_size`` sinusoidal gratings of different orientations
+and periods, all spanning [0, 1]), as Tagger's Textured MNIST: the digit and the
+background get two different textures of the bank, with a fixed phase (a
+template) or, with ``shift=True``, a random phase per image. With textures drawn
+per image a group can hardly learn to predict *its* texture under the other
+group's pixels, which is what makes the right masks pay in the mixture NLL; with
+a fixed bank it can learn each texture as a whole.
+
 The model: :class:`~keras_capsules.layers.RTagger` with ``K`` groups sharing one
 Recurrent Ladder (convolutional bottom level, dense top), trained with
 :class:`~keras_capsules.losses.MixtureNLL` on every iteration (the input may be
@@ -115,7 +124,54 @@ def texture(kind, rng, size=IMAGE_SIZE, levels=None, style="binary"):
     return (low + (high - low) * pattern).astype("float32")
 
 
-def generate(digits, labels, num_images, seed=0, threshold=0.5, size=IMAGE_SIZE, mean_gap=0.0, style="binary"):
+TEXTURE_SETS = ("random", "fixed")
+BANK_PERIODS = (4.0, 6.0, 9.0)
+
+
+def texture_bank(bank_size=8):
+    """A fixed bank of ``bank_size`` gratings: their parameters depend on nothing but ``bank_size``.
+
+    Texture ``j`` is a sinusoidal grating at angle ``pi * j / bank_size`` (every
+    texture its own orientation) with a period of ``BANK_PERIODS[j % 3]`` pixels,
+    spanning the intensities [0, 1] (so all textures share one mean intensity and
+    their ranges overlap fully: intensity alone never separates them), as Tagger's
+    Textured MNIST, whose textures come from a small bank of sinusoids of different
+    frequencies and orientations. ``style="binary"`` thresholds each grating to
+    the two values {0, 1}.
+
+    Returns:
+        ``(angles, periods)``: two ``[bank_size]`` float arrays; render texture ``j``
+        with :func:`bank_texture`.
+    """
+    if isinstance(bank_size, bool) or not isinstance(bank_size, int) or bank_size < 2:
+        raise ValueError(f"`bank_size` must be an integer of at least 2. Received: bank_size={bank_size!r}")
+    index = np.arange(bank_size)
+    return np.pi * index / bank_size, np.asarray(BANK_PERIODS)[index % len(BANK_PERIODS)]
+
+
+def bank_texture(angle, period, phase=0.0, size=IMAGE_SIZE, style="binary"):
+    """A ``[size, size]`` float32 grating in [0, 1] (see :func:`texture_bank`)."""
+    rows, cols = np.mgrid[0:size, 0:size].astype("float32")
+    wave = np.sin(2 * np.pi * (rows * np.sin(angle) + cols * np.cos(angle)) / period + phase)
+    return (0.5 + 0.5 * wave if style == "smooth" else (wave > 0)).astype("float32")
+
+
+def _random_textures(rng, size, mean_gap, style):
+    """The digit's and background's procedural textures and kinds (``texture_set="random"``)."""
+    fg_kind, bg_kind = rng.integers(0, len(TEXTURE_KINDS), 2)
+    fg_levels = bg_levels = None
+    if mean_gap > 0:
+        fg_levels = texture_levels(rng)
+        bg_levels = texture_levels(rng)
+        while abs(sum(fg_levels) - sum(bg_levels)) / 2 < mean_gap:
+            bg_levels = texture_levels(rng)
+    fg = texture(TEXTURE_KINDS[fg_kind], rng, size, fg_levels, style)
+    bg = texture(TEXTURE_KINDS[bg_kind], rng, size, bg_levels, style)
+    return fg, bg, (fg_kind, bg_kind)
+
+
+def generate(digits, labels, num_images, seed=0, threshold=0.5, size=IMAGE_SIZE, mean_gap=0.0, style="binary",
+             texture_set="random", bank_size=8, shift=False):
     """Textured digits, deterministic for a seed.
 
     Args:
@@ -128,17 +184,34 @@ def generate(digits, labels, num_images, seed=0, threshold=0.5, size=IMAGE_SIZE,
             single pixels stay ambiguous). Default 0 (independent draws); at most 0.5.
         style: the textures' ``style`` (see :func:`texture`): ``"binary"`` (default)
             or ``"smooth"``.
+        texture_set: ``"random"`` (default): procedural textures with parameters
+            drawn per image (:func:`texture`); ``"fixed"``: the digit and the
+            background get two different textures of the fixed bank of
+            :func:`texture_bank` (``mean_gap`` must then be 0), so that a group can
+            learn each texture as a whole and predict it also under the other
+            group's pixels.
+        bank_size: the number of textures in the fixed bank. Default 8.
+        shift: with ``texture_set="fixed"``, each texture gets a random phase per
+            image (a random shift of the grating, as Tagger's random crops);
+            default False: every texture always has the same phase (a template).
 
     Returns:
         A dict: ``images`` ``[num_images, 28, 28, 1]`` float32 in [0, 1],
         ``segmentation`` ``[num_images, 28, 28]`` int32 (1 digit, 0 background),
         ``labels`` ``[num_images]`` int32 and ``kinds`` ``[num_images, 2]`` (indices
-        into ``TEXTURE_KINDS`` of the digit's and the background's texture).
+        into ``TEXTURE_KINDS``, or into the bank with ``texture_set="fixed"``, of the
+        digit's and the background's texture).
     """
     if isinstance(mean_gap, bool) or not isinstance(mean_gap, (int, float)) or not 0 <= mean_gap <= 0.5:
         raise ValueError(f"`mean_gap` must be a number in [0, 0.5]. Received: mean_gap={mean_gap!r}")
     if style not in TEXTURE_STYLES:
         raise ValueError(f"`style` must be one of {TEXTURE_STYLES}. Received: style={style!r}")
+    if texture_set not in TEXTURE_SETS:
+        raise ValueError(f"`texture_set` must be one of {TEXTURE_SETS}. Received: texture_set={texture_set!r}")
+    if texture_set == "fixed":
+        angles, periods = texture_bank(bank_size)
+        if mean_gap:
+            raise ValueError(f"`mean_gap` needs texture_set='random'. Received: mean_gap={mean_gap!r}")
     rng = np.random.default_rng(seed)
     digits = np.asarray(digits, "float32")
     if digits.ndim == 4:
@@ -148,19 +221,14 @@ def generate(digits, labels, num_images, seed=0, threshold=0.5, size=IMAGE_SIZE,
     kinds = np.zeros((num_images, 2), "int32")
     segmentation = (digits[index] > threshold).astype("int32")
     for i in range(num_images):
-        fg_kind, bg_kind = rng.integers(0, len(TEXTURE_KINDS), 2)
-        if mean_gap > 0:
-            fg_levels = texture_levels(rng)
-            bg_levels = texture_levels(rng)
-            while abs(sum(fg_levels) - sum(bg_levels)) / 2 < mean_gap:
-                bg_levels = texture_levels(rng)
-            fg = texture(TEXTURE_KINDS[fg_kind], rng, size, fg_levels, style)
-            bg = texture(TEXTURE_KINDS[bg_kind], rng, size, bg_levels, style)
+        if texture_set == "fixed":
+            pair = rng.choice(bank_size, 2, replace=False)
+            phases = rng.uniform(0, 2 * np.pi, 2) if shift else (0.0, 0.0)
+            fg, bg = (bank_texture(angles[j], periods[j], p, size, style) for j, p in zip(pair, phases))
         else:
-            fg = texture(TEXTURE_KINDS[fg_kind], rng, size, style=style)
-            bg = texture(TEXTURE_KINDS[bg_kind], rng, size, style=style)
+            fg, bg, pair = _random_textures(rng, size, mean_gap, style)
         images[i] = np.where(segmentation[i] == 1, fg, bg)
-        kinds[i] = fg_kind, bg_kind
+        kinds[i] = pair
     return {
         "images": images[..., None],
         "segmentation": segmentation,
@@ -250,6 +318,8 @@ def build_model(
     head_type="dense",
     mask_update="learned",
     initial_mask_scale=1,
+    posterior_sigma=None,
+    initial_mask_stddev=1.0,
     name="rtagger_textured_mnist",
 ):
     """RTagger with ``n_groups`` groups on ``[size, size, 1]`` images.
@@ -264,7 +334,8 @@ def build_model(
     x = GaussianCorruption(noise_std, seed=0, name="corruption")(images) if noise_std else images
     pi, m = RTagger(
         n_groups, paper_levels(conv_units, dense_units, pool), n_iters=n_iters, sigma=sigma,
-        mask_update=mask_update, initial_mask_scale=initial_mask_scale, name="rtagger",
+        mask_update=mask_update, initial_mask_scale=initial_mask_scale, posterior_sigma=posterior_sigma,
+        initial_mask_stddev=initial_mask_stddev, name="rtagger",
     )(x)
     outputs = {"mixture": keras.layers.Concatenate(axis=-1, name="mixture")([m, pi])}
     if num_classes:
@@ -355,16 +426,19 @@ def _train_test_digits(data_dir, seed):
     return (images[order[:cut]], labels[order[:cut]]), (images[order[cut:]], labels[order[cut:]])
 
 
-def make_images(data_dir=None, num_train=8000, num_test=1000, seed=0, texture_style="binary", mean_gap=0.0):
+def make_images(data_dir=None, num_train=8000, num_test=1000, seed=0, texture_style="binary", mean_gap=0.0,
+                texture_set="random", bank_size=8, texture_shift=False):
     """The training and test images of :func:`train` (``generate``'s dicts).
 
     The IDX digits of ``data_dir`` (None: the project's shared copy) are split 80/20
     into the digits of the training and of the test images, which are generated with
-    seeds ``seed`` and ``seed + 1`` (``texture_style`` and ``mean_gap``: passed to
-    :func:`generate` as ``style`` and ``mean_gap``).
+    seeds ``seed`` and ``seed + 1`` (``texture_style``, ``mean_gap``, ``texture_set``,
+    ``bank_size`` and ``texture_shift``: passed to :func:`generate` as ``style``,
+    ``mean_gap``, ``texture_set``, ``bank_size`` and ``shift``).
     """
     train_digits, test_digits = _train_test_digits(data_dir, seed)
-    options = dict(style=texture_style, mean_gap=mean_gap)
+    options = dict(style=texture_style, mean_gap=mean_gap, texture_set=texture_set, bank_size=bank_size,
+                   shift=texture_shift)
     return (generate(*train_digits, num_train, seed=seed, **options),
             generate(*test_digits, num_test, seed=seed + 1, **options))
 
@@ -389,9 +463,14 @@ def train(
     head_type="dense",
     mask_update="learned",
     initial_mask_scale=1,
+    posterior_sigma=None,
+    initial_mask_stddev=1.0,
     class_weight=1.0,
     texture_style="binary",
     mean_gap=0.0,
+    texture_set="random",
+    bank_size=8,
+    texture_shift=False,
     seed=0,
     verbose=1,
     callbacks=(),
@@ -403,9 +482,10 @@ def train(
     TensorBoard logs. With ``strategy`` the model is built and compiled in its scope
     (``batch_size`` is then the global batch). When ``callbacks`` log to
     ``run_dir/history.csv`` (``fault_tolerance.resumable_callbacks``), the plot shows
-    every epoch of a resumed run. ``mask_update`` and ``initial_mask_scale`` are
-    RTagger's; ``class_weight`` weighs the classifier's cost against the mixture
-    NLL; ``texture_style`` and ``mean_gap`` choose the images (see :func:`generate`).
+    every epoch of a resumed run. ``mask_update``, ``initial_mask_scale``,
+    ``posterior_sigma`` and ``initial_mask_stddev`` are RTagger's; ``class_weight``
+    weighs the classifier's cost against the mixture NLL; ``texture_style``, ``mean_gap``, ``texture_set``, ``bank_size`` and
+    ``texture_shift`` choose the images (see :func:`make_images`).
 
     Returns:
         A dict with the per-iteration test AMI (and error), the parameter count and paths.
@@ -418,14 +498,16 @@ def train(
     strategy = strategy or tf.distribute.get_strategy()
     keras.utils.set_random_seed(seed)
     os.makedirs(run_dir, exist_ok=True)
-    train_data, test_data = make_images(data_dir, num_train, num_test, seed, texture_style, mean_gap)
+    train_data, test_data = make_images(data_dir, num_train, num_test, seed, texture_style, mean_gap,
+                                        texture_set, bank_size, texture_shift)
     with strategy.scope():
         model = compile_model(
             build_model(
                 n_groups, n_iters, conv_units=conv_units, dense_units=dense_units,
                 sigma=sigma, noise_std=noise_std, num_classes=num_classes, pool=pool,
                 head_input=head_input, head_type=head_type, mask_update=mask_update,
-                initial_mask_scale=initial_mask_scale,
+                initial_mask_scale=initial_mask_scale, posterior_sigma=posterior_sigma,
+                initial_mask_stddev=initial_mask_stddev,
             ),
             learning_rate,
             sigma=sigma,
@@ -469,7 +551,7 @@ def train(
 
 
 def evaluate(model_path, data_dir=None, num_test=1000, seed=0, batch_size=64, strategy=None,
-             texture_style="binary", mean_gap=0.0):
+             texture_style="binary", mean_gap=0.0, texture_set="random", bank_size=8, texture_shift=False):
     """Per-iteration AMI (and error) of a saved model on the test images of :func:`train` (same seed
     and texture options)."""
     import tensorflow as tf
@@ -478,7 +560,8 @@ def evaluate(model_path, data_dir=None, num_test=1000, seed=0, batch_size=64, st
         raise FileNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
     strategy = strategy or tf.distribute.get_strategy()
     _, test_digits = _train_test_digits(data_dir, seed)
-    test_data = generate(*test_digits, num_test, seed=seed + 1, style=texture_style, mean_gap=mean_gap)
+    test_data = generate(*test_digits, num_test, seed=seed + 1, style=texture_style, mean_gap=mean_gap,
+                         texture_set=texture_set, bank_size=bank_size, shift=texture_shift)
     with strategy.scope():
         model = keras.saving.load_model(model_path)
     return {**evaluate_iterations(model, test_data, batch_size), "model": model_path}
@@ -500,6 +583,8 @@ def add_arguments(parser, command):
     if command in ("train", "evaluate"):
         parser.add_argument("--texture-style", default="binary", choices=TEXTURE_STYLES,
                             help="two-level or continuous-valued textures (evaluate: as in training)")
+        parser.add_argument("--texture-set", default="random", choices=TEXTURE_SETS,
+                            help="textures drawn per image or a fixed bank (evaluate: as in training)")
     if command in ("train", "tune"):
         parser.add_argument("--num-train", type=positive_int, default=8000, help="training images")
         parser.add_argument("--classify", action="store_true",
@@ -528,10 +613,12 @@ def run_train(args, strategy):
         conv_units=args.conv_units,
         dense_units=args.dense_units,
         texture_style=args.texture_style,
+        texture_set=args.texture_set,
         **train_options(args, strategy),
     )
 
 
 def run_evaluate(args, strategy):
     return evaluate(args.model, data_dir=args.data_dir, num_test=args.num_test, seed=args.seed,
-                    batch_size=args.batch_size, strategy=strategy, texture_style=args.texture_style)
+                    batch_size=args.batch_size, strategy=strategy, texture_style=args.texture_style,
+                    texture_set=args.texture_set)

@@ -21,8 +21,9 @@ time budget stops training early if the machine is slower):
         their per-key probabilities averaged.
     python benchmarks/rladder.py tagger [--data-dir ../shared/data/mnist]
         RTagger on Textured MNIST: segmentation AMI and classification error after
-        every iteration (defaults: smooth textures, posterior masks, smooth
-        initial masks, sigma 0.1; see the third round below).
+        every iteration (defaults: smooth textures from a fixed bank of 8
+        gratings, posterior masks, smooth initial masks, sigma 0.1, input
+        noise 0.4, 5 iterations; see the fourth round below).
 
 Each prints its figures, the wall time and the machine load.
 
@@ -520,6 +521,87 @@ initial masks (larger logit scale) so that a group does not see the other's
 blobs at the first iteration; a narrower bottom level (Tagger's ladder
 cannot pass its input through unchanged); more iterations; longer training
 than this CPU budget allows.
+
+Tagger, fourth round (branch tagger3), 2026-11-24. Data first, then the model:
+
+* New data option ``generate(texture_set="fixed")`` (``make_images``/``train``/
+  ``evaluate``: ``texture_set``, ``bank_size``, ``texture_shift``; benchmark:
+  ``--texture-set``, ``--bank-size``, ``--texture-shift``): the digit and the
+  background get two different textures of a fixed bank of ``bank_size``
+  (default 8) sinusoidal gratings (texture j: angle pi j / 8, period 4, 6 or 9
+  pixels, all spanning [0, 1], so intensity alone never separates them), with a
+  fixed phase (``shift=True``: a random phase per image), as Tagger's Textured
+  MNIST (CuriousAI/tagger's Freq20 textures: a bank of 20 single-frequency
+  gratings, randomly shifted crops). A group can then learn each texture as a
+  whole, which the oracle of round three says is what makes the right masks pay.
+* New RTagger options (saved in the config, tested): ``posterior_sigma`` (the
+  E-step's sigma only; the cost keeps ``sigma``) and ``initial_mask_stddev``
+  (scales the random initial logits); benchmark: ``--posterior-sigma``,
+  ``--initial-mask-stddev``.
+
+Probes on validation images (200, generated with seed 7 from the held-out fifth
+of the *training* digits; never the test images), all with smooth textures from
+the fixed bank (no shift), posterior masks, initial mask scale 14, sigma 0.1, 2
+groups, the classifier head on (``mask_and_share`` unless said), Adam 1e-3,
+batch 32, ``taskset -c 1`` (another job on core 0, load 2.8-3.6); AMI after
+each iteration at the end of the probe:
+
+    2,000 training images, 170 s each:
+    noise 0.2, 3 iterations (round three's model)    0.032 / 0.020 / 0.026          (8 epochs)
+    noise 0.2, per-pixel initial masks (scale 1)     0.001 / 0.001 / 0.002          (9)
+    noise 0.2, 5 iterations                          0.007 / 0.002 / 0.029 / 0.018 / 0.026  (5)
+    noise 0.4                                        0.006 / 0.007 / 0.011          (9; epoch 8:
+                                                                                     0.005 / 0.009 / 0.016)
+    noise 0.4, 5 iterations                          0.002 / 0.004 / 0.005 / 0.006 / 0.008  (5)
+    noise 0.5                                        0.003 / 0.008 / 0.006          (7)
+    noise 0.4, posterior_sigma 0.4                   0.004 / 0.007 / 0.004          (9; max pi 0.56)
+    4,000 training images, 330-420 s each:
+    noise 0.4, 3 iterations                          0.012 / 0.007 / 0.009          (10; error 46%)
+    noise 0.4, 5 iterations                          0.002 / 0.006 / 0.012 / 0.026 / 0.021  (6; error 81%;
+                                                       epoch 4: 0.002 / 0.005 / 0.010 / 0.010 / 0.017)
+    the same, head on the masks only                 0.002 / 0.006 / 0.009 / 0.021 / 0.020  (6; error 91%)
+    noise 0.2, 3 iterations, head on the masks only  0.026 / 0.023 / 0.021          (9; error 62 / 41 / 41%)
+
+(A run with the head on the masks and ``class_weight`` 3 was stopped for time,
+unmeasured; ``initial_mask_stddev`` was not probed.) With the fixed bank and
+noise 0.2 the groups' means still copy the image locally (rms of the mixture
+mean 0.08, groups' spread 0.02-0.03) and the masks keep the blobs of the fixed
+initial logits plus the digit's outline; with noise 0.4 the pictures show some
+group means continuing the background's grating across the digit and masks with
+the digit's outline in later iterations, and with 5 iterations the AMI rises
+from the first iteration to the later ones (by 0.018-0.019 after 6 epochs),
+but it stays tiny (~0.02): no configuration segments the digits. Softer
+E-step masks (``posterior_sigma`` 0.4) and per-pixel initial masks do worse.
+Selected on validation (the largest rise over iterations) and made the
+benchmark's defaults: ``--texture-set fixed --noise-std 0.4 --iters 5`` (the
+rest as in round three; ``--texture-set random --noise-std 0.2 --iters 3``
+gives round three's configuration back).
+
+Measured (tagger, fourth round), 2026-11-24, the new defaults (fixed bank of
+8 smooth gratings, noise 0.4, 5 iterations, posterior masks, initial mask
+scale 14, sigma 0.1, 2 groups, conv 16 / dense 64, pool 2, classifier head on,
+Adam 1e-3, batch 32, 4,000 training / 500 test images, 17-minute budget,
+TensorFlow intra-op threads 1): ``PYTHONPATH=. taskset -c 1 python
+benchmarks/rladder.py tagger``, pinned to core 1 (other jobs on core 0), load
+average 3.61 at the start, 4.06 at the end:
+
+    iteration   AMI     classification error
+    1           0.002   39.4%
+    2           0.003   37.4%
+    3           0.008   38.8%
+    4           0.013   38.4%
+    5           0.014   38.8%
+    911,393 parameters, 13 epochs, 1031 s (budget hit)
+
+Target (AMI improving over iterations) NOT MET: the AMI now rises at every
+iteration (0.002 -> 0.014, no drop), the direction wanted and unlike round
+three's 0.004 / 0.002 / 0.000, but by 0.012, below the 0.02 the benchmark asks,
+and at ~0.01 the masks still carry almost no segmentation. The error (37-39%
+over the iterations) is not comparable with round three's (other textures).
+What is left: the groups still do not each take one texture of the bank
+(the masks are the initial blobs plus the digit's outline); untried here:
+``initial_mask_stddev``, the classifier on the masks with a larger weight,
+``texture_shift``, longer training than this CPU budget allows.
 """
 
 import argparse
@@ -719,6 +801,11 @@ def tagger(args):
             class_weight=args.class_weight,
             texture_style=args.texture_style,
             mean_gap=args.mean_gap,
+            texture_set=args.texture_set,
+            bank_size=args.bank_size,
+            texture_shift=args.texture_shift,
+            posterior_sigma=args.posterior_sigma,
+            initial_mask_stddev=args.initial_mask_stddev,
             seed=args.seed,
             verbose=args.verbose,
             callbacks=[budget],
@@ -823,7 +910,7 @@ def main(argv=None):
     p.add_argument("--num-train", type=int, default=4000)
     p.add_argument("--num-test", type=int, default=500)
     p.add_argument("--groups", type=int, default=2)
-    p.add_argument("--iters", type=int, default=3)
+    p.add_argument("--iters", type=int, default=5)
     p.add_argument("--epochs", type=int, default=40, help="at most; the time budget usually stops first")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--learning-rate", type=float, default=1e-3)
@@ -831,7 +918,7 @@ def main(argv=None):
     p.add_argument("--dense-units", type=int, default=64)
     p.add_argument("--pool", type=int, default=2, help="max pooling before the ladder's dense top")
     p.add_argument("--sigma", type=float, default=0.1, help="the Gaussians' standard deviation")
-    p.add_argument("--noise-std", type=float, default=0.2, help="input corruption in training")
+    p.add_argument("--noise-std", type=float, default=0.4, help="input corruption in training")
     p.add_argument("--classify", action=argparse.BooleanOptionalAction, default=True,
                    help="the classifier head on the groups (reports its error per iteration)")
     p.add_argument("--head-input", default="mask_and_share", choices=("share", "mask", "mask_and_share"))
@@ -845,6 +932,15 @@ def main(argv=None):
                    help="two-level or continuous-valued textures")
     p.add_argument("--mean-gap", type=float, default=0.0,
                    help="least difference of the digit's and background's mean intensities")
+    p.add_argument("--texture-set", default="fixed", choices=("random", "fixed"),
+                   help="procedural textures drawn per image, or two of a fixed bank of gratings")
+    p.add_argument("--bank-size", type=int, default=8, help="textures in the fixed bank")
+    p.add_argument("--texture-shift", action=argparse.BooleanOptionalAction, default=False,
+                   help="a random phase per image for the fixed bank's gratings")
+    p.add_argument("--posterior-sigma", type=float, default=None,
+                   help="sigma of the posterior mask update only (default: --sigma)")
+    p.add_argument("--initial-mask-stddev", type=float, default=1.0,
+                   help="standard deviation of the random initial mask logits")
     p.add_argument("--intra-op-threads", type=int, default=1,
                    help="TensorFlow threads inside one op (0: all cores)")
     p.set_defaults(run=tagger, budget_minutes=17.0)

@@ -59,6 +59,38 @@ def test_texture_options_of_the_generator(digits):
         tm.generate(*digits, 2, style="wavy")
 
 
+@pytest.mark.parametrize("style", tm.TEXTURE_STYLES)
+def test_fixed_texture_bank(digits, style):
+    """texture_set="fixed": two different gratings of the bank per image, same phase every time."""
+    data = tm.generate(*digits, 12, seed=3, style=style, texture_set="fixed", bank_size=5)
+    images, seg, kinds = data["images"][..., 0], data["segmentation"], data["kinds"]
+    assert images.shape == (12, 28, 28) and seg.shape == (12, 28, 28) and set(np.unique(seg)) == {0, 1}
+    assert np.all((kinds >= 0) & (kinds < 5)) and np.all(kinds[:, 0] != kinds[:, 1])
+    angles, periods = tm.texture_bank(5)
+    for img, s, (fg, bg) in zip(images, seg, kinds):
+        for region, j in ((s == 1, fg), (s == 0, bg)):  # each region is its bank texture (no shift)
+            np.testing.assert_array_equal(img[region], tm.bank_texture(angles[j], periods[j], style=style)[region])
+    again = tm.generate(*digits, 12, seed=3, style=style, texture_set="fixed", bank_size=5)
+    assert all(np.array_equal(data[k], again[k]) for k in data)
+    shifted = tm.generate(*digits, 12, seed=3, style=style, texture_set="fixed", bank_size=5, shift=True)
+    assert np.array_equal(shifted["segmentation"], seg) and not np.array_equal(shifted["images"], data["images"])
+    assert shifted["images"].min() >= 0 and shifted["images"].max() <= 1
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (dict(texture_set="bank"), "Received: texture_set='bank'"),
+        (dict(texture_set="fixed", bank_size=1), "Received: bank_size=1"),
+        (dict(texture_set="fixed", bank_size=2.0), "Received: bank_size=2.0"),
+        (dict(texture_set="fixed", mean_gap=0.2), "Received: mean_gap=0.2"),
+    ],
+)
+def test_fixed_texture_bank_bad_arguments(digits, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        tm.generate(*digits, 2, **kwargs)
+
+
 def test_generator_segmentation_and_determinism(digits):
     data = tm.generate(*digits, 16, seed=5)
     images, seg = data["images"], data["segmentation"]

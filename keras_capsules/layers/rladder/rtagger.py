@@ -82,7 +82,11 @@ class RTagger(keras.layers.Layer):
 
     i.e. the masks are the E-step of EM for the mixture with the new means (as in
     Neural EM), so a pixel goes to the group that explains it, as soon as the
-    groups' means differ there.
+    groups' means differ there. ``posterior_sigma`` replaces ``sigma`` in this
+    E-step only (a larger value gives softer masks, the cost keeps ``sigma``).
+
+    ``initial_mask_stddev`` scales the random initial logits (both the training
+    draws and ``initial_logits``): larger values give sharper initial masks.
 
     Args:
         n_groups: the number of groups ``K`` (at least 2).
@@ -101,6 +105,10 @@ class RTagger(keras.layers.Layer):
         random_initial_masks: draw new initial mask logits (standard normal) for
             every sample in training. Default True.
         mask_update: ``"learned"`` (default) or ``"posterior"`` (see above).
+        posterior_sigma: the standard deviation of the posterior mask update's
+            likelihood. Default None (``sigma``).
+        initial_mask_stddev: the standard deviation of the random initial mask
+            logits. Default 1.0 (as in Tagger).
         initial_mask_scale: pixels per random initial logit along each spatial
             axis (images only). Default 1 (per pixel, as in Tagger).
         seed: seed of those draws (None: random).
@@ -150,6 +158,8 @@ class RTagger(keras.layers.Layer):
         random_initial_masks=True,
         mask_update="learned",
         initial_mask_scale=1,
+        posterior_sigma=None,
+        initial_mask_stddev=1.0,
         seed=None,
         kernel_regularizer=None,
         recurrent_regularizer=None,
@@ -182,6 +192,8 @@ class RTagger(keras.layers.Layer):
             )
         self.mask_update = mask_update
         self.initial_mask_scale = positive_int("initial_mask_scale", initial_mask_scale)
+        self.posterior_sigma = None if posterior_sigma is None else positive_float("posterior_sigma", posterior_sigma)
+        self.initial_mask_stddev = positive_float("initial_mask_stddev", initial_mask_stddev)
         self.seed = seed
         self.seed_generator = keras.random.SeedGenerator(seed) if self.random_initial_masks else None
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
@@ -301,6 +313,8 @@ class RTagger(keras.layers.Layer):
         math_dtype = routing_dtype(dtype)
         n_batch = ops.shape(inputs)[0]
         inv_two_var = 1.0 / (2.0 * self.sigma**2)
+        posterior_sigma = self.sigma if self.posterior_sigma is None else self.posterior_sigma
+        posterior_inv_two_var = 1.0 / (2.0 * posterior_sigma**2)
 
         m = ops.broadcast_to(
             ops.cast(self.initial_mean, math_dtype),
@@ -311,7 +325,7 @@ class RTagger(keras.layers.Layer):
             logits = keras.random.normal(logits_shape, dtype=math_dtype, seed=self.seed_generator)
         else:
             logits = ops.broadcast_to(ops.cast(self.initial_logits, math_dtype)[None], logits_shape)
-        logits = self._upsample_logits(logits, spatial)
+        logits = self._upsample_logits(logits * self.initial_mask_stddev, spatial)
         carry = self.ladder.initial_carry(n_batch * k, dtype)
         pis, ms = [], []
         for t in range(steps):
@@ -336,7 +350,7 @@ class RTagger(keras.layers.Layer):
             if self.mask_update == "posterior":
                 # E-step: the read-out logits are a prior, the evidence is the
                 # likelihood of the (corrupted) input under the new means
-                logits = logits - ops.sum(ops.square(x - m), axis=-1, keepdims=True) * inv_two_var
+                logits = logits - ops.sum(ops.square(x - m), axis=-1, keepdims=True) * posterior_inv_two_var
             pis.append(ops.softmax(logits, axis=1))
             ms.append(m)
         pi = ops.cast(ops.stack(pis, axis=1), dtype)
@@ -354,6 +368,8 @@ class RTagger(keras.layers.Layer):
                 "random_initial_masks": self.random_initial_masks,
                 "mask_update": self.mask_update,
                 "initial_mask_scale": self.initial_mask_scale,
+                "posterior_sigma": self.posterior_sigma,
+                "initial_mask_stddev": self.initial_mask_stddev,
                 "seed": self.seed,
                 "decoder_to_encoder": self.ladder.decoder_to_encoder,
                 "input_combinator": self.ladder.input_combinator,

@@ -45,8 +45,8 @@ def test_groups_share_one_ladder():
     [
         (dict(n_groups=2, levels=CONV_LEVELS, n_iters=2), (4, 4, 4, 1)),
         (dict(n_groups=3, levels=[level_spec("gated", 3)], sigma=0.2), (4, 1, 4)),  # sequence
-        (dict(n_groups=2, levels=CONV_LEVELS, n_iters=2, mask_update="posterior", initial_mask_scale=3),
-         (4, 4, 4, 1)),
+        (dict(n_groups=2, levels=CONV_LEVELS, n_iters=2, mask_update="posterior", initial_mask_scale=3,
+              posterior_sigma=0.7, initial_mask_stddev=3.0), (4, 4, 4, 1)),
     ],
 )
 def test_layer_contract(kwargs, shape, tmp_path):
@@ -62,6 +62,8 @@ def test_layer_contract(kwargs, shape, tmp_path):
         (dict(n_groups=2, levels="gated"), "Received: levels="),
         (dict(n_groups=2, levels=CONV_LEVELS, mask_update="em"), "Received: mask_update='em'"),
         (dict(n_groups=2, levels=CONV_LEVELS, initial_mask_scale=0), "Received: initial_mask_scale=0"),
+        (dict(n_groups=2, levels=CONV_LEVELS, posterior_sigma=0), "Received: posterior_sigma=0"),
+        (dict(n_groups=2, levels=CONV_LEVELS, initial_mask_stddev=-1.0), "Received: initial_mask_stddev=-1.0"),
     ],
 )
 def test_bad_constructor_arguments(kwargs, message):
@@ -94,6 +96,36 @@ def test_posterior_masks_are_the_e_step_of_the_learned_ones():
     want /= want.sum(axis=1, keepdims=True)
     np.testing.assert_allclose(pi_p[:, 0], want, atol=1e-5)
     assert posterior.get_config()["mask_update"] == "posterior"
+
+
+def test_posterior_sigma_and_initial_mask_stddev():
+    """posterior_sigma: the E-step's sigma only; initial_mask_stddev: scales the initial logits."""
+    x = _images(2, 5, 5, 1)
+    kwargs = dict(n_groups=3, levels=CONV_LEVELS, n_iters=2, sigma=0.3, mask_update="posterior")
+    plain, soft = RTagger(**kwargs), RTagger(posterior_sigma=0.6, **kwargs)
+    plain(x)
+    soft(x)
+    soft.set_weights(plain.get_weights())
+    # the first iteration's read-out is the same: recover its prior from the plain layer's E-step
+    pi_p, m_p = (t.numpy()[:, 0] for t in plain(x))
+    pi_s, m_s = (t.numpy()[:, 0] for t in soft(x))
+    np.testing.assert_allclose(m_s, m_p, atol=1e-5)
+    sq = (x[:, None] - m_p) ** 2
+    want = pi_p * np.exp(sq / (2 * 0.3**2) - sq / (2 * 0.6**2))
+    want /= want.sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(pi_s, want, rtol=1e-4, atol=1e-5)
+    assert soft.get_config()["posterior_sigma"] == 0.6 and plain.get_config()["posterior_sigma"] is None
+
+    sharp = RTagger(initial_mask_stddev=2.5, **kwargs)
+    sharp(x)
+    assert sharp.get_config()["initial_mask_stddev"] == 2.5
+    # the same as a layer of stddev 1 whose fixed initial logits are 2.5 times as large
+    weights = [w * 2.5 if v.path.endswith("initial_logits") else w
+               for v, w in zip(plain.weights, plain.get_weights())]
+    sharp.set_weights(plain.get_weights())
+    plain.set_weights(weights)
+    for a, b in zip(sharp(x), plain(x)):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-5)
 
 
 def test_smooth_initial_masks():
