@@ -285,6 +285,21 @@ its second and third convolutions, the ladder before them); with the ladder's
 resolutions it is faster per update but ends lower (88.1%); the benchmark keeps
 the baseline as it was.
 
+Runs of the new defaults (test sequences; nothing selected on them):
+
+    ``PYTHONPATH=. taskset -c 0 python benchmarks/rladder.py occluded --verbose 0``
+    (the three processes share core 0, so each gets a third of it, as the
+    sequential runs before; 11:28-11:49 UTC, load 2.45 at the start, 1.87 at
+    the end; a helper's job used core 1 until 11:43):
+
+    variant        test error   epochs   wall     CPU
+    rladder        13.05%       5        1056 s   335 s (budget hit)
+    temporal       10.70%       6        1040 s   352 s (budget hit)
+    no_feedback    13.10%       7        1056 s   351 s (budget hit)
+
+Target NOT MET: as on the validation split, the temporal baseline leads and
+the feedback adds nothing.
+
 Measured (occluded), second round (branch occl), 2026-11-23; every run pinned to
 core 0 (``taskset -c 0``) on a machine shared with other jobs (load average 2.6-4.6
 on 2 CPUs, so wall times and epochs per budget vary by up to 2x between runs).
