@@ -311,7 +311,7 @@ Target NOT MET in either: as on the validation split, the temporal baseline
 leads (by 2.2-2.4 points). The full ladder is 1.2 points ahead of
 ``no_feedback`` on two cores and level with it on one, within the run-to-run
 spread measured before (~2-3 points between seeds). Twice the CPU time lowers
-every error by 2.0-3.0 points.
+every error by 2.0-3.2 points.
 
 Measured (occluded), second round (branch occl), 2026-11-23; every run pinned to
 core 0 (``taskset -c 0``) on a machine shared with other jobs (load average 2.6-4.6
