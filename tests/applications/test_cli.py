@@ -32,6 +32,8 @@ def test_help_of_every_command(argv, capsys):
     (["train", "--save-freq", "often"], "'epoch' or a positive number"),
     (["train", "text_classification", "--intra-op-threads", "-1"], "non-negative integer"),
     (["train", "sort_of_clevr", "--coordinate-frequencies", "-2"], "non-negative integer"),
+    (["train", "occluded_mnist", "--frame-weight", "-1"], "non-negative number"),
+    (["train", "occluded_mnist", "--conv-normalization", "batch"], "invalid choice"),
     (["frobnicate"], "invalid choice"),
 ])
 def test_a_bad_option_is_one_line_and_exit_code_2(argv, message, capsys):
