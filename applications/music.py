@@ -191,7 +191,8 @@ def random_transposition(transpose):
     return apply
 
 
-def make_dataset(rolls, batch_size=16, steps=None, shuffle=False, seed=0, window=None, transpose=0):
+def make_dataset(rolls, batch_size=16, steps=None, shuffle=False, seed=0, window=None, transpose=0,
+                 targets_as_input=False):
     """A ``tf.data`` pipeline of ``(inputs, targets, mask)`` for ``model.fit``.
 
     With ``window`` the sequences are cut into windows of that many steps (see
@@ -199,6 +200,8 @@ def make_dataset(rolls, batch_size=16, steps=None, shuffle=False, seed=0, window
     ``transpose`` > 0 every example (window) is moved by a random number of semitones
     in ``[-transpose, transpose]`` that keeps its notes on the keyboard, drawn anew
     every epoch (``random_transposition``; seeded by ``seed``): training data only.
+    ``targets_as_input`` yields ``({"rolls": inputs, "targets": targets}, targets, mask)``
+    for a model with ``readout="nade"``.
     """
     import tensorflow as tf
 
@@ -212,6 +215,8 @@ def make_dataset(rolls, batch_size=16, steps=None, shuffle=False, seed=0, window
     if transpose:
         draws = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True)
         ds = tf.data.Dataset.zip(ds, draws).map(random_transposition(transpose))
+    if targets_as_input:
+        ds = ds.map(lambda inputs, targets, mask: ({"rolls": inputs, "targets": targets}, targets, mask))
     return ds.batch(batch_size).prefetch(tf.data.AUTOTUNE)
 
 
@@ -234,6 +239,113 @@ class PianoRollNLL(keras.losses.Loss):
         return ops.sum(per_key, axis=-1)
 
 
+# ------------------------------------------------------------------------- read-out
+READOUTS = ("independent", "nade")
+
+
+@keras.saving.register_keras_serializable(package="applications")
+class KeyNADE(keras.layers.Layer):
+    """Per-key logits of a step's roll given the past *and the lower keys of that step*.
+
+    The independent read-out predicts every key of step ``t`` from the past alone,
+    one Bernoulli per key, so it cannot say "if C sounds, E and G are likely too":
+    the keys of a chord are predicted as if unrelated. ``KeyNADE`` keeps one
+    sigmoid per key but conditions key ``j`` on the keys ``i < j`` of the same step
+    (lowest key first), as the NADE read-out of RNN-NADE (Boulanger-Lewandowski et
+    al. 2012), conditioned on the ladder's per-key logits ``z`` of that step:
+
+    ```
+    a_j     = c + U z + sum_{i<j} W_i y_i        [hidden_units]
+    logit_j = z_j + V_j . sigmoid(a_j)
+    ```
+
+    The product over keys of ``sigmoid(+-logit_j)`` is a proper distribution over the
+    2^88 rolls of the step, so the summed per-key cross-entropy of these logits is
+    the exact negative log-likelihood of the roll (the same metric as the independent
+    read-out's). ``V`` starts at zero: the model starts as the independent one.
+    Training and scoring need the true roll ``y`` of the step (teacher forcing, as
+    for any autoregressive model); sampling would draw the keys one by one.
+
+    Args:
+        hidden_units: the NADE's hidden units ``H``. Default 64.
+        kernel_initializer: initializer of ``U`` and ``W``. Default glorot_uniform.
+        output_initializer: initializer of ``V``. Default zeros.
+        **kwargs: base layer arguments.
+
+    Call arguments:
+        inputs: ``[z, y]``: logits ``[..., keys]`` of the independent read-out and
+            the true 0/1 roll ``[..., keys]`` of the same step.
+
+    Returns:
+        The conditional logits ``[..., keys]``: entry ``j`` is the logit of key ``j``
+        sounding given ``z`` and ``y_i`` for ``i < j``.
+
+    Example:
+
+    ```python
+    z = keras.Input((32, 88)); y = keras.Input((32, 88))
+    logits = KeyNADE(hidden_units=64)([z, y])
+    ```
+
+    Reference:
+        N. Boulanger-Lewandowski, Y. Bengio, P. Vincent, "Modeling Temporal
+        Dependencies in High-Dimensional Sequences", ICML 2012; H. Larochelle, I.
+        Murray, "The Neural Autoregressive Distribution Estimator", AISTATS 2011.
+    """
+
+    def __init__(self, hidden_units=64, kernel_initializer="glorot_uniform", output_initializer="zeros", **kwargs):
+        super().__init__(**kwargs)
+        if isinstance(hidden_units, bool) or not isinstance(hidden_units, (int, np.integer)) or hidden_units < 1:
+            raise ValueError(f"`hidden_units` must be a positive integer. Received: hidden_units={hidden_units!r}")
+        self.hidden_units = int(hidden_units)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.output_initializer = keras.initializers.get(output_initializer)
+
+    def build(self, input_shapes):
+        if not isinstance(input_shapes, (list, tuple)) or len(input_shapes) != 2:
+            raise ValueError(f"KeyNADE expects two inputs [z, y]. Received: input_shapes={input_shapes!r}")
+        z_shape, y_shape = (tuple(s) for s in input_shapes)
+        if z_shape[-1] is None or z_shape[-1] != y_shape[-1]:
+            raise ValueError(
+                "KeyNADE expects logits z and rolls y with the same known last axis (the keys). "
+                f"Received: z shape={z_shape}, y shape={y_shape}"
+            )
+        keys, units = z_shape[-1], self.hidden_units
+        # autocast=False: under mixed precision the weights are read as float32, all the
+        # math below runs in float32 (the layer's sums over keys and sigmoids) and casts back
+        self.context_kernel = self.add_weight(name="context_kernel", autocast=False, shape=(keys, units),
+                                              initializer=self.kernel_initializer)
+        self.hidden_bias = self.add_weight(name="hidden_bias", autocast=False, shape=(units,), initializer="zeros")
+        self.input_kernel = self.add_weight(name="input_kernel", autocast=False, shape=(keys, units),
+                                            initializer=self.kernel_initializer)
+        self.output_kernel = self.add_weight(name="output_kernel", autocast=False, shape=(keys, units),
+                                             initializer=self.output_initializer)
+        self.built = True
+
+    def call(self, inputs):
+        z, y = inputs
+        dtype = self.compute_dtype
+        z32, y32 = ops.cast(z, "float32"), ops.cast(y, "float32")
+        context = ops.matmul(z32, self.context_kernel) + self.hidden_bias  # [..., H]
+        terms = y32[..., :, None] * self.input_kernel  # [..., keys, H]: key i's contribution
+        below = ops.cumsum(terms, axis=-2) - terms  # the sum over the keys i < j only
+        hidden = ops.sigmoid(context[..., None, :] + below)
+        logits = z32 + ops.sum(hidden * self.output_kernel, axis=-1)
+        return ops.cast(logits, dtype)
+
+    def compute_output_shape(self, input_shapes):
+        return tuple(input_shapes[0])
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({
+            "hidden_units": self.hidden_units,
+            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+            "output_initializer": keras.initializers.serialize(self.output_initializer),
+        })
+        return config
+
+
 # ------------------------------------------------------------------------- model
 def paper_levels(units=(128, 64), encoder="gated"):
     """Dense ladder levels in the spirit of the paper's Table 10 (narrower by default)."""
@@ -251,6 +363,8 @@ def build_model(
     dropout_noise="step",
     zoneout=0.0,
     output_bias=None,
+    readout="independent",
+    nade_units=64,
     seed=None,
     name="rladder_music",
 ):
@@ -270,13 +384,22 @@ def build_model(
         zoneout: RLadder's zoneout rate of the encoder states (see ``RLadder``).
         output_bias: None (zeros), or 88 initial values of the output bias, e.g. the
             log-odds of every key's frequency in the training rolls (``key_log_odds``).
+        readout: ``"independent"`` (default, the paper's): one Bernoulli per key given
+            the past; ``"nade"``: the same logits corrected by a :class:`KeyNADE`,
+            which also conditions every key on the lower keys of the same step.
+        nade_units: the NADE's hidden units (``readout="nade"`` only).
         seed: seed of the dropout masks.
         name: model name.
 
     Returns:
         A ``keras.Model`` from ``[batch, steps, 88]`` rolls to logits ``[batch, steps, 88]``
-        (output ``t`` predicts the roll at ``t + 1`` of the input).
+        (output ``t`` predicts the roll at ``t + 1`` of the input). With
+        ``readout="nade"`` its input is a dict: ``"rolls"`` as before and ``"targets"``,
+        the rolls being predicted (output ``t``'s key ``j`` is then conditioned on
+        ``targets[:, t, :j]``); ``make_dataset(..., targets_as_input=True)`` feeds it.
     """
+    if readout not in READOUTS:
+        raise ValueError(f"`readout` must be one of {READOUTS}. Received: readout={readout!r}")
     rolls = keras.Input((steps, NUM_KEYS), name="rolls")
     x = rolls
     if input_dropout:
@@ -303,7 +426,16 @@ def build_model(
         bias = readout.bias
     if output_bias is not None:
         bias.assign(np.asarray(output_bias, "float32").reshape((NUM_KEYS,)))
+    if readout == "nade":
+        targets = keras.Input((steps, NUM_KEYS), name="targets")
+        logits = KeyNADE(nade_units, name="nade")([logits, targets])
+        return keras.Model({"rolls": rolls, "targets": targets}, logits, name=name)
     return keras.Model(rolls, logits, name=name)
+
+
+def is_autoregressive(model):
+    """True for a model whose keys depend on the lower keys of their step (``readout="nade"``)."""
+    return isinstance(model.input, dict) or len(model.inputs) > 1
 
 
 def key_log_odds(rolls, prior=1.0):
@@ -343,16 +475,19 @@ def compile_model(model, learning_rate=1e-3, clipnorm=1.0, weight_decay=0.0, ema
 
 def _with_steps(model, steps):
     """The same layers (shared weights) applied to sequences of ``steps`` steps."""
-    if model.input_shape[1] == steps:
+    if model.inputs[0].shape[1] == steps:
         return model
-    rolls = keras.Input((steps, NUM_KEYS))
+    rolls = keras.Input((steps, NUM_KEYS), name="rolls")
+    targets = keras.Input((steps, NUM_KEYS), name="targets")
     x = rolls
-    for layer in model.layers[1:]:
-        if isinstance(layer, keras.layers.Dropout):
+    for layer in model.layers:
+        if isinstance(layer, (keras.layers.InputLayer, keras.layers.Dropout)):
             continue
-        x = layer(x)
+        x = layer([x, targets]) if isinstance(layer, KeyNADE) else layer(x)
         if isinstance(x, (list, tuple)):
             x = x[0]
+    if is_autoregressive(model):
+        return keras.Model({"rolls": rolls, "targets": targets}, x)
     return keras.Model(rolls, x)
 
 
@@ -364,6 +499,8 @@ def nll_per_step(model, rolls, batch_size=32):
             the longest roll when it differs), or a list of such models: an ensemble
             whose predictive probability of every key is the mean of the models'
             (still one independent Bernoulli per key given the past).
+            An ensemble with a ``readout="nade"`` member is the mixture of the
+            members' distributions of each whole step (``log mean_k p_k(x_t | x_<t)``).
         rolls: a list of ``[steps_i, 88]`` piano rolls.
 
     Returns:
@@ -372,17 +509,23 @@ def nll_per_step(model, rolls, batch_size=32):
     models = list(model) if isinstance(model, (list, tuple)) else [model]
     inputs, targets, mask = next_step_arrays(rolls)
     nets = [_with_steps(m, inputs.shape[1]) for m in models]
+    joint = any(is_autoregressive(m) for m in models)
     total = 0.0
     for start in range(0, len(inputs), batch_size):
-        logits = np.stack([np.asarray(net(inputs[start : start + batch_size], training=False), "float64")
-                           for net in nets])
-        y = targets[start : start + batch_size]
-        # log p(key on) = log mean_k sigmoid(z_k) and log p(key off) = log mean_k sigmoid(-z_k),
-        # computed stably: log sigmoid(z) = -logaddexp(0, -z)
-        log_on = _log_mean_exp(-np.logaddexp(0.0, -logits))
-        log_off = _log_mean_exp(-np.logaddexp(0.0, logits))
-        per_key = -(log_on * y + log_off * (1 - y))
-        total += float((per_key.sum(-1) * mask[start : start + batch_size]).sum())
+        x, y = inputs[start : start + batch_size], targets[start : start + batch_size]
+        logits = np.stack([
+            np.asarray(net({"rolls": x, "targets": y} if is_autoregressive(net) else x, training=False), "float64")
+            for net in nets
+        ])
+        # log sigmoid(z) = -logaddexp(0, -z), stably
+        if joint:  # the mixture of the members' joint distributions of the step
+            log_step = -(np.logaddexp(0.0, -logits) * y + np.logaddexp(0.0, logits) * (1 - y)).sum(-1)
+            per_step = -_log_mean_exp(log_step)
+        else:  # log p(key on) = log mean_k sigmoid(z_k), log p(key off) = log mean_k sigmoid(-z_k)
+            log_on = _log_mean_exp(-np.logaddexp(0.0, -logits))
+            log_off = _log_mean_exp(-np.logaddexp(0.0, logits))
+            per_step = -(log_on * y + log_off * (1 - y)).sum(-1)
+        total += float((per_step * mask[start : start + batch_size]).sum())
     return total / float(mask.sum())
 
 
@@ -415,6 +558,8 @@ def train(
     zoneout=0.0,
     init_output_bias=False,
     ensemble=1,
+    readout="independent",
+    nade_units=64,
     seed=0,
     verbose=1,
     callbacks=(),
@@ -449,7 +594,9 @@ def train(
     encoder kinds: member ``i`` then uses ``encoder[i % len(encoder)]`` (an ensemble
     of gated and LSTM ladders). ``callbacks`` is a list of
     callbacks, or a function from the member's index to its list (e.g. a fresh
-    time budget for each).
+    time budget for each). ``readout`` and ``nade_units`` choose the read-out (see
+    ``build_model``; ``readout`` may be a list, member ``i`` using
+    ``readout[i % len(readout)]``).
 
     Writes ``model.keras``, ``history.png``, ``metrics.json`` and TensorBoard logs
     under ``run_dir``. With ``strategy`` the model is built and compiled in its scope
@@ -479,8 +626,15 @@ def train(
     strategy = strategy or tf.distribute.get_strategy()
     rolls, longest = load_rolls(data_path, limit)
     steps = window or longest
-    train_ds = make_dataset(rolls["train"], batch_size, longest, True, seed, window, transpose)
-    valid_ds = make_dataset(rolls["valid"], batch_size, longest, window=window)
+    readouts = [readout] if isinstance(readout, str) else list(readout)
+    for kind in readouts:
+        if kind not in READOUTS:
+            raise ValueError(f"`readout` must be one of {READOUTS} or a list of them. Received: readout={readout!r}")
+    datasets = {
+        nade: (make_dataset(rolls["train"], batch_size, longest, True, seed, window, transpose, targets_as_input=nade),
+               make_dataset(rolls["valid"], batch_size, longest, window=window, targets_as_input=nade))
+        for nade in {kind == "nade" for kind in readouts}
+    }
     paths = {
         "model": os.path.join(run_dir, "model.keras"),
         "plot": os.path.join(run_dir, "history.png"),
@@ -506,6 +660,8 @@ def train(
                     dropout_noise=dropout_noise,
                     zoneout=zoneout,
                     output_bias=bias,
+                    readout=readouts[member % len(readouts)],
+                    nade_units=nade_units,
                     seed=seed + member,
                 ),
                 learning_rate,
@@ -528,6 +684,7 @@ def train(
                                                            verbose=verbose))
         user = callbacks(member) if callable(callbacks) else callbacks
         logs = paths["logs"] if not member else f"{paths['logs']}_{member}"
+        train_ds, valid_ds = datasets[readouts[member % len(readouts)] == "nade"]
         history = model.fit(
             train_ds,
             validation_data=valid_ds,
@@ -616,6 +773,11 @@ def add_arguments(parser, command):
                             help="start the output bias at the log-odds of each key's training frequency")
         parser.add_argument("--ensemble", type=positive_int, default=1,
                             help="train N models and average their probabilities (default: %(default)s)")
+        parser.add_argument("--readout", choices=READOUTS, default="independent",
+                            help="independent: one Bernoulli per key given the past (the paper's); "
+                            "nade: each key also given the lower keys of its step (default: %(default)s)")
+        parser.add_argument("--nade-units", type=positive_int, default=64,
+                            help="hidden units of the NADE read-out (default: %(default)s)")
     elif command == "evaluate":
         parser.add_argument("--split", choices=SPLITS, default="test")
 
@@ -639,6 +801,8 @@ def run_train(args, strategy):
         zoneout=args.zoneout,
         init_output_bias=args.init_output_bias,
         ensemble=args.ensemble,
+        readout=args.readout,
+        nade_units=args.nade_units,
         limit=args.limit,
         **train_options(args, strategy),
     )

@@ -779,6 +779,8 @@ def jsb(args):
             zoneout=args.zoneout,
             init_output_bias=args.init_output_bias,
             ensemble=args.ensemble,
+            readout=args.readout if len(args.readout) > 1 else args.readout[0],
+            nade_units=args.nade_units,
             seed=args.seed,
             verbose=args.verbose,
             callbacks=member_budget,
@@ -928,6 +930,10 @@ def main(argv=None):
                    help="start the output bias at the log-odds of each key's training frequency")
     p.add_argument("--ensemble", type=int, default=5,
                    help="train N models one after the other within the budget; average their probabilities")
+    p.add_argument("--readout", nargs="+", default=["independent"], choices=("independent", "nade"),
+                   help="independent: one Bernoulli per key given the past (the paper's); nade: each key "
+                   "also given the lower keys of its step; several: member i uses the i-th (cyclically)")
+    p.add_argument("--nade-units", type=int, default=64, help="hidden units of the NADE read-out")
     p.add_argument("--intra-op-threads", type=int, default=1,
                    help="TensorFlow threads inside one op (0: all cores)")
     # 17 minutes of training leave time for the evaluation of the ensemble within 20

@@ -321,3 +321,111 @@ def test_zoneout_of_the_encoder_states(tmp_path):
     np.testing.assert_allclose(np.asarray(ladder(seq))[:, -1], h, atol=1e-5)
     with pytest.raises(ValueError, match="zoneout"):
         music.build_model(4, zoneout=-0.1, **TINY)
+
+
+def _nade_probability(layer, z, rolls):
+    """p(roll) of every roll in ``rolls`` [n, keys] under ``layer`` given logits ``z`` [keys]."""
+    logits = np.asarray(layer([np.repeat(z[None], len(rolls), 0), rolls]), "float64")
+    return np.prod(np.where(rolls > 0, 1 / (1 + np.exp(-logits)), 1 / (1 + np.exp(logits))), axis=-1)
+
+
+def test_key_nade_is_a_normalized_autoregressive_distribution():
+    import itertools
+
+    rng = np.random.default_rng(3)
+    layer = music.KeyNADE(5, output_initializer="glorot_uniform")
+    z = rng.normal(size=4).astype("float32")
+    rolls = np.array(list(itertools.product([0.0, 1.0], repeat=4)), "float32")
+    p = _nade_probability(layer, z, rolls)
+    assert p.sum() == pytest.approx(1.0, abs=1e-5)  # a distribution over all 2^4 rolls
+    # not the independent one: the keys depend on each other
+    marginals = [(p * rolls[:, j]).sum() for j in range(4)]
+    independent = np.prod(np.where(rolls > 0, marginals, 1 - np.asarray(marginals)), axis=-1)
+    assert np.abs(p - independent).max() > 1e-3
+    # key j's logit depends on the keys below it only
+    y = rng.integers(0, 2, (1, 4)).astype("float32")
+    base = np.asarray(layer([z[None], y]))
+    for j in range(4):
+        flipped = y.copy()
+        flipped[0, j] = 1 - flipped[0, j]
+        changed = np.abs(np.asarray(layer([z[None], flipped])) - base)[0] > 1e-7
+        assert not changed[: j + 1].any() and (j == 3 or changed[j + 1 :].all())
+    # with V at zero (the default start) the logits are the independent read-out's
+    np.testing.assert_allclose(music.KeyNADE(3)([z[None], y]), z[None], atol=1e-6)
+
+
+def test_key_nade_layer_contract(tmp_path):
+    from tests.harness import run_layer_contract
+
+    rng = np.random.default_rng(4)
+    z = rng.normal(size=(2, 3, 6)).astype("float32")
+    y = (rng.uniform(size=(2, 3, 6)) < 0.3).astype("float32")
+    run_layer_contract(music.KeyNADE, dict(hidden_units=4, output_initializer="glorot_uniform"), [z, y],
+                       tmp_path=tmp_path)
+
+
+def test_key_nade_refuses_bad_arguments():
+    for bad in (0, -2, 1.5, True):
+        with pytest.raises(ValueError, match="hidden_units"):
+            music.KeyNADE(bad)
+    with pytest.raises(ValueError, match="same known last axis"):
+        music.KeyNADE(2)([np.zeros((1, 4), "float32"), np.zeros((1, 5), "float32")])
+    with pytest.raises(ValueError, match="readout"):
+        music.build_model(4, readout="rbm", **TINY)
+
+
+def test_nade_readout_trains_round_trips_and_scores_whole_chorales(tmp_path, chorales):
+    rolls = [music.piano_roll(c) for c in chorales["valid"][:4]]
+    model = music.compile_model(music.build_model(8, readout="nade", nade_units=6, **TINY), learning_rate=1e-2)
+    assert music.is_autoregressive(model) and not music.is_autoregressive(music.build_model(8, **TINY))
+    ds = music.make_dataset(rolls, batch_size=4, window=8, targets_as_input=True)
+    model.fit(ds.take(2), epochs=2, verbose=0)
+    assert np.abs(model.get_layer("nade").output_kernel.numpy()).max() > 0  # V left zero: it learned
+    path = tmp_path / "nade.keras"
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    x = next(iter(ds))[0]
+    np.testing.assert_allclose(loaded(x), model(x), atol=1e-5)
+    # nll_per_step on whole chorales (longer than the 8 steps built for) is the loss of a
+    # model built for their length with the same weights
+    inputs, targets, mask = music.next_step_arrays(rolls)
+    big = music.build_model(inputs.shape[1], readout="nade", nade_units=6, **TINY)
+    big.set_weights(model.get_weights())
+    expected = float(music.PianoRollNLL()(targets, big({"rolls": inputs, "targets": targets}), sample_weight=mask))
+    assert music.nll_per_step(loaded, rolls) == pytest.approx(expected, rel=1e-4)
+
+
+def test_an_ensemble_with_a_nade_member_mixes_whole_steps():
+    rolls = [music.piano_roll([[60], [62, 64], [], [67]]), music.piano_roll([[48, 55]])]
+    a = music.build_model(4, readout="nade", nade_units=3, **TINY)
+    a.get_layer("nade").output_kernel.assign(np.random.default_rng(5).normal(size=(88, 3)))
+    b = music.build_model(4, **TINY)
+    inputs, targets, mask = music.next_step_arrays(rolls)
+
+    def log_p(logits):
+        logits = np.asarray(logits, "float64")
+        return -(np.logaddexp(0, -logits) * targets + np.logaddexp(0, logits) * (1 - targets)).sum(-1)
+
+    joint = np.logaddexp(log_p(a({"rolls": inputs, "targets": targets})), log_p(b(inputs))) - np.log(2)
+    expected = -(joint * mask).sum() / mask.sum()
+    assert music.nll_per_step([a, b], rolls) == pytest.approx(expected, rel=1e-5)
+
+
+def test_train_with_the_nade_readout_from_the_command_line(tmp_path, monkeypatch):
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    music.add_arguments(parser, "train")
+    args = parser.parse_args(["--readout", "nade", "--nade-units", "7"])
+    assert (args.readout, args.nade_units) == ("nade", 7)
+    assert parser.parse_args([]).readout == "independent"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--readout", "rbm"])
+    result = music.train(DATA, run_dir=str(tmp_path), epochs=1, batch_size=4, window=8, limit=3, ensemble=2,
+                         readout=["nade", "independent"], nade_units=4, verbose=0, **TINY)
+    members = [keras.saving.load_model(tmp_path / name) for name in ("model.keras", "model_1.keras")]
+    assert [music.is_autoregressive(m) for m in members] == [True, False]
+    rolls, _ = music.load_rolls(DATA, limit=3)
+    assert music.nll_per_step(members, rolls["test"]) == pytest.approx(result["test_nll_per_step"], rel=1e-5)
+    with pytest.raises(ValueError, match="readout"):
+        music.train(DATA, run_dir=str(tmp_path), epochs=1, limit=1, readout="rbm")
