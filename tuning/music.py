@@ -10,6 +10,9 @@
   information reaches the next step's encoder).
 * ``input_dropout`` 0-0.3 on the input rolls, the model's only dropout, and
   ``learning_rate`` 1e-4 to 1e-2 (log scale) of Adam.
+* ``readout`` independent/nade: one Bernoulli per key given the past (the paper's),
+  or the ``KeyNADE`` read-out that also conditions each key on the lower keys of
+  its step (the trial's data then feed the targets in as a second input).
 
 The objective is the validation loss: the NLL per (windowed) step, summed over keys.
 """
@@ -56,13 +59,17 @@ class MusicHyperModel(DatasetHyperModel):
             encoder=hp.Choice("encoder", ["gated", "lstm"], default="gated"),
             decoder_to_encoder=hp.Boolean("decoder_to_encoder", default=True),
             input_dropout=hp.Float("input_dropout", 0.0, 0.3, step=0.05, default=0.1),
+            readout=hp.Choice("readout", list(music.READOUTS), default="independent"),
         )
         return music.compile_model(model, hp.Float("learning_rate", 1e-4, 1e-2, sampling="log", default=1e-3))
 
     def datasets(self, hp, data):
         rolls, longest = data
-        train = music.make_dataset(rolls["train"], self.batch_size, longest, True, self.seed, self.window)
-        valid = music.make_dataset(rolls["valid"], self.batch_size, longest, window=self.window)
+        nade = hp.get("readout") == "nade"
+        train = music.make_dataset(rolls["train"], self.batch_size, longest, True, self.seed, self.window,
+                                   targets_as_input=nade)
+        valid = music.make_dataset(rolls["valid"], self.batch_size, longest, window=self.window,
+                                   targets_as_input=nade)
         return train, valid
 
 

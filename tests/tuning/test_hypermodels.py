@@ -79,7 +79,8 @@ SEARCHES = {
         "bayesian",
         ["--data-dir", JSB_DIR, "--limit", "4", "--window", "8", "--batch-size", "4"],
         dict(levels=1, units_0=8, encoder="gated"),
-        {"input_dropout": (0.0, 0.3), "learning_rate": (1e-4, 1e-2), "decoder_to_encoder": (False, True)},
+        {"input_dropout": (0.0, 0.3), "learning_rate": (1e-4, 1e-2), "decoder_to_encoder": (False, True),
+         "readout": ("independent", "nade")},
         "val_loss", (None, 8, 88),
     ),
     "textured_mnist": (
@@ -173,3 +174,14 @@ def test_an_unknown_fixed_hyperparameter_is_one_line(tmp_path, capsys):
     assert "--fixed: layers not in the search space of 'music'" in err and "units_0" in err
     assert err.count("\n") == 1
     assert not (tmp_path / "t").exists()  # no trial ran
+
+
+def test_music_search_with_the_nade_readout(tmp_path, capsys):
+    directory = tmp_path / "search"
+    argv = ["tune", "music", "--tuner", "random", "--directory", str(directory), "--max-trials", "1",
+            "--epochs", "1", "--quiet", "--data-dir", JSB_DIR, "--limit", "4", "--window", "8", "--batch-size", "4",
+            *fixed(levels=1, units_0=8, readout="nade")]
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    model = keras.saving.load_model(directory / "best_model.keras")
+    assert model.get_layer("nade").hidden_units > 0 and model.output_shape == (None, 8, 88)
+    assert set(model.input) == {"rolls", "targets"}
