@@ -16,6 +16,14 @@ Chorales differ in length, so they are zero-padded to a common length and a mask
 Every step is predicted, the first one included: the ladder's input at step ``t``
 is the roll of step ``t - 1`` (zeros before the first step), its target the roll of
 step ``t``.
+
+``build_model(readout="nade")`` keeps the ladder and its per-key logits but passes
+them through a :class:`KeyNADE`: each key's sigmoid is then conditioned on the
+lower keys of the same step too (as RNN-NADE, Boulanger-Lewandowski et al. 2012),
+so the model can put its probability on whole chords instead of on each note
+alone. The metric is unchanged (the exact NLL of the step's roll, summed over the
+keys' conditional cross-entropies); the model then takes the rolls being predicted
+as a second input (teacher forcing, ``make_dataset(..., targets_as_input=True)``).
 """
 
 import json

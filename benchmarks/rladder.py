@@ -15,10 +15,13 @@ time budget stops training early if the machine is slower):
         the whole budget; ``--no-parallel``: one after another, each for a third).
     python benchmarks/rladder.py jsb [--data-path ../shared/data/jsb_chorales]
         JSB Chorales test NLL per time step (target below 8.0; paper: RNN 8.76,
-        RLadder 5.64). By default five RLadders (gated, LSTM, gated, LSTM, gated
-        encoders; dropout between levels 0.3, output bias at the keys' log-odds,
-        45 epochs each) are trained one after the other within 17 minutes and
-        their per-key probabilities averaged.
+        RLadder 5.64). By default one RLadder (gated encoders, dropout between
+        levels 0.3, output bias at the keys' log-odds, 150 epochs within 17
+        minutes) with the NADE read-out (``--readout nade``: every key's sigmoid
+        is also given the lower keys of its step). ``--readout independent
+        --encoder gated lstm --ensemble 5 --epochs 45`` gives the second round's
+        factorized model back (one Bernoulli per key given the past: five
+        RLadders, their per-key probabilities averaged).
     python benchmarks/rladder.py tagger [--data-dir ../shared/data/mnist]
         RTagger on Textured MNIST: segmentation AMI and classification error after
         every iteration (defaults: smooth textures from a fixed bank of 8
@@ -32,6 +35,37 @@ threads 1, the benchmark's default) while another job used the other core; NLL
 per step on whole chorales (the first step's prediction included; every test
 chorale seen from its start), the model kept at the best validation epoch;
 "load" is the 1-minute load average at the start and at the end.
+
+Third round, 2026-11-24: the read-out. Every model of the first two rounds
+predicts each key of the next step on its own (one Bernoulli per key given the
+past), so a chord's notes are scored as if unrelated; published models of that
+kind report roughly 8.1-8.7 on this split (the paper's own RNN: 8.76), and the
+second round's ensemble reached 8.21. New: ``--readout nade`` (``build_model(readout="nade")``,
+:class:`applications.music.KeyNADE`): the ladder's per-key logits pass through a
+NADE (64 hidden units, its output weights starting at zero, i.e. at the
+independent model) that also conditions every key's sigmoid on the lower keys
+of the same step, as RNN-NADE (Boulanger-Lewandowski et al. 2012). The metric
+is the same: the exact NLL of each step's roll, summed over the keys'
+conditional cross-entropies, per step, the first step included. Single gated
+RLadders, dropout 0.3, output bias at the keys' log-odds, EMA 0.99, Adam 3e-3,
+windows of 32, ``taskset -c 0`` while another job (one thread) used core 1:
+
+    variant                                  test    valid   epochs  wall    load
+    --readout nade, 45 epochs                7.038   6.986   45      278 s   0.6-3.7
+      (niced tests ran on the same core)
+    --readout nade --nade-units 128          -       7.52    38 of 45, stopped: windowed
+      (windowed validation loss at epoch 38;                 validation 7.52 vs 7.07 for
+      10 s per epoch)                                        64 units at the same epoch
+    --readout nade, 150 epochs               6.397   6.488   150     809 s   2.0-2.6
+      (best: the last epoch; training loss
+      4.46 vs windowed validation 6.39)
+    the new default command (the same)       6.397   6.488   150     806 s   1.9-2.1
+
+Target < 8.0 MET with the NADE read-out (picked on validation: the validation
+NLL was still falling at epoch 150). With the independent read-out of the paper's
+description the best stays 8.213 (below), NOT MET. The paper's 5.64 is in the
+range published for models whose keys depend on each other (RNN-RBM, RNN-NADE),
+far below the factorized ones.
 
 Second round (branch jsb2). New options: `--dropout` (RLadder's dropout on the
 signals between levels: encoder outputs going up and sideways, decoder outputs
@@ -105,9 +139,10 @@ one model):
     no EMA, --transpose 6, 60 epochs         9.232   9.033   60      141 s   2.2-2.2
     no EMA, --transpose 2, 100 epochs        8.896   8.780   100     264 s   1.0-3.4
 
-Target < 8.0 NOT MET. Best: the default command (`taskset -c 1 python
-benchmarks/rladder.py jsb`, i.e. `--encoder gated lstm --dropout 0.3
---init-output-bias --epochs 45 --ensemble 5`), picked on validation: test 8.213,
+Target < 8.0 NOT MET with the independent read-out. Best: the second round's
+default command (now `taskset -c 1 python benchmarks/rladder.py jsb --readout
+independent --encoder gated lstm --epochs 45 --ensemble 5`, with `--dropout 0.3
+--init-output-bias` as before), picked on validation: test 8.213,
 valid 8.165, 742 s on one core (measured with --budget-minutes 16, which it did
 not reach). Mixing gated and LSTM members gains ~0.01 valid over five gated ones
 (valid 8.177, test 8.237); the zoneout ensemble has test 8.212 but valid 8.185, so
@@ -786,6 +821,8 @@ def jsb(args):
             callbacks=member_budget,
         )
     wall = time.perf_counter() - start
+    print("read-out:", ", ".join(args.readout), "(independent: one Bernoulli per key given the past; "
+          "nade: each key's sigmoid also given the lower keys of its step)")
     print(f"JSB Chorales test NLL per step: {result['test_nll_per_step']:.3f} "
           f"(valid {result['valid_nll_per_step']:.3f}; paper RNN {music.PAPER_NLL['RNN']}, "
           f"RLadder {music.PAPER_NLL['RLadder']})")
@@ -905,11 +942,11 @@ def main(argv=None):
 
     p = sub.add_parser("jsb", parents=[common], help="JSB Chorales test NLL")
     p.add_argument("--data-path", default=str(default_data_path()))
-    p.add_argument("--epochs", type=int, default=45, help="epochs of each ensemble member")
+    p.add_argument("--epochs", type=int, default=150, help="epochs of each ensemble member")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--learning-rate", type=float, default=3e-3)
     p.add_argument("--units", type=int, nargs="+", default=[128, 64])
-    p.add_argument("--encoder", nargs="+", default=["gated", "lstm"], choices=("gated", "lstm"),
+    p.add_argument("--encoder", nargs="+", default=["gated"], choices=("gated", "lstm"),
                    help="encoder cells; several: ensemble member i uses the i-th (cyclically)")
     p.add_argument("--input-dropout", type=float, default=0.1)
     p.add_argument("--window", type=int, default=32)
@@ -928,9 +965,9 @@ def main(argv=None):
     p.add_argument("--zoneout", type=float, default=0.0, help="RLadder's zoneout rate of the encoder states")
     p.add_argument("--init-output-bias", action=argparse.BooleanOptionalAction, default=True,
                    help="start the output bias at the log-odds of each key's training frequency")
-    p.add_argument("--ensemble", type=int, default=5,
+    p.add_argument("--ensemble", type=int, default=1,
                    help="train N models one after the other within the budget; average their probabilities")
-    p.add_argument("--readout", nargs="+", default=["independent"], choices=("independent", "nade"),
+    p.add_argument("--readout", nargs="+", default=["nade"], choices=("independent", "nade"),
                    help="independent: one Bernoulli per key given the past (the paper's); nade: each key "
                    "also given the lower keys of its step; several: member i uses the i-th (cyclically)")
     p.add_argument("--nade-units", type=int, default=64, help="hidden units of the NADE read-out")
