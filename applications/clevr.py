@@ -635,7 +635,7 @@ def train(cache_dir, run_dir="runs/clevr", data_dir=None, epochs=25, batch_size=
         )
         compile_model(model, learning_rate)
     history = model.fit(distribute.distribute_dataset_options(train_ds), validation_data=val_ds, epochs=epochs,
-                        verbose=verbose, callbacks=[*recipe_callbacks(run_dir), *callbacks])
+                        verbose=verbose, callbacks=[*recipe_callbacks(run_dir), *callbacks], shuffle=False)
     loss, accuracy = model.evaluate(val_ds, verbose=0)  # EMA weights (see module doc)
     paths = {k: os.path.join(run_dir, f) for k, f in
              (("model", "model.keras"), ("plot", "history.png"), ("metrics", "metrics.json"),

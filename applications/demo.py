@@ -259,7 +259,7 @@ def train(
         validation_data=test_ds,
         epochs=epochs,
         verbose=verbose,
-        callbacks=[*resumable, keras.callbacks.TensorBoard(paths["logs"]), *callbacks],
+        callbacks=[*resumable, keras.callbacks.TensorBoard(paths["logs"]), *callbacks], shuffle=False,
     )
     loss, accuracy = model.evaluate(test_ds, verbose=0)
     save_atomically(model, paths["model"])

@@ -698,7 +698,7 @@ def train(
             validation_data=valid_ds,
             epochs=epochs,
             verbose=verbose,
-            callbacks=[keras.callbacks.TensorBoard(logs), *extra, KeepBest(), *user],
+            callbacks=[keras.callbacks.TensorBoard(logs), *extra, KeepBest(), *user], shuffle=False,
         )
         if best["weights"] is not None:
             model.set_weights(best["weights"])

@@ -297,7 +297,7 @@ def train(
         steps_per_epoch=steps_per_epoch,
         validation_data=test_ds,
         callbacks=[*train_utils.run_callbacks(run_dir), *callbacks],
-        verbose=verbose,
+        verbose=verbose, shuffle=False,
     )
     return model, history
 

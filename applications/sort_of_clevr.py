@@ -482,6 +482,7 @@ def train(run_dir="runs/sort_of_clevr", steps=20000, batch_size=64, kb="symbolic
         distribute.distribute_dataset_options(make_dataset(batch_size, seed, kb=kb)),
         steps_per_epoch=max(1, steps // epochs), epochs=epochs,
         validation_data=val_all, verbose=verbose, callbacks=[*clevr.recipe_callbacks(run_dir), *callbacks],
+        shuffle=False,
     )
     result = {
         f"{name}_accuracy": float(model.evaluate(*val[r], verbose=0, batch_size=256)[1])

@@ -695,7 +695,7 @@ def train(
         print(f"training on {len(train_y):,} {train_on}, validating on {len(dev_y):,} dev sentences")
     history = model.fit(
         distribute.distribute_dataset_options(train_ds), validation_data=dev_ds, epochs=epochs, verbose=verbose,
-        callbacks=[*run_callbacks(run_dir, checkpoint=False), *callbacks],
+        callbacks=[*run_callbacks(run_dir, checkpoint=False), *callbacks], shuffle=False,
     )
     paths = {
         "model": str(run_dir / "model.keras"),

@@ -528,7 +528,7 @@ def train(
         validation_data=make_dataset(test_data, n_iters, batch_size, num_classes),
         epochs=epochs,
         verbose=verbose,
-        callbacks=[*callbacks, keras.callbacks.TensorBoard(paths["logs"])],
+        callbacks=[*callbacks, keras.callbacks.TensorBoard(paths["logs"])], shuffle=False,
     )
     save_atomically(model, paths["model"])
     csv_path = os.path.join(run_dir, fault_tolerance.HISTORY_CSV)

@@ -136,7 +136,7 @@ def train(
         validation_data=data["validation"],
         epochs=epochs,
         verbose=verbose,
-        callbacks=[keras.callbacks.TensorBoard(os.path.join(run_dir, "logs")), *(callbacks or [])],
+        callbacks=[keras.callbacks.TensorBoard(os.path.join(run_dir, "logs")), *(callbacks or [])], shuffle=False,
     )
     test_loss, test_accuracy = model.evaluate(data["test"], verbose=0)
     paths = {
