@@ -665,6 +665,22 @@ What is left: the groups still do not each take one texture of the bank
 (the masks are the initial blobs plus the digit's outline); untried here:
 ``initial_mask_stddev``, the classifier on the masks with a larger weight,
 ``texture_shift``, longer training than this CPU budget allows.
+
+Tagger, fifth round, 2026-11-24: ``initial_mask_stddev`` (the last of round
+four's untried options), the fourth round's validation probe otherwise (4,000
+training images, 200 validation images from held-out training digits, fixed bank,
+noise 0.4, 5 iterations, posterior masks, scale 14, sigma 0.1, head on, 400 s,
+``taskset -c 0``; the first shared its core with a niced test run), AMI after
+iterations 1..5 at the end:
+
+    initial_mask_stddev 1 (round four)   0.002 / 0.006 / 0.012 / 0.026 / 0.021   (6 epochs)
+    initial_mask_stddev 3                0.006 / 0.016 / 0.018 / 0.020 / 0.016   (5 epochs;
+                                           max pi 0.89 -> 0.71)
+    initial_mask_stddev 6                0.008 / 0.004 / 0.005 / 0.013 / 0.019   (6 epochs;
+                                           max pi 0.95 -> 0.998)
+
+Sharper initial masks make sharper masks (with 6, nearly hard from the second
+iteration) but no better segmentations: the default stays 1.
 """
 
 import argparse
