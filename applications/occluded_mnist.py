@@ -96,18 +96,128 @@ def bar_mask(frame_size=FRAME_SIZE, bar_width=4, bar_spacing=8, offset=0):
 
 def trajectory(start, velocity, num_frames, limit):
     """Top-left positions ``[num_frames, 2]`` moving by ``velocity``, bouncing inside ``[0, limit]``."""
-    pos = np.array(start, "int64")
-    vel = np.array(velocity, "int64")
-    out = []
-    for _ in range(num_frames):
-        out.append(pos.copy())
+    return trajectories(np.asarray(start)[None], np.asarray(velocity)[None], num_frames, limit)[0]
+
+
+def trajectories(starts, velocities, num_frames, limit):
+    """Top-left positions ``[n, num_frames, 2]`` of ``n`` digits at once (see :func:`trajectory`).
+
+    Each digit moves by its velocity; an axis whose next position would leave
+    ``[0, limit]`` reverses its velocity for that step and on.
+    """
+    pos = np.array(starts, "int64").reshape(-1, 2)
+    vel = np.array(velocities, "int64").reshape(-1, 2)
+    out = np.zeros((len(pos), num_frames, 2), "int64")
+    for t in range(num_frames):
+        out[:, t] = pos
         nxt = pos + vel
-        for axis in range(2):
-            if nxt[axis] < 0 or nxt[axis] > limit:
-                vel[axis] = -vel[axis]
-                nxt[axis] = pos[axis] + vel[axis]
-        pos = np.clip(nxt, 0, limit)
-    return np.stack(out)
+        bounce = (nxt < 0) | (nxt > limit)
+        vel = np.where(bounce, -vel, vel)
+        pos = np.clip(np.where(bounce, pos + vel, nxt), 0, limit)
+    return out
+
+
+#: default parameters of :func:`augment_digits` (``augment="affine"``)
+AFFINE_DEFAULTS = {"rotation": 15.0, "scale": 0.1, "shear": 10.0, "shift": 2.0}
+
+
+def _check_affine(options):
+    """``AFFINE_DEFAULTS`` updated with ``options`` (a dict or None), validated."""
+    if options is None:
+        options = {}
+    if not isinstance(options, dict):
+        raise ValueError(f"`affine` options must be a dict or None. Received: affine={options!r}")
+    unknown = sorted(set(options) - set(AFFINE_DEFAULTS))
+    if unknown:
+        raise ValueError(
+            f"Unknown affine augmentation option(s) {unknown}; expected some of "
+            f"{sorted(AFFINE_DEFAULTS)}. Received: affine={options!r}"
+        )
+    merged = {**AFFINE_DEFAULTS, **options}
+    for key, value in merged.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not (
+            np.isfinite(value) and value >= 0
+        ):
+            raise ValueError(f"`{key}` must be a finite number >= 0. Received: {key}={value!r}")
+    if merged["rotation"] >= 90 or merged["shear"] >= 60:
+        raise ValueError(
+            "`rotation` must be below 90 degrees and `shear` below 60 degrees. "
+            f"Received: rotation={merged['rotation']!r}, shear={merged['shear']!r}"
+        )
+    if merged["scale"] >= 1:
+        raise ValueError(f"`scale` must be below 1 (factors 1 - scale .. 1 + scale). Received: scale={merged['scale']!r}")
+    return {k: float(v) for k, v in merged.items()}
+
+
+def augment_digits(digits, seed=0, rotation=15.0, scale=0.1, shear=10.0, shift=2.0):
+    """Random small affine transforms of digit images, one per image (deterministic for a seed).
+
+    Each image is rotated, sheared (horizontally) and scaled about its centre and
+    then shifted, all by amounts drawn uniformly and independently per image, and
+    resampled bilinearly (ink moved in from outside the image is zero). Vectorized
+    numpy: about 0.1 s per 10,000 images of 28x28 on one CPU core.
+
+    Args:
+        digits: ``[n, H, W]`` images (float, e.g. in [0, 1]).
+        seed: an int, a sequence of ints or a ``numpy.random.Generator``.
+        rotation: largest rotation in degrees (angles in ``[-rotation, rotation]``);
+            below 90.
+        scale: largest relative change of size (factors in ``[1 - scale, 1 + scale]``);
+            below 1.
+        shear: largest horizontal shear angle in degrees; below 60.
+        shift: largest translation in pixels along each axis (sub-pixel amounts
+            included).
+
+    Returns:
+        ``[n, H, W]`` float32 images; every value stays within the input's range
+        (bilinear interpolation averages neighbours). With all four parameters at
+        0 the images are returned unchanged (as float32).
+    """
+    options = _check_affine({"rotation": rotation, "scale": scale, "shear": shear, "shift": shift})
+    digits = np.asarray(digits, "float32")
+    if digits.ndim != 3:
+        raise ValueError(f"`digits` must have shape [n, height, width]. Received: shape={digits.shape}")
+    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    n, height, width = digits.shape
+    angle = np.deg2rad(rng.uniform(-options["rotation"], options["rotation"], n))
+    shear_angle = np.deg2rad(rng.uniform(-options["shear"], options["shear"], n))
+    factor = rng.uniform(1 - options["scale"], 1 + options["scale"], n)
+    offset = rng.uniform(-options["shift"], options["shift"], (n, 2))
+    # forward map (row, column about the centre): p' = R(angle) S(shear) (factor p) + offset;
+    # each output pixel is read at the inverse image of its position
+    cos, sin, tan = np.cos(angle), np.sin(angle), np.tan(shear_angle)
+    forward = np.empty((n, 2, 2))
+    # S(shear) = [[1, 0], [tan, 1]] moves columns by tan * row; R = [[cos, -sin], [sin, cos]]
+    forward[:, 0, 0] = (cos - sin * tan) * factor
+    forward[:, 0, 1] = -sin * factor
+    forward[:, 1, 0] = (sin + cos * tan) * factor
+    forward[:, 1, 1] = cos * factor
+    inverse = np.linalg.inv(forward)
+    centre = np.array([(height - 1) / 2, (width - 1) / 2])
+    rows, cols = np.meshgrid(np.arange(height), np.arange(width), indexing="ij")
+    grid = np.stack([rows.ravel(), cols.ravel()], -1) - centre  # [H*W, 2]
+    out = np.empty_like(digits)
+    padded = np.pad(digits, ((0, 0), (1, 1), (1, 1)))  # zero ink around the image
+    for lo in range(0, n, 4096):  # bounded memory
+        hi = min(n, lo + 4096)
+        source = np.einsum("nij,npj->npi", inverse[lo:hi], grid - offset[lo:hi, None]) + centre
+        r0, c0 = np.floor(source[..., 0]), np.floor(source[..., 1])
+        fr, fc = (source[..., 0] - r0).astype("float32"), (source[..., 1] - c0).astype("float32")
+        # indices into the padded images: -1 and H (W) are the zero border; anything further
+        # out is clamped onto that border
+        r0 = np.clip(r0.astype("int64"), -1, height) + 1
+        c0 = np.clip(c0.astype("int64"), -1, width) + 1
+        r1 = np.clip(r0 + 1, 0, height + 1)
+        c1 = np.clip(c0 + 1, 0, width + 1)
+        image = np.arange(lo, hi)[:, None]
+        value = (
+            padded[image, r0, c0] * (1 - fr) * (1 - fc)
+            + padded[image, r0, c1] * (1 - fr) * fc
+            + padded[image, r1, c0] * fr * (1 - fc)
+            + padded[image, r1, c1] * fr * fc
+        )
+        out[lo:hi] = value.reshape(hi - lo, height, width)
+    return out
 
 
 def generate(
@@ -123,6 +233,7 @@ def generate(
     bar_spacing=8,
     bar_value=1.0,
     random_bar_offset=True,
+    affine=None,
 ):
     """Occluded moving-digit sequences, deterministic for a seed.
 
@@ -130,12 +241,18 @@ def generate(
         digits: ``[n, 28, 28]`` images in [0, 1] (or already ``digit_size`` wide).
         labels: ``[n]`` integer labels.
         num_sequences: how many sequences to make (digits drawn with replacement).
-        seed: the generator's seed.
+        seed: the generator's seed (an int or a sequence of ints).
         speed: pixels per frame along each moving axis.
         bar_width, bar_spacing: width of a bar and distance between left edges of bars.
         bar_value: intensity of the bars (drawn over the digit).
         random_bar_offset: shift the bar pattern by a random 0..bar_spacing-1 pixels
             per sequence (else bars start at column 0).
+        affine: None (default: the digits as they are), or a dict of
+            :func:`augment_digits` parameters (``{}``: ``AFFINE_DEFAULTS``): every
+            sequence's digit gets its own random affine transform, applied at the
+            digits' full resolution before downscaling. For training data only.
+            The other draws (digits, starts, velocities, bars) are the same as
+            without it for the same seed.
 
     Returns:
         A dict: ``frames`` ``[num_sequences, num_frames, S, S, 1]`` float32 in [0, 1]
@@ -145,28 +262,35 @@ def generate(
         ``[num_sequences, S, S]`` (bool masks).
     """
     rng = np.random.default_rng(seed)
+    options = None if affine is None else _check_affine(affine)
     digits = np.asarray(digits, "float32")
     if digits.ndim == 4:
         digits = digits[..., 0]
-    small = digits if digits.shape[1] == digit_size else downscale(digits, digit_size)
     limit = frame_size - digit_size
     if limit < 0:
         raise ValueError(f"`frame_size` must be at least the digit's size ({digit_size}). "
                          f"Received: frame_size={frame_size}")
-    index = rng.integers(0, len(small), num_sequences)
+    index = rng.integers(0, len(digits), num_sequences)
     starts = rng.integers(0, limit + 1, (num_sequences, 2))
     directions = np.asarray(DIRECTIONS)[rng.integers(0, len(DIRECTIONS), num_sequences)]
     offsets = rng.integers(0, bar_spacing, num_sequences) if random_bar_offset else np.zeros(
         num_sequences, "int64"
     )
+    if options is None:
+        small = digits if digits.shape[1] == digit_size else downscale(digits, digit_size)
+        small = small[index]
+    else:  # one transform per sequence, drawn after the other draws
+        chosen = augment_digits(digits[index], rng, **options)
+        small = chosen if digits.shape[1] == digit_size else downscale(chosen, digit_size)
+    positions = trajectories(starts, directions * speed, num_frames, limit)
     clean = np.zeros((num_sequences, num_frames, frame_size, frame_size), "float32")
-    positions = np.zeros((num_sequences, num_frames, 2), "int64")
-    bars = np.zeros((num_sequences, frame_size, frame_size), bool)
-    for i in range(num_sequences):
-        positions[i] = trajectory(starts[i], directions[i] * speed, num_frames, limit)
-        for t, (r, c) in enumerate(positions[i]):
-            clean[i, t, r : r + digit_size, c : c + digit_size] = small[index[i]]
-        bars[i] = bar_mask(frame_size, bar_width, bar_spacing, offsets[i])
+    span = np.arange(digit_size)
+    rows = positions[..., 0, None, None] + span[:, None]  # [n, T, d, 1]
+    cols = positions[..., 1, None, None] + span[None, :]  # [n, T, 1, d]
+    clean[np.arange(num_sequences)[:, None, None, None], np.arange(num_frames)[None, :, None, None],
+          rows, cols] = small[:, None]
+    columns = (np.arange(frame_size)[None, :] - offsets[:, None]) % bar_spacing < bar_width
+    bars = np.broadcast_to(columns[:, None, :], (num_sequences, frame_size, frame_size)).copy()
     frames = np.where(bars[:, None], np.float32(bar_value), clean)
     return {
         "frames": frames[..., None].astype("float32"),
