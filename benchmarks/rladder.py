@@ -689,6 +689,8 @@ def _occluded_variant(args, variant, budget_seconds):
             jit_compile=args.jit_compile,
             frame_weight=args.frame_weight,
             feedback_initializer=None if args.feedback_initializer == "default" else args.feedback_initializer,
+            augment=None if args.augment == "none" else args.augment,
+            affine=om.affine_options(args),
             seed=args.seed,
             verbose=args.verbose,
             callbacks=callbacks,
@@ -893,6 +895,12 @@ def main(argv=None):
                    "of --learning-rate (1: constant; default: %(default)s)")
     p.add_argument("--feedback-initializer", default="zeros", choices=("zeros", "default"),
                    help="RLadder's feedback kernels start at zero, or as its other kernels")
+    p.add_argument("--augment", default="none", choices=("none", "fresh", "affine"),
+                   help="training sequences of every variant: fixed (none), new every epoch (fresh), or new "
+                   "every epoch with each digit randomly transformed (affine); test sequences never are")
+    for key in ("rotation", "scale", "shear", "shift"):
+        p.add_argument(f"--affine-{key}", type=float, default=None,
+                       help=f"with --augment affine: applications.occluded_mnist.augment_digits's {key}")
     p.add_argument("--intra-op-threads", type=int, default=1,
                    help="TensorFlow threads inside one op (0: all cores)")
     p.add_argument("--parallel", action=argparse.BooleanOptionalAction, default=True,

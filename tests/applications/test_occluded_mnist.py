@@ -357,3 +357,24 @@ def test_cli_trains_with_affine_augmentation(tmp_path, capsys):
     om.add_arguments(parser, "train")
     assert om.affine_options(parser.parse_args(["--affine-rotation", "5"])) == {"rotation": 5.0}
     assert om.affine_options(parser.parse_args([])) is None
+
+
+def test_benchmark_passes_the_augmentation_to_every_variant(monkeypatch, capsys):
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "rladder.py"
+    spec = importlib.util.spec_from_file_location("rladder_benchmark_under_test", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    seen = []
+
+    def fake_variant(args, variant, budget_seconds):
+        seen.append((variant, args.augment, om.affine_options(args)))
+        return {"variant": variant, "test_error": 0.5, "paper_error": 0.01, "parameters": 1, "epochs_run": 1,
+                "wall": 0.0, "cpu": 0.0, "budget_hit": False}
+
+    monkeypatch.setattr(bench, "_occluded_variant", fake_variant)
+    bench.main(["occluded", "--no-parallel", "--augment", "affine", "--affine-rotation", "5"])
+    assert seen == [(v, "affine", {"rotation": 5.0}) for v in ("rladder", "temporal", "no_feedback")]
+    capsys.readouterr()
