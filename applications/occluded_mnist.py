@@ -32,6 +32,15 @@ thousands of updates), ``conv_normalization="auto"`` (per-sample instance
 normalization in every variant's convolutions: without it the next-frame cost
 silences the ladder's upper ReLU levels) and ``feedback_initializer="zeros"``
 (the full ladder starts as ``no_feedback`` and learns its feedback).
+
+Training-data augmentation (:func:`make_training_dataset`, ``train(augment=...)``,
+``--augment`` on the command line; off by default): ``"fresh"`` draws a new set of
+training sequences every epoch (digits, start positions, velocities and bar
+offsets), ``"affine"`` also gives every sequence's digit its own random small
+affine transform (:func:`augment_digits`: rotation, scale, shear and sub-pixel
+shift, at the digit's full 28x28 resolution before downscaling), so that a few
+thousand training digits act as many more. Validation and test sequences are
+never augmented.
 """
 
 import os
@@ -145,7 +154,9 @@ def _check_affine(options):
             f"Received: rotation={merged['rotation']!r}, shear={merged['shear']!r}"
         )
     if merged["scale"] >= 1:
-        raise ValueError(f"`scale` must be below 1 (factors 1 - scale .. 1 + scale). Received: scale={merged['scale']!r}")
+        raise ValueError(
+            f"`scale` must be below 1 (factors 1 - scale .. 1 + scale). Received: scale={merged['scale']!r}"
+        )
     return {k: float(v) for k, v in merged.items()}
 
 
