@@ -32,6 +32,15 @@ thousands of updates), ``conv_normalization="auto"`` (per-sample instance
 normalization in every variant's convolutions: without it the next-frame cost
 silences the ladder's upper ReLU levels) and ``feedback_initializer="zeros"``
 (the full ladder starts as ``no_feedback`` and learns its feedback).
+
+Training-data augmentation (:func:`make_training_dataset`, ``train(augment=...)``,
+``--augment`` on the command line; off by default): ``"fresh"`` draws a new set of
+training sequences every epoch (digits, start positions, velocities and bar
+offsets), ``"affine"`` also gives every sequence's digit its own random small
+affine transform (:func:`augment_digits`: rotation, scale, shear and sub-pixel
+shift, at the digit's full 28x28 resolution before downscaling), so that a few
+thousand training digits act as many more. Validation and test sequences are
+never augmented.
 """
 
 import os
@@ -96,18 +105,130 @@ def bar_mask(frame_size=FRAME_SIZE, bar_width=4, bar_spacing=8, offset=0):
 
 def trajectory(start, velocity, num_frames, limit):
     """Top-left positions ``[num_frames, 2]`` moving by ``velocity``, bouncing inside ``[0, limit]``."""
-    pos = np.array(start, "int64")
-    vel = np.array(velocity, "int64")
-    out = []
-    for _ in range(num_frames):
-        out.append(pos.copy())
+    return trajectories(np.asarray(start)[None], np.asarray(velocity)[None], num_frames, limit)[0]
+
+
+def trajectories(starts, velocities, num_frames, limit):
+    """Top-left positions ``[n, num_frames, 2]`` of ``n`` digits at once (see :func:`trajectory`).
+
+    Each digit moves by its velocity; an axis whose next position would leave
+    ``[0, limit]`` reverses its velocity for that step and on.
+    """
+    pos = np.array(starts, "int64").reshape(-1, 2)
+    vel = np.array(velocities, "int64").reshape(-1, 2)
+    out = np.zeros((len(pos), num_frames, 2), "int64")
+    for t in range(num_frames):
+        out[:, t] = pos
         nxt = pos + vel
-        for axis in range(2):
-            if nxt[axis] < 0 or nxt[axis] > limit:
-                vel[axis] = -vel[axis]
-                nxt[axis] = pos[axis] + vel[axis]
-        pos = np.clip(nxt, 0, limit)
-    return np.stack(out)
+        bounce = (nxt < 0) | (nxt > limit)
+        vel = np.where(bounce, -vel, vel)
+        pos = np.clip(np.where(bounce, pos + vel, nxt), 0, limit)
+    return out
+
+
+#: default parameters of :func:`augment_digits` (``augment="affine"``)
+AFFINE_DEFAULTS = {"rotation": 15.0, "scale": 0.1, "shear": 10.0, "shift": 2.0}
+
+
+def _check_affine(options):
+    """``AFFINE_DEFAULTS`` updated with ``options`` (a dict or None), validated."""
+    if options is None:
+        options = {}
+    if not isinstance(options, dict):
+        raise ValueError(f"`affine` options must be a dict or None. Received: affine={options!r}")
+    unknown = sorted(set(options) - set(AFFINE_DEFAULTS))
+    if unknown:
+        raise ValueError(
+            f"Unknown affine augmentation option(s) {unknown}; expected some of "
+            f"{sorted(AFFINE_DEFAULTS)}. Received: affine={options!r}"
+        )
+    merged = {**AFFINE_DEFAULTS, **options}
+    for key, value in merged.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not (
+            np.isfinite(value) and value >= 0
+        ):
+            raise ValueError(f"`{key}` must be a finite number >= 0. Received: {key}={value!r}")
+    if merged["rotation"] >= 90 or merged["shear"] >= 60:
+        raise ValueError(
+            "`rotation` must be below 90 degrees and `shear` below 60 degrees. "
+            f"Received: rotation={merged['rotation']!r}, shear={merged['shear']!r}"
+        )
+    if merged["scale"] >= 1:
+        raise ValueError(
+            f"`scale` must be below 1 (factors 1 - scale .. 1 + scale). Received: scale={merged['scale']!r}"
+        )
+    return {k: float(v) for k, v in merged.items()}
+
+
+def augment_digits(digits, seed=0, rotation=15.0, scale=0.1, shear=10.0, shift=2.0):
+    """Random small affine transforms of digit images, one per image (deterministic for a seed).
+
+    Each image is rotated, sheared (horizontally) and scaled about its centre and
+    then shifted, all by amounts drawn uniformly and independently per image, and
+    resampled bilinearly (ink moved in from outside the image is zero). Vectorized
+    numpy: about 0.1 s per 10,000 images of 28x28 on one CPU core.
+
+    Args:
+        digits: ``[n, H, W]`` images (float, e.g. in [0, 1]).
+        seed: an int, a sequence of ints or a ``numpy.random.Generator``.
+        rotation: largest rotation in degrees (angles in ``[-rotation, rotation]``);
+            below 90.
+        scale: largest relative change of size (factors in ``[1 - scale, 1 + scale]``);
+            below 1.
+        shear: largest horizontal shear angle in degrees; below 60.
+        shift: largest translation in pixels along each axis (sub-pixel amounts
+            included).
+
+    Returns:
+        ``[n, H, W]`` float32 images; every value stays within the input's range
+        (bilinear interpolation averages neighbours). With all four parameters at
+        0 the images are returned unchanged (as float32).
+    """
+    options = _check_affine({"rotation": rotation, "scale": scale, "shear": shear, "shift": shift})
+    digits = np.asarray(digits, "float32")
+    if digits.ndim != 3:
+        raise ValueError(f"`digits` must have shape [n, height, width]. Received: shape={digits.shape}")
+    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    n, height, width = digits.shape
+    angle = np.deg2rad(rng.uniform(-options["rotation"], options["rotation"], n))
+    shear_angle = np.deg2rad(rng.uniform(-options["shear"], options["shear"], n))
+    factor = rng.uniform(1 - options["scale"], 1 + options["scale"], n)
+    offset = rng.uniform(-options["shift"], options["shift"], (n, 2))
+    # forward map (row, column about the centre): p' = R(angle) S(shear) (factor p) + offset;
+    # each output pixel is read at the inverse image of its position
+    cos, sin, tan = np.cos(angle), np.sin(angle), np.tan(shear_angle)
+    forward = np.empty((n, 2, 2))
+    # S(shear) = [[1, 0], [tan, 1]] moves columns by tan * row; R = [[cos, -sin], [sin, cos]]
+    forward[:, 0, 0] = (cos - sin * tan) * factor
+    forward[:, 0, 1] = -sin * factor
+    forward[:, 1, 0] = (sin + cos * tan) * factor
+    forward[:, 1, 1] = cos * factor
+    inverse = np.linalg.inv(forward)
+    centre = np.array([(height - 1) / 2, (width - 1) / 2])
+    rows, cols = np.meshgrid(np.arange(height), np.arange(width), indexing="ij")
+    grid = np.stack([rows.ravel(), cols.ravel()], -1) - centre  # [H*W, 2]
+    out = np.empty_like(digits)
+    padded = np.pad(digits, ((0, 0), (1, 1), (1, 1)))  # zero ink around the image
+    for lo in range(0, n, 4096):  # bounded memory
+        hi = min(n, lo + 4096)
+        source = np.einsum("nij,npj->npi", inverse[lo:hi], grid - offset[lo:hi, None]) + centre
+        r0, c0 = np.floor(source[..., 0]), np.floor(source[..., 1])
+        fr, fc = (source[..., 0] - r0).astype("float32"), (source[..., 1] - c0).astype("float32")
+        # indices into the padded images: -1 and H (W) are the zero border; anything further
+        # out is clamped onto that border
+        r0 = np.clip(r0.astype("int64"), -1, height) + 1
+        c0 = np.clip(c0.astype("int64"), -1, width) + 1
+        r1 = np.clip(r0 + 1, 0, height + 1)
+        c1 = np.clip(c0 + 1, 0, width + 1)
+        image = np.arange(lo, hi)[:, None]
+        value = (
+            padded[image, r0, c0] * (1 - fr) * (1 - fc)
+            + padded[image, r0, c1] * (1 - fr) * fc
+            + padded[image, r1, c0] * fr * (1 - fc)
+            + padded[image, r1, c1] * fr * fc
+        )
+        out[lo:hi] = value.reshape(hi - lo, height, width)
+    return out
 
 
 def generate(
@@ -123,6 +244,7 @@ def generate(
     bar_spacing=8,
     bar_value=1.0,
     random_bar_offset=True,
+    affine=None,
 ):
     """Occluded moving-digit sequences, deterministic for a seed.
 
@@ -130,12 +252,18 @@ def generate(
         digits: ``[n, 28, 28]`` images in [0, 1] (or already ``digit_size`` wide).
         labels: ``[n]`` integer labels.
         num_sequences: how many sequences to make (digits drawn with replacement).
-        seed: the generator's seed.
+        seed: the generator's seed (an int or a sequence of ints).
         speed: pixels per frame along each moving axis.
         bar_width, bar_spacing: width of a bar and distance between left edges of bars.
         bar_value: intensity of the bars (drawn over the digit).
         random_bar_offset: shift the bar pattern by a random 0..bar_spacing-1 pixels
             per sequence (else bars start at column 0).
+        affine: None (default: the digits as they are), or a dict of
+            :func:`augment_digits` parameters (``{}``: ``AFFINE_DEFAULTS``): every
+            sequence's digit gets its own random affine transform, applied at the
+            digits' full resolution before downscaling. For training data only.
+            The other draws (digits, starts, velocities, bars) are the same as
+            without it for the same seed.
 
     Returns:
         A dict: ``frames`` ``[num_sequences, num_frames, S, S, 1]`` float32 in [0, 1]
@@ -145,28 +273,35 @@ def generate(
         ``[num_sequences, S, S]`` (bool masks).
     """
     rng = np.random.default_rng(seed)
+    options = None if affine is None else _check_affine(affine)
     digits = np.asarray(digits, "float32")
     if digits.ndim == 4:
         digits = digits[..., 0]
-    small = digits if digits.shape[1] == digit_size else downscale(digits, digit_size)
     limit = frame_size - digit_size
     if limit < 0:
         raise ValueError(f"`frame_size` must be at least the digit's size ({digit_size}). "
                          f"Received: frame_size={frame_size}")
-    index = rng.integers(0, len(small), num_sequences)
+    index = rng.integers(0, len(digits), num_sequences)
     starts = rng.integers(0, limit + 1, (num_sequences, 2))
     directions = np.asarray(DIRECTIONS)[rng.integers(0, len(DIRECTIONS), num_sequences)]
     offsets = rng.integers(0, bar_spacing, num_sequences) if random_bar_offset else np.zeros(
         num_sequences, "int64"
     )
+    if options is None:
+        small = digits if digits.shape[1] == digit_size else downscale(digits, digit_size)
+        small = small[index]
+    else:  # one transform per sequence, drawn after the other draws
+        chosen = augment_digits(digits[index], rng, **options)
+        small = chosen if digits.shape[1] == digit_size else downscale(chosen, digit_size)
+    positions = trajectories(starts, directions * speed, num_frames, limit)
     clean = np.zeros((num_sequences, num_frames, frame_size, frame_size), "float32")
-    positions = np.zeros((num_sequences, num_frames, 2), "int64")
-    bars = np.zeros((num_sequences, frame_size, frame_size), bool)
-    for i in range(num_sequences):
-        positions[i] = trajectory(starts[i], directions[i] * speed, num_frames, limit)
-        for t, (r, c) in enumerate(positions[i]):
-            clean[i, t, r : r + digit_size, c : c + digit_size] = small[index[i]]
-        bars[i] = bar_mask(frame_size, bar_width, bar_spacing, offsets[i])
+    span = np.arange(digit_size)
+    rows = positions[..., 0, None, None] + span[:, None]  # [n, T, d, 1]
+    cols = positions[..., 1, None, None] + span[None, :]  # [n, T, 1, d]
+    clean[np.arange(num_sequences)[:, None, None, None], np.arange(num_frames)[None, :, None, None],
+          rows, cols] = small[:, None]
+    columns = (np.arange(frame_size)[None, :] - offsets[:, None]) % bar_spacing < bar_width
+    bars = np.broadcast_to(columns[:, None, :], (num_sequences, frame_size, frame_size)).copy()
     frames = np.where(bars[:, None], np.float32(bar_value), clean)
     return {
         "frames": frames[..., None].astype("float32"),
@@ -201,6 +336,80 @@ def make_dataset(data, variant="rladder", batch_size=32, shuffle=False, seed=0):
     if shuffle:
         ds = ds.shuffle(len(data["frames"]), seed=seed, reshuffle_each_iteration=True)
     return ds.batch(batch_size).prefetch(tf.data.AUTOTUNE)
+
+
+AUGMENTS = (None, "fresh", "affine")
+
+
+def _check_augment(augment, affine):
+    if augment not in AUGMENTS:
+        raise ValueError(f"`augment` must be one of {AUGMENTS}. Received: augment={augment!r}")
+    if affine is not None and augment != "affine":
+        raise ValueError(f"`affine` options need augment='affine'. Received: augment={augment!r}, affine={affine!r}")
+    return _check_affine(affine) if augment == "affine" else None
+
+
+def make_training_dataset(
+    digits,
+    labels,
+    num_sequences,
+    variant="rladder",
+    batch_size=32,
+    seed=0,
+    augment=None,
+    affine=None,
+    frame_size=FRAME_SIZE,
+):
+    """A ``tf.data`` pipeline of training ``(frames, targets)`` batches, augmented or not.
+
+    Args:
+        digits, labels: the training digits (``[n, 28, 28]`` in [0, 1]) and labels.
+        num_sequences: sequences per epoch (one pass over the dataset).
+        augment: None (default): ``num_sequences`` sequences generated once (seed
+            ``seed``) and reshuffled every epoch, as :func:`make_dataset` with
+            ``shuffle=True``. ``"fresh"``: a new set of ``num_sequences`` sequences
+            every epoch (new digits drawn, start positions, velocities and bar
+            offsets; epoch ``e`` uses seed ``(seed, e)``, so the stream is
+            deterministic for a seed). ``"affine"``: as ``"fresh"``, and every
+            sequence's digit gets its own random affine transform
+            (:func:`augment_digits`, with ``affine``'s parameters). Validation and
+            test sequences are never augmented.
+        affine: the parameters of :func:`augment_digits` for ``augment="affine"``
+            (a dict; None or missing keys: ``AFFINE_DEFAULTS``).
+
+    Returns:
+        A ``tf.data.Dataset``; with ``augment`` it regenerates its sequences (in
+        numpy, ~1.5 s per 20,000 sequences of 24x24 frames on one core, ~3 s with
+        ``"affine"``) each time it is iterated, that is every epoch of ``fit``
+        (or every pass of ``.repeat()``).
+    """
+    import tensorflow as tf
+
+    options = _check_augment(augment, affine)
+    if augment is None:
+        data = generate(digits, labels, num_sequences, seed=seed, frame_size=frame_size)
+        return make_dataset(data, variant, batch_size, shuffle=True, seed=seed)
+    digits = np.asarray(digits, "float32")
+    labels = np.asarray(labels)
+    passes = [0]  # passes over the dataset so far (each one draws new sequences)
+
+    def batches():
+        data = generate(digits, labels, num_sequences, seed=(seed, passes[0]), frame_size=frame_size,
+                        affine=options)
+        passes[0] += 1
+        targets = targets_for(variant, data["frames"], data["labels"])
+        for lo in range(0, num_sequences, batch_size):
+            yield data["frames"][lo : lo + batch_size], {k: v[lo : lo + batch_size] for k, v in targets.items()}
+
+    frame_spec = tf.TensorSpec((None, NUM_FRAMES, frame_size, frame_size, 1), tf.float32)
+    target_spec = {
+        "digit": tf.TensorSpec((None,), tf.int32),
+        "digit_steps": tf.TensorSpec((None, NUM_FRAMES), tf.int32),
+    }
+    if variant in ("rladder", "no_feedback"):
+        target_spec["next_frames"] = tf.TensorSpec((None, NUM_FRAMES - 1, frame_size, frame_size, 1), tf.float32)
+    ds = tf.data.Dataset.from_generator(batches, output_signature=(frame_spec, target_spec))
+    return ds.prefetch(2)
 
 
 # ------------------------------------------------------------------------- model
@@ -460,6 +669,8 @@ def train(
     jit_compile=False,
     frame_weight=1.0,
     feedback_initializer="zeros",
+    augment=None,
+    affine=None,
 ):
     """Trains one variant on generated sequences; writes model, plot, metrics and logs.
 
@@ -472,7 +683,13 @@ def train(
     frames leave the digit fewer positions and cost less per step);
     ``conv_encoder``, ``conv_normalization``, ``feedback_initializer``: see
     :func:`build_model`;
-    ``jit_compile``, ``frame_weight``: see :func:`compile_model`.
+    ``jit_compile``, ``frame_weight``: see :func:`compile_model`;
+    ``augment`` (None, the default; ``"fresh"``: new training sequences every
+    epoch; ``"affine"``: new sequences every epoch, each digit randomly
+    transformed) and ``affine`` (the transforms' parameters, a dict of
+    :func:`augment_digits` arguments): see :func:`make_training_dataset`;
+    ``num_train`` is then the number of sequences per epoch. The test sequences
+    are never augmented.
 
     Returns:
         A dict with the test classification error, the parameter count and the paths.
@@ -482,10 +699,17 @@ def train(
 
     import tensorflow as tf
 
+    _check_augment(augment, affine)
     strategy = strategy or tf.distribute.get_strategy()
     keras.utils.set_random_seed(seed)
     os.makedirs(run_dir, exist_ok=True)
-    train_data, test_data = make_sequences(source, data_dir, num_train, num_test, seed, frame_size)
+    train_digits, test_digits = _train_test_digits(source, data_dir, seed)
+    # the same sequences as make_sequences (without augmentation)
+    train_dataset = make_training_dataset(
+        *train_digits, num_train, variant, batch_size, seed=seed, augment=augment, affine=affine,
+        frame_size=frame_size,
+    )
+    test_data = generate(*test_digits, num_test, seed=seed + 1, frame_size=frame_size)
     with strategy.scope():
         model = compile_model(
             build_model(
@@ -510,7 +734,7 @@ def train(
         "logs": os.path.join(run_dir, "logs"),
     }
     history = model.fit(
-        make_dataset(train_data, variant, batch_size, shuffle=True, seed=seed),
+        train_dataset,
         validation_data=make_dataset(test_data, variant, batch_size),
         epochs=epochs,
         verbose=verbose,
@@ -523,6 +747,7 @@ def train(
         "test_error": classification_error(model, test_data),
         "parameters": int(model.count_params()),
         "epochs_run": len(history.history.get("loss", [])),
+        "augment": augment,
         **paths,
     }
     fault_tolerance.write_json_atomically(result, paths["metrics"])
@@ -582,6 +807,22 @@ def add_arguments(parser, command):
                             help="weight of the next-frame cost against the digit's (default: %(default)s)")
         parser.add_argument("--jit-compile", action="store_true",
                             help="compile the training step with XLA (about 2x faster on a CPU)")
+        parser.add_argument("--augment", choices=("none", "fresh", "affine"), default="none",
+                            help="training data: fixed sequences (none, default), new sequences every "
+                            "epoch (fresh), or new sequences of randomly transformed digits every epoch "
+                            "(affine); test sequences are never augmented")
+        for key, what in (("rotation", "largest rotation in degrees"), ("scale", "largest relative change "
+                          "of size"), ("shear", "largest shear angle in degrees"), ("shift", "largest shift "
+                          "in pixels of the 28x28 digit")):
+            parser.add_argument(f"--affine-{key}", type=non_negative_float, default=None,
+                                help=f"with --augment affine: {what} (default: {AFFINE_DEFAULTS[key]:g})")
+
+
+def affine_options(args):
+    """The ``affine`` dict of :func:`train` from ``--affine-*`` options (None if none is given)."""
+    given = {key: getattr(args, f"affine_{key}", None) for key in AFFINE_DEFAULTS}
+    given = {key: value for key, value in given.items() if value is not None}
+    return given or None
 
 
 def run_train(args, strategy):
@@ -601,6 +842,8 @@ def run_train(args, strategy):
         conv_normalization=None if args.conv_normalization == "none" else args.conv_normalization,
         frame_weight=args.frame_weight,
         jit_compile=args.jit_compile,
+        augment=None if args.augment == "none" else args.augment,
+        affine=affine_options(args),
         **train_options(args, strategy),
     )
 

@@ -183,3 +183,198 @@ def test_default_levels_are_feed_forward_and_normalized_convlstm_is_plain(varian
     with pytest.raises(ValueError, match="Received: jit_compile=1"):
         om.compile_model(om.build_model("temporal", **TINY), jit_compile=1)
     assert om.compile_model(om.build_model("temporal", **TINY), jit_compile=True).jit_compile
+
+
+# ------------------------------------------------------------------ augmentation
+def test_trajectories_are_the_single_trajectories_stacked():
+    rng = np.random.default_rng(0)
+    starts = rng.integers(0, 11, (50, 2))
+    velocities = np.asarray(om.DIRECTIONS)[rng.integers(0, 8, 50)] * 3
+    paths = om.trajectories(starts, velocities, 7, limit=10)
+    assert paths.shape == (50, 7, 2) and paths.min() >= 0 and paths.max() <= 10
+    for start, velocity, path in zip(starts, velocities, paths):
+        # a step by hand: reverse an axis whose next position leaves [0, 10]
+        pos, vel = list(start), list(velocity)
+        for t in range(7):
+            assert path[t].tolist() == pos
+            for axis in range(2):
+                if not 0 <= pos[axis] + vel[axis] <= 10:
+                    vel[axis] = -vel[axis]
+                pos[axis] = min(max(pos[axis] + vel[axis], 0), 10)
+
+
+def test_generator_places_the_same_downscaled_digit_in_every_frame(digits):
+    data = om.generate(*digits, 12, seed=4, frame_size=24)
+    small = om.downscale(digits[0])
+    for clean, pos, label in zip(data["clean"][..., 0], data["positions"], data["labels"]):
+        boxes = [clean[t, r : r + 14, c : c + 14] for t, (r, c) in enumerate(pos)]
+        assert all(np.array_equal(box, boxes[0]) for box in boxes)
+        matches = [i for i in range(len(small)) if np.array_equal(small[i], boxes[0])]
+        assert matches and all(digits[1][i] == label for i in matches)
+
+
+def test_augment_digits_is_deterministic_in_range_and_changes_the_digits(digits):
+    images = digits[0][:32]
+    a = om.augment_digits(images, seed=7)
+    b = om.augment_digits(images, seed=7)
+    c = om.augment_digits(images, seed=8)
+    assert a.shape == images.shape and a.dtype == np.float32
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, c) and not np.array_equal(a, images)
+    assert a.min() >= 0.0 and a.max() <= 1.0
+    # small transforms: the ink's amount (scale 0.9-1.1: area 0.81-1.21) and centre stay close
+    ink, ink_aug = images.sum((1, 2)), a.sum((1, 2))
+    assert np.all(ink_aug > 0.75 * ink) and np.all(ink_aug < 1.3 * ink)
+    grid = np.arange(28)
+
+    def centre(x):
+        return np.stack([(x.sum(2) * grid).sum(1), (x.sum(1) * grid).sum(1)], -1) / x.sum((1, 2))[:, None]
+
+    assert np.abs(centre(a) - centre(images)).max() < 4.0
+    # the identity with every amount at 0, and a pure shift moves the ink by at most the shift
+    np.testing.assert_array_equal(om.augment_digits(images, 1, rotation=0, scale=0, shear=0, shift=0), images)
+    shifted = om.augment_digits(images, 1, rotation=0, scale=0, shear=0, shift=1.5)
+    moved = np.abs(centre(shifted) - centre(images))
+    assert moved.max() <= 1.5 + 1e-3 and moved.max() > 0.1
+    # a generator as the seed
+    np.testing.assert_array_equal(om.augment_digits(images, np.random.default_rng(7)), a)
+
+
+def test_affine_sequences_keep_labels_and_motion_and_are_deterministic(digits):
+    plain = om.generate(*digits, 16, seed=3, frame_size=24)
+    aug = om.generate(*digits, 16, seed=3, frame_size=24, affine={"rotation": 10.0})
+    again = om.generate(*digits, 16, seed=3, frame_size=24, affine={"rotation": 10.0})
+    assert all(np.array_equal(aug[k], again[k]) for k in aug)
+    for key in ("labels", "positions", "velocities", "bars"):
+        np.testing.assert_array_equal(aug[key], plain[key])
+    assert aug["frames"].shape == plain["frames"].shape and aug["frames"].dtype == np.float32
+    assert aug["frames"].min() >= 0.0 and aug["frames"].max() <= 1.0
+    assert not np.array_equal(aug["clean"], plain["clean"])
+    # the ink still lies within the digit's box in every frame
+    for i in range(4):
+        for t, (r, c) in enumerate(aug["positions"][i]):
+            box = np.zeros((24, 24), bool)
+            box[r : r + 14, c : c + 14] = True
+            assert aug["clean"][i, t, ~box, 0].sum() == 0
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(rotation=-1.0), "Received: rotation=-1.0"),
+    (dict(scale=1.0), "Received: scale=1.0"),
+    (dict(shear=75.0), "shear=75.0"),
+    (dict(shift=float("nan")), "Received: shift=nan"),
+    (dict(rotation="10"), "Received: rotation='10'"),
+])
+def test_augment_digits_rejects_bad_amounts(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        om.augment_digits(np.zeros((2, 28, 28), "float32"), **kwargs)
+
+
+def test_bad_augmentation_arguments(digits):
+    with pytest.raises(ValueError, match=r"shape \[n, height, width\]"):
+        om.augment_digits(np.zeros((28, 28), "float32"))
+    with pytest.raises(ValueError, match="Unknown affine augmentation option"):
+        om.generate(*digits, 2, affine={"rotate": 5})
+    with pytest.raises(ValueError, match="must be a dict"):
+        om.generate(*digits, 2, affine="strong")
+    with pytest.raises(ValueError, match="Received: augment='mixup'"):
+        om.make_training_dataset(*digits, 4, augment="mixup")
+    with pytest.raises(ValueError, match="need augment='affine'"):
+        om.make_training_dataset(*digits, 4, augment="fresh", affine={"rotation": 5})
+    with pytest.raises(ValueError, match="Received: augment='none'"):
+        om.train(augment="none")  # checked before any data is read
+
+
+def _passes(ds, count):
+    """The frames and labels of ``count`` passes over a dataset."""
+    out = []
+    for _ in range(count):
+        batches = list(ds)
+        out.append((np.concatenate([f for f, _ in batches]), np.concatenate([t["digit"] for _, t in batches])))
+    return out
+
+
+@pytest.mark.parametrize("augment", ["fresh", "affine"])
+def test_training_dataset_draws_new_sequences_every_pass(digits, augment):
+    ds = om.make_training_dataset(*digits, 20, "rladder", batch_size=8, seed=2, augment=augment, frame_size=24)
+    (frames0, labels0), (frames1, labels1) = _passes(ds, 2)
+    assert frames0.shape == (20, 5, 24, 24, 1) and frames0.dtype == np.float32
+    assert not np.array_equal(frames0, frames1)
+    # deterministic for a seed: a new dataset repeats the same stream
+    (again0, again_labels0), (again1, _) = _passes(
+        om.make_training_dataset(*digits, 20, "rladder", batch_size=8, seed=2, augment=augment, frame_size=24), 2)
+    np.testing.assert_array_equal(again0, frames0)
+    np.testing.assert_array_equal(again1, frames1)
+    # the first pass is generate's sequences for the seed (2, 0); targets as targets_for
+    expected = om.generate(*digits, 20, seed=(2, 0), frame_size=24, affine={} if augment == "affine" else None)
+    np.testing.assert_array_equal(frames0, expected["frames"])
+    np.testing.assert_array_equal(labels0, expected["labels"])
+    frames, targets = next(iter(ds))
+    assert sorted(targets) == ["digit", "digit_steps", "next_frames"]
+    np.testing.assert_array_equal(targets["next_frames"], frames[:, 1:])
+    np.testing.assert_array_equal(targets["digit_steps"], np.repeat(targets["digit"][:, None], 5, 1))
+    temporal = om.make_training_dataset(*digits, 8, "temporal", batch_size=8, augment=augment, frame_size=24)
+    assert sorted(next(iter(temporal))[1]) == ["digit", "digit_steps"]
+
+
+def test_training_dataset_without_augmentation_is_the_fixed_shuffled_set(digits):
+    ds = om.make_training_dataset(*digits, 24, "temporal", batch_size=8, seed=1, frame_size=24)
+    (frames0, labels0), (frames1, _) = _passes(ds, 2)
+    fixed = om.generate(*digits, 24, seed=1, frame_size=24)
+    key = lambda f: f.reshape(len(f), -1).sum(1)  # noqa: E731
+    np.testing.assert_allclose(np.sort(key(frames0)), np.sort(key(fixed["frames"])))
+    np.testing.assert_allclose(np.sort(key(frames1)), np.sort(key(frames0)))
+    np.testing.assert_array_equal(np.sort(labels0), np.sort(fixed["labels"]))
+
+
+def test_cli_trains_with_affine_augmentation(tmp_path, capsys):
+    import json
+
+    from applications import __main__ as cli
+    from tests.conftest import shared_path
+
+    data = ["--data-dir", str(shared_path("data", "mnist"))]
+    tiny = ["--num-train", "8", "--num-test", "8", "--conv-units", "4", "--dense-units", "8", "--batch-size", "8",
+            "--frame-size", "16", "--variant", "temporal", "--epochs", "2", "--quiet"]
+    run_dir = tmp_path / "run"
+    code = cli.main(["train", "occluded_mnist", *data, *tiny, "--run-dir", str(run_dir),
+                     "--augment", "affine", "--affine-rotation", "5", "--affine-shift", "1"])
+    assert code == 0, capsys.readouterr().err
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["augment"] == "affine" and metrics["epochs_run"] == 2
+    # affine amounts without --augment affine, and a negative amount: one-line errors, exit code 2
+    capsys.readouterr()
+    assert cli.main(["train", "occluded_mnist", *data, *tiny, "--run-dir", str(tmp_path / "r2"),
+                     "--augment", "fresh", "--affine-shear", "5"]) == 2
+    err = capsys.readouterr().err
+    assert "need augment='affine'" in err and err.count("\n") == 1
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["train", "occluded_mnist", "--affine-scale", "-0.1"])
+    assert exit_info.value.code == 2 and "non-negative number" in capsys.readouterr().err
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    om.add_arguments(parser, "train")
+    assert om.affine_options(parser.parse_args(["--affine-rotation", "5"])) == {"rotation": 5.0}
+    assert om.affine_options(parser.parse_args([])) is None
+
+
+def test_benchmark_passes_the_augmentation_to_every_variant(monkeypatch, capsys):
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "rladder.py"
+    spec = importlib.util.spec_from_file_location("rladder_benchmark_under_test", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    seen = []
+
+    def fake_variant(args, variant, budget_seconds):
+        seen.append((variant, args.augment, om.affine_options(args)))
+        return {"variant": variant, "test_error": 0.5, "paper_error": 0.01, "parameters": 1, "epochs_run": 1,
+                "wall": 0.0, "cpu": 0.0, "budget_hit": False}
+
+    monkeypatch.setattr(bench, "_occluded_variant", fake_variant)
+    bench.main(["occluded", "--no-parallel", "--augment", "affine", "--affine-rotation", "5"])
+    assert seen == [(v, "affine", {"rotation": 5.0}) for v in ("rladder", "temporal", "no_feedback")]
+    capsys.readouterr()
