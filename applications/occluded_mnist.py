@@ -739,6 +739,7 @@ def train(
         epochs=epochs,
         verbose=verbose,
         callbacks=[keras.callbacks.TensorBoard(paths["logs"]), *callbacks],
+        shuffle=False,
     )
     save_atomically(model, paths["model"])
     plot_history(history.history, paths["plot"], accuracy="digit_accuracy")
