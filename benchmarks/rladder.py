@@ -399,9 +399,15 @@ the temporal baseline 7% fewer (20.6 vs 22.0); the cause is not found: timed
 alone, a pass of the augmented pipeline costs 1.8 ms per batch including the
 generation of its sequences, the fixed set 0.6 ms. No test sequences were used
 for any choice here. Augmentation does not make the RLadder beat both baselines
-on validation, so the benchmark's default stays ``--augment none``; a two-core
-run with ``--augment affine`` (same data for every variant) and more seeds are
-the next things to measure.
+on validation, so the benchmark's default stays ``--augment none``.
+
+The two-core run with ``--augment affine`` (measured after that choice, as a
+data point only: ``python benchmarks/rladder.py occluded --augment affine``, the
+three variants side by side, 17 minutes each, load 0.71 at the start and 1.23 at
+the end, nothing else running), test error: RLadder 9.75% (10 epochs, 675 CPU
+s), temporal baseline 7.55% (10 epochs, 586 CPU s), no_feedback 9.95% (9
+epochs, 535 CPU s): NOT MET, the same order as without augmentation (9.90 /
+7.70 / 11.10%). More seeds remain unmeasured.
 
 Measured (occluded), second round (branch occl), 2026-11-23; every run pinned to
 core 0 (``taskset -c 0``) on a machine shared with other jobs (load average 2.6-4.6
