@@ -543,6 +543,170 @@ def _log_mean_exp(a):
     return top + np.log(np.mean(np.exp(a - top), axis=0))
 
 
+# ------------------------------------------------------------------------- sampling
+def _check_temperature(temperature):
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0:
+        raise ValueError(f"`temperature` must be a positive number. Received: temperature={temperature!r}")
+    return float(temperature)
+
+
+def _sigmoid(x):
+    return 0.5 * (1.0 + np.tanh(0.5 * x))  # no overflow warnings for large |x|
+
+
+def sample_keys(logits, rng, nade=None, temperature=1.0):
+    """Draws one roll per row of ``logits`` (the ladder's per-key logits of a step).
+
+    Without ``nade`` every key is an independent Bernoulli of probability
+    ``sigmoid(logits / temperature)``. With a built :class:`KeyNADE` the keys are drawn
+    in order, lowest first: key ``j``'s logit is the NADE's (its ``z_j`` corrected by
+    the hidden units, which have seen the keys ``i < j`` already drawn), so each roll is
+    an exact draw from the NADE's distribution over the ``2^keys`` rolls. One loop over
+    the keys in numpy, vectorised over the rows.
+
+    Args:
+        logits: ``[n, keys]`` logits ``z`` of the step (any number of keys matching the
+            NADE's weights).
+        rng: a ``numpy.random.Generator``.
+        nade: None, or the built ``KeyNADE`` layer of the model.
+        temperature: divides every key's logit (1: the model's distribution; lower:
+            more likely rolls; higher: more random ones).
+
+    Returns:
+        ``[n, keys]`` float32 0/1 rolls.
+    """
+    temperature = _check_temperature(temperature)
+    z = np.asarray(logits, "float64")
+    if z.ndim != 2:
+        raise ValueError(f"`logits` must have shape [n, keys]. Received: logits shape={z.shape}")
+    uniform = rng.uniform(size=z.shape)
+    if nade is None:
+        return (uniform < _sigmoid(z / temperature)).astype("float32")
+    weights = {name: np.asarray(getattr(nade, name), "float64")
+               for name in ("context_kernel", "hidden_bias", "input_kernel", "output_kernel")}
+    if weights["input_kernel"].shape[0] != z.shape[1]:
+        raise ValueError(f"the NADE has {weights['input_kernel'].shape[0]} keys, the logits {z.shape[1]}. "
+                         f"Received: logits shape={z.shape}")
+    pre = z @ weights["context_kernel"] + weights["hidden_bias"]  # [n, H]: c + U z
+    roll = np.zeros(z.shape, "float32")
+    for j in range(z.shape[1]):
+        logit = z[:, j] + _sigmoid(pre) @ weights["output_kernel"][j]
+        on = uniform[:, j] < _sigmoid(logit / temperature)
+        roll[:, j] = on
+        pre = pre + on[:, None] * weights["input_kernel"][j]  # key j joins the keys below
+    return roll
+
+
+def _logit_stepper(model):
+    """``(carry, step)`` for ``model`` of ``build_model``: ``step(x_t, carry) -> (z_t, carry)``
+    advances the ladder by one step (inference: no dropout) and gives the per-key logits
+    ``z_t`` [n, 88] that predict the roll of step ``t + 1`` before any NADE."""
+    ladder = model.get_layer("rladder")
+    readout = None if ladder.use_decoder else model.get_layer("readout")
+
+    def step(x, carry):
+        prediction, top, carry = ladder.step(ops.convert_to_tensor(x, ladder.compute_dtype), carry)
+        z = prediction if readout is None else readout(top)
+        return np.asarray(ops.convert_to_numpy(z), "float64"), carry
+
+    return lambda n: ladder.initial_carry(n, ladder.compute_dtype), step
+
+
+def sample(model, steps, num_samples=1, seed=0, temperature=1.0, primer=None):
+    """Generates piano rolls with a trained music model, one step after the other.
+
+    The ladder runs one step at a time (``RLadder.step``), so a sample of ``T`` steps
+    costs ``T`` ladder steps: the roll drawn at step ``t`` is the input of step ``t + 1``.
+    With ``readout="independent"`` the 88 keys of a step are independent Bernoullis
+    given the past; with ``readout="nade"`` they are drawn lowest key first from the
+    model's :class:`KeyNADE` (``sample_keys``), with the ladder's logits of the step
+    computed once. Deterministic for a seed.
+
+    Args:
+        model: a model of ``build_model`` (either read-out, any ``steps``).
+        steps: the number of steps to generate (a positive integer).
+        num_samples: how many rolls to draw at once. Default 1.
+        seed: seed of the draws. Default 0.
+        temperature: divides every key's logit (see ``sample_keys``). Default 1.
+        primer: None (start from silence, as the model's first training step), or a
+            ``[primer_steps, 88]`` roll (shared by all samples) or ``[num_samples,
+            primer_steps, 88]`` rolls that the samples continue.
+
+    Returns:
+        ``[num_samples, steps, 88]`` float32 0/1 piano rolls (the primer not included).
+    """
+    for name, value in (("steps", steps), ("num_samples", num_samples)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
+    temperature = _check_temperature(temperature)
+    if primer is not None:
+        primer = np.asarray(primer, "float32")
+        if primer.ndim == 2:
+            primer = np.broadcast_to(primer, (num_samples,) + primer.shape)
+        if primer.ndim != 3 or primer.shape[0] != num_samples or primer.shape[2] != NUM_KEYS:
+            raise ValueError(
+                f"`primer` must be a [primer_steps, {NUM_KEYS}] roll or [num_samples, primer_steps, "
+                f"{NUM_KEYS}] rolls. Received: primer shape={primer.shape}"
+            )
+    nade = model.get_layer("nade") if is_autoregressive(model) else None
+    rng = np.random.default_rng(seed)
+    initial_carry, step = _logit_stepper(model)
+    carry = initial_carry(num_samples)
+    x = np.zeros((num_samples, NUM_KEYS), "float32")
+    for t in range(0 if primer is None else primer.shape[1]):  # read the primer
+        _, carry = step(x, carry)
+        x = primer[:, t]
+    rolls = np.zeros((num_samples, steps, NUM_KEYS), "float32")
+    for t in range(steps):
+        z, carry = step(x, carry)
+        x = rolls[:, t] = sample_keys(z, rng, nade, temperature)
+    return rolls
+
+
+def plot_piano_roll(rolls, path, title=None):
+    """Writes piano rolls as an image of keys (up) against time (right) to a PNG.
+
+    Args:
+        rolls: a ``[steps, 88]`` roll or ``[n, steps, 88]`` rolls (one panel each,
+            stacked), values in [0, 1] (0/1 notes or probabilities).
+        path: output file.
+        title: optional figure title.
+
+    Returns:
+        ``path``.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rolls = np.asarray(rolls, "float32")
+    if rolls.ndim == 2:
+        rolls = rolls[None]
+    if rolls.ndim != 3 or rolls.shape[-1] != NUM_KEYS or rolls.shape[1] < 1 or rolls.shape[0] < 1:
+        raise ValueError(f"`rolls` must have shape [steps, {NUM_KEYS}] or [n, steps, {NUM_KEYS}] with steps >= 1. "
+                         f"Received: rolls shape={rolls.shape}")
+    n, steps = rolls.shape[:2]
+    fig, axes = plt.subplots(n, 1, figsize=(min(2.0 + 0.12 * steps, 16.0), 2.6 * n + 0.4), squeeze=False)
+    for i, ax in enumerate(axes[:, 0]):
+        ax.imshow(rolls[i].T, origin="lower", aspect="auto", cmap="Greys", vmin=0.0, vmax=1.0,
+                  interpolation="nearest", extent=(-0.5, steps - 0.5, LOWEST_KEY - 0.5, LOWEST_KEY + NUM_KEYS - 0.5))
+        ax.set_ylabel("MIDI pitch")
+        ax.set_yticks([24, 36, 48, 60, 72, 84, 96, 108])  # the Cs (60: middle C)
+        ax.grid(axis="y", alpha=0.2)
+        if n > 1:
+            ax.set_title(f"sample {i + 1}", fontsize=8)
+    axes[-1, 0].set_xlabel("step")
+    if title:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    from applications.fault_tolerance import save_figure_atomically
+
+    save_figure_atomically(fig, path, dpi=100, format="png")
+    plt.close(fig)
+    return path
+
+
 # ------------------------------------------------------------------------- recipe
 def train(
     data_path=None,
@@ -573,6 +737,7 @@ def train(
     callbacks=(),
     strategy=None,
     limit=None,
+    sample_steps=64,
 ):
     """Trains on the training chorales, keeps the best model on the validation NLL.
 
@@ -607,7 +772,9 @@ def train(
     ``readout[i % len(readout)]``).
 
     Writes ``model.keras``, ``history.png``, ``metrics.json`` and TensorBoard logs
-    under ``run_dir``. With ``strategy`` the model is built and compiled in its scope
+    under ``run_dir``, and ``sample.png``: the piano roll of one chorale of
+    ``sample_steps`` steps (default 64; 0: none) drawn from the (first) model with
+    ``sample`` (seed ``seed``). With ``strategy`` the model is built and compiled in its scope
     (``batch_size`` is then the global batch); ``limit`` keeps the first chorales of
     every split (quick runs).
 
@@ -623,6 +790,8 @@ def train(
         raise ValueError(
             f"`reduce_lr_patience` must be None or a positive integer. Received: reduce_lr_patience={reduce_lr_patience!r}"
         )
+    if isinstance(sample_steps, bool) or not isinstance(sample_steps, int) or sample_steps < 0:
+        raise ValueError(f"`sample_steps` must be a non-negative integer. Received: sample_steps={sample_steps!r}")
     if isinstance(ensemble, bool) or not isinstance(ensemble, int) or ensemble < 1:
         raise ValueError(f"`ensemble` must be a positive integer. Received: ensemble={ensemble!r}")
     if isinstance(reduce_lr_factor, bool) or not isinstance(reduce_lr_factor, (int, float)) or not 0 < reduce_lr_factor < 1:
@@ -710,6 +879,11 @@ def train(
         if ensemble > 1 and verbose:
             print(f"member {member}: valid NLL per step {nll_per_step(model, rolls['valid']):.3f}, "
                   f"ensemble of {member + 1}: {nll_per_step(models, rolls['valid']):.3f}", flush=True)
+    if sample_steps:
+        paths["sample_plot"] = plot_piano_roll(
+            sample(models[0], sample_steps, seed=seed)[0], os.path.join(run_dir, "sample.png"),
+            title=f"a sampled chorale ({sample_steps} steps, {readouts[0]} read-out)",
+        )
     result = {
         "valid_nll_per_step": nll_per_step(models, rolls["valid"]),
         "test_nll_per_step": nll_per_step(models, rolls["test"]),
