@@ -895,10 +895,20 @@ def train(
     return result
 
 
-def evaluate(model_path, data_path=None, split="test", limit=None, batch_size=32, strategy=None):
-    """NLL per step of a saved model on the chorales of ``split`` (``limit``: the first ones)."""
+def evaluate(model_path, data_path=None, split="test", limit=None, batch_size=32, strategy=None,
+             sample_steps=0, num_samples=1, temperature=1.0, seed=0, samples_path=None):
+    """NLL per step of a saved model on the chorales of ``split`` (``limit``: the first ones).
+
+    With ``sample_steps`` > 0 it also draws ``num_samples`` chorales of that many steps
+    from the model (``sample``, with ``temperature`` and ``seed``) and writes them to
+    ``samples_path`` (default: ``samples.npy`` beside the model), a ``[num_samples,
+    sample_steps, 88]`` float32 array, and their piano rolls to the same name with
+    ``.png``; both paths are then in the result.
+    """
     import tensorflow as tf
 
+    if isinstance(sample_steps, bool) or not isinstance(sample_steps, int) or sample_steps < 0:
+        raise ValueError(f"`sample_steps` must be a non-negative integer. Received: sample_steps={sample_steps!r}")
     if not os.path.exists(model_path):
         raise FileNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
     strategy = strategy or tf.distribute.get_strategy()
@@ -906,7 +916,22 @@ def evaluate(model_path, data_path=None, split="test", limit=None, batch_size=32
     with strategy.scope():
         model = keras.saving.load_model(model_path)
     rolls = [piano_roll(c) for c in data[split][:limit]]
-    return {f"{split}_nll_per_step": nll_per_step(model, rolls, batch_size), "model": model_path}
+    result = {f"{split}_nll_per_step": nll_per_step(model, rolls, batch_size), "model": model_path}
+    if sample_steps:
+        from applications.fault_tolerance import atomic_write
+
+        samples = sample(model, sample_steps, num_samples=num_samples, seed=seed, temperature=temperature)
+        path = samples_path or os.path.join(os.path.dirname(os.path.abspath(model_path)), "samples.npy")
+        if not str(path).endswith(".npy"):
+            path = f"{path}.npy"
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        atomic_write(path, lambda tmp: np.save(tmp, samples))
+        result["samples"] = path
+        result["samples_plot"] = plot_piano_roll(
+            samples, path[: -len(".npy")] + ".png",
+            title=f"{num_samples} sampled chorale(s), {sample_steps} steps, temperature {temperature}",
+        )
+    return result
 
 
 # The command-line protocol (applications/registry.py).
@@ -960,8 +985,21 @@ def add_arguments(parser, command):
                             "nade: each key also given the lower keys of its step (default: %(default)s)")
         parser.add_argument("--nade-units", type=positive_int, default=64,
                             help="hidden units of the NADE read-out (default: %(default)s)")
+        parser.add_argument("--sample-steps", type=non_negative_int, default=64,
+                            help="plot one chorale of N steps sampled from the trained model to "
+                            "RUN_DIR/sample.png (0: none; default: %(default)s)")
     elif command == "evaluate":
         parser.add_argument("--split", choices=SPLITS, default="test")
+        parser.add_argument("--sample-steps", type=non_negative_int, default=0,
+                            help="also sample chorales of N steps from the model (0: none; "
+                            "default: %(default)s); --seed seeds the draws")
+        parser.add_argument("--num-samples", type=positive_int, default=1,
+                            help="how many chorales to sample (default: %(default)s)")
+        parser.add_argument("--temperature", type=positive_float, default=1.0,
+                            help="divides every key's logit when sampling (default: %(default)s)")
+        parser.add_argument("--samples-path", default=None,
+                            help="the sampled rolls' .npy file, [N, steps, 88]; their plot goes "
+                            "beside it as .png (default: samples.npy beside the model)")
 
 
 def run_train(args, strategy):
@@ -986,10 +1024,13 @@ def run_train(args, strategy):
         readout=args.readout,
         nade_units=args.nade_units,
         limit=args.limit,
+        sample_steps=args.sample_steps,
         **train_options(args, strategy),
     )
 
 
 def run_evaluate(args, strategy):
     return evaluate(args.model, args.data_dir, split=args.split, limit=args.limit,
-                    batch_size=args.batch_size, strategy=strategy)
+                    batch_size=args.batch_size, strategy=strategy, sample_steps=args.sample_steps,
+                    num_samples=args.num_samples, temperature=args.temperature, seed=args.seed,
+                    samples_path=args.samples_path)

@@ -191,6 +191,8 @@ def test_train_with_transposition_weight_decay_and_moving_average(tmp_path):
     result = music.train(DATA, run_dir=str(tmp_path), epochs=2, batch_size=4, window=8, limit=3,
                          transpose=2, weight_decay=1e-3, ema_momentum=0.5, verbose=0, **TINY)
     assert result["epochs_run"] == 2 and np.isfinite(result["test_nll_per_step"])
+    assert result["sample_plot"] == str(tmp_path / "sample.png")  # a sampled chorale, 64 steps by default
+    assert (tmp_path / "sample.png").stat().st_size > 1000
     rolls, _ = music.load_rolls(DATA, limit=3)
     saved = keras.saving.load_model(result["model"])
     assert music.nll_per_step(saved, rolls["valid"]) == pytest.approx(result["valid_nll_per_step"], rel=1e-5)
@@ -429,3 +431,157 @@ def test_train_with_the_nade_readout_from_the_command_line(tmp_path, monkeypatch
     assert music.nll_per_step(members, rolls["test"]) == pytest.approx(result["test_nll_per_step"], rel=1e-5)
     with pytest.raises(ValueError, match="readout"):
         music.train(DATA, run_dir=str(tmp_path), epochs=1, limit=1, readout="rbm")
+
+
+# ------------------------------------------------------------------------- sampling
+def _all_rolls(keys):
+    import itertools
+
+    return np.array(list(itertools.product([0.0, 1.0], repeat=keys)), "float32")
+
+
+def _empirical(draws, rolls):
+    """The frequency of every roll of ``rolls`` among ``draws``."""
+    codes = draws.astype("int64") @ (2 ** np.arange(draws.shape[1])[::-1])
+    return np.bincount(codes, minlength=len(rolls)) / len(draws)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 2.0])
+def test_sample_keys_draws_the_nade_distribution_of_whole_rolls(temperature):
+    rng = np.random.default_rng(6)
+    layer = music.KeyNADE(5, output_initializer="glorot_uniform")
+    z = rng.normal(size=4).astype("float32")
+    rolls = _all_rolls(4)  # row i is the binary code of i, lowest key first
+    layer([z[None], rolls[:1]])
+    layer.output_kernel.assign(4.0 * np.asarray(layer.output_kernel))  # strong dependencies between keys
+    logits = np.asarray(layer([np.repeat(z[None], len(rolls), 0), rolls]), "float64") / temperature
+    exact = np.prod(np.where(rolls > 0, 1 / (1 + np.exp(-logits)), 1 / (1 + np.exp(logits))), axis=-1)
+    assert exact.sum() == pytest.approx(1.0, abs=1e-5)
+    n = 40_000
+    draws = music.sample_keys(np.repeat(z[None], n, 0), np.random.default_rng(0), layer, temperature)
+    assert draws.shape == (n, 4) and draws.dtype == np.float32 and set(np.unique(draws)) <= {0.0, 1.0}
+    np.testing.assert_allclose(_empirical(draws, rolls), exact, atol=5 * np.sqrt(0.25 / n))
+    # the independent product of the same marginals is far from it: the test can tell
+    marginals = draws.mean(axis=0)
+    independent = np.prod(np.where(rolls > 0, marginals, 1 - marginals), axis=-1)
+    assert np.abs(independent - exact).max() > 0.03 / temperature
+    again = music.sample_keys(np.repeat(z[None], n, 0), np.random.default_rng(0), layer, temperature)
+    np.testing.assert_array_equal(again, draws)
+
+
+def test_sample_keys_independent_and_bad_arguments():
+    z = np.array([[-2.0, 0.0, 1.5]] * 20_000)
+    draws = music.sample_keys(z, np.random.default_rng(1))
+    np.testing.assert_allclose(draws.mean(axis=0), 1 / (1 + np.exp(-z[0])), atol=0.02)
+    for bad in (0, -1.0, "1", True):
+        with pytest.raises(ValueError, match="temperature"):
+            music.sample_keys(z, np.random.default_rng(1), temperature=bad)
+    with pytest.raises(ValueError, match="logits"):
+        music.sample_keys(z[0], np.random.default_rng(1))
+    layer = music.KeyNADE(2)
+    layer([np.zeros((1, 4), "float32")] * 2)
+    with pytest.raises(ValueError, match="keys"):
+        music.sample_keys(z, np.random.default_rng(1), layer)
+
+
+def test_sample_of_an_independent_model_matches_its_sigmoids():
+    model = music.build_model(4, **TINY)
+    bias = model.get_layer("rladder").output_bias
+    bias.assign(np.random.default_rng(7).uniform(-3, 3, 88).astype("float32"))
+    n = 3000
+    rolls = music.sample(model, 2, num_samples=n, seed=3)
+    assert rolls.shape == (n, 2, 88) and rolls.dtype == np.float32 and set(np.unique(rolls)) <= {0.0, 1.0}
+    first = 1 / (1 + np.exp(-np.asarray(model(np.zeros((1, 4, 88), "float32"))[0, 0], "float64")))
+    np.testing.assert_allclose(rolls[:, 0].mean(axis=0), first, atol=0.04)  # 5 sigma at n = 3000
+    # every roll of step 1 follows the model given the drawn roll of step 0: check the mean probability
+    inputs = np.zeros((n, 4, 88), "float32")
+    inputs[:, 1] = rolls[:, 0]
+    second = 1 / (1 + np.exp(-np.asarray(model(inputs)[:, 1], "float64")))
+    np.testing.assert_allclose(rolls[:, 1].mean(axis=0), second.mean(axis=0), atol=0.04)
+    # deterministic for a seed, other seeds differ; a primer is continued
+    np.testing.assert_array_equal(music.sample(model, 3, 2, seed=5), music.sample(model, 3, 2, seed=5))
+    assert not np.array_equal(music.sample(model, 3, 2, seed=5), music.sample(model, 3, 2, seed=6))
+    primer = music.piano_roll([[60, 64, 67], [62]])
+    inputs = np.zeros((1, 4, 88), "float32")
+    inputs[0, 1:3] = primer
+    expected = 1 / (1 + np.exp(-np.asarray(model(inputs)[0, 2], "float64")))
+    continued = music.sample(model, 1, num_samples=n, seed=4, primer=primer)
+    np.testing.assert_allclose(continued[:, 0].mean(axis=0), expected, atol=0.04)
+
+
+def test_sample_of_a_nade_model_draws_keys_given_the_lower_keys():
+    model = music.build_model(4, readout="nade", nade_units=3, **TINY)
+    model.get_layer("nade").output_kernel.assign(3 * np.random.default_rng(8).normal(size=(88, 3)))
+    n = 4000
+    rolls = music.sample(model, 1, num_samples=n, seed=2)[:, 0]
+    zeros = np.zeros((1, 4, 88), "float32")
+
+    def p_on(key, lower):
+        targets = np.zeros((1, 4, 88), "float32")
+        targets[0, 0, :key] = lower
+        return float(1 / (1 + np.exp(-np.asarray(model({"rolls": zeros, "targets": targets})[0, 0, key]))))
+
+    assert rolls[:, 0].mean() == pytest.approx(p_on(0, []), abs=0.04)
+    for lower in ([0.0], [1.0]):  # key 1 given key 0, both ways
+        chosen = rolls[:, 0] == lower[0]
+        if chosen.sum() > 500:
+            assert rolls[chosen, 1].mean() == pytest.approx(p_on(1, lower), abs=0.07)
+    np.testing.assert_array_equal(music.sample(model, 3, 2, seed=1), music.sample(model, 3, 2, seed=1))
+
+
+def test_sample_refuses_bad_arguments():
+    model = music.build_model(2, **TINY)
+    for name, bad in (("steps", 0), ("steps", 2.0), ("num_samples", 0), ("num_samples", True)):
+        kwargs = {"steps": 2, "num_samples": 1, name: bad}
+        with pytest.raises(ValueError, match=name):
+            music.sample(model, **kwargs)
+    with pytest.raises(ValueError, match="temperature"):
+        music.sample(model, 2, temperature=0.0)
+    with pytest.raises(ValueError, match="primer"):
+        music.sample(model, 2, primer=np.zeros((3, 12), "float32"))
+    with pytest.raises(ValueError, match="primer"):
+        music.sample(model, 2, num_samples=2, primer=np.zeros((3, 1, 88), "float32"))
+    for bad in (-1, 1.5):
+        with pytest.raises(ValueError, match="sample_steps"):
+            music.train(DATA, epochs=1, limit=1, sample_steps=bad)
+        with pytest.raises(ValueError, match="sample_steps"):
+            music.evaluate("missing.keras", DATA, sample_steps=bad)
+
+
+def test_plot_piano_roll_writes_a_png(tmp_path):
+    import matplotlib.image
+
+    rolls = music.piano_roll([[60, 64, 67], [62], [], [21, 108]])
+    path = music.plot_piano_roll(rolls, str(tmp_path / "roll.png"), title="a roll")
+    image = matplotlib.image.imread(path)
+    assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100
+    many = music.plot_piano_roll(np.stack([rolls, rolls]), tmp_path / "rolls.png")
+    assert matplotlib.image.imread(many).shape[0] > image.shape[0]  # one panel per roll
+    for bad in (np.zeros((4, 12)), np.zeros(88), np.zeros((0, 88)), np.zeros((1, 2, 3, 88))):
+        with pytest.raises(ValueError, match="rolls"):
+            music.plot_piano_roll(bad, tmp_path / "bad.png")
+
+
+def test_evaluate_samples_from_the_command_line(tmp_path):
+    import argparse
+
+    model = music.build_model(4, readout="nade", nade_units=3, **TINY)
+    path = tmp_path / "model.keras"
+    model.save(path)
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--seed", type=int, default=0)
+    music.add_arguments(parser, "evaluate")
+    args = parser.parse_args(["--limit", "2", "--sample-steps", "5", "--num-samples", "2", "--temperature", "0.5",
+                              "--seed", "3"])
+    args.model, args.data_dir = str(path), str(DATA)
+    result = music.run_evaluate(args, None)
+    assert np.isfinite(result["test_nll_per_step"]) and result["samples"] == str(tmp_path / "samples.npy")
+    samples = np.load(result["samples"])
+    assert samples.shape == (2, 5, 88)
+    np.testing.assert_array_equal(samples, music.sample(model, 5, 2, seed=3, temperature=0.5))
+    assert result["samples_plot"].endswith("samples.png") and (tmp_path / "samples.png").stat().st_size > 1000
+    assert "samples" not in music.evaluate(str(path), DATA, limit=1)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--sample-steps", "-1"])
+
