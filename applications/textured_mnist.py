@@ -415,6 +415,80 @@ def evaluate_iterations(model, data, batch_size=64):
     return result
 
 
+def plot_segmentation(model, images, path, segmentation=None, num_images=4, batch_size=64, title=None):
+    """Writes, for a few images, the groups and the reconstruction at every iteration to a PNG.
+
+    One row per image: the input image, the true segmentation (if given), then for
+    every iteration ``t`` the argmax group assignment ``argmax_k pi_k`` (one colour per
+    group, as ``evaluate_iterations`` scores it) and the mixture's reconstruction
+    ``sum_k pi_k m_k``.
+
+    Args:
+        model: a model of ``build_model`` (outputs ``{"mixture": ...}``).
+        images: ``[n, H, W, 1]`` (or ``[n, H, W]``) images in [0, 1], e.g. ``generate``'s ``"images"``.
+        path: output file.
+        segmentation: optional ``[n, H, W]`` integer true groups (``generate``'s ``"segmentation"``).
+        num_images: how many of the first images to draw (at most ``n``). Default 4.
+        batch_size: batch size of the model's prediction.
+        title: optional figure title.
+
+    Returns:
+        ``path``.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import ListedColormap
+
+    images = np.asarray(images, "float32")
+    if images.ndim == 3:
+        images = images[..., None]
+    if images.ndim != 4 or images.shape[-1] != 1 or len(images) == 0:
+        raise ValueError(f"`images` must have shape [n, H, W, 1] or [n, H, W] with n >= 1. "
+                         f"Received: images shape={images.shape}")
+    if isinstance(num_images, bool) or not isinstance(num_images, (int, np.integer)) or num_images < 1:
+        raise ValueError(f"`num_images` must be a positive integer. Received: num_images={num_images!r}")
+    count = min(int(num_images), len(images))
+    images = images[:count]
+    if segmentation is not None:
+        segmentation = np.asarray(segmentation)
+        if segmentation.ndim != 3 or segmentation.shape[1:] != images.shape[1:3] or len(segmentation) < count:
+            raise ValueError(f"`segmentation` must have shape [n, H, W] matching the images {images.shape[:3]}. "
+                             f"Received: segmentation shape={segmentation.shape}")
+        segmentation = segmentation[:count]
+    out = model.predict(images, batch_size=batch_size, verbose=0)
+    mixture = np.asarray(out["mixture"], "float32")  # [b, T, K, H, W, C + 1]: m then pi
+    pi, m = mixture[..., -1:], mixture[..., :-1]
+    groups = np.argmax(pi[..., 0], axis=2)  # [b, T, H, W]
+    reconstruction = np.sum(pi * m, axis=2)[..., 0]  # [b, T, H, W]
+    n_iters, n_groups = pi.shape[1], pi.shape[2]
+    colours = ListedColormap(plt.get_cmap("tab10").colors[: max(n_groups, 2)])
+    columns = 1 + (segmentation is not None) + 2 * n_iters
+    fig, axes = plt.subplots(count, columns, figsize=(1.3 * columns, 1.4 * count + 0.5), squeeze=False)
+    for i in range(count):
+        panels = [(images[i, ..., 0], "input", dict(cmap="gray", vmin=0, vmax=1))]
+        if segmentation is not None:
+            panels.append((segmentation[i], "truth", dict(cmap=colours, vmin=-0.5, vmax=colours.N - 0.5)))
+        for t in range(n_iters):
+            panels.append((groups[i, t], f"groups t={t + 1}", dict(cmap=colours, vmin=-0.5, vmax=colours.N - 0.5)))
+            panels.append((reconstruction[i, t], f"recon. t={t + 1}", dict(cmap="gray", vmin=0, vmax=1)))
+        for ax, (picture, name, style) in zip(axes[i], panels):
+            ax.imshow(picture, interpolation="nearest", **style)
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if i == 0:
+                ax.set_title(name, fontsize=7)
+    if title:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    from applications.fault_tolerance import save_figure_atomically
+
+    save_figure_atomically(fig, path, dpi=100, format="png")
+    plt.close(fig)
+    return path
+
+
 # ------------------------------------------------------------------------- recipe
 def _train_test_digits(data_dir, seed):
     """The IDX digits of ``data_dir`` split 80/20 (seeded): training and test digits."""
@@ -478,8 +552,8 @@ def train(
 ):
     """Trains RTagger on textured digits (IDX digits from ``data_dir``, split 80/20).
 
-    Writes ``model.keras``, ``history.png``, ``metrics.json`` (all atomically) and
-    TensorBoard logs. With ``strategy`` the model is built and compiled in its scope
+    Writes ``model.keras``, ``history.png``, ``segmentation.png`` (``plot_segmentation``
+    of the first test images), ``metrics.json`` (all atomically) and TensorBoard logs. With ``strategy`` the model is built and compiled in its scope
     (``batch_size`` is then the global batch). When ``callbacks`` log to
     ``run_dir/history.csv`` (``fault_tolerance.resumable_callbacks``), the plot shows
     every epoch of a resumed run. ``mask_update``, ``initial_mask_scale``,
@@ -536,6 +610,9 @@ def train(
     if logged:
         paths["history"] = csv_path
     plot_history(logged or history.history, paths["plot"], accuracy="digit_accuracy")
+    paths["segmentation_plot"] = plot_segmentation(
+        model, test_data["images"], os.path.join(run_dir, "segmentation.png"), test_data["segmentation"]
+    )
     result = {
         **evaluate_iterations(model, test_data),
         "parameters": int(model.count_params()),

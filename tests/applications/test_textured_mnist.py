@@ -178,8 +178,9 @@ def test_cli_trains_on_two_replicas_then_evaluates(tmp_path, capsys, monkeypatch
     assert cli.main(argv) == 0, capsys.readouterr().err
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["replicas"] == 2 and metrics["resumed_from_epoch"] == 0
+    assert metrics["segmentation_plot"] == str(run_dir / "segmentation.png")
     assert len(metrics["ami"]) == 1 and len(metrics["error"]) == 1
-    assert _files(run_dir) == ["history.csv", "history.png", "metrics.json", "model.keras"]  # no temporary file
+    assert _files(run_dir) == ["history.csv", "history.png", "metrics.json", "model.keras", "segmentation.png"]  # no temporary file
     assert not (run_dir / "backup").exists()
     capsys.readouterr()
     assert cli.main(["evaluate", "textured_mnist", *CLI_DATA, "--model", str(run_dir / "model.keras")]) == 0
@@ -208,4 +209,25 @@ def test_cli_training_resumes_after_a_crash(tmp_path, capsys, monkeypatch):
     assert metrics["resumed_from_epoch"] == 1 and metrics["epochs_run"] == 1
     assert fault_tolerance.read_history_csv(run_dir / "history.csv")[1] == [0, 1]
     assert not (run_dir / "backup").exists()
-    assert _files(run_dir) == ["history.csv", "history.png", "metrics.json", "model.keras"]
+    assert _files(run_dir) == ["history.csv", "history.png", "metrics.json", "model.keras", "segmentation.png"]
+
+
+def test_plot_segmentation_writes_a_grid_png(tmp_path, digits):
+    import matplotlib.image
+
+    data = tm.generate(*digits, 5, seed=2)
+    model = tm.build_model(**TINY)  # 2 iterations
+    path = tm.plot_segmentation(model, data["images"], str(tmp_path / "seg.png"), data["segmentation"],
+                                num_images=3, title="groups")
+    image = matplotlib.image.imread(path)
+    assert image.ndim == 3 and image.shape[0] > 150 and image.shape[1] > 400
+    # without the truth: one column fewer; [n, H, W] images; more images than asked for are ignored
+    narrow = tm.plot_segmentation(model, data["images"][..., 0], tmp_path / "narrow.png", num_images=2)
+    assert matplotlib.image.imread(narrow).shape[1] < image.shape[1]
+    for kwargs, name in ((dict(images=np.zeros((2, 28, 28, 3))), "images"),
+                         (dict(images=np.zeros((0, 28, 28))), "images"), (dict(num_images=0), "num_images"), (dict(num_images=2.0), "num_images"),
+                         (dict(segmentation=np.zeros((5, 27, 28))), "segmentation")):
+        arguments = {"images": data["images"], "path": tmp_path / "bad.png", "num_images": 2, **kwargs}
+        with pytest.raises(ValueError, match=name):
+            tm.plot_segmentation(model, **arguments)
+    assert not (tmp_path / "bad.png").exists()
