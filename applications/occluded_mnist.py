@@ -743,6 +743,8 @@ def train(
     )
     save_atomically(model, paths["model"])
     plot_history(history.history, paths["plot"], accuracy="digit_accuracy")
+    paths["predictions_plot"] = plot_predictions(model, test_data["frames"], os.path.join(run_dir, "predictions.png"),
+                                                 test_data["labels"])
     result = {
         "variant": variant,
         "test_error": classification_error(model, test_data),
@@ -774,6 +776,85 @@ def evaluate(model_path, source="idx", data_dir=None, num_test=5000, seed=0, bat
 
 DESCRIPTION = "Recurrent Ladder on Occluded Moving MNIST (--data-dir: MNIST IDX files, or --source tfds)"
 BENCHMARK = "rladder occluded"
+
+
+def plot_predictions(model, frames, path, labels=None, num_sequences=3, batch_size=64, title=None):
+    """Writes, for a few sequences, the frames, the predicted next frames and digits to a PNG.
+
+    One row of input frames per sequence, each frame titled with the digit the model
+    predicts at that step (``argmax`` of ``digit_steps``, with its probability). For a
+    model with a ``next_frames`` output (the ``"rladder"`` and ``"no_feedback"``
+    variants) a second row shows the predicted frames (``sigmoid`` of the logits)
+    under the frames they predict (frames 2..T); the baselines have that one row only.
+
+    Args:
+        model: a model of ``build_model`` (any variant).
+        frames: ``[n, T, S, S, 1]`` (or ``[n, T, S, S]``) sequences, e.g. ``generate``'s ``"frames"``.
+        path: output file.
+        labels: optional ``[n]`` true digits (shown beside each sequence).
+        num_sequences: how many of the first sequences to draw (at most ``n``). Default 3.
+        batch_size: batch size of the model's prediction.
+        title: optional figure title.
+
+    Returns:
+        ``path``.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    frames = np.asarray(frames, "float32")
+    if frames.ndim == 4:
+        frames = frames[..., None]
+    if frames.ndim != 5 or frames.shape[-1] != 1 or len(frames) == 0:
+        raise ValueError(f"`frames` must have shape [n, T, S, S, 1] or [n, T, S, S] with n >= 1. "
+                         f"Received: frames shape={frames.shape}")
+    if isinstance(num_sequences, bool) or not isinstance(num_sequences, (int, np.integer)) or num_sequences < 1:
+        raise ValueError(f"`num_sequences` must be a positive integer. Received: num_sequences={num_sequences!r}")
+    count = min(int(num_sequences), len(frames))
+    frames = frames[:count]
+    if labels is not None:
+        labels = np.asarray(labels).reshape(-1)
+        if len(labels) < count:
+            raise ValueError(f"`labels` must hold a label for each of the {count} sequences drawn. "
+                             f"Received: labels shape={labels.shape}")
+    out = model.predict(frames, batch_size=batch_size, verbose=0)
+    steps_probs = np.asarray(out["digit_steps"], "float32")  # [b, T, classes]
+    guesses, confidence = steps_probs.argmax(-1), steps_probs.max(-1)
+    predicted = None
+    if "next_frames" in out:  # logits of frames 2..T
+        predicted = 1 / (1 + np.exp(-np.asarray(out["next_frames"], "float32")[..., 0]))
+    num_frames = frames.shape[1]
+    per_sequence = 1 if predicted is None else 2
+    rows = count * per_sequence
+    fig, axes = plt.subplots(rows, num_frames, figsize=(1.5 * num_frames + 0.6, 1.55 * rows + 0.5), squeeze=False)
+    for i in range(count):
+        top = i * per_sequence
+        for t in range(num_frames):
+            ax = axes[top, t]
+            ax.imshow(frames[i, t, ..., 0], cmap="gray", vmin=0, vmax=1, interpolation="nearest")
+            ax.set_title(f"t={t + 1}: {guesses[i, t]} ({confidence[i, t]:.2f})", fontsize=7)
+            if predicted is not None:
+                below = axes[top + 1, t]
+                if t:
+                    below.imshow(predicted[i, t - 1], cmap="gray", vmin=0, vmax=1, interpolation="nearest")
+                else:
+                    below.axis("off")
+        axes[top, 0].set_ylabel(f"frames\n(digit {labels[i]})" if labels is not None else "frames", fontsize=7)
+        if predicted is not None:
+            axes[top + 1, 1].set_ylabel("predicted", fontsize=7)
+    for ax in axes.ravel():
+        ax.set_xticks([])
+        ax.set_yticks([])
+    if title:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    from applications.fault_tolerance import save_figure_atomically
+
+    save_figure_atomically(fig, path, dpi=100, format="png")
+    plt.close(fig)
+    return path
 
 
 def add_arguments(parser, command):

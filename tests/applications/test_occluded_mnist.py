@@ -342,6 +342,7 @@ def test_cli_trains_with_affine_augmentation(tmp_path, capsys):
     assert code == 0, capsys.readouterr().err
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["augment"] == "affine" and metrics["epochs_run"] == 2
+    assert metrics["predictions_plot"] == str(run_dir / "predictions.png") and (run_dir / "predictions.png").is_file()
     # affine amounts without --augment affine, and a negative amount: one-line errors, exit code 2
     capsys.readouterr()
     assert cli.main(["train", "occluded_mnist", *data, *tiny, "--run-dir", str(tmp_path / "r2"),
@@ -378,3 +379,27 @@ def test_benchmark_passes_the_augmentation_to_every_variant(monkeypatch, capsys)
     bench.main(["occluded", "--no-parallel", "--augment", "affine", "--affine-rotation", "5"])
     assert seen == [(v, "affine", {"rotation": 5.0}) for v in ("rladder", "temporal", "no_feedback")]
     capsys.readouterr()
+
+
+def test_plot_predictions_draws_next_frames_only_for_the_ladder_variants(tmp_path, digits):
+    import matplotlib.image
+
+    data = om.generate(*digits, 4, seed=1, frame_size=16)
+    heights = {}
+    for variant in ("rladder", "temporal"):
+        model = om.build_model(variant, frame_size=16, **TINY)
+        path = om.plot_predictions(model, data["frames"], str(tmp_path / f"{variant}.png"), data["labels"],
+                                   num_sequences=2, title=variant)
+        image = matplotlib.image.imread(path)
+        assert image.ndim == 3 and image.shape[1] > 300
+        heights[variant] = image.shape[0]
+    assert heights["rladder"] > 1.5 * heights["temporal"]  # a row of predicted frames under each sequence
+    om.plot_predictions(model, data["frames"][..., 0], tmp_path / "no_labels.png", num_sequences=10)
+    assert (tmp_path / "no_labels.png").stat().st_size > 1000
+    for kwargs, name in ((dict(frames=np.zeros((2, 5, 16, 16, 3))), "frames"),
+                         (dict(frames=np.zeros((0, 5, 16, 16))), "frames"), (dict(num_sequences=0), "num_sequences"),
+                         (dict(num_sequences=1.5), "num_sequences"), (dict(labels=[3]), "labels")):
+        arguments = {"frames": data["frames"], "path": tmp_path / "bad.png", "num_sequences": 2, **kwargs}
+        with pytest.raises(ValueError, match=name):
+            om.plot_predictions(model, **arguments)
+    assert not (tmp_path / "bad.png").exists()
