@@ -553,7 +553,8 @@ def train(
     """Trains RTagger on textured digits (IDX digits from ``data_dir``, split 80/20).
 
     Writes ``model.keras``, ``history.png``, ``segmentation.png`` (``plot_segmentation``
-    of the first test images), ``metrics.json`` (all atomically) and TensorBoard logs. With ``strategy`` the model is built and compiled in its scope
+    of the first test images), ``metrics.json`` (all atomically) and TensorBoard logs.
+    With ``strategy`` the model is built and compiled in its scope
     (``batch_size`` is then the global batch). When ``callbacks`` log to
     ``run_dir/history.csv`` (``fault_tolerance.resumable_callbacks``), the plot shows
     every epoch of a resumed run. ``mask_update``, ``initial_mask_scale``,

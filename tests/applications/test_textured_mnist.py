@@ -180,7 +180,8 @@ def test_cli_trains_on_two_replicas_then_evaluates(tmp_path, capsys, monkeypatch
     assert metrics["replicas"] == 2 and metrics["resumed_from_epoch"] == 0
     assert metrics["segmentation_plot"] == str(run_dir / "segmentation.png")
     assert len(metrics["ami"]) == 1 and len(metrics["error"]) == 1
-    assert _files(run_dir) == ["history.csv", "history.png", "metrics.json", "model.keras", "segmentation.png"]  # no temporary file
+    # no temporary file
+    assert _files(run_dir) == ["history.csv", "history.png", "metrics.json", "model.keras", "segmentation.png"]
     assert not (run_dir / "backup").exists()
     capsys.readouterr()
     assert cli.main(["evaluate", "textured_mnist", *CLI_DATA, "--model", str(run_dir / "model.keras")]) == 0
@@ -225,7 +226,8 @@ def test_plot_segmentation_writes_a_grid_png(tmp_path, digits):
     narrow = tm.plot_segmentation(model, data["images"][..., 0], tmp_path / "narrow.png", num_images=2)
     assert matplotlib.image.imread(narrow).shape[1] < image.shape[1]
     for kwargs, name in ((dict(images=np.zeros((2, 28, 28, 3))), "images"),
-                         (dict(images=np.zeros((0, 28, 28))), "images"), (dict(num_images=0), "num_images"), (dict(num_images=2.0), "num_images"),
+                         (dict(images=np.zeros((0, 28, 28))), "images"), (dict(num_images=0), "num_images"),
+                         (dict(num_images=2.0), "num_images"),
                          (dict(segmentation=np.zeros((5, 27, 28))), "segmentation")):
         arguments = {"images": data["images"], "path": tmp_path / "bad.png", "num_images": 2, **kwargs}
         with pytest.raises(ValueError, match=name):
