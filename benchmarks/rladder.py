@@ -409,6 +409,30 @@ s), temporal baseline 7.55% (10 epochs, 586 CPU s), no_feedback 9.95% (9
 epochs, 535 CPU s): NOT MET, the same order as without augmentation (9.90 /
 7.70 / 11.10%). More seeds remain unmeasured.
 
+Sixth round (occluded), 2026-11-24: two changes to the ladder's layout, probed on
+the fifth round's validation split with ``--augment affine``, 680 s each (the
+same script, learning rate decaying linearly to 5%), one process per core
+(``taskset -c 0`` and ``-c 1``) side by side, load 2.3-3.0 on 2 CPUs (niced test
+runs of another job at times):
+
+    variant (RLadder, affine)                 updates   train acc.   validation acc.
+    fifth round's layout (gated top)          12,000    88.7%        90.3%
+    the temporal baseline's resolutions:      5,500     85.0%        86.0%
+      conv 8 and 16 at 24x24, conv 16 at
+      12x12, gated top on 6x6x16 (levels
+      pool 1, 1, 2 and the top 2; the
+      ladder pools *before* its second and
+      third levels by default)
+    an LSTM top level instead of the gated    9,500     87.7%        88.6%
+      one (the temporal baseline has a GRU)
+
+Neither closes the gap: at the baseline's resolutions a ladder update costs
+about twice as much (the decoder runs at those resolutions too), so within the
+budget it makes half the updates and ends 4.3 points lower; per update it is
+barely ahead (80.2% vs 78.6% validation after 3,000 updates). The LSTM top is
+1.7 points lower (with a fifth fewer updates: the other core's run and
+the niced tests slowed it). The benchmark's layout stays as it was.
+
 Measured (occluded), second round (branch occl), 2026-11-23; every run pinned to
 core 0 (``taskset -c 0``) on a machine shared with other jobs (load average 2.6-4.6
 on 2 CPUs, so wall times and epochs per budget vary by up to 2x between runs).
