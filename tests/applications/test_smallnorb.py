@@ -134,9 +134,11 @@ def _mnist():
 def test_the_architecture_learns_mnist_digits_at_small_size():
     """CI-sized learning test: real digits 0, 1, 2 at 14x14, a narrow version of the model.
 
-    300 training and 150 held-out digits, 10 epochs of 10 steps. Held-out predictions
+    300 training and 150 held-out digits, 20 epochs of 10 steps. Held-out predictions
     run in inference mode: with the authors' batch-normalization momentum (0.9, PyTorch's
-    default) 100 steps are enough for the moving statistics.
+    default) 100 steps are enough for the moving statistics. (10 epochs were marginal:
+    held-out accuracy 0.78 with one TensorFlow thread at this seed, 0.96-0.98 at others;
+    with 20 epochs 0.95-0.99 over four seeds, one thread or two.)
     """
     images, labels = _mnist()
     keep = np.where(labels < 3)[0][:450]
@@ -144,10 +146,10 @@ def test_the_architecture_learns_mnist_digits_at_small_size():
     x = tf.image.resize(images[..., None].astype("float32") / 255.0, (14, 14), antialias=True).numpy()
     y = np.eye(3, dtype="float32")[labels]
     model = smallnorb.build_model(n_classes=3, image_channels=1, d_chns=16, n_parts=16)
-    epochs, batch = 10, 30
+    epochs, batch = 20, 30
     smallnorb.compile_model(model, total_steps=epochs * (300 // batch), min_lr=6e-4, max_lr=3e-2)
     history = model.fit(x[:300], y[:300], epochs=epochs, batch_size=batch, verbose=0)
     losses = history.history["loss"]
     assert losses[-1] < 0.6 * losses[0], losses
     accuracy = np.mean(np.argmax(model(x[300:], training=False), -1) == labels[300:])
-    assert accuracy > 0.8, (accuracy, losses)  # chance is 1/3
+    assert accuracy > 0.9, (accuracy, losses)  # chance is 1/3
