@@ -56,6 +56,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from applications import plotting
 from keras_capsules.layers import MACNetwork
 
 logger = logging.getLogger(__name__)
@@ -285,10 +286,7 @@ def plot_attention(path, words, control_attention, read_attention, grid=None, im
         object_names: labels of the cells of a symbolic knowledge base (bars).
         title: optional figure title (e.g. the question, answer and prediction).
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = plotting.pyplot()
 
     control_attention = np.asarray(control_attention, "float32")
     read_attention = np.asarray(read_attention, "float32")
@@ -328,12 +326,7 @@ def plot_attention(path, words, control_attention, read_attention, grid=None, im
     axes[0, 1].set_title("knowledge-base attention")
     if title:
         fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    from applications.fault_tolerance import save_figure_atomically
-
-    save_figure_atomically(fig, path, dpi=80)
-    plt.close(fig)
-    return path
+    return plotting.save_and_close(fig, path, dpi=80)
 
 
 # ------------------------------------------------------------------------- data

@@ -26,7 +26,7 @@ import os
 import keras
 import numpy as np
 
-from applications import distribute, fault_tolerance
+from applications import distribute, fault_tolerance, plotting
 from applications.mnist_digits import load_idx_digits
 from keras_capsules.layers import EMRouting
 
@@ -159,10 +159,7 @@ def plot_history(history, path, accuracy="accuracy"):
     ``accuracy`` names the accuracy metric in ``history`` (e.g. ``"digit_accuracy"``
     for a model's output ``digit``); a metric that is missing leaves its panel empty.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = plotting.pyplot()
 
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
     for ax, metric in zip(axes, ("loss", accuracy)):
@@ -175,9 +172,7 @@ def plot_history(history, path, accuracy="accuracy"):
         ax.grid(alpha=0.3)
         if ax.lines:
             ax.legend()
-    fig.tight_layout()
-    fault_tolerance.save_figure_atomically(fig, path, dpi=100, format="png")
-    plt.close(fig)
+    plotting.save_and_close(fig, path, dpi=100, format="png")
 
 
 MODEL_OPTIONS = ("filters", "primary_capsules", "hidden_capsules", "pose_size", "n_iters")

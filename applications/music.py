@@ -34,6 +34,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from applications import plotting
 from keras_capsules.layers import RLadder, level_spec
 
 LOWEST_KEY = 21  # A0, MIDI 21: the piano's first key
@@ -675,10 +676,7 @@ def plot_piano_roll(rolls, path, title=None):
     Returns:
         ``path``.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = plotting.pyplot()
 
     rolls = np.asarray(rolls, "float32")
     if rolls.ndim == 2:
@@ -699,12 +697,7 @@ def plot_piano_roll(rolls, path, title=None):
     axes[-1, 0].set_xlabel("step")
     if title:
         fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    from applications.fault_tolerance import save_figure_atomically
-
-    save_figure_atomically(fig, path, dpi=100, format="png")
-    plt.close(fig)
-    return path
+    return plotting.save_and_close(fig, path, dpi=100, format="png")
 
 
 # ------------------------------------------------------------------------- recipe

@@ -49,6 +49,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from applications import plotting
 from keras_capsules.layers import RLadder, level_spec
 
 FRAME_SIZE = 32
@@ -799,10 +800,7 @@ def plot_predictions(model, frames, path, labels=None, num_sequences=3, batch_si
     Returns:
         ``path``.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = plotting.pyplot()
 
     frames = np.asarray(frames, "float32")
     if frames.ndim == 4:
@@ -810,9 +808,7 @@ def plot_predictions(model, frames, path, labels=None, num_sequences=3, batch_si
     if frames.ndim != 5 or frames.shape[-1] != 1 or len(frames) == 0:
         raise ValueError(f"`frames` must have shape [n, T, S, S, 1] or [n, T, S, S] with n >= 1. "
                          f"Received: frames shape={frames.shape}")
-    if isinstance(num_sequences, bool) or not isinstance(num_sequences, (int, np.integer)) or num_sequences < 1:
-        raise ValueError(f"`num_sequences` must be a positive integer. Received: num_sequences={num_sequences!r}")
-    count = min(int(num_sequences), len(frames))
+    count = min(plotting.positive_count("num_sequences", num_sequences), len(frames))
     frames = frames[:count]
     if labels is not None:
         labels = np.asarray(labels).reshape(-1)
@@ -849,12 +845,7 @@ def plot_predictions(model, frames, path, labels=None, num_sequences=3, batch_si
         ax.set_yticks([])
     if title:
         fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    from applications.fault_tolerance import save_figure_atomically
-
-    save_figure_atomically(fig, path, dpi=100, format="png")
-    plt.close(fig)
-    return path
+    return plotting.save_and_close(fig, path, dpi=100, format="png")
 
 
 def add_arguments(parser, command):

@@ -38,6 +38,7 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
+from applications import plotting
 from applications import training as train_utils
 from keras_capsules.layers import EMRouting
 from keras_capsules.optimizers import RAdam, one_cycle_schedule
@@ -339,10 +340,7 @@ def plot_pose_trajectory(model, images, path, labels=None, class_index=None, tit
     Returns:
         The projected points ``[n, 2]``.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib import pyplot as plt
+    plt = plotting.pyplot()
 
     poses, classes = class_capsule_poses(model, images, class_index)
     points = _mds_2d(poses, seed)
@@ -359,10 +357,7 @@ def plot_pose_trajectory(model, images, path, labels=None, class_index=None, tit
     ax.set_title(title or f"class-capsule pose (MDS), class: {', '.join(names)}")
     ax.set_xlabel("MDS 1")
     ax.set_ylabel("MDS 2")
-    from applications.fault_tolerance import save_figure_atomically
-
-    save_figure_atomically(fig, path, format="png")
-    plt.close(fig)
+    plotting.save_and_close(fig, path, tight_layout=False, format="png")
     return points
 
 

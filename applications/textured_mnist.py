@@ -54,6 +54,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from applications import plotting
 from keras_capsules.layers import RTagger, level_spec
 from keras_capsules.losses import MixtureNLL
 from keras_capsules.metrics import adjusted_mutual_info
@@ -435,10 +436,7 @@ def plot_segmentation(model, images, path, segmentation=None, num_images=4, batc
     Returns:
         ``path``.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = plotting.pyplot()
     from matplotlib.colors import ListedColormap
 
     images = np.asarray(images, "float32")
@@ -447,9 +445,7 @@ def plot_segmentation(model, images, path, segmentation=None, num_images=4, batc
     if images.ndim != 4 or images.shape[-1] != 1 or len(images) == 0:
         raise ValueError(f"`images` must have shape [n, H, W, 1] or [n, H, W] with n >= 1. "
                          f"Received: images shape={images.shape}")
-    if isinstance(num_images, bool) or not isinstance(num_images, (int, np.integer)) or num_images < 1:
-        raise ValueError(f"`num_images` must be a positive integer. Received: num_images={num_images!r}")
-    count = min(int(num_images), len(images))
+    count = min(plotting.positive_count("num_images", num_images), len(images))
     images = images[:count]
     if segmentation is not None:
         segmentation = np.asarray(segmentation)
@@ -481,12 +477,7 @@ def plot_segmentation(model, images, path, segmentation=None, num_images=4, batc
                 ax.set_title(name, fontsize=7)
     if title:
         fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    from applications.fault_tolerance import save_figure_atomically
-
-    save_figure_atomically(fig, path, dpi=100, format="png")
-    plt.close(fig)
-    return path
+    return plotting.save_and_close(fig, path, dpi=100, format="png")
 
 
 # ------------------------------------------------------------------------- recipe

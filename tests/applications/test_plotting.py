@@ -1,0 +1,84 @@
+"""The shared plotting helpers of the applications: pyplot, count checks, atomic save and close."""
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from applications import plotting
+
+
+def test_the_applications_import_without_matplotlib():
+    # matplotlib is imported when a plot is drawn, not when the modules are imported.
+    # (Keras imports it by itself where it is installed, so block it rather than look.)
+    modules = ", ".join(f"applications.{name}" for name in (
+        "plotting", "demo", "music", "clevr", "smallnorb", "occluded_mnist", "textured_mnist"))
+    code = f"import sys; sys.modules['matplotlib'] = None; import {modules}"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=pathlib.Path(__file__).parents[2])
+
+
+def test_pyplot_uses_the_agg_backend():
+    plt = plotting.pyplot()
+    assert plt.get_backend().lower() == "agg"
+
+
+@pytest.mark.parametrize("value", [1, 3, np.int64(2), np.int32(7)])
+def test_positive_count_accepts_positive_integers(value):
+    count = plotting.positive_count("num_images", value)
+    assert count == int(value) and type(count) is int
+
+
+@pytest.mark.parametrize("value", [0, -1, 2.0, 1.5, True, False, "3", None, np.float32(2)])
+def test_positive_count_rejects_anything_else(value):
+    expected = f"`num_things` must be a positive integer. Received: num_things={value!r}"
+    with pytest.raises(ValueError) as error:
+        plotting.positive_count("num_things", value)
+    assert str(error.value) == expected
+
+
+def test_save_and_close_writes_a_readable_png_and_closes_the_figure(tmp_path):
+    import matplotlib.image
+
+    plt = plotting.pyplot()
+    fig, ax = plt.subplots(figsize=(2, 1.5))
+    ax.plot([0, 1, 2], [1, 0, 1])
+    path = tmp_path / "figure.png"
+    assert plotting.save_and_close(fig, path, dpi=50, format="png") == path
+    image = matplotlib.image.imread(path)
+    assert image.shape[:2] == (75, 100)  # figsize * dpi
+    assert not plt.fignum_exists(fig.number)
+    assert os.listdir(tmp_path) == ["figure.png"], "a temporary file was left behind"
+
+
+def test_save_and_close_lays_out_only_when_asked(tmp_path, monkeypatch):
+    plt = plotting.pyplot()
+    calls = []
+    for tight_layout in (True, False):
+        fig, _ = plt.subplots()
+        monkeypatch.setattr(fig, "tight_layout", lambda: calls.append(tight_layout))
+        plotting.save_and_close(fig, tmp_path / f"{tight_layout}.png", tight_layout=tight_layout)
+        assert not plt.fignum_exists(fig.number)
+    assert calls == [True]
+
+
+def test_a_failed_save_closes_the_figure_and_keeps_the_old_file(tmp_path, monkeypatch):
+    plt = plotting.pyplot()
+    path = tmp_path / "figure.png"
+    path.write_bytes(b"old")
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [0, 1])
+
+    def failing_savefig(filename, **kwargs):
+        with open(filename, "wb") as f:
+            f.write(b"half a PNG")
+        raise OSError("disk full (simulated)")
+
+    monkeypatch.setattr(fig, "savefig", failing_savefig)
+    with pytest.raises(OSError, match="simulated"):
+        plotting.save_and_close(fig, path, format="png")
+    assert not plt.fignum_exists(fig.number)
+    assert path.read_bytes() == b"old"
+    assert os.listdir(tmp_path) == ["figure.png"], "a temporary file was left behind"
