@@ -291,7 +291,14 @@ def plot_attention(path, words, control_attention, read_attention, grid=None, im
     control_attention = np.asarray(control_attention, "float32")
     read_attention = np.asarray(read_attention, "float32")
     words = list(words)
+    if read_attention.ndim != 2 or control_attention.ndim != 2 or len(read_attention) < 1:
+        raise ValueError(
+            "`control_attention` and `read_attention` must be [steps, n] arrays with at least one "
+            f"step. Received shapes: {control_attention.shape} and {read_attention.shape}"
+        )
     steps, cells = read_attention.shape
+    if grid is not None and grid[0] * grid[1] != cells:
+        raise ValueError(f"grid {grid} does not hold {cells} cells")
     control_attention = control_attention[:, : len(words)]
     fig, axes = plt.subplots(steps, 2, figsize=(10, 2.2 * steps + 0.6), squeeze=False)
     for i in range(steps):
@@ -304,8 +311,6 @@ def plot_attention(path, words, control_attention, read_attention, grid=None, im
         ax = axes[i, 1]
         if grid is not None:
             height, width = grid
-            if height * width != cells:
-                raise ValueError(f"grid {grid} does not hold {cells} cells")
             heat = read_attention[i].reshape(height, width)
             if image is not None:
                 image_array = np.asarray(image)

@@ -136,6 +136,23 @@ def test_dataset_model_and_ema_recipe(mock_clevr, tmp_path):
                              out["read_attention"][0], grid=(3, 2))
 
 
+def test_plot_attention_rejects_bad_arguments_without_leaking_figures(tmp_path):
+    from applications import plotting
+
+    plt = plotting.pyplot()
+    plt.close("all")
+    words = ["what", "color"]
+    control, read = np.full((2, 2), 0.5), np.full((2, 4), 0.25)
+    with pytest.raises(ValueError, match="does not hold 4 cells"):
+        clevr.plot_attention(str(tmp_path / "bad.png"), words, control, read, grid=(3, 2))
+    with pytest.raises(ValueError, match="at least one step"):
+        clevr.plot_attention(str(tmp_path / "bad.png"), words, control, read[0])
+    assert plt.get_fignums() == []
+    assert not (tmp_path / "bad.png").exists()
+    clevr.plot_attention(str(tmp_path / "ok.png"), words, control, read, object_names=list("abcd"))
+    assert (tmp_path / "ok.png").stat().st_size > 0 and plt.get_fignums() == []
+
+
 def test_train_writes_the_run_outputs(mock_clevr, tmp_path):
     root, _ = mock_clevr
     result = clevr.train(
