@@ -331,9 +331,13 @@ class MixtureNLL(keras.losses.Loss):
     Example:
 
     ```python
-    pi, m = keras_capsules.layers.RTagger(3, levels, n_iters=4)(images)
+    from keras_capsules.layers import RTagger, level_spec
+    images = np.random.uniform(size=(2, 8, 8, 1)).astype("float32")
+    levels = [level_spec("convlstm", 8), level_spec("gated", 16)]
+    pi, m = RTagger(3, levels, n_iters=4)(images)
     packed = keras.ops.concatenate([m, pi], axis=-1)          # [b, T, K, H, W, C + 1]
-    loss = MixtureNLL(sigma=0.5, group_axis=2)(targets, packed)  # targets [b, T, H, W, C]
+    targets = np.repeat(images[:, None], 4, axis=1)           # [b, T, H, W, C]
+    loss = MixtureNLL(sigma=0.5, group_axis=2)(targets, packed)
     ```
 
     Reference:
@@ -362,7 +366,11 @@ class MixtureNLL(keras.losses.Loss):
             raise ValueError(f"`epsilon` must be a positive number. Received: epsilon={epsilon!r}")
         self.sigma = float(sigma)
         self.group_axis = group_axis
-        self.from_logits = bool(from_logits)
+        if not isinstance(from_logits, bool):
+            raise ValueError(
+                f"`from_logits` must be True or False. Received: from_logits={from_logits!r}"
+            )
+        self.from_logits = from_logits
         self.epsilon = float(epsilon)
 
     def call(self, y_true, y_pred):

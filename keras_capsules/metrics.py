@@ -29,14 +29,21 @@ def adjusted_mutual_info(true_groups, pi, group_axis=1, ignore_label=None, per_s
 
     true_groups = np.asarray(true_groups)
     pi = np.asarray(pi)
-    if pi.ndim == true_groups.ndim + 2 and pi.shape[-1] == 1:
+    # a negative group_axis counts from the end of pi as given, channel axis included
+    axis = group_axis + pi.ndim if group_axis < 0 else group_axis
+    if not 0 < axis < pi.ndim:
+        raise ValueError(
+            "`group_axis` must name an axis of pi after the batch axis. Received: "
+            f"group_axis={group_axis} for pi of shape {pi.shape}"
+        )
+    if pi.ndim == true_groups.ndim + 2 and pi.shape[-1] == 1 and axis != pi.ndim - 1:
         pi = pi[..., 0]
     if pi.ndim != true_groups.ndim + 1:
         raise ValueError(
             "adjusted_mutual_info expects pi with one axis (the groups) more than "
             f"true_groups. Received: true_groups shape={true_groups.shape}, pi shape={pi.shape}"
         )
-    predicted = np.argmax(pi, axis=group_axis)
+    predicted = np.argmax(pi, axis=axis)
     if predicted.shape != true_groups.shape:
         raise ValueError(
             "pi without its group axis must have the shape of true_groups. Received: "

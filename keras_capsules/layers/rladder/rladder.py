@@ -37,6 +37,11 @@ def _layer_normalize(x, epsilon=1e-5):
     return ops.cast((x32 - mean) * ops.rsqrt(var + epsilon), dtype)
 
 
+def _expand_to(keep, x):
+    """A ``[batch]`` boolean reshaped to broadcast against ``x``."""
+    return ops.reshape(keep, (-1,) + (1,) * (len(x.shape) - 1))
+
+
 _COMBINATOR_CLASSES = {"G1": G1, "ConvG1": ConvG1, "ConvG2": ConvG2, "ConvG3": ConvG3}
 _INITIALIZERS = ("kernel_initializer", "recurrent_initializer", "bias_initializer")
 _REGULARIZERS = ("kernel_regularizer", "recurrent_regularizer", "bias_regularizer")
@@ -138,6 +143,11 @@ class RLadder(keras.layers.Layer):
     Call arguments:
         inputs: ``[batch, T, features]`` or ``[batch, T, H, W, C]`` for
             ``n_iters=None``; ``[batch, features]`` or ``[batch, H, W, C]`` otherwise.
+        mask: optional ``[batch, T]`` boolean Keras mask of a sequence input: at a
+            padded step the encoder states and the decoder feedback are left as they
+            were and both outputs are zeros, so padded steps (leading, inner or
+            trailing, whatever they hold) never change the outputs at the others.
+            The mask is passed on to both outputs.
 
     Returns:
         With the decoder: ``[predictions, top]``, ``predictions``
@@ -185,6 +195,7 @@ class RLadder(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.supports_masking = True
         if not isinstance(levels, (list, tuple)) or not levels:
             raise ValueError(
                 f"`levels` must be a non-empty list of level specs. Received: levels={levels!r}"
@@ -428,7 +439,7 @@ class RLadder(keras.layers.Layer):
             return top
         return [(batch, steps) + self._prediction_features(features), top]
 
-    def compute_output_spec(self, inputs):
+    def compute_output_spec(self, inputs, training=None, mask=None):
         return output_spec(self, inputs)
 
     # ------------------------------------------------------------------ steps
@@ -514,7 +525,12 @@ class RLadder(keras.layers.Layer):
             prediction = ops.matmul(prediction, self.output_kernel) + self.output_bias
         return prediction, top, (new_states, new_feedback)
 
-    def call(self, inputs, training=None):
+    def compute_mask(self, inputs, mask=None):
+        if mask is None or self.n_iters is not None:
+            return None
+        return mask if not self.use_decoder else [mask, mask]
+
+    def call(self, inputs, training=None, mask=None):
         batch, steps, features = self._feature_shape(tuple(inputs.shape))
         if features != self._features:
             raise ValueError(
@@ -526,7 +542,25 @@ class RLadder(keras.layers.Layer):
         predictions, tops = [], []
         for t in range(steps):
             x_t = inputs[:, t] if self.n_iters is None else inputs
-            prediction, top, carry = self._step(x_t, carry, drop, bool(training))
+            prediction, top, new_carry = self._step(x_t, carry, drop, bool(training))
+            if mask is not None and self.n_iters is None:
+                # a padded step leaves the carry as it was and outputs zeros
+                keep = ops.cast(mask[:, t], "bool")
+                (new_states, new_feedback), (old_states, old_feedback) = new_carry, carry
+                hold = lambda new, old: (  # noqa: E731
+                    None if new is None else ops.where(_expand_to(keep, new), new, old)
+                )
+                carry = (
+                    [[hold(n, o) for n, o in zip(ns, os_)] for ns, os_ in zip(new_states, old_states)],
+                    [hold(n, o) for n, o in zip(new_feedback, old_feedback)],
+                )
+                top = ops.where(_expand_to(keep, top), top, ops.zeros_like(top))
+                if prediction is not None:
+                    prediction = ops.where(
+                        _expand_to(keep, prediction), prediction, ops.zeros_like(prediction)
+                    )
+            else:
+                carry = new_carry
             predictions.append(prediction)
             tops.append(top)
         top = ops.stack(tops, axis=1)

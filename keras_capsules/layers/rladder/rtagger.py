@@ -10,6 +10,7 @@ from keras_capsules.layers.rladder._utils import (
     positive_int,
     serialize_all,
 )
+from keras_capsules._validation import boolean
 from keras_capsules.layers.rladder.rladder import RLadder
 from keras_capsules.ops import routing_dtype
 
@@ -185,7 +186,7 @@ class RTagger(keras.layers.Layer):
             if mask_initializer is not None
             else keras.initializers.RandomNormal(stddev=1.0, seed=1)
         )
-        self.random_initial_masks = bool(random_initial_masks)
+        self.random_initial_masks = boolean("random_initial_masks", random_initial_masks)
         if mask_update not in ("learned", "posterior"):
             raise ValueError(
                 f"`mask_update` must be 'learned' or 'posterior'. Received: mask_update={mask_update!r}"

@@ -242,3 +242,26 @@ def test_zero_feedback_initializer_starts_as_the_ladder_without_feedback():
     assert config["feedback_initializer"]["class_name"] == "Zeros"
     assert RLadder.from_config(config).feedback_initializer is not None
     assert RLadder(DENSE_LEVELS).get_config()["feedback_initializer"] is None
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"decoder_to_encoder": False}, {"use_decoder": False}])
+def test_padded_steps_never_change_the_other_outputs(kwargs):
+    """A Keras mask: padded steps (leading, inner, trailing) hold the carry, output zeros."""
+    rng = np.random.default_rng(0)
+    ladder = RLadder([level_spec("convlstm", 2), level_spec("conv", 3, pool=2), level_spec("gated", 4)], **kwargs)
+    x = rng.normal(size=(2, 3, 4, 4, 1)).astype("float32")
+    want = ladder(x)
+    want = want if isinstance(want, list) else [want]
+    padded = 5 * rng.normal(size=(2, 6, 4, 4, 1)).astype("float32")
+    padded[:, [1, 3, 4]] = x
+    mask = np.zeros((2, 6), bool)
+    mask[:, [1, 3, 4]] = True
+    got = ladder(padded, mask=mask)
+    got = got if isinstance(got, list) else [got]
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(np.asarray(g)[:, [1, 3, 4]], np.asarray(w), atol=1e-6)
+        assert np.all(np.asarray(g)[:, [0, 2, 5]] == 0)
+    inputs = keras.Input((3, 5))
+    outputs = RLadder([level_spec("gated", 4)], **kwargs)(keras.layers.Masking()(inputs))
+    outputs = outputs if isinstance(outputs, list) else [outputs]
+    assert all(getattr(o, "_keras_mask", None) is not None for o in outputs)

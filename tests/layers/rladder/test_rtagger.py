@@ -64,6 +64,7 @@ def test_layer_contract(kwargs, shape, tmp_path):
         (dict(n_groups=2, levels=CONV_LEVELS, initial_mask_scale=0), "Received: initial_mask_scale=0"),
         (dict(n_groups=2, levels=CONV_LEVELS, posterior_sigma=0), "Received: posterior_sigma=0"),
         (dict(n_groups=2, levels=CONV_LEVELS, initial_mask_stddev=-1.0), "Received: initial_mask_stddev=-1.0"),
+        (dict(n_groups=2, levels=CONV_LEVELS, random_initial_masks="no"), "Received: random_initial_masks='no'"),
     ],
 )
 def test_bad_constructor_arguments(kwargs, message):
@@ -293,3 +294,30 @@ def test_adjusted_mutual_info_is_sklearns_on_the_argmax_per_sample():
     collapsed = np.zeros((5, 3, 6, 6, 1))
     collapsed[:, 0] = 1.0
     assert adjusted_mutual_info(truth, collapsed) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_adjusted_mutual_info_counts_a_negative_group_axis_on_pi_as_given():
+    """group_axis=-4 of a [b, K, H, W, 1] pi is the group axis, not the batch axis."""
+    truth = np.random.default_rng(0).integers(0, 3, size=(3, 6, 6))
+    perfect = np.moveaxis(np.eye(3)[truth], -1, 1)[..., None]  # [b=3, K=3, H, W, 1]
+    assert adjusted_mutual_info(truth, perfect, group_axis=-4) == pytest.approx(1.0)
+    assert adjusted_mutual_info(truth, perfect[..., 0], group_axis=-3) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="Received: group_axis=0"):
+        adjusted_mutual_info(truth, perfect, group_axis=0)
+    with pytest.raises(ValueError, match="Received: group_axis=-5"):
+        adjusted_mutual_info(truth, perfect, group_axis=-5)
+
+
+def test_mixture_nll_from_logits_must_be_a_bool():
+    with pytest.raises(ValueError, match="Received: from_logits='no'"):
+        MixtureNLL(from_logits="no")
+
+
+def test_mixture_nll_docstring_example_runs():
+    import re
+    import textwrap
+
+    (block,) = re.findall(r"```python\n(.*?)```", MixtureNLL.__doc__, re.S)
+    scope = {"keras": keras, "np": np, "MixtureNLL": MixtureNLL}
+    exec(textwrap.dedent(block), scope)
+    assert np.isfinite(float(scope["loss"]))
