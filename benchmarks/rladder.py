@@ -448,6 +448,35 @@ sampling error of a difference on 1,000 validation sequences, ~1.1 points),
 never ahead at any epoch after the first few. More compute within reach of this
 machine does not make the ladder beat the baseline here.
 
+Seventh round (occluded), 2026-11-24: where the error comes from. The same
+validation script (``--augment affine``, 680 s, learning rate decaying to 5%), one
+process per core (``taskset -c 0``; an RTagger or shapes probe on core 1, load
+2.2-2.4), with the accuracy split by the digit's velocity: 223 of the 1,000
+validation sequences move vertically only (2 of the 8 directions). The bars are
+vertical and static, so in those the same columns of the digit stay hidden in all
+five frames and half of the digit is never seen; the other 777 move sideways too
+and show every column within the five frames.
+
+    variant and data                 all      sideways   vertical only   first step (sideways)
+    temporal baseline, no bars       99.1%    -          -               -
+    temporal baseline                92.9%    96.3%      81.2%           78.8%
+    RLadder                          89.6%    93.8%      74.9%           69.2%
+
+* The digits are not the limit: without the bars the same baseline reaches
+  99.1% in the same budget, so the 10,000-digit copy leaves room for an RLadder
+  to win.
+* About 60% of the baseline's error (4.2 of 7.1 points) is in the vertical-only
+  sequences, where half the digit is never visible; an upper bound for any model
+  there is far below 99%.
+* The RLadder is behind on both parts, and already at the first step, before any
+  temporal integration (69.2% vs 78.8% on the sideways sequences): in this
+  budget its per-frame features are the weaker ones (its encoder pools before its
+  second and third convolutions, and an update costs about twice as much; the
+  sixth round's ladder at the baseline's resolutions was level per update but
+  made half the updates). The gap is not where the paper's RLadder is strong
+  (integrating the digit over the frames); it is the ladder's encoder at equal
+  CPU time.
+
 Measured (occluded), second round (branch occl), 2026-11-23; every run pinned to
 core 0 (``taskset -c 0``) on a machine shared with other jobs (load average 2.6-4.6
 on 2 CPUs, so wall times and epochs per budget vary by up to 2x between runs).
