@@ -889,6 +889,48 @@ afterwards the mixture cost keeps falling (its loss from 2.40 at epoch 4 to
 better at denoising, not at segmenting. So the RTagger target is not a matter of
 a longer budget on this machine either; the masks stay near 0.5 (mean max pi
 0.53-0.54 at the last iterations).
+
+Tagger, seventh round, 2026-11-24: does the grouping machinery group anything,
+and does a Neural-EM style cost help? Probes outside the library
+(``/tmp/shp/exp.py``, ``/tmp/shp/tprobe.py``, ``/tmp/tg7/exp.py``), one per core,
+load 2.0-2.4.
+
+Binary shapes (Tagger's Shapes, rebuilt: 20x20 images with three 7x7 squares or
+triangles at random places, later ones on top; 10,000 training and 300
+validation images; AMI on the shapes' pixels only, background left out; 3
+groups, 5 iterations, sigma 0.25, 100 updates per epoch of batch 32):
+
+    RTagger (library options unless said)          AMI iterations 1..5 (epoch)
+    conv 16 + gated 64 (pool 2), learned masks,    0.095 / 0.152 / 0.076 / 0.062 (8)
+      Gaussian noise 0.2, 4 groups                   max pi 0.26: uniform masks
+    gated 256 + gated 64, learned masks, 4 groups  0.139 / 0.114 / 0.094 / 0.089 (16)
+                                                     max pi 0.25: uniform masks
+    gated 250, posterior masks, bit flips 0.2      0.050 / 0.235 / 0.367 / 0.401 / 0.433 (2)
+                                                   0.166 / 0.256 / 0.254 / 0.283 / 0.278 (25)
+    the same, no lateral at the bottom (probe      0.408 / 0.515 / 0.556 / 0.578 / 0.589 (1)
+      patch: the group's mean from the top only)   0.116 / 0.159 / 0.159 / 0.160 / 0.159 (42)
+    the same, and a Neural-EM cost instead of      0.276 / 0.418 / 0.459 / 0.483 / 0.494 (1)
+      the mixture NLL (assignments held fixed,     0.437 / 0.524 / 0.543 / 0.549 / 0.553 (28)
+      sum_k pi_k (x - m_k)^2 + (1 - pi_k) m_k^2)   0.268 / 0.240 / 0.253 / 0.263 / 0.241 (45;
+                                                     the cost rose again after epoch 30)
+
+With posterior masks the iterations do group simple shapes: the AMI rises by
+0.1-0.4 from the first iteration to the last. But training on the mixture NLL
+wears the grouping down (0.43 after 200 updates, 0.28 after 2,500), and the
+size of the effect depends on the seed: 200 updates of the gated-250 model on
+2,000 images (``tprobe.py``), seeds 0 / 1 / 2: 0.028 -> 0.177, 0.005 -> 0.019,
+0.110 -> 0.429 (with learning rate 3e-3: 0.079 -> 0.189, 0.008 -> 0.020,
+0.098 -> 0.216); 500 updates, seeds 0 / 1: 0.097 -> 0.186, 0.050 -> 0.089. Too
+seed-dependent for a CI test of grouping, so none was added. The learned masks
+(RTagger's default) stay uniform on shapes as on the textures. The Neural-EM cost
+keeps the grouping longer (best 0.55 at 2,800 updates) but is unstable.
+
+On the Textured MNIST probe (the sixth round's settings: 4,000 training and 200
+validation images, fixed bank, noise 0.2, sigma 0.1, posterior masks, scale 14,
+head on, 400 s) the Neural-EM cost (without the prior term, which has no meaning
+for textured backgrounds) gives nothing: AMI 0.007-0.008 at every iteration
+without laterals below the top (hard masks, max pi 0.95-0.97) and 0.001-0.002
+with them, after 4-6 epochs. Nothing was changed in the library.
 """
 
 import argparse
