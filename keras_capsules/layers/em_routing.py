@@ -17,6 +17,17 @@ def _uniform_use(f, n_out):
     return f[:, :, None] * ops.ones((1, 1, n_out), dtype=f.dtype) / n
 
 
+def _symmetric_spread(n, dtype):
+    """``linspace(-1, 1, n)`` (``[-1]`` for ``n = 1``), also for a traced, dynamic ``n``.
+
+    ``ops.linspace`` needs a Python integer count inside a traced function (it fails
+    with a dynamic number of inputs under ``tf.function``, ``model.fit`` or XLA).
+    """
+    steps = ops.cast(ops.arange(n), dtype)
+    last = ops.maximum(ops.cast(n, dtype) - 1.0, 1.0)
+    return 2.0 * steps / last - 1.0
+
+
 @keras.saving.register_keras_serializable(package="keras_capsules")
 class EMRouting(keras.layers.Layer):
     """Routes input capsules to output capsules by EM with a D-step (Heinsen 2019).
@@ -315,7 +326,7 @@ class EMRouting(keras.layers.Layer):
         n_out = self.n_out
         if n_out is None:  # as many outputs as inputs, with symmetry breaking
             n_out = ops.shape(a_inp)[1]
-            spread = ops.cast(ops.linspace(-1.0, 1.0, n_out), dtype)
+            spread = _symmetric_spread(n_out, dtype)
             bias = bias + ops.cast(self.bias_break, dtype)[None] * spread[None, :, None, None]
             kernel = ops.broadcast_to(kernel, (ops.shape(kernel)[0], n_out) + tuple(kernel.shape[2:]))
             beta_use = ops.broadcast_to(beta_use, (ops.shape(beta_use)[0], n_out))

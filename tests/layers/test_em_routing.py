@@ -338,3 +338,48 @@ def test_mixed_precision_routes_in_float32(policy):
     tol = 2e-3 if dtype == "float16" else 2e-2  # only the final cast to 16 bits differs
     for g, w in zip(got, want):
         np.testing.assert_allclose(np.asarray(keras.ops.cast(g, "float32")), w, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("algorithm", ["votes", "moments"])
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_variable_outputs_with_a_dynamic_number_of_inputs_in_a_traced_call(algorithm, jit_compile):
+    """n_out=None follows n_inp also when n_inp is only known at run time (fit, XLA)."""
+    rng = np.random.default_rng(2)
+    layer = EMRouting(n_out=None, d_out=2, algorithm=algorithm, bias_initializer="random_normal")
+
+    @tf.function(
+        jit_compile=jit_compile,
+        input_signature=[tf.TensorSpec((None, None)), tf.TensorSpec((None, None, 1, 3))],
+    )
+    def traced(a, mu):
+        return layer([a, mu])
+
+    for n_inp in (1, 4, 6):
+        a = rng.normal(size=(2, n_inp)).astype("float32")
+        mu = rng.normal(size=(2, n_inp, 1, 3)).astype("float32")
+        eager = layer([a, mu])
+        got = traced(a, mu)
+        assert got[0].shape == (2, n_inp)
+        for g, e in zip(got, eager):
+            np.testing.assert_allclose(g.numpy(), e.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_variable_outputs_train_on_batches_of_different_lengths():
+    rng = np.random.default_rng(3)
+    a_in, mu_in = keras.Input((None,)), keras.Input((None, 1, 3))
+    a_out, _, _ = EMRouting(n_out=None, d_out=2)([a_in, mu_in])
+    model = keras.Model([a_in, mu_in], keras.ops.mean(a_out, axis=1, keepdims=True))
+    model.compile(keras.optimizers.SGD(0.1), "mse")
+
+    def batches():
+        for n_inp in (3, 5, 4):
+            a = rng.normal(size=(2, n_inp)).astype("float32")
+            mu = rng.normal(size=(2, n_inp, 1, 3)).astype("float32")
+            yield (a, mu), np.ones((2, 1), "float32")
+
+    spec = (
+        (tf.TensorSpec((None, None)), tf.TensorSpec((None, None, 1, 3))),
+        tf.TensorSpec((None, 1)),
+    )
+    history = model.fit(tf.data.Dataset.from_generator(batches, output_signature=spec), verbose=0)
+    assert np.isfinite(history.history["loss"][0])
