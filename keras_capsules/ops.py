@@ -82,6 +82,12 @@ def masked_softmax(logits, mask=None, axis=-1):
     if mask is None:
         return ops.cast(ops.softmax(logits, axis=axis), dtype)
     mask = ops.cast(mask, "bool")
+    # Shift the largest unmasked logit to 0 first (softmax is shift-invariant): the
+    # fill then stays negligible even when real logits lie below MASK_VALUE, which
+    # would otherwise take all the weight and leave a real row summing to 0.
+    lowest = ops.cast(float("-inf"), logits.dtype)
+    top = ops.max(ops.where(mask, logits, lowest), axis=axis, keepdims=True)
+    top = ops.stop_gradient(ops.where(ops.isfinite(top), top, ops.zeros_like(top)))
     fill = ops.cast(MASK_VALUE, logits.dtype)
-    weights = ops.softmax(ops.where(mask, logits, fill), axis=axis)
+    weights = ops.softmax(ops.where(mask, logits - top, fill), axis=axis)
     return ops.cast(ops.where(mask, weights, ops.zeros_like(weights)), dtype)

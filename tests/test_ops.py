@@ -85,3 +85,21 @@ def test_routing_dtype():
     assert ops.routing_dtype("float16") == "float32"
     assert ops.routing_dtype("bfloat16") == "float32"
     assert ops.routing_dtype("float64") == "float64"
+
+
+
+def test_masked_softmax_with_real_logits_below_the_mask_value():
+    """Real logits far below MASK_VALUE still share the weight; padding gets none."""
+    logits = tf.constant([[-2e9, -3e9, 0.0], [-3e9, -3e9, 7.0]], "float32")
+    mask = tf.constant([[True, True, False], [True, True, False]])
+    with tf.GradientTape() as tape:
+        tape.watch(logits)
+        w = ops.masked_softmax(logits, mask)
+        loss = tf.reduce_sum(w * tf.constant([1.0, 2.0, 3.0]))
+    w = w.numpy()
+    np.testing.assert_allclose(w[0], [1.0, 0.0, 0.0], atol=1e-6)
+    np.testing.assert_allclose(w[1], [0.5, 0.5, 0.0], atol=1e-6)
+    grad = tape.gradient(loss, logits).numpy()
+    assert np.all(np.isfinite(grad))
+    np.testing.assert_array_equal(grad[:, 2], 0.0)
+    np.testing.assert_allclose(grad[1], [-0.25, 0.25, 0.0], atol=1e-6)
