@@ -66,7 +66,13 @@ def margin_term(targets, lengths, m_plus=0.9, m_minus=0.1, lambda_=0.5):
 def focal_term(targets, lengths, alpha=0.25, gamma=2.0):
     """Per-sample focal loss ``-alpha (1 - p_t)^gamma log p_t`` with ``p = softmax(x)``."""
     log_p = ops.log_softmax(lengths, axis=-1)
-    weight = ops.power(1.0 - ops.exp(log_p), gamma)
+    # (1 - p)^gamma has an infinite derivative at p = 1 for gamma < 1 (0 * inf = NaN
+    # through the chain rule; e.g. a single class, where p = 1): take it as the
+    # constant 0^gamma there.
+    base = 1.0 - ops.exp(log_p)
+    positive = base > 0
+    safe = ops.where(positive, base, ops.ones_like(base))
+    weight = ops.where(positive, ops.power(safe, gamma), 0.0 ** float(gamma))
     return -alpha * ops.sum(targets * weight * log_p, axis=-1)
 
 

@@ -104,3 +104,14 @@ def test_compiles_into_a_model_and_saves(tmp_path):
     model.save(tmp_path / "m.keras")
     loaded = keras.saving.load_model(tmp_path / "m.keras")
     assert isinstance(loaded.loss, CapsuleLoss) and loaded.loss.terms == ("margin", "focal")
+
+
+@pytest.mark.parametrize("gamma", [0.0, 0.5, 2.0])
+def test_focal_gradient_finite_when_a_probability_is_one(gamma):
+    """A single class (p_t = 1): zero loss and a finite (zero) gradient for any gamma."""
+    x = tf.constant([[0.3], [0.9]])
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        value = CapsuleLoss(terms=("focal",), focal_gamma=gamma)(np.array([0, 0]), x)
+    np.testing.assert_allclose(value.numpy(), 0.0, atol=1e-7)
+    np.testing.assert_array_equal(tape.gradient(value, x).numpy(), 0.0)
