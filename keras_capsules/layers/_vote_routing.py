@@ -128,10 +128,13 @@ class VoteRouting(keras.layers.Layer):
             mask = masks[0] if masks else None
         if mask is None:
             return None
-        if len(mask.shape) != 2:
+        n_in = inputs.shape[1]
+        if len(mask.shape) != 2 or (
+            n_in is not None and mask.shape[1] is not None and mask.shape[1] != n_in
+        ):
             raise ValueError(
-                f"{type(self).__name__} expects a mask of shape [batch, n_in]. "
-                f"Received: mask shape={tuple(mask.shape)}"
+                f"{type(self).__name__} expects a mask of shape [batch, n_in] = "
+                f"[batch, {n_in}]. Received: mask shape={tuple(mask.shape)}"
             )
         return ops.cast(mask, "bool")
 

@@ -278,15 +278,17 @@ class EMRouting(keras.layers.Layer):
         return "moments" if cheap else "votes"
 
     # ------------------------------------------------------------------ call
-    def _combined_mask(self, mask):
+    def _combined_mask(self, mask, n_inp=None):
         masks = [m for m in (mask if isinstance(mask, (list, tuple)) else [mask]) if m is not None]
         combined = None
         for m in masks:
             m = ops.cast(m, "bool")
-            if len(m.shape) != 2:
+            if len(m.shape) != 2 or (
+                n_inp is not None and m.shape[1] is not None and m.shape[1] != n_inp
+            ):
                 raise ValueError(
-                    "EMRouting expects a mask of shape [batch, n_inp]. "
-                    f"Received: mask shape={m.shape}"
+                    f"EMRouting expects a mask of shape [batch, n_inp] = [batch, {n_inp}]. "
+                    f"Received: mask shape={tuple(m.shape)}"
                 )
             combined = m if combined is None else ops.logical_and(combined, m)
         return combined
@@ -314,7 +316,8 @@ class EMRouting(keras.layers.Layer):
         # Excluded inputs: -inf scores or mask == False. Their activation is zero and
         # their poses are replaced by zeros before any arithmetic touches them.
         valid = a_inp > ops.cast(-math.inf, dtype)
-        user_mask = self._combined_mask(mask)
+        n_inp = a_inp.shape[1] if a_inp.shape[1] is not None else mu_inp.shape[1]
+        user_mask = self._combined_mask(mask, n_inp)
         if user_mask is not None:
             valid = ops.logical_and(valid, user_mask)
         f = ops.where(valid, ops.sigmoid(ops.where(valid, a_inp, ops.zeros_like(a_inp))), 0.0)

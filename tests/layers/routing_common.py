@@ -187,6 +187,8 @@ def check_bad_inputs(layer_cls, **kwargs):
         layer(np.zeros((2, 5, 3), "float32"))
     with pytest.raises(ValueError, match=r"mask of shape \[batch, n_in\]"):
         layer(np.zeros((2, 5, 4), "float32"), mask=np.ones((2, 5, 4), bool))
+    with pytest.raises(ValueError, match=r"mask of shape \[batch, n_in\] = \[batch, 5\]"):
+        layer(np.zeros((2, 5, 4), "float32"), mask=np.ones((2, 4), bool))
     unshared = layer_cls(n_out=3, d_out=2, shared_weights=False, **kwargs)
     with pytest.raises(ValueError, match="must be static"):
         unshared(keras.Input((None, 4)))

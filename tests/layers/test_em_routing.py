@@ -269,6 +269,8 @@ def test_bad_input_shapes():
     layer([a, np.zeros((2, 5, 4, 4), "float32")])
     with pytest.raises(ValueError, match=r"\[batch, n_inp, 4, 4\]"):
         layer([a, np.zeros((2, 5, 4, 3), "float32")])
+    with pytest.raises(ValueError, match=r"mask of shape \[batch, n_inp\] = \[batch, 5\]"):
+        layer([a, np.zeros((2, 5, 4, 4), "float32")], mask=np.ones((2, 4), bool))
     fixed = EMRouting(n_out=3, d_out=2, n_inp=5)
     with pytest.raises(ValueError, match=r"fixed n_inp=5.*\[batch, 5\]"):
         fixed([np.zeros((2, 7), "float32"), np.zeros((2, 7, 4, 4), "float32")])
