@@ -6,7 +6,7 @@ import keras
 from keras import ops
 
 from keras_capsules._validation import choice, positive_float, positive_int
-from keras_capsules.ops import routing_dtype
+from keras_capsules.ops import masked_softmax, routing_dtype
 
 _ALGORITHMS = ("auto", "votes", "moments")
 
@@ -15,6 +15,24 @@ def _uniform_use(f, n_out):
     """D_use of the first iteration: every input's activation split evenly over outputs."""
     n = ops.cast(n_out, f.dtype)
     return f[:, :, None] * ops.ones((1, 1, n_out), dtype=f.dtype) / n
+
+
+def _uniform_use_over(f, out_valid):
+    """The first iteration's ``D_use`` with only the ``out_valid`` ``[b, n_out]`` outputs."""
+    count = ops.maximum(ops.sum(out_valid, axis=1), 1.0)  # [b]
+    return f[:, :, None] * out_valid[:, None, :] / count[:, None, None]
+
+
+def _ranked_spread(out_valid, dtype):
+    """Per sample, ``linspace(-1, 1, n)`` over its ``n`` valid outputs in order (0 elsewhere).
+
+    ``out_valid`` is ``[b, n_out]`` (float 0/1). A valid output's value depends only on
+    its rank among the sample's valid outputs and their number, so padded positions
+    never change it.
+    """
+    rank = ops.cumsum(out_valid, axis=1) - 1.0
+    last = ops.maximum(ops.sum(out_valid, axis=1, keepdims=True) - 1.0, 1.0)
+    return ops.cast((2.0 * rank / last - 1.0) * out_valid, dtype)
 
 
 def _symmetric_spread(n, dtype):
@@ -56,6 +74,13 @@ class EMRouting(keras.layers.Layer):
     (False = padding). Excluded inputs never change an output or a gradient, whatever
     their ``mu_inp`` holds (even NaN or inf), and a sample whose inputs are all excluded
     yields finite outputs.
+
+    With ``n_out=None`` and a mask, a padded position is padding on the output side
+    too: its output is zeros, it takes no part in the E-step, the symmetry-breaking
+    spread runs over each sample's real positions only (``linspace(-1, 1, n_real)``),
+    and the layer returns the mask with its outputs. The real outputs are then exactly
+    those of the same sample without its padding. (A ``-inf`` score excludes an input
+    from routing but keeps its output position.)
 
     Two exact algorithms compute the same routing:
 
@@ -106,7 +131,8 @@ class EMRouting(keras.layers.Layer):
         A list ``[a_out, mu_out, sig2_out]``: ``a_out`` ``[batch, n_out]`` raw output
         scores (pre-activation logits, never sigmoided), ``mu_out`` and ``sig2_out``
         ``[batch, n_out, d_cov, d_out]``, the means and variances of the output
-        capsules' votes.
+        capsules' votes. With ``n_out=None`` the input mask is passed on to all three
+        (zeros at padded positions).
 
     Weights:
         ``kernel`` ``[n_inp or 1, n_out or 1, d_inp, d_out]``, ``bias``
@@ -265,7 +291,10 @@ class EMRouting(keras.layers.Layer):
         return [(a_shape[0], n_out), pose, pose]
 
     def compute_mask(self, inputs, mask=None):
-        return None  # output capsules are never padding
+        if self.n_out is not None or mask is None:
+            return None  # a fixed set of output capsules is never padding
+        combined = self._combined_mask(mask)  # n_out=None: outputs are padded where inputs are
+        return None if combined is None else [combined] * 3
 
     @property
     def resolved_algorithm(self):
@@ -327,19 +356,47 @@ class EMRouting(keras.layers.Layer):
             ops.cast(w, dtype) for w in (self.kernel, self.bias, self.beta_use, self.beta_ign)
         )
         n_out = self.n_out
+        out_valid = None  # [b, n_out] 0/1: the real outputs (n_out=None with a mask only)
         if n_out is None:  # as many outputs as inputs, with symmetry breaking
             n_out = ops.shape(a_inp)[1]
-            spread = _symmetric_spread(n_out, dtype)
-            bias = bias + ops.cast(self.bias_break, dtype)[None] * spread[None, :, None, None]
+            break_ = ops.cast(self.bias_break, dtype)
+            if user_mask is None:
+                spread = _symmetric_spread(n_out, dtype)
+                bias = bias + break_[None] * spread[None, :, None, None]
+            else:  # a per-sample spread over the real positions: [b, n_inp or 1, n_out, c, h]
+                out_valid = ops.cast(user_mask, dtype)
+                spread = _ranked_spread(out_valid, dtype)
+                bias = bias[None] + break_[None, None] * spread[:, None, :, None, None]
             kernel = ops.broadcast_to(kernel, (ops.shape(kernel)[0], n_out) + tuple(kernel.shape[2:]))
             beta_use = ops.broadcast_to(beta_use, (ops.shape(beta_use)[0], n_out))
             beta_ign = ops.broadcast_to(beta_ign, (ops.shape(beta_ign)[0], n_out))
 
         if self.resolved_algorithm == "moments":
-            outputs = self._route_moments(f, x, valid, kernel[0], bias[0], beta_use[0], beta_ign[0], n_out)
+            shared_bias = bias[:, 0] if out_valid is not None else bias[0]
+            outputs = self._route_moments(
+                f, x, valid, kernel[0], shared_bias, beta_use[0], beta_ign[0], n_out, out_valid
+            )
         else:
-            outputs = self._route_votes(f, x, kernel, bias, beta_use, beta_ign, n_out)
+            outputs = self._route_votes(f, x, kernel, bias, beta_use, beta_ign, n_out, out_valid)
+        if out_valid is not None:
+            a_out, mu_out, sig2_out = outputs
+            keep = out_valid > 0
+            outputs = (
+                ops.where(keep, a_out, ops.zeros_like(a_out)),
+                ops.where(keep[:, :, None, None], mu_out, ops.zeros_like(mu_out)),
+                ops.where(keep[:, :, None, None], sig2_out, ops.zeros_like(sig2_out)),
+            )
         return [ops.cast(o, self.compute_dtype) for o in outputs]
+
+    @staticmethod
+    def _assign(a_out, log_p, f, out_valid):
+        """E-step: ``D_use = f R``, ``R`` the softmax over the (real) outputs."""
+        logits = ops.log_sigmoid(a_out)[:, None, :] + log_p
+        if out_valid is None:
+            r = ops.softmax(logits, axis=-1)
+        else:
+            r = masked_softmax(logits, out_valid[:, None, :] > 0, axis=-1)
+        return f[:, :, None] * r
 
     def _m_step_scores(self, f, d_use, beta_use, beta_ign):
         # a_out = sum_i beta_use D_use - sum_i beta_ign (f - D_use)
@@ -348,23 +405,25 @@ class EMRouting(keras.layers.Layer):
             return beta_use * ops.sum(d_use, axis=1) - beta_ign * ops.sum(d_ign, axis=1)
         return ops.sum(beta_use * d_use, axis=1) - ops.sum(beta_ign * d_ign, axis=1)
 
-    def _route_votes(self, f, x, kernel, bias, beta_use, beta_ign, n_out):
+    def _route_votes(self, f, x, kernel, bias, beta_use, beta_ign, n_out, out_valid=None):
         """The reference algorithm: forms V[b, i, j, c, h]."""
+        # bias: [b, n_inp or 1, j, c, h] per sample (n_out=None with a mask), else per weight set
+        if out_valid is None and self.n_inp is None:
+            bias = bias[0]
         if self.n_inp is None:  # one weight set shared over inputs
-            votes = ops.einsum("bicd,jdh->bijch", x, kernel[0]) + bias[0]
+            votes = ops.einsum("bicd,jdh->bijch", x, kernel[0]) + bias
             beta_use, beta_ign = beta_use[0], beta_ign[0]
         else:
             votes = ops.einsum("bicd,ijdh->bijch", x, kernel) + bias
         eps = self.eps
         for t in range(self.n_iters):
             if t == 0:
-                d_use = _uniform_use(f, n_out)
+                d_use = _uniform_use(f, n_out) if out_valid is None else _uniform_use_over(f, out_valid)
             else:
                 log_p = -ops.einsum(
                     "bijch,bjch->bij", ops.square(votes - mu_out[:, None]), 0.5 / sig2_out
                 ) - 0.5 * ops.sum(ops.log(sig2_out), axis=(2, 3))[:, None, :]
-                r = ops.softmax(ops.log_sigmoid(a_out)[:, None, :] + log_p, axis=-1)
-                d_use = f[:, :, None] * r
+                d_use = self._assign(a_out, log_p, f, out_valid)
             a_out = self._m_step_scores(f, d_use, beta_use, beta_ign)
             inv_s = 1.0 / (ops.sum(d_use, axis=1) + eps)  # [b, j]
             mu_out = ops.einsum("bij,bijch->bjch", d_use, votes) * inv_s[:, :, None, None]
@@ -375,7 +434,7 @@ class EMRouting(keras.layers.Layer):
             )
         return a_out, mu_out, sig2_out
 
-    def _route_moments(self, f, x, valid, kernel, bias, beta_use, beta_ign, n_out):
+    def _route_moments(self, f, x, valid, kernel, bias, beta_use, beta_ign, n_out, out_valid=None):
         """The same routing from moments of the inputs; V is never formed.
 
         With y[b,i,j,c,:] = x[b,i,c,:] @ kernel[j] the bias-free vote, every quantity
@@ -387,13 +446,15 @@ class EMRouting(keras.layers.Layer):
         # once the shift's image m @ kernel moves into a per-sample bias.
         f_sum = ops.sum(f, axis=1)  # [b]
         centre = ops.einsum("bi,bicd->bcd", f, x) / (f_sum[:, None, None] + 1e-12)
-        bias = bias[None] + ops.einsum("bcd,jdh->bjch", centre, kernel)  # [b, j, c, h]
+        if out_valid is None:  # else bias is already per sample, [b, j, c, h]
+            bias = bias[None]
+        bias = bias + ops.einsum("bcd,jdh->bjch", centre, kernel)  # [b, j, c, h]
         x = ops.where(valid[:, :, None, None], x - centre[:, None], ops.zeros_like(x))
         xx = x[..., :, None] * x[..., None, :]  # [b, i, c, d, e]
         k_outer = kernel[:, :, None, :] * kernel[:, None, :, :]  # [j, d, e, h]
         for t in range(self.n_iters):
             if t == 0:
-                d_use = _uniform_use(f, n_out)
+                d_use = _uniform_use(f, n_out) if out_valid is None else _uniform_use_over(f, out_valid)
             else:
                 # log p = -sum_ch (y - g)^2 / (2 sig2) - 0.5 sum_ch log sig2, g = mu - bias
                 prec = 0.5 / sig2_out  # [b, j, c, h]
@@ -402,8 +463,7 @@ class EMRouting(keras.layers.Layer):
                 lin = ops.einsum("bicd,bjcd->bij", x, ops.einsum("bjch,jdh->bjcd", prec * g, kernel))
                 const = ops.sum(prec * ops.square(g) + 0.5 * ops.log(sig2_out), axis=(2, 3))
                 log_p = -(quad - 2.0 * lin + const[:, None, :])
-                r = ops.softmax(ops.log_sigmoid(a_out)[:, None, :] + log_p, axis=-1)
-                d_use = f[:, :, None] * r
+                d_use = self._assign(a_out, log_p, f, out_valid)
             a_out = self._m_step_scores(f, d_use, beta_use, beta_ign)
             d_sum = ops.sum(d_use, axis=1)  # [b, j]
             inv_s = (1.0 / (d_sum + eps))[:, :, None, None]

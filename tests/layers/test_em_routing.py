@@ -222,6 +222,59 @@ def test_weights_names_shapes_and_paper_initialization():
     }
 
 
+@pytest.mark.parametrize("algorithm", ["votes", "moments"])
+def test_variable_outputs_with_padding_equal_the_unpadded_sample(algorithm):
+    """n_out=None: padded positions are padding on the output side too (zeros, mask passed on),
+    and the real outputs equal those of the sample without its padding, whatever it holds."""
+    rng = np.random.default_rng(3)
+    layer = EMRouting(n_out=None, d_out=2, algorithm=algorithm, bias_initializer="random_normal")
+    a = rng.normal(size=(2, 6)).astype("float32")
+    mu = rng.normal(size=(2, 6, 3, 4)).astype("float32")
+    keep = np.zeros((2, 6), bool)
+    keep[0, [0, 2, 3]] = True  # inner and trailing padding
+    keep[1, [1, 4]] = True  # leading, inner and trailing padding
+    poisoned = np.where(keep[..., None, None], mu, np.nan).astype("float32")
+    got = [np.asarray(o) for o in layer([a, poisoned], mask=keep)]
+    for b in range(2):
+        idx = np.flatnonzero(keep[b])
+        want = layer([a[b : b + 1, idx], mu[b : b + 1, idx]])
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g[b, idx], np.asarray(w)[0], rtol=1e-5, atol=1e-5)
+            assert np.all(g[b, ~keep[b]] == 0)
+    masks = layer.compute_mask([a, mu], keep)
+    assert len(masks) == 3 and all(np.array_equal(np.asarray(m), keep) for m in masks)
+    # no gradient reaches padded poses, and a sample with one real input stays finite
+    mu_t = tf.constant(poisoned)
+    with tf.GradientTape() as tape:
+        tape.watch(mu_t)
+        outs = layer([tf.constant(a), mu_t], mask=keep)
+        loss = sum(tf.reduce_sum(o) for o in outs)
+    grad = tape.gradient(loss, mu_t).numpy()
+    assert np.all(np.isfinite(grad)) and np.all(grad[~keep] == 0)
+    one = np.zeros((2, 6), bool)
+    one[:, 5] = True
+    assert all(np.all(np.isfinite(np.asarray(o))) for o in layer([a, mu], mask=one))
+
+
+def test_variable_outputs_pass_the_mask_on_in_a_functional_model():
+    tokens = keras.Input((None,), dtype="int32")
+    emb = keras.layers.Embedding(20, 6)(tokens)
+    mu = keras.layers.Reshape((-1, 2, 3))(emb)
+    score = keras.layers.Reshape((-1,))(keras.layers.Dense(1)(emb))
+    mask = keras.ops.not_equal(tokens, 0)
+    a_out, mu_out, _ = EMRouting(n_out=None, d_out=2, bias_initializer="random_normal")([score, mu], mask=mask)
+    assert getattr(mu_out, "_keras_mask", None) is not None
+    # a masked mean over the outputs: the padding's length must not matter
+    pooled = keras.layers.GlobalAveragePooling1D()(keras.layers.Reshape((-1, 4))(mu_out), mask=mask)
+    model = keras.Model(tokens, [a_out, pooled])
+    ids = np.array([[3, 4, 5, 0, 0], [7, 2, 0, 0, 0]], "int32")
+    a_ref, ref = (o.numpy() for o in model(ids))
+    a_short, short = (o.numpy() for o in model(ids[:, :3]))
+    np.testing.assert_allclose(short, ref, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(a_short, a_ref[:, :3], rtol=1e-5, atol=1e-6)
+    assert np.all(a_ref[:, 3:] == 0) and np.all(a_ref[1, 2:] == 0)
+
+
 def test_variable_number_of_outputs_breaks_symmetry():
     rng = np.random.default_rng(5)
     a = rng.normal(size=(2, 6)).astype("float32")
