@@ -34,6 +34,7 @@ class ClevrHyperModel(MACHyperModel):
     units = (128, 256, 512)
     default_units = 512
     embedding_dims = (100, 200, 300)
+    default_dropout = 0.15
 
     def __init__(self, cache_dir, data_dir=None, image_size=clevr.IMAGE_SIZE, limit=None, **kwargs):
         super().__init__(**kwargs)

@@ -8,7 +8,8 @@
 * ``memory_gate`` and ``self_attention``: the two optional parts of the write unit
   (Hudson & Manning's variants).
 * ``memory_dropout`` and ``output_dropout`` 0-0.3: dropout on the memory and before
-  the classifier.
+  the classifier (default 0, as ``applications.sort_of_clevr.build_model`` and its
+  recipe; CLEVR's default is the paper's 0.15).
 * ``learning_rate`` 3e-5 to 1e-3 (log scale) of Adam with the recipe's clipping and
   EMA of the weights (validation, the objective and the best model use the EMA
   weights).
@@ -25,13 +26,15 @@ from tuning.base import DatasetHyperModel
 
 
 def mac_hyperparameters(hp, steps=(1, 6, 4), units=(32, 64, 128, 256), default_units=128,
-                        embedding_dims=(16, 32, 64)):
+                        embedding_dims=(16, 32, 64), default_dropout=0.0):
     """Declares the MAC part of a search space; returns the ``build_model`` keyword arguments.
 
     Args:
         steps: ``(min, max, default)`` reasoning steps.
         units: the choices of ``d`` (even numbers), and ``default_units`` the default one.
         embedding_dims: the choices of the word-embedding size (the last is the default).
+        default_dropout: the default of ``memory_dropout`` and ``output_dropout`` (that
+            of the application's ``build_model``).
     """
     return {
         "embedding_dim": hp.Choice("embedding_dim", list(embedding_dims), default=embedding_dims[-1]),
@@ -39,8 +42,8 @@ def mac_hyperparameters(hp, steps=(1, 6, 4), units=(32, 64, 128, 256), default_u
         "units": hp.Choice("units", list(units), default=default_units),
         "memory_gate": hp.Boolean("memory_gate", default=False),
         "self_attention": hp.Boolean("self_attention", default=False),
-        "memory_dropout": hp.Float("memory_dropout", 0.0, 0.3, step=0.05, default=0.15),
-        "output_dropout": hp.Float("output_dropout", 0.0, 0.3, step=0.05, default=0.15),
+        "memory_dropout": hp.Float("memory_dropout", 0.0, 0.3, step=0.05, default=default_dropout),
+        "output_dropout": hp.Float("output_dropout", 0.0, 0.3, step=0.05, default=default_dropout),
     }
 
 
@@ -48,20 +51,24 @@ class MACHyperModel(DatasetHyperModel):
     """A MAC application's HyperModel: the MAC space, the learning rate, the EMA recipe.
 
     Subclasses implement ``build_mac(hp, **mac_kwargs)`` (the uncompiled model),
-    ``load_data`` and ``datasets``; ``steps``, ``units``, ``default_units`` and
-    ``embedding_dims`` are the arguments of :func:`mac_hyperparameters`.
+    ``load_data`` and ``datasets``; ``steps``, ``units``, ``default_units``,
+    ``embedding_dims`` and ``default_dropout`` are the arguments of
+    :func:`mac_hyperparameters`: the defaults must be those of the application's
+    ``build_model``.
     """
 
     steps = (1, 6, 4)
     units = (32, 64, 128, 256)
     default_units = 128
     embedding_dims = (16, 32, 64)
+    default_dropout = 0.0
 
     def build_mac(self, hp, **mac_kwargs):
         raise NotImplementedError
 
     def build(self, hp):
-        mac_kwargs = mac_hyperparameters(hp, self.steps, self.units, self.default_units, self.embedding_dims)
+        mac_kwargs = mac_hyperparameters(hp, self.steps, self.units, self.default_units, self.embedding_dims,
+                                         self.default_dropout)
         learning_rate = hp.Float("learning_rate", 3e-5, 1e-3, sampling="log", default=1e-4)
         return clevr.compile_model(self.build_mac(hp, **mac_kwargs), learning_rate)
 

@@ -185,3 +185,28 @@ def test_music_search_with_the_nade_readout(tmp_path, capsys):
     model = keras.saving.load_model(directory / "best_model.keras")
     assert model.get_layer("nade").hidden_units > 0 and model.output_shape == (None, 8, 88)
     assert set(model.input) == {"rolls", "targets"}
+
+
+@pytest.mark.parametrize("name", ["sort_of_clevr", "clevr"])
+def test_the_default_point_is_the_applications_default_model(name, tmp_path):
+    # Audit 3: Sort-of-CLEVR's search space defaulted both dropouts to CLEVR's 0.15,
+    # while its build_model (and `keras-capsules train sort_of_clevr`) use 0.
+    import inspect
+
+    import keras_tuner
+
+    from applications import clevr, sort_of_clevr
+
+    if name == "clevr":
+        hypermodel = tuning.HYPERMODELS[name](cache_dir=tiny_clevr_cache(tmp_path / "cache"),
+                                              image_size=CLEVR_IMAGE_SIZE)
+        builder = clevr.build_model
+    else:
+        hypermodel = tuning.HYPERMODELS[name](validation_examples=8)
+        builder = sort_of_clevr.build_model
+    hp = keras_tuner.HyperParameters()
+    hypermodel.build(hp)
+    defaults = {key: p.default for key, p in inspect.signature(builder).parameters.items()}
+    shared = sorted(set(hp.values) & set(defaults))
+    assert {"units", "max_steps", "embedding_dim", "memory_dropout", "output_dropout"} <= set(shared)
+    assert {key: hp.values[key] for key in shared} == {key: defaults[key] for key in shared}

@@ -1,5 +1,7 @@
 """ControlUnit: the control step of a MAC cell (Hudson & Manning 2018, section 3.2.1)."""
 
+import numbers
+
 import keras
 from keras import ops
 
@@ -126,6 +128,15 @@ class ControlUnit(_base.MACLayerBase):
     def compute_mask(self, inputs, mask=None):
         return None
 
+    def __call__(self, *args, **kwargs):
+        # Checked before Keras converts a numpy integer ``step`` to a tensor, so that
+        # numpy integers are range-checked (and sliced statically) like Python ints.
+        if "step" in kwargs:
+            kwargs["step"] = self._check_step(kwargs["step"])
+        elif len(args) > 1:
+            args = (args[0], self._check_step(args[1]), *args[2:])
+        return super().__call__(*args, **kwargs)
+
     def call(self, inputs, step=0, words_mask=None, mask=None):
         question, control, words = _base.as_list(inputs, (3,), _LAYER, _INPUTS)
         self._shapes([tuple(question.shape), tuple(control.shape), tuple(words.shape)])
@@ -138,11 +149,8 @@ class ControlUnit(_base.MACLayerBase):
         )
         if words_mask is not None:
             words = ops.where(words_mask[:, :, None], words, ops.zeros_like(words))
-        if isinstance(step, int) and not isinstance(step, bool):
-            if not 0 <= step < self.max_steps:
-                raise ValueError(
-                    f"`step` must be in [0, max_steps={self.max_steps}). Received: step={step}"
-                )
+        step = self._check_step(step)
+        if isinstance(step, int):
             w_q, b_q = self.question_kernel[step], self.question_bias[step]
         else:
             w_q = ops.take(self.question_kernel, step, axis=0)
@@ -159,6 +167,28 @@ class ControlUnit(_base.MACLayerBase):
         logits = self.logit(cq[:, None, :] * words, self.attention_kernel, self.attention_bias)
         new_control, attention = _base.attend(logits, words, words_mask)
         return [new_control, attention]
+
+    def _check_step(self, step):
+        """``step`` as a Python int (range-checked) or an integer scalar tensor."""
+        if isinstance(step, numbers.Integral) and not isinstance(step, bool):
+            if not 0 <= step < self.max_steps:
+                raise ValueError(
+                    f"`step` must be in [0, max_steps={self.max_steps}). Received: step={step}"
+                )
+            return int(step)
+        dtype = getattr(step, "dtype", None)
+        shape = getattr(step, "shape", None)
+        if (
+            isinstance(step, (bool, numbers.Number))
+            or dtype is None
+            or not keras.backend.standardize_dtype(dtype).startswith(("int", "uint"))
+            or (shape is not None and len(shape) != 0)
+        ):
+            raise ValueError(
+                f"`step` must be an integer in [0, max_steps={self.max_steps}) or an integer "
+                f"scalar tensor. Received: step={step!r}"
+            )
+        return step
 
     def get_config(self):
         config = super().get_config()

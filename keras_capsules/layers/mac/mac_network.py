@@ -58,7 +58,8 @@ class MACNetwork(_base.MACLayerBase):
         read_dropout: dropout rate inside the read unit. Default 0.
         return_attention: False (default) to return the final memory only; True to
             also return every step's attention maps.
-        seed: seed of the dropouts.
+        seed: seed of the dropouts (the read unit's dropout is seeded with ``seed + 1``,
+            apart from the memory dropout).
         kernel_initializer: initializer of the kernels. Default ``"glorot_uniform"``.
         bias_initializer: initializer of the biases. Default ``"zeros"``.
         state_initializer: initializer of ``initial_control`` and ``initial_memory``.
@@ -139,6 +140,8 @@ class MACNetwork(_base.MACLayerBase):
             if state_initializer is None
             else state_initializer
         )
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise ValueError(f"`seed` must be an integer or None. Received: seed={seed!r}")
         self.cell = MACCell(
             max_steps=max_steps,
             use_previous_control=use_previous_control,
@@ -148,7 +151,10 @@ class MACNetwork(_base.MACLayerBase):
             memory_gate=memory_gate,
             gate_per_dimension=gate_per_dimension,
             gate_bias_initializer=gate_bias_initializer,
-            seed=seed,
+            # The read dropout's generator is seeded apart from the memory dropout's:
+            # with one seed both would draw the same uniforms (the memory mask would
+            # repeat in the read dropout of the first cells).
+            seed=None if seed is None else seed + 1,
             dtype=self.dtype_policy,
             name="cell",
             **self.weight_config(),

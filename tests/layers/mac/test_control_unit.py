@@ -154,3 +154,20 @@ def test_bad_inputs():
         layer([q, c, cw], step=2)
     with pytest.raises(ValueError, match="words_mask"):
         layer([q, c, cw], words_mask=np.ones((B, S + 1), bool))
+
+
+def test_bad_steps_are_clear_errors_and_numpy_integers_work():
+    # Audit 3: a numpy integer step skipped the range check (an out-of-range one gave
+    # a raw GatherV2 error eagerly and silently used the last projection under XLA),
+    # and a bool or float step gave obscure TypeErrors from ops.take.
+    x = _inputs()
+    layer = _layer()
+    for step in range(STEPS):
+        np.testing.assert_array_equal(layer(x, step=np.int64(step))[0], layer(x, step=step)[0])
+    for step in (np.int64(STEPS), np.int32(-1)):
+        with pytest.raises(ValueError, match=f"Received: step={int(step)}"):
+            layer(x, step=step)
+    for step in (True, 1.0, np.float32(1.0), tf.constant(1.0), tf.constant([1])):
+        with pytest.raises(ValueError, match="integer scalar tensor. Received: step="):
+            layer(x, step=step)
+    np.testing.assert_array_equal(layer(x, step=tf.constant(1, "int64"))[0], layer(x, step=1)[0])

@@ -240,3 +240,15 @@ def test_learns_key_value_retrieval():
     kb_t, q_t, a_t = _retrieval_task(256, np.random.default_rng(1))
     _, accuracy = model.evaluate([q_t, kb_t], a_t, verbose=0)
     assert accuracy > 0.9, accuracy  # chance is 0.25
+
+
+def test_memory_and_read_dropout_draw_different_numbers():
+    # Audit 3: both dropouts were seeded with `seed`, so the read unit's first draw
+    # repeated the memory mask's uniforms (stateless RNG, one seed, one counter).
+    net = MACNetwork(max_steps=1, memory_dropout=0.5, read_dropout=0.5, seed=3)
+    memory_u = np.ravel(keras.random.uniform((B, D), seed=net.seed_generator))
+    read_u = np.ravel(keras.random.uniform((B, N, D), seed=net.cell.read_unit.seed_generator))
+    assert not np.array_equal(memory_u, read_u[: B * D])
+    assert MACNetwork.from_config(net.get_config()).get_config() == net.get_config()
+    with pytest.raises(ValueError, match="Received: seed='3'"):
+        MACNetwork(max_steps=1, seed="3")
