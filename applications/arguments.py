@@ -80,7 +80,7 @@ def add_common_arguments(parser, command):
                             help="total trials of the search, including those of earlier runs "
                             "(default: %(default)s)")
         parser.add_argument("--epochs", type=positive_int, default=3,
-                            help="epochs per trial (hyperband: the most epochs of a trial) "
+                            help="epochs per trial (hyperband: the most epochs of a trial, at least 2) "
                             "(default: %(default)s)")
         parser.add_argument("--overwrite", action="store_true",
                             help="start the search again instead of resuming it")

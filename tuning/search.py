@@ -32,7 +32,8 @@ def make_tuner(kind, hypermodel, directory, project_name, max_trials, epochs=3, 
 
     Args:
         strategy: a ``tf.distribute.Strategy``: models are built and trained under it.
-        epochs: hyperband's ``max_epochs`` (the other tuners take epochs in ``search``).
+        epochs: hyperband's ``max_epochs``, at least 2 (``epochs=1`` gives 2; the other
+            tuners take epochs in ``search``).
         hyperparameters: a ``keras_tuner.HyperParameters`` of fixed values (see
             :func:`fixed_hyperparameters`); the HyperModel's other entries are searched.
     """
