@@ -147,12 +147,17 @@ def test_padding_by_mask_and_by_minus_inf_is_exact(algorithm):
         np.testing.assert_allclose(got.numpy()[0], want[1], rtol=1e-5, atol=1e-6)
 
 
-def test_mask_in_a_functional_model():
+def _token_capsules():
+    """A functional model's token ids, their scores, 2x3 poses and padding mask (id 0)."""
     tokens = keras.Input((None,), dtype="int32")
     emb = keras.layers.Embedding(20, 6)(tokens)
     mu = keras.layers.Reshape((-1, 2, 3))(emb)
     score = keras.layers.Reshape((-1,))(keras.layers.Dense(1)(emb))
-    mask = keras.ops.not_equal(tokens, 0)
+    return tokens, score, mu, keras.ops.not_equal(tokens, 0)
+
+
+def test_mask_in_a_functional_model():
+    tokens, score, mu, mask = _token_capsules()
     _, mu_out, _ = EMRouting(n_out=3, d_out=2)([score, mu], mask=mask)
     model = keras.Model(tokens, mu_out)
     ids = np.array([[3, 4, 5, 0, 0], [7, 2, 0, 0, 0]], "int32")
@@ -257,11 +262,7 @@ def test_variable_outputs_with_padding_equal_the_unpadded_sample(algorithm):
 
 
 def test_variable_outputs_pass_the_mask_on_in_a_functional_model():
-    tokens = keras.Input((None,), dtype="int32")
-    emb = keras.layers.Embedding(20, 6)(tokens)
-    mu = keras.layers.Reshape((-1, 2, 3))(emb)
-    score = keras.layers.Reshape((-1,))(keras.layers.Dense(1)(emb))
-    mask = keras.ops.not_equal(tokens, 0)
+    tokens, score, mu, mask = _token_capsules()
     a_out, mu_out, _ = EMRouting(n_out=None, d_out=2, bias_initializer="random_normal")([score, mu], mask=mask)
     assert getattr(mu_out, "_keras_mask", None) is not None
     # a masked mean over the outputs: the padding's length must not matter
