@@ -4,6 +4,7 @@ Each returns the (normalised) value or raises ``ValueError`` quoting
 ``Received: name=value``, the house format for bad arguments.
 """
 
+import math
 import numbers
 
 
@@ -17,9 +18,13 @@ def positive_int(name, value, allow_none=False):
 
 
 def positive_float(name, value):
-    """A real number > 0, returned as float."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
-        raise ValueError(f"`{name}` must be a positive number. Received: {name}={value!r}")
+    """A finite real number > 0, returned as float."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Real)
+        or not 0 < value < math.inf
+    ):
+        raise ValueError(f"`{name}` must be a positive, finite number. Received: {name}={value!r}")
     return float(value)
 
 

@@ -302,6 +302,7 @@ def test_variable_number_of_outputs_breaks_symmetry():
         (dict(n_out=3, d_out=2, n_iters=0), "n_iters"),
         (dict(n_out=3, d_out=2, n_inp=2.5), "n_inp"),
         (dict(n_out=3, d_out=2, eps=0.0), "eps"),
+        (dict(n_out=3, d_out=2, eps=float("inf")), "eps=inf"),
         (dict(n_out=3, d_out=2, algorithm="fast"), "algorithm"),
         (dict(n_out=3, d_out=2, n_inp=4, algorithm="moments"), "n_inp"),
     ],

@@ -63,6 +63,8 @@ def test_layer_contract(kwargs, shape, tmp_path):
         (dict(n_groups=2, levels=CONV_LEVELS, mask_update="em"), "Received: mask_update='em'"),
         (dict(n_groups=2, levels=CONV_LEVELS, initial_mask_scale=0), "Received: initial_mask_scale=0"),
         (dict(n_groups=2, levels=CONV_LEVELS, posterior_sigma=0), "Received: posterior_sigma=0"),
+        (dict(n_groups=2, levels=CONV_LEVELS, sigma=float("nan")), "Received: sigma=nan"),
+        (dict(n_groups=2, levels=CONV_LEVELS, initial_mask_stddev=float("inf")), "initial_mask_stddev=inf"),
         (dict(n_groups=2, levels=CONV_LEVELS, initial_mask_stddev=-1.0), "Received: initial_mask_stddev=-1.0"),
         (dict(n_groups=2, levels=CONV_LEVELS, random_initial_masks="no"), "Received: random_initial_masks='no'"),
     ],
