@@ -4,21 +4,11 @@ import keras
 from keras import ops
 
 from keras_capsules.layers.rladder._conv_combinator import ConvCombinatorBase
-from keras_capsules.layers.rladder._utils import (
-    clone_initializer,
-    RowwiseConstant,
-    elementwise_f,
-    serialize_all,
-)
-from keras_capsules.layers.rladder.g1 import DEFAULT_MU_VALUES, DEFAULT_S_VALUES
-
-_EXTRA = ("mu_initializer", "s_initializer")
-_EXTRA_REG = ("mu_regularizer", "s_regularizer")
-_EXTRA_CON = ("mu_constraint", "s_constraint")
+from keras_capsules.layers.rladder._elementwise_gate import ElementwiseGate
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class ConvG1(ConvCombinatorBase):
+class ConvG1(ElementwiseGate, ConvCombinatorBase):
     """Convolutional decoder combinator ConvG1 of the Recurrent Ladder (paper appendix).
 
     As :class:`G1`, with ``u`` computed by a convolution of the top-down signal and
@@ -103,36 +93,14 @@ class ConvG1(ConvCombinatorBase):
             bias_constraint=bias_constraint,
             **kwargs,
         )
-        self.mu_initializer = keras.initializers.get(
-            mu_initializer if mu_initializer is not None else RowwiseConstant(DEFAULT_MU_VALUES)
-        )
-        self.s_initializer = keras.initializers.get(
-            s_initializer if s_initializer is not None else RowwiseConstant(DEFAULT_S_VALUES)
-        )
-        self.mu_regularizer = keras.regularizers.get(mu_regularizer)
-        self.s_regularizer = keras.regularizers.get(s_regularizer)
-        self.mu_constraint = keras.constraints.get(mu_constraint)
-        self.s_constraint = keras.constraints.get(s_constraint)
+        self._init_gate(mu_initializer, s_initializer, mu_regularizer, s_regularizer, mu_constraint, s_constraint)
 
     def build(self, input_shape):
         top, lat = self._shapes(input_shape)
         channels = self.lat_channels = lat[-1]
         self._build_top(top, channels)
         self.bias = self._bias("bias", channels)
-        self.mu_weights = self.add_weight(
-            name="mu_weights",
-            shape=(5, channels),
-            initializer=clone_initializer(self.mu_initializer),
-            regularizer=self.mu_regularizer,
-            constraint=self.mu_constraint,
-        )
-        self.s_weights = self.add_weight(
-            name="s_weights",
-            shape=(5, channels),
-            initializer=clone_initializer(self.s_initializer),
-            regularizer=self.s_regularizer,
-            constraint=self.s_constraint,
-        )
+        self._build_gate(channels)
         self.built = True
 
     def call(self, inputs):
@@ -141,13 +109,7 @@ class ConvG1(ConvCombinatorBase):
             u = ops.cast(self.bias, x_lat.dtype)
         else:
             u = self._top_signal(x_top, x_lat) + self.bias
-        mu = elementwise_f(u, self.mu_weights)
-        s = elementwise_f(u, self.s_weights)
-        return x_lat * s + (1.0 - s) * mu
+        return self._gate(u, x_lat)
 
     def get_config(self):
-        config = super().get_config()
-        serialize_all(config, self, _EXTRA, "initializers")
-        serialize_all(config, self, _EXTRA_REG, "regularizers")
-        serialize_all(config, self, _EXTRA_CON, "constraints")
-        return config
+        return self._gate_config(super().get_config())

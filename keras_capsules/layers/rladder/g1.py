@@ -3,26 +3,12 @@
 import keras
 from keras import ops
 
-from keras_capsules.layers.rladder._utils import (
-    clone_initializer,
-    RowwiseConstant,
-    elementwise_f,
-    serialize_all,
-    split_top_lateral,
-)
-
-_INITIALIZERS = ("kernel_initializer", "bias_initializer", "mu_initializer", "s_initializer")
-_REGULARIZERS = ("kernel_regularizer", "bias_regularizer", "mu_regularizer", "s_regularizer")
-_CONSTRAINTS = ("kernel_constraint", "bias_constraint", "mu_constraint", "s_constraint")
-
-#: f(u) = u: mu starts as the top-down signal itself.
-DEFAULT_MU_VALUES = (0.0, 1.0, 0.0, 1.0, 0.0)
-#: f(u) = sigmoid(u): the lateral weight s starts in (0, 1).
-DEFAULT_S_VALUES = (1.0, 1.0, 0.0, 0.0, 0.0)
+from keras_capsules.layers.rladder._elementwise_gate import ElementwiseGate
+from keras_capsules.layers.rladder._utils import clone_initializer, serialize_all, split_top_lateral
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class G1(keras.layers.Layer):
+class G1(ElementwiseGate, keras.layers.Layer):
     """Dense decoder combinator G1 of the Recurrent Ladder (paper appendix).
 
     Merges the top-down signal ``x_top`` (the decoder output of the level above) with
@@ -94,20 +80,11 @@ class G1(keras.layers.Layer):
         super().__init__(**kwargs)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
-        self.mu_initializer = keras.initializers.get(
-            mu_initializer if mu_initializer is not None else RowwiseConstant(DEFAULT_MU_VALUES)
-        )
-        self.s_initializer = keras.initializers.get(
-            s_initializer if s_initializer is not None else RowwiseConstant(DEFAULT_S_VALUES)
-        )
-        for name, value in zip(
-            _REGULARIZERS, (kernel_regularizer, bias_regularizer, mu_regularizer, s_regularizer)
-        ):
-            setattr(self, name, keras.regularizers.get(value))
-        for name, value in zip(
-            _CONSTRAINTS, (kernel_constraint, bias_constraint, mu_constraint, s_constraint)
-        ):
-            setattr(self, name, keras.constraints.get(value))
+        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
+        self.bias_regularizer = keras.regularizers.get(bias_regularizer)
+        self.kernel_constraint = keras.constraints.get(kernel_constraint)
+        self.bias_constraint = keras.constraints.get(bias_constraint)
+        self._init_gate(mu_initializer, s_initializer, mu_regularizer, s_regularizer, mu_constraint, s_constraint)
 
     def _shapes(self, input_shape):
         if isinstance(input_shape, (list, tuple)) and input_shape and not all(
@@ -157,20 +134,7 @@ class G1(keras.layers.Layer):
             regularizer=self.bias_regularizer,
             constraint=self.bias_constraint,
         )
-        self.mu_weights = self.add_weight(
-            name="mu_weights",
-            shape=(5, units),
-            initializer=clone_initializer(self.mu_initializer),
-            regularizer=self.mu_regularizer,
-            constraint=self.mu_constraint,
-        )
-        self.s_weights = self.add_weight(
-            name="s_weights",
-            shape=(5, units),
-            initializer=clone_initializer(self.s_initializer),
-            regularizer=self.s_regularizer,
-            constraint=self.s_constraint,
-        )
+        self._build_gate(units)
         self.built = True
 
     def compute_output_shape(self, input_shape):
@@ -193,13 +157,11 @@ class G1(keras.layers.Layer):
             u = ops.cast(self.bias, x_lat.dtype)
         else:
             u = ops.matmul(x_top, self.kernel) + self.bias
-        mu = elementwise_f(u, self.mu_weights)
-        s = elementwise_f(u, self.s_weights)
-        return x_lat * s + (1.0 - s) * mu
+        return self._gate(u, x_lat)
 
     def get_config(self):
         config = super().get_config()
-        serialize_all(config, self, _INITIALIZERS, "initializers")
-        serialize_all(config, self, _REGULARIZERS, "regularizers")
-        serialize_all(config, self, _CONSTRAINTS, "constraints")
-        return config
+        serialize_all(config, self, ("kernel_initializer", "bias_initializer"), "initializers")
+        serialize_all(config, self, ("kernel_regularizer", "bias_regularizer"), "regularizers")
+        serialize_all(config, self, ("kernel_constraint", "bias_constraint"), "constraints")
+        return self._gate_config(config)
