@@ -338,6 +338,7 @@ class MixtureNLL(keras.losses.Loss):
 
     ```python
     from keras_capsules.layers import RTagger, level_spec
+    from keras_capsules.losses import MixtureNLL
     images = np.random.uniform(size=(2, 8, 8, 1)).astype("float32")
     levels = [level_spec("convlstm", 8), level_spec("gated", 16)]
     pi, m = RTagger(3, levels, n_iters=4)(images)
