@@ -36,6 +36,22 @@ def check_shape(shape, rank, what, expected, layer_name, known_last=True):
     return shape
 
 
+def check_same_axis(named_shapes, layer_name, axis=0, what="batch size"):
+    """All known sizes of ``axis`` agree across ``named_shapes`` (``(name, shape)`` pairs).
+
+    Unknown sizes (``None``, e.g. a symbolic batch) are skipped; when two known sizes
+    differ, a ``ValueError`` names every input and its shape (instead of a backend
+    error from deep inside the layer).
+    """
+    known = {s[axis] for _, s in named_shapes if s[axis] is not None}
+    if len(known) > 1:
+        received = ", ".join(f"{name} shape={tuple(s)}" for name, s in named_shapes)
+        raise ValueError(
+            f"{layer_name} expects its inputs to have the same {what} (axis {axis}). "
+            f"Received: {received}"
+        )
+
+
 def pick_mask(mask, index, key):
     """The mask of one input out of what Keras propagates (a list, dict or tensor)."""
     if mask is None:

@@ -52,7 +52,8 @@ class MACCell(_base.MACLayerBase):
         step: the step ``i`` (0-based) as a Python int or an integer scalar tensor.
         words_mask: optional boolean ``[batch, words]`` (False = padded word).
         kb_mask: optional boolean ``[batch, cells]`` (False = ignored cell).
-        history_mask: optional boolean ``[batch, steps]`` for the self-attention.
+        history_mask: optional boolean ``[batch, steps]`` for the self-attention
+            (only with ``self_attention=True``; otherwise a ``ValueError``).
         memory_dropout_mask: optional tensor ``[batch, d]`` multiplied into the
             memory the read unit sees (how :class:`MACNetwork` applies variational
             dropout); the write unit gets the memory unchanged.
@@ -144,7 +145,13 @@ class MACCell(_base.MACLayerBase):
                     f"{_LAYER} expects {what} of shape [batch, d] with d={d}, the last axis "
                     f"of context_words. Received: {what} shape={s}"
                 )
-        return [tuple(s) for s in shapes]
+        shapes = [tuple(s) for s in shapes]
+        names = (
+            "context_words", "question", "knowledge_base", "control_prev", "memory_prev",
+            "previous_controls", "previous_memories",
+        )
+        _base.check_same_axis(list(zip(names, shapes)), _LAYER)
+        return shapes
 
     def _unit_shapes(self, shapes):
         w, q, kb, c, m = shapes[:5]

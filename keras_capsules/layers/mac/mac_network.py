@@ -195,6 +195,9 @@ class MACNetwork(_base.MACLayerBase):
                         f"{_LAYER} expects {what} of shape {ref[:2]}. "
                         f"Received: {what} shape={s}"
                     )
+        _base.check_same_axis(
+            [("context_words", w), ("question", q), ("knowledge_base", kb)], _LAYER
+        )
         return w, q, kb
 
     def build(self, input_shape):

@@ -94,6 +94,9 @@ class ReadUnit(_base.MACLayerBase):
                 f"{_LAYER} expects memory_prev and control of the same shape [batch, d]. "
                 f"Received: memory_prev shape={m}, control shape={c}"
             )
+        _base.check_same_axis(
+            [("memory_prev", m), ("knowledge_base", kb), ("control", c)], _LAYER
+        )
         return m, kb, c
 
     def build(self, input_shape):
