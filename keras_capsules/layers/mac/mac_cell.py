@@ -176,6 +176,7 @@ class MACCell(_base.MACLayerBase):
         return out
 
     def compute_output_spec(self, inputs, **kwargs):
+        self.write_unit._check_history_mask(kwargs.get("history_mask"))
         shapes = self.compute_output_shape([tuple(x.shape) for x in inputs])
         return [keras.KerasTensor(s, dtype=self.compute_dtype) for s in shapes]
 

@@ -159,7 +159,16 @@ class WriteUnit(_base.MACLayerBase):
             return [memory, tuple(shapes[3][:2])]
         return memory
 
+    def _check_history_mask(self, history_mask):
+        if history_mask is not None and not self.self_attention:
+            raise ValueError(
+                f"{_LAYER}: `history_mask` masks the self-attention history and applies "
+                "only with self_attention=True; this layer has self_attention=False. "
+                f"Received: history_mask shape={getattr(history_mask, 'shape', None)}"
+            )
+
     def compute_output_spec(self, inputs, history_mask=None, mask=None):
+        self._check_history_mask(history_mask)
         shapes = self.compute_output_shape([tuple(x.shape) for x in inputs])
         if self.self_attention:
             return [keras.KerasTensor(s, dtype=self.compute_dtype) for s in shapes]
@@ -169,12 +178,7 @@ class WriteUnit(_base.MACLayerBase):
         return None
 
     def call(self, inputs, history_mask=None, mask=None):
-        if history_mask is not None and not self.self_attention:
-            raise ValueError(
-                f"{_LAYER}: `history_mask` masks the self-attention history and applies "
-                "only with self_attention=True; this layer has self_attention=False. "
-                f"Received: history_mask shape={getattr(history_mask, 'shape', None)}"
-            )
+        self._check_history_mask(history_mask)
         inputs = _base.as_list(inputs, (self._n_inputs,), _LAYER, _INPUTS)
         self._shapes([tuple(x.shape) for x in inputs])
         retrieved, memory, control = (self.to_compute(x) for x in inputs[:3])

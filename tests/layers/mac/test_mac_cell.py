@@ -1,5 +1,6 @@
 """MACCell: one step equals the three units' formulas composed; contract; errors."""
 
+import keras
 import numpy as np
 import pytest
 
@@ -84,3 +85,6 @@ def test_history_mask_without_self_attention_is_refused():
     cell = MACCell(max_steps=2)
     with pytest.raises(ValueError, match="history_mask.*self_attention=True"):
         cell(_inputs(), history_mask=np.ones((B, T), bool))
+    symbolic = [keras.Input(x.shape[1:]) for x in _inputs()]
+    with pytest.raises(ValueError, match="history_mask.*self_attention=True"):
+        cell(symbolic, history_mask=keras.Input((T,), dtype="bool"))

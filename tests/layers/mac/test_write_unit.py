@@ -135,3 +135,6 @@ def test_history_mask_without_self_attention_is_refused():
     layer(x)
     with pytest.raises(ValueError, match="history_mask.*self_attention=True"):
         layer(x, history_mask=np.ones((B, T), bool))
+    symbolic = [keras.Input((DR,)), keras.Input((D,)), keras.Input((D,))]
+    with pytest.raises(ValueError, match="history_mask.*self_attention=True"):
+        layer(symbolic, history_mask=keras.Input((T,), dtype="bool"))
