@@ -484,8 +484,13 @@ def plot_example_attention(model, x, path, index=0):
     """Draws the attention maps of example ``index`` of the batch ``x`` to a PNG.
 
     Word attention per step; knowledge-base attention as bars over the objects
-    (symbolic) or as a heat map over the image (image knowledge base).
+    (symbolic) or as a heat map over the image (image knowledge base). ``index`` may
+    be negative (counted from the end, as in Python).
     """
+    n = len(x["question"])
+    if isinstance(index, bool) or not isinstance(index, numbers.Integral) or not -n <= index < n:
+        raise ValueError(f"`index` must be an integer in [-{n}, {n}) for a batch of {n}. Received: index={index!r}")
+    index = int(index) % n
     out = clevr.attention_model(model)({k: v[index : index + 1] for k, v in x.items()})
     words = [VOCAB[i] for i in np.asarray(x["question"][index]) if i != 0]
     predicted = ANSWERS[int(np.argmax(out["answer"][0]))]

@@ -256,3 +256,14 @@ def test_validation_data_has_both_halves():
     assert y.shape == (5,) and x["question"].shape[0] == 5
     _, first = soc.generate_examples(2, seed=1002, relational=False)
     np.testing.assert_array_equal(y[:2], first)  # then three relational questions
+
+
+def test_plot_example_attention_checks_the_index(tmp_path):
+    # Audit 6: index=len(batch) or -1 sliced an empty batch (a TF BiasAdd error from
+    # the LSTM), a float index a TypeError; negative indices now count from the end.
+    x, _ = soc.generate_examples(3, seed=1)
+    model = soc.build_model(units=8, max_steps=1, embedding_dim=4)
+    for bad in (3, -4, 1.5):
+        with pytest.raises(ValueError, match=rf"Received: index={bad}"):
+            soc.plot_example_attention(model, x, str(tmp_path / "bad.png"), index=bad)
+    assert os.path.exists(soc.plot_example_attention(model, x, str(tmp_path / "last.png"), index=-1))
