@@ -606,6 +606,9 @@ def first_questions(data, limit=None):
     """``data`` of :func:`prepare` with only the first ``limit`` questions of every split."""
     if limit is None:
         return data
+    if isinstance(limit, bool) or not isinstance(limit, numbers.Integral) or limit < 1:
+        # a negative limit would silently drop the last questions (v[:-1])
+        raise ValueError(f"`limit` must be None or a positive integer. Received: limit={limit!r}")
     return {
         key: {k: v if k == "features_path" else v[:limit] for k, v in value.items()}
         if key in SPLITS else value

@@ -80,6 +80,9 @@ def load_chorales(path=None):
 def load_rolls(path=None, limit=None):
     """The piano rolls of every split (the first ``limit`` chorales of each) and the
     number of steps of the longest roll: ``({"train": [...], ...}, longest)``."""
+    if limit is not None:
+        # a negative limit would silently drop the last chorales (data[s][:-1])
+        limit = _check_int("limit", limit, 1)
     data = load_chorales(path)
     rolls = {s: [piano_roll(c) for c in data[s][:limit]] for s in SPLITS}
     return rolls, max(len(r) for s in SPLITS for r in rolls[s])

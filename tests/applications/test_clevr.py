@@ -184,3 +184,14 @@ def test_plot_attention_rejects_mismatched_maps_words_names_and_grids(tmp_path):
         clevr.plot_attention(bad, words, control, read, grid=4)
     assert plt.get_fignums() == [] and not (tmp_path / "bad.png").exists()
     assert clevr.PositionalEncoding("sincos", np.int64(8)).get_config()["dim"] == 8
+
+
+def test_first_questions_refuses_a_non_positive_limit():
+    # Audit 6: limit=-1 silently dropped the last question of every split.
+    data = {"vocabulary": ("<pad>",), "train": {"features_path": "f", "tokens": np.arange(4)},
+            "validation": {"features_path": "g", "tokens": np.arange(3)}}
+    for bad in (0, -1, 2.5):
+        with pytest.raises(ValueError, match=rf"Received: limit={bad}"):
+            clevr.first_questions(data, bad)
+    assert clevr.first_questions(data, 2)["train"]["tokens"].tolist() == [0, 1]
+    assert clevr.first_questions(data, None) is data

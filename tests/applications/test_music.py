@@ -612,3 +612,13 @@ def test_data_functions_reject_bad_sizes_and_priors():
         with pytest.raises(ValueError, match=rf"Received: prior={bad}"):
             music.key_log_odds(rolls, prior=bad)
     assert music.key_log_odds(rolls[:0]).shape == (88,)
+
+
+def test_load_rolls_refuses_a_non_positive_limit():
+    # Audit 6: limit=-1 silently dropped the last chorale of every split, limit=0 gave
+    # "max() arg is an empty sequence".
+    for bad in (0, -1, 1.5):
+        with pytest.raises(ValueError, match=rf"Received: limit={bad}"):
+            music.load_rolls(DATA, limit=bad)
+    rolls, _ = music.load_rolls(DATA, limit=2)
+    assert [len(rolls[s]) for s in music.SPLITS] == [2, 2, 2]
