@@ -102,6 +102,7 @@ class MACCell(_base.MACLayerBase):
         self_attention = _base.boolean("self_attention", self_attention)
         memory_gate = _base.boolean("memory_gate", memory_gate)
         gate_per_dimension = _base.boolean("gate_per_dimension", gate_per_dimension)
+        seed = _base.seed_value(seed)
         weights = self.weight_config()
         sub = dict(dtype=self.dtype_policy, **weights)
         self.control_unit = ControlUnit(

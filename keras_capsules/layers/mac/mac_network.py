@@ -140,8 +140,7 @@ class MACNetwork(_base.MACLayerBase):
             if state_initializer is None
             else state_initializer
         )
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise ValueError(f"`seed` must be an integer or None. Received: seed={seed!r}")
+        seed = _base.seed_value(seed)
         self.cell = MACCell(
             max_steps=max_steps,
             use_previous_control=use_previous_control,

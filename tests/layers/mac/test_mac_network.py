@@ -266,3 +266,16 @@ def test_batch_size_mismatch_is_a_clear_error():
                 keras.Input((N, DKB), batch_size=4)]
     with pytest.raises(ValueError, match=r"knowledge_base shape=\(4, 5, 6\)"):
         MACNetwork(max_steps=2)(symbolic)
+
+
+def test_numpy_integer_seeds_are_seeds():
+    # Audit 6: a numpy integer seed was refused ("must be an integer").
+    import json
+
+    net = MACNetwork(max_steps=1, memory_dropout=0.5, read_dropout=0.5, seed=np.int64(3))
+    config = net.get_config()
+    assert config["seed"] == 3 and type(config["seed"]) is int
+    json.dumps(config)
+    assert net.cell.read_unit.seed == 4
+    with pytest.raises(ValueError, match="Received: seed=1.0"):
+        MACNetwork(max_steps=1, seed=1.0)
