@@ -292,6 +292,8 @@ class GaussianCorruption(keras.layers.Layer):
 
     def __init__(self, stddev, seed=None, **kwargs):
         super().__init__(**kwargs)
+        if isinstance(stddev, bool) or not isinstance(stddev, numbers.Real) or not 0 <= stddev < np.inf:
+            raise ValueError(f"`stddev` must be a finite number >= 0. Received: stddev={stddev!r}")
         self.stddev = float(stddev)
         self.seed = seed
         self.seed_generator = keras.random.SeedGenerator(seed)
@@ -299,7 +301,10 @@ class GaussianCorruption(keras.layers.Layer):
     def call(self, x, training=False):
         if not training or self.stddev == 0:
             return x
-        return x + self.stddev * keras.random.normal(ops.shape(x), seed=self.seed_generator)
+        # drawn in float32 and cast: under mixed precision x is float16/bfloat16, and
+        # adding float32 noise to it failed (TF refuses mixed-dtype AddV2)
+        noise = keras.random.normal(ops.shape(x), stddev=self.stddev, seed=self.seed_generator)
+        return x + ops.cast(noise, x.dtype)
 
     def get_config(self):
         return {**super().get_config(), "stddev": self.stddev, "seed": self.seed}

@@ -266,3 +266,19 @@ def test_generator_and_dataset_reject_bad_arguments(digits):
     with pytest.raises(ValueError, match="Received: period=0"):
         tm.bank_texture(0.3, 0)  # was a NaN texture
     assert tm.texture_bank(np.int64(3))[0].shape == (3,)
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_gaussian_corruption_under_mixed_precision(policy):
+    # Audit 6: the float32 noise added to a float16 input failed in training (TF
+    # AddV2 refuses mixed dtypes), so textured MNIST could not train under
+    # mixed precision; a negative or NaN stddev was accepted.
+    layer = tm.GaussianCorruption(0.1, seed=1, dtype=policy)
+    x = np.ones((2, 3), "float32")
+    dtype = policy.split("_")[1]
+    assert layer(x, training=False).dtype == dtype
+    noisy = layer(x, training=True)
+    assert noisy.dtype == dtype and np.all(np.isfinite(np.asarray(keras.ops.cast(noisy, "float32"))))
+    for bad in (-0.1, float("nan")):
+        with pytest.raises(ValueError, match="Received: stddev="):
+            tm.GaussianCorruption(bad)
