@@ -55,7 +55,8 @@ class WriteUnit(_base.MACLayerBase):
         history_mask: optional boolean ``[batch, steps]``, False for history entries
             to ignore. Only with ``self_attention=True``: without self-attention there
             is no history to mask, and passing a ``history_mask`` raises a
-            ``ValueError`` (rather than being silently ignored).
+            ``ValueError`` (rather than being silently ignored). Keras masks carried
+            by the inputs are not read: the history is masked by ``history_mask`` only.
 
     Returns:
         The new memory ``[batch, d]``; with ``self_attention=True`` a list
