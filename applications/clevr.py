@@ -49,6 +49,7 @@ Reference:
 
 import json
 import logging
+import numbers
 import os
 import pathlib
 
@@ -90,10 +91,10 @@ class PositionalEncoding(keras.layers.Layer):
         super().__init__(**kwargs)
         if mode not in ("sincos", "linear"):
             raise ValueError(f"`mode` must be 'sincos' or 'linear'. Received: mode={mode!r}")
-        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 4 or dim % 4:
+        if isinstance(dim, bool) or not isinstance(dim, numbers.Integral) or dim < 4 or dim % 4:
             raise ValueError(f"`dim` must be a positive multiple of 4. Received: dim={dim!r}")
         self.mode = mode
-        self.dim = dim
+        self.dim = int(dim)
 
     @property
     def channels(self):
@@ -297,8 +298,30 @@ def plot_attention(path, words, control_attention, read_attention, grid=None, im
             f"step. Received shapes: {control_attention.shape} and {read_attention.shape}"
         )
     steps, cells = read_attention.shape
-    if grid is not None and grid[0] * grid[1] != cells:
-        raise ValueError(f"grid {grid} does not hold {cells} cells")
+    if len(control_attention) != steps:
+        raise ValueError(
+            "`control_attention` and `read_attention` must have one row per step each. "
+            f"Received shapes: {control_attention.shape} and {read_attention.shape}"
+        )
+    if len(words) > control_attention.shape[1]:
+        raise ValueError(
+            f"`words` must have at most one word per column of `control_attention` "
+            f"({control_attention.shape[1]}). Received: {len(words)} words"
+        )
+    if grid is not None:
+        if (
+            not isinstance(grid, (tuple, list))
+            or len(grid) != 2
+            or not all(isinstance(g, numbers.Integral) and not isinstance(g, bool) and g > 0 for g in grid)
+        ):
+            raise ValueError(f"`grid` must be a pair (H, W) of positive integers. Received: grid={grid!r}")
+        if grid[0] * grid[1] != cells:
+            raise ValueError(f"grid {grid} does not hold {cells} cells")
+    elif object_names is not None and len(object_names) != cells:
+        raise ValueError(
+            f"`object_names` must name the {cells} cells of `read_attention`. "
+            f"Received: {len(object_names)} names"
+        )
     control_attention = control_attention[:, : len(words)]
     fig, axes = plt.subplots(steps, 2, figsize=(10, 2.2 * steps + 0.6), squeeze=False)
     for i in range(steps):
@@ -583,6 +606,9 @@ def first_questions(data, limit=None):
     """``data`` of :func:`prepare` with only the first ``limit`` questions of every split."""
     if limit is None:
         return data
+    if isinstance(limit, bool) or not isinstance(limit, numbers.Integral) or limit < 1:
+        # a negative limit would silently drop the last questions (v[:-1])
+        raise ValueError(f"`limit` must be None or a positive integer. Received: limit={limit!r}")
     return {
         key: {k: v if k == "features_path" else v[:limit] for k, v in value.items()}
         if key in SPLITS else value

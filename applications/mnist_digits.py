@@ -13,6 +13,40 @@ import numpy as np
 from applications.errors import DataNotFoundError
 
 MNIST_FILES = ("{prefix}-images-idx3-ubyte.gz", "{prefix}-labels-idx1-ubyte.gz")
+#: IDX magic numbers (big-endian int32): unsigned bytes, 3 dimensions (images) or 1 (labels)
+IMAGES_MAGIC, LABELS_MAGIC = 0x00000803, 0x00000801
+
+
+def _read_idx(path, magic, dims):
+    """The uint8 payload of a gzipped IDX file, checked against its header.
+
+    The header (magic number, then one big-endian int32 size per dimension) must
+    match ``magic`` and ``dims`` dimensions, and the payload must hold exactly the
+    items it announces; anything else (a truncated, swapped or non-gzipped file) is a
+    ``ValueError`` naming the file.
+    """
+    try:
+        with gzip.open(path) as f:
+            data = f.read()
+    except (OSError, EOFError) as error:
+        raise ValueError(f"{path} is not a readable gzipped IDX file: {error}") from None
+    header = 4 * (1 + dims)
+    found_magic = int(np.frombuffer(data, ">i4", count=1)[0]) if len(data) >= 4 else None
+    if found_magic != magic:
+        found = "none" if found_magic is None else f"{found_magic:#010x}"
+        raise ValueError(
+            f"{path} is not an IDX file of {dims}-dimensional unsigned bytes "
+            f"(magic number {found}, expected {magic:#010x})"
+        )
+    if len(data) < header:
+        raise ValueError(f"{path} is too short for an IDX header ({len(data)} bytes)")
+    shape = [int(v) for v in np.frombuffer(data, ">i4", count=dims, offset=4)]
+    size = int(np.prod(shape))
+    if len(data) - header != size:
+        raise ValueError(
+            f"{path} announces shape {tuple(shape)} ({size} bytes) but holds {len(data) - header} bytes"
+        )
+    return np.frombuffer(data, np.uint8, offset=header).reshape(shape)
 
 
 def load_idx_digits(data_dir, prefix="t10k"):
@@ -26,6 +60,8 @@ def load_idx_digits(data_dir, prefix="t10k"):
     Raises:
         DataNotFoundError: (a ``FileNotFoundError``) the folder or a file is missing;
             the message names it.
+        ValueError: a file is not a well-formed IDX file of 28x28 images or of labels
+            (truncated, swapped, not gzipped), or the counts differ.
     """
     data_dir = pathlib.Path(data_dir)
     if not data_dir.is_dir():
@@ -37,10 +73,11 @@ def load_idx_digits(data_dir, prefix="t10k"):
             raise DataNotFoundError(
                 f"{path} not found: the data directory must hold the MNIST files {' and '.join(names)}"
             )
-    with gzip.open(images_path) as f:
-        images = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 28, 28, 1)
-    with gzip.open(labels_path) as f:
-        labels = np.frombuffer(f.read(), np.uint8, offset=8)
+    images = _read_idx(images_path, IMAGES_MAGIC, 3)
+    if images.shape[1:] != (28, 28):
+        raise ValueError(f"{images_path} holds images of shape {images.shape[1:]}, expected (28, 28)")
+    images = images[..., None]
+    labels = _read_idx(labels_path, LABELS_MAGIC, 1)
     if len(images) != len(labels):
         raise ValueError(f"{images_path} holds {len(images)} images but {labels_path} {len(labels)} labels")
     return images.astype("float32") / 255.0, labels.astype("int32")

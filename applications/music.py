@@ -27,6 +27,7 @@ as a second input (teacher forcing, ``make_dataset(..., targets_as_input=True)``
 """
 
 import json
+import numbers
 import os
 import pathlib
 
@@ -79,6 +80,9 @@ def load_chorales(path=None):
 def load_rolls(path=None, limit=None):
     """The piano rolls of every split (the first ``limit`` chorales of each) and the
     number of steps of the longest roll: ``({"train": [...], ...}, longest)``."""
+    if limit is not None:
+        # a negative limit would silently drop the last chorales (data[s][:-1])
+        limit = _check_int("limit", limit, 1)
     data = load_chorales(path)
     rolls = {s: [piano_roll(c) for c in data[s][:limit]] for s in SPLITS}
     return rolls, max(len(r) for s in SPLITS for r in rolls[s])
@@ -96,8 +100,22 @@ def piano_roll(chorale):
     return roll
 
 
+def _check_int(name, value, minimum):
+    """``value`` as an int if it is an integer >= ``minimum``; else a clear ``ValueError``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(f"`{name}` must be an integer >= {minimum}. Received: {name}={value!r}")
+    return int(value)
+
+
 def pad_rolls(rolls, steps=None):
     """Zero-pads rolls to ``steps`` (default: the longest): ``(rolls [n, steps, 88], mask [n, steps])``."""
+    if len(rolls) == 0:
+        raise ValueError("`rolls` must hold at least one roll. Received: no rolls")
+    bad = [np.shape(r) for r in rolls if np.ndim(r) != 2 or np.shape(r)[-1] != NUM_KEYS]
+    if bad:
+        raise ValueError(f"every roll must have shape [steps, {NUM_KEYS}]. Received: a roll of shape {bad[0]}")
+    if steps is not None:
+        steps = _check_int("steps", steps, 1)
     lengths = [len(r) for r in rolls]
     steps = max(lengths) if steps is None else steps
     if max(lengths) > steps:
@@ -127,6 +145,7 @@ def windows(inputs, targets, mask, window):
     Windows holding no real step are dropped. Training on windows keeps the unrolled
     graph short; the ladder's state then starts from zeros at each window.
     """
+    window = _check_int("window", window, 1)
     steps = inputs.shape[1]
     pad = (-steps) % window
     if pad:
@@ -215,6 +234,7 @@ def make_dataset(rolls, batch_size=16, steps=None, shuffle=False, seed=0, window
     import tensorflow as tf
 
     transpose = _check_transpose(transpose)
+    batch_size = _check_int("batch_size", batch_size, 1)
     inputs, targets, mask = next_step_arrays(rolls, steps)
     if window is not None:
         inputs, targets, mask = windows(inputs, targets, mask, window)
@@ -450,7 +470,9 @@ def is_autoregressive(model):
 def key_log_odds(rolls, prior=1.0):
     """Log-odds of every key sounding at a step of ``rolls``, ``[88]`` (``prior``
     pseudo-steps with and without the key keep unseen keys finite)."""
-    on = sum(r.sum(axis=0) for r in rolls)
+    if isinstance(prior, bool) or not isinstance(prior, numbers.Real) or not 0 < prior < np.inf:
+        raise ValueError(f"`prior` must be a positive, finite number. Received: prior={prior!r}")
+    on = np.zeros(NUM_KEYS) + sum(np.asarray(r).sum(axis=0) for r in rolls)
     steps = sum(len(r) for r in rolls)
     return np.log((on + prior) / (steps - on + prior)).astype("float32")
 
@@ -515,6 +537,7 @@ def nll_per_step(model, rolls, batch_size=32):
     Returns:
         ``sum over rolls and steps of -log p(x_t | x_<t)`` divided by the number of steps.
     """
+    batch_size = _check_int("batch_size", batch_size, 1)
     models = list(model) if isinstance(model, (list, tuple)) else [model]
     inputs, targets, mask = next_step_arrays(rolls)
     nets = [_with_steps(m, inputs.shape[1]) for m in models]

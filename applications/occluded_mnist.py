@@ -43,6 +43,7 @@ thousand training digits act as many more. Validation and test sequences are
 never augmented.
 """
 
+import numbers
 import os
 
 import keras
@@ -63,6 +64,32 @@ PAPER_ERROR = {"rladder": 0.0074, "temporal": 0.0202, "no_feedback": 0.0160}
 
 
 # ------------------------------------------------------------------------- data
+def _check_int(name, value, minimum):
+    """``value`` as an int if it is an integer >= ``minimum``; else a clear ``ValueError``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(f"`{name}` must be an integer >= {minimum}. Received: {name}={value!r}")
+    return int(value)
+
+
+def _check_digits(digits, labels):
+    """``digits`` (float32) and ``labels``: as many of each, at least one, pixels in [0, 1]."""
+    digits = np.asarray(digits, "float32")
+    if digits.ndim == 4 and digits.shape[-1] == 1:
+        digits = digits[..., 0]
+    if digits.ndim != 3 or len(digits) == 0 or len(digits) != len(np.asarray(labels)):
+        raise ValueError(
+            "`digits` must be [n, height, width] images (n >= 1) with as many `labels`. "
+            f"Received: digits shape={digits.shape}, labels shape={np.shape(labels)}"
+        )
+    if not (np.all(digits >= 0) and np.all(digits <= 1)):
+        raise ValueError(
+            "`digits` must hold intensities in [0, 1] (divide uint8 images by 255). "
+            f"Received: values in [{np.nanmin(digits)}, {np.nanmax(digits)}]"
+            + (" and NaN" if np.isnan(digits).any() else "")
+        )
+    return digits
+
+
 def load_digits(source="idx", data_dir=None, split="test"):
     """MNIST digits ``[n, 28, 28]`` float32 in [0, 1] and int32 labels.
 
@@ -90,6 +117,7 @@ def load_digits(source="idx", data_dir=None, split="test"):
 
 def downscale(digits, size=DIGIT_SIZE):
     """``[n, 28, 28]`` digits to ``[n, size, size]`` by averaging blocks (size must divide 28)."""
+    size = _check_int("size", size, 1)
     digits = np.asarray(digits, "float32")
     factor = digits.shape[1] // size
     if factor * size != digits.shape[1]:
@@ -100,6 +128,9 @@ def downscale(digits, size=DIGIT_SIZE):
 
 def bar_mask(frame_size=FRAME_SIZE, bar_width=4, bar_spacing=8, offset=0):
     """A ``[frame_size, frame_size]`` bool mask of vertical bars (True on a bar)."""
+    frame_size = _check_int("frame_size", frame_size, 1)
+    bar_width = _check_int("bar_width", bar_width, 0)
+    bar_spacing = _check_int("bar_spacing", bar_spacing, 1)
     columns = (np.arange(frame_size) - offset) % bar_spacing < bar_width
     return np.broadcast_to(columns[None, :], (frame_size, frame_size)).copy()
 
@@ -273,11 +304,16 @@ def generate(
         the digit), ``velocities`` ``[num_sequences, 2]`` and ``bars``
         ``[num_sequences, S, S]`` (bool masks).
     """
+    num_sequences = _check_int("num_sequences", num_sequences, 0)
+    num_frames = _check_int("num_frames", num_frames, 1)
+    frame_size = _check_int("frame_size", frame_size, 1)
+    digit_size = _check_int("digit_size", digit_size, 1)
+    speed = _check_int("speed", speed, 0)
+    bar_width = _check_int("bar_width", bar_width, 0)
+    bar_spacing = _check_int("bar_spacing", bar_spacing, 1)
     rng = np.random.default_rng(seed)
     options = None if affine is None else _check_affine(affine)
-    digits = np.asarray(digits, "float32")
-    if digits.ndim == 4:
-        digits = digits[..., 0]
+    digits = _check_digits(digits, labels)
     limit = frame_size - digit_size
     if limit < 0:
         raise ValueError(f"`frame_size` must be at least the digit's size ({digit_size}). "
@@ -331,6 +367,8 @@ def make_dataset(data, variant="rladder", batch_size=32, shuffle=False, seed=0):
     """A ``tf.data`` pipeline of ``(frames, targets)`` from ``generate``'s output."""
     import tensorflow as tf
 
+    _check_variant(variant)
+    batch_size = _check_int("batch_size", batch_size, 1)
     ds = tf.data.Dataset.from_tensor_slices(
         (data["frames"], targets_for(variant, data["frames"], data["labels"]))
     )
@@ -340,6 +378,11 @@ def make_dataset(data, variant="rladder", batch_size=32, shuffle=False, seed=0):
 
 
 AUGMENTS = (None, "fresh", "affine")
+
+
+def _check_variant(variant):
+    if variant not in VARIANTS:
+        raise ValueError(f"`variant` must be one of {VARIANTS}. Received: variant={variant!r}")
 
 
 def _check_augment(augment, affine):
@@ -387,10 +430,13 @@ def make_training_dataset(
     import tensorflow as tf
 
     options = _check_augment(augment, affine)
+    _check_variant(variant)
+    batch_size = _check_int("batch_size", batch_size, 1)
+    num_sequences = _check_int("num_sequences", num_sequences, 1)
     if augment is None:
         data = generate(digits, labels, num_sequences, seed=seed, frame_size=frame_size)
         return make_dataset(data, variant, batch_size, shuffle=True, seed=seed)
-    digits = np.asarray(digits, "float32")
+    digits = _check_digits(digits, labels)
     labels = np.asarray(labels)
     passes = [0]  # passes over the dataset so far (each one draws new sequences)
 

@@ -29,6 +29,8 @@ contextual words and question vector), a :class:`keras_capsules.layers.MACNetwor
 ``[m_p, q]``. :func:`plot_example_attention` draws its attention maps.
 """
 
+import numbers
+
 import numpy as np
 import keras
 import tensorflow as tf
@@ -72,10 +74,15 @@ RGB = np.array(
     "float32",
 )
 KB_KINDS = ("symbolic", "image", "both")
+#: Draws of one object's position before :func:`random_scene` gives up.
+MAX_PLACEMENT_DRAWS = 10000
 
 
 def tokenize(text, length=MAX_QUESTION_LENGTH):
     """Token ids of a question, padded with 0 (``<pad>``) to ``length``."""
+    unknown = [w for w in text.split() if w not in WORD_INDEX]
+    if unknown:
+        raise ValueError(f"Question with words not in VOCAB: {unknown}. Received: text={text!r}")
     ids = [WORD_INDEX[w] for w in text.split()]
     if len(ids) > length:
         raise ValueError(f"Question longer than length={length}. Received: text={text!r}")
@@ -92,12 +99,23 @@ def random_scene(rng, min_distance=0.0):
 
     With ``min_distance > 0`` positions are redrawn until every pair of objects is at
     least that far apart (use at most ~0.3: six such points must fit in the square).
+    An object that still has no place after ``MAX_PLACEMENT_DRAWS`` draws raises a
+    ``ValueError`` (``min_distance`` too large) instead of looping for ever.
     """
+    if isinstance(min_distance, bool) or not isinstance(min_distance, numbers.Real) or not np.isfinite(min_distance):
+        raise ValueError(f"`min_distance` must be a finite number. Received: min_distance={min_distance!r}")
     shapes = rng.integers(0, len(SHAPES), NUM_OBJECTS)
     positions = rng.uniform(0.0, 1.0, (NUM_OBJECTS, 2))
     if min_distance > 0:
         for k in range(1, NUM_OBJECTS):
+            draws = 0
             while np.min(np.linalg.norm(positions[:k] - positions[k], axis=-1)) < min_distance:
+                draws += 1
+                if draws > MAX_PLACEMENT_DRAWS:
+                    raise ValueError(
+                        f"Could not place {NUM_OBJECTS} objects at least min_distance apart in the unit "
+                        f"square (use at most ~0.3). Received: min_distance={min_distance!r}"
+                    )
                 positions[k] = rng.uniform(0.0, 1.0, 2)
     return {"shapes": shapes, "positions": positions}
 
@@ -136,6 +154,8 @@ def scene_kb(scene):
 
 def answer(scene, template, color):
     """The answer index (into ``ANSWERS``) of question ``template`` about ``color``."""
+    if isinstance(color, bool) or not isinstance(color, numbers.Integral) or not 0 <= color < NUM_OBJECTS:
+        raise ValueError(f"`color` must be an integer in [0, {NUM_OBJECTS}). Received: color={color!r}")
     shapes, pos = scene["shapes"], scene["positions"]
     yes, no = ANSWERS.index("yes"), ANSWERS.index("no")
     shape_answer = [ANSWERS.index(s) for s in SHAPES]
@@ -188,6 +208,30 @@ def _templates(relational):
     raise ValueError(f"`relational` must be None, True or False. Received: relational={relational!r}")
 
 
+def _check_templates(templates, relational):
+    """The template indices to draw from: ``templates`` if given (checked), else by ``relational``."""
+    if templates is None:
+        return _templates(relational)
+    indices = np.asarray(templates)
+    if (
+        indices.ndim != 1
+        or indices.size == 0
+        or not np.issubdtype(indices.dtype, np.integer)
+        or np.any((indices < 0) | (indices >= len(TEMPLATES)))
+    ):
+        raise ValueError(
+            f"`templates` must be a non-empty list of template indices in [0, {len(TEMPLATES)}). "
+            f"Received: templates={templates!r}"
+        )
+    return indices
+
+
+def _check_count(name, value, minimum=0):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(f"`{name}` must be an integer >= {minimum}. Received: {name}={value!r}")
+    return int(value)
+
+
 def _shapes(kb):
     shapes = {"question": (MAX_QUESTION_LENGTH,)}
     if kb != "image":
@@ -216,8 +260,9 @@ def generate_examples(num_examples, seed=0, relational=None, kb="symbolic", temp
         and/or "image": float32 [n, 75, 75, 3]}, answers int32 [n])``.
     """
     _check_kb(kb)
+    num_examples = _check_count("num_examples", num_examples)
     rng = np.random.default_rng(seed)
-    templates = _templates(relational) if templates is None else np.asarray(templates)
+    templates = _check_templates(templates, relational)
     examples = [_example(rng, templates, kb) for _ in range(num_examples)]
     xs = {
         key: np.stack([x[key] for x, _ in examples]).reshape((-1,) + shape)
@@ -237,7 +282,7 @@ def make_dataset(batch_size=64, seed=0, relational=None, kb="symbolic", template
     gives the same stream.
     """
     _check_kb(kb)
-    templates = _templates(relational) if templates is None else np.asarray(templates)
+    templates = _check_templates(templates, relational)
 
     if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
         raise ValueError(f"`batch_size` must be a positive integer. Received: batch_size={batch_size!r}")
@@ -307,7 +352,7 @@ class CoordinateEncoding(keras.layers.Layer):
         for arg, value in (("num_frequencies", num_frequencies), ("coordinates", coordinates)):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
                 raise ValueError(f"`{arg}` must be a positive integer. Received: {arg}={value!r}")
-        if isinstance(base_frequency, bool) or not isinstance(base_frequency, (int, float)) or not (
+        if isinstance(base_frequency, bool) or not isinstance(base_frequency, numbers.Real) or not (
             np.isfinite(base_frequency) and base_frequency > 0
         ):
             raise ValueError(
@@ -439,8 +484,13 @@ def plot_example_attention(model, x, path, index=0):
     """Draws the attention maps of example ``index`` of the batch ``x`` to a PNG.
 
     Word attention per step; knowledge-base attention as bars over the objects
-    (symbolic) or as a heat map over the image (image knowledge base).
+    (symbolic) or as a heat map over the image (image knowledge base). ``index`` may
+    be negative (counted from the end, as in Python).
     """
+    n = len(x["question"])
+    if isinstance(index, bool) or not isinstance(index, numbers.Integral) or not -n <= index < n:
+        raise ValueError(f"`index` must be an integer in [-{n}, {n}) for a batch of {n}. Received: index={index!r}")
+    index = int(index) % n
     out = clevr.attention_model(model)({k: v[index : index + 1] for k, v in x.items()})
     words = [VOCAB[i] for i in np.asarray(x["question"][index]) if i != 0]
     predicted = ANSWERS[int(np.argmax(out["answer"][0]))]
@@ -500,14 +550,18 @@ def train(run_dir="runs/sort_of_clevr", steps=20000, batch_size=64, kb="symbolic
 
 
 def _validation_sets(validation_examples, seed, kb):
-    return {r: generate_examples(validation_examples // 2, seed + 1000 + r, relational=bool(r), kb=kb)
-            for r in (0, 1)}
+    # At least one question of each kind (with 0 or 1 the evaluation of a half found no
+    # data and failed only after training); an odd count gives the extra one to the
+    # relational half.
+    validation_examples = _check_count("validation_examples", validation_examples, minimum=2)
+    sizes = (validation_examples // 2, validation_examples - validation_examples // 2)
+    return {r: generate_examples(sizes[r], seed + 1000 + r, relational=bool(r), kb=kb) for r in (0, 1)}
 
 
 def validation_data(validation_examples=2000, seed=0, kb="symbolic", sets=None):
     """The validation questions of :func:`train` (half non-relational, then half
-    relational) as one ``(inputs, answers)`` pair of arrays; ``sets``: the two halves
-    if already generated."""
+    relational; at least 2 questions, an odd one more relational) as one
+    ``(inputs, answers)`` pair of arrays; ``sets``: the two halves if already generated."""
     val = sets or _validation_sets(validation_examples, seed, kb)
     inputs = {k: np.concatenate([val[0][0][k], val[1][0][k]]) for k in val[0][0]}
     return inputs, np.concatenate([val[0][1], val[1][1]])

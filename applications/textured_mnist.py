@@ -48,6 +48,7 @@ divides most of the parameters by ``pool ** 2`` (the benchmark uses 2: 0.9M
 parameters instead of 3.3M with 16 channels, 6.5M with 32).
 """
 
+import numbers
 import os
 
 import keras
@@ -64,6 +65,13 @@ TEXTURE_KINDS = ("stripes", "checker", "noise")
 
 
 # ------------------------------------------------------------------------- data
+def _check_int(name, value, minimum):
+    """``value`` as an int if it is an integer >= ``minimum``; else a clear ``ValueError``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(f"`{name}` must be an integer >= {minimum}. Received: {name}={value!r}")
+    return int(value)
+
+
 def texture_levels(rng):
     """A random pair ``(low, high)`` of intensities in [0, 1], at least ~0.4 apart."""
     low, high = np.sort(rng.uniform(0.0, 1.0, 2))
@@ -144,7 +152,7 @@ def texture_bank(bank_size=8):
         ``(angles, periods)``: two ``[bank_size]`` float arrays; render texture ``j``
         with :func:`bank_texture`.
     """
-    if isinstance(bank_size, bool) or not isinstance(bank_size, int) or bank_size < 2:
+    if isinstance(bank_size, bool) or not isinstance(bank_size, numbers.Integral) or bank_size < 2:
         raise ValueError(f"`bank_size` must be an integer of at least 2. Received: bank_size={bank_size!r}")
     index = np.arange(bank_size)
     return np.pi * index / bank_size, np.asarray(BANK_PERIODS)[index % len(BANK_PERIODS)]
@@ -152,6 +160,8 @@ def texture_bank(bank_size=8):
 
 def bank_texture(angle, period, phase=0.0, size=IMAGE_SIZE, style="binary"):
     """A ``[size, size]`` float32 grating in [0, 1] (see :func:`texture_bank`)."""
+    if isinstance(period, bool) or not isinstance(period, numbers.Real) or not 0 < period < np.inf:
+        raise ValueError(f"`period` must be a positive, finite number. Received: period={period!r}")
     rows, cols = np.mgrid[0:size, 0:size].astype("float32")
     wave = np.sin(2 * np.pi * (rows * np.sin(angle) + cols * np.cos(angle)) / period + phase)
     return (0.5 + 0.5 * wave if style == "smooth" else (wave > 0)).astype("float32")
@@ -203,7 +213,8 @@ def generate(digits, labels, num_images, seed=0, threshold=0.5, size=IMAGE_SIZE,
         into ``TEXTURE_KINDS``, or into the bank with ``texture_set="fixed"``, of the
         digit's and the background's texture).
     """
-    if isinstance(mean_gap, bool) or not isinstance(mean_gap, (int, float)) or not 0 <= mean_gap <= 0.5:
+    num_images = _check_int("num_images", num_images, 0)
+    if isinstance(mean_gap, bool) or not isinstance(mean_gap, numbers.Real) or not 0 <= mean_gap <= 0.5:
         raise ValueError(f"`mean_gap` must be a number in [0, 0.5]. Received: mean_gap={mean_gap!r}")
     if style not in TEXTURE_STYLES:
         raise ValueError(f"`style` must be one of {TEXTURE_STYLES}. Received: style={style!r}")
@@ -213,10 +224,28 @@ def generate(digits, labels, num_images, seed=0, threshold=0.5, size=IMAGE_SIZE,
         angles, periods = texture_bank(bank_size)
         if mean_gap:
             raise ValueError(f"`mean_gap` needs texture_set='random'. Received: mean_gap={mean_gap!r}")
+    if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real) or not 0 <= threshold < 1:
+        raise ValueError(f"`threshold` must be a number in [0, 1). Received: threshold={threshold!r}")
     rng = np.random.default_rng(seed)
     digits = np.asarray(digits, "float32")
-    if digits.ndim == 4:
+    if digits.ndim == 4 and digits.shape[-1] == 1:
         digits = digits[..., 0]
+    if digits.ndim != 3 or len(digits) == 0 or len(digits) != len(np.asarray(labels)):
+        raise ValueError(
+            "`digits` must be [n, height, width] images (n >= 1) with as many `labels`. "
+            f"Received: digits shape={digits.shape}, labels shape={np.shape(labels)}"
+        )
+    if digits.shape[1:] != (size, size):
+        raise ValueError(
+            f"`size` must be the digits' size (the textures fill the digit images). "
+            f"Received: size={size!r}, digits shape={digits.shape}"
+        )
+    if not (np.all(digits >= 0) and np.all(digits <= 1)):
+        raise ValueError(
+            "`digits` must hold intensities in [0, 1] (divide uint8 images by 255). "
+            f"Received: values in [{np.nanmin(digits)}, {np.nanmax(digits)}]"
+            + (" and NaN" if np.isnan(digits).any() else "")
+        )
     index = rng.integers(0, len(digits), num_images)
     images = np.zeros((num_images, size, size), "float32")
     kinds = np.zeros((num_images, 2), "int32")
@@ -242,6 +271,10 @@ def make_dataset(data, n_iters, batch_size=32, num_classes=None, shuffle=False, 
     """``tf.data`` of ``(images, targets)``: the image repeated per iteration (and labels)."""
     import tensorflow as tf
 
+    n_iters = _check_int("n_iters", n_iters, 1)
+    batch_size = _check_int("batch_size", batch_size, 1)
+    if num_classes is not None:
+        num_classes = _check_int("num_classes", num_classes, 2)
     images = data["images"]
     targets = {"mixture": np.repeat(images[:, None], n_iters, axis=1)}
     if num_classes:
@@ -259,6 +292,8 @@ class GaussianCorruption(keras.layers.Layer):
 
     def __init__(self, stddev, seed=None, **kwargs):
         super().__init__(**kwargs)
+        if isinstance(stddev, bool) or not isinstance(stddev, numbers.Real) or not 0 <= stddev < np.inf:
+            raise ValueError(f"`stddev` must be a finite number >= 0. Received: stddev={stddev!r}")
         self.stddev = float(stddev)
         self.seed = seed
         self.seed_generator = keras.random.SeedGenerator(seed)
@@ -266,7 +301,10 @@ class GaussianCorruption(keras.layers.Layer):
     def call(self, x, training=False):
         if not training or self.stddev == 0:
             return x
-        return x + self.stddev * keras.random.normal(ops.shape(x), seed=self.seed_generator)
+        # drawn in float32 and cast: under mixed precision x is float16/bfloat16, and
+        # adding float32 noise to it failed (TF refuses mixed-dtype AddV2)
+        noise = keras.random.normal(ops.shape(x), stddev=self.stddev, seed=self.seed_generator)
+        return x + ops.cast(noise, x.dtype)
 
     def get_config(self):
         return {**super().get_config(), "stddev": self.stddev, "seed": self.seed}

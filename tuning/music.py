@@ -8,8 +8,10 @@
 * ``encoder`` gated/lstm: the encoder cells of every level.
 * ``decoder_to_encoder``: the ladder's feedback connections (off: no top-down
   information reaches the next step's encoder).
-* ``input_dropout`` 0-0.3 on the input rolls, the model's only dropout, and
-  ``learning_rate`` 1e-4 to 1e-2 (log scale) of Adam.
+* ``input_dropout`` 0-0.3 on the input rolls (default 0, as
+  ``applications.music.build_model``; the ladder's own dropout and zoneout stay 0),
+  and ``learning_rate`` 1e-4 to 1e-2 (log scale, default 1e-3, as
+  ``applications.music.compile_model``) of Adam.
 * ``readout`` independent/nade: one Bernoulli per key given the past (the paper's),
   or the ``KeyNADE`` read-out that also conditions each key on the lower keys of
   its step (the trial's data then feed the targets in as a second input).
@@ -58,7 +60,7 @@ class MusicHyperModel(DatasetHyperModel):
             units=tuple(units[:levels]),
             encoder=hp.Choice("encoder", ["gated", "lstm"], default="gated"),
             decoder_to_encoder=hp.Boolean("decoder_to_encoder", default=True),
-            input_dropout=hp.Float("input_dropout", 0.0, 0.3, step=0.05, default=0.1),
+            input_dropout=hp.Float("input_dropout", 0.0, 0.3, step=0.05, default=0.0),
             readout=hp.Choice("readout", list(music.READOUTS), default="independent"),
         )
         return music.compile_model(model, hp.Float("learning_rate", 1e-4, 1e-2, sampling="log", default=1e-3))

@@ -162,3 +162,36 @@ def test_train_writes_the_run_outputs(mock_clevr, tmp_path):
     assert 0.0 <= result["validation_accuracy"] <= 1.0
     for key in ("model", "plot", "metrics"):
         assert os.path.exists(result[key])
+
+
+def test_plot_attention_rejects_mismatched_maps_words_names_and_grids(tmp_path):
+    # Audit 6: these raised an IndexError, matplotlib's shape or FixedLocator errors or
+    # a TypeError from inside the drawing (leaving the figure open).
+    from applications import plotting
+
+    plt = plotting.pyplot()
+    plt.close("all")
+    words = ["what", "color"]
+    control, read = np.full((2, 2), 0.5), np.full((2, 4), 0.25)
+    bad = str(tmp_path / "bad.png")
+    with pytest.raises(ValueError, match="one row per step"):
+        clevr.plot_attention(bad, words, control[:1], read)
+    with pytest.raises(ValueError, match="Received: 3 words"):
+        clevr.plot_attention(bad, words + ["is"], control, read)
+    with pytest.raises(ValueError, match="Received: 1 names"):
+        clevr.plot_attention(bad, words, control, read, object_names=["a"])
+    with pytest.raises(ValueError, match="Received: grid=4"):
+        clevr.plot_attention(bad, words, control, read, grid=4)
+    assert plt.get_fignums() == [] and not (tmp_path / "bad.png").exists()
+    assert clevr.PositionalEncoding("sincos", np.int64(8)).get_config()["dim"] == 8
+
+
+def test_first_questions_refuses_a_non_positive_limit():
+    # Audit 6: limit=-1 silently dropped the last question of every split.
+    data = {"vocabulary": ("<pad>",), "train": {"features_path": "f", "tokens": np.arange(4)},
+            "validation": {"features_path": "g", "tokens": np.arange(3)}}
+    for bad in (0, -1, 2.5):
+        with pytest.raises(ValueError, match=rf"Received: limit={bad}"):
+            clevr.first_questions(data, bad)
+    assert clevr.first_questions(data, 2)["train"]["tokens"].tolist() == [0, 1]
+    assert clevr.first_questions(data, None) is data

@@ -20,3 +20,39 @@ def test_missing_folder_or_file_is_a_clear_error(tmp_path):
         load_idx_digits(tmp_path / "nowhere")
     with pytest.raises(FileNotFoundError, match="t10k-images-idx3-ubyte.gz"):
         load_idx_digits(tmp_path)
+
+
+def _write_idx(folder, images, labels, compress=True):
+    import gzip
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, data in (("t10k-images-idx3-ubyte.gz", images), ("t10k-labels-idx1-ubyte.gz", labels)):
+        if compress:
+            with gzip.open(folder / name, "wb") as f:
+                f.write(data)
+        else:
+            (folder / name).write_bytes(data)
+
+
+def test_malformed_files_are_clear_errors(tmp_path):
+    # Audit 6: the header was skipped unread, so a truncated or swapped file gave
+    # numpy's "cannot reshape array of size ..." and a file that is not gzipped a
+    # BadGzipFile error, neither naming the file.
+    header = lambda *v: np.array(v, ">i4").tobytes()  # noqa: E731
+    images = header(0x803, 3, 28, 28) + bytes(3 * 784)
+    labels = header(0x801, 3) + bytes([1, 2, 3])
+    _write_idx(tmp_path / "ok", images, labels)
+    x, y = load_idx_digits(tmp_path / "ok")
+    assert x.shape == (3, 28, 28, 1) and y.tolist() == [1, 2, 3]
+    _write_idx(tmp_path / "truncated", images[:-100], labels)
+    with pytest.raises(ValueError, match=r"images-idx3-ubyte.gz announces shape \(3, 28, 28\)"):
+        load_idx_digits(tmp_path / "truncated")
+    _write_idx(tmp_path / "swapped", labels, images)
+    with pytest.raises(ValueError, match="images-idx3-ubyte.gz is not an IDX file"):
+        load_idx_digits(tmp_path / "swapped")
+    _write_idx(tmp_path / "plain", images, labels, compress=False)
+    with pytest.raises(ValueError, match="images-idx3-ubyte.gz is not a readable gzipped IDX file"):
+        load_idx_digits(tmp_path / "plain")
+    _write_idx(tmp_path / "short", images, header(0x801, 2) + bytes([1, 2]))
+    with pytest.raises(ValueError, match="3 images but .* 2 labels"):
+        load_idx_digits(tmp_path / "short")

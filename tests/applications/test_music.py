@@ -585,3 +585,40 @@ def test_evaluate_samples_from_the_command_line(tmp_path):
     with pytest.raises(SystemExit):
         parser.parse_args(["--sample-steps", "-1"])
 
+
+
+def test_data_functions_reject_bad_sizes_and_priors():
+    # Audit 6: window=0 was a ZeroDivisionError (a negative or float window numpy
+    # errors), batch_size=0 a TF InvalidArgumentError (nll_per_step: range() error),
+    # no rolls "max() arg is an empty sequence", a roll of the wrong width a
+    # broadcasting error, and prior <= 0 gave -inf/NaN output biases.
+    rng = np.random.default_rng(0)
+    rolls = [(rng.uniform(size=(n, 88)) < 0.1).astype("float32") for n in (5, 9)]
+    arrays = music.next_step_arrays(rolls)
+    for bad in (0, -2, 2.5):
+        with pytest.raises(ValueError, match=rf"Received: window={bad}"):
+            music.windows(*arrays, bad)
+        with pytest.raises(ValueError, match=rf"Received: window={bad}"):
+            music.make_dataset(rolls, 2, window=bad)
+    with pytest.raises(ValueError, match="Received: batch_size=0"):
+        music.make_dataset(rolls, 0)
+    with pytest.raises(ValueError, match="Received: batch_size=0"):
+        music.nll_per_step(None, rolls, batch_size=0)
+    with pytest.raises(ValueError, match="at least one roll"):
+        music.make_dataset([], 2)
+    with pytest.raises(ValueError, match=r"shape \[steps, 88\]. Received: a roll of shape \(3, 10\)"):
+        music.pad_rolls([np.zeros((3, 10))])
+    for bad in (0, -1.0, float("inf")):
+        with pytest.raises(ValueError, match=rf"Received: prior={bad}"):
+            music.key_log_odds(rolls, prior=bad)
+    assert music.key_log_odds(rolls[:0]).shape == (88,)
+
+
+def test_load_rolls_refuses_a_non_positive_limit():
+    # Audit 6: limit=-1 silently dropped the last chorale of every split, limit=0 gave
+    # "max() arg is an empty sequence".
+    for bad in (0, -1, 1.5):
+        with pytest.raises(ValueError, match=rf"Received: limit={bad}"):
+            music.load_rolls(DATA, limit=bad)
+    rolls, _ = music.load_rolls(DATA, limit=2)
+    assert [len(rolls[s]) for s in music.SPLITS] == [2, 2, 2]

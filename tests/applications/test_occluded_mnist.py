@@ -403,3 +403,53 @@ def test_plot_predictions_draws_next_frames_only_for_the_ladder_variants(tmp_pat
         with pytest.raises(ValueError, match=name):
             om.plot_predictions(model, **arguments)
     assert not (tmp_path / "bad.png").exists()
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (dict(num_sequences=-1), "Received: num_sequences=-1"),
+        (dict(num_sequences=2.5), "Received: num_sequences=2.5"),
+        (dict(num_frames=0), "Received: num_frames=0"),
+        (dict(digit_size=0), "Received: digit_size=0"),
+        (dict(speed=-3), "Received: speed=-3"),
+        (dict(speed=2.5), "Received: speed=2.5"),
+        (dict(bar_width=-1), "Received: bar_width=-1"),
+        (dict(bar_spacing=0), "Received: bar_spacing=0"),
+    ],
+)
+def test_generator_rejects_bad_sizes(digits, kwargs, message):
+    # Audit 6: these gave numpy errors ("negative dimensions", "high <= 0",
+    # ZeroDivisionError) or, for a float speed or a negative bar width, silently
+    # truncated or dropped the value.
+    kwargs = {"num_sequences": 2, **kwargs}
+    with pytest.raises(ValueError, match=message):
+        om.generate(*digits, **kwargs)
+
+
+def test_generator_rejects_bad_digits(digits):
+    images, labels = digits
+    with pytest.raises(ValueError, match="with as many `labels`"):
+        om.generate(images[:0], labels[:0], 2)
+    with pytest.raises(ValueError, match="with as many `labels`"):
+        om.generate(images, labels[:5], 2)
+    # uint8 intensities made frames up to 255 instead of [0, 1]
+    with pytest.raises(ValueError, match="divide uint8 images by 255"):
+        om.generate((images * 255).astype("uint8"), labels, 2)
+    assert om.generate(images[..., None], labels, 3, seed=1)["frames"].max() <= 1.0
+
+
+def test_datasets_and_helpers_reject_bad_arguments(digits):
+    data = om.generate(*digits, 4)
+    with pytest.raises(ValueError, match="Received: batch_size=0"):
+        om.make_dataset(data, batch_size=0)  # was a TF InvalidArgumentError
+    with pytest.raises(ValueError, match="Received: variant='ladder'"):
+        om.make_dataset(data, variant="ladder")  # silently gave no next-frame targets
+    with pytest.raises(ValueError, match="Received: batch_size=0"):
+        om.make_training_dataset(*digits, 4, batch_size=0, augment="fresh")  # failed at iteration
+    with pytest.raises(ValueError, match="Received: num_sequences=0"):
+        om.make_training_dataset(*digits, 0, augment="fresh")
+    with pytest.raises(ValueError, match="Received: bar_spacing=0"):
+        om.bar_mask(bar_spacing=0)  # a divide-by-zero warning and a meaningless mask
+    with pytest.raises(ValueError, match="Received: size=0"):
+        om.downscale(digits[0], 0)

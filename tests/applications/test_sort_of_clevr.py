@@ -221,3 +221,49 @@ def test_train_writes_the_run_outputs(tmp_path):
     for key in ("model", "plot", "metrics", "attention"):
         assert os.path.exists(result[key])
     assert os.listdir(tmp_path / "run" / "logs")
+
+
+def test_bad_data_arguments_are_clear_errors():
+    # Audit 6: negative counts gave empty arrays, bad template lists raw numpy or
+    # IndexErrors (inside the tf.data stream: an opaque UnknownError at iteration), a
+    # large min_distance looped for ever, unknown words and colours raised KeyError
+    # and IndexError.
+    for bad in (-1, 2.5, True):
+        with pytest.raises(ValueError, match=rf"Received: num_examples={bad!r}"):
+            soc.generate_examples(bad)
+    assert soc.generate_examples(0)[1].shape == (0,)
+    for bad in ([], [7], [-1], [[0, 1]], [0.5]):
+        with pytest.raises(ValueError, match="Received: templates="):
+            soc.generate_examples(2, templates=bad)
+        with pytest.raises(ValueError, match="Received: templates="):
+            soc.make_dataset(2, templates=bad)
+    with pytest.raises(ValueError, match="Received: min_distance=0.9"):
+        soc.random_scene(np.random.default_rng(0), min_distance=0.9)
+    with pytest.raises(ValueError, match=r"not in VOCAB: \['purple'\]"):
+        soc.tokenize("what is the shape of the purple object ?")
+    with pytest.raises(ValueError, match="Received: color=6"):
+        soc.answer(_scene(), 0, 6)
+    soc.CoordinateEncoding(base_frequency=np.float32(1.0))  # a numpy float is a number
+
+
+def test_validation_data_has_both_halves():
+    # Audit 6: validation_examples=1 made two empty halves; `train` then failed with an
+    # IndexError only after training, when evaluating them. An odd count lost one.
+    for bad in (1, 0, -2):
+        with pytest.raises(ValueError, match=rf"Received: validation_examples={bad}"):
+            soc.validation_data(bad)
+    x, y = soc.validation_data(5, seed=2)
+    assert y.shape == (5,) and x["question"].shape[0] == 5
+    _, first = soc.generate_examples(2, seed=1002, relational=False)
+    np.testing.assert_array_equal(y[:2], first)  # then three relational questions
+
+
+def test_plot_example_attention_checks_the_index(tmp_path):
+    # Audit 6: index=len(batch) or -1 sliced an empty batch (a TF BiasAdd error from
+    # the LSTM), a float index a TypeError; negative indices now count from the end.
+    x, _ = soc.generate_examples(3, seed=1)
+    model = soc.build_model(units=8, max_steps=1, embedding_dim=4)
+    for bad in (3, -4, 1.5):
+        with pytest.raises(ValueError, match=rf"Received: index={bad}"):
+            soc.plot_example_attention(model, x, str(tmp_path / "bad.png"), index=bad)
+    assert os.path.exists(soc.plot_example_attention(model, x, str(tmp_path / "last.png"), index=-1))

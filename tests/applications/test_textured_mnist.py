@@ -233,3 +233,52 @@ def test_plot_segmentation_writes_a_grid_png(tmp_path, digits):
         with pytest.raises(ValueError, match=name):
             tm.plot_segmentation(model, **arguments)
     assert not (tmp_path / "bad.png").exists()
+
+
+def test_generator_and_dataset_reject_bad_arguments(digits):
+    # Audit 6: numpy errors ("negative dimensions", broadcasting, "high <= 0",
+    # IndexError) or silently wrong data (uint8 digits segmented as almost all digit,
+    # n_iters=0 and num_classes=0 accepted).
+    images, labels = digits
+    for kwargs, message in (
+        (dict(num_images=-1), "Received: num_images=-1"),
+        (dict(num_images=2.5), "Received: num_images=2.5"),
+        (dict(size=32), "Received: size=32"),
+        (dict(threshold=1.5), "Received: threshold=1.5"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            tm.generate(images, labels, **{"num_images": 2, **kwargs})
+    with pytest.raises(ValueError, match="with as many `labels`"):
+        tm.generate(images[:0], labels[:0], 2)
+    with pytest.raises(ValueError, match="with as many `labels`"):
+        tm.generate(images, labels[:3], 2)
+    with pytest.raises(ValueError, match="divide uint8 images by 255"):
+        tm.generate((images * 255).astype("uint8"), labels, 2)
+    assert tm.generate(images, labels, 0)["images"].shape == (0, 28, 28, 1)
+    data = tm.generate(images, labels, 4)
+    for kwargs, message in (
+        (dict(n_iters=0), "Received: n_iters=0"),
+        (dict(batch_size=0), "Received: batch_size=0"),
+        (dict(num_classes=0), "Received: num_classes=0"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            tm.make_dataset(data, **{"n_iters": 2, **kwargs})
+    with pytest.raises(ValueError, match="Received: period=0"):
+        tm.bank_texture(0.3, 0)  # was a NaN texture
+    assert tm.texture_bank(np.int64(3))[0].shape == (3,)
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_gaussian_corruption_under_mixed_precision(policy):
+    # Audit 6: the float32 noise added to a float16 input failed in training (TF
+    # AddV2 refuses mixed dtypes), so textured MNIST could not train under
+    # mixed precision; a negative or NaN stddev was accepted.
+    layer = tm.GaussianCorruption(0.1, seed=1, dtype=policy)
+    x = np.ones((2, 3), "float32")
+    dtype = policy.split("_")[1]
+    assert layer(x, training=False).dtype == dtype
+    noisy = layer(x, training=True)
+    assert noisy.dtype == dtype and np.all(np.isfinite(np.asarray(keras.ops.cast(noisy, "float32"))))
+    for bad in (-0.1, float("nan")):
+        with pytest.raises(ValueError, match="Received: stddev="):
+            tm.GaussianCorruption(bad)

@@ -210,3 +210,57 @@ def test_the_default_point_is_the_applications_default_model(name, tmp_path):
     shared = sorted(set(hp.values) & set(defaults))
     assert {"units", "max_steps", "embedding_dim", "memory_dropout", "output_dropout"} <= set(shared)
     assert {key: hp.values[key] for key in shared} == {key: defaults[key] for key in shared}
+
+
+def _default_point(name, tmp_path):
+    """The HyperParameters of ``name``'s search space at its default point."""
+    import keras_tuner
+
+    options = {
+        "sort_of_clevr": lambda: dict(validation_examples=8),
+        "clevr": lambda: dict(cache_dir=tiny_clevr_cache(tmp_path / "cache"), image_size=CLEVR_IMAGE_SIZE),
+        "music": lambda: dict(data_dir=JSB_DIR, limit=2),
+        "occluded_mnist": lambda: dict(data_dir=MNIST_DIR, num_train=8, num_test=8),
+        "textured_mnist": lambda: dict(data_dir=MNIST_DIR, num_train=8, num_test=8),
+    }[name]()
+    hp = keras_tuner.HyperParameters()
+    tuning.HYPERMODELS[name](**options).build(hp)
+    return hp
+
+
+def _signature_defaults(function):
+    import inspect
+
+    return {key: p.default for key, p in inspect.signature(function).parameters.items()}
+
+
+@pytest.mark.parametrize("name", ["sort_of_clevr", "clevr", "music", "occluded_mnist", "textured_mnist"])
+def test_every_default_lies_in_its_range(name, tmp_path):
+    hp = _default_point(name, tmp_path)
+    assert hp.space
+    for param in hp.space:
+        kind, default = type(param).__name__, param.default
+        if kind in ("Int", "Float"):
+            assert param.min_value <= default <= param.max_value, (param.name, default)
+        elif kind == "Choice":
+            assert default in param.values, (param.name, default, param.values)
+        else:
+            assert kind in ("Boolean", "Fixed"), kind
+
+
+@pytest.mark.parametrize("name", ["music", "occluded_mnist", "textured_mnist"])
+def test_the_default_point_is_the_rladder_applications_default_model(name, tmp_path):
+    # Audit 6: the music search space defaulted input_dropout to 0.1, its build_model to 0.
+    from applications import music, occluded_mnist, textured_mnist
+
+    application = {"music": music, "occluded_mnist": occluded_mnist, "textured_mnist": textured_mnist}[name]
+    values = dict(_default_point(name, tmp_path).values)
+    if name == "music":
+        values["units"] = tuple(values.pop(f"units_{k}") for k in range(values.pop("levels")))
+    if name == "occluded_mnist":
+        values["conv_units"] = tuple(values.pop(f"conv_units_{k}") for k in range(values.pop("conv_levels")))
+    for key in [k for k in values if k.startswith(("units_", "conv_units_"))]:
+        values.pop(key)  # the widths of unused levels
+    defaults = {**_signature_defaults(application.compile_model), **_signature_defaults(application.build_model)}
+    assert set(values) <= set(defaults), set(values) - set(defaults)
+    assert values == {key: defaults[key] for key in values}

@@ -3,11 +3,22 @@
 Private to ``keras_capsules.layers.mac``; the public layers are in the sibling modules.
 """
 
+import numbers
+
 import keras
 from keras import ops
 
 from keras_capsules._validation import boolean, positive_int, rate  # noqa: F401 (re-exported to the MAC layers)
 from keras_capsules.ops import MASK_VALUE, routing_dtype
+
+
+def seed_value(seed):
+    """``seed`` as a Python int (numpy integers accepted) or None; else a clear error."""
+    if seed is None:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise ValueError(f"`seed` must be an integer or None. Received: seed={seed!r}")
+    return int(seed)
 
 
 def activation_name(name, value, allowed=(None, "elu")):
@@ -34,6 +45,22 @@ def check_shape(shape, rank, what, expected, layer_name, known_last=True):
             f"Received: {what} shape={shape}"
         )
     return shape
+
+
+def check_same_axis(named_shapes, layer_name, axis=0, what="batch size"):
+    """All known sizes of ``axis`` agree across ``named_shapes`` (``(name, shape)`` pairs).
+
+    Unknown sizes (``None``, e.g. a symbolic batch) are skipped; when two known sizes
+    differ, a ``ValueError`` names every input and its shape (instead of a backend
+    error from deep inside the layer).
+    """
+    known = {s[axis] for _, s in named_shapes if s[axis] is not None}
+    if len(known) > 1:
+        received = ", ".join(f"{name} shape={tuple(s)}" for name, s in named_shapes)
+        raise ValueError(
+            f"{layer_name} expects its inputs to have the same {what} (axis {axis}). "
+            f"Received: {received}"
+        )
 
 
 def pick_mask(mask, index, key):

@@ -98,6 +98,9 @@ class ControlUnit(_base.MACLayerBase):
                 f"[batch, words, d] with the same d. Received: control_prev shape={c}, "
                 f"context_words shape={w}"
             )
+        _base.check_same_axis(
+            [("question", q), ("control_prev", c), ("context_words", w)], _LAYER
+        )
         return q, c, w
 
     def build(self, input_shape):

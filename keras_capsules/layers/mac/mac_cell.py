@@ -52,7 +52,8 @@ class MACCell(_base.MACLayerBase):
         step: the step ``i`` (0-based) as a Python int or an integer scalar tensor.
         words_mask: optional boolean ``[batch, words]`` (False = padded word).
         kb_mask: optional boolean ``[batch, cells]`` (False = ignored cell).
-        history_mask: optional boolean ``[batch, steps]`` for the self-attention.
+        history_mask: optional boolean ``[batch, steps]`` for the self-attention
+            (only with ``self_attention=True``; otherwise a ``ValueError``).
         memory_dropout_mask: optional tensor ``[batch, d]`` multiplied into the
             memory the read unit sees (how :class:`MACNetwork` applies variational
             dropout); the write unit gets the memory unchanged.
@@ -101,6 +102,7 @@ class MACCell(_base.MACLayerBase):
         self_attention = _base.boolean("self_attention", self_attention)
         memory_gate = _base.boolean("memory_gate", memory_gate)
         gate_per_dimension = _base.boolean("gate_per_dimension", gate_per_dimension)
+        seed = _base.seed_value(seed)
         weights = self.weight_config()
         sub = dict(dtype=self.dtype_policy, **weights)
         self.control_unit = ControlUnit(
@@ -144,7 +146,13 @@ class MACCell(_base.MACLayerBase):
                     f"{_LAYER} expects {what} of shape [batch, d] with d={d}, the last axis "
                     f"of context_words. Received: {what} shape={s}"
                 )
-        return [tuple(s) for s in shapes]
+        shapes = [tuple(s) for s in shapes]
+        names = (
+            "context_words", "question", "knowledge_base", "control_prev", "memory_prev",
+            "previous_controls", "previous_memories",
+        )
+        _base.check_same_axis(list(zip(names, shapes)), _LAYER)
+        return shapes
 
     def _unit_shapes(self, shapes):
         w, q, kb, c, m = shapes[:5]
@@ -169,6 +177,7 @@ class MACCell(_base.MACLayerBase):
         return out
 
     def compute_output_spec(self, inputs, **kwargs):
+        self.write_unit._check_history_mask(kwargs.get("history_mask"))
         shapes = self.compute_output_shape([tuple(x.shape) for x in inputs])
         return [keras.KerasTensor(s, dtype=self.compute_dtype) for s in shapes]
 

@@ -140,8 +140,7 @@ class MACNetwork(_base.MACLayerBase):
             if state_initializer is None
             else state_initializer
         )
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise ValueError(f"`seed` must be an integer or None. Received: seed={seed!r}")
+        seed = _base.seed_value(seed)
         self.cell = MACCell(
             max_steps=max_steps,
             use_previous_control=use_previous_control,
@@ -195,6 +194,9 @@ class MACNetwork(_base.MACLayerBase):
                         f"{_LAYER} expects {what} of shape {ref[:2]}. "
                         f"Received: {what} shape={s}"
                     )
+        _base.check_same_axis(
+            [("context_words", w), ("question", q), ("knowledge_base", kb)], _LAYER
+        )
         return w, q, kb
 
     def build(self, input_shape):

@@ -78,9 +78,7 @@ class ReadUnit(_base.MACLayerBase):
         super().__init__(**kwargs)
         self.activation = _base.activation_name("activation", activation)
         self.dropout = _base.rate("dropout", dropout)
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise ValueError(f"`seed` must be an integer or None. Received: seed={seed!r}")
-        self.seed = seed
+        self.seed = seed = _base.seed_value(seed)
         self.seed_generator = keras.random.SeedGenerator(seed) if self.dropout > 0 else None
         self.supports_masking = True
 
@@ -94,6 +92,9 @@ class ReadUnit(_base.MACLayerBase):
                 f"{_LAYER} expects memory_prev and control of the same shape [batch, d]. "
                 f"Received: memory_prev shape={m}, control shape={c}"
             )
+        _base.check_same_axis(
+            [("memory_prev", m), ("knowledge_base", kb), ("control", c)], _LAYER
+        )
         return m, kb, c
 
     def build(self, input_shape):

@@ -53,7 +53,10 @@ class WriteUnit(_base.MACLayerBase):
             ``previous_memories``, both ``[batch, steps, d]`` (the controls and
             memories of the steps so far, at least one).
         history_mask: optional boolean ``[batch, steps]``, False for history entries
-            to ignore (only with ``self_attention=True``).
+            to ignore. Only with ``self_attention=True``: without self-attention there
+            is no history to mask, and passing a ``history_mask`` raises a
+            ``ValueError`` (rather than being silently ignored). Keras masks carried
+            by the inputs are not read: the history is masked by ``history_mask`` only.
 
     Returns:
         The new memory ``[batch, d]``; with ``self_attention=True`` a list
@@ -125,6 +128,12 @@ class WriteUnit(_base.MACLayerBase):
                         f"Received: {what} shape={s}"
                     )
                 out.append(s)
+        names = ("retrieved", "memory_prev", "control", "previous_controls", "previous_memories")
+        _base.check_same_axis(list(zip(names, out)), _LAYER)
+        if self.self_attention:
+            _base.check_same_axis(
+                list(zip(names[3:], out[3:])), _LAYER, axis=1, what="number of steps"
+            )
         return out
 
     def build(self, input_shape):
@@ -151,7 +160,16 @@ class WriteUnit(_base.MACLayerBase):
             return [memory, tuple(shapes[3][:2])]
         return memory
 
+    def _check_history_mask(self, history_mask):
+        if history_mask is not None and not self.self_attention:
+            raise ValueError(
+                f"{_LAYER}: `history_mask` masks the self-attention history and applies "
+                "only with self_attention=True; this layer has self_attention=False. "
+                f"Received: history_mask shape={getattr(history_mask, 'shape', None)}"
+            )
+
     def compute_output_spec(self, inputs, history_mask=None, mask=None):
+        self._check_history_mask(history_mask)
         shapes = self.compute_output_shape([tuple(x.shape) for x in inputs])
         if self.self_attention:
             return [keras.KerasTensor(s, dtype=self.compute_dtype) for s in shapes]
@@ -161,6 +179,7 @@ class WriteUnit(_base.MACLayerBase):
         return None
 
     def call(self, inputs, history_mask=None, mask=None):
+        self._check_history_mask(history_mask)
         inputs = _base.as_list(inputs, (self._n_inputs,), _LAYER, _INPUTS)
         self._shapes([tuple(x.shape) for x in inputs])
         retrieved, memory, control = (self.to_compute(x) for x in inputs[:3])

@@ -522,7 +522,13 @@ class RLadder(keras.layers.Layer):
         ]
         prediction = decoded[0]
         if self.output_units is not None:
-            prediction = ops.matmul(prediction, self.output_kernel) + self.output_bias
+            # Cast explicitly: ``call`` reads the weights in the compute dtype (Keras
+            # autocast) but ``step`` runs outside it, where they are float32 and would
+            # promote a float16 prediction to float32.
+            dtype = prediction.dtype
+            prediction = ops.matmul(prediction, ops.cast(self.output_kernel, dtype)) + ops.cast(
+                self.output_bias, dtype
+            )
         return prediction, top, (new_states, new_feedback)
 
     def compute_mask(self, inputs, mask=None):

@@ -171,3 +171,20 @@ def test_bad_steps_are_clear_errors_and_numpy_integers_work():
         with pytest.raises(ValueError, match="integer scalar tensor. Received: step="):
             layer(x, step=step)
     np.testing.assert_array_equal(layer(x, step=tf.constant(1, "int64"))[0], layer(x, step=1)[0])
+
+
+def test_batch_size_mismatch_is_a_clear_error():
+    # Audit 6: inputs of different batch sizes raised a raw TensorFlow ConcatOp error.
+    q, c, w = _inputs()
+    for bad, name in ((0, "question"), (1, "control_prev"), (2, "context_words")):
+        x = [q, c, w]
+        x[bad] = np.concatenate([x[bad], x[bad][:1]])
+        with pytest.raises(ValueError, match=rf"same batch size.*{name} shape=\(3,"):
+            ControlUnit(max_steps=STEPS)(x)
+    symbolic = [keras.Input((DQ,), batch_size=2), keras.Input((D,), batch_size=3),
+                keras.Input((S, D), batch_size=2)]
+    with pytest.raises(ValueError, match=r"control_prev shape=\(3, 4\)"):
+        ControlUnit(max_steps=STEPS)(symbolic)
+    # An unknown batch size is not an error.
+    ControlUnit(max_steps=STEPS)([keras.Input((DQ,)), keras.Input((D,), batch_size=2),
+                                  keras.Input((S, D))])

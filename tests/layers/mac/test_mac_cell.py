@@ -1,5 +1,6 @@
 """MACCell: one step equals the three units' formulas composed; contract; errors."""
 
+import keras
 import numpy as np
 import pytest
 
@@ -70,3 +71,20 @@ def test_bad_inputs():
         MACCell(max_steps=2)(x[:4])
     with pytest.raises(ValueError, match=r"memory_prev of shape \[batch, d\] with d=4"):
         MACCell(max_steps=2)(x[:4] + [x[4][:, :3]])
+
+
+def test_batch_size_mismatch_is_a_clear_error():
+    # Audit 6: a knowledge base with another batch size raised a raw TensorFlow error.
+    x = _inputs()
+    x[2] = np.concatenate([x[2], x[2][:1]])
+    with pytest.raises(ValueError, match=r"same batch size.*knowledge_base shape=\(3, 5, 6\)"):
+        MACCell(max_steps=2)(x)
+
+
+def test_history_mask_without_self_attention_is_refused():
+    cell = MACCell(max_steps=2)
+    with pytest.raises(ValueError, match="history_mask.*self_attention=True"):
+        cell(_inputs(), history_mask=np.ones((B, T), bool))
+    symbolic = [keras.Input(x.shape[1:]) for x in _inputs()]
+    with pytest.raises(ValueError, match="history_mask.*self_attention=True"):
+        cell(symbolic, history_mask=keras.Input((T,), dtype="bool"))

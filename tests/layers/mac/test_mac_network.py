@@ -252,3 +252,30 @@ def test_memory_and_read_dropout_draw_different_numbers():
     assert MACNetwork.from_config(net.get_config()).get_config() == net.get_config()
     with pytest.raises(ValueError, match="Received: seed='3'"):
         MACNetwork(max_steps=1, seed="3")
+
+
+def test_batch_size_mismatch_is_a_clear_error():
+    # Audit 6: question/words and knowledge base with different batch sizes raised a raw
+    # TensorFlow ConcatOp / Mul error; now a ValueError naming the inputs and shapes.
+    words, question, kb = _inputs()
+    with pytest.raises(ValueError, match=r"same batch size.*knowledge_base shape=\(3, 5, 6\)"):
+        MACNetwork(max_steps=2)([words, question, np.concatenate([kb, kb[:1]])])
+    with pytest.raises(ValueError, match=r"same batch size.*question shape=\(1, 3\)"):
+        MACNetwork(max_steps=2)({"words": words, "question": question[:1], "kb": kb})
+    symbolic = [keras.Input((S, D), batch_size=2), keras.Input((DQ,), batch_size=2),
+                keras.Input((N, DKB), batch_size=4)]
+    with pytest.raises(ValueError, match=r"knowledge_base shape=\(4, 5, 6\)"):
+        MACNetwork(max_steps=2)(symbolic)
+
+
+def test_numpy_integer_seeds_are_seeds():
+    # Audit 6: a numpy integer seed was refused ("must be an integer").
+    import json
+
+    net = MACNetwork(max_steps=1, memory_dropout=0.5, read_dropout=0.5, seed=np.int64(3))
+    config = net.get_config()
+    assert config["seed"] == 3 and type(config["seed"]) is int
+    json.dumps(config)
+    assert net.cell.read_unit.seed == 4
+    with pytest.raises(ValueError, match="Received: seed=1.0"):
+        MACNetwork(max_steps=1, seed=1.0)

@@ -126,3 +126,13 @@ def test_bad_inputs():
         ReadUnit()([m, kb, c[:, :2]])
     with pytest.raises(ValueError, match="kb_mask"):
         ReadUnit()([m, kb, c], kb_mask=np.ones((B, N, 1), bool))
+
+
+def test_batch_size_mismatch_is_a_clear_error():
+    # Audit 6: the knowledge base with another batch size than the question side
+    # raised a raw TensorFlow error.
+    m, kb, c = _inputs()
+    with pytest.raises(ValueError, match=r"same batch size.*knowledge_base shape=\(3, 6, 3\)"):
+        ReadUnit()([m, np.concatenate([kb, kb[:1]]), c])
+    with pytest.raises(ValueError, match=r"same batch size.*control shape=\(1, 4\)"):
+        ReadUnit()([m, kb, c[:1]])

@@ -114,3 +114,27 @@ def test_bad_inputs():
         WriteUnit()([x[0], x[1], x[2][:, :2]])
     with pytest.raises(ValueError, match="history_mask"):
         WriteUnit(self_attention=True)(x, history_mask=tf.ones((B,), "bool"))
+
+
+def test_batch_size_and_steps_mismatch_are_clear_errors():
+    # Audit 6: mismatched batch sizes (or history lengths) raised raw TensorFlow errors.
+    x = _inputs(True)
+    with pytest.raises(ValueError, match=r"same batch size.*memory_prev shape=\(1, 4\)"):
+        WriteUnit()([x[0], x[1][:1], x[2]])
+    with pytest.raises(ValueError, match=r"same batch size.*previous_memories shape=\(1, 3, 4\)"):
+        WriteUnit(self_attention=True)(x[:4] + [x[4][:1]])
+    with pytest.raises(ValueError, match=r"same number of steps.*previous_memories shape=\(2, 2, 4\)"):
+        WriteUnit(self_attention=True)(x[:4] + [x[4][:, :2]])
+
+
+def test_history_mask_without_self_attention_is_refused():
+    # Audit 6: the mask was silently ignored when self_attention=False (there is no
+    # history to mask); it is now a clear error.
+    x = _inputs(False)
+    layer = WriteUnit()
+    layer(x)
+    with pytest.raises(ValueError, match="history_mask.*self_attention=True"):
+        layer(x, history_mask=np.ones((B, T), bool))
+    symbolic = [keras.Input((DR,)), keras.Input((D,)), keras.Input((D,))]
+    with pytest.raises(ValueError, match="history_mask.*self_attention=True"):
+        layer(symbolic, history_mask=keras.Input((T,), dtype="bool"))

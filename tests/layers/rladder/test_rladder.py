@@ -265,3 +265,24 @@ def test_padded_steps_never_change_the_other_outputs(kwargs):
     outputs = RLadder([level_spec("gated", 4)], **kwargs)(keras.layers.Masking()(inputs))
     outputs = outputs if isinstance(outputs, list) else [outputs]
     assert all(getattr(o, "_keras_mask", None) is not None for o in outputs)
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+@pytest.mark.parametrize("levels", ["dense", "conv"])
+def test_step_with_output_units_follows_the_policy_like_call(policy, levels):
+    # Audit 6: outside ``call`` (no Keras autocast) the float32 output map promoted
+    # step's prediction to float32 while call returned the compute dtype.
+    levels, x = {
+        "dense": (DENSE_LEVELS, _seq(2, 3, 5)),
+        "conv": (CONV_LEVELS, _seq(2, 3, 4, 4, 1)),
+    }[levels]
+    layer = RLadder(levels, output_units=2, dtype=policy)
+    prediction, top = layer(x)
+    assert prediction.dtype == top.dtype == policy.split("_")[1]
+    carry = layer.initial_carry(2, prediction.dtype)
+    step_prediction, step_top, _ = layer.step(keras.ops.cast(x[:, 0], prediction.dtype), carry)
+    assert step_prediction.dtype == step_top.dtype == prediction.dtype
+    np.testing.assert_array_equal(
+        np.asarray(keras.ops.cast(step_prediction, "float32")),
+        np.asarray(keras.ops.cast(prediction[:, 0], "float32")),
+    )
