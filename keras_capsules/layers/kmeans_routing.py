@@ -124,8 +124,10 @@ class KMeansRouting(VoteRouting):
         self.similarity = similarity
 
     def _scores(self, u_hat, v):
-        v_norm = ops.maximum(safe_norm(v, axis=-1), _NORM_FLOOR)  # [b, j]
-        scores = ops.einsum("bijo,bjo->bij", u_hat, v) / v_norm[:, None, :]
+        v_norm = ops.maximum(safe_norm(v, axis=-1, keepdims=True), _NORM_FLOOR)  # [b, j, 1]
+        # The centre's direction first, then the product: <u_hat, v> itself overflows
+        # (inf / inf = NaN) once |u_hat| |v| passes the float32 range (inputs ~1e19).
+        scores = ops.einsum("bijo,bjo->bij", u_hat, v / v_norm)
         if self.similarity == "cosine":
             scores = scores / ops.maximum(safe_norm(u_hat, axis=-1), _NORM_FLOOR)
         return scores
