@@ -32,11 +32,14 @@ _TERMS = ("margin", "focal", "cross")
 
 
 def _number(name, value, minimum=None):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or (
-        minimum is not None and value < minimum
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Real)
+        or not math.isfinite(value)  # NaN or inf give NaN losses (or drop a term)
+        or (minimum is not None and value < minimum)
     ):
         bound = "" if minimum is None else f" >= {minimum}"
-        raise ValueError(f"`{name}` must be a number{bound}. Received: {name}={value!r}")
+        raise ValueError(f"`{name}` must be a finite number{bound}. Received: {name}={value!r}")
     return float(value)
 
 
@@ -430,15 +433,18 @@ class MixtureNLL(keras.losses.Loss):
         dtype=None,
     ):
         super().__init__(name=name, reduction=reduction, dtype=dtype)
-        if isinstance(sigma, bool) or not isinstance(sigma, (int, float)) or not sigma > 0:
-            raise ValueError(f"`sigma` must be a positive number. Received: sigma={sigma!r}")
+        if isinstance(sigma, bool) or not isinstance(sigma, numbers.Real) or not 0 < sigma < math.inf:
+            raise ValueError(f"`sigma` must be a positive, finite number. Received: sigma={sigma!r}")
         if isinstance(group_axis, bool) or not isinstance(group_axis, int) or group_axis == 0:
             raise ValueError(
                 "`group_axis` must be a non-zero integer (the batch axis cannot hold "
                 f"groups). Received: group_axis={group_axis!r}"
             )
-        if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not epsilon > 0:
-            raise ValueError(f"`epsilon` must be a positive number. Received: epsilon={epsilon!r}")
+        if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real) or not 0 < epsilon < 1:
+            raise ValueError(
+                f"`epsilon` must be a positive number below 1 (a probability floor). "
+                f"Received: epsilon={epsilon!r}"
+            )
         self.sigma = float(sigma)
         self.group_axis = group_axis
         if not isinstance(from_logits, bool):

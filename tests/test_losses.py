@@ -152,3 +152,22 @@ def test_out_of_range_class_ids_in_fit_give_a_nan_loss_and_finite_weights(jit_co
     model.compile("sgd", CapsuleLoss(), run_eagerly=True)
     with pytest.raises(ValueError, match=r"invalid values \[3\]"):
         model.fit(x, np.array([0, 1, 2, 0, 1, 2, 0, 3]), batch_size=8, epochs=1, verbose=0)
+
+
+@pytest.mark.parametrize(
+    "make,message",
+    [
+        (lambda: MarginLoss(m_plus=float("nan")), "Received: m_plus=nan"),
+        (lambda: MarginLoss(m_minus=float("inf")), "Received: m_minus=inf"),
+        (lambda: CapsuleLoss(lambda_=float("inf")), "Received: lambda_=inf"),
+        (lambda: CapsuleLoss(focal_gamma=float("nan")), "Received: focal_gamma=nan"),
+        (lambda: losses.MixtureNLL(sigma=float("inf")), "Received: sigma=inf"),
+        (lambda: losses.MixtureNLL(epsilon=float("inf")), "Received: epsilon=inf"),
+        (lambda: losses.MixtureNLL(epsilon=1.0), "Received: epsilon=1.0"),
+    ],
+)
+def test_non_finite_arguments_are_refused(make, message):
+    """They used to give NaN or inf losses (m_minus=inf silently dropped the absent term)."""
+    with pytest.raises(ValueError, match=re.escape(message)):
+        make()
+    losses.MixtureNLL(sigma=np.float32(0.5), epsilon=np.float64(1e-6))  # numpy numbers are fine
