@@ -74,6 +74,9 @@ def add_arguments(parser, command):
 def run_train(args, strategy):
     from applications.arguments import train_options
 
+    # Bad model options fail before the run directory is made or any data is read.
+    model_lib.check_arguments(routing=args.routing, embedding=args.embedding,
+                              **{name: getattr(args, name) for name in MODEL_OPTIONS})
     data_lib.require_data(args.dataset, args.data_dir)
     result = recipe.train(
         dataset=args.dataset,

@@ -277,3 +277,15 @@ def test_command_line_refuses_bad_numbers(capsys):
         with pytest.raises(SystemExit):
             recipe.main([option, "0"])
         assert f"argument {option}" in capsys.readouterr().err
+
+
+def test_command_line_train_refuses_bad_model_options_first(tmp_path, capsys):
+    """One error line, exit code 2, and no run directory left behind."""
+    from applications.__main__ import main
+
+    run_dir = tmp_path / "run"
+    code = main(["train", "text_classification", "--data-dir", SST_DIR, "--run-dir", str(run_dir),
+                 "--gru-units", "100", "--capsule-dim", "8", "--quiet"])
+    assert code == 2
+    assert "Received: gru_units=100, capsule_dim=8" in capsys.readouterr().err
+    assert not run_dir.exists()
