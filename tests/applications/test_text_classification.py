@@ -284,7 +284,7 @@ def test_command_line_train_refuses_bad_model_options_first(tmp_path, capsys):
     from applications.__main__ import main
 
     run_dir = tmp_path / "run"
-    code = main(["train", "text_classification", "--data-dir", SST_DIR, "--run-dir", str(run_dir),
+    code = main(["train", "text_classification", "--data-dir", str(SST_DIR), "--run-dir", str(run_dir),
                  "--gru-units", "100", "--capsule-dim", "8", "--quiet"])
     assert code == 2
     assert "Received: gru_units=100, capsule_dim=8" in capsys.readouterr().err
