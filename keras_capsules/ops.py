@@ -112,8 +112,9 @@ def safe_norm(x, axis=-1, keepdims=False, epsilon=1e-12):
     ``2**50``, about 1.1e15, or, with ``epsilon`` below ``2**-50``, under ``2**-50``)
     are multiplied by a fixed power of two before squaring, so their norm is finite
     and accurate where ``sum(x^2)`` would overflow to inf (float32 norms above about
-    1.8e19) or underflow to 0; results for all other inputs are unchanged. float16 and bfloat16 inputs are computed in
-    float32 (their squares overflow above 256) and cast back.
+    1.8e19) or underflow to 0; results for all other inputs are unchanged. float16
+    and bfloat16 inputs are computed in float32 (their squares overflow above 256)
+    and cast back.
 
     Args:
         x: tensor.
