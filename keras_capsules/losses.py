@@ -10,28 +10,91 @@ Both losses take class scores that are capsule lengths in ``[0, 1)`` (see
 The form is told from the shapes: labels with one axis fewer than the scores, or a
 last axis of 1 while there are several classes, are class ids; labels of the same
 shape as the scores are one-hot targets.
+
+Class ids must be integers in ``[0, n_classes)``. Called eagerly (the loss object on
+concrete tensors or arrays, or ``model.fit(..., run_eagerly=True)``), any other id
+raises a ``ValueError`` that names the bad values. Inside a traced function
+(``model.fit``, ``model.evaluate``, ``jit_compile``) values cannot be checked without
+backend-specific assertions, so a sample with such a label gets a NaN loss and no
+gradient: the reported loss turns NaN (stop with
+``keras.callbacks.TerminateOnNaN``) while the weights stay finite, instead of the
+sample training silently as "no class present".
 """
 
 import math
 import numbers
 
 import keras
+import numpy as np
 from keras import ops
 
 _TERMS = ("margin", "focal", "cross")
 
 
 def _number(name, value, minimum=None):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or (
-        minimum is not None and value < minimum
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Real)
+        or not math.isfinite(value)  # NaN or inf give NaN losses (or drop a term)
+        or (minimum is not None and value < minimum)
     ):
         bound = "" if minimum is None else f" >= {minimum}"
-        raise ValueError(f"`{name}` must be a number{bound}. Received: {name}={value!r}")
+        raise ValueError(f"`{name}` must be a finite number{bound}. Received: {name}={value!r}")
     return float(value)
 
 
+def _concrete_values(x):
+    """The values of ``x`` as numpy (eager), or None for a traced/symbolic tensor."""
+    if isinstance(x, keras.KerasTensor):
+        return None
+    try:
+        return ops.convert_to_numpy(x)
+    except Exception:  # symbolic tensors of any backend refuse conversion
+        return None
+
+
+def _check_ids(y_true, n_classes):
+    """Raises a ValueError for class ids that are not integers in ``[0, n_classes)``.
+
+    Only concrete (eager) values can be checked; traced ones are left to
+    :func:`_invalid_ids`.
+    """
+    values = _concrete_values(y_true)
+    if values is None or not values.size:
+        return
+    values = np.asarray(values)
+    if np.issubdtype(values.dtype, np.integer):
+        bad = values[(values < 0) | (values >= n_classes)]
+    else:
+        with np.errstate(invalid="ignore"):
+            bad = values[~((values >= 0) & (values < n_classes) & (values == np.floor(values)))]
+    if bad.size:
+        bad = np.unique(bad)[:10]
+        if np.all(np.isfinite(bad)) and np.all(bad == np.floor(bad)):
+            bad = bad.astype("int64")  # Keras hands the loss float labels
+        raise ValueError(
+            f"Class ids (sparse labels) must be integers in [0, n_classes) = [0, {n_classes}) "
+            f"for scores with {n_classes} classes. Received: y_true with invalid values "
+            f"{bad.tolist()}"
+        )
+
+
+def _invalid_ids(y_true, ids, n_classes):
+    """Boolean ``[...]``: True where a (traced) class id is out of range or not whole."""
+    invalid = (ids < 0) | (ids >= n_classes)
+    if not keras.backend.is_int_dtype(keras.backend.standardize_dtype(y_true.dtype)):
+        whole = ops.cast(y_true, "float32") == ops.cast(ids, "float32")
+        invalid = invalid | ops.logical_not(whole)
+    return invalid
+
+
 def _targets(y_true, y_pred):
-    """Float targets ``[..., n_classes]`` from sparse ids or one-hot labels."""
+    """Float targets ``[..., n_classes]`` from sparse ids or one-hot labels.
+
+    Returns ``(targets, invalid)``: ``invalid`` is None for one-hot labels, else a
+    boolean ``[...]`` marking class ids outside ``[0, n_classes)`` (possible only in
+    traced calls: eager calls raise a ``ValueError`` for them).
+    """
     n_classes = y_pred.shape[-1]
     if n_classes is None:
         raise ValueError(
@@ -43,17 +106,19 @@ def _targets(y_true, y_pred):
         rank_true == rank_pred and y_true.shape[-1] == 1 and n_classes > 1
     )
     if sparse:
+        _check_ids(y_true, n_classes)
         if rank_true == rank_pred:
             y_true = ops.squeeze(y_true, axis=-1)
         ids = ops.cast(y_true, "int32")
-        return ops.one_hot(ids, n_classes, dtype=y_pred.dtype)
+        invalid = _invalid_ids(y_true, ids, n_classes)
+        return ops.one_hot(ids, n_classes, dtype=y_pred.dtype), invalid
     if rank_true != rank_pred or (y_true.shape[-1] is not None and y_true.shape[-1] != n_classes):
         raise ValueError(
             "Labels must be class ids [batch] / [batch, 1] or one-hot targets with the "
             f"scores' shape [batch, {n_classes}]. Received: y_true shape="
             f"{tuple(y_true.shape)}, y_pred shape={tuple(y_pred.shape)}"
         )
-    return ops.cast(y_true, y_pred.dtype)
+    return ops.cast(y_true, y_pred.dtype), None
 
 
 def margin_term(targets, lengths, m_plus=0.9, m_minus=0.1, lambda_=0.5):
@@ -113,8 +178,10 @@ class CapsuleLoss(keras.losses.Loss):
         dtype: dtype of the loss computation.
 
     Call arguments:
-        y_true: class ids ``[batch]`` / ``[batch, 1]`` or one-hot targets
-            ``[batch, n_classes]`` (see the module docstring).
+        y_true: class ids ``[batch]`` / ``[batch, 1]`` in ``[0, n_classes)`` or
+            one-hot targets ``[batch, n_classes]`` (see the module docstring: an
+            out-of-range id raises a ``ValueError`` in eager calls and gives that
+            sample a NaN loss in traced ones).
         y_pred: capsule lengths ``[batch, n_classes]``.
         sample_weight: optional per-sample weights.
 
@@ -162,7 +229,7 @@ class CapsuleLoss(keras.losses.Loss):
         self.focal_gamma = _number("focal_gamma", focal_gamma, minimum=0)
 
     def call(self, y_true, y_pred):
-        targets = _targets(y_true, y_pred)
+        targets, invalid = _targets(y_true, y_pred)
         total = 0.0
         for term in self.terms:
             if term == "margin":
@@ -172,6 +239,10 @@ class CapsuleLoss(keras.losses.Loss):
             else:
                 value = cross_term(targets, y_pred)
             total = total + value
+        if invalid is not None:
+            # Traced calls only (eager ones raised): a NaN loss, with no gradient, for
+            # samples whose class id is out of range.
+            total = ops.where(invalid, ops.cast(float("nan"), total.dtype), total)
         return total
 
     def get_config(self):
@@ -207,7 +278,8 @@ class MarginLoss(CapsuleLoss):
         dtype: dtype of the loss computation.
 
     Call arguments:
-        y_true: class ids ``[batch]`` / ``[batch, 1]`` or one-hot / multi-hot
+        y_true: class ids ``[batch]`` / ``[batch, 1]`` in ``[0, n_classes)`` (see
+            the module docstring for out-of-range ids) or one-hot / multi-hot
             targets ``[batch, n_classes]``.
         y_pred: capsule lengths ``[batch, n_classes]``.
         sample_weight: optional per-sample weights.
@@ -362,15 +434,18 @@ class MixtureNLL(keras.losses.Loss):
         dtype=None,
     ):
         super().__init__(name=name, reduction=reduction, dtype=dtype)
-        if isinstance(sigma, bool) or not isinstance(sigma, (int, float)) or not sigma > 0:
-            raise ValueError(f"`sigma` must be a positive number. Received: sigma={sigma!r}")
+        if isinstance(sigma, bool) or not isinstance(sigma, numbers.Real) or not 0 < sigma < math.inf:
+            raise ValueError(f"`sigma` must be a positive, finite number. Received: sigma={sigma!r}")
         if isinstance(group_axis, bool) or not isinstance(group_axis, int) or group_axis == 0:
             raise ValueError(
                 "`group_axis` must be a non-zero integer (the batch axis cannot hold "
                 f"groups). Received: group_axis={group_axis!r}"
             )
-        if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not epsilon > 0:
-            raise ValueError(f"`epsilon` must be a positive number. Received: epsilon={epsilon!r}")
+        if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real) or not 0 < epsilon < 1:
+            raise ValueError(
+                f"`epsilon` must be a positive number below 1 (a probability floor). "
+                f"Received: epsilon={epsilon!r}"
+            )
         self.sigma = float(sigma)
         self.group_axis = group_axis
         if not isinstance(from_logits, bool):

@@ -5,6 +5,7 @@ networks hit in practice (zero vectors, fully masked rows), and runs on any Kera
 backend.
 """
 
+import keras
 from keras import ops
 
 #: The large finite negative used for masked logits (never -inf or -1e30, which
@@ -17,8 +18,87 @@ def routing_dtype(compute_dtype):
 
     float64 layers stay in float64; float16/bfloat16/float32 layers route in float32
     (mixed precision keeps softmax, log-sum-exp and variance math in float32).
+    Accepts dtype names and backend dtype objects (such as a tensor's ``.dtype``).
     """
-    return "float64" if str(compute_dtype) == "float64" else "float32"
+    return "float64" if keras.backend.standardize_dtype(compute_dtype) == "float64" else "float32"
+
+
+# Squared norms that leave a dtype's safe range are recomputed from the vectors
+# multiplied by a fixed power of two (exact, so the result is the plain formula's
+# up to the rounding of subnormals), which brings them back into range:
+# (squared norm at or above which the vector is scaled down, that scale, squared
+# norm below which it is scaled up, that scale). float32 squares overflow for
+# components above about 1.8e19 and leave the normal range below about 1e-19.
+_RANGES = {
+    "float32": (2.0**100, 2.0**-70, 2.0**-100, 2.0**86),
+    "float64": (2.0**1000, 2.0**-600, 2.0**-1000, 2.0**600),
+}
+
+
+# Above this norm squash returns the unit vector: |v|^2 / (1 + |v|^2) is 1 in
+# float32 and float64 alike, and |v|^2 may overflow.
+_UNIT_NORM = 2.0**50
+
+
+def _norm_parts(x, axis, epsilon, with_direction=False):
+    """The norm of the vectors of ``x`` (float32 or float64) along ``axis`` (kept,
+    length 1), and with ``with_direction`` the pair ``(direction, norm)``.
+
+    ``norm`` is ``|x|`` (0 for norms below ``epsilon``) and ``direction`` is
+    ``x / |x|`` (0 for zero vectors; unspecified for other norms below ``epsilon``),
+    both without overflow or underflow:
+
+    * Vectors whose squared norm lies in the dtype's safe range (every ordinary
+      input; for float32 ``[2**-100, 2**100)``) use the plain formula
+      ``sqrt(sum(x * x))``, bit for bit as before.
+    * Longer vectors are multiplied by a fixed small power of two ``s``
+      (``2**-70`` for float32), shorter ones by a large one (``2**86``; only when
+      ``epsilon`` is below ``2**-50``, as such vectors are zero otherwise): their
+      norm is ``|x s| / s`` and their direction ``x s / |x s|``. No branch and no
+      extra reduction for the largest component, so ordinary inputs run as fast.
+      (The norm's gradient multiplies incoming gradients by ``1 / s`` on the way:
+      for norms above about 1.8e19 an incoming gradient beyond about 2**58 can
+      overflow. The direction's gradient has no such factor; use it where a
+      direction is what is needed.)
+
+    Squares are formed as ``x * x`` (not ``square``, whose gradient doubles ``x``
+    and overflows above half the dtype's maximum). Gradients are finite at zero
+    vectors (zero) and wherever the norm is finite.
+    """
+    big_at, big_scale, small_at, small_scale = _RANGES[keras.backend.standardize_dtype(x.dtype)]
+    squared = ops.sum(x * x, axis=axis, keepdims=True)
+    big = ~(squared < big_at)  # inf and NaN too (NaN stays NaN)
+    use_small = epsilon < small_at**0.5
+    small = (squared < small_at) if use_small else None
+    plain = ~big if small is None else ~big & ~small
+    tiny = ops.cast(epsilon * epsilon, x.dtype)
+
+    def scaled_parts(scale, where):
+        """``(direction, norm)`` of the vectors selected by ``where`` (x * scale)."""
+        # Only the vectors that need it are scaled: others would overflow (or
+        # underflow), and inf * 0 in the gradient is NaN.
+        y = ops.where(where, x * scale, ops.zeros_like(x))
+        sq = ops.sum(y * y, axis=axis, keepdims=True)
+        positive = where & (sq > 0)
+        y_root = ops.sqrt(ops.where(positive, sq, ops.ones_like(sq)))
+        # y / root, not y * (1 / root): XLA folds the latter with the constant
+        # scale into x * (scale / root), which underflows to 0.
+        direction = y / y_root
+        norm = y_root / scale
+        return direction, ops.where(positive & (norm > epsilon), norm, ops.zeros_like(norm))
+
+    safe = ops.where(plain & (squared > tiny), squared, ops.ones_like(squared))
+    root = ops.sqrt(safe)
+    norm = ops.where(squared > tiny, root, ops.zeros_like(root))
+    direction = x * (1.0 / root) if with_direction else None
+    for flag, scale in ((big, big_scale), (small, small_scale)):
+        if flag is None:
+            continue
+        flag_direction, flag_norm = scaled_parts(scale, flag)
+        norm = ops.where(flag, flag_norm, norm)
+        if with_direction:
+            direction = ops.where(flag, flag_direction, direction)
+    return (direction, norm) if with_direction else norm
 
 
 def safe_norm(x, axis=-1, keepdims=False, epsilon=1e-12):
@@ -27,6 +107,14 @@ def safe_norm(x, axis=-1, keepdims=False, epsilon=1e-12):
     ``sqrt(sum(x^2))`` has an infinite derivative at 0, which turns into NaN through
     the chain rule. Here the square root is taken of ``max(sum(x^2), epsilon^2)`` where
     the sum is positive enough, and 0 is returned (with a zero gradient) elsewhere.
+
+    Vectors whose squared norm leaves the dtype's range (float32 norms above
+    ``2**50``, about 1.1e15, or, with ``epsilon`` below ``2**-50``, under ``2**-50``)
+    are multiplied by a fixed power of two before squaring, so their norm is finite
+    and accurate where ``sum(x^2)`` would overflow to inf (float32 norms above about
+    1.8e19) or underflow to 0; results for all other inputs are unchanged. float16
+    and bfloat16 inputs are computed in float32 (their squares overflow above 256)
+    and cast back.
 
     Args:
         x: tensor.
@@ -37,11 +125,12 @@ def safe_norm(x, axis=-1, keepdims=False, epsilon=1e-12):
     Returns:
         The norm of ``x`` along ``axis``.
     """
-    squared = ops.sum(ops.square(x), axis=axis, keepdims=keepdims)
-    tiny = ops.cast(epsilon * epsilon, squared.dtype)
-    positive = squared > tiny
-    safe = ops.where(positive, squared, ops.ones_like(squared))
-    return ops.where(positive, ops.sqrt(safe), ops.zeros_like(squared))
+    x = ops.convert_to_tensor(x)
+    dtype = x.dtype
+    norm = _norm_parts(ops.cast(x, routing_dtype(dtype)), axis, epsilon)
+    if not keepdims:
+        norm = ops.squeeze(norm, axis=axis)
+    return ops.cast(norm, dtype)
 
 
 def squash(x, axis=-1, epsilon=1e-12):
@@ -49,7 +138,11 @@ def squash(x, axis=-1, epsilon=1e-12):
 
     ``squash(v) = |v|^2 / (1 + |v|^2) * v / |v|``, which equals ``|v| / (1 + |v|^2) * v``:
     the second form has no division by ``|v|``, so values and gradients are finite at
-    ``v = 0`` (where the result is 0).
+    ``v = 0`` (where the result is 0). For ``|v|`` above ``2**50``, where
+    ``|v|^2 / (1 + |v|^2)`` is 1 to the working precision and ``|v|^2`` may overflow,
+    the result is the unit vector ``v / |v|`` (from the overflow-free norm of
+    :func:`safe_norm`), never zeros or NaN. float16 and bfloat16 inputs are computed
+    in float32 and cast back.
 
     Args:
         x: tensor of capsule vectors.
@@ -57,10 +150,18 @@ def squash(x, axis=-1, epsilon=1e-12):
         epsilon: passed to :func:`safe_norm`.
 
     Returns:
-        Tensor of the same shape, every vector scaled to a length in ``[0, 1)``.
+        Tensor of the same shape, every vector scaled to a length in ``[0, 1)``
+        (1 up to rounding for vectors longer than ``2**50``).
     """
-    norm = safe_norm(x, axis=axis, keepdims=True, epsilon=epsilon)
-    return x * (norm / (1.0 + ops.square(norm)))
+    x = ops.convert_to_tensor(x)
+    dtype = x.dtype
+    x = ops.cast(x, routing_dtype(dtype))
+    direction, norm = _norm_parts(x, axis, epsilon, with_direction=True)
+    huge = norm > _UNIT_NORM
+    # Each branch sees safe inputs, so neither feeds inf or NaN into the gradient.
+    small = ops.where(huge, ops.zeros_like(norm), norm)
+    squashed = ops.where(huge, direction, x * (small / (1.0 + ops.square(small))))
+    return ops.cast(squashed, dtype)
 
 
 def masked_softmax(logits, mask=None, axis=-1):

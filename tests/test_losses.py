@@ -1,5 +1,7 @@
 """Capsule losses: reference conformance of every term combination, labels, config."""
 
+import re
+
 import keras
 import numpy as np
 import pytest
@@ -115,3 +117,57 @@ def test_focal_gradient_finite_when_a_probability_is_one(gamma):
         value = CapsuleLoss(terms=("focal",), focal_gamma=gamma)(np.array([0, 0]), x)
     np.testing.assert_allclose(value.numpy(), 0.0, atol=1e-7)
     np.testing.assert_array_equal(tape.gradient(value, x).numpy(), 0.0)
+
+
+@pytest.mark.parametrize(
+    "labels,bad",
+    [(np.array([0, 4]), "[4]"), (np.array([[-1], [2]]), "[-1]"), (np.array([0.0, 1.5]), "[1.5]")],
+)
+@pytest.mark.parametrize("loss", [MarginLoss(), CapsuleLoss(terms=("margin", "focal", "cross"))])
+def test_out_of_range_class_ids_raise_in_eager_calls(loss, labels, bad):
+    """Ids outside [0, n_classes) used to be one-hot zeros: silently "no class present"."""
+    x = np.full((2, 4), 0.5, "float32")
+    with pytest.raises(ValueError, match=r"\[0, 4\).*Received: y_true with invalid values " + re.escape(bad)):
+        loss(labels, x)
+    loss(np.array([0, 3]), x)  # the edges of the range are fine
+
+
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_out_of_range_class_ids_in_fit_give_a_nan_loss_and_finite_weights(jit_compile):
+    """Traced (fit, XLA): values cannot be checked, so a bad sample's loss is NaN, without
+    gradient; eagerly (run_eagerly=True) fit raises the ValueError."""
+    inputs = keras.Input((4,))
+    model = keras.Model(inputs, keras.layers.Dense(3, activation="sigmoid")(inputs))
+    model.compile("sgd", CapsuleLoss(), jit_compile=jit_compile)
+    x = np.random.default_rng(0).normal(size=(8, 4)).astype("float32")
+    history = model.fit(x, np.array([0, 1, 2, 0, 1, 2, 0, 3]), batch_size=8, epochs=1, verbose=0)
+    assert np.isnan(history.history["loss"][0])
+    assert all(np.all(np.isfinite(w)) for w in model.get_weights())
+    history = model.fit(x, np.arange(8) % 3, batch_size=8, epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
+    per_sample = tf.function(lambda y, p: CapsuleLoss(reduction="none")(y, p), jit_compile=jit_compile)(
+        tf.constant([0, 3, -1, 2]), tf.fill((4, 3), 0.5)
+    ).numpy()
+    assert np.isfinite(per_sample[[0, 3]]).all() and np.isnan(per_sample[[1, 2]]).all()
+    model.compile("sgd", CapsuleLoss(), run_eagerly=True)
+    with pytest.raises(ValueError, match=r"invalid values \[3\]"):
+        model.fit(x, np.array([0, 1, 2, 0, 1, 2, 0, 3]), batch_size=8, epochs=1, verbose=0)
+
+
+@pytest.mark.parametrize(
+    "make,message",
+    [
+        (lambda: MarginLoss(m_plus=float("nan")), "Received: m_plus=nan"),
+        (lambda: MarginLoss(m_minus=float("inf")), "Received: m_minus=inf"),
+        (lambda: CapsuleLoss(lambda_=float("inf")), "Received: lambda_=inf"),
+        (lambda: CapsuleLoss(focal_gamma=float("nan")), "Received: focal_gamma=nan"),
+        (lambda: losses.MixtureNLL(sigma=float("inf")), "Received: sigma=inf"),
+        (lambda: losses.MixtureNLL(epsilon=float("inf")), "Received: epsilon=inf"),
+        (lambda: losses.MixtureNLL(epsilon=1.0), "Received: epsilon=1.0"),
+    ],
+)
+def test_non_finite_arguments_are_refused(make, message):
+    """They used to give NaN or inf losses (m_minus=inf silently dropped the absent term)."""
+    with pytest.raises(ValueError, match=re.escape(message)):
+        make()
+    losses.MixtureNLL(sigma=np.float32(0.5), epsilon=np.float64(1e-6))  # numpy numbers are fine

@@ -103,3 +103,84 @@ def test_masked_softmax_with_real_logits_below_the_mask_value():
     assert np.all(np.isfinite(grad))
     np.testing.assert_array_equal(grad[:, 2], 0.0)
     np.testing.assert_allclose(grad[1], [-0.25, 0.25, 0.0], atol=1e-6)
+
+
+HUGE_AND_TINY = np.array(
+    [[3e19, 4e19, 0.0], [1e30, 0.0, 0.0], [3e38, 3e38, 0.0], [-2e25, 1e25, 2e25],
+     [3e-30, 4e-30, 0.0], [0.0, 0.0, 0.0], [3.0, 4.0, 0.0]],
+    "float32",
+)
+
+
+def _np_norm64(v):
+    return np.linalg.norm(v.astype("float64"), axis=-1)
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_safe_norm_and_squash_do_not_overflow(jit):
+    """|v| above ~1.8e19 used to overflow |v|^2 in float32: inf norms, NaN or zero squash."""
+    fn = tf.function(
+        lambda v: (ops.safe_norm(v), ops.safe_norm(v, epsilon=0.0), ops.squash(v)),
+        jit_compile=True,
+    ) if jit else (lambda v: (ops.safe_norm(v), ops.safe_norm(v, epsilon=0.0), ops.squash(v)))
+    v = tf.constant(HUGE_AND_TINY)
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(v)
+        norm, norm_no_eps, squashed = fn(v)
+        weights = tf.constant([1.0, -2.0, 0.5])
+        loss_norm = tf.reduce_sum(tf.gather(norm, [0, 1, 3, 4, 5, 6]))  # row 2's is above float32's max
+        loss_squash = tf.reduce_sum(squashed * weights)
+    want = _np_norm64(HUGE_AND_TINY)
+    norm, norm_no_eps, squashed = norm.numpy(), norm_no_eps.numpy(), squashed.numpy()
+    np.testing.assert_allclose(norm[[0, 1, 3, 6]], want[[0, 1, 3, 6]], rtol=1e-6)
+    assert np.isinf(norm[2])  # 4.2e38 is not a float32
+    np.testing.assert_array_equal(norm[[4, 5]], 0.0)  # below epsilon
+    np.testing.assert_allclose(norm_no_eps[4], 5e-30, rtol=1e-6)  # no underflow to 0
+    # Huge vectors squash to their unit vectors (|v|^2 / (1 + |v|^2) is 1 in float32).
+    unit = HUGE_AND_TINY[:4] / want[:4, None]
+    np.testing.assert_allclose(squashed[:4], unit, rtol=1e-6, atol=1e-7)
+    np.testing.assert_array_equal(squashed[4:6], 0.0)
+    np.testing.assert_allclose(squashed[6], _np_squash(HUGE_AND_TINY[6].astype("float64")), rtol=1e-6)
+    # Gradients: d|v|/dv = v / |v|; the squash's is finite and tiny for huge vectors.
+    g_norm = tape.gradient(loss_norm, v).numpy()
+    rows = [0, 1, 3, 6]
+    np.testing.assert_allclose(g_norm[rows], HUGE_AND_TINY[rows] / want[rows, None], rtol=1e-6, atol=1e-7)
+    g_squash = tape.gradient(loss_squash, v).numpy()
+    assert np.all(np.isfinite(g_squash))
+    # d/dv <w, v/|v|> = (w - <w, u> u) / |v| for u = v / |v|
+    w = np.array([1.0, -2.0, 0.5])
+    u = unit.astype("float64")
+    want_g = (w - (u @ w)[:, None] * u) / want[:4, None]
+    np.testing.assert_allclose(g_squash[:4], want_g, rtol=1e-4, atol=1e-37)  # row 2: subnormal
+
+
+def test_safe_norm_and_squash_unchanged_for_ordinary_inputs():
+    """No rescaling for ordinary vectors: bit for bit the plain formulas."""
+    rng = np.random.default_rng(3)
+    v = tf.constant(rng.normal(size=(40, 6)) * 10.0 ** rng.uniform(-10, 12, size=(40, 1)), "float32")
+    squared = tf.reduce_sum(tf.square(v), axis=-1, keepdims=True)
+    plain_norm = tf.sqrt(squared)
+    np.testing.assert_array_equal(ops.safe_norm(v, keepdims=True).numpy(), plain_norm.numpy())
+    np.testing.assert_array_equal(
+        ops.squash(v).numpy(), (v * (plain_norm / (1.0 + tf.square(plain_norm)))).numpy()
+    )
+
+
+def test_safe_norm_and_squash_float16_inputs():
+    """float16 squares overflow above 256: the math runs in float32 and is cast back."""
+    v = tf.constant([[300.0, 400.0], [0.0, 0.0]], "float16")
+    norm, squashed = ops.safe_norm(v), ops.squash(v)
+    assert norm.dtype == "float16" and squashed.dtype == "float16"
+    np.testing.assert_allclose(norm.numpy(), [500.0, 0.0])
+    np.testing.assert_allclose(squashed.numpy(), [[0.6, 0.8], [0.0, 0.0]], rtol=1e-3)
+
+
+def test_routing_dtype_of_tensor_dtypes_and_float64_masked_softmax():
+    """A float64 tensor's dtype object routes in float64 (it used to fall to float32)."""
+    assert ops.routing_dtype(tf.constant(1.0, "float64").dtype) == "float64"
+    assert ops.routing_dtype(np.dtype("float64")) == "float64"
+    assert ops.routing_dtype(tf.float16) == "float32"
+    logits = tf.constant([[0.0, 1e-9, 2e-9]], "float64")
+    w = ops.masked_softmax(logits, tf.constant([[True, True, False]])).numpy()
+    e = np.exp(1e-9)
+    np.testing.assert_allclose(w[0], [1 / (1 + e), e / (1 + e), 0.0], rtol=1e-14)

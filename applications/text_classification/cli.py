@@ -23,6 +23,19 @@ MODEL_OPTIONS = ("embedding_dim", "num_codebooks", "gru_units", "dropout", "caps
                  "class_capsule_dim", "n_iters")
 
 
+def _dropout_rate(text):
+    """An argparse ``type``: a number in [0, 1)."""
+    import argparse
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}")
+    return value
+
+
 def add_arguments(parser, command):
     """Text classification's options for ``train``, ``evaluate`` and ``tune``."""
     from applications.arguments import positive_float, positive_int
@@ -48,7 +61,8 @@ def add_arguments(parser, command):
         parser.add_argument("--routing", choices=model_lib.ROUTINGS, default="kmeans")
         parser.add_argument("--learning-rate", type=positive_float, default=1e-3)
         parser.add_argument("--gru-units", type=positive_int, default=128, help="units of each GRU direction")
-        parser.add_argument("--dropout", type=float, default=0.5, help="between the GRU layers, in [0, 1)")
+        parser.add_argument("--dropout", type=_dropout_rate, default=0.5,
+                            help="between the GRU layers, in [0, 1) (default: %(default)s)")
         parser.add_argument("--capsule-dim", type=positive_int, default=8)
         parser.add_argument("--class-capsule-dim", type=positive_int, default=16)
         parser.add_argument("--n-iters", type=positive_int, default=3, help="routing iterations")
@@ -60,6 +74,9 @@ def add_arguments(parser, command):
 def run_train(args, strategy):
     from applications.arguments import train_options
 
+    # Bad model options fail before the run directory is made or any data is read.
+    model_lib.check_arguments(routing=args.routing, embedding=args.embedding,
+                              **{name: getattr(args, name) for name in MODEL_OPTIONS})
     data_lib.require_data(args.dataset, args.data_dir)
     result = recipe.train(
         dataset=args.dataset,

@@ -28,6 +28,8 @@ prediction apply to all three heads.
 fifth of the training throughput; see ``benchmarks/text_classification.py``.)
 """
 
+import numbers
+
 import keras
 
 from keras_capsules.layers import (
@@ -43,11 +45,60 @@ from applications.text_classification.projected_gru import ProjectedGRU
 ROUTINGS = ("kmeans", "dynamic", "linear")
 EMBEDDINGS = ("compositional", "standard")
 GRUS = ("projected", "keras")
+SIMILARITIES = ("cosine", "dot")
 
 
 def _choice(name, value, choices):
     if value not in choices:
         raise ValueError(f"`{name}` must be one of {choices}. Received: {name}={value!r}")
+
+
+def _positive_int(name, value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
+
+
+def check_arguments(
+    routing="kmeans",
+    embedding="compositional",
+    embedding_dim=64,
+    num_codebooks=8,
+    gru_units=128,
+    dropout=0.5,
+    capsule_dim=8,
+    class_capsule_dim=16,
+    n_iters=3,
+    similarity="cosine",
+    codebook_stddev=1.0,
+    codes_stddev=1.0,
+    gru="projected",
+    name=None,
+):
+    """Raises the ``ValueError`` :func:`build_model` would raise for these arguments.
+
+    Cheap (no layers are made), so that :func:`recipe.train` can refuse bad options
+    before it spends minutes preparing data. Arguments as :func:`build_model`.
+    """
+    _choice("routing", routing, ROUTINGS)
+    _choice("embedding", embedding, EMBEDDINGS)
+    _choice("gru", gru, GRUS)
+    _choice("similarity", similarity, SIMILARITIES)
+    if (
+        isinstance(dropout, bool)
+        or not isinstance(dropout, numbers.Real)
+        or not 0 <= dropout < 1
+    ):
+        raise ValueError(f"`dropout` must lie in [0, 1). Received: dropout={dropout!r}")
+    for arg, value in (
+        ("embedding_dim", embedding_dim), ("num_codebooks", num_codebooks), ("gru_units", gru_units),
+        ("capsule_dim", capsule_dim), ("class_capsule_dim", class_capsule_dim), ("n_iters", n_iters),
+    ):
+        _positive_int(arg, value)
+    if gru_units % capsule_dim:
+        raise ValueError(
+            f"`capsule_dim` must divide `gru_units` (the sentence vector is cut into capsules). "
+            f"Received: gru_units={gru_units}, capsule_dim={capsule_dim}"
+        )
 
 
 def build_model(
@@ -102,19 +153,12 @@ def build_model(
         A ``keras.Model`` from ids ``[batch, length]`` (int32, 0 = padding) to class
         scores ``[batch, num_classes]`` in ``[0, 1]``.
     """
-    _choice("routing", routing, ROUTINGS)
-    _choice("embedding", embedding, EMBEDDINGS)
-    _choice("gru", gru, GRUS)
-    if not 0 <= dropout < 1:
-        raise ValueError(f"`dropout` must lie in [0, 1). Received: dropout={dropout!r}")
-    for arg, value in (("gru_units", gru_units), ("capsule_dim", capsule_dim)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"`{arg}` must be a positive integer. Received: {arg}={value!r}")
-    if gru_units % capsule_dim:
-        raise ValueError(
-            f"`capsule_dim` must divide `gru_units` (the sentence vector is cut into capsules). "
-            f"Received: gru_units={gru_units}, capsule_dim={capsule_dim}"
-        )
+    check_arguments(
+        routing=routing, embedding=embedding, embedding_dim=embedding_dim,
+        num_codebooks=num_codebooks, gru_units=gru_units, dropout=dropout,
+        capsule_dim=capsule_dim, class_capsule_dim=class_capsule_dim, n_iters=n_iters,
+        similarity=similarity, gru=gru,
+    )
     ids = keras.Input((None,), dtype="int32", name="ids")
     if embedding == "compositional":
         embed = CompositionalEmbedding(
@@ -186,6 +230,7 @@ __all__ = [
     "EMBEDDINGS",
     "ROUTINGS",
     "build_model",
+    "check_arguments",
     "compile_model",
     "embedding_parameters",
     "parameter_report",

@@ -109,6 +109,8 @@ def train(
     from applications import distribute
     from applications.fault_tolerance import atomic_write, write_json_atomically
 
+    # Refuse bad model options before minutes of data preparation, not after.
+    model_lib.check_arguments(routing=routing, embedding=embedding, **model_kwargs)
     strategy = strategy or tf.distribute.get_strategy()
     keras.utils.set_random_seed(seed)
     os.makedirs(run_dir, exist_ok=True)
@@ -197,17 +199,19 @@ def evaluate(model_path, dataset="sst2", data_dir=None, vocabulary_path=None, li
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m applications.text_classification", description=__doc__.split("\n")[0])
+    from applications.arguments import positive_float, positive_int
+
     parser.add_argument("--dataset", default="sst2", choices=data_lib.DATASETS)
     parser.add_argument("--data-dir", default=None, help="TFDS data dir, or the SST tree-file folder")
     parser.add_argument("--run-dir", default=os.path.join("runs", "text_classification"))
     parser.add_argument("--routing", default="kmeans", choices=model_lib.ROUTINGS)
     parser.add_argument("--embedding", default="compositional", choices=model_lib.EMBEDDINGS)
-    parser.add_argument("--epochs", type=int, default=10)
-    parser.add_argument("--batch-size", type=int, default=30)
-    parser.add_argument("--learning-rate", type=float, default=1e-3)
-    parser.add_argument("--vocab-size", type=int, default=60000)
+    parser.add_argument("--epochs", type=positive_int, default=10)
+    parser.add_argument("--batch-size", type=positive_int, default=30)
+    parser.add_argument("--learning-rate", type=positive_float, default=1e-3)
+    parser.add_argument("--vocab-size", type=positive_int, default=60000)
     parser.add_argument("--phrases", action="store_true", help="SST: train on every labelled phrase")
-    parser.add_argument("--limit", type=int, default=None)
+    parser.add_argument("--limit", type=positive_int, default=None)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)

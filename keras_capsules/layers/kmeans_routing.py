@@ -4,7 +4,7 @@ import keras
 from keras import ops
 
 from keras_capsules.layers._vote_routing import VoteRouting, couplings
-from keras_capsules.ops import safe_norm
+from keras_capsules.ops import _norm_parts, safe_norm
 
 _SIMILARITIES = ("cosine", "dot")
 _NORM_FLOOR = 1e-12
@@ -124,8 +124,13 @@ class KMeansRouting(VoteRouting):
         self.similarity = similarity
 
     def _scores(self, u_hat, v):
-        v_norm = ops.maximum(safe_norm(v, axis=-1), _NORM_FLOOR)  # [b, j]
-        scores = ops.einsum("bijo,bjo->bij", u_hat, v) / v_norm[:, None, :]
+        # The centre's direction v / max(|v|, floor) first, then the product:
+        # <u_hat, v> itself overflows (inf / inf = NaN) once |u_hat| |v| passes the
+        # float32 range (inputs ~1e19). The direction comes with an overflow-free
+        # gradient from _norm_parts, also for huge centres.
+        direction, v_norm = _norm_parts(v, -1, 1e-12, with_direction=True)  # [b, j, o], [b, j, 1]
+        centre = ops.where(v_norm >= _NORM_FLOOR, direction, v / _NORM_FLOOR)
+        scores = ops.einsum("bijo,bjo->bij", u_hat, centre)
         if self.similarity == "cosine":
             scores = scores / ops.maximum(safe_norm(u_hat, axis=-1), _NORM_FLOOR)
         return scores

@@ -234,3 +234,58 @@ def test_tiny_training_on_real_sst_sentences(tmp_path):
     assert loaded.get_layer("embedding").input_dim == len(vocab) + 2 == result["vocab_size"]
     ids = data.encode(["a gripping , funny film ."], data.make_lookup(vocab)).to_tensor()
     assert loaded(ids).shape == (1, 2)
+
+
+@pytest.mark.parametrize(
+    "options,message",
+    [
+        (dict(dropout=1.5), "Received: dropout=1.5"),
+        (dict(gru_units=100, capsule_dim=8), "Received: gru_units=100, capsule_dim=8"),
+        (dict(similarity="cos"), "Received: similarity='cos'"),
+        (dict(n_iters=0), "Received: n_iters=0"),
+        (dict(class_capsule_dim=2.5), "Received: class_capsule_dim=2.5"),
+        (dict(routing="em"), "Received: routing='em'"),
+    ],
+)
+def test_bad_model_options_are_refused_before_the_data_is_prepared(options, message, tmp_path, monkeypatch):
+    """They used to fail in build_model, after the vocabulary and every split were made."""
+
+    def prepare_data(*args, **kwargs):
+        raise AssertionError("data prepared before the options were checked")
+
+    monkeypatch.setattr(recipe, "prepare_data", prepare_data)
+    with pytest.raises(ValueError, match=message):
+        recipe.train(dataset="sst2", data_dir=SST_DIR, run_dir=str(tmp_path / "run"), verbose=0, **options)
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(ValueError, match=message):
+        model_lib.build_model(50, 2, **options)
+
+
+def test_command_line_refuses_bad_numbers(capsys):
+    import argparse
+
+    from applications.text_classification import cli
+
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser, "train")
+    assert parser.parse_args(["--dropout", "0.25"]).dropout == 0.25
+    for bad in ("1.5", "-0.1", "nan", "half"):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["--dropout", bad])
+        assert f"expected a number in [0, 1), got '{bad}'" in capsys.readouterr().err
+    for option in ("--epochs", "--batch-size", "--learning-rate", "--vocab-size", "--limit"):
+        with pytest.raises(SystemExit):
+            recipe.main([option, "0"])
+        assert f"argument {option}" in capsys.readouterr().err
+
+
+def test_command_line_train_refuses_bad_model_options_first(tmp_path, capsys):
+    """One error line, exit code 2, and no run directory left behind."""
+    from applications.__main__ import main
+
+    run_dir = tmp_path / "run"
+    code = main(["train", "text_classification", "--data-dir", str(SST_DIR), "--run-dir", str(run_dir),
+                 "--gru-units", "100", "--capsule-dim", "8", "--quiet"])
+    assert code == 2
+    assert "Received: gru_units=100, capsule_dim=8" in capsys.readouterr().err
+    assert not run_dir.exists()

@@ -109,3 +109,31 @@ def test_jit_with_mask(similarity):
     rc.check_jit_with_mask(
         KMeansRouting(n_out=3, d_out=4, similarity=similarity, return_couplings=True)
     )
+
+
+@pytest.mark.parametrize("similarity", ["cosine", "dot"])
+def test_huge_inputs_give_finite_outputs_and_gradients(similarity):
+    """<u_hat, v> overflowed float32 for inputs near 1e19-1e20 (inf / inf = NaN outputs)."""
+    u = np.random.default_rng(5).normal(size=(2, 5, 4)).astype("float32")
+    layer = KMeansRouting(n_out=3, d_out=4, similarity=similarity, return_couplings=True)
+    out_1, c_1 = layer(u)
+    huge = tf.constant(u * 1e20)
+    with tf.GradientTape() as tape:
+        tape.watch(huge)
+        out, c = layer(huge)
+        loss = tf.reduce_sum(out * tf.constant([1.0, -1.0, 0.5, 2.0]))
+    grads = tape.gradient(loss, [huge, layer.kernel])
+    assert np.all(np.isfinite(out.numpy())) and np.all(np.isfinite(c.numpy()))
+    if similarity == "cosine":
+        # (The dot similarity is not scale-free: its scores, and so the couplings'
+        # sensitivity, grow with the inputs, and at 1e20 true gradients pass float32's range.)
+        assert all(np.all(np.isfinite(g.numpy())) for g in grads)
+    lengths = np.linalg.norm(out.numpy(), axis=-1)
+    assert np.all(lengths <= 1.0 + 1e-6)
+    if similarity == "cosine":
+        # Cosine routing does not depend on the inputs' scale: the same couplings, and
+        # outputs of length 1 pointing the way of the unscaled ones.
+        np.testing.assert_allclose(c.numpy(), c_1.numpy(), rtol=1e-4, atol=1e-6)
+        unscaled = out_1.numpy()
+        directions = unscaled / np.linalg.norm(unscaled, axis=-1, keepdims=True)
+        np.testing.assert_allclose(out.numpy(), directions, rtol=1e-4, atol=1e-5)
