@@ -301,6 +301,13 @@ class CompositionalEmbedding(keras.layers.Layer):
         Returns:
             A built ``CompositionalEmbedding`` with ``fixed_codes=True``.
         """
+        taken = sorted({"codes", "fixed_codes"} & set(kwargs))
+        if taken:
+            raise ValueError(
+                "to_fixed_codes() takes the codes from this layer (hard_codes()) and always "
+                f"makes fixed_codes=True; pass base layer arguments only. Received: {taken[0]}="
+                f"{'an array' if taken[0] == 'codes' else repr(kwargs[taken[0]])}"
+            )
         codes = self.hard_codes()
         config = self.get_config()
         for key in ("name", "fixed_codes", "trainable"):

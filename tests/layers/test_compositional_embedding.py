@@ -191,3 +191,11 @@ def test_layer_contract_fixed_codes(tmp_path):
         dict(input_dim=30, output_dim=6, num_codebooks=3, num_codewords=4, codes=codes),
         ids, tmp_path=tmp_path,
     )
+
+
+@pytest.mark.parametrize("kwargs", [{"codes": np.zeros((10, 2), "int32")}, {"fixed_codes": False}])
+def test_to_fixed_codes_refuses_codes_arguments(kwargs):
+    layer = CompositionalEmbedding(10, 4, num_codebooks=2, num_codewords=3)
+    layer.build()
+    with pytest.raises(ValueError, match=f"Received: {next(iter(kwargs))}="):
+        layer.to_fixed_codes(**kwargs)
