@@ -123,6 +123,25 @@ def test_malformed_line_error_names_file_and_line(tmp_path):
         sst_trees.load_split(tmp_path, "train")
 
 
+def test_a_byte_order_mark_and_windows_line_ends_are_read(tmp_path):
+    # Audit 5: a file saved with a UTF-8 byte-order mark failed at line 1 with
+    # "a word outside any node at item 0: '\\ufeff'".
+    text = "(3 (2 It) (4 works))\r\n\r\n(2 caf\u00e9)\r\n(1 a\u2028b)\r\n"
+    (tmp_path / "train.txt").write_bytes(b"\xef\xbb\xbf" + text.encode("utf-8"))
+    texts, labels = sst_trees.load_split(tmp_path, "train")
+    assert texts == ["It works", "caf\u00e9", "a\u2028b"] and labels.tolist() == [3, 2, 1]
+
+
+@pytest.mark.parametrize("bom", [b"", b"\xef\xbb\xbf"])
+def test_a_file_that_is_not_utf8_names_the_file_and_line(tmp_path, bom):
+    # Audit 5: a Latin-1 file raised UnicodeDecodeError "'utf-8' codec can't decode byte
+    # 0xe9 in position 27", naming neither the file nor the line.
+    (tmp_path / "dev.txt").write_bytes(bom + f"{TINY}\n(2 caf\u00e9)\n".encode("latin-1"))
+    with pytest.raises(sst_trees.TreeSyntaxError,
+                       match=r"dev\.txt, line 2: not UTF-8 text \(byte 0xe9 at column 7\)"):
+        sst_trees.load_split(tmp_path, "dev")
+
+
 def test_missing_directory_file_and_bad_arguments(tmp_path):
     with pytest.raises(FileNotFoundError, match="SST data directory not found"):
         sst_trees.load_split(tmp_path / "nowhere", "train")
