@@ -16,7 +16,8 @@ there); their HyperModels in ``tuning/__init__.py``.
 ``<run-dir>/backup``: the same command, run again after a crash, resumes. Mistakes a
 user can fix (a bad option, missing data, a dataset that needs a download while
 offline, no TPU) print one line ``keras-capsules: error: ...`` and exit with code 2
-(set ``KERAS_CAPSULES_DEBUG=1`` for the traceback).
+(set ``KERAS_CAPSULES_DEBUG=1`` for the traceback). Ctrl-C prints one line (how to
+resume) and exits with code 130.
 """
 
 import argparse
@@ -182,6 +183,15 @@ def main(argv=None):
         message = (str(err).strip().splitlines() or [type(err).__name__])[0]
         print(f"{PROG}: error: {message}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: one line that says how to go on, no traceback
+        if os.environ.get("KERAS_CAPSULES_DEBUG"):
+            raise
+        hint = {
+            "train": "; run the same command again to resume from the last backup",
+            "tune": "; run the same command again to resume the search",
+        }.get(args.command, "")
+        print(f"\n{PROG}: interrupted{hint}", file=sys.stderr)
+        return 130
 
 
 def _application_of(argv):
