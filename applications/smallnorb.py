@@ -279,6 +279,11 @@ def train(
         if n_train < 0:
             raise ValueError("The size of the training split is unknown: pass `steps_per_epoch`.")
         steps_per_epoch = n_train // batch_size
+        if steps_per_epoch < 1:  # fit would loop forever on the repeated dataset
+            raise ValueError(
+                f"the smallNORB training split ({n_train} examples) is smaller than one batch of "
+                f"{batch_size}: lower the batch size or pass `steps_per_epoch` (--steps-per-epoch)"
+            )
     train_ds = make_dataset(
         train_examples, True, batch_size, image_size, mixup_alpha=mixup_alpha, seed=seed, repeat=True
     )
