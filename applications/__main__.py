@@ -174,7 +174,15 @@ def _run(args):
 def main(argv=None):
     """Runs the command line; returns the exit code (2 for a user error)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = _defaults(build_parser(_application_of(argv)).parse_args(argv))
+    application = _application_of(argv)
+    parser = build_parser(application)
+    if argv and argv[0] in ("train", "evaluate", "tune"):
+        # The application may follow common options (`train --quiet sst ...`): learn it
+        # first, then parse with that application's options (else they were missing).
+        known, _ = parser.parse_known_args([a for a in argv if a not in ("-h", "--help")])
+        if known.application != application:
+            parser = build_parser(known.application)
+    args = _defaults(parser.parse_args(argv))
     try:
         return _run(args)
     except (CommandLineError, FileNotFoundError, ValueError) as err:

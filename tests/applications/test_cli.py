@@ -65,6 +65,21 @@ def test_float_options_refuse_what_is_not_finite(text):
     assert arguments.positive_float("2.5e-4") == 2.5e-4 and arguments.non_negative_float("0") == 0.0
 
 
+def test_the_application_may_follow_common_options(tmp_path, capsys):
+    # Audit 5: `train --quiet sst ...` parsed with the demo's options, then failed with an
+    # AttributeError traceback ('Namespace' object has no attribute 'granularity');
+    # `evaluate --quiet smallnorb --image-size 24` refused the option of smallnorb.
+    assert cli.main(["train", "--quiet", "sst", "--data-dir", str(tmp_path / "none")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("keras-capsules: error: SST data directory not found") and err.count("\n") == 1
+    assert cli.main(["evaluate", "--batch-size", "4", "smallnorb", "--image-size", "24",
+                     "--data-dir", str(tmp_path)]) == 2
+    assert "TFDS dataset 'smallnorb' is not prepared" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["train", "--quiet", "sst", "--help"])
+    assert exit_info.value.code == 0 and "--granularity" in capsys.readouterr().out
+
+
 def test_a_missing_data_directory_is_one_line(tmp_path, capsys):
     missing = str(tmp_path / "no-mnist")
     for argv in (["train", "demo", "--data-dir", missing, "--quiet", "--run-dir", str(tmp_path / "r")],
