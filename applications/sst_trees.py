@@ -149,7 +149,9 @@ def parse_tree(line, unescape=True):
             tokens.append(unescape_token(item) if unescape else item)
             pos += 1
             # A leaf holds exactly one word.
-            if pos < len(items) and items[pos] not in (")",):
+            if pos < len(items) and items[pos] == "(":
+                raise TreeSyntaxError(f"a node mixes words and subtrees at item {pos}: {item!r} then '('")
+            if pos < len(items) and items[pos] != ")":
                 raise TreeSyntaxError(f"a leaf with more than one word at item {pos}: {items[pos]!r}")
     if stack:
         raise TreeSyntaxError(f"{len(stack)} unclosed '(' at the end of the line")

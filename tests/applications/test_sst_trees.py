@@ -107,6 +107,8 @@ def test_real_training_phrases_are_unique_and_include_every_sentence():
         ("(2 a b)", "more than one word"),
         ("2 a", "outside any node"),
         ("(3 (2 a) b)", "mixes words and subtrees"),
+        # Audit 5: a word followed by a subtree was called "a leaf with more than one word".
+        ("(3 a (2 b))", r"mixes words and subtrees at item 3: 'a' then '\('"),
         ("(3 (2 a)) (2 b)", "after the end"),
         ("( (2 a))", "without a label"),
         ("(3)", "no words"),
