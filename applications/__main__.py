@@ -176,7 +176,7 @@ def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     application = _application_of(argv)
     parser = build_parser(application)
-    if argv and argv[0] in ("train", "evaluate", "tune"):
+    if argv[:1] in (["train"], ["evaluate"], ["tune"]) and argv[1:2] != [application]:
         # The application may follow common options (`train --quiet sst ...`): learn it
         # first, then parse with that application's options (else they were missing).
         known, _ = parser.parse_known_args([a for a in argv if a not in ("-h", "--help")])
