@@ -16,7 +16,8 @@ there); their HyperModels in ``tuning/__init__.py``.
 ``<run-dir>/backup``: the same command, run again after a crash, resumes. Mistakes a
 user can fix (a bad option, missing data, a dataset that needs a download while
 offline, no TPU) print one line ``keras-capsules: error: ...`` and exit with code 2
-(set ``KERAS_CAPSULES_DEBUG=1`` for the traceback).
+(set ``KERAS_CAPSULES_DEBUG=1`` for the traceback). Ctrl-C prints one line (how to
+resume) and exits with code 130.
 """
 
 import argparse
@@ -173,7 +174,15 @@ def _run(args):
 def main(argv=None):
     """Runs the command line; returns the exit code (2 for a user error)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = _defaults(build_parser(_application_of(argv)).parse_args(argv))
+    application = _application_of(argv)
+    parser = build_parser(application)
+    if argv[:1] in (["train"], ["evaluate"], ["tune"]) and argv[1:2] != [application]:
+        # The application may follow common options (`train --quiet sst ...`): learn it
+        # first, then parse with that application's options (else they were missing).
+        known, _ = parser.parse_known_args([a for a in argv if a not in ("-h", "--help")])
+        if known.application != application:
+            parser = build_parser(known.application)
+    args = _defaults(parser.parse_args(argv))
     try:
         return _run(args)
     except (CommandLineError, FileNotFoundError, ValueError) as err:
@@ -182,6 +191,15 @@ def main(argv=None):
         message = (str(err).strip().splitlines() or [type(err).__name__])[0]
         print(f"{PROG}: error: {message}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: one line that says how to go on, no traceback
+        if os.environ.get("KERAS_CAPSULES_DEBUG"):
+            raise
+        hint = {
+            "train": "; run the same command again to resume from the last backup",
+            "tune": "; run the same command again to resume the search",
+        }.get(args.command, "")
+        print(f"\n{PROG}: interrupted{hint}", file=sys.stderr)
+        return 130
 
 
 def _application_of(argv):

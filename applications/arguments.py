@@ -1,6 +1,7 @@
 """Argument types and the options common to every application's commands."""
 
 import argparse
+import math
 import os
 
 from applications import distribute
@@ -24,8 +25,9 @@ def _number_type(convert, accept, what):
 
 positive_int = _number_type(int, lambda v: v >= 1, "a positive integer")
 non_negative_int = _number_type(int, lambda v: v >= 0, "a non-negative integer")
-positive_float = _number_type(float, lambda v: v > 0, "a positive number")
-non_negative_float = _number_type(float, lambda v: v >= 0, "a non-negative number")
+# Floats must be finite: "inf" (which float() reads) as a learning rate trains to NaN.
+positive_float = _number_type(float, lambda v: math.isfinite(v) and v > 0, "a positive number")
+non_negative_float = _number_type(float, lambda v: math.isfinite(v) and v >= 0, "a non-negative number")
 
 
 def save_freq(text):

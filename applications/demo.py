@@ -125,6 +125,12 @@ def make_datasets(images, labels, batch_size, test_fraction=0.2, seed=0):
         raise ValueError(f"images and labels differ in length: {len(images)} != {len(labels)}")
     order = np.random.default_rng(seed).permutation(len(images))
     n_test = int(round(len(images) * test_fraction))
+    if n_test < 1 or n_test >= len(images):
+        # Keras fails later on an empty split with "not enough values to unpack".
+        raise ValueError(
+            f"{len(images)} example(s) are too few for a train/test split (test_fraction="
+            f"{test_fraction}): both parts need at least one; use more data (e.g. a larger --limit)"
+        )
     test, train = order[:n_test], order[n_test:]
     train_ds = (
         tf.data.Dataset.from_tensor_slices((images[train], labels[train]))

@@ -107,6 +107,7 @@ def _create(name, tpu):
         devices = gpus or tf.config.list_logical_devices("CPU")
         return tf.distribute.MirroredStrategy([d.name for d in devices])
     if name == "multiworker":
+        tf_config()  # a malformed TF_CONFIG is one clear line, not a JSON or int() error
         return tf.distribute.MultiWorkerMirroredStrategy()
     try:
         resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu)
@@ -134,10 +135,37 @@ def distribute_dataset_options(dataset):
     return dataset.with_options(options)
 
 
+def tf_config():
+    """The ``TF_CONFIG`` environment variable as a dict (``{}`` when unset or empty).
+
+    Raises:
+        StrategyError: ``TF_CONFIG`` is not a JSON object, or its ``cluster`` / ``task``
+            entries are malformed (``task.index`` not an integer, ...).
+    """
+    text = os.environ.get("TF_CONFIG") or ""
+    if not text.strip():
+        return {}
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise StrategyError(f"TF_CONFIG is not valid JSON ({err}): {text[:80]!r}") from None
+    if not isinstance(config, dict):
+        raise StrategyError(f"TF_CONFIG must be a JSON object with 'cluster' and 'task'. Received: {text[:80]!r}")
+    cluster, spec = config.get("cluster") or {}, config.get("task") or {}
+    if not isinstance(cluster, dict):
+        raise StrategyError(f"TF_CONFIG 'cluster' must map task types to address lists. Received: {cluster!r}")
+    if not isinstance(spec, dict):
+        raise StrategyError(f"TF_CONFIG 'task' must be like {{\"type\": \"worker\", \"index\": 0}}. "
+                            f"Received: {spec!r}")
+    index = spec.get("index", 0)
+    if isinstance(index, bool) or not isinstance(index, (int, str)) or not str(index).strip().isdigit():
+        raise StrategyError(f"TF_CONFIG task index must be a non-negative integer. Received: {index!r}")
+    return config
+
+
 def task():
     """``(task_type, task_index)`` of this process from ``TF_CONFIG`` (``("chief", 0)`` if none)."""
-    config = json.loads(os.environ.get("TF_CONFIG") or "{}")
-    spec = config.get("task") or {}
+    spec = tf_config().get("task") or {}
     task_type = spec.get("type")
     index = int(spec.get("index", 0))
     if task_type is None:
@@ -149,15 +177,14 @@ def is_chief(strategy=None):
     """True for the process that writes the outputs (the only process without TF_CONFIG).
 
     In a multi-worker cluster the chief is task ``chief`` or, with no chief task,
-    ``worker 0``.
+    ``worker 0``. Under a strategy that is not multi-worker, ``TF_CONFIG`` is not read.
     """
-    config = json.loads(os.environ.get("TF_CONFIG") or "{}")
     if strategy is not None and not _is_multi_worker(strategy):
         return True
     task_type, index = task()
     if task_type == "chief":
         return True
-    has_chief = "chief" in (config.get("cluster") or {})
+    has_chief = "chief" in (tf_config().get("cluster") or {})
     return task_type == "worker" and index == 0 and not has_chief
 
 

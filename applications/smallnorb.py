@@ -279,6 +279,11 @@ def train(
         if n_train < 0:
             raise ValueError("The size of the training split is unknown: pass `steps_per_epoch`.")
         steps_per_epoch = n_train // batch_size
+        if steps_per_epoch < 1:  # fit would loop forever on the repeated dataset
+            raise ValueError(
+                f"the smallNORB training split ({n_train} examples) is smaller than one batch of "
+                f"{batch_size}: lower the batch size or pass `steps_per_epoch` (--steps-per-epoch)"
+            )
     train_ds = make_dataset(
         train_examples, True, batch_size, image_size, mixup_alpha=mixup_alpha, seed=seed, repeat=True
     )
@@ -425,7 +430,7 @@ BENCHMARK = "mnist_capsules"
 
 def add_arguments(parser, command):
     """smallNORB's options for ``train``, ``evaluate`` and ``tune``."""
-    from applications.arguments import positive_int
+    from applications.arguments import non_negative_float, positive_int
 
     parser.add_argument("--data-dir", default=None,
                         help="TFDS data directory holding a prepared smallnorb "
@@ -438,7 +443,8 @@ def add_arguments(parser, command):
         parser.add_argument("--steps-per-epoch", type=positive_int, default=None,
                             help="training steps per epoch (default: the whole training split)")
     if command == "train":
-        parser.add_argument("--mixup-alpha", type=float, default=0.2, help="0 disables mixup")
+        parser.add_argument("--mixup-alpha", type=non_negative_float, default=0.2,
+                            help="Beta parameter of mixup; 0 disables mixup (default: %(default)s)")
         parser.add_argument("--channels", type=positive_int, default=64, help="channels of the convolutions")
         parser.add_argument("--parts", type=positive_int, default=64,
                             help="part capsules per location and hidden capsules")

@@ -756,7 +756,7 @@ BENCHMARK = "sst_routing"
 
 def add_arguments(parser, command):
     """The SST application's options for ``train``, ``evaluate`` and ``tune``."""
-    from applications.arguments import positive_float, positive_int
+    from applications.arguments import non_negative_float, positive_float, positive_int
 
     parser.add_argument("--data-dir", required=True,
                         help="folder of the SST tree files train.txt, dev.txt and test.txt")
@@ -780,7 +780,8 @@ def add_arguments(parser, command):
     if command == "train":
         parser.add_argument("--learning-rate", type=positive_float, default=5e-4,
                             help="peak of the one-cycle schedule (default: %(default)s)")
-        parser.add_argument("--mixup-alpha", type=float, default=0.2, help="0 disables mixup")
+        parser.add_argument("--mixup-alpha", type=non_negative_float, default=0.2,
+                            help="Beta parameter of mixup; 0 disables mixup (default: %(default)s)")
         parser.add_argument("--hidden-dim", type=positive_int, default=64, help="input capsules are 1 x N")
         parser.add_argument("--hidden-capsules", type=positive_int, default=64)
         parser.add_argument("--capsule-dim", type=positive_int, default=2, help="routed capsules are 1 x N")

@@ -20,6 +20,7 @@ lists) and numpy labels, for any text-classification pipeline.
 """
 
 import dataclasses
+import io
 import os
 import re
 
@@ -148,7 +149,9 @@ def parse_tree(line, unescape=True):
             tokens.append(unescape_token(item) if unescape else item)
             pos += 1
             # A leaf holds exactly one word.
-            if pos < len(items) and items[pos] not in (")",):
+            if pos < len(items) and items[pos] == "(":
+                raise TreeSyntaxError(f"a node mixes words and subtrees at item {pos}: {item!r} then '('")
+            if pos < len(items) and items[pos] != ")":
                 raise TreeSyntaxError(f"a leaf with more than one word at item {pos}: {items[pos]!r}")
     if stack:
         raise TreeSyntaxError(f"{len(stack)} unclosed '(' at the end of the line")
@@ -187,8 +190,22 @@ def require_split_files(data_dir, splits=SPLITS):
 def read_trees(data_dir, split, unescape=True):
     """Parses every tree of a split; errors name the file and the line number."""
     path = split_path(data_dir, split)
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        # "utf-8-sig": a byte-order mark (files saved by some Windows editors) is not a word.
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        start = error.start + (3 if data.startswith(b"\xef\xbb\xbf") else 0)
+        number = data.count(b"\n", 0, start) + 1
+        column = start - (data.rfind(b"\n", 0, start) + 1) + 1
+        raise TreeSyntaxError(
+            f"{path}, line {number}: not UTF-8 text (byte 0x{data[start]:02x} at column {column}); "
+            f"SST tree files are UTF-8"
+        ) from None
     trees = []
-    with open(path, encoding="utf-8") as f:
+    # Lines split as a text-mode file would (\n, \r\n or \r), not at Unicode separators.
+    with io.StringIO(text, newline=None) as f:
         for number, line in enumerate(f, start=1):
             if not line.strip():
                 continue  # a blank line (e.g. a trailing newline) is not a tree

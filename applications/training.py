@@ -1,5 +1,6 @@
 """Training helpers shared by the applications: tf.data transforms, callbacks, run dirs."""
 
+import math
 import pathlib
 
 import keras
@@ -50,8 +51,9 @@ def mixup(dataset, alpha=0.2, seed=None, num_classes=None, per_example=True):
     Returns:
         The mixed dataset.
     """
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not alpha > 0:
-        raise ValueError(f"`alpha` must be a positive number. Received: alpha={alpha!r}")
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < math.inf:
+        # alpha=inf would mix every pair into NaN.
+        raise ValueError(f"`alpha` must be a finite positive number. Received: alpha={alpha!r}")
     seeds = tf.data.Dataset.random(seed=seed).batch(2, drop_remainder=True)
 
     def transform(element, seed_pair):

@@ -4,6 +4,9 @@
 * ``one_cycle_schedule``: linear warm-up then cosine decay, as in Heinsen 2019.
 """
 
+import math
+import numbers
+
 import keras
 from keras import ops
 
@@ -169,13 +172,15 @@ def one_cycle_schedule(total_steps, min_lr=1e-5, max_lr=5e-4, warmup_fraction=0.
     Returns:
         A ``keras.optimizers.schedules.CosineDecay``.
     """
-    if isinstance(total_steps, bool) or not isinstance(total_steps, int) or total_steps < 2:
+    # numbers.Integral: step counts often come from numpy (np.int64 of a dataset's cardinality).
+    if isinstance(total_steps, bool) or not isinstance(total_steps, numbers.Integral) or total_steps < 2:
         raise ValueError(
             f"`total_steps` must be an integer >= 2. Received: total_steps={total_steps!r}"
         )
-    if not 0 < min_lr <= max_lr:
+    total_steps = int(total_steps)
+    if not 0 < min_lr <= max_lr < math.inf:
         raise ValueError(
-            f"Expected 0 < min_lr <= max_lr. Received: min_lr={min_lr!r}, max_lr={max_lr!r}"
+            f"Expected 0 < min_lr <= max_lr, both finite. Received: min_lr={min_lr!r}, max_lr={max_lr!r}"
         )
     if not 0 <= warmup_fraction < 1:
         raise ValueError(

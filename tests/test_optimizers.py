@@ -169,8 +169,23 @@ def test_one_cycle_schedule_values():
 @pytest.mark.parametrize(
     "kwargs",
     [dict(total_steps=1), dict(total_steps=10, min_lr=1e-3, max_lr=1e-4),
-     dict(total_steps=10, warmup_fraction=1.0)],
+     dict(total_steps=10, warmup_fraction=1.0),
+     # Audit 5: an infinite peak was accepted (an infinite learning rate, NaN weights).
+     dict(total_steps=10, max_lr=float("inf")), dict(total_steps=10, min_lr=float("nan")),
+     dict(total_steps=10.0), dict(total_steps=True)],
 )
 def test_one_cycle_schedule_bad_arguments(kwargs):
     with pytest.raises(ValueError, match="Received"):
         one_cycle_schedule(**kwargs)
+
+
+def test_one_cycle_schedule_takes_numpy_step_counts():
+    # Audit 5: np.int64 steps (a dataset's cardinality().numpy() times epochs) were refused
+    # as "not an integer".
+    import tensorflow as tf
+
+    steps_per_epoch = tf.data.experimental.cardinality(tf.data.Dataset.range(100).batch(10)).numpy()
+    schedule = one_cycle_schedule(3 * steps_per_epoch)
+    reference = one_cycle_schedule(30)
+    assert schedule.get_config() == reference.get_config()
+    assert type(schedule.decay_steps) is int and type(schedule.warmup_steps) is int

@@ -37,7 +37,9 @@ class DemoHyperModel(DatasetHyperModel):
         return {"data_dir": args.data_dir, "limit": args.limit}
 
     def load_data(self):  # raises DataNotFoundError before any trial runs
-        return demo.load_arrays(self.data_dir, self.limit)
+        images, labels = demo.load_arrays(self.data_dir, self.limit)
+        demo.make_datasets(images, labels, self.batch_size, seed=self.seed)  # too few examples: now
+        return images, labels
 
     def build(self, hp):
         images, _ = self.prepare()

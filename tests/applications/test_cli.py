@@ -35,6 +35,14 @@ def test_help_of_every_command(argv, capsys):
     (["train", "occluded_mnist", "--frame-weight", "-1"], "non-negative number"),
     (["train", "occluded_mnist", "--conv-normalization", "batch"], "invalid choice"),
     (["frobnicate"], "invalid choice"),
+    # Audit 5: "inf" passed float(): --learning-rate inf trained to a NaN loss, and a
+    # negative or infinite --mixup-alpha failed only once the data was prepared.
+    (["train", "--learning-rate", "inf"], "expected a positive number, got 'inf'"),
+    (["train", "--learning-rate", "nan"], "expected a positive number, got 'nan'"),
+    (["train", "occluded_mnist", "--frame-weight", "inf"], "non-negative number"),
+    (["train", "sst", "--data-dir", "x", "--mixup-alpha", "-1"], "non-negative number"),
+    (["train", "sst", "--data-dir", "x", "--mixup-alpha", "inf"], "non-negative number"),
+    (["train", "smallnorb", "--mixup-alpha", "-0.2"], "non-negative number"),
 ])
 def test_a_bad_option_is_one_line_and_exit_code_2(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
@@ -42,6 +50,34 @@ def test_a_bad_option_is_one_line_and_exit_code_2(argv, message, capsys):
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("text", ["inf", "-inf", "nan", "1e999"])
+def test_float_options_refuse_what_is_not_finite(text):
+    # Audit 5: float("inf") passed both checks (`--learning-rate inf` trained to NaN).
+    import argparse
+
+    from applications import arguments
+
+    for parse in (arguments.positive_float, arguments.non_negative_float):
+        with pytest.raises(argparse.ArgumentTypeError, match=f"got {text!r}"):
+            parse(text)
+    assert arguments.positive_float("2.5e-4") == 2.5e-4 and arguments.non_negative_float("0") == 0.0
+
+
+def test_the_application_may_follow_common_options(tmp_path, capsys):
+    # Audit 5: `train --quiet sst ...` parsed with the demo's options, then failed with an
+    # AttributeError traceback ('Namespace' object has no attribute 'granularity');
+    # `evaluate --quiet smallnorb --image-size 24` refused the option of smallnorb.
+    assert cli.main(["train", "--quiet", "sst", "--data-dir", str(tmp_path / "none")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("keras-capsules: error: SST data directory not found") and err.count("\n") == 1
+    assert cli.main(["evaluate", "--batch-size", "4", "smallnorb", "--image-size", "24",
+                     "--data-dir", str(tmp_path)]) == 2
+    assert "TFDS dataset 'smallnorb' is not prepared" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["train", "--quiet", "sst", "--help"])
+    assert exit_info.value.code == 0 and "--granularity" in capsys.readouterr().out
 
 
 def test_a_missing_data_directory_is_one_line(tmp_path, capsys):

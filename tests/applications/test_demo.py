@@ -60,3 +60,17 @@ def test_cli_reports_bad_input_without_a_traceback(tmp_path, capsys):
     assert "invalid choice" in capsys.readouterr().err
     assert cli.main(["evaluate", "--model", str(tmp_path / "missing.keras")]) == 2
     assert "train one first" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("limit", ["1", "2"])
+def test_too_few_examples_for_a_test_split_is_a_clear_error(tmp_path, capsys, limit):
+    # Audit 5: `train --limit 2` left the test split empty and failed with Keras'
+    # "not enough values to unpack (expected 2, got 0)".
+    code = cli.main(["train", "--limit", limit, "--epochs", "1", "--quiet", "--run-dir", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert f"keras-capsules: error: {limit} example(s) are too few for a train/test split" in err
+    with pytest.raises(ValueError, match="too few"):
+        demo.make_datasets(np.zeros((3, 8, 8, 1), "float32"), np.zeros(3, "int32"), 4, test_fraction=0.9)
+    train_ds, test_ds = demo.make_datasets(np.zeros((3, 8, 8, 1), "float32"), np.zeros(3, "int32"), 4)
+    assert sum(len(y) for _, y in test_ds) == 1 and sum(len(y) for _, y in train_ds) == 2

@@ -52,6 +52,29 @@ def test_output_dir_separates_non_chief_workers(monkeypatch):
     assert distribute.output_dir("r") == os.path.join("r", "workers", "worker-1")
 
 
+@pytest.mark.parametrize("tf_config, fragment", [
+    ("{bad", "TF_CONFIG is not valid JSON"),
+    ("[1, 2]", "TF_CONFIG must be a JSON object"),
+    ('{"cluster": {"worker": ["127.0.0.1:1"]}, "task": {"type": "worker", "index": "x"}}',
+     "TF_CONFIG task index must be a non-negative integer"),
+])
+def test_a_malformed_tf_config_is_a_clear_error_and_only_multiworker_reads_it(monkeypatch, tf_config, fragment):
+    # Audit 5: a malformed TF_CONFIG failed `train --strategy default` (which has no use
+    # for it) with json's "Expecting property name ... (char 1)", and `--strategy
+    # multiworker` with that or "invalid literal for int()", never naming TF_CONFIG.
+    import tensorflow as tf
+
+    monkeypatch.setenv("TF_CONFIG", tf_config)
+    default = distribute.make_strategy("default")
+    assert distribute.is_chief(default) and distribute.output_dir("r", default) == "r"
+    assert distribute.is_chief(tf.distribute.get_strategy())
+    with pytest.raises(StrategyError, match=fragment):
+        distribute.task()
+    with pytest.raises(StrategyError, match=fragment):
+        distribute.make_strategy("multiworker")  # before TensorFlow reads it
+    assert "multiworker" not in distribute._CACHE
+
+
 def test_two_workers_end_with_identical_weights(tmp_path):
     ports = cli_helpers.free_ports(2)
     cluster = {"worker": [f"127.0.0.1:{port}" for port in ports]}

@@ -114,3 +114,23 @@ def test_killed_training_resumes_from_the_last_saved_epoch(tmp_path):
     assert (run_dir / "model.keras").stat().st_size > 0
     assert not (run_dir / "backup").exists(), "the backup is removed when training finishes"
     assert not [p for p in os.listdir(run_dir) if ".tmp-" in p]
+
+
+def test_ctrl_c_is_one_line_that_says_how_to_resume_and_keeps_the_backup(tmp_path):
+    # Audit 5: Ctrl-C during `train` ended in a KeyboardInterrupt traceback (the backup
+    # was kept, but nothing said that the same command resumes).
+    import signal
+
+    run_dir = tmp_path / "run"
+    command = ["-m", "applications", "train", "demo", "--epochs", "3", "--limit", "96", "--batch-size", "16",
+               "--run-dir", str(run_dir), "--quiet", "--test-hang-at", "1:2", *cli_helpers.TINY_MODEL]
+    proc = cli_helpers.start(command, tmp_path / "train.log")
+    try:
+        cli_helpers.wait_for_file(run_dir / "hang.marker", proc, timeout=300)
+    finally:
+        cli_helpers.kill(proc, signal.SIGINT)  # what Ctrl-C sends, mid-epoch
+    log = (tmp_path / "train.log").read_text()
+    assert proc.returncode == 130, log
+    assert "Traceback" not in log and "KeyboardInterrupt" not in log
+    assert "keras-capsules: interrupted; run the same command again to resume from the last backup" in log
+    assert json.loads((run_dir / "backup" / "training_metadata.json").read_text())["epoch"] == 1

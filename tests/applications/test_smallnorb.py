@@ -90,6 +90,19 @@ def test_pipeline_shapes_and_one_training_step_with_mock_data(tmp_path):
     assert (run_dir / "model.keras").is_file()
 
 
+def test_a_training_split_smaller_than_a_batch_is_an_error_not_a_hang(tmp_path, monkeypatch):
+    # Audit 5: with fewer training examples than one batch (mock data, a huge batch)
+    # steps_per_epoch became 0 and fit looped for ever on the repeated dataset.
+    def no_model(**kwargs):
+        raise AssertionError("train went on to build the model")
+
+    monkeypatch.setattr(smallnorb, "build_model", no_model)
+    with tfds.testing.mock_data(num_examples=8):
+        with pytest.raises(ValueError, match=r"\(8 examples\) is smaller than one batch of 16"):
+            smallnorb.train(data_dir=str(tmp_path / "tfds"), run_dir=str(tmp_path / "run"), epochs=1,
+                            batch_size=16, image_size=24, verbose=0)
+
+
 def test_reverse_graphics_plot_writes_a_png(tmp_path):
     model = smallnorb.build_model(**TINY)
     images = np.random.default_rng(2).uniform(size=(6, 24, 24, 2)).astype("float32")

@@ -107,6 +107,8 @@ def test_real_training_phrases_are_unique_and_include_every_sentence():
         ("(2 a b)", "more than one word"),
         ("2 a", "outside any node"),
         ("(3 (2 a) b)", "mixes words and subtrees"),
+        # Audit 5: a word followed by a subtree was called "a leaf with more than one word".
+        ("(3 a (2 b))", r"mixes words and subtrees at item 3: 'a' then '\('"),
         ("(3 (2 a)) (2 b)", "after the end"),
         ("( (2 a))", "without a label"),
         ("(3)", "no words"),
@@ -121,6 +123,25 @@ def test_malformed_line_error_names_file_and_line(tmp_path):
     (tmp_path / "train.txt").write_text(f"{TINY}\n{TINY}\n(3 (2 broken)\n{TINY}\n")
     with pytest.raises(sst_trees.TreeSyntaxError, match=r"train\.txt, line 3: malformed tree"):
         sst_trees.load_split(tmp_path, "train")
+
+
+def test_a_byte_order_mark_and_windows_line_ends_are_read(tmp_path):
+    # Audit 5: a file saved with a UTF-8 byte-order mark failed at line 1 with
+    # "a word outside any node at item 0: '\\ufeff'".
+    text = "(3 (2 It) (4 works))\r\n\r\n(2 caf\u00e9)\r\n(1 a\u2028b)\r\n"
+    (tmp_path / "train.txt").write_bytes(b"\xef\xbb\xbf" + text.encode("utf-8"))
+    texts, labels = sst_trees.load_split(tmp_path, "train")
+    assert texts == ["It works", "caf\u00e9", "a\u2028b"] and labels.tolist() == [3, 2, 1]
+
+
+@pytest.mark.parametrize("bom", [b"", b"\xef\xbb\xbf"])
+def test_a_file_that_is_not_utf8_names_the_file_and_line(tmp_path, bom):
+    # Audit 5: a Latin-1 file raised UnicodeDecodeError "'utf-8' codec can't decode byte
+    # 0xe9 in position 27", naming neither the file nor the line.
+    (tmp_path / "dev.txt").write_bytes(bom + f"{TINY}\n(2 caf\u00e9)\n".encode("latin-1"))
+    with pytest.raises(sst_trees.TreeSyntaxError,
+                       match=r"dev\.txt, line 2: not UTF-8 text \(byte 0xe9 at column 7\)"):
+        sst_trees.load_split(tmp_path, "dev")
 
 
 def test_missing_directory_file_and_bad_arguments(tmp_path):

@@ -77,6 +77,9 @@ def test_mixup_errors():
     ds = tf.data.Dataset.from_tensor_slices((np.zeros((4, 2), "float32"), np.zeros(4, "int64"))).batch(2)
     with pytest.raises(ValueError, match="Received: alpha=0"):
         mixup(ds, alpha=0)
+    # Audit 5: alpha=inf was accepted and mixed every batch into NaN.
+    with pytest.raises(ValueError, match="Received: alpha=inf"):
+        mixup(ds, alpha=float("inf"))
     with pytest.raises(ValueError, match="num_classes"):
         mixup(ds)  # integer labels without num_classes
 

@@ -58,3 +58,14 @@ def test_a_stopped_search_resumes(tmp_path, capsys):
     assert cli.main([*base, "--max-trials", "2"]) == 0
     assert "1 new trial(s), 2 in total" in capsys.readouterr().out
     assert len(_trials(directory)) == 2 and set(first) <= set(_trials(directory))
+
+
+def test_too_few_demo_examples_fail_before_any_trial(tmp_path, capsys):
+    # Audit 5: `tune demo --limit 2` ran trials on an empty validation split; each
+    # failed in Keras ("not enough values to unpack") and keras-tuner gave up with tracebacks.
+    argv = ["tune", "demo", "--limit", "2", "--tuner", "random", "--max-trials", "1", "--epochs", "1",
+            "--directory", str(tmp_path / "t"), "--quiet"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("keras-capsules: error: 2 example(s) are too few") and err.count("\n") == 1
+    assert not (tmp_path / "t").exists()  # no trial ran
