@@ -28,6 +28,7 @@ prediction apply to all three heads.
 fifth of the training throughput; see ``benchmarks/text_classification.py``.)
 """
 
+import inspect
 import numbers
 
 import keras
@@ -58,27 +59,20 @@ def _positive_int(name, value):
         raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
 
 
-def check_arguments(
-    routing="kmeans",
-    embedding="compositional",
-    embedding_dim=64,
-    num_codebooks=8,
-    gru_units=128,
-    dropout=0.5,
-    capsule_dim=8,
-    class_capsule_dim=16,
-    n_iters=3,
-    similarity="cosine",
-    codebook_stddev=1.0,
-    codes_stddev=1.0,
-    gru="projected",
-    name=None,
-):
-    """Raises the ``ValueError`` :func:`build_model` would raise for these arguments.
+def check_arguments(**options):
+    """Raises the ``ValueError`` :func:`build_model` would raise for these options.
 
     Cheap (no layers are made), so that :func:`recipe.train` can refuse bad options
-    before it spends minutes preparing data. Arguments as :func:`build_model`.
+    before it spends minutes preparing data. Takes :func:`build_model`'s keyword
+    arguments; those not given are taken at its defaults.
     """
+    bound = inspect.signature(build_model).bind(None, None, **options)
+    bound.apply_defaults()
+    _check(**bound.arguments)
+
+
+def _check(routing, embedding, embedding_dim, num_codebooks, gru_units, dropout, capsule_dim,
+           class_capsule_dim, n_iters, similarity, gru, **_):
     _choice("routing", routing, ROUTINGS)
     _choice("embedding", embedding, EMBEDDINGS)
     _choice("gru", gru, GRUS)
