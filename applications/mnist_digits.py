@@ -83,6 +83,25 @@ def load_idx_digits(data_dir, prefix="t10k"):
     return images.astype("float32") / 255.0, labels.astype("int32")
 
 
+def check_digits(digits, labels):
+    """``digits`` (float32) and ``labels``: as many of each, at least one, pixels in [0, 1]."""
+    digits = np.asarray(digits, "float32")
+    if digits.ndim == 4 and digits.shape[-1] == 1:
+        digits = digits[..., 0]
+    if digits.ndim != 3 or len(digits) == 0 or len(digits) != len(np.asarray(labels)):
+        raise ValueError(
+            "`digits` must be [n, height, width] images (n >= 1) with as many `labels`. "
+            f"Received: digits shape={digits.shape}, labels shape={np.shape(labels)}"
+        )
+    if not (np.all(digits >= 0) and np.all(digits <= 1)):
+        raise ValueError(
+            "`digits` must hold intensities in [0, 1] (divide uint8 images by 255). "
+            f"Received: values in [{np.nanmin(digits)}, {np.nanmax(digits)}]"
+            + (" and NaN" if np.isnan(digits).any() else "")
+        )
+    return digits
+
+
 def default_data_dir():
     """``shared/data/mnist`` beside this checkout (or beside a parent folder), if any."""
     repo = pathlib.Path(__file__).resolve().parents[1]

@@ -36,6 +36,7 @@ import numpy as np
 from keras import ops
 
 from applications import plotting
+from applications.checks import integer_at_least
 from keras_capsules.layers import RLadder, level_spec
 
 LOWEST_KEY = 21  # A0, MIDI 21: the piano's first key
@@ -82,7 +83,7 @@ def load_rolls(path=None, limit=None):
     number of steps of the longest roll: ``({"train": [...], ...}, longest)``."""
     if limit is not None:
         # a negative limit would silently drop the last chorales (data[s][:-1])
-        limit = _check_int("limit", limit, 1)
+        limit = integer_at_least("limit", limit, 1)
     data = load_chorales(path)
     rolls = {s: [piano_roll(c) for c in data[s][:limit]] for s in SPLITS}
     return rolls, max(len(r) for s in SPLITS for r in rolls[s])
@@ -100,13 +101,6 @@ def piano_roll(chorale):
     return roll
 
 
-def _check_int(name, value, minimum):
-    """``value`` as an int if it is an integer >= ``minimum``; else a clear ``ValueError``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(f"`{name}` must be an integer >= {minimum}. Received: {name}={value!r}")
-    return int(value)
-
-
 def pad_rolls(rolls, steps=None):
     """Zero-pads rolls to ``steps`` (default: the longest): ``(rolls [n, steps, 88], mask [n, steps])``."""
     if len(rolls) == 0:
@@ -115,7 +109,7 @@ def pad_rolls(rolls, steps=None):
     if bad:
         raise ValueError(f"every roll must have shape [steps, {NUM_KEYS}]. Received: a roll of shape {bad[0]}")
     if steps is not None:
-        steps = _check_int("steps", steps, 1)
+        steps = integer_at_least("steps", steps, 1)
     lengths = [len(r) for r in rolls]
     steps = max(lengths) if steps is None else steps
     if max(lengths) > steps:
@@ -145,7 +139,7 @@ def windows(inputs, targets, mask, window):
     Windows holding no real step are dropped. Training on windows keeps the unrolled
     graph short; the ladder's state then starts from zeros at each window.
     """
-    window = _check_int("window", window, 1)
+    window = integer_at_least("window", window, 1)
     steps = inputs.shape[1]
     pad = (-steps) % window
     if pad:
@@ -234,7 +228,7 @@ def make_dataset(rolls, batch_size=16, steps=None, shuffle=False, seed=0, window
     import tensorflow as tf
 
     transpose = _check_transpose(transpose)
-    batch_size = _check_int("batch_size", batch_size, 1)
+    batch_size = integer_at_least("batch_size", batch_size, 1)
     inputs, targets, mask = next_step_arrays(rolls, steps)
     if window is not None:
         inputs, targets, mask = windows(inputs, targets, mask, window)
@@ -537,7 +531,7 @@ def nll_per_step(model, rolls, batch_size=32):
     Returns:
         ``sum over rolls and steps of -log p(x_t | x_<t)`` divided by the number of steps.
     """
-    batch_size = _check_int("batch_size", batch_size, 1)
+    batch_size = integer_at_least("batch_size", batch_size, 1)
     models = list(model) if isinstance(model, (list, tuple)) else [model]
     inputs, targets, mask = next_step_arrays(rolls)
     nets = [_with_steps(m, inputs.shape[1]) for m in models]

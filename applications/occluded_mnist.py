@@ -43,7 +43,6 @@ thousand training digits act as many more. Validation and test sequences are
 never augmented.
 """
 
-import numbers
 import os
 
 import keras
@@ -51,6 +50,8 @@ import numpy as np
 from keras import ops
 
 from applications import plotting
+from applications.checks import integer_at_least
+from applications.mnist_digits import check_digits
 from keras_capsules.layers import RLadder, level_spec
 
 FRAME_SIZE = 32
@@ -64,32 +65,6 @@ PAPER_ERROR = {"rladder": 0.0074, "temporal": 0.0202, "no_feedback": 0.0160}
 
 
 # ------------------------------------------------------------------------- data
-def _check_int(name, value, minimum):
-    """``value`` as an int if it is an integer >= ``minimum``; else a clear ``ValueError``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(f"`{name}` must be an integer >= {minimum}. Received: {name}={value!r}")
-    return int(value)
-
-
-def _check_digits(digits, labels):
-    """``digits`` (float32) and ``labels``: as many of each, at least one, pixels in [0, 1]."""
-    digits = np.asarray(digits, "float32")
-    if digits.ndim == 4 and digits.shape[-1] == 1:
-        digits = digits[..., 0]
-    if digits.ndim != 3 or len(digits) == 0 or len(digits) != len(np.asarray(labels)):
-        raise ValueError(
-            "`digits` must be [n, height, width] images (n >= 1) with as many `labels`. "
-            f"Received: digits shape={digits.shape}, labels shape={np.shape(labels)}"
-        )
-    if not (np.all(digits >= 0) and np.all(digits <= 1)):
-        raise ValueError(
-            "`digits` must hold intensities in [0, 1] (divide uint8 images by 255). "
-            f"Received: values in [{np.nanmin(digits)}, {np.nanmax(digits)}]"
-            + (" and NaN" if np.isnan(digits).any() else "")
-        )
-    return digits
-
-
 def load_digits(source="idx", data_dir=None, split="test"):
     """MNIST digits ``[n, 28, 28]`` float32 in [0, 1] and int32 labels.
 
@@ -117,7 +92,7 @@ def load_digits(source="idx", data_dir=None, split="test"):
 
 def downscale(digits, size=DIGIT_SIZE):
     """``[n, 28, 28]`` digits to ``[n, size, size]`` by averaging blocks (size must divide 28)."""
-    size = _check_int("size", size, 1)
+    size = integer_at_least("size", size, 1)
     digits = np.asarray(digits, "float32")
     factor = digits.shape[1] // size
     if factor * size != digits.shape[1]:
@@ -128,9 +103,9 @@ def downscale(digits, size=DIGIT_SIZE):
 
 def bar_mask(frame_size=FRAME_SIZE, bar_width=4, bar_spacing=8, offset=0):
     """A ``[frame_size, frame_size]`` bool mask of vertical bars (True on a bar)."""
-    frame_size = _check_int("frame_size", frame_size, 1)
-    bar_width = _check_int("bar_width", bar_width, 0)
-    bar_spacing = _check_int("bar_spacing", bar_spacing, 1)
+    frame_size = integer_at_least("frame_size", frame_size, 1)
+    bar_width = integer_at_least("bar_width", bar_width, 0)
+    bar_spacing = integer_at_least("bar_spacing", bar_spacing, 1)
     columns = (np.arange(frame_size) - offset) % bar_spacing < bar_width
     return np.broadcast_to(columns[None, :], (frame_size, frame_size)).copy()
 
@@ -304,16 +279,16 @@ def generate(
         the digit), ``velocities`` ``[num_sequences, 2]`` and ``bars``
         ``[num_sequences, S, S]`` (bool masks).
     """
-    num_sequences = _check_int("num_sequences", num_sequences, 0)
-    num_frames = _check_int("num_frames", num_frames, 1)
-    frame_size = _check_int("frame_size", frame_size, 1)
-    digit_size = _check_int("digit_size", digit_size, 1)
-    speed = _check_int("speed", speed, 0)
-    bar_width = _check_int("bar_width", bar_width, 0)
-    bar_spacing = _check_int("bar_spacing", bar_spacing, 1)
+    num_sequences = integer_at_least("num_sequences", num_sequences, 0)
+    num_frames = integer_at_least("num_frames", num_frames, 1)
+    frame_size = integer_at_least("frame_size", frame_size, 1)
+    digit_size = integer_at_least("digit_size", digit_size, 1)
+    speed = integer_at_least("speed", speed, 0)
+    bar_width = integer_at_least("bar_width", bar_width, 0)
+    bar_spacing = integer_at_least("bar_spacing", bar_spacing, 1)
     rng = np.random.default_rng(seed)
     options = None if affine is None else _check_affine(affine)
-    digits = _check_digits(digits, labels)
+    digits = check_digits(digits, labels)
     limit = frame_size - digit_size
     if limit < 0:
         raise ValueError(f"`frame_size` must be at least the digit's size ({digit_size}). "
@@ -368,7 +343,7 @@ def make_dataset(data, variant="rladder", batch_size=32, shuffle=False, seed=0):
     import tensorflow as tf
 
     _check_variant(variant)
-    batch_size = _check_int("batch_size", batch_size, 1)
+    batch_size = integer_at_least("batch_size", batch_size, 1)
     ds = tf.data.Dataset.from_tensor_slices(
         (data["frames"], targets_for(variant, data["frames"], data["labels"]))
     )
@@ -431,12 +406,12 @@ def make_training_dataset(
 
     options = _check_augment(augment, affine)
     _check_variant(variant)
-    batch_size = _check_int("batch_size", batch_size, 1)
-    num_sequences = _check_int("num_sequences", num_sequences, 1)
+    batch_size = integer_at_least("batch_size", batch_size, 1)
+    num_sequences = integer_at_least("num_sequences", num_sequences, 1)
     if augment is None:
         data = generate(digits, labels, num_sequences, seed=seed, frame_size=frame_size)
         return make_dataset(data, variant, batch_size, shuffle=True, seed=seed)
-    digits = _check_digits(digits, labels)
+    digits = check_digits(digits, labels)
     labels = np.asarray(labels)
     passes = [0]  # passes over the dataset so far (each one draws new sequences)
 

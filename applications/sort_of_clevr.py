@@ -37,6 +37,7 @@ import tensorflow as tf
 from keras import ops
 
 from applications import clevr
+from applications.checks import integer_at_least
 
 COLORS = ("red", "green", "blue", "orange", "gray", "yellow")
 SHAPES = ("square", "circle")
@@ -226,12 +227,6 @@ def _check_templates(templates, relational):
     return indices
 
 
-def _check_count(name, value, minimum=0):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(f"`{name}` must be an integer >= {minimum}. Received: {name}={value!r}")
-    return int(value)
-
-
 def _shapes(kb):
     shapes = {"question": (MAX_QUESTION_LENGTH,)}
     if kb != "image":
@@ -260,7 +255,7 @@ def generate_examples(num_examples, seed=0, relational=None, kb="symbolic", temp
         and/or "image": float32 [n, 75, 75, 3]}, answers int32 [n])``.
     """
     _check_kb(kb)
-    num_examples = _check_count("num_examples", num_examples)
+    num_examples = integer_at_least("num_examples", num_examples, 0)
     rng = np.random.default_rng(seed)
     templates = _check_templates(templates, relational)
     examples = [_example(rng, templates, kb) for _ in range(num_examples)]
@@ -553,7 +548,7 @@ def _validation_sets(validation_examples, seed, kb):
     # At least one question of each kind (with 0 or 1 the evaluation of a half found no
     # data and failed only after training); an odd count gives the extra one to the
     # relational half.
-    validation_examples = _check_count("validation_examples", validation_examples, minimum=2)
+    validation_examples = integer_at_least("validation_examples", validation_examples, minimum=2)
     sizes = (validation_examples // 2, validation_examples - validation_examples // 2)
     return {r: generate_examples(sizes[r], seed + 1000 + r, relational=bool(r), kb=kb) for r in (0, 1)}
 

@@ -56,6 +56,8 @@ import numpy as np
 from keras import ops
 
 from applications import plotting
+from applications.checks import integer_at_least
+from applications.mnist_digits import check_digits
 from keras_capsules.layers import RTagger, level_spec
 from keras_capsules.losses import MixtureNLL
 from keras_capsules.metrics import adjusted_mutual_info
@@ -65,13 +67,6 @@ TEXTURE_KINDS = ("stripes", "checker", "noise")
 
 
 # ------------------------------------------------------------------------- data
-def _check_int(name, value, minimum):
-    """``value`` as an int if it is an integer >= ``minimum``; else a clear ``ValueError``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(f"`{name}` must be an integer >= {minimum}. Received: {name}={value!r}")
-    return int(value)
-
-
 def texture_levels(rng):
     """A random pair ``(low, high)`` of intensities in [0, 1], at least ~0.4 apart."""
     low, high = np.sort(rng.uniform(0.0, 1.0, 2))
@@ -213,7 +208,7 @@ def generate(digits, labels, num_images, seed=0, threshold=0.5, size=IMAGE_SIZE,
         into ``TEXTURE_KINDS``, or into the bank with ``texture_set="fixed"``, of the
         digit's and the background's texture).
     """
-    num_images = _check_int("num_images", num_images, 0)
+    num_images = integer_at_least("num_images", num_images, 0)
     if isinstance(mean_gap, bool) or not isinstance(mean_gap, numbers.Real) or not 0 <= mean_gap <= 0.5:
         raise ValueError(f"`mean_gap` must be a number in [0, 0.5]. Received: mean_gap={mean_gap!r}")
     if style not in TEXTURE_STYLES:
@@ -227,24 +222,11 @@ def generate(digits, labels, num_images, seed=0, threshold=0.5, size=IMAGE_SIZE,
     if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real) or not 0 <= threshold < 1:
         raise ValueError(f"`threshold` must be a number in [0, 1). Received: threshold={threshold!r}")
     rng = np.random.default_rng(seed)
-    digits = np.asarray(digits, "float32")
-    if digits.ndim == 4 and digits.shape[-1] == 1:
-        digits = digits[..., 0]
-    if digits.ndim != 3 or len(digits) == 0 or len(digits) != len(np.asarray(labels)):
-        raise ValueError(
-            "`digits` must be [n, height, width] images (n >= 1) with as many `labels`. "
-            f"Received: digits shape={digits.shape}, labels shape={np.shape(labels)}"
-        )
+    digits = check_digits(digits, labels)
     if digits.shape[1:] != (size, size):
         raise ValueError(
             f"`size` must be the digits' size (the textures fill the digit images). "
             f"Received: size={size!r}, digits shape={digits.shape}"
-        )
-    if not (np.all(digits >= 0) and np.all(digits <= 1)):
-        raise ValueError(
-            "`digits` must hold intensities in [0, 1] (divide uint8 images by 255). "
-            f"Received: values in [{np.nanmin(digits)}, {np.nanmax(digits)}]"
-            + (" and NaN" if np.isnan(digits).any() else "")
         )
     index = rng.integers(0, len(digits), num_images)
     images = np.zeros((num_images, size, size), "float32")
@@ -271,10 +253,10 @@ def make_dataset(data, n_iters, batch_size=32, num_classes=None, shuffle=False, 
     """``tf.data`` of ``(images, targets)``: the image repeated per iteration (and labels)."""
     import tensorflow as tf
 
-    n_iters = _check_int("n_iters", n_iters, 1)
-    batch_size = _check_int("batch_size", batch_size, 1)
+    n_iters = integer_at_least("n_iters", n_iters, 1)
+    batch_size = integer_at_least("batch_size", batch_size, 1)
     if num_classes is not None:
-        num_classes = _check_int("num_classes", num_classes, 2)
+        num_classes = integer_at_least("num_classes", num_classes, 2)
     images = data["images"]
     targets = {"mixture": np.repeat(images[:, None], n_iters, axis=1)}
     if num_classes:
