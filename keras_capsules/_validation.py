@@ -7,6 +7,9 @@ Each returns the (normalised) value or raises ``ValueError`` quoting
 import math
 import numbers
 
+import keras
+from keras import ops
+
 
 def positive_int(name, value, allow_none=False):
     """An integer >= 1 (numpy integers accepted; bools refused), or None if allowed."""
@@ -47,3 +50,17 @@ def choice(name, value, options):
     if value not in options:
         raise ValueError(f"`{name}` must be one of {tuple(options)}. Received: {name}={value!r}")
     return value
+
+
+def concrete_values(x):
+    """The values of ``x`` as numpy when they are known (eager), else None.
+
+    For checks that can only run on concrete values: a KerasTensor or a tensor
+    traced by ``tf.function``/XLA (any backend's symbolic tensor) gives None.
+    """
+    if isinstance(x, keras.KerasTensor):
+        return None
+    try:
+        return ops.convert_to_numpy(x)
+    except Exception:  # symbolic tensors of any backend refuse conversion
+        return None

@@ -28,6 +28,8 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_capsules._validation import concrete_values
+
 _TERMS = ("margin", "focal", "cross")
 
 
@@ -43,23 +45,13 @@ def _number(name, value, minimum=None):
     return float(value)
 
 
-def _concrete_values(x):
-    """The values of ``x`` as numpy (eager), or None for a traced/symbolic tensor."""
-    if isinstance(x, keras.KerasTensor):
-        return None
-    try:
-        return ops.convert_to_numpy(x)
-    except Exception:  # symbolic tensors of any backend refuse conversion
-        return None
-
-
 def _check_ids(y_true, n_classes):
     """Raises a ValueError for class ids that are not integers in ``[0, n_classes)``.
 
     Only concrete (eager) values can be checked; traced ones are left to
     :func:`_invalid_ids`.
     """
-    values = _concrete_values(y_true)
+    values = concrete_values(y_true)
     if values is None or not values.size:
         return
     values = np.asarray(values)

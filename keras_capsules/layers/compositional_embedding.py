@@ -4,7 +4,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_capsules._validation import positive_int
+from keras_capsules._validation import concrete_values, positive_int
 from keras_capsules.ops import routing_dtype
 
 _LETTERS = "abcdefghnpqrstuvwxyz"  # einsum letters for the id axes (not m, k, d)
@@ -30,16 +30,6 @@ def default_num_codewords(input_dim, num_codebooks):
     while k**num_codebooks < input_dim:
         k += 1
     return k
-
-
-def _concrete_values(x):
-    """The values of ``x`` as numpy (eager), or None for a traced/symbolic tensor."""
-    if isinstance(x, keras.KerasTensor):
-        return None
-    try:
-        return ops.convert_to_numpy(x)
-    except Exception:  # symbolic tensors of any backend refuse conversion
-        return None
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -244,7 +234,7 @@ class CompositionalEmbedding(keras.layers.Layer):
 
     # ------------------------------------------------------------------ call
     def _check_ids(self, ids):
-        values = _concrete_values(ids)
+        values = concrete_values(ids)
         if values is None or not values.size:
             return
         if values.min() < 0 or values.max() >= self.input_dim:
