@@ -519,10 +519,12 @@ def run_evaluate(args, strategy):
 def main(argv=None):
     import argparse
 
+    from applications.arguments import positive_int
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--run-dir", default="runs/smallnorb")
-    parser.add_argument("--epochs", type=int, default=50)
+    parser.add_argument("--epochs", type=positive_int, default=50)
     parser.add_argument("--count-only", action="store_true", help="print the parameter count")
     args = parser.parse_args(argv)
     if args.count_only:

@@ -826,6 +826,8 @@ def run_evaluate(args, strategy):
 def main(argv=None):
     import argparse
 
+    from applications.arguments import positive_int
+
     parser = argparse.ArgumentParser(prog="python -m applications.sst", description=__doc__.split("\n")[0])
     parser.add_argument("--data-dir", required=True, help="folder with train.txt, dev.txt, test.txt")
     parser.add_argument("--granularity", choices=sst_trees.GRANULARITIES, default="5")
@@ -833,9 +835,9 @@ def main(argv=None):
     parser.add_argument("--cache-dir", default=None)
     parser.add_argument("--preset", default=DEFAULT_PRESET)
     parser.add_argument("--train-on", choices=("phrases", "sentences"), default="phrases")
-    parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--max-train", type=int, default=None)
+    parser.add_argument("--epochs", type=positive_int, default=3)
+    parser.add_argument("--batch-size", type=positive_int, default=32)
+    parser.add_argument("--max-train", type=positive_int, default=None)
     args = parser.parse_args(argv)
     result = train(
         args.data_dir, args.granularity, args.run_dir, preset=args.preset, cache_dir=args.cache_dir,

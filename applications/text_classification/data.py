@@ -33,6 +33,8 @@ import collections
 import numpy as np
 import tensorflow as tf
 
+from applications.checks import integer_at_least
+
 MAX_LENGTH = 5000
 PAD_ID = 0
 OOV_ID = 1
@@ -68,8 +70,8 @@ def preprocess(texts, max_length=MAX_LENGTH):
     """
     import tensorflow_text as tf_text
 
-    if max_length is not None and (isinstance(max_length, bool) or int(max_length) < 1):
-        raise ValueError(f"`max_length` must be a positive integer or None. Received: max_length={max_length!r}")
+    if max_length is not None:
+        max_length = integer_at_least("max_length", max_length, 1)
     texts = tf.convert_to_tensor(texts, dtype=tf.string)
     x = tf.strings.lower(texts, encoding="utf-8")
     x = tf.strings.regex_replace(x, _NOT_WORD, r" \1 ")
@@ -169,13 +171,14 @@ def bucket_batches(dataset, batch_size, boundaries=DEFAULT_BOUNDARIES, drop_rema
     Returns:
         A dataset of ``(ids [batch, length], labels [batch])``.
     """
+    batch_size = integer_at_least("batch_size", batch_size, 1)
     boundaries = [int(b) for b in boundaries]
     if any(b2 <= b1 for b1, b2 in zip(boundaries, boundaries[1:])) or (boundaries and boundaries[0] < 1):
         raise ValueError(f"`boundaries` must be increasing positive lengths. Received: boundaries={boundaries}")
     return dataset.bucket_by_sequence_length(
         element_length_func=lambda ids, label: tf.shape(ids)[0],
         bucket_boundaries=boundaries,
-        bucket_batch_sizes=[int(batch_size)] * (len(boundaries) + 1),
+        bucket_batch_sizes=[batch_size] * (len(boundaries) + 1),
         padded_shapes=([None], []),
         padding_values=(tf.constant(PAD_ID, tf.int32), tf.constant(0, tf.int32)),
         drop_remainder=drop_remainder,

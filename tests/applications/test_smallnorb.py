@@ -166,3 +166,14 @@ def test_the_architecture_learns_mnist_digits_at_small_size():
     assert losses[-1] < 0.6 * losses[0], losses
     accuracy = np.mean(np.argmax(model(x[300:], training=False), -1) == labels[300:])
     assert accuracy > 0.9, (accuracy, losses)  # chance is 1/3
+
+
+@pytest.mark.parametrize("epochs", ["0", "-1"])
+def test_module_entry_point_refuses_non_positive_epochs(epochs, capsys):
+    # `python -m applications.smallnorb --epochs 0` was accepted
+    from applications import smallnorb
+
+    with pytest.raises(SystemExit) as exit_info:
+        smallnorb.main(["--epochs", epochs])
+    assert exit_info.value.code == 2
+    assert "expected a positive integer" in capsys.readouterr().err

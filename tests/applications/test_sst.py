@@ -155,3 +155,14 @@ def test_tiny_training_run_end_to_end(encoder, tmp_path):
     model = keras.saving.load_model(tmp_path / "run" / "model.keras")
     assert model.count_params() == result["parameters"]
     assert np.all(np.isfinite(np.concatenate([w.numpy().ravel() for w in model.weights])))
+
+
+@pytest.mark.parametrize("option", ["--epochs", "--batch-size", "--max-train"])
+def test_module_entry_point_refuses_non_positive_numbers(option, tmp_path, capsys):
+    # `python -m applications.sst --epochs 0` (and the others) were accepted
+    from applications import sst
+
+    with pytest.raises(SystemExit) as exit_info:
+        sst.main(["--data-dir", str(tmp_path), option, "0"])
+    assert exit_info.value.code == 2
+    assert "expected a positive integer" in capsys.readouterr().err

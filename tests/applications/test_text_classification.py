@@ -289,3 +289,18 @@ def test_command_line_train_refuses_bad_model_options_first(tmp_path, capsys):
     assert code == 2
     assert "Received: gru_units=100, capsule_dim=8" in capsys.readouterr().err
     assert not run_dir.exists()
+
+
+@pytest.mark.parametrize("max_length", [2.5, 0, True])
+def test_preprocess_refuses_a_max_length_that_is_not_a_positive_integer(max_length):
+    # 2.5 was silently cut to 2
+    with pytest.raises(ValueError, match="Received: max_length="):
+        data.preprocess(["a b c"], max_length=max_length)
+
+
+@pytest.mark.parametrize("batch_size", [0, 2.0])
+def test_bucket_batches_refuses_a_bad_batch_size_at_once(batch_size):
+    # 0 failed only when the dataset was iterated, inside tf.data
+    ds = tf.data.Dataset.from_tensor_slices(([[2, 3], [4, 0]], [0, 1]))
+    with pytest.raises(ValueError, match="Received: batch_size="):
+        data.bucket_batches(ds, batch_size)
