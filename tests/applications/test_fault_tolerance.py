@@ -2,6 +2,7 @@
 
 import json
 import os
+import signal
 
 import keras
 import numpy as np
@@ -91,16 +92,24 @@ def test_the_checkpoint_of_run_callbacks_saves_atomically(tmp_path, monkeypatch)
     assert os.listdir(run_dir) == ["model.keras"], "a temporary file was left behind"
 
 
+def _train_demo_and_stop_mid_epoch(run_dir, epochs, limit, hang_at, log, sig=signal.SIGKILL):
+    """Starts ``train demo``, waits until it hangs at ``EPOCH:STEP`` and sends ``sig``;
+    returns the command and the stopped process."""
+    command = ["-m", "applications", "train", "demo", "--epochs", str(epochs), "--limit", str(limit),
+               "--batch-size", "16", "--run-dir", str(run_dir), "--quiet", "--test-hang-at", hang_at,
+               *cli_helpers.TINY_MODEL]
+    proc = cli_helpers.start(command, log)
+    try:
+        cli_helpers.wait_for_file(run_dir / "hang.marker", proc, timeout=300)
+    finally:
+        cli_helpers.kill(proc, sig)
+    return command, proc
+
+
 def test_killed_training_resumes_from_the_last_saved_epoch(tmp_path):
     run_dir = tmp_path / "run"
-    command = ["-m", "applications", "train", "demo", "--epochs", "6", "--limit", "160", "--batch-size", "16",
-               "--run-dir", str(run_dir), "--quiet", "--test-hang-at", "2:3", *cli_helpers.TINY_MODEL]
-    first = cli_helpers.start(command, tmp_path / "first.log")
-    try:
-        # Epochs 0 and 1 are saved; the process now waits after step 3 of epoch 2.
-        cli_helpers.wait_for_file(run_dir / "hang.marker", first, timeout=300)
-    finally:
-        cli_helpers.kill(first)  # SIGKILL, mid-epoch
+    # Epochs 0 and 1 are saved; the process is stopped after step 3 of epoch 2.
+    command, first = _train_demo_and_stop_mid_epoch(run_dir, 6, 160, "2:3", tmp_path / "first.log")
     assert first.returncode == -9
     backup = json.loads((run_dir / "backup" / "training_metadata.json").read_text())
     assert backup["epoch"] == 2
@@ -119,16 +128,8 @@ def test_killed_training_resumes_from_the_last_saved_epoch(tmp_path):
 def test_ctrl_c_is_one_line_that_says_how_to_resume_and_keeps_the_backup(tmp_path):
     # Audit 5: Ctrl-C during `train` ended in a KeyboardInterrupt traceback (the backup
     # was kept, but nothing said that the same command resumes).
-    import signal
-
     run_dir = tmp_path / "run"
-    command = ["-m", "applications", "train", "demo", "--epochs", "3", "--limit", "96", "--batch-size", "16",
-               "--run-dir", str(run_dir), "--quiet", "--test-hang-at", "1:2", *cli_helpers.TINY_MODEL]
-    proc = cli_helpers.start(command, tmp_path / "train.log")
-    try:
-        cli_helpers.wait_for_file(run_dir / "hang.marker", proc, timeout=300)
-    finally:
-        cli_helpers.kill(proc, signal.SIGINT)  # what Ctrl-C sends, mid-epoch
+    _, proc = _train_demo_and_stop_mid_epoch(run_dir, 3, 96, "1:2", tmp_path / "train.log", signal.SIGINT)
     log = (tmp_path / "train.log").read_text()
     assert proc.returncode == 130, log
     assert "Traceback" not in log and "KeyboardInterrupt" not in log

@@ -238,3 +238,14 @@ def check_jit_with_mask(layer):
 
     for got, want in zip(compiled(tf.constant(u), tf.constant(valid)), eager):
         np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-6)
+
+
+def outputs_and_gradients(layer, inputs):
+    """``layer(inputs)`` (built with ``return_couplings=True``) and the gradients of a
+    fixed weighted sum of its outputs with respect to the inputs and the kernel."""
+    inputs = tf.constant(inputs)
+    with tf.GradientTape() as tape:
+        tape.watch(inputs)
+        out, c = layer(inputs)
+        loss = tf.reduce_sum(out * tf.constant([1.0, -1.0, 0.5, 2.0]))
+    return out, c, tape.gradient(loss, [inputs, layer.kernel])
