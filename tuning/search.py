@@ -16,6 +16,7 @@ model for a quick search. A name that the HyperModel does not declare is an erro
 """
 
 import json
+import math
 import os
 
 import keras_tuner
@@ -122,25 +123,50 @@ def run_search(args, strategy):
     before = len(_finished(tuner))
     tuner.search(epochs=args.epochs, verbose=0 if args.quiet else 1)
     finished = _finished(tuner)
-    if not finished:
-        raise RuntimeError("the search finished no trial")
     return export_best(tuner, args.directory, new_trials=len(finished) - before)
 
 
+def best_trial(tuner):
+    """The completed trial with the best finite score.
+
+    keras-tuner's own ranking sorts the scores as they are, so a trial whose objective
+    was NaN (a diverged run) can come out on top; here such trials never do.
+
+    Raises:
+        CommandLineError: no trial completed, or none has a finite score.
+    """
+    finished = _finished(tuner)
+    scored = [t for t in finished if t.score is not None and math.isfinite(t.score)]
+    if not scored:
+        where = os.path.join(tuner.directory, tuner.project_name)
+        what = (f"all {len(finished)} finished trial(s) have a non-finite objective (NaN or inf: "
+                "the training diverged; try a smaller learning rate)" if finished else
+                "no trial finished (they failed, a NaN objective included, or were stopped; "
+                "see the messages above)")
+        raise CommandLineError(f"the search in {where} has no best trial: {what}; "
+                               "--overwrite starts it afresh")
+    maximize = tuner.oracle.objective.direction == "max"
+    return (max if maximize else min)(scored, key=lambda t: t.score)
+
+
 def export_best(tuner, directory, new_trials=None):
-    """Writes ``best_model.keras`` and ``best_hyperparameters.json`` into ``directory``."""
-    best_trial = tuner.oracle.get_best_trials(1)[0]
-    model = tuner.get_best_models(1)[0]
+    """Writes ``best_model.keras`` and ``best_hyperparameters.json`` into ``directory``.
+
+    The best trial is :func:`best_trial`'s: trials with a NaN or infinite score are
+    passed over.
+    """
+    best = best_trial(tuner)
+    model = tuner.load_model(best)
     paths = {
         "model": os.path.join(directory, "best_model.keras"),
         "hyperparameters": os.path.join(directory, "best_hyperparameters.json"),
     }
     fault_tolerance.save_model_atomically(model, paths["model"])
     summary = {
-        "trial_id": best_trial.trial_id,
+        "trial_id": best.trial_id,
         "objective": tuner.oracle.objective.name,
-        "best_score": best_trial.score,
-        "hyperparameters": best_trial.hyperparameters.values,
+        "best_score": float(best.score),
+        "hyperparameters": best.hyperparameters.values,
     }
     fault_tolerance.write_json_atomically(summary, paths["hyperparameters"])
     return {

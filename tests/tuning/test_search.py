@@ -5,6 +5,7 @@ import os
 
 import keras
 import keras_tuner
+import numpy as np
 import pytest
 
 import tuning
@@ -69,3 +70,55 @@ def test_too_few_demo_examples_fail_before_any_trial(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("keras-capsules: error: 2 example(s) are too few") and err.count("\n") == 1
     assert not (tmp_path / "t").exists()  # no trial ran
+
+
+class _ScoredHyperModel(keras_tuner.HyperModel):
+    """A one-weight model whose 'training' reports the next of ``scores`` as val_loss."""
+
+    def __init__(self, scores):
+        super().__init__()
+        self.scores = list(scores)
+
+    def build(self, hp):
+        hp.Int("unit", 1, 100)
+        return keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+
+    def fit(self, hp, model, *args, callbacks=None, **kwargs):
+        model.compile("sgd", "mse")  # one real epoch, so the tuner's callback saves the weights
+        model.fit(np.zeros((2, 1)), np.zeros((2, 1)), epochs=1, verbose=0, callbacks=callbacks)
+        return {"val_loss": self.scores.pop(0)}
+
+
+def _scored_search(tmp_path, scores):
+    from tuning import search
+
+    tuner = search.make_tuner("random", _ScoredHyperModel(scores), str(tmp_path / "s"), "scored",
+                              max_trials=len(scores), objective=keras_tuner.Objective("val_loss", "min"))
+    tuner.search(verbose=0)
+    return search, tuner
+
+
+def test_export_best_passes_over_a_diverged_trial(tmp_path):
+    # keras-tuner ranks the scores as they are: a trial whose loss went to -inf was
+    # exported as the best, and "best_score": -Infinity written into the JSON file.
+    search, tuner = _scored_search(tmp_path, [float("-inf"), 0.5, 0.25])
+    summary = search.export_best(tuner, str(tmp_path))
+    assert summary["best_score"] == 0.25
+    best = json.loads((tmp_path / "best_hyperparameters.json").read_text(), parse_constant=pytest.fail)
+    assert best["best_score"] == 0.25 and best["trial_id"] == summary["trial_id"] == "2"
+    assert keras.saving.load_model(tmp_path / "best_model.keras").output_shape == (None, 1)
+
+
+@pytest.mark.parametrize("scores, reason", [
+    ([float("nan"), float("nan")], "no trial finished"),  # keras-tuner marks NaN trials failed
+    ([float("inf"), float("-inf")], "all 2 finished trial.*non-finite objective"),
+])
+def test_a_search_without_a_finite_score_has_no_best_trial(scores, reason, tmp_path):
+    # Before: "the search finished no trial" as a RuntimeError traceback (all NaN), or a
+    # diverged model exported as the best with an infinite score in the JSON file.
+    from applications.errors import CommandLineError
+
+    search, tuner = _scored_search(tmp_path, scores)
+    with pytest.raises(CommandLineError, match=f"has no best trial: {reason}.*--overwrite"):
+        search.export_best(tuner, str(tmp_path))
+    assert not (tmp_path / "best_hyperparameters.json").exists()
