@@ -5,6 +5,7 @@ import numbers
 import keras
 from keras import ops
 
+from keras_capsules._validation import concrete_values
 from keras_capsules.layers.mac import _base
 
 _LAYER = "ControlUnit"
@@ -48,7 +49,9 @@ class ControlUnit(_base.MACLayerBase):
         inputs: a list ``[question, control_prev, context_words]`` of shapes
             ``[batch, d_q]``, ``[batch, d]`` and ``[batch, words, d]``.
         step: the reasoning step ``i`` (0-based), a Python int or an integer scalar
-            tensor in ``[0, max_steps)``. Default 0.
+            tensor in ``[0, max_steps)``. Default 0. Out-of-range steps raise a
+            ``ValueError`` when the value is known (eager calls); a traced step is
+            used as given.
         words_mask: optional boolean ``[batch, words]``, False for padded words.
         mask: the Keras mask (a list with the words' mask at index 2, as Keras
             propagates it, e.g. from ``Embedding(mask_zero=True)``). Combined with
@@ -190,6 +193,11 @@ class ControlUnit(_base.MACLayerBase):
             raise ValueError(
                 f"`step` must be an integer in [0, max_steps={self.max_steps}) or an integer "
                 f"scalar tensor. Received: step={step!r}"
+            )
+        value = concrete_values(step)  # eager: range-checked too (traced: as given)
+        if value is not None and not 0 <= value < self.max_steps:
+            raise ValueError(
+                f"`step` must be in [0, max_steps={self.max_steps}). Received: step={value}"
             )
         return step
 

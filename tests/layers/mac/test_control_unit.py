@@ -173,6 +173,18 @@ def test_bad_steps_are_clear_errors_and_numpy_integers_work():
     np.testing.assert_array_equal(layer(x, step=tf.constant(1, "int64"))[0], layer(x, step=1)[0])
 
 
+def test_an_eager_tensor_step_out_of_range_is_a_clear_error():
+    # A tensor step of -1 silently used the last step's projection (ops.take wraps
+    # negative indices) and STEPS raised a raw GatherV2 error.
+    x = _inputs()
+    layer = _layer()
+    for step in (tf.constant(STEPS), tf.constant(-1, "int64")):
+        with pytest.raises(ValueError, match=rf"\[0, max_steps={STEPS}\). Received: step={int(step)}"):
+            layer(x, step=step)
+    traced = tf.function(lambda s: layer(x, step=s)[0])  # a traced step is used as given
+    np.testing.assert_allclose(traced(tf.constant(1)), layer(x, step=1)[0], atol=1e-6)
+
+
 def test_batch_size_mismatch_is_a_clear_error():
     # Audit 6: inputs of different batch sizes raised a raw TensorFlow ConcatOp error.
     q, c, w = _inputs()
