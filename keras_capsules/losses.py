@@ -9,7 +9,9 @@ Both losses take class scores that are capsule lengths in ``[0, 1)`` (see
 
 The form is told from the shapes: labels with one axis fewer than the scores, or a
 last axis of 1 while there are several classes, are class ids; labels of the same
-shape as the scores are one-hot targets.
+shape as the scores are one-hot targets. Traced labels whose last axis is unknown
+(a ``tf.data`` pipeline that lost the static shape) are told apart when the graph
+runs: a last axis of 1 holds class ids, one of ``n_classes`` one-hot targets.
 
 Class ids must be integers in ``[0, n_classes)``. Called eagerly (the loss object on
 concrete tensors or arrays, or ``model.fit(..., run_eagerly=True)``), any other id
@@ -94,6 +96,8 @@ def _targets(y_true, y_pred):
             f"Received: y_pred shape={tuple(y_pred.shape)}"
         )
     rank_true, rank_pred = len(y_true.shape), len(y_pred.shape)
+    if rank_true == rank_pred and y_true.shape[-1] is None and n_classes > 1:
+        return _targets_of_unknown_kind(y_true, y_pred)
     sparse = rank_true == rank_pred - 1 or (
         rank_true == rank_pred and y_true.shape[-1] == 1 and n_classes > 1
     )
@@ -111,6 +115,23 @@ def _targets(y_true, y_pred):
             f"{tuple(y_true.shape)}, y_pred shape={tuple(y_pred.shape)}"
         )
     return ops.cast(y_true, y_pred.dtype), None
+
+
+def _targets_of_unknown_kind(y_true, y_pred):
+    """:func:`_targets` for traced labels ``[..., None]``: ids ``[..., 1]`` or one-hot.
+
+    Which one they are is known only when the graph runs (a ``tf.data`` pipeline
+    whose labels lost their static shape), so both readings are built and the
+    label's run-time last dimension picks one.
+    """
+    n_classes = y_pred.shape[-1]
+    as_ids = ops.shape(y_true)[-1] == 1
+    column = y_true[..., 0]
+    ids = ops.cast(column, "int32")
+    from_ids = ops.one_hot(ids, n_classes, dtype=y_pred.dtype)
+    one_hot = ops.broadcast_to(ops.cast(y_true, y_pred.dtype), ops.shape(y_pred))
+    invalid = ops.logical_and(as_ids, _invalid_ids(column, ids, n_classes))
+    return ops.where(as_ids, from_ids, one_hot), invalid
 
 
 def margin_term(targets, lengths, m_plus=0.9, m_minus=0.1, lambda_=0.5):

@@ -154,6 +154,26 @@ def test_out_of_range_class_ids_in_fit_give_a_nan_loss_and_finite_weights(jit_co
         model.fit(x, np.array([0, 1, 2, 0, 1, 2, 0, 3]), batch_size=8, epochs=1, verbose=0)
 
 
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_traced_labels_of_unknown_last_axis_are_told_apart_at_run_time(jit_compile):
+    # Labels [batch, None] (a tf.data pipeline that lost its static shape) were always
+    # read as one-hot, so class ids [batch, 1] were broadcast as targets: a wrong loss.
+    scores = tf.constant(REF["classes"])
+    ids = np.argmax(REF["classes"], axis=-1)[:, None] % scores.shape[-1]
+    ids[0] = (ids[0] + 1) % scores.shape[-1]
+    spec = [tf.TensorSpec([None, None], tf.float32), tf.TensorSpec(scores.shape, tf.float32)]
+    for loss in (CapsuleLoss(("margin", "focal", "cross"), reduction="none"), MarginLoss(reduction="none")):
+        traced = tf.function(lambda y, p: loss(y, p), input_signature=spec, jit_compile=jit_compile)
+        want = loss(ids, scores).numpy()
+        np.testing.assert_allclose(traced(ids.astype("float32"), scores), want, rtol=1e-5, atol=1e-6)
+        one_hot = np.eye(scores.shape[-1], dtype="float32")[ids[:, 0]]
+        np.testing.assert_allclose(traced(one_hot, scores), want, rtol=1e-5, atol=1e-6)
+        bad = ids.astype("float32")
+        bad[1] = scores.shape[-1]  # out of range: NaN, as for labels of known shape
+        per_sample = traced(bad, scores).numpy()
+        assert np.isnan(per_sample[1]) and np.isfinite(np.delete(per_sample, 1)).all()
+
+
 @pytest.mark.parametrize(
     "make,message",
     [
