@@ -28,12 +28,23 @@ def env(**extra):
     return environment
 
 
+def _default_ctrl_c():
+    # A job started in the background without job control (``cmd &`` in a script,
+    # ``nohup``) inherits SIGINT ignored, and Python then never raises
+    # KeyboardInterrupt: give the child the terminal's default, as a user has it.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start(args, log_path, **extra_env):
-    """Starts ``python <args>`` in its own process group, output to ``log_path``."""
+    """Starts ``python <args>`` in its own process group, output to ``log_path``.
+
+    The child gets SIGINT's default action whatever this process inherited, so
+    that a test can send it what Ctrl-C sends.
+    """
     log = open(log_path, "wb")
     proc = subprocess.Popen(
         [sys.executable, *args], cwd=str(REPO), env=env(**extra_env),
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_default_ctrl_c,
     )
     proc.log_file = log
     proc.log_path = log_path
@@ -41,14 +52,21 @@ def start(args, log_path, **extra_env):
 
 
 def kill(proc, sig=signal.SIGKILL):
-    """Kills ``proc``'s process group (it was started in a session of its own)."""
+    """Sends ``sig`` to ``proc``'s process group (it was started in a session of its own)
+    and waits for it; if it is still running after 60 s, kills it and fails."""
     if proc.poll() is None:
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
             pass
-    proc.wait(timeout=60)
-    proc.log_file.close()
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        if sig != signal.SIGKILL:
+            kill(proc)
+        raise AssertionError(f"still running 60 s after signal {sig!r}:\n{tail(proc)}")
+    finally:
+        proc.log_file.close()
 
 
 def wait(proc, timeout):
