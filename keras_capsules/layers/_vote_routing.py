@@ -6,11 +6,35 @@ nothing algorithm-specific: argument validation, the ``kernel`` weight, the vote
 shapes/specs (one output, or two with the coupling coefficients).
 """
 
+import numbers
+
 import keras
 from keras import ops
 
 from keras_capsules._validation import boolean, positive_int  # noqa: F401 (used by subclasses)
 from keras_capsules.ops import routing_dtype, squash
+
+
+def shape_tuple(shape):
+    """``shape`` as a tuple of Python ints and None, or None if it is not a shape.
+
+    Accepts tuples, lists and ``TensorShape``-like objects (anything with
+    ``as_list()``, such as ``tensor.shape`` of a backend tensor) whose dimensions are
+    integers (numpy integers too) or None.
+    """
+    if hasattr(shape, "as_list"):
+        try:
+            shape = shape.as_list()
+        except ValueError:  # unknown rank
+            return None
+    if not isinstance(shape, (list, tuple)):
+        return None
+    dims = []
+    for d in shape:
+        if d is not None and (isinstance(d, bool) or not isinstance(d, numbers.Integral)):
+            return None
+        dims.append(None if d is None else int(d))
+    return tuple(dims)
 
 
 class VoteRouting(keras.layers.Layer):
@@ -50,8 +74,8 @@ class VoteRouting(keras.layers.Layer):
     # ------------------------------------------------------------------ shapes
     def _check_shape(self, input_shape):
         name = type(self).__name__
-        shape = tuple(input_shape) if isinstance(input_shape, (list, tuple)) else None
-        if shape is None or not all(d is None or isinstance(d, int) for d in shape):
+        shape = shape_tuple(input_shape)
+        if shape is None:
             raise ValueError(
                 f"{name} expects one input of shape [batch, n_in, d_in]. "
                 f"Received: input_shape={input_shape}"

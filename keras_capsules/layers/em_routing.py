@@ -6,6 +6,7 @@ import keras
 from keras import ops
 
 from keras_capsules._validation import choice, positive_float, positive_int
+from keras_capsules.layers._vote_routing import shape_tuple
 from keras_capsules.ops import masked_softmax, routing_dtype
 
 _ALGORITHMS = ("auto", "votes", "moments")
@@ -203,15 +204,18 @@ class EMRouting(keras.layers.Layer):
 
     # ------------------------------------------------------------------ shapes
     def _split_shapes(self, input_shape):
-        if not isinstance(input_shape, (list, tuple)) or len(input_shape) != 2 or not all(
-            isinstance(s, (list, tuple)) for s in input_shape
-        ):
+        shapes = (
+            [shape_tuple(s) for s in input_shape]
+            if isinstance(input_shape, (list, tuple))
+            else []
+        )
+        if len(shapes) != 2 or any(s is None for s in shapes):
             raise ValueError(
                 "EMRouting expects a list of two inputs [a_inp, mu_inp] with shapes "
                 "[batch, n_inp] and [batch, n_inp, d_cov, d_inp]. "
                 f"Received: input_shape={input_shape}"
             )
-        a_shape, mu_shape = (tuple(s) for s in input_shape)
+        a_shape, mu_shape = shapes
         if len(a_shape) != 2 or len(mu_shape) != 4:
             raise ValueError(
                 "EMRouting expects a_inp of shape [batch, n_inp] (rank 2) and mu_inp of "

@@ -440,3 +440,16 @@ def test_variable_outputs_train_on_batches_of_different_lengths():
     )
     history = model.fit(tf.data.Dataset.from_generator(batches, output_signature=spec), verbose=0)
     assert np.isfinite(history.history["loss"][0])
+
+
+def test_shapes_given_as_tensorshape_or_numpy_integers():
+    # A list of tf.TensorShape (or numpy-integer dims) was refused as "not two inputs".
+    layer = EMRouting(n_out=3, d_out=2)
+    want = [(None, 3), (None, 3, 4, 2), (None, 3, 4, 2)]
+    shapes = [tf.TensorShape([None, 5]), tf.TensorShape([None, 5, 4, 4])]
+    assert layer.compute_output_shape(shapes) == want
+    assert layer.compute_output_shape([(None, np.int64(5)), (None, 5, np.int64(4), 4)]) == want
+    layer.build([tf.zeros((2, 5)).shape, tf.zeros((2, 5, 4, 4)).shape])
+    assert tuple(layer.kernel.shape) == (1, 3, 4, 2)
+    with pytest.raises(ValueError, match="two inputs"):
+        layer.compute_output_shape([(None, 5), (None, 5, 4.0, 4)])

@@ -132,3 +132,14 @@ def test_huge_inputs_give_finite_outputs_and_gradients(similarity):
         unscaled = out_1.numpy()
         directions = unscaled / np.linalg.norm(unscaled, axis=-1, keepdims=True)
         np.testing.assert_allclose(out.numpy(), directions, rtol=1e-4, atol=1e-5)
+
+
+def test_shapes_given_as_tensorshape_or_numpy_integers():
+    # A tf.TensorShape or numpy-integer dims were refused: "expects one input of shape ...".
+    layer = KMeansRouting(n_out=3, d_out=2, shared_weights=False)
+    assert layer.compute_output_shape(tf.TensorShape([None, 5, 4])) == (None, 3, 2)
+    assert layer.compute_output_shape((None, np.int64(5), np.int64(4))) == (None, 3, 2)
+    layer.build(tf.zeros((2, 5, 4)).shape)
+    assert tuple(layer.kernel.shape) == (5, 3, 4, 2)
+    with pytest.raises(ValueError, match=r"\[batch, n_in, d_in\]"):
+        layer.compute_output_shape((None, 5.0, 4))
