@@ -37,6 +37,20 @@ def shape_tuple(shape):
     return tuple(dims)
 
 
+def mask_list(mask):
+    """The masks given as ``mask``, a list without the Nones.
+
+    ``mask`` is one mask or a list of masks (one per input, as Keras passes them). A
+    mask may be a tensor, a numpy array or nested Python lists of booleans, which are
+    one mask (converted to a tensor), not a list of masks.
+    """
+    if mask is None:
+        return []
+    if isinstance(mask, (list, tuple)) and all(m is None or hasattr(m, "shape") for m in mask):
+        return [m for m in mask if m is not None]
+    return [mask if hasattr(mask, "shape") else ops.convert_to_tensor(mask)]
+
+
 class VoteRouting(keras.layers.Layer):
     """Base of routing layers whose inputs cast linear votes for every output.
 
@@ -142,16 +156,15 @@ class VoteRouting(keras.layers.Layer):
 
     # ------------------------------------------------------------------ call
     def _valid(self, mask, inputs):
-        if isinstance(mask, (list, tuple)):
-            masks = [m for m in mask if m is not None]
-            if len(masks) > 1:
-                raise ValueError(
-                    f"{type(self).__name__} takes a single mask of shape [batch, n_in]. "
-                    f"Received: {len(masks)} masks"
-                )
-            mask = masks[0] if masks else None
-        if mask is None:
+        masks = mask_list(mask)
+        if len(masks) > 1:
+            raise ValueError(
+                f"{type(self).__name__} takes a single mask of shape [batch, n_in]. "
+                f"Received: {len(masks)} masks"
+            )
+        if not masks:
             return None
+        mask = masks[0]
         n_in = inputs.shape[1]
         if len(mask.shape) != 2 or (
             n_in is not None and mask.shape[1] is not None and mask.shape[1] != n_in

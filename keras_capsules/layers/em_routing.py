@@ -6,7 +6,7 @@ import keras
 from keras import ops
 
 from keras_capsules._validation import choice, positive_float, positive_int
-from keras_capsules.layers._vote_routing import shape_tuple
+from keras_capsules.layers._vote_routing import mask_list, shape_tuple
 from keras_capsules.ops import masked_softmax, routing_dtype
 
 _ALGORITHMS = ("auto", "votes", "moments")
@@ -307,14 +307,19 @@ class EMRouting(keras.layers.Layer):
             return self.algorithm
         if self.n_inp is not None:
             return "votes"
+        if not self.built:
+            raise ValueError(
+                "resolved_algorithm of EMRouting(algorithm='auto') depends on the input "
+                "capsules' d_inp, so it is known once the layer is built. "
+                "Received: an unbuilt layer"
+            )
         cheap = self.d_inp * (self.d_inp + 1) <= 16 * self.d_out
         return "moments" if cheap else "votes"
 
     # ------------------------------------------------------------------ call
     def _combined_mask(self, mask, n_inp=None):
-        masks = [m for m in (mask if isinstance(mask, (list, tuple)) else [mask]) if m is not None]
         combined = None
-        for m in masks:
+        for m in mask_list(mask):
             m = ops.cast(m, "bool")
             if len(m.shape) != 2 or (
                 n_inp is not None and m.shape[1] is not None and m.shape[1] != n_inp

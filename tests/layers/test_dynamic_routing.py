@@ -102,3 +102,14 @@ def test_shapes_given_as_tensorshape_or_numpy_integers():
     assert tuple(layer.kernel.shape) == (5, 3, 4, 2)
     with pytest.raises(ValueError, match=r"\[batch, n_in, d_in\]"):
         layer.compute_output_shape((None, 5.0, 4))
+
+
+def test_mask_given_as_nested_python_lists():
+    # A nested-list mask was read as a list of masks: "Received: 2 masks" or an AttributeError.
+    u = np.random.default_rng(3).normal(size=(2, 3, 4)).astype("float32")
+    layer = DynamicRouting(n_out=2, d_out=2)
+    mask = [[True, True, False], [True, True, True]]
+    np.testing.assert_array_equal(layer(u, mask=mask).numpy(), layer(u, mask=np.array(mask)).numpy())
+    np.testing.assert_array_equal(
+        layer(u[:1], mask=mask[:1]).numpy(), layer(u[:1], mask=np.array(mask[:1])).numpy()
+    )

@@ -453,3 +453,20 @@ def test_shapes_given_as_tensorshape_or_numpy_integers():
     assert tuple(layer.kernel.shape) == (1, 3, 4, 2)
     with pytest.raises(ValueError, match="two inputs"):
         layer.compute_output_shape([(None, 5), (None, 5, 4.0, 4)])
+
+
+def test_mask_given_as_nested_python_lists():
+    # A nested-list mask was read as one mask per row: "Received: mask shape=(3,)".
+    rng = np.random.default_rng(3)
+    a, mu = rng.normal(size=(2, 3)).astype("float32"), rng.normal(size=(2, 3, 2, 2)).astype("float32")
+    layer = EMRouting(n_out=2, d_out=2)
+    mask = [[True, True, False], [True, True, True]]
+    for got, want in zip(layer([a, mu], mask=mask), layer([a, mu], mask=np.array(mask))):
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+def test_resolved_algorithm_before_build_is_a_clear_error():
+    # Reading resolved_algorithm of an unbuilt 'auto' layer was an AttributeError about d_inp.
+    with pytest.raises(ValueError, match="once the layer is built"):
+        EMRouting(n_out=3, d_out=2).resolved_algorithm
+    assert EMRouting(n_out=3, d_out=2, algorithm="votes").resolved_algorithm == "votes"
