@@ -173,6 +173,12 @@ class VoteRouting(keras.layers.Layer):
                 f"{type(self).__name__} expects a mask of shape [batch, n_in] = "
                 f"[batch, {n_in}]. Received: mask shape={tuple(mask.shape)}"
             )
+        batch = inputs.shape[0]
+        if batch is not None and mask.shape[0] is not None and mask.shape[0] != batch:
+            raise ValueError(
+                f"{type(self).__name__} expects a mask with one row per sample, of shape "
+                f"[batch, n_in] = [{batch}, {n_in}]. Received: mask shape={tuple(mask.shape)}"
+            )
         return ops.cast(mask, "bool")
 
     def votes(self, inputs, mask=None):

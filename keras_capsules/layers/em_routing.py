@@ -232,6 +232,11 @@ class EMRouting(keras.layers.Layer):
                 "The capsule dimensions d_cov and d_inp (axes 2 and 3 of mu_inp) must be "
                 f"known. Received: mu_inp shape={mu_shape}"
             )
+        if a_shape[0] is not None and mu_shape[0] is not None and a_shape[0] != mu_shape[0]:
+            raise ValueError(
+                "a_inp and mu_inp must have the same batch size (axis 0). "
+                f"Received: a_inp shape={a_shape}, mu_inp shape={mu_shape}"
+            )
         n = a_shape[1] if a_shape[1] is not None else mu_shape[1]
         if self.n_inp is not None and n is not None and n != self.n_inp:
             raise ValueError(
@@ -317,7 +322,7 @@ class EMRouting(keras.layers.Layer):
         return "moments" if cheap else "votes"
 
     # ------------------------------------------------------------------ call
-    def _combined_mask(self, mask, n_inp=None):
+    def _combined_mask(self, mask, n_inp=None, batch=None):
         combined = None
         for m in mask_list(mask):
             m = ops.cast(m, "bool")
@@ -327,6 +332,11 @@ class EMRouting(keras.layers.Layer):
                 raise ValueError(
                     f"EMRouting expects a mask of shape [batch, n_inp] = [batch, {n_inp}]. "
                     f"Received: mask shape={tuple(m.shape)}"
+                )
+            if batch is not None and m.shape[0] is not None and m.shape[0] != batch:
+                raise ValueError(
+                    "EMRouting expects a mask with one row per sample, of shape "
+                    f"[batch, n_inp] = [{batch}, {n_inp}]. Received: mask shape={tuple(m.shape)}"
                 )
             combined = m if combined is None else ops.logical_and(combined, m)
         return combined
@@ -355,7 +365,8 @@ class EMRouting(keras.layers.Layer):
         # their poses are replaced by zeros before any arithmetic touches them.
         valid = a_inp > ops.cast(-math.inf, dtype)
         n_inp = a_inp.shape[1] if a_inp.shape[1] is not None else mu_inp.shape[1]
-        user_mask = self._combined_mask(mask, n_inp)
+        batch = a_inp.shape[0] if a_inp.shape[0] is not None else mu_inp.shape[0]
+        user_mask = self._combined_mask(mask, n_inp, batch)
         if user_mask is not None:
             valid = ops.logical_and(valid, user_mask)
         f = ops.where(valid, ops.sigmoid(ops.where(valid, a_inp, ops.zeros_like(a_inp))), 0.0)

@@ -113,3 +113,12 @@ def test_mask_given_as_nested_python_lists():
     np.testing.assert_array_equal(
         layer(u[:1], mask=mask[:1]).numpy(), layer(u[:1], mask=np.array(mask[:1])).numpy()
     )
+
+
+def test_mask_with_another_batch_size_is_a_clear_error():
+    # A [1, n_in] mask was broadcast over the batch silently; [3, n_in] gave a SelectV2 error.
+    layer = DynamicRouting(n_out=3, d_out=2)
+    u = np.zeros((2, 5, 4), "float32")
+    for rows in (1, 3):
+        with pytest.raises(ValueError, match=r"one row per sample.*\[2, 5\]"):
+            layer(u, mask=np.ones((rows, 5), bool))

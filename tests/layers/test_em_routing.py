@@ -470,3 +470,16 @@ def test_resolved_algorithm_before_build_is_a_clear_error():
     with pytest.raises(ValueError, match="once the layer is built"):
         EMRouting(n_out=3, d_out=2).resolved_algorithm
     assert EMRouting(n_out=3, d_out=2, algorithm="votes").resolved_algorithm == "votes"
+
+
+def test_inputs_and_mask_with_other_batch_sizes_are_clear_errors():
+    # mu_inp (or a mask) of batch 1 was broadcast silently over a_inp's batch of 2.
+    a, mu = np.zeros((2, 5), "float32"), np.zeros((2, 5, 4, 4), "float32")
+    for n_out in (3, None):
+        layer = EMRouting(n_out=n_out, d_out=2)
+        with pytest.raises(ValueError, match="same batch size"):
+            layer([a, mu[:1]])
+        with pytest.raises(ValueError, match="same batch size"):
+            layer([keras.Input((5,), batch_size=2), keras.Input((5, 4, 4), batch_size=3)])
+        with pytest.raises(ValueError, match=r"one row per sample.*\[2, 5\]"):
+            layer([a, mu], mask=np.ones((1, 5), bool))
