@@ -74,7 +74,8 @@ class EMRouting(keras.layers.Layer):
     Inputs are excluded from routing by a score of ``-inf`` or by a Keras ``mask``
     (False = padding). Excluded inputs never change an output or a gradient, whatever
     their ``mu_inp`` holds (even NaN or inf), and a sample whose inputs are all excluded
-    yields finite outputs.
+    yields finite outputs. (A NaN score at a real input is not an exclusion: it makes
+    its sample's outputs NaN, as in the reference.)
 
     With ``n_out=None`` and a mask, a padded position is padding on the output side
     too: its output is zeros, it takes no part in the E-step, the symmetry-breaking
@@ -363,7 +364,8 @@ class EMRouting(keras.layers.Layer):
 
         # Excluded inputs: -inf scores or mask == False. Their activation is zero and
         # their poses are replaced by zeros before any arithmetic touches them.
-        valid = a_inp > ops.cast(-math.inf, dtype)
+        # A NaN score is not an exclusion: it gives NaN, as in the reference.
+        valid = ops.not_equal(a_inp, ops.cast(-math.inf, dtype))
         n_inp = a_inp.shape[1] if a_inp.shape[1] is not None else mu_inp.shape[1]
         batch = a_inp.shape[0] if a_inp.shape[0] is not None else mu_inp.shape[0]
         user_mask = self._combined_mask(mask, n_inp, batch)

@@ -483,3 +483,20 @@ def test_inputs_and_mask_with_other_batch_sizes_are_clear_errors():
             layer([keras.Input((5,), batch_size=2), keras.Input((5, 4, 4), batch_size=3)])
         with pytest.raises(ValueError, match=r"one row per sample.*\[2, 5\]"):
             layer([a, mu], mask=np.ones((1, 5), bool))
+
+
+@pytest.mark.parametrize("algorithm", ["votes", "moments"])
+def test_nan_score_of_a_real_input_is_not_an_exclusion(algorithm):
+    # A NaN score excluded its input silently (as -inf does), hiding the NaN.
+    rng = np.random.default_rng(5)
+    a, mu = rng.normal(size=(2, 4)).astype("float32"), rng.normal(size=(2, 4, 2, 2)).astype("float32")
+    layer = EMRouting(n_out=3, d_out=2, algorithm=algorithm)
+    clean = [o.numpy() for o in layer([a, mu])]
+    a[0, 1] = np.nan
+    outs = [o.numpy() for o in layer([a, mu])]
+    assert all(np.all(np.isnan(o[0])) for o in outs)
+    for got, want in zip(outs, clean):
+        np.testing.assert_array_equal(got[1], want[1])
+    mask = np.ones((2, 4), bool)
+    mask[0, 1] = False  # a padded input's NaN score still changes nothing
+    assert all(np.all(np.isfinite(o.numpy())) for o in layer([a, mu], mask=mask))
