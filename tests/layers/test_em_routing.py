@@ -489,7 +489,8 @@ def test_inputs_and_mask_with_other_batch_sizes_are_clear_errors():
 def test_nan_score_of_a_real_input_is_not_an_exclusion(algorithm):
     # A NaN score excluded its input silently (as -inf does), hiding the NaN.
     rng = np.random.default_rng(5)
-    a, mu = rng.normal(size=(2, 4)).astype("float32"), rng.normal(size=(2, 4, 2, 2)).astype("float32")
+    a = rng.normal(size=(2, 4)).astype("float32")
+    mu = rng.normal(size=(2, 4, 2, 2)).astype("float32")
     layer = EMRouting(n_out=3, d_out=2, algorithm=algorithm)
     clean = [o.numpy() for o in layer([a, mu])]
     a[0, 1] = np.nan
