@@ -229,7 +229,11 @@ class VoteRouting(keras.layers.Layer):
 
 def couplings(logits, valid):
     """Softmax over outputs (last axis); rows of padded inputs are exactly zero."""
-    c = ops.softmax(logits, axis=-1)
+    if logits.shape[-1] == 1:
+        # A single output takes every input whole (Keras warns on a softmax over one entry).
+        c = ops.ones_like(logits)
+    else:
+        c = ops.softmax(logits, axis=-1)
     if valid is None:
         return c
     return ops.where(valid[:, :, None], c, ops.zeros_like(c))

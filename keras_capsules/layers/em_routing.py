@@ -414,7 +414,12 @@ class EMRouting(keras.layers.Layer):
     def _assign(a_out, log_p, f, out_valid):
         """E-step: ``D_use = f R``, ``R`` the softmax over the (real) outputs."""
         logits = ops.log_sigmoid(a_out)[:, None, :] + log_p
-        if out_valid is None:
+        if logits.shape[-1] == 1:
+            # A single output takes every input whole (Keras warns on a softmax over one entry).
+            r = ops.ones_like(logits)
+            if out_valid is not None:
+                r = r * out_valid[:, None, :]
+        elif out_valid is None:
             r = ops.softmax(logits, axis=-1)
         else:
             r = masked_softmax(logits, out_valid[:, None, :] > 0, axis=-1)

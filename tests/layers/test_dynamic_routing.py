@@ -1,5 +1,7 @@
 """DynamicRouting: reference conformance, padding, the layer contract, errors, learning."""
 
+import warnings
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -122,3 +124,14 @@ def test_mask_with_another_batch_size_is_a_clear_error():
     for rows in (1, 3):
         with pytest.raises(ValueError, match=r"one row per sample.*\[2, 5\]"):
             layer(u, mask=np.ones((rows, 5), bool))
+
+
+def test_single_output_capsule_gives_no_softmax_warning():
+    # n_out=1 made Keras warn "softmax over axis -1 ... has size 1" on every call.
+    u = np.random.default_rng(6).normal(size=(2, 3, 4)).astype("float32")
+    layer = DynamicRouting(n_out=1, d_out=2, return_couplings=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out, c = layer(u, mask=np.array([[True, True, False], [True, True, True]]))
+    np.testing.assert_array_equal(c.numpy()[..., 0], [[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
+    assert np.all(np.linalg.norm(out.numpy(), axis=-1) < 1.0)

@@ -1,6 +1,7 @@
 """EMRouting: reference conformance, padding, the layer contract, errors, learning."""
 
 import json
+import warnings
 
 import keras
 import numpy as np
@@ -501,3 +502,19 @@ def test_nan_score_of_a_real_input_is_not_an_exclusion(algorithm):
     mask = np.ones((2, 4), bool)
     mask[0, 1] = False  # a padded input's NaN score still changes nothing
     assert all(np.all(np.isfinite(o.numpy())) for o in layer([a, mu], mask=mask))
+
+
+@pytest.mark.parametrize("algorithm", ["votes", "moments"])
+def test_single_output_capsule_gives_no_softmax_warning(algorithm):
+    # One output (n_out=1, or n_out=None with one input) made Keras warn "softmax over
+    # axis -1 ... has size 1" on every call.
+    rng = np.random.default_rng(6)
+    a = rng.normal(size=(2, 3)).astype("float32")
+    mu = rng.normal(size=(2, 3, 2, 2)).astype("float32")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        outs = EMRouting(n_out=1, d_out=2, algorithm=algorithm)([a, mu])
+        outs += EMRouting(n_out=None, d_out=2, algorithm=algorithm)(
+            [a[:, :1], mu[:, :1]], mask=np.array([[True], [False]])
+        )
+    assert all(np.all(np.isfinite(o.numpy())) for o in outs)
