@@ -78,7 +78,8 @@ class CompositionalEmbedding(keras.layers.Layer):
         input_dim: vocabulary size ``V`` (ids lie in ``[0, V)``).
         output_dim: embedding dimension ``D``.
         num_codebooks: number of codebooks ``M``. Default 8.
-        num_codewords: codewords per codebook ``K``; None (default) for the smallest
+        num_codewords: codewords per codebook ``K`` (at least 2 when ``V > 1``: with
+            one, every id has the same embedding); None (default) for the smallest
             ``K`` with ``K ** M >= V``.
         mask_zero: if True, id 0 is padding and the layer returns a mask.
         codes: None (learned codes), or an integer array ``[V, M]`` with values in
@@ -140,6 +141,12 @@ class CompositionalEmbedding(keras.layers.Layer):
         num_codewords = positive_int("num_codewords", num_codewords, allow_none=True)
         if num_codewords is None:
             num_codewords = default_num_codewords(self.input_dim, self.num_codebooks)
+        if num_codewords == 1 and self.input_dim > 1:
+            raise ValueError(
+                "`num_codewords` must be at least 2 for a vocabulary of more than one id: "
+                "with one codeword per codebook every id has the same embedding. "
+                f"Received: num_codewords={num_codewords}, input_dim={self.input_dim}"
+            )
         self.num_codewords = num_codewords
         if not isinstance(mask_zero, bool):
             raise ValueError(
@@ -258,7 +265,11 @@ class CompositionalEmbedding(keras.layers.Layer):
             flat = ops.reshape(codebook, (self.num_codebooks * self.num_codewords, self.output_dim))
             out = ops.sum(ops.take(flat, rows, axis=0), axis=-2)
         else:
-            weights = ops.softmax(ops.cast(ops.take(self.codes, ids, axis=0), dtype), axis=-1)
+            weights = ops.cast(ops.take(self.codes, ids, axis=0), dtype)
+            if self.num_codewords == 1:  # one id, one codeword (Keras warns on a softmax over one)
+                weights = ops.ones_like(weights)
+            else:
+                weights = ops.softmax(weights, axis=-1)
             lead = _LETTERS[:rank]
             out = ops.einsum(f"{lead}mk,mkd->{lead}d", weights, codebook)
         return ops.cast(out, self.compute_dtype)
