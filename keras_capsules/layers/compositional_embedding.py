@@ -65,11 +65,12 @@ class CompositionalEmbedding(keras.layers.Layer):
     ``V = 60000, D = 64, M = 8`` (``K = 4``) 1.92M instead of 3.84M; the fixed form
     needs only ``V * M`` small integers (``M * log2(K)`` bits per id) and the codebooks.
 
-    Ids are checked in eager calls: an id outside ``[0, input_dim)`` raises a
-    ``ValueError``. (Inside a traced function, e.g. ``model.fit`` or
-    ``jit_compile``, the check is skipped, as the values are unknown.) With
-    ``mask_zero=True`` id 0 is padding, exactly as in ``keras.layers.Embedding``: it
-    still has an embedding, and the layer emits the mask ``ids != 0``.
+    Ids are checked in eager calls: an id outside ``[0, input_dim)`` (NaN, or a float
+    id that is not a whole number, included) raises a ``ValueError``. (Inside a
+    traced function, e.g. ``model.fit`` or ``jit_compile``, the check is skipped, as
+    the values are unknown.) With ``mask_zero=True`` id 0 is padding, exactly as in
+    ``keras.layers.Embedding``: it still has an embedding, and the layer emits the
+    mask ``ids != 0``.
 
     Mixed precision: weights are float32; the softmax and the sum run in float32 and
     the output is cast to the compute dtype.
@@ -244,12 +245,15 @@ class CompositionalEmbedding(keras.layers.Layer):
         values = concrete_values(ids)
         if values is None or not values.size:
             return
-        if values.min() < 0 or values.max() >= self.input_dim:
-            bad = values[(values < 0) | (values >= self.input_dim)]
+        # Written so that NaN is out of range too; float ids must be whole numbers.
+        ok = (values >= 0) & (values < self.input_dim)
+        if np.issubdtype(values.dtype, np.floating):
+            ok &= values == np.floor(values)
+        if not ok.all():
             raise ValueError(
-                f"CompositionalEmbedding ids must lie in [0, input_dim) = "
-                f"[0, {self.input_dim}). Received: ids with out-of-range values "
-                f"{np.unique(bad)[:10].tolist()}"
+                f"CompositionalEmbedding ids must be integers in [0, input_dim) = "
+                f"[0, {self.input_dim}). Received: ids with invalid values "
+                f"{np.unique(values[~ok])[:10].tolist()}"
             )
 
     def call(self, inputs):

@@ -214,3 +214,13 @@ def test_single_id_vocabulary_gives_no_softmax_warning():
         warnings.simplefilter("error")
         out = layer(np.zeros((2, 4), "int32"))
     np.testing.assert_allclose(out.numpy(), 2.0)
+
+
+def test_nan_and_fractional_float_ids_raise_in_eager_mode():
+    # NaN ids passed the check (a GatherV2 error on index -2**31); 2.5 was cut to id 2.
+    layer = CompositionalEmbedding(10, 4, num_codebooks=2)
+    with pytest.raises(ValueError, match=r"\[0, 10\).*\[nan\]"):
+        layer(np.array([[1.0, np.nan]]))
+    with pytest.raises(ValueError, match=r"\[2\.5\]"):
+        layer(np.array([[2.5, 3.0]]))
+    np.testing.assert_array_equal(layer(np.array([[2.0]])).numpy(), layer(np.array([[2]])).numpy())
