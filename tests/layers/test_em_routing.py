@@ -506,8 +506,7 @@ def test_nan_score_of_a_real_input_is_not_an_exclusion(algorithm):
 
 @pytest.mark.parametrize("algorithm", ["votes", "moments"])
 def test_single_output_capsule_gives_no_softmax_warning(algorithm):
-    # One output (n_out=1, or n_out=None with one input) made Keras warn "softmax over
-    # axis -1 ... has size 1" on every call.
+    # One output (n_out=1, or n_out=None with one input) made Keras warn on every call.
     rng = np.random.default_rng(6)
     a = rng.normal(size=(2, 3)).astype("float32")
     mu = rng.normal(size=(2, 3, 2, 2)).astype("float32")
