@@ -96,7 +96,8 @@ class CompositionalEmbedding(keras.layers.Layer):
         **kwargs: base layer arguments (``name``, ``dtype``, ...).
 
     Call arguments:
-        inputs: integer ids of any shape ``[...]``.
+        inputs: integer ids of any shape ``[...]`` (a ragged tensor too, as in
+            ``keras.layers.Embedding``: the output is then ragged alike).
 
     Returns:
         Embeddings ``[..., output_dim]``.
@@ -257,6 +258,9 @@ class CompositionalEmbedding(keras.layers.Layer):
             )
 
     def call(self, inputs):
+        if hasattr(inputs, "flat_values") and hasattr(inputs, "with_flat_values"):
+            # Ragged ids (as keras.layers.Embedding takes them): embed the values.
+            return inputs.with_flat_values(self.call(inputs.flat_values))
         self._check_ids(inputs)
         ids = ops.cast(inputs, "int32")  # floats holding ids are accepted, as in Embedding
         dtype = routing_dtype(self.compute_dtype)

@@ -224,3 +224,18 @@ def test_nan_and_fractional_float_ids_raise_in_eager_mode():
     with pytest.raises(ValueError, match=r"\[2\.5\]"):
         layer(np.array([[2.5, 3.0]]))
     np.testing.assert_array_equal(layer(np.array([[2.0]])).numpy(), layer(np.array([[2]])).numpy())
+
+
+@pytest.mark.parametrize("fixed", [False, True])
+def test_ragged_ids_as_in_keras_embedding(fixed):
+    # Ragged ids failed with "TypeError: object of type 'RaggedTensor' has no len()".
+    codes = np.arange(20).reshape(10, 2) % 4 if fixed else None
+    layer = CompositionalEmbedding(10, 3, num_codebooks=2, mask_zero=True, codes=codes)
+    ids = tf.ragged.constant([[1, 2, 0], [4]])
+    out = layer(ids)
+    assert isinstance(out, tf.RaggedTensor) and out.shape.as_list() == [2, None, 3]
+    np.testing.assert_allclose(out[0].numpy(), layer(np.array([1, 2, 0])).numpy(), rtol=1e-6)
+    np.testing.assert_allclose(out[1].numpy(), layer(np.array([4])).numpy(), rtol=1e-6)
+    assert layer.compute_mask(ids).to_list() == [[True, True, False], [True]]
+    with pytest.raises(ValueError, match=r"\[12\]"):
+        layer(tf.ragged.constant([[1, 12]]))
