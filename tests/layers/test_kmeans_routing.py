@@ -176,3 +176,18 @@ def test_single_output_capsule_gives_no_softmax_warning():
         out, c = layer(u, mask=np.array([[True, True, False], [True, True, True]]))
     np.testing.assert_array_equal(c.numpy()[..., 0], [[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
     assert np.all(np.linalg.norm(out.numpy(), axis=-1) < 1.0)
+
+
+def test_ragged_inputs_route_as_padded_and_masked():
+    # Ragged capsules failed with "TypeError: object of type 'RaggedTensor' has no len()".
+    u = np.random.default_rng(8).normal(size=(5, 4)).astype("float32")
+    ragged = tf.RaggedTensor.from_row_lengths(u, [3, 2])
+    layer = KMeansRouting(n_out=3, d_out=2, return_couplings=True)
+    out, c = layer(ragged)
+    want_out, want_c = layer(ragged.to_tensor(), mask=np.array([[1, 1, 1], [1, 1, 0]], bool))
+    np.testing.assert_array_equal(out.numpy(), want_out.numpy())
+    np.testing.assert_array_equal(c.numpy(), want_c.numpy())
+    ragged_mask = tf.ragged.constant([[True, False, True], [True, True]])
+    masked, _ = layer(ragged, mask=ragged_mask)
+    want, _ = layer(ragged.to_tensor(), mask=np.array([[1, 0, 1], [1, 1, 0]], bool))
+    np.testing.assert_array_equal(masked.numpy(), want.numpy())
