@@ -459,7 +459,8 @@ def test_shapes_given_as_tensorshape_or_numpy_integers():
 def test_mask_given_as_nested_python_lists():
     # A nested-list mask was read as one mask per row: "Received: mask shape=(3,)".
     rng = np.random.default_rng(3)
-    a, mu = rng.normal(size=(2, 3)).astype("float32"), rng.normal(size=(2, 3, 2, 2)).astype("float32")
+    a = rng.normal(size=(2, 3)).astype("float32")
+    mu = rng.normal(size=(2, 3, 2, 2)).astype("float32")
     layer = EMRouting(n_out=2, d_out=2)
     mask = [[True, True, False], [True, True, True]]
     for got, want in zip(layer([a, mu], mask=mask), layer([a, mu], mask=np.array(mask))):

@@ -152,7 +152,9 @@ def test_mask_given_as_nested_python_lists():
     u = np.random.default_rng(3).normal(size=(2, 3, 4)).astype("float32")
     layer = KMeansRouting(n_out=2, d_out=2)
     mask = [[True, True, False], [True, True, True]]
-    np.testing.assert_array_equal(layer(u, mask=mask).numpy(), layer(u, mask=np.array(mask)).numpy())
+    np.testing.assert_array_equal(
+        layer(u, mask=mask).numpy(), layer(u, mask=np.array(mask)).numpy()
+    )
     np.testing.assert_array_equal(
         layer(u[:1], mask=mask[:1]).numpy(), layer(u[:1], mask=np.array(mask[:1])).numpy()
     )
