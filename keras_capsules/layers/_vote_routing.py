@@ -198,8 +198,8 @@ class VoteRouting(keras.layers.Layer):
         return ops.einsum("bid,ijdo->bijo", u, kernel)
 
     def call(self, inputs, mask=None):
-        if hasattr(inputs, "flat_values") and hasattr(inputs, "to_tensor"):
-            inputs, mask = _dense_from_ragged(inputs, mask)
+        if is_ragged(inputs):
+            inputs, mask = dense_from_ragged(inputs, mask)
         self._check_shape(tuple(inputs.shape))
         valid = self._valid(mask, inputs)
         u_hat = self.votes(inputs, mask=valid)
@@ -229,15 +229,20 @@ class VoteRouting(keras.layers.Layer):
         return config
 
 
-def _dense_from_ragged(inputs, mask):
-    """Ragged input capsules ``[batch, (n_in), d_in]`` as zero-padded ones and the mask
+def is_ragged(x):
+    """Whether ``x`` is a ragged tensor (TensorFlow's ``tf.RaggedTensor``)."""
+    return hasattr(x, "flat_values") and hasattr(x, "to_tensor")
+
+
+def dense_from_ragged(inputs, mask):
+    """Ragged input capsules ``[batch, (n_in), ...]`` as zero-padded ones and the mask
     of their real positions (and of ``mask``, padded with False, if one is given)."""
     real = inputs.with_flat_values(ops.ones(ops.shape(inputs.flat_values)[:1], dtype="bool"))
     valid = real.to_tensor(default_value=False)
     masks = mask_list(mask)
     if len(masks) == 1:
         m = masks[0]
-        m = m.to_tensor(default_value=False) if hasattr(m, "to_tensor") else m
+        m = m.to_tensor(default_value=False) if is_ragged(m) else m
         valid = ops.logical_and(valid, ops.cast(m, "bool"))
     elif masks:
         valid = masks  # several masks: refused by _valid

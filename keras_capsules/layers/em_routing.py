@@ -6,7 +6,12 @@ import keras
 from keras import ops
 
 from keras_capsules._validation import choice, positive_float, positive_int
-from keras_capsules.layers._vote_routing import mask_list, shape_tuple
+from keras_capsules.layers._vote_routing import (
+    dense_from_ragged,
+    is_ragged,
+    mask_list,
+    shape_tuple,
+)
 from keras_capsules.ops import masked_softmax, routing_dtype
 
 _ALGORITHMS = ("auto", "votes", "moments")
@@ -126,6 +131,8 @@ class EMRouting(keras.layers.Layer):
         inputs: a list ``[a_inp, mu_inp]``: ``a_inp`` of shape ``[batch, n_inp]`` holds
             raw scores (logits; ``-inf`` excludes an input, ``+inf`` means fully
             active), ``mu_inp`` of shape ``[batch, n_inp, d_cov, d_inp]`` the poses.
+            Either may be a ragged tensor (``[batch, (n_inp), ...]``): it is routed as
+            zero-padded to its longest row with the padding masked.
         mask: optional boolean tensor ``[batch, n_inp]`` (or a list of masks for the
             two inputs, as Keras propagates them); False excludes an input.
 
@@ -342,6 +349,19 @@ class EMRouting(keras.layers.Layer):
             combined = m if combined is None else ops.logical_and(combined, m)
         return combined
 
+    @staticmethod
+    def _dense_from_ragged(inputs, mask):
+        """Ragged ``a_inp`` ``[batch, (n_inp)]`` and/or ``mu_inp`` as zero-padded
+        tensors, with their padding (and ``mask``, padded with False) as the mask."""
+        masks = [m.to_tensor(default_value=False) if is_ragged(m) else m for m in mask_list(mask)]
+        dense = []
+        for x in inputs:
+            if is_ragged(x):
+                x, valid = dense_from_ragged(x, None)
+                masks.append(valid)
+            dense.append(x)
+        return dense, masks
+
     def call(self, inputs, mask=None):
         if not isinstance(inputs, (list, tuple)) or len(inputs) != 2:
             raise ValueError(
@@ -349,6 +369,8 @@ class EMRouting(keras.layers.Layer):
                 f"Received: {type(inputs).__name__} of length "
                 f"{len(inputs) if isinstance(inputs, (list, tuple)) else 'n/a'}"
             )
+        if any(is_ragged(x) for x in inputs):
+            inputs, mask = self._dense_from_ragged(inputs, mask)
         a_inp, mu_inp = inputs
         self._split_shapes([tuple(a_inp.shape), tuple(mu_inp.shape)])
         if tuple(mu_inp.shape[2:]) != (self.d_cov, self.d_inp):

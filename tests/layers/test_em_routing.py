@@ -518,3 +518,16 @@ def test_single_output_capsule_gives_no_softmax_warning(algorithm):
             [a[:, :1], mu[:, :1]], mask=np.array([[True], [False]])
         )
     assert all(np.all(np.isfinite(o.numpy())) for o in outs)
+
+
+@pytest.mark.parametrize("n_out", [3, None])
+def test_ragged_inputs_route_as_padded_and_masked(n_out):
+    # Ragged a_inp/mu_inp failed with "TypeError: object of type 'RaggedTensor' has no len()".
+    rng = np.random.default_rng(9)
+    a = tf.RaggedTensor.from_row_lengths(rng.normal(size=(4,)).astype("float32"), [3, 1])
+    mu = tf.RaggedTensor.from_row_lengths(rng.normal(size=(4, 2, 2)).astype("float32"), [3, 1])
+    layer = EMRouting(n_out=n_out, d_out=2)
+    want = layer([a.to_tensor(), mu.to_tensor()], mask=np.array([[1, 1, 1], [1, 0, 0]], bool))
+    for inputs in ([a, mu], [a, mu.to_tensor()]):
+        for got, expected in zip(layer(inputs), want):
+            np.testing.assert_array_equal(got.numpy(), expected.numpy())
