@@ -6,11 +6,49 @@ nothing algorithm-specific: argument validation, the ``kernel`` weight, the vote
 shapes/specs (one output, or two with the coupling coefficients).
 """
 
+import numbers
+
 import keras
 from keras import ops
 
 from keras_capsules._validation import boolean, positive_int  # noqa: F401 (used by subclasses)
 from keras_capsules.ops import routing_dtype, squash
+
+
+def shape_tuple(shape):
+    """``shape`` as a tuple of Python ints and None, or None if it is not a shape.
+
+    Accepts tuples, lists and ``TensorShape``-like objects (anything with
+    ``as_list()``, such as ``tensor.shape`` of a backend tensor) whose dimensions are
+    integers (numpy integers too) or None.
+    """
+    if hasattr(shape, "as_list"):
+        try:
+            shape = shape.as_list()
+        except ValueError:  # unknown rank
+            return None
+    if not isinstance(shape, (list, tuple)):
+        return None
+    dims = []
+    for d in shape:
+        if d is not None and (isinstance(d, bool) or not isinstance(d, numbers.Integral)):
+            return None
+        dims.append(None if d is None else int(d))
+    return tuple(dims)
+
+
+def mask_list(mask):
+    """The masks given as ``mask``, a list without the Nones.
+
+    ``mask`` is one mask or a list of masks (one per input, as Keras passes them). A
+    mask may be a tensor, a numpy array or nested Python lists of booleans, which are
+    one mask (converted to a tensor), not a list of masks.
+    """
+    if mask is None:
+        return []
+    if isinstance(mask, (list, tuple)) and all(m is None or hasattr(m, "shape") for m in mask):
+        return [m for m in mask if m is not None]
+    return [mask if hasattr(mask, "shape") else ops.convert_to_tensor(mask)]
 
 
 class VoteRouting(keras.layers.Layer):
@@ -50,8 +88,8 @@ class VoteRouting(keras.layers.Layer):
     # ------------------------------------------------------------------ shapes
     def _check_shape(self, input_shape):
         name = type(self).__name__
-        shape = tuple(input_shape) if isinstance(input_shape, (list, tuple)) else None
-        if shape is None or not all(d is None or isinstance(d, int) for d in shape):
+        shape = shape_tuple(input_shape)
+        if shape is None:
             raise ValueError(
                 f"{name} expects one input of shape [batch, n_in, d_in]. "
                 f"Received: input_shape={input_shape}"
@@ -118,16 +156,15 @@ class VoteRouting(keras.layers.Layer):
 
     # ------------------------------------------------------------------ call
     def _valid(self, mask, inputs):
-        if isinstance(mask, (list, tuple)):
-            masks = [m for m in mask if m is not None]
-            if len(masks) > 1:
-                raise ValueError(
-                    f"{type(self).__name__} takes a single mask of shape [batch, n_in]. "
-                    f"Received: {len(masks)} masks"
-                )
-            mask = masks[0] if masks else None
-        if mask is None:
+        masks = mask_list(mask)
+        if len(masks) > 1:
+            raise ValueError(
+                f"{type(self).__name__} takes a single mask of shape [batch, n_in]. "
+                f"Received: {len(masks)} masks"
+            )
+        if not masks:
             return None
+        mask = masks[0]
         n_in = inputs.shape[1]
         if len(mask.shape) != 2 or (
             n_in is not None and mask.shape[1] is not None and mask.shape[1] != n_in
@@ -135,6 +172,12 @@ class VoteRouting(keras.layers.Layer):
             raise ValueError(
                 f"{type(self).__name__} expects a mask of shape [batch, n_in] = "
                 f"[batch, {n_in}]. Received: mask shape={tuple(mask.shape)}"
+            )
+        batch = inputs.shape[0]
+        if batch is not None and mask.shape[0] is not None and mask.shape[0] != batch:
+            raise ValueError(
+                f"{type(self).__name__} expects a mask with one row per sample, of shape "
+                f"[batch, n_in] = [{batch}, {n_in}]. Received: mask shape={tuple(mask.shape)}"
             )
         return ops.cast(mask, "bool")
 
@@ -155,6 +198,8 @@ class VoteRouting(keras.layers.Layer):
         return ops.einsum("bid,ijdo->bijo", u, kernel)
 
     def call(self, inputs, mask=None):
+        if is_ragged(inputs):
+            inputs, mask = dense_from_ragged(inputs, mask)
         self._check_shape(tuple(inputs.shape))
         valid = self._valid(mask, inputs)
         u_hat = self.votes(inputs, mask=valid)
@@ -184,9 +229,33 @@ class VoteRouting(keras.layers.Layer):
         return config
 
 
+def is_ragged(x):
+    """Whether ``x`` is a ragged tensor (TensorFlow's ``tf.RaggedTensor``)."""
+    return hasattr(x, "flat_values") and hasattr(x, "to_tensor")
+
+
+def dense_from_ragged(inputs, mask):
+    """Ragged input capsules ``[batch, (n_in), ...]`` as zero-padded ones and the mask
+    of their real positions (and of ``mask``, padded with False, if one is given)."""
+    real = inputs.with_flat_values(ops.ones(ops.shape(inputs.flat_values)[:1], dtype="bool"))
+    valid = real.to_tensor(default_value=False)
+    masks = mask_list(mask)
+    if len(masks) == 1:
+        m = masks[0]
+        m = m.to_tensor(default_value=False) if is_ragged(m) else m
+        valid = ops.logical_and(valid, ops.cast(m, "bool"))
+    elif masks:
+        valid = masks  # several masks: refused by _valid
+    return inputs.to_tensor(), valid
+
+
 def couplings(logits, valid):
     """Softmax over outputs (last axis); rows of padded inputs are exactly zero."""
-    c = ops.softmax(logits, axis=-1)
+    if logits.shape[-1] == 1:
+        # A single output takes every input whole (Keras warns on a softmax over one entry).
+        c = ops.ones_like(logits)
+    else:
+        c = ops.softmax(logits, axis=-1)
     if valid is None:
         return c
     return ops.where(valid[:, :, None], c, ops.zeros_like(c))

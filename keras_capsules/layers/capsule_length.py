@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_capsules.layers._vote_routing import shape_tuple
 from keras_capsules.ops import routing_dtype, safe_norm
 
 
@@ -47,11 +48,11 @@ class CapsuleLength(keras.layers.Layer):
         self.supports_masking = True
 
     def _check_shape(self, input_shape):
-        shape = tuple(input_shape)
-        if len(shape) < 2 or shape[-1] is None:
+        shape = shape_tuple(input_shape)  # None for a list of shapes (several inputs)
+        if shape is None or len(shape) < 2 or shape[-1] is None:
             raise ValueError(
                 "CapsuleLength expects capsules of shape [batch, ..., d] (rank >= 2, "
-                f"known capsule dimension d). Received: input_shape={shape}"
+                f"known capsule dimension d). Received: input_shape={input_shape}"
             )
         return shape
 

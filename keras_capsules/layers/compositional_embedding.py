@@ -65,11 +65,12 @@ class CompositionalEmbedding(keras.layers.Layer):
     ``V = 60000, D = 64, M = 8`` (``K = 4``) 1.92M instead of 3.84M; the fixed form
     needs only ``V * M`` small integers (``M * log2(K)`` bits per id) and the codebooks.
 
-    Ids are checked in eager calls: an id outside ``[0, input_dim)`` raises a
-    ``ValueError``. (Inside a traced function, e.g. ``model.fit`` or
-    ``jit_compile``, the check is skipped, as the values are unknown.) With
-    ``mask_zero=True`` id 0 is padding, exactly as in ``keras.layers.Embedding``: it
-    still has an embedding, and the layer emits the mask ``ids != 0``.
+    Ids are checked in eager calls: an id outside ``[0, input_dim)`` (NaN, or a float
+    id that is not a whole number, included) raises a ``ValueError``. (Inside a
+    traced function, e.g. ``model.fit`` or ``jit_compile``, the check is skipped, as
+    the values are unknown.) With ``mask_zero=True`` id 0 is padding, exactly as in
+    ``keras.layers.Embedding``: it still has an embedding, and the layer emits the
+    mask ``ids != 0``.
 
     Mixed precision: weights are float32; the softmax and the sum run in float32 and
     the output is cast to the compute dtype.
@@ -78,7 +79,8 @@ class CompositionalEmbedding(keras.layers.Layer):
         input_dim: vocabulary size ``V`` (ids lie in ``[0, V)``).
         output_dim: embedding dimension ``D``.
         num_codebooks: number of codebooks ``M``. Default 8.
-        num_codewords: codewords per codebook ``K``; None (default) for the smallest
+        num_codewords: codewords per codebook ``K`` (at least 2 when ``V > 1``: with
+            one, every id has the same embedding); None (default) for the smallest
             ``K`` with ``K ** M >= V``.
         mask_zero: if True, id 0 is padding and the layer returns a mask.
         codes: None (learned codes), or an integer array ``[V, M]`` with values in
@@ -94,7 +96,8 @@ class CompositionalEmbedding(keras.layers.Layer):
         **kwargs: base layer arguments (``name``, ``dtype``, ...).
 
     Call arguments:
-        inputs: integer ids of any shape ``[...]``.
+        inputs: integer ids of any shape ``[...]`` (a ragged tensor too, as in
+            ``keras.layers.Embedding``: the output is then ragged alike).
 
     Returns:
         Embeddings ``[..., output_dim]``.
@@ -140,6 +143,12 @@ class CompositionalEmbedding(keras.layers.Layer):
         num_codewords = positive_int("num_codewords", num_codewords, allow_none=True)
         if num_codewords is None:
             num_codewords = default_num_codewords(self.input_dim, self.num_codebooks)
+        if num_codewords == 1 and self.input_dim > 1:
+            raise ValueError(
+                "`num_codewords` must be at least 2 for a vocabulary of more than one id: "
+                "with one codeword per codebook every id has the same embedding. "
+                f"Received: num_codewords={num_codewords}, input_dim={self.input_dim}"
+            )
         self.num_codewords = num_codewords
         if not isinstance(mask_zero, bool):
             raise ValueError(
@@ -237,15 +246,21 @@ class CompositionalEmbedding(keras.layers.Layer):
         values = concrete_values(ids)
         if values is None or not values.size:
             return
-        if values.min() < 0 or values.max() >= self.input_dim:
-            bad = values[(values < 0) | (values >= self.input_dim)]
+        # Written so that NaN is out of range too; float ids must be whole numbers.
+        ok = (values >= 0) & (values < self.input_dim)
+        if np.issubdtype(values.dtype, np.floating):
+            ok &= values == np.floor(values)
+        if not ok.all():
             raise ValueError(
-                f"CompositionalEmbedding ids must lie in [0, input_dim) = "
-                f"[0, {self.input_dim}). Received: ids with out-of-range values "
-                f"{np.unique(bad)[:10].tolist()}"
+                f"CompositionalEmbedding ids must be integers in [0, input_dim) = "
+                f"[0, {self.input_dim}). Received: ids with invalid values "
+                f"{np.unique(values[~ok])[:10].tolist()}"
             )
 
     def call(self, inputs):
+        if hasattr(inputs, "flat_values") and hasattr(inputs, "with_flat_values"):
+            # Ragged ids (as keras.layers.Embedding takes them): embed the values.
+            return inputs.with_flat_values(self.call(inputs.flat_values))
         self._check_ids(inputs)
         ids = ops.cast(inputs, "int32")  # floats holding ids are accepted, as in Embedding
         dtype = routing_dtype(self.compute_dtype)
@@ -258,7 +273,11 @@ class CompositionalEmbedding(keras.layers.Layer):
             flat = ops.reshape(codebook, (self.num_codebooks * self.num_codewords, self.output_dim))
             out = ops.sum(ops.take(flat, rows, axis=0), axis=-2)
         else:
-            weights = ops.softmax(ops.cast(ops.take(self.codes, ids, axis=0), dtype), axis=-1)
+            weights = ops.cast(ops.take(self.codes, ids, axis=0), dtype)
+            if self.num_codewords == 1:  # one id, one codeword (Keras warns on a softmax over one)
+                weights = ops.ones_like(weights)
+            else:
+                weights = ops.softmax(weights, axis=-1)
             lead = _LETTERS[:rank]
             out = ops.einsum(f"{lead}mk,mkd->{lead}d", weights, codebook)
         return ops.cast(out, self.compute_dtype)

@@ -6,6 +6,12 @@ import keras
 from keras import ops
 
 from keras_capsules._validation import choice, positive_float, positive_int
+from keras_capsules.layers._vote_routing import (
+    dense_from_ragged,
+    is_ragged,
+    mask_list,
+    shape_tuple,
+)
 from keras_capsules.ops import masked_softmax, routing_dtype
 
 _ALGORITHMS = ("auto", "votes", "moments")
@@ -73,7 +79,8 @@ class EMRouting(keras.layers.Layer):
     Inputs are excluded from routing by a score of ``-inf`` or by a Keras ``mask``
     (False = padding). Excluded inputs never change an output or a gradient, whatever
     their ``mu_inp`` holds (even NaN or inf), and a sample whose inputs are all excluded
-    yields finite outputs.
+    yields finite outputs. (A NaN score at a real input is not an exclusion: it makes
+    its sample's outputs NaN, as in the reference.)
 
     With ``n_out=None`` and a mask, a padded position is padding on the output side
     too: its output is zeros, it takes no part in the E-step, the symmetry-breaking
@@ -124,6 +131,8 @@ class EMRouting(keras.layers.Layer):
         inputs: a list ``[a_inp, mu_inp]``: ``a_inp`` of shape ``[batch, n_inp]`` holds
             raw scores (logits; ``-inf`` excludes an input, ``+inf`` means fully
             active), ``mu_inp`` of shape ``[batch, n_inp, d_cov, d_inp]`` the poses.
+            Either may be a ragged tensor (``[batch, (n_inp), ...]``): it is routed as
+            zero-padded to its longest row with the padding masked.
         mask: optional boolean tensor ``[batch, n_inp]`` (or a list of masks for the
             two inputs, as Keras propagates them); False excludes an input.
 
@@ -203,15 +212,18 @@ class EMRouting(keras.layers.Layer):
 
     # ------------------------------------------------------------------ shapes
     def _split_shapes(self, input_shape):
-        if not isinstance(input_shape, (list, tuple)) or len(input_shape) != 2 or not all(
-            isinstance(s, (list, tuple)) for s in input_shape
-        ):
+        shapes = (
+            [shape_tuple(s) for s in input_shape]
+            if isinstance(input_shape, (list, tuple))
+            else []
+        )
+        if len(shapes) != 2 or any(s is None for s in shapes):
             raise ValueError(
                 "EMRouting expects a list of two inputs [a_inp, mu_inp] with shapes "
                 "[batch, n_inp] and [batch, n_inp, d_cov, d_inp]. "
                 f"Received: input_shape={input_shape}"
             )
-        a_shape, mu_shape = (tuple(s) for s in input_shape)
+        a_shape, mu_shape = shapes
         if len(a_shape) != 2 or len(mu_shape) != 4:
             raise ValueError(
                 "EMRouting expects a_inp of shape [batch, n_inp] (rank 2) and mu_inp of "
@@ -227,6 +239,11 @@ class EMRouting(keras.layers.Layer):
             raise ValueError(
                 "The capsule dimensions d_cov and d_inp (axes 2 and 3 of mu_inp) must be "
                 f"known. Received: mu_inp shape={mu_shape}"
+            )
+        if a_shape[0] is not None and mu_shape[0] is not None and a_shape[0] != mu_shape[0]:
+            raise ValueError(
+                "a_inp and mu_inp must have the same batch size (axis 0). "
+                f"Received: a_inp shape={a_shape}, mu_inp shape={mu_shape}"
             )
         n = a_shape[1] if a_shape[1] is not None else mu_shape[1]
         if self.n_inp is not None and n is not None and n != self.n_inp:
@@ -303,14 +320,19 @@ class EMRouting(keras.layers.Layer):
             return self.algorithm
         if self.n_inp is not None:
             return "votes"
+        if not self.built:
+            raise ValueError(
+                "resolved_algorithm of EMRouting(algorithm='auto') depends on the input "
+                "capsules' d_inp, so it is known once the layer is built. "
+                "Received: an unbuilt layer"
+            )
         cheap = self.d_inp * (self.d_inp + 1) <= 16 * self.d_out
         return "moments" if cheap else "votes"
 
     # ------------------------------------------------------------------ call
-    def _combined_mask(self, mask, n_inp=None):
-        masks = [m for m in (mask if isinstance(mask, (list, tuple)) else [mask]) if m is not None]
+    def _combined_mask(self, mask, n_inp=None, batch=None):
         combined = None
-        for m in masks:
+        for m in mask_list(mask):
             m = ops.cast(m, "bool")
             if len(m.shape) != 2 or (
                 n_inp is not None and m.shape[1] is not None and m.shape[1] != n_inp
@@ -319,8 +341,26 @@ class EMRouting(keras.layers.Layer):
                     f"EMRouting expects a mask of shape [batch, n_inp] = [batch, {n_inp}]. "
                     f"Received: mask shape={tuple(m.shape)}"
                 )
+            if batch is not None and m.shape[0] is not None and m.shape[0] != batch:
+                raise ValueError(
+                    "EMRouting expects a mask with one row per sample, of shape "
+                    f"[batch, n_inp] = [{batch}, {n_inp}]. Received: mask shape={tuple(m.shape)}"
+                )
             combined = m if combined is None else ops.logical_and(combined, m)
         return combined
+
+    @staticmethod
+    def _dense_from_ragged(inputs, mask):
+        """Ragged ``a_inp`` ``[batch, (n_inp)]`` and/or ``mu_inp`` as zero-padded
+        tensors, with their padding (and ``mask``, padded with False) as the mask."""
+        masks = [m.to_tensor(default_value=False) if is_ragged(m) else m for m in mask_list(mask)]
+        dense = []
+        for x in inputs:
+            if is_ragged(x):
+                x, valid = dense_from_ragged(x, None)
+                masks.append(valid)
+            dense.append(x)
+        return dense, masks
 
     def call(self, inputs, mask=None):
         if not isinstance(inputs, (list, tuple)) or len(inputs) != 2:
@@ -329,6 +369,8 @@ class EMRouting(keras.layers.Layer):
                 f"Received: {type(inputs).__name__} of length "
                 f"{len(inputs) if isinstance(inputs, (list, tuple)) else 'n/a'}"
             )
+        if any(is_ragged(x) for x in inputs):
+            inputs, mask = self._dense_from_ragged(inputs, mask)
         a_inp, mu_inp = inputs
         self._split_shapes([tuple(a_inp.shape), tuple(mu_inp.shape)])
         if tuple(mu_inp.shape[2:]) != (self.d_cov, self.d_inp):
@@ -344,9 +386,11 @@ class EMRouting(keras.layers.Layer):
 
         # Excluded inputs: -inf scores or mask == False. Their activation is zero and
         # their poses are replaced by zeros before any arithmetic touches them.
-        valid = a_inp > ops.cast(-math.inf, dtype)
+        # A NaN score is not an exclusion: it gives NaN, as in the reference.
+        valid = ops.not_equal(a_inp, ops.cast(-math.inf, dtype))
         n_inp = a_inp.shape[1] if a_inp.shape[1] is not None else mu_inp.shape[1]
-        user_mask = self._combined_mask(mask, n_inp)
+        batch = a_inp.shape[0] if a_inp.shape[0] is not None else mu_inp.shape[0]
+        user_mask = self._combined_mask(mask, n_inp, batch)
         if user_mask is not None:
             valid = ops.logical_and(valid, user_mask)
         f = ops.where(valid, ops.sigmoid(ops.where(valid, a_inp, ops.zeros_like(a_inp))), 0.0)
@@ -392,7 +436,12 @@ class EMRouting(keras.layers.Layer):
     def _assign(a_out, log_p, f, out_valid):
         """E-step: ``D_use = f R``, ``R`` the softmax over the (real) outputs."""
         logits = ops.log_sigmoid(a_out)[:, None, :] + log_p
-        if out_valid is None:
+        if logits.shape[-1] == 1:
+            # A single output takes every input whole (Keras warns on a softmax over one entry).
+            r = ops.ones_like(logits)
+            if out_valid is not None:
+                r = r * out_valid[:, None, :]
+        elif out_valid is None:
             r = ops.softmax(logits, axis=-1)
         else:
             r = masked_softmax(logits, out_valid[:, None, :] > 0, axis=-1)

@@ -66,7 +66,9 @@ class KMeansRouting(VoteRouting):
         **kwargs: base layer arguments (``name``, ``dtype``, ...).
 
     Call arguments:
-        inputs: input capsules, shape ``[batch, n_in, d_in]``.
+        inputs: input capsules, shape ``[batch, n_in, d_in]``, or a ragged tensor
+            ``[batch, (n_in), d_in]`` (shared weights), routed as zero-padded to its
+            longest row with the padding masked.
         mask: optional boolean tensor ``[batch, n_in]``; False marks a padded input.
 
     Returns:

@@ -61,3 +61,13 @@ def test_trains_under_mirrored_strategy_with_finite_gradients():
     assert np.isfinite(history.history["loss"][0])
     assert all(np.all(np.isfinite(w)) for w in after)
     assert any(not np.array_equal(a, b) for a, b in zip(after, before))
+
+
+def test_a_list_of_inputs_is_a_clear_error():
+    # A list of inputs gave a bogus symbolic output, then an AttributeError at run time.
+    with pytest.raises(ValueError, match=r"\[batch, \.\.\., d\]"):
+        CapsuleLength()([keras.Input((3, 4)), keras.Input((3, 4))])
+    x = np.ones((2, 3, 4), "float32")
+    with pytest.raises(ValueError, match=r"\[batch, \.\.\., d\]"):
+        CapsuleLength()([x, x])
+    assert CapsuleLength().compute_output_shape(tf.TensorShape([None, 3, 4])) == (None, 3)

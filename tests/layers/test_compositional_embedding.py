@@ -1,5 +1,7 @@
 """CompositionalEmbedding: reference conformance, fixed codes, masking, contract, errors."""
 
+import warnings
+
 import keras
 import numpy as np
 import pytest
@@ -142,6 +144,10 @@ def test_out_of_range_ids_raise_in_eager_mode():
         (dict(input_dim=10, output_dim=2.0), "output_dim"),
         (dict(input_dim=10, output_dim=4, num_codebooks=0), "num_codebooks"),
         (dict(input_dim=10, output_dim=4, num_codewords=-2), "num_codewords"),
+        # num_codewords=1 gave every id the same embedding, silently.
+        (dict(input_dim=10, output_dim=4, num_codewords=1), "num_codewords=1, input_dim=10"),
+        (dict(input_dim=10, output_dim=4, num_codebooks=2, num_codewords=1,
+              codes=np.zeros((10, 2), int)), "num_codewords=1"),
         (dict(input_dim=10, output_dim=4, mask_zero="yes"), "mask_zero"),
         (dict(input_dim=10, output_dim=4, fixed_codes=1), "fixed_codes"),
         (dict(input_dim=10, output_dim=4, codes=np.zeros((10, 8), int), fixed_codes=False),
@@ -199,3 +205,37 @@ def test_to_fixed_codes_refuses_codes_arguments(kwargs):
     layer.build()
     with pytest.raises(ValueError, match=f"Received: {next(iter(kwargs))}="):
         layer.to_fixed_codes(**kwargs)
+
+
+def test_single_id_vocabulary_gives_no_softmax_warning():
+    # input_dim=1 (num_codewords=1) made Keras warn "softmax over axis -1 ... has size 1".
+    layer = CompositionalEmbedding(1, 3, num_codebooks=2, codebook_initializer="ones")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = layer(np.zeros((2, 4), "int32"))
+    np.testing.assert_allclose(out.numpy(), 2.0)
+
+
+def test_nan_and_fractional_float_ids_raise_in_eager_mode():
+    # NaN ids passed the check (a GatherV2 error on index -2**31); 2.5 was cut to id 2.
+    layer = CompositionalEmbedding(10, 4, num_codebooks=2)
+    with pytest.raises(ValueError, match=r"\[0, 10\).*\[nan\]"):
+        layer(np.array([[1.0, np.nan]]))
+    with pytest.raises(ValueError, match=r"\[2\.5\]"):
+        layer(np.array([[2.5, 3.0]]))
+    np.testing.assert_array_equal(layer(np.array([[2.0]])).numpy(), layer(np.array([[2]])).numpy())
+
+
+@pytest.mark.parametrize("fixed", [False, True])
+def test_ragged_ids_as_in_keras_embedding(fixed):
+    # Ragged ids failed with "TypeError: object of type 'RaggedTensor' has no len()".
+    codes = np.arange(20).reshape(10, 2) % 4 if fixed else None
+    layer = CompositionalEmbedding(10, 3, num_codebooks=2, mask_zero=True, codes=codes)
+    ids = tf.ragged.constant([[1, 2, 0], [4]])
+    out = layer(ids)
+    assert isinstance(out, tf.RaggedTensor) and out.shape.as_list() == [2, None, 3]
+    np.testing.assert_allclose(out[0].numpy(), layer(np.array([1, 2, 0])).numpy(), rtol=1e-6)
+    np.testing.assert_allclose(out[1].numpy(), layer(np.array([4])).numpy(), rtol=1e-6)
+    assert layer.compute_mask(ids).to_list() == [[True, True, False], [True]]
+    with pytest.raises(ValueError, match=r"\[12\]"):
+        layer(tf.ragged.constant([[1, 12]]))

@@ -1,6 +1,7 @@
 """EMRouting: reference conformance, padding, the layer contract, errors, learning."""
 
 import json
+import warnings
 
 import keras
 import numpy as np
@@ -440,3 +441,93 @@ def test_variable_outputs_train_on_batches_of_different_lengths():
     )
     history = model.fit(tf.data.Dataset.from_generator(batches, output_signature=spec), verbose=0)
     assert np.isfinite(history.history["loss"][0])
+
+
+def test_shapes_given_as_tensorshape_or_numpy_integers():
+    # A list of tf.TensorShape (or numpy-integer dims) was refused as "not two inputs".
+    layer = EMRouting(n_out=3, d_out=2)
+    want = [(None, 3), (None, 3, 4, 2), (None, 3, 4, 2)]
+    shapes = [tf.TensorShape([None, 5]), tf.TensorShape([None, 5, 4, 4])]
+    assert layer.compute_output_shape(shapes) == want
+    assert layer.compute_output_shape([(None, np.int64(5)), (None, 5, np.int64(4), 4)]) == want
+    layer.build([tf.zeros((2, 5)).shape, tf.zeros((2, 5, 4, 4)).shape])
+    assert tuple(layer.kernel.shape) == (1, 3, 4, 2)
+    with pytest.raises(ValueError, match="two inputs"):
+        layer.compute_output_shape([(None, 5), (None, 5, 4.0, 4)])
+
+
+def test_mask_given_as_nested_python_lists():
+    # A nested-list mask was read as one mask per row: "Received: mask shape=(3,)".
+    rng = np.random.default_rng(3)
+    a = rng.normal(size=(2, 3)).astype("float32")
+    mu = rng.normal(size=(2, 3, 2, 2)).astype("float32")
+    layer = EMRouting(n_out=2, d_out=2)
+    mask = [[True, True, False], [True, True, True]]
+    for got, want in zip(layer([a, mu], mask=mask), layer([a, mu], mask=np.array(mask))):
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+def test_resolved_algorithm_before_build_is_a_clear_error():
+    # Reading resolved_algorithm of an unbuilt 'auto' layer was an AttributeError about d_inp.
+    with pytest.raises(ValueError, match="once the layer is built"):
+        EMRouting(n_out=3, d_out=2).resolved_algorithm
+    assert EMRouting(n_out=3, d_out=2, algorithm="votes").resolved_algorithm == "votes"
+
+
+def test_inputs_and_mask_with_other_batch_sizes_are_clear_errors():
+    # mu_inp (or a mask) of batch 1 was broadcast silently over a_inp's batch of 2.
+    a, mu = np.zeros((2, 5), "float32"), np.zeros((2, 5, 4, 4), "float32")
+    for n_out in (3, None):
+        layer = EMRouting(n_out=n_out, d_out=2)
+        with pytest.raises(ValueError, match="same batch size"):
+            layer([a, mu[:1]])
+        with pytest.raises(ValueError, match="same batch size"):
+            layer([keras.Input((5,), batch_size=2), keras.Input((5, 4, 4), batch_size=3)])
+        with pytest.raises(ValueError, match=r"one row per sample.*\[2, 5\]"):
+            layer([a, mu], mask=np.ones((1, 5), bool))
+
+
+@pytest.mark.parametrize("algorithm", ["votes", "moments"])
+def test_nan_score_of_a_real_input_is_not_an_exclusion(algorithm):
+    # A NaN score excluded its input silently (as -inf does), hiding the NaN.
+    rng = np.random.default_rng(5)
+    a = rng.normal(size=(2, 4)).astype("float32")
+    mu = rng.normal(size=(2, 4, 2, 2)).astype("float32")
+    layer = EMRouting(n_out=3, d_out=2, algorithm=algorithm)
+    clean = [o.numpy() for o in layer([a, mu])]
+    a[0, 1] = np.nan
+    outs = [o.numpy() for o in layer([a, mu])]
+    assert all(np.all(np.isnan(o[0])) for o in outs)
+    for got, want in zip(outs, clean):
+        np.testing.assert_array_equal(got[1], want[1])
+    mask = np.ones((2, 4), bool)
+    mask[0, 1] = False  # a padded input's NaN score still changes nothing
+    assert all(np.all(np.isfinite(o.numpy())) for o in layer([a, mu], mask=mask))
+
+
+@pytest.mark.parametrize("algorithm", ["votes", "moments"])
+def test_single_output_capsule_gives_no_softmax_warning(algorithm):
+    # One output (n_out=1, or n_out=None with one input) made Keras warn on every call.
+    rng = np.random.default_rng(6)
+    a = rng.normal(size=(2, 3)).astype("float32")
+    mu = rng.normal(size=(2, 3, 2, 2)).astype("float32")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        outs = EMRouting(n_out=1, d_out=2, algorithm=algorithm)([a, mu])
+        outs += EMRouting(n_out=None, d_out=2, algorithm=algorithm)(
+            [a[:, :1], mu[:, :1]], mask=np.array([[True], [False]])
+        )
+    assert all(np.all(np.isfinite(o.numpy())) for o in outs)
+
+
+@pytest.mark.parametrize("n_out", [3, None])
+def test_ragged_inputs_route_as_padded_and_masked(n_out):
+    # Ragged a_inp/mu_inp failed with "TypeError: object of type 'RaggedTensor' has no len()".
+    rng = np.random.default_rng(9)
+    a = tf.RaggedTensor.from_row_lengths(rng.normal(size=(4,)).astype("float32"), [3, 1])
+    mu = tf.RaggedTensor.from_row_lengths(rng.normal(size=(4, 2, 2)).astype("float32"), [3, 1])
+    layer = EMRouting(n_out=n_out, d_out=2)
+    want = layer([a.to_tensor(), mu.to_tensor()], mask=np.array([[1, 1, 1], [1, 0, 0]], bool))
+    for inputs in ([a, mu], [a, mu.to_tensor()]):
+        for got, expected in zip(layer(inputs), want):
+            np.testing.assert_array_equal(got.numpy(), expected.numpy())
