@@ -95,6 +95,11 @@ class AtomicModelCheckpoint(keras.callbacks.ModelCheckpoint):
 class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
     """``BackupAndRestore`` whose files are replaced atomically.
 
+    Unlike Keras' callback, it can be used for several ``fit`` calls of one model, and
+    a mid-epoch backup of a resumed run records the epoch it was made in (Keras'
+    records the epoch of an earlier ``fit``, or 0 in a new process, until the first
+    epoch ends, so a second crash restarted training from that epoch).
+
     Attributes:
         restored_epoch: the epoch training resumed at (0 for a fresh start), set by
             ``on_train_begin``.
@@ -103,8 +108,19 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
     restored_epoch = 0
 
     def on_train_begin(self, logs=None):
+        # Keras never clears the epoch a restore sets: an earlier fit's would apply here.
+        self.model._initial_epoch = None
         super().on_train_begin(logs)
-        self.restored_epoch = int(getattr(self.model, "_initial_epoch", None) or 0)
+        self.restored_epoch = int(self.model._initial_epoch or 0)
+        # The epoch that backups record until the first epoch of this fit ends.
+        self._current_epoch = self.restored_epoch
+        self._last_batch_seen = 0
+        self._batches_seen_since_last_saving = 0
+
+    def on_train_end(self, logs=None):
+        super().on_train_end(logs)
+        # A later fit of the model (with or without this callback) starts at its own initial_epoch.
+        self.model._initial_epoch = None
 
     def _save_model(self):
         os.makedirs(self.backup_dir, exist_ok=True)
