@@ -117,34 +117,38 @@ class RAdam(keras.optimizers.Optimizer):
 
     def update_step(self, gradient, variable, learning_rate):
         dtype = variable.dtype
-        lr = ops.cast(learning_rate, dtype)
-        gradient = ops.cast(gradient, dtype)
-        t = ops.cast(self.iterations + 1, dtype)
+        # The step is computed in float32 (float64 for float64 variables): in float16 or
+        # bfloat16, 1 - beta_2^t and rho_t cancel to nonsense (the rectified step never
+        # started) and epsilon rounds to 0 (a zero gradient gave 0 / 0).
+        compute_dtype = "float64" if dtype == "float64" else "float32"
+        lr = ops.cast(learning_rate, compute_dtype)
+        t = ops.cast(self.iterations + 1, compute_dtype)
         # Python floats stay exact: ops.cast(0.999, "float64") would round through float32.
         beta_1, beta_2 = self.beta_1, self.beta_2
-        beta_1_power = ops.power(ops.convert_to_tensor(beta_1, dtype=dtype), t)
-        beta_2_power = ops.power(ops.convert_to_tensor(beta_2, dtype=dtype), t)
+        beta_1_power = ops.power(ops.convert_to_tensor(beta_1, dtype=compute_dtype), t)
+        beta_2_power = ops.power(ops.convert_to_tensor(beta_2, dtype=compute_dtype), t)
 
+        gradient = ops.cast(gradient, dtype)
         m = self._momentums[self._get_variable_index(variable)]
         v = self._velocities[self._get_variable_index(variable)]
         self.assign_add(m, ops.multiply(ops.subtract(gradient, m), 1.0 - beta_1))
         self.assign_add(v, ops.multiply(ops.subtract(ops.square(gradient), v), 1.0 - beta_2))
-        m_hat = ops.divide(m, 1.0 - beta_1_power)
+        m_hat = ops.divide(ops.cast(m, compute_dtype), 1.0 - beta_1_power)
 
         # Length of the approximated simple moving average (rho_1 = 1 for any beta_2).
         rho_inf = 2.0 / (1.0 - beta_2) - 1.0
         rho_t = rho_inf - 2.0 * t * beta_2_power / (1.0 - beta_2_power)
         rectify = rho_t > 4.0
         # Both branches are evaluated; the unused one must not produce a NaN.
-        rho_safe = ops.where(rectify, rho_t, ops.convert_to_tensor(5.0, dtype=dtype))
+        rho_safe = ops.where(rectify, rho_t, ops.convert_to_tensor(5.0, dtype=compute_dtype))
         r_t = ops.sqrt(
             (rho_safe - 4.0) * (rho_safe - 2.0) * (rho_inf / ((rho_inf - 4.0) * (rho_inf - 2.0)))
             / rho_safe
         )
-        v_hat = ops.divide(v, 1.0 - beta_2_power)
+        v_hat = ops.divide(ops.cast(v, compute_dtype), 1.0 - beta_2_power)
         adaptive = r_t * m_hat / (ops.sqrt(v_hat) + self.epsilon)
         step = ops.where(rectify, adaptive, m_hat)
-        self.assign_sub(variable, ops.multiply(lr, step))
+        self.assign_sub(variable, ops.cast(ops.multiply(lr, step), dtype))
 
     def get_config(self):
         config = super().get_config()

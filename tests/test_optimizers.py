@@ -95,6 +95,20 @@ def test_first_step_is_sgd_with_momentum():
     np.testing.assert_allclose(ours, X0 - 0.1 * (A @ X0 - B), rtol=1e-6)
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_precision_variables_follow_the_published_rule(dtype):
+    # Audit 9: with float16/bfloat16 variables, 1 - beta_2^t and rho_t were computed in
+    # that dtype and cancelled, so the rectified step never started (momentum SGD throughout).
+    gradient = np.array([1.0, 0.0, -1.0])  # exact in both dtypes; a zero gradient must stay finite
+    x = keras.Variable(np.zeros(3), dtype=dtype)
+    optimizer = RAdam(0.01)
+    for _ in range(8):
+        optimizer.apply_gradients([(tf.constant(gradient, dtype), x)])
+    ref, rectified = _numpy_radam(np.zeros(3), lambda theta: gradient, [0.01] * 8)
+    assert rectified[-1]
+    np.testing.assert_allclose(np.asarray(x.numpy(), np.float64), ref[-1], atol=1e-3)
+
+
 def test_serialization_round_trip(tmp_path):
     opt = RAdam(one_cycle_schedule(100), beta_1=0.8, beta_2=0.99, epsilon=1e-6, weight_decay=0.01)
     config = keras.optimizers.serialize(opt)
