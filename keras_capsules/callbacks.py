@@ -1,5 +1,6 @@
 """Callbacks for long training runs."""
 
+import math
 import time
 
 import keras
@@ -9,7 +10,13 @@ class TimeBudget(keras.callbacks.Callback):
     """Stops training once a wall-time budget is spent (checked after every batch).
 
     The clock starts at the first ``fit`` the callback is used in and keeps running
-    across later ``fit`` calls, so one budget can cover several training phases.
+    across later ``fit`` calls, so one budget can cover several training phases. It
+    is not saved: a run resumed in a new process (``BackupAndRestore``) gets a new
+    budget.
+
+    Keras checks for a stop only after a batch, so a ``fit`` started once the budget
+    is spent still runs one batch (one more optimizer step) before it stops; test
+    ``budget.elapsed > budget.seconds`` before calling ``fit`` to skip it.
 
     Args:
         seconds: the budget, a positive number of seconds.
@@ -59,8 +66,9 @@ class BudgetLinearDecay(keras.callbacks.Callback):
     schedule cannot end where training ends. This callback sets the optimizer's
     learning rate before every batch to
     ``initial * (1 - (1 - final_fraction) * min(1, elapsed / seconds))``, where
-    ``initial`` is the learning rate the optimizer held when training began and
-    ``elapsed`` is read from ``budget``. Ending training with a small learning rate
+    ``initial`` is ``initial_learning_rate`` or, if that is None, the learning rate the
+    optimizer held when the first ``fit`` began, and ``elapsed`` is read from
+    ``budget``. Ending training with a small learning rate
     usually gives a clearly better final model than a constant one ("budgeted
     training", Li et al. 2020).
 
@@ -69,6 +77,10 @@ class BudgetLinearDecay(keras.callbacks.Callback):
             same ``callbacks`` list, before this one).
         final_fraction: the learning rate at the end of the budget, as a fraction of
             the initial one, in ``[0, 1]``. Default 0.05.
+        initial_learning_rate: the rate the decay starts from. Default None: the
+            optimizer's rate at the first ``fit``. Pass it when training may resume
+            from a ``BackupAndRestore`` backup: the restored optimizer holds the
+            already decayed rate, which would otherwise become the new initial one.
 
     Example:
 
@@ -80,20 +92,32 @@ class BudgetLinearDecay(keras.callbacks.Callback):
     ```
     """
 
-    def __init__(self, budget, final_fraction=0.05):
+    def __init__(self, budget, final_fraction=0.05, initial_learning_rate=None):
         super().__init__()
         if not isinstance(budget, TimeBudget):
             raise ValueError(f"`budget` must be a TimeBudget. Received: budget={budget!r}")
         if isinstance(final_fraction, bool) or not isinstance(final_fraction, (int, float)) \
                 or not 0.0 <= final_fraction <= 1.0:
             raise ValueError(f"`final_fraction` must be in [0, 1]. Received: final_fraction={final_fraction!r}")
+        if initial_learning_rate is not None and (
+            isinstance(initial_learning_rate, bool)
+            or not isinstance(initial_learning_rate, (int, float))
+            or not 0 < initial_learning_rate < math.inf
+        ):
+            raise ValueError(
+                "`initial_learning_rate` must be a positive number or None. "
+                f"Received: initial_learning_rate={initial_learning_rate!r}"
+            )
         self.budget = budget
         self.final_fraction = float(final_fraction)
-        self.initial = None
+        self.initial_learning_rate = None if initial_learning_rate is None else float(initial_learning_rate)
+        self.initial = self.initial_learning_rate
 
     def on_train_begin(self, logs=None):
         optimizer = self.model.optimizer
-        if isinstance(optimizer._learning_rate, keras.optimizers.schedules.LearningRateSchedule):
+        # Under mixed_float16, compile wraps the optimizer in a LossScaleOptimizer.
+        inner = getattr(optimizer, "inner_optimizer", optimizer)
+        if isinstance(inner._learning_rate, keras.optimizers.schedules.LearningRateSchedule):
             raise ValueError("BudgetLinearDecay needs an optimizer with a constant learning rate, not a schedule.")
         if self.initial is None:
             self.initial = float(keras.ops.convert_to_numpy(optimizer.learning_rate))
@@ -104,4 +128,9 @@ class BudgetLinearDecay(keras.callbacks.Callback):
         return 1.0 - (1.0 - self.final_fraction) * spent
 
     def on_train_batch_begin(self, batch, logs=None):
+        if self.budget._start is None:
+            raise ValueError(
+                "BudgetLinearDecay: its TimeBudget is not running; put the budget in the "
+                "same `callbacks` list of `fit`."
+            )
         self.model.optimizer.learning_rate = self.initial * self.factor()

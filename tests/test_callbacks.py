@@ -74,3 +74,41 @@ def test_budget_linear_decay_bad_arguments():
     budget = TimeBudget(60.0)
     with pytest.raises(ValueError, match="constant learning rate"):
         model.fit(x, y, epochs=1, callbacks=[budget, BudgetLinearDecay(budget)], verbose=0)
+
+
+def test_budget_linear_decay_resumed_run_starts_from_the_given_initial_rate():
+    # Audit 9: a run resumed from a backup read its initial rate from the restored
+    # optimizer, already decayed, and decayed again from there; it can now be given.
+    x, y = np.zeros((64, 3), "float32"), np.zeros((64, 1), "float32")
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    model.compile(keras.optimizers.Adam(0.02), "mse")
+    model.optimizer.learning_rate = 0.005  # as restored from a backup made late in the budget
+    budget = _FakeClockBudget(4.0)
+    record = _RecordLearningRate()
+    decay = BudgetLinearDecay(budget, 0.1, initial_learning_rate=0.02)
+    model.fit(x, y, batch_size=8, epochs=1, callbacks=[budget, decay, record], verbose=0)
+    expected = [0.02 * (1 - 0.9 * min(1.0, k / 4)) for k in range(5)]
+    np.testing.assert_allclose(record.rates, expected, rtol=1e-6)
+    with pytest.raises(ValueError, match="Received: initial_learning_rate=0"):
+        BudgetLinearDecay(budget, initial_learning_rate=0)
+
+
+def test_budget_linear_decay_refuses_a_schedule_inside_a_loss_scale_optimizer():
+    # Audit 9: under mixed_float16 (compile wraps the optimizer in a LossScaleOptimizer)
+    # a schedule was not detected and fit failed with Keras' TypeError on the first batch.
+    model = _model()
+    schedule = keras.optimizers.schedules.ExponentialDecay(0.1, 10, 0.5)
+    model.compile(keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(schedule)), "mse")
+    x, y = np.zeros((8, 3), "float32"), np.zeros((8, 1), "float32")
+    budget = TimeBudget(60.0)
+    with pytest.raises(ValueError, match="constant learning rate"):
+        model.fit(x, y, epochs=1, callbacks=[budget, BudgetLinearDecay(budget)], verbose=0)
+
+
+def test_budget_linear_decay_without_its_budget_in_fit_is_an_error():
+    # Audit 9: a budget left out of `callbacks` never started its clock, so the rate
+    # silently stayed at its initial value.
+    model = _model()
+    x, y = np.zeros((8, 3), "float32"), np.zeros((8, 1), "float32")
+    with pytest.raises(ValueError, match="TimeBudget is not running"):
+        model.fit(x, y, epochs=1, callbacks=[BudgetLinearDecay(TimeBudget(60.0))], verbose=0)
