@@ -30,6 +30,7 @@ each worker takes its share of every global batch.
 """
 
 import json
+import numbers
 import os
 
 from applications.errors import StrategyError
@@ -87,7 +88,8 @@ def make_strategy(name="default", tpu=None):
         tpu: the TPU name or address for ``name="tpu"`` (None: the TPU of this VM).
 
     Raises:
-        StrategyError: an unknown name, or no TPU reachable.
+        StrategyError: an unknown name, no TPU reachable, or ``multiworker`` asked for
+            after TensorFlow ran its first op.
     """
     if name not in STRATEGIES:
         raise StrategyError(f"unknown strategy {name!r}; choose from {', '.join(STRATEGIES)}")
@@ -108,7 +110,15 @@ def _create(name, tpu):
         return tf.distribute.MirroredStrategy([d.name for d in devices])
     if name == "multiworker":
         tf_config()  # a malformed TF_CONFIG is one clear line, not a JSON or int() error
-        return tf.distribute.MultiWorkerMirroredStrategy()
+        try:
+            return tf.distribute.MultiWorkerMirroredStrategy()
+        except RuntimeError as err:
+            if "startup" not in str(err):  # "Collective ops must be configured at program startup"
+                raise
+            raise StrategyError(
+                f"the multiworker strategy must be created before TensorFlow runs its first op ({err}); "
+                "call make_strategy('multiworker') first thing in the process"
+            ) from None
     try:
         resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu)
         tf.config.experimental_connect_to_cluster(resolver)
@@ -123,6 +133,13 @@ def _create(name, tpu):
 
 def global_batch_size(per_replica_batch_size, strategy):
     """``per_replica_batch_size x strategy.num_replicas_in_sync``."""
+    # int() silently truncated 8.5 to 8, and 0 or -2 failed later inside tf.data.
+    if isinstance(per_replica_batch_size, bool) or not isinstance(per_replica_batch_size, numbers.Integral) \
+            or per_replica_batch_size < 1:
+        raise ValueError(
+            "`per_replica_batch_size` must be a positive integer. "
+            f"Received: per_replica_batch_size={per_replica_batch_size!r}"
+        )
     return int(per_replica_batch_size) * int(strategy.num_replicas_in_sync)
 
 

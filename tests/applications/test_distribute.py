@@ -103,3 +103,24 @@ def test_two_workers_end_with_identical_weights(tmp_path):
     assert len(chief.files) == len(worker.files) > 0
     for key in chief.files:
         np.testing.assert_array_equal(chief[key], worker[key], err_msg=key)
+
+
+@pytest.mark.parametrize("value", [8.5, "8", 0, -2, None, True])
+def test_global_batch_size_refuses_a_bad_per_replica_batch(value):
+    # Audit 9: int() truncated 8.5 to 8 and let 0 or -2 through to fail inside tf.data.
+    with pytest.raises(ValueError, match="Received: per_replica_batch_size="):
+        distribute.global_batch_size(value, distribute.make_strategy("default"))
+    assert distribute.global_batch_size(np.int64(4), distribute.make_strategy("default")) == 4
+
+
+def test_multiworker_after_tensorflow_started_is_a_strategy_error(monkeypatch):
+    # Audit 9: a raw RuntimeError "Collective ops must be configured at program startup".
+    import tensorflow as tf
+
+    cluster = {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 0}}))
+    monkeypatch.delitem(distribute._CACHE, "multiworker", raising=False)
+    tf.constant(1.0) + 1.0  # TensorFlow has run an op (else the strategy would wait for worker 1)
+    with pytest.raises(StrategyError, match="before TensorFlow runs its first op"):
+        distribute.make_strategy("multiworker")
+    assert "multiworker" not in distribute._CACHE
