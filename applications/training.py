@@ -39,13 +39,15 @@ def mixup(dataset, alpha=0.2, seed=None, num_classes=None, per_example=True):
     with ``lam ~ Beta(alpha, alpha)``. ``x`` may be a tensor or a tuple/list/dict of
     floating tensors (every one mixed with the same ``lam`` and permutation); ``y``
     must be one-hot (or any distribution over classes), so mixed targets still sum
-    to 1. Elements ``(x, y, sample_weight)`` keep their weights unmixed.
+    to 1. Elements ``(x, y, sample_weight)`` keep their weights unmixed. Every pass over
+    the dataset (every epoch) draws new weights and permutations.
 
     Args:
         dataset: a batched ``tf.data.Dataset`` of ``(x, y)`` or ``(x, y, w)``.
         alpha: the Beta distribution's parameter (> 0). Default 0.2 (Heinsen 2019).
         seed: integer seed for reproducible mixing, or None for a random one.
-        num_classes: if given, integer labels ``y`` are one-hot encoded first.
+        num_classes: if given, integer labels ``y`` (``[batch]`` or ``[batch, 1]``) are
+            one-hot encoded first.
         per_example: draw one ``lam`` per example (default) or one per batch.
 
     Returns:
@@ -54,7 +56,9 @@ def mixup(dataset, alpha=0.2, seed=None, num_classes=None, per_example=True):
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < math.inf:
         # alpha=inf would mix every pair into NaN.
         raise ValueError(f"`alpha` must be a finite positive number. Received: alpha={alpha!r}")
-    seeds = tf.data.Dataset.random(seed=seed).batch(2, drop_remainder=True)
+    # Without rerandomize_each_iteration every epoch repeated the first one's weights and
+    # permutations (seed or not); with it, a seeded run is still reproducible.
+    seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).batch(2, drop_remainder=True)
 
     def transform(element, seed_pair):
         if not isinstance(element, tuple) or len(element) not in (2, 3):
@@ -64,6 +68,8 @@ def mixup(dataset, alpha=0.2, seed=None, num_classes=None, per_example=True):
             )
         x, y = element[0], element[1]
         if num_classes is not None:
+            if y.shape.rank == 2 and y.shape[-1] == 1:  # Keras' sparse labels [batch, 1]
+                y = y[:, 0]
             y = tf.one_hot(tf.cast(y, tf.int32), num_classes)
         batch = tf.shape(y)[0]
         seed_a, seed_b = tf.unstack(tf.random.experimental.stateless_split(seed_pair, 2))
