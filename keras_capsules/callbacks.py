@@ -1,6 +1,7 @@
 """Callbacks for long training runs."""
 
 import math
+import numbers
 import time
 
 import keras
@@ -37,7 +38,8 @@ class TimeBudget(keras.callbacks.Callback):
 
     def __init__(self, seconds):
         super().__init__()
-        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0:
+        # numbers.Real: np.int64 / np.float32 seconds (from numpy arithmetic) were refused.
+        if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real) or not seconds > 0:
             raise ValueError(f"`seconds` must be a positive number. Received: seconds={seconds!r}")
         self.seconds = float(seconds)
         self.steps = 0
@@ -96,12 +98,12 @@ class BudgetLinearDecay(keras.callbacks.Callback):
         super().__init__()
         if not isinstance(budget, TimeBudget):
             raise ValueError(f"`budget` must be a TimeBudget. Received: budget={budget!r}")
-        if isinstance(final_fraction, bool) or not isinstance(final_fraction, (int, float)) \
+        if isinstance(final_fraction, bool) or not isinstance(final_fraction, numbers.Real) \
                 or not 0.0 <= final_fraction <= 1.0:
             raise ValueError(f"`final_fraction` must be in [0, 1]. Received: final_fraction={final_fraction!r}")
         if initial_learning_rate is not None and (
             isinstance(initial_learning_rate, bool)
-            or not isinstance(initial_learning_rate, (int, float))
+            or not isinstance(initial_learning_rate, numbers.Real)
             or not 0 < initial_learning_rate < math.inf
         ):
             raise ValueError(

@@ -83,11 +83,21 @@ class RAdam(keras.optimizers.Optimizer):
         name="radam",
         **kwargs,
     ):
+        # numbers.Real: numpy scalars (np.float32 from a config or a tuner) are numbers too.
         for arg, value in (("beta_1", beta_1), ("beta_2", beta_2)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < 1:
                 raise ValueError(f"`{arg}` must be a number in [0, 1). Received: {arg}={value!r}")
-        if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or epsilon < 0:
-            raise ValueError(f"`epsilon` must be a non-negative number. Received: epsilon={epsilon!r}")
+        # A NaN epsilon was accepted and turned every adaptive step into NaN.
+        if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real) or not 0 <= epsilon < math.inf:
+            raise ValueError(f"`epsilon` must be a finite non-negative number. Received: epsilon={epsilon!r}")
+        if isinstance(learning_rate, numbers.Real) and not isinstance(learning_rate, bool) \
+                and not 0 <= learning_rate < math.inf:
+            raise ValueError(
+                "`learning_rate` must be a finite non-negative number or a schedule. "
+                f"Received: learning_rate={learning_rate!r}"
+            )
+        if isinstance(learning_rate, numbers.Real) and not isinstance(learning_rate, bool):
+            learning_rate = float(learning_rate)  # Keras refuses an np.float32 rate
         super().__init__(
             learning_rate=learning_rate,
             name=name,
@@ -182,6 +192,9 @@ def one_cycle_schedule(total_steps, min_lr=1e-5, max_lr=5e-4, warmup_fraction=0.
             f"`total_steps` must be an integer >= 2. Received: total_steps={total_steps!r}"
         )
     total_steps = int(total_steps)
+    for arg, value in (("min_lr", min_lr), ("max_lr", max_lr), ("warmup_fraction", warmup_fraction)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):  # "1e-4" was a TypeError
+            raise ValueError(f"`{arg}` must be a number. Received: {arg}={value!r}")
     if not 0 < min_lr <= max_lr < math.inf:
         raise ValueError(
             f"Expected 0 < min_lr <= max_lr, both finite. Received: min_lr={min_lr!r}, max_lr={max_lr!r}"

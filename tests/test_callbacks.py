@@ -33,6 +33,13 @@ def test_bad_budget(seconds):
         TimeBudget(seconds)
 
 
+def test_numpy_scalars_are_numbers():
+    # Audit 9: np.int64 / np.float32 budgets and fractions were refused as "must be a positive number".
+    budget = TimeBudget(np.int64(600))
+    assert budget.seconds == 600.0 and TimeBudget(np.float32(1.5)).seconds == 1.5
+    assert BudgetLinearDecay(budget, final_fraction=np.float32(0.5)).final_fraction == 0.5
+
+
 class _FakeClockBudget(TimeBudget):
     """A budget whose clock advances by one second per training batch."""
 

@@ -134,11 +134,21 @@ def test_serialization_round_trip(tmp_path):
 
 @pytest.mark.parametrize(
     "kwargs,name",
-    [(dict(beta_1=1.0), "beta_1"), (dict(beta_2=-0.1), "beta_2"), (dict(epsilon=-1.0), "epsilon")],
+    [(dict(beta_1=1.0), "beta_1"), (dict(beta_2=-0.1), "beta_2"), (dict(epsilon=-1.0), "epsilon"),
+     # Audit 9: a NaN epsilon or learning rate was accepted and trained every weight to NaN.
+     (dict(epsilon=float("nan")), "epsilon"), (dict(learning_rate=float("nan")), "learning_rate"),
+     (dict(learning_rate=-0.1), "learning_rate")],
 )
 def test_bad_arguments(kwargs, name):
     with pytest.raises(ValueError, match=f"Received: {name}="):
         RAdam(**kwargs)
+
+
+def test_numpy_scalar_arguments_are_numbers():
+    # Audit 9: np.float32 betas and epsilon were refused as "must be a number".
+    opt = RAdam(np.float32(0.01), beta_1=np.float32(0.8), beta_2=np.float64(0.99), epsilon=np.float32(1e-7))
+    assert opt.beta_1 == float(np.float32(0.8)) and opt.epsilon == float(np.float32(1e-7))
+    keras.optimizers.deserialize(keras.optimizers.serialize(opt))
 
 
 def test_trains_a_tiny_model():
@@ -186,7 +196,9 @@ def test_one_cycle_schedule_values():
      dict(total_steps=10, warmup_fraction=1.0),
      # Audit 5: an infinite peak was accepted (an infinite learning rate, NaN weights).
      dict(total_steps=10, max_lr=float("inf")), dict(total_steps=10, min_lr=float("nan")),
-     dict(total_steps=10.0), dict(total_steps=True)],
+     dict(total_steps=10.0), dict(total_steps=True),
+     # Audit 9: strings were a TypeError ("'<' not supported between 'int' and 'str'").
+     dict(total_steps=10, min_lr="1e-5"), dict(total_steps=10, warmup_fraction="0.1")],
 )
 def test_one_cycle_schedule_bad_arguments(kwargs):
     with pytest.raises(ValueError, match="Received"):
