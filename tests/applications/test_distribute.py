@@ -124,3 +124,14 @@ def test_multiworker_after_tensorflow_started_is_a_strategy_error(monkeypatch):
     with pytest.raises(StrategyError, match="before TensorFlow runs its first op"):
         distribute.make_strategy("multiworker")
     assert "multiworker" not in distribute._CACHE
+
+
+@pytest.mark.parametrize("seed", ["-1", str(2**32), "1.5"])
+def test_a_bad_seed_is_refused_by_the_parser(capsys, seed):
+    # Audit 9: a negative or too large --seed was accepted, and training failed after the
+    # data was loaded with "Seed must be between 0 and 2**32 - 1", naming no option.
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["train", "demo", "--seed", seed, "--epochs", "1", "--quiet"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--seed" in err and "expected an integer seed in [0, 2**32)" in err and err.count("\n") == 1
