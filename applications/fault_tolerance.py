@@ -22,6 +22,7 @@
 """
 
 import json
+import numbers
 import os
 import time
 
@@ -161,6 +162,12 @@ def resumable_callbacks(run_dir, save_freq="epoch"):
     A fresh run (no backup in ``run_dir``) truncates ``history.csv``; a resumed run
     appends to it.
     """
+    # Keras took 0 (or True, or -3) as "back up after every batch" and refused np.int64.
+    if save_freq != "epoch" and (
+        isinstance(save_freq, bool) or not isinstance(save_freq, numbers.Integral) or save_freq < 1
+    ):
+        raise ValueError(f"`save_freq` must be 'epoch' or a positive number of steps. Received: save_freq={save_freq!r}")
+    save_freq = save_freq if save_freq == "epoch" else int(save_freq)
     csv_path = os.path.join(run_dir, HISTORY_CSV)
     if not backup_exists(run_dir) and os.path.exists(csv_path):
         os.remove(csv_path)

@@ -185,3 +185,16 @@ def test_a_later_fit_of_a_resumed_model_starts_at_epoch_0(tmp_path):
     assert backup.restored_epoch == 2 and history.epoch == [2, 3]
     _, backup, history = _dense_fit(tmp_path / "b", epochs=3, model=model, save_freq="epoch")
     assert backup.restored_epoch == 0 and history.epoch == [0, 1, 2]
+
+
+@pytest.mark.parametrize("save_freq", [0, -3, True, "5", 2.5])
+def test_resumable_callbacks_refuse_a_bad_save_freq(tmp_path, save_freq):
+    # Audit 9: 0, -3 and True backed up after every batch; "5" was Keras' "Invalid value".
+    with pytest.raises(ValueError, match="Received: save_freq="):
+        fault_tolerance.resumable_callbacks(str(tmp_path), save_freq=save_freq)
+
+
+def test_resumable_callbacks_take_a_numpy_save_freq(tmp_path):
+    # Audit 9: np.int64 steps (from a dataset's cardinality) were refused by Keras.
+    backup = fault_tolerance.resumable_callbacks(str(tmp_path), save_freq=np.int64(5))[0]
+    assert backup.save_freq == 5 and type(backup.save_freq) is int
