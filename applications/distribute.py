@@ -59,8 +59,9 @@ def set_intra_op_threads(threads):
     """
     if threads is None:
         return True
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
-        raise ValueError(f"`threads` must be a non-negative integer (0: all cores). Received: {threads!r}")
+    if isinstance(threads, bool) or not isinstance(threads, numbers.Integral) or threads < 0:
+        raise ValueError(f"`threads` must be a non-negative integer (0: all cores). Received: threads={threads!r}")
+    threads = int(threads)  # np.int64 was refused
     import tensorflow as tf
 
     if tf.config.threading.get_intra_op_parallelism_threads() == threads:

@@ -135,3 +135,13 @@ def test_a_bad_seed_is_refused_by_the_parser(capsys, seed):
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "--seed" in err and "expected an integer seed in [0, 2**32)" in err and err.count("\n") == 1
+
+
+def test_set_intra_op_threads_errors_name_the_argument_and_take_numpy_integers():
+    # Audit 9: the message lacked "threads=" and np.int64 (an equal setting) was refused.
+    import tensorflow as tf
+
+    with pytest.raises(ValueError, match="Received: threads=-1"):
+        distribute.set_intra_op_threads(-1)
+    current = tf.config.threading.get_intra_op_parallelism_threads()
+    assert distribute.set_intra_op_threads(np.int64(current))  # unchanged: nothing to do
