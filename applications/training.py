@@ -1,6 +1,7 @@
 """Training helpers shared by the applications: tf.data transforms, callbacks, run dirs."""
 
 import math
+import numbers
 import pathlib
 
 import keras
@@ -53,7 +54,8 @@ def mixup(dataset, alpha=0.2, seed=None, num_classes=None, per_example=True):
     Returns:
         The mixed dataset.
     """
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < math.inf:
+    # numbers.Real: an np.float32 alpha was refused as not a number.
+    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not 0 < alpha < math.inf:
         # alpha=inf would mix every pair into NaN.
         raise ValueError(f"`alpha` must be a finite positive number. Received: alpha={alpha!r}")
     # Without rerandomize_each_iteration every epoch repeated the first one's weights and

@@ -82,6 +82,9 @@ def test_mixup_errors():
         mixup(ds, alpha=float("inf"))
     with pytest.raises(ValueError, match="num_classes"):
         mixup(ds)  # integer labels without num_classes
+    # Audit 9: an np.float32 alpha was refused as "must be a finite positive number".
+    x, y = next(mixup(ds, alpha=np.float32(0.4), seed=0, num_classes=3).as_numpy_iterator())
+    assert x.shape == (2, 2) and y.shape == (2, 3)
 
 
 def test_coordinate_grid_and_pad_and_crop(tmp_path):
