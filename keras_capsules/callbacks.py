@@ -23,7 +23,8 @@ class TimeBudget(keras.callbacks.Callback):
         seconds: the budget, a positive number of seconds.
 
     Attributes:
-        steps: training batches run so far.
+        steps: training batches run so far (also with ``steps_per_execution``, where
+            the budget is checked after every execution of several batches).
         exceeded: True once the budget stopped training.
         elapsed: seconds since the clock started (0 before it did).
 
@@ -45,6 +46,7 @@ class TimeBudget(keras.callbacks.Callback):
         self.steps = 0
         self.exceeded = False
         self._start = None
+        self._batches_in_epoch = 0
 
     @property
     def elapsed(self):
@@ -54,8 +56,18 @@ class TimeBudget(keras.callbacks.Callback):
         if self._start is None:
             self._start = time.perf_counter()
 
+    def on_epoch_begin(self, epoch, logs=None):
+        self._batches_in_epoch = 0
+
     def on_train_batch_end(self, batch, logs=None):
-        self.steps += 1
+        # With compile(steps_per_execution=n) Keras calls this once per n batches, with
+        # the index of the last one: counting calls undercounted the batches n times.
+        # (Keras reports a short last execution as a full one; the epoch's length caps it.)
+        end = batch + 1
+        if (self.params or {}).get("steps"):
+            end = min(end, self.params["steps"])
+        self.steps += max(end - self._batches_in_epoch, 1)
+        self._batches_in_epoch = end
         if self.elapsed > self.seconds:
             self.exceeded = True
             self.model.stop_training = True

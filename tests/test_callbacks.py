@@ -27,6 +27,17 @@ def test_runs_to_the_end_within_the_budget():
     assert not budget.exceeded and budget.steps == 16 and budget.elapsed > 0
 
 
+def test_steps_count_batches_with_steps_per_execution():
+    # Audit 9: with steps_per_execution=4 Keras reports every 4 batches, and `steps`
+    # counted reports: 6 instead of 20 batches.
+    x, y = np.zeros((80, 3), "float32"), np.zeros((80, 1), "float32")
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse", steps_per_execution=4)
+    budget = TimeBudget(3600)
+    model.fit(x, y, batch_size=8, epochs=2, callbacks=[budget], verbose=0)
+    assert budget.steps == 20 == int(model.optimizer.iterations)
+
+
 @pytest.mark.parametrize("seconds", [0, -1, "10", True])
 def test_bad_budget(seconds):
     with pytest.raises(ValueError, match="Received: seconds="):
