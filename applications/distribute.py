@@ -104,7 +104,11 @@ def _create(name, tpu):
     import tensorflow as tf
 
     if name == "default":
-        return tf.distribute.get_strategy()
+        # Not tf.distribute.get_strategy(): inside another strategy's scope that returns the
+        # scope's strategy, which was then cached and handed out as "default" ever after.
+        from tensorflow.python.distribute import distribute_lib
+
+        return distribute_lib._get_default_strategy()
     if name == "mirrored":
         gpus = tf.config.list_logical_devices("GPU")
         devices = gpus or tf.config.list_logical_devices("CPU")

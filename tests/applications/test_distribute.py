@@ -145,3 +145,15 @@ def test_set_intra_op_threads_errors_name_the_argument_and_take_numpy_integers()
         distribute.set_intra_op_threads(-1)
     current = tf.config.threading.get_intra_op_parallelism_threads()
     assert distribute.set_intra_op_threads(np.int64(current))  # unchanged: nothing to do
+
+
+def test_default_strategy_asked_for_inside_another_scope_is_still_the_default(monkeypatch):
+    # Audit 9: inside a MirroredStrategy scope, make_strategy("default") returned (and
+    # cached for the rest of the process) the mirrored strategy.
+    import tensorflow as tf
+
+    monkeypatch.delitem(distribute._CACHE, "default", raising=False)
+    with two_cpu_strategy().scope():
+        inside = distribute.make_strategy("default")
+    assert inside.num_replicas_in_sync == 1 and inside is tf.distribute.get_strategy()
+    assert distribute.make_strategy("default") is inside
