@@ -95,7 +95,24 @@ def coordinate_grid(height, width, dtype="float32"):
 
 
 def pad_and_random_crop(image, padding, size, seed=None):
-    """Zero-pads ``padding`` pixels on every side, then crops ``size x size`` at random."""
+    """Zero-pads ``padding`` pixels on every side, then crops ``size x size`` at random.
+
+    ``image`` is ``[height, width, channels]``. ``seed`` (a shape-``[2]`` integer seed,
+    e.g. one element of ``tf.data.Dataset.random(...).batch(2)``) makes the crop
+    stateless: the same seed gives the same crop.
+    """
+    # A too large size failed inside tf.image with "Need value.shape >= size, got ...".
+    for arg, value, least in (("padding", padding, 0), ("size", size, 1)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+            raise ValueError(f"`{arg}` must be an integer >= {least}. Received: {arg}={value!r}")
+    image = tf.convert_to_tensor(image)
+    if image.shape.rank is not None and image.shape.rank != 3:
+        raise ValueError(f"`image` must be [height, width, channels]. Received: image shape={image.shape}")
+    if any(dim is not None and size > dim + 2 * padding for dim in image.shape[:2]):
+        raise ValueError(
+            f"`size` must be at most the padded image's height and width. Received: size={size}, "
+            f"padding={padding}, image shape={image.shape}"
+        )
     image = tf.pad(image, [[padding, padding], [padding, padding], [0, 0]])
     channels = tf.shape(image)[-1]
     if seed is None:

@@ -124,3 +124,16 @@ def test_mixup_one_hot_encodes_labels_of_shape_batch_by_1():
     for _, y in mixup(ds, seed=1, num_classes=4).as_numpy_iterator():
         assert y.shape == (4, 4)
         np.testing.assert_allclose(y.sum(1), 1.0, rtol=1e-6)
+
+
+def test_pad_and_random_crop_bad_arguments_are_value_errors():
+    # Audit 9: a crop larger than the padded image failed inside tf.image with
+    # "Need value.shape >= size, got", a [height, width] image with a Pad error.
+    image = tf.ones((8, 8, 1))
+    with pytest.raises(ValueError, match="Received: size=13, padding=2"):
+        pad_and_random_crop(image, 2, 13)
+    with pytest.raises(ValueError, match="Received: padding=-1"):
+        pad_and_random_crop(image, -1, 8)
+    with pytest.raises(ValueError, match="Received: image shape"):
+        pad_and_random_crop(tf.ones((8, 8)), 2, 8)
+    assert pad_and_random_crop(image, 2, 12).shape == (12, 12, 1)
