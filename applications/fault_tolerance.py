@@ -97,9 +97,9 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
     """``BackupAndRestore`` whose files are replaced atomically.
 
     Unlike Keras' callback, it can be used for several ``fit`` calls of one model, and
-    a mid-epoch backup of a resumed run records the epoch it was made in (Keras'
-    records the epoch of an earlier ``fit``, or 0 in a new process, until the first
-    epoch ends, so a second crash restarted training from that epoch).
+    a mid-epoch backup records the epoch it was made in (Keras' records the epoch of
+    an earlier ``fit``, or 0 in a new process or a ``fit(initial_epoch=...)``, until the
+    first epoch ends, so a crash in a resumed run restarted training from that epoch).
 
     Attributes:
         restored_epoch: the epoch training resumed at (0 for a fresh start), set by
@@ -117,6 +117,10 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         self._current_epoch = self.restored_epoch
         self._last_batch_seen = 0
         self._batches_seen_since_last_saving = 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        # Also right when fit starts at its own initial_epoch (Keras knew only restored epochs).
+        self._current_epoch = epoch
 
     def on_train_end(self, logs=None):
         super().on_train_end(logs)

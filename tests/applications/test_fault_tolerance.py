@@ -152,7 +152,7 @@ class _CrashAt(keras.callbacks.Callback):
             raise RuntimeError("crash (simulated)")
 
 
-def _dense_fit(backup_dir, epochs=4, crash_at=None, model=None, save_freq=1):
+def _dense_fit(backup_dir, epochs=4, crash_at=None, model=None, save_freq=1, initial_epoch=0):
     rng = np.random.default_rng(0)
     x, y = rng.normal(size=(32, 3)).astype("float32"), rng.normal(size=(32, 1)).astype("float32")
     if model is None:
@@ -160,7 +160,8 @@ def _dense_fit(backup_dir, epochs=4, crash_at=None, model=None, save_freq=1):
         model.compile("sgd", "mse")
     backup = fault_tolerance.AtomicBackupAndRestore(str(backup_dir), save_freq=save_freq)
     callbacks = [backup] + ([_CrashAt(*crash_at)] if crash_at else [])
-    history = model.fit(x, y, batch_size=8, epochs=epochs, verbose=0, callbacks=callbacks)
+    history = model.fit(x, y, batch_size=8, epochs=epochs, verbose=0, callbacks=callbacks,
+                        initial_epoch=initial_epoch)
     return model, backup, history
 
 
@@ -198,3 +199,11 @@ def test_resumable_callbacks_take_a_numpy_save_freq(tmp_path):
     # Audit 9: np.int64 steps (from a dataset's cardinality) were refused by Keras.
     backup = fault_tolerance.resumable_callbacks(str(tmp_path), save_freq=np.int64(5))[0]
     assert backup.save_freq == 5 and type(backup.save_freq) is int
+
+
+def test_a_mid_epoch_backup_of_a_fit_with_initial_epoch_records_its_epoch(tmp_path):
+    # Audit 9: fit(initial_epoch=2) made mid-epoch backups that recorded epoch 0, so a
+    # crash in epoch 2 resumed at epoch 0.
+    with pytest.raises(RuntimeError, match="simulated"):
+        _dense_fit(tmp_path / "backup", crash_at=(2, 1), initial_epoch=2)
+    assert json.loads((tmp_path / "backup" / "training_metadata.json").read_text())["epoch"] == 2
