@@ -131,8 +131,12 @@ class BudgetLinearDecay(keras.callbacks.Callback):
         optimizer = self.model.optimizer
         # Under mixed_float16, compile wraps the optimizer in a LossScaleOptimizer.
         inner = getattr(optimizer, "inner_optimizer", optimizer)
-        if isinstance(inner._learning_rate, keras.optimizers.schedules.LearningRateSchedule):
-            raise ValueError("BudgetLinearDecay needs an optimizer with a constant learning rate, not a schedule.")
+        # A callable rate is not settable either (it failed with "'function' object has no attribute 'assign'").
+        if not isinstance(inner._learning_rate, keras.Variable):
+            raise ValueError(
+                "BudgetLinearDecay needs an optimizer with a constant learning rate, not a schedule "
+                f"or a callable. Received: learning_rate={inner._learning_rate!r}"
+            )
         if self.initial is None:
             self.initial = float(keras.ops.convert_to_numpy(optimizer.learning_rate))
 

@@ -130,3 +130,14 @@ def test_budget_linear_decay_without_its_budget_in_fit_is_an_error():
     x, y = np.zeros((8, 3), "float32"), np.zeros((8, 1), "float32")
     with pytest.raises(ValueError, match="TimeBudget is not running"):
         model.fit(x, y, epochs=1, callbacks=[BudgetLinearDecay(TimeBudget(60.0))], verbose=0)
+
+
+def test_budget_linear_decay_refuses_a_callable_learning_rate():
+    # Audit 9: a callable rate was accepted and fit failed on the first batch with
+    # "'function' object has no attribute 'assign'".
+    model = _model()
+    model.compile(keras.optimizers.SGD(lambda: 0.01), "mse")
+    x, y = np.zeros((8, 3), "float32"), np.zeros((8, 1), "float32")
+    budget = TimeBudget(60.0)
+    with pytest.raises(ValueError, match="constant learning rate"):
+        model.fit(x, y, epochs=1, callbacks=[budget, BudgetLinearDecay(budget)], verbose=0)
