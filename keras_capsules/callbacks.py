@@ -81,8 +81,9 @@ class BudgetLinearDecay(keras.callbacks.Callback):
     learning rate before every batch to
     ``initial * (1 - (1 - final_fraction) * min(1, elapsed / seconds))``, where
     ``initial`` is ``initial_learning_rate`` or, if that is None, the learning rate the
-    optimizer held when the first ``fit`` began, and ``elapsed`` is read from
-    ``budget``. Ending training with a small learning rate
+    optimizer held when the first ``fit`` began (read before a ``BackupAndRestore``
+    in the same ``fit`` restores an already decayed one), and ``elapsed`` is read
+    from ``budget``. Ending training with a small learning rate
     usually gives a clearly better final model than a constant one ("budgeted
     training", Li et al. 2020).
 
@@ -92,9 +93,7 @@ class BudgetLinearDecay(keras.callbacks.Callback):
         final_fraction: the learning rate at the end of the budget, as a fraction of
             the initial one, in ``[0, 1]``. Default 0.05.
         initial_learning_rate: the rate the decay starts from. Default None: the
-            optimizer's rate at the first ``fit``. Pass it when training may resume
-            from a ``BackupAndRestore`` backup: the restored optimizer holds the
-            already decayed rate, which would otherwise become the new initial one.
+            optimizer's rate at the start of the first ``fit``.
 
     Example:
 
@@ -126,6 +125,16 @@ class BudgetLinearDecay(keras.callbacks.Callback):
         self.final_fraction = float(final_fraction)
         self.initial_learning_rate = None if initial_learning_rate is None else float(initial_learning_rate)
         self.initial = self.initial_learning_rate
+
+    def set_model(self, model):
+        super().set_model(model)
+        # fit sets the model before any on_train_begin, so before a BackupAndRestore
+        # restores the optimizer: read at on_train_begin, a resumed run took the restored,
+        # already decayed rate as its initial one and decayed it again.
+        optimizer = getattr(model, "optimizer", None)
+        inner = getattr(optimizer, "inner_optimizer", optimizer)
+        if self.initial is None and isinstance(getattr(inner, "_learning_rate", None), keras.Variable):
+            self.initial = float(keras.ops.convert_to_numpy(optimizer.learning_rate))
 
     def on_train_begin(self, logs=None):
         optimizer = self.model.optimizer

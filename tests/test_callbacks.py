@@ -141,3 +141,29 @@ def test_budget_linear_decay_refuses_a_callable_learning_rate():
     budget = TimeBudget(60.0)
     with pytest.raises(ValueError, match="constant learning rate"):
         model.fit(x, y, epochs=1, callbacks=[budget, BudgetLinearDecay(budget)], verbose=0)
+
+
+def test_budget_linear_decay_of_a_run_resumed_by_backup_and_restore_starts_from_the_compiled_rate(tmp_path):
+    # Audit 9: a run resumed by BackupAndRestore read its initial rate after the restore,
+    # i.e. the already decayed rate of the backup, and decayed it again from there.
+    x, y = np.zeros((64, 3), "float32"), np.zeros((64, 1), "float32")
+
+    class Crash(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            raise RuntimeError("crash (simulated)")
+
+    def run(*extra):
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+        model.compile(keras.optimizers.Adam(0.02), "mse")
+        budget = _FakeClockBudget(4.0)
+        record = _RecordLearningRate()
+        callbacks = [keras.callbacks.BackupAndRestore(str(tmp_path / "backup")), budget,
+                     BudgetLinearDecay(budget, 0.1), record, *extra]
+        model.fit(x, y, batch_size=8, epochs=2, callbacks=callbacks, verbose=0)
+        return record.rates
+
+    with pytest.raises(RuntimeError, match="simulated"):
+        run(Crash())  # the backup of epoch 0 holds the rate decayed to the floor
+    rates = run()  # a new process: a new budget, from the compiled rate again
+    expected = [0.02 * (1 - 0.9 * min(1.0, k / 4)) for k in range(5)]
+    np.testing.assert_allclose(rates, expected, rtol=1e-6)
