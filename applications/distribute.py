@@ -89,11 +89,13 @@ def make_strategy(name="default", tpu=None):
         tpu: the TPU name or address for ``name="tpu"`` (None: the TPU of this VM).
 
     Raises:
-        StrategyError: an unknown name, no TPU reachable, or ``multiworker`` asked for
-            after TensorFlow ran its first op.
+        StrategyError: an unknown name, a ``tpu`` with another strategy, no TPU
+            reachable, or ``multiworker`` asked for after TensorFlow ran its first op.
     """
     if name not in STRATEGIES:
         raise StrategyError(f"unknown strategy {name!r}; choose from {', '.join(STRATEGIES)}")
+    if tpu is not None and name != "tpu":  # ignored, it trained on this machine instead
+        raise StrategyError(f"--tpu is used only with --strategy tpu. Received: tpu={tpu!r}, strategy={name!r}")
     key = (name, tpu) if name == "tpu" else name
     if key not in _CACHE:
         _CACHE[key] = _create(name, tpu)

@@ -157,3 +157,12 @@ def test_default_strategy_asked_for_inside_another_scope_is_still_the_default(mo
         inside = distribute.make_strategy("default")
     assert inside.num_replicas_in_sync == 1 and inside is tf.distribute.get_strategy()
     assert distribute.make_strategy("default") is inside
+
+
+def test_a_tpu_name_without_the_tpu_strategy_is_a_one_line_error(capsys):
+    # Audit 9: `train --tpu NAME` without `--strategy tpu` ignored the TPU and trained here.
+    with pytest.raises(StrategyError, match="Received: tpu='my-tpu', strategy='default'"):
+        distribute.make_strategy("default", tpu="my-tpu")
+    assert cli.main(["train", "--tpu", "my-tpu", "--epochs", "1", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("keras-capsules: error: --tpu is used only with --strategy tpu") and err.count("\n") == 1
