@@ -184,6 +184,10 @@ def tf_config():
     index = spec.get("index", 0)
     if isinstance(index, bool) or not isinstance(index, (int, str)) or not str(index).strip().isdigit():
         raise StrategyError(f"TF_CONFIG task index must be a non-negative integer. Received: {index!r}")
+    if cluster and not isinstance(spec.get("type"), str):
+        # Without a type every process took itself for the chief and wrote into --run-dir.
+        raise StrategyError(f"TF_CONFIG 'task' must name this process's type (\"chief\", \"worker\", ...). "
+                            f"Received: {spec!r}")
     return config
 
 

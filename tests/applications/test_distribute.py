@@ -57,6 +57,9 @@ def test_output_dir_separates_non_chief_workers(monkeypatch):
     ("[1, 2]", "TF_CONFIG must be a JSON object"),
     ('{"cluster": {"worker": ["127.0.0.1:1"]}, "task": {"type": "worker", "index": "x"}}',
      "TF_CONFIG task index must be a non-negative integer"),
+    # Audit 9: a cluster without the task's type made every process the chief (all wrote into --run-dir).
+    ('{"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}, "task": {"index": 1}}',
+     "TF_CONFIG 'task' must name this process's type"),
 ])
 def test_a_malformed_tf_config_is_a_clear_error_and_only_multiworker_reads_it(monkeypatch, tf_config, fragment):
     # Audit 5: a malformed TF_CONFIG failed `train --strategy default` (which has no use
