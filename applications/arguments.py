@@ -28,6 +28,8 @@ non_negative_int = _number_type(int, lambda v: v >= 0, "a non-negative integer")
 # Floats must be finite: "inf" (which float() reads) as a learning rate trains to NaN.
 positive_float = _number_type(float, lambda v: math.isfinite(v) and v > 0, "a positive number")
 non_negative_float = _number_type(float, lambda v: math.isfinite(v) and v >= 0, "a non-negative number")
+# Keras' set_random_seed takes [0, 2**32); outside it, training failed late with "Seed must be between ...".
+seed_int = _number_type(int, lambda v: 0 <= v < 2**32, "an integer seed in [0, 2**32)")
 
 
 def save_freq(text):
@@ -46,7 +48,7 @@ def add_common_arguments(parser, command):
         help="examples per replica and step; the global batch is this times the "
         "number of replicas (default: %(default)s)",
     )
-    parser.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
+    parser.add_argument("--seed", type=seed_int, default=0, help="random seed (default: %(default)s)")
     parser.add_argument(
         "--strategy", choices=distribute.STRATEGIES, default="default",
         help="tf.distribute strategy: default (one device), mirrored (all GPUs or logical "

@@ -30,6 +30,7 @@ each worker takes its share of every global batch.
 """
 
 import json
+import numbers
 import os
 
 from applications.errors import StrategyError
@@ -58,8 +59,9 @@ def set_intra_op_threads(threads):
     """
     if threads is None:
         return True
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
-        raise ValueError(f"`threads` must be a non-negative integer (0: all cores). Received: {threads!r}")
+    if isinstance(threads, bool) or not isinstance(threads, numbers.Integral) or threads < 0:
+        raise ValueError(f"`threads` must be a non-negative integer (0: all cores). Received: threads={threads!r}")
+    threads = int(threads)  # np.int64 was refused
     import tensorflow as tf
 
     if tf.config.threading.get_intra_op_parallelism_threads() == threads:
@@ -87,10 +89,13 @@ def make_strategy(name="default", tpu=None):
         tpu: the TPU name or address for ``name="tpu"`` (None: the TPU of this VM).
 
     Raises:
-        StrategyError: an unknown name, or no TPU reachable.
+        StrategyError: an unknown name, a ``tpu`` with another strategy, no TPU
+            reachable, or ``multiworker`` asked for after TensorFlow ran its first op.
     """
     if name not in STRATEGIES:
         raise StrategyError(f"unknown strategy {name!r}; choose from {', '.join(STRATEGIES)}")
+    if tpu is not None and name != "tpu":  # ignored, it trained on this machine instead
+        raise StrategyError(f"--tpu is used only with --strategy tpu. Received: tpu={tpu!r}, strategy={name!r}")
     key = (name, tpu) if name == "tpu" else name
     if key not in _CACHE:
         _CACHE[key] = _create(name, tpu)
@@ -101,14 +106,26 @@ def _create(name, tpu):
     import tensorflow as tf
 
     if name == "default":
-        return tf.distribute.get_strategy()
+        # Not tf.distribute.get_strategy(): inside another strategy's scope that returns the
+        # scope's strategy, which was then cached and handed out as "default" ever after.
+        from tensorflow.python.distribute import distribute_lib
+
+        return distribute_lib._get_default_strategy()
     if name == "mirrored":
         gpus = tf.config.list_logical_devices("GPU")
         devices = gpus or tf.config.list_logical_devices("CPU")
         return tf.distribute.MirroredStrategy([d.name for d in devices])
     if name == "multiworker":
         tf_config()  # a malformed TF_CONFIG is one clear line, not a JSON or int() error
-        return tf.distribute.MultiWorkerMirroredStrategy()
+        try:
+            return tf.distribute.MultiWorkerMirroredStrategy()
+        except RuntimeError as err:
+            if "startup" not in str(err):  # "Collective ops must be configured at program startup"
+                raise
+            raise StrategyError(
+                f"the multiworker strategy must be created before TensorFlow runs its first op ({err}); "
+                "call make_strategy('multiworker') first thing in the process"
+            ) from None
     try:
         resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu)
         tf.config.experimental_connect_to_cluster(resolver)
@@ -123,6 +140,13 @@ def _create(name, tpu):
 
 def global_batch_size(per_replica_batch_size, strategy):
     """``per_replica_batch_size x strategy.num_replicas_in_sync``."""
+    # int() silently truncated 8.5 to 8, and 0 or -2 failed later inside tf.data.
+    if isinstance(per_replica_batch_size, bool) or not isinstance(per_replica_batch_size, numbers.Integral) \
+            or per_replica_batch_size < 1:
+        raise ValueError(
+            "`per_replica_batch_size` must be a positive integer. "
+            f"Received: per_replica_batch_size={per_replica_batch_size!r}"
+        )
     return int(per_replica_batch_size) * int(strategy.num_replicas_in_sync)
 
 
@@ -160,6 +184,10 @@ def tf_config():
     index = spec.get("index", 0)
     if isinstance(index, bool) or not isinstance(index, (int, str)) or not str(index).strip().isdigit():
         raise StrategyError(f"TF_CONFIG task index must be a non-negative integer. Received: {index!r}")
+    if cluster and not isinstance(spec.get("type"), str):
+        # Without a type every process took itself for the chief and wrote into --run-dir.
+        raise StrategyError(f"TF_CONFIG 'task' must name this process's type (\"chief\", \"worker\", ...). "
+                            f"Received: {spec!r}")
     return config
 
 

@@ -22,6 +22,7 @@
 """
 
 import json
+import numbers
 import os
 import time
 
@@ -95,6 +96,11 @@ class AtomicModelCheckpoint(keras.callbacks.ModelCheckpoint):
 class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
     """``BackupAndRestore`` whose files are replaced atomically.
 
+    Unlike Keras' callback, it can be used for several ``fit`` calls of one model, and
+    a mid-epoch backup records the epoch it was made in (Keras' records the epoch of
+    an earlier ``fit``, or 0 in a new process or a ``fit(initial_epoch=...)``, until the
+    first epoch ends, so a crash in a resumed run restarted training from that epoch).
+
     Attributes:
         restored_epoch: the epoch training resumed at (0 for a fresh start), set by
             ``on_train_begin``.
@@ -103,8 +109,23 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
     restored_epoch = 0
 
     def on_train_begin(self, logs=None):
+        # Keras never clears the epoch a restore sets: an earlier fit's would apply here.
+        self.model._initial_epoch = None
         super().on_train_begin(logs)
-        self.restored_epoch = int(getattr(self.model, "_initial_epoch", None) or 0)
+        self.restored_epoch = int(self.model._initial_epoch or 0)
+        # The epoch that backups record until the first epoch of this fit ends.
+        self._current_epoch = self.restored_epoch
+        self._last_batch_seen = 0
+        self._batches_seen_since_last_saving = 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        # Also right when fit starts at its own initial_epoch (Keras knew only restored epochs).
+        self._current_epoch = epoch
+
+    def on_train_end(self, logs=None):
+        super().on_train_end(logs)
+        # A later fit of the model (with or without this callback) starts at its own initial_epoch.
+        self.model._initial_epoch = None
 
     def _save_model(self):
         os.makedirs(self.backup_dir, exist_ok=True)
@@ -145,6 +166,12 @@ def resumable_callbacks(run_dir, save_freq="epoch"):
     A fresh run (no backup in ``run_dir``) truncates ``history.csv``; a resumed run
     appends to it.
     """
+    # Keras took 0 (or True, or -3) as "back up after every batch" and refused np.int64.
+    if save_freq != "epoch" and (
+        isinstance(save_freq, bool) or not isinstance(save_freq, numbers.Integral) or save_freq < 1
+    ):
+        raise ValueError(f"`save_freq` must be 'epoch' or a positive number of steps. Received: save_freq={save_freq!r}")
+    save_freq = save_freq if save_freq == "epoch" else int(save_freq)
     csv_path = os.path.join(run_dir, HISTORY_CSV)
     if not backup_exists(run_dir) and os.path.exists(csv_path):
         os.remove(csv_path)

@@ -1,6 +1,7 @@
 """Training helpers shared by the applications: tf.data transforms, callbacks, run dirs."""
 
 import math
+import numbers
 import pathlib
 
 import keras
@@ -39,22 +40,27 @@ def mixup(dataset, alpha=0.2, seed=None, num_classes=None, per_example=True):
     with ``lam ~ Beta(alpha, alpha)``. ``x`` may be a tensor or a tuple/list/dict of
     floating tensors (every one mixed with the same ``lam`` and permutation); ``y``
     must be one-hot (or any distribution over classes), so mixed targets still sum
-    to 1. Elements ``(x, y, sample_weight)`` keep their weights unmixed.
+    to 1. Elements ``(x, y, sample_weight)`` keep their weights unmixed. Every pass over
+    the dataset (every epoch) draws new weights and permutations.
 
     Args:
         dataset: a batched ``tf.data.Dataset`` of ``(x, y)`` or ``(x, y, w)``.
         alpha: the Beta distribution's parameter (> 0). Default 0.2 (Heinsen 2019).
         seed: integer seed for reproducible mixing, or None for a random one.
-        num_classes: if given, integer labels ``y`` are one-hot encoded first.
+        num_classes: if given, integer labels ``y`` (``[batch]`` or ``[batch, 1]``) are
+            one-hot encoded first.
         per_example: draw one ``lam`` per example (default) or one per batch.
 
     Returns:
         The mixed dataset.
     """
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < math.inf:
+    # numbers.Real: an np.float32 alpha was refused as not a number.
+    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not 0 < alpha < math.inf:
         # alpha=inf would mix every pair into NaN.
         raise ValueError(f"`alpha` must be a finite positive number. Received: alpha={alpha!r}")
-    seeds = tf.data.Dataset.random(seed=seed).batch(2, drop_remainder=True)
+    # Without rerandomize_each_iteration every epoch repeated the first one's weights and
+    # permutations (seed or not); with it, a seeded run is still reproducible.
+    seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).batch(2, drop_remainder=True)
 
     def transform(element, seed_pair):
         if not isinstance(element, tuple) or len(element) not in (2, 3):
@@ -64,6 +70,8 @@ def mixup(dataset, alpha=0.2, seed=None, num_classes=None, per_example=True):
             )
         x, y = element[0], element[1]
         if num_classes is not None:
+            if y.shape.rank == 2 and y.shape[-1] == 1:  # Keras' sparse labels [batch, 1]
+                y = y[:, 0]
             y = tf.one_hot(tf.cast(y, tf.int32), num_classes)
         batch = tf.shape(y)[0]
         seed_a, seed_b = tf.unstack(tf.random.experimental.stateless_split(seed_pair, 2))
@@ -87,7 +95,24 @@ def coordinate_grid(height, width, dtype="float32"):
 
 
 def pad_and_random_crop(image, padding, size, seed=None):
-    """Zero-pads ``padding`` pixels on every side, then crops ``size x size`` at random."""
+    """Zero-pads ``padding`` pixels on every side, then crops ``size x size`` at random.
+
+    ``image`` is ``[height, width, channels]``. ``seed`` (a shape-``[2]`` integer seed,
+    e.g. one element of ``tf.data.Dataset.random(...).batch(2)``) makes the crop
+    stateless: the same seed gives the same crop.
+    """
+    # A too large size failed inside tf.image with "Need value.shape >= size, got ...".
+    for arg, value, least in (("padding", padding, 0), ("size", size, 1)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+            raise ValueError(f"`{arg}` must be an integer >= {least}. Received: {arg}={value!r}")
+    image = tf.convert_to_tensor(image)
+    if image.shape.rank is not None and image.shape.rank != 3:
+        raise ValueError(f"`image` must be [height, width, channels]. Received: image shape={image.shape}")
+    if any(dim is not None and size > dim + 2 * padding for dim in image.shape[:2]):
+        raise ValueError(
+            f"`size` must be at most the padded image's height and width. Received: size={size}, "
+            f"padding={padding}, image shape={image.shape}"
+        )
     image = tf.pad(image, [[padding, padding], [padding, padding], [0, 0]])
     channels = tf.shape(image)[-1]
     if seed is None:

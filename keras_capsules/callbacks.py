@@ -1,5 +1,7 @@
 """Callbacks for long training runs."""
 
+import math
+import numbers
 import time
 
 import keras
@@ -9,13 +11,20 @@ class TimeBudget(keras.callbacks.Callback):
     """Stops training once a wall-time budget is spent (checked after every batch).
 
     The clock starts at the first ``fit`` the callback is used in and keeps running
-    across later ``fit`` calls, so one budget can cover several training phases.
+    across later ``fit`` calls, so one budget can cover several training phases. It
+    is not saved: a run resumed in a new process (``BackupAndRestore``) gets a new
+    budget.
+
+    Keras checks for a stop only after a batch, so a ``fit`` started once the budget
+    is spent still runs one batch (one more optimizer step) before it stops; test
+    ``budget.elapsed > budget.seconds`` before calling ``fit`` to skip it.
 
     Args:
         seconds: the budget, a positive number of seconds.
 
     Attributes:
-        steps: training batches run so far.
+        steps: training batches run so far (also with ``steps_per_execution``, where
+            the budget is checked after every execution of several batches).
         exceeded: True once the budget stopped training.
         elapsed: seconds since the clock started (0 before it did).
 
@@ -30,12 +39,14 @@ class TimeBudget(keras.callbacks.Callback):
 
     def __init__(self, seconds):
         super().__init__()
-        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0:
+        # numbers.Real: np.int64 / np.float32 seconds (from numpy arithmetic) were refused.
+        if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real) or not seconds > 0:
             raise ValueError(f"`seconds` must be a positive number. Received: seconds={seconds!r}")
         self.seconds = float(seconds)
         self.steps = 0
         self.exceeded = False
         self._start = None
+        self._batches_in_epoch = 0
 
     @property
     def elapsed(self):
@@ -45,8 +56,18 @@ class TimeBudget(keras.callbacks.Callback):
         if self._start is None:
             self._start = time.perf_counter()
 
+    def on_epoch_begin(self, epoch, logs=None):
+        self._batches_in_epoch = 0
+
     def on_train_batch_end(self, batch, logs=None):
-        self.steps += 1
+        # With compile(steps_per_execution=n) Keras calls this once per n batches, with
+        # the index of the last one: counting calls undercounted the batches n times.
+        # (Keras reports a short last execution as a full one; the epoch's length caps it.)
+        end = batch + 1
+        if (self.params or {}).get("steps"):
+            end = min(end, self.params["steps"])
+        self.steps += max(end - self._batches_in_epoch, 1)
+        self._batches_in_epoch = end
         if self.elapsed > self.seconds:
             self.exceeded = True
             self.model.stop_training = True
@@ -59,8 +80,10 @@ class BudgetLinearDecay(keras.callbacks.Callback):
     schedule cannot end where training ends. This callback sets the optimizer's
     learning rate before every batch to
     ``initial * (1 - (1 - final_fraction) * min(1, elapsed / seconds))``, where
-    ``initial`` is the learning rate the optimizer held when training began and
-    ``elapsed`` is read from ``budget``. Ending training with a small learning rate
+    ``initial`` is ``initial_learning_rate`` or, if that is None, the learning rate the
+    optimizer held when the first ``fit`` began (read before a ``BackupAndRestore``
+    in the same ``fit`` restores an already decayed one), and ``elapsed`` is read
+    from ``budget``. Ending training with a small learning rate
     usually gives a clearly better final model than a constant one ("budgeted
     training", Li et al. 2020).
 
@@ -69,6 +92,8 @@ class BudgetLinearDecay(keras.callbacks.Callback):
             same ``callbacks`` list, before this one).
         final_fraction: the learning rate at the end of the budget, as a fraction of
             the initial one, in ``[0, 1]``. Default 0.05.
+        initial_learning_rate: the rate the decay starts from. Default None: the
+            optimizer's rate at the start of the first ``fit``.
 
     Example:
 
@@ -80,21 +105,47 @@ class BudgetLinearDecay(keras.callbacks.Callback):
     ```
     """
 
-    def __init__(self, budget, final_fraction=0.05):
+    def __init__(self, budget, final_fraction=0.05, initial_learning_rate=None):
         super().__init__()
         if not isinstance(budget, TimeBudget):
             raise ValueError(f"`budget` must be a TimeBudget. Received: budget={budget!r}")
-        if isinstance(final_fraction, bool) or not isinstance(final_fraction, (int, float)) \
+        if isinstance(final_fraction, bool) or not isinstance(final_fraction, numbers.Real) \
                 or not 0.0 <= final_fraction <= 1.0:
             raise ValueError(f"`final_fraction` must be in [0, 1]. Received: final_fraction={final_fraction!r}")
+        if initial_learning_rate is not None and (
+            isinstance(initial_learning_rate, bool)
+            or not isinstance(initial_learning_rate, numbers.Real)
+            or not 0 < initial_learning_rate < math.inf
+        ):
+            raise ValueError(
+                "`initial_learning_rate` must be a positive number or None. "
+                f"Received: initial_learning_rate={initial_learning_rate!r}"
+            )
         self.budget = budget
         self.final_fraction = float(final_fraction)
-        self.initial = None
+        self.initial_learning_rate = None if initial_learning_rate is None else float(initial_learning_rate)
+        self.initial = self.initial_learning_rate
+
+    def set_model(self, model):
+        super().set_model(model)
+        # fit sets the model before any on_train_begin, so before a BackupAndRestore
+        # restores the optimizer: read at on_train_begin, a resumed run took the restored,
+        # already decayed rate as its initial one and decayed it again.
+        optimizer = getattr(model, "optimizer", None)
+        inner = getattr(optimizer, "inner_optimizer", optimizer)
+        if self.initial is None and isinstance(getattr(inner, "_learning_rate", None), keras.Variable):
+            self.initial = float(keras.ops.convert_to_numpy(optimizer.learning_rate))
 
     def on_train_begin(self, logs=None):
         optimizer = self.model.optimizer
-        if isinstance(optimizer._learning_rate, keras.optimizers.schedules.LearningRateSchedule):
-            raise ValueError("BudgetLinearDecay needs an optimizer with a constant learning rate, not a schedule.")
+        # Under mixed_float16, compile wraps the optimizer in a LossScaleOptimizer.
+        inner = getattr(optimizer, "inner_optimizer", optimizer)
+        # A callable rate is not settable either (it failed with "'function' object has no attribute 'assign'").
+        if not isinstance(inner._learning_rate, keras.Variable):
+            raise ValueError(
+                "BudgetLinearDecay needs an optimizer with a constant learning rate, not a schedule "
+                f"or a callable. Received: learning_rate={inner._learning_rate!r}"
+            )
         if self.initial is None:
             self.initial = float(keras.ops.convert_to_numpy(optimizer.learning_rate))
 
@@ -104,4 +155,9 @@ class BudgetLinearDecay(keras.callbacks.Callback):
         return 1.0 - (1.0 - self.final_fraction) * spent
 
     def on_train_batch_begin(self, batch, logs=None):
+        if self.budget._start is None:
+            raise ValueError(
+                "BudgetLinearDecay: its TimeBudget is not running; put the budget in the "
+                "same `callbacks` list of `fit`."
+            )
         self.model.optimizer.learning_rate = self.initial * self.factor()

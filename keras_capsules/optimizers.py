@@ -83,11 +83,21 @@ class RAdam(keras.optimizers.Optimizer):
         name="radam",
         **kwargs,
     ):
+        # numbers.Real: numpy scalars (np.float32 from a config or a tuner) are numbers too.
         for arg, value in (("beta_1", beta_1), ("beta_2", beta_2)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < 1:
                 raise ValueError(f"`{arg}` must be a number in [0, 1). Received: {arg}={value!r}")
-        if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or epsilon < 0:
-            raise ValueError(f"`epsilon` must be a non-negative number. Received: epsilon={epsilon!r}")
+        # A NaN epsilon was accepted and turned every adaptive step into NaN.
+        if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real) or not 0 <= epsilon < math.inf:
+            raise ValueError(f"`epsilon` must be a finite non-negative number. Received: epsilon={epsilon!r}")
+        if isinstance(learning_rate, numbers.Real) and not isinstance(learning_rate, bool) \
+                and not 0 <= learning_rate < math.inf:
+            raise ValueError(
+                "`learning_rate` must be a finite non-negative number or a schedule. "
+                f"Received: learning_rate={learning_rate!r}"
+            )
+        if isinstance(learning_rate, numbers.Real) and not isinstance(learning_rate, bool):
+            learning_rate = float(learning_rate)  # Keras refuses an np.float32 rate
         super().__init__(
             learning_rate=learning_rate,
             name=name,
@@ -117,34 +127,38 @@ class RAdam(keras.optimizers.Optimizer):
 
     def update_step(self, gradient, variable, learning_rate):
         dtype = variable.dtype
-        lr = ops.cast(learning_rate, dtype)
-        gradient = ops.cast(gradient, dtype)
-        t = ops.cast(self.iterations + 1, dtype)
+        # The step is computed in float32 (float64 for float64 variables): in float16 or
+        # bfloat16, 1 - beta_2^t and rho_t cancel to nonsense (the rectified step never
+        # started) and epsilon rounds to 0 (a zero gradient gave 0 / 0).
+        compute_dtype = "float64" if dtype == "float64" else "float32"
+        lr = ops.cast(learning_rate, compute_dtype)
+        t = ops.cast(self.iterations + 1, compute_dtype)
         # Python floats stay exact: ops.cast(0.999, "float64") would round through float32.
         beta_1, beta_2 = self.beta_1, self.beta_2
-        beta_1_power = ops.power(ops.convert_to_tensor(beta_1, dtype=dtype), t)
-        beta_2_power = ops.power(ops.convert_to_tensor(beta_2, dtype=dtype), t)
+        beta_1_power = ops.power(ops.convert_to_tensor(beta_1, dtype=compute_dtype), t)
+        beta_2_power = ops.power(ops.convert_to_tensor(beta_2, dtype=compute_dtype), t)
 
+        gradient = ops.cast(gradient, dtype)
         m = self._momentums[self._get_variable_index(variable)]
         v = self._velocities[self._get_variable_index(variable)]
         self.assign_add(m, ops.multiply(ops.subtract(gradient, m), 1.0 - beta_1))
         self.assign_add(v, ops.multiply(ops.subtract(ops.square(gradient), v), 1.0 - beta_2))
-        m_hat = ops.divide(m, 1.0 - beta_1_power)
+        m_hat = ops.divide(ops.cast(m, compute_dtype), 1.0 - beta_1_power)
 
         # Length of the approximated simple moving average (rho_1 = 1 for any beta_2).
         rho_inf = 2.0 / (1.0 - beta_2) - 1.0
         rho_t = rho_inf - 2.0 * t * beta_2_power / (1.0 - beta_2_power)
         rectify = rho_t > 4.0
         # Both branches are evaluated; the unused one must not produce a NaN.
-        rho_safe = ops.where(rectify, rho_t, ops.convert_to_tensor(5.0, dtype=dtype))
+        rho_safe = ops.where(rectify, rho_t, ops.convert_to_tensor(5.0, dtype=compute_dtype))
         r_t = ops.sqrt(
             (rho_safe - 4.0) * (rho_safe - 2.0) * (rho_inf / ((rho_inf - 4.0) * (rho_inf - 2.0)))
             / rho_safe
         )
-        v_hat = ops.divide(v, 1.0 - beta_2_power)
+        v_hat = ops.divide(ops.cast(v, compute_dtype), 1.0 - beta_2_power)
         adaptive = r_t * m_hat / (ops.sqrt(v_hat) + self.epsilon)
         step = ops.where(rectify, adaptive, m_hat)
-        self.assign_sub(variable, ops.multiply(lr, step))
+        self.assign_sub(variable, ops.cast(ops.multiply(lr, step), dtype))
 
     def get_config(self):
         config = super().get_config()
@@ -178,6 +192,9 @@ def one_cycle_schedule(total_steps, min_lr=1e-5, max_lr=5e-4, warmup_fraction=0.
             f"`total_steps` must be an integer >= 2. Received: total_steps={total_steps!r}"
         )
     total_steps = int(total_steps)
+    for arg, value in (("min_lr", min_lr), ("max_lr", max_lr), ("warmup_fraction", warmup_fraction)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):  # "1e-4" was a TypeError
+            raise ValueError(f"`{arg}` must be a number. Received: {arg}={value!r}")
     if not 0 < min_lr <= max_lr < math.inf:
         raise ValueError(
             f"Expected 0 < min_lr <= max_lr, both finite. Received: min_lr={min_lr!r}, max_lr={max_lr!r}"

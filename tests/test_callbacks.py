@@ -27,10 +27,28 @@ def test_runs_to_the_end_within_the_budget():
     assert not budget.exceeded and budget.steps == 16 and budget.elapsed > 0
 
 
+def test_steps_count_batches_with_steps_per_execution():
+    # Audit 9: with steps_per_execution=4 Keras reports every 4 batches, and `steps`
+    # counted reports: 6 instead of 20 batches.
+    x, y = np.zeros((80, 3), "float32"), np.zeros((80, 1), "float32")
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse", steps_per_execution=4)
+    budget = TimeBudget(3600)
+    model.fit(x, y, batch_size=8, epochs=2, callbacks=[budget], verbose=0)
+    assert budget.steps == 20 == int(model.optimizer.iterations)
+
+
 @pytest.mark.parametrize("seconds", [0, -1, "10", True])
 def test_bad_budget(seconds):
     with pytest.raises(ValueError, match="Received: seconds="):
         TimeBudget(seconds)
+
+
+def test_numpy_scalars_are_numbers():
+    # Audit 9: np.int64 / np.float32 budgets and fractions were refused as "must be a positive number".
+    budget = TimeBudget(np.int64(600))
+    assert budget.seconds == 600.0 and TimeBudget(np.float32(1.5)).seconds == 1.5
+    assert BudgetLinearDecay(budget, final_fraction=np.float32(0.5)).final_fraction == 0.5
 
 
 class _FakeClockBudget(TimeBudget):
@@ -74,3 +92,78 @@ def test_budget_linear_decay_bad_arguments():
     budget = TimeBudget(60.0)
     with pytest.raises(ValueError, match="constant learning rate"):
         model.fit(x, y, epochs=1, callbacks=[budget, BudgetLinearDecay(budget)], verbose=0)
+
+
+def test_budget_linear_decay_resumed_run_starts_from_the_given_initial_rate():
+    # Audit 9: a run resumed from a backup read its initial rate from the restored
+    # optimizer, already decayed, and decayed again from there; it can now be given.
+    x, y = np.zeros((64, 3), "float32"), np.zeros((64, 1), "float32")
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    model.compile(keras.optimizers.Adam(0.02), "mse")
+    model.optimizer.learning_rate = 0.005  # as restored from a backup made late in the budget
+    budget = _FakeClockBudget(4.0)
+    record = _RecordLearningRate()
+    decay = BudgetLinearDecay(budget, 0.1, initial_learning_rate=0.02)
+    model.fit(x, y, batch_size=8, epochs=1, callbacks=[budget, decay, record], verbose=0)
+    expected = [0.02 * (1 - 0.9 * min(1.0, k / 4)) for k in range(5)]
+    np.testing.assert_allclose(record.rates, expected, rtol=1e-6)
+    with pytest.raises(ValueError, match="Received: initial_learning_rate=0"):
+        BudgetLinearDecay(budget, initial_learning_rate=0)
+
+
+def test_budget_linear_decay_refuses_a_schedule_inside_a_loss_scale_optimizer():
+    # Audit 9: under mixed_float16 (compile wraps the optimizer in a LossScaleOptimizer)
+    # a schedule was not detected and fit failed with Keras' TypeError on the first batch.
+    model = _model()
+    schedule = keras.optimizers.schedules.ExponentialDecay(0.1, 10, 0.5)
+    model.compile(keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(schedule)), "mse")
+    x, y = np.zeros((8, 3), "float32"), np.zeros((8, 1), "float32")
+    budget = TimeBudget(60.0)
+    with pytest.raises(ValueError, match="constant learning rate"):
+        model.fit(x, y, epochs=1, callbacks=[budget, BudgetLinearDecay(budget)], verbose=0)
+
+
+def test_budget_linear_decay_without_its_budget_in_fit_is_an_error():
+    # Audit 9: a budget left out of `callbacks` never started its clock, so the rate
+    # silently stayed at its initial value.
+    model = _model()
+    x, y = np.zeros((8, 3), "float32"), np.zeros((8, 1), "float32")
+    with pytest.raises(ValueError, match="TimeBudget is not running"):
+        model.fit(x, y, epochs=1, callbacks=[BudgetLinearDecay(TimeBudget(60.0))], verbose=0)
+
+
+def test_budget_linear_decay_refuses_a_callable_learning_rate():
+    # Audit 9: a callable rate was accepted and fit failed on the first batch with
+    # "'function' object has no attribute 'assign'".
+    model = _model()
+    model.compile(keras.optimizers.SGD(lambda: 0.01), "mse")
+    x, y = np.zeros((8, 3), "float32"), np.zeros((8, 1), "float32")
+    budget = TimeBudget(60.0)
+    with pytest.raises(ValueError, match="constant learning rate"):
+        model.fit(x, y, epochs=1, callbacks=[budget, BudgetLinearDecay(budget)], verbose=0)
+
+
+def test_budget_linear_decay_of_a_run_resumed_by_backup_and_restore_starts_from_the_compiled_rate(tmp_path):
+    # Audit 9: a run resumed by BackupAndRestore read its initial rate after the restore,
+    # i.e. the already decayed rate of the backup, and decayed it again from there.
+    x, y = np.zeros((64, 3), "float32"), np.zeros((64, 1), "float32")
+
+    class Crash(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            raise RuntimeError("crash (simulated)")
+
+    def run(*extra):
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+        model.compile(keras.optimizers.Adam(0.02), "mse")
+        budget = _FakeClockBudget(4.0)
+        record = _RecordLearningRate()
+        callbacks = [keras.callbacks.BackupAndRestore(str(tmp_path / "backup")), budget,
+                     BudgetLinearDecay(budget, 0.1), record, *extra]
+        model.fit(x, y, batch_size=8, epochs=2, callbacks=callbacks, verbose=0)
+        return record.rates
+
+    with pytest.raises(RuntimeError, match="simulated"):
+        run(Crash())  # the backup of epoch 0 holds the rate decayed to the floor
+    rates = run()  # a new process: a new budget, from the compiled rate again
+    expected = [0.02 * (1 - 0.9 * min(1.0, k / 4)) for k in range(5)]
+    np.testing.assert_allclose(rates, expected, rtol=1e-6)

@@ -95,6 +95,20 @@ def test_first_step_is_sgd_with_momentum():
     np.testing.assert_allclose(ours, X0 - 0.1 * (A @ X0 - B), rtol=1e-6)
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_precision_variables_follow_the_published_rule(dtype):
+    # Audit 9: with float16/bfloat16 variables, 1 - beta_2^t and rho_t were computed in
+    # that dtype and cancelled, so the rectified step never started (momentum SGD throughout).
+    gradient = np.array([1.0, 0.0, -1.0])  # exact in both dtypes; a zero gradient must stay finite
+    x = keras.Variable(np.zeros(3), dtype=dtype)
+    optimizer = RAdam(0.01)
+    for _ in range(8):
+        optimizer.apply_gradients([(tf.constant(gradient, dtype), x)])
+    ref, rectified = _numpy_radam(np.zeros(3), lambda theta: gradient, [0.01] * 8)
+    assert rectified[-1]
+    np.testing.assert_allclose(np.asarray(x.numpy(), np.float64), ref[-1], atol=1e-3)
+
+
 def test_serialization_round_trip(tmp_path):
     opt = RAdam(one_cycle_schedule(100), beta_1=0.8, beta_2=0.99, epsilon=1e-6, weight_decay=0.01)
     config = keras.optimizers.serialize(opt)
@@ -120,11 +134,21 @@ def test_serialization_round_trip(tmp_path):
 
 @pytest.mark.parametrize(
     "kwargs,name",
-    [(dict(beta_1=1.0), "beta_1"), (dict(beta_2=-0.1), "beta_2"), (dict(epsilon=-1.0), "epsilon")],
+    [(dict(beta_1=1.0), "beta_1"), (dict(beta_2=-0.1), "beta_2"), (dict(epsilon=-1.0), "epsilon"),
+     # Audit 9: a NaN epsilon or learning rate was accepted and trained every weight to NaN.
+     (dict(epsilon=float("nan")), "epsilon"), (dict(learning_rate=float("nan")), "learning_rate"),
+     (dict(learning_rate=-0.1), "learning_rate")],
 )
 def test_bad_arguments(kwargs, name):
     with pytest.raises(ValueError, match=f"Received: {name}="):
         RAdam(**kwargs)
+
+
+def test_numpy_scalar_arguments_are_numbers():
+    # Audit 9: np.float32 betas and epsilon were refused as "must be a number".
+    opt = RAdam(np.float32(0.01), beta_1=np.float32(0.8), beta_2=np.float64(0.99), epsilon=np.float32(1e-7))
+    assert opt.beta_1 == float(np.float32(0.8)) and opt.epsilon == float(np.float32(1e-7))
+    keras.optimizers.deserialize(keras.optimizers.serialize(opt))
 
 
 def test_trains_a_tiny_model():
@@ -172,7 +196,9 @@ def test_one_cycle_schedule_values():
      dict(total_steps=10, warmup_fraction=1.0),
      # Audit 5: an infinite peak was accepted (an infinite learning rate, NaN weights).
      dict(total_steps=10, max_lr=float("inf")), dict(total_steps=10, min_lr=float("nan")),
-     dict(total_steps=10.0), dict(total_steps=True)],
+     dict(total_steps=10.0), dict(total_steps=True),
+     # Audit 9: strings were a TypeError ("'<' not supported between 'int' and 'str'").
+     dict(total_steps=10, min_lr="1e-5"), dict(total_steps=10, warmup_fraction="0.1")],
 )
 def test_one_cycle_schedule_bad_arguments(kwargs):
     with pytest.raises(ValueError, match="Received"):

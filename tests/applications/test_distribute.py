@@ -57,6 +57,9 @@ def test_output_dir_separates_non_chief_workers(monkeypatch):
     ("[1, 2]", "TF_CONFIG must be a JSON object"),
     ('{"cluster": {"worker": ["127.0.0.1:1"]}, "task": {"type": "worker", "index": "x"}}',
      "TF_CONFIG task index must be a non-negative integer"),
+    # Audit 9: a cluster without the task's type made every process the chief (all wrote into --run-dir).
+    ('{"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}, "task": {"index": 1}}',
+     "TF_CONFIG 'task' must name this process's type"),
 ])
 def test_a_malformed_tf_config_is_a_clear_error_and_only_multiworker_reads_it(monkeypatch, tf_config, fragment):
     # Audit 5: a malformed TF_CONFIG failed `train --strategy default` (which has no use
@@ -103,3 +106,66 @@ def test_two_workers_end_with_identical_weights(tmp_path):
     assert len(chief.files) == len(worker.files) > 0
     for key in chief.files:
         np.testing.assert_array_equal(chief[key], worker[key], err_msg=key)
+
+
+@pytest.mark.parametrize("value", [8.5, "8", 0, -2, None, True])
+def test_global_batch_size_refuses_a_bad_per_replica_batch(value):
+    # Audit 9: int() truncated 8.5 to 8 and let 0 or -2 through to fail inside tf.data.
+    with pytest.raises(ValueError, match="Received: per_replica_batch_size="):
+        distribute.global_batch_size(value, distribute.make_strategy("default"))
+    assert distribute.global_batch_size(np.int64(4), distribute.make_strategy("default")) == 4
+
+
+def test_multiworker_after_tensorflow_started_is_a_strategy_error(monkeypatch):
+    # Audit 9: a raw RuntimeError "Collective ops must be configured at program startup".
+    import tensorflow as tf
+
+    cluster = {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 0}}))
+    monkeypatch.delitem(distribute._CACHE, "multiworker", raising=False)
+    tf.constant(1.0) + 1.0  # TensorFlow has run an op (else the strategy would wait for worker 1)
+    with pytest.raises(StrategyError, match="before TensorFlow runs its first op"):
+        distribute.make_strategy("multiworker")
+    assert "multiworker" not in distribute._CACHE
+
+
+@pytest.mark.parametrize("seed", ["-1", str(2**32), "1.5"])
+def test_a_bad_seed_is_refused_by_the_parser(capsys, seed):
+    # Audit 9: a negative or too large --seed was accepted, and training failed after the
+    # data was loaded with "Seed must be between 0 and 2**32 - 1", naming no option.
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["train", "demo", "--seed", seed, "--epochs", "1", "--quiet"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--seed" in err and "expected an integer seed in [0, 2**32)" in err and err.count("\n") == 1
+
+
+def test_set_intra_op_threads_errors_name_the_argument_and_take_numpy_integers():
+    # Audit 9: the message lacked "threads=" and np.int64 (an equal setting) was refused.
+    import tensorflow as tf
+
+    with pytest.raises(ValueError, match="Received: threads=-1"):
+        distribute.set_intra_op_threads(-1)
+    current = tf.config.threading.get_intra_op_parallelism_threads()
+    assert distribute.set_intra_op_threads(np.int64(current))  # unchanged: nothing to do
+
+
+def test_default_strategy_asked_for_inside_another_scope_is_still_the_default(monkeypatch):
+    # Audit 9: inside a MirroredStrategy scope, make_strategy("default") returned (and
+    # cached for the rest of the process) the mirrored strategy.
+    import tensorflow as tf
+
+    monkeypatch.delitem(distribute._CACHE, "default", raising=False)
+    with two_cpu_strategy().scope():
+        inside = distribute.make_strategy("default")
+    assert inside.num_replicas_in_sync == 1 and inside is tf.distribute.get_strategy()
+    assert distribute.make_strategy("default") is inside
+
+
+def test_a_tpu_name_without_the_tpu_strategy_is_a_one_line_error(capsys):
+    # Audit 9: `train --tpu NAME` without `--strategy tpu` ignored the TPU and trained here.
+    with pytest.raises(StrategyError, match="Received: tpu='my-tpu', strategy='default'"):
+        distribute.make_strategy("default", tpu="my-tpu")
+    assert cli.main(["train", "--tpu", "my-tpu", "--epochs", "1", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("keras-capsules: error: --tpu is used only with --strategy tpu") and err.count("\n") == 1

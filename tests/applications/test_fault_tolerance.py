@@ -135,3 +135,75 @@ def test_ctrl_c_is_one_line_that_says_how_to_resume_and_keeps_the_backup(tmp_pat
     assert "Traceback" not in log and "KeyboardInterrupt" not in log
     assert "keras-capsules: interrupted; run the same command again to resume from the last backup" in log
     assert json.loads((run_dir / "backup" / "training_metadata.json").read_text())["epoch"] == 1
+
+
+class _CrashAt(keras.callbacks.Callback):
+    """Raises after batch ``batch`` of epoch ``epoch`` (after the callbacks before it ran)."""
+
+    def __init__(self, epoch, batch):
+        super().__init__()
+        self.at, self._epoch = (epoch, batch), None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        if (self._epoch, batch) == self.at:
+            raise RuntimeError("crash (simulated)")
+
+
+def _dense_fit(backup_dir, epochs=4, crash_at=None, model=None, save_freq=1, initial_epoch=0):
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(32, 3)).astype("float32"), rng.normal(size=(32, 1)).astype("float32")
+    if model is None:
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+        model.compile("sgd", "mse")
+    backup = fault_tolerance.AtomicBackupAndRestore(str(backup_dir), save_freq=save_freq)
+    callbacks = [backup] + ([_CrashAt(*crash_at)] if crash_at else [])
+    history = model.fit(x, y, batch_size=8, epochs=epochs, verbose=0, callbacks=callbacks,
+                        initial_epoch=initial_epoch)
+    return model, backup, history
+
+
+def test_a_resumed_run_that_crashes_again_mid_epoch_resumes_at_the_same_epoch(tmp_path):
+    # Audit 9: a resumed run's mid-epoch backups (--save-freq N) recorded epoch 0 until
+    # its first epoch ended, so a second crash restarted training from epoch 0.
+    metadata = tmp_path / "backup" / "training_metadata.json"
+    for _ in range(2):  # two processes that both crash in epoch 2
+        with pytest.raises(RuntimeError, match="simulated"):
+            _dense_fit(tmp_path / "backup", crash_at=(2, 1))
+        assert json.loads(metadata.read_text())["epoch"] == 2
+    _, backup, history = _dense_fit(tmp_path / "backup")
+    assert backup.restored_epoch == 2 and history.epoch == [2, 3]
+
+
+def test_a_later_fit_of_a_resumed_model_starts_at_epoch_0(tmp_path):
+    # Audit 9: Keras kept the restored epoch on the model, so the next fit of the same
+    # model (fresh backup) skipped its first epochs and reported restored_epoch=2.
+    with pytest.raises(RuntimeError, match="simulated"):
+        _dense_fit(tmp_path / "a", crash_at=(2, 3), save_freq="epoch")
+    model, backup, history = _dense_fit(tmp_path / "a", save_freq="epoch")
+    assert backup.restored_epoch == 2 and history.epoch == [2, 3]
+    _, backup, history = _dense_fit(tmp_path / "b", epochs=3, model=model, save_freq="epoch")
+    assert backup.restored_epoch == 0 and history.epoch == [0, 1, 2]
+
+
+@pytest.mark.parametrize("save_freq", [0, -3, True, "5", 2.5])
+def test_resumable_callbacks_refuse_a_bad_save_freq(tmp_path, save_freq):
+    # Audit 9: 0, -3 and True backed up after every batch; "5" was Keras' "Invalid value".
+    with pytest.raises(ValueError, match="Received: save_freq="):
+        fault_tolerance.resumable_callbacks(str(tmp_path), save_freq=save_freq)
+
+
+def test_resumable_callbacks_take_a_numpy_save_freq(tmp_path):
+    # Audit 9: np.int64 steps (from a dataset's cardinality) were refused by Keras.
+    backup = fault_tolerance.resumable_callbacks(str(tmp_path), save_freq=np.int64(5))[0]
+    assert backup.save_freq == 5 and type(backup.save_freq) is int
+
+
+def test_a_mid_epoch_backup_of_a_fit_with_initial_epoch_records_its_epoch(tmp_path):
+    # Audit 9: fit(initial_epoch=2) made mid-epoch backups that recorded epoch 0, so a
+    # crash in epoch 2 resumed at epoch 0.
+    with pytest.raises(RuntimeError, match="simulated"):
+        _dense_fit(tmp_path / "backup", crash_at=(2, 1), initial_epoch=2)
+    assert json.loads((tmp_path / "backup" / "training_metadata.json").read_text())["epoch"] == 2

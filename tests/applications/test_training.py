@@ -82,6 +82,9 @@ def test_mixup_errors():
         mixup(ds, alpha=float("inf"))
     with pytest.raises(ValueError, match="num_classes"):
         mixup(ds)  # integer labels without num_classes
+    # Audit 9: an np.float32 alpha was refused as "must be a finite positive number".
+    x, y = next(mixup(ds, alpha=np.float32(0.4), seed=0, num_classes=3).as_numpy_iterator())
+    assert x.shape == (2, 2) and y.shape == (2, 3)
 
 
 def test_coordinate_grid_and_pad_and_crop(tmp_path):
@@ -95,3 +98,42 @@ def test_coordinate_grid_and_pad_and_crop(tmp_path):
     np.testing.assert_array_equal(crop[..., 0], crop[..., 1])  # same crop for both channels
     callbacks = run_callbacks(tmp_path / "run")
     assert (tmp_path / "run").is_dir() and len(callbacks) == 2
+
+
+def test_mixup_draws_new_weights_every_epoch_and_stays_reproducible():
+    # Audit 9: every pass over the dataset repeated the first one's weights and
+    # permutations (with or without a seed), so unshuffled data was mixed the same way each epoch.
+    ds, *_ = _identity_batches(8, 2)
+    ds = ds.map(lambda x, y: (x["ids"], y))
+
+    def epochs(dataset, n=2):
+        return [np.concatenate([x for x, _ in dataset.as_numpy_iterator()]) for _ in range(n)]
+
+    for seed in (4, None):
+        first, second = epochs(mixup(ds, seed=seed))
+        assert not np.array_equal(first, second), f"seed={seed}"
+    again = epochs(mixup(ds, seed=4))
+    np.testing.assert_array_equal(np.stack(epochs(mixup(ds, seed=4))), np.stack(again))
+
+
+def test_mixup_one_hot_encodes_labels_of_shape_batch_by_1():
+    # Audit 9: integer labels [batch, 1] (Keras' sparse labels) became targets [batch, 1, classes].
+    x = np.random.default_rng(0).normal(size=(8, 3)).astype("float32")
+    labels = np.arange(8).reshape(8, 1) % 4
+    ds = tf.data.Dataset.from_tensor_slices((x, labels)).batch(4)
+    for _, y in mixup(ds, seed=1, num_classes=4).as_numpy_iterator():
+        assert y.shape == (4, 4)
+        np.testing.assert_allclose(y.sum(1), 1.0, rtol=1e-6)
+
+
+def test_pad_and_random_crop_bad_arguments_are_value_errors():
+    # Audit 9: a crop larger than the padded image failed inside tf.image with
+    # "Need value.shape >= size, got", a [height, width] image with a Pad error.
+    image = tf.ones((8, 8, 1))
+    with pytest.raises(ValueError, match="Received: size=13, padding=2"):
+        pad_and_random_crop(image, 2, 13)
+    with pytest.raises(ValueError, match="Received: padding=-1"):
+        pad_and_random_crop(image, -1, 8)
+    with pytest.raises(ValueError, match="Received: image shape"):
+        pad_and_random_crop(tf.ones((8, 8)), 2, 8)
+    assert pad_and_random_crop(image, 2, 12).shape == (12, 12, 1)
