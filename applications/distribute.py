@@ -108,9 +108,12 @@ def _create(name, tpu):
     if name == "default":
         # Not tf.distribute.get_strategy(): inside another strategy's scope that returns the
         # scope's strategy, which was then cached and handed out as "default" ever after.
-        from tensorflow.python.distribute import distribute_lib
+        try:  # TensorFlow's own default strategy; private, so a fallback if it moves
+            from tensorflow.python.distribute import distribute_lib
 
-        return distribute_lib._get_default_strategy()
+            return distribute_lib._get_default_strategy()
+        except (ImportError, AttributeError):
+            return tf.distribute.get_strategy()
     if name == "mirrored":
         gpus = tf.config.list_logical_devices("GPU")
         devices = gpus or tf.config.list_logical_devices("CPU")
