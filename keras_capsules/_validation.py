@@ -8,6 +8,7 @@ import math
 import numbers
 
 import keras
+import numpy as np
 from keras import ops
 
 
@@ -39,10 +40,10 @@ def rate(name, value):
 
 
 def boolean(name, value):
-    """Exactly True or False."""
-    if not isinstance(value, bool):
+    """True or False (numpy booleans too), returned as a Python bool."""
+    if not isinstance(value, (bool, np.bool_)):
         raise ValueError(f"`{name}` must be True or False. Received: {name}={value!r}")
-    return value
+    return bool(value)
 
 
 def choice(name, value, options):

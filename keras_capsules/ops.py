@@ -187,7 +187,8 @@ def masked_softmax(logits, mask=None, axis=-1):
     # fill then stays negligible even when real logits lie below MASK_VALUE, which
     # would otherwise take all the weight and leave a real row summing to 0.
     lowest = ops.cast(float("-inf"), logits.dtype)
-    top = ops.max(ops.where(mask, logits, lowest), axis=axis, keepdims=True)
+    # (``initial``: an empty batch or axis is no error, as in ops.softmax)
+    top = ops.max(ops.where(mask, logits, lowest), axis=axis, keepdims=True, initial=lowest)
     top = ops.stop_gradient(ops.where(ops.isfinite(top), top, ops.zeros_like(top)))
     fill = ops.cast(MASK_VALUE, logits.dtype)
     weights = ops.softmax(ops.where(mask, logits - top, fill), axis=axis)

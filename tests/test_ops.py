@@ -81,6 +81,22 @@ def test_masked_softmax():
     np.testing.assert_array_equal(half.numpy()[2], 0.0)
 
 
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_masked_softmax_of_an_empty_batch_or_axis(jit_compile):
+    # Eagerly, an empty batch raised "Cannot compute the max of an empty tensor" (so did
+    # EMRouting(n_out=None) with a mask on an empty batch); ops.softmax gives an empty result.
+    fn = tf.function(ops.masked_softmax, jit_compile=True) if jit_compile else ops.masked_softmax
+    for shape in ((0, 3), (2, 0)):
+        out = fn(tf.zeros(shape), tf.ones(shape, bool))
+        assert tuple(out.shape) == shape
+    from keras_capsules.layers import EMRouting
+
+    layer = EMRouting(n_out=None, d_out=2, n_iters=2)
+    a, mu = np.zeros((0, 3), "float32"), np.zeros((0, 3, 2, 2), "float32")
+    a_out, mu_out, *_ = layer([a, mu], mask=np.ones((0, 3), bool))
+    assert a_out.shape[0] == 0 and mu_out.shape[0] == 0
+
+
 def test_routing_dtype():
     assert ops.routing_dtype("float16") == "float32"
     assert ops.routing_dtype("bfloat16") == "float32"

@@ -88,3 +88,12 @@ def test_history_mask_without_self_attention_is_refused():
     symbolic = [keras.Input(x.shape[1:]) for x in _inputs()]
     with pytest.raises(ValueError, match="history_mask.*self_attention=True"):
         cell(symbolic, history_mask=keras.Input((T,), dtype="bool"))
+
+
+def test_numpy_booleans_are_booleans():
+    # Switches read from numpy (np.True_, e.g. out of a config array) were refused.
+    cell = MACCell(max_steps=2, self_attention=np.True_, memory_gate=np.False_)
+    assert cell.self_attention is True and cell.memory_gate is False
+    assert MACCell.from_config(cell.get_config()).get_config() == cell.get_config()
+    with pytest.raises(ValueError, match="Received: memory_gate=1"):
+        MACCell(max_steps=2, memory_gate=1)
