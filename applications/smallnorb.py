@@ -212,7 +212,8 @@ def make_dataset(
         ds = ds.shuffle(shuffle_buffer, seed=seed)
         if repeat:
             ds = ds.repeat()
-        crop_seeds = tf.data.Dataset.random(seed=seed).batch(2, drop_remainder=True)
+        # new crops every epoch (without it each pass repeated the first one's), reproducible
+        crop_seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).batch(2, drop_remainder=True)
         ds = tf.data.Dataset.zip((ds, crop_seeds)).map(
             lambda xy, s: (training_crop(xy[0], padding, image_size, s), xy[1]),
             num_parallel_calls=tf.data.AUTOTUNE,

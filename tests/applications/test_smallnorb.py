@@ -90,6 +90,22 @@ def test_pipeline_shapes_and_one_training_step_with_mock_data(tmp_path):
     assert (run_dir / "model.keras").is_file()
 
 
+def test_training_crops_are_new_every_epoch_and_reproducible(tmp_path):
+    # The crop seeds restarted with every pass over the (unrepeated) data, so every epoch
+    # saw the first epoch's crops of each image again.
+    with tfds.testing.mock_data(num_examples=4):
+        split = smallnorb.load_split("train", data_dir=str(tmp_path / "tfds"))
+
+        def epochs(n):
+            ds = smallnorb.make_dataset(split, True, batch_size=4, image_size=24, mixup_alpha=None,
+                                        shuffle_buffer=1, seed=3)
+            return [np.concatenate([x.numpy() for x, _ in ds]) for _ in range(n)]
+
+        first, second = epochs(2)
+        assert not np.array_equal(first, second)
+        np.testing.assert_array_equal(epochs(1)[0], first)  # the same seed, the same crops
+
+
 def test_a_training_split_smaller_than_a_batch_is_an_error_not_a_hang(tmp_path, monkeypatch):
     # Audit 5: with fewer training examples than one batch (mock data, a huge batch)
     # steps_per_epoch became 0 and fit looped for ever on the repeated dataset.
