@@ -1,5 +1,7 @@
 """Evaluation metrics computed on numpy arrays (outside the training graph)."""
 
+import numbers
+
 import numpy as np
 
 
@@ -24,11 +26,22 @@ def adjusted_mutual_info(true_groups, pi, group_axis=1, ignore_label=None, per_s
     Returns:
         The mean AMI (a float), or a ``[batch]`` array with ``per_sample=True``.
         Samples with no pixel left are NaN (and skipped by the mean).
+
+    Raises:
+        ValueError: shapes that do not fit, a ``group_axis`` that is not an integer
+            naming an axis of ``pi`` after the batch axis, or a ``pi`` holding NaN or
+            inf (``argmax`` would read a NaN as the largest value).
     """
     from sklearn.metrics import adjusted_mutual_info_score
 
     true_groups = np.asarray(true_groups)
     pi = np.asarray(pi)
+    if isinstance(group_axis, bool) or not isinstance(group_axis, numbers.Integral):
+        raise ValueError(f"`group_axis` must be an integer. Received: group_axis={group_axis!r}")
+    if np.issubdtype(pi.dtype, np.floating) and not np.isfinite(pi).all():
+        # argmax takes a NaN as the largest value, so a diverged model looked segmented
+        raise ValueError("`pi` must be finite: it holds NaN or inf (a diverged model?). "
+                         f"Received: pi with {int(np.sum(~np.isfinite(pi)))} non-finite values")
     # a negative group_axis counts from the end of pi as given, channel axis included
     axis = group_axis + pi.ndim if group_axis < 0 else group_axis
     if not 0 < axis < pi.ndim:

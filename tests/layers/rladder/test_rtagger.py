@@ -224,6 +224,19 @@ def test_adjusted_mutual_info():
         adjusted_mutual_info(truth, random[:, 0])
 
 
+def test_adjusted_mutual_info_refuses_non_finite_pi_and_a_non_integer_axis():
+    # NaN masks (a diverged model) were scored as if segmented (argmax takes NaN as the
+    # largest value), and group_axis=1.0 gave numpy's TypeError.
+    truth = np.tile([[0, 0, 1, 1]], (2, 1))
+    pi = np.stack([truth == 0, truth == 1], axis=1).astype("float32")
+    assert adjusted_mutual_info(truth, pi) == pytest.approx(1.0)
+    pi[0, :, 0] = np.nan
+    with pytest.raises(ValueError, match="`pi` must be finite.*2 non-finite values"):
+        adjusted_mutual_info(truth, pi)
+    with pytest.raises(ValueError, match="Received: group_axis=1.0"):
+        adjusted_mutual_info(truth, np.nan_to_num(pi), group_axis=1.0)
+
+
 def test_many_iterations_with_a_small_sigma_stay_bounded():
     pi, m = RTagger(2, CONV_LEVELS, n_iters=6, sigma=0.05)(_images(2, 4, 4, 1))
     assert np.all(np.isfinite(m.numpy())) and np.abs(m.numpy()).max() < 50
