@@ -38,7 +38,8 @@ def atomic_write(path, write):
     ``tmp_path`` is in the directory of ``path`` (so ``os.replace`` is a rename on one
     file system) and ends with the base name of ``path`` (so suffix checks such as
     Keras' ``.keras`` / ``.weights.h5`` pass). If ``write`` raises, the temporary file
-    is removed and ``path`` is left as it was.
+    is removed and ``path`` is left as it was. The directory is synced after the
+    rename (where the system allows it), so the new file survives a power cut.
     """
     path = os.fspath(path)
     directory, base = os.path.split(os.path.abspath(path))
@@ -53,6 +54,20 @@ def atomic_write(path, write):
         if os.path.exists(tmp):
             os.remove(tmp)
         raise
+    _fsync_directory(directory)  # the rename itself survives a power cut too
+
+
+def _fsync_directory(directory):
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # e.g. Windows cannot open a directory: nothing to sync there
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # some file systems refuse fsync on a directory
+        pass
+    finally:
+        os.close(fd)
 
 
 def save_model_atomically(model, path):

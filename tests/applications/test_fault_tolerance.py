@@ -207,3 +207,16 @@ def test_a_mid_epoch_backup_of_a_fit_with_initial_epoch_records_its_epoch(tmp_pa
     with pytest.raises(RuntimeError, match="simulated"):
         _dense_fit(tmp_path / "backup", crash_at=(2, 1), initial_epoch=2)
     assert json.loads((tmp_path / "backup" / "training_metadata.json").read_text())["epoch"] == 2
+
+
+def test_atomic_write_syncs_the_file_then_its_directory(tmp_path, monkeypatch):
+    # Only the file was synced: after a power cut the rename could be lost.
+    import stat
+
+    synced = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(stat.S_ISDIR(os.fstat(fd).st_mode)),
+                                                 real_fsync(fd))[1])
+    fault_tolerance.write_json_atomically({"a": 1}, tmp_path / "x.json")
+    assert synced == [False, True]
+    assert json.loads((tmp_path / "x.json").read_text()) == {"a": 1}
