@@ -58,6 +58,7 @@ import numpy as np
 from keras import ops
 
 from applications import plotting
+from applications.checks import integer_at_least
 from keras_capsules.layers import MACNetwork
 
 logger = logging.getLogger(__name__)
@@ -514,7 +515,20 @@ def make_dataset(features_path, image_index, tokens, labels, batch_size=64, shuf
     """
     import tensorflow as tf
 
+    batch_size = integer_at_least("batch_size", batch_size, 1)
+    image_index, tokens, labels = np.asarray(image_index), np.asarray(tokens), np.asarray(labels)
+    if not len(image_index) == len(tokens) == len(labels):
+        raise ValueError(
+            "`image_index`, `tokens` and `labels` must hold one entry per question each. "
+            f"Received: lengths {len(image_index)}, {len(tokens)} and {len(labels)}"
+        )
     features = np.load(features_path, mmap_mode="r")
+    if len(image_index) and not 0 <= image_index.min() <= image_index.max() < len(features):
+        # a question table of another cache: was an IndexError inside tf.data in the middle of fit
+        raise ValueError(
+            f"`image_index` must index the {len(features)} images of {features_path}. "
+            f"Received: image indices in [{image_index.min()}, {image_index.max()}]"
+        )
     keep = labels >= 0 if drop_unknown else np.ones(len(labels), bool)
     image_index, tokens, labels = image_index[keep], tokens[keep], labels[keep]
     feature_shape = features.shape[1:]
@@ -524,7 +538,8 @@ def make_dataset(features_path, image_index, tokens, labels, batch_size=64, shuf
 
     ds = tf.data.Dataset.from_tensor_slices((image_index, tokens, labels))
     if shuffle:
-        ds = ds.shuffle(len(labels), seed=seed, reshuffle_each_iteration=True)
+        # a buffer of at least 1: tf.data refuses 0 (no question kept)
+        ds = ds.shuffle(max(len(labels), 1), seed=seed, reshuffle_each_iteration=True)
     ds = ds.batch(batch_size)
 
     def attach(index, question, label):

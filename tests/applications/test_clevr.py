@@ -195,3 +195,21 @@ def test_first_questions_refuses_a_non_positive_limit():
             clevr.first_questions(data, bad)
     assert clevr.first_questions(data, 2)["train"]["tokens"].tolist() == [0, 1]
     assert clevr.first_questions(data, None) is data
+
+
+def test_make_dataset_checks_its_arguments_and_shuffles_an_empty_set(tmp_path):
+    # Audit 8: an image index beyond the cache failed with an IndexError inside tf.data in the
+    # middle of fit, batch_size=0 and arrays of different lengths with raw tf.data / numpy errors,
+    # and shuffle=True with no question kept with "buffer_size must be greater than zero".
+    path = str(tmp_path / "train_32.npy")
+    np.save(path, np.zeros((3, 2, 2, 4), "float16"))
+    index, tokens, labels = np.array([0, 2, 1]), np.ones((3, 5), "int32"), np.array([0, 1, 0], "int32")
+    with pytest.raises(ValueError, match=r"index the 3 images .* Received: image indices in \[0, 3\]"):
+        clevr.make_dataset(path, np.array([0, 3, 1]), tokens, labels)
+    with pytest.raises(ValueError, match="Received: batch_size=0"):
+        clevr.make_dataset(path, index, tokens, labels, batch_size=0)
+    with pytest.raises(ValueError, match="Received: lengths 3, 2 and 3"):
+        clevr.make_dataset(path, index, tokens[:2], labels)
+    assert list(clevr.make_dataset(path, index, tokens, -np.ones(3, "int32"), shuffle=True)) == []
+    (x, y), = clevr.make_dataset(path, index, tokens, labels, batch_size=8, shuffle=True)
+    assert x["features"].shape == (3, 2, 2, 4) and sorted(y.numpy()) == [0, 0, 1]
