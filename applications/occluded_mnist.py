@@ -348,7 +348,8 @@ def make_dataset(data, variant="rladder", batch_size=32, shuffle=False, seed=0):
         (data["frames"], targets_for(variant, data["frames"], data["labels"]))
     )
     if shuffle:
-        ds = ds.shuffle(len(data["frames"]), seed=seed, reshuffle_each_iteration=True)
+        # a buffer of at least 1: tf.data refuses 0 (an empty set of sequences)
+        ds = ds.shuffle(max(len(data["frames"]), 1), seed=seed, reshuffle_each_iteration=True)
     return ds.batch(batch_size).prefetch(tf.data.AUTOTUNE)
 
 

@@ -129,6 +129,8 @@ def texture(kind, rng, size=IMAGE_SIZE, levels=None, style="binary"):
 
 
 TEXTURE_SETS = ("random", "fixed")
+#: draws of the background's levels for one digit texture before ``mean_gap`` redraws the digit's too
+LEVEL_DRAWS = 100
 BANK_PERIODS = (4.0, 6.0, 9.0)
 
 
@@ -169,7 +171,13 @@ def _random_textures(rng, size, mean_gap, style):
     if mean_gap > 0:
         fg_levels = texture_levels(rng)
         bg_levels = texture_levels(rng)
+        draws = 0
         while abs(sum(fg_levels) - sum(bg_levels)) / 2 < mean_gap:
+            draws += 1
+            if draws % LEVEL_DRAWS == 0:
+                # no background may be far enough from this digit's levels (mean levels lie
+                # in (0.1, 0.9): with a mean near 0.5, a gap of 0.4 or more looped for ever)
+                fg_levels = texture_levels(rng)
             bg_levels = texture_levels(rng)
     fg = texture(TEXTURE_KINDS[fg_kind], rng, size, fg_levels, style)
     bg = texture(TEXTURE_KINDS[bg_kind], rng, size, bg_levels, style)
@@ -263,7 +271,8 @@ def make_dataset(data, n_iters, batch_size=32, num_classes=None, shuffle=False, 
         targets["digit"] = np.repeat(data["labels"][:, None], n_iters, axis=1)
     ds = tf.data.Dataset.from_tensor_slices((images, targets))
     if shuffle:
-        ds = ds.shuffle(len(images), seed=seed, reshuffle_each_iteration=True)
+        # a buffer of at least 1: tf.data refuses 0 (an empty set of images)
+        ds = ds.shuffle(max(len(images), 1), seed=seed, reshuffle_each_iteration=True)
     return ds.batch(batch_size).prefetch(tf.data.AUTOTUNE)
 
 

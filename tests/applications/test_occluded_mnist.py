@@ -453,3 +453,9 @@ def test_datasets_and_helpers_reject_bad_arguments(digits):
         om.bar_mask(bar_spacing=0)  # a divide-by-zero warning and a meaningless mask
     with pytest.raises(ValueError, match="Received: size=0"):
         om.downscale(digits[0], 0)
+
+
+def test_an_empty_set_of_sequences_makes_an_empty_shuffled_dataset(digits):
+    # Audit 8: shuffle=True on zero sequences failed inside tf.data ("buffer_size must be greater than zero").
+    data = om.generate(*digits, 0)
+    assert list(om.make_dataset(data, shuffle=True)) == []

@@ -282,3 +282,33 @@ def test_gaussian_corruption_under_mixed_precision(policy):
     for bad in (-0.1, float("nan")):
         with pytest.raises(ValueError, match="Received: stddev="):
             tm.GaussianCorruption(bad)
+
+
+def test_the_largest_mean_gap_gives_images_instead_of_hanging(digits, monkeypatch):
+    # Audit 8: mean_gap near its documented maximum (0.5) looped for ever when the digit's
+    # levels had a mean near 0.5 (only the background's levels were redrawn).
+    import signal
+
+    def too_slow(signum, frame):
+        raise TimeoutError("generate(mean_gap=0.5) did not finish in 10 s")
+
+    levels = []
+    texture = tm.texture
+    monkeypatch.setattr(tm, "texture", lambda kind, rng, size, lv, style: levels.append(lv) or texture(
+        kind, rng, size, lv, style))
+    previous = signal.signal(signal.SIGALRM, too_slow)
+    signal.alarm(10)
+    try:
+        data = tm.generate(*digits, 30, mean_gap=0.5)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert data["images"].shape == (30, 28, 28, 1)
+    means = np.mean(np.asarray(levels).reshape(30, 2, 2), axis=-1)  # [image, (digit, background)]
+    assert np.all(np.abs(means[:, 0] - means[:, 1]) >= 0.5)
+
+
+def test_an_empty_set_of_images_makes_an_empty_shuffled_dataset(digits):
+    # Audit 8: shuffle=True on zero images failed inside tf.data ("buffer_size must be greater than zero").
+    data = tm.generate(*digits, 0)
+    assert list(tm.make_dataset(data, 2, shuffle=True)) == []
