@@ -479,19 +479,26 @@ def plot_example_attention(model, x, path, index=0):
     """Draws the attention maps of example ``index`` of the batch ``x`` to a PNG.
 
     Word attention per step; knowledge-base attention as bars over the objects
-    (symbolic) or as a heat map over the image (image knowledge base). ``index`` may
-    be negative (counted from the end, as in Python).
+    (symbolic) or as a heat map over the image (image knowledge base). ``x`` holds
+    at least the model's inputs (a batch of ``kb="both"`` serves either model).
+    ``index`` may be negative (counted from the end, as in Python).
     """
     n = len(x["question"])
     if isinstance(index, bool) or not isinstance(index, numbers.Integral) or not -n <= index < n:
         raise ValueError(f"`index` must be an integer in [-{n}, {n}) for a batch of {n}. Received: index={index!r}")
     index = int(index) % n
-    out = clevr.attention_model(model)({k: v[index : index + 1] for k, v in x.items()})
+    # only the model's inputs: a batch of kb="both" gave a symbolic model its image too
+    # (a Keras input-shape error) and drew its object attention as a grid
+    names = list(model.input) if isinstance(model.input, dict) else [t.name for t in keras.tree.flatten(model.input)]
+    missing = [name for name in names if name not in x]
+    if missing:
+        raise ValueError(f"`x` must hold the model's inputs {names}. Received: x with keys {sorted(x)}")
+    out = clevr.attention_model(model)({name: x[name][index : index + 1] for name in names})
     words = [VOCAB[i] for i in np.asarray(x["question"][index]) if i != 0]
     predicted = ANSWERS[int(np.argmax(out["answer"][0]))]
     read = keras.ops.convert_to_numpy(out["read_attention"][0])
     kwargs = {"object_names": COLORS}
-    if "image" in x:
+    if "image" in names:
         side = int(round(np.sqrt(read.shape[-1])))
         kwargs = {"grid": (side, side), "image": np.asarray(x["image"][index])}
     return clevr.plot_attention(
