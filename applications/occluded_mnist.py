@@ -72,11 +72,15 @@ def load_digits(source="idx", data_dir=None, split="test"):
         source: ``"idx"`` reads the canonical IDX files in ``data_dir`` (see
             ``applications.mnist_digits``); ``"tfds"`` reads TFDS ``mnist``
             (``data_dir`` is TFDS's data folder).
-        split: ``"train"`` or ``"test"`` (for IDX: prefix ``train`` or ``t10k``).
+        split: ``"train"`` or ``"test"`` (for IDX: prefix ``train`` or ``t10k``; TFDS
+            also takes its split syntax, e.g. ``"train[:80%]"``).
     """
     if source == "idx":
         from applications.mnist_digits import default_data_dir, load_idx_digits
 
+        if split not in ("train", "test"):
+            # any other split (e.g. "validation") silently read the training files
+            raise ValueError(f"`split` must be 'train' or 'test' for IDX files. Received: split={split!r}")
         prefix = "t10k" if split == "test" else "train"
         images, labels = load_idx_digits(data_dir or default_data_dir(), prefix=prefix)
         return images[..., 0], labels
@@ -808,7 +812,8 @@ def plot_predictions(model, frames, path, labels=None, num_sequences=3, batch_si
     predicts at that step (``argmax`` of ``digit_steps``, with its probability). For a
     model with a ``next_frames`` output (the ``"rladder"`` and ``"no_feedback"``
     variants) a second row shows the predicted frames (``sigmoid`` of the logits)
-    under the frames they predict (frames 2..T); the baselines have that one row only.
+    under the frames they predict (frames 2..T); the baselines (and sequences of one
+    frame, with nothing to predict) have that one row only.
 
     Args:
         model: a model of ``build_model`` (any variant).
@@ -841,7 +846,7 @@ def plot_predictions(model, frames, path, labels=None, num_sequences=3, batch_si
     steps_probs = np.asarray(out["digit_steps"], "float32")  # [b, T, classes]
     guesses, confidence = steps_probs.argmax(-1), steps_probs.max(-1)
     predicted = None
-    if "next_frames" in out:  # logits of frames 2..T
+    if "next_frames" in out and np.shape(out["next_frames"])[1]:  # logits of frames 2..T (none when T = 1)
         predicted = 1 / (1 + np.exp(-np.asarray(out["next_frames"], "float32")[..., 0]))
     num_frames = frames.shape[1]
     per_sequence = 1 if predicted is None else 2

@@ -459,3 +459,19 @@ def test_an_empty_set_of_sequences_makes_an_empty_shuffled_dataset(digits):
     # Audit 8: shuffle=True on zero sequences failed inside tf.data ("buffer_size must be greater than zero").
     data = om.generate(*digits, 0)
     assert list(om.make_dataset(data, shuffle=True)) == []
+
+
+def test_plot_predictions_of_a_ladder_on_one_frame_sequences(tmp_path, digits):
+    # Audit 8: a ladder model of one-frame sequences (no next frame to predict) failed with
+    # an IndexError (axes[:, 1] of a one-column grid) instead of drawing its frames.
+    data = om.generate(*digits, 2, num_frames=1, frame_size=16)
+    model = om.build_model("rladder", num_frames=1, frame_size=16, **TINY)
+    path = om.plot_predictions(model, data["frames"], tmp_path / "one.png", data["labels"], num_sequences=2)
+    assert (tmp_path / "one.png").stat().st_size > 1000 and path == tmp_path / "one.png"
+
+
+def test_load_digits_refuses_an_idx_split_other_than_train_or_test():
+    # Audit 8: split="validation" (or any typo) silently read the IDX training files.
+    with pytest.raises(ValueError, match="Received: split='validation'"):
+        om.load_digits("idx", shared_path("data", "mnist"), split="validation")
+    assert om.load_digits("idx", shared_path("data", "mnist"), split="test")[0].shape == (10000, 28, 28)
