@@ -488,7 +488,13 @@ def plot_segmentation(model, images, path, segmentation=None, num_images=4, batc
     groups = np.argmax(pi[..., 0], axis=2)  # [b, T, H, W]
     reconstruction = np.sum(pi * m, axis=2)[..., 0]  # [b, T, H, W]
     n_iters, n_groups = pi.shape[1], pi.shape[2]
-    colours = ListedColormap(plt.get_cmap("tab10").colors[: max(n_groups, 2)])
+    # one colour per group: tab10 drew every group past the tenth in the tenth's colour
+    if n_groups <= 10:
+        colours = ListedColormap(plt.get_cmap("tab10").colors[: max(n_groups, 2)])
+    elif n_groups <= 20:
+        colours = ListedColormap(plt.get_cmap("tab20").colors[:n_groups])
+    else:
+        colours = ListedColormap(plt.get_cmap("hsv")(np.linspace(0, 1, n_groups, endpoint=False)))
     columns = 1 + (segmentation is not None) + 2 * n_iters
     fig, axes = plt.subplots(count, columns, figsize=(1.3 * columns, 1.4 * count + 0.5), squeeze=False)
     for i in range(count):

@@ -312,3 +312,24 @@ def test_an_empty_set_of_images_makes_an_empty_shuffled_dataset(digits):
     # Audit 8: shuffle=True on zero images failed inside tf.data ("buffer_size must be greater than zero").
     data = tm.generate(*digits, 0)
     assert list(tm.make_dataset(data, 2, shuffle=True)) == []
+
+
+@pytest.mark.parametrize("n_groups", [12, 25])
+def test_plot_segmentation_gives_every_group_its_own_colour(tmp_path, monkeypatch, n_groups):
+    # Audit 8: with more than 10 groups the groups past the tenth were drawn in the tenth's colour.
+    from applications import plotting
+
+    class Predictor:  # the mixture of a model whose group k wins in column k of the image
+        def predict(self, images, batch_size, verbose):
+            pi = np.zeros((len(images), 1, n_groups, 28, 28, 1), "float32")
+            for k in range(n_groups):
+                pi[:, :, k, :, k, 0] = 1.0
+            return {"mixture": np.concatenate([np.zeros_like(pi), pi], axis=-1)}
+
+    figures = []
+    monkeypatch.setattr(plotting, "save_and_close", lambda fig, path, **kwargs: figures.append(fig) or path)
+    tm.plot_segmentation(Predictor(), np.zeros((1, 28, 28, 1)), tmp_path / "many.png", num_images=1)
+    groups = figures[0].axes[1].images[0]  # input, then the groups at t=1
+    colours = groups.to_rgba(groups.get_array())[0, :n_groups]
+    plotting.pyplot().close(figures[0])
+    assert len({tuple(c) for c in colours}) == n_groups
