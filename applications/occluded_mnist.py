@@ -43,6 +43,7 @@ thousand training digits act as many more. Validation and test sequences are
 never augmented.
 """
 
+import numbers
 import os
 
 import keras
@@ -98,6 +99,9 @@ def downscale(digits, size=DIGIT_SIZE):
     """``[n, 28, 28]`` digits to ``[n, size, size]`` by averaging blocks (size must divide 28)."""
     size = integer_at_least("size", size, 1)
     digits = np.asarray(digits, "float32")
+    if digits.ndim != 3 or digits.shape[1] != digits.shape[2]:
+        # non-square digits failed in numpy's reshape ("cannot reshape array of size ...")
+        raise ValueError(f"`digits` must be square images [n, side, side]. Received: shape={digits.shape}")
     factor = digits.shape[1] // size
     if factor * size != digits.shape[1]:
         raise ValueError(f"size={size} must divide the digit size {digits.shape[1]}")
@@ -266,7 +270,7 @@ def generate(
         seed: the generator's seed (an int or a sequence of ints).
         speed: pixels per frame along each moving axis.
         bar_width, bar_spacing: width of a bar and distance between left edges of bars.
-        bar_value: intensity of the bars (drawn over the digit).
+        bar_value: intensity of the bars (drawn over the digit), in [0, 1].
         random_bar_offset: shift the bar pattern by a random 0..bar_spacing-1 pixels
             per sequence (else bars start at column 0).
         affine: None (default: the digits as they are), or a dict of
@@ -290,6 +294,9 @@ def generate(
     speed = integer_at_least("speed", speed, 0)
     bar_width = integer_at_least("bar_width", bar_width, 0)
     bar_spacing = integer_at_least("bar_spacing", bar_spacing, 1)
+    if isinstance(bar_value, bool) or not isinstance(bar_value, numbers.Real) or not 0 <= bar_value <= 1:
+        # frames are intensities in [0, 1]: bar_value=255 made bars of 255 (and NaN, NaN bars)
+        raise ValueError(f"`bar_value` must be a number in [0, 1]. Received: bar_value={bar_value!r}")
     rng = np.random.default_rng(seed)
     options = None if affine is None else _check_affine(affine)
     digits = check_digits(digits, labels)

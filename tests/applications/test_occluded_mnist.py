@@ -475,3 +475,16 @@ def test_load_digits_refuses_an_idx_split_other_than_train_or_test():
     with pytest.raises(ValueError, match="Received: split='validation'"):
         om.load_digits("idx", shared_path("data", "mnist"), split="validation")
     assert om.load_digits("idx", shared_path("data", "mnist"), split="test")[0].shape == (10000, 28, 28)
+
+
+def test_bar_value_and_downscaled_digits_are_checked(digits):
+    # Audit 8: bar_value=255 (or NaN) gave frames outside [0, 1] silently, and downscale of
+    # non-square digits failed in numpy's reshape.
+    images, labels = digits
+    for bad in (255, -0.5, float("nan"), True):
+        with pytest.raises(ValueError, match="Received: bar_value="):
+            om.generate(images, labels, 2, bar_value=bad)
+    assert om.generate(images, labels, 2, bar_value=0)["frames"].min() == 0.0
+    assert om.generate(images, labels, 2, bar_value=np.float32(0.5))["frames"].max() <= 1.0
+    with pytest.raises(ValueError, match=r"square images .* Received: shape=\(3, 28, 20\)"):
+        om.downscale(images[:3, :, :20])
