@@ -145,10 +145,12 @@ def input_unit(tokens, vocabulary_size, embedding_dim=300, units=512, dropout=0.
     Returns:
         ``(contextual_words [batch, words, units] (masked), question [batch, units])``.
     """
-    if isinstance(units, bool) or not isinstance(units, int) or units < 2 or units % 2:
+    # a numpy integer (e.g. from a search space) was refused as "not even": units=8
+    if isinstance(units, bool) or not isinstance(units, numbers.Integral) or units < 2 or units % 2:
         raise ValueError(
-            f"`units` must be even (a BiLSTM of units // 2 each way). Received: units={units}"
+            f"`units` must be an even integer >= 2 (a BiLSTM of units // 2 each way). Received: units={units!r}"
         )
+    units = int(units)
     x = keras.layers.Embedding(vocabulary_size, embedding_dim, mask_zero=True, name=f"{name}_embedding")(
         tokens
     )

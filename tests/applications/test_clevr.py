@@ -213,3 +213,13 @@ def test_make_dataset_checks_its_arguments_and_shuffles_an_empty_set(tmp_path):
     assert list(clevr.make_dataset(path, index, tokens, -np.ones(3, "int32"), shuffle=True)) == []
     (x, y), = clevr.make_dataset(path, index, tokens, labels, batch_size=8, shuffle=True)
     assert x["features"].shape == (3, 2, 2, 4) and sorted(y.numpy()) == [0, 0, 1]
+
+
+def test_input_unit_takes_numpy_units_and_names_bad_ones():
+    # Audit 8: units=np.int64(8) (e.g. from a search space) was refused with
+    # "`units` must be even ... Received: units=8".
+    model = clevr.build_model(10, 3, (2, 2, 8), units=np.int64(8), embedding_dim=4, max_steps=1)
+    assert model.output_shape == (None, 3) and model.get_layer("question_vector").output.shape == (None, 8)
+    for bad in (7, 8.0, True, 0):
+        with pytest.raises(ValueError, match=rf"even integer >= 2 .*Received: units={bad!r}"):
+            clevr.build_model(10, 3, (2, 2, 8), units=bad, embedding_dim=4, max_steps=1)
