@@ -157,6 +157,8 @@ def texture_bank(bank_size=8):
 
 def bank_texture(angle, period, phase=0.0, size=IMAGE_SIZE, style="binary"):
     """A ``[size, size]`` float32 grating in [0, 1] (see :func:`texture_bank`)."""
+    if style not in TEXTURE_STYLES:  # any other value (e.g. "smoth") drew a binary grating
+        raise ValueError(f"`style` must be one of {TEXTURE_STYLES}. Received: style={style!r}")
     if isinstance(period, bool) or not isinstance(period, numbers.Real) or not 0 < period < np.inf:
         raise ValueError(f"`period` must be a positive, finite number. Received: period={period!r}")
     rows, cols = np.mgrid[0:size, 0:size].astype("float32")

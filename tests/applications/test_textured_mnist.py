@@ -333,3 +333,11 @@ def test_plot_segmentation_gives_every_group_its_own_colour(tmp_path, monkeypatc
     colours = groups.to_rgba(groups.get_array())[0, :n_groups]
     plotting.pyplot().close(figures[0])
     assert len({tuple(c) for c in colours}) == n_groups
+
+
+def test_bank_texture_refuses_an_unknown_style():
+    # Audit 8: bank_texture(style="smoth") silently drew the binary grating.
+    assert len(np.unique(tm.bank_texture(0.3, 6.0, style="smooth"))) > 2
+    assert set(np.unique(tm.bank_texture(0.3, 6.0, style="binary"))) == {0.0, 1.0}
+    with pytest.raises(ValueError, match="Received: style='smoth'"):
+        tm.bank_texture(0.3, 6.0, style="smoth")
