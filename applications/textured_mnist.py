@@ -100,6 +100,11 @@ def texture(kind, rng, size=IMAGE_SIZE, levels=None, style="binary"):
     if style not in TEXTURE_STYLES:
         raise ValueError(f"`style` must be one of {TEXTURE_STYLES}. Received: style={style!r}")
     smooth = style == "smooth"
+    if levels is not None:
+        pair = np.asarray(levels)
+        # levels such as (0, 255) gave a texture outside [0, 1] silently
+        if pair.shape != (2,) or not np.issubdtype(pair.dtype, np.number) or not np.all((pair >= 0) & (pair <= 1)):
+            raise ValueError(f"`levels` must be two intensities (low, high) in [0, 1]. Received: levels={levels!r}")
     low, high = texture_levels(rng) if levels is None else levels
     rows, cols = np.mgrid[0:size, 0:size].astype("float32")
     if kind == "stripes":

@@ -341,3 +341,12 @@ def test_bank_texture_refuses_an_unknown_style():
     assert set(np.unique(tm.bank_texture(0.3, 6.0, style="binary"))) == {0.0, 1.0}
     with pytest.raises(ValueError, match="Received: style='smoth'"):
         tm.bank_texture(0.3, 6.0, style="smoth")
+
+
+def test_texture_refuses_levels_outside_the_unit_interval():
+    # Audit 8: texture(levels=(0, 255)) gave a texture of values up to 255, not in [0, 1] as documented.
+    rng = np.random.default_rng(0)
+    assert tm.texture("checker", rng, levels=(0.2, 0.9)).max() <= 0.9
+    for bad in ((0, 255), (-0.1, 0.5), (0.5, float("nan")), (0.5,)):
+        with pytest.raises(ValueError, match="Received: levels="):
+            tm.texture("stripes", rng, levels=bad)
