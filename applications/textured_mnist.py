@@ -275,7 +275,14 @@ def make_dataset(data, n_iters, batch_size=32, num_classes=None, shuffle=False, 
     images = data["images"]
     targets = {"mixture": np.repeat(images[:, None], n_iters, axis=1)}
     if num_classes:
-        targets["digit"] = np.repeat(data["labels"][:, None], n_iters, axis=1)
+        labels = np.asarray(data["labels"])
+        if len(labels) and not 0 <= labels.min() <= labels.max() < num_classes:
+            # was a "Graph execution error" of SparseSoftmaxCrossEntropyWithLogits inside fit
+            raise ValueError(
+                f"`data` holds labels in [{labels.min()}, {labels.max()}], outside the {num_classes} classes "
+                f"[0, {num_classes}). Received: num_classes={num_classes}"
+            )
+        targets["digit"] = np.repeat(labels[:, None], n_iters, axis=1)
     ds = tf.data.Dataset.from_tensor_slices((images, targets))
     if shuffle:
         # a buffer of at least 1: tf.data refuses 0 (an empty set of images)
@@ -367,6 +374,8 @@ def build_model(
         ``num_classes``, ``"digit"``: class probabilities ``[b, T, classes]`` at every
         iteration.
     """
+    if num_classes is not None:  # num_classes=1 built a classifier whose softmax is always 1
+        num_classes = integer_at_least("num_classes", num_classes, 2)
     images = keras.Input((image_size, image_size, 1), name="images")
     x = GaussianCorruption(noise_std, seed=0, name="corruption")(images) if noise_std else images
     pi, m = RTagger(

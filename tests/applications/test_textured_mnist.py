@@ -350,3 +350,15 @@ def test_texture_refuses_levels_outside_the_unit_interval():
     for bad in ((0, 255), (-0.1, 0.5), (0.5, float("nan")), (0.5,)):
         with pytest.raises(ValueError, match="Received: levels="):
             tm.texture("stripes", rng, levels=bad)
+
+
+def test_labels_outside_the_classes_and_a_single_class_are_refused(digits):
+    # Audit 8: make_dataset(num_classes=5) on digits 0..9 failed inside fit with a graph execution
+    # error of SparseSoftmaxCrossEntropyWithLogits, and build_model(num_classes=1) built a
+    # classifier whose softmax is always 1.
+    data = tm.generate(*digits, 8)
+    with pytest.raises(ValueError, match=r"outside the 5 classes \[0, 5\)"):
+        tm.make_dataset(data, 2, num_classes=5)
+    assert tm.make_dataset(data, 2, num_classes=10).element_spec[1]["digit"].shape == (None, 2)
+    with pytest.raises(ValueError, match="Received: num_classes=1"):
+        tm.build_model(**TINY, num_classes=1)
