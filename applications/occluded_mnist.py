@@ -195,9 +195,10 @@ def augment_digits(digits, seed=0, rotation=15.0, scale=0.1, shear=10.0, shift=2
             included).
 
     Returns:
-        ``[n, H, W]`` float32 images; every value stays within the input's range
-        (bilinear interpolation averages neighbours). With all four parameters at
-        0 the images are returned unchanged (as float32).
+        ``[n, H, W]`` float32 images; every value stays within the input's range,
+        widened to 0 (bilinear interpolation averages neighbours, and the ink moved
+        in from outside is 0). With all four parameters at 0 the images are
+        returned unchanged (as float32).
     """
     options = _check_affine({"rotation": rotation, "scale": scale, "shear": shear, "shift": shift})
     digits = np.asarray(digits, "float32")
@@ -243,6 +244,9 @@ def augment_digits(digits, seed=0, rotation=15.0, scale=0.1, shear=10.0, shift=2
             + padded[image, r1, c1] * fr * fc
         )
         out[lo:hi] = value.reshape(hi - lo, height, width)
+    if n:
+        # rounding in the weighted sums gave values just outside it (1.0000001 for digits in [0, 1])
+        np.clip(out, min(float(digits.min()), 0.0), float(digits.max()), out=out)
     return out
 
 

@@ -488,3 +488,15 @@ def test_bar_value_and_downscaled_digits_are_checked(digits):
     assert om.generate(images, labels, 2, bar_value=np.float32(0.5))["frames"].max() <= 1.0
     with pytest.raises(ValueError, match=r"square images .* Received: shape=\(3, 28, 20\)"):
         om.downscale(images[:3, :, :20])
+
+
+def test_augmented_digits_stay_within_the_input_range(digits):
+    # Audit 8: rounding in the bilinear sums gave values such as 1.0000001 for digits in [0, 1],
+    # so digits already digit_size wide made frames above 1.
+    images, labels = digits
+    augmented = om.augment_digits(images, seed=0)
+    assert augmented.max() <= 1.0 and augmented.min() >= 0.0
+    shifted = om.augment_digits(images * 0.5 + 0.25, seed=0)  # in [0.25, 0.75], widened to 0
+    assert shifted.max() <= 0.75 and shifted.min() == 0.0
+    small = om.downscale(images)
+    assert om.generate(small, labels, 200, affine={})["clean"].max() <= 1.0
