@@ -122,9 +122,21 @@ def random_scene(rng, min_distance=0.0):
 
 
 def pixel_centres(positions, size=IMAGE_SIZE, object_size=OBJECT_SIZE):
-    """Pixel (column, row) of the centres of objects at ``positions`` in [0, 1]."""
+    """Pixel (column, row) of the centres of objects at ``positions`` in [0, 1].
+
+    A coordinate below 0.5 lands left of (above) the canvas's middle, one of 0.5 or
+    more right of (below) it, never on the middle column (row) itself, so that the
+    image shows what :func:`answer` says about "on the left" and "on the top".
+    """
+    positions = np.asarray(positions)
     margin = object_size // 2 + 1
-    return np.round(margin + np.asarray(positions) * (size - 1 - 2 * margin)).astype(int)
+    centres = np.round(margin + positions * (size - 1 - 2 * margin)).astype(int)
+    # the middle column of an odd canvas is in neither half: objects at x in [0.492, 0.508)
+    # were drawn there, whether answer() called them on the left or not
+    middle = (size - 1) / 2
+    return np.where(
+        positions < 0.5, np.minimum(centres, int(np.ceil(middle)) - 1), np.maximum(centres, int(np.floor(middle)) + 1)
+    )
 
 
 def render_scene(scene, size=IMAGE_SIZE, object_size=OBJECT_SIZE):

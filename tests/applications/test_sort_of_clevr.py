@@ -278,3 +278,19 @@ def test_plot_example_attention_reads_a_batch_of_both_knowledge_bases(tmp_path):
         assert os.path.exists(soc.plot_example_attention(model, x, str(tmp_path / f"{kb}.png")))
     with pytest.raises(ValueError, match=r"must hold the model's inputs \['question', 'image'\]"):
         soc.plot_example_attention(model, {"question": x["question"], "kb": x["kb"]}, str(tmp_path / "bad.png"))
+
+
+def test_objects_near_the_middle_are_drawn_on_the_side_the_answer_says():
+    # Audit 8: objects at x (or y) in [0.492, 0.508) were centred on the canvas's middle column
+    # (row), in neither half, so the image did not show the answer to "on the left/top ?".
+    positions = np.array([[0.495, 0.05], [0.505, 0.3], [0.05, 0.495], [0.3, 0.505], [0.95, 0.4999], [0.75, 0.95]])
+    scene = {"shapes": np.array([0, 1, 0, 1, 0, 1]), "positions": positions}
+    image = soc.render_scene(scene)
+    middle = (soc.IMAGE_SIZE - 1) / 2
+    for k in range(soc.NUM_OBJECTS):
+        rows, cols = np.nonzero(np.all(image == soc.RGB[k], axis=-1))
+        for template, centre in ((1, cols.mean()), (2, rows.mean())):
+            on_side = soc.ANSWERS[soc.answer(scene, template, k)] == "yes"
+            assert centre != middle and (centre < middle) == on_side, (k, template, centre)
+    assert soc.pixel_centres([[0.0, 0.5], [1.0, 0.4999]]).tolist() == [[6, 38], [68, 36]]
+    assert soc.pixel_centres([[0.4999, 0.5]], size=74).tolist() == [[36, 37]]  # an even canvas
