@@ -71,7 +71,11 @@ def texture_levels(rng):
     """A random pair ``(low, high)`` of intensities in [0, 1], at least ~0.4 apart."""
     low, high = np.sort(rng.uniform(0.0, 1.0, 2))
     if high - low < 0.4:  # keep a visible contrast
-        low, high = max(0.0, low - 0.2), min(1.0, high + 0.2)
+        # widened by 0.2 each way, then moved back into [0, 1] (clipping left pairs near 0 or 1
+        # as little as 0.2 apart, e.g. (0, 0.2))
+        low, high = low - 0.2, high + 0.2
+        shift = max(0.0, -low) - max(0.0, high - 1.0)
+        low, high = low + shift, high + shift
     return float(low), float(high)
 
 

@@ -362,3 +362,12 @@ def test_labels_outside_the_classes_and_a_single_class_are_refused(digits):
     assert tm.make_dataset(data, 2, num_classes=10).element_spec[1]["digit"].shape == (None, 2)
     with pytest.raises(ValueError, match="Received: num_classes=1"):
         tm.build_model(**TINY, num_classes=1)
+
+
+def test_texture_levels_are_at_least_0_4_apart():
+    # Audit 8: a close pair near 0 or 1 was widened and then clipped, leaving levels such as
+    # (0, 0.2): half the documented contrast.
+    rng = np.random.default_rng(0)
+    levels = np.array([tm.texture_levels(rng) for _ in range(2000)])
+    assert np.all(levels[:, 1] - levels[:, 0] >= 0.4 - 1e-9)
+    assert levels.min() >= 0.0 and levels.max() <= 1.0
