@@ -346,6 +346,7 @@ def targets_for(variant, frames, labels):
     ``digit`` is the label, ``digit_steps`` the label repeated for every frame and
     ``next_frames`` (RLadder variants) the frames 2..T.
     """
+    _check_variant(variant)  # an unknown variant ("ladder") silently had no next-frame targets
     labels = np.asarray(labels)
     targets = {"digit": labels, "digit_steps": np.repeat(labels[:, None], frames.shape[1], axis=1)}
     if variant in ("rladder", "no_feedback"):

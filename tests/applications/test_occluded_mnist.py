@@ -500,3 +500,11 @@ def test_augmented_digits_stay_within_the_input_range(digits):
     assert shifted.max() <= 0.75 and shifted.min() == 0.0
     small = om.downscale(images)
     assert om.generate(small, labels, 200, affine={})["clean"].max() <= 1.0
+
+
+def test_targets_for_refuses_an_unknown_variant(digits):
+    # Audit 8: targets_for("ladder", ...) silently returned targets without "next_frames".
+    data = om.generate(*digits, 3)
+    assert set(om.targets_for("rladder", data["frames"], data["labels"])) == {"digit", "digit_steps", "next_frames"}
+    with pytest.raises(ValueError, match="Received: variant='ladder'"):
+        om.targets_for("ladder", data["frames"], data["labels"])
