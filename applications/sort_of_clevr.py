@@ -527,14 +527,20 @@ def train(run_dir="runs/sort_of_clevr", steps=20000, batch_size=64, kb="symbolic
     Writes ``model.keras`` (EMA weights), ``history.png``, ``metrics.json``,
     ``attention.png`` and TensorBoard logs to ``run_dir``. Returns the metrics with
     the relational and non-relational validation accuracies. ``steps`` are spread over
-    ``epochs`` epochs; with ``strategy`` the model is built and compiled in its scope
-    and ``batch_size`` is the global batch; ``callbacks`` run after the recipe's.
+    ``epochs`` epochs (``steps // epochs`` each; with fewer steps than epochs, one
+    step in each of ``steps`` epochs); with ``strategy`` the model is built and
+    compiled in its scope and ``batch_size`` is the global batch; ``callbacks`` run
+    after the recipe's.
     """
     import os
 
     from applications import distribute, fault_tolerance
     from applications.demo import plot_history, save_atomically
 
+    steps = integer_at_least("steps", steps, 1)
+    # fewer steps than epochs: one step per epoch, `steps` epochs (each of `epochs` epochs ran
+    # a step, so steps=3 with epochs=10 trained 10 steps)
+    epochs = min(integer_at_least("epochs", epochs, 1), steps)
     strategy = strategy or tf.distribute.get_strategy()
     keras.utils.set_random_seed(seed)
     os.makedirs(run_dir, exist_ok=True)
@@ -544,7 +550,7 @@ def train(run_dir="runs/sort_of_clevr", steps=20000, batch_size=64, kb="symbolic
     val_all = validation_data(validation_examples, seed, kb, val)
     history = model.fit(
         distribute.distribute_dataset_options(make_dataset(batch_size, seed, kb=kb)),
-        steps_per_epoch=max(1, steps // epochs), epochs=epochs,
+        steps_per_epoch=steps // epochs, epochs=epochs,
         validation_data=val_all, verbose=verbose, callbacks=[*clevr.recipe_callbacks(run_dir), *callbacks],
         shuffle=False,
     )

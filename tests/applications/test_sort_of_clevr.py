@@ -294,3 +294,27 @@ def test_objects_near_the_middle_are_drawn_on_the_side_the_answer_says():
             assert centre != middle and (centre < middle) == on_side, (k, template, centre)
     assert soc.pixel_centres([[0.0, 0.5], [1.0, 0.4999]]).tolist() == [[6, 38], [68, 36]]
     assert soc.pixel_centres([[0.4999, 0.5]], size=74).tolist() == [[36, 37]]  # an even canvas
+
+
+def test_train_runs_no_more_steps_than_asked(tmp_path, monkeypatch):
+    # Audit 8: with fewer steps than epochs each epoch still ran a step (steps=3, epochs=5
+    # trained 5 steps); steps=0 trained `epochs` steps instead of being refused.
+    from applications import demo
+
+    runs = []
+
+    def fit(model, data, steps_per_epoch, epochs, **kwargs):  # what train asks of fit (the run itself is tested above)
+        runs.append(steps_per_epoch * epochs)
+        return keras.callbacks.History()
+
+    monkeypatch.setattr(keras.Model, "fit", fit)
+    monkeypatch.setattr(keras.Model, "evaluate", lambda *args, **kwargs: [1.0, 0.5])
+    for module, name in ((demo, "save_atomically"), (demo, "plot_history"), (soc, "plot_example_attention")):
+        monkeypatch.setattr(module, name, lambda *args, **kwargs: None)
+    tiny = {"units": 4, "embedding_dim": 2, "max_steps": 1}
+    for steps, epochs in ((3, 5), (1, 10), (20, 10)):
+        soc.train(str(tmp_path / "run"), steps=steps, epochs=epochs, validation_examples=2, model_kwargs=tiny,
+                  verbose=0)
+    assert runs == [3, 1, 20]
+    with pytest.raises(ValueError, match="Received: steps=0"):
+        soc.train(str(tmp_path / "bad"), steps=0, model_kwargs=tiny, verbose=0)
