@@ -621,16 +621,16 @@ def compile_model(
         raise ValueError(f"`jit_compile` must be True or False. Received: jit_compile={jit_compile!r}")
     if classify not in CLASSIFY:
         raise ValueError(f"`classify` must be one of {CLASSIFY}. Received: classify={classify!r}")
+    if frame_loss not in ("bce", "mse"):  # was checked only for models with next frames (not the baselines)
+        raise ValueError(f"`frame_loss` must be 'bce' or 'mse'. Received: frame_loss={frame_loss!r}")
     digit = "digit_steps" if classify == "every" else "digit"
     losses = {digit: keras.losses.SparseCategoricalCrossentropy()}
     weights = {digit: 1.0}
     if "next_frames" in model.output:
         if frame_loss == "bce":
             losses["next_frames"] = keras.losses.BinaryCrossentropy(from_logits=True)
-        elif frame_loss == "mse":
-            losses["next_frames"] = _SigmoidMSE()
         else:
-            raise ValueError(f"`frame_loss` must be 'bce' or 'mse'. Received: {frame_loss!r}")
+            losses["next_frames"] = _SigmoidMSE()
         weights["next_frames"] = frame_weight
     model.compile(
         optimizer=keras.optimizers.Adam(learning_rate, clipnorm=1.0),

@@ -508,3 +508,13 @@ def test_targets_for_refuses_an_unknown_variant(digits):
     assert set(om.targets_for("rladder", data["frames"], data["labels"])) == {"digit", "digit_steps", "next_frames"}
     with pytest.raises(ValueError, match="Received: variant='ladder'"):
         om.targets_for("ladder", data["frames"], data["labels"])
+
+
+@pytest.mark.parametrize("variant", ["rladder", "temporal"])
+def test_compile_model_refuses_an_unknown_frame_loss(variant):
+    # Audit 8: a baseline (no next frames) accepted frame_loss="l2" silently, and the ladders'
+    # message did not name the argument ("Received: 'l2'").
+    model = om.build_model(variant, frame_size=16, **TINY)
+    with pytest.raises(ValueError, match="Received: frame_loss='l2'"):
+        om.compile_model(model, frame_loss="l2")
+    assert om.compile_model(model, frame_loss="mse") is model
