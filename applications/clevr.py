@@ -562,6 +562,14 @@ def prepare(cache_dir, data_dir=None, splits=("train", "validation"), image_size
         arguments of :func:`make_dataset` (``features_path``, ``image_index``,
         ``tokens``, ``labels``).
     """
+    # an empty tuple failed with an IndexError after the loop (tables[splits[0]]), a string
+    # was read as the splits "t", "r", "a", ...
+    if isinstance(splits, str) or not splits or not all(isinstance(s, str) for s in splits):
+        raise ValueError(
+            f"`splits` must be a sequence of at least one split name, e.g. ('train', 'validation'). "
+            f"Received: splits={splits!r}"
+        )
+    splits = tuple(splits)
     paths = {}
     for s in splits:
         if extractor is None and not all(

@@ -223,3 +223,11 @@ def test_input_unit_takes_numpy_units_and_names_bad_ones():
     for bad in (7, 8.0, True, 0):
         with pytest.raises(ValueError, match=rf"even integer >= 2 .*Received: units={bad!r}"):
             clevr.build_model(10, 3, (2, 2, 8), units=bad, embedding_dim=4, max_steps=1)
+
+
+def test_prepare_refuses_no_splits_or_a_bare_split_name(tmp_path):
+    # Audit 8: splits=() failed with an IndexError after the loop, and splits="train" was read as
+    # the splits "t", "r", "a", ... (a TFDS unknown-split error for "t").
+    for bad in ((), [], "train", ("train", 3)):
+        with pytest.raises(ValueError, match=r"at least one split name.*Received: splits="):
+            clevr.prepare(str(tmp_path), splits=bad, extractor=object())
