@@ -109,11 +109,21 @@ def downscale(digits, size=DIGIT_SIZE):
     return digits.reshape(n, size, factor, size, factor).mean(axis=(2, 4))
 
 
+def _check_bars(bar_width, bar_spacing):
+    """Bars narrower than their spacing: wider ones covered every column (the digit was never seen)."""
+    if bar_width >= bar_spacing:
+        raise ValueError(
+            "`bar_width` must be smaller than `bar_spacing` (else the bars cover every column). "
+            f"Received: bar_width={bar_width}, bar_spacing={bar_spacing}"
+        )
+
+
 def bar_mask(frame_size=FRAME_SIZE, bar_width=4, bar_spacing=8, offset=0):
     """A ``[frame_size, frame_size]`` bool mask of vertical bars (True on a bar)."""
     frame_size = integer_at_least("frame_size", frame_size, 1)
     bar_width = integer_at_least("bar_width", bar_width, 0)
     bar_spacing = integer_at_least("bar_spacing", bar_spacing, 1)
+    _check_bars(bar_width, bar_spacing)
     columns = (np.arange(frame_size) - offset) % bar_spacing < bar_width
     return np.broadcast_to(columns[None, :], (frame_size, frame_size)).copy()
 
@@ -298,6 +308,7 @@ def generate(
     speed = integer_at_least("speed", speed, 0)
     bar_width = integer_at_least("bar_width", bar_width, 0)
     bar_spacing = integer_at_least("bar_spacing", bar_spacing, 1)
+    _check_bars(bar_width, bar_spacing)
     if isinstance(bar_value, bool) or not isinstance(bar_value, numbers.Real) or not 0 <= bar_value <= 1:
         # frames are intensities in [0, 1]: bar_value=255 made bars of 255 (and NaN, NaN bars)
         raise ValueError(f"`bar_value` must be a number in [0, 1]. Received: bar_value={bar_value!r}")

@@ -518,3 +518,13 @@ def test_compile_model_refuses_an_unknown_frame_loss(variant):
     with pytest.raises(ValueError, match="Received: frame_loss='l2'"):
         om.compile_model(model, frame_loss="l2")
     assert om.compile_model(model, frame_loss="mse") is model
+
+
+def test_bars_as_wide_as_their_spacing_are_refused(digits):
+    # Audit 8: bar_width >= bar_spacing covered every column with bars: frames without any digit, silently.
+    with pytest.raises(ValueError, match="Received: bar_width=8, bar_spacing=8"):
+        om.generate(*digits, 2, bar_width=8, bar_spacing=8)
+    with pytest.raises(ValueError, match="Received: bar_width=5, bar_spacing=3"):
+        om.bar_mask(bar_width=5, bar_spacing=3)
+    assert om.bar_mask(bar_width=7, bar_spacing=8).mean() == 7 / 8
+    assert not om.generate(*digits, 2, bar_width=0)["bars"].any()
