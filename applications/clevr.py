@@ -58,6 +58,7 @@ import numpy as np
 from keras import ops
 
 from applications import plotting
+from applications.checks import integer_at_least
 from keras_capsules.layers import MACNetwork
 
 logger = logging.getLogger(__name__)
@@ -144,10 +145,12 @@ def input_unit(tokens, vocabulary_size, embedding_dim=300, units=512, dropout=0.
     Returns:
         ``(contextual_words [batch, words, units] (masked), question [batch, units])``.
     """
-    if isinstance(units, bool) or not isinstance(units, int) or units < 2 or units % 2:
+    # a numpy integer (e.g. from a search space) was refused as "not even": units=8
+    if isinstance(units, bool) or not isinstance(units, numbers.Integral) or units < 2 or units % 2:
         raise ValueError(
-            f"`units` must be even (a BiLSTM of units // 2 each way). Received: units={units}"
+            f"`units` must be an even integer >= 2 (a BiLSTM of units // 2 each way). Received: units={units!r}"
         )
+    units = int(units)
     x = keras.layers.Embedding(vocabulary_size, embedding_dim, mask_zero=True, name=f"{name}_embedding")(
         tokens
     )
@@ -514,7 +517,20 @@ def make_dataset(features_path, image_index, tokens, labels, batch_size=64, shuf
     """
     import tensorflow as tf
 
+    batch_size = integer_at_least("batch_size", batch_size, 1)
+    image_index, tokens, labels = np.asarray(image_index), np.asarray(tokens), np.asarray(labels)
+    if not len(image_index) == len(tokens) == len(labels):
+        raise ValueError(
+            "`image_index`, `tokens` and `labels` must hold one entry per question each. "
+            f"Received: lengths {len(image_index)}, {len(tokens)} and {len(labels)}"
+        )
     features = np.load(features_path, mmap_mode="r")
+    if len(image_index) and not 0 <= image_index.min() <= image_index.max() < len(features):
+        # a question table of another cache: was an IndexError inside tf.data in the middle of fit
+        raise ValueError(
+            f"`image_index` must index the {len(features)} images of {features_path}. "
+            f"Received: image indices in [{image_index.min()}, {image_index.max()}]"
+        )
     keep = labels >= 0 if drop_unknown else np.ones(len(labels), bool)
     image_index, tokens, labels = image_index[keep], tokens[keep], labels[keep]
     feature_shape = features.shape[1:]
@@ -524,7 +540,8 @@ def make_dataset(features_path, image_index, tokens, labels, batch_size=64, shuf
 
     ds = tf.data.Dataset.from_tensor_slices((image_index, tokens, labels))
     if shuffle:
-        ds = ds.shuffle(len(labels), seed=seed, reshuffle_each_iteration=True)
+        # a buffer of at least 1: tf.data refuses 0 (no question kept)
+        ds = ds.shuffle(max(len(labels), 1), seed=seed, reshuffle_each_iteration=True)
     ds = ds.batch(batch_size)
 
     def attach(index, question, label):
@@ -545,6 +562,14 @@ def prepare(cache_dir, data_dir=None, splits=("train", "validation"), image_size
         arguments of :func:`make_dataset` (``features_path``, ``image_index``,
         ``tokens``, ``labels``).
     """
+    # an empty tuple failed with an IndexError after the loop (tables[splits[0]]), a string
+    # was read as the splits "t", "r", "a", ...
+    if isinstance(splits, str) or not splits or not all(isinstance(s, str) for s in splits):
+        raise ValueError(
+            f"`splits` must be a sequence of at least one split name, e.g. ('train', 'validation'). "
+            f"Received: splits={splits!r}"
+        )
+    splits = tuple(splits)
     paths = {}
     for s in splits:
         if extractor is None and not all(

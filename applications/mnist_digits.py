@@ -84,7 +84,8 @@ def load_idx_digits(data_dir, prefix="t10k"):
 
 
 def check_digits(digits, labels):
-    """``digits`` (float32) and ``labels``: as many of each, at least one, pixels in [0, 1]."""
+    """``digits`` (float32) and ``labels``: as many of each, at least one, pixels in [0, 1],
+    labels one integer per digit (not one-hot rows, not fractions)."""
     digits = np.asarray(digits, "float32")
     if digits.ndim == 4 and digits.shape[-1] == 1:
         digits = digits[..., 0]
@@ -98,6 +99,17 @@ def check_digits(digits, labels):
             "`digits` must hold intensities in [0, 1] (divide uint8 images by 255). "
             f"Received: values in [{np.nanmin(digits)}, {np.nanmax(digits)}]"
             + (" and NaN" if np.isnan(digits).any() else "")
+        )
+    # one-hot labels [n, classes] were gathered as [m, classes] targets that failed in fit;
+    # fractional labels were truncated to integers
+    labels = np.asarray(labels)
+    if labels.ndim != 1 or not (
+        np.issubdtype(labels.dtype, np.integer)
+        or (np.issubdtype(labels.dtype, np.floating) and np.all(np.mod(labels, 1) == 0))
+    ):
+        raise ValueError(
+            "`labels` must be one integer class per digit, shape [n] (not one-hot). "
+            f"Received: labels shape={labels.shape}, dtype={labels.dtype}"
         )
     return digits
 

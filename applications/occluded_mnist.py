@@ -43,6 +43,7 @@ thousand training digits act as many more. Validation and test sequences are
 never augmented.
 """
 
+import numbers
 import os
 
 import keras
@@ -72,11 +73,15 @@ def load_digits(source="idx", data_dir=None, split="test"):
         source: ``"idx"`` reads the canonical IDX files in ``data_dir`` (see
             ``applications.mnist_digits``); ``"tfds"`` reads TFDS ``mnist``
             (``data_dir`` is TFDS's data folder).
-        split: ``"train"`` or ``"test"`` (for IDX: prefix ``train`` or ``t10k``).
+        split: ``"train"`` or ``"test"`` (for IDX: prefix ``train`` or ``t10k``; TFDS
+            also takes its split syntax, e.g. ``"train[:80%]"``).
     """
     if source == "idx":
         from applications.mnist_digits import default_data_dir, load_idx_digits
 
+        if split not in ("train", "test"):
+            # any other split (e.g. "validation") silently read the training files
+            raise ValueError(f"`split` must be 'train' or 'test' for IDX files. Received: split={split!r}")
         prefix = "t10k" if split == "test" else "train"
         images, labels = load_idx_digits(data_dir or default_data_dir(), prefix=prefix)
         return images[..., 0], labels
@@ -94,6 +99,9 @@ def downscale(digits, size=DIGIT_SIZE):
     """``[n, 28, 28]`` digits to ``[n, size, size]`` by averaging blocks (size must divide 28)."""
     size = integer_at_least("size", size, 1)
     digits = np.asarray(digits, "float32")
+    if digits.ndim != 3 or digits.shape[1] != digits.shape[2]:
+        # non-square digits failed in numpy's reshape ("cannot reshape array of size ...")
+        raise ValueError(f"`digits` must be square images [n, side, side]. Received: shape={digits.shape}")
     factor = digits.shape[1] // size
     if factor * size != digits.shape[1]:
         raise ValueError(f"size={size} must divide the digit size {digits.shape[1]}")
@@ -101,11 +109,21 @@ def downscale(digits, size=DIGIT_SIZE):
     return digits.reshape(n, size, factor, size, factor).mean(axis=(2, 4))
 
 
+def _check_bars(bar_width, bar_spacing):
+    """Bars narrower than their spacing: wider ones covered every column (the digit was never seen)."""
+    if bar_width >= bar_spacing:
+        raise ValueError(
+            "`bar_width` must be smaller than `bar_spacing` (else the bars cover every column). "
+            f"Received: bar_width={bar_width}, bar_spacing={bar_spacing}"
+        )
+
+
 def bar_mask(frame_size=FRAME_SIZE, bar_width=4, bar_spacing=8, offset=0):
     """A ``[frame_size, frame_size]`` bool mask of vertical bars (True on a bar)."""
     frame_size = integer_at_least("frame_size", frame_size, 1)
     bar_width = integer_at_least("bar_width", bar_width, 0)
     bar_spacing = integer_at_least("bar_spacing", bar_spacing, 1)
+    _check_bars(bar_width, bar_spacing)
     columns = (np.arange(frame_size) - offset) % bar_spacing < bar_width
     return np.broadcast_to(columns[None, :], (frame_size, frame_size)).copy()
 
@@ -187,9 +205,10 @@ def augment_digits(digits, seed=0, rotation=15.0, scale=0.1, shear=10.0, shift=2
             included).
 
     Returns:
-        ``[n, H, W]`` float32 images; every value stays within the input's range
-        (bilinear interpolation averages neighbours). With all four parameters at
-        0 the images are returned unchanged (as float32).
+        ``[n, H, W]`` float32 images; every value stays within the input's range,
+        widened to 0 (bilinear interpolation averages neighbours, and the ink moved
+        in from outside is 0). With all four parameters at 0 the images are
+        returned unchanged (as float32).
     """
     options = _check_affine({"rotation": rotation, "scale": scale, "shear": shear, "shift": shift})
     digits = np.asarray(digits, "float32")
@@ -235,6 +254,9 @@ def augment_digits(digits, seed=0, rotation=15.0, scale=0.1, shear=10.0, shift=2
             + padded[image, r1, c1] * fr * fc
         )
         out[lo:hi] = value.reshape(hi - lo, height, width)
+    if n:
+        # rounding in the weighted sums gave values just outside it (1.0000001 for digits in [0, 1])
+        np.clip(out, min(float(digits.min()), 0.0), float(digits.max()), out=out)
     return out
 
 
@@ -262,7 +284,7 @@ def generate(
         seed: the generator's seed (an int or a sequence of ints).
         speed: pixels per frame along each moving axis.
         bar_width, bar_spacing: width of a bar and distance between left edges of bars.
-        bar_value: intensity of the bars (drawn over the digit).
+        bar_value: intensity of the bars (drawn over the digit), in [0, 1].
         random_bar_offset: shift the bar pattern by a random 0..bar_spacing-1 pixels
             per sequence (else bars start at column 0).
         affine: None (default: the digits as they are), or a dict of
@@ -286,6 +308,10 @@ def generate(
     speed = integer_at_least("speed", speed, 0)
     bar_width = integer_at_least("bar_width", bar_width, 0)
     bar_spacing = integer_at_least("bar_spacing", bar_spacing, 1)
+    _check_bars(bar_width, bar_spacing)
+    if isinstance(bar_value, bool) or not isinstance(bar_value, numbers.Real) or not 0 <= bar_value <= 1:
+        # frames are intensities in [0, 1]: bar_value=255 made bars of 255 (and NaN, NaN bars)
+        raise ValueError(f"`bar_value` must be a number in [0, 1]. Received: bar_value={bar_value!r}")
     rng = np.random.default_rng(seed)
     options = None if affine is None else _check_affine(affine)
     digits = check_digits(digits, labels)
@@ -331,6 +357,7 @@ def targets_for(variant, frames, labels):
     ``digit`` is the label, ``digit_steps`` the label repeated for every frame and
     ``next_frames`` (RLadder variants) the frames 2..T.
     """
+    _check_variant(variant)  # an unknown variant ("ladder") silently had no next-frame targets
     labels = np.asarray(labels)
     targets = {"digit": labels, "digit_steps": np.repeat(labels[:, None], frames.shape[1], axis=1)}
     if variant in ("rladder", "no_feedback"):
@@ -348,7 +375,8 @@ def make_dataset(data, variant="rladder", batch_size=32, shuffle=False, seed=0):
         (data["frames"], targets_for(variant, data["frames"], data["labels"]))
     )
     if shuffle:
-        ds = ds.shuffle(len(data["frames"]), seed=seed, reshuffle_each_iteration=True)
+        # a buffer of at least 1: tf.data refuses 0 (an empty set of sequences)
+        ds = ds.shuffle(max(len(data["frames"]), 1), seed=seed, reshuffle_each_iteration=True)
     return ds.batch(batch_size).prefetch(tf.data.AUTOTUNE)
 
 
@@ -604,16 +632,16 @@ def compile_model(
         raise ValueError(f"`jit_compile` must be True or False. Received: jit_compile={jit_compile!r}")
     if classify not in CLASSIFY:
         raise ValueError(f"`classify` must be one of {CLASSIFY}. Received: classify={classify!r}")
+    if frame_loss not in ("bce", "mse"):  # was checked only for models with next frames (not the baselines)
+        raise ValueError(f"`frame_loss` must be 'bce' or 'mse'. Received: frame_loss={frame_loss!r}")
     digit = "digit_steps" if classify == "every" else "digit"
     losses = {digit: keras.losses.SparseCategoricalCrossentropy()}
     weights = {digit: 1.0}
     if "next_frames" in model.output:
         if frame_loss == "bce":
             losses["next_frames"] = keras.losses.BinaryCrossentropy(from_logits=True)
-        elif frame_loss == "mse":
-            losses["next_frames"] = _SigmoidMSE()
         else:
-            raise ValueError(f"`frame_loss` must be 'bce' or 'mse'. Received: {frame_loss!r}")
+            losses["next_frames"] = _SigmoidMSE()
         weights["next_frames"] = frame_weight
     model.compile(
         optimizer=keras.optimizers.Adam(learning_rate, clipnorm=1.0),
@@ -807,7 +835,8 @@ def plot_predictions(model, frames, path, labels=None, num_sequences=3, batch_si
     predicts at that step (``argmax`` of ``digit_steps``, with its probability). For a
     model with a ``next_frames`` output (the ``"rladder"`` and ``"no_feedback"``
     variants) a second row shows the predicted frames (``sigmoid`` of the logits)
-    under the frames they predict (frames 2..T); the baselines have that one row only.
+    under the frames they predict (frames 2..T); the baselines (and sequences of one
+    frame, with nothing to predict) have that one row only.
 
     Args:
         model: a model of ``build_model`` (any variant).
@@ -840,7 +869,7 @@ def plot_predictions(model, frames, path, labels=None, num_sequences=3, batch_si
     steps_probs = np.asarray(out["digit_steps"], "float32")  # [b, T, classes]
     guesses, confidence = steps_probs.argmax(-1), steps_probs.max(-1)
     predicted = None
-    if "next_frames" in out:  # logits of frames 2..T
+    if "next_frames" in out and np.shape(out["next_frames"])[1]:  # logits of frames 2..T (none when T = 1)
         predicted = 1 / (1 + np.exp(-np.asarray(out["next_frames"], "float32")[..., 0]))
     num_frames = frames.shape[1]
     per_sequence = 1 if predicted is None else 2

@@ -122,9 +122,21 @@ def random_scene(rng, min_distance=0.0):
 
 
 def pixel_centres(positions, size=IMAGE_SIZE, object_size=OBJECT_SIZE):
-    """Pixel (column, row) of the centres of objects at ``positions`` in [0, 1]."""
+    """Pixel (column, row) of the centres of objects at ``positions`` in [0, 1].
+
+    A coordinate below 0.5 lands left of (above) the canvas's middle, one of 0.5 or
+    more right of (below) it, never on the middle column (row) itself, so that the
+    image shows what :func:`answer` says about "on the left" and "on the top".
+    """
+    positions = np.asarray(positions)
     margin = object_size // 2 + 1
-    return np.round(margin + np.asarray(positions) * (size - 1 - 2 * margin)).astype(int)
+    centres = np.round(margin + positions * (size - 1 - 2 * margin)).astype(int)
+    # the middle column of an odd canvas is in neither half: objects at x in [0.492, 0.508)
+    # were drawn there, whether answer() called them on the left or not
+    middle = (size - 1) / 2
+    return np.where(
+        positions < 0.5, np.minimum(centres, int(np.ceil(middle)) - 1), np.maximum(centres, int(np.floor(middle)) + 1)
+    )
 
 
 def render_scene(scene, size=IMAGE_SIZE, object_size=OBJECT_SIZE):
@@ -479,19 +491,26 @@ def plot_example_attention(model, x, path, index=0):
     """Draws the attention maps of example ``index`` of the batch ``x`` to a PNG.
 
     Word attention per step; knowledge-base attention as bars over the objects
-    (symbolic) or as a heat map over the image (image knowledge base). ``index`` may
-    be negative (counted from the end, as in Python).
+    (symbolic) or as a heat map over the image (image knowledge base). ``x`` holds
+    at least the model's inputs (a batch of ``kb="both"`` serves either model).
+    ``index`` may be negative (counted from the end, as in Python).
     """
     n = len(x["question"])
     if isinstance(index, bool) or not isinstance(index, numbers.Integral) or not -n <= index < n:
         raise ValueError(f"`index` must be an integer in [-{n}, {n}) for a batch of {n}. Received: index={index!r}")
     index = int(index) % n
-    out = clevr.attention_model(model)({k: v[index : index + 1] for k, v in x.items()})
+    # only the model's inputs: a batch of kb="both" gave a symbolic model its image too
+    # (a Keras input-shape error) and drew its object attention as a grid
+    names = list(model.input) if isinstance(model.input, dict) else [t.name for t in keras.tree.flatten(model.input)]
+    missing = [name for name in names if name not in x]
+    if missing:
+        raise ValueError(f"`x` must hold the model's inputs {names}. Received: x with keys {sorted(x)}")
+    out = clevr.attention_model(model)({name: x[name][index : index + 1] for name in names})
     words = [VOCAB[i] for i in np.asarray(x["question"][index]) if i != 0]
     predicted = ANSWERS[int(np.argmax(out["answer"][0]))]
     read = keras.ops.convert_to_numpy(out["read_attention"][0])
     kwargs = {"object_names": COLORS}
-    if "image" in x:
+    if "image" in names:
         side = int(round(np.sqrt(read.shape[-1])))
         kwargs = {"grid": (side, side), "image": np.asarray(x["image"][index])}
     return clevr.plot_attention(
@@ -508,14 +527,20 @@ def train(run_dir="runs/sort_of_clevr", steps=20000, batch_size=64, kb="symbolic
     Writes ``model.keras`` (EMA weights), ``history.png``, ``metrics.json``,
     ``attention.png`` and TensorBoard logs to ``run_dir``. Returns the metrics with
     the relational and non-relational validation accuracies. ``steps`` are spread over
-    ``epochs`` epochs; with ``strategy`` the model is built and compiled in its scope
-    and ``batch_size`` is the global batch; ``callbacks`` run after the recipe's.
+    ``epochs`` epochs (``steps // epochs`` each; with fewer steps than epochs, one
+    step in each of ``steps`` epochs); with ``strategy`` the model is built and
+    compiled in its scope and ``batch_size`` is the global batch; ``callbacks`` run
+    after the recipe's.
     """
     import os
 
     from applications import distribute, fault_tolerance
     from applications.demo import plot_history, save_atomically
 
+    steps = integer_at_least("steps", steps, 1)
+    # fewer steps than epochs: one step per epoch, `steps` epochs (each of `epochs` epochs ran
+    # a step, so steps=3 with epochs=10 trained 10 steps)
+    epochs = min(integer_at_least("epochs", epochs, 1), steps)
     strategy = strategy or tf.distribute.get_strategy()
     keras.utils.set_random_seed(seed)
     os.makedirs(run_dir, exist_ok=True)
@@ -525,7 +550,7 @@ def train(run_dir="runs/sort_of_clevr", steps=20000, batch_size=64, kb="symbolic
     val_all = validation_data(validation_examples, seed, kb, val)
     history = model.fit(
         distribute.distribute_dataset_options(make_dataset(batch_size, seed, kb=kb)),
-        steps_per_epoch=max(1, steps // epochs), epochs=epochs,
+        steps_per_epoch=steps // epochs, epochs=epochs,
         validation_data=val_all, verbose=verbose, callbacks=[*clevr.recipe_callbacks(run_dir), *callbacks],
         shuffle=False,
     )

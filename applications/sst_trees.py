@@ -188,7 +188,12 @@ def require_split_files(data_dir, splits=SPLITS):
 
 
 def read_trees(data_dir, split, unescape=True):
-    """Parses every tree of a split; errors name the file and the line number."""
+    """Parses every tree of a split; errors name the file and the line number.
+
+    Raises:
+        TreeSyntaxError: a line is not a well-formed tree, the file is not UTF-8, or it
+            holds no tree at all (empty or blank).
+    """
     path = split_path(data_dir, split)
     with open(path, "rb") as f:
         data = f.read()
@@ -213,11 +218,26 @@ def read_trees(data_dir, split, unescape=True):
                 trees.append(parse_tree(line, unescape=unescape))
             except TreeSyntaxError as error:
                 raise TreeSyntaxError(f"{path}, line {number}: malformed tree: {error}") from None
+    if not trees:
+        # an empty (e.g. truncated) file gave empty texts and labels, and failed later, far from here
+        raise TreeSyntaxError(f"{path} holds no trees: expected one labelled tree per line")
     return trees
+
+
+def _check_granularity(granularity):
+    """``granularity`` as the string ``"5"`` or ``"2"`` (the ints 5 and 2 are accepted too)."""
+    text = str(granularity)
+    if isinstance(granularity, bool) or text not in GRANULARITIES:
+        raise ValueError(
+            f"`granularity` must be '5' (SST-5) or '2' (SST-2). Received: granularity={granularity!r}"
+        )
+    return text
 
 
 def map_label(label, granularity):
     """The task's label for an SST label 0..4, or None if the task drops it."""
+    # the int 5 was compared with "5" and mapped as SST-2 (3 -> 1), any other value as SST-2 too
+    granularity = _check_granularity(granularity)
     if granularity == "5":
         return label
     if label == 2:
@@ -243,11 +263,7 @@ def load_split(data_dir, split, granularity="5", phrases=False, as_tokens=False,
     Returns:
         ``(texts, labels)``: a list of strings (or token tuples) and an int32 array.
     """
-    granularity = str(granularity)
-    if granularity not in GRANULARITIES:
-        raise ValueError(
-            f"`granularity` must be '5' (SST-5) or '2' (SST-2). Received: granularity={granularity!r}"
-        )
+    granularity = _check_granularity(granularity)
     texts, labels = [], []
     seen = set()
     for tree in read_trees(data_dir, split, unescape=unescape):
@@ -268,7 +284,8 @@ def load_split(data_dir, split, granularity="5", phrases=False, as_tokens=False,
 
 def num_classes(granularity):
     """Number of classes of an SST task: 5 or 2."""
-    return 5 if str(granularity) == "5" else 2
+    # any granularity but "5" (e.g. "3") answered 2
+    return 5 if _check_granularity(granularity) == "5" else 2
 
 
 __all__ = [

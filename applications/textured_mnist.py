@@ -71,7 +71,11 @@ def texture_levels(rng):
     """A random pair ``(low, high)`` of intensities in [0, 1], at least ~0.4 apart."""
     low, high = np.sort(rng.uniform(0.0, 1.0, 2))
     if high - low < 0.4:  # keep a visible contrast
-        low, high = max(0.0, low - 0.2), min(1.0, high + 0.2)
+        # widened by 0.2 each way, then moved back into [0, 1] (clipping left pairs near 0 or 1
+        # as little as 0.2 apart, e.g. (0, 0.2))
+        low, high = low - 0.2, high + 0.2
+        shift = max(0.0, -low) - max(0.0, high - 1.0)
+        low, high = low + shift, high + shift
     return float(low), float(high)
 
 
@@ -100,6 +104,11 @@ def texture(kind, rng, size=IMAGE_SIZE, levels=None, style="binary"):
     if style not in TEXTURE_STYLES:
         raise ValueError(f"`style` must be one of {TEXTURE_STYLES}. Received: style={style!r}")
     smooth = style == "smooth"
+    if levels is not None:
+        pair = np.asarray(levels)
+        # levels such as (0, 255) gave a texture outside [0, 1] silently
+        if pair.shape != (2,) or not np.issubdtype(pair.dtype, np.number) or not np.all((pair >= 0) & (pair <= 1)):
+            raise ValueError(f"`levels` must be two intensities (low, high) in [0, 1]. Received: levels={levels!r}")
     low, high = texture_levels(rng) if levels is None else levels
     rows, cols = np.mgrid[0:size, 0:size].astype("float32")
     if kind == "stripes":
@@ -129,6 +138,8 @@ def texture(kind, rng, size=IMAGE_SIZE, levels=None, style="binary"):
 
 
 TEXTURE_SETS = ("random", "fixed")
+#: draws of the background's levels for one digit texture before ``mean_gap`` redraws the digit's too
+LEVEL_DRAWS = 100
 BANK_PERIODS = (4.0, 6.0, 9.0)
 
 
@@ -155,6 +166,8 @@ def texture_bank(bank_size=8):
 
 def bank_texture(angle, period, phase=0.0, size=IMAGE_SIZE, style="binary"):
     """A ``[size, size]`` float32 grating in [0, 1] (see :func:`texture_bank`)."""
+    if style not in TEXTURE_STYLES:  # any other value (e.g. "smoth") drew a binary grating
+        raise ValueError(f"`style` must be one of {TEXTURE_STYLES}. Received: style={style!r}")
     if isinstance(period, bool) or not isinstance(period, numbers.Real) or not 0 < period < np.inf:
         raise ValueError(f"`period` must be a positive, finite number. Received: period={period!r}")
     rows, cols = np.mgrid[0:size, 0:size].astype("float32")
@@ -169,7 +182,13 @@ def _random_textures(rng, size, mean_gap, style):
     if mean_gap > 0:
         fg_levels = texture_levels(rng)
         bg_levels = texture_levels(rng)
+        draws = 0
         while abs(sum(fg_levels) - sum(bg_levels)) / 2 < mean_gap:
+            draws += 1
+            if draws % LEVEL_DRAWS == 0:
+                # no background may be far enough from this digit's levels (mean levels lie
+                # in (0.1, 0.9): with a mean near 0.5, a gap of 0.4 or more looped for ever)
+                fg_levels = texture_levels(rng)
             bg_levels = texture_levels(rng)
     fg = texture(TEXTURE_KINDS[fg_kind], rng, size, fg_levels, style)
     bg = texture(TEXTURE_KINDS[bg_kind], rng, size, bg_levels, style)
@@ -260,10 +279,18 @@ def make_dataset(data, n_iters, batch_size=32, num_classes=None, shuffle=False, 
     images = data["images"]
     targets = {"mixture": np.repeat(images[:, None], n_iters, axis=1)}
     if num_classes:
-        targets["digit"] = np.repeat(data["labels"][:, None], n_iters, axis=1)
+        labels = np.asarray(data["labels"])
+        if len(labels) and not 0 <= labels.min() <= labels.max() < num_classes:
+            # was a "Graph execution error" of SparseSoftmaxCrossEntropyWithLogits inside fit
+            raise ValueError(
+                f"`data` holds labels in [{labels.min()}, {labels.max()}], outside the {num_classes} classes "
+                f"[0, {num_classes}). Received: num_classes={num_classes}"
+            )
+        targets["digit"] = np.repeat(labels[:, None], n_iters, axis=1)
     ds = tf.data.Dataset.from_tensor_slices((images, targets))
     if shuffle:
-        ds = ds.shuffle(len(images), seed=seed, reshuffle_each_iteration=True)
+        # a buffer of at least 1: tf.data refuses 0 (an empty set of images)
+        ds = ds.shuffle(max(len(images), 1), seed=seed, reshuffle_each_iteration=True)
     return ds.batch(batch_size).prefetch(tf.data.AUTOTUNE)
 
 
@@ -351,6 +378,8 @@ def build_model(
         ``num_classes``, ``"digit"``: class probabilities ``[b, T, classes]`` at every
         iteration.
     """
+    if num_classes is not None:  # num_classes=1 built a classifier whose softmax is always 1
+        num_classes = integer_at_least("num_classes", num_classes, 2)
     images = keras.Input((image_size, image_size, 1), name="images")
     x = GaussianCorruption(noise_std, seed=0, name="corruption")(images) if noise_std else images
     pi, m = RTagger(
@@ -479,7 +508,13 @@ def plot_segmentation(model, images, path, segmentation=None, num_images=4, batc
     groups = np.argmax(pi[..., 0], axis=2)  # [b, T, H, W]
     reconstruction = np.sum(pi * m, axis=2)[..., 0]  # [b, T, H, W]
     n_iters, n_groups = pi.shape[1], pi.shape[2]
-    colours = ListedColormap(plt.get_cmap("tab10").colors[: max(n_groups, 2)])
+    # one colour per group: tab10 drew every group past the tenth in the tenth's colour
+    if n_groups <= 10:
+        colours = ListedColormap(plt.get_cmap("tab10").colors[: max(n_groups, 2)])
+    elif n_groups <= 20:
+        colours = ListedColormap(plt.get_cmap("tab20").colors[:n_groups])
+    else:
+        colours = ListedColormap(plt.get_cmap("hsv")(np.linspace(0, 1, n_groups, endpoint=False)))
     columns = 1 + (segmentation is not None) + 2 * n_iters
     fig, axes = plt.subplots(count, columns, figsize=(1.3 * columns, 1.4 * count + 0.5), squeeze=False)
     for i in range(count):

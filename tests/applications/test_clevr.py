@@ -195,3 +195,39 @@ def test_first_questions_refuses_a_non_positive_limit():
             clevr.first_questions(data, bad)
     assert clevr.first_questions(data, 2)["train"]["tokens"].tolist() == [0, 1]
     assert clevr.first_questions(data, None) is data
+
+
+def test_make_dataset_checks_its_arguments_and_shuffles_an_empty_set(tmp_path):
+    # Audit 8: an image index beyond the cache failed with an IndexError inside tf.data in the
+    # middle of fit, batch_size=0 and arrays of different lengths with raw tf.data / numpy errors,
+    # and shuffle=True with no question kept with "buffer_size must be greater than zero".
+    path = str(tmp_path / "train_32.npy")
+    np.save(path, np.zeros((3, 2, 2, 4), "float16"))
+    index, tokens, labels = np.array([0, 2, 1]), np.ones((3, 5), "int32"), np.array([0, 1, 0], "int32")
+    with pytest.raises(ValueError, match=r"index the 3 images .* Received: image indices in \[0, 3\]"):
+        clevr.make_dataset(path, np.array([0, 3, 1]), tokens, labels)
+    with pytest.raises(ValueError, match="Received: batch_size=0"):
+        clevr.make_dataset(path, index, tokens, labels, batch_size=0)
+    with pytest.raises(ValueError, match="Received: lengths 3, 2 and 3"):
+        clevr.make_dataset(path, index, tokens[:2], labels)
+    assert list(clevr.make_dataset(path, index, tokens, -np.ones(3, "int32"), shuffle=True)) == []
+    (x, y), = clevr.make_dataset(path, index, tokens, labels, batch_size=8, shuffle=True)
+    assert x["features"].shape == (3, 2, 2, 4) and sorted(y.numpy()) == [0, 0, 1]
+
+
+def test_input_unit_takes_numpy_units_and_names_bad_ones():
+    # Audit 8: units=np.int64(8) (e.g. from a search space) was refused with
+    # "`units` must be even ... Received: units=8".
+    model = clevr.build_model(10, 3, (2, 2, 8), units=np.int64(8), embedding_dim=4, max_steps=1)
+    assert model.output_shape == (None, 3) and model.get_layer("question_vector").output.shape == (None, 8)
+    for bad in (7, 8.0, True, 0):
+        with pytest.raises(ValueError, match=rf"even integer >= 2 .*Received: units={bad!r}"):
+            clevr.build_model(10, 3, (2, 2, 8), units=bad, embedding_dim=4, max_steps=1)
+
+
+def test_prepare_refuses_no_splits_or_a_bare_split_name(tmp_path):
+    # Audit 8: splits=() failed with an IndexError after the loop, and splits="train" was read as
+    # the splits "t", "r", "a", ... (a TFDS unknown-split error for "t").
+    for bad in ((), [], "train", ("train", 3)):
+        with pytest.raises(ValueError, match=r"at least one split name.*Received: splits="):
+            clevr.prepare(str(tmp_path), splits=bad, extractor=object())

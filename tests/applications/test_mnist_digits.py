@@ -56,3 +56,16 @@ def test_malformed_files_are_clear_errors(tmp_path):
     _write_idx(tmp_path / "short", images, header(0x801, 2) + bytes([1, 2]))
     with pytest.raises(ValueError, match="3 images but .* 2 labels"):
         load_idx_digits(tmp_path / "short")
+
+
+def test_check_digits_refuses_labels_that_are_not_one_integer_per_digit():
+    # Audit 8: one-hot labels [n, 10] and fractional labels were accepted (the generators then
+    # gave [m, 10] label targets that failed in fit, or truncated 0.5 to 0).
+    from applications.mnist_digits import check_digits
+
+    digits = np.zeros((3, 28, 28), "float32")
+    assert check_digits(digits, np.array([1, 2, 3])).shape == (3, 28, 28)
+    assert check_digits(digits, [1.0, 2.0, 3.0]).shape == (3, 28, 28)
+    for labels in (np.eye(10)[[1, 2, 3]], np.array([0.5, 1.0, 2.0]), np.array(["1", "2", "3"])):
+        with pytest.raises(ValueError, match=r"one integer class per digit.*Received: labels shape"):
+            check_digits(digits, labels)

@@ -453,3 +453,78 @@ def test_datasets_and_helpers_reject_bad_arguments(digits):
         om.bar_mask(bar_spacing=0)  # a divide-by-zero warning and a meaningless mask
     with pytest.raises(ValueError, match="Received: size=0"):
         om.downscale(digits[0], 0)
+
+
+def test_an_empty_set_of_sequences_makes_an_empty_shuffled_dataset(digits):
+    # Audit 8: shuffle=True on zero sequences failed inside tf.data ("buffer_size must be greater than zero").
+    data = om.generate(*digits, 0)
+    assert list(om.make_dataset(data, shuffle=True)) == []
+
+
+def test_plot_predictions_of_a_ladder_on_one_frame_sequences(tmp_path, digits):
+    # Audit 8: a ladder model of one-frame sequences (no next frame to predict) failed with
+    # an IndexError (axes[:, 1] of a one-column grid) instead of drawing its frames.
+    data = om.generate(*digits, 2, num_frames=1, frame_size=16)
+    model = om.build_model("rladder", num_frames=1, frame_size=16, **TINY)
+    path = om.plot_predictions(model, data["frames"], tmp_path / "one.png", data["labels"], num_sequences=2)
+    assert (tmp_path / "one.png").stat().st_size > 1000 and path == tmp_path / "one.png"
+
+
+def test_load_digits_refuses_an_idx_split_other_than_train_or_test():
+    # Audit 8: split="validation" (or any typo) silently read the IDX training files.
+    with pytest.raises(ValueError, match="Received: split='validation'"):
+        om.load_digits("idx", shared_path("data", "mnist"), split="validation")
+    assert om.load_digits("idx", shared_path("data", "mnist"), split="test")[0].shape == (10000, 28, 28)
+
+
+def test_bar_value_and_downscaled_digits_are_checked(digits):
+    # Audit 8: bar_value=255 (or NaN) gave frames outside [0, 1] silently, and downscale of
+    # non-square digits failed in numpy's reshape.
+    images, labels = digits
+    for bad in (255, -0.5, float("nan"), True):
+        with pytest.raises(ValueError, match="Received: bar_value="):
+            om.generate(images, labels, 2, bar_value=bad)
+    assert om.generate(images, labels, 2, bar_value=0)["frames"].min() == 0.0
+    assert om.generate(images, labels, 2, bar_value=np.float32(0.5))["frames"].max() <= 1.0
+    with pytest.raises(ValueError, match=r"square images .* Received: shape=\(3, 28, 20\)"):
+        om.downscale(images[:3, :, :20])
+
+
+def test_augmented_digits_stay_within_the_input_range(digits):
+    # Audit 8: rounding in the bilinear sums gave values such as 1.0000001 for digits in [0, 1],
+    # so digits already digit_size wide made frames above 1.
+    images, labels = digits
+    augmented = om.augment_digits(images, seed=0)
+    assert augmented.max() <= 1.0 and augmented.min() >= 0.0
+    shifted = om.augment_digits(images * 0.5 + 0.25, seed=0)  # in [0.25, 0.75], widened to 0
+    assert shifted.max() <= 0.75 and shifted.min() == 0.0
+    small = om.downscale(images)
+    assert om.generate(small, labels, 200, affine={})["clean"].max() <= 1.0
+
+
+def test_targets_for_refuses_an_unknown_variant(digits):
+    # Audit 8: targets_for("ladder", ...) silently returned targets without "next_frames".
+    data = om.generate(*digits, 3)
+    assert set(om.targets_for("rladder", data["frames"], data["labels"])) == {"digit", "digit_steps", "next_frames"}
+    with pytest.raises(ValueError, match="Received: variant='ladder'"):
+        om.targets_for("ladder", data["frames"], data["labels"])
+
+
+@pytest.mark.parametrize("variant", ["rladder", "temporal"])
+def test_compile_model_refuses_an_unknown_frame_loss(variant):
+    # Audit 8: a baseline (no next frames) accepted frame_loss="l2" silently, and the ladders'
+    # message did not name the argument ("Received: 'l2'").
+    model = om.build_model(variant, frame_size=16, **TINY)
+    with pytest.raises(ValueError, match="Received: frame_loss='l2'"):
+        om.compile_model(model, frame_loss="l2")
+    assert om.compile_model(model, frame_loss="mse") is model
+
+
+def test_bars_as_wide_as_their_spacing_are_refused(digits):
+    # Audit 8: bar_width >= bar_spacing covered every column with bars: frames without any digit, silently.
+    with pytest.raises(ValueError, match="Received: bar_width=8, bar_spacing=8"):
+        om.generate(*digits, 2, bar_width=8, bar_spacing=8)
+    with pytest.raises(ValueError, match="Received: bar_width=5, bar_spacing=3"):
+        om.bar_mask(bar_width=5, bar_spacing=3)
+    assert om.bar_mask(bar_width=7, bar_spacing=8).mean() == 7 / 8
+    assert not om.generate(*digits, 2, bar_width=0)["bars"].any()

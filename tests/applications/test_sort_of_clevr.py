@@ -267,3 +267,54 @@ def test_plot_example_attention_checks_the_index(tmp_path):
         with pytest.raises(ValueError, match=rf"Received: index={bad}"):
             soc.plot_example_attention(model, x, str(tmp_path / "bad.png"), index=bad)
     assert os.path.exists(soc.plot_example_attention(model, x, str(tmp_path / "last.png"), index=-1))
+
+
+def test_plot_example_attention_reads_a_batch_of_both_knowledge_bases(tmp_path):
+    # Audit 8: a kb="both" batch (generate_examples' own option) gave a symbolic model the image
+    # too and failed with a Keras input-shape error; a batch without the model's input failed inside Keras.
+    x, _ = soc.generate_examples(2, seed=3, kb="both")
+    for kb in ("symbolic", "image"):
+        model = soc.build_model(units=8, max_steps=1, embedding_dim=4, kb=kb, stem_filters=4)
+        assert os.path.exists(soc.plot_example_attention(model, x, str(tmp_path / f"{kb}.png")))
+    with pytest.raises(ValueError, match=r"must hold the model's inputs \['question', 'image'\]"):
+        soc.plot_example_attention(model, {"question": x["question"], "kb": x["kb"]}, str(tmp_path / "bad.png"))
+
+
+def test_objects_near_the_middle_are_drawn_on_the_side_the_answer_says():
+    # Audit 8: objects at x (or y) in [0.492, 0.508) were centred on the canvas's middle column
+    # (row), in neither half, so the image did not show the answer to "on the left/top ?".
+    positions = np.array([[0.495, 0.05], [0.505, 0.3], [0.05, 0.495], [0.3, 0.505], [0.95, 0.4999], [0.75, 0.95]])
+    scene = {"shapes": np.array([0, 1, 0, 1, 0, 1]), "positions": positions}
+    image = soc.render_scene(scene)
+    middle = (soc.IMAGE_SIZE - 1) / 2
+    for k in range(soc.NUM_OBJECTS):
+        rows, cols = np.nonzero(np.all(image == soc.RGB[k], axis=-1))
+        for template, centre in ((1, cols.mean()), (2, rows.mean())):
+            on_side = soc.ANSWERS[soc.answer(scene, template, k)] == "yes"
+            assert centre != middle and (centre < middle) == on_side, (k, template, centre)
+    assert soc.pixel_centres([[0.0, 0.5], [1.0, 0.4999]]).tolist() == [[6, 38], [68, 36]]
+    assert soc.pixel_centres([[0.4999, 0.5]], size=74).tolist() == [[36, 37]]  # an even canvas
+
+
+def test_train_runs_no_more_steps_than_asked(tmp_path, monkeypatch):
+    # Audit 8: with fewer steps than epochs each epoch still ran a step (steps=3, epochs=5
+    # trained 5 steps); steps=0 trained `epochs` steps instead of being refused.
+    from applications import demo
+
+    runs = []
+
+    def fit(model, data, steps_per_epoch, epochs, **kwargs):  # what train asks of fit (the run itself is tested above)
+        runs.append(steps_per_epoch * epochs)
+        return keras.callbacks.History()
+
+    monkeypatch.setattr(keras.Model, "fit", fit)
+    monkeypatch.setattr(keras.Model, "evaluate", lambda *args, **kwargs: [1.0, 0.5])
+    for module, name in ((demo, "save_atomically"), (demo, "plot_history"), (soc, "plot_example_attention")):
+        monkeypatch.setattr(module, name, lambda *args, **kwargs: None)
+    tiny = {"units": 4, "embedding_dim": 2, "max_steps": 1}
+    for steps, epochs in ((3, 5), (1, 10), (20, 10)):
+        soc.train(str(tmp_path / "run"), steps=steps, epochs=epochs, validation_examples=2, model_kwargs=tiny,
+                  verbose=0)
+    assert runs == [3, 1, 20]
+    with pytest.raises(ValueError, match="Received: steps=0"):
+        soc.train(str(tmp_path / "bad"), steps=0, model_kwargs=tiny, verbose=0)

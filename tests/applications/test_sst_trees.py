@@ -154,3 +154,23 @@ def test_missing_directory_file_and_bad_arguments(tmp_path):
     with pytest.raises(ValueError, match="granularity="):
         sst_trees.load_split(SST, "dev", granularity="3")
     assert sst_trees.num_classes("5") == 5 and sst_trees.num_classes(2) == 2
+
+
+def test_granularity_is_checked_by_every_helper():
+    # Audit 8: map_label(3, 5) (the int 5, which load_split accepts) mapped as SST-2 and gave 1,
+    # and num_classes("3") answered 2, instead of refusing the granularity.
+    assert sst_trees.map_label(3, 5) == 3 and sst_trees.map_label(3, 2) == 1
+    assert sst_trees.map_label(2, "2") is None
+    for bad in ("3", 3, None, True):
+        with pytest.raises(ValueError, match="Received: granularity="):
+            sst_trees.map_label(3, bad)
+        with pytest.raises(ValueError, match="Received: granularity="):
+            sst_trees.num_classes(bad)
+
+
+def test_an_empty_tree_file_is_a_clear_error(tmp_path):
+    # Audit 8: an empty (or blank) split file gave no texts and an empty label array, silently.
+    for split, text in (("train", ""), ("dev", "\n  \n")):
+        (tmp_path / f"{split}.txt").write_text(text)
+        with pytest.raises(sst_trees.TreeSyntaxError, match=rf"{split}\.txt holds no trees"):
+            sst_trees.load_split(tmp_path, split)

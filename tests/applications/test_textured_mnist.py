@@ -282,3 +282,92 @@ def test_gaussian_corruption_under_mixed_precision(policy):
     for bad in (-0.1, float("nan")):
         with pytest.raises(ValueError, match="Received: stddev="):
             tm.GaussianCorruption(bad)
+
+
+def test_the_largest_mean_gap_gives_images_instead_of_hanging(digits, monkeypatch):
+    # Audit 8: mean_gap near its documented maximum (0.5) looped for ever when the digit's
+    # levels had a mean near 0.5 (only the background's levels were redrawn).
+    import signal
+
+    def too_slow(signum, frame):
+        raise TimeoutError("generate(mean_gap=0.5) did not finish in 10 s")
+
+    levels = []
+    texture = tm.texture
+    monkeypatch.setattr(tm, "texture", lambda kind, rng, size, lv, style: levels.append(lv) or texture(
+        kind, rng, size, lv, style))
+    previous = signal.signal(signal.SIGALRM, too_slow)
+    signal.alarm(10)
+    try:
+        data = tm.generate(*digits, 30, mean_gap=0.5)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert data["images"].shape == (30, 28, 28, 1)
+    means = np.mean(np.asarray(levels).reshape(30, 2, 2), axis=-1)  # [image, (digit, background)]
+    assert np.all(np.abs(means[:, 0] - means[:, 1]) >= 0.5)
+
+
+def test_an_empty_set_of_images_makes_an_empty_shuffled_dataset(digits):
+    # Audit 8: shuffle=True on zero images failed inside tf.data ("buffer_size must be greater than zero").
+    data = tm.generate(*digits, 0)
+    assert list(tm.make_dataset(data, 2, shuffle=True)) == []
+
+
+@pytest.mark.parametrize("n_groups", [12, 25])
+def test_plot_segmentation_gives_every_group_its_own_colour(tmp_path, monkeypatch, n_groups):
+    # Audit 8: with more than 10 groups the groups past the tenth were drawn in the tenth's colour.
+    from applications import plotting
+
+    class Predictor:  # the mixture of a model whose group k wins in column k of the image
+        def predict(self, images, batch_size, verbose):
+            pi = np.zeros((len(images), 1, n_groups, 28, 28, 1), "float32")
+            for k in range(n_groups):
+                pi[:, :, k, :, k, 0] = 1.0
+            return {"mixture": np.concatenate([np.zeros_like(pi), pi], axis=-1)}
+
+    figures = []
+    monkeypatch.setattr(plotting, "save_and_close", lambda fig, path, **kwargs: figures.append(fig) or path)
+    tm.plot_segmentation(Predictor(), np.zeros((1, 28, 28, 1)), tmp_path / "many.png", num_images=1)
+    groups = figures[0].axes[1].images[0]  # input, then the groups at t=1
+    colours = groups.to_rgba(groups.get_array())[0, :n_groups]
+    plotting.pyplot().close(figures[0])
+    assert len({tuple(c) for c in colours}) == n_groups
+
+
+def test_bank_texture_refuses_an_unknown_style():
+    # Audit 8: bank_texture(style="smoth") silently drew the binary grating.
+    assert len(np.unique(tm.bank_texture(0.3, 6.0, style="smooth"))) > 2
+    assert set(np.unique(tm.bank_texture(0.3, 6.0, style="binary"))) == {0.0, 1.0}
+    with pytest.raises(ValueError, match="Received: style='smoth'"):
+        tm.bank_texture(0.3, 6.0, style="smoth")
+
+
+def test_texture_refuses_levels_outside_the_unit_interval():
+    # Audit 8: texture(levels=(0, 255)) gave a texture of values up to 255, not in [0, 1] as documented.
+    rng = np.random.default_rng(0)
+    assert tm.texture("checker", rng, levels=(0.2, 0.9)).max() <= 0.9
+    for bad in ((0, 255), (-0.1, 0.5), (0.5, float("nan")), (0.5,)):
+        with pytest.raises(ValueError, match="Received: levels="):
+            tm.texture("stripes", rng, levels=bad)
+
+
+def test_labels_outside_the_classes_and_a_single_class_are_refused(digits):
+    # Audit 8: make_dataset(num_classes=5) on digits 0..9 failed inside fit with a graph execution
+    # error of SparseSoftmaxCrossEntropyWithLogits, and build_model(num_classes=1) built a
+    # classifier whose softmax is always 1.
+    data = tm.generate(*digits, 8)
+    with pytest.raises(ValueError, match=r"outside the 5 classes \[0, 5\)"):
+        tm.make_dataset(data, 2, num_classes=5)
+    assert tm.make_dataset(data, 2, num_classes=10).element_spec[1]["digit"].shape == (None, 2)
+    with pytest.raises(ValueError, match="Received: num_classes=1"):
+        tm.build_model(**TINY, num_classes=1)
+
+
+def test_texture_levels_are_at_least_0_4_apart():
+    # Audit 8: a close pair near 0 or 1 was widened and then clipped, leaving levels such as
+    # (0, 0.2): half the documented contrast.
+    rng = np.random.default_rng(0)
+    levels = np.array([tm.texture_levels(rng) for _ in range(2000)])
+    assert np.all(levels[:, 1] - levels[:, 0] >= 0.4 - 1e-9)
+    assert levels.min() >= 0.0 and levels.max() <= 1.0
