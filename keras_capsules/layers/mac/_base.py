@@ -128,6 +128,18 @@ def attend(logits, values, mask):
     return ops.cast(summed, dtype), ops.cast(weights, dtype)
 
 
+def fresh_initializer(initializer):
+    """A new copy of ``initializer`` for one weight (other callables as given).
+
+    An unseeded Keras random initializer draws its seed once, when it is made, so
+    one instance used for several weights of the same shape fills them with the same
+    values; a copy made from its config draws a seed of its own.
+    """
+    if isinstance(initializer, keras.initializers.Initializer):
+        return initializer.__class__.from_config(initializer.get_config())
+    return initializer
+
+
 class MACLayerBase(keras.layers.Layer):
     """Initializers, regularizers and constraints of kernels and biases.
 
@@ -159,7 +171,7 @@ class MACLayerBase(keras.layers.Layer):
         return self.add_weight(
             name=name,
             shape=shape,
-            initializer=initializer or self.kernel_initializer,
+            initializer=fresh_initializer(initializer or self.kernel_initializer),
             regularizer=self.kernel_regularizer,
             constraint=self.kernel_constraint,
         )
@@ -168,7 +180,7 @@ class MACLayerBase(keras.layers.Layer):
         return self.add_weight(
             name=name,
             shape=shape,
-            initializer=initializer or self.bias_initializer,
+            initializer=fresh_initializer(initializer or self.bias_initializer),
             regularizer=self.bias_regularizer,
             constraint=self.bias_constraint,
         )
@@ -208,6 +220,8 @@ def per_step_initializer(initializer, steps):
     ``[fan_in, fan_out]`` matrix on its own (so fans are those of one matrix)."""
 
     def init(shape, dtype=None):
-        return ops.stack([initializer(tuple(shape[1:]), dtype=dtype) for _ in range(steps)])
+        return ops.stack(
+            [fresh_initializer(initializer)(tuple(shape[1:]), dtype=dtype) for _ in range(steps)]
+        )
 
     return init

@@ -279,3 +279,17 @@ def test_numpy_integer_seeds_are_seeds():
     assert net.cell.read_unit.seed == 4
     with pytest.raises(ValueError, match="Received: seed=1.0"):
         MACNetwork(max_steps=1, seed=1.0)
+
+
+def test_weights_of_one_shape_start_different():
+    # Audit 11: one unseeded initializer instance filled every weight of a shape alike:
+    # initial_control == initial_memory, every step's question projection the same.
+    net = MACNetwork(max_steps=3)
+    net(list(_inputs()))
+    assert not np.allclose(net.initial_control.numpy(), net.initial_memory.numpy())
+    steps = net.cell.control_unit.question_kernel.numpy()
+    assert not np.allclose(steps[0], steps[1]) and not np.allclose(steps[1], steps[2])
+    net = MACNetwork(max_steps=2, self_attention=True)
+    net(list(_inputs()))
+    write = net.cell.write_unit
+    assert not np.allclose(write.self_memory_kernel.numpy(), write.info_kernel.numpy())
