@@ -5,15 +5,16 @@ from keras import ops
 
 from keras_capsules.layers.rladder._cell_base import EncoderCellBase
 from keras_capsules.layers.rladder._utils import positive_int
+from keras_capsules.ops import routing_dtype
 
 NORMALIZATIONS = (None, "instance", "layer")
 ACTIVATIONS = ("relu", "leaky_relu", "elu", "gelu", "tanh", "linear")
 
 
 def _normalize(x, axis, epsilon=1e-5):
-    """Zero mean, unit variance per sample over ``axis`` (computed in float32)."""
+    """Zero mean, unit variance per sample over ``axis`` (in float32, float64 for float64)."""
     dtype = x.dtype
-    x32 = ops.cast(x, "float32")
+    x32 = ops.cast(x, routing_dtype(dtype))
     mean = ops.mean(x32, axis=axis, keepdims=True)
     var = ops.mean(ops.square(x32 - mean), axis=axis, keepdims=True)
     return ops.cast((x32 - mean) * ops.rsqrt(var + epsilon), dtype)

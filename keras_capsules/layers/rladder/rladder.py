@@ -26,11 +26,13 @@ from keras_capsules.layers.rladder.level_spec import (
     normalize_level,
 )
 from keras_capsules.layers.rladder.lstm_encoder_cell import LSTMEncoderCell
+from keras_capsules.ops import routing_dtype
 
 def _layer_normalize(x, epsilon=1e-5):
-    """Zero mean, unit variance over all axes but the batch axis, computed in float32."""
+    """Zero mean, unit variance over all axes but the batch axis, computed in float32
+    (float64 for float64 inputs)."""
     dtype = x.dtype
-    x32 = ops.cast(x, "float32")
+    x32 = ops.cast(x, routing_dtype(dtype))
     axes = tuple(range(1, len(x.shape)))
     mean = ops.mean(x32, axis=axes, keepdims=True)
     var = ops.mean(ops.square(x32 - mean), axis=axes, keepdims=True)

@@ -200,3 +200,21 @@ def test_conv_cell_bad_inputs():
         ConvEncoderCell(2)([z(2, 4), z(2, 2)])
     with pytest.raises(ValueError, match="no state"):
         ConvEncoderCell(2).step(z(2, 4, 4, 1), z(2, 4, 4, 2), [z(2, 4, 4, 2)])
+
+
+@pytest.mark.parametrize("normalization", ["instance", "layer"])
+def test_float64_conv_cell_normalizes_in_float64(normalization):
+    # Audit 11: the normalization ran in float32 for float64 cells (errors of ~1e-3 here).
+    rng = np.random.default_rng(2)
+    x = 1e4 + rng.normal(size=(1, 3, 3, 1))
+    cell = ConvEncoderCell(
+        2, kernel_size=1, use_feedback=False, activation="linear",
+        normalization=normalization, kernel_initializer="ones", dtype="float64",
+    )
+    pre = np.repeat(x, 2, axis=-1)
+    axes = (1, 2) if normalization == "instance" else (1, 2, 3)
+    mean = pre.mean(axis=axes, keepdims=True)
+    want = (pre - mean) / np.sqrt(pre.var(axis=axes, keepdims=True) + 1e-5)
+    out = cell(x)
+    assert out.dtype == "float64"
+    np.testing.assert_allclose(np.asarray(out), want, rtol=1e-9, atol=1e-9)

@@ -168,6 +168,26 @@ def test_layer_normalization_normalizes_each_levels_input():
     np.testing.assert_allclose(layer(3.0 * x + 7.0)[1], layer(x)[1], atol=1e-4)
 
 
+def test_float64_layer_normalization_runs_in_float64():
+    # Audit 11: normalization="layer" cast float64 inputs to float32 (errors of ~1e-3 here).
+    layer = RLadder(DENSE_LEVELS, normalization="layer", dtype="float64")
+    x = 1e4 + np.random.default_rng(3).normal(size=(2, 1, 5))
+    layer(x)
+    seen = []
+    cell = layer.encoders[0]
+    original = cell.step
+
+    def spy(inp, feedback, states):
+        seen.append(np.asarray(inp))
+        return original(inp, feedback, states)
+
+    cell.step = spy
+    layer(x)
+    want = (x[:, 0] - x[:, 0].mean(-1, keepdims=True)) / np.sqrt(x[:, 0].var(-1, keepdims=True) + 1e-5)
+    assert seen[0].dtype == np.float64
+    np.testing.assert_allclose(seen[0], want, rtol=1e-9, atol=1e-9)
+
+
 def test_bad_input_shapes():
     with pytest.raises(ValueError, match=r"\[batch, T, features\]"):
         RLadder(DENSE_LEVELS)(_seq(2, 5))
