@@ -449,7 +449,7 @@ class MixtureNLL(keras.losses.Loss):
         super().__init__(name=name, reduction=reduction, dtype=dtype)
         if isinstance(sigma, bool) or not isinstance(sigma, numbers.Real) or not 0 < sigma < math.inf:
             raise ValueError(f"`sigma` must be a positive, finite number. Received: sigma={sigma!r}")
-        if isinstance(group_axis, bool) or not isinstance(group_axis, int) or group_axis == 0:
+        if isinstance(group_axis, bool) or not isinstance(group_axis, numbers.Integral) or group_axis == 0:
             raise ValueError(
                 "`group_axis` must be a non-zero integer (the batch axis cannot hold "
                 f"groups). Received: group_axis={group_axis!r}"
@@ -460,12 +460,12 @@ class MixtureNLL(keras.losses.Loss):
                 f"Received: epsilon={epsilon!r}"
             )
         self.sigma = float(sigma)
-        self.group_axis = group_axis
-        if not isinstance(from_logits, bool):
+        self.group_axis = int(group_axis)
+        if not isinstance(from_logits, (bool, np.bool_)):
             raise ValueError(
                 f"`from_logits` must be True or False. Received: from_logits={from_logits!r}"
             )
-        self.from_logits = from_logits
+        self.from_logits = bool(from_logits)
         self.epsilon = float(epsilon)
 
     def call(self, y_true, y_pred):
@@ -481,6 +481,17 @@ class MixtureNLL(keras.losses.Loss):
                 f"group_axis={self.group_axis}, and y_true of rank one less with one channel "
                 f"less. Received: y_true shape={tuple(y_true.shape)}, "
                 f"y_pred shape={tuple(y_pred.shape)}"
+            )
+        axis = _check_axis(self.group_axis, len(y_pred.shape))
+        expected = y_pred.shape[:axis] + y_pred.shape[axis + 1 : -1]
+        if any(
+            a is not None and b is not None and a != b
+            for a, b in zip(y_true.shape[:-1], expected)
+        ):
+            raise ValueError(
+                "MixtureNLL expects y_true of the shape of y_pred without the group axis "
+                f"(group_axis={self.group_axis}) and with one channel less. Received: "
+                f"y_true shape={tuple(y_true.shape)}, y_pred shape={tuple(y_pred.shape)}"
             )
         return mixture_nll(
             y_true,

@@ -187,6 +187,25 @@ def test_mixture_nll_errors():
         MixtureNLL()(np.zeros((2, 4, 2), "float32"), np.zeros((2, 3, 4, 2), "float32"))
 
 
+def test_mixture_nll_refuses_targets_that_only_broadcast():
+    # Audit 11: y_true whose axes did not match y_pred's (the groups at the wrong axis,
+    # or size-1 pixel axes) was broadcast into a wrong loss or failed with a raw TF error.
+    packed = np.zeros((2, 3, 4, 5, 5, 2), "float32")  # [b, T, K, H, W, C + 1]
+    with pytest.raises(ValueError, match=r"y_true shape=\(2, 3, 5, 5, 1\)"):
+        MixtureNLL()(np.zeros((2, 3, 5, 5, 1), "float32"), packed)  # group_axis=1 is T
+    with pytest.raises(ValueError, match="without the group axis"):
+        MixtureNLL(group_axis=2)(np.zeros((2, 3, 1, 1, 1), "float32"), packed)
+    loss = MixtureNLL(group_axis=-4)(np.zeros((2, 3, 5, 5, 1), "float32"), packed)
+    assert np.isfinite(float(loss))
+
+
+def test_mixture_nll_takes_numpy_scalars():
+    # Audit 11: numpy integer group_axis and numpy boolean from_logits were refused.
+    loss = MixtureNLL(group_axis=np.int64(2), from_logits=np.True_)
+    assert loss.get_config()["group_axis"] == 2 and type(loss.get_config()["group_axis"]) is int
+    assert loss.get_config()["from_logits"] is True
+
+
 def test_rtagger_trains_with_mixture_nll():
     """Two-object toy images: the mixture NLL falls clearly in a few steps."""
     rng = np.random.default_rng(0)
