@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_capsules._validation import boolean
 from keras_capsules.layers.rladder._utils import clone_initializer, output_spec, serialize_all
 
 _INITIALIZERS = (
@@ -54,11 +55,7 @@ class EncoderCellBase(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        if not isinstance(use_feedback, bool):
-            raise ValueError(
-                f"`use_feedback` must be True or False. Received: use_feedback={use_feedback!r}"
-            )
-        self.use_feedback = use_feedback
+        self.use_feedback = boolean("use_feedback", use_feedback)
         for name, value in zip(
             _INITIALIZERS,
             (kernel_initializer, feedback_initializer, recurrent_initializer, bias_initializer),

@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_capsules._validation import boolean
 from keras_capsules.layers.rladder._cell_base import EncoderCellBase
 from keras_capsules.layers.rladder._utils import positive_int
 
@@ -69,12 +70,7 @@ class LSTMEncoderCell(EncoderCellBase):
     def __init__(self, units, use_feedback=True, unit_forget_bias=True, **kwargs):
         super().__init__(use_feedback=use_feedback, **kwargs)
         self.units = positive_int("units", units)
-        if not isinstance(unit_forget_bias, bool):
-            raise ValueError(
-                "`unit_forget_bias` must be True or False. "
-                f"Received: unit_forget_bias={unit_forget_bias!r}"
-            )
-        self.unit_forget_bias = unit_forget_bias
+        self.unit_forget_bias = boolean("unit_forget_bias", unit_forget_bias)
 
     def _state_shape(self, x_shape):
         return (self.units,)

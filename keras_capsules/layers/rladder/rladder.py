@@ -5,11 +5,13 @@ import math
 import keras
 from keras import ops
 
+from keras_capsules._validation import boolean, rate
 from keras_capsules.layers.rladder._utils import (
     clone_initializer,
     max_pool,
     output_spec,
     positive_int,
+    seed_value,
     serialize_all,
 )
 from keras_capsules.layers.rladder.conv_g1 import ConvG1
@@ -217,12 +219,8 @@ class RLadder(keras.layers.Layer):
                     f"Received: pool={spec['pool']}"
                 )
         self.n_iters = positive_int("n_iters", n_iters, allow_none=True)
-        flags = (("decoder_to_encoder", decoder_to_encoder), ("use_decoder", use_decoder))
-        for name, value in flags:
-            if not isinstance(value, bool):
-                raise ValueError(f"`{name}` must be True or False. Received: {name}={value!r}")
-        self.decoder_to_encoder = decoder_to_encoder
-        self.use_decoder = use_decoder
+        self.decoder_to_encoder = boolean("decoder_to_encoder", decoder_to_encoder)
+        self.use_decoder = boolean("use_decoder", use_decoder)
         if input_combinator is None:
             input_combinator = "ConvG1" if kinds[0] == "conv" else "G1"
         if input_combinator not in COMBINATORS:
@@ -235,18 +233,14 @@ class RLadder(keras.layers.Layer):
             "input_combinator_filters", input_combinator_filters, allow_none=True
         )
         self.output_units = positive_int("output_units", output_units, allow_none=True)
-        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
-            raise ValueError(f"`dropout` must be a number in [0, 1). Received: dropout={dropout!r}")
-        self.dropout = float(dropout)
+        self.dropout = rate("dropout", dropout)
         if dropout_noise not in DROPOUT_NOISE:
             raise ValueError(
                 f"`dropout_noise` must be one of {DROPOUT_NOISE}. Received: dropout_noise={dropout_noise!r}"
             )
         self.dropout_noise = dropout_noise
-        if isinstance(zoneout, bool) or not isinstance(zoneout, (int, float)) or not 0 <= zoneout < 1:
-            raise ValueError(f"`zoneout` must be a number in [0, 1). Received: zoneout={zoneout!r}")
-        self.zoneout = float(zoneout)
-        self.seed = seed
+        self.zoneout = rate("zoneout", zoneout)
+        self.seed = seed = seed_value(seed)
         if normalization not in NORMALIZATIONS:
             raise ValueError(
                 f"`normalization` must be one of {NORMALIZATIONS}. Received: normalization={normalization!r}"

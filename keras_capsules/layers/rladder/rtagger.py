@@ -8,6 +8,7 @@ from keras_capsules.layers.rladder._utils import (
     output_spec,
     positive_float,
     positive_int,
+    seed_value,
     serialize_all,
 )
 from keras_capsules._validation import boolean
@@ -195,7 +196,7 @@ class RTagger(keras.layers.Layer):
         self.initial_mask_scale = positive_int("initial_mask_scale", initial_mask_scale)
         self.posterior_sigma = None if posterior_sigma is None else positive_float("posterior_sigma", posterior_sigma)
         self.initial_mask_stddev = positive_float("initial_mask_stddev", initial_mask_stddev)
-        self.seed = seed
+        self.seed = seed = seed_value(seed)
         self.seed_generator = keras.random.SeedGenerator(seed) if self.random_initial_masks else None
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
         self.recurrent_regularizer = keras.regularizers.get(recurrent_regularizer)

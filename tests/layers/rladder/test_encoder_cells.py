@@ -218,3 +218,9 @@ def test_float64_conv_cell_normalizes_in_float64(normalization):
     out = cell(x)
     assert out.dtype == "float64"
     np.testing.assert_allclose(np.asarray(out), want, rtol=1e-9, atol=1e-9)
+
+
+def test_numpy_booleans_are_switches():
+    # Audit 11: use_feedback=np.False_ and unit_forget_bias=np.False_ were refused.
+    assert GatedEncoderCell(3, use_feedback=np.False_).get_config()["use_feedback"] is False
+    assert LSTMEncoderCell(3, unit_forget_bias=np.False_).get_config()["unit_forget_bias"] is False

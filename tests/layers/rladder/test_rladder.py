@@ -188,6 +188,21 @@ def test_float64_layer_normalization_runs_in_float64():
     np.testing.assert_allclose(seen[0], want, rtol=1e-9, atol=1e-9)
 
 
+def test_numpy_scalars_as_switches_rates_and_seeds():
+    # Audit 11: np.True_ switches and np.float32 rates were refused; an np.int64 seed was
+    # stored as is, so get_config was no longer JSON (model.save failed); seed="a" passed.
+    import json
+
+    layer = RLadder(DENSE_LEVELS, decoder_to_encoder=np.True_, use_decoder=np.True_,
+                    dropout=np.float32(0.25), zoneout=np.float32(0.5), seed=np.int64(3))
+    config = layer.get_config()
+    json.dumps(config)
+    assert config["decoder_to_encoder"] is True and config["seed"] == 3
+    assert config["dropout"] == 0.25 and config["zoneout"] == 0.5
+    with pytest.raises(ValueError, match="Received: seed='a'"):
+        RLadder(DENSE_LEVELS, seed="a")
+
+
 def test_bad_input_shapes():
     with pytest.raises(ValueError, match=r"\[batch, T, features\]"):
         RLadder(DENSE_LEVELS)(_seq(2, 5))

@@ -187,6 +187,17 @@ def test_mixture_nll_errors():
         MixtureNLL()(np.zeros((2, 4, 2), "float32"), np.zeros((2, 3, 4, 2), "float32"))
 
 
+def test_seed_is_checked_and_numpy_integers_are_seeds():
+    # Audit 11: an np.int64 seed failed inside Keras ("must be an integer. Received: seed=3").
+    import json
+
+    layer = RTagger(2, CONV_LEVELS, n_iters=1, seed=np.int64(3))
+    assert layer.get_config()["seed"] == 3
+    json.dumps(layer.get_config())
+    with pytest.raises(ValueError, match="Received: seed=1.5"):
+        RTagger(2, CONV_LEVELS, seed=1.5)
+
+
 def test_mixture_nll_refuses_targets_that_only_broadcast():
     # Audit 11: y_true whose axes did not match y_pred's (the groups at the wrong axis,
     # or size-1 pixel axes) was broadcast into a wrong loss or failed with a raw TF error.
