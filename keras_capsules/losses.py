@@ -31,6 +31,7 @@ import numpy as np
 from keras import ops
 
 from keras_capsules._validation import concrete_values
+from keras_capsules.ops import routing_dtype
 
 _TERMS = ("margin", "focal", "cross")
 
@@ -365,13 +366,15 @@ def mixture_nll(x, m, pi, sigma, group_axis=1, from_logits=False, epsilon=1e-7):
 
     Returns:
         The negative log-likelihood per pixel, of shape ``x.shape[:-1]``; computed in
-        float32 with a log-sum-exp over groups.
+        float32 (float64 for float64 means) with a log-sum-exp over groups.
     """
     rank = len(m.shape)
     axis = _check_axis(group_axis, rank)
-    x = ops.expand_dims(ops.cast(x, "float32"), axis)
-    m = ops.cast(m, "float32")
-    pi = ops.cast(pi, "float32")
+    m = ops.convert_to_tensor(m)
+    work = routing_dtype(m.dtype)
+    x = ops.expand_dims(ops.cast(x, work), axis)
+    m = ops.cast(m, work)
+    pi = ops.cast(pi, work)
     channels = m.shape[-1]
     var = float(sigma) ** 2
     log_norm = -ops.sum(ops.square(x - m), axis=-1) / (2.0 * var) - 0.5 * channels * math.log(
@@ -396,7 +399,8 @@ class MixtureNLL(keras.losses.Loss):
     -log sum_k pi_k N(x; m_k, sigma^2 I)
     ```
 
-    computed stably as a negative log-sum-exp of ``log pi_k + log N`` in float32.
+    computed stably as a negative log-sum-exp of ``log pi_k + log N`` in float32
+    (float64 for a float64 loss).
     ``N`` includes its normalizing constant, summed over the ``C`` channels. The
     per-pixel values are averaged (``reduction="sum_over_batch_size"``, default) or
     summed (``reduction="sum"``) by the usual Keras reduction.

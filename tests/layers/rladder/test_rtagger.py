@@ -210,6 +210,17 @@ def test_mixture_nll_refuses_targets_that_only_broadcast():
     assert np.isfinite(float(loss))
 
 
+def test_float64_mixture_nll_is_computed_in_float64():
+    # Audit 11: the loss was computed in float32 whatever its dtype (off by ~2e-4 here).
+    x = np.full((1, 2, 1), 10000.001)
+    packed = np.concatenate([np.full((1, 2, 2, 1), 10000.0), np.full((1, 2, 2, 1), 0.5)], -1)
+    sigma = 0.01
+    want = 0.5 * ((10000.001 - 10000.0) / sigma) ** 2 + 0.5 * np.log(2 * np.pi * sigma**2)
+    loss = MixtureNLL(sigma=sigma, dtype="float64")(x, packed)
+    assert loss.dtype == "float64"
+    np.testing.assert_allclose(float(loss), want, rtol=1e-9)
+
+
 def test_mixture_nll_takes_numpy_scalars():
     # Audit 11: numpy integer group_axis and numpy boolean from_logits were refused.
     loss = MixtureNLL(group_axis=np.int64(2), from_logits=np.True_)
