@@ -539,6 +539,17 @@ class RLadder(keras.layers.Layer):
                 f"This RLadder was built for inputs with features of shape {self._features}. "
                 f"Received: input shape={tuple(inputs.shape)}"
             )
+        if mask is not None and self.n_iters is None:
+            mask_shape = tuple(mask.shape)
+            if len(mask_shape) != 2 or any(
+                a is not None and b is not None and a != b
+                for a, b in zip(mask_shape, (inputs.shape[0], steps))
+            ):
+                raise ValueError(
+                    f"RLadder expects a mask of shape [batch, T] = "
+                    f"{(inputs.shape[0], steps)}, one entry per step of the input. "
+                    f"Received: mask shape={mask_shape}"
+                )
         carry = self.initial_carry(ops.shape(inputs)[0], inputs.dtype)
         drop = self._dropper(ops.shape(inputs)[0], inputs.dtype) if training and self.dropout else None
         predictions, tops = [], []

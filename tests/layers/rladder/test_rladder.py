@@ -203,6 +203,15 @@ def test_numpy_scalars_as_switches_rates_and_seeds():
         RLadder(DENSE_LEVELS, seed="a")
 
 
+def test_a_mask_that_does_not_fit_the_steps_is_a_clear_error():
+    # Audit 11: a [batch, T + 1] mask was silently cut to T steps, a [batch, T - 1] or
+    # rank-3 one failed with a raw TensorFlow error.
+    x = _seq(2, 4, 5)
+    for mask in (np.ones((2, 5), bool), np.ones((2, 3), bool), np.ones((2, 4, 5), bool)):
+        with pytest.raises(ValueError, match=r"mask of shape \[batch, T\].*Received: mask shape="):
+            RLadder(DENSE_LEVELS)(x, mask=mask)
+
+
 def test_bad_input_shapes():
     with pytest.raises(ValueError, match=r"\[batch, T, features\]"):
         RLadder(DENSE_LEVELS)(_seq(2, 5))
