@@ -4,7 +4,12 @@ import keras
 from keras import ops
 
 from keras_capsules._validation import boolean
-from keras_capsules.layers.rladder._utils import clone_initializer, output_spec, serialize_all
+from keras_capsules.layers.rladder._utils import (
+    check_same_batch,
+    clone_initializer,
+    output_spec,
+    serialize_all,
+)
 
 _INITIALIZERS = (
     "kernel_initializer",
@@ -115,6 +120,8 @@ class EncoderCellBase(keras.layers.Layer):
                     f"{name} expects the state {sname} of shape "
                     f"[batch, {', '.join(str(d) for d in state[1:])}]. Received: {sname} shape={s}"
                 )
+        names = ["x"] + (["feedback"] if self.use_feedback else []) + self._state_names()
+        check_same_batch(name, list(zip(names, shapes)))
         return x, fb, state
 
     def compute_output_shape(self, input_shape):

@@ -11,6 +11,7 @@ from keras import ops
 from keras_capsules.layers.rladder._utils import (
     clone_initializer,
     UPSAMPLE_MODES,
+    check_same_batch,
     choice,
     positive_int,
     serialize_all,
@@ -91,6 +92,7 @@ class ConvCombinatorBase(keras.layers.Layer):
                     f"{name} expects x_top of shape [batch, height, width, channels] or "
                     f"[batch, top_units]. Received: x_top shape={top}"
                 )
+            check_same_batch(name, [("x_top", top), ("x_lat", lat)])
         return top, lat
 
     def compute_output_shape(self, input_shape):

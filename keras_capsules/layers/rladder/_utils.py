@@ -41,6 +41,16 @@ def split_top_lateral(layer_name, inputs):
     return None, inputs
 
 
+def check_same_batch(layer_name, named_shapes):
+    """All known batch sizes of ``named_shapes`` (``(name, shape)`` pairs) agree."""
+    known = {s[0] for _, s in named_shapes if s is not None and s[0] is not None}
+    if len(known) > 1:
+        received = ", ".join(f"{n} shape={tuple(s)}" for n, s in named_shapes if s is not None)
+        raise ValueError(
+            f"{layer_name} expects its inputs to have the same batch size. Received: {received}"
+        )
+
+
 def is_shape(value):
     return isinstance(value, (list, tuple)) and all(d is None or isinstance(d, int) for d in value)
 

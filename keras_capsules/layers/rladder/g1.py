@@ -4,7 +4,12 @@ import keras
 from keras import ops
 
 from keras_capsules.layers.rladder._elementwise_gate import ElementwiseGate
-from keras_capsules.layers.rladder._utils import clone_initializer, serialize_all, split_top_lateral
+from keras_capsules.layers.rladder._utils import (
+    check_same_batch,
+    clone_initializer,
+    serialize_all,
+    split_top_lateral,
+)
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -113,6 +118,7 @@ class G1(ElementwiseGate, keras.layers.Layer):
                         "G1 expects x_top and x_lat to share their leading axes. "
                         f"Received: x_top shape={top}, x_lat shape={lat}"
                     )
+            check_same_batch("G1", [("x_top", top), ("x_lat", lat)])
         return top, lat
 
     def build(self, input_shape):

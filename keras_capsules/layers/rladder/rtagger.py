@@ -299,7 +299,7 @@ class RTagger(keras.layers.Layer):
         lead = (batch, steps, self.n_groups) + tuple(spatial)
         return [lead + (1,), lead + (channels,)]
 
-    def compute_output_spec(self, inputs):
+    def compute_output_spec(self, inputs, training=None):
         return output_spec(self, inputs)
 
     # ------------------------------------------------------------------ call

@@ -137,6 +137,15 @@ def test_bad_constructor_arguments(cls, kwargs, name):
         cls(**kwargs)
 
 
+@pytest.mark.parametrize("cls", [ConvG1, ConvG2, ConvG3])
+def test_batch_size_mismatch_is_a_clear_error(cls):
+    # Audit 11: x_top and x_lat of different batch sizes failed with a raw TensorFlow error.
+    with pytest.raises(ValueError, match=r"same batch size.*x_top shape=\(3, 2, 2, 1\)"):
+        cls(upsample=2)([np.zeros((3, 2, 2, 1), "float32"), np.zeros((2, 4, 4, 2), "float32")])
+    with pytest.raises(ValueError, match=r"same batch size.*x_lat shape=\(2, 4\)"):
+        G1()([np.zeros((3, 5), "float32"), np.zeros((2, 4), "float32")])
+
+
 def test_bad_input_shapes():
     lat = np.zeros((2, 4, 4, 2), "float32")
     with pytest.raises(ValueError, match=r"\[batch, 2, 2, top_channels\]"):

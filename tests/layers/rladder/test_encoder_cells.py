@@ -224,3 +224,13 @@ def test_numpy_booleans_are_switches():
     # Audit 11: use_feedback=np.False_ and unit_forget_bias=np.False_ were refused.
     assert GatedEncoderCell(3, use_feedback=np.False_).get_config()["use_feedback"] is False
     assert LSTMEncoderCell(3, unit_forget_bias=np.False_).get_config()["unit_forget_bias"] is False
+
+
+def test_batch_size_mismatch_is_a_clear_error():
+    # Audit 11: x, feedback and states of different batch sizes failed with a raw TF error.
+    with pytest.raises(ValueError, match=r"same batch size.*x shape=\(3, 5\), feedback shape=\(2, 3\)"):
+        GatedEncoderCell(3)([np.zeros((3, 5), "float32"), np.zeros((2, 3), "float32"),
+                             np.zeros((2, 3), "float32")])
+    with pytest.raises(ValueError, match=r"same batch size.*c shape=\(1, 4, 4, 2\)"):
+        ConvLSTMEncoderCell(2)([np.zeros((2, 4, 4, 1), "float32")] + [np.zeros((2, 4, 4, 2), "float32")] * 2
+                               + [np.zeros((1, 4, 4, 2), "float32")])

@@ -198,6 +198,13 @@ def test_seed_is_checked_and_numpy_integers_are_seeds():
         RTagger(2, CONV_LEVELS, seed=1.5)
 
 
+def test_symbolic_call_with_training_argument():
+    # Audit 11: RTagger(...)(keras.Input(...), training=True) raised "compute_output_spec()
+    # got an unexpected keyword argument 'training'".
+    pi, m = RTagger(2, CONV_LEVELS, n_iters=2)(keras.Input((4, 4, 1)), training=True)
+    assert pi.shape == (None, 2, 2, 4, 4, 1) and m.shape == (None, 2, 2, 4, 4, 1)
+
+
 def test_mixture_nll_refuses_targets_that_only_broadcast():
     # Audit 11: y_true whose axes did not match y_pred's (the groups at the wrong axis,
     # or size-1 pixel axes) was broadcast into a wrong loss or failed with a raw TF error.
