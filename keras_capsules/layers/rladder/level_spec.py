@@ -49,7 +49,7 @@ def level_spec(
             below then upsamples by the same factor. Default 1 (no pooling).
         kernel_size: kernel size of the convolutional encoder and combinator.
         combinator_filters: hidden channels of ConvG2 / ConvG3 (None: as many as the
-            level has).
+            level has); other combinators take None.
         upsample_mode: how the level below's combinator upsamples this level's
             decoder output: ``"nearest"`` or ``"transpose"``.
         normalization: for ``encoder="conv"`` only: None (default), ``"instance"``
@@ -97,6 +97,12 @@ def normalize_level(spec, index=None):
         raise ValueError(
             f"{where}a {kind} level (encoder={encoder!r}) needs a combinator in {allowed}. "
             f"Received: combinator={combinator!r}"
+        )
+    if spec.get("combinator_filters") is not None and combinator not in CONV_COMBINATORS[1:]:
+        raise ValueError(
+            f"{where}`combinator_filters` sets the hidden channels of ConvG2 and ConvG3; "
+            f"a {combinator} combinator has none. Received: "
+            f"combinator_filters={spec['combinator_filters']!r}, combinator={combinator!r}"
         )
     normalization = spec.get("normalization")
     if normalization not in LEVEL_NORMALIZATIONS or (normalization is not None and encoder != "conv"):

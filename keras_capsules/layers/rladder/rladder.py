@@ -97,10 +97,11 @@ class RLadder(keras.layers.Layer):
             ``"ConvG2"``, ``"ConvG3"``); None (default) picks ``"ConvG1"`` when the
             first level is convolutional and ``"G1"`` otherwise. An image input to a
             dense first level needs a convolutional one given explicitly.
-        input_combinator_filters: hidden channels of a ConvG2/ConvG3 input combinator.
+        input_combinator_filters: hidden channels of a ConvG2/ConvG3 input combinator
+            (other input combinators take None).
         output_units: if set, a learned linear map (a 1x1 convolution for images)
             of ``d_0`` to this many channels gives the prediction; None (default)
-            returns ``d_0``, which has the shape of the input.
+            returns ``d_0``, which has the shape of the input. Needs the decoder.
         kernel_initializer, recurrent_initializer, bias_initializer: passed to every
             encoder cell and combinator (and the output map).
         feedback_initializer: initializer of the encoder cells' feedback kernels
@@ -232,7 +233,19 @@ class RLadder(keras.layers.Layer):
         self.input_combinator_filters = positive_int(
             "input_combinator_filters", input_combinator_filters, allow_none=True
         )
+        if self.input_combinator_filters is not None and input_combinator not in CONV_COMBINATORS[1:]:
+            raise ValueError(
+                "`input_combinator_filters` sets the hidden channels of a ConvG2 or ConvG3 "
+                f"input combinator; a {input_combinator} combinator has none. Received: "
+                f"input_combinator_filters={input_combinator_filters!r}, "
+                f"input_combinator={input_combinator!r}"
+            )
         self.output_units = positive_int("output_units", output_units, allow_none=True)
+        if self.output_units is not None and not self.use_decoder:
+            raise ValueError(
+                "`output_units` maps the decoder's prediction, and use_decoder=False builds "
+                f"no decoder. Received: output_units={output_units!r}, use_decoder=False"
+            )
         self.dropout = rate("dropout", dropout)
         if dropout_noise not in DROPOUT_NOISE:
             raise ValueError(

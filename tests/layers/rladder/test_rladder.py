@@ -115,6 +115,12 @@ def test_layer_contract(case, kwargs, shape, tmp_path):
         (dict(levels=[{"encoder": "conv", "units": 2, "normalization": "batch"}]),
          "Received: normalization='batch'"),
         (dict(levels=DENSE_LEVELS, feedback_initializer="nope"), "nope"),
+        # Audit 11: these were silently ignored (no ConvG2/ConvG3 to use them, no decoder)
+        (dict(levels=[{"encoder": "convlstm", "units": 2, "combinator_filters": 4}]),
+         "Received: combinator_filters=4, combinator='ConvG1'"),
+        (dict(levels=CONV_LEVELS, input_combinator_filters=3), "Received: input_combinator_filters=3"),
+        (dict(levels=DENSE_LEVELS, output_units=3, use_decoder=False),
+         "Received: output_units=3, use_decoder=False"),
     ],
 )
 def test_bad_constructor_arguments(kwargs, message):
