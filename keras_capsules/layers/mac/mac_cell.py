@@ -56,7 +56,8 @@ class MACCell(_base.MACLayerBase):
             (only with ``self_attention=True``; otherwise a ``ValueError``).
         memory_dropout_mask: optional tensor ``[batch, d]`` multiplied into the
             memory the read unit sees (how :class:`MACNetwork` applies variational
-            dropout); the write unit gets the memory unchanged.
+            dropout); the write unit gets the memory unchanged. Rank 2, broadcastable
+            to ``[batch, d]`` (e.g. ``[batch, 1]``); any other shape is a ``ValueError``.
         mask: the Keras mask (a list; the words' mask at index 0, the knowledge
             base's at index 2), combined with ``words_mask``/``kb_mask``.
         training: whether dropout is active.
@@ -205,6 +206,16 @@ class MACCell(_base.MACLayerBase):
         )
         read_memory = memory
         if memory_dropout_mask is not None:
+            drop_shape = tuple(memory_dropout_mask.shape)
+            if len(drop_shape) != 2 or any(
+                a is not None and b is not None and a not in (1, b)
+                for a, b in zip(drop_shape, memory.shape)
+            ):
+                raise ValueError(
+                    f"{_LAYER} expects memory_dropout_mask of the shape of memory_prev, "
+                    f"{tuple(memory.shape)} (or broadcastable to it, rank 2). "
+                    f"Received: memory_dropout_mask shape={drop_shape}"
+                )
             read_memory = self.to_compute(memory) * ops.cast(memory_dropout_mask, self.compute_dtype)
         retrieved, read_attention = self.read_unit(
             [read_memory, kb, control], kb_mask=kb_mask, training=training

@@ -97,3 +97,14 @@ def test_numpy_booleans_are_booleans():
     assert MACCell.from_config(cell.get_config()).get_config() == cell.get_config()
     with pytest.raises(ValueError, match="Received: memory_gate=1"):
         MACCell(max_steps=2, memory_gate=1)
+
+
+def test_memory_dropout_mask_of_the_wrong_shape_is_a_clear_error():
+    # Audit 11: a [batch] mask with batch == d was silently applied per memory dimension.
+    rng = np.random.default_rng(0)
+    shapes = [(D, S, D), (D, DQ), (D, N, DKB), (D, D), (D, D)]
+    inputs = [rng.standard_normal(s).astype("float32") for s in shapes]
+    cell = MACCell(max_steps=2)
+    with pytest.raises(ValueError, match=r"Received: memory_dropout_mask shape=\(4,\)"):
+        cell(inputs, memory_dropout_mask=np.ones((D,), "float32"))
+    assert cell(inputs, memory_dropout_mask=np.ones((D, 1), "float32"))[1].shape == (D, D)
