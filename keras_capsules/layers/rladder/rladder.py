@@ -568,10 +568,15 @@ class RLadder(keras.layers.Layer):
         predictions, tops = [], []
         for t in range(steps):
             x_t = inputs[:, t] if self.n_iters is None else inputs
-            prediction, top, new_carry = self._step(x_t, carry, drop, bool(training))
-            if mask is not None and self.n_iters is None:
-                # a padded step leaves the carry as it was and outputs zeros
+            masked = mask is not None and self.n_iters is None
+            if masked:
+                # a padded step runs on zeros (an inf or NaN it holds would reach the
+                # gradients through the discarded branch), leaves the carry as it was
+                # and outputs zeros
                 keep = ops.cast(mask[:, t], "bool")
+                x_t = ops.where(_expand_to(keep, x_t), x_t, ops.zeros_like(x_t))
+            prediction, top, new_carry = self._step(x_t, carry, drop, bool(training))
+            if masked:
                 (new_states, new_feedback), (old_states, old_feedback) = new_carry, carry
                 hold = lambda new, old: (  # noqa: E731
                     None if new is None else ops.where(_expand_to(keep, new), new, old)

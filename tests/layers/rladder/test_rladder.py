@@ -317,6 +317,24 @@ def test_padded_steps_never_change_the_other_outputs(kwargs):
     assert all(getattr(o, "_keras_mask", None) is not None for o in outputs)
 
 
+@pytest.mark.parametrize("fill", [np.inf, np.nan])
+def test_non_finite_padded_steps_give_finite_gradients(fill):
+    # Audit 11: an inf or NaN at a padded step left the outputs right but made every
+    # weight's gradient NaN (the padded step still ran on it).
+    import tensorflow as tf
+
+    x = _seq(2, 4, 5)
+    mask = np.array([[1, 1, 1, 0], [1, 0, 1, 1]], bool)
+    x[~mask] = fill
+    ladder = RLadder(DENSE_LEVELS)
+    with tf.GradientTape() as tape:
+        predictions, top = ladder(x, mask=mask)
+        loss = tf.reduce_sum(predictions) + tf.reduce_sum(top)
+    grads = tape.gradient(loss, ladder.trainable_weights)
+    assert all(np.all(np.isfinite(g)) for g in grads)
+    assert np.all(np.isfinite(predictions)) and np.all(np.isfinite(top))
+
+
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
 @pytest.mark.parametrize("levels", ["dense", "conv"])
 def test_step_with_output_units_follows_the_policy_like_call(policy, levels):
