@@ -215,13 +215,26 @@ class MACLayerBase(keras.layers.Layer):
         return config
 
 
+def _step_copy(initializer, step):
+    """A copy of ``initializer`` for step ``step``: a seeded one gets ``seed + step``,
+    so the steps differ and stay reproducible."""
+    if not isinstance(initializer, keras.initializers.Initializer):
+        return initializer
+    config = initializer.get_config()
+    seed = config.get("seed")
+    if isinstance(seed, numbers.Integral) and not isinstance(seed, bool):
+        config["seed"] = int(seed) + step
+    return initializer.__class__.from_config(config)
+
+
 def per_step_initializer(initializer, steps):
     """An initializer of ``[steps, fan_in, fan_out]`` that initialises each step's
-    ``[fan_in, fan_out]`` matrix on its own (so fans are those of one matrix)."""
+    ``[fan_in, fan_out]`` matrix on its own (so fans are those of one matrix, and the
+    steps start different, also with a seeded initializer)."""
 
     def init(shape, dtype=None):
         return ops.stack(
-            [fresh_initializer(initializer)(tuple(shape[1:]), dtype=dtype) for _ in range(steps)]
+            [_step_copy(initializer, i)(tuple(shape[1:]), dtype=dtype) for i in range(steps)]
         )
 
     return init

@@ -200,3 +200,15 @@ def test_batch_size_mismatch_is_a_clear_error():
     # An unknown batch size is not an error.
     ControlUnit(max_steps=STEPS)([keras.Input((DQ,)), keras.Input((D,), batch_size=2),
                                   keras.Input((S, D))])
+
+
+def test_seeded_initializer_gives_different_but_reproducible_steps():
+    # Audit 11: a seeded kernel_initializer filled every step's question projection alike.
+    def question_kernel():
+        layer = ControlUnit(max_steps=STEPS, kernel_initializer=keras.initializers.GlorotUniform(seed=1))
+        layer(_inputs())
+        return layer.question_kernel.numpy()
+
+    kernel = question_kernel()
+    assert not np.allclose(kernel[0], kernel[1]) and not np.allclose(kernel[1], kernel[2])
+    np.testing.assert_array_equal(kernel, question_kernel())
