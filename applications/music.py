@@ -483,8 +483,8 @@ def compile_model(model, learning_rate=1e-3, clipnorm=1.0, weight_decay=0.0, ema
             moving average of the weights with this momentum (Keras' ``use_ema``);
             ``train`` validates and keeps that average.
     """
-    if isinstance(weight_decay, bool) or not isinstance(weight_decay, (int, float)) or not weight_decay >= 0:
-        raise ValueError(f"`weight_decay` must be a non-negative number. Received: weight_decay={weight_decay!r}")
+    if isinstance(weight_decay, bool) or not isinstance(weight_decay, (int, float)) or not 0 <= weight_decay < np.inf:
+        raise ValueError(f"`weight_decay` must be a non-negative, finite number. Received: weight_decay={weight_decay!r}")
     if ema_momentum is not None and (
         isinstance(ema_momentum, bool) or not isinstance(ema_momentum, (int, float)) or not 0 <= ema_momentum < 1
     ):
@@ -952,7 +952,12 @@ BENCHMARK = "rladder jsb"
 
 def add_arguments(parser, command):
     """The music application's options for ``train``, ``evaluate`` and ``tune``."""
-    from applications.arguments import non_negative_int, positive_float, positive_int
+    from applications.arguments import _number_type, non_negative_float, non_negative_int, positive_float, positive_int
+
+    # Checked here, not after the data is read (a bad rate used to fail late, leaving an
+    # empty run directory; --weight-decay inf was accepted and trained to NaN).
+    rate = _number_type(float, lambda v: 0 <= v < 1, "a number in [0, 1)")
+    factor = _number_type(float, lambda v: 0 < v < 1, "a number in (0, 1)")
 
     parser.add_argument("--data-dir", default=None,
                         help="folder holding jsb_chorales.json (or the file itself); "
@@ -970,21 +975,21 @@ def add_arguments(parser, command):
         parser.add_argument("--transpose", type=non_negative_int, default=0, metavar="SEMITONES",
                             help="move every training window up or down the keyboard by a random "
                             "number of semitones up to this (0: off; default: %(default)s)")
-        parser.add_argument("--weight-decay", type=float, default=0.0,
+        parser.add_argument("--weight-decay", type=non_negative_float, default=0.0,
                             help="AdamW's decoupled weight decay (default: %(default)s, plain Adam)")
-        parser.add_argument("--ema-momentum", type=float, default=None,
+        parser.add_argument("--ema-momentum", type=rate, default=None,
                             help="validate and keep an exponential moving average of the weights "
                             "with this momentum, e.g. 0.99 (default: off)")
         parser.add_argument("--reduce-lr-patience", type=positive_int, default=None, metavar="EPOCHS",
                             help="multiply the learning rate by --reduce-lr-factor after this many "
                             "epochs without a better validation loss (default: off)")
-        parser.add_argument("--reduce-lr-factor", type=float, default=0.5,
+        parser.add_argument("--reduce-lr-factor", type=factor, default=0.5,
                             help="see --reduce-lr-patience (default: %(default)s)")
-        parser.add_argument("--dropout", type=float, default=0.0,
+        parser.add_argument("--dropout", type=rate, default=0.0,
                             help="RLadder's dropout on the signals between levels (default: %(default)s)")
         parser.add_argument("--dropout-noise", choices=("step", "sequence"), default="step",
                             help="new dropout masks every step or one per sequence (default: %(default)s)")
-        parser.add_argument("--zoneout", type=float, default=0.0,
+        parser.add_argument("--zoneout", type=rate, default=0.0,
                             help="RLadder's zoneout rate of the encoder states (default: %(default)s)")
         parser.add_argument("--init-output-bias", action="store_true",
                             help="start the output bias at the log-odds of each key's training frequency")

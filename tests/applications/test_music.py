@@ -187,6 +187,24 @@ def test_command_line_options_reach_train(monkeypatch):
     assert (seen["reduce_lr_patience"], seen["reduce_lr_factor"]) == (4, 0.3)
 
 
+@pytest.mark.parametrize("option, bad", [("--weight-decay", "inf"), ("--weight-decay", "-1"),
+                                         ("--ema-momentum", "1.5"), ("--reduce-lr-factor", "2"),
+                                         ("--dropout", "1"), ("--zoneout", "-0.1"), ("--dropout", "nan")])
+def test_bad_rates_are_usage_errors(option, bad, capsys):
+    # these were plain floats: refused only after the data was read (an empty run directory
+    # left behind), and --weight-decay inf was accepted and trained to NaN
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="keras-capsules")
+    music.add_arguments(parser, "train")
+    with pytest.raises(SystemExit) as exit_info:
+        parser.parse_args([option, bad])
+    assert exit_info.value.code == 2 and option in capsys.readouterr().err
+    assert parser.parse_args([option, "0.5"]) is not None
+    with pytest.raises(ValueError, match="weight_decay"):
+        music.compile_model(music.build_model(4, **TINY), weight_decay=float("inf"))
+
+
 def test_train_with_transposition_weight_decay_and_moving_average(tmp_path):
     result = music.train(DATA, run_dir=str(tmp_path), epochs=2, batch_size=4, window=8, limit=3,
                          transpose=2, weight_decay=1e-3, ema_momentum=0.5, verbose=0, **TINY)
