@@ -925,6 +925,7 @@ def evaluate(model_path, data_path=None, split="test", limit=None, batch_size=32
     data = load_chorales(data_path)
     with strategy.scope():
         model = keras.saving.load_model(model_path)
+    _check_music_model(model, model_path)
     rolls = [piano_roll(c) for c in data[split][:limit]]
     result = {f"{split}_nll_per_step": nll_per_step(model, rolls, batch_size), "model": model_path}
     if sample_steps:
@@ -942,6 +943,19 @@ def evaluate(model_path, data_path=None, split="test", limit=None, batch_size=32
             title=f"{num_samples} sampled chorale(s), {sample_steps} steps, temperature {temperature}",
         )
     return result
+
+
+def _check_music_model(model, model_path):
+    """Refuses a model that ``build_model`` did not make (e.g. another application's)."""
+    from applications.errors import CommandLineError
+
+    names = {layer.name for layer in model.layers}
+    shapes = [tuple(x.shape) for x in model.inputs]
+    if "rladder" not in names or not shapes or any(len(s) != 3 or s[-1] != NUM_KEYS for s in shapes):
+        raise CommandLineError(
+            f"{model_path} is not a music model (rolls [batch, steps, {NUM_KEYS}] in, a Recurrent Ladder "
+            f"inside; it takes inputs of shape {shapes}): pass one written by `keras-capsules train music`"
+        )
 
 
 # The command-line protocol (applications/registry.py).

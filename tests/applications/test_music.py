@@ -605,6 +605,19 @@ def test_evaluate_samples_from_the_command_line(tmp_path):
 
 
 
+def test_evaluate_refuses_a_model_of_another_application(tmp_path):
+    # another application's model failed deep in Keras ("incompatible with the layer"), and any
+    # model taking 88-key rolls was scored as if it were a music model
+    from applications.errors import CommandLineError
+
+    digits = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Flatten(), keras.layers.Dense(10)])
+    rolls = keras.Sequential([keras.Input((4, 88)), keras.layers.Dense(88)])
+    for i, model in enumerate((digits, rolls)):
+        model.save(tmp_path / f"other{i}.keras")
+        with pytest.raises(CommandLineError, match="is not a music model"):
+            music.evaluate(str(tmp_path / f"other{i}.keras"), DATA, limit=1)
+
+
 def test_data_functions_reject_bad_sizes_and_priors():
     # Audit 6: window=0 was a ZeroDivisionError (a negative or float window numpy
     # errors), batch_size=0 a TF InvalidArgumentError (nll_per_step: range() error),
