@@ -806,6 +806,13 @@ def train(
         raise ValueError(f"`ensemble` must be a positive integer. Received: ensemble={ensemble!r}")
     if isinstance(reduce_lr_factor, bool) or not isinstance(reduce_lr_factor, (int, float)) or not 0 < reduce_lr_factor < 1:
         raise ValueError(f"`reduce_lr_factor` must be in (0, 1). Received: reduce_lr_factor={reduce_lr_factor!r}")
+    # checked before anything is written (an empty list failed later with ZeroDivisionError)
+    readouts = [readout] if isinstance(readout, str) else list(readout)
+    if not readouts or any(kind not in READOUTS for kind in readouts):
+        raise ValueError(f"`readout` must be one of {READOUTS} or a list of them. Received: readout={readout!r}")
+    encoders = [encoder] if isinstance(encoder, str) else list(encoder)
+    if not encoders:
+        raise ValueError(f"`encoder` must be an encoder kind or a non-empty list of them. Received: encoder={encoder!r}")
     keras.utils.set_random_seed(seed)
     os.makedirs(run_dir, exist_ok=True)
     import tensorflow as tf
@@ -813,10 +820,6 @@ def train(
     strategy = strategy or tf.distribute.get_strategy()
     rolls, longest = load_rolls(data_path, limit)
     steps = window or longest
-    readouts = [readout] if isinstance(readout, str) else list(readout)
-    for kind in readouts:
-        if kind not in READOUTS:
-            raise ValueError(f"`readout` must be one of {READOUTS} or a list of them. Received: readout={readout!r}")
     datasets = {
         nade: (make_dataset(rolls["train"], batch_size, longest, True, seed, window, transpose, targets_as_input=nade),
                make_dataset(rolls["valid"], batch_size, longest, window=window, targets_as_input=nade))
@@ -829,7 +832,6 @@ def train(
         "logs": os.path.join(run_dir, "logs"),
     }
     bias = key_log_odds(rolls["train"]) if init_output_bias else None
-    encoders = [encoder] if isinstance(encoder, str) else list(encoder)
     models, epochs_run = [], []
     for member in range(ensemble):
         if member:

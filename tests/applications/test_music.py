@@ -618,6 +618,15 @@ def test_evaluate_refuses_a_model_of_another_application(tmp_path):
             music.evaluate(str(tmp_path / f"other{i}.keras"), DATA, limit=1)
 
 
+def test_train_refuses_empty_or_unknown_readouts_and_encoders_before_writing(tmp_path):
+    # an empty readout or encoder list failed after the data was read with ZeroDivisionError,
+    # and a bad readout only once the run directory had been made
+    for bad in (dict(readout=[]), dict(readout=["nade", "mixture"]), dict(encoder=[])):
+        with pytest.raises(ValueError, match="readout" if "readout" in bad else "encoder"):
+            music.train(DATA, run_dir=str(tmp_path / "run"), epochs=1, limit=1, verbose=0, **bad)
+        assert not (tmp_path / "run").exists()
+
+
 def test_data_functions_reject_bad_sizes_and_priors():
     # Audit 6: window=0 was a ZeroDivisionError (a negative or float window numpy
     # errors), batch_size=0 a TF InvalidArgumentError (nll_per_step: range() error),
