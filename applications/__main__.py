@@ -100,6 +100,9 @@ def _defaults(args):
         args.run_dir = os.path.join("runs", args.application)
     if getattr(args, "model", "unset") is None:
         args.model = os.path.join("runs", args.application, "model.keras")
+    elif getattr(args, "model", None) and os.path.isdir(args.model):
+        # a run directory of `train` (Keras refused a folder with a note on SavedModels)
+        args.model = os.path.join(args.model, "model.keras")
     if getattr(args, "directory", "unset") is None:
         args.directory = os.path.join("runs", f"tune-{args.application}")
     return args

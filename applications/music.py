@@ -913,9 +913,9 @@ def evaluate(model_path, data_path=None, split="test", limit=None, batch_size=32
 
     With ``sample_steps`` > 0 it also draws ``num_samples`` chorales of that many steps
     from the model (``sample``, with ``temperature`` and ``seed``) and writes them to
-    ``samples_path`` (default: ``samples.npy`` beside the model), a ``[num_samples,
-    sample_steps, 88]`` float32 array, and their piano rolls to the same name with
-    ``.png``; both paths are then in the result.
+    ``samples_path`` (default: ``samples.npy`` beside the model; a folder: ``samples.npy``
+    in it), a ``[num_samples, sample_steps, 88]`` float32 array, and their piano rolls to
+    the same name with ``.png``; both paths are then in the result.
     """
     import tensorflow as tf
 
@@ -934,8 +934,10 @@ def evaluate(model_path, data_path=None, split="test", limit=None, batch_size=32
         from applications.fault_tolerance import atomic_write
 
         samples = sample(model, sample_steps, num_samples=num_samples, seed=seed, temperature=temperature)
-        path = samples_path or os.path.join(os.path.dirname(os.path.abspath(model_path)), "samples.npy")
-        if not str(path).endswith(".npy"):
+        path = str(samples_path or os.path.join(os.path.dirname(os.path.abspath(model_path)), "samples.npy"))
+        if os.path.isdir(path) or path.endswith((os.sep, "/")):  # a folder: samples.npy inside (was ".npy")
+            path = os.path.join(path, "samples.npy")
+        if not path.endswith(".npy"):
             path = f"{path}.npy"
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         atomic_write(path, lambda tmp: np.save(tmp, samples))
@@ -1029,8 +1031,9 @@ def add_arguments(parser, command):
         parser.add_argument("--temperature", type=positive_float, default=1.0,
                             help="divides every key's logit when sampling (default: %(default)s)")
         parser.add_argument("--samples-path", default=None,
-                            help="the sampled rolls' .npy file, [N, steps, 88]; their plot goes "
-                            "beside it as .png (default: samples.npy beside the model)")
+                            help="the sampled rolls' .npy file (or a folder: samples.npy in it), "
+                            "[N, steps, 88]; their plot goes beside it as .png (default: "
+                            "samples.npy beside the model)")
 
 
 def run_train(args, strategy):

@@ -1,5 +1,7 @@
 """JSB Chorales application: piano rolls, padding masks, the RLadder model, learning."""
 
+import json
+
 import keras
 import numpy as np
 import pytest
@@ -625,6 +627,22 @@ def test_train_refuses_empty_or_unknown_readouts_and_encoders_before_writing(tmp
         with pytest.raises(ValueError, match="readout" if "readout" in bad else "encoder"):
             music.train(DATA, run_dir=str(tmp_path / "run"), epochs=1, limit=1, verbose=0, **bad)
         assert not (tmp_path / "run").exists()
+
+
+def test_evaluate_takes_a_run_directory_and_a_samples_folder(tmp_path, capsys):
+    # `--model RUN_DIR` was refused (Keras' note on SavedModels), and `--samples-path DIR/`
+    # wrote the hidden files DIR/.npy and DIR/.png
+    from applications import __main__ as cli
+
+    music.build_model(4, **TINY).save(tmp_path / "model.keras")
+    (tmp_path / "out").mkdir()
+    argv = ["evaluate", "music", "--data-dir", str(DATA), "--limit", "1", "--model", str(tmp_path),
+            "--sample-steps", "2", "--samples-path", str(tmp_path / "out")]
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    result = json.loads(capsys.readouterr().out)
+    assert result["model"] == str(tmp_path / "model.keras") and np.isfinite(result["test_nll_per_step"])
+    assert result["samples"] == str(tmp_path / "out" / "samples.npy")
+    assert np.load(result["samples"]).shape == (1, 2, 88) and (tmp_path / "out" / "samples.png").is_file()
 
 
 def test_data_functions_reject_bad_sizes_and_priors():
