@@ -1037,8 +1037,23 @@ def add_arguments(parser, command):
 
 
 def run_train(args, strategy):
+    from applications import fault_tolerance
     from applications.arguments import train_options
 
+    options = train_options(args, strategy)
+    if args.ensemble > 1:
+        # Every member backs up to (and logs in) a folder of its own: with one backup for
+        # all, a rerun after a crash in member i restored member i's state into member 0.
+        first, run_dir = options["callbacks"], options["run_dir"]
+
+        def member_callbacks(member):
+            if not member:
+                return first
+            folder = os.path.join(run_dir, f"member_{member}")
+            os.makedirs(folder, exist_ok=True)
+            return fault_tolerance.resumable_callbacks(folder, save_freq=args.save_freq)
+
+        options["callbacks"] = member_callbacks
     return train(
         args.data_dir,
         learning_rate=args.learning_rate,
@@ -1059,7 +1074,7 @@ def run_train(args, strategy):
         nade_units=args.nade_units,
         limit=args.limit,
         sample_steps=args.sample_steps,
-        **train_options(args, strategy),
+        **options,
     )
 
 

@@ -645,6 +645,22 @@ def test_evaluate_takes_a_run_directory_and_a_samples_folder(tmp_path, capsys):
     assert np.load(result["samples"]).shape == (1, 2, 88) and (tmp_path / "out" / "samples.png").is_file()
 
 
+def test_ensemble_members_back_up_to_folders_of_their_own(tmp_path, monkeypatch):
+    # every member shared one backup: a rerun after a crash in member 1 restored member 1's
+    # weights and epoch into member 0
+    import tensorflow as tf
+
+    from applications import __main__ as cli
+
+    args = cli._defaults(cli.build_parser("music").parse_args(
+        ["train", "music", "--ensemble", "3", "--run-dir", str(tmp_path / "run"), "--quiet"]))
+    seen = {}
+    monkeypatch.setattr(music, "train", lambda *a, **kw: seen.update(kw))
+    music.run_train(args, tf.distribute.get_strategy())
+    backups = [next(c for c in seen["callbacks"](m) if hasattr(c, "backup_dir")).backup_dir for m in range(3)]
+    assert len(set(backups)) == 3 and backups[0] == str(tmp_path / "run" / "backup")
+
+
 def test_data_functions_reject_bad_sizes_and_priors():
     # Audit 6: window=0 was a ZeroDivisionError (a negative or float window numpy
     # errors), batch_size=0 a TF InvalidArgumentError (nll_per_step: range() error),
