@@ -12,7 +12,9 @@ search, ``<directory>/best_model.keras`` (written atomically) and
 
 ``--fixed NAME=VALUE`` (repeatable) pins hyperparameters of the search space to one
 value (``hp.Fixed``) and searches the others, e.g. ``--fixed n_iters=3`` or a small
-model for a quick search. A name that the HyperModel does not declare is an error.
+model for a quick search. A name that the HyperModel does not declare is an error, and
+so is a value of the wrong type for its hyperparameter (``levels=2.5``, ``gate=1``) or a
+word outside its choices; numbers outside the searched range are allowed.
 """
 
 import json
