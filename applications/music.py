@@ -1079,6 +1079,14 @@ def run_train(args, strategy):
 
 
 def run_evaluate(args, strategy):
+    from applications.errors import CommandLineError
+
+    given = [option for option, value, default in (("--num-samples", args.num_samples, 1),
+                                                   ("--temperature", args.temperature, 1.0),
+                                                   ("--samples-path", args.samples_path, None))
+             if value != default]
+    if given and not args.sample_steps:  # they were ignored: nothing was sampled
+        raise CommandLineError(f"{', '.join(given)} apply to sampling: pass --sample-steps N too")
     return evaluate(args.model, args.data_dir, split=args.split, limit=args.limit,
                     batch_size=args.batch_size, strategy=strategy, sample_steps=args.sample_steps,
                     num_samples=args.num_samples, temperature=args.temperature, seed=args.seed,

@@ -661,6 +661,17 @@ def test_ensemble_members_back_up_to_folders_of_their_own(tmp_path, monkeypatch)
     assert len(set(backups)) == 3 and backups[0] == str(tmp_path / "run" / "backup")
 
 
+@pytest.mark.parametrize("option", [["--num-samples", "4"], ["--temperature", "0.5"], ["--samples-path", "s.npy"]])
+def test_sampling_options_without_sample_steps_are_a_usage_error(option, tmp_path, capsys):
+    # they were accepted and silently ignored (no --sample-steps: nothing is sampled)
+    from applications import __main__ as cli
+
+    argv = ["evaluate", "music", "--data-dir", str(DATA), "--limit", "1", "--model", str(tmp_path / "m.keras"), *option]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("keras-capsules: error: ") and "--sample-steps" in err and option[0] in err
+
+
 def test_data_functions_reject_bad_sizes_and_priors():
     # Audit 6: window=0 was a ZeroDivisionError (a negative or float window numpy
     # errors), batch_size=0 a TF InvalidArgumentError (nll_per_step: range() error),
