@@ -1039,7 +1039,13 @@ def add_arguments(parser, command):
 def run_train(args, strategy):
     from applications import fault_tolerance
     from applications.arguments import train_options
+    from applications.errors import CommandLineError
 
+    # options that only act with another one were accepted and silently ignored
+    if args.nade_units != 64 and args.readout != "nade":
+        raise CommandLineError("--nade-units sizes the NADE read-out: pass --readout nade too")
+    if args.reduce_lr_factor != 0.5 and args.reduce_lr_patience is None:
+        raise CommandLineError("--reduce-lr-factor applies on a plateau: pass --reduce-lr-patience EPOCHS too")
     options = train_options(args, strategy)
     if args.ensemble > 1:
         # Every member backs up to (and logs in) a folder of its own: with one backup for

@@ -672,6 +672,21 @@ def test_sampling_options_without_sample_steps_are_a_usage_error(option, tmp_pat
     assert err.startswith("keras-capsules: error: ") and "--sample-steps" in err and option[0] in err
 
 
+@pytest.mark.parametrize("option, needs", [(["--nade-units", "8"], "--readout nade"),
+                                           (["--reduce-lr-factor", "0.2"], "--reduce-lr-patience")])
+def test_train_options_that_need_another_one_are_a_usage_error(option, needs, tmp_path, capsys):
+    # --nade-units without --readout nade and --reduce-lr-factor without --reduce-lr-patience
+    # were accepted and silently ignored
+    from applications import __main__ as cli
+
+    argv = ["train", "music", "--data-dir", str(DATA), "--limit", "1", "--epochs", "1", "--quiet",
+            "--run-dir", str(tmp_path / "run"), *option]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("keras-capsules: error: ") and needs in err and option[0] in err
+    assert not (tmp_path / "run").exists()
+
+
 def test_data_functions_reject_bad_sizes_and_priors():
     # Audit 6: window=0 was a ZeroDivisionError (a negative or float window numpy
     # errors), batch_size=0 a TF InvalidArgumentError (nll_per_step: range() error),
