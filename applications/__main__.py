@@ -100,6 +100,9 @@ def _defaults(args):
         args.run_dir = os.path.join("runs", args.application)
     if getattr(args, "model", "unset") is None:
         args.model = os.path.join("runs", args.application, "model.keras")
+    elif getattr(args, "model", None) and os.path.isdir(args.model):
+        # a run directory of `train` (Keras refused a folder with a note on SavedModels)
+        args.model = os.path.join(args.model, "model.keras")
     if getattr(args, "directory", "unset") is None:
         args.directory = os.path.join("runs", f"tune-{args.application}")
     return args
@@ -183,9 +186,12 @@ def main(argv=None):
         if known.application != application:
             parser = build_parser(known.application)
     args = _defaults(parser.parse_args(argv))
+    new_run_dir = args.command == "train" and not os.path.exists(args.run_dir)
     try:
         return _run(args)
     except (CommandLineError, FileNotFoundError, ValueError) as err:
+        if new_run_dir:
+            _remove_empty_dirs(args.run_dir)
         if os.environ.get("KERAS_CAPSULES_DEBUG"):  # the full traceback, for developers
             raise
         message = (str(err).strip().splitlines() or [type(err).__name__])[0]
@@ -200,6 +206,16 @@ def main(argv=None):
         }.get(args.command, "")
         print(f"\n{PROG}: interrupted{hint}", file=sys.stderr)
         return 130
+
+
+def _remove_empty_dirs(top):
+    """Removes ``top`` and the folders below it that hold no file: a ``train`` refused
+    for a user error leaves no empty run directory behind."""
+    for folder, _, _ in os.walk(top, topdown=False):
+        try:
+            os.rmdir(folder)
+        except OSError:  # not empty: something was written there, keep it
+            pass
 
 
 def _application_of(argv):

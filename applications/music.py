@@ -483,8 +483,8 @@ def compile_model(model, learning_rate=1e-3, clipnorm=1.0, weight_decay=0.0, ema
             moving average of the weights with this momentum (Keras' ``use_ema``);
             ``train`` validates and keeps that average.
     """
-    if isinstance(weight_decay, bool) or not isinstance(weight_decay, (int, float)) or not weight_decay >= 0:
-        raise ValueError(f"`weight_decay` must be a non-negative number. Received: weight_decay={weight_decay!r}")
+    if isinstance(weight_decay, bool) or not isinstance(weight_decay, (int, float)) or not 0 <= weight_decay < np.inf:
+        raise ValueError(f"`weight_decay` must be a non-negative, finite number. Received: weight_decay={weight_decay!r}")
     if ema_momentum is not None and (
         isinstance(ema_momentum, bool) or not isinstance(ema_momentum, (int, float)) or not 0 <= ema_momentum < 1
     ):
@@ -806,6 +806,13 @@ def train(
         raise ValueError(f"`ensemble` must be a positive integer. Received: ensemble={ensemble!r}")
     if isinstance(reduce_lr_factor, bool) or not isinstance(reduce_lr_factor, (int, float)) or not 0 < reduce_lr_factor < 1:
         raise ValueError(f"`reduce_lr_factor` must be in (0, 1). Received: reduce_lr_factor={reduce_lr_factor!r}")
+    # checked before anything is written (an empty list failed later with ZeroDivisionError)
+    readouts = [readout] if isinstance(readout, str) else list(readout)
+    if not readouts or any(kind not in READOUTS for kind in readouts):
+        raise ValueError(f"`readout` must be one of {READOUTS} or a list of them. Received: readout={readout!r}")
+    encoders = [encoder] if isinstance(encoder, str) else list(encoder)
+    if not encoders:
+        raise ValueError(f"`encoder` must be an encoder kind or a non-empty list of them. Received: encoder={encoder!r}")
     keras.utils.set_random_seed(seed)
     os.makedirs(run_dir, exist_ok=True)
     import tensorflow as tf
@@ -813,10 +820,6 @@ def train(
     strategy = strategy or tf.distribute.get_strategy()
     rolls, longest = load_rolls(data_path, limit)
     steps = window or longest
-    readouts = [readout] if isinstance(readout, str) else list(readout)
-    for kind in readouts:
-        if kind not in READOUTS:
-            raise ValueError(f"`readout` must be one of {READOUTS} or a list of them. Received: readout={readout!r}")
     datasets = {
         nade: (make_dataset(rolls["train"], batch_size, longest, True, seed, window, transpose, targets_as_input=nade),
                make_dataset(rolls["valid"], batch_size, longest, window=window, targets_as_input=nade))
@@ -829,7 +832,6 @@ def train(
         "logs": os.path.join(run_dir, "logs"),
     }
     bias = key_log_odds(rolls["train"]) if init_output_bias else None
-    encoders = [encoder] if isinstance(encoder, str) else list(encoder)
     models, epochs_run = [], []
     for member in range(ensemble):
         if member:
@@ -911,9 +913,9 @@ def evaluate(model_path, data_path=None, split="test", limit=None, batch_size=32
 
     With ``sample_steps`` > 0 it also draws ``num_samples`` chorales of that many steps
     from the model (``sample``, with ``temperature`` and ``seed``) and writes them to
-    ``samples_path`` (default: ``samples.npy`` beside the model), a ``[num_samples,
-    sample_steps, 88]`` float32 array, and their piano rolls to the same name with
-    ``.png``; both paths are then in the result.
+    ``samples_path`` (default: ``samples.npy`` beside the model; a folder: ``samples.npy``
+    in it), a ``[num_samples, sample_steps, 88]`` float32 array, and their piano rolls to
+    the same name with ``.png``; both paths are then in the result.
     """
     import tensorflow as tf
 
@@ -925,14 +927,17 @@ def evaluate(model_path, data_path=None, split="test", limit=None, batch_size=32
     data = load_chorales(data_path)
     with strategy.scope():
         model = keras.saving.load_model(model_path)
+    _check_music_model(model, model_path)
     rolls = [piano_roll(c) for c in data[split][:limit]]
     result = {f"{split}_nll_per_step": nll_per_step(model, rolls, batch_size), "model": model_path}
     if sample_steps:
         from applications.fault_tolerance import atomic_write
 
         samples = sample(model, sample_steps, num_samples=num_samples, seed=seed, temperature=temperature)
-        path = samples_path or os.path.join(os.path.dirname(os.path.abspath(model_path)), "samples.npy")
-        if not str(path).endswith(".npy"):
+        path = str(samples_path or os.path.join(os.path.dirname(os.path.abspath(model_path)), "samples.npy"))
+        if os.path.isdir(path) or path.endswith((os.sep, "/")):  # a folder: samples.npy inside (was ".npy")
+            path = os.path.join(path, "samples.npy")
+        if not path.endswith(".npy"):
             path = f"{path}.npy"
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         atomic_write(path, lambda tmp: np.save(tmp, samples))
@@ -944,6 +949,19 @@ def evaluate(model_path, data_path=None, split="test", limit=None, batch_size=32
     return result
 
 
+def _check_music_model(model, model_path):
+    """Refuses a model that ``build_model`` did not make (e.g. another application's)."""
+    from applications.errors import CommandLineError
+
+    names = {layer.name for layer in model.layers}
+    shapes = [tuple(x.shape) for x in model.inputs]
+    if "rladder" not in names or not shapes or any(len(s) != 3 or s[-1] != NUM_KEYS for s in shapes):
+        raise CommandLineError(
+            f"{model_path} is not a music model (rolls [batch, steps, {NUM_KEYS}] in, a Recurrent Ladder "
+            f"inside; it takes inputs of shape {shapes}): pass one written by `keras-capsules train music`"
+        )
+
+
 # The command-line protocol (applications/registry.py).
 
 DESCRIPTION = "Recurrent Ladder next-step prediction of JSB Chorales (--data-dir: jsb_chorales.json)"
@@ -952,7 +970,12 @@ BENCHMARK = "rladder jsb"
 
 def add_arguments(parser, command):
     """The music application's options for ``train``, ``evaluate`` and ``tune``."""
-    from applications.arguments import non_negative_int, positive_float, positive_int
+    from applications.arguments import _number_type, non_negative_float, non_negative_int, positive_float, positive_int
+
+    # Checked here, not after the data is read (a bad rate used to fail late, leaving an
+    # empty run directory; --weight-decay inf was accepted and trained to NaN).
+    rate = _number_type(float, lambda v: 0 <= v < 1, "a number in [0, 1)")
+    factor = _number_type(float, lambda v: 0 < v < 1, "a number in (0, 1)")
 
     parser.add_argument("--data-dir", default=None,
                         help="folder holding jsb_chorales.json (or the file itself); "
@@ -970,21 +993,21 @@ def add_arguments(parser, command):
         parser.add_argument("--transpose", type=non_negative_int, default=0, metavar="SEMITONES",
                             help="move every training window up or down the keyboard by a random "
                             "number of semitones up to this (0: off; default: %(default)s)")
-        parser.add_argument("--weight-decay", type=float, default=0.0,
+        parser.add_argument("--weight-decay", type=non_negative_float, default=0.0,
                             help="AdamW's decoupled weight decay (default: %(default)s, plain Adam)")
-        parser.add_argument("--ema-momentum", type=float, default=None,
+        parser.add_argument("--ema-momentum", type=rate, default=None,
                             help="validate and keep an exponential moving average of the weights "
                             "with this momentum, e.g. 0.99 (default: off)")
         parser.add_argument("--reduce-lr-patience", type=positive_int, default=None, metavar="EPOCHS",
                             help="multiply the learning rate by --reduce-lr-factor after this many "
                             "epochs without a better validation loss (default: off)")
-        parser.add_argument("--reduce-lr-factor", type=float, default=0.5,
+        parser.add_argument("--reduce-lr-factor", type=factor, default=0.5,
                             help="see --reduce-lr-patience (default: %(default)s)")
-        parser.add_argument("--dropout", type=float, default=0.0,
+        parser.add_argument("--dropout", type=rate, default=0.0,
                             help="RLadder's dropout on the signals between levels (default: %(default)s)")
         parser.add_argument("--dropout-noise", choices=("step", "sequence"), default="step",
                             help="new dropout masks every step or one per sequence (default: %(default)s)")
-        parser.add_argument("--zoneout", type=float, default=0.0,
+        parser.add_argument("--zoneout", type=rate, default=0.0,
                             help="RLadder's zoneout rate of the encoder states (default: %(default)s)")
         parser.add_argument("--init-output-bias", action="store_true",
                             help="start the output bias at the log-odds of each key's training frequency")
@@ -1008,13 +1031,35 @@ def add_arguments(parser, command):
         parser.add_argument("--temperature", type=positive_float, default=1.0,
                             help="divides every key's logit when sampling (default: %(default)s)")
         parser.add_argument("--samples-path", default=None,
-                            help="the sampled rolls' .npy file, [N, steps, 88]; their plot goes "
-                            "beside it as .png (default: samples.npy beside the model)")
+                            help="the sampled rolls' .npy file (or a folder: samples.npy in it), "
+                            "[N, steps, 88]; their plot goes beside it as .png (default: "
+                            "samples.npy beside the model)")
 
 
 def run_train(args, strategy):
+    from applications import fault_tolerance
     from applications.arguments import train_options
+    from applications.errors import CommandLineError
 
+    # options that only act with another one were accepted and silently ignored
+    if args.nade_units != 64 and args.readout != "nade":
+        raise CommandLineError("--nade-units sizes the NADE read-out: pass --readout nade too")
+    if args.reduce_lr_factor != 0.5 and args.reduce_lr_patience is None:
+        raise CommandLineError("--reduce-lr-factor applies on a plateau: pass --reduce-lr-patience EPOCHS too")
+    options = train_options(args, strategy)
+    if args.ensemble > 1:
+        # Every member backs up to (and logs in) a folder of its own: with one backup for
+        # all, a rerun after a crash in member i restored member i's state into member 0.
+        first, run_dir = options["callbacks"], options["run_dir"]
+
+        def member_callbacks(member):
+            if not member:
+                return first
+            folder = os.path.join(run_dir, f"member_{member}")
+            os.makedirs(folder, exist_ok=True)
+            return fault_tolerance.resumable_callbacks(folder, save_freq=args.save_freq)
+
+        options["callbacks"] = member_callbacks
     return train(
         args.data_dir,
         learning_rate=args.learning_rate,
@@ -1035,11 +1080,19 @@ def run_train(args, strategy):
         nade_units=args.nade_units,
         limit=args.limit,
         sample_steps=args.sample_steps,
-        **train_options(args, strategy),
+        **options,
     )
 
 
 def run_evaluate(args, strategy):
+    from applications.errors import CommandLineError
+
+    given = [option for option, value, default in (("--num-samples", args.num_samples, 1),
+                                                   ("--temperature", args.temperature, 1.0),
+                                                   ("--samples-path", args.samples_path, None))
+             if value != default]
+    if given and not args.sample_steps:  # they were ignored: nothing was sampled
+        raise CommandLineError(f"{', '.join(given)} apply to sampling: pass --sample-steps N too")
     return evaluate(args.model, args.data_dir, split=args.split, limit=args.limit,
                     batch_size=args.batch_size, strategy=strategy, sample_steps=args.sample_steps,
                     num_samples=args.num_samples, temperature=args.temperature, seed=args.seed,

@@ -739,6 +739,7 @@ def evaluate(model_path, data_dir, granularity="5", split="test", preset=DEFAULT
     cache_dir = cache_dir or os.path.join(os.path.dirname(os.path.abspath(model_path)), "cache")
     with strategy.scope():
         model = keras.saving.load_model(model_path)
+    _check_sst_model(model, model_path)
     n_classes = sst_trees.num_classes(str(granularity))
     if int(model.output.shape[-1]) != n_classes:
         raise ValueError(f"the model has {model.output.shape[-1]} classes but SST-{granularity} has "
@@ -746,6 +747,20 @@ def evaluate(model_path, data_dir, granularity="5", split="test", preset=DEFAULT
     embedded, labels = embed_splits(data_dir, granularity, {split: (split, False, max_eval)}, preset, cache_dir,
                                     max_length, verbose)[split]
     return {f"{split}_accuracy": accuracy(model, embedded, labels, batch_size), "model": model_path}
+
+
+def _check_sst_model(model, model_path):
+    """Refuses, before any sentence is embedded, a model that ``build_model`` did not make."""
+    from applications.errors import CommandLineError
+
+    shapes = [tuple(x.shape) for x in model.inputs]
+    output = model.output
+    if not (len(shapes) == 2 and len(shapes[0]) == 4 and len(shapes[1]) == 2
+            and not isinstance(output, (dict, list, tuple)) and len(output.shape) == 2):
+        raise CommandLineError(
+            f"{model_path} is not an SST model (hidden states [batch, tokens, layers, width] and a mask in, "
+            f"class logits out; it takes inputs of shape {shapes}): pass one written by `keras-capsules train sst`"
+        )
 
 
 # The command-line protocol (applications/registry.py).

@@ -12,7 +12,9 @@ search, ``<directory>/best_model.keras`` (written atomically) and
 
 ``--fixed NAME=VALUE`` (repeatable) pins hyperparameters of the search space to one
 value (``hp.Fixed``) and searches the others, e.g. ``--fixed n_iters=3`` or a small
-model for a quick search. A name that the HyperModel does not declare is an error.
+model for a quick search. A name that the HyperModel does not declare is an error, and
+so is a value of the wrong type for its hyperparameter (``levels=2.5``, ``gate=1``) or a
+word outside its choices; numbers outside the searched range are allowed.
 """
 
 import json
@@ -100,10 +102,43 @@ def fixed_hyperparameters(hypermodel, fixed):
             f"--fixed: {', '.join(unknown)} not in the search space of {hypermodel.name!r}; "
             f"choose from {', '.join(names)}"
         )
+    space = {hp.name: hp for hp in declared.space}
+    for name, value in values.items():
+        expected = _misfit(space[name], value)
+        if expected:
+            raise CommandLineError(f"--fixed {name}: expected {expected}, got {value!r}")
     hyperparameters = keras_tuner.HyperParameters()
     for name, value in values.items():
         hyperparameters.Fixed(name, value)
     return hyperparameters
+
+
+def _misfit(hp, value):
+    """What ``hp`` expects when ``value`` (of ``parse_fixed``) cannot stand for it, else None.
+
+    Numbers may lie outside the searched range (a smaller model for a quick search), but
+    must be of the hyperparameter's type; a word must be one of its choices.
+    """
+    from keras_tuner.engine import hyperparameters as hps
+
+    is_int = isinstance(value, int) and not isinstance(value, bool)
+    is_number = is_int or (isinstance(value, float) and math.isfinite(value))
+    if isinstance(hp, hps.Boolean):
+        return None if isinstance(value, bool) else "true or false"
+    if isinstance(hp, hps.Int):
+        return None if is_int else "an integer"
+    if isinstance(hp, hps.Float):
+        return None if is_number else "a finite number"
+    if isinstance(hp, hps.Choice):
+        choices = list(hp.values)
+        if all(isinstance(c, str) for c in choices):
+            return None if value in choices else "one of " + ", ".join(choices)
+        if all(isinstance(c, bool) for c in choices):
+            return None if isinstance(value, bool) else "true or false"
+        if all(isinstance(c, int) and not isinstance(c, bool) for c in choices):
+            return None if is_int else "an integer"
+        return None if is_number else "a finite number"
+    return None
 
 
 def run_search(args, strategy):

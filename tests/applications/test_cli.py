@@ -92,6 +92,18 @@ def test_a_missing_data_directory_is_one_line(tmp_path, capsys):
     assert "t10k-images-idx3-ubyte.gz" in capsys.readouterr().err
 
 
+def test_a_refused_train_leaves_no_empty_run_directory(tmp_path, capsys):
+    # a train refused for a user error left an empty run directory (and its empty subfolders)
+    missing = str(tmp_path / "no-data")
+    assert cli.main(["train", "demo", "--data-dir", missing, "--quiet", "--run-dir", str(tmp_path / "r")]) == 2
+    assert cli.main(["train", "music", "--data-dir", missing, "--quiet", "--run-dir", str(tmp_path / "m")]) == 2
+    assert not (tmp_path / "r").exists() and not (tmp_path / "m").exists()
+    (tmp_path / "mine").mkdir()  # a folder the user made is theirs: kept
+    assert cli.main(["train", "demo", "--data-dir", missing, "--quiet", "--run-dir", str(tmp_path / "mine")]) == 2
+    assert (tmp_path / "mine").is_dir()
+    capsys.readouterr()
+
+
 def test_train_reads_mnist_idx_files_from_data_dir(tmp_path, capsys, shared_dir):
     run_dir = tmp_path / "run"
     code = cli.main(["train", "demo", "--data-dir", str(shared_dir / "data" / "mnist"), "--limit", "64",

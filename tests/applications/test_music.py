@@ -1,5 +1,7 @@
 """JSB Chorales application: piano rolls, padding masks, the RLadder model, learning."""
 
+import json
+
 import keras
 import numpy as np
 import pytest
@@ -185,6 +187,24 @@ def test_command_line_options_reach_train(monkeypatch):
     music.run_train(args, None)
     assert (seen["transpose"], seen["weight_decay"], seen["ema_momentum"]) == (3, 0.01, 0.99)
     assert (seen["reduce_lr_patience"], seen["reduce_lr_factor"]) == (4, 0.3)
+
+
+@pytest.mark.parametrize("option, bad", [("--weight-decay", "inf"), ("--weight-decay", "-1"),
+                                         ("--ema-momentum", "1.5"), ("--reduce-lr-factor", "2"),
+                                         ("--dropout", "1"), ("--zoneout", "-0.1"), ("--dropout", "nan")])
+def test_bad_rates_are_usage_errors(option, bad, capsys):
+    # these were plain floats: refused only after the data was read (an empty run directory
+    # left behind), and --weight-decay inf was accepted and trained to NaN
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="keras-capsules")
+    music.add_arguments(parser, "train")
+    with pytest.raises(SystemExit) as exit_info:
+        parser.parse_args([option, bad])
+    assert exit_info.value.code == 2 and option in capsys.readouterr().err
+    assert parser.parse_args([option, "0.5"]) is not None
+    with pytest.raises(ValueError, match="weight_decay"):
+        music.compile_model(music.build_model(4, **TINY), weight_decay=float("inf"))
 
 
 def test_train_with_transposition_weight_decay_and_moving_average(tmp_path):
@@ -585,6 +605,86 @@ def test_evaluate_samples_from_the_command_line(tmp_path):
     with pytest.raises(SystemExit):
         parser.parse_args(["--sample-steps", "-1"])
 
+
+
+def test_evaluate_refuses_a_model_of_another_application(tmp_path):
+    # another application's model failed deep in Keras ("incompatible with the layer"), and any
+    # model taking 88-key rolls was scored as if it were a music model
+    from applications.errors import CommandLineError
+
+    digits = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Flatten(), keras.layers.Dense(10)])
+    rolls = keras.Sequential([keras.Input((4, 88)), keras.layers.Dense(88)])
+    for i, model in enumerate((digits, rolls)):
+        model.save(tmp_path / f"other{i}.keras")
+        with pytest.raises(CommandLineError, match="is not a music model"):
+            music.evaluate(str(tmp_path / f"other{i}.keras"), DATA, limit=1)
+
+
+def test_train_refuses_empty_or_unknown_readouts_and_encoders_before_writing(tmp_path):
+    # an empty readout or encoder list failed after the data was read with ZeroDivisionError,
+    # and a bad readout only once the run directory had been made
+    for bad in (dict(readout=[]), dict(readout=["nade", "mixture"]), dict(encoder=[])):
+        with pytest.raises(ValueError, match="readout" if "readout" in bad else "encoder"):
+            music.train(DATA, run_dir=str(tmp_path / "run"), epochs=1, limit=1, verbose=0, **bad)
+        assert not (tmp_path / "run").exists()
+
+
+def test_evaluate_takes_a_run_directory_and_a_samples_folder(tmp_path, capsys):
+    # `--model RUN_DIR` was refused (Keras' note on SavedModels), and `--samples-path DIR/`
+    # wrote the hidden files DIR/.npy and DIR/.png
+    from applications import __main__ as cli
+
+    music.build_model(4, **TINY).save(tmp_path / "model.keras")
+    (tmp_path / "out").mkdir()
+    argv = ["evaluate", "music", "--data-dir", str(DATA), "--limit", "1", "--model", str(tmp_path),
+            "--sample-steps", "2", "--samples-path", str(tmp_path / "out")]
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    result = json.loads(capsys.readouterr().out)
+    assert result["model"] == str(tmp_path / "model.keras") and np.isfinite(result["test_nll_per_step"])
+    assert result["samples"] == str(tmp_path / "out" / "samples.npy")
+    assert np.load(result["samples"]).shape == (1, 2, 88) and (tmp_path / "out" / "samples.png").is_file()
+
+
+def test_ensemble_members_back_up_to_folders_of_their_own(tmp_path, monkeypatch):
+    # every member shared one backup: a rerun after a crash in member 1 restored member 1's
+    # weights and epoch into member 0
+    import tensorflow as tf
+
+    from applications import __main__ as cli
+
+    args = cli._defaults(cli.build_parser("music").parse_args(
+        ["train", "music", "--ensemble", "3", "--run-dir", str(tmp_path / "run"), "--quiet"]))
+    seen = {}
+    monkeypatch.setattr(music, "train", lambda *a, **kw: seen.update(kw))
+    music.run_train(args, tf.distribute.get_strategy())
+    backups = [next(c for c in seen["callbacks"](m) if hasattr(c, "backup_dir")).backup_dir for m in range(3)]
+    assert len(set(backups)) == 3 and backups[0] == str(tmp_path / "run" / "backup")
+
+
+@pytest.mark.parametrize("option", [["--num-samples", "4"], ["--temperature", "0.5"], ["--samples-path", "s.npy"]])
+def test_sampling_options_without_sample_steps_are_a_usage_error(option, tmp_path, capsys):
+    # they were accepted and silently ignored (no --sample-steps: nothing is sampled)
+    from applications import __main__ as cli
+
+    argv = ["evaluate", "music", "--data-dir", str(DATA), "--limit", "1", "--model", str(tmp_path / "m.keras"), *option]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("keras-capsules: error: ") and "--sample-steps" in err and option[0] in err
+
+
+@pytest.mark.parametrize("option, needs", [(["--nade-units", "8"], "--readout nade"),
+                                           (["--reduce-lr-factor", "0.2"], "--reduce-lr-patience")])
+def test_train_options_that_need_another_one_are_a_usage_error(option, needs, tmp_path, capsys):
+    # --nade-units without --readout nade and --reduce-lr-factor without --reduce-lr-patience
+    # were accepted and silently ignored
+    from applications import __main__ as cli
+
+    argv = ["train", "music", "--data-dir", str(DATA), "--limit", "1", "--epochs", "1", "--quiet",
+            "--run-dir", str(tmp_path / "run"), *option]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("keras-capsules: error: ") and needs in err and option[0] in err
+    assert not (tmp_path / "run").exists()
 
 
 def test_data_functions_reject_bad_sizes_and_priors():

@@ -166,3 +166,24 @@ def test_module_entry_point_refuses_non_positive_numbers(option, tmp_path, capsy
         sst.main(["--data-dir", str(tmp_path), option, "0"])
     assert exit_info.value.code == 2
     assert "expected a positive integer" in capsys.readouterr().err
+
+
+def test_evaluate_refuses_another_applications_model_before_embedding(tmp_path, monkeypatch):
+    # a model with dict outputs (occluded_mnist) raised AttributeError with a traceback, and one
+    # with 5 outputs (smallnorb) passed the class check and failed only after the embedding
+    from applications.errors import CommandLineError
+
+    image = keras.Input((8, 8, 1))
+    flat = keras.layers.Flatten()(image)
+    models = {"dict": keras.Model(image, {"digit": keras.layers.Dense(10)(flat)}),
+              "images": keras.Model(image, keras.layers.Dense(5)(flat))}
+    monkeypatch.setattr(sst, "embed_splits", lambda *a, **kw: pytest.fail("embedded before checking the model"))
+    for name, model in models.items():
+        model.save(tmp_path / f"{name}.keras")
+        with pytest.raises(CommandLineError, match="is not an SST model"):
+            sst.evaluate(str(tmp_path / f"{name}.keras"), str(tmp_path), granularity="5")
+    good = sst.build_model(3, 16, 5)
+    good.save(tmp_path / "good.keras")
+    monkeypatch.setattr(sst, "embed_splits", lambda *a, **kw: {"test": ([], [])})
+    monkeypatch.setattr(sst, "accuracy", lambda *a, **kw: 0.5)
+    assert sst.evaluate(str(tmp_path / "good.keras"), str(tmp_path))["test_accuracy"] == 0.5

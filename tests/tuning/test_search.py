@@ -122,3 +122,31 @@ def test_a_search_without_a_finite_score_has_no_best_trial(scores, reason, tmp_p
     with pytest.raises(CommandLineError, match=f"has no best trial: {reason}.*--overwrite"):
         search.export_best(tuner, str(tmp_path))
     assert not (tmp_path / "best_hyperparameters.json").exists()
+
+
+class _SpaceHyperModel(keras_tuner.HyperModel):
+    def build(self, hp):
+        hp.Int("layers", 1, 3)
+        hp.Float("rate", 0.0, 0.5)
+        hp.Choice("cell", ["gated", "lstm"])
+        hp.Choice("width", [32, 64])
+        hp.Boolean("gate")
+        return keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("layers=2.5", "an integer"), ("layers=two", "an integer"), ("rate=fast", "a finite number"),
+    ("cell=gru", "one of gated, lstm"), ("width=48.5", "an integer"), ("gate=1", "true or false"),
+])
+def test_a_fixed_value_the_space_cannot_take_is_refused(text, expected):
+    # a wrong-typed or unknown-word pin was accepted: every trial then failed (a traceback each)
+    # or the value was used as it came (levels=2.5 sliced a list, encoder=gru built nothing)
+    from applications.errors import CommandLineError
+    from tuning import search
+
+    with pytest.raises(CommandLineError, match=f"--fixed {text.split('=')[0]}: expected {expected}"):
+        search.fixed_hyperparameters(_SpaceHyperModel(), [text])
+    # numbers outside the searched range stay allowed (a smaller model for a quick search)
+    fixed = search.fixed_hyperparameters(_SpaceHyperModel(), ["layers=8", "rate=0", "width=8", "gate=false",
+                                                              "cell=lstm"])
+    assert fixed.values == {"layers": 8, "rate": 0, "width": 8, "gate": False, "cell": "lstm"}
