@@ -63,6 +63,9 @@ windows of 32, ``taskset -c 0`` while another job (one thread) used core 1:
       (best: the last epoch; training loss
       4.46 vs windowed validation 6.39)
     the new default command (the same)       6.397   6.488   150     806 s   1.9-2.1
+    the same, re-run 2026-11-25 on 0ad2cc0   6.392   6.489   150     898 s   0.5-0.9
+      (after the fifth to ninth reviews;
+      ``taskset -c 1``, core 0 nearly idle)
 
 Target < 8.0 MET with the NADE read-out (picked on validation: the validation
 NLL was still falling at epoch 150). With the independent read-out of the paper's
