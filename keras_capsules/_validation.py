@@ -32,6 +32,15 @@ def positive_float(name, value):
     return float(value)
 
 
+def seed_value(seed):
+    """``seed`` as a Python int (numpy integers accepted) or None; else a clear error."""
+    if seed is None:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise ValueError(f"`seed` must be an integer or None. Received: seed={seed!r}")
+    return int(seed)
+
+
 def rate(name, value):
     """A real number in [0, 1) (dropout rates and the like), returned as float."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < 1:

@@ -4,6 +4,8 @@ Holds float64 numpy versions of both algorithms (hand-derived from the formulas 
 the layers' docstrings, with padding) and the checks that are the same for both.
 """
 
+import warnings
+
 import keras
 import numpy as np
 import pytest
@@ -249,3 +251,62 @@ def outputs_and_gradients(layer, inputs):
         out, c = layer(inputs)
         loss = tf.reduce_sum(out * tf.constant([1.0, -1.0, 0.5, 2.0]))
     return out, c, tape.gradient(loss, [inputs, layer.kernel])
+
+
+def check_shapes_given_as_tensorshape_or_numpy_integers(layer_cls):
+    # A tf.TensorShape or numpy-integer dims were refused: "expects one input of shape ...".
+    layer = layer_cls(n_out=3, d_out=2, shared_weights=False)
+    assert layer.compute_output_shape(tf.TensorShape([None, 5, 4])) == (None, 3, 2)
+    assert layer.compute_output_shape((None, np.int64(5), np.int64(4))) == (None, 3, 2)
+    layer.build(tf.zeros((2, 5, 4)).shape)
+    assert tuple(layer.kernel.shape) == (5, 3, 4, 2)
+    with pytest.raises(ValueError, match=r"\[batch, n_in, d_in\]"):
+        layer.compute_output_shape((None, 5.0, 4))
+
+
+def check_mask_given_as_nested_python_lists(layer_cls):
+    # A nested-list mask was read as a list of masks: "Received: 2 masks" or an AttributeError.
+    u = np.random.default_rng(3).normal(size=(2, 3, 4)).astype("float32")
+    layer = layer_cls(n_out=2, d_out=2)
+    mask = [[True, True, False], [True, True, True]]
+    np.testing.assert_array_equal(
+        layer(u, mask=mask).numpy(), layer(u, mask=np.array(mask)).numpy()
+    )
+    np.testing.assert_array_equal(
+        layer(u[:1], mask=mask[:1]).numpy(), layer(u[:1], mask=np.array(mask[:1])).numpy()
+    )
+
+
+def check_mask_with_another_batch_size_is_a_clear_error(layer_cls):
+    # A [1, n_in] mask was broadcast over the batch silently; [3, n_in] gave a SelectV2 error.
+    layer = layer_cls(n_out=3, d_out=2)
+    u = np.zeros((2, 5, 4), "float32")
+    for rows in (1, 3):
+        with pytest.raises(ValueError, match=r"one row per sample.*\[2, 5\]"):
+            layer(u, mask=np.ones((rows, 5), bool))
+
+
+def check_single_output_capsule_gives_no_softmax_warning(layer_cls):
+    # n_out=1 made Keras warn "softmax over axis -1 ... has size 1" on every call.
+    u = np.random.default_rng(6).normal(size=(2, 3, 4)).astype("float32")
+    layer = layer_cls(n_out=1, d_out=2, return_couplings=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out, c = layer(u, mask=np.array([[True, True, False], [True, True, True]]))
+    np.testing.assert_array_equal(c.numpy()[..., 0], [[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
+    assert np.all(np.linalg.norm(out.numpy(), axis=-1) < 1.0)
+
+
+def check_ragged_inputs_route_as_padded_and_masked(layer_cls):
+    # Ragged capsules failed with "TypeError: object of type 'RaggedTensor' has no len()".
+    u = np.random.default_rng(8).normal(size=(5, 4)).astype("float32")
+    ragged = tf.RaggedTensor.from_row_lengths(u, [3, 2])
+    layer = layer_cls(n_out=3, d_out=2, return_couplings=True)
+    out, c = layer(ragged)
+    want_out, want_c = layer(ragged.to_tensor(), mask=np.array([[1, 1, 1], [1, 1, 0]], bool))
+    np.testing.assert_array_equal(out.numpy(), want_out.numpy())
+    np.testing.assert_array_equal(c.numpy(), want_c.numpy())
+    ragged_mask = tf.ragged.constant([[True, False, True], [True, True]])
+    masked, _ = layer(ragged, mask=ragged_mask)
+    want, _ = layer(ragged.to_tensor(), mask=np.array([[1, 0, 1], [1, 1, 0]], bool))
+    np.testing.assert_array_equal(masked.numpy(), want.numpy())

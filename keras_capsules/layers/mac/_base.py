@@ -8,17 +8,8 @@ import numbers
 import keras
 from keras import ops
 
-from keras_capsules._validation import boolean, positive_int, rate  # noqa: F401 (re-exported to the MAC layers)
+from keras_capsules._validation import boolean, positive_int, rate, seed_value  # noqa: F401 (re-exported to the MAC layers)
 from keras_capsules.ops import MASK_VALUE, routing_dtype
-
-
-def seed_value(seed):
-    """``seed`` as a Python int (numpy integers accepted) or None; else a clear error."""
-    if seed is None:
-        return None
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-        raise ValueError(f"`seed` must be an integer or None. Received: seed={seed!r}")
-    return int(seed)
 
 
 def activation_name(name, value, allowed=(None, "elu")):

@@ -1,22 +1,11 @@
 """Private helpers shared by the Recurrent Ladder layers (validation, resampling)."""
 
-import numbers
-
 import keras
 from keras import ops
 
-from keras_capsules._validation import choice, positive_float, positive_int  # noqa: F401 (re-exported)
+from keras_capsules._validation import choice, positive_float, positive_int, seed_value  # noqa: F401 (re-exported)
 
 UPSAMPLE_MODES = ("nearest", "transpose")
-
-
-def seed_value(seed):
-    """``seed`` as a Python int (numpy integers accepted) or None; else a clear error."""
-    if seed is None:
-        return None
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-        raise ValueError(f"`seed` must be an integer or None. Received: seed={seed!r}")
-    return int(seed)
 
 
 def serialize_all(config, obj, names, kind):

@@ -153,10 +153,8 @@ def test_top_of_a_deep_ladder_depends_on_its_input_at_initialization(normalizati
         assert spread > 0.1
 
 
-def test_layer_normalization_normalizes_each_levels_input():
-    layer = RLadder(DENSE_LEVELS, normalization="layer")
-    x = _seq(3, 2, 5)
-    layer(x)
+def _inputs_of_the_first_encoder(layer, x):
+    """Calls ``layer`` on ``x`` (built already) and returns what its first encoder got."""
     seen = []
     cell = layer.encoders[0]
     original = cell.step
@@ -166,8 +164,19 @@ def test_layer_normalization_normalizes_each_levels_input():
         return original(inp, feedback, states)
 
     cell.step = spy
-    layer(3.0 * x + 7.0)
-    for inp in seen:
+    try:
+        layer(x)
+    finally:
+        del cell.step
+    assert seen, "the first encoder was never called"
+    return seen
+
+
+def test_layer_normalization_normalizes_each_levels_input():
+    layer = RLadder(DENSE_LEVELS, normalization="layer")
+    x = _seq(3, 2, 5)
+    layer(x)
+    for inp in _inputs_of_the_first_encoder(layer, 3.0 * x + 7.0):
         np.testing.assert_allclose(inp.mean(axis=-1), 0.0, atol=1e-5)
         np.testing.assert_allclose(inp.std(axis=-1), 1.0, atol=1e-3)
     # invariant to the scale and shift of the input: the same top output
@@ -179,16 +188,7 @@ def test_float64_layer_normalization_runs_in_float64():
     layer = RLadder(DENSE_LEVELS, normalization="layer", dtype="float64")
     x = 1e4 + np.random.default_rng(3).normal(size=(2, 1, 5))
     layer(x)
-    seen = []
-    cell = layer.encoders[0]
-    original = cell.step
-
-    def spy(inp, feedback, states):
-        seen.append(np.asarray(inp))
-        return original(inp, feedback, states)
-
-    cell.step = spy
-    layer(x)
+    seen = _inputs_of_the_first_encoder(layer, x)
     want = (x[:, 0] - x[:, 0].mean(-1, keepdims=True)) / np.sqrt(x[:, 0].var(-1, keepdims=True) + 1e-5)
     assert seen[0].dtype == np.float64
     np.testing.assert_allclose(seen[0], want, rtol=1e-9, atol=1e-9)
