@@ -290,7 +290,6 @@ def plot_attention(path, words, control_attention, read_attention, grid=None, im
         object_names: labels of the cells of a symbolic knowledge base (bars).
         title: optional figure title (e.g. the question, answer and prediction).
     """
-    plt = plotting.pyplot()
 
     control_attention = np.asarray(control_attention, "float32")
     read_attention = np.asarray(read_attention, "float32")
@@ -326,7 +325,7 @@ def plot_attention(path, words, control_attention, read_attention, grid=None, im
             f"Received: {len(object_names)} names"
         )
     control_attention = control_attention[:, : len(words)]
-    fig, axes = plt.subplots(steps, 2, figsize=(10, 2.2 * steps + 0.6), squeeze=False)
+    fig, axes = plotting.subplots(steps, 2, figsize=(10, 2.2 * steps + 0.6), squeeze=False)
     for i in range(steps):
         ax = axes[i, 0]
         ax.bar(range(len(words)), control_attention[i], color="tab:blue")

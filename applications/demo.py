@@ -165,9 +165,7 @@ def plot_history(history, path, accuracy="accuracy"):
     ``accuracy`` names the accuracy metric in ``history`` (e.g. ``"digit_accuracy"``
     for a model's output ``digit``); a metric that is missing leaves its panel empty.
     """
-    plt = plotting.pyplot()
-
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
+    fig, axes = plotting.subplots(1, 2, figsize=(9, 3.5))
     for ax, metric in zip(axes, ("loss", accuracy)):
         for prefix, style in (("", "-"), ("val_", "--")):
             values = history.get(prefix + metric)

@@ -693,8 +693,6 @@ def plot_piano_roll(rolls, path, title=None):
     Returns:
         ``path``.
     """
-    plt = plotting.pyplot()
-
     rolls = np.asarray(rolls, "float32")
     if rolls.ndim == 2:
         rolls = rolls[None]
@@ -702,7 +700,7 @@ def plot_piano_roll(rolls, path, title=None):
         raise ValueError(f"`rolls` must have shape [steps, {NUM_KEYS}] or [n, steps, {NUM_KEYS}] with steps >= 1. "
                          f"Received: rolls shape={rolls.shape}")
     n, steps = rolls.shape[:2]
-    fig, axes = plt.subplots(n, 1, figsize=(min(2.0 + 0.12 * steps, 16.0), 2.6 * n + 0.4), squeeze=False)
+    fig, axes = plotting.subplots(n, 1, figsize=(min(2.0 + 0.12 * steps, 16.0), 2.6 * n + 0.4), squeeze=False)
     for i, ax in enumerate(axes[:, 0]):
         ax.imshow(rolls[i].T, origin="lower", aspect="auto", cmap="Greys", vmin=0.0, vmax=1.0,
                   interpolation="nearest", extent=(-0.5, steps - 0.5, LOWEST_KEY - 0.5, LOWEST_KEY + NUM_KEYS - 0.5))

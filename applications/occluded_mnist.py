@@ -850,7 +850,6 @@ def plot_predictions(model, frames, path, labels=None, num_sequences=3, batch_si
     Returns:
         ``path``.
     """
-    plt = plotting.pyplot()
 
     frames = np.asarray(frames, "float32")
     if frames.ndim == 4:
@@ -874,7 +873,7 @@ def plot_predictions(model, frames, path, labels=None, num_sequences=3, batch_si
     num_frames = frames.shape[1]
     per_sequence = 1 if predicted is None else 2
     rows = count * per_sequence
-    fig, axes = plt.subplots(rows, num_frames, figsize=(1.5 * num_frames + 0.6, 1.55 * rows + 0.5), squeeze=False)
+    fig, axes = plotting.subplots(rows, num_frames, figsize=(1.5 * num_frames + 0.6, 1.55 * rows + 0.5), squeeze=False)
     for i in range(count):
         top = i * per_sequence
         for t in range(num_frames):

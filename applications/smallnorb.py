@@ -346,11 +346,9 @@ def plot_pose_trajectory(model, images, path, labels=None, class_index=None, tit
     Returns:
         The projected points ``[n, 2]``.
     """
-    plt = plotting.pyplot()
-
     poses, classes = class_capsule_poses(model, images, class_index)
     points = _mds_2d(poses, seed)
-    fig, ax = plt.subplots(figsize=(5, 5), dpi=100)
+    fig, ax = plotting.subplots(figsize=(5, 5), dpi=100)
     ax.plot(points[:, 0], points[:, 1], "-", color="0.6", zorder=1)
     scatter = ax.scatter(
         points[:, 0], points[:, 1], c=np.arange(len(points)), cmap="viridis", zorder=2

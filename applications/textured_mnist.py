@@ -485,7 +485,6 @@ def plot_segmentation(model, images, path, segmentation=None, num_images=4, batc
     Returns:
         ``path``.
     """
-    plt = plotting.pyplot()
     from matplotlib.colors import ListedColormap
 
     images = np.asarray(images, "float32")
@@ -510,13 +509,13 @@ def plot_segmentation(model, images, path, segmentation=None, num_images=4, batc
     n_iters, n_groups = pi.shape[1], pi.shape[2]
     # one colour per group: tab10 drew every group past the tenth in the tenth's colour
     if n_groups <= 10:
-        colours = ListedColormap(plt.get_cmap("tab10").colors[: max(n_groups, 2)])
+        colours = ListedColormap(plotting.colormap("tab10").colors[: max(n_groups, 2)])
     elif n_groups <= 20:
-        colours = ListedColormap(plt.get_cmap("tab20").colors[:n_groups])
+        colours = ListedColormap(plotting.colormap("tab20").colors[:n_groups])
     else:
-        colours = ListedColormap(plt.get_cmap("hsv")(np.linspace(0, 1, n_groups, endpoint=False)))
+        colours = ListedColormap(plotting.colormap("hsv")(np.linspace(0, 1, n_groups, endpoint=False)))
     columns = 1 + (segmentation is not None) + 2 * n_iters
-    fig, axes = plt.subplots(count, columns, figsize=(1.3 * columns, 1.4 * count + 0.5), squeeze=False)
+    fig, axes = plotting.subplots(count, columns, figsize=(1.3 * columns, 1.4 * count + 0.5), squeeze=False)
     for i in range(count):
         panels = [(images[i, ..., 0], "input", dict(cmap="gray", vmin=0, vmax=1))]
         if segmentation is not None:

@@ -1,4 +1,4 @@
-"""The shared plotting helpers of the applications: pyplot, count checks, atomic save and close."""
+"""The shared plotting helpers of the applications: figures, colour maps, count checks, atomic save and close."""
 
 import os
 import pathlib
@@ -20,9 +20,34 @@ def test_the_applications_import_without_matplotlib():
     subprocess.run([sys.executable, "-c", code], check=True, cwd=pathlib.Path(__file__).parents[2])
 
 
-def test_pyplot_uses_the_agg_backend():
-    plt = plotting.pyplot()
-    assert plt.get_backend().lower() == "agg"
+def test_drawing_keeps_the_process_backend_and_never_imports_pyplot(tmp_path):
+    # plotting.pyplot() switched the whole process to Agg (a notebook lost its inline
+    # plots after the first PNG) and registered every figure with pyplot. Now a plot
+    # is drawn on a Figure of its own: the backend a user chose stays, pyplot is not
+    # even imported (it is blocked here), and the PNG is still written.
+    code = (
+        "import sys, matplotlib; matplotlib.use('svg'); sys.modules['matplotlib.pyplot'] = None\n"
+        "from applications import demo, plotting\n"
+        f"demo.plot_history({{'loss': [1.0, 0.5], 'val_loss': [1.1, 0.7]}}, {str(tmp_path / 'h.png')!r})\n"
+        "fig, axes = plotting.subplots(2, 3, figsize=(3, 2), squeeze=False)\n"
+        "assert axes.shape == (2, 3) and tuple(fig.get_size_inches()) == (3.0, 2.0)\n"
+        "assert len(plotting.colormap('tab10').colors) == 10\n"
+        f"plotting.save_and_close(fig, {str(tmp_path / 'g.png')!r}, format='png')\n"
+        "print(matplotlib.get_backend())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
+                         cwd=pathlib.Path(__file__).parents[2])
+    assert out.stdout.strip().lower() == "svg"
+    for name in ("h.png", "g.png"):
+        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_save_and_close_also_closes_a_pyplot_figure(tmp_path):
+    import matplotlib.pyplot as plt
+
+    fig = plt.figure()
+    plotting.save_and_close(fig, tmp_path / "p.png")
+    assert not plt.fignum_exists(fig.number) and (tmp_path / "p.png").exists()
 
 
 @pytest.mark.parametrize("value", [1, 3, np.int64(2), np.int32(7)])
@@ -39,36 +64,34 @@ def test_positive_count_rejects_anything_else(value):
     assert str(error.value) == expected
 
 
-def test_save_and_close_writes_a_readable_png_and_closes_the_figure(tmp_path):
+def test_save_and_close_writes_a_readable_png(tmp_path):
     import matplotlib.image
 
-    plt = plotting.pyplot()
-    fig, ax = plt.subplots(figsize=(2, 1.5))
+    fig, ax = plotting.subplots(figsize=(2, 1.5))
     ax.plot([0, 1, 2], [1, 0, 1])
     path = tmp_path / "figure.png"
     assert plotting.save_and_close(fig, path, dpi=50, format="png") == path
     image = matplotlib.image.imread(path)
     assert image.shape[:2] == (75, 100)  # figsize * dpi
-    assert not plt.fignum_exists(fig.number)
     assert os.listdir(tmp_path) == ["figure.png"], "a temporary file was left behind"
 
 
 def test_save_and_close_lays_out_only_when_asked(tmp_path, monkeypatch):
-    plt = plotting.pyplot()
     calls = []
     for tight_layout in (True, False):
-        fig, _ = plt.subplots()
+        fig, _ = plotting.subplots()
         monkeypatch.setattr(fig, "tight_layout", lambda: calls.append(tight_layout))
         plotting.save_and_close(fig, tmp_path / f"{tight_layout}.png", tight_layout=tight_layout)
-        assert not plt.fignum_exists(fig.number)
     assert calls == [True]
 
 
 def test_a_failed_save_closes_the_figure_and_keeps_the_old_file(tmp_path, monkeypatch):
-    plt = plotting.pyplot()
+    import matplotlib.pyplot as plt
+
     path = tmp_path / "figure.png"
     path.write_bytes(b"old")
-    fig, ax = plt.subplots()
+    fig = plt.figure()  # a pyplot figure: closed in pyplot even when the save fails
+    ax = fig.add_subplot()
     ax.plot([0, 1], [0, 1])
 
     def failing_savefig(filename, **kwargs):

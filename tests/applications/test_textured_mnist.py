@@ -331,7 +331,6 @@ def test_plot_segmentation_gives_every_group_its_own_colour(tmp_path, monkeypatc
     tm.plot_segmentation(Predictor(), np.zeros((1, 28, 28, 1)), tmp_path / "many.png", num_images=1)
     groups = figures[0].axes[1].images[0]  # input, then the groups at t=1
     colours = groups.to_rgba(groups.get_array())[0, :n_groups]
-    plotting.pyplot().close(figures[0])
     assert len({tuple(c) for c in colours}) == n_groups
 
 
