@@ -1,8 +1,6 @@
 """level_spec: the serializable description of one Recurrent Ladder level."""
 
-import warnings
-
-from keras_capsules.layers.rladder._utils import UPSAMPLE_MODES, choice, positive_int
+from keras_capsules.layers.rladder._utils import UPSAMPLE_MODES, choice, loaded_upsample_mode, positive_int
 
 #: encoder ops: name -> kind of level
 ENCODERS = {"gated": "dense", "lstm": "dense", "convlstm": "conv", "conv": "conv"}
@@ -156,12 +154,7 @@ def saved_levels(levels):
             and spec.get("upsample_mode") == "transpose"
             and (spec.get("pool", 1) == 1 or ENCODERS.get(spec.get("encoder")) == "dense")
         ):
-            warnings.warn(
-                f"levels[{i}]: upsample_mode='transpose' has no effect on a level that does "
-                "not pool (or is dense); loading it as 'nearest', which gives the same model.",
-                stacklevel=2,
-            )
-            spec = dict(spec, upsample_mode="nearest")
+            spec = dict(spec, upsample_mode=loaded_upsample_mode(f"levels[{i}]: "))
         upgraded.append(spec)
     return upgraded
 
