@@ -529,6 +529,16 @@ def build_model(
     """Builds one of the models (see the module docstring for ``variant``).
 
     Args:
+        variant: ``"rladder"`` (default), ``"no_feedback"``, ``"hierarchical"`` or
+            ``"temporal"``.
+        num_frames, frame_size: the sequences' length ``T`` (>= 1) and the frames'
+            height and width ``S``.
+        conv_units: channels of the convolutional levels (at least one), the
+            second and later ones pooling by 2 (so ``S`` must be divisible by
+            ``2 ** (len(conv_units) - 1)`` for the ladders).
+        dense_units: units of the top level (the ladders' gated level, the
+            temporal baseline's GRU).
+        num_classes: digit classes (>= 2).
         normalization: the RLadder's ``normalization`` (None by default, or
             ``"layer"``: measured slower to learn here, see the benchmark); the
             temporal baseline (plain convolutions and a GRU) ignores it.
@@ -560,9 +570,19 @@ def build_model(
         step)}`` for ``"rladder"`` / ``"no_feedback"``, or to ``{"digit_steps",
         "digit"}`` for the baselines.
     """
-    if variant not in VARIANTS:
-        raise ValueError(f"`variant` must be one of {VARIANTS}. Received: variant={variant!r}")
+    _check_variant(variant)
     conv_normalization = _check_conv_options(conv_encoder, conv_normalization)
+    # num_frames=0 failed with "out-of-bounds index", conv_units=() with a message about the
+    # ladder's input combinator, num_classes=1 only in fit
+    num_frames = integer_at_least("num_frames", num_frames, 1)
+    frame_size = integer_at_least("frame_size", frame_size, 1)
+    dense_units = integer_at_least("dense_units", dense_units, 1)
+    num_classes = integer_at_least("num_classes", num_classes, 2)
+    if isinstance(conv_units, (str, bytes)) or not isinstance(conv_units, (list, tuple)) or not conv_units:
+        raise ValueError(
+            f"`conv_units` must be a non-empty list of channel counts. Received: conv_units={conv_units!r}"
+        )
+    conv_units = tuple(integer_at_least("conv_units", u, 1) for u in conv_units)
     frames = keras.Input((num_frames, frame_size, frame_size, 1), name="frames")
     outputs = {}
     if variant == "temporal":
@@ -620,7 +640,11 @@ def compile_model(
     ``classify="every"`` (default) puts the classification cost on every step
     (``digit_steps``, the mean over steps of the cross-entropy of each step's
     prediction); ``"last"`` on the last step's prediction only. The reported
-    accuracy is always the last step's. ``jit_compile``: compile the training and
+    accuracy is always the last step's. ``learning_rate`` (Adam's, a finite number
+    > 0) and ``frame_weight`` (the weight of the next-frame cost against the
+    digit's, a finite number >= 0). ``frame_loss`` and ``frame_weight`` have no
+    effect on the baselines, which predict no frames (so that one search space or
+    command serves every variant). ``jit_compile``: compile the training and
     evaluation steps with XLA (``model.compile(jit_compile=...)``; the ladder's
     five steps are unrolled, so tracing takes ~30 s, and a step then costs about
     half as much on a CPU). Default False.
@@ -634,6 +658,9 @@ def compile_model(
         raise ValueError(f"`classify` must be one of {CLASSIFY}. Received: classify={classify!r}")
     if frame_loss not in ("bce", "mse"):  # was checked only for models with next frames (not the baselines)
         raise ValueError(f"`frame_loss` must be 'bce' or 'mse'. Received: frame_loss={frame_loss!r}")
+    # a NaN frame_weight made the loss NaN; a negative one (or learning rate) trained uphill
+    _finite_number("learning_rate", learning_rate, positive=True)
+    _finite_number("frame_weight", frame_weight, positive=False)
     digit = "digit_steps" if classify == "every" else "digit"
     losses = {digit: keras.losses.SparseCategoricalCrossentropy()}
     weights = {digit: 1.0}
@@ -651,6 +678,20 @@ def compile_model(
         jit_compile=jit_compile,
     )
     return model
+
+
+def _finite_number(name, value, positive):
+    """A finite real number, > 0 (``positive``) or >= 0; ValueError otherwise."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Real)
+        or not np.isfinite(value)
+        or value < 0
+        or (positive and value == 0)
+    ):
+        what = "> 0" if positive else ">= 0"
+        raise ValueError(f"`{name}` must be a finite number {what}. Received: {name}={value!r}")
+    return float(value)
 
 
 @keras.saving.register_keras_serializable(package="applications")
@@ -750,6 +791,10 @@ def train(
     import tensorflow as tf
 
     _check_augment(augment, affine)
+    # num_test=0 failed only after training (drawing the test predictions), epochs=0 saved and
+    # scored an untrained model
+    num_test = integer_at_least("num_test", num_test, 1)
+    epochs = integer_at_least("epochs", epochs, 1)
     strategy = strategy or tf.distribute.get_strategy()
     keras.utils.set_random_seed(seed)
     os.makedirs(run_dir, exist_ok=True)
@@ -813,13 +858,33 @@ def evaluate(model_path, source="idx", data_dir=None, num_test=5000, seed=0, bat
 
     if not os.path.exists(model_path):
         raise FileNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
+    num_test = integer_at_least("num_test", num_test, 1)
+    batch_size = integer_at_least("batch_size", batch_size, 1)
     strategy = strategy or tf.distribute.get_strategy()
-    _, test_digits = _train_test_digits(source, data_dir, seed)
     with strategy.scope():
         model = keras.saving.load_model(model_path)
-    frame_size = model.input_shape[2]  # [batch, T, S, S, 1]: the frames the model was trained on
-    test_data = generate(*test_digits, num_test, seed=seed + 1, frame_size=frame_size)
+    _check_occluded_mnist_model(model, model_path)
+    _, test_digits = _train_test_digits(source, data_dir, seed)
+    # [batch, T, S, S, 1]: the sequences the model was built for
+    num_frames, frame_size = model.input_shape[1], model.input_shape[2]
+    test_data = generate(*test_digits, num_test, seed=seed + 1, frame_size=frame_size, num_frames=num_frames)
     return {"test_error": classification_error(model, test_data, batch_size), "model": model_path}
+
+
+def _check_occluded_mnist_model(model, model_path):
+    """Refuses a model that ``build_model`` did not make (another application's raised an
+    IndexError, ``list index out of range``)."""
+    from applications.errors import CommandLineError
+
+    shapes = [tuple(x.shape) for x in model.inputs]
+    output = model.output
+    if not (len(shapes) == 1 and len(shapes[0]) == 5 and shapes[0][-1] == 1
+            and None not in shapes[0][1:] and isinstance(output, dict) and "digit" in output):
+        raise CommandLineError(
+            f"{model_path} is not an Occluded Moving MNIST model (frames [batch, T, S, S, 1] in, a dict "
+            f"with the 'digit' probabilities out; it takes inputs of shape {shapes}): pass one written by "
+            "`keras-capsules train occluded_mnist`"
+        )
 
 
 # The command-line protocol (applications/registry.py).

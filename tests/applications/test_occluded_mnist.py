@@ -528,3 +528,59 @@ def test_bars_as_wide_as_their_spacing_are_refused(digits):
         om.bar_mask(bar_width=5, bar_spacing=3)
     assert om.bar_mask(bar_width=7, bar_spacing=8).mean() == 7 / 8
     assert not om.generate(*digits, 2, bar_width=0)["bars"].any()
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (dict(num_frames=0), "Received: num_frames=0"),  # "out-of-bounds index (slice, -1)"
+        (dict(conv_units=()), r"Received: conv_units=\(\)"),  # a message about the input combinator
+        (dict(conv_units=(4, 0)), "Received: conv_units=0"),
+        (dict(num_classes=1), "Received: num_classes=1"),  # failed only in fit
+    ],
+)
+def test_build_model_refuses_bad_sizes(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        om.build_model("rladder", **{**TINY, "frame_size": 16, **kwargs})
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (dict(frame_weight=float("nan")), "Received: frame_weight=nan"),  # a NaN loss
+        (dict(frame_weight=-1.0), "Received: frame_weight=-1.0"),  # maximized the frame error
+        (dict(learning_rate=-1e-3), "Received: learning_rate=-0.001"),  # trained uphill
+        (dict(learning_rate=float("inf")), "Received: learning_rate=inf"),
+    ],
+)
+def test_compile_model_refuses_non_finite_or_negative_weights_and_rates(kwargs, message):
+    model = om.build_model("temporal", frame_size=16, **TINY)
+    with pytest.raises(ValueError, match=message):
+        om.compile_model(model, **kwargs)
+    assert om.compile_model(model, frame_weight=0.0) is model  # no frame cost: allowed
+
+
+def test_train_and_evaluate_check_their_numbers_and_the_model_first(tmp_path, monkeypatch):
+    from applications.errors import CommandLineError
+
+    # num_test=0 failed only after training; an SST model in evaluate raised an IndexError
+    monkeypatch.setattr(om, "_train_test_digits", lambda *a: pytest.fail("read the digits before checking"))
+    with pytest.raises(ValueError, match="Received: num_test=0"):
+        om.train("temporal", run_dir=tmp_path / "run", num_test=0)
+    with pytest.raises(ValueError, match="Received: epochs=0"):
+        om.train("temporal", run_dir=tmp_path / "run", epochs=0)
+    other = keras.Input((4, 3, 16))
+    keras.Model(other, keras.layers.Dense(2)(other)).save(tmp_path / "other.keras")
+    with pytest.raises(CommandLineError, match="is not an Occluded Moving MNIST model"):
+        om.evaluate(str(tmp_path / "other.keras"))
+    with pytest.raises(ValueError, match="Received: num_test=0"):
+        om.evaluate(str(tmp_path / "other.keras"), num_test=0)
+
+
+def test_evaluate_generates_sequences_as_long_as_the_models(tmp_path, digits, monkeypatch):
+    # evaluate took the frame size from the model but always generated 5-frame sequences
+    model = om.build_model("temporal", num_frames=3, frame_size=16, **TINY)
+    model.save(tmp_path / "three.keras")
+    monkeypatch.setattr(om, "_train_test_digits", lambda *a: (digits, digits))
+    result = om.evaluate(str(tmp_path / "three.keras"), num_test=4)
+    assert 0.0 <= result["test_error"] <= 1.0

@@ -187,3 +187,43 @@ def test_evaluate_refuses_another_applications_model_before_embedding(tmp_path, 
     monkeypatch.setattr(sst, "embed_splits", lambda *a, **kw: {"test": ([], [])})
     monkeypatch.setattr(sst, "accuracy", lambda *a, **kw: 0.5)
     assert sst.evaluate(str(tmp_path / "good.keras"), str(tmp_path))["test_accuracy"] == 0.5
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (dict(batch_size=0), "Received: batch_size=0"),  # was a ZeroDivisionError after embedding
+        (dict(max_train=-40), "Received: max_train=-40"),  # silently dropped the last 40 examples
+        (dict(max_train=0), "Received: max_train=0"),  # trained on nothing
+        (dict(max_eval=0), "Received: max_eval=0"),  # an UnboundLocalError after training
+        (dict(epochs=0), "Received: epochs=0"),  # saved and scored an untrained model
+        (dict(max_lr=-1.0), "Received: max_lr=-1.0"),  # refused only after embedding
+        (dict(mixup_alpha=-0.5), "Received: mixup_alpha=-0.5"),  # likewise
+    ],
+)
+def test_train_refuses_bad_numbers_before_embedding(kwargs, message, tmp_path, monkeypatch):
+    monkeypatch.setattr(sst, "embed_splits", lambda *a, **kw: pytest.fail("embedded before checking"))
+    with pytest.raises(ValueError, match=message):
+        sst.train(str(tmp_path), run_dir=tmp_path / "run", verbose=0, **kwargs)
+
+
+def test_evaluate_and_embed_splits_refuse_bad_limits_before_embedding(tmp_path, monkeypatch):
+    sst.build_model(3, 16, 5).save(tmp_path / "good.keras")
+    monkeypatch.setattr(sst, "embed_splits", lambda *a, **kw: pytest.fail("embedded before checking"))
+    for kwargs, message in ((dict(batch_size=0), "batch_size=0"), (dict(max_eval=0), "max_eval=0")):
+        with pytest.raises(ValueError, match=f"Received: {message}"):
+            sst.evaluate(str(tmp_path / "good.keras"), str(tmp_path), **kwargs)
+    monkeypatch.undo()
+    monkeypatch.setattr(sst, "embed_texts", lambda *a, **kw: pytest.fail("embedded before checking"))
+    with pytest.raises(ValueError, match=r"Received: requests\['test'\] limit=-1"):
+        sst.embed_splits(SST, "5", {"dev": ("dev", False, 2), "test": ("test", False, -1)}, "tiny-bert", tmp_path)
+
+
+def test_make_dataset_refuses_labels_outside_the_classes():
+    # an SST-5 label in a 2-class dataset failed only when its batch came: a raw tf.data UnknownError
+    embedded = sst.EmbeddedTexts(np.zeros((6, 3, 16), "float16"), [0, 2, 4], [2, 2, 2])
+    with pytest.raises(ValueError, match=r"classes in \[0, 2\).*values in \[0, 4\]"):
+        sst.make_dataset(embedded, [0, 4, 1], 2)
+    with pytest.raises(ValueError, match="Received: batch_size=0"):
+        sst.make_dataset(embedded, [0, 1, 1], 2, batch_size=0)
+    assert len(list(sst.make_dataset(embedded, [0, 1, 1], 2, batch_size=2))) == 2

@@ -13,6 +13,7 @@ from keras_capsules.layers.rladder._utils import (
     UPSAMPLE_MODES,
     check_same_batch,
     choice,
+    loaded_upsample_mode,
     positive_int,
     serialize_all,
     split_top_lateral,
@@ -44,6 +45,11 @@ class ConvCombinatorBase(keras.layers.Layer):
         self.kernel_size = positive_int("kernel_size", kernel_size)
         self.upsample = positive_int("upsample", upsample)
         self.upsample_mode = choice("upsample_mode", upsample_mode, UPSAMPLE_MODES)
+        if self.upsample_mode != "nearest" and self.upsample == 1:
+            raise ValueError(
+                "`upsample_mode` sets how x_top is upsampled, and upsample=1 upsamples nothing. "
+                f"Received: upsample_mode={upsample_mode!r}, upsample=1"
+            )
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
@@ -162,6 +168,12 @@ class ConvCombinatorBase(keras.layers.Layer):
                 f"{self.lat_channels}]. Received: x_lat shape={tuple(x_lat.shape)}"
             )
         return x_top, x_lat
+
+    @classmethod
+    def from_config(cls, config):
+        if config.get("upsample_mode") == "transpose" and config.get("upsample", 1) == 1:
+            config = dict(config, upsample_mode=loaded_upsample_mode(f"{cls.__name__}: "))
+        return super().from_config(config)
 
     def get_config(self):
         config = super().get_config()

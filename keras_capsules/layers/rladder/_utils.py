@@ -1,11 +1,24 @@
 """Private helpers shared by the Recurrent Ladder layers (validation, resampling)."""
 
+import warnings
+
 import keras
 from keras import ops
 
 from keras_capsules._validation import choice, positive_float, positive_int, seed_value  # noqa: F401 (re-exported)
 
 UPSAMPLE_MODES = ("nearest", "transpose")
+
+
+def loaded_upsample_mode(where):
+    """``"nearest"``, with a warning, for a saved ``upsample_mode="transpose"`` that had no
+    effect (nothing upsampled); configs saved before it was refused still load, unchanged."""
+    warnings.warn(
+        f"{where}upsample_mode='transpose' has no effect where nothing is upsampled; "
+        "loading it as 'nearest', which gives the same layer.",
+        stacklevel=3,
+    )
+    return "nearest"
 
 
 def serialize_all(config, obj, names, kind):

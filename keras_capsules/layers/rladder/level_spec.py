@@ -1,6 +1,6 @@
 """level_spec: the serializable description of one Recurrent Ladder level."""
 
-from keras_capsules.layers.rladder._utils import UPSAMPLE_MODES, choice, positive_int
+from keras_capsules.layers.rladder._utils import UPSAMPLE_MODES, choice, loaded_upsample_mode, positive_int
 
 #: encoder ops: name -> kind of level
 ENCODERS = {"gated": "dense", "lstm": "dense", "convlstm": "conv", "conv": "conv"}
@@ -51,7 +51,10 @@ def level_spec(
         combinator_filters: hidden channels of ConvG2 / ConvG3 (None: as many as the
             level has); other combinators take None.
         upsample_mode: how the level below's combinator upsamples this level's
-            decoder output: ``"nearest"`` or ``"transpose"``.
+            decoder output: ``"nearest"`` (default) or ``"transpose"`` (a learned
+            transposed convolution). Only a convolutional level that pools
+            (``pool > 1``) has a decoder output to upsample: ``"transpose"``
+            anywhere else would have no effect and is a ``ValueError``.
         normalization: for ``encoder="conv"`` only: None (default), ``"instance"``
             or ``"layer"``, the per-sample normalization of the encoder's
             pre-activations (see :class:`ConvEncoderCell`). Other encoders take None.
@@ -111,20 +114,49 @@ def normalize_level(spec, index=None):
             f"{where}an encoder {encoder!r} takes a normalization in {allowed_norms}. "
             f"Received: normalization={normalization!r}"
         )
+    pool = positive_int("pool", spec.get("pool", 1))
+    upsample_mode = choice("upsample_mode", spec.get("upsample_mode", "nearest"), UPSAMPLE_MODES)
+    if upsample_mode != "nearest" and (pool == 1 or kind == "dense"):
+        raise ValueError(
+            f"{where}`upsample_mode` sets how the level below upsamples the decoder output "
+            f"of a convolutional level that pools (pool > 1); this {kind} level's has "
+            f"nothing to upsample. Received: upsample_mode={upsample_mode!r}, pool={pool}, "
+            f"encoder={encoder!r}"
+        )
     return {
         "encoder": encoder,
         "units": positive_int("units", spec["units"]),
         "combinator": combinator,
-        "pool": positive_int("pool", spec.get("pool", 1)),
+        "pool": pool,
         "kernel_size": positive_int("kernel_size", spec.get("kernel_size", 3)),
         "combinator_filters": positive_int(
             "combinator_filters", spec.get("combinator_filters"), allow_none=True
         ),
-        "upsample_mode": choice(
-            "upsample_mode", spec.get("upsample_mode", "nearest"), UPSAMPLE_MODES
-        ),
+        "upsample_mode": upsample_mode,
         "normalization": normalization,
     }
+
+
+def saved_levels(levels):
+    """Level dicts of a saved config, made loadable by this version.
+
+    Configs saved before ``upsample_mode="transpose"`` was refused where it has no
+    effect (a level that does not pool, or a dense level) hold it there; it never
+    changed the model, so it becomes ``"nearest"`` (with a warning) and the model
+    loads with the same weights and outputs.
+    """
+    if not isinstance(levels, (list, tuple)):
+        return levels
+    upgraded = []
+    for i, spec in enumerate(levels):
+        if (
+            isinstance(spec, dict)
+            and spec.get("upsample_mode") == "transpose"
+            and (spec.get("pool", 1) == 1 or ENCODERS.get(spec.get("encoder")) == "dense")
+        ):
+            spec = dict(spec, upsample_mode=loaded_upsample_mode(f"levels[{i}]: "))
+        upgraded.append(spec)
+    return upgraded
 
 
 def level_kind(spec):

@@ -26,6 +26,7 @@ from keras_capsules.layers.rladder.level_spec import (
     CONV_COMBINATORS,
     level_kind,
     normalize_level,
+    saved_levels,
 )
 from keras_capsules.layers.rladder.lstm_encoder_cell import LSTMEncoderCell
 from keras_capsules.ops import routing_dtype
@@ -120,7 +121,10 @@ class RLadder(keras.layers.Layer):
             level (upwards to the next encoder and sideways to the decoder) and every
             decoder output ``d_l`` (``l >= 1``) where it goes down to the combinator
             below and back to its encoder as feedback. The encoder states themselves
-            (the recurrence) are never dropped. Default 0 (off).
+            (the recurrence) are never dropped, nor is the returned ``top`` output
+            (the clean top encoder output, as a classifier reading the top level
+            sees it; only its copy going to the top decoder combinator is dropped).
+            Default 0 (off).
         dropout_noise: ``"step"`` (default) draws new dropout masks at every step;
             ``"sequence"`` draws one mask per sequence and signal and keeps it for
             every step (variational dropout, Gal & Ghahramani 2016).
@@ -152,13 +156,17 @@ class RLadder(keras.layers.Layer):
             padded step the encoder states and the decoder feedback are left as they
             were and both outputs are zeros, so padded steps (leading, inner or
             trailing, whatever they hold) never change the outputs at the others.
-            The mask is passed on to both outputs.
+            The mask is passed on to both outputs. With ``n_iters`` set the input is
+            static (the same ``x`` at every iteration, no time axis to pad), so a mask
+            is a ``ValueError`` rather than being dropped.
+        training: Python boolean; dropout and zoneout act only in training.
 
     Returns:
         With the decoder: ``[predictions, top]``, ``predictions``
         ``[batch, T, *input_features]`` (``output_units`` channels if set) the
         bottom decoder output at every step and ``top`` ``[batch, T, *top_features]``
-        the top encoder output at every step (``T = n_iters`` for static inputs).
+        the top encoder output at every step (``T = n_iters`` for static inputs;
+        never dropped out, see ``dropout``).
         With ``use_decoder=False``: ``top`` alone.
 
     Example:
@@ -449,7 +457,29 @@ class RLadder(keras.layers.Layer):
         return [(batch, steps) + self._prediction_features(features), top]
 
     def compute_output_spec(self, inputs, training=None, mask=None):
+        self._check_mask(mask, tuple(inputs.shape))
         return output_spec(self, inputs)
+
+    def _check_mask(self, mask, input_shape):
+        """A mask must be ``[batch, T]`` and is refused with ``n_iters`` (no time axis)."""
+        if mask is None:
+            return
+        mask_shape = tuple(mask.shape)
+        if self.n_iters is not None:
+            raise ValueError(
+                f"RLadder with n_iters={self.n_iters} presents one static input at every "
+                "iteration; it has no time axis for a mask to pad, so it takes no mask "
+                "(mask the sequence before, or use n_iters=None on a [batch, T, ...] "
+                f"input). Received: mask shape={mask_shape}"
+            )
+        batch, steps, _ = self._feature_shape(input_shape)
+        if len(mask_shape) != 2 or any(
+            a is not None and b is not None and a != b for a, b in zip(mask_shape, (batch, steps))
+        ):
+            raise ValueError(
+                f"RLadder expects a mask of shape [batch, T] = {(batch, steps)}, one entry "
+                f"per step of the input. Received: mask shape={mask_shape}"
+            )
 
     # ------------------------------------------------------------------ steps
     def initial_carry(self, batch_size, dtype):
@@ -510,10 +540,10 @@ class RLadder(keras.layers.Layer):
                 cell_states = [self._zone(o, h, training) for o, h in zip(states[i], cell_states)]
                 below = cell_states[0]
             new_states.append(cell_states)
-            if drop is not None:
+            top = below  # the returned top output is never dropped
+            if drop is not None and (self.use_decoder or i < len(self.levels) - 1):
                 below = drop(("e", i), below)
             lateral.append(below)
-        top = below
         if not self.use_decoder:
             return None, top, (new_states, feedback)
         n = len(self.levels)
@@ -541,7 +571,7 @@ class RLadder(keras.layers.Layer):
         return prediction, top, (new_states, new_feedback)
 
     def compute_mask(self, inputs, mask=None):
-        if mask is None or self.n_iters is not None:
+        if mask is None:
             return None
         return mask if not self.use_decoder else [mask, mask]
 
@@ -552,23 +582,13 @@ class RLadder(keras.layers.Layer):
                 f"This RLadder was built for inputs with features of shape {self._features}. "
                 f"Received: input shape={tuple(inputs.shape)}"
             )
-        if mask is not None and self.n_iters is None:
-            mask_shape = tuple(mask.shape)
-            if len(mask_shape) != 2 or any(
-                a is not None and b is not None and a != b
-                for a, b in zip(mask_shape, (inputs.shape[0], steps))
-            ):
-                raise ValueError(
-                    f"RLadder expects a mask of shape [batch, T] = "
-                    f"{(inputs.shape[0], steps)}, one entry per step of the input. "
-                    f"Received: mask shape={mask_shape}"
-                )
+        self._check_mask(mask, tuple(inputs.shape))
         carry = self.initial_carry(ops.shape(inputs)[0], inputs.dtype)
         drop = self._dropper(ops.shape(inputs)[0], inputs.dtype) if training and self.dropout else None
         predictions, tops = [], []
         for t in range(steps):
             x_t = inputs[:, t] if self.n_iters is None else inputs
-            masked = mask is not None and self.n_iters is None
+            masked = mask is not None
             if masked:
                 # a padded step runs on zeros (an inf or NaN it holds would reach the
                 # gradients through the discarded branch), leaves the carry as it was
@@ -598,6 +618,10 @@ class RLadder(keras.layers.Layer):
         if not self.use_decoder:
             return top
         return [ops.stack(predictions, axis=1), top]
+
+    @classmethod
+    def from_config(cls, config):
+        return super().from_config(dict(config, levels=saved_levels(config.get("levels"))))
 
     def get_config(self):
         config = super().get_config()

@@ -12,6 +12,7 @@ from keras_capsules.layers.rladder._utils import (
     serialize_all,
 )
 from keras_capsules._validation import boolean
+from keras_capsules.layers.rladder.level_spec import saved_levels
 from keras_capsules.layers.rladder.rladder import RLadder
 from keras_capsules.ops import routing_dtype
 
@@ -358,6 +359,10 @@ class RTagger(keras.layers.Layer):
         pi = ops.cast(ops.stack(pis, axis=1), dtype)
         m_out = ops.cast(ops.stack(ms, axis=1), dtype)
         return [pi, m_out]
+
+    @classmethod
+    def from_config(cls, config):
+        return super().from_config(dict(config, levels=saved_levels(config.get("levels"))))
 
     def get_config(self):
         config = super().get_config()

@@ -173,3 +173,13 @@ def test_same_shape_kernels_start_different():
     layer = ConvG3()
     layer(np.zeros((1, 4, 4, 2), "float32"))
     assert not np.allclose(np.asarray(layer.mu1_kernel), np.asarray(layer.mu2_kernel))
+
+
+@pytest.mark.parametrize("cls", [ConvG1, ConvG2, ConvG3])
+def test_transpose_upsampling_by_one_is_refused_and_old_configs_load(cls):
+    # fix13: upsample_mode="transpose" with upsample=1 was accepted and had no effect
+    with pytest.raises(ValueError, match="Received: upsample_mode='transpose', upsample=1"):
+        cls(upsample_mode="transpose")
+    config = dict(cls(kernel_size=1).get_config(), upsample_mode="transpose")  # as saved before
+    with pytest.warns(UserWarning, match="upsample_mode='transpose' has no effect"):
+        assert cls.from_config(config).upsample_mode == "nearest"

@@ -354,3 +354,68 @@ def test_step_with_output_units_follows_the_policy_like_call(policy, levels):
         np.asarray(keras.ops.cast(step_prediction, "float32")),
         np.asarray(keras.ops.cast(prediction[:, 0], "float32")),
     )
+
+
+def test_a_mask_with_n_iters_is_a_clear_error():
+    # fix13: with n_iters set a mask (given or propagated by Keras) was silently dropped.
+    with pytest.raises(ValueError, match=r"n_iters=2 .*takes no mask.*Received: mask shape=\(2,\)"):
+        RLadder(DENSE_LEVELS, n_iters=2)(_seq(2, 5), mask=np.ones((2,), bool))
+    inputs = keras.Input((5,))
+    with pytest.raises(ValueError, match="takes no mask"):
+        RLadder(DENSE_LEVELS, n_iters=2)(keras.layers.Masking()(inputs))
+
+
+@pytest.mark.parametrize(
+    "levels",
+    [
+        [dict(encoder="convlstm", units=2, upsample_mode="transpose")],
+        [level_spec("convlstm", 2), dict(encoder="gated", units=2, pool=2, upsample_mode="transpose")],
+    ],
+    ids=["conv_pool_1", "dense_pool_2"],
+)
+def test_transpose_upsampling_where_nothing_is_upsampled_is_a_clear_error(levels):
+    # fix13: upsample_mode="transpose" on a level that does not pool (or a dense one) was
+    # accepted and had no effect.
+    with pytest.raises(ValueError, match=r"Received: upsample_mode='transpose', pool="):
+        RLadder(levels)
+    with pytest.raises(ValueError, match="nothing to upsample"):
+        level_spec(**levels[-1])
+
+
+def test_a_saved_model_with_a_no_op_transpose_upsample_mode_still_loads(tmp_path):
+    import json
+    import zipfile
+
+    inputs = keras.Input((2, 4, 4, 1))
+    model = keras.Model(inputs, RLadder(CONV_LEVELS, name="ladder")(inputs))
+    path = tmp_path / "old.keras"
+    model.save(path)
+    # what an older version saved: "transpose" on the first level, which does not pool
+    with zipfile.ZipFile(path) as z:
+        files = {name: z.read(name) for name in z.namelist()}
+    config = json.loads(files["config.json"])
+    ladder = next(l for l in config["config"]["layers"] if l["config"]["name"] == "ladder")
+    ladder["config"]["levels"][0]["upsample_mode"] = "transpose"
+    files["config.json"] = json.dumps(config).encode()
+    with zipfile.ZipFile(path, "w") as z:
+        for name, data in files.items():
+            z.writestr(name, data)
+    with pytest.warns(UserWarning, match="upsample_mode='transpose' has no effect"):
+        loaded = keras.saving.load_model(path)
+    assert loaded.get_layer("ladder").levels[0]["upsample_mode"] == "nearest"
+    x = _seq(2, 2, 4, 4, 1)
+    for a, b in zip(model(x), loaded(x)):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("kwargs", [{"decoder_to_encoder": False}, {"use_decoder": False}])
+def test_dropout_leaves_the_returned_top_output_clean(kwargs):
+    # fix13: the top encoder output was returned after the dropout meant for its way
+    # to the decoder, so a classifier reading it saw dropped-out (and rescaled) units.
+    layer = RLadder(DENSE_LEVELS[:1], dropout=0.5, seed=1, **kwargs)
+    x = _seq(3, 4, 5)
+    clean, dropped = layer(x), layer(x, training=True)
+    if kwargs.get("use_decoder", True):
+        (clean_prediction, clean), (dropped_prediction, dropped) = clean, dropped
+        assert not np.allclose(clean_prediction, dropped_prediction)  # the decoder still is
+    np.testing.assert_allclose(dropped, clean, rtol=1e-6, atol=1e-6)
