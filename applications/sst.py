@@ -270,19 +270,38 @@ class EmbeddedTexts:
         return out
 
 
-def _cache_key(encoder_name, name, max_length, texts):
+#: storage dtypes of the embedding cache; the first is the default (and has no tag in the key)
+CACHE_DTYPES = ("float16", "float32", "float64")
+
+
+def _cache_dtype(dtype):
+    """``dtype`` as one of ``CACHE_DTYPES`` (a name or a numpy dtype), else a ValueError."""
+    try:  # np.dtype(None) is float64: None is refused, not read as that
+        name = None if dtype is None else np.dtype(dtype).name
+    except TypeError:
+        name = None
+    if name not in CACHE_DTYPES:
+        raise ValueError(f"`dtype` must be one of {CACHE_DTYPES}. Received: dtype={dtype!r}")
+    return name
+
+
+def _cache_key(encoder_name, name, max_length, texts, dtype=CACHE_DTYPES[0]):
     digest = hashlib.sha1()
     for text in texts:
         digest.update(text.encode("utf-8"))
         digest.update(b"\n")
     tag = "".join(c if c.isalnum() or c in "-_." else "_" for c in str(encoder_name).strip("/"))[-40:]
-    return f"{tag}-{name}-L{max_length}-{digest.hexdigest()[:12]}"
+    # the storage dtype is part of the key (float16 states were returned for a float32
+    # request); the default's key is as before, so existing caches stay valid
+    stored = "" if dtype == CACHE_DTYPES[0] else f"-{dtype}"
+    return f"{tag}-{name}-L{max_length}{stored}-{digest.hexdigest()[:12]}"
 
 
-def is_cached(cache_dir, encoder, name, max_length, texts):
-    """Whether ``embed_texts`` would read these texts' states from the cache."""
+def is_cached(cache_dir, encoder, name, max_length, texts, dtype=CACHE_DTYPES[0]):
+    """Whether ``embed_texts`` would read these texts' states (stored as ``dtype``) from the cache."""
     encoder_name = encoder.name if isinstance(encoder, Encoder) else (encoder or DEFAULT_PRESET)
-    return (pathlib.Path(cache_dir) / _cache_key(encoder_name, name, max_length, list(texts)) / "meta.json").is_file()
+    key = _cache_key(encoder_name, name, max_length, list(texts), _cache_dtype(dtype))
+    return (pathlib.Path(cache_dir) / key / "meta.json").is_file()
 
 
 def embed_texts(
@@ -302,27 +321,29 @@ def embed_texts(
         encoder: an ``Encoder``, or a preset name/folder (the encoder is then loaded
             only if the cache misses).
         cache_dir: directory of the cache; an entry is keyed by the encoder's name,
-            ``name`` (e.g. ``"sst5-train-phrases"``), ``max_length`` and a hash of
-            the texts, so a changed split never reads stale states.
+            ``name`` (e.g. ``"sst5-train-phrases"``), ``max_length``, the storage
+            ``dtype`` and a hash of the texts, so a changed split never reads stale
+            states.
         name: readable part of the cache key.
         max_length: tokens kept per text, special tokens included.
         batch_size: texts per forward pass (texts are sorted by length first, so
             batches carry little padding).
-        dtype: storage dtype (float16 halves the disk space; states are read back
-            as float32).
+        dtype: storage dtype, one of ``CACHE_DTYPES``: ``"float16"`` (default:
+            half the disk space of float32), ``"float32"`` or ``"float64"``.
         verbose: show a progress bar while computing.
 
     Returns:
         An ``EmbeddedTexts``.
     """
     texts = list(texts)
+    dtype = _cache_dtype(dtype)
     encoder_name = encoder.name if isinstance(encoder, Encoder) else (encoder or DEFAULT_PRESET)
     if isinstance(encoder, Encoder) and encoder.max_length != max_length:
         raise ValueError(
             f"The encoder truncates to max_length={encoder.max_length}, but embed_texts was "
             f"asked for max_length={max_length}."
         )
-    entry = pathlib.Path(cache_dir) / _cache_key(encoder_name, name, max_length, texts)
+    entry = pathlib.Path(cache_dir) / _cache_key(encoder_name, name, max_length, texts, dtype)
     if (entry / "meta.json").is_file():
         return EmbeddedTexts.from_offsets(np.load(entry / "states.npy", mmap_mode="r"), np.load(entry / "offsets.npy"))
 

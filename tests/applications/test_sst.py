@@ -89,6 +89,21 @@ def test_cache_is_reused_and_keyed_by_texts(encoder, tmp_path, monkeypatch):
     assert sorted(os.listdir(tmp_path)) == [entry]  # nothing half-written left behind
 
 
+def test_cache_is_keyed_by_the_storage_dtype(encoder, tmp_path):
+    # The key ignored `dtype`: after a float16 run, asking for float32 states silently
+    # returned the float16-rounded ones from the cache.
+    half = sst.embed_texts(TEXTS, encoder, tmp_path, name="t", max_length=12, verbose=0)
+    full = sst.embed_texts(TEXTS, encoder, tmp_path, name="t", max_length=12, dtype="float32", verbose=0)
+    assert half.states.dtype == np.float16 and full.states.dtype == np.float32
+    assert len(os.listdir(tmp_path)) == 2
+    assert sst.is_cached(tmp_path, encoder, "t", 12, TEXTS, dtype=np.float32)
+    assert not sst.is_cached(tmp_path, encoder, "t", 12, TEXTS, dtype="float64")
+    np.testing.assert_allclose(np.asarray(half.states, "float32"), full.states, atol=1e-2, rtol=1e-2)
+    for bad in ("int8", "bfloat", None):
+        with pytest.raises(ValueError, match=r"`dtype` must be one of .*Received: dtype="):
+            sst.embed_texts(TEXTS, encoder, tmp_path, name="t", max_length=12, dtype=bad, verbose=0)
+
+
 def test_missing_minilm_package_gives_install_hint(monkeypatch):
     real = importlib.util.find_spec
     monkeypatch.setattr(
