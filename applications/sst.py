@@ -788,7 +788,7 @@ def train(
 
 def evaluate(model_path, data_dir, granularity="5", split="test", preset=DEFAULT_PRESET, cache_dir=None,
              max_length=DEFAULT_MAX_LENGTH, max_eval=None, batch_size=64, strategy=None, verbose=0):
-    """Accuracy of a saved model on the root sentences of ``split`` (``"dev"`` or ``"test"``).
+    """Accuracy of a saved model on the root sentences of ``split`` (``"train"``, ``"dev"`` or ``"test"``).
 
     The sentences are embedded with ``preset`` (the transformer the model was trained
     on), through the cache in ``cache_dir`` (None: ``cache`` beside the model, where
