@@ -137,21 +137,6 @@ def test_ctrl_c_is_one_line_that_says_how_to_resume_and_keeps_the_backup(tmp_pat
     assert json.loads((run_dir / "backup" / "training_metadata.json").read_text())["epoch"] == 1
 
 
-class _CrashAt(keras.callbacks.Callback):
-    """Raises after batch ``batch`` of epoch ``epoch`` (after the callbacks before it ran)."""
-
-    def __init__(self, epoch, batch):
-        super().__init__()
-        self.at, self._epoch = (epoch, batch), None
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self._epoch = epoch
-
-    def on_train_batch_end(self, batch, logs=None):
-        if (self._epoch, batch) == self.at:
-            raise RuntimeError("crash (simulated)")
-
-
 def _dense_fit(backup_dir, epochs=4, crash_at=None, model=None, save_freq=1, initial_epoch=0):
     rng = np.random.default_rng(0)
     x, y = rng.normal(size=(32, 3)).astype("float32"), rng.normal(size=(32, 1)).astype("float32")
@@ -159,7 +144,7 @@ def _dense_fit(backup_dir, epochs=4, crash_at=None, model=None, save_freq=1, ini
         model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
         model.compile("sgd", "mse")
     backup = fault_tolerance.AtomicBackupAndRestore(str(backup_dir), save_freq=save_freq)
-    callbacks = [backup] + ([_CrashAt(*crash_at)] if crash_at else [])
+    callbacks = [backup] + ([cli_helpers.CrashAt(*crash_at)] if crash_at else [])
     history = model.fit(x, y, batch_size=8, epochs=epochs, verbose=0, callbacks=callbacks,
                         initial_epoch=initial_epoch)
     return model, backup, history
@@ -276,7 +261,7 @@ def test_train_with_fewer_epochs_than_the_backup_is_a_usage_error(tmp_path, caps
     options = {"filters": 8, "primary_capsules": 2, "hidden_capsules": 4, "pose_size": 2, "n_iters": 2}  # TINY_MODEL
     with pytest.raises(RuntimeError, match="simulated"):
         demo.train(str(run_dir), epochs=4, batch_size=16, limit=40, verbose=0, model_options=options,
-                   callbacks=[_CrashAt(2, 0)])
+                   callbacks=[cli_helpers.CrashAt(2, 0)])
     backup = run_dir / "backup" / "training_metadata.json"
     assert json.loads(backup.read_text())["epoch"] == 2
     history = (run_dir / "history.csv").read_text()

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from applications import music
+from tests.applications.cli_helpers import CrashAt
 from tests.conftest import shared_path
 
 DATA = shared_path("data", "jsb_chorales", "jsb_chorales.json")
@@ -724,21 +725,6 @@ def test_load_rolls_refuses_a_non_positive_limit():
     assert [len(rolls[s]) for s in music.SPLITS] == [2, 2, 2]
 
 
-class _CrashAt(keras.callbacks.Callback):
-    """Raises after batch ``batch`` of epoch ``epoch`` (a crash after the backup of the epoch before)."""
-
-    def __init__(self, epoch, batch=0):
-        super().__init__()
-        self.at, self._epoch = (epoch, batch), None
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self._epoch = epoch
-
-    def on_train_batch_end(self, batch, logs=None):
-        if (self._epoch, batch) == self.at:
-            raise RuntimeError("crash (simulated)")
-
-
 def _small_run(run_dir, **kwargs):
     options = dict(epochs=1, batch_size=4, window=2, limit=2, sample_steps=0, verbose=0, units=(4,))
     options.update(kwargs)
@@ -763,7 +749,7 @@ def test_a_resumed_run_keeps_the_best_epoch_from_before_the_crash(tmp_path, monk
     monkeypatch.setattr(keras.callbacks, "TensorBoard", ScriptedValidation)
     run_dir = tmp_path / "run"
     with pytest.raises(RuntimeError, match="simulated"):
-        _small_run(run_dir, epochs=4, callbacks=[*fault_tolerance.resumable_callbacks(str(run_dir)), _CrashAt(2)])
+        _small_run(run_dir, epochs=4, callbacks=[*fault_tolerance.resumable_callbacks(str(run_dir)), CrashAt(2)])
     assert sorted(weights) == [0, 1]
     result = _small_run(run_dir, epochs=4, callbacks=fault_tolerance.resumable_callbacks(str(run_dir)))
     saved = keras.saving.load_model(run_dir / "model.keras").get_weights()
@@ -785,7 +771,7 @@ def test_a_resumed_ensemble_loads_the_members_that_had_finished(tmp_path):
             trained.append(member)
             folder = run_dir / f"member_{member}" if member else run_dir
             folder.mkdir(parents=True, exist_ok=True)
-            return [*fault_tolerance.resumable_callbacks(str(folder)), *([_CrashAt(1)] if crash and member else [])]
+            return [*fault_tolerance.resumable_callbacks(str(folder)), *([CrashAt(1)] if crash and member else [])]
 
         return make
 
