@@ -312,7 +312,7 @@ def evaluate(model_path, batch_size=64, seed=None, data_dir=None, limit=None, st
     images, labels = load_arrays(data_dir, limit)
     with strategy.scope():
         model = keras.saving.load_model(model_path)
-    # another application's model failed in Keras ("Input 0 of layer ... is incompatible")
+    # another application's model failed in Keras ("Exception encountered when calling ...")
     checks.require_model(
         model, model_path,
         lambda shapes, model: len(shapes) == 1 and checks.image_shape_matches(shapes[0], images.shape[1:])

@@ -418,7 +418,7 @@ def evaluate(model_path, data_dir=None, batch_size=20, image_size=IMAGE_SIZE, st
     strategy = strategy or tf.distribute.get_strategy()
     with strategy.scope():
         model = keras.saving.load_model(model_path)
-    # another application's model failed in Keras ("Input 0 of layer ... is incompatible")
+    # another application's model failed in Keras ("Exception encountered when calling ...")
     pair = (image_size, image_size, 2)
     checks.require_model(
         model, model_path,

@@ -196,10 +196,11 @@ def test_module_entry_point_refuses_non_positive_epochs(epochs, capsys):
 
 
 def test_evaluate_refuses_another_applications_model_in_one_clear_line(tmp_path):
-    # The demo's model failed in Keras with a cryptic 'Input 0 of layer "..." is incompatible'.
+    # The demo's model failed with Keras' cryptic 'Exception encountered when calling Sequential.call().'
     from applications.errors import CommandLineError
 
     digits = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Flatten(), keras.layers.Dense(10)])
+    digits.compile("adam", "sparse_categorical_crossentropy", metrics=["accuracy"])  # as train saves it
     digits.save(tmp_path / "demo.keras")
     ours = smallnorb.compile_model(smallnorb.build_model(**TINY), total_steps=10)
     ours.save(tmp_path / "smallnorb.keras")
