@@ -13,7 +13,10 @@ Applications register in ``applications/registry.py`` (the protocol is documente
 there); their HyperModels in ``tuning/__init__.py``.
 
 ``--batch-size`` is per replica everywhere. ``train`` backs up its state in
-``<run-dir>/backup``: the same command, run again after a crash, resumes. Mistakes a
+``<run-dir>/backup``: the same command, run again after a crash, resumes. An
+``--epochs`` below the epoch the backup reached is refused (the backup is kept: pass
+that many epochs or more); one equal to it trains nothing more and writes the outputs
+(see ``applications.fault_tolerance``). Mistakes a
 user can fix (a bad option, missing data, a dataset that needs a download while
 offline, no TPU) print one line ``keras-capsules: error: ...`` and exit with code 2
 (set ``KERAS_CAPSULES_DEBUG=1`` for the traceback). Ctrl-C prints one line (how to
@@ -72,7 +75,8 @@ def build_parser(application=registry.DEFAULT_APPLICATION):
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                      parser_class=_Parser)
     helps = {
-        "train": "train an application (default: the demo); rerun to resume after a crash",
+        "train": "train an application (default: the demo); rerun to resume after a crash "
+                 "(with --epochs at least the epoch reached)",
         "evaluate": "evaluate a trained model",
         "tune": "search hyperparameters with keras-tuner; rerun to resume a stopped search",
     }

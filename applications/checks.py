@@ -1,7 +1,8 @@
 """Argument checks shared by the applications' Python functions (data generators, loaders).
 
 Each returns the normalised value or raises ``ValueError`` quoting
-``Received: name=value``, the format the library's layers use.
+``Received: name=value``, the format the library's layers use; :func:`require_model`
+refuses a saved model of another application with a one-line ``CommandLineError``.
 """
 
 import numbers
@@ -16,3 +17,37 @@ def integer_at_least(name, value, minimum):
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
         raise ValueError(f"`{name}` must be an integer >= {minimum}. Received: {name}={value!r}")
     return int(value)
+
+
+def require_model(model, model_path, accepted, kind, application, expected):
+    """Refuses a loaded model that ``evaluate`` of ``application`` cannot score.
+
+    ``accepted(shapes, model)`` says whether ``model`` (its input shapes ``shapes``, a
+    list of tuples) is one; if not, a one-line ``CommandLineError`` (the command line
+    prints it and exits with code 2) names what it should be and what it takes:
+    ``"<model_path> is not <kind> (<expected>; it takes inputs of shape [...]): pass
+    one written by `keras-capsules train <application>`"``. Keras' own error came
+    later, from deep inside the model, and named none of that.
+    """
+    from applications.errors import CommandLineError
+
+    shapes = [tuple(x.shape) for x in model.inputs]
+    if not accepted(shapes, model):
+        raise CommandLineError(
+            f"{model_path} is not {kind} ({expected}; it takes inputs of shape {shapes}): "
+            f"pass one written by `keras-capsules train {application}`"
+        )
+
+
+def single_output_shape(model):
+    """The shape of ``model``'s one output tensor, or None (several or nested outputs)."""
+    output = model.output
+    return None if isinstance(output, (dict, list, tuple)) else tuple(output.shape)
+
+
+def image_shape_matches(shape, image_shape):
+    """Whether an input ``shape`` ``[batch, H, W, C]`` takes images of ``image_shape`` (H, W, C);
+    a None height or width takes any."""
+    return len(shape) == 4 and shape[3] == image_shape[2] and all(
+        dim is None or dim == size for dim, size in zip(shape[1:3], image_shape[:2])
+    )

@@ -22,6 +22,7 @@ routing scores (logits).
 
 import argparse
 import os
+import sys
 
 import keras
 import numpy as np
@@ -31,12 +32,13 @@ from applications.mnist_digits import load_idx_digits
 from keras_capsules.layers import EMRouting
 
 DESCRIPTION = "two-layer EM-routing capsule network on digits (no download needed)"
+NUM_CLASSES = 10
 BENCHMARK = "em_routing_mnist"
 
 
 def build_model(
     input_shape=(8, 8, 1),
-    num_classes=10,
+    num_classes=NUM_CLASSES,
     filters=32,
     primary_capsules=8,
     hidden_capsules=16,
@@ -113,7 +115,10 @@ def load_arrays(data_dir=None, limit=None):
     return images, labels
 
 
-def make_datasets(images, labels, batch_size, test_fraction=0.2, seed=0):
+TEST_FRACTION = 0.2
+
+
+def make_datasets(images, labels, batch_size, test_fraction=TEST_FRACTION, seed=0):
     """Shuffled train/test ``tf.data`` pipelines from arrays (a fixed, seeded split).
 
     ``batch_size`` is the global batch (see ``applications.distribute``). The datasets
@@ -199,7 +204,9 @@ def train(
     """Trains the demo and writes its outputs to ``run_dir``.
 
     Writes ``model.keras`` (the trained model), ``history.png`` (learning curves),
-    ``history.csv`` (one row per epoch), ``metrics.json`` and TensorBoard logs under
+    ``history.csv`` (one row per epoch), ``metrics.json`` (with ``split``: the seed,
+    data directory, limit and test fraction of the train/test split, which
+    :func:`evaluate` reuses) and TensorBoard logs under
     ``logs/``. While training, ``backup/`` holds the state to resume from: calling
     ``train`` again with the same ``run_dir`` after a crash continues where it stopped.
 
@@ -273,28 +280,83 @@ def train(
         "resumed_from_epoch": resumable[0].restored_epoch,
         "replicas": int(strategy.num_replicas_in_sync),
         "global_batch_size": global_batch,
+        # What defines the train/test split: `evaluate` uses it (another split overlaps training digits).
+        "split": {"seed": seed, "data_dir": None if data_dir is None else os.path.abspath(data_dir),
+                  "limit": limit, "test_fraction": TEST_FRACTION},
         **paths,
     }
     fault_tolerance.write_json_atomically(result, paths["metrics"])
     return result
 
 
-def evaluate(model_path, batch_size=64, seed=0, data_dir=None, limit=None, strategy=None):
-    """Test accuracy of a saved demo model on the held-out digits (same split as ``train``)."""
+def evaluate(model_path, batch_size=64, seed=None, data_dir=None, limit=None, strategy=None):
+    """Test accuracy of a saved demo model on the held-out digits (same split as ``train``).
+
+    The split is the one recorded in ``metrics.json`` beside the model by ``train``:
+    ``seed``, ``data_dir`` and ``limit`` default to the recorded ones, and values that
+    differ are refused (``CommandLineError``): their test split would hold digits the
+    model was trained on. Without a record (a model from an older version, or moved
+    away from its run directory) the given values are used (``seed`` None: 0), with a
+    note on stderr.
+    """
     import tensorflow as tf
+
+    from applications import checks
 
     if not os.path.exists(model_path):
         raise FileNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
+    seed, data_dir, limit, note = _split_of(model_path, seed, data_dir, limit)
     strategy = strategy or tf.distribute.get_strategy()
     images, labels = load_arrays(data_dir, limit)
+    with strategy.scope():
+        model = keras.saving.load_model(model_path)
+    # another application's model failed in Keras ("Exception encountered when calling ...")
+    checks.require_model(
+        model, model_path,
+        lambda shapes, model: len(shapes) == 1 and checks.image_shape_matches(shapes[0], images.shape[1:])
+        and checks.single_output_shape(model) == (None, NUM_CLASSES),
+        "a demo model for these digits", "demo",
+        f"images [batch, {', '.join(map(str, images.shape[1:]))}] in (those of --data-dir), "
+        f"{NUM_CLASSES} class logits out",
+    )
+    if note:
+        print(note, file=sys.stderr)
     _, test_ds = make_datasets(
         images, labels, distribute.global_batch_size(batch_size, strategy), seed=seed
     )
-    with strategy.scope():
-        model = keras.saving.load_model(model_path)
     distribute.prepare_fit(model, test_ds, strategy)
     loss, accuracy = model.evaluate(test_ds, verbose=0)
-    return {"test_accuracy": float(accuracy), "test_loss": float(loss), "model": model_path}
+    return {"test_accuracy": float(accuracy), "test_loss": float(loss), "model": model_path, "seed": seed}
+
+
+def _split_of(model_path, seed, data_dir, limit):
+    """``(seed, data_dir, limit, note)`` of the train/test split that trained ``model_path``
+    (``note``: what to tell the user when nothing recorded it, else None)."""
+    import json
+
+    from applications.errors import CommandLineError
+
+    metrics = os.path.join(os.path.dirname(os.path.abspath(model_path)), "metrics.json")
+    try:
+        with open(metrics) as f:
+            recorded = json.load(f).get("split")
+    except (OSError, ValueError, AttributeError):
+        recorded = None
+    if not isinstance(recorded, dict):
+        seed = 0 if seed is None else seed
+        return seed, data_dir, limit, (
+            f"note: {metrics} records no train/test split (a run of an older version?): evaluating on "
+            f"the test split of --seed {seed}; if training used another seed, it overlaps training digits"
+        )
+    given = {"seed": seed, "data_dir": None if data_dir is None else os.path.abspath(data_dir), "limit": limit}
+    differ = [f"--{name.replace('_', '-')} {given[name]} (trained with {recorded.get(name)})"
+              for name in given if given[name] is not None and given[name] != recorded.get(name)]
+    if differ:
+        raise CommandLineError(
+            f"{model_path} was trained on another train/test split than {', '.join(differ)} gives: its test "
+            "digits would overlap the training digits; leave these options out to use the recorded split"
+        )
+    return recorded.get("seed", 0), recorded.get("data_dir"), recorded.get("limit"), None
 
 
 # The command-line protocol (applications/registry.py).
@@ -312,14 +374,22 @@ def add_arguments(parser, command):
     """The demo's options for ``train``, ``evaluate`` and ``tune``."""
     from applications.arguments import positive_float, positive_int
 
+    recorded = " (evaluate: default the one `train` recorded beside the model)" if command == "evaluate" else ""
     parser.add_argument(
         "--data-dir",
         default=None,
         help="directory with the MNIST t10k IDX files (28x28 digits); "
-        "default: scikit-learn's 8x8 digits, no download",
+        "default: scikit-learn's 8x8 digits, no download" + recorded,
     )
     parser.add_argument("--limit", type=positive_int, default=None,
-                        help="use only the first N examples (quick runs)")
+                        help="use only the first N examples (quick runs)" + recorded)
+    if command == "evaluate":
+        # The split must be training's: by default the one `train` recorded beside the model.
+        for action in parser._actions:
+            if action.dest == "seed":
+                action.default = None
+                action.help = ("seed of the train/test split (default: the one that `train` recorded in "
+                               "metrics.json beside the model, else 0); another one is refused")
     if command == "train":
         parser.add_argument("--learning-rate", type=positive_float, default=3e-3)
         parser.add_argument("--filters", type=positive_int, default=32, help="channels of the stem")

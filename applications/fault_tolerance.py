@@ -14,9 +14,20 @@
   same command again after a crash restores the weights and optimizer state and
   continues at the epoch after the last one saved; a mid-epoch backup (``--save-freq
   N``) restarts its epoch from the first step with the saved weights. The backup is
-  deleted when training finishes.
+  deleted when training finishes. A backup is never lost to a smaller ``--epochs``:
+  when it already holds more epochs than asked for, training is refused
+  (:class:`BackupAheadError`: pass ``--epochs N`` or more, or another run directory),
+  and when it holds exactly the epochs asked for (a crash after the last epoch) the
+  run trains nothing, writes its outputs from the backup and keeps the backup (a
+  later run with a larger ``--epochs`` continues from it).
 * ``history.csv`` (a ``CSVLogger`` in append mode) keeps one row per finished epoch
-  across restarts; a fresh run (no backup) starts it again.
+  across restarts; a fresh run (no backup) starts it again when its training begins.
+* :class:`KeepBestWeights` keeps the weights of the best epoch (lowest validation
+  loss) and, given the backup folder, persists them beside the backup so that a
+  resumed run still knows the best epoch from before the crash.
+* :func:`atomic_write`'s temporary files name their process
+  (``.tmp-PID@HOST-<name>``); a write removes the leftovers that processes of this
+  host which died mid-write left for the same file.
 * :class:`HangForTest` is a test-only callback (hidden option ``--test-hang-at``)
   that stops training in the middle of an epoch until the process is killed.
 """
@@ -24,9 +35,13 @@
 import json
 import numbers
 import os
+import socket
 import time
 
 import keras
+import numpy as np
+
+from applications.errors import CommandLineError
 
 BACKUP_DIR = "backup"
 HISTORY_CSV = "history.csv"
@@ -40,11 +55,17 @@ def atomic_write(path, write):
     Keras' ``.keras`` / ``.weights.h5`` pass). If ``write`` raises, the temporary file
     is removed and ``path`` is left as it was. The directory is synced after the
     rename (where the system allows it), so the new file survives a power cut.
+
+    ``tmp_path`` is ``.tmp-PID@HOST-<base name>``. A process killed mid-write leaves
+    it behind; the next write to ``path`` removes such leftovers of processes of
+    this host that are no longer running (never those of a live process, nor of
+    another host, nor of another target).
     """
     path = os.fspath(path)
     directory, base = os.path.split(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    tmp = os.path.join(directory, f".tmp-{os.getpid()}-{base}")
+    _remove_dead_temporaries(directory, base)
+    tmp = os.path.join(directory, f"{_TMP_PREFIX}{os.getpid()}@{_HOST}-{base}")
     try:
         write(tmp)
         with open(tmp, "rb+") as f:
@@ -55,6 +76,43 @@ def atomic_write(path, write):
             os.remove(tmp)
         raise
     _fsync_directory(directory)  # the rename itself survives a power cut too
+
+
+_TMP_PREFIX = ".tmp-"
+_HOST = socket.gethostname().replace(os.sep, "_")
+
+
+def _remove_dead_temporaries(directory, base):
+    """Removes ``directory``'s temporaries of :func:`atomic_write` for ``base`` whose
+    writer (a process of this host) is dead. Names without a host (``.tmp-PID-base``,
+    before hosts were recorded) count as this host's."""
+    if os.name == "nt":  # os.kill(pid, 0) would terminate the process there
+        return
+    suffix = f"-{base}"
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:
+        if not (name.startswith(_TMP_PREFIX) and name.endswith(suffix)):
+            continue
+        pid, _, host = name[len(_TMP_PREFIX) : -len(suffix)].partition("@")
+        if not pid.isdigit() or (host and host != _HOST) or int(pid) == os.getpid() or _alive(int(pid)):
+            continue
+        try:
+            os.remove(os.path.join(directory, name))
+        except OSError:  # removed by another writer meanwhile, or not ours to remove
+            pass
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # e.g. PermissionError: it exists, under another user
+        return True
+    return True
 
 
 def _fsync_directory(directory):
@@ -108,6 +166,10 @@ class AtomicModelCheckpoint(keras.callbacks.ModelCheckpoint):
             print(f"\nEpoch {epoch + 1}: finished saving model to {filepath}")
 
 
+class BackupAheadError(CommandLineError, ValueError):
+    """The backup of a run already holds more epochs than the run is asked to train."""
+
+
 class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
     """``BackupAndRestore`` whose files are replaced atomically.
 
@@ -116,18 +178,35 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
     an earlier ``fit``, or 0 in a new process or a ``fit(initial_epoch=...)``, until the
     first epoch ends, so a crash in a resumed run restarted training from that epoch).
 
+    A backup is never lost to a ``fit`` with fewer ``epochs`` than it holds: Keras'
+    trained nothing and deleted it. Here a backup beyond ``epochs`` raises
+    :class:`BackupAheadError` (the backup is kept), and a backup of exactly
+    ``epochs`` epochs (a crash after the last one) is restored, trains nothing and is
+    kept.
+
     Attributes:
         restored_epoch: the epoch training resumed at (0 for a fresh start), set by
             ``on_train_begin``.
     """
 
     restored_epoch = 0
+    _trains = True
 
     def on_train_begin(self, logs=None):
         # Keras never clears the epoch a restore sets: an earlier fit's would apply here.
         self.model._initial_epoch = None
         super().on_train_begin(logs)
         self.restored_epoch = int(self.model._initial_epoch or 0)
+        epochs = (self.params or {}).get("epochs")
+        if epochs is not None and self.restored_epoch > epochs:
+            self.model._initial_epoch = None
+            run_dir = os.path.dirname(os.path.abspath(self.backup_dir))
+            raise BackupAheadError(
+                f"the run in {run_dir} already reached epoch {self.restored_epoch} (its backup is kept), "
+                f"more than the {epochs} asked for: pass --epochs {self.restored_epoch} to finish it or "
+                "more to train further, or a new --run-dir to start again"
+            )
+        self._trains = epochs is None or self.restored_epoch < epochs
         # The epoch that backups record until the first epoch of this fit ends.
         self._current_epoch = self.restored_epoch
         self._last_batch_seen = 0
@@ -138,7 +217,8 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         self._current_epoch = epoch
 
     def on_train_end(self, logs=None):
-        super().on_train_end(logs)
+        if self._trains:  # a backup of all the epochs asked for is kept: nothing trained it further
+            super().on_train_end(logs)
         # A later fit of the model (with or without this callback) starts at its own initial_epoch.
         self.model._initial_epoch = None
 
@@ -170,6 +250,77 @@ def backup_exists(run_dir):
     return os.path.exists(os.path.join(run_dir, BACKUP_DIR, "training_metadata.json"))
 
 
+def backup_epoch(backup_dir):
+    """The epoch a run resumes at from the backup in ``backup_dir`` (0: no backup)."""
+    try:
+        with open(os.path.join(backup_dir, "training_metadata.json")) as f:
+            return int(json.load(f)["epoch"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
+
+
+class KeepBestWeights(keras.callbacks.Callback):
+    """Keeps the model's weights of the epoch with the lowest ``monitor``, across restarts.
+
+    After ``fit``, ``weights`` holds them (None if no epoch reported ``monitor``),
+    ``best`` the value and ``best_epoch`` the epoch. With ``backup_dir`` (the folder
+    of the run's :class:`AtomicBackupAndRestore`) every improvement is also written
+    atomically to ``backup_dir/best.npz``, and a resumed run starts from the best
+    epoch before its backup's, not from scratch. Put it before the backup callback,
+    so that an epoch's best is on disk before the backup that says it is done.
+    """
+
+    FILE = "best.npz"
+
+    def __init__(self, monitor="val_loss", backup_dir=None):
+        super().__init__()
+        self.monitor, self.backup_dir = monitor, backup_dir
+        self.best, self.best_epoch, self.weights = float("inf"), None, None
+
+    def on_train_begin(self, logs=None):
+        self.best, self.best_epoch, self.weights = float("inf"), None, None
+        if self.backup_dir is None:
+            return
+        path = os.path.join(self.backup_dir, self.FILE)
+        resumed_at = backup_epoch(self.backup_dir)
+        if not resumed_at or not os.path.exists(path):
+            return
+        with np.load(path) as saved:
+            epoch = int(saved["epoch"])
+            if epoch < resumed_at:  # else an epoch that the resumed run trains again
+                self.best, self.best_epoch = float(saved["value"]), epoch
+                self.weights = [saved[f"w{i}"] for i in range(int(saved["count"]))]
+
+    def on_epoch_end(self, epoch, logs=None):
+        value = (logs or {}).get(self.monitor)
+        if value is None or not float(value) < self.best:
+            return
+        self.best, self.best_epoch, self.weights = float(value), int(epoch), self.model.get_weights()
+        if self.backup_dir is not None:
+            arrays = {f"w{i}": w for i, w in enumerate(self.weights)}
+
+            def write(tmp):
+                with open(tmp, "wb") as f:
+                    np.savez(f, epoch=epoch, value=self.best, count=len(self.weights), **arrays)
+
+            atomic_write(os.path.join(self.backup_dir, self.FILE), write)
+
+
+class _RunHistoryCSV(keras.callbacks.CSVLogger):
+    """``CSVLogger`` that appends to the log of a resumed run and starts that of a fresh
+    run again, deciding when training begins (not when the callback is made: a run
+    that ends up not training keeps its log)."""
+
+    def __init__(self, filename, run_dir):
+        super().__init__(filename, append=True)
+        self.run_dir = run_dir
+
+    def on_train_begin(self, logs=None):
+        if not backup_exists(self.run_dir) and os.path.exists(self.filename):
+            os.remove(self.filename)
+        super().on_train_begin(logs)
+
+
 def resumable_callbacks(run_dir, save_freq="epoch"):
     """``[AtomicBackupAndRestore, CSVLogger]`` for a run in ``run_dir``.
 
@@ -178,8 +329,8 @@ def resumable_callbacks(run_dir, save_freq="epoch"):
             ``run_dir/history.csv``).
         save_freq: ``"epoch"`` or a number of steps between backups.
 
-    A fresh run (no backup in ``run_dir``) truncates ``history.csv``; a resumed run
-    appends to it.
+    A fresh run (no backup in ``run_dir`` when training begins) starts
+    ``history.csv`` again; a resumed run appends to it.
     """
     # Keras took 0 (or True, or -3) as "back up after every batch" and refused np.int64.
     if save_freq != "epoch" and (
@@ -187,12 +338,9 @@ def resumable_callbacks(run_dir, save_freq="epoch"):
     ):
         raise ValueError(f"`save_freq` must be 'epoch' or a positive number of steps. Received: save_freq={save_freq!r}")
     save_freq = save_freq if save_freq == "epoch" else int(save_freq)
-    csv_path = os.path.join(run_dir, HISTORY_CSV)
-    if not backup_exists(run_dir) and os.path.exists(csv_path):
-        os.remove(csv_path)
     return [
         AtomicBackupAndRestore(os.path.join(run_dir, BACKUP_DIR), save_freq=save_freq),
-        keras.callbacks.CSVLogger(csv_path, append=True),
+        _RunHistoryCSV(os.path.join(run_dir, HISTORY_CSV), run_dir),
     ]
 
 

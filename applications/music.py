@@ -771,13 +771,22 @@ def train(
     ``ensemble`` > 1 trains that many models one after the other (seeds ``seed``,
     ``seed + 1``, ...), each kept at its best validation epoch, and reports the NLL
     of their mean predictive probabilities (``nll_per_step`` of the list); each is
-    saved (``model.keras``, ``model_1.keras``, ...). ``encoder`` may be a list of
+    saved (``model.keras``, ``model_1.keras``, ...) as soon as it is trained, and listed
+    in ``members.json`` (removed when the run completes): calling ``train`` again with
+    the same arguments after a crash loads the members already saved instead of
+    training them again. ``encoder`` may be a list of
     encoder kinds: member ``i`` then uses ``encoder[i % len(encoder)]`` (an ensemble
     of gated and LSTM ladders). ``callbacks`` is a list of
     callbacks, or a function from the member's index to its list (e.g. a fresh
     time budget for each). ``readout`` and ``nade_units`` choose the read-out (see
     ``build_model``; ``readout`` may be a list, member ``i`` using
     ``readout[i % len(readout)]``).
+
+    With the backup callbacks of ``fault_tolerance.resumable_callbacks`` among
+    ``callbacks`` (as the command line passes them), the best epoch so far is kept
+    beside each member's backup (``fault_tolerance.KeepBestWeights``), so a resumed
+    member still keeps its best epoch from before the crash, ``history.png`` shows every
+    epoch of ``history.csv`` and ``epochs_run`` counts the epochs before the resume too.
 
     Writes ``model.keras``, ``history.png``, ``metrics.json`` and TensorBoard logs
     under ``run_dir``, and ``sample.png``: the piano roll of one chorale of
@@ -830,8 +839,26 @@ def train(
         "logs": os.path.join(run_dir, "logs"),
     }
     bias = key_log_odds(rolls["train"]) if init_output_bias else None
+    # Members saved by an earlier, interrupted call of the same configuration are loaded, not retrained.
+    progress = {"path": os.path.join(run_dir, MEMBERS_FILE), "config": json.loads(json.dumps({
+        "data_path": data_path, "epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate,
+        "units": units, "encoder": encoders, "input_dropout": input_dropout, "decoder_to_encoder": decoder_to_encoder,
+        "use_decoder": use_decoder, "window": window, "transpose": transpose, "weight_decay": weight_decay,
+        "ema_momentum": ema_momentum, "reduce_lr_patience": reduce_lr_patience, "reduce_lr_factor": reduce_lr_factor,
+        "dropout": dropout, "dropout_noise": dropout_noise, "zoneout": zoneout, "init_output_bias": init_output_bias,
+        "ensemble": ensemble, "readout": readouts, "nade_units": nade_units, "seed": seed, "limit": limit,
+    }, default=str))}
+    progress["finished"] = _finished_members(progress)
     models, epochs_run = [], []
     for member in range(ensemble):
+        member_path = paths["model"] if not member else os.path.join(run_dir, f"model_{member}.keras")
+        if str(member) in progress["finished"] and os.path.exists(member_path):
+            with strategy.scope():
+                models.append(keras.saving.load_model(member_path))
+            epochs_run.append(progress["finished"][str(member)])
+            if verbose:
+                print(f"member {member}: finished by an earlier run, loaded from {member_path}", flush=True)
+            continue
         if member:
             keras.utils.set_random_seed(seed + member)
         with strategy.scope():
@@ -855,21 +882,17 @@ def train(
                 weight_decay=weight_decay,
                 ema_momentum=ema_momentum,
             )
-        best = {"val": float("inf"), "weights": None}
-
-        class KeepBest(keras.callbacks.Callback):
-            def on_epoch_end(self, epoch, logs=None):
-                if logs and logs.get("val_loss", np.inf) < best["val"]:
-                    best["val"] = float(logs["val_loss"])
-                    best["weights"] = self.model.get_weights()
-
         # With EMA the average is swapped into the model for validation and at each epoch's
-        # end (so KeepBest keeps it), and swapped out again for training.
+        # end (so the best weights kept are its), and swapped out again for training.
         extra = [keras.callbacks.SwapEMAWeights(swap_on_epoch=True)] if ema_momentum is not None else []
         if reduce_lr_patience is not None:
             extra.append(keras.callbacks.ReduceLROnPlateau("val_loss", reduce_lr_factor, reduce_lr_patience,
                                                            verbose=verbose))
-        user = callbacks(member) if callable(callbacks) else callbacks
+        user = list(callbacks(member) if callable(callbacks) else callbacks)
+        backup = next((c for c in user if isinstance(c, fault_tolerance.AtomicBackupAndRestore)), None)
+        # Beside the member's backup, the best epoch survives a crash: a resumed run kept
+        # the best epoch after the crash only.
+        best = fault_tolerance.KeepBestWeights("val_loss", backup.backup_dir if backup else None)
         logs = paths["logs"] if not member else f"{paths['logs']}_{member}"
         train_ds, valid_ds = datasets[readouts[member % len(readouts)] == "nade"]
         history = model.fit(
@@ -877,15 +900,21 @@ def train(
             validation_data=valid_ds,
             epochs=epochs,
             verbose=verbose,
-            callbacks=[keras.callbacks.TensorBoard(logs), *extra, KeepBest(), *user], shuffle=False,
+            callbacks=[keras.callbacks.TensorBoard(logs), *extra, best, *user], shuffle=False,
         )
-        if best["weights"] is not None:
-            model.set_weights(best["weights"])
-        save_atomically(model, paths["model"] if not member else os.path.join(run_dir, f"model_{member}.keras"))
-        if not member:
-            plot_history(history.history, paths["plot"])
+        if best.weights is not None:
+            model.set_weights(best.weights)
+        save_atomically(model, member_path)
+        if not member:  # every epoch's curves, those before a resume too, when a CSV log spans them
+            log = next((c.filename for c in user if isinstance(c, keras.callbacks.CSVLogger)), None)
+            plot_history(fault_tolerance.read_history_csv(log)[0] if log else history.history, paths["plot"])
         models.append(model)
-        epochs_run.append(len(history.history.get("loss", [])))
+        # epochs trained in all (those before a resume too)
+        epochs_run.append(history.epoch[-1] + 1 if history.epoch else backup.restored_epoch if backup else 0)
+        progress["finished"][str(member)] = epochs_run[-1]
+        fault_tolerance.write_json_atomically(
+            {"config": progress["config"], "finished": progress["finished"]}, progress["path"]
+        )
         if ensemble > 1 and verbose:
             print(f"member {member}: valid NLL per step {nll_per_step(model, rolls['valid']):.3f}, "
                   f"ensemble of {member + 1}: {nll_per_step(models, rolls['valid']):.3f}", flush=True)
@@ -902,7 +931,24 @@ def train(
         **paths,
     }
     fault_tolerance.write_json_atomically(result, paths["metrics"])
+    os.remove(progress["path"])  # the run is complete: a new call trains again
     return result
+
+
+MEMBERS_FILE = "members.json"
+
+
+def _finished_members(progress):
+    """``{member: epochs run}`` of the members saved by an earlier call of ``train`` that
+    did not finish, if it had the same configuration (else none)."""
+    try:
+        with open(progress["path"]) as f:
+            saved = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(saved, dict) or saved.get("config") != progress["config"]:
+        return {}
+    return dict(saved.get("finished") or {})
 
 
 def evaluate(model_path, data_path=None, split="test", limit=None, batch_size=32, strategy=None,
@@ -949,15 +995,14 @@ def evaluate(model_path, data_path=None, split="test", limit=None, batch_size=32
 
 def _check_music_model(model, model_path):
     """Refuses a model that ``build_model`` did not make (e.g. another application's)."""
-    from applications.errors import CommandLineError
+    from applications.checks import require_model
 
-    names = {layer.name for layer in model.layers}
-    shapes = [tuple(x.shape) for x in model.inputs]
-    if "rladder" not in names or not shapes or any(len(s) != 3 or s[-1] != NUM_KEYS for s in shapes):
-        raise CommandLineError(
-            f"{model_path} is not a music model (rolls [batch, steps, {NUM_KEYS}] in, a Recurrent Ladder "
-            f"inside; it takes inputs of shape {shapes}): pass one written by `keras-capsules train music`"
-        )
+    require_model(
+        model, model_path,
+        lambda shapes, model: "rladder" in {layer.name for layer in model.layers} and bool(shapes)
+        and all(len(s) == 3 and s[-1] == NUM_KEYS for s in shapes),
+        "a music model", "music", f"rolls [batch, steps, {NUM_KEYS}] in, a Recurrent Ladder inside",
+    )
 
 
 # The command-line protocol (applications/registry.py).

@@ -409,14 +409,25 @@ def evaluate(model_path, data_dir=None, batch_size=20, image_size=IMAGE_SIZE, st
     first batches only)."""
     import os
 
+    from applications import checks
+
     if not os.path.exists(model_path):
         raise FileNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
     strategy = strategy or tf.distribute.get_strategy()
+    with strategy.scope():
+        model = keras.saving.load_model(model_path)
+    # another application's model failed in Keras ("Exception encountered when calling ...")
+    pair = (image_size, image_size, 2)
+    checks.require_model(
+        model, model_path,
+        lambda shapes, model: len(shapes) == 1 and checks.image_shape_matches(shapes[0], pair)
+        and checks.single_output_shape(model) == (None, NUM_CLASSES),
+        "a smallNORB model", "smallnorb",
+        f"stereo pairs [batch, {image_size}, {image_size}, 2] in, {NUM_CLASSES} class logits out",
+    )
     test_ds = make_dataset(load_split("test", data_dir, download), False, batch_size, image_size)
     if steps is not None:
         test_ds = test_ds.take(steps)
-    with strategy.scope():
-        model = keras.saving.load_model(model_path)
     loss, accuracy = model.evaluate(test_ds, verbose=0)
     return {"test_accuracy": float(accuracy), "test_loss": float(loss), "model": model_path}
 

@@ -527,8 +527,9 @@ def train(run_dir="runs/sort_of_clevr", steps=20000, batch_size=64, kb="symbolic
     Writes ``model.keras`` (EMA weights), ``history.png``, ``metrics.json``,
     ``attention.png`` and TensorBoard logs to ``run_dir``. Returns the metrics with
     the relational and non-relational validation accuracies. ``steps`` are spread over
-    ``epochs`` epochs (``steps // epochs`` each; with fewer steps than epochs, one
-    step in each of ``steps`` epochs); with ``strategy`` the model is built and
+    ``epochs`` epochs, and exactly ``steps`` are trained: ``steps // epochs`` each, one
+    more in each of the first ``steps % epochs`` epochs (with fewer steps than epochs,
+    one step in each of ``steps`` epochs); with ``strategy`` the model is built and
     compiled in its scope and ``batch_size`` is the global batch; ``callbacks`` run
     after the recipe's.
     """
@@ -536,6 +537,7 @@ def train(run_dir="runs/sort_of_clevr", steps=20000, batch_size=64, kb="symbolic
 
     from applications import distribute, fault_tolerance
     from applications.demo import plot_history, save_atomically
+    from applications.training import spread_steps
 
     steps = integer_at_least("steps", steps, 1)
     # fewer steps than epochs: one step per epoch, `steps` epochs (each of `epochs` epochs ran
@@ -548,11 +550,12 @@ def train(run_dir="runs/sort_of_clevr", steps=20000, batch_size=64, kb="symbolic
         model = clevr.compile_model(build_model(kb=kb, **(model_kwargs or {})), learning_rate)
     val = _validation_sets(validation_examples, seed, kb)
     val_all = validation_data(validation_examples, seed, kb, val)
+    # steps // epochs per epoch lost the remainder (20000 steps over 15 epochs trained 19995)
+    steps_per_epoch, epoch_steps = spread_steps(steps, epochs)
     history = model.fit(
         distribute.distribute_dataset_options(make_dataset(batch_size, seed, kb=kb)),
-        steps_per_epoch=steps // epochs, epochs=epochs,
-        validation_data=val_all, verbose=verbose, callbacks=[*clevr.recipe_callbacks(run_dir), *callbacks],
-        shuffle=False,
+        steps_per_epoch=steps_per_epoch, epochs=epochs, validation_data=val_all, verbose=verbose,
+        callbacks=[epoch_steps, *clevr.recipe_callbacks(run_dir), *callbacks], shuffle=False,
     )
     result = {
         f"{name}_accuracy": float(model.evaluate(*val[r], verbose=0, batch_size=256)[1])
@@ -628,7 +631,8 @@ def add_arguments(parser, command):
                             help="training steps of every epoch of a trial (default: %(default)s)")
     if command == "train":
         parser.add_argument("--steps", type=positive_int, default=20000,
-                            help="training steps in total, spread over --epochs (default: %(default)s)")
+                            help="training steps in total, spread over --epochs (the first epochs take one "
+                            "more step when they do not divide evenly) (default: %(default)s)")
         parser.add_argument("--coordinate-frequencies", type=non_negative_int, default=4,
                             help="symbolic KB: sin/cos frequencies per object coordinate, 0 for the raw "
                                  "coordinates (default: %(default)s)")

@@ -132,4 +132,37 @@ def run_callbacks(run_dir, checkpoint=True):
     return callbacks
 
 
-__all__ = ["mixup", "coordinate_grid", "pad_and_random_crop", "run_callbacks"]
+def spread_steps(steps, epochs):
+    """``(steps_per_epoch, callback)`` for a ``fit`` of ``epochs`` epochs that trains
+    ``steps`` steps in all (``steps >= epochs >= 1``).
+
+    The first ``steps % epochs`` epochs run ``steps // epochs + 1`` steps, the others
+    ``steps // epochs``: ``fit`` gets the larger count as ``steps_per_epoch`` and the
+    callback (put it first) ends each shorter epoch one step early. Its step counts
+    depend only on the epoch's number, so a resumed run trains the same counts.
+    """
+    per_epoch, longer = divmod(steps, epochs)
+    return per_epoch + (longer > 0), _EpochSteps(per_epoch, longer)
+
+
+class _EpochSteps(keras.callbacks.Callback):
+    """Ends epoch ``e`` after ``per_epoch + (e < longer)`` steps (see :func:`spread_steps`)."""
+
+    def __init__(self, per_epoch, longer):
+        super().__init__()
+        self.per_epoch, self.longer = per_epoch, longer
+        self._steps, self._ended = None, False
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._steps, self._ended = self.per_epoch + (epoch < self.longer), False
+
+    def on_train_batch_end(self, batch, logs=None):
+        if batch + 1 >= self._steps and not self.model.stop_training:
+            self.model.stop_training = self._ended = True  # fit's loop leaves this epoch
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self._ended:  # only this epoch ended: training goes on
+            self.model.stop_training = self._ended = False
+
+
+__all__ = ["mixup", "coordinate_grid", "pad_and_random_crop", "run_callbacks", "spread_steps"]

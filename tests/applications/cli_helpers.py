@@ -1,4 +1,5 @@
-"""Helpers for tests that run the command line in subprocesses (bounded in time)."""
+"""Helpers for tests that run the command line in subprocesses (bounded in time), and
+:class:`CrashAt`, the crash of an in-process training run that a resume test restarts."""
 
 import os
 import pathlib
@@ -7,6 +8,8 @@ import socket
 import subprocess
 import sys
 import time
+
+import keras
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -108,3 +111,19 @@ def free_ports(n):
     finally:
         for s in sockets:
             s.close()
+
+
+class CrashAt(keras.callbacks.Callback):
+    """Raises ``RuntimeError("crash (simulated)")`` after batch ``batch`` of epoch
+    ``epoch`` (after the callbacks before it in the list ran, e.g. a backup)."""
+
+    def __init__(self, epoch, batch=0):
+        super().__init__()
+        self.at, self._epoch = (epoch, batch), None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        if (self._epoch, batch) == self.at:
+            raise RuntimeError("crash (simulated)")

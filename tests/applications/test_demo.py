@@ -74,3 +74,43 @@ def test_too_few_examples_for_a_test_split_is_a_clear_error(tmp_path, capsys, li
         demo.make_datasets(np.zeros((3, 8, 8, 1), "float32"), np.zeros(3, "int32"), 4, test_fraction=0.9)
     train_ds, test_ds = demo.make_datasets(np.zeros((3, 8, 8, 1), "float32"), np.zeros(3, "int32"), 4)
     assert sum(len(y) for _, y in test_ds) == 1 and sum(len(y) for _, y in train_ds) == 2
+
+
+TINY = {"filters": 8, "primary_capsules": 2, "hidden_capsules": 4, "pose_size": 2, "n_iters": 2}
+
+
+def test_evaluate_uses_the_split_that_train_recorded(tmp_path, capsys):
+    # The split came from evaluate's --seed (default 0): a model trained with --seed 3
+    # was scored on digits it had trained on, and nothing recorded the training seed.
+    run_dir = tmp_path / "run"
+    trained = demo.train(str(run_dir), epochs=1, batch_size=16, seed=3, limit=60, verbose=0, model_options=TINY)
+    model = str(run_dir / "model.keras")
+    assert trained["split"] == {"seed": 3, "data_dir": None, "limit": 60, "test_fraction": 0.2}
+    assert json.loads((run_dir / "metrics.json").read_text())["split"]["seed"] == 3
+    evaluated = demo.evaluate(model)
+    assert evaluated["seed"] == 3 and evaluated["test_accuracy"] == pytest.approx(trained["test_accuracy"], abs=1e-6)
+    for options, wrong in ((["--seed", "0"], "--seed 0 (trained with 3)"), (["--limit", "50"], "--limit 50")):
+        assert cli.main(["evaluate", "--model", model, *options]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith(f"keras-capsules: error: {model} was trained on another"), err
+        assert wrong in err and "overlap the training digits" in err
+    # A run directory of an older version (no record): evaluated as before, with a note.
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    del metrics["split"]
+    (run_dir / "metrics.json").write_text(json.dumps(metrics))
+    assert cli.main(["evaluate", "--model", model, "--limit", "60"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["seed"] == 0
+    assert "records no train/test split" in captured.err and "overlaps training digits" in captured.err
+
+
+def test_evaluate_refuses_another_applications_model_in_one_clear_line(tmp_path, capsys):
+    # A music model failed with Keras' cryptic 'Exception encountered when calling Sequential.call().'
+    rolls = keras.Sequential([keras.Input((4, 88)), keras.layers.Dense(88)])
+    rolls.compile("adam", "binary_crossentropy", metrics=["accuracy"])  # as train saves it
+    rolls.save(tmp_path / "music.keras")
+    assert cli.main(["evaluate", "demo", "--model", str(tmp_path / "music.keras")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert f"error: {tmp_path / 'music.keras'} is not a demo model for these digits (images [batch, 8, 8, 1]" in err
+    assert "it takes inputs of shape [(None, 4, 88)]" in err and "`keras-capsules train demo`" in err

@@ -137,21 +137,6 @@ def test_ctrl_c_is_one_line_that_says_how_to_resume_and_keeps_the_backup(tmp_pat
     assert json.loads((run_dir / "backup" / "training_metadata.json").read_text())["epoch"] == 1
 
 
-class _CrashAt(keras.callbacks.Callback):
-    """Raises after batch ``batch`` of epoch ``epoch`` (after the callbacks before it ran)."""
-
-    def __init__(self, epoch, batch):
-        super().__init__()
-        self.at, self._epoch = (epoch, batch), None
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self._epoch = epoch
-
-    def on_train_batch_end(self, batch, logs=None):
-        if (self._epoch, batch) == self.at:
-            raise RuntimeError("crash (simulated)")
-
-
 def _dense_fit(backup_dir, epochs=4, crash_at=None, model=None, save_freq=1, initial_epoch=0):
     rng = np.random.default_rng(0)
     x, y = rng.normal(size=(32, 3)).astype("float32"), rng.normal(size=(32, 1)).astype("float32")
@@ -159,7 +144,7 @@ def _dense_fit(backup_dir, epochs=4, crash_at=None, model=None, save_freq=1, ini
         model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
         model.compile("sgd", "mse")
     backup = fault_tolerance.AtomicBackupAndRestore(str(backup_dir), save_freq=save_freq)
-    callbacks = [backup] + ([_CrashAt(*crash_at)] if crash_at else [])
+    callbacks = [backup] + ([cli_helpers.CrashAt(*crash_at)] if crash_at else [])
     history = model.fit(x, y, batch_size=8, epochs=epochs, verbose=0, callbacks=callbacks,
                         initial_epoch=initial_epoch)
     return model, backup, history
@@ -220,3 +205,70 @@ def test_atomic_write_syncs_the_file_then_its_directory(tmp_path, monkeypatch):
     fault_tolerance.write_json_atomically({"a": 1}, tmp_path / "x.json")
     assert synced == [False, True]
     assert json.loads((tmp_path / "x.json").read_text()) == {"a": 1}
+
+
+def _dead_pid():
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_a_write_removes_the_temporaries_that_dead_writers_left_for_the_same_file(tmp_path):
+    # A process killed mid-write left its hidden .tmp- file for ever: they piled up.
+    import socket
+
+    dead, live, host = _dead_pid(), os.getppid(), socket.gethostname()
+    removed = [f".tmp-{dead}-m.json", f".tmp-{dead}@{host}-m.json"]
+    kept = [f".tmp-{live}@{host}-m.json",  # a live writer's
+            f".tmp-{dead}@another-host-m.json",  # a process of another host (shared disk)
+            f".tmp-{dead}@{host}-other.json",  # another target's
+            f".tmp-{dead}@{host}-x-m.json.bak",  # not a temporary of m.json
+            "notes-m.json"]
+    for name in removed + kept:
+        (tmp_path / name).write_text("{")
+    fault_tolerance.write_json_atomically({"a": 1}, tmp_path / "m.json")
+    assert sorted(os.listdir(tmp_path)) == sorted(kept + ["m.json"])
+    assert json.loads((tmp_path / "m.json").read_text()) == {"a": 1}
+
+
+def test_a_backup_beyond_the_asked_epochs_is_refused_and_kept(tmp_path):
+    # Keras' BackupAndRestore trained nothing and deleted a backup of 3 epochs when
+    # fit asked for 2 (or 3): rerunning with a smaller --epochs lost the run.
+    metadata = tmp_path / "backup" / "training_metadata.json"
+    with pytest.raises(RuntimeError, match="simulated"):
+        _dense_fit(tmp_path / "backup", epochs=5, crash_at=(3, 1), save_freq="epoch")
+    saved = (tmp_path / "backup" / "latest.weights.h5").read_bytes()
+    with pytest.raises(fault_tolerance.BackupAheadError, match="already reached epoch 3 .*--epochs 3"):
+        _dense_fit(tmp_path / "backup", epochs=2, save_freq="epoch")
+    assert json.loads(metadata.read_text())["epoch"] == 3
+    assert (tmp_path / "backup" / "latest.weights.h5").read_bytes() == saved
+    # All the epochs asked for are in the backup (a crash after the last one): the
+    # weights are restored, nothing is trained, and the backup stays to go further.
+    model, backup, history = _dense_fit(tmp_path / "backup", epochs=3, save_freq="epoch")
+    assert backup.restored_epoch == 3 and history.epoch == [] and metadata.exists()
+    _, backup, history = _dense_fit(tmp_path / "backup", epochs=4, save_freq="epoch")
+    assert backup.restored_epoch == 3 and history.epoch == [3]
+    assert not (tmp_path / "backup").exists()
+
+
+def test_train_with_fewer_epochs_than_the_backup_is_a_usage_error(tmp_path, capsys):
+    from applications import __main__ as cli
+
+    run_dir = tmp_path / "run"
+    options = {"filters": 8, "primary_capsules": 2, "hidden_capsules": 4, "pose_size": 2, "n_iters": 2}  # TINY_MODEL
+    with pytest.raises(RuntimeError, match="simulated"):
+        demo.train(str(run_dir), epochs=4, batch_size=16, limit=40, verbose=0, model_options=options,
+                   callbacks=[cli_helpers.CrashAt(2, 0)])
+    backup = run_dir / "backup" / "training_metadata.json"
+    assert json.loads(backup.read_text())["epoch"] == 2
+    history = (run_dir / "history.csv").read_text()
+    code = cli.main(["train", "--epochs", "1", "--limit", "40", "--batch-size", "16", "--run-dir", str(run_dir),
+                     "--quiet", *cli_helpers.TINY_MODEL])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"keras-capsules: error: the run in {run_dir} already reached epoch 2"), err
+    assert "--epochs 2" in err
+    assert json.loads(backup.read_text())["epoch"] == 2 and (run_dir / "history.csv").read_text() == history

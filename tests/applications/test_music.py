@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from applications import music
+from tests.applications.cli_helpers import CrashAt
 from tests.conftest import shared_path
 
 DATA = shared_path("data", "jsb_chorales", "jsb_chorales.json")
@@ -722,3 +723,69 @@ def test_load_rolls_refuses_a_non_positive_limit():
             music.load_rolls(DATA, limit=bad)
     rolls, _ = music.load_rolls(DATA, limit=2)
     assert [len(rolls[s]) for s in music.SPLITS] == [2, 2, 2]
+
+
+def _small_run(run_dir, **kwargs):
+    options = dict(epochs=1, batch_size=4, window=2, limit=2, sample_steps=0, verbose=0, units=(4,))
+    options.update(kwargs)
+    return music.train(DATA, run_dir=str(run_dir), **options)
+
+
+def test_a_resumed_run_keeps_the_best_epoch_from_before_the_crash(tmp_path, monkeypatch):
+    # The best validation loss was tracked in memory only: after a crash and a resume
+    # the model saved as the best was the best of the epochs after the crash.
+    from applications import fault_tolerance
+
+    scripted, weights = [3.0, 1.0, 2.0, 2.5], {}  # validation losses: epoch 1 is the best
+
+    class ScriptedValidation(keras.callbacks.Callback):  # stands in for TensorBoard, first in the list
+        def __init__(self, *args, **kwargs):
+            super().__init__()
+
+        def on_epoch_end(self, epoch, logs=None):
+            logs["val_loss"] = scripted[epoch]
+            weights[epoch] = self.model.get_weights()
+
+    monkeypatch.setattr(keras.callbacks, "TensorBoard", ScriptedValidation)
+    run_dir = tmp_path / "run"
+    with pytest.raises(RuntimeError, match="simulated"):
+        _small_run(run_dir, epochs=4, callbacks=[*fault_tolerance.resumable_callbacks(str(run_dir)), CrashAt(2)])
+    assert sorted(weights) == [0, 1]
+    result = _small_run(run_dir, epochs=4, callbacks=fault_tolerance.resumable_callbacks(str(run_dir)))
+    saved = keras.saving.load_model(run_dir / "model.keras").get_weights()
+    for got, want in zip(saved, weights[1], strict=True):  # epoch 1's, not epoch 2's
+        np.testing.assert_array_equal(got, want)
+    assert sorted(weights) == [0, 1, 2, 3] and result["epochs_run"] == 4  # was 2: the epochs after the resume
+    assert fault_tolerance.read_history_csv(run_dir / "history.csv")[1] == [0, 1, 2, 3]
+    assert not (run_dir / "backup").exists() and not (run_dir / "members.json").exists()
+
+
+def test_a_resumed_ensemble_loads_the_members_that_had_finished(tmp_path):
+    # A rerun after a crash in member 1 trained member 0 again from scratch.
+    from applications import fault_tolerance
+
+    run_dir, trained = tmp_path / "run", []
+
+    def member_callbacks(crash):
+        def make(member):
+            trained.append(member)
+            folder = run_dir / f"member_{member}" if member else run_dir
+            folder.mkdir(parents=True, exist_ok=True)
+            return [*fault_tolerance.resumable_callbacks(str(folder)), *([CrashAt(1)] if crash and member else [])]
+
+        return make
+
+    with pytest.raises(RuntimeError, match="simulated"):
+        _small_run(run_dir, epochs=2, ensemble=2, callbacks=member_callbacks(crash=True))
+    first = (run_dir / "model.keras").read_bytes()
+    assert trained == [0, 1]
+    result = _small_run(run_dir, epochs=2, ensemble=2, callbacks=member_callbacks(crash=False))
+    assert trained == [0, 1, 1], "member 0 was trained again"
+    assert (run_dir / "model.keras").read_bytes() == first and result["epochs_run"] == [2, 2]
+    rolls, _ = music.load_rolls(DATA, limit=2)
+    members = [keras.saving.load_model(run_dir / name) for name in ("model.keras", "model_1.keras")]
+    assert music.nll_per_step(members, rolls["test"]) == pytest.approx(result["test_nll_per_step"], rel=1e-5)
+    assert not (run_dir / "members.json").exists()
+    # Another configuration does not reuse the members of an interrupted run.
+    (run_dir / "members.json").write_text(json.dumps({"config": {"seed": 99}, "finished": {"0": 2}}))
+    assert music._finished_members({"path": str(run_dir / "members.json"), "config": {"seed": 0}}) == {}

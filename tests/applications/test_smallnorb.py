@@ -193,3 +193,24 @@ def test_module_entry_point_refuses_non_positive_epochs(epochs, capsys):
         smallnorb.main(["--epochs", epochs])
     assert exit_info.value.code == 2
     assert "expected a positive integer" in capsys.readouterr().err
+
+
+def test_evaluate_refuses_another_applications_model_in_one_clear_line(tmp_path):
+    # The demo's model failed with Keras' cryptic 'Exception encountered when calling Sequential.call().'
+    from applications.errors import CommandLineError
+
+    digits = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Flatten(), keras.layers.Dense(10)])
+    digits.compile("adam", "sparse_categorical_crossentropy", metrics=["accuracy"])  # as train saves it
+    digits.save(tmp_path / "demo.keras")
+    ours = smallnorb.compile_model(smallnorb.build_model(**TINY), total_steps=10)
+    ours.save(tmp_path / "smallnorb.keras")
+    with tfds.testing.mock_data(num_examples=4):
+        with pytest.raises(CommandLineError) as error:
+            smallnorb.evaluate(str(tmp_path / "demo.keras"), data_dir=str(tmp_path / "tfds"), image_size=24)
+        message = str(error.value)
+        assert "\n" not in message and message.startswith(f"{tmp_path / 'demo.keras'} is not a smallNORB model")
+        assert "stereo pairs [batch, 24, 24, 2] in, 5 class logits out" in message
+        assert "it takes inputs of shape [(None, 8, 8, 1)]" in message
+        result = smallnorb.evaluate(str(tmp_path / "smallnorb.keras"), data_dir=str(tmp_path / "tfds"),
+                                    batch_size=2, image_size=24, steps=1)
+    assert 0.0 <= result["test_accuracy"] <= 1.0

@@ -318,3 +318,28 @@ def test_train_runs_no_more_steps_than_asked(tmp_path, monkeypatch):
     assert runs == [3, 1, 20]
     with pytest.raises(ValueError, match="Received: steps=0"):
         soc.train(str(tmp_path / "bad"), steps=0, model_kwargs=tiny, verbose=0)
+
+
+def test_train_runs_exactly_the_steps_asked_when_epochs_do_not_divide_them(tmp_path, monkeypatch):
+    # steps // epochs steps per epoch: 7 steps over 3 epochs trained 6 (the CLI's
+    # default, 20000 over 15 epochs, trained 19995).
+    from applications import demo
+
+    monkeypatch.setattr(keras.Model, "evaluate",  # also fit's validation (a dict)
+                        lambda *args, return_dict=False, **kwargs: {"loss": 1.0} if return_dict else [1.0, 0.5])
+    for module, name in ((demo, "save_atomically"), (demo, "plot_history"), (soc, "plot_example_attention")):
+        monkeypatch.setattr(module, name, lambda *args, **kwargs: None)
+    class CountSteps(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            counts.append(0)
+
+        def on_train_batch_end(self, batch, logs=None):
+            counts[-1] += 1
+
+    counts = []
+    result = soc.train(str(tmp_path / "run"), steps=7, epochs=3, batch_size=4, validation_examples=2, verbose=0,
+                       model_kwargs={"units": 4, "embedding_dim": 2, "max_steps": 1}, callbacks=[CountSteps()])
+    assert counts == [3, 2, 2] and result["steps"] == 7
+    from applications.training import spread_steps
+
+    assert spread_steps(20000, 15)[0] == 1334 and spread_steps(20, 10)[0] == 2
