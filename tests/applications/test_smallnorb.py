@@ -214,3 +214,39 @@ def test_evaluate_refuses_another_applications_model_in_one_clear_line(tmp_path)
         result = smallnorb.evaluate(str(tmp_path / "smallnorb.keras"), data_dir=str(tmp_path / "tfds"),
                                     batch_size=2, image_size=24, steps=1)
     assert 0.0 <= result["test_accuracy"] <= 1.0
+
+
+def test_a_rerun_that_finishes_from_a_backup_of_every_epoch_still_reports_the_test_accuracy(tmp_path, monkeypatch):
+    # A crash after the last epoch's backup (here: in a callback's on_epoch_end) leaves a
+    # backup of all the epochs; the rerun trains nothing and writes the outputs from it,
+    # but its metrics.json lacked test_accuracy (read from this fit's empty history).
+    import json
+
+    import tensorflow as tf
+
+    from applications import __main__ as cli
+    from applications import fault_tolerance
+
+    class CrashAfterLastEpoch(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            raise RuntimeError("crash (simulated)")
+
+    run = tmp_path / "run"
+    args = cli._defaults(cli.build_parser("smallnorb").parse_args(
+        ["train", "smallnorb", "--run-dir", str(run), "--epochs", "1", "--batch-size", "2", "--image-size", "24",
+         "--steps-per-epoch", "1", "--validation-steps", "1", "--channels", "8", "--parts", "8", "--quiet",
+         "--data-dir", str(tmp_path / "tfds")]))
+    make = fault_tolerance.resumable_callbacks
+    monkeypatch.setattr(fault_tolerance, "resumable_callbacks",
+                        lambda *a, **kw: [*make(*a, **kw), CrashAfterLastEpoch()])
+    monkeypatch.setattr(smallnorb, "_require_data", lambda data_dir: None)
+    with tfds.testing.mock_data(num_examples=4):
+        with pytest.raises(RuntimeError, match="simulated"):
+            smallnorb.run_train(args, tf.distribute.get_strategy())
+        assert fault_tolerance.backup_epoch(str(run / "backup")) == 1
+        monkeypatch.setattr(fault_tolerance, "resumable_callbacks", make)
+        result = smallnorb.run_train(args, tf.distribute.get_strategy())
+    assert result["resumed_from_epoch"] == 1
+    logged = fault_tolerance.read_history_csv(str(run / "history.csv"))[0]
+    assert result["test_accuracy"] == pytest.approx(logged["val_accuracy"][-1])
+    assert json.loads((run / "metrics.json").read_text())["test_accuracy"] == result["test_accuracy"]
