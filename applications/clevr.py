@@ -666,7 +666,7 @@ def train(cache_dir, run_dir="runs/clevr", data_dir=None, epochs=25, batch_size=
     """
     import tensorflow as tf
 
-    from applications import distribute
+    from applications import distribute, fault_tolerance
     from applications.demo import plot_history, save_atomically
     from applications.fault_tolerance import write_json_atomically
 
@@ -682,14 +682,15 @@ def train(cache_dir, run_dir="runs/clevr", data_dir=None, epochs=25, batch_size=
             len(data["vocabulary"]), len(data["classes"]), feature_shape(data), **(model_kwargs or {})
         )
         compile_model(model, learning_rate)
+    callbacks = [*recipe_callbacks(run_dir), *callbacks]
     history = model.fit(distribute.distribute_dataset_options(train_ds), validation_data=val_ds, epochs=epochs,
-                        verbose=verbose, callbacks=[*recipe_callbacks(run_dir), *callbacks], shuffle=False)
+                        verbose=verbose, callbacks=callbacks, shuffle=False)
     loss, accuracy = model.evaluate(val_ds, verbose=0)  # EMA weights (see module doc)
     paths = {k: os.path.join(run_dir, f) for k, f in
              (("model", "model.keras"), ("plot", "history.png"), ("metrics", "metrics.json"),
               ("logs", "logs"))}
     save_atomically(model, paths["model"])
-    plot_history(history.history, paths["plot"])
+    plot_history(fault_tolerance.logged_history(history, callbacks)[0], paths["plot"])
     result = {"validation_accuracy": float(accuracy), "validation_loss": float(loss),
               "parameters": int(model.count_params()), "epochs": epochs, **paths}
     write_json_atomically(result, paths["metrics"])

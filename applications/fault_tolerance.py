@@ -22,6 +22,7 @@
   later run with a larger ``--epochs`` continues from it).
 * ``history.csv`` (a ``CSVLogger`` in append mode) keeps one row per finished epoch
   across restarts; a fresh run (no backup) starts it again when its training begins.
+  :func:`logged_history` reads it back for the run's plots and summaries.
 * :class:`KeepBestWeights` keeps the weights of the best epoch (lowest validation
   loss) and, given the backup folder, persists them beside the backup so that a
   resumed run still knows the best epoch from before the crash.
@@ -357,6 +358,22 @@ def read_history_csv(path):
             for key, value in row.items():
                 history.setdefault(key, []).append(float(value) if value not in ("", None) else float("nan"))
     return history, epochs
+
+
+def logged_history(history, callbacks):
+    """Every epoch's metrics of a run: ``(metrics, csv_path)``.
+
+    With a ``CSVLogger`` among ``callbacks`` (that of :func:`resumable_callbacks`) whose
+    file holds rows, its log: it spans the epochs before a resume too, and a rerun that
+    only finishes a run from its backup (and so trains nothing) still has them. Else
+    ``history.history`` (the epochs of this ``fit``) and None.
+    """
+    for callback in callbacks or ():
+        if isinstance(callback, keras.callbacks.CSVLogger):
+            logged, _ = read_history_csv(callback.filename)
+            if logged:
+                return logged, callback.filename
+    return history.history, None
 
 
 class HangForTest(keras.callbacks.Callback):

@@ -837,7 +837,7 @@ def train(
         shuffle=False,
     )
     save_atomically(model, paths["model"])
-    plot_history(history.history, paths["plot"], accuracy="digit_accuracy")
+    plot_history(fault_tolerance.logged_history(history, callbacks)[0], paths["plot"], accuracy="digit_accuracy")
     paths["predictions_plot"] = plot_predictions(model, test_data["frames"], os.path.join(run_dir, "predictions.png"),
                                                  test_data["labels"])
     result = {

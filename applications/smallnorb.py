@@ -501,11 +501,10 @@ def run_train(args, strategy):
     }
     fault_tolerance.save_model_atomically(model, paths["model"])
     # Curves of every epoch, also those before a resume (the CSV log spans them all).
-    every_epoch = fault_tolerance.read_history_csv(paths["history"])[0]
-    plot_history(every_epoch, paths["plot"])
     # A rerun that finishes a run from a backup of all its epochs trains nothing, so
-    # this fit's history is empty: the last epoch's figures are then the log's.
-    logs = history.history if history.history.get("val_accuracy") else every_epoch
+    # this fit's history is empty: the figures are the log's (every epoch of the run).
+    logs = fault_tolerance.logged_history(history, resumable)[0]
+    plot_history(logs, paths["plot"])
     result = {
         "test_accuracy": float(logs["val_accuracy"][-1]) if logs.get("val_accuracy") else None,
         "test_loss": float(logs["val_loss"][-1]) if logs.get("val_loss") else None,

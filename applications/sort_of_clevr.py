@@ -565,7 +565,7 @@ def train(run_dir="runs/sort_of_clevr", steps=20000, batch_size=64, kb="symbolic
         ("model", "model.keras"), ("plot", "history.png"), ("metrics", "metrics.json"),
         ("attention", "attention.png"))}
     save_atomically(model, paths["model"])
-    plot_history(history.history, paths["plot"])
+    plot_history(fault_tolerance.logged_history(history, callbacks)[0], paths["plot"])
     plot_example_attention(model, val[1][0], paths["attention"])
     result.update(parameters=int(model.count_params()), steps=steps, **paths)
     fault_tolerance.write_json_atomically(result, paths["metrics"])

@@ -718,7 +718,7 @@ def train(
     """
     import tensorflow as tf
 
-    from applications import distribute
+    from applications import distribute, fault_tolerance
     from applications.demo import plot_history, save_atomically
     from applications.fault_tolerance import write_json_atomically
     from applications.training import run_callbacks
@@ -767,7 +767,7 @@ def train(
         "logs": str(run_dir / "logs"),
     }
     save_atomically(model, paths["model"])
-    plot_history(history.history, paths["plot"])
+    plot_history(fault_tolerance.logged_history(history, callbacks)[0], paths["plot"])
     result = {
         "task": f"SST-{granularity}/R",
         "preset": str(encoder.name if isinstance(encoder, Encoder) else preset),

@@ -651,11 +651,10 @@ def train(
         callbacks=[*callbacks, keras.callbacks.TensorBoard(paths["logs"])], shuffle=False,
     )
     save_atomically(model, paths["model"])
-    csv_path = os.path.join(run_dir, fault_tolerance.HISTORY_CSV)
-    logged, _ = fault_tolerance.read_history_csv(csv_path)
-    if logged:
+    logged, csv_path = fault_tolerance.logged_history(history, callbacks)
+    if csv_path:
         paths["history"] = csv_path
-    plot_history(logged or history.history, paths["plot"], accuracy="digit_accuracy")
+    plot_history(logged, paths["plot"], accuracy="digit_accuracy")
     paths["segmentation_plot"] = plot_segmentation(
         model, test_data["images"], os.path.join(run_dir, "segmentation.png"), test_data["segmentation"]
     )

@@ -106,7 +106,7 @@ def train(
     """
     import tensorflow as tf
 
-    from applications import distribute
+    from applications import distribute, fault_tolerance
     from applications.fault_tolerance import atomic_write, write_json_atomically
 
     # Refuse bad model options before minutes of data preparation, not after.
@@ -150,7 +150,7 @@ def train(
     }
     save_atomically(model, paths["model"])
     atomic_write(paths["vocabulary"], lambda tmp: data_lib.save_vocabulary(data["vocabulary"], tmp))
-    plot_history(history.history, paths["plot"])
+    plot_history(fault_tolerance.logged_history(history, callbacks)[0], paths["plot"])
     result = {
         "dataset": dataset,
         "epochs_run": len(history.history.get("loss", [])),

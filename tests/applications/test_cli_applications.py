@@ -108,6 +108,39 @@ def test_tiny_train_then_evaluate(name, tmp_path, capsys):
     assert os.path.isfile(metrics["model"])
 
 
+@pytest.mark.parametrize("name", RUNNABLE)
+def test_a_rerun_that_finishes_from_the_backup_plots_every_epoch_of_the_run(name, tmp_path, capsys, monkeypatch):
+    # A crash after the last epoch's backup: the rerun trains nothing and writes the
+    # outputs from the backup. Most applications drew history.png from that fit's
+    # history, which is empty (and after a resume holds only the epochs after it).
+    import keras
+
+    from applications import demo, fault_tolerance
+    from applications.text_classification import recipe
+
+    class CrashAfterEpoch(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            raise RuntimeError("crash (simulated)")
+
+    make = fault_tolerance.resumable_callbacks
+    monkeypatch.setattr(fault_tolerance, "resumable_callbacks", lambda *a, **kw: [*make(*a, **kw), CrashAfterEpoch()])
+    run_dir = tmp_path / "run"
+    argv = ["train", name, *TINY[name], "--epochs", "1", "--quiet", "--run-dir", str(run_dir)]
+    with pytest.raises(RuntimeError, match="simulated"):
+        cli.main(argv)
+    monkeypatch.setattr(fault_tolerance, "resumable_callbacks", make)
+    plotted = []
+
+    def plot_history(history, path, **kwargs):
+        plotted.append(len(history.get("loss", [])))
+
+    monkeypatch.setattr(demo, "plot_history", plot_history)
+    monkeypatch.setattr(recipe, "plot_history", plot_history)
+    capsys.readouterr()
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    assert plotted[:1] == [1]  # the run's one epoch, from history.csv
+
+
 def test_smallnorb_unprepared_is_the_friendly_tfds_error(tmp_path, capsys):
     assert cli.main(["train", "smallnorb", "--data-dir", str(tmp_path), "--quiet"]) == 2
     err = capsys.readouterr().err

@@ -272,3 +272,18 @@ def test_train_with_fewer_epochs_than_the_backup_is_a_usage_error(tmp_path, caps
     assert err.startswith(f"keras-capsules: error: the run in {run_dir} already reached epoch 2"), err
     assert "--epochs 2" in err
     assert json.loads(backup.read_text())["epoch"] == 2 and (run_dir / "history.csv").read_text() == history
+
+
+def test_logged_history_reads_the_run_log_only_when_a_csv_logger_wrote_it(tmp_path):
+    import types
+
+    history = types.SimpleNamespace(history={"loss": [0.5]})
+    (tmp_path / "history.csv").write_text("epoch,loss\n0,0.9\n1,0.7\n")
+    logger = keras.callbacks.CSVLogger(str(tmp_path / "history.csv"), append=True)
+    logged, path = fault_tolerance.logged_history(history, [keras.callbacks.TerminateOnNaN(), logger])
+    assert logged == {"loss": [0.9, 0.7]} and path == str(tmp_path / "history.csv")
+    # no logger among the callbacks: a file left by another run is not this run's log
+    assert fault_tolerance.logged_history(history, [keras.callbacks.TerminateOnNaN()]) == ({"loss": [0.5]}, None)
+    assert fault_tolerance.logged_history(history, None) == ({"loss": [0.5]}, None)
+    empty = keras.callbacks.CSVLogger(str(tmp_path / "empty.csv"))
+    assert fault_tolerance.logged_history(history, [empty]) == ({"loss": [0.5]}, None)
