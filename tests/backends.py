@@ -112,8 +112,20 @@ def require_float64():
     JAX computes in float64 only with ``jax_enable_x64`` (off by default, and Keras
     leaves it off): a float64 request silently gives float32 there.
     """
-    if BACKEND == "jax":
-        import jax
+    if not has_float64():
+        pytest.skip("float64 needs jax_enable_x64 on JAX (off by default; set JAX_ENABLE_X64=1)")
 
-        if not jax.config.jax_enable_x64:
-            pytest.skip("float64 needs jax_enable_x64 on JAX (off by default; set JAX_ENABLE_X64=1)")
+
+def has_float64():
+    return BACKEND != "jax" or __import__("jax").config.jax_enable_x64
+
+
+def precise():
+    """The most precise float dtype of the backend, and tolerances against float64 numpy.
+
+    ``("float64", {rtol: 1e-10, atol: 1e-12})``, or float32 with float32 tolerances
+    where float64 is missing (JAX without x64), so the comparison still runs there.
+    """
+    if has_float64():
+        return "float64", dict(rtol=1e-10, atol=1e-12)
+    return "float32", dict(rtol=1e-4, atol=1e-5)
