@@ -2,7 +2,8 @@
 
 Two logical CPU devices are configured before TensorFlow initialises its runtime, so
 that ``tf.distribute.MirroredStrategy`` can run a real two-replica step on a machine
-with one physical CPU.
+with one physical CPU. The backend is TensorFlow unless ``KERAS_BACKEND`` says otherwise
+(``KERAS_BACKEND=jax`` runs the library's tests on JAX; see ``tests/backends.py``).
 """
 
 import os
@@ -17,15 +18,17 @@ import pathlib  # noqa: E402
 import keras_capsules  # noqa: E402,F401
 import keras  # noqa: E402
 import pytest  # noqa: E402
-import tensorflow as tf  # noqa: E402
 
-_cpus = tf.config.list_physical_devices("CPU")
-try:
-    tf.config.set_logical_device_configuration(
-        _cpus[0], [tf.config.LogicalDeviceConfiguration()] * 2
-    )
-except RuntimeError:  # the runtime was initialised already (e.g. by a plugin)
-    pass
+if keras.backend.backend() == "tensorflow":  # KERAS_BACKEND=jax runs the tests on JAX
+    import tensorflow as tf
+
+    _cpus = tf.config.list_physical_devices("CPU")
+    try:
+        tf.config.set_logical_device_configuration(
+            _cpus[0], [tf.config.LogicalDeviceConfiguration()] * 2
+        )
+    except RuntimeError:  # the runtime was initialised already (e.g. by a plugin)
+        pass
 
 def _find_shared():
     """``shared/`` beside the checkout (or beside a parent, e.g. from a git worktree)."""

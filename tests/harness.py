@@ -9,19 +9,28 @@ inputs and checks, in order:
   gradient of a random-cotangent loss over all outputs;
 * ``saving``: a functional model using the layer saves to ``.keras`` and loads back
   with identical outputs;
-* ``jit``: a ``tf.function(jit_compile=True)`` call matches eager;
+* ``jit``: a call compiled with XLA (``tf.function(jit_compile=True)``, ``jax.jit``)
+  matches eager;
 * ``mixed_precision``: under ``mixed_float16`` and ``mixed_bfloat16`` the weights stay
   float32, outputs and weight gradients are finite;
 * ``distributed``: one ``model.fit`` step under ``tf.distribute.MirroredStrategy`` over
-  two logical CPU devices updates the weights to finite values.
+  two logical CPU devices updates the weights to finite values. TensorFlow only: on
+  another backend one ``model.fit`` step of that backend's trainer runs instead, and
+  the test is then skipped with a reason that says so (the other checks have passed).
+
+The checks run on the backend ``KERAS_BACKEND`` selects (``tests/backends.py``).
 
 A layer's own test file states what is particular to it (reference data, masks, bad
 input) and calls this once.
 """
 
+import contextlib
+
 import numpy as np
 import keras
-import tensorflow as tf
+import pytest
+
+from tests.backends import BACKEND, compiled, tensor, tensorflow_only, value_and_grads
 
 ALL_CHECKS = ("config", "gradients", "saving", "jit", "mixed_precision", "distributed")
 
@@ -31,13 +40,8 @@ def _as_structure(inputs):
     return keras.tree.map_structure(np.asarray, inputs)
 
 
-def _to_tensors(inputs, dtype=None):
-    def convert(x):
-        if dtype is not None and np.issubdtype(x.dtype, np.floating):
-            return tf.constant(x, dtype=dtype)
-        return tf.constant(x)
-
-    return keras.tree.map_structure(convert, inputs)
+def _to_tensors(inputs):
+    return keras.tree.map_structure(tensor, inputs)
 
 
 def _symbolic_inputs(inputs):
@@ -53,41 +57,45 @@ def _flat_outputs(outputs):
     return [keras.ops.convert_to_numpy(o) for o in keras.tree.flatten(outputs)]
 
 
-def _dense(value):
-    """Gradients may be sparse (``tf.IndexedSlices`` from embedding lookups)."""
-    if isinstance(value, tf.IndexedSlices):
-        return tf.convert_to_tensor(value)
-    return value
-
-
 def _assert_all_finite(arrays, what):
     for k, a in enumerate(arrays):
-        a = np.asarray(_dense(a), dtype=np.float64)
+        a = np.asarray(a, dtype=np.float64)
         assert np.all(np.isfinite(a)), f"{what} #{k} is not finite: {a}"
 
 
 def _random_cotangents(outputs, seed=0):
     rng = np.random.default_rng(seed)
     return [
-        tf.constant(rng.standard_normal(o.shape), dtype=o.dtype)
-        for o in keras.tree.flatten(outputs)
+        tensor(rng.standard_normal(o.shape).astype("float32")) for o in keras.tree.flatten(outputs)
     ]
+
+
+def _is_float(t):
+    return "float" in keras.backend.standardize_dtype(t.dtype)
 
 
 def _loss_and_grads(layer, tensors, call_kwargs, seed=0):
     """Random-cotangent loss over every output; gradients for weights and float inputs."""
-    float_inputs = [t for t in keras.tree.flatten(tensors) if t.dtype.is_floating]
-    with tf.GradientTape(persistent=True) as tape:
-        tape.watch(float_inputs)
-        outputs = layer(tensors, **call_kwargs)
-        flat = keras.tree.flatten(outputs)
+    flat_inputs = keras.tree.flatten(tensors)
+    float_at = [k for k, t in enumerate(flat_inputs) if _is_float(t)]
+    if not layer.built:  # the weights must exist before a JAX gradient is taken
+        layer(tensors, **call_kwargs)
+
+    def loss_fn(*float_inputs):
+        leaves = list(flat_inputs)
+        for k, t in zip(float_at, float_inputs):
+            leaves[k] = t
+        outputs = layer(keras.tree.pack_sequence_as(tensors, leaves), **call_kwargs)
         cots = _random_cotangents(outputs, seed)
-        loss = tf.add_n(
-            [tf.reduce_sum(tf.cast(o, "float32") * tf.cast(c, "float32")) for o, c in zip(flat, cots)]
+        loss = sum(
+            keras.ops.sum(keras.ops.cast(o, "float32") * c)
+            for o, c in zip(keras.tree.flatten(outputs), cots)
         )
-    weight_grads = tape.gradient(loss, layer.trainable_weights)
-    input_grads = tape.gradient(loss, float_inputs)
-    del tape
+        return loss, outputs
+
+    (_, outputs), input_grads, weight_grads = value_and_grads(
+        loss_fn, [flat_inputs[k] for k in float_at], layer.trainable_weights, has_aux=True
+    )
     return outputs, weight_grads, input_grads
 
 
@@ -150,11 +158,7 @@ def check_jit(layer_cls, init_kwargs, inputs, call_kwargs, atol, rtol):
     tensors = _to_tensors(inputs)
     eager = _flat_outputs(layer(tensors, **call_kwargs))
 
-    @tf.function(jit_compile=True)
-    def compiled(t):
-        return layer(t, **call_kwargs)
-
-    jitted = _flat_outputs(compiled(tensors))
+    jitted = _flat_outputs(compiled(lambda t: layer(t, **call_kwargs))(tensors))
     for e, g in zip(eager, jitted):
         np.testing.assert_allclose(g, e, atol=atol, rtol=rtol, err_msg="XLA vs eager")
 
@@ -180,7 +184,11 @@ def two_cpu_strategy():
 
     TensorFlow's collective ops key their instances per process; several strategies
     created one after another in one process collide, so every test uses this one.
+    On another backend the calling test is skipped (``tf.distribute`` is TensorFlow's).
     """
+    tensorflow_only("tf.distribute.MirroredStrategy over two logical CPU devices")
+    import tensorflow as tf
+
     if not _STRATEGY:
         devices = [d.name for d in tf.config.list_logical_devices("CPU")][:2]
         assert len(devices) == 2, "conftest.py must configure two logical CPU devices"
@@ -189,10 +197,22 @@ def two_cpu_strategy():
 
 
 def check_distributed(layer_cls, init_kwargs, inputs, call_kwargs):
+    """The MirroredStrategy step; on another backend, one step of its own trainer, then
+    a skip that says the TensorFlow-only part did not run."""
+    if BACKEND != "tensorflow":
+        _check_fit_step(layer_cls, init_kwargs, inputs, call_kwargs, contextlib.nullcontext())
+        pytest.skip(
+            f"TensorFlow-only: tf.distribute.MirroredStrategy step (backend is {BACKEND}); "
+            "every other check passed, and one model.fit step of this backend's trainer did"
+        )
     strategy = two_cpu_strategy()
     assert strategy.num_replicas_in_sync == 2
+    _check_fit_step(layer_cls, init_kwargs, inputs, call_kwargs, strategy.scope())
+
+
+def _check_fit_step(layer_cls, init_kwargs, inputs, call_kwargs, scope):
     batch = len(keras.tree.flatten(inputs)[0])
-    with strategy.scope():
+    with scope:
         sym = _symbolic_inputs(inputs)
         layer = layer_cls(**init_kwargs)
         outputs = keras.tree.flatten(layer(sym, **call_kwargs))
@@ -203,13 +223,18 @@ def check_distributed(layer_cls, init_kwargs, inputs, call_kwargs):
     rng = np.random.default_rng(1)
     targets = tuple(rng.standard_normal(o.shape).astype("float32") for o in eager_out)
     x = inputs if not isinstance(inputs, list) else tuple(inputs)
-    ds = tf.data.Dataset.from_tensor_slices((x, targets)).batch(batch)
-    history = model.fit(ds, epochs=1, verbose=0)
+    if BACKEND == "tensorflow":
+        import tensorflow as tf
+
+        data = dict(x=tf.data.Dataset.from_tensor_slices((x, targets)).batch(batch))
+    else:
+        data = dict(x=x, y=targets, batch_size=batch)
+    history = model.fit(**data, epochs=1, verbose=0)
     assert np.isfinite(history.history["loss"][0]), history.history
     after = [keras.ops.convert_to_numpy(w) for w in model.trainable_weights]
     _assert_all_finite(after, "weight after a distributed step")
     assert any(not np.array_equal(a, b) for a, b in zip(before, after)), (
-        "a MirroredStrategy training step changed no weight"
+        "a training step changed no weight"
     )
 
 

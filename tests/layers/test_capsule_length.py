@@ -3,35 +3,33 @@
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from keras_capsules.layers import CapsuleLength
+from tests.backends import BACKEND, grads, tensor
 from tests.harness import run_layer_contract, two_cpu_strategy
 
 
 def test_lengths_and_gradient_at_zero():
     x = np.random.default_rng(0).normal(size=(3, 4, 5)).astype("float32")
     x[1, 2] = 0.0
-    x = tf.constant(x)
-    with tf.GradientTape() as tape:
-        tape.watch(x)
-        lengths = CapsuleLength()(x)
-        loss = tf.reduce_sum(lengths)
-    grad = tape.gradient(loss, x).numpy()
-    np.testing.assert_allclose(lengths.numpy(), np.linalg.norm(x.numpy(), axis=-1), rtol=1e-6)
+    x = tensor(x)
+    lengths = CapsuleLength()(x)
+    [grad] = grads(lambda t: keras.ops.sum(CapsuleLength()(t)), [x])
+    grad = np.asarray(grad)
+    np.testing.assert_allclose(np.asarray(lengths), np.linalg.norm(np.asarray(x), axis=-1), rtol=1e-6)
     assert np.all(np.isfinite(grad))
     np.testing.assert_array_equal(grad[1, 2], 0.0)
-    expected = x.numpy() / np.maximum(np.linalg.norm(x.numpy(), axis=-1, keepdims=True), 1e-30)
+    expected = np.asarray(x) / np.maximum(np.linalg.norm(np.asarray(x), axis=-1, keepdims=True), 1e-30)
     np.testing.assert_allclose(grad, expected, rtol=1e-5, atol=1e-7)
 
 
 def test_mask_passes_through_and_shapes():
     layer = CapsuleLength()
     assert layer.compute_output_shape((None, 10, 16)) == (None, 10)
-    mask = tf.constant([[True, False]])
-    assert layer.compute_mask(tf.zeros((1, 2, 3)), mask) is mask
+    mask = tensor([[True, False]])
+    assert layer.compute_mask(keras.ops.zeros((1, 2, 3)), mask) is mask
     with pytest.raises(ValueError, match=r"\[batch, \.\.\., d\]"):
-        layer(tf.zeros((4,)))
+        layer(keras.ops.zeros((4,)))
     with pytest.raises(ValueError, match="known capsule dimension"):
         CapsuleLength()(keras.Input((3, None)))
 
@@ -55,9 +53,9 @@ def test_trains_under_mirrored_strategy_with_finite_gradients():
         caps = keras.layers.Reshape((2, 3))(keras.layers.Dense(6, use_bias=False)(inputs))
         model = keras.Model(inputs, CapsuleLength()(caps))
         model.compile(keras.optimizers.SGD(0.01), "mse")
-    before = [w.numpy() for w in model.trainable_weights]
+    before = [np.asarray(w) for w in model.trainable_weights]
     history = model.fit(x, y, batch_size=4, epochs=1, verbose=0)
-    after = [w.numpy() for w in model.trainable_weights]
+    after = [np.asarray(w) for w in model.trainable_weights]
     assert np.isfinite(history.history["loss"][0])
     assert all(np.all(np.isfinite(w)) for w in after)
     assert any(not np.array_equal(a, b) for a, b in zip(after, before))
@@ -70,4 +68,7 @@ def test_a_list_of_inputs_is_a_clear_error():
     x = np.ones((2, 3, 4), "float32")
     with pytest.raises(ValueError, match=r"\[batch, \.\.\., d\]"):
         CapsuleLength()([x, x])
-    assert CapsuleLength().compute_output_shape(tf.TensorShape([None, 3, 4])) == (None, 3)
+    if BACKEND == "tensorflow":  # a tf.TensorShape, as tf.keras code passes
+        import tensorflow as tf
+
+        assert CapsuleLength().compute_output_shape(tf.TensorShape([None, 3, 4])) == (None, 3)

@@ -10,7 +10,7 @@ import numpy as np
 
 def weights(layer):
     """``{name: array}`` of a layer's own weights (last path component)."""
-    return {w.path.split("/")[-1]: np.asarray(w.numpy(), np.float64) for w in layer.weights}
+    return {w.path.split("/")[-1]: np.asarray(np.asarray(w), np.float64) for w in layer.weights}
 
 
 def softmax(x, mask=None):

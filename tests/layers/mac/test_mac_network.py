@@ -3,9 +3,9 @@
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from keras_capsules.layers import MACNetwork
+from tests.backends import BACKEND, compiled, grads, tensor
 from tests.harness import run_layer_contract
 from tests.layers.mac import reference as ref
 
@@ -52,17 +52,18 @@ def test_matches_numpy(config, masked):
 
 def test_masked_positions_never_change_the_result():
     net = _network(self_attention=True, memory_gate=True)
-    words, question, kb = (tf.constant(v) for v in _inputs(2))
-    dirty_words = words.numpy().copy()
+    words, question, kb = (tensor(v) for v in _inputs(2))
+    dirty_words = np.asarray(words).copy()
     dirty_words[~WORDS_MASK] = np.nan
-    dirty_kb = kb.numpy().copy()
+    dirty_kb = np.asarray(kb).copy()
     dirty_kb[~KB_MASK] = 1e30
-    dirty_words, dirty_kb = tf.constant(dirty_words), tf.constant(dirty_kb)
+    dirty_words, dirty_kb = tensor(dirty_words), tensor(dirty_kb)
     clean = net([words, question, kb], words_mask=WORDS_MASK, kb_mask=KB_MASK)
-    with tf.GradientTape() as tape:
-        tape.watch([dirty_words, dirty_kb])
-        out = net([dirty_words, question, dirty_kb], words_mask=WORDS_MASK, kb_mask=KB_MASK)
-        loss = sum(tf.reduce_sum(o * (1.0 + tf.cast(i, "float32"))) for i, o in enumerate(out))
+    out = net([dirty_words, question, dirty_kb], words_mask=WORDS_MASK, kb_mask=KB_MASK)
+
+    def loss(dirty_words, dirty_kb):
+        outputs = net([dirty_words, question, dirty_kb], words_mask=WORDS_MASK, kb_mask=KB_MASK)
+        return sum(keras.ops.sum(o * (1.0 + i)) for i, o in enumerate(outputs))
     for a, b in zip(clean, out):
         np.testing.assert_array_equal(a, b)
     memory, control_attention, read_attention, self_attention = (np.asarray(o) for o in out)
@@ -73,21 +74,20 @@ def test_masked_positions_never_change_the_result():
     assert np.all(control_attention.transpose(1, 0, 2)[:, ~WORDS_MASK] == 0)
     assert np.all(read_attention.transpose(1, 0, 2)[:, ~KB_MASK] == 0)
     assert np.all(np.triu(np.ones((P, P)), 1)[None] * self_attention == 0)
-    grads = tape.gradient(loss, net.trainable_weights + [dirty_words, dirty_kb])
-    assert all(g is not None and np.all(np.isfinite(g)) for g in grads)
-    assert np.all(grads[-2].numpy()[~WORDS_MASK] == 0)
-    assert np.all(grads[-1].numpy()[~KB_MASK] == 0)
+    g_words, g_kb, *weight_grads = grads(loss, [dirty_words, dirty_kb], net.trainable_weights)
+    assert all(g is not None and np.all(np.isfinite(g)) for g in weight_grads + [g_words, g_kb])
+    assert np.all(np.asarray(g_words)[~WORDS_MASK] == 0)
+    assert np.all(np.asarray(g_kb)[~KB_MASK] == 0)
 
 
 def test_all_padded_inputs_give_finite_gradients():
     net = _network(self_attention=True, memory_gate=True)
-    x = [tf.constant(v) for v in _inputs(3)]
-    with tf.GradientTape() as tape:
-        out = net(x, words_mask=np.zeros((B, S), bool), kb_mask=np.zeros((B, N), bool))
-        loss = sum(tf.reduce_sum(o) for o in out)
+    x = [tensor(v) for v in _inputs(3)]
+    masks = dict(words_mask=np.zeros((B, S), bool), kb_mask=np.zeros((B, N), bool))
+    out = net(x, **masks)
     assert all(np.all(np.isfinite(o)) for o in out)
-    grads = tape.gradient(loss, net.trainable_weights)
-    assert all(g is not None and np.all(np.isfinite(g)) for g in grads)
+    weight_grads = grads(lambda: sum(keras.ops.sum(o) for o in net(x, **masks)), variables=net.trainable_weights)
+    assert all(g is not None and np.all(np.isfinite(g)) for g in weight_grads)
 
 
 def test_mask_sources_agree():
@@ -137,10 +137,17 @@ def test_variational_memory_dropout_uses_one_mask_for_all_steps():
 def test_dropout_compiles_with_xla():
     net = MACNetwork(max_steps=2, memory_dropout=0.3, read_dropout=0.2, seed=1)
     x = _inputs(6)
+    if BACKEND == "tensorflow":
+        train_call = compiled(lambda t: net(t, training=True))
+    else:  # a jitted JAX function is pure: the dropout seed state goes in and out
+        net(x)
+        step = compiled(lambda trainable, state, t: net.stateless_call(trainable, state, t, training=True))
+        state = [v.value for v in net.non_trainable_variables]
 
-    @tf.function(jit_compile=True)
-    def train_call(t):
-        return net(t, training=True)
+        def train_call(t):
+            nonlocal state
+            out, state = step([v.value for v in net.trainable_variables], state, t)
+            return out
 
     first, second = np.asarray(train_call(x)), np.asarray(train_call(x))
     assert np.all(np.isfinite(first)) and not np.allclose(first, second)
@@ -286,10 +293,10 @@ def test_weights_of_one_shape_start_different():
     # initial_control == initial_memory, every step's question projection the same.
     net = MACNetwork(max_steps=3)
     net(list(_inputs()))
-    assert not np.allclose(net.initial_control.numpy(), net.initial_memory.numpy())
-    steps = net.cell.control_unit.question_kernel.numpy()
+    assert not np.allclose(np.asarray(net.initial_control), np.asarray(net.initial_memory))
+    steps = np.asarray(net.cell.control_unit.question_kernel)
     assert not np.allclose(steps[0], steps[1]) and not np.allclose(steps[1], steps[2])
     net = MACNetwork(max_steps=2, self_attention=True)
     net(list(_inputs()))
     write = net.cell.write_unit
-    assert not np.allclose(write.self_memory_kernel.numpy(), write.info_kernel.numpy())
+    assert not np.allclose(np.asarray(write.self_memory_kernel), np.asarray(write.info_kernel))

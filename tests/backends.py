@@ -1,0 +1,131 @@
+"""Backend-neutral test tools: tensors, gradients and XLA compilation on any Keras backend.
+
+The library promises to run on any Keras backend (DESIGN.md); its tests run under the
+backend ``KERAS_BACKEND`` selects (TensorFlow by default, see ``conftest.py``). What a
+test needs from the backend itself goes through here:
+
+* ``tensor(x, dtype)``: a backend tensor;
+* ``value_and_grads(fn, tensors, variables)``: ``fn(*tensors)`` and its gradients with
+  respect to the tensors and to Keras variables read inside ``fn`` (a
+  ``tf.GradientTape`` on TensorFlow; ``jax.value_and_grad`` with the variables' values
+  fed through a ``keras.StatelessScope`` on JAX);
+* ``compiled(fn)``: ``fn`` traced and compiled with XLA (``tf.function(jit_compile=True)``
+  or ``jax.jit``);
+* ``tensorflow_only(what)``: skips a test that exercises TensorFlow itself
+  (``tf.distribute``, ``tf.data``, ``tf.function`` signatures, ragged tensors), with
+  the reason ``TensorFlow-only: ...``.
+"""
+
+import keras
+import numpy as np
+import pytest
+
+BACKEND = keras.backend.backend()
+SUPPORTED = ("tensorflow", "jax")
+
+
+def tensorflow_only(what):
+    """Skips the calling test unless the backend is TensorFlow, saying why."""
+    if BACKEND != "tensorflow":
+        pytest.skip(f"TensorFlow-only: {what} (backend is {BACKEND})")
+
+
+def tensor(x, dtype=None):
+    """``x`` (array-like) as a tensor of the backend (``dtype`` if given)."""
+    return keras.ops.convert_to_tensor(np.asarray(x) if dtype is None else np.asarray(x, dtype))
+
+
+def _dense(gradient):
+    """TensorFlow gives ``tf.IndexedSlices`` for embedding lookups: made dense."""
+    if BACKEND == "tensorflow" and gradient is not None:
+        import tensorflow as tf
+
+        if isinstance(gradient, tf.IndexedSlices):
+            return tf.convert_to_tensor(gradient)
+    return gradient
+
+
+def value_and_grads(fn, tensors=(), variables=(), has_aux=False):
+    """``fn(*tensors)`` and its gradients with respect to ``tensors`` and ``variables``.
+
+    ``fn`` returns a scalar, or ``(scalar, aux)`` with ``has_aux=True``. Every Keras
+    variable in ``variables`` must exist before the call (build layers first). Returns
+    ``(value, tensor_grads, variable_grads)``, or ``((value, aux), ...)`` with aux; a
+    gradient that does not depend on the value is ``None`` on TensorFlow and zeros on
+    JAX.
+    """
+    tensors = [keras.ops.convert_to_tensor(t) for t in tensors]
+    variables = list(variables)
+    if BACKEND == "tensorflow":
+        import tensorflow as tf
+
+        with tf.GradientTape(persistent=True) as tape:
+            tape.watch(tensors)
+            result = fn(*tensors)
+        loss = result[0] if has_aux else result
+        tensor_grads = [_dense(g) for g in tape.gradient(loss, tensors)]
+        variable_grads = [_dense(g) for g in tape.gradient(loss, variables)]
+        del tape
+        return result, tensor_grads, variable_grads
+    if BACKEND == "jax":
+        import jax
+
+        def pure(tensor_values, variable_values):
+            with keras.StatelessScope(state_mapping=list(zip(variables, variable_values))):
+                result = fn(*tensor_values)
+            return result if has_aux else (result, None)
+
+        values = [v.value for v in variables]
+        (loss, aux), (tensor_grads, variable_grads) = jax.value_and_grad(
+            pure, argnums=(0, 1), has_aux=True
+        )(tensors, values)
+        return ((loss, aux) if has_aux else loss), list(tensor_grads), list(variable_grads)
+    pytest.skip(f"the tests' gradient tools support {SUPPORTED}, not {BACKEND}")
+
+
+def grads(fn, tensors=(), variables=()):
+    """Just the gradients of ``value_and_grads``: tensor gradients then variable ones."""
+    _, tensor_grads, variable_grads = value_and_grads(fn, tensors, variables)
+    return tensor_grads + variable_grads
+
+
+def compiled(fn, jit_compile=True):
+    """``fn`` traced (values unknown while it runs) and compiled with XLA.
+
+    ``jit_compile=False`` gives TensorFlow's traced graph without XLA; JAX traces only
+    through ``jax.jit``, which always compiles with XLA.
+    """
+    if BACKEND == "tensorflow":
+        import tensorflow as tf
+
+        return tf.function(fn, jit_compile=jit_compile)
+    if BACKEND == "jax":
+        import jax
+
+        return jax.jit(fn)
+    pytest.skip(f"the tests' compile tool supports {SUPPORTED}, not {BACKEND}")
+
+
+def require_float64():
+    """Skips the calling test when the backend cannot hold float64 tensors.
+
+    JAX computes in float64 only with ``jax_enable_x64`` (off by default, and Keras
+    leaves it off): a float64 request silently gives float32 there.
+    """
+    if not has_float64():
+        pytest.skip("float64 needs jax_enable_x64 on JAX (off by default; set JAX_ENABLE_X64=1)")
+
+
+def has_float64():
+    return BACKEND != "jax" or __import__("jax").config.jax_enable_x64
+
+
+def precise():
+    """The most precise float dtype of the backend, and tolerances against float64 numpy.
+
+    ``("float64", {rtol: 1e-10, atol: 1e-12})``, or float32 with float32 tolerances
+    where float64 is missing (JAX without x64), so the comparison still runs there.
+    """
+    if has_float64():
+        return "float64", dict(rtol=1e-10, atol=1e-12)
+    return "float32", dict(rtol=1e-4, atol=1e-5)

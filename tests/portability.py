@@ -1,0 +1,196 @@
+"""A compact check that the library runs on the backend ``KERAS_BACKEND`` selects.
+
+``python -m tests.portability OUT_DIR`` (run from the repository root, e.g. with
+``KERAS_BACKEND=jax``) checks, for every public layer outside the Recurrent Ladder
+family, the contract checks that do not need TensorFlow (config, finite gradients,
+``.keras`` round trip, XLA; ``tests/harness.py``), and saves into ``OUT_DIR``:
+
+* ``<Layer>.keras`` with ``<Layer>.npz``: a functional model using the layer, its
+  inputs and its outputs, for another backend to load and compare;
+* ``losses.npz``: every loss's value and gradient on fixed scores;
+* ``radam.npz``: RAdam's trajectory on a small quadratic;
+* ``report.json``: ``{check name: "ok" or the error}``.
+
+It exits with status 1 when a check failed. ``tests/test_backend_portability.py``
+runs it in a subprocess on JAX and compares what it saved with the test process's
+own backend (TensorFlow in the default test run).
+"""
+
+import json
+import os
+import pathlib
+import sys
+import traceback
+
+import keras_capsules  # noqa: F401  (before keras: see keras_capsules/__init__.py)
+import keras
+import numpy as np
+
+from keras_capsules import layers, losses
+from keras_capsules.optimizers import RAdam
+
+B = 2  # the batch of every example input
+
+
+def _normal(rng, *shape):
+    return rng.standard_normal((B, *shape)).astype("float32")
+
+
+def _em_inputs(rng):
+    a = _normal(rng, 5)
+    a[1, -2:] = -np.inf  # padding by -inf scores takes part
+    return [a, _normal(rng, 5, 2, 3)]
+
+
+def _ids(rng):
+    ids = rng.integers(1, 30, size=(B, 5)).astype("int32")
+    ids[1, 3:] = 0  # padding (mask_zero)
+    return ids
+
+
+#: name -> (init kwargs, inputs from a numpy Generator, call kwargs, contract checks)
+CASES = {
+    "CapsuleLength": ({}, lambda rng: _normal(rng, 3, 5), {}, ("config", "saving", "jit")),
+    "CompositionalEmbedding": (
+        dict(input_dim=30, output_dim=6, num_codebooks=3, mask_zero=True), _ids, {}, None
+    ),
+    "DynamicRouting": (dict(n_out=3, d_out=4), lambda rng: _normal(rng, 5, 6), {}, None),
+    "KMeansRouting": (dict(n_out=3, d_out=4), lambda rng: _normal(rng, 5, 6), {}, None),
+    "EMRouting": (dict(n_out=3, d_out=2, bias_initializer="random_normal"), _em_inputs, {}, None),
+    "ControlUnit": (
+        dict(max_steps=3), lambda rng: [_normal(rng, 3), _normal(rng, 4), _normal(rng, 5, 4)],
+        {"step": 1}, None,
+    ),
+    "ReadUnit": (
+        dict(activation="elu"), lambda rng: [_normal(rng, 4), _normal(rng, 6, 3), _normal(rng, 4)],
+        {}, None,
+    ),
+    "WriteUnit": (
+        dict(self_attention=True, memory_gate=True),
+        lambda rng: [_normal(rng, 3), _normal(rng, 4), _normal(rng, 4), _normal(rng, 3, 4),
+                     _normal(rng, 3, 4)],
+        {}, None,
+    ),
+    "MACCell": (
+        dict(max_steps=2, self_attention=True, memory_gate=True),
+        lambda rng: [_normal(rng, 4, 4), _normal(rng, 3), _normal(rng, 5, 6), _normal(rng, 4),
+                     _normal(rng, 4), _normal(rng, 2, 4), _normal(rng, 2, 4)],
+        {"step": 1}, None,
+    ),
+    "MACNetwork": (
+        dict(max_steps=2), lambda rng: [_normal(rng, 4, 4), _normal(rng, 3), _normal(rng, 5, 6)],
+        {}, None,
+    ),
+}
+CONTRACT_CHECKS = ("config", "gradients", "saving", "jit")
+
+#: name -> loss; each is evaluated on SCORES against LABELS
+LOSSES = {
+    "MarginLoss": lambda: losses.MarginLoss(),
+    "CapsuleLoss": lambda: losses.CapsuleLoss(terms=("margin", "focal", "cross")),
+}
+LABELS = np.array([0, 2, 1, 2])
+SCORES = np.array([[0.9, 0.2, 0.1], [0.3, 0.4, 0.8], [0.5, 0.5, 0.05], [0.0, 0.1, 0.99]], "float32")
+
+
+def public_layers():
+    """Names of the public layers this check covers (all but the Recurrent Ladder family)."""
+    return sorted(
+        name for name in layers.__all__
+        if isinstance(getattr(layers, name), type)
+        and not getattr(layers, name).__module__.startswith("keras_capsules.layers.rladder")
+    )
+
+
+def case_inputs(name):
+    return CASES[name][1](np.random.default_rng(0))
+
+
+def _symbolic(inputs):
+    return keras.tree.map_structure(lambda x: keras.Input(x.shape[1:], dtype=str(x.dtype)), inputs)
+
+
+def check_layer(name, out_dir):
+    """The contract checks, then a model saved with its inputs and outputs."""
+    from tests.harness import run_layer_contract
+
+    init_kwargs, _, call_kwargs, checks = CASES[name]
+    cls = getattr(layers, name)
+    inputs = case_inputs(name)
+    run_layer_contract(cls, init_kwargs, inputs, tmp_path=out_dir, call_kwargs=call_kwargs,
+                       checks=checks or CONTRACT_CHECKS, atol=1e-5, rtol=1e-4)
+    sym = _symbolic(inputs)
+    model = keras.Model(sym, cls(**init_kwargs)(sym, **call_kwargs))
+    outputs = keras.tree.flatten(model(inputs))
+    model.save(out_dir / f"{name}.keras")
+    np.savez(out_dir / f"{name}.npz", *[keras.ops.convert_to_numpy(o) for o in outputs])
+
+
+def loss_values_and_gradients():
+    """``{name: (value, gradient with respect to the scores)}`` on this backend."""
+    from tests.backends import tensor, value_and_grads
+
+    results = {}
+    for name, make in LOSSES.items():
+        loss = make()
+        value, [grad], _ = value_and_grads(lambda s: loss(LABELS, s), [tensor(SCORES)])
+        results[name] = (keras.ops.convert_to_numpy(value), keras.ops.convert_to_numpy(grad))
+    return results
+
+
+def radam_trajectory(steps=8):
+    """RAdam on f(x) = 0.5 |A x - b|^2 from a fixed start, through the threshold."""
+    from tests.backends import grads
+
+    a = np.array([[3.0, 0.5], [0.5, 1.0]], "float32")
+    b = np.array([1.0, -2.0], "float32")
+    x = keras.Variable(np.array([0.7, -0.3], "float32"))
+    optimizer = RAdam(0.05, weight_decay=0.125)
+
+    def loss():
+        return 0.5 * keras.ops.sum(keras.ops.square(keras.ops.matmul(a, x) - b))
+
+    history = []
+    for _ in range(steps):
+        optimizer.apply_gradients([(grads(loss, variables=[x])[0], x)])
+        history.append(keras.ops.convert_to_numpy(x))
+    return np.stack(history)
+
+
+def main(out_dir):
+    out_dir = pathlib.Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    keras.utils.set_random_seed(1234)
+    report = {}
+
+    def attempt(name, fn):
+        try:
+            fn()
+            report[name] = "ok"
+        except BaseException as error:  # pytest.skip/fail are BaseExceptions
+            report[name] = "".join(traceback.format_exception_only(error)).strip()
+            traceback.print_exc()
+
+    for name in public_layers():
+        if name not in CASES:
+            report[name] = f"no portability case for public layer {name} in tests/portability.py"
+            continue
+        attempt(name, lambda: check_layer(name, out_dir))
+
+    def save_losses():
+        np.savez(out_dir / "losses.npz", **{
+            f"{k}_{part}": v for k, pair in loss_values_and_gradients().items()
+            for part, v in zip(("value", "grad"), pair)
+        })
+
+    attempt("losses", save_losses)
+    attempt("RAdam", lambda: np.save(out_dir / "radam.npy", radam_trajectory()))
+    (out_dir / "report.json").write_text(json.dumps(report, indent=1))
+    print(f"{keras.backend.backend()}: {sum(v == 'ok' for v in report.values())} of {len(report)} checks ok")
+    return 0 if all(v == "ok" for v in report.values()) else 1
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit(f"usage: KERAS_BACKEND=jax python -m tests.portability OUT_DIR ({os.getcwd()})")
+    sys.exit(main(sys.argv[1]))
