@@ -99,7 +99,9 @@ def elementwise_f(u, params):
     ``params`` has shape ``[5, n]`` (one parameter vector per row) and ``u``
     ``[..., n]``; the result has the shape of ``u``.
     """
-    w0, w1, w2, w3, w4 = ops.unstack(params, num=5, axis=0)
+    # a Variable is made a tensor first: JAX's unstack refuses Keras Variables (JAX 0.10:
+    # "Triggering __jax_array__() during abstractification is no longer supported")
+    w0, w1, w2, w3, w4 = ops.unstack(ops.convert_to_tensor(params), num=5, axis=0)
     return w0 * ops.sigmoid(w1 * u + w2) + w3 * u + w4
 
 
