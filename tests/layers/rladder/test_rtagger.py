@@ -7,7 +7,7 @@ import pytest
 from keras_capsules.layers import RTagger, level_spec
 from keras_capsules.losses import MixtureNLL, mixture_nll
 from keras_capsules.metrics import adjusted_mutual_info
-from tests.backends import require_float64
+from tests.backends import float64_enabled
 from tests.harness import run_layer_contract
 
 CONV_LEVELS = [level_spec("convlstm", 2), level_spec("gated", 3)]
@@ -220,14 +220,14 @@ def test_mixture_nll_refuses_targets_that_only_broadcast():
 
 def test_float64_mixture_nll_is_computed_in_float64():
     # Audit 11: the loss was computed in float32 whatever its dtype (off by ~2e-4 here).
-    require_float64()
-    x = np.full((1, 2, 1), 10000.001)
-    packed = np.concatenate([np.full((1, 2, 2, 1), 10000.0), np.full((1, 2, 2, 1), 0.5)], -1)
-    sigma = 0.01
-    want = 0.5 * ((10000.001 - 10000.0) / sigma) ** 2 + 0.5 * np.log(2 * np.pi * sigma**2)
-    loss = MixtureNLL(sigma=sigma, dtype="float64")(x, packed)
-    assert loss.dtype == "float64"
-    np.testing.assert_allclose(float(loss), want, rtol=1e-9)
+    with float64_enabled():  # jax_enable_x64 for this test on JAX
+        x = np.full((1, 2, 1), 10000.001)
+        packed = np.concatenate([np.full((1, 2, 2, 1), 10000.0), np.full((1, 2, 2, 1), 0.5)], -1)
+        sigma = 0.01
+        want = 0.5 * ((10000.001 - 10000.0) / sigma) ** 2 + 0.5 * np.log(2 * np.pi * sigma**2)
+        loss = MixtureNLL(sigma=sigma, dtype="float64")(x, packed)
+        assert loss.dtype == "float64"
+        np.testing.assert_allclose(float(loss), want, rtol=1e-9)
 
 
 def test_mixture_nll_takes_numpy_scalars():
