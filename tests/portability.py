@@ -104,14 +104,12 @@ CASES = {
         {}, None,
     ),
     "RLadder": (
-        dict(levels=[level_spec("convlstm", 2), level_spec("conv", 2, pool=2), level_spec("gated", 3)],
-             normalization="layer"),
-        lambda rng: _normal(rng, 2, 4, 4, 1), {}, None,
+        dict(levels=[level_spec("gated", 3), level_spec("lstm", 2)], normalization="layer"),
+        lambda rng: _normal(rng, 2, 4), {}, None,
     ),
     "RTagger": (
-        dict(n_groups=2, levels=[level_spec("convlstm", 2), level_spec("gated", 3)], n_iters=2,
-             mask_update="posterior"),
-        lambda rng: rng.uniform(size=(B, 4, 4, 1)).astype("float32"), {}, None,
+        dict(n_groups=2, levels=[level_spec("gated", 3)], n_iters=2, mask_update="posterior"),
+        lambda rng: rng.uniform(size=(B, 4)).astype("float32"), {}, None,
     ),
 }
 CONTRACT_CHECKS = ("config", "gradients", "saving", "jit")
