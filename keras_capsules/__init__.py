@@ -4,8 +4,8 @@ Capsule routing (EM with a D-step, k-means, dynamic routing), compositional-code
 embeddings, Recurrent Ladder networks and MAC reasoning cells, written with
 ``keras.ops`` so that they compile with XLA and are not tied to one Keras backend.
 They are tested on TensorFlow and, where JAX is installed, on JAX
-(``tests/test_backend_portability.py``), except the Recurrent Ladder family, which is
-tested on TensorFlow only. Ragged inputs and ``tf.distribute`` are TensorFlow's.
+(``tests/test_backend_portability.py``), the Recurrent Ladder family included.
+Ragged inputs and ``tf.distribute`` are TensorFlow's.
 """
 
 import os as _os

@@ -11,10 +11,14 @@ test needs from the backend itself goes through here:
   fed through a ``keras.StatelessScope`` on JAX);
 * ``compiled(fn)``: ``fn`` traced and compiled with XLA (``tf.function(jit_compile=True)``
   or ``jax.jit``);
+* ``require_float64()`` skips a float64 test where the backend has no float64, and
+  ``float64_enabled()`` gives it float64 for a block (``jax.enable_x64`` on JAX);
 * ``tensorflow_only(what)``: skips a test that exercises TensorFlow itself
   (``tf.distribute``, ``tf.data``, ``tf.function`` signatures, ragged tensors), with
   the reason ``TensorFlow-only: ...``.
 """
+
+import contextlib
 
 import keras
 import numpy as np
@@ -118,6 +122,18 @@ def require_float64():
 
 def has_float64():
     return BACKEND != "jax" or __import__("jax").config.jax_enable_x64
+
+
+def float64_enabled():
+    """A context in which the backend computes float64 as float64.
+
+    ``jax.enable_x64(True)`` on JAX (for the block only, so the rest of the session
+    keeps JAX's float32 default); nothing to do on TensorFlow. For a float64 test
+    that must run on every backend, such as a regression test of float64 precision.
+    """
+    if BACKEND == "jax":
+        return __import__("jax").enable_x64(True)
+    return contextlib.nullcontext()
 
 
 def precise():

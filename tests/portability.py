@@ -1,13 +1,13 @@
 """A compact check that the library runs on the backend ``KERAS_BACKEND`` selects.
 
 ``python -m tests.portability OUT_DIR`` (run from the repository root, e.g. with
-``KERAS_BACKEND=jax``) checks, for every public layer outside the Recurrent Ladder
-family, the contract checks that do not need TensorFlow (config, finite gradients,
+``KERAS_BACKEND=jax``) checks, for every public layer (the Recurrent Ladder family
+included), the contract checks that do not need TensorFlow (config, finite gradients,
 ``.keras`` round trip, XLA; ``tests/harness.py``), and saves into ``OUT_DIR``:
 
 * ``<Layer>.keras`` with ``<Layer>.npz``: a functional model using the layer, its
   inputs and its outputs, for another backend to load and compare;
-* ``losses.npz``: every loss's value and gradient on fixed scores;
+* ``losses.npz``: every loss's value and gradient on fixed predictions;
 * ``radam.npz``: RAdam's trajectory on a small quadratic;
 * ``report.json``: ``{check name: "ok" or the error}``.
 
@@ -27,6 +27,7 @@ import keras
 import numpy as np
 
 from keras_capsules import layers, losses
+from keras_capsules.layers import level_spec
 from keras_capsules.optimizers import RAdam
 
 B = 2  # the batch of every example input
@@ -81,25 +82,57 @@ CASES = {
         dict(max_steps=2), lambda rng: [_normal(rng, 4, 4), _normal(rng, 3), _normal(rng, 5, 6)],
         {}, None,
     ),
+    # the Recurrent Ladder family
+    "G1": (dict(bias_initializer="random_normal"), lambda rng: [_normal(rng, 3), _normal(rng, 4)], {}, None),
+    "ConvG1": (dict(upsample=2), lambda rng: [_normal(rng, 2, 2, 3), _normal(rng, 4, 4, 2)], {}, None),
+    "ConvG2": (dict(filters=3, kernel_size=1), lambda rng: [_normal(rng, 3), _normal(rng, 4, 4, 2)], {}, None),
+    "ConvG3": (
+        dict(upsample=2, upsample_mode="transpose"),
+        lambda rng: [_normal(rng, 2, 2, 2), _normal(rng, 4, 4, 2)], {}, None,
+    ),
+    "GatedEncoderCell": (dict(units=3), lambda rng: [_normal(rng, 5), _normal(rng, 3), _normal(rng, 3)], {}, None),
+    "LSTMEncoderCell": (
+        dict(units=3), lambda rng: [_normal(rng, 5), _normal(rng, 3), _normal(rng, 3), _normal(rng, 3)], {}, None,
+    ),
+    "ConvLSTMEncoderCell": (
+        dict(filters=2),
+        lambda rng: [_normal(rng, 3, 3, 1), _normal(rng, 3, 3, 2), _normal(rng, 3, 3, 2), _normal(rng, 3, 3, 2)],
+        {}, None,
+    ),
+    "ConvEncoderCell": (
+        dict(filters=2, normalization="instance"), lambda rng: [_normal(rng, 3, 3, 1), _normal(rng, 3, 3, 2)],
+        {}, None,
+    ),
+    "RLadder": (
+        dict(levels=[level_spec("gated", 3), level_spec("lstm", 2)], normalization="layer"),
+        lambda rng: _normal(rng, 2, 4), {}, None,
+    ),
+    "RTagger": (
+        dict(n_groups=2, levels=[level_spec("gated", 3)], n_iters=2, mask_update="posterior"),
+        lambda rng: rng.uniform(size=(B, 4)).astype("float32"), {}, None,
+    ),
 }
 CONTRACT_CHECKS = ("config", "gradients", "saving", "jit")
 
-#: name -> loss; each is evaluated on SCORES against LABELS
-LOSSES = {
-    "MarginLoss": lambda: losses.MarginLoss(),
-    "CapsuleLoss": lambda: losses.CapsuleLoss(terms=("margin", "focal", "cross")),
-}
 LABELS = np.array([0, 2, 1, 2])
 SCORES = np.array([[0.9, 0.2, 0.1], [0.3, 0.4, 0.8], [0.5, 0.5, 0.05], [0.0, 0.1, 0.99]], "float32")
+_MIXTURE = np.random.default_rng(0)
+PIXELS = _MIXTURE.uniform(size=(B, 2, 3, 3, 1)).astype("float32")  # [b, T, H, W, C]
+MEANS_AND_LOGITS = _MIXTURE.normal(size=(B, 2, 3, 3, 3, 2)).astype("float32")  # [b, T, K, H, W, C + 1]
+
+#: name -> (loss, y_true, y_pred); the gradient is taken with respect to y_pred
+LOSSES = {
+    "MarginLoss": (lambda: losses.MarginLoss(), LABELS, SCORES),
+    "CapsuleLoss": (lambda: losses.CapsuleLoss(terms=("margin", "focal", "cross")), LABELS, SCORES),
+    "MixtureNLL": (
+        lambda: losses.MixtureNLL(sigma=0.5, group_axis=2, from_logits=True), PIXELS, MEANS_AND_LOGITS
+    ),
+}
 
 
 def public_layers():
-    """Names of the public layers this check covers (all but the Recurrent Ladder family)."""
-    return sorted(
-        name for name in layers.__all__
-        if isinstance(getattr(layers, name), type)
-        and not getattr(layers, name).__module__.startswith("keras_capsules.layers.rladder")
-    )
+    """Names of the public layers this check covers: all of them."""
+    return sorted(name for name in layers.__all__ if isinstance(getattr(layers, name), type))
 
 
 def case_inputs(name):
@@ -131,9 +164,9 @@ def loss_values_and_gradients():
     from tests.backends import tensor, value_and_grads
 
     results = {}
-    for name, make in LOSSES.items():
+    for name, (make, y_true, y_pred) in LOSSES.items():
         loss = make()
-        value, [grad], _ = value_and_grads(lambda s: loss(LABELS, s), [tensor(SCORES)])
+        value, [grad], _ = value_and_grads(lambda p: loss(y_true, p), [tensor(y_pred)])
         results[name] = (keras.ops.convert_to_numpy(value), keras.ops.convert_to_numpy(grad))
     return results
 

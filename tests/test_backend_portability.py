@@ -2,7 +2,7 @@
 
 DESIGN.md promises that ``keras_capsules`` runs on any Keras backend. When JAX is
 installed, ``tests/portability.py`` runs in a subprocess with ``KERAS_BACKEND=jax``:
-the contract checks of every public non-RLadder layer (config, finite gradients,
+the contract checks of every public layer (config, finite gradients,
 ``.keras`` round trip, XLA), the losses and a RAdam trajectory. This process then
 loads the ``.keras`` files JAX saved and compares outputs, loss values, gradients
 and RAdam steps with its own backend. The whole library suite also runs on JAX:
@@ -44,7 +44,7 @@ def other_backend(tmp_path_factory):
     return out, json.loads(report_file.read_text()), run
 
 
-def test_the_check_covers_every_public_non_rladder_layer():
+def test_the_check_covers_every_public_layer():
     assert sorted(portability.CASES) == portability.public_layers()
 
 

@@ -4,20 +4,10 @@ import keras
 from keras import ops
 
 from keras_capsules.layers.rladder._cell_base import EncoderCellBase
-from keras_capsules.layers.rladder._utils import positive_int
-from keras_capsules.ops import routing_dtype
+from keras_capsules.layers.rladder._utils import normalize, positive_int
 
 NORMALIZATIONS = (None, "instance", "layer")
 ACTIVATIONS = ("relu", "leaky_relu", "elu", "gelu", "tanh", "linear")
-
-
-def _normalize(x, axis, epsilon=1e-5):
-    """Zero mean, unit variance per sample over ``axis`` (in float32, float64 for float64)."""
-    dtype = x.dtype
-    x32 = ops.cast(x, routing_dtype(dtype))
-    mean = ops.mean(x32, axis=axis, keepdims=True)
-    var = ops.mean(ops.square(x32 - mean), axis=axis, keepdims=True)
-    return ops.cast((x32 - mean) * ops.rsqrt(var + epsilon), dtype)
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -175,7 +165,7 @@ class ConvEncoderCell(EncoderCellBase):
             pre = pre + self.bias
         else:
             axis = (1, 2) if self.normalization == "instance" else (1, 2, 3)
-            pre = _normalize(pre, axis) * ops.cast(self.gamma, pre.dtype) + self.bias
+            pre = normalize(pre, axis) * ops.cast(self.gamma, pre.dtype) + self.bias
         if self.activation == "linear":
             return pre
         return getattr(keras.activations, self.activation)(pre)

@@ -9,6 +9,7 @@ from keras_capsules._validation import boolean, rate
 from keras_capsules.layers.rladder._utils import (
     clone_initializer,
     max_pool,
+    normalize,
     output_spec,
     positive_int,
     seed_value,
@@ -29,18 +30,6 @@ from keras_capsules.layers.rladder.level_spec import (
     saved_levels,
 )
 from keras_capsules.layers.rladder.lstm_encoder_cell import LSTMEncoderCell
-from keras_capsules.ops import routing_dtype
-
-def _layer_normalize(x, epsilon=1e-5):
-    """Zero mean, unit variance over all axes but the batch axis, computed in float32
-    (float64 for float64 inputs)."""
-    dtype = x.dtype
-    x32 = ops.cast(x, routing_dtype(dtype))
-    axes = tuple(range(1, len(x.shape)))
-    mean = ops.mean(x32, axis=axes, keepdims=True)
-    var = ops.mean(ops.square(x32 - mean), axis=axes, keepdims=True)
-    return ops.cast((x32 - mean) * ops.rsqrt(var + epsilon), dtype)
-
 
 def _expand_to(keep, x):
     """A ``[batch]`` boolean reshaped to broadcast against ``x``."""
@@ -534,7 +523,7 @@ class RLadder(keras.layers.Layer):
             if level_kind(spec) == "dense" and len(inp.shape) == 4:
                 inp = ops.reshape(inp, (-1, math.prod(inp.shape[1:])))
             if self.normalization == "layer":
-                inp = _layer_normalize(inp)
+                inp = normalize(inp, tuple(range(1, len(inp.shape))))  # all axes but the batch
             below, cell_states = cell.step(inp, feedback[i], states[i])
             if self.zoneout and cell.NUM_STATES:
                 cell_states = [self._zone(o, h, training) for o, h in zip(states[i], cell_states)]

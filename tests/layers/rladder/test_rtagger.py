@@ -7,6 +7,7 @@ import pytest
 from keras_capsules.layers import RTagger, level_spec
 from keras_capsules.losses import MixtureNLL, mixture_nll
 from keras_capsules.metrics import adjusted_mutual_info
+from tests.backends import float64_enabled
 from tests.harness import run_layer_contract
 
 CONV_LEVELS = [level_spec("convlstm", 2), level_spec("gated", 3)]
@@ -20,8 +21,8 @@ def test_outputs_are_distributions_and_means():
     layer = RTagger(3, CONV_LEVELS, n_iters=2, sigma=0.3)
     pi, m = layer(_images(2, 4, 4, 1))
     assert pi.shape == (2, 2, 3, 4, 4, 1) and m.shape == (2, 2, 3, 4, 4, 1)
-    np.testing.assert_allclose(pi.numpy().sum(axis=2), 1.0, rtol=1e-5)
-    assert np.all(pi.numpy() > 0)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(pi).sum(axis=2), 1.0, rtol=1e-5)
+    assert np.all(keras.ops.convert_to_numpy(pi) > 0)
     assert layer.compute_output_shape((None, 4, 4, 1)) == [(None, 2, 3, 4, 4, 1)] * 2
 
     seq = RTagger(2, [level_spec("gated", 4)])
@@ -91,8 +92,8 @@ def test_posterior_masks_are_the_e_step_of_the_learned_ones():
     learned(x)
     posterior(x)
     posterior.set_weights(learned.get_weights())
-    pi_l, m_l = (t.numpy() for t in learned(x))
-    pi_p, m_p = (t.numpy() for t in posterior(x))
+    pi_l, m_l = (keras.ops.convert_to_numpy(t) for t in learned(x))
+    pi_p, m_p = (keras.ops.convert_to_numpy(t) for t in posterior(x))
     # the first iteration's read-out is the same in both; its means too
     np.testing.assert_allclose(m_p[:, 0], m_l[:, 0], atol=1e-5)
     want = pi_l[:, 0] * np.exp(-((x[:, None] - m_l[:, 0]) ** 2) / (2 * 0.3**2))
@@ -110,8 +111,8 @@ def test_posterior_sigma_and_initial_mask_stddev():
     soft(x)
     soft.set_weights(plain.get_weights())
     # the first iteration's read-out is the same: recover its prior from the plain layer's E-step
-    pi_p, m_p = (t.numpy()[:, 0] for t in plain(x))
-    pi_s, m_s = (t.numpy()[:, 0] for t in soft(x))
+    pi_p, m_p = (keras.ops.convert_to_numpy(t)[:, 0] for t in plain(x))
+    pi_s, m_s = (keras.ops.convert_to_numpy(t)[:, 0] for t in soft(x))
     np.testing.assert_allclose(m_s, m_p, atol=1e-5)
     sq = (x[:, None] - m_p) ** 2
     want = pi_p * np.exp(sq / (2 * 0.3**2) - sq / (2 * 0.6**2))
@@ -128,7 +129,7 @@ def test_posterior_sigma_and_initial_mask_stddev():
     sharp.set_weights(plain.get_weights())
     plain.set_weights(weights)
     for a, b in zip(sharp(x), plain(x)):
-        np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-5)
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(a), keras.ops.convert_to_numpy(b), atol=1e-5)
 
 
 def test_smooth_initial_masks():
@@ -137,13 +138,13 @@ def test_smooth_initial_masks():
     x = _images(2, 7, 7, 1)
     pi, _ = layer(x)
     assert tuple(layer.initial_logits.shape) == (2, 3, 3, 1) and pi.shape == (2, 1, 2, 7, 7, 1)
-    up = layer._upsample_logits(keras.ops.convert_to_tensor(layer.initial_logits.numpy()[None]), (7, 7))
-    up = up.numpy()[0, ..., 0]
+    up = layer._upsample_logits(keras.ops.convert_to_tensor(layer.initial_logits)[None], (7, 7))
+    up = keras.ops.convert_to_numpy(up)[0, ..., 0]
     assert up.shape == (2, 7, 7)
     # smooth: neighbouring pixels differ far less than independent draws would
-    assert np.abs(np.diff(up, axis=-1)).mean() < 0.5 * np.abs(np.diff(layer.initial_logits.numpy()[..., 0])).mean()
+    assert np.abs(np.diff(up, axis=-1)).mean() < 0.5 * np.abs(np.diff(keras.ops.convert_to_numpy(layer.initial_logits)[..., 0])).mean()
     pi_train, _ = layer(x, training=True)
-    assert np.all(np.isfinite(pi_train.numpy()))
+    assert np.all(np.isfinite(keras.ops.convert_to_numpy(pi_train)))
     assert layer.get_config()["initial_mask_scale"] == 3
     with pytest.raises(ValueError, match="needs image inputs"):
         RTagger(2, [level_spec("gated", 3)], n_iters=1, initial_mask_scale=2)(_images(2, 6))
@@ -163,16 +164,16 @@ def test_mixture_nll_matches_numpy():
     logits = rng.normal(size=(3, 5, 4, 1)).astype("float32")
     pi = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
     want = _numpy_nll(x.astype("float64"), m.astype("float64"), pi.astype("float64"), 0.7)
-    per_pixel = mixture_nll(x, m, pi, 0.7).numpy()
+    per_pixel = keras.ops.convert_to_numpy(mixture_nll(x, m, pi, 0.7))
     np.testing.assert_allclose(per_pixel, want, rtol=1e-5)
     packed = np.concatenate([m, pi], axis=-1)
-    np.testing.assert_allclose(MixtureNLL(sigma=0.7)(x, packed).numpy(), want.mean(), rtol=1e-5)
-    summed = MixtureNLL(sigma=0.7, reduction="sum")(x, packed).numpy()
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(MixtureNLL(sigma=0.7)(x, packed)), want.mean(), rtol=1e-5)
+    summed = keras.ops.convert_to_numpy(MixtureNLL(sigma=0.7, reduction="sum")(x, packed))
     np.testing.assert_allclose(summed, want.sum(), rtol=1e-5)
     from_logits = MixtureNLL(sigma=0.7, from_logits=True)(x, np.concatenate([m, logits], -1))
-    np.testing.assert_allclose(from_logits.numpy(), want.mean(), rtol=1e-5)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(from_logits), want.mean(), rtol=1e-5)
     # Far-away data: every density underflows in float32, the log-sum-exp does not.
-    far = MixtureNLL(sigma=0.1)(x + 100.0, packed).numpy()
+    far = keras.ops.convert_to_numpy(MixtureNLL(sigma=0.1)(x + 100.0, packed))
     assert np.isfinite(far) and far > 1e5
     config = MixtureNLL(sigma=0.7, group_axis=2).get_config()
     assert MixtureNLL.from_config(config).get_config() == config
@@ -219,13 +220,14 @@ def test_mixture_nll_refuses_targets_that_only_broadcast():
 
 def test_float64_mixture_nll_is_computed_in_float64():
     # Audit 11: the loss was computed in float32 whatever its dtype (off by ~2e-4 here).
-    x = np.full((1, 2, 1), 10000.001)
-    packed = np.concatenate([np.full((1, 2, 2, 1), 10000.0), np.full((1, 2, 2, 1), 0.5)], -1)
-    sigma = 0.01
-    want = 0.5 * ((10000.001 - 10000.0) / sigma) ** 2 + 0.5 * np.log(2 * np.pi * sigma**2)
-    loss = MixtureNLL(sigma=sigma, dtype="float64")(x, packed)
-    assert loss.dtype == "float64"
-    np.testing.assert_allclose(float(loss), want, rtol=1e-9)
+    with float64_enabled():  # jax_enable_x64 for this test on JAX
+        x = np.full((1, 2, 1), 10000.001)
+        packed = np.concatenate([np.full((1, 2, 2, 1), 10000.0), np.full((1, 2, 2, 1), 0.5)], -1)
+        sigma = 0.01
+        want = 0.5 * ((10000.001 - 10000.0) / sigma) ** 2 + 0.5 * np.log(2 * np.pi * sigma**2)
+        loss = MixtureNLL(sigma=sigma, dtype="float64")(x, packed)
+        assert loss.dtype == "float64"
+        np.testing.assert_allclose(float(loss), want, rtol=1e-9)
 
 
 def test_mixture_nll_takes_numpy_scalars():
@@ -287,8 +289,8 @@ def test_adjusted_mutual_info_refuses_non_finite_pi_and_a_non_integer_axis():
 
 def test_many_iterations_with_a_small_sigma_stay_bounded():
     pi, m = RTagger(2, CONV_LEVELS, n_iters=6, sigma=0.05)(_images(2, 4, 4, 1))
-    assert np.all(np.isfinite(m.numpy())) and np.abs(m.numpy()).max() < 50
-    assert np.all(np.isfinite(pi.numpy()))
+    assert np.all(np.isfinite(keras.ops.convert_to_numpy(m))) and np.abs(keras.ops.convert_to_numpy(m)).max() < 50
+    assert np.all(np.isfinite(keras.ops.convert_to_numpy(pi)))
 
 
 def test_a_group_sees_the_input_only_through_its_mask_and_the_likelihoods():
@@ -306,22 +308,22 @@ def test_a_group_sees_the_input_only_through_its_mask_and_the_likelihoods():
     )
     _, m_a = layer(_images(1, 4, 4, 1, seed=1))
     _, m_b = layer(_images(1, 4, 4, 1, seed=2))
-    np.testing.assert_allclose(m_a.numpy()[:, :, 1], m_b.numpy()[:, :, 1], atol=1e-6)
-    assert np.abs(m_a.numpy()[:, :, 0] - m_b.numpy()[:, :, 0]).max() > 1e-4  # the owner sees it
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(m_a)[:, :, 1], keras.ops.convert_to_numpy(m_b)[:, :, 1], atol=1e-6)
+    assert np.abs(keras.ops.convert_to_numpy(m_a)[:, :, 0] - keras.ops.convert_to_numpy(m_b)[:, :, 0]).max() > 1e-4  # the owner sees it
 
 
 def test_groups_start_different_even_with_equal_initial_means():
     """Random initial masks break the symmetry of the shared weights (groups share the mean)."""
     layer = RTagger(3, CONV_LEVELS, n_iters=2)
     pi, m = layer(_images(2, 4, 4, 1))
-    pi, m = pi.numpy(), m.numpy()
+    pi, m = keras.ops.convert_to_numpy(pi), keras.ops.convert_to_numpy(m)
     for t in range(2):
         assert np.abs(pi[:, t, 0] - pi[:, t, 1]).max() > 1e-3
         assert np.abs(m[:, t, 0] - m[:, t, 1]).max() > 1e-4
     assert not layer.initial_logits.trainable
     again = RTagger(3, CONV_LEVELS, n_iters=2)
     again.build((None, 4, 4, 1))
-    np.testing.assert_allclose(again.initial_logits.numpy(), layer.initial_logits.numpy())  # seeded
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(again.initial_logits), keras.ops.convert_to_numpy(layer.initial_logits))  # seeded
     assert tuple(layer.initial_mean.shape) == (1,)  # one initial mean shared by the groups
 
 
@@ -329,14 +331,14 @@ def test_initial_masks_are_random_per_sample_in_training_and_fixed_at_inference(
     layer = RTagger(2, CONV_LEVELS, n_iters=1, seed=3)
     x = np.repeat(_images(1, 4, 4, 1), 2, axis=0)  # the same image twice
     pi_train, _ = layer(x, training=True)
-    assert np.abs(pi_train.numpy()[0] - pi_train.numpy()[1]).max() > 1e-3  # two different draws
+    assert np.abs(keras.ops.convert_to_numpy(pi_train)[0] - keras.ops.convert_to_numpy(pi_train)[1]).max() > 1e-3  # two different draws
     pi_a, _ = layer(x)
     pi_b, _ = layer(x, training=False)
-    np.testing.assert_allclose(pi_a.numpy()[0], pi_a.numpy()[1], atol=1e-6)
-    np.testing.assert_allclose(pi_a.numpy(), pi_b.numpy(), atol=1e-6)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(pi_a)[0], keras.ops.convert_to_numpy(pi_a)[1], atol=1e-6)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(pi_a), keras.ops.convert_to_numpy(pi_b), atol=1e-6)
     fixed = RTagger(2, CONV_LEVELS, n_iters=1, random_initial_masks=False)
     pi_f, _ = fixed(x, training=True)
-    np.testing.assert_allclose(pi_f.numpy()[0], pi_f.numpy()[1], atol=1e-6)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(pi_f)[0], keras.ops.convert_to_numpy(pi_f)[1], atol=1e-6)
     config = layer.get_config()
     assert config["random_initial_masks"] is True and config["seed"] == 3
 
