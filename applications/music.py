@@ -906,8 +906,7 @@ def train(
             model.set_weights(best.weights)
         save_atomically(model, member_path)
         if not member:  # every epoch's curves, those before a resume too, when a CSV log spans them
-            log = next((c.filename for c in user if isinstance(c, keras.callbacks.CSVLogger)), None)
-            plot_history(fault_tolerance.read_history_csv(log)[0] if log else history.history, paths["plot"])
+            plot_history(fault_tolerance.logged_history(history, user)[0], paths["plot"])
         models.append(model)
         # epochs trained in all (those before a resume too)
         epochs_run.append(history.epoch[-1] + 1 if history.epoch else backup.restored_epoch if backup else 0)
