@@ -874,17 +874,15 @@ def evaluate(model_path, source="idx", data_dir=None, num_test=5000, seed=0, bat
 def _check_occluded_mnist_model(model, model_path):
     """Refuses a model that ``build_model`` did not make (another application's raised an
     IndexError, ``list index out of range``)."""
-    from applications.errors import CommandLineError
+    from applications.checks import require_model
 
-    shapes = [tuple(x.shape) for x in model.inputs]
-    output = model.output
-    if not (len(shapes) == 1 and len(shapes[0]) == 5 and shapes[0][-1] == 1
-            and None not in shapes[0][1:] and isinstance(output, dict) and "digit" in output):
-        raise CommandLineError(
-            f"{model_path} is not an Occluded Moving MNIST model (frames [batch, T, S, S, 1] in, a dict "
-            f"with the 'digit' probabilities out; it takes inputs of shape {shapes}): pass one written by "
-            "`keras-capsules train occluded_mnist`"
-        )
+    require_model(
+        model, model_path,
+        lambda shapes, model: len(shapes) == 1 and len(shapes[0]) == 5 and shapes[0][-1] == 1
+        and None not in shapes[0][1:] and isinstance(model.output, dict) and "digit" in model.output,
+        "an Occluded Moving MNIST model", "occluded_mnist",
+        "frames [batch, T, S, S, 1] in, a dict with the 'digit' probabilities out",
+    )
 
 
 # The command-line protocol (applications/registry.py).

@@ -816,16 +816,14 @@ def evaluate(model_path, data_dir, granularity="5", split="test", preset=DEFAULT
 
 def _check_sst_model(model, model_path):
     """Refuses, before any sentence is embedded, a model that ``build_model`` did not make."""
-    from applications.errors import CommandLineError
+    from applications.checks import require_model, single_output_shape
 
-    shapes = [tuple(x.shape) for x in model.inputs]
-    output = model.output
-    if not (len(shapes) == 2 and len(shapes[0]) == 4 and len(shapes[1]) == 2
-            and not isinstance(output, (dict, list, tuple)) and len(output.shape) == 2):
-        raise CommandLineError(
-            f"{model_path} is not an SST model (hidden states [batch, tokens, layers, width] and a mask in, "
-            f"class logits out; it takes inputs of shape {shapes}): pass one written by `keras-capsules train sst`"
-        )
+    require_model(
+        model, model_path,
+        lambda shapes, model: len(shapes) == 2 and len(shapes[0]) == 4 and len(shapes[1]) == 2
+        and len(single_output_shape(model) or ()) == 2,
+        "an SST model", "sst", "hidden states [batch, tokens, layers, width] and a mask in, class logits out",
+    )
 
 
 # The command-line protocol (applications/registry.py).
