@@ -624,6 +624,15 @@ def build_model(
         A ``keras.Model`` from ``{"embeddings": [batch, tokens, num_layers, width],
         "mask": [batch, tokens]}`` to class logits ``[batch, num_classes]``.
     """
+    from applications.checks import integer_at_least
+
+    # width=0 built a model of empty states, a bool hidden_dim a 1-unit projection, and
+    # num_classes=0 failed inside EMRouting naming its `n_out`
+    num_layers, width, hidden_dim, hidden_capsules, capsule_dim, n_iters = (
+        integer_at_least(name, value, 1) for name, value in (
+            ("num_layers", num_layers), ("width", width), ("hidden_dim", hidden_dim),
+            ("hidden_capsules", hidden_capsules), ("capsule_dim", capsule_dim), ("n_iters", n_iters)))
+    num_classes = integer_at_least("num_classes", num_classes, 2)
     embeddings = keras.Input((None, num_layers, width), name="embeddings")
     mask = keras.Input((None,), name="mask")
     x = DepthEmbedding(name="depth_embedding")(embeddings)

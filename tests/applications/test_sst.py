@@ -104,6 +104,18 @@ def test_cache_is_keyed_by_the_storage_dtype(encoder, tmp_path):
             sst.embed_texts(TEXTS, encoder, tmp_path, name="t", max_length=12, dtype=bad, verbose=0)
 
 
+@pytest.mark.parametrize("kwargs, name", [
+    (dict(width=0), "width"), (dict(num_layers=-1), "num_layers"), (dict(hidden_dim=True), "hidden_dim"),
+    (dict(hidden_capsules=2.0), "hidden_capsules"), (dict(capsule_dim=0), "capsule_dim"),
+    (dict(n_iters=0), "n_iters"), (dict(num_classes=0), "num_classes"), (dict(num_classes=1), "num_classes"),
+])
+def test_build_model_refuses_bad_sizes_by_their_names(kwargs, name):
+    # width=0 and a bool hidden_dim built a model; num_classes=0 failed inside EMRouting
+    # with an error about `n_out`
+    with pytest.raises(ValueError, match=rf"`{name}` must be an integer >= \d+\. Received: {name}="):
+        sst.build_model(**{"num_layers": 3, "width": 16, **kwargs})
+
+
 def test_missing_minilm_package_gives_install_hint(monkeypatch):
     real = importlib.util.find_spec
     monkeypatch.setattr(
