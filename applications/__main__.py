@@ -13,7 +13,9 @@ Applications register in ``applications/registry.py`` (the protocol is documente
 there); their HyperModels in ``tuning/__init__.py``.
 
 ``--batch-size`` is per replica everywhere. ``train`` backs up its state in
-``<run-dir>/backup``: the same command, run again after a crash, resumes. An
+``<run-dir>/backup``: the same command, run again after a crash, resumes (also after
+a crash between the last epoch and the writing of the outputs: it trains nothing
+then and writes them); the backup goes once the outputs are written. An
 ``--epochs`` below the epoch the backup reached is refused (the backup is kept: pass
 that many epochs or more); one equal to it trains nothing more and writes the outputs
 (see ``applications.fault_tolerance``). Mistakes a

@@ -662,7 +662,8 @@ def train(cache_dir, run_dir="runs/clevr", data_dir=None, epochs=25, batch_size=
     TensorBoard logs to ``run_dir``. Returns the metrics dict. ``limit`` keeps the
     first questions of every split (quick runs); with ``strategy`` the model is built
     and compiled in its scope (``batch_size`` is then the global batch); ``callbacks``
-    run after the recipe's.
+    run after the recipe's (the backup of a ``fault_tolerance.AtomicBackupAndRestore``
+    among them is deleted once the outputs are written: ``fault_tolerance.finish_run``).
     """
     import tensorflow as tf
 
@@ -694,6 +695,7 @@ def train(cache_dir, run_dir="runs/clevr", data_dir=None, epochs=25, batch_size=
     result = {"validation_accuracy": float(accuracy), "validation_loss": float(loss),
               "parameters": int(model.count_params()), "epochs": epochs, **paths}
     write_json_atomically(result, paths["metrics"])
+    fault_tolerance.finish_run(callbacks)  # the outputs are written: the backup goes
     return result
 
 

@@ -207,8 +207,10 @@ def train(
     ``history.csv`` (one row per epoch), ``metrics.json`` (with ``split``: the seed,
     data directory, limit and test fraction of the train/test split, which
     :func:`evaluate` reuses) and TensorBoard logs under
-    ``logs/``. While training, ``backup/`` holds the state to resume from: calling
-    ``train`` again with the same ``run_dir`` after a crash continues where it stopped.
+    ``logs/``. Until those are written, ``backup/`` holds the state to resume from:
+    calling ``train`` again with the same ``run_dir`` after a crash continues where it
+    stopped (after the last epoch: trains nothing and writes the outputs). It is
+    deleted last (``fault_tolerance.finish_run``): a later call starts a new run.
 
     Args:
         run_dir: output directory (other workers of a multi-worker cluster write below
@@ -226,7 +228,8 @@ def train(
         save_freq: ``"epoch"`` or a number of steps between backups.
         model_options: keyword arguments of :func:`build_model` (``filters``,
             ``hidden_capsules``, ``n_iters``, ...).
-        callbacks: extra Keras callbacks (after the backup and the CSV logger).
+        callbacks: extra Keras callbacks (after the backup and the CSV logger); the
+            backups among them go with the run's (``fault_tolerance.finish_run``).
 
     Returns:
         A dict with the test accuracy, the parameter count, the epochs and the paths.
@@ -286,6 +289,7 @@ def train(
         **paths,
     }
     fault_tolerance.write_json_atomically(result, paths["metrics"])
+    fault_tolerance.finish_run([*resumable, *callbacks])  # the outputs are written: the backup goes
     return result
 
 

@@ -13,13 +13,18 @@
   ``<run_dir>/backup`` every epoch (or every N steps: ``--save-freq N``). Running the
   same command again after a crash restores the weights and optimizer state and
   continues at the epoch after the last one saved; a mid-epoch backup (``--save-freq
-  N``) restarts its epoch from the first step with the saved weights. The backup is
-  deleted when training finishes. A backup is never lost to a smaller ``--epochs``:
+  N``) restarts its epoch from the first step with the saved weights. The backup
+  outlives ``fit``: it is deleted by :func:`finish_run` once the application has
+  written its outputs (model, metrics, plots), so that a crash between the end of
+  ``fit`` and those writes loses nothing: the rerun restores the backup of all the
+  epochs, trains nothing and writes the outputs. A rerun after a finished run (no
+  backup left) starts a fresh run. A backup is never lost to a smaller ``--epochs``:
   when it already holds more epochs than asked for, training is refused
   (:class:`BackupAheadError`: pass ``--epochs N`` or more, or another run directory),
   and when it holds exactly the epochs asked for (a crash after the last epoch) the
-  run trains nothing, writes its outputs from the backup and keeps the backup (a
-  later run with a larger ``--epochs`` continues from it).
+  run trains nothing and writes its outputs from the backup.
+  :func:`resume_epoch` tells, before ``fit``, the epoch a run will resume at (for
+  data streams that must continue where the interrupted run left them).
 * ``history.csv`` (a ``CSVLogger`` in append mode) keeps one row per finished epoch
   across restarts; a fresh run (no backup) starts it again when its training begins.
   :func:`logged_history` reads it back for the run's plots and summaries.
@@ -185,6 +190,25 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
     ``epochs`` epochs (a crash after the last one) is restored, trains nothing and is
     kept.
 
+    When the backup goes (``delete_checkpoint``, Keras' argument):
+
+    * ``delete_checkpoint=True`` (the default, Keras' behaviour): it is deleted when a
+      ``fit`` that trained ends, so a later ``fit`` with the same ``backup_dir``
+      starts from scratch. Right for a ``fit`` whose model is all its output; but a
+      crash after ``fit`` and before the model is saved loses the run.
+    * ``delete_checkpoint=False``: when a ``fit`` that trained ends, the backup is
+      brought up to its end (the weights after the last epoch and the epochs
+      trained, also with a ``save_freq`` in steps) and kept. A later ``fit`` with the
+      same ``epochs`` restores it and trains nothing (a larger ``epochs`` trains the
+      rest): a crash before the outputs are written costs no training. Call
+      :meth:`finish` (or :func:`finish_run`) once they are written: until then, a
+      ``fit`` in this ``backup_dir`` is the same run's. :func:`resumable_callbacks`
+      (the applications' training) makes its callback so.
+
+    Args:
+        backup_dir, save_freq, double_checkpoint, delete_checkpoint: as in
+            ``keras.callbacks.BackupAndRestore``.
+
     Attributes:
         restored_epoch: the epoch training resumed at (0 for a fresh start), set by
             ``on_train_begin``.
@@ -219,9 +243,23 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
 
     def on_train_end(self, logs=None):
         if self._trains:  # a backup of all the epochs asked for is kept: nothing trained it further
-            super().on_train_end(logs)
+            if self.delete_checkpoint:
+                super().on_train_end(logs)
+            elif self.save_freq != "epoch":  # "epoch": the last epoch's end is backed up already
+                self._save_model()  # the state fit ends with (on_epoch_end set its epoch)
         # A later fit of the model (with or without this callback) starts at its own initial_epoch.
         self.model._initial_epoch = None
+
+    def finish(self):
+        """Deletes the backup: the run is complete (its outputs are written).
+
+        A later ``fit`` with this callback's ``backup_dir`` then starts from scratch.
+        Nothing happens when there is no backup.
+        """
+        if os.path.exists(self.backup_dir):
+            import shutil
+
+            shutil.rmtree(self.backup_dir)
 
     def _save_model(self):
         os.makedirs(self.backup_dir, exist_ok=True)
@@ -332,6 +370,10 @@ def resumable_callbacks(run_dir, save_freq="epoch"):
 
     A fresh run (no backup in ``run_dir`` when training begins) starts
     ``history.csv`` again; a resumed run appends to it.
+
+    The backup outlives ``fit`` (``delete_checkpoint=False``): call
+    :func:`finish_run` with these callbacks once the run's outputs are written. Until
+    then a rerun with the same ``run_dir`` finishes this run from its backup.
     """
     # Keras took 0 (or True, or -3) as "back up after every batch" and refused np.int64.
     if save_freq != "epoch" and (
@@ -340,9 +382,34 @@ def resumable_callbacks(run_dir, save_freq="epoch"):
         raise ValueError(f"`save_freq` must be 'epoch' or a positive number of steps. Received: save_freq={save_freq!r}")
     save_freq = save_freq if save_freq == "epoch" else int(save_freq)
     return [
-        AtomicBackupAndRestore(os.path.join(run_dir, BACKUP_DIR), save_freq=save_freq),
+        AtomicBackupAndRestore(os.path.join(run_dir, BACKUP_DIR), save_freq=save_freq, delete_checkpoint=False),
         _RunHistoryCSV(os.path.join(run_dir, HISTORY_CSV), run_dir),
     ]
+
+
+def _backups(callbacks):
+    return [c for c in callbacks or () if isinstance(c, AtomicBackupAndRestore)]
+
+
+def finish_run(callbacks):
+    """Ends the run of ``callbacks``: deletes the backup of each
+    :class:`AtomicBackupAndRestore` among them (see :meth:`AtomicBackupAndRestore.finish`).
+
+    An application calls it once its outputs (model, metrics, plots) are written:
+    a crash before that point leaves the backup, and rerunning finishes the run from
+    it without training; after it, a rerun in the same run directory starts afresh.
+    ``callbacks`` may hold other callbacks (ignored) or be empty or None.
+    """
+    for backup in _backups(callbacks):
+        backup.finish()
+
+
+def resume_epoch(callbacks):
+    """The epoch the ``fit`` given ``callbacks`` will start at, read before ``fit``:
+    that of the backup of the (first) :class:`AtomicBackupAndRestore` among them, 0
+    without one (or without a backup)."""
+    backups = _backups(callbacks)
+    return backup_epoch(backups[0].backup_dir) if backups else 0
 
 
 def read_history_csv(path):

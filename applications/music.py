@@ -787,6 +787,8 @@ def train(
     beside each member's backup (``fault_tolerance.KeepBestWeights``), so a resumed
     member still keeps its best epoch from before the crash, ``history.png`` shows every
     epoch of ``history.csv`` and ``epochs_run`` counts the epochs before the resume too.
+    A member's backup is deleted (``fault_tolerance.finish_run``) once the member is
+    saved and listed in ``members.json``; until then a rerun finishes it from there.
 
     Writes ``model.keras``, ``history.png``, ``metrics.json`` and TensorBoard logs
     under ``run_dir``, and ``sample.png``: the piano roll of one chorale of
@@ -914,6 +916,8 @@ def train(
         fault_tolerance.write_json_atomically(
             {"config": progress["config"], "finished": progress["finished"]}, progress["path"]
         )
+        # members.json now loads the saved member on a rerun: its backup (and best.npz) goes
+        fault_tolerance.finish_run(user)
         if ensemble > 1 and verbose:
             print(f"member {member}: valid NLL per step {nll_per_step(model, rolls['valid']):.3f}, "
                   f"ensemble of {member + 1}: {nll_per_step(models, rolls['valid']):.3f}", flush=True)

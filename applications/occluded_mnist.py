@@ -780,7 +780,9 @@ def train(
     transformed) and ``affine`` (the transforms' parameters, a dict of
     :func:`augment_digits` arguments): see :func:`make_training_dataset`;
     ``num_train`` is then the number of sequences per epoch. The test sequences
-    are never augmented.
+    are never augmented. The backup of a ``fault_tolerance.AtomicBackupAndRestore``
+    among ``callbacks`` is deleted once the outputs are written
+    (``fault_tolerance.finish_run``).
 
     Returns:
         A dict with the test classification error, the parameter count and the paths.
@@ -849,6 +851,7 @@ def train(
         **paths,
     }
     fault_tolerance.write_json_atomically(result, paths["metrics"])
+    fault_tolerance.finish_run(callbacks)  # the outputs are written: the backup goes
     return result
 
 

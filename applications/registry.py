@@ -23,6 +23,8 @@ The protocol (an application module exposes):
     callbacks of ``applications.fault_tolerance.resumable_callbacks`` so that a
     restarted command resumes, writes its outputs below
     ``applications.distribute.output_dir(args.run_dir, strategy)`` with atomic writes,
+    then calls ``applications.fault_tolerance.finish_run`` with those callbacks (the
+    backup outlives ``fit`` until the outputs are written, then goes),
     and returns a JSON-serialisable summary (the command line prints it and where the
     outputs went: keys ``model``, ``plot``, ``metrics``, ``logs`` when present).
 

@@ -269,6 +269,9 @@ def train(
         strategy: a ``tf.distribute.Strategy``; the model is built and compiled in its
             scope (``batch_size`` is then the global batch). None: the default one.
         callbacks: extra Keras callbacks (after the TensorBoard logs and checkpoint).
+            The backup of ``fault_tolerance.resumable_callbacks`` outlives ``fit``: call
+            ``fault_tolerance.finish_run(callbacks)`` once the outputs are written
+            (``run_train`` does).
 
     Returns:
         ``(model, history)``.
@@ -516,6 +519,7 @@ def run_train(args, strategy):
     if result["test_accuracy"] is None:
         del result["test_accuracy"]
     fault_tolerance.write_json_atomically(result, paths["metrics"])
+    fault_tolerance.finish_run(resumable)  # the outputs are written: the backup goes
     return result
 
 

@@ -531,7 +531,8 @@ def train(run_dir="runs/sort_of_clevr", steps=20000, batch_size=64, kb="symbolic
     more in each of the first ``steps % epochs`` epochs (with fewer steps than epochs,
     one step in each of ``steps`` epochs); with ``strategy`` the model is built and
     compiled in its scope and ``batch_size`` is the global batch; ``callbacks`` run
-    after the recipe's.
+    after the recipe's (the backup of a ``fault_tolerance.AtomicBackupAndRestore``
+    among them is deleted once the outputs are written: ``fault_tolerance.finish_run``).
     """
     import os
 
@@ -569,6 +570,7 @@ def train(run_dir="runs/sort_of_clevr", steps=20000, batch_size=64, kb="symbolic
     plot_example_attention(model, val[1][0], paths["attention"])
     result.update(parameters=int(model.count_params()), steps=steps, **paths)
     fault_tolerance.write_json_atomically(result, paths["metrics"])
+    fault_tolerance.finish_run(callbacks)  # the outputs are written: the backup goes
     return result
 
 

@@ -720,7 +720,9 @@ def train(
             ``hidden_capsules``, ``capsule_dim``, ``n_iters``).
         strategy: a ``tf.distribute.Strategy``: the model is built and compiled in its
             scope (``batch_size`` is then the global batch). None: the default one.
-        callbacks: extra Keras callbacks (after the TensorBoard logs).
+        callbacks: extra Keras callbacks (after the TensorBoard logs); the backup of
+            a ``fault_tolerance.AtomicBackupAndRestore`` among them is deleted once the
+            outputs are written (``fault_tolerance.finish_run``).
 
     Returns:
         A dict with the dev and test accuracies, the parameter count and paths.
@@ -789,6 +791,7 @@ def train(
         **paths,
     }
     write_json_atomically(result, paths["metrics"])
+    fault_tolerance.finish_run(callbacks)  # the outputs are written: the backup goes
     if verbose:
         print(f"{result['task']}: dev accuracy {result['dev_accuracy']:.4f}, "
               f"test accuracy {result['test_accuracy']:.4f}")

@@ -95,7 +95,9 @@ def train(
         limit: use only the first ``limit`` examples of every split (quick runs).
         seed: random seed (weights, dropout, shuffling).
         jit_compile: passed to ``model.compile``.
-        callbacks: extra Keras callbacks for ``fit`` (TensorBoard is always added).
+        callbacks: extra Keras callbacks for ``fit`` (TensorBoard is always added);
+            the backup of a ``fault_tolerance.AtomicBackupAndRestore`` among them is
+            deleted once the outputs are written (``fault_tolerance.finish_run``).
         verbose: 0 silent, 1 progress bars and summary lines.
         strategy: a ``tf.distribute.Strategy``: the model is built and compiled in its
             scope (``batch_size`` is then the global batch). None: the default one.
@@ -164,6 +166,7 @@ def train(
         **paths,
     }
     write_json_atomically(result, paths["metrics"])
+    fault_tolerance.finish_run(callbacks)  # the outputs are written: the backup goes
     if verbose:
         print(f"test accuracy {test_accuracy:.4f}; outputs in {os.path.abspath(run_dir)}")
     return result
