@@ -127,3 +127,40 @@ class CrashAt(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         if (self._epoch, batch) == self.at:
             raise RuntimeError("crash (simulated)")
+
+
+class CountBatches(keras.callbacks.Callback):
+    """Counts the training batches of the ``fit`` calls it is given to (``batches``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.batches = 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.batches += 1
+
+
+def crash_when_saving_after_fit(monkeypatch):
+    """Makes the first model save after a ``fit`` ends raise ``RuntimeError("crash
+    (simulated)")``: the crash between the end of training and the final model file.
+
+    Returns the callback that tells the end of ``fit``: give it to the ``fit``. Saves
+    during ``fit`` (checkpoints) go through.
+    """
+    from applications import fault_tolerance
+
+    save = fault_tolerance.save_model_atomically
+
+    class FitEnded(keras.callbacks.Callback):
+        ended = False
+
+        def on_train_end(self, logs=None):
+            FitEnded.ended = True
+
+    def crashing_save(model, path):
+        if FitEnded.ended:
+            raise RuntimeError("crash (simulated)")
+        save(model, path)
+
+    monkeypatch.setattr(fault_tolerance, "save_model_atomically", crashing_save)
+    return FitEnded()

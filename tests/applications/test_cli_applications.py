@@ -141,6 +141,31 @@ def test_a_rerun_that_finishes_from_the_backup_plots_every_epoch_of_the_run(name
     assert plotted[:1] == [1]  # the run's one epoch, from history.csv
 
 
+@pytest.mark.parametrize("name", RUNNABLE)
+def test_a_crash_between_fit_and_the_model_save_is_finished_by_the_rerun(name, tmp_path, capsys, monkeypatch):
+    # The backup was deleted as soon as fit ended, before the model was written: a crash
+    # in between lost the run (the rerun found no backup and trained from scratch).
+    from applications import fault_tolerance
+    from tests.applications import cli_helpers
+
+    make = fault_tolerance.resumable_callbacks
+    fit_ended = cli_helpers.crash_when_saving_after_fit(monkeypatch)
+    monkeypatch.setattr(fault_tolerance, "resumable_callbacks", lambda *a, **kw: [*make(*a, **kw), fit_ended])
+    run_dir = tmp_path / "run"
+    argv = ["train", name, *TINY[name], "--epochs", "1", "--quiet", "--run-dir", str(run_dir)]
+    with pytest.raises(RuntimeError, match="simulated"):
+        cli.main(argv)
+    assert not (run_dir / "model.keras").exists() and (run_dir / "backup").is_dir()
+    monkeypatch.undo()
+    counter = cli_helpers.CountBatches()
+    monkeypatch.setattr(fault_tolerance, "resumable_callbacks", lambda *a, **kw: [*make(*a, **kw), counter])
+    capsys.readouterr()
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    assert counter.batches == 0, "the rerun trained again"
+    assert (run_dir / "model.keras").is_file() and (run_dir / "metrics.json").is_file()
+    assert not (run_dir / "backup").exists()
+
+
 def test_smallnorb_unprepared_is_the_friendly_tfds_error(tmp_path, capsys):
     assert cli.main(["train", "smallnorb", "--data-dir", str(tmp_path), "--quiet"]) == 2
     err = capsys.readouterr().err

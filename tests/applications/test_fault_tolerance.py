@@ -137,13 +137,13 @@ def test_ctrl_c_is_one_line_that_says_how_to_resume_and_keeps_the_backup(tmp_pat
     assert json.loads((run_dir / "backup" / "training_metadata.json").read_text())["epoch"] == 1
 
 
-def _dense_fit(backup_dir, epochs=4, crash_at=None, model=None, save_freq=1, initial_epoch=0):
+def _dense_fit(backup_dir, epochs=4, crash_at=None, model=None, save_freq=1, initial_epoch=0, **backup_kwargs):
     rng = np.random.default_rng(0)
     x, y = rng.normal(size=(32, 3)).astype("float32"), rng.normal(size=(32, 1)).astype("float32")
     if model is None:
         model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
         model.compile("sgd", "mse")
-    backup = fault_tolerance.AtomicBackupAndRestore(str(backup_dir), save_freq=save_freq)
+    backup = fault_tolerance.AtomicBackupAndRestore(str(backup_dir), save_freq=save_freq, **backup_kwargs)
     callbacks = [backup] + ([cli_helpers.CrashAt(*crash_at)] if crash_at else [])
     history = model.fit(x, y, batch_size=8, epochs=epochs, verbose=0, callbacks=callbacks,
                         initial_epoch=initial_epoch)
@@ -287,3 +287,60 @@ def test_logged_history_reads_the_run_log_only_when_a_csv_logger_wrote_it(tmp_pa
     assert fault_tolerance.logged_history(history, None) == ({"loss": [0.5]}, None)
     empty = keras.callbacks.CSVLogger(str(tmp_path / "empty.csv"))
     assert fault_tolerance.logged_history(history, [empty]) == ({"loss": [0.5]}, None)
+
+
+def test_a_kept_backup_holds_the_end_of_fit_until_finish_run(tmp_path):
+    # The applications' backup (delete_checkpoint=False) must survive fit, which Keras'
+    # on_train_end deleted before the model file was written; kept, its last backup
+    # (every 3 of 4 steps) was made in the middle of the last epoch, which a rerun
+    # trained again.
+    metadata = tmp_path / "backup" / "training_metadata.json"
+    model, _, history = _dense_fit(tmp_path / "backup", epochs=2, save_freq=3, delete_checkpoint=False)
+    assert history.epoch == [0, 1] and json.loads(metadata.read_text())["epoch"] == 2
+    rerun, backup, history = _dense_fit(tmp_path / "backup", epochs=2, save_freq=3, delete_checkpoint=False)
+    assert backup.restored_epoch == 2 and history.epoch == [] and metadata.exists()
+    for got, want in zip(rerun.get_weights(), model.get_weights()):
+        np.testing.assert_array_equal(got, want)
+    fault_tolerance.finish_run([keras.callbacks.History(), backup])  # other callbacks are ignored
+    assert not (tmp_path / "backup").exists()
+    fault_tolerance.finish_run([backup])  # no backup: nothing to do
+    fault_tolerance.finish_run(None)
+    _, backup, history = _dense_fit(tmp_path / "backup", epochs=2, save_freq=3, delete_checkpoint=False)
+    assert backup.restored_epoch == 0 and history.epoch == [0, 1]  # a finished run: a new one starts
+
+
+def test_direct_users_keep_keras_default_the_backup_goes_when_fit_ends(tmp_path):
+    # Who uses the callback in their own fit gets no stale backup.
+    _, backup, _ = _dense_fit(tmp_path / "backup", epochs=2, save_freq=3)
+    assert backup.delete_checkpoint and not (tmp_path / "backup").exists()
+    assert not fault_tolerance.resumable_callbacks(str(tmp_path))[0].delete_checkpoint
+
+
+TINY_OPTIONS = {"filters": 8, "primary_capsules": 2, "hidden_capsules": 4, "pose_size": 2, "n_iters": 2}
+
+
+def test_a_crash_between_fit_and_the_model_save_resumes_without_training(tmp_path, monkeypatch):
+    # Keras' on_train_end deleted the backup as soon as fit ended; the model, metrics and
+    # plots are written after: a crash there left neither, and the rerun trained again.
+    run_dir = tmp_path / "run"
+
+    def train(callbacks):
+        return demo.train(str(run_dir), epochs=2, batch_size=16, limit=40, verbose=0, model_options=TINY_OPTIONS,
+                          callbacks=callbacks)
+
+    with pytest.raises(RuntimeError, match="simulated"):
+        train([cli_helpers.crash_when_saving_after_fit(monkeypatch)])
+    assert not (run_dir / "model.keras").exists() and not (run_dir / "metrics.json").exists()
+    assert json.loads((run_dir / "backup" / "training_metadata.json").read_text())["epoch"] == 2
+    monkeypatch.undo()
+    counter = cli_helpers.CountBatches()
+    metrics = train([counter])
+    assert counter.batches == 0, "the rerun trained again"
+    assert metrics["resumed_from_epoch"] == 2 and metrics["epochs_logged"] == [0, 1]
+    assert (run_dir / "model.keras").is_file() and (run_dir / "metrics.json").is_file()
+    assert not (run_dir / "backup").exists(), "a finished run leaves no backup"
+    # As before, a rerun after a finished run starts a new run in the same directory.
+    counter = cli_helpers.CountBatches()
+    metrics = train([counter])
+    assert counter.batches > 0 and metrics["resumed_from_epoch"] == 0 and metrics["epochs_logged"] == [0, 1]
+    assert not (run_dir / "backup").exists()

@@ -250,3 +250,31 @@ def test_a_rerun_that_finishes_from_a_backup_of_every_epoch_still_reports_the_te
     logged = fault_tolerance.read_history_csv(str(run / "history.csv"))[0]
     assert result["test_accuracy"] == pytest.approx(logged["val_accuracy"][-1])
     assert json.loads((run / "metrics.json").read_text())["test_accuracy"] == result["test_accuracy"]
+
+
+def test_a_crash_between_fit_and_the_model_save_is_finished_by_the_rerun(tmp_path, monkeypatch):
+    # The backup was deleted as soon as fit ended, before run_train wrote the model and
+    # metrics: a crash in between made the rerun train from scratch.
+    from applications import __main__ as cli
+    from applications import fault_tolerance
+    from tests.applications import cli_helpers
+
+    run = tmp_path / "run"
+    args = cli._defaults(cli.build_parser("smallnorb").parse_args(
+        ["train", "smallnorb", "--run-dir", str(run), "--epochs", "1", "--batch-size", "2", "--image-size", "24",
+         "--steps-per-epoch", "1", "--validation-steps", "1", "--channels", "8", "--parts", "8", "--quiet",
+         "--data-dir", str(tmp_path / "tfds")]))
+    make, save = fault_tolerance.resumable_callbacks, fault_tolerance.save_model_atomically
+    fit_ended = cli_helpers.crash_when_saving_after_fit(monkeypatch)
+    monkeypatch.setattr(fault_tolerance, "resumable_callbacks", lambda *a, **kw: [*make(*a, **kw), fit_ended])
+    monkeypatch.setattr(smallnorb, "_require_data", lambda data_dir: None)
+    with tfds.testing.mock_data(num_examples=4):
+        with pytest.raises(RuntimeError, match="simulated"):
+            smallnorb.run_train(args, tf.distribute.get_strategy())
+        assert fault_tolerance.backup_epoch(str(run / "backup")) == 1
+        counter = cli_helpers.CountBatches()
+        monkeypatch.setattr(fault_tolerance, "save_model_atomically", save)
+        monkeypatch.setattr(fault_tolerance, "resumable_callbacks", lambda *a, **kw: [*make(*a, **kw), counter])
+        result = smallnorb.run_train(args, tf.distribute.get_strategy())
+    assert counter.batches == 0 and result["resumed_from_epoch"] == 1
+    assert (run / "metrics.json").is_file() and not (run / "backup").exists()
