@@ -140,12 +140,12 @@ class CountBatches(keras.callbacks.Callback):
         self.batches += 1
 
 
-def crash_when_saving_after_fit(monkeypatch):
+def crash_when_saving_after_fit(monkeypatch, name=None):
     """Makes the first model save after a ``fit`` ends raise ``RuntimeError("crash
     (simulated)")``: the crash between the end of training and the final model file.
 
     Returns the callback that tells the end of ``fit``: give it to the ``fit``. Saves
-    during ``fit`` (checkpoints) go through.
+    during ``fit`` (checkpoints) go through, and with ``name`` those to other files.
     """
     from applications import fault_tolerance
 
@@ -158,7 +158,7 @@ def crash_when_saving_after_fit(monkeypatch):
             FitEnded.ended = True
 
     def crashing_save(model, path):
-        if FitEnded.ended:
+        if FitEnded.ended and (name is None or os.path.basename(path) == name):
             raise RuntimeError("crash (simulated)")
         save(model, path)
 

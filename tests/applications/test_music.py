@@ -789,3 +789,30 @@ def test_a_resumed_ensemble_loads_the_members_that_had_finished(tmp_path):
     # Another configuration does not reuse the members of an interrupted run.
     (run_dir / "members.json").write_text(json.dumps({"config": {"seed": 99}, "finished": {"0": 2}}))
     assert music._finished_members({"path": str(run_dir / "members.json"), "config": {"seed": 0}}) == {}
+
+
+def test_a_crash_after_a_members_fit_is_finished_without_training_it_again(tmp_path, monkeypatch):
+    # Member 1's backup (and its best epoch, best.npz) was deleted as soon as its fit
+    # ended: a crash before its model file was written trained it again from scratch.
+    from applications import fault_tolerance
+    from tests.applications import cli_helpers
+
+    run_dir, counters = tmp_path / "run", {}
+    fit_ended = cli_helpers.crash_when_saving_after_fit(monkeypatch, "model_1.keras")  # member 0 is saved
+
+    def member_callbacks(member):
+        folder = run_dir / f"member_{member}" if member else run_dir
+        folder.mkdir(parents=True, exist_ok=True)
+        counters[member] = cli_helpers.CountBatches()
+        return [*fault_tolerance.resumable_callbacks(str(folder)), counters[member], fit_ended]
+
+    with pytest.raises(RuntimeError, match="simulated"):
+        _small_run(run_dir, epochs=2, ensemble=2, callbacks=member_callbacks)
+    assert not (run_dir / "model_1.keras").exists() and (run_dir / "member_1" / "backup" / "best.npz").is_file()
+    assert not (run_dir / "backup").exists(), "member 0, listed in members.json, needs no backup"
+    monkeypatch.undo()
+    counters.clear()
+    result = _small_run(run_dir, epochs=2, ensemble=2, callbacks=member_callbacks)
+    assert list(counters) == [1] and counters[1].batches == 0, "member 1 was trained again"
+    assert result["epochs_run"] == [2, 2] and (run_dir / "model_1.keras").is_file()
+    assert not (run_dir / "member_1" / "backup").exists() and not (run_dir / "members.json").exists()
