@@ -139,7 +139,9 @@ def spread_steps(steps, epochs):
     The first ``steps % epochs`` epochs run ``steps // epochs + 1`` steps, the others
     ``steps // epochs``: ``fit`` gets the larger count as ``steps_per_epoch`` and the
     callback (put it first) ends each shorter epoch one step early. Its step counts
-    depend only on the epoch's number, so a resumed run trains the same counts.
+    depend only on the epoch's number, so a resumed run trains the same counts; its
+    ``steps_before(epoch)`` is the number of steps of the epochs before ``epoch``
+    (where a stream of batches stands when a run resumed at ``epoch`` begins).
     """
     per_epoch, longer = divmod(steps, epochs)
     return per_epoch + (longer > 0), _EpochSteps(per_epoch, longer)
@@ -152,6 +154,10 @@ class _EpochSteps(keras.callbacks.Callback):
         super().__init__()
         self.per_epoch, self.longer = per_epoch, longer
         self._steps, self._ended = None, False
+
+    def steps_before(self, epoch):
+        """Steps of the epochs before ``epoch``."""
+        return epoch * self.per_epoch + min(epoch, self.longer)
 
     def on_epoch_begin(self, epoch, logs=None):
         self._steps, self._ended = self.per_epoch + (epoch < self.longer), False

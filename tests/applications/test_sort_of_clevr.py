@@ -343,3 +343,39 @@ def test_train_runs_exactly_the_steps_asked_when_epochs_do_not_divide_them(tmp_p
     from applications.training import spread_steps
 
     assert spread_steps(20000, 15)[0] == 1334 and spread_steps(20, 10)[0] == 2
+
+
+@pytest.mark.parametrize("kb", ["symbolic", "image"])
+def test_a_stream_started_at_a_batch_is_the_rest_of_the_stream(kb):
+    # A run resumed at epoch k restarted the endless stream: it trained again on the
+    # examples of epochs 0, 1, ... instead of those an uninterrupted run saw.
+    whole = list(soc.make_dataset(batch_size=3, seed=5, kb=kb).take(5))
+    rest = list(soc.make_dataset(batch_size=3, seed=5, kb=kb, start=3).take(2))
+    for (x, y), (want_x, want_y) in zip(rest, whole[3:], strict=True):
+        assert sorted(x) == sorted(want_x)
+        for key in x:
+            np.testing.assert_array_equal(x[key], want_x[key])
+        np.testing.assert_array_equal(y, want_y)
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="Received: start="):
+            soc.make_dataset(batch_size=3, start=bad)
+
+
+def test_a_resumed_run_trains_on_the_examples_of_an_uninterrupted_one(tmp_path):
+    # Crashed in epoch 2 of 3 and resumed from the backup of epochs 0-1: the same
+    # weights as a run that never stopped (a restarted stream gave others).
+    from applications import fault_tolerance
+    from tests.applications.cli_helpers import CrashAt
+
+    def run(run_dir, *extra):
+        callbacks = [*fault_tolerance.resumable_callbacks(str(run_dir)), *extra]
+        soc.train(str(run_dir), steps=7, epochs=3, batch_size=4, learning_rate=3e-3, validation_examples=2,
+                  verbose=0, model_kwargs={"units": 8, "embedding_dim": 4, "max_steps": 1}, callbacks=callbacks)
+        return keras.saving.load_model(run_dir / "model.keras").get_weights()
+
+    uninterrupted = run(tmp_path / "a")
+    with pytest.raises(RuntimeError, match="simulated"):
+        run(tmp_path / "b", CrashAt(2, 0))
+    assert fault_tolerance.backup_epoch(str(tmp_path / "b" / "backup")) == 2
+    for got, want in zip(run(tmp_path / "b"), uninterrupted, strict=True):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-7)
