@@ -406,6 +406,7 @@ def make_training_dataset(
     augment=None,
     affine=None,
     frame_size=FRAME_SIZE,
+    first_epoch=0,
 ):
     """A ``tf.data`` pipeline of training ``(frames, targets)`` batches, augmented or not.
 
@@ -423,6 +424,10 @@ def make_training_dataset(
             test sequences are never augmented.
         affine: the parameters of :func:`augment_digits` for ``augment="affine"``
             (a dict; None or missing keys: ``AFFINE_DEFAULTS``).
+        first_epoch: with ``augment``, the epoch of the first pass (default 0): pass
+            ``p`` draws the sequences of epoch ``first_epoch + p``, so that a run
+            resumed at epoch ``first_epoch`` trains on the sequences an uninterrupted
+            run would have (a resumed run drew those of epochs 0, 1, ... again).
 
     Returns:
         A ``tf.data.Dataset``; with ``augment`` it regenerates its sequences (in
@@ -436,12 +441,13 @@ def make_training_dataset(
     _check_variant(variant)
     batch_size = integer_at_least("batch_size", batch_size, 1)
     num_sequences = integer_at_least("num_sequences", num_sequences, 1)
+    first_epoch = integer_at_least("first_epoch", first_epoch, 0)
     if augment is None:
         data = generate(digits, labels, num_sequences, seed=seed, frame_size=frame_size)
         return make_dataset(data, variant, batch_size, shuffle=True, seed=seed)
     digits = check_digits(digits, labels)
     labels = np.asarray(labels)
-    passes = [0]  # passes over the dataset so far (each one draws new sequences)
+    passes = [first_epoch]  # the epoch of the next pass over the dataset (each one draws new sequences)
 
     def batches():
         data = generate(digits, labels, num_sequences, seed=(seed, passes[0]), frame_size=frame_size,
@@ -779,8 +785,9 @@ def train(
     epoch; ``"affine"``: new sequences every epoch, each digit randomly
     transformed) and ``affine`` (the transforms' parameters, a dict of
     :func:`augment_digits` arguments): see :func:`make_training_dataset`;
-    ``num_train`` is then the number of sequences per epoch. The test sequences
-    are never augmented. The backup of a ``fault_tolerance.AtomicBackupAndRestore``
+    ``num_train`` is then the number of sequences per epoch (a run resumed from the
+    backup in ``callbacks`` at epoch ``k`` draws those of epochs ``k``, ``k + 1``, ...,
+    as an uninterrupted run). The test sequences are never augmented. The backup of a ``fault_tolerance.AtomicBackupAndRestore``
     among ``callbacks`` is deleted once the outputs are written
     (``fault_tolerance.finish_run``).
 
@@ -804,7 +811,7 @@ def train(
     # the same sequences as make_sequences (without augmentation)
     train_dataset = make_training_dataset(
         *train_digits, num_train, variant, batch_size, seed=seed, augment=augment, affine=affine,
-        frame_size=frame_size,
+        frame_size=frame_size, first_epoch=min(fault_tolerance.resume_epoch(callbacks), epochs),
     )
     test_data = generate(*test_digits, num_test, seed=seed + 1, frame_size=frame_size)
     with strategy.scope():

@@ -584,3 +584,47 @@ def test_evaluate_generates_sequences_as_long_as_the_models(tmp_path, digits, mo
     monkeypatch.setattr(om, "_train_test_digits", lambda *a: (digits, digits))
     result = om.evaluate(str(tmp_path / "three.keras"), num_test=4)
     assert 0.0 <= result["test_error"] <= 1.0
+
+
+@pytest.mark.parametrize("augment", ["fresh", "affine"])
+def test_an_augmented_dataset_from_a_later_epoch_goes_on_with_its_sequences(digits, augment):
+    # A run resumed at epoch k drew the sequences of epochs 0, 1, ... again.
+    make = lambda **kw: om.make_training_dataset(  # noqa: E731
+        *digits, 8, "temporal", batch_size=4, seed=2, augment=augment, frame_size=16, **kw)
+    uninterrupted = _passes(make(), 3)
+    resumed = _passes(make(first_epoch=1), 2)
+    for (frames, labels), (want_frames, want_labels) in zip(resumed, uninterrupted[1:], strict=True):
+        np.testing.assert_array_equal(frames, want_frames)
+        np.testing.assert_array_equal(labels, want_labels)
+    with pytest.raises(ValueError, match="Received: first_epoch=-1"):
+        make(first_epoch=-1)
+
+
+def test_a_resumed_augmented_run_draws_the_sequences_of_its_epoch(tmp_path, monkeypatch):
+    from applications import fault_tolerance
+    from tests.applications.cli_helpers import CrashAt
+    from tests.conftest import shared_path
+
+    epochs_drawn = []
+    generate = om.generate
+
+    def recording(*args, seed=0, **kwargs):
+        if isinstance(seed, tuple):  # a training pass (test sequences have an int seed)
+            epochs_drawn.append(seed[1])
+        return generate(*args, seed=seed, **kwargs)
+
+    monkeypatch.setattr(om, "generate", recording)
+    run_dir = tmp_path / "run"
+
+    def train(*extra):
+        return om.train(data_dir=str(shared_path("data", "mnist")), run_dir=str(run_dir), epochs=3, num_train=8,
+                        num_test=8, variant="temporal", conv_units=(4,), dense_units=8, batch_size=8, frame_size=16,
+                        augment="fresh", verbose=0,
+                        callbacks=[*fault_tolerance.resumable_callbacks(str(run_dir)), *extra])
+
+    with pytest.raises(RuntimeError, match="simulated"):
+        train(CrashAt(2, 0))
+    assert epochs_drawn[:3] == [0, 1, 2]
+    epochs_drawn.clear()
+    train()
+    assert epochs_drawn[:1] == [2]  # was 0: the sequences of the first epoch again
