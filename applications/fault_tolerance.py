@@ -404,12 +404,14 @@ def finish_run(callbacks):
         backup.finish()
 
 
-def resume_epoch(callbacks):
+def resume_epoch(callbacks, epochs=None):
     """The epoch the ``fit`` given ``callbacks`` will start at, read before ``fit``:
     that of the backup of the (first) :class:`AtomicBackupAndRestore` among them, 0
-    without one (or without a backup)."""
+    without one (or without a backup); at most ``epochs`` (when given: a backup
+    beyond it makes ``fit`` raise :class:`BackupAheadError`)."""
     backups = _backups(callbacks)
-    return backup_epoch(backups[0].backup_dir) if backups else 0
+    epoch = backup_epoch(backups[0].backup_dir) if backups else 0
+    return epoch if epochs is None else min(epoch, epochs)
 
 
 def read_history_csv(path):

@@ -428,6 +428,8 @@ def make_training_dataset(
             ``p`` draws the sequences of epoch ``first_epoch + p``, so that a run
             resumed at epoch ``first_epoch`` trains on the sequences an uninterrupted
             run would have (a resumed run drew those of epochs 0, 1, ... again).
+            Without ``augment`` it changes nothing (the shuffled order of a resumed
+            epoch is still that of the first epochs of a run).
 
     Returns:
         A ``tf.data.Dataset``; with ``augment`` it regenerates its sequences (in
@@ -811,7 +813,7 @@ def train(
     # the same sequences as make_sequences (without augmentation)
     train_dataset = make_training_dataset(
         *train_digits, num_train, variant, batch_size, seed=seed, augment=augment, affine=affine,
-        frame_size=frame_size, first_epoch=min(fault_tolerance.resume_epoch(callbacks), epochs),
+        frame_size=frame_size, first_epoch=fault_tolerance.resume_epoch(callbacks, epochs),
     )
     test_data = generate(*test_digits, num_test, seed=seed + 1, frame_size=frame_size)
     with strategy.scope():

@@ -574,7 +574,7 @@ def train(run_dir="runs/sort_of_clevr", steps=20000, batch_size=64, kb="symbolic
     steps_per_epoch, epoch_steps = spread_steps(steps, epochs)
     # A run resumed from its backup at epoch k goes on with the stream's batches of epoch k
     # (it restarted the stream: epochs 0, 1, ... trained again on their examples).
-    start = epoch_steps.steps_before(min(fault_tolerance.resume_epoch(callbacks), epochs))
+    start = epoch_steps.steps_before(fault_tolerance.resume_epoch(callbacks, epochs))
     history = model.fit(
         distribute.distribute_dataset_options(make_dataset(batch_size, seed, kb=kb, start=start)),
         steps_per_epoch=steps_per_epoch, epochs=epochs, validation_data=val_all, verbose=verbose,
