@@ -24,7 +24,11 @@
   and when it holds exactly the epochs asked for (a crash after the last epoch) the
   run trains nothing and writes its outputs from the backup.
   :func:`resume_epoch` tells, before ``fit``, the epoch a run will resume at (for
-  data streams that must continue where the interrupted run left them).
+  data streams that must continue where the interrupted run left them: the
+  generated Sort-of-CLEVR stream, occluded MNIST's augmented sequences). Datasets
+  reshuffled by ``tf.data`` every epoch (and mixup, crops, transpositions drawn per
+  pass) restart their sequence of draws in a resumed process: a resumed epoch
+  sees the examples of the run, in the order of an earlier epoch.
 * ``history.csv`` (a ``CSVLogger`` in append mode) keeps one row per finished epoch
   across restarts; a fresh run (no backup) starts it again when its training begins.
   :func:`logged_history` reads it back for the run's plots and summaries.
