@@ -789,9 +789,9 @@ def train(
     :func:`augment_digits` arguments): see :func:`make_training_dataset`;
     ``num_train`` is then the number of sequences per epoch (a run resumed from the
     backup in ``callbacks`` at epoch ``k`` draws those of epochs ``k``, ``k + 1``, ...,
-    as an uninterrupted run). The test sequences are never augmented. The backup of a ``fault_tolerance.AtomicBackupAndRestore``
-    among ``callbacks`` is deleted once the outputs are written
-    (``fault_tolerance.finish_run``).
+    as an uninterrupted run). The test sequences are never augmented. The backup of
+    a ``fault_tolerance.AtomicBackupAndRestore`` among ``callbacks`` is deleted once
+    the outputs are written (``fault_tolerance.finish_run``).
 
     Returns:
         A dict with the test classification error, the parameter count and the paths.

@@ -546,12 +546,12 @@ def train(run_dir="runs/sort_of_clevr", steps=20000, batch_size=64, kb="symbolic
     ``epochs`` epochs, and exactly ``steps`` are trained: ``steps // epochs`` each, one
     more in each of the first ``steps % epochs`` epochs (with fewer steps than epochs,
     one step in each of ``steps`` epochs); with ``strategy`` the model is built and
-    compiled in its scope and ``batch_size`` is the global batch. A run resumed from
-    the backup of a ``fault_tolerance.AtomicBackupAndRestore`` among ``callbacks`` at
-    epoch ``k`` trains on the training stream's batches from those of epoch ``k`` on, as
-    an uninterrupted run does (:func:`make_dataset` ``start``). ``callbacks`` run
-    after the recipe's (the backup of a ``fault_tolerance.AtomicBackupAndRestore``
-    among them is deleted once the outputs are written: ``fault_tolerance.finish_run``).
+    compiled in its scope and ``batch_size`` is the global batch; ``callbacks`` run
+    after the recipe's. With a ``fault_tolerance.AtomicBackupAndRestore`` among
+    them, a run resumed from its backup at epoch ``k`` trains on the training
+    stream's batches from those of epoch ``k`` on, as an uninterrupted run does
+    (:func:`make_dataset` ``start``), and the backup is deleted once the outputs are
+    written (``fault_tolerance.finish_run``).
     """
     import os
 

@@ -602,8 +602,9 @@ def train(
     With ``strategy`` the model is built and compiled in its scope
     (``batch_size`` is then the global batch). When ``callbacks`` log to
     ``run_dir/history.csv`` (``fault_tolerance.resumable_callbacks``), the plot shows
-    every epoch of a resumed run; the backup of a ``fault_tolerance.AtomicBackupAndRestore``
-    among them is deleted once the outputs are written (``fault_tolerance.finish_run``). ``mask_update``, ``initial_mask_scale``,
+    every epoch of a resumed run; the backup of a
+    ``fault_tolerance.AtomicBackupAndRestore`` among them is deleted once the outputs
+    are written (``fault_tolerance.finish_run``). ``mask_update``, ``initial_mask_scale``,
     ``posterior_sigma`` and ``initial_mask_stddev`` are RTagger's; ``class_weight``
     weighs the classifier's cost against the mixture NLL; ``texture_style``, ``mean_gap``, ``texture_set``, ``bank_size`` and
     ``texture_shift`` choose the images (see :func:`make_images`).
