@@ -137,3 +137,13 @@ def test_pad_and_random_crop_bad_arguments_are_value_errors():
     with pytest.raises(ValueError, match="Received: image shape"):
         pad_and_random_crop(tf.ones((8, 8)), 2, 8)
     assert pad_and_random_crop(image, 2, 12).shape == (12, 12, 1)
+
+
+def test_steps_before_an_epoch_are_the_steps_of_the_epochs_before_it():
+    from applications.training import spread_steps
+
+    for steps, epochs in ((7, 3), (20, 10), (3, 3), (20000, 15)):
+        _, callback = spread_steps(steps, epochs)
+        counts = [callback.per_epoch + (e < callback.longer) for e in range(epochs)]
+        assert [callback.steps_before(e) for e in range(epochs + 1)] == [sum(counts[:e]) for e in range(epochs + 1)]
+        assert callback.steps_before(epochs) == steps
