@@ -502,10 +502,13 @@ def test_sequences_of_unknown_length_run_through_one_model(tmp_path):
         _assert_same(loaded.predict(x, verbose=0), got)
 
 
-@pytest.mark.parametrize("jit_compile", [False, True])
-def test_a_model_on_sequences_of_unknown_length_trains(jit_compile):
+@pytest.mark.parametrize("unroll,jit_compile", [(None, False), (False, False), (False, True)])
+def test_a_model_on_sequences_of_unknown_length_trains(unroll, jit_compile):
+    # (fit traces with the steps of its data: unroll=None unrolls them there)
     inputs = keras.Input((None, 4))
-    predictions, _ = RLadder(DENSE_LEVELS, output_units=4, dropout=0.2, zoneout=0.1, seed=3)(inputs)
+    predictions, _ = RLadder(
+        DENSE_LEVELS, output_units=4, dropout=0.2, zoneout=0.1, seed=3, unroll=unroll
+    )(inputs)
     model = keras.Model(inputs, predictions)
     model.compile(keras.optimizers.Adam(1e-2), "mse", jit_compile=jit_compile)
     t = np.linspace(0, 4 * np.pi, 13, dtype="float32")
@@ -564,3 +567,17 @@ def test_unroll_is_checked():
     assert config["unroll"] is None
     del config["unroll"]  # a ladder saved before the option existed
     assert RLadder.from_config(config).unroll is None
+
+
+def test_a_convolutional_ladder_loop_trains_under_xla():
+    # The combinators' nearest upsampling used ops.repeat, whose TensorFlow gradient
+    # reshapes by a shape computed in the forward pass: XLA refused to compile it
+    # inside the loop ("must be a compile-time constant").
+    inputs = keras.Input((None, 8, 8, 1))
+    predictions, _ = RLadder(FF_CONV_LEVELS, output_units=1, unroll=False)(inputs)
+    model = keras.Model(inputs, predictions)
+    model.compile(keras.optimizers.Adam(1e-2), "mse", jit_compile=True)
+    assert model.jit_compile
+    x = _seq(8, 3, 8, 8, 1)
+    losses = model.fit(x, x, batch_size=4, epochs=3, verbose=0).history["loss"]
+    assert np.all(np.isfinite(losses)) and losses[-1] < losses[0]
