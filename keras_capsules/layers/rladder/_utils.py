@@ -80,7 +80,13 @@ def upsample_nearest(x, factor):
     """Repeats every pixel of ``[batch, H, W, C]`` ``factor`` times along H and W."""
     if factor == 1:
         return x
-    return ops.repeat(ops.repeat(x, factor, axis=1), factor, axis=2)
+    # Broadcasting against ones, not ``ops.repeat``: the gradient of TensorFlow's
+    # repeat reshapes by a shape computed in the forward pass, which XLA cannot
+    # compile inside a loop (RLadder's symbolic loop); a product's gradient needs
+    # only static shapes. The values are the same.
+    _, h, w, c = x.shape
+    ones = ops.ones((1, 1, factor, 1, factor, 1), dtype=x.dtype)
+    return ops.reshape(ops.reshape(x, (-1, h, 1, w, 1, c)) * ones, (-1, h * factor, w * factor, c))
 
 
 def max_pool(x, factor):

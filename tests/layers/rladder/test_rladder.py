@@ -424,3 +424,160 @@ def test_dropout_leaves_the_returned_top_output_clean(kwargs):
         (clean_prediction, clean), (dropped_prediction, dropped) = clean, dropped
         assert not np.allclose(clean_prediction, dropped_prediction)  # the decoder still is
     np.testing.assert_allclose(dropped, clean, rtol=1e-6, atol=1e-6)
+
+
+# ------------------------------------------------------------- the symbolic loop
+LOOP_CASES = [
+    ("dense", DENSE_LEVELS, (2, 5, 6), {}),
+    ("conv", CONV_LEVELS, (2, 3, 4, 4, 1), {}),
+    ("feed_forward_conv_output_units", FF_CONV_LEVELS, (2, 3, 4, 4, 1), dict(output_units=2)),
+    ("static", DENSE_LEVELS, (2, 6), dict(n_iters=3)),
+    ("encoder_only", DENSE_LEVELS, (2, 5, 6), dict(use_decoder=False)),
+    ("no_feedback_layer_norm", CONV_LEVELS, (2, 3, 4, 4, 1), dict(decoder_to_encoder=False, normalization="layer")),
+    ("zoneout_dropout", DENSE_LEVELS, (2, 5, 6), dict(zoneout=0.3, dropout=0.2)),
+]
+
+
+def _twins(levels, kwargs, x):
+    """An unrolled ladder and a looping one with the same weights."""
+    unrolled, looped = RLadder(levels, unroll=True, **kwargs), RLadder(levels, unroll=False, **kwargs)
+    unrolled(x)
+    looped(x)
+    looped.set_weights(unrolled.get_weights())
+    return unrolled, looped
+
+
+def _assert_same(a, b, atol=1e-6):
+    a, b = keras.tree.flatten(a), keras.tree.flatten(b)
+    assert len(a) == len(b)
+    for p, q in zip(a, b):
+        assert tuple(p.shape) == tuple(q.shape)
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(p), keras.ops.convert_to_numpy(q), rtol=1e-5, atol=atol)
+
+
+@pytest.mark.parametrize("case,levels,shape,kwargs", LOOP_CASES, ids=[c[0] for c in LOOP_CASES])
+def test_the_symbolic_loop_gives_the_unrolled_outputs(case, levels, shape, kwargs):
+    x = _seq(*shape)
+    unrolled, looped = _twins(levels, kwargs, x)
+    _assert_same(unrolled(x), looped(x))
+    if "n_iters" not in kwargs:  # with padded steps too
+        mask = np.ones(shape[:2], bool)
+        mask[0, 1] = mask[1, -1] = mask[1, 0] = False
+        _assert_same(unrolled(x, mask=mask), looped(x, mask=mask))
+
+
+def test_the_symbolic_loop_gives_the_unrolled_gradients():
+    x = _seq(2, 4, 5)
+    mask = np.array([[1, 1, 1, 0], [1, 0, 1, 1]], bool)
+    grads = []
+    for ladder in _twins(DENSE_LEVELS, dict(output_units=3), x):
+
+        def loss(ladder=ladder):
+            predictions, top = ladder(x, mask=mask)
+            return keras.ops.sum(predictions**2) + keras.ops.sum(top)
+
+        _, _, g = value_and_grads(loss, variables=ladder.trainable_weights)
+        grads.append(g)
+    assert len(grads[0]) == len(grads[1]) > 0
+    for a, b in zip(*grads):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_sequences_of_unknown_length_run_through_one_model(tmp_path):
+    inputs = keras.Input((None, 6))
+    predictions, top = RLadder(DENSE_LEVELS, output_units=6, name="ladder")(inputs)
+    assert tuple(predictions.shape) == (None, None, 6) and tuple(top.shape) == (None, None, 3)
+    model = keras.Model(inputs, [predictions, top])
+    path = str(tmp_path / "model.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    for steps in (1, 3, 7):
+        x = _seq(2, steps, 6, seed=steps)
+        fixed = RLadder(DENSE_LEVELS, output_units=6, unroll=True)
+        fixed(x)
+        fixed.set_weights(model.get_layer("ladder").get_weights())
+        got = model.predict(x, verbose=0)
+        assert got[0].shape == (2, steps, 6) and got[1].shape == (2, steps, 3)
+        _assert_same(got, fixed(x))
+        _assert_same(loaded.predict(x, verbose=0), got)
+
+
+@pytest.mark.parametrize("unroll,jit_compile", [(None, False), (False, False), (False, True)])
+def test_a_model_on_sequences_of_unknown_length_trains(unroll, jit_compile):
+    # (fit traces with the steps of its data: unroll=None unrolls them there)
+    inputs = keras.Input((None, 4))
+    predictions, _ = RLadder(
+        DENSE_LEVELS, output_units=4, dropout=0.2, zoneout=0.1, seed=3, unroll=unroll
+    )(inputs)
+    model = keras.Model(inputs, predictions)
+    model.compile(keras.optimizers.Adam(1e-2), "mse", jit_compile=jit_compile)
+    t = np.linspace(0, 4 * np.pi, 13, dtype="float32")
+    waves = np.stack([np.sin(t + phase) for phase in np.linspace(0, 1, 4)], -1)  # [13, 4]
+    x, y = np.repeat(waves[None, :-1], 16, 0), np.repeat(waves[None, 1:], 16, 0)
+    before = model.evaluate(x, y, verbose=0)
+    model.fit(x, y, epochs=15, batch_size=8, verbose=0)
+    model.fit(x[:, :5], y[:, :5], epochs=1, batch_size=8, verbose=0)  # another length, same model
+    after = model.evaluate(x, y, verbose=0)
+    assert np.isfinite(after) and after < 0.5 * before
+
+
+def test_the_loop_draws_a_zoneout_mask_for_every_step():
+    # With zoneout 0.999 in training nearly every unit keeps its zero initial state,
+    # at every step; a mask drawn once, or not applied inside the loop, would not.
+    x = _seq(4, 6, 5) + 3.0
+    for ladder in _twins(DENSE_LEVELS, dict(zoneout=0.999, seed=0), x):
+        _, top = ladder(x, training=True)
+        top = keras.ops.convert_to_numpy(top)
+        assert np.mean(top == 0) > 0.97, np.mean(top == 0)
+        assert np.all(np.isfinite(top))
+        _, inference = ladder(x)
+        assert np.mean(keras.ops.convert_to_numpy(inference) == 0) < 0.5  # the expectation
+
+
+@pytest.mark.parametrize("noise", ["step", "sequence"])
+def test_the_loop_drops_out_in_training_only(noise):
+    x = _seq(3, 4, 5)
+    ladder = RLadder(DENSE_LEVELS, dropout=0.5, dropout_noise=noise, unroll=False, seed=2)
+    clean = ladder(x)
+    again = ladder(x)
+    _assert_same(clean, again)
+    dropped = ladder(x, training=True)
+    assert not np.allclose(keras.ops.convert_to_numpy(dropped[0]), keras.ops.convert_to_numpy(clean[0]))
+    assert all(np.all(np.isfinite(keras.ops.convert_to_numpy(t))) for t in dropped)
+
+
+LOOP_CONTRACT_CASES = [
+    ("dense_loop", dict(levels=DENSE_LEVELS, unroll=False), (4, 3, 5)),
+    ("conv_loop", dict(levels=CONV_LEVELS[1:], unroll=False, output_units=2), (4, 2, 4, 4, 1)),
+    ("static_loop", dict(levels=DENSE_LEVELS[1:], n_iters=2, unroll=False), (4, 5)),
+]
+
+
+@pytest.mark.parametrize("case,kwargs,shape", LOOP_CONTRACT_CASES, ids=[c[0] for c in LOOP_CONTRACT_CASES])
+def test_layer_contract_of_the_symbolic_loop(case, kwargs, shape, tmp_path):
+    run_layer_contract(RLadder, kwargs, _seq(*shape), tmp_path=tmp_path, atol=1e-5, rtol=1e-4)
+
+
+def test_unroll_is_checked():
+    with pytest.raises(ValueError, match="Received: unroll='yes'"):
+        RLadder(DENSE_LEVELS, unroll="yes")
+    with pytest.raises(ValueError, match="unroll=True unrolls a known number of steps"):
+        RLadder(DENSE_LEVELS, unroll=True)(keras.Input((None, 5)))
+    config = RLadder(DENSE_LEVELS).get_config()
+    assert config["unroll"] is None
+    del config["unroll"]  # a ladder saved before the option existed
+    assert RLadder.from_config(config).unroll is None
+
+
+def test_a_convolutional_ladder_loop_trains_under_xla():
+    # The combinators' nearest upsampling used ops.repeat, whose TensorFlow gradient
+    # reshapes by a shape computed in the forward pass: XLA refused to compile it
+    # inside the loop ("must be a compile-time constant").
+    inputs = keras.Input((None, 8, 8, 1))
+    predictions, _ = RLadder(FF_CONV_LEVELS, output_units=1, unroll=False)(inputs)
+    model = keras.Model(inputs, predictions)
+    model.compile(keras.optimizers.Adam(1e-2), "mse", jit_compile=True)
+    assert model.jit_compile
+    x = _seq(8, 3, 8, 8, 1)
+    losses = model.fit(x, x, batch_size=4, epochs=3, verbose=0).history["loss"]
+    assert np.all(np.isfinite(losses)) and losses[-1] < losses[0]
