@@ -581,3 +581,35 @@ def test_a_convolutional_ladder_loop_trains_under_xla():
     x = _seq(8, 3, 8, 8, 1)
     losses = model.fit(x, x, batch_size=4, epochs=3, verbose=0).history["loss"]
     assert np.all(np.isfinite(losses)) and losses[-1] < losses[0]
+
+
+def test_fit_on_a_padded_batch_pipeline_of_sequences_of_many_lengths():
+    """tf.data's padded_batch gives batches of unknown length T: the ladder loops
+    symbolically and its mask keeps the padding out."""
+    from tests.backends import BACKEND
+
+    if BACKEND != "tensorflow":
+        pytest.skip("TensorFlow-only: a tf.data pipeline")
+    import tensorflow as tf
+
+    rng = np.random.default_rng(0)
+    lengths = [3, 7, 5, 9, 4, 6, 8, 2]
+    waves = [np.sin(np.arange(n + 1, dtype="float32")[:, None] * 0.7 + rng.uniform(size=3)) for n in lengths]
+    data = tf.data.Dataset.from_generator(
+        lambda: ((w[:-1], w[1:]) for w in waves),
+        output_signature=(tf.TensorSpec((None, 3), "float32"), tf.TensorSpec((None, 3), "float32")),
+    ).padded_batch(4)
+    inputs = keras.Input((None, 3))
+    masked = keras.layers.Masking(0.0)(inputs)
+    ladder = RLadder(DENSE_LEVELS, output_units=3, name="ladder")
+    predictions, _ = ladder(masked)
+    model = keras.Model(inputs, predictions)
+    model.compile(keras.optimizers.Adam(1e-2), "mse")
+    history = model.fit(data, epochs=8, verbose=0).history["loss"]
+    assert np.all(np.isfinite(history)) and history[-1] < history[0]
+    # the trained ladder gives every sequence, padded or not, its own outputs
+    for w in waves[:3]:
+        alone = model.predict(w[None, :-1], verbose=0)
+        padded = np.zeros((1, 9, 3), "float32")
+        padded[0, : len(w) - 1] = w[:-1]
+        np.testing.assert_allclose(model.predict(padded, verbose=0)[0, : len(w) - 1], alone[0], rtol=1e-5, atol=1e-5)
