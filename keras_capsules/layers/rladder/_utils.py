@@ -29,15 +29,27 @@ def normalize(x, axis, epsilon=1e-5):
     return ops.cast((x32 - mean) * ops.rsqrt(var + epsilon), dtype)
 
 
+def loaded_without_effect(where, name, value, replacement, why):
+    """``replacement``, with a warning, for a saved option ``name=value`` that had no
+    effect (``why`` says where it has none).
+
+    Configs saved before such an option was refused still load: the option is read as
+    ``replacement`` (the value that builds the same layer) and a ``UserWarning`` says
+    so. A serialized Keras object (a dict) is shown by its class name.
+    """
+    shown = value.get("class_name", value) if isinstance(value, dict) else value
+    warnings.warn(
+        f"{where}{name}={shown!r} has no effect {why}; loading it as {replacement!r}, "
+        "which gives the same layer.",
+        stacklevel=3,
+    )
+    return replacement
+
+
 def loaded_upsample_mode(where):
     """``"nearest"``, with a warning, for a saved ``upsample_mode="transpose"`` that had no
     effect (nothing upsampled); configs saved before it was refused still load, unchanged."""
-    warnings.warn(
-        f"{where}upsample_mode='transpose' has no effect where nothing is upsampled; "
-        "loading it as 'nearest', which gives the same layer.",
-        stacklevel=3,
-    )
-    return "nearest"
+    return loaded_without_effect(where, "upsample_mode", "transpose", "nearest", "where nothing is upsampled")
 
 
 def serialize_all(config, obj, names, kind):

@@ -61,6 +61,9 @@ class ConvEncoderCell(EncoderCellBase):
         use_feedback: whether the cell takes the decoder feedback ``d``. Default True.
         kernel_initializer, feedback_initializer, bias_initializer: initializers of
             ``kernel`` (``W``), ``feedback_kernel`` (``U``) and ``bias`` (``b``).
+            The feedback initializer, regularizer and constraint need
+            ``use_feedback=True`` (a cell without feedback has no ``U``; they are
+            a ``ValueError`` there).
         kernel_regularizer, feedback_regularizer, bias_regularizer: optional.
         kernel_constraint, feedback_constraint, bias_constraint: optional.
         recurrent_initializer, recurrent_regularizer, recurrent_constraint: accepted

@@ -36,7 +36,9 @@ class GatedEncoderCell(EncoderCellBase):
         use_feedback: whether the cell takes the decoder feedback ``d``. Default True.
         kernel_initializer: initializer of ``kernel`` (``W``). Default glorot uniform.
         feedback_initializer: initializer of ``feedback_kernel`` (``U``).
-            Default glorot uniform.
+            Default (None) glorot uniform. The feedback initializer, regularizer
+            and constraint need ``use_feedback=True`` (a cell without feedback has
+            no ``U``; they are a ``ValueError`` there).
         recurrent_initializer: initializer of ``recurrent_kernel`` (``V``).
             Default orthogonal.
         bias_initializer: initializer of ``bias``. Default zeros.

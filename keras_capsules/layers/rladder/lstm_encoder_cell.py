@@ -36,7 +36,10 @@ class LSTMEncoderCell(EncoderCellBase):
             Default True.
         kernel_initializer, feedback_initializer, recurrent_initializer,
             bias_initializer: initializers of ``kernel``, ``feedback_kernel``,
-            ``recurrent_kernel`` (orthogonal by default) and ``bias``.
+            ``recurrent_kernel`` (orthogonal by default) and ``bias``. The
+            feedback initializer, regularizer and constraint need
+            ``use_feedback=True`` (a cell without feedback has no
+            ``feedback_kernel``; they are a ``ValueError`` there).
         kernel_regularizer, feedback_regularizer, recurrent_regularizer,
             bias_regularizer: optional regularizers.
         kernel_constraint, feedback_constraint, recurrent_constraint,

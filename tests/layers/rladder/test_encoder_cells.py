@@ -1,6 +1,8 @@
 """GatedEncoderCell, LSTMEncoderCell, ConvLSTMEncoderCell, ConvEncoderCell: numpy cases,
 contract, errors."""
 
+import warnings
+
 import keras
 import numpy as np
 import pytest
@@ -130,6 +132,41 @@ def test_layer_contract(cls, kwargs, shapes, tmp_path):
 def test_bad_constructor_arguments(cls, kwargs, name):
     with pytest.raises(ValueError, match=f"Received: {name}="):
         cls(**kwargs)
+
+
+CELLS = [
+    (GatedEncoderCell, dict(units=3)),
+    (LSTMEncoderCell, dict(units=3)),
+    (ConvLSTMEncoderCell, dict(filters=2)),
+    (ConvEncoderCell, dict(filters=2)),
+]
+
+
+@pytest.mark.parametrize("cls,kwargs", CELLS, ids=lambda v: getattr(v, "__name__", ""))
+def test_feedback_options_without_feedback_are_a_clear_error_and_old_configs_load(cls, kwargs):
+    # fix22: a cell with use_feedback=False took the feedback options and ignored them
+    for option, value in [("feedback_initializer", "zeros"), ("feedback_regularizer", "l2"),
+                          ("feedback_constraint", "non_neg")]:
+        with pytest.raises(ValueError, match=rf"builds none\. Received: {option}='{value}', use_feedback=False"):
+            cls(use_feedback=False, **kwargs, **{option: value})
+    config = cls(use_feedback=False, **kwargs).get_config()
+    assert config["feedback_initializer"] is None
+    # with feedback the default is glorot uniform, as before
+    assert cls(**kwargs).get_config()["feedback_initializer"]["class_name"] == "GlorotUniform"
+    # configs saved before: the old default initializer is dropped silently, a chosen option
+    # with a warning
+    serialize = keras.initializers.serialize
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        old = dict(config, feedback_initializer=serialize(keras.initializers.GlorotUniform()))
+        assert cls.from_config(old).feedback_initializer is None
+    old = dict(config, feedback_initializer=serialize(keras.initializers.Zeros()),
+               feedback_regularizer=keras.regularizers.serialize(keras.regularizers.L2()))
+    with pytest.warns(UserWarning) as record:
+        loaded = cls.from_config(old)
+    assert sorted(str(w.message).split(" has no effect with use_feedback=False")[0] for w in record) == [
+        f"{cls.__name__}: feedback_initializer='Zeros'", f"{cls.__name__}: feedback_regularizer='L2'"]
+    assert loaded.feedback_initializer is None and loaded.feedback_regularizer is None
 
 
 def test_bad_inputs():
