@@ -196,7 +196,7 @@ class ConvCombinatorBase(keras.layers.Layer):
         if config.get("upsample_mode") == "transpose" and config.get("upsample", 1) == 1:
             config = dict(config, upsample_mode=loaded_upsample_mode(f"{cls.__name__}: "))
         layer = super().from_config(config)
-        layer._from_saved_config = True  # may hold upsample > 1 for a vector x_top (see _check_vector_top_upsample)
+        layer._from_saved_config = True  # upsample > 1 for a vector x_top: _check_vector_top_upsample
         return layer
 
     def get_config(self):
