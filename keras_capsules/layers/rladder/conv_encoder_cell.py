@@ -5,6 +5,7 @@ from keras import ops
 
 from keras_capsules.layers.rladder._cell_base import EncoderCellBase
 from keras_capsules.layers.rladder._utils import normalize, positive_int
+from keras_capsules.ops import tanh
 
 NORMALIZATIONS = (None, "instance", "layer")
 ACTIVATIONS = ("relu", "leaky_relu", "elu", "gelu", "tanh", "linear")
@@ -171,6 +172,8 @@ class ConvEncoderCell(EncoderCellBase):
             pre = normalize(pre, axis) * ops.cast(self.gamma, pre.dtype) + self.bias
         if self.activation == "linear":
             return pre
+        if self.activation == "tanh":  # keras.activations.tanh is float32 for float64 on JAX
+            return tanh(pre)
         return getattr(keras.activations, self.activation)(pre)
 
     def step(self, x, feedback, states):

@@ -5,6 +5,7 @@ from keras import ops
 
 from keras_capsules.layers.rladder._cell_base import EncoderCellBase
 from keras_capsules.layers.rladder._utils import positive_int
+from keras_capsules.ops import tanh
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -104,7 +105,7 @@ class GatedEncoderCell(EncoderCellBase):
         if d is not None:
             g = ops.sigmoid(pre_gates[:, 2 * u : 3 * u])
             cand = cand + ops.matmul(g * d, self.feedback_kernel[:, gates * u :])
-        c = ops.tanh(cand)
+        c = tanh(cand)  # (keras.ops.tanh is float32 for float64 on JAX)
         return [(1.0 - z) * h + z * c]
 
     def get_config(self):
