@@ -569,7 +569,7 @@ def build_model(
         feedback_initializer: the RLadder's ``feedback_initializer`` (``"zeros"``,
             the default: the full ladder starts as ``no_feedback`` and learns its
             feedback; None: as its other kernels). Only the ``"rladder"`` variant
-            has feedback.
+            has feedback, so the other variants do not pass it on.
 
     Returns:
         A ``keras.Model`` from frames ``[batch, T, S, S, 1]`` to ``{"next_frames":
@@ -619,12 +619,14 @@ def build_model(
                 levels, use_decoder=False, normalization=normalization, name="rladder"
             )(frames)
         else:
+            feedback = variant == "rladder"
             predictions, tops = RLadder(
                 levels,
-                decoder_to_encoder=variant == "rladder",
+                decoder_to_encoder=feedback,
                 output_units=1,
                 normalization=normalization,
-                feedback_initializer=feedback_initializer,
+                # only the full ladder has feedback kernels (RLadder refuses it without)
+                feedback_initializer=feedback_initializer if feedback else None,
                 name="rladder",
             )(frames)
             outputs["next_frames"] = keras.layers.Identity(name="next_frames")(

@@ -164,6 +164,53 @@ def squash(x, axis=-1, epsilon=1e-12):
     return ops.cast(squashed, dtype)
 
 
+# ------------------------------------------------------------------ float64 on JAX
+# Keras' type promotion maps float64 to float32 on JAX (keras.backend.result_type, to
+# match JAX without x64, whatever ``jax_enable_x64`` says), and some ``keras.ops`` compute
+# in ``result_type(x.dtype, float)``: on JAX ``ops.tanh`` of float64 returns float32
+# (trigonometric and hyperbolic ops alike) and ``ops.mean`` / ``ops.var`` accumulate
+# float64 in float32 (relative errors ~1e-7 with float64 inputs and ``jax_enable_x64``).
+# The helpers below give the op in the input's precision on every backend.
+
+
+def _promotion_keeps_float64():
+    """True where Keras' type promotion keeps float64 (TensorFlow), False on JAX."""
+    return keras.backend.result_type("float64", float) == "float64"
+
+
+def mean(x, axis=None, keepdims=False):
+    """The mean of ``x`` over ``axis`` in float32, or in float64 for float64 inputs,
+    cast back to the dtype of ``x``: a sum divided by the count.
+
+    ``keras.ops.mean`` averages float64 in float32 on JAX (see above); this computes
+    the mean in the input's precision on every backend (float16 and bfloat16 inputs
+    are summed in float32, so they do not overflow either).
+    """
+    dtype = x.dtype
+    x = ops.cast(x, routing_dtype(dtype))
+    axes = range(len(x.shape)) if axis is None else (axis,) if isinstance(axis, int) else axis
+    count = 1
+    for a in axes:
+        count *= ops.shape(x)[a]
+    return ops.cast(ops.sum(x, axis=axis, keepdims=keepdims) / count, dtype)
+
+
+def tanh(x):
+    """``keras.ops.tanh(x)``, in float64 for float64 inputs on every backend.
+
+    On JAX ``keras.ops.tanh`` of float64 computes (and returns) float32 (see above);
+    there float64 inputs take ``tanh(x) = -expm1(-2x) / (2 + expm1(-2x))`` for
+    ``x >= 0`` (and the odd reflection below 0), accurate to a few ulps for all
+    ``x`` (no cancellation near 0, ``+-1`` for large ``|x|``) with the right gradient
+    everywhere (1 at 0). Other dtypes and backends use ``keras.ops.tanh``.
+    """
+    if keras.backend.standardize_dtype(x.dtype) != "float64" or _promotion_keeps_float64():
+        return ops.tanh(x)
+    positive = x >= 0
+    t = ops.expm1(ops.where(positive, -2.0 * x, 2.0 * x))  # expm1(-2|x|), in (-1, 0]
+    return ops.where(positive, -t, t) / (2.0 + t)
+
+
 def masked_softmax(logits, mask=None, axis=-1):
     """Softmax over ``axis`` where positions with ``mask == False`` get zero weight.
 

@@ -25,6 +25,8 @@ input) and calls this once.
 """
 
 import contextlib
+import json
+import zipfile
 
 import numpy as np
 import keras
@@ -33,6 +35,20 @@ import pytest
 from tests.backends import BACKEND, compiled, tensor, tensorflow_only, value_and_grads
 
 ALL_CHECKS = ("config", "gradients", "saving", "jit", "mixed_precision", "distributed")
+
+
+def edit_saved_layer_config(path, layer_name, edit):
+    """Rewrites, in the ``.keras`` file ``path``, the config of the model's layer
+    ``layer_name`` with ``edit(config)`` (in place): makes what an older version saved."""
+    with zipfile.ZipFile(path) as z:
+        files = {name: z.read(name) for name in z.namelist()}
+    config = json.loads(files["config.json"])
+    layer = next(l for l in config["config"]["layers"] if l["config"]["name"] == layer_name)
+    edit(layer["config"])
+    files["config.json"] = json.dumps(config).encode()
+    with zipfile.ZipFile(path, "w") as z:
+        for name, data in files.items():
+            z.writestr(name, data)
 
 
 def _as_structure(inputs):

@@ -1,11 +1,12 @@
-"""ops: squash, safe_norm and masked_softmax values and gradients at the edge cases."""
+"""ops: squash, safe_norm and masked_softmax values and gradients at the edge cases; tanh and
+mean in float64 on every backend."""
 
 import numpy as np
 import pytest
 import keras
 
 from keras_capsules import ops
-from tests.backends import compiled, grads, require_float64, tensor
+from tests.backends import compiled, float64_enabled, grads, require_float64, tensor
 
 
 def _np_squash(v):
@@ -196,3 +197,26 @@ def test_routing_dtype_of_tensor_dtypes_and_float64_masked_softmax():
     w = np.asarray(ops.masked_softmax(logits, tensor([[True, True, False]])))
     e = np.exp(1e-9)
     np.testing.assert_allclose(w[0], [1 / (1 + e), e / (1 + e), 0.0], rtol=1e-14)
+
+
+def test_tanh_and_mean_keep_float64():
+    # fix22: keras.ops.tanh returns float32 and keras.ops.mean averages in float32 for
+    # float64 inputs on JAX (Keras' type promotion maps float64 to float32 there, even with
+    # jax_enable_x64); these helpers keep float64 on every backend
+    with float64_enabled():  # jax_enable_x64 for this test on JAX
+        rng = np.random.default_rng(0)
+        x = np.concatenate([3 * rng.normal(size=200), [0.0, 1e-300, -1e-20, 1e-8, 20.0, -20.0, 400.0, -1e308]])
+        t = tensor(x, "float64")
+        for got in (ops.tanh(t), compiled(ops.tanh)(t)):
+            assert got.dtype == "float64"
+            np.testing.assert_allclose(np.asarray(got), np.tanh(x), rtol=2e-15, atol=0)
+        [g] = grads(lambda u: keras.ops.sum(ops.tanh(u)), [t])
+        np.testing.assert_allclose(np.asarray(g), 1 - np.tanh(x) ** 2, rtol=1e-12, atol=1e-15)
+        assert np.asarray(g)[200] == 1.0  # at 0
+        m = 1e3 + rng.normal(size=(3, 4, 50))
+        for axis, keepdims in [((1, 2), False), (-1, True), (None, False)]:
+            got = ops.mean(tensor(m, "float64"), axis=axis, keepdims=keepdims)
+            assert got.dtype == "float64"
+            np.testing.assert_allclose(np.asarray(got), m.mean(axis=axis, keepdims=keepdims), rtol=1e-15)
+    assert ops.tanh(tensor([0.5], "float32")).dtype == "float32"
+    assert ops.mean(tensor([[1.0, 2.0]], "float16"), axis=-1).dtype == "float16"

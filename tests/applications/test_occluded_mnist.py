@@ -7,6 +7,7 @@ import pytest
 from applications import occluded_mnist as om
 from applications.mnist_digits import load_idx_digits
 from tests.conftest import shared_path
+from tests.harness import edit_saved_layer_config
 
 TINY = dict(conv_units=(4, 4, 4), dense_units=8)
 DIGIT_FALL = 0.85
@@ -183,6 +184,24 @@ def test_default_levels_are_feed_forward_and_normalized_convlstm_is_plain(varian
     with pytest.raises(ValueError, match="Received: jit_compile=1"):
         om.compile_model(om.build_model("temporal", **TINY), jit_compile=1)
     assert om.compile_model(om.build_model("temporal", **TINY), jit_compile=True).jit_compile
+
+
+def test_only_the_full_ladder_gets_the_feedback_initializer_and_old_ablations_load(tmp_path):
+    # fix22: the no_feedback ladder was given feedback_initializer (which it ignored, and
+    # RLadder now refuses without feedback)
+    full = om.build_model("rladder", num_frames=2, frame_size=8, **TINY)
+    assert isinstance(full.get_layer("rladder").feedback_initializer, keras.initializers.Zeros)
+    ablated = om.build_model("no_feedback", num_frames=2, frame_size=8, **TINY)
+    assert ablated.get_layer("rladder").feedback_initializer is None
+    path = tmp_path / "no_feedback.keras"
+    ablated.save(path)
+    zeros = keras.initializers.serialize(keras.initializers.Zeros())
+    edit_saved_layer_config(path, "rladder", lambda c: c.update(feedback_initializer=zeros))  # as saved before
+    with pytest.warns(UserWarning, match="feedback_initializer='Zeros' has no effect"):
+        loaded = keras.saving.load_model(path)
+    frames = np.random.default_rng(0).uniform(size=(2, 2, 8, 8, 1)).astype("float32")
+    for key, value in ablated(frames).items():
+        np.testing.assert_allclose(loaded(frames)[key], value, atol=1e-6)
 
 
 # ------------------------------------------------------------------ augmentation

@@ -7,6 +7,7 @@ from keras_capsules._validation import boolean
 from keras_capsules.layers.rladder._utils import (
     check_same_batch,
     clone_initializer,
+    loaded_without_effect,
     output_spec,
     serialize_all,
 )
@@ -29,6 +30,10 @@ _CONSTRAINTS = (
     "recurrent_constraint",
     "bias_constraint",
 )
+#: the options of the feedback kernel, which only a cell with ``use_feedback`` has
+_FEEDBACK_OPTIONS = ("feedback_initializer", "feedback_regularizer", "feedback_constraint")
+#: the feedback initializer's default (``None`` stands for it in a cell with feedback)
+_DEFAULT_FEEDBACK_INITIALIZER = "glorot_uniform"
 
 
 class EncoderCellBase(keras.layers.Layer):
@@ -37,6 +42,11 @@ class EncoderCellBase(keras.layers.Layer):
     Subclasses set ``NUM_STATES``, ``INPUT_RANK`` (2 for vectors, 4 for images) and
     implement ``_state_shape(x_shape)`` (per-sample state shape) and ``_build`` /
     ``_step``.
+
+    ``feedback_initializer`` (None: glorot uniform), ``feedback_regularizer`` and
+    ``feedback_constraint`` set the feedback kernel, which a cell with
+    ``use_feedback=False`` does not have: given to such a cell they are a
+    ``ValueError`` (configs saved before load with a warning, without them).
     """
 
     NUM_STATES = 1
@@ -46,7 +56,7 @@ class EncoderCellBase(keras.layers.Layer):
         self,
         use_feedback=True,
         kernel_initializer="glorot_uniform",
-        feedback_initializer="glorot_uniform",
+        feedback_initializer=None,
         recurrent_initializer="orthogonal",
         bias_initializer="zeros",
         kernel_regularizer=None,
@@ -61,6 +71,18 @@ class EncoderCellBase(keras.layers.Layer):
     ):
         super().__init__(**kwargs)
         self.use_feedback = boolean("use_feedback", use_feedback)
+        feedback = dict(
+            zip(_FEEDBACK_OPTIONS, (feedback_initializer, feedback_regularizer, feedback_constraint))
+        )
+        if not self.use_feedback:
+            given = [f"{name}={value!r}" for name, value in feedback.items() if value is not None]
+            if given:
+                raise ValueError(
+                    f"`{'`, `'.join(_FEEDBACK_OPTIONS)}` set the feedback kernel, and "
+                    f"use_feedback=False builds none. Received: {', '.join(given)}, use_feedback=False"
+                )
+        elif feedback_initializer is None:
+            feedback_initializer = _DEFAULT_FEEDBACK_INITIALIZER
         for name, value in zip(
             _INITIALIZERS,
             (kernel_initializer, feedback_initializer, recurrent_initializer, bias_initializer),
@@ -179,6 +201,24 @@ class EncoderCellBase(keras.layers.Layer):
         out = self(inputs)
         new_states = [out] if self.NUM_STATES == 1 else list(out)
         return new_states[0], new_states
+
+    @classmethod
+    def from_config(cls, config):
+        if not config.get("use_feedback", True):
+            # configs saved before the feedback options were refused without feedback hold
+            # them (at least the default initializer, which is dropped silently): none ever
+            # changed the cell
+            config = dict(config)
+            default = keras.initializers.serialize(keras.initializers.get(_DEFAULT_FEEDBACK_INITIALIZER))
+            for name in _FEEDBACK_OPTIONS:
+                saved = config.get(name)
+                if saved is None or (name == "feedback_initializer" and saved in (default, _DEFAULT_FEEDBACK_INITIALIZER)):
+                    config[name] = None
+                else:
+                    config[name] = loaded_without_effect(
+                        f"{cls.__name__}: ", name, saved, None, "with use_feedback=False"
+                    )
+        return super().from_config(config)
 
     def get_config(self):
         config = super().get_config()

@@ -14,6 +14,7 @@ from keras_capsules.layers.rladder._utils import (
     check_same_batch,
     choice,
     loaded_upsample_mode,
+    loaded_without_effect,
     positive_int,
     serialize_all,
     split_top_lateral,
@@ -80,6 +81,7 @@ class ConvCombinatorBase(keras.layers.Layer):
                         f"{name} expects a vector x_top of shape [batch, top_units] with "
                         f"known top_units. Received: x_top shape={top}"
                     )
+                self._check_vector_top_upsample(top)
             elif len(top) == 4:
                 expected = (lat[1] // self.upsample, lat[2] // self.upsample)
                 if (
@@ -100,6 +102,26 @@ class ConvCombinatorBase(keras.layers.Layer):
                 )
             check_same_batch(name, [("x_top", top), ("x_lat", lat)])
         return top, lat
+
+    def _check_vector_top_upsample(self, top):
+        """A vector x_top has no height or width to upsample: ``upsample > 1`` is refused.
+
+        A layer loaded from a config saved before it was refused (it was ignored) takes
+        ``upsample=1`` instead, with a warning: the same weights and outputs.
+        """
+        if self.upsample == 1:
+            return
+        if getattr(self, "_from_saved_config", False):
+            where = f"{type(self).__name__} with a vector x_top: "
+            self.upsample = loaded_without_effect(where, "upsample", self.upsample, 1, "on a vector x_top")
+            self.upsample_mode = "nearest"
+            return
+        raise ValueError(
+            f"{type(self).__name__} broadcasts a vector x_top [batch, top_units] (a dense "
+            "level above) over all pixels of x_lat; it has no height or width to upsample, "
+            f"so it needs upsample=1. Received: upsample={self.upsample}, "
+            f"upsample_mode={self.upsample_mode!r}, x_top shape={top}"
+        )
 
     def compute_output_shape(self, input_shape):
         return self._shapes(input_shape)[1]
@@ -142,7 +164,7 @@ class ConvCombinatorBase(keras.layers.Layer):
 
     def _top_signal(self, x_top, x_lat):
         """The top-down contribution to ``u``, broadcastable to x_lat's spatial shape."""
-        if len(x_top.shape) == 2:
+        if len(x_top.shape) == 2:  # (upsample is 1: see _check_vector_top_upsample)
             return ops.matmul(x_top, self.top_kernel)[:, None, None, :]
         if self.upsample > 1 and self.upsample_mode == "transpose":
             return ops.conv_transpose(
@@ -173,7 +195,9 @@ class ConvCombinatorBase(keras.layers.Layer):
     def from_config(cls, config):
         if config.get("upsample_mode") == "transpose" and config.get("upsample", 1) == 1:
             config = dict(config, upsample_mode=loaded_upsample_mode(f"{cls.__name__}: "))
-        return super().from_config(config)
+        layer = super().from_config(config)
+        layer._from_saved_config = True  # upsample > 1 for a vector x_top: _check_vector_top_upsample
+        return layer
 
     def get_config(self):
         config = super().get_config()

@@ -6,7 +6,7 @@ import keras
 from keras import ops
 
 from keras_capsules._validation import choice, positive_float, positive_int, seed_value  # noqa: F401 (re-exported)
-from keras_capsules.ops import routing_dtype
+from keras_capsules.ops import mean, routing_dtype
 
 UPSAMPLE_MODES = ("nearest", "transpose")
 
@@ -15,29 +15,38 @@ def normalize(x, axis, epsilon=1e-5):
     """Zero mean, unit variance per sample over ``axis``, computed in float32 (float64
     for float64 inputs).
 
-    The means are sums divided by the count: ``ops.mean`` on JAX averages in float32
-    whatever the input's dtype (Keras' type promotion maps float64 to float32 there),
-    which cost a float64 cell ~1e-3 of relative error even with ``jax_enable_x64``.
+    The means are :func:`keras_capsules.ops.mean`: ``ops.mean`` on JAX averages in
+    float32 whatever the input's dtype, which cost a float64 cell ~1e-3 of relative
+    error even with ``jax_enable_x64``.
     """
     dtype = x.dtype
     x32 = ops.cast(x, routing_dtype(dtype))
-    count = 1
-    for a in axis:
-        count *= ops.shape(x)[a]
-    mean = ops.sum(x32, axis=axis, keepdims=True) / count
-    var = ops.sum(ops.square(x32 - mean), axis=axis, keepdims=True) / count
-    return ops.cast((x32 - mean) * ops.rsqrt(var + epsilon), dtype)
+    centered = x32 - mean(x32, axis=axis, keepdims=True)
+    var = mean(ops.square(centered), axis=axis, keepdims=True)
+    return ops.cast(centered * ops.rsqrt(var + epsilon), dtype)
+
+
+def loaded_without_effect(where, name, value, replacement, why):
+    """``replacement``, with a warning, for a saved option ``name=value`` that had no
+    effect (``why`` says where it has none).
+
+    Configs saved before such an option was refused still load: the option is read as
+    ``replacement`` (the value that builds the same layer) and a ``UserWarning`` says
+    so. A serialized Keras object (a dict) is shown by its class name.
+    """
+    shown = value.get("class_name", value) if isinstance(value, dict) else value
+    warnings.warn(
+        f"{where}{name}={shown!r} has no effect {why}; loading it as {replacement!r}, "
+        "which gives the same layer.",
+        stacklevel=3,
+    )
+    return replacement
 
 
 def loaded_upsample_mode(where):
     """``"nearest"``, with a warning, for a saved ``upsample_mode="transpose"`` that had no
     effect (nothing upsampled); configs saved before it was refused still load, unchanged."""
-    warnings.warn(
-        f"{where}upsample_mode='transpose' has no effect where nothing is upsampled; "
-        "loading it as 'nearest', which gives the same layer.",
-        stacklevel=3,
-    )
-    return "nearest"
+    return loaded_without_effect(where, "upsample_mode", "transpose", "nearest", "where nothing is upsampled")
 
 
 def serialize_all(config, obj, names, kind):

@@ -5,6 +5,7 @@ from keras import ops
 
 from keras_capsules.layers.rladder._cell_base import EncoderCellBase
 from keras_capsules.layers.rladder._utils import normalize, positive_int
+from keras_capsules.ops import tanh
 
 NORMALIZATIONS = (None, "instance", "layer")
 ACTIVATIONS = ("relu", "leaky_relu", "elu", "gelu", "tanh", "linear")
@@ -61,6 +62,9 @@ class ConvEncoderCell(EncoderCellBase):
         use_feedback: whether the cell takes the decoder feedback ``d``. Default True.
         kernel_initializer, feedback_initializer, bias_initializer: initializers of
             ``kernel`` (``W``), ``feedback_kernel`` (``U``) and ``bias`` (``b``).
+            The feedback initializer, regularizer and constraint need
+            ``use_feedback=True`` (a cell without feedback has no ``U``; they are
+            a ``ValueError`` there).
         kernel_regularizer, feedback_regularizer, bias_regularizer: optional.
         kernel_constraint, feedback_constraint, bias_constraint: optional.
         recurrent_initializer, recurrent_regularizer, recurrent_constraint: accepted
@@ -168,6 +172,8 @@ class ConvEncoderCell(EncoderCellBase):
             pre = normalize(pre, axis) * ops.cast(self.gamma, pre.dtype) + self.bias
         if self.activation == "linear":
             return pre
+        if self.activation == "tanh":  # keras.activations.tanh is float32 for float64 on JAX
+            return tanh(pre)
         return getattr(keras.activations, self.activation)(pre)
 
     def step(self, x, feedback, states):

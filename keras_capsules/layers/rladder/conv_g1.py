@@ -33,6 +33,8 @@ class ConvG1(ElementwiseGate, ConvCombinatorBase):
     Args:
         kernel_size: height and width of the convolution kernel of ``A``. Default 3.
         upsample: the factor between x_top's and x_lat's height and width. Default 1.
+            A vector ``x_top`` has no height or width: it needs 1 (a ``ValueError``
+            at build otherwise; configs saved before load with 1 and a warning).
         upsample_mode: ``"nearest"`` (default) or ``"transpose"`` (see above;
             needs ``upsample > 1``, since with 1 it would have no effect).
         kernel_initializer, bias_initializer: initializers of ``top_kernel`` and

@@ -27,6 +27,8 @@ class ConvG3(HiddenConvCombinatorBase):
         filters: channels of ``u``; None (default) uses the channels of ``x_lat``.
         kernel_size: height and width of every convolution kernel. Default 3.
         upsample: the factor between x_top's and x_lat's height and width. Default 1.
+            A vector ``x_top`` has no height or width: it needs 1 (a ``ValueError``
+            at build otherwise; configs saved before load with 1 and a warning).
         upsample_mode: ``"nearest"`` (default) or ``"transpose"`` (see ConvG1).
         kernel_initializer, bias_initializer: initializers of every kernel and bias.
         kernel_regularizer, bias_regularizer: optional regularizers.

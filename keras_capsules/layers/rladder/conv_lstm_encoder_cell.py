@@ -27,7 +27,10 @@ class ConvLSTMEncoderCell(LSTMEncoderCell):
         unit_forget_bias: add 1 to the forget gate's bias at initialization.
             Default True.
         kernel_initializer, feedback_initializer, recurrent_initializer,
-            bias_initializer: initializers (recurrent: orthogonal by default).
+            bias_initializer: initializers (recurrent: orthogonal by default). The
+            feedback initializer, regularizer and constraint need
+            ``use_feedback=True`` (a cell without feedback has no
+            ``feedback_kernel``; they are a ``ValueError`` there).
         kernel_regularizer, feedback_regularizer, recurrent_regularizer,
             bias_regularizer: optional regularizers.
         kernel_constraint, feedback_constraint, recurrent_constraint,

@@ -5,6 +5,7 @@ from keras import ops
 
 from keras_capsules.layers.rladder._cell_base import EncoderCellBase
 from keras_capsules.layers.rladder._utils import positive_int
+from keras_capsules.ops import tanh
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -36,7 +37,9 @@ class GatedEncoderCell(EncoderCellBase):
         use_feedback: whether the cell takes the decoder feedback ``d``. Default True.
         kernel_initializer: initializer of ``kernel`` (``W``). Default glorot uniform.
         feedback_initializer: initializer of ``feedback_kernel`` (``U``).
-            Default glorot uniform.
+            Default (None) glorot uniform. The feedback initializer, regularizer
+            and constraint need ``use_feedback=True`` (a cell without feedback has
+            no ``U``; they are a ``ValueError`` there).
         recurrent_initializer: initializer of ``recurrent_kernel`` (``V``).
             Default orthogonal.
         bias_initializer: initializer of ``bias``. Default zeros.
@@ -102,7 +105,7 @@ class GatedEncoderCell(EncoderCellBase):
         if d is not None:
             g = ops.sigmoid(pre_gates[:, 2 * u : 3 * u])
             cand = cand + ops.matmul(g * d, self.feedback_kernel[:, gates * u :])
-        c = ops.tanh(cand)
+        c = tanh(cand)  # (keras.ops.tanh is float32 for float64 on JAX)
         return [(1.0 - z) * h + z * c]
 
     def get_config(self):

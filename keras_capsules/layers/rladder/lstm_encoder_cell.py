@@ -6,13 +6,15 @@ from keras import ops
 from keras_capsules._validation import boolean
 from keras_capsules.layers.rladder._cell_base import EncoderCellBase
 from keras_capsules.layers.rladder._utils import positive_int
+from keras_capsules.ops import tanh
 
 
 def lstm_update(pre, c):
     """The LSTM state update from gate pre-activations ``[..., 4 * units]`` (i, f, g, o)."""
     i, f, g, o = ops.split(pre, 4, axis=-1)
-    c_new = ops.sigmoid(f) * c + ops.sigmoid(i) * ops.tanh(g)
-    return [ops.sigmoid(o) * ops.tanh(c_new), c_new]
+    # (keras_capsules.ops.tanh: keras.ops.tanh is float32 for float64 on JAX)
+    c_new = ops.sigmoid(f) * c + ops.sigmoid(i) * tanh(g)
+    return [ops.sigmoid(o) * tanh(c_new), c_new]
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -36,7 +38,10 @@ class LSTMEncoderCell(EncoderCellBase):
             Default True.
         kernel_initializer, feedback_initializer, recurrent_initializer,
             bias_initializer: initializers of ``kernel``, ``feedback_kernel``,
-            ``recurrent_kernel`` (orthogonal by default) and ``bias``.
+            ``recurrent_kernel`` (orthogonal by default) and ``bias``. The
+            feedback initializer, regularizer and constraint need
+            ``use_feedback=True`` (a cell without feedback has no
+            ``feedback_kernel``; they are a ``ValueError`` there).
         kernel_regularizer, feedback_regularizer, recurrent_regularizer,
             bias_regularizer: optional regularizers.
         kernel_constraint, feedback_constraint, recurrent_constraint,

@@ -8,6 +8,7 @@ from keras import ops
 from keras_capsules._validation import boolean, rate
 from keras_capsules.layers.rladder._utils import (
     clone_initializer,
+    loaded_without_effect,
     max_pool,
     normalize,
     output_spec,
@@ -99,7 +100,11 @@ class RLadder(keras.layers.Layer):
             encoder cell and combinator (and the output map).
         feedback_initializer: initializer of the encoder cells' feedback kernels
             (the decoder-to-encoder connections); None (default) uses
-            ``kernel_initializer``. ``"zeros"`` starts the ladder as the same
+            ``kernel_initializer``. Only a ladder with feedback
+            (``decoder_to_encoder=True`` and ``use_decoder=True``) has feedback
+            kernels: elsewhere it would have no effect and is a ``ValueError``
+            (configs saved before load with a warning, without it).
+            ``"zeros"`` starts the ladder as the same
             ladder without feedback (the feedback kernels still receive gradients,
             since the decoder outputs are not zero) and lets training bring the
             feedback in: on Occluded Moving MNIST (feed-forward instance-normalized
@@ -295,6 +300,14 @@ class RLadder(keras.layers.Layer):
         self.bias_regularizer = keras.regularizers.get(bias_regularizer)
 
         use_feedback = self.decoder_to_encoder and self.use_decoder
+        if self.feedback_initializer is not None and not use_feedback:
+            raise ValueError(
+                "`feedback_initializer` initializes the encoders' feedback kernels (the "
+                "decoder-to-encoder connections), and "
+                + ("use_decoder=False" if not self.use_decoder else "decoder_to_encoder=False")
+                + f" builds none. Received: feedback_initializer={feedback_initializer!r}, "
+                f"decoder_to_encoder={self.decoder_to_encoder}, use_decoder={self.use_decoder}"
+            )
         common = dict(
             dtype=self.dtype_policy,
             kernel_initializer=clone_initializer(self.kernel_initializer),
@@ -305,15 +318,18 @@ class RLadder(keras.layers.Layer):
         cell_common = dict(
             common,
             use_feedback=use_feedback,
-            feedback_initializer=clone_initializer(
-                self.kernel_initializer
-                if self.feedback_initializer is None
-                else self.feedback_initializer
-            ),
             recurrent_initializer=clone_initializer(self.recurrent_initializer),
-            feedback_regularizer=self.kernel_regularizer,
             recurrent_regularizer=self.recurrent_regularizer,
         )
+        if use_feedback:  # a cell without feedback refuses feedback options
+            cell_common.update(
+                feedback_initializer=clone_initializer(
+                    self.kernel_initializer
+                    if self.feedback_initializer is None
+                    else self.feedback_initializer
+                ),
+                feedback_regularizer=self.kernel_regularizer,
+            )
         self.encoders = []
         for i, spec in enumerate(self.levels):
             name = f"encoder_{i + 1}"
@@ -754,7 +770,15 @@ class RLadder(keras.layers.Layer):
 
     @classmethod
     def from_config(cls, config):
-        return super().from_config(dict(config, levels=saved_levels(config.get("levels"))))
+        config = dict(config, levels=saved_levels(config.get("levels")))
+        saved = config.get("feedback_initializer")
+        if saved is not None and not (config.get("decoder_to_encoder", True) and config.get("use_decoder", True)):
+            # saved before it was refused without feedback: it never changed the model
+            config["feedback_initializer"] = loaded_without_effect(
+                "RLadder: ", "feedback_initializer", saved, None,
+                "without decoder-to-encoder feedback (decoder_to_encoder=False or use_decoder=False)",
+            )
+        return super().from_config(config)
 
     def get_config(self):
         config = super().get_config()

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from keras_capsules.layers import G1, ConvG1, ConvG2, ConvG3
-from tests.harness import run_layer_contract
+from tests.harness import edit_saved_layer_config, run_layer_contract
 
 
 def _sigmoid(v):
@@ -94,9 +94,32 @@ def test_vector_top_is_broadcast_over_pixels():
     rng = np.random.default_rng(3)
     top = rng.normal(size=(2, 3)).astype("float32")
     lat = np.zeros((2, 4, 4, 2), "float32")
-    layer = ConvG1(upsample=2)  # the factor is irrelevant for a vector x_top
+    layer = ConvG1()
     y = keras.ops.convert_to_numpy(layer([top, lat]))
     np.testing.assert_allclose(y, np.broadcast_to(y[:, :1, :1], y.shape), rtol=1e-6)
+
+
+VECTOR_TOP_UPSAMPLES = [dict(upsample=2), dict(upsample=3), dict(upsample=2, upsample_mode="transpose")]
+
+
+@pytest.mark.parametrize("cls", [ConvG1, ConvG2, ConvG3])
+@pytest.mark.parametrize("kwargs", VECTOR_TOP_UPSAMPLES, ids=["2", "3_not_dividing", "2_transpose"])
+def test_upsampling_a_vector_top_is_refused_and_old_saved_models_load(cls, kwargs, tmp_path):
+    # fix22: a vector x_top (broadcast over pixels) ignored upsample and upsample_mode
+    # (even a factor that does not divide x_lat's size): the same layer as upsample=1
+    top, lat = keras.Input((3,)), keras.Input((4, 4, 2))
+    with pytest.raises(ValueError, match=rf"needs upsample=1\. Received: upsample={kwargs['upsample']}"):
+        cls(**kwargs)([top, lat])
+    model = keras.Model([top, lat], cls(name="comb")([top, lat]))
+    path = tmp_path / "old.keras"
+    model.save(path)
+    edit_saved_layer_config(path, "comb", lambda c: c.update({"upsample_mode": "nearest", **kwargs}))  # as saved before
+    with pytest.warns(UserWarning, match=f"upsample={kwargs['upsample']} has no effect on a vector x_top"):
+        loaded = keras.saving.load_model(path)
+    assert (loaded.get_layer("comb").upsample, loaded.get_layer("comb").upsample_mode) == (1, "nearest")
+    rng = np.random.default_rng(0)
+    x = [rng.normal(size=(2, 3)).astype("float32"), rng.normal(size=(2, 4, 4, 2)).astype("float32")]
+    np.testing.assert_allclose(loaded(x), model(x), rtol=1e-6, atol=1e-6)
 
 
 def test_transposed_upsampling_shapes_and_weights():

@@ -1,6 +1,8 @@
 """GatedEncoderCell, LSTMEncoderCell, ConvLSTMEncoderCell, ConvEncoderCell: numpy cases,
 contract, errors."""
 
+import warnings
+
 import keras
 import numpy as np
 import pytest
@@ -132,6 +134,41 @@ def test_bad_constructor_arguments(cls, kwargs, name):
         cls(**kwargs)
 
 
+CELLS = [
+    (GatedEncoderCell, dict(units=3)),
+    (LSTMEncoderCell, dict(units=3)),
+    (ConvLSTMEncoderCell, dict(filters=2)),
+    (ConvEncoderCell, dict(filters=2)),
+]
+
+
+@pytest.mark.parametrize("cls,kwargs", CELLS, ids=lambda v: getattr(v, "__name__", ""))
+def test_feedback_options_without_feedback_are_a_clear_error_and_old_configs_load(cls, kwargs):
+    # fix22: a cell with use_feedback=False took the feedback options and ignored them
+    for option, value in [("feedback_initializer", "zeros"), ("feedback_regularizer", "l2"),
+                          ("feedback_constraint", "non_neg")]:
+        with pytest.raises(ValueError, match=rf"builds none\. Received: {option}='{value}', use_feedback=False"):
+            cls(use_feedback=False, **kwargs, **{option: value})
+    config = cls(use_feedback=False, **kwargs).get_config()
+    assert config["feedback_initializer"] is None
+    # with feedback the default is glorot uniform, as before
+    assert cls(**kwargs).get_config()["feedback_initializer"]["class_name"] == "GlorotUniform"
+    # configs saved before: the old default initializer is dropped silently, a chosen option
+    # with a warning
+    serialize = keras.initializers.serialize
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        old = dict(config, feedback_initializer=serialize(keras.initializers.GlorotUniform()))
+        assert cls.from_config(old).feedback_initializer is None
+    old = dict(config, feedback_initializer=serialize(keras.initializers.Zeros()),
+               feedback_regularizer=keras.regularizers.serialize(keras.regularizers.L2()))
+    with pytest.warns(UserWarning) as record:
+        loaded = cls.from_config(old)
+    assert sorted(str(w.message).split(" has no effect with use_feedback=False")[0] for w in record) == [
+        f"{cls.__name__}: feedback_initializer='Zeros'", f"{cls.__name__}: feedback_regularizer='L2'"]
+    assert loaded.feedback_initializer is None and loaded.feedback_regularizer is None
+
+
 def test_bad_inputs():
     z = lambda *s: np.zeros(s, "float32")  # noqa: E731
     with pytest.raises(ValueError, match=r"3 inputs \[x, feedback, h\]"):
@@ -239,3 +276,47 @@ def test_batch_size_mismatch_is_a_clear_error():
     with pytest.raises(ValueError, match=r"same batch size.*c shape=\(1, 4, 4, 2\)"):
         ConvLSTMEncoderCell(2)([np.zeros((2, 4, 4, 1), "float32")] + [np.zeros((2, 4, 4, 2), "float32")] * 2
                                + [np.zeros((1, 4, 4, 2), "float32")])
+
+
+def _tanh_cell_case(name, rng):
+    """A float64 cell with random weights, its inputs and the numpy float64 outputs."""
+    x2, x4 = rng.normal(size=(2, 3)), rng.normal(size=(2, 2, 2, 2))
+    s2, s4 = (lambda: rng.normal(size=(2, 4))), (lambda: rng.normal(size=(2, 2, 2, 4)))
+    if name == "GatedEncoderCell":
+        cell, inputs = GatedEncoderCell(4, use_feedback=False, dtype="float64"), [x2, s2()]
+    elif name == "LSTMEncoderCell":
+        cell, inputs = LSTMEncoderCell(4, use_feedback=False, dtype="float64"), [x2, s2(), s2()]
+    elif name == "ConvLSTMEncoderCell":
+        cell = ConvLSTMEncoderCell(4, kernel_size=1, use_feedback=False, dtype="float64")
+        inputs = [x4, s4(), s4()]
+    else:
+        cell = ConvEncoderCell(4, kernel_size=1, use_feedback=False, activation="tanh", dtype="float64")
+        inputs = [x4]
+    cell(inputs)
+    cell.set_weights([rng.normal(size=w.shape) for w in cell.get_weights()])
+    k = lambda w: np.asarray(w)[0, 0] if np.asarray(w).ndim == 4 else np.asarray(w)  # noqa: E731 (1x1)
+    if name == "GatedEncoderCell":  # blocks z, r, candidate
+        x, h = inputs
+        pre = x @ k(cell.kernel) + np.asarray(cell.bias)
+        z, r, _ = np.split(pre, 3, axis=-1)
+        W_h = np.split(k(cell.recurrent_kernel), 3, axis=-1)
+        z, r = _sigmoid(z + h @ W_h[0]), _sigmoid(r + h @ W_h[1])
+        c = np.tanh(np.split(pre, 3, axis=-1)[2] + (r * h) @ W_h[2])
+        return cell, inputs, [(1 - z) * h + z * c]
+    if name == "ConvEncoderCell":
+        return cell, inputs, [np.tanh(inputs[0] @ k(cell.kernel) + np.asarray(cell.bias))]
+    x, h, c = inputs
+    pre = x @ k(cell.kernel) + h @ k(cell.recurrent_kernel) + np.asarray(cell.bias)
+    return cell, inputs, list(_lstm_numpy(pre, c))
+
+
+@pytest.mark.parametrize("name", ["GatedEncoderCell", "LSTMEncoderCell", "ConvLSTMEncoderCell", "ConvEncoderCell"])
+def test_float64_cells_compute_tanh_in_float64(name):
+    # fix22: keras.ops.tanh computes float64 in float32 on JAX (Keras' type promotion maps
+    # float64 to float32 there, even with jax_enable_x64): these cells were off by ~1e-7.
+    with float64_enabled():  # jax_enable_x64 for this test on JAX
+        cell, inputs, want = _tanh_cell_case(name, np.random.default_rng(5))
+        got = keras.tree.flatten(cell(inputs))
+        for g, w in zip(got, want):
+            assert g.dtype == "float64"
+            np.testing.assert_allclose(keras.ops.convert_to_numpy(g), w, rtol=1e-12, atol=1e-14)

@@ -6,7 +6,7 @@ import pytest
 
 from keras_capsules.layers import RLadder, level_spec
 from tests.backends import float64_enabled, value_and_grads
-from tests.harness import run_layer_contract
+from tests.harness import edit_saved_layer_config, run_layer_contract
 
 CONV_LEVELS = [
     level_spec("convlstm", 2, pool=1),
@@ -388,28 +388,48 @@ def test_transpose_upsampling_where_nothing_is_upsampled_is_a_clear_error(levels
 
 
 def test_a_saved_model_with_a_no_op_transpose_upsample_mode_still_loads(tmp_path):
-    import json
-    import zipfile
-
     inputs = keras.Input((2, 4, 4, 1))
     model = keras.Model(inputs, RLadder(CONV_LEVELS, name="ladder")(inputs))
     path = tmp_path / "old.keras"
     model.save(path)
     # what an older version saved: "transpose" on the first level, which does not pool
-    with zipfile.ZipFile(path) as z:
-        files = {name: z.read(name) for name in z.namelist()}
-    config = json.loads(files["config.json"])
-    ladder = next(l for l in config["config"]["layers"] if l["config"]["name"] == "ladder")
-    ladder["config"]["levels"][0]["upsample_mode"] = "transpose"
-    files["config.json"] = json.dumps(config).encode()
-    with zipfile.ZipFile(path, "w") as z:
-        for name, data in files.items():
-            z.writestr(name, data)
+    edit_saved_layer_config(path, "ladder", lambda c: c["levels"][0].update(upsample_mode="transpose"))
     with pytest.warns(UserWarning, match="upsample_mode='transpose' has no effect"):
         loaded = keras.saving.load_model(path)
     assert loaded.get_layer("ladder").levels[0]["upsample_mode"] == "nearest"
     x = _seq(2, 2, 4, 4, 1)
     for a, b in zip(model(x), loaded(x)):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
+NO_FEEDBACK = [dict(decoder_to_encoder=False), dict(use_decoder=False)]
+
+
+@pytest.mark.parametrize("kwargs", NO_FEEDBACK, ids=["decoder_to_encoder", "use_decoder"])
+def test_feedback_initializer_without_feedback_is_a_clear_error(kwargs):
+    # fix22: feedback_initializer was silently ignored by a ladder without feedback kernels
+    (switch,) = kwargs
+    with pytest.raises(ValueError, match=rf"{switch}=False builds none\. Received: feedback_initializer='zeros'"):
+        RLadder(DENSE_LEVELS, feedback_initializer="zeros", **kwargs)
+    layer = RLadder(DENSE_LEVELS, **kwargs)  # the default (None) is fine
+    assert layer.get_config()["feedback_initializer"] is None
+    assert all(not cell.use_feedback and cell.feedback_initializer is None for cell in layer.encoders)
+
+
+@pytest.mark.parametrize("kwargs", NO_FEEDBACK, ids=["decoder_to_encoder", "use_decoder"])
+def test_a_saved_ladder_without_feedback_holding_a_feedback_initializer_still_loads(kwargs, tmp_path):
+    inputs = keras.Input((2, 5))
+    model = keras.Model(inputs, RLadder(DENSE_LEVELS, name="ladder", **kwargs)(inputs))
+    path = tmp_path / "old.keras"
+    model.save(path)
+    # what an older version saved (the Occluded MNIST no_feedback model did)
+    zeros = keras.initializers.serialize(keras.initializers.Zeros())
+    edit_saved_layer_config(path, "ladder", lambda c: c.update(feedback_initializer=zeros))
+    with pytest.warns(UserWarning, match="feedback_initializer='Zeros' has no effect without"):
+        loaded = keras.saving.load_model(path)
+    assert loaded.get_layer("ladder").feedback_initializer is None
+    x = _seq(2, 2, 5)
+    for a, b in zip(keras.tree.flatten(model(x)), keras.tree.flatten(loaded(x))):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
 
 
