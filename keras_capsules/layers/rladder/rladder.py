@@ -692,6 +692,15 @@ class RLadder(keras.layers.Layer):
                 f"Received: input shape={tuple(inputs.shape)}"
             )
         self._check_mask(mask, tuple(inputs.shape))
+        if steps == 0:
+            # an empty sequence has no step to run: the unrolled loop stacked no outputs
+            # and TensorFlow's loop refused to write a step into its [0, ...] buffers
+            batch_size = ops.shape(inputs)[0]
+            top = ops.zeros((batch_size, 0) + self._enc_outputs[-1], dtype=inputs.dtype)
+            if not self.use_decoder:
+                return top
+            prediction = ops.zeros((batch_size, 0) + self._prediction_features(self._features), dtype=inputs.dtype)
+            return [prediction, top]
         carry = self.initial_carry(ops.shape(inputs)[0], inputs.dtype)
         if self.unroll is False or (self.unroll is None and steps is None):
             return self._scan(inputs, mask, carry, bool(training))

@@ -633,3 +633,21 @@ def test_fit_on_a_padded_batch_pipeline_of_sequences_of_many_lengths():
         padded = np.zeros((1, 9, 3), "float32")
         padded[0, : len(w) - 1] = w[:-1]
         np.testing.assert_allclose(model.predict(padded, verbose=0)[0, : len(w) - 1], alone[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("unroll", [None, False])
+def test_an_empty_sequence_gives_empty_outputs(unroll):
+    # T = 0: the unrolled loop stacked an empty list (IndexError), and the loop traced
+    # by predict wrote a step into TensorFlow buffers of length 0 (ValueError).
+    x = _seq(2, 0, 5)
+    ladder = RLadder(DENSE_LEVELS, output_units=3, unroll=unroll, dropout=0.2, zoneout=0.1)
+    for training in (False, True):
+        predictions, top = ladder(x, training=training)
+        assert tuple(predictions.shape) == (2, 0, 3) and tuple(top.shape) == (2, 0, 3)
+    assert tuple(RLadder(DENSE_LEVELS, use_decoder=False, unroll=unroll)(x).shape) == (2, 0, 3)
+    inputs = keras.Input((None, 5))
+    model = keras.Model(inputs, RLadder(DENSE_LEVELS, unroll=unroll)(inputs))
+    got = model.predict(x, verbose=0)
+    assert got[0].shape == (2, 0, 5) and got[1].shape == (2, 0, 3)
+    got = model.predict(_seq(2, 3, 5), verbose=0)  # the same model, then on steps
+    assert got[0].shape == (2, 3, 5) and np.all(np.isfinite(got[0]))
