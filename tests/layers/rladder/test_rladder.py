@@ -651,3 +651,25 @@ def test_an_empty_sequence_gives_empty_outputs(unroll):
     assert got[0].shape == (2, 0, 5) and got[1].shape == (2, 0, 3)
     got = model.predict(_seq(2, 3, 5), verbose=0)  # the same model, then on steps
     assert got[0].shape == (2, 3, 5) and np.all(np.isfinite(got[0]))
+
+
+class _ShowsTheDropoutMask(RLadder):
+    """Returns, as ``top``, the dropout mask of the bottom encoder output at each step."""
+
+    def _step(self, x, carry, drop, training, zone_keep=None):
+        prediction, top, carry = super()._step(x, carry, drop, training, zone_keep)
+        if drop is not None:
+            top = drop(("e", 0), keras.ops.ones_like(top))
+        return prediction, top, carry
+
+
+@pytest.mark.parametrize("unroll", [True, False])
+@pytest.mark.parametrize("noise", ["step", "sequence"])
+def test_sequence_noise_keeps_one_dropout_mask_for_all_steps(noise, unroll):
+    ladder = _ShowsTheDropoutMask([level_spec("gated", 8)], dropout=0.5, dropout_noise=noise, unroll=unroll, seed=3)
+    _, masks = ladder(_seq(3, 5, 4), training=True)
+    masks = keras.ops.convert_to_numpy(masks)  # [batch, T, units]
+    assert set(np.unique(masks)) == {0.0, 2.0}
+    same = [np.array_equal(masks[:, 0], masks[:, t]) for t in range(1, 5)]
+    assert all(same) if noise == "sequence" else not any(same)
+    assert not np.array_equal(masks[0], masks[1])  # a mask per sample
