@@ -109,8 +109,14 @@ def _remove_dead_temporaries(directory, base):
         pid, _, host = name[len(_TMP_PREFIX) : -len(suffix)].partition("@")
         if not pid.isdigit() or (host and host != _HOST) or int(pid) == os.getpid() or _alive(int(pid)):
             continue
+        path = os.path.join(directory, name)
         try:
-            os.remove(os.path.join(directory, name))
+            if os.path.isdir(path):  # a backup folder whose deletion was killed (AtomicBackupAndRestore.finish)
+                import shutil
+
+                shutil.rmtree(path)
+            else:
+                os.remove(path)
         except OSError:  # removed by another writer meanwhile, or not ours to remove
             pass
 
@@ -259,11 +265,22 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
 
         A later ``fit`` with this callback's ``backup_dir`` then starts from scratch.
         Nothing happens when there is no backup.
-        """
-        if os.path.exists(self.backup_dir):
-            import shutil
 
-            shutil.rmtree(self.backup_dir)
+        The folder is renamed away first (atomically), then deleted: a deletion killed
+        half-way left a backup of the finished run without its weights, which a rerun
+        restored as a run at its last epoch with fresh weights (training nothing, it
+        wrote an untrained model over the trained one). A kill now leaves the renamed
+        folder (``.tmp-PID@HOST-backup``), which the next finish in the same place
+        removes (as :func:`atomic_write` removes the temporaries of dead writers).
+        """
+        import shutil
+
+        if os.path.exists(self.backup_dir):
+            directory, base = os.path.split(os.path.abspath(self.backup_dir))
+            doomed = os.path.join(directory, f"{_TMP_PREFIX}{os.getpid()}@{_HOST}-{base}")
+            os.replace(self.backup_dir, doomed)
+            shutil.rmtree(doomed)
+            _remove_dead_temporaries(directory, base)
 
     def _save_model(self):
         os.makedirs(self.backup_dir, exist_ok=True)

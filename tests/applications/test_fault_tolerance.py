@@ -344,3 +344,31 @@ def test_a_crash_between_fit_and_the_model_save_resumes_without_training(tmp_pat
     metrics = train([counter])
     assert counter.batches > 0 and metrics["resumed_from_epoch"] == 0 and metrics["epochs_logged"] == [0, 1]
     assert not (run_dir / "backup").exists()
+
+
+def test_a_finish_killed_half_way_never_leaves_a_backup_without_its_weights(tmp_path, monkeypatch):
+    # finish deleted the backup folder file by file: killed after the weights went, it
+    # left training_metadata.json, and the rerun restored "epoch 2" with fresh weights,
+    # trained nothing and would write that untrained model as the run's.
+    import shutil
+
+    _dense_fit(tmp_path / "backup", epochs=2, delete_checkpoint=False)
+    rmtree = shutil.rmtree
+
+    def killed_half_way(path, *args, **kwargs):
+        os.remove(os.path.join(path, "latest.weights.h5"))
+        raise KeyboardInterrupt("killed (simulated)")
+
+    monkeypatch.setattr(shutil, "rmtree", killed_half_way)
+    with pytest.raises(KeyboardInterrupt, match="simulated"):
+        fault_tolerance.finish_run(fault_tolerance.resumable_callbacks(str(tmp_path)))
+    monkeypatch.setattr(shutil, "rmtree", rmtree)
+    assert not fault_tolerance.backup_exists(str(tmp_path))
+    _, backup, history = _dense_fit(tmp_path / "backup", epochs=2, delete_checkpoint=False)
+    assert backup.restored_epoch == 0 and history.epoch == [0, 1]  # a new run
+    # the next finish removes what the killed one left (its process is gone: a dead pid's)
+    leftovers = [n for n in os.listdir(tmp_path) if n.startswith(".tmp-")]
+    assert len(leftovers) == 1
+    os.rename(tmp_path / leftovers[0], tmp_path / f".tmp-{_dead_pid()}-backup")
+    fault_tolerance.finish_run([backup])
+    assert os.listdir(tmp_path) == []
