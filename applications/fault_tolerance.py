@@ -278,6 +278,7 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         if os.path.exists(self.backup_dir):
             directory, base = os.path.split(os.path.abspath(self.backup_dir))
             doomed = os.path.join(directory, f"{_TMP_PREFIX}{os.getpid()}@{_HOST}-{base}")
+            shutil.rmtree(doomed, ignore_errors=True)  # an interrupted finish of this process left it
             os.replace(self.backup_dir, doomed)
             shutil.rmtree(doomed)
             _remove_dead_temporaries(directory, base)
