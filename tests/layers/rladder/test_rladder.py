@@ -673,3 +673,30 @@ def test_sequence_noise_keeps_one_dropout_mask_for_all_steps(noise, unroll):
     same = [np.array_equal(masks[:, 0], masks[:, t]) for t in range(1, 5)]
     assert all(same) if noise == "sequence" else not any(same)
     assert not np.array_equal(masks[0], masks[1])  # a mask per sample
+
+
+def test_a_model_on_sequences_of_unknown_length_trains_under_a_mirrored_strategy():
+    """Batches of several lengths T (None in the traced step) through the symbolic loop,
+    with masks and training noise, on two replicas."""
+    from tests.backends import BACKEND
+
+    if BACKEND != "tensorflow":
+        pytest.skip("TensorFlow-only: tf.distribute.MirroredStrategy")
+    import tensorflow as tf
+
+    from tests.harness import two_cpu_strategy
+
+    strategy = two_cpu_strategy()
+    with strategy.scope():
+        inputs = keras.Input((None, 5))
+        ladder = RLadder(DENSE_LEVELS, output_units=5, dropout=0.2, dropout_noise="sequence", zoneout=0.2, seed=0)
+        predictions, _ = ladder(keras.layers.Masking(0.0)(inputs))
+        model = keras.Model(inputs, predictions)
+        model.compile(keras.optimizers.Adam(1e-2), "mse")
+    data = tf.data.Dataset.from_generator(
+        lambda: ((x, x) for x in (_seq(4, n, 5, seed=n) for n in (3, 5, 2, 6))),
+        output_signature=(tf.TensorSpec((4, None, 5), "float32"),) * 2,
+    )
+    history = model.fit(data, epochs=2, verbose=0).history["loss"]
+    assert np.all(np.isfinite(history))
+    assert all(np.all(np.isfinite(w)) for w in model.get_weights())
