@@ -7,8 +7,6 @@ from keras import ops
 from keras_capsules._validation import concrete_values, positive_int
 from keras_capsules.ops import routing_dtype
 
-_LETTERS = "abcdefghnpqrstuvwxyz"  # einsum letters for the id axes (not m, k, d)
-
 
 def default_num_codewords(input_dim, num_codebooks):
     """The smallest integer ``K`` with ``K ** num_codebooks >= input_dim``.
@@ -265,7 +263,6 @@ class CompositionalEmbedding(keras.layers.Layer):
         ids = ops.cast(inputs, "int32")  # floats holding ids are accepted, as in Embedding
         dtype = routing_dtype(self.compute_dtype)
         codebook = ops.cast(self.codebook, dtype)
-        rank = len(ids.shape)
         if self.fixed_codes:
             # Row m*K + codes[w, m] of the flattened codebook is codeword codes[w, m] of m.
             offsets = ops.arange(self.num_codebooks, dtype="int32") * self.num_codewords
@@ -278,8 +275,8 @@ class CompositionalEmbedding(keras.layers.Layer):
                 weights = ops.ones_like(weights)
             else:
                 weights = ops.softmax(weights, axis=-1)
-            lead = _LETTERS[:rank]
-            out = ops.einsum(f"{lead}mk,mkd->{lead}d", weights, codebook)
+            # "..." for the id axes: ids of any rank (named letters ran into "d").
+            out = ops.einsum("...mk,mkd->...d", weights, codebook)
         return ops.cast(out, self.compute_dtype)
 
     # ------------------------------------------------------------------ export

@@ -245,3 +245,20 @@ def test_ragged_ids_as_in_keras_embedding(fixed):
     assert layer.compute_mask(ids).to_list() == [[True, True, False], [True]]
     with pytest.raises(ValueError, match=r"\[12\]"):
         layer(tf.ragged.constant([[1, 12]]))
+
+
+@pytest.mark.parametrize("rank", [0, 1, 2, 3, 4, 5, 6])
+def test_ids_of_any_rank_embed_id_by_id(rank):
+    # Ids of rank 4 or more ([batch, documents, sentences, words]) failed with
+    # "Output subscripts contain a label appearing more than once": the einsum letter
+    # of the fourth id axis was "d", also the embedding axis. (A symbolic model built,
+    # and failed only when it ran.)
+    layer = CompositionalEmbedding(10, 3, num_codebooks=2)
+    ids = np.arange(2**rank).reshape((2,) * rank) % 10
+    out = np.asarray(layer(ids))
+    assert out.shape == (2,) * rank + (3,)
+    table = np.asarray(layer(np.arange(10)))  # [10, 3], one row per id
+    np.testing.assert_allclose(out, table[ids], rtol=1e-6, atol=1e-7)
+    model = keras.Sequential([keras.Input((2,) * max(rank - 1, 0), dtype="int32"), layer])
+    if rank:
+        np.testing.assert_allclose(np.asarray(model(ids)), table[ids], rtol=1e-6, atol=1e-7)
