@@ -194,8 +194,9 @@ def main(argv=None):
     args = _defaults(parser.parse_args(argv))
     new_run_dir = args.command == "train" and not os.path.exists(args.run_dir)
     try:
+        _check_output_folders(args)
         return _run(args)
-    except (CommandLineError, FileNotFoundError, ValueError) as err:
+    except _USER_ERRORS as err:
         if new_run_dir:
             _remove_empty_dirs(args.run_dir)
         if os.environ.get("KERAS_CAPSULES_DEBUG"):  # the full traceback, for developers
@@ -212,6 +213,38 @@ def main(argv=None):
         }.get(args.command, "")
         print(f"\n{PROG}: interrupted{hint}", file=sys.stderr)
         return 130
+
+
+# Failures to create or write an output folder that the user can fix (a path through a
+# file, no permission): one line like the other user errors, not a traceback.
+_USER_ERRORS = (
+    CommandLineError, FileNotFoundError, ValueError,
+    FileExistsError, NotADirectoryError, IsADirectoryError, PermissionError,
+)
+# The options that name a folder the command creates and writes into.
+_OUTPUT_FOLDERS = (("run_dir", "--run-dir"), ("directory", "--directory"), ("cache_dir", "--cache-dir"))
+
+
+def _check_output_folders(args):
+    """Refuses an output folder option that names a file or a path through a file.
+
+    Checked before any work: a ``--run-dir`` naming a file trained a whole epoch and
+    then failed with a traceback (a ``tune --directory`` with TensorFlow's
+    FailedPreconditionError).
+    """
+    for attr, option in _OUTPUT_FOLDERS:
+        path = getattr(args, attr, None)
+        if not path:
+            continue
+        existing = os.path.abspath(path)
+        while not os.path.lexists(existing) and os.path.dirname(existing) != existing:
+            existing = os.path.dirname(existing)
+        if os.path.exists(existing) and not os.path.isdir(existing):
+            if existing == os.path.abspath(path):
+                raise CommandLineError(f"{option} {path!r} is a file; it must name a folder (new or existing)")
+            raise CommandLineError(
+                f"{option} {path!r} cannot be created: {existing!r} is a file, not a folder"
+            )
 
 
 def _remove_empty_dirs(top):

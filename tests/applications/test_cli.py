@@ -104,6 +104,26 @@ def test_a_refused_train_leaves_no_empty_run_directory(tmp_path, capsys):
     capsys.readouterr()
 
 
+@pytest.mark.parametrize("argv", [
+    ["train", "demo", "--quiet", "--run-dir", "{file}"],
+    ["train", "demo", "--quiet", "--run-dir", "{file}/run"],
+    ["tune", "demo", "--quiet", "--directory", "{file}"],
+    ["tune", "demo", "--quiet", "--directory", "{file}/search/deeper"],
+])
+def test_an_output_folder_that_is_a_file_is_one_line(argv, tmp_path, capsys):
+    # A --run-dir (or --directory) naming a file, or a folder below a file, trained a
+    # whole epoch and then failed with a traceback (FileExistsError, NotADirectoryError;
+    # for tune a TensorFlow FailedPreconditionError).
+    taken = tmp_path / "taken.txt"
+    taken.write_text("mine")
+    argv = [a.replace("{file}", str(taken)) for a in argv]
+    assert cli.main(argv + ["--data-dir", str(tmp_path / "no-data")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("keras-capsules: error: --") and err.count("\n") == 1, err
+    assert "is a file" in err and str(taken) in err and "Traceback" not in err
+    assert taken.read_text() == "mine"
+
+
 def test_train_reads_mnist_idx_files_from_data_dir(tmp_path, capsys, shared_dir):
     run_dir = tmp_path / "run"
     code = cli.main(["train", "demo", "--data-dir", str(shared_dir / "data" / "mnist"), "--limit", "64",
