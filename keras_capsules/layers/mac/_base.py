@@ -109,8 +109,11 @@ def attend(logits, values, mask):
     if mask is not None:
         logits = ops.where(mask, logits, ops.cast(MASK_VALUE, work))
     # Written out (not ops.softmax) so that a single position (the first step of the
-    # write unit's self-attention) raises no warning.
-    exp = ops.exp(logits - ops.stop_gradient(ops.max(logits, axis=1, keepdims=True)))
+    # write unit's self-attention) raises no warning. ``initial``: an empty batch, or
+    # no positions, gives empty weights and a zero sum, not "Cannot compute the max
+    # of an empty tensor".
+    top = ops.max(logits, axis=1, keepdims=True, initial=ops.cast(float("-inf"), work))
+    exp = ops.exp(logits - ops.stop_gradient(top))
     weights = exp / ops.sum(exp, axis=1, keepdims=True)
     if mask is not None:
         weights = ops.where(mask, weights, ops.zeros_like(weights))

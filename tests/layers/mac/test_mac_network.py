@@ -300,3 +300,24 @@ def test_weights_of_one_shape_start_different():
     net(list(_inputs()))
     write = net.cell.write_unit
     assert not np.allclose(np.asarray(write.self_memory_kernel), np.asarray(write.info_kernel))
+
+
+@pytest.mark.parametrize("empty", ["batch", "words", "cells"])
+def test_empty_batches_words_and_cells_give_zeros_not_an_error(empty):
+    # An empty batch (e.g. a replica's share of a last batch smaller than the number
+    # of replicas), a question without words or a
+    # knowledge base without cells failed with "InvalidArgumentError: Cannot compute
+    # the max of an empty tensor" (the attention's max over an empty axis).
+    words, question, kb = _inputs()
+    if empty == "batch":
+        words, question, kb = words[:0], question[:0], kb[:0]
+    elif empty == "words":
+        words = words[:, :0]
+    else:
+        kb = kb[:, :0]
+    net = _network(self_attention=True, memory_gate=True)
+    memory, control_att, read_att, self_att = (np.asarray(x) for x in net([words, question, kb]))
+    assert memory.shape == (len(words), D) and np.isfinite(memory).all()
+    assert control_att.shape == (len(words), P, words.shape[1]) and np.isfinite(control_att).all()
+    assert read_att.shape == (len(words), P, kb.shape[1]) and np.isfinite(read_att).all()
+    assert self_att.shape == (len(words), P, P) and np.isfinite(self_att).all()
