@@ -80,6 +80,8 @@ def check_mask(mask, values, what, layer_name):
     """A ``[batch, n]`` mask for ``values`` ``[batch, n, d]``."""
     if mask is None:
         return None
+    if not hasattr(mask, "shape"):  # nested Python lists, as the other masks accept
+        mask = ops.convert_to_tensor(mask)
     if len(mask.shape) != 2:
         raise ValueError(
             f"{layer_name} expects {what} of shape [batch, n] (rank 2). "

@@ -137,3 +137,18 @@ def test_history_mask_without_self_attention_is_refused():
     symbolic = [keras.Input((DR,)), keras.Input((D,)), keras.Input((D,))]
     with pytest.raises(ValueError, match="history_mask.*self_attention=True"):
         layer(symbolic, history_mask=keras.Input((T,), dtype="bool"))
+
+
+def test_history_mask_as_nested_lists_or_integers():
+    # A history_mask given as nested Python lists (as words_mask and kb_mask may be)
+    # failed with "AttributeError: 'list' object has no attribute 'shape'".
+    layer = _layer(True)
+    x = _inputs(True, seed=3)
+    mask = np.array([[1, 1, 0], [1, 0, 0]], bool)
+    want_m, want_sa = (np.asarray(v) for v in layer(x, history_mask=mask))
+    for given in (mask.tolist(), mask.astype("int32")):
+        m, sa = layer(x, history_mask=given)
+        np.testing.assert_array_equal(np.asarray(m), want_m)
+        np.testing.assert_array_equal(np.asarray(sa), want_sa)
+    with pytest.raises(ValueError, match=r"history_mask .*\(2, 3\).*Received: history_mask shape=\(2, 2\)"):
+        layer(x, history_mask=[[True, False], [True, True]])
