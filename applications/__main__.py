@@ -26,6 +26,7 @@ resume) and exits with code 130.
 """
 
 import argparse
+import difflib
 import json
 import os
 import pathlib
@@ -191,7 +192,10 @@ def main(argv=None):
         known, _ = parser.parse_known_args([a for a in argv if a not in ("-h", "--help")])
         if known.application != application:
             parser = build_parser(known.application)
-    args = _defaults(parser.parse_args(argv))
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        _unknown_arguments(parser, args.command, unknown)
+    args = _defaults(args)
     new_run_dir = args.command == "train" and not os.path.exists(args.run_dir)
     try:
         _check_output_folders(args)
@@ -255,6 +259,24 @@ def _remove_empty_dirs(top):
             os.rmdir(folder)
         except OSError:  # not empty: something was written there, keep it
             pass
+
+
+def _unknown_arguments(parser, command, unknown):
+    """Exits with one line naming the command, a close option if any, and its help.
+
+    (``parse_args`` reported them from the top-level parser, pointing to
+    ``keras-capsules --help``, which lists no option of any command.)
+    """
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
+    message = f"unrecognized arguments: {' '.join(unknown)}"
+    options = [o for o in sub._option_string_actions if o.startswith("--")]
+    for arg in unknown:
+        if arg.startswith("-"):
+            close = difflib.get_close_matches(arg.split("=", 1)[0], options, n=1, cutoff=0.75)
+            if close:
+                message += f"; did you mean {close[0]}?"
+                break
+    sub.error(message)
 
 
 def _application_of(argv):

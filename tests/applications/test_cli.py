@@ -124,6 +124,28 @@ def test_an_output_folder_that_is_a_file_is_one_line(argv, tmp_path, capsys):
     assert taken.read_text() == "mine"
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["evaluate", "demo", "--run-dir", "x"],
+     "keras-capsules evaluate: error: unrecognized arguments: --run-dir x (see keras-capsules evaluate --help)"),
+    (["train", "--batchsize=8"],
+     "keras-capsules train: error: unrecognized arguments: --batchsize=8; did you mean --batch-size? "
+     "(see keras-capsules train --help)"),
+    (["tune", "demo", "--max_trials", "3"],
+     "keras-capsules tune: error: unrecognized arguments: --max_trials 3; did you mean --max-trials? "
+     "(see keras-capsules tune --help)"),
+    (["train", "demo", "extra"],
+     "keras-capsules train: error: unrecognized arguments: extra (see keras-capsules train --help)"),
+])
+def test_an_unknown_option_points_to_the_help_of_its_command(argv, message, capsys):
+    # An option the command does not have was reported by the top-level parser,
+    # "keras-capsules: error: unrecognized arguments: ... (see keras-capsules --help)",
+    # whose help lists no option of any command.
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(argv)
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == message + "\n"
+
+
 def test_train_reads_mnist_idx_files_from_data_dir(tmp_path, capsys, shared_dir):
     run_dir = tmp_path / "run"
     code = cli.main(["train", "demo", "--data-dir", str(shared_dir / "data" / "mnist"), "--limit", "64",
