@@ -146,6 +146,21 @@ def test_an_unknown_option_points_to_the_help_of_its_command(argv, message, caps
     assert capsys.readouterr().err == message + "\n"
 
 
+def test_tune_epochs_help_says_what_hyperband_does_with_one_epoch(capsys):
+    # The help said "(hyperband: the most epochs of a trial, at least 2)", which reads
+    # as a bound that --epochs 1 breaks; it is accepted and hyperband runs 2
+    # (tuning.search.make_tuner: max_epochs=max(epochs, 2)).
+    import inspect
+
+    from tuning import search
+
+    assert "max_epochs=max(epochs, 2)" in inspect.getsource(search.make_tuner)
+    with pytest.raises(SystemExit):
+        cli.main(["tune", "demo", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "--epochs EPOCHS epochs per trial (hyperband: the most epochs a trial gets; 1 gives 2," in help_text
+
+
 def test_train_reads_mnist_idx_files_from_data_dir(tmp_path, capsys, shared_dir):
     run_dir = tmp_path / "run"
     code = cli.main(["train", "demo", "--data-dir", str(shared_dir / "data" / "mnist"), "--limit", "64",
