@@ -4,7 +4,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_capsules._validation import concrete_values, positive_int
+from keras_capsules._validation import boolean, concrete_values, positive_int
 from keras_capsules.ops import routing_dtype
 
 
@@ -148,17 +148,14 @@ class CompositionalEmbedding(keras.layers.Layer):
                 f"Received: num_codewords={num_codewords}, input_dim={self.input_dim}"
             )
         self.num_codewords = num_codewords
-        if not isinstance(mask_zero, bool):
-            raise ValueError(
-                f"`mask_zero` must be True or False. Received: mask_zero={mask_zero!r}"
-            )
-        self.mask_zero = mask_zero
+        self.mask_zero = mask_zero = boolean("mask_zero", mask_zero)  # numpy booleans too
         if fixed_codes is None:
             fixed_codes = codes is not None
-        if not isinstance(fixed_codes, bool):
+        if not isinstance(fixed_codes, (bool, np.bool_)):
             raise ValueError(
                 f"`fixed_codes` must be True, False or None. Received: fixed_codes={fixed_codes!r}"
             )
+        fixed_codes = bool(fixed_codes)
         if codes is not None and not fixed_codes:
             raise ValueError(
                 "`codes` gives fixed integer codes, which contradicts fixed_codes=False. "

@@ -262,3 +262,17 @@ def test_ids_of_any_rank_embed_id_by_id(rank):
     model = keras.Sequential([keras.Input((2,) * max(rank - 1, 0), dtype="int32"), layer])
     if rank:
         np.testing.assert_allclose(np.asarray(model(ids)), table[ids], rtol=1e-6, atol=1e-7)
+
+
+def test_numpy_booleans_are_booleans():
+    # mask_zero=np.True_ and fixed_codes=np.True_ (e.g. read from a numpy config or a
+    # tuner) were refused as "must be True or False", which every other layer accepts.
+    layer = CompositionalEmbedding(10, 4, num_codebooks=2, mask_zero=np.True_, fixed_codes=np.False_)
+    assert layer.mask_zero is True and layer.fixed_codes is False
+    np.testing.assert_array_equal(np.asarray(layer.compute_mask(np.array([[0, 3]]))), [[False, True]])
+    config = layer.get_config()
+    assert config["mask_zero"] is True and config["fixed_codes"] is False
+    fixed = CompositionalEmbedding(10, 4, num_codebooks=2, fixed_codes=np.True_)
+    assert fixed.fixed_codes is True
+    with pytest.raises(ValueError, match="Received: mask_zero=1"):
+        CompositionalEmbedding(10, 4, mask_zero=1)
