@@ -9,6 +9,7 @@ import keras
 from keras import ops
 
 from keras_capsules._validation import boolean, positive_int, rate, seed_value  # noqa: F401 (re-exported to the MAC layers)
+from keras_capsules.layers._initializers import fresh_initializer  # noqa: F401 (used by the MAC layers)
 from keras_capsules.ops import MASK_VALUE, routing_dtype
 
 
@@ -124,18 +125,6 @@ def attend(logits, values, mask):
     return ops.cast(summed, dtype), ops.cast(weights, dtype)
 
 
-def fresh_initializer(initializer):
-    """A new copy of ``initializer`` for one weight (other callables as given).
-
-    An unseeded Keras random initializer draws its seed once, when it is made, so
-    one instance used for several weights of the same shape fills them with the same
-    values; a copy made from its config draws a seed of its own.
-    """
-    if isinstance(initializer, keras.initializers.Initializer):
-        return initializer.__class__.from_config(initializer.get_config())
-    return initializer
-
-
 class MACLayerBase(keras.layers.Layer):
     """Initializers, regularizers and constraints of kernels and biases.
 
@@ -163,11 +152,17 @@ class MACLayerBase(keras.layers.Layer):
         self.kernel_constraint = keras.constraints.get(kernel_constraint)
         self.bias_constraint = keras.constraints.get(bias_constraint)
 
+    def _salt(self, name):
+        """What sets a seeded initializer's copy for weight ``name`` apart (see
+        :func:`fresh_initializer`): the class and weight names, so that weights of
+        one shape start different and the same seed gives the same weights."""
+        return f"{type(self).__name__}/{name}"
+
     def add_kernel(self, name, shape, initializer=None):
         return self.add_weight(
             name=name,
             shape=shape,
-            initializer=fresh_initializer(initializer or self.kernel_initializer),
+            initializer=fresh_initializer(initializer or self.kernel_initializer, self._salt(name)),
             regularizer=self.kernel_regularizer,
             constraint=self.kernel_constraint,
         )
@@ -176,7 +171,7 @@ class MACLayerBase(keras.layers.Layer):
         return self.add_weight(
             name=name,
             shape=shape,
-            initializer=fresh_initializer(initializer or self.bias_initializer),
+            initializer=fresh_initializer(initializer or self.bias_initializer, self._salt(name)),
             regularizer=self.bias_regularizer,
             constraint=self.bias_constraint,
         )

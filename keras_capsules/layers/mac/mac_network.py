@@ -204,10 +204,14 @@ class MACNetwork(_base.MACLayerBase):
         d = int(w[-1])
         self.units = d
         self.initial_control = self.add_weight(
-            name="initial_control", shape=(d,), initializer=_base.fresh_initializer(self.state_initializer)
+            name="initial_control",
+            shape=(d,),
+            initializer=_base.fresh_initializer(self.state_initializer, self._salt("initial_control")),
         )
         self.initial_memory = self.add_weight(
-            name="initial_memory", shape=(d,), initializer=_base.fresh_initializer(self.state_initializer)
+            name="initial_memory",
+            shape=(d,),
+            initializer=_base.fresh_initializer(self.state_initializer, self._salt("initial_memory")),
         )
         state = (w[0], d)
         shapes = [w, q, kb, state, state]

@@ -321,3 +321,35 @@ def test_empty_batches_words_and_cells_give_zeros_not_an_error(empty):
     assert control_att.shape == (len(words), P, words.shape[1]) and np.isfinite(control_att).all()
     assert read_att.shape == (len(words), P, kb.shape[1]) and np.isfinite(read_att).all()
     assert self_att.shape == (len(words), P, P) and np.isfinite(self_att).all()
+
+
+def test_seeded_initializers_give_distinct_weights_of_one_shape_and_reproduce():
+    # With a seeded initializer (what reproducible runs pass) every weight of one shape
+    # started equal: initial_control == initial_memory, and the read unit's
+    # memory_kernel, the write unit's self_memory_kernel and info_kernel (all d x d).
+    def make():
+        net = MACNetwork(
+            max_steps=2, self_attention=True, memory_gate=True,
+            kernel_initializer=keras.initializers.GlorotUniform(seed=1),
+            bias_initializer=keras.initializers.RandomNormal(seed=5),
+            state_initializer=keras.initializers.RandomNormal(seed=2),
+        )
+        net(list(_inputs()))
+        return net
+
+    net = make()
+    assert not np.allclose(np.asarray(net.initial_control), np.asarray(net.initial_memory))
+    cell = net.cell
+    squares = [cell.read_unit.memory_kernel, cell.write_unit.self_memory_kernel, cell.write_unit.info_kernel]
+    columns = [cell.control_unit.attention_kernel, cell.read_unit.attention_kernel,
+               cell.write_unit.self_attention_kernel, cell.write_unit.gate_kernel]
+    biases = [cell.read_unit.memory_bias, cell.read_unit.kb_bias, cell.read_unit.concat_bias,
+              cell.control_unit.control_question_bias, cell.write_unit.bias]
+    for group in (squares, columns, biases):
+        values = [np.asarray(w) for w in group]
+        for i in range(len(values)):
+            for j in range(i):
+                assert not np.allclose(values[i], values[j]), (group[i].path, group[j].path)
+    again = make()  # the same seeds give the same weights
+    for w, v in zip(net.weights, again.weights):
+        np.testing.assert_array_equal(np.asarray(w), np.asarray(v))
