@@ -19,12 +19,29 @@ def activation_name(name, value, allowed=(None, "elu")):
     return value
 
 
+def _is_input(x):
+    """A tensor or a shape (an entry of a list of inputs or of input shapes)."""
+    return hasattr(x, "shape") or hasattr(x, "as_list") or isinstance(x, (list, tuple))
+
+
 def as_list(inputs, n_allowed, layer_name, description):
-    """``inputs`` as a list whose length is one of ``n_allowed``; else a clear error."""
-    if not isinstance(inputs, (list, tuple)) or len(inputs) not in n_allowed:
-        got = len(inputs) if isinstance(inputs, (list, tuple)) else type(inputs).__name__
-        raise ValueError(f"{layer_name} expects a list of inputs {description}. Received: {got}")
-    return list(inputs)
+    """``inputs`` as a list whose length is one of ``n_allowed``; else a clear error.
+
+    ``inputs`` is a list of tensors or of shapes. A single tensor, or the shape of one
+    (a tuple of sizes, as Keras passes it to ``build``), is refused as such: it was
+    read as a list of its sizes ("Received: 3" for a rank-3 tensor, or a TypeError).
+    """
+    is_list = isinstance(inputs, (list, tuple)) and not hasattr(inputs, "as_list")
+    if is_list and len(inputs) in n_allowed and all(_is_input(x) for x in inputs):
+        return list(inputs)
+    if is_list and all(_is_input(x) for x in inputs):
+        got = f"{len(inputs)} inputs"
+    elif hasattr(inputs, "shape") or hasattr(inputs, "as_list") or is_list:
+        shape = tuple(inputs.shape) if hasattr(inputs, "shape") else tuple(inputs)
+        got = f"a single input of shape {shape}"
+    else:
+        got = type(inputs).__name__
+    raise ValueError(f"{layer_name} expects a list of inputs {description}. Received: {got}")
 
 
 def check_shape(shape, rank, what, expected, layer_name, known_last=True):

@@ -4,7 +4,7 @@ import keras
 import numpy as np
 import pytest
 
-from keras_capsules.layers import MACNetwork
+from keras_capsules.layers import ControlUnit, MACCell, MACNetwork, ReadUnit, WriteUnit
 from tests.backends import BACKEND, compiled, grads, tensor
 from tests.harness import run_layer_contract
 from tests.layers.mac import reference as ref
@@ -353,3 +353,25 @@ def test_seeded_initializers_give_distinct_weights_of_one_shape_and_reproduce():
     again = make()  # the same seeds give the same weights
     for w, v in zip(net.weights, again.weights):
         np.testing.assert_array_equal(np.asarray(w), np.asarray(v))
+
+
+@pytest.mark.parametrize("make, n_inputs", [
+    (lambda: ControlUnit(max_steps=2), 3),
+    (lambda: ReadUnit(), 3),
+    (lambda: WriteUnit(), 3),
+    (lambda: WriteUnit(self_attention=True), 5),
+    (lambda: MACCell(max_steps=2), 5),
+    (lambda: MACNetwork(max_steps=2), 3),
+])
+@pytest.mark.parametrize("rank", ["as many axes as inputs", "another rank"])
+def test_a_single_tensor_for_a_list_of_inputs_is_a_clear_error(make, n_inputs, rank):
+    # A single tensor where the MAC layers take a list was read as the list of its
+    # shape's entries: with as many axes as the layer has inputs it failed with
+    # "TypeError: 'NoneType' object is not iterable" ('int' object eagerly), otherwise
+    # it said "Received: 3" (the rank, as if three inputs had been given).
+    axes = (4,) * (n_inputs - 1 if rank == "as many axes as inputs" else n_inputs)  # without batch
+    for x in (keras.Input(axes), np.zeros((2,) + axes, "float32")):
+        with pytest.raises(ValueError, match=r"expects a list of inputs .*Received: a single input of shape \("):
+            make()(x)
+    with pytest.raises(ValueError, match=r"Received: 2 inputs"):
+        make()([keras.Input((4,)), keras.Input((4,))])
