@@ -227,6 +227,7 @@ class CompositionalEmbedding(keras.layers.Layer):
         return tuple(input_shape) + (self.output_dim,)
 
     def compute_output_spec(self, inputs):
+        self._check_input(inputs)
         return keras.KerasTensor(
             self.compute_output_shape(inputs.shape), dtype=self.compute_dtype
         )
@@ -252,7 +253,21 @@ class CompositionalEmbedding(keras.layers.Layer):
                 f"{np.unique(values[~ok])[:10].tolist()}"
             )
 
+    def _check_input(self, inputs):
+        if isinstance(inputs, (list, tuple)):
+            raise ValueError(
+                "CompositionalEmbedding expects one tensor of integer ids of any shape. "
+                f"Received: a list of {len(inputs)}"
+            )
+        dtype = keras.backend.standardize_dtype(inputs.dtype)
+        if dtype == "string":
+            raise ValueError(
+                "CompositionalEmbedding expects integer ids in [0, input_dim) (map strings "
+                f"to ids first, e.g. with keras.layers.StringLookup). Received: ids of dtype {dtype}"
+            )
+
     def call(self, inputs):
+        self._check_input(inputs)
         if hasattr(inputs, "flat_values") and hasattr(inputs, "with_flat_values"):
             # Ragged ids (as keras.layers.Embedding takes them): embed the values.
             return inputs.with_flat_values(self.call(inputs.flat_values))

@@ -8,7 +8,7 @@ import pytest
 
 from keras_capsules.layers import CompositionalEmbedding
 from keras_capsules.layers.compositional_embedding import default_num_codewords
-from tests.backends import grads, require_float64, tensor, tensorflow_only, value_and_grads
+from tests.backends import BACKEND, grads, require_float64, tensor, tensorflow_only, value_and_grads
 from tests.harness import run_layer_contract
 from tests.refdata import load_cccaps
 
@@ -276,3 +276,17 @@ def test_numpy_booleans_are_booleans():
     assert fixed.fixed_codes is True
     with pytest.raises(ValueError, match="Received: mask_zero=1"):
         CompositionalEmbedding(10, 4, mask_zero=1)
+
+
+def test_a_list_of_tensors_or_string_ids_are_clear_errors():
+    # A list of id tensors failed with "AttributeError: 'list' object has no attribute
+    # 'shape'" (also in a functional model); string ids with "TypeError: '>=' not
+    # supported between instances of 'bytes' and 'int'".
+    layer = CompositionalEmbedding(10, 3, num_codebooks=2)
+    with pytest.raises(ValueError, match=r"one tensor of integer ids.*Received: a list of 1"):
+        layer([keras.Input((4,), dtype="int32")])
+    with pytest.raises(ValueError, match=r"one tensor of integer ids.*Received: a list of 2"):
+        layer([np.array([[1, 2]]), np.array([[3, 4]])])
+    if BACKEND == "tensorflow":  # string tensors are TensorFlow's
+        with pytest.raises(ValueError, match=r"integer ids.*Received: ids of dtype string"):
+            layer(np.array([["a", "b"]]))
