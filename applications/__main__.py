@@ -26,6 +26,7 @@ resume) and exits with code 130.
 """
 
 import argparse
+import difflib
 import json
 import os
 import pathlib
@@ -191,11 +192,15 @@ def main(argv=None):
         known, _ = parser.parse_known_args([a for a in argv if a not in ("-h", "--help")])
         if known.application != application:
             parser = build_parser(known.application)
-    args = _defaults(parser.parse_args(argv))
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        _unknown_arguments(parser, args.command, unknown)
+    args = _defaults(args)
     new_run_dir = args.command == "train" and not os.path.exists(args.run_dir)
     try:
+        _check_output_folders(args)
         return _run(args)
-    except (CommandLineError, FileNotFoundError, ValueError) as err:
+    except _USER_ERRORS as err:
         if new_run_dir:
             _remove_empty_dirs(args.run_dir)
         if os.environ.get("KERAS_CAPSULES_DEBUG"):  # the full traceback, for developers
@@ -214,6 +219,38 @@ def main(argv=None):
         return 130
 
 
+# Failures to create or write an output folder that the user can fix (a path through a
+# file, no permission): one line like the other user errors, not a traceback.
+_USER_ERRORS = (
+    CommandLineError, FileNotFoundError, ValueError,
+    FileExistsError, NotADirectoryError, IsADirectoryError, PermissionError,
+)
+# The options that name a folder the command creates and writes into.
+_OUTPUT_FOLDERS = (("run_dir", "--run-dir"), ("directory", "--directory"), ("cache_dir", "--cache-dir"))
+
+
+def _check_output_folders(args):
+    """Refuses an output folder option that names a file or a path through a file.
+
+    Checked before any work: a ``--run-dir`` naming a file trained a whole epoch and
+    then failed with a traceback (a ``tune --directory`` with TensorFlow's
+    FailedPreconditionError).
+    """
+    for attr, option in _OUTPUT_FOLDERS:
+        path = getattr(args, attr, None)
+        if not path:
+            continue
+        existing = os.path.abspath(path)
+        while not os.path.lexists(existing) and os.path.dirname(existing) != existing:
+            existing = os.path.dirname(existing)
+        if os.path.exists(existing) and not os.path.isdir(existing):
+            if existing == os.path.abspath(path):
+                raise CommandLineError(f"{option} {path!r} is a file; it must name a folder (new or existing)")
+            raise CommandLineError(
+                f"{option} {path!r} cannot be created: {existing!r} is a file, not a folder"
+            )
+
+
 def _remove_empty_dirs(top):
     """Removes ``top`` and the folders below it that hold no file: a ``train`` refused
     for a user error leaves no empty run directory behind."""
@@ -222,6 +259,24 @@ def _remove_empty_dirs(top):
             os.rmdir(folder)
         except OSError:  # not empty: something was written there, keep it
             pass
+
+
+def _unknown_arguments(parser, command, unknown):
+    """Exits with one line naming the command, a close option if any, and its help.
+
+    (``parse_args`` reported them from the top-level parser, pointing to
+    ``keras-capsules --help``, which lists no option of any command.)
+    """
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
+    message = f"unrecognized arguments: {' '.join(unknown)}"
+    options = [o for o in sub._option_string_actions if o.startswith("--")]
+    for arg in unknown:
+        if arg.startswith("-"):
+            close = difflib.get_close_matches(arg.split("=", 1)[0], options, n=1, cutoff=0.75)
+            if close:
+                message += f"; did you mean {close[0]}?"
+                break
+    sub.error(message)
 
 
 def _application_of(argv):

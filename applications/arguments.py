@@ -84,8 +84,8 @@ def add_common_arguments(parser, command):
                             help="total trials of the search, including those of earlier runs "
                             "(default: %(default)s)")
         parser.add_argument("--epochs", type=positive_int, default=3,
-                            help="epochs per trial (hyperband: the most epochs of a trial, at least 2) "
-                            "(default: %(default)s)")
+                            help="epochs per trial (hyperband: the most epochs a trial gets; 1 gives 2, "
+                            "hyperband's least) (default: %(default)s)")
         parser.add_argument("--overwrite", action="store_true",
                             help="start the search again instead of resuming it")
         parser.add_argument("--fixed", action="append", default=[], metavar="NAME=VALUE",

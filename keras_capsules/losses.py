@@ -97,6 +97,7 @@ def _targets(y_true, y_pred):
             f"Received: y_pred shape={tuple(y_pred.shape)}"
         )
     rank_true, rank_pred = len(y_true.shape), len(y_pred.shape)
+    _check_leading_axes(y_true, y_pred, rank_pred - 1)
     if rank_true == rank_pred and y_true.shape[-1] is None and n_classes > 1:
         return _targets_of_unknown_kind(y_true, y_pred)
     sparse = rank_true == rank_pred - 1 or (
@@ -116,6 +117,24 @@ def _targets(y_true, y_pred):
             f"{tuple(y_true.shape)}, y_pred shape={tuple(y_pred.shape)}"
         )
     return ops.cast(y_true, y_pred.dtype), None
+
+
+def _check_leading_axes(y_true, y_pred, n_axes):
+    """The first ``n_axes`` (batch) axes of labels and scores agree where both are known.
+
+    Else a clear ``ValueError`` (a batch of labels for another batch size failed deep in
+    the math with a backend "Incompatible shapes" error).
+    """
+    if len(y_true.shape) < n_axes:
+        return  # refused below with the expected label shapes
+    for a, b in zip(y_true.shape[:n_axes], y_pred.shape[:n_axes]):
+        if a is not None and b is not None and a != b:
+            raise ValueError(
+                "Labels must give one label per sample of the scores: class ids "
+                f"{list(y_pred.shape[:n_axes])} / {list(y_pred.shape[:n_axes]) + [1]} or one-hot "
+                f"targets {list(y_pred.shape)}. Received: y_true shape={tuple(y_true.shape)}, "
+                f"y_pred shape={tuple(y_pred.shape)}"
+            )
 
 
 def _targets_of_unknown_kind(y_true, y_pred):

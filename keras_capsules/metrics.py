@@ -25,7 +25,8 @@ def adjusted_mutual_info(true_groups, pi, group_axis=1, ignore_label=None, per_s
 
     Returns:
         The mean AMI (a float), or a ``[batch]`` array with ``per_sample=True``.
-        Samples with no pixel left are NaN (and skipped by the mean).
+        Samples with no pixel left are NaN (and skipped by the mean); an empty
+        batch gives NaN (an empty array with ``per_sample=True``).
 
     Raises:
         ValueError: shapes that do not fit, a ``group_axis`` that is not an integer
@@ -63,8 +64,10 @@ def adjusted_mutual_info(true_groups, pi, group_axis=1, ignore_label=None, per_s
             f"true_groups shape={true_groups.shape}, pi shape={pi.shape}, group_axis={group_axis}"
         )
     scores = []
-    flat_true = true_groups.reshape(len(true_groups), -1)
-    flat_pred = predicted.reshape(len(predicted), -1)
+    # Explicit sizes: reshape(n, -1) fails for an empty batch (n = 0).
+    pixels = int(np.prod(true_groups.shape[1:]))
+    flat_true = true_groups.reshape(len(true_groups), pixels)
+    flat_pred = predicted.reshape(len(predicted), pixels)
     for truth, guess in zip(flat_true, flat_pred):
         keep = np.ones_like(truth, dtype=bool) if ignore_label is None else truth != ignore_label
         if not keep.any():

@@ -194,3 +194,19 @@ def test_non_finite_arguments_are_refused(make, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         make()
     losses.MixtureNLL(sigma=np.float32(0.5), epsilon=np.float64(1e-6))  # numpy numbers are fine
+
+
+@pytest.mark.parametrize("labels", [
+    np.array([0, 1, 2]),                  # class ids, one sample short
+    np.array([[0], [1], [2]]),            # class ids as a column
+    np.eye(3, dtype="float32"),           # one-hot targets
+    np.array([0, 1, 2, 1, 0]),            # one sample too many
+])
+@pytest.mark.parametrize("loss", [MarginLoss(), CapsuleLoss(terms=("margin", "focal", "cross"))])
+def test_labels_for_another_batch_size_are_a_clear_error(loss, labels):
+    # Labels and scores of different batch sizes failed deep in the math with
+    # TensorFlow's "InvalidArgumentError: Incompatible shapes: [3,3] vs. [4,3]"
+    # (Keras' own losses say which shapes disagree).
+    scores = np.random.default_rng(0).uniform(size=(4, 3)).astype("float32")
+    with pytest.raises(ValueError, match=r"one label per sample.*Received: y_true shape=\(\d.*y_pred shape=\(4, 3\)"):
+        loss(labels, scores)

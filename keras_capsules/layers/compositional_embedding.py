@@ -4,10 +4,8 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_capsules._validation import concrete_values, positive_int
+from keras_capsules._validation import boolean, concrete_values, positive_int
 from keras_capsules.ops import routing_dtype
-
-_LETTERS = "abcdefghnpqrstuvwxyz"  # einsum letters for the id axes (not m, k, d)
 
 
 def default_num_codewords(input_dim, num_codebooks):
@@ -150,17 +148,14 @@ class CompositionalEmbedding(keras.layers.Layer):
                 f"Received: num_codewords={num_codewords}, input_dim={self.input_dim}"
             )
         self.num_codewords = num_codewords
-        if not isinstance(mask_zero, bool):
-            raise ValueError(
-                f"`mask_zero` must be True or False. Received: mask_zero={mask_zero!r}"
-            )
-        self.mask_zero = mask_zero
+        self.mask_zero = mask_zero = boolean("mask_zero", mask_zero)  # numpy booleans too
         if fixed_codes is None:
             fixed_codes = codes is not None
-        if not isinstance(fixed_codes, bool):
+        if not isinstance(fixed_codes, (bool, np.bool_)):
             raise ValueError(
                 f"`fixed_codes` must be True, False or None. Received: fixed_codes={fixed_codes!r}"
             )
+        fixed_codes = bool(fixed_codes)
         if codes is not None and not fixed_codes:
             raise ValueError(
                 "`codes` gives fixed integer codes, which contradicts fixed_codes=False. "
@@ -232,6 +227,7 @@ class CompositionalEmbedding(keras.layers.Layer):
         return tuple(input_shape) + (self.output_dim,)
 
     def compute_output_spec(self, inputs):
+        self._check_input(inputs)
         return keras.KerasTensor(
             self.compute_output_shape(inputs.shape), dtype=self.compute_dtype
         )
@@ -257,7 +253,21 @@ class CompositionalEmbedding(keras.layers.Layer):
                 f"{np.unique(values[~ok])[:10].tolist()}"
             )
 
+    def _check_input(self, inputs):
+        if isinstance(inputs, (list, tuple)):
+            raise ValueError(
+                "CompositionalEmbedding expects one tensor of integer ids of any shape. "
+                f"Received: a list of {len(inputs)}"
+            )
+        dtype = keras.backend.standardize_dtype(inputs.dtype)
+        if dtype == "string":
+            raise ValueError(
+                "CompositionalEmbedding expects integer ids in [0, input_dim) (map strings "
+                f"to ids first, e.g. with keras.layers.StringLookup). Received: ids of dtype {dtype}"
+            )
+
     def call(self, inputs):
+        self._check_input(inputs)
         if hasattr(inputs, "flat_values") and hasattr(inputs, "with_flat_values"):
             # Ragged ids (as keras.layers.Embedding takes them): embed the values.
             return inputs.with_flat_values(self.call(inputs.flat_values))
@@ -265,7 +275,6 @@ class CompositionalEmbedding(keras.layers.Layer):
         ids = ops.cast(inputs, "int32")  # floats holding ids are accepted, as in Embedding
         dtype = routing_dtype(self.compute_dtype)
         codebook = ops.cast(self.codebook, dtype)
-        rank = len(ids.shape)
         if self.fixed_codes:
             # Row m*K + codes[w, m] of the flattened codebook is codeword codes[w, m] of m.
             offsets = ops.arange(self.num_codebooks, dtype="int32") * self.num_codewords
@@ -278,8 +287,8 @@ class CompositionalEmbedding(keras.layers.Layer):
                 weights = ops.ones_like(weights)
             else:
                 weights = ops.softmax(weights, axis=-1)
-            lead = _LETTERS[:rank]
-            out = ops.einsum(f"{lead}mk,mkd->{lead}d", weights, codebook)
+            # "..." for the id axes: ids of any rank (named letters ran into "d").
+            out = ops.einsum("...mk,mkd->...d", weights, codebook)
         return ops.cast(out, self.compute_dtype)
 
     # ------------------------------------------------------------------ export

@@ -6,6 +6,7 @@ import keras
 from keras import ops
 
 from keras_capsules._validation import choice, positive_float, positive_int
+from keras_capsules.layers._initializers import fresh_initializer
 from keras_capsules.layers._vote_routing import (
     dense_from_ragged,
     is_ragged,
@@ -286,7 +287,8 @@ class EMRouting(keras.layers.Layer):
         self.beta_ign = self.add_weight(
             name="beta_ign",
             shape=(one_or_n_inp, one_or_n_out),
-            initializer=self.beta_initializer,
+            # a copy: one instance filled beta_use and beta_ign alike (also when seeded)
+            initializer=fresh_initializer(self.beta_initializer, "EMRouting/beta_ign"),
             regularizer=self.beta_regularizer,
             constraint=self.beta_constraint,
         )

@@ -104,6 +104,63 @@ def test_a_refused_train_leaves_no_empty_run_directory(tmp_path, capsys):
     capsys.readouterr()
 
 
+@pytest.mark.parametrize("argv", [
+    ["train", "demo", "--quiet", "--run-dir", "{file}"],
+    ["train", "demo", "--quiet", "--run-dir", "{file}/run"],
+    ["tune", "demo", "--quiet", "--directory", "{file}"],
+    ["tune", "demo", "--quiet", "--directory", "{file}/search/deeper"],
+])
+def test_an_output_folder_that_is_a_file_is_one_line(argv, tmp_path, capsys):
+    # A --run-dir (or --directory) naming a file, or a folder below a file, trained a
+    # whole epoch and then failed with a traceback (FileExistsError, NotADirectoryError;
+    # for tune a TensorFlow FailedPreconditionError).
+    taken = tmp_path / "taken.txt"
+    taken.write_text("mine")
+    argv = [a.replace("{file}", str(taken)) for a in argv]
+    assert cli.main(argv + ["--data-dir", str(tmp_path / "no-data")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("keras-capsules: error: --") and err.count("\n") == 1, err
+    assert "is a file" in err and str(taken) in err and "Traceback" not in err
+    assert taken.read_text() == "mine"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["evaluate", "demo", "--run-dir", "x"],
+     "keras-capsules evaluate: error: unrecognized arguments: --run-dir x (see keras-capsules evaluate --help)"),
+    (["train", "--batchsize=8"],
+     "keras-capsules train: error: unrecognized arguments: --batchsize=8; did you mean --batch-size? "
+     "(see keras-capsules train --help)"),
+    (["tune", "demo", "--max_trials", "3"],
+     "keras-capsules tune: error: unrecognized arguments: --max_trials 3; did you mean --max-trials? "
+     "(see keras-capsules tune --help)"),
+    (["train", "demo", "extra"],
+     "keras-capsules train: error: unrecognized arguments: extra (see keras-capsules train --help)"),
+])
+def test_an_unknown_option_points_to_the_help_of_its_command(argv, message, capsys):
+    # An option the command does not have was reported by the top-level parser,
+    # "keras-capsules: error: unrecognized arguments: ... (see keras-capsules --help)",
+    # whose help lists no option of any command.
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(argv)
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == message + "\n"
+
+
+def test_tune_epochs_help_says_what_hyperband_does_with_one_epoch(capsys):
+    # The help said "(hyperband: the most epochs of a trial, at least 2)", which reads
+    # as a bound that --epochs 1 breaks; it is accepted and hyperband runs 2
+    # (tuning.search.make_tuner: max_epochs=max(epochs, 2)).
+    import inspect
+
+    from tuning import search
+
+    assert "max_epochs=max(epochs, 2)" in inspect.getsource(search.make_tuner)
+    with pytest.raises(SystemExit):
+        cli.main(["tune", "demo", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "--epochs EPOCHS epochs per trial (hyperband: the most epochs a trial gets; 1 gives 2," in help_text
+
+
 def test_train_reads_mnist_idx_files_from_data_dir(tmp_path, capsys, shared_dir):
     run_dir = tmp_path / "run"
     code = cli.main(["train", "demo", "--data-dir", str(shared_dir / "data" / "mnist"), "--limit", "64",

@@ -8,7 +8,7 @@ import pytest
 
 from keras_capsules.layers import CompositionalEmbedding
 from keras_capsules.layers.compositional_embedding import default_num_codewords
-from tests.backends import grads, require_float64, tensor, tensorflow_only, value_and_grads
+from tests.backends import BACKEND, grads, require_float64, tensor, tensorflow_only, value_and_grads
 from tests.harness import run_layer_contract
 from tests.refdata import load_cccaps
 
@@ -245,3 +245,48 @@ def test_ragged_ids_as_in_keras_embedding(fixed):
     assert layer.compute_mask(ids).to_list() == [[True, True, False], [True]]
     with pytest.raises(ValueError, match=r"\[12\]"):
         layer(tf.ragged.constant([[1, 12]]))
+
+
+@pytest.mark.parametrize("rank", [0, 1, 2, 3, 4, 5, 6])
+def test_ids_of_any_rank_embed_id_by_id(rank):
+    # Ids of rank 4 or more ([batch, documents, sentences, words]) failed with
+    # "Output subscripts contain a label appearing more than once": the einsum letter
+    # of the fourth id axis was "d", also the embedding axis. (A symbolic model built,
+    # and failed only when it ran.)
+    layer = CompositionalEmbedding(10, 3, num_codebooks=2)
+    ids = np.arange(2**rank).reshape((2,) * rank) % 10
+    out = np.asarray(layer(ids))
+    assert out.shape == (2,) * rank + (3,)
+    table = np.asarray(layer(np.arange(10)))  # [10, 3], one row per id
+    np.testing.assert_allclose(out, table[ids], rtol=1e-6, atol=1e-7)
+    model = keras.Sequential([keras.Input((2,) * max(rank - 1, 0), dtype="int32"), layer])
+    if rank:
+        np.testing.assert_allclose(np.asarray(model(ids)), table[ids], rtol=1e-6, atol=1e-7)
+
+
+def test_numpy_booleans_are_booleans():
+    # mask_zero=np.True_ and fixed_codes=np.True_ (e.g. read from a numpy config or a
+    # tuner) were refused as "must be True or False", which every other layer accepts.
+    layer = CompositionalEmbedding(10, 4, num_codebooks=2, mask_zero=np.True_, fixed_codes=np.False_)
+    assert layer.mask_zero is True and layer.fixed_codes is False
+    np.testing.assert_array_equal(np.asarray(layer.compute_mask(np.array([[0, 3]]))), [[False, True]])
+    config = layer.get_config()
+    assert config["mask_zero"] is True and config["fixed_codes"] is False
+    fixed = CompositionalEmbedding(10, 4, num_codebooks=2, fixed_codes=np.True_)
+    assert fixed.fixed_codes is True
+    with pytest.raises(ValueError, match="Received: mask_zero=1"):
+        CompositionalEmbedding(10, 4, mask_zero=1)
+
+
+def test_a_list_of_tensors_or_string_ids_are_clear_errors():
+    # A list of id tensors failed with "AttributeError: 'list' object has no attribute
+    # 'shape'" (also in a functional model); string ids with "TypeError: '>=' not
+    # supported between instances of 'bytes' and 'int'".
+    layer = CompositionalEmbedding(10, 3, num_codebooks=2)
+    with pytest.raises(ValueError, match=r"one tensor of integer ids.*Received: a list of 1"):
+        layer([keras.Input((4,), dtype="int32")])
+    with pytest.raises(ValueError, match=r"one tensor of integer ids.*Received: a list of 2"):
+        layer([np.array([[1, 2]]), np.array([[3, 4]])])
+    if BACKEND == "tensorflow":  # string tensors are TensorFlow's
+        with pytest.raises(ValueError, match=r"integer ids.*Received: ids of dtype string"):
+            layer(np.array([["a", "b"]]))

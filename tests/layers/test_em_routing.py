@@ -556,3 +556,20 @@ def test_ragged_inputs_route_as_padded_and_masked(n_out):
     for inputs in ([a, mu], [a, mu.to_tensor()]):
         for got, expected in zip(layer(inputs), want):
             np.testing.assert_array_equal(np.asarray(got), np.asarray(expected))
+
+
+@pytest.mark.parametrize("initializer", ["random_normal", keras.initializers.RandomUniform(seed=3)])
+def test_beta_use_and_beta_ign_start_apart_with_a_random_initializer(initializer):
+    # One beta_initializer instance filled beta_use and beta_ign (same shape) with the
+    # same values, unseeded or seeded: the benefit and cost of each output started equal.
+    def make():
+        layer = EMRouting(n_out=3, d_out=2, n_inp=4, beta_initializer=initializer)
+        layer([np.zeros((1, 4), "float32"), np.zeros((1, 4, 2, 2), "float32")])
+        return layer
+
+    layer = make()
+    assert not np.allclose(np.asarray(layer.beta_use), np.asarray(layer.beta_ign))
+    if not isinstance(initializer, str):  # a seeded one reproduces both
+        again = make()
+        np.testing.assert_array_equal(np.asarray(layer.beta_use), np.asarray(again.beta_use))
+        np.testing.assert_array_equal(np.asarray(layer.beta_ign), np.asarray(again.beta_ign))

@@ -9,6 +9,7 @@ import keras
 from keras import ops
 
 from keras_capsules._validation import boolean, positive_int, rate, seed_value  # noqa: F401 (re-exported to the MAC layers)
+from keras_capsules.layers._initializers import fresh_initializer  # noqa: F401 (used by the MAC layers)
 from keras_capsules.ops import MASK_VALUE, routing_dtype
 
 
@@ -18,12 +19,29 @@ def activation_name(name, value, allowed=(None, "elu")):
     return value
 
 
+def _is_input(x):
+    """A tensor or a shape (an entry of a list of inputs or of input shapes)."""
+    return hasattr(x, "shape") or hasattr(x, "as_list") or isinstance(x, (list, tuple))
+
+
 def as_list(inputs, n_allowed, layer_name, description):
-    """``inputs`` as a list whose length is one of ``n_allowed``; else a clear error."""
-    if not isinstance(inputs, (list, tuple)) or len(inputs) not in n_allowed:
-        got = len(inputs) if isinstance(inputs, (list, tuple)) else type(inputs).__name__
-        raise ValueError(f"{layer_name} expects a list of inputs {description}. Received: {got}")
-    return list(inputs)
+    """``inputs`` as a list whose length is one of ``n_allowed``; else a clear error.
+
+    ``inputs`` is a list of tensors or of shapes. A single tensor, or the shape of one
+    (a tuple of sizes, as Keras passes it to ``build``), is refused as such: it was
+    read as a list of its sizes ("Received: 3" for a rank-3 tensor, or a TypeError).
+    """
+    is_list = isinstance(inputs, (list, tuple)) and not hasattr(inputs, "as_list")
+    if is_list and len(inputs) in n_allowed and all(_is_input(x) for x in inputs):
+        return list(inputs)
+    if is_list and all(_is_input(x) for x in inputs):
+        got = f"{len(inputs)} inputs"
+    elif hasattr(inputs, "shape") or hasattr(inputs, "as_list") or is_list:
+        shape = tuple(inputs.shape) if hasattr(inputs, "shape") else tuple(inputs)
+        got = f"a single input of shape {shape}"
+    else:
+        got = type(inputs).__name__
+    raise ValueError(f"{layer_name} expects a list of inputs {description}. Received: {got}")
 
 
 def check_shape(shape, rank, what, expected, layer_name, known_last=True):
@@ -80,6 +98,8 @@ def check_mask(mask, values, what, layer_name):
     """A ``[batch, n]`` mask for ``values`` ``[batch, n, d]``."""
     if mask is None:
         return None
+    if not hasattr(mask, "shape"):  # nested Python lists, as the other masks accept
+        mask = ops.convert_to_tensor(mask)
     if len(mask.shape) != 2:
         raise ValueError(
             f"{layer_name} expects {what} of shape [batch, n] (rank 2). "
@@ -109,26 +129,17 @@ def attend(logits, values, mask):
     if mask is not None:
         logits = ops.where(mask, logits, ops.cast(MASK_VALUE, work))
     # Written out (not ops.softmax) so that a single position (the first step of the
-    # write unit's self-attention) raises no warning.
-    exp = ops.exp(logits - ops.stop_gradient(ops.max(logits, axis=1, keepdims=True)))
+    # write unit's self-attention) raises no warning. ``initial``: an empty batch, or
+    # no positions, gives empty weights and a zero sum, not "Cannot compute the max
+    # of an empty tensor".
+    top = ops.max(logits, axis=1, keepdims=True, initial=ops.cast(float("-inf"), work))
+    exp = ops.exp(logits - ops.stop_gradient(top))
     weights = exp / ops.sum(exp, axis=1, keepdims=True)
     if mask is not None:
         weights = ops.where(mask, weights, ops.zeros_like(weights))
         values = ops.where(mask[:, :, None], values, ops.zeros_like(values))
     summed = ops.einsum("bn,bnd->bd", weights, values)
     return ops.cast(summed, dtype), ops.cast(weights, dtype)
-
-
-def fresh_initializer(initializer):
-    """A new copy of ``initializer`` for one weight (other callables as given).
-
-    An unseeded Keras random initializer draws its seed once, when it is made, so
-    one instance used for several weights of the same shape fills them with the same
-    values; a copy made from its config draws a seed of its own.
-    """
-    if isinstance(initializer, keras.initializers.Initializer):
-        return initializer.__class__.from_config(initializer.get_config())
-    return initializer
 
 
 class MACLayerBase(keras.layers.Layer):
@@ -158,11 +169,17 @@ class MACLayerBase(keras.layers.Layer):
         self.kernel_constraint = keras.constraints.get(kernel_constraint)
         self.bias_constraint = keras.constraints.get(bias_constraint)
 
+    def _salt(self, name):
+        """What sets a seeded initializer's copy for weight ``name`` apart (see
+        :func:`fresh_initializer`): the class and weight names, so that weights of
+        one shape start different and the same seed gives the same weights."""
+        return f"{type(self).__name__}/{name}"
+
     def add_kernel(self, name, shape, initializer=None):
         return self.add_weight(
             name=name,
             shape=shape,
-            initializer=fresh_initializer(initializer or self.kernel_initializer),
+            initializer=fresh_initializer(initializer or self.kernel_initializer, self._salt(name)),
             regularizer=self.kernel_regularizer,
             constraint=self.kernel_constraint,
         )
@@ -171,7 +188,7 @@ class MACLayerBase(keras.layers.Layer):
         return self.add_weight(
             name=name,
             shape=shape,
-            initializer=fresh_initializer(initializer or self.bias_initializer),
+            initializer=fresh_initializer(initializer or self.bias_initializer, self._salt(name)),
             regularizer=self.bias_regularizer,
             constraint=self.bias_constraint,
         )

@@ -50,7 +50,8 @@ class MACNetwork(_base.MACLayerBase):
         self_attention: add the write unit's self-attention over previous memories
             (keys are the controls; the history starts with ``c_0``/``m_0``).
         memory_gate: add the write unit's memory gate.
-        gate_per_dimension: one gate per memory dimension instead of a scalar.
+        gate_per_dimension: one gate per memory dimension instead of a scalar (needs
+            ``memory_gate=True``).
         gate_bias_initializer: initializer of the gate bias. Default ``Constant(1.0)``.
         memory_dropout: dropout rate of the memory fed to the read unit. Default 0.
         variational_memory_dropout: one memory dropout mask for all steps (default
@@ -204,10 +205,14 @@ class MACNetwork(_base.MACLayerBase):
         d = int(w[-1])
         self.units = d
         self.initial_control = self.add_weight(
-            name="initial_control", shape=(d,), initializer=_base.fresh_initializer(self.state_initializer)
+            name="initial_control",
+            shape=(d,),
+            initializer=_base.fresh_initializer(self.state_initializer, self._salt("initial_control")),
         )
         self.initial_memory = self.add_weight(
-            name="initial_memory", shape=(d,), initializer=_base.fresh_initializer(self.state_initializer)
+            name="initial_memory",
+            shape=(d,),
+            initializer=_base.fresh_initializer(self.state_initializer, self._salt("initial_memory")),
         )
         state = (w[0], d)
         shapes = [w, q, kb, state, state]

@@ -35,7 +35,8 @@ class WriteUnit(_base.MACLayerBase):
         self_attention: add the self-attention over previous memories. Default False.
         memory_gate: add the memory gate. Default False.
         gate_per_dimension: False (default, the paper) for one scalar gate per
-            sample; True for one gate per memory dimension.
+            sample; True for one gate per memory dimension (needs
+            ``memory_gate=True``).
         gate_bias_initializer: initializer of ``gate_bias``. Default
             ``Constant(1.0)``, which starts the gate leaning towards keeping
             ``m_prev`` (sigmoid(1) = 0.73).
@@ -98,6 +99,12 @@ class WriteUnit(_base.MACLayerBase):
         self.self_attention = _base.boolean("self_attention", self_attention)
         self.memory_gate = _base.boolean("memory_gate", memory_gate)
         self.gate_per_dimension = _base.boolean("gate_per_dimension", gate_per_dimension)
+        if self.gate_per_dimension and not self.memory_gate:
+            raise ValueError(
+                "`gate_per_dimension` shapes the memory gate, which exists only with "
+                "memory_gate=True (otherwise no gate is built). "
+                f"Received: gate_per_dimension={gate_per_dimension!r}, memory_gate={memory_gate!r}"
+            )
         self.gate_bias_initializer = keras.initializers.get(
             keras.initializers.Constant(1.0) if gate_bias_initializer is None
             else gate_bias_initializer

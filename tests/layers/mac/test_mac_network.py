@@ -4,7 +4,7 @@ import keras
 import numpy as np
 import pytest
 
-from keras_capsules.layers import MACNetwork
+from keras_capsules.layers import ControlUnit, MACCell, MACNetwork, ReadUnit, WriteUnit
 from tests.backends import BACKEND, compiled, grads, tensor
 from tests.harness import run_layer_contract
 from tests.layers.mac import reference as ref
@@ -300,3 +300,78 @@ def test_weights_of_one_shape_start_different():
     net(list(_inputs()))
     write = net.cell.write_unit
     assert not np.allclose(np.asarray(write.self_memory_kernel), np.asarray(write.info_kernel))
+
+
+@pytest.mark.parametrize("empty", ["batch", "words", "cells"])
+def test_empty_batches_words_and_cells_give_zeros_not_an_error(empty):
+    # An empty batch (e.g. a replica's share of a last batch smaller than the number
+    # of replicas), a question without words or a
+    # knowledge base without cells failed with "InvalidArgumentError: Cannot compute
+    # the max of an empty tensor" (the attention's max over an empty axis).
+    words, question, kb = _inputs()
+    if empty == "batch":
+        words, question, kb = words[:0], question[:0], kb[:0]
+    elif empty == "words":
+        words = words[:, :0]
+    else:
+        kb = kb[:, :0]
+    net = _network(self_attention=True, memory_gate=True)
+    memory, control_att, read_att, self_att = (np.asarray(x) for x in net([words, question, kb]))
+    assert memory.shape == (len(words), D) and np.isfinite(memory).all()
+    assert control_att.shape == (len(words), P, words.shape[1]) and np.isfinite(control_att).all()
+    assert read_att.shape == (len(words), P, kb.shape[1]) and np.isfinite(read_att).all()
+    assert self_att.shape == (len(words), P, P) and np.isfinite(self_att).all()
+
+
+def test_seeded_initializers_give_distinct_weights_of_one_shape_and_reproduce():
+    # With a seeded initializer (what reproducible runs pass) every weight of one shape
+    # started equal: initial_control == initial_memory, and the read unit's
+    # memory_kernel, the write unit's self_memory_kernel and info_kernel (all d x d).
+    def make():
+        net = MACNetwork(
+            max_steps=2, self_attention=True, memory_gate=True,
+            kernel_initializer=keras.initializers.GlorotUniform(seed=1),
+            bias_initializer=keras.initializers.RandomNormal(seed=5),
+            state_initializer=keras.initializers.RandomNormal(seed=2),
+        )
+        net(list(_inputs()))
+        return net
+
+    net = make()
+    assert not np.allclose(np.asarray(net.initial_control), np.asarray(net.initial_memory))
+    cell = net.cell
+    squares = [cell.read_unit.memory_kernel, cell.write_unit.self_memory_kernel, cell.write_unit.info_kernel]
+    columns = [cell.control_unit.attention_kernel, cell.read_unit.attention_kernel,
+               cell.write_unit.self_attention_kernel, cell.write_unit.gate_kernel]
+    biases = [cell.read_unit.memory_bias, cell.read_unit.kb_bias, cell.read_unit.concat_bias,
+              cell.control_unit.control_question_bias, cell.write_unit.bias]
+    for group in (squares, columns, biases):
+        values = [np.asarray(w) for w in group]
+        for i in range(len(values)):
+            for j in range(i):
+                assert not np.allclose(values[i], values[j]), (group[i].path, group[j].path)
+    again = make()  # the same seeds give the same weights
+    for w, v in zip(net.weights, again.weights):
+        np.testing.assert_array_equal(np.asarray(w), np.asarray(v))
+
+
+@pytest.mark.parametrize("make, n_inputs", [
+    (lambda: ControlUnit(max_steps=2), 3),
+    (lambda: ReadUnit(), 3),
+    (lambda: WriteUnit(), 3),
+    (lambda: WriteUnit(self_attention=True), 5),
+    (lambda: MACCell(max_steps=2), 5),
+    (lambda: MACNetwork(max_steps=2), 3),
+])
+@pytest.mark.parametrize("rank", ["as many axes as inputs", "another rank"])
+def test_a_single_tensor_for_a_list_of_inputs_is_a_clear_error(make, n_inputs, rank):
+    # A single tensor where the MAC layers take a list was read as the list of its
+    # shape's entries: with as many axes as the layer has inputs it failed with
+    # "TypeError: 'NoneType' object is not iterable" ('int' object eagerly), otherwise
+    # it said "Received: 3" (the rank, as if three inputs had been given).
+    axes = (4,) * (n_inputs - 1 if rank == "as many axes as inputs" else n_inputs)  # without batch
+    for x in (keras.Input(axes), np.zeros((2,) + axes, "float32")):
+        with pytest.raises(ValueError, match=r"expects a list of inputs .*Received: a single input of shape \("):
+            make()(x)
+    with pytest.raises(ValueError, match=r"Received: 2 inputs"):
+        make()([keras.Input((4,)), keras.Input((4,))])

@@ -137,3 +137,32 @@ def test_history_mask_without_self_attention_is_refused():
     symbolic = [keras.Input((DR,)), keras.Input((D,)), keras.Input((D,))]
     with pytest.raises(ValueError, match="history_mask.*self_attention=True"):
         layer(symbolic, history_mask=keras.Input((T,), dtype="bool"))
+
+
+def test_history_mask_as_nested_lists_or_integers():
+    # A history_mask given as nested Python lists (as words_mask and kb_mask may be)
+    # failed with "AttributeError: 'list' object has no attribute 'shape'".
+    layer = _layer(True)
+    x = _inputs(True, seed=3)
+    mask = np.array([[1, 1, 0], [1, 0, 0]], bool)
+    want_m, want_sa = (np.asarray(v) for v in layer(x, history_mask=mask))
+    for given in (mask.tolist(), mask.astype("int32")):
+        m, sa = layer(x, history_mask=given)
+        np.testing.assert_array_equal(np.asarray(m), want_m)
+        np.testing.assert_array_equal(np.asarray(sa), want_sa)
+    with pytest.raises(ValueError, match=r"history_mask .*\(2, 3\).*Received: history_mask shape=\(2, 2\)"):
+        layer(x, history_mask=[[True, False], [True, True]])
+
+
+def test_gate_per_dimension_without_the_gate_is_refused():
+    # gate_per_dimension=True without memory_gate=True built no gate at all and said
+    # nothing: a per-dimension gate asked for, and silently none.
+    from keras_capsules.layers import MACCell, MACNetwork
+
+    for make in (WriteUnit, lambda **kw: MACCell(2, **kw), lambda **kw: MACNetwork(2, **kw)):
+        with pytest.raises(ValueError, match=r"memory_gate=True.*Received: gate_per_dimension=True, memory_gate=False"):
+            make(gate_per_dimension=True)
+        layer = make(gate_per_dimension=True, memory_gate=True)
+        assert type(layer).from_config(layer.get_config()).get_config() == layer.get_config()
+    config = WriteUnit().get_config()  # the defaults still round-trip
+    assert WriteUnit.from_config(config).get_config() == config

@@ -1,0 +1,25 @@
+"""Initializer copies that give every weight values of its own (private helper)."""
+
+import numbers
+import zlib
+
+import keras
+
+
+def fresh_initializer(initializer, salt=None):
+    """A new copy of ``initializer`` for one weight (other callables as given).
+
+    One Keras random initializer instance used for several weights of the same shape
+    fills them with the same values: an unseeded one draws its seed once, when it is
+    made, and a seeded one always uses its seed. A copy made from the config of an
+    unseeded initializer draws a seed of its own; a seeded initializer's copy gets
+    ``seed + crc32(salt)``, so weights with different ``salt`` (e.g. the layer class
+    and weight name) start different and the same seed reproduces them all.
+    """
+    if not isinstance(initializer, keras.initializers.Initializer):
+        return initializer
+    config = initializer.get_config()
+    seed = config.get("seed")
+    if salt is not None and isinstance(seed, numbers.Integral) and not isinstance(seed, bool):
+        config["seed"] = (int(seed) + zlib.crc32(salt.encode())) % 2**31
+    return initializer.__class__.from_config(config)

@@ -1,0 +1,20 @@
+"""keras_capsules.metrics beyond the RTagger tests (tests/layers/rladder/test_rtagger.py)."""
+
+import numpy as np
+
+from keras_capsules.metrics import adjusted_mutual_info
+
+
+def test_adjusted_mutual_info_of_an_empty_batch_is_nan_not_a_reshape_error():
+    # An empty batch (e.g. the tail of an evaluation split) failed with numpy's
+    # "ValueError: cannot reshape array of size 0 into shape (0,newaxis)".
+    truth = np.zeros((0, 4, 4), "int32")
+    pi = np.zeros((0, 3, 4, 4), "float32")
+    assert np.isnan(adjusted_mutual_info(truth, pi))
+    per_sample = adjusted_mutual_info(truth, pi, per_sample=True)
+    assert per_sample.shape == (0,) and per_sample.dtype == np.float64
+    # Samples whose pixels are all cut out by ignore_label stay NaN, as documented.
+    truth = np.array([[[0, 1], [1, 0]], [[2, 2], [2, 2]]])
+    pi = np.stack([truth == 0, truth == 1], axis=1).astype("float32")
+    scores = adjusted_mutual_info(truth, pi, ignore_label=2, per_sample=True)
+    assert scores[0] == 1.0 and np.isnan(scores[1])
