@@ -370,16 +370,57 @@ class KeepBestWeights(keras.callbacks.Callback):
 class _RunHistoryCSV(keras.callbacks.CSVLogger):
     """``CSVLogger`` that appends to the log of a resumed run and starts that of a fresh
     run again, deciding when training begins (not when the callback is made: a run
-    that ends up not training keeps its log)."""
+    that ends up not training keeps its log).
+
+    A resumed run first drops the rows of the epochs it trains again (those from the
+    backup's epoch on): with backups every N steps, the last one can precede the end
+    of an epoch whose row is logged, and that epoch was logged twice."""
 
     def __init__(self, filename, run_dir):
         super().__init__(filename, append=True)
         self.run_dir = run_dir
 
     def on_train_begin(self, logs=None):
-        if not backup_exists(self.run_dir) and os.path.exists(self.filename):
-            os.remove(self.filename)
+        if not backup_exists(self.run_dir):
+            if os.path.exists(self.filename):
+                os.remove(self.filename)
+        else:
+            _drop_rows_from(self.filename, backup_epoch(os.path.join(self.run_dir, BACKUP_DIR)))
         super().on_train_begin(logs)
+
+
+def _drop_rows_from(path, epoch):
+    """Rewrites the ``CSVLogger`` file ``path`` (atomically) without its rows of epochs
+    ``epoch`` and later; the other lines are kept as they are."""
+    import csv
+
+    try:
+        with open(path, newline="") as f:
+            lines = f.readlines()
+    except FileNotFoundError:
+        return
+    if not lines:
+        return
+    header = next(csv.reader(lines[:1]))
+    if "epoch" not in header:
+        return
+    column = header.index("epoch")
+    kept = [lines[0]]
+    for line in lines[1:]:
+        row = next(csv.reader([line]), [])
+        try:
+            if int(row[column]) >= epoch:
+                continue
+        except (IndexError, ValueError):
+            pass
+        kept.append(line)
+    if len(kept) < len(lines):
+
+        def write(tmp):
+            with open(tmp, "w", newline="") as f:
+                f.writelines(kept)
+
+        atomic_write(path, write)
 
 
 def resumable_callbacks(run_dir, save_freq="epoch"):

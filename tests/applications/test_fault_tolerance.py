@@ -373,3 +373,29 @@ def test_a_finish_killed_half_way_never_leaves_a_backup_without_its_weights(tmp_
     assert len([n for n in os.listdir(tmp_path) if n.startswith(".tmp-")]) == 2
     fault_tolerance.finish_run([backup])
     assert os.listdir(tmp_path) == []
+
+
+def test_a_resumed_run_logs_each_epoch_once_with_backups_every_n_steps(tmp_path):
+    # With --save-freq N, a crash after an epoch's row was logged and before the next
+    # backup (made N steps later) resumed at that epoch and logged it again:
+    # history.csv, metrics.json's epochs_logged and history.png showed epochs 0, 0, 1, ...
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(32, 3)).astype("float32"), rng.normal(size=(32, 1)).astype("float32")
+
+    def fit(extra=()):
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+        model.compile("sgd", "mse")
+        callbacks = fault_tolerance.resumable_callbacks(str(tmp_path), save_freq=3)
+        model.fit(x, y, batch_size=8, epochs=3, verbose=0, callbacks=[*callbacks, *extra], validation_data=(x, y))
+        return callbacks
+
+    # 4 steps an epoch, a backup every 3: the last one before the crash (epoch 1,
+    # batch 0) was made in epoch 0, whose row is logged
+    with pytest.raises(RuntimeError, match="simulated"):
+        fit([cli_helpers.CrashAt(1, 0)])
+    assert fault_tolerance.backup_epoch(str(tmp_path / "backup")) == 0
+    assert fault_tolerance.read_history_csv(str(tmp_path / "history.csv"))[1] == [0]
+    callbacks = fit()
+    assert callbacks[0].restored_epoch == 0
+    logged, epochs = fault_tolerance.read_history_csv(str(tmp_path / "history.csv"))
+    assert epochs == [0, 1, 2] and len(logged["loss"]) == 3
