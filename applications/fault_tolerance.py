@@ -477,6 +477,17 @@ def resume_epoch(callbacks, epochs=None):
     return epoch if epochs is None else min(epoch, epochs)
 
 
+def epochs_run(history, callbacks):
+    """The epochs a run has trained in all, those before a resume too: the epoch after
+    the last one of ``history`` (the ``History`` of the run's last ``fit``, given
+    ``callbacks``), else (that ``fit`` trained nothing: a run finished from its
+    backup) the epoch the backup among ``callbacks`` restored, else 0."""
+    if history.epoch:
+        return int(history.epoch[-1]) + 1
+    backups = _backups(callbacks)
+    return backups[0].restored_epoch if backups else 0
+
+
 def read_history_csv(path):
     """``{metric: [value per epoch]}`` and the epoch numbers from a ``CSVLogger`` file."""
     import csv

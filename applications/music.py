@@ -917,7 +917,7 @@ def train(
             plot_history(fault_tolerance.logged_history(history, user)[0], paths["plot"])
         models.append(model)
         # epochs trained in all (those before a resume too)
-        epochs_run.append(history.epoch[-1] + 1 if history.epoch else backup.restored_epoch if backup else 0)
+        epochs_run.append(fault_tolerance.epochs_run(history, user))
         progress["finished"][str(member)] = epochs_run[-1]
         fault_tolerance.write_json_atomically(
             {"config": progress["config"], "finished": progress["finished"]}, progress["path"]
