@@ -29,8 +29,13 @@
   reshuffled by ``tf.data`` every epoch (and mixup, crops, transpositions drawn per
   pass) restart their sequence of draws in a resumed process: a resumed epoch
   sees the examples of the run, in the order of an earlier epoch.
+  One process at a time trains a run: the backup's ``fit`` holds ``backup/.lock`` (an
+  advisory ``flock``, released when ``fit`` ends or the process dies, however it
+  dies), and another process that would train the same run while it is held is
+  refused (:class:`RunInUseError`, one line on the command line).
 * ``history.csv`` (a ``CSVLogger`` in append mode) keeps one row per finished epoch
-  across restarts; a fresh run (no backup) starts it again when its training begins.
+  across restarts (a resumed run drops the rows of the epochs it trains again); a
+  fresh run (no backup) starts it again when its training begins.
   :func:`logged_history` reads it back for the run's plots and summaries.
 * :class:`KeepBestWeights` keeps the weights of the best epoch (lowest validation
   loss) and, given the backup folder, persists them beside the backup so that a
@@ -186,6 +191,68 @@ class BackupAheadError(CommandLineError, ValueError):
     """The backup of a run already holds more epochs than the run is asked to train."""
 
 
+class RunInUseError(CommandLineError, RuntimeError):
+    """Another live process trains the run whose backup a ``fit`` would use."""
+
+
+LOCK_FILE = ".lock"
+_HELD = {}  # lock file path -> the open lock file of a lock this process holds
+
+
+def _same_file(f, path):
+    try:
+        here, there = os.fstat(f.fileno()), os.stat(path)
+    except OSError:
+        return False
+    return (here.st_ino, here.st_dev) == (there.st_ino, there.st_dev)
+
+
+def _lock_backup(backup_dir):
+    """Takes the lock of the run whose backup is ``backup_dir`` for this process
+    (``backup_dir/.lock``, an advisory ``flock`` that the system releases when the
+    process ends, however it ends). Taking it again in the same process is a no-op;
+    a lock of another live process raises :class:`RunInUseError`."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: no flock, no lock
+        return
+    path = os.path.join(os.path.abspath(backup_dir), LOCK_FILE)
+    if path in _HELD:
+        if _same_file(_HELD[path], path):
+            return
+        _release_backup(backup_dir)  # its folder was renamed away (a finish)
+    for _ in range(10):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        f = open(path, "a+")
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # held by another process
+            f.seek(0)
+            owner = f.read().strip() or "unknown"
+            f.close()
+            run_dir = os.path.dirname(os.path.abspath(backup_dir))
+            raise RunInUseError(
+                f"the run in {run_dir} is being trained by another process (pid@host {owner}): wait for it to "
+                "end (then the same command resumes or finishes the run), or pass another --run-dir"
+            ) from None
+        if _same_file(f, path):  # else a finish renamed the folder away between open and flock
+            f.seek(0)
+            f.truncate()
+            f.write(f"{os.getpid()}@{_HOST}\n")
+            f.flush()
+            _HELD[path] = f
+            return
+        f.close()
+    raise RunInUseError(f"could not lock {path}: its folder keeps being replaced by another process")
+
+
+def _release_backup(backup_dir):
+    """Releases this process's lock of ``backup_dir`` (nothing if it holds none)."""
+    f = _HELD.pop(os.path.join(os.path.abspath(backup_dir), LOCK_FILE), None)
+    if f is not None:
+        f.close()  # closing the file releases its flock
+
+
 class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
     """``BackupAndRestore`` whose files are replaced atomically.
 
@@ -215,6 +282,11 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
       ``fit`` in this ``backup_dir`` is the same run's. :func:`resumable_callbacks`
       (the applications' training) makes its callback so.
 
+    While a ``fit`` runs, this process holds the lock of ``backup_dir``
+    (``backup_dir/.lock``): a ``fit`` of another live process with the same
+    ``backup_dir`` raises :class:`RunInUseError` when it begins. A ``fit`` that ends by
+    an exception keeps it for this process (which may ``fit`` again) until it ends.
+
     Args:
         backup_dir, save_freq, double_checkpoint, delete_checkpoint: as in
             ``keras.callbacks.BackupAndRestore``.
@@ -228,6 +300,9 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
     _trains = True
 
     def on_train_begin(self, logs=None):
+        # Two processes training one run (a job started again while the first still ran)
+        # both trained, their backups and history.csv rows interleaved.
+        _lock_backup(self.backup_dir)
         # Keras never clears the epoch a restore sets: an earlier fit's would apply here.
         self.model._initial_epoch = None
         super().on_train_begin(logs)
@@ -235,6 +310,7 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         epochs = (self.params or {}).get("epochs")
         if epochs is not None and self.restored_epoch > epochs:
             self.model._initial_epoch = None
+            _release_backup(self.backup_dir)
             run_dir = os.path.dirname(os.path.abspath(self.backup_dir))
             raise BackupAheadError(
                 f"the run in {run_dir} already reached epoch {self.restored_epoch} (its backup is kept), "
@@ -259,6 +335,7 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
                 self._save_model()  # the state fit ends with (on_epoch_end set its epoch)
         # A later fit of the model (with or without this callback) starts at its own initial_epoch.
         self.model._initial_epoch = None
+        _release_backup(self.backup_dir)
 
     def finish(self):
         """Deletes the backup: the run is complete (its outputs are written).
@@ -280,6 +357,7 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
             doomed = os.path.join(directory, f"{_TMP_PREFIX}{os.getpid()}@{_HOST}-{base}")
             shutil.rmtree(doomed, ignore_errors=True)  # an interrupted finish of this process left it
             os.replace(self.backup_dir, doomed)
+            _release_backup(self.backup_dir)
             shutil.rmtree(doomed)
             _remove_dead_temporaries(directory, base)
 
