@@ -47,6 +47,7 @@
   that stops training in the middle of an epoch until the process is killed.
 """
 
+import errno
 import json
 import numbers
 import os
@@ -226,8 +227,11 @@ def _lock_backup(backup_dir):
         f = open(path, "a+")
         try:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:  # held by another process
-            f.seek(0)
+        except OSError as err:
+            if err.errno not in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES):
+                f.close()  # a file system without locks (ENOLCK, EOPNOTSUPP, ...): train unlocked, as before
+                return
+            f.seek(0)  # held by another process
             owner = f.read().strip() or "unknown"
             f.close()
             run_dir = os.path.dirname(os.path.abspath(backup_dir))

@@ -474,3 +474,18 @@ def test_the_same_process_may_fit_a_run_again_after_a_crash(tmp_path):
     assert backup.restored_epoch == 1 and history.epoch == [1, 2]
     fault_tolerance.finish_run([backup])
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.skipif(os.name == "nt", reason="no flock")
+def test_a_file_system_without_locks_trains_unlocked(tmp_path, monkeypatch):
+    import errno
+    import fcntl
+
+    def no_locks(fd, operation):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    _, backup, history = _dense_fit(tmp_path / "backup", epochs=2, delete_checkpoint=False)
+    assert history.epoch == [0, 1]
+    fault_tolerance.finish_run([backup])
+    assert os.listdir(tmp_path) == []
