@@ -29,10 +29,11 @@
   reshuffled by ``tf.data`` every epoch (and mixup, crops, transpositions drawn per
   pass) restart their sequence of draws in a resumed process: a resumed epoch
   sees the examples of the run, in the order of an earlier epoch.
-  One process at a time trains a run: the backup's ``fit`` holds ``backup/.lock`` (an
-  advisory ``flock``, released when ``fit`` ends or the process dies, however it
-  dies), and another process that would train the same run while it is held is
-  refused (:class:`RunInUseError`, one line on the command line).
+  One process at a time trains a run: from the start of its ``fit`` to
+  :func:`finish_run`, it holds ``backup/.lock`` (an advisory ``flock``, released by
+  the system when the process dies, however it dies), and another process that would
+  train the same run meanwhile is refused (:class:`RunInUseError`, one line on the
+  command line).
 * ``history.csv`` (a ``CSVLogger`` in append mode) keeps one row per finished epoch
   across restarts (a resumed run drops the rows of the epochs it trains again); a
   fresh run (no backup) starts it again when its training begins.
@@ -286,10 +287,12 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
       ``fit`` in this ``backup_dir`` is the same run's. :func:`resumable_callbacks`
       (the applications' training) makes its callback so.
 
-    While a ``fit`` runs, this process holds the lock of ``backup_dir``
-    (``backup_dir/.lock``): a ``fit`` of another live process with the same
-    ``backup_dir`` raises :class:`RunInUseError` when it begins. A ``fit`` that ends by
-    an exception keeps it for this process (which may ``fit`` again) until it ends.
+    From the start of a ``fit`` to the deletion of the backup (the end of the ``fit``
+    with ``delete_checkpoint=True``, :meth:`finish` without), this process holds the
+    lock of ``backup_dir`` (``backup_dir/.lock``): a ``fit`` of another live process
+    with the same ``backup_dir`` raises :class:`RunInUseError` when it begins. After an
+    exception (a crash in ``fit`` or before ``finish``) this process keeps it (and may
+    ``fit`` again) until it ends.
 
     Args:
         backup_dir, save_freq, double_checkpoint, delete_checkpoint: as in
@@ -339,7 +342,8 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
                 self._save_model()  # the state fit ends with (on_epoch_end set its epoch)
         # A later fit of the model (with or without this callback) starts at its own initial_epoch.
         self.model._initial_epoch = None
-        _release_backup(self.backup_dir)
+        if self.delete_checkpoint:  # else the run goes on until finish (its outputs are not written yet)
+            _release_backup(self.backup_dir)
 
     def finish(self):
         """Deletes the backup: the run is complete (its outputs are written).

@@ -448,7 +448,7 @@ def test_a_run_that_another_live_process_trains_is_refused(tmp_path, capsys):
         other.kill()
         other.wait()
     # the other process is gone (killed: the system released its lock): the run goes on,
-    # and the lock is this process's while it trains, released when fit ends
+    # and the lock is this process's while it trains and until the run is finished
 
     class OtherProcessTries(keras.callbacks.Callback):
         def on_epoch_end(self, epoch, logs=None):
@@ -459,11 +459,17 @@ def test_a_run_that_another_live_process_trains_is_refused(tmp_path, capsys):
     _, backup, history = _dense_fit(run_dir / "backup", epochs=2, delete_checkpoint=False,
                                     callbacks=[OtherProcessTries()])
     assert history.epoch == [0, 1] and tried == [0, 1]
-    other = _hold_lock(run_dir / "backup")
-    other.kill()
-    other.wait()
+    _hold_lock(run_dir / "backup", expect="busy")  # the outputs are not written yet
     fault_tolerance.finish_run([backup])
     assert not (run_dir / "backup").exists()
+    other = _hold_lock(run_dir / "backup")  # a new run may start
+    other.kill()
+    other.wait()
+    # Keras' default (the backup goes when fit ends): the lock goes with it
+    _dense_fit(tmp_path / "direct", epochs=1)
+    other = _hold_lock(tmp_path / "direct")
+    other.kill()
+    other.wait()
 
 
 def test_the_same_process_may_fit_a_run_again_after_a_crash(tmp_path):
