@@ -17,7 +17,8 @@ there); their HyperModels in ``tuning/__init__.py``.
 a crash between the last epoch and the writing of the outputs: it trains nothing
 then and writes them); the backup goes once the outputs are written. An
 ``--epochs`` below the epoch the backup reached is refused (the backup is kept: pass
-that many epochs or more); one equal to it trains nothing more and writes the outputs
+that many epochs or more); one equal to it trains nothing more and writes the outputs;
+a ``train`` of a run that another live process is training is refused
 (see ``applications.fault_tolerance``). Mistakes a
 user can fix (a bad option, missing data, a dataset that needs a download while
 offline, no TPU) print one line ``keras-capsules: error: ...`` and exit with code 2

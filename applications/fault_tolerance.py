@@ -29,8 +29,14 @@
   reshuffled by ``tf.data`` every epoch (and mixup, crops, transpositions drawn per
   pass) restart their sequence of draws in a resumed process: a resumed epoch
   sees the examples of the run, in the order of an earlier epoch.
+  One process at a time trains a run: from the start of its ``fit`` to
+  :func:`finish_run`, it holds ``backup/.lock`` (an advisory ``flock``, released by
+  the system when the process dies, however it dies), and another process that would
+  train the same run meanwhile is refused (:class:`RunInUseError`, one line on the
+  command line).
 * ``history.csv`` (a ``CSVLogger`` in append mode) keeps one row per finished epoch
-  across restarts; a fresh run (no backup) starts it again when its training begins.
+  across restarts (a resumed run drops the rows of the epochs it trains again); a
+  fresh run (no backup) starts it again when its training begins.
   :func:`logged_history` reads it back for the run's plots and summaries.
 * :class:`KeepBestWeights` keeps the weights of the best epoch (lowest validation
   loss) and, given the backup folder, persists them beside the backup so that a
@@ -42,6 +48,7 @@
   that stops training in the middle of an epoch until the process is killed.
 """
 
+import errno
 import json
 import numbers
 import os
@@ -186,6 +193,71 @@ class BackupAheadError(CommandLineError, ValueError):
     """The backup of a run already holds more epochs than the run is asked to train."""
 
 
+class RunInUseError(CommandLineError, RuntimeError):
+    """Another live process trains the run whose backup a ``fit`` would use."""
+
+
+LOCK_FILE = ".lock"
+_HELD = {}  # lock file path -> the open lock file of a lock this process holds
+
+
+def _same_file(f, path):
+    try:
+        here, there = os.fstat(f.fileno()), os.stat(path)
+    except OSError:
+        return False
+    return (here.st_ino, here.st_dev) == (there.st_ino, there.st_dev)
+
+
+def _lock_backup(backup_dir):
+    """Takes the lock of the run whose backup is ``backup_dir`` for this process
+    (``backup_dir/.lock``, an advisory ``flock`` that the system releases when the
+    process ends, however it ends). Taking it again in the same process is a no-op;
+    a lock of another live process raises :class:`RunInUseError`."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: no flock, no lock
+        return
+    path = os.path.join(os.path.abspath(backup_dir), LOCK_FILE)
+    if path in _HELD:
+        if _same_file(_HELD[path], path):
+            return
+        _release_backup(backup_dir)  # its folder was renamed away (a finish)
+    for _ in range(10):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        f = open(path, "a+")
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            if err.errno not in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES):
+                f.close()  # a file system without locks (ENOLCK, EOPNOTSUPP, ...): train unlocked, as before
+                return
+            f.seek(0)  # held by another process
+            owner = f.read().strip() or "unknown"
+            f.close()
+            run_dir = os.path.dirname(os.path.abspath(backup_dir))
+            raise RunInUseError(
+                f"the run in {run_dir} is being trained by another process (pid@host {owner}): wait for it to "
+                "end (then the same command resumes or finishes the run), or pass another --run-dir"
+            ) from None
+        if _same_file(f, path):  # else a finish renamed the folder away between open and flock
+            f.seek(0)
+            f.truncate()
+            f.write(f"{os.getpid()}@{_HOST}\n")
+            f.flush()
+            _HELD[path] = f
+            return
+        f.close()
+    raise RunInUseError(f"could not lock {path}: its folder keeps being replaced by another process")
+
+
+def _release_backup(backup_dir):
+    """Releases this process's lock of ``backup_dir`` (nothing if it holds none)."""
+    f = _HELD.pop(os.path.join(os.path.abspath(backup_dir), LOCK_FILE), None)
+    if f is not None:
+        f.close()  # closing the file releases its flock
+
+
 class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
     """``BackupAndRestore`` whose files are replaced atomically.
 
@@ -215,6 +287,13 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
       ``fit`` in this ``backup_dir`` is the same run's. :func:`resumable_callbacks`
       (the applications' training) makes its callback so.
 
+    From the start of a ``fit`` to the deletion of the backup (the end of the ``fit``
+    with ``delete_checkpoint=True``, :meth:`finish` without), this process holds the
+    lock of ``backup_dir`` (``backup_dir/.lock``): a ``fit`` of another live process
+    with the same ``backup_dir`` raises :class:`RunInUseError` when it begins. After an
+    exception (a crash in ``fit`` or before ``finish``) this process keeps it (and may
+    ``fit`` again) until it ends.
+
     Args:
         backup_dir, save_freq, double_checkpoint, delete_checkpoint: as in
             ``keras.callbacks.BackupAndRestore``.
@@ -228,6 +307,9 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
     _trains = True
 
     def on_train_begin(self, logs=None):
+        # Two processes training one run (a job started again while the first still ran)
+        # both trained, their backups and history.csv rows interleaved.
+        _lock_backup(self.backup_dir)
         # Keras never clears the epoch a restore sets: an earlier fit's would apply here.
         self.model._initial_epoch = None
         super().on_train_begin(logs)
@@ -235,6 +317,7 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         epochs = (self.params or {}).get("epochs")
         if epochs is not None and self.restored_epoch > epochs:
             self.model._initial_epoch = None
+            _release_backup(self.backup_dir)
             run_dir = os.path.dirname(os.path.abspath(self.backup_dir))
             raise BackupAheadError(
                 f"the run in {run_dir} already reached epoch {self.restored_epoch} (its backup is kept), "
@@ -259,6 +342,8 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
                 self._save_model()  # the state fit ends with (on_epoch_end set its epoch)
         # A later fit of the model (with or without this callback) starts at its own initial_epoch.
         self.model._initial_epoch = None
+        if self.delete_checkpoint:  # else the run goes on until finish (its outputs are not written yet)
+            _release_backup(self.backup_dir)
 
     def finish(self):
         """Deletes the backup: the run is complete (its outputs are written).
@@ -280,6 +365,7 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
             doomed = os.path.join(directory, f"{_TMP_PREFIX}{os.getpid()}@{_HOST}-{base}")
             shutil.rmtree(doomed, ignore_errors=True)  # an interrupted finish of this process left it
             os.replace(self.backup_dir, doomed)
+            _release_backup(self.backup_dir)
             shutil.rmtree(doomed)
             _remove_dead_temporaries(directory, base)
 
@@ -370,16 +456,57 @@ class KeepBestWeights(keras.callbacks.Callback):
 class _RunHistoryCSV(keras.callbacks.CSVLogger):
     """``CSVLogger`` that appends to the log of a resumed run and starts that of a fresh
     run again, deciding when training begins (not when the callback is made: a run
-    that ends up not training keeps its log)."""
+    that ends up not training keeps its log).
+
+    A resumed run first drops the rows of the epochs it trains again (those from the
+    backup's epoch on): with backups every N steps, the last one can precede the end
+    of an epoch whose row is logged, and that epoch was logged twice."""
 
     def __init__(self, filename, run_dir):
         super().__init__(filename, append=True)
         self.run_dir = run_dir
 
     def on_train_begin(self, logs=None):
-        if not backup_exists(self.run_dir) and os.path.exists(self.filename):
-            os.remove(self.filename)
+        if not backup_exists(self.run_dir):
+            if os.path.exists(self.filename):
+                os.remove(self.filename)
+        else:
+            _drop_rows_from(self.filename, backup_epoch(os.path.join(self.run_dir, BACKUP_DIR)))
         super().on_train_begin(logs)
+
+
+def _drop_rows_from(path, epoch):
+    """Rewrites the ``CSVLogger`` file ``path`` (atomically) without its rows of epochs
+    ``epoch`` and later; the other lines are kept as they are."""
+    import csv
+
+    try:
+        with open(path, newline="") as f:
+            lines = f.readlines()
+    except FileNotFoundError:
+        return
+    if not lines:
+        return
+    header = next(csv.reader(lines[:1]))
+    if "epoch" not in header:
+        return
+    column = header.index("epoch")
+    kept = [lines[0]]
+    for line in lines[1:]:
+        row = next(csv.reader([line]), [])
+        try:
+            if int(row[column]) >= epoch:
+                continue
+        except (IndexError, ValueError):
+            pass
+        kept.append(line)
+    if len(kept) < len(lines):
+
+        def write(tmp):
+            with open(tmp, "w", newline="") as f:
+                f.writelines(kept)
+
+        atomic_write(path, write)
 
 
 def resumable_callbacks(run_dir, save_freq="epoch"):
@@ -434,6 +561,17 @@ def resume_epoch(callbacks, epochs=None):
     backups = _backups(callbacks)
     epoch = backup_epoch(backups[0].backup_dir) if backups else 0
     return epoch if epochs is None else min(epoch, epochs)
+
+
+def epochs_run(history, callbacks):
+    """The epochs a run has trained in all, those before a resume too: the epoch after
+    the last one of ``history`` (the ``History`` of the run's last ``fit``, given
+    ``callbacks``), else (that ``fit`` trained nothing: a run finished from its
+    backup) the epoch the backup among ``callbacks`` restored, else 0."""
+    if history.epoch:
+        return int(history.epoch[-1]) + 1
+    backups = _backups(callbacks)
+    return backups[0].restored_epoch if backups else 0
 
 
 def read_history_csv(path):

@@ -897,12 +897,18 @@ def train(
         best = fault_tolerance.KeepBestWeights("val_loss", backup.backup_dir if backup else None)
         logs = paths["logs"] if not member else f"{paths['logs']}_{member}"
         train_ds, valid_ds = datasets[readouts[member % len(readouts)] == "nade"]
+        fit_callbacks = [keras.callbacks.TensorBoard(logs), *extra, best, *user]
+        if ema_momentum is not None and backup is not None:
+            # the backup of an epoch's end gets the trained weights, not the average (see _BackUpTrainedWeights)
+            at = fit_callbacks.index(backup)
+            fit_callbacks[at : at + 1] = [_BackUpTrainedWeights(extra[0], True), backup,
+                                          _BackUpTrainedWeights(extra[0], False)]
         history = model.fit(
             train_ds,
             validation_data=valid_ds,
             epochs=epochs,
             verbose=verbose,
-            callbacks=[keras.callbacks.TensorBoard(logs), *extra, best, *user], shuffle=False,
+            callbacks=fit_callbacks, shuffle=False,
         )
         if best.weights is not None:
             model.set_weights(best.weights)
@@ -911,7 +917,7 @@ def train(
             plot_history(fault_tolerance.logged_history(history, user)[0], paths["plot"])
         models.append(model)
         # epochs trained in all (those before a resume too)
-        epochs_run.append(history.epoch[-1] + 1 if history.epoch else backup.restored_epoch if backup else 0)
+        epochs_run.append(fault_tolerance.epochs_run(history, user))
         progress["finished"][str(member)] = epochs_run[-1]
         fault_tolerance.write_json_atomically(
             {"config": progress["config"], "finished": progress["finished"]}, progress["path"]
@@ -939,6 +945,31 @@ def train(
 
 
 MEMBERS_FILE = "members.json"
+
+
+class _BackUpTrainedWeights(keras.callbacks.Callback):
+    """Puts the trained weights in the model for the backup made at an epoch's end.
+
+    ``SwapEMAWeights(swap_on_epoch=True)`` swaps the moving average into the model at
+    an epoch's end (the best weights kept are the average's) and the trained weights
+    into the optimizer's average, until the next epoch begins. A backup made then held
+    them swapped, and a resumed run (whose ``SwapEMAWeights`` knows of no swap) went on
+    training from the average, with the trained weights as its average. Put one with
+    ``trained=True`` just before the backup (it swaps the trained weights back in) and
+    one with ``trained=False`` just after it (it swaps the average in again, for the
+    callbacks after). After the last epoch both hold the average (``SwapEMAWeights``
+    finalizes it there), so the model ends with it as before.
+    """
+
+    def __init__(self, swap, trained):
+        super().__init__()
+        self.swap, self.trained = swap, trained
+
+    def on_epoch_end(self, epoch, logs=None):
+        # private state of SwapEMAWeights: whether the average is in the model
+        if self.swap._ema_weights_in_model == self.trained:
+            self.swap._swap_variables()
+            self.swap._ema_weights_in_model = not self.trained
 
 
 def _finished_members(progress):

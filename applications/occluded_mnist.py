@@ -857,7 +857,7 @@ def train(
         "variant": variant,
         "test_error": classification_error(model, test_data),
         "parameters": int(model.count_params()),
-        "epochs_run": len(history.history.get("loss", [])),
+        "epochs_run": fault_tolerance.epochs_run(history, callbacks),  # those before a resume too
         "augment": augment,
         **paths,
     }

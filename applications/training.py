@@ -143,7 +143,16 @@ def spread_steps(steps, epochs):
     ``steps_before(epoch)`` is the number of steps of the epochs before ``epoch``
     (where a stream of batches stands when a run resumed at ``epoch`` begins).
     """
-    per_epoch, longer = divmod(steps, epochs)
+    # steps < epochs gave every epoch one step (more steps than asked); epochs=0 divided by zero
+    if (
+        any(isinstance(v, bool) or not isinstance(v, numbers.Integral) for v in (steps, epochs))
+        or not steps >= epochs >= 1
+    ):
+        raise ValueError(
+            f"`steps` and `epochs` must be integers with steps >= epochs >= 1. Received: steps={steps!r}, "
+            f"epochs={epochs!r}"
+        )
+    per_epoch, longer = divmod(int(steps), int(epochs))
     return per_epoch + (longer > 0), _EpochSteps(per_epoch, longer)
 
 

@@ -155,7 +155,7 @@ def train(
     plot_history(fault_tolerance.logged_history(history, callbacks)[0], paths["plot"])
     result = {
         "dataset": dataset,
-        "epochs_run": len(history.history.get("loss", [])),
+        "epochs_run": fault_tolerance.epochs_run(history, callbacks),  # those before a resume too
         "routing": routing,
         "embedding": embedding,
         "test_accuracy": float(test_accuracy),

@@ -137,14 +137,15 @@ def test_ctrl_c_is_one_line_that_says_how_to_resume_and_keeps_the_backup(tmp_pat
     assert json.loads((run_dir / "backup" / "training_metadata.json").read_text())["epoch"] == 1
 
 
-def _dense_fit(backup_dir, epochs=4, crash_at=None, model=None, save_freq=1, initial_epoch=0, **backup_kwargs):
+def _dense_fit(backup_dir, epochs=4, crash_at=None, model=None, save_freq=1, initial_epoch=0, callbacks=(),
+               **backup_kwargs):
     rng = np.random.default_rng(0)
     x, y = rng.normal(size=(32, 3)).astype("float32"), rng.normal(size=(32, 1)).astype("float32")
     if model is None:
         model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
         model.compile("sgd", "mse")
     backup = fault_tolerance.AtomicBackupAndRestore(str(backup_dir), save_freq=save_freq, **backup_kwargs)
-    callbacks = [backup] + ([cli_helpers.CrashAt(*crash_at)] if crash_at else [])
+    callbacks = [backup, *callbacks] + ([cli_helpers.CrashAt(*crash_at)] if crash_at else [])
     history = model.fit(x, y, batch_size=8, epochs=epochs, verbose=0, callbacks=callbacks,
                         initial_epoch=initial_epoch)
     return model, backup, history
@@ -371,5 +372,126 @@ def test_a_finish_killed_half_way_never_leaves_a_backup_without_its_weights(tmp_
     # the next finish removes what a killed one left, in this process or a dead one
     (tmp_path / f".tmp-{_dead_pid()}-backup").mkdir()
     assert len([n for n in os.listdir(tmp_path) if n.startswith(".tmp-")]) == 2
+    fault_tolerance.finish_run([backup])
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_resumed_run_logs_each_epoch_once_with_backups_every_n_steps(tmp_path):
+    # With --save-freq N, a crash after an epoch's row was logged and before the next
+    # backup (made N steps later) resumed at that epoch and logged it again:
+    # history.csv, metrics.json's epochs_logged and history.png showed epochs 0, 0, 1, ...
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(32, 3)).astype("float32"), rng.normal(size=(32, 1)).astype("float32")
+
+    def fit(extra=()):
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+        model.compile("sgd", "mse")
+        callbacks = fault_tolerance.resumable_callbacks(str(tmp_path), save_freq=3)
+        model.fit(x, y, batch_size=8, epochs=3, verbose=0, callbacks=[*callbacks, *extra], validation_data=(x, y))
+        return callbacks
+
+    # 4 steps an epoch, a backup every 3: the last one before the crash (epoch 1,
+    # batch 0) was made in epoch 0, whose row is logged
+    with pytest.raises(RuntimeError, match="simulated"):
+        fit([cli_helpers.CrashAt(1, 0)])
+    assert fault_tolerance.backup_epoch(str(tmp_path / "backup")) == 0
+    assert fault_tolerance.read_history_csv(str(tmp_path / "history.csv"))[1] == [0]
+    callbacks = fit()
+    assert callbacks[0].restored_epoch == 0
+    logged, epochs = fault_tolerance.read_history_csv(str(tmp_path / "history.csv"))
+    assert epochs == [0, 1, 2] and len(logged["loss"]) == 3
+
+
+def _hold_lock(backup_dir, expect="locked"):
+    """A process that takes the lock of ``backup_dir`` as a training run does and holds
+    it until killed (``expect="locked"``), or finds it taken (``"busy"``) and ends."""
+    import subprocess
+    import sys
+
+    os.makedirs(backup_dir, exist_ok=True)
+    path = os.path.join(backup_dir, fault_tolerance.LOCK_FILE)
+    code = ("import fcntl, os, sys, time\n"
+            "f = open(sys.argv[1], 'a+')\n"
+            "try: fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
+            "except OSError: print('busy', flush=True); sys.exit()\n"
+            "f.seek(0); f.truncate(); f.write(f'{os.getpid()}@otherrun'); f.flush()\n"
+            "print('locked', flush=True); time.sleep(120)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code, path], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == expect
+    except BaseException:
+        proc.kill()
+        raise
+    if expect != "locked":
+        proc.wait()
+    return proc
+
+
+@pytest.mark.skipif(os.name == "nt", reason="no flock")
+def test_a_run_that_another_live_process_trains_is_refused(tmp_path, capsys):
+    # Two processes resuming one run (a scheduler starting a job again while the first
+    # still ran) both trained: history.csv logged epochs 0, 1, 2, 2, 3, 4, 3, 4.
+    from applications import __main__ as cli
+
+    run_dir = tmp_path / "run"
+    other = _hold_lock(run_dir / "backup")
+    try:
+        with pytest.raises(fault_tolerance.RunInUseError, match=rf"pid@host {other.pid}@otherrun"):
+            _dense_fit(run_dir / "backup", epochs=1, delete_checkpoint=False)
+        code = cli.main(["train", "--epochs", "1", "--limit", "40", "--batch-size", "16", "--run-dir", str(run_dir),
+                         "--quiet", *cli_helpers.TINY_MODEL])
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1, err
+        assert err.startswith(f"keras-capsules: error: the run in {run_dir} is being trained by another process"), err
+        assert not (run_dir / "history.csv").exists() and os.listdir(run_dir / "backup") == [".lock"]
+    finally:
+        other.kill()
+        other.wait()
+    # the other process is gone (killed: the system released its lock): the run goes on,
+    # and the lock is this process's while it trains and until the run is finished
+
+    class OtherProcessTries(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            _hold_lock(run_dir / "backup", expect="busy")
+            tried.append(epoch)
+
+    tried = []
+    _, backup, history = _dense_fit(run_dir / "backup", epochs=2, delete_checkpoint=False,
+                                    callbacks=[OtherProcessTries()])
+    assert history.epoch == [0, 1] and tried == [0, 1]
+    _hold_lock(run_dir / "backup", expect="busy")  # the outputs are not written yet
+    fault_tolerance.finish_run([backup])
+    assert not (run_dir / "backup").exists()
+    other = _hold_lock(run_dir / "backup")  # a new run may start
+    other.kill()
+    other.wait()
+    # Keras' default (the backup goes when fit ends): the lock goes with it
+    _dense_fit(tmp_path / "direct", epochs=1)
+    other = _hold_lock(tmp_path / "direct")
+    other.kill()
+    other.wait()
+
+
+def test_the_same_process_may_fit_a_run_again_after_a_crash(tmp_path):
+    # the lock is per process: a crash in fit leaves it to the process, which resumes
+    with pytest.raises(RuntimeError, match="simulated"):
+        _dense_fit(tmp_path / "backup", epochs=3, crash_at=(1, 0), save_freq="epoch", delete_checkpoint=False)
+    _, backup, history = _dense_fit(tmp_path / "backup", epochs=3, save_freq="epoch", delete_checkpoint=False)
+    assert backup.restored_epoch == 1 and history.epoch == [1, 2]
+    fault_tolerance.finish_run([backup])
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.skipif(os.name == "nt", reason="no flock")
+def test_a_file_system_without_locks_trains_unlocked(tmp_path, monkeypatch):
+    import errno
+    import fcntl
+
+    def no_locks(fd, operation):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    _, backup, history = _dense_fit(tmp_path / "backup", epochs=2, delete_checkpoint=False)
+    assert history.epoch == [0, 1]
     fault_tolerance.finish_run([backup])
     assert os.listdir(tmp_path) == []

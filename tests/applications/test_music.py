@@ -816,3 +816,34 @@ def test_a_crash_after_a_members_fit_is_finished_without_training_it_again(tmp_p
     assert list(counters) == [1] and counters[1].batches == 0, "member 1 was trained again"
     assert result["epochs_run"] == [2, 2] and (run_dir / "model_1.keras").is_file()
     assert not (run_dir / "member_1" / "backup").exists() and not (run_dir / "members.json").exists()
+
+
+def test_a_resumed_run_with_a_moving_average_goes_on_from_the_trained_weights(tmp_path):
+    # With ema_momentum, SwapEMAWeights(swap_on_epoch=True) swaps the average into the
+    # model at each epoch's end, before the backup: the backup held the average as the
+    # model's weights and the trained weights as the optimizer's average. A resumed run
+    # restored that and trained on from the average, with the trained weights as its
+    # average (an uninterrupted run swaps them back at the next epoch's start).
+    from applications import fault_tolerance
+
+    starts = {}
+
+    class Record(keras.callbacks.Callback):  # after SwapEMAWeights: sees what epoch 1 trains
+        def on_epoch_begin(self, epoch, logs=None):
+            if epoch == 1:
+                optimizer = self.model.optimizer
+                starts.setdefault("crashed" if "crashed" not in starts else "resumed", (
+                    [np.array(v) for v in self.model.trainable_weights],
+                    [np.array(v) for v in optimizer._model_variables_moving_average],
+                ))
+
+    run_dir = tmp_path / "run"
+    options = dict(epochs=2, ema_momentum=0.5)
+    with pytest.raises(RuntimeError, match="simulated"):
+        _small_run(run_dir, callbacks=[*fault_tolerance.resumable_callbacks(str(run_dir)), Record(), CrashAt(1)],
+                   **options)
+    _small_run(run_dir, callbacks=[*fault_tolerance.resumable_callbacks(str(run_dir)), Record()], **options)
+    (trained, average), (resumed_trained, resumed_average) = starts["crashed"], starts["resumed"]
+    assert any(not np.allclose(a, b) for a, b in zip(trained, average)), "the test needs an average != weights"
+    for got, want in zip(resumed_trained + resumed_average, trained + average, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)

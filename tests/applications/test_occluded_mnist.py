@@ -647,3 +647,27 @@ def test_a_resumed_augmented_run_draws_the_sequences_of_its_epoch(tmp_path, monk
     epochs_drawn.clear()
     train()
     assert epochs_drawn[:1] == [2]  # was 0: the sequences of the first epoch again
+
+
+def test_epochs_run_counts_the_epochs_before_a_resume(tmp_path, monkeypatch):
+    # metrics.json's epochs_run counted the epochs of the last process only: a run
+    # resumed at epoch 2 of 3 reported 1, one finished from its backup after a crash
+    # between fit and the model save (all epochs trained) reported 0.
+    from applications import fault_tolerance
+    from tests.applications import cli_helpers
+    from tests.conftest import shared_path
+
+    run_dir = tmp_path / "run"
+
+    def train(*extra):
+        return om.train(data_dir=str(shared_path("data", "mnist")), run_dir=str(run_dir), epochs=3, num_train=8,
+                        num_test=8, variant="temporal", conv_units=(4,), dense_units=8, batch_size=8, frame_size=16,
+                        verbose=0, callbacks=[*fault_tolerance.resumable_callbacks(str(run_dir)), *extra])
+
+    with pytest.raises(RuntimeError, match="simulated"):
+        train(cli_helpers.CrashAt(2, 0))
+    assert train()["epochs_run"] == 3  # was 1
+    with pytest.raises(RuntimeError, match="simulated"):
+        train(cli_helpers.crash_when_saving_after_fit(monkeypatch))
+    monkeypatch.undo()
+    assert train()["epochs_run"] == 3  # was 0

@@ -304,3 +304,22 @@ def test_bucket_batches_refuses_a_bad_batch_size_at_once(batch_size):
     ds = tf.data.Dataset.from_tensor_slices(([[2, 3], [4, 0]], [0, 1]))
     with pytest.raises(ValueError, match="Received: batch_size="):
         data.bucket_batches(ds, batch_size)
+
+
+def test_epochs_run_counts_the_epochs_before_a_resume(tmp_path, monkeypatch):
+    # epochs_run counted the epochs of the last process only: 0 for a run finished
+    # from its backup after a crash between fit and the model save.
+    from applications import fault_tolerance
+    from tests.applications import cli_helpers
+
+    run_dir = tmp_path / "run"
+
+    def train(*extra):
+        return recipe.train(dataset="sst2", data_dir=SST_DIR, run_dir=str(run_dir), routing="kmeans", epochs=2,
+                            batch_size=8, limit=16, jit_compile=False, verbose=0,
+                            callbacks=[*fault_tolerance.resumable_callbacks(str(run_dir)), *extra], **TINY)
+
+    with pytest.raises(RuntimeError, match="simulated"):
+        train(cli_helpers.crash_when_saving_after_fit(monkeypatch))
+    monkeypatch.undo()
+    assert train()["epochs_run"] == 2  # was 0

@@ -147,3 +147,13 @@ def test_steps_before_an_epoch_are_the_steps_of_the_epochs_before_it():
         counts = [callback.per_epoch + (e < callback.longer) for e in range(epochs)]
         assert [callback.steps_before(e) for e in range(epochs + 1)] == [sum(counts[:e]) for e in range(epochs + 1)]
         assert callback.steps_before(epochs) == steps
+
+
+@pytest.mark.parametrize("steps, epochs", [(3, 5), (5, 0), (0, 0), (2.0, 1), (True, 1), (4, -1)])
+def test_spread_steps_refuses_fewer_steps_than_epochs_and_non_integers(steps, epochs):
+    # spread_steps(3, 5) gave 1 step to every epoch (5 steps trained, not 3, and
+    # steps_before wrong for a resumed stream); epochs=0 was a ZeroDivisionError.
+    from applications.training import spread_steps
+
+    with pytest.raises(ValueError, match=r"Received: steps=.*, epochs="):
+        spread_steps(steps, epochs)
