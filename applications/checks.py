@@ -6,6 +6,7 @@ refuses a saved model of another application with a one-line ``CommandLineError`
 """
 
 import numbers
+import os
 
 
 def integer_at_least(name, value, minimum):
@@ -17,6 +18,35 @@ def integer_at_least(name, value, minimum):
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
         raise ValueError(f"`{name}` must be an integer >= {minimum}. Received: {name}={value!r}")
     return int(value)
+
+
+def load_model(model_path):
+    """``keras.saving.load_model(model_path)``; a file that is no Keras model is one line.
+
+    A ``.keras`` file is a zip archive holding ``config.json``; for any other file of
+    that name Keras said "File not found" (not a zip) or raised a bare ``KeyError``
+    (a zip without the config), although the file was there. Those are a
+    ``CommandLineError`` naming the file and what it should be; every other load
+    error is Keras' own.
+    """
+    import zipfile
+
+    import keras
+
+    from applications.errors import CommandLineError
+
+    path = os.fspath(model_path)
+    if path.endswith(".keras") and os.path.isfile(path):
+        is_model = zipfile.is_zipfile(path)
+        if is_model:
+            with zipfile.ZipFile(path) as archive:
+                is_model = "config.json" in archive.namelist()
+        if not is_model:
+            raise CommandLineError(
+                f"{path} is not a Keras model file (a .keras file is the zip archive that "
+                "`model.save` writes): pass one written by `keras-capsules train`"
+            )
+    return keras.saving.load_model(path)
 
 
 def require_model(model, model_path, accepted, kind, application, expected):

@@ -57,7 +57,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from applications import plotting
+from applications import checks, plotting
 from applications.checks import integer_at_least
 from keras_capsules.layers import MACNetwork
 
@@ -714,7 +714,7 @@ def evaluate(model_path, cache_dir, data_dir=None, image_size=IMAGE_SIZE, limit=
     data = prepare_offline(cache_dir, data_dir, image_size, limit, verbose=0)
     val_ds = make_dataset(**data["validation"], batch_size=batch_size)
     with strategy.scope():
-        model = keras.saving.load_model(model_path)
+        model = checks.load_model(model_path)
     loss, accuracy = model.evaluate(val_ds, verbose=0)
     return {"validation_accuracy": float(accuracy), "validation_loss": float(loss), "model": model_path}
 

@@ -313,7 +313,7 @@ def evaluate(model_path, batch_size=64, seed=None, data_dir=None, limit=None, st
     strategy = strategy or tf.distribute.get_strategy()
     images, labels = load_arrays(data_dir, limit)
     with strategy.scope():
-        model = keras.saving.load_model(model_path)
+        model = checks.load_model(model_path)
     # another application's model failed in Keras ("Exception encountered when calling ...")
     checks.require_model(
         model, model_path,

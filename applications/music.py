@@ -35,7 +35,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from applications import plotting
+from applications import checks, plotting
 from applications.checks import integer_at_least
 from keras_capsules.layers import RLadder, level_spec
 
@@ -1004,7 +1004,7 @@ def evaluate(model_path, data_path=None, split="test", limit=None, batch_size=32
     strategy = strategy or tf.distribute.get_strategy()
     data = load_chorales(data_path)
     with strategy.scope():
-        model = keras.saving.load_model(model_path)
+        model = checks.load_model(model_path)
     _check_music_model(model, model_path)
     rolls = [piano_roll(c) for c in data[split][:limit]]
     result = {f"{split}_nll_per_step": nll_per_step(model, rolls, batch_size), "model": model_path}

@@ -50,7 +50,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from applications import plotting
+from applications import checks, plotting
 from applications.checks import integer_at_least
 from applications.mnist_digits import check_digits
 from keras_capsules.layers import RLadder, level_spec
@@ -876,7 +876,7 @@ def evaluate(model_path, source="idx", data_dir=None, num_test=5000, seed=0, bat
     batch_size = integer_at_least("batch_size", batch_size, 1)
     strategy = strategy or tf.distribute.get_strategy()
     with strategy.scope():
-        model = keras.saving.load_model(model_path)
+        model = checks.load_model(model_path)
     _check_occluded_mnist_model(model, model_path)
     _, test_digits = _train_test_digits(source, data_dir, seed)
     # [batch, T, S, S, 1]: the sequences the model was built for

@@ -38,7 +38,7 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
-from applications import plotting
+from applications import checks, plotting
 from applications import training as train_utils
 from keras_capsules.layers import EMRouting
 from keras_capsules.optimizers import RAdam, one_cycle_schedule
@@ -412,13 +412,11 @@ def evaluate(model_path, data_dir=None, batch_size=20, image_size=IMAGE_SIZE, st
     first batches only)."""
     import os
 
-    from applications import checks
-
     if not os.path.exists(model_path):
         raise FileNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
     strategy = strategy or tf.distribute.get_strategy()
     with strategy.scope():
-        model = keras.saving.load_model(model_path)
+        model = checks.load_model(model_path)
     # another application's model failed in Keras ("Exception encountered when calling ...")
     pair = (image_size, image_size, 2)
     checks.require_model(

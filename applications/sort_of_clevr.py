@@ -37,7 +37,7 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-from applications import clevr
+from applications import checks, clevr
 from applications.checks import integer_at_least
 
 COLORS = ("red", "green", "blue", "orange", "gray", "yellow")
@@ -623,7 +623,7 @@ def evaluate(model_path, validation_examples=2000, seed=0, batch_size=256, strat
         raise FileNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
     strategy = strategy or tf.distribute.get_strategy()
     with strategy.scope():
-        model = keras.saving.load_model(model_path)
+        model = checks.load_model(model_path)
     names = [getattr(t, "name", "") for t in keras.tree.flatten(model.inputs)]
     kb = "image" if any("image" in n for n in names) else "symbolic"
     val = _validation_sets(validation_examples, seed, kb)

@@ -56,7 +56,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from applications import sst_trees
+from applications import checks, sst_trees
 from applications.checks import integer_at_least
 from applications.errors import CommandLineError
 from keras_capsules.layers import EMRouting
@@ -815,7 +815,7 @@ def evaluate(model_path, data_dir, granularity="5", split="test", preset=DEFAULT
     strategy = strategy or tf.distribute.get_strategy()
     cache_dir = cache_dir or os.path.join(os.path.dirname(os.path.abspath(model_path)), "cache")
     with strategy.scope():
-        model = keras.saving.load_model(model_path)
+        model = checks.load_model(model_path)
     _check_sst_model(model, model_path)
     n_classes = sst_trees.num_classes(str(granularity))
     if int(model.output.shape[-1]) != n_classes:

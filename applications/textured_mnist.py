@@ -55,7 +55,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from applications import plotting
+from applications import checks, plotting
 from applications.checks import integer_at_least
 from applications.mnist_digits import check_digits
 from keras_capsules.layers import RTagger, level_spec
@@ -688,7 +688,7 @@ def evaluate(model_path, data_dir=None, num_test=1000, seed=0, batch_size=64, st
     test_data = generate(*test_digits, num_test, seed=seed + 1, style=texture_style, mean_gap=mean_gap,
                          texture_set=texture_set, bank_size=bank_size, shift=texture_shift)
     with strategy.scope():
-        model = keras.saving.load_model(model_path)
+        model = checks.load_model(model_path)
     return {**evaluate_iterations(model, test_data, batch_size), "model": model_path}
 
 

@@ -13,6 +13,7 @@ import os
 
 import keras
 
+from applications import checks
 from applications.demo import plot_history, save_atomically
 from applications.text_classification import data as data_lib
 from applications.text_classification import model as model_lib
@@ -191,7 +192,7 @@ def evaluate(model_path, dataset="sst2", data_dir=None, vocabulary_path=None, li
     raw = data_lib.load_split(dataset, data_lib.splits(dataset)[2], data_dir, limit=limit)
     test = data_lib.with_cardinality(data_lib.make_dataset(raw, lookup, batch_size, max_length=max_length))
     with strategy.scope():
-        model = keras.saving.load_model(model_path)
+        model = checks.load_model(model_path)
     n_classes = data_lib.num_classes(dataset)
     if int(model.output.shape[-1]) != n_classes:
         raise ValueError(f"the model has {model.output.shape[-1]} classes but {dataset} has {n_classes}: "

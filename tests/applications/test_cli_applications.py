@@ -92,6 +92,35 @@ def test_evaluate_without_a_model_is_one_line(name, tmp_path, capsys):
     assert "no model at" in err and err.count("\n") == 1
 
 
+def _not_a_model(tmp_path, kind):
+    """A ``.keras`` file that is no Keras model: plain bytes, or a zip without config.json."""
+    import zipfile
+
+    path = tmp_path / f"{kind}.keras"
+    if kind == "junk":
+        path.write_bytes(b"not a model")
+    else:
+        with zipfile.ZipFile(path, "w") as archive:
+            archive.writestr("notes.txt", "no config here")
+    return path
+
+
+@pytest.mark.parametrize("kind", ["junk", "zip"])
+@pytest.mark.parametrize("name", [*RUNNABLE, "demo"])
+def test_evaluate_of_a_file_that_is_no_keras_model_is_one_line(name, kind, tmp_path, capsys):
+    # Keras said "File not found" of a file that was there (not a zip) or raised a
+    # bare KeyError 'config.json' (a zip without the config)
+    path = _not_a_model(tmp_path, kind)
+    if name == "text_classification":
+        # its vocabulary (beside the model) is read first
+        (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\ngood\nbad\n")
+    argv = ["evaluate", name, *TINY_EVALUATE.get(name, []), "--model", str(path)]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert f"{path} is not a Keras model file" in err and "File not found" not in err, err
+
+
 @pytest.mark.parametrize("name", RUNNABLE)
 def test_tiny_train_then_evaluate(name, tmp_path, capsys):
     run_dir = tmp_path / "run"
