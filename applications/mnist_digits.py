@@ -65,7 +65,9 @@ def load_idx_digits(data_dir, prefix="t10k"):
     """
     data_dir = pathlib.Path(data_dir)
     if not data_dir.is_dir():
-        raise DataNotFoundError(f"data directory {str(data_dir)!r} does not exist")
+        # a file given as the folder was reported as missing
+        what = "is a file, not a folder" if data_dir.exists() else "does not exist"
+        raise DataNotFoundError(f"data directory {str(data_dir)!r} {what}")
     names = [name.format(prefix=prefix) for name in MNIST_FILES]
     images_path, labels_path = (data_dir / name for name in names)
     for path in (images_path, labels_path):

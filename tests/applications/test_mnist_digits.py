@@ -20,6 +20,10 @@ def test_missing_folder_or_file_is_a_clear_error(tmp_path):
         load_idx_digits(tmp_path / "nowhere")
     with pytest.raises(FileNotFoundError, match="t10k-images-idx3-ubyte.gz"):
         load_idx_digits(tmp_path)
+    # a file given as the folder was said not to exist
+    (tmp_path / "digits.gz").write_bytes(b"")
+    with pytest.raises(DataNotFoundError, match="is a file, not a folder"):
+        load_idx_digits(tmp_path / "digits.gz")
 
 
 def _write_idx(folder, images, labels, compress=True):
