@@ -575,7 +575,11 @@ def epochs_run(history, callbacks):
 
 
 def read_history_csv(path):
-    """``{metric: [value per epoch]}`` and the epoch numbers from a ``CSVLogger`` file."""
+    """``{metric: [value per epoch]}`` and the epoch numbers from a ``CSVLogger`` file.
+
+    A value the logger wrote as empty or ``"NA"`` (a metric missing in that epoch's
+    logs) is NaN.
+    """
     import csv
 
     history, epochs = {}, []
@@ -585,7 +589,7 @@ def read_history_csv(path):
         for row in csv.DictReader(f):
             epochs.append(int(row.pop("epoch")))
             for key, value in row.items():
-                history.setdefault(key, []).append(float(value) if value not in ("", None) else float("nan"))
+                history.setdefault(key, []).append(float(value) if value not in ("", "NA", None) else float("nan"))
     return history, epochs
 
 

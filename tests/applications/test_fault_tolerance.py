@@ -290,6 +290,21 @@ def test_logged_history_reads_the_run_log_only_when_a_csv_logger_wrote_it(tmp_pa
     assert fault_tolerance.logged_history(history, [empty]) == ({"loss": [0.5]}, None)
 
 
+def test_read_history_csv_takes_the_loggers_na_for_a_missing_metric(tmp_path):
+    # CSVLogger writes "NA" for a metric an epoch's logs lack (e.g. val_loss in an
+    # epoch without validation); float("NA") failed
+    logger = keras.callbacks.CSVLogger(str(tmp_path / "history.csv"))
+    logger.set_model(keras.Sequential([keras.layers.Dense(1)]))
+    logger.on_train_begin()
+    logger.on_epoch_end(0, {"loss": 0.9, "val_loss": 0.8})
+    logger.on_epoch_end(1, {"loss": 0.7})
+    logger.on_train_end()
+    assert "NA" in (tmp_path / "history.csv").read_text()
+    logged, epochs = fault_tolerance.read_history_csv(str(tmp_path / "history.csv"))
+    assert epochs == [0, 1] and logged["loss"] == [0.9, 0.7]
+    assert logged["val_loss"][0] == 0.8 and np.isnan(logged["val_loss"][1])
+
+
 def test_a_kept_backup_holds_the_end_of_fit_until_finish_run(tmp_path):
     # The applications' backup (delete_checkpoint=False) must survive fit, which Keras'
     # on_train_end deleted before the model file was written; kept, its last backup
