@@ -43,8 +43,9 @@ def _write_row(buffer, at, value):
 
     Its gradient passes the buffer's upstream gradient through unchanged instead of
     zeroing row ``at`` (a scatter, which copied the whole buffer at every step of the
-    backward loop): exact for RLadder's loop, whose buffers start as constant zeros
-    and have every row written once and never read.
+    backward loop, so XLA's backward pass took time growing as ``T**2``). This is exact
+    for RLadder's TensorFlow loop: its buffers start as constant zeros and every row is
+    written once and never read, so the unzeroed row reaches only those zeros.
     """
 
     def grad(*args, upstream=None):
