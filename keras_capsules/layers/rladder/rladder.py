@@ -748,11 +748,21 @@ class RLadder(keras.layers.Layer):
         batch_size, dtype = ops.shape(inputs)[0], inputs.dtype
         sequence = self.n_iters is None
         steps = ops.shape(inputs)[1] if sequence else self.n_iters
-        per_step, fixed = self._loop_noise(steps, batch_size, dtype, training)
+        # Where T is only known when the loop runs (None in a TensorFlow trace), every
+        # time-major tensor, and the loop's bound, get one spare row (never read, cut
+        # off the outputs): XLA refuses to compile a read or write of a [0, ...]
+        # tensor, the gradient's stacks included, even in a loop that never runs (T = 0).
+        spare = 0 if isinstance(steps, int) else 1
+
+        def time_major(v):
+            v = ops.moveaxis(v, 1, 0)
+            return ops.concatenate([v, ops.zeros_like(v[:1])], axis=0) if spare else v
+
+        per_step, fixed = self._loop_noise(steps + spare, batch_size, dtype, training)
         if sequence:
-            per_step["x"] = ops.moveaxis(inputs, 1, 0)
+            per_step["x"] = time_major(inputs)
         if mask is not None:
-            per_step["keep"] = ops.moveaxis(ops.cast(mask, "bool"), 1, 0)
+            per_step["keep"] = time_major(ops.cast(mask, "bool"))
         states, feedback = carry
         with_feedback = [f is not None for f in feedback]
         # the loop's carry holds tensors only (no None)
@@ -780,10 +790,11 @@ class RLadder(keras.layers.Layer):
             # A while loop whose outputs are written into [T, ...] buffers: unlike
             # Keras' TensorFlow scan it takes a maximum number of iterations, which
             # XLA needs to compile its gradient.
-            buffers = {"top": ops.zeros((steps, batch_size) + self._enc_outputs[-1], dtype=dtype)}
+            rows = steps + spare
+            buffers = {"top": ops.zeros((rows, batch_size) + self._enc_outputs[-1], dtype=dtype)}
             if self.use_decoder:
                 buffers["prediction"] = ops.zeros(
-                    (steps, batch_size) + self._prediction_features(self._features), dtype=dtype
+                    (rows, batch_size) + self._prediction_features(self._features), dtype=dtype
                 )
 
             def body(t, c, buffers):
@@ -796,8 +807,10 @@ class RLadder(keras.layers.Layer):
                 lambda t, c, b: t < steps,
                 body,
                 (ops.convert_to_tensor(0, dtype="int32"), init, buffers),
-                maximum_iterations=steps,
+                maximum_iterations=rows,  # (a bound: the gradient's [rows, ...] stacks too)
             )
+            if spare:
+                outputs = {k: v[:steps] for k, v in outputs.items()}
         top = ops.moveaxis(outputs["top"], 0, 1)
         if not self.use_decoder:
             return top
