@@ -5,6 +5,8 @@ networks hit in practice (zero vectors, fully masked rows), and runs on any Kera
 backend.
 """
 
+import math
+
 import keras
 from keras import ops
 
@@ -188,11 +190,14 @@ def mean(x, axis=None, keepdims=False):
     """
     dtype = x.dtype
     x = ops.cast(x, routing_dtype(dtype))
+    total = ops.sum(x, axis=axis, keepdims=keepdims)
     axes = range(len(x.shape)) if axis is None else (axis,) if isinstance(axis, int) else axis
-    count = 1
-    for a in axes:
-        count *= ops.shape(x)[a]
-    return ops.cast(ops.sum(x, axis=axis, keepdims=keepdims) / count, dtype)
+    sizes = [x.shape[a] for a in axes]
+    if all(isinstance(d, int) for d in sizes):
+        count = math.prod(sizes)
+    else:  # an axis of unknown size (a KerasTensor, a trace): the count when it runs
+        count = ops.cast(ops.size(x) // ops.maximum(ops.size(total), 1), x.dtype)
+    return ops.cast(total / count, dtype)
 
 
 def tanh(x):

@@ -220,3 +220,18 @@ def test_tanh_and_mean_keep_float64():
             np.testing.assert_allclose(np.asarray(got), m.mean(axis=axis, keepdims=keepdims), rtol=1e-15)
     assert ops.tanh(tensor([0.5], "float32")).dtype == "float32"
     assert ops.mean(tensor([[1.0, 2.0]], "float16"), axis=-1).dtype == "float16"
+
+
+def test_mean_over_an_axis_of_unknown_size():
+    # review: ops.mean divided by the product of ops.shape(x)[axis]; over an axis of
+    # unknown size that is None on a KerasTensor (TypeError: int *= NoneType, in any
+    # functional model) and an int32 tensor in a TensorFlow trace (TypeError: a float32
+    # sum divided by an int32 count), where keras.ops.mean works.
+    inputs = keras.Input((None, 4))
+    model = keras.Model(inputs, [ops.mean(inputs, axis=1), ops.mean(inputs, keepdims=True), ops.mean(inputs, axis=(0, 1), keepdims=True)])
+    for steps in (3, 5):
+        x = np.random.default_rng(steps).normal(size=(2, steps, 4)).astype("float32")
+        for got, want in zip(model.predict(x, verbose=0), [x.mean(1), x.mean(keepdims=True), x.mean((0, 1), keepdims=True)]):
+            np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+    empty = np.asarray(model.predict(np.zeros((2, 0, 4), "float32"), verbose=0)[0])
+    assert empty.shape == (2, 4) and np.all(np.isnan(empty))  # as numpy's mean of nothing
