@@ -27,9 +27,10 @@ class ReadUnit(_base.MACLayerBase):
     ``[I, kb] W_c + b_c`` projection and after the control interaction. The default
     ``None`` is the paper's linear form.
 
-    Masked cells are zeroed before any arithmetic and their logits set to -1e9 in
-    float32, so they never change the result whatever they hold; a sample whose
-    cells are all masked gets a zero ``m_new`` and a zero attention.
+    Masked cells are zeroed before any arithmetic and the softmax (in float32) runs
+    over the unmasked cells only, exact for any finite logits however negative, so
+    masked cells never change the result whatever they hold; a sample whose cells are
+    all masked gets a zero ``m_new`` and a zero attention (finite gradients).
 
     Args:
         activation: None (default, the paper) or ``"elu"`` (the official code).
