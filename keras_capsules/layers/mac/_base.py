@@ -8,7 +8,13 @@ import numbers
 import keras
 from keras import ops
 
-from keras_capsules._validation import boolean, positive_int, rate, seed_value  # noqa: F401 (re-exported to the MAC layers)
+from keras_capsules._validation import (  # noqa: F401 (re-exported to the MAC layers)
+    boolean,
+    generator_seed,
+    positive_int,
+    rate,
+    seed_value,
+)
 from keras_capsules.layers._initializers import fresh_initializer  # noqa: F401 (used by the MAC layers)
 from keras_capsules.ops import routing_dtype
 

@@ -36,7 +36,8 @@ class ReadUnit(_base.MACLayerBase):
         activation: None (default, the paper) or ``"elu"`` (the official code).
         dropout: dropout rate on the control interaction before the logit
             (training only). Default 0.
-        seed: seed of the dropout.
+        seed: seed of the dropout, an integer in ``[0, 2**63 - 1]`` or None (random).
+            The dropout's generator is seeded with ``seed % 2**31``.
         kernel_initializer: initializer of the kernels. Default ``"glorot_uniform"``.
         bias_initializer: initializer of the biases. Default ``"zeros"``.
         kernel_regularizer, bias_regularizer: optional regularizers.
@@ -80,7 +81,9 @@ class ReadUnit(_base.MACLayerBase):
         self.activation = _base.activation_name("activation", activation)
         self.dropout = _base.rate("dropout", dropout)
         self.seed = seed = _base.seed_value(seed)
-        self.seed_generator = keras.random.SeedGenerator(seed) if self.dropout > 0 else None
+        self.seed_generator = (
+            keras.random.SeedGenerator(_base.generator_seed(seed)) if self.dropout > 0 else None
+        )
         self.supports_masking = True
 
     def _shapes(self, input_shape):

@@ -13,6 +13,7 @@ from keras_capsules.layers.rladder._utils import (
     normalize,
     output_spec,
     positive_int,
+    generator_seed,
     seed_value,
     serialize_all,
 )
@@ -150,7 +151,8 @@ class RLadder(keras.layers.Layer):
             previous value with this probability instead of taking the cell's
             update; at inference the state is the expectation,
             ``zoneout * h_prev + (1 - zoneout) * h_new``. Default 0 (off).
-        seed: seed of the dropout and zoneout masks (None: random).
+        seed: seed of the dropout and zoneout masks, an integer in ``[0, 2**63 - 1]``
+            (its generator is seeded with ``seed % 2**31``), or None (random).
         unroll: None (default): unroll the loop over steps (a Python loop, one copy
             of the step in the graph per step) when the number of steps is known
             when the layer is called (``T`` of the input, or ``n_iters``), and run a
@@ -315,7 +317,9 @@ class RLadder(keras.layers.Layer):
             )
         self.normalization = normalization
         self.unroll = None if unroll is None else boolean("unroll", unroll)
-        self.seed_generator = keras.random.SeedGenerator(seed) if self.dropout or self.zoneout else None
+        self.seed_generator = (
+            keras.random.SeedGenerator(generator_seed(seed)) if self.dropout or self.zoneout else None
+        )
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.recurrent_initializer = keras.initializers.get(recurrent_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)

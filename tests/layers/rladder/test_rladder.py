@@ -213,6 +213,22 @@ def test_numpy_scalars_as_switches_rates_and_seeds():
         RLadder(DENSE_LEVELS, seed="a")
 
 
+def test_seeds_up_to_2_to_the_63_work_and_others_are_refused():
+    # review: a seed is an integer in [0, 2**63 - 1]; the masks' generator is seeded with
+    # seed % 2**31 (JAX's uint32 generator state held no seed of 2**32 or more), and
+    # negative or larger integers are refused at once (TensorFlow took a negative seed,
+    # JAX failed on it, an int64 overflow failed late).
+    x = _seq(2, 3, 5)
+    for seed in (5, 2**63 - 1):
+        layer = RLadder(DENSE_LEVELS, dropout=0.2, zoneout=0.1, seed=seed)
+        predictions, _ = layer(x, training=True)
+        assert np.all(np.isfinite(keras.ops.convert_to_numpy(predictions)))
+        assert layer.get_config()["seed"] == seed
+    for seed in (-1, 2**63):
+        with pytest.raises(ValueError, match=r"in \[0, 2\*\*63 - 1\] or None. Received: seed=" + str(seed)):
+            RLadder(DENSE_LEVELS, dropout=0.2, seed=seed)
+
+
 def test_a_mask_that_does_not_fit_the_steps_is_a_clear_error():
     # Audit 11: a [batch, T + 1] mask was silently cut to T steps, a [batch, T - 1] or
     # rank-3 one failed with a raw TensorFlow error.
