@@ -212,6 +212,9 @@ class RLadder(keras.layers.Layer):
         the top encoder output at every step (``T = n_iters`` for static inputs;
         never dropped out, see ``dropout``).
         With ``use_decoder=False``: ``top`` alone.
+        An empty sequence (``T = 0``) gives empty outputs, and zero gradients for
+        every weight, whether ``T`` is known when the layer is called or only when
+        it runs.
 
     Example:
 
@@ -725,13 +728,17 @@ class RLadder(keras.layers.Layer):
         self._check_mask(mask, tuple(inputs.shape))
         if steps == 0:
             # an empty sequence has no step to run: the unrolled loop stacked no outputs
-            # and TensorFlow's loop refused to write a step into its [0, ...] buffers
+            # and TensorFlow's loop refused to write a step into its [0, ...] buffers.
+            # The empty outputs still depend on every weight (through an exact zero), so
+            # that their gradients are zeros as on the symbolic loop, not None
+            # (TensorFlow's tape gives None for a weight the outputs do not touch).
             batch_size = ops.shape(inputs)[0]
-            top = ops.zeros((batch_size, 0) + self._enc_outputs[-1], dtype=inputs.dtype)
+            zero = self._zero_of_the_weights(inputs.dtype)
+            top = ops.zeros((batch_size, 0) + self._enc_outputs[-1], dtype=inputs.dtype) + zero
             if not self.use_decoder:
                 return top
             prediction = ops.zeros((batch_size, 0) + self._prediction_features(self._features), dtype=inputs.dtype)
-            return [prediction, top]
+            return [prediction + zero, top]
         carry = self.initial_carry(ops.shape(inputs)[0], inputs.dtype)
         if self.unroll is False or (self.unroll is None and steps is None):
             return self._scan(inputs, mask, carry, bool(training))
@@ -747,6 +754,20 @@ class RLadder(keras.layers.Layer):
         if not self.use_decoder:
             return top
         return [ops.stack(predictions, axis=1), top]
+
+    def _zero_of_the_weights(self, dtype):
+        """A scalar exact 0 of ``dtype`` with a zero gradient for every trainable weight.
+
+        Each weight enters through ``where(False, w, 0)``: the value is 0 and the
+        gradient exactly zero whatever the weight holds (inf or NaN included, which a
+        product ``0 * w`` would turn into NaN).
+        """
+        never = ops.zeros((), dtype="bool")
+        zero = ops.zeros((), dtype=dtype)
+        for weight in self.trainable_weights:
+            w = ops.cast(weight, dtype)
+            zero = zero + ops.sum(ops.where(never, w, ops.zeros_like(w)))
+        return zero
 
     def _scan(self, inputs, mask, carry, training):
         """The loop over steps as one symbolic loop (any number of steps)."""

@@ -669,6 +669,35 @@ def test_an_empty_sequence_gives_empty_outputs(unroll):
     assert got[0].shape == (2, 3, 5) and np.all(np.isfinite(got[0]))
 
 
+@pytest.mark.parametrize("unroll", [None, False])
+@pytest.mark.parametrize("use_decoder", [True, False])
+def test_an_empty_sequence_gives_zero_gradients_for_every_weight(unroll, use_decoder):
+    """review: with a static T = 0 the outputs were made without the weights, so on
+    TensorFlow every weight's gradient was None (the symbolic loop, with T known only
+    when it runs, gives zeros; JAX gives zeros either way). Zeros now, finite also when
+    a weight holds inf or NaN."""
+    kwargs = dict(output_units=3) if use_decoder else dict(use_decoder=False)
+    ladder = RLadder(DENSE_LEVELS, unroll=unroll, dropout=0.2, zoneout=0.1, seed=0, **kwargs)
+    ladder.build((None, None, 5))
+    x = _seq(2, 0, 5)
+
+    def loss():
+        outputs = ladder(x, training=True)
+        outputs = outputs if use_decoder else [outputs]
+        return sum(keras.ops.sum(o) for o in outputs)
+
+    for poison in (None, np.inf, np.nan):
+        if poison is not None:
+            weight = ladder.trainable_weights[0]
+            weight.assign(np.full(weight.shape, poison, "float32"))
+        value, _, weight_grads = value_and_grads(loss, variables=ladder.trainable_weights)
+        assert float(value) == 0.0
+        assert len(weight_grads) == len(ladder.trainable_weights) > 0
+        for g, w in zip(weight_grads, ladder.trainable_weights):
+            assert g is not None, w.path
+            np.testing.assert_array_equal(keras.ops.convert_to_numpy(g), 0.0)
+
+
 class _ShowsTheDropoutMask(RLadder):
     """Returns, as ``top``, the dropout mask of the bottom encoder output at each step."""
 
