@@ -102,29 +102,3 @@ def concrete_values(x):
         return ops.convert_to_numpy(x)
     except Exception:  # symbolic tensors of any backend refuse conversion
         return None
-
-
-def checked_size(x, axis, expected, message):
-    """``x``, checked to have ``expected`` entries along ``axis`` when that size is only
-    known as the layer runs; a size known when it is called is checked by the caller.
-
-    A TensorFlow trace (``tf.function``, ``model.fit``/``predict`` after batches of
-    several shapes) may leave the size unknown (None): the check then runs with the
-    graph and fails with ``message`` (an ``InvalidArgumentError`` that quotes it and
-    the sizes) instead of with an error from deep inside the layer's math. Other
-    backends trace with every size known, so ``x`` is returned as is there.
-
-    The one place the layers touch TensorFlow directly: ``keras.ops`` has no
-    assertion, and only TensorFlow traces with unknown sizes. No cost when the size
-    is known (no op is added). XLA ignores assertions, so under ``jit_compile=True``
-    a wrong size still fails inside the layer (at compile time, where sizes are known).
-    """
-    if x.shape[axis] is not None or keras.backend.backend() != "tensorflow":
-        return x
-    import tensorflow as tf  # only reached on the TensorFlow backend
-
-    check = tf.debugging.assert_equal(
-        tf.shape(x, out_type="int64")[axis], tf.constant(expected, "int64"), message=message
-    )
-    with tf.control_dependencies([check]):
-        return tf.identity(x)

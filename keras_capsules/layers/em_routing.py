@@ -5,7 +5,7 @@ import math
 import keras
 from keras import ops
 
-from keras_capsules._validation import checked_size, choice, positive_float, positive_int
+from keras_capsules._validation import choice, positive_float, positive_int
 from keras_capsules.layers._initializers import fresh_initializer
 from keras_capsules.layers._vote_routing import (
     dense_from_ragged,
@@ -124,11 +124,7 @@ class EMRouting(keras.layers.Layer):
         d_out: columns of each output capsule (outputs are ``d_cov x d_out``).
         n_iters: number of EM iterations (at least 1). Default 3.
         n_inp: number of input capsules if fixed (one set of weights per input), or
-            None (default) to accept any number with weights shared over inputs. A
-            fixed ``n_inp`` is checked against the inputs when the layer is called,
-            and, where a TensorFlow trace leaves their count unknown, when it runs:
-            another count raises an error with the same message either way (under
-            XLA, which drops run-time checks, such a count fails to compile instead).
+            None (default) to accept any number with weights shared over inputs.
         eps: small positive constant added to the used-data sums and the variances.
         algorithm: ``"auto"``, ``"votes"`` or ``"moments"`` (see above).
         kernel_initializer: initializer of ``kernel``; None (default) is the paper's
@@ -259,16 +255,12 @@ class EMRouting(keras.layers.Layer):
             )
         n = a_shape[1] if a_shape[1] is not None else mu_shape[1]
         if self.n_inp is not None and n is not None and n != self.n_inp:
-            raise ValueError(self._fixed_n_inp_message(a_shape, mu_shape))
+            raise ValueError(
+                f"This EMRouting layer has a fixed n_inp={self.n_inp}, so it expects inputs "
+                f"of shape [batch, {self.n_inp}] and [batch, {self.n_inp}, d_cov, d_inp]. "
+                f"Received: a_inp shape={a_shape}, mu_inp shape={mu_shape}"
+            )
         return a_shape, mu_shape
-
-    def _fixed_n_inp_message(self, a_shape, mu_shape, when_run=False):
-        return (
-            f"This EMRouting layer has a fixed n_inp={self.n_inp}, so it expects inputs "
-            f"of shape [batch, {self.n_inp}] and [batch, {self.n_inp}, d_cov, d_inp]. "
-            f"Received: a_inp shape={a_shape}, mu_inp shape={mu_shape}"
-            + (" (traced shapes; the number of input capsules differs when run)" if when_run else "")
-        )
 
     def build(self, input_shape):
         _, mu_shape = self._split_shapes(input_shape)
@@ -390,12 +382,6 @@ class EMRouting(keras.layers.Layer):
             inputs, mask = self._dense_from_ragged(inputs, mask)
         a_inp, mu_inp = inputs
         self._split_shapes([tuple(a_inp.shape), tuple(mu_inp.shape)])
-        if self.n_inp is not None:
-            # A count left unknown by a trace is checked when the layer runs, with the
-            # same message (it failed inside the votes' einsum).
-            message = self._fixed_n_inp_message(tuple(a_inp.shape), tuple(mu_inp.shape), when_run=True)
-            a_inp = checked_size(a_inp, 1, self.n_inp, message)
-            mu_inp = checked_size(mu_inp, 1, self.n_inp, message)
         if tuple(mu_inp.shape[2:]) != (self.d_cov, self.d_inp):
             raise ValueError(
                 f"This EMRouting layer was built for input capsules of d_cov x d_inp = "

@@ -462,30 +462,6 @@ def test_variable_outputs_train_on_batches_of_different_lengths():
     assert np.isfinite(history.history["loss"][0])
 
 
-def test_fixed_n_inp_with_another_count_only_known_when_run_is_the_layers_error():
-    """review: a fixed-n_inp layer built on inputs of unknown count, run through a trace
-    that leaves the count unknown (predict retraces for any count after a second one),
-    failed inside the votes' einsum (InvalidArgumentError "Expected dimension 5 at axis
-    0 ... but got dimension 3") rather than with the layer's message. JAX traces every
-    count, where the check at call time gives the message."""
-    layer = EMRouting(n_out=2, d_out=2, n_inp=3, bias_initializer="random_normal")
-    a_in, mu_in = keras.Input((None,)), keras.Input((None, 2, 2))
-    model = keras.Model([a_in, mu_in], layer([a_in, mu_in]))
-    rng = np.random.default_rng(4)
-
-    def batch(n):
-        return [rng.normal(size=(2, n)).astype("float32"), rng.normal(size=(2, n, 2, 2)).astype("float32")]
-
-    three = batch(3)
-    first = model.predict(three, verbose=0)
-    with pytest.raises(Exception, match=r"fixed n_inp=3, so it expects inputs of shape \[batch, 3\]"):
-        model.predict(batch(5), verbose=0)
-    with pytest.raises(Exception, match=r"fixed n_inp=3, so it expects inputs of shape \[batch, 3\]"):
-        model.predict(batch(1), verbose=0)
-    for want, got in zip(first, model.predict(three, verbose=0)):  # the right count still runs
-        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
-
-
 @pytest.mark.parametrize("algorithm", ["votes", "moments"])
 def test_poses_up_to_the_documented_range_route_finitely(algorithm):
     """review: poses around 1e19 gave NaN without an error (float32 squares of votes and
