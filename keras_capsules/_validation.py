@@ -32,13 +32,41 @@ def positive_float(name, value):
     return float(value)
 
 
+#: Seeds are non-negative integers that fit in int64 (as TensorFlow's seeds do).
+MAX_SEED = 2**63 - 1
+
+#: The random generators of the layers are seeded modulo this: every backend holds it
+#: (JAX keeps a generator's state in uint32, TensorFlow in int64), and a seed plus a
+#: small offset (see :func:`generator_seed`) cannot overflow.
+GENERATOR_SEED_MODULUS = 2**31
+
+
 def seed_value(seed):
-    """``seed`` as a Python int (numpy integers accepted) or None; else a clear error."""
+    """``seed`` as a Python int in ``[0, 2**63 - 1]`` (numpy integers accepted) or None;
+    else a clear error (floats, bools, strings, negative or larger integers)."""
     if seed is None:
         return None
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
         raise ValueError(f"`seed` must be an integer or None. Received: seed={seed!r}")
+    if not 0 <= seed <= MAX_SEED:
+        raise ValueError(
+            f"`seed` must be an integer in [0, 2**63 - 1] or None. Received: seed={seed!r}"
+        )
     return int(seed)
+
+
+def generator_seed(seed, offset=0):
+    """The seed a layer gives its ``keras.random.SeedGenerator`` for the (validated)
+    ``seed``: ``(seed + offset) % 2**31`` (None stays None, for a random seed).
+
+    Any valid seed works on every backend (a seed of ``2**63 - 1`` overflowed int64
+    once offset, and JAX's uint32 generator state holds no seed of ``2**32`` or more),
+    seeds below ``2**31 - offset`` are used as they are, and ``offset`` (e.g. 1 for a
+    second generator of the same layer) keeps two generators of one seed apart.
+    """
+    if seed is None:
+        return None
+    return (int(seed) + int(offset)) % GENERATOR_SEED_MODULUS
 
 
 def rate(name, value):

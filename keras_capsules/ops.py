@@ -187,8 +187,14 @@ def mean(x, axis=None, keepdims=False):
     ``keras.ops.mean`` averages float64 in float32 on JAX (see above); this computes
     the mean in the input's precision on every backend (float16 and bfloat16 inputs
     are summed in float32, so they do not overflow either).
+
+    Integer and boolean inputs give a float32 mean (as ``keras.ops.mean`` does), not
+    one truncated to an integer: ``mean([1, 2])`` is 1.5. (Integers above 2**24 are
+    rounded to float32 first.)
     """
-    dtype = x.dtype
+    dtype = keras.backend.standardize_dtype(x.dtype)
+    if not dtype.startswith(("float", "bfloat")):
+        dtype = "float32"  # an integer (or boolean) mean is not an integer
     x = ops.cast(x, routing_dtype(dtype))
     total = ops.sum(x, axis=axis, keepdims=keepdims)
     axes = range(len(x.shape)) if axis is None else (axis,) if isinstance(axis, int) else axis

@@ -235,3 +235,17 @@ def test_mean_over_an_axis_of_unknown_size():
             np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
     empty = np.asarray(model.predict(np.zeros((2, 0, 4), "float32"), verbose=0)[0])
     assert empty.shape == (2, 4) and np.all(np.isnan(empty))  # as numpy's mean of nothing
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64", "uint8", "bool"])
+def test_mean_of_integers_is_a_float_mean(dtype):
+    # review: ops.mean cast the float mean back to the input's dtype, so an integer mean
+    # was truncated (mean([1, 2]) == 1); it is now a float32 mean, as keras.ops.mean's.
+    x = np.array([[1, 2, 2], [0, 1, 1]]).astype(dtype)
+    for axis, keepdims in [(None, False), (1, False), (0, True), ((0, 1), True)]:
+        got = ops.mean(tensor(x), axis=axis, keepdims=keepdims)
+        assert keras.backend.standardize_dtype(got.dtype) == "float32"
+        np.testing.assert_allclose(np.asarray(got), x.astype("float64").mean(axis=axis, keepdims=keepdims), rtol=1e-6)
+    inputs = keras.Input((None,), dtype=dtype)  # an axis of unknown size too
+    got = keras.Model(inputs, ops.mean(inputs, axis=1)).predict(x, verbose=0)
+    np.testing.assert_allclose(got, x.astype("float64").mean(1), rtol=1e-6)

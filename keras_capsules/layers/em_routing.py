@@ -112,6 +112,13 @@ class EMRouting(keras.layers.Layer):
     mixed precision; outputs are cast to the layer's compute dtype. The iteration count
     is static, so the layer compiles with XLA.
 
+    Range: the variances are sums over inputs of squared votes (and ``"moments"``
+    squares the poses), so in float32 the components of the poses ``mu_inp`` and of the
+    votes must stay below about ``1e18 / sqrt(n_inp)`` (their squares summed over the
+    inputs below float32's maximum, ~3.4e38; in float64 the bound is ~1e153 /
+    sqrt(n_inp)). Larger ones overflow to inf and give NaN outputs without an error
+    (this is not checked, to keep the routing loop fast); scale such poses down first.
+
     Args:
         n_out: number of output capsules, or None for as many as there are inputs.
         d_out: columns of each output capsule (outputs are ``d_cov x d_out``).

@@ -462,6 +462,29 @@ def test_variable_outputs_train_on_batches_of_different_lengths():
     assert np.isfinite(history.history["loss"][0])
 
 
+@pytest.mark.parametrize("algorithm", ["votes", "moments"])
+def test_poses_up_to_the_documented_range_route_finitely(algorithm):
+    """review: poses around 1e19 gave NaN without an error (float32 squares of votes and
+    poses overflow), and the docstring gave no range. It is documented (no check in the
+    routing loop); poses and votes at the stated bound, spread as widely as they can be
+    (+-bound, every input active), still route to finite outputs."""
+    doc = " ".join(EMRouting.__doc__.split())
+    assert "must stay below about ``1e18 / sqrt(n_inp)``" in doc
+    assert "give NaN outputs without an error" in doc
+    rng = np.random.default_rng(5)
+    for n in (1, 2, 400):
+        bound = np.float32(1e18 / np.sqrt(n))
+        layer = EMRouting(
+            n_out=3, d_out=4, algorithm=algorithm,
+            kernel_initializer=keras.initializers.RandomUniform(-0.25, 0.25, seed=0),
+        )
+        a = np.full((2, n), 20.0, "float32")  # activations ~1
+        mu = rng.choice([-1.0, 1.0], size=(2, n, 4, 4)).astype("float32") * bound
+        mu[1] = np.where(np.arange(n)[:, None, None] % 2 == 0, bound, -bound)
+        out = layer([a, mu])
+        assert all(np.all(np.isfinite(np.asarray(o))) for o in out), n
+
+
 def test_shapes_given_as_tensorshape_or_numpy_integers():
     # A list of tf.TensorShape (or numpy-integer dims) was refused as "not two inputs".
     layer = EMRouting(n_out=3, d_out=2)

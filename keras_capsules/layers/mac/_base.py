@@ -8,9 +8,15 @@ import numbers
 import keras
 from keras import ops
 
-from keras_capsules._validation import boolean, positive_int, rate, seed_value  # noqa: F401 (re-exported to the MAC layers)
+from keras_capsules._validation import (  # noqa: F401 (re-exported to the MAC layers)
+    boolean,
+    generator_seed,
+    positive_int,
+    rate,
+    seed_value,
+)
 from keras_capsules.layers._initializers import fresh_initializer  # noqa: F401 (used by the MAC layers)
-from keras_capsules.ops import MASK_VALUE, routing_dtype
+from keras_capsules.ops import routing_dtype
 
 
 def activation_name(name, value, allowed=(None, "elu")):
@@ -117,27 +123,45 @@ def check_mask(mask, values, what, layer_name):
 def attend(logits, values, mask):
     """Masked softmax over axis 1 of ``logits`` ``[b, n]``, then ``sum_n w v``.
 
-    Runs in float32 (float64 for float64 values) whatever the compute dtype, with
-    masked logits replaced by :data:`MASK_VALUE` and masked weights (and values) set to
-    exactly zero, so masked positions never change the result or a gradient. Returns
-    ``(weighted_sum, weights)`` cast back to the dtype of ``values``.
+    Runs in float32 (float64 for float64 values) whatever the compute dtype. The
+    softmax is mask-aware and exact for any finite logits: the largest *unmasked*
+    logit of each row is subtracted, the exponentials of masked positions are set to
+    exactly zero and the rest are normalised by their own sum. (A fill value such as
+    -1e9 is not used: it would take all the weight of a row whose real logits all lie
+    below it.) Masked values are zeroed too, so masked positions never change the
+    result or a gradient, whatever their logits and values hold.
+
+    A fully masked row (and a row with no positions) gives zero weights and a zero
+    sum, with zero (finite) gradients. Returns ``(weighted_sum, weights)`` cast back
+    to the dtype of ``values``.
     """
     dtype = values.dtype
     work = routing_dtype(dtype)
     logits = ops.cast(logits, work)
     values = ops.cast(values, work)
+    lowest = ops.cast(float("-inf"), work)
     if mask is not None:
-        logits = ops.where(mask, logits, ops.cast(MASK_VALUE, work))
-    # Written out (not ops.softmax) so that a single position (the first step of the
-    # write unit's self-attention) raises no warning. ``initial``: an empty batch, or
-    # no positions, gives empty weights and a zero sum, not "Cannot compute the max
-    # of an empty tensor".
-    top = ops.max(logits, axis=1, keepdims=True, initial=ops.cast(float("-inf"), work))
-    exp = ops.exp(logits - ops.stop_gradient(top))
-    weights = exp / ops.sum(exp, axis=1, keepdims=True)
-    if mask is not None:
-        weights = ops.where(mask, weights, ops.zeros_like(weights))
         values = ops.where(mask[:, :, None], values, ops.zeros_like(values))
+        logits = ops.where(mask, logits, lowest)
+    # ``initial``: an empty batch, or no positions, gives empty weights and a zero sum,
+    # not "Cannot compute the max of an empty tensor". A fully masked row has no
+    # finite maximum: it is shifted by 0 (all its exponentials are zeroed below).
+    top = ops.max(logits, axis=1, keepdims=True, initial=lowest)
+    top = ops.stop_gradient(ops.where(ops.isfinite(top), top, ops.zeros_like(top)))
+    if mask is None:
+        # Written out (not ops.softmax) so that a single position (the first step of
+        # the write unit's self-attention) raises no warning.
+        exp = ops.exp(logits - top)
+        weights = exp / ops.sum(exp, axis=1, keepdims=True)
+    else:
+        # exp of 0 (not of -inf) at masked positions, then zeroed: no inf or NaN in
+        # the discarded branch reaches a gradient.
+        shifted = ops.where(mask, logits - top, ops.zeros_like(logits))
+        exp = ops.where(mask, ops.exp(shifted), ops.zeros_like(shifted))
+        total = ops.sum(exp, axis=1, keepdims=True)
+        # >= 1 wherever a position is unmasked (the top one contributes exp(0));
+        # 0 only for a fully masked row, whose weights are then 0 / 1 = 0.
+        weights = exp / ops.where(total > 0, total, ops.ones_like(total))
     summed = ops.einsum("bn,bnd->bd", weights, values)
     return ops.cast(summed, dtype), ops.cast(weights, dtype)
 

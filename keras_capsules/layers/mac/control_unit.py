@@ -28,10 +28,11 @@ class ControlUnit(_base.MACLayerBase):
       words masked out);
     * the new control ``c_i = sum_s cv_i,s cw_s``.
 
-    The logits and softmax run in float32 under mixed precision, with masked logits
-    set to -1e9 and masked words zeroed before any arithmetic: padded words never
-    change the result, whatever they hold, and an all-padded question gives a zero
-    control and a zero attention (finite gradients).
+    The logits and softmax run in float32 under mixed precision. Masked words are
+    zeroed before any arithmetic and the softmax runs over the unmasked words only
+    (exact for any finite logits, however negative): padded words never change the
+    result, whatever they hold, and an all-padded question gives a zero control and
+    a zero attention (finite gradients).
 
     Args:
         max_steps: number of reasoning steps (one question projection per step).

@@ -38,7 +38,8 @@ class MACCell(_base.MACLayerBase):
         read_dropout: passed to :class:`ReadUnit` as ``dropout``. Default 0.
         self_attention, memory_gate, gate_per_dimension, gate_bias_initializer:
             passed to :class:`WriteUnit` (the paper's optional write-unit parts).
-        seed: seed of the read dropout.
+        seed: seed of the read dropout, an integer in ``[0, 2**63 - 1]`` or None
+            (random); passed to :class:`ReadUnit`.
         kernel_initializer, bias_initializer, kernel_regularizer, bias_regularizer,
             kernel_constraint, bias_constraint: passed to the three units.
         **kwargs: base layer arguments (``name``, ``dtype``, ...).

@@ -59,8 +59,10 @@ class MACNetwork(_base.MACLayerBase):
         read_dropout: dropout rate inside the read unit. Default 0.
         return_attention: False (default) to return the final memory only; True to
             also return every step's attention maps.
-        seed: seed of the dropouts (the read unit's dropout is seeded with ``seed + 1``,
-            apart from the memory dropout).
+        seed: seed of the dropouts, an integer in ``[0, 2**63 - 1]`` or None (random);
+            other values raise a ``ValueError``. The memory dropout is seeded with
+            ``seed % 2**31`` and the read unit's dropout, apart from it, with
+            ``(seed + 1) % 2**31`` (so any valid seed works on every backend).
         kernel_initializer: initializer of the kernels. Default ``"glorot_uniform"``.
         bias_initializer: initializer of the biases. Default ``"zeros"``.
         state_initializer: initializer of ``initial_control`` and ``initial_memory``.
@@ -153,15 +155,18 @@ class MACNetwork(_base.MACLayerBase):
             gate_bias_initializer=gate_bias_initializer,
             # The read dropout's generator is seeded apart from the memory dropout's:
             # with one seed both would draw the same uniforms (the memory mask would
-            # repeat in the read dropout of the first cells).
-            seed=None if seed is None else seed + 1,
+            # repeat in the read dropout of the first cells). Reduced modulo 2**31, so
+            # that seed + 1 is a valid seed for any valid seed (2**63 - 1 overflowed).
+            seed=_base.generator_seed(seed, 1),
             dtype=self.dtype_policy,
             name="cell",
             **self.weight_config(),
         )
         self.seed = seed
         self.seed_generator = (
-            keras.random.SeedGenerator(seed) if self.memory_dropout > 0 else None
+            keras.random.SeedGenerator(_base.generator_seed(seed))
+            if self.memory_dropout > 0
+            else None
         )
         self.supports_masking = True
 

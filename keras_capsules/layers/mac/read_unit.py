@@ -27,15 +27,17 @@ class ReadUnit(_base.MACLayerBase):
     ``[I, kb] W_c + b_c`` projection and after the control interaction. The default
     ``None`` is the paper's linear form.
 
-    Masked cells are zeroed before any arithmetic and their logits set to -1e9 in
-    float32, so they never change the result whatever they hold; a sample whose
-    cells are all masked gets a zero ``m_new`` and a zero attention.
+    Masked cells are zeroed before any arithmetic and the softmax (in float32) runs
+    over the unmasked cells only, exact for any finite logits however negative, so
+    masked cells never change the result whatever they hold; a sample whose cells are
+    all masked gets a zero ``m_new`` and a zero attention (finite gradients).
 
     Args:
         activation: None (default, the paper) or ``"elu"`` (the official code).
         dropout: dropout rate on the control interaction before the logit
             (training only). Default 0.
-        seed: seed of the dropout.
+        seed: seed of the dropout, an integer in ``[0, 2**63 - 1]`` or None (random).
+            The dropout's generator is seeded with ``seed % 2**31``.
         kernel_initializer: initializer of the kernels. Default ``"glorot_uniform"``.
         bias_initializer: initializer of the biases. Default ``"zeros"``.
         kernel_regularizer, bias_regularizer: optional regularizers.
@@ -79,7 +81,9 @@ class ReadUnit(_base.MACLayerBase):
         self.activation = _base.activation_name("activation", activation)
         self.dropout = _base.rate("dropout", dropout)
         self.seed = seed = _base.seed_value(seed)
-        self.seed_generator = keras.random.SeedGenerator(seed) if self.dropout > 0 else None
+        self.seed_generator = (
+            keras.random.SeedGenerator(_base.generator_seed(seed)) if self.dropout > 0 else None
+        )
         self.supports_masking = True
 
     def _shapes(self, input_shape):

@@ -30,6 +30,9 @@ class WriteUnit(_base.MACLayerBase):
       otherwise ``m = m''``.
 
     The self-attention softmax and the gate run in float32 under mixed precision.
+    With a ``history_mask`` the softmax runs over the unmasked steps only (exact for
+    any finite logits); a sample whose history is all masked gets zero
+    self-attention weights and ``m_sa = 0`` (finite gradients).
 
     Args:
         self_attention: add the self-attention over previous memories. Default False.

@@ -5,7 +5,7 @@ import warnings
 import keras
 from keras import ops
 
-from keras_capsules._validation import choice, positive_float, positive_int, seed_value  # noqa: F401 (re-exported)
+from keras_capsules._validation import choice, generator_seed, positive_float, positive_int, seed_value  # noqa: F401 (re-exported)
 from keras_capsules.ops import mean, routing_dtype
 
 UPSAMPLE_MODES = ("nearest", "transpose")

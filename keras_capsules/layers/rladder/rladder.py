@@ -13,6 +13,7 @@ from keras_capsules.layers.rladder._utils import (
     normalize,
     output_spec,
     positive_int,
+    generator_seed,
     seed_value,
     serialize_all,
 )
@@ -150,7 +151,8 @@ class RLadder(keras.layers.Layer):
             previous value with this probability instead of taking the cell's
             update; at inference the state is the expectation,
             ``zoneout * h_prev + (1 - zoneout) * h_new``. Default 0 (off).
-        seed: seed of the dropout and zoneout masks (None: random).
+        seed: seed of the dropout and zoneout masks, an integer in ``[0, 2**63 - 1]``
+            (its generator is seeded with ``seed % 2**31``), or None (random).
         unroll: None (default): unroll the loop over steps (a Python loop, one copy
             of the step in the graph per step) when the number of steps is known
             when the layer is called (``T`` of the input, or ``n_iters``), and run a
@@ -210,6 +212,9 @@ class RLadder(keras.layers.Layer):
         the top encoder output at every step (``T = n_iters`` for static inputs;
         never dropped out, see ``dropout``).
         With ``use_decoder=False``: ``top`` alone.
+        An empty sequence (``T = 0``) gives empty outputs, and zero gradients for
+        every weight, whether ``T`` is known when the layer is called or only when
+        it runs.
 
     Example:
 
@@ -315,7 +320,9 @@ class RLadder(keras.layers.Layer):
             )
         self.normalization = normalization
         self.unroll = None if unroll is None else boolean("unroll", unroll)
-        self.seed_generator = keras.random.SeedGenerator(seed) if self.dropout or self.zoneout else None
+        self.seed_generator = (
+            keras.random.SeedGenerator(generator_seed(seed)) if self.dropout or self.zoneout else None
+        )
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.recurrent_initializer = keras.initializers.get(recurrent_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
@@ -721,13 +728,17 @@ class RLadder(keras.layers.Layer):
         self._check_mask(mask, tuple(inputs.shape))
         if steps == 0:
             # an empty sequence has no step to run: the unrolled loop stacked no outputs
-            # and TensorFlow's loop refused to write a step into its [0, ...] buffers
+            # and TensorFlow's loop refused to write a step into its [0, ...] buffers.
+            # The empty outputs still depend on every weight (through an exact zero), so
+            # that their gradients are zeros as on the symbolic loop, not None
+            # (TensorFlow's tape gives None for a weight the outputs do not touch).
             batch_size = ops.shape(inputs)[0]
-            top = ops.zeros((batch_size, 0) + self._enc_outputs[-1], dtype=inputs.dtype)
+            zero = self._zero_of_the_weights(inputs.dtype)
+            top = ops.zeros((batch_size, 0) + self._enc_outputs[-1], dtype=inputs.dtype) + zero
             if not self.use_decoder:
                 return top
             prediction = ops.zeros((batch_size, 0) + self._prediction_features(self._features), dtype=inputs.dtype)
-            return [prediction, top]
+            return [prediction + zero, top]
         carry = self.initial_carry(ops.shape(inputs)[0], inputs.dtype)
         if self.unroll is False or (self.unroll is None and steps is None):
             return self._scan(inputs, mask, carry, bool(training))
@@ -743,6 +754,20 @@ class RLadder(keras.layers.Layer):
         if not self.use_decoder:
             return top
         return [ops.stack(predictions, axis=1), top]
+
+    def _zero_of_the_weights(self, dtype):
+        """A scalar exact 0 of ``dtype`` with a zero gradient for every trainable weight.
+
+        Each weight enters through ``where(False, w, 0)``: the value is 0 and the
+        gradient exactly zero whatever the weight holds (inf or NaN included, which a
+        product ``0 * w`` would turn into NaN).
+        """
+        never = ops.zeros((), dtype="bool")
+        zero = ops.zeros((), dtype=dtype)
+        for weight in self.trainable_weights:
+            w = ops.cast(weight, dtype)
+            zero = zero + ops.sum(ops.where(never, w, ops.zeros_like(w)))
+        return zero
 
     def _scan(self, inputs, mask, carry, training):
         """The loop over steps as one symbolic loop (any number of steps)."""

@@ -8,6 +8,7 @@ from keras_capsules.layers.rladder._utils import (
     output_spec,
     positive_float,
     positive_int,
+    generator_seed,
     seed_value,
     serialize_all,
 )
@@ -114,7 +115,8 @@ class RTagger(keras.layers.Layer):
             logits. Default 1.0 (as in Tagger).
         initial_mask_scale: pixels per random initial logit along each spatial
             axis (images only). Default 1 (per pixel, as in Tagger).
-        seed: seed of those draws (None: random).
+        seed: seed of those draws, an integer in ``[0, 2**63 - 1]`` (its generator is
+            seeded with ``seed % 2**31``), or None (random).
         kernel_regularizer, recurrent_regularizer, bias_regularizer: likewise.
         **kwargs: base layer arguments (``name``, ``dtype``, ...).
 
@@ -198,7 +200,9 @@ class RTagger(keras.layers.Layer):
         self.posterior_sigma = None if posterior_sigma is None else positive_float("posterior_sigma", posterior_sigma)
         self.initial_mask_stddev = positive_float("initial_mask_stddev", initial_mask_stddev)
         self.seed = seed = seed_value(seed)
-        self.seed_generator = keras.random.SeedGenerator(seed) if self.random_initial_masks else None
+        self.seed_generator = (
+            keras.random.SeedGenerator(generator_seed(seed)) if self.random_initial_masks else None
+        )
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
         self.recurrent_regularizer = keras.regularizers.get(recurrent_regularizer)
         self.bias_regularizer = keras.regularizers.get(bias_regularizer)

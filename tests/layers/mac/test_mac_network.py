@@ -288,6 +288,37 @@ def test_numpy_integer_seeds_are_seeds():
         MACNetwork(max_steps=1, seed=1.0)
 
 
+@pytest.mark.parametrize("seed", [0, 2**31 - 1, 2**31, 2**32, 2**63 - 1, np.uint64(2**63 - 1)])
+def test_any_valid_seed_seeds_both_dropouts(seed):
+    # review: the read dropout was seeded with seed + 1, which overflowed int64 for
+    # seed=2**63 - 1 ("Can't convert Python sequence with out-of-range integer"); JAX's
+    # uint32 generator state held no seed of 2**32 or more.
+    net = MACNetwork(max_steps=2, memory_dropout=0.5, read_dropout=0.5, seed=seed)
+    out = np.asarray(net(_inputs(7), training=True))
+    assert out.shape == (B, D) and np.all(np.isfinite(out))
+    assert net.get_config()["seed"] == int(seed) and net.cell.read_unit.seed == (int(seed) + 1) % 2**31
+    assert MACNetwork.from_config(net.get_config()).get_config() == net.get_config()
+    memory_u = np.ravel(keras.random.uniform((B, D), seed=net.seed_generator))
+    read_u = np.ravel(keras.random.uniform((B, D), seed=net.cell.read_unit.seed_generator))
+    assert not np.array_equal(memory_u, read_u)
+
+
+def test_seeds_below_2_to_the_31_keep_their_streams():
+    net = MACNetwork(max_steps=1, memory_dropout=0.5, read_dropout=0.5, seed=12345)
+    want = np.ravel(keras.random.uniform((B, D), seed=keras.random.SeedGenerator(12345)))
+    np.testing.assert_array_equal(np.ravel(keras.random.uniform((B, D), seed=net.seed_generator)), want)
+    assert net.cell.read_unit.seed == 12346
+
+
+@pytest.mark.parametrize("seed", [-1, 2**63, 2**64, 1.0, True])
+def test_invalid_seeds_are_refused(seed):
+    match = r"`seed` must be an integer in \[0, 2\*\*63 - 1\] or None|`seed` must be an integer or None"
+    with pytest.raises(ValueError, match=match):
+        MACNetwork(max_steps=1, read_dropout=0.5, seed=seed)
+    with pytest.raises(ValueError, match=f"Received: seed={seed!r}"):
+        ReadUnit(dropout=0.5, seed=seed)
+
+
 def test_weights_of_one_shape_start_different():
     # Audit 11: one unseeded initializer instance filled every weight of a shape alike:
     # initial_control == initial_memory, every step's question projection the same.

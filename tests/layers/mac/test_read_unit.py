@@ -138,3 +138,16 @@ def test_batch_size_mismatch_is_a_clear_error():
         ReadUnit()([m, np.concatenate([kb, kb[:1]]), c])
     with pytest.raises(ValueError, match=r"same batch size.*control shape=\(1, 4\)"):
         ReadUnit()([m, kb, c[:1]])
+
+
+def test_real_logits_below_the_old_mask_fill_keep_the_attention():
+    # review: masked logits were -1e9, so with every real logit at -5e9 the masked cells
+    # took all the weight (then zeroed): attention 0 and m_new 0 for a real sample.
+    layer = _layer()
+    layer.attention_kernel.assign(np.zeros((D, 1), "float32"))
+    layer.attention_bias.assign(np.full((1,), -5e9, "float32"))
+    m, kb, c = _inputs(6)
+    retrieved, attention = layer([m, kb, c], kb_mask=MASK)
+    np.testing.assert_allclose(attention, MASK / MASK.sum(-1, keepdims=True), atol=1e-6)
+    want = np.stack([kb[b, MASK[b]].mean(0) for b in range(B)])
+    np.testing.assert_allclose(retrieved, want, atol=1e-6)

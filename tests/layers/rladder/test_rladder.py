@@ -213,6 +213,22 @@ def test_numpy_scalars_as_switches_rates_and_seeds():
         RLadder(DENSE_LEVELS, seed="a")
 
 
+def test_seeds_up_to_2_to_the_63_work_and_others_are_refused():
+    # review: a seed is an integer in [0, 2**63 - 1]; the masks' generator is seeded with
+    # seed % 2**31 (JAX's uint32 generator state held no seed of 2**32 or more), and
+    # negative or larger integers are refused at once (TensorFlow took a negative seed,
+    # JAX failed on it, an int64 overflow failed late).
+    x = _seq(2, 3, 5)
+    for seed in (5, 2**63 - 1):
+        layer = RLadder(DENSE_LEVELS, dropout=0.2, zoneout=0.1, seed=seed)
+        predictions, _ = layer(x, training=True)
+        assert np.all(np.isfinite(keras.ops.convert_to_numpy(predictions)))
+        assert layer.get_config()["seed"] == seed
+    for seed in (-1, 2**63):
+        with pytest.raises(ValueError, match=r"in \[0, 2\*\*63 - 1\] or None. Received: seed=" + str(seed)):
+            RLadder(DENSE_LEVELS, dropout=0.2, seed=seed)
+
+
 def test_a_mask_that_does_not_fit_the_steps_is_a_clear_error():
     # Audit 11: a [batch, T + 1] mask was silently cut to T steps, a [batch, T - 1] or
     # rank-3 one failed with a raw TensorFlow error.
@@ -651,6 +667,35 @@ def test_an_empty_sequence_gives_empty_outputs(unroll):
     assert got[0].shape == (2, 0, 5) and got[1].shape == (2, 0, 3)
     got = model.predict(_seq(2, 3, 5), verbose=0)  # the same model, then on steps
     assert got[0].shape == (2, 3, 5) and np.all(np.isfinite(got[0]))
+
+
+@pytest.mark.parametrize("unroll", [None, False])
+@pytest.mark.parametrize("use_decoder", [True, False])
+def test_an_empty_sequence_gives_zero_gradients_for_every_weight(unroll, use_decoder):
+    """review: with a static T = 0 the outputs were made without the weights, so on
+    TensorFlow every weight's gradient was None (the symbolic loop, with T known only
+    when it runs, gives zeros; JAX gives zeros either way). Zeros now, finite also when
+    a weight holds inf or NaN."""
+    kwargs = dict(output_units=3) if use_decoder else dict(use_decoder=False)
+    ladder = RLadder(DENSE_LEVELS, unroll=unroll, dropout=0.2, zoneout=0.1, seed=0, **kwargs)
+    ladder.build((None, None, 5))
+    x = _seq(2, 0, 5)
+
+    def loss():
+        outputs = ladder(x, training=True)
+        outputs = outputs if use_decoder else [outputs]
+        return sum(keras.ops.sum(o) for o in outputs)
+
+    for poison in (None, np.inf, np.nan):
+        if poison is not None:
+            weight = ladder.trainable_weights[0]
+            weight.assign(np.full(weight.shape, poison, "float32"))
+        value, _, weight_grads = value_and_grads(loss, variables=ladder.trainable_weights)
+        assert float(value) == 0.0
+        assert len(weight_grads) == len(ladder.trainable_weights) > 0
+        for g, w in zip(weight_grads, ladder.trainable_weights):
+            assert g is not None, w.path
+            np.testing.assert_array_equal(keras.ops.convert_to_numpy(g), 0.0)
 
 
 class _ShowsTheDropoutMask(RLadder):

@@ -1,0 +1,56 @@
+"""The MAC layers' shared attention (``_base.attend``): an exact masked softmax."""
+
+import keras
+import numpy as np
+import pytest
+
+from keras_capsules.layers.mac import _base
+from tests.backends import grads, tensor
+from tests.layers.mac import reference as ref
+
+MASK = np.array([[True, True, False, True], [False, False, False, False], [True, False, False, False]])
+VALUES = np.arange(3 * 4 * 2, dtype="float32").reshape(3, 4, 2) + 1.0
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e9, 3e9, 1e30])
+def test_masked_softmax_is_exact_for_logits_below_the_old_fill(scale):
+    # review: masked logits were filled with -1e9, so when every real logit of a row lay
+    # below -1e9 (here -1 * scale, -2 * scale, ...) the masked positions took all the
+    # weight, which was then zeroed: a real row got weights 0 and a zero sum.
+    logits = -scale * np.array([[2.0, 1.0, 0.0, 3.0], [1.0, 2.0, 3.0, 4.0], [5.0, 0.0, 9.0, 9.0]], "float32")
+    summed, weights = _base.attend(tensor(logits), tensor(VALUES), tensor(MASK))
+    want_w = ref.softmax(logits, MASK)
+    want_s = np.einsum("bn,bnd->bd", want_w, np.where(MASK[..., None], VALUES, 0.0))
+    np.testing.assert_allclose(np.asarray(weights), want_w, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(np.asarray(summed), want_s, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(weights).sum(-1), [1.0, 0.0, 1.0], atol=1e-6)
+
+
+def test_a_fully_masked_row_gives_zeros_and_finite_gradients():
+    # masked logits hold anything, also NaN and +-inf; row 1 is fully masked
+    logits = tensor(np.array([[-3e9, 5.0, np.inf, 1.0], [np.nan, np.inf, -np.inf, 2.0], [0.0, np.nan, np.inf, 3.0]], "float32"))
+    values = tensor(np.where(MASK[..., None], VALUES, np.nan).astype("float32"))
+    summed, weights = _base.attend(logits, values, tensor(MASK))
+    np.testing.assert_array_equal(np.asarray(summed)[1], 0.0)
+    np.testing.assert_array_equal(np.asarray(weights)[1], 0.0)
+    assert np.all(np.isfinite(np.asarray(summed))) and np.all(np.isfinite(np.asarray(weights)))
+
+    def loss(logits, values):
+        summed, weights = _base.attend(logits, values, tensor(MASK))
+        return keras.ops.sum(summed) + keras.ops.sum(weights * keras.ops.arange(4, dtype="float32"))
+
+    g_logits, g_values = grads(loss, [logits, values])
+    for g in (g_logits, g_values):
+        g = np.asarray(g)
+        assert np.all(np.isfinite(g))
+        assert np.all(g[~MASK] == 0)  # masked positions (and the fully masked row): zero
+
+
+def test_no_mask_and_no_positions():
+    logits = np.array([[0.5, -1.0, 2.0]], "float32")
+    values = np.ones((1, 3, 2), "float32")
+    summed, weights = _base.attend(tensor(logits), tensor(values), None)
+    np.testing.assert_allclose(np.asarray(weights), ref.softmax(logits), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(summed), [[1.0, 1.0]], rtol=1e-6)
+    summed, weights = _base.attend(tensor(np.zeros((2, 0), "float32")), tensor(np.zeros((2, 0, 3), "float32")), tensor(np.zeros((2, 0), bool)))
+    assert tuple(weights.shape) == (2, 0) and np.all(np.asarray(summed) == 0.0)
