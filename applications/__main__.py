@@ -21,8 +21,11 @@ that many epochs or more); one equal to it trains nothing more and writes the ou
 a ``train`` of a run that another live process is training is refused
 (see ``applications.fault_tolerance``). Mistakes a
 user can fix (a bad option, missing data, a dataset that needs a download while
-offline, no TPU) print one line ``keras-capsules: error: ...`` and exit with code 2
-(set ``KERAS_CAPSULES_DEBUG=1`` for the traceback). Ctrl-C prints one line (how to
+offline, no TPU: ``applications.errors.CommandLineError``, of which ``InputError``
+is the ``ValueError`` of a bad argument value or data file) print one line
+``keras-capsules: error: ...`` and exit with code 2 (set ``KERAS_CAPSULES_DEBUG=1``
+for the traceback). Any other exception (a plain ``ValueError`` too) is a bug: it
+ends the command with its traceback. Ctrl-C prints one line (how to
 resume) and exits with code 130.
 """
 
@@ -220,10 +223,14 @@ def main(argv=None):
         return 130
 
 
-# Failures to create or write an output folder that the user can fix (a path through a
-# file, no permission): one line like the other user errors, not a traceback.
+# User errors: one line, exit code 2. CommandLineError covers the checks of the user's
+# input (InputError, a ValueError, for a bad argument value or data file); the others
+# are failures to read or create a path that the user can fix (no such file, a path
+# through a file, no permission). Any other exception, a plain ValueError too, is a
+# bug: it ends the command with its traceback (every ValueError was one line, which
+# hid the traceback of internal errors).
 _USER_ERRORS = (
-    CommandLineError, FileNotFoundError, ValueError,
+    CommandLineError, FileNotFoundError,
     FileExistsError, NotADirectoryError, IsADirectoryError, PermissionError,
 )
 # The options that name a folder the command creates and writes into.

@@ -58,7 +58,7 @@ import time
 import keras
 import numpy as np
 
-from applications.errors import CommandLineError
+from applications.errors import CommandLineError, InputError
 
 BACKUP_DIR = "backup"
 HISTORY_CSV = "history.csv"
@@ -528,7 +528,7 @@ def resumable_callbacks(run_dir, save_freq="epoch"):
     if save_freq != "epoch" and (
         isinstance(save_freq, bool) or not isinstance(save_freq, numbers.Integral) or save_freq < 1
     ):
-        raise ValueError(f"`save_freq` must be 'epoch' or a positive number of steps. Received: save_freq={save_freq!r}")
+        raise InputError(f"`save_freq` must be 'epoch' or a positive number of steps. Received: save_freq={save_freq!r}")
     save_freq = save_freq if save_freq == "epoch" else int(save_freq)
     return [
         AtomicBackupAndRestore(os.path.join(run_dir, BACKUP_DIR), save_freq=save_freq, delete_checkpoint=False),
