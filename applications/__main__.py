@@ -26,7 +26,10 @@ is the ``ValueError`` of a bad argument value or data file) print one line
 ``keras-capsules: error: ...`` and exit with code 2 (set ``KERAS_CAPSULES_DEBUG=1``
 for the traceback). Any other exception (a plain ``ValueError`` too) is a bug: it
 ends the command with its traceback. Ctrl-C prints one line (how to
-resume) and exits with code 130.
+resume; or, once ``train`` has written its outputs, that the run is complete and
+there is nothing to resume) and exits with code 130. The deletion of the backup
+after the outputs are written is not cut short by Ctrl-C
+(``fault_tolerance.finish_run``).
 """
 
 import argparse
@@ -172,7 +175,12 @@ def _run(args):
     strategy = distribute.make_strategy(args.strategy, tpu=args.tpu)
     if args.command == "train":
         result = module.run_train(args, strategy)
-        _print_outputs(result, distribute.output_dir(args.run_dir, strategy))
+        try:
+            _print_outputs(result, distribute.output_dir(args.run_dir, strategy))
+        except KeyboardInterrupt as interrupt:  # the run is complete: not "rerun to resume"
+            from applications.fault_tolerance import RunCompleteInterrupt
+
+            raise RunCompleteInterrupt(*interrupt.args) from interrupt
     elif args.command == "evaluate":
         print(json.dumps(module.run_evaluate(args, strategy), indent=2))
     else:
@@ -212,13 +220,17 @@ def main(argv=None):
         message = (str(err).strip().splitlines() or [type(err).__name__])[0]
         print(f"{PROG}: error: {message}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:  # Ctrl-C: one line that says how to go on, no traceback
+    except KeyboardInterrupt as interrupt:  # Ctrl-C: one line that says how to go on, no traceback
         if os.environ.get("KERAS_CAPSULES_DEBUG"):
             raise
+        from applications.fault_tolerance import RunCompleteInterrupt
+
         hint = {
             "train": "; run the same command again to resume from the last backup",
             "tune": "; run the same command again to resume the search",
         }.get(args.command, "")
+        if isinstance(interrupt, RunCompleteInterrupt):  # a rerun would start a new run
+            hint = " once the outputs were written: the run is complete, nothing to resume"
         print(f"\n{PROG}: interrupted{hint}", file=sys.stderr)
         return 130
 

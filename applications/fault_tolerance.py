@@ -48,6 +48,7 @@
   that stops training in the middle of an epoch until the process is killed.
 """
 
+import contextlib
 import errno
 import json
 import numbers
@@ -540,7 +541,34 @@ def _backups(callbacks):
     return [c for c in callbacks or () if isinstance(c, AtomicBackupAndRestore)]
 
 
-def finish_run(callbacks):
+class RunCompleteInterrupt(KeyboardInterrupt):
+    """Ctrl-C during :func:`finish_run` of a complete run: its outputs are written and
+    its backup is deleted; there is nothing to resume (a rerun starts a new run)."""
+
+
+@contextlib.contextmanager
+def _held_interrupts():
+    """Holds Ctrl-C (SIGINT) back until the block ends; yields a list that then holds
+    the signals that came meanwhile. Outside the main thread (where no signal handler
+    can be set) nothing is held."""
+    import signal
+    import threading
+
+    held, installed, previous = [], False, None
+    if threading.current_thread() is threading.main_thread():
+        try:
+            previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+            installed = True
+        except (ValueError, OSError):  # e.g. an interpreter that does not let Python handle signals
+            pass
+    try:
+        yield held
+    finally:
+        if installed:  # None: a handler not set from Python; Python's own is the closest
+            signal.signal(signal.SIGINT, signal.default_int_handler if previous is None else previous)
+
+
+def finish_run(callbacks, complete=True):
     """Ends the run of ``callbacks``: deletes the backup of each
     :class:`AtomicBackupAndRestore` among them (see :meth:`AtomicBackupAndRestore.finish`).
 
@@ -548,9 +576,27 @@ def finish_run(callbacks):
     a crash before that point leaves the backup, and rerunning finishes the run from
     it without training; after it, a rerun in the same run directory starts afresh.
     ``callbacks`` may hold other callbacks (ignored) or be empty or None.
+
+    The finish is not cut short by Ctrl-C: a SIGINT that comes meanwhile is held back
+    until the backups are gone (in the main thread; elsewhere a KeyboardInterrupt may
+    still stop it, which leaves the backup whole or renamed away, never half
+    deleted), then raised: as :class:`RunCompleteInterrupt` when ``complete`` (the
+    default: the run's outputs are all written, so the command line does not say
+    that a rerun resumes, which would start a new run), else as a plain
+    ``KeyboardInterrupt`` (``complete=False``: outputs that a rerun still completes
+    follow, as for a member of a music ensemble).
     """
-    for backup in _backups(callbacks):
-        backup.finish()
+    try:
+        with _held_interrupts() as held:
+            for backup in _backups(callbacks):
+                backup.finish()
+    except KeyboardInterrupt as interrupt:  # not held back (outside the main thread)
+        if complete and not isinstance(interrupt, RunCompleteInterrupt):
+            raise RunCompleteInterrupt(*interrupt.args) from interrupt
+        raise
+    if held:
+        raise RunCompleteInterrupt("interrupted while the finished run's backup was deleted") if complete \
+            else KeyboardInterrupt()
 
 
 def resume_epoch(callbacks, epochs=None):

@@ -924,7 +924,7 @@ def train(
             {"config": progress["config"], "finished": progress["finished"]}, progress["path"]
         )
         # members.json now loads the saved member on a rerun: its backup (and best.npz) goes
-        fault_tolerance.finish_run(user)
+        fault_tolerance.finish_run(user, complete=False)  # the run goes on: a rerun resumes it
         if ensemble > 1 and verbose:
             print(f"member {member}: valid NLL per step {nll_per_step(model, rolls['valid']):.3f}, "
                   f"ensemble of {member + 1}: {nll_per_step(models, rolls['valid']):.3f}", flush=True)

@@ -510,3 +510,51 @@ def test_a_file_system_without_locks_trains_unlocked(tmp_path, monkeypatch):
     assert history.epoch == [0, 1]
     fault_tolerance.finish_run([backup])
     assert os.listdir(tmp_path) == []
+
+
+def _interrupt_each_finish(monkeypatch):
+    """Ctrl-C (a real SIGINT to this process) as each backup's ``finish`` begins."""
+    finish = fault_tolerance.AtomicBackupAndRestore.finish
+
+    def interrupted_finish(self):
+        os.kill(os.getpid(), signal.SIGINT)
+        finish(self)
+
+    monkeypatch.setattr(fault_tolerance.AtomicBackupAndRestore, "finish", interrupted_finish)
+
+
+def test_ctrl_c_during_finish_run_finishes_and_says_the_outputs_are_written(tmp_path, capsys, monkeypatch):
+    # A Ctrl-C in finish_run (the outputs written, the backup going) said "run the same
+    # command again to resume from the last backup": untrue, the run was complete (and
+    # with the backup renamed away a rerun trained a new run over its outputs).
+    from applications import __main__ as cli
+
+    monkeypatch.delenv("KERAS_CAPSULES_DEBUG", raising=False)
+    _interrupt_each_finish(monkeypatch)
+    run_dir = tmp_path / "run"
+    code = cli.main(["train", "--epochs", "1", "--limit", "40", "--batch-size", "16", "--run-dir", str(run_dir),
+                     "--quiet", *cli_helpers.TINY_MODEL])
+    err = capsys.readouterr().err
+    assert code == 130, err
+    assert "resume from" not in err and "the outputs were written" in err and "nothing to resume" in err, err
+    assert err.strip().count("\n") == 0, err
+    assert (run_dir / "model.keras").is_file() and (run_dir / "metrics.json").is_file()
+    assert not (run_dir / "backup").exists(), "the finish was not completed"
+    assert not [p for p in os.listdir(run_dir) if ".tmp-" in p]
+
+
+def test_ctrl_c_during_finish_run_completes_the_finish_then_interrupts(tmp_path, monkeypatch):
+    _dense_fit(tmp_path / "backup", epochs=2, delete_checkpoint=False)
+    _interrupt_each_finish(monkeypatch)
+    with pytest.raises(fault_tolerance.RunCompleteInterrupt):
+        fault_tolerance.finish_run(fault_tolerance.resumable_callbacks(str(tmp_path)))
+    assert os.listdir(tmp_path) == []  # finished: no backup, no half-deleted folder
+    # A run that is not complete when its backup goes (a member of a music ensemble):
+    # the interrupt is a plain one (the CLI's "run the same command again" is true).
+    _dense_fit(tmp_path / "backup", epochs=2, delete_checkpoint=False)
+    with pytest.raises(KeyboardInterrupt) as info:
+        fault_tolerance.finish_run(fault_tolerance.resumable_callbacks(str(tmp_path)), complete=False)
+    assert not isinstance(info.value, fault_tolerance.RunCompleteInterrupt)
+    assert os.listdir(tmp_path) == []
+    # The SIGINT handler is Python's again.
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
