@@ -611,7 +611,9 @@ def train(
     ``texture_shift`` choose the images (see :func:`make_images`).
 
     Returns:
-        A dict with the per-iteration test AMI (and error), the parameter count and paths.
+        A dict with the per-iteration test AMI (and error), the parameter count, the
+        paths, ``epochs_run`` (the epochs of the whole run, those before a resume too:
+        ``fault_tolerance.epochs_run``) and ``resumed_from_epoch`` (0 for a fresh run).
     """
     import tensorflow as tf
 
@@ -664,7 +666,7 @@ def train(
     result = {
         **evaluate_iterations(model, test_data),
         "parameters": int(model.count_params()),
-        "epochs_run": len(history.history.get("loss", [])),
+        "epochs_run": fault_tolerance.epochs_run(history, callbacks),  # those before a resume too
         "resumed_from_epoch": next(
             (c.restored_epoch for c in callbacks if isinstance(c, fault_tolerance.AtomicBackupAndRestore)), 0
         ),
