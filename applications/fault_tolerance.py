@@ -41,6 +41,8 @@
 * :class:`KeepBestWeights` keeps the weights of the best epoch (lowest validation
   loss) and, given the backup folder, persists them beside the backup so that a
   resumed run still knows the best epoch from before the crash.
+  :class:`ResumableReduceLROnPlateau` keeps ``ReduceLROnPlateau``'s patience,
+  best value and cooldown beside the backup in the same way.
 * :func:`atomic_write`'s temporary files name their process
   (``.tmp-PID@HOST-<name>``); a write removes the leftovers that processes of this
   host which died mid-write left for the same file.
@@ -452,6 +454,64 @@ class KeepBestWeights(keras.callbacks.Callback):
                     np.savez(f, epoch=epoch, value=self.best, count=len(self.weights), **arrays)
 
             atomic_write(os.path.join(self.backup_dir, self.FILE), write)
+
+
+class ResumableReduceLROnPlateau(keras.callbacks.ReduceLROnPlateau):
+    """``keras.callbacks.ReduceLROnPlateau`` whose state survives a resume.
+
+    Keras' callback keeps the epochs waited without improvement, the best value and
+    the cooldown left in memory only, and resets them when training begins: a
+    resumed run started its patience again (the learning rate itself, an optimizer
+    variable, was restored by the backup). With ``backup_dir`` (the folder of the
+    run's :class:`AtomicBackupAndRestore`) this one writes that state at every
+    epoch's end, atomically, to ``backup_dir/reduce_lr_on_plateau.json`` (one entry
+    per epoch of the run), and a run resumed at epoch ``r`` (the backup's epoch,
+    also that of a mid-epoch backup of ``--save-freq N``) starts from the state
+    epoch ``r - 1`` ended with: the learning rate drops at the epochs of an
+    uninterrupted run. The file goes with the backup (:func:`finish_run`). Put it
+    before the backup callback, so that an epoch's state is on disk before the
+    backup that says the epoch is done.
+
+    Args:
+        *args, **kwargs: those of ``keras.callbacks.ReduceLROnPlateau``.
+        backup_dir: the run's backup folder; None: Keras' behaviour (nothing saved).
+    """
+
+    FILE = "reduce_lr_on_plateau.json"
+
+    def __init__(self, *args, backup_dir=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.backup_dir = backup_dir
+        self._states = {}  # str(epoch) -> the state that epoch ended with
+
+    def on_train_begin(self, logs=None):
+        super().on_train_begin(logs)  # Keras resets the state
+        self._states = {}
+        resumed_at = backup_epoch(self.backup_dir) if self.backup_dir is not None else 0
+        if not resumed_at:
+            return
+        try:
+            with open(os.path.join(self.backup_dir, self.FILE)) as f:
+                saved = json.load(f)
+        except (OSError, ValueError):  # no state saved (e.g. a backup of an older version)
+            return
+        # entries of the epochs the resumed run trains again are dropped
+        self._states = {k: v for k, v in saved.items() if k.isdigit() and int(k) < resumed_at}
+        state = self._states.get(str(resumed_at - 1))
+        if state is not None:
+            self.wait = int(state["wait"])
+            self.cooldown_counter = int(state["cooldown_counter"])
+            self.best = float(state["best"])
+
+    def on_epoch_end(self, epoch, logs=None):
+        super().on_epoch_end(epoch, logs)
+        if self.backup_dir is None:
+            return
+        self._states = {k: v for k, v in self._states.items() if int(k) < epoch}
+        self._states[str(epoch)] = {
+            "wait": int(self.wait), "cooldown_counter": int(self.cooldown_counter), "best": float(self.best),
+        }
+        write_json_atomically(self._states, os.path.join(self.backup_dir, self.FILE))
 
 
 class _RunHistoryCSV(keras.callbacks.CSVLogger):

@@ -785,9 +785,12 @@ def train(
 
     With the backup callbacks of ``fault_tolerance.resumable_callbacks`` among
     ``callbacks`` (as the command line passes them), the best epoch so far is kept
-    beside each member's backup (``fault_tolerance.KeepBestWeights``), so a resumed
-    member still keeps its best epoch from before the crash, ``history.png`` shows every
-    epoch of ``history.csv`` and ``epochs_run`` counts the epochs before the resume too.
+    beside each member's backup (``fault_tolerance.KeepBestWeights``), and so is the
+    state of ``reduce_lr_patience``'s plateau detection (epochs waited, best loss,
+    cooldown: ``fault_tolerance.ResumableReduceLROnPlateau``): a resumed member still
+    keeps its best epoch from before the crash and lowers its learning rate at the
+    epochs of an uninterrupted run; ``history.png`` shows every epoch of
+    ``history.csv`` and ``epochs_run`` counts the epochs before the resume too.
     A member's backup is deleted (``fault_tolerance.finish_run``) once the member is
     saved and listed in ``members.json``; until then a rerun finishes it from there.
 
@@ -888,11 +891,15 @@ def train(
         # With EMA the average is swapped into the model for validation and at each epoch's
         # end (so the best weights kept are its), and swapped out again for training.
         extra = [keras.callbacks.SwapEMAWeights(swap_on_epoch=True)] if ema_momentum is not None else []
-        if reduce_lr_patience is not None:
-            extra.append(keras.callbacks.ReduceLROnPlateau("val_loss", reduce_lr_factor, reduce_lr_patience,
-                                                           verbose=verbose))
         user = list(callbacks(member) if callable(callbacks) else callbacks)
         backup = next((c for c in user if isinstance(c, fault_tolerance.AtomicBackupAndRestore)), None)
+        if reduce_lr_patience is not None:
+            # its patience, best loss and cooldown are kept beside the backup: a resumed
+            # run started them again
+            extra.append(fault_tolerance.ResumableReduceLROnPlateau(
+                "val_loss", reduce_lr_factor, reduce_lr_patience, verbose=verbose,
+                backup_dir=backup.backup_dir if backup else None,
+            ))
         # Beside the member's backup, the best epoch survives a crash: a resumed run kept
         # the best epoch after the crash only.
         best = fault_tolerance.KeepBestWeights("val_loss", backup.backup_dir if backup else None)
