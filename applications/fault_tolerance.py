@@ -40,7 +40,8 @@
   :func:`logged_history` reads it back for the run's plots and summaries.
 * :class:`KeepBestWeights` keeps the weights of the best epoch (lowest validation
   loss) and, given the backup folder, persists them beside the backup so that a
-  resumed run still knows the best epoch from before the crash.
+  resumed run still knows the best epoch from before the crash (also when the
+  backup is older than the last improvement, as with ``--save-freq N``).
   :class:`ResumableReduceLROnPlateau` keeps ``ReduceLROnPlateau``'s patience,
   best value and cooldown beside the backup in the same way.
 * :func:`atomic_write`'s temporary files name their process
@@ -55,6 +56,7 @@ import errno
 import json
 import numbers
 import os
+import re
 import socket
 import time
 
@@ -415,45 +417,92 @@ class KeepBestWeights(keras.callbacks.Callback):
     After ``fit``, ``weights`` holds them (None if no epoch reported ``monitor``),
     ``best`` the value and ``best_epoch`` the epoch. With ``backup_dir`` (the folder
     of the run's :class:`AtomicBackupAndRestore`) every improvement is also written
-    atomically to ``backup_dir/best.npz``, and a resumed run starts from the best
-    epoch before its backup's, not from scratch. Put it before the backup callback,
-    so that an epoch's best is on disk before the backup that says it is done.
+    atomically to ``backup_dir/best-<epoch>.npz``, and a run resumed at epoch ``r``
+    (the backup's epoch) starts from the best of the epochs before ``r``, with its
+    weights, not from scratch. Put it before the backup callback, so that an
+    epoch's best is on disk before the backup that says it is done.
+
+    The backup may be older than the last improvement (``--save-freq N``: the last
+    mid-epoch backup can precede the end of several epochs; or a crash between an
+    epoch's best and its backup), and the resumed run trains those epochs again: so
+    the improvements made since the backup's epoch are kept, each in its file, beside
+    the last one before it (older ones are deleted), and a resume takes the last one
+    before its epoch (those of the epochs it trains again are deleted). Files go with
+    the backup (:func:`finish_run`). A ``best.npz`` of the single-file format before
+    this one is read as well.
     """
 
-    FILE = "best.npz"
+    FILE = "best.npz"  # the single file of earlier versions (read, never written)
+    _NAME = re.compile(r"best-(\d+)\.npz")
 
     def __init__(self, monitor="val_loss", backup_dir=None):
         super().__init__()
         self.monitor, self.backup_dir = monitor, backup_dir
         self.best, self.best_epoch, self.weights = float("inf"), None, None
 
+    def _saved(self):
+        """``{epoch: path}`` of the bests saved in ``backup_dir``."""
+        saved = {}
+        try:
+            names = os.listdir(self.backup_dir)
+        except OSError:
+            return saved
+        for name in names:
+            match = self._NAME.fullmatch(name)
+            if match:
+                saved[int(match.group(1))] = os.path.join(self.backup_dir, name)
+        legacy = os.path.join(self.backup_dir, self.FILE)
+        if self.FILE in names:
+            try:
+                with np.load(legacy) as old:
+                    saved.setdefault(int(old["epoch"]), legacy)
+            except (OSError, ValueError, KeyError):
+                pass
+        return saved
+
     def on_train_begin(self, logs=None):
         self.best, self.best_epoch, self.weights = float("inf"), None, None
         if self.backup_dir is None:
             return
-        path = os.path.join(self.backup_dir, self.FILE)
-        resumed_at = backup_epoch(self.backup_dir)
-        if not resumed_at or not os.path.exists(path):
-            return
-        with np.load(path) as saved:
-            epoch = int(saved["epoch"])
-            if epoch < resumed_at:  # else an epoch that the resumed run trains again
-                self.best, self.best_epoch = float(saved["value"]), epoch
-                self.weights = [saved[f"w{i}"] for i in range(int(saved["count"]))]
+        resumed_at = backup_epoch(self.backup_dir)  # 0: a new run, whose bests so far are a crashed start's
+        saved = self._saved()
+        for epoch, path in saved.items():
+            if epoch >= resumed_at:  # an epoch that this run trains again
+                _remove(path)
+        before = [epoch for epoch in saved if epoch < resumed_at]
+        if before:
+            with np.load(saved[max(before)]) as best:
+                self.best, self.best_epoch = float(best["value"]), int(best["epoch"])
+                self.weights = [best[f"w{i}"] for i in range(int(best["count"]))]
 
     def on_epoch_end(self, epoch, logs=None):
         value = (logs or {}).get(self.monitor)
         if value is None or not float(value) < self.best:
             return
         self.best, self.best_epoch, self.weights = float(value), int(epoch), self.model.get_weights()
-        if self.backup_dir is not None:
-            arrays = {f"w{i}": w for i, w in enumerate(self.weights)}
+        if self.backup_dir is None:
+            return
+        arrays = {f"w{i}": w for i, w in enumerate(self.weights)}
 
-            def write(tmp):
-                with open(tmp, "wb") as f:
-                    np.savez(f, epoch=epoch, value=self.best, count=len(self.weights), **arrays)
+        def write(tmp):
+            with open(tmp, "wb") as f:
+                np.savez(f, epoch=epoch, value=self.best, count=len(self.weights), **arrays)
 
-            atomic_write(os.path.join(self.backup_dir, self.FILE), write)
+        atomic_write(os.path.join(self.backup_dir, f"best-{int(epoch)}.npz"), write)
+        # A resume at the backup's epoch (or later) needs the last best before it and those since.
+        backed_up = backup_epoch(self.backup_dir)
+        saved = self._saved()
+        needed = [e for e in saved if e < backed_up]
+        for old, path in saved.items():
+            if old < backed_up and old != max(needed):
+                _remove(path)
+
+
+def _remove(path):
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
 
 
 class ResumableReduceLROnPlateau(keras.callbacks.ReduceLROnPlateau):

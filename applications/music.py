@@ -930,7 +930,7 @@ def train(
         fault_tolerance.write_json_atomically(
             {"config": progress["config"], "finished": progress["finished"]}, progress["path"]
         )
-        # members.json now loads the saved member on a rerun: its backup (and best.npz) goes
+        # members.json now loads the saved member on a rerun: its backup (and its best epochs) goes
         fault_tolerance.finish_run(user, complete=False)  # the run goes on: a rerun resumes it
         if ensemble > 1 and verbose:
             print(f"member {member}: valid NLL per step {nll_per_step(model, rolls['valid']):.3f}, "

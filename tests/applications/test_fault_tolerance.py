@@ -558,3 +558,55 @@ def test_ctrl_c_during_finish_run_completes_the_finish_then_interrupts(tmp_path,
     assert os.listdir(tmp_path) == []
     # The SIGINT handler is Python's again.
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_keep_best_weights_remembers_the_best_from_before_a_mid_epoch_backup(tmp_path):
+    # With --save-freq N the backup may be older than the last improvement: best.npz
+    # (the one best kept) then belonged to an epoch the resumed run trains again, was
+    # ignored, and the best epoch before it was forgotten with its weights.
+    backup_dir = tmp_path / "backup"
+    seen = {}
+
+    class ScriptedValidation(keras.callbacks.Callback):  # before KeepBestWeights
+        def __init__(self, losses):
+            super().__init__()
+            self.losses = losses
+
+        def on_epoch_end(self, epoch, logs=None):
+            logs["val_loss"] = self.losses[epoch]
+            seen.setdefault(epoch, self.model.get_weights())
+
+    def fit(losses, crash_at=None):
+        keras.utils.set_random_seed(0)
+        best = fault_tolerance.KeepBestWeights("val_loss", str(backup_dir))
+        # 4 steps per epoch, a backup every 6: the last one before the crash is epoch 1's
+        backup = fault_tolerance.AtomicBackupAndRestore(str(backup_dir), save_freq=6, delete_checkpoint=False)
+        extra = [cli_helpers.CrashAt(*crash_at)] if crash_at else []
+        rng = np.random.default_rng(0)
+        x, y = rng.normal(size=(32, 3)).astype("float32"), rng.normal(size=(32, 1)).astype("float32")
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+        model.compile("sgd", "mse")
+        model.fit(x, y, batch_size=8, epochs=4, verbose=0,
+                  callbacks=[ScriptedValidation(losses), best, backup, *extra])
+        return best
+
+    with pytest.raises(RuntimeError, match="simulated"):
+        fit([2.0, 1.0, 9.0, 9.0], crash_at=(2, 0))  # epoch 0 best, then epoch 1
+    assert fault_tolerance.backup_epoch(str(backup_dir)) == 1  # epoch 1 is trained again
+    bests = lambda: sorted(n for n in os.listdir(backup_dir) if n.startswith("best"))  # noqa: E731
+    assert bests() == ["best-0.npz", "best-1.npz"]  # the last best before the backup's epoch, and since
+    best = fit([None, 5.0, 3.0, 3.0])  # the retrained epoch 1 does worse
+    assert (best.best_epoch, best.best) == (0, 2.0)
+    assert bests() == ["best-0.npz"]  # epoch 1's went: the run trained it again
+    for got, want in zip(best.weights, seen[0], strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_keep_best_weights_reads_the_single_best_file_of_earlier_backups(tmp_path):
+    backup_dir = tmp_path / "backup"
+    backup_dir.mkdir()
+    fault_tolerance.write_json_atomically({"epoch": 2, "batch": -1}, str(backup_dir / "training_metadata.json"))
+    np.savez(backup_dir / "best.npz", epoch=1, value=0.5, count=1, w0=np.ones(3))
+    best = fault_tolerance.KeepBestWeights("val_loss", str(backup_dir))
+    best.on_train_begin()
+    assert (best.best_epoch, best.best) == (1, 0.5) and np.array_equal(best.weights[0], np.ones(3))
