@@ -223,13 +223,14 @@ def main(argv=None):
     except KeyboardInterrupt as interrupt:  # Ctrl-C: one line that says how to go on, no traceback
         if os.environ.get("KERAS_CAPSULES_DEBUG"):
             raise
-        from applications.fault_tolerance import RunCompleteInterrupt
-
         hint = {
             "train": "; run the same command again to resume from the last backup",
             "tune": "; run the same command again to resume the search",
         }.get(args.command, "")
-        if isinstance(interrupt, RunCompleteInterrupt):  # a rerun would start a new run
+        # (not imported here: that loads Keras, slow after a Ctrl-C of `bench`; unloaded, it raised nothing)
+        fault_tolerance = sys.modules.get("applications.fault_tolerance")
+        if fault_tolerance and isinstance(interrupt, fault_tolerance.RunCompleteInterrupt):
+            # a rerun would start a new run
             hint = " once the outputs were written: the run is complete, nothing to resume"
         print(f"\n{PROG}: interrupted{hint}", file=sys.stderr)
         return 130
