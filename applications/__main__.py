@@ -21,9 +21,15 @@ that many epochs or more); one equal to it trains nothing more and writes the ou
 a ``train`` of a run that another live process is training is refused
 (see ``applications.fault_tolerance``). Mistakes a
 user can fix (a bad option, missing data, a dataset that needs a download while
-offline, no TPU) print one line ``keras-capsules: error: ...`` and exit with code 2
-(set ``KERAS_CAPSULES_DEBUG=1`` for the traceback). Ctrl-C prints one line (how to
-resume) and exits with code 130.
+offline, no TPU: ``applications.errors.CommandLineError``, of which ``InputError``
+is the ``ValueError`` of a bad argument value or data file) print one line
+``keras-capsules: error: ...`` and exit with code 2 (set ``KERAS_CAPSULES_DEBUG=1``
+for the traceback). Any other exception (a plain ``ValueError`` too) is a bug: it
+ends the command with its traceback. Ctrl-C prints one line (how to
+resume; or, once ``train`` has written its outputs, that the run is complete and
+there is nothing to resume) and exits with code 130. The deletion of the backup
+after the outputs are written is not cut short by Ctrl-C
+(``fault_tolerance.finish_run``).
 """
 
 import argparse
@@ -169,7 +175,12 @@ def _run(args):
     strategy = distribute.make_strategy(args.strategy, tpu=args.tpu)
     if args.command == "train":
         result = module.run_train(args, strategy)
-        _print_outputs(result, distribute.output_dir(args.run_dir, strategy))
+        try:
+            _print_outputs(result, distribute.output_dir(args.run_dir, strategy))
+        except KeyboardInterrupt as interrupt:  # the run is complete: not "rerun to resume"
+            from applications.fault_tolerance import RunCompleteInterrupt
+
+            raise RunCompleteInterrupt(*interrupt.args) from interrupt
     elif args.command == "evaluate":
         print(json.dumps(module.run_evaluate(args, strategy), indent=2))
     else:
@@ -209,21 +220,30 @@ def main(argv=None):
         message = (str(err).strip().splitlines() or [type(err).__name__])[0]
         print(f"{PROG}: error: {message}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:  # Ctrl-C: one line that says how to go on, no traceback
+    except KeyboardInterrupt as interrupt:  # Ctrl-C: one line that says how to go on, no traceback
         if os.environ.get("KERAS_CAPSULES_DEBUG"):
             raise
         hint = {
             "train": "; run the same command again to resume from the last backup",
             "tune": "; run the same command again to resume the search",
         }.get(args.command, "")
+        # (not imported here: that loads Keras, slow after a Ctrl-C of `bench`; unloaded, it raised nothing)
+        fault_tolerance = sys.modules.get("applications.fault_tolerance")
+        if fault_tolerance and isinstance(interrupt, fault_tolerance.RunCompleteInterrupt):
+            # a rerun would start a new run
+            hint = " once the outputs were written: the run is complete, nothing to resume"
         print(f"\n{PROG}: interrupted{hint}", file=sys.stderr)
         return 130
 
 
-# Failures to create or write an output folder that the user can fix (a path through a
-# file, no permission): one line like the other user errors, not a traceback.
+# User errors: one line, exit code 2. CommandLineError covers the checks of the user's
+# input (InputError, a ValueError, for a bad argument value or data file); the others
+# are failures to read or create a path that the user can fix (no such file, a path
+# through a file, no permission). Any other exception, a plain ValueError too, is a
+# bug: it ends the command with its traceback (every ValueError was one line, which
+# hid the traceback of internal errors).
 _USER_ERRORS = (
-    CommandLineError, FileNotFoundError, ValueError,
+    CommandLineError, FileNotFoundError,
     FileExistsError, NotADirectoryError, IsADirectoryError, PermissionError,
 )
 # The options that name a folder the command creates and writes into.

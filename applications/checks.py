@@ -1,22 +1,25 @@
 """Argument checks shared by the applications' Python functions (data generators, loaders).
 
-Each returns the normalised value or raises ``ValueError`` quoting
-``Received: name=value``, the format the library's layers use; :func:`require_model`
+Each returns the normalised value or raises ``applications.errors.InputError`` (a
+``ValueError``; one line on the command line) quoting ``Received: name=value``, the
+format the library's layers use; :func:`require_model`
 refuses a saved model of another application with a one-line ``CommandLineError``.
 """
 
 import numbers
 import os
 
+from applications.errors import InputError
+
 
 def integer_at_least(name, value, minimum):
     """``value`` as an int if it is an integer (Python or numpy, not a bool) >= ``minimum``.
 
     Raises:
-        ValueError: ``"`name` must be an integer >= minimum. Received: name=value"``.
+        InputError (a ValueError): ``"`name` must be an integer >= minimum. Received: name=value"``.
     """
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(f"`{name}` must be an integer >= {minimum}. Received: {name}={value!r}")
+        raise InputError(f"`{name}` must be an integer >= {minimum}. Received: {name}={value!r}")
     return int(value)
 
 

@@ -59,6 +59,7 @@ from keras import ops
 
 from applications import checks, plotting
 from applications.checks import integer_at_least
+from applications.errors import InputError
 from keras_capsules.layers import MACNetwork
 
 logger = logging.getLogger(__name__)
@@ -91,9 +92,9 @@ class PositionalEncoding(keras.layers.Layer):
     def __init__(self, mode="sincos", dim=32, **kwargs):
         super().__init__(**kwargs)
         if mode not in ("sincos", "linear"):
-            raise ValueError(f"`mode` must be 'sincos' or 'linear'. Received: mode={mode!r}")
+            raise InputError(f"`mode` must be 'sincos' or 'linear'. Received: mode={mode!r}")
         if isinstance(dim, bool) or not isinstance(dim, numbers.Integral) or dim < 4 or dim % 4:
-            raise ValueError(f"`dim` must be a positive multiple of 4. Received: dim={dim!r}")
+            raise InputError(f"`dim` must be a positive multiple of 4. Received: dim={dim!r}")
         self.mode = mode
         self.dim = int(dim)
 
@@ -147,7 +148,7 @@ def input_unit(tokens, vocabulary_size, embedding_dim=300, units=512, dropout=0.
     """
     # a numpy integer (e.g. from a search space) was refused as "not even": units=8
     if isinstance(units, bool) or not isinstance(units, numbers.Integral) or units < 2 or units % 2:
-        raise ValueError(
+        raise InputError(
             f"`units` must be an even integer >= 2 (a BiLSTM of units // 2 each way). Received: units={units!r}"
         )
     units = int(units)
@@ -295,18 +296,18 @@ def plot_attention(path, words, control_attention, read_attention, grid=None, im
     read_attention = np.asarray(read_attention, "float32")
     words = list(words)
     if read_attention.ndim != 2 or control_attention.ndim != 2 or len(read_attention) < 1:
-        raise ValueError(
+        raise InputError(
             "`control_attention` and `read_attention` must be [steps, n] arrays with at least one "
             f"step. Received shapes: {control_attention.shape} and {read_attention.shape}"
         )
     steps, cells = read_attention.shape
     if len(control_attention) != steps:
-        raise ValueError(
+        raise InputError(
             "`control_attention` and `read_attention` must have one row per step each. "
             f"Received shapes: {control_attention.shape} and {read_attention.shape}"
         )
     if len(words) > control_attention.shape[1]:
-        raise ValueError(
+        raise InputError(
             f"`words` must have at most one word per column of `control_attention` "
             f"({control_attention.shape[1]}). Received: {len(words)} words"
         )
@@ -316,11 +317,11 @@ def plot_attention(path, words, control_attention, read_attention, grid=None, im
             or len(grid) != 2
             or not all(isinstance(g, numbers.Integral) and not isinstance(g, bool) and g > 0 for g in grid)
         ):
-            raise ValueError(f"`grid` must be a pair (H, W) of positive integers. Received: grid={grid!r}")
+            raise InputError(f"`grid` must be a pair (H, W) of positive integers. Received: grid={grid!r}")
         if grid[0] * grid[1] != cells:
-            raise ValueError(f"grid {grid} does not hold {cells} cells")
+            raise InputError(f"grid {grid} does not hold {cells} cells")
     elif object_names is not None and len(object_names) != cells:
-        raise ValueError(
+        raise InputError(
             f"`object_names` must name the {cells} cells of `read_attention`. "
             f"Received: {len(object_names)} names"
         )
@@ -519,14 +520,14 @@ def make_dataset(features_path, image_index, tokens, labels, batch_size=64, shuf
     batch_size = integer_at_least("batch_size", batch_size, 1)
     image_index, tokens, labels = np.asarray(image_index), np.asarray(tokens), np.asarray(labels)
     if not len(image_index) == len(tokens) == len(labels):
-        raise ValueError(
+        raise InputError(
             "`image_index`, `tokens` and `labels` must hold one entry per question each. "
             f"Received: lengths {len(image_index)}, {len(tokens)} and {len(labels)}"
         )
     features = np.load(features_path, mmap_mode="r")
     if len(image_index) and not 0 <= image_index.min() <= image_index.max() < len(features):
         # a question table of another cache: was an IndexError inside tf.data in the middle of fit
-        raise ValueError(
+        raise InputError(
             f"`image_index` must index the {len(features)} images of {features_path}. "
             f"Received: image indices in [{image_index.min()}, {image_index.max()}]"
         )
@@ -564,7 +565,7 @@ def prepare(cache_dir, data_dir=None, splits=("train", "validation"), image_size
     # an empty tuple failed with an IndexError after the loop (tables[splits[0]]), a string
     # was read as the splits "t", "r", "a", ...
     if isinstance(splits, str) or not splits or not all(isinstance(s, str) for s in splits):
-        raise ValueError(
+        raise InputError(
             f"`splits` must be a sequence of at least one split name, e.g. ('train', 'validation'). "
             f"Received: splits={splits!r}"
         )
@@ -632,7 +633,7 @@ def first_questions(data, limit=None):
         return data
     if isinstance(limit, bool) or not isinstance(limit, numbers.Integral) or limit < 1:
         # a negative limit would silently drop the last questions (v[:-1])
-        raise ValueError(f"`limit` must be None or a positive integer. Received: limit={limit!r}")
+        raise InputError(f"`limit` must be None or a positive integer. Received: limit={limit!r}")
     return {
         key: {k: v if k == "features_path" else v[:limit] for k, v in value.items()}
         if key in SPLITS else value

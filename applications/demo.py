@@ -29,6 +29,7 @@ import numpy as np
 
 from applications import distribute, fault_tolerance, plotting
 from applications.mnist_digits import load_idx_digits
+from applications.errors import InputError
 from keras_capsules.layers import EMRouting
 
 DESCRIPTION = "two-layer EM-routing capsule network on digits (no download needed)"
@@ -132,7 +133,7 @@ def make_datasets(images, labels, batch_size, test_fraction=TEST_FRACTION, seed=
     n_test = int(round(len(images) * test_fraction))
     if n_test < 1 or n_test >= len(images):
         # Keras fails later on an empty split with "not enough values to unpack".
-        raise ValueError(
+        raise InputError(
             f"{len(images)} example(s) are too few for a train/test split (test_fraction="
             f"{test_fraction}): both parts need at least one; use more data (e.g. a larger --limit)"
         )

@@ -33,7 +33,7 @@ import json
 import numbers
 import os
 
-from applications.errors import StrategyError
+from applications.errors import InputError, StrategyError
 
 STRATEGIES = ("default", "mirrored", "multiworker", "tpu")
 
@@ -60,7 +60,7 @@ def set_intra_op_threads(threads):
     if threads is None:
         return True
     if isinstance(threads, bool) or not isinstance(threads, numbers.Integral) or threads < 0:
-        raise ValueError(f"`threads` must be a non-negative integer (0: all cores). Received: threads={threads!r}")
+        raise InputError(f"`threads` must be a non-negative integer (0: all cores). Received: threads={threads!r}")
     threads = int(threads)  # np.int64 was refused
     import tensorflow as tf
 
@@ -146,7 +146,7 @@ def global_batch_size(per_replica_batch_size, strategy):
     # int() silently truncated 8.5 to 8, and 0 or -2 failed later inside tf.data.
     if isinstance(per_replica_batch_size, bool) or not isinstance(per_replica_batch_size, numbers.Integral) \
             or per_replica_batch_size < 1:
-        raise ValueError(
+        raise InputError(
             "`per_replica_batch_size` must be a positive integer. "
             f"Received: per_replica_batch_size={per_replica_batch_size!r}"
         )

@@ -40,7 +40,10 @@
   :func:`logged_history` reads it back for the run's plots and summaries.
 * :class:`KeepBestWeights` keeps the weights of the best epoch (lowest validation
   loss) and, given the backup folder, persists them beside the backup so that a
-  resumed run still knows the best epoch from before the crash.
+  resumed run still knows the best epoch from before the crash (also when the
+  backup is older than the last improvement, as with ``--save-freq N``).
+  :class:`ResumableReduceLROnPlateau` keeps ``ReduceLROnPlateau``'s patience,
+  best value and cooldown beside the backup in the same way.
 * :func:`atomic_write`'s temporary files name their process
   (``.tmp-PID@HOST-<name>``); a write removes the leftovers that processes of this
   host which died mid-write left for the same file.
@@ -48,17 +51,19 @@
   that stops training in the middle of an epoch until the process is killed.
 """
 
+import contextlib
 import errno
 import json
 import numbers
 import os
+import re
 import socket
 import time
 
 import keras
 import numpy as np
 
-from applications.errors import CommandLineError
+from applications.errors import CommandLineError, InputError
 
 BACKUP_DIR = "backup"
 HISTORY_CSV = "history.csv"
@@ -412,45 +417,150 @@ class KeepBestWeights(keras.callbacks.Callback):
     After ``fit``, ``weights`` holds them (None if no epoch reported ``monitor``),
     ``best`` the value and ``best_epoch`` the epoch. With ``backup_dir`` (the folder
     of the run's :class:`AtomicBackupAndRestore`) every improvement is also written
-    atomically to ``backup_dir/best.npz``, and a resumed run starts from the best
-    epoch before its backup's, not from scratch. Put it before the backup callback,
-    so that an epoch's best is on disk before the backup that says it is done.
+    atomically to ``backup_dir/best-<epoch>.npz``, and a run resumed at epoch ``r``
+    (the backup's epoch) starts from the best of the epochs before ``r``, with its
+    weights, not from scratch. Put it before the backup callback, so that an
+    epoch's best is on disk before the backup that says it is done.
+
+    The backup may be older than the last improvement (``--save-freq N``: the last
+    mid-epoch backup can precede the end of several epochs; or a crash between an
+    epoch's best and its backup), and the resumed run trains those epochs again: so
+    the improvements made since the backup's epoch are kept, each in its file, beside
+    the last one before it (older ones are deleted), and a resume takes the last one
+    before its epoch (those of the epochs it trains again are deleted). Files go with
+    the backup (:func:`finish_run`). A ``best.npz`` of the single-file format before
+    this one is read as well.
     """
 
-    FILE = "best.npz"
+    FILE = "best.npz"  # the single file of earlier versions (read, never written)
+    _NAME = re.compile(r"best-(\d+)\.npz")
 
     def __init__(self, monitor="val_loss", backup_dir=None):
         super().__init__()
         self.monitor, self.backup_dir = monitor, backup_dir
         self.best, self.best_epoch, self.weights = float("inf"), None, None
 
+    def _saved(self):
+        """``{epoch: path}`` of the bests saved in ``backup_dir``."""
+        saved = {}
+        try:
+            names = os.listdir(self.backup_dir)
+        except OSError:
+            return saved
+        for name in names:
+            match = self._NAME.fullmatch(name)
+            if match:
+                saved[int(match.group(1))] = os.path.join(self.backup_dir, name)
+        legacy = os.path.join(self.backup_dir, self.FILE)
+        if self.FILE in names:
+            try:
+                with np.load(legacy) as old:
+                    saved.setdefault(int(old["epoch"]), legacy)
+            except (OSError, ValueError, KeyError):
+                pass
+        return saved
+
     def on_train_begin(self, logs=None):
         self.best, self.best_epoch, self.weights = float("inf"), None, None
         if self.backup_dir is None:
             return
-        path = os.path.join(self.backup_dir, self.FILE)
-        resumed_at = backup_epoch(self.backup_dir)
-        if not resumed_at or not os.path.exists(path):
-            return
-        with np.load(path) as saved:
-            epoch = int(saved["epoch"])
-            if epoch < resumed_at:  # else an epoch that the resumed run trains again
-                self.best, self.best_epoch = float(saved["value"]), epoch
-                self.weights = [saved[f"w{i}"] for i in range(int(saved["count"]))]
+        resumed_at = backup_epoch(self.backup_dir)  # 0: a new run, whose bests so far are a crashed start's
+        saved = self._saved()
+        for epoch, path in saved.items():
+            if epoch >= resumed_at:  # an epoch that this run trains again
+                _remove(path)
+        before = [epoch for epoch in saved if epoch < resumed_at]
+        if before:
+            with np.load(saved[max(before)]) as best:
+                self.best, self.best_epoch = float(best["value"]), int(best["epoch"])
+                self.weights = [best[f"w{i}"] for i in range(int(best["count"]))]
 
     def on_epoch_end(self, epoch, logs=None):
         value = (logs or {}).get(self.monitor)
         if value is None or not float(value) < self.best:
             return
         self.best, self.best_epoch, self.weights = float(value), int(epoch), self.model.get_weights()
-        if self.backup_dir is not None:
-            arrays = {f"w{i}": w for i, w in enumerate(self.weights)}
+        if self.backup_dir is None:
+            return
+        arrays = {f"w{i}": w for i, w in enumerate(self.weights)}
 
-            def write(tmp):
-                with open(tmp, "wb") as f:
-                    np.savez(f, epoch=epoch, value=self.best, count=len(self.weights), **arrays)
+        def write(tmp):
+            with open(tmp, "wb") as f:
+                np.savez(f, epoch=epoch, value=self.best, count=len(self.weights), **arrays)
 
-            atomic_write(os.path.join(self.backup_dir, self.FILE), write)
+        atomic_write(os.path.join(self.backup_dir, f"best-{int(epoch)}.npz"), write)
+        # A resume at the backup's epoch (or later) needs the last best before it and those since.
+        backed_up = backup_epoch(self.backup_dir)
+        saved = self._saved()
+        needed = [e for e in saved if e < backed_up]
+        for old, path in saved.items():
+            if old < backed_up and old != max(needed):
+                _remove(path)
+
+
+def _remove(path):
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
+
+
+class ResumableReduceLROnPlateau(keras.callbacks.ReduceLROnPlateau):
+    """``keras.callbacks.ReduceLROnPlateau`` whose state survives a resume.
+
+    Keras' callback keeps the epochs waited without improvement, the best value and
+    the cooldown left in memory only, and resets them when training begins: a
+    resumed run started its patience again (the learning rate itself, an optimizer
+    variable, was restored by the backup). With ``backup_dir`` (the folder of the
+    run's :class:`AtomicBackupAndRestore`) this one writes that state at every
+    epoch's end, atomically, to ``backup_dir/reduce_lr_on_plateau.json`` (one entry
+    per epoch of the run), and a run resumed at epoch ``r`` (the backup's epoch,
+    also that of a mid-epoch backup of ``--save-freq N``) starts from the state
+    epoch ``r - 1`` ended with: the learning rate drops at the epochs of an
+    uninterrupted run. The file goes with the backup (:func:`finish_run`). Put it
+    before the backup callback, so that an epoch's state is on disk before the
+    backup that says the epoch is done.
+
+    Args:
+        *args, **kwargs: those of ``keras.callbacks.ReduceLROnPlateau``.
+        backup_dir: the run's backup folder; None: Keras' behaviour (nothing saved).
+    """
+
+    FILE = "reduce_lr_on_plateau.json"
+
+    def __init__(self, *args, backup_dir=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.backup_dir = backup_dir
+        self._states = {}  # str(epoch) -> the state that epoch ended with
+
+    def on_train_begin(self, logs=None):
+        super().on_train_begin(logs)  # Keras resets the state
+        self._states = {}
+        resumed_at = backup_epoch(self.backup_dir) if self.backup_dir is not None else 0
+        if not resumed_at:
+            return
+        try:
+            with open(os.path.join(self.backup_dir, self.FILE)) as f:
+                saved = json.load(f)
+        except (OSError, ValueError):  # no state saved (e.g. a backup of an older version)
+            return
+        # entries of the epochs the resumed run trains again are dropped
+        self._states = {k: v for k, v in saved.items() if k.isdigit() and int(k) < resumed_at}
+        state = self._states.get(str(resumed_at - 1))
+        if state is not None:
+            self.wait = int(state["wait"])
+            self.cooldown_counter = int(state["cooldown_counter"])
+            self.best = float(state["best"])
+
+    def on_epoch_end(self, epoch, logs=None):
+        super().on_epoch_end(epoch, logs)
+        if self.backup_dir is None:
+            return
+        self._states = {k: v for k, v in self._states.items() if int(k) < epoch}
+        self._states[str(epoch)] = {
+            "wait": int(self.wait), "cooldown_counter": int(self.cooldown_counter), "best": float(self.best),
+        }
+        write_json_atomically(self._states, os.path.join(self.backup_dir, self.FILE))
 
 
 class _RunHistoryCSV(keras.callbacks.CSVLogger):
@@ -528,7 +638,7 @@ def resumable_callbacks(run_dir, save_freq="epoch"):
     if save_freq != "epoch" and (
         isinstance(save_freq, bool) or not isinstance(save_freq, numbers.Integral) or save_freq < 1
     ):
-        raise ValueError(f"`save_freq` must be 'epoch' or a positive number of steps. Received: save_freq={save_freq!r}")
+        raise InputError(f"`save_freq` must be 'epoch' or a positive number of steps. Received: save_freq={save_freq!r}")
     save_freq = save_freq if save_freq == "epoch" else int(save_freq)
     return [
         AtomicBackupAndRestore(os.path.join(run_dir, BACKUP_DIR), save_freq=save_freq, delete_checkpoint=False),
@@ -540,7 +650,34 @@ def _backups(callbacks):
     return [c for c in callbacks or () if isinstance(c, AtomicBackupAndRestore)]
 
 
-def finish_run(callbacks):
+class RunCompleteInterrupt(KeyboardInterrupt):
+    """Ctrl-C during :func:`finish_run` of a complete run: its outputs are written and
+    its backup is deleted; there is nothing to resume (a rerun starts a new run)."""
+
+
+@contextlib.contextmanager
+def _held_interrupts():
+    """Holds Ctrl-C (SIGINT) back until the block ends; yields a list that then holds
+    the signals that came meanwhile. Outside the main thread (where no signal handler
+    can be set) nothing is held."""
+    import signal
+    import threading
+
+    held, installed, previous = [], False, None
+    if threading.current_thread() is threading.main_thread():
+        try:
+            previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+            installed = True
+        except (ValueError, OSError):  # e.g. an interpreter that does not let Python handle signals
+            pass
+    try:
+        yield held
+    finally:
+        if installed:  # None: a handler not set from Python; Python's own is the closest
+            signal.signal(signal.SIGINT, signal.default_int_handler if previous is None else previous)
+
+
+def finish_run(callbacks, complete=True):
     """Ends the run of ``callbacks``: deletes the backup of each
     :class:`AtomicBackupAndRestore` among them (see :meth:`AtomicBackupAndRestore.finish`).
 
@@ -548,9 +685,27 @@ def finish_run(callbacks):
     a crash before that point leaves the backup, and rerunning finishes the run from
     it without training; after it, a rerun in the same run directory starts afresh.
     ``callbacks`` may hold other callbacks (ignored) or be empty or None.
+
+    The finish is not cut short by Ctrl-C: a SIGINT that comes meanwhile is held back
+    until the backups are gone (in the main thread; elsewhere a KeyboardInterrupt may
+    still stop it, which leaves the backup whole or renamed away, never half
+    deleted), then raised: as :class:`RunCompleteInterrupt` when ``complete`` (the
+    default: the run's outputs are all written, so the command line does not say
+    that a rerun resumes, which would start a new run), else as a plain
+    ``KeyboardInterrupt`` (``complete=False``: outputs that a rerun still completes
+    follow, as for a member of a music ensemble).
     """
-    for backup in _backups(callbacks):
-        backup.finish()
+    try:
+        with _held_interrupts() as held:
+            for backup in _backups(callbacks):
+                backup.finish()
+    except KeyboardInterrupt as interrupt:  # not held back (outside the main thread)
+        if complete and not isinstance(interrupt, RunCompleteInterrupt):
+            raise RunCompleteInterrupt(*interrupt.args) from interrupt
+        raise
+    if held:
+        raise RunCompleteInterrupt("interrupted while the finished run's backup was deleted") if complete \
+            else KeyboardInterrupt()
 
 
 def resume_epoch(callbacks, epochs=None):

@@ -10,7 +10,7 @@ import pathlib
 
 import numpy as np
 
-from applications.errors import DataNotFoundError
+from applications.errors import DataNotFoundError, InputError
 
 MNIST_FILES = ("{prefix}-images-idx3-ubyte.gz", "{prefix}-labels-idx1-ubyte.gz")
 #: IDX magic numbers (big-endian int32): unsigned bytes, 3 dimensions (images) or 1 (labels)
@@ -29,21 +29,21 @@ def _read_idx(path, magic, dims):
         with gzip.open(path) as f:
             data = f.read()
     except (OSError, EOFError) as error:
-        raise ValueError(f"{path} is not a readable gzipped IDX file: {error}") from None
+        raise InputError(f"{path} is not a readable gzipped IDX file: {error}") from None
     header = 4 * (1 + dims)
     found_magic = int(np.frombuffer(data, ">i4", count=1)[0]) if len(data) >= 4 else None
     if found_magic != magic:
         found = "none" if found_magic is None else f"{found_magic:#010x}"
-        raise ValueError(
+        raise InputError(
             f"{path} is not an IDX file of {dims}-dimensional unsigned bytes "
             f"(magic number {found}, expected {magic:#010x})"
         )
     if len(data) < header:
-        raise ValueError(f"{path} is too short for an IDX header ({len(data)} bytes)")
+        raise InputError(f"{path} is too short for an IDX header ({len(data)} bytes)")
     shape = [int(v) for v in np.frombuffer(data, ">i4", count=dims, offset=4)]
     size = int(np.prod(shape))
     if len(data) - header != size:
-        raise ValueError(
+        raise InputError(
             f"{path} announces shape {tuple(shape)} ({size} bytes) but holds {len(data) - header} bytes"
         )
     return np.frombuffer(data, np.uint8, offset=header).reshape(shape)
@@ -77,11 +77,11 @@ def load_idx_digits(data_dir, prefix="t10k"):
             )
     images = _read_idx(images_path, IMAGES_MAGIC, 3)
     if images.shape[1:] != (28, 28):
-        raise ValueError(f"{images_path} holds images of shape {images.shape[1:]}, expected (28, 28)")
+        raise InputError(f"{images_path} holds images of shape {images.shape[1:]}, expected (28, 28)")
     images = images[..., None]
     labels = _read_idx(labels_path, LABELS_MAGIC, 1)
     if len(images) != len(labels):
-        raise ValueError(f"{images_path} holds {len(images)} images but {labels_path} {len(labels)} labels")
+        raise InputError(f"{images_path} holds {len(images)} images but {labels_path} {len(labels)} labels")
     return images.astype("float32") / 255.0, labels.astype("int32")
 
 
@@ -92,12 +92,12 @@ def check_digits(digits, labels):
     if digits.ndim == 4 and digits.shape[-1] == 1:
         digits = digits[..., 0]
     if digits.ndim != 3 or len(digits) == 0 or len(digits) != len(np.asarray(labels)):
-        raise ValueError(
+        raise InputError(
             "`digits` must be [n, height, width] images (n >= 1) with as many `labels`. "
             f"Received: digits shape={digits.shape}, labels shape={np.shape(labels)}"
         )
     if not (np.all(digits >= 0) and np.all(digits <= 1)):
-        raise ValueError(
+        raise InputError(
             "`digits` must hold intensities in [0, 1] (divide uint8 images by 255). "
             f"Received: values in [{np.nanmin(digits)}, {np.nanmax(digits)}]"
             + (" and NaN" if np.isnan(digits).any() else "")
@@ -109,7 +109,7 @@ def check_digits(digits, labels):
         np.issubdtype(labels.dtype, np.integer)
         or (np.issubdtype(labels.dtype, np.floating) and np.all(np.mod(labels, 1) == 0))
     ):
-        raise ValueError(
+        raise InputError(
             "`labels` must be one integer class per digit, shape [n] (not one-hot). "
             f"Received: labels shape={labels.shape}, dtype={labels.dtype}"
         )

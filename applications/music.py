@@ -37,6 +37,7 @@ from keras import ops
 
 from applications import checks, plotting
 from applications.checks import integer_at_least
+from applications.errors import InputError
 from keras_capsules.layers import RLadder, level_spec
 
 LOWEST_KEY = 21  # A0, MIDI 21: the piano's first key
@@ -74,7 +75,7 @@ def load_chorales(path=None):
         data = json.load(f)
     missing = [s for s in SPLITS if s not in data]
     if missing:
-        raise ValueError(f"{path} lacks the splits {missing}; expected keys {SPLITS}")
+        raise InputError(f"{path} lacks the splits {missing}; expected keys {SPLITS}")
     return {s: data[s] for s in SPLITS}
 
 
@@ -96,7 +97,7 @@ def piano_roll(chorale):
         for pitch in pitches:
             key = int(pitch) - LOWEST_KEY
             if not 0 <= key < NUM_KEYS:
-                raise ValueError(f"MIDI pitch {pitch} at step {t} is outside the piano (21..108)")
+                raise InputError(f"MIDI pitch {pitch} at step {t} is outside the piano (21..108)")
             roll[t, key] = 1.0
     return roll
 
@@ -104,16 +105,16 @@ def piano_roll(chorale):
 def pad_rolls(rolls, steps=None):
     """Zero-pads rolls to ``steps`` (default: the longest): ``(rolls [n, steps, 88], mask [n, steps])``."""
     if len(rolls) == 0:
-        raise ValueError("`rolls` must hold at least one roll. Received: no rolls")
+        raise InputError("`rolls` must hold at least one roll. Received: no rolls")
     bad = [np.shape(r) for r in rolls if np.ndim(r) != 2 or np.shape(r)[-1] != NUM_KEYS]
     if bad:
-        raise ValueError(f"every roll must have shape [steps, {NUM_KEYS}]. Received: a roll of shape {bad[0]}")
+        raise InputError(f"every roll must have shape [steps, {NUM_KEYS}]. Received: a roll of shape {bad[0]}")
     if steps is not None:
         steps = integer_at_least("steps", steps, 1)
     lengths = [len(r) for r in rolls]
     steps = max(lengths) if steps is None else steps
     if max(lengths) > steps:
-        raise ValueError(f"a roll has {max(lengths)} steps, more than steps={steps}")
+        raise InputError(f"a roll has {max(lengths)} steps, more than steps={steps}")
     out = np.zeros((len(rolls), steps, NUM_KEYS), "float32")
     mask = np.zeros((len(rolls), steps), "float32")
     for i, roll in enumerate(rolls):
@@ -155,7 +156,7 @@ def windows(inputs, targets, mask, window):
 
 def _check_transpose(transpose):
     if isinstance(transpose, bool) or not isinstance(transpose, (int, np.integer)) or not 0 <= transpose < NUM_KEYS:
-        raise ValueError(
+        raise InputError(
             f"`transpose` must be an integer number of semitones in [0, {NUM_KEYS - 1}] (0: no "
             f"transposition). Received: transpose={transpose!r}"
         )
@@ -168,11 +169,11 @@ def transpose_roll(roll, semitones):
     Raises ValueError if a sounding note would leave the keyboard.
     """
     if isinstance(semitones, bool) or not isinstance(semitones, (int, np.integer)):
-        raise ValueError(f"`semitones` must be an integer. Received: semitones={semitones!r}")
+        raise InputError(f"`semitones` must be an integer. Received: semitones={semitones!r}")
     roll = np.asarray(roll)
     keys = np.flatnonzero(roll.reshape(-1, roll.shape[-1]).max(axis=0))
     if len(keys) and not (0 <= keys[0] + semitones and keys[-1] + semitones < NUM_KEYS):
-        raise ValueError(
+        raise InputError(
             f"transposing by {semitones} semitones moves the keys {LOWEST_KEY + keys[0]}.."
             f"{LOWEST_KEY + keys[-1]} off the piano (21..108). Received: semitones={semitones}"
         )
@@ -319,7 +320,7 @@ class KeyNADE(keras.layers.Layer):
     def __init__(self, hidden_units=64, kernel_initializer="glorot_uniform", output_initializer="zeros", **kwargs):
         super().__init__(**kwargs)
         if isinstance(hidden_units, bool) or not isinstance(hidden_units, (int, np.integer)) or hidden_units < 1:
-            raise ValueError(f"`hidden_units` must be a positive integer. Received: hidden_units={hidden_units!r}")
+            raise InputError(f"`hidden_units` must be a positive integer. Received: hidden_units={hidden_units!r}")
         self.hidden_units = int(hidden_units)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.output_initializer = keras.initializers.get(output_initializer)
@@ -422,7 +423,7 @@ def build_model(
         ``targets[:, t, :j]``); ``make_dataset(..., targets_as_input=True)`` feeds it.
     """
     if readout not in READOUTS:
-        raise ValueError(f"`readout` must be one of {READOUTS}. Received: readout={readout!r}")
+        raise InputError(f"`readout` must be one of {READOUTS}. Received: readout={readout!r}")
     rolls = keras.Input((steps, NUM_KEYS), name="rolls")
     x = rolls
     if input_dropout:
@@ -465,7 +466,7 @@ def key_log_odds(rolls, prior=1.0):
     """Log-odds of every key sounding at a step of ``rolls``, ``[88]`` (``prior``
     pseudo-steps with and without the key keep unseen keys finite)."""
     if isinstance(prior, bool) or not isinstance(prior, numbers.Real) or not 0 < prior < np.inf:
-        raise ValueError(f"`prior` must be a positive, finite number. Received: prior={prior!r}")
+        raise InputError(f"`prior` must be a positive, finite number. Received: prior={prior!r}")
     on = np.zeros(NUM_KEYS) + sum(np.asarray(r).sum(axis=0) for r in rolls)
     steps = sum(len(r) for r in rolls)
     return np.log((on + prior) / (steps - on + prior)).astype("float32")
@@ -484,11 +485,11 @@ def compile_model(model, learning_rate=1e-3, clipnorm=1.0, weight_decay=0.0, ema
             ``train`` validates and keeps that average.
     """
     if isinstance(weight_decay, bool) or not isinstance(weight_decay, (int, float)) or not 0 <= weight_decay < np.inf:
-        raise ValueError(f"`weight_decay` must be a non-negative, finite number. Received: weight_decay={weight_decay!r}")
+        raise InputError(f"`weight_decay` must be a non-negative, finite number. Received: weight_decay={weight_decay!r}")
     if ema_momentum is not None and (
         isinstance(ema_momentum, bool) or not isinstance(ema_momentum, (int, float)) or not 0 <= ema_momentum < 1
     ):
-        raise ValueError(f"`ema_momentum` must be None or in [0, 1). Received: ema_momentum={ema_momentum!r}")
+        raise InputError(f"`ema_momentum` must be None or in [0, 1). Received: ema_momentum={ema_momentum!r}")
     ema = dict(use_ema=ema_momentum is not None, ema_momentum=0.99 if ema_momentum is None else ema_momentum)
     if weight_decay:
         optimizer = keras.optimizers.AdamW(learning_rate, weight_decay=weight_decay, clipnorm=clipnorm, **ema)
@@ -564,7 +565,7 @@ def _log_mean_exp(a):
 # ------------------------------------------------------------------------- sampling
 def _check_temperature(temperature):
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0:
-        raise ValueError(f"`temperature` must be a positive number. Received: temperature={temperature!r}")
+        raise InputError(f"`temperature` must be a positive number. Received: temperature={temperature!r}")
     return float(temperature)
 
 
@@ -655,14 +656,14 @@ def sample(model, steps, num_samples=1, seed=0, temperature=1.0, primer=None):
     """
     for name, value in (("steps", steps), ("num_samples", num_samples)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
+            raise InputError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
     temperature = _check_temperature(temperature)
     if primer is not None:
         primer = np.asarray(primer, "float32")
         if primer.ndim == 2:
             primer = np.broadcast_to(primer, (num_samples,) + primer.shape)
         if primer.ndim != 3 or primer.shape[0] != num_samples or primer.shape[2] != NUM_KEYS:
-            raise ValueError(
+            raise InputError(
                 f"`primer` must be a [primer_steps, {NUM_KEYS}] roll or [num_samples, primer_steps, "
                 f"{NUM_KEYS}] rolls. Received: primer shape={primer.shape}"
             )
@@ -697,7 +698,7 @@ def plot_piano_roll(rolls, path, title=None):
     if rolls.ndim == 2:
         rolls = rolls[None]
     if rolls.ndim != 3 or rolls.shape[-1] != NUM_KEYS or rolls.shape[1] < 1 or rolls.shape[0] < 1:
-        raise ValueError(f"`rolls` must have shape [steps, {NUM_KEYS}] or [n, steps, {NUM_KEYS}] with steps >= 1. "
+        raise InputError(f"`rolls` must have shape [steps, {NUM_KEYS}] or [n, steps, {NUM_KEYS}] with steps >= 1. "
                          f"Received: rolls shape={rolls.shape}")
     n, steps = rolls.shape[:2]
     fig, axes = plotting.subplots(n, 1, figsize=(min(2.0 + 0.12 * steps, 16.0), 2.6 * n + 0.4), squeeze=False)
@@ -784,9 +785,12 @@ def train(
 
     With the backup callbacks of ``fault_tolerance.resumable_callbacks`` among
     ``callbacks`` (as the command line passes them), the best epoch so far is kept
-    beside each member's backup (``fault_tolerance.KeepBestWeights``), so a resumed
-    member still keeps its best epoch from before the crash, ``history.png`` shows every
-    epoch of ``history.csv`` and ``epochs_run`` counts the epochs before the resume too.
+    beside each member's backup (``fault_tolerance.KeepBestWeights``), and so is the
+    state of ``reduce_lr_patience``'s plateau detection (epochs waited, best loss,
+    cooldown: ``fault_tolerance.ResumableReduceLROnPlateau``): a resumed member still
+    keeps its best epoch from before the crash and lowers its learning rate at the
+    epochs of an uninterrupted run; ``history.png`` shows every epoch of
+    ``history.csv`` and ``epochs_run`` counts the epochs before the resume too.
     A member's backup is deleted (``fault_tolerance.finish_run``) once the member is
     saved and listed in ``members.json``; until then a rerun finishes it from there.
 
@@ -806,22 +810,22 @@ def train(
     if reduce_lr_patience is not None and (
         isinstance(reduce_lr_patience, bool) or not isinstance(reduce_lr_patience, int) or reduce_lr_patience < 1
     ):
-        raise ValueError(
+        raise InputError(
             f"`reduce_lr_patience` must be None or a positive integer. Received: reduce_lr_patience={reduce_lr_patience!r}"
         )
     if isinstance(sample_steps, bool) or not isinstance(sample_steps, int) or sample_steps < 0:
-        raise ValueError(f"`sample_steps` must be a non-negative integer. Received: sample_steps={sample_steps!r}")
+        raise InputError(f"`sample_steps` must be a non-negative integer. Received: sample_steps={sample_steps!r}")
     if isinstance(ensemble, bool) or not isinstance(ensemble, int) or ensemble < 1:
-        raise ValueError(f"`ensemble` must be a positive integer. Received: ensemble={ensemble!r}")
+        raise InputError(f"`ensemble` must be a positive integer. Received: ensemble={ensemble!r}")
     if isinstance(reduce_lr_factor, bool) or not isinstance(reduce_lr_factor, (int, float)) or not 0 < reduce_lr_factor < 1:
-        raise ValueError(f"`reduce_lr_factor` must be in (0, 1). Received: reduce_lr_factor={reduce_lr_factor!r}")
+        raise InputError(f"`reduce_lr_factor` must be in (0, 1). Received: reduce_lr_factor={reduce_lr_factor!r}")
     # checked before anything is written (an empty list failed later with ZeroDivisionError)
     readouts = [readout] if isinstance(readout, str) else list(readout)
     if not readouts or any(kind not in READOUTS for kind in readouts):
-        raise ValueError(f"`readout` must be one of {READOUTS} or a list of them. Received: readout={readout!r}")
+        raise InputError(f"`readout` must be one of {READOUTS} or a list of them. Received: readout={readout!r}")
     encoders = [encoder] if isinstance(encoder, str) else list(encoder)
     if not encoders:
-        raise ValueError(f"`encoder` must be an encoder kind or a non-empty list of them. Received: encoder={encoder!r}")
+        raise InputError(f"`encoder` must be an encoder kind or a non-empty list of them. Received: encoder={encoder!r}")
     keras.utils.set_random_seed(seed)
     os.makedirs(run_dir, exist_ok=True)
     import tensorflow as tf
@@ -887,11 +891,15 @@ def train(
         # With EMA the average is swapped into the model for validation and at each epoch's
         # end (so the best weights kept are its), and swapped out again for training.
         extra = [keras.callbacks.SwapEMAWeights(swap_on_epoch=True)] if ema_momentum is not None else []
-        if reduce_lr_patience is not None:
-            extra.append(keras.callbacks.ReduceLROnPlateau("val_loss", reduce_lr_factor, reduce_lr_patience,
-                                                           verbose=verbose))
         user = list(callbacks(member) if callable(callbacks) else callbacks)
         backup = next((c for c in user if isinstance(c, fault_tolerance.AtomicBackupAndRestore)), None)
+        if reduce_lr_patience is not None:
+            # its patience, best loss and cooldown are kept beside the backup: a resumed
+            # run started them again
+            extra.append(fault_tolerance.ResumableReduceLROnPlateau(
+                "val_loss", reduce_lr_factor, reduce_lr_patience, verbose=verbose,
+                backup_dir=backup.backup_dir if backup else None,
+            ))
         # Beside the member's backup, the best epoch survives a crash: a resumed run kept
         # the best epoch after the crash only.
         best = fault_tolerance.KeepBestWeights("val_loss", backup.backup_dir if backup else None)
@@ -922,8 +930,8 @@ def train(
         fault_tolerance.write_json_atomically(
             {"config": progress["config"], "finished": progress["finished"]}, progress["path"]
         )
-        # members.json now loads the saved member on a rerun: its backup (and best.npz) goes
-        fault_tolerance.finish_run(user)
+        # members.json now loads the saved member on a rerun: its backup (and its best epochs) goes
+        fault_tolerance.finish_run(user, complete=False)  # the run goes on: a rerun resumes it
         if ensemble > 1 and verbose:
             print(f"member {member}: valid NLL per step {nll_per_step(model, rolls['valid']):.3f}, "
                   f"ensemble of {member + 1}: {nll_per_step(models, rolls['valid']):.3f}", flush=True)
@@ -998,7 +1006,7 @@ def evaluate(model_path, data_path=None, split="test", limit=None, batch_size=32
     import tensorflow as tf
 
     if isinstance(sample_steps, bool) or not isinstance(sample_steps, int) or sample_steps < 0:
-        raise ValueError(f"`sample_steps` must be a non-negative integer. Received: sample_steps={sample_steps!r}")
+        raise InputError(f"`sample_steps` must be a non-negative integer. Received: sample_steps={sample_steps!r}")
     if not os.path.exists(model_path):
         raise FileNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
     strategy = strategy or tf.distribute.get_strategy()

@@ -53,6 +53,7 @@ from keras import ops
 from applications import checks, plotting
 from applications.checks import integer_at_least
 from applications.mnist_digits import check_digits
+from applications.errors import InputError
 from keras_capsules.layers import RLadder, level_spec
 
 FRAME_SIZE = 32
@@ -81,7 +82,7 @@ def load_digits(source="idx", data_dir=None, split="test"):
 
         if split not in ("train", "test"):
             # any other split (e.g. "validation") silently read the training files
-            raise ValueError(f"`split` must be 'train' or 'test' for IDX files. Received: split={split!r}")
+            raise InputError(f"`split` must be 'train' or 'test' for IDX files. Received: split={split!r}")
         prefix = "t10k" if split == "test" else "train"
         images, labels = load_idx_digits(data_dir or default_data_dir(), prefix=prefix)
         return images[..., 0], labels
@@ -92,7 +93,7 @@ def load_digits(source="idx", data_dir=None, split="test"):
 
         ds = tfds.as_numpy(require_prepared("mnist", data_dir).as_dataset(split=split, batch_size=-1))
         return ds["image"][..., 0].astype("float32") / 255.0, ds["label"].astype("int32")
-    raise ValueError(f"`source` must be 'idx' or 'tfds'. Received: source={source!r}")
+    raise InputError(f"`source` must be 'idx' or 'tfds'. Received: source={source!r}")
 
 
 def downscale(digits, size=DIGIT_SIZE):
@@ -101,10 +102,10 @@ def downscale(digits, size=DIGIT_SIZE):
     digits = np.asarray(digits, "float32")
     if digits.ndim != 3 or digits.shape[1] != digits.shape[2]:
         # non-square digits failed in numpy's reshape ("cannot reshape array of size ...")
-        raise ValueError(f"`digits` must be square images [n, side, side]. Received: shape={digits.shape}")
+        raise InputError(f"`digits` must be square images [n, side, side]. Received: shape={digits.shape}")
     factor = digits.shape[1] // size
     if factor * size != digits.shape[1]:
-        raise ValueError(f"size={size} must divide the digit size {digits.shape[1]}")
+        raise InputError(f"size={size} must divide the digit size {digits.shape[1]}")
     n = len(digits)
     return digits.reshape(n, size, factor, size, factor).mean(axis=(2, 4))
 
@@ -112,7 +113,7 @@ def downscale(digits, size=DIGIT_SIZE):
 def _check_bars(bar_width, bar_spacing):
     """Bars narrower than their spacing: wider ones covered every column (the digit was never seen)."""
     if bar_width >= bar_spacing:
-        raise ValueError(
+        raise InputError(
             "`bar_width` must be smaller than `bar_spacing` (else the bars cover every column). "
             f"Received: bar_width={bar_width}, bar_spacing={bar_spacing}"
         )
@@ -160,10 +161,10 @@ def _check_affine(options):
     if options is None:
         options = {}
     if not isinstance(options, dict):
-        raise ValueError(f"`affine` options must be a dict or None. Received: affine={options!r}")
+        raise InputError(f"`affine` options must be a dict or None. Received: affine={options!r}")
     unknown = sorted(set(options) - set(AFFINE_DEFAULTS))
     if unknown:
-        raise ValueError(
+        raise InputError(
             f"Unknown affine augmentation option(s) {unknown}; expected some of "
             f"{sorted(AFFINE_DEFAULTS)}. Received: affine={options!r}"
         )
@@ -172,14 +173,14 @@ def _check_affine(options):
         if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not (
             np.isfinite(value) and value >= 0
         ):
-            raise ValueError(f"`{key}` must be a finite number >= 0. Received: {key}={value!r}")
+            raise InputError(f"`{key}` must be a finite number >= 0. Received: {key}={value!r}")
     if merged["rotation"] >= 90 or merged["shear"] >= 60:
-        raise ValueError(
+        raise InputError(
             "`rotation` must be below 90 degrees and `shear` below 60 degrees. "
             f"Received: rotation={merged['rotation']!r}, shear={merged['shear']!r}"
         )
     if merged["scale"] >= 1:
-        raise ValueError(
+        raise InputError(
             f"`scale` must be below 1 (factors 1 - scale .. 1 + scale). Received: scale={merged['scale']!r}"
         )
     return {k: float(v) for k, v in merged.items()}
@@ -213,7 +214,7 @@ def augment_digits(digits, seed=0, rotation=15.0, scale=0.1, shear=10.0, shift=2
     options = _check_affine({"rotation": rotation, "scale": scale, "shear": shear, "shift": shift})
     digits = np.asarray(digits, "float32")
     if digits.ndim != 3:
-        raise ValueError(f"`digits` must have shape [n, height, width]. Received: shape={digits.shape}")
+        raise InputError(f"`digits` must have shape [n, height, width]. Received: shape={digits.shape}")
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     n, height, width = digits.shape
     angle = np.deg2rad(rng.uniform(-options["rotation"], options["rotation"], n))
@@ -311,13 +312,13 @@ def generate(
     _check_bars(bar_width, bar_spacing)
     if isinstance(bar_value, bool) or not isinstance(bar_value, numbers.Real) or not 0 <= bar_value <= 1:
         # frames are intensities in [0, 1]: bar_value=255 made bars of 255 (and NaN, NaN bars)
-        raise ValueError(f"`bar_value` must be a number in [0, 1]. Received: bar_value={bar_value!r}")
+        raise InputError(f"`bar_value` must be a number in [0, 1]. Received: bar_value={bar_value!r}")
     rng = np.random.default_rng(seed)
     options = None if affine is None else _check_affine(affine)
     digits = check_digits(digits, labels)
     limit = frame_size - digit_size
     if limit < 0:
-        raise ValueError(f"`frame_size` must be at least the digit's size ({digit_size}). "
+        raise InputError(f"`frame_size` must be at least the digit's size ({digit_size}). "
                          f"Received: frame_size={frame_size}")
     index = rng.integers(0, len(digits), num_sequences)
     starts = rng.integers(0, limit + 1, (num_sequences, 2))
@@ -385,14 +386,14 @@ AUGMENTS = (None, "fresh", "affine")
 
 def _check_variant(variant):
     if variant not in VARIANTS:
-        raise ValueError(f"`variant` must be one of {VARIANTS}. Received: variant={variant!r}")
+        raise InputError(f"`variant` must be one of {VARIANTS}. Received: variant={variant!r}")
 
 
 def _check_augment(augment, affine):
     if augment not in AUGMENTS:
-        raise ValueError(f"`augment` must be one of {AUGMENTS}. Received: augment={augment!r}")
+        raise InputError(f"`augment` must be one of {AUGMENTS}. Received: augment={augment!r}")
     if affine is not None and augment != "affine":
-        raise ValueError(f"`affine` options need augment='affine'. Received: augment={augment!r}, affine={affine!r}")
+        raise InputError(f"`affine` options need augment='affine'. Received: augment={augment!r}, affine={affine!r}")
     return _check_affine(affine) if augment == "affine" else None
 
 
@@ -474,18 +475,18 @@ def make_training_dataset(
 def _check_conv_options(conv_encoder, conv_normalization):
     """Validates the two options and resolves ``conv_normalization="auto"``."""
     if conv_encoder not in CONV_ENCODERS:
-        raise ValueError(
+        raise InputError(
             f"`conv_encoder` must be one of {CONV_ENCODERS}. Received: conv_encoder={conv_encoder!r}"
         )
     if conv_normalization not in CONV_NORMALIZATIONS:
-        raise ValueError(
+        raise InputError(
             f"`conv_normalization` must be one of {CONV_NORMALIZATIONS}. "
             f"Received: conv_normalization={conv_normalization!r}"
         )
     if conv_normalization == "auto":
         return "instance" if conv_encoder == "conv" else None
     if conv_normalization is not None and conv_encoder != "conv":
-        raise ValueError(
+        raise InputError(
             "`conv_normalization` needs conv_encoder='conv'. "
             f"Received: conv_encoder={conv_encoder!r}, conv_normalization={conv_normalization!r}"
         )
@@ -587,7 +588,7 @@ def build_model(
     dense_units = integer_at_least("dense_units", dense_units, 1)
     num_classes = integer_at_least("num_classes", num_classes, 2)
     if isinstance(conv_units, (str, bytes)) or not isinstance(conv_units, (list, tuple)) or not conv_units:
-        raise ValueError(
+        raise InputError(
             f"`conv_units` must be a non-empty list of channel counts. Received: conv_units={conv_units!r}"
         )
     conv_units = tuple(integer_at_least("conv_units", u, 1) for u in conv_units)
@@ -663,11 +664,11 @@ def compile_model(
         The compiled ``model``.
     """
     if not isinstance(jit_compile, bool):
-        raise ValueError(f"`jit_compile` must be True or False. Received: jit_compile={jit_compile!r}")
+        raise InputError(f"`jit_compile` must be True or False. Received: jit_compile={jit_compile!r}")
     if classify not in CLASSIFY:
-        raise ValueError(f"`classify` must be one of {CLASSIFY}. Received: classify={classify!r}")
+        raise InputError(f"`classify` must be one of {CLASSIFY}. Received: classify={classify!r}")
     if frame_loss not in ("bce", "mse"):  # was checked only for models with next frames (not the baselines)
-        raise ValueError(f"`frame_loss` must be 'bce' or 'mse'. Received: frame_loss={frame_loss!r}")
+        raise InputError(f"`frame_loss` must be 'bce' or 'mse'. Received: frame_loss={frame_loss!r}")
     # a NaN frame_weight made the loss NaN; a negative one (or learning rate) trained uphill
     _finite_number("learning_rate", learning_rate, positive=True)
     _finite_number("frame_weight", frame_weight, positive=False)
@@ -700,7 +701,7 @@ def _finite_number(name, value, positive):
         or (positive and value == 0)
     ):
         what = "> 0" if positive else ">= 0"
-        raise ValueError(f"`{name}` must be a finite number {what}. Received: {name}={value!r}")
+        raise InputError(f"`{name}` must be a finite number {what}. Received: {name}={value!r}")
     return float(value)
 
 
@@ -932,14 +933,14 @@ def plot_predictions(model, frames, path, labels=None, num_sequences=3, batch_si
     if frames.ndim == 4:
         frames = frames[..., None]
     if frames.ndim != 5 or frames.shape[-1] != 1 or len(frames) == 0:
-        raise ValueError(f"`frames` must have shape [n, T, S, S, 1] or [n, T, S, S] with n >= 1. "
+        raise InputError(f"`frames` must have shape [n, T, S, S, 1] or [n, T, S, S] with n >= 1. "
                          f"Received: frames shape={frames.shape}")
     count = min(plotting.positive_count("num_sequences", num_sequences), len(frames))
     frames = frames[:count]
     if labels is not None:
         labels = np.asarray(labels).reshape(-1)
         if len(labels) < count:
-            raise ValueError(f"`labels` must hold a label for each of the {count} sequences drawn. "
+            raise InputError(f"`labels` must hold a label for each of the {count} sequences drawn. "
                              f"Received: labels shape={labels.shape}")
     out = model.predict(frames, batch_size=batch_size, verbose=0)
     steps_probs = np.asarray(out["digit_steps"], "float32")  # [b, T, classes]

@@ -26,6 +26,7 @@ import sys
 import numpy as np
 
 from applications import fault_tolerance
+from applications.errors import InputError
 
 
 def subplots(nrows=1, ncols=1, *, figsize=None, dpi=None, **kwargs):
@@ -69,7 +70,7 @@ def positive_count(name, value):
         ValueError: ``"`name` must be a positive integer. Received: name=value"``.
     """
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
+        raise InputError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
     return int(value)
 
 

@@ -40,6 +40,7 @@ from keras import ops
 
 from applications import checks, plotting
 from applications import training as train_utils
+from applications.errors import InputError
 from keras_capsules.layers import EMRouting
 from keras_capsules.optimizers import RAdam, one_cycle_schedule
 
@@ -281,10 +282,10 @@ def train(
     if steps_per_epoch is None:
         n_train = int(train_examples.cardinality())
         if n_train < 0:
-            raise ValueError("The size of the training split is unknown: pass `steps_per_epoch`.")
+            raise InputError("The size of the training split is unknown: pass `steps_per_epoch`.")
         steps_per_epoch = n_train // batch_size
         if steps_per_epoch < 1:  # fit would loop forever on the repeated dataset
-            raise ValueError(
+            raise InputError(
                 f"the smallNORB training split ({n_train} examples) is smaller than one batch of "
                 f"{batch_size}: lower the batch size or pass `steps_per_epoch` (--steps-per-epoch)"
             )
@@ -385,7 +386,7 @@ def viewpoint_sequence(examples, vary="azimuth", instance=None, category=None, e
         ``(pairs [n, S, S, 2], values [n])`` sorted by the varying label.
     """
     if vary not in ("azimuth", "elevation"):
-        raise ValueError(f"`vary` must be 'azimuth' or 'elevation'. Received: vary={vary!r}")
+        raise InputError(f"`vary` must be 'azimuth' or 'elevation'. Received: vary={vary!r}")
     fixed = {"label_lighting": lighting}
     fixed["label_elevation" if vary == "azimuth" else "label_azimuth"] = (
         elevation if vary == "azimuth" else azimuth

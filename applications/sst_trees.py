@@ -26,6 +26,8 @@ import re
 
 import numpy as np
 
+from applications.errors import InputError
+
 SPLITS = ("train", "dev", "test")
 GRANULARITIES = ("5", "2")
 _BLANKS = re.compile("[ \t\r\n]+")
@@ -80,8 +82,9 @@ class Tree:
         return " ".join(self.tokens)
 
 
-class TreeSyntaxError(ValueError):
-    """A line of a tree file is not a well-formed labelled tree."""
+class TreeSyntaxError(InputError):
+    """A line of a tree file is not a well-formed labelled tree (a ``ValueError``; one
+    line on the command line, like every ``applications.errors.InputError``)."""
 
 
 def _lex(line):
@@ -161,7 +164,7 @@ def parse_tree(line, unescape=True):
 def split_path(data_dir, split):
     """Path of a split's tree file, with clear errors for a wrong directory or split."""
     if split not in SPLITS:
-        raise ValueError(f"`split` must be one of {SPLITS}. Received: split={split!r}")
+        raise InputError(f"`split` must be one of {SPLITS}. Received: split={split!r}")
     data_dir = os.fspath(data_dir)
     if not os.path.isdir(data_dir):
         raise FileNotFoundError(
@@ -228,7 +231,7 @@ def _check_granularity(granularity):
     """``granularity`` as the string ``"5"`` or ``"2"`` (the ints 5 and 2 are accepted too)."""
     text = str(granularity)
     if isinstance(granularity, bool) or text not in GRANULARITIES:
-        raise ValueError(
+        raise InputError(
             f"`granularity` must be '5' (SST-5) or '2' (SST-2). Received: granularity={granularity!r}"
         )
     return text

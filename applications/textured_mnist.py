@@ -58,6 +58,7 @@ from keras import ops
 from applications import checks, plotting
 from applications.checks import integer_at_least
 from applications.mnist_digits import check_digits
+from applications.errors import InputError
 from keras_capsules.layers import RTagger, level_spec
 from keras_capsules.losses import MixtureNLL
 from keras_capsules.metrics import adjusted_mutual_info
@@ -102,13 +103,13 @@ def texture(kind, rng, size=IMAGE_SIZE, levels=None, style="binary"):
     ``rng`` are the same for both styles.
     """
     if style not in TEXTURE_STYLES:
-        raise ValueError(f"`style` must be one of {TEXTURE_STYLES}. Received: style={style!r}")
+        raise InputError(f"`style` must be one of {TEXTURE_STYLES}. Received: style={style!r}")
     smooth = style == "smooth"
     if levels is not None:
         pair = np.asarray(levels)
         # levels such as (0, 255) gave a texture outside [0, 1] silently
         if pair.shape != (2,) or not np.issubdtype(pair.dtype, np.number) or not np.all((pair >= 0) & (pair <= 1)):
-            raise ValueError(f"`levels` must be two intensities (low, high) in [0, 1]. Received: levels={levels!r}")
+            raise InputError(f"`levels` must be two intensities (low, high) in [0, 1]. Received: levels={levels!r}")
     low, high = texture_levels(rng) if levels is None else levels
     rows, cols = np.mgrid[0:size, 0:size].astype("float32")
     if kind == "stripes":
@@ -133,7 +134,7 @@ def texture(kind, rng, size=IMAGE_SIZE, levels=None, style="binary"):
         else:
             pattern = (np.kron(coarse, np.ones((blob, blob)))[:size, :size] > 0.5).astype("float32")
     else:
-        raise ValueError(f"`kind` must be one of {TEXTURE_KINDS}. Received: kind={kind!r}")
+        raise InputError(f"`kind` must be one of {TEXTURE_KINDS}. Received: kind={kind!r}")
     return (low + (high - low) * pattern).astype("float32")
 
 
@@ -159,7 +160,7 @@ def texture_bank(bank_size=8):
         with :func:`bank_texture`.
     """
     if isinstance(bank_size, bool) or not isinstance(bank_size, numbers.Integral) or bank_size < 2:
-        raise ValueError(f"`bank_size` must be an integer of at least 2. Received: bank_size={bank_size!r}")
+        raise InputError(f"`bank_size` must be an integer of at least 2. Received: bank_size={bank_size!r}")
     index = np.arange(bank_size)
     return np.pi * index / bank_size, np.asarray(BANK_PERIODS)[index % len(BANK_PERIODS)]
 
@@ -167,9 +168,9 @@ def texture_bank(bank_size=8):
 def bank_texture(angle, period, phase=0.0, size=IMAGE_SIZE, style="binary"):
     """A ``[size, size]`` float32 grating in [0, 1] (see :func:`texture_bank`)."""
     if style not in TEXTURE_STYLES:  # any other value (e.g. "smoth") drew a binary grating
-        raise ValueError(f"`style` must be one of {TEXTURE_STYLES}. Received: style={style!r}")
+        raise InputError(f"`style` must be one of {TEXTURE_STYLES}. Received: style={style!r}")
     if isinstance(period, bool) or not isinstance(period, numbers.Real) or not 0 < period < np.inf:
-        raise ValueError(f"`period` must be a positive, finite number. Received: period={period!r}")
+        raise InputError(f"`period` must be a positive, finite number. Received: period={period!r}")
     rows, cols = np.mgrid[0:size, 0:size].astype("float32")
     wave = np.sin(2 * np.pi * (rows * np.sin(angle) + cols * np.cos(angle)) / period + phase)
     return (0.5 + 0.5 * wave if style == "smooth" else (wave > 0)).astype("float32")
@@ -229,21 +230,21 @@ def generate(digits, labels, num_images, seed=0, threshold=0.5, size=IMAGE_SIZE,
     """
     num_images = integer_at_least("num_images", num_images, 0)
     if isinstance(mean_gap, bool) or not isinstance(mean_gap, numbers.Real) or not 0 <= mean_gap <= 0.5:
-        raise ValueError(f"`mean_gap` must be a number in [0, 0.5]. Received: mean_gap={mean_gap!r}")
+        raise InputError(f"`mean_gap` must be a number in [0, 0.5]. Received: mean_gap={mean_gap!r}")
     if style not in TEXTURE_STYLES:
-        raise ValueError(f"`style` must be one of {TEXTURE_STYLES}. Received: style={style!r}")
+        raise InputError(f"`style` must be one of {TEXTURE_STYLES}. Received: style={style!r}")
     if texture_set not in TEXTURE_SETS:
-        raise ValueError(f"`texture_set` must be one of {TEXTURE_SETS}. Received: texture_set={texture_set!r}")
+        raise InputError(f"`texture_set` must be one of {TEXTURE_SETS}. Received: texture_set={texture_set!r}")
     if texture_set == "fixed":
         angles, periods = texture_bank(bank_size)
         if mean_gap:
-            raise ValueError(f"`mean_gap` needs texture_set='random'. Received: mean_gap={mean_gap!r}")
+            raise InputError(f"`mean_gap` needs texture_set='random'. Received: mean_gap={mean_gap!r}")
     if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real) or not 0 <= threshold < 1:
-        raise ValueError(f"`threshold` must be a number in [0, 1). Received: threshold={threshold!r}")
+        raise InputError(f"`threshold` must be a number in [0, 1). Received: threshold={threshold!r}")
     rng = np.random.default_rng(seed)
     digits = check_digits(digits, labels)
     if digits.shape[1:] != (size, size):
-        raise ValueError(
+        raise InputError(
             f"`size` must be the digits' size (the textures fill the digit images). "
             f"Received: size={size!r}, digits shape={digits.shape}"
         )
@@ -282,7 +283,7 @@ def make_dataset(data, n_iters, batch_size=32, num_classes=None, shuffle=False, 
         labels = np.asarray(data["labels"])
         if len(labels) and not 0 <= labels.min() <= labels.max() < num_classes:
             # was a "Graph execution error" of SparseSoftmaxCrossEntropyWithLogits inside fit
-            raise ValueError(
+            raise InputError(
                 f"`data` holds labels in [{labels.min()}, {labels.max()}], outside the {num_classes} classes "
                 f"[0, {num_classes}). Received: num_classes={num_classes}"
             )
@@ -302,7 +303,7 @@ class GaussianCorruption(keras.layers.Layer):
     def __init__(self, stddev, seed=None, **kwargs):
         super().__init__(**kwargs)
         if isinstance(stddev, bool) or not isinstance(stddev, numbers.Real) or not 0 <= stddev < np.inf:
-            raise ValueError(f"`stddev` must be a finite number >= 0. Received: stddev={stddev!r}")
+            raise InputError(f"`stddev` must be a finite number >= 0. Received: stddev={stddev!r}")
         self.stddev = float(stddev)
         self.seed = seed
         self.seed_generator = keras.random.SeedGenerator(seed)
@@ -395,7 +396,7 @@ def build_model(
         if head_input == "mask_and_share":
             head_in = keras.layers.Concatenate(name="mask_and_share")([pi, shares])
         if head_in is None:
-            raise ValueError(
+            raise InputError(
                 "`head_input` must be 'share', 'mask' or 'mask_and_share'. "
                 f"Received: head_input={head_input!r}"
             )
@@ -415,7 +416,7 @@ def build_model(
                 (n_iters, n_groups, image_size * image_size * width), name="flat"
             )(head_in)
         else:
-            raise ValueError(f"`head_type` must be 'dense' or 'conv'. Received: head_type={head_type!r}")
+            raise InputError(f"`head_type` must be 'dense' or 'conv'. Received: head_type={head_type!r}")
         hidden = keras.layers.Dense(head_units, activation="relu", name="head_hidden")(flat)
         logits = keras.layers.Dense(num_classes, name="head_logits")(hidden)
         summed = SumGroups(name="sum_groups")(logits)
@@ -491,14 +492,14 @@ def plot_segmentation(model, images, path, segmentation=None, num_images=4, batc
     if images.ndim == 3:
         images = images[..., None]
     if images.ndim != 4 or images.shape[-1] != 1 or len(images) == 0:
-        raise ValueError(f"`images` must have shape [n, H, W, 1] or [n, H, W] with n >= 1. "
+        raise InputError(f"`images` must have shape [n, H, W, 1] or [n, H, W] with n >= 1. "
                          f"Received: images shape={images.shape}")
     count = min(plotting.positive_count("num_images", num_images), len(images))
     images = images[:count]
     if segmentation is not None:
         segmentation = np.asarray(segmentation)
         if segmentation.ndim != 3 or segmentation.shape[1:] != images.shape[1:3] or len(segmentation) < count:
-            raise ValueError(f"`segmentation` must have shape [n, H, W] matching the images {images.shape[:3]}. "
+            raise InputError(f"`segmentation` must have shape [n, H, W] matching the images {images.shape[:3]}. "
                              f"Received: segmentation shape={segmentation.shape}")
         segmentation = segmentation[:count]
     out = model.predict(images, batch_size=batch_size, verbose=0)
@@ -610,7 +611,9 @@ def train(
     ``texture_shift`` choose the images (see :func:`make_images`).
 
     Returns:
-        A dict with the per-iteration test AMI (and error), the parameter count and paths.
+        A dict with the per-iteration test AMI (and error), the parameter count, the
+        paths, ``epochs_run`` (the epochs of the whole run, those before a resume too:
+        ``fault_tolerance.epochs_run``) and ``resumed_from_epoch`` (0 for a fresh run).
     """
     import tensorflow as tf
 
@@ -663,7 +666,7 @@ def train(
     result = {
         **evaluate_iterations(model, test_data),
         "parameters": int(model.count_params()),
-        "epochs_run": len(history.history.get("loss", [])),
+        "epochs_run": fault_tolerance.epochs_run(history, callbacks),  # those before a resume too
         "resumed_from_epoch": next(
             (c.restored_epoch for c in callbacks if isinstance(c, fault_tolerance.AtomicBackupAndRestore)), 0
         ),

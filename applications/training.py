@@ -8,6 +8,7 @@ import keras
 import tensorflow as tf
 
 from applications import fault_tolerance
+from applications.errors import InputError
 
 
 def _sample_beta(seed, shape, alpha):
@@ -57,7 +58,7 @@ def mixup(dataset, alpha=0.2, seed=None, num_classes=None, per_example=True):
     # numbers.Real: an np.float32 alpha was refused as not a number.
     if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not 0 < alpha < math.inf:
         # alpha=inf would mix every pair into NaN.
-        raise ValueError(f"`alpha` must be a finite positive number. Received: alpha={alpha!r}")
+        raise InputError(f"`alpha` must be a finite positive number. Received: alpha={alpha!r}")
     # Without rerandomize_each_iteration every epoch repeated the first one's weights and
     # permutations (seed or not); with it, a seeded run is still reproducible.
     seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).batch(2, drop_remainder=True)
@@ -104,12 +105,12 @@ def pad_and_random_crop(image, padding, size, seed=None):
     # A too large size failed inside tf.image with "Need value.shape >= size, got ...".
     for arg, value, least in (("padding", padding, 0), ("size", size, 1)):
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
-            raise ValueError(f"`{arg}` must be an integer >= {least}. Received: {arg}={value!r}")
+            raise InputError(f"`{arg}` must be an integer >= {least}. Received: {arg}={value!r}")
     image = tf.convert_to_tensor(image)
     if image.shape.rank is not None and image.shape.rank != 3:
         raise ValueError(f"`image` must be [height, width, channels]. Received: image shape={image.shape}")
     if any(dim is not None and size > dim + 2 * padding for dim in image.shape[:2]):
-        raise ValueError(
+        raise InputError(
             f"`size` must be at most the padded image's height and width. Received: size={size}, "
             f"padding={padding}, image shape={image.shape}"
         )
@@ -148,7 +149,7 @@ def spread_steps(steps, epochs):
         any(isinstance(v, bool) or not isinstance(v, numbers.Integral) for v in (steps, epochs))
         or not steps >= epochs >= 1
     ):
-        raise ValueError(
+        raise InputError(
             f"`steps` and `epochs` must be integers with steps >= epochs >= 1. Received: steps={steps!r}, "
             f"epochs={epochs!r}"
         )

@@ -24,7 +24,7 @@ import os
 import keras_tuner
 
 from applications import fault_tolerance
-from applications.errors import CommandLineError
+from applications.errors import CommandLineError, InputError
 
 TUNERS = ("hyperband", "bayesian", "random")
 
@@ -59,7 +59,7 @@ def make_tuner(kind, hypermodel, directory, project_name, max_trials, epochs=3, 
     elif kind == "random":
         tuner = keras_tuner.RandomSearch(hypermodel, max_trials=max_trials, **common)
     else:
-        raise ValueError(f"unknown tuner {kind!r}; choose from {', '.join(TUNERS)}")
+        raise InputError(f"unknown tuner {kind!r}; choose from {', '.join(TUNERS)}")
     return tuner
 
 

@@ -16,6 +16,7 @@ objective is the test split's accuracy (``--validation-steps`` batches of it).
 """
 
 from applications import smallnorb, tfds_data
+from applications.errors import InputError
 from tuning.base import DatasetHyperModel
 
 
@@ -49,7 +50,7 @@ class SmallNORBHyperModel(DatasetHyperModel):
         test = smallnorb.load_split("test", self.data_dir, download=False)
         steps = self.steps_per_epoch or int(train.cardinality()) // self.batch_size
         if steps < 1:
-            raise ValueError("the smallNORB training split is unknown or smaller than a batch: "
+            raise InputError("the smallNORB training split is unknown or smaller than a batch: "
                              "pass --steps-per-epoch")
         return train, test, steps
 

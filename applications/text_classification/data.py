@@ -34,6 +34,7 @@ import numpy as np
 import tensorflow as tf
 
 from applications.checks import integer_at_least
+from applications.errors import InputError
 
 MAX_LENGTH = 5000
 PAD_ID = 0
@@ -101,7 +102,7 @@ def build_vocabulary(texts, max_size=None, min_count=1, max_length=MAX_LENGTH, b
         A list of words (Python ``str``), without the reserved padding / OOV entries.
     """
     if max_size is not None and (isinstance(max_size, bool) or int(max_size) < 3):
-        raise ValueError(f"`max_size` must be at least 3 (padding, OOV, one word). Received: max_size={max_size!r}")
+        raise InputError(f"`max_size` must be at least 3 (padding, OOV, one word). Received: max_size={max_size!r}")
     if isinstance(texts, tf.data.Dataset):
         dataset = texts
         if isinstance(dataset.element_spec, tuple):
@@ -174,7 +175,7 @@ def bucket_batches(dataset, batch_size, boundaries=DEFAULT_BOUNDARIES, drop_rema
     batch_size = integer_at_least("batch_size", batch_size, 1)
     boundaries = [int(b) for b in boundaries]
     if any(b2 <= b1 for b1, b2 in zip(boundaries, boundaries[1:])) or (boundaries and boundaries[0] < 1):
-        raise ValueError(f"`boundaries` must be increasing positive lengths. Received: boundaries={boundaries}")
+        raise InputError(f"`boundaries` must be increasing positive lengths. Received: boundaries={boundaries}")
     return dataset.bucket_by_sequence_length(
         element_length_func=lambda ids, label: tf.shape(ids)[0],
         bucket_boundaries=boundaries,
@@ -257,7 +258,7 @@ def with_cardinality(dataset):
 
 def _check_dataset(name):
     if name not in DATASETS:
-        raise ValueError(f"`dataset` must be one of {DATASETS}. Received: dataset={name!r}")
+        raise InputError(f"`dataset` must be one of {DATASETS}. Received: dataset={name!r}")
 
 
 def num_classes(name):
@@ -332,13 +333,13 @@ def load_split(name, split, data_dir=None, phrases=False, limit=None, download=F
     _check_dataset(name)
     if name in TFDS_DATASETS:
         if phrases:
-            raise ValueError(f"`phrases=True` exists for SST only. Received: dataset={name!r}")
+            raise InputError(f"`phrases=True` exists for SST only. Received: dataset={name!r}")
         ds = _tfds_split(name, split, data_dir, download)
     else:
         from applications import sst_trees
 
         if data_dir is None:
-            raise ValueError("SST needs `data_dir`, the folder of train.txt / dev.txt / test.txt")
+            raise InputError("SST needs `data_dir`, the folder of train.txt / dev.txt / test.txt")
         texts, labels = sst_trees.load_split(data_dir, split, SST_DATASETS[name], phrases=phrases)
         if limit is not None:
             texts, labels = texts[:limit], labels[:limit]

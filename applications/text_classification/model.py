@@ -42,6 +42,7 @@ from keras_capsules.layers import (
 from keras_capsules.losses import CapsuleLoss
 
 from applications.text_classification.projected_gru import ProjectedGRU
+from applications.errors import InputError
 
 ROUTINGS = ("kmeans", "dynamic", "linear")
 EMBEDDINGS = ("compositional", "standard")
@@ -51,12 +52,12 @@ SIMILARITIES = ("cosine", "dot")
 
 def _choice(name, value, choices):
     if value not in choices:
-        raise ValueError(f"`{name}` must be one of {choices}. Received: {name}={value!r}")
+        raise InputError(f"`{name}` must be one of {choices}. Received: {name}={value!r}")
 
 
 def _positive_int(name, value):
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
+        raise InputError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
 
 
 def check_arguments(**options):
@@ -82,14 +83,14 @@ def _check(routing, embedding, embedding_dim, num_codebooks, gru_units, dropout,
         or not isinstance(dropout, numbers.Real)
         or not 0 <= dropout < 1
     ):
-        raise ValueError(f"`dropout` must lie in [0, 1). Received: dropout={dropout!r}")
+        raise InputError(f"`dropout` must lie in [0, 1). Received: dropout={dropout!r}")
     for arg, value in (
         ("embedding_dim", embedding_dim), ("num_codebooks", num_codebooks), ("gru_units", gru_units),
         ("capsule_dim", capsule_dim), ("class_capsule_dim", class_capsule_dim), ("n_iters", n_iters),
     ):
         _positive_int(arg, value)
     if gru_units % capsule_dim:
-        raise ValueError(
+        raise InputError(
             f"`capsule_dim` must divide `gru_units` (the sentence vector is cut into capsules). "
             f"Received: gru_units={gru_units}, capsule_dim={capsule_dim}"
         )

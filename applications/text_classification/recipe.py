@@ -17,6 +17,7 @@ from applications import checks
 from applications.demo import plot_history, save_atomically
 from applications.text_classification import data as data_lib
 from applications.text_classification import model as model_lib
+from applications.errors import InputError
 
 
 def prepare_data(dataset="sst2", data_dir=None, batch_size=30, vocab_size=60000, max_length=data_lib.MAX_LENGTH,
@@ -195,7 +196,7 @@ def evaluate(model_path, dataset="sst2", data_dir=None, vocabulary_path=None, li
         model = checks.load_model(model_path)
     n_classes = data_lib.num_classes(dataset)
     if int(model.output.shape[-1]) != n_classes:
-        raise ValueError(f"the model has {model.output.shape[-1]} classes but {dataset} has {n_classes}: "
+        raise InputError(f"the model has {model.output.shape[-1]} classes but {dataset} has {n_classes}: "
                          "pass the --dataset it was trained on")
     loss, accuracy = model.evaluate(test, verbose=0)
     return {"test_accuracy": float(accuracy), "test_loss": float(loss), "model": model_path}

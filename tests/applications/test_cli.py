@@ -1,5 +1,6 @@
 """The command line: help for every command, one-line errors, bench, registry."""
 
+import numpy as np
 import pytest
 
 from applications import __main__ as cli
@@ -232,3 +233,34 @@ def test_registry_protocol_of_every_application():
             assert callable(getattr(module, attribute)), (name, attribute)
     with pytest.raises(KeyError, match="unknown application"):
         registry.load("nope")
+
+
+def test_an_internal_value_error_keeps_its_traceback(tmp_path, capsys, monkeypatch):
+    # Every ValueError was printed as one line "keras-capsules: error: ..." with exit
+    # code 2: a bug (a ValueError from deep inside Keras, numpy or our code) lost its
+    # traceback and looked like a mistake of the user.
+    monkeypatch.delenv("KERAS_CAPSULES_DEBUG", raising=False)
+
+    def broken_train(args, strategy):
+        raise ValueError("shapes (3,) and (4,) not aligned")
+
+    monkeypatch.setattr(demo, "run_train", broken_train)
+    with pytest.raises(ValueError, match="not aligned"):
+        cli.main(["train", "demo", "--quiet", "--run-dir", str(tmp_path / "run")])
+    assert "keras-capsules: error" not in capsys.readouterr().err
+
+
+def test_a_bad_input_value_error_is_one_line(tmp_path, capsys, monkeypatch):
+    # A check of the user's input raises InputError: a ValueError for Python callers,
+    # one line and exit code 2 on the command line.
+    from applications.errors import CommandLineError, InputError
+
+    monkeypatch.delenv("KERAS_CAPSULES_DEBUG", raising=False)
+    assert issubclass(InputError, ValueError) and issubclass(InputError, CommandLineError)
+    with pytest.raises(InputError, match="too few"):
+        demo.make_datasets(np.zeros((2, 8, 8, 1), "float32"), np.zeros(2, "int32"), 1)
+    argv = ["train", "demo", "--limit", "2", "--epochs", "1", "--quiet", "--run-dir", str(tmp_path / "run")]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("keras-capsules: error: 2 example(s) are too few") and err.count("\n") == 1, err
+    assert not (tmp_path / "run").exists()

@@ -510,3 +510,103 @@ def test_a_file_system_without_locks_trains_unlocked(tmp_path, monkeypatch):
     assert history.epoch == [0, 1]
     fault_tolerance.finish_run([backup])
     assert os.listdir(tmp_path) == []
+
+
+def _interrupt_each_finish(monkeypatch):
+    """Ctrl-C (a real SIGINT to this process) as each backup's ``finish`` begins."""
+    finish = fault_tolerance.AtomicBackupAndRestore.finish
+
+    def interrupted_finish(self):
+        os.kill(os.getpid(), signal.SIGINT)
+        finish(self)
+
+    monkeypatch.setattr(fault_tolerance.AtomicBackupAndRestore, "finish", interrupted_finish)
+
+
+def test_ctrl_c_during_finish_run_finishes_and_says_the_outputs_are_written(tmp_path, capsys, monkeypatch):
+    # A Ctrl-C in finish_run (the outputs written, the backup going) said "run the same
+    # command again to resume from the last backup": untrue, the run was complete (and
+    # with the backup renamed away a rerun trained a new run over its outputs).
+    from applications import __main__ as cli
+
+    monkeypatch.delenv("KERAS_CAPSULES_DEBUG", raising=False)
+    _interrupt_each_finish(monkeypatch)
+    run_dir = tmp_path / "run"
+    code = cli.main(["train", "--epochs", "1", "--limit", "40", "--batch-size", "16", "--run-dir", str(run_dir),
+                     "--quiet", *cli_helpers.TINY_MODEL])
+    err = capsys.readouterr().err
+    assert code == 130, err
+    assert "resume from" not in err and "the outputs were written" in err and "nothing to resume" in err, err
+    assert err.strip().count("\n") == 0, err
+    assert (run_dir / "model.keras").is_file() and (run_dir / "metrics.json").is_file()
+    assert not (run_dir / "backup").exists(), "the finish was not completed"
+    assert not [p for p in os.listdir(run_dir) if ".tmp-" in p]
+
+
+def test_ctrl_c_during_finish_run_completes_the_finish_then_interrupts(tmp_path, monkeypatch):
+    _dense_fit(tmp_path / "backup", epochs=2, delete_checkpoint=False)
+    _interrupt_each_finish(monkeypatch)
+    with pytest.raises(fault_tolerance.RunCompleteInterrupt):
+        fault_tolerance.finish_run(fault_tolerance.resumable_callbacks(str(tmp_path)))
+    assert os.listdir(tmp_path) == []  # finished: no backup, no half-deleted folder
+    # A run that is not complete when its backup goes (a member of a music ensemble):
+    # the interrupt is a plain one (the CLI's "run the same command again" is true).
+    _dense_fit(tmp_path / "backup", epochs=2, delete_checkpoint=False)
+    with pytest.raises(KeyboardInterrupt) as info:
+        fault_tolerance.finish_run(fault_tolerance.resumable_callbacks(str(tmp_path)), complete=False)
+    assert not isinstance(info.value, fault_tolerance.RunCompleteInterrupt)
+    assert os.listdir(tmp_path) == []
+    # The SIGINT handler is Python's again.
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_keep_best_weights_remembers_the_best_from_before_a_mid_epoch_backup(tmp_path):
+    # With --save-freq N the backup may be older than the last improvement: best.npz
+    # (the one best kept) then belonged to an epoch the resumed run trains again, was
+    # ignored, and the best epoch before it was forgotten with its weights.
+    backup_dir = tmp_path / "backup"
+    seen = {}
+
+    class ScriptedValidation(keras.callbacks.Callback):  # before KeepBestWeights
+        def __init__(self, losses):
+            super().__init__()
+            self.losses = losses
+
+        def on_epoch_end(self, epoch, logs=None):
+            logs["val_loss"] = self.losses[epoch]
+            seen.setdefault(epoch, self.model.get_weights())
+
+    def fit(losses, crash_at=None):
+        keras.utils.set_random_seed(0)
+        best = fault_tolerance.KeepBestWeights("val_loss", str(backup_dir))
+        # 4 steps per epoch, a backup every 6: the last one before the crash is epoch 1's
+        backup = fault_tolerance.AtomicBackupAndRestore(str(backup_dir), save_freq=6, delete_checkpoint=False)
+        extra = [cli_helpers.CrashAt(*crash_at)] if crash_at else []
+        rng = np.random.default_rng(0)
+        x, y = rng.normal(size=(32, 3)).astype("float32"), rng.normal(size=(32, 1)).astype("float32")
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+        model.compile("sgd", "mse")
+        model.fit(x, y, batch_size=8, epochs=4, verbose=0,
+                  callbacks=[ScriptedValidation(losses), best, backup, *extra])
+        return best
+
+    with pytest.raises(RuntimeError, match="simulated"):
+        fit([2.0, 1.0, 9.0, 9.0], crash_at=(2, 0))  # epoch 0 best, then epoch 1
+    assert fault_tolerance.backup_epoch(str(backup_dir)) == 1  # epoch 1 is trained again
+    bests = lambda: sorted(n for n in os.listdir(backup_dir) if n.startswith("best"))  # noqa: E731
+    assert bests() == ["best-0.npz", "best-1.npz"]  # the last best before the backup's epoch, and since
+    best = fit([None, 5.0, 3.0, 3.0])  # the retrained epoch 1 does worse
+    assert (best.best_epoch, best.best) == (0, 2.0)
+    assert bests() == ["best-0.npz"]  # epoch 1's went: the run trained it again
+    for got, want in zip(best.weights, seen[0], strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_keep_best_weights_reads_the_single_best_file_of_earlier_backups(tmp_path):
+    backup_dir = tmp_path / "backup"
+    backup_dir.mkdir()
+    fault_tolerance.write_json_atomically({"epoch": 2, "batch": -1}, str(backup_dir / "training_metadata.json"))
+    np.savez(backup_dir / "best.npz", epoch=1, value=0.5, count=1, w0=np.ones(3))
+    best = fault_tolerance.KeepBestWeights("val_loss", str(backup_dir))
+    best.on_train_begin()
+    assert (best.best_epoch, best.best) == (1, 0.5) and np.array_equal(best.weights[0], np.ones(3))

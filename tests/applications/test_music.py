@@ -792,7 +792,7 @@ def test_a_resumed_ensemble_loads_the_members_that_had_finished(tmp_path):
 
 
 def test_a_crash_after_a_members_fit_is_finished_without_training_it_again(tmp_path, monkeypatch):
-    # Member 1's backup (and its best epoch, best.npz) was deleted as soon as its fit
+    # Member 1's backup (and its best epoch, best-<epoch>.npz) was deleted as soon as its fit
     # ended: a crash before its model file was written trained it again from scratch.
     from applications import fault_tolerance
     from tests.applications import cli_helpers
@@ -808,7 +808,7 @@ def test_a_crash_after_a_members_fit_is_finished_without_training_it_again(tmp_p
 
     with pytest.raises(RuntimeError, match="simulated"):
         _small_run(run_dir, epochs=2, ensemble=2, callbacks=member_callbacks)
-    assert not (run_dir / "model_1.keras").exists() and (run_dir / "member_1" / "backup" / "best.npz").is_file()
+    assert not (run_dir / "model_1.keras").exists() and list((run_dir / "member_1" / "backup").glob("best-*.npz"))
     assert not (run_dir / "backup").exists(), "member 0, listed in members.json, needs no backup"
     monkeypatch.undo()
     counters.clear()
@@ -847,3 +847,40 @@ def test_a_resumed_run_with_a_moving_average_goes_on_from_the_trained_weights(tm
     assert any(not np.allclose(a, b) for a, b in zip(trained, average)), "the test needs an average != weights"
     for got, want in zip(resumed_trained + resumed_average, trained + average, strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("save_freq", ["epoch", 1])
+def test_a_resumed_run_keeps_the_patience_of_reduce_lr_on_plateau(save_freq, tmp_path, monkeypatch):
+    # ReduceLROnPlateau's state (epochs waited, best loss, cooldown) was not in the
+    # backup: a resumed run started its patience again from scratch, and lowered the
+    # learning rate later than the uninterrupted run would have.
+    from applications import fault_tolerance
+
+    scripted = [1.0, 2.0, 2.0, 2.0, 2.0, 2.0]  # no improvement after epoch 0: patience 2 halves at 2 and 4
+    rates = {}
+
+    class ScriptedValidation(keras.callbacks.Callback):  # stands in for TensorBoard, first in the list
+        def __init__(self, *args, **kwargs):
+            super().__init__()
+
+        def on_epoch_end(self, epoch, logs=None):
+            logs["val_loss"] = scripted[epoch]
+
+    class Record(keras.callbacks.Callback):  # after ReduceLROnPlateau: the rate the epoch ends with
+        def on_epoch_end(self, epoch, logs=None):
+            rates[epoch] = float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate))
+
+    monkeypatch.setattr(keras.callbacks, "TensorBoard", ScriptedValidation)
+    run_dir = tmp_path / "run"
+    options = dict(epochs=6, learning_rate=1e-3, reduce_lr_patience=2, reduce_lr_factor=0.5)
+
+    def callbacks(*extra):
+        return [*fault_tolerance.resumable_callbacks(str(run_dir), save_freq=save_freq), Record(), *extra]
+
+    with pytest.raises(RuntimeError, match="simulated"):
+        _small_run(run_dir, callbacks=callbacks(CrashAt(3)), **options)
+    assert sorted(rates) == [0, 1, 2]
+    _small_run(run_dir, callbacks=callbacks(), **options)
+    expected = [1e-3, 1e-3, 5e-4, 5e-4, 2.5e-4, 2.5e-4]  # those of an uninterrupted run
+    assert [rates[epoch] for epoch in range(6)] == pytest.approx(expected), rates
+    assert not (run_dir / "backup").exists()
