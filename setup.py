@@ -27,6 +27,10 @@ EXTRAS_REQUIRE = {
     "dev": [
         "pytest>=8",
         "pytest-timeout>=2.3",
+        # pytest.ini runs the suite in worker processes (-n auto; tests/conftest.py
+        # picks their number): each process keeps what TensorFlow traced, so one
+        # process slows down over the whole suite.
+        "pytest-xdist>=3.5",
         # The layers use keras.ops only: tests/test_backend_portability.py checks them on
         # the JAX backend too (in a subprocess). Pinned to a minor line: JAX 0.10 changed
         # what its ops accept (Keras Variables) and broke the Recurrent Ladder once.

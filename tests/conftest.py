@@ -30,6 +30,51 @@ if keras.backend.backend() == "tensorflow":  # KERAS_BACKEND=jax runs the tests 
     except RuntimeError:  # the runtime was initialised already (e.g. by a plugin)
         pass
 
+#: A worker's memory grows to about this over its share of the suite (TensorFlow keeps
+#: what every test traced; 5.5 GB after half of it in one process, measured).
+_WORKER_MEMORY = 6 * 2**30
+
+
+def pytest_xdist_auto_num_workers(config):
+    """The number of worker processes of ``-n auto`` (set in ``pytest.ini``).
+
+    One per CPU this process may use, at most one per 6 GB of memory, and none (the
+    tests run in this process) for one CPU, or when only test files or single tests
+    are named (``pytest tests/test_ops.py``, ``pytest tests/x.py::test_y``): starting
+    workers (each imports TensorFlow) costs more than it saves there. A folder, or
+    the whole suite, runs in parallel: one process slows down over the whole suite
+    (every model traced stays alive inside TensorFlow), two halve that and use both
+    cores of a CI machine. ``KERAS_CAPSULES_TEST_WORKERS=N`` sets the number (0: no
+    workers); ``-n N`` on the command line also overrides ``auto``.
+    """
+    configured = os.environ.get("KERAS_CAPSULES_TEST_WORKERS")
+    if configured is not None:
+        try:
+            workers = int(configured)
+        except ValueError:
+            raise pytest.UsageError(
+                f"KERAS_CAPSULES_TEST_WORKERS must be a whole number. Received: {configured!r}"
+            ) from None
+        if workers < 0:
+            raise pytest.UsageError(
+                f"KERAS_CAPSULES_TEST_WORKERS must be 0 or more. Received: {configured!r}"
+            )
+        return workers
+    named = [str(arg).split("::")[0] for arg in config.args]
+    if named and all(path.endswith(".py") for path in named):
+        return 0
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cpus = os.cpu_count() or 1
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        memory = _WORKER_MEMORY * cpus
+    workers = min(cpus, max(1, memory // _WORKER_MEMORY))
+    return workers if workers > 1 else 0
+
+
 def _find_shared():
     """``shared/`` beside the checkout (or beside a parent, e.g. from a git worktree)."""
     repo = pathlib.Path(__file__).resolve().parents[1]
