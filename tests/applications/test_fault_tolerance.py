@@ -611,3 +611,66 @@ def test_keep_best_weights_reads_the_single_best_file_of_earlier_backups(tmp_pat
     best = fault_tolerance.KeepBestWeights("val_loss", str(backup_dir))
     best.on_train_begin()
     assert (best.best_epoch, best.best) == (1, 0.5) and np.array_equal(best.weights[0], np.ones(3))
+
+
+def _fit_resumable(run_dir, epochs, extra=(), save_freq="epoch"):
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(32, 3)).astype("float32"), rng.normal(size=(32, 1)).astype("float32")
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    callbacks = fault_tolerance.resumable_callbacks(str(run_dir), save_freq=save_freq)
+    history = model.fit(x, y, batch_size=8, epochs=epochs, verbose=0, callbacks=[*callbacks, *extra],
+                        validation_data=(x, y))
+    return callbacks, history
+
+
+def _killed_after_the_backup_before_the_row(monkeypatch, at_epoch):
+    """The process dies (an exception in its place) after epoch ``at_epoch``'s backup
+    and before that epoch's row of history.csv is written."""
+    write_row = keras.callbacks.CSVLogger.on_epoch_end
+    seen = {}
+
+    def killed(self, epoch, logs=None):
+        seen[epoch] = dict(logs)
+        if epoch == at_epoch:
+            raise RuntimeError("killed between the backup and the history row (simulated)")
+        write_row(self, epoch, logs)
+
+    monkeypatch.setattr(keras.callbacks.CSVLogger, "on_epoch_end", killed)
+    return seen
+
+
+@pytest.mark.parametrize("at_epoch, save_freq", [(1, "epoch"), (3, "epoch"), (0, "epoch"), (1, 3)])
+def test_a_kill_between_an_epochs_backup_and_its_history_row_loses_no_row(tmp_path, monkeypatch, at_epoch,
+                                                                           save_freq):
+    # The backup of an epoch's end was written before its history.csv row: a SIGKILL in
+    # between resumed after that epoch, and its row was missing for good (history.csv,
+    # history.png and metrics.json's epochs_logged). At 3, the last epoch: the rerun
+    # trains nothing and still needs the row.
+    seen = _killed_after_the_backup_before_the_row(monkeypatch, at_epoch)
+    with pytest.raises(RuntimeError, match="simulated"):
+        _fit_resumable(tmp_path, epochs=4, save_freq=save_freq)
+    backed_up = fault_tolerance.backup_epoch(str(tmp_path / "backup"))
+    if save_freq == "epoch":
+        assert backed_up == at_epoch + 1
+    monkeypatch.undo()
+    callbacks, history = _fit_resumable(tmp_path, epochs=4, save_freq=save_freq)
+    assert history.epoch == list(range(backed_up, 4))
+    logged, epochs = fault_tolerance.read_history_csv(str(tmp_path / "history.csv"))
+    assert epochs == [0, 1, 2, 3]
+    for epoch in range(backed_up):  # the epochs of the first process, as they were logged
+        for key, value in seen[epoch].items():
+            assert logged[key][epoch] == pytest.approx(value, rel=0, abs=0), (epoch, key)
+    for i, epoch in enumerate(history.epoch):
+        assert logged["loss"][epoch] == pytest.approx(history.history["loss"][i], rel=0, abs=0)
+    # the file reads as one table: a header, then a row per epoch, each with every column
+    lines = (tmp_path / "history.csv").read_text().splitlines()
+    assert len(lines) == 5 and all(line.count(",") == lines[0].count(",") for line in lines)
+    # the rows of the first process's epochs (restored or not) are those CSVLogger writes
+    reference = keras.callbacks.CSVLogger(str(tmp_path / "reference.csv"))
+    reference.on_train_begin()
+    for epoch in range(backed_up):
+        reference.on_epoch_end(epoch, seen[epoch])
+    reference.on_train_end()
+    assert lines[: backed_up + 1] == (tmp_path / "reference.csv").read_text().splitlines()
+    fault_tolerance.finish_run(callbacks)
