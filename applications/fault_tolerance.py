@@ -481,7 +481,8 @@ class KeepBestWeights(keras.callbacks.Callback):
     epoch's best and its backup), and the resumed run trains those epochs again: so
     the improvements made since the backup's epoch are kept, each in its file, beside
     the last one before it (older ones are deleted), and a resume takes the last one
-    before its epoch (those of the epochs it trains again are deleted). Files go with
+    before its epoch (those of the epochs it trains again are deleted when its first
+    epoch begins: after the backup callback has taken the run's lock). Files go with
     the backup (:func:`finish_run`). A ``best.npz`` of the single-file format before
     this one is read as well.
     """
@@ -516,18 +517,26 @@ class KeepBestWeights(keras.callbacks.Callback):
 
     def on_train_begin(self, logs=None):
         self.best, self.best_epoch, self.weights = float("inf"), None, None
+        self._stale = []
         if self.backup_dir is None:
             return
         resumed_at = backup_epoch(self.backup_dir)  # 0: a new run, whose bests so far are a crashed start's
         saved = self._saved()
-        for epoch, path in saved.items():
-            if epoch >= resumed_at:  # an epoch that this run trains again
-                _remove(path)
+        # The bests of the epochs this run trains again go when its first epoch begins, once
+        # the backup callback holds the run's lock: deleted here (before that callback's
+        # train begin), a process then refused because another live process trains the run
+        # had deleted that run's bests since its last backup.
+        self._stale = [path for epoch, path in saved.items() if epoch >= resumed_at]
         before = [epoch for epoch in saved if epoch < resumed_at]
         if before:
             with np.load(saved[max(before)]) as best:
                 self.best, self.best_epoch = float(best["value"]), int(best["epoch"])
                 self.weights = [best[f"w{i}"] for i in range(int(best["count"]))]
+
+    def on_epoch_begin(self, epoch, logs=None):
+        for path in getattr(self, "_stale", ()):
+            _remove(path)
+        self._stale = []
 
     def on_epoch_end(self, epoch, logs=None):
         value = (logs or {}).get(self.monitor)

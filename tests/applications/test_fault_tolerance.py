@@ -138,14 +138,14 @@ def test_ctrl_c_is_one_line_that_says_how_to_resume_and_keeps_the_backup(tmp_pat
 
 
 def _dense_fit(backup_dir, epochs=4, crash_at=None, model=None, save_freq=1, initial_epoch=0, callbacks=(),
-               **backup_kwargs):
+               before=(), **backup_kwargs):
     rng = np.random.default_rng(0)
     x, y = rng.normal(size=(32, 3)).astype("float32"), rng.normal(size=(32, 1)).astype("float32")
     if model is None:
         model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
         model.compile("sgd", "mse")
     backup = fault_tolerance.AtomicBackupAndRestore(str(backup_dir), save_freq=save_freq, **backup_kwargs)
-    callbacks = [backup, *callbacks] + ([cli_helpers.CrashAt(*crash_at)] if crash_at else [])
+    callbacks = [*before, backup, *callbacks] + ([cli_helpers.CrashAt(*crash_at)] if crash_at else [])
     history = model.fit(x, y, batch_size=8, epochs=epochs, verbose=0, callbacks=callbacks,
                         initial_epoch=initial_epoch)
     return model, backup, history
@@ -674,3 +674,32 @@ def test_a_kill_between_an_epochs_backup_and_its_history_row_loses_no_row(tmp_pa
     reference.on_train_end()
     assert lines[: backed_up + 1] == (tmp_path / "reference.csv").read_text().splitlines()
     fault_tolerance.finish_run(callbacks)
+
+
+@pytest.mark.skipif(os.name == "nt", reason="no flock")
+def test_a_refused_second_process_leaves_the_live_runs_best_weights_alone(tmp_path):
+    # KeepBestWeights (before the backup callback, as music puts it) deleted the best-<epoch>.npz
+    # files of the epochs from the backup's on when training began, before the backup
+    # callback found the run locked by a live process: the refused process deleted the live
+    # run's bests since its last backup (with --save-freq N, those of whole epochs), which
+    # that run needs once its next backup passes them.
+    backup_dir = tmp_path / "backup"
+    backup_dir.mkdir()
+    fault_tolerance.write_json_atomically({"epoch": 1, "batch": 2}, str(backup_dir / "training_metadata.json"))
+    for epoch, value in ((0, 0.9), (1, 0.5), (2, 0.4)):  # 1 and 2: since the (mid-epoch) backup
+        np.savez(backup_dir / f"best-{epoch}.npz", epoch=epoch, value=value, count=1, w0=np.full(3, value))
+    other = _hold_lock(str(backup_dir))
+    before = sorted(p.name for p in backup_dir.iterdir())
+    try:
+        best = fault_tolerance.KeepBestWeights("val_loss", str(backup_dir))
+        with pytest.raises(fault_tolerance.RunInUseError):
+            _dense_fit(backup_dir, epochs=4, callbacks=(), delete_checkpoint=False, before=[best])
+        assert sorted(p.name for p in backup_dir.iterdir()) == before
+    finally:
+        other.kill()
+        other.wait()
+    # the live run is gone: a resume at epoch 1 drops the bests of the epochs it trains again
+    best = fault_tolerance.KeepBestWeights("val_loss", str(backup_dir))
+    _dense_fit(backup_dir, epochs=2, delete_checkpoint=False, before=[best])
+    assert (best.best_epoch, best.best) == (0, 0.9)
+    assert not (backup_dir / "best-1.npz").exists() and not (backup_dir / "best-2.npz").exists()
