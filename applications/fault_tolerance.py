@@ -319,6 +319,11 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         # Two processes training one run (a job started again while the first still ran)
         # both trained, their backups and history.csv rows interleaved.
         _lock_backup(self.backup_dir)
+        if os.path.exists(self._weights_path) and not os.path.exists(self._training_metadata_path):
+            # A kill inside the first backup of a run (after its weights, before its epoch):
+            # no backup, so a fresh run (history.csv, bests, patience start again), which
+            # Keras started from those weights and their optimizer step all the same.
+            _remove(self._weights_path)
         # Keras never clears the epoch a restore sets: an earlier fit's would apply here.
         self.model._initial_epoch = None
         super().on_train_begin(logs)

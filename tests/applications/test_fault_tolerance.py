@@ -712,3 +712,27 @@ def test_a_refused_second_process_leaves_the_live_runs_best_weights_alone(tmp_pa
     _dense_fit(backup_dir, epochs=2, delete_checkpoint=False, before=[best])
     assert (best.best_epoch, best.best) == (0, 0.9)
     assert not (backup_dir / "best-1.npz").exists() and not (backup_dir / "best-2.npz").exists()
+
+
+def test_a_kill_inside_a_runs_first_backup_starts_a_fresh_run_from_fresh_weights(tmp_path, monkeypatch):
+    # A kill between the first backup's weights and its training_metadata.json left the
+    # weights alone: the rerun was a fresh run (no backup: epoch 0, history.csv, bests and
+    # patience started again) that Keras nevertheless started from those weights and their
+    # optimizer step (a learning-rate schedule then ran ahead of its epochs).
+    write = fault_tolerance.write_json_atomically
+
+    def killed(data, path):
+        if os.path.basename(path) == "training_metadata.json":
+            raise RuntimeError("killed between the backup's weights and its epoch (simulated)")
+        write(data, path)
+
+    monkeypatch.setattr(fault_tolerance, "write_json_atomically", killed)
+    with pytest.raises(RuntimeError, match="simulated"):
+        _dense_fit(tmp_path / "backup", epochs=2, delete_checkpoint=False)
+    monkeypatch.undo()
+    assert (tmp_path / "backup" / "latest.weights.h5").exists()
+    assert not fault_tolerance.backup_exists(str(tmp_path))
+    model, backup, history = _dense_fit(tmp_path / "backup", epochs=1, delete_checkpoint=False)
+    assert backup.restored_epoch == 0 and history.epoch == [0]
+    assert int(model.optimizer.iterations) == 4  # the 4 steps of this run's epoch 0, none before
+    fault_tolerance.finish_run([backup])
