@@ -675,6 +675,7 @@ def _repair_history_csv(path, epoch, logged, sep=","):
             lines = f.readlines()
     except FileNotFoundError:
         lines = []
+    original = lines
     if lines and not lines[-1].endswith(("\n", "\r")):
         lines = lines[:-1]  # torn: the rest of the file is whole lines
     logged = {e: cells for e, cells in logged.items() if e < epoch}
@@ -683,9 +684,9 @@ def _repair_history_csv(path, epoch, logged, sep=","):
         if "epoch" not in header:
             return  # not a CSVLogger's log: leave it alone
         out = [lines[0]]
+    elif not logged:
+        header, out = ["epoch"], []  # nothing to write (but a torn header goes)
     else:
-        if not logged:
-            return
         keys = sorted(logged[min(logged)])
         if keys and not any(key.startswith("val_") for key in keys):  # as CSVLogger does
             keys += [f"val_{key}" for key in keys]
@@ -714,7 +715,7 @@ def _repair_history_csv(path, epoch, logged, sep=","):
             out.append(_csv_line(header, {"epoch": restored, **logged[restored]}, Dialect))
         out.append(line)
     out += [_csv_line(header, {"epoch": e, **logged[e]}, Dialect) for e in missing]
-    if out != lines:
+    if out != original:
 
         def write(tmp):
             with open(tmp, "w", newline="") as f:

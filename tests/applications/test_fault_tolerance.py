@@ -736,3 +736,22 @@ def test_a_kill_inside_a_runs_first_backup_starts_a_fresh_run_from_fresh_weights
     assert backup.restored_epoch == 0 and history.epoch == [0]
     assert int(model.optimizer.iterations) == 4  # the 4 steps of this run's epoch 0, none before
     fault_tolerance.finish_run([backup])
+
+
+def test_a_torn_last_row_of_history_csv_is_replaced_from_the_backup(tmp_path):
+    # A write of history.csv cut short (a power cut: the row was flushed, not synced) left
+    # a last line without its line end, which the resumed run's first row then continued.
+    path = tmp_path / "history.csv"
+    logged = {0: {"loss": "0.5", "val_loss": "0.6"}, 1: {"loss": "0.25", "val_loss": "0.3"}}
+    path.write_bytes(b"epoch,loss,val_loss\r\n0,0.5,0.6\r\n1,0.2")
+    fault_tolerance._repair_history_csv(str(path), 2, logged)
+    assert path.read_bytes() == b"epoch,loss,val_loss\r\n0,0.5,0.6\r\n1,0.25,0.3\r\n"
+    path.write_bytes(b"epoch,loss,val_loss\r\n0,0.5,0.6\r\n1,0.2")  # a backup without logs (older version)
+    fault_tolerance._repair_history_csv(str(path), 2, {})
+    assert path.read_bytes() == b"epoch,loss,val_loss\r\n0,0.5,0.6\r\n"
+    path.write_bytes(b"epoch,lo")  # a torn header, nothing to restore
+    fault_tolerance._repair_history_csv(str(path), 1, {})
+    assert path.read_bytes() == b""
+    path.unlink()  # no file: the header CSVLogger would write, then the rows
+    fault_tolerance._repair_history_csv(str(path), 2, {0: {"loss": "0.5"}, 1: {"loss": "0.25"}})
+    assert path.read_bytes() == b"epoch,loss,val_loss\r\n0,0.5,NA\r\n1,0.25,NA\r\n"
