@@ -22,9 +22,11 @@ a ``train`` of a run that another live process is training is refused
 (see ``applications.fault_tolerance``). Mistakes a
 user can fix (a bad option, missing data, a dataset that needs a download while
 offline, no TPU: ``applications.errors.CommandLineError``, of which ``InputError``
-is the ``ValueError`` of a bad argument value or data file) print one line
+is the ``ValueError`` of a bad argument value or data file, and ``PathNotFoundError``
+the ``FileNotFoundError`` of a path the user named) print one line
 ``keras-capsules: error: ...`` and exit with code 2 (set ``KERAS_CAPSULES_DEBUG=1``
-for the traceback). Any other exception (a plain ``ValueError`` too) is a bug: it
+for the traceback). Any other exception (a plain ``ValueError`` or
+``FileNotFoundError`` too) is a bug: it
 ends the command with its traceback. Ctrl-C prints one line (how to
 resume; or, once ``train`` has written its outputs, that the run is complete and
 there is nothing to resume) and exits with code 130. The deletion of the backup
@@ -237,13 +239,15 @@ def main(argv=None):
 
 
 # User errors: one line, exit code 2. CommandLineError covers the checks of the user's
-# input (InputError, a ValueError, for a bad argument value or data file); the others
-# are failures to read or create a path that the user can fix (no such file, a path
-# through a file, no permission). Any other exception, a plain ValueError too, is a
-# bug: it ends the command with its traceback (every ValueError was one line, which
-# hid the traceback of internal errors).
+# input (InputError, a ValueError, for a bad argument value or data file;
+# PathNotFoundError, a FileNotFoundError, for a path the user named that is not there:
+# data, model file, vocabulary); the others are failures to create or write a path that
+# the user can fix (a path through a file, no permission). Any other exception, a plain
+# ValueError or FileNotFoundError too, is a bug: it ends the command with its
+# traceback (every ValueError, then every FileNotFoundError, was one line, which hid
+# the traceback of internal errors).
 _USER_ERRORS = (
-    CommandLineError, FileNotFoundError,
+    CommandLineError,
     FileExistsError, NotADirectoryError, IsADirectoryError, PermissionError,
 )
 # The options that name a folder the command creates and writes into.

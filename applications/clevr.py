@@ -59,7 +59,7 @@ from keras import ops
 
 from applications import checks, plotting
 from applications.checks import integer_at_least
-from applications.errors import InputError
+from applications.errors import InputError, PathNotFoundError
 from keras_capsules.layers import MACNetwork
 
 logger = logging.getLogger(__name__)
@@ -710,7 +710,7 @@ def evaluate(model_path, cache_dir, data_dir=None, image_size=IMAGE_SIZE, limit=
     import tensorflow as tf
 
     if not os.path.exists(model_path):
-        raise FileNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
+        raise PathNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
     strategy = strategy or tf.distribute.get_strategy()
     data = prepare_offline(cache_dir, data_dir, image_size, limit, verbose=0)
     val_ds = make_dataset(**data["validation"], batch_size=batch_size)

@@ -29,7 +29,7 @@ import numpy as np
 
 from applications import distribute, fault_tolerance, plotting
 from applications.mnist_digits import load_idx_digits
-from applications.errors import InputError
+from applications.errors import InputError, PathNotFoundError
 from keras_capsules.layers import EMRouting
 
 DESCRIPTION = "two-layer EM-routing capsule network on digits (no download needed)"
@@ -309,7 +309,7 @@ def evaluate(model_path, batch_size=64, seed=None, data_dir=None, limit=None, st
     from applications import checks
 
     if not os.path.exists(model_path):
-        raise FileNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
+        raise PathNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
     seed, data_dir, limit, note = _split_of(model_path, seed, data_dir, limit)
     strategy = strategy or tf.distribute.get_strategy()
     images, labels = load_arrays(data_dir, limit)

@@ -4,7 +4,8 @@ Raise them for mistakes a user can fix: a bad option value, a missing data direc
 a dataset that needs a download while offline, an unreachable TPU, a data file that
 is not what it should be. Every other exception is a bug as far as the command line
 knows: it ends with its traceback (a ``ValueError`` too, unless it is an
-:class:`InputError`).
+:class:`InputError`; a ``FileNotFoundError`` too, unless it is a
+:class:`PathNotFoundError`, raised where a path the user named is checked).
 """
 
 
@@ -24,7 +25,16 @@ class InputError(CommandLineError, ValueError):
     """
 
 
-class DataNotFoundError(CommandLineError, FileNotFoundError):
+class PathNotFoundError(CommandLineError, FileNotFoundError):
+    """A path the user gave (a model file, a vocabulary, a folder) is not there.
+
+    The message names the path and what it should be. A ``FileNotFoundError`` for
+    Python callers; one line on the command line. Any other ``FileNotFoundError`` (a
+    file the code itself should have found) is a bug there: it keeps its traceback.
+    """
+
+
+class DataNotFoundError(PathNotFoundError):
     """The data an application needs is not where it was told to look."""
 
 

@@ -36,7 +36,11 @@
   command line).
 * ``history.csv`` (a ``CSVLogger`` in append mode) keeps one row per finished epoch
   across restarts (a resumed run drops the rows of the epochs it trains again); a
-  fresh run (no backup) starts it again when its training begins.
+  fresh run (no backup) starts it again when its training begins. Each backup also
+  holds the logs of every epoch done (in ``training_metadata.json``, written
+  atomically with the epoch it resumes at), and a resumed run writes the rows
+  missing from ``history.csv`` from them: a kill after an epoch's backup and before
+  its row loses no row.
   :func:`logged_history` reads it back for the run's plots and summaries.
 * :class:`KeepBestWeights` keeps the weights of the best epoch (lowest validation
   loss) and, given the backup folder, persists them beside the backup so that a
@@ -315,6 +319,11 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         # Two processes training one run (a job started again while the first still ran)
         # both trained, their backups and history.csv rows interleaved.
         _lock_backup(self.backup_dir)
+        if os.path.exists(self._weights_path) and not os.path.exists(self._training_metadata_path):
+            # A kill inside the first backup of a run (after its weights, before its epoch):
+            # no backup, so a fresh run (history.csv, bests, patience start again), which
+            # Keras started from those weights and their optimizer step all the same.
+            _remove(self._weights_path)
         # Keras never clears the epoch a restore sets: an earlier fit's would apply here.
         self.model._initial_epoch = None
         super().on_train_begin(logs)
@@ -334,10 +343,21 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         self._current_epoch = self.restored_epoch
         self._last_batch_seen = 0
         self._batches_seen_since_last_saving = 0
+        # The logs of the epochs before the resume, which later backups keep holding.
+        self._epoch_logs = {e: cells for e, cells in backup_logs(self.backup_dir).items() if e < self.restored_epoch}
 
     def on_epoch_begin(self, epoch, logs=None):
         # Also right when fit starts at its own initial_epoch (Keras knew only restored epochs).
         self._current_epoch = epoch
+
+    def on_epoch_end(self, epoch, logs=None):
+        # The epoch's logs go into its backup (the same atomic write that says the epoch
+        # is done): a kill after the backup and before history.csv's row of the epoch
+        # lost that row for good; the resumed run now writes it from here.
+        epoch_logs = getattr(self, "_epoch_logs", {})
+        self._epoch_logs = {e: cells for e, cells in epoch_logs.items() if e < epoch}
+        self._epoch_logs[int(epoch)] = _csv_cells(logs)
+        super().on_epoch_end(epoch, logs)
 
     def on_train_end(self, logs=None):
         if self._trains:  # a backup of all the epochs asked for is kept: nothing trained it further
@@ -386,8 +406,11 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         atomic_write(self._weights_path, lambda tmp: self.model.save_weights(tmp, overwrite=True))
         # Weights first, then the epoch: a crash between the two repeats one epoch
         # with newer weights, it never skips one.
+        # The logs of every epoch done, for the rows of history.csv (see backup_logs).
+        done = {str(e): cells for e, cells in sorted(getattr(self, "_epoch_logs", {}).items())
+                if e < self._current_epoch}
         write_json_atomically(
-            {"epoch": self._current_epoch, "batch": self._last_batch_seen},
+            {"epoch": self._current_epoch, "batch": self._last_batch_seen, "logs": done},
             self._training_metadata_path,
         )
 
@@ -411,6 +434,42 @@ def backup_epoch(backup_dir):
         return 0
 
 
+def backup_logs(backup_dir):
+    """``{epoch: {metric: CSV cell text}}``: the logs of the epochs that the backup in
+    ``backup_dir`` holds as done (those before :func:`backup_epoch`), as
+    ``CSVLogger`` writes them; empty without a backup, or for a backup of a version
+    that did not keep them."""
+    try:
+        with open(os.path.join(backup_dir, "training_metadata.json")) as f:
+            metadata = json.load(f)
+        resumes_at, saved = int(metadata["epoch"]), metadata.get("logs") or {}
+        logs = {int(epoch): {str(k): str(v) for k, v in cells.items()} for epoch, cells in saved.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
+    return {epoch: cells for epoch, cells in logs.items() if 0 <= epoch < resumes_at}
+
+
+def _csv_cells(logs):
+    """An epoch's ``logs`` as the cells that ``keras.callbacks.CSVLogger`` writes for them
+    (its ``handle_value``, then the ``csv`` module's text of a value)."""
+    import collections.abc
+
+    cells = {}
+    for key, value in (logs or {}).items():
+        if isinstance(value, str):
+            text = value
+        elif isinstance(value, collections.abc.Iterable) and not (isinstance(value, np.ndarray) and value.ndim == 0):
+            text = f'"[{", ".join(map(str, value))}]"'
+        elif value is None:
+            text = ""
+        elif isinstance(value, float):
+            text = repr(value)
+        else:
+            text = str(value)
+        cells[str(key)] = text
+    return cells
+
+
 class KeepBestWeights(keras.callbacks.Callback):
     """Keeps the model's weights of the epoch with the lowest ``monitor``, across restarts.
 
@@ -427,7 +486,8 @@ class KeepBestWeights(keras.callbacks.Callback):
     epoch's best and its backup), and the resumed run trains those epochs again: so
     the improvements made since the backup's epoch are kept, each in its file, beside
     the last one before it (older ones are deleted), and a resume takes the last one
-    before its epoch (those of the epochs it trains again are deleted). Files go with
+    before its epoch (those of the epochs it trains again are deleted when its first
+    epoch begins: after the backup callback has taken the run's lock). Files go with
     the backup (:func:`finish_run`). A ``best.npz`` of the single-file format before
     this one is read as well.
     """
@@ -462,18 +522,26 @@ class KeepBestWeights(keras.callbacks.Callback):
 
     def on_train_begin(self, logs=None):
         self.best, self.best_epoch, self.weights = float("inf"), None, None
+        self._stale = []
         if self.backup_dir is None:
             return
         resumed_at = backup_epoch(self.backup_dir)  # 0: a new run, whose bests so far are a crashed start's
         saved = self._saved()
-        for epoch, path in saved.items():
-            if epoch >= resumed_at:  # an epoch that this run trains again
-                _remove(path)
+        # The bests of the epochs this run trains again go when its first epoch begins, once
+        # the backup callback holds the run's lock: deleted here (before that callback's
+        # train begin), a process then refused because another live process trains the run
+        # had deleted that run's bests since its last backup.
+        self._stale = [path for epoch, path in saved.items() if epoch >= resumed_at]
         before = [epoch for epoch in saved if epoch < resumed_at]
         if before:
             with np.load(saved[max(before)]) as best:
                 self.best, self.best_epoch = float(best["value"]), int(best["epoch"])
                 self.weights = [best[f"w{i}"] for i in range(int(best["count"]))]
+
+    def on_epoch_begin(self, epoch, logs=None):
+        for path in getattr(self, "_stale", ()):
+            _remove(path)
+        self._stale = []
 
     def on_epoch_end(self, epoch, logs=None):
         value = (logs or {}).get(self.monitor)
@@ -568,9 +636,12 @@ class _RunHistoryCSV(keras.callbacks.CSVLogger):
     run again, deciding when training begins (not when the callback is made: a run
     that ends up not training keeps its log).
 
-    A resumed run first drops the rows of the epochs it trains again (those from the
-    backup's epoch on): with backups every N steps, the last one can precede the end
-    of an epoch whose row is logged, and that epoch was logged twice."""
+    A resumed run first brings the log in line with its backup (:func:`_repair_history_csv`):
+    the rows of the epochs it trains again (those from the backup's epoch on) are
+    dropped (with backups every N steps, the last one can precede the end of an epoch
+    whose row is logged, and that epoch was logged twice), and the rows of the epochs
+    the backup holds as done that are missing (a kill after an epoch's backup and
+    before its row) are written from the logs the backup keeps."""
 
     def __init__(self, filename, run_dir):
         super().__init__(filename, append=True)
@@ -581,42 +652,87 @@ class _RunHistoryCSV(keras.callbacks.CSVLogger):
             if os.path.exists(self.filename):
                 os.remove(self.filename)
         else:
-            _drop_rows_from(self.filename, backup_epoch(os.path.join(self.run_dir, BACKUP_DIR)))
+            backup_dir = os.path.join(self.run_dir, BACKUP_DIR)
+            _repair_history_csv(self.filename, backup_epoch(backup_dir), backup_logs(backup_dir), self.sep)
         super().on_train_begin(logs)
 
 
-def _drop_rows_from(path, epoch):
-    """Rewrites the ``CSVLogger`` file ``path`` (atomically) without its rows of epochs
-    ``epoch`` and later; the other lines are kept as they are."""
+def _repair_history_csv(path, epoch, logged, sep=","):
+    """Rewrites the ``CSVLogger`` file ``path`` (atomically, if anything changes) for a
+    run that resumes at ``epoch``: without its rows of epochs ``epoch`` and later, and
+    with a row for each epoch of ``logged`` (``{epoch: {metric: cell text}}``, see
+    :func:`backup_logs`) that has none, or a torn one (fewer cells than the header), in
+    epoch order. A last line without its line end (a write cut short) is dropped. The
+    other lines are kept as they are. Without a header (no file, or an empty one) the
+    header is the one ``CSVLogger`` would write for the first of ``logged``."""
     import csv
+
+    class Dialect(csv.excel):  # CSVLogger's
+        delimiter = sep
 
     try:
         with open(path, newline="") as f:
             lines = f.readlines()
     except FileNotFoundError:
-        return
-    if not lines:
-        return
-    header = next(csv.reader(lines[:1]))
-    if "epoch" not in header:
-        return
+        lines = []
+    original = lines
+    if lines and not lines[-1].endswith(("\n", "\r")):
+        lines = lines[:-1]  # torn: the rest of the file is whole lines
+    logged = {e: cells for e, cells in logged.items() if e < epoch}
+    if lines:
+        header = next(csv.reader(lines[:1], Dialect), [])
+        if "epoch" not in header:
+            return  # not a CSVLogger's log: leave it alone
+        out = [lines[0]]
+    elif not logged:
+        header, out = ["epoch"], []  # nothing to write (but a torn header goes)
+    else:
+        keys = sorted(logged[min(logged)])
+        if keys and not any(key.startswith("val_") for key in keys):  # as CSVLogger does
+            keys += [f"val_{key}" for key in keys]
+        header = ["epoch", *keys]
+        out = [_csv_line(header, dict(zip(header, header)), Dialect)]
     column = header.index("epoch")
-    kept = [lines[0]]
+    missing = sorted(logged)  # those without a whole row, removed as they are found
+    rows = []  # (epoch or None, line)
     for line in lines[1:]:
-        row = next(csv.reader([line]), [])
+        row = next(csv.reader([line], Dialect), [])
         try:
-            if int(row[column]) >= epoch:
-                continue
+            row_epoch = int(row[column])
         except (IndexError, ValueError):
-            pass
-        kept.append(line)
-    if len(kept) < len(lines):
+            rows.append((None, line))  # not a row of an epoch: kept where it is
+            continue
+        if row_epoch >= epoch:
+            continue
+        if row_epoch in logged and (row_epoch not in missing or len(row) < len(header)):
+            continue  # a second row of the epoch, or a torn one: the backup's row replaces it
+        if row_epoch in missing:
+            missing.remove(row_epoch)
+        rows.append((row_epoch, line))
+    for row_epoch, line in rows:
+        while missing and row_epoch is not None and missing[0] < row_epoch:
+            restored = missing.pop(0)
+            out.append(_csv_line(header, {"epoch": restored, **logged[restored]}, Dialect))
+        out.append(line)
+    out += [_csv_line(header, {"epoch": e, **logged[e]}, Dialect) for e in missing]
+    if out != original:
 
         def write(tmp):
             with open(tmp, "w", newline="") as f:
-                f.writelines(kept)
+                f.writelines(out)
 
         atomic_write(path, write)
+
+
+def _csv_line(header, cells, dialect):
+    """One line of a ``CSVLogger`` file: ``cells`` under ``header`` ("NA" where missing)."""
+    import csv
+    import io
+
+    text = io.StringIO()
+    row = {key: cells.get(key, "NA") for key in header}
+    csv.DictWriter(text, fieldnames=header, dialect=dialect).writerow(row)
+    return text.getvalue()
 
 
 def resumable_callbacks(run_dir, save_freq="epoch"):

@@ -37,7 +37,7 @@ from keras import ops
 
 from applications import checks, plotting
 from applications.checks import integer_at_least
-from applications.errors import InputError
+from applications.errors import InputError, PathNotFoundError
 from keras_capsules.layers import RLadder, level_spec
 
 LOWEST_KEY = 21  # A0, MIDI 21: the piano's first key
@@ -1008,7 +1008,7 @@ def evaluate(model_path, data_path=None, split="test", limit=None, batch_size=32
     if isinstance(sample_steps, bool) or not isinstance(sample_steps, int) or sample_steps < 0:
         raise InputError(f"`sample_steps` must be a non-negative integer. Received: sample_steps={sample_steps!r}")
     if not os.path.exists(model_path):
-        raise FileNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
+        raise PathNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
     strategy = strategy or tf.distribute.get_strategy()
     data = load_chorales(data_path)
     with strategy.scope():

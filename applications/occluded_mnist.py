@@ -53,7 +53,7 @@ from keras import ops
 from applications import checks, plotting
 from applications.checks import integer_at_least
 from applications.mnist_digits import check_digits
-from applications.errors import InputError
+from applications.errors import InputError, PathNotFoundError
 from keras_capsules.layers import RLadder, level_spec
 
 FRAME_SIZE = 32
@@ -872,7 +872,7 @@ def evaluate(model_path, source="idx", data_dir=None, num_test=5000, seed=0, bat
     import tensorflow as tf
 
     if not os.path.exists(model_path):
-        raise FileNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
+        raise PathNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
     num_test = integer_at_least("num_test", num_test, 1)
     batch_size = integer_at_least("batch_size", batch_size, 1)
     strategy = strategy or tf.distribute.get_strategy()

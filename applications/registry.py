@@ -44,9 +44,10 @@ The protocol (an application module exposes):
 User mistakes (missing data, bad values, a dataset that needs a download while
 offline: see ``applications.tfds_data.require_prepared``) are raised as
 ``applications.errors.CommandLineError`` (``InputError``, a ``ValueError``, for a bad
-argument value or data file; or ``FileNotFoundError``); the command line prints them
-as one line and exits with code 2. A plain ``ValueError`` is taken for a bug and
-shown with its traceback.
+argument value or data file; ``PathNotFoundError``, a ``FileNotFoundError``, for a
+path the user named that is not there); the command line prints them as one line and
+exits with code 2. A plain ``ValueError`` or ``FileNotFoundError`` is taken for a bug
+and shown with its traceback.
 """
 
 import importlib

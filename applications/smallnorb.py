@@ -40,7 +40,7 @@ from keras import ops
 
 from applications import checks, plotting
 from applications import training as train_utils
-from applications.errors import InputError
+from applications.errors import InputError, PathNotFoundError
 from keras_capsules.layers import EMRouting
 from keras_capsules.optimizers import RAdam, one_cycle_schedule
 
@@ -414,7 +414,7 @@ def evaluate(model_path, data_dir=None, batch_size=20, image_size=IMAGE_SIZE, st
     import os
 
     if not os.path.exists(model_path):
-        raise FileNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
+        raise PathNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
     strategy = strategy or tf.distribute.get_strategy()
     with strategy.scope():
         model = checks.load_model(model_path)

@@ -39,7 +39,7 @@ from keras import ops
 
 from applications import checks, clevr
 from applications.checks import integer_at_least
-from applications.errors import InputError
+from applications.errors import InputError, PathNotFoundError
 
 COLORS = ("red", "green", "blue", "orange", "gray", "yellow")
 SHAPES = ("square", "circle")
@@ -621,7 +621,7 @@ def evaluate(model_path, validation_examples=2000, seed=0, batch_size=256, strat
     import os
 
     if not os.path.exists(model_path):
-        raise FileNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
+        raise PathNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
     strategy = strategy or tf.distribute.get_strategy()
     with strategy.scope():
         model = checks.load_model(model_path)

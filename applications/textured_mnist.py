@@ -58,7 +58,7 @@ from keras import ops
 from applications import checks, plotting
 from applications.checks import integer_at_least
 from applications.mnist_digits import check_digits
-from applications.errors import InputError
+from applications.errors import InputError, PathNotFoundError
 from keras_capsules.layers import RTagger, level_spec
 from keras_capsules.losses import MixtureNLL
 from keras_capsules.metrics import adjusted_mutual_info
@@ -685,7 +685,7 @@ def evaluate(model_path, data_dir=None, num_test=1000, seed=0, batch_size=64, st
     import tensorflow as tf
 
     if not os.path.exists(model_path):
-        raise FileNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
+        raise PathNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
     strategy = strategy or tf.distribute.get_strategy()
     _, test_digits = _train_test_digits(data_dir, seed)
     test_data = generate(*test_digits, num_test, seed=seed + 1, style=texture_style, mean_gap=mean_gap,

@@ -101,6 +101,28 @@ def shared_dir():
 
 
 @pytest.fixture(autouse=True)
+def _sigint_handler_kept():
+    """A test that changes SIGINT's handler must restore the one it found.
+
+    The handler a test finds is not always Python's ``default_int_handler``: a test
+    process started without job control (``pytest ... &`` in a script, ``nohup``, some
+    CI runners) inherits SIGINT ignored, and pytest-xdist's workers (plain subprocesses
+    of that process) inherit it too, so ``SIG_IGN`` there is the starting state, not a
+    leak. A handler left changed by a test would change what every later test in the
+    same process sees (and depend on the order pytest-xdist gives the files): it fails
+    the test that left it, and is put back.
+    """
+    import signal
+
+    before = signal.getsignal(signal.SIGINT)
+    yield
+    after = signal.getsignal(signal.SIGINT)
+    if after is not before and after != before:
+        signal.signal(signal.SIGINT, signal.default_int_handler if before is None else before)
+        pytest.fail(f"the test left SIGINT's handler {after!r} (it found {before!r}): restore it", pytrace=False)
+
+
+@pytest.fixture(autouse=True)
 def _reset_keras_state():
     """Every test starts with float32 policy and a fixed seed."""
     keras.config.set_dtype_policy("float32")

@@ -4,7 +4,7 @@ A subclass of :class:`DatasetHyperModel` implements
 
 * ``load_data()``: reads or generates the application's data once, with the
   application's own data functions. Missing data raises
-  ``applications.errors.DataNotFoundError`` (or ``FileNotFoundError``), which
+  ``applications.errors.DataNotFoundError`` (a ``FileNotFoundError``), which
   ``keras-capsules tune`` reports as one line before any trial runs (it calls
   :meth:`DatasetHyperModel.prepare` first);
 * ``datasets(hp, data)``: the training and validation data of one trial, batched with

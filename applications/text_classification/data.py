@@ -283,7 +283,7 @@ def require_data(name, data_dir=None):
     ``applications.tfds_data.require_prepared``); SST needs the folder of its tree files.
 
     Raises:
-        FileNotFoundError: (``DataNotFoundError`` for TFDS) with a one-line message.
+        DataNotFoundError: (a ``FileNotFoundError``) with a one-line message.
     """
     _check_dataset(name)
     from applications import tfds_data

@@ -17,7 +17,7 @@ from applications import checks
 from applications.demo import plot_history, save_atomically
 from applications.text_classification import data as data_lib
 from applications.text_classification import model as model_lib
-from applications.errors import InputError
+from applications.errors import InputError, PathNotFoundError
 
 
 def prepare_data(dataset="sst2", data_dir=None, batch_size=30, vocab_size=60000, max_length=data_lib.MAX_LENGTH,
@@ -184,10 +184,10 @@ def evaluate(model_path, dataset="sst2", data_dir=None, vocabulary_path=None, li
     import tensorflow as tf
 
     if not os.path.exists(model_path):
-        raise FileNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
+        raise PathNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
     vocabulary_path = vocabulary_path or os.path.join(os.path.dirname(os.path.abspath(model_path)), "vocab.txt")
     if not os.path.exists(vocabulary_path):
-        raise FileNotFoundError(f"no vocabulary at {vocabulary_path!r}: pass the vocab.txt written by `train`")
+        raise PathNotFoundError(f"no vocabulary at {vocabulary_path!r}: pass the vocab.txt written by `train`")
     strategy = strategy or tf.distribute.get_strategy()
     lookup = data_lib.make_lookup(data_lib.load_vocabulary(vocabulary_path))
     raw = data_lib.load_split(dataset, data_lib.splits(dataset)[2], data_dir, limit=limit)

@@ -264,3 +264,54 @@ def test_a_bad_input_value_error_is_one_line(tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err
     assert err.startswith("keras-capsules: error: 2 example(s) are too few") and err.count("\n") == 1, err
     assert not (tmp_path / "run").exists()
+
+
+def test_an_internal_file_not_found_error_keeps_its_traceback(tmp_path, capsys, monkeypatch):
+    # Every FileNotFoundError was printed as one line "keras-capsules: error: ..." with
+    # exit code 2, as if the user had named a missing path: a bug (a file the code itself
+    # wrote and then could not find) lost its traceback.
+    monkeypatch.delenv("KERAS_CAPSULES_DEBUG", raising=False)
+
+    def broken_train(args, strategy):
+        open(tmp_path / "run" / "backup" / "never-written.json")
+
+    monkeypatch.setattr(demo, "run_train", broken_train)
+    with pytest.raises(FileNotFoundError, match="never-written"):
+        cli.main(["train", "demo", "--quiet", "--run-dir", str(tmp_path / "run")])
+    assert "keras-capsules: error" not in capsys.readouterr().err
+
+
+def test_a_missing_user_path_is_one_line_naming_it(tmp_path, capsys, monkeypatch):
+    # The paths the user names stay one-line errors (exit code 2) that say which path and
+    # what it should be; for Python callers they are FileNotFoundErrors.
+    from applications.errors import CommandLineError, PathNotFoundError
+
+    monkeypatch.delenv("KERAS_CAPSULES_DEBUG", raising=False)
+    assert issubclass(PathNotFoundError, FileNotFoundError) and issubclass(PathNotFoundError, CommandLineError)
+    assert issubclass(DataNotFoundError, PathNotFoundError)
+    missing = tmp_path / "missing"
+    cases = [
+        (["evaluate", "demo", "--model", str(missing / "model.keras")], "no model at", missing / "model.keras"),
+        (["evaluate", "demo", "--model", str(tmp_path)], "no model at", tmp_path / "model.keras"),  # a run dir
+        (["train", "demo", "--data-dir", str(missing), "--quiet", "--run-dir", str(tmp_path / "r")],
+         "data directory", missing),
+        (["train", "sst", "--data-dir", str(missing), "--quiet", "--run-dir", str(tmp_path / "r")],
+         "SST data directory not found", missing),
+    ]
+    for argv, message, path in cases:
+        assert cli.main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith(f"keras-capsules: error: {message}") and err.count("\n") == 1, err
+        assert str(path) in err, err
+    with pytest.raises(PathNotFoundError, match="no model at"):
+        demo.evaluate(str(missing / "model.keras"))
+
+
+def test_a_missing_preset_folder_is_named(tmp_path):
+    from applications import sst
+    from applications.errors import PathNotFoundError
+
+    with pytest.raises(PathNotFoundError, match="preset folder not found: .*no-such-preset"):
+        sst.resolve_preset(str(tmp_path / "no-such-preset"))
+    assert sst.resolve_preset(str(tmp_path)) == str(tmp_path)
+    assert sst.resolve_preset("bert_tiny_en_uncased") == "bert_tiny_en_uncased"  # a name: keras-hub's
