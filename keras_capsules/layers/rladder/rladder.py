@@ -174,7 +174,16 @@ class RLadder(keras.layers.Layer):
             sequences (batch 64, 64 features, two gated levels, on a loaded 2-core
             CPU: a training step under XLA took 0.25 s at ``T = 200``, 1.3 s at 800
             and 2.0 s at 1600; the forward pass alone without XLA 0.16 s, 2.2 s and
-            8.8 s). In training, the loop draws
+            8.8 s). No ``keras.ops`` form is linear both ways: the only TensorFlow
+            ops Keras offers that add a step's output in constant time use
+            TensorArrays (``ops.scan``, linear without XLA; ``ops.map``, which
+            carries no state), and Keras' TensorFlow ``scan`` runs a while loop
+            without ``maximum_iterations``, so its gradient does not compile with
+            XLA ("XLA compilation requires a fixed tensor list size"), even for a
+            known ``T``; a ``scatter_update`` copies the whole buffer on
+            TensorFlow's CPU kernels even outside a loop; and a layer cannot tell,
+            with ``keras.ops``, whether XLA is compiling it. For long sequences
+            on TensorFlow, compile with XLA. In training, the loop draws
             every step's dropout and zoneout masks before it starts (the same
             distributions as unrolled, other random draws).
         normalization: None (default) or ``"layer"``: layer-normalize the bottom-up
