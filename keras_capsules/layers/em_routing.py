@@ -53,6 +53,21 @@ def _symmetric_spread(n, dtype):
     return 2.0 * steps / last - 1.0
 
 
+def _exactly_shaped_like(mask, like):
+    """``mask``, which must have the shape of ``like`` (``[batch, n_inp]``).
+
+    ``_combined_mask`` checks the sizes known when the layer is called. Where one is
+    None there (a ``tf.function`` traced for any batch or ``n_inp``), a mask of
+    ``[batch, 1]``, ``[1, n_inp]`` or ``[1, 1]`` would be broadcast silently over the
+    inputs: stacking it with ``like`` (which needs equal shapes, and copies only the
+    small boolean mask) makes such a mask fail when the layer runs, with the backend's
+    shape error (keras.ops has no run-time assertion with a message of its own).
+    """
+    if None not in tuple(mask.shape) and tuple(mask.shape) == tuple(like.shape):
+        return mask
+    return ops.stack([like, mask])[1]
+
+
 @keras.saving.register_keras_serializable(package="keras_capsules")
 class EMRouting(keras.layers.Layer):
     """Routes input capsules to output capsules by EM with a D-step (Heinsen 2019).
@@ -142,7 +157,11 @@ class EMRouting(keras.layers.Layer):
             Either may be a ragged tensor (``[batch, (n_inp), ...]``): it is routed as
             zero-padded to its longest row with the padding masked.
         mask: optional boolean tensor ``[batch, n_inp]`` (or a list of masks for the
-            two inputs, as Keras propagates them); False excludes an input.
+            two inputs, as Keras propagates them); False excludes an input. It is
+            never broadcast: a mask of another shape is a ``ValueError`` where the
+            shapes are known when the layer is called, and fails when it runs (the
+            backend's shape error) where they are not (e.g. a ``tf.function``
+            traced for any batch size).
 
     Returns:
         A list ``[a_out, mu_out, sig2_out]``: ``a_out`` ``[batch, n_out]`` raw output
@@ -401,6 +420,7 @@ class EMRouting(keras.layers.Layer):
         batch = a_inp.shape[0] if a_inp.shape[0] is not None else mu_inp.shape[0]
         user_mask = self._combined_mask(mask, n_inp, batch)
         if user_mask is not None:
+            user_mask = _exactly_shaped_like(user_mask, valid)
             valid = ops.logical_and(valid, user_mask)
         f = ops.where(valid, ops.sigmoid(ops.where(valid, a_inp, ops.zeros_like(a_inp))), 0.0)
         x = ops.where(valid[:, :, None, None], mu_inp, ops.zeros_like(mu_inp))

@@ -596,3 +596,36 @@ def test_beta_use_and_beta_ign_start_apart_with_a_random_initializer(initializer
         again = make()
         np.testing.assert_array_equal(np.asarray(layer.beta_use), np.asarray(again.beta_use))
         np.testing.assert_array_equal(np.asarray(layer.beta_ign), np.asarray(again.beta_ign))
+
+
+@pytest.mark.parametrize("n_out", [3, None])
+@pytest.mark.parametrize("mask_shape", [(2, 1), (1, 5), (1, 1)])
+def test_a_mask_of_another_shape_fails_when_shapes_are_known_only_at_run_time(n_out, mask_shape):
+    """review: the mask's shape was checked only where it was known when the layer was
+    called; in a tf.function traced for any batch and n_inp (None), a mask [batch, 1],
+    [1, n_inp] or [1, 1] was broadcast silently over the inputs. Now it must equal
+    [batch, n_inp] when the layer runs (TensorFlow's shape error; keras.ops has no
+    run-time assertion with a message of our own)."""
+    tensorflow_only("a tf.function traced with unknown shapes (JAX traces concrete shapes)")
+    import tensorflow as tf
+
+    rng = np.random.default_rng(7)
+    a = rng.normal(size=(2, 5)).astype("float32")
+    mu = rng.normal(size=(2, 5, 4, 4)).astype("float32")
+    layer = EMRouting(n_out=n_out, d_out=2)
+    layer([a, mu])
+
+    @tf.function(
+        input_signature=[
+            tf.TensorSpec((None, None), "float32"),
+            tf.TensorSpec((None, None, 4, 4), "float32"),
+            tf.TensorSpec((None, None), "bool"),
+        ]
+    )
+    def route(a, mu, mask):
+        return layer([a, mu], mask=mask)
+
+    full = route(a, mu, np.ones((2, 5), bool))  # the right shape still runs
+    assert all(np.all(np.isfinite(np.asarray(o))) for o in full)
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        route(a, mu, np.ones(mask_shape, bool))

@@ -9,6 +9,7 @@ import keras
 from keras import ops
 
 from keras_capsules._validation import (  # noqa: F401 (re-exported to the MAC layers)
+    GENERATOR_SEED_MODULUS,
     boolean,
     generator_seed,
     positive_int,
@@ -247,15 +248,27 @@ class MACLayerBase(keras.layers.Layer):
         return config
 
 
+def _step_seed(seed, step):
+    """The seed of step ``step``'s copy of an initializer seeded with ``seed``.
+
+    ``seed + step`` for a seed below ``2**31`` (the streams these layers always drew,
+    even where ``seed + step`` passes ``2**31 - 1``), else ``(seed + step) % 2**31``
+    as :func:`generator_seed` gives the layers' generators: ``seed + step`` of a seed
+    near ``2**63 - 1`` overflowed int64, and JAX holds no seed of ``2**32`` or more.
+    """
+    seed = int(seed)
+    return seed + step if seed < GENERATOR_SEED_MODULUS else generator_seed(seed, step)
+
+
 def _step_copy(initializer, step):
-    """A copy of ``initializer`` for step ``step``: a seeded one gets ``seed + step``,
-    so the steps differ and stay reproducible."""
+    """A copy of ``initializer`` for step ``step``: a seeded one gets the seed
+    ``_step_seed(seed, step)``, so the steps differ and stay reproducible."""
     if not isinstance(initializer, keras.initializers.Initializer):
         return initializer
     config = initializer.get_config()
     seed = config.get("seed")
     if isinstance(seed, numbers.Integral) and not isinstance(seed, bool):
-        config["seed"] = int(seed) + step
+        config["seed"] = _step_seed(seed, step)
     return initializer.__class__.from_config(config)
 
 

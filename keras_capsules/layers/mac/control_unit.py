@@ -39,8 +39,10 @@ class ControlUnit(_base.MACLayerBase):
         use_previous_control: True (default, the paper) to condition on ``c_prev``;
             False for the official code's variant that uses ``q_i`` alone.
         kernel_initializer: initializer of the kernels (each step's ``[d_q, d]``
-            matrix of ``question_kernel`` is initialised on its own). Default
-            ``"glorot_uniform"``.
+            matrix of ``question_kernel`` is initialised on its own; a seeded
+            initializer draws step ``s`` with ``seed + s``, or ``(seed + s) % 2**31``
+            for a seed of ``2**31`` or more, so any seed up to ``2**63 - 1`` works).
+            Default ``"glorot_uniform"``.
         bias_initializer: initializer of the biases. Default ``"zeros"``.
         kernel_regularizer, bias_regularizer: optional regularizers.
         kernel_constraint, bias_constraint: optional constraints.

@@ -158,9 +158,15 @@ class RLadder(keras.layers.Layer):
             when the layer is called (``T`` of the input, or ``n_iters``), and run a
             symbolic loop (one copy of the step) when ``T`` is None there; True:
             always unroll (``T`` must be known); False: always the symbolic loop.
-            (A functional model built on ``T = None`` still unrolls where ``fit`` or
-            ``predict`` trace it with the steps of their data; the outputs are the
-            same either way.) An unrolled ladder takes time and memory proportional to
+            (On TensorFlow a functional model built on ``T = None`` still unrolls
+            where ``fit`` or ``predict`` trace it with the steps of their data, until
+            a batch of another length makes them trace ``T = None``; the outputs are
+            the same either way. On JAX, whose ``jax.jit`` traces and compiles every
+            new ``T`` whatever the loop, a ladder built on ``T = None`` runs the
+            symbolic loop for every ``T``: unrolled, each new length of
+            variable-length batches took a compilation growing with ``T``, 29 s at
+            ``T = 20`` and 381 s at 80 for a small gated ladder under XLA, against
+            6-7 s for the loop.) An unrolled ladder takes time and memory proportional to
             ``T`` to trace and compile, the symbolic loop a constant amount (JSB
             Chorales' dense ladder at ``T = 32``: 13 s against 2 s to trace, 52 s
             against 9 s to compile with XLA). Speed per step, measured on a CPU
@@ -174,9 +180,28 @@ class RLadder(keras.layers.Layer):
             sequences (batch 64, 64 features, two gated levels, on a loaded 2-core
             CPU: a training step under XLA took 0.25 s at ``T = 200``, 1.3 s at 800
             and 2.0 s at 1600; the forward pass alone without XLA 0.16 s, 2.2 s and
-            8.8 s). In training, the loop draws
+            8.8 s). No ``keras.ops`` form is linear both ways: the only TensorFlow
+            ops Keras offers that add a step's output in constant time use
+            TensorArrays (``ops.scan``, linear without XLA; ``ops.map``, which
+            carries no state), and Keras' TensorFlow ``scan`` runs a while loop
+            without ``maximum_iterations``, so its gradient does not compile with
+            XLA ("XLA compilation requires a fixed tensor list size"), even for a
+            known ``T``; a ``scatter_update`` copies the whole buffer on
+            TensorFlow's CPU kernels even outside a loop; and a layer cannot tell,
+            with ``keras.ops``, whether XLA is compiling it. For long sequences
+            on TensorFlow, compile with XLA. In training, the loop draws
             every step's dropout and zoneout masks before it starts (the same
             distributions as unrolled, other random draws).
+
+            The symbolic loop is a while loop whose number of iterations is known
+            only when it runs, where DESIGN.md asks for static counts so that
+            layers compile with XLA and run under any ``tf.distribute`` strategy.
+            It keeps that intent: its bound (``maximum_iterations``, ``T + 1``)
+            comes from the input's shape, which XLA knows when it compiles (one
+            program per batch shape), and every replica runs the same loop on its
+            own shard, with no cross-replica step inside it. Tested: ``model.fit``
+            on batches traced with ``T = None`` compiles with XLA, and trains on
+            two replicas of a ``MirroredStrategy``.
         normalization: None (default) or ``"layer"``: layer-normalize the bottom-up
             input of every encoder level (after pooling and flattening), per sample
             over all its features (height, width and channels for images), to zero
@@ -476,7 +501,10 @@ class RLadder(keras.layers.Layer):
         return inputs, outputs
 
     def build(self, input_shape):
-        _, _, features = self._feature_shape(input_shape)
+        _, steps, features = self._feature_shape(input_shape)
+        # Built for sequences of any length (T = None, e.g. keras.Input((None, ...))):
+        # JAX, which traces every batch with its T, loops symbolically (see ``unroll``).
+        self._built_for_any_length = steps is None
         if len(features) == 1 and self.use_decoder and self.input_combinator != "G1":
             raise ValueError(
                 "A vector input needs input_combinator='G1'. "
@@ -740,7 +768,7 @@ class RLadder(keras.layers.Layer):
             prediction = ops.zeros((batch_size, 0) + self._prediction_features(self._features), dtype=inputs.dtype)
             return [prediction + zero, top]
         carry = self.initial_carry(ops.shape(inputs)[0], inputs.dtype)
-        if self.unroll is False or (self.unroll is None and steps is None):
+        if self.unroll is False or (self.unroll is None and (steps is None or self._jax_any_length())):
             return self._scan(inputs, mask, carry, bool(training))
         drop = self._dropper(ops.shape(inputs)[0], inputs.dtype) if training and self.dropout else None
         predictions, tops = [], []
@@ -754,6 +782,12 @@ class RLadder(keras.layers.Layer):
         if not self.use_decoder:
             return top
         return [ops.stack(predictions, axis=1), top]
+
+    def _jax_any_length(self):
+        """On JAX, a ladder built for T = None loops symbolically (``unroll=None``):
+        ``jax.jit`` traces and compiles every new T, an unrolled ladder in time growing
+        with T (see ``unroll``)."""
+        return keras.backend.backend() == "jax" and getattr(self, "_built_for_any_length", False)
 
     def _zero_of_the_weights(self, dtype):
         """A scalar exact 0 of ``dtype`` with a zero gradient for every trainable weight.

@@ -217,3 +217,36 @@ def test_seeded_initializer_gives_different_but_reproducible_steps():
     kernel = question_kernel()
     assert not np.allclose(kernel[0], kernel[1]) and not np.allclose(kernel[1], kernel[2])
     np.testing.assert_array_equal(kernel, question_kernel())
+
+
+@pytest.mark.parametrize("seed", [2**63 - 1, 2**63 - 2, 2**40])
+def test_a_seed_near_the_int64_limit_gives_steps_of_their_own(seed):
+    """review: each step's copy of a seeded initializer got ``seed + step`` unreduced, so
+    GlorotUniform(seed=2**63 - 1) overflowed int64 at step 1 (and JAX's uint32 seeds took
+    no seed of 2**32 or more). Seeds of 2**31 or more now give ``(seed + step) % 2**31``,
+    as the layers' generators do (``generator_seed``)."""
+
+    def question_kernel():
+        layer = ControlUnit(max_steps=STEPS, kernel_initializer=keras.initializers.GlorotUniform(seed=seed))
+        layer(_inputs())
+        return np.asarray(layer.question_kernel)
+
+    kernel = question_kernel()
+    assert np.all(np.isfinite(kernel))
+    assert not np.allclose(kernel[0], kernel[1]) and not np.allclose(kernel[1], kernel[2])
+    np.testing.assert_array_equal(kernel, question_kernel())
+    for step in range(STEPS):
+        want = keras.initializers.GlorotUniform(seed=(seed + step) % 2**31)((DQ, D))
+        np.testing.assert_array_equal(kernel[step], np.asarray(want))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2**31 - 2, 2**31 - 1])
+def test_seeds_below_2_31_keep_their_per_step_streams(seed):
+    # The fix of the int64 overflow must not change a model initialized with a seed
+    # below 2**31: step ``s`` still draws with ``seed + s`` (even past 2**31 - 1).
+    layer = ControlUnit(max_steps=STEPS, kernel_initializer=keras.initializers.GlorotUniform(seed=seed))
+    layer(_inputs())
+    kernel = np.asarray(layer.question_kernel)
+    for step in range(STEPS):
+        want = keras.initializers.GlorotUniform(seed=seed + step)((DQ, D))
+        np.testing.assert_array_equal(kernel[step], np.asarray(want))

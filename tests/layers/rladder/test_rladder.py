@@ -819,3 +819,101 @@ def test_an_empty_sequence_through_a_loop_traced_for_any_length_under_xla():
     for steps in (3, 4, 0):  # predict traces T = None from its second length on
         got = model.predict(_seq(2, steps, 5), verbose=0)
         assert got[0].shape == (2, steps, 2) and got[1].shape == (2, steps, 3)
+
+
+class _CountsSymbolicLoops(RLadder):
+    """An RLadder that counts the traces of its symbolic loop (``_scan``)."""
+
+    symbolic_traces = 0
+
+    def _scan(self, *args, **kwargs):
+        type(self).symbolic_traces += 1
+        return super()._scan(*args, **kwargs)
+
+
+def _batches_of_several_lengths():
+    """A tf.data pipeline of batches [4, T, 5] (T = 3, 5, 2, 6; None in its signature),
+    each with a padded last step in one sample."""
+    import tensorflow as tf
+
+    def batches():
+        for n in (3, 5, 2, 6):
+            x = _seq(4, n, 5, seed=n)
+            x[1, -1:] = 0.0
+            yield x, x
+
+    return tf.data.Dataset.from_generator(batches, output_signature=(tf.TensorSpec((4, None, 5), "float32"),) * 2)
+
+
+@pytest.mark.parametrize("distributed", [False, True], ids=["xla", "mirrored"])
+def test_the_loop_over_unknown_lengths_compiles_with_xla_and_trains_under_a_mirrored_strategy(distributed):
+    """DESIGN.md asks for static iteration counts so that layers compile with XLA and
+    run under any tf.distribute strategy; the loop for T = None is a while loop whose
+    trip count is known only when it runs. It keeps that intent: its bound
+    (maximum_iterations = T + 1) comes from the input's shape, which XLA knows when it
+    compiles (one program per batch shape), and each replica runs the same loop on its
+    own shard, with no cross-replica step inside it. Checked through model.fit on
+    batches traced as T = None (the symbolic loop, counted), with masks and noise:
+    compiled with XLA, and on two replicas. (Both at once cannot be checked here:
+    with XLA on two logical CPUs of one process, model.fit fails for any Keras model,
+    a plain Dense one included: "Trying to access resource .../replica_1 ... located
+    in device CPU:1 from device CPU:0", TensorFlow's known XLA issue.)"""
+    from tests.backends import BACKEND
+
+    if BACKEND != "tensorflow":
+        pytest.skip("TensorFlow-only: a tf.data pipeline of unknown length and tf.distribute")
+    import contextlib
+
+    from tests.harness import two_cpu_strategy
+
+    scope = two_cpu_strategy().scope() if distributed else contextlib.nullcontext()
+    _CountsSymbolicLoops.symbolic_traces = 0
+    with scope:
+        inputs = keras.Input((None, 5))
+        ladder = _CountsSymbolicLoops(DENSE_LEVELS, output_units=5, dropout=0.2, zoneout=0.2, seed=0)
+        predictions, _ = ladder(keras.layers.Masking(0.0)(inputs))
+        model = keras.Model(inputs, predictions)
+        model.compile(keras.optimizers.Adam(1e-2), "mse", jit_compile=not distributed)
+    assert model.jit_compile is (not distributed)
+    before = [w.copy() for w in model.get_weights()]
+    traced = _CountsSymbolicLoops.symbolic_traces
+    history = model.fit(_batches_of_several_lengths(), epochs=2, verbose=0).history["loss"]
+    assert _CountsSymbolicLoops.symbolic_traces > traced  # fit traced the loop for T = None
+    assert np.all(np.isfinite(history))
+    after = model.get_weights()
+    assert all(np.all(np.isfinite(w)) for w in after)
+    assert any(not np.array_equal(a, b) for a, b in zip(before, after))
+
+
+def test_on_jax_a_ladder_built_for_any_length_loops_symbolically():
+    """review: jax.jit traces every batch with its T, so with unroll=None a ladder built
+    on keras.Input((None, ...)) unrolled every new length of model.fit's batches and
+    compiled it again, in time growing with T (gated 32/16, batch 8, XLA, on a loaded
+    2-core CPU: 29 s at T = 20, 71 s at 40, 199 s at 60, 381 s at 80, against 6-7 s
+    each for the loop). Such a ladder now runs the symbolic loop (ops.scan) on JAX, with
+    the same outputs; one built or called with a known T still unrolls. (TensorFlow's
+    trainer traces T = None itself from a batch's second length on.)"""
+    from tests.backends import BACKEND
+
+    if BACKEND != "jax":
+        pytest.skip(f"JAX-only: jax.jit traces every T (backend is {BACKEND})")
+    inputs = keras.Input((None, 5))
+    ladder = _CountsSymbolicLoops(DENSE_LEVELS, output_units=5, name="ladder")
+    model = keras.Model(inputs, ladder(inputs))
+    model.compile(keras.optimizers.SGD(1e-2), ["mse", "mse"])
+    _CountsSymbolicLoops.symbolic_traces = 0
+    x = _seq(4, 3, 5)
+    model.predict(x, verbose=0)
+    assert _CountsSymbolicLoops.symbolic_traces > 0
+    model.fit(_seq(4, 4, 5), [_seq(4, 4, 5), _seq(4, 4, 3)], verbose=0)
+    x = _seq(4, 6, 5, seed=1)  # a new length (a new trace)
+    fixed = RLadder(DENSE_LEVELS, output_units=5)  # built on T = 6: unrolls
+    fixed(x)
+    fixed.set_weights(model.get_layer("ladder").get_weights())
+    _CountsSymbolicLoops.symbolic_traces = 0
+    _assert_same(model.predict(x, verbose=0), fixed(x))
+    assert _CountsSymbolicLoops.symbolic_traces > 0
+    direct = _CountsSymbolicLoops(DENSE_LEVELS)
+    _CountsSymbolicLoops.symbolic_traces = 0
+    direct(x)  # built on a known T: unrolled
+    assert _CountsSymbolicLoops.symbolic_traces == 0
