@@ -102,3 +102,18 @@ def concrete_values(x):
         return ops.convert_to_numpy(x)
     except Exception:  # symbolic tensors of any backend refuse conversion
         return None
+
+
+def exactly_shaped_like(mask, like):
+    """``mask``, which must have the shape of ``like`` (``[batch, n_inp]``).
+
+    Layers check the sizes known when they are called. Where one is
+    None there (a ``tf.function`` traced for any batch or ``n_inp``), a mask of
+    ``[batch, 1]``, ``[1, n_inp]`` or ``[1, 1]`` would be broadcast silently over the
+    inputs: stacking it with ``like`` (which needs equal shapes, and copies only the
+    small boolean mask) makes such a mask fail when the layer runs, with the backend's
+    shape error (keras.ops has no run-time assertion with a message of its own).
+    """
+    if None not in tuple(mask.shape) and tuple(mask.shape) == tuple(like.shape):
+        return mask
+    return ops.stack([like, mask])[1]

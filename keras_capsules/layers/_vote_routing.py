@@ -11,7 +11,7 @@ import numbers
 import keras
 from keras import ops
 
-from keras_capsules._validation import boolean, positive_int  # noqa: F401 (used by subclasses)
+from keras_capsules._validation import boolean, exactly_shaped_like, positive_int  # noqa: F401 (used by subclasses)
 from keras_capsules.ops import routing_dtype, squash
 
 
@@ -179,7 +179,13 @@ class VoteRouting(keras.layers.Layer):
                 f"{type(self).__name__} expects a mask with one row per sample, of shape "
                 f"[batch, n_in] = [{batch}, {n_in}]. Received: mask shape={tuple(mask.shape)}"
             )
-        return ops.cast(mask, "bool")
+        mask = ops.cast(mask, "bool")
+        if None in (batch, n_in) or None in tuple(mask.shape):
+            # sizes unknown at the call (a tf.function traced for any batch or n_in): a
+            # mask [batch, 1], [1, n_in] or [1, 1] must fail when the layer runs, not be
+            # broadcast over the inputs
+            mask = exactly_shaped_like(mask, ops.ones(ops.shape(inputs)[:2], "bool"))
+        return mask
 
     def votes(self, inputs, mask=None):
         """The votes ``u_hat`` ``[batch, n_in, n_out, d_out]`` in the routing dtype.

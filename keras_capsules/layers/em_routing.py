@@ -5,7 +5,7 @@ import math
 import keras
 from keras import ops
 
-from keras_capsules._validation import choice, positive_float, positive_int
+from keras_capsules._validation import choice, exactly_shaped_like, positive_float, positive_int
 from keras_capsules.layers._initializers import fresh_initializer
 from keras_capsules.layers._vote_routing import (
     dense_from_ragged,
@@ -51,21 +51,6 @@ def _symmetric_spread(n, dtype):
     steps = ops.cast(ops.arange(n), dtype)
     last = ops.maximum(ops.cast(n, dtype) - 1.0, 1.0)
     return 2.0 * steps / last - 1.0
-
-
-def _exactly_shaped_like(mask, like):
-    """``mask``, which must have the shape of ``like`` (``[batch, n_inp]``).
-
-    ``_combined_mask`` checks the sizes known when the layer is called. Where one is
-    None there (a ``tf.function`` traced for any batch or ``n_inp``), a mask of
-    ``[batch, 1]``, ``[1, n_inp]`` or ``[1, 1]`` would be broadcast silently over the
-    inputs: stacking it with ``like`` (which needs equal shapes, and copies only the
-    small boolean mask) makes such a mask fail when the layer runs, with the backend's
-    shape error (keras.ops has no run-time assertion with a message of its own).
-    """
-    if None not in tuple(mask.shape) and tuple(mask.shape) == tuple(like.shape):
-        return mask
-    return ops.stack([like, mask])[1]
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -420,7 +405,7 @@ class EMRouting(keras.layers.Layer):
         batch = a_inp.shape[0] if a_inp.shape[0] is not None else mu_inp.shape[0]
         user_mask = self._combined_mask(mask, n_inp, batch)
         if user_mask is not None:
-            user_mask = _exactly_shaped_like(user_mask, valid)
+            user_mask = exactly_shaped_like(user_mask, valid)
             valid = ops.logical_and(valid, user_mask)
         f = ops.where(valid, ops.sigmoid(ops.where(valid, a_inp, ops.zeros_like(a_inp))), 0.0)
         x = ops.where(valid[:, :, None, None], mu_inp, ops.zeros_like(mu_inp))

@@ -315,3 +315,28 @@ def check_ragged_inputs_route_as_padded_and_masked(layer_cls):
     masked, _ = layer(ragged, mask=ragged_mask)
     want, _ = layer(ragged.to_tensor(), mask=np.array([[1, 0, 1], [1, 1, 0]], bool))
     np.testing.assert_array_equal(np.asarray(masked), np.asarray(want))
+
+
+def check_mask_of_another_shape_fails_when_shapes_are_known_only_at_run_time(layer_cls, mask_shape):
+    """A mask [batch, 1], [1, n_in] or [1, 1] was broadcast silently over the inputs in a
+    tf.function traced for any batch and n_in (its shape was checked only where known
+    when the layer was called); it must now fail when the layer runs, and a mask of the
+    right shape must still route as before."""
+    tensorflow_only("a tf.function traced with unknown shapes (JAX traces concrete shapes)")
+    import tensorflow as tf
+
+    rng = np.random.default_rng(3)
+    u = rng.normal(size=(2, 5, 4)).astype("float32")
+    valid = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool)
+    layer = layer_cls(n_out=3, d_out=2)
+    want = np.asarray(layer(u, mask=valid))
+
+    @tf.function(
+        input_signature=[tf.TensorSpec((None, None, 4), "float32"), tf.TensorSpec((None, None), "bool")]
+    )
+    def route(u, mask):
+        return layer(u, mask=mask)
+
+    np.testing.assert_allclose(np.asarray(route(u, valid)), want, rtol=1e-5, atol=1e-6)
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        route(u, np.ones(mask_shape, bool))

@@ -113,3 +113,8 @@ def test_single_output_capsule_gives_no_softmax_warning():
 
 def test_ragged_inputs_route_as_padded_and_masked():
     rc.check_ragged_inputs_route_as_padded_and_masked(DynamicRouting)
+
+
+@pytest.mark.parametrize("mask_shape", [(2, 1), (1, 5), (1, 1)])
+def test_a_mask_of_another_shape_fails_when_shapes_are_known_only_at_run_time(mask_shape):
+    rc.check_mask_of_another_shape_fails_when_shapes_are_known_only_at_run_time(DynamicRouting, mask_shape)
