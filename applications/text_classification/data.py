@@ -4,10 +4,12 @@ Everything that touches strings runs as TensorFlow ops (``tf.strings`` and
 tensorflow-text), so the same preprocessing runs inside ``tf.data``, in a served
 model's input function, or eagerly on a few strings.
 
-Preprocessing (as in Ren & Lu's experiments): lowercase; put spaces around every
-character that is neither a letter nor a digit (punctuation becomes tokens of its
-own); split numbers from words and into single digits; split on white space; keep
-the first ``max_length`` tokens (5,000 by default)::
+Preprocessing (as in Ren & Lu's experiments): Unicode NFC normalization (a word
+spelled with combining accents and its precomposed spelling are one token);
+lowercase; put spaces around every character that is neither a letter, a digit nor a
+combining mark (punctuation becomes tokens of its own; accents and vowel signs stay in
+their word); split numbers from words and into single digits; split on white space;
+keep the first ``max_length`` tokens (5,000 by default)::
 
     "Hello, World! It's 2019."
     -> hello , world ! it ' s 2 0 1 9 .
@@ -49,8 +51,10 @@ TFDS_DATASETS = {
 SST_DATASETS = {"sst2": "2", "sst5": "5"}
 DATASETS = tuple(TFDS_DATASETS) + tuple(SST_DATASETS)
 
-# Letters (\pL) and digits (\pN) form words; any other character is a token of its own.
-_NOT_WORD = r"([^\pL\pN])"
+# Letters (\pL), digits (\pN) and combining marks (\pM: accents, Indic vowel signs) form
+# words; any other character is a token of its own. (Without \pM, "naïve" written with a
+# combining diaeresis became "nai", "\u0308", "ve", and Devanagari words fell apart.)
+_NOT_WORD = r"([^\pL\pN\pM])"
 _DIGIT = r"(\pN)"
 
 
@@ -74,7 +78,8 @@ def preprocess(texts, max_length=MAX_LENGTH):
     if max_length is not None:
         max_length = integer_at_least("max_length", max_length, 1)
     texts = tf.convert_to_tensor(texts, dtype=tf.string)
-    x = tf.strings.lower(texts, encoding="utf-8")
+    x = tf_text.normalize_utf8(texts, "NFC")  # decomposed and precomposed accents alike
+    x = tf.strings.lower(x, encoding="utf-8")
     x = tf.strings.regex_replace(x, _NOT_WORD, r" \1 ")
     x = tf.strings.regex_replace(x, _DIGIT, r" \1 ")
     tokens = tf_text.WhitespaceTokenizer().tokenize(x)

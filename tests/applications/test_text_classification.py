@@ -42,6 +42,19 @@ def test_preprocess_hand_written_strings():
         data.preprocess("a", max_length=0)
 
 
+def test_preprocess_keeps_combining_marks_inside_their_words():
+    # A combining mark (\\pM) was taken for punctuation: "naïve" written decomposed
+    # (NFD) became "nai", a lone diaeresis and "ve", and every Devanagari word fell
+    # apart at its vowel signs. Marks stay in their word, and NFD and NFC spellings
+    # give the same tokens (the same vocabulary ids).
+    import unicodedata
+
+    text = "Naïve café, नमस्ते दुनिया!"
+    expected = ["naïve", "café", ",", "नमस्ते", "दुनिया", "!"]
+    assert _tokens(data.preprocess(unicodedata.normalize("NFC", text))) == expected
+    assert _tokens(data.preprocess(unicodedata.normalize("NFD", text))) == expected
+
+
 def test_preprocess_runs_inside_tf_data():
     ds = tf.data.Dataset.from_tensor_slices(["Hi there!", "42"]).map(lambda t: data.preprocess(t))
     assert [[t.decode() for t in x] for x in ds.as_numpy_iterator()] == [["hi", "there", "!"], ["4", "2"]]
