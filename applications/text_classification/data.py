@@ -215,6 +215,7 @@ def make_dataset(
     max_length=MAX_LENGTH,
     boundaries=DEFAULT_BOUNDARIES,
     cache=True,
+    drop_empty=None,
 ):
     """From raw ``(text, label)`` pairs to shuffled, length-bucketed id batches.
 
@@ -227,6 +228,10 @@ def make_dataset(
         max_length: tokens kept per text.
         boundaries: bucket boundaries, see :func:`bucket_batches`.
         cache: keep the encoded ids in memory after the first pass.
+        drop_empty: drop texts without a token (empty or blank). None (default):
+            drop them only when shuffling, i.e. from training data, where they carry
+            no evidence. Kept, such a text is read as one unknown word (``[OOV_ID]``),
+            so that evaluation counts every example and its scores stay finite.
 
     Returns:
         A dataset of ``(ids [batch, length] int32, labels [batch] int32)``.
@@ -235,9 +240,20 @@ def make_dataset(
     def to_ids(text, label):
         return encode(text, lookup, max_length), tf.cast(label, tf.int32)
 
+    if drop_empty is None:
+        drop_empty = bool(shuffle)
     ds = raw.map(to_ids, num_parallel_calls=tf.data.AUTOTUNE)
-    # Empty texts would give an all-padding row; they carry no evidence, so drop them.
-    ds = ds.filter(lambda ids, label: tf.size(ids) > 0)
+    if drop_empty:
+        # An empty text would give an all-padding row; it carries no evidence.
+        ds = ds.filter(lambda ids, label: tf.size(ids) > 0)
+    else:
+        # Evaluation counts every example (dropping them raised the accuracy over the
+        # remaining ones): an all-padding row has no real token to average (NaN scores),
+        # so an empty text reads as one unknown word.
+        def at_least_one(ids, label):
+            return tf.cond(tf.size(ids) > 0, lambda: ids, lambda: tf.constant([OOV_ID], tf.int32)), label
+
+        ds = ds.map(at_least_one)
     if cache:
         ds = ds.cache()
     if shuffle:

@@ -97,6 +97,27 @@ def test_bucketing_batches_similar_lengths_padded_with_zeros():
         data.bucket_batches(ds, 3, boundaries=(16, 8))
 
 
+def test_evaluation_batches_count_empty_texts():
+    # make_dataset dropped every text without a token, also from validation and test
+    # data: accuracy was computed over the remaining examples only (here 2 of 4).
+    texts = ["good film", "", " \t ", "bad"]
+    raw = tf.data.Dataset.from_tensor_slices((tf.constant(texts), tf.constant([1, 0, 1, 0], tf.int32)))
+    lookup = data.make_lookup(["good", "film", "bad"])
+    batches = list(data.make_dataset(raw, lookup, batch_size=8, boundaries=(8,)).as_numpy_iterator())
+    [(ids, labels)] = batches
+    assert labels.tolist() == [1, 0, 1, 0]
+    assert ids.tolist() == [[2, 3], [data.OOV_ID, 0], [data.OOV_ID, 0], [4, 0]]
+    model = model_lib.build_model(lookup.vocabulary_size(), 2, routing="linear", **TINY)
+    model_lib.compile_model(model)
+    loss, accuracy = model.evaluate(data.make_dataset(raw, lookup, batch_size=1), verbose=0)
+    assert np.isfinite(loss) and np.isfinite(accuracy)
+    # Training data still drops them (no evidence), unless asked to keep them.
+    train = data.make_dataset(raw, lookup, batch_size=8, shuffle=True, seed=0)
+    assert sum(len(y) for _, y in train.as_numpy_iterator()) == 2
+    kept = data.make_dataset(raw, lookup, batch_size=8, shuffle=True, drop_empty=False)
+    assert sum(len(y) for _, y in kept.as_numpy_iterator()) == 4
+
+
 @pytest.mark.parametrize("name", ["ag_news", "yelp_polarity"])
 def test_tfds_pipelines_offline_with_mock_data(name, tmp_path):
     import tensorflow_datasets as tfds
@@ -110,7 +131,7 @@ def test_tfds_pipelines_offline_with_mock_data(name, tmp_path):
         dataset = data.make_dataset(data.load_split(name, "test", str(tmp_path), limit=7), lookup, 4)
         assert dataset.options().autotune.enabled is False  # data.pipeline_options
         batches = list(dataset)
-    assert sum(int(ids.shape[0]) for ids, _ in batches) <= 7
+    assert sum(int(ids.shape[0]) for ids, _ in batches) == 7  # every test example counts
     for ids, y in batches:
         assert ids.dtype == tf.int32 and y.dtype == tf.int32 and ids.shape[0] == y.shape[0]
     assert data.num_classes("ag_news") == 4 and data.num_classes("yelp_polarity") == 2
