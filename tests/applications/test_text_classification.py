@@ -270,6 +270,29 @@ def test_tiny_training_on_real_sst_sentences(tmp_path):
     assert loaded(ids).shape == (1, 2)
 
 
+def test_evaluate_refuses_a_vocabulary_of_another_size_than_the_model(tmp_path):
+    # A vocab.txt that does not belong to the model (--vocabulary of another run) gave
+    # ids past the embedding: a "Graph execution error" traceback from inside the
+    # model, or, with a smaller vocabulary, every word read as another one, silently.
+    from applications.errors import CommandLineError, InputError
+
+    model = model_lib.build_model(12, 2, **TINY)
+    model_lib.compile_model(model, jit_compile=False)
+    model.save(tmp_path / "model.keras")
+    for words in (30, 4):
+        data.save_vocabulary([f"w{i}" for i in range(words)], tmp_path / "vocab.txt")
+        with pytest.raises(InputError, match=rf"model embeds 12 ids.*Received: vocab_size={words + 2} "):
+            recipe.evaluate(str(tmp_path / "model.keras"), "sst2", SST_DIR, limit=4)
+    data.save_vocabulary([f"w{i}" for i in range(10)], tmp_path / "vocab.txt")
+    result = recipe.evaluate(str(tmp_path / "model.keras"), "sst2", SST_DIR, limit=4)
+    assert 0 <= result["test_accuracy"] <= 1
+    # A model of another application is named as such (it has no word embedding).
+    other = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    other.save(tmp_path / "other.keras")
+    with pytest.raises(CommandLineError, match="not a text classifier"):
+        recipe.evaluate(str(tmp_path / "other.keras"), "sst2", SST_DIR, vocabulary_path=str(tmp_path / "vocab.txt"))
+
+
 @pytest.mark.parametrize(
     "options,message",
     [
