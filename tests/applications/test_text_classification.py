@@ -181,6 +181,23 @@ def test_every_option_builds_runs_and_has_finite_gradients(routing, embedding):
 
 
 @pytest.mark.parametrize("routing", model_lib.ROUTINGS)
+def test_an_all_padding_row_gives_finite_scores_and_gradients(routing):
+    # The masked mean over tokens divided by the number of real tokens: a row with none
+    # (an empty text in the user's own batches) was 0 / 0, NaN scores with the linear
+    # head, and NaN gradients for every weight with each head (one such training step
+    # made the whole model NaN). The row's sentence vector is now zero.
+    model = model_lib.build_model(50, 3, routing=routing, **TINY)
+    ids = np.concatenate([_ids([4]), np.zeros((1, 4), "int32")])
+    with tf.GradientTape() as tape:
+        scores = model(ids, training=True)
+        loss = CapsuleLoss()(np.array([0, 1]), scores)
+    assert np.isfinite(scores.numpy()).all()
+    grads = tape.gradient(loss, model.trainable_variables)
+    assert all(np.isfinite(tf.convert_to_tensor(g).numpy()).all() for g in grads)
+    np.testing.assert_allclose(model(ids[:1]).numpy(), model(ids).numpy()[:1], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("routing", model_lib.ROUTINGS)
 def test_padding_never_changes_predictions(routing):
     model = model_lib.build_model(50, 4, routing=routing, **TINY)
     lengths = [6, 2, 4]
