@@ -108,6 +108,11 @@ def build_vocabulary(texts, max_size=None, min_count=1, max_length=MAX_LENGTH, b
     """
     if max_size is not None and (isinstance(max_size, bool) or int(max_size) < 3):
         raise InputError(f"`max_size` must be at least 3 (padding, OOV, one word). Received: max_size={max_size!r}")
+    if isinstance(texts, (str, bytes)):
+        # list("good film") is its characters: a vocabulary of letters, silently
+        raise InputError(
+            f"`texts` must be a list of strings or a tf.data.Dataset, not one string. Received: texts={texts!r:.60}"
+        )
     if isinstance(texts, tf.data.Dataset):
         dataset = texts
         if isinstance(dataset.element_spec, tuple):

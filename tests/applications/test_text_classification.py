@@ -73,6 +73,15 @@ def test_vocabulary_is_most_frequent_first_with_reserved_ids():
     assert ids.dtype == tf.int32
 
 
+def test_vocabulary_refuses_one_string_for_a_list_of_texts():
+    # One string was read as a list of its characters: a vocabulary of letters, silently.
+    with pytest.raises(ValueError, match=r"a list of strings.*Received: texts='good film'"):
+        data.build_vocabulary("good film")
+    with pytest.raises(ValueError, match=r"Received: texts=b'good'"):
+        data.build_vocabulary(b"good")
+    assert data.build_vocabulary(("good film", "film")) == ["film", "good"]
+
+
 def test_bucketing_batches_similar_lengths_padded_with_zeros():
     lengths = [1, 2, 3, 9, 10, 11, 30, 31, 2, 10]
     ds = tf.data.Dataset.from_generator(
