@@ -349,6 +349,8 @@ def embed_texts(
     Returns:
         An ``EmbeddedTexts``.
     """
+    if isinstance(texts, (str, bytes)):  # list("good film") embedded each character as a text
+        raise InputError(f"`texts` must be a list of strings, not one string. Received: texts={texts!r:.60}")
     texts = list(texts)
     dtype = _cache_dtype(dtype)
     encoder_name = encoder.name if isinstance(encoder, Encoder) else (encoder or DEFAULT_PRESET)

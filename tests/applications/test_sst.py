@@ -104,6 +104,13 @@ def test_cache_is_keyed_by_the_storage_dtype(encoder, tmp_path):
             sst.embed_texts(TEXTS, encoder, tmp_path, name="t", max_length=12, dtype=bad, verbose=0)
 
 
+def test_embed_texts_refuses_one_string_for_a_list_of_texts(encoder, tmp_path):
+    # One string was embedded character by character, one "text" per letter, silently.
+    with pytest.raises(ValueError, match=r"a list of strings.*Received: texts='good film'"):
+        sst.embed_texts("good film", encoder, tmp_path, name="t", max_length=12, verbose=0)
+    assert not os.listdir(tmp_path)
+
+
 def test_cache_key_tells_every_encoder_name_apart():
     # The key kept only the last 40 characters of the encoder's name, with "/" and other
     # characters turned into "_": two preset folders sharing a long ending, or "models/bert"
