@@ -7,7 +7,8 @@ model's input function, or eagerly on a few strings.
 Preprocessing (as in Ren & Lu's experiments): Unicode NFC normalization (a word
 spelled with combining accents and its precomposed spelling are one token);
 lowercase; put spaces around every character that is neither a letter, a digit nor a
-combining mark (punctuation becomes tokens of its own; accents and vowel signs stay in
+combining mark or zero-width (non-)joiner (punctuation becomes tokens of its own;
+accents, vowel signs and joiners stay in
 their word); split numbers from words and into single digits; split on white space;
 keep the first ``max_length`` tokens (5,000 by default)::
 
@@ -53,8 +54,9 @@ DATASETS = tuple(TFDS_DATASETS) + tuple(SST_DATASETS)
 
 # Letters (\pL), digits (\pN) and combining marks (\pM: accents, Indic vowel signs) form
 # words; any other character is a token of its own. (Without \pM, "naïve" written with a
-# combining diaeresis became "nai", "\u0308", "ve", and Devanagari words fell apart.)
-_NOT_WORD = r"([^\pL\pN\pM])"
+# combining diaeresis became "nai", "\u0308", "ve", and Devanagari words fell apart.) The
+# zero-width non-joiner and joiner (U+200C, U+200D) belong to Persian and Indic spellings.
+_NOT_WORD = r"([^\pL\pN\pM\x{200C}\x{200D}])"
 _DIGIT = r"(\pN)"
 
 

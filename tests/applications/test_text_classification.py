@@ -53,6 +53,8 @@ def test_preprocess_keeps_combining_marks_inside_their_words():
     expected = ["naïve", "café", ",", "नमस्ते", "दुनिया", "!"]
     assert _tokens(data.preprocess(unicodedata.normalize("NFC", text))) == expected
     assert _tokens(data.preprocess(unicodedata.normalize("NFD", text))) == expected
+    # The zero-width (non-)joiner is part of Persian and Indic spellings, not punctuation.
+    assert _tokens(data.preprocess("می\u200cخواهم क्\u200dष")) == ["می\u200cخواهم", "क्\u200dष"]
 
 
 def test_preprocess_runs_inside_tf_data():
