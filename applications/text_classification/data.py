@@ -6,11 +6,11 @@ model's input function, or eagerly on a few strings.
 
 Preprocessing (as in Ren & Lu's experiments): Unicode NFC normalization (a word
 spelled with combining accents and its precomposed spelling are one token);
-lowercase; put spaces around every character that is neither a letter, a digit nor a
-combining mark or zero-width (non-)joiner (punctuation becomes tokens of its own;
-accents, vowel signs and joiners stay in
-their word); split numbers from words and into single digits; split on white space;
-keep the first ``max_length`` tokens (5,000 by default)::
+lowercase; put spaces around every character that is neither a letter, a digit, a
+combining mark nor a zero-width (non-)joiner (punctuation becomes tokens of its own;
+accents, vowel signs and joiners stay in their word); split numbers from words and
+into single digits; split on white space; keep the first ``max_length`` tokens (5,000
+by default)::
 
     "Hello, World! It's 2019."
     -> hello , world ! it ' s 2 0 1 9 .
