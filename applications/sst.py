@@ -299,7 +299,12 @@ def _cache_key(encoder_name, name, max_length, texts, dtype=CACHE_DTYPES[0]):
     for text in texts:
         digest.update(text.encode("utf-8"))
         digest.update(b"\n")
-    tag = "".join(c if c.isalnum() or c in "-_." else "_" for c in str(encoder_name).strip("/"))[-40:]
+    full = str(encoder_name).strip("/")
+    tag = "".join(c if c.isalnum() or c in "-_." else "_" for c in full)[-40:]
+    if tag != full:
+        # the readable tag lost part of the name (cut to 40 characters, or "/" -> "_"): the
+        # digest holds the whole name, so that two transformers never share cached states
+        digest.update(b"encoder\0" + full.encode("utf-8"))
     # the storage dtype is part of the key (float16 states were returned for a float32
     # request); the default's key is as before, so existing caches stay valid
     stored = "" if dtype == CACHE_DTYPES[0] else f"-{dtype}"
@@ -344,6 +349,8 @@ def embed_texts(
     Returns:
         An ``EmbeddedTexts``.
     """
+    if isinstance(texts, (str, bytes)):  # list("good film") embedded each character as a text
+        raise InputError(f"`texts` must be a list of strings, not one string. Received: texts={texts!r:.60}")
     texts = list(texts)
     dtype = _cache_dtype(dtype)
     encoder_name = encoder.name if isinstance(encoder, Encoder) else (encoder or DEFAULT_PRESET)

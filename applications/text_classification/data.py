@@ -4,10 +4,13 @@ Everything that touches strings runs as TensorFlow ops (``tf.strings`` and
 tensorflow-text), so the same preprocessing runs inside ``tf.data``, in a served
 model's input function, or eagerly on a few strings.
 
-Preprocessing (as in Ren & Lu's experiments): lowercase; put spaces around every
-character that is neither a letter nor a digit (punctuation becomes tokens of its
-own); split numbers from words and into single digits; split on white space; keep
-the first ``max_length`` tokens (5,000 by default)::
+Preprocessing (as in Ren & Lu's experiments): Unicode NFC normalization (a word
+spelled with combining accents and its precomposed spelling are one token);
+lowercase; put spaces around every character that is neither a letter, a digit, a
+combining mark nor a zero-width (non-)joiner (punctuation becomes tokens of its own;
+accents, vowel signs and joiners stay in their word); split numbers from words and
+into single digits; split on white space; keep the first ``max_length`` tokens (5,000
+by default)::
 
     "Hello, World! It's 2019."
     -> hello , world ! it ' s 2 0 1 9 .
@@ -49,8 +52,11 @@ TFDS_DATASETS = {
 SST_DATASETS = {"sst2": "2", "sst5": "5"}
 DATASETS = tuple(TFDS_DATASETS) + tuple(SST_DATASETS)
 
-# Letters (\pL) and digits (\pN) form words; any other character is a token of its own.
-_NOT_WORD = r"([^\pL\pN])"
+# Letters (\pL), digits (\pN) and combining marks (\pM: accents, Indic vowel signs) form
+# words; any other character is a token of its own. (Without \pM, "naïve" written with a
+# combining diaeresis became "nai", "\u0308", "ve", and Devanagari words fell apart.) The
+# zero-width non-joiner and joiner (U+200C, U+200D) belong to Persian and Indic spellings.
+_NOT_WORD = r"([^\pL\pN\pM\x{200C}\x{200D}])"
 _DIGIT = r"(\pN)"
 
 
@@ -74,7 +80,8 @@ def preprocess(texts, max_length=MAX_LENGTH):
     if max_length is not None:
         max_length = integer_at_least("max_length", max_length, 1)
     texts = tf.convert_to_tensor(texts, dtype=tf.string)
-    x = tf.strings.lower(texts, encoding="utf-8")
+    x = tf_text.normalize_utf8(texts, "NFC")  # decomposed and precomposed accents alike
+    x = tf.strings.lower(x, encoding="utf-8")
     x = tf.strings.regex_replace(x, _NOT_WORD, r" \1 ")
     x = tf.strings.regex_replace(x, _DIGIT, r" \1 ")
     tokens = tf_text.WhitespaceTokenizer().tokenize(x)
@@ -103,6 +110,11 @@ def build_vocabulary(texts, max_size=None, min_count=1, max_length=MAX_LENGTH, b
     """
     if max_size is not None and (isinstance(max_size, bool) or int(max_size) < 3):
         raise InputError(f"`max_size` must be at least 3 (padding, OOV, one word). Received: max_size={max_size!r}")
+    if isinstance(texts, (str, bytes)):
+        # list("good film") is its characters: a vocabulary of letters, silently
+        raise InputError(
+            f"`texts` must be a list of strings or a tf.data.Dataset, not one string. Received: texts={texts!r:.60}"
+        )
     if isinstance(texts, tf.data.Dataset):
         dataset = texts
         if isinstance(dataset.element_spec, tuple):
@@ -210,6 +222,7 @@ def make_dataset(
     max_length=MAX_LENGTH,
     boundaries=DEFAULT_BOUNDARIES,
     cache=True,
+    drop_empty=None,
 ):
     """From raw ``(text, label)`` pairs to shuffled, length-bucketed id batches.
 
@@ -222,6 +235,10 @@ def make_dataset(
         max_length: tokens kept per text.
         boundaries: bucket boundaries, see :func:`bucket_batches`.
         cache: keep the encoded ids in memory after the first pass.
+        drop_empty: drop texts without a token (empty or blank). None (default):
+            drop them only when shuffling, i.e. from training data, where they carry
+            no evidence. Kept, such a text is read as one unknown word (``[OOV_ID]``),
+            so that evaluation counts every example and its scores stay finite.
 
     Returns:
         A dataset of ``(ids [batch, length] int32, labels [batch] int32)``.
@@ -230,9 +247,20 @@ def make_dataset(
     def to_ids(text, label):
         return encode(text, lookup, max_length), tf.cast(label, tf.int32)
 
+    if drop_empty is None:
+        drop_empty = bool(shuffle)
     ds = raw.map(to_ids, num_parallel_calls=tf.data.AUTOTUNE)
-    # Empty texts would give an all-padding row; they carry no evidence, so drop them.
-    ds = ds.filter(lambda ids, label: tf.size(ids) > 0)
+    if drop_empty:
+        # An empty text would give an all-padding row; it carries no evidence.
+        ds = ds.filter(lambda ids, label: tf.size(ids) > 0)
+    else:
+        # Evaluation counts every example (dropping them raised the accuracy over the
+        # remaining ones): an all-padding row has no real token to average (NaN scores),
+        # so an empty text reads as one unknown word.
+        def at_least_one(ids, label):
+            return tf.cond(tf.size(ids) > 0, lambda: ids, lambda: tf.constant([OOV_ID], tf.int32)), label
+
+        ds = ds.map(at_least_one)
     if cache:
         ds = ds.cache()
     if shuffle:

@@ -14,8 +14,9 @@
 This is the authors' design, with one difference that the issue asks for: their mean
 over time also averages the padding; here it runs over the real tokens only (the
 embedding's mask follows the GRUs, which carry their state over padded steps, and
-``GlobalAveragePooling1D`` honours it). So a sentence gets the same scores whatever
-padding its batch adds.
+:class:`MaskedMean` honours it). So a sentence gets the same scores whatever padding
+its batch adds. A row without any real token (an empty text) gets a zero sentence
+vector, not ``0 / 0``.
 
 ``routing="linear"`` is the baseline without capsules: the same sentence vector, then
 a ``Dense`` layer with a sigmoid per class. The sigmoid keeps the scores in ``[0, 1]``
@@ -33,6 +34,8 @@ import numbers
 
 import keras
 
+from keras import ops
+
 from keras_capsules.layers import (
     CapsuleLength,
     CompositionalEmbedding,
@@ -43,6 +46,34 @@ from keras_capsules.losses import CapsuleLoss
 
 from applications.text_classification.projected_gru import ProjectedGRU
 from applications.errors import InputError
+
+@keras.saving.register_keras_serializable(package="applications")
+class MaskedMean(keras.layers.Layer):
+    """Mean over the real steps: ``[batch, steps, features]`` -> ``[batch, features]``.
+
+    As ``keras.layers.GlobalAveragePooling1D`` with a mask, except that a row without
+    any real step gives zeros (Keras divides by its count, 0: NaN scores, and NaN
+    gradients for every weight). Padded steps never change the result.
+    """
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.supports_masking = True
+
+    def call(self, inputs, mask=None):
+        if mask is None:
+            return ops.mean(inputs, axis=1)
+        keep = ops.expand_dims(ops.cast(mask, "bool"), -1)
+        total = ops.sum(ops.where(keep, inputs, ops.zeros_like(inputs)), axis=1)
+        count = ops.sum(ops.cast(keep, inputs.dtype), axis=1)
+        return total / ops.maximum(count, ops.ones_like(count))
+
+    def compute_mask(self, inputs, mask=None):
+        return None
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], input_shape[2])
+
 
 ROUTINGS = ("kmeans", "dynamic", "linear")
 EMBEDDINGS = ("compositional", "standard")
@@ -174,7 +205,7 @@ def build_model(
     x = keras.layers.Bidirectional(
         recurrent(gru_units, return_sequences=True), merge_mode="sum", name="bigru2"
     )(x)
-    x = keras.layers.GlobalAveragePooling1D(name="masked_mean")(x)  # honours the mask
+    x = MaskedMean(name="masked_mean")(x)  # honours the mask; zeros for an all-padding row
     if routing == "linear":
         scores = keras.layers.Dense(num_classes, activation="sigmoid", name="scores")(x)
     else:
@@ -223,6 +254,7 @@ def parameter_report(vocab_size, num_classes, **kwargs):
 
 __all__ = [
     "EMBEDDINGS",
+    "MaskedMean",
     "ROUTINGS",
     "build_model",
     "check_arguments",

@@ -194,12 +194,36 @@ def evaluate(model_path, dataset="sst2", data_dir=None, vocabulary_path=None, li
     test = data_lib.with_cardinality(data_lib.make_dataset(raw, lookup, batch_size, max_length=max_length))
     with strategy.scope():
         model = checks.load_model(model_path)
+    _check_classifier(model, model_path, int(lookup.vocabulary_size()), vocabulary_path)
     n_classes = data_lib.num_classes(dataset)
     if int(model.output.shape[-1]) != n_classes:
         raise InputError(f"the model has {model.output.shape[-1]} classes but {dataset} has {n_classes}: "
                          "pass the --dataset it was trained on")
     loss, accuracy = model.evaluate(test, verbose=0)
     return {"test_accuracy": float(accuracy), "test_loss": float(loss), "model": model_path}
+
+
+def _check_classifier(model, model_path, vocab_size, vocabulary_path):
+    """Refuses a model that :func:`build_model` did not make, or a vocabulary not its own.
+
+    A vocabulary of another size gave ids past the model's embedding (a graph
+    execution error from inside the model) or, smaller, silently read every word as
+    another one.
+    """
+    embedding = next((layer for layer in model.layers if layer.name == "embedding"), None)
+    checks.require_model(
+        model, model_path,
+        lambda shapes, model: len(shapes) == 1 and len(shapes[0]) == 2 and embedding is not None
+        and isinstance(getattr(embedding, "input_dim", None), int)
+        and len(checks.single_output_shape(model) or ()) == 2,
+        "a text classifier", "text_classification", "token ids [batch, length] in, class scores out",
+    )
+    if embedding.input_dim != vocab_size:
+        raise InputError(
+            f"the model embeds {embedding.input_dim} ids (padding and OOV included) but the vocabulary "
+            f"{vocabulary_path} gives {vocab_size}: pass the vocab.txt written with the model. "
+            f"Received: vocab_size={vocab_size} ({vocab_size - 2} words)"
+        )
 
 
 def main(argv=None):

@@ -104,6 +104,31 @@ def test_cache_is_keyed_by_the_storage_dtype(encoder, tmp_path):
             sst.embed_texts(TEXTS, encoder, tmp_path, name="t", max_length=12, dtype=bad, verbose=0)
 
 
+def test_embed_texts_refuses_one_string_for_a_list_of_texts(encoder, tmp_path):
+    # One string was embedded character by character, one "text" per letter, silently.
+    with pytest.raises(ValueError, match=r"a list of strings.*Received: texts='good film'"):
+        sst.embed_texts("good film", encoder, tmp_path, name="t", max_length=12, verbose=0)
+    assert not os.listdir(tmp_path)
+
+
+def test_cache_key_tells_every_encoder_name_apart():
+    # The key kept only the last 40 characters of the encoder's name, with "/" and other
+    # characters turned into "_": two preset folders sharing a long ending, or "models/bert"
+    # and "models_bert", read each other's cached states (from another transformer).
+    run = "/data/alice/sentiment-finetune/run-{}/exported/keras_hub_presets/minilm_l6_sst_tuned"
+    pairs = [(run.format(1), run.format(2)), ("models/bert", "models_bert"), ("a b", "a_b")]
+    for first, second in pairs:
+        assert sst._cache_key(first, "t", 12, TEXTS) != sst._cache_key(second, "t", 12, TEXTS)
+    # A name the readable part keeps whole has the key it always had (existing caches stay valid).
+    assert sst._cache_key("tiny-bert", "t", 12, TEXTS) == "tiny-bert-t-L12-" + _texts_digest(TEXTS)
+
+
+def _texts_digest(texts):
+    import hashlib
+
+    return hashlib.sha1("".join(t + "\n" for t in texts).encode("utf-8")).hexdigest()[:12]
+
+
 @pytest.mark.parametrize("kwargs, name", [
     (dict(width=0), "width"), (dict(num_layers=-1), "num_layers"), (dict(hidden_dim=True), "hidden_dim"),
     (dict(hidden_capsules=2.0), "hidden_capsules"), (dict(capsule_dim=0), "capsule_dim"),

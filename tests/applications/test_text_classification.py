@@ -42,6 +42,21 @@ def test_preprocess_hand_written_strings():
         data.preprocess("a", max_length=0)
 
 
+def test_preprocess_keeps_combining_marks_inside_their_words():
+    # A combining mark (\\pM) was taken for punctuation: "naïve" written decomposed
+    # (NFD) became "nai", a lone diaeresis and "ve", and every Devanagari word fell
+    # apart at its vowel signs. Marks stay in their word, and NFD and NFC spellings
+    # give the same tokens (the same vocabulary ids).
+    import unicodedata
+
+    text = "Naïve café, नमस्ते दुनिया!"
+    expected = ["naïve", "café", ",", "नमस्ते", "दुनिया", "!"]
+    assert _tokens(data.preprocess(unicodedata.normalize("NFC", text))) == expected
+    assert _tokens(data.preprocess(unicodedata.normalize("NFD", text))) == expected
+    # The zero-width (non-)joiner is part of Persian and Indic spellings, not punctuation.
+    assert _tokens(data.preprocess("می\u200cخواهم क्\u200dष")) == ["می\u200cخواهم", "क्\u200dष"]
+
+
 def test_preprocess_runs_inside_tf_data():
     ds = tf.data.Dataset.from_tensor_slices(["Hi there!", "42"]).map(lambda t: data.preprocess(t))
     assert [[t.decode() for t in x] for x in ds.as_numpy_iterator()] == [["hi", "there", "!"], ["4", "2"]]
@@ -58,6 +73,15 @@ def test_vocabulary_is_most_frequent_first_with_reserved_ids():
     ids = data.encode(["A b zzz", "d"], lookup)
     assert ids.to_list() == [[2, 3, data.OOV_ID], [5]]
     assert ids.dtype == tf.int32
+
+
+def test_vocabulary_refuses_one_string_for_a_list_of_texts():
+    # One string was read as a list of its characters: a vocabulary of letters, silently.
+    with pytest.raises(ValueError, match=r"a list of strings.*Received: texts='good film'"):
+        data.build_vocabulary("good film")
+    with pytest.raises(ValueError, match=r"Received: texts=b'good'"):
+        data.build_vocabulary(b"good")
+    assert data.build_vocabulary(("good film", "film")) == ["film", "good"]
 
 
 def test_bucketing_batches_similar_lengths_padded_with_zeros():
@@ -84,6 +108,27 @@ def test_bucketing_batches_similar_lengths_padded_with_zeros():
         data.bucket_batches(ds, 3, boundaries=(16, 8))
 
 
+def test_evaluation_batches_count_empty_texts():
+    # make_dataset dropped every text without a token, also from validation and test
+    # data: accuracy was computed over the remaining examples only (here 2 of 4).
+    texts = ["good film", "", " \t ", "bad"]
+    raw = tf.data.Dataset.from_tensor_slices((tf.constant(texts), tf.constant([1, 0, 1, 0], tf.int32)))
+    lookup = data.make_lookup(["good", "film", "bad"])
+    batches = list(data.make_dataset(raw, lookup, batch_size=8, boundaries=(8,)).as_numpy_iterator())
+    [(ids, labels)] = batches
+    assert labels.tolist() == [1, 0, 1, 0]
+    assert ids.tolist() == [[2, 3], [data.OOV_ID, 0], [data.OOV_ID, 0], [4, 0]]
+    model = model_lib.build_model(lookup.vocabulary_size(), 2, routing="linear", **TINY)
+    model_lib.compile_model(model)
+    loss, accuracy = model.evaluate(data.make_dataset(raw, lookup, batch_size=1), verbose=0)
+    assert np.isfinite(loss) and np.isfinite(accuracy)
+    # Training data still drops them (no evidence), unless asked to keep them.
+    train = data.make_dataset(raw, lookup, batch_size=8, shuffle=True, seed=0)
+    assert sum(len(y) for _, y in train.as_numpy_iterator()) == 2
+    kept = data.make_dataset(raw, lookup, batch_size=8, shuffle=True, drop_empty=False)
+    assert sum(len(y) for _, y in kept.as_numpy_iterator()) == 4
+
+
 @pytest.mark.parametrize("name", ["ag_news", "yelp_polarity"])
 def test_tfds_pipelines_offline_with_mock_data(name, tmp_path):
     import tensorflow_datasets as tfds
@@ -97,7 +142,7 @@ def test_tfds_pipelines_offline_with_mock_data(name, tmp_path):
         dataset = data.make_dataset(data.load_split(name, "test", str(tmp_path), limit=7), lookup, 4)
         assert dataset.options().autotune.enabled is False  # data.pipeline_options
         batches = list(dataset)
-    assert sum(int(ids.shape[0]) for ids, _ in batches) <= 7
+    assert sum(int(ids.shape[0]) for ids, _ in batches) == 7  # every test example counts
     for ids, y in batches:
         assert ids.dtype == tf.int32 and y.dtype == tf.int32 and ids.shape[0] == y.shape[0]
     assert data.num_classes("ag_news") == 4 and data.num_classes("yelp_polarity") == 2
@@ -144,6 +189,23 @@ def test_every_option_builds_runs_and_has_finite_gradients(routing, embedding):
     grads = tape.gradient(loss, model.trainable_variables)
     assert all(g is not None for g in grads)
     assert all(np.isfinite(keras.ops.convert_to_numpy(tf.convert_to_tensor(g))).all() for g in grads)
+
+
+@pytest.mark.parametrize("routing", model_lib.ROUTINGS)
+def test_an_all_padding_row_gives_finite_scores_and_gradients(routing):
+    # The masked mean over tokens divided by the number of real tokens: a row with none
+    # (an empty text in the user's own batches) was 0 / 0, NaN scores with the linear
+    # head, and NaN gradients for every weight with each head (one such training step
+    # made the whole model NaN). The row's sentence vector is now zero.
+    model = model_lib.build_model(50, 3, routing=routing, **TINY)
+    ids = np.concatenate([_ids([4]), np.zeros((1, 4), "int32")])
+    with tf.GradientTape() as tape:
+        scores = model(ids, training=True)
+        loss = CapsuleLoss()(np.array([0, 1]), scores)
+    assert np.isfinite(scores.numpy()).all()
+    grads = tape.gradient(loss, model.trainable_variables)
+    assert all(np.isfinite(tf.convert_to_tensor(g).numpy()).all() for g in grads)
+    np.testing.assert_allclose(model(ids[:1]).numpy(), model(ids).numpy()[:1], rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("routing", model_lib.ROUTINGS)
@@ -234,6 +296,29 @@ def test_tiny_training_on_real_sst_sentences(tmp_path):
     assert loaded.get_layer("embedding").input_dim == len(vocab) + 2 == result["vocab_size"]
     ids = data.encode(["a gripping , funny film ."], data.make_lookup(vocab)).to_tensor()
     assert loaded(ids).shape == (1, 2)
+
+
+def test_evaluate_refuses_a_vocabulary_of_another_size_than_the_model(tmp_path):
+    # A vocab.txt that does not belong to the model (--vocabulary of another run) gave
+    # ids past the embedding: a "Graph execution error" traceback from inside the
+    # model, or, with a smaller vocabulary, every word read as another one, silently.
+    from applications.errors import CommandLineError, InputError
+
+    model = model_lib.build_model(12, 2, **TINY)
+    model_lib.compile_model(model, jit_compile=False)
+    model.save(tmp_path / "model.keras")
+    for words in (30, 4):
+        data.save_vocabulary([f"w{i}" for i in range(words)], tmp_path / "vocab.txt")
+        with pytest.raises(InputError, match=rf"model embeds 12 ids.*Received: vocab_size={words + 2} "):
+            recipe.evaluate(str(tmp_path / "model.keras"), "sst2", SST_DIR, limit=4)
+    data.save_vocabulary([f"w{i}" for i in range(10)], tmp_path / "vocab.txt")
+    result = recipe.evaluate(str(tmp_path / "model.keras"), "sst2", SST_DIR, limit=4)
+    assert 0 <= result["test_accuracy"] <= 1
+    # A model of another application is named as such (it has no word embedding).
+    other = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    other.save(tmp_path / "other.keras")
+    with pytest.raises(CommandLineError, match="not a text classifier"):
+        recipe.evaluate(str(tmp_path / "other.keras"), "sst2", SST_DIR, vocabulary_path=str(tmp_path / "vocab.txt"))
 
 
 @pytest.mark.parametrize(
