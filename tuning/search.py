@@ -39,11 +39,12 @@ def make_tuner(kind, hypermodel, directory, project_name, max_trials, epochs=3, 
             tuners take epochs in ``search``).
         hyperparameters: a ``keras_tuner.HyperParameters`` of fixed values (see
             :func:`fixed_hyperparameters`); the HyperModel's other entries are searched.
+        seed: an integer in [0, 2**32): the same seed draws the same trials.
     """
     objective = objective or getattr(hypermodel, "objective", "val_loss")
     common = dict(
         objective=objective,
-        seed=seed,
+        seed=_oracle_seed(seed),
         directory=directory,
         project_name=project_name,
         overwrite=overwrite,
@@ -61,6 +62,15 @@ def make_tuner(kind, hypermodel, directory, project_name, max_trials, epochs=3, 
     else:
         raise InputError(f"unknown tuner {kind!r}; choose from {', '.join(TUNERS)}")
     return tuner
+
+
+def _oracle_seed(seed):
+    """The oracle's seed for ``seed``: keras-tuner takes a seed of 0 (``--seed``'s default)
+    for "none" and draws a random one, so the default search was not reproducible, and
+    the workers of a multi-worker search drew different trials (their collectives then
+    failed on mismatched shapes). ``seed + 1`` is passed instead, kept below 2**32 (the
+    Bayesian oracle gives it to numpy's ``RandomState``)."""
+    return min(int(seed) + 1, 2**32 - 1)
 
 
 def _finished(tuner):

@@ -150,3 +150,18 @@ def test_a_fixed_value_the_space_cannot_take_is_refused(text, expected):
     fixed = search.fixed_hyperparameters(_SpaceHyperModel(), ["layers=8", "rate=0", "width=8", "gate=false",
                                                               "cell=lstm"])
     assert fixed.values == {"layers": 8, "rate": 0, "width": 8, "gate": False, "cell": "lstm"}
+
+
+@pytest.mark.parametrize("kind", ["random", "bayesian", "hyperband"])
+def test_seed_zero_draws_the_same_trials_every_time(kind, tmp_path):
+    # keras-tuner reads seed=0 (--seed's default) as "no seed" and draws a random one:
+    # two searches with the default seed drew different trials.
+    from tuning import search
+
+    def first_values(name):
+        tuner = search.make_tuner(kind, _SpaceHyperModel(), str(tmp_path / name), "p", max_trials=3, seed=0)
+        tuner.oracle.create_trial("tuner0")  # the first trial of a fresh search takes the defaults
+        tuner.oracle.end_trial(tuner.oracle.ongoing_trials["tuner0"])
+        return tuner.oracle.create_trial("tuner0").hyperparameters.values
+
+    assert first_values("a") == first_values("b")
