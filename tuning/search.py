@@ -9,6 +9,10 @@ remaining ones of ``max_trials`` run. Hyperband has no trial budget of its own: 
 oracle's ``max_trials`` is set too, so ``--max-trials`` bounds every tuner. After the
 search, ``<directory>/best_model.keras`` (written atomically) and
 ``<directory>/best_hyperparameters.json`` hold the best trial's model and values.
+Under ``--strategy multiworker`` every worker runs the same trials in step; the chief
+writes into ``<directory>``, the others keep their tuner state and their
+``best_hyperparameters.json`` in ``<directory>/workers/<type>-<index>`` (keras-tuner
+keeps the trials' weights, hence the best model, on the chief only).
 
 ``--fixed NAME=VALUE`` (repeatable) pins hyperparameters of the search space to one
 value (``hp.Fixed``) and searches the others, e.g. ``--fixed n_iters=3`` or a small
@@ -23,7 +27,7 @@ import os
 
 import keras_tuner
 
-from applications import fault_tolerance
+from applications import distribute, fault_tolerance
 from applications.errors import CommandLineError, InputError
 
 TUNERS = ("hyperband", "bayesian", "random")
@@ -160,15 +164,19 @@ def run_search(args, strategy):
     hypermodel = tuning.HYPERMODELS[args.application].from_args(args, strategy)
     hypermodel.prepare()  # missing data fails now, as one line, before any trial
     default = strategy is None or strategy is tf.distribute.get_strategy()
+    # The workers of a multi-worker cluster run the same search in step; each keeps its
+    # tuner state, checkpoints and best model apart (the chief in --directory), else they
+    # wrote the same files at once.
+    directory = distribute.output_dir(args.directory, strategy)
     tuner = make_tuner(
-        args.tuner, hypermodel, args.directory, args.application, args.max_trials,
+        args.tuner, hypermodel, directory, args.application, args.max_trials,
         epochs=args.epochs, seed=args.seed, strategy=None if default else strategy,
         overwrite=args.overwrite, hyperparameters=fixed_hyperparameters(hypermodel, args.fixed),
     )
     before = len(_finished(tuner))
     tuner.search(epochs=args.epochs, verbose=0 if args.quiet else 1)
     finished = _finished(tuner)
-    return export_best(tuner, args.directory, new_trials=len(finished) - before)
+    return export_best(tuner, directory, new_trials=len(finished) - before)
 
 
 def best_trial(tuner):
@@ -198,15 +206,26 @@ def export_best(tuner, directory, new_trials=None):
     """Writes ``best_model.keras`` and ``best_hyperparameters.json`` into ``directory``.
 
     The best trial is :func:`best_trial`'s: trials with a NaN or infinite score are
-    passed over.
+    passed over. A non-chief worker of a multi-worker search writes only
+    ``best_hyperparameters.json`` (keras-tuner keeps the trials' weights on the chief
+    only); ``model`` is then None.
     """
     best = best_trial(tuner)
-    model = tuner.load_model(best)
+    strategy = tuner.distribution_strategy
     paths = {
         "model": os.path.join(directory, "best_model.keras"),
         "hyperparameters": os.path.join(directory, "best_hyperparameters.json"),
     }
-    fault_tolerance.save_model_atomically(model, paths["model"])
+    if strategy is None or not distribute._is_multi_worker(strategy):
+        fault_tolerance.save_model_atomically(tuner.load_model(best), paths["model"])
+    elif distribute.is_chief(strategy):
+        # Built outside the strategy: under it, creating and loading the variables are
+        # collective ops, which the other workers (without the weights) cannot join.
+        model = tuner.hypermodel.build(best.hyperparameters)
+        model.load_weights(tuner._get_checkpoint_fname(best.trial_id))
+        fault_tolerance.save_model_atomically(model, paths["model"])
+    else:
+        paths["model"] = None
     summary = {
         "trial_id": best.trial_id,
         "objective": tuner.oracle.objective.name,

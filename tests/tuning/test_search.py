@@ -152,6 +152,38 @@ def test_a_fixed_value_the_space_cannot_take_is_refused(text, expected):
     assert fixed.values == {"layers": 8, "rate": 0, "width": 8, "gate": False, "cell": "lstm"}
 
 
+def test_a_search_on_two_workers_finishes_and_each_writes_its_own_folder(tmp_path):
+    # Before: both workers wrote their tuner state into one --directory (the second
+    # resumed the first's search and ran another trial: the collectives failed on
+    # mismatched shapes), with seed 0 keras-tuner drew a random seed per worker (the
+    # same failure), and fit under MultiWorkerMirroredStrategy lacked distribute.prepare_fit.
+    from tests.applications import cli_helpers
+
+    ports = cli_helpers.free_ports(2)
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in ports]}
+    directory = tmp_path / "search"  # one folder, as on a shared file system
+    options = ["demo", "--tuner", "random", "--directory", str(directory), "--max-trials", "1", *TINY]
+    procs = []
+    try:
+        for index in range(2):
+            tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
+            procs.append(cli_helpers.start(["tests/tuning/multiworker_tune_worker.py", *options],
+                                           tmp_path / f"worker{index}.log", TF_CONFIG=tf_config))
+        for proc in procs:
+            assert cli_helpers.wait(proc, timeout=300) == 0, cli_helpers.tail(proc)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                cli_helpers.kill(proc)
+    chief = json.loads((directory / "best_hyperparameters.json").read_text())
+    worker = json.loads((directory / "workers" / "worker-1" / "best_hyperparameters.json").read_text())
+    assert np.isfinite(chief["best_score"]) and chief == worker  # the same trials, in step
+    assert keras.saving.load_model(directory / "best_model.keras").output_shape == (None, 10)
+    assert (directory / "demo" / "oracle.json").exists()
+    assert (directory / "workers" / "worker-1" / "demo" / "oracle.json").exists()
+    assert not (directory / "workers" / "worker-1" / "best_model.keras").exists()  # weights: chief only
+
+
 @pytest.mark.parametrize("kind", ["random", "bayesian", "hyperband"])
 def test_seed_zero_draws_the_same_trials_every_time(kind, tmp_path):
     # keras-tuner reads seed=0 (--seed's default) as "no seed" and draws a random one:
