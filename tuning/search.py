@@ -5,8 +5,10 @@
 
 The tuner state lives in ``<directory>/<application>/``; with ``overwrite=False`` (the
 default) a stopped search resumes there: finished trials are kept and only the
-remaining ones of ``max_trials`` run. Hyperband has no trial budget of its own: its
-oracle's ``max_trials`` is set too, so ``--max-trials`` bounds every tuner. After the
+remaining ones of ``max_trials`` run, with the tuner, ``--epochs`` and ``--fixed``
+values the search was started with (others are a one-line error; ``--overwrite``
+starts afresh). Hyperband has no trial budget of its own: its oracle's
+``max_trials`` is set too, so ``--max-trials`` bounds every tuner. After the
 search, ``<directory>/best_model.keras`` (written atomically) and
 ``<directory>/best_hyperparameters.json`` hold the best trial's model and values.
 Under ``--strategy multiworker`` every worker runs the same trials in step; the chief
@@ -168,15 +170,48 @@ def run_search(args, strategy):
     # tuner state, checkpoints and best model apart (the chief in --directory), else they
     # wrote the same files at once.
     directory = distribute.output_dir(args.directory, strategy)
+    fixed = fixed_hyperparameters(hypermodel, args.fixed)
+    settings = {"tuner": args.tuner, "epochs": args.epochs, "fixed": dict(fixed.values) if fixed else {}}
+    if not args.overwrite:
+        _check_resumed_settings(os.path.join(directory, args.application), settings)
     tuner = make_tuner(
         args.tuner, hypermodel, directory, args.application, args.max_trials,
         epochs=args.epochs, seed=args.seed, strategy=None if default else strategy,
-        overwrite=args.overwrite, hyperparameters=fixed_hyperparameters(hypermodel, args.fixed),
+        overwrite=args.overwrite, hyperparameters=fixed,
     )
+    fault_tolerance.write_json_atomically(settings, os.path.join(directory, args.application, _SETTINGS))
     before = len(_finished(tuner))
     tuner.search(epochs=args.epochs, verbose=0 if args.quiet else 1)
     finished = _finished(tuner)
     return export_best(tuner, directory, new_trials=len(finished) - before)
+
+
+_SETTINGS = "keras_capsules_search.json"
+_OPTIONS = {"tuner": "--tuner", "epochs": "--epochs", "fixed": "--fixed"}
+
+
+def _check_resumed_settings(project_dir, settings):
+    """Refuses to resume the search in ``project_dir`` with another tuner, ``--epochs`` or
+    ``--fixed``: keras-tuner restores its saved oracle, so a new ``--fixed`` or
+    Hyperband's ``--epochs`` was silently ignored, other epochs made the trials' scores
+    incomparable, and another tuner failed with a traceback (or ran on the old one's state).
+    """
+    path = os.path.join(project_dir, _SETTINGS)
+    if not os.path.exists(path):  # a new search, or one started before this file existed
+        return
+    with open(path) as f:
+        saved = json.load(f)
+    changed = [name for name in _OPTIONS if name in saved and saved[name] != settings[name]]
+    if changed:
+        were = ", ".join(f"{_OPTIONS[name]} {_describe(name, saved[name])}" for name in changed)
+        raise InputError(f"the search in {project_dir} was started with {were}: resume it with the same "
+                         "options, or start it afresh with --overwrite (or another --directory)")
+
+
+def _describe(name, value):
+    if name == "fixed":
+        return " ".join(f"{k}={json.dumps(v)}" for k, v in sorted(value.items())) or "(none)"
+    return str(value)
 
 
 def best_trial(tuner):

@@ -197,3 +197,22 @@ def test_seed_zero_draws_the_same_trials_every_time(kind, tmp_path):
         return tuner.oracle.create_trial("tuner0").hyperparameters.values
 
     assert first_values("a") == first_values("b")
+
+
+def test_a_search_resumes_only_with_the_options_it_was_started_with(tmp_path, capsys):
+    # keras-tuner restores the saved oracle: another --tuner failed with a RuntimeError
+    # traceback ("Error reloading `Oracle`", random -> bayesian) and a new --fixed value
+    # was silently ignored (the trials kept the old one).
+    directory = str(tmp_path / "search")
+    base = ["tune", "demo", "--directory", directory, "--max-trials", "1", *TINY]
+    assert cli.main([*base, "--tuner", "random", "--fixed", "n_iters=2"]) == 0
+    capsys.readouterr()
+    for changed, option in ((["--tuner", "bayesian", "--fixed", "n_iters=2"], "--tuner random"),
+                            (["--tuner", "random", "--fixed", "n_iters=3"], "--fixed n_iters=2"),
+                            (["--tuner", "random"], "--fixed n_iters=2")):
+        assert cli.main([*base, *changed]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("keras-capsules: error: the search in") and err.count("\n") == 1, err
+        assert f"was started with {option}:" in err and "--overwrite" in err
+    assert cli.main([*base, "--tuner", "random", "--fixed", "n_iters=2"]) == 0  # the same options resume
+    assert "0 new trial(s), 1 in total" in capsys.readouterr().out
