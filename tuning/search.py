@@ -14,7 +14,8 @@ search, ``<directory>/best_model.keras`` (written atomically) and
 Under ``--strategy multiworker`` every worker runs the same trials in step; the chief
 writes into ``<directory>``, the others keep their tuner state and their
 ``best_hyperparameters.json`` in ``<directory>/workers/<type>-<index>`` (keras-tuner
-keeps the trials' weights, hence the best model, on the chief only).
+keeps the trials' weights, hence the best model, on the chief only; Hyperband, whose
+later rounds load them, is refused there).
 
 ``--fixed NAME=VALUE`` (repeatable) pins hyperparameters of the search space to one
 value (``hp.Fixed``) and searches the others, e.g. ``--fixed n_iters=3`` or a small
@@ -163,6 +164,12 @@ def run_search(args, strategy):
 
     import tuning
 
+    if args.tuner == "hyperband" and strategy is not None and distribute._is_multi_worker(strategy):
+        # Hyperband's later rounds load the weights of an earlier trial, which keras-tuner
+        # keeps on the chief only: on the other workers they failed (FileNotFoundError),
+        # and with them the chief's.
+        raise InputError("--tuner hyperband cannot search under --strategy multiworker (keras-tuner "
+                         "keeps the trials' weights on the chief only); use --tuner random or bayesian")
     hypermodel = tuning.HYPERMODELS[args.application].from_args(args, strategy)
     hypermodel.prepare()  # missing data fails now, as one line, before any trial
     default = strategy is None or strategy is tf.distribute.get_strategy()

@@ -216,3 +216,25 @@ def test_a_search_resumes_only_with_the_options_it_was_started_with(tmp_path, ca
         assert f"was started with {option}:" in err and "--overwrite" in err
     assert cli.main([*base, "--tuner", "random", "--fixed", "n_iters=2"]) == 0  # the same options resume
     assert "0 new trial(s), 1 in total" in capsys.readouterr().out
+
+
+def test_hyperband_under_many_workers_is_refused_before_any_trial(tmp_path, capsys, monkeypatch):
+    # Hyperband's second round loads an earlier trial's checkpoint, which keras-tuner
+    # writes on the chief only: on two workers that trial failed on worker 1
+    # (FileNotFoundError: .../workers/worker-1/demo/trial_0/checkpoint.weights.h5)
+    # and, its collectives broken, on the chief too.
+    class _Extended:
+        def _in_multi_worker_mode(self):
+            return True
+
+    class _ManyWorkers:  # what make_strategy("multiworker") returns, as far as `tune` looks
+        extended, num_replicas_in_sync = _Extended(), 2
+
+    monkeypatch.setitem(distribute._CACHE, "multiworker", _ManyWorkers())
+    directory = tmp_path / "search"
+    code = cli.main(["tune", "demo", "--tuner", "hyperband", "--strategy", "multiworker", "--directory",
+                     str(directory), "--max-trials", "4", *TINY])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith("keras-capsules: error: --tuner hyperband cannot search under --strategy multiworker")
+    assert not directory.exists()
