@@ -16,7 +16,8 @@ Strategies:
 * ``mirrored``: ``MirroredStrategy`` over every GPU, or over every logical CPU when
   there is no GPU (and several logical CPUs are configured, as in the tests).
 * ``multiworker``: ``MultiWorkerMirroredStrategy``; the cluster comes from the
-  ``TF_CONFIG`` environment variable, as usual. Must be created before any other
+  ``TF_CONFIG`` environment variable, as usual (a :class:`StrategyError` when it is
+  unset or names no cluster). Must be created before any other
   TensorFlow op runs in the process (the command line does so). Every worker runs the
   same command; only the chief writes into ``--run-dir``, the others into
   ``--run-dir/workers/<type>-<index>`` (see :func:`output_dir`).
@@ -90,7 +91,8 @@ def make_strategy(name="default", tpu=None):
 
     Raises:
         StrategyError: an unknown name, a ``tpu`` with another strategy, no TPU
-            reachable, or ``multiworker`` asked for after TensorFlow ran its first op.
+            reachable, ``multiworker`` without a cluster in ``TF_CONFIG`` or asked for
+            after TensorFlow ran its first op.
     """
     if name not in STRATEGIES:
         raise StrategyError(f"unknown strategy {name!r}; choose from {', '.join(STRATEGIES)}")
@@ -119,7 +121,15 @@ def _create(name, tpu):
         devices = gpus or tf.config.list_logical_devices("CPU")
         return tf.distribute.MirroredStrategy([d.name for d in devices])
     if name == "multiworker":
-        tf_config()  # a malformed TF_CONFIG is one clear line, not a JSON or int() error
+        # a malformed TF_CONFIG is one clear line, not a JSON or int() error
+        if not tf_config().get("cluster"):
+            # TensorFlow then makes a cluster of this process alone: each machine of the
+            # intended cluster trained on its own, every one of them as the chief.
+            raise StrategyError(
+                "--strategy multiworker needs TF_CONFIG with the cluster and this task, e.g. "
+                '{"cluster": {"worker": ["host1:port", "host2:port"]}, "task": {"type": "worker", "index": 0}}; '
+                "for the devices of one machine use --strategy mirrored"
+            )
         try:
             return tf.distribute.MultiWorkerMirroredStrategy()
         except RuntimeError as err:

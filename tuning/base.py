@@ -86,7 +86,10 @@ class DatasetHyperModel(keras_tuner.HyperModel):
         for key, value in options.items():
             kwargs.setdefault(key, value)
         kwargs.setdefault("validation_data", _for_strategies(validation))
-        return model.fit(_for_strategies(train), **kwargs)
+        train = _for_strategies(train)
+        # Under MultiWorkerMirroredStrategy Keras' fit fails without it (every trial did).
+        distribute.prepare_fit(model, train, model.distribute_strategy)
+        return model.fit(train, **kwargs)
 
 
 def _for_strategies(data):

@@ -5,10 +5,17 @@
 
 The tuner state lives in ``<directory>/<application>/``; with ``overwrite=False`` (the
 default) a stopped search resumes there: finished trials are kept and only the
-remaining ones of ``max_trials`` run. Hyperband has no trial budget of its own: its
-oracle's ``max_trials`` is set too, so ``--max-trials`` bounds every tuner. After the
+remaining ones of ``max_trials`` run, with the tuner, ``--epochs`` and ``--fixed``
+values the search was started with (others are a one-line error; ``--overwrite``
+starts afresh). Hyperband has no trial budget of its own: its oracle's
+``max_trials`` is set too, so ``--max-trials`` bounds every tuner. After the
 search, ``<directory>/best_model.keras`` (written atomically) and
 ``<directory>/best_hyperparameters.json`` hold the best trial's model and values.
+Under ``--strategy multiworker`` every worker runs the same trials in step; the chief
+writes into ``<directory>``, the others keep their tuner state and their
+``best_hyperparameters.json`` in ``<directory>/workers/<type>-<index>`` (keras-tuner
+keeps the trials' weights, hence the best model, on the chief only; Hyperband, whose
+later rounds load them, is refused there).
 
 ``--fixed NAME=VALUE`` (repeatable) pins hyperparameters of the search space to one
 value (``hp.Fixed``) and searches the others, e.g. ``--fixed n_iters=3`` or a small
@@ -23,7 +30,7 @@ import os
 
 import keras_tuner
 
-from applications import fault_tolerance
+from applications import distribute, fault_tolerance
 from applications.errors import CommandLineError, InputError
 
 TUNERS = ("hyperband", "bayesian", "random")
@@ -39,11 +46,12 @@ def make_tuner(kind, hypermodel, directory, project_name, max_trials, epochs=3, 
             tuners take epochs in ``search``).
         hyperparameters: a ``keras_tuner.HyperParameters`` of fixed values (see
             :func:`fixed_hyperparameters`); the HyperModel's other entries are searched.
+        seed: an integer in [0, 2**32): the same seed draws the same trials.
     """
     objective = objective or getattr(hypermodel, "objective", "val_loss")
     common = dict(
         objective=objective,
-        seed=seed,
+        seed=_oracle_seed(seed),
         directory=directory,
         project_name=project_name,
         overwrite=overwrite,
@@ -61,6 +69,15 @@ def make_tuner(kind, hypermodel, directory, project_name, max_trials, epochs=3, 
     else:
         raise InputError(f"unknown tuner {kind!r}; choose from {', '.join(TUNERS)}")
     return tuner
+
+
+def _oracle_seed(seed):
+    """The oracle's seed for ``seed``: keras-tuner takes a seed of 0 (``--seed``'s default)
+    for "none" and draws a random one, so the default search was not reproducible, and
+    the workers of a multi-worker search drew different trials (their collectives then
+    failed on mismatched shapes). ``seed + 1`` is passed instead, kept below 2**32 (the
+    Bayesian oracle gives it to numpy's ``RandomState``)."""
+    return min(int(seed) + 1, 2**32 - 1)
 
 
 def _finished(tuner):
@@ -147,18 +164,61 @@ def run_search(args, strategy):
 
     import tuning
 
+    if args.tuner == "hyperband" and strategy is not None and distribute._is_multi_worker(strategy):
+        # Hyperband's later rounds load the weights of an earlier trial, which keras-tuner
+        # keeps on the chief only: on the other workers they failed (FileNotFoundError),
+        # and with them the chief's.
+        raise InputError("--tuner hyperband cannot search under --strategy multiworker (keras-tuner "
+                         "keeps the trials' weights on the chief only); use --tuner random or bayesian")
     hypermodel = tuning.HYPERMODELS[args.application].from_args(args, strategy)
     hypermodel.prepare()  # missing data fails now, as one line, before any trial
     default = strategy is None or strategy is tf.distribute.get_strategy()
+    # The workers of a multi-worker cluster run the same search in step; each keeps its
+    # tuner state, checkpoints and best model apart (the chief in --directory), else they
+    # wrote the same files at once.
+    directory = distribute.output_dir(args.directory, strategy)
+    fixed = fixed_hyperparameters(hypermodel, args.fixed)
+    settings = {"tuner": args.tuner, "epochs": args.epochs, "fixed": dict(fixed.values) if fixed else {}}
+    if not args.overwrite:
+        _check_resumed_settings(os.path.join(directory, args.application), settings)
     tuner = make_tuner(
-        args.tuner, hypermodel, args.directory, args.application, args.max_trials,
+        args.tuner, hypermodel, directory, args.application, args.max_trials,
         epochs=args.epochs, seed=args.seed, strategy=None if default else strategy,
-        overwrite=args.overwrite, hyperparameters=fixed_hyperparameters(hypermodel, args.fixed),
+        overwrite=args.overwrite, hyperparameters=fixed,
     )
+    fault_tolerance.write_json_atomically(settings, os.path.join(directory, args.application, _SETTINGS))
     before = len(_finished(tuner))
     tuner.search(epochs=args.epochs, verbose=0 if args.quiet else 1)
     finished = _finished(tuner)
-    return export_best(tuner, args.directory, new_trials=len(finished) - before)
+    return export_best(tuner, directory, new_trials=len(finished) - before)
+
+
+_SETTINGS = "keras_capsules_search.json"
+_OPTIONS = {"tuner": "--tuner", "epochs": "--epochs", "fixed": "--fixed"}
+
+
+def _check_resumed_settings(project_dir, settings):
+    """Refuses to resume the search in ``project_dir`` with another tuner, ``--epochs`` or
+    ``--fixed``: keras-tuner restores its saved oracle, so a new ``--fixed`` or
+    Hyperband's ``--epochs`` was silently ignored, other epochs made the trials' scores
+    incomparable, and another tuner failed with a traceback (or ran on the old one's state).
+    """
+    path = os.path.join(project_dir, _SETTINGS)
+    if not os.path.exists(path):  # a new search, or one started before this file existed
+        return
+    with open(path) as f:
+        saved = json.load(f)
+    changed = [name for name in _OPTIONS if name in saved and saved[name] != settings[name]]
+    if changed:
+        were = ", ".join(f"{_OPTIONS[name]} {_describe(name, saved[name])}" for name in changed)
+        raise InputError(f"the search in {project_dir} was started with {were}: resume it with the same "
+                         "options, or start it afresh with --overwrite (or another --directory)")
+
+
+def _describe(name, value):
+    if name == "fixed":
+        return " ".join(f"{k}={json.dumps(v)}" for k, v in sorted(value.items())) or "(none)"
+    return str(value)
 
 
 def best_trial(tuner):
@@ -188,15 +248,26 @@ def export_best(tuner, directory, new_trials=None):
     """Writes ``best_model.keras`` and ``best_hyperparameters.json`` into ``directory``.
 
     The best trial is :func:`best_trial`'s: trials with a NaN or infinite score are
-    passed over.
+    passed over. A non-chief worker of a multi-worker search writes only
+    ``best_hyperparameters.json`` (keras-tuner keeps the trials' weights on the chief
+    only); ``model`` is then None.
     """
     best = best_trial(tuner)
-    model = tuner.load_model(best)
+    strategy = tuner.distribution_strategy
     paths = {
         "model": os.path.join(directory, "best_model.keras"),
         "hyperparameters": os.path.join(directory, "best_hyperparameters.json"),
     }
-    fault_tolerance.save_model_atomically(model, paths["model"])
+    if strategy is None or not distribute._is_multi_worker(strategy):
+        fault_tolerance.save_model_atomically(tuner.load_model(best), paths["model"])
+    elif distribute.is_chief(strategy):
+        # Built outside the strategy: under it, creating and loading the variables are
+        # collective ops, which the other workers (without the weights) cannot join.
+        model = tuner.hypermodel.build(best.hyperparameters)
+        model.load_weights(tuner._get_checkpoint_fname(best.trial_id))
+        fault_tolerance.save_model_atomically(model, paths["model"])
+    else:
+        paths["model"] = None
     summary = {
         "trial_id": best.trial_id,
         "objective": tuner.oracle.objective.name,

@@ -169,3 +169,20 @@ def test_a_tpu_name_without_the_tpu_strategy_is_a_one_line_error(capsys):
     assert cli.main(["train", "--tpu", "my-tpu", "--epochs", "1", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("keras-capsules: error: --tpu is used only with --strategy tpu") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("tf_config", [None, "", '{"task": {"type": "worker", "index": 0}}'])
+def test_multiworker_without_a_cluster_in_tf_config_is_a_strategy_error(monkeypatch, tf_config, capsys):
+    # Without TF_CONFIG, MultiWorkerMirroredStrategy is a cluster of this process alone:
+    # every machine of the intended cluster trained on its own, each as the chief.
+    if tf_config is None:
+        monkeypatch.delenv("TF_CONFIG", raising=False)
+    else:
+        monkeypatch.setenv("TF_CONFIG", tf_config)
+    monkeypatch.delitem(distribute._CACHE, "multiworker", raising=False)
+    with pytest.raises(StrategyError, match="--strategy multiworker needs TF_CONFIG"):
+        distribute.make_strategy("multiworker")
+    assert "multiworker" not in distribute._CACHE
+    assert cli.main(["train", "--strategy", "multiworker", "--epochs", "1", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("keras-capsules: error: --strategy multiworker needs TF_CONFIG") and err.count("\n") == 1

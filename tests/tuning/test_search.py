@@ -150,3 +150,91 @@ def test_a_fixed_value_the_space_cannot_take_is_refused(text, expected):
     fixed = search.fixed_hyperparameters(_SpaceHyperModel(), ["layers=8", "rate=0", "width=8", "gate=false",
                                                               "cell=lstm"])
     assert fixed.values == {"layers": 8, "rate": 0, "width": 8, "gate": False, "cell": "lstm"}
+
+
+def test_a_search_on_two_workers_finishes_and_each_writes_its_own_folder(tmp_path):
+    # Before: both workers wrote their tuner state into one --directory (the second
+    # resumed the first's search and ran another trial: the collectives failed on
+    # mismatched shapes), with seed 0 keras-tuner drew a random seed per worker (the
+    # same failure), and fit under MultiWorkerMirroredStrategy lacked distribute.prepare_fit.
+    from tests.applications import cli_helpers
+
+    ports = cli_helpers.free_ports(2)
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in ports]}
+    directory = tmp_path / "search"  # one folder, as on a shared file system
+    options = ["demo", "--tuner", "random", "--directory", str(directory), "--max-trials", "1", *TINY]
+    procs = []
+    try:
+        for index in range(2):
+            tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
+            procs.append(cli_helpers.start(["tests/tuning/multiworker_tune_worker.py", *options],
+                                           tmp_path / f"worker{index}.log", TF_CONFIG=tf_config))
+        for proc in procs:
+            assert cli_helpers.wait(proc, timeout=300) == 0, cli_helpers.tail(proc)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                cli_helpers.kill(proc)
+    chief = json.loads((directory / "best_hyperparameters.json").read_text())
+    worker = json.loads((directory / "workers" / "worker-1" / "best_hyperparameters.json").read_text())
+    assert np.isfinite(chief["best_score"]) and chief == worker  # the same trials, in step
+    assert keras.saving.load_model(directory / "best_model.keras").output_shape == (None, 10)
+    assert (directory / "demo" / "oracle.json").exists()
+    assert (directory / "workers" / "worker-1" / "demo" / "oracle.json").exists()
+    assert not (directory / "workers" / "worker-1" / "best_model.keras").exists()  # weights: chief only
+
+
+@pytest.mark.parametrize("kind", ["random", "bayesian", "hyperband"])
+def test_seed_zero_draws_the_same_trials_every_time(kind, tmp_path):
+    # keras-tuner reads seed=0 (--seed's default) as "no seed" and draws a random one:
+    # two searches with the default seed drew different trials.
+    from tuning import search
+
+    def first_values(name):
+        tuner = search.make_tuner(kind, _SpaceHyperModel(), str(tmp_path / name), "p", max_trials=3, seed=0)
+        tuner.oracle.create_trial("tuner0")  # the first trial of a fresh search takes the defaults
+        tuner.oracle.end_trial(tuner.oracle.ongoing_trials["tuner0"])
+        return tuner.oracle.create_trial("tuner0").hyperparameters.values
+
+    assert first_values("a") == first_values("b")
+
+
+def test_a_search_resumes_only_with_the_options_it_was_started_with(tmp_path, capsys):
+    # keras-tuner restores the saved oracle: another --tuner failed with a RuntimeError
+    # traceback ("Error reloading `Oracle`", random -> bayesian) and a new --fixed value
+    # was silently ignored (the trials kept the old one).
+    directory = str(tmp_path / "search")
+    base = ["tune", "demo", "--directory", directory, "--max-trials", "1", *TINY]
+    assert cli.main([*base, "--tuner", "random", "--fixed", "n_iters=2"]) == 0
+    capsys.readouterr()
+    for changed, option in ((["--tuner", "bayesian", "--fixed", "n_iters=2"], "--tuner random"),
+                            (["--tuner", "random", "--fixed", "n_iters=3"], "--fixed n_iters=2"),
+                            (["--tuner", "random"], "--fixed n_iters=2")):
+        assert cli.main([*base, *changed]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("keras-capsules: error: the search in") and err.count("\n") == 1, err
+        assert f"was started with {option}:" in err and "--overwrite" in err
+    assert cli.main([*base, "--tuner", "random", "--fixed", "n_iters=2"]) == 0  # the same options resume
+    assert "0 new trial(s), 1 in total" in capsys.readouterr().out
+
+
+def test_hyperband_under_many_workers_is_refused_before_any_trial(tmp_path, capsys, monkeypatch):
+    # Hyperband's second round loads an earlier trial's checkpoint, which keras-tuner
+    # writes on the chief only: on two workers that trial failed on worker 1
+    # (FileNotFoundError: .../workers/worker-1/demo/trial_0/checkpoint.weights.h5)
+    # and, its collectives broken, on the chief too.
+    class _Extended:
+        def _in_multi_worker_mode(self):
+            return True
+
+    class _ManyWorkers:  # what make_strategy("multiworker") returns, as far as `tune` looks
+        extended, num_replicas_in_sync = _Extended(), 2
+
+    monkeypatch.setitem(distribute._CACHE, "multiworker", _ManyWorkers())
+    directory = tmp_path / "search"
+    code = cli.main(["tune", "demo", "--tuner", "hyperband", "--strategy", "multiworker", "--directory",
+                     str(directory), "--max-trials", "4", *TINY])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith("keras-capsules: error: --tuner hyperband cannot search under --strategy multiworker")
+    assert not directory.exists()
