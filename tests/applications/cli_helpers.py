@@ -113,6 +113,28 @@ def free_ports(n):
             s.close()
 
 
+def run_workers(args_of, log_dir, n=2, timeout=300):
+    """Runs ``n`` worker processes of one ``MultiWorkerMirroredStrategy`` cluster on
+    local ports: worker ``i`` runs ``args_of(i)`` (see :func:`start`) with its
+    ``TF_CONFIG`` and logs to ``log_dir/worker<i>.log``. Asserts that every worker
+    exits with 0; kills any left running."""
+    import json
+
+    ports = free_ports(n)
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in ports]}
+    procs = []
+    try:
+        for index in range(n):
+            tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
+            procs.append(start(args_of(index), pathlib.Path(log_dir) / f"worker{index}.log", TF_CONFIG=tf_config))
+        for proc in procs:
+            assert wait(proc, timeout=timeout) == 0, tail(proc)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                kill(proc)
+
+
 class CrashAt(keras.callbacks.Callback):
     """Raises ``RuntimeError("crash (simulated)")`` after batch ``batch`` of epoch
     ``epoch`` (after the callbacks before it in the list ran, e.g. a backup)."""

@@ -79,26 +79,14 @@ def test_a_malformed_tf_config_is_a_clear_error_and_only_multiworker_reads_it(mo
 
 
 def test_two_workers_end_with_identical_weights(tmp_path):
-    ports = cli_helpers.free_ports(2)
-    cluster = {"worker": [f"127.0.0.1:{port}" for port in ports]}
     run_dir = tmp_path / "run"  # one run directory, as on a shared file system
     options = ["--epochs", "1", "--limit", "96", "--batch-size", "8", "--seed", "3", "--quiet",
                *cli_helpers.TINY_MODEL]
-    procs = []
-    try:
-        for index in range(2):
-            tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
-            procs.append(cli_helpers.start(
-                ["tests/applications/multiworker_worker.py", str(run_dir), str(tmp_path / f"w{index}.npz"),
-                 *options],
-                tmp_path / f"worker{index}.log", TF_CONFIG=tf_config,
-            ))
-        for proc in procs:
-            assert cli_helpers.wait(proc, timeout=300) == 0, cli_helpers.tail(proc)
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                cli_helpers.kill(proc)
+    cli_helpers.run_workers(
+        lambda index: ["tests/applications/multiworker_worker.py", str(run_dir), str(tmp_path / f"w{index}.npz"),
+                       *options],
+        tmp_path,
+    )
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["replicas"] == 2 and metrics["global_batch_size"] == 16
     assert (run_dir / "workers" / "worker-1" / "model.keras").exists()

@@ -159,22 +159,9 @@ def test_a_search_on_two_workers_finishes_and_each_writes_its_own_folder(tmp_pat
     # same failure), and fit under MultiWorkerMirroredStrategy lacked distribute.prepare_fit.
     from tests.applications import cli_helpers
 
-    ports = cli_helpers.free_ports(2)
-    cluster = {"worker": [f"127.0.0.1:{port}" for port in ports]}
     directory = tmp_path / "search"  # one folder, as on a shared file system
     options = ["demo", "--tuner", "random", "--directory", str(directory), "--max-trials", "1", *TINY]
-    procs = []
-    try:
-        for index in range(2):
-            tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
-            procs.append(cli_helpers.start(["tests/tuning/multiworker_tune_worker.py", *options],
-                                           tmp_path / f"worker{index}.log", TF_CONFIG=tf_config))
-        for proc in procs:
-            assert cli_helpers.wait(proc, timeout=300) == 0, cli_helpers.tail(proc)
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                cli_helpers.kill(proc)
+    cli_helpers.run_workers(lambda index: ["tests/tuning/multiworker_tune_worker.py", *options], tmp_path)
     chief = json.loads((directory / "best_hyperparameters.json").read_text())
     worker = json.loads((directory / "workers" / "worker-1" / "best_hyperparameters.json").read_text())
     assert np.isfinite(chief["best_score"]) and chief == worker  # the same trials, in step
