@@ -71,8 +71,13 @@ def load_chorales(path=None):
         from applications.errors import DataNotFoundError
 
         raise DataNotFoundError(f"{path} not found: pass the JSB Chorales JSON file or its folder")
-    with open(path) as f:
-        data = json.load(f)
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (ValueError, OSError) as error:  # JSONDecodeError, UnicodeDecodeError: was a bare traceback
+        raise InputError(f"{path} is not a readable JSON file of chorales: {error}") from None
+    if not isinstance(data, dict):  # a list of chorales was reported as lacking every split
+        raise InputError(f"{path} must hold a JSON object with keys {SPLITS}. Received: a {type(data).__name__}")
     missing = [s for s in SPLITS if s not in data]
     if missing:
         raise InputError(f"{path} lacks the splits {missing}; expected keys {SPLITS}")

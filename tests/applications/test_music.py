@@ -725,6 +725,25 @@ def test_load_rolls_refuses_a_non_positive_limit():
     assert [len(rolls[s]) for s in music.SPLITS] == [2, 2, 2]
 
 
+def test_a_corrupt_or_misshapen_json_file_is_an_input_error_naming_it(tmp_path):
+    # A truncated JSON file raised json's bare "Expecting value: line 1 column 30", not
+    # naming the file (a traceback on the command line); a list was said to lack the splits.
+    from applications.errors import InputError
+
+    truncated = tmp_path / "truncated.json"
+    truncated.write_text('{"train": [[[60]]], "valid": ')
+    with pytest.raises(InputError, match=r"truncated.json is not a readable JSON file"):
+        music.load_chorales(truncated)
+    binary = tmp_path / "binary.json"
+    binary.write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(InputError, match=r"binary.json is not a readable JSON file"):
+        music.load_chorales(binary)
+    listed = tmp_path / "list.json"
+    listed.write_text("[[[60, 64]]]")
+    with pytest.raises(InputError, match=r"list.json must hold a JSON object .*Received: a list"):
+        music.load_chorales(listed)
+
+
 def _small_run(run_dir, **kwargs):
     options = dict(epochs=1, batch_size=4, window=2, limit=2, sample_steps=0, verbose=0, units=(4,))
     options.update(kwargs)
