@@ -81,7 +81,30 @@ def load_chorales(path=None):
     missing = [s for s in SPLITS if s not in data]
     if missing:
         raise InputError(f"{path} lacks the splits {missing}; expected keys {SPLITS}")
+    for split in SPLITS:
+        problem = _chorales_problem(data[split])
+        if problem:
+            # a step given as one pitch (60, not [60]) was a TypeError ("'int' object is not
+            # iterable") and a pitch off the piano an error naming neither the file nor the chorale
+            raise InputError(f"{path}: {split}{problem}")
     return {s: data[s] for s in SPLITS}
+
+
+def _chorales_problem(chorales):
+    """What is wrong with a split's chorales (a list of lists of lists of MIDI pitches), or None."""
+    if not isinstance(chorales, list):
+        return f" must be a list of chorales. Received: a {type(chorales).__name__}"
+    for i, chorale in enumerate(chorales):
+        if not isinstance(chorale, list):
+            return f"[{i}] must be a list of steps. Received: {chorale!r:.40}"
+        for t, step in enumerate(chorale):
+            if not isinstance(step, list):
+                return f"[{i}][{t}] must be a list of MIDI pitches. Received: {step!r:.40}"
+            for pitch in step:
+                if isinstance(pitch, bool) or not isinstance(pitch, int) or not 0 <= pitch - LOWEST_KEY < NUM_KEYS:
+                    return (f"[{i}][{t}] holds {pitch!r:.40}, not the MIDI pitch of a piano key "
+                            f"(an integer in {LOWEST_KEY}..{LOWEST_KEY + NUM_KEYS - 1})")
+    return None
 
 
 def load_rolls(path=None, limit=None):

@@ -744,6 +744,26 @@ def test_a_corrupt_or_misshapen_json_file_is_an_input_error_naming_it(tmp_path):
         music.load_chorales(listed)
 
 
+@pytest.mark.parametrize(
+    "chorales, where",
+    [
+        ([[60, 64]], r"train\[0\]\[0\] must be a list of MIDI pitches"),
+        ([[[60], [64, "E"]]], r"train\[0\]\[1\] holds 'E'"),
+        ([[[60]], [[130]]], r"train\[1\]\[0\] holds 130, not the MIDI pitch of a piano key"),
+        ({"a": 1}, r"train must be a list of chorales"),
+    ],
+)
+def test_a_chorale_of_the_wrong_form_is_an_input_error_naming_file_and_chorale(tmp_path, chorales, where):
+    # A step given as one pitch ([60, 64] for a chorale) raised TypeError "'int' object is
+    # not iterable"; a pitch off the piano an InputError naming neither the file nor the chorale.
+    from applications.errors import InputError
+
+    path = tmp_path / "chorales.json"
+    path.write_text(json.dumps({"train": chorales, "valid": [[[60]]], "test": [[[60]]]}))
+    with pytest.raises(InputError, match=r"chorales.json: " + where):
+        music.load_rolls(path)
+
+
 def _small_run(run_dir, **kwargs):
     options = dict(epochs=1, batch_size=4, window=2, limit=2, sample_steps=0, verbose=0, units=(4,))
     options.update(kwargs)
