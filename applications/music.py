@@ -563,6 +563,8 @@ def nll_per_step(model, rolls, batch_size=32):
     batch_size = integer_at_least("batch_size", batch_size, 1)
     models = list(model) if isinstance(model, (list, tuple)) else [model]
     inputs, targets, mask = next_step_arrays(rolls)
+    if not mask.any():  # was a ZeroDivisionError after running the model
+        raise InputError(f"`rolls` must hold at least one step. Received: {len(rolls)} roll(s) of 0 steps")
     nets = [_with_steps(m, inputs.shape[1]) for m in models]
     joint = any(is_autoregressive(m) for m in models)
     total = 0.0

@@ -764,6 +764,20 @@ def test_a_chorale_of_the_wrong_form_is_an_input_error_naming_file_and_chorale(t
         music.load_rolls(path)
 
 
+def test_nll_per_step_of_rolls_without_steps_is_an_input_error():
+    # Rolls of 0 steps (empty chorales) ran the model and then divided by zero steps:
+    # ZeroDivisionError. An empty chorale beside real ones still just counts no step.
+    from applications.errors import InputError
+
+    model = music.compile_model(music.build_model(steps=4, units=(4,)))
+    with pytest.raises(InputError, match=r"at least one step. Received: 2 roll\(s\) of 0 steps"):
+        music.nll_per_step(model, [np.zeros((0, 88), "float32")] * 2)
+    roll = np.eye(88, dtype="float32")[[39, 41, 43]]
+    assert music.nll_per_step(model, [roll, np.zeros((0, 88), "float32")], batch_size=1) == pytest.approx(
+        music.nll_per_step(model, [roll]), rel=1e-6
+    )
+
+
 def _small_run(run_dir, **kwargs):
     options = dict(epochs=1, batch_size=4, window=2, limit=2, sample_steps=0, verbose=0, units=(4,))
     options.update(kwargs)
