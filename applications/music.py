@@ -1037,6 +1037,10 @@ def evaluate(model_path, data_path=None, split="test", limit=None, batch_size=32
 
     if isinstance(sample_steps, bool) or not isinstance(sample_steps, int) or sample_steps < 0:
         raise InputError(f"`sample_steps` must be a non-negative integer. Received: sample_steps={sample_steps!r}")
+    if split not in SPLITS:  # was a KeyError after the model was loaded
+        raise InputError(f"`split` must be one of {SPLITS}. Received: split={split!r}")
+    if limit is not None:  # limit=-1 silently left out the last chorale, as load_rolls' did
+        limit = integer_at_least("limit", limit, 1)
     if not os.path.exists(model_path):
         raise PathNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
     strategy = strategy or tf.distribute.get_strategy()

@@ -621,6 +621,21 @@ def test_evaluate_refuses_a_model_of_another_application(tmp_path):
             music.evaluate(str(tmp_path / f"other{i}.keras"), DATA, limit=1)
 
 
+def test_evaluate_refuses_an_unknown_split_or_a_non_positive_limit(tmp_path):
+    # split="validation" was a KeyError after loading the model; limit=-1 silently scored all
+    # chorales but the last one (load_rolls refused it already).
+    from applications.errors import InputError
+
+    path = tmp_path / "model.keras"
+    music.build_model(4, **TINY).save(path)
+    with pytest.raises(InputError, match=r"Received: split='validation'"):
+        music.evaluate(str(path), DATA, split="validation", limit=1)
+    for bad in (0, -1):
+        with pytest.raises(InputError, match=rf"Received: limit={bad}"):
+            music.evaluate(str(path), DATA, limit=bad)
+    assert np.isfinite(music.evaluate(str(path), DATA, split="valid", limit=1)["valid_nll_per_step"])
+
+
 def test_train_refuses_empty_or_unknown_readouts_and_encoders_before_writing(tmp_path):
     # an empty readout or encoder list failed after the data was read with ZeroDivisionError,
     # and a bad readout only once the run directory had been made
