@@ -101,7 +101,9 @@ def _chorales_problem(chorales):
             if not isinstance(step, list):
                 return f"[{i}][{t}] must be a list of MIDI pitches. Received: {step!r:.40}"
             for pitch in step:
-                if isinstance(pitch, bool) or not isinstance(pitch, int) or not 0 <= pitch - LOWEST_KEY < NUM_KEYS:
+                # integral floats (60.0, as some conversions of the data write them) are pitches too
+                if (isinstance(pitch, bool) or not isinstance(pitch, (int, float)) or not float(pitch).is_integer()
+                        or not 0 <= pitch - LOWEST_KEY < NUM_KEYS):
                     return (f"[{i}][{t}] holds {pitch!r:.40}, not the MIDI pitch of a piano key "
                             f"(an integer in {LOWEST_KEY}..{LOWEST_KEY + NUM_KEYS - 1})")
     return None

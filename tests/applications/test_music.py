@@ -779,6 +779,18 @@ def test_a_chorale_of_the_wrong_form_is_an_input_error_naming_file_and_chorale(t
         music.load_rolls(path)
 
 
+def test_chorales_with_integral_float_pitches_still_load(tmp_path):
+    # the check of the chorales' form must not refuse pitches written as 60.0 (piano_roll took them)
+    path = tmp_path / "chorales.json"
+    path.write_text(json.dumps({"train": [[[60.0, 64.0], []]], "valid": [[[60]]], "test": [[[108.0]]]}))
+    rolls, longest = music.load_rolls(path)
+    assert longest == 2 and rolls["train"][0][0].nonzero()[0].tolist() == [39, 43]
+    assert rolls["test"][0][0, 87] == 1
+    path.write_text(json.dumps({"train": [[[60.5]]], "valid": [[[60]]], "test": [[[60]]]}))
+    with pytest.raises(ValueError, match=r"train\[0\]\[0\] holds 60.5"):
+        music.load_rolls(path)
+
+
 def test_nll_per_step_of_rolls_without_steps_is_an_input_error():
     # Rolls of 0 steps (empty chorales) ran the model and then divided by zero steps:
     # ZeroDivisionError. An empty chorale beside real ones still just counts no step.
