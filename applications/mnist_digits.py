@@ -7,6 +7,7 @@ the full set through TFDS ``mnist``).
 
 import gzip
 import pathlib
+import zlib
 
 import numpy as np
 
@@ -28,7 +29,8 @@ def _read_idx(path, magic, dims):
     try:
         with gzip.open(path) as f:
             data = f.read()
-    except (OSError, EOFError) as error:
+    except (OSError, EOFError, zlib.error) as error:
+        # a corrupt deflate stream raised zlib.error (not an OSError): a traceback
         raise InputError(f"{path} is not a readable gzipped IDX file: {error}") from None
     header = 4 * (1 + dims)
     found_magic = int(np.frombuffer(data, ">i4", count=1)[0]) if len(data) >= 4 else None

@@ -71,12 +71,42 @@ def load_chorales(path=None):
         from applications.errors import DataNotFoundError
 
         raise DataNotFoundError(f"{path} not found: pass the JSB Chorales JSON file or its folder")
-    with open(path) as f:
-        data = json.load(f)
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (ValueError, OSError) as error:  # JSONDecodeError, UnicodeDecodeError: was a bare traceback
+        raise InputError(f"{path} is not a readable JSON file of chorales: {error}") from None
+    if not isinstance(data, dict):  # a list of chorales was reported as lacking every split
+        raise InputError(f"{path} must hold a JSON object with keys {SPLITS}. Received: a {type(data).__name__}")
     missing = [s for s in SPLITS if s not in data]
     if missing:
         raise InputError(f"{path} lacks the splits {missing}; expected keys {SPLITS}")
+    for split in SPLITS:
+        problem = _chorales_problem(data[split])
+        if problem:
+            # a step given as one pitch (60, not [60]) was a TypeError ("'int' object is not
+            # iterable") and a pitch off the piano an error naming neither the file nor the chorale
+            raise InputError(f"{path}: {split}{problem}")
     return {s: data[s] for s in SPLITS}
+
+
+def _chorales_problem(chorales):
+    """What is wrong with a split's chorales (a list of lists of lists of MIDI pitches), or None."""
+    if not isinstance(chorales, list):
+        return f" must be a list of chorales. Received: a {type(chorales).__name__}"
+    for i, chorale in enumerate(chorales):
+        if not isinstance(chorale, list):
+            return f"[{i}] must be a list of steps. Received: {chorale!r:.40}"
+        for t, step in enumerate(chorale):
+            if not isinstance(step, list):
+                return f"[{i}][{t}] must be a list of MIDI pitches. Received: {step!r:.40}"
+            for pitch in step:
+                # integral floats (60.0, as some conversions of the data write them) are pitches too
+                if (isinstance(pitch, bool) or not isinstance(pitch, (int, float)) or not float(pitch).is_integer()
+                        or not 0 <= pitch - LOWEST_KEY < NUM_KEYS):
+                    return (f"[{i}][{t}] holds {pitch!r:.40}, not the MIDI pitch of a piano key "
+                            f"(an integer in {LOWEST_KEY}..{LOWEST_KEY + NUM_KEYS - 1})")
+    return None
 
 
 def load_rolls(path=None, limit=None):
@@ -535,6 +565,8 @@ def nll_per_step(model, rolls, batch_size=32):
     batch_size = integer_at_least("batch_size", batch_size, 1)
     models = list(model) if isinstance(model, (list, tuple)) else [model]
     inputs, targets, mask = next_step_arrays(rolls)
+    if not mask.any():  # was a ZeroDivisionError after running the model
+        raise InputError(f"`rolls` must hold at least one step. Received: {len(rolls)} roll(s) of 0 steps")
     nets = [_with_steps(m, inputs.shape[1]) for m in models]
     joint = any(is_autoregressive(m) for m in models)
     total = 0.0
@@ -1007,6 +1039,10 @@ def evaluate(model_path, data_path=None, split="test", limit=None, batch_size=32
 
     if isinstance(sample_steps, bool) or not isinstance(sample_steps, int) or sample_steps < 0:
         raise InputError(f"`sample_steps` must be a non-negative integer. Received: sample_steps={sample_steps!r}")
+    if split not in SPLITS:  # was a KeyError after the model was loaded
+        raise InputError(f"`split` must be one of {SPLITS}. Received: split={split!r}")
+    if limit is not None:  # limit=-1 silently left out the last chorale, as load_rolls' did
+        limit = integer_at_least("limit", limit, 1)
     if not os.path.exists(model_path):
         raise PathNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
     strategy = strategy or tf.distribute.get_strategy()

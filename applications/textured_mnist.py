@@ -620,6 +620,10 @@ def train(
     from applications import distribute, fault_tolerance
     from applications.demo import plot_history, save_atomically
 
+    # num_test=0 failed only after training (an empty validation set: "batch_outputs" unbound),
+    # num_train=0 in fit
+    num_train = integer_at_least("num_train", num_train, 1)
+    num_test = integer_at_least("num_test", num_test, 1)
     strategy = strategy or tf.distribute.get_strategy()
     keras.utils.set_random_seed(seed)
     os.makedirs(run_dir, exist_ok=True)
@@ -686,13 +690,32 @@ def evaluate(model_path, data_dir=None, num_test=1000, seed=0, batch_size=64, st
 
     if not os.path.exists(model_path):
         raise PathNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
+    # num_test=0 was Keras' UnboundLocalError ("batch_outputs") inside predict
+    num_test = integer_at_least("num_test", num_test, 1)
+    batch_size = integer_at_least("batch_size", batch_size, 1)
     strategy = strategy or tf.distribute.get_strategy()
     _, test_digits = _train_test_digits(data_dir, seed)
     test_data = generate(*test_digits, num_test, seed=seed + 1, style=texture_style, mean_gap=mean_gap,
                          texture_set=texture_set, bank_size=bank_size, shift=texture_shift)
     with strategy.scope():
         model = checks.load_model(model_path)
+    _check_textured_mnist_model(model, model_path)
     return {**evaluate_iterations(model, test_data, batch_size), "model": model_path}
+
+
+def _check_textured_mnist_model(model, model_path):
+    """Refuses a model that ``build_model`` did not make (another application's failed deep in
+    Keras or in ``assignments``)."""
+    from applications.checks import require_model
+
+    require_model(
+        model, model_path,
+        lambda shapes, model: len(shapes) == 1
+        and checks.image_shape_matches(shapes[0], (IMAGE_SIZE, IMAGE_SIZE, 1))
+        and isinstance(model.output, dict) and "mixture" in model.output,
+        "a Textured MNIST model", "textured_mnist",
+        f"images [batch, {IMAGE_SIZE}, {IMAGE_SIZE}, 1] in, a dict with the RTagger 'mixture' out",
+    )
 
 
 # The command-line protocol (applications/registry.py).

@@ -73,3 +73,20 @@ def test_check_digits_refuses_labels_that_are_not_one_integer_per_digit():
     for labels in (np.eye(10)[[1, 2, 3]], np.array([0.5, 1.0, 2.0]), np.array(["1", "2", "3"])):
         with pytest.raises(ValueError, match=r"one integer class per digit.*Received: labels shape"):
             check_digits(digits, labels)
+
+
+def test_a_corrupt_deflate_stream_is_an_input_error_naming_the_file(tmp_path, shared_dir):
+    # A damaged gzip body (bytes flipped inside the deflate stream, header intact) raised
+    # zlib.error, neither a ValueError nor naming the file: a traceback on the command line.
+    from applications.errors import InputError
+
+    source = shared_dir / "data" / "mnist"
+    folder = tmp_path / "corrupt"
+    folder.mkdir()
+    damaged = bytearray((source / "t10k-images-idx3-ubyte.gz").read_bytes())
+    for i in range(200, 260):
+        damaged[i] ^= 0xFF
+    (folder / "t10k-images-idx3-ubyte.gz").write_bytes(bytes(damaged))
+    (folder / "t10k-labels-idx1-ubyte.gz").write_bytes((source / "t10k-labels-idx1-ubyte.gz").read_bytes())
+    with pytest.raises(InputError, match=r"t10k-images-idx3-ubyte.gz is not a readable gzipped IDX file"):
+        load_idx_digits(folder)

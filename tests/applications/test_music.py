@@ -621,6 +621,21 @@ def test_evaluate_refuses_a_model_of_another_application(tmp_path):
             music.evaluate(str(tmp_path / f"other{i}.keras"), DATA, limit=1)
 
 
+def test_evaluate_refuses_an_unknown_split_or_a_non_positive_limit(tmp_path):
+    # split="validation" was a KeyError after loading the model; limit=-1 silently scored all
+    # chorales but the last one (load_rolls refused it already).
+    from applications.errors import InputError
+
+    path = tmp_path / "model.keras"
+    music.build_model(4, **TINY).save(path)
+    with pytest.raises(InputError, match=r"Received: split='validation'"):
+        music.evaluate(str(path), DATA, split="validation", limit=1)
+    for bad in (0, -1):
+        with pytest.raises(InputError, match=rf"Received: limit={bad}"):
+            music.evaluate(str(path), DATA, limit=bad)
+    assert np.isfinite(music.evaluate(str(path), DATA, split="valid", limit=1)["valid_nll_per_step"])
+
+
 def test_train_refuses_empty_or_unknown_readouts_and_encoders_before_writing(tmp_path):
     # an empty readout or encoder list failed after the data was read with ZeroDivisionError,
     # and a bad readout only once the run directory had been made
@@ -723,6 +738,71 @@ def test_load_rolls_refuses_a_non_positive_limit():
             music.load_rolls(DATA, limit=bad)
     rolls, _ = music.load_rolls(DATA, limit=2)
     assert [len(rolls[s]) for s in music.SPLITS] == [2, 2, 2]
+
+
+def test_a_corrupt_or_misshapen_json_file_is_an_input_error_naming_it(tmp_path):
+    # A truncated JSON file raised json's bare "Expecting value: line 1 column 30", not
+    # naming the file (a traceback on the command line); a list was said to lack the splits.
+    from applications.errors import InputError
+
+    truncated = tmp_path / "truncated.json"
+    truncated.write_text('{"train": [[[60]]], "valid": ')
+    with pytest.raises(InputError, match=r"truncated.json is not a readable JSON file"):
+        music.load_chorales(truncated)
+    binary = tmp_path / "binary.json"
+    binary.write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(InputError, match=r"binary.json is not a readable JSON file"):
+        music.load_chorales(binary)
+    listed = tmp_path / "list.json"
+    listed.write_text("[[[60, 64]]]")
+    with pytest.raises(InputError, match=r"list.json must hold a JSON object .*Received: a list"):
+        music.load_chorales(listed)
+
+
+@pytest.mark.parametrize(
+    "chorales, where",
+    [
+        ([[60, 64]], r"train\[0\]\[0\] must be a list of MIDI pitches"),
+        ([[[60], [64, "E"]]], r"train\[0\]\[1\] holds 'E'"),
+        ([[[60]], [[130]]], r"train\[1\]\[0\] holds 130, not the MIDI pitch of a piano key"),
+        ({"a": 1}, r"train must be a list of chorales"),
+    ],
+)
+def test_a_chorale_of_the_wrong_form_is_an_input_error_naming_file_and_chorale(tmp_path, chorales, where):
+    # A step given as one pitch ([60, 64] for a chorale) raised TypeError "'int' object is
+    # not iterable"; a pitch off the piano an InputError naming neither the file nor the chorale.
+    from applications.errors import InputError
+
+    path = tmp_path / "chorales.json"
+    path.write_text(json.dumps({"train": chorales, "valid": [[[60]]], "test": [[[60]]]}))
+    with pytest.raises(InputError, match=r"chorales.json: " + where):
+        music.load_rolls(path)
+
+
+def test_chorales_with_integral_float_pitches_still_load(tmp_path):
+    # the check of the chorales' form must not refuse pitches written as 60.0 (piano_roll took them)
+    path = tmp_path / "chorales.json"
+    path.write_text(json.dumps({"train": [[[60.0, 64.0], []]], "valid": [[[60]]], "test": [[[108.0]]]}))
+    rolls, longest = music.load_rolls(path)
+    assert longest == 2 and rolls["train"][0][0].nonzero()[0].tolist() == [39, 43]
+    assert rolls["test"][0][0, 87] == 1
+    path.write_text(json.dumps({"train": [[[60.5]]], "valid": [[[60]]], "test": [[[60]]]}))
+    with pytest.raises(ValueError, match=r"train\[0\]\[0\] holds 60.5"):
+        music.load_rolls(path)
+
+
+def test_nll_per_step_of_rolls_without_steps_is_an_input_error():
+    # Rolls of 0 steps (empty chorales) ran the model and then divided by zero steps:
+    # ZeroDivisionError. An empty chorale beside real ones still just counts no step.
+    from applications.errors import InputError
+
+    model = music.compile_model(music.build_model(steps=4, units=(4,)))
+    with pytest.raises(InputError, match=r"at least one step. Received: 2 roll\(s\) of 0 steps"):
+        music.nll_per_step(model, [np.zeros((0, 88), "float32")] * 2)
+    roll = np.eye(88, dtype="float32")[[39, 41, 43]]
+    assert music.nll_per_step(model, [roll, np.zeros((0, 88), "float32")], batch_size=1) == pytest.approx(
+        music.nll_per_step(model, [roll]), rel=1e-6
+    )
 
 
 def _small_run(run_dir, **kwargs):

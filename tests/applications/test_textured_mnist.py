@@ -372,3 +372,27 @@ def test_texture_levels_are_at_least_0_4_apart():
     levels = np.array([tm.texture_levels(rng) for _ in range(2000)])
     assert np.all(levels[:, 1] - levels[:, 0] >= 0.4 - 1e-9)
     assert levels.min() >= 0.0 and levels.max() <= 1.0
+
+
+def test_evaluate_and_train_refuse_no_test_images_a_zero_batch_and_another_applications_model(tmp_path):
+    # evaluate(num_test=0) was Keras' UnboundLocalError ("batch_outputs") inside predict,
+    # train(num_test=0) the same after all the training; another application's model failed
+    # deep in Keras. A single test image (a batch of one) is scored.
+    from applications.errors import CommandLineError, InputError
+
+    path = tmp_path / "model.keras"
+    tm.build_model(**TINY).save(path)
+    with pytest.raises(InputError, match=r"Received: num_test=0"):
+        tm.evaluate(str(path), shared_path("data", "mnist"), num_test=0)
+    with pytest.raises(InputError, match=r"Received: batch_size=0"):
+        tm.evaluate(str(path), shared_path("data", "mnist"), num_test=2, batch_size=0)
+    with pytest.raises(InputError, match=r"Received: num_test=0"):
+        tm.train(shared_path("data", "mnist"), run_dir=str(tmp_path / "run"), num_train=4, num_test=0, epochs=1,
+                 verbose=0, **{k: v for k, v in TINY.items() if k != "image_size"})
+    assert not (tmp_path / "run" / "model.keras").exists()
+    other = keras.Sequential([keras.Input((5, 32, 32, 1)), keras.layers.Flatten(), keras.layers.Dense(10)])
+    other.save(tmp_path / "other.keras")
+    with pytest.raises(CommandLineError, match="is not a Textured MNIST model"):
+        tm.evaluate(str(tmp_path / "other.keras"), shared_path("data", "mnist"), num_test=1)
+    result = tm.evaluate(str(path), shared_path("data", "mnist"), num_test=1, batch_size=1)
+    assert len(result["ami"]) == TINY["n_iters"] and np.all(np.isfinite(result["ami"]))
