@@ -278,3 +278,29 @@ def test_a_crash_between_fit_and_the_model_save_is_finished_by_the_rerun(tmp_pat
         result = smallnorb.run_train(args, tf.distribute.get_strategy())
     assert counter.batches == 0 and result["resumed_from_epoch"] == 1
     assert (run / "metrics.json").is_file() and not (run / "backup").exists()
+
+
+def test_training_crops_pad_with_the_border_pixels_as_the_authors_code():
+    # The crops were of a zero-padded pair: nearly every training image had black borders
+    # (smallNORB's backgrounds are grey) that no test image has. The authors' code pads
+    # with the edge pixels (torchvision RandomCrop(96, padding=16, padding_mode="edge")).
+    rng = np.random.default_rng(0)
+    pair = rng.uniform(0.2, 1.0, size=(12, 10, 2)).astype("float32")
+    padded = np.pad(pair, ((4, 4), (4, 4), (0, 0)), mode="edge")
+    windows = {
+        (r, c): padded[r : r + 8, c : c + 8] for r in range(padded.shape[0] - 7) for c in range(padded.shape[1] - 7)
+    }
+    corners = set()
+    for k in range(40):
+        crop = smallnorb.training_crop(pair, 4, 8, tf.constant([k, 7])).numpy()
+        assert crop.shape == (8, 8, 2) and crop.min() >= 0.2  # never a zero of padding
+        found = [corner for corner, window in windows.items() if np.array_equal(window, crop)]
+        assert found, "the crop is no window of the edge-padded pair"
+        corners.update(found)
+    assert len(corners) > 10  # the corners vary, over the whole padded range
+    assert min(r for r, _ in corners) <= 2 and max(r for r, _ in corners) >= 10
+    np.testing.assert_array_equal(  # a seed gives its crop
+        smallnorb.training_crop(pair, 4, 8, tf.constant([3, 7])), smallnorb.training_crop(pair, 4, 8, tf.constant([3, 7]))
+    )
+    with pytest.raises(ValueError, match=r"Received: image_size=30"):
+        smallnorb.training_crop(pair, 4, 30, tf.constant([1, 2]))
