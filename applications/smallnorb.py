@@ -167,12 +167,16 @@ def compile_model(model, total_steps, min_lr=1e-5, max_lr=5e-4, warmup_fraction=
 
 
 # --------------------------------------------------------------------------- data
-def load_split(split, data_dir=None, download=True, shuffle_files=False):
-    """The TFDS ``smallnorb`` split (``"train"``/``"test"``) as a dataset of feature dicts."""
+def load_split(split, data_dir=None, download=True, shuffle_files=False, seed=None):
+    """The TFDS ``smallnorb`` split (``"train"``/``"test"``) as a dataset of feature dicts.
+
+    ``seed`` seeds the order of the files when ``shuffle_files`` (None: another order
+    in every run)."""
     import tensorflow_datasets as tfds
 
     return tfds.load(
-        "smallnorb", split=split, data_dir=data_dir, download=download, shuffle_files=shuffle_files
+        "smallnorb", split=split, data_dir=data_dir, download=download, shuffle_files=shuffle_files,
+        read_config=tfds.ReadConfig(shuffle_seed=seed),
     )
 
 
@@ -293,7 +297,8 @@ def train(
             smaller sizes resize the images first (for quick experiments).
         steps_per_epoch, validation_steps: limits per epoch (None: whole splits).
         mixup_alpha: mixup's Beta parameter (None or 0: no mixup). Default 0.2.
-        seed: seed of shuffling, cropping and mixup.
+        seed: seed of the weights, of the order of the training files and of shuffling,
+            cropping and mixup: the same seed trains the same model (None: unseeded).
         verbose: ``model.fit`` verbosity (1: progress bars).
         download: let TFDS download and prepare the data if it is missing.
         model_kwargs: arguments of ``build_model`` (default: the paper's model).
@@ -307,7 +312,9 @@ def train(
     Returns:
         ``(model, history)``.
     """
-    train_examples = load_split("train", data_dir, download, shuffle_files=True)
+    if seed is not None:  # the initial weights too, as the other applications
+        keras.utils.set_random_seed(seed)
+    train_examples = load_split("train", data_dir, download, shuffle_files=True, seed=seed)
     test_examples = load_split("test", data_dir, download)
     if steps_per_epoch is None:
         n_train = int(train_examples.cardinality())
