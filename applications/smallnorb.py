@@ -413,7 +413,8 @@ def viewpoint_sequence(examples, vary="azimuth", instance=None, category=None, e
     Args:
         examples: a TFDS smallnorb split (feature dicts), e.g. ``load_split("test")``.
         vary: ``"azimuth"`` or ``"elevation"``.
-        instance, category: the object (default: those of the first example).
+        instance, category: the object (default: those of the first example; when only
+            one is given, the object of the first example that has it).
         elevation, azimuth, lighting: the fixed viewpoint labels (the one that varies is
             ignored).
         image_size: size of the returned pairs.
@@ -431,7 +432,13 @@ def viewpoint_sequence(examples, vary="azimuth", instance=None, category=None, e
     found = {}
     it = examples if max_examples is None else examples.take(max_examples)
     for ex in it.as_numpy_iterator():
-        if instance is None:
+        if instance is None or category is None:
+            # the object of the first example that has the instance or category given (a
+            # category alone was overridden by the first example's, another category's object)
+            if (instance is not None and int(ex["instance"]) != instance) or (
+                category is not None and int(ex["label_category"]) != category
+            ):
+                continue
             instance, category = int(ex["instance"]), int(ex["label_category"])
         if int(ex["instance"]) != instance or int(ex["label_category"]) != category:
             continue

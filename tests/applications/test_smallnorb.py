@@ -321,3 +321,26 @@ def test_the_same_seed_trains_the_same_model(tmp_path):
     assert len(first) == len(second)
     for a, b in zip(first, second):
         np.testing.assert_array_equal(a, b)
+
+
+def test_viewpoint_sequence_of_a_category_alone_is_of_that_category():
+    # With `category` given and no `instance`, the first example's instance *and category*
+    # replaced them: the sequence was of another category's object.
+    categories = np.array([0, 0, 2, 2, 2, 0])
+    examples = {
+        "image": np.arange(6, dtype="uint8").reshape(6, 1, 1, 1) * np.ones((1, 4, 4, 1), "uint8"),
+        "image2": np.zeros((6, 4, 4, 1), "uint8"),
+        "instance": np.array([4, 4, 7, 7, 4, 4]),
+        "label_category": categories,
+        "label_elevation": np.zeros(6, "int64"),
+        "label_lighting": np.zeros(6, "int64"),
+        "label_azimuth": np.array([0, 2, 4, 0, 6, 4]),
+    }
+    ds = tf.data.Dataset.from_tensor_slices(examples)
+    pairs, values = smallnorb.viewpoint_sequence(ds, category=2, image_size=4)
+    np.testing.assert_array_equal(values, [0, 4])  # instance 7 of category 2: examples 3 and 2
+    np.testing.assert_allclose(pairs[:, 0, 0, 0] * 255, [3, 2], atol=1e-4)
+    _, values = smallnorb.viewpoint_sequence(ds, instance=4, image_size=4)  # the first such: category 0
+    np.testing.assert_array_equal(values, [0, 2, 4])
+    _, values = smallnorb.viewpoint_sequence(ds, instance=4, category=2, image_size=4)
+    np.testing.assert_array_equal(values, [6])
