@@ -387,14 +387,34 @@ def _preprocess(image, image_size):
     return keras.applications.resnet.preprocess_input(image)
 
 
+def features_file(split, image_size=IMAGE_SIZE, weights="imagenet"):
+    """Name of the feature cache of ``split`` for these images and ResNet-101 weights.
+
+    ``{split}_{image_size}.npy`` for the ImageNet weights; other weights add a tag
+    (``_random`` for ``weights=None``, a hash of the path of a weights file), so that
+    features of other weights are never taken for these.
+    """
+    if weights == "imagenet":
+        tag = ""
+    elif weights is None:
+        tag = "_random"
+    else:
+        import hashlib
+
+        tag = "_w" + hashlib.sha256(os.path.abspath(str(weights)).encode()).hexdigest()[:12]
+    return f"{split}_{image_size}{tag}.npy"
+
+
 def cache_split(split, cache_dir, data_dir=None, image_size=IMAGE_SIZE, weights="imagenet",
                 batch_size=32, extractor=None, verbose=1):
     """One pass over ``split``: conv4 features of every image and its questions, cached.
 
     Writes ``{cache_dir}/{split}_{image_size}.npy`` (float16 ``[images, H, W, 1024]``
-    in the split's order) and ``{cache_dir}/{split}_questions.json`` (image index,
-    question, answer of every question) through temporary files renamed at the end,
-    so an interrupted run never leaves a truncated cache. An existing cache is reused.
+    in the split's order; named by :func:`features_file`, which tells ResNet-101's
+    ``weights`` apart: pass those of ``extractor``) and
+    ``{cache_dir}/{split}_questions.json`` (image index, question, answer of every
+    question) through temporary files renamed at the end, so an interrupted run never
+    leaves a truncated cache. An existing cache of the same images and weights is reused.
     A progress bar counts the images.
 
     Returns:
@@ -402,7 +422,7 @@ def cache_split(split, cache_dir, data_dir=None, image_size=IMAGE_SIZE, weights=
     """
     cache_dir = pathlib.Path(cache_dir)
     cache_dir.mkdir(parents=True, exist_ok=True)
-    path = cache_dir / f"{split}_{image_size}.npy"
+    path = cache_dir / features_file(split, image_size, weights)
     questions_path = cache_dir / f"{split}_questions.json"
     if path.exists() and questions_path.exists():
         return str(path), str(questions_path)
@@ -572,9 +592,7 @@ def prepare(cache_dir, data_dir=None, splits=("train", "validation"), image_size
     splits = tuple(splits)
     paths = {}
     for s in splits:
-        if extractor is None and not all(
-            (pathlib.Path(cache_dir) / f).exists() for f in (f"{s}_{image_size}.npy", f"{s}_questions.json")
-        ):
+        if extractor is None and not is_cached(cache_dir, s, image_size, weights):
             extractor = feature_extractor(image_size, weights)
         paths[s] = cache_split(s, cache_dir, data_dir, image_size, weights, batch_size, extractor, verbose)
     tables = {s: question_table(paths[s][1]) for s in splits}
@@ -594,10 +612,12 @@ def prepare(cache_dir, data_dir=None, splits=("train", "validation"), image_size
 SPLITS = ("train", "validation")
 
 
-def is_cached(cache_dir, split, image_size=IMAGE_SIZE):
+def is_cached(cache_dir, split, image_size=IMAGE_SIZE, weights="imagenet"):
     """Whether :func:`cache_split` would reuse the cache of ``split`` (no TFDS, no ResNet)."""
     folder = pathlib.Path(cache_dir)
-    return all((folder / f).is_file() for f in (f"{split}_{image_size}.npy", f"{split}_questions.json"))
+    return all(
+        (folder / f).is_file() for f in (features_file(split, image_size, weights), f"{split}_questions.json")
+    )
 
 
 def offline_extractor(cache_dir, data_dir=None, image_size=IMAGE_SIZE, weights="imagenet", splits=SPLITS):
@@ -609,7 +629,7 @@ def offline_extractor(cache_dir, data_dir=None, image_size=IMAGE_SIZE, weights="
     Raises:
         DataNotFoundError: the cache is incomplete and the dataset or the weights are missing.
     """
-    if all(is_cached(cache_dir, s, image_size) for s in splits):
+    if all(is_cached(cache_dir, s, image_size, weights) for s in splits):
         return None
     from applications import tfds_data
     from applications.errors import DataNotFoundError

@@ -18,7 +18,8 @@ plus 904 non-trainable batch-normalization statistics: 272,592 in all, the paper
 "273K". The count does not depend on the image size.
 
 Training recipe: TFDS ``smallnorb`` (both images of the pair, label
-``label_category``), 16 pixels of zero padding and a random 96x96 crop, batches of
+``label_category``), 16 pixels of edge padding (the border pixels repeated, as the
+authors' code) and a random 96x96 crop, the whole image at test, batches of
 20, 50 epochs, mixup with Beta(0.2, 0.2), RAdam with a learning rate rising linearly
 from 1e-5 to 5e-4 over the first 10% of steps then falling back to 1e-5 on a cosine,
 cross-entropy of the softmax of the class scores.
@@ -32,6 +33,7 @@ Reference:
 """
 
 import logging
+import numbers
 
 import keras
 import numpy as np
@@ -165,12 +167,16 @@ def compile_model(model, total_steps, min_lr=1e-5, max_lr=5e-4, warmup_fraction=
 
 
 # --------------------------------------------------------------------------- data
-def load_split(split, data_dir=None, download=True, shuffle_files=False):
-    """The TFDS ``smallnorb`` split (``"train"``/``"test"``) as a dataset of feature dicts."""
+def load_split(split, data_dir=None, download=True, shuffle_files=False, seed=None):
+    """The TFDS ``smallnorb`` split (``"train"``/``"test"``) as a dataset of feature dicts.
+
+    ``seed`` seeds the order of the files when ``shuffle_files`` (None: another order
+    in every run)."""
     import tensorflow_datasets as tfds
 
     return tfds.load(
-        "smallnorb", split=split, data_dir=data_dir, download=download, shuffle_files=shuffle_files
+        "smallnorb", split=split, data_dir=data_dir, download=download, shuffle_files=shuffle_files,
+        read_config=tfds.ReadConfig(shuffle_seed=seed),
     )
 
 
@@ -196,8 +202,9 @@ def make_dataset(
 ):
     """Batches of ``(pairs [b, S, S, 2], one-hot labels [b, 5])`` from smallNORB examples.
 
-    Training batches are shuffled, padded by ``padding`` pixels (default 16, scaled
-    with ``image_size / 96``) and cropped at random back to ``image_size``, then mixed
+    Training batches are shuffled, edge-padded by ``padding`` pixels (default 16,
+    scaled with ``image_size / 96``; :func:`training_crop`) and cropped at random back
+    to ``image_size``, then mixed
     up with Beta(``mixup_alpha``, ``mixup_alpha``) (None or 0 disables mixup).
     """
     if padding is None:
@@ -229,9 +236,36 @@ def make_dataset(
     return ds.prefetch(tf.data.AUTOTUNE)
 
 
-def training_crop(pair, padding, image_size, seed):
-    """Zero padding and a random ``image_size`` crop (the same for both images)."""
-    return train_utils.pad_and_random_crop(pair, padding, image_size, seed=seed)
+def training_crop(pair, padding, image_size, seed=None):
+    """A random ``image_size`` crop of the pair padded by ``padding`` pixels on every side.
+
+    The padding repeats the border pixels (the authors' code: torchvision's
+    ``RandomCrop(96, padding=16, padding_mode="edge")``); zero padding drew black
+    borders, which the grey backgrounds of smallNORB never show, into nearly every
+    training crop and never into a test image. Both images get the same crop.
+    ``seed`` (a shape-``[2]`` integer seed) makes the crop stateless.
+    """
+    for arg, value, least in (("padding", padding, 0), ("image_size", image_size, 1)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+            raise InputError(f"`{arg}` must be an integer >= {least}. Received: {arg}={value!r}")
+    pair = tf.convert_to_tensor(pair)
+    if any(dim is not None and image_size > dim + 2 * padding for dim in pair.shape[:2]):
+        raise InputError(
+            f"`image_size` must be at most the padded pair's height and width. Received: "
+            f"image_size={image_size}, padding={padding}, pair shape={pair.shape}"
+        )
+    shape = tf.shape(pair)
+    # the crop's top-left corner in the padded pair: 0 .. (side + 2 * padding - image_size)
+    limits = shape[:2] + 2 * padding - image_size
+    if seed is None:
+        draws = tf.random.uniform([2])
+    else:
+        draws = tf.random.stateless_uniform([2], seed)
+    corner = tf.minimum(tf.cast(draws * tf.cast(limits + 1, tf.float32), tf.int32), limits)
+    # rows and columns of the padded pair, read from the pair with clipped indices: edge padding
+    rows = tf.clip_by_value(tf.range(image_size) + corner[0] - padding, 0, shape[0] - 1)
+    cols = tf.clip_by_value(tf.range(image_size) + corner[1] - padding, 0, shape[1] - 1)
+    return tf.gather(tf.gather(pair, rows, axis=0), cols, axis=1)
 
 
 # -------------------------------------------------------------------------- train
@@ -263,7 +297,8 @@ def train(
             smaller sizes resize the images first (for quick experiments).
         steps_per_epoch, validation_steps: limits per epoch (None: whole splits).
         mixup_alpha: mixup's Beta parameter (None or 0: no mixup). Default 0.2.
-        seed: seed of shuffling, cropping and mixup.
+        seed: seed of the weights, of the order of the training files and of shuffling,
+            cropping and mixup: the same seed trains the same model (None: unseeded).
         verbose: ``model.fit`` verbosity (1: progress bars).
         download: let TFDS download and prepare the data if it is missing.
         model_kwargs: arguments of ``build_model`` (default: the paper's model).
@@ -277,7 +312,9 @@ def train(
     Returns:
         ``(model, history)``.
     """
-    train_examples = load_split("train", data_dir, download, shuffle_files=True)
+    if seed is not None:  # the initial weights too, as the other applications
+        keras.utils.set_random_seed(seed)
+    train_examples = load_split("train", data_dir, download, shuffle_files=True, seed=seed)
     test_examples = load_split("test", data_dir, download)
     if steps_per_epoch is None:
         n_train = int(train_examples.cardinality())
@@ -376,7 +413,8 @@ def viewpoint_sequence(examples, vary="azimuth", instance=None, category=None, e
     Args:
         examples: a TFDS smallnorb split (feature dicts), e.g. ``load_split("test")``.
         vary: ``"azimuth"`` or ``"elevation"``.
-        instance, category: the object (default: those of the first example).
+        instance, category: the object (default: those of the first example; when only
+            one is given, the object of the first example that has it).
         elevation, azimuth, lighting: the fixed viewpoint labels (the one that varies is
             ignored).
         image_size: size of the returned pairs.
@@ -394,7 +432,13 @@ def viewpoint_sequence(examples, vary="azimuth", instance=None, category=None, e
     found = {}
     it = examples if max_examples is None else examples.take(max_examples)
     for ex in it.as_numpy_iterator():
-        if instance is None:
+        if instance is None or category is None:
+            # the object of the first example that has the instance or category given (a
+            # category alone was overridden by the first example's, another category's object)
+            if (instance is not None and int(ex["instance"]) != instance) or (
+                category is not None and int(ex["label_category"]) != category
+            ):
+                continue
             instance, category = int(ex["instance"]), int(ex["label_category"])
         if int(ex["instance"]) != instance or int(ex["label_category"]) != category:
             continue

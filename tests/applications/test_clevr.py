@@ -72,7 +72,7 @@ def mock_clevr(tmp_path_factory):
     with tfds.testing.mock_data(num_examples=5):
         data = clevr.prepare(
             str(root / "cache"), str(root / "tfds"), ("train", "validation"), IMAGE_SIZE,
-            extractor=extractor, batch_size=2, verbose=0,
+            weights=None, extractor=extractor, batch_size=2, verbose=0,
         )
     return root, data
 
@@ -84,7 +84,7 @@ def test_features_are_cached_once_with_their_questions(mock_clevr):
     assert features.shape == (5, 2, 2, 1024) and features.dtype == np.float16
     assert np.isfinite(features).all() and features.astype("float32").std() > 0
     assert sorted(os.listdir(cache)) == sorted(
-        ["train_32.npy", "validation_32.npy", "train_questions.json", "validation_questions.json",
+        ["train_32_random.npy", "validation_32_random.npy", "train_questions.json", "validation_questions.json",
          "vocabulary.json"]
     )
     with open(cache / "vocabulary.json") as f:
@@ -94,7 +94,7 @@ def test_features_are_cached_once_with_their_questions(mock_clevr):
     assert set(train["image_index"]) <= set(range(5)) and (train["labels"] >= 0).all()
     mtime = os.path.getmtime(data["train"]["features_path"])
     # A second pass reuses the cache: no TFDS, no extractor needed.
-    paths = clevr.cache_split("train", str(cache), image_size=IMAGE_SIZE, extractor=object())
+    paths = clevr.cache_split("train", str(cache), image_size=IMAGE_SIZE, weights=None, extractor=object())
     assert paths[0] == data["train"]["features_path"]
     assert os.path.getmtime(paths[0]) == mtime
 
@@ -222,3 +222,24 @@ def test_prepare_refuses_no_splits_or_a_bare_split_name(tmp_path):
     for bad in ((), [], "train", ("train", 3)):
         with pytest.raises(ValueError, match=r"at least one split name.*Received: splits="):
             clevr.prepare(str(tmp_path), splits=bad, extractor=object())
+
+
+def test_features_of_other_resnet_weights_are_not_reused(tmp_path):
+    # The cache was named by split and image size only: the features of a random-weight
+    # ResNet (weights=None, e.g. a quick trial) were reused for weights="imagenet".
+    def extractor(value):
+        images = keras.Input((IMAGE_SIZE, IMAGE_SIZE, 3))
+        out = keras.layers.Lambda(lambda x: 0.0 * x[:, :2, :2, :1] + value)(images)
+        return keras.Model(images, keras.layers.Concatenate()([out] * 1024))
+
+    cache = str(tmp_path / "cache")
+    with tfds.testing.mock_data(num_examples=3):
+        kwargs = dict(data_dir=str(tmp_path / "tfds"), image_size=IMAGE_SIZE, batch_size=2, verbose=0)
+        random_path, _ = clevr.cache_split("train", cache, weights=None, extractor=extractor(1.0), **kwargs)
+        imagenet_path, _ = clevr.cache_split("train", cache, weights="imagenet", extractor=extractor(2.0), **kwargs)
+    assert np.all(np.load(random_path) == 1.0)
+    assert np.all(np.load(imagenet_path) == 2.0)  # computed with its own weights
+    assert not clevr.is_cached(cache, "validation", IMAGE_SIZE) and clevr.is_cached(cache, "train", IMAGE_SIZE)
+    # each is reused for its own weights (no TFDS, no extractor)
+    assert clevr.cache_split("train", cache, image_size=IMAGE_SIZE, weights=None, extractor=object())[0] == random_path
+    assert clevr.cache_split("train", cache, image_size=IMAGE_SIZE, extractor=object())[0] == imagenet_path

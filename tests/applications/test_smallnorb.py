@@ -278,3 +278,69 @@ def test_a_crash_between_fit_and_the_model_save_is_finished_by_the_rerun(tmp_pat
         result = smallnorb.run_train(args, tf.distribute.get_strategy())
     assert counter.batches == 0 and result["resumed_from_epoch"] == 1
     assert (run / "metrics.json").is_file() and not (run / "backup").exists()
+
+
+def test_training_crops_pad_with_the_border_pixels_as_the_authors_code():
+    # The crops were of a zero-padded pair: nearly every training image had black borders
+    # (smallNORB's backgrounds are grey) that no test image has. The authors' code pads
+    # with the edge pixels (torchvision RandomCrop(96, padding=16, padding_mode="edge")).
+    rng = np.random.default_rng(0)
+    pair = rng.uniform(0.2, 1.0, size=(12, 10, 2)).astype("float32")
+    padded = np.pad(pair, ((4, 4), (4, 4), (0, 0)), mode="edge")
+    windows = {
+        (r, c): padded[r : r + 8, c : c + 8] for r in range(padded.shape[0] - 7) for c in range(padded.shape[1] - 7)
+    }
+    corners = set()
+    for k in range(40):
+        crop = smallnorb.training_crop(pair, 4, 8, tf.constant([k, 7])).numpy()
+        assert crop.shape == (8, 8, 2) and crop.min() >= 0.2  # never a zero of padding
+        found = [corner for corner, window in windows.items() if np.array_equal(window, crop)]
+        assert found, "the crop is no window of the edge-padded pair"
+        corners.update(found)
+    assert len(corners) > 10  # the corners vary, over the whole padded range
+    assert min(r for r, _ in corners) <= 2 and max(r for r, _ in corners) >= 10
+    np.testing.assert_array_equal(  # a seed gives its crop
+        smallnorb.training_crop(pair, 4, 8, tf.constant([3, 7])), smallnorb.training_crop(pair, 4, 8, tf.constant([3, 7]))
+    )
+    with pytest.raises(ValueError, match=r"Received: image_size=30"):
+        smallnorb.training_crop(pair, 4, 30, tf.constant([1, 2]))
+
+
+def test_the_same_seed_trains_the_same_model(tmp_path):
+    # train(seed=...) seeded the crops, shuffling and mixup but not Keras: the initial
+    # weights (and so the trained model) differed from run to run with the same --seed.
+    def run(name):
+        with tfds.testing.mock_data(num_examples=8):
+            model, _ = smallnorb.train(
+                data_dir=str(tmp_path / "tfds"), run_dir=str(tmp_path / name), epochs=1, batch_size=4,
+                image_size=24, steps_per_epoch=2, validation_steps=1, seed=7, verbose=0, model_kwargs=TINY,
+            )
+        return [w.numpy() for w in model.weights]
+
+    first, second = run("a"), run("b")
+    assert len(first) == len(second)
+    for a, b in zip(first, second):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_viewpoint_sequence_of_a_category_alone_is_of_that_category():
+    # With `category` given and no `instance`, the first example's instance *and category*
+    # replaced them: the sequence was of another category's object.
+    categories = np.array([0, 0, 2, 2, 2, 0])
+    examples = {
+        "image": np.arange(6, dtype="uint8").reshape(6, 1, 1, 1) * np.ones((1, 4, 4, 1), "uint8"),
+        "image2": np.zeros((6, 4, 4, 1), "uint8"),
+        "instance": np.array([4, 4, 7, 7, 4, 4]),
+        "label_category": categories,
+        "label_elevation": np.zeros(6, "int64"),
+        "label_lighting": np.zeros(6, "int64"),
+        "label_azimuth": np.array([0, 2, 4, 0, 6, 4]),
+    }
+    ds = tf.data.Dataset.from_tensor_slices(examples)
+    pairs, values = smallnorb.viewpoint_sequence(ds, category=2, image_size=4)
+    np.testing.assert_array_equal(values, [0, 4])  # instance 7 of category 2: examples 3 and 2
+    np.testing.assert_allclose(pairs[:, 0, 0, 0] * 255, [3, 2], atol=1e-4)
+    _, values = smallnorb.viewpoint_sequence(ds, instance=4, image_size=4)  # the first such: category 0
+    np.testing.assert_array_equal(values, [0, 2, 4])
+    _, values = smallnorb.viewpoint_sequence(ds, instance=4, category=2, image_size=4)
+    np.testing.assert_array_equal(values, [6])
