@@ -46,7 +46,7 @@ class SmallNORBHyperModel(DatasetHyperModel):
 
     def load_data(self):
         tfds_data.require_prepared("smallnorb", self.data_dir)
-        train = smallnorb.load_split("train", self.data_dir, download=False, shuffle_files=True)
+        train = smallnorb.load_split("train", self.data_dir, download=False, shuffle_files=True, seed=self.seed)
         test = smallnorb.load_split("test", self.data_dir, download=False)
         steps = self.steps_per_epoch or int(train.cardinality()) // self.batch_size
         if steps < 1:
