@@ -235,17 +235,29 @@ def test_registry_protocol_of_every_application():
         registry.load("nope")
 
 
-def test_an_internal_value_error_keeps_its_traceback(tmp_path, capsys, monkeypatch):
-    # Every ValueError was printed as one line "keras-capsules: error: ..." with exit
-    # code 2: a bug (a ValueError from deep inside Keras, numpy or our code) lost its
-    # traceback and looked like a mistake of the user.
+def _raise_value_error(tmp_path):
+    raise ValueError("shapes (3,) and (4,) not aligned")
+
+
+def _open_a_file_never_written(tmp_path):
+    open(tmp_path / "run" / "backup" / "never-written.json")
+
+
+@pytest.mark.parametrize(
+    "bug, error, message",
+    [(_raise_value_error, ValueError, "not aligned"),
+     (_open_a_file_never_written, FileNotFoundError, "never-written")],
+    ids=["value_error", "file_not_found_error"],
+)
+def test_an_internal_error_keeps_its_traceback(tmp_path, capsys, monkeypatch, bug, error, message):
+    # Every ValueError, and every FileNotFoundError, was printed as one line
+    # "keras-capsules: error: ..." with exit code 2: a bug (a ValueError from deep inside
+    # Keras, numpy or our code; a file the code itself wrote and then could not find)
+    # lost its traceback and looked like a mistake of the user. Only InputError and
+    # PathNotFoundError (a path the user named) are one line.
     monkeypatch.delenv("KERAS_CAPSULES_DEBUG", raising=False)
-
-    def broken_train(args, strategy):
-        raise ValueError("shapes (3,) and (4,) not aligned")
-
-    monkeypatch.setattr(demo, "run_train", broken_train)
-    with pytest.raises(ValueError, match="not aligned"):
+    monkeypatch.setattr(demo, "run_train", lambda args, strategy: bug(tmp_path))
+    with pytest.raises(error, match=message):
         cli.main(["train", "demo", "--quiet", "--run-dir", str(tmp_path / "run")])
     assert "keras-capsules: error" not in capsys.readouterr().err
 
@@ -264,21 +276,6 @@ def test_a_bad_input_value_error_is_one_line(tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err
     assert err.startswith("keras-capsules: error: 2 example(s) are too few") and err.count("\n") == 1, err
     assert not (tmp_path / "run").exists()
-
-
-def test_an_internal_file_not_found_error_keeps_its_traceback(tmp_path, capsys, monkeypatch):
-    # Every FileNotFoundError was printed as one line "keras-capsules: error: ..." with
-    # exit code 2, as if the user had named a missing path: a bug (a file the code itself
-    # wrote and then could not find) lost its traceback.
-    monkeypatch.delenv("KERAS_CAPSULES_DEBUG", raising=False)
-
-    def broken_train(args, strategy):
-        open(tmp_path / "run" / "backup" / "never-written.json")
-
-    monkeypatch.setattr(demo, "run_train", broken_train)
-    with pytest.raises(FileNotFoundError, match="never-written"):
-        cli.main(["train", "demo", "--quiet", "--run-dir", str(tmp_path / "run")])
-    assert "keras-capsules: error" not in capsys.readouterr().err
 
 
 def test_a_missing_user_path_is_one_line_naming_it(tmp_path, capsys, monkeypatch):
