@@ -413,27 +413,48 @@ def cache_split(split, cache_dir, data_dir=None, image_size=IMAGE_SIZE, weights=
     in the split's order; named by :func:`features_file`, which tells ResNet-101's
     ``weights`` apart: pass those of ``extractor``) and
     ``{cache_dir}/{split}_questions.json`` (image index, question, answer of every
-    question) through temporary files renamed at the end, so an interrupted run never
-    leaves a truncated cache. An existing cache of the same images and weights is reused.
+    question) through temporary files renamed at the end (``fault_tolerance.atomic_write``;
+    the features last), so an interrupted run never leaves a truncated cache, and the
+    temporary features of a writer killed midway are removed by the next writer. An
+    existing cache of the same images and weights is reused. Processes that share
+    ``cache_dir`` (the workers of ``--strategy multiworker``, commands run at once)
+    extract a split once: the others wait for it (``fault_tolerance.build_lock``).
     A progress bar counts the images.
 
     Returns:
         ``(features_path, questions_path)``.
     """
+    from applications import fault_tolerance
+
     cache_dir = pathlib.Path(cache_dir)
     cache_dir.mkdir(parents=True, exist_ok=True)
     path = cache_dir / features_file(split, image_size, weights)
     questions_path = cache_dir / f"{split}_questions.json"
     if path.exists() and questions_path.exists():
         return str(path), str(questions_path)
-    ds = load_split(split, data_dir)
-    n = int(ds.cardinality())
-    if n < 0:
-        n = sum(1 for _ in ds)
-    extractor = extractor or feature_extractor(image_size, weights)
+    with fault_tolerance.build_lock(path, verbose):
+        if path.exists() and questions_path.exists():  # extracted by another process while this one waited
+            return str(path), str(questions_path)
+        ds = load_split(split, data_dir)
+        n = int(ds.cardinality())
+        if n < 0:
+            n = sum(1 for _ in ds)
+        extractor = extractor or feature_extractor(image_size, weights)
+
+        def write_features(tmp):
+            table = _extract(ds, n, tmp, extractor, image_size, batch_size, verbose, split)
+            # the questions first: the features file, the long work, completes the cache
+            fault_tolerance.atomic_write(questions_path, lambda tmp_questions: _write_json(table, tmp_questions))
+
+        fault_tolerance.atomic_write(path, write_features)
+    return str(path), str(questions_path)
+
+
+def _extract(ds, n, path, extractor, image_size, batch_size, verbose, split):
+    """Writes the features of the ``n`` images of ``ds`` to ``path`` (a float16 ``.npy``);
+    returns the question table of :func:`question_table`, as lists."""
     shape = tuple(int(s) for s in extractor.output.shape[1:])
-    tmp = cache_dir / f".{path.name}.tmp-{os.getpid()}.npy"
-    out = np.lib.format.open_memmap(tmp, mode="w+", dtype="float16", shape=(n,) + shape)
+    out = np.lib.format.open_memmap(path, mode="w+", dtype="float16", shape=(n,) + shape)
     batches = ds.map(
         lambda ex: (_preprocess(ex["image"], image_size), ex["question_answer"])
     ).padded_batch(batch_size)
@@ -458,14 +479,13 @@ def cache_split(split, cache_dir, data_dir=None, image_size=IMAGE_SIZE, weights=
     out.flush()
     del out
     if start != n:
-        tmp.unlink()
         raise RuntimeError(f"split {split!r} gave {start} images, expected {n}")
-    tmp_questions = cache_dir / f".{questions_path.name}.tmp-{os.getpid()}"
-    with open(tmp_questions, "w") as f:
-        json.dump(table, f)
-    os.replace(tmp, path)
-    os.replace(tmp_questions, questions_path)
-    return str(path), str(questions_path)
+    return table
+
+
+def _write_json(data, path):
+    with open(path, "w") as f:
+        json.dump(data, f)
 
 
 def question_table(questions_path):

@@ -51,6 +51,12 @@
 * :func:`atomic_write`'s temporary files name their process
   (``.tmp-PID@HOST-<name>``); a write removes the leftovers that processes of this
   host which died mid-write left for the same file.
+* Caches that several processes build at once (the workers of ``--strategy
+  multiworker`` share ``RUN_DIR/cache``; so do commands run with one ``--cache-dir``):
+  :func:`build_lock` lets one process build an entry while the others wait and then
+  read it, and :func:`publish_folder` publishes a folder written at its
+  :func:`temporary_path` in one rename, the first complete one winning. A cache file
+  goes through :func:`atomic_write`.
 * :class:`HangForTest` is a test-only callback (hidden option ``--test-hang-at``)
   that stops training in the middle of an epoch until the process is killed.
 """
@@ -87,25 +93,134 @@ def atomic_write(path, write):
     this host that are no longer running (never those of a live process, nor of
     another host, nor of another target).
     """
-    path = os.fspath(path)
-    directory, base = os.path.split(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    _remove_dead_temporaries(directory, base)
-    tmp = os.path.join(directory, f"{_TMP_PREFIX}{os.getpid()}@{_HOST}-{base}")
+    path = os.path.abspath(os.fspath(path))
+    tmp = temporary_path(path)
     try:
         write(tmp)
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
+        _fsync_file(tmp)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.remove(tmp)
         raise
-    _fsync_directory(directory)  # the rename itself survives a power cut too
+    _fsync_directory(os.path.dirname(path))  # the rename itself survives a power cut too
 
 
 _TMP_PREFIX = ".tmp-"
 _HOST = socket.gethostname().replace(os.sep, "_")
+
+
+def temporary_path(path):
+    """The temporary name through which :func:`atomic_write` writes ``path``:
+    ``.tmp-PID@HOST-<base name>`` in the directory of ``path`` (created if missing).
+
+    The name is this process's own, also among the processes of other hosts that share
+    the directory on a network disk (they may have the same pid). The temporaries that
+    processes of this host, no longer running, left for ``path`` are removed first.
+    """
+    directory, base = os.path.split(os.path.abspath(os.fspath(path)))
+    os.makedirs(directory, exist_ok=True)
+    _remove_dead_temporaries(directory, base)
+    return os.path.join(directory, f"{_TMP_PREFIX}{os.getpid()}@{_HOST}-{base}")
+
+
+def publish_folder(tmp, path):
+    """Renames the folder ``tmp`` (from :func:`temporary_path`) to ``path``, unless
+    another writer published ``path`` first: then ``tmp`` is deleted and theirs kept.
+
+    Readers see no ``path``, or a complete one that is never replaced under them. The
+    files of ``tmp`` and ``tmp`` itself are synced to disk before the rename and the
+    parent directory after it, so that ``path`` is complete after a power cut too.
+
+    Returns:
+        True if ``tmp`` became ``path``, False if another writer's ``path`` was kept.
+    """
+    tmp, path = os.fspath(tmp), os.fspath(path)
+    for name in os.listdir(tmp):
+        _fsync_file(os.path.join(tmp, name))
+    _fsync_directory(tmp)
+    try:
+        os.replace(tmp, path)  # a folder never replaces a non-empty one: "Directory not empty"
+    except OSError:
+        if not os.path.exists(path):
+            raise
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+        return False
+    _fsync_directory(os.path.dirname(os.path.abspath(path)))
+    return True
+
+
+@contextlib.contextmanager
+def build_lock(path, verbose=0):
+    """Lets one process at a time build ``path``, a file or folder that takes long to
+    compute (a cache): the block runs holding an advisory ``flock`` on
+    ``.lock-<base name>`` beside ``path``.
+
+    A process that enters the block while another one holds the lock waits (saying so
+    when ``verbose``), and should then look for ``path`` again before building it. The
+    holder removes the lock file when it leaves the block, and the system releases the
+    lock of a process that dies, however it dies: the next process then builds. Where
+    the file system has no locks (or Python has no ``fcntl``: Windows) the block runs
+    unlocked, so builders must still publish atomically (:func:`atomic_write`,
+    :func:`publish_folder`): the lock saves duplicated work, it does not keep the cache
+    correct.
+    """
+    directory, base = os.path.split(os.path.abspath(os.fspath(path)))
+    os.makedirs(directory, exist_ok=True)
+    lock_path = os.path.join(directory, f"{LOCK_FILE}-{base}")
+    f = _take_build_lock(lock_path, path, verbose)
+    try:
+        yield
+    finally:
+        if f is not None:
+            try:  # removed while still held: a waiter then finds it gone and takes a fresh one
+                os.remove(lock_path)
+            except OSError:
+                pass
+            f.close()
+
+
+def _take_build_lock(lock_path, path, verbose):
+    """The open lock file ``lock_path``, locked for this process (waiting for its
+    holder), or None when the file system cannot lock it."""
+    try:
+        import fcntl
+    except ImportError:
+        return None
+    said = False
+    while True:
+        f = open(lock_path, "a+")
+        try:
+            try:
+                fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as err:
+                if err.errno not in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES):
+                    raise
+                if verbose and not said:
+                    f.seek(0)
+                    owner = f.read().strip() or "another process"
+                    print(f"waiting for {owner} to finish writing {path}", flush=True)
+                    said = True
+                fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        except OSError:  # a file system without locks (ENOLCK, EOPNOTSUPP, ...): unlocked
+            f.close()
+            try:
+                os.remove(lock_path)
+            except OSError:
+                pass
+            return None
+        except BaseException:  # e.g. Ctrl-C while waiting
+            f.close()
+            raise
+        if _same_file(f, lock_path):
+            f.seek(0)
+            f.truncate()
+            f.write(f"{os.getpid()}@{_HOST}\n")
+            f.flush()
+            return f
+        f.close()  # the lock of a holder that has finished: take the next one
 
 
 def _remove_dead_temporaries(directory, base):
@@ -145,6 +260,11 @@ def _alive(pid):
     except OSError:  # e.g. PermissionError: it exists, under another user
         return True
     return True
+
+
+def _fsync_file(path):
+    with open(path, "rb+") as f:
+        os.fsync(f.fileno())
 
 
 def _fsync_directory(directory):

@@ -56,7 +56,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from applications import checks, sst_trees
+from applications import checks, fault_tolerance, sst_trees
 from applications.checks import integer_at_least
 from applications.errors import CommandLineError, InputError, PathNotFoundError
 from keras_capsules.layers import EMRouting
@@ -346,6 +346,14 @@ def embed_texts(
             half the disk space of float32), ``"float32"`` or ``"float64"``.
         verbose: show a progress bar while computing.
 
+    Several processes may share ``cache_dir`` (the workers of ``--strategy
+    multiworker``, commands run at once): one of them embeds an entry while the others
+    wait for it (``fault_tolerance.build_lock``). An entry is written into a temporary
+    folder of its process and appears in one rename once complete
+    (``fault_tolerance.publish_folder``), so no reader ever sees a partial one, and a
+    writer killed midway leaves only its temporary folder, which the next writer of
+    the entry removes.
+
     Returns:
         An ``EmbeddedTexts``.
     """
@@ -360,55 +368,63 @@ def embed_texts(
             f"asked for max_length={max_length}."
         )
     entry = pathlib.Path(cache_dir) / _cache_key(encoder_name, name, max_length, texts, dtype)
-    if (entry / "meta.json").is_file():
-        return EmbeddedTexts.from_offsets(np.load(entry / "states.npy", mmap_mode="r"), np.load(entry / "offsets.npy"))
+    if (entry / "meta.json").is_file():  # entries appear whole (publish_folder): this one is complete
+        return _read_entry(entry)
+    with fault_tolerance.build_lock(entry, verbose):  # other processes wait, then read it
+        if (entry / "meta.json").is_file():  # embedded by another process while this one waited
+            return _read_entry(entry)
+        if not isinstance(encoder, Encoder):
+            encoder = Encoder.from_preset(encoder, max_length=max_length)
+        tmp = pathlib.Path(fault_tolerance.temporary_path(entry))
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        try:
+            key = {"encoder": str(encoder_name), "name": name, "max_length": max_length}
+            _embed_into(tmp, texts, encoder, batch_size, dtype, verbose, key)
+            fault_tolerance.publish_folder(tmp, entry)  # or keep the entry another process published first
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    return _read_entry(entry)
 
-    if not isinstance(encoder, Encoder):
-        encoder = Encoder.from_preset(encoder, max_length=max_length)
+
+def _read_entry(entry):
+    return EmbeddedTexts.from_offsets(np.load(entry / "states.npy", mmap_mode="r"), np.load(entry / "offsets.npy"))
+
+
+def _embed_into(folder, texts, encoder, batch_size, dtype, verbose, key):
+    """Writes the files of the cache entry of ``texts`` into ``folder``: ``states.npy``,
+    ``offsets.npy`` and ``meta.json`` (``key``, the entry's description, and the sizes)."""
     ids = encoder.tokenize(texts)
     lengths = np.array([len(row) for row in ids], "int64")
     offsets = np.concatenate([[0], np.cumsum(lengths)])
-    entry.parent.mkdir(parents=True, exist_ok=True)
-    tmp = entry.parent / f"{entry.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
-        states = np.lib.format.open_memmap(
-            tmp / "states.npy", mode="w+", dtype=dtype,
-            shape=(int(offsets[-1]), encoder.num_layers, encoder.width),
-        )
-        order = np.argsort(lengths, kind="stable")
-        progress = keras.utils.Progbar(len(texts), unit_name="text") if verbose else None
-        for begin in range(0, len(order), batch_size):
-            batch = order[begin : begin + batch_size]
-            length = int(lengths[batch].max())
-            token_ids = np.full((len(batch), length), encoder.pad_id, "int32")
-            mask = np.zeros((len(batch), length), "int32")
-            for row, i in enumerate(batch):
-                token_ids[row, : lengths[i]] = ids[i]
-                mask[row, : lengths[i]] = 1
-            hidden = encoder(token_ids, mask)
-            for row, i in enumerate(batch):
-                states[offsets[i] : offsets[i + 1]] = hidden[row, : lengths[i]]
-            if progress is not None:
-                progress.add(len(batch))
-        states.flush()
-        del states
-        np.save(tmp / "offsets.npy", offsets)
-        meta = {
-            "encoder": str(encoder_name), "name": name, "max_length": max_length,
-            "texts": len(texts), "tokens": int(offsets[-1]),
-            "num_layers": encoder.num_layers, "width": encoder.width, "dtype": dtype,
-        }
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
-        if entry.exists():  # written meanwhile by another process: keep theirs
-            shutil.rmtree(tmp)
-        else:
-            os.replace(tmp, entry)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return EmbeddedTexts.from_offsets(np.load(entry / "states.npy", mmap_mode="r"), np.load(entry / "offsets.npy"))
+    states = np.lib.format.open_memmap(
+        folder / "states.npy", mode="w+", dtype=dtype,
+        shape=(int(offsets[-1]), encoder.num_layers, encoder.width),
+    )
+    order = np.argsort(lengths, kind="stable")
+    progress = keras.utils.Progbar(len(texts), unit_name="text") if verbose else None
+    for begin in range(0, len(order), batch_size):
+        batch = order[begin : begin + batch_size]
+        length = int(lengths[batch].max())
+        token_ids = np.full((len(batch), length), encoder.pad_id, "int32")
+        mask = np.zeros((len(batch), length), "int32")
+        for row, i in enumerate(batch):
+            token_ids[row, : lengths[i]] = ids[i]
+            mask[row, : lengths[i]] = 1
+        hidden = encoder(token_ids, mask)
+        for row, i in enumerate(batch):
+            states[offsets[i] : offsets[i + 1]] = hidden[row, : lengths[i]]
+        if progress is not None:
+            progress.add(len(batch))
+    states.flush()
+    del states
+    np.save(folder / "offsets.npy", offsets)
+    meta = {
+        **key, "texts": len(texts), "tokens": int(offsets[-1]),
+        "num_layers": encoder.num_layers, "width": encoder.width, "dtype": dtype,
+    }
+    (folder / "meta.json").write_text(json.dumps(meta, indent=2))
 
 
 def load_embedded_split(

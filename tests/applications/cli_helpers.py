@@ -186,3 +186,19 @@ def crash_when_saving_after_fit(monkeypatch, name=None):
 
     monkeypatch.setattr(fault_tolerance, "save_model_atomically", crashing_save)
     return FitEnded()
+
+
+def start_cache_workers(application, cache, source, folder, processes=2, hang=False):
+    """Starts ``processes`` runs of ``tests/applications/cache_worker.py`` that build the
+    same ``application`` cache (``"sst"``: ``source`` is a preset folder; ``"clevr"``: a
+    TFDS folder for mock data) in ``cache`` at the same moment.
+
+    Returns ``(procs, marks)``: the processes (logs in ``folder/cache-worker<i>.log``)
+    and the folder where they mark their builds and save what they read.
+    """
+    marks = pathlib.Path(folder) / "marks"
+    marks.mkdir()
+    args = ["tests/applications/cache_worker.py", application, str(cache), str(marks), str(processes), str(source)]
+    procs = [start(args + (["--hang"] if hang else []), pathlib.Path(folder) / f"cache-worker{i}.log")
+             for i in range(processes)]
+    return procs, marks

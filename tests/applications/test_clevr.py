@@ -1,6 +1,7 @@
 """CLEVR: positional encoding, tokenization, vocabularies, the cached-feature pipeline
 on TFDS mock data with a random-weight ResNet-101, the model, the EMA recipe, plots."""
 
+import contextlib
 import json
 import os
 
@@ -10,7 +11,8 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from applications import clevr
+from applications import clevr, fault_tolerance
+from tests.applications import cli_helpers
 
 IMAGE_SIZE = 32  # conv4 of ResNet-101 has stride 16: a 2x2 grid
 
@@ -243,3 +245,98 @@ def test_features_of_other_resnet_weights_are_not_reused(tmp_path):
     # each is reused for its own weights (no TFDS, no extractor)
     assert clevr.cache_split("train", cache, image_size=IMAGE_SIZE, weights=None, extractor=object())[0] == random_path
     assert clevr.cache_split("train", cache, image_size=IMAGE_SIZE, extractor=object())[0] == imagenet_path
+
+
+# ---------------------------------------------------------------------- a cache shared by processes
+# The workers of --strategy multiworker use one cache folder (RUN_DIR/cache), and so do
+# commands run at once with one --cache-dir.
+
+def _constant_extractor(value, on_call=None):
+    """A stand-in for ResNet-101 at IMAGE_SIZE: features ``value`` on a 2x2 grid; calls
+    ``on_call(number_of_the_call)`` first at each call."""
+    images = keras.Input((IMAGE_SIZE, IMAGE_SIZE, 3))
+    out = keras.layers.Lambda(lambda x: 0.0 * x[:, :2, :2, :1] + value)(images)
+    model = keras.Model(images, keras.layers.Concatenate()([out] * 8))
+
+    class Extractor:
+        output = model.output
+        calls = 0
+
+        def __call__(self, batch, training=False):
+            Extractor.calls += 1
+            if on_call is not None:
+                on_call(Extractor.calls)
+            return model(batch, training=training)
+
+    return Extractor()
+
+
+def test_an_extraction_that_fails_half_way_leaves_no_temporary(tmp_path):
+    # An error in the middle of the ResNet pass (a corrupt image, Ctrl-C) left the
+    # temporary features file (tens of GB for the training split) in the cache for ever.
+    def fail_at_the_second_batch(call):
+        if call == 2:
+            raise KeyboardInterrupt
+
+    cache = tmp_path / "cache"
+    with tfds.testing.mock_data(num_examples=3), pytest.raises(KeyboardInterrupt):
+        clevr.cache_split("train", str(cache), str(tmp_path / "tfds"), image_size=IMAGE_SIZE, weights=None,
+                          batch_size=2, extractor=_constant_extractor(1.0, fail_at_the_second_batch), verbose=0)
+    assert os.listdir(cache) == []
+    assert not clevr.is_cached(cache, "train", IMAGE_SIZE, weights=None)
+
+
+def test_a_writer_with_the_same_pid_on_another_host_never_shares_the_temporary(tmp_path, monkeypatch):
+    # Workers on two machines (or in two containers) sharing the cache on a network disk
+    # may have the same process id: both wrote ".<name>.tmp-<pid>.npy", the second one
+    # truncating the first one's half-written features, and the first one then failed
+    # (or renamed the other's half-written features into place as a complete cache).
+    monkeypatch.setattr(fault_tolerance, "build_lock", lambda path, verbose=0: contextlib.nullcontext(),
+                        raising=False)  # a file system without locks
+    cache, kwargs = str(tmp_path / "cache"), dict(image_size=IMAGE_SIZE, weights=None, batch_size=2, verbose=0)
+    other = []
+
+    def another_writer(call):
+        if call == 1:  # while this writer extracts, the other one (same pid, another host) does it all
+            with monkeypatch.context() as patch:
+                patch.setattr(fault_tolerance, "_HOST", "another-host")
+                other.append(clevr.cache_split("train", cache, str(tmp_path / "tfds"),
+                                               extractor=_constant_extractor(1.0), **kwargs))
+
+    with tfds.testing.mock_data(num_examples=3):
+        features_path, questions_path = clevr.cache_split(
+            "train", cache, str(tmp_path / "tfds"), extractor=_constant_extractor(1.0, another_writer), **kwargs)
+    assert other == [(features_path, questions_path)]
+    assert sorted(os.listdir(cache)) == ["train_32_random.npy", "train_questions.json"]
+    features = np.load(features_path)
+    assert features.shape == (3, 2, 2, 8) and np.all(features == 1.0)
+
+
+def test_two_processes_extract_the_features_once_and_read_the_same_ones(tmp_path):
+    # Both workers ran ResNet-101 over the whole split at the same time (hours, and a
+    # temporary copy of tens of GB each), and the copy of the slower one replaced the other.
+    cache = tmp_path / "cache"
+    procs, marks = cli_helpers.start_cache_workers("clevr", cache, tmp_path / "tfds", tmp_path)
+    for proc in procs:
+        assert cli_helpers.wait(proc, timeout=300) == 0, cli_helpers.tail(proc)
+    assert len(list(marks.glob("built-*"))) == 1
+    first, second = (np.load(marks / f"read-{proc.pid}.npy") for proc in procs)
+    assert first.shape == (3, 2, 2, 4)
+    np.testing.assert_array_equal(first, second)
+    assert sorted(os.listdir(cache)) == ["train_32_random.npy", "train_questions.json"]
+
+
+def test_a_writer_killed_mid_extraction_leaves_nothing_that_loads_or_stays(tmp_path):
+    # A worker killed during the ResNet pass (OOM killer, preemption) left its temporary
+    # features file for ever: every killed run added one, tens of GB each.
+    cache = tmp_path / "cache"
+    [proc], marks = cli_helpers.start_cache_workers("clevr", cache, tmp_path / "tfds", tmp_path, processes=1,
+                                                    hang=True)
+    cli_helpers.wait_for_file(marks / f"hanging-{proc.pid}", proc, timeout=300)
+    cli_helpers.kill(proc)
+    assert os.listdir(cache)  # what the killed writer left ...
+    assert not clevr.is_cached(cache, "train", IMAGE_SIZE, weights=None)  # ... is not taken for a cache
+    with tfds.testing.mock_data(num_examples=3):
+        clevr.cache_split("train", str(cache), str(tmp_path / "tfds"), image_size=IMAGE_SIZE, weights=None,
+                          batch_size=2, extractor=_constant_extractor(1.0), verbose=0)
+    assert sorted(os.listdir(cache)) == ["train_32_random.npy", "train_questions.json"]  # the next writer removed it

@@ -3,6 +3,7 @@
 import json
 import os
 import signal
+import time
 
 import keras
 import numpy as np
@@ -755,3 +756,50 @@ def test_a_torn_last_row_of_history_csv_is_replaced_from_the_backup(tmp_path):
     path.unlink()  # no file: the header CSVLogger would write, then the rows
     fault_tolerance._repair_history_csv(str(path), 2, {0: {"loss": "0.5"}, 1: {"loss": "0.25"}})
     assert path.read_bytes() == b"epoch,loss,val_loss\r\n0,0.5,NA\r\n1,0.25,NA\r\n"
+
+
+def test_a_build_lock_makes_the_next_builder_wait_and_leaves_no_lock_file(tmp_path, capsys):
+    # flock locks of two open files conflict also within one process: a thread stands
+    # for the other process.
+    import threading
+
+    target, order = tmp_path / "cache" / "entry", []
+    entered, release = threading.Event(), threading.Event()
+
+    def first_builder():
+        with fault_tolerance.build_lock(target):
+            entered.set()
+            release.wait(60)
+            order.append("first")
+
+    def second_builder():
+        with fault_tolerance.build_lock(target, verbose=1):
+            order.append("second")
+
+    first = threading.Thread(target=first_builder)
+    first.start()
+    assert entered.wait(60)
+    second = threading.Thread(target=second_builder)
+    second.start()
+    deadline = time.monotonic() + 60
+    while "waiting for" not in capsys.readouterr().out:  # the second one says whom it waits for
+        assert time.monotonic() < deadline and second.is_alive() and not order
+        time.sleep(0.05)
+    release.set()
+    first.join(60)
+    second.join(60)
+    assert order == ["first", "second"]
+    assert os.listdir(tmp_path / "cache") == []
+
+
+def test_a_build_lock_on_a_file_system_without_locks_runs_unlocked(tmp_path, monkeypatch):
+    import errno
+    import fcntl
+
+    def no_locks(fd, operation):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    with fault_tolerance.build_lock(tmp_path / "entry"):
+        (tmp_path / "entry").write_text("built")
+    assert os.listdir(tmp_path) == ["entry"]

@@ -4,14 +4,18 @@ import collections
 import importlib.util
 import json
 import os
+import pathlib
+import shutil
 
 import keras
 import keras_hub
 import numpy as np
 import pytest
 
-from applications import sst, sst_trees
+from applications import fault_tolerance, sst, sst_trees
+from tests.applications import cli_helpers
 from tests.applications.test_sst_trees import SST
+from tests.applications.tiny_data import tiny_bert_preset
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 TEXTS = ["The film is good .", "It 's not funny ( or dull ) .", "bad", "a good , funny film"]
@@ -127,6 +131,93 @@ def _texts_digest(texts):
     import hashlib
 
     return hashlib.sha1("".join(t + "\n" for t in texts).encode("utf-8")).hexdigest()[:12]
+
+
+# ---------------------------------------------------------------------- a cache shared by processes
+# The workers of --strategy multiworker use one cache folder (RUN_DIR/cache), and so do
+# commands run at once with one --cache-dir.
+
+def _no_build_lock(monkeypatch):
+    """A file system without locks: writers must still never spoil each other's work."""
+    import contextlib
+
+    monkeypatch.setattr(fault_tolerance, "build_lock", lambda path, verbose=0: contextlib.nullcontext(),
+                        raising=False)
+
+
+def test_a_writer_that_loses_the_race_to_publish_reads_the_winners_entry(encoder, tmp_path, monkeypatch):
+    # Another process published the entry after this one had checked for it and before its
+    # rename: renaming a folder onto a non-empty one failed ("Directory not empty") and the
+    # command died after all its work, although the cache now held the texts' states.
+    _no_build_lock(monkeypatch)
+    real_replace = os.replace
+
+    def replace(src, dst):
+        src, dst = pathlib.Path(src), pathlib.Path(dst)
+        if src.is_dir() and dst.parent == tmp_path and not dst.exists():
+            shutil.copytree(src, dst)  # the other writer's entry (the same states)
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    embedded = sst.embed_texts(TEXTS, encoder, tmp_path, name="t", max_length=12, verbose=0)
+    monkeypatch.undo()
+    [entry] = os.listdir(tmp_path)  # the winner's, and no temporary left
+    again = sst.embed_texts(TEXTS, encoder, tmp_path, name="t", max_length=12, verbose=0)
+    np.testing.assert_array_equal(np.asarray(embedded.states), np.asarray(again.states))
+    assert len(embedded) == 4
+
+
+def test_a_writer_with_the_same_pid_on_another_host_never_shares_the_temporary(encoder, tmp_path, monkeypatch):
+    # Workers on two machines (or in two containers) sharing the cache on a network disk
+    # may have the same process id: both wrote into "<entry>.tmp-<pid>", the second one
+    # deleting the first one's half-written states, and the first one then failed
+    # (or published the other's half-written states as a complete entry).
+    _no_build_lock(monkeypatch)
+    call = sst.Encoder.__call__
+    other = []
+
+    def call_with_another_writer(self, token_ids, mask):
+        if not other:  # while this writer embeds, the other one (same pid, another host) embeds it all
+            other.append(True)
+            with monkeypatch.context() as patch:
+                patch.setattr(fault_tolerance, "_HOST", "another-host")
+                other.append(sst.embed_texts(TEXTS, encoder, tmp_path, name="t", max_length=12, verbose=0))
+        return call(self, token_ids, mask)
+
+    monkeypatch.setattr(sst.Encoder, "__call__", call_with_another_writer)
+    embedded = sst.embed_texts(TEXTS, encoder, tmp_path, name="t", max_length=12, verbose=0)
+    assert len(os.listdir(tmp_path)) == 1
+    np.testing.assert_array_equal(np.asarray(embedded.states), np.asarray(other[1].states))
+
+
+def test_two_processes_embed_the_texts_once_and_read_the_same_states(tmp_path):
+    # Both workers embedded every split at the same time, each into a temporary copy of
+    # its own (twice the time, twice the disk: 1.1 GB each for the paper's phrases) and
+    # the copy of the slower one was then thrown away.
+    preset = tiny_bert_preset(tmp_path / "preset")
+    cache = tmp_path / "cache"
+    procs, marks = cli_helpers.start_cache_workers("sst", cache, preset, tmp_path)
+    for proc in procs:
+        assert cli_helpers.wait(proc, timeout=300) == 0, cli_helpers.tail(proc)
+    assert len(list(marks.glob("built-*"))) == 1
+    first, second = (np.load(marks / f"read-{proc.pid}.npy") for proc in procs)
+    np.testing.assert_array_equal(first, second)
+    assert len(os.listdir(cache)) == 1  # the entry, no temporary and no lock left
+
+
+def test_a_writer_killed_mid_embedding_leaves_nothing_that_loads_or_stays(tmp_path):
+    # A worker killed while embedding (OOM killer, preemption) left its temporary folder
+    # (as large as the cache entry) for ever: every killed run added one.
+    preset = tiny_bert_preset(tmp_path / "preset")
+    cache = tmp_path / "cache"
+    [proc], marks = cli_helpers.start_cache_workers("sst", cache, preset, tmp_path, processes=1, hang=True)
+    cli_helpers.wait_for_file(marks / f"hanging-{proc.pid}", proc, timeout=300)
+    cli_helpers.kill(proc)
+    assert os.listdir(cache)  # what the killed writer left ...
+    assert not sst.is_cached(cache, preset, "t", 12, TEXTS)  # ... is not taken for a cache
+    embedded = sst.embed_texts(TEXTS, preset, cache, name="t", max_length=12, verbose=0)
+    assert len(embedded) == 4 and np.isfinite(np.asarray(embedded.states, "float32")).all()
+    assert len(os.listdir(cache)) == 1  # the next writer removed it
 
 
 @pytest.mark.parametrize("kwargs, name", [
