@@ -22,6 +22,10 @@ the features are cached on disk (:func:`cache_features`, float16 ``.npy``, writt
 atomically, with a progress bar). Questions are lowercased, punctuation is split off
 and they are tokenized with tensorflow-text's ``WhitespaceTokenizer``; the word and
 answer vocabularies come from the training split (:func:`build_vocabularies`).
+A validation question whose answer no training question has (label ``UNSEEN_ANSWER``)
+is kept in validation and evaluation: the model has no logit for that answer, so it
+counts as an error in the accuracy (whose denominator is every question) and adds
+nothing to the loss; ``train`` and ``evaluate`` report how many there are.
 
 Recipe (:func:`compile_model`, :func:`train`): Adam with learning rate 1e-4, batches
 of 64, gradient clipping by norm (8), and an exponential moving average of the
@@ -68,6 +72,7 @@ FEATURE_LAYER = "conv4_block23_out"
 IMAGE_SIZE = 224
 PAD, UNK = "<pad>", "<unk>"
 TFDS_NAME = "clevr:3.1.0"
+UNSEEN_ANSWER = -1  # the label of an answer that no training question has (no logit for it)
 
 
 # ------------------------------------------------------------------------- layers
@@ -240,16 +245,23 @@ def build_model(
     return keras.Model({"question": tokens, "features": features}, logits, name=name)
 
 
+def answer_loss():
+    """Cross-entropy of the answer logits; a question labelled ``UNSEEN_ANSWER`` (its
+    answer is no training class: no logit) is left out of the loss, not of the accuracy."""
+    return keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=UNSEEN_ANSWER)
+
+
 def compile_model(model, learning_rate=1e-4, clipnorm=8.0, ema_momentum=0.999, metrics=("accuracy",)):
-    """The paper's recipe: Adam, clipped gradients, EMA of the weights (see module doc)."""
+    """The paper's recipe: Adam, clipped gradients, EMA of the weights (see module doc).
+
+    The loss is :func:`answer_loss`: questions whose answer is no training class count
+    as errors in the accuracy but have no loss (the loss of a batch is its mean over the
+    other questions).
+    """
     optimizer = keras.optimizers.Adam(
         learning_rate, clipnorm=clipnorm, use_ema=True, ema_momentum=ema_momentum
     )
-    model.compile(
-        optimizer=optimizer,
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        metrics=list(metrics),
-    )
+    model.compile(optimizer=optimizer, loss=answer_loss(), metrics=list(metrics))
     return model
 
 
@@ -530,7 +542,8 @@ def build_vocabularies(questions, answers):
 
 
 def encode(questions, answers, vocabulary, classes):
-    """Token ids ``[n, max_words]`` (0-padded, 1 unknown) and answer classes (-1 unknown)."""
+    """Token ids ``[n, max_words]`` (0-padded, 1 unknown) and answer classes
+    (``UNSEEN_ANSWER``, -1, for an answer that is not in ``classes``)."""
     import tensorflow as tf
 
     word_ids = {w: i for i, w in enumerate(vocabulary)}
@@ -542,7 +555,7 @@ def encode(questions, answers, vocabulary, classes):
     for i, q in enumerate(ids):
         array[i, : len(q)] = q
     labels = np.array(
-        [class_ids.get(_text(a), -1) for a in answers], "int32"
+        [class_ids.get(_text(a), UNSEEN_ANSWER) for a in answers], "int32"
     )
     return array, labels
 
@@ -553,7 +566,11 @@ def make_dataset(features_path, image_index, tokens, labels, batch_size=64, shuf
 
     The cache is memory-mapped and the features of a batch gathered from it, so the
     full CLEVR cache (tens of GB) never has to fit in memory. Questions whose answer
-    is not a training class (label -1) are dropped when ``drop_unknown``.
+    is not a training class (label ``UNSEEN_ANSWER``) are dropped when ``drop_unknown``
+    (for training: there is nothing to learn from them). Pass ``drop_unknown=False``
+    for validation and evaluation: dropping them computed the accuracy over fewer
+    questions than there are, and overstated it; kept, each counts as an error (see
+    :func:`compile_model`).
     """
     import tensorflow as tf
 
@@ -571,7 +588,7 @@ def make_dataset(features_path, image_index, tokens, labels, batch_size=64, shuf
             f"`image_index` must index the {len(features)} images of {features_path}. "
             f"Received: image indices in [{image_index.min()}, {image_index.max()}]"
         )
-    keep = labels >= 0 if drop_unknown else np.ones(len(labels), bool)
+    keep = labels != UNSEEN_ANSWER if drop_unknown else np.ones(len(labels), bool)
     image_index, tokens, labels = image_index[keep], tokens[keep], labels[keep]
     feature_shape = features.shape[1:]
 
@@ -689,6 +706,15 @@ def prepare_offline(cache_dir, data_dir=None, image_size=IMAGE_SIZE, limit=None,
     return first_questions(data, limit)
 
 
+def question_counts(split):
+    """``{"validation_questions": n, "validation_unseen_answers": k}`` of a split of
+    :func:`prepare` (``k``: the questions whose answer is no training class, every one
+    counted as an error in the accuracy)."""
+    labels = np.asarray(split["labels"])
+    return {"validation_questions": int(len(labels)),
+            "validation_unseen_answers": int(np.sum(labels == UNSEEN_ANSWER))}
+
+
 def feature_shape(data):
     """Shape ``(H, W, C)`` of the cached features of :func:`prepare`'s ``data``."""
     return np.load(data["train"]["features_path"], mmap_mode="r").shape[1:]
@@ -700,7 +726,10 @@ def train(cache_dir, run_dir="runs/clevr", data_dir=None, epochs=25, batch_size=
     """Trains the CLEVR MAC model with the paper's recipe, as the demo does.
 
     Writes ``model.keras`` (EMA weights), ``history.png``, ``metrics.json`` and
-    TensorBoard logs to ``run_dir``. Returns the metrics dict. ``limit`` keeps the
+    TensorBoard logs to ``run_dir``. Returns the metrics dict: the validation accuracy
+    over every validation question (see :func:`question_counts`: those whose answer no
+    training question has are errors; how many there are is reported too), the loss,
+    the parameter count, the epochs and the paths. ``limit`` keeps the
     first questions of every split (quick runs); with ``strategy`` the model is built
     and compiled in its scope (``batch_size`` is then the global batch); ``callbacks``
     run after the recipe's (the backup of a ``fault_tolerance.AtomicBackupAndRestore``
@@ -718,7 +747,7 @@ def train(cache_dir, run_dir="runs/clevr", data_dir=None, epochs=25, batch_size=
     data = prepare(cache_dir, data_dir, SPLITS, image_size, weights, extractor, verbose=verbose)
     data = first_questions(data, limit)
     train_ds = make_dataset(**data["train"], batch_size=batch_size, shuffle=True, seed=seed)
-    val_ds = make_dataset(**data["validation"], batch_size=batch_size)
+    val_ds = make_dataset(**data["validation"], batch_size=batch_size, drop_unknown=False)
     with strategy.scope():
         model = build_model(
             len(data["vocabulary"]), len(data["classes"]), feature_shape(data), **(model_kwargs or {})
@@ -734,7 +763,8 @@ def train(cache_dir, run_dir="runs/clevr", data_dir=None, epochs=25, batch_size=
     save_atomically(model, paths["model"])
     plot_history(fault_tolerance.logged_history(history, callbacks)[0], paths["plot"])
     result = {"validation_accuracy": float(accuracy), "validation_loss": float(loss),
-              "parameters": int(model.count_params()), "epochs": epochs, **paths}
+              **question_counts(data["validation"]), "parameters": int(model.count_params()), "epochs": epochs,
+              **paths}
     write_json_atomically(result, paths["metrics"])
     fault_tolerance.finish_run(callbacks)  # the outputs are written: the backup goes
     return result
@@ -745,7 +775,11 @@ def evaluate(model_path, cache_dir, data_dir=None, image_size=IMAGE_SIZE, limit=
     """Validation loss and accuracy of a saved model (the CLEVR test split has no answers).
 
     The questions are encoded with the vocabulary of the cached training split, as in
-    :func:`train`; a missing cache is made first (see :func:`prepare_offline`).
+    :func:`train`; a missing cache is made first (see :func:`prepare_offline`). Every
+    question counts in the accuracy, those whose answer no training question has as
+    errors; their number is in the result (:func:`question_counts`). The model is
+    compiled again with :func:`answer_loss` (a model saved before that loss left such
+    questions out could not score their labels).
     """
     import tensorflow as tf
 
@@ -753,11 +787,13 @@ def evaluate(model_path, cache_dir, data_dir=None, image_size=IMAGE_SIZE, limit=
         raise PathNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
     strategy = strategy or tf.distribute.get_strategy()
     data = prepare_offline(cache_dir, data_dir, image_size, limit, verbose=0)
-    val_ds = make_dataset(**data["validation"], batch_size=batch_size)
+    val_ds = make_dataset(**data["validation"], batch_size=batch_size, drop_unknown=False)
     with strategy.scope():
         model = checks.load_model(model_path)
+        model.compile(loss=answer_loss(), metrics=["accuracy"])
     loss, accuracy = model.evaluate(val_ds, verbose=0)
-    return {"validation_accuracy": float(accuracy), "validation_loss": float(loss), "model": model_path}
+    return {"validation_accuracy": float(accuracy), "validation_loss": float(loss),
+            **question_counts(data["validation"]), "model": model_path}
 
 
 # The command-line protocol (applications/registry.py).

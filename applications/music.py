@@ -281,16 +281,70 @@ class PianoRollNLL(keras.losses.Loss):
 
     ``y_pred`` holds logits ``[batch, steps, keys]``; the per-step values
     ``[batch, steps]`` are averaged with the sample weights (the padding mask)
-    as weights, so padded steps never count: the result is the NLL per real step.
+    as weights, so padded steps never count: the result is the NLL per real step
+    *of the batch*.
+
+    It is the training objective. The ``loss`` and ``val_loss`` that ``fit`` reports
+    are not the NLL per real step of the epoch, though: Keras averages the batches'
+    losses weighted by their numbers of sequences (windows), not by their numbers of
+    real steps, and windows of padded chorales hold different numbers of real steps.
+    :class:`PianoRollNLLPerStep` (``nll_per_step`` and ``val_nll_per_step`` in the
+    logs, see ``compile_model``) is exact.
     """
 
     def __init__(self, reduction="mean_with_sample_weight", name="piano_roll_nll", dtype=None):
         super().__init__(name=name, reduction=reduction, dtype=dtype)
 
     def call(self, y_true, y_pred):
-        y_true = ops.cast(y_true, y_pred.dtype)
-        per_key = ops.binary_crossentropy(y_true, y_pred, from_logits=True)
-        return ops.sum(per_key, axis=-1)
+        return _step_nll(y_true, y_pred)
+
+
+def _step_nll(y_true, y_pred):
+    """``[..., steps]`` NLL of every step's roll: the keys' cross-entropies of the logits, summed."""
+    y_true = ops.cast(y_true, y_pred.dtype)
+    per_key = ops.binary_crossentropy(y_true, y_pred, from_logits=True)
+    return ops.sum(per_key, axis=-1)
+
+
+MONITOR = "val_nll_per_step"  # what keeps the best epoch and drives the plateau schedule
+
+
+@keras.saving.register_keras_serializable(package="applications")
+class PianoRollNLLPerStep(keras.metrics.Metric):
+    """The NLL per real step of everything seen since the last reset, summed over keys.
+
+    It sums the NLL of the real steps (sample weight, the padding mask, 1) and counts
+    them, over all the batches of an epoch (and all the replicas of a distribution
+    strategy, whose metric variables are summed), and reports the ratio: the exact NLL
+    per real step, which :class:`PianoRollNLL` as a reported loss is not (see there).
+    On whole chorales (``window=None``) it equals ``nll_per_step`` of the same rolls;
+    on windows, the same NLL with the ladder's state started from zeros at each window.
+
+    Pass it in ``weighted_metrics`` (it needs the mask as ``sample_weight``); without a
+    sample weight every step counts. Padded steps never count, whatever their values.
+
+    Args:
+        name: the metric's name (``nll_per_step``: ``val_nll_per_step`` in the logs).
+        dtype: the dtype of the sums, float32.
+    """
+
+    def __init__(self, name="nll_per_step", dtype="float32"):
+        super().__init__(name=name, dtype=dtype)
+        self.total = self.add_variable(shape=(), initializer="zeros", dtype=self.dtype, name="total")
+        self.steps = self.add_variable(shape=(), initializer="zeros", dtype=self.dtype, name="steps")
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        per_step = _step_nll(y_true, ops.cast(y_pred, "float32"))
+        if sample_weight is None:
+            weight = ops.ones_like(per_step)
+        else:
+            weight = ops.broadcast_to(ops.cast(sample_weight, "float32"), ops.shape(per_step))
+        # where, not a product: a padded step's NLL (finite or not) never reaches the sum
+        self.total.assign_add(ops.cast(ops.sum(ops.where(weight > 0, per_step * weight, 0.0)), self.dtype))
+        self.steps.assign_add(ops.cast(ops.sum(weight), self.dtype))
+
+    def result(self):
+        return ops.divide_no_nan(self.total, self.steps)
 
 
 # ------------------------------------------------------------------------- read-out
@@ -505,6 +559,10 @@ def key_log_odds(rolls, prior=1.0):
 def compile_model(model, learning_rate=1e-3, clipnorm=1.0, weight_decay=0.0, ema_momentum=None):
     """Compiles ``model`` with Adam (AdamW with ``weight_decay``) and ``PianoRollNLL``.
 
+    The loss, each batch's NLL per real step, is what is minimised; the weighted metric
+    :class:`PianoRollNLLPerStep` (``nll_per_step``, ``val_nll_per_step``: ``MONITOR``)
+    is the exact NLL per real step of an epoch, on which ``train`` keeps the best epoch.
+
     Args:
         model: a model from ``build_model``.
         learning_rate: Adam's step size (a positive number or a schedule).
@@ -525,7 +583,7 @@ def compile_model(model, learning_rate=1e-3, clipnorm=1.0, weight_decay=0.0, ema
         optimizer = keras.optimizers.AdamW(learning_rate, weight_decay=weight_decay, clipnorm=clipnorm, **ema)
     else:
         optimizer = keras.optimizers.Adam(learning_rate, clipnorm=clipnorm, **ema)
-    model.compile(optimizer=optimizer, loss=PianoRollNLL())
+    model.compile(optimizer=optimizer, loss=PianoRollNLL(), weighted_metrics=[PianoRollNLLPerStep()])
     return model
 
 
@@ -782,20 +840,25 @@ def train(
 ):
     """Trains on the training chorales, keeps the best model on the validation NLL.
 
-    With ``window`` (default 32) training and validation run on windows of that many
-    steps (short unrolled graphs; the validation loss is then the windowed NLL); the
-    reported figures are ``nll_per_step`` on whole chorales. ``window=None`` trains
-    on whole chorales padded to the longest.
+    The epoch kept is the one with the lowest ``val_nll_per_step`` (``MONITOR``): the
+    exact NLL per real step of the validation data (:class:`PianoRollNLLPerStep`), not
+    ``val_loss``, which averages the batches' NLL per step weighted by their numbers of
+    windows (see :class:`PianoRollNLL`). With ``window`` (default 32) training and
+    validation run on windows of that many steps (short unrolled graphs; the ladder's
+    state starts from zeros at each window, so the validation NLL is the windowed
+    one); the reported figures are ``nll_per_step`` on whole chorales. ``window=None``
+    trains on whole chorales padded to the longest (``val_nll_per_step`` is then
+    ``nll_per_step`` of the validation chorales).
 
     ``transpose`` > 0 moves every training window by a random number of semitones up
     to that many (see ``make_dataset``; off by default: nearly all of these chorales
     are written in C, 214 of the 229 training chorales end on a C in the bass, so the
     key is a regularity of every split and moving it costs more than the extra data
     gains, see ``benchmarks/rladder.py``); ``weight_decay`` and ``ema_momentum`` are
-    passed to ``compile_model`` (with ``ema_momentum`` the validation loss, the model
+    passed to ``compile_model`` (with ``ema_momentum`` the validation NLL, the model
     kept and the figures are those of the moving average of the weights).
     ``reduce_lr_patience`` (a positive integer; None: off) multiplies the learning rate
-    by ``reduce_lr_factor`` (in ``(0, 1)``) whenever the validation loss has not improved
+    by ``reduce_lr_factor`` (in ``(0, 1)``) whenever ``val_nll_per_step`` has not improved
     for that many epochs.
 
     ``dropout`` and ``dropout_noise`` set the RLadder's dropout between levels and
@@ -929,12 +992,12 @@ def train(
             # its patience, best loss and cooldown are kept beside the backup: a resumed
             # run started them again
             extra.append(fault_tolerance.ResumableReduceLROnPlateau(
-                "val_loss", reduce_lr_factor, reduce_lr_patience, verbose=verbose,
+                MONITOR, reduce_lr_factor, reduce_lr_patience, verbose=verbose, mode="min",
                 backup_dir=backup.backup_dir if backup else None,
             ))
         # Beside the member's backup, the best epoch survives a crash: a resumed run kept
         # the best epoch after the crash only.
-        best = fault_tolerance.KeepBestWeights("val_loss", backup.backup_dir if backup else None)
+        best = fault_tolerance.KeepBestWeights(MONITOR, backup.backup_dir if backup else None)
         logs = paths["logs"] if not member else f"{paths['logs']}_{member}"
         train_ds, valid_ds = datasets[readouts[member % len(readouts)] == "nade"]
         fit_callbacks = [keras.callbacks.TensorBoard(logs), *extra, best, *user]
@@ -954,7 +1017,7 @@ def train(
             model.set_weights(best.weights)
         save_atomically(model, member_path)
         if not member:  # every epoch's curves, those before a resume too, when a CSV log spans them
-            plot_history(fault_tolerance.logged_history(history, user)[0], paths["plot"])
+            plot_history(fault_tolerance.logged_history(history, user)[0], paths["plot"], accuracy="nll_per_step")
         models.append(model)
         # epochs trained in all (those before a resume too)
         epochs_run.append(fault_tolerance.epochs_run(history, user))
@@ -1121,7 +1184,7 @@ def add_arguments(parser, command):
                             "with this momentum, e.g. 0.99 (default: off)")
         parser.add_argument("--reduce-lr-patience", type=positive_int, default=None, metavar="EPOCHS",
                             help="multiply the learning rate by --reduce-lr-factor after this many "
-                            "epochs without a better validation loss (default: off)")
+                            "epochs without a better validation NLL per step (default: off)")
         parser.add_argument("--reduce-lr-factor", type=factor, default=0.5,
                             help="see --reduce-lr-patience (default: %(default)s)")
         parser.add_argument("--dropout", type=rate, default=0.0,

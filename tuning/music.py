@@ -16,8 +16,12 @@
   or the ``KeyNADE`` read-out that also conditions each key on the lower keys of
   its step (the trial's data then feed the targets in as a second input).
 
-The objective is the validation loss: the NLL per (windowed) step, summed over keys.
+The objective is ``val_nll_per_step``: the exact NLL per real (windowed) step of the
+validation chorales, summed over keys (``applications.music.PianoRollNLLPerStep``; the
+``val_loss`` Keras reports weighs its batches by their windows, not their real steps).
 """
+
+import keras_tuner
 
 from applications import music
 from tuning.base import DatasetHyperModel
@@ -38,7 +42,7 @@ class MusicHyperModel(DatasetHyperModel):
     """
 
     application = "music"
-    objective = "val_loss"
+    objective = keras_tuner.Objective(music.MONITOR, "min")
 
     def __init__(self, data_dir=None, limit=None, window=32, **kwargs):
         super().__init__(**kwargs)

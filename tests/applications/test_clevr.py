@@ -340,3 +340,41 @@ def test_a_writer_killed_mid_extraction_leaves_nothing_that_loads_or_stays(tmp_p
         clevr.cache_split("train", str(cache), str(tmp_path / "tfds"), image_size=IMAGE_SIZE, weights=None,
                           batch_size=2, extractor=_constant_extractor(1.0), verbose=0)
     assert sorted(os.listdir(cache)) == ["train_32_random.npy", "train_questions.json"]  # the next writer removed it
+
+
+def test_validation_counts_the_questions_whose_answer_no_training_question_has(tmp_path):
+    # Validation (during fit and after it) and evaluate dropped the questions whose answer is
+    # not among the training answers: the accuracy was over fewer questions than there are,
+    # and overstated (the model cannot give such an answer: each one is an error).
+    import pathlib
+
+    from tests.applications.tiny_data import CLEVR_IMAGE_SIZE, tiny_clevr_cache
+
+    cache = pathlib.Path(tiny_clevr_cache(tmp_path / "cache"))
+    table = json.loads((cache / "validation_questions.json").read_text())
+    for key, value in (("image_index", 0), ("question", "What color is the cube?"), ("answer", "purple")):
+        table[key].append(value)
+    (cache / "validation_questions.json").write_text(json.dumps(table))
+    result = clevr.train(str(cache), run_dir=str(tmp_path / "run"), epochs=1, batch_size=8,
+                         image_size=CLEVR_IMAGE_SIZE, model_kwargs=dict(units=8, embedding_dim=4, max_steps=1),
+                         verbose=0)
+    data = clevr.prepare(str(cache), image_size=CLEVR_IMAGE_SIZE, extractor=object(), verbose=0)
+    labels = data["validation"]["labels"]
+    unseen = int((labels < 0).sum())  # "purple", and a count that no training question has
+    assert "purple" not in data["classes"] and len(labels) == 19 and unseen == 2
+    model = keras.saving.load_model(result["model"])
+    ds = clevr.make_dataset(**data["validation"], batch_size=8, drop_unknown=False)
+    right = np.argmax(model.predict(ds, verbose=0), -1) == labels
+    assert right.any() and not right[labels < 0].any()
+    assert result["validation_accuracy"] == pytest.approx(right.mean(), abs=1e-6)  # all 19 questions
+    assert result["validation_questions"] == 19 and result["validation_unseen_answers"] == unseen
+    assert np.isfinite(result["validation_loss"])
+    evaluated = clevr.evaluate(result["model"], str(cache), image_size=CLEVR_IMAGE_SIZE, batch_size=8)
+    assert evaluated["validation_accuracy"] == pytest.approx(right.mean(), abs=1e-6)
+    assert evaluated["validation_questions"] == 19 and evaluated["validation_unseen_answers"] == unseen
+    # a model saved with a loss that cannot score the unseen answers' label is evaluated too
+    model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+    model.save(tmp_path / "older.keras")
+    older = clevr.evaluate(str(tmp_path / "older.keras"), str(cache), image_size=CLEVR_IMAGE_SIZE, batch_size=8)
+    assert older["validation_accuracy"] == pytest.approx(right.mean(), abs=1e-6)
+    assert older["validation_loss"] == pytest.approx(evaluated["validation_loss"], rel=1e-5)

@@ -62,6 +62,29 @@ def test_masked_nll_ignores_padding():
     assert base == pytest.approx(expected, rel=1e-4)
 
 
+
+def test_nll_per_step_metric_weighs_batches_by_their_real_steps():
+    # The loss is each batch's NLL per real step; Keras' reported loss averages the
+    # batches by their numbers of sequences. The metric sums and counts real steps.
+    rng = np.random.default_rng(1)
+    y = (rng.uniform(size=(3, 4, 88)) < 0.1).astype("float32")
+    logits = rng.normal(size=(3, 4, 88)).astype("float32")
+    mask = np.array([[1, 1, 1, 1], [1, 0, 0, 0], [1, 1, 0, 0]], "float32")
+    per_step = (np.logaddexp(0, -logits) * y + np.logaddexp(0, logits) * (1 - y)).sum(-1)
+    metric = music.PianoRollNLLPerStep()
+    garbage = np.where(mask[..., None] > 0, logits, np.inf)  # padded steps' values never count
+    for batch in (slice(0, 2), slice(2, 3)):
+        metric.update_state(y[batch], garbage[batch], sample_weight=mask[batch])
+    exact = (per_step * mask).sum() / mask.sum()
+    assert float(metric.result()) == pytest.approx(exact, rel=1e-5)
+    by_sequences = (2 * float(music.PianoRollNLL()(y[:2], logits[:2], sample_weight=mask[:2]))
+                    + float(music.PianoRollNLL()(y[2:], logits[2:], sample_weight=mask[2:]))) / 3
+    assert abs(by_sequences - exact) > 1e-3  # what val_loss reports differs
+    metric.reset_state()
+    metric.update_state(y, logits)  # no sample weight: every step counts
+    assert float(metric.result()) == pytest.approx(per_step.mean(), rel=1e-5)
+    assert music.PianoRollNLLPerStep.from_config(metric.get_config()).name == "nll_per_step"
+
 def test_nll_per_step_matches_the_loss_and_any_length(tmp_path):
     rolls = [music.piano_roll([[60], [62, 64], [], [67]]), music.piano_roll([[48, 55]])]
     model = music.build_model(steps=2, **TINY)  # shorter than the rolls: layers reused
@@ -92,9 +115,9 @@ def test_learns_something(chorales):
     rolls = [music.piano_roll(c) for c in chorales["train"][:16]]
     model = music.compile_model(music.build_model(8, units=(16, 8)), learning_rate=2e-2)
     ds = music.make_dataset(rolls, 64, window=8)
-    before = model.evaluate(ds, verbose=0)
+    before = model.evaluate(ds, verbose=0, return_dict=True)["nll_per_step"]
     model.fit(ds, epochs=8, verbose=0)
-    after = model.evaluate(ds, verbose=0)
+    after = model.evaluate(ds, verbose=0, return_dict=True)["nll_per_step"]
     # chance is 88 log 2 = 61 nats per step; the key frequencies alone bring it far below
     assert after < 0.5 * before, (before, after)
 
@@ -806,7 +829,7 @@ def test_nll_per_step_of_rolls_without_steps_is_an_input_error():
 
 
 def _small_run(run_dir, **kwargs):
-    options = dict(epochs=1, batch_size=4, window=2, limit=2, sample_steps=0, verbose=0, units=(4,))
+    options = dict(epochs=1, batch_size=4, window=2, limit=2, sample_steps=0, verbose=0, units=(4,), learning_rate=1e-2)
     options.update(kwargs)
     return music.train(DATA, run_dir=str(run_dir), **options)
 
@@ -823,7 +846,7 @@ def test_a_resumed_run_keeps_the_best_epoch_from_before_the_crash(tmp_path, monk
             super().__init__()
 
         def on_epoch_end(self, epoch, logs=None):
-            logs["val_loss"] = scripted[epoch]
+            logs[music.MONITOR] = scripted[epoch]
             weights[epoch] = self.model.get_weights()
 
     monkeypatch.setattr(keras.callbacks, "TensorBoard", ScriptedValidation)
@@ -944,7 +967,7 @@ def test_a_resumed_run_keeps_the_patience_of_reduce_lr_on_plateau(save_freq, tmp
             super().__init__()
 
         def on_epoch_end(self, epoch, logs=None):
-            logs["val_loss"] = scripted[epoch]
+            logs[music.MONITOR] = scripted[epoch]
 
     class Record(keras.callbacks.Callback):  # after ReduceLROnPlateau: the rate the epoch ends with
         def on_epoch_end(self, epoch, logs=None):
@@ -964,3 +987,43 @@ def test_a_resumed_run_keeps_the_patience_of_reduce_lr_on_plateau(save_freq, tmp
     expected = [1e-3, 1e-3, 5e-4, 5e-4, 2.5e-4, 2.5e-4]  # those of an uninterrupted run
     assert [rates[epoch] for epoch in range(6)] == pytest.approx(expected), rates
     assert not (run_dir / "backup").exists()
+
+
+@pytest.mark.parametrize("window", [None, 4])
+def test_the_validation_nll_that_keeps_the_best_epoch_is_the_nll_per_real_step(tmp_path, monkeypatch, chorales,
+                                                                              window):
+    # The best epoch was chosen on val_loss: Keras averages the batches' losses weighted by
+    # their numbers of windows, not of real steps, and the windows of padded chorales hold
+    # different numbers of real steps, so it was not the NLL per real step of the validation
+    # windows (nor, on whole chorales, nll_per_step).
+    from applications import fault_tolerance
+
+    kept = []
+
+    class Recorded(fault_tolerance.KeepBestWeights):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            kept.append(self)
+
+    monkeypatch.setattr(fault_tolerance, "KeepBestWeights", Recorded)
+    # real chorales cut short (quick to unroll); batches of 2 of 3 validation chorales of
+    # 7, 1 and 5 steps (windows of 4: 4+3, 1, 4+1) hold different numbers of real steps
+    data = tmp_path / "chorales.json"
+    data.write_text(json.dumps({
+        "train": [c[:6] for c in chorales["train"][:4]],
+        "valid": [c[:n] for c, n in zip(chorales["valid"][:3], (7, 1, 5), strict=True)],
+        "test": [c[:4] for c in chorales["test"][:2]],
+    }))
+    run_dir = tmp_path / "run"
+    result = music.train(data, run_dir=str(run_dir), epochs=1, batch_size=2, window=window, input_dropout=0.0,
+                         sample_steps=0, verbose=0, units=(4,), learning_rate=1e-2)
+    (best,) = kept
+    assert best.best_epoch == 0 and np.isfinite(best.best)
+    rolls, longest = music.load_rolls(data)
+    inputs, targets, mask = music.windows(*music.next_step_arrays(rolls["valid"], longest), window or longest)
+    model = keras.saving.load_model(run_dir / "model.keras")
+    logits = np.asarray(model.predict(inputs, verbose=0), "float64")
+    per_step = (np.logaddexp(0.0, -logits) * targets + np.logaddexp(0.0, logits) * (1 - targets)).sum(-1)
+    assert best.best == pytest.approx((per_step * mask).sum() / mask.sum(), rel=1e-5)
+    if window is None:  # whole chorales: the reported metric itself
+        assert best.best == pytest.approx(result["valid_nll_per_step"], rel=1e-5)

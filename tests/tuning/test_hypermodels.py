@@ -81,7 +81,7 @@ SEARCHES = {
         dict(levels=1, units_0=8, encoder="gated"),
         {"input_dropout": (0.0, 0.3), "learning_rate": (1e-4, 1e-2), "decoder_to_encoder": (False, True),
          "readout": ("independent", "nade")},
-        "val_loss", (None, 8, 88),
+        "val_nll_per_step", (None, 8, 88),
     ),
     "textured_mnist": (
         "random",
