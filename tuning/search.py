@@ -31,7 +31,7 @@ import os
 import keras_tuner
 
 from applications import distribute, fault_tolerance
-from applications.errors import CommandLineError, InputError
+from applications.errors import CommandLineError, InputError, user_path
 
 TUNERS = ("hyperband", "bayesian", "random")
 
@@ -170,13 +170,16 @@ def run_search(args, strategy):
         # and with them the chief's.
         raise InputError("--tuner hyperband cannot search under --strategy multiworker (keras-tuner "
                          "keeps the trials' weights on the chief only); use --tuner random or bayesian")
-    hypermodel = tuning.HYPERMODELS[args.application].from_args(args, strategy)
-    hypermodel.prepare()  # missing data fails now, as one line, before any trial
-    default = strategy is None or strategy is tf.distribute.get_strategy()
     # The workers of a multi-worker cluster run the same search in step; each keeps its
     # tuner state, checkpoints and best model apart (the chief in --directory), else they
     # wrote the same files at once.
     directory = distribute.output_dir(args.directory, strategy)
+    # (keras-tuner creates it with TensorFlow's file functions, whose errors are no OSError)
+    with user_path(f"cannot create the search directory {directory!r}"):
+        os.makedirs(directory, exist_ok=True)
+    hypermodel = tuning.HYPERMODELS[args.application].from_args(args, strategy)
+    hypermodel.prepare()  # missing data fails now, as one line, before any trial
+    default = strategy is None or strategy is tf.distribute.get_strategy()
     fixed = fixed_hyperparameters(hypermodel, args.fixed)
     settings = {"tuner": args.tuner, "epochs": args.epochs, "fixed": dict(fixed.values) if fixed else {}}
     if not args.overwrite:

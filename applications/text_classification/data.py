@@ -32,12 +32,13 @@ Datasets (raw pipelines of ``(text, label)`` pairs, see :func:`load_split`):
 """
 
 import collections
+import os
 
 import numpy as np
 import tensorflow as tf
 
 from applications.checks import integer_at_least
-from applications.errors import InputError
+from applications.errors import InputError, user_path
 
 MAX_LENGTH = 5000
 PAD_ID = 0
@@ -154,7 +155,7 @@ def save_vocabulary(vocabulary, path):
 
 
 def load_vocabulary(path):
-    with open(path, encoding="utf-8") as f:
+    with user_path(f"cannot read the vocabulary {os.fspath(path)!r}"), open(path, encoding="utf-8") as f:
         return [line.rstrip("\n") for line in f]
 
 
