@@ -434,7 +434,8 @@ def cache_split(split, cache_dir, data_dir=None, image_size=IMAGE_SIZE, weights=
     extractor = extractor or feature_extractor(image_size, weights)
     shape = tuple(int(s) for s in extractor.output.shape[1:])
     tmp = cache_dir / f".{path.name}.tmp-{os.getpid()}.npy"
-    out = np.lib.format.open_memmap(tmp, mode="w+", dtype="float16", shape=(n,) + shape)
+    with user_path(f"cannot write into the cache directory {str(cache_dir)!r}"):  # (an existing one)
+        out = np.lib.format.open_memmap(tmp, mode="w+", dtype="float16", shape=(n,) + shape)
     batches = ds.map(
         lambda ex: (_preprocess(ex["image"], image_size), ex["question_answer"])
     ).padded_batch(batch_size)

@@ -368,11 +368,11 @@ def embed_texts(
     ids = encoder.tokenize(texts)
     lengths = np.array([len(row) for row in ids], "int64")
     offsets = np.concatenate([[0], np.cumsum(lengths)])
-    with user_path(f"cannot create the cache directory {str(cache_dir)!r}"):
-        entry.parent.mkdir(parents=True, exist_ok=True)
     tmp = entry.parent / f"{entry.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    with user_path(f"cannot write into the cache directory {str(cache_dir)!r}"):
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
     try:
         states = np.lib.format.open_memmap(
             tmp / "states.npy", mode="w+", dtype=dtype,

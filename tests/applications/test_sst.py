@@ -4,6 +4,7 @@ import collections
 import importlib.util
 import json
 import os
+import re
 
 import keras
 import keras_hub
@@ -87,6 +88,28 @@ def test_cache_is_reused_and_keyed_by_texts(encoder, tmp_path, monkeypatch):
     with pytest.raises(AssertionError, match="recomputed"):  # other texts: a new entry
         sst.embed_texts(TEXTS[:2], encoder, tmp_path, name="t", max_length=12, verbose=0)
     assert sorted(os.listdir(tmp_path)) == [entry]  # nothing half-written left behind
+
+
+def test_a_cache_directory_that_cannot_be_written_is_a_path_error(encoder, tmp_path, monkeypatch):
+    # An existing --cache-dir this user may not write failed with a PermissionError, one
+    # line on the command line only because every PermissionError was (bugs' too).
+    import errno
+    import pathlib
+
+    from applications.errors import PathPermissionError
+
+    mkdir = pathlib.Path.mkdir
+
+    def denied(self, *args, **kwargs):  # (as a folder without write permission: root writes anyway)
+        if self.parent == tmp_path and ".tmp-" in self.name:
+            raise PermissionError(errno.EACCES, "Permission denied", str(self))
+        return mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(pathlib.Path, "mkdir", denied)
+    with pytest.raises(PathPermissionError, match=f"^cannot write into the cache directory {re.escape(repr(str(tmp_path)))}: "
+                       "Permission denied") as info:
+        sst.embed_texts(TEXTS, encoder, tmp_path, name="t", max_length=12, verbose=0)
+    assert isinstance(info.value, PermissionError) and "\n" not in str(info.value)
 
 
 def test_cache_is_keyed_by_the_storage_dtype(encoder, tmp_path):
