@@ -163,10 +163,11 @@ def load_vocabulary(path):
     """The words of a vocabulary file of :func:`save_vocabulary`: one word per line.
 
     Checked, since the ids are the line numbers (``n + 1`` for line ``n`` from 1) and a
-    file may have been edited by hand: a blank line, a word that an earlier line holds,
-    the out-of-vocabulary token (``"[UNK]"``, id 1 of its own) or bytes that are not
-    UTF-8 are refused. :func:`build_vocabulary` makes none of those (its tokens hold
-    no white space and come once; ``"[UNK]"`` is tokenized as ``[``, ``unk``, ``]``).
+    file may have been edited by hand: a blank line, a word that an earlier line holds
+    or bytes that are not UTF-8 are refused. :func:`build_vocabulary` makes none of
+    those (its tokens hold no white space and come once). A line that no token can be
+    (``"[UNK]"``, tokenized as ``[``, ``unk``, ``]``) is kept: an id no text gets, as
+    Keras' ``StringLookup`` takes it (not the out-of-vocabulary id 1).
 
     Raises:
         InputError: (a ``ValueError``) naming the file, the line and what is wrong,
@@ -195,8 +196,6 @@ def load_vocabulary(path):
             what = "is blank"
         elif word in first:
             what = f"repeats {word!r} of line {first[word]}"
-        elif word == OOV_TOKEN:
-            what = f"is {OOV_TOKEN!r}, the out-of-vocabulary token, which has id 1 of its own"
         if what:
             raise InputError(f"the vocabulary {name!r}: line {number} {what}; it must hold one word per "
                              "line, each once, as the vocab.txt that `train` writes")
