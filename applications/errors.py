@@ -70,6 +70,14 @@ class PathPermissionError(PathError, PermissionError):
     """A path the user gave may not be created, read or written by this user."""
 
 
+class DataNotFoundError(PathNotFoundError):
+    """The data an application needs is not where it was told to look."""
+
+
+class StrategyError(CommandLineError, RuntimeError):
+    """The requested ``tf.distribute`` strategy cannot be created here."""
+
+
 # The most specific first: the class of an OSError of a user's path.
 _PATH_ERRORS = (
     (FileNotFoundError, PathNotFoundError),
@@ -85,9 +93,9 @@ _PATH_ERRORS = (
 def user_path(doing):
     """Makes the ``OSError`` of an operation on a path the user named a :class:`PathError`.
 
-    ``doing`` says what failed, naming the path (``"cannot create --run-dir 'runs/x'"``);
-    the message adds the system's reason and the path it concerns:
-    ``"cannot create --run-dir 'runs/x': Permission denied: 'runs'"``. The error is the
+    ``doing`` says what failed, naming the path (``"cannot create the run directory
+    'runs/x'"``); the message adds the system's reason and the path it concerns:
+    ``"cannot create the run directory 'runs/x': Permission denied: 'runs'"``. The error is the
     matching class of :data:`_PATH_ERRORS` (a ``PermissionError`` stays one), with
     the same ``errno``, raised from the original.
 
@@ -101,17 +109,9 @@ def user_path(doing):
         raise
     except OSError as err:
         reason = err.strerror or str(err) or type(err).__name__
-        if err.filename is not None:
+        if isinstance(err.filename, (str, bytes, os.PathLike)):
             reason += f": {os.fsdecode(err.filename)!r}"
         kind = next(kind for base, kind in _PATH_ERRORS if isinstance(err, base))
         error = kind(f"{doing}: {reason}")
         error.errno = err.errno  # (without strerror, the message stays the one above)
         raise error from err
-
-
-class DataNotFoundError(PathNotFoundError):
-    """The data an application needs is not where it was told to look."""
-
-
-class StrategyError(CommandLineError, RuntimeError):
-    """The requested ``tf.distribute`` strategy cannot be created here."""

@@ -188,6 +188,29 @@ def test_an_output_folder_without_write_permission_is_one_line(tmp_path, capsys,
         locked.chmod(0o700)
 
 
+@pytest.mark.parametrize("raised, kind, python_kind", [
+    (PermissionError(errno.EACCES, "Permission denied", "/runs"), "PathPermissionError", PermissionError),
+    (FileExistsError(errno.EEXIST, "File exists", "/runs/x"), "PathExistsError", FileExistsError),
+    (NotADirectoryError(errno.ENOTDIR, "Not a directory", "/runs/x"), "NotAFolderError", NotADirectoryError),
+    (IsADirectoryError(errno.EISDIR, "Is a directory", "/runs/x"), "IsAFolderError", IsADirectoryError),
+    (FileNotFoundError(errno.ENOENT, "No such file or directory", "/runs/x"), "PathNotFoundError",
+     FileNotFoundError),
+    (OSError(errno.EROFS, "Read-only file system", "/runs"), "PathError", OSError),
+])
+def test_user_path_gives_the_matching_path_error(raised, kind, python_kind):
+    from applications import errors
+
+    with pytest.raises(python_kind) as info:
+        with errors.user_path("cannot create the run directory '/runs/x'"):
+            raise raised
+    assert type(info.value).__name__ == kind and isinstance(info.value, errors.CommandLineError)
+    assert str(info.value) == f"cannot create the run directory '/runs/x': {raised.strerror}: {raised.filename!r}"
+    assert info.value.errno == raised.errno and info.value.__cause__ is raised
+    with pytest.raises(errors.InputError):  # a user error inside passes unchanged
+        with errors.user_path("cannot read the vocabulary 'v'"):
+            raise errors.InputError("line 2 is blank")
+
+
 def test_a_user_file_that_is_a_folder_is_one_line(tmp_path, capsys, monkeypatch, shared_dir):
     # A --model or --vocabulary naming a folder (not a run directory holding model.keras)
     # failed with IsADirectoryError: one line because every IsADirectoryError was.
