@@ -148,7 +148,7 @@ def _deny_makedirs(monkeypatch, locked):
 ])
 def test_an_output_folder_that_cannot_be_created_is_one_line(argv, message, tmp_path, capsys, monkeypatch):
     # Where the command creates the folder the user named, a PermissionError (as other
-    # OSErrors there) is one line naming the option and the path; elsewhere it keeps
+    # OSErrors there) is one line naming the folder and the reason; elsewhere it keeps
     # its traceback (test_an_internal_error_keeps_its_traceback).
     from applications.errors import PathPermissionError
 
