@@ -22,11 +22,12 @@ a ``train`` of a run that another live process is training is refused
 (see ``applications.fault_tolerance``). Mistakes a
 user can fix (a bad option, missing data, a dataset that needs a download while
 offline, no TPU: ``applications.errors.CommandLineError``, of which ``InputError``
-is the ``ValueError`` of a bad argument value or data file, and ``PathNotFoundError``
-the ``FileNotFoundError`` of a path the user named) print one line
+is the ``ValueError`` of a bad argument value or data file, and ``PathError`` the
+``OSError`` of a path the user named: ``PathNotFoundError`` a ``FileNotFoundError``,
+``PathPermissionError`` a ``PermissionError``, ...) print one line
 ``keras-capsules: error: ...`` and exit with code 2 (set ``KERAS_CAPSULES_DEBUG=1``
-for the traceback). Any other exception (a plain ``ValueError`` or
-``FileNotFoundError`` too) is a bug: it
+for the traceback). Any other exception (a plain ``ValueError``, ``FileNotFoundError``,
+``PermissionError`` or other ``OSError`` too) is a bug: it
 ends the command with its traceback. Ctrl-C prints one line (how to
 resume; or, once ``train`` has written its outputs, that the run is complete and
 there is nothing to resume) and exits with code 130. The deletion of the backup
@@ -43,7 +44,7 @@ import subprocess
 import sys
 
 from applications import arguments, registry
-from applications.errors import CommandLineError
+from applications.errors import CommandLineError, NotAFolderError, PathExistsError, PathPermissionError
 
 PROG = "keras-capsules"
 COMMANDS = ("train", "evaluate", "tune", "bench")
@@ -210,13 +211,15 @@ def main(argv=None):
     if unknown:
         _unknown_arguments(parser, args.command, unknown)
     args = _defaults(args)
-    new_run_dir = args.command == "train" and not os.path.exists(args.run_dir)
+    # the folder that the command creates for its outputs, if it is not there yet
+    output = {"train": getattr(args, "run_dir", None), "tune": getattr(args, "directory", None)}.get(args.command)
+    new_output = output if output and not os.path.lexists(output) else None
     try:
         _check_output_folders(args)
         return _run(args)
     except _USER_ERRORS as err:
-        if new_run_dir:
-            _remove_empty_dirs(args.run_dir)
+        if new_output:
+            _remove_empty_dirs(new_output)
         if os.environ.get("KERAS_CAPSULES_DEBUG"):  # the full traceback, for developers
             raise
         message = (str(err).strip().splitlines() or [type(err).__name__])[0]
@@ -239,27 +242,36 @@ def main(argv=None):
 
 
 # User errors: one line, exit code 2. CommandLineError covers the checks of the user's
-# input (InputError, a ValueError, for a bad argument value or data file;
-# PathNotFoundError, a FileNotFoundError, for a path the user named that is not there:
-# data, model file, vocabulary); the others are failures to create or write a path that
-# the user can fix (a path through a file, no permission). Any other exception, a plain
-# ValueError or FileNotFoundError too, is a bug: it ends the command with its
-# traceback (every ValueError, then every FileNotFoundError, was one line, which hid
-# the traceback of internal errors).
-_USER_ERRORS = (
-    CommandLineError,
-    FileExistsError, NotADirectoryError, IsADirectoryError, PermissionError,
-)
+# input: InputError, a ValueError, for a bad argument value or data file; PathError, an
+# OSError, for a path the user named that is not there (PathNotFoundError, a
+# FileNotFoundError: data, model file, vocabulary) or cannot be created, read or written
+# (PathExistsError, NotAFolderError, IsAFolderError, PathPermissionError: the matching
+# OSErrors), raised where the code checks, creates, reads or writes that path
+# (errors.user_path). Any other exception, a plain ValueError, FileNotFoundError,
+# PermissionError, FileExistsError, NotADirectoryError or IsADirectoryError too, is a bug:
+# it ends the command with its traceback (every ValueError, every FileNotFoundError, then
+# every one of the four others, was one line, which hid the traceback of internal errors).
+_USER_ERRORS = (CommandLineError,)
 # The options that name a folder the command creates and writes into.
 _OUTPUT_FOLDERS = (("run_dir", "--run-dir"), ("directory", "--directory"), ("cache_dir", "--cache-dir"))
 
 
+# Of those, the ones every run of the command writes into (a --cache-dir that holds a
+# complete cache is only read: it may be read-only).
+_WRITTEN_FOLDERS = {"train": "run_dir", "tune": "directory"}
+
+
 def _check_output_folders(args):
-    """Refuses an output folder option that names a file or a path through a file.
+    """Refuses an output folder option that names a file or a path through a file, and
+    the run or search folder of a ``train`` or ``tune`` that this user may not write.
 
     Checked before any work: a ``--run-dir`` naming a file trained a whole epoch and
     then failed with a traceback (a ``tune --directory`` with TensorFlow's
-    FailedPreconditionError).
+    FailedPreconditionError). The errors are the ``OSError`` that creating the folder
+    would raise (``PathExistsError``, ``NotAFolderError``, ``PathPermissionError``),
+    one line on the command line. Where the folder is then created, a failure this
+    check cannot foresee (root squashed on a network file system, ...) is one line too
+    (``errors.user_path``).
     """
     for attr, option in _OUTPUT_FOLDERS:
         path = getattr(args, attr, None)
@@ -270,10 +282,15 @@ def _check_output_folders(args):
             existing = os.path.dirname(existing)
         if os.path.exists(existing) and not os.path.isdir(existing):
             if existing == os.path.abspath(path):
-                raise CommandLineError(f"{option} {path!r} is a file; it must name a folder (new or existing)")
-            raise CommandLineError(
+                raise PathExistsError(f"{option} {path!r} is a file; it must name a folder (new or existing)")
+            raise NotAFolderError(
                 f"{option} {path!r} cannot be created: {existing!r} is a file, not a folder"
             )
+        # (os.access: root passes, unless the file system is read-only)
+        writes = _WRITTEN_FOLDERS.get(args.command) == attr and os.path.isdir(existing)
+        if writes and not os.access(existing, os.W_OK | os.X_OK):
+            where = "" if existing == os.path.abspath(path) else f" (in {existing!r})"
+            raise PathPermissionError(f"{option} {path!r}: no permission to write{where}")
 
 
 def _remove_empty_dirs(top):

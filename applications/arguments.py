@@ -5,6 +5,7 @@ import math
 import os
 
 from applications import distribute
+from applications.errors import user_path
 
 
 def _number_type(convert, accept, what):
@@ -104,7 +105,8 @@ def train_options(args, strategy):
     from applications import fault_tolerance
 
     out = distribute.output_dir(args.run_dir, strategy)
-    os.makedirs(out, exist_ok=True)
+    with user_path(f"cannot create the run directory {out!r}"):
+        os.makedirs(out, exist_ok=True)
     return {
         "run_dir": out,
         "epochs": args.epochs,

@@ -9,7 +9,7 @@ refuses a saved model of another application with a one-line ``CommandLineError`
 import numbers
 import os
 
-from applications.errors import InputError
+from applications.errors import InputError, user_path
 
 
 def integer_at_least(name, value, minimum):
@@ -30,7 +30,8 @@ def load_model(model_path):
     that name Keras said "File not found" (not a zip) or raised a bare ``KeyError``
     (a zip without the config), although the file was there. Those are a
     ``CommandLineError`` naming the file and what it should be; every other load
-    error is Keras' own.
+    error is Keras' own. A model path that is a folder, or that this user may not read,
+    is a ``PathError`` naming it (``IsAFolderError``, ``PathPermissionError``).
     """
     import zipfile
 
@@ -39,6 +40,9 @@ def load_model(model_path):
     from applications.errors import CommandLineError
 
     path = os.fspath(model_path)
+    if os.path.exists(path):
+        with user_path(f"cannot read the model {path!r}"), open(path, "rb"):
+            pass  # (zipfile.is_zipfile below takes an unreadable file for "not a zip")
     if path.endswith(".keras") and os.path.isfile(path):
         is_model = zipfile.is_zipfile(path)
         if is_model:

@@ -29,7 +29,7 @@ import numpy as np
 
 from applications import distribute, fault_tolerance, plotting
 from applications.mnist_digits import load_idx_digits
-from applications.errors import InputError, PathNotFoundError
+from applications.errors import InputError, PathNotFoundError, user_path
 from keras_capsules.layers import EMRouting
 
 DESCRIPTION = "two-layer EM-routing capsule network on digits (no download needed)"
@@ -240,7 +240,8 @@ def train(
     strategy = strategy or tf.distribute.get_strategy()
     keras.utils.set_random_seed(seed)
     out = distribute.output_dir(run_dir, strategy)
-    os.makedirs(out, exist_ok=True)
+    with user_path(f"cannot create the run directory {out!r}"):
+        os.makedirs(out, exist_ok=True)
     images, labels = load_arrays(data_dir, limit)
     global_batch = distribute.global_batch_size(batch_size, strategy)
     train_ds, test_ds = make_datasets(images, labels, global_batch, seed=seed)

@@ -2,11 +2,17 @@
 
 Raise them for mistakes a user can fix: a bad option value, a missing data directory,
 a dataset that needs a download while offline, an unreachable TPU, a data file that
-is not what it should be. Every other exception is a bug as far as the command line
-knows: it ends with its traceback (a ``ValueError`` too, unless it is an
-:class:`InputError`; a ``FileNotFoundError`` too, unless it is a
-:class:`PathNotFoundError`, raised where a path the user named is checked).
+is not what it should be, an output folder that cannot be created or written. Every
+other exception is a bug as far as the command line knows: it ends with its traceback
+(a ``ValueError`` too, unless it is an :class:`InputError`; an ``OSError`` such as a
+``FileNotFoundError`` or a ``PermissionError`` too, unless it is a :class:`PathError`,
+raised where a path the user named is checked, created, read or written: see
+:func:`user_path`).
 """
+
+import contextlib
+import errno
+import os
 
 
 class CommandLineError(Exception):
@@ -25,7 +31,22 @@ class InputError(CommandLineError, ValueError):
     """
 
 
-class PathNotFoundError(CommandLineError, FileNotFoundError):
+class PathError(CommandLineError, OSError):
+    """A path the user named (an output folder, a model file, a vocabulary, a data
+    folder) cannot be used: it is missing, in the way, not a folder, or not allowed.
+
+    Each kind is also the ``OSError`` subclass that Python raises for it, so that
+    ``except PermissionError`` (or ``FileNotFoundError``, ...) of a Python caller
+    still catches it: :class:`PathNotFoundError`, :class:`PathExistsError`,
+    :class:`NotAFolderError`, :class:`IsAFolderError`, :class:`PathPermissionError`;
+    any other ``OSError`` of a user's path (a read-only file system, a full disk) is a
+    ``PathError`` itself. The message names the path and what is wrong, in one line.
+    The same ``OSError`` subclasses raised anywhere else (a file the code itself
+    writes, reads or creates) are bugs there: they keep their traceback.
+    """
+
+
+class PathNotFoundError(PathError, FileNotFoundError):
     """A path the user gave (a model file, a vocabulary, a folder) is not there.
 
     The message names the path and what it should be. A ``FileNotFoundError`` for
@@ -34,9 +55,75 @@ class PathNotFoundError(CommandLineError, FileNotFoundError):
     """
 
 
+class PathExistsError(PathError, FileExistsError):
+    """A path the user gave for a new folder is taken by a file."""
+
+
+class NotAFolderError(PathError, NotADirectoryError):
+    """A path the user gave goes through a file (``a_file/run``)."""
+
+
+class IsAFolderError(PathError, IsADirectoryError):
+    """A path the user gave for a file (a model, a vocabulary) is a folder."""
+
+
+class PathPermissionError(PathError, PermissionError):
+    """A path the user gave may not be created, read or written by this user."""
+
+
 class DataNotFoundError(PathNotFoundError):
     """The data an application needs is not where it was told to look."""
 
 
 class StrategyError(CommandLineError, RuntimeError):
     """The requested ``tf.distribute`` strategy cannot be created here."""
+
+
+# The most specific first: the class of an OSError of a user's path.
+_PATH_ERRORS = (
+    (FileNotFoundError, PathNotFoundError),
+    (FileExistsError, PathExistsError),
+    (NotADirectoryError, NotAFolderError),
+    (IsADirectoryError, IsAFolderError),
+    (PermissionError, PathPermissionError),
+    (OSError, PathError),
+)
+
+
+@contextlib.contextmanager
+def user_path(doing):
+    """Makes the ``OSError`` of an operation on a path the user named a :class:`PathError`.
+
+    ``doing`` says what failed, naming the path (``"cannot create the run directory
+    'runs/x'"``); the message adds the system's reason and the path it concerns:
+    ``"cannot create the run directory 'runs/x': Permission denied: 'runs'"``. The error is the
+    matching class of :data:`_PATH_ERRORS` (a ``PermissionError`` stays one), with
+    the same ``errno``, raised from the original.
+
+    Wrap only the operations on the user's path itself (create the folder, open the
+    file): an ``OSError`` of anything else in the block would pass for the user's
+    mistake and lose its traceback. A :class:`CommandLineError` passes unchanged.
+    """
+    try:
+        yield
+    except CommandLineError:
+        raise
+    except OSError as err:
+        reason = err.strerror or str(err) or type(err).__name__
+        if isinstance(err.filename, (str, bytes, os.PathLike)):
+            reason += f": {os.fsdecode(err.filename)!r}"
+        kind = next(kind for base, kind in _PATH_ERRORS if isinstance(err, base))
+        error = kind(f"{doing}: {reason}")
+        error.errno = err.errno  # (without strerror, the message stays the one above)
+        raise error from err
+
+
+def writable_folder(folder, doing):
+    """Creates ``folder`` (with its parents) if it is missing and makes sure this user
+    may write into it; a :class:`PathError` saying ``doing`` otherwise (see
+    :func:`user_path`). For a folder the user named that the code is about to write
+    into (a cache that is missing an entry): a complete read-only cache is never asked."""
+    with user_path(doing):
+        os.makedirs(folder, exist_ok=True)
+        if not os.access(folder, os.W_OK | os.X_OK):  # (root passes, unless the file system is read-only)
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), os.fspath(folder))

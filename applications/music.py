@@ -37,7 +37,7 @@ from keras import ops
 
 from applications import checks, plotting
 from applications.checks import integer_at_least
-from applications.errors import InputError, PathNotFoundError
+from applications.errors import InputError, PathNotFoundError, user_path
 from keras_capsules.layers import RLadder, level_spec
 
 LOWEST_KEY = 21  # A0, MIDI 21: the piano's first key
@@ -1124,8 +1124,9 @@ def evaluate(model_path, data_path=None, split="test", limit=None, batch_size=32
             path = os.path.join(path, "samples.npy")
         if not path.endswith(".npy"):
             path = f"{path}.npy"
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        atomic_write(path, lambda tmp: np.save(tmp, samples))
+        with user_path(f"cannot write the samples {path!r}"):
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            atomic_write(path, lambda tmp: np.save(tmp, samples))
         result["samples"] = path
         result["samples_plot"] = plot_piano_roll(
             samples, path[: -len(".npy")] + ".png",

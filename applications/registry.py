@@ -44,10 +44,13 @@ The protocol (an application module exposes):
 User mistakes (missing data, bad values, a dataset that needs a download while
 offline: see ``applications.tfds_data.require_prepared``) are raised as
 ``applications.errors.CommandLineError`` (``InputError``, a ``ValueError``, for a bad
-argument value or data file; ``PathNotFoundError``, a ``FileNotFoundError``, for a
-path the user named that is not there); the command line prints them as one line and
-exits with code 2. A plain ``ValueError`` or ``FileNotFoundError`` is taken for a bug
-and shown with its traceback.
+argument value or data file; ``PathError``, an ``OSError``, for a path the user named
+that is not there or cannot be created, read or written: ``PathNotFoundError`` is a
+``FileNotFoundError``, ``PathPermissionError`` a ``PermissionError``, ... and
+``errors.user_path`` makes one of the ``OSError`` of an operation on such a path); the
+command line prints them as one line and exits with code 2. A plain ``ValueError`` or
+``OSError`` (``FileNotFoundError``, ``PermissionError``, ...) is taken for a bug and
+shown with its traceback.
 """
 
 import importlib

@@ -42,7 +42,7 @@ from keras import ops
 
 from applications import checks, plotting
 from applications import training as train_utils
-from applications.errors import InputError, PathNotFoundError
+from applications.errors import InputError, PathNotFoundError, user_path
 from keras_capsules.layers import EMRouting
 from keras_capsules.optimizers import RAdam, one_cycle_schedule
 
@@ -520,7 +520,8 @@ def run_train(args, strategy):
 
     _require_data(args.data_dir)
     out = distribute.output_dir(args.run_dir, strategy)
-    os.makedirs(out, exist_ok=True)
+    with user_path(f"cannot create the run directory {out!r}"):
+        os.makedirs(out, exist_ok=True)
     resumable = fault_tolerance.resumable_callbacks(out, save_freq=args.save_freq)
     model, history = train(
         data_dir=args.data_dir,

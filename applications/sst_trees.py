@@ -26,7 +26,7 @@ import re
 
 import numpy as np
 
-from applications.errors import DataNotFoundError, InputError
+from applications.errors import DataNotFoundError, InputError, user_path
 
 SPLITS = ("train", "dev", "test")
 GRANULARITIES = ("5", "2")
@@ -199,7 +199,7 @@ def read_trees(data_dir, split, unescape=True):
             holds no tree at all (empty or blank).
     """
     path = split_path(data_dir, split)
-    with open(path, "rb") as f:
+    with user_path(f"cannot read the SST tree file {str(path)!r}"), open(path, "rb") as f:
         data = f.read()
     try:
         # "utf-8-sig": a byte-order mark (files saved by some Windows editors) is not a word.

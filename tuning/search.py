@@ -10,7 +10,17 @@ values the search was started with (others are a one-line error; ``--overwrite``
 starts afresh). Hyperband has no trial budget of its own: its oracle's
 ``max_trials`` is set too, so ``--max-trials`` bounds every tuner. After the
 search, ``<directory>/best_model.keras`` (written atomically) and
-``<directory>/best_hyperparameters.json`` hold the best trial's model and values.
+``<directory>/best_hyperparameters.json`` hold the best trial's model and values::
+
+    {"trial_id": "0007", "objective": "val_accuracy", "best_score": 0.91,
+     "hyperparameters": {"n_iters": 3, "filters": 32, ...},
+     "tuner": {"epochs": 3, "initial_epoch": 1, "bracket": 1, "round": 1, "trial_id": "0002"}}
+
+``hyperparameters`` are the model's, those that rebuild it (``hp.Fixed(name, value)``
+for each, then the HyperModel's ``build``); ``tuner`` (Hyperband only) is Hyperband's
+bookkeeping of the trial, keras-tuner's ``tuner/...`` entries without that prefix: the
+trial trained ``epochs`` epochs in all, from ``initial_epoch`` on in ``round`` of
+``bracket``, from the weights of trial ``trial_id`` (in a later round).
 Under ``--strategy multiworker`` every worker runs the same trials in step; the chief
 writes into ``<directory>``, the others keep their tuner state and their
 ``best_hyperparameters.json`` in ``<directory>/workers/<type>-<index>`` (keras-tuner
@@ -31,7 +41,7 @@ import os
 import keras_tuner
 
 from applications import distribute, fault_tolerance
-from applications.errors import CommandLineError, InputError
+from applications.errors import CommandLineError, InputError, user_path
 
 TUNERS = ("hyperband", "bayesian", "random")
 
@@ -170,13 +180,16 @@ def run_search(args, strategy):
         # and with them the chief's.
         raise InputError("--tuner hyperband cannot search under --strategy multiworker (keras-tuner "
                          "keeps the trials' weights on the chief only); use --tuner random or bayesian")
-    hypermodel = tuning.HYPERMODELS[args.application].from_args(args, strategy)
-    hypermodel.prepare()  # missing data fails now, as one line, before any trial
-    default = strategy is None or strategy is tf.distribute.get_strategy()
     # The workers of a multi-worker cluster run the same search in step; each keeps its
     # tuner state, checkpoints and best model apart (the chief in --directory), else they
     # wrote the same files at once.
     directory = distribute.output_dir(args.directory, strategy)
+    # (keras-tuner creates it with TensorFlow's file functions, whose errors are no OSError)
+    with user_path(f"cannot create the search directory {directory!r}"):
+        os.makedirs(directory, exist_ok=True)
+    hypermodel = tuning.HYPERMODELS[args.application].from_args(args, strategy)
+    hypermodel.prepare()  # missing data fails now, as one line, before any trial
+    default = strategy is None or strategy is tf.distribute.get_strategy()
     fixed = fixed_hyperparameters(hypermodel, args.fixed)
     settings = {"tuner": args.tuner, "epochs": args.epochs, "fixed": dict(fixed.values) if fixed else {}}
     if not args.overwrite:
@@ -244,13 +257,32 @@ def best_trial(tuner):
     return (max if maximize else min)(scored, key=lambda t: t.score)
 
 
+# keras-tuner's prefix of the entries a tuner adds to a trial's hyperparameters for its own
+# bookkeeping (Hyperband's "tuner/epochs", "tuner/initial_epoch", "tuner/bracket", ...).
+_TUNER_PREFIX = "tuner/"
+
+
+def split_hyperparameters(values):
+    """``{"hyperparameters": ..., "tuner": ...}`` of a trial's ``hyperparameters.values``.
+
+    ``hyperparameters`` holds the model's (the HyperModel's ``build`` declared them);
+    ``tuner``, present only if the tuner added any (Hyperband does), its ``tuner/...``
+    entries without that prefix. (They were written among the model's, where they
+    read as settings of the model, and a rebuild from the file had to leave them out.)
+    """
+    model = {name: value for name, value in values.items() if not name.startswith(_TUNER_PREFIX)}
+    tuner = {name[len(_TUNER_PREFIX):]: value for name, value in values.items() if name.startswith(_TUNER_PREFIX)}
+    return {"hyperparameters": model, **({"tuner": tuner} if tuner else {})}
+
+
 def export_best(tuner, directory, new_trials=None):
     """Writes ``best_model.keras`` and ``best_hyperparameters.json`` into ``directory``.
 
     The best trial is :func:`best_trial`'s: trials with a NaN or infinite score are
     passed over. A non-chief worker of a multi-worker search writes only
     ``best_hyperparameters.json`` (keras-tuner keeps the trials' weights on the chief
-    only); ``model`` is then None.
+    only); ``model`` is then None. The file's form is in this module's docstring
+    (:func:`split_hyperparameters`: the model's hyperparameters apart from Hyperband's).
     """
     best = best_trial(tuner)
     strategy = tuner.distribution_strategy
@@ -272,7 +304,7 @@ def export_best(tuner, directory, new_trials=None):
         "trial_id": best.trial_id,
         "objective": tuner.oracle.objective.name,
         "best_score": float(best.score),
-        "hyperparameters": best.hyperparameters.values,
+        **split_hyperparameters(best.hyperparameters.values),
     }
     fault_tolerance.write_json_atomically(summary, paths["hyperparameters"])
     return {

@@ -32,12 +32,13 @@ Datasets (raw pipelines of ``(text, label)`` pairs, see :func:`load_split`):
 """
 
 import collections
+import os
 
 import numpy as np
 import tensorflow as tf
 
 from applications.checks import integer_at_least
-from applications.errors import InputError
+from applications.errors import InputError, user_path
 
 MAX_LENGTH = 5000
 PAD_ID = 0
@@ -153,9 +154,53 @@ def save_vocabulary(vocabulary, path):
             f.write(word + "\n")
 
 
+# A line of these characters only is blank. (The tokenizer's white space, ICU's, has no
+# "\x1c" to "\x1f", which str.isspace counts: those can be tokens, hence lines.)
+_BLANK = " \t\r\f\v"
+
+
 def load_vocabulary(path):
-    with open(path, encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f]
+    """The words of a vocabulary file of :func:`save_vocabulary`: one word per line.
+
+    Checked, since the ids are the line numbers (``n + 1`` for line ``n`` from 1) and a
+    file may have been edited by hand: a blank line, a word that an earlier line holds
+    or bytes that are not UTF-8 are refused. :func:`build_vocabulary` makes none of
+    those (its tokens hold no white space and come once). A line that no token can be
+    (``"[UNK]"``, tokenized as ``[``, ``unk``, ``]``) is kept: an id no text gets, as
+    Keras' ``StringLookup`` takes it (not the out-of-vocabulary id 1).
+
+    Raises:
+        InputError: (a ``ValueError``) naming the file, the line and what is wrong,
+            in one line (Keras' ``StringLookup`` refused such a vocabulary with a
+            message that named neither).
+        PathError: the file cannot be read (a folder, no permission): one line.
+    """
+    name = os.fspath(path)
+    with user_path(f"cannot read the vocabulary {name!r}"), open(path, "rb") as f:
+        data = f.read()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        number = data.count(b"\n", 0, error.start) + 1
+        raise InputError(f"the vocabulary {name!r}: line {number} is not UTF-8 text ({error.reason} "
+                         f"at byte {error.start}): save it as UTF-8") from None
+    # Lines as a text file reads them ("\r\n" and "\r" end a line too); the last line's
+    # end is no line of its own.
+    words = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    if words[-1] == "":
+        words.pop()
+    first = {}
+    for number, word in enumerate(words, 1):
+        what = None
+        if not word.strip(_BLANK):
+            what = "is blank"
+        elif word in first:
+            what = f"repeats {word!r} of line {first[word]}"
+        if what:
+            raise InputError(f"the vocabulary {name!r}: line {number} {what}; it must hold one word per "
+                             "line, each once, as the vocab.txt that `train` writes")
+        first[word] = number
+    return words
 
 
 def encode(texts, lookup, max_length=MAX_LENGTH):

@@ -4,6 +4,7 @@ on TFDS mock data with a random-weight ResNet-101, the model, the EMA recipe, pl
 import contextlib
 import json
 import os
+import re
 
 import keras
 import numpy as np
@@ -340,6 +341,21 @@ def test_a_writer_killed_mid_extraction_leaves_nothing_that_loads_or_stays(tmp_p
         clevr.cache_split("train", str(cache), str(tmp_path / "tfds"), image_size=IMAGE_SIZE, weights=None,
                           batch_size=2, extractor=_constant_extractor(1.0), verbose=0)
     assert sorted(os.listdir(cache)) == ["train_32_random.npy", "train_questions.json"]  # the next writer removed it
+
+
+def test_a_cache_directory_that_cannot_be_written_is_a_path_error(tmp_path, monkeypatch):
+    # An existing --cache-dir this user may not write: a PermissionError traceback from
+    # inside the lock or the extraction; now one line, before any data is read.
+    from applications.errors import PathPermissionError
+
+    access = os.access
+    # (as a folder without write permission: root writes anyway)
+    monkeypatch.setattr(os, "access", lambda path, mode: os.fspath(path) != str(tmp_path) and access(path, mode))
+    with pytest.raises(PathPermissionError, match=f"^cannot write into the cache directory {re.escape(repr(str(tmp_path)))}: "
+                       "Permission denied"):
+        clevr.cache_split("train", str(tmp_path), str(tmp_path / "no-tfds"), image_size=IMAGE_SIZE, weights=None,
+                          extractor=object(), verbose=0)
+    assert os.listdir(tmp_path) == []
 
 
 def test_validation_counts_the_questions_whose_answer_no_training_question_has(tmp_path):

@@ -1,5 +1,8 @@
 """The command line: help for every command, one-line errors, bench, registry."""
 
+import errno
+import os
+
 import numpy as np
 import pytest
 
@@ -125,6 +128,119 @@ def test_an_output_folder_that_is_a_file_is_one_line(argv, tmp_path, capsys):
     assert taken.read_text() == "mine"
 
 
+def _deny_makedirs(monkeypatch, locked):
+    """``os.makedirs`` of a path below ``locked`` fails as in a folder without write
+    permission (for root too, whom no permission stops)."""
+    makedirs = os.makedirs
+
+    def denied(path, *args, **kwargs):
+        if os.path.abspath(path).startswith(str(locked)):
+            raise PermissionError(errno.EACCES, "Permission denied", str(locked))
+        return makedirs(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "makedirs", denied)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["train", "demo", "--quiet", "--run-dir", "{locked}/run"], "cannot create the run directory"),
+    (["train", "music", "--quiet", "--run-dir", "{locked}/run"], "cannot create the run directory"),
+    (["tune", "demo", "--quiet", "--directory", "{locked}/search"], "cannot create the search directory"),
+])
+def test_an_output_folder_that_cannot_be_created_is_one_line(argv, message, tmp_path, capsys, monkeypatch):
+    # Where the command creates the folder the user named, a PermissionError (as other
+    # OSErrors there) is one line naming the folder and the reason; elsewhere it keeps
+    # its traceback (test_an_internal_error_keeps_its_traceback).
+    from applications.errors import PathPermissionError
+
+    monkeypatch.delenv("KERAS_CAPSULES_DEBUG", raising=False)
+    locked = tmp_path / "locked"
+    _deny_makedirs(monkeypatch, locked)
+    argv = [a.replace("{locked}", str(locked)) for a in argv]
+    assert cli.main(argv + ["--data-dir", str(tmp_path / "no-data")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"keras-capsules: error: {message} {argv[-1]!r}: Permission denied"), err
+    assert err.count("\n") == 1 and str(locked) in err
+    with pytest.raises(PathPermissionError, match="cannot create the run directory") as info:
+        demo.train(run_dir=str(locked / "run"), data_dir=str(tmp_path / "no-data"))
+    assert isinstance(info.value, PermissionError) and info.value.errno == errno.EACCES
+
+
+def test_an_output_folder_without_write_permission_is_one_line(tmp_path, capsys, monkeypatch):
+    # Refused before any work (as a folder that is a file), not after an epoch of training;
+    # it was one line only because every PermissionError was.
+    monkeypatch.delenv("KERAS_CAPSULES_DEBUG", raising=False)
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    if os.geteuid() == 0:  # root may write anywhere: answer as access(2) does for another user
+        access = os.access
+        monkeypatch.setattr(os, "access", lambda path, mode: access(path, mode) and str(path) != str(locked))
+    try:
+        for argv in (["train", "demo", "--quiet", "--run-dir", str(locked / "run")],
+                     ["train", "demo", "--quiet", "--run-dir", str(locked)],
+                     ["tune", "demo", "--quiet", "--directory", str(locked / "search")]):
+            assert cli.main(argv + ["--data-dir", str(tmp_path / "no-data")]) == 2
+            err = capsys.readouterr().err
+            assert err.startswith(f"keras-capsules: error: {argv[-2]} {argv[-1]!r}") and err.count("\n") == 1, err
+            assert "no permission to write" in err and "Traceback" not in err
+        assert os.listdir(locked) == []
+    finally:
+        locked.chmod(0o700)
+
+
+@pytest.mark.parametrize("raised, kind, python_kind", [
+    (PermissionError(errno.EACCES, "Permission denied", "/runs"), "PathPermissionError", PermissionError),
+    (FileExistsError(errno.EEXIST, "File exists", "/runs/x"), "PathExistsError", FileExistsError),
+    (NotADirectoryError(errno.ENOTDIR, "Not a directory", "/runs/x"), "NotAFolderError", NotADirectoryError),
+    (IsADirectoryError(errno.EISDIR, "Is a directory", "/runs/x"), "IsAFolderError", IsADirectoryError),
+    (FileNotFoundError(errno.ENOENT, "No such file or directory", "/runs/x"), "PathNotFoundError",
+     FileNotFoundError),
+    (OSError(errno.EROFS, "Read-only file system", "/runs"), "PathError", OSError),
+])
+def test_user_path_gives_the_matching_path_error(raised, kind, python_kind):
+    from applications import errors
+
+    with pytest.raises(python_kind) as info:
+        with errors.user_path("cannot create the run directory '/runs/x'"):
+            raise raised
+    assert type(info.value).__name__ == kind and isinstance(info.value, errors.CommandLineError)
+    assert str(info.value) == f"cannot create the run directory '/runs/x': {raised.strerror}: {raised.filename!r}"
+    assert info.value.errno == raised.errno and info.value.__cause__ is raised
+    with pytest.raises(errors.InputError):  # a user error inside passes unchanged
+        with errors.user_path("cannot read the vocabulary 'v'"):
+            raise errors.InputError("line 2 is blank")
+
+
+def test_a_user_file_that_is_a_folder_is_one_line(tmp_path, capsys, monkeypatch, shared_dir):
+    # A --model or --vocabulary naming a folder (not a run directory holding model.keras)
+    # failed with IsADirectoryError: one line because every IsADirectoryError was.
+    from applications import checks
+    from applications.errors import IsAFolderError
+    from applications.text_classification import data as text_data
+
+    monkeypatch.delenv("KERAS_CAPSULES_DEBUG", raising=False)
+    folder = tmp_path / "old-run" / "model.keras"
+    folder.mkdir(parents=True)
+    assert cli.main(["evaluate", "demo", "--model", str(folder.parent), "--limit", "64",
+                     "--data-dir", str(shared_dir / "data" / "mnist")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"keras-capsules: error: cannot read the model {str(folder)!r}"), err
+    assert "Is a directory" in err and err.count("\n") == 1
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "model.keras").write_bytes(b"not read: the vocabulary comes first")
+    (tmp_path / "vocab").mkdir()
+    assert cli.main(["evaluate", "text_classification", "--model", str(tmp_path / "run" / "model.keras"),
+                     "--vocabulary", str(tmp_path / "vocab"), "--data-dir", str(shared_dir / "data" / "sst")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"keras-capsules: error: cannot read the vocabulary {str(tmp_path / 'vocab')!r}: "
+                          "Is a directory"), err
+    assert err.count("\n") == 1
+    for read in (text_data.load_vocabulary, checks.load_model):
+        with pytest.raises(IsAFolderError) as info:
+            read(tmp_path / "vocab")
+        assert isinstance(info.value, IsADirectoryError)
+
+
 @pytest.mark.parametrize("argv, message", [
     (["evaluate", "demo", "--run-dir", "x"],
      "keras-capsules evaluate: error: unrecognized arguments: --run-dir x (see keras-capsules evaluate --help)"),
@@ -243,22 +359,53 @@ def _open_a_file_never_written(tmp_path):
     open(tmp_path / "run" / "backup" / "never-written.json")
 
 
+def _make_a_folder_twice(tmp_path):
+    os.makedirs(tmp_path / "run" / "backup")
+    os.makedirs(tmp_path / "run" / "backup")
+
+
+def _write_below_a_file(tmp_path):
+    (tmp_path / "run").mkdir(exist_ok=True)
+    (tmp_path / "run" / "history.csv").write_text("epoch\n")
+    open(tmp_path / "run" / "history.csv" / "part", "w")
+
+
+def _open_a_folder(tmp_path):
+    (tmp_path / "run" / "backup").mkdir(parents=True, exist_ok=True)
+    open(tmp_path / "run" / "backup")
+
+
+def _write_a_file_of_another_user(tmp_path):
+    # (raised, not provoked: these tests may run as root, whom no permission stops)
+    raise PermissionError(errno.EACCES, "Permission denied", str(tmp_path / "run" / "backup" / "lock"))
+
+
 @pytest.mark.parametrize(
     "bug, error, message",
     [(_raise_value_error, ValueError, "not aligned"),
-     (_open_a_file_never_written, FileNotFoundError, "never-written")],
-    ids=["value_error", "file_not_found_error"],
+     (_open_a_file_never_written, FileNotFoundError, "never-written"),
+     (_make_a_folder_twice, FileExistsError, "File exists"),
+     (_write_below_a_file, NotADirectoryError, "Not a directory"),
+     (_open_a_folder, IsADirectoryError, "Is a directory"),
+     (_write_a_file_of_another_user, PermissionError, "Permission denied")],
+    ids=["value_error", "file_not_found_error", "file_exists_error", "not_a_directory_error",
+         "is_a_directory_error", "permission_error"],
 )
 def test_an_internal_error_keeps_its_traceback(tmp_path, capsys, monkeypatch, bug, error, message):
-    # Every ValueError, and every FileNotFoundError, was printed as one line
+    # Every ValueError, every FileNotFoundError, and every FileExistsError,
+    # NotADirectoryError, IsADirectoryError and PermissionError was printed as one line
     # "keras-capsules: error: ..." with exit code 2: a bug (a ValueError from deep inside
-    # Keras, numpy or our code; a file the code itself wrote and then could not find)
-    # lost its traceback and looked like a mistake of the user. Only InputError and
-    # PathNotFoundError (a path the user named) are one line.
+    # Keras, numpy or our code; a file the code itself wrote and then could not find, or
+    # wrote below a file, or a folder it made twice) lost its traceback and looked like
+    # a mistake of the user. Only InputError and PathError (a path the user named) are
+    # one line.
+    from applications.errors import CommandLineError
+
     monkeypatch.delenv("KERAS_CAPSULES_DEBUG", raising=False)
     monkeypatch.setattr(demo, "run_train", lambda args, strategy: bug(tmp_path))
-    with pytest.raises(error, match=message):
+    with pytest.raises(error, match=message) as info:
         cli.main(["train", "demo", "--quiet", "--run-dir", str(tmp_path / "run")])
+    assert not isinstance(info.value, CommandLineError)
     assert "keras-capsules: error" not in capsys.readouterr().err
 
 

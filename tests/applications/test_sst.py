@@ -5,6 +5,7 @@ import importlib.util
 import json
 import os
 import pathlib
+import re
 import shutil
 
 import keras
@@ -91,6 +92,26 @@ def test_cache_is_reused_and_keyed_by_texts(encoder, tmp_path, monkeypatch):
     with pytest.raises(AssertionError, match="recomputed"):  # other texts: a new entry
         sst.embed_texts(TEXTS[:2], encoder, tmp_path, name="t", max_length=12, verbose=0)
     assert sorted(os.listdir(tmp_path)) == [entry]  # nothing half-written left behind
+
+
+def test_a_cache_directory_that_cannot_be_written_is_a_path_error(encoder, tmp_path, monkeypatch):
+    # An existing --cache-dir this user may not write failed with a PermissionError, one
+    # line on the command line only because every PermissionError was (bugs' too).
+    from applications.errors import PathPermissionError
+
+    access = os.access
+    # (as a folder without write permission: root writes anyway)
+    monkeypatch.setattr(os, "access", lambda path, mode: os.fspath(path) != str(tmp_path) and access(path, mode))
+    with pytest.raises(PathPermissionError, match=f"^cannot write into the cache directory {re.escape(repr(str(tmp_path)))}: "
+                       "Permission denied") as info:
+        sst.embed_texts(TEXTS, encoder, tmp_path, name="t", max_length=12, verbose=0)
+    assert isinstance(info.value, PermissionError) and "\n" not in str(info.value)
+    assert os.listdir(tmp_path) == []  # refused before any lock or temporary
+    monkeypatch.setattr(os, "access", access)
+    complete = sst.embed_texts(TEXTS, encoder, tmp_path, name="t", max_length=12, verbose=0)
+    monkeypatch.setattr(os, "access", lambda path, mode: False)  # a complete read-only cache is read
+    again = sst.embed_texts(TEXTS, encoder, tmp_path, name="t", max_length=12, verbose=0)
+    np.testing.assert_array_equal(np.asarray(again.states), np.asarray(complete.states))
 
 
 def test_cache_is_keyed_by_the_storage_dtype(encoder, tmp_path):

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 
 import keras
 import numpy as np
@@ -296,6 +297,51 @@ def test_tiny_training_on_real_sst_sentences(tmp_path):
     assert loaded.get_layer("embedding").input_dim == len(vocab) + 2 == result["vocab_size"]
     ids = data.encode(["a gripping , funny film ."], data.make_lookup(vocab)).to_tensor()
     assert loaded(ids).shape == (1, 2)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("good\n\nfilm\n", "line 2 is blank"),
+    ("good\nfilm\n\n", "line 3 is blank"),  # a blank line at the end too: it would be a word
+    ("good\n \t\nfilm\n", "line 2 is blank"),
+    ("good\nfilm\ngood\n", "line 3 repeats 'good' of line 1"),
+    (b"good\nfilm\n\xffbad\n", "line 3 is not UTF-8"),
+])
+def test_a_hand_edited_vocabulary_is_refused_naming_the_line(text, message, tmp_path, capsys, monkeypatch):
+    # A vocab.txt edited by hand with a blank or a repeated line failed in Keras'
+    # StringLookup ("Found reserved mask token at unexpected location", "at least one
+    # repeated term"), with a traceback naming neither the file nor the line.
+    from applications import __main__ as cli
+    from applications.errors import InputError
+
+    monkeypatch.delenv("KERAS_CAPSULES_DEBUG", raising=False)
+    path = tmp_path / "vocab.txt"
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+    with pytest.raises(InputError, match=f"^the vocabulary {re.escape(repr(str(path)))}: {message}") as info:
+        data.load_vocabulary(path)
+    assert isinstance(info.value, ValueError) and "\n" not in str(info.value)
+    (tmp_path / "model.keras").write_bytes(b"not read: the vocabulary comes first")
+    assert cli.main(["evaluate", "text_classification", "--model", str(tmp_path / "model.keras"),
+                     "--data-dir", str(SST_DIR), "--vocabulary", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"keras-capsules: error: the vocabulary {str(path)!r}:") and err.count("\n") == 1, err
+
+
+def test_every_vocabulary_the_writer_writes_reads_back_unchanged(tmp_path):
+    # The checks of load_vocabulary refuse nothing that build_vocabulary + save_vocabulary
+    # make: tokens hold no white space (blank lines), are counted once (repeats), and
+    # "[UNK]" is split into "[", "unk", "]". Odd characters are tokens of their own.
+    texts = ["[UNK] a\x1c b \u00a0 \u2028 c\u200dd , 12 naïve", "e\x85f \ufeff g\u0301 ."]
+    vocabulary = data.build_vocabulary(texts)
+    assert "[UNK]" not in vocabulary and "[" in vocabulary and "\x1c" in vocabulary
+    data.save_vocabulary(vocabulary, tmp_path / "vocab.txt")
+    assert data.load_vocabulary(tmp_path / "vocab.txt") == vocabulary
+    assert data.make_lookup(vocabulary).vocabulary_size() == len(vocabulary) + 2
+    # Lines no token can be ("[UNK]": "[", "unk", "]") are words no text gets, kept as such.
+    (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\ngood\n")
+    assert data.load_vocabulary(tmp_path / "vocab.txt") == ["[PAD]", "[UNK]", "good"]
 
 
 def test_evaluate_refuses_a_vocabulary_of_another_size_than_the_model(tmp_path):

@@ -153,7 +153,12 @@ def test_a_tiny_search_writes_the_best_model_and_hyperparameters(name, tmp_path,
         for key, allowed in searched.items():
             _check_range(key, values[key], allowed)
     best = json.loads((directory / "best_hyperparameters.json").read_text())
-    assert best["objective"] == objective and best["hyperparameters"] in trials
+    # the model's hyperparameters of a trial; Hyperband's "tuner/..." entries apart
+    assert best["objective"] == objective
+    assert any(best["hyperparameters"] == {k: v for k, v in values.items() if not k.startswith("tuner/")}
+               and best.get("tuner", {}) == {k[6:]: v for k, v in values.items() if k.startswith("tuner/")}
+               for values in trials), (best, trials)
+    assert ("tuner" in best) == (tuner == "hyperband")
     model = keras.saving.load_model(directory / "best_model.keras")
     if name == "clevr":  # one logit per answer of the training questions
         classes = json.loads((tmp_path / "clevr-cache" / "vocabulary.json").read_text())["classes"]

@@ -46,8 +46,23 @@ def test_tiny_search_writes_best_model_and_hyperparameters(tuner, tmp_path, caps
     assert len(_trials(directory)) == 2
     best = json.loads((tmp_path / "search" / "best_hyperparameters.json").read_text())
     assert best["objective"] == "val_accuracy" and 2 <= best["hyperparameters"]["n_iters"] <= 3
+    # The model's hyperparameters only: Hyperband's "tuner/epochs", "tuner/bracket", ...
+    # were among them (its bookkeeping goes under "tuner"), and they build the model.
+    hp = keras_tuner.HyperParameters()
+    DemoHyperModel(limit=40).build(hp)
+    assert set(best["hyperparameters"]) == set(hp.values), best
+    if tuner == "hyperband":
+        assert {"epochs", "initial_epoch", "bracket", "round"} <= set(best["tuner"]) <= {
+            "epochs", "initial_epoch", "bracket", "round", "trial_id"}, best
+        assert 1 <= best["tuner"]["epochs"] <= 2
+    else:
+        assert "tuner" not in best
+    rebuilt = keras_tuner.HyperParameters()
+    for name, value in best["hyperparameters"].items():
+        rebuilt.Fixed(name, value)
     model = keras.saving.load_model(tmp_path / "search" / "best_model.keras")
     assert model.output_shape == (None, 10)
+    assert DemoHyperModel(limit=40).build(rebuilt).count_params() == model.count_params()
 
 
 def test_a_stopped_search_resumes(tmp_path, capsys):
