@@ -16,6 +16,7 @@ import io
 import json
 import os
 import sys
+import time
 
 
 def main():
@@ -33,8 +34,10 @@ def main():
         context = tfds.testing.mock_data(num_examples=spec["mock_tfds"])
     name, run_dir = spec["application"], spec["run_dir"]
     common = ["--strategy", "multiworker"]
+    start = time.monotonic()
     with context:
         code = cli.main(["train", name, *spec["train"], *common, "--run-dir", run_dir])
+        print(f"train: exit code {code} after {time.monotonic() - start:.1f} s", flush=True)
         if code or spec.get("evaluate") is None:
             return code
         out = distribute.output_dir(run_dir)
@@ -43,6 +46,7 @@ def main():
             code = cli.main(["evaluate", name, *spec["evaluate"], *common,
                              "--model", os.path.join(out, "model.keras")])
         print(printed.getvalue())
+        print(f"evaluate: exit code {code} after {time.monotonic() - start:.1f} s", flush=True)
         if code == 0:
             with open(os.path.join(out, "evaluate.json"), "w") as f:
                 f.write(printed.getvalue())

@@ -45,7 +45,11 @@ def test_train_then_evaluate_under_two_workers(name, tmp_path):
     cli_helpers.run_workers(
         lambda index: ["tests/applications/multiworker_app_worker.py", json.dumps(spec)], tmp_path, timeout=240,
     )
+    evaluations = []
     for out in (run_dir, run_dir / "workers" / "worker-1"):  # the chief's outputs, then the other worker's
         assert (out / "model.keras").is_file(), sorted(p.name for p in out.iterdir())
-        assert (out / "metrics.json").is_file()
-        assert json.loads((out / "evaluate.json").read_text())
+        assert (out / "metrics.json").is_file() and (out / "history.csv").is_file()
+        evaluations.append(json.loads((out / "evaluate.json").read_text()))
+        assert evaluations[-1].pop("model") == str(out / "model.keras")
+    # the workers evaluated the same weights on their shares of the data: the reduced metrics agree
+    assert evaluations[0] == evaluations[1] and evaluations[0]
