@@ -21,6 +21,8 @@ SST_DATA = ["--data-dir", str(SST_DIR), "--granularity", "2", "--max-eval", "8",
 
 def _spec(name, tmp_path):
     """``(train options, evaluate options, mock TFDS examples)`` of a tiny run of ``name``."""
+    if name == "demo":  # its evaluate reads the split recorded beside the model
+        return ["--limit", "64", "--batch-size", "8", *cli_helpers.TINY_MODEL], [], None
     if name == "smallnorb":
         data = ["--data-dir", str(tmp_path / "tfds"), *SMALLNORB_DATA]
         return [*data, "--steps-per-epoch", "1", "--channels", "8", "--parts", "8"], data, 8
@@ -35,7 +37,7 @@ def _spec(name, tmp_path):
     return TINY[name], TINY_EVALUATE[name], None
 
 
-@pytest.mark.parametrize("name", ["smallnorb", "sst", "text_classification", "sort_of_clevr", "clevr",
+@pytest.mark.parametrize("name", ["demo", "smallnorb", "sst", "text_classification", "sort_of_clevr", "clevr",
                                   "occluded_mnist", "music", "textured_mnist"])
 def test_train_then_evaluate_under_two_workers(name, tmp_path):
     train, evaluate, mock_tfds = _spec(name, tmp_path)
