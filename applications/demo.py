@@ -256,7 +256,6 @@ def train(
         "metrics": os.path.join(out, "metrics.json"),
         "logs": os.path.join(out, "logs"),
     }
-    distribute.prepare_fit(model, train_ds, strategy)
     resumable = fault_tolerance.resumable_callbacks(out, save_freq=save_freq)
     if verbose:
         print(
@@ -330,7 +329,6 @@ def evaluate(model_path, batch_size=64, seed=None, data_dir=None, limit=None, st
     _, test_ds = make_datasets(
         images, labels, distribute.global_batch_size(batch_size, strategy), seed=seed
     )
-    distribute.prepare_fit(model, test_ds, strategy)
     loss, accuracy = model.evaluate(test_ds, verbose=0)
     return {"test_accuracy": float(accuracy), "test_loss": float(loss), "model": model_path, "seed": seed}
 

@@ -18,7 +18,9 @@ Strategies:
 * ``multiworker``: ``MultiWorkerMirroredStrategy``; the cluster comes from the
   ``TF_CONFIG`` environment variable, as usual (a :class:`StrategyError` when it is
   unset or names no cluster). Must be created before any other
-  TensorFlow op runs in the process (the command line does so). Every worker runs the
+  TensorFlow op runs in the process (the command line does so). Creating it installs
+  :func:`install_multi_worker_fixes`, without which Keras' ``fit`` and ``evaluate``
+  fail under it (for every model: no call site has to prepare its model). Every worker runs the
   same command; only the chief writes into ``--run-dir``, the others into
   ``--run-dir/workers/<type>-<index>`` (see :func:`output_dir`).
 * ``tpu``: ``TPUStrategy`` through ``TPUClusterResolver`` (``tpu`` names the TPU, or
@@ -131,7 +133,7 @@ def _create(name, tpu):
                 "for the devices of one machine use --strategy mirrored"
             )
         try:
-            return tf.distribute.MultiWorkerMirroredStrategy()
+            strategy = tf.distribute.MultiWorkerMirroredStrategy()
         except RuntimeError as err:
             if "startup" not in str(err):  # "Collective ops must be configured at program startup"
                 raise
@@ -139,6 +141,8 @@ def _create(name, tpu):
                 f"the multiworker strategy must be created before TensorFlow runs its first op ({err}); "
                 "call make_strategy('multiworker') first thing in the process"
             ) from None
+        install_multi_worker_fixes()  # else Keras' fit and evaluate fail under it
+        return strategy
     try:
         resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu)
         tf.config.experimental_connect_to_cluster(resolver)
@@ -247,38 +251,70 @@ def output_dir(run_dir, strategy=None):
     return os.path.join(run_dir, "workers", f"{task_type}-{index}")
 
 
-def prepare_fit(model, dataset, strategy):
-    """Works around two Keras 3 (3.15) bugs before ``fit``/``evaluate`` under many workers.
+def install_multi_worker_fixes():
+    """Works around Keras 3 (3.15) bugs of ``fit``/``evaluate`` under many workers, for
+    every model of the process.
 
-    Under ``MultiWorkerMirroredStrategy`` (tensorflow/tensorflow#72388):
+    Called once the multi-worker strategy exists (:func:`make_strategy` does), so that
+    every ``fit`` and ``evaluate`` under it works whoever calls them: each application's
+    ``train`` and ``evaluate``, the ``evaluate`` inside ``train``, the tuner's trials,
+    and a user's own model (before, each call site had to call a helper first, and seven
+    of the nine applications did not: ``train sst --strategy multiworker`` failed at
+    ``fit``). Under ``MultiWorkerMirroredStrategy`` (tensorflow/tensorflow#72388):
 
-    * ``fit`` first builds the compiled metrics from a batch it all-reduces eagerly,
-      which fails ("Attempt to convert a value (PerReplica...)"). Here the model, loss,
-      metrics and optimizer are built from one local batch of ``dataset`` instead, and
-      that step is skipped.
+    * ``fit`` and ``evaluate`` first build the model, loss, metrics and optimizer from a
+      batch that they all-reduce eagerly across the workers, which fails ("Attempt to
+      convert a value (PerReplica...) ... to a Tensor"). Here they are built from the
+      dataset's element spec instead: no batch is read, no collective runs.
     * the logs of every step are reduced with ``strategy.reduce("MEAN", v, axis=0)``,
-      which fails on scalars ("Invalid reduction dimension 0"). Here ``train_step`` and
-      ``test_step`` return each scalar as a vector of one, which that reduction turns
-      back into the scalar mean over the replicas.
+      which fails on scalars ("Invalid reduction dimension 0"). Here a scalar is
+      reduced to its mean over the replicas (``axis=None``).
 
-    Other strategies are left alone. Returns ``model``.
+    Both patched Keras functions behave as before under every other strategy.
+    Idempotent; returns True once the fixes are in place, False (with a warning) when
+    this Keras has not the functions they patch.
     """
-    if not _is_multi_worker(strategy):
-        return model
+    global _FIXES_INSTALLED
+    if _FIXES_INSTALLED:
+        return True
+    try:
+        from keras.src.backend.tensorflow import trainer as tf_trainer
+
+        build = tf_trainer.TensorFlowTrainer._maybe_symbolic_build
+        reduce_per_replica = tf_trainer.reduce_per_replica
+        multi_worker = tf_trainer._collective_all_reduce_multi_worker
+    except (ImportError, AttributeError) as err:  # Keras' internals moved: nothing to patch
+        import warnings
+
+        warnings.warn(f"Keras' multi-worker fixes not installed ({err}): fit under "
+                      "--strategy multiworker may fail", RuntimeWarning, stacklevel=2)
+        return False
     import keras
     import tensorflow as tf
 
-    batch = next(iter(dataset.take(1)))
-    with strategy.scope():
-        model._symbolic_build(data_batch=batch)
-    model._maybe_symbolic_build = lambda iterator=None, data_batch=None: None
+    def maybe_symbolic_build(self, iterator=None, data_batch=None):
+        strategy = self._distribute_strategy
+        if data_batch is None and iterator is not None and strategy is not None and multi_worker(strategy):
+            # the spec's shapes and dtypes are all that the symbolic build reads
+            data_batch = iterator.data_adapter.get_tf_dataset().element_spec
+            return build(self, data_batch=data_batch)
+        return build(self, iterator=iterator, data_batch=data_batch)
 
-    def with_batch_axis(logs):
-        return keras.tree.map_structure(
-            lambda v: tf.reshape(v, [1]) if tf.is_tensor(v) and v.shape.rank == 0 else v, logs
-        )
+    def reduce_scalars_per_replica(values, strategy, reduction):
+        if reduction not in ("auto", "mean") or not multi_worker(strategy):
+            return reduce_per_replica(values, strategy, reduction)
 
-    train_step, test_step = model.train_step, model.test_step
-    model.train_step = lambda data: with_batch_axis(train_step(data))
-    model.test_step = lambda data: with_batch_axis(test_step(data))
-    return model
+        def reduce(value):
+            if strategy.experimental_local_results(value)[0].shape.rank == 0:
+                return strategy.reduce(tf.distribute.ReduceOp.MEAN, value, axis=None)
+            return reduce_per_replica(value, strategy, reduction)
+
+        return keras.tree.map_structure(reduce, values)
+
+    tf_trainer.TensorFlowTrainer._maybe_symbolic_build = maybe_symbolic_build
+    tf_trainer.reduce_per_replica = reduce_scalars_per_replica
+    _FIXES_INSTALLED = True
+    return True
+
+
+_FIXES_INSTALLED = False

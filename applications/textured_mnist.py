@@ -651,7 +651,6 @@ def train(
     train_ds = distribute.distribute_dataset_options(
         make_dataset(train_data, n_iters, batch_size, num_classes, shuffle=True, seed=seed)
     )
-    distribute.prepare_fit(model, train_ds, strategy)
     history = model.fit(
         train_ds,
         validation_data=make_dataset(test_data, n_iters, batch_size, num_classes),

@@ -87,8 +87,6 @@ class DatasetHyperModel(keras_tuner.HyperModel):
             kwargs.setdefault(key, value)
         kwargs.setdefault("validation_data", _for_strategies(validation))
         train = _for_strategies(train)
-        # Under MultiWorkerMirroredStrategy Keras' fit fails without it (every trial did).
-        distribute.prepare_fit(model, train, model.distribute_strategy)
         return model.fit(train, **kwargs)
 
 

@@ -174,3 +174,40 @@ def test_multiworker_without_a_cluster_in_tf_config_is_a_strategy_error(monkeypa
     assert cli.main(["train", "--strategy", "multiworker", "--epochs", "1", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("keras-capsules: error: --strategy multiworker needs TF_CONFIG") and err.count("\n") == 1
+
+
+def test_the_multi_worker_fixes_leave_other_strategies_alone(monkeypatch):
+    # make_strategy("multiworker") patches Keras for every model of the process (see
+    # test_multiworker_applications.py): fit and evaluate under one device or two
+    # mirrored replicas must give what they gave without the patch.
+    import keras
+    import tensorflow as tf
+    from keras.src.backend.tensorflow import trainer as tf_trainer
+
+    def run(strategy):
+        keras.utils.set_random_seed(0)
+        x = {"a": np.random.rand(32, 3).astype("float32"), "b": np.random.rand(32, 2).astype("float32")}
+        y = np.random.randint(0, 2, 32)
+        data = distribute.distribute_dataset_options(tf.data.Dataset.from_tensor_slices((x, y)).batch(8))
+        with strategy.scope():
+            inputs = {"a": keras.Input((3,), name="a"), "b": keras.Input((2,), name="b")}
+            outputs = keras.layers.Dense(2)(keras.layers.Concatenate()([inputs["a"], inputs["b"]]))
+            model = keras.Model(inputs, outputs)
+            model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+        history = model.fit(data, validation_data=data, epochs=2, verbose=0, shuffle=False).history
+        return history, model.evaluate(data, verbose=0), [w.numpy() for w in model.weights]
+
+    strategies = (distribute.make_strategy("default"), two_cpu_strategy())
+    before = [run(strategy) for strategy in strategies]
+    # patched by monkeypatch's hand, so that they are restored after the test
+    monkeypatch.setattr(tf_trainer.TensorFlowTrainer, "_maybe_symbolic_build",
+                        tf_trainer.TensorFlowTrainer._maybe_symbolic_build)
+    monkeypatch.setattr(tf_trainer, "reduce_per_replica", tf_trainer.reduce_per_replica)
+    monkeypatch.setattr(distribute, "_FIXES_INSTALLED", False)
+    assert distribute.install_multi_worker_fixes() and distribute.install_multi_worker_fixes()  # idempotent
+    assert tf_trainer.TensorFlowTrainer._maybe_symbolic_build.__name__ == "maybe_symbolic_build"
+    after = [run(strategy) for strategy in strategies]
+    for (history, evaluation, weights), (history_after, evaluation_after, weights_after) in zip(before, after):
+        assert history == history_after and evaluation == evaluation_after
+        for w, w_after in zip(weights, weights_after):
+            np.testing.assert_array_equal(w, w_after)
