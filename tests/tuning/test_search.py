@@ -171,7 +171,8 @@ def test_a_search_on_two_workers_finishes_and_each_writes_its_own_folder(tmp_pat
     # Before: both workers wrote their tuner state into one --directory (the second
     # resumed the first's search and ran another trial: the collectives failed on
     # mismatched shapes), with seed 0 keras-tuner drew a random seed per worker (the
-    # same failure), and fit under MultiWorkerMirroredStrategy lacked distribute.prepare_fit.
+    # same failure), and fit under MultiWorkerMirroredStrategy lacked Keras' fixes (now
+    # distribute.install_multi_worker_fixes, installed with the strategy).
     from tests.applications import cli_helpers
 
     directory = tmp_path / "search"  # one folder, as on a shared file system
