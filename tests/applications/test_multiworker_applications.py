@@ -1,10 +1,11 @@
-"""Every application trains (and evaluates) under a real two-worker
+"""The applications train (and evaluate) under a real two-worker
 ``MultiWorkerMirroredStrategy`` cluster: two processes on local ports, one tiny epoch.
 
 Keras 3 fails ``fit`` and ``evaluate`` under many workers (see
-``applications.distribute.install_multi_worker_fixes``); these runs are what shows that
-every application goes through the fix (``train sst --strategy multiworker`` failed
-with "Attempt to convert a value ({'embeddings': PerReplica...").
+``applications.distribute.install_multi_worker_fixes``). Before the fix was installed
+with the strategy, seven of the nine applications failed at ``fit`` (``train sst
+--strategy multiworker``: "Attempt to convert a value ({'embeddings': PerReplica...");
+all nine passed this test when it went in.
 """
 
 import json
@@ -13,7 +14,7 @@ import pytest
 
 from tests.applications import cli_helpers
 from tests.applications.test_cli_applications import TINY, TINY_EVALUATE
-from tests.applications.tiny_data import CLEVR_IMAGE_SIZE, SST_DIR, tiny_bert_preset, tiny_clevr_cache
+from tests.applications.tiny_data import SST_DIR, tiny_bert_preset
 
 SMALLNORB_DATA = ["--image-size", "24", "--validation-steps", "1", "--batch-size", "4"]
 SST_DATA = ["--data-dir", str(SST_DIR), "--granularity", "2", "--max-eval", "8", "--max-length", "12"]
@@ -21,8 +22,6 @@ SST_DATA = ["--data-dir", str(SST_DIR), "--granularity", "2", "--max-eval", "8",
 
 def _spec(name, tmp_path):
     """``(train options, evaluate options, mock TFDS examples)`` of a tiny run of ``name``."""
-    if name == "demo":  # its evaluate reads the split recorded beside the model
-        return ["--limit", "64", "--batch-size", "8", *cli_helpers.TINY_MODEL], [], None
     if name == "smallnorb":
         data = ["--data-dir", str(tmp_path / "tfds"), *SMALLNORB_DATA]
         return [*data, "--steps-per-epoch", "1", "--channels", "8", "--parts", "8"], data, 8
@@ -30,15 +29,17 @@ def _spec(name, tmp_path):
         data = [*SST_DATA, "--preset", tiny_bert_preset(tmp_path / "preset")]
         return [*data, "--train-on", "sentences", "--max-train", "16", "--hidden-dim", "8",
                 "--hidden-capsules", "4", "--n-iters", "2", "--batch-size", "8"], data, None
-    if name == "clevr":
-        data = ["--cache-dir", tiny_clevr_cache(tmp_path / "cache"), "--image-size", str(CLEVR_IMAGE_SIZE),
-                "--data-dir", str(tmp_path / "no-tfds")]
-        return [*data, "--units", "8", "--mac-steps", "1", "--embedding-dim", "4", "--batch-size", "4"], data, None
     return TINY[name], TINY_EVALUATE[name], None
 
 
-@pytest.mark.parametrize("name", ["demo", "smallnorb", "sst", "text_classification", "sort_of_clevr", "clevr",
-                                  "occluded_mnist", "music", "textured_mnist"])
+# The fix is one shared mechanism, so these cases stand for the kinds of model and data
+# the applications have (each case is a two-process cluster, 20-40 s; all nine passed
+# when it went in): a single image tensor (smallnorb), a dict of per-token embeddings
+# (sst), a dict of question and scene (sort_of_clevr), an RLadder with two outputs
+# (occluded_mnist) and one with a masked per-step metric (music). The demo trains on two
+# workers in tests/applications/test_distribute.py; text_classification, clevr and
+# textured_mnist are left out for the CI's time.
+@pytest.mark.parametrize("name", ["smallnorb", "sst", "sort_of_clevr", "occluded_mnist", "music"])
 def test_train_then_evaluate_under_two_workers(name, tmp_path):
     train, evaluate, mock_tfds = _spec(name, tmp_path)
     run_dir = tmp_path / "run"  # one run directory, as on a shared file system
