@@ -134,6 +134,10 @@ def publish_folder(tmp, path):
 
     Returns:
         True if ``tmp`` became ``path``, False if another writer's ``path`` was kept.
+
+    Raises:
+        OSError: the rename's, when ``path`` is not a folder (a file in the way:
+            ``NotADirectoryError``); ``tmp`` is then left to the caller.
     """
     tmp, path = os.fspath(tmp), os.fspath(path)
     for name in os.listdir(tmp):
@@ -142,7 +146,7 @@ def publish_folder(tmp, path):
     try:
         os.replace(tmp, path)  # a folder never replaces a non-empty one: "Directory not empty"
     except OSError:
-        if not os.path.exists(path):
+        if not os.path.isdir(path):  # (a file in the way is no folder another writer published)
             raise
         import shutil
 

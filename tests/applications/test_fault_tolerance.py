@@ -2,6 +2,7 @@
 
 import json
 import os
+import pathlib
 import signal
 import time
 
@@ -803,3 +804,22 @@ def test_a_build_lock_on_a_file_system_without_locks_runs_unlocked(tmp_path, mon
     with fault_tolerance.build_lock(tmp_path / "entry"):
         (tmp_path / "entry").write_text("built")
     assert os.listdir(tmp_path) == ["entry"]
+
+
+def test_publish_folder_onto_a_file_is_an_error_not_another_writers_entry(tmp_path):
+    # A file where the folder goes is no entry that another writer published: it was
+    # taken for one (False), the new folder deleted, and the caller then read the file
+    # as the published folder ("Not a directory" on its first file, after all its work).
+    tmp = pathlib.Path(fault_tolerance.temporary_path(tmp_path / "entry"))
+    tmp.mkdir()
+    (tmp / "states.npy").write_bytes(b"states")
+    (tmp_path / "entry").write_bytes(b"in the way")
+    with pytest.raises(NotADirectoryError):
+        fault_tolerance.publish_folder(tmp, tmp_path / "entry")
+    assert (tmp_path / "entry").read_bytes() == b"in the way"
+    # another writer's folder published first is kept, and this writer's folder deleted
+    (tmp_path / "entry").unlink()
+    (tmp_path / "entry").mkdir()
+    (tmp_path / "entry" / "states.npy").write_bytes(b"theirs")
+    assert fault_tolerance.publish_folder(tmp, tmp_path / "entry") is False
+    assert not tmp.exists() and (tmp_path / "entry" / "states.npy").read_bytes() == b"theirs"
