@@ -134,6 +134,10 @@ def publish_folder(tmp, path):
 
     Returns:
         True if ``tmp`` became ``path``, False if another writer's ``path`` was kept.
+
+    Raises:
+        OSError: the rename's, when ``path`` is not a folder (a file in the way:
+            ``NotADirectoryError``); ``tmp`` is then left to the caller.
     """
     tmp, path = os.fspath(tmp), os.fspath(path)
     for name in os.listdir(tmp):
@@ -142,7 +146,7 @@ def publish_folder(tmp, path):
     try:
         os.replace(tmp, path)  # a folder never replaces a non-empty one: "Directory not empty"
     except OSError:
-        if not os.path.exists(path):
+        if not os.path.isdir(path):  # (a file in the way is no folder another writer published)
             raise
         import shutil
 
@@ -161,9 +165,10 @@ def build_lock(path, verbose=0):
     A process that enters the block while another one holds the lock waits (saying so
     when ``verbose``), and should then look for ``path`` again before building it. The
     holder removes the lock file when it leaves the block, and the system releases the
-    lock of a process that dies, however it dies: the next process then builds. Where
-    the file system has no locks (or Python has no ``fcntl``: Windows) the block runs
-    unlocked, so builders must still publish atomically (:func:`atomic_write`,
+    lock of a process that dies, however it dies: the next process then builds. A lock
+    file of another user that this one may not write (a shared cache) is locked through
+    a read-only descriptor. Where the file system has no locks (or Python has no
+    ``fcntl``: Windows) the block runs unlocked, so builders must still publish atomically (:func:`atomic_write`,
     :func:`publish_folder`): the lock saves duplicated work, it does not keep the cache
     correct.
     """
@@ -191,7 +196,19 @@ def _take_build_lock(lock_path, path, verbose):
         return None
     said = False
     while True:
-        f = open(lock_path, "a+")
+        try:
+            f = open(lock_path, "a+")
+        except PermissionError as err:
+            # another user's lock file (their mode, 0644 under umask 022) in a shared
+            # cache: flock needs no write access, only the holder's name is not written
+            try:
+                f = open(lock_path)
+            except FileNotFoundError:
+                if os.access(os.path.dirname(lock_path), os.W_OK | os.X_OK):
+                    continue  # removed by its holder meanwhile: a fresh one
+                raise err from None  # a folder this user may not write: no lock file can be made
+            except PermissionError:  # not even readable: unlocked, as without locks
+                return None
         try:
             try:
                 fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -215,10 +232,11 @@ def _take_build_lock(lock_path, path, verbose):
             f.close()
             raise
         if _same_file(f, lock_path):
-            f.seek(0)
-            f.truncate()
-            f.write(f"{os.getpid()}@{_HOST}\n")
-            f.flush()
+            if f.writable():
+                f.seek(0)
+                f.truncate()
+                f.write(f"{os.getpid()}@{_HOST}\n")
+                f.flush()
             return f
         f.close()  # the lock of a holder that has finished: take the next one
 

@@ -321,7 +321,9 @@ class PianoRollNLLPerStep(keras.metrics.Metric):
     on windows, the same NLL with the ladder's state started from zeros at each window.
 
     Pass it in ``weighted_metrics`` (it needs the mask as ``sample_weight``); without a
-    sample weight every step counts. Padded steps never count, whatever their values.
+    sample weight every step counts. A weight of every sequence (``[batch]``) weighs
+    each of its steps, as in Keras' losses; ``[batch, steps, 1]`` is one per step.
+    Padded steps never count, whatever their values.
 
     Args:
         name: the metric's name (``nll_per_step``: ``val_nll_per_step`` in the logs).
@@ -338,7 +340,14 @@ class PianoRollNLLPerStep(keras.metrics.Metric):
         if sample_weight is None:
             weight = ops.ones_like(per_step)
         else:
-            weight = ops.broadcast_to(ops.cast(sample_weight, "float32"), ops.shape(per_step))
+            weight = ops.cast(sample_weight, "float32")
+            # aligned from the left, as Keras' losses read weights: [batch] is a weight
+            # per sequence, for each of its steps; [batch, steps, 1] one per step
+            while len(weight.shape) > len(per_step.shape) and weight.shape[-1] == 1:
+                weight = ops.squeeze(weight, axis=-1)
+            while len(weight.shape) < len(per_step.shape):
+                weight = ops.expand_dims(weight, axis=-1)
+            weight = ops.broadcast_to(weight, ops.shape(per_step))
         # where, not a product: a padded step's NLL (finite or not) never reaches the sum
         self.total.assign_add(ops.cast(ops.sum(ops.where(weight > 0, per_step * weight, 0.0)), self.dtype))
         self.steps.assign_add(ops.cast(ops.sum(weight), self.dtype))

@@ -2,6 +2,7 @@
 
 import json
 import os
+import pathlib
 import signal
 import time
 
@@ -803,3 +804,58 @@ def test_a_build_lock_on_a_file_system_without_locks_runs_unlocked(tmp_path, mon
     with fault_tolerance.build_lock(tmp_path / "entry"):
         (tmp_path / "entry").write_text("built")
     assert os.listdir(tmp_path) == ["entry"]
+
+
+def test_publish_folder_onto_a_file_is_an_error_not_another_writers_entry(tmp_path):
+    # A file where the folder goes is no entry that another writer published: it was
+    # taken for one (False), the new folder deleted, and the caller then read the file
+    # as the published folder ("Not a directory" on its first file, after all its work).
+    tmp = pathlib.Path(fault_tolerance.temporary_path(tmp_path / "entry"))
+    tmp.mkdir()
+    (tmp / "states.npy").write_bytes(b"states")
+    (tmp_path / "entry").write_bytes(b"in the way")
+    with pytest.raises(NotADirectoryError):
+        fault_tolerance.publish_folder(tmp, tmp_path / "entry")
+    assert (tmp_path / "entry").read_bytes() == b"in the way"
+    # another writer's folder published first is kept, and this writer's folder deleted
+    (tmp_path / "entry").unlink()
+    (tmp_path / "entry").mkdir()
+    (tmp_path / "entry" / "states.npy").write_bytes(b"theirs")
+    assert fault_tolerance.publish_folder(tmp, tmp_path / "entry") is False
+    assert not tmp.exists() and (tmp_path / "entry" / "states.npy").read_bytes() == b"theirs"
+
+
+def test_a_build_lock_file_of_another_user_is_locked_read_only(tmp_path, monkeypatch):
+    # Users sharing a cache folder: the lock file that one user's builder left (killed) or
+    # holds (building) has that user's mode (0644 under umask 022), which another user may
+    # read but not open for writing. A lock needs no write access, but opening it "a+"
+    # was a PermissionError with a traceback (or, while the other user built, instead of
+    # waiting). (Tests run as root, whom modes never stop: the refusal is simulated.)
+    import builtins
+    import fcntl
+
+    target = tmp_path / "entry"
+    lock_path = str(tmp_path / f"{fault_tolerance.LOCK_FILE}-entry")
+    with open(lock_path, "w") as f:
+        f.write("4242@another-users-host\n")
+
+    def open_as_another_user(file, mode="r", *args, **kwargs):
+        if os.fspath(file) == lock_path and any(c in mode for c in "wa+x"):
+            raise PermissionError(13, "Permission denied", os.fspath(file))
+        return builtins.open(file, mode, *args, **kwargs)
+
+    monkeypatch.setattr(fault_tolerance, "open", open_as_another_user, raising=False)
+    ran = []
+    with fault_tolerance.build_lock(target):
+        with builtins.open(lock_path) as other:  # another process finds it locked
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(other.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        ran.append(True)
+    assert ran == [True]
+    # No lock file, and a folder this user may not write: the refusal to create one, at
+    # once (it is no lock file removed meanwhile, to open again and again)
+    assert not os.path.exists(lock_path)  # (its holder removed it on leaving)
+    monkeypatch.setattr(fault_tolerance.os, "access", lambda path, mode: False)
+    with pytest.raises(PermissionError):
+        with fault_tolerance.build_lock(target):
+            pass

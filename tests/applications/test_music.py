@@ -85,6 +85,25 @@ def test_nll_per_step_metric_weighs_batches_by_their_real_steps():
     assert float(metric.result()) == pytest.approx(per_step.mean(), rel=1e-5)
     assert music.PianoRollNLLPerStep.from_config(metric.get_config()).name == "nll_per_step"
 
+def test_nll_per_step_metric_takes_a_weight_per_sequence_as_the_loss_does():
+    # A weight per sequence [batch] (or [batch, steps, 1]) weighs every step of its
+    # sequence, as Keras' losses and metrics read it (the rank of the weights is
+    # aligned with the values' from the left): it was broadcast against the steps axis
+    # instead (3 sequences of 3 steps: step 1 of every sequence left out, silently) or
+    # refused by broadcast_to.
+    rng = np.random.default_rng(2)
+    y = (rng.uniform(size=(3, 3, 88)) < 0.1).astype("float32")
+    logits = rng.normal(size=(3, 3, 88)).astype("float32")
+    per_step = (np.logaddexp(0, -logits) * y + np.logaddexp(0, logits) * (1 - y)).sum(-1)
+    weights = np.array([1.0, 0.0, 2.0], "float32")
+    expected = (per_step * weights[:, None]).sum() / (3 * weights.sum())
+    for sample_weight in (weights, weights[:, None] * np.ones((3, 3), "float32"),
+                          weights[:, None, None] * np.ones((3, 3, 1), "float32")):
+        metric = music.PianoRollNLLPerStep()
+        metric.update_state(y, logits, sample_weight=sample_weight)
+        assert float(metric.result()) == pytest.approx(expected, rel=1e-5)
+
+
 def test_nll_per_step_matches_the_loss_and_any_length(tmp_path):
     rolls = [music.piano_roll([[60], [62, 64], [], [67]]), music.piano_roll([[48, 55]])]
     model = music.build_model(steps=2, **TINY)  # shorter than the rolls: layers reused
