@@ -13,10 +13,10 @@ import keras_hub
 import numpy as np
 import pytest
 
-from applications import fault_tolerance, sst, sst_trees
+from applications import fault_tolerance, sst
 from tests.applications import cli_helpers
 from tests.applications.test_sst_trees import SST
-from tests.applications.tiny_data import tiny_bert_preset
+from tests.applications.tiny_data import real_sst_split, tiny_bert_preset
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 TEXTS = ["The film is good .", "It 's not funny ( or dull ) .", "bad", "a good , funny film"]
@@ -24,7 +24,7 @@ TEXTS = ["The film is good .", "It 's not funny ( or dull ) .", "bad", "a good ,
 
 def tiny_vocabulary(size=100):
     """Specials + the most frequent lower-cased words of the first SST sentences."""
-    texts, _ = sst_trees.load_split(SST, "train", "5")
+    texts, _ = real_sst_split("train", "5")
     counts = collections.Counter(w.lower() for t in texts[:300] for w in t.split())
     words = [w for w, _ in counts.most_common() if w not in SPECIALS and " " not in w]
     return SPECIALS + words[: size - len(SPECIALS)]

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from applications import sst_trees
+from tests.applications.tiny_data import real_sst_split
 from tests.conftest import shared_path
 
 
@@ -18,7 +19,7 @@ TINY = "(3 (2 (2 The) (2 -LRB-new-RRB-)) (4 (4 (2 film) (4 shines)) (2 .)))"
 )
 def test_split_sizes_match_the_standard_splits(granularity, counts):
     for split, expected in counts.items():
-        texts, labels = sst_trees.load_split(SST, split, granularity)
+        texts, labels = real_sst_split(split, granularity)
         assert len(texts) == len(labels) == expected, (split, len(texts))
         assert labels.dtype == np.int32
         assert set(np.unique(labels)) == set(range(int(granularity)))
@@ -26,20 +27,20 @@ def test_split_sizes_match_the_standard_splits(granularity, counts):
 
 
 def test_real_sentences_are_unescaped_and_first_sentence_is_known():
-    texts, labels = sst_trees.load_split(SST, "train", "5")
+    texts, labels = real_sst_split("train", "5")
     assert texts[0].startswith("The Rock is destined to be the 21st Century 's new")
     assert labels[0] == 3
     joined = "\n".join(texts)
     for escaped in ("-LRB-", "-RRB-", "``", "''", "\\/"):
         assert escaped not in joined
     assert "(" in joined and ")" in joined
-    raw, _ = sst_trees.load_split(SST, "train", "5", unescape=False)
+    raw, _ = real_sst_split("train", "5", unescape=False)
     assert "-LRB-" in "\n".join(raw)
 
 
 def test_sst2_drops_neutral_and_merges_polarities():
-    five, labels5 = sst_trees.load_split(SST, "dev", "5")
-    two, labels2 = sst_trees.load_split(SST, "dev", "2")
+    five, labels5 = real_sst_split("dev", "5")
+    two, labels2 = real_sst_split("dev", "2")
     expected = [(t, int(l >= 3)) for t, l in zip(five, labels5) if l != 2]
     assert list(zip(two, labels2.tolist())) == expected
 
@@ -87,8 +88,8 @@ def test_unique_phrases_of_tiny_files(tmp_path):
 
 
 def test_real_training_phrases_are_unique_and_include_every_sentence():
-    phrases, labels = sst_trees.load_split(SST, "train", "5", phrases=True)
-    sentences, sentence_labels = sst_trees.load_split(SST, "train", "5")
+    phrases, labels = real_sst_split("train", "5", phrases=True)
+    sentences, sentence_labels = real_sst_split("train", "5")
     assert len(set(phrases)) == len(phrases)
     assert 150_000 < len(phrases) < 170_000
     label_of = dict(zip(phrases, labels.tolist()))

@@ -4,6 +4,9 @@
   one-block BERT and a tokenizer whose words come from the SST training sentences,
   for ``--preset`` of the SST application (the real MiniLM checkpoint is an optional
   extra, never needed by the tests).
+* :func:`real_sst_split`: ``sst_trees.load_split`` of the real SST files under
+  ``../shared/data/sst``, read once per test process for each set of arguments (the
+  training file alone is 2 MB of trees; several test files read the same splits).
 * :func:`tiny_clevr_cache`: a CLEVR feature cache (the files ``applications.clevr``
   writes after its ResNet-101 pass: ``{split}_{size}.npy`` and
   ``{split}_questions.json``) with random features and generated questions, so that
@@ -11,6 +14,7 @@
 """
 
 import collections
+import functools
 import json
 
 import numpy as np
@@ -22,14 +26,30 @@ BERT_SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 CLEVR_IMAGE_SIZE = 32
 
 
+@functools.lru_cache(maxsize=None)
+def _real_sst_split(split, granularity, options):
+    from applications import sst_trees
+
+    return sst_trees.load_split(SST_DIR, split, granularity, **dict(options))
+
+
+def real_sst_split(split, granularity="5", **options):
+    """``sst_trees.load_split(SST_DIR, split, granularity, **options)`` of the real SST.
+
+    The files are parsed once per test process for each set of arguments; every call
+    returns its own copies (a test may change what it gets without changing what the
+    next test reads).
+    """
+    texts, labels = _real_sst_split(split, granularity, tuple(sorted(options.items())))
+    return list(texts), labels.copy()
+
+
 def tiny_bert_preset(folder, words=120, seed=0):
     """Saves a one-block, 8-wide BERT preset in ``folder``; returns the folder as a string."""
     import keras
     import keras_hub
 
-    from applications import sst_trees
-
-    texts, _ = sst_trees.load_split(SST_DIR, "train", "5")
+    texts, _ = real_sst_split("train", "5")
     counts = collections.Counter(w.lower() for text in texts[:200] for w in text.split())
     vocabulary = list(BERT_SPECIALS) + [w for w, _ in counts.most_common(words) if w not in BERT_SPECIALS]
     keras.utils.set_random_seed(seed)
