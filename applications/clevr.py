@@ -63,7 +63,7 @@ from keras import ops
 
 from applications import checks, plotting
 from applications.checks import integer_at_least
-from applications.errors import InputError, PathNotFoundError, user_path, writable_folder
+from applications.errors import InputError, PathNotFoundError, writable_folder
 from keras_capsules.layers import MACNetwork
 
 logger = logging.getLogger(__name__)
@@ -439,8 +439,6 @@ def cache_split(split, cache_dir, data_dir=None, image_size=IMAGE_SIZE, weights=
     from applications import fault_tolerance
 
     cache_dir = pathlib.Path(cache_dir)
-    with user_path(f"cannot create the cache directory {str(cache_dir)!r}"):
-        cache_dir.mkdir(parents=True, exist_ok=True)
     path = cache_dir / features_file(split, image_size, weights)
     questions_path = cache_dir / f"{split}_questions.json"
     if path.exists() and questions_path.exists():
