@@ -2,7 +2,8 @@
 
 It handles what they share: the ``[x_top, x_lat]`` inputs, shape validation, the
 top-down path (upsampling + convolution of ``x_top``, or a dense projection when
-``x_top`` is a vector), and the kernel/bias arguments.
+``x_top`` is a vector: broadcast over the pixels, or to every pixel with weights
+of its own), and the kernel/bias arguments.
 """
 
 import keras
@@ -24,6 +25,8 @@ from keras_capsules.layers.rladder._utils import (
 _BASE_INITIALIZERS = ("kernel_initializer", "bias_initializer")
 _BASE_REGULARIZERS = ("kernel_regularizer", "bias_regularizer")
 _BASE_CONSTRAINTS = ("kernel_constraint", "bias_constraint")
+#: how a vector x_top reaches the pixels of x_lat (see ConvG1's ``vector_top``)
+VECTOR_TOPS = ("broadcast", "dense")
 
 
 class ConvCombinatorBase(keras.layers.Layer):
@@ -34,6 +37,7 @@ class ConvCombinatorBase(keras.layers.Layer):
         kernel_size=3,
         upsample=1,
         upsample_mode="nearest",
+        vector_top="broadcast",
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
         kernel_regularizer=None,
@@ -51,6 +55,7 @@ class ConvCombinatorBase(keras.layers.Layer):
                 "`upsample_mode` sets how x_top is upsampled, and upsample=1 upsamples nothing. "
                 f"Received: upsample_mode={upsample_mode!r}, upsample=1"
             )
+        self.vector_top = choice("vector_top", vector_top, VECTOR_TOPS)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
@@ -149,12 +154,21 @@ class ConvCombinatorBase(keras.layers.Layer):
         k = self.kernel_size
         return self._kernel(name, (k, k, in_channels, out_channels))
 
-    def _build_top(self, top, out_channels):
+    def _build_top(self, top, out_channels, lat):
         """Creates ``top_kernel`` mapping x_top to ``out_channels`` (None without top)."""
         self.top_rank = None if top is None else len(top)
+        if self.vector_top != "broadcast" and self.top_rank != 2:
+            raise ValueError(
+                f"`vector_top` sets how a vector x_top [batch, top_units] reaches the pixels; "
+                f"this {type(self).__name__} has "
+                + ("no x_top" if top is None else f"an x_top image of shape {top}")
+                + f", so it would have no effect. Received: vector_top={self.vector_top!r}"
+            )
         if top is None:
             return
-        if len(top) == 2:
+        if len(top) == 2 and self.vector_top == "dense":  # every pixel's channels
+            self.top_kernel = self._kernel("top_kernel", (top[-1], lat[1] * lat[2] * out_channels))
+        elif len(top) == 2:
             self.top_kernel = self._kernel("top_kernel", (top[-1], out_channels))
         elif self.upsample > 1 and self.upsample_mode == "transpose":
             k = max(self.kernel_size, self.upsample)
@@ -165,6 +179,10 @@ class ConvCombinatorBase(keras.layers.Layer):
     def _top_signal(self, x_top, x_lat):
         """The top-down contribution to ``u``, broadcastable to x_lat's spatial shape."""
         if len(x_top.shape) == 2:  # (upsample is 1: see _check_vector_top_upsample)
+            if self.vector_top == "dense":
+                height, width = x_lat.shape[1], x_lat.shape[2]
+                channels = self.top_kernel.shape[-1] // (height * width)
+                return ops.reshape(ops.matmul(x_top, self.top_kernel), (-1, height, width, channels))
             return ops.matmul(x_top, self.top_kernel)[:, None, None, :]
         if self.upsample > 1 and self.upsample_mode == "transpose":
             return ops.conv_transpose(
@@ -206,6 +224,7 @@ class ConvCombinatorBase(keras.layers.Layer):
                 "kernel_size": self.kernel_size,
                 "upsample": self.upsample,
                 "upsample_mode": self.upsample_mode,
+                "vector_top": self.vector_top,
             }
         )
         serialize_all(config, self, _BASE_INITIALIZERS, "initializers")

@@ -20,7 +20,7 @@ class HiddenConvCombinatorBase(ConvCombinatorBase):
         top, lat = self._shapes(input_shape)
         self.lat_channels = lat[-1]
         hidden = self.filters or self.lat_channels
-        self._build_top(top, hidden)
+        self._build_top(top, hidden, lat)
         self.lateral_kernel = self._conv_kernel("lateral_kernel", self.lat_channels, hidden)
         self.hidden_bias = self._bias("hidden_bias", hidden)
         for head in self.HEADS:

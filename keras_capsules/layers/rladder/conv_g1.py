@@ -26,8 +26,11 @@ class ConvG1(ElementwiseGate, ConvCombinatorBase):
     and then convolves with a ``kernel_size`` kernel; ``"transpose"`` replaces both by
     one transposed convolution with stride ``upsample`` and kernel size
     ``max(kernel_size, upsample)``. A vector ``x_top`` ``[batch, top_units]`` (a
-    dense level above a convolutional one) is projected by a dense kernel to the
-    channels and broadcast over all pixels. At the top level (``x_lat`` alone or
+    dense level above a convolutional one) is projected by a dense kernel: with
+    ``vector_top="broadcast"`` to the channels, the same at every pixel (the top can
+    then say *what* but not *where*), with ``"dense"`` to every pixel's channels
+    (``H * W * C`` outputs reshaped to ``x_lat``'s shape: the mirror of the encoder
+    flattening the map into the dense level). At the top level (``x_lat`` alone or
     ``[None, x_lat]``) ``u = b``, a learned bias per channel (zeros at first).
 
     Args:
@@ -37,6 +40,10 @@ class ConvG1(ElementwiseGate, ConvCombinatorBase):
             at build otherwise; configs saved before load with 1 and a warning).
         upsample_mode: ``"nearest"`` (default) or ``"transpose"`` (see above;
             needs ``upsample > 1``, since with 1 it would have no effect).
+        vector_top: ``"broadcast"`` (default) or ``"dense"``: how a vector
+            ``x_top`` reaches the pixels (see above). ``"dense"`` needs a vector
+            ``x_top`` (a ``ValueError`` at build otherwise) and has
+            ``top_units * H * W * C`` weights.
         kernel_initializer, bias_initializer: initializers of ``top_kernel`` and
             ``bias``. Defaults glorot uniform and zeros.
         mu_initializer, s_initializer: initializers of the ``[5, channels]``
@@ -70,6 +77,7 @@ class ConvG1(ElementwiseGate, ConvCombinatorBase):
         kernel_size=3,
         upsample=1,
         upsample_mode="nearest",
+        vector_top="broadcast",
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
         mu_initializer=None,
@@ -88,6 +96,7 @@ class ConvG1(ElementwiseGate, ConvCombinatorBase):
             kernel_size=kernel_size,
             upsample=upsample,
             upsample_mode=upsample_mode,
+            vector_top=vector_top,
             kernel_initializer=kernel_initializer,
             bias_initializer=bias_initializer,
             kernel_regularizer=kernel_regularizer,
@@ -101,7 +110,7 @@ class ConvG1(ElementwiseGate, ConvCombinatorBase):
     def build(self, input_shape):
         top, lat = self._shapes(input_shape)
         channels = self.lat_channels = lat[-1]
-        self._build_top(top, channels)
+        self._build_top(top, channels, lat)
         self.bias = self._bias("bias", channels)
         self._build_gate(channels)
         self.built = True

@@ -30,6 +30,8 @@ class ConvG3(HiddenConvCombinatorBase):
             A vector ``x_top`` has no height or width: it needs 1 (a ``ValueError``
             at build otherwise; configs saved before load with 1 and a warning).
         upsample_mode: ``"nearest"`` (default) or ``"transpose"`` (see ConvG1).
+        vector_top: ``"broadcast"`` (default) or ``"dense"``: how a vector
+            ``x_top`` reaches the pixels (see ConvG1).
         kernel_initializer, bias_initializer: initializers of every kernel and bias.
         kernel_regularizer, bias_regularizer: optional regularizers.
         kernel_constraint, bias_constraint: optional constraints.

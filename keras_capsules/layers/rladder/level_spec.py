@@ -17,9 +17,12 @@ _KEYS = (
     "combinator_filters",
     "upsample_mode",
     "normalization",
+    "unflatten",
 )
 #: per-sample normalizations of a ``"conv"`` encoder's pre-activations (ConvEncoderCell)
 LEVEL_NORMALIZATIONS = (None, "instance", "layer")
+#: how a dense level's decoder output reaches the convolutional level below it
+UNFLATTENS = ("broadcast", "dense")
 
 
 def level_spec(
@@ -31,6 +34,7 @@ def level_spec(
     combinator_filters=None,
     upsample_mode="nearest",
     normalization=None,
+    unflatten="broadcast",
 ):
     """Describes one level of an :class:`RLadder` as a plain (JSON-serializable) dict.
 
@@ -58,6 +62,15 @@ def level_spec(
         normalization: for ``encoder="conv"`` only: None (default), ``"instance"``
             or ``"layer"``, the per-sample normalization of the encoder's
             pre-activations (see :class:`ConvEncoderCell`). Other encoders take None.
+        unflatten: for a dense level above a convolutional one (or above an image
+            input): how this level's decoder output, a vector, reaches the pixels of
+            the decoder below. ``"broadcast"`` (default): projected to the
+            channels, the same at every pixel, so the top-down signal says *what*
+            but not *where*; ``"dense"``: projected to every pixel's channels with
+            weights of its own (``vector_top="dense"`` of the combinator below, the
+            mirror of the encoder flattening the map into this level). Convolutional
+            levels take ``"broadcast"``; :class:`RLadder` refuses ``"dense"`` where
+            no convolutional decoder is below.
 
     Returns:
         A dict with every key filled in (the form :class:`RLadder` stores in its
@@ -73,6 +86,7 @@ def level_spec(
             combinator_filters=combinator_filters,
             upsample_mode=upsample_mode,
             normalization=normalization,
+            unflatten=unflatten,
         )
     )
 
@@ -114,6 +128,13 @@ def normalize_level(spec, index=None):
             f"{where}an encoder {encoder!r} takes a normalization in {allowed_norms}. "
             f"Received: normalization={normalization!r}"
         )
+    unflatten = choice("unflatten", spec.get("unflatten", "broadcast"), UNFLATTENS)
+    if unflatten != "broadcast" and kind != "dense":
+        raise ValueError(
+            f"{where}`unflatten` sets how a dense level's decoder output reaches the pixels "
+            f"below it; a {kind} level's already has them. Received: unflatten={unflatten!r}, "
+            f"encoder={encoder!r}"
+        )
     pool = positive_int("pool", spec.get("pool", 1))
     upsample_mode = choice("upsample_mode", spec.get("upsample_mode", "nearest"), UPSAMPLE_MODES)
     if upsample_mode != "nearest" and (pool == 1 or kind == "dense"):
@@ -134,6 +155,7 @@ def normalize_level(spec, index=None):
         ),
         "upsample_mode": upsample_mode,
         "normalization": normalization,
+        "unflatten": unflatten,
     }
 
 

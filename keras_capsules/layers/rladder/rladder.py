@@ -100,7 +100,7 @@ class RLadder(keras.layers.Layer):
         levels: a list of level specifications, dicts as made by
             :func:`level_spec` (``encoder``, ``units``, ``combinator``, ``pool``,
             ``kernel_size``, ``combinator_filters``, ``upsample_mode``,
-            ``normalization``). Convolutional levels (``"convlstm"``, or the
+            ``normalization``, ``unflatten``). Convolutional levels (``"convlstm"``, or the
             feed-forward ``"conv"``, whose memory of the past is then only the
             decoder feedback) must come before dense ones.
         n_iters: None (default) for sequence inputs, or the number of iterations on
@@ -315,6 +315,20 @@ class RLadder(keras.layers.Layer):
                 f"Received: input_combinator={input_combinator!r}"
             )
         self.input_combinator = input_combinator
+        for i, spec in enumerate(self.levels):
+            if spec["unflatten"] == "broadcast":
+                continue
+            below = "a dense level" if i > 0 and kinds[i - 1] == "dense" else None
+            if i == 0 and input_combinator not in CONV_COMBINATORS:
+                below = f"the {input_combinator} input combinator"
+            if not self.use_decoder:
+                below = "no decoder (use_decoder=False)"
+            if below is not None:
+                raise ValueError(
+                    f"levels[{i}]: `unflatten` sets how a dense level's decoder output reaches "
+                    f"the pixels of a convolutional decoder below it; this ladder has {below} "
+                    f"there. Received: unflatten={spec['unflatten']!r}"
+                )
         self.input_combinator_filters = positive_int(
             "input_combinator_filters", input_combinator_filters, allow_none=True
         )
@@ -434,10 +448,14 @@ class RLadder(keras.layers.Layer):
         if cls is G1:
             return G1(name=name, **common)
         above = self.levels[l] if l < len(self.levels) else None
-        upsample, mode = 1, "nearest"
+        upsample, mode, vector_top = 1, "nearest", "broadcast"
         if above is not None and level_kind(above) == "conv":
             upsample, mode = above["pool"], above["upsample_mode"]
-        kwargs = dict(kernel_size=kernel_size, upsample=upsample, upsample_mode=mode, name=name)
+        elif above is not None:
+            vector_top = above["unflatten"]
+        kwargs = dict(
+            kernel_size=kernel_size, upsample=upsample, upsample_mode=mode, vector_top=vector_top, name=name
+        )
         if combinator in CONV_COMBINATORS[1:]:
             kwargs["filters"] = filters
         return cls(**kwargs, **common)

@@ -99,6 +99,51 @@ def test_vector_top_is_broadcast_over_pixels():
     np.testing.assert_allclose(y, np.broadcast_to(y[:, :1, :1], y.shape), rtol=1e-6)
 
 
+@pytest.mark.parametrize("cls", [ConvG1, ConvG2, ConvG3])
+def test_dense_vector_top_gives_every_pixel_its_own_weights(cls):
+    """vector_top="dense": u's top-down term is x_top @ K reshaped to [H, W, C]."""
+    rng = np.random.default_rng(5)
+    top = rng.normal(size=(2, 3)).astype("float32")
+    lat = rng.normal(size=(2, 4, 5, 2)).astype("float32")
+    kwargs = dict(kernel_size=1) if cls is ConvG1 else dict(kernel_size=1, filters=6)
+    layer = cls(vector_top="dense", **kwargs)
+    layer([top, lat])
+    _set_random(layer, rng)
+    w = {v.name: np.asarray(v) for v in layer.weights}
+    hidden = 2 if cls is ConvG1 else 6
+    assert w["top_kernel"].shape == (3, 4 * 5 * hidden)
+    down = (top @ w["top_kernel"]).reshape(2, 4, 5, hidden)
+    if cls is ConvG1:
+        u = down + w["bias"]
+        s, mu = _f(u, w["s_weights"]), _f(u, w["mu_weights"])
+        want = lat * s + (1 - s) * mu
+    else:
+        u = np.maximum(down + lat @ w["lateral_kernel"][0, 0] + w["hidden_bias"], 0)
+        s = _sigmoid(u @ w["s_kernel"][0, 0] + w["s_bias"])
+        if cls is ConvG2:
+            want = lat * s + (1 - s) * (u @ w["mu_kernel"][0, 0] + w["mu_bias"])
+        else:
+            want = s * (u @ w["mu1_kernel"][0, 0] + w["mu1_bias"]) + (1 - s) * (
+                u @ w["mu2_kernel"][0, 0] + w["mu2_bias"]
+            )
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(layer([top, lat])), want, rtol=1e-4, atol=1e-5)
+    # with a zero lateral the broadcast top gives every pixel the same output, the dense one not
+    zero = np.zeros_like(lat)
+    y = keras.ops.convert_to_numpy(layer([top, zero]))
+    assert np.abs(y - y[:, :1, :1]).max() > 1e-3
+
+
+@pytest.mark.parametrize("cls", [ConvG1, ConvG2, ConvG3])
+def test_dense_vector_top_needs_a_vector_top(cls):
+    with pytest.raises(ValueError, match="Received: vector_top='sideways'"):
+        cls(vector_top="sideways")
+    lat = np.zeros((2, 4, 4, 2), "float32")
+    with pytest.raises(ValueError, match=r"an x_top image of shape .*no effect.*vector_top='dense'"):
+        cls(vector_top="dense", upsample=2)([np.zeros((2, 2, 2, 3), "float32"), lat])
+    with pytest.raises(ValueError, match="has no x_top, so it would have no effect"):
+        cls(vector_top="dense")(lat)
+
+
 VECTOR_TOP_UPSAMPLES = [dict(upsample=2), dict(upsample=3), dict(upsample=2, upsample_mode="transpose")]
 
 
@@ -135,6 +180,7 @@ CONTRACT_CASES = [
     (G1, dict(mu_regularizer="l2"), [(4, 5)]),
     (ConvG1, dict(upsample=2), [(4, 2, 2, 3), (4, 4, 4, 2)]),
     (ConvG2, dict(filters=3, kernel_size=1), [(4, 3), (4, 4, 4, 2)]),
+    (ConvG1, dict(vector_top="dense"), [(4, 3), (4, 4, 5, 2)]),
     (ConvG3, dict(upsample=2, upsample_mode="transpose"), [(4, 2, 2, 2), (4, 4, 4, 2)]),
 ]
 

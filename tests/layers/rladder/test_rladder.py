@@ -88,7 +88,9 @@ CONTRACT_CASES = [
     ("conv", dict(levels=CONV_LEVELS[1:]), (4, 2, 4, 4, 1)),
     ("encoder_only", dict(levels=DENSE_LEVELS[:1], use_decoder=False), (4, 2, 5)),
     ("conv_layer_norm", dict(levels=CONV_LEVELS, normalization="layer"), (4, 2, 4, 4, 1)),
-    ("feed_forward_conv", dict(levels=FF_CONV_LEVELS, feedback_initializer="zeros"), (4, 2, 4, 4, 1)),
+    # (with the top's decoder output reaching every pixel with weights of its own)
+    ("feed_forward_conv", dict(levels=FF_CONV_LEVELS[:2] + [level_spec("gated", 4, unflatten="dense")],
+                               feedback_initializer="zeros"), (4, 2, 4, 4, 1)),
 ]
 
 
@@ -122,6 +124,15 @@ def test_layer_contract(case, kwargs, shape, tmp_path):
         (dict(levels=CONV_LEVELS, input_combinator_filters=3), "Received: input_combinator_filters=3"),
         (dict(levels=DENSE_LEVELS, output_units=3, use_decoder=False),
          "Received: output_units=3, use_decoder=False"),
+        # unflatten="dense" needs a convolutional decoder below the dense level
+        (dict(levels=[level_spec("gated", 2), level_spec("gated", 2, unflatten="dense")]),
+         r"levels\[1\].*a dense level there. Received: unflatten='dense'"),
+        (dict(levels=[level_spec("gated", 2, unflatten="dense")]), "the G1 input combinator"),
+        (dict(levels=[level_spec("conv", 2), level_spec("gated", 2, unflatten="dense")], use_decoder=False),
+         r"no decoder \(use_decoder=False\)"),
+        (dict(levels=[{"encoder": "conv", "units": 2, "unflatten": "dense"}]),
+         "a conv level's already has them. Received: unflatten='dense'"),
+        (dict(levels=[{"encoder": "gated", "units": 2, "unflatten": "tiled"}]), "Received: unflatten='tiled'"),
     ],
 )
 def test_bad_constructor_arguments(kwargs, message):
@@ -384,6 +395,23 @@ def test_a_mask_with_n_iters_is_a_clear_error():
     inputs = keras.Input((5,))
     with pytest.raises(ValueError, match="takes no mask"):
         RLadder(DENSE_LEVELS, n_iters=2)(keras.layers.Masking()(inputs))
+
+
+def test_a_dense_unflatten_lets_the_top_say_where():
+    """unflatten="dense": the top's decoder output reaches every pixel with its own weights."""
+    levels = [level_spec("conv", 2, normalization="instance"), level_spec("conv", 3, pool=2),
+              level_spec("gated", 4, unflatten="dense")]
+    ladder = RLadder(levels, output_units=1)
+    x = _seq(2, 3, 8, 8, 1)
+    pred, top = ladder(x)
+    assert pred.shape == (2, 3, 8, 8, 1) and top.shape == (2, 3, 4)
+    kernel = next(w for w in ladder.weights if w.path.endswith("decoder_2/top_kernel"))
+    assert tuple(kernel.shape) == (4, 4 * 4 * 3)  # 4 top units -> 4x4 pixels x 3 channels
+    assert all(spec["unflatten"] == "broadcast" for spec in ladder.get_config()["levels"][:2])
+    # a config saved before the key existed loads as "broadcast"
+    old = ladder.get_config()
+    old["levels"] = [{k: v for k, v in spec.items() if k != "unflatten"} for spec in old["levels"]]
+    assert RLadder.from_config(old).levels[-1]["unflatten"] == "broadcast"
 
 
 @pytest.mark.parametrize(
