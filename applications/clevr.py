@@ -61,7 +61,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from applications import checks, plotting
+from applications import checks, distribute, plotting
 from applications.checks import integer_at_least
 from applications.errors import InputError, PathNotFoundError, writable_folder
 from keras_capsules.layers import MACNetwork
@@ -735,13 +735,12 @@ def train(cache_dir, run_dir="runs/clevr", data_dir=None, epochs=25, batch_size=
     run after the recipe's (the backup of a ``fault_tolerance.AtomicBackupAndRestore``
     among them is deleted once the outputs are written: ``fault_tolerance.finish_run``).
     """
-    import tensorflow as tf
 
-    from applications import distribute, fault_tolerance
+    from applications import fault_tolerance
     from applications.demo import plot_history, save_atomically
     from applications.fault_tolerance import write_json_atomically
 
-    strategy = strategy or tf.distribute.get_strategy()
+    strategy = distribute.resolve_strategy(strategy)
     keras.utils.set_random_seed(seed)
     os.makedirs(run_dir, exist_ok=True)
     data = prepare(cache_dir, data_dir, SPLITS, image_size, weights, extractor, verbose=verbose)
@@ -781,11 +780,10 @@ def evaluate(model_path, cache_dir, data_dir=None, image_size=IMAGE_SIZE, limit=
     compiled again with :func:`answer_loss` (a model saved before that loss left such
     questions out could not score their labels).
     """
-    import tensorflow as tf
 
     if not os.path.exists(model_path):
         raise PathNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
-    strategy = strategy or tf.distribute.get_strategy()
+    strategy = distribute.resolve_strategy(strategy)
     data = prepare_offline(cache_dir, data_dir, image_size, limit, verbose=0)
     val_ds = make_dataset(**data["validation"], batch_size=batch_size, drop_unknown=False)
     with strategy.scope():
@@ -854,7 +852,6 @@ def run_train(args, strategy):
 
 
 def run_evaluate(args, strategy):
-    from applications import distribute
     from applications.arguments import cache_dir_of
 
     return evaluate(args.model, cache_dir_of(args), args.data_dir, args.image_size, args.limit,

@@ -235,9 +235,8 @@ def train(
     Returns:
         A dict with the test accuracy, the parameter count, the epochs and the paths.
     """
-    import tensorflow as tf
 
-    strategy = strategy or tf.distribute.get_strategy()
+    strategy = distribute.resolve_strategy(strategy)
     keras.utils.set_random_seed(seed)
     out = distribute.output_dir(run_dir, strategy)
     with user_path(f"cannot create the run directory {out!r}"):
@@ -304,14 +303,13 @@ def evaluate(model_path, batch_size=64, seed=None, data_dir=None, limit=None, st
     away from its run directory) the given values are used (``seed`` None: 0), with a
     note on stderr.
     """
-    import tensorflow as tf
 
     from applications import checks
 
     if not os.path.exists(model_path):
         raise PathNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
     seed, data_dir, limit, note = _split_of(model_path, seed, data_dir, limit)
-    strategy = strategy or tf.distribute.get_strategy()
+    strategy = distribute.resolve_strategy(strategy)
     images, labels = load_arrays(data_dir, limit)
     with strategy.scope():
         model = checks.load_model(model_path)

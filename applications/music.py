@@ -35,7 +35,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from applications import checks, plotting
+from applications import checks, distribute, plotting
 from applications.checks import integer_at_least
 from applications.errors import InputError, PathNotFoundError, user_path
 from keras_capsules.layers import RLadder, level_spec
@@ -932,9 +932,8 @@ def train(
         raise InputError(f"`encoder` must be an encoder kind or a non-empty list of them. Received: encoder={encoder!r}")
     keras.utils.set_random_seed(seed)
     os.makedirs(run_dir, exist_ok=True)
-    import tensorflow as tf
 
-    strategy = strategy or tf.distribute.get_strategy()
+    strategy = distribute.resolve_strategy(strategy)
     rolls, longest = load_rolls(data_path, limit)
     steps = window or longest
     datasets = {
@@ -1107,7 +1106,6 @@ def evaluate(model_path, data_path=None, split="test", limit=None, batch_size=32
     in it), a ``[num_samples, sample_steps, 88]`` float32 array, and their piano rolls to
     the same name with ``.png``; both paths are then in the result.
     """
-    import tensorflow as tf
 
     if isinstance(sample_steps, bool) or not isinstance(sample_steps, int) or sample_steps < 0:
         raise InputError(f"`sample_steps` must be a non-negative integer. Received: sample_steps={sample_steps!r}")
@@ -1117,7 +1115,7 @@ def evaluate(model_path, data_path=None, split="test", limit=None, batch_size=32
         limit = integer_at_least("limit", limit, 1)
     if not os.path.exists(model_path):
         raise PathNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
-    strategy = strategy or tf.distribute.get_strategy()
+    strategy = distribute.resolve_strategy(strategy)
     data = load_chorales(data_path)
     with strategy.scope():
         model = checks.load_model(model_path)

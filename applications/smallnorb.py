@@ -40,7 +40,7 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
-from applications import checks, plotting
+from applications import checks, distribute, plotting
 from applications import training as train_utils
 from applications.errors import InputError, PathNotFoundError, user_path
 from keras_capsules.layers import EMRouting
@@ -333,9 +333,7 @@ def train(
     if validation_steps is not None:
         test_ds = test_ds.repeat().take(validation_steps)
 
-    from applications import distribute
-
-    strategy = strategy or tf.distribute.get_strategy()
+    strategy = distribute.resolve_strategy(strategy)
     with strategy.scope():
         model = build_model(**(model_kwargs or {}))
         compile_model(model, total_steps=max(2, epochs * steps_per_epoch))
@@ -459,7 +457,7 @@ def evaluate(model_path, data_dir=None, batch_size=20, image_size=IMAGE_SIZE, st
 
     if not os.path.exists(model_path):
         raise PathNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
-    strategy = strategy or tf.distribute.get_strategy()
+    strategy = distribute.resolve_strategy(strategy)
     with strategy.scope():
         model = checks.load_model(model_path)
     # another application's model failed in Keras ("Exception encountered when calling ...")
@@ -515,7 +513,7 @@ def _require_data(data_dir):
 def run_train(args, strategy):
     import os
 
-    from applications import distribute, fault_tolerance
+    from applications import fault_tolerance
     from applications.demo import plot_history
 
     _require_data(args.data_dir)
@@ -568,8 +566,6 @@ def run_train(args, strategy):
 
 
 def run_evaluate(args, strategy):
-    from applications import distribute
-
     _require_data(args.data_dir)
     return evaluate(args.model, data_dir=args.data_dir,
                     batch_size=distribute.global_batch_size(args.batch_size, strategy),

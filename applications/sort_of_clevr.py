@@ -37,7 +37,7 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-from applications import checks, clevr
+from applications import checks, clevr, distribute
 from applications.checks import integer_at_least
 from applications.errors import InputError, PathNotFoundError
 
@@ -556,7 +556,7 @@ def train(run_dir="runs/sort_of_clevr", steps=20000, batch_size=64, kb="symbolic
     """
     import os
 
-    from applications import distribute, fault_tolerance
+    from applications import fault_tolerance
     from applications.demo import plot_history, save_atomically
     from applications.training import spread_steps
 
@@ -564,7 +564,7 @@ def train(run_dir="runs/sort_of_clevr", steps=20000, batch_size=64, kb="symbolic
     # fewer steps than epochs: one step per epoch, `steps` epochs (each of `epochs` epochs ran
     # a step, so steps=3 with epochs=10 trained 10 steps)
     epochs = min(integer_at_least("epochs", epochs, 1), steps)
-    strategy = strategy or tf.distribute.get_strategy()
+    strategy = distribute.resolve_strategy(strategy)
     keras.utils.set_random_seed(seed)
     os.makedirs(run_dir, exist_ok=True)
     with strategy.scope():
@@ -622,7 +622,7 @@ def evaluate(model_path, validation_examples=2000, seed=0, batch_size=256, strat
 
     if not os.path.exists(model_path):
         raise PathNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
-    strategy = strategy or tf.distribute.get_strategy()
+    strategy = distribute.resolve_strategy(strategy)
     with strategy.scope():
         model = checks.load_model(model_path)
     names = [getattr(t, "name", "") for t in keras.tree.flatten(model.inputs)]

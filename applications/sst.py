@@ -56,7 +56,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from applications import checks, fault_tolerance, sst_trees
+from applications import checks, distribute, fault_tolerance, sst_trees
 from applications.checks import integer_at_least
 from applications.errors import CommandLineError, InputError, PathNotFoundError, writable_folder
 from keras_capsules.layers import EMRouting
@@ -760,9 +760,8 @@ def train(
     Returns:
         A dict with the dev and test accuracies, the parameter count and paths.
     """
-    import tensorflow as tf
 
-    from applications import distribute, fault_tolerance
+    from applications import fault_tolerance
     from applications.demo import plot_history, save_atomically
     from applications.fault_tolerance import write_json_atomically
     from applications.training import run_callbacks
@@ -778,7 +777,7 @@ def train(
     mixup_alpha = None if mixup_alpha is None else _finite_at_least("mixup_alpha", mixup_alpha, 0)
     _limit("max_train", max_train)
     _limit("max_eval", max_eval)
-    strategy = strategy or tf.distribute.get_strategy()
+    strategy = distribute.resolve_strategy(strategy)
     keras.utils.set_random_seed(seed)
     run_dir = pathlib.Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -839,13 +838,12 @@ def evaluate(model_path, data_dir, granularity="5", split="test", preset=DEFAULT
     on), through the cache in ``cache_dir`` (None: ``cache`` beside the model, where
     :func:`train` puts it by default).
     """
-    import tensorflow as tf
 
     if not os.path.exists(model_path):
         raise PathNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
     batch_size = integer_at_least("batch_size", batch_size, 1)
     _limit("max_eval", max_eval)
-    strategy = strategy or tf.distribute.get_strategy()
+    strategy = distribute.resolve_strategy(strategy)
     cache_dir = cache_dir or os.path.join(os.path.dirname(os.path.abspath(model_path)), "cache")
     with strategy.scope():
         model = checks.load_model(model_path)
@@ -937,7 +935,6 @@ def run_train(args, strategy):
 
 
 def run_evaluate(args, strategy):
-    from applications import distribute
     from applications.arguments import cache_dir_of
 
     sst_trees.require_split_files(args.data_dir, (args.split,))

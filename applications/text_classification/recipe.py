@@ -13,7 +13,7 @@ import os
 
 import keras
 
-from applications import checks
+from applications import checks, distribute
 from applications.demo import plot_history, save_atomically
 from applications.text_classification import data as data_lib
 from applications.text_classification import model as model_lib
@@ -108,14 +108,13 @@ def train(
     Returns:
         A dict of the results (test accuracy, parameter counts, output paths, ...).
     """
-    import tensorflow as tf
 
-    from applications import distribute, fault_tolerance
+    from applications import fault_tolerance
     from applications.fault_tolerance import atomic_write, write_json_atomically
 
     # Refuse bad model options before minutes of data preparation, not after.
     model_lib.check_arguments(routing=routing, embedding=embedding, **model_kwargs)
-    strategy = strategy or tf.distribute.get_strategy()
+    strategy = distribute.resolve_strategy(strategy)
     keras.utils.set_random_seed(seed)
     os.makedirs(run_dir, exist_ok=True)
     data = prepare_data(dataset, data_dir, batch_size, vocab_size, max_length, phrases, limit, seed)
@@ -181,14 +180,13 @@ def evaluate(model_path, dataset="sst2", data_dir=None, vocabulary_path=None, li
     Texts are encoded with the vocabulary the model was trained with: ``vocab.txt``
     beside the model (as :func:`train` writes it) unless ``vocabulary_path`` is given.
     """
-    import tensorflow as tf
 
     if not os.path.exists(model_path):
         raise PathNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
     vocabulary_path = vocabulary_path or os.path.join(os.path.dirname(os.path.abspath(model_path)), "vocab.txt")
     if not os.path.exists(vocabulary_path):
         raise PathNotFoundError(f"no vocabulary at {vocabulary_path!r}: pass the vocab.txt written by `train`")
-    strategy = strategy or tf.distribute.get_strategy()
+    strategy = distribute.resolve_strategy(strategy)
     lookup = data_lib.make_lookup(data_lib.load_vocabulary(vocabulary_path))
     raw = data_lib.load_split(dataset, data_lib.splits(dataset)[2], data_dir, limit=limit)
     test = data_lib.with_cardinality(data_lib.make_dataset(raw, lookup, batch_size, max_length=max_length))
@@ -244,7 +242,6 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
-    from applications import distribute
     from applications.text_classification.cli import INTRA_OP_THREADS
 
     distribute.set_intra_op_threads(INTRA_OP_THREADS)  # as the command line; before the first op

@@ -211,3 +211,39 @@ def test_the_multi_worker_fixes_leave_other_strategies_alone(monkeypatch):
         assert history == history_after and evaluation == evaluation_after
         for w, w_after in zip(weights, weights_after):
             np.testing.assert_array_equal(w, w_after)
+
+
+def test_a_multi_worker_strategy_passed_to_train_gets_the_fixes(monkeypatch, tmp_path):
+    # Only make_strategy("multiworker") installed the fixes: a MultiWorkerMirroredStrategy
+    # that a user made and passed to an application's train or evaluate (train(strategy=...))
+    # met Keras' multi-worker bugs at fit. The applications resolve their strategy through
+    # resolve_strategy, which installs them for a multi-worker strategy.
+    import tensorflow as tf
+
+    from applications import demo
+
+    installed = []
+    monkeypatch.setattr(distribute, "install_multi_worker_fixes", lambda: installed.append(True) or True)
+    assert distribute.resolve_strategy(None) is tf.distribute.get_strategy() and not installed
+    mirrored = two_cpu_strategy()
+    assert distribute.resolve_strategy(mirrored) is mirrored and not installed
+
+    class MultiWorker:  # what _is_multi_worker reads of a MultiWorkerMirroredStrategy
+        class extended:
+            @staticmethod
+            def _in_multi_worker_mode():
+                return True
+
+    strategy = MultiWorker()
+    assert distribute.resolve_strategy(strategy) is strategy and installed == [True]
+    # and an application's train passes its strategy through it (stopped right after)
+    seen = []
+
+    def stop(strategy=None):
+        seen.append(strategy)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(distribute, "resolve_strategy", stop)
+    with pytest.raises(KeyboardInterrupt):
+        demo.train(run_dir=str(tmp_path / "run"), epochs=1, strategy=strategy)
+    assert seen == [strategy]
