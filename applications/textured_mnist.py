@@ -65,6 +65,8 @@ from keras_capsules.metrics import adjusted_mutual_info
 
 IMAGE_SIZE = 28
 TEXTURE_KINDS = ("stripes", "checker", "noise")
+#: how the ladder's dense top reaches the pixels of the convolutional decoder below (``paper_levels``)
+UNFLATTENS = ("broadcast", "dense")
 
 
 # ------------------------------------------------------------------------- data
@@ -343,13 +345,24 @@ class SumGroups(keras.layers.Layer):
         return input_shape[:2] + input_shape[3:]
 
 
-def paper_levels(conv_units=32, dense_units=64, pool=1):
+def paper_levels(conv_units=32, dense_units=64, pool=1, unflatten="broadcast"):
     """A convolutional bottom level and a dense gated top (narrow for a CPU).
 
     ``pool`` max-pools the convolutional level's output before the dense top, which
     divides the top's input weights (most of the parameters) by ``pool ** 2``.
+    ``unflatten`` is the top's (see :func:`~keras_capsules.layers.level_spec`): how
+    its decoder output, a vector, reaches the convolutional decoder below.
+    ``"broadcast"`` (default) projects it to the channels, the same at every pixel,
+    so without the lateral connections a group's mean cannot vary over the image
+    (but near its borders); ``"dense"`` projects it to every pixel's channels
+    (``dense_units * H * W * conv_units`` weights instead of ``dense_units *
+    conv_units``), so that the top can paint a whole texture. (Measured on the
+    benchmark's validation probes, eleventh round of ``benchmarks/rladder.py``: no
+    better segmentation either way.)
     """
-    return [level_spec("convlstm", conv_units), level_spec("gated", dense_units, pool=pool)]
+    if unflatten not in UNFLATTENS:  # level_spec's ValueError named the top level, not this option
+        raise InputError(f"`unflatten` must be one of {UNFLATTENS}. Received: unflatten={unflatten!r}")
+    return [level_spec("convlstm", conv_units), level_spec("gated", dense_units, pool=pool, unflatten=unflatten)]
 
 
 def build_model(
@@ -369,9 +382,14 @@ def build_model(
     initial_mask_scale=1,
     posterior_sigma=None,
     initial_mask_stddev=1.0,
+    unflatten="broadcast",
     name="rtagger_textured_mnist",
 ):
     """RTagger with ``n_groups`` groups on ``[size, size, 1]`` images.
+
+    ``conv_units``, ``dense_units``, ``pool`` and ``unflatten`` shape the ladder
+    (:func:`paper_levels`); ``sigma``, ``mask_update``, ``initial_mask_scale``,
+    ``posterior_sigma`` and ``initial_mask_stddev`` are RTagger's.
 
     Returns:
         A ``keras.Model`` with outputs ``{"mixture": concatenate([m, pi]) [b, T, K,
@@ -384,7 +402,7 @@ def build_model(
     images = keras.Input((image_size, image_size, 1), name="images")
     x = GaussianCorruption(noise_std, seed=0, name="corruption")(images) if noise_std else images
     pi, m = RTagger(
-        n_groups, paper_levels(conv_units, dense_units, pool), n_iters=n_iters, sigma=sigma,
+        n_groups, paper_levels(conv_units, dense_units, pool, unflatten), n_iters=n_iters, sigma=sigma,
         mask_update=mask_update, initial_mask_scale=initial_mask_scale, posterior_sigma=posterior_sigma,
         initial_mask_stddev=initial_mask_stddev, name="rtagger",
     )(x)
@@ -585,6 +603,7 @@ def train(
     initial_mask_scale=1,
     posterior_sigma=None,
     initial_mask_stddev=1.0,
+    unflatten="broadcast",
     class_weight=1.0,
     texture_style="binary",
     mean_gap=0.0,
@@ -606,7 +625,8 @@ def train(
     every epoch of a resumed run; the backup of a
     ``fault_tolerance.AtomicBackupAndRestore`` among them is deleted once the outputs
     are written (``fault_tolerance.finish_run``). ``mask_update``, ``initial_mask_scale``,
-    ``posterior_sigma`` and ``initial_mask_stddev`` are RTagger's; ``class_weight``
+    ``posterior_sigma`` and ``initial_mask_stddev`` are RTagger's, ``unflatten`` the
+    ladder's top (see :func:`paper_levels`); ``class_weight``
     weighs the classifier's cost against the mixture NLL; ``texture_style``, ``mean_gap``, ``texture_set``, ``bank_size`` and
     ``texture_shift`` choose the images (see :func:`make_images`).
 
@@ -636,7 +656,7 @@ def train(
                 sigma=sigma, noise_std=noise_std, num_classes=num_classes, pool=pool,
                 head_input=head_input, head_type=head_type, mask_update=mask_update,
                 initial_mask_scale=initial_mask_scale, posterior_sigma=posterior_sigma,
-                initial_mask_stddev=initial_mask_stddev,
+                initial_mask_stddev=initial_mask_stddev, unflatten=unflatten,
             ),
             learning_rate,
             sigma=sigma,

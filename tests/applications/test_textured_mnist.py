@@ -396,3 +396,26 @@ def test_evaluate_and_train_refuse_no_test_images_a_zero_batch_and_another_appli
         tm.evaluate(str(tmp_path / "other.keras"), shared_path("data", "mnist"), num_test=1)
     result = tm.evaluate(str(path), shared_path("data", "mnist"), num_test=1, batch_size=1)
     assert len(result["ami"]) == TINY["n_iters"] and np.all(np.isfinite(result["ami"]))
+
+
+def test_unflatten_dense_gives_the_top_a_kernel_to_every_pixel_and_round_trips(tmp_path, digits):
+    # the ladder's dense top reached the conv decoder below broadcast over the pixels, so without
+    # laterals a group's mean was uniform; "dense" projects it to every pixel's channels
+    from applications.errors import InputError
+
+    data = tm.generate(*digits, 4, seed=0, style="smooth", texture_set="fixed")
+    model = tm.build_model(unflatten="dense", **TINY)
+    ladder = model.get_layer("rtagger").ladder
+    assert ladder.levels[-1]["unflatten"] == "dense"
+    assert tuple(ladder.decoders[1].top_kernel.shape) == (TINY["dense_units"], 28 * 28 * TINY["conv_units"])
+    assert tm.build_model(**TINY).get_layer("rtagger").ladder.levels[-1]["unflatten"] == "broadcast"
+    path = tmp_path / "dense.keras"
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    assert loaded.get_layer("rtagger").ladder.levels[-1]["unflatten"] == "dense"
+    np.testing.assert_allclose(loaded(data["images"])["mixture"], model(data["images"])["mixture"], atol=1e-5)
+    with pytest.raises(InputError, match=r"Received: unflatten='pixels'"):
+        tm.build_model(unflatten="pixels", **TINY)
+    with pytest.raises(InputError, match=r"Received: unflatten='pixels'"):
+        tm.train(shared_path("data", "mnist"), run_dir=str(tmp_path / "run"), num_train=4, num_test=2, epochs=1,
+                 verbose=0, unflatten="pixels", **{k: v for k, v in TINY.items() if k != "image_size"})
