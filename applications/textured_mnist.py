@@ -55,7 +55,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from applications import checks, plotting
+from applications import checks, distribute, plotting
 from applications.checks import integer_at_least
 from applications.mnist_digits import check_digits
 from applications.errors import InputError, PathNotFoundError
@@ -635,16 +635,14 @@ def train(
         paths, ``epochs_run`` (the epochs of the whole run, those before a resume too:
         ``fault_tolerance.epochs_run``) and ``resumed_from_epoch`` (0 for a fresh run).
     """
-    import tensorflow as tf
-
-    from applications import distribute, fault_tolerance
+    from applications import fault_tolerance
     from applications.demo import plot_history, save_atomically
 
     # num_test=0 failed only after training (an empty validation set: "batch_outputs" unbound),
     # num_train=0 in fit
     num_train = integer_at_least("num_train", num_train, 1)
     num_test = integer_at_least("num_test", num_test, 1)
-    strategy = strategy or tf.distribute.get_strategy()
+    strategy = distribute.resolve_strategy(strategy)
     keras.utils.set_random_seed(seed)
     os.makedirs(run_dir, exist_ok=True)
     train_data, test_data = make_images(data_dir, num_train, num_test, seed, texture_style, mean_gap,
@@ -705,14 +703,12 @@ def evaluate(model_path, data_dir=None, num_test=1000, seed=0, batch_size=64, st
              texture_style="binary", mean_gap=0.0, texture_set="random", bank_size=8, texture_shift=False):
     """Per-iteration AMI (and error) of a saved model on the test images of :func:`train` (same seed
     and texture options)."""
-    import tensorflow as tf
-
     if not os.path.exists(model_path):
         raise PathNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
     # num_test=0 was Keras' UnboundLocalError ("batch_outputs") inside predict
     num_test = integer_at_least("num_test", num_test, 1)
     batch_size = integer_at_least("batch_size", batch_size, 1)
-    strategy = strategy or tf.distribute.get_strategy()
+    strategy = distribute.resolve_strategy(strategy)
     _, test_digits = _train_test_digits(data_dir, seed)
     test_data = generate(*test_digits, num_test, seed=seed + 1, style=texture_style, mean_gap=mean_gap,
                          texture_set=texture_set, bank_size=bank_size, shift=texture_shift)
