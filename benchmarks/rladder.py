@@ -1087,6 +1087,7 @@ def _occluded_variant(args, variant, budget_seconds):
             feedback_initializer=None if args.feedback_initializer == "default" else args.feedback_initializer,
             augment=None if args.augment == "none" else args.augment,
             affine=om.affine_options(args),
+            unflatten=args.unflatten,
             seed=args.seed,
             verbose=args.verbose,
             callbacks=callbacks,
@@ -1337,6 +1338,10 @@ def main(argv=None):
                    "of --learning-rate (1: constant; default: %(default)s)")
     p.add_argument("--feedback-initializer", default="zeros", choices=("zeros", "default"),
                    help="RLadder's feedback kernels start at zero, or as its other kernels")
+    p.add_argument("--unflatten", default="broadcast", choices=("broadcast", "dense"),
+                   help="the ladders' gated top reaches the conv decoder below by one projection "
+                   "broadcast over all pixels, or by a dense kernel to every pixel (the temporal "
+                   "baseline ignores it)")
     p.add_argument("--augment", default="none", choices=("none", "fresh", "affine"),
                    help="training sequences of every variant: fixed (none), new every epoch (fresh), or new "
                    "every epoch with each digit randomly transformed (affine); test sequences never are")
