@@ -495,9 +495,17 @@ def _check_conv_options(conv_encoder, conv_normalization):
 
 CONV_ENCODERS = ("convlstm", "conv")
 CONV_NORMALIZATIONS = ("auto", None, "instance")
+UNFLATTENS = ("broadcast", "dense")
 
 
-def paper_levels(conv_units=(32, 64, 64), dense_units=128, conv_encoder="conv", conv_normalization="auto"):
+def _check_unflatten(unflatten):
+    if unflatten not in UNFLATTENS:
+        raise InputError(f"`unflatten` must be one of {UNFLATTENS}. Received: unflatten={unflatten!r}")
+
+
+def paper_levels(
+    conv_units=(32, 64, 64), dense_units=128, conv_encoder="conv", conv_normalization="auto", unflatten="broadcast"
+):
     """Convolutional levels (pooling by 2 from the second on) and a dense gated top.
 
     Args:
@@ -510,16 +518,22 @@ def paper_levels(conv_units=(32, 64, 64), dense_units=128, conv_encoder="conv", 
             levels, None with ``"convlstm"``), None, or ``"instance"`` (per-sample,
             per-channel normalization of the convolutions' pre-activations; only
             with ``conv_encoder="conv"``).
+        unflatten: how the gated top's decoder output reaches the pixels of the
+            convolutional decoder below it (the top level's ``unflatten``, see
+            :func:`level_spec`): ``"broadcast"`` (default: a dense projection to
+            the channels, the same at every pixel) or ``"dense"`` (a kernel to
+            every pixel's channels, so that the top-down path can say *where*).
 
     Returns:
         A list of level specs for :class:`RLadder`.
     """
     conv_normalization = _check_conv_options(conv_encoder, conv_normalization)
+    _check_unflatten(unflatten)
     levels = [
         level_spec(conv_encoder, u, pool=1 if i == 0 else 2, normalization=conv_normalization)
         for i, u in enumerate(conv_units)
     ]
-    return levels + [level_spec("gated", dense_units)]
+    return levels + [level_spec("gated", dense_units, unflatten=unflatten)]
 
 
 def build_model(
@@ -533,6 +547,7 @@ def build_model(
     conv_encoder="conv",
     conv_normalization="auto",
     feedback_initializer="zeros",
+    unflatten="broadcast",
     name=None,
 ):
     """Builds one of the models (see the module docstring for ``variant``).
@@ -571,6 +586,12 @@ def build_model(
             the default: the full ladder starts as ``no_feedback`` and learns its
             feedback; None: as its other kernels). Only the ``"rladder"`` variant
             has feedback, so the other variants do not pass it on.
+        unflatten: how the ladder's gated top reaches the pixels of the
+            convolutional decoder below it (see :func:`paper_levels`):
+            ``"broadcast"`` (default) or ``"dense"``. Only the variants with a
+            decoder (``"rladder"``, ``"no_feedback"``) use it; the
+            ``"hierarchical"`` ladder (no decoder) and the temporal baseline
+            ignore it.
 
     Returns:
         A ``keras.Model`` from frames ``[batch, T, S, S, 1]`` to ``{"next_frames":
@@ -581,6 +602,7 @@ def build_model(
     """
     _check_variant(variant)
     conv_normalization = _check_conv_options(conv_encoder, conv_normalization)
+    _check_unflatten(unflatten)
     # num_frames=0 failed with "out-of-bounds index", conv_units=() with a message about the
     # ladder's input combinator, num_classes=1 only in fit
     num_frames = integer_at_least("num_frames", num_frames, 1)
@@ -614,8 +636,12 @@ def build_model(
         x = keras.layers.TimeDistributed(keras.layers.Flatten(), name="flatten")(x)
         tops = keras.layers.GRU(dense_units, return_sequences=True, name="rnn")(x)
     else:
-        levels = paper_levels(conv_units, dense_units, conv_encoder, conv_normalization)
-        if variant == "hierarchical":
+        # the hierarchical ladder has no decoder to unflatten into (RLadder refuses "dense" there)
+        decoded = variant != "hierarchical"
+        levels = paper_levels(
+            conv_units, dense_units, conv_encoder, conv_normalization, unflatten if decoded else "broadcast"
+        )
+        if not decoded:
             tops = RLadder(
                 levels, use_decoder=False, normalization=normalization, name="rladder"
             )(frames)
@@ -773,6 +799,7 @@ def train(
     feedback_initializer="zeros",
     augment=None,
     affine=None,
+    unflatten="broadcast",
 ):
     """Trains one variant on generated sequences; writes model, plot, metrics and logs.
 
@@ -783,8 +810,8 @@ def train(
     :func:`compile_model`; ``normalization``: see :func:`build_model`;
     ``frame_size``: height and width of the frames (32 as in the paper; smaller
     frames leave the digit fewer positions and cost less per step);
-    ``conv_encoder``, ``conv_normalization``, ``feedback_initializer``: see
-    :func:`build_model`;
+    ``conv_encoder``, ``conv_normalization``, ``feedback_initializer``,
+    ``unflatten``: see :func:`build_model`;
     ``jit_compile``, ``frame_weight``: see :func:`compile_model`;
     ``augment`` (None, the default; ``"fresh"``: new training sequences every
     epoch; ``"affine"``: new sequences every epoch, each digit randomly
@@ -805,6 +832,7 @@ def train(
     import tensorflow as tf
 
     _check_augment(augment, affine)
+    _check_unflatten(unflatten)  # before the data are made
     # num_test=0 failed only after training (drawing the test predictions), epochs=0 saved and
     # scored an untrained model
     num_test = integer_at_least("num_test", num_test, 1)
@@ -830,6 +858,7 @@ def train(
                 conv_encoder=conv_encoder,
                 conv_normalization=conv_normalization,
                 feedback_initializer=feedback_initializer,
+                unflatten=unflatten,
             ),
             learning_rate,
             frame_weight=frame_weight,
@@ -1003,6 +1032,10 @@ def add_arguments(parser, command):
         parser.add_argument("--conv-normalization", choices=("auto", "instance", "none"), default="auto",
                             help="normalization of the convolutions' pre-activations (default: auto, "
                             "instance normalization with 'conv' levels, none with 'convlstm')")
+        parser.add_argument("--unflatten", choices=UNFLATTENS, default="broadcast",
+                            help="how the ladder's gated top reaches the pixels of the convolutional "
+                            "decoder below it: one projection broadcast over all pixels (default) or a "
+                            "dense kernel to every pixel (dense); the variants without a decoder ignore it")
         parser.add_argument("--frame-weight", type=non_negative_float, default=1.0,
                             help="weight of the next-frame cost against the digit's (default: %(default)s)")
         parser.add_argument("--jit-compile", action="store_true",
@@ -1044,6 +1077,7 @@ def run_train(args, strategy):
         jit_compile=args.jit_compile,
         augment=None if args.augment == "none" else args.augment,
         affine=affine_options(args),
+        unflatten=args.unflatten,
         **train_options(args, strategy),
     )
 

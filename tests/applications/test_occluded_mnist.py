@@ -671,3 +671,72 @@ def test_epochs_run_counts_the_epochs_before_a_resume(tmp_path, monkeypatch):
         train(cli_helpers.crash_when_saving_after_fit(monkeypatch))
     monkeypatch.undo()
     assert train()["epochs_run"] == 3  # was 0
+
+
+def test_unflatten_dense_gives_the_decoder_below_the_top_a_kernel_per_pixel(tmp_path):
+    # the gated top's decoder output reached the conv decoder below it broadcast over all pixels
+    # (no 'where'); unflatten="dense" gives that decoder a kernel to every pixel's channels
+    small = dict(num_frames=2, frame_size=8, **TINY)  # the third conv level is 2x2 (pooled twice)
+
+    def below_top(model):
+        return model.get_layer("rladder").decoders[len(TINY["conv_units"])]  # decoder 0 is the pixels'
+
+    for variant in ("rladder", "no_feedback"):
+        broadcast, dense = om.build_model(variant, **small), om.build_model(variant, unflatten="dense", **small)
+        assert below_top(broadcast).vector_top == "broadcast" and tuple(below_top(broadcast).top_kernel.shape) == (8, 4)
+        assert below_top(dense).vector_top == "dense" and tuple(below_top(dense).top_kernel.shape) == (8, 2 * 2 * 4)
+        assert dense.get_layer("rladder").levels[-1]["unflatten"] == "dense"
+        assert dense.count_params() - broadcast.count_params() == 8 * (2 * 2 * 4 - 4)
+    # the config round-trips, and the loaded model predicts the same
+    frames = np.random.default_rng(0).random((2, 2, 8, 8, 1)).astype("float32")
+    path = tmp_path / "dense.keras"
+    dense.save(path)
+    loaded = keras.saving.load_model(path)
+    assert below_top(loaded).vector_top == "dense" and loaded.get_layer("rladder").levels[-1]["unflatten"] == "dense"
+    np.testing.assert_allclose(loaded.predict(frames, verbose=0)["digit"], dense.predict(frames, verbose=0)["digit"],
+                               atol=1e-6)
+    # no decoder (hierarchical) or no ladder (temporal): the option changes nothing
+    for variant in ("hierarchical", "temporal"):
+        plain, asked = om.build_model(variant, **small), om.build_model(variant, unflatten="dense", **small)
+        assert plain.count_params() == asked.count_params()
+    assert om.build_model("hierarchical", unflatten="dense", **small).get_layer("rladder").levels[-1]["unflatten"] \
+        == "broadcast"
+    assert om.paper_levels((4, 4), 8, unflatten="dense")[-1]["unflatten"] == "dense"
+    for call in (lambda: om.build_model("rladder", unflatten="conv", **small),
+                 lambda: om.paper_levels(unflatten=None)):
+        with pytest.raises(ValueError, match="Received: unflatten="):
+            call()
+
+
+def test_unflatten_reaches_train_from_the_cli_and_the_benchmark(monkeypatch, capsys):
+    import argparse
+    import importlib.util
+    import pathlib
+
+    seen = []
+    monkeypatch.setattr(om, "train", lambda **kwargs: seen.append(kwargs["unflatten"]))
+    monkeypatch.setattr("applications.arguments.train_options", lambda args, strategy: {})
+    parser = argparse.ArgumentParser()
+    om.add_arguments(parser, "train")
+    om.run_train(parser.parse_args([]), None)
+    om.run_train(parser.parse_args(["--unflatten", "dense"]), None)
+    assert seen == ["broadcast", "dense"]
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--unflatten", "conv"])
+    capsys.readouterr()
+
+    path = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "rladder.py"
+    spec = importlib.util.spec_from_file_location("rladder_benchmark_unflatten", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    passed = []
+
+    def fake_variant(args, variant, budget_seconds):
+        passed.append((variant, args.unflatten))
+        return {"variant": variant, "test_error": 0.5, "paper_error": 0.01, "parameters": 1, "epochs_run": 1,
+                "wall": 0.0, "cpu": 0.0, "budget_hit": False}
+
+    monkeypatch.setattr(bench, "_occluded_variant", fake_variant)
+    bench.main(["occluded", "--no-parallel", "--unflatten", "dense"])
+    assert passed == [(v, "dense") for v in ("rladder", "temporal", "no_feedback")]
+    capsys.readouterr()
