@@ -50,7 +50,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from applications import checks, plotting
+from applications import checks, distribute, plotting
 from applications.checks import integer_at_least
 from applications.mnist_digits import check_digits
 from applications.errors import InputError, PathNotFoundError
@@ -829,15 +829,13 @@ def train(
     from applications import fault_tolerance
     from applications.demo import plot_history, save_atomically
 
-    import tensorflow as tf
-
     _check_augment(augment, affine)
     _check_unflatten(unflatten)  # before the data are made
     # num_test=0 failed only after training (drawing the test predictions), epochs=0 saved and
     # scored an untrained model
     num_test = integer_at_least("num_test", num_test, 1)
     epochs = integer_at_least("epochs", epochs, 1)
-    strategy = strategy or tf.distribute.get_strategy()
+    strategy = distribute.resolve_strategy(strategy)
     keras.utils.set_random_seed(seed)
     os.makedirs(run_dir, exist_ok=True)
     train_digits, test_digits = _train_test_digits(source, data_dir, seed)
@@ -898,13 +896,11 @@ def train(
 
 def evaluate(model_path, source="idx", data_dir=None, num_test=5000, seed=0, batch_size=64, strategy=None):
     """Classification error of a saved model on the test sequences of :func:`train` (same seed)."""
-    import tensorflow as tf
-
     if not os.path.exists(model_path):
         raise PathNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
     num_test = integer_at_least("num_test", num_test, 1)
     batch_size = integer_at_least("batch_size", batch_size, 1)
-    strategy = strategy or tf.distribute.get_strategy()
+    strategy = distribute.resolve_strategy(strategy)
     with strategy.scope():
         model = checks.load_model(model_path)
     _check_occluded_mnist_model(model, model_path)

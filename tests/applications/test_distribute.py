@@ -247,3 +247,26 @@ def test_a_multi_worker_strategy_passed_to_train_gets_the_fixes(monkeypatch, tmp
     with pytest.raises(KeyboardInterrupt):
         demo.train(run_dir=str(tmp_path / "run"), epochs=1, strategy=strategy)
     assert seen == [strategy]
+
+
+def test_every_application_resolves_the_strategy_it_is_given():
+    # Each application's train and evaluate take a `strategy`; they must pass it through
+    # resolve_strategy (the multi-worker fixes) rather than fall back to TensorFlow's own.
+    import ast
+    import importlib.util
+
+    from applications import registry
+
+    modules = dict(registry.APPLICATIONS, text_classification="applications.text_classification.recipe")
+    checked = []
+    for name, module_name in modules.items():
+        path = importlib.util.find_spec(module_name).origin
+        tree = ast.parse(open(path, encoding="utf-8").read())
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.FunctionDef) or "strategy" not in [a.arg for a in node.args.args]:
+                continue
+            source = ast.unparse(node)
+            if "strategy.scope()" in source or "fit(" in source:  # it trains or loads under it
+                assert "distribute.resolve_strategy(strategy)" in source, f"{name}: {node.name}"
+                checked.append(f"{name}.{node.name}")
+    assert {f"{name}.{function}" for name in modules for function in ("train", "evaluate")} <= set(checked)
