@@ -379,7 +379,9 @@ def test_cli_trains_with_affine_augmentation(tmp_path, capsys):
     assert om.affine_options(parser.parse_args([])) is None
 
 
-def test_benchmark_passes_the_augmentation_to_every_variant(monkeypatch, capsys):
+def _occluded_benchmark_arguments(monkeypatch, argv, read):
+    """``read(args)`` of every variant that ``benchmarks/rladder.py occluded ARGV`` trains
+    (each variant's training faked)."""
     import importlib.util
     import pathlib
 
@@ -390,13 +392,20 @@ def test_benchmark_passes_the_augmentation_to_every_variant(monkeypatch, capsys)
     seen = []
 
     def fake_variant(args, variant, budget_seconds):
-        seen.append((variant, args.augment, om.affine_options(args)))
+        seen.append((variant, read(args)))
         return {"variant": variant, "test_error": 0.5, "paper_error": 0.01, "parameters": 1, "epochs_run": 1,
                 "wall": 0.0, "cpu": 0.0, "budget_hit": False}
 
     monkeypatch.setattr(bench, "_occluded_variant", fake_variant)
-    bench.main(["occluded", "--no-parallel", "--augment", "affine", "--affine-rotation", "5"])
-    assert seen == [(v, "affine", {"rotation": 5.0}) for v in ("rladder", "temporal", "no_feedback")]
+    bench.main(["occluded", "--no-parallel", *argv])
+    return seen
+
+
+def test_benchmark_passes_the_augmentation_to_every_variant(monkeypatch, capsys):
+    seen = _occluded_benchmark_arguments(
+        monkeypatch, ["--augment", "affine", "--affine-rotation", "5"], lambda args: (args.augment, om.affine_options(args))
+    )
+    assert seen == [(v, ("affine", {"rotation": 5.0})) for v in ("rladder", "temporal", "no_feedback")]
     capsys.readouterr()
 
 
@@ -710,8 +719,6 @@ def test_unflatten_dense_gives_the_decoder_below_the_top_a_kernel_per_pixel(tmp_
 
 def test_unflatten_reaches_train_from_the_cli_and_the_benchmark(monkeypatch, capsys):
     import argparse
-    import importlib.util
-    import pathlib
 
     seen = []
     monkeypatch.setattr(om, "train", lambda **kwargs: seen.append(kwargs["unflatten"]))
@@ -725,18 +732,6 @@ def test_unflatten_reaches_train_from_the_cli_and_the_benchmark(monkeypatch, cap
         parser.parse_args(["--unflatten", "conv"])
     capsys.readouterr()
 
-    path = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "rladder.py"
-    spec = importlib.util.spec_from_file_location("rladder_benchmark_unflatten", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    passed = []
-
-    def fake_variant(args, variant, budget_seconds):
-        passed.append((variant, args.unflatten))
-        return {"variant": variant, "test_error": 0.5, "paper_error": 0.01, "parameters": 1, "epochs_run": 1,
-                "wall": 0.0, "cpu": 0.0, "budget_hit": False}
-
-    monkeypatch.setattr(bench, "_occluded_variant", fake_variant)
-    bench.main(["occluded", "--no-parallel", "--unflatten", "dense"])
+    passed = _occluded_benchmark_arguments(monkeypatch, ["--unflatten", "dense"], lambda args: args.unflatten)
     assert passed == [(v, "dense") for v in ("rladder", "temporal", "no_feedback")]
     capsys.readouterr()
