@@ -12,6 +12,7 @@ from keras import ops
 from keras_capsules.layers.rladder._utils import (
     clone_initializer,
     UPSAMPLE_MODES,
+    VECTOR_TOPS,
     check_same_batch,
     choice,
     loaded_upsample_mode,
@@ -25,8 +26,6 @@ from keras_capsules.layers.rladder._utils import (
 _BASE_INITIALIZERS = ("kernel_initializer", "bias_initializer")
 _BASE_REGULARIZERS = ("kernel_regularizer", "bias_regularizer")
 _BASE_CONSTRAINTS = ("kernel_constraint", "bias_constraint")
-#: how a vector x_top reaches the pixels of x_lat (see ConvG1's ``vector_top``)
-VECTOR_TOPS = ("broadcast", "dense")
 
 
 class ConvCombinatorBase(keras.layers.Layer):

@@ -9,6 +9,9 @@ from keras_capsules._validation import choice, generator_seed, positive_float, p
 from keras_capsules.ops import mean, routing_dtype
 
 UPSAMPLE_MODES = ("nearest", "transpose")
+#: how a vector x_top reaches the pixels of x_lat: the conv combinators' ``vector_top``,
+#: a dense level's ``unflatten``
+VECTOR_TOPS = ("broadcast", "dense")
 
 
 def normalize(x, axis, epsilon=1e-5):

@@ -1,6 +1,12 @@
 """level_spec: the serializable description of one Recurrent Ladder level."""
 
-from keras_capsules.layers.rladder._utils import UPSAMPLE_MODES, choice, loaded_upsample_mode, positive_int
+from keras_capsules.layers.rladder._utils import (
+    UPSAMPLE_MODES,
+    VECTOR_TOPS,
+    choice,
+    loaded_upsample_mode,
+    positive_int,
+)
 
 #: encoder ops: name -> kind of level
 ENCODERS = {"gated": "dense", "lstm": "dense", "convlstm": "conv", "conv": "conv"}
@@ -21,8 +27,6 @@ _KEYS = (
 )
 #: per-sample normalizations of a ``"conv"`` encoder's pre-activations (ConvEncoderCell)
 LEVEL_NORMALIZATIONS = (None, "instance", "layer")
-#: how a dense level's decoder output reaches the convolutional level below it
-UNFLATTENS = ("broadcast", "dense")
 
 
 def level_spec(
@@ -128,7 +132,7 @@ def normalize_level(spec, index=None):
             f"{where}an encoder {encoder!r} takes a normalization in {allowed_norms}. "
             f"Received: normalization={normalization!r}"
         )
-    unflatten = choice("unflatten", spec.get("unflatten", "broadcast"), UNFLATTENS)
+    unflatten = choice("unflatten", spec.get("unflatten", "broadcast"), VECTOR_TOPS)
     if unflatten != "broadcast" and kind != "dense":
         raise ValueError(
             f"{where}`unflatten` sets how a dense level's decoder output reaches the pixels "
