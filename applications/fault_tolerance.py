@@ -609,7 +609,11 @@ def _csv_cells(logs):
 
 
 class KeepBestWeights(keras.callbacks.Callback):
-    """Keeps the model's weights of the epoch with the lowest ``monitor``, across restarts.
+    """Keeps the model's weights of the epoch with the best ``monitor``, across restarts.
+
+    The best is the lowest value (``mode="min"``, default: a loss) or the highest
+    (``mode="max"``: a score such as a segmentation AMI); epochs whose logs lack
+    ``monitor`` are skipped.
 
     After ``fit``, ``weights`` holds them (None if no epoch reported ``monitor``),
     ``best`` the value and ``best_epoch`` the epoch. With ``backup_dir`` (the folder
@@ -633,10 +637,18 @@ class KeepBestWeights(keras.callbacks.Callback):
     FILE = "best.npz"  # the single file of earlier versions (read, never written)
     _NAME = re.compile(r"best-(\d+)\.npz")
 
-    def __init__(self, monitor="val_loss", backup_dir=None):
+    def __init__(self, monitor="val_loss", backup_dir=None, mode="min"):
         super().__init__()
-        self.monitor, self.backup_dir = monitor, backup_dir
-        self.best, self.best_epoch, self.weights = float("inf"), None, None
+        if mode not in ("min", "max"):
+            raise ValueError(f"`mode` must be 'min' or 'max'. Received: mode={mode!r}")
+        self.monitor, self.backup_dir, self.mode = monitor, backup_dir, mode
+        self.best, self.best_epoch, self.weights = self._worst(), None, None
+
+    def _worst(self):
+        return float("inf") if self.mode == "min" else -float("inf")
+
+    def _better(self, value):
+        return value < self.best if self.mode == "min" else value > self.best
 
     def _saved(self):
         """``{epoch: path}`` of the bests saved in ``backup_dir``."""
@@ -659,7 +671,7 @@ class KeepBestWeights(keras.callbacks.Callback):
         return saved
 
     def on_train_begin(self, logs=None):
-        self.best, self.best_epoch, self.weights = float("inf"), None, None
+        self.best, self.best_epoch, self.weights = self._worst(), None, None
         self._stale = []
         if self.backup_dir is None:
             return
@@ -683,7 +695,7 @@ class KeepBestWeights(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         value = (logs or {}).get(self.monitor)
-        if value is None or not float(value) < self.best:
+        if value is None or not self._better(float(value)):  # NaN is never better
             return
         self.best, self.best_epoch, self.weights = float(value), int(epoch), self.model.get_weights()
         if self.backup_dir is None:

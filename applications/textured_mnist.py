@@ -60,6 +60,7 @@ from applications.checks import integer_at_least
 from applications.mnist_digits import check_digits
 from applications.errors import InputError, PathNotFoundError
 from keras_capsules.layers import RTagger, level_spec
+from keras_capsules.layers.rladder.level_spec import ENCODERS
 from keras_capsules.losses import MixtureNLL
 from keras_capsules.metrics import adjusted_mutual_info
 
@@ -67,6 +68,8 @@ IMAGE_SIZE = 28
 TEXTURE_KINDS = ("stripes", "checker", "noise")
 #: how the ladder's dense top reaches the pixels of the convolutional decoder below (``paper_levels``)
 UNFLATTENS = ("broadcast", "dense")
+#: the ladder's convolutional bottom level (``paper_levels``): ``level_spec``'s convolutional encoders
+CONV_ENCODERS = tuple(kind for kind, shape in ENCODERS.items() if shape == "conv")
 
 
 # ------------------------------------------------------------------------- data
@@ -345,8 +348,15 @@ class SumGroups(keras.layers.Layer):
         return input_shape[:2] + input_shape[3:]
 
 
-def paper_levels(conv_units=32, dense_units=64, pool=1, unflatten="broadcast"):
+def paper_levels(conv_units=32, dense_units=64, pool=1, unflatten="broadcast", conv_encoder="convlstm"):
     """A convolutional bottom level and a dense gated top (narrow for a CPU).
+
+    ``conv_encoder`` is the bottom level's encoder: ``"convlstm"`` (default) or
+    ``"conv"`` (feed-forward, :class:`~keras_capsules.layers.ConvEncoderCell`: no
+    state of its own, its memory of the iterations being the decoder's feedback and
+    the top's state; half the cost of a training step of the benchmark's model, and
+    the larger rise of the validation AMI over the iterations in the twelfth round of
+    ``benchmarks/rladder.py``).
 
     ``pool`` max-pools the convolutional level's output before the dense top, which
     divides the top's input weights (most of the parameters) by ``pool ** 2``.
@@ -362,7 +372,9 @@ def paper_levels(conv_units=32, dense_units=64, pool=1, unflatten="broadcast"):
     """
     if unflatten not in UNFLATTENS:  # level_spec's ValueError named the top level, not this option
         raise InputError(f"`unflatten` must be one of {UNFLATTENS}. Received: unflatten={unflatten!r}")
-    return [level_spec("convlstm", conv_units), level_spec("gated", dense_units, pool=pool, unflatten=unflatten)]
+    if conv_encoder not in CONV_ENCODERS:  # a dense encoder made a ladder that failed on the images
+        raise InputError(f"`conv_encoder` must be one of {CONV_ENCODERS}. Received: conv_encoder={conv_encoder!r}")
+    return [level_spec(conv_encoder, conv_units), level_spec("gated", dense_units, pool=pool, unflatten=unflatten)]
 
 
 def build_model(
@@ -383,11 +395,12 @@ def build_model(
     posterior_sigma=None,
     initial_mask_stddev=1.0,
     unflatten="broadcast",
+    conv_encoder="convlstm",
     name="rtagger_textured_mnist",
 ):
     """RTagger with ``n_groups`` groups on ``[size, size, 1]`` images.
 
-    ``conv_units``, ``dense_units``, ``pool`` and ``unflatten`` shape the ladder
+    ``conv_units``, ``dense_units``, ``pool``, ``unflatten`` and ``conv_encoder`` shape the ladder
     (:func:`paper_levels`); ``sigma``, ``mask_update``, ``initial_mask_scale``,
     ``posterior_sigma`` and ``initial_mask_stddev`` are RTagger's.
 
@@ -402,7 +415,7 @@ def build_model(
     images = keras.Input((image_size, image_size, 1), name="images")
     x = GaussianCorruption(noise_std, seed=0, name="corruption")(images) if noise_std else images
     pi, m = RTagger(
-        n_groups, paper_levels(conv_units, dense_units, pool, unflatten), n_iters=n_iters, sigma=sigma,
+        n_groups, paper_levels(conv_units, dense_units, pool, unflatten, conv_encoder), n_iters=n_iters, sigma=sigma,
         mask_update=mask_update, initial_mask_scale=initial_mask_scale, posterior_sigma=posterior_sigma,
         initial_mask_stddev=initial_mask_stddev, name="rtagger",
     )(x)
@@ -482,6 +495,71 @@ def evaluate_iterations(model, data, batch_size=64):
         guesses = np.argmax(out["digit"], axis=-1)  # [b, T]
         result["error"] = [float(e) for e in np.mean(guesses != data["labels"][:, None], axis=0)]
     return result
+
+
+class SegmentationValidation(keras.callbacks.Callback):
+    """Adds the segmentation AMI of validation images after every iteration to an epoch's logs.
+
+    At the end of every epoch the model segments ``data`` (``generate``'s dict) and the
+    logs get ``val_ami_1`` ... ``val_ami_T`` (iteration ``t``'s AMI, as
+    :func:`evaluate_iterations` scores it) and ``val_ami`` (the last iteration's), so
+    that ``History``, CSV logs, TensorBoard and ``fault_tolerance.KeepBestWeights(
+    "val_ami", mode="max")`` see them: put it before those callbacks. With
+    ``verbose`` it prints them.
+    """
+
+    def __init__(self, data, batch_size=64, verbose=0):
+        super().__init__()
+        if not isinstance(data, dict) or "images" not in data or "segmentation" not in data:
+            raise InputError("`data` must be a dict of `generate` (keys 'images' and 'segmentation'). "
+                             f"Received: {type(data).__name__}")
+        if len(data["images"]) == 0 or len(data["images"]) != len(data["segmentation"]):
+            raise InputError("`data` must hold at least one image and one segmentation per image. Received: "
+                             f"{len(data['images'])} images, {len(data['segmentation'])} segmentations")
+        self.data, self.batch_size, self.verbose = data, integer_at_least("batch_size", batch_size, 1), verbose
+
+    def on_epoch_end(self, epoch, logs=None):
+        amis = evaluate_iterations(self.model, self.data, self.batch_size)["ami"]
+        if logs is not None:
+            logs.update({f"val_ami_{t + 1}": ami for t, ami in enumerate(amis)})
+            logs["val_ami"] = amis[-1]
+        if self.verbose:
+            print(f"epoch {epoch + 1}: validation AMI per iteration "
+                  + " / ".join(f"{ami:.3f}" for ami in amis), flush=True)
+
+
+def plot_validation_ami(history, path, best_epoch=None, first_epoch=1):
+    """Writes the validation AMI of every iteration over the epochs to a PNG (atomically).
+
+    ``history``: a dict of per-epoch lists with ``val_ami_1`` ... ``val_ami_T`` (the logs
+    of :class:`SegmentationValidation`), whose first entries are of epoch
+    ``first_epoch`` (1-based); ``best_epoch`` (1-based, optional) is marked.
+
+    Returns:
+        ``path``.
+    """
+    from matplotlib.ticker import MaxNLocator
+
+    iterations = sorted((int(k.rsplit("_", 1)[1]), k) for k in history if k.startswith("val_ami_")
+                        and k.rsplit("_", 1)[1].isdigit())
+    if not iterations:
+        raise InputError("`history` has no validation AMI (keys 'val_ami_1', ...): "
+                         "train with SegmentationValidation among the callbacks")
+    fig, ax = plotting.subplots(figsize=(5.5, 3.5))
+    colours = plotting.colormap("viridis")(np.linspace(0, 0.9, len(iterations)))
+    for colour, (t, key) in zip(colours, iterations):
+        values = [np.nan if v is None else float(v) for v in history[key]]
+        epochs = range(first_epoch, first_epoch + len(values))
+        ax.plot(epochs, values, "-o", markersize=3, color=colour, label=f"iteration {t}")
+    if best_epoch is not None:
+        ax.axvline(best_epoch, color="grey", linestyle=":", label=f"kept (epoch {best_epoch})")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("validation AMI")
+    ax.set_title("segmentation of the validation images per iteration")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return plotting.save_and_close(fig, path, dpi=100, format="png")
 
 
 def plot_segmentation(model, images, path, segmentation=None, num_images=4, batch_size=64, title=None):
@@ -564,21 +642,49 @@ def _train_test_digits(data_dir, seed):
     return (images[order[:cut]], labels[order[:cut]]), (images[order[cut:]], labels[order[cut:]])
 
 
+def _held_out_digits(train_digits):
+    """Training digits split 4:1: those of the training images and those of the validation images."""
+    (images, labels), cut = train_digits, int(0.8 * len(train_digits[0]))
+    return (images[:cut], labels[:cut]), (images[cut:], labels[cut:])
+
+
+def _texture_options(texture_style, mean_gap, texture_set, bank_size, texture_shift):
+    return dict(style=texture_style, mean_gap=mean_gap, texture_set=texture_set, bank_size=bank_size,
+                shift=texture_shift)
+
+
 def make_images(data_dir=None, num_train=8000, num_test=1000, seed=0, texture_style="binary", mean_gap=0.0,
-                texture_set="random", bank_size=8, texture_shift=False):
+                texture_set="random", bank_size=8, texture_shift=False, hold_out=False):
     """The training and test images of :func:`train` (``generate``'s dicts).
 
     The IDX digits of ``data_dir`` (None: the project's shared copy) are split 80/20
     into the digits of the training and of the test images, which are generated with
     seeds ``seed`` and ``seed + 1`` (``texture_style``, ``mean_gap``, ``texture_set``,
     ``bank_size`` and ``texture_shift``: passed to :func:`generate` as ``style``,
-    ``mean_gap``, ``texture_set``, ``bank_size`` and ``shift``).
+    ``mean_gap``, ``texture_set``, ``bank_size`` and ``shift``). With ``hold_out``
+    the training images use only the first four fifths of the training digits: the
+    rest are :func:`validation_images`'.
     """
     train_digits, test_digits = _train_test_digits(data_dir, seed)
-    options = dict(style=texture_style, mean_gap=mean_gap, texture_set=texture_set, bank_size=bank_size,
-                   shift=texture_shift)
+    if hold_out:
+        train_digits = _held_out_digits(train_digits)[0]
+    options = _texture_options(texture_style, mean_gap, texture_set, bank_size, texture_shift)
     return (generate(*train_digits, num_train, seed=seed, **options),
             generate(*test_digits, num_test, seed=seed + 1, **options))
+
+
+def validation_images(data_dir=None, num_valid=200, seed=0, texture_style="binary", mean_gap=0.0,
+                      texture_set="random", bank_size=8, texture_shift=False):
+    """``num_valid`` validation images (``generate``'s dict) for choosing among models or epochs.
+
+    Made of the last fifth of :func:`make_images`' training digits (which
+    ``make_images(hold_out=True)`` leaves out; the test digits are never used), with
+    seed ``seed + 2`` and the texture options of :func:`make_images`.
+    """
+    num_valid = integer_at_least("num_valid", num_valid, 1)
+    valid_digits = _held_out_digits(_train_test_digits(data_dir, seed)[0])[1]
+    return generate(*valid_digits, num_valid, seed=seed + 2,
+                    **_texture_options(texture_style, mean_gap, texture_set, bank_size, texture_shift))
 
 
 def train(
@@ -604,12 +710,14 @@ def train(
     posterior_sigma=None,
     initial_mask_stddev=1.0,
     unflatten="broadcast",
+    conv_encoder="convlstm",
     class_weight=1.0,
     texture_style="binary",
     mean_gap=0.0,
     texture_set="random",
     bank_size=8,
     texture_shift=False,
+    num_valid=0,
     seed=0,
     verbose=1,
     callbacks=(),
@@ -626,13 +734,23 @@ def train(
     ``fault_tolerance.AtomicBackupAndRestore`` among them is deleted once the outputs
     are written (``fault_tolerance.finish_run``). ``mask_update``, ``initial_mask_scale``,
     ``posterior_sigma`` and ``initial_mask_stddev`` are RTagger's, ``unflatten`` the
-    ladder's top (see :func:`paper_levels`); ``class_weight``
+    ladder's top and ``conv_encoder`` its bottom level (see :func:`paper_levels`); ``class_weight``
     weighs the classifier's cost against the mixture NLL; ``texture_style``, ``mean_gap``, ``texture_set``, ``bank_size`` and
     ``texture_shift`` choose the images (see :func:`make_images`).
 
+    With ``num_valid > 0`` the segmentation is validated after every epoch on
+    ``num_valid`` images of held-out training digits (:func:`validation_images`; the
+    training images then use the other four fifths, ``make_images(hold_out=True)``):
+    the logs get ``val_ami_1`` ... ``val_ami_T`` (:class:`SegmentationValidation`),
+    ``ami.png`` plots them, and the weights of the epoch with the best last-iteration
+    validation AMI are kept (``fault_tolerance.KeepBestWeights``, across a resume too)
+    and saved, evaluated and plotted instead of the last epoch's. The test images are
+    never used for that choice.
+
     Returns:
         A dict with the per-iteration test AMI (and error), the parameter count, the
-        paths, ``epochs_run`` (the epochs of the whole run, those before a resume too:
+        paths (with ``num_valid``: ``ami_plot``, and ``best_epoch`` (1-based) and
+        ``valid_ami`` (per iteration, of the epoch kept)), ``epochs_run`` (the epochs of the whole run, those before a resume too:
         ``fault_tolerance.epochs_run``) and ``resumed_from_epoch`` (0 for a fresh run).
     """
     from applications import fault_tolerance
@@ -642,11 +760,12 @@ def train(
     # num_train=0 in fit
     num_train = integer_at_least("num_train", num_train, 1)
     num_test = integer_at_least("num_test", num_test, 1)
+    num_valid = integer_at_least("num_valid", num_valid, 0)
     strategy = distribute.resolve_strategy(strategy)
     keras.utils.set_random_seed(seed)
     os.makedirs(run_dir, exist_ok=True)
-    train_data, test_data = make_images(data_dir, num_train, num_test, seed, texture_style, mean_gap,
-                                        texture_set, bank_size, texture_shift)
+    textures = (texture_style, mean_gap, texture_set, bank_size, texture_shift)
+    train_data, test_data = make_images(data_dir, num_train, num_test, seed, *textures, hold_out=num_valid > 0)
     with strategy.scope():
         model = compile_model(
             build_model(
@@ -654,7 +773,7 @@ def train(
                 sigma=sigma, noise_std=noise_std, num_classes=num_classes, pool=pool,
                 head_input=head_input, head_type=head_type, mask_update=mask_update,
                 initial_mask_scale=initial_mask_scale, posterior_sigma=posterior_sigma,
-                initial_mask_stddev=initial_mask_stddev, unflatten=unflatten,
+                initial_mask_stddev=initial_mask_stddev, unflatten=unflatten, conv_encoder=conv_encoder,
             ),
             learning_rate,
             sigma=sigma,
@@ -669,18 +788,38 @@ def train(
     train_ds = distribute.distribute_dataset_options(
         make_dataset(train_data, n_iters, batch_size, num_classes, shuffle=True, seed=seed)
     )
+    selection = []
+    if num_valid:
+        # before the callbacks that read an epoch's logs (KeepBestWeights, CSV, TensorBoard);
+        # the best epoch is kept beside the run's backup, so a resumed run keeps it too
+        backup = next((c for c in callbacks if isinstance(c, fault_tolerance.AtomicBackupAndRestore)), None)
+        best = fault_tolerance.KeepBestWeights("val_ami", backup.backup_dir if backup else None, mode="max")
+        selection = [SegmentationValidation(validation_images(data_dir, num_valid, seed, *textures),
+                                            verbose=verbose), best]
     history = model.fit(
         train_ds,
         validation_data=make_dataset(test_data, n_iters, batch_size, num_classes),
         epochs=epochs,
         verbose=verbose,
-        callbacks=[*callbacks, keras.callbacks.TensorBoard(paths["logs"])], shuffle=False,
+        callbacks=[*selection, *callbacks, keras.callbacks.TensorBoard(paths["logs"])], shuffle=False,
     )
+    kept = {}
+    if num_valid and best.weights is not None:
+        model.set_weights(best.weights)
+        kept["best_epoch"] = best.best_epoch + 1
     save_atomically(model, paths["model"])
     logged, csv_path = fault_tolerance.logged_history(history, callbacks)
     if csv_path:
         paths["history"] = csv_path
     plot_history(logged, paths["plot"], accuracy="digit_accuracy")
+    if num_valid and logged.get("val_ami_1"):
+        # the log's rows end at the run's last epoch; without a CSV log a resumed run's start at the resume
+        first = fault_tolerance.epochs_run(history, callbacks) - len(logged["val_ami_1"]) + 1
+        paths["ami_plot"] = plot_validation_ami(logged, os.path.join(run_dir, "ami.png"), kept.get("best_epoch"),
+                                                first_epoch=first)
+        if kept.get("best_epoch", 0) >= first:
+            kept["valid_ami"] = [float(logged[f"val_ami_{t + 1}"][kept["best_epoch"] - first])
+                                 for t in range(n_iters)]
     paths["segmentation_plot"] = plot_segmentation(
         model, test_data["images"], os.path.join(run_dir, "segmentation.png"), test_data["segmentation"]
     )
@@ -692,6 +831,7 @@ def train(
             (c.restored_epoch for c in callbacks if isinstance(c, fault_tolerance.AtomicBackupAndRestore)), 0
         ),
         "replicas": int(strategy.num_replicas_in_sync),
+        **kept,
         **paths,
     }
     fault_tolerance.write_json_atomically(result, paths["metrics"])
@@ -741,7 +881,7 @@ BENCHMARK = "rladder tagger"
 
 def add_arguments(parser, command):
     """Textured MNIST's options for ``train``, ``evaluate`` and ``tune``."""
-    from applications.arguments import positive_float, positive_int
+    from applications.arguments import non_negative_int, positive_float, positive_int
 
     parser.add_argument("--data-dir", default=None,
                         help="folder of the MNIST t10k IDX files (default: the project's shared copy)")
@@ -760,9 +900,14 @@ def add_arguments(parser, command):
         parser.add_argument("--n-groups", type=positive_int, default=3, help="RTagger's groups K")
         parser.add_argument("--n-iters", type=positive_int, default=3, help="RTagger's iterations T")
         parser.add_argument("--conv-units", type=positive_int, default=32,
-                            help="units of the ladder's ConvLSTM level")
+                            help="units of the ladder's convolutional level")
+        parser.add_argument("--conv-encoder", choices=CONV_ENCODERS, default="convlstm",
+                            help="the ladder's convolutional level: ConvLSTM or feed-forward")
         parser.add_argument("--dense-units", type=positive_int, default=64,
                             help="units of the ladder's dense gated top")
+        parser.add_argument("--num-valid", type=non_negative_int, default=0,
+                            help="validation images of held-out training digits: the epoch with the best "
+                                 "validation AMI is kept (0: the last epoch)")
 
 
 def run_train(args, strategy):
@@ -780,6 +925,8 @@ def run_train(args, strategy):
         dense_units=args.dense_units,
         texture_style=args.texture_style,
         texture_set=args.texture_set,
+        num_valid=args.num_valid,
+        conv_encoder=args.conv_encoder,
         **train_options(args, strategy),
     )
 

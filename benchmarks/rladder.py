@@ -32,7 +32,10 @@ time budget stops training early if the machine is slower):
         RTagger on Textured MNIST: segmentation AMI and classification error after
         every iteration (defaults: smooth textures from a fixed bank of 8
         gratings, posterior masks, smooth initial masks, sigma 0.1, input
-        noise 0.4, 5 iterations; see the fourth round below).
+        noise 0.4, 5 iterations; see the fourth round below). The model is
+        kept at the epoch with the best last-iteration AMI on 200 validation
+        images of held-out training digits (``--num-valid``; 0: the last
+        epoch; see the twelfth round below); the test images choose nothing.
 
     python benchmarks/rladder.py loop [--steps 32 160]
         RLadder's two loops over the steps on JSB-sized ladders (gated 128/64, 88
@@ -1377,10 +1380,15 @@ def tagger(args):
             posterior_sigma=args.posterior_sigma,
             initial_mask_stddev=args.initial_mask_stddev,
             unflatten=args.unflatten,
+            conv_encoder=args.conv_encoder,
+            num_valid=args.num_valid,
             seed=args.seed,
             verbose=args.verbose,
             callbacks=[budget],
         )
+    if "best_epoch" in result:
+        print(f"kept epoch {result['best_epoch']} of {result['epochs_run']} (best last-iteration validation AMI; "
+              "validation AMI per iteration " + " / ".join(f"{a:.3f}" for a in result.get("valid_ami", [])) + ")")
     for t, ami in enumerate(result["ami"]):
         error = f", classification error {100 * result['error'][t]:.1f}%" if "error" in result else ""
         print(f"iteration {t + 1}: AMI {ami:.3f}{error}")
@@ -1570,6 +1578,11 @@ def main(argv=None):
                    help="standard deviation of the random initial mask logits")
     p.add_argument("--unflatten", default="broadcast", choices=("broadcast", "dense"),
                    help="how the ladder's dense top reaches the pixels of the conv decoder below")
+    p.add_argument("--conv-encoder", default="conv", choices=("conv", "convlstm"),
+                   help="the ladder's convolutional level: feed-forward or ConvLSTM (rounds 2-11)")
+    p.add_argument("--num-valid", type=int, default=200,
+                   help="validation images of held-out training digits; the epoch with the best "
+                        "last-iteration validation AMI is kept (0: the last epoch)")
     p.add_argument("--intra-op-threads", type=int, default=1,
                    help="TensorFlow threads inside one op (0: all cores)")
     p.set_defaults(run=tagger, budget_minutes=17.0)

@@ -859,3 +859,20 @@ def test_a_build_lock_file_of_another_user_is_locked_read_only(tmp_path, monkeyp
     with pytest.raises(PermissionError):
         with fault_tolerance.build_lock(target):
             pass
+
+
+def test_keep_best_weights_in_max_mode_keeps_the_highest_score():
+    best = fault_tolerance.KeepBestWeights("val_ami", mode="max")
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    best.set_model(model)
+    best.on_train_begin()
+    weights = {}
+    for epoch, value in enumerate([0.1, 0.4, float("nan"), 0.4, 0.2, None]):
+        model.set_weights([np.full((2, 1), float(epoch)), np.zeros(1)])
+        weights[epoch] = model.get_weights()
+        best.on_epoch_end(epoch, {} if value is None else {"val_ami": value})
+    # the first of two equal scores; NaN and a missing score never win
+    assert (best.best_epoch, best.best) == (1, 0.4)
+    np.testing.assert_array_equal(best.weights[0], weights[1][0])
+    with pytest.raises(ValueError, match="`mode` must be 'min' or 'max'"):
+        fault_tolerance.KeepBestWeights("val_ami", mode="maximum")

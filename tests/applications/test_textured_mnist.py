@@ -419,3 +419,94 @@ def test_unflatten_dense_gives_the_top_a_kernel_to_every_pixel_and_round_trips(t
     with pytest.raises(InputError, match=r"Received: unflatten='pixels'"):
         tm.train(shared_path("data", "mnist"), run_dir=str(tmp_path / "run"), num_train=4, num_test=2, epochs=1,
                  verbose=0, unflatten="pixels", **{k: v for k, v in TINY.items() if k != "image_size"})
+
+
+def test_validation_images_are_of_held_out_training_digits_only():
+    data_dir = shared_path("data", "mnist")
+    options = dict(texture_set="fixed", texture_style="smooth")
+    train_digits, test_digits = tm._train_test_digits(data_dir, 3)
+    kept, held_out = tm._held_out_digits(train_digits)
+    assert len(kept[0]) + len(held_out[0]) == len(train_digits[0]) and len(held_out[0]) > 0
+    valid = tm.validation_images(data_dir, 12, seed=3, **options)
+    train, test = tm.make_images(data_dir, 40, 12, seed=3, hold_out=True, **options)
+
+    def digit_set(data):  # the digits' shapes, as the truth segmentation keeps them
+        return {d.tobytes() for d in data["segmentation"].astype(np.uint8)}
+
+    def shapes(digits):
+        return {(d > 0.5).astype(np.uint8).tobytes() for d in digits[0]}
+
+    assert digit_set(valid) <= shapes(held_out)
+    assert not digit_set(valid) & (shapes(kept) | shapes(test_digits))
+    assert digit_set(train) <= shapes(kept) and digit_set(test) <= shapes(test_digits)
+    # without hold_out the training images may use every training digit, as before
+    assert tm.make_images(data_dir, 40, 12, seed=3, **options)[0]["images"].shape == train["images"].shape
+    np.testing.assert_array_equal(valid["images"], tm.validation_images(data_dir, 12, seed=3, **options)["images"])
+    with pytest.raises(tm.InputError, match="num_valid"):
+        tm.validation_images(data_dir, 0)
+
+
+def test_training_keeps_the_epoch_of_the_best_validation_ami(tmp_path, monkeypatch):
+    # the validation scores are scripted (epoch 2 of 3 is best); the test images are scored for real
+    scripted = iter([[0.1, 0.2], [0.3, 0.5], [0.6, 0.4]])
+    real = tm.evaluate_iterations
+    monkeypatch.setattr(tm, "evaluate_iterations", lambda model, data, batch_size=64: (
+        {"ami": next(scripted)} if len(data["images"]) == 6 else real(model, data, batch_size)))
+    seen = []
+
+    class Weights(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            seen.append((dict(logs), self.model.get_weights()))
+
+    result = tm.train(run_dir=str(tmp_path), num_train=16, num_test=8, num_valid=6, n_groups=2, n_iters=2,
+                      epochs=3, batch_size=8, conv_units=4, dense_units=8, pool=2, verbose=0,
+                      callbacks=[Weights()])
+    assert [logs["val_ami"] for logs, _ in seen] == [0.2, 0.5, 0.4]
+    assert [logs["val_ami_1"] for logs, _ in seen] == [0.1, 0.3, 0.6]
+    assert result["best_epoch"] == 2 and result["valid_ami"] == [0.3, 0.5] and result["epochs_run"] == 3
+    saved = keras.saving.load_model(result["model"]).get_weights()
+    for got, best, last in zip(saved, seen[1][1], seen[2][1], strict=True):
+        np.testing.assert_array_equal(got, best)
+    assert any(not np.array_equal(b, last) for b, last in zip(seen[1][1], seen[2][1]))
+    assert result["ami_plot"] == str(tmp_path / "ami.png") and (tmp_path / "ami.png").stat().st_size > 0
+    assert json.loads((tmp_path / "metrics.json").read_text())["best_epoch"] == 2
+
+
+def test_cli_num_valid_keeps_the_best_epoch_across_a_resume(tmp_path, capsys, monkeypatch):
+    from applications import __main__ as cli
+    from applications import fault_tolerance
+
+    # validation scores scripted: the best epoch (the first) is before the crash
+    scripted = iter([[0.5], [0.1], [0.2]])
+    real = tm.evaluate_iterations
+    monkeypatch.setattr(tm, "evaluate_iterations", lambda model, data, batch_size=64: (
+        {"ami": next(scripted)} if len(data["images"]) == 4 else real(model, data, batch_size)))
+    resumable = fault_tolerance.resumable_callbacks
+    monkeypatch.setattr(fault_tolerance, "resumable_callbacks",
+                        lambda *a, **k: [*resumable(*a, **k), _CrashAtEpoch(2)])
+    run_dir = tmp_path / "run"
+    argv = ["train", "textured_mnist", *CLI_TINY, "--n-iters", "1", "--epochs", "3", "--num-valid", "4",
+            "--run-dir", str(run_dir)]
+    with pytest.raises(RuntimeError, match="simulated"):
+        cli.main(argv)
+    monkeypatch.setattr(fault_tolerance, "resumable_callbacks", resumable)
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    logged, epochs = fault_tolerance.read_history_csv(run_dir / "history.csv")
+    assert epochs == [0, 1, 2] and metrics["resumed_from_epoch"] == 2
+    assert logged["val_ami"] == pytest.approx([0.5, 0.1, 0.2])
+    assert metrics["best_epoch"] == 1 and metrics["valid_ami"] == pytest.approx([0.5])
+    assert "ami.png" in _files(run_dir) and not (run_dir / "backup").exists()
+
+
+def test_segmentation_validation_and_its_plot_refuse_bad_input(tmp_path, digits):
+    with pytest.raises(tm.InputError, match="dict of `generate`"):
+        tm.SegmentationValidation(digits[0])
+    data = tm.generate(*digits, 3, seed=0)
+    with pytest.raises(tm.InputError, match="one segmentation per image"):
+        tm.SegmentationValidation({"images": data["images"], "segmentation": data["segmentation"][:2]})
+    with pytest.raises(tm.InputError, match="no validation AMI"):
+        tm.plot_validation_ami({"loss": [1.0]}, str(tmp_path / "ami.png"))
+    path = tm.plot_validation_ami({"val_ami_1": [0.1, 0.2], "val_ami_2": [0.2, 0.3], "val_ami": [0.2, 0.3]},
+                                  str(tmp_path / "ami.png"), best_epoch=2)
+    assert (tmp_path / "ami.png").stat().st_size > 0 and path == str(tmp_path / "ami.png")
