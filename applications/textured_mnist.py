@@ -354,8 +354,8 @@ def paper_levels(conv_units=32, dense_units=64, pool=1, unflatten="broadcast", c
     ``conv_encoder`` is the bottom level's encoder: ``"convlstm"`` (default) or
     ``"conv"`` (feed-forward, :class:`~keras_capsules.layers.ConvEncoderCell`: no
     state of its own, its memory of the iterations being the decoder's feedback and
-    the top's state; half the cost of a training step of the benchmark's model, and
-    the larger rise of the validation AMI over the iterations in the twelfth round of
+    the top's state; about half the cost of a training step of the benchmark's model
+    on a quiet core; measured against the ConvLSTM level in the twelfth round of
     ``benchmarks/rladder.py``).
 
     ``pool`` max-pools the convolutional level's output before the dense top, which

@@ -36,6 +36,8 @@ time budget stops training early if the machine is slower):
         kept at the epoch with the best last-iteration AMI on 200 validation
         images of held-out training digits (``--num-valid``; 0: the last
         epoch; see the twelfth round below); the test images choose nothing.
+        ``--conv-encoder conv`` makes the ladder's bottom level feed-forward
+        instead of ConvLSTM.
 
     python benchmarks/rladder.py loop [--steps 32 160]
         RLadder's two loops over the steps on JSB-sized ladders (gated 128/64, 88
@@ -1578,8 +1580,8 @@ def main(argv=None):
                    help="standard deviation of the random initial mask logits")
     p.add_argument("--unflatten", default="broadcast", choices=("broadcast", "dense"),
                    help="how the ladder's dense top reaches the pixels of the conv decoder below")
-    p.add_argument("--conv-encoder", default="conv", choices=("conv", "convlstm"),
-                   help="the ladder's convolutional level: feed-forward or ConvLSTM (rounds 2-11)")
+    p.add_argument("--conv-encoder", default="convlstm", choices=("convlstm", "conv"),
+                   help="the ladder's convolutional level: ConvLSTM or feed-forward (see the twelfth round)")
     p.add_argument("--num-valid", type=int, default=200,
                    help="validation images of held-out training digits; the epoch with the best "
                         "last-iteration validation AMI is kept (0: the last epoch)")

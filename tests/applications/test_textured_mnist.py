@@ -486,7 +486,7 @@ def test_cli_num_valid_keeps_the_best_epoch_across_a_resume(tmp_path, capsys, mo
                         lambda *a, **k: [*resumable(*a, **k), _CrashAtEpoch(2)])
     run_dir = tmp_path / "run"
     argv = ["train", "textured_mnist", *CLI_TINY, "--n-iters", "1", "--epochs", "3", "--num-valid", "4",
-            "--run-dir", str(run_dir)]
+            "--conv-encoder", "conv", "--run-dir", str(run_dir)]
     with pytest.raises(RuntimeError, match="simulated"):
         cli.main(argv)
     monkeypatch.setattr(fault_tolerance, "resumable_callbacks", resumable)
@@ -497,6 +497,8 @@ def test_cli_num_valid_keeps_the_best_epoch_across_a_resume(tmp_path, capsys, mo
     assert logged["val_ami"] == pytest.approx([0.5, 0.1, 0.2])
     assert metrics["best_epoch"] == 1 and metrics["valid_ami"] == pytest.approx([0.5])
     assert "ami.png" in _files(run_dir) and not (run_dir / "backup").exists()
+    ladder = keras.saving.load_model(run_dir / "model.keras").get_layer("rtagger").ladder
+    assert ladder.levels[0]["encoder"] == "conv"
 
 
 def test_segmentation_validation_and_its_plot_refuse_bad_input(tmp_path, digits):
@@ -510,3 +512,48 @@ def test_segmentation_validation_and_its_plot_refuse_bad_input(tmp_path, digits)
     path = tm.plot_validation_ami({"val_ami_1": [0.1, 0.2], "val_ami_2": [0.2, 0.3], "val_ami": [0.2, 0.3]},
                                   str(tmp_path / "ami.png"), best_epoch=2)
     assert (tmp_path / "ami.png").stat().st_size > 0 and path == str(tmp_path / "ami.png")
+
+
+def test_a_feed_forward_conv_bottom_level_builds_round_trips_and_is_checked(tmp_path, digits):
+    from applications.errors import InputError
+
+    data = tm.generate(*digits, 4, seed=0, style="smooth", texture_set="fixed")
+    model = tm.build_model(conv_encoder="conv", **TINY)
+    ladder = model.get_layer("rtagger").ladder
+    assert [level["encoder"] for level in ladder.levels] == ["conv", "gated"]
+    assert tm.build_model(**TINY).get_layer("rtagger").ladder.levels[0]["encoder"] == "convlstm"
+    # no state of its own: fewer weights than the ConvLSTM level (four gates)
+    assert model.count_params() < tm.build_model(**TINY).count_params()
+    path = tmp_path / "conv.keras"
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    assert loaded.get_layer("rtagger").ladder.levels[0]["encoder"] == "conv"
+    np.testing.assert_allclose(loaded(data["images"])["mixture"], model(data["images"])["mixture"], atol=1e-5)
+    for bad in ("gated", "lstm", "conv2d"):
+        with pytest.raises(InputError, match=f"Received: conv_encoder='{bad}'"):
+            tm.build_model(conv_encoder=bad, **TINY)
+
+
+def test_tagger_benchmark_keeps_the_best_validation_epoch_by_default(monkeypatch, capsys):
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "rladder.py"
+    spec = importlib.util.spec_from_file_location("rladder_benchmark_tagger_under_test", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    seen = []
+
+    def fake_train(**kwargs):  # the benchmark's run, training faked
+        seen.append(kwargs)
+        kept = {"best_epoch": 3, "valid_ami": [0.01, 0.05]} if kwargs["num_valid"] else {}
+        return {"ami": [0.01, 0.04], "parameters": 1, "epochs_run": 5, **kept}
+
+    monkeypatch.setattr(tm, "train", fake_train)
+    bench.main(["tagger", "--iters", "2"])
+    out = capsys.readouterr().out
+    assert (seen[-1]["conv_encoder"], seen[-1]["num_valid"]) == ("convlstm", 200)
+    assert "kept epoch 3 of 5" in out and "0.010 / 0.050" in out and "MET" in out
+    bench.main(["tagger", "--conv-encoder", "conv", "--num-valid", "0"])
+    out = capsys.readouterr().out
+    assert (seen[-1]["conv_encoder"], seen[-1]["num_valid"]) == ("conv", 0) and "kept epoch" not in out
