@@ -372,7 +372,7 @@ def paper_levels(conv_units=32, dense_units=64, pool=1, unflatten="broadcast", c
     """
     if unflatten not in UNFLATTENS:  # level_spec's ValueError named the top level, not this option
         raise InputError(f"`unflatten` must be one of {UNFLATTENS}. Received: unflatten={unflatten!r}")
-    if conv_encoder not in CONV_ENCODERS:  # a dense encoder made a ladder that failed on the images
+    if conv_encoder not in CONV_ENCODERS:  # the bottom level reads images: a convolutional encoder
         raise InputError(f"`conv_encoder` must be one of {CONV_ENCODERS}. Received: conv_encoder={conv_encoder!r}")
     return [level_spec(conv_encoder, conv_units), level_spec("gated", dense_units, pool=pool, unflatten=unflatten)]
 
@@ -750,8 +750,9 @@ def train(
     Returns:
         A dict with the per-iteration test AMI (and error), the parameter count, the
         paths (with ``num_valid``: ``ami_plot``, and ``best_epoch`` (1-based) and
-        ``valid_ami`` (per iteration, of the epoch kept)), ``epochs_run`` (the epochs of the whole run, those before a resume too:
-        ``fault_tolerance.epochs_run``) and ``resumed_from_epoch`` (0 for a fresh run).
+        ``valid_ami`` (per iteration, of the epoch kept)), ``epochs_run`` (the epochs of
+        the whole run, those before a resume too: ``fault_tolerance.epochs_run``) and
+        ``resumed_from_epoch`` (0 for a fresh run).
     """
     from applications import fault_tolerance
     from applications.demo import plot_history, save_atomically

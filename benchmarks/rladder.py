@@ -1170,6 +1170,93 @@ the digit (0.83); the top has learned where the digit is (the classifier's error
 falls to 24.5%), but no group owns one texture. Target NOT MET; the
 benchmark was not run (nothing qualified on validation) and its defaults are
 unchanged.
+
+Tagger, twelfth round, 2026-11-26: keeping the best epoch on validation images.
+Every earlier round reported the model of the last epoch the budget allowed, and
+the per-iteration AMI swings from epoch to epoch (the hour-long run of the sixth
+round: a last-iteration AMI between 0.017 and 0.074 at successive evaluations),
+so the benchmark's figure depended on where the 17 minutes happened to stop. New
+(library, tested): ``textured_mnist.train(num_valid=N)`` validates the segmentation
+after every epoch on ``N`` images of held-out training digits
+(``validation_images``: the last fifth of the training digits, seed ``seed + 2``;
+the training images then use the other four fifths, ``make_images(hold_out=True)``),
+logs ``val_ami_1`` ... ``val_ami_T`` (``SegmentationValidation``), plots them
+(``ami.png``) and keeps the weights of the epoch with the best last-iteration
+validation AMI (``fault_tolerance.KeepBestWeights(mode="max")``, which a resumed
+run keeps too); the CLI has ``--num-valid``. The benchmark now uses 200 such images
+(``--num-valid 200``); the test images choose nothing. Also new:
+``conv_encoder="conv"`` (``paper_levels``/``build_model``/``train``, CLI and
+benchmark ``--conv-encoder``): a feed-forward convolutional bottom level instead
+of the ConvLSTM one (``level_spec("conv", 16)``, no normalization), about half the
+cost of a training step when timed alone (250 against 490 ms at batch 32).
+
+Runs are deterministic: the same seed gives the same figures at the same epoch
+whatever the machine's speed (the feed-forward ladder's validation AMIs below are
+those of its probe, to the last digit), so a slower run only stops earlier.
+
+First a probe of the feed-forward bottom on round four's validation images (200,
+seed 7 from the held-out fifth; ``taskset -c 1``, niced tests on core 0 at times,
+1,020 s, 14 epochs), AMI after iterations 1..5:
+
+    epoch  1   0.005 / 0.014 / 0.004 / 0.017 / 0.004
+    epoch  4   0.003 / 0.016 / 0.037 / 0.053 / 0.036
+    epoch  7   0.004 / 0.040 / 0.019 / 0.059 / 0.049
+    epoch 10   0.006 / 0.009 / 0.009 / 0.026 / 0.021
+    epoch 13   0.011 / 0.013 / 0.015 / 0.031 / 0.033
+    epoch 14   0.007 / 0.010 / 0.010 / 0.014 / 0.015
+
+Higher than the ConvLSTM ladder at those epochs in the sixth round's hour-long
+run (0.017 at epoch 4, 0.030 at epoch 8), so the feed-forward bottom was made the
+benchmark's default and both were run, side by side (``--conv-encoder conv`` on
+core 0, ``convlstm`` on core 1; load 0.9 at the start, 1.6 at the end; each slowed
+the other: 450-670 and 690-930 ms per step). Test AMI (500 images) after
+iterations 1..5, the epoch kept and its validation AMIs (the benchmark's own 200
+validation images):
+
+    bottom     test AMI 1..5                            error    epochs   kept (validation AMI 1..5)
+    conv       0.003 / 0.038 / 0.018 / 0.053 / 0.046     85%     14       7 (0.004 / 0.043 / 0.021 / 0.059 / 0.050)
+    convlstm   0.004 / 0.013 / 0.044 / 0.064 / 0.070     87%      8       2 (0.006 / 0.012 / 0.042 / 0.070 / 0.076)
+
+The feed-forward ladder's AMI rises by 0.043 but falls from the second iteration to
+the third (0.038 to 0.018, on validation too): NOT MET by the benchmark's rule (no
+iteration more than 0.005 below the one before). The ConvLSTM ladder's rises at
+every iteration, by 0.066: MET. The default went back to ``convlstm``: on the
+validation images the kept ConvLSTM model is the better one (last iteration 0.076
+against 0.050, and rising at every iteration where the other is not). This choice
+was made after both test results had been printed; the validation figures point
+the same way, but for this choice the test images are no longer untouched.
+
+The default command alone (``PYTHONPATH=. taskset -c 0 python benchmarks/rladder.py
+tagger``, nothing else running; load 0.28 at the start, 0.79 at the end; 1.0-1.2 s
+per step, 130-146 s per epoch against round four's ~80 s (13 epochs) on the same
+command: this machine is slower than two days ago, as the occluded eighth round
+found):
+
+    iteration   AMI     classification error
+    1           0.004   87.6%
+    2           0.013   86.8%
+    3           0.044   88.2%
+    4           0.064   87.4%
+    5           0.070   87.4%
+    911,393 parameters, 8 epochs, 1042 s (budget hit); kept epoch 2 (validation
+    AMI 0.006 / 0.012 / 0.042 / 0.070 / 0.076); later epochs' last-iteration
+    validation AMI (epochs 3-8) 0.018, 0.010, 0.009, 0.038, 0.033, 0.047
+
+Target (AMI improving over iterations, by at least 0.02 and never falling more
+than 0.005) MET with the default seed: 0.004 -> 0.070. But not with the next seed
+(``--seed 1``: other training images, initialization and validation images; run
+alone after it, ``taskset -c 0``, a niced 3-minute test run on core 1 at first,
+load 0.66 at the start and 0.68 at the end): test AMI 0.001 / 0.004 / 0.007 / 0.006
+/ 0.008, error 61-65%, 9 epochs, 1064 s, kept epoch 8 of 9; no epoch's
+last-iteration validation AMI was above 0.008. NOT MET. So over two seeds the
+target is met once: not reliably. What the met run is worth: the kept model is
+an early one (epoch 2 of 8), whose masks carry a little segmentation that grows with every
+iteration; with more training the segmentation falls back (as every round since
+the third found: the mixture cost rewards denoising over grouping), and an AMI of
+0.07 is far from Tagger's figures.
+With seed 1 the validation AMI stayed at 0.001-0.008 at every epoch and
+iteration; with seed 0 a little grouping was found early and lost. The diagnosis
+of rounds three to eleven stands.
 """
 
 import argparse
