@@ -863,7 +863,7 @@ def train(
     to that many (see ``make_dataset``; off by default: nearly all of these chorales
     are written in C, 214 of the 229 training chorales end on a C in the bass, so the
     key is a regularity of every split and moving it costs more than the extra data
-    gains, see ``benchmarks/rladder.py``); ``weight_decay`` and ``ema_momentum`` are
+    gains, see ``benchmarks/rladder_measurements.md``); ``weight_decay`` and ``ema_momentum`` are
     passed to ``compile_model`` (with ``ema_momentum`` the validation NLL, the model
     kept and the figures are those of the moving average of the weights).
     ``reduce_lr_patience`` (a positive integer; None: off) multiplies the learning rate

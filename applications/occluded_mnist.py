@@ -25,7 +25,7 @@ step's. Baselines (``variant``):
 * ``"temporal"``: a per-frame convolutional network with a GRU on top.
 
 Defaults of :func:`build_model` that depart from the paper's layout, chosen on a
-validation split (``benchmarks/rladder.py`` records the measurements):
+validation split (``benchmarks/rladder_measurements.md`` records the measurements):
 ``conv_encoder="conv"`` (feed-forward convolutional levels, whose memory is the
 decoder feedback and the gated top; the ConvLSTM ladder stayed at chance for
 thousands of updates), ``conv_normalization="auto"`` (per-sample instance
@@ -55,6 +55,7 @@ from applications.checks import integer_at_least
 from applications.mnist_digits import check_digits
 from applications.errors import InputError, PathNotFoundError
 from keras_capsules.layers import RLadder, level_spec
+from keras_capsules.layers.rladder.level_spec import CONV_ENCODERS, UNFLATTENS
 
 FRAME_SIZE = 32
 DIGIT_SIZE = 14
@@ -493,9 +494,7 @@ def _check_conv_options(conv_encoder, conv_normalization):
     return conv_normalization
 
 
-CONV_ENCODERS = ("convlstm", "conv")
 CONV_NORMALIZATIONS = ("auto", None, "instance")
-UNFLATTENS = ("broadcast", "dense")
 
 
 def _check_unflatten(unflatten):
@@ -570,7 +569,7 @@ def build_model(
             ``"conv"`` (default: feed-forward ReLU convolutions of the input and
             the decoder feedback, :class:`ConvEncoderCell`) or ``"convlstm"`` (the
             recurrent levels of the paper's Table 7; measured to stay near chance
-            far longer, see ``benchmarks/rladder.py``); the temporal baseline
+            far longer, see ``benchmarks/rladder_measurements.md``); the temporal baseline
             ignores it (its convolutions are feed-forward anyway).
         conv_normalization: ``"instance"``: per-sample normalization, per channel
             over height and width, of the pre-activations of every convolution

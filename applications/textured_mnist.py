@@ -60,16 +60,12 @@ from applications.checks import integer_at_least
 from applications.mnist_digits import check_digits
 from applications.errors import InputError, PathNotFoundError
 from keras_capsules.layers import RTagger, level_spec
-from keras_capsules.layers.rladder.level_spec import ENCODERS
+from keras_capsules.layers.rladder.level_spec import CONV_ENCODERS, UNFLATTENS
 from keras_capsules.losses import MixtureNLL
 from keras_capsules.metrics import adjusted_mutual_info
 
 IMAGE_SIZE = 28
 TEXTURE_KINDS = ("stripes", "checker", "noise")
-#: how the ladder's dense top reaches the pixels of the convolutional decoder below (``paper_levels``)
-UNFLATTENS = ("broadcast", "dense")
-#: the ladder's convolutional bottom level (``paper_levels``): ``level_spec``'s convolutional encoders
-CONV_ENCODERS = tuple(kind for kind, shape in ENCODERS.items() if shape == "conv")
 
 
 # ------------------------------------------------------------------------- data
@@ -356,7 +352,7 @@ def paper_levels(conv_units=32, dense_units=64, pool=1, unflatten="broadcast", c
     state of its own, its memory of the iterations being the decoder's feedback and
     the top's state; about half the cost of a training step of the benchmark's model
     on a quiet core; measured against the ConvLSTM level in the twelfth round of
-    ``benchmarks/rladder.py``).
+    ``benchmarks/rladder_measurements.md``).
 
     ``pool`` max-pools the convolutional level's output before the dense top, which
     divides the top's input weights (most of the parameters) by ``pool ** 2``.
@@ -367,7 +363,7 @@ def paper_levels(conv_units=32, dense_units=64, pool=1, unflatten="broadcast", c
     (but near its borders); ``"dense"`` projects it to every pixel's channels
     (``dense_units * H * W * conv_units`` weights instead of ``dense_units *
     conv_units``), so that the top can paint a whole texture. (Measured on the
-    benchmark's validation probes, eleventh round of ``benchmarks/rladder.py``: no
+    benchmark's validation probes, eleventh round of ``benchmarks/rladder_measurements.md``: no
     better segmentation either way.)
     """
     if unflatten not in UNFLATTENS:  # level_spec's ValueError named the top level, not this option

@@ -13,6 +13,11 @@ ENCODERS = {"gated": "dense", "lstm": "dense", "convlstm": "conv", "conv": "conv
 DENSE_COMBINATORS = ("G1",)
 CONV_COMBINATORS = ("ConvG1", "ConvG2", "ConvG3")
 COMBINATORS = DENSE_COMBINATORS + CONV_COMBINATORS
+#: the encoders of convolutional levels
+CONV_ENCODERS = tuple(kind for kind, shape in ENCODERS.items() if shape == "conv")
+#: how a dense level's decoder output reaches the pixels of a convolutional level below
+#: (``level_spec(..., unflatten=...)``)
+UNFLATTENS = VECTOR_TOPS
 
 _KEYS = (
     "encoder",
