@@ -15,10 +15,10 @@ time budget stops training early if the machine is slower):
         the whole budget; ``--no-parallel``: one after another, each for a third).
         ``--augment fresh|affine`` trains every variant on new sequences each
         epoch (``affine``: each digit randomly rotated, scaled, sheared and
-        shifted; off by default, see the fifth round below). ``--unflatten
+        shifted; off by default, fifth round of the occluded measurements). ``--unflatten
         dense`` gives the ladders' gated top a kernel to every pixel of the
         convolutional decoder below it instead of one projection broadcast over
-        all pixels (off by default, see the eighth round below).
+        all pixels (off by default, eighth round of the occluded measurements).
     python benchmarks/rladder.py jsb [--data-path ../shared/data/jsb_chorales]
         JSB Chorales test NLL per time step (target below 8.0; paper: RNN 8.76,
         RLadder 5.64). By default one RLadder (gated encoders, dropout between
@@ -32,10 +32,10 @@ time budget stops training early if the machine is slower):
         RTagger on Textured MNIST: segmentation AMI and classification error after
         every iteration (defaults: smooth textures from a fixed bank of 8
         gratings, posterior masks, smooth initial masks, sigma 0.1, input
-        noise 0.4, 5 iterations; see the fourth round below). The model is
+        noise 0.4, 5 iterations; fourth round of the tagger measurements). The model is
         kept at the epoch with the best last-iteration AMI on 200 validation
         images of held-out training digits (``--num-valid``; 0: the last
-        epoch; see the twelfth round below); the test images choose nothing.
+        epoch; twelfth round of the tagger measurements); the test images choose nothing.
         ``--conv-encoder conv`` makes the ladder's bottom level feed-forward
         instead of ConvLSTM.
 
@@ -45,15 +45,16 @@ time budget stops training early if the machine is slower):
         XLA, compiling) and of later ones, unrolled (``unroll=True``) and symbolic
         (``unroll=False``; the default for sequences of unknown length).
 
-Each prints its figures, the wall time and the machine load.
+Each prints its figures, the wall time and the machine load. The measurements (every
+run, probe and diagnosis, by subcommand and round) are in
+``benchmarks/rladder_measurements.md``.
 
 Where the targets of the Recurrent Ladder issue stand on a 2-core CPU (figures of
-the default commands; every run, probe and diagnosis is in
-``benchmarks/rladder_measurements.md``):
+the default commands):
 
 * ``jsb``: test NLL per step 6.39 with the NADE read-out (6.397 in 806 s and 6.392
-  in 898 s, one core each), below the target of 8.0: MET. The paper's independent per-key read-out: 8.21 at
-  best (an ensemble of five RLadders), not met.
+  in 898 s, one core each), below the target of 8.0: MET. The paper's independent
+  per-key read-out: 8.21 at best (an ensemble of five RLadders), not met.
 * ``occluded``: test error of the RLadder 9.90%, temporal baseline 7.70%, RLadder
   without feedback 11.10% (the three side by side, 17 minutes each): NOT MET (the
   RLadder must be clearly below both). At equal CPU time the temporal baseline
@@ -80,6 +81,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from keras_capsules.callbacks import BudgetLinearDecay, TimeBudget  # noqa: E402
+from keras_capsules.layers.rladder.level_spec import CONV_ENCODERS, UNFLATTENS  # noqa: E402
 
 
 def _load():
@@ -370,7 +372,7 @@ def main(argv=None):
                    help="classification cost on every step or on the last one")
     p.add_argument("--normalization", default="none", choices=("layer", "none"),
                    help="RLadder's layer normalization of each level's input")
-    p.add_argument("--conv-encoder", default="conv", choices=("conv", "convlstm"),
+    p.add_argument("--conv-encoder", default="conv", choices=CONV_ENCODERS,
                    help="encoder of the ladder's convolutional levels (feed-forward or ConvLSTM)")
     p.add_argument("--conv-normalization", default="instance", choices=("instance", "none"),
                    help="instance normalization in every variant's convolutions (ladder: --conv-encoder conv)")
@@ -382,7 +384,7 @@ def main(argv=None):
                    "of --learning-rate (1: constant; default: %(default)s)")
     p.add_argument("--feedback-initializer", default="zeros", choices=("zeros", "default"),
                    help="RLadder's feedback kernels start at zero, or as its other kernels")
-    p.add_argument("--unflatten", default="broadcast", choices=("broadcast", "dense"),
+    p.add_argument("--unflatten", default="broadcast", choices=UNFLATTENS,
                    help="the ladders' gated top reaches the conv decoder below by one projection "
                    "broadcast over all pixels, or by a dense kernel to every pixel (the temporal "
                    "baseline ignores it)")
@@ -472,9 +474,9 @@ def main(argv=None):
                    help="sigma of the posterior mask update only (default: --sigma)")
     p.add_argument("--initial-mask-stddev", type=float, default=1.0,
                    help="standard deviation of the random initial mask logits")
-    p.add_argument("--unflatten", default="broadcast", choices=("broadcast", "dense"),
+    p.add_argument("--unflatten", default="broadcast", choices=UNFLATTENS,
                    help="how the ladder's dense top reaches the pixels of the conv decoder below")
-    p.add_argument("--conv-encoder", default="convlstm", choices=("convlstm", "conv"),
+    p.add_argument("--conv-encoder", default="convlstm", choices=CONV_ENCODERS,
                    help="the ladder's convolutional level: ConvLSTM or feed-forward (see the twelfth round)")
     p.add_argument("--num-valid", type=int, default=200,
                    help="validation images of held-out training digits; the epoch with the best "
