@@ -392,13 +392,14 @@ def build_model(
     initial_mask_stddev=1.0,
     unflatten="broadcast",
     conv_encoder="convlstm",
+    group_codes=False,
     name="rtagger_textured_mnist",
 ):
     """RTagger with ``n_groups`` groups on ``[size, size, 1]`` images.
 
     ``conv_units``, ``dense_units``, ``pool``, ``unflatten`` and ``conv_encoder`` shape the ladder
     (:func:`paper_levels`); ``sigma``, ``mask_update``, ``initial_mask_scale``,
-    ``posterior_sigma`` and ``initial_mask_stddev`` are RTagger's.
+    ``posterior_sigma``, ``initial_mask_stddev`` and ``group_codes`` are RTagger's.
 
     Returns:
         A ``keras.Model`` with outputs ``{"mixture": concatenate([m, pi]) [b, T, K,
@@ -413,7 +414,7 @@ def build_model(
     pi, m = RTagger(
         n_groups, paper_levels(conv_units, dense_units, pool, unflatten, conv_encoder), n_iters=n_iters, sigma=sigma,
         mask_update=mask_update, initial_mask_scale=initial_mask_scale, posterior_sigma=posterior_sigma,
-        initial_mask_stddev=initial_mask_stddev, name="rtagger",
+        initial_mask_stddev=initial_mask_stddev, group_codes=group_codes, name="rtagger",
     )(x)
     outputs = {"mixture": keras.layers.Concatenate(axis=-1, name="mixture")([m, pi])}
     if num_classes:
@@ -707,6 +708,7 @@ def train(
     initial_mask_stddev=1.0,
     unflatten="broadcast",
     conv_encoder="convlstm",
+    group_codes=False,
     class_weight=1.0,
     texture_style="binary",
     mean_gap=0.0,
@@ -729,7 +731,7 @@ def train(
     every epoch of a resumed run; the backup of a
     ``fault_tolerance.AtomicBackupAndRestore`` among them is deleted once the outputs
     are written (``fault_tolerance.finish_run``). ``mask_update``, ``initial_mask_scale``,
-    ``posterior_sigma`` and ``initial_mask_stddev`` are RTagger's, ``unflatten`` the
+    ``posterior_sigma``, ``initial_mask_stddev`` and ``group_codes`` are RTagger's, ``unflatten`` the
     ladder's top and ``conv_encoder`` its bottom level (see :func:`paper_levels`); ``class_weight``
     weighs the classifier's cost against the mixture NLL; ``texture_style``, ``mean_gap``, ``texture_set``, ``bank_size`` and
     ``texture_shift`` choose the images (see :func:`make_images`).
@@ -771,6 +773,7 @@ def train(
                 head_input=head_input, head_type=head_type, mask_update=mask_update,
                 initial_mask_scale=initial_mask_scale, posterior_sigma=posterior_sigma,
                 initial_mask_stddev=initial_mask_stddev, unflatten=unflatten, conv_encoder=conv_encoder,
+                group_codes=group_codes,
             ),
             learning_rate,
             sigma=sigma,
@@ -902,6 +905,8 @@ def add_arguments(parser, command):
                             help="the ladder's convolutional level: ConvLSTM or feed-forward")
         parser.add_argument("--dense-units", type=positive_int, default=64,
                             help="units of the ladder's dense gated top")
+        parser.add_argument("--group-codes", action="store_true",
+                            help="give each group's ladder input its one-hot group code (groups may take roles)")
         parser.add_argument("--num-valid", type=non_negative_int, default=0,
                             help="validation images of held-out training digits: the epoch with the best "
                                  "validation AMI is kept (0: the last epoch)")
@@ -924,6 +929,7 @@ def run_train(args, strategy):
         texture_set=args.texture_set,
         num_valid=args.num_valid,
         conv_encoder=args.conv_encoder,
+        group_codes=args.group_codes,
         **train_options(args, strategy),
     )
 

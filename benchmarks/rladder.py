@@ -279,6 +279,7 @@ def tagger(args):
             initial_mask_stddev=args.initial_mask_stddev,
             unflatten=args.unflatten,
             conv_encoder=args.conv_encoder,
+            group_codes=args.group_codes,
             num_valid=args.num_valid,
             seed=args.seed,
             verbose=args.verbose,
@@ -478,6 +479,8 @@ def main(argv=None):
                    help="how the ladder's dense top reaches the pixels of the conv decoder below")
     p.add_argument("--conv-encoder", default="convlstm", choices=CONV_ENCODERS,
                    help="the ladder's convolutional level: ConvLSTM or feed-forward (see the twelfth round)")
+    p.add_argument("--group-codes", action=argparse.BooleanOptionalAction, default=False,
+                   help="each group's ladder input gets its one-hot group code (see the fourteenth round)")
     p.add_argument("--num-valid", type=int, default=200,
                    help="validation images of held-out training digits; the epoch with the best "
                         "last-iteration validation AMI is kept (0: the last epoch)")

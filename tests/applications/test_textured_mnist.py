@@ -486,7 +486,7 @@ def test_cli_num_valid_keeps_the_best_epoch_across_a_resume(tmp_path, capsys, mo
                         lambda *a, **k: [*resumable(*a, **k), _CrashAtEpoch(2)])
     run_dir = tmp_path / "run"
     argv = ["train", "textured_mnist", *CLI_TINY, "--n-iters", "1", "--epochs", "3", "--num-valid", "4",
-            "--conv-encoder", "conv", "--run-dir", str(run_dir)]
+            "--conv-encoder", "conv", "--group-codes", "--run-dir", str(run_dir)]
     with pytest.raises(RuntimeError, match="simulated"):
         cli.main(argv)
     monkeypatch.setattr(fault_tolerance, "resumable_callbacks", resumable)
@@ -497,8 +497,8 @@ def test_cli_num_valid_keeps_the_best_epoch_across_a_resume(tmp_path, capsys, mo
     assert logged["val_ami"] == pytest.approx([0.5, 0.1, 0.2])
     assert metrics["best_epoch"] == 1 and metrics["valid_ami"] == pytest.approx([0.5])
     assert "ami.png" in _files(run_dir) and not (run_dir / "backup").exists()
-    ladder = keras.saving.load_model(run_dir / "model.keras").get_layer("rtagger").ladder
-    assert ladder.levels[0]["encoder"] == "conv"
+    tagger = keras.saving.load_model(run_dir / "model.keras").get_layer("rtagger")
+    assert tagger.ladder.levels[0]["encoder"] == "conv" and tagger.group_codes is True
 
 
 def test_segmentation_validation_and_its_plot_refuse_bad_input(tmp_path, digits):
@@ -534,6 +534,18 @@ def test_a_feed_forward_conv_bottom_level_builds_round_trips_and_is_checked(tmp_
             tm.build_model(conv_encoder=bad, **TINY)
 
 
+def test_group_codes_reach_the_tagger_and_round_trip(tmp_path, digits):
+    data = tm.generate(*digits, 4, seed=0, style="smooth", texture_set="fixed")
+    model = tm.build_model(group_codes=True, **TINY)
+    assert model.get_layer("rtagger").group_codes is True
+    assert tm.build_model(**TINY).get_layer("rtagger").group_codes is False
+    path = tmp_path / "codes.keras"
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    assert loaded.get_layer("rtagger").group_codes is True
+    np.testing.assert_allclose(loaded(data["images"])["mixture"], model(data["images"])["mixture"], atol=1e-5)
+
+
 def test_tagger_benchmark_keeps_the_best_validation_epoch_by_default(monkeypatch, capsys):
     import importlib.util
     import pathlib
@@ -554,6 +566,8 @@ def test_tagger_benchmark_keeps_the_best_validation_epoch_by_default(monkeypatch
     out = capsys.readouterr().out
     assert (seen[-1]["conv_encoder"], seen[-1]["num_valid"]) == ("convlstm", 200)
     assert "kept epoch 3 of 5" in out and "0.010 / 0.050" in out and "MET" in out
-    bench.main(["tagger", "--conv-encoder", "conv", "--num-valid", "0"])
+    assert seen[-1]["group_codes"] is False
+    bench.main(["tagger", "--conv-encoder", "conv", "--num-valid", "0", "--group-codes"])
     out = capsys.readouterr().out
     assert (seen[-1]["conv_encoder"], seen[-1]["num_valid"]) == ("conv", 0) and "kept epoch" not in out
+    assert seen[-1]["group_codes"] is True

@@ -51,7 +51,7 @@ class RTagger(keras.layers.Layer):
     ```
 
     Group ``k``'s ladder input is the channel concatenation ``[z_k, dz_k, pi_k, L_k]``
-    (``2 C + 2`` channels). The raw input is *not* an input of its own: a group sees
+    (``2 C + 2`` channels; ``K`` more with ``group_codes``). The raw input is *not* an input of its own: a group sees
     the data only through its masked residual ``dz_k`` and the likelihoods, so a
     group cannot explain pixels it does not own by copying them (the copy shortcut
     that let one group reconstruct everything and made the masks uninformative).
@@ -92,6 +92,15 @@ class RTagger(keras.layers.Layer):
     ``initial_mask_stddev`` scales the random initial logits (both the training
     draws and ``initial_logits``): larger values give sharper initial masks.
 
+    ``group_codes=True`` appends group ``k``'s one-hot code (``K`` constant
+    channels) to its ladder input, so that the shared ladder can give the groups
+    different roles (for example one group for the background). Without codes
+    (default, as Tagger) the groups are exchangeable: their inputs differ only
+    through their masks, so two groups that happen to explain the same pixels get
+    the same inputs and make the same moves from then on. With codes the outputs
+    are no longer invariant to a permutation of the groups (the segmentation
+    metric is: it matches groups to labels in any order).
+
     Args:
         n_groups: the number of groups ``K`` (at least 2).
         levels: the shared ladder's levels (see :func:`level_spec`).
@@ -115,6 +124,8 @@ class RTagger(keras.layers.Layer):
             logits. Default 1.0 (as in Tagger).
         initial_mask_scale: pixels per random initial logit along each spatial
             axis (images only). Default 1 (per pixel, as in Tagger).
+        group_codes: give each group's ladder input its group's one-hot code
+            (see above). Default False.
         seed: seed of those draws, an integer in ``[0, 2**63 - 1]`` (its generator is
             seeded with ``seed % 2**31``), or None (random).
         kernel_regularizer, recurrent_regularizer, bias_regularizer: likewise.
@@ -165,6 +176,7 @@ class RTagger(keras.layers.Layer):
         initial_mask_scale=1,
         posterior_sigma=None,
         initial_mask_stddev=1.0,
+        group_codes=False,
         seed=None,
         kernel_regularizer=None,
         recurrent_regularizer=None,
@@ -199,6 +211,7 @@ class RTagger(keras.layers.Layer):
         self.initial_mask_scale = positive_int("initial_mask_scale", initial_mask_scale)
         self.posterior_sigma = None if posterior_sigma is None else positive_float("posterior_sigma", posterior_sigma)
         self.initial_mask_stddev = positive_float("initial_mask_stddev", initial_mask_stddev)
+        self.group_codes = boolean("group_codes", group_codes)
         self.seed = seed = seed_value(seed)
         self.seed_generator = (
             keras.random.SeedGenerator(generator_seed(seed)) if self.random_initial_masks else None
@@ -260,15 +273,19 @@ class RTagger(keras.layers.Layer):
         maps = ops.image.resize(maps, tuple(spatial), interpolation="bilinear", data_format="channels_last")
         return ops.transpose(maps, (0, 3, 1, 2))[..., None]
 
+    def _input_width(self, channels):
+        """Channels per pixel of a group's ladder input: ``[z, dz, pi, L]`` (and the group's code)."""
+        return 2 * channels + 2 + (self.n_groups if self.group_codes else 0)
+
     def _ladder_features(self, spatial, channels, is_image):
-        width = 2 * channels + 2
+        width = self._input_width(channels)
         return spatial + (width,) if is_image else (spatial[0] * width,)
 
     def build(self, input_shape):
         _, _, spatial, channels, is_image = self._pixel_shape(input_shape)
         self._spatial, self._channels, self._is_image = spatial, channels, is_image
         self.ladder.build((None,) + self._ladder_features(spatial, channels, is_image))
-        width = 2 * channels + 2
+        width = self._input_width(channels)
         if self.initial_mask_scale > 1 and not is_image:
             raise ValueError(
                 "`initial_mask_scale` > 1 needs image inputs [batch, H, W, C]. Received: "
@@ -334,6 +351,13 @@ class RTagger(keras.layers.Layer):
             logits = ops.broadcast_to(ops.cast(self.initial_logits, math_dtype)[None], logits_shape)
         logits = self._upsample_logits(logits * self.initial_mask_stddev, spatial)
         carry = self.ladder.initial_carry(n_batch * k, dtype)
+        width = self._input_width(channels)
+        codes = []
+        if self.group_codes:  # [b, K, *spatial, K]: group k's one-hot code at every pixel
+            codes = [ops.broadcast_to(
+                ops.reshape(ops.eye(k, dtype=math_dtype), (1, k) + (1,) * len(spatial) + (k,)),
+                (n_batch, k) + tuple(spatial) + (k,),
+            )]
         pis, ms = [], []
         for t in range(steps):
             x = inputs[:, t] if self.n_iters is None else inputs
@@ -345,12 +369,12 @@ class RTagger(keras.layers.Layer):
             residual = x - m
             log_lik = -ops.sum(ops.square(residual), axis=-1, keepdims=True) * inv_two_var
             z = ops.concatenate(
-                [m, pi * residual, pi, ops.softmax(log_lik, axis=1)], axis=-1
+                [m, pi * residual, pi, ops.softmax(log_lik, axis=1), *codes], axis=-1
             )
             z = ops.cast(z, dtype)
             z = ops.reshape(z, (-1,) + self._ladder_features(spatial, channels, is_image))
             out, _, carry = self.ladder.step(z, carry)
-            out = ops.reshape(out, (-1, k) + tuple(spatial) + (2 * channels + 2,))
+            out = ops.reshape(out, (-1, k) + tuple(spatial) + (width,))
             out = ops.matmul(out, self.readout_kernel) + self.readout_bias
             out = ops.cast(out, math_dtype)
             m, logits = out[..., :channels], out[..., channels:]
@@ -381,6 +405,7 @@ class RTagger(keras.layers.Layer):
                 "initial_mask_scale": self.initial_mask_scale,
                 "posterior_sigma": self.posterior_sigma,
                 "initial_mask_stddev": self.initial_mask_stddev,
+                "group_codes": self.group_codes,
                 "seed": self.seed,
                 "decoder_to_encoder": self.ladder.decoder_to_encoder,
                 "input_combinator": self.ladder.input_combinator,

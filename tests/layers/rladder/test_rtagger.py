@@ -48,6 +48,7 @@ def test_groups_share_one_ladder():
         (dict(n_groups=3, levels=[level_spec("gated", 3)], sigma=0.2), (4, 1, 4)),  # sequence
         (dict(n_groups=2, levels=CONV_LEVELS, n_iters=2, mask_update="posterior", initial_mask_scale=3,
               posterior_sigma=0.7, initial_mask_stddev=3.0), (4, 4, 4, 1)),
+        (dict(n_groups=3, levels=CONV_LEVELS, n_iters=2, group_codes=True), (4, 4, 4, 1)),
     ],
 )
 def test_layer_contract(kwargs, shape, tmp_path):
@@ -68,6 +69,7 @@ def test_layer_contract(kwargs, shape, tmp_path):
         (dict(n_groups=2, levels=CONV_LEVELS, initial_mask_stddev=float("inf")), "initial_mask_stddev=inf"),
         (dict(n_groups=2, levels=CONV_LEVELS, initial_mask_stddev=-1.0), "Received: initial_mask_stddev=-1.0"),
         (dict(n_groups=2, levels=CONV_LEVELS, random_initial_masks="no"), "Received: random_initial_masks='no'"),
+        (dict(n_groups=2, levels=CONV_LEVELS, group_codes="yes"), "Received: group_codes='yes'"),
     ],
 )
 def test_bad_constructor_arguments(kwargs, message):
@@ -130,6 +132,26 @@ def test_posterior_sigma_and_initial_mask_stddev():
     plain.set_weights(weights)
     for a, b in zip(sharp(x), plain(x)):
         np.testing.assert_allclose(keras.ops.convert_to_numpy(a), keras.ops.convert_to_numpy(b), atol=1e-5)
+
+
+@pytest.mark.parametrize("levels,x", [(CONV_LEVELS, _images(2, 4, 4, 1)), ([level_spec("gated", 3)], _images(2, 6))])
+def test_group_codes_let_groups_with_equal_inputs_differ(levels, x):
+    """Equal masks and means give every group the same input: only the codes tell them apart."""
+    kwargs = dict(n_groups=3, levels=levels, n_iters=2, initial_mask_stddev=1e-9,
+                  bias_initializer="glorot_uniform")  # nonzero biases: a zero input gives no zero output
+    plain, coded = RTagger(**kwargs), RTagger(group_codes=True, **kwargs)
+    outputs = {}
+    for name, layer in (("plain", plain), ("coded", coded)):
+        outputs[name] = [keras.ops.convert_to_numpy(t) for t in layer(x)]
+    for t in outputs["plain"]:  # exchangeable groups: identical
+        np.testing.assert_allclose(t, t[:, :, :1].repeat(3, axis=2), atol=1e-6)
+    for t in outputs["coded"]:  # every pair of groups differs somewhere
+        for a, b in ((0, 1), (0, 2), (1, 2)):
+            assert np.abs(t[:, :, a] - t[:, :, b]).max() > 1e-4
+    # the ladder reads K more channels (and the read-out as many more), nothing else changes
+    n_in = lambda layer: layer.readout_kernel.shape[0]  # noqa: E731
+    assert n_in(coded) == n_in(plain) + 3 and coded.readout_kernel.shape[1] == plain.readout_kernel.shape[1]
+    assert coded.get_config()["group_codes"] is True and plain.get_config()["group_codes"] is False
 
 
 def test_smooth_initial_masks():
