@@ -566,7 +566,7 @@ def test_tagger_benchmark_keeps_the_best_validation_epoch_by_default(monkeypatch
     out = capsys.readouterr().out
     assert (seen[-1]["conv_encoder"], seen[-1]["num_valid"]) == ("convlstm", 200)
     assert "kept epoch 3 of 5" in out and "0.010 / 0.050" in out and "MET" in out
-    assert seen[-1]["group_codes"] is True
+    assert seen[-1]["group_codes"] is True and seen[-1]["learning_rate"] == 2e-3
     bench.main(["tagger", "--conv-encoder", "conv", "--num-valid", "0", "--no-group-codes"])
     out = capsys.readouterr().out
     assert (seen[-1]["conv_encoder"], seen[-1]["num_valid"]) == ("conv", 0) and "kept epoch" not in out
