@@ -393,13 +393,14 @@ def build_model(
     unflatten="broadcast",
     conv_encoder="convlstm",
     group_codes=False,
+    mask_damping=0.0,
     name="rtagger_textured_mnist",
 ):
     """RTagger with ``n_groups`` groups on ``[size, size, 1]`` images.
 
     ``conv_units``, ``dense_units``, ``pool``, ``unflatten`` and ``conv_encoder`` shape the ladder
     (:func:`paper_levels`); ``sigma``, ``mask_update``, ``initial_mask_scale``,
-    ``posterior_sigma``, ``initial_mask_stddev`` and ``group_codes`` are RTagger's.
+    ``posterior_sigma``, ``initial_mask_stddev``, ``group_codes`` and ``mask_damping`` are RTagger's.
 
     Returns:
         A ``keras.Model`` with outputs ``{"mixture": concatenate([m, pi]) [b, T, K,
@@ -414,7 +415,8 @@ def build_model(
     pi, m = RTagger(
         n_groups, paper_levels(conv_units, dense_units, pool, unflatten, conv_encoder), n_iters=n_iters, sigma=sigma,
         mask_update=mask_update, initial_mask_scale=initial_mask_scale, posterior_sigma=posterior_sigma,
-        initial_mask_stddev=initial_mask_stddev, group_codes=group_codes, name="rtagger",
+        initial_mask_stddev=initial_mask_stddev, group_codes=group_codes, mask_damping=mask_damping,
+        name="rtagger",
     )(x)
     outputs = {"mixture": keras.layers.Concatenate(axis=-1, name="mixture")([m, pi])}
     if num_classes:
@@ -709,6 +711,7 @@ def train(
     unflatten="broadcast",
     conv_encoder="convlstm",
     group_codes=False,
+    mask_damping=0.0,
     class_weight=1.0,
     texture_style="binary",
     mean_gap=0.0,
@@ -731,7 +734,7 @@ def train(
     every epoch of a resumed run; the backup of a
     ``fault_tolerance.AtomicBackupAndRestore`` among them is deleted once the outputs
     are written (``fault_tolerance.finish_run``). ``mask_update``, ``initial_mask_scale``,
-    ``posterior_sigma``, ``initial_mask_stddev`` and ``group_codes`` are RTagger's, ``unflatten`` the
+    ``posterior_sigma``, ``initial_mask_stddev``, ``group_codes`` and ``mask_damping`` are RTagger's, ``unflatten`` the
     ladder's top and ``conv_encoder`` its bottom level (see :func:`paper_levels`); ``class_weight``
     weighs the classifier's cost against the mixture NLL; ``texture_style``, ``mean_gap``, ``texture_set``, ``bank_size`` and
     ``texture_shift`` choose the images (see :func:`make_images`).
@@ -773,7 +776,7 @@ def train(
                 head_input=head_input, head_type=head_type, mask_update=mask_update,
                 initial_mask_scale=initial_mask_scale, posterior_sigma=posterior_sigma,
                 initial_mask_stddev=initial_mask_stddev, unflatten=unflatten, conv_encoder=conv_encoder,
-                group_codes=group_codes,
+                group_codes=group_codes, mask_damping=mask_damping,
             ),
             learning_rate,
             sigma=sigma,

@@ -288,6 +288,7 @@ def tagger(args):
             unflatten=args.unflatten,
             conv_encoder=args.conv_encoder,
             group_codes=args.group_codes,
+            mask_damping=args.mask_damping,
             num_valid=args.num_valid,
             seed=args.seed,
             verbose=args.verbose,
@@ -491,6 +492,8 @@ def main(argv=None):
     p.add_argument("--group-codes", action=argparse.BooleanOptionalAction, default=True,
                    help="each group's ladder input gets its one-hot group code, so groups can take roles "
                         "(--no-group-codes: exchangeable groups, as Tagger; fourteenth round)")
+    p.add_argument("--mask-damping", type=float, default=0.0,
+                   help="share of the previous iteration's masks kept in the new ones (RTagger's mask_damping)")
     p.add_argument("--num-valid", type=int, default=200,
                    help="validation images of held-out training digits; the epoch with the best "
                         "last-iteration validation AMI is kept (0: the last epoch)")

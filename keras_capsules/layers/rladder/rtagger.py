@@ -12,7 +12,7 @@ from keras_capsules.layers.rladder._utils import (
     seed_value,
     serialize_all,
 )
-from keras_capsules._validation import boolean
+from keras_capsules._validation import boolean, rate
 from keras_capsules.layers.rladder.level_spec import saved_levels
 from keras_capsules.layers.rladder.rladder import RLadder
 from keras_capsules.ops import routing_dtype
@@ -89,6 +89,18 @@ class RTagger(keras.layers.Layer):
     groups' means differ there. ``posterior_sigma`` replaces ``sigma`` in this
     E-step only (a larger value gives softer masks, the cost keeps ``sigma``).
 
+    ``mask_damping`` ``d`` in ``[0, 1)`` makes each iteration move the masks only part
+    of the way to the new ones (a damped fixed-point iteration, as in damped EM):
+
+    ```
+    pi_k <- d * pi_k (previous iteration) + (1 - d) * softmax_k(logit_k)
+    ```
+
+    ``d = 0`` (default) takes the new masks as they are. A mixture of distributions
+    is one, so the masks still sum to 1 over the groups. Damping slows the masks
+    down and evens out an update that overshoots and flips back every other
+    iteration.
+
     ``initial_mask_stddev`` scales the random initial logits (both the training
     draws and ``initial_logits``): larger values give sharper initial masks.
 
@@ -122,6 +134,8 @@ class RTagger(keras.layers.Layer):
             likelihood. Default None (``sigma``).
         initial_mask_stddev: the standard deviation of the random initial mask
             logits. Default 1.0 (as in Tagger).
+        mask_damping: the share of the previous iteration's masks kept in the new
+            ones, in ``[0, 1)`` (see above). Default 0.0 (no damping).
         initial_mask_scale: pixels per random initial logit along each spatial
             axis (images only). Default 1 (per pixel, as in Tagger).
         group_codes: give each group's ladder input its group's one-hot code
@@ -177,6 +191,7 @@ class RTagger(keras.layers.Layer):
         posterior_sigma=None,
         initial_mask_stddev=1.0,
         group_codes=False,
+        mask_damping=0.0,
         seed=None,
         kernel_regularizer=None,
         recurrent_regularizer=None,
@@ -212,6 +227,7 @@ class RTagger(keras.layers.Layer):
         self.posterior_sigma = None if posterior_sigma is None else positive_float("posterior_sigma", posterior_sigma)
         self.initial_mask_stddev = positive_float("initial_mask_stddev", initial_mask_stddev)
         self.group_codes = boolean("group_codes", group_codes)
+        self.mask_damping = rate("mask_damping", mask_damping)
         self.seed = seed = seed_value(seed)
         self.seed_generator = (
             keras.random.SeedGenerator(generator_seed(seed)) if self.random_initial_masks else None
@@ -358,6 +374,7 @@ class RTagger(keras.layers.Layer):
                 ops.reshape(ops.eye(k, dtype=math_dtype), (1, k) + (1,) * len(spatial) + (k,)),
                 (n_batch, k) + tuple(spatial) + (k,),
             )]
+        pi = ops.softmax(logits, axis=1)
         pis, ms = [], []
         for t in range(steps):
             x = inputs[:, t] if self.n_iters is None else inputs
@@ -365,7 +382,6 @@ class RTagger(keras.layers.Layer):
             if not is_image:
                 x = x[..., None]
             x = x[:, None]  # [b, 1, *spatial, C]
-            pi = ops.softmax(logits, axis=1)
             residual = x - m
             log_lik = -ops.sum(ops.square(residual), axis=-1, keepdims=True) * inv_two_var
             z = ops.concatenate(
@@ -382,7 +398,11 @@ class RTagger(keras.layers.Layer):
                 # E-step: the read-out logits are a prior, the evidence is the
                 # likelihood of the (corrupted) input under the new means
                 logits = logits - ops.sum(ops.square(x - m), axis=-1, keepdims=True) * posterior_inv_two_var
-            pis.append(ops.softmax(logits, axis=1))
+            new_pi = ops.softmax(logits, axis=1)
+            if self.mask_damping:
+                new_pi = self.mask_damping * pi + (1.0 - self.mask_damping) * new_pi
+            pi = new_pi
+            pis.append(pi)
             ms.append(m)
         pi = ops.cast(ops.stack(pis, axis=1), dtype)
         m_out = ops.cast(ops.stack(ms, axis=1), dtype)
@@ -406,6 +426,7 @@ class RTagger(keras.layers.Layer):
                 "posterior_sigma": self.posterior_sigma,
                 "initial_mask_stddev": self.initial_mask_stddev,
                 "group_codes": self.group_codes,
+                "mask_damping": self.mask_damping,
                 "seed": self.seed,
                 "decoder_to_encoder": self.ladder.decoder_to_encoder,
                 "input_combinator": self.ladder.input_combinator,

@@ -49,6 +49,7 @@ def test_groups_share_one_ladder():
         (dict(n_groups=2, levels=CONV_LEVELS, n_iters=2, mask_update="posterior", initial_mask_scale=3,
               posterior_sigma=0.7, initial_mask_stddev=3.0), (4, 4, 4, 1)),
         (dict(n_groups=3, levels=CONV_LEVELS, n_iters=2, group_codes=True), (4, 4, 4, 1)),
+        (dict(n_groups=2, levels=CONV_LEVELS, n_iters=3, mask_update="posterior", mask_damping=0.5), (4, 4, 4, 1)),
     ],
 )
 def test_layer_contract(kwargs, shape, tmp_path):
@@ -70,6 +71,8 @@ def test_layer_contract(kwargs, shape, tmp_path):
         (dict(n_groups=2, levels=CONV_LEVELS, initial_mask_stddev=-1.0), "Received: initial_mask_stddev=-1.0"),
         (dict(n_groups=2, levels=CONV_LEVELS, random_initial_masks="no"), "Received: random_initial_masks='no'"),
         (dict(n_groups=2, levels=CONV_LEVELS, group_codes="yes"), "Received: group_codes='yes'"),
+        (dict(n_groups=2, levels=CONV_LEVELS, mask_damping=1.0), r"in \[0, 1\). Received: mask_damping=1.0"),
+        (dict(n_groups=2, levels=CONV_LEVELS, mask_damping=-0.1), "Received: mask_damping=-0.1"),
     ],
 )
 def test_bad_constructor_arguments(kwargs, message):
@@ -132,6 +135,27 @@ def test_posterior_sigma_and_initial_mask_stddev():
     plain.set_weights(weights)
     for a, b in zip(sharp(x), plain(x)):
         np.testing.assert_allclose(keras.ops.convert_to_numpy(a), keras.ops.convert_to_numpy(b), atol=1e-5)
+
+
+@pytest.mark.parametrize("mask_update", ["learned", "posterior"])
+def test_mask_damping_keeps_a_share_of_the_previous_masks(mask_update):
+    """pi_t = d * pi_(t-1) + (1 - d) * (the undamped update); at t = 1 pi_0 is the initial masks."""
+    x = _images(2, 5, 5, 1)
+    kwargs = dict(n_groups=3, levels=CONV_LEVELS, n_iters=3, sigma=0.3, mask_update=mask_update)
+    plain, damped = RTagger(**kwargs), RTagger(mask_damping=0.25, **kwargs)
+    plain(x)
+    damped(x)
+    damped.set_weights(plain.get_weights())
+    pi_p, m_p = (keras.ops.convert_to_numpy(t) for t in plain(x))
+    pi_d, m_d = (keras.ops.convert_to_numpy(t) for t in damped(x))
+    logits = keras.ops.convert_to_numpy(damped.initial_logits)[None]
+    initial = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(m_d[:, 0], m_p[:, 0], atol=1e-5)  # same first read-out
+    np.testing.assert_allclose(pi_d[:, 0], 0.25 * initial + 0.75 * pi_p[:, 0], atol=1e-5)
+    np.testing.assert_allclose(pi_d.sum(axis=2), 1.0, rtol=1e-5)
+    # later iterations see other masks, so they differ from the undamped layer's
+    assert np.abs(m_d[:, 1] - m_p[:, 1]).max() > 1e-5
+    assert damped.get_config()["mask_damping"] == 0.25 and plain.get_config()["mask_damping"] == 0.0
 
 
 @pytest.mark.parametrize("levels,x", [(CONV_LEVELS, _images(2, 4, 4, 1)), ([level_spec("gated", 3)], _images(2, 6))])
