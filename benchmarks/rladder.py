@@ -41,7 +41,9 @@ time budget stops training early if the machine is slower):
         as in Tagger; fourteenth round). Adam's learning rate is 2e-3
         (``--learning-rate``; 1e-3 until the fifteenth round, chosen on the validation
         images of six seeds). ``--conv-encoder conv`` makes the ladder's bottom level
-        feed-forward instead of ConvLSTM.
+        feed-forward instead of ConvLSTM; ``--mask-damping d`` keeps a share ``d`` of
+        the previous iteration's masks in the new ones (off by default: sixteenth
+        round).
 
     python benchmarks/rladder.py loop [--steps 32 160]
         RLadder's two loops over the steps on JSB-sized ladders (gated 128/64, 88
@@ -70,7 +72,11 @@ the default commands):
   0.005+ below the third); over seeds 0-8 met for seven (all but 0 and 7, which
   dip the same way; last-iteration AMI 0.039-0.301, mean over seeds 0-5 0.163).
   With 1e-3: met for four of seeds 0-5 (mean 0.131); without group codes: two of
-  six, AMI at most 0.070.
+  six, AMI at most 0.070. Damped masks (``--mask-damping``) remove the dip on
+  seeds 0 and 7 but slow the learning: with 0.5 the last-iteration AMI of seeds
+  0, 3, 4, 7 falls to 0.071 / 0.008 / 0.124 / 0.086 (seed 3 then misses); with 0.2
+  (a probe) 0, 3 and 7 are met at 0.231 / 0.127 / 0.069 but seed 4 collapses
+  (0.010), and the period-2 pattern shows on other epochs (sixteenth round).
 * ``loop``: the symbolic loop traces in a constant ~2 s where the unrolled one takes
   time proportional to the number of steps, and runs as fast per step.
 """
