@@ -7,7 +7,7 @@ import pytest
 from keras_capsules.layers import RTagger, level_spec
 from keras_capsules.losses import MixtureNLL, mixture_nll
 from keras_capsules.metrics import adjusted_mutual_info
-from tests.backends import float64_enabled
+from tests.backends import float64_enabled, grads
 from tests.harness import run_layer_contract
 
 CONV_LEVELS = [level_spec("convlstm", 2), level_spec("gated", 3)]
@@ -50,6 +50,7 @@ def test_groups_share_one_ladder():
               posterior_sigma=0.7, initial_mask_stddev=3.0), (4, 4, 4, 1)),
         (dict(n_groups=3, levels=CONV_LEVELS, n_iters=2, group_codes=True), (4, 4, 4, 1)),
         (dict(n_groups=2, levels=CONV_LEVELS, n_iters=3, mask_update="posterior", mask_damping=0.5), (4, 4, 4, 1)),
+        (dict(n_groups=2, levels=CONV_LEVELS, n_iters=2, mask_damping="learned"), (4, 4, 4, 1)),
     ],
 )
 def test_layer_contract(kwargs, shape, tmp_path):
@@ -73,6 +74,7 @@ def test_layer_contract(kwargs, shape, tmp_path):
         (dict(n_groups=2, levels=CONV_LEVELS, group_codes="yes"), "Received: group_codes='yes'"),
         (dict(n_groups=2, levels=CONV_LEVELS, mask_damping=1.0), r"in \[0, 1\). Received: mask_damping=1.0"),
         (dict(n_groups=2, levels=CONV_LEVELS, mask_damping=-0.1), "Received: mask_damping=-0.1"),
+        (dict(n_groups=2, levels=CONV_LEVELS, mask_damping="learnt"), r"\[0, 1\) or 'learned'. Received: mask_damping='learnt'"),
     ],
 )
 def test_bad_constructor_arguments(kwargs, message):
@@ -156,6 +158,39 @@ def test_mask_damping_keeps_a_share_of_the_previous_masks(mask_update):
     # later iterations see other masks, so they differ from the undamped layer's
     assert np.abs(m_d[:, 1] - m_p[:, 1]).max() > 1e-5
     assert damped.get_config()["mask_damping"] == 0.25 and plain.get_config()["mask_damping"] == 0.0
+
+
+@pytest.mark.parametrize("x", [_images(2, 5, 5, 1), _images(2, 6)])
+def test_learned_mask_damping_starts_at_a_tenth_and_its_gate_learns(x):
+    """mask_damping='learned': d = sigmoid(mean over groups of o_k w + b), 0.1 before training."""
+    levels = CONV_LEVELS if len(x.shape) == 4 else [level_spec("gated", 3)]
+    kwargs = dict(n_groups=3, levels=levels, n_iters=3, sigma=0.3)
+    fixed, learned = RTagger(mask_damping=0.1, **kwargs), RTagger(mask_damping="learned", **kwargs)
+    fixed(x)
+    learned(x)
+    shared = {id(v): v for v in learned.weights if "damping" not in v.path}
+    assert [v.path.split("/")[-1] for v in learned.weights if "damping" in v.path] == [
+        "damping_kernel", "damping_bias"]
+    for v, w in zip(shared.values(), fixed.weights):
+        v.assign(w)
+    for a, b in zip(learned(x), fixed(x)):  # w = 0: the same as a fixed share of 0.1
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(a), keras.ops.convert_to_numpy(b), atol=1e-5)
+    # with w != 0 the share varies from pixel to pixel, and the masks still sum to 1
+    learned.damping_kernel.assign(np.linspace(-2.0, 2.0, learned.damping_kernel.shape[0])[:, None])
+    pi, _ = (keras.ops.convert_to_numpy(t) for t in learned(x))
+    pi_f, _ = (keras.ops.convert_to_numpy(t) for t in fixed(x))
+    np.testing.assert_allclose(pi.sum(axis=2), 1.0, rtol=1e-5)
+    assert np.abs(pi - pi_f).max() > 1e-4
+    # the cost reaches the gate
+    def cost(images):
+        pi, m = learned(images)
+        return keras.ops.sum(pi * keras.ops.square(m - 0.5))
+
+    gate_grads = grads(cost, [x], [learned.damping_kernel, learned.damping_bias])[1:]
+    assert all(g is not None and np.abs(keras.ops.convert_to_numpy(g)).max() > 0 for g in gate_grads)
+    config = learned.get_config()
+    assert config["mask_damping"] == "learned"
+    assert RTagger.from_config(config).mask_damping == "learned"
 
 
 @pytest.mark.parametrize("levels,x", [(CONV_LEVELS, _images(2, 4, 4, 1)), ([level_spec("gated", 3)], _images(2, 6))])
