@@ -33,6 +33,19 @@ non_negative_float = _number_type(float, lambda v: math.isfinite(v) and v >= 0, 
 seed_int = _number_type(int, lambda v: 0 <= v < 2**32, "an integer seed in [0, 2**32)")
 
 
+def mask_damping(text):
+    """RTagger's ``mask_damping``: ``learned``, or a number in [0, 1)."""
+    if text == "learned":
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1) or 'learned', got {text!r}")
+    return value
+
+
 def save_freq(text):
     if text == "epoch":
         return text

@@ -884,7 +884,7 @@ BENCHMARK = "rladder tagger"
 
 def add_arguments(parser, command):
     """Textured MNIST's options for ``train``, ``evaluate`` and ``tune``."""
-    from applications.arguments import non_negative_int, positive_float, positive_int
+    from applications.arguments import mask_damping, non_negative_int, positive_float, positive_int
 
     parser.add_argument("--data-dir", default=None,
                         help="folder of the MNIST t10k IDX files (default: the project's shared copy)")
@@ -910,6 +910,9 @@ def add_arguments(parser, command):
                             help="units of the ladder's dense gated top")
         parser.add_argument("--group-codes", action="store_true",
                             help="give each group's ladder input its one-hot group code (groups may take roles)")
+        parser.add_argument("--mask-damping", type=mask_damping, default=0.0,
+                            help="share of the previous iteration's masks kept in the new ones: a number "
+                                 "in [0, 1) or 'learned' (RTagger's mask_damping; default: none)")
         parser.add_argument("--num-valid", type=non_negative_int, default=0,
                             help="validation images of held-out training digits: the epoch with the best "
                                  "validation AMI is kept (0: the last epoch)")
@@ -933,6 +936,7 @@ def run_train(args, strategy):
         num_valid=args.num_valid,
         conv_encoder=args.conv_encoder,
         group_codes=args.group_codes,
+        mask_damping=args.mask_damping,
         **train_options(args, strategy),
     )
 

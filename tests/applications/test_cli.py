@@ -47,6 +47,9 @@ def test_help_of_every_command(argv, capsys):
     (["train", "sst", "--data-dir", "x", "--mixup-alpha", "-1"], "non-negative number"),
     (["train", "sst", "--data-dir", "x", "--mixup-alpha", "inf"], "non-negative number"),
     (["train", "smallnorb", "--mixup-alpha", "-0.2"], "non-negative number"),
+    (["train", "textured_mnist", "--mask-damping", "1"], "a number in [0, 1) or 'learned', got '1'"),
+    (["train", "textured_mnist", "--mask-damping", "learnt"], "a number in [0, 1) or 'learned', got 'learnt'"),
+    (["train", "textured_mnist", "--mask-damping", "nan"], "a number in [0, 1) or 'learned', got 'nan'"),
 ])
 def test_a_bad_option_is_one_line_and_exit_code_2(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_info:

@@ -486,7 +486,7 @@ def test_cli_num_valid_keeps_the_best_epoch_across_a_resume(tmp_path, capsys, mo
                         lambda *a, **k: [*resumable(*a, **k), _CrashAtEpoch(2)])
     run_dir = tmp_path / "run"
     argv = ["train", "textured_mnist", *CLI_TINY, "--n-iters", "1", "--epochs", "3", "--num-valid", "4",
-            "--conv-encoder", "conv", "--group-codes", "--run-dir", str(run_dir)]
+            "--conv-encoder", "conv", "--group-codes", "--mask-damping", "learned", "--run-dir", str(run_dir)]
     with pytest.raises(RuntimeError, match="simulated"):
         cli.main(argv)
     monkeypatch.setattr(fault_tolerance, "resumable_callbacks", resumable)
@@ -499,6 +499,7 @@ def test_cli_num_valid_keeps_the_best_epoch_across_a_resume(tmp_path, capsys, mo
     assert "ami.png" in _files(run_dir) and not (run_dir / "backup").exists()
     tagger = keras.saving.load_model(run_dir / "model.keras").get_layer("rtagger")
     assert tagger.ladder.levels[0]["encoder"] == "conv" and tagger.group_codes is True
+    assert tagger.mask_damping == "learned"
 
 
 def test_segmentation_validation_and_its_plot_refuse_bad_input(tmp_path, digits):
