@@ -29,6 +29,8 @@ non_negative_int = _number_type(int, lambda v: v >= 0, "a non-negative integer")
 # Floats must be finite: "inf" (which float() reads) as a learning rate trains to NaN.
 positive_float = _number_type(float, lambda v: math.isfinite(v) and v > 0, "a positive number")
 non_negative_float = _number_type(float, lambda v: math.isfinite(v) and v >= 0, "a non-negative number")
+# dropout rates and the like (NaN fails the comparison, so it is refused too)
+rate = _number_type(float, lambda v: 0 <= v < 1, "a number in [0, 1)")
 # Keras' set_random_seed takes [0, 2**32); outside it, training failed late with "Seed must be between ...".
 seed_int = _number_type(int, lambda v: 0 <= v < 2**32, "an integer seed in [0, 2**32)")
 
@@ -38,12 +40,9 @@ def mask_damping(text):
     if text == "learned":
         return text
     try:
-        value = float(text)
-    except ValueError:
-        value = None
-    if value is None or not 0 <= value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1) or 'learned', got {text!r}")
-    return value
+        return rate(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1) or 'learned', got {text!r}") from None
 
 
 def save_freq(text):

@@ -23,22 +23,9 @@ MODEL_OPTIONS = ("embedding_dim", "num_codebooks", "gru_units", "dropout", "caps
                  "class_capsule_dim", "n_iters")
 
 
-def _dropout_rate(text):
-    """An argparse ``type``: a number in [0, 1)."""
-    import argparse
-
-    try:
-        value = float(text)
-    except ValueError:
-        value = None
-    if value is None or not 0 <= value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}")
-    return value
-
-
 def add_arguments(parser, command):
     """Text classification's options for ``train``, ``evaluate`` and ``tune``."""
-    from applications.arguments import positive_float, positive_int
+    from applications.arguments import positive_float, positive_int, rate
 
     parser.add_argument("--dataset", choices=data_lib.DATASETS, default="sst2",
                         help="(default: %(default)s)")
@@ -61,7 +48,7 @@ def add_arguments(parser, command):
         parser.add_argument("--routing", choices=model_lib.ROUTINGS, default="kmeans")
         parser.add_argument("--learning-rate", type=positive_float, default=1e-3)
         parser.add_argument("--gru-units", type=positive_int, default=128, help="units of each GRU direction")
-        parser.add_argument("--dropout", type=_dropout_rate, default=0.5,
+        parser.add_argument("--dropout", type=rate, default=0.5,
                             help="between the GRU layers, in [0, 1) (default: %(default)s)")
         parser.add_argument("--capsule-dim", type=positive_int, default=8)
         parser.add_argument("--class-capsule-dim", type=positive_int, default=16)
