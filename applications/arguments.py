@@ -35,23 +35,24 @@ rate = _number_type(float, lambda v: 0 <= v < 1, "a number in [0, 1)")
 seed_int = _number_type(int, lambda v: 0 <= v < 2**32, "an integer seed in [0, 2**32)")
 
 
-def mask_damping(text):
-    """RTagger's ``mask_damping``: ``learned``, or a number in [0, 1)."""
-    if text == "learned":
-        return text
-    try:
-        return rate(text)
-    except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1) or 'learned', got {text!r}") from None
+def _word_or(word, parse, what):
+    """An argparse ``type``: ``word`` itself, or what ``parse`` accepts; ``what`` names both."""
+
+    def parse_word_or_value(text):
+        if text == word:
+            return text
+        try:
+            return parse(text)
+        except argparse.ArgumentTypeError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+
+    return parse_word_or_value
 
 
-def save_freq(text):
-    if text == "epoch":
-        return text
-    try:
-        return positive_int(text)
-    except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(f"expected 'epoch' or a positive number of steps, got {text!r}") from None
+#: RTagger's ``mask_damping``: ``learned``, or a number in [0, 1)
+mask_damping = _word_or("learned", rate, "a number in [0, 1) or 'learned'")
+#: a checkpoint frequency: ``epoch``, or a number of steps
+save_freq = _word_or("epoch", positive_int, "'epoch' or a positive number of steps")
 
 
 def add_common_arguments(parser, command):
