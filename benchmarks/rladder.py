@@ -60,7 +60,8 @@ Where the targets of the Recurrent Ladder issue stand on a 2-core CPU (figures o
 the default commands):
 
 * ``jsb``: test NLL per step 6.39 with the NADE read-out (6.397 in 806 s and 6.392
-  in 898 s, one core each), below the target of 8.0: MET. The paper's independent
+  in 898 s, one core each; 6.381 on a machine half as fast, where the budget
+  stopped it at epoch 96 of 150), below the target of 8.0: MET. The paper's independent
   per-key read-out: 8.21 at best (an ensemble of five RLadders), not met.
 * ``occluded``: test error of the RLadder 9.90%, temporal baseline 7.70%, RLadder
   without feedback 11.10% (the three side by side, 17 minutes each; with ``--seed
@@ -71,7 +72,8 @@ the default commands):
 * ``tagger`` (group codes, learning rate 2e-3: the defaults since the fourteenth and
   fifteenth rounds): test AMI over the 5 iterations 0.006 / 0.157 / 0.280 / 0.268 /
   0.301 with the default seed, NOT MET by the rule's letter (the fourth iteration is
-  0.005+ below the third); over seeds 0-8 met for seven (all but 0 and 7, which
+  0.005+ below the third); re-run on a machine half as fast (7 epochs in the
+  budget): 0.009 / 0.192 / 0.278 / 0.279 / 0.307, MET; over seeds 0-8 met for seven (all but 0 and 7, which
   dip the same way; last-iteration AMI 0.039-0.301, mean over seeds 0-5 0.163).
   With 1e-3: met for four of seeds 0-5 (mean 0.131); without group codes: two of
   six, AMI at most 0.070. Damped masks (``--mask-damping``) remove the dip on
