@@ -72,9 +72,9 @@ the default commands):
 * ``tagger`` (group codes, learning rate 2e-3: the defaults since the fourteenth and
   fifteenth rounds): test AMI over the 5 iterations 0.006 / 0.157 / 0.280 / 0.268 /
   0.301 with the default seed, NOT MET by the rule's letter (the fourth iteration is
-  0.005+ below the third); a re-run on today's code (the
-  same seed and kept epoch, another model): 0.009 / 0.192 / 0.278 / 0.279 / 0.307,
-  MET; over seeds 0-8 met for seven (all but 0 and 7, which
+  0.005+ below the third); that figure is of older code;
+  today's code gives 0.009 / 0.192 / 0.278 / 0.279 / 0.307 (two runs, the same
+  figures), MET; on the older code over seeds 0-8 met for seven (all but 0 and 7, which
   dip the same way; last-iteration AMI 0.039-0.301, mean over seeds 0-5 0.163).
   With 1e-3: met for four of seeds 0-5 (mean 0.131); without group codes: two of
   six, AMI at most 0.070. Damped masks (``--mask-damping``) remove the dip on
