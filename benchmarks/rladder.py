@@ -73,19 +73,18 @@ the default commands):
   fifteenth rounds): test AMI over the 5 iterations 0.009 / 0.192 / 0.278 / 0.279 /
   0.307 with the default seed (two runs, the same figures): MET. Over seeds 0-10 the
   rule is met for ten (all but 4, which finds no grouping; seeds 1, 2, 7 and 10 only
-  weakly, last-iteration AMI 0.022-0.047; mean 0.122). Over seeds 0-8 the older
-  code of the fifteenth round, which differs only in how often a softmax is
-  computed, met it for seven (all but 0 and 7, which dip at the fourth iteration;
-  mean 0.141): which seeds meet it moved (presumably with rounding), how many
-  hardly did. On that older code: with 1e-3 met for four of seeds 0-5 (mean
-  0.131); without group codes: two of six, AMI at most 0.070. Damped masks
-  (``--mask-damping``) remove the dip on seeds 0 and 7 but slow the learning:
-  with 0.5 the last-iteration AMI of seeds 0, 3, 4, 7 falls to 0.071 / 0.008 / 0.124 / 0.086 (seed 3 then misses); with 0.2
-  (a probe) 0, 3 and 7 are met at 0.231 / 0.127 / 0.069 but seed 4 collapses
-  (0.010), and the period-2 pattern shows on other epochs (sixteenth round). A
-  learned share (``--mask-damping learned``) meets seed 0 (0.199) but none of 7, 3
-  and 4 learns to segment (last-iteration AMI 0.019 / 0.034 / 0.024; seventeenth
-  round).
+  weakly, last-iteration AMI 0.022-0.047; mean 0.122). Over seeds 0-8 the older code
+  of the fifteenth round, which differs only in how often a softmax is computed, met
+  it for seven (all but 0 and 7, which dip at the fourth iteration; mean 0.141): which
+  seeds meet it moved (presumably with rounding), how many hardly did. On that older
+  code: with 1e-3 met for four of seeds 0-5 (mean 0.131); without group codes: two of
+  six, AMI at most 0.070. Damped masks (``--mask-damping``) remove the dip on seeds 0
+  and 7 but slow the learning: with 0.5 the last-iteration AMI of seeds 0, 3, 4, 7
+  falls to 0.071 / 0.008 / 0.124 / 0.086 (seed 3 then misses); with 0.2 (a probe) 0, 3
+  and 7 are met at 0.231 / 0.127 / 0.069 but seed 4 collapses (0.010), and the
+  period-2 pattern shows on other epochs (sixteenth round). A learned share
+  (``--mask-damping learned``) meets seed 0 (0.199) but none of 7, 3 and 4 learns to
+  segment (last-iteration AMI 0.019 / 0.034 / 0.024; seventeenth round).
 * ``loop``: the symbolic loop traces in a constant ~2 s where the unrolled one takes
   time proportional to the number of steps, and runs as fast per step.
 """
