@@ -100,6 +100,30 @@ def shared_dir():
     return SHARED
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _temporary_files_below_basetemp(tmp_path_factory):
+    """The session's temporary files (and its subprocesses') go below pytest's basetemp.
+
+    TensorFlow's autograph writes the source of every function it converts to a file in
+    the temporary directory and removes it only at a normal interpreter exit, and TFDS
+    leaves empty ``tmp*tfds`` folders there; the processes that tests kill (resumed
+    training, crashed searches) never remove theirs. In ``/tmp`` they piled up run
+    after run (about 500 files and 1,200 folders over a few days of runs). Below
+    pytest's basetemp they go with it: pytest keeps the last three.
+    """
+    import tempfile
+
+    directory = str(tmp_path_factory.mktemp("tempfiles", numbered=False))
+    saved_env, saved_default = os.environ.get("TMPDIR"), tempfile.tempdir
+    os.environ["TMPDIR"] = tempfile.tempdir = directory
+    yield directory
+    tempfile.tempdir = saved_default
+    if saved_env is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = saved_env
+
+
 @pytest.fixture(autouse=True)
 def _sigint_handler_kept():
     """A test that changes SIGINT's handler must restore the one it found.

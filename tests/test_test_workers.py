@@ -1,4 +1,5 @@
-"""How many worker processes the test suite starts (``-n auto`` in ``pytest.ini``)."""
+"""How many worker processes the test suite starts (``-n auto`` in ``pytest.ini``), and
+where its temporary files go."""
 
 import os
 import types
@@ -68,3 +69,33 @@ def test_a_bad_environment_variable_is_a_usage_error(machine, monkeypatch, value
     monkeypatch.setenv("KERAS_CAPSULES_TEST_WORKERS", value)
     with pytest.raises(pytest.UsageError, match="KERAS_CAPSULES_TEST_WORKERS"):
         conftest.pytest_xdist_auto_num_workers(_config("tests"))
+
+
+def test_temporary_files_of_the_session_and_its_subprocesses_go_below_basetemp(tmp_path_factory):
+    import pathlib
+    import subprocess
+    import sys
+    import tempfile
+
+    import tensorflow as tf
+
+    basetemp = tmp_path_factory.getbasetemp().resolve()
+    directory = pathlib.Path(tempfile.gettempdir()).resolve()
+    assert directory.is_relative_to(basetemp) and directory.is_dir()
+    child = subprocess.run([sys.executable, "-c", "import tempfile; print(tempfile.gettempdir())"],
+                           capture_output=True, text=True, check=True)
+    assert pathlib.Path(child.stdout.strip()).resolve() == directory
+
+    def generated():
+        return set(directory.glob("__autograph_generated_file*.py"))
+
+    before = generated()
+
+    @tf.function
+    def halve_if_large(x):
+        if tf.reduce_sum(x) > 1.0:  # autograph converts the function (and writes its source)
+            x = x / 2.0
+        return x
+
+    assert float(halve_if_large(tf.constant([3.0]))[0]) == 1.5
+    assert generated() - before, "autograph wrote its converted source elsewhere"
