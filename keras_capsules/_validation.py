@@ -117,3 +117,23 @@ def exactly_shaped_like(mask, like):
     if None not in tuple(mask.shape) and tuple(mask.shape) == tuple(like.shape):
         return mask
     return ops.stack([like, mask])[1]
+
+
+def check_built(layer_name, named_shapes):
+    """The last axes of a built layer's inputs are those it was built for.
+
+    ``named_shapes``: ``(name, shape, built_size)`` triples. Without the check, other
+    feature sizes failed in a matmul with the backend's own error, or, for a
+    convolution over a multiple of the built channels, ran silently as a grouped
+    convolution on TensorFlow.
+
+    Raises:
+        ValueError: ``"This <layer> layer was built for <name> with a last axis of N.
+        Received: <name> shape=..."``.
+    """
+    for what, shape, built in named_shapes:
+        if shape[-1] is not None and built is not None and int(shape[-1]) != int(built):
+            raise ValueError(
+                f"This {layer_name} layer was built for {what} with a last axis of {int(built)}. "
+                f"Received: {what} shape={tuple(shape)}"
+            )

@@ -42,6 +42,14 @@ _RANGES = {
 _UNIT_NORM = 2.0**50
 
 
+def _float_dtype(dtype):
+    """``dtype`` if it is a floating dtype, else float32 (integer and boolean inputs
+    give float results, as in ``keras.ops.norm`` / ``keras.ops.softmax``, instead of
+    results truncated back to integers)."""
+    dtype = keras.backend.standardize_dtype(dtype)
+    return dtype if dtype.startswith(("float", "bfloat")) else "float32"
+
+
 def _norm_parts(x, axis, epsilon, with_direction=False):
     """The norm of the vectors of ``x`` (float32 or float64) along ``axis`` (kept,
     length 1), and with ``with_direction`` the pair ``(direction, norm)``.
@@ -128,7 +136,7 @@ def safe_norm(x, axis=-1, keepdims=False, epsilon=1e-12):
         The norm of ``x`` along ``axis``.
     """
     x = ops.convert_to_tensor(x)
-    dtype = x.dtype
+    dtype = _float_dtype(x.dtype)
     norm = _norm_parts(ops.cast(x, routing_dtype(dtype)), axis, epsilon)
     if not keepdims:
         norm = ops.squeeze(norm, axis=axis)
@@ -156,7 +164,7 @@ def squash(x, axis=-1, epsilon=1e-12):
         (1 up to rounding for vectors longer than ``2**50``).
     """
     x = ops.convert_to_tensor(x)
-    dtype = x.dtype
+    dtype = _float_dtype(x.dtype)
     x = ops.cast(x, routing_dtype(dtype))
     direction, norm = _norm_parts(x, axis, epsilon, with_direction=True)
     huge = norm > _UNIT_NORM
@@ -236,7 +244,8 @@ def masked_softmax(logits, mask=None, axis=-1):
 
     The softmax runs in float32 (float64 for float64 logits) and is cast back.
     """
-    dtype = logits.dtype
+    logits = ops.convert_to_tensor(logits)
+    dtype = _float_dtype(logits.dtype)
     logits = ops.cast(logits, routing_dtype(dtype))  # float16 cannot hold MASK_VALUE
     if mask is None:
         return ops.cast(ops.softmax(logits, axis=axis), dtype)

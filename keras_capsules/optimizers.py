@@ -92,6 +92,16 @@ class RAdam(keras.optimizers.Optimizer):
         # A NaN epsilon was accepted and turned every adaptive step into NaN.
         if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real) or not 0 <= epsilon < math.inf:
             raise ValueError(f"`epsilon` must be a finite non-negative number. Received: epsilon={epsilon!r}")
+        # A NaN or infinite weight decay turned every weight into NaN at the first step.
+        if weight_decay is not None and (
+            isinstance(weight_decay, bool)
+            or not isinstance(weight_decay, numbers.Real)
+            or not 0 <= weight_decay < math.inf
+        ):
+            raise ValueError(
+                "`weight_decay` must be None or a finite non-negative number. "
+                f"Received: weight_decay={weight_decay!r}"
+            )
         if isinstance(learning_rate, numbers.Real) and not isinstance(learning_rate, bool) \
                 and not 0 <= learning_rate < math.inf:
             raise ValueError(
@@ -155,7 +165,10 @@ class RAdam(keras.optimizers.Optimizer):
             / rho_safe
         )
         v_hat = ops.divide(ops.cast(v, compute_dtype), _one_minus_power(beta_2, t))
-        adaptive = r_t * m_hat / (ops.sqrt(v_hat) + self.epsilon)
+        denom = ops.sqrt(v_hat) + self.epsilon
+        # epsilon=0 with a gradient that has been zero so far (v_hat = m_hat = 0): a zero
+        # step, not 0 / 0 = NaN.
+        adaptive = r_t * m_hat / ops.where(denom > 0, denom, ops.ones_like(denom))
         step = ops.where(rectify, adaptive, m_hat)
         self.assign_sub(variable, ops.cast(ops.multiply(lr, step), dtype))
 

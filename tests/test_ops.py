@@ -249,3 +249,26 @@ def test_mean_of_integers_is_a_float_mean(dtype):
     inputs = keras.Input((None,), dtype=dtype)  # an axis of unknown size too
     got = keras.Model(inputs, ops.mean(inputs, axis=1)).predict(x, verbose=0)
     np.testing.assert_allclose(got, x.astype("float64").mean(1), rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64", "bool"])
+def test_integer_inputs_give_float_results(dtype):
+    # audit (2026-11-27): squash, safe_norm and masked_softmax cast their float32 results
+    # back to the input's dtype: squash and masked_softmax of integers were all zeros,
+    # safe_norm([1, 1]) was 1
+    x = np.array([[3, 4], [1, 1]]).astype(dtype)
+    xf = x.astype("float32")
+    for fn in (ops.squash, ops.safe_norm):
+        got = fn(tensor(x))
+        assert keras.backend.standardize_dtype(got.dtype) == "float32"
+        np.testing.assert_allclose(np.asarray(got), np.asarray(fn(tensor(xf))), rtol=1e-6)
+    logits, mask = np.array([[1, 2, 3]]).astype(dtype), np.array([[True, True, False]])
+    got = ops.masked_softmax(tensor(logits), tensor(mask))
+    assert keras.backend.standardize_dtype(got.dtype) == "float32"
+    np.testing.assert_allclose(
+        np.asarray(got), np.asarray(ops.masked_softmax(tensor(logits.astype("float32")), tensor(mask))), rtol=1e-6
+    )
+    for floating in ("float16", "float64"):  # float dtypes are kept
+        if floating == "float64" and not float64_enabled():
+            continue
+        assert keras.backend.standardize_dtype(ops.squash(tensor(x.astype(floating))).dtype) == floating

@@ -142,11 +142,24 @@ def test_serialization_round_trip(tmp_path):
     [(dict(beta_1=1.0), "beta_1"), (dict(beta_2=-0.1), "beta_2"), (dict(epsilon=-1.0), "epsilon"),
      # Audit 9: a NaN epsilon or learning rate was accepted and trained every weight to NaN.
      (dict(epsilon=float("nan")), "epsilon"), (dict(learning_rate=float("nan")), "learning_rate"),
-     (dict(learning_rate=-0.1), "learning_rate")],
+     (dict(learning_rate=-0.1), "learning_rate"),
+     # audit (2026-11-27): a NaN weight decay turned every weight into NaN at the first step
+     (dict(weight_decay=float("nan")), "weight_decay"), (dict(weight_decay=-1e-4), "weight_decay")],
 )
 def test_bad_arguments(kwargs, name):
     with pytest.raises(ValueError, match=f"Received: {name}="):
         RAdam(**kwargs)
+
+
+def test_epsilon_zero_leaves_a_weight_whose_gradient_was_always_zero_unchanged():
+    # audit (2026-11-27): with epsilon=0 (allowed), the rectified step (from step 5)
+    # of a weight whose gradient had been zero so far was 0 / 0 = NaN
+    opt = RAdam(0.01, epsilon=0.0)
+    v = keras.Variable(np.ones(2, "float32"))
+    for _ in range(8):
+        opt.apply_gradients([(tensor(np.array([0.5, 0.0], "float32")), v)])
+    got = np.asarray(v)
+    assert got[1] == 1.0 and np.isfinite(got[0]) and got[0] < 1.0
 
 
 def test_numpy_scalar_arguments_are_numbers():

@@ -307,7 +307,8 @@ class EMRouting(keras.layers.Layer):
             self.bias_break = self.add_weight(
                 name="bias_break",
                 shape=(1, self.d_cov, self.d_out),
-                initializer=self.bias_initializer,
+                # a copy: one random instance filled bias_break with bias's values (also when seeded)
+                initializer=fresh_initializer(self.bias_initializer, "EMRouting/bias_break"),
                 regularizer=self.bias_regularizer,
                 constraint=self.bias_constraint,
             )

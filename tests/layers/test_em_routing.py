@@ -598,6 +598,24 @@ def test_beta_use_and_beta_ign_start_apart_with_a_random_initializer(initializer
         np.testing.assert_array_equal(np.asarray(layer.beta_ign), np.asarray(again.beta_ign))
 
 
+@pytest.mark.parametrize("n_inp", [None, 5])
+@pytest.mark.parametrize("initializer", ["random_normal", keras.initializers.RandomUniform(seed=3)])
+def test_bias_and_bias_break_start_apart_with_a_random_initializer(initializer, n_inp):
+    # audit (2026-11-27): as beta_use and beta_ign above, bias_break (n_out=None) took
+    # bias's values from the same initializer instance (bias[0] with a fixed n_inp)
+    def make():
+        layer = EMRouting(n_out=None, d_out=3, n_inp=n_inp, bias_initializer=initializer)
+        layer.build([(None, n_inp), (None, n_inp, 2, 4)])
+        return layer
+
+    layer = make()
+    bias = np.asarray(layer.bias).reshape((-1,) + tuple(layer.bias_break.shape))[0]
+    assert not np.allclose(bias, np.asarray(layer.bias_break))
+    if not isinstance(initializer, str):  # a seeded one reproduces both
+        again = make()
+        np.testing.assert_array_equal(np.asarray(layer.bias_break), np.asarray(again.bias_break))
+
+
 @pytest.mark.parametrize("n_out", [3, None])
 @pytest.mark.parametrize("mask_shape", [(2, 1), (1, 5), (1, 1)])
 def test_a_mask_of_another_shape_fails_when_shapes_are_known_only_at_run_time(n_out, mask_shape):

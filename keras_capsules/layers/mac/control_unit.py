@@ -5,7 +5,7 @@ import numbers
 import keras
 from keras import ops
 
-from keras_capsules._validation import concrete_values
+from keras_capsules._validation import check_built, concrete_values
 from keras_capsules.layers.mac import _base
 
 _LAYER = "ControlUnit"
@@ -148,7 +148,16 @@ class ControlUnit(_base.MACLayerBase):
 
     def call(self, inputs, step=0, words_mask=None, mask=None):
         question, control, words = _base.as_list(inputs, (3,), _LAYER, _INPUTS)
-        self._shapes([tuple(question.shape), tuple(control.shape), tuple(words.shape)])
+        q_shape, _, w_shape = self._shapes(
+            [tuple(question.shape), tuple(control.shape), tuple(words.shape)]
+        )
+        check_built(
+            _LAYER,
+            [
+                ("question", q_shape, self.question_kernel.shape[1]),
+                ("context_words", w_shape, self.question_kernel.shape[2]),
+            ],
+        )
         question, control, words = (self.to_compute(x) for x in (question, control, words))
         words_mask = _base.check_mask(
             _base.combine_masks(words_mask, _base.pick_mask(mask, 2, "words")),
@@ -173,7 +182,14 @@ class ControlUnit(_base.MACLayerBase):
             )
         else:
             cq = q_i
-        logits = self.logit(cq[:, None, :] * words, self.attention_kernel, self.attention_bias)
+        # The product is part of the attention logit: float32 under mixed precision (in
+        # float16 it overflowed to inf, then NaN, for inputs of a few hundred).
+        work = _base.routing_dtype(words.dtype)
+        logits = self.logit(
+            ops.cast(cq, work)[:, None, :] * ops.cast(words, work),
+            self.attention_kernel,
+            self.attention_bias,
+        )
         new_control, attention = _base.attend(logits, words, words_mask)
         return [new_control, attention]
 

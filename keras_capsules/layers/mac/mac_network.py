@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_capsules._validation import check_built
 from keras_capsules.layers.mac import _base
 from keras_capsules.layers.mac.mac_cell import MACCell
 
@@ -249,7 +250,17 @@ class MACNetwork(_base.MACLayerBase):
     # ------------------------------------------------------------------ call
     def call(self, inputs, words_mask=None, kb_mask=None, mask=None, training=None):
         words, question, kb, dict_words_mask, dict_kb_mask = self._unpack(inputs)
-        self._shapes(keras.tree.map_structure(lambda x: tuple(x.shape), inputs))
+        w_shape, q_shape, kb_shape = self._shapes(
+            keras.tree.map_structure(lambda x: tuple(x.shape), inputs)
+        )
+        check_built(
+            _LAYER,
+            [
+                ("context_words", w_shape, self.units),
+                ("question", q_shape, self.cell.control_unit.question_kernel.shape[1]),
+                ("knowledge_base", kb_shape, self.cell.read_unit.kb_kernel.shape[0]),
+            ],
+        )
         words, question, kb = (self.to_compute(x) for x in (words, question, kb))
         words_mask = _base.check_mask(
             _base.combine_masks(words_mask, dict_words_mask, _base.pick_mask(mask, 0, "words")),

@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_capsules._validation import check_built
 from keras_capsules.layers.mac import _base
 
 _LAYER = "ReadUnit"
@@ -130,7 +131,16 @@ class ReadUnit(_base.MACLayerBase):
 
     def call(self, inputs, kb_mask=None, mask=None, training=None):
         memory, kb, control = _base.as_list(inputs, (3,), _LAYER, _INPUTS)
-        self._shapes([tuple(memory.shape), tuple(kb.shape), tuple(control.shape)])
+        m_shape, kb_shape, _ = self._shapes(
+            [tuple(memory.shape), tuple(kb.shape), tuple(control.shape)]
+        )
+        check_built(
+            _LAYER,
+            [
+                ("memory_prev", m_shape, self.memory_kernel.shape[0]),
+                ("knowledge_base", kb_shape, self.kb_kernel.shape[0]),
+            ],
+        )
         memory, kb, control = (self.to_compute(x) for x in (memory, kb, control))
         kb_mask = _base.check_mask(
             _base.combine_masks(kb_mask, _base.pick_mask(mask, 1, "kb")), kb, "kb_mask", _LAYER
@@ -145,7 +155,9 @@ class ReadUnit(_base.MACLayerBase):
                 ops.concatenate([interaction, kb], axis=-1), self.concat_kernel, self.concat_bias
             )
         )
-        gated = self._act(control[:, None, :] * combined)
+        # The control interaction feeds the attention logit: float32 under mixed precision.
+        work = _base.routing_dtype(kb.dtype)
+        gated = self._act(ops.cast(control, work)[:, None, :] * ops.cast(combined, work))
         if training and self.dropout > 0:
             gated = keras.random.dropout(gated, self.dropout, seed=self.seed_generator)
         logits = self.logit(gated, self.attention_kernel, self.attention_bias)

@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_capsules._validation import check_built
 from keras_capsules.layers.mac import _base
 
 _LAYER = "WriteUnit"
@@ -191,7 +192,12 @@ class WriteUnit(_base.MACLayerBase):
     def call(self, inputs, history_mask=None, mask=None):
         self._check_history_mask(history_mask)
         inputs = _base.as_list(inputs, (self._n_inputs,), _LAYER, _INPUTS)
-        self._shapes([tuple(x.shape) for x in inputs])
+        r_shape, m_shape = self._shapes([tuple(x.shape) for x in inputs])[:2]
+        d = self.bias.shape[0]
+        check_built(
+            _LAYER,
+            [("memory_prev", m_shape, d), ("retrieved", r_shape, self.kernel.shape[0] - d)],
+        )
         retrieved, memory, control = (self.to_compute(x) for x in inputs[:3])
         new = self.dense(ops.concatenate([retrieved, memory], axis=-1), self.kernel, self.bias)
         outputs = []
@@ -202,8 +208,9 @@ class WriteUnit(_base.MACLayerBase):
                 keep = history_mask[:, :, None]
                 controls = ops.where(keep, controls, ops.zeros_like(controls))
                 memories = ops.where(keep, memories, ops.zeros_like(memories))
+            work = _base.routing_dtype(control.dtype)
             logits = self.logit(
-                control[:, None, :] * controls,
+                ops.cast(control, work)[:, None, :] * ops.cast(controls, work),
                 self.self_attention_kernel,
                 self.self_attention_bias,
             )

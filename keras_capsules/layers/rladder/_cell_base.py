@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_capsules._validation import boolean
+from keras_capsules._validation import boolean, check_built
 from keras_capsules.layers.rladder._utils import (
     check_same_batch,
     clone_initializer,
@@ -175,6 +175,7 @@ class EncoderCellBase(keras.layers.Layer):
     def build(self, input_shape):
         x, fb, state = self._split_shapes(input_shape)
         self._build(x, fb, state)
+        self._built_x_features = x[-1]
         self.built = True
 
     def _checked_inputs(self, inputs):
@@ -184,7 +185,9 @@ class EncoderCellBase(keras.layers.Layer):
                 f"{type(self).__name__} expects a list of {self.num_inputs} inputs "
                 f"{self._expected()}. Received: {type(inputs).__name__}"
             )
-        self._split_shapes([tuple(t.shape) for t in inputs])
+        x, _, _ = self._split_shapes([tuple(t.shape) for t in inputs])
+        if self.built:
+            check_built(type(self).__name__, [("x", x, self._built_x_features)])
         return inputs
 
     def call(self, inputs):

@@ -156,6 +156,8 @@ class ConvCombinatorBase(keras.layers.Layer):
     def _build_top(self, top, out_channels, lat):
         """Creates ``top_kernel`` mapping x_top to ``out_channels`` (None without top)."""
         self.top_rank = None if top is None else len(top)
+        self._built_top_shape = None if top is None else tuple(top[1:])
+        self._built_lat_shape = tuple(lat[1:])
         if self.vector_top != "broadcast" and self.top_rank != 2:
             raise ValueError(
                 f"`vector_top` sets how a vector x_top [batch, top_units] reaches the pixels; "
@@ -201,6 +203,21 @@ class ConvCombinatorBase(keras.layers.Layer):
             )
         shapes = [tuple(x_lat.shape)] if x_top is None else [tuple(x_top.shape), tuple(x_lat.shape)]
         self._shapes(shapes if x_top is not None else shapes[0])
+        if x_top is not None:
+            built_top = self._built_top_shape
+            top = tuple(x_top.shape)
+            dense = len(top) == 2 and self.vector_top == "dense"
+            if (
+                len(top) != self.top_rank
+                or top[-1] != built_top[-1]
+                or (dense and tuple(x_lat.shape[1:3]) != self._built_lat_shape[:2])
+            ):
+                expected = f"[batch, {built_top[-1]}]" if self.top_rank == 2 else f"[batch, height, width, {built_top[-1]}]"
+                raise ValueError(
+                    f"This {name} layer was built for x_top of shape {expected}"
+                    + (f" and x_lat of height and width {self._built_lat_shape[:2]}" if dense else "")
+                    + f". Received: x_top shape={top}, x_lat shape={tuple(x_lat.shape)}"
+                )
         if x_lat.shape[-1] != self.lat_channels:
             raise ValueError(
                 f"This {name} layer was built for x_lat of shape [batch, height, width, "

@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_capsules._validation import check_built
 from keras_capsules.layers.rladder._elementwise_gate import ElementwiseGate
 from keras_capsules.layers.rladder._utils import (
     check_same_batch,
@@ -159,6 +160,8 @@ class G1(ElementwiseGate, keras.layers.Layer):
                 f"This G1 layer was built for x_lat of shape [batch, ..., {self.bias.shape[0]}]. "
                 f"Received: x_lat shape={tuple(x_lat.shape)}"
             )
+        if x_top is not None:
+            check_built("G1", [("x_top", tuple(x_top.shape), self.kernel.shape[0])])
         if x_top is None:
             u = ops.cast(self.bias, x_lat.dtype)
         else:

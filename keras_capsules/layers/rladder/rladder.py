@@ -869,16 +869,22 @@ class RLadder(keras.layers.Layer):
             # Keras' TensorFlow scan it takes a maximum number of iterations, which
             # XLA needs to compile its gradient.
             rows = steps + spare
-            buffers = {"top": ops.zeros((rows, batch_size) + self._enc_outputs[-1], dtype=dtype)}
+            # one spare sample per buffer row (cut off below): TensorFlow's scatter refuses
+            # to write into an empty buffer, and a batch can be empty (a MirroredStrategy
+            # replica's share of a last batch smaller than the number of replicas)
+            buffers = {"top": ops.zeros((rows, batch_size + 1) + self._enc_outputs[-1], dtype=dtype)}
             if self.use_decoder:
                 buffers["prediction"] = ops.zeros(
-                    (rows, batch_size) + self._prediction_features(self._features), dtype=dtype
+                    (rows, batch_size + 1) + self._prediction_features(self._features), dtype=dtype
                 )
+
+            def with_spare_sample(v):
+                return ops.pad(v, [[0, 1]] + [[0, 0]] * (len(v.shape) - 1))
 
             def body(t, c, buffers):
                 c, out = step(t, c)
                 at = ops.reshape(t, (1, 1))
-                buffers = {k: _write_row(buffers[k], at, out[k]) for k in buffers}
+                buffers = {k: _write_row(buffers[k], at, with_spare_sample(out[k])) for k in buffers}
                 return t + 1, c, buffers
 
             _, _, outputs = ops.while_loop(
@@ -887,8 +893,7 @@ class RLadder(keras.layers.Layer):
                 (ops.convert_to_tensor(0, dtype="int32"), init, buffers),
                 maximum_iterations=rows,  # (a bound: the gradient's [rows, ...] stacks too)
             )
-            if spare:
-                outputs = {k: v[:steps] for k, v in outputs.items()}
+            outputs = {k: v[:steps, :batch_size] for k, v in outputs.items()}
         top = ops.moveaxis(outputs["top"], 0, 1)
         if not self.use_decoder:
             return top

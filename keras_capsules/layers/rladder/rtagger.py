@@ -29,6 +29,8 @@ _INITIALIZERS = (
 _REGULARIZERS = ("kernel_regularizer", "recurrent_regularizer", "bias_regularizer")
 #: the share of the previous masks that ``mask_damping="learned"`` keeps before training
 LEARNED_DAMPING_START = 0.1
+#: below it 1 / (2 sigma^2) overflows float32 (~3.8e-20)
+_MIN_SIGMA = math.sqrt(0.5 / 3.4028234663852886e38)
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -133,7 +135,8 @@ class RTagger(keras.layers.Layer):
         levels: the shared ladder's levels (see :func:`level_spec`).
         n_iters: None (default) for sequence inputs ``[batch, T, ...]`` (one
             iteration per step), or the number of iterations on a static input.
-        sigma: the fixed standard deviation of the Gaussian likelihood. Default 0.5.
+        sigma: the fixed standard deviation of the Gaussian likelihood (at least
+            1e-19, where ``1 / (2 sigma^2)`` still fits in float32). Default 0.5.
         decoder_to_encoder: passed to the ladder. Default True.
         input_combinator, input_combinator_filters: passed to the ladder.
         kernel_initializer, recurrent_initializer, bias_initializer: passed to the
@@ -241,6 +244,14 @@ class RTagger(keras.layers.Layer):
         self.mask_update = mask_update
         self.initial_mask_scale = positive_int("initial_mask_scale", initial_mask_scale)
         self.posterior_sigma = None if posterior_sigma is None else positive_float("posterior_sigma", posterior_sigma)
+        for name in ("sigma", "posterior_sigma"):
+            value = getattr(self, name)
+            # 1 / (2 sigma^2) beyond float32's range made every likelihood term inf and pi NaN
+            if value is not None and value < _MIN_SIGMA:
+                raise ValueError(
+                    f"`{name}` is too small: 1 / (2 {name}^2) overflows float32 (use {name} >= 1e-19). "
+                    f"Received: {name}={value!r}"
+                )
         self.initial_mask_stddev = positive_float("initial_mask_stddev", initial_mask_stddev)
         self.group_codes = boolean("group_codes", group_codes)
         if isinstance(mask_damping, str):

@@ -54,3 +54,52 @@ def test_no_mask_and_no_positions():
     np.testing.assert_allclose(np.asarray(summed), [[1.0, 1.0]], rtol=1e-6)
     summed, weights = _base.attend(tensor(np.zeros((2, 0), "float32")), tensor(np.zeros((2, 0, 3), "float32")), tensor(np.zeros((2, 0), bool)))
     assert tuple(weights.shape) == (2, 0) and np.all(np.asarray(summed) == 0.0)
+
+
+def _normal(*shape, scale=1.0):
+    return (np.random.default_rng(0).standard_normal(shape) * scale).astype("float32")
+
+
+def _rebuilt_cases():
+    from keras_capsules.layers import ControlUnit, MACNetwork, ReadUnit, WriteUnit
+
+    f = _normal
+    return {  # layer, the inputs it is built on, inputs whose named input's last axis changes
+        "ControlUnit question": (lambda: ControlUnit(2), [f(2, 4), f(2, 8), f(2, 3, 8)],
+                                 [f(2, 5), f(2, 8), f(2, 3, 8)], "question"),
+        "ControlUnit words": (lambda: ControlUnit(2), [f(2, 4), f(2, 8), f(2, 3, 8)],
+                              [f(2, 4), f(2, 6), f(2, 3, 6)], "context_words"),
+        "ReadUnit": (lambda: ReadUnit(), [f(2, 8), f(2, 5, 6), f(2, 8)], [f(2, 8), f(2, 5, 7), f(2, 8)],
+                     "knowledge_base"),
+        "WriteUnit": (lambda: WriteUnit(), [f(2, 6), f(2, 8), f(2, 8)], [f(2, 5), f(2, 8), f(2, 8)],
+                      "retrieved"),
+        "MACNetwork": (lambda: MACNetwork(2), [f(2, 3, 8), f(2, 4), f(2, 5, 6)],
+                       [f(2, 3, 8), f(2, 5), f(2, 5, 6)], "question"),
+    }
+
+
+@pytest.mark.parametrize("case", ["ControlUnit question", "ControlUnit words", "ReadUnit", "WriteUnit", "MACNetwork"])
+def test_inputs_unlike_those_built_for_are_a_clear_error(case):
+    # audit (2026-11-27): a built MAC layer called with other feature sizes failed in a
+    # matmul with the backend's InvalidArgumentError
+    make, built, called, what = _rebuilt_cases()[case]
+    layer = make()
+    layer(built)
+    with pytest.raises(ValueError, match=rf"was built for {what} with a last axis of \d+\. Received: {what} shape="):
+        layer(called)
+    layer(built)  # still fine
+
+
+def test_attention_logits_stay_finite_under_mixed_float16_for_large_inputs():
+    # audit (2026-11-27): the products feeding the control and read attention logits ran
+    # in float16 and overflowed to inf (then NaN) for inputs of a few hundred, where
+    # float32 stays finite; DESIGN.md: attention math runs in float32
+    from keras_capsules.layers import ControlUnit, ReadUnit
+
+    q, c, w = _normal(2, 16, scale=100.0), _normal(2, 16, scale=100.0), _normal(2, 5, 16, scale=100.0)
+    init = keras.initializers.GlorotUniform(seed=1)
+    for policy in ("float32", "mixed_float16"):
+        control, attention = ControlUnit(max_steps=2, dtype=policy, kernel_initializer=init)([q, c, w], step=0)
+        read, read_attention = ReadUnit(dtype=policy, kernel_initializer=init)([c, w, q])
+        for out in (control, attention, read, read_attention):
+            assert np.all(np.isfinite(np.asarray(out, "float32"))), policy

@@ -252,3 +252,31 @@ def test_transpose_upsampling_by_one_is_refused_and_old_configs_load(cls):
     config = dict(cls(kernel_size=1).get_config(), upsample_mode="transpose")  # as saved before
     with pytest.warns(UserWarning, match="upsample_mode='transpose' has no effect"):
         assert cls.from_config(config).upsample_mode == "nearest"
+
+
+def _normal(*shape):
+    return np.random.default_rng(0).normal(size=shape).astype("float32")
+
+
+BUILT_AND_CALLED = {  # layer, the inputs it is built on, then inputs whose x_top differs
+    # a multiple of the built channels ran silently as a grouped convolution on TensorFlow
+    "ConvG1, channels x2": (lambda: ConvG1(), [(2, 4, 4, 3), (2, 4, 4, 2)], [(2, 4, 4, 6), (2, 4, 4, 2)]),
+    "ConvG3, channels x2": (lambda: ConvG3(filters=2), [(2, 4, 4, 1), (2, 4, 4, 2)], [(2, 4, 4, 2), (2, 4, 4, 2)]),
+    # the others failed deep in the backend ("Matrix size-incompatible", "num_spatial_dims")
+    "G1": (lambda: G1(), [(2, 3), (2, 4)], [(2, 5), (2, 4)]),
+    "ConvG2, vector then image": (lambda: ConvG2(), [(2, 3), (2, 4, 4, 2)], [(2, 4, 4, 3), (2, 4, 4, 2)]),
+    "ConvG1, dense vector top, other size": (
+        lambda: ConvG1(vector_top="dense"), [(2, 3), (2, 4, 4, 2)], [(2, 3), (2, 6, 6, 2)]
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BUILT_AND_CALLED))
+def test_an_x_top_unlike_the_one_built_for_is_a_clear_error(case):
+    # audit (2026-11-27): only x_lat's channels were checked after build
+    make, built, called = BUILT_AND_CALLED[case]
+    layer = make()
+    layer([_normal(*s) for s in built])
+    with pytest.raises(ValueError, match=r"was built for x_top (of shape|with a last axis) .*Received: x_top shape="):
+        layer([_normal(*s) for s in called])
+    layer([_normal(*s) for s in built])  # still fine

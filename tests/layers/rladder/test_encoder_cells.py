@@ -320,3 +320,29 @@ def test_float64_cells_compute_tanh_in_float64(name):
         for g, w in zip(got, want):
             assert g.dtype == "float64"
             np.testing.assert_allclose(keras.ops.convert_to_numpy(g), w, rtol=1e-12, atol=1e-14)
+
+
+def _normal(*shape):
+    return np.random.default_rng(0).normal(size=shape).astype("float32")
+
+
+BUILT_AND_CALLED = {  # cell, the inputs [x, feedback, states...] it is built on; x's last axis then changes
+    # a multiple of the built channels ran silently as a grouped convolution on TensorFlow
+    "ConvLSTMEncoderCell": (lambda: ConvLSTMEncoderCell(3), [(2, 4, 4, 1)] + [(2, 4, 4, 3)] * 3, 2),
+    "ConvEncoderCell": (lambda: ConvEncoderCell(4), [(2, 4, 4, 1), (2, 4, 4, 4)], 2),
+    # the others failed deep in the backend ("Matrix size-incompatible")
+    "GatedEncoderCell": (lambda: GatedEncoderCell(3), [(2, 4), (2, 3), (2, 3)], 6),
+    "LSTMEncoderCell": (lambda: LSTMEncoderCell(3), [(2, 4)] + [(2, 3)] * 3, 6),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BUILT_AND_CALLED))
+def test_an_x_unlike_the_one_built_for_is_a_clear_error(case):
+    # audit (2026-11-27): a built cell did not check x again
+    make, shapes, other = BUILT_AND_CALLED[case]
+    cell = make()
+    cell([_normal(*s) for s in shapes])
+    changed = [shapes[0][:-1] + (other,)] + shapes[1:]
+    with pytest.raises(ValueError, match=r"was built for x with a last axis of \d+\. Received: x shape="):
+        cell([_normal(*s) for s in changed])
+    cell([_normal(*s) for s in shapes])  # still fine

@@ -6,7 +6,7 @@ import pytest
 
 from keras_capsules.layers import RLadder, level_spec
 from tests.backends import float64_enabled, value_and_grads
-from tests.harness import edit_saved_layer_config, run_layer_contract
+from tests.harness import edit_saved_layer_config, run_layer_contract, two_cpu_strategy
 
 CONV_LEVELS = [
     level_spec("convlstm", 2, pool=1),
@@ -475,6 +475,50 @@ def test_a_saved_ladder_without_feedback_holding_a_feedback_initializer_still_lo
     x = _seq(2, 2, 5)
     for a, b in zip(keras.tree.flatten(model(x)), keras.tree.flatten(loaded(x))):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("use_decoder", [True, False])
+def test_an_empty_batch_through_the_symbolic_loop(use_decoder):
+    # audit (2026-11-27): on TensorFlow the loop's scatter into [T, 0, ...] buffers failed
+    # ("Indices and updates specified for empty output shape"); a replica of a
+    # MirroredStrategy gets an empty batch when the last batch is smaller than the replicas
+    kwargs = dict(output_units=3) if use_decoder else dict(use_decoder=False)
+    ladder = RLadder(DENSE_LEVELS, unroll=False, **kwargs)
+    want = [(0, 4, 3), (0, 4, 3)] if use_decoder else [(0, 4, 3)]
+    got = keras.tree.flatten(ladder(_seq(0, 4, 5)))
+    assert [tuple(o.shape) for o in got] == want
+    inputs = keras.Input((None, 5))
+    model = keras.Model(inputs, RLadder(DENSE_LEVELS, **kwargs)(inputs))
+    if keras.backend.backend() == "tensorflow":  # traced for any batch and T: the loop
+        import tensorflow as tf
+
+        traced = tf.function(model, input_signature=[tf.TensorSpec((None, None, 5))])
+        got = keras.tree.flatten(traced(_seq(0, 4, 5)))
+        assert [tuple(o.shape) for o in got] == want
+    full = keras.tree.flatten(model.predict(_seq(3, 4, 5), verbose=0))
+    alone = keras.tree.flatten(model.predict(_seq(3, 4, 5)[:1], verbose=0))
+    for a, b in zip(full, alone):  # the spare sample of the buffers is cut off
+        assert a.shape[0] == 3 and b.shape[0] == 1
+        np.testing.assert_allclose(a[:1], b, rtol=1e-5, atol=1e-6)
+
+
+def test_a_last_batch_smaller_than_the_replicas_through_the_symbolic_loop():
+    # the case of the test above in a user's run: padded batches of any length under a
+    # MirroredStrategy of two replicas, the last batch of one sequence (one replica's empty)
+    import tensorflow as tf
+
+    with two_cpu_strategy().scope():
+        inputs = keras.Input((None, 5))
+        model = keras.Model(inputs, RLadder(DENSE_LEVELS, output_units=3)(inputs))
+    sequences = [_seq(4, 5, seed=0), _seq(4, 5, seed=1), _seq(3, 5, seed=2)]
+    ds = tf.data.Dataset.from_generator(  # batches of [None, None, 5]: the loop
+        lambda: iter(sequences), output_signature=tf.TensorSpec((None, 5), tf.float32)
+    ).padded_batch(2)
+    got = model.predict(ds, verbose=0)  # ragged [3, (4, 4, 3), 3]: the batches' lengths differ
+    alone = model.predict(sequences[2][None], verbose=0)
+    for output, want in zip(got, alone):
+        assert output.shape[0] == 3
+        np.testing.assert_allclose(np.asarray(output[2]), want[0], rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("kwargs", [{"decoder_to_encoder": False}, {"use_decoder": False}])

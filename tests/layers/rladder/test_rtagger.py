@@ -68,6 +68,9 @@ def test_layer_contract(kwargs, shape, tmp_path):
         (dict(n_groups=2, levels=CONV_LEVELS, initial_mask_scale=0), "Received: initial_mask_scale=0"),
         (dict(n_groups=2, levels=CONV_LEVELS, posterior_sigma=0), "Received: posterior_sigma=0"),
         (dict(n_groups=2, levels=CONV_LEVELS, sigma=float("nan")), "Received: sigma=nan"),
+        # audit (2026-11-27): 1 / (2 sigma^2) overflowed float32, and every pi was NaN
+        (dict(n_groups=2, levels=CONV_LEVELS, sigma=1e-20), "sigma` is too small.*Received: sigma=1e-20"),
+        (dict(n_groups=2, levels=CONV_LEVELS, posterior_sigma=1e-200), "Received: posterior_sigma=1e-200"),
         (dict(n_groups=2, levels=CONV_LEVELS, initial_mask_stddev=float("inf")), "initial_mask_stddev=inf"),
         (dict(n_groups=2, levels=CONV_LEVELS, initial_mask_stddev=-1.0), "Received: initial_mask_stddev=-1.0"),
         (dict(n_groups=2, levels=CONV_LEVELS, random_initial_masks="no"), "Received: random_initial_masks='no'"),
