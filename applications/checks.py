@@ -6,6 +6,7 @@ format the library's layers use; :func:`require_model`
 refuses a saved model of another application with a one-line ``CommandLineError``.
 """
 
+import math
 import numbers
 import os
 
@@ -21,6 +22,35 @@ def integer_at_least(name, value, minimum):
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
         raise InputError(f"`{name}` must be an integer >= {minimum}. Received: {name}={value!r}")
     return int(value)
+
+
+def finite_number(name, value, positive):
+    """``value`` as a float if it is a finite real number (not a bool), > 0 when
+    ``positive``, else >= 0.
+
+    Raises:
+        InputError (a ValueError): ``"`name` must be a finite number > 0. Received: name=value"``.
+    """
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Real)
+        or not math.isfinite(value)
+        or value < 0
+        or (positive and value == 0)
+    ):
+        what = "> 0" if positive else ">= 0"
+        raise InputError(f"`{name}` must be a finite number {what}. Received: {name}={value!r}")
+    return float(value)
+
+
+def learning_rate(value):
+    """A Keras learning-rate schedule as it is, or a finite number > 0 as a float: a NaN
+    rate trained into NaN weights, a negative one uphill, without a word."""
+    import keras
+
+    if isinstance(value, keras.optimizers.schedules.LearningRateSchedule):
+        return value
+    return finite_number("learning_rate", value, positive=True)
 
 
 def load_model(model_path):

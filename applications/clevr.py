@@ -110,7 +110,11 @@ class PositionalEncoding(keras.layers.Layer):
     def _axis(self, n):
         """Encoding of positions ``0..n-1``: ``[n, channels / 2]``."""
         if self.mode == "linear":
-            return ops.reshape(ops.linspace(-1.0, 1.0, n), (-1, 1))
+            # Written out (not ops.linspace): the TensorFlow backend's linspace tests its
+            # ``num`` as a Python bool and fails when H or W is unknown (a traced graph).
+            steps = ops.cast(ops.maximum(n - 1, 1), "float32")
+            positions = ops.cast(ops.arange(n), "float32")
+            return ops.reshape(-1.0 + positions * (2.0 / steps), (-1, 1))
         k = self.dim // 4
         positions = ops.cast(ops.arange(n), "float32")[:, None]
         frequencies = ops.exp(ops.arange(k, dtype="float32") * (-np.log(10000.0) / k))[None]

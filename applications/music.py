@@ -265,7 +265,8 @@ def make_dataset(rolls, batch_size=16, steps=None, shuffle=False, seed=0, window
         inputs, targets, mask = windows(inputs, targets, mask, window)
     ds = tf.data.Dataset.from_tensor_slices((inputs, targets, mask))
     if shuffle:
-        ds = ds.shuffle(len(inputs), seed=seed, reshuffle_each_iteration=True)
+        # a buffer of at least 1: tf.data refuses 0 (rolls of no steps leave no window)
+        ds = ds.shuffle(max(len(inputs), 1), seed=seed, reshuffle_each_iteration=True)
     if transpose:
         draws = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True)
         ds = tf.data.Dataset.zip(ds, draws).map(random_transposition(transpose))
@@ -517,6 +518,17 @@ def build_model(
     """
     if readout not in READOUTS:
         raise InputError(f"`readout` must be one of {READOUTS}. Received: readout={readout!r}")
+    if steps is not None:  # steps=0 built a model that failed only when called
+        steps = integer_at_least("steps", steps, 1)
+    if output_bias is not None:
+        # a wrong length failed in numpy's reshape, a NaN gave NaN logits silently
+        output_bias = np.asarray(output_bias, "float32")
+        if output_bias.size != NUM_KEYS or not np.all(np.isfinite(output_bias)):
+            raise InputError(
+                f"`output_bias` must be {NUM_KEYS} finite numbers (e.g. key_log_odds(rolls)). "
+                f"Received: output_bias of shape {output_bias.shape}"
+                + ("" if np.all(np.isfinite(output_bias)) else " with non-finite values")
+            )
     rolls = keras.Input((steps, NUM_KEYS), name="rolls")
     x = rolls
     if input_dropout:
@@ -538,11 +550,12 @@ def build_model(
     else:
         top = RLadder(levels, use_decoder=False, dropout=dropout, dropout_noise=dropout_noise,
                       zoneout=zoneout, seed=seed, name="rladder")(x)
-        readout = keras.layers.Dense(NUM_KEYS, name="readout")
-        logits = readout(top)
-        bias = readout.bias
+        # not `readout`: that name is the read-out argument checked below ("nade")
+        top_readout = keras.layers.Dense(NUM_KEYS, name="readout")
+        logits = top_readout(top)
+        bias = top_readout.bias
     if output_bias is not None:
-        bias.assign(np.asarray(output_bias, "float32").reshape((NUM_KEYS,)))
+        bias.assign(output_bias.reshape((NUM_KEYS,)))
     if readout == "nade":
         targets = keras.Input((steps, NUM_KEYS), name="targets")
         logits = KeyNADE(nade_units, name="nade")([logits, targets])
@@ -574,15 +587,19 @@ def compile_model(model, learning_rate=1e-3, clipnorm=1.0, weight_decay=0.0, ema
 
     Args:
         model: a model from ``build_model``.
-        learning_rate: Adam's step size (a positive number or a schedule).
-        clipnorm: clips each gradient to this norm (None: no clipping).
-        weight_decay: decoupled weight decay of AdamW (0: plain Adam).
+        learning_rate: Adam's step size (a finite number > 0 or a schedule).
+        clipnorm: clips each gradient to this norm (a finite number > 0; None: no
+            clipping).
+        weight_decay: decoupled weight decay of AdamW (a finite number >= 0; 0: plain
+            Adam).
         ema_momentum: if set (in ``[0, 1)``), the optimizer also keeps an exponential
             moving average of the weights with this momentum (Keras' ``use_ema``);
             ``train`` validates and keeps that average.
     """
-    if isinstance(weight_decay, bool) or not isinstance(weight_decay, (int, float)) or not 0 <= weight_decay < np.inf:
-        raise InputError(f"`weight_decay` must be a non-negative, finite number. Received: weight_decay={weight_decay!r}")
+    learning_rate = checks.learning_rate(learning_rate)
+    if clipnorm is not None:
+        clipnorm = checks.finite_number("clipnorm", clipnorm, positive=True)
+    weight_decay = checks.finite_number("weight_decay", weight_decay, positive=False)
     if ema_momentum is not None and (
         isinstance(ema_momentum, bool) or not isinstance(ema_momentum, (int, float)) or not 0 <= ema_momentum < 1
     ):

@@ -677,7 +677,7 @@ def compile_model(
     (``digit_steps``, the mean over steps of the cross-entropy of each step's
     prediction); ``"last"`` on the last step's prediction only. The reported
     accuracy is always the last step's. ``learning_rate`` (Adam's, a finite number
-    > 0) and ``frame_weight`` (the weight of the next-frame cost against the
+    > 0 or a schedule) and ``frame_weight`` (the weight of the next-frame cost against the
     digit's, a finite number >= 0). ``frame_loss`` and ``frame_weight`` have no
     effect on the baselines, which predict no frames (so that one search space or
     command serves every variant). ``jit_compile``: compile the training and
@@ -695,8 +695,8 @@ def compile_model(
     if frame_loss not in ("bce", "mse"):  # was checked only for models with next frames (not the baselines)
         raise InputError(f"`frame_loss` must be 'bce' or 'mse'. Received: frame_loss={frame_loss!r}")
     # a NaN frame_weight made the loss NaN; a negative one (or learning rate) trained uphill
-    _finite_number("learning_rate", learning_rate, positive=True)
-    _finite_number("frame_weight", frame_weight, positive=False)
+    checks.learning_rate(learning_rate)
+    checks.finite_number("frame_weight", frame_weight, positive=False)
     digit = "digit_steps" if classify == "every" else "digit"
     losses = {digit: keras.losses.SparseCategoricalCrossentropy()}
     weights = {digit: 1.0}
@@ -714,20 +714,6 @@ def compile_model(
         jit_compile=jit_compile,
     )
     return model
-
-
-def _finite_number(name, value, positive):
-    """A finite real number, > 0 (``positive``) or >= 0; ValueError otherwise."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, numbers.Real)
-        or not np.isfinite(value)
-        or value < 0
-        or (positive and value == 0)
-    ):
-        what = "> 0" if positive else ">= 0"
-        raise InputError(f"`{name}` must be a finite number {what}. Received: {name}={value!r}")
-    return float(value)
 
 
 @keras.saving.register_keras_serializable(package="applications")

@@ -454,7 +454,32 @@ def build_model(
     return keras.Model(images, outputs, name=name)
 
 
-def compile_model(model, learning_rate=1e-3, sigma=0.5, class_weight=1.0):
+def compile_model(model, learning_rate=1e-3, sigma=None, class_weight=1.0):
+    """Adam (clipnorm 1); :class:`MixtureNLL` on every iteration, and cross-entropy for
+    the digit when the model classifies.
+
+    Args:
+        model: a model from :func:`build_model`.
+        learning_rate: Adam's step size (a finite number > 0 or a schedule).
+        sigma: the standard deviation of the MixtureNLL; None (default) takes the
+            model's RTagger ``sigma``, so that the cost and the likelihood terms the
+            tagger is given agree.
+        class_weight: the weight of the digit's cross-entropy against the mixture's
+            NLL (a finite number >= 0).
+
+    Returns:
+        The compiled ``model``.
+    """
+    learning_rate = checks.learning_rate(learning_rate)
+    class_weight = checks.finite_number("class_weight", class_weight, positive=False)
+    if sigma is None:
+        taggers = [layer for layer in model.layers if isinstance(layer, RTagger)]
+        if len(taggers) != 1:
+            raise InputError(
+                "`sigma` is needed for a model without exactly one RTagger layer. "
+                f"Received: sigma=None and {len(taggers)} RTagger layers"
+            )
+        sigma = taggers[0].sigma
     losses = {"mixture": MixtureNLL(sigma=sigma, group_axis=2)}
     weights = {"mixture": 1.0}
     metrics = {}

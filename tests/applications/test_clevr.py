@@ -18,6 +18,22 @@ from tests.applications import cli_helpers
 IMAGE_SIZE = 32  # conv4 of ResNet-101 has stride 16: a 2x2 grid
 
 
+@pytest.mark.parametrize("mode", ["linear", "sincos"])
+def test_positional_encoding_of_features_of_unknown_height_and_width(mode):
+    # audit (2026-11-27): "linear" used ops.linspace, whose TensorFlow form tests its
+    # length as a Python bool: traced for unknown H and W (a model fed by tf.data with
+    # such features) it failed with OperatorNotAllowedInGraphError
+    layer = clevr.PositionalEncoding(mode, 8)
+    traced = tf.function(layer, input_signature=[tf.TensorSpec((None, None, None, 3))])
+    for h, w in [(2, 3), (1, 1), (4, 5)]:
+        features = np.zeros((1, h, w, 3), "float32")
+        np.testing.assert_allclose(np.asarray(traced(features)), np.asarray(layer(features)), atol=1e-6)
+    if mode == "linear":
+        np.testing.assert_allclose(np.asarray(traced(np.zeros((1, 1, 5, 3), "float32")))[0, 0, :, 3],
+                                   np.linspace(-1, 1, 5), atol=1e-6)
+        assert np.asarray(traced(np.zeros((1, 1, 1, 3), "float32")))[0, 0, 0, 3] == -1.0
+
+
 def test_positional_encoding_values_and_saving(tmp_path):
     features = np.zeros((2, 3, 4, 5), "float32")
     linear = clevr.PositionalEncoding("linear")(features)

@@ -208,6 +208,37 @@ def test_optimizer_options_and_their_validation():
     for bad in (1.0, -0.1, "0.9"):
         with pytest.raises(ValueError, match="ema_momentum"):
             music.compile_model(model, ema_momentum=bad)
+    # audit (2026-11-27): a NaN rate gave NaN weights after one step, a negative one
+    # trained uphill, a NaN clipnorm was accepted
+    for name, bad in [("learning_rate", float("nan")), ("learning_rate", -1.0), ("learning_rate", 0),
+                      ("clipnorm", float("nan")), ("clipnorm", 0.0), ("weight_decay", float("inf"))]:
+        with pytest.raises(ValueError, match=rf"Received: {name}={bad!r}"):
+            music.compile_model(model, **{name: bad})
+    schedule = keras.optimizers.schedules.ExponentialDecay(1e-3, 10, 0.5)
+    assert music.compile_model(model, schedule, clipnorm=None).optimizer.clipnorm is None
+
+
+def test_build_model_refuses_bad_steps_and_output_biases():
+    # audit (2026-11-27): steps=0 failed only when the model was called; an output bias of
+    # the wrong length failed in numpy's reshape, and a NaN one gave NaN logits silently
+    with pytest.raises(ValueError, match="Received: steps=0"):
+        music.build_model(0, **TINY)
+    for bad, shown in [(np.zeros(3), r"shape \(3,\)"), (np.full(88, np.nan), r"shape \(88,\) with non-finite")]:
+        with pytest.raises(ValueError, match=rf"`output_bias` must be 88 finite numbers.*Received: output_bias of {shown}"):
+            music.build_model(4, output_bias=bad, **TINY)
+    model = music.build_model(4, output_bias=np.linspace(-1, 1, 88), **TINY)
+    np.testing.assert_allclose(model.get_layer("rladder").output_bias, np.linspace(-1, 1, 88), rtol=1e-6)
+
+
+def test_the_hierarchical_baseline_takes_the_nade_readout():
+    # audit (2026-11-27): without the decoder, the read-out's Dense layer was bound to the
+    # name `readout`, so readout="nade" was silently dropped (and train() fed the model
+    # inputs it did not take)
+    model = music.build_model(4, use_decoder=False, readout="nade", **TINY)
+    assert music.is_autoregressive(model) and set(model.input) == {"rolls", "targets"}
+    assert model.get_layer("nade") is not None and model.get_layer("readout") is not None
+    plain = music.build_model(4, use_decoder=False, **TINY)
+    assert not music.is_autoregressive(plain)
 
 
 def test_command_line_options_reach_train(monkeypatch):
@@ -770,6 +801,9 @@ def test_data_functions_reject_bad_sizes_and_priors():
         with pytest.raises(ValueError, match=rf"Received: prior={bad}"):
             music.key_log_odds(rolls, prior=bad)
     assert music.key_log_odds(rolls[:0]).shape == (88,)
+    # audit (2026-11-27): rolls without steps leave no window to shuffle, and tf.data
+    # refused a shuffle buffer of 0 with its own error
+    assert list(music.make_dataset([np.zeros((0, 88), "float32")], 2, window=4, shuffle=True)) == []
 
 
 def test_load_rolls_refuses_a_non_positive_limit():

@@ -572,3 +572,18 @@ def test_tagger_benchmark_keeps_the_best_validation_epoch_by_default(monkeypatch
     out = capsys.readouterr().out
     assert (seen[-1]["conv_encoder"], seen[-1]["num_valid"]) == ("conv", 0) and "kept epoch" not in out
     assert seen[-1]["group_codes"] is False
+
+
+def test_compile_model_refuses_bad_numbers_and_takes_the_taggers_sigma():
+    # audit (2026-11-27): a NaN class weight made every loss NaN, a NaN or negative rate
+    # was accepted, and the cost's sigma stayed 0.5 whatever the tagger's was
+    model = tm.build_model(sigma=0.2, **TINY)
+    for name, bad in [("learning_rate", float("nan")), ("learning_rate", -1e-3), ("class_weight", float("nan")),
+                      ("class_weight", -1.0)]:
+        with pytest.raises(ValueError, match=rf"Received: {name}={bad!r}"):
+            tm.compile_model(model, **{name: bad})
+    assert tm.compile_model(model).loss["mixture"].sigma == pytest.approx(0.2)
+    assert tm.compile_model(model, sigma=0.7).loss["mixture"].sigma == pytest.approx(0.7)
+    plain = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    with pytest.raises(ValueError, match="needed for a model without exactly one RTagger"):
+        tm.compile_model(plain)
