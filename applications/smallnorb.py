@@ -312,6 +312,15 @@ def train(
     Returns:
         ``(model, history)``.
     """
+    # checked before any data is read: batch_size=0 was a ZeroDivisionError, with
+    # steps_per_epoch a tf.data InvalidArgumentError, a negative one "Dimension -4 must be >= 0"
+    epochs = checks.integer_at_least("epochs", epochs, 1)
+    batch_size = checks.integer_at_least("batch_size", batch_size, 1)
+    image_size = checks.integer_at_least("image_size", image_size, 1)
+    if steps_per_epoch is not None:
+        steps_per_epoch = checks.integer_at_least("steps_per_epoch", steps_per_epoch, 1)
+    if validation_steps is not None:
+        validation_steps = checks.integer_at_least("validation_steps", validation_steps, 1)
     if seed is not None:  # the initial weights too, as the other applications
         keras.utils.set_random_seed(seed)
     train_examples = load_split("train", data_dir, download, shuffle_files=True, seed=seed)
@@ -457,6 +466,10 @@ def evaluate(model_path, data_dir=None, batch_size=20, image_size=IMAGE_SIZE, st
 
     if not os.path.exists(model_path):
         raise PathNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
+    batch_size = checks.integer_at_least("batch_size", batch_size, 1)
+    image_size = checks.integer_at_least("image_size", image_size, 1)
+    if steps is not None:
+        steps = checks.integer_at_least("steps", steps, 1)
     strategy = distribute.resolve_strategy(strategy)
     with strategy.scope():
         model = checks.load_model(model_path)

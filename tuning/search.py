@@ -135,8 +135,18 @@ def fixed_hyperparameters(hypermodel, fixed):
         if expected:
             raise CommandLineError(f"--fixed {name}: expected {expected}, got {value!r}")
     hyperparameters = keras_tuner.HyperParameters()
+    pinned = keras_tuner.HyperParameters()  # a copy: the build adds the other entries to it
     for name, value in values.items():
         hyperparameters.Fixed(name, value)
+        pinned.Fixed(name, value)
+    try:
+        # the default model built above, so a ValueError here is the pinned values' (e.g.
+        # n_iters=0); raised later by keras-tuner's first build, it ended `tune` with a traceback
+        hypermodel.build(pinned)
+    except ValueError as error:
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        given = " ".join(f"{name}={json.dumps(value)}" for name, value in values.items())
+        raise CommandLineError(f"--fixed {given}: the model cannot be built with these values: {first}") from None
     return hyperparameters
 
 

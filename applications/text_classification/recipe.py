@@ -226,7 +226,7 @@ def _check_classifier(model, model_path, vocab_size, vocabulary_path):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m applications.text_classification", description=__doc__.split("\n")[0])
-    from applications.arguments import positive_float, positive_int
+    from applications.arguments import positive_float, positive_int, seed_int
 
     parser.add_argument("--dataset", default="sst2", choices=data_lib.DATASETS)
     parser.add_argument("--data-dir", default=None, help="TFDS data dir, or the SST tree-file folder")
@@ -239,7 +239,7 @@ def main(argv=None):
     parser.add_argument("--vocab-size", type=positive_int, default=60000)
     parser.add_argument("--phrases", action="store_true", help="SST: train on every labelled phrase")
     parser.add_argument("--limit", type=positive_int, default=None)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=seed_int, default=0)
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     from applications.text_classification.cli import INTRA_OP_THREADS

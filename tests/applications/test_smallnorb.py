@@ -184,6 +184,29 @@ def test_the_architecture_learns_mnist_digits_at_small_size():
     assert accuracy > 0.9, (accuracy, losses)  # chance is 1/3
 
 
+@pytest.mark.parametrize("name, bad", [("batch_size", 0), ("batch_size", -4), ("epochs", 0), ("image_size", 0),
+                                       ("steps_per_epoch", 0), ("validation_steps", -1)])
+def test_train_refuses_bad_sizes_before_reading_data(tmp_path, monkeypatch, name, bad):
+    # audit (2026-11-27): batch_size=0 was a ZeroDivisionError (with steps_per_epoch a
+    # tf.data InvalidArgumentError), a negative one "Dimension -4 must be >= 0"
+    def no_data(*args, **kwargs):
+        raise AssertionError("train read the data")
+
+    monkeypatch.setattr(smallnorb, "load_split", no_data)
+    kwargs = dict(data_dir=str(tmp_path / "tfds"), run_dir=str(tmp_path / "run"), epochs=1, batch_size=4,
+                  image_size=24, verbose=0)
+    with pytest.raises(ValueError, match=rf"Received: {name}={bad}"):
+        smallnorb.train(**{**kwargs, name: bad})
+
+
+def test_evaluate_refuses_bad_sizes(tmp_path):
+    model_path = tmp_path / "model.keras"
+    model_path.write_bytes(b"")  # only its existence is checked first
+    for name, bad in [("batch_size", 0), ("image_size", -1), ("steps", 0)]:
+        with pytest.raises(ValueError, match=rf"Received: {name}={bad}"):
+            smallnorb.evaluate(str(model_path), data_dir=str(tmp_path / "tfds"), **{name: bad})
+
+
 @pytest.mark.parametrize("epochs", ["0", "-1"])
 def test_module_entry_point_refuses_non_positive_epochs(epochs, capsys):
     # `python -m applications.smallnorb --epochs 0` was accepted

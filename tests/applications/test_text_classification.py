@@ -454,3 +454,11 @@ def test_epochs_run_counts_the_epochs_before_a_resume(tmp_path, monkeypatch):
         train(cli_helpers.crash_when_saving_after_fit(monkeypatch))
     monkeypatch.undo()
     assert train()["epochs_run"] == 2  # was 0
+
+
+def test_the_module_entry_point_refuses_a_negative_seed(capsys):
+    # audit (2026-11-27): --seed took any int, and -1 ended in numpy's ValueError traceback
+    with pytest.raises(SystemExit) as exit_info:
+        recipe.main(["--seed", "-1"])
+    assert exit_info.value.code == 2
+    assert "--seed" in capsys.readouterr().err

@@ -149,6 +149,21 @@ class _SpaceHyperModel(keras_tuner.HyperModel):
         return keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
 
 
+def test_a_fixed_value_the_model_cannot_be_built_with_is_one_line(tmp_path, capsys):
+    # audit (2026-11-27): checked for its type only, n_iters=0 reached keras-tuner's first
+    # build, whose ValueError ended `tune` with a traceback (exit 1) and left the folder
+    from applications import __main__ as cli
+
+    directory = tmp_path / "t"
+    argv = ["tune", "demo", "--fixed", "n_iters=0", "--limit", "120", "--epochs", "1", "--max-trials", "2",
+            "--tuner", "random", "--directory", str(directory), "--quiet"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--fixed n_iters=0: the model cannot be built with these values" in err
+    assert "Received: n_iters=0" in err and err.count("\n") == 1
+    assert not directory.exists()
+
+
 @pytest.mark.parametrize("text, expected", [
     ("layers=2.5", "an integer"), ("layers=two", "an integer"), ("rate=fast", "a finite number"),
     ("cell=gru", "one of gated, lstm"), ("width=48.5", "an integer"), ("gate=1", "true or false"),
