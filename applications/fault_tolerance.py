@@ -313,6 +313,12 @@ def write_json_atomically(data, path):
 
 def save_figure_atomically(fig, path, **savefig_kwargs):
     """``fig.savefig(path, ...)`` (format from the suffix of ``path``) through :func:`atomic_write`."""
+    if savefig_kwargs.get("format") is None:
+        # Without a format and a suffix, matplotlib writes to tmp + ".png", not to tmp.
+        import matplotlib
+
+        suffix = os.path.splitext(os.fspath(path))[1][1:]
+        savefig_kwargs["format"] = suffix or matplotlib.rcParams["savefig.format"]
     atomic_write(path, lambda tmp: fig.savefig(tmp, **savefig_kwargs))
 
 
@@ -600,9 +606,7 @@ def _csv_cells(logs):
             text = f'"[{", ".join(map(str, value))}]"'
         elif value is None:
             text = ""
-        elif isinstance(value, float):
-            text = repr(value)
-        else:
+        else:  # str(), as the csv module writes it: repr() of a numpy float64 is "np.float64(0.5)"
             text = str(value)
         cells[str(key)] = text
     return cells
@@ -768,7 +772,8 @@ class ResumableReduceLROnPlateau(keras.callbacks.ReduceLROnPlateau):
         if state is not None:
             self.wait = int(state["wait"])
             self.cooldown_counter = int(state["cooldown_counter"])
-            self.best = float(state["best"])
+            # None: the monitor was never logged before the resume (Keras' start value)
+            self.best = None if state["best"] is None else float(state["best"])
 
     def on_epoch_end(self, epoch, logs=None):
         super().on_epoch_end(epoch, logs)
@@ -776,7 +781,8 @@ class ResumableReduceLROnPlateau(keras.callbacks.ReduceLROnPlateau):
             return
         self._states = {k: v for k, v in self._states.items() if int(k) < epoch}
         self._states[str(epoch)] = {
-            "wait": int(self.wait), "cooldown_counter": int(self.cooldown_counter), "best": float(self.best),
+            "wait": int(self.wait), "cooldown_counter": int(self.cooldown_counter),
+            "best": None if self.best is None else float(self.best),
         }
         write_json_atomically(self._states, os.path.join(self.backup_dir, self.FILE))
 

@@ -93,7 +93,7 @@ def check_digits(digits, labels):
     digits = np.asarray(digits, "float32")
     if digits.ndim == 4 and digits.shape[-1] == 1:
         digits = digits[..., 0]
-    if digits.ndim != 3 or len(digits) == 0 or len(digits) != len(np.asarray(labels)):
+    if digits.ndim != 3 or len(digits) == 0 or np.ndim(labels) == 0 or len(digits) != len(np.asarray(labels)):
         raise InputError(
             "`digits` must be [n, height, width] images (n >= 1) with as many `labels`. "
             f"Received: digits shape={digits.shape}, labels shape={np.shape(labels)}"

@@ -876,3 +876,34 @@ def test_keep_best_weights_in_max_mode_keeps_the_highest_score():
     np.testing.assert_array_equal(best.weights[0], weights[1][0])
     with pytest.raises(ValueError, match="`mode` must be 'min' or 'max'"):
         fault_tolerance.KeepBestWeights("val_ami", mode="maximum")
+
+
+def test_a_numpy_float_in_the_logs_is_restored_as_csv_loggers_number(tmp_path):
+    # audit (2026-11-27): the backup's copy of a row wrote floats with repr(), and numpy
+    # 2's repr of a float64 (a callback's logs["x"] = np.mean(...)) is "np.float64(0.25)":
+    # a row restored after a kill was then unreadable, and every rerun failed the same way
+    cells = fault_tolerance._csv_cells({"loss": 0.1, "val_score": np.float64(0.25), "lr": np.float32(0.5)})
+    assert cells == {"loss": "0.1", "val_score": "0.25", "lr": "0.5"}
+    path = tmp_path / "history.csv"
+    path.write_bytes(b"epoch,loss,val_score\r\n0,0.6,0.2\r\n")  # the row of epoch 1 lost by a kill
+    logged = {0: fault_tolerance._csv_cells({"loss": 0.6, "val_score": np.float64(0.2)}),
+              1: fault_tolerance._csv_cells({"loss": 0.5, "val_score": np.float64(0.25)})}
+    fault_tolerance._repair_history_csv(str(path), 2, logged)
+    history, epochs = fault_tolerance.read_history_csv(str(path))
+    assert epochs == [0, 1] and history["val_score"] == [0.2, 0.25] and history["loss"] == [0.6, 0.5]
+
+
+def test_resumable_reduce_lr_on_plateau_without_its_metric_only_warns(tmp_path):
+    # audit (2026-11-27): Keras keeps `best` None until the monitored metric appears, and
+    # the state saved at every epoch's end was float(None): a TypeError where Keras warns
+    x = np.random.default_rng(0).random((16, 3)).astype("float32")
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    backup = str(tmp_path / "backup")
+    callback = fault_tolerance.ResumableReduceLROnPlateau(patience=1, backup_dir=backup)
+    with pytest.warns(UserWarning, match="val_loss"):
+        model.fit(x, x[:, :1], epochs=2, verbose=0, callbacks=[callback])
+    resumed = fault_tolerance.ResumableReduceLROnPlateau(patience=1, backup_dir=backup)
+    with pytest.warns(UserWarning, match="val_loss"):
+        model.fit(x, x[:, :1], initial_epoch=2, epochs=3, verbose=0, callbacks=[resumed])
+    assert resumed.best is None

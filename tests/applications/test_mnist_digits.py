@@ -73,6 +73,9 @@ def test_check_digits_refuses_labels_that_are_not_one_integer_per_digit():
     for labels in (np.eye(10)[[1, 2, 3]], np.array([0.5, 1.0, 2.0]), np.array(["1", "2", "3"])):
         with pytest.raises(ValueError, match=r"one integer class per digit.*Received: labels shape"):
             check_digits(digits, labels)
+    # audit (2026-11-27): one label for all (a scalar) was len()'s TypeError
+    with pytest.raises(ValueError, match=r"Received: digits shape=\(3, 28, 28\), labels shape=\(\)"):
+        check_digits(digits, 3)
 
 
 def test_a_corrupt_deflate_stream_is_an_input_error_naming_the_file(tmp_path, shared_dir):

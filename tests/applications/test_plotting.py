@@ -105,3 +105,13 @@ def test_a_failed_save_closes_the_figure_and_keeps_the_old_file(tmp_path, monkey
     assert not plt.fignum_exists(fig.number)
     assert path.read_bytes() == b"old"
     assert os.listdir(tmp_path) == ["figure.png"], "a temporary file was left behind"
+
+
+def test_a_figure_saved_to_a_path_without_a_suffix_lands_there(tmp_path):
+    # audit (2026-11-27): matplotlib wrote the temporary file to tmp + ".png", so the
+    # atomic save failed (FileNotFoundError naming the temporary path) and left it behind
+    fig, ax = plotting.subplots()
+    ax.plot([0, 1], [1, 2])
+    plotting.save_and_close(fig, str(tmp_path / "attention"), dpi=50)
+    assert sorted(os.listdir(tmp_path)) == ["attention"]
+    assert (tmp_path / "attention").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
