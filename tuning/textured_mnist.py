@@ -10,7 +10,10 @@
 
 The objective is the validation loss (the mixture's negative log-likelihood averaged
 over the iterations, plus the digit's cross-entropy with ``--classify``): segmentation
-needs no labels, and the AMI is not a Keras metric.
+needs no labels, and the AMI is not a Keras metric. Validation images are made of
+held-out training digits (``textured_mnist.validation_images``; the training images use
+the other four fifths, ``make_images(hold_out=True)``): the test digits never take part
+in the choice of a trial, as in ``textured_mnist.train(num_valid=...)``.
 """
 
 import keras_tuner
@@ -24,7 +27,8 @@ class TexturedMNISTHyperModel(DatasetHyperModel):
 
     Args:
         data_dir: the folder of the MNIST IDX files (None: the shared copy).
-        num_train, num_test: generated training and test images.
+        num_train, num_test: generated training images, and validation images (of
+            held-out training digits, never the test digits).
         classify: add the digit classifier on the groups.
         **kwargs: ``batch_size``, ``seed``, ``epochs`` of :class:`DatasetHyperModel`.
     """
@@ -43,7 +47,9 @@ class TexturedMNISTHyperModel(DatasetHyperModel):
                 "classify": args.classify}
 
     def load_data(self):
-        return textured_mnist.make_images(self.data_dir, self.num_train, self.num_test, self.seed)
+        train, _ = textured_mnist.make_images(self.data_dir, self.num_train, self.num_test, self.seed,
+                                              hold_out=True)
+        return train, textured_mnist.validation_images(self.data_dir, self.num_test, self.seed)
 
     def build(self, hp):
         model = textured_mnist.build_model(
@@ -58,12 +64,12 @@ class TexturedMNISTHyperModel(DatasetHyperModel):
         )
 
     def datasets(self, hp, data):
-        train, test = data
+        train, valid = data
         n_iters = hp.get("n_iters")
         return (
             textured_mnist.make_dataset(train, n_iters, self.batch_size, self.num_classes, shuffle=True,
                                         seed=self.seed),
-            textured_mnist.make_dataset(test, n_iters, self.batch_size, self.num_classes),
+            textured_mnist.make_dataset(valid, n_iters, self.batch_size, self.num_classes),
         )
 
 

@@ -11,6 +11,7 @@ import json
 import os
 
 import keras
+import numpy as np
 import pytest
 
 import tuning
@@ -269,3 +270,23 @@ def test_the_default_point_is_the_rladder_applications_default_model(name, tmp_p
     defaults = {**_signature_defaults(application.compile_model), **_signature_defaults(application.build_model)}
     assert set(values) <= set(defaults), set(values) - set(defaults)
     assert values == {key: defaults[key] for key in values}
+
+
+def test_the_textured_mnist_search_validates_on_held_out_training_digits_not_the_test_images():
+    # audit (2026-11-27): the objective (val_loss) and the best epoch were measured on the
+    # test images; train() chooses on held-out training digits and never on the test ones
+    import keras_tuner
+
+    from applications import textured_mnist
+    from tuning.textured_mnist import TexturedMNISTHyperModel
+
+    hypermodel = TexturedMNISTHyperModel(data_dir=MNIST_DIR, num_train=6, num_test=6, batch_size=6, seed=0)
+    hp = keras_tuner.HyperParameters()
+    hypermodel.build(hp)
+    _, validation = hypermodel.datasets(hp, hypermodel.prepare())
+    pixels = 28 * 28
+    seen = np.asarray(next(iter(validation))[0]).reshape(6, -1)[:, :pixels]  # each example's image
+    _, test = textured_mnist.make_images(MNIST_DIR, 6, 6, seed=0)
+    held_out = textured_mnist.validation_images(MNIST_DIR, 6, seed=0)
+    np.testing.assert_array_equal(seen, held_out["images"].reshape(6, -1)[:, :pixels])
+    assert not np.array_equal(seen, test["images"].reshape(6, -1)[:, :pixels])
