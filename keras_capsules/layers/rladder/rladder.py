@@ -765,6 +765,11 @@ class RLadder(keras.layers.Layer):
         return mask if not self.use_decoder else [mask, mask]
 
     def call(self, inputs, training=None, mask=None):
+        if not keras.backend.is_float_dtype(inputs.dtype):
+            # integer or boolean inputs (0/1 piano rolls, binary frames): Keras casts
+            # only floating inputs to the compute dtype, and the states and loop
+            # buffers take the input's dtype
+            inputs = ops.cast(inputs, self.compute_dtype)
         batch, steps, features = self._feature_shape(tuple(inputs.shape))
         if features != self._features:
             raise ValueError(

@@ -477,6 +477,24 @@ def test_a_saved_ladder_without_feedback_holding_a_feedback_initializer_still_lo
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("unroll", [None, False])
+@pytest.mark.parametrize("dtype", ["int32", "bool"])
+def test_integer_and_boolean_inputs_run_as_floats(dtype, unroll):
+    # audit (2026-11-27): Keras casts only floating inputs to the compute dtype, and the
+    # ladder made its states and loop buffers in the input's dtype: 0/1 piano rolls as
+    # int32 or bool failed ("expected a float tensor"), while compute_output_spec said float32
+    x = np.random.default_rng(0).random((2, 3, 5)) > 0.5
+    ladder = RLadder(DENSE_LEVELS, output_units=3, unroll=unroll)
+    want = ladder(x.astype("float32"))
+    got = ladder(x.astype(dtype))
+    for a, b in zip(got, want):
+        assert keras.backend.standardize_dtype(a.dtype) == "float32"
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-6)
+    inputs = keras.Input((None, 5), dtype=dtype)
+    model = keras.Model(inputs, RLadder(DENSE_LEVELS, unroll=unroll)(inputs))
+    assert all(np.all(np.isfinite(o)) for o in model.predict(x.astype(dtype), verbose=0))
+
+
 @pytest.mark.parametrize("use_decoder", [True, False])
 def test_an_empty_batch_through_the_symbolic_loop(use_decoder):
     # audit (2026-11-27): on TensorFlow the loop's scatter into [T, 0, ...] buffers failed
