@@ -254,6 +254,7 @@ class CapsuleLoss(keras.losses.Loss):
                 f"Received: terms={terms!r}"
             )
         super().__init__(name=name, reduction=reduction, dtype=dtype)
+        self._dtype_arg = None if dtype is None else self.dtype  # for get_config
         self.terms = terms
         self.m_plus = _number("m_plus", m_plus)
         self.m_minus = _number("m_minus", m_minus)
@@ -288,6 +289,7 @@ class CapsuleLoss(keras.losses.Loss):
                 "lambda_": self.lambda_,
                 "focal_alpha": self.focal_alpha,
                 "focal_gamma": self.focal_gamma,
+                "dtype": self._dtype_arg,
             }
         )
         return config
@@ -470,6 +472,7 @@ class MixtureNLL(keras.losses.Loss):
         dtype=None,
     ):
         super().__init__(name=name, reduction=reduction, dtype=dtype)
+        self._dtype_arg = None if dtype is None else self.dtype  # for get_config
         if isinstance(sigma, bool) or not isinstance(sigma, numbers.Real) or not 0 < sigma < math.inf:
             raise ValueError(f"`sigma` must be a positive, finite number. Received: sigma={sigma!r}")
         if isinstance(group_axis, bool) or not isinstance(group_axis, numbers.Integral) or group_axis == 0:
@@ -534,6 +537,7 @@ class MixtureNLL(keras.losses.Loss):
                 "group_axis": self.group_axis,
                 "from_logits": self.from_logits,
                 "epsilon": self.epsilon,
+                "dtype": self._dtype_arg,
             }
         )
         return config

@@ -93,6 +93,17 @@ def test_config_and_serialization(loss):
     assert losses.MarginLoss is MarginLoss
 
 
+@pytest.mark.parametrize("make", [lambda dtype: MarginLoss(dtype=dtype), lambda dtype: CapsuleLoss(dtype=dtype),
+                                  lambda dtype: losses.MixtureNLL(dtype=dtype)], ids=["margin", "capsule", "mixture"])
+def test_the_dtype_argument_survives_the_config(make):
+    # audit (2026-11-27): get_config dropped `dtype`, so a copy (and the loss of a loaded
+    # .keras model) computed in float32 whatever was set
+    loss = make("float16")
+    config = loss.get_config()
+    assert config["dtype"] is not None and type(loss).from_config(config).dtype == loss.dtype == "float16"
+    assert make(None).get_config()["dtype"] is None  # not given: the default stays the default
+
+
 def test_compiles_into_a_model_and_saves(tmp_path):
     inputs = keras.Input((4,))
     model = keras.Model(inputs, keras.layers.Dense(3, activation="sigmoid")(inputs))

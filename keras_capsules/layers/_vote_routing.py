@@ -243,8 +243,11 @@ def is_ragged(x):
 def dense_from_ragged(inputs, mask):
     """Ragged input capsules ``[batch, (n_in), ...]`` as zero-padded ones and the mask
     of their real positions (and of ``mask``, padded with False, if one is given)."""
-    real = inputs.with_flat_values(ops.ones(ops.shape(inputs.flat_values)[:1], dtype="bool"))
-    valid = real.to_tensor(default_value=False)
+    # The real positions of the ragged axis 1 only (flat_values would give a mask of
+    # the full rank for a tensor of ragged_rank > 1, e.g. tf.ragged.constant's default).
+    dense = inputs.to_tensor()
+    lengths = ops.cast(inputs.row_lengths(), "int32")  # [batch]
+    valid = ops.arange(ops.shape(dense)[1], dtype="int32")[None, :] < lengths[:, None]
     masks = mask_list(mask)
     if len(masks) == 1:
         m = masks[0]
@@ -252,7 +255,7 @@ def dense_from_ragged(inputs, mask):
         valid = ops.logical_and(valid, ops.cast(m, "bool"))
     elif masks:
         valid = masks  # several masks: refused by _valid
-    return inputs.to_tensor(), valid
+    return dense, valid
 
 
 def couplings(logits, valid):

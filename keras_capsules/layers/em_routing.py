@@ -322,7 +322,15 @@ class EMRouting(keras.layers.Layer):
         return [(a_shape[0], n_out), pose, pose]
 
     def compute_mask(self, inputs, mask=None):
-        if self.n_out is not None or mask is None:
+        if (
+            self.n_out is None
+            and isinstance(inputs, (list, tuple))
+            and any(is_ragged(x) for x in inputs)
+        ):
+            # Ragged inputs are routed as padded and masked (see call): their padding
+            # is padding on the output side too, as for the same data with a mask.
+            _, mask = self._dense_from_ragged(inputs, mask)
+        if self.n_out is not None or not mask_list(mask):
             return None  # a fixed set of output capsules is never padding
         combined = self._combined_mask(mask)  # n_out=None: outputs are padded where inputs are
         return None if combined is None else [combined] * 3

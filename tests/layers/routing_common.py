@@ -315,6 +315,14 @@ def check_ragged_inputs_route_as_padded_and_masked(layer_cls):
     masked, _ = layer(ragged, mask=ragged_mask)
     want, _ = layer(ragged.to_tensor(), mask=np.array([[1, 0, 1], [1, 1, 0]], bool))
     np.testing.assert_array_equal(np.asarray(masked), np.asarray(want))
+    # audit (2026-11-27): tf.ragged.constant's default for nested lists is ragged_rank 2;
+    # the mask of its real positions had the full rank ([batch, n_in, d_in]), and a built
+    # layer refused it as a mask it had not been given
+    nested = tf.ragged.constant([u[:3].tolist(), u[3:].tolist()])
+    assert nested.ragged_rank == 2
+    got, got_c = layer(nested)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want_out))
+    np.testing.assert_array_equal(np.asarray(got_c), np.asarray(want_c))
 
 
 def check_mask_of_another_shape_fails_when_shapes_are_known_only_at_run_time(layer_cls, mask_shape):

@@ -581,6 +581,27 @@ def test_ragged_inputs_route_as_padded_and_masked(n_out):
             np.testing.assert_array_equal(np.asarray(got), np.asarray(expected))
 
 
+def test_ragged_inputs_to_variable_outputs_pass_their_mask_on():
+    # audit (2026-11-27): with n_out=None, ragged inputs routed as padded and masked but
+    # their outputs carried no mask, so a following layer routed the padding as real
+    tensorflow_only("tf.RaggedTensor inputs")
+    import tensorflow as tf
+    from keras.src.backend import get_keras_mask
+
+    rng = np.random.default_rng(0)
+    a = tf.ragged.constant([[0.5, 1.0, -1.0], [0.3]], dtype=tf.float32)
+    mu = tf.RaggedTensor.from_row_lengths(rng.normal(size=(4, 2, 3)).astype("float32"), [3, 1])
+    first, second = EMRouting(n_out=None, d_out=3), EMRouting(n_out=2, d_out=2, beta_initializer="ones")
+    ragged = first([a, mu])
+    masked = first([a.to_tensor(), mu.to_tensor()], mask=np.array([[1, 1, 1], [1, 0, 0]], bool))
+    np.testing.assert_array_equal(np.asarray(get_keras_mask(ragged[0])), [[True, True, True], [True, False, False]])
+    alone = second(first([a[1:].to_tensor(), mu[1:].to_tensor()])[:2])
+    for got, want in zip(second(ragged[:2]), second(masked[:2])):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-7)
+    for got, want in zip(second(ragged[:2]), alone):  # sample 1 as if it had no padding
+        np.testing.assert_allclose(np.asarray(got)[1:], np.asarray(want), rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("initializer", ["random_normal", keras.initializers.RandomUniform(seed=3)])
 def test_beta_use_and_beta_ign_start_apart_with_a_random_initializer(initializer):
     # One beta_initializer instance filled beta_use and beta_ign (same shape) with the
