@@ -953,11 +953,16 @@ def train(
     strategy = distribute.resolve_strategy(strategy)
     rolls, longest = load_rolls(data_path, limit)
     steps = window or longest
-    datasets = {
-        nade: (make_dataset(rolls["train"], batch_size, longest, True, seed, window, transpose, targets_as_input=nade),
-               make_dataset(rolls["valid"], batch_size, longest, window=window, targets_as_input=nade))
-        for nade in {kind == "nade" for kind in readouts}
-    }
+    def member_datasets(member):
+        # A pipeline of its own for every member, seeded with seed + member: a shared one went on
+        # reshuffling from the epochs of the members before, so member i's order (and transpositions)
+        # changed with how many epochs they ran, or with a rerun that loaded them instead.
+        nade = readouts[member % len(readouts)] == "nade"
+        return (make_dataset(rolls["train"], batch_size, longest, True, seed + member, window, transpose,
+                             targets_as_input=nade),
+                make_dataset(rolls["valid"], batch_size, longest, window=window, targets_as_input=nade))
+
+    member_datasets(0)  # checks batch_size, window and transpose before anything is trained
     paths = {
         "model": os.path.join(run_dir, "model.keras"),
         "plot": os.path.join(run_dir, "history.png"),
@@ -1024,7 +1029,7 @@ def train(
         # the best epoch after the crash only.
         best = fault_tolerance.KeepBestWeights(MONITOR, backup.backup_dir if backup else None)
         logs = paths["logs"] if not member else f"{paths['logs']}_{member}"
-        train_ds, valid_ds = datasets[readouts[member % len(readouts)] == "nade"]
+        train_ds, valid_ds = member_datasets(member)
         fit_callbacks = [keras.callbacks.TensorBoard(logs), *extra, best, *user]
         if ema_momentum is not None and backup is not None:
             # the backup of an epoch's end gets the trained weights, not the average (see _BackUpTrainedWeights)

@@ -947,6 +947,22 @@ def test_a_resumed_ensemble_loads_the_members_that_had_finished(tmp_path):
     assert music._finished_members({"path": str(run_dir / "members.json"), "config": {"seed": 0}}) == {}
 
 
+def test_a_rerun_that_loads_finished_members_trains_the_others_as_an_unbroken_run_would(tmp_path):
+    # audit (2026-11-27): the members shared one training pipeline, whose shuffle (and
+    # transpositions) went on from the epochs of the members before: a rerun that loaded
+    # member 0 gave member 1 another order, and another ensemble
+    class CrashAtTheStart(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            raise RuntimeError("simulated crash")
+
+    options = dict(ensemble=2, transpose=2)
+    unbroken = _small_run(tmp_path / "unbroken", **options)
+    with pytest.raises(RuntimeError, match="simulated"):
+        _small_run(tmp_path / "rerun", callbacks=lambda member: [CrashAtTheStart()] if member else [], **options)
+    rerun = _small_run(tmp_path / "rerun", **options)
+    assert rerun["test_nll_per_step"] == pytest.approx(unbroken["test_nll_per_step"], rel=1e-6)
+
+
 def test_a_crash_after_a_members_fit_is_finished_without_training_it_again(tmp_path, monkeypatch):
     # Member 1's backup (and its best epoch, best-<epoch>.npz) was deleted as soon as its fit
     # ended: a crash before its model file was written trained it again from scratch.
