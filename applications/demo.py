@@ -119,11 +119,15 @@ def load_arrays(data_dir=None, limit=None):
 TEST_FRACTION = 0.2
 
 
-def make_datasets(images, labels, batch_size, test_fraction=TEST_FRACTION, seed=0):
+def make_datasets(images, labels, batch_size, test_fraction=TEST_FRACTION, seed=0, hold_out=False):
     """Shuffled train/test ``tf.data`` pipelines from arrays (a fixed, seeded split).
 
     ``batch_size`` is the global batch (see ``applications.distribute``). The datasets
-    shard by ``DATA`` under a multi-worker strategy.
+    shard by ``DATA`` under a multi-worker strategy. With ``hold_out=True`` the second
+    pipeline holds *validation* examples instead: ``test_fraction`` of the training
+    part, held out of it (the first pipeline trains without them), and the test part
+    is not used. Model selection (``tuning.demo``) validates on these, so that the
+    test examples never take part in a choice.
     """
     import tensorflow as tf
 
@@ -138,6 +142,14 @@ def make_datasets(images, labels, batch_size, test_fraction=TEST_FRACTION, seed=
             f"{test_fraction}): both parts need at least one; use more data (e.g. a larger --limit)"
         )
     test, train = order[:n_test], order[n_test:]
+    if hold_out:
+        n_valid = int(round(len(train) * test_fraction))
+        if n_valid < 1 or n_valid >= len(train):
+            raise InputError(
+                f"{len(images)} example(s) are too few to hold validation examples out of the training "
+                f"part (test_fraction={test_fraction}); use more data (e.g. a larger --limit)"
+            )
+        test, train = train[:n_valid], train[n_valid:]
     train_ds = (
         tf.data.Dataset.from_tensor_slices((images[train], labels[train]))
         .shuffle(len(train), seed=seed, reshuffle_each_iteration=True)

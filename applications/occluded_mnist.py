@@ -744,14 +744,33 @@ def _train_test_digits(source, data_dir, seed):
     return (images[order[:cut]], labels[order[:cut]]), (images[order[cut:]], labels[order[cut:]])
 
 
-def make_sequences(source="idx", data_dir=None, num_train=20000, num_test=5000, seed=0, frame_size=FRAME_SIZE):
+def _hold_out(digits, seed):
+    """Splits training digits ``(images, labels)`` into four fifths and a held-out fifth."""
+    images, labels = digits
+    if len(images) < 2:
+        raise InputError(f"holding out validation digits needs at least 2 training digits. Received: {len(images)}")
+    order = np.random.default_rng([seed, 1]).permutation(len(images))
+    cut = min(max(int(0.8 * len(images)), 1), len(images) - 1)
+    return (images[order[:cut]], labels[order[:cut]]), (images[order[cut:]], labels[order[cut:]])
+
+
+def make_sequences(source="idx", data_dir=None, num_train=20000, num_test=5000, seed=0, frame_size=FRAME_SIZE,
+                   hold_out=False):
     """The training and test sequences of :func:`train` (``generate``'s dicts).
 
     With ``source="idx"`` the IDX digits are split 80/20 into the digits of the
     training and of the test sequences; with ``"tfds"`` the TFDS train and test
     splits are used.
+
+    With ``hold_out=True`` the second dict holds ``num_test`` *validation*
+    sequences instead: their digits are a fifth of the training digits, held out
+    (the training sequences use the other four fifths), and the test digits are not
+    used. Model selection (``tuning.occluded_mnist``) uses these, so that the test
+    sequences never take part in a choice.
     """
     train_digits, test_digits = _train_test_digits(source, data_dir, seed)
+    if hold_out:
+        train_digits, test_digits = _hold_out(train_digits, seed)
     return (
         generate(*train_digits, num_train, seed=seed, frame_size=frame_size),
         generate(*test_digits, num_test, seed=seed + 1, frame_size=frame_size),

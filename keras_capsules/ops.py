@@ -124,7 +124,7 @@ def safe_norm(x, axis=-1, keepdims=False, epsilon=1e-12):
     and accurate where ``sum(x^2)`` would overflow to inf (float32 norms above about
     1.8e19) or underflow to 0; results for all other inputs are unchanged. float16
     and bfloat16 inputs are computed in float32 (their squares overflow above 256)
-    and cast back.
+    and cast back; integer and boolean inputs give a float32 norm.
 
     Args:
         x: tensor.
@@ -152,7 +152,7 @@ def squash(x, axis=-1, epsilon=1e-12):
     ``|v|^2 / (1 + |v|^2)`` is 1 to the working precision and ``|v|^2`` may overflow,
     the result is the unit vector ``v / |v|`` (from the overflow-free norm of
     :func:`safe_norm`), never zeros or NaN. float16 and bfloat16 inputs are computed
-    in float32 and cast back.
+    in float32 and cast back; integer and boolean inputs give float32 results.
 
     Args:
         x: tensor of capsule vectors.
@@ -242,7 +242,8 @@ def masked_softmax(logits, mask=None, axis=-1):
         mask: boolean tensor broadcastable to ``logits``, or None.
         axis: the axis to normalise over.
 
-    The softmax runs in float32 (float64 for float64 logits) and is cast back.
+    The softmax runs in float32 (float64 for float64 logits) and is cast back to the
+    dtype of ``logits``; integer and boolean logits give float32 probabilities.
     """
     logits = ops.convert_to_tensor(logits)
     dtype = _float_dtype(logits.dtype)

@@ -7,6 +7,10 @@
   vote tensor grows with both);
 * ``primary_capsules`` 4/8/16 and ``filters`` 16/32/64: the convolutional stem;
 * ``learning_rate`` 1e-4 to 1e-2 (log scale).
+
+The objective is the accuracy on validation examples held out of the demo's training
+part (``demo.make_datasets(hold_out=True)``; the trials train without them): the test
+examples of ``keras-capsules train`` never take part in the choice of a trial.
 """
 
 import keras_tuner
@@ -38,7 +42,7 @@ class DemoHyperModel(DatasetHyperModel):
 
     def load_data(self):  # raises DataNotFoundError before any trial runs
         images, labels = demo.load_arrays(self.data_dir, self.limit)
-        demo.make_datasets(images, labels, self.batch_size, seed=self.seed)  # too few examples: now
+        demo.make_datasets(images, labels, self.batch_size, seed=self.seed, hold_out=True)  # too few: now
         return images, labels
 
     def build(self, hp):
@@ -56,7 +60,7 @@ class DemoHyperModel(DatasetHyperModel):
 
     def datasets(self, hp, data):
         images, labels = data
-        return demo.make_datasets(images, labels, self.batch_size, seed=self.seed)
+        return demo.make_datasets(images, labels, self.batch_size, seed=self.seed, hold_out=True)
 
 
 def default_model(**kwargs):

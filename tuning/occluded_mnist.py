@@ -12,8 +12,10 @@
   digit's cross-entropy (the variants without a decoder ignore it).
 * ``learning_rate`` 1e-4 to 1e-2 (log scale) of Adam. The model has no dropout.
 
-The objective is the accuracy of the digit on the test sequences
-(``val_digit_accuracy``).
+The objective is the accuracy of the digit on validation sequences
+(``val_digit_accuracy``) whose digits are a held-out fifth of the training digits
+(``occluded_mnist.make_sequences(hold_out=True)``; the training sequences use the other
+four fifths): the test digits never take part in the choice of a trial.
 """
 
 import keras_tuner
@@ -32,7 +34,8 @@ class OccludedMNISTHyperModel(DatasetHyperModel):
         variant: the model variant (``rladder``, ``no_feedback``, ``hierarchical``, ``temporal``).
         source: ``"idx"`` (MNIST IDX files in ``data_dir``) or ``"tfds"``.
         data_dir: the IDX folder (None: the shared copy) or TFDS's data folder.
-        num_train, num_test: generated training and test sequences.
+        num_train, num_test: generated training sequences, and validation sequences (of
+            held-out training digits, never the test digits).
         **kwargs: ``batch_size``, ``seed``, ``epochs`` of :class:`DatasetHyperModel`.
     """
 
@@ -52,7 +55,7 @@ class OccludedMNISTHyperModel(DatasetHyperModel):
 
     def load_data(self):
         return occluded_mnist.make_sequences(self.source, self.data_dir, self.num_train, self.num_test,
-                                             self.seed)
+                                             self.seed, hold_out=True)
 
     def build(self, hp):
         levels = hp.Int("conv_levels", 1, MAX_CONV_LEVELS, default=MAX_CONV_LEVELS)
@@ -70,9 +73,9 @@ class OccludedMNISTHyperModel(DatasetHyperModel):
         )
 
     def datasets(self, hp, data):
-        train, test = data
+        train, valid = data
         return (occluded_mnist.make_dataset(train, self.variant, self.batch_size, shuffle=True, seed=self.seed),
-                occluded_mnist.make_dataset(test, self.variant, self.batch_size))
+                occluded_mnist.make_dataset(valid, self.variant, self.batch_size))
 
 
 __all__ = ["OccludedMNISTHyperModel"]

@@ -15,7 +15,10 @@ The routing entries are plain (not conditional) hyperparameters: the linear head
 ignores them, and ``--fixed`` can pin any of them. The embedding (compositional or
 standard, ``--embedding``) and its size are options of the command, not searched. The
 vocabulary and the length-bucketed datasets are made once, before the first trial;
-the objective is the accuracy on the validation split (SST: dev; TFDS sets: test).
+the objective is the accuracy on the validation split: SST's dev split, and for the
+TFDS sets (which have none) the last tenth of their training split, which the search
+then trains without (``data.HELD_OUT_SPLITS``). The test split never takes part in the
+choice of a trial.
 """
 
 from applications.text_classification import data as data_lib
@@ -55,7 +58,8 @@ class TextClassificationHyperModel(DatasetHyperModel):
     def load_data(self):
         data_lib.require_data(self.dataset, self.data_dir)
         return recipe.prepare_data(self.dataset, self.data_dir, self.batch_size, self.vocab_size,
-                                   self.max_length, self.phrases, self.limit, self.seed, test=False)
+                                   self.max_length, self.phrases, self.limit, self.seed, test=False,
+                                   hold_out=True)
 
     def build(self, hp):
         data = self.prepare()

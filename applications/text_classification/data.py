@@ -341,11 +341,22 @@ def num_classes(name):
     return 5 if SST_DATASETS[name] == "5" else 2
 
 
-def splits(name):
-    """``(train, validation, test)`` split names; TFDS sets validate on their test split."""
+#: with ``hold_out``, the TFDS sets (which have no validation split) train on the first
+#: nine tenths of their training split and validate on the last tenth
+HELD_OUT_SPLITS = ("train[:90%]", "train[90%:]")
+
+
+def splits(name, hold_out=False):
+    """``(train, validation, test)`` split names.
+
+    SST validates on its dev split. The TFDS sets have none: they validate on their
+    test split, or, with ``hold_out`` (what model selection needs, so that the test
+    split never takes part in a choice), on the last tenth of their training split,
+    which they then train without (:data:`HELD_OUT_SPLITS`).
+    """
     _check_dataset(name)
     if name in TFDS_DATASETS:
-        return ("train", "test", "test")
+        return (*HELD_OUT_SPLITS, "test") if hold_out else ("train", "test", "test")
     return ("train", "dev", "test")
 
 
@@ -426,6 +437,7 @@ def load_split(name, split, data_dir=None, phrases=False, limit=None, download=F
 
 __all__ = [
     "DATASETS",
+    "HELD_OUT_SPLITS",
     "MAX_LENGTH",
     "OOV_ID",
     "PAD_ID",

@@ -21,7 +21,7 @@ from applications.errors import InputError, PathNotFoundError
 
 
 def prepare_data(dataset="sst2", data_dir=None, batch_size=30, vocab_size=60000, max_length=data_lib.MAX_LENGTH,
-                 phrases=False, limit=None, seed=0, test=True):
+                 phrases=False, limit=None, seed=0, test=True, hold_out=False):
     """The vocabulary and the batched splits that :func:`train` trains and tests on.
 
     The vocabulary is the ``vocab_size`` most frequent tokens of the training split;
@@ -31,9 +31,11 @@ def prepare_data(dataset="sst2", data_dir=None, batch_size=30, vocab_size=60000,
         A dict: ``vocabulary`` (words), ``vocab_size`` (ids, padding and OOV
         included), ``num_classes``, and the datasets ``train`` (shuffled),
         ``validation`` and, with ``test``, ``test`` (the same dataset when a TFDS set
-        validates on its test split).
+        validates on its test split). With ``hold_out`` a TFDS set validates on a
+        held-out tenth of its training split instead (``data.splits``), as model
+        selection (``tuning.text_classification``) needs.
     """
-    train_split, val_split, test_split = data_lib.splits(dataset)
+    train_split, val_split, test_split = data_lib.splits(dataset, hold_out)
 
     def raw(split, **kwargs):
         return data_lib.load_split(dataset, split, data_dir, limit=limit, **kwargs)

@@ -114,3 +114,24 @@ def test_evaluate_refuses_another_applications_model_in_one_clear_line(tmp_path,
     assert err.count("\n") == 1, err
     assert f"error: {tmp_path / 'music.keras'} is not a demo model for these digits (images [batch, 8, 8, 1]" in err
     assert "it takes inputs of shape [(None, 4, 88)]" in err and "`keras-capsules train demo`" in err
+
+
+def test_held_out_validation_examples_come_from_the_training_part_never_the_test_part():
+    # the demo's HyperModel validated (chose its trials) on the test part of `train`'s split
+    from tuning.demo import DemoHyperModel
+
+    images = np.arange(50, dtype="float32").reshape(50, 1, 1, 1)  # each image its own index
+    labels = np.zeros(50, "int32")
+
+    def indices(dataset):
+        return sorted(int(x) for batch, _ in dataset for x in np.asarray(batch).ravel())
+
+    train, test = map(indices, demo.make_datasets(images, labels, 8, seed=3))
+    kept, valid = map(indices, demo.make_datasets(images, labels, 8, seed=3, hold_out=True))
+    assert len(test) == 10 and len(valid) == 8 and len(kept) == 32
+    assert set(valid) <= set(train) and not set(valid) & set(kept) and not set(valid) & set(test)
+    hypermodel = DemoHyperModel(batch_size=8, seed=3)
+    hypermodel._data = (images, labels)  # what load_data would have read
+    assert indices(hypermodel.datasets(None, hypermodel.prepare())[1]) == valid
+    with pytest.raises(ValueError, match="too few to hold validation examples out"):
+        demo.make_datasets(images[:2], labels[:2], 8, test_fraction=0.5, hold_out=True)

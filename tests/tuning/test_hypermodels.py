@@ -290,3 +290,77 @@ def test_the_textured_mnist_search_validates_on_held_out_training_digits_not_the
     held_out = textured_mnist.validation_images(MNIST_DIR, 6, seed=0)
     np.testing.assert_array_equal(seen, held_out["images"].reshape(6, -1)[:, :pixels])
     assert not np.array_equal(seen, test["images"].reshape(6, -1)[:, :pixels])
+
+
+def test_the_occluded_mnist_search_validates_on_held_out_training_digits_not_the_test_sequences():
+    # the objective (val_digit_accuracy) and keras-tuner's best epoch were measured on the
+    # test sequences; now on sequences of a held-out fifth of the training digits
+    import keras_tuner
+
+    from applications import occluded_mnist
+    from tuning.occluded_mnist import OccludedMNISTHyperModel
+
+    hypermodel = OccludedMNISTHyperModel(data_dir=MNIST_DIR, num_train=4, num_test=4, batch_size=4, seed=0)
+    hp = keras_tuner.HyperParameters()
+    hypermodel.build(hp)
+    _, validation = hypermodel.datasets(hp, hypermodel.prepare())
+    seen = np.asarray(next(iter(validation))[0])
+    _, held_out = occluded_mnist.make_sequences("idx", MNIST_DIR, 4, 4, seed=0, hold_out=True)
+    _, test = occluded_mnist.make_sequences("idx", MNIST_DIR, 4, 4, seed=0)
+    np.testing.assert_array_equal(seen, held_out["frames"])
+    assert not np.array_equal(seen, test["frames"])
+    # the held-out digits are training digits, and the training sequences no longer use them
+    train_digits, test_digits = occluded_mnist._train_test_digits("idx", MNIST_DIR, 0)
+    kept, valid = occluded_mnist._hold_out(train_digits, 0)
+    as_rows = lambda images: {image.tobytes() for image in images}  # noqa: E731
+    assert len(valid[0]) == len(train_digits[0]) - len(kept[0]) > 0
+    assert as_rows(valid[0]) <= as_rows(train_digits[0])
+    assert not as_rows(valid[0]) & as_rows(kept[0])
+    assert not as_rows(valid[0]) & as_rows(test_digits[0])
+
+
+def test_the_smallnorb_search_validates_on_held_out_training_examples_not_the_test_split(monkeypatch, tmp_path):
+    # the objective (val_accuracy) and keras-tuner's best epoch were measured on the test split
+    import tensorflow_datasets as tfds
+
+    from applications import smallnorb, tfds_data
+    from tuning.smallnorb import SmallNORBHyperModel
+
+    read = []
+    load_split = smallnorb.load_split
+
+    def recording(split, *args, **kwargs):
+        read.append(split)
+        return load_split(split, *args, **kwargs)
+
+    monkeypatch.setattr(smallnorb, "load_split", recording)
+    monkeypatch.setattr(tfds_data, "require_prepared", lambda name, data_dir=None: None)
+    with tfds.testing.mock_data(num_examples=8):
+        SmallNORBHyperModel(data_dir=str(tmp_path), batch_size=4).prepare()
+    assert read == ["train[:90%]", "train[90%:]"]
+
+
+@pytest.mark.parametrize("dataset", ["ag_news", "sst2"])
+def test_the_text_classification_search_never_validates_on_the_test_split(dataset, monkeypatch, tmp_path):
+    # the TFDS sets validated on their test split (they have no validation split): the
+    # objective and keras-tuner's best epoch were measured on it. Now a held-out tenth of
+    # the training split; SST keeps its dev split.
+    import tensorflow_datasets as tfds
+
+    from applications import tfds_data
+    from applications.text_classification import data as data_lib
+    from tuning.text_classification import TextClassificationHyperModel
+
+    read = []
+    load_split = data_lib.load_split
+
+    def recording(name, split, *args, **kwargs):
+        read.append(split)
+        return load_split(name, split, *args, **kwargs)
+
+    monkeypatch.setattr(data_lib, "load_split", recording)
+    monkeypatch.setattr(tfds_data, "require_prepared", lambda name, data_dir=None: None)
+    data_dir = SST_DIR if dataset == "sst2" else str(tmp_path)
+    with tfds.testing.mock_data(num_examples=12):
+        TextClassificationHyperModel(dataset, data_dir, limit=12, batch_size=4).prepare()
+    assert read == (["train", "dev"] if dataset == "sst2" else ["train[:90%]", "train[90%:]"])
