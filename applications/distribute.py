@@ -19,7 +19,7 @@ Strategies:
   ``TF_CONFIG`` environment variable, as usual (a :class:`StrategyError` when it is
   unset or names no cluster). Must be created before any other
   TensorFlow op runs in the process (the command line does so). Creating it installs
-  :func:`install_multi_worker_fixes`, without which Keras' ``fit`` and ``evaluate``
+  :func:`install_keras_fixes`, without which Keras' ``fit`` and ``evaluate``
   fail under it (for every model: no call site has to prepare its model). Every worker runs the
   same command; only the chief writes into ``--run-dir``, the others into
   ``--run-dir/workers/<type>-<index>`` (see :func:`output_dir`).
@@ -103,7 +103,7 @@ def make_strategy(name="default", tpu=None):
     key = (name, tpu) if name == "tpu" else name
     if key not in _CACHE:
         _CACHE[key] = _create(name, tpu)
-    return _CACHE[key]
+    return resolve_strategy(_CACHE[key])  # Keras' fixes, for several replicas or workers
 
 
 def _create(name, tpu):
@@ -141,7 +141,7 @@ def _create(name, tpu):
                 f"the multiworker strategy must be created before TensorFlow runs its first op ({err}); "
                 "call make_strategy('multiworker') first thing in the process"
             ) from None
-        install_multi_worker_fixes()  # else Keras' fit and evaluate fail under it
+        install_keras_fixes()  # else Keras' fit and evaluate fail under it
         return strategy
     try:
         resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu)
@@ -159,15 +159,17 @@ def resolve_strategy(strategy=None):
     """``strategy``, or the strategy of the current scope when None, ready for ``fit``.
 
     Every application's ``train`` and ``evaluate`` take a ``strategy`` argument, and a
-    user may pass one made without :func:`make_strategy`: a multi-worker strategy then
-    gets :func:`install_multi_worker_fixes` here (without them Keras' ``fit`` failed
-    under it in seven of the nine applications).
+    user may pass one made without :func:`make_strategy`: a multi-worker strategy, or
+    any strategy of several replicas, then gets :func:`install_keras_fixes` here
+    (without them Keras' ``fit`` failed under a multi-worker strategy in seven of the
+    nine applications, and under a mirrored one whenever a dataset's first batch split
+    unevenly over the replicas).
     """
     import tensorflow as tf
 
     strategy = strategy or tf.distribute.get_strategy()
-    if _is_multi_worker(strategy):
-        install_multi_worker_fixes()
+    if _is_multi_worker(strategy) or getattr(strategy, "num_replicas_in_sync", 1) > 1:
+        install_keras_fixes()
     return strategy
 
 
@@ -267,28 +269,36 @@ def output_dir(run_dir, strategy=None):
     return os.path.join(run_dir, "workers", f"{task_type}-{index}")
 
 
-def install_multi_worker_fixes():
-    """Works around Keras 3 (3.15) bugs of ``fit``/``evaluate`` under many workers, for
-    every model of the process.
+def install_keras_fixes():
+    """Works around Keras 3 (3.15) bugs of ``fit``/``evaluate`` under a strategy of
+    several replicas or workers, for every model of the process.
 
-    Called once the multi-worker strategy exists (:func:`make_strategy` does), so that
-    every ``fit`` and ``evaluate`` under it works whoever calls them: each application's
-    ``train`` and ``evaluate``, the ``evaluate`` inside ``train``, the tuner's trials,
-    and a user's own model (before, each call site had to call a helper first, and seven
-    of the nine applications did not: ``train sst --strategy multiworker`` failed at
-    ``fit``). Under ``MultiWorkerMirroredStrategy`` (tensorflow/tensorflow#72388):
+    Called once such a strategy exists (:func:`make_strategy` and
+    :func:`resolve_strategy` do), so that every ``fit`` and ``evaluate`` under it works
+    whoever calls them: each application's ``train`` and ``evaluate``, the ``evaluate``
+    inside ``train``, the tuner's trials, and a user's own model (before, each call site
+    had to call a helper first, and seven of the nine applications did not: ``train sst
+    --strategy multiworker`` failed at ``fit``).
 
     * ``fit`` and ``evaluate`` first build the model, loss, metrics and optimizer from a
-      batch that they all-reduce eagerly across the workers, which fails ("Attempt to
-      convert a value (PerReplica...) ... to a Tensor"). Here they are built from the
-      dataset's element spec instead: no batch is read, no collective runs.
-    * the logs of every step are reduced with ``strategy.reduce("MEAN", v, axis=0)``,
-      which fails on scalars ("Invalid reduction dimension 0"). Here a scalar is
-      reduced to its mean over the replicas (``axis=None``).
+      batch that they average eagerly over the replicas (``strategy.reduce("MEAN",
+      batch)``). Under ``MultiWorkerMirroredStrategy`` that all-reduce fails ("Attempt to
+      convert a value (PerReplica...) ... to a Tensor", tensorflow/tensorflow#72388);
+      under ``MirroredStrategy`` it fails whenever the dataset's first batch splits
+      unevenly over the replicas ("Inputs to operation AddN of type AddN must have the
+      same size and shape", keras-team/keras#19246): a validation set smaller than one
+      global batch with a size the replicas do not divide, such as 19 examples on two
+      replicas. Here they are built from the dataset's element spec instead, under
+      every strategy of several replicas or workers: no batch is read, no collective runs.
+    * under many workers, the logs of every step are reduced with
+      ``strategy.reduce("MEAN", v, axis=0)``, which fails on scalars ("Invalid
+      reduction dimension 0"). Here a scalar is reduced to its mean over the replicas
+      (``axis=None``).
 
-    Both patched Keras functions behave as before under every other strategy.
-    Idempotent; returns True once the fixes are in place, False (with a warning) when
-    this Keras has not the functions they patch.
+    Both patched Keras functions behave as before under the default strategy (and the
+    second under every strategy but the multi-worker one). Idempotent; returns True once
+    the fixes are in place, False (with a warning) when this Keras has not the
+    functions they patch.
     """
     global _FIXES_INSTALLED
     if _FIXES_INSTALLED:
@@ -296,24 +306,34 @@ def install_multi_worker_fixes():
     try:
         from keras.src.backend.tensorflow import trainer as tf_trainer
 
-        build = tf_trainer.TensorFlowTrainer._maybe_symbolic_build
-        reduce_per_replica = tf_trainer.reduce_per_replica
+        # Keras' own functions, kept from the first install (a second one, after a test
+        # reset the flag, must not wrap the patched functions)
+        build = _KERAS_ORIGINALS.setdefault("build", tf_trainer.TensorFlowTrainer._maybe_symbolic_build)
+        reduce_per_replica = _KERAS_ORIGINALS.setdefault("reduce_per_replica", tf_trainer.reduce_per_replica)
         multi_worker = tf_trainer._collective_all_reduce_multi_worker
     except (ImportError, AttributeError) as err:  # Keras' internals moved: nothing to patch
         import warnings
 
-        warnings.warn(f"Keras' multi-worker fixes not installed ({err}): fit under "
-                      "--strategy multiworker may fail", RuntimeWarning, stacklevel=2)
+        warnings.warn(f"Keras' distribution fixes not installed ({err}): fit under "
+                      "--strategy multiworker (or mirrored, on a first batch that splits unevenly "
+                      "over the replicas) may fail", RuntimeWarning, stacklevel=2)
         return False
     import keras
     import tensorflow as tf
 
+    def several_replicas(strategy):
+        return strategy is not None and (multi_worker(strategy) or strategy.num_replicas_in_sync > 1)
+
     def maybe_symbolic_build(self, iterator=None, data_batch=None):
         strategy = self._distribute_strategy
-        if data_batch is None and iterator is not None and strategy is not None and multi_worker(strategy):
-            # the spec's shapes and dtypes are all that the symbolic build reads
-            data_batch = iterator.data_adapter.get_tf_dataset().element_spec
-            return build(self, data_batch=data_batch)
+        if data_batch is None and iterator is not None and several_replicas(strategy):
+            try:
+                spec = iterator.data_adapter.get_tf_dataset().element_spec
+            except (AttributeError, TypeError, ValueError):  # data Keras reads otherwise
+                spec = None
+            if spec is not None:
+                # the spec's shapes and dtypes are all that the symbolic build reads
+                return build(self, data_batch=spec)
         return build(self, iterator=iterator, data_batch=data_batch)
 
     def reduce_scalars_per_replica(values, strategy, reduction):
@@ -334,3 +354,6 @@ def install_multi_worker_fixes():
 
 
 _FIXES_INSTALLED = False
+_KERAS_ORIGINALS = {}
+#: the name of :func:`install_keras_fixes` before it also fixed mirrored strategies
+install_multi_worker_fixes = install_keras_fixes

@@ -198,13 +198,16 @@ def test_the_multi_worker_fixes_leave_other_strategies_alone(monkeypatch):
         return history, model.evaluate(data, verbose=0), [w.numpy() for w in model.weights]
 
     strategies = (distribute.make_strategy("default"), two_cpu_strategy())
-    before = [run(strategy) for strategy in strategies]
-    # patched by monkeypatch's hand, so that they are restored after the test
+    # Keras' own functions (another test of this process may have installed the fixes),
+    # set by monkeypatch's hand, so that the patched ones are restored after the test
     monkeypatch.setattr(tf_trainer.TensorFlowTrainer, "_maybe_symbolic_build",
-                        tf_trainer.TensorFlowTrainer._maybe_symbolic_build)
-    monkeypatch.setattr(tf_trainer, "reduce_per_replica", tf_trainer.reduce_per_replica)
+                        distribute._KERAS_ORIGINALS.get("build", tf_trainer.TensorFlowTrainer._maybe_symbolic_build))
+    monkeypatch.setattr(tf_trainer, "reduce_per_replica",
+                        distribute._KERAS_ORIGINALS.get("reduce_per_replica", tf_trainer.reduce_per_replica))
+    assert tf_trainer.TensorFlowTrainer._maybe_symbolic_build.__name__ == "_maybe_symbolic_build"
+    before = [run(strategy) for strategy in strategies]
     monkeypatch.setattr(distribute, "_FIXES_INSTALLED", False)
-    assert distribute.install_multi_worker_fixes() and distribute.install_multi_worker_fixes()  # idempotent
+    assert distribute.install_keras_fixes() and distribute.install_keras_fixes()  # idempotent
     assert tf_trainer.TensorFlowTrainer._maybe_symbolic_build.__name__ == "maybe_symbolic_build"
     after = [run(strategy) for strategy in strategies]
     for (history, evaluation, weights), (history_after, evaluation_after, weights_after) in zip(before, after):
@@ -223,10 +226,11 @@ def test_a_multi_worker_strategy_passed_to_train_gets_the_fixes(monkeypatch, tmp
     from applications import demo
 
     installed = []
-    monkeypatch.setattr(distribute, "install_multi_worker_fixes", lambda: installed.append(True) or True)
+    monkeypatch.setattr(distribute, "install_keras_fixes", lambda: installed.append(True) or True)
     assert distribute.resolve_strategy(None) is tf.distribute.get_strategy() and not installed
-    mirrored = two_cpu_strategy()
-    assert distribute.resolve_strategy(mirrored) is mirrored and not installed
+    mirrored = two_cpu_strategy()  # two replicas: the fix of a first batch that splits unevenly
+    assert distribute.resolve_strategy(mirrored) is mirrored and installed == [True]
+    installed.clear()
 
     class MultiWorker:  # what _is_multi_worker reads of a MultiWorkerMirroredStrategy
         class extended:
@@ -270,3 +274,36 @@ def test_every_application_resolves_the_strategy_it_is_given():
                 assert "distribute.resolve_strategy(strategy)" in source, f"{name}: {node.name}"
                 checked.append(f"{name}.{node.name}")
     assert {f"{name}.{function}" for name in modules for function in ("train", "evaluate")} <= set(checked)
+
+
+@pytest.mark.parametrize("n", [19, 1])
+def test_mirrored_fit_and_evaluate_on_a_first_batch_that_splits_unevenly(n):
+    # Keras 3.15 builds the model from the first batch averaged over the replicas, which
+    # failed ("Inputs to operation AddN ... must have the same size and shape") when
+    # the replicas got batches of different sizes: `tune demo --strategy mirrored`
+    # validated on 19 examples with a global batch of 32 (10 + 9). With the strategy
+    # resolved by the applications (install_keras_fixes), fit and evaluate run, and
+    # evaluate gives the one-device figures. (A training step on such a batch is not
+    # the one-device step: Keras averages the replicas' mean losses, whatever their
+    # batch sizes.)
+    import keras
+    import tensorflow as tf
+
+    strategy = distribute.resolve_strategy(two_cpu_strategy())
+    keras.utils.set_random_seed(0)
+    x, y = np.random.rand(n, 3).astype("float32"), np.random.randint(0, 2, n)
+    data = distribute.distribute_dataset_options(tf.data.Dataset.from_tensor_slices((x, y)).batch(32))
+
+    def model_in(scope):
+        with scope.scope():
+            model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+            model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+        return model
+
+    mirrored, single = model_in(strategy), model_in(distribute.make_strategy("default"))
+    single.set_weights(mirrored.get_weights())
+    np.testing.assert_allclose(mirrored.evaluate(data, verbose=0), single.evaluate(data, verbose=0), rtol=1e-5)
+    history = mirrored.fit(data, validation_data=data, epochs=2, verbose=0).history
+    assert np.all(np.isfinite(history["loss"] + history["val_loss"]))
+    single.set_weights(mirrored.get_weights())
+    np.testing.assert_allclose(history["val_loss"][-1], single.evaluate(data, verbose=0)[0], rtol=1e-5)
