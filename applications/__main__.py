@@ -142,13 +142,32 @@ def _benchmark_command(name):
     return BENCHMARKS_DIR / f"{name}.py", arguments
 
 
+# Runs a benchmark script (argv[1]) as __main__: a user error it raises (missing data, a bad
+# value: CommandLineError) is one line and exit code 2, as in the other commands.
+_BENCH_RUNNER = """
+import os, runpy, sys
+sys.argv = sys.argv[1:]
+sys.path.insert(0, os.path.dirname(sys.argv[0]))
+try:
+    runpy.run_path(sys.argv[0], run_name="__main__")
+except Exception as err:
+    from applications.errors import CommandLineError
+    if not isinstance(err, CommandLineError) or os.environ.get("KERAS_CAPSULES_DEBUG"):
+        raise
+    message = (str(err).strip().splitlines() or [type(err).__name__])[0]
+    print(f"keras-capsules: error: {message}", file=sys.stderr)
+    sys.exit(2)
+"""
+
+
 def _bench(args):
     script, arguments = _benchmark_command(args.benchmark)
     env = dict(os.environ)
     root = str(BENCHMARKS_DIR.parent)
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     sys.stdout.flush()
-    return subprocess.call([sys.executable, str(script), *arguments, *args.benchmark_args], env=env)
+    command = [sys.executable, "-c", _BENCH_RUNNER, str(script), *arguments, *args.benchmark_args]
+    return subprocess.call(command, env=env)
 
 
 def _print_outputs(result, where):

@@ -613,6 +613,17 @@ def build_model(
             f"`conv_units` must be a non-empty list of channel counts. Received: conv_units={conv_units!r}"
         )
     conv_units = tuple(integer_at_least("conv_units", u, 1) for u in conv_units)
+    # every convolutional level after the first pools by 2: the ladders need frames they divide
+    # evenly, the temporal baseline (pooling rounds down) at least one pixel left; both failed in
+    # Keras' build with a plain ValueError (a traceback on the command line)
+    pooling = 2 ** (len(conv_units) - 1)
+    if (frame_size % pooling if variant != "temporal" else frame_size < pooling):
+        need = "divisible by" if variant != "temporal" else "at least"
+        raise InputError(
+            f"`frame_size` must be {need} {pooling} for {len(conv_units)} convolutional levels "
+            f"(every level after the first pools by 2). Received: frame_size={frame_size}, "
+            f"conv_units={list(conv_units)}"
+        )
     frames = keras.Input((num_frames, frame_size, frame_size, 1), name="frames")
     outputs = {}
     if variant == "temporal":

@@ -410,6 +410,8 @@ def build_model(
     """
     if num_classes is not None:  # num_classes=1 built a classifier whose softmax is always 1
         num_classes = integer_at_least("num_classes", num_classes, 2)
+    # RTagger's own ValueError for n_groups=1 ended `train --n-groups 1` with a traceback
+    n_groups = integer_at_least("n_groups", n_groups, 2)
     images = keras.Input((image_size, image_size, 1), name="images")
     x = GaussianCorruption(noise_std, seed=0, name="corruption")(images) if noise_std else images
     pi, m = RTagger(

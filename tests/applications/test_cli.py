@@ -317,6 +317,28 @@ def test_bench_runs_a_script_of_benchmarks(tmp_path, capfd, monkeypatch):
     assert "no benchmark 'nothing'; choose from em_routing_mnist, tiny" in capfd.readouterr().err
 
 
+def test_a_benchmark_that_finds_no_data_is_one_line(tmp_path, capfd, monkeypatch):
+    # audit (2026-11-27): `bench music --data-path /nonexistent` ended in the script's
+    # traceback (exit 1); the other commands give one line and exit 2
+    bench_dir = tmp_path / "benchmarks"
+    bench_dir.mkdir()
+    (bench_dir / "tiny.py").write_text(
+        "import sys\nfrom applications.errors import DataNotFoundError\n"
+        "if __name__ == '__main__':\n"
+        "    print('args', sys.argv[1:])\n"
+        "    raise DataNotFoundError(\"data directory 'x' does not exist\")\n"
+    )
+    (bench_dir / "broken.py").write_text("raise RuntimeError('a bug')\n")
+    monkeypatch.setattr(cli, "BENCHMARKS_DIR", bench_dir)
+    assert cli.main(["bench", "tiny", "--n", "1"]) == 2
+    out, err = capfd.readouterr()
+    assert "args ['--n', '1']" in out
+    # (TensorFlow's start-up lines aside: importing applications loads it)
+    assert err.endswith("\nkeras-capsules: error: data directory 'x' does not exist\n") and "Traceback" not in err
+    assert cli.main(["bench", "broken"]) == 1  # a bug keeps its traceback
+    assert "Traceback" in capfd.readouterr().err
+
+
 def test_bench_outside_a_checkout_is_a_clear_error(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(cli, "BENCHMARKS_DIR", tmp_path / "not-here")
     assert cli.main(["bench", "em_routing"]) == 2

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from applications import occluded_mnist as om
+from applications.errors import InputError
 from applications.mnist_digits import load_idx_digits
 from tests.conftest import shared_path
 from tests.harness import edit_saved_layer_config
@@ -565,11 +566,17 @@ def test_bars_as_wide_as_their_spacing_are_refused(digits):
         (dict(conv_units=()), r"Received: conv_units=\(\)"),  # a message about the input combinator
         (dict(conv_units=(4, 0)), "Received: conv_units=0"),
         (dict(num_classes=1), "Received: num_classes=1"),  # failed only in fit
+        # audit (2026-11-27): frames the pooling does not divide failed in RLadder's build
+        # with a plain ValueError (a traceback from `train occluded_mnist --frame-size 30`)
+        (dict(frame_size=30), "divisible by 4 .*Received: frame_size=30"),
+        (dict(frame_size=16, conv_units=(2,) * 7), "divisible by 64 .*Received: frame_size=16"),
+        (dict(variant="temporal", frame_size=16, conv_units=(2,) * 7), "at least 64 .*Received: frame_size=16"),
     ],
 )
 def test_build_model_refuses_bad_sizes(kwargs, message):
-    with pytest.raises(ValueError, match=message):
-        om.build_model("rladder", **{**TINY, "frame_size": 16, **kwargs})
+    kwargs = {**TINY, "frame_size": 16, **kwargs}
+    with pytest.raises(InputError, match=message):
+        om.build_model(kwargs.pop("variant", "rladder"), **kwargs)
 
 
 @pytest.mark.parametrize(

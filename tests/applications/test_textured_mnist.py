@@ -587,3 +587,12 @@ def test_compile_model_refuses_bad_numbers_and_takes_the_taggers_sigma():
     plain = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
     with pytest.raises(ValueError, match="needed for a model without exactly one RTagger"):
         tm.compile_model(plain)
+
+
+def test_build_model_refuses_a_single_group():
+    # audit (2026-11-27): `train textured_mnist --n-groups 1` ended in RTagger's plain
+    # ValueError, a traceback on the command line; now a one-line InputError
+    from applications.errors import InputError
+
+    with pytest.raises(InputError, match="Received: n_groups=1"):
+        tm.build_model(**{**TINY, "n_groups": 1})
