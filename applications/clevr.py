@@ -806,6 +806,8 @@ DESCRIPTION = "MAC network on CLEVR (TFDS clevr in --data-dir, ResNet-101 featur
 def add_arguments(parser, command):
     """CLEVR's options for ``train``, ``evaluate`` and ``tune``."""
     from applications.arguments import positive_int
+    if command == "train":
+        parser.set_defaults(epochs=25, batch_size=64)  # the recipe of train() (module docstring)
 
     parser.add_argument("--data-dir", default=None,
                         help="TFDS data directory holding a prepared clevr:3.1.0, read only while "

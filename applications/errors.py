@@ -127,3 +127,19 @@ def writable_folder(folder, doing):
         os.makedirs(folder, exist_ok=True)
         if not os.access(folder, os.W_OK | os.X_OK):  # (root passes, unless the file system is read-only)
             raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), os.fspath(folder))
+
+
+def run_main(main, prog):
+    """Runs a module's ``main()`` as the ``keras-capsules`` command does its commands: a
+    :class:`CommandLineError` prints one line ``PROG: error: ...`` and exits with code 2
+    (``KERAS_CAPSULES_DEBUG=1``: the traceback)."""
+    import sys
+
+    try:
+        return main()
+    except CommandLineError as err:
+        if os.environ.get("KERAS_CAPSULES_DEBUG"):
+            raise
+        message = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        print(f"{prog}: error: {message}", file=sys.stderr)
+        return 2

@@ -1185,6 +1185,8 @@ BENCHMARK = "rladder jsb"
 def add_arguments(parser, command):
     """The music application's options for ``train``, ``evaluate`` and ``tune``."""
     from applications.arguments import _number_type, non_negative_float, non_negative_int, positive_float, positive_int
+    if command == "train":
+        parser.set_defaults(epochs=100, batch_size=16)  # the recipe of train()
 
     # Checked here, not after the data is read (a bad rate used to fail late, leaving an
     # empty run directory; --weight-decay inf was accepted and trained to NaN).

@@ -1018,6 +1018,8 @@ def plot_predictions(model, frames, path, labels=None, num_sequences=3, batch_si
 def add_arguments(parser, command):
     """Occluded Moving MNIST's options for ``train``, ``evaluate`` and ``tune``."""
     from applications.arguments import non_negative_float, positive_float, positive_int
+    if command == "train":
+        parser.set_defaults(epochs=20)  # the recipe of train()
 
     parser.add_argument("--source", choices=("idx", "tfds"), default="idx",
                         help="MNIST IDX files in --data-dir, or TFDS mnist (prepared in --data-dir) "

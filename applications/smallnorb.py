@@ -498,6 +498,8 @@ BENCHMARK = "mnist_capsules"
 def add_arguments(parser, command):
     """smallNORB's options for ``train``, ``evaluate`` and ``tune``."""
     from applications.arguments import non_negative_float, positive_int
+    if command == "train":
+        parser.set_defaults(epochs=50, batch_size=20)  # the recipe of train() (module docstring)
 
     parser.add_argument("--data-dir", default=None,
                         help="TFDS data directory holding a prepared smallnorb "

@@ -645,6 +645,8 @@ BENCHMARK = "sort_of_clevr"
 def add_arguments(parser, command):
     """Sort-of-CLEVR's options for ``train``, ``evaluate`` and ``tune``."""
     from applications.arguments import non_negative_int, positive_int
+    if command == "train":
+        parser.set_defaults(epochs=10, batch_size=64)  # the recipe of train()
 
     parser.add_argument("--validation-examples", type=positive_int, default=2000,
                         help="validation questions, half relational (default: %(default)s)")

@@ -878,6 +878,8 @@ BENCHMARK = "sst_routing"
 def add_arguments(parser, command):
     """The SST application's options for ``train``, ``evaluate`` and ``tune``."""
     from applications.arguments import non_negative_float, positive_float, positive_int
+    if command == "train":
+        parser.set_defaults(epochs=3)  # the recipe of train() (module docstring)
 
     parser.add_argument("--data-dir", required=True,
                         help="folder of the SST tree files train.txt, dev.txt and test.txt")
@@ -968,4 +970,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from applications.errors import run_main
+
+    raise SystemExit(run_main(main, "python -m applications.sst"))

@@ -912,6 +912,8 @@ BENCHMARK = "rladder tagger"
 def add_arguments(parser, command):
     """Textured MNIST's options for ``train``, ``evaluate`` and ``tune``."""
     from applications.arguments import mask_damping, non_negative_int, positive_float, positive_int
+    if command == "train":
+        parser.set_defaults(epochs=10)  # the recipe of train()
 
     parser.add_argument("--data-dir", default=None,
                         help="folder of the MNIST t10k IDX files (default: the project's shared copy)")

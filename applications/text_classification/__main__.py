@@ -5,4 +5,6 @@ import sys
 from applications.text_classification.recipe import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from applications.errors import run_main
+
+    sys.exit(run_main(main, "python -m applications.text_classification"))

@@ -26,6 +26,8 @@ MODEL_OPTIONS = ("embedding_dim", "num_codebooks", "gru_units", "dropout", "caps
 def add_arguments(parser, command):
     """Text classification's options for ``train``, ``evaluate`` and ``tune``."""
     from applications.arguments import positive_float, positive_int, rate
+    if command == "train":
+        parser.set_defaults(epochs=10, batch_size=30)  # the paper's recipe (recipe.train)
 
     parser.add_argument("--dataset", choices=data_lib.DATASETS, default="sst2",
                         help="(default: %(default)s)")

@@ -484,3 +484,39 @@ def test_a_missing_preset_folder_is_named(tmp_path):
         sst.resolve_preset(str(tmp_path / "no-such-preset"))
     assert sst.resolve_preset(str(tmp_path)) == str(tmp_path)
     assert sst.resolve_preset("bert_tiny_en_uncased") == "bert_tiny_en_uncased"  # a name: keras-hub's
+
+
+def test_train_on_the_command_line_defaults_to_each_applications_recipe():
+    # audit (2026-11-27): `keras-capsules train smallnorb` trained 15 epochs of batch 32
+    # (the command line's common defaults) where train() and the docs give the paper's 50
+    # of batch 20; likewise sst, text_classification, clevr, music, sort_of_clevr, ...
+    import importlib
+    import inspect
+
+    from applications import registry
+    from applications.text_classification import recipe
+
+    for name, module_name in registry.APPLICATIONS.items():
+        train = recipe.train if name == "text_classification" else importlib.import_module(module_name).train
+        defaults = {k: p.default for k, p in inspect.signature(train).parameters.items()}
+        extra = ["--data-dir", "x"] if name == "sst" else []
+        args = cli.build_parser(name).parse_args(["train", name, *extra])
+        assert (args.epochs, args.batch_size) == (defaults["epochs"], defaults["batch_size"]), name
+        tune = cli.build_parser(name).parse_args(["tune", name, *extra])
+        assert tune.epochs == 3, name  # a trial's epochs: tune keeps its own default
+
+
+@pytest.mark.parametrize("module", ["applications.text_classification", "applications.sst"])
+def test_the_python_m_entry_points_give_one_line_errors(module, tmp_path):
+    # audit (2026-11-27): the commands of these modules' docstrings (`python -m
+    # applications.sst --data-dir ...`) ended a missing data folder in a traceback (exit 1)
+    import subprocess
+    import sys
+
+    missing = str(tmp_path / "missing")
+    argv = ["--data-dir", missing] + (["--run-dir", str(tmp_path / "run")] if module.endswith("sst") else [])
+    done = subprocess.run([sys.executable, "-m", module, *argv], capture_output=True, text=True, timeout=300,
+                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stderr.rstrip("\n").splitlines()[-1].startswith(f"python -m {module}: error: ")
