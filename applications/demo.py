@@ -334,6 +334,9 @@ def evaluate(model_path, batch_size=64, seed=None, data_dir=None, limit=None, st
         f"images [batch, {', '.join(map(str, images.shape[1:]))}] in (those of --data-dir), "
         f"{NUM_CLASSES} class logits out",
     )
+    if not model.compiled:  # saved uncompiled (build_model, then save): Keras' "You must call `compile()`"
+        with strategy.scope():
+            compile_model(model)
     if note:
         print(note, file=sys.stderr)
     _, test_ds = make_datasets(

@@ -56,6 +56,12 @@ PAPER_TRAINABLE_PARAMS = 271_688  # the authors' code; the paper rounds to 273K 
 
 
 # ------------------------------------------------------------------------- layers
+def _unit_range(n):
+    """``linspace(-1, 1, n)`` (``[-1]`` for ``n = 1``), also for a traced, unknown ``n``."""
+    steps = ops.cast(ops.maximum(n - 1, 1), "float32")
+    return -1.0 + ops.cast(ops.arange(n), "float32") * (2.0 / steps)
+
+
 @keras.saving.register_keras_serializable(package="applications")
 class CoordinateChannels(keras.layers.Layer):
     """Appends two channels of pixel coordinates, from -1 to 1, to ``[b, H, W, C]`` images.
@@ -67,8 +73,10 @@ class CoordinateChannels(keras.layers.Layer):
     def call(self, images):
         shape = ops.shape(images)
         height, width = shape[1], shape[2]
-        xs = ops.linspace(-1.0, 1.0, width)
-        ys = ops.linspace(-1.0, 1.0, height)
+        # Written out (not ops.linspace): the TensorFlow backend's linspace tests its
+        # ``num`` as a Python bool and fails when H or W is unknown (a traced graph).
+        xs = _unit_range(width)
+        ys = _unit_range(height)
         grid_x = ops.broadcast_to(ops.reshape(xs, (1, -1)), (height, width))
         grid_y = ops.broadcast_to(ops.reshape(ys, (-1, 1)), (height, width))
         grid = ops.cast(ops.stack([grid_x, grid_y], axis=-1), images.dtype)
@@ -482,6 +490,9 @@ def evaluate(model_path, data_dir=None, batch_size=20, image_size=IMAGE_SIZE, st
         "a smallNORB model", "smallnorb",
         f"stereo pairs [batch, {image_size}, {image_size}, 2] in, {NUM_CLASSES} class logits out",
     )
+    if not model.compiled:  # saved uncompiled (build_model, then save): Keras' "You must call `compile()`"
+        with strategy.scope():
+            compile_model(model, total_steps=2)  # the loss and metric; the schedule is not used
     test_ds = make_dataset(load_split("test", data_dir, download), False, batch_size, image_size)
     if steps is not None:
         test_ds = test_ds.take(steps)

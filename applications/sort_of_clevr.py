@@ -615,6 +615,20 @@ def validation_data(validation_examples=2000, seed=0, kb="symbolic", sets=None):
     return inputs, np.concatenate([val[0][1], val[1][1]])
 
 
+def _is_sort_of_clevr_model(shapes, model):
+    """Whether ``model`` takes ``{"question", "kb" | "image"}`` of this task and gives its answer logits."""
+    inputs = {getattr(t, "name", ""): tuple(t.shape) for t in keras.tree.flatten(model.inputs)}
+    kb_shape = inputs.get("kb")
+    image_shape = inputs.get("image")
+    return (
+        set(inputs) in ({"question", "kb"}, {"question", "image"})
+        and len(inputs["question"]) == 2
+        and (kb_shape is None or (len(kb_shape) == 3 and kb_shape[-1] == KB_DIM))
+        and (image_shape is None or image_shape[1:] == (IMAGE_SIZE, IMAGE_SIZE, 3))
+        and checks.single_output_shape(model) == (None, len(ANSWERS))
+    )
+
+
 def evaluate(model_path, validation_examples=2000, seed=0, batch_size=256, strategy=None):
     """Relational and non-relational accuracy of a saved model on the validation questions
     of ``train`` (same ``seed``); the knowledge base (symbolic or image) is the model's."""
@@ -625,6 +639,13 @@ def evaluate(model_path, validation_examples=2000, seed=0, batch_size=256, strat
     strategy = distribute.resolve_strategy(strategy)
     with strategy.scope():
         model = checks.load_model(model_path)
+        checks.require_model(
+            model, model_path, _is_sort_of_clevr_model, "a Sort-of-CLEVR model", "sort_of_clevr",
+            f"inputs question and kb [batch, objects, {KB_DIM}] or image [batch, {IMAGE_SIZE}, {IMAGE_SIZE}, 3], "
+            f"{len(ANSWERS)} answer logits out",
+        )
+        # as clevr.evaluate: also a model saved uncompiled (build_model, then save) scores
+        model.compile(loss=clevr.answer_loss(), metrics=["accuracy"])
     names = [getattr(t, "name", "") for t in keras.tree.flatten(model.inputs)]
     kb = "image" if any("image" in n for n in names) else "symbolic"
     val = _validation_sets(validation_examples, seed, kb)

@@ -199,6 +199,9 @@ def evaluate(model_path, dataset="sst2", data_dir=None, vocabulary_path=None, li
     if int(model.output.shape[-1]) != n_classes:
         raise InputError(f"the model has {model.output.shape[-1]} classes but {dataset} has {n_classes}: "
                          "pass the --dataset it was trained on")
+    if not model.compiled:  # saved uncompiled (build_model, then save): Keras' "You must call `compile()`"
+        with strategy.scope():
+            model_lib.compile_model(model)
     loss, accuracy = model.evaluate(test, verbose=0)
     return {"test_accuracy": float(accuracy), "test_loss": float(loss), "model": model_path}
 

@@ -135,3 +135,10 @@ def test_held_out_validation_examples_come_from_the_training_part_never_the_test
     assert indices(hypermodel.datasets(None, hypermodel.prepare())[1]) == valid
     with pytest.raises(ValueError, match="too few to hold validation examples out"):
         demo.make_datasets(images[:2], labels[:2], 8, test_fraction=0.5, hold_out=True)
+
+
+def test_evaluate_scores_a_model_saved_without_compiling(tmp_path):
+    # audit (2026-11-27): Keras' "You must call `compile()` before using the model"
+    demo.build_model().save(tmp_path / "plain.keras")
+    result = demo.evaluate(str(tmp_path / "plain.keras"), limit=40)
+    assert 0.0 <= result["test_accuracy"] <= 1.0

@@ -367,3 +367,29 @@ def test_viewpoint_sequence_of_a_category_alone_is_of_that_category():
     np.testing.assert_array_equal(values, [0, 2, 4])
     _, values = smallnorb.viewpoint_sequence(ds, instance=4, category=2, image_size=4)
     np.testing.assert_array_equal(values, [6])
+
+
+def test_coordinate_channels_trace_and_export_with_unknown_image_sizes(tmp_path):
+    # audit (2026-11-27): ops.linspace tests its count as a Python bool on TensorFlow, so
+    # the default model (image_size=None) failed in a graph of unknown H, W: model.export,
+    # a tf.function with such a signature, predict on variable-size batches
+    layer = smallnorb.CoordinateChannels()
+    x = np.random.rand(1, 3, 4, 2).astype("float32")
+    traced = tf.function(layer, input_signature=[tf.TensorSpec([None, None, None, 2])])
+    np.testing.assert_allclose(traced(x), layer(x), rtol=0, atol=1e-6)
+    grid = np.asarray(layer(x))[0, ..., 2:]
+    np.testing.assert_allclose(grid[0, :, 0], np.linspace(-1, 1, 4), atol=1e-6)
+    np.testing.assert_allclose(grid[:, 0, 1], np.linspace(-1, 1, 3), atol=1e-6)
+    np.testing.assert_allclose(np.asarray(layer(x[:, :1, :1]))[0, 0, 0, 2:], [-1.0, -1.0])  # one pixel
+    smallnorb.build_model(**TINY).export(str(tmp_path / "exported"), verbose=False)
+    assert (tmp_path / "exported" / "saved_model.pb").is_file()
+
+
+def test_evaluate_scores_a_model_saved_without_compiling(tmp_path):
+    # audit (2026-11-27): build_model, train your own way, save: evaluate failed with
+    # Keras' "You must call `compile()` before using the model"
+    smallnorb.build_model(**TINY).save(tmp_path / "plain.keras")
+    with tfds.testing.mock_data(num_examples=4):
+        result = smallnorb.evaluate(str(tmp_path / "plain.keras"), data_dir=str(tmp_path / "tfds"),
+                                    batch_size=2, image_size=24, steps=1)
+    assert 0.0 <= result["test_accuracy"] <= 1.0

@@ -379,3 +379,18 @@ def test_a_resumed_run_trains_on_the_examples_of_an_uninterrupted_one(tmp_path):
     assert fault_tolerance.backup_epoch(str(tmp_path / "b" / "backup")) == 2
     for got, want in zip(run(tmp_path / "b"), uninterrupted, strict=True):
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-7)
+
+
+def test_evaluate_refuses_another_applications_model_and_scores_an_uncompiled_one(tmp_path):
+    # audit (2026-11-27): another application's model ended in Keras' "Missing data for
+    # input" traceback, and a model saved without compiling in "You must call compile()"
+    from applications.errors import CommandLineError
+
+    other = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Flatten(), keras.layers.Dense(10)])
+    other.compile("adam", "sparse_categorical_crossentropy")
+    other.save(tmp_path / "demo.keras")
+    with pytest.raises(CommandLineError, match="is not a Sort-of-CLEVR model"):
+        soc.evaluate(str(tmp_path / "demo.keras"), validation_examples=8)
+    soc.build_model(units=16, max_steps=2, embedding_dim=8).save(tmp_path / "plain.keras")
+    result = soc.evaluate(str(tmp_path / "plain.keras"), validation_examples=8)
+    assert all(0.0 <= value <= 1.0 for value in result.values() if isinstance(value, float)), result

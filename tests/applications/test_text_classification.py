@@ -462,3 +462,11 @@ def test_the_module_entry_point_refuses_a_negative_seed(capsys):
         recipe.main(["--seed", "-1"])
     assert exit_info.value.code == 2
     assert "--seed" in capsys.readouterr().err
+
+
+def test_evaluate_scores_a_model_saved_without_compiling(tmp_path):
+    # audit (2026-11-27): Keras' "You must call `compile()` before using the model"
+    model_lib.build_model(12, 2, **TINY).save(tmp_path / "model.keras")
+    data.save_vocabulary([f"w{i}" for i in range(10)], tmp_path / "vocab.txt")
+    result = recipe.evaluate(str(tmp_path / "model.keras"), "sst2", SST_DIR, limit=4)
+    assert 0 <= result["test_accuracy"] <= 1
