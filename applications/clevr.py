@@ -792,6 +792,18 @@ def evaluate(model_path, cache_dir, data_dir=None, image_size=IMAGE_SIZE, limit=
     val_ds = make_dataset(**data["validation"], batch_size=batch_size, drop_unknown=False)
     with strategy.scope():
         model = checks.load_model(model_path)
+        # another application's model failed deep inside Keras ("Missing data for input ...")
+        expected_features = tuple(feature_shape(data))
+        checks.require_model(
+            model, model_path,
+            lambda shapes, model: {getattr(t, "name", "") for t in model.inputs} == {"question", "features"}
+            and sorted(len(shape) for shape in shapes) == [2, 4]
+            and any(shape[1:] == expected_features for shape in shapes)
+            and checks.single_output_shape(model) == (None, len(data["classes"])),
+            "a CLEVR model", "clevr",
+            f"inputs question [batch, words] and features [batch, {', '.join(map(str, expected_features))}] "
+            f"(those of the cache), {len(data['classes'])} answer logits out",
+        )
         model.compile(loss=answer_loss(), metrics=["accuracy"])
     loss, accuracy = model.evaluate(val_ds, verbose=0)
     return {"validation_accuracy": float(accuracy), "validation_loss": float(loss),

@@ -314,6 +314,12 @@ def test_clevr_tiny_train_under_a_strategy_then_evaluate(tmp_path, capsys, monke
     assert 0.0 <= result["validation_accuracy"] <= 1.0
     vocabulary = json.loads((tmp_path / "cache" / "vocabulary.json").read_text())
     assert keras.saving.load_model(run_dir / "model.keras").output_shape == (None, len(vocabulary["classes"]))
+    # another application's model: one line (it failed inside Keras: "Missing data for input")
+    other = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Flatten(), keras.layers.Dense(10)])
+    other.save(tmp_path / "demo.keras")
+    assert cli.main(["evaluate", "clevr", *data, "--model", str(tmp_path / "demo.keras")]) == 2
+    err = capsys.readouterr().err
+    assert "is not a CLEVR model" in err and err.count("\n") == 1
 
 
 def test_clevr_without_cache_or_tfds_data_is_the_friendly_tfds_error(tmp_path, capsys):
