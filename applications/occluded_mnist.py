@@ -1097,4 +1097,4 @@ def run_train(args, strategy):
 
 def run_evaluate(args, strategy):
     return evaluate(args.model, source=args.source, data_dir=args.data_dir, num_test=args.num_test,
-                    seed=args.seed, batch_size=args.batch_size, strategy=strategy)
+                    seed=args.seed, batch_size=distribute.global_batch_size(args.batch_size, strategy), strategy=strategy)

@@ -702,4 +702,4 @@ def run_train(args, strategy):
 
 def run_evaluate(args, strategy):
     return evaluate(args.model, validation_examples=args.validation_examples, seed=args.seed,
-                    batch_size=args.batch_size, strategy=strategy)
+                    batch_size=distribute.global_batch_size(args.batch_size, strategy), strategy=strategy)

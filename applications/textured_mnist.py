@@ -972,5 +972,5 @@ def run_train(args, strategy):
 
 def run_evaluate(args, strategy):
     return evaluate(args.model, data_dir=args.data_dir, num_test=args.num_test, seed=args.seed,
-                    batch_size=args.batch_size, strategy=strategy, texture_style=args.texture_style,
+                    batch_size=distribute.global_batch_size(args.batch_size, strategy), strategy=strategy, texture_style=args.texture_style,
                     texture_set=args.texture_set)

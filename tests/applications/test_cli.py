@@ -520,3 +520,23 @@ def test_the_python_m_entry_points_give_one_line_errors(module, tmp_path):
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr
     assert done.stderr.rstrip("\n").splitlines()[-1].startswith(f"python -m {module}: error: ")
+
+
+def test_evaluate_batches_per_replica_as_the_docs_say(monkeypatch):
+    # audit (2026-11-27): `--batch-size` is per replica (applications.distribute), but the
+    # evaluate of four applications passed it on as the global batch
+    import importlib
+
+    from applications import registry
+
+    class Strategy:  # what global_batch_size reads
+        num_replicas_in_sync = 3
+
+    for name in ("sort_of_clevr", "occluded_mnist", "textured_mnist", "music", "demo"):
+        module = importlib.import_module(registry.APPLICATIONS[name])
+        seen = {}
+        monkeypatch.setattr(module, "evaluate", lambda *args, **kwargs: seen.update(kwargs) or {})
+        args = cli.build_parser(name).parse_args(["evaluate", name, "--model", "m.keras", "--batch-size", "5"])
+        module.run_evaluate(cli._defaults(args), Strategy())
+        expected = 5 if name == "demo" else 15  # demo's evaluate multiplies by the replicas itself
+        assert seen["batch_size"] == expected, name

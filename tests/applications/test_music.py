@@ -1096,3 +1096,31 @@ def test_the_validation_nll_that_keeps_the_best_epoch_is_the_nll_per_real_step(t
     assert best.best == pytest.approx((per_step * mask).sum() / mask.sum(), rel=1e-5)
     if window is None:  # whole chorales: the reported metric itself
         assert best.best == pytest.approx(result["valid_nll_per_step"], rel=1e-5)
+
+
+def test_the_loss_under_two_replicas_is_the_one_device_loss_for_chorales_of_unequal_lengths():
+    # audit (2026-11-27): Keras divided each replica's NLL sum by that replica's own real
+    # steps, so under --strategy mirrored the chorales of a replica with fewer real steps
+    # weighed more (the gradient of one batch of 2, 3, 8 and 8 steps was 13% off)
+    from applications import distribute
+    from tests.harness import two_cpu_strategy
+
+    rng = np.random.default_rng(0)
+    rolls = [(rng.random((n, music.NUM_KEYS)) < 0.1).astype("float32") for n in (2, 3, 8, 8)]
+    data = music.make_dataset(rolls, batch_size=4, steps=8)
+
+    def one_step(strategy):
+        with strategy.scope():
+            keras.utils.set_random_seed(0)
+            model = music.build_model(8, units=(8, 4))
+            model.compile(optimizer=keras.optimizers.SGD(1.0), loss=music.PianoRollNLL())
+        before = [w.numpy() for w in model.trainable_weights]
+        loss = model.fit(data, epochs=1, verbose=0, shuffle=False).history["loss"][0]
+        return loss, [w.numpy() - b for w, b in zip(model.trainable_weights, before)]
+
+    (loss, steps), (loss_1, steps_1) = (one_step(distribute.resolve_strategy(two_cpu_strategy())),
+                                        one_step(distribute.make_strategy("default")))
+    np.testing.assert_allclose(loss, loss_1, rtol=1e-5)
+    for step, step_1 in zip(steps, steps_1):
+        np.testing.assert_allclose(step, step_1, rtol=1e-4, atol=1e-6)
+    assert any(np.abs(step).max() > 1e-4 for step in steps_1)  # the step moved the weights
