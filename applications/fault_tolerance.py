@@ -346,6 +346,11 @@ class BackupAheadError(CommandLineError, ValueError):
     """The backup of a run already holds more epochs than the run is asked to train."""
 
 
+class BackupMismatchError(CommandLineError, ValueError):
+    """A run's backup does not fit the model of the command that would resume it (its
+    options changed since the crash): the backup is kept."""
+
+
 class RunInUseError(CommandLineError, RuntimeError):
     """Another live process trains the run whose backup a ``fit`` would use."""
 
@@ -470,7 +475,16 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
             _remove(self._weights_path)
         # Keras never clears the epoch a restore sets: an earlier fit's would apply here.
         self.model._initial_epoch = None
-        super().on_train_begin(logs)
+        try:
+            super().on_train_begin(logs)
+        except ValueError as err:  # Keras could not load the backup's weights into this model
+            self.model._initial_epoch = None
+            _release_backup(self.backup_dir)
+            run_dir = os.path.dirname(os.path.abspath(self.backup_dir))
+            raise BackupMismatchError(
+                f"the backup in {run_dir} is of another model (the options of the crashed run differ from "
+                "these): rerun with that run's options to finish it, or pass a new --run-dir"
+            ) from err
         self.restored_epoch = int(self.model._initial_epoch or 0)
         epochs = (self.params or {}).get("epochs")
         if epochs is not None and self.restored_epoch > epochs:

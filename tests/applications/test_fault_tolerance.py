@@ -907,3 +907,17 @@ def test_resumable_reduce_lr_on_plateau_without_its_metric_only_warns(tmp_path):
     with pytest.warns(UserWarning, match="val_loss"):
         model.fit(x, x[:, :1], initial_epoch=2, epochs=3, verbose=0, callbacks=[resumed])
     assert resumed.best is None
+
+
+def test_a_rerun_with_another_model_is_one_line_and_keeps_the_backup(tmp_path):
+    # audit (2026-11-27): a rerun after a crash with a changed model option (--filters)
+    # ended in Keras' 70-line "objects could not be loaded" traceback (exit 1)
+    run_dir = tmp_path / "run"
+    command, _ = _train_demo_and_stop_mid_epoch(run_dir, 3, 96, "1:2", tmp_path / "first.log")
+    other = list(command)
+    other[other.index("--filters") + 1] = "4"
+    proc = cli_helpers.start(other, tmp_path / "second.log")
+    assert cli_helpers.wait(proc, timeout=300) == 2
+    log = (tmp_path / "second.log").read_text()
+    assert "Traceback" not in log and "keras-capsules: error: the backup in" in log
+    assert json.loads((run_dir / "backup" / "training_metadata.json").read_text())["epoch"] == 1
