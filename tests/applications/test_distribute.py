@@ -94,6 +94,12 @@ def test_two_workers_end_with_identical_weights(tmp_path):
     assert len(chief.files) == len(worker.files) > 0
     for key in chief.files:
         np.testing.assert_array_equal(chief[key], worker[key], err_msg=key)
+    # ... and they trained: identical weights that no step changed prove nothing
+    for index in range(2):
+        initial, trained = np.load(tmp_path / f"w{index}-initial.npz"), np.load(tmp_path / f"w{index}-trained.npz")
+        assert len(initial.files) == len(trained.files) > 0
+        changed = [key for key in initial.files if not np.array_equal(initial[key], trained[key])]
+        assert len(changed) == len(initial.files), f"worker {index}: weights the training left unchanged"
 
 
 @pytest.mark.parametrize("value", [8.5, "8", 0, -2, None, True])

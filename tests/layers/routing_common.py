@@ -348,3 +348,23 @@ def check_mask_of_another_shape_fails_when_shapes_are_known_only_at_run_time(lay
     np.testing.assert_allclose(np.asarray(route(u, valid)), want, rtol=1e-5, atol=1e-6)
     with pytest.raises(tf.errors.InvalidArgumentError):
         route(u, np.ones(mask_shape, bool))
+
+
+def check_mixed_float16_routes_in_float32(layer_cls, **kwargs):
+    """DESIGN.md: under mixed precision the routing math runs in float32 and only the
+    result is cast back. Inputs near float16's maximum give votes and sums beyond it:
+    a 16-bit routing overflows (inf, NaN); a float32 one matches the float32 layer on
+    the inputs rounded to float16, up to the final cast."""
+    u = np.random.default_rng(5).uniform(2e4, 6e4, size=(2, 5, 4)).astype("float32")
+    u *= np.sign(np.random.default_rng(6).normal(size=u.shape)).astype("float32")
+    full = layer_cls(n_out=3, d_out=4, return_couplings=True, **kwargs)
+    half = layer_cls(n_out=3, d_out=4, return_couplings=True, dtype="mixed_float16", **kwargs)
+    full(u)
+    half(u)
+    half.set_weights(full.get_weights())
+    rounded = np.asarray(keras.ops.cast(keras.ops.cast(u, "float16"), "float32"))
+    want = [np.asarray(o) for o in full(rounded)]
+    got = [np.asarray(keras.ops.cast(o, "float32")) for o in half(u)]
+    for g, w in zip(got, want):
+        assert np.all(np.isfinite(g)), g
+        np.testing.assert_allclose(g, w, rtol=2e-3, atol=2e-3)

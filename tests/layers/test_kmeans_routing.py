@@ -156,3 +156,7 @@ def test_ragged_inputs_route_as_padded_and_masked():
 @pytest.mark.parametrize("mask_shape", [(2, 1), (1, 5), (1, 1)])
 def test_a_mask_of_another_shape_fails_when_shapes_are_known_only_at_run_time(mask_shape):
     rc.check_mask_of_another_shape_fails_when_shapes_are_known_only_at_run_time(KMeansRouting, mask_shape)
+
+
+def test_mixed_float16_routes_in_float32():
+    rc.check_mixed_float16_routes_in_float32(KMeansRouting)

@@ -62,7 +62,12 @@ def test_tiny_search_writes_best_model_and_hyperparameters(tuner, tmp_path, caps
         rebuilt.Fixed(name, value)
     model = keras.saving.load_model(tmp_path / "search" / "best_model.keras")
     assert model.output_shape == (None, 10)
-    assert DemoHyperModel(limit=40).build(rebuilt).count_params() == model.count_params()
+    trained = DemoHyperModel(limit=40).build(rebuilt)
+    assert trained.count_params() == model.count_params()
+    # the best trial's trained weights, not a fresh model with its hyperparameters
+    trained.load_weights(tmp_path / "search" / "demo" / f"trial_{best['trial_id']}" / "checkpoint.weights.h5")
+    for got, want in zip(model.weights, trained.weights, strict=True):
+        np.testing.assert_array_equal(got, want, err_msg=got.path)
 
 
 def test_a_stopped_search_resumes(tmp_path, capsys):

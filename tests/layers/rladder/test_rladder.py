@@ -267,22 +267,25 @@ def test_bad_input_shapes():
 
 
 def test_learns_next_step_prediction_of_a_periodic_sequence():
-    """Sines of random phase: predict x_{t+1} from x_1..x_t; the error drops clearly."""
+    """A 1-D sine of random phase: predict x_{t+1} from x_1..x_t. x_t alone does not say
+    whether the sine rises or falls, so a ladder that keeps nothing from step to step
+    cannot go below sin(0.8)^2 / 2 = 0.257 (E[x_{t+1} | x_t] = cos(0.8) x_t); after two
+    steps a recurrent one can. (A 2-D (sin, cos) pair was a rotation of x_t: a ladder
+    with no memory at all passed.)"""
     rng = np.random.default_rng(0)
-    n, steps = 96, 6
+    n, steps = 128, 8
     phase = rng.uniform(0, 2 * np.pi, size=(n, 1))
     t = np.arange(steps + 1)[None, :]
-    seq = np.stack([np.sin(0.8 * t + phase), np.cos(0.8 * t + phase)], axis=-1).astype("float32")
+    seq = np.sin(0.8 * t + phase)[..., None].astype("float32")
     x, y = seq[:, :-1], seq[:, 1:]
 
-    inputs = keras.Input((steps, 2))
+    inputs = keras.Input((steps, 1))
     prediction, _ = RLadder([level_spec("gated", 12)])(inputs)
     model = keras.Model(inputs, prediction)
     model.compile(keras.optimizers.Adam(0.02), "mse", jit_compile=False)  # fast to trace
-    before = model.evaluate(x, y, verbose=0)
-    model.fit(x, y, epochs=20, batch_size=32, verbose=0)
-    after = model.evaluate(x, y, verbose=0)
-    assert after < 0.2 * before and after < 0.05, (before, after)
+    model.fit(x, y, epochs=30, batch_size=32, verbose=0)
+    late = np.mean((model.predict(x, verbose=0)[:, 2:] - y[:, 2:]) ** 2)
+    assert late < 0.1, late  # without memory: >= 0.257
 
 
 def test_symbolic_output_spec_follows_the_policy():

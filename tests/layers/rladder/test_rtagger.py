@@ -339,6 +339,12 @@ def test_rtagger_trains_with_mixture_nll():
     history = model.fit(images, targets, epochs=8, batch_size=16, verbose=0)
     losses = history.history["loss"]
     assert np.all(np.isfinite(losses)) and losses[-1] < losses[0] - 0.1, losses
+    # The reconstruction sum_k pi_k m_k follows each image: a tagger that did not read its
+    # input could at best predict every pixel's mean (MSE = the pixels' variance).
+    packed = model.predict(images, verbose=0)[:, -1]  # last iteration: [b, K, H, W, C + 1]
+    recon = np.sum(packed[..., 1:] * packed[..., :1], axis=1)
+    mse, floor = np.mean((recon - images) ** 2), np.mean(images.var(axis=0))
+    assert mse < 0.5 * floor, (mse, floor)
 
 
 def test_adjusted_mutual_info():
