@@ -174,7 +174,8 @@ def resolve_strategy(strategy=None):
 
 
 def global_batch_size(per_replica_batch_size, strategy):
-    """``per_replica_batch_size x strategy.num_replicas_in_sync``."""
+    """``per_replica_batch_size x strategy.num_replicas_in_sync`` (``strategy`` None: the
+    strategy of the current scope, see :func:`resolve_strategy`)."""
     # int() silently truncated 8.5 to 8, and 0 or -2 failed later inside tf.data.
     if isinstance(per_replica_batch_size, bool) or not isinstance(per_replica_batch_size, numbers.Integral) \
             or per_replica_batch_size < 1:
@@ -182,6 +183,8 @@ def global_batch_size(per_replica_batch_size, strategy):
             "`per_replica_batch_size` must be a positive integer. "
             f"Received: per_replica_batch_size={per_replica_batch_size!r}"
         )
+    if strategy is None:
+        strategy = resolve_strategy(None)
     return int(per_replica_batch_size) * int(strategy.num_replicas_in_sync)
 
 
