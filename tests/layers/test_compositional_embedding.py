@@ -290,3 +290,24 @@ def test_a_list_of_tensors_or_string_ids_are_clear_errors():
     if BACKEND == "tensorflow":  # string tensors are TensorFlow's
         with pytest.raises(ValueError, match=r"integer ids.*Received: ids of dtype string"):
             layer(np.array([["a", "b"]]))
+
+
+def test_learns_the_sentiment_of_bags_of_words():
+    # DESIGN.md's check 7: a small model built with the layer learns a small task. Each
+    # of 60 words is "positive" or "negative"; a sequence of 7 words is positive when most
+    # of its words are. Mean of the (learned-code) embeddings -> Dense; chance is 50%.
+    rng = np.random.default_rng(0)
+    vocab = 60
+    polarity = rng.integers(0, 2, vocab)
+    ids = rng.integers(0, vocab, (1200, 7))
+    labels = (polarity[ids].sum(axis=1) > 3).astype("int32")
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((7,), dtype="int32")
+    x = CompositionalEmbedding(vocab, 8, num_codebooks=3)(inputs)
+    outputs = keras.layers.Dense(2)(keras.layers.GlobalAveragePooling1D()(x))
+    model = keras.Model(inputs, outputs)
+    model.compile(keras.optimizers.Adam(0.05), keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=["accuracy"])
+    model.fit(ids[:1000], labels[:1000], batch_size=50, epochs=15, verbose=0)
+    accuracy = model.evaluate(ids[1000:], labels[1000:], verbose=0)[1]
+    assert accuracy > 0.85, accuracy
