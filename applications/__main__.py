@@ -44,7 +44,7 @@ import subprocess
 import sys
 
 from applications import arguments, registry
-from applications.errors import CommandLineError, NotAFolderError, PathExistsError, PathPermissionError
+from applications.errors import CommandLineError, NotAFolderError, PathExistsError, PathPermissionError, report
 
 PROG = "keras-capsules"
 COMMANDS = ("train", "evaluate", "tune", "bench")
@@ -150,13 +150,11 @@ sys.argv = sys.argv[1:]
 sys.path.insert(0, os.path.dirname(sys.argv[0]))
 try:
     runpy.run_path(sys.argv[0], run_name="__main__")
-except Exception as err:
-    from applications.errors import CommandLineError
-    if not isinstance(err, CommandLineError) or os.environ.get("KERAS_CAPSULES_DEBUG"):
+except Exception as err:  # applications is imported only now: the script sets up TensorFlow first
+    from applications.errors import CommandLineError, report
+    if not isinstance(err, CommandLineError):
         raise
-    message = (str(err).strip().splitlines() or [type(err).__name__])[0]
-    print(f"keras-capsules: error: {message}", file=sys.stderr)
-    sys.exit(2)
+    sys.exit(report(err, "keras-capsules"))
 """
 
 
@@ -239,11 +237,7 @@ def main(argv=None):
     except _USER_ERRORS as err:
         if new_output:
             _remove_empty_dirs(new_output)
-        if os.environ.get("KERAS_CAPSULES_DEBUG"):  # the full traceback, for developers
-            raise
-        message = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        print(f"{PROG}: error: {message}", file=sys.stderr)
-        return 2
+        return report(err, PROG)
     except KeyboardInterrupt as interrupt:  # Ctrl-C: one line that says how to go on, no traceback
         if os.environ.get("KERAS_CAPSULES_DEBUG"):
             raise

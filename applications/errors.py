@@ -129,17 +129,24 @@ def writable_folder(folder, doing):
             raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), os.fspath(folder))
 
 
-def run_main(main, prog):
-    """Runs a module's ``main()`` as the ``keras-capsules`` command does its commands: a
-    :class:`CommandLineError` prints one line ``PROG: error: ...`` and exits with code 2
-    (``KERAS_CAPSULES_DEBUG=1``: the traceback)."""
+def report(err, prog):
+    """Prints the user error ``err`` as one line ``PROG: error: ...`` on stderr and returns
+    the exit code 2; with ``KERAS_CAPSULES_DEBUG`` set, raises it instead (the traceback,
+    for developers). What every command line of the project does with a
+    :class:`CommandLineError`."""
     import sys
 
+    if os.environ.get("KERAS_CAPSULES_DEBUG"):
+        raise err
+    message = (str(err).strip().splitlines() or [type(err).__name__])[0]
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    return 2
+
+
+def run_main(main, prog):
+    """Runs a module's ``main()`` as the ``keras-capsules`` command does its commands: a
+    :class:`CommandLineError` is one line and exit code 2 (see :func:`report`)."""
     try:
         return main()
     except CommandLineError as err:
-        if os.environ.get("KERAS_CAPSULES_DEBUG"):
-            raise
-        message = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        print(f"{prog}: error: {message}", file=sys.stderr)
-        return 2
+        return report(err, prog)
