@@ -107,13 +107,31 @@ def add_common_arguments(parser, command):
                             "the others (repeatable), e.g. --fixed n_iters=3")
 
 
+#: Options a resumed run may change: where things are, how it runs and reports, how
+#: far it trains (``--epochs``), how often it backs up; not what it trains.
+RESUMABLE_CHANGES = frozenset({
+    "application", "command", "run_dir", "data_dir", "cache_dir", "epochs", "save_freq", "quiet",
+    "strategy", "tpu", "intra_op_threads", "jit_compile", "test_hang_at",
+})
+
+
+def run_options(args):
+    """The options of a ``train`` command that its backups record (all but
+    :data:`RESUMABLE_CHANGES`): rerunning the command after a crash with another
+    value of one of them is refused, where it silently resumed the old run
+    (``fault_tolerance.AtomicBackupAndRestore``'s ``run_options``)."""
+    return {name: value for name, value in vars(args).items()
+            if name not in RESUMABLE_CHANGES and not callable(value)}
+
+
 def train_options(args, strategy):
     """The keyword arguments of an application's ``train`` that every ``run_train`` passes.
 
     ``run_dir`` (this process's ``distribute.output_dir``, created), ``epochs``,
     ``batch_size`` (the global batch for ``strategy``), ``seed``, ``verbose``,
     ``strategy`` and ``callbacks`` (``fault_tolerance.resumable_callbacks`` of the run
-    directory, so that the same command resumes after a crash).
+    directory, so that the same command resumes after a crash, and only the same:
+    :func:`run_options`).
     """
     from applications import fault_tolerance
 
@@ -127,7 +145,8 @@ def train_options(args, strategy):
         "seed": args.seed,
         "verbose": 0 if args.quiet else 1,
         "strategy": strategy,
-        "callbacks": fault_tolerance.resumable_callbacks(out, save_freq=args.save_freq),
+        "callbacks": fault_tolerance.resumable_callbacks(out, save_freq=args.save_freq,
+                                                         run_options=run_options(args)),
     }
 
 

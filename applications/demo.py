@@ -224,6 +224,9 @@ def train(
     calling ``train`` again with the same ``run_dir`` after a crash continues where it
     stopped (after the last epoch: trains nothing and writes the outputs). It is
     deleted last (``fault_tolerance.finish_run``): a later call starts a new run.
+    The backup records ``batch_size``, ``learning_rate``, ``seed``, ``limit`` and the
+    ``model_options``: resuming it with other values raises
+    ``fault_tolerance.BackupMismatchError`` (one line on the command line).
 
     Args:
         run_dir: output directory (other workers of a multi-worker cluster write below
@@ -267,7 +270,11 @@ def train(
         "metrics": os.path.join(out, "metrics.json"),
         "logs": os.path.join(out, "logs"),
     }
-    resumable = fault_tolerance.resumable_callbacks(out, save_freq=save_freq)
+    # named as the command line's options (the model options are its --filters, ...)
+    recorded = {"batch_size": batch_size, "learning_rate": learning_rate, "seed": seed, "limit": limit,
+                **model_options}
+    recorded.pop("synchronized_batchnorm")  # follows the strategy, which a resumed run may change
+    resumable = fault_tolerance.resumable_callbacks(out, save_freq=save_freq, run_options=recorded)
     if verbose:
         print(
             f"{model.name}: {model.count_params():,} parameters; {len(images)} digits; "

@@ -452,9 +452,19 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
     exception (a crash in ``fit`` or before ``finish``) this process keeps it (and may
     ``fit`` again) until it ends.
 
+    A run that records its options (``run_options``, a JSON-able dict: the command
+    line's, see ``applications.arguments.run_options``) keeps them in every backup; a
+    ``fit`` with other options raises :class:`BackupMismatchError` naming the options
+    that differ (the backup is kept). Without this, a rerun that changed an option
+    which leaves the weights' shapes alone (``--learning-rate``, ``--seed``, ...)
+    silently resumed the old run with its old options' weights and the new options'
+    training. A backup without recorded options (or a run that records none) is
+    resumed unchecked.
+
     Args:
         backup_dir, save_freq, double_checkpoint, delete_checkpoint: as in
             ``keras.callbacks.BackupAndRestore``.
+        run_options: the options of this run (default None: not recorded, not checked).
 
     Attributes:
         restored_epoch: the epoch training resumed at (0 for a fresh start), set by
@@ -464,10 +474,15 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
     restored_epoch = 0
     _trains = True
 
+    def __init__(self, backup_dir, *args, run_options=None, **kwargs):
+        super().__init__(backup_dir, *args, **kwargs)
+        self.run_options = None if run_options is None else _json_normalized(run_options)
+
     def on_train_begin(self, logs=None):
         # Two processes training one run (a job started again while the first still ran)
         # both trained, their backups and history.csv rows interleaved.
         _lock_backup(self.backup_dir)
+        self._check_run_options()
         if os.path.exists(self._weights_path) and not os.path.exists(self._training_metadata_path):
             # A kill inside the first backup of a run (after its weights, before its epoch):
             # no backup, so a fresh run (history.csv, bests, patience start again), which
@@ -503,6 +518,30 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         self._batches_seen_since_last_saving = 0
         # The logs of the epochs before the resume, which later backups keep holding.
         self._epoch_logs = {e: cells for e, cells in backup_logs(self.backup_dir).items() if e < self.restored_epoch}
+
+    def _check_run_options(self):
+        """Raises :class:`BackupMismatchError` when the backup recorded other options."""
+        if self.run_options is None:
+            return
+        try:
+            with open(self._training_metadata_path) as f:
+                saved = json.load(f).get("options")
+        except (OSError, ValueError, AttributeError):  # no backup, or not a dict
+            return
+        if not isinstance(saved, dict) or saved == self.run_options:
+            return
+        differ = [
+            f"{_option_text(name, saved.get(name, _MISSING))} (now "
+            f"{_option_text(name, self.run_options.get(name, _MISSING), bare=True)})"
+            for name in sorted(set(saved) | set(self.run_options))
+            if saved.get(name, _MISSING) != self.run_options.get(name, _MISSING)
+        ]
+        _release_backup(self.backup_dir)
+        run_dir = os.path.dirname(os.path.abspath(self.backup_dir))
+        raise BackupMismatchError(
+            f"the backup in {run_dir} is of a run with other options: {', '.join(differ)}; rerun with that "
+            "run's options to finish it, or pass a new --run-dir"
+        )
 
     def on_epoch_begin(self, epoch, logs=None):
         # Also right when fit starts at its own initial_epoch (Keras knew only restored epochs).
@@ -567,10 +606,35 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         # The logs of every epoch done, for the rows of history.csv (see backup_logs).
         done = {str(e): cells for e, cells in sorted(getattr(self, "_epoch_logs", {}).items())
                 if e < self._current_epoch}
-        write_json_atomically(
-            {"epoch": self._current_epoch, "batch": self._last_batch_seen, "logs": done},
-            self._training_metadata_path,
-        )
+        metadata = {"epoch": self._current_epoch, "batch": self._last_batch_seen, "logs": done}
+        if self.run_options is not None:
+            metadata["options"] = self.run_options
+        write_json_atomically(metadata, self._training_metadata_path)
+
+
+_MISSING = object()
+
+
+def _json_normalized(options):
+    """``options`` as JSON gives it back (tuples as lists, other objects as their text)."""
+    if not isinstance(options, dict):
+        raise InputError(f"`run_options` must be a dict. Received: run_options={options!r}")
+    return json.loads(json.dumps(options, default=str, sort_keys=True))
+
+
+def _option_text(name, value, bare=False):
+    """``--name value`` as a command line would give it (``bare``: the value alone)."""
+    if value is _MISSING:
+        text = "not given"
+    elif isinstance(value, bool):
+        text = "on" if value else "off"
+    elif value is None:
+        text = "default"
+    elif isinstance(value, list):
+        text = " ".join(str(v) for v in value)
+    else:
+        text = str(value)
+    return text if bare else f"--{name.replace('_', '-')} {text}"
 
 
 def _copy(src, dst):
@@ -905,13 +969,16 @@ def _csv_line(header, cells, dialect):
     return text.getvalue()
 
 
-def resumable_callbacks(run_dir, save_freq="epoch"):
+def resumable_callbacks(run_dir, save_freq="epoch", run_options=None):
     """``[AtomicBackupAndRestore, CSVLogger]`` for a run in ``run_dir``.
 
     Args:
         run_dir: the run directory (backup in ``run_dir/backup``, log in
             ``run_dir/history.csv``).
         save_freq: ``"epoch"`` or a number of steps between backups.
+        run_options: the run's options, recorded in its backups: resuming the backup
+            with other options is refused (:class:`BackupMismatchError`). Default None:
+            not recorded.
 
     A fresh run (no backup in ``run_dir`` when training begins) starts
     ``history.csv`` again; a resumed run appends to it.
@@ -927,7 +994,8 @@ def resumable_callbacks(run_dir, save_freq="epoch"):
         raise InputError(f"`save_freq` must be 'epoch' or a positive number of steps. Received: save_freq={save_freq!r}")
     save_freq = save_freq if save_freq == "epoch" else int(save_freq)
     return [
-        AtomicBackupAndRestore(os.path.join(run_dir, BACKUP_DIR), save_freq=save_freq, delete_checkpoint=False),
+        AtomicBackupAndRestore(os.path.join(run_dir, BACKUP_DIR), save_freq=save_freq, delete_checkpoint=False,
+                               run_options=run_options),
         _RunHistoryCSV(os.path.join(run_dir, HISTORY_CSV), run_dir),
     ]
 

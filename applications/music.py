@@ -1285,7 +1285,7 @@ def add_arguments(parser, command):
 
 def run_train(args, strategy):
     from applications import fault_tolerance
-    from applications.arguments import train_options
+    from applications.arguments import run_options, train_options
     from applications.errors import CommandLineError
 
     # options that only act with another one were accepted and silently ignored
@@ -1304,7 +1304,8 @@ def run_train(args, strategy):
                 return first
             folder = os.path.join(run_dir, f"member_{member}")
             os.makedirs(folder, exist_ok=True)
-            return fault_tolerance.resumable_callbacks(folder, save_freq=args.save_freq)
+            return fault_tolerance.resumable_callbacks(folder, save_freq=args.save_freq,
+                                                       run_options=run_options(args))
 
         options["callbacks"] = member_callbacks
     return train(

@@ -540,13 +540,14 @@ def run_train(args, strategy):
     import os
 
     from applications import fault_tolerance
+    from applications.arguments import run_options
     from applications.demo import plot_history
 
     _require_data(args.data_dir)
     out = distribute.output_dir(args.run_dir, strategy)
     with user_path(f"cannot create the run directory {out!r}"):
         os.makedirs(out, exist_ok=True)
-    resumable = fault_tolerance.resumable_callbacks(out, save_freq=args.save_freq)
+    resumable = fault_tolerance.resumable_callbacks(out, save_freq=args.save_freq, run_options=run_options(args))
     model, history = train(
         data_dir=args.data_dir,
         run_dir=out,

@@ -195,6 +195,42 @@ def test_a_crash_between_fit_and_the_model_save_is_finished_by_the_rerun(name, t
     assert not (run_dir / "backup").exists()
 
 
+@pytest.mark.parametrize("name", ["demo", *RUNNABLE])
+def test_a_rerun_with_other_options_is_refused_and_the_backup_kept(name, tmp_path, capsys, monkeypatch):
+    # A rerun after a crash that changed an option leaving the weights' shapes alone
+    # (here --seed; --learning-rate, ...) silently resumed the old run's backup.
+    from applications import fault_tolerance
+
+    class CrashAfterEpoch(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            raise RuntimeError("crash (simulated)")
+
+    make = fault_tolerance.resumable_callbacks
+    monkeypatch.setattr(fault_tolerance, "resumable_callbacks", lambda *a, **kw: [*make(*a, **kw), CrashAfterEpoch()])
+    run_dir = tmp_path / "run"
+    options = ["--limit", "40", "--batch-size", "16"] if name == "demo" else TINY[name]
+    argv = ["train", name, *options, "--epochs", "2", "--quiet", "--run-dir", str(run_dir)]
+    with pytest.raises(RuntimeError, match="simulated"):
+        cli.main(argv)
+    monkeypatch.setattr(fault_tolerance, "resumable_callbacks", make)
+    assert fault_tolerance.backup_epoch(str(run_dir / "backup")) == 1
+    capsys.readouterr()
+    assert cli.main([*argv, "--seed", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "other options: --seed 0 (now 1)" in err and "--run-dir" in err and len(err.strip().splitlines()) == 1, err
+    assert fault_tolerance.backup_epoch(str(run_dir / "backup")) == 1, "the backup was not kept"
+    # the same options (and a changed --epochs, which a resume may change) resume the run
+    trained = []
+
+    class CountEpochs(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            trained.append(epoch)
+
+    monkeypatch.setattr(fault_tolerance, "resumable_callbacks", lambda *a, **kw: [*make(*a, **kw), CountEpochs()])
+    assert cli.main([*argv[:-5], "--epochs", "3", "--quiet", "--run-dir", str(run_dir)]) == 0, capsys.readouterr().err
+    assert trained == [1, 2]
+
+
 def test_smallnorb_unprepared_is_the_friendly_tfds_error(tmp_path, capsys):
     assert cli.main(["train", "smallnorb", "--data-dir", str(tmp_path), "--quiet"]) == 2
     err = capsys.readouterr().err
