@@ -39,10 +39,7 @@ def main(argv=None):
     from applications.mnist_digits import default_data_dir, load_idx_digits
     import keras
 
-    try:
-        images, labels = load_idx_digits(args.data_dir or default_data_dir())
-    except FileNotFoundError as err:
-        raise SystemExit(f"error: {err}") from None
+    images, labels = load_idx_digits(args.data_dir or default_data_dir())
     keras.utils.set_random_seed(args.seed)
     train_ds, test_ds = demo.make_datasets(
         images, labels, args.batch_size, test_fraction=0.2, seed=args.seed
@@ -65,4 +62,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # a user error (missing data, a bad value) is one line, as under `keras-capsules bench`
+    from applications.errors import run_main
+
+    sys.exit(run_main(main, "em_routing_mnist.py"))

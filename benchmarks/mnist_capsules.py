@@ -137,4 +137,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    # a user error (missing data, a bad value) is one line, as under `keras-capsules bench`
+    from applications.errors import run_main
+
+    sys.exit(run_main(main, "mnist_capsules.py"))

@@ -98,7 +98,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import applications.text_classification as text_classification  # noqa: E402
-from applications import distribute  # noqa: E402
+from applications import distribute, sst_trees  # noqa: E402
 from applications.text_classification import data as data_lib  # noqa: E402
 from applications.text_classification import model as model_lib  # noqa: E402
 from applications.text_classification import recipe  # noqa: E402
@@ -218,6 +218,9 @@ def main(argv=None):
                         help="threads inside one TensorFlow op, 0: all cores (default: the "
                         "application's, %(default)s)")
     args = parser.parse_args(argv)
+    if args.part in ("learning", "all"):
+        # before the throughput part's minutes of work: a missing folder failed only after them
+        sst_trees.require_split_files(args.data_dir)
     distribute.set_intra_op_threads(args.intra_op_threads)  # before the first op
     print(f"TensorFlow {tf.__version__}, Keras {keras.__version__}; intra-op threads "
           f"{tf.config.threading.get_intra_op_parallelism_threads() or 'all'}; {load_average()}", flush=True)
@@ -232,4 +235,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # a user error (missing data, a bad value) is one line, as under `keras-capsules bench`
+    from applications.errors import run_main
+
+    sys.exit(run_main(main, "text_classification.py"))

@@ -20,3 +20,25 @@ def test_help(script):
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "usage:" in proc.stdout
+
+
+# script -> arguments that name a data folder that is not there ({missing})
+MISSING_DATA = {
+    "mnist_capsules": ["--data-dir", "{missing}"],
+    "sst_routing": ["--data-dir", "{missing}"],
+    "text_classification": ["--data-dir", "{missing}"],
+    "rladder": ["jsb", "--data-path", "{missing}"],
+    "em_routing_mnist": ["--data-dir", "{missing}"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(MISSING_DATA))
+def test_run_directly_with_missing_data_is_one_line(name, tmp_path):
+    # run as `python benchmarks/NAME.py` (not through `keras-capsules bench`), a missing
+    # data folder ended with a traceback
+    script = next(p for p in BENCHMARKS if p.stem == name)
+    args = [a.replace("{missing}", str(tmp_path / "missing")) for a in MISSING_DATA[name]]
+    proc = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=300)
+    lines = [line for line in proc.stderr.splitlines() if str(tmp_path / "missing") in line]
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert len(lines) == 1 and lines[0].startswith(f"{name}.py: error:"), lines
