@@ -31,6 +31,7 @@ positive_float = _number_type(float, lambda v: math.isfinite(v) and v > 0, "a po
 non_negative_float = _number_type(float, lambda v: math.isfinite(v) and v >= 0, "a non-negative number")
 # dropout rates and the like (NaN fails the comparison, so it is refused too)
 rate = _number_type(float, lambda v: 0 <= v < 1, "a number in [0, 1)")
+fraction = _number_type(float, lambda v: 0 <= v <= 1, "a number in [0, 1]")
 # Keras' set_random_seed takes [0, 2**32); outside it, training failed late with "Seed must be between ...".
 seed_int = _number_type(int, lambda v: 0 <= v < 2**32, "an integer seed in [0, 2**32)")
 

@@ -88,12 +88,23 @@ def worker(shape, algorithm, jit, repeats):
     }
 
 
+def _positive_int(text):
+    # (applications.arguments.positive_int: not imported here, this process stays without TensorFlow)
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shape", choices=[*SHAPES, "all"], default="all")
     parser.add_argument("--algorithm", choices=["auto", "votes", "moments", "all"], default="all")
     parser.add_argument("--jit", choices=["on", "off", "both"], default="both")
-    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--repeats", type=_positive_int, default=10)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 

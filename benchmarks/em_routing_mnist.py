@@ -20,19 +20,20 @@ import numpy as np
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from applications.arguments import non_negative_int, positive_float, positive_int, seed_int  # noqa: E402
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", default=None, help="folder of the t10k IDX files (default: ../shared/data/mnist)")
-    parser.add_argument("--epochs", type=int, default=20)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--learning-rate", type=float, default=3e-3)
-    parser.add_argument("--n-iters", type=int, default=2, help="EM iterations of both routing layers")
-    parser.add_argument("--hidden-capsules", type=int, default=32)
-    parser.add_argument("--filters", type=int, default=32)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--verbose", type=int, default=2)
+    parser.add_argument("--epochs", type=positive_int, default=20)
+    parser.add_argument("--batch-size", type=positive_int, default=32)
+    parser.add_argument("--learning-rate", type=positive_float, default=3e-3)
+    parser.add_argument("--n-iters", type=positive_int, default=2, help="EM iterations of both routing layers")
+    parser.add_argument("--hidden-capsules", type=positive_int, default=32)
+    parser.add_argument("--filters", type=positive_int, default=32)
+    parser.add_argument("--seed", type=seed_int, default=0)
+    parser.add_argument("--verbose", type=non_negative_int, default=2)
     args = parser.parse_args(argv)
 
     from applications import demo  # first: keras_capsules' TensorFlow runtime defaults

@@ -48,6 +48,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import keras_capsules  # noqa: E402,F401  (first: its TensorFlow runtime defaults)
+from applications.arguments import non_negative_float, non_negative_int, positive_float, positive_int, seed_int  # noqa: E402
 import keras  # noqa: E402
 from keras_capsules.callbacks import TimeBudget  # noqa: E402
 import numpy as np  # noqa: E402
@@ -60,20 +61,20 @@ from applications.mnist_digits import default_data_dir, load_idx_digits  # noqa:
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-dir", default=str(default_data_dir()))
-    parser.add_argument("--n-train", type=int, default=8000)
-    parser.add_argument("--n-test", type=int, default=2000)
-    parser.add_argument("--epochs", type=int, default=15)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--min-lr", type=float, default=1e-5)
-    parser.add_argument("--max-lr", type=float, default=1e-3)
-    parser.add_argument("--n-iters", type=int, default=2, help="EM iterations of both routings")
-    parser.add_argument("--beta-stddev", type=float, default=0.1,
+    parser.add_argument("--n-train", type=positive_int, default=8000)
+    parser.add_argument("--n-test", type=positive_int, default=2000)
+    parser.add_argument("--epochs", type=positive_int, default=15)
+    parser.add_argument("--batch-size", type=positive_int, default=32)
+    parser.add_argument("--min-lr", type=positive_float, default=1e-5)
+    parser.add_argument("--max-lr", type=positive_float, default=1e-3)
+    parser.add_argument("--n-iters", type=positive_int, default=2, help="EM iterations of both routings")
+    parser.add_argument("--beta-stddev", type=non_negative_float, default=0.1,
                         help="initial standard deviation of beta_use/beta_ign (0: the paper's zeros)")
-    parser.add_argument("--padding", type=int, default=2, help="random-shift augmentation")
-    parser.add_argument("--mixup", type=float, default=0.0, help="mixup alpha (0: off)")
-    parser.add_argument("--budget-minutes", type=float, default=20.0)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--verbose", type=int, default=2)
+    parser.add_argument("--padding", type=non_negative_int, default=2, help="random-shift augmentation")
+    parser.add_argument("--mixup", type=non_negative_float, default=0.0, help="mixup alpha (0: off)")
+    parser.add_argument("--budget-minutes", type=positive_float, default=20.0)
+    parser.add_argument("--seed", type=seed_int, default=0)
+    parser.add_argument("--verbose", type=non_negative_int, default=2)
     args = parser.parse_args(argv)
 
     keras.utils.set_random_seed(args.seed)

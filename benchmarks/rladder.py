@@ -105,7 +105,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from applications.arguments import mask_damping  # noqa: E402
+from applications.arguments import fraction, mask_damping, non_negative_float, non_negative_int, positive_float, positive_int, rate, seed_int  # noqa: E402
 from keras_capsules.callbacks import BudgetLinearDecay, TimeBudget  # noqa: E402
 from keras_capsules.layers.rladder.level_spec import CONV_ENCODERS, UNFLATTENS  # noqa: E402
 
@@ -381,21 +381,21 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="benchmark", required=True)
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--budget-minutes", type=float, default=18.0)
-    common.add_argument("--seed", type=int, default=0)
-    common.add_argument("--verbose", type=int, default=2)
+    common.add_argument("--budget-minutes", type=positive_float, default=18.0)
+    common.add_argument("--seed", type=seed_int, default=0)
+    common.add_argument("--verbose", type=non_negative_int, default=2)
 
     p = sub.add_parser("occluded", parents=[common], help="Occluded Moving MNIST error")
     p.add_argument("--data-dir", default=str(default_data_dir()))
     p.add_argument("--variants", nargs="+", default=["rladder", "temporal", "no_feedback"])
-    p.add_argument("--num-train", type=int, default=20000)
-    p.add_argument("--num-test", type=int, default=2000)
-    p.add_argument("--epochs", type=int, default=100, help="at most; the time budget stops first")
-    p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--conv-units", type=int, nargs=3, default=[8, 16, 16])
-    p.add_argument("--dense-units", type=int, default=64)
-    p.add_argument("--learning-rate", type=float, default=1e-3)
-    p.add_argument("--frame-size", type=int, default=24, help="frames of N x N pixels (paper: 32)")
+    p.add_argument("--num-train", type=positive_int, default=20000)
+    p.add_argument("--num-test", type=positive_int, default=2000)
+    p.add_argument("--epochs", type=positive_int, default=100, help="at most; the time budget stops first")
+    p.add_argument("--batch-size", type=positive_int, default=16)
+    p.add_argument("--conv-units", type=positive_int, nargs=3, default=[8, 16, 16])
+    p.add_argument("--dense-units", type=positive_int, default=64)
+    p.add_argument("--learning-rate", type=positive_float, default=1e-3)
+    p.add_argument("--frame-size", type=positive_int, default=24, help="frames of N x N pixels (paper: 32)")
     p.add_argument("--classify", default="every", choices=("every", "last"),
                    help="classification cost on every step or on the last one")
     p.add_argument("--normalization", default="none", choices=("layer", "none"),
@@ -406,8 +406,8 @@ def main(argv=None):
                    help="instance normalization in every variant's convolutions (ladder: --conv-encoder conv)")
     p.add_argument("--jit-compile", action=argparse.BooleanOptionalAction, default=True,
                    help="XLA-compile every variant's training step")
-    p.add_argument("--frame-weight", type=float, default=1.0, help="weight of the next-frame cost")
-    p.add_argument("--final-lr-fraction", type=float, default=0.05,
+    p.add_argument("--frame-weight", type=non_negative_float, default=1.0, help="weight of the next-frame cost")
+    p.add_argument("--final-lr-fraction", type=fraction, default=0.05,
                    help="the learning rate decays linearly over each variant's budget to this fraction "
                    "of --learning-rate (1: constant; default: %(default)s)")
     p.add_argument("--feedback-initializer", default="zeros", choices=("zeros", "default"),
@@ -422,7 +422,7 @@ def main(argv=None):
     for key in ("rotation", "scale", "shear", "shift"):
         p.add_argument(f"--affine-{key}", type=float, default=None,
                        help=f"with --augment affine: applications.occluded_mnist.augment_digits's {key}")
-    p.add_argument("--intra-op-threads", type=int, default=1,
+    p.add_argument("--intra-op-threads", type=non_negative_int, default=1,
                    help="TensorFlow threads inside one op (0: all cores)")
     p.add_argument("--parallel", action=argparse.BooleanOptionalAction, default=True,
                    help="train the variants side by side, one process each, every one for the whole "
@@ -432,76 +432,76 @@ def main(argv=None):
 
     p = sub.add_parser("jsb", parents=[common], help="JSB Chorales test NLL")
     p.add_argument("--data-path", default=str(default_data_path()))
-    p.add_argument("--epochs", type=int, default=150, help="epochs of each ensemble member")
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--learning-rate", type=float, default=3e-3)
-    p.add_argument("--units", type=int, nargs="+", default=[128, 64])
+    p.add_argument("--epochs", type=positive_int, default=150, help="epochs of each ensemble member")
+    p.add_argument("--batch-size", type=positive_int, default=32)
+    p.add_argument("--learning-rate", type=positive_float, default=3e-3)
+    p.add_argument("--units", type=positive_int, nargs="+", default=[128, 64])
     p.add_argument("--encoder", nargs="+", default=["gated"], choices=("gated", "lstm"),
                    help="encoder cells; several: ensemble member i uses the i-th (cyclically)")
-    p.add_argument("--input-dropout", type=float, default=0.1)
-    p.add_argument("--window", type=int, default=32)
-    p.add_argument("--transpose", type=int, default=0,
+    p.add_argument("--input-dropout", type=rate, default=0.1)
+    p.add_argument("--window", type=positive_int, default=32)
+    p.add_argument("--transpose", type=non_negative_int, default=0,
                    help="move training windows by up to N semitones (0: off)")
-    p.add_argument("--weight-decay", type=float, default=0.0, help="AdamW's decoupled weight decay")
-    p.add_argument("--ema-momentum", type=float, default=0.99,
+    p.add_argument("--weight-decay", type=non_negative_float, default=0.0, help="AdamW's decoupled weight decay")
+    p.add_argument("--ema-momentum", type=rate, default=0.99,
                    help="validate and keep a moving average of the weights (negative: off)")
-    p.add_argument("--reduce-lr-patience", type=int, default=None,
+    p.add_argument("--reduce-lr-patience", type=positive_int, default=None,
                    help="halve the learning rate after N epochs without a better validation loss")
-    p.add_argument("--reduce-lr-factor", type=float, default=0.5)
-    p.add_argument("--dropout", type=float, default=0.3,
+    p.add_argument("--reduce-lr-factor", type=rate, default=0.5)
+    p.add_argument("--dropout", type=rate, default=0.3,
                    help="RLadder's dropout on the signals between levels (encoder and decoder outputs)")
     p.add_argument("--dropout-noise", default="step", choices=("step", "sequence"),
                    help="new dropout masks every step, or one per sequence (variational)")
-    p.add_argument("--zoneout", type=float, default=0.0, help="RLadder's zoneout rate of the encoder states")
+    p.add_argument("--zoneout", type=rate, default=0.0, help="RLadder's zoneout rate of the encoder states")
     p.add_argument("--init-output-bias", action=argparse.BooleanOptionalAction, default=True,
                    help="start the output bias at the log-odds of each key's training frequency")
-    p.add_argument("--ensemble", type=int, default=1,
+    p.add_argument("--ensemble", type=positive_int, default=1,
                    help="train N models one after the other within the budget; average their probabilities")
     p.add_argument("--readout", nargs="+", default=["nade"], choices=("independent", "nade"),
                    help="independent: one Bernoulli per key given the past (the paper's); nade: each key "
                    "also given the lower keys of its step; several: member i uses the i-th (cyclically)")
-    p.add_argument("--nade-units", type=int, default=64, help="hidden units of the NADE read-out")
-    p.add_argument("--intra-op-threads", type=int, default=1,
+    p.add_argument("--nade-units", type=positive_int, default=64, help="hidden units of the NADE read-out")
+    p.add_argument("--intra-op-threads", type=non_negative_int, default=1,
                    help="TensorFlow threads inside one op (0: all cores)")
     # 17 minutes of training leave time for the evaluation of the ensemble within 20
     p.set_defaults(run=jsb, budget_minutes=17.0)
 
     p = sub.add_parser("tagger", parents=[common], help="RTagger AMI per iteration")
     p.add_argument("--data-dir", default=str(default_data_dir()))
-    p.add_argument("--num-train", type=int, default=4000)
-    p.add_argument("--num-test", type=int, default=500)
-    p.add_argument("--groups", type=int, default=2)
-    p.add_argument("--iters", type=int, default=5)
-    p.add_argument("--epochs", type=int, default=40, help="at most; the time budget usually stops first")
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--learning-rate", type=float, default=2e-3,
+    p.add_argument("--num-train", type=positive_int, default=4000)
+    p.add_argument("--num-test", type=positive_int, default=500)
+    p.add_argument("--groups", type=positive_int, default=2)
+    p.add_argument("--iters", type=positive_int, default=5)
+    p.add_argument("--epochs", type=positive_int, default=40, help="at most; the time budget usually stops first")
+    p.add_argument("--batch-size", type=positive_int, default=32)
+    p.add_argument("--learning-rate", type=positive_float, default=2e-3,
                    help="Adam's learning rate (2e-3 since the fifteenth round; 1e-3 before)")
-    p.add_argument("--conv-units", type=int, default=16)
-    p.add_argument("--dense-units", type=int, default=64)
-    p.add_argument("--pool", type=int, default=2, help="max pooling before the ladder's dense top")
-    p.add_argument("--sigma", type=float, default=0.1, help="the Gaussians' standard deviation")
-    p.add_argument("--noise-std", type=float, default=0.4, help="input corruption in training")
+    p.add_argument("--conv-units", type=positive_int, default=16)
+    p.add_argument("--dense-units", type=positive_int, default=64)
+    p.add_argument("--pool", type=positive_int, default=2, help="max pooling before the ladder's dense top")
+    p.add_argument("--sigma", type=positive_float, default=0.1, help="the Gaussians' standard deviation")
+    p.add_argument("--noise-std", type=non_negative_float, default=0.4, help="input corruption in training")
     p.add_argument("--classify", action=argparse.BooleanOptionalAction, default=True,
                    help="the classifier head on the groups (reports its error per iteration)")
     p.add_argument("--head-input", default="mask_and_share", choices=("share", "mask", "mask_and_share"))
     p.add_argument("--head-type", default="conv", choices=("dense", "conv"))
-    p.add_argument("--class-weight", type=float, default=1.0, help="weight of the classifier's cost")
+    p.add_argument("--class-weight", type=non_negative_float, default=1.0, help="weight of the classifier's cost")
     p.add_argument("--mask-update", default="posterior", choices=("learned", "posterior"),
                    help="RTagger's new masks: the read-out's, or its prior times the likelihood (E-step)")
-    p.add_argument("--initial-mask-scale", type=int, default=14,
+    p.add_argument("--initial-mask-scale", type=positive_int, default=14,
                    help="pixels per random initial mask logit (1: per pixel; larger: smooth blobs)")
     p.add_argument("--texture-style", default="smooth", choices=("binary", "smooth"),
                    help="two-level or continuous-valued textures")
-    p.add_argument("--mean-gap", type=float, default=0.0,
+    p.add_argument("--mean-gap", type=non_negative_float, default=0.0,
                    help="least difference of the digit's and background's mean intensities")
     p.add_argument("--texture-set", default="fixed", choices=("random", "fixed"),
                    help="procedural textures drawn per image, or two of a fixed bank of gratings")
-    p.add_argument("--bank-size", type=int, default=8, help="textures in the fixed bank")
+    p.add_argument("--bank-size", type=positive_int, default=8, help="textures in the fixed bank")
     p.add_argument("--texture-shift", action=argparse.BooleanOptionalAction, default=False,
                    help="a random phase per image for the fixed bank's gratings")
-    p.add_argument("--posterior-sigma", type=float, default=None,
+    p.add_argument("--posterior-sigma", type=positive_float, default=None,
                    help="sigma of the posterior mask update only (default: --sigma)")
-    p.add_argument("--initial-mask-stddev", type=float, default=1.0,
+    p.add_argument("--initial-mask-stddev", type=non_negative_float, default=1.0,
                    help="standard deviation of the random initial mask logits")
     p.add_argument("--unflatten", default="broadcast", choices=UNFLATTENS,
                    help="how the ladder's dense top reaches the pixels of the conv decoder below")
@@ -513,25 +513,25 @@ def main(argv=None):
     p.add_argument("--mask-damping", type=mask_damping, default=0.0,
                    help="share of the previous iteration's masks kept in the new ones (RTagger's mask_damping): "
                         "a number in [0, 1) or 'learned' (a learned share per pixel; seventeenth round)")
-    p.add_argument("--num-valid", type=int, default=200,
+    p.add_argument("--num-valid", type=non_negative_int, default=200,
                    help="validation images of held-out training digits; the epoch with the best "
                         "last-iteration validation AMI is kept (0: the last epoch)")
-    p.add_argument("--intra-op-threads", type=int, default=1,
+    p.add_argument("--intra-op-threads", type=non_negative_int, default=1,
                    help="TensorFlow threads inside one op (0: all cores)")
     p.set_defaults(run=tagger, budget_minutes=17.0)
 
     p = sub.add_parser("loop", parents=[common], help="RLadder's unrolled and symbolic loops: compile time and speed")
-    p.add_argument("--steps", type=int, nargs="+", default=[32, 160], help="sequence lengths T")
-    p.add_argument("--units", type=int, nargs="+", default=[128, 64])
+    p.add_argument("--steps", type=positive_int, nargs="+", default=[32, 160], help="sequence lengths T")
+    p.add_argument("--units", type=positive_int, nargs="+", default=[128, 64])
     p.add_argument("--encoder", default="gated", choices=("gated", "lstm"))
-    p.add_argument("--features", type=int, default=88)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--steps-timed", type=int, default=10, help="training steps timed after the first")
+    p.add_argument("--features", type=positive_int, default=88)
+    p.add_argument("--batch-size", type=positive_int, default=32)
+    p.add_argument("--steps-timed", type=positive_int, default=10, help="training steps timed after the first")
     p.add_argument("--jit-compile", type=int, nargs="+", default=[0, 1], choices=(0, 1),
                    help="0: without XLA, 1: with XLA")
-    p.add_argument("--max-unrolled-xla", type=int, default=64,
+    p.add_argument("--max-unrolled-xla", type=positive_int, default=64,
                    help="skip XLA of an unrolled ladder of more steps (minutes to compile)")
-    p.add_argument("--intra-op-threads", type=int, default=1,
+    p.add_argument("--intra-op-threads", type=non_negative_int, default=1,
                    help="TensorFlow threads inside one op (0: all cores)")
     p.set_defaults(run=loop)
 

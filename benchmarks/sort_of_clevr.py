@@ -138,6 +138,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import keras_capsules  # noqa: E402,F401  (first: its TensorFlow runtime defaults)
+from applications.arguments import fraction, non_negative_int, positive_float, positive_int, seed_int  # noqa: E402
 import keras  # noqa: E402
 from keras_capsules.callbacks import BudgetLinearDecay, TimeBudget  # noqa: E402
 
@@ -194,15 +195,15 @@ def run(name, seconds, test_sets, units=64, batch_size=64, learning_rate=3e-3, e
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--minutes", type=float, default=20.0, help="total training time budget")
+    parser.add_argument("--minutes", type=positive_float, default=20.0, help="total training time budget")
     parser.add_argument("--models", default="mac4,mac1,baseline")
-    parser.add_argument("--units", type=int, default=64)
-    parser.add_argument("--learning-rate", type=float, default=3e-3)
-    parser.add_argument("--test-examples", type=int, default=1000, help="per kind")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the weights and the training stream")
-    parser.add_argument("--coordinate-frequencies", type=int, default=4,
+    parser.add_argument("--units", type=positive_int, default=64)
+    parser.add_argument("--learning-rate", type=positive_float, default=3e-3)
+    parser.add_argument("--test-examples", type=positive_int, default=1000, help="per kind")
+    parser.add_argument("--seed", type=seed_int, default=0, help="seed of the weights and the training stream")
+    parser.add_argument("--coordinate-frequencies", type=non_negative_int, default=4,
                         help="MAC's symbolic KB: sin/cos frequencies per coordinate (0: raw x, y)")
-    parser.add_argument("--final-lr-fraction", type=float, default=0.05,
+    parser.add_argument("--final-lr-fraction", type=fraction, default=0.05,
                         help="decay the learning rate linearly over each model's time budget to this "
                              "fraction of --learning-rate (1: constant)")
     parser.add_argument("--jit", default="on", choices=("on", "off"),

@@ -40,6 +40,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 import keras_capsules  # noqa: E402,F401  (first: its TensorFlow runtime defaults)
+from applications.arguments import non_negative_float, non_negative_int, positive_float, positive_int, seed_int  # noqa: E402
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
@@ -93,22 +94,21 @@ def main(argv=None):
     parser.add_argument("--run-dir", default="runs/sst_benchmark")
     parser.add_argument("--preset", default=sst.DEFAULT_PRESET)
     parser.add_argument("--train-on", choices=("sentences", "phrases"), default="sentences")
-    parser.add_argument("--max-train", type=int, default=None,
+    parser.add_argument("--max-train", type=positive_int, default=None,
                         help="train on a seeded random sample of this many training texts")
     parser.add_argument("--tasks", default="5,2")
-    parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--max-lr", type=float, default=5e-4)
-    parser.add_argument("--mixup", type=float, default=0.2, help="mixup alpha; 0 for none")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--verbose", type=int, default=2)
+    parser.add_argument("--epochs", type=positive_int, default=3)
+    parser.add_argument("--batch-size", type=positive_int, default=32)
+    parser.add_argument("--max-lr", type=positive_float, default=5e-4)
+    parser.add_argument("--mixup", type=non_negative_float, default=0.2, help="mixup alpha; 0 for none")
+    parser.add_argument("--seed", type=seed_int, default=0)
+    parser.add_argument("--verbose", type=non_negative_int, default=2)
     args = parser.parse_args(argv)
 
     t0 = time.time()
     encoder = args.preset  # loaded only if a split is not cached yet
 
     def embedded(split, phrases, limit=None):
-        nonlocal encoder
         texts, labels = sst_trees.load_split(args.data_dir, split, "5", phrases=phrases)
         if limit is not None and limit < len(texts):
             # A seeded random sample (sorted, so the cache key is stable for a seed).

@@ -92,6 +92,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import keras_capsules  # noqa: E402,F401  (first: its TensorFlow runtime defaults)
+from applications.arguments import non_negative_int, positive_float, positive_int, seed_int  # noqa: E402
 import keras  # noqa: E402
 from keras_capsules.callbacks import TimeBudget  # noqa: E402
 import numpy as np  # noqa: E402
@@ -199,22 +200,22 @@ def main(argv=None):
     parser.add_argument("--routings", nargs="+", default=None, choices=model_lib.ROUTINGS,
                         help="default: all three for learning, kmeans for throughput")
     parser.add_argument("--data-dir", default=str(default_sst_dir()), help="SST tree-file folder")
-    parser.add_argument("--minutes", type=float, default=15.0, help="training budget per model")
-    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--minutes", type=positive_float, default=15.0, help="training budget per model")
+    parser.add_argument("--epochs", type=positive_int, default=10)
     parser.add_argument("--embedding", default="compositional", choices=model_lib.EMBEDDINGS,
                         help="learning: the embedding of all three models")
     parser.add_argument("--sentences", action="store_true",
                         help="train on the training sentences only (default: on every labelled phrase "
                         "of the training trees, as SST-2/R is usually trained)")
-    parser.add_argument("--steps", type=int, default=50, help="timed training steps per repeat")
-    parser.add_argument("--repeats", type=int, default=3, help="timed repeats (the median is reported)")
-    parser.add_argument("--warmup", type=int, default=3, help="untimed steps (tracing, XLA)")
+    parser.add_argument("--steps", type=positive_int, default=50, help="timed training steps per repeat")
+    parser.add_argument("--repeats", type=positive_int, default=3, help="timed repeats (the median is reported)")
+    parser.add_argument("--warmup", type=non_negative_int, default=3, help="untimed steps (tracing, XLA)")
     parser.add_argument("--jit", default="both", choices=("both", "on", "off"))
     parser.add_argument("--gru", default="projected", choices=("projected", "keras", "both"),
                         help="GRU implementation (default: ProjectedGRU, the model's default)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--verbose", type=int, default=2, help="Keras fit verbosity")
-    parser.add_argument("--intra-op-threads", type=int, default=text_classification.INTRA_OP_THREADS,
+    parser.add_argument("--seed", type=seed_int, default=0)
+    parser.add_argument("--verbose", type=non_negative_int, default=2, help="Keras fit verbosity")
+    parser.add_argument("--intra-op-threads", type=non_negative_int, default=text_classification.INTRA_OP_THREADS,
                         help="threads inside one TensorFlow op, 0: all cores (default: the "
                         "application's, %(default)s)")
     args = parser.parse_args(argv)

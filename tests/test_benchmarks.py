@@ -42,3 +42,16 @@ def test_run_directly_with_missing_data_is_one_line(name, tmp_path):
     lines = [line for line in proc.stderr.splitlines() if str(tmp_path / "missing") in line]
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert len(lines) == 1 and lines[0].startswith(f"{name}.py: error:"), lines
+
+
+@pytest.mark.parametrize("name, args, option", [
+    ("text_classification", ["--repeats", "0"], "--repeats"),  # was a crash on the median of no time
+    ("rladder", ["tagger", "--posterior-sigma", "0"], "--posterior-sigma"),
+    ("mnist_capsules", ["--epochs", "-1"], "--epochs"),
+    ("em_routing", ["--repeats", "0"], "--repeats"),
+    ("sort_of_clevr", ["--final-lr-fraction", "1.5"], "--final-lr-fraction"),
+])
+def test_a_bad_value_is_refused_by_the_argument_parser(name, args, option):
+    script = next(p for p in BENCHMARKS if p.stem == name)
+    proc = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and f"error: argument {option}" in proc.stderr, proc.stderr[-2000:]
