@@ -5,6 +5,12 @@ inputs and checks, in order:
 
 * ``config``: ``from_config(get_config())`` rebuilds an identical configuration and
   ``compute_output_shape`` agrees with what a call returns;
+* ``constraints``: every ``*_constraint`` argument of the constructor (each given its
+  own tagged non-negativity constraint) constrains at least one weight, also of the
+  layer rebuilt from its config, and one ``model.fit`` step leaves those weights
+  non-negative (an argument accepted and then dropped went unseen: no case passed one);
+  an argument that the case's configuration has no weight for must be refused with
+  a ``ValueError`` that names it;
 * ``gradients``: every trainable weight (and every floating input) receives a finite
   gradient of a random-cotangent loss over all outputs;
 * ``saving``: a functional model using the layer saves to ``.keras`` and loads back
@@ -25,6 +31,7 @@ input) and calls this once.
 """
 
 import contextlib
+import inspect
 import json
 import zipfile
 
@@ -34,7 +41,7 @@ import pytest
 
 from tests.backends import BACKEND, compiled, tensor, tensorflow_only, value_and_grads
 
-ALL_CHECKS = ("config", "gradients", "saving", "jit", "mixed_precision", "distributed")
+ALL_CHECKS = ("config", "constraints", "gradients", "saving", "jit", "mixed_precision", "distributed")
 
 
 def edit_saved_layer_config(path, layer_name, edit):
@@ -139,6 +146,65 @@ def check_config(layer_cls, init_kwargs, inputs, call_kwargs):
         assert len(e) == len(g) and all(a is None or a == b for a, b in zip(e, g)), (
             f"compute_output_shape gave {e}, call returned {g}"
         )
+
+
+@keras.saving.register_keras_serializable(package="keras_capsules_tests")
+class TaggedNonNeg(keras.constraints.Constraint):
+    """Non-negative weights; ``tag`` names the constructor argument it was given as."""
+
+    def __init__(self, tag):
+        self.tag = tag
+
+    def __call__(self, w):
+        return keras.ops.maximum(w, keras.ops.zeros_like(w))
+
+    def get_config(self):
+        return {"tag": self.tag}
+
+
+def _constraint_tags(layer):
+    """``{tag: [weights]}`` of the weights (the layer's and its sublayers') under a
+    :class:`TaggedNonNeg`."""
+    tags = {}
+    for w in layer.weights:
+        if isinstance(getattr(w, "constraint", None), TaggedNonNeg):
+            tags.setdefault(w.constraint.tag, []).append(w)
+    return tags
+
+
+def check_constraints(layer_cls, init_kwargs, inputs, call_kwargs, weightless_constraints=()):
+    names = [n for n in inspect.signature(layer_cls.__init__).parameters
+             if n.endswith("_constraint") and init_kwargs.get(n) is None and n not in weightless_constraints]
+    for n in list(names):  # an argument this configuration has no weight for may be refused by name
+        try:
+            layer_cls(**init_kwargs, **{n: TaggedNonNeg(n)})
+        except ValueError as err:
+            assert f"`{n}`" in str(err), f"{n} refused with an error that does not name it: {err}"
+            names.remove(n)
+    if not names:
+        return
+    kwargs = {**init_kwargs, **{n: TaggedNonNeg(n) for n in names}}
+    batch = len(keras.tree.flatten(inputs)[0])
+    sym = _symbolic_inputs(inputs)
+    layer = layer_cls(**kwargs)
+    outputs = keras.tree.flatten(layer(sym, **call_kwargs))
+    tags = _constraint_tags(layer)
+    unused = [n for n in names if n not in tags]
+    assert not unused, f"{unused} constrain no weight of {layer_cls.__name__}({init_kwargs})"
+    clone = layer_cls.from_config(layer.get_config())
+    clone(_to_tensors(inputs), **call_kwargs)
+    assert sorted(_constraint_tags(clone)) == sorted(tags), "the constraints did not survive get_config/from_config"
+    model = keras.Model(sym, outputs)
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=["mse"] * len(outputs))
+    eager_out = _flat_outputs(model(_to_tensors(inputs)))
+    rng = np.random.default_rng(2)
+    targets = tuple(rng.standard_normal(o.shape).astype("float32") for o in eager_out)
+    x = inputs if not isinstance(inputs, list) else tuple(inputs)
+    model.fit(x, targets, batch_size=batch, epochs=1, verbose=0)
+    for tag, weights in tags.items():
+        for w in weights:
+            low = float(np.min(keras.ops.convert_to_numpy(w)))
+            assert low >= 0, f"weight {w.path} ({tag}) is {low} < 0 after a training step"
 
 
 def check_gradients(layer_cls, init_kwargs, inputs, call_kwargs):
@@ -270,6 +336,7 @@ def run_layer_contract(
     checks=ALL_CHECKS,
     atol=1e-5,
     rtol=1e-5,
+    weightless_constraints=(),
 ):
     """Runs the shared layer contract on ``layer_cls(**init_kwargs)``.
 
@@ -283,6 +350,9 @@ def run_layer_contract(
         checks: the subset of ``ALL_CHECKS`` to run; every layer runs them all
             unless its test says why not.
         atol, rtol: tolerances of the save/load and XLA comparisons.
+        weightless_constraints: constructor ``*_constraint`` arguments whose weight
+            these inputs do not create (e.g. ``G1``'s ``kernel_constraint`` without
+            ``x_top``); the ``constraints`` check leaves them out.
     """
     unknown = set(checks) - set(ALL_CHECKS)
     if unknown:
@@ -291,6 +361,8 @@ def run_layer_contract(
     call_kwargs = dict(call_kwargs or {})
     if "config" in checks:
         check_config(layer_cls, init_kwargs, inputs, call_kwargs)
+    if "constraints" in checks:
+        check_constraints(layer_cls, init_kwargs, inputs, call_kwargs, weightless_constraints)
     if "gradients" in checks:
         check_gradients(layer_cls, init_kwargs, inputs, call_kwargs)
     if "saving" in checks:

@@ -90,7 +90,9 @@ class CompositionalEmbedding(keras.layers.Layer):
             standard deviation 1 (distinct soft codes from the start).
         codebook_initializer: initializer of ``codebook``. Default ``"uniform"``.
         codes_regularizer, codebook_regularizer: optional regularizers.
-        codes_constraint, codebook_constraint: optional constraints.
+        codes_constraint, codebook_constraint: optional constraints (``codes_regularizer``
+            and ``codes_constraint`` only with learned codes: with fixed codes they
+            raise a ``ValueError``).
         **kwargs: base layer arguments (``name``, ``dtype``, ...).
 
     Call arguments:
@@ -162,6 +164,13 @@ class CompositionalEmbedding(keras.layers.Layer):
                 f"Received: fixed_codes={fixed_codes!r}"
             )
         self.fixed_codes = fixed_codes
+        if fixed_codes:  # they act on learned codes only: accepted, they were silently ignored
+            for arg, value in (("codes_regularizer", codes_regularizer), ("codes_constraint", codes_constraint)):
+                if value is not None:
+                    raise ValueError(
+                        f"`{arg}` applies to learned codes; these codes are fixed (`codes` given or "
+                        f"fixed_codes=True). Received: {arg}={value!r}"
+                    )
         self._initial_codes = None if codes is None else self._validate_codes(codes)
         self.codes_initializer = keras.initializers.get(
             codes_initializer or keras.initializers.RandomNormal(stddev=1.0)

@@ -158,6 +158,10 @@ def test_out_of_range_ids_raise_in_eager_mode():
         (dict(input_dim=10, output_dim=4, codes=np.zeros((10, 8))), "dtype float64"),
         (dict(input_dim=10, output_dim=4, num_codebooks=2, codes=np.full((10, 2), 4)),
          r"values in \[4, 4\]"),
+        # they act on learned codes only: with fixed codes they were silently ignored
+        (dict(input_dim=10, output_dim=4, fixed_codes=True, codes_regularizer="l2"), "codes_regularizer"),
+        (dict(input_dim=10, output_dim=4, num_codebooks=2, codes=np.zeros((10, 2), int),
+              codes_constraint="non_neg"), "codes_constraint"),
     ],
 )
 def test_bad_constructor_arguments(kwargs, message):

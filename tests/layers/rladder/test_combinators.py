@@ -189,7 +189,9 @@ CONTRACT_CASES = [
 def test_layer_contract(cls, kwargs, shapes, tmp_path):
     rng = np.random.default_rng(4)
     inputs = [rng.normal(size=s).astype("float32") for s in shapes]
-    run_layer_contract(cls, kwargs, inputs if len(inputs) > 1 else inputs[0], tmp_path=tmp_path)
+    weightless = ("kernel_constraint",) if len(inputs) == 1 else ()  # no x_top: no kernel A
+    run_layer_contract(cls, kwargs, inputs if len(inputs) > 1 else inputs[0], tmp_path=tmp_path,
+                       weightless_constraints=weightless)
 
 
 @pytest.mark.parametrize(
