@@ -10,7 +10,8 @@ inputs and checks, in order:
   layer rebuilt from its config, and one ``model.fit`` step leaves those weights
   non-negative (an argument accepted and then dropped went unseen: no case passed one);
   an argument that the case's configuration has no weight for must be refused with
-  a ``ValueError`` that names it;
+  a ``ValueError`` that names it; likewise every ``*_regularizer`` argument, given
+  alone, adds a regularization loss;
 * ``gradients``: every trainable weight (and every floating input) receives a finite
   gradient of a random-cotangent loss over all outputs;
 * ``saving``: a functional model using the layer saves to ``.keras`` and loads back
@@ -207,6 +208,24 @@ def check_constraints(layer_cls, init_kwargs, inputs, call_kwargs, weightless_co
             assert low >= 0, f"weight {w.path} ({tag}) is {low} < 0 after a training step"
 
 
+def check_regularizers(layer_cls, init_kwargs, inputs, call_kwargs, weightless=()):
+    names = [n for n in inspect.signature(layer_cls.__init__).parameters
+             if n.endswith("_regularizer") and init_kwargs.get(n) is None and n not in weightless]
+    if not names:
+        return
+    tensors = _to_tensors(inputs)
+    base = layer_cls(**init_kwargs)
+    base(tensors, **call_kwargs)
+    for n in names:
+        try:
+            layer = layer_cls(**init_kwargs, **{n: keras.regularizers.L2(0.1)})
+        except ValueError as err:  # no weight for it in this configuration: refused by name
+            assert f"`{n}`" in str(err), f"{n} refused with an error that does not name it: {err}"
+            continue
+        layer(tensors, **call_kwargs)
+        assert len(layer.losses) > len(base.losses), f"{n} adds no regularization loss to {layer_cls.__name__}"
+
+
 def check_gradients(layer_cls, init_kwargs, inputs, call_kwargs):
     layer = layer_cls(**init_kwargs)
     outputs, weight_grads, input_grads = _loss_and_grads(layer, _to_tensors(inputs), call_kwargs)
@@ -352,7 +371,8 @@ def run_layer_contract(
         atol, rtol: tolerances of the save/load and XLA comparisons.
         weightless_constraints: constructor ``*_constraint`` arguments whose weight
             these inputs do not create (e.g. ``G1``'s ``kernel_constraint`` without
-            ``x_top``); the ``constraints`` check leaves them out.
+            ``x_top``); the ``constraints`` check leaves them (and the matching
+            ``*_regularizer``) out.
     """
     unknown = set(checks) - set(ALL_CHECKS)
     if unknown:
@@ -363,6 +383,8 @@ def run_layer_contract(
         check_config(layer_cls, init_kwargs, inputs, call_kwargs)
     if "constraints" in checks:
         check_constraints(layer_cls, init_kwargs, inputs, call_kwargs, weightless_constraints)
+        weightless = tuple(n.replace("_constraint", "_regularizer") for n in weightless_constraints)
+        check_regularizers(layer_cls, init_kwargs, inputs, call_kwargs, weightless)
     if "gradients" in checks:
         check_gradients(layer_cls, init_kwargs, inputs, call_kwargs)
     if "saving" in checks:
