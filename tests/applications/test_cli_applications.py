@@ -195,8 +195,8 @@ def test_a_crash_between_fit_and_the_model_save_is_finished_by_the_rerun(name, t
     assert not (run_dir / "backup").exists()
 
 
-# demo records its train() arguments, music its ensemble members' backups; the others
-# share arguments.train_options (textured_mnist stands for them)
+# demo records its train() arguments; the others share arguments.train_options
+# (music and textured_mnist stand for them)
 @pytest.mark.parametrize("name", ["demo", "music", "textured_mnist"])
 def test_a_rerun_with_other_options_is_refused_and_the_backup_kept(name, tmp_path, capsys, monkeypatch):
     # A rerun after a crash that changed an option leaving the weights' shapes alone
