@@ -523,6 +523,37 @@ def evaluate_iterations(model, data, batch_size=64):
     return result
 
 
+def image_blind_ami(train_segmentation, test_segmentation, select_segmentation=None,
+                    thresholds=(0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7)):
+    """The AMI of the best segmentation that never looks at the image: the same mask for
+    every image, where the training digits are more often than ``threshold``.
+
+    The digits are centred, so where a pixel is tells a lot about its group: a model's
+    AMI is worth its distance above this. The threshold is chosen on
+    ``select_segmentation`` (validation images; default: the training ones), never on
+    the test images.
+
+    Args:
+        train_segmentation: ``[n, H, W]`` true segmentations of the training images.
+        test_segmentation: ``[m, H, W]`` those of the images to score.
+        select_segmentation: ``[v, H, W]`` those that choose the threshold.
+        thresholds: the thresholds tried.
+
+    Returns:
+        ``{"ami": test AMI, "threshold": the threshold chosen}``.
+    """
+    share = np.mean(np.asarray(train_segmentation) > 0, axis=0)  # [H, W]: how often a digit pixel
+
+    def score(segmentation, threshold):
+        mask = (share > threshold).astype("float32")
+        pi = np.broadcast_to(np.stack([mask, 1 - mask]), (len(segmentation), 2, *mask.shape))
+        return adjusted_mutual_info(np.asarray(segmentation), pi, group_axis=1)
+
+    select = train_segmentation if select_segmentation is None else select_segmentation
+    best = max(thresholds, key=lambda t: score(select, t))
+    return {"ami": float(score(test_segmentation, best)), "threshold": float(best)}
+
+
 class SegmentationValidation(keras.callbacks.Callback):
     """Adds the segmentation AMI of validation images after every iteration to an epoch's logs.
 
@@ -778,7 +809,9 @@ def train(
     Returns:
         A dict with the per-iteration test AMI (and error), the parameter count, the
         paths (with ``num_valid``: ``ami_plot``, and ``best_epoch`` (1-based) and
-        ``valid_ami`` (per iteration, of the epoch kept)), ``epochs_run`` (the epochs of
+        ``valid_ami`` (per iteration, of the epoch kept)), ``image_blind_ami`` (the test AMI
+        of the best image-blind segmentation, :func:`image_blind_ami`: the model's AMI is
+        worth its distance above it), ``epochs_run`` (the epochs of
         the whole run, those before a resume too: ``fault_tolerance.epochs_run``) and
         ``resumed_from_epoch`` (0 for a fresh run).
     """
@@ -818,14 +851,14 @@ def train(
     train_ds = distribute.distribute_dataset_options(
         make_dataset(train_data, n_iters, batch_size, num_classes, shuffle=True, seed=seed)
     )
-    selection = []
+    selection, valid_data = [], None
     if num_valid:
+        valid_data = validation_images(data_dir, num_valid, seed, *textures)
         # before the callbacks that read an epoch's logs (KeepBestWeights, CSV, TensorBoard);
         # the best epoch is kept beside the run's backup, so a resumed run keeps it too
         backup = next((c for c in callbacks if isinstance(c, fault_tolerance.AtomicBackupAndRestore)), None)
         best = fault_tolerance.KeepBestWeights("val_ami", backup.backup_dir if backup else None, mode="max")
-        selection = [SegmentationValidation(validation_images(data_dir, num_valid, seed, *textures),
-                                            verbose=verbose), best]
+        selection = [SegmentationValidation(valid_data, verbose=verbose), best]
     history = model.fit(
         train_ds,
         validation_data=make_dataset(test_data, n_iters, batch_size, num_classes),
@@ -861,6 +894,11 @@ def train(
             (c.restored_epoch for c in callbacks if isinstance(c, fault_tolerance.AtomicBackupAndRestore)), 0
         ),
         "replicas": int(strategy.num_replicas_in_sync),
+        # what a segmentation that ignores the image gets (the digits are centred)
+        "image_blind_ami": image_blind_ami(
+            train_data["segmentation"], test_data["segmentation"],
+            None if valid_data is None else valid_data["segmentation"],
+        )["ami"],
         **kept,
         **paths,
     }

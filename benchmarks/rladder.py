@@ -318,6 +318,10 @@ def tagger(args):
     for t, ami in enumerate(result["ami"]):
         error = f", classification error {100 * result['error'][t]:.1f}%" if "error" in result else ""
         print(f"iteration {t + 1}: AMI {ami:.3f}{error}")
+    # the digits are centred: one mask for every image, never looking at it, gets this much
+    print(f"image-blind segmentation (the training digits' mean mask, thresholded): AMI "
+          f"{result['image_blind_ami']:.3f}; last iteration "
+          f"{'above' if result['ami'][-1] > result['image_blind_ami'] else 'NOT above'} it")
     wall = time.perf_counter() - start
     print(f"{result['parameters']:,} parameters, {result['epochs_run']} epochs, wall time "
           f"{wall:.0f} s{' (budget hit)' if budget.exceeded else ''}")

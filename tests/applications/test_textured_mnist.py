@@ -596,3 +596,23 @@ def test_build_model_refuses_a_single_group():
 
     with pytest.raises(InputError, match="Received: n_groups=1"):
         tm.build_model(**{**TINY, "n_groups": 1})
+
+
+def test_image_blind_ami_is_the_position_prior_and_chooses_off_the_test_images():
+    r, c = np.mgrid[0:12, 0:12]
+    disk = ((r - 5.5) ** 2 + (c - 5.5) ** 2 < 16).astype("int32")
+    same = np.repeat(disk[None], 20, axis=0)
+    # every image's digit in the same place: a mask that never looks at the image is perfect
+    result = tm.image_blind_ami(same, same)
+    assert result["ami"] == pytest.approx(1.0)
+    # digits anywhere: where a pixel is says nothing
+    rng = np.random.default_rng(0)
+    scattered = (rng.random((200, 12, 12)) < 0.3).astype("int32")
+    assert abs(tm.image_blind_ami(scattered, scattered[:100])["ami"]) < 0.02
+    # the threshold is the selection set's best, whatever the scored images would prefer
+    big = ((r - 5.5) ** 2 + (c - 5.5) ** 2 < 30).astype("int32")
+    train = np.concatenate([np.repeat(disk[None], 10, 0), np.repeat(big[None], 10, 0)])  # share 1 in disk, .5 in ring
+    small_test, big_select = np.repeat(disk[None], 5, 0), np.repeat(big[None], 5, 0)
+    chosen = tm.image_blind_ami(train, small_test, big_select)
+    assert chosen["threshold"] < 0.5 and chosen["ami"] < 0.9  # the big disk's threshold, scored on small disks
+    assert tm.image_blind_ami(train, small_test, small_test)["ami"] == pytest.approx(1.0)
