@@ -154,6 +154,24 @@ def clone_initializer(initializer):
     return initializer
 
 
+def zero_of_the_weights(layer, dtype):
+    """A scalar exact 0 of ``dtype`` with a zero gradient for every trainable weight of
+    ``layer`` (its sublayers' included).
+
+    Each weight enters through ``where(False, w, 0)``: the value is 0 and the gradient
+    exactly zero whatever the weight holds (inf or NaN included, which a product
+    ``0 * w`` would turn into NaN). Outputs that do not depend on the weights (an empty
+    sequence's) get it added, so that their gradients are zeros, not None (TensorFlow's
+    tape gives None for a weight the outputs do not touch).
+    """
+    never = ops.zeros((), dtype="bool")
+    zero = ops.zeros((), dtype=dtype)
+    for weight in layer.trainable_weights:
+        w = ops.cast(weight, dtype)
+        zero = zero + ops.sum(ops.where(never, w, ops.zeros_like(w)))
+    return zero
+
+
 def output_spec(layer, inputs):
     """KerasTensors (compute dtype) for every shape ``layer.compute_output_shape`` gives."""
     shapes = layer.compute_output_shape(keras.tree.map_structure(lambda t: tuple(t.shape), inputs))

@@ -16,6 +16,7 @@ from keras_capsules.layers.rladder._utils import (
     generator_seed,
     seed_value,
     serialize_all,
+    zero_of_the_weights,
 )
 from keras_capsules.layers.rladder.conv_g1 import ConvG1
 from keras_capsules.layers.rladder.conv_g2 import ConvG2
@@ -784,7 +785,7 @@ class RLadder(keras.layers.Layer):
             # that their gradients are zeros as on the symbolic loop, not None
             # (TensorFlow's tape gives None for a weight the outputs do not touch).
             batch_size = ops.shape(inputs)[0]
-            zero = self._zero_of_the_weights(inputs.dtype)
+            zero = zero_of_the_weights(self, inputs.dtype)
             top = ops.zeros((batch_size, 0) + self._enc_outputs[-1], dtype=inputs.dtype) + zero
             if not self.use_decoder:
                 return top
@@ -812,20 +813,6 @@ class RLadder(keras.layers.Layer):
         with T (see ``unroll``)."""
         return keras.backend.backend() == "jax" and getattr(self, "_built_for_any_length", False)
 
-    def _zero_of_the_weights(self, dtype):
-        """A scalar exact 0 of ``dtype`` with a zero gradient for every trainable weight.
-
-        Each weight enters through ``where(False, w, 0)``: the value is 0 and the
-        gradient exactly zero whatever the weight holds (inf or NaN included, which a
-        product ``0 * w`` would turn into NaN).
-        """
-        never = ops.zeros((), dtype="bool")
-        zero = ops.zeros((), dtype=dtype)
-        for weight in self.trainable_weights:
-            w = ops.cast(weight, dtype)
-            zero = zero + ops.sum(ops.where(never, w, ops.zeros_like(w)))
-        return zero
-
     def _scan(self, inputs, mask, carry, training):
         """The loop over steps as one symbolic loop (any number of steps)."""
         batch_size, dtype = ops.shape(inputs)[0], inputs.dtype
@@ -838,7 +825,9 @@ class RLadder(keras.layers.Layer):
         spare = 0 if isinstance(steps, int) else 1
 
         def time_major(v):
-            v = ops.moveaxis(v, 1, 0)
+            # transpose, not moveaxis: Keras' moveaxis fails on a tf.Variable input
+            # ("'ResourceVariable' object has no attribute 'ndim'")
+            v = ops.transpose(v, (1, 0) + tuple(range(2, len(v.shape))))
             return ops.concatenate([v, ops.zeros_like(v[:1])], axis=0) if spare else v
 
         per_step, fixed = self._loop_noise(steps + spare, batch_size, dtype, training)

@@ -13,6 +13,7 @@ from keras_capsules.layers.rladder._utils import (
     generator_seed,
     seed_value,
     serialize_all,
+    zero_of_the_weights,
 )
 from keras_capsules._validation import boolean, rate
 from keras_capsules.layers.rladder.level_spec import saved_levels
@@ -399,6 +400,12 @@ class RTagger(keras.layers.Layer):
         dtype = self.compute_dtype
         math_dtype = routing_dtype(dtype)
         n_batch = ops.shape(inputs)[0]
+        if steps == 0:
+            # an empty sequence (T = 0) has no iteration to stack (it was an IndexError):
+            # empty outputs, as RLadder gives, with zero gradients for every weight
+            lead = (n_batch, 0, k) + tuple(spatial)
+            zero = zero_of_the_weights(self, dtype)
+            return [ops.zeros(lead + (1,), dtype=dtype) + zero, ops.zeros(lead + (channels,), dtype=dtype) + zero]
         inv_two_var = 1.0 / (2.0 * self.sigma**2)
         posterior_sigma = self.sigma if self.posterior_sigma is None else self.posterior_sigma
         posterior_inv_two_var = 1.0 / (2.0 * posterior_sigma**2)

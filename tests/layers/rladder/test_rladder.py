@@ -1010,3 +1010,25 @@ def test_on_jax_a_ladder_built_for_any_length_loops_symbolically():
     _CountsSymbolicLoops.symbolic_traces = 0
     direct(x)  # built on a known T: unrolled
     assert _CountsSymbolicLoops.symbolic_traces == 0
+
+
+def test_the_symbolic_loop_takes_a_variable_input():
+    # Keras' moveaxis reads x.ndim, which a tf.Variable lacks: the symbolic loop failed
+    # ("'ResourceVariable' object has no attribute 'ndim'"), the unrolled one did not
+    if keras.backend.backend() != "tensorflow":
+        pytest.skip("tf.Variable inputs are TensorFlow's")
+    import tensorflow as tf
+    x = _seq(2, 3, 5)
+    looped = RLadder(DENSE_LEVELS, output_units=3, unroll=False)
+    unrolled = RLadder(DENSE_LEVELS, output_units=3, unroll=True)
+    looped.build((None, None, 5))
+    unrolled.build((None, 3, 5))
+    unrolled.set_weights(looped.get_weights())
+    variable = tf.Variable(x)
+    with tf.GradientTape() as tape:
+        got = looped(variable)
+        loss = sum(tf.reduce_sum(o) for o in got)
+    for g, e in zip(got, unrolled(x)):
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(g), keras.ops.convert_to_numpy(e), atol=1e-5)
+    grad = tape.gradient(loss, variable)
+    assert grad is not None and np.all(np.isfinite(grad.numpy()))

@@ -477,3 +477,24 @@ def test_mixture_nll_docstring_example_runs():
     scope = {"keras": keras, "np": np, "MixtureNLL": MixtureNLL}
     exec(textwrap.dedent(block), scope)
     assert np.isfinite(float(scope["loss"]))
+
+
+@pytest.mark.parametrize("levels, features, pixels", [
+    ([level_spec("gated", 6)], (5,), (5, 1)),  # a vector: every feature a one-channel pixel
+    ([level_spec("conv", 3), level_spec("gated", 4)], (4, 4, 1), (4, 4, 1)),
+])
+def test_an_empty_sequence_gives_empty_outputs_and_zero_gradients(levels, features, pixels):
+    # T = 0 (n_iters=None: one iteration per step) stacked no iteration: IndexError
+    tagger = RTagger(2, levels, n_iters=None, seed=0)
+    x = np.zeros((2, 0, *features), "float32")
+    tagger.build(x.shape)
+
+    def loss():
+        pi, m = tagger(x, training=True)
+        assert tuple(pi.shape) == (2, 0, 2, *pixels[:-1], 1) and tuple(m.shape) == (2, 0, 2, *pixels)
+        return keras.ops.sum(pi) + keras.ops.sum(m)
+
+    weight_grads = grads(loss, variables=tagger.trainable_weights)
+    assert len(weight_grads) == len(tagger.trainable_weights) > 0
+    for g, w in zip(weight_grads, tagger.trainable_weights):
+        assert g is not None and not np.any(keras.ops.convert_to_numpy(g)), w.path
