@@ -560,13 +560,14 @@ def test_tagger_benchmark_keeps_the_best_validation_epoch_by_default(monkeypatch
     def fake_train(**kwargs):  # the benchmark's run, training faked
         seen.append(kwargs)
         kept = {"best_epoch": 3, "valid_ami": [0.01, 0.05]} if kwargs["num_valid"] else {}
-        return {"ami": [0.01, 0.04], "parameters": 1, "epochs_run": 5, **kept}
+        return {"ami": [0.01, 0.04], "parameters": 1, "epochs_run": 5, "image_blind_ami": 0.2, **kept}
 
     monkeypatch.setattr(tm, "train", fake_train)
     bench.main(["tagger", "--iters", "2"])
     out = capsys.readouterr().out
     assert (seen[-1]["conv_encoder"], seen[-1]["num_valid"]) == ("convlstm", 200)
     assert "kept epoch 3 of 5" in out and "0.010 / 0.050" in out and "MET" in out
+    assert "image-blind segmentation (the training digits' mean mask, thresholded): AMI 0.200; last iteration NOT above" in out
     assert seen[-1]["group_codes"] is True and seen[-1]["learning_rate"] == 2e-3
     bench.main(["tagger", "--conv-encoder", "conv", "--num-valid", "0", "--no-group-codes"])
     out = capsys.readouterr().out
