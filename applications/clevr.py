@@ -194,6 +194,9 @@ def image_knowledge_base(features, units=512, positional_encoding="sincos", enco
 
 def output_unit(memory, question, num_answers, units=512, dropout=0.0, name="output"):
     """The classifier: ``[m_p, q]`` -> Dense(units, ELU) -> Dense(num_answers) logits."""
+    # Keras' Dropout takes rate=1 and zeroes the classifier's input (the answer from biases only)
+    if checks.finite_number("output_dropout", dropout, positive=False) >= 1:
+        raise InputError(f"`output_dropout` must be a number in [0, 1). Received: output_dropout={dropout!r}")
     x = keras.layers.Concatenate(name=f"{name}_concat")([memory, question])
     if dropout:
         x = keras.layers.Dropout(dropout, name=f"{name}_dropout")(x)
@@ -262,8 +265,8 @@ def compile_model(model, learning_rate=1e-4, clipnorm=8.0, ema_momentum=0.999, m
     as errors in the accuracy but have no loss (the loss of a batch is its mean over the
     other questions).
     """
-    optimizer = keras.optimizers.Adam(
-        learning_rate, clipnorm=clipnorm, use_ema=True, ema_momentum=ema_momentum
+    optimizer = keras.optimizers.Adam(  # a rate <= 0 trained uphill or not at all, silently
+        checks.learning_rate(learning_rate), clipnorm=clipnorm, use_ema=True, ema_momentum=ema_momentum
     )
     model.compile(optimizer=optimizer, loss=answer_loss(), metrics=list(metrics))
     return model

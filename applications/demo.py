@@ -164,6 +164,11 @@ def make_datasets(images, labels, batch_size, test_fraction=TEST_FRACTION, seed=
 
 
 def compile_model(model, learning_rate=3e-3):
+    from applications import checks
+
+    # a negative or zero rate trained uphill or not at all without a word (tune --fixed
+    # learning_rate=-0.01); an integer rate (--fixed learning_rate=1) was refused by Keras
+    learning_rate = checks.learning_rate(learning_rate)
     model.compile(
         optimizer=keras.optimizers.Adam(learning_rate),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),

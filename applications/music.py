@@ -560,6 +560,9 @@ def build_model(
                 f"Received: output_bias of shape {output_bias.shape}"
                 + ("" if np.all(np.isfinite(output_bias)) else " with non-finite values")
             )
+    # Keras' Dropout takes rate=1 and zeroes the whole input: a model that never saw a roll
+    if checks.finite_number("input_dropout", input_dropout, positive=False) >= 1:
+        raise InputError(f"`input_dropout` must be a number in [0, 1). Received: input_dropout={input_dropout!r}")
     rolls = keras.Input((steps, NUM_KEYS), name="rolls")
     x = rolls
     if input_dropout:

@@ -24,6 +24,7 @@ validation chorales, summed over keys (``applications.music.PianoRollNLLPerStep`
 import keras_tuner
 
 from applications import music
+from applications.errors import InputError
 from tuning.base import DatasetHyperModel
 
 MAX_LEVELS = 3
@@ -57,6 +58,9 @@ class MusicHyperModel(DatasetHyperModel):
 
     def build(self, hp):
         levels = hp.Int("levels", 1, MAX_LEVELS, default=2)
+        if not 1 <= levels <= MAX_LEVELS:  # units[:levels] silently built another number of levels
+            raise InputError(f"`levels` must be an integer in [1, {MAX_LEVELS}] (the widths units_0 .. "
+                             f"units_{MAX_LEVELS - 1}). Received: levels={levels!r}")
         units = [hp.Choice(f"units_{k}", WIDTHS, default=DEFAULT_UNITS[k]) for k in range(MAX_LEVELS)]
         _, longest = self.prepare()
         model = music.build_model(

@@ -9,7 +9,7 @@
   that ``--fixed`` can pin them).
 * ``dense_units`` 64/128/256: the dense gated level on top, which the digit is read from.
 * ``frame_weight`` 0.1/0.3/1: weight of the unsupervised next-frame cost against the
-  digit's cross-entropy (the variants without a decoder ignore it).
+  digit's cross-entropy (declared only for the variants that predict frames).
 * ``learning_rate`` 1e-4 to 1e-2 (log scale) of Adam. The model has no dropout.
 
 The objective is the accuracy of the digit on validation sequences
@@ -21,6 +21,7 @@ four fifths): the test digits never take part in the choice of a trial.
 import keras_tuner
 
 from applications import occluded_mnist
+from applications.errors import InputError
 from tuning.base import DatasetHyperModel
 
 MAX_CONV_LEVELS = 3
@@ -59,6 +60,9 @@ class OccludedMNISTHyperModel(DatasetHyperModel):
 
     def build(self, hp):
         levels = hp.Int("conv_levels", 1, MAX_CONV_LEVELS, default=MAX_CONV_LEVELS)
+        if not 1 <= levels <= MAX_CONV_LEVELS:  # conv_units[:levels] silently built another number
+            raise InputError(f"`conv_levels` must be an integer in [1, {MAX_CONV_LEVELS}] (the widths conv_units_0 .. "
+                             f"conv_units_{MAX_CONV_LEVELS - 1}). Received: conv_levels={levels!r}")
         conv_units = [hp.Choice(f"conv_units_{k}", [16, 32, 64], default=DEFAULT_CONV_UNITS[k])
                       for k in range(MAX_CONV_LEVELS)]
         model = occluded_mnist.build_model(
@@ -66,11 +70,12 @@ class OccludedMNISTHyperModel(DatasetHyperModel):
             conv_units=tuple(conv_units[:levels]),
             dense_units=hp.Choice("dense_units", [64, 128, 256], default=128),
         )
-        return occluded_mnist.compile_model(
-            model,
-            hp.Float("learning_rate", 1e-4, 1e-2, sampling="log", default=1e-3),
-            frame_weight=hp.Choice("frame_weight", [0.1, 0.3, 1.0], default=1.0),
-        )
+        learning_rate = hp.Float("learning_rate", 1e-4, 1e-2, sampling="log", default=1e-3)
+        # declared only for the variants that predict frames: the others ignore it, and
+        # their searches trained the same model under three frame weights
+        frame_weight = (hp.Choice("frame_weight", [0.1, 0.3, 1.0], default=1.0)
+                        if "next_frames" in model.output else 1.0)
+        return occluded_mnist.compile_model(model, learning_rate, frame_weight=frame_weight)
 
     def datasets(self, hp, data):
         train, valid = data

@@ -114,7 +114,7 @@ def fixed_hyperparameters(hypermodel, fixed):
 
     Every name must be one that ``hypermodel.build`` declares (checked by one build of
     the default model, as keras-tuner does to learn the space), so that a typo is not
-    silently ignored.
+    silently ignored; the pinned values must build the model and its datasets.
     Returns None when ``fixed`` is empty.
     """
     if not fixed:
@@ -143,6 +143,11 @@ def fixed_hyperparameters(hypermodel, fixed):
         # the default model built above, so a ValueError here is the pinned values' (e.g.
         # n_iters=0); raised later by keras-tuner's first build, it ended `tune` with a traceback
         hypermodel.build(pinned)
+        # the values that only `datasets` reads (mixup_alpha=-0.5): they failed every trial,
+        # with a traceback each, and ended the search with keras-tuner's RuntimeError
+        datasets = getattr(hypermodel, "datasets", None)
+        if datasets is not None and hasattr(hypermodel, "prepare"):
+            datasets(pinned, hypermodel.prepare())
     except ValueError as error:
         first = (str(error).strip().splitlines() or [type(error).__name__])[0]
         given = " ".join(f"{name}={json.dumps(value)}" for name, value in values.items())

@@ -224,8 +224,10 @@ def build_model(
 
 def compile_model(model, learning_rate=1e-3, jit_compile="auto"):
     """Adam (as the paper) on the margin + focal capsule loss, with accuracy."""
-    model.compile(
-        optimizer=keras.optimizers.Adam(learning_rate),
+    from applications import checks
+
+    model.compile(  # a rate <= 0 trained uphill or not at all, silently
+        optimizer=keras.optimizers.Adam(checks.learning_rate(learning_rate)),
         loss=CapsuleLoss(terms=("margin", "focal")),
         metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
         jit_compile=jit_compile,

@@ -364,3 +364,40 @@ def test_the_text_classification_search_never_validates_on_the_test_split(datase
     with tfds.testing.mock_data(num_examples=12):
         TextClassificationHyperModel(dataset, data_dir, limit=12, batch_size=4).prepare()
     assert read == (["train", "dev"] if dataset == "sst2" else ["train[:90%]", "train[90%:]"])
+
+
+# audit 2026-11-27 (tuner hyperparameters): pinned values that built another model than
+# the one recorded, trained on a blank input or uphill, or searched a no-op
+@pytest.mark.parametrize("name, pinned, message", [
+    # units[:levels] with 3 widths: levels=7 built 3 levels, and the search recorded 7
+    ("music", dict(levels=7), "`levels` must be an integer in [1, 3]"),
+    ("occluded_mnist", dict(conv_levels=5), "`conv_levels` must be an integer in [1, 3]"),
+    ("music", dict(input_dropout=1.0), "`input_dropout` must be a number in [0, 1)"),  # Dropout(1) zeroes all
+    ("sort_of_clevr", dict(output_dropout=1.0), "`output_dropout` must be a number in [0, 1)"),
+    ("demo", dict(learning_rate=-0.01), "`learning_rate` must be a finite number > 0"),
+    ("sort_of_clevr", dict(learning_rate=0.0), "`learning_rate` must be a finite number > 0"),
+    ("text_classification", dict(learning_rate=-1e-3), "`learning_rate` must be a finite number > 0"),
+])
+def test_a_fixed_value_that_would_build_another_model_is_one_line(name, pinned, message, tmp_path, capsys):
+    options = ["--limit", "40"] if name == "demo" else SEARCHES[name][1]
+    directory = tmp_path / "t"
+    argv = ["tune", name, *options, "--directory", str(directory), "--max-trials", "1", "--epochs", "1",
+            "--quiet", *fixed(**pinned)]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
+    assert not directory.exists()  # no trial ran
+
+
+def test_frame_weight_is_searched_only_for_the_variants_that_predict_frames():
+    # the temporal baseline and the hierarchical ladder have no next-frame cost: their
+    # searches trained the same model under three frame weights
+    import keras_tuner
+
+    from tuning.occluded_mnist import OccludedMNISTHyperModel
+
+    for variant, searched in (("rladder", True), ("no_feedback", True), ("temporal", False),
+                              ("hierarchical", False)):
+        hp = keras_tuner.HyperParameters()
+        OccludedMNISTHyperModel(variant=variant).build(hp)
+        assert ("frame_weight" in hp.values) == searched, variant

@@ -261,3 +261,31 @@ def test_hyperband_under_many_workers_is_refused_before_any_trial(tmp_path, caps
     assert code == 2 and err.count("\n") == 1, err
     assert err.startswith("keras-capsules: error: --tuner hyperband cannot search under --strategy multiworker")
     assert not directory.exists()
+
+
+class _DataHyperModel(_SpaceHyperModel):
+    """A space whose ``alpha`` only the datasets read (as smallnorb's and sst's mixup_alpha)."""
+
+    def prepare(self):
+        return None
+
+    def datasets(self, hp, data):
+        alpha = hp.Float("alpha", 0.0, 0.4)
+        if alpha < 0:
+            raise ValueError(f"`alpha` must be >= 0. Received: alpha={alpha}")
+        return None, None
+
+    def build(self, hp):
+        hp.Float("alpha", 0.0, 0.4)
+        return super().build(hp)
+
+
+def test_a_fixed_value_only_the_datasets_read_is_checked_before_the_search():
+    # mixup_alpha=-0.5 passed the build check: every trial failed with a traceback, and
+    # after three keras-tuner's RuntimeError escaped `tune`
+    from applications.errors import CommandLineError
+    from tuning import search
+
+    with pytest.raises(CommandLineError, match=r"--fixed alpha=-0.5: .*Received: alpha=-0.5"):
+        search.fixed_hyperparameters(_DataHyperModel(), ["alpha=-0.5"])
+    assert search.fixed_hyperparameters(_DataHyperModel(), ["alpha=0.2"]).values == {"alpha": 0.2}
