@@ -137,27 +137,33 @@ def test_tiny_train_then_evaluate(name, tmp_path, capsys):
     assert os.path.isfile(metrics["model"])
 
 
+class CrashAfterEpoch(keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        raise RuntimeError("crash (simulated)")
+
+
+def _train_until_a_crash_after_the_first_epoch(argv, monkeypatch):
+    """Runs ``argv`` with a crash right after the first epoch's backup."""
+    from applications import fault_tolerance
+
+    make = fault_tolerance.resumable_callbacks
+    monkeypatch.setattr(fault_tolerance, "resumable_callbacks", lambda *a, **kw: [*make(*a, **kw), CrashAfterEpoch()])
+    with pytest.raises(RuntimeError, match="simulated"):
+        cli.main(argv)
+    monkeypatch.setattr(fault_tolerance, "resumable_callbacks", make)
+
+
 @pytest.mark.parametrize("name", RUNNABLE)
 def test_a_rerun_that_finishes_from_the_backup_plots_every_epoch_of_the_run(name, tmp_path, capsys, monkeypatch):
     # A crash after the last epoch's backup: the rerun trains nothing and writes the
     # outputs from the backup. Most applications drew history.png from that fit's
     # history, which is empty (and after a resume holds only the epochs after it).
-    import keras
-
-    from applications import demo, fault_tolerance
+    from applications import demo
     from applications.text_classification import recipe
 
-    class CrashAfterEpoch(keras.callbacks.Callback):
-        def on_epoch_end(self, epoch, logs=None):
-            raise RuntimeError("crash (simulated)")
-
-    make = fault_tolerance.resumable_callbacks
-    monkeypatch.setattr(fault_tolerance, "resumable_callbacks", lambda *a, **kw: [*make(*a, **kw), CrashAfterEpoch()])
     run_dir = tmp_path / "run"
     argv = ["train", name, *TINY[name], "--epochs", "1", "--quiet", "--run-dir", str(run_dir)]
-    with pytest.raises(RuntimeError, match="simulated"):
-        cli.main(argv)
-    monkeypatch.setattr(fault_tolerance, "resumable_callbacks", make)
+    _train_until_a_crash_after_the_first_epoch(argv, monkeypatch)
     plotted = []
 
     def plot_history(history, path, **kwargs):
@@ -203,18 +209,10 @@ def test_a_rerun_with_other_options_is_refused_and_the_backup_kept(name, tmp_pat
     # (here --seed; --learning-rate, ...) silently resumed the old run's backup.
     from applications import fault_tolerance
 
-    class CrashAfterEpoch(keras.callbacks.Callback):
-        def on_epoch_end(self, epoch, logs=None):
-            raise RuntimeError("crash (simulated)")
-
-    make = fault_tolerance.resumable_callbacks
-    monkeypatch.setattr(fault_tolerance, "resumable_callbacks", lambda *a, **kw: [*make(*a, **kw), CrashAfterEpoch()])
     run_dir = tmp_path / "run"
     options = ["--limit", "40", "--batch-size", "16"] if name == "demo" else TINY[name]
     argv = ["train", name, *options, "--epochs", "2", "--quiet", "--run-dir", str(run_dir)]
-    with pytest.raises(RuntimeError, match="simulated"):
-        cli.main(argv)
-    monkeypatch.setattr(fault_tolerance, "resumable_callbacks", make)
+    _train_until_a_crash_after_the_first_epoch(argv, monkeypatch)
     assert fault_tolerance.backup_epoch(str(run_dir / "backup")) == 1
     capsys.readouterr()
     assert cli.main([*argv, "--seed", "1"]) == 2
@@ -228,6 +226,7 @@ def test_a_rerun_with_other_options_is_refused_and_the_backup_kept(name, tmp_pat
         def on_epoch_end(self, epoch, logs=None):
             trained.append(epoch)
 
+    make = fault_tolerance.resumable_callbacks
     monkeypatch.setattr(fault_tolerance, "resumable_callbacks", lambda *a, **kw: [*make(*a, **kw), CountEpochs()])
     assert cli.main([*argv[:-5], "--epochs", "3", "--quiet", "--run-dir", str(run_dir)]) == 0, capsys.readouterr().err
     assert trained == [1, 2]
