@@ -6,12 +6,11 @@ inputs and checks, in order:
 * ``config``: ``from_config(get_config())`` rebuilds an identical configuration and
   ``compute_output_shape`` agrees with what a call returns;
 * ``constraints``: every ``*_constraint`` argument of the constructor (each given its
-  own tagged non-negativity constraint) constrains at least one weight, also of the
-  layer rebuilt from its config, and one ``model.fit`` step leaves those weights
-  non-negative (an argument accepted and then dropped went unseen: no case passed one);
+  own tagged constraint) constrains at least one weight and every ``*_regularizer``
+  argument (tagged too) enters the layer's ``losses``, also in the layer rebuilt from
+  its config (an argument accepted and then dropped went unseen: no case passed one);
   an argument that the case's configuration has no weight for must be refused with
-  a ``ValueError`` that names it; likewise every ``*_regularizer`` argument, given
-  alone, adds a regularization loss;
+  a ``ValueError`` that names it;
 * ``gradients``: every trainable weight (and every floating input) receives a finite
   gradient of a random-cotangent loss over all outputs;
 * ``saving``: a functional model using the layer saves to ``.keras`` and loads back
@@ -163,67 +162,72 @@ class TaggedNonNeg(keras.constraints.Constraint):
         return {"tag": self.tag}
 
 
-def _constraint_tags(layer):
-    """``{tag: [weights]}`` of the weights (the layer's and its sublayers') under a
-    :class:`TaggedNonNeg`."""
-    tags = {}
-    for w in layer.weights:
-        if isinstance(getattr(w, "constraint", None), TaggedNonNeg):
-            tags.setdefault(w.constraint.tag, []).append(w)
-    return tags
+@keras.saving.register_keras_serializable(package="keras_capsules_tests")
+class TaggedL2(keras.regularizers.Regularizer):
+    """An L2 penalty that logs its ``tag`` (the constructor argument it was given as)
+    in ``TaggedL2.calls`` whenever Keras computes it into a layer's ``losses``."""
+
+    calls = []
+
+    def __init__(self, tag):
+        self.tag = tag
+
+    def __call__(self, w):
+        TaggedL2.calls.append(self.tag)
+        return 0.1 * keras.ops.sum(keras.ops.square(w))
+
+    def get_config(self):
+        return {"tag": self.tag}
 
 
-def check_constraints(layer_cls, init_kwargs, inputs, call_kwargs, weightless_constraints=()):
-    names = [n for n in inspect.signature(layer_cls.__init__).parameters
-             if n.endswith("_constraint") and init_kwargs.get(n) is None and n not in weightless_constraints]
-    for n in list(names):  # an argument this configuration has no weight for may be refused by name
+def _weight_option_names(layer_cls, init_kwargs, suffix, tagged, weightless):
+    """The constructor's ``*<suffix>`` arguments to check: not given by the case, not
+    ``weightless``, and not refused by name (a ``ValueError`` naming the argument is
+    how a configuration without its weight may answer)."""
+    names = []
+    for n in inspect.signature(layer_cls.__init__).parameters:
+        if not n.endswith(suffix) or init_kwargs.get(n) is not None or n in weightless:
+            continue
+        if n == "activity_regularizer":  # Keras' own, on the outputs: no weight's
+            continue
         try:
-            layer_cls(**init_kwargs, **{n: TaggedNonNeg(n)})
+            layer_cls(**init_kwargs, **{n: tagged(n)})
         except ValueError as err:
             assert f"`{n}`" in str(err), f"{n} refused with an error that does not name it: {err}"
-            names.remove(n)
-    if not names:
-        return
-    kwargs = {**init_kwargs, **{n: TaggedNonNeg(n) for n in names}}
-    batch = len(keras.tree.flatten(inputs)[0])
-    sym = _symbolic_inputs(inputs)
-    layer = layer_cls(**kwargs)
-    outputs = keras.tree.flatten(layer(sym, **call_kwargs))
-    tags = _constraint_tags(layer)
-    unused = [n for n in names if n not in tags]
-    assert not unused, f"{unused} constrain no weight of {layer_cls.__name__}({init_kwargs})"
-    clone = layer_cls.from_config(layer.get_config())
-    clone(_to_tensors(inputs), **call_kwargs)
-    assert sorted(_constraint_tags(clone)) == sorted(tags), "the constraints did not survive get_config/from_config"
-    model = keras.Model(sym, outputs)
-    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=["mse"] * len(outputs))
-    eager_out = _flat_outputs(model(_to_tensors(inputs)))
-    rng = np.random.default_rng(2)
-    targets = tuple(rng.standard_normal(o.shape).astype("float32") for o in eager_out)
-    x = inputs if not isinstance(inputs, list) else tuple(inputs)
-    model.fit(x, targets, batch_size=batch, epochs=1, verbose=0)
-    for tag, weights in tags.items():
-        for w in weights:
-            low = float(np.min(keras.ops.convert_to_numpy(w)))
-            assert low >= 0, f"weight {w.path} ({tag}) is {low} < 0 after a training step"
-
-
-def check_regularizers(layer_cls, init_kwargs, inputs, call_kwargs, weightless=()):
-    names = [n for n in inspect.signature(layer_cls.__init__).parameters
-             if n.endswith("_regularizer") and init_kwargs.get(n) is None and n not in weightless]
-    if not names:
-        return
-    tensors = _to_tensors(inputs)
-    base = layer_cls(**init_kwargs)
-    base(tensors, **call_kwargs)
-    for n in names:
-        try:
-            layer = layer_cls(**init_kwargs, **{n: keras.regularizers.L2(0.1)})
-        except ValueError as err:  # no weight for it in this configuration: refused by name
-            assert f"`{n}`" in str(err), f"{n} refused with an error that does not name it: {err}"
             continue
-        layer(tensors, **call_kwargs)
-        assert len(layer.losses) > len(base.losses), f"{n} adds no regularization loss to {layer_cls.__name__}"
+        names.append(n)
+    return names
+
+
+def _tags_in_effect(layer):
+    """``(constraint tags on the layer's weights, regularizer tags in its losses)``."""
+    constrained = {w.constraint.tag for w in layer.weights if isinstance(getattr(w, "constraint", None), TaggedNonNeg)}
+    TaggedL2.calls.clear()
+    layer.losses  # computes every weight regularizer (Keras' Layer._get_regularization_losses)
+    return constrained, set(TaggedL2.calls)
+
+
+def check_weight_options(layer_cls, init_kwargs, inputs, call_kwargs, weightless_constraints=()):
+    """Every ``*_constraint`` argument constrains a weight and every ``*_regularizer``
+    argument adds a loss, also in the layer rebuilt from its config (Keras' optimizer
+    applies a weight's constraint, and ``losses`` sums its regularizer)."""
+    weightless_regularizers = tuple(n.replace("_constraint", "_regularizer") for n in weightless_constraints)
+    constraints = _weight_option_names(layer_cls, init_kwargs, "_constraint", TaggedNonNeg, weightless_constraints)
+    regularizers = _weight_option_names(layer_cls, init_kwargs, "_regularizer", TaggedL2, weightless_regularizers)
+    if not constraints and not regularizers:
+        return
+    sym = _symbolic_inputs(inputs)
+    layer = layer_cls(**init_kwargs, **{n: TaggedNonNeg(n) for n in constraints},
+                      **{n: TaggedL2(n) for n in regularizers})
+    layer(sym, **call_kwargs)
+    constrained, regularized = _tags_in_effect(layer)
+    unused = [n for n in constraints if n not in constrained] + [n for n in regularizers if n not in regularized]
+    assert not unused, f"{unused} act on no weight of {layer_cls.__name__}({init_kwargs})"
+    clone = layer_cls.from_config(layer.get_config())
+    clone(sym, **call_kwargs)
+    assert _tags_in_effect(clone) == (constrained, regularized), (
+        "constraints or regularizers did not survive get_config/from_config"
+    )
 
 
 def check_gradients(layer_cls, init_kwargs, inputs, call_kwargs):
@@ -382,9 +386,7 @@ def run_layer_contract(
     if "config" in checks:
         check_config(layer_cls, init_kwargs, inputs, call_kwargs)
     if "constraints" in checks:
-        check_constraints(layer_cls, init_kwargs, inputs, call_kwargs, weightless_constraints)
-        weightless = tuple(n.replace("_constraint", "_regularizer") for n in weightless_constraints)
-        check_regularizers(layer_cls, init_kwargs, inputs, call_kwargs, weightless)
+        check_weight_options(layer_cls, init_kwargs, inputs, call_kwargs, weightless_constraints)
     if "gradients" in checks:
         check_gradients(layer_cls, init_kwargs, inputs, call_kwargs)
     if "saving" in checks:
