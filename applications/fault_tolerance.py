@@ -615,11 +615,34 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
 _MISSING = object()
 
 
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def stable_json_value(obj):
+    """A JSON-able stand-in for ``obj`` that is the same in every process.
+
+    The ``default`` of ``json.dumps`` for recorded options: Keras objects (a
+    learning-rate schedule, a regularizer, an initializer) as their Keras
+    serialization, NumPy scalars as numbers, anything else as its text without a
+    memory address (``<function f at 0x7f...>`` becomes ``<function f>``), so that a
+    resumed run in a new process records what the first one did.
+    """
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if hasattr(obj, "get_config"):
+        try:
+            return keras.saving.serialize_keras_object(obj)
+        except Exception:  # noqa: BLE001 - a get_config that fails: fall back to the text
+            pass
+    return _ADDRESS.sub("", str(obj))
+
+
 def _json_normalized(options):
-    """``options`` as JSON gives it back (tuples as lists, other objects as their text)."""
+    """``options`` as JSON gives it back (tuples as lists, other objects as
+    :func:`stable_json_value`)."""
     if not isinstance(options, dict):
         raise InputError(f"`run_options` must be a dict. Received: run_options={options!r}")
-    return json.loads(json.dumps(options, default=str, sort_keys=True))
+    return json.loads(json.dumps(options, default=stable_json_value, sort_keys=True))
 
 
 def _option_text(name, value, bare=False):
@@ -632,6 +655,9 @@ def _option_text(name, value, bare=False):
         text = "default"
     elif isinstance(value, list):
         text = " ".join(str(v) for v in value)
+    elif isinstance(value, dict) and isinstance(value.get("config"), dict) and "class_name" in value:
+        # a Keras object (stable_json_value): ExponentialDecay(decay_rate=0.9, ...)
+        text = f"{value['class_name']}({', '.join(f'{k}={v}' for k, v in value['config'].items() if k != 'name')})"
     else:
         text = str(value)
     return text if bare else f"--{name.replace('_', '-')} {text}"

@@ -1012,7 +1012,7 @@ def train(
         "ema_momentum": ema_momentum, "reduce_lr_patience": reduce_lr_patience, "reduce_lr_factor": reduce_lr_factor,
         "dropout": dropout, "dropout_noise": dropout_noise, "zoneout": zoneout, "init_output_bias": init_output_bias,
         "ensemble": ensemble, "readout": readouts, "nade_units": nade_units, "seed": seed, "limit": limit,
-    }, default=str))}
+    }, default=fault_tolerance.stable_json_value))}
     progress["finished"] = _finished_members(progress)
     models, epochs_run = [], []
     for member in range(ensemble):

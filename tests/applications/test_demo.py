@@ -142,3 +142,42 @@ def test_evaluate_scores_a_model_saved_without_compiling(tmp_path):
     demo.build_model().save(tmp_path / "plain.keras")
     result = demo.evaluate(str(tmp_path / "plain.keras"), limit=40)
     assert 0.0 <= result["test_accuracy"] <= 1.0
+
+
+class _CrashAfterEpoch(keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        raise RuntimeError("crash (simulated)")
+
+
+def test_a_python_caller_with_a_learning_rate_schedule_resumes_its_run(tmp_path):
+    # The backup recorded the schedule as its text, which holds the object's address:
+    # a rerun after a crash with the same schedule (a new object, as in a new process)
+    # was refused as "a run with other options".
+    from applications import fault_tolerance
+    from applications.fault_tolerance import BackupMismatchError
+
+    def schedule(decay_rate=0.9):
+        return keras.optimizers.schedules.ExponentialDecay(1e-2, decay_steps=10, decay_rate=decay_rate)
+
+    run_dir = str(tmp_path / "run")
+    common = dict(run_dir=run_dir, limit=40, batch_size=16, verbose=0)
+    with pytest.raises(RuntimeError, match="simulated"):
+        demo.train(epochs=2, learning_rate=schedule(), callbacks=[_CrashAfterEpoch()], **common)
+    assert fault_tolerance.backup_epoch(os.path.join(run_dir, "backup")) == 1
+    with pytest.raises(BackupMismatchError, match=r"decay_rate=0.9, .*\(now ExponentialDecay\(.*decay_rate=0.5"):
+        demo.train(epochs=2, learning_rate=schedule(decay_rate=0.5), **common)
+    result = demo.train(epochs=2, learning_rate=schedule(), **common)
+    assert result["resumed_from_epoch"] == 1 and os.path.isfile(result["model"])
+
+
+def test_recorded_options_are_the_same_text_in_every_process():
+    from applications.fault_tolerance import stable_json_value
+
+    def f():
+        pass
+
+    assert stable_json_value(f) == "<function test_recorded_options_are_the_same_text_in_every_process.<locals>.f>"
+    assert stable_json_value(np.float32(0.5)) == 0.5
+    decay = keras.optimizers.schedules.ExponentialDecay(1e-2, decay_steps=10, decay_rate=0.9)
+    assert stable_json_value(decay)["config"]["decay_rate"] == 0.9
+    json.dumps(stable_json_value(keras.regularizers.L2(1e-3)))
