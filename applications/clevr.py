@@ -507,15 +507,42 @@ def _write_json(data, path):
         json.dump(data, f)
 
 
+def _damaged_cache(path, problem):
+    # a truncated, emptied or foreign cache file ended the command with a traceback
+    # (JSONDecodeError, KeyError, "mmap length is greater than file size", EOFError, ...)
+    return InputError(f"the cached file {path} is damaged ({problem}); delete it to have it built again")
+
+
 def question_table(questions_path):
     """``(image_index int64 [n], questions [n], answers [n])`` from a cached split."""
-    with open(questions_path) as f:
-        table = json.load(f)
-    return (
-        np.array(table["image_index"], "int64"),
-        np.array(table["question"], dtype=object),
-        np.array(table["answer"], dtype=object),
-    )
+    try:
+        with open(questions_path) as f:
+            table = json.load(f)
+    except ValueError as error:  # JSONDecodeError, UnicodeDecodeError
+        raise _damaged_cache(questions_path, error) from None
+    keys = ("image_index", "question", "answer")
+    if not isinstance(table, dict) or any(not isinstance(table.get(k), list) for k in keys):
+        raise _damaged_cache(questions_path, f"expected a JSON object of the lists {keys}")
+    try:
+        index = np.array(table["image_index"], "int64")
+    except (TypeError, ValueError, OverflowError) as error:
+        raise _damaged_cache(questions_path, f"image_index: {error}") from None
+    if not len(index) == len(table["question"]) == len(table["answer"]):
+        raise _damaged_cache(questions_path, "its lists differ in length")
+    return index, np.array(table["question"], dtype=object), np.array(table["answer"], dtype=object)
+
+
+def load_features(features_path):
+    """The cached features ``[n, H, W, C]`` of a split, memory-mapped."""
+    try:
+        features = np.load(features_path, mmap_mode="r")
+    except (ValueError, EOFError, OSError) as error:
+        if isinstance(error, OSError) and not os.path.isfile(features_path):
+            raise
+        raise _damaged_cache(features_path, error) from None
+    if features.ndim != 4:
+        raise _damaged_cache(features_path, f"features of shape {features.shape}, expected [images, H, W, C]")
+    return features
 
 
 def split_punctuation(texts):
@@ -588,7 +615,7 @@ def make_dataset(features_path, image_index, tokens, labels, batch_size=64, shuf
             "`image_index`, `tokens` and `labels` must hold one entry per question each. "
             f"Received: lengths {len(image_index)}, {len(tokens)} and {len(labels)}"
         )
-    features = np.load(features_path, mmap_mode="r")
+    features = load_features(features_path)
     if len(image_index) and not 0 <= image_index.min() <= image_index.max() < len(features):
         # a question table of another cache: was an IndexError inside tf.data in the middle of fit
         raise InputError(
@@ -724,7 +751,7 @@ def question_counts(split):
 
 def feature_shape(data):
     """Shape ``(H, W, C)`` of the cached features of :func:`prepare`'s ``data``."""
-    return np.load(data["train"]["features_path"], mmap_mode="r").shape[1:]
+    return load_features(data["train"]["features_path"]).shape[1:]
 
 
 def train(cache_dir, run_dir="runs/clevr", data_dir=None, epochs=25, batch_size=64, image_size=IMAGE_SIZE,

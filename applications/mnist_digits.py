@@ -84,6 +84,11 @@ def load_idx_digits(data_dir, prefix="t10k"):
     labels = _read_idx(labels_path, LABELS_MAGIC, 1)
     if len(images) != len(labels):
         raise InputError(f"{images_path} holds {len(images)} images but {labels_path} {len(labels)} labels")
+    if len(labels) and labels.max() > 9:
+        # a label of 10 or more failed in the first training step with TensorFlow's
+        # InvalidArgumentError ("Received a label value of 10 which is outside ...")
+        bad = int(np.argmax(labels > 9))
+        raise InputError(f"{labels_path} holds label {int(labels[bad])} at item {bad}: MNIST labels are digits 0..9")
     return images.astype("float32") / 255.0, labels.astype("int32")
 
 

@@ -986,6 +986,12 @@ def train(
 
     strategy = distribute.resolve_strategy(strategy)
     rolls, longest = load_rolls(data_path, limit)
+    for split in SPLITS:
+        if not any(len(roll) for roll in rolls[split]):
+            # training chorales of no step trained nothing (exit 0, the metrics of an untrained
+            # model); test chorales of no step failed only after the whole run
+            chosen = f" (the first {limit})" if limit is not None else ""
+            raise InputError(f"{data_path or default_data_path()}: the {split} chorales{chosen} hold no time step")
     steps = window or longest
     def member_datasets(member):
         # A pipeline of its own for every member, seeded with seed + member: a shared one went on

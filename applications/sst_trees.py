@@ -283,6 +283,13 @@ def load_split(data_dir, split, granularity="5", phrases=False, as_tokens=False,
                 continue
             texts.append(tokens if as_tokens else " ".join(tokens))
             labels.append(label)
+    if not texts:
+        # SST-2 drops label 2: a split of neutral trees only left nothing, and training
+        # failed with a traceback (an empty vocabulary, or evaluate's empty results)
+        raise InputError(
+            f"{split_path(data_dir, split)} holds no {'phrase' if phrases else 'sentence'} with a label of "
+            f"SST-{granularity}" + (" (SST-2 drops the neutral label 2)" if granularity == "2" else "")
+        )
     return texts, np.asarray(labels, dtype="int32")
 
 

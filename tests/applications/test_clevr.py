@@ -410,3 +410,24 @@ def test_validation_counts_the_questions_whose_answer_no_training_question_has(t
     older = clevr.evaluate(str(tmp_path / "older.keras"), str(cache), image_size=CLEVR_IMAGE_SIZE, batch_size=8)
     assert older["validation_accuracy"] == pytest.approx(right.mean(), abs=1e-6)
     assert older["validation_loss"] == pytest.approx(evaluated["validation_loss"], rel=1e-5)
+
+
+@pytest.mark.parametrize("damage", ["questions", "features"])
+def test_a_damaged_cache_file_is_one_line_naming_it(damage, tmp_path, capsys):
+    # A truncated cache file ended `train clevr` with a traceback (JSONDecodeError;
+    # "mmap length is greater than file size").
+    import pathlib
+
+    from applications import __main__ as cli
+    from tests.applications.tiny_data import CLEVR_IMAGE_SIZE, tiny_clevr_cache
+
+    cache = pathlib.Path(tiny_clevr_cache(tmp_path / "cache"))
+    name = "train_questions.json" if damage == "questions" else f"train_{CLEVR_IMAGE_SIZE}.npy"
+    data = (cache / name).read_bytes()
+    (cache / name).write_bytes(data[: len(data) // 2])
+    code = cli.main(["train", "clevr", "--cache-dir", str(cache), "--data-dir", str(tmp_path / "missing"),
+                     "--image-size", str(CLEVR_IMAGE_SIZE), "--epochs", "1", "--quiet",
+                     "--run-dir", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 2 and f"the cached file {cache / name} is damaged" in err, err
+    assert len(err.strip().splitlines()) == 1, err

@@ -93,3 +93,18 @@ def test_a_corrupt_deflate_stream_is_an_input_error_naming_the_file(tmp_path, sh
     (folder / "t10k-labels-idx1-ubyte.gz").write_bytes((source / "t10k-labels-idx1-ubyte.gz").read_bytes())
     with pytest.raises(InputError, match=r"t10k-images-idx3-ubyte.gz is not a readable gzipped IDX file"):
         load_idx_digits(folder)
+
+
+def test_a_label_beyond_nine_is_an_input_error_naming_the_file_and_item(tmp_path, capsys):
+    # A label of 10 failed in the first training step with TensorFlow's
+    # InvalidArgumentError ("Received a label value of 10 which is outside ...").
+    from applications import __main__ as cli
+
+    header = lambda *v: np.array(v, ">i4").tobytes()  # noqa: E731
+    _write_idx(tmp_path / "bad", header(0x803, 3, 28, 28) + bytes(3 * 784), header(0x801, 3) + bytes([1, 2, 10]))
+    with pytest.raises(ValueError, match="labels-idx1-ubyte.gz holds label 10 at item 2"):
+        load_idx_digits(tmp_path / "bad")
+    code = cli.main(["train", "occluded_mnist", "--data-dir", str(tmp_path / "bad"), "--num-train", "2",
+                     "--num-test", "1", "--epochs", "1", "--quiet", "--run-dir", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 2 and "label 10 at item 2" in err and len(err.strip().splitlines()) == 1, err

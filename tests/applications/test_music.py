@@ -1134,3 +1134,16 @@ def test_the_loss_under_two_replicas_is_the_one_device_loss_for_chorales_of_uneq
     for step, step_1 in zip(steps, steps_1):
         np.testing.assert_allclose(step, step_1, rtol=1e-4, atol=1e-6)
     assert any(np.abs(step).max() > 1e-4 for step in steps_1)  # the step moved the weights
+
+
+@pytest.mark.parametrize("split", ["train", "test"])
+def test_a_split_of_chorales_without_a_time_step_is_refused_before_training(split, tmp_path):
+    # Training chorales of no step trained nothing and exited 0 with an untrained model's
+    # metrics; test chorales of no step failed only after the whole run, naming no file.
+    chorales = {"train": [[[60], [62]]] * 2, "valid": [[[60], [64]]], "test": [[[62], [60]]]}
+    chorales[split] = [[], []]
+    path = tmp_path / "chorales.json"
+    path.write_text(json.dumps(chorales))
+    with pytest.raises(ValueError, match=rf"chorales.json: the {split} chorales hold no time step"):
+        music.train(str(path), run_dir=str(tmp_path / "run"), epochs=1, units=(4,), verbose=0)
+    assert not (tmp_path / "run" / "model.keras").exists()

@@ -175,3 +175,17 @@ def test_an_empty_tree_file_is_a_clear_error(tmp_path):
         (tmp_path / f"{split}.txt").write_text(text)
         with pytest.raises(sst_trees.TreeSyntaxError, match=rf"{split}\.txt holds no trees"):
             sst_trees.load_split(tmp_path, split)
+
+
+def test_a_split_with_nothing_left_after_sst2_drops_the_neutral_label_is_an_input_error(tmp_path):
+    # A split of neutral trees only came back empty: text_classification and sst failed
+    # with tracebacks (an empty vocabulary, evaluate's empty results), and sst trained on
+    # an empty training split and reported accuracies of 0.0 with exit 0.
+    for split in ("train", "dev", "test"):
+        (tmp_path / f"{split}.txt").write_text("(3 (2 fine) (3 film))\n")
+    (tmp_path / "test.txt").write_text("(2 (2 fine) (2 .))\n")
+    assert sst_trees.load_split(tmp_path, "test", "5")[0] == ["fine ."]
+    with pytest.raises(ValueError, match=r"test.txt holds no sentence with a label of SST-2 \(SST-2 drops"):
+        sst_trees.load_split(tmp_path, "test", "2")
+    with pytest.raises(ValueError, match="test.txt holds no phrase"):
+        sst_trees.load_split(tmp_path, "test", "2", phrases=True)
