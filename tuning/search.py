@@ -216,9 +216,33 @@ def run_search(args, strategy):
     )
     fault_tolerance.write_json_atomically(settings, os.path.join(directory, args.application, _SETTINGS))
     before = len(_finished(tuner))
-    tuner.search(epochs=args.epochs, verbose=0 if args.quiet else 1)
+    try:
+        tuner.search(epochs=args.epochs, verbose=0 if args.quiet else 1)
+    except RuntimeError as error:
+        raise _failed_trials_error(error, os.path.join(directory, args.application)) from None
     finished = _finished(tuner)
     return export_best(tuner, directory, new_trials=len(finished) - before)
+
+
+# keras-tuner's RuntimeError when max_consecutive_failed_trials trials in a row failed
+_CONSECUTIVE_FAILURES = "Number of consecutive failures exceeded the limit"
+
+
+def _failed_trials_error(error, project_dir):
+    """keras-tuner's stop after trials that failed in a row, as one line naming the last
+    trial's error (it was a traceback of the tuner's own ``RuntimeError``, ending ``tune``
+    with exit 1); any other ``RuntimeError`` is returned as it is."""
+    text = str(error)
+    if not text.startswith(_CONSECUTIVE_FAILURES):
+        return error
+    limit = text.splitlines()[0][len(_CONSECUTIVE_FAILURES):].strip(" .of")
+    # the trial's message is its traceback: the last non-empty line names the error
+    cause = next((line.strip() for line in reversed(text.splitlines()[1:]) if line.strip()), "unknown")
+    return CommandLineError(
+        f"the search in {project_dir} stopped: {limit} trials in a row failed, the last with {cause} "
+        "(keras-tuner printed the trials' tracebacks above); the finished trials are kept: fix the cause "
+        "and rerun the command to go on, or start afresh with --overwrite"
+    )
 
 
 _SETTINGS = "keras_capsules_search.json"

@@ -289,3 +289,19 @@ def test_a_fixed_value_only_the_datasets_read_is_checked_before_the_search():
     with pytest.raises(CommandLineError, match=r"--fixed alpha=-0.5: .*Received: alpha=-0.5"):
         search.fixed_hyperparameters(_DataHyperModel(), ["alpha=-0.5"])
     assert search.fixed_hyperparameters(_DataHyperModel(), ["alpha=0.2"]).values == {"alpha": 0.2}
+
+
+def test_trials_that_fail_in_a_row_end_the_search_in_one_line(tmp_path, capsys, monkeypatch):
+    # keras-tuner stops after 3 trials in a row failed with its own RuntimeError, which
+    # ended `tune` with a traceback and exit 1.
+    def fit(self, hp, model, *args, **kwargs):
+        raise ValueError("boom (simulated)")
+
+    monkeypatch.setattr(DemoHyperModel, "fit", fit)
+    directory = tmp_path / "search"
+    code = cli.main(["tune", "demo", "--tuner", "random", "--directory", str(directory), "--max-trials", "5", *TINY])
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    assert err.splitlines()[-1].startswith("keras-capsules: error: the search in"), err
+    assert "3 trials in a row failed, the last with ValueError: boom (simulated)" in err.splitlines()[-1]
+    assert "Traceback" not in err.splitlines()[-1]
