@@ -106,6 +106,45 @@ def require_model(model, model_path, accepted, kind, application, expected):
         )
 
 
+def recorded_split(model_path, given):
+    """The options that made the train/test split of ``model_path``, as ``train`` recorded
+    them (``"split"`` in ``metrics.json`` beside the model), with ``given`` (the user's
+    values, None where not given) checked against them.
+
+    Returns ``(values, note)``. ``values``: the recorded values where ``given`` has None.
+    When nothing was recorded (a run of an older version, or a model moved away from its
+    run directory), ``given`` as it is (a None seed read as 0) and a ``note`` for the
+    user; else ``note`` is None. A given value that differs from the recorded one is
+    refused (``CommandLineError``): its test data would hold digits the model was trained
+    on (``evaluate`` of demo, occluded_mnist and textured_mnist).
+    """
+    import json
+
+    from applications.errors import CommandLineError
+
+    metrics = os.path.join(os.path.dirname(os.path.abspath(model_path)), "metrics.json")
+    try:
+        with open(metrics) as f:
+            recorded = json.load(f).get("split")
+    except (OSError, ValueError, AttributeError):
+        recorded = None
+    if not isinstance(recorded, dict):
+        values = {k: (0 if k == "seed" and v is None else v) for k, v in given.items()}
+        return values, (
+            f"note: {metrics} records no train/test split (a run of an older version?): evaluating on "
+            f"the test split of --seed {values.get('seed')}; if training used another seed, it overlaps "
+            "training digits"
+        )
+    differ = [f"--{name.replace('_', '-')} {value} (trained with {recorded.get(name)})"
+              for name, value in given.items() if value is not None and value != recorded.get(name)]
+    if differ:
+        raise CommandLineError(
+            f"{model_path} was trained on another train/test split than {', '.join(differ)} gives: its test "
+            "digits would overlap the training digits; leave these options out to use the recorded split"
+        )
+    return {k: recorded.get(k, 0 if k == "seed" else None) if v is None else v for k, v in given.items()}, None
+
+
 def single_output_shape(model):
     """The shape of ``model``'s one output tensor, or None (several or nested outputs)."""
     output = model.output

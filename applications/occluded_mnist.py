@@ -45,6 +45,7 @@ never augmented.
 
 import numbers
 import os
+import sys
 
 import keras
 import numpy as np
@@ -902,6 +903,8 @@ def train(
         "parameters": int(model.count_params()),
         "epochs_run": fault_tolerance.epochs_run(history, callbacks),  # those before a resume too
         "augment": augment,
+        # what defines the train/test split: `evaluate` uses it (another split overlaps training digits)
+        "split": {"seed": seed, "source": source, "data_dir": None if data_dir is None else os.path.abspath(data_dir)},
         **paths,
     }
     fault_tolerance.write_json_atomically(result, paths["metrics"])
@@ -909,16 +912,23 @@ def train(
     return result
 
 
-def evaluate(model_path, source="idx", data_dir=None, num_test=5000, seed=0, batch_size=64, strategy=None):
-    """Classification error of a saved model on the test sequences of :func:`train` (same seed)."""
+def evaluate(model_path, source=None, data_dir=None, num_test=5000, seed=None, batch_size=64, strategy=None):
+    """Classification error of a saved model on the test sequences of :func:`train`: ``seed``,
+    ``source`` and ``data_dir`` default to those ``train`` recorded in ``metrics.json`` beside
+    the model; others are refused (``checks.recorded_split``)."""
     if not os.path.exists(model_path):
         raise PathNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
+    split, note = checks.recorded_split(model_path, {
+        "seed": seed, "source": source, "data_dir": None if data_dir is None else os.path.abspath(data_dir)})
+    seed, source, data_dir = split["seed"], split["source"] or "idx", split["data_dir"]
     num_test = integer_at_least("num_test", num_test, 1)
     batch_size = integer_at_least("batch_size", batch_size, 1)
     strategy = distribute.resolve_strategy(strategy)
     with strategy.scope():
         model = checks.load_model(model_path)
     _check_occluded_mnist_model(model, model_path)
+    if note:  # nothing recorded the split
+        print(note, file=sys.stderr)
     _, test_digits = _train_test_digits(source, data_dir, seed)
     # [batch, T, S, S, 1]: the sequences the model was built for
     num_frames, frame_size = model.input_shape[1], model.input_shape[2]
@@ -1028,6 +1038,8 @@ def add_arguments(parser, command):
                         help="folder of the MNIST IDX files (default: the project's shared copy), "
                         "or TFDS's data folder with --source tfds")
     parser.add_argument("--num-test", type=positive_int, default=5000, help="test sequences")
+    if command == "evaluate":  # the split must be training's: the one `train` recorded beside the model
+        parser.set_defaults(seed=None, source=None)
     if command in ("train", "tune"):
         parser.add_argument("--variant", choices=VARIANTS, default="rladder")
         parser.add_argument("--num-train", type=positive_int, default=20000, help="training sequences")

@@ -348,7 +348,8 @@ def train(
     )
     test_ds = make_dataset(test_examples, False, batch_size, image_size)
     if validation_steps is not None:
-        test_ds = test_ds.repeat().take(validation_steps)
+        # the first batches only, each once (repeat() counted a split of fewer batches twice)
+        test_ds = test_ds.take(validation_steps)
 
     strategy = distribute.resolve_strategy(strategy)
     with strategy.scope():

@@ -597,20 +597,26 @@ def train(run_dir="runs/sort_of_clevr", steps=20000, batch_size=64, kb="symbolic
     return result
 
 
-def _validation_sets(validation_examples, seed, kb):
+def _validation_sets(validation_examples, seed, kb, selection=False):
     # At least one question of each kind (with 0 or 1 the evaluation of a half found no
     # data and failed only after training); an odd count gives the extra one to the
     # relational half.
     validation_examples = integer_at_least("validation_examples", validation_examples, minimum=2)
     sizes = (validation_examples // 2, validation_examples - validation_examples // 2)
-    return {r: generate_examples(sizes[r], seed + 1000 + r, relational=bool(r), kb=kb) for r in (0, 1)}
+    # selection: questions of their own for a search (seeds [seed, 1000 + r, 1]), never those
+    # that train and evaluate report (seed + 1000 + r)
+    seeds = [[seed, 1000 + r, 1] if selection else seed + 1000 + r for r in (0, 1)]
+    return {r: generate_examples(sizes[r], seeds[r], relational=bool(r), kb=kb) for r in (0, 1)}
 
 
-def validation_data(validation_examples=2000, seed=0, kb="symbolic", sets=None):
+def validation_data(validation_examples=2000, seed=0, kb="symbolic", sets=None, selection=False):
     """The validation questions of :func:`train` (half non-relational, then half
     relational; at least 2 questions, an odd one more relational) as one
-    ``(inputs, answers)`` pair of arrays; ``sets``: the two halves if already generated."""
-    val = sets or _validation_sets(validation_examples, seed, kb)
+    ``(inputs, answers)`` pair of arrays; ``sets``: the two halves if already generated.
+    ``selection``: other questions of the same kinds, for model selection
+    (``tuning.sort_of_clevr``), so that the search never chooses on the questions that
+    ``train`` and ``evaluate`` report."""
+    val = sets or _validation_sets(validation_examples, seed, kb, selection)
     inputs = {k: np.concatenate([val[0][0][k], val[1][0][k]]) for k in val[0][0]}
     return inputs, np.concatenate([val[0][1], val[1][1]])
 

@@ -50,6 +50,7 @@ parameters instead of 3.3M with 16 channels, 6.5M with 32).
 
 import numbers
 import os
+import sys
 
 import keras
 import numpy as np
@@ -900,6 +901,8 @@ def train(
             None if valid_data is None else valid_data["segmentation"],
         )["ami"],
         **kept,
+        # what defines the train/test split: `evaluate` uses it (another split overlaps training digits)
+        "split": {"seed": seed, "data_dir": None if data_dir is None else os.path.abspath(data_dir)},
         **paths,
     }
     fault_tolerance.write_json_atomically(result, paths["metrics"])
@@ -907,7 +910,7 @@ def train(
     return result
 
 
-def evaluate(model_path, data_dir=None, num_test=1000, seed=0, batch_size=64, strategy=None,
+def evaluate(model_path, data_dir=None, num_test=1000, seed=None, batch_size=64, strategy=None,
              texture_style="binary", mean_gap=0.0, texture_set="random", bank_size=8, texture_shift=False):
     """Per-iteration AMI (and error) of a saved model on the test images of :func:`train` (same seed
     and texture options)."""
@@ -916,6 +919,10 @@ def evaluate(model_path, data_dir=None, num_test=1000, seed=0, batch_size=64, st
     # num_test=0 was Keras' UnboundLocalError ("batch_outputs") inside predict
     num_test = integer_at_least("num_test", num_test, 1)
     batch_size = integer_at_least("batch_size", batch_size, 1)
+    # seed and data_dir default to those train recorded beside the model; others are refused
+    split, note = checks.recorded_split(model_path, {
+        "seed": seed, "data_dir": None if data_dir is None else os.path.abspath(data_dir)})
+    seed, data_dir = split["seed"], split["data_dir"]
     strategy = distribute.resolve_strategy(strategy)
     _, test_digits = _train_test_digits(data_dir, seed)
     test_data = generate(*test_digits, num_test, seed=seed + 1, style=texture_style, mean_gap=mean_gap,
@@ -923,6 +930,8 @@ def evaluate(model_path, data_dir=None, num_test=1000, seed=0, batch_size=64, st
     with strategy.scope():
         model = checks.load_model(model_path)
     _check_textured_mnist_model(model, model_path)
+    if note:  # nothing recorded the split
+        print(note, file=sys.stderr)
     return {**evaluate_iterations(model, test_data, batch_size), "model": model_path}
 
 
@@ -956,6 +965,8 @@ def add_arguments(parser, command):
     parser.add_argument("--data-dir", default=None,
                         help="folder of the MNIST t10k IDX files (default: the project's shared copy)")
     parser.add_argument("--num-test", type=positive_int, default=1000, help="test images")
+    if command == "evaluate":  # the split must be training's: the one `train` recorded beside the model
+        parser.set_defaults(seed=None)
     if command in ("train", "evaluate"):
         parser.add_argument("--texture-style", default="binary", choices=TEXTURE_STYLES,
                             help="two-level or continuous-valued textures (evaluate: as in training)")

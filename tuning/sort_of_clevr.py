@@ -100,7 +100,8 @@ class SortOfClevrHyperModel(MACHyperModel):
                 "validation_examples": args.validation_examples}
 
     def load_data(self):
-        return sort_of_clevr.validation_data(self.validation_examples, self.seed, self.kb)
+        # not the questions that `keras-capsules evaluate sort_of_clevr` reports
+        return sort_of_clevr.validation_data(self.validation_examples, self.seed, self.kb, selection=True)
 
     def build_mac(self, hp, **mac_kwargs):
         return sort_of_clevr.build_model(kb=self.kb, **mac_kwargs)

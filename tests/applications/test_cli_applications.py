@@ -365,3 +365,26 @@ def test_clevr_without_cache_or_tfds_data_is_the_friendly_tfds_error(tmp_path, c
     err = capsys.readouterr().err
     assert "TFDS dataset 'clevr:3.1.0' is not prepared" in err and "--data-dir" in err
     assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize("name", ["occluded_mnist", "textured_mnist"])
+def test_evaluate_tests_on_the_split_that_train_recorded(name, tmp_path, capsys):
+    # evaluate rebuilt the train/test split of the digits from its own --seed (default 0):
+    # a model trained with --seed 1 was scored on ~80% training digits, with no warning.
+    run_dir = tmp_path / "run"
+    argv = ["train", name, *TINY[name], "--seed", "1", "--epochs", "1", "--quiet", "--run-dir", str(run_dir)]
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    trained = json.loads((run_dir / "metrics.json").read_text())
+    assert trained["split"]["seed"] == 1
+    capsys.readouterr()
+    evaluate = ["evaluate", name, *TINY_EVALUATE[name], "--model", str(run_dir / "model.keras")]
+    assert cli.main(evaluate) == 0
+    out, err = capsys.readouterr()
+    assert err == "", err
+    result = json.loads(out)
+    key = "test_error" if name == "occluded_mnist" else "ami"
+    assert result[key] == pytest.approx(trained[key]), (result, trained)
+    assert cli.main([*evaluate, "--seed", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "trained on another train/test split than --seed 0 (trained with 1)" in err, err
+    assert len(err.strip().splitlines()) == 1, err

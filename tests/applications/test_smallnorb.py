@@ -393,3 +393,20 @@ def test_evaluate_scores_a_model_saved_without_compiling(tmp_path):
         result = smallnorb.evaluate(str(tmp_path / "plain.keras"), data_dir=str(tmp_path / "tfds"),
                                     batch_size=2, image_size=24, steps=1)
     assert 0.0 <= result["test_accuracy"] <= 1.0
+
+
+def test_validation_steps_beyond_the_test_split_count_each_test_batch_once(tmp_path):
+    # `test_ds.repeat().take(N)`: with N above the split's batches, validation went round
+    # the split again and counted its first batches twice (train's val_accuracy then
+    # differed from evaluate's with the same --validation-steps).
+    class CountTestBatches(keras.callbacks.Callback):
+        batches = 0
+
+        def on_test_batch_end(self, batch, logs=None):
+            CountTestBatches.batches += 1
+
+    with tfds.testing.mock_data(num_examples=8):  # 8 test examples: 2 batches of 4
+        smallnorb.train(data_dir=str(tmp_path / "tfds"), run_dir=str(tmp_path / "run"), epochs=1, batch_size=4,
+                        image_size=24, steps_per_epoch=1, validation_steps=5, seed=0, verbose=0,
+                        model_kwargs=TINY, callbacks=[CountTestBatches()])
+    assert CountTestBatches.batches == 2

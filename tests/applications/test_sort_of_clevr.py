@@ -394,3 +394,14 @@ def test_evaluate_refuses_another_applications_model_and_scores_an_uncompiled_on
     soc.build_model(units=16, max_steps=2, embedding_dim=8).save(tmp_path / "plain.keras")
     result = soc.evaluate(str(tmp_path / "plain.keras"), validation_examples=8)
     assert all(0.0 <= value <= 1.0 for value in result.values() if isinstance(value, float)), result
+
+
+def test_the_search_chooses_on_other_questions_than_those_train_and_evaluate_report():
+    # The HyperModel validated on validation_data(n, seed): the very questions that
+    # `evaluate` scores, so `tune` then `evaluate` reported a score the search had chosen on.
+    import tuning
+
+    search = tuning.HYPERMODELS["sort_of_clevr"](seed=0, validation_examples=8).load_data()
+    reported = soc.validation_data(8, 0)
+    assert search[1].shape == reported[1].shape and set(search[0]) == set(reported[0])
+    assert not np.array_equal(search[0]["kb"], reported[0]["kb"])
