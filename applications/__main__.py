@@ -168,13 +168,25 @@ def _bench(args):
     return subprocess.call(command, env=env)
 
 
+# The headline results of the applications' `train` (the rest is in metrics.json).
+_HEADLINES = (("test_accuracy", "test accuracy"), ("validation_accuracy", "validation accuracy"),
+              ("non_relational_accuracy", "non-relational accuracy"), ("relational_accuracy", "relational accuracy"),
+              ("test_error", "test error"), ("test_nll_per_step", "test NLL per step"))
+
+
 def _print_outputs(result, where):
-    if "test_accuracy" in result:
-        line = f"test accuracy {result['test_accuracy']:.4f}"
+    parts = [f"{label} {result[key]:.4f}" for key, label in _HEADLINES
+             if isinstance(result.get(key), (int, float))]
+    if isinstance(result.get("ami"), list) and result["ami"]:  # RTagger: the segmentation of every iteration
+        parts.append("test AMI per iteration " + " / ".join(f"{a:.3f}" for a in result["ami"]))
+    if parts:
+        line = ", ".join(parts)
         if "parameters" in result:
             line += f" ({result['parameters']:,} parameters)"
         print(line)
-    outputs = [os.path.basename(result[k]) for k in ("model", "plot", "history", "metrics") if result.get(k)]
+    # every file the run wrote there (the application's own plots too: sample.png, segmentation.png, ...)
+    outputs = [os.path.basename(v) for k, v in result.items() if k != "logs" and isinstance(v, str)
+               and os.path.isfile(v) and os.path.dirname(os.path.abspath(v)) == os.path.abspath(where)]
     text = f"outputs in {os.path.abspath(where)}: " + ", ".join(outputs)
     if result.get("logs"):
         text += f", logs/ (tensorboard --logdir {result['logs']})"

@@ -804,7 +804,7 @@ def train(cache_dir, run_dir="runs/clevr", data_dir=None, epochs=25, batch_size=
 
 
 def evaluate(model_path, cache_dir, data_dir=None, image_size=IMAGE_SIZE, limit=None, batch_size=64,
-             strategy=None):
+             strategy=None, verbose=0):
     """Validation loss and accuracy of a saved model (the CLEVR test split has no answers).
 
     The questions are encoded with the vocabulary of the cached training split, as in
@@ -818,7 +818,7 @@ def evaluate(model_path, cache_dir, data_dir=None, image_size=IMAGE_SIZE, limit=
     if not os.path.exists(model_path):
         raise PathNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
     strategy = distribute.resolve_strategy(strategy)
-    data = prepare_offline(cache_dir, data_dir, image_size, limit, verbose=0)
+    data = prepare_offline(cache_dir, data_dir, image_size, limit, verbose=verbose)  # a missing cache: hours
     val_ds = make_dataset(**data["validation"], batch_size=batch_size, drop_unknown=False)
     with strategy.scope():
         model = checks.load_model(model_path)
@@ -903,4 +903,5 @@ def run_evaluate(args, strategy):
     from applications.arguments import cache_dir_of
 
     return evaluate(args.model, cache_dir_of(args), args.data_dir, args.image_size, args.limit,
-                    batch_size=distribute.global_batch_size(args.batch_size, strategy), strategy=strategy)
+                    batch_size=distribute.global_batch_size(args.batch_size, strategy), strategy=strategy,
+                    verbose=0 if args.quiet else 1)

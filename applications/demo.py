@@ -186,15 +186,20 @@ def plot_history(history, path, accuracy="accuracy"):
     """Writes loss and accuracy curves (train and validation) to a PNG (atomically).
 
     ``accuracy`` names the accuracy metric in ``history`` (e.g. ``"digit_accuracy"``
-    for a model's output ``digit``); a metric that is missing leaves its panel empty.
+    for a model's output ``digit``); when the history has none (textured_mnist without
+    a classifier), only the loss is drawn.
     """
-    fig, axes = plotting.subplots(1, 2, figsize=(9, 3.5))
-    for ax, metric in zip(axes, ("loss", accuracy)):
+    from matplotlib.ticker import MaxNLocator
+
+    metrics = ["loss"] + [accuracy] * any(history.get(p + accuracy) for p in ("", "val_"))
+    fig, axes = plotting.subplots(1, len(metrics), figsize=(4.5 * len(metrics), 3.5), squeeze=False)
+    for ax, metric in zip(axes[0], metrics):
         for prefix, style in (("", "-"), ("val_", "--")):
             values = history.get(prefix + metric)
             if values:
                 ax.plot(range(1, len(values) + 1), values, style, label=(prefix or "train_") + metric)
         ax.set_xlabel("epoch")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs, not 1.2, 1.4, ...
         ax.set_title(metric)
         ax.grid(alpha=0.3)
         if ax.lines:
@@ -361,31 +366,13 @@ def evaluate(model_path, batch_size=64, seed=None, data_dir=None, limit=None, st
 def _split_of(model_path, seed, data_dir, limit):
     """``(seed, data_dir, limit, note)`` of the train/test split that trained ``model_path``
     (``note``: what to tell the user when nothing recorded it, else None)."""
-    import json
+    from applications import checks
 
-    from applications.errors import CommandLineError
-
-    metrics = os.path.join(os.path.dirname(os.path.abspath(model_path)), "metrics.json")
-    try:
-        with open(metrics) as f:
-            recorded = json.load(f).get("split")
-    except (OSError, ValueError, AttributeError):
-        recorded = None
-    if not isinstance(recorded, dict):
-        seed = 0 if seed is None else seed
-        return seed, data_dir, limit, (
-            f"note: {metrics} records no train/test split (a run of an older version?): evaluating on "
-            f"the test split of --seed {seed}; if training used another seed, it overlaps training digits"
-        )
     given = {"seed": seed, "data_dir": None if data_dir is None else os.path.abspath(data_dir), "limit": limit}
-    differ = [f"--{name.replace('_', '-')} {given[name]} (trained with {recorded.get(name)})"
-              for name in given if given[name] is not None and given[name] != recorded.get(name)]
-    if differ:
-        raise CommandLineError(
-            f"{model_path} was trained on another train/test split than {', '.join(differ)} gives: its test "
-            "digits would overlap the training digits; leave these options out to use the recorded split"
-        )
-    return recorded.get("seed", 0), recorded.get("data_dir"), recorded.get("limit"), None
+    split, note = checks.recorded_split(model_path, given)
+    if note:  # as given (the path as the user wrote it)
+        return split["seed"], data_dir, limit, note
+    return split["seed"], split["data_dir"], split["limit"], None
 
 
 # The command-line protocol (applications/registry.py).

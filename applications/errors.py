@@ -147,6 +147,9 @@ def run_main(main, prog):
     """Runs a module's ``main()`` as the ``keras-capsules`` command does its commands: a
     :class:`CommandLineError` is one line and exit code 2 (see :func:`report`)."""
     try:
-        return main()
+        result = main()
     except CommandLineError as err:
         return report(err, prog)
+    # a main() may return its results (a list, a dict, a tuple) for callers in Python:
+    # sys.exit() of those printed them to stderr and exited with code 1 after a success
+    return result if isinstance(result, int) and not isinstance(result, bool) else 0

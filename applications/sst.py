@@ -942,7 +942,7 @@ def run_evaluate(args, strategy):
     sst_trees.require_split_files(args.data_dir, (args.split,))
     return evaluate(args.model, args.data_dir, args.granularity, args.split, args.preset, cache_dir_of(args),
                     args.max_length, args.max_eval, distribute.global_batch_size(args.batch_size, strategy),
-                    strategy)
+                    strategy, verbose=0 if args.quiet else 1)
 
 
 def main(argv=None):

@@ -170,7 +170,7 @@ def build(name, units, coordinate_frequencies=4):
 
 
 def run(name, seconds, test_sets, units=64, batch_size=64, learning_rate=3e-3, ema_momentum=0.99, seed=0,
-        coordinate_frequencies=4, final_lr_fraction=None, jit_compile=True):
+        coordinate_frequencies=4, final_lr_fraction=None, jit_compile=True, verbose=2):
     keras.utils.set_random_seed(seed)
     model = clevr.compile_model(build(name, units, coordinate_frequencies), learning_rate,
                                 ema_momentum=ema_momentum)
@@ -181,7 +181,7 @@ def run(name, seconds, test_sets, units=64, batch_size=64, learning_rate=3e-3, e
         callbacks.append(BudgetLinearDecay(budget, final_lr_fraction))
     start = time.time()
     model.fit(soc.make_dataset(batch_size, seed=seed), steps_per_epoch=100, epochs=100_000,
-              verbose=0, callbacks=callbacks)  # EMA weights are in the model after fit
+              verbose=verbose, callbacks=callbacks, shuffle=False)  # EMA weights are in the model after fit
     train_time = time.time() - start
     result = {"model": name, "steps": budget.steps, "seconds": round(train_time),
               "parameters": model.count_params()}
@@ -208,6 +208,8 @@ def main(argv=None):
                              "fraction of --learning-rate (1: constant)")
     parser.add_argument("--jit", default="on", choices=("on", "off"),
                         help="XLA-compile the training step (default on: ~1.2x the steps on a CPU)")
+    parser.add_argument("--verbose", type=non_negative_int, default=2,
+                        help="Keras fit verbosity (2: a line per 100 steps; 0: silent)")
     args = parser.parse_args(argv)
     models = args.models.split(",")
     test_sets = {
@@ -220,7 +222,8 @@ def main(argv=None):
     for name in models:
         results.append(run(name, seconds, test_sets, args.units, learning_rate=args.learning_rate,
                            coordinate_frequencies=args.coordinate_frequencies, seed=args.seed,
-                           final_lr_fraction=args.final_lr_fraction, jit_compile=args.jit == "on"))
+                           final_lr_fraction=args.final_lr_fraction, jit_compile=args.jit == "on",
+                           verbose=args.verbose))
         r = results[-1]
         print(f"{r['model']:>9}: non-relational {r['non_relational']:.3f}  relational "
               f"{r['relational']:.3f}  ({r['steps']} steps, {r['seconds']} s, {r['parameters']:,} params)",

@@ -55,3 +55,26 @@ def test_a_bad_value_is_refused_by_the_argument_parser(name, args, option):
     script = next(p for p in BENCHMARKS if p.stem == name)
     proc = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and f"error: argument {option}" in proc.stderr, proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("argv, verbose", [([], 2), (["--verbose", "0"], 0)])
+def test_the_sort_of_clevr_benchmark_shows_its_training_unless_told_not_to(argv, verbose, monkeypatch):
+    # It trained each model for minutes with fit(verbose=0) and had no --verbose option.
+    import importlib.util
+
+    import keras
+
+    path = next(p for p in BENCHMARKS if p.stem == "sort_of_clevr")
+    spec = importlib.util.spec_from_file_location("sort_of_clevr_benchmark_under_test", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    seen = []
+
+    def fit(self, *args, **kwargs):
+        seen.append((kwargs.get("verbose"), kwargs.get("shuffle")))
+        raise KeyboardInterrupt("stopped (simulated)")
+
+    monkeypatch.setattr(keras.Model, "fit", fit)
+    with pytest.raises(KeyboardInterrupt, match="simulated"):
+        module.main(["--minutes", "0.01", "--models", "mac1", "--units", "8", "--test-examples", "8", *argv])
+    assert seen == [(verbose, False)]

@@ -32,6 +32,8 @@ class DatasetHyperModel(keras_tuner.HyperModel):
         batch_size: the global batch size.
         seed: seeds the data (splits, shuffling, generated examples).
         epochs: epochs per trial (schedules that need the number of steps use it).
+        verbose: 1 (default) shows the progress of ``load_data``'s long steps (CLEVR's
+            feature extraction, SST's embedding); 0 (``--quiet``) hides it.
         name: the HyperModel's name (default: the class attribute ``application``).
     """
 
@@ -40,9 +42,10 @@ class DatasetHyperModel(keras_tuner.HyperModel):
     #: the application this HyperModel tunes.
     application = None
 
-    def __init__(self, batch_size=32, seed=0, epochs=3, name=None, tunable=True):
+    def __init__(self, batch_size=32, seed=0, epochs=3, name=None, tunable=True, verbose=1):
         super().__init__(name=name or self.application, tunable=tunable)
         self.batch_size, self.seed, self.epochs = int(batch_size), int(seed), int(epochs)
+        self.verbose = verbose
         self._data = None
 
     @classmethod
@@ -52,6 +55,7 @@ class DatasetHyperModel(keras_tuner.HyperModel):
             batch_size=distribute.global_batch_size(args.batch_size, strategy),
             seed=args.seed,
             epochs=args.epochs,
+            verbose=0 if args.quiet else 1,
             **cls.options_from_args(args),
         )
 

@@ -49,7 +49,8 @@ class ClevrHyperModel(MACHyperModel):
                 "limit": args.limit}
 
     def load_data(self):
-        return clevr.prepare_offline(self.cache_dir, self.data_dir, self.image_size, self.limit, verbose=0)
+        return clevr.prepare_offline(self.cache_dir, self.data_dir, self.image_size, self.limit,
+                                     verbose=self.verbose)
 
     def build_mac(self, hp, **mac_kwargs):
         data = self.prepare()

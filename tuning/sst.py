@@ -58,7 +58,7 @@ class SSTHyperModel(DatasetHyperModel):
         requests = {"train": ("train", self.train_on == "phrases", self.max_train),
                     "dev": ("dev", False, self.max_eval)}
         return sst.embed_splits(self.data_dir, self.granularity, requests, self.preset, self.cache_dir,
-                                self.max_length, verbose=0)
+                                self.max_length, verbose=self.verbose)
 
     def build(self, hp):
         embedded, labels = self.prepare()["train"]

@@ -540,3 +540,55 @@ def test_evaluate_batches_per_replica_as_the_docs_say(monkeypatch):
         module.run_evaluate(cli._defaults(args), Strategy())
         expected = 5 if name == "demo" else 15  # demo's evaluate multiplies by the replicas itself
         assert seen["batch_size"] == expected, name
+
+
+@pytest.mark.parametrize("command", ["evaluate clevr", "tune clevr", "tune sst"])
+@pytest.mark.parametrize("quiet", [False, True])
+def test_long_data_preparation_shows_progress_unless_quiet(command, quiet, tmp_path, capsys, monkeypatch):
+    # CLEVR's feature extraction (hours without a cache) and SST's embedding ran with
+    # verbose=0 under `evaluate clevr` and `tune`, whatever --quiet said.
+    from applications import clevr, sst
+    from applications.errors import InputError
+    from tests.applications.tiny_data import SST_DIR
+
+    seen = []
+
+    def preparation(*args, verbose=None, **kwargs):
+        seen.append(verbose)
+        raise InputError("stopped here (simulated)")
+
+    monkeypatch.setattr(clevr, "prepare_offline", preparation)
+    monkeypatch.setattr(sst, "embed_splits", preparation)
+    (tmp_path / "model.keras").write_bytes(b"")
+    verb, name = command.split()
+    argv = [verb, name, "--model" if verb == "evaluate" else "--directory",
+            str(tmp_path / ("model.keras" if verb == "evaluate" else "search"))]
+    argv += ["--data-dir", str(SST_DIR)] if name == "sst" else ["--cache-dir", str(tmp_path / "cache")]
+    assert cli.main([*argv, *["--quiet"] * quiet]) == 2
+    assert "simulated" in capsys.readouterr().err
+    assert seen == [0 if quiet else 1]
+
+
+def test_a_benchmark_that_returns_its_results_exits_0():
+    # run_main passed main()'s return value to sys.exit: a list or dict of results was
+    # printed to stderr and the process exited with code 1 after a success.
+    from applications.errors import run_main
+
+    assert run_main(lambda: [{"model": "mac1"}], "x") == 0
+    assert run_main(lambda: {"nll": 6.4}, "x") == 0
+    assert run_main(lambda: None, "x") == 0
+    assert run_main(lambda: 3, "x") == 3
+
+
+def test_train_ends_with_the_applications_headline_result_and_every_file_it_wrote(tmp_path, capsys):
+    # Only test_accuracy and four fixed files were printed: music's test NLL, occluded's
+    # test error, RTagger's AMI and plots such as sample.png or segmentation.png were not.
+    for name in ("model.keras", "history.png", "sample.png", "segmentation.png"):
+        (tmp_path / name).write_bytes(b"x")
+    cli._print_outputs({"test_nll_per_step": 6.3812, "ami": [0.01, 0.3], "parameters": 1234,
+                        "model": str(tmp_path / "model.keras"), "plot": str(tmp_path / "history.png"),
+                        "sample_plot": str(tmp_path / "sample.png"), "segmentation": str(tmp_path / "segmentation.png"),
+                        "data_dir": str(tmp_path.parent), "elsewhere": "/nonexistent/file.png"}, str(tmp_path))
+    head, files = capsys.readouterr().out.strip().splitlines()
+    assert head == "test NLL per step 6.3812, test AMI per iteration 0.010 / 0.300 (1,234 parameters)"
+    assert files.endswith(": model.keras, history.png, sample.png, segmentation.png"), files

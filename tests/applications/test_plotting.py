@@ -115,3 +115,22 @@ def test_a_figure_saved_to_a_path_without_a_suffix_lands_there(tmp_path):
     plotting.save_and_close(fig, str(tmp_path / "attention"), dpi=50)
     assert sorted(os.listdir(tmp_path)) == ["attention"]
     assert (tmp_path / "attention").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_history_plot_draws_an_accuracy_panel_only_with_an_accuracy_and_whole_epochs(tmp_path, monkeypatch):
+    # textured_mnist without a classifier drew an empty "digit_accuracy" panel; the epoch
+    # axes were ticked 1.0, 1.2, ... 2.0.
+    from applications import demo, plotting
+
+    figures = []
+    save = plotting.save_and_close
+    monkeypatch.setattr(plotting, "save_and_close", lambda fig, path, **kw: (figures.append(fig), save(fig, path, **kw)))
+    demo.plot_history({"loss": [1.0, 0.5], "val_loss": [1.0, 0.6]}, str(tmp_path / "a.png"), accuracy="digit_accuracy")
+    demo.plot_history({"loss": [1.0, 0.5], "accuracy": [0.5, 0.7], "val_accuracy": [0.4, 0.6]},
+                      str(tmp_path / "b.png"))
+    assert [len(fig.axes) for fig in figures] == [1, 2]
+    for fig in figures:
+        for ax in fig.axes:
+            ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+            assert ticks and all(float(t).is_integer() for t in ticks), ticks
+    assert (tmp_path / "a.png").is_file() and (tmp_path / "b.png").is_file()
