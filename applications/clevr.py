@@ -61,7 +61,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from applications import checks, distribute, plotting
+from applications import checks, console, distribute, plotting
 from applications.checks import integer_at_least
 from applications.errors import InputError, PathNotFoundError, writable_folder
 from keras_capsules.layers import MACNetwork
@@ -813,12 +813,16 @@ def evaluate(model_path, cache_dir, data_dir=None, image_size=IMAGE_SIZE, limit=
     errors; their number is in the result (:func:`question_counts`). The model is
     compiled again with :func:`answer_loss` (a model saved before that loss left such
     questions out could not score their labels).
+
+    ``verbose``: 1 shows the feature extraction's and Keras' progress bars, on stderr
+    (stdout keeps only the result); 0 (the default) is silent.
     """
 
     if not os.path.exists(model_path):
         raise PathNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
     strategy = distribute.resolve_strategy(strategy)
-    data = prepare_offline(cache_dir, data_dir, image_size, limit, verbose=verbose)  # a missing cache: hours
+    with console.progress_on_stderr(verbose):  # a missing cache: hours
+        data = prepare_offline(cache_dir, data_dir, image_size, limit, verbose=verbose)
     val_ds = make_dataset(**data["validation"], batch_size=batch_size, drop_unknown=False)
     with strategy.scope():
         model = checks.load_model(model_path)
@@ -835,7 +839,8 @@ def evaluate(model_path, cache_dir, data_dir=None, image_size=IMAGE_SIZE, limit=
             f"(those of the cache), {len(data['classes'])} answer logits out",
         )
         model.compile(loss=answer_loss(), metrics=["accuracy"])
-    loss, accuracy = model.evaluate(val_ds, verbose=0)
+    with console.progress_on_stderr(verbose):
+        loss, accuracy = model.evaluate(val_ds, verbose=verbose)
     return {"validation_accuracy": float(accuracy), "validation_loss": float(loss),
             **question_counts(data["validation"]), "model": model_path}
 

@@ -27,7 +27,7 @@ import sys
 import keras
 import numpy as np
 
-from applications import distribute, fault_tolerance, plotting
+from applications import console, distribute, fault_tolerance, plotting
 from applications.mnist_digits import load_idx_digits
 from applications.errors import InputError, PathNotFoundError, user_path
 from keras_capsules.layers import EMRouting
@@ -322,7 +322,7 @@ def train(
     return result
 
 
-def evaluate(model_path, batch_size=64, seed=None, data_dir=None, limit=None, strategy=None):
+def evaluate(model_path, batch_size=64, seed=None, data_dir=None, limit=None, strategy=None, verbose=0):
     """Test accuracy of a saved demo model on the held-out digits (same split as ``train``).
 
     The split is the one recorded in ``metrics.json`` beside the model by ``train``:
@@ -331,6 +331,9 @@ def evaluate(model_path, batch_size=64, seed=None, data_dir=None, limit=None, st
     model was trained on. Without a record (a model from an older version, or moved
     away from its run directory) the given values are used (``seed`` None: 0), with a
     note on stderr.
+
+    ``verbose``: 1 shows Keras' progress bars, on stderr (stdout keeps only the result);
+    0 (the default) is silent.
     """
 
     from applications import checks
@@ -359,7 +362,8 @@ def evaluate(model_path, batch_size=64, seed=None, data_dir=None, limit=None, st
     _, test_ds = make_datasets(
         images, labels, distribute.global_batch_size(batch_size, strategy), seed=seed
     )
-    loss, accuracy = model.evaluate(test_ds, verbose=0)
+    with console.progress_on_stderr(verbose):
+        loss, accuracy = model.evaluate(test_ds, verbose=verbose)
     return {"test_accuracy": float(accuracy), "test_loss": float(loss), "model": model_path, "seed": seed}
 
 
@@ -446,4 +450,5 @@ def run_evaluate(args, strategy):
         data_dir=args.data_dir,
         limit=args.limit,
         strategy=strategy,
+        verbose=0 if args.quiet else 1,
     )

@@ -35,7 +35,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from applications import checks, distribute, plotting
+from applications import checks, console, distribute, plotting
 from applications.checks import integer_at_least
 from applications.errors import InputError, PathNotFoundError, user_path
 from keras_capsules.layers import RLadder, level_spec
@@ -665,7 +665,7 @@ def _with_steps(model, steps):
     return keras.Model(rolls, x)
 
 
-def nll_per_step(model, rolls, batch_size=32):
+def nll_per_step(model, rolls, batch_size=32, verbose=0):
     """The paper's metric: NLL per time step, summed over keys, mean over all steps.
 
     Args:
@@ -676,6 +676,8 @@ def nll_per_step(model, rolls, batch_size=32):
             An ensemble with a ``readout="nade"`` member is the mixture of the
             members' distributions of each whole step (``log mean_k p_k(x_t | x_<t)``).
         rolls: a list of ``[steps_i, 88]`` piano rolls.
+        batch_size: rolls per forward pass.
+        verbose: 1 shows a progress bar over the batches, on stderr. Default 0.
 
     Returns:
         ``sum over rolls and steps of -log p(x_t | x_<t)`` divided by the number of steps.
@@ -688,6 +690,8 @@ def nll_per_step(model, rolls, batch_size=32):
     nets = [_with_steps(m, inputs.shape[1]) for m in models]
     joint = any(is_autoregressive(m) for m in models)
     total = 0.0
+    with console.progress_on_stderr(verbose):  # Keras asks sys.stdout whether it is a terminal
+        progress = keras.utils.Progbar(len(inputs), unit_name="roll") if verbose else None
     for start in range(0, len(inputs), batch_size):
         x, y = inputs[start : start + batch_size], targets[start : start + batch_size]
         logits = np.stack([
@@ -703,6 +707,9 @@ def nll_per_step(model, rolls, batch_size=32):
             log_off = _log_mean_exp(-np.logaddexp(0.0, logits))
             per_step = -(log_on * y + log_off * (1 - y)).sum(-1)
         total += float((per_step * mask[start : start + batch_size]).sum())
+        if progress is not None:
+            with console.progress_on_stderr(verbose):
+                progress.update(min(start + batch_size, len(inputs)))
     return total / float(mask.sum())
 
 
@@ -781,7 +788,7 @@ def _logit_stepper(model):
     return lambda n: ladder.initial_carry(n, ladder.compute_dtype), step
 
 
-def sample(model, steps, num_samples=1, seed=0, temperature=1.0, primer=None):
+def sample(model, steps, num_samples=1, seed=0, temperature=1.0, primer=None, verbose=0):
     """Generates piano rolls with a trained music model, one step after the other.
 
     The ladder runs one step at a time (``RLadder.step``), so a sample of ``T`` steps
@@ -800,6 +807,7 @@ def sample(model, steps, num_samples=1, seed=0, temperature=1.0, primer=None):
         primer: None (start from silence, as the model's first training step), or a
             ``[primer_steps, 88]`` roll (shared by all samples) or ``[num_samples,
             primer_steps, 88]`` rolls that the samples continue.
+        verbose: 1 shows a progress bar over the steps, on stderr. Default 0.
 
     Returns:
         ``[num_samples, steps, 88]`` float32 0/1 piano rolls (the primer not included).
@@ -826,9 +834,14 @@ def sample(model, steps, num_samples=1, seed=0, temperature=1.0, primer=None):
         _, carry = step(x, carry)
         x = primer[:, t]
     rolls = np.zeros((num_samples, steps, NUM_KEYS), "float32")
+    with console.progress_on_stderr(verbose):  # Keras asks sys.stdout whether it is a terminal
+        progress = keras.utils.Progbar(steps, unit_name="step") if verbose else None
     for t in range(steps):
         z, carry = step(x, carry)
         x = rolls[:, t] = sample_keys(z, rng, nade, temperature)
+        if progress is not None:
+            with console.progress_on_stderr(verbose):
+                progress.update(t + 1)
     return rolls
 
 
@@ -1159,7 +1172,7 @@ def _finished_members(progress):
 
 
 def evaluate(model_path, data_path=None, split="test", limit=None, batch_size=32, strategy=None,
-             sample_steps=0, num_samples=1, temperature=1.0, seed=0, samples_path=None):
+             sample_steps=0, num_samples=1, temperature=1.0, seed=0, samples_path=None, verbose=0):
     """NLL per step of a saved model on the chorales of ``split`` (``limit``: the first ones).
 
     With ``sample_steps`` > 0 it also draws ``num_samples`` chorales of that many steps
@@ -1167,6 +1180,9 @@ def evaluate(model_path, data_path=None, split="test", limit=None, batch_size=32
     ``samples_path`` (default: ``samples.npy`` beside the model; a folder: ``samples.npy``
     in it), a ``[num_samples, sample_steps, 88]`` float32 array, and their piano rolls to
     the same name with ``.png``; both paths are then in the result.
+
+    ``verbose``: 1 shows Keras' progress bars, on stderr (stdout keeps only the result);
+    0 (the default) is silent.
     """
 
     if isinstance(sample_steps, bool) or not isinstance(sample_steps, int) or sample_steps < 0:
@@ -1183,11 +1199,12 @@ def evaluate(model_path, data_path=None, split="test", limit=None, batch_size=32
         model = checks.load_model(model_path)
     _check_music_model(model, model_path)
     rolls = [piano_roll(c) for c in data[split][:limit]]
-    result = {f"{split}_nll_per_step": nll_per_step(model, rolls, batch_size), "model": model_path}
+    result = {f"{split}_nll_per_step": nll_per_step(model, rolls, batch_size, verbose), "model": model_path}
     if sample_steps:
         from applications.fault_tolerance import atomic_write
 
-        samples = sample(model, sample_steps, num_samples=num_samples, seed=seed, temperature=temperature)
+        samples = sample(model, sample_steps, num_samples=num_samples, seed=seed, temperature=temperature,
+                         verbose=verbose)
         path = str(samples_path or os.path.join(os.path.dirname(os.path.abspath(model_path)), "samples.npy"))
         if os.path.isdir(path) or path.endswith((os.sep, "/")):  # a folder: samples.npy inside (was ".npy")
             path = os.path.join(path, "samples.npy")
@@ -1353,4 +1370,5 @@ def run_evaluate(args, strategy):
     return evaluate(args.model, args.data_dir, split=args.split, limit=args.limit,
                     batch_size=distribute.global_batch_size(args.batch_size, strategy), strategy=strategy, sample_steps=args.sample_steps,
                     num_samples=args.num_samples, temperature=args.temperature, seed=args.seed,
-                    samples_path=args.samples_path)
+                    samples_path=args.samples_path,
+                    verbose=0 if getattr(args, "quiet", False) else 1)  # a caller's own parser may have no --quiet

@@ -51,7 +51,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from applications import checks, distribute, plotting
+from applications import checks, console, distribute, plotting
 from applications.checks import integer_at_least
 from applications.mnist_digits import check_digits
 from applications.errors import InputError, PathNotFoundError
@@ -739,9 +739,11 @@ class _SigmoidMSE(keras.losses.Loss):
         return ops.mean(ops.square(ops.cast(y_true, y_pred.dtype) - ops.sigmoid(y_pred)), axis=-1)
 
 
-def classification_error(model, data, batch_size=64):
-    """Fraction of sequences whose digit is misclassified."""
-    out = model.predict(data["frames"], batch_size=batch_size, verbose=0)
+def classification_error(model, data, batch_size=64, verbose=0):
+    """Fraction of sequences whose digit is misclassified (``verbose``: 1 shows Keras'
+    progress bar, on stderr)."""
+    with console.progress_on_stderr(verbose):
+        out = model.predict(data["frames"], batch_size=batch_size, verbose=verbose)
     return float(np.mean(np.argmax(out["digit"], -1) != data["labels"]))
 
 
@@ -912,10 +914,15 @@ def train(
     return result
 
 
-def evaluate(model_path, source=None, data_dir=None, num_test=5000, seed=None, batch_size=64, strategy=None):
+def evaluate(model_path, source=None, data_dir=None, num_test=5000, seed=None, batch_size=64, strategy=None,
+             verbose=0):
     """Classification error of a saved model on the test sequences of :func:`train`: ``seed``,
     ``source`` and ``data_dir`` default to those ``train`` recorded in ``metrics.json`` beside
-    the model; others are refused (``checks.recorded_split``)."""
+    the model; others are refused (``checks.recorded_split``).
+
+    ``verbose``: 1 shows Keras' progress bars, on stderr (stdout keeps only the result);
+    0 (the default) is silent.
+    """
     if not os.path.exists(model_path):
         raise PathNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
     split, note = checks.recorded_split(model_path, {
@@ -933,7 +940,7 @@ def evaluate(model_path, source=None, data_dir=None, num_test=5000, seed=None, b
     # [batch, T, S, S, 1]: the sequences the model was built for
     num_frames, frame_size = model.input_shape[1], model.input_shape[2]
     test_data = generate(*test_digits, num_test, seed=seed + 1, frame_size=frame_size, num_frames=num_frames)
-    return {"test_error": classification_error(model, test_data, batch_size), "model": model_path}
+    return {"test_error": classification_error(model, test_data, batch_size, verbose), "model": model_path}
 
 
 def _check_occluded_mnist_model(model, model_path):
@@ -1109,4 +1116,5 @@ def run_train(args, strategy):
 
 def run_evaluate(args, strategy):
     return evaluate(args.model, source=args.source, data_dir=args.data_dir, num_test=args.num_test,
-                    seed=args.seed, batch_size=distribute.global_batch_size(args.batch_size, strategy), strategy=strategy)
+                    seed=args.seed, batch_size=distribute.global_batch_size(args.batch_size, strategy), strategy=strategy,
+                    verbose=0 if args.quiet else 1)

@@ -40,7 +40,7 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
-from applications import checks, distribute, plotting
+from applications import checks, console, distribute, plotting
 from applications import training as train_utils
 from applications.errors import InputError, PathNotFoundError, user_path
 from keras_capsules.layers import EMRouting
@@ -468,9 +468,13 @@ def viewpoint_sequence(examples, vary="azimuth", instance=None, category=None, e
 
 
 def evaluate(model_path, data_dir=None, batch_size=20, image_size=IMAGE_SIZE, steps=None, strategy=None,
-             download=False):
+             download=False, verbose=0):
     """Test loss and accuracy of a saved model on the smallNORB test split (``steps``: the
-    first batches only)."""
+    first batches only).
+
+    ``verbose``: 1 shows Keras' progress bars, on stderr (stdout keeps only the result);
+    0 (the default) is silent.
+    """
     import os
 
     if not os.path.exists(model_path):
@@ -497,7 +501,8 @@ def evaluate(model_path, data_dir=None, batch_size=20, image_size=IMAGE_SIZE, st
     test_ds = make_dataset(load_split("test", data_dir, download), False, batch_size, image_size)
     if steps is not None:
         test_ds = test_ds.take(steps)
-    loss, accuracy = model.evaluate(test_ds, verbose=0)
+    with console.progress_on_stderr(verbose):
+        loss, accuracy = model.evaluate(test_ds, verbose=verbose)
     return {"test_accuracy": float(accuracy), "test_loss": float(loss), "model": model_path}
 
 
@@ -597,7 +602,8 @@ def run_evaluate(args, strategy):
     _require_data(args.data_dir)
     return evaluate(args.model, data_dir=args.data_dir,
                     batch_size=distribute.global_batch_size(args.batch_size, strategy),
-                    image_size=args.image_size, steps=args.validation_steps, strategy=strategy)
+                    image_size=args.image_size, steps=args.validation_steps, strategy=strategy,
+                    verbose=0 if args.quiet else 1)
 
 
 def main(argv=None):

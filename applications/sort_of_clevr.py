@@ -37,7 +37,7 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-from applications import checks, clevr, distribute
+from applications import checks, clevr, console, distribute
 from applications.checks import integer_at_least
 from applications.errors import InputError, PathNotFoundError
 
@@ -635,9 +635,13 @@ def _is_sort_of_clevr_model(shapes, model):
     )
 
 
-def evaluate(model_path, validation_examples=2000, seed=0, batch_size=256, strategy=None):
+def evaluate(model_path, validation_examples=2000, seed=0, batch_size=256, strategy=None, verbose=0):
     """Relational and non-relational accuracy of a saved model on the validation questions
-    of ``train`` (same ``seed``); the knowledge base (symbolic or image) is the model's."""
+    of ``train`` (same ``seed``); the knowledge base (symbolic or image) is the model's.
+
+    ``verbose``: 1 shows Keras' progress bars, on stderr (stdout keeps only the result);
+    0 (the default) is silent.
+    """
     import os
 
     if not os.path.exists(model_path):
@@ -655,10 +659,11 @@ def evaluate(model_path, validation_examples=2000, seed=0, batch_size=256, strat
     names = [getattr(t, "name", "") for t in keras.tree.flatten(model.inputs)]
     kb = "image" if any("image" in n for n in names) else "symbolic"
     val = _validation_sets(validation_examples, seed, kb)
-    result = {
-        f"{name}_accuracy": float(model.evaluate(*val[r], verbose=0, batch_size=batch_size)[1])
-        for r, name in ((0, "non_relational"), (1, "relational"))
-    }
+    with console.progress_on_stderr(verbose):
+        result = {
+            f"{name}_accuracy": float(model.evaluate(*val[r], verbose=verbose, batch_size=batch_size)[1])
+            for r, name in ((0, "non_relational"), (1, "relational"))
+        }
     result.update(kb=kb, model=model_path)
     return result
 
@@ -708,4 +713,5 @@ def run_train(args, strategy):
 
 def run_evaluate(args, strategy):
     return evaluate(args.model, validation_examples=args.validation_examples, seed=args.seed,
-                    batch_size=distribute.global_batch_size(args.batch_size, strategy), strategy=strategy)
+                    batch_size=distribute.global_batch_size(args.batch_size, strategy), strategy=strategy,
+                    verbose=0 if args.quiet else 1)

@@ -56,7 +56,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from applications import checks, distribute, fault_tolerance, sst_trees
+from applications import checks, console, distribute, fault_tolerance, sst_trees
 from applications.checks import integer_at_least
 from applications.errors import CommandLineError, InputError, PathNotFoundError, writable_folder
 from keras_capsules.layers import EMRouting
@@ -697,10 +697,12 @@ def compile_model(model, total_steps, max_lr=5e-4, min_lr=MIN_LR, warmup_fractio
     return model
 
 
-def accuracy(model, embedded, labels, batch_size=64):
-    """Accuracy of ``model`` on cached embeddings."""
+def accuracy(model, embedded, labels, batch_size=64, verbose=0):
+    """Accuracy of ``model`` on cached embeddings (``verbose``: 1 shows Keras' progress bar,
+    on stderr)."""
     ds = make_dataset(embedded, labels, int(model.output.shape[-1]), batch_size=batch_size)
-    logits = model.predict(ds, verbose=0)
+    with console.progress_on_stderr(verbose):
+        logits = model.predict(ds, verbose=verbose)
     return float(np.mean(np.argmax(logits, -1) == np.asarray(labels)))
 
 
@@ -837,6 +839,9 @@ def evaluate(model_path, data_dir, granularity="5", split="test", preset=DEFAULT
     The sentences are embedded with ``preset`` (the transformer the model was trained
     on), through the cache in ``cache_dir`` (None: ``cache`` beside the model, where
     :func:`train` puts it by default).
+
+    ``verbose``: 1 shows the embedding's and Keras' progress bars, on stderr (stdout
+    keeps only the result); 0 (the default) is silent.
     """
 
     if not os.path.exists(model_path):
@@ -852,9 +857,10 @@ def evaluate(model_path, data_dir, granularity="5", split="test", preset=DEFAULT
     if int(model.output.shape[-1]) != n_classes:
         raise InputError(f"the model has {model.output.shape[-1]} classes but SST-{granularity} has "
                          f"{n_classes}: pass the --granularity it was trained on")
-    embedded, labels = embed_splits(data_dir, granularity, {split: (split, False, max_eval)}, preset, cache_dir,
-                                    max_length, verbose)[split]
-    return {f"{split}_accuracy": accuracy(model, embedded, labels, batch_size), "model": model_path}
+    with console.progress_on_stderr(verbose):  # stdout: the result only
+        embedded, labels = embed_splits(data_dir, granularity, {split: (split, False, max_eval)}, preset,
+                                        cache_dir, max_length, verbose)[split]
+    return {f"{split}_accuracy": accuracy(model, embedded, labels, batch_size, verbose), "model": model_path}
 
 
 def _check_sst_model(model, model_path):

@@ -56,7 +56,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from applications import checks, distribute, plotting
+from applications import checks, console, distribute, plotting
 from applications.checks import integer_at_least
 from applications.mnist_digits import check_digits
 from applications.errors import InputError, PathNotFoundError
@@ -504,13 +504,15 @@ def assignments(outputs):
     return outputs["mixture"][..., -1:]
 
 
-def evaluate_iterations(model, data, batch_size=64):
-    """Per-iteration segmentation AMI (and classification error with a classifier).
+def evaluate_iterations(model, data, batch_size=64, verbose=0):
+    """Per-iteration segmentation AMI (and classification error with a classifier);
+    ``verbose``: 1 shows Keras' progress bar, on stderr.
 
     Returns:
         ``{"ami": [T floats], "error": [T floats] (with a classifier)}``.
     """
-    out = model.predict(data["images"], batch_size=batch_size, verbose=0)
+    with console.progress_on_stderr(verbose):
+        out = model.predict(data["images"], batch_size=batch_size, verbose=verbose)
     pi = assignments(out)  # [b, T, K, H, W, 1]
     result = {
         "ami": [
@@ -911,9 +913,14 @@ def train(
 
 
 def evaluate(model_path, data_dir=None, num_test=1000, seed=None, batch_size=64, strategy=None,
-             texture_style="binary", mean_gap=0.0, texture_set="random", bank_size=8, texture_shift=False):
+             texture_style="binary", mean_gap=0.0, texture_set="random", bank_size=8, texture_shift=False,
+             verbose=0):
     """Per-iteration AMI (and error) of a saved model on the test images of :func:`train` (same seed
-    and texture options)."""
+    and texture options).
+
+    ``verbose``: 1 shows Keras' progress bars, on stderr (stdout keeps only the result);
+    0 (the default) is silent.
+    """
     if not os.path.exists(model_path):
         raise PathNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
     # num_test=0 was Keras' UnboundLocalError ("batch_outputs") inside predict
@@ -932,7 +939,7 @@ def evaluate(model_path, data_dir=None, num_test=1000, seed=None, batch_size=64,
     _check_textured_mnist_model(model, model_path)
     if note:  # nothing recorded the split
         print(note, file=sys.stderr)
-    return {**evaluate_iterations(model, test_data, batch_size), "model": model_path}
+    return {**evaluate_iterations(model, test_data, batch_size, verbose), "model": model_path}
 
 
 def _check_textured_mnist_model(model, model_path):
@@ -1022,4 +1029,4 @@ def run_train(args, strategy):
 def run_evaluate(args, strategy):
     return evaluate(args.model, data_dir=args.data_dir, num_test=args.num_test, seed=args.seed,
                     batch_size=distribute.global_batch_size(args.batch_size, strategy), strategy=strategy, texture_style=args.texture_style,
-                    texture_set=args.texture_set)
+                    texture_set=args.texture_set, verbose=0 if args.quiet else 1)

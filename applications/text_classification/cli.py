@@ -90,4 +90,5 @@ def run_evaluate(args, strategy):
 
     data_lib.require_data(args.dataset, args.data_dir)
     return recipe.evaluate(args.model, args.dataset, args.data_dir, args.vocabulary, args.limit,
-                           distribute.global_batch_size(args.batch_size, strategy), args.max_length, strategy)
+                           distribute.global_batch_size(args.batch_size, strategy), args.max_length, strategy,
+                           verbose=0 if args.quiet else 1)

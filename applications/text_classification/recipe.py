@@ -13,7 +13,7 @@ import os
 
 import keras
 
-from applications import checks, distribute
+from applications import checks, console, distribute
 from applications.demo import plot_history, save_atomically
 from applications.text_classification import data as data_lib
 from applications.text_classification import model as model_lib
@@ -176,11 +176,14 @@ def train(
 
 
 def evaluate(model_path, dataset="sst2", data_dir=None, vocabulary_path=None, limit=None, batch_size=30,
-             max_length=data_lib.MAX_LENGTH, strategy=None):
+             max_length=data_lib.MAX_LENGTH, strategy=None, verbose=0):
     """Test loss and accuracy of a saved model on ``dataset``'s test split.
 
     Texts are encoded with the vocabulary the model was trained with: ``vocab.txt``
     beside the model (as :func:`train` writes it) unless ``vocabulary_path`` is given.
+
+    ``verbose``: 1 shows Keras' progress bars, on stderr (stdout keeps only the result);
+    0 (the default) is silent.
     """
 
     if not os.path.exists(model_path):
@@ -202,7 +205,8 @@ def evaluate(model_path, dataset="sst2", data_dir=None, vocabulary_path=None, li
     if not model.compiled:  # saved uncompiled (build_model, then save): Keras' "You must call `compile()`"
         with strategy.scope():
             model_lib.compile_model(model)
-    loss, accuracy = model.evaluate(test, verbose=0)
+    with console.progress_on_stderr(verbose):
+        loss, accuracy = model.evaluate(test, verbose=verbose)
     return {"test_accuracy": float(accuracy), "test_loss": float(loss), "model": model_path}
 
 
