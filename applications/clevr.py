@@ -44,7 +44,9 @@ weights used for evaluation. How the EMA weights are used, with Keras 3:
 
 Attention maps: :func:`attention_model` and :func:`plot_attention` (word attention
 and knowledge-base attention of every step, as a heat map over the image grid for a
-spatial knowledge base, as bars over objects for a symbolic one).
+spatial knowledge base, as bars over objects for a symbolic one);
+:func:`plot_question_attention` draws those of a cached question (``train`` writes the
+first validation question's to ``attention.png``).
 
 Reference:
     D. A. Hudson and C. D. Manning, "Compositional Attention Networks for Machine
@@ -380,6 +382,33 @@ def plot_attention(path, words, control_attention, read_attention, grid=None, im
 
 
 # ------------------------------------------------------------------------- data
+
+def plot_question_attention(model, split, vocabulary, classes, path, index=0):
+    """Draws the attention maps of question ``index`` of a split of :func:`prepare` to a PNG.
+
+    ``split`` holds the keyword arguments of :func:`make_dataset` (``features_path``,
+    ``image_index``, ``tokens``, ``labels``); the read attention is drawn as a heat map
+    over the feature grid (the cache keeps no images). The title is the question, the
+    model's answer and the true one. Returns ``path``.
+    """
+    n = len(split["tokens"])
+    if isinstance(index, bool) or not isinstance(index, numbers.Integral) or not 0 <= index < n:
+        raise InputError(f"`index` must be an integer in [0, {n}) for a split of {n} questions. "
+                         f"Received: index={index!r}")
+    tokens = np.asarray(split["tokens"][index : index + 1], "int32")
+    features = load_features(split["features_path"])
+    image = int(split["image_index"][index])
+    out = attention_model(model)({"question": tokens, "features": np.asarray(features[image : image + 1], "float32")})
+    words = [vocabulary[i] if 0 <= i < len(vocabulary) else UNK for i in tokens[0] if i != 0]
+    predicted = classes[int(np.argmax(keras.ops.convert_to_numpy(out["answer"][0])))]
+    label = int(split["labels"][index])
+    truth = classes[label] if 0 <= label < len(classes) else "(an answer no training question has)"
+    return plot_attention(
+        path, words, keras.ops.convert_to_numpy(out["control_attention"][0]),
+        keras.ops.convert_to_numpy(out["read_attention"][0]), grid=tuple(features.shape[1:3]),
+        title=f"{' '.join(words)} -> {predicted} (answer: {truth})",
+    )
+
 def load_split(split, data_dir=None, download=False):
     """A TFDS ``clevr`` 3.1.0 split in a fixed order."""
     import tensorflow_datasets as tfds
@@ -759,8 +788,9 @@ def train(cache_dir, run_dir="runs/clevr", data_dir=None, epochs=25, batch_size=
           limit=None, strategy=None, callbacks=()):
     """Trains the CLEVR MAC model with the paper's recipe, as the demo does.
 
-    Writes ``model.keras`` (EMA weights), ``history.png``, ``metrics.json`` and
-    TensorBoard logs to ``run_dir``. Returns the metrics dict: the validation accuracy
+    Writes ``model.keras`` (EMA weights), ``history.png``, ``attention.png`` (the
+    attention maps of the first validation question, :func:`plot_question_attention`),
+    ``metrics.json`` and TensorBoard logs to ``run_dir``. Returns the metrics dict: the validation accuracy
     over every validation question (see :func:`question_counts`: those whose answer no
     training question has are errors; how many there are is reported too), the loss,
     the parameter count, the epochs and the paths. ``limit`` keeps the
@@ -791,10 +821,14 @@ def train(cache_dir, run_dir="runs/clevr", data_dir=None, epochs=25, batch_size=
                         verbose=verbose, callbacks=callbacks, shuffle=False)
     loss, accuracy = model.evaluate(val_ds, verbose=0)  # EMA weights (see module doc)
     paths = {k: os.path.join(run_dir, f) for k, f in
-             (("model", "model.keras"), ("plot", "history.png"), ("metrics", "metrics.json"),
-              ("logs", "logs"))}
+             (("model", "model.keras"), ("plot", "history.png"), ("attention", "attention.png"),
+              ("metrics", "metrics.json"), ("logs", "logs"))}
     save_atomically(model, paths["model"])
     plot_history(fault_tolerance.logged_history(history, callbacks)[0], paths["plot"])
+    if len(data["validation"]["tokens"]):  # the first validation question's attention maps
+        plot_question_attention(model, data["validation"], data["vocabulary"], data["classes"], paths["attention"])
+    else:
+        del paths["attention"]
     result = {"validation_accuracy": float(accuracy), "validation_loss": float(loss),
               **question_counts(data["validation"]), "parameters": int(model.count_params()), "epochs": epochs,
               **paths}

@@ -690,25 +690,25 @@ def nll_per_step(model, rolls, batch_size=32, verbose=0):
     nets = [_with_steps(m, inputs.shape[1]) for m in models]
     joint = any(is_autoregressive(m) for m in models)
     total = 0.0
-    with console.progress_on_stderr(verbose):  # Keras asks sys.stdout whether it is a terminal
+    # one context over the loop: Keras' Progbar asks sys.stdout whether it is a terminal, and writes to it
+    with console.progress_on_stderr(verbose):
         progress = keras.utils.Progbar(len(inputs), unit_name="roll") if verbose else None
-    for start in range(0, len(inputs), batch_size):
-        x, y = inputs[start : start + batch_size], targets[start : start + batch_size]
-        logits = np.stack([
-            np.asarray(net({"rolls": x, "targets": y} if is_autoregressive(net) else x, training=False), "float64")
-            for net in nets
-        ])
-        # log sigmoid(z) = -logaddexp(0, -z), stably
-        if joint:  # the mixture of the members' joint distributions of the step
-            log_step = -(np.logaddexp(0.0, -logits) * y + np.logaddexp(0.0, logits) * (1 - y)).sum(-1)
-            per_step = -_log_mean_exp(log_step)
-        else:  # log p(key on) = log mean_k sigmoid(z_k), log p(key off) = log mean_k sigmoid(-z_k)
-            log_on = _log_mean_exp(-np.logaddexp(0.0, -logits))
-            log_off = _log_mean_exp(-np.logaddexp(0.0, logits))
-            per_step = -(log_on * y + log_off * (1 - y)).sum(-1)
-        total += float((per_step * mask[start : start + batch_size]).sum())
-        if progress is not None:
-            with console.progress_on_stderr(verbose):
+        for start in range(0, len(inputs), batch_size):
+            x, y = inputs[start : start + batch_size], targets[start : start + batch_size]
+            logits = np.stack([
+                np.asarray(net({"rolls": x, "targets": y} if is_autoregressive(net) else x, training=False), "float64")
+                for net in nets
+            ])
+            # log sigmoid(z) = -logaddexp(0, -z), stably
+            if joint:  # the mixture of the members' joint distributions of the step
+                log_step = -(np.logaddexp(0.0, -logits) * y + np.logaddexp(0.0, logits) * (1 - y)).sum(-1)
+                per_step = -_log_mean_exp(log_step)
+            else:  # log p(key on) = log mean_k sigmoid(z_k), log p(key off) = log mean_k sigmoid(-z_k)
+                log_on = _log_mean_exp(-np.logaddexp(0.0, -logits))
+                log_off = _log_mean_exp(-np.logaddexp(0.0, logits))
+                per_step = -(log_on * y + log_off * (1 - y)).sum(-1)
+            total += float((per_step * mask[start : start + batch_size]).sum())
+            if progress is not None:
                 progress.update(min(start + batch_size, len(inputs)))
     return total / float(mask.sum())
 
@@ -834,13 +834,12 @@ def sample(model, steps, num_samples=1, seed=0, temperature=1.0, primer=None, ve
         _, carry = step(x, carry)
         x = primer[:, t]
     rolls = np.zeros((num_samples, steps, NUM_KEYS), "float32")
-    with console.progress_on_stderr(verbose):  # Keras asks sys.stdout whether it is a terminal
+    with console.progress_on_stderr(verbose):  # the Progbar writes to sys.stdout
         progress = keras.utils.Progbar(steps, unit_name="step") if verbose else None
-    for t in range(steps):
-        z, carry = step(x, carry)
-        x = rolls[:, t] = sample_keys(z, rng, nade, temperature)
-        if progress is not None:
-            with console.progress_on_stderr(verbose):
+        for t in range(steps):
+            z, carry = step(x, carry)
+            x = rolls[:, t] = sample_keys(z, rng, nade, temperature)
+            if progress is not None:
                 progress.update(t + 1)
     return rolls
 
@@ -1371,4 +1370,4 @@ def run_evaluate(args, strategy):
                     batch_size=distribute.global_batch_size(args.batch_size, strategy), strategy=strategy, sample_steps=args.sample_steps,
                     num_samples=args.num_samples, temperature=args.temperature, seed=args.seed,
                     samples_path=args.samples_path,
-                    verbose=0 if getattr(args, "quiet", False) else 1)  # a caller's own parser may have no --quiet
+                    verbose=0 if args.quiet else 1)

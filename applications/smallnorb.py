@@ -25,7 +25,9 @@ from 1e-5 to 5e-4 over the first 10% of steps then falling back to 1e-5 on a cos
 cross-entropy of the softmax of the class scores.
 
 The "reverse graphics" view (``plot_pose_trajectory``) projects the pose of the
-activated class capsule with MDS as the viewpoint of an object changes.
+activated class capsule with MDS as the viewpoint of an object changes;
+``keras-capsules train smallnorb`` draws it for the test object with the most
+azimuths (``longest_viewpoint_sequence``) to ``pose_trajectory.png``.
 
 Reference:
     F. A. Heinsen, "An Algorithm for Routing Capsules in All Domains", 2019,
@@ -418,7 +420,7 @@ def plot_pose_trajectory(model, images, path, labels=None, class_index=None, tit
     ax.set_title(title or f"class-capsule pose (MDS), class: {', '.join(names)}")
     ax.set_xlabel("MDS 1")
     ax.set_ylabel("MDS 2")
-    plotting.save_and_close(fig, path, tight_layout=False, format="png")
+    plotting.save_and_close(fig, path, format="png")  # tight: long titles and tick labels stay inside
     return points
 
 
@@ -465,6 +467,38 @@ def viewpoint_sequence(examples, vary="azimuth", instance=None, category=None, e
     if not values:
         return np.zeros((0, image_size, image_size, 2), "float32"), np.zeros((0,), "int64")
     return np.stack([found[v] for v in values]), np.asarray(values)
+
+
+def longest_viewpoint_sequence(examples, vary="azimuth", image_size=IMAGE_SIZE, max_examples=None):
+    """The longest :func:`viewpoint_sequence` in ``examples``: that of the object, lighting
+    and fixed angle with the most values of ``vary``.
+
+    Two passes over ``examples`` (a TFDS smallnorb split): one counts the values of each
+    object and viewpoint, the other collects the chosen sequence's pairs. Ties go to the
+    smallest (instance, category, fixed angle, lighting).
+
+    Returns:
+        ``(pairs [n, S, S, 2], values [n], description)``; ``description`` names the
+        object and the fixed labels (empty when ``examples`` is empty).
+    """
+    if vary not in ("azimuth", "elevation"):
+        raise InputError(f"`vary` must be 'azimuth' or 'elevation'. Received: vary={vary!r}")
+    fixed = "label_elevation" if vary == "azimuth" else "label_azimuth"
+    keys = ("instance", "label_category", fixed, "label_lighting", f"label_{vary}")
+    labels = examples if max_examples is None else examples.take(max_examples)
+    labels = labels.map(lambda ex: tuple(ex[k] for k in keys))  # the images are not gathered
+    values = {}
+    for *key, value in labels.as_numpy_iterator():
+        values.setdefault(tuple(int(k) for k in key), set()).add(int(value))
+    if not values:
+        return np.zeros((0, image_size, image_size, 2), "float32"), np.zeros((0,), "int64"), ""
+    instance, category, angle, lighting = min(values, key=lambda key: (-len(values[key]), key))
+    angles = {"elevation": angle} if vary == "azimuth" else {"azimuth": angle}
+    pairs, found = viewpoint_sequence(examples, vary, instance, category, lighting=lighting, image_size=image_size,
+                                      max_examples=max_examples, **angles)
+    name = CLASS_NAMES[category] if 0 <= category < len(CLASS_NAMES) else str(category)
+    fixed_name = "elevation" if vary == "azimuth" else "azimuth"
+    return pairs, found, f"{name} {instance}, {fixed_name} {angle}, lighting {lighting}"
 
 
 def evaluate(model_path, data_dir=None, batch_size=20, image_size=IMAGE_SIZE, steps=None, strategy=None,
@@ -583,6 +617,13 @@ def run_train(args, strategy):
     # this fit's history is empty: the figures are the log's (every epoch of the run).
     logs = fault_tolerance.logged_history(history, resumable)[0]
     plot_history(logs, paths["plot"])
+    # the "reverse graphics" view: the class-capsule pose of a test object turning round
+    pairs, azimuths, name = longest_viewpoint_sequence(load_split("test", args.data_dir, download=False),
+                                                       image_size=args.image_size)
+    if len(pairs) >= 3:  # fewer points make no trajectory (and metric MDS needs 3)
+        paths["pose_trajectory"] = os.path.join(out, "pose_trajectory.png")
+        plot_pose_trajectory(model, pairs, paths["pose_trajectory"], labels=azimuths,
+                             title=f"class-capsule pose (MDS) along the azimuth\nof test object {name}")
     result = {
         "test_accuracy": float(logs["val_accuracy"][-1]) if logs.get("val_accuracy") else None,
         "test_loss": float(logs["val_loss"][-1]) if logs.get("val_loss") else None,
@@ -639,5 +680,6 @@ __all__ = [
     "train",
     "class_capsule_poses",
     "plot_pose_trajectory",
+    "longest_viewpoint_sequence",
     "viewpoint_sequence",
 ]

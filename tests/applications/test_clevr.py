@@ -168,7 +168,7 @@ def test_plot_attention_rejects_bad_arguments(tmp_path):
 
 
 def test_train_writes_the_run_outputs(mock_clevr, tmp_path):
-    root, _ = mock_clevr
+    root, data = mock_clevr
     result = clevr.train(
         str(root / "cache"), run_dir=str(tmp_path / "run"), epochs=1, batch_size=32, image_size=IMAGE_SIZE,
         weights=None, model_kwargs={"units": 8, "embedding_dim": 4, "max_steps": 1}, verbose=0,
@@ -176,6 +176,13 @@ def test_train_writes_the_run_outputs(mock_clevr, tmp_path):
     assert 0.0 <= result["validation_accuracy"] <= 1.0
     for key in ("model", "plot", "metrics"):
         assert os.path.exists(result[key])
+    # the README's attention maps: those of the first validation question (train wrote none)
+    assert result["attention"] == str(tmp_path / "run" / "attention.png")
+    assert os.path.getsize(result["attention"]) > 1000
+    model = keras.saving.load_model(result["model"])
+    with pytest.raises(ValueError, match="`index` must be an integer in"):
+        clevr.plot_question_attention(model, data["validation"], data["vocabulary"], data["classes"],
+                                      str(tmp_path / "bad.png"), index=len(data["validation"]["tokens"]))
 
 
 def test_plot_attention_rejects_mismatched_maps_words_names_and_grids(tmp_path):

@@ -240,11 +240,28 @@ def test_smallnorb_unprepared_is_the_friendly_tfds_error(tmp_path, capsys):
 
 
 def test_smallnorb_tiny_train_then_evaluate_on_mock_data(tmp_path, capsys, monkeypatch):
+    import numpy as np
+    import tensorflow as tf
     import tensorflow_datasets as tfds
 
-    from applications import tfds_data
+    from applications import smallnorb, tfds_data
 
     monkeypatch.setattr(tfds_data, "require_prepared", lambda name, data_dir=None: None)
+    real_split = smallnorb.load_split
+
+    def load_split(split, *args, **kwargs):  # a test split holding one object at 6 azimuths (and another)
+        if split != "test":
+            return real_split(split, *args, **kwargs)
+        n, rng = 7, np.random.default_rng(0)
+        return tf.data.Dataset.from_tensor_slices({
+            "image": rng.integers(0, 256, (n, 96, 96, 1), dtype=np.uint8),
+            "image2": rng.integers(0, 256, (n, 96, 96, 1), dtype=np.uint8),
+            "instance": np.array([4, 4, 4, 9, 4, 4, 4]), "label_category": np.full(n, 2),
+            "label_elevation": np.zeros(n, "int64"), "label_lighting": np.zeros(n, "int64"),
+            "label_azimuth": np.array([10, 0, 2, 0, 6, 4, 8]),
+        })
+
+    monkeypatch.setattr(smallnorb, "load_split", load_split)
     run_dir = tmp_path / "run"
     sizes = ["--data-dir", str(tmp_path / "tfds"), "--image-size", "24", "--validation-steps", "1",
              "--batch-size", "4"]
@@ -254,6 +271,10 @@ def test_smallnorb_tiny_train_then_evaluate_on_mock_data(tmp_path, capsys, monke
         assert code == 0, capsys.readouterr().err
         assert (run_dir / "model.keras").is_file() and (run_dir / "metrics.json").is_file()
         assert (run_dir / "history.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        # the README's pose-trajectory plot (train wrote none): object 4's six azimuths
+        assert (run_dir / "pose_trajectory.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert json.loads((run_dir / "metrics.json").read_text())["pose_trajectory"] == str(
+            run_dir / "pose_trajectory.png")
         capsys.readouterr()
         assert cli.main(["evaluate", "smallnorb", *sizes, "--model", str(run_dir / "model.keras")]) == 0
     metrics = json.loads(capsys.readouterr().out)

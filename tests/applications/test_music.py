@@ -675,6 +675,7 @@ def test_evaluate_samples_from_the_command_line(tmp_path):
     parser = argparse.ArgumentParser()
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--quiet", action="store_true")
     music.add_arguments(parser, "evaluate")
     args = parser.parse_args(["--limit", "2", "--sample-steps", "5", "--num-samples", "2", "--temperature", "0.5",
                               "--seed", "3"])

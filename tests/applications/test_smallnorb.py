@@ -153,6 +153,13 @@ def test_viewpoint_sequence_selects_one_object_in_azimuth_order():
     np.testing.assert_allclose(pairs[:, 0, 0, 0] * 255, [3, 1, 4, 6, 2, 9, 0], atol=1e-4)
     with pytest.raises(ValueError, match="vary"):
         smallnorb.viewpoint_sequence(ds, vary="lighting")
+    # the longest sequence: object 3 at elevation 0 and lighting 0 (7 azimuths; object 5 has 1)
+    pairs, values, name = smallnorb.longest_viewpoint_sequence(ds, image_size=4)
+    np.testing.assert_array_equal(values, [0, 2, 3, 4, 5, 6, 8])
+    assert pairs.shape == (7, 4, 4, 2) and name == "human 3, elevation 0, lighting 0"
+    pairs, values, _ = smallnorb.longest_viewpoint_sequence(ds, vary="elevation", image_size=4)
+    assert len(values) == 2  # object 3 at azimuth 4: elevations 0 and 2
+    assert smallnorb.longest_viewpoint_sequence(ds.take(0), image_size=4)[2] == ""
 
 
 def _mnist():

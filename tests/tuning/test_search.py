@@ -32,6 +32,7 @@ def _trials(directory):
     return sorted(p for p in os.listdir(project) if p.startswith("trial_"))
 
 
+@pytest.mark.graph_mode  # traced trials, one of them under a MirroredStrategy (the others run eagerly: conftest.py)
 @pytest.mark.parametrize("tuner", ["hyperband", "random"])  # bayesian: the sst and music searches of test_hypermodels
 def test_tiny_search_writes_best_model_and_hyperparameters(tuner, tmp_path, capsys, monkeypatch):
     options = []
@@ -305,3 +306,17 @@ def test_trials_that_fail_in_a_row_end_the_search_in_one_line(tmp_path, capsys, 
     assert err.splitlines()[-1].startswith("keras-capsules: error: the search in"), err
     assert "3 trials in a row failed, the last with ValueError: boom (simulated)" in err.splitlines()[-1]
     assert "Traceback" not in err.splitlines()[-1]
+
+
+def test_the_trials_of_these_tests_run_eagerly():  # tests/tuning/conftest.py
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        assert tf.config.functions_run_eagerly()
+
+
+@pytest.mark.graph_mode
+def test_a_graph_mode_test_traces():
+    import tensorflow as tf
+
+    assert not tf.config.functions_run_eagerly()
