@@ -565,7 +565,8 @@ class SegmentationValidation(keras.callbacks.Callback):
     :func:`evaluate_iterations` scores it) and ``val_ami`` (the last iteration's), so
     that ``History``, CSV logs, TensorBoard and ``fault_tolerance.KeepBestWeights(
     "val_ami", mode="max")`` see them: put it before those callbacks. With
-    ``verbose`` it prints them.
+    ``verbose`` it prints them on a line of their own, once Keras' progress bar has
+    ended the epoch's line (at the next epoch's start, and at the end of training).
     """
 
     def __init__(self, data, batch_size=64, verbose=0):
@@ -583,9 +584,20 @@ class SegmentationValidation(keras.callbacks.Callback):
         if logs is not None:
             logs.update({f"val_ami_{t + 1}": ami for t, ami in enumerate(amis)})
             logs["val_ami"] = amis[-1]
-        if self.verbose:
-            print(f"epoch {epoch + 1}: validation AMI per iteration "
-                  + " / ".join(f"{ami:.3f}" for ami in amis), flush=True)
+        if self.verbose:  # Keras' progress bar ends the epoch's line after this callback: print then
+            self._line = f"epoch {epoch + 1}: validation AMI per iteration " + " / ".join(f"{ami:.3f}" for ami in amis)
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._print_line()
+
+    def on_train_end(self, logs=None):
+        self._print_line()
+
+    def _print_line(self):
+        # printed from on_epoch_end it came in the middle of the bar's line ("2/2 ━━ epoch 1: ...")
+        if getattr(self, "_line", None):
+            print(self._line, flush=True)
+            self._line = None
 
 
 def plot_validation_ami(history, path, best_epoch=None, first_epoch=1):

@@ -502,6 +502,22 @@ def test_cli_num_valid_keeps_the_best_epoch_across_a_resume(tmp_path, capsys, mo
     assert tagger.mask_damping == "learned"
 
 
+def test_segmentation_validation_prints_after_the_epochs_progress_line(capsys, monkeypatch):
+    # its line came in the middle of Keras' progress bar, before the bar's val_ami_1
+    monkeypatch.setattr(tm, "evaluate_iterations", lambda model, data, batch_size=64: {"ami": [0.25, 0.5]})
+    data = {"images": np.zeros((2, 4, 4, 1), "float32"), "segmentation": np.zeros((2, 4, 4), "int32")}
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    model.compile(loss="mse")
+    x = np.ones((4, 3), "float32")
+    model.fit(x, x[:, :1], epochs=2, verbose=2, callbacks=[tm.SegmentationValidation(data, verbose=1)])
+    out = capsys.readouterr().out
+    for epoch in (1, 2):
+        line = out.index(f"epoch {epoch}: validation AMI per iteration 0.250 / 0.500\n")
+        assert out[line - 1] == "\n"
+        assert out.rindex("val_ami_1: 0.2500", 0, line) > out.rindex(f"Epoch {epoch}/2", 0, line)
+    assert out.count("validation AMI per iteration") == 2
+
+
 def test_segmentation_validation_and_its_plot_refuse_bad_input(tmp_path, digits):
     with pytest.raises(tm.InputError, match="dict of `generate`"):
         tm.SegmentationValidation(digits[0])
