@@ -381,8 +381,6 @@ def plot_attention(path, words, control_attention, read_attention, grid=None, im
     return plotting.save_and_close(fig, path, dpi=80)
 
 
-# ------------------------------------------------------------------------- data
-
 def plot_question_attention(model, split, vocabulary, classes, path, index=0):
     """Draws the attention maps of question ``index`` of a split of :func:`prepare` to a PNG.
 
@@ -409,6 +407,8 @@ def plot_question_attention(model, split, vocabulary, classes, path, index=0):
         title=f"{' '.join(words)} -> {predicted} (answer: {truth})",
     )
 
+
+# ------------------------------------------------------------------------- data
 def load_split(split, data_dir=None, download=False):
     """A TFDS ``clevr`` 3.1.0 split in a fixed order."""
     import tensorflow_datasets as tfds
