@@ -351,6 +351,47 @@ class BackupMismatchError(CommandLineError, ValueError):
     options changed since the crash): the backup is kept."""
 
 
+class TrainingDivergedError(CommandLineError, FloatingPointError):
+    """Training diverged: a batch's loss, or the weights a backup would keep, are not
+    finite (NaN or infinite). Nothing of the diverged epoch is kept: the run's backup
+    holds the last epoch (or step) whose weights were finite."""
+
+
+class StopOnDivergence(keras.callbacks.TerminateOnNaN):
+    """Keras' ``TerminateOnNaN`` that ends ``fit`` with :class:`TrainingDivergedError`.
+
+    Keras' callback either stops training quietly (the run then goes on to save and
+    evaluate a NaN model, and writes ``NaN`` metrics) or raises a ``RuntimeError``
+    (a traceback on the command line). This one raises a user error that says where
+    training diverged and what to do (one line, exit code 2 on the command line), at
+    the end of the first batch whose running loss is not finite: before the epoch's
+    end, so the epoch's backup is not written (and :class:`AtomicBackupAndRestore`
+    refuses to back up weights that are not finite). ``run_dir`` (optional): the
+    run's folder, whose backup the message names.
+    """
+
+    def __init__(self, run_dir=None):
+        super().__init__(raise_error=True)
+        self.run_dir = run_dir
+        self._epoch = 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+
+    def on_batch_end(self, batch, logs=None):
+        loss = (logs or {}).get("loss")
+        if loss is not None and not np.all(np.isfinite(loss)):
+            kept = ""
+            if self.run_dir and backup_exists(self.run_dir):
+                kept = f"; the backup in {os.path.join(self.run_dir, BACKUP_DIR)} keeps what came before"
+            raise TrainingDivergedError(
+                f"training diverged: the loss became {loss} in epoch {self._epoch + 1}, batch {batch + 1}; "
+                f"training stopped and nothing of this epoch was saved{kept}. Lower the learning rate "
+                "(--learning-rate), or look for NaN or infinite values in the data, and start a new run (a new "
+                "--run-dir)"
+            )
+
+
 class RunInUseError(CommandLineError, RuntimeError):
     """Another live process trains the run whose backup a ``fit`` would use."""
 
@@ -592,6 +633,15 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
             _remove_dead_temporaries(directory, base)
 
     def _save_model(self):
+        # NaN weights over the last finite ones lost the run: a resume restored NaN
+        bad = [w.path for w in self.model.weights if w.dtype.startswith(("float", "bfloat"))
+               and not np.all(np.isfinite(keras.ops.convert_to_numpy(w)))]
+        if bad:
+            raise TrainingDivergedError(
+                f"training diverged: {len(bad)} weight(s) of the model are not finite (NaN or infinite; "
+                f"{bad[0]} the first); the backup in {self.backup_dir} keeps "
+                "the last finite ones. Lower the learning rate (--learning-rate) and start a new run (a new --run-dir)"
+            )
         os.makedirs(self.backup_dir, exist_ok=True)
         if self.double_checkpoint:
             for src, dst in (
@@ -996,7 +1046,7 @@ def _csv_line(header, cells, dialect):
 
 
 def resumable_callbacks(run_dir, save_freq="epoch", run_options=None):
-    """``[AtomicBackupAndRestore, CSVLogger]`` for a run in ``run_dir``.
+    """``[AtomicBackupAndRestore, CSVLogger, StopOnDivergence]`` for a run in ``run_dir``.
 
     Args:
         run_dir: the run directory (backup in ``run_dir/backup``, log in
@@ -1023,6 +1073,7 @@ def resumable_callbacks(run_dir, save_freq="epoch", run_options=None):
         AtomicBackupAndRestore(os.path.join(run_dir, BACKUP_DIR), save_freq=save_freq, delete_checkpoint=False,
                                run_options=run_options),
         _RunHistoryCSV(os.path.join(run_dir, HISTORY_CSV), run_dir),
+        StopOnDivergence(run_dir),
     ]
 
 

@@ -578,6 +578,10 @@ class SegmentationValidation(keras.callbacks.Callback):
             raise InputError("`data` must hold at least one image and one segmentation per image. Received: "
                              f"{len(data['images'])} images, {len(data['segmentation'])} segmentations")
         self.data, self.batch_size, self.verbose = data, integer_at_least("batch_size", batch_size, 1), verbose
+        self._line = None  # the epoch's line, printed once Keras' progress bar has ended its own
+
+    def on_train_begin(self, logs=None):
+        self._line = None  # a fit that crashed before its next epoch left its line unprinted: not this fit's
 
     def on_epoch_end(self, epoch, logs=None):
         amis = evaluate_iterations(self.model, self.data, self.batch_size)["ami"]
@@ -595,7 +599,7 @@ class SegmentationValidation(keras.callbacks.Callback):
 
     def _print_line(self):
         # printed from on_epoch_end it came in the middle of the bar's line ("2/2 ━━ epoch 1: ...")
-        if getattr(self, "_line", None):
+        if self._line:
             print(self._line, flush=True)
             self._line = None
 
@@ -631,6 +635,50 @@ def plot_validation_ami(history, path, best_epoch=None, first_epoch=1):
     ax.set_title("segmentation of the validation images per iteration")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
+    return plotting.save_and_close(fig, path, dpi=100, format="png")
+
+
+def plot_iterations(result, path, image_blind=None, title=None):
+    """Writes the test AMI (and classification error) of every iteration to a PNG (atomically).
+
+    ``result``: :func:`evaluate_iterations`'s dict (``"ami"``, and ``"error"`` with a
+    classifier: then a second panel). ``image_blind`` (optional): the AMI of the
+    best image-blind mask (:func:`image_blind_ami`), drawn as a dashed line: a
+    segmentation is worth its distance above it.
+
+    Returns:
+        ``path``.
+    """
+    from matplotlib.ticker import MaxNLocator
+
+    amis = result.get("ami") if isinstance(result, dict) else None
+    if not amis:
+        raise InputError("`result` must be a dict of `evaluate_iterations` with a non-empty 'ami' list. "
+                         f"Received: {result!r}")
+    if image_blind is not None and (isinstance(image_blind, bool) or not isinstance(image_blind, numbers.Real)
+                                    or not np.isfinite(image_blind)):  # an AMI may be below 0
+        raise InputError(f"`image_blind` must be a finite number or None. Received: image_blind={image_blind!r}")
+    errors = result.get("error")
+    fig, axes = plotting.subplots(1, 2 if errors else 1, figsize=(9.0 if errors else 5.0, 3.4), squeeze=False)
+    iterations = np.arange(1, len(amis) + 1)
+    ax = axes[0, 0]
+    ax.plot(iterations, amis, "-o", markersize=4, label="model")
+    if image_blind is not None:
+        ax.axhline(image_blind, color="grey", linestyle="--", label=f"image-blind mask ({image_blind:.3f})")
+    ax.set_ylabel("test AMI")
+    ax.set_title("segmentation per iteration")
+    ax.legend(fontsize=7)
+    if errors:
+        axes[0, 1].plot(np.arange(1, len(errors) + 1), 100 * np.asarray(errors, "float64"), "-o", markersize=4,
+                        color="tab:red")
+        axes[0, 1].set_ylabel("test error (%)")
+        axes[0, 1].set_title("classification per iteration")
+    for ax in axes[0]:
+        ax.set_xlabel("iteration")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(alpha=0.3)
+    if title:
+        fig.suptitle(title, fontsize=9)
     return plotting.save_and_close(fig, path, dpi=100, format="png")
 
 
@@ -800,7 +848,9 @@ def train(
     """Trains RTagger on textured digits (IDX digits from ``data_dir``, split 80/20).
 
     Writes ``model.keras``, ``history.png``, ``segmentation.png`` (``plot_segmentation``
-    of the first test images), ``metrics.json`` (all atomically) and TensorBoard logs.
+    of the first test images), ``iterations.png`` (:func:`plot_iterations`: the test AMI
+    and error per iteration, against the image-blind mask's AMI), ``metrics.json`` (all
+    atomically) and TensorBoard logs.
     With ``strategy`` the model is built and compiled in its scope
     (``batch_size`` is then the global batch). When ``callbacks`` log to
     ``run_dir/history.csv`` (``fault_tolerance.resumable_callbacks``), the plot shows
@@ -901,19 +951,20 @@ def train(
     paths["segmentation_plot"] = plot_segmentation(
         model, test_data["images"], os.path.join(run_dir, "segmentation.png"), test_data["segmentation"]
     )
+    scores = evaluate_iterations(model, test_data)
+    # what a segmentation that ignores the image gets (the digits are centred)
+    blind = image_blind_ami(train_data["segmentation"], test_data["segmentation"],
+                            None if valid_data is None else valid_data["segmentation"])["ami"]
+    paths["iterations_plot"] = plot_iterations(scores, os.path.join(run_dir, "iterations.png"), blind)
     result = {
-        **evaluate_iterations(model, test_data),
+        **scores,
         "parameters": int(model.count_params()),
         "epochs_run": fault_tolerance.epochs_run(history, callbacks),  # those before a resume too
         "resumed_from_epoch": next(
             (c.restored_epoch for c in callbacks if isinstance(c, fault_tolerance.AtomicBackupAndRestore)), 0
         ),
         "replicas": int(strategy.num_replicas_in_sync),
-        # what a segmentation that ignores the image gets (the digits are centred)
-        "image_blind_ami": image_blind_ami(
-            train_data["segmentation"], test_data["segmentation"],
-            None if valid_data is None else valid_data["segmentation"],
-        )["ami"],
+        "image_blind_ami": blind,
         **kept,
         # what defines the train/test split: `evaluate` uses it (another split overlaps training digits)
         "split": {"seed": seed, "data_dir": None if data_dir is None else os.path.abspath(data_dir)},

@@ -921,3 +921,75 @@ def test_a_rerun_with_another_model_is_one_line_and_keeps_the_backup(tmp_path):
     log = (tmp_path / "second.log").read_text()
     assert "Traceback" not in log and "keras-capsules: error: the backup in" in log
     assert json.loads((run_dir / "backup" / "training_metadata.json").read_text())["epoch"] == 1
+
+
+class _PoisonAt(keras.callbacks.Callback):
+    """Makes the model's first kernel NaN at the start of epoch ``epoch`` (0-based), or
+    after batch ``batch`` of it: a diverged update."""
+
+    def __init__(self, epoch, batch=None):
+        super().__init__()
+        self.epoch, self.batch, self._now = epoch, batch, -1
+
+    def _poison(self):
+        kernel = self.model.weights[0]
+        kernel.assign(np.full(kernel.shape, np.nan, "float32"))
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._now = epoch
+        if epoch == self.epoch and self.batch is None:
+            self._poison()
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self._now == self.epoch and batch == self.batch:
+            self._poison()
+
+
+def _finite_backup_weights(run_dir):
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    model.load_weights(str(run_dir / "backup" / "latest.weights.h5"))
+    return all(np.all(np.isfinite(w)) for w in model.get_weights())
+
+
+def test_a_diverged_run_stops_at_its_first_nan_loss_and_keeps_the_last_finite_backup(tmp_path):
+    # it trained on to the last epoch, backed up NaN weights over the good ones (a resume
+    # restored NaN), then saved and scored a NaN model and wrote NaN metrics, exit code 0
+    run_dir = tmp_path / "run"
+    rows = []
+    logger = keras.callbacks.LambdaCallback(on_epoch_end=lambda epoch, logs: rows.append(epoch))
+    with pytest.raises(fault_tolerance.TrainingDivergedError) as caught:
+        _fit_resumable(run_dir, epochs=4, extra=[_PoisonAt(2), logger])
+    message = str(caught.value)
+    assert message.startswith("training diverged: the loss became nan in epoch 3, batch 1; training stopped"), message
+    assert f"the backup in {run_dir / 'backup'} keeps what came before" in message and "--learning-rate" in message
+    assert isinstance(caught.value, FloatingPointError) and rows == [0, 1]
+    assert json.loads((run_dir / "backup" / "training_metadata.json").read_text())["epoch"] == 2
+    assert _finite_backup_weights(run_dir)
+    assert len((run_dir / "history.csv").read_text().splitlines()) == 3  # the header and epochs 1-2
+
+
+def test_a_backup_refuses_weights_that_are_not_finite(tmp_path):
+    # with a backup every step, the update that made the weights NaN was backed up before
+    # any loss showed it, over the last finite backup
+    with pytest.raises(fault_tolerance.TrainingDivergedError) as caught:
+        _dense_fit(tmp_path / "backup", save_freq=1, before=[_PoisonAt(1, batch=1)])
+    message = str(caught.value)
+    assert message.startswith("training diverged: 1 weight(s) of the model are not finite"), message
+    assert f"the backup in {tmp_path / 'backup'} keeps the last finite ones" in message
+    metadata = json.loads((tmp_path / "backup" / "training_metadata.json").read_text())
+    assert (metadata["epoch"], metadata["batch"]) == (1, 0)
+    assert _finite_backup_weights(tmp_path)
+
+
+def test_a_diverged_train_command_is_one_line_and_exit_code_2(tmp_path, capsys):
+    from applications import __main__ as cli
+
+    run_dir = tmp_path / "run"
+    code = cli.main(["train", "--epochs", "2", "--limit", "40", "--batch-size", "16", "--learning-rate", "1e30",
+                     "--run-dir", str(run_dir), "--quiet", *cli_helpers.TINY_MODEL])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    # the loss of a batch, or the weights of the first backup (after an update whose loss was finite)
+    assert err.startswith("keras-capsules: error: training diverged: "), err
+    assert "start a new run (a new --run-dir)" in err
+    assert not (run_dir / "model.keras").exists() and not (run_dir / "metrics.json").exists()

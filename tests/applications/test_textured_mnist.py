@@ -179,9 +179,11 @@ def test_cli_trains_on_two_replicas_then_evaluates(tmp_path, capsys, monkeypatch
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["replicas"] == 2 and metrics["resumed_from_epoch"] == 0
     assert metrics["segmentation_plot"] == str(run_dir / "segmentation.png")
+    assert metrics["iterations_plot"] == str(run_dir / "iterations.png")
     assert len(metrics["ami"]) == 1 and len(metrics["error"]) == 1
     # no temporary file
-    assert _files(run_dir) == ["history.csv", "history.png", "metrics.json", "model.keras", "segmentation.png"]
+    assert _files(run_dir) == ["history.csv", "history.png", "iterations.png", "metrics.json", "model.keras",
+                               "segmentation.png"]
     assert not (run_dir / "backup").exists()
     capsys.readouterr()
     assert cli.main(["evaluate", "textured_mnist", *CLI_DATA, "--model", str(run_dir / "model.keras")]) == 0
@@ -212,7 +214,8 @@ def test_cli_training_resumes_after_a_crash(tmp_path, capsys, monkeypatch):
     assert metrics["resumed_from_epoch"] == 1 and metrics["epochs_run"] == 2
     assert fault_tolerance.read_history_csv(run_dir / "history.csv")[1] == [0, 1]
     assert not (run_dir / "backup").exists()
-    assert _files(run_dir) == ["history.csv", "history.png", "metrics.json", "model.keras", "segmentation.png"]
+    assert _files(run_dir) == ["history.csv", "history.png", "iterations.png", "metrics.json", "model.keras",
+                               "segmentation.png"]
 
 
 def test_plot_segmentation_writes_a_grid_png(tmp_path, digits):
@@ -518,6 +521,29 @@ def test_segmentation_validation_prints_after_the_epochs_progress_line(capsys, m
     assert out.count("validation AMI per iteration") == 2
 
 
+def test_segmentation_validation_drops_the_line_of_a_fit_that_crashed(capsys, monkeypatch):
+    # a fit that stopped after an epoch's end and before the next epoch's start left its line
+    # pending; the next fit printed it as its own first line
+    monkeypatch.setattr(tm, "evaluate_iterations", lambda model, data, batch_size=64: {"ami": [0.125]})
+    data = {"images": np.zeros((2, 4, 4, 1), "float32"), "segmentation": np.zeros((2, 4, 4), "int32")}
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    model.compile(loss="mse")
+    callback = tm.SegmentationValidation(data, verbose=1)
+
+    class Crash(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            raise RuntimeError("simulated crash")
+
+    x = np.ones((4, 3), "float32")
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        model.fit(x, x[:, :1], epochs=2, verbose=0, callbacks=[callback, Crash()])
+    capsys.readouterr()
+    monkeypatch.setattr(tm, "evaluate_iterations", lambda model, data, batch_size=64: {"ami": [0.75]})
+    model.fit(x, x[:, :1], epochs=1, verbose=0, callbacks=[callback])
+    out = capsys.readouterr().out
+    assert "0.125" not in out and out.count("epoch 1: validation AMI per iteration 0.750\n") == 1
+
+
 def test_segmentation_validation_and_its_plot_refuse_bad_input(tmp_path, digits):
     with pytest.raises(tm.InputError, match="dict of `generate`"):
         tm.SegmentationValidation(digits[0])
@@ -529,6 +555,24 @@ def test_segmentation_validation_and_its_plot_refuse_bad_input(tmp_path, digits)
     path = tm.plot_validation_ami({"val_ami_1": [0.1, 0.2], "val_ami_2": [0.2, 0.3], "val_ami": [0.2, 0.3]},
                                   str(tmp_path / "ami.png"), best_epoch=2)
     assert (tmp_path / "ami.png").stat().st_size > 0 and path == str(tmp_path / "ami.png")
+
+
+def test_plot_iterations_draws_ami_with_the_image_blind_line_and_error(tmp_path):
+    from matplotlib import image
+
+    path = tm.plot_iterations({"ami": [0.1, 0.3, -0.01], "error": [0.5, 0.25, 0.2]}, str(tmp_path / "it.png"),
+                              image_blind=0.2, title="seed 0")
+    assert path == str(tmp_path / "it.png")
+    two_panels = image.imread(path).shape
+    tm.plot_iterations({"ami": [0.1]}, str(tmp_path / "one.png"))  # no classifier: one panel
+    assert image.imread(str(tmp_path / "one.png")).shape[1] < two_panels[1]
+    for bad in ({"ami": []}, {"error": [0.1]}, [0.1, 0.2]):
+        with pytest.raises(tm.InputError, match="non-empty 'ami'"):
+            tm.plot_iterations(bad, str(tmp_path / "bad.png"))
+    for bad in (float("nan"), "0.2", True):
+        with pytest.raises(tm.InputError, match="`image_blind` must be a finite number"):
+            tm.plot_iterations({"ami": [0.1]}, str(tmp_path / "bad.png"), image_blind=bad)
+    assert not (tmp_path / "bad.png").exists()
 
 
 def test_a_feed_forward_conv_bottom_level_builds_round_trips_and_is_checked(tmp_path, digits):
