@@ -739,12 +739,103 @@ class _SigmoidMSE(keras.losses.Loss):
         return ops.mean(ops.square(ops.cast(y_true, y_pred.dtype) - ops.sigmoid(y_pred)), axis=-1)
 
 
+def _predict(model, frames, batch_size, verbose):
+    with console.progress_on_stderr(verbose):
+        return model.predict(frames, batch_size=batch_size, verbose=verbose)
+
+
+def _digit_error(out, labels):
+    """The misclassified fraction of the predicted ``digit`` (``out``: ``model.predict``'s dict)."""
+    return float(np.mean(np.argmax(out["digit"], -1) != labels))
+
+
 def classification_error(model, data, batch_size=64, verbose=0):
     """Fraction of sequences whose digit is misclassified (``verbose``: 1 shows Keras'
     progress bar, on stderr)."""
-    with console.progress_on_stderr(verbose):
-        out = model.predict(data["frames"], batch_size=batch_size, verbose=verbose)
-    return float(np.mean(np.argmax(out["digit"], -1) != data["labels"]))
+    return _digit_error(_predict(model, data["frames"], batch_size, verbose), data["labels"])
+
+
+#: the groups of :func:`error_per_step` besides "all" (vertical only: horizontal velocity 0)
+STEP_ERROR_GROUPS = ("sideways", "vertical_only")
+
+
+def _check_step_data(data):
+    """``(labels [n], velocities [n, 2] or None)`` of ``generate``-like ``data``, checked."""
+    if not hasattr(data, "keys") or "frames" not in data or "labels" not in data:
+        found = sorted(data.keys()) if hasattr(data, "keys") else type(data).__name__
+        raise InputError(f"`data` must be a dict with 'frames' and 'labels' (as `generate` returns). "
+                         f"Received: {found}")
+    labels = np.asarray(data["labels"])
+    if labels.ndim != 1 or len(labels) == 0 or len(data["frames"]) != len(labels):
+        raise InputError(f"`data` must hold n >= 1 sequences: 'labels' [n] and 'frames' [n, T, S, S, 1]. "
+                         f"Received: labels shape={labels.shape}, {len(data['frames'])} frame sequences")
+    velocities = data.get("velocities")
+    if velocities is not None:
+        velocities = np.asarray(velocities)
+        if velocities.shape != (len(labels), 2):
+            raise InputError(f"`data['velocities']` must have shape [n, 2] (dy, dx per sequence) with "
+                             f"n={len(labels)}. Received: velocities shape={velocities.shape}")
+    return labels, velocities
+
+
+def _errors_per_step(out, labels, velocities):
+    """:func:`error_per_step`'s dict from ``model.predict``'s ``out``."""
+    steps = np.asarray(out["digit_steps"]) if hasattr(out, "keys") and "digit_steps" in out else None
+    if steps is None or steps.ndim != 3 or len(steps) != len(labels) or steps.shape[1] == 0:
+        raise InputError(
+            "the model must output 'digit_steps', the digit probabilities after every frame "
+            f"[n, T, classes] with n={len(labels)} (a model of `build_model`). Received: "
+            + (f"digit_steps shape={steps.shape}" if steps is not None else
+               f"outputs {sorted(out) if hasattr(out, 'keys') else type(out).__name__}")
+        )
+    wrong = np.argmax(steps, -1) != labels[:, None]  # [n, T]
+    errors = {"all": wrong.mean(0).tolist(), "counts": {"all": len(labels)}}
+    vertical = None if velocities is None else velocities[:, 1] == 0
+    for name, members in zip(STEP_ERROR_GROUPS, (None, None) if vertical is None else (~vertical, vertical)):
+        errors[name] = wrong[members].mean(0).tolist() if members is not None and members.any() else None
+        errors["counts"][name] = None if members is None else int(members.sum())
+    return errors
+
+
+def error_per_step(model, data, batch_size=64, verbose=0):
+    """Fraction of misclassified sequences after each frame, over all sequences and by motion.
+
+    Step ``t``'s digit is the argmax of the model's ``digit_steps[:, t]`` (the last
+    step's is the reported ``digit``, so ``errors["all"][-1]`` is
+    :func:`classification_error`). A model that integrates what it sees over the
+    frames shows it as error falling with the frame. Sequences that move only
+    vertically (``velocities[:, 1] == 0``) keep the same digit columns behind the
+    static vertical bars in every frame; the others move sideways.
+
+    Args:
+        model: a model of :func:`build_model` (any variant), or any model whose
+            ``predict`` returns a dict with ``"digit_steps"`` ``[n, T, classes]``.
+        data: ``generate``'s dict: ``"frames"``, ``"labels"`` and (optional)
+            ``"velocities"`` ``[n, 2]`` (dy, dx).
+        batch_size: batch size of the prediction.
+        verbose: 1 shows Keras' progress bar, on stderr; 0 (the default) is silent.
+
+    Returns:
+        A dict: ``"all"``, ``"sideways"``, ``"vertical_only"``: the error after each of
+        the T frames (lists of T floats in [0, 1]), the latter two None when ``data``
+        has no ``velocities`` or the group is empty; ``"counts"``: the number of
+        sequences of each (``{"all": n, "sideways": a, "vertical_only": b}``; a and b
+        are None without ``velocities``).
+
+    Raises:
+        InputError: ``data`` without frames and labels, or with none, velocities not
+            ``[n, 2]``, a bad ``batch_size`` or a model without ``digit_steps``.
+    """
+    labels, velocities = _check_step_data(data)
+    batch_size = integer_at_least("batch_size", batch_size, 1)
+    return _errors_per_step(_predict(model, data["frames"], batch_size, verbose), labels, velocities)
+
+
+def _test_errors(model, data, batch_size=64, verbose=0):
+    """``(classification_error, error_per_step)`` of ``data`` from one prediction."""
+    labels, velocities = _check_step_data(data)
+    out = _predict(model, data["frames"], batch_size, verbose)
+    return _digit_error(out, labels), _errors_per_step(out, labels, velocities)
 
 
 # ------------------------------------------------------------------------- recipe
@@ -842,7 +933,11 @@ def train(
     the outputs are written (``fault_tolerance.finish_run``).
 
     Returns:
-        A dict with the test classification error, the parameter count and the paths.
+        A dict (also written to ``metrics.json``) with the test classification error
+        (``"test_error"``), the error after every frame over all test sequences and
+        split by motion (``"test_error_per_step"``: :func:`error_per_step`'s dict,
+        drawn in ``error_per_step.png``, key ``"error_plot"``), the parameter count
+        and the paths (model, ``history.png``, ``predictions.png``, metrics, logs).
     """
     from applications import fault_tolerance
     from applications.demo import plot_history, save_atomically
@@ -899,9 +994,13 @@ def train(
     plot_history(fault_tolerance.logged_history(history, callbacks)[0], paths["plot"], accuracy="digit_accuracy")
     paths["predictions_plot"] = plot_predictions(model, test_data["frames"], os.path.join(run_dir, "predictions.png"),
                                                  test_data["labels"])
+    test_error, errors = _test_errors(model, test_data)  # one prediction for both
+    paths["error_plot"] = plot_error_per_step(errors, os.path.join(run_dir, "error_per_step.png"),
+                                              title=f"{variant}: test error per frame")
     result = {
         "variant": variant,
-        "test_error": classification_error(model, test_data),
+        "test_error": test_error,
+        "test_error_per_step": errors,
         "parameters": int(model.count_params()),
         "epochs_run": fault_tolerance.epochs_run(history, callbacks),  # those before a resume too
         "augment": augment,
@@ -922,6 +1021,11 @@ def evaluate(model_path, source=None, data_dir=None, num_test=5000, seed=None, b
 
     ``verbose``: 1 shows Keras' progress bars, on stderr (stdout keeps only the result);
     0 (the default) is silent.
+
+    Returns:
+        ``{"test_error": ..., "test_error_per_step": ..., "model": model_path}``: the
+        error of the reported digit and :func:`error_per_step`'s dict (the error after
+        every frame, over all sequences and split by motion), from one prediction.
     """
     if not os.path.exists(model_path):
         raise PathNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
@@ -940,7 +1044,8 @@ def evaluate(model_path, source=None, data_dir=None, num_test=5000, seed=None, b
     # [batch, T, S, S, 1]: the sequences the model was built for
     num_frames, frame_size = model.input_shape[1], model.input_shape[2]
     test_data = generate(*test_digits, num_test, seed=seed + 1, frame_size=frame_size, num_frames=num_frames)
-    return {"test_error": classification_error(model, test_data, batch_size, verbose), "model": model_path}
+    test_error, errors = _test_errors(model, test_data, batch_size, verbose)
+    return {"test_error": test_error, "test_error_per_step": errors, "model": model_path}
 
 
 def _check_occluded_mnist_model(model, model_path):
@@ -1029,6 +1134,55 @@ def plot_predictions(model, frames, path, labels=None, num_sequences=3, batch_si
         ax.set_yticks([])
     if title:
         fig.suptitle(title, fontsize=9)
+    return plotting.save_and_close(fig, path, dpi=100, format="png")
+
+
+def plot_error_per_step(errors, path, title=None):
+    """Draws :func:`error_per_step`'s errors to a PNG: percent error against the frame.
+
+    One line per group that has sequences (all, sideways, vertical only), the
+    legend giving each group's number of sequences.
+
+    Args:
+        errors: :func:`error_per_step`'s dict (``"all"`` a list of T errors in [0, 1];
+            ``"sideways"``, ``"vertical_only"`` and ``"counts"`` optional).
+        path: output file.
+        title: optional figure title.
+
+    Returns:
+        ``path``.
+
+    Raises:
+        InputError: no errors, or groups of different lengths or of non-finite values.
+    """
+    if not hasattr(errors, "keys") or errors.get("all") is None or len(errors["all"]) == 0:
+        raise InputError("`errors` must be error_per_step's dict with the errors of at least one frame in 'all'. "
+                         f"Received: errors={errors!r}")
+    counts = errors.get("counts") or {}
+    lines = {}
+    for name in ("all", *STEP_ERROR_GROUPS):
+        if errors.get(name) is None:
+            continue
+        values = np.asarray(errors[name], "float64")
+        if values.shape != (len(errors["all"]),) or not np.all(np.isfinite(values)):
+            raise InputError(f"`errors[{name!r}]` must be {len(errors['all'])} finite numbers, one per frame "
+                             f"as in 'all'. Received: {errors[name]!r}")
+        lines[name] = values
+    frames = np.arange(1, len(errors["all"]) + 1)
+    fig, ax = plotting.subplots(figsize=(5, 3.5))
+    for name, values in lines.items():
+        label = name.replace("_", " ")
+        if counts.get(name) is not None:
+            label += f" ({counts[name]:,} sequences)"
+        ax.plot(frames, 100 * values, "-o", markersize=4, label=label)
+    ax.set_xticks(frames)
+    ax.set_xlabel("frame")
+    ax.set_ylabel("test error (%)")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    if title:
+        ax.set_title(title, fontsize=9)
     return plotting.save_and_close(fig, path, dpi=100, format="png")
 
 

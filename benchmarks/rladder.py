@@ -19,6 +19,9 @@ time budget stops training early if the machine is slower):
         dense`` gives the ladders' gated top a kernel to every pixel of the
         convolutional decoder below it instead of one projection broadcast over
         all pixels (off by default, eighth round of the occluded measurements).
+        Below the variants' errors, each one's test error after every frame
+        (``applications.occluded_mnist.error_per_step``): over all test sequences,
+        those moving sideways and those moving only vertically.
     python benchmarks/rladder.py jsb [--data-path ../shared/data/jsb_chorales]
         JSB Chorales test NLL per time step (target below 8.0; paper: RNN 8.76,
         RLadder 5.64). By default one RLadder (gated encoders, dropout between
@@ -162,6 +165,7 @@ def _occluded_variant(args, variant, budget_seconds):
     return {
         "variant": variant,
         "test_error": result["test_error"],
+        "error_per_step": result["test_error_per_step"],
         "paper_error": om.PAPER_ERROR.get(variant, float("nan")),
         "parameters": result["parameters"],
         "epochs_run": result["epochs_run"],
@@ -169,6 +173,26 @@ def _occluded_variant(args, variant, budget_seconds):
         "cpu": (cpu_end.ru_utime + cpu_end.ru_stime) - (cpu_start.ru_utime + cpu_start.ru_stime),
         "budget_hit": budget.exceeded,
     }
+
+
+def _print_error_per_step(runs):
+    """Each variant's test error after every frame: all sequences, those moving sideways
+    and those moving only vertically (``occluded_mnist.error_per_step``)."""
+    steps = max((len(run["error_per_step"]["all"]) for run in runs if run.get("error_per_step")), default=0)
+    if not steps:
+        return
+    print(f"test error per frame (%), frames 1..{steps}:")
+    for run in runs:
+        errors = run.get("error_per_step")
+        if not errors:
+            continue
+        for i, group in enumerate(("all", "sideways", "vertical_only")):
+            count = errors["counts"].get(group)
+            values = errors.get(group)
+            figures = " ".join(f"{100 * e:6.2f}" for e in values) if values is not None else "     -"
+            print(f"  {run['variant'] if i == 0 else '':12s} {group.replace('_', ' '):13s} "
+                  f"{'' if count is None else f'n={count}':>7s}  {figures}")
+    sys.stdout.flush()
 
 
 def occluded(args):
@@ -196,6 +220,7 @@ def occluded(args):
             f"{' (budget hit)' if run['budget_hit'] else ''}",
             flush=True,
         )
+    _print_error_per_step(runs)
     print(_load())
     others = [results[v] for v in ("temporal", "no_feedback") if v in results]
     if "rladder" in results and others:

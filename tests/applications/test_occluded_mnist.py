@@ -363,6 +363,11 @@ def test_cli_trains_with_affine_augmentation(tmp_path, capsys):
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["augment"] == "affine" and metrics["epochs_run"] == 2
     assert metrics["predictions_plot"] == str(run_dir / "predictions.png") and (run_dir / "predictions.png").is_file()
+    # the error after every frame, split by motion, recorded and drawn
+    errors = metrics["test_error_per_step"]
+    assert len(errors["all"]) == 5 and errors["all"][-1] == pytest.approx(metrics["test_error"])
+    assert errors["counts"]["all"] == 8 and errors["counts"]["sideways"] + errors["counts"]["vertical_only"] == 8
+    assert metrics["error_plot"] == str(run_dir / "error_per_step.png") and (run_dir / "error_per_step.png").is_file()
     # affine amounts without --augment affine, and a negative amount: one-line errors, exit code 2
     capsys.readouterr()
     assert cli.main(["train", "occluded_mnist", *data, *tiny, "--run-dir", str(tmp_path / "r2"),
@@ -380,6 +385,17 @@ def test_cli_trains_with_affine_augmentation(tmp_path, capsys):
     assert om.affine_options(parser.parse_args([])) is None
 
 
+# error_per_step's dicts of the benchmark's faked variants (no_feedback: no sequence moved only vertically)
+FAKE_ERRORS = {
+    "rladder": {"all": [0.5, 0.25], "sideways": [0.5, 0.125], "vertical_only": [0.5, 0.5],
+                "counts": {"all": 12, "sideways": 8, "vertical_only": 4}},
+    "temporal": {"all": [0.4, 0.3], "sideways": [0.4, 0.2], "vertical_only": [0.4, 0.5],
+                 "counts": {"all": 12, "sideways": 8, "vertical_only": 4}},
+    "no_feedback": {"all": [0.6, 0.55], "sideways": [0.6, 0.55], "vertical_only": None,
+                    "counts": {"all": 12, "sideways": 12, "vertical_only": 0}},
+}
+
+
 def _occluded_benchmark_arguments(monkeypatch, argv, read):
     """``read(args)`` of every variant that ``benchmarks/rladder.py occluded ARGV`` trains
     (each variant's training faked)."""
@@ -395,7 +411,7 @@ def _occluded_benchmark_arguments(monkeypatch, argv, read):
     def fake_variant(args, variant, budget_seconds):
         seen.append((variant, read(args)))
         return {"variant": variant, "test_error": 0.5, "paper_error": 0.01, "parameters": 1, "epochs_run": 1,
-                "wall": 0.0, "cpu": 0.0, "budget_hit": False}
+                "wall": 0.0, "cpu": 0.0, "budget_hit": False, "error_per_step": FAKE_ERRORS[variant]}
 
     monkeypatch.setattr(bench, "_occluded_variant", fake_variant)
     bench.main(["occluded", "--no-parallel", *argv])
@@ -407,7 +423,21 @@ def test_benchmark_passes_the_augmentation_to_every_variant(monkeypatch, capsys)
         monkeypatch, ["--augment", "affine", "--affine-rotation", "5"], lambda args: (args.augment, om.affine_options(args))
     )
     assert seen == [(v, ("affine", {"rotation": 5.0})) for v in ("rladder", "temporal", "no_feedback")]
-    capsys.readouterr()
+    # below the variants' lines: each one's test error after every frame, by motion
+    out = capsys.readouterr().out
+    table = out[out.index("test error per frame (%), frames 1..2:"):].splitlines()[1:10]
+    assert [line.split() for line in table] == [
+        ["rladder", "all", "n=12", "50.00", "25.00"],
+        ["sideways", "n=8", "50.00", "12.50"],
+        ["vertical", "only", "n=4", "50.00", "50.00"],
+        ["temporal", "all", "n=12", "40.00", "30.00"],
+        ["sideways", "n=8", "40.00", "20.00"],
+        ["vertical", "only", "n=4", "40.00", "50.00"],
+        ["no_feedback", "all", "n=12", "60.00", "55.00"],
+        ["sideways", "n=12", "60.00", "55.00"],
+        ["vertical", "only", "n=0", "-"],
+    ], out
+    assert out.index("test error per frame") > out.index("no_feedback  test error")
 
 
 def test_plot_predictions_draws_next_frames_only_for_the_ladder_variants(tmp_path, digits):
@@ -619,6 +649,8 @@ def test_evaluate_generates_sequences_as_long_as_the_models(tmp_path, digits, mo
     monkeypatch.setattr(om, "_train_test_digits", lambda *a: (digits, digits))
     result = om.evaluate(str(tmp_path / "three.keras"), num_test=4)
     assert 0.0 <= result["test_error"] <= 1.0
+    errors = result["test_error_per_step"]  # one error per frame of the model's sequences
+    assert len(errors["all"]) == 3 and errors["all"][-1] == pytest.approx(result["test_error"])
 
 
 @pytest.mark.parametrize("augment", ["fresh", "affine"])
@@ -742,3 +774,106 @@ def test_unflatten_reaches_train_from_the_cli_and_the_benchmark(monkeypatch, cap
     passed = _occluded_benchmark_arguments(monkeypatch, ["--unflatten", "dense"], lambda args: args.unflatten)
     assert passed == [(v, "dense") for v in ("rladder", "temporal", "no_feedback")]
     capsys.readouterr()
+
+
+class _FixedPredictions:
+    """A model stand-in whose ``predict`` returns fixed ``digit_steps`` (and the last as ``digit``)."""
+
+    def __init__(self, steps):
+        self.steps = np.asarray(steps, "float32")
+        self.calls = []
+
+    def predict(self, frames, batch_size=None, verbose=0):
+        self.calls.append((len(frames), batch_size, verbose))
+        return {"digit_steps": self.steps, "digit": self.steps[:, -1]}
+
+
+def _steps_guessing(guesses, num_classes=3):
+    """``digit_steps`` probabilities [n, T, classes] whose argmax is ``guesses`` [n, T]."""
+    guesses = np.asarray(guesses)
+    return np.where(np.arange(num_classes) == guesses[..., None], 0.8, 0.2 / (num_classes - 1))
+
+
+def test_error_per_step_counts_the_misclassified_after_every_frame_by_motion():
+    labels = np.array([0, 1, 2, 1])
+    # misclassified after frames 1..3:  seq 0: x . .   seq 1: x x .   seq 2: x x x   seq 3: . . .
+    model = _FixedPredictions(_steps_guessing([[1, 0, 0], [0, 0, 1], [0, 1, 1], [1, 1, 1]]))
+    # (dy, dx): sequences 0 and 2 move only vertically, 1 and 3 sideways (3 diagonally)
+    data = {"frames": np.zeros((4, 3, 8, 8, 1), "float32"), "labels": labels,
+            "velocities": np.array([[3, 0], [0, 3], [-3, 0], [3, 3]])}
+    errors = om.error_per_step(model, data, batch_size=2)
+    assert errors == {"all": [0.75, 0.5, 0.25], "sideways": [0.5, 0.5, 0.0], "vertical_only": [1.0, 0.5, 0.5],
+                      "counts": {"all": 4, "sideways": 2, "vertical_only": 2}}
+    assert model.calls == [(4, 2, 0)]
+    assert errors["all"][-1] == om.classification_error(model, data)
+    # an empty group is None; without velocities both groups are
+    everyone_vertical = {**data, "velocities": np.array([[3, 0], [-3, 0], [0, 0], [3, 0]])}
+    errors = om.error_per_step(model, everyone_vertical)
+    assert errors["sideways"] is None and errors["vertical_only"] == [0.75, 0.5, 0.25]
+    assert errors["counts"] == {"all": 4, "sideways": 0, "vertical_only": 4}
+    without = {"frames": data["frames"], "labels": labels}
+    assert om.error_per_step(model, without) == {
+        "all": [0.75, 0.5, 0.25], "sideways": None, "vertical_only": None,
+        "counts": {"all": 4, "sideways": None, "vertical_only": None}}
+
+
+def test_error_per_step_of_a_model_ends_at_its_classification_error(digits):
+    data = om.generate(*digits, 12, seed=2, frame_size=16)
+    model = om.build_model("temporal", frame_size=16, **TINY)
+    errors = om.error_per_step(model, data, batch_size=5)
+    assert len(errors["all"]) == 5 and errors["all"][-1] == om.classification_error(model, data)
+    vertical = data["velocities"][:, 1] == 0
+    assert errors["counts"] == {"all": 12, "sideways": int((~vertical).sum()), "vertical_only": int(vertical.sum())}
+    steps = model.predict(data["frames"], verbose=0)["digit_steps"].argmax(-1)
+    for group, members in (("sideways", ~vertical), ("vertical_only", vertical)):
+        if members.any():
+            np.testing.assert_allclose(errors[group], np.mean(steps[members] != data["labels"][members, None], 0))
+        else:
+            assert errors[group] is None
+
+
+def test_error_per_step_rejects_bad_data_and_models_without_steps():
+    model = _FixedPredictions(_steps_guessing([[1, 0], [0, 0]]))
+    frames = np.zeros((2, 2, 8, 8, 1), "float32")
+    for data, message in (
+        ({"labels": [0, 1]}, "must be a dict with 'frames' and 'labels'"),
+        ([frames], "must be a dict with 'frames' and 'labels'"),
+        ({"frames": frames[:0], "labels": np.zeros(0, "int32")}, "n >= 1 sequences"),
+        ({"frames": frames, "labels": [0, 1, 2]}, "n >= 1 sequences"),
+        ({"frames": frames, "labels": [0, 1], "velocities": [[3, 0]]}, r"velocities shape=\(1, 2\)"),
+    ):
+        with pytest.raises(InputError, match=message):
+            om.error_per_step(model, data)
+    data = {"frames": frames, "labels": [0, 1]}
+    with pytest.raises(InputError, match="Received: batch_size=0"):
+        om.error_per_step(model, data, batch_size=0)
+    assert model.calls == []  # checked before predicting
+    no_steps = _FixedPredictions(_steps_guessing([[1, 0], [0, 0]]))
+    no_steps.predict = lambda frames, **kwargs: {"digit": np.eye(3)[:2]}
+    with pytest.raises(InputError, match=r"must output 'digit_steps'.*Received: outputs \['digit'\]"):
+        om.error_per_step(no_steps, data)
+    assert om.error_per_step(model, data)["all"] == [1.0, 0.5]
+
+
+def test_plot_error_per_step_draws_a_line_per_group(tmp_path):
+    import matplotlib.image
+
+    errors = {"all": [0.75, 0.5, 0.25], "sideways": [0.5, 0.5, 0.0], "vertical_only": [1.0, 0.5, 0.5],
+              "counts": {"all": 4, "sideways": 2, "vertical_only": 2}}
+    path = om.plot_error_per_step(errors, tmp_path / "errors.png", title="rladder")
+    image = matplotlib.image.imread(path)
+    assert path == tmp_path / "errors.png" and image.ndim == 3 and image.shape[1] >= 400
+    colours = {tuple(np.round(p, 1)) for p in image[..., :3].reshape(-1, 3)}
+    # without velocities: the "all" line alone (fewer coloured pixels)
+    alone = om.plot_error_per_step({"all": [0.75, 0.5, 0.25], "sideways": None, "vertical_only": None,
+                                    "counts": {"all": 4, "sideways": None, "vertical_only": None}},
+                                   str(tmp_path / "alone.png"))
+    alone_colours = {tuple(np.round(p, 1)) for p in matplotlib.image.imread(alone)[..., :3].reshape(-1, 3)}
+    assert len(alone_colours) < len(colours)
+    assert om.plot_error_per_step({"all": [0.1]}, tmp_path / "one.png").stat().st_size > 1000
+    for bad, message in (({}, "at least one frame"), ({"all": []}, "at least one frame"), (None, "at least one frame"),
+                         ({"all": [0.1, 0.2], "sideways": [0.1]}, r"errors\['sideways'\]"),
+                         ({"all": [0.1, float("nan")]}, r"errors\['all'\]")):
+        with pytest.raises(InputError, match=message):
+            om.plot_error_per_step(bad, tmp_path / "bad.png")
+    assert not (tmp_path / "bad.png").exists()
