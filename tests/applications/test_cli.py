@@ -592,3 +592,9 @@ def test_train_ends_with_the_applications_headline_result_and_every_file_it_wrot
     head, files = capsys.readouterr().out.strip().splitlines()
     assert head == "test NLL per step 6.3812, test AMI per iteration 0.010 / 0.300 (1,234 parameters)"
     assert files.endswith(": model.keras, history.png, sample.png, segmentation.png"), files
+    # occluded_mnist: the error after each frame (one frame: the test error says it all)
+    cli._print_outputs({"test_error": 0.25, "test_error_per_step": {"all": [0.5, 0.375, 0.25]}}, str(tmp_path))
+    head = capsys.readouterr().out.splitlines()[0]
+    assert head == "test error 0.2500, test error per frame 0.5000 / 0.3750 / 0.2500"
+    cli._print_outputs({"test_error": 0.25, "test_error_per_step": {"all": [0.25]}}, str(tmp_path))
+    assert capsys.readouterr().out.splitlines()[0] == "test error 0.2500"
