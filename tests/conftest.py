@@ -75,6 +75,28 @@ def pytest_xdist_auto_num_workers(config):
     return workers if workers > 1 else 0
 
 
+def pytest_runtest_teardown(item, nextitem):
+    """After a test file's last test: collect its garbage, then freeze what is left.
+
+    A test process keeps what every earlier test built alive inside TensorFlow and
+    Keras (traced functions, graphs, layers): about 900,000 objects after three test
+    files, several million late in a worker's share of the suite. Python's full
+    garbage collections scan all of them, more often the more the tests allocate:
+    measured in one process (``-n 0``) over ``tests/layers/rladder/test_rtagger.py``,
+    ``tests/layers/test_em_routing.py`` and ``tests/tuning/test_hypermodels.py``,
+    the collector took 40 s of the last file's 136 s. ``gc.freeze()`` moves the
+    survivors into the permanent generation, which collections skip: then 7 s of
+    108 s, and 242 s instead of 267 s for the three files. Garbage is still
+    collected first (``gc.collect()``), so only objects alive at the end of a file
+    are frozen; a frozen cycle that dies later is not freed.
+    """
+    if nextitem is None or nextitem.module is not item.module:
+        import gc
+
+        gc.collect()
+        gc.freeze()
+
+
 def _find_shared():
     """``shared/`` beside the checkout (or beside a parent, e.g. from a git worktree)."""
     repo = pathlib.Path(__file__).resolve().parents[1]
