@@ -357,6 +357,11 @@ class TrainingDivergedError(CommandLineError, FloatingPointError):
     holds the last epoch (or step) whose weights were finite."""
 
 
+# what the two messages of TrainingDivergedError tell the user to do
+_DIVERGED_REMEDY = ("Lower the learning rate (--learning-rate), or look for NaN or infinite values in the data, "
+                    "and start a new run (a new --run-dir)")
+
+
 class StopOnDivergence(keras.callbacks.TerminateOnNaN):
     """Keras' ``TerminateOnNaN`` that ends ``fit`` with :class:`TrainingDivergedError`.
 
@@ -386,9 +391,7 @@ class StopOnDivergence(keras.callbacks.TerminateOnNaN):
                 kept = f"; the backup in {os.path.join(self.run_dir, BACKUP_DIR)} keeps what came before"
             raise TrainingDivergedError(
                 f"training diverged: the loss became {loss} in epoch {self._epoch + 1}, batch {batch + 1}; "
-                f"training stopped and nothing of this epoch was saved{kept}. Lower the learning rate "
-                "(--learning-rate), or look for NaN or infinite values in the data, and start a new run (a new "
-                "--run-dir)"
+                f"training stopped and nothing of this epoch was saved{kept}. {_DIVERGED_REMEDY}"
             )
 
 
@@ -639,8 +642,7 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         if bad:
             raise TrainingDivergedError(
                 f"training diverged: {len(bad)} weight(s) of the model are not finite (NaN or infinite; "
-                f"{bad[0]} the first); the backup in {self.backup_dir} keeps "
-                "the last finite ones. Lower the learning rate (--learning-rate) and start a new run (a new --run-dir)"
+                f"{bad[0]} the first); the backup in {self.backup_dir} keeps the last finite ones. {_DIVERGED_REMEDY}"
             )
         os.makedirs(self.backup_dir, exist_ok=True)
         if self.double_checkpoint:
