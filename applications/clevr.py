@@ -802,7 +802,6 @@ def train(cache_dir, run_dir="runs/clevr", data_dir=None, epochs=25, batch_size=
 
     from applications import fault_tolerance
     from applications.demo import plot_history, save_atomically
-    from applications.fault_tolerance import write_json_atomically
 
     strategy = distribute.resolve_strategy(strategy)
     keras.utils.set_random_seed(seed)
@@ -832,7 +831,7 @@ def train(cache_dir, run_dir="runs/clevr", data_dir=None, epochs=25, batch_size=
     result = {"validation_accuracy": float(accuracy), "validation_loss": float(loss),
               **question_counts(data["validation"]), "parameters": int(model.count_params()), "epochs": epochs,
               **paths}
-    write_json_atomically(result, paths["metrics"])
+    fault_tolerance.write_metrics_json(result, paths["metrics"])
     fault_tolerance.finish_run(callbacks)  # the outputs are written: the backup goes
     return result
 

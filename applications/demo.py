@@ -317,7 +317,7 @@ def train(
                   "limit": limit, "test_fraction": TEST_FRACTION},
         **paths,
     }
-    fault_tolerance.write_json_atomically(result, paths["metrics"])
+    fault_tolerance.write_metrics_json(result, paths["metrics"])
     fault_tolerance.finish_run([*resumable, *callbacks])  # the outputs are written: the backup goes
     return result
 

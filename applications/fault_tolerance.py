@@ -4,6 +4,7 @@
   and ``os.replace``: a reader sees the old complete file or the new complete file,
   never a half-written one, whatever happens mid-write (exception, SIGKILL, power cut
   after the ``fsync``). :func:`save_model_atomically` and :func:`write_json_atomically`
+  (and :func:`write_metrics_json`, standard JSON for ``metrics.json``)
   use it, as do :func:`save_figure_atomically` and :class:`AtomicModelCheckpoint`, Keras' ``ModelCheckpoint``
   whose every save replaces the file atomically (``applications.training.run_callbacks``).
 * :class:`AtomicBackupAndRestore` is ``keras.callbacks.BackupAndRestore`` with atomic
@@ -304,9 +305,47 @@ def save_model_atomically(model, path):
 
 
 def write_json_atomically(data, path):
+    """``json.dump(data)`` to ``path`` (indented) through :func:`atomic_write`.
+
+    Non-finite floats are written as Python's ``json`` writes them (``NaN``,
+    ``Infinity``), which Python reads back; for files meant for any JSON reader use
+    :func:`write_metrics_json`.
+    """
+
     def write(tmp):
         with open(tmp, "w") as f:
             json.dump(data, f, indent=2)
+
+    atomic_write(path, write)
+
+
+def finite_or_none(data):
+    """``data`` (nested dicts, lists and tuples) with every NaN or infinite number
+    (Python or NumPy float) replaced by ``None``, NumPy scalars by Python numbers and
+    tuples by lists: a value that standard JSON can hold."""
+    if isinstance(data, dict):
+        return {key: finite_or_none(value) for key, value in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [finite_or_none(value) for value in data]
+    if isinstance(data, np.generic):
+        data = data.item()
+    if isinstance(data, float) and not np.isfinite(data):
+        return None
+    return data
+
+
+def write_metrics_json(metrics, path):
+    """Writes an application's ``metrics.json``: :func:`write_json_atomically` of
+    :func:`finite_or_none` ``(metrics)``, so that the file is standard JSON (RFC 8259
+    has no NaN or Infinity; ``jq``, JavaScript's ``JSON.parse`` and other readers
+    refuse Python's ``NaN``). A metric that is not finite (a test loss that overflowed,
+    a score of an empty split) is ``null`` in the file; the dict the application's
+    ``train`` returns keeps the float.
+    """
+
+    def write(tmp):
+        with open(tmp, "w") as f:
+            json.dump(finite_or_none(metrics), f, indent=2, allow_nan=False)
 
     atomic_write(path, write)
 

@@ -1124,7 +1124,7 @@ def train(
         "epochs_run": epochs_run[0] if ensemble == 1 else epochs_run,
         **paths,
     }
-    fault_tolerance.write_json_atomically(result, paths["metrics"])
+    fault_tolerance.write_metrics_json(result, paths["metrics"])
     os.remove(progress["path"])  # the run is complete: a new call trains again
     return result
 

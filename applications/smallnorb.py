@@ -634,7 +634,7 @@ def run_train(args, strategy):
     }
     if result["test_accuracy"] is None:
         del result["test_accuracy"]
-    fault_tolerance.write_json_atomically(result, paths["metrics"])
+    fault_tolerance.write_metrics_json(result, paths["metrics"])
     fault_tolerance.finish_run(resumable)  # the outputs are written: the backup goes
     return result
 

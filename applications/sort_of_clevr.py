@@ -592,7 +592,7 @@ def train(run_dir="runs/sort_of_clevr", steps=20000, batch_size=64, kb="symbolic
     plot_history(fault_tolerance.logged_history(history, callbacks)[0], paths["plot"])
     plot_example_attention(model, val[1][0], paths["attention"])
     result.update(parameters=int(model.count_params()), steps=steps, **paths)
-    fault_tolerance.write_json_atomically(result, paths["metrics"])
+    fault_tolerance.write_metrics_json(result, paths["metrics"])
     fault_tolerance.finish_run(callbacks)  # the outputs are written: the backup goes
     return result
 

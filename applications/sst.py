@@ -765,7 +765,6 @@ def train(
 
     from applications import fault_tolerance
     from applications.demo import plot_history, save_atomically
-    from applications.fault_tolerance import write_json_atomically
     from applications.training import run_callbacks
 
     granularity = str(granularity)
@@ -824,7 +823,7 @@ def train(
         "epochs": epochs,
         **paths,
     }
-    write_json_atomically(result, paths["metrics"])
+    fault_tolerance.write_metrics_json(result, paths["metrics"])
     fault_tolerance.finish_run(callbacks)  # the outputs are written: the backup goes
     if verbose:
         print(f"{result['task']}: dev accuracy {result['dev_accuracy']:.4f}, "

@@ -970,7 +970,7 @@ def train(
         "split": {"seed": seed, "data_dir": None if data_dir is None else os.path.abspath(data_dir)},
         **paths,
     }
-    fault_tolerance.write_json_atomically(result, paths["metrics"])
+    fault_tolerance.write_metrics_json(result, paths["metrics"])
     fault_tolerance.finish_run(callbacks)  # the outputs are written: the backup goes
     return result
 

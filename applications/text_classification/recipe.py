@@ -112,7 +112,7 @@ def train(
     """
 
     from applications import fault_tolerance
-    from applications.fault_tolerance import atomic_write, write_json_atomically
+    from applications.fault_tolerance import atomic_write
 
     # Refuse bad model options before minutes of data preparation, not after.
     model_lib.check_arguments(routing=routing, embedding=embedding, **model_kwargs)
@@ -168,7 +168,7 @@ def train(
         "parameters": params,
         **paths,
     }
-    write_json_atomically(result, paths["metrics"])
+    fault_tolerance.write_metrics_json(result, paths["metrics"])
     fault_tolerance.finish_run(callbacks)  # the outputs are written: the backup goes
     if verbose:
         print(f"test accuracy {test_accuracy:.4f}; outputs in {os.path.abspath(run_dir)}")

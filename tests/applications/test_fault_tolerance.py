@@ -993,3 +993,47 @@ def test_a_diverged_train_command_is_one_line_and_exit_code_2(tmp_path, capsys):
     assert err.startswith("keras-capsules: error: training diverged: "), err
     assert "start a new run (a new --run-dir)" in err
     assert not (run_dir / "model.keras").exists() and not (run_dir / "metrics.json").exists()
+
+
+def _strict_json(text):
+    def refuse(constant):
+        raise ValueError(f"not standard JSON: {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_metrics_json_is_standard_json_with_null_for_numbers_that_are_not_finite(tmp_path):
+    # metrics.json held bare NaN (Python's json default), which jq and JSON.parse refuse.
+    metrics = {"loss": float("nan"), "errors": (0.5, float("inf"), np.float32("-inf")),
+               "nested": {"ami": np.float64("nan"), "count": np.int64(3), "name": "x", "none": None},
+               "accuracy": np.float32(0.25)}
+    path = tmp_path / "metrics.json"
+    fault_tolerance.write_metrics_json(metrics, path)
+    assert _strict_json(path.read_text()) == {
+        "loss": None, "errors": [0.5, None, None],
+        "nested": {"ami": None, "count": 3, "name": "x", "none": None}, "accuracy": 0.25,
+    }
+    assert np.isnan(metrics["loss"])  # the caller's dict is left as it was
+
+
+def test_train_writes_a_test_loss_that_is_not_finite_as_null_and_returns_it_as_nan(tmp_path, monkeypatch):
+    real_compile = demo.compile_model
+
+    def compile_with_nan_evaluation(model, learning_rate):
+        model = real_compile(model, learning_rate)
+        real_evaluate = model.evaluate
+
+        def evaluate(*args, **kwargs):  # fit's validation (return_dict) as before; train's test pass NaN
+            if kwargs.get("return_dict"):
+                return real_evaluate(*args, **kwargs)
+            return [float("nan"), 0.5]
+
+        model.evaluate = evaluate
+        return model
+
+    monkeypatch.setattr(demo, "compile_model", compile_with_nan_evaluation)
+    result = demo.train(str(tmp_path / "run"), epochs=1, batch_size=16, limit=40, verbose=0,
+                        model_options=TINY_OPTIONS)
+    assert np.isnan(result["test_loss"]) and result["test_accuracy"] == 0.5
+    written = _strict_json(pathlib.Path(result["metrics"]).read_text())
+    assert written["test_loss"] is None and written["test_accuracy"] == 0.5
