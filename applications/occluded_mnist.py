@@ -803,9 +803,11 @@ def error_per_step(model, data, batch_size=64, verbose=0):
     Step ``t``'s digit is the argmax of the model's ``digit_steps[:, t]`` (the last
     step's is the reported ``digit``, so ``errors["all"][-1]`` is
     :func:`classification_error`). A model that integrates what it sees over the
-    frames shows it as error falling with the frame. Sequences that move only
-    vertically (``velocities[:, 1] == 0``) keep the same digit columns behind the
-    static vertical bars in every frame; the others move sideways.
+    frames shows it as error falling with the frame. Sequences that do not move
+    sideways (``velocities[:, 1] == 0``: they move vertically, or not at all when
+    ``generate`` had ``speed=0``) keep the same digit columns behind the static
+    vertical bars in every frame, so no frame shows what the bars hide; they are
+    the ``"vertical_only"`` group. The others move sideways.
 
     Args:
         model: a model of :func:`build_model` (any variant), or any model whose
