@@ -381,31 +381,55 @@ def plot_attention(path, words, control_attention, read_attention, grid=None, im
     return plotting.save_and_close(fig, path, dpi=80)
 
 
-def plot_question_attention(model, split, vocabulary, classes, path, index=0):
+def plot_question_attention(model, split, vocabulary, classes, path, index=0, image=None):
     """Draws the attention maps of question ``index`` of a split of :func:`prepare` to a PNG.
 
     ``split`` holds the keyword arguments of :func:`make_dataset` (``features_path``,
     ``image_index``, ``tokens``, ``labels``); the read attention is drawn as a heat map
-    over the feature grid (the cache keeps no images). The title is the question, the
-    model's answer and the true one. Returns ``path``.
+    over the feature grid, laid over ``image`` when given (the question's image,
+    ``[h, w, 3]``, e.g. :func:`question_image`; the cache keeps only features). The
+    title is the question, the model's answer and the true one. Returns ``path``.
     """
     n = len(split["tokens"])
     if isinstance(index, bool) or not isinstance(index, numbers.Integral) or not 0 <= index < n:
         raise InputError(f"`index` must be an integer in [0, {n}) for a split of {n} questions. "
                          f"Received: index={index!r}")
+    if image is not None:
+        image = np.asarray(image)
+        if image.ndim != 3 or image.shape[-1] != 3 or min(image.shape[:2]) < 1:
+            raise InputError(f"`image` must be an RGB image [h, w, 3]. Received shape: {image.shape}")
     tokens = np.asarray(split["tokens"][index : index + 1], "int32")
     features = load_features(split["features_path"])
-    image = int(split["image_index"][index])
-    out = attention_model(model)({"question": tokens, "features": np.asarray(features[image : image + 1], "float32")})
+    number = int(split["image_index"][index])
+    out = attention_model(model)({"question": tokens, "features": np.asarray(features[number : number + 1], "float32")})
     words = [vocabulary[i] if 0 <= i < len(vocabulary) else UNK for i in tokens[0] if i != 0]
     predicted = classes[int(np.argmax(keras.ops.convert_to_numpy(out["answer"][0])))]
     label = int(split["labels"][index])
     truth = classes[label] if 0 <= label < len(classes) else "(an answer no training question has)"
     return plot_attention(
         path, words, keras.ops.convert_to_numpy(out["control_attention"][0]),
-        keras.ops.convert_to_numpy(out["read_attention"][0]), grid=tuple(features.shape[1:3]),
+        keras.ops.convert_to_numpy(out["read_attention"][0]), grid=tuple(features.shape[1:3]), image=image,
         title=f"{' '.join(words)} -> {predicted} (answer: {truth})",
     )
+
+
+def question_image(split, image_index, data_dir=None):
+    """Image ``image_index`` (in the order :func:`cache_split` extracted them) of the
+    TFDS ``clevr`` split ``split`` as uint8 ``[h, w, 3]``, read from ``data_dir``
+    without any download; None when the split is not prepared there (the run uses
+    only the feature cache). The images before it are read and skipped.
+    """
+    import tensorflow_datasets as tfds
+
+    if isinstance(image_index, bool) or not isinstance(image_index, numbers.Integral) or image_index < 0:
+        raise InputError(f"`image_index` must be a non-negative integer. Received: image_index={image_index!r}")
+    try:
+        ds = load_split(split, data_dir)
+    except (AssertionError, tfds.core.DatasetNotFoundError):  # TFDS 4.9 asserts that the data is there
+        return None
+    for example in ds.skip(int(image_index)).take(1):
+        return np.asarray(example["image"])[..., :3]  # CLEVR's PNGs are RGBA
+    return None
 
 
 # ------------------------------------------------------------------------- data
@@ -789,7 +813,8 @@ def train(cache_dir, run_dir="runs/clevr", data_dir=None, epochs=25, batch_size=
     """Trains the CLEVR MAC model with the paper's recipe, as the demo does.
 
     Writes ``model.keras`` (EMA weights), ``history.png``, ``attention.png`` (the
-    attention maps of the first validation question, :func:`plot_question_attention`),
+    attention maps of the first validation question, :func:`plot_question_attention`,
+    over its image when the TFDS data is in ``data_dir``: :func:`question_image`),
     ``metrics.json`` and TensorBoard logs to ``run_dir``. Returns the metrics dict: the validation accuracy
     over every validation question (see :func:`question_counts`: those whose answer no
     training question has are errors; how many there are is reported too), the loss,
@@ -824,8 +849,10 @@ def train(cache_dir, run_dir="runs/clevr", data_dir=None, epochs=25, batch_size=
               ("metrics", "metrics.json"), ("logs", "logs"))}
     save_atomically(model, paths["model"])
     plot_history(fault_tolerance.logged_history(history, callbacks)[0], paths["plot"])
-    if len(data["validation"]["tokens"]):  # the first validation question's attention maps
-        plot_question_attention(model, data["validation"], data["vocabulary"], data["classes"], paths["attention"])
+    if len(data["validation"]["tokens"]):  # the first validation question's attention maps, over its image
+        image = question_image("validation", int(data["validation"]["image_index"][0]), data_dir)
+        plot_question_attention(model, data["validation"], data["vocabulary"], data["classes"], paths["attention"],
+                                image=image)
     else:
         del paths["attention"]
     result = {"validation_accuracy": float(accuracy), "validation_loss": float(loss),

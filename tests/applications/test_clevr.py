@@ -167,8 +167,10 @@ def test_plot_attention_rejects_bad_arguments(tmp_path):
     assert (tmp_path / "ok.png").stat().st_size > 0
 
 
-def test_train_writes_the_run_outputs(mock_clevr, tmp_path):
+def test_train_writes_the_run_outputs(mock_clevr, tmp_path, monkeypatch):
     root, data = mock_clevr
+    asked, real_question_image = [], clevr.question_image
+    monkeypatch.setattr(clevr, "question_image", lambda *args: asked.append(args) or real_question_image(*args))
     result = clevr.train(
         str(root / "cache"), run_dir=str(tmp_path / "run"), epochs=1, batch_size=32, image_size=IMAGE_SIZE,
         weights=None, model_kwargs={"units": 8, "embedding_dim": 4, "max_steps": 1}, verbose=0,
@@ -179,10 +181,36 @@ def test_train_writes_the_run_outputs(mock_clevr, tmp_path):
     # the README's attention maps: those of the first validation question (train wrote none)
     assert result["attention"] == str(tmp_path / "run" / "attention.png")
     assert os.path.getsize(result["attention"]) > 1000
+    # over the first validation question's image (none here: no TFDS data in the default data_dir)
+    assert asked == [("validation", int(data["validation"]["image_index"][0]), None)]
     model = keras.saving.load_model(result["model"])
     with pytest.raises(ValueError, match="`index` must be an integer in"):
         clevr.plot_question_attention(model, data["validation"], data["vocabulary"], data["classes"],
                                       str(tmp_path / "bad.png"), index=len(data["validation"]["tokens"]))
+    with pytest.raises(ValueError, match=r"`image` must be an RGB image \[h, w, 3\]. Received shape: \(6, 9\)"):
+        clevr.plot_question_attention(model, data["validation"], data["vocabulary"], data["classes"],
+                                      str(tmp_path / "bad.png"), image=np.zeros((6, 9)))
+    drawn, real_plot = [], clevr.plot_attention
+    monkeypatch.setattr(clevr, "plot_attention", lambda *args, **kwargs: drawn.append(kwargs) or real_plot(*args, **kwargs))
+    image = np.random.default_rng(0).integers(0, 256, (6, 9, 3), dtype="uint8")
+    path = clevr.plot_question_attention(model, data["validation"], data["vocabulary"], data["classes"],
+                                         str(tmp_path / "over_image.png"), image=image)
+    assert drawn[0]["image"] is not None and np.array_equal(drawn[0]["image"], image) and drawn[0]["grid"] == (2, 2)
+    assert os.path.getsize(path) > 1000
+
+
+def test_question_image_reads_the_split_without_any_download(mock_clevr, tmp_path):
+    root, _ = mock_clevr
+    assert clevr.question_image("validation", 0, str(tmp_path / "no_tfds_data")) is None
+    with tfds.testing.mock_data(num_examples=5):
+        expected = [np.asarray(ex["image"])[..., :3] for ex in clevr.load_split("validation", str(root / "tfds"))]
+        image = clevr.question_image("validation", 3, str(root / "tfds"))
+        assert image.dtype == np.uint8 and image.ndim == 3 and image.shape[-1] == 3
+        np.testing.assert_array_equal(image, expected[3])
+        assert not np.array_equal(image, expected[0])
+        assert clevr.question_image("validation", 5, str(root / "tfds")) is None  # past the last image
+    with pytest.raises(ValueError, match="`image_index` must be a non-negative integer. Received: image_index=-1"):
+        clevr.question_image("validation", -1)
 
 
 def test_plot_attention_rejects_mismatched_maps_words_names_and_grids(tmp_path):
