@@ -397,9 +397,23 @@ def mixture_nll(x, m, pi, sigma, group_axis=1, from_logits=False, epsilon=1e-7):
     m = ops.cast(m, work)
     pi = ops.cast(pi, work)
     channels = m.shape[-1]
-    var = float(sigma) ** 2
-    log_norm = -ops.sum(ops.square(x - m), axis=-1) / (2.0 * var) - 0.5 * channels * math.log(
-        2.0 * math.pi * var
+    sigma = float(sigma)
+    with np.errstate(over="ignore"):  # a huge sigma is inf in float32: the residuals scale to 0
+        work_sigma = np.asarray(sigma).astype(work)
+    if not work_sigma >= np.finfo(work).tiny:
+        # (x - m) / sigma would be 0 / 0 = NaN where a mean is exact (a subnormal sigma is
+        # flushed to 0 by CPU kernels)
+        raise ValueError(
+            f"`sigma` is too small for a loss computed in {work}: it is below its smallest "
+            f"normal number, {np.finfo(work).tiny:.4g}. Received: sigma={sigma!r}"
+        )
+    # The residual is scaled by sigma before squaring, and log(sigma) is taken rather than
+    # log(sigma^2): 1 / (2 sigma^2) overflowed float32 for sigma below ~1e-19 (NaN where a
+    # mean is exact: 0 * inf) and sigma^2 left Python's floats for tiny or huge sigma
+    # ("math domain error", OverflowError).
+    scaled = (x - m) / ops.convert_to_tensor(work_sigma, dtype=work)
+    log_norm = -0.5 * ops.sum(ops.square(scaled), axis=-1) - channels * (
+        0.5 * math.log(2.0 * math.pi) + math.log(sigma)
     )
     pi = pi[..., 0]
     if from_logits:

@@ -37,6 +37,11 @@ def adjusted_mutual_info(true_groups, pi, group_axis=1, ignore_label=None, per_s
 
     true_groups = np.asarray(true_groups)
     pi = np.asarray(pi)
+    if pi.dtype.kind not in "biuf":
+        # bfloat16 (a mixed_bfloat16 model's predictions) is a numpy dtype of kind "V", not
+        # a floating one: the finiteness check below skipped it, and a NaN pi scored as
+        # a segmentation. float32 keeps its values and their order.
+        pi = pi.astype(np.float32)
     if isinstance(group_axis, bool) or not isinstance(group_axis, numbers.Integral):
         raise ValueError(f"`group_axis` must be an integer. Received: group_axis={group_axis!r}")
     if np.issubdtype(pi.dtype, np.floating) and not np.isfinite(pi).all():

@@ -221,3 +221,22 @@ def test_labels_for_another_batch_size_are_a_clear_error(loss, labels):
     scores = np.random.default_rng(0).uniform(size=(4, 3)).astype("float32")
     with pytest.raises(ValueError, match=r"one label per sample.*Received: y_true shape=\(\d.*y_pred shape=\(4, 3\)"):
         loss(labels, scores)
+
+
+@pytest.mark.parametrize("sigma", [1e-20, 1e-30, 1e200])
+def test_mixture_nll_with_a_tiny_or_huge_sigma_is_finite(sigma):
+    # Audit (2026-11-28): 1 / (2 sigma^2) overflowed float32 below sigma ~1e-19, so an exact
+    # mean gave 0 * inf = NaN; sigma^2 overflowed Python's floats for a huge sigma
+    # (OverflowError). Exact means: the loss is the log normalizer, log(sqrt(2 pi) sigma).
+    x = np.zeros((2, 3, 1), "float32")
+    packed = np.concatenate([np.zeros((2, 2, 3, 1), "float32"), np.full((2, 2, 3, 1), 0.5, "float32")], -1)
+    loss = float(keras.ops.convert_to_numpy(losses.MixtureNLL(sigma=sigma)(x, packed)))
+    np.testing.assert_allclose(loss, 0.5 * np.log(2 * np.pi) + np.log(sigma), rtol=1e-5)
+
+
+def test_mixture_nll_with_a_sigma_below_its_dtype_is_a_clear_error():
+    # Audit (2026-11-28): it was Python's "math domain error" (sigma^2 rounded to 0).
+    x = np.zeros((2, 3, 1), "float32")
+    packed = np.concatenate([np.zeros((2, 2, 3, 1), "float32"), np.full((2, 2, 3, 1), 0.5, "float32")], -1)
+    with pytest.raises(ValueError, match=r"`sigma` is too small for a loss computed in float32.*Received: sigma=1e-200"):
+        losses.MixtureNLL(sigma=1e-200)(x, packed)

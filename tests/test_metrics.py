@@ -18,3 +18,17 @@ def test_adjusted_mutual_info_of_an_empty_batch_is_nan_not_a_reshape_error():
     pi = np.stack([truth == 0, truth == 1], axis=1).astype("float32")
     scores = adjusted_mutual_info(truth, pi, ignore_label=2, per_sample=True)
     assert scores[0] == 1.0 and np.isnan(scores[1])
+
+
+def test_adjusted_mutual_info_checks_a_bfloat16_pi_for_nan():
+    # Audit (2026-11-28): numpy does not see bfloat16 (a mixed_bfloat16 model's predictions)
+    # as a floating dtype, so the finiteness check was skipped and a NaN pi scored 0.0.
+    import keras
+    import pytest
+
+    truth = np.array([[[0, 1], [1, 0]]])
+    pi = np.stack([truth == 0, truth == 1], axis=1).astype("float32")
+    as_bfloat16 = lambda a: keras.ops.convert_to_numpy(keras.ops.cast(a, "bfloat16"))  # noqa: E731
+    assert adjusted_mutual_info(truth, as_bfloat16(pi)) == 1.0
+    with pytest.raises(ValueError, match="`pi` must be finite"):
+        adjusted_mutual_info(truth, as_bfloat16(pi * np.nan))

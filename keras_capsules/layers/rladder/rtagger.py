@@ -34,6 +34,24 @@ LEARNED_DAMPING_START = 0.1
 _MIN_SIGMA = math.sqrt(0.5 / 3.4028234663852886e38)
 
 
+def _expand_to(keep, x):
+    """A ``[batch]`` boolean reshaped to broadcast against ``x``."""
+    return ops.reshape(keep, (-1,) + (1,) * (len(x.shape) - 1))
+
+
+def _relative_sq_distance(residual):
+    """Each group's squared distance ``[b, K, *pixels, 1]`` minus the smallest over the groups.
+
+    The softmaxes over the groups that take ``-distance / (2 sigma^2)`` do not change
+    with a shift shared by the groups, and with it the nearest group's term is 0: for a
+    small sigma the plain terms all overflowed to -inf at a pixel far from every mean
+    (sigma = 1e-19, distance 3), and the softmax of all -inf was NaN.
+    """
+    sq = ops.sum(ops.square(residual), axis=-1, keepdims=True)
+    # (an initial value: Keras refuses the min of an empty tensor, an empty batch's)
+    return sq - ops.min(sq, axis=1, keepdims=True, initial=math.inf)
+
+
 @keras.saving.register_keras_serializable(package="keras_capsules")
 class RTagger(keras.layers.Layer):
     """RTagger: iterative perceptual grouping by K groups that share one RLadder.
@@ -168,6 +186,13 @@ class RTagger(keras.layers.Layer):
     Call arguments:
         inputs: ``[batch, H, W, C]`` or ``[batch, D]`` with ``n_iters`` set, or
             ``[batch, T, H, W, C]`` / ``[batch, T, D]`` with ``n_iters=None``.
+        mask: optional ``[batch, T]`` boolean Keras mask of a sequence input: at a
+            padded step the ladder's states, the means and the masks are left as
+            they were and both outputs are zeros, so padded steps (whatever they
+            hold) never change the outputs at the others. The mask is passed on to
+            both outputs. With ``n_iters`` set (a static input, no time axis) a mask
+            is a ``ValueError``.
+        training: Python boolean; random initial masks in training (see above).
 
     Returns:
         ``[pi, m]`` for every iteration: for images ``pi`` ``[batch, T, K, H, W, 1]``
@@ -219,6 +244,7 @@ class RTagger(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.supports_masking = True
         self.n_groups = positive_int("n_groups", n_groups)
         if self.n_groups < 2:
             raise ValueError(f"`n_groups` must be at least 2. Received: n_groups={n_groups!r}")
@@ -385,12 +411,35 @@ class RTagger(keras.layers.Layer):
         lead = (batch, steps, self.n_groups) + tuple(spatial)
         return [lead + (1,), lead + (channels,)]
 
-    def compute_output_spec(self, inputs, training=None):
+    def compute_output_spec(self, inputs, training=None, mask=None):
+        self._check_mask(mask, tuple(inputs.shape))
         return output_spec(self, inputs)
 
+    def compute_mask(self, inputs, mask=None):
+        return None if mask is None else [mask, mask]
+
+    def _check_mask(self, mask, input_shape):
+        """A mask must be ``[batch, T]`` and is refused with ``n_iters`` (no time axis)."""
+        if mask is None:
+            return
+        mask_shape = tuple(mask.shape)
+        if self.n_iters is not None:
+            raise ValueError(
+                f"RTagger with n_iters={self.n_iters} iterates on one static input; it has no "
+                "time axis for a mask to pad, so it takes no mask. "
+                f"Received: mask shape={mask_shape}"
+            )
+        lead = tuple(input_shape[:2])
+        if len(mask_shape) != 2 or any(a is not None and b is not None and a != b for a, b in zip(mask_shape, lead)):
+            raise ValueError(
+                f"RTagger expects a mask of shape [batch, T] = {lead}, one entry per step of "
+                f"the input. Received: mask shape={mask_shape}"
+            )
+
     # ------------------------------------------------------------------ call
-    def call(self, inputs, training=None):
+    def call(self, inputs, training=None, mask=None):
         batch, steps, spatial, channels, is_image = self._pixel_shape(tuple(inputs.shape))
+        self._check_mask(mask, tuple(inputs.shape))
         if (tuple(spatial), channels) != (tuple(self._spatial), self._channels):
             raise ValueError(
                 f"This RTagger was built for inputs with pixels {self._spatial} and "
@@ -432,12 +481,18 @@ class RTagger(keras.layers.Layer):
         pis, ms = [], []
         for t in range(steps):
             x = inputs[:, t] if self.n_iters is None else inputs
+            keep = None if mask is None else ops.cast(mask[:, t], "bool")
+            if keep is not None:
+                # a padded step runs on zeros (an inf or NaN it holds would reach the
+                # gradients through the discarded branch); its results are dropped below
+                x = ops.where(_expand_to(keep, x), x, ops.zeros_like(x))
+                held = (carry, m, pi)
             x = ops.cast(x, math_dtype)
             if not is_image:
                 x = x[..., None]
             x = x[:, None]  # [b, 1, *spatial, C]
             residual = x - m
-            log_lik = -ops.sum(ops.square(residual), axis=-1, keepdims=True) * inv_two_var
+            log_lik = -_relative_sq_distance(residual) * inv_two_var
             z = ops.concatenate(
                 [m, pi * residual, pi, ops.softmax(log_lik, axis=1), *codes], axis=-1
             )
@@ -458,13 +513,33 @@ class RTagger(keras.layers.Layer):
             if self.mask_update == "posterior":
                 # E-step: the read-out logits are a prior, the evidence is the
                 # likelihood of the (corrupted) input under the new means
-                logits = logits - ops.sum(ops.square(x - m), axis=-1, keepdims=True) * posterior_inv_two_var
+                logits = logits - _relative_sq_distance(x - m) * posterior_inv_two_var
             new_pi = ops.softmax(logits, axis=1)
             if self.mask_damping:
                 new_pi = damping * pi + (1.0 - damping) * new_pi
             pi = new_pi
-            pis.append(pi)
-            ms.append(m)
+            if keep is None:
+                pis.append(pi)
+                ms.append(m)
+                continue
+            # a padded step leaves the ladder's states, the means and the masks as they
+            # were (the ladder runs the K groups of a sample on rows b * K + k) and
+            # outputs zeros
+            rows = ops.repeat(keep, k, axis=0)
+            old_carry, old_m, old_pi = held
+
+            def hold(new, old):
+                return None if new is None else ops.where(_expand_to(rows, new), new, old)
+
+            (states, feedback), (old_states, old_feedback) = carry, old_carry
+            carry = (
+                [[hold(a, b) for a, b in zip(new, old)] for new, old in zip(states, old_states)],
+                [hold(a, b) for a, b in zip(feedback, old_feedback)],
+            )
+            m = ops.where(_expand_to(keep, m), m, old_m)
+            pi = ops.where(_expand_to(keep, pi), pi, old_pi)
+            pis.append(ops.where(_expand_to(keep, pi), pi, ops.zeros_like(pi)))
+            ms.append(ops.where(_expand_to(keep, m), m, ops.zeros_like(m)))
         pi = ops.cast(ops.stack(pis, axis=1), dtype)
         m_out = ops.cast(ops.stack(ms, axis=1), dtype)
         return [pi, m_out]

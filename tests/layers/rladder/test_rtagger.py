@@ -498,3 +498,47 @@ def test_an_empty_sequence_gives_empty_outputs_and_zero_gradients(levels, featur
     assert len(weight_grads) == len(tagger.trainable_weights) > 0
     for g, w in zip(weight_grads, tagger.trainable_weights):
         assert g is not None and not np.any(keras.ops.convert_to_numpy(g)), w.path
+
+
+@pytest.mark.parametrize("mask_update", ["learned", "posterior"])
+def test_the_smallest_sigma_allowed_gives_finite_outputs_far_from_the_means(mask_update):
+    # Audit (2026-11-28): with sigma = 1e-19 (allowed) every group's -distance / (2 sigma^2)
+    # overflowed to -inf at pixels ~3 away from all means, and the softmaxes over the groups
+    # (the likelihood input, the posterior masks) were NaN, and with them pi and m.
+    x = _images(2, 4, 4, 1) * 3.0 + 2.0
+    layer = RTagger(2, CONV_LEVELS, n_iters=2, sigma=1e-19, mask_update=mask_update)
+    pi, m = (keras.ops.convert_to_numpy(t) for t in layer(x))
+    assert np.all(np.isfinite(pi)) and np.all(np.isfinite(m))
+    np.testing.assert_allclose(pi.sum(axis=2), 1.0, rtol=1e-5)
+    pi, _ = layer(x[:0])  # (the nearest group of no pixel: an empty batch still runs)
+    assert pi.shape == (0, 2, 2, 4, 4, 1)
+
+
+@pytest.mark.parametrize("levels,shape", [([level_spec("gated", 4), level_spec("lstm", 3)], (2, 4, 6)),
+                                          (CONV_LEVELS, (2, 4, 4, 4, 1))])
+def test_padded_steps_never_change_the_other_outputs(levels, shape):
+    # Audit (2026-11-28): RTagger took sequences but no mask (Keras dropped it with a
+    # warning), so a padded step moved the groups' states, means and masks like a frame.
+    layer = RTagger(2, levels, seed=1, mask_damping="learned")
+    x = _images(*shape)
+    mask = np.array([[True, False, True, True], [False, True, False, True]])
+    junk = x.copy()
+    junk[0, 1], junk[1, 0], junk[1, 2] = np.nan, np.inf, 1e3
+    pi, m = (keras.ops.convert_to_numpy(t) for t in layer(x, mask=mask))
+    pi_j, m_j = (keras.ops.convert_to_numpy(t) for t in layer(junk, mask=mask))
+    np.testing.assert_array_equal(pi, pi_j)
+    np.testing.assert_array_equal(m, m_j)
+    assert not pi[0, 1].any() and not m[1, 0].any()  # zeros at padded steps
+    for sample, steps in ((0, [0, 2, 3]), (1, [1, 3])):  # as the sequence without its padding
+        pi_u, m_u = (keras.ops.convert_to_numpy(t) for t in layer(x[sample:sample + 1, steps]))
+        np.testing.assert_allclose(pi[sample, steps], pi_u[0], atol=1e-6)
+        np.testing.assert_allclose(m[sample, steps], m_u[0], atol=1e-6)
+    weight_grads = grads(lambda: keras.ops.sum(layer(junk, mask=mask, training=True)[1]), (), layer.trainable_weights)
+    assert all(np.all(np.isfinite(keras.ops.convert_to_numpy(g))) for g in weight_grads)
+    if len(shape) == 3:  # (Masking masks every pixel of an image sequence, not its steps)
+        masked = keras.layers.Masking(0.0)(keras.Input(shape[1:]))
+        assert all(t._keras_mask is not None for t in RTagger(2, levels)(masked))  # passed on
+    with pytest.raises(ValueError, match=r"mask of shape \[batch, T\] = \(2, 4\).*Received: mask shape=\(2, 3\)"):
+        layer(x, mask=mask[:, :3])
+    with pytest.raises(ValueError, match="n_iters=2 iterates on one static input.*takes no mask"):
+        RTagger(2, levels, n_iters=2)(x[:, 0], mask=mask[:, 0])
