@@ -44,6 +44,14 @@ def adjusted_mutual_info(true_groups, pi, group_axis=1, ignore_label=None, per_s
         pi = pi.astype(np.float32)
     if isinstance(group_axis, bool) or not isinstance(group_axis, numbers.Integral):
         raise ValueError(f"`group_axis` must be an integer. Received: group_axis={group_axis!r}")
+    if not isinstance(per_sample, (bool, np.bool_)):
+        # per_sample="no" was true
+        raise ValueError(f"`per_sample` must be True or False. Received: per_sample={per_sample!r}")
+    if ignore_label is not None and not (
+        isinstance(ignore_label, numbers.Number) and not isinstance(ignore_label, bool) and np.isfinite(ignore_label)
+    ):
+        # NaN equals no label, so ignore_label=nan silently ignored nothing
+        raise ValueError(f"`ignore_label` must be None or a finite number (a label). Received: ignore_label={ignore_label!r}")
     if np.issubdtype(pi.dtype, np.floating) and not np.isfinite(pi).all():
         # argmax takes a NaN as the largest value, so a diverged model looked segmented
         raise ValueError("`pi` must be finite: it holds NaN or inf (a diverged model?). "

@@ -1,6 +1,7 @@
 """keras_capsules.metrics beyond the RTagger tests (tests/layers/rladder/test_rtagger.py)."""
 
 import numpy as np
+import pytest
 
 from keras_capsules.metrics import adjusted_mutual_info
 
@@ -32,3 +33,19 @@ def test_adjusted_mutual_info_checks_a_bfloat16_pi_for_nan():
     assert adjusted_mutual_info(truth, as_bfloat16(pi)) == 1.0
     with pytest.raises(ValueError, match="`pi` must be finite"):
         adjusted_mutual_info(truth, as_bfloat16(pi * np.nan))
+
+
+@pytest.mark.parametrize("bad, match", [
+    (dict(per_sample="no"), r"`per_sample` must be True or False. Received: per_sample='no'"),
+    (dict(per_sample=1), r"`per_sample` must be True or False. Received: per_sample=1"),
+    (dict(ignore_label=float("nan")), r"`ignore_label` must be None or a finite number \(a label\). Received: ignore_label=nan"),
+    (dict(ignore_label="0"), r"`ignore_label` must be None or a finite number"),
+    (dict(ignore_label=True), r"`ignore_label` must be None or a finite number"),
+])
+def test_adjusted_mutual_info_refuses_a_per_sample_or_ignore_label_that_would_be_misread(bad, match):
+    # per_sample="no" returned every sample's score; ignore_label=nan ignored no pixel
+    truth = np.array([[0, 0, 1, 1]])
+    pi = np.eye(2)[[0, 0, 1, 1]].T[None]
+    assert adjusted_mutual_info(truth, pi, ignore_label=np.int64(0), per_sample=np.bool_(False)) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match=match):
+        adjusted_mutual_info(truth, pi, **bad)
