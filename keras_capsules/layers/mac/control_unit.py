@@ -171,6 +171,9 @@ class ControlUnit(_base.MACLayerBase):
         if isinstance(step, int):
             w_q, b_q = self.question_kernel[step], self.question_bias[step]
         else:
+            # int32 indices: a uint8/int8/uint16/... step is a valid step, but no
+            # backend gathers with every integer dtype (TensorFlow refused uint8).
+            step = ops.cast(step, "int32")
             w_q = ops.take(self.question_kernel, step, axis=0)
             b_q = ops.take(self.question_bias, step, axis=0)
         q_i = self.dense(question, w_q, b_q)

@@ -186,6 +186,16 @@ class MACCell(_base.MACLayerBase):
     def compute_mask(self, inputs, mask=None):
         return None
 
+    def __call__(self, *args, **kwargs):
+        # As ControlUnit.__call__: a numpy integer ``step`` is range-checked (and used as
+        # a static index) before Keras converts it to a tensor; traced, an out-of-range
+        # one was silently clamped to the last step's projection under XLA.
+        if "step" in kwargs:
+            kwargs["step"] = self.control_unit._check_step(kwargs["step"])
+        elif len(args) > 1:
+            args = (args[0], self.control_unit._check_step(args[1]), *args[2:])
+        return super().__call__(*args, **kwargs)
+
     def call(
         self,
         inputs,

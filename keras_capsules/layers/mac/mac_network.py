@@ -16,6 +16,14 @@ _INPUTS = (
 _KEYS = ("words", "question", "kb")
 
 
+def _input_shapes(inputs):
+    """The shapes of a list or dict of inputs; an optional mask entry given as None
+    (``{"kb_mask": None}``, as good as leaving it out) stays None."""
+    if isinstance(inputs, dict):
+        return {k: None if v is None else tuple(v.shape) for k, v in inputs.items()}
+    return keras.tree.map_structure(lambda x: tuple(x.shape), inputs)
+
+
 @keras.saving.register_keras_serializable(package="keras_capsules")
 class MACNetwork(_base.MACLayerBase):
     """The MAC recurrent reasoning network: ``max_steps`` MAC cells, shared weights.
@@ -239,7 +247,7 @@ class MACNetwork(_base.MACLayerBase):
         return out
 
     def compute_output_spec(self, inputs, words_mask=None, kb_mask=None, mask=None, training=None):
-        shapes = self.compute_output_shape(keras.tree.map_structure(lambda x: tuple(x.shape), inputs))
+        shapes = self.compute_output_shape(_input_shapes(inputs))
         if not self.return_attention:
             return keras.KerasTensor(shapes, dtype=self.compute_dtype)
         return [keras.KerasTensor(s, dtype=self.compute_dtype) for s in shapes]
@@ -250,9 +258,7 @@ class MACNetwork(_base.MACLayerBase):
     # ------------------------------------------------------------------ call
     def call(self, inputs, words_mask=None, kb_mask=None, mask=None, training=None):
         words, question, kb, dict_words_mask, dict_kb_mask = self._unpack(inputs)
-        w_shape, q_shape, kb_shape = self._shapes(
-            keras.tree.map_structure(lambda x: tuple(x.shape), inputs)
-        )
+        w_shape, q_shape, kb_shape = self._shapes(_input_shapes(inputs))
         check_built(
             _LAYER,
             [

@@ -33,6 +33,10 @@ class ReadUnit(_base.MACLayerBase):
     masked cells never change the result whatever they hold; a sample whose cells are
     all masked gets a zero ``m_new`` and a zero attention (finite gradients).
 
+    Under mixed precision the projections ``m_prev W_m`` and ``kb_h W_k`` run in the
+    compute dtype; ``I``, ``I'``, the control interaction, the logits and the softmax,
+    which only feed the attention, run in float32.
+
     Args:
         activation: None (default, the paper) or ``"elu"`` (the official code).
         dropout: dropout rate on the control interaction before the logit
@@ -149,15 +153,19 @@ class ReadUnit(_base.MACLayerBase):
             kb = ops.where(kb_mask[:, :, None], kb, ops.zeros_like(kb))
         projected_memory = self.dense(memory, self.memory_kernel, self.memory_bias)
         projected_kb = self.dense(kb, self.kb_kernel, self.kb_bias)
-        interaction = projected_memory[:, None, :] * projected_kb
+        # I, I' and the control interaction only feed the attention logits: float32
+        # under mixed precision. (The product I squares the magnitudes: in float16 it
+        # overflowed to inf, then NaN, for inputs of a few hundred.)
+        work = _base.routing_dtype(kb.dtype)
+        interaction = ops.cast(projected_memory, work)[:, None, :] * ops.cast(projected_kb, work)
         combined = self._act(
             self.dense(
-                ops.concatenate([interaction, kb], axis=-1), self.concat_kernel, self.concat_bias
+                ops.concatenate([interaction, ops.cast(kb, work)], axis=-1),
+                self.concat_kernel,
+                self.concat_bias,
             )
         )
-        # The control interaction feeds the attention logit: float32 under mixed precision.
-        work = _base.routing_dtype(kb.dtype)
-        gated = self._act(ops.cast(control, work)[:, None, :] * ops.cast(combined, work))
+        gated = self._act(ops.cast(control, work)[:, None, :] * combined)
         if training and self.dropout > 0:
             gated = keras.random.dropout(gated, self.dropout, seed=self.seed_generator)
         logits = self.logit(gated, self.attention_kernel, self.attention_bias)

@@ -250,3 +250,15 @@ def test_seeds_below_2_31_keep_their_per_step_streams(seed):
     for step in range(STEPS):
         want = keras.initializers.GlorotUniform(seed=seed + step)((DQ, D))
         np.testing.assert_array_equal(kernel[step], np.asarray(want))
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int8", "uint16", "int16", "uint32", "int64"])
+def test_any_integer_tensor_step_selects_its_projection(dtype):
+    # audit 4: the documented "integer scalar tensor" step was gathered with its own
+    # dtype; TensorFlow gathers with int16/int32/int64 indices only, so a uint8 step
+    # (accepted by the step check) failed with a raw InvalidArgumentError.
+    x = _inputs()
+    layer = _layer()
+    np.testing.assert_array_equal(layer(x, step=tensor(2, dtype))[0], layer(x, step=2)[0])
+    traced = compiled(lambda s: layer(x, step=s)[0], jit_compile=False)
+    np.testing.assert_allclose(traced(tensor(1, dtype)), layer(x, step=1)[0], atol=1e-6)

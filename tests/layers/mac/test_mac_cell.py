@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from keras_capsules.layers import MACCell
+from tests.backends import compiled
 from tests.harness import run_layer_contract
 from tests.layers.mac import reference as ref
 
@@ -108,3 +109,19 @@ def test_memory_dropout_mask_of_the_wrong_shape_is_a_clear_error():
     with pytest.raises(ValueError, match=r"Received: memory_dropout_mask shape=\(4,\)"):
         cell(inputs, memory_dropout_mask=np.ones((D,), "float32"))
     assert cell(inputs, memory_dropout_mask=np.ones((D, 1), "float32"))[1].shape == (D, D)
+
+
+def test_numpy_integer_steps_are_range_checked_also_when_traced():
+    # audit 4: MACCell let Keras turn a numpy integer step into a tensor before the
+    # control unit's range check, so a traced out-of-range step was clamped silently to
+    # the last step's projection under XLA (a raw GatherV2 error without XLA).
+    x = _inputs()
+    cell = MACCell(max_steps=2)
+    cell(x)
+    for jit_compile in (True, False):
+        with pytest.raises(ValueError, match=r"max_steps=2\). Received: step=5"):
+            compiled(lambda: cell(x, step=np.int64(5))[0], jit_compile=jit_compile)()
+        traced = compiled(lambda: cell(x, step=np.int64(1))[0], jit_compile=jit_compile)()
+        np.testing.assert_allclose(traced, cell(x, step=1)[0], atol=1e-6)
+    with pytest.raises(ValueError, match=r"max_steps=2\). Received: step=2"):
+        cell(x, 2)

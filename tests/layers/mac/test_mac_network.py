@@ -406,3 +406,15 @@ def test_a_single_tensor_for_a_list_of_inputs_is_a_clear_error(make, n_inputs, r
             make()(x)
     with pytest.raises(ValueError, match=r"Received: 2 inputs"):
         make()([keras.Input((4,)), keras.Input((4,))])
+
+
+def test_a_dict_mask_entry_of_none_is_no_mask():
+    # audit 4: {"kb_mask": None} (an optional entry given as None) failed with
+    # "AttributeError: 'NoneType' object has no attribute 'shape'".
+    words, question, kb = _inputs(5)
+    net = MACNetwork(max_steps=2)  # unbuilt: the first call builds from the dict too
+    out = net({"words": words, "question": question, "kb": kb, "words_mask": WORDS_MASK, "kb_mask": None})
+    want = net([words, question, kb], words_mask=WORDS_MASK)
+    np.testing.assert_array_equal(out, want)
+    out = net({"words": words, "question": question, "kb": kb, "words_mask": None, "kb_mask": None})
+    np.testing.assert_array_equal(out, net([words, question, kb]))

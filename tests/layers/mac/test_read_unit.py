@@ -151,3 +151,30 @@ def test_real_logits_below_the_old_mask_fill_keep_the_attention():
     np.testing.assert_allclose(attention, MASK / MASK.sum(-1, keepdims=True), atol=1e-6)
     want = np.stack([kb[b, MASK[b]].mean(0) for b in range(B)])
     np.testing.assert_allclose(retrieved, want, atol=1e-6)
+
+
+@pytest.mark.parametrize("scale", [300.0, 3000.0])
+def test_memory_knowledge_interaction_stays_finite_under_mixed_float16(scale):
+    # audit 4: I = (m W_m) * (kb W_k) and I' = [I, kb] W_c ran in float16 under
+    # mixed_float16; the product squares the magnitudes and overflowed to inf (then NaN
+    # attention and retrieval) for inputs of a few hundred, where float32 is fine.
+    # They only feed the attention logits, which run in float32 (DESIGN.md).
+    rng = np.random.default_rng(0)
+    m, c = (rng.standard_normal((B, 16)) * scale).astype("float32"), rng.standard_normal((B, 16)).astype("float32")
+    kb = (rng.standard_normal((B, N, 16)) * scale).astype("float32")
+    init = keras.initializers.GlorotUniform(seed=1)
+    expected = ReadUnit(kernel_initializer=init)([m, kb, c])
+    layer = ReadUnit(dtype="mixed_float16", kernel_initializer=init)
+    retrieved, attention = layer([m, kb, c])
+    assert retrieved.dtype == "float16"
+    np.testing.assert_allclose(np.asarray(attention, "float32"), expected[1], atol=2e-2)
+    np.testing.assert_allclose(np.asarray(retrieved, "float32"), expected[0], rtol=2e-2, atol=scale * 2e-2)
+
+    def loss():
+        retrieved, attention = layer([m, kb, c])
+        return keras.ops.sum(keras.ops.cast(retrieved, "float32")) + keras.ops.sum(
+            keras.ops.cast(attention, "float32") * keras.ops.arange(N, dtype="float32")
+        )
+
+    weight_grads = grads(loss, variables=layer.trainable_weights)
+    assert all(np.all(np.isfinite(np.asarray(g))) for g in weight_grads)
