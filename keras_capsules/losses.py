@@ -245,13 +245,14 @@ class CapsuleLoss(keras.losses.Loss):
         name=None,
         dtype=None,
     ):
+        given = terms  # quoted as given in the error (not as the normalised tuple)
         if isinstance(terms, str):
             terms = (terms,)
         terms = tuple(terms) if isinstance(terms, (list, tuple)) else None
         if not terms or any(t not in _TERMS for t in terms) or len(set(terms)) != len(terms):
             raise ValueError(
                 f"`terms` must be a non-empty sequence of distinct names from {_TERMS}. "
-                f"Received: terms={terms!r}"
+                f"Received: terms={given!r}"
             )
         super().__init__(name=name, reduction=reduction, dtype=dtype)
         self._dtype_arg = None if dtype is None else self.dtype  # for get_config

@@ -62,6 +62,13 @@ def test_margin_hand_values_multi_hot_and_float16():
     assert half.dtype == "float32"
 
 
+@pytest.mark.parametrize("terms", [{"margin"}, 5, None])
+def test_bad_terms_are_quoted_as_given(terms):
+    # The error said "Received: terms=None" for any terms that is not a list or tuple.
+    with pytest.raises(ValueError, match=re.escape(f"Received: terms={terms!r}")):
+        CapsuleLoss(terms=terms)
+
+
 def test_bad_arguments_and_labels():
     with pytest.raises(ValueError, match="Received: terms="):
         CapsuleLoss(terms=("margin", "hinge"))

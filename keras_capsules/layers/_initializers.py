@@ -15,8 +15,15 @@ def fresh_initializer(initializer, salt=None):
     unseeded initializer draws a seed of its own; a seeded initializer's copy gets
     ``seed + crc32(salt)``, so weights with different ``salt`` (e.g. the layer class
     and weight name) start different and the same seed reproduces them all.
+
+    An initializer seeded with a ``keras.random.SeedGenerator`` is returned as it is:
+    it draws new values from its generator at every call, whereas a copy made from
+    its config starts a generator of its own at the same seed, whose first draw is
+    the original's (so the two weights started equal).
     """
     if not isinstance(initializer, keras.initializers.Initializer):
+        return initializer
+    if isinstance(getattr(initializer, "seed", None), keras.random.SeedGenerator):
         return initializer
     config = initializer.get_config()
     seed = config.get("seed")

@@ -318,7 +318,9 @@ class CompositionalEmbedding(keras.layers.Layer):
         """A fixed-code copy of this layer for deployment.
 
         The new layer has the same vocabulary, dimensions, mask setting and
-        ``codebook`` values, and the codes of :meth:`hard_codes`. Its embeddings equal
+        ``codebook`` values (and codebook regularizer and constraint), and the codes
+        of :meth:`hard_codes`; the learned codes' ``codes_regularizer`` and
+        ``codes_constraint`` are dropped, as fixed codes do not train. Its embeddings equal
         this layer's exactly when every learned softmax is one-hot; otherwise they are
         the hard (argmax) approximation of them.
 
@@ -337,7 +339,9 @@ class CompositionalEmbedding(keras.layers.Layer):
             )
         codes = self.hard_codes()
         config = self.get_config()
-        for key in ("name", "fixed_codes", "trainable"):
+        # The learned codes' regularizer and constraint do not apply to fixed codes
+        # (the constructor refuses them there), so they are not carried over.
+        for key in ("name", "fixed_codes", "trainable", "codes_regularizer", "codes_constraint"):
             config.pop(key, None)
         config.update(kwargs)
         layer = type(self)(**config, codes=codes, fixed_codes=True)

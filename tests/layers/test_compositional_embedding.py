@@ -206,6 +206,21 @@ def test_layer_contract_fixed_codes(tmp_path):
     )
 
 
+@pytest.mark.parametrize("kwargs", [dict(codes_regularizer="l2"), dict(codes_constraint="non_neg")])
+def test_to_fixed_codes_of_a_layer_with_a_codes_regularizer_or_constraint(kwargs):
+    # to_fixed_codes() raised a ValueError: it passed the learned codes' regularizer /
+    # constraint on to the fixed-code constructor, which refuses them.
+    layer = CompositionalEmbedding(10, 4, num_codebooks=2, num_codewords=3,
+                                   codebook_regularizer="l1", **kwargs)
+    layer.build()
+    fixed = layer.to_fixed_codes()
+    config = fixed.get_config()
+    assert fixed.fixed_codes and config["codes_regularizer"] is None
+    assert config["codes_constraint"] is None
+    assert config["codebook_regularizer"] == layer.get_config()["codebook_regularizer"]
+    np.testing.assert_array_equal(fixed.hard_codes(), layer.hard_codes())
+
+
 @pytest.mark.parametrize("kwargs", [{"codes": np.zeros((10, 2), "int32")}, {"fixed_codes": False}])
 def test_to_fixed_codes_refuses_codes_arguments(kwargs):
     layer = CompositionalEmbedding(10, 4, num_codebooks=2, num_codewords=3)

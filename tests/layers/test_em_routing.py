@@ -637,6 +637,28 @@ def test_bias_and_bias_break_start_apart_with_a_random_initializer(initializer, 
         np.testing.assert_array_equal(np.asarray(layer.bias_break), np.asarray(again.bias_break))
 
 
+def test_weights_start_apart_with_an_initializer_seeded_by_a_seed_generator():
+    # An initializer seeded with a keras.random.SeedGenerator was copied from its
+    # config, which starts a new generator at the same seed: beta_ign took beta_use's
+    # values and bias_break bias's.
+    def make():
+        layer = EMRouting(
+            n_out=None, d_out=3, n_inp=5,
+            beta_initializer=keras.initializers.RandomNormal(seed=keras.random.SeedGenerator(3)),
+            bias_initializer=keras.initializers.RandomNormal(seed=keras.random.SeedGenerator(5)),
+        )
+        layer.build([(None, 5), (None, 5, 2, 4)])
+        return layer
+
+    layer = make()
+    assert not np.allclose(np.asarray(layer.beta_use), np.asarray(layer.beta_ign))
+    bias = np.asarray(layer.bias).reshape((-1,) + tuple(layer.bias_break.shape))[0]
+    assert not np.allclose(bias, np.asarray(layer.bias_break))
+    again = make()  # the same seeds reproduce every weight
+    for name in ("beta_use", "beta_ign", "bias", "bias_break"):
+        np.testing.assert_array_equal(np.asarray(getattr(again, name)), np.asarray(getattr(layer, name)))
+
+
 @pytest.mark.parametrize("n_out", [3, None])
 @pytest.mark.parametrize("mask_shape", [(2, 1), (1, 5), (1, 1)])
 def test_a_mask_of_another_shape_fails_when_shapes_are_known_only_at_run_time(n_out, mask_shape):
