@@ -8,6 +8,7 @@ import pytest
 
 from applications import __main__ as cli
 from applications import distribute
+from tests.applications.short_data import write_short_chorales, write_sst_prefix
 from tests.applications.tiny_data import CLEVR_IMAGE_SIZE, SST_DIR, tiny_bert_preset, tiny_clevr_cache
 from tests.conftest import shared_path
 from tests.harness import two_cpu_strategy
@@ -19,7 +20,7 @@ TINY = {
     "sort_of_clevr": ["--steps", "2", "--validation-examples", "8", "--units", "8", "--mac-steps", "1",
                       "--embedding-dim", "4", "--batch-size", "4", "--coordinate-frequencies", "2"],
     "music": ["--data-dir", str(shared_path("data", "jsb_chorales")), "--limit", "4", "--units", "8", "4",
-              "--window", "8", "--batch-size", "4"],
+              "--window", "4", "--batch-size", "4", "--sample-steps", "4"],
     "occluded_mnist": ["--data-dir", str(shared_path("data", "mnist")), "--num-train", "8", "--num-test", "8",
                        "--conv-units", "4", "--dense-units", "8", "--batch-size", "8"],
     "text_classification": [*TINY_TEXT_DATA, "--embedding-dim", "8", "--gru-units", "8",
@@ -48,6 +49,27 @@ MISSING_DATA = {
     "clevr": ["--data-dir", "{missing}", "--cache-dir", "{missing}"],
     "textured_mnist": ["--data-dir", "{missing}"],
 }
+
+
+@pytest.fixture(scope="module")
+def small_data(tmp_path_factory):
+    """Runs of TINY and TINY_EVALUATE read small copies of the shared data (read-only):
+    the first JSB chorales cut to 6-16 steps (the ladder is unrolled over them, and the
+    reported NLL runs whole chorales, up to 129 steps, eagerly), and the first lines of
+    the SST tree files (``--limit 24`` keeps the same first examples of them, without
+    parsing all 11,855 trees of every split)."""
+    folder = tmp_path_factory.mktemp("small_data")
+    return {
+        str(shared_path("data", "jsb_chorales")): str(write_short_chorales(folder / "jsb_chorales").parent),
+        str(SST_DIR): str(write_sst_prefix(folder / "sst")),
+    }
+
+
+def tiny(name, small_data, options=TINY):
+    """``options[name]`` (TINY or TINY_EVALUATE) reading the small copies of the data."""
+    return [small_data.get(option, option) for option in options[name]]
+
+
 APPLICATIONS = ["sort_of_clevr", "music", "occluded_mnist", "smallnorb", "sst", "text_classification", "clevr",
                 "textured_mnist"]
 # Applications with a tiny train/evaluate run on shared or generated data.
@@ -86,8 +108,9 @@ def test_missing_data_is_one_line_and_exit_code_2(key, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("name", RUNNABLE)
-def test_evaluate_without_a_model_is_one_line(name, tmp_path, capsys):
-    assert cli.main(["evaluate", name, *TINY_EVALUATE[name], "--model", str(tmp_path / "none.keras")]) == 2
+def test_evaluate_without_a_model_is_one_line(name, small_data, tmp_path, capsys):
+    argv = ["evaluate", name, *tiny(name, small_data, TINY_EVALUATE), "--model", str(tmp_path / "none.keras")]
+    assert cli.main(argv) == 2
     err = capsys.readouterr().err
     assert "no model at" in err and err.count("\n") == 1
 
@@ -107,14 +130,15 @@ def _not_a_model(tmp_path, kind):
 
 @pytest.mark.parametrize("kind", ["junk", "zip"])
 @pytest.mark.parametrize("name", [*RUNNABLE, "demo"])
-def test_evaluate_of_a_file_that_is_no_keras_model_is_one_line(name, kind, tmp_path, capsys):
+def test_evaluate_of_a_file_that_is_no_keras_model_is_one_line(name, small_data, kind, tmp_path, capsys):
     # Keras said "File not found" of a file that was there (not a zip) or raised a
     # bare KeyError 'config.json' (a zip without the config)
     path = _not_a_model(tmp_path, kind)
     if name == "text_classification":
         # its vocabulary (beside the model) is read first
         (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\ngood\nbad\n")
-    argv = ["evaluate", name, *TINY_EVALUATE.get(name, []), "--model", str(path)]
+    options = tiny(name, small_data, TINY_EVALUATE) if name in TINY_EVALUATE else []
+    argv = ["evaluate", name, *options, "--model", str(path)]
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1, err
@@ -122,15 +146,16 @@ def test_evaluate_of_a_file_that_is_no_keras_model_is_one_line(name, kind, tmp_p
 
 
 @pytest.mark.parametrize("name", RUNNABLE)
-def test_tiny_train_then_evaluate(name, tmp_path, capsys):
+def test_tiny_train_then_evaluate(name, small_data, tmp_path, capsys):
     run_dir = tmp_path / "run"
-    code = cli.main(["train", name, *TINY[name], "--epochs", "1", "--quiet", "--run-dir", str(run_dir)])
+    code = cli.main(["train", name, *tiny(name, small_data), "--epochs", "1", "--quiet", "--run-dir", str(run_dir)])
     assert code == 0, capsys.readouterr().err
     assert (run_dir / "model.keras").is_file() and (run_dir / "history.csv").is_file()
     assert (run_dir / "history.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not (run_dir / "backup").exists()
     capsys.readouterr()
-    code = cli.main(["evaluate", name, *TINY_EVALUATE[name], "--model", str(run_dir / "model.keras")])
+    evaluate = tiny(name, small_data, TINY_EVALUATE)
+    code = cli.main(["evaluate", name, *evaluate, "--model", str(run_dir / "model.keras")])
     assert code == 0, capsys.readouterr().err
     metrics = json.loads(capsys.readouterr().out)
     assert metrics["model"] == str(run_dir / "model.keras")
@@ -154,7 +179,8 @@ def _train_until_a_crash_after_the_first_epoch(argv, monkeypatch):
 
 
 @pytest.mark.parametrize("name", RUNNABLE)
-def test_a_rerun_that_finishes_from_the_backup_plots_every_epoch_of_the_run(name, tmp_path, capsys, monkeypatch):
+def test_a_rerun_that_finishes_from_the_backup_plots_every_epoch_of_the_run(name, small_data, tmp_path, capsys,
+                                                                           monkeypatch):
     # A crash after the last epoch's backup: the rerun trains nothing and writes the
     # outputs from the backup. Most applications drew history.png from that fit's
     # history, which is empty (and after a resume holds only the epochs after it).
@@ -162,7 +188,7 @@ def test_a_rerun_that_finishes_from_the_backup_plots_every_epoch_of_the_run(name
     from applications.text_classification import recipe
 
     run_dir = tmp_path / "run"
-    argv = ["train", name, *TINY[name], "--epochs", "1", "--quiet", "--run-dir", str(run_dir)]
+    argv = ["train", name, *tiny(name, small_data), "--epochs", "1", "--quiet", "--run-dir", str(run_dir)]
     _train_until_a_crash_after_the_first_epoch(argv, monkeypatch)
     plotted = []
 
@@ -177,7 +203,8 @@ def test_a_rerun_that_finishes_from_the_backup_plots_every_epoch_of_the_run(name
 
 
 @pytest.mark.parametrize("name", RUNNABLE)
-def test_a_crash_between_fit_and_the_model_save_is_finished_by_the_rerun(name, tmp_path, capsys, monkeypatch):
+def test_a_crash_between_fit_and_the_model_save_is_finished_by_the_rerun(name, small_data, tmp_path, capsys,
+                                                                         monkeypatch):
     # The backup was deleted as soon as fit ended, before the model was written: a crash
     # in between lost the run (the rerun found no backup and trained from scratch).
     from applications import fault_tolerance
@@ -187,7 +214,7 @@ def test_a_crash_between_fit_and_the_model_save_is_finished_by_the_rerun(name, t
     fit_ended = cli_helpers.crash_when_saving_after_fit(monkeypatch)
     monkeypatch.setattr(fault_tolerance, "resumable_callbacks", lambda *a, **kw: [*make(*a, **kw), fit_ended])
     run_dir = tmp_path / "run"
-    argv = ["train", name, *TINY[name], "--epochs", "1", "--quiet", "--run-dir", str(run_dir)]
+    argv = ["train", name, *tiny(name, small_data), "--epochs", "1", "--quiet", "--run-dir", str(run_dir)]
     with pytest.raises(RuntimeError, match="simulated"):
         cli.main(argv)
     assert not (run_dir / "model.keras").exists() and (run_dir / "backup").is_dir()
@@ -204,13 +231,13 @@ def test_a_crash_between_fit_and_the_model_save_is_finished_by_the_rerun(name, t
 # demo records its train() arguments; the others share arguments.train_options
 # (music and textured_mnist stand for them)
 @pytest.mark.parametrize("name", ["demo", "music", "textured_mnist"])
-def test_a_rerun_with_other_options_is_refused_and_the_backup_kept(name, tmp_path, capsys, monkeypatch):
+def test_a_rerun_with_other_options_is_refused_and_the_backup_kept(name, small_data, tmp_path, capsys, monkeypatch):
     # A rerun after a crash that changed an option leaving the weights' shapes alone
     # (here --seed; --learning-rate, ...) silently resumed the old run's backup.
     from applications import fault_tolerance
 
     run_dir = tmp_path / "run"
-    options = ["--limit", "40", "--batch-size", "16"] if name == "demo" else TINY[name]
+    options = ["--limit", "40", "--batch-size", "16"] if name == "demo" else tiny(name, small_data)
     argv = ["train", name, *options, "--epochs", "2", "--quiet", "--run-dir", str(run_dir)]
     _train_until_a_crash_after_the_first_epoch(argv, monkeypatch)
     assert fault_tolerance.backup_epoch(str(run_dir / "backup")) == 1
@@ -389,16 +416,18 @@ def test_clevr_without_cache_or_tfds_data_is_the_friendly_tfds_error(tmp_path, c
 
 
 @pytest.mark.parametrize("name", ["occluded_mnist", "textured_mnist"])
-def test_evaluate_tests_on_the_split_that_train_recorded(name, tmp_path, capsys):
+def test_evaluate_tests_on_the_split_that_train_recorded(name, small_data, tmp_path, capsys):
     # evaluate rebuilt the train/test split of the digits from its own --seed (default 0):
     # a model trained with --seed 1 was scored on ~80% training digits, with no warning.
     run_dir = tmp_path / "run"
-    argv = ["train", name, *TINY[name], "--seed", "1", "--epochs", "1", "--quiet", "--run-dir", str(run_dir)]
+    argv = ["train", name, *tiny(name, small_data), "--seed", "1", "--epochs", "1", "--quiet",
+            "--run-dir", str(run_dir)]
     assert cli.main(argv) == 0, capsys.readouterr().err
     trained = json.loads((run_dir / "metrics.json").read_text())
     assert trained["split"]["seed"] == 1
     capsys.readouterr()
-    evaluate = ["evaluate", name, *TINY_EVALUATE[name], "--model", str(run_dir / "model.keras"), "--quiet"]
+    evaluate = ["evaluate", name, *tiny(name, small_data, TINY_EVALUATE), "--model", str(run_dir / "model.keras"),
+                "--quiet"]
     assert cli.main(evaluate) == 0
     out, err = capsys.readouterr()
     assert err == "", err  # no note (the split is recorded)

@@ -8,6 +8,7 @@ import pytest
 
 from applications import music
 from tests.applications.cli_helpers import CrashAt
+from tests.applications.short_data import write_short_chorales
 from tests.conftest import shared_path
 
 DATA = shared_path("data", "jsb_chorales", "jsb_chorales.json")
@@ -17,6 +18,22 @@ TINY = dict(units=(8, 4))
 @pytest.fixture(scope="module")
 def chorales():
     return music.load_chorales(DATA)
+
+
+@pytest.fixture(scope="module")
+def short_data(tmp_path_factory):
+    """The first real chorales of every split cut to 6-16 steps (read-only: tests train
+    on it, each in a run directory of its own). The training tests' checks do not need
+    the real lengths (up to 129 steps), which the unrolled ladder and ``nll_per_step``
+    pay for step by step."""
+    return write_short_chorales(tmp_path_factory.mktemp("short_chorales"))
+
+
+def _short_rolls(chorales, split, lengths=(20, 13, 17, 11)):
+    """Piano rolls of the first chorales of ``split`` cut to ``lengths`` steps (longer
+    than the 4 steps the tests' models are built for: whole chorales are scored by a
+    model of their length with the same weights)."""
+    return [music.piano_roll(c[:n]) for c, n in zip(chorales[split], lengths, strict=False)]
 
 
 def test_split_counts_and_piano_rolls(chorales):
@@ -118,9 +135,9 @@ def test_nll_per_step_matches_the_loss_and_any_length(tmp_path):
 
 @pytest.mark.parametrize("use_decoder", [True, False])
 def test_model_trains_a_step_and_round_trips(tmp_path, chorales, use_decoder):
-    rolls = [music.piano_roll(c) for c in chorales["valid"][:4]]
-    model = music.compile_model(music.build_model(8, use_decoder=use_decoder, input_dropout=0.1, **TINY))
-    ds = music.make_dataset(rolls, batch_size=4, window=8)
+    rolls = _short_rolls(chorales, "valid")
+    model = music.compile_model(music.build_model(4, use_decoder=use_decoder, input_dropout=0.1, **TINY))
+    ds = music.make_dataset(rolls, batch_size=4, window=4)
     model.fit(ds.take(1), epochs=1, verbose=0)
     path = tmp_path / "music.keras"
     model.save(path)
@@ -288,13 +305,13 @@ def test_bad_rates_are_usage_errors(option, bad, capsys):
         music.compile_model(music.build_model(4, **TINY), weight_decay=float("inf"))
 
 
-def test_train_with_transposition_weight_decay_and_moving_average(tmp_path):
-    result = music.train(DATA, run_dir=str(tmp_path), epochs=2, batch_size=4, window=8, limit=3,
+def test_train_with_transposition_weight_decay_and_moving_average(tmp_path, short_data):
+    result = music.train(short_data, run_dir=str(tmp_path), epochs=2, batch_size=4, window=4, limit=3,
                          transpose=2, weight_decay=1e-3, ema_momentum=0.5, verbose=0, **TINY)
     assert result["epochs_run"] == 2 and np.isfinite(result["test_nll_per_step"])
     assert result["sample_plot"] == str(tmp_path / "sample.png")  # a sampled chorale, 64 steps by default
     assert (tmp_path / "sample.png").stat().st_size > 1000
-    rolls, _ = music.load_rolls(DATA, limit=3)
+    rolls, _ = music.load_rolls(short_data, limit=3)
     saved = keras.saving.load_model(result["model"])
     assert music.nll_per_step(saved, rolls["valid"]) == pytest.approx(result["valid_nll_per_step"], rel=1e-5)
 
@@ -308,7 +325,7 @@ def test_train_refuses_bad_learning_rate_schedules(tmp_path, bad, name):
         music.train(DATA, run_dir=str(tmp_path), epochs=1, limit=1, **bad)
 
 
-def test_reduce_lr_on_plateau_lowers_the_learning_rate(tmp_path):
+def test_reduce_lr_on_plateau_lowers_the_learning_rate(tmp_path, short_data):
     seen = []
 
     class Record(keras.callbacks.Callback):
@@ -316,7 +333,7 @@ def test_reduce_lr_on_plateau_lowers_the_learning_rate(tmp_path):
             seen.append(float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate)))
 
     # a learning rate far too high: the validation loss stops improving, the rate is halved
-    music.train(DATA, run_dir=str(tmp_path), epochs=4, batch_size=4, window=8, limit=2, learning_rate=5.0,
+    music.train(short_data, run_dir=str(tmp_path), epochs=4, batch_size=4, window=4, limit=2, learning_rate=5.0,
                 reduce_lr_patience=1, reduce_lr_factor=0.5, verbose=0, callbacks=[Record()], **TINY)
     assert seen[0] == pytest.approx(5.0) and min(seen) <= 2.5 and all(b <= a for a, b in zip(seen, seen[1:]))
 
@@ -381,14 +398,14 @@ def test_ensemble_averages_the_probabilities():
     assert music.nll_per_step([a], rolls) == pytest.approx(music.nll_per_step(a, rolls), rel=1e-6)
 
 
-def test_train_an_ensemble_with_dropout_and_output_bias(tmp_path):
+def test_train_an_ensemble_with_dropout_and_output_bias(tmp_path, short_data):
     budgets = []
-    result = music.train(DATA, run_dir=str(tmp_path), epochs=1, batch_size=4, window=8, limit=3, dropout=0.2,
+    result = music.train(short_data, run_dir=str(tmp_path), epochs=1, batch_size=4, window=2, limit=3, dropout=0.2,
                          dropout_noise="sequence", zoneout=0.1, init_output_bias=True, ensemble=2,
-                         encoder=("gated", "lstm"), verbose=0,
+                         encoder=("gated", "lstm"), verbose=0, sample_steps=4,
                          callbacks=lambda member: budgets.append(member) or [], **TINY)
     assert budgets == [0, 1] and result["epochs_run"] == [1, 1]
-    rolls, _ = music.load_rolls(DATA, limit=3)
+    rolls, _ = music.load_rolls(short_data, limit=3)
     members = [keras.saving.load_model(tmp_path / name) for name in ("model.keras", "model_1.keras")]
     assert [m.get_layer("rladder").levels[0]["encoder"] for m in members] == ["gated", "lstm"]
     assert music.nll_per_step(members, rolls["test"]) == pytest.approx(result["test_nll_per_step"], rel=1e-5)
@@ -478,10 +495,10 @@ def test_key_nade_refuses_bad_arguments():
 
 
 def test_nade_readout_trains_round_trips_and_scores_whole_chorales(tmp_path, chorales):
-    rolls = [music.piano_roll(c) for c in chorales["valid"][:4]]
-    model = music.compile_model(music.build_model(8, readout="nade", nade_units=6, **TINY), learning_rate=1e-2)
-    assert music.is_autoregressive(model) and not music.is_autoregressive(music.build_model(8, **TINY))
-    ds = music.make_dataset(rolls, batch_size=4, window=8, targets_as_input=True)
+    rolls = _short_rolls(chorales, "valid")
+    model = music.compile_model(music.build_model(4, readout="nade", nade_units=6, **TINY), learning_rate=1e-2)
+    assert music.is_autoregressive(model) and not music.is_autoregressive(music.build_model(4, **TINY))
+    ds = music.make_dataset(rolls, batch_size=4, window=4, targets_as_input=True)
     model.fit(ds.take(2), epochs=2, verbose=0)
     assert np.abs(model.get_layer("nade").output_kernel.numpy()).max() > 0  # V left zero: it learned
     path = tmp_path / "nade.keras"
@@ -489,7 +506,7 @@ def test_nade_readout_trains_round_trips_and_scores_whole_chorales(tmp_path, cho
     loaded = keras.saving.load_model(path)
     x = next(iter(ds))[0]
     np.testing.assert_allclose(loaded(x), model(x), atol=1e-5)
-    # nll_per_step on whole chorales (longer than the 8 steps built for) is the loss of a
+    # nll_per_step on whole chorales (longer than the 4 steps built for) is the loss of a
     # model built for their length with the same weights
     inputs, targets, mask = music.next_step_arrays(rolls)
     big = music.build_model(inputs.shape[1], readout="nade", nade_units=6, **TINY)
@@ -514,7 +531,7 @@ def test_an_ensemble_with_a_nade_member_mixes_whole_steps():
     assert music.nll_per_step([a, b], rolls) == pytest.approx(expected, rel=1e-5)
 
 
-def test_train_with_the_nade_readout_from_the_command_line(tmp_path, monkeypatch):
+def test_train_with_the_nade_readout_from_the_command_line(tmp_path, monkeypatch, short_data):
     import argparse
 
     parser = argparse.ArgumentParser()
@@ -524,11 +541,11 @@ def test_train_with_the_nade_readout_from_the_command_line(tmp_path, monkeypatch
     assert parser.parse_args([]).readout == "independent"
     with pytest.raises(SystemExit):
         parser.parse_args(["--readout", "rbm"])
-    result = music.train(DATA, run_dir=str(tmp_path), epochs=1, batch_size=4, window=8, limit=3, ensemble=2,
-                         readout=["nade", "independent"], nade_units=4, verbose=0, **TINY)
+    result = music.train(short_data, run_dir=str(tmp_path), epochs=1, batch_size=4, window=2, limit=3, ensemble=2,
+                         readout=["nade", "independent"], nade_units=4, verbose=0, sample_steps=4, **TINY)
     members = [keras.saving.load_model(tmp_path / name) for name in ("model.keras", "model_1.keras")]
     assert [music.is_autoregressive(m) for m in members] == [True, False]
-    rolls, _ = music.load_rolls(DATA, limit=3)
+    rolls, _ = music.load_rolls(short_data, limit=3)
     assert music.nll_per_step(members, rolls["test"]) == pytest.approx(result["test_nll_per_step"], rel=1e-5)
     with pytest.raises(ValueError, match="readout"):
         music.train(DATA, run_dir=str(tmp_path), epochs=1, limit=1, readout="rbm")
@@ -892,13 +909,13 @@ def test_nll_per_step_of_rolls_without_steps_is_an_input_error():
     )
 
 
-def _small_run(run_dir, **kwargs):
+def _small_run(data, run_dir, **kwargs):
     options = dict(epochs=1, batch_size=4, window=2, limit=2, sample_steps=0, verbose=0, units=(4,), learning_rate=1e-2)
     options.update(kwargs)
-    return music.train(DATA, run_dir=str(run_dir), **options)
+    return music.train(data, run_dir=str(run_dir), **options)
 
 
-def test_a_resumed_run_keeps_the_best_epoch_from_before_the_crash(tmp_path, monkeypatch):
+def test_a_resumed_run_keeps_the_best_epoch_from_before_the_crash(tmp_path, monkeypatch, short_data):
     # The best validation loss was tracked in memory only: after a crash and a resume
     # the model saved as the best was the best of the epochs after the crash.
     from applications import fault_tolerance
@@ -916,9 +933,10 @@ def test_a_resumed_run_keeps_the_best_epoch_from_before_the_crash(tmp_path, monk
     monkeypatch.setattr(keras.callbacks, "TensorBoard", ScriptedValidation)
     run_dir = tmp_path / "run"
     with pytest.raises(RuntimeError, match="simulated"):
-        _small_run(run_dir, epochs=4, callbacks=[*fault_tolerance.resumable_callbacks(str(run_dir)), CrashAt(2)])
+        _small_run(short_data, run_dir, epochs=4,
+                   callbacks=[*fault_tolerance.resumable_callbacks(str(run_dir)), CrashAt(2)])
     assert sorted(weights) == [0, 1]
-    result = _small_run(run_dir, epochs=4, callbacks=fault_tolerance.resumable_callbacks(str(run_dir)))
+    result = _small_run(short_data, run_dir, epochs=4, callbacks=fault_tolerance.resumable_callbacks(str(run_dir)))
     saved = keras.saving.load_model(run_dir / "model.keras").get_weights()
     for got, want in zip(saved, weights[1], strict=True):  # epoch 1's, not epoch 2's
         np.testing.assert_array_equal(got, want)
@@ -927,7 +945,7 @@ def test_a_resumed_run_keeps_the_best_epoch_from_before_the_crash(tmp_path, monk
     assert not (run_dir / "backup").exists() and not (run_dir / "members.json").exists()
 
 
-def test_a_resumed_ensemble_loads_the_members_that_had_finished(tmp_path):
+def test_a_resumed_ensemble_loads_the_members_that_had_finished(tmp_path, short_data):
     # A rerun after a crash in member 1 trained member 0 again from scratch.
     from applications import fault_tolerance
 
@@ -943,13 +961,13 @@ def test_a_resumed_ensemble_loads_the_members_that_had_finished(tmp_path):
         return make
 
     with pytest.raises(RuntimeError, match="simulated"):
-        _small_run(run_dir, epochs=2, ensemble=2, callbacks=member_callbacks(crash=True))
+        _small_run(short_data, run_dir, epochs=2, ensemble=2, callbacks=member_callbacks(crash=True))
     first = (run_dir / "model.keras").read_bytes()
     assert trained == [0, 1]
-    result = _small_run(run_dir, epochs=2, ensemble=2, callbacks=member_callbacks(crash=False))
+    result = _small_run(short_data, run_dir, epochs=2, ensemble=2, callbacks=member_callbacks(crash=False))
     assert trained == [0, 1, 1], "member 0 was trained again"
     assert (run_dir / "model.keras").read_bytes() == first and result["epochs_run"] == [2, 2]
-    rolls, _ = music.load_rolls(DATA, limit=2)
+    rolls, _ = music.load_rolls(short_data, limit=2)
     members = [keras.saving.load_model(run_dir / name) for name in ("model.keras", "model_1.keras")]
     assert music.nll_per_step(members, rolls["test"]) == pytest.approx(result["test_nll_per_step"], rel=1e-5)
     assert not (run_dir / "members.json").exists()
@@ -958,7 +976,7 @@ def test_a_resumed_ensemble_loads_the_members_that_had_finished(tmp_path):
     assert music._finished_members({"path": str(run_dir / "members.json"), "config": {"seed": 0}}) == {}
 
 
-def test_a_rerun_that_loads_finished_members_trains_the_others_as_an_unbroken_run_would(tmp_path):
+def test_a_rerun_that_loads_finished_members_trains_the_others_as_an_unbroken_run_would(tmp_path, short_data):
     # audit (2026-11-27): the members shared one training pipeline, whose shuffle (and
     # transpositions) went on from the epochs of the members before: a rerun that loaded
     # member 0 gave member 1 another order, and another ensemble
@@ -967,14 +985,15 @@ def test_a_rerun_that_loads_finished_members_trains_the_others_as_an_unbroken_ru
             raise RuntimeError("simulated crash")
 
     options = dict(ensemble=2, transpose=2)
-    unbroken = _small_run(tmp_path / "unbroken", **options)
+    unbroken = _small_run(short_data, tmp_path / "unbroken", **options)
     with pytest.raises(RuntimeError, match="simulated"):
-        _small_run(tmp_path / "rerun", callbacks=lambda member: [CrashAtTheStart()] if member else [], **options)
-    rerun = _small_run(tmp_path / "rerun", **options)
+        _small_run(short_data, tmp_path / "rerun", callbacks=lambda member: [CrashAtTheStart()] if member else [],
+                   **options)
+    rerun = _small_run(short_data, tmp_path / "rerun", **options)
     assert rerun["test_nll_per_step"] == pytest.approx(unbroken["test_nll_per_step"], rel=1e-6)
 
 
-def test_a_crash_after_a_members_fit_is_finished_without_training_it_again(tmp_path, monkeypatch):
+def test_a_crash_after_a_members_fit_is_finished_without_training_it_again(tmp_path, monkeypatch, short_data):
     # Member 1's backup (and its best epoch, best-<epoch>.npz) was deleted as soon as its fit
     # ended: a crash before its model file was written trained it again from scratch.
     from applications import fault_tolerance
@@ -990,18 +1009,18 @@ def test_a_crash_after_a_members_fit_is_finished_without_training_it_again(tmp_p
         return [*fault_tolerance.resumable_callbacks(str(folder)), counters[member], fit_ended]
 
     with pytest.raises(RuntimeError, match="simulated"):
-        _small_run(run_dir, epochs=2, ensemble=2, callbacks=member_callbacks)
+        _small_run(short_data, run_dir, epochs=2, ensemble=2, callbacks=member_callbacks)
     assert not (run_dir / "model_1.keras").exists() and list((run_dir / "member_1" / "backup").glob("best-*.npz"))
     assert not (run_dir / "backup").exists(), "member 0, listed in members.json, needs no backup"
     monkeypatch.undo()
     counters.clear()
-    result = _small_run(run_dir, epochs=2, ensemble=2, callbacks=member_callbacks)
+    result = _small_run(short_data, run_dir, epochs=2, ensemble=2, callbacks=member_callbacks)
     assert list(counters) == [1] and counters[1].batches == 0, "member 1 was trained again"
     assert result["epochs_run"] == [2, 2] and (run_dir / "model_1.keras").is_file()
     assert not (run_dir / "member_1" / "backup").exists() and not (run_dir / "members.json").exists()
 
 
-def test_a_resumed_run_with_a_moving_average_goes_on_from_the_trained_weights(tmp_path):
+def test_a_resumed_run_with_a_moving_average_goes_on_from_the_trained_weights(tmp_path, short_data):
     # With ema_momentum, SwapEMAWeights(swap_on_epoch=True) swaps the average into the
     # model at each epoch's end, before the backup: the backup held the average as the
     # model's weights and the trained weights as the optimizer's average. A resumed run
@@ -1023,9 +1042,9 @@ def test_a_resumed_run_with_a_moving_average_goes_on_from_the_trained_weights(tm
     run_dir = tmp_path / "run"
     options = dict(epochs=2, ema_momentum=0.5)
     with pytest.raises(RuntimeError, match="simulated"):
-        _small_run(run_dir, callbacks=[*fault_tolerance.resumable_callbacks(str(run_dir)), Record(), CrashAt(1)],
-                   **options)
-    _small_run(run_dir, callbacks=[*fault_tolerance.resumable_callbacks(str(run_dir)), Record()], **options)
+        _small_run(short_data, run_dir,
+                   callbacks=[*fault_tolerance.resumable_callbacks(str(run_dir)), Record(), CrashAt(1)], **options)
+    _small_run(short_data, run_dir, callbacks=[*fault_tolerance.resumable_callbacks(str(run_dir)), Record()], **options)
     (trained, average), (resumed_trained, resumed_average) = starts["crashed"], starts["resumed"]
     assert any(not np.allclose(a, b) for a, b in zip(trained, average)), "the test needs an average != weights"
     for got, want in zip(resumed_trained + resumed_average, trained + average, strict=True):
@@ -1033,7 +1052,7 @@ def test_a_resumed_run_with_a_moving_average_goes_on_from_the_trained_weights(tm
 
 
 @pytest.mark.parametrize("save_freq", ["epoch", 1])
-def test_a_resumed_run_keeps_the_patience_of_reduce_lr_on_plateau(save_freq, tmp_path, monkeypatch):
+def test_a_resumed_run_keeps_the_patience_of_reduce_lr_on_plateau(save_freq, tmp_path, monkeypatch, short_data):
     # ReduceLROnPlateau's state (epochs waited, best loss, cooldown) was not in the
     # backup: a resumed run started its patience again from scratch, and lowered the
     # learning rate later than the uninterrupted run would have.
@@ -1061,9 +1080,9 @@ def test_a_resumed_run_keeps_the_patience_of_reduce_lr_on_plateau(save_freq, tmp
         return [*fault_tolerance.resumable_callbacks(str(run_dir), save_freq=save_freq), Record(), *extra]
 
     with pytest.raises(RuntimeError, match="simulated"):
-        _small_run(run_dir, callbacks=callbacks(CrashAt(3)), **options)
+        _small_run(short_data, run_dir, callbacks=callbacks(CrashAt(3)), **options)
     assert sorted(rates) == [0, 1, 2]
-    _small_run(run_dir, callbacks=callbacks(), **options)
+    _small_run(short_data, run_dir, callbacks=callbacks(), **options)
     expected = [1e-3, 1e-3, 5e-4, 5e-4, 2.5e-4, 2.5e-4]  # those of an uninterrupted run
     assert [rates[epoch] for epoch in range(6)] == pytest.approx(expected), rates
     assert not (run_dir / "backup").exists()
