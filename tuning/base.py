@@ -20,7 +20,9 @@ and may override ``fit_options(hp)`` (extra ``model.fit`` arguments such as
 options).
 """
 
+import keras
 import keras_tuner
+import numpy as np
 
 from applications import distribute
 
@@ -30,7 +32,8 @@ class DatasetHyperModel(keras_tuner.HyperModel):
 
     Args:
         batch_size: the global batch size.
-        seed: seeds the data (splits, shuffling, generated examples).
+        seed: seeds the data (splits, shuffling, generated examples) and every model
+            :meth:`build` makes (its initial weights, dropout), as ``train`` does.
         epochs: epochs per trial (schedules that need the number of steps use it).
         verbose: 1 (default) shows the progress of ``load_data``'s long steps (CLEVR's
             feature extraction, SST's embedding); 0 (``--quiet``) hides it.
@@ -47,6 +50,18 @@ class DatasetHyperModel(keras_tuner.HyperModel):
         self.batch_size, self.seed, self.epochs = int(batch_size), int(seed), int(epochs)
         self.verbose = verbose
         self._data = None
+        # Keras' random state is seeded before every build (keras-tuner's `build` wrapper,
+        # set by its __init__, is wrapped): the trials' initial weights were drawn from an
+        # unseeded state, so the same command scored other values on every run (and the
+        # Bayesian tuner then drew other trials), where every `train` seeds Keras.
+        self.build = self._seeded(self.build)
+
+    def _seeded(self, build):
+        def seeded_build(hp, *args, **kwargs):
+            keras.utils.set_random_seed(self.seed)
+            return build(hp, *args, **kwargs)
+
+        return seeded_build
 
     @classmethod
     def from_args(cls, args, strategy):
@@ -86,12 +101,50 @@ class DatasetHyperModel(keras_tuner.HyperModel):
         the data comes from :meth:`datasets`); ``kwargs`` are those of ``tuner.search``."""
         train, validation = self.datasets(hp, self.prepare())
         options = dict(self.fit_options(hp))
-        kwargs["callbacks"] = [*options.pop("callbacks", ()), *kwargs.get("callbacks", ())]
+        kwargs["callbacks"] = [FailDivergedTrial(), *options.pop("callbacks", ()), *kwargs.get("callbacks", ())]
         for key, value in options.items():
             kwargs.setdefault(key, value)
         kwargs.setdefault("validation_data", _for_strategies(validation))
         train = _for_strategies(train)
         return model.fit(train, **kwargs)
+
+
+class FailDivergedTrial(keras.callbacks.Callback):
+    """Fails the trial (``keras_tuner.errors.FailedTrialError``) whose training diverged:
+    a NaN or infinite training loss after a batch or an epoch, or such a weight after an
+    epoch; it stops at once, before keras-tuner checkpoints or scores that epoch.
+
+    (A diverged model still has a finite validation accuracy, that of always guessing one
+    class: such a trial completed with that score, and, ahead of trials that learned
+    little, came out as the best model with NaN weights.) keras-tuner counts failed
+    trials: the search stops after three in a row (``search._failed_trials_error``).
+    """
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._check_loss(logs, f"batch {batch + 1} of epoch {self._epoch + 1}")
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+
+    def on_epoch_end(self, epoch, logs=None):
+        where = f"epoch {epoch + 1}"
+        self._check_loss(logs, where)
+        for weight in self.model.weights:
+            values = np.asarray(keras.ops.convert_to_numpy(weight))
+            if values.dtype.kind in "fc" and not np.isfinite(values).all():
+                self._fail(f"weight {weight.path} is NaN or infinite after {where}")
+
+    _epoch = 0
+
+    def _check_loss(self, logs, where):
+        loss = (logs or {}).get("loss")
+        if loss is not None and not np.all(np.isfinite(loss)):
+            self._fail(f"loss {float(np.asarray(loss).ravel()[0])} in {where}")
+
+    def _fail(self, what):
+        # (keras-tuner prints the trial's traceback, which ends with this message)
+        raise keras_tuner.errors.FailedTrialError(
+            f"the training diverged ({what}): the trial fails; try a smaller learning rate")
 
 
 def _for_strategies(data):
@@ -103,4 +156,4 @@ def _for_strategies(data):
     return data
 
 
-__all__ = ["DatasetHyperModel"]
+__all__ = ["DatasetHyperModel", "FailDivergedTrial"]

@@ -6,9 +6,12 @@
 The tuner state lives in ``<directory>/<application>/``; with ``overwrite=False`` (the
 default) a stopped search resumes there: finished trials are kept and only the
 remaining ones of ``max_trials`` run, with the tuner, ``--epochs`` and ``--fixed``
-values the search was started with (others are a one-line error; ``--overwrite``
-starts afresh). Hyperband has no trial budget of its own: its oracle's
-``max_trials`` is set too, so ``--max-trials`` bounds every tuner. After the
+values the search was started with, and its other options but paths, ``--strategy``,
+``--quiet`` and the like (``--seed``, ``--batch-size``, ``--limit``, the
+application's: :func:`search_options`); others are a one-line error. ``--overwrite``
+starts afresh (and removes the old search's best model and hyperparameters).
+Hyperband has no trial budget of its own: its oracle's ``max_trials`` is set too, so
+``--max-trials`` bounds every tuner. After the
 search, ``<directory>/best_model.keras`` (written atomically) and
 ``<directory>/best_hyperparameters.json`` hold the best trial's model and values::
 
@@ -206,7 +209,8 @@ def run_search(args, strategy):
     hypermodel.prepare()  # missing data fails now, as one line, before any trial
     default = strategy is None or strategy is tf.distribute.get_strategy()
     fixed = fixed_hyperparameters(hypermodel, args.fixed)
-    settings = {"tuner": args.tuner, "epochs": args.epochs, "fixed": dict(fixed.values) if fixed else {}}
+    settings = {"tuner": args.tuner, "epochs": args.epochs, "fixed": dict(fixed.values) if fixed else {},
+                "options": search_options(args)}
     if not args.overwrite:
         _check_resumed_settings(os.path.join(directory, args.application), settings)
     tuner = make_tuner(
@@ -214,6 +218,13 @@ def run_search(args, strategy):
         epochs=args.epochs, seed=args.seed, strategy=None if default else strategy,
         overwrite=args.overwrite, hyperparameters=fixed,
     )
+    if args.overwrite:
+        # keras-tuner deletes the old search's trials, not its best model and values beside
+        # them: they were left as the new search's until its end, for good if it found no best
+        for name in BEST_FILES.values():
+            with user_path(f"cannot remove the old search's {name!r}"):
+                if os.path.lexists(os.path.join(directory, name)):
+                    os.remove(os.path.join(directory, name))
     fault_tolerance.write_json_atomically(settings, os.path.join(directory, args.application, _SETTINGS))
     before = len(_finished(tuner))
     try:
@@ -247,13 +258,31 @@ def _failed_trials_error(error, project_dir):
 
 _SETTINGS = "keras_capsules_search.json"
 _OPTIONS = {"tuner": "--tuner", "epochs": "--epochs", "fixed": "--fixed"}
+# `tune` options a resumed search may change besides those of `train`
+# (arguments.RESUMABLE_CHANGES: paths, strategy, threads, --quiet): where the search is
+# and how many trials it has in all; --tuner, --epochs and --fixed are checked apart.
+_RESUMABLE_TUNE_OPTIONS = frozenset({"directory", "max_trials", "overwrite", *_OPTIONS})
+
+
+def search_options(args):
+    """The options of a ``tune`` command, other than ``--tuner``, ``--epochs``, ``--fixed``,
+    that a resumed search must keep: those that choose the data and how trials train
+    (``--seed``, ``--batch-size``, ``--limit``, the application's, ...), as JSON gives
+    them back. A resume with another ``--seed`` or ``--limit`` ranked trials scored on
+    different validation examples (and trained from other splits) against each other."""
+    from applications import arguments
+
+    options = {name: value for name, value in arguments.run_options(args).items()
+               if name not in _RESUMABLE_TUNE_OPTIONS}
+    return json.loads(json.dumps(options, default=str, sort_keys=True))
 
 
 def _check_resumed_settings(project_dir, settings):
-    """Refuses to resume the search in ``project_dir`` with another tuner, ``--epochs`` or
-    ``--fixed``: keras-tuner restores its saved oracle, so a new ``--fixed`` or
-    Hyperband's ``--epochs`` was silently ignored, other epochs made the trials' scores
-    incomparable, and another tuner failed with a traceback (or ran on the old one's state).
+    """Refuses to resume the search in ``project_dir`` with another tuner, ``--epochs``,
+    ``--fixed`` or other :func:`search_options`: keras-tuner restores its saved oracle,
+    so a new ``--fixed`` or Hyperband's ``--epochs`` was silently ignored, other epochs
+    (or data options) made the trials' scores incomparable, and another tuner failed
+    with a traceback (or ran on the old one's state).
     """
     path = os.path.join(project_dir, _SETTINGS)
     if not os.path.exists(path):  # a new search, or one started before this file existed
@@ -261,10 +290,25 @@ def _check_resumed_settings(project_dir, settings):
     with open(path) as f:
         saved = json.load(f)
     changed = [name for name in _OPTIONS if name in saved and saved[name] != settings[name]]
-    if changed:
-        were = ", ".join(f"{_OPTIONS[name]} {_describe(name, saved[name])}" for name in changed)
+    were = [f"{_OPTIONS[name]} {_describe(name, saved[name])}" for name in changed]
+    saved_options = saved.get("options")
+    if isinstance(saved_options, dict):  # (not recorded by searches started before it was)
+        current = settings["options"]
+        were += [_option_text(name, saved_options[name]) for name in sorted(saved_options)
+                 if name in current and current[name] != saved_options[name]]
+    if were:
+        were = ", ".join(were)
         raise InputError(f"the search in {project_dir} was started with {were}: resume it with the same "
                          "options, or start it afresh with --overwrite (or another --directory)")
+
+
+def _option_text(name, value):
+    """``--name value`` as the command line takes it."""
+    if isinstance(value, bool):
+        text = "on" if value else "off"
+    else:
+        text = "(default)" if value is None else str(value)
+    return f"--{name.replace('_', '-')} {text}"
 
 
 def _describe(name, value):
@@ -277,7 +321,8 @@ def best_trial(tuner):
     """The completed trial with the best finite score.
 
     keras-tuner's own ranking sorts the scores as they are, so a trial whose objective
-    was NaN (a diverged run) can come out on top; here such trials never do.
+    was NaN (a diverged run) can come out on top; here such trials never do. Of trials
+    with the same score, the one started first is the best.
 
     Raises:
         CommandLineError: no trial completed, or none has a finite score.
@@ -292,9 +337,16 @@ def best_trial(tuner):
                 "see the messages above)")
         raise CommandLineError(f"the search in {where} has no best trial: {what}; "
                                "--overwrite starts it afresh")
-    maximize = tuner.oracle.objective.direction == "max"
-    return (max if maximize else min)(scored, key=lambda t: t.score)
+    sign = 1 if tuner.oracle.objective.direction == "max" else -1
+    # of equal scores, the trial started first (as keras-tuner ranks them in a search):
+    # the order of oracle.trials is the file system's after a reload, so a rerun that
+    # added no trial exported another of the tied trials than the search had
+    started = {trial_id: index for index, trial_id in enumerate(tuner.oracle.start_order)}
+    return max(scored, key=lambda t: (sign * t.score, -started.get(t.trial_id, len(started))))
 
+
+#: the files of the best trial that a search writes into its directory
+BEST_FILES = {"model": "best_model.keras", "hyperparameters": "best_hyperparameters.json"}
 
 # keras-tuner's prefix of the entries a tuner adds to a trial's hyperparameters for its own
 # bookkeeping (Hyperband's "tuner/epochs", "tuner/initial_epoch", "tuner/bracket", ...).
@@ -325,10 +377,7 @@ def export_best(tuner, directory, new_trials=None):
     """
     best = best_trial(tuner)
     strategy = tuner.distribution_strategy
-    paths = {
-        "model": os.path.join(directory, "best_model.keras"),
-        "hyperparameters": os.path.join(directory, "best_hyperparameters.json"),
-    }
+    paths = {key: os.path.join(directory, name) for key, name in BEST_FILES.items()}
     if strategy is None or not distribute._is_multi_worker(strategy):
         fault_tolerance.save_model_atomically(tuner.load_model(best), paths["model"])
     elif distribute.is_chief(strategy):

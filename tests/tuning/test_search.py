@@ -130,6 +130,16 @@ def test_export_best_passes_over_a_diverged_trial(tmp_path):
     assert keras.saving.load_model(tmp_path / "best_model.keras").output_shape == (None, 1)
 
 
+def test_of_equal_scores_the_first_trial_is_the_best_in_any_order_of_the_trials(tmp_path):
+    # audit 5: ties went to the first trial in oracle.trials, which a resumed tuner
+    # fills in the file system's order (trial_1 before trial_0 here): a rerun that added
+    # no trial rewrote best_model.keras with another trial than the search had exported.
+    search, tuner = _scored_search(tmp_path, [0.5, 0.25, 0.25, 0.75])
+    assert search.best_trial(tuner).trial_id == "1"
+    tuner.oracle.trials = dict(reversed(tuner.oracle.trials.items()))
+    assert search.best_trial(tuner).trial_id == "1"
+
+
 @pytest.mark.parametrize("scores, reason", [
     ([float("nan"), float("nan")], "no trial finished"),  # keras-tuner marks NaN trials failed
     ([float("inf"), float("-inf")], "all 2 finished trial.*non-finite objective"),
@@ -240,6 +250,80 @@ def test_a_search_resumes_only_with_the_options_it_was_started_with(tmp_path, ca
         assert f"was started with {option}:" in err and "--overwrite" in err
     assert cli.main([*base, "--tuner", "random", "--fixed", "n_iters=2"]) == 0  # the same options resume
     assert "0 new trial(s), 1 in total" in capsys.readouterr().out
+
+
+def test_a_search_resumes_only_with_the_data_options_it_was_started_with(tmp_path, capsys):
+    # audit 5: a resume with another --seed, --limit or --batch-size was accepted in
+    # silence: the new trials trained and were scored on other examples (another split,
+    # 60 validation digits against 19) and ranked against the old ones.
+    directory = str(tmp_path / "search")
+    base = ["tune", "demo", "--tuner", "random", "--directory", directory, "--epochs", "1", "--quiet"]
+    assert cli.main([*base, "--max-trials", "1", "--limit", "120", "--batch-size", "32"]) == 0
+    capsys.readouterr()
+    changed = ["--max-trials", "2", "--limit", "300", "--batch-size", "32", "--seed", "5"]
+    assert cli.main([*base, *changed]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("keras-capsules: error: the search in") and err.count("\n") == 1, err
+    assert "was started with --limit 120, --seed 0:" in err and "--overwrite" in err, err
+    assert "--batch-size" not in err  # unchanged
+    assert len(_trials(directory)) == 1  # no trial ran
+    with open(os.path.join(directory, "demo", "keras_capsules_search.json")) as f:
+        assert json.load(f)["options"] == {"batch_size": 32, "limit": 120, "seed": 0}  # kept
+
+
+def test_the_same_seed_builds_the_same_initial_model():
+    # audit 5: the trials' initial weights came from Keras' unseeded random state (every
+    # `train` seeds it; the search did not): the same `tune` command scored other values
+    # on every run, and the Bayesian tuner then went on to other trials.
+    hp = keras_tuner.HyperParameters()
+    hypermodel = DemoHyperModel(limit=40, seed=3)
+    first = [np.asarray(w) for w in hypermodel.build(hp).weights]
+    np.random.rand(), keras.random.normal((2,))  # other draws in between
+    second = [np.asarray(w) for w in hypermodel.build(hp).weights]
+    for got, want in zip(second, first, strict=True):
+        np.testing.assert_array_equal(got, want)
+    other = [np.asarray(w) for w in DemoHyperModel(limit=40, seed=4).build(hp).weights]
+    assert any(not np.array_equal(a, b) for a, b in zip(other, first, strict=True))
+
+
+def test_a_diverged_trial_fails_and_is_never_the_best_model(tmp_path, capsys):
+    # audit 5: with NaN weights a model still has a finite val_accuracy (it always guesses
+    # one class): a diverged trial completed with that score ("best val_accuracy 0.125")
+    # and its NaN weights were written as best_model.keras, exit code 0.
+    directory = tmp_path / "search"
+    argv = ["tune", "demo", "--tuner", "random", "--directory", str(directory), "--max-trials", "1",
+            "--fixed", "learning_rate=1e30", *TINY]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("keras-capsules: error: the search in") and "has no best trial" in err[-1], err
+    assert not (directory / "best_model.keras").exists()
+    assert not (directory / "best_hyperparameters.json").exists()
+    trial = json.loads((directory / "demo" / "trial_0" / "trial.json").read_text())
+    assert trial["status"] == "FAILED" and "the training diverged (loss nan" in trial["message"], trial
+    # weights that became NaN in an epoch's last step (its loss still finite) fail it too
+    from tuning.base import FailDivergedTrial
+
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+    model.layers[0].kernel.assign([[float("nan")]])
+    callback = FailDivergedTrial()
+    callback.set_model(model)
+    with pytest.raises(keras_tuner.errors.FailedTrialError, match="weight .*kernel is NaN or infinite"):
+        callback.on_epoch_end(0, {"loss": 0.5, "val_accuracy": 0.1})
+
+
+def test_overwrite_never_leaves_the_old_searchs_best_model(tmp_path, capsys):
+    # audit 5: --overwrite deleted the old trials but kept best_model.keras and
+    # best_hyperparameters.json; a new search that found no best trial (or was stopped)
+    # left them, as if they were its own (a trial_id that no longer exists).
+    directory = tmp_path / "search"
+    base = ["tune", "demo", "--tuner", "random", "--directory", str(directory), "--max-trials", "1", *TINY]
+    assert cli.main(base) == 0
+    assert (directory / "best_model.keras").exists() and (directory / "best_hyperparameters.json").exists()
+    capsys.readouterr()
+    assert cli.main([*base, "--overwrite", "--fixed", "learning_rate=1e30"]) == 2  # its trial diverges
+    assert "has no best trial" in capsys.readouterr().err
+    assert not (directory / "best_model.keras").exists()
+    assert not (directory / "best_hyperparameters.json").exists()
 
 
 def test_hyperband_under_many_workers_is_refused_before_any_trial(tmp_path, capsys, monkeypatch):
