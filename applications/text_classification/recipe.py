@@ -116,6 +116,10 @@ def train(
 
     # Refuse bad model options before minutes of data preparation, not after.
     model_lib.check_arguments(routing=routing, embedding=embedding, **model_kwargs)
+    # by their own names, before the run directory is made (vocab_size=2 was refused as
+    # "`max_size`", max_length=0 as a StagingError traceback from inside tf.data)
+    checks.integer_at_least("vocab_size", vocab_size, 3)
+    checks.integer_at_least("max_length", max_length, 1)
     strategy = distribute.resolve_strategy(strategy)
     keras.utils.set_random_seed(seed)
     os.makedirs(run_dir, exist_ok=True)
@@ -165,6 +169,7 @@ def train(
         "test_loss": float(test_loss),
         "epochs": epochs,
         "vocab_size": int(n_ids),
+        "max_length": max_length,  # evaluate cuts the texts as training did by default
         "parameters": params,
         **paths,
     }
@@ -176,11 +181,14 @@ def train(
 
 
 def evaluate(model_path, dataset="sst2", data_dir=None, vocabulary_path=None, limit=None, batch_size=30,
-             max_length=data_lib.MAX_LENGTH, strategy=None, verbose=0):
+             max_length=None, strategy=None, verbose=0):
     """Test loss and accuracy of a saved model on ``dataset``'s test split.
 
     Texts are encoded with the vocabulary the model was trained with: ``vocab.txt``
     beside the model (as :func:`train` writes it) unless ``vocabulary_path`` is given.
+    Each keeps its first ``max_length`` tokens; None (the default): the ``max_length``
+    :func:`train` recorded in ``metrics.json`` beside the model (else ``MAX_LENGTH``), so
+    that ``evaluate`` scores what ``train`` scored.
 
     ``verbose``: 1 shows Keras' progress bars, on stderr (stdout keeps only the result);
     0 (the default) is silent.
@@ -191,6 +199,8 @@ def evaluate(model_path, dataset="sst2", data_dir=None, vocabulary_path=None, li
     vocabulary_path = vocabulary_path or os.path.join(os.path.dirname(os.path.abspath(model_path)), "vocab.txt")
     if not os.path.exists(vocabulary_path):
         raise PathNotFoundError(f"no vocabulary at {vocabulary_path!r}: pass the vocab.txt written by `train`")
+    if max_length is None:  # (the default 5,000 scored a model trained on 20 tokens a text on 5,000)
+        max_length = _recorded_max_length(model_path)
     strategy = distribute.resolve_strategy(strategy)
     lookup = data_lib.make_lookup(data_lib.load_vocabulary(vocabulary_path))
     raw = data_lib.load_split(dataset, data_lib.splits(dataset)[2], data_dir, limit=limit)
@@ -208,6 +218,20 @@ def evaluate(model_path, dataset="sst2", data_dir=None, vocabulary_path=None, li
     with console.progress_on_stderr(verbose):
         loss, accuracy = model.evaluate(test, verbose=verbose)
     return {"test_accuracy": float(accuracy), "test_loss": float(loss), "model": model_path}
+
+
+def _recorded_max_length(model_path):
+    """The ``max_length`` :func:`train` recorded in ``metrics.json`` beside the model, else
+    ``data.MAX_LENGTH`` (a run of an older version, or a model moved from its run directory)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(model_path)), "metrics.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            length = json.load(f).get("max_length")
+    except (OSError, ValueError, AttributeError):
+        length = None
+    if isinstance(length, bool) or not isinstance(length, int) or length < 1:
+        return data_lib.MAX_LENGTH
+    return length
 
 
 def _check_classifier(model, model_path, vocab_size, vocabulary_path):

@@ -348,7 +348,8 @@ def test_evaluate_refuses_another_applications_model_before_embedding(tmp_path, 
             sst.evaluate(str(tmp_path / f"{name}.keras"), str(tmp_path), granularity="5")
     good = sst.build_model(3, 16, 5)
     good.save(tmp_path / "good.keras")
-    monkeypatch.setattr(sst, "embed_splits", lambda *a, **kw: {"test": ([], [])})
+    states = sst.EmbeddedTexts(np.zeros((2, 3, 16), "float16"), [0, 1], [1, 1])  # the model's 3 x 16
+    monkeypatch.setattr(sst, "embed_splits", lambda *a, **kw: {"test": (states, np.array([0, 1]))})
     monkeypatch.setattr(sst, "accuracy", lambda *a, **kw: 0.5)
     assert sst.evaluate(str(tmp_path / "good.keras"), str(tmp_path))["test_accuracy"] == 0.5
 
@@ -391,3 +392,49 @@ def test_make_dataset_refuses_labels_outside_the_classes():
     with pytest.raises(ValueError, match="Received: batch_size=0"):
         sst.make_dataset(embedded, [0, 1, 1], 2, batch_size=0)
     assert len(list(sst.make_dataset(embedded, [0, 1, 1], 2, batch_size=2))) == 2
+
+
+def test_evaluate_embeds_with_the_preset_and_max_length_train_recorded(tmp_path):
+    # audit (2026-11-28): evaluate embedded with MiniLM and 128 tokens whatever train had used
+    # (another --preset: a one-line error at best; another --max-length: other scores, silently)
+    preset = tiny_bert_preset(tmp_path / "preset")
+    run = tmp_path / "run"
+    result = sst.train(SST, granularity="2", run_dir=run, preset=preset, train_on="sentences", epochs=1,
+                       batch_size=16, max_train=16, max_eval=12, max_length=6, verbose=0)
+    assert json.loads((run / "metrics.json").read_text())["max_length"] == 6
+    again = sst.evaluate(str(run / "model.keras"), SST, granularity="2", max_eval=12)
+    assert again["test_accuracy"] == result["test_accuracy"]
+    assert len(os.listdir(run / "cache")) == 3  # train's entries read back: no new one
+
+
+def test_evaluate_refuses_hidden_states_of_another_shape_than_the_model_in_one_line(tmp_path, monkeypatch):
+    # audit (2026-11-28): a --preset of another width or depth than the model's ended, after the
+    # embedding, in Keras' "incompatible with the layer" traceback from inside predict
+    sst.build_model(3, 16, 5).save(tmp_path / "model.keras")
+    other = sst.EmbeddedTexts(np.zeros((4, 2, 8), "float16"), [0, 2], [2, 2])
+    monkeypatch.setattr(sst, "embed_splits", lambda *a, **kw: {"test": (other, np.array([0, 1]))})
+    with pytest.raises(ValueError, match=r"takes the hidden states of 3 layers x 16 features, but the preset "
+                       r"'other' gives 2 x 8: pass the --preset"):
+        sst.evaluate(str(tmp_path / "model.keras"), str(tmp_path), preset="other")
+
+
+def test_a_damaged_cache_entry_is_a_one_line_error_naming_it(encoder, tmp_path):
+    # audit (2026-11-28): a truncated states.npy ended in numpy's "mmap length is greater than
+    # file size" traceback; offsets of another number of texts were read without a word
+    first = sst.embed_texts(TEXTS, encoder, tmp_path, name="t", max_length=12, verbose=0)
+    expected = np.array(first.states)  # (first.states maps the file damaged below)
+    [entry] = os.listdir(tmp_path)
+    states, offsets = tmp_path / entry / "states.npy", tmp_path / entry / "offsets.npy"
+    good = offsets.read_bytes()
+    np.save(offsets, np.concatenate([[0], np.cumsum(first.lengths[:3])]))  # 3 texts, not 4
+    with pytest.raises(ValueError, match=rf"^the cached embeddings .*{re.escape(entry)}' are damaged "
+                       r"\(its offsets .* into 4 texts\); delete that folder"):
+        sst.embed_texts(TEXTS, encoder, tmp_path, name="t", max_length=12, verbose=0)
+    offsets.write_bytes(good)
+    with open(states, "r+b") as f:
+        f.truncate(states.stat().st_size // 2)
+    with pytest.raises(ValueError, match=r"are damaged \(mmap length is greater than file size\); delete"):
+        sst.embed_texts(TEXTS, encoder, tmp_path, name="t", max_length=12, verbose=0)
+    shutil.rmtree(tmp_path / entry)  # as the message says: then it is computed again
+    again = sst.embed_texts(TEXTS, encoder, tmp_path, name="t", max_length=12, verbose=0)
+    np.testing.assert_array_equal(np.asarray(again.states), expected)

@@ -470,3 +470,32 @@ def test_evaluate_scores_a_model_saved_without_compiling(tmp_path):
     data.save_vocabulary([f"w{i}" for i in range(10)], tmp_path / "vocab.txt")
     result = recipe.evaluate(str(tmp_path / "model.keras"), "sst2", SST_DIR, limit=4)
     assert 0 <= result["test_accuracy"] <= 1
+
+
+def test_evaluate_cuts_the_texts_at_the_max_length_train_recorded(tmp_path):
+    # audit (2026-11-28): evaluate cut every text at 5,000 tokens whatever train had used, so
+    # `train --max-length 20` then `evaluate` (same model, same data) reported another loss
+    run_dir = tmp_path / "run"
+    result = recipe.train(dataset="sst2", data_dir=SST_DIR, run_dir=str(run_dir), epochs=1, batch_size=8,
+                          limit=16, max_length=3, jit_compile=False, verbose=0, **TINY)
+    assert json.loads((run_dir / "metrics.json").read_text())["max_length"] == 3
+    again = recipe.evaluate(str(run_dir / "model.keras"), "sst2", SST_DIR, limit=16)
+    assert again["test_loss"] == pytest.approx(result["test_loss"], rel=1e-5)
+    assert again["test_accuracy"] == pytest.approx(result["test_accuracy"])
+    # a max_length given is used as it is
+    longer = recipe.evaluate(str(run_dir / "model.keras"), "sst2", SST_DIR, limit=16, max_length=50)
+    assert longer["test_loss"] != pytest.approx(result["test_loss"], rel=1e-5)
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(vocab_size=2), "Received: vocab_size=2"),  # was "`max_size` must be at least 3", a name not given
+    (dict(max_length=0), "Received: max_length=0"),  # was a StagingError traceback from inside tf.data
+])
+def test_train_refuses_bad_data_options_by_their_names_before_the_run_directory(options, message, tmp_path):
+    # audit (2026-11-28)
+    with pytest.raises(ValueError, match=f"^`{next(iter(options))}` must be an integer >= .*{message}$"):
+        recipe.train(dataset="sst2", data_dir=SST_DIR, run_dir=str(tmp_path / "run"), epochs=1, limit=8,
+                     verbose=0, **options, **TINY)
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(ValueError, match="^`max_length` must be an integer >= 1. Received: max_length=0$"):
+        data.build_vocabulary(["a good film"], max_length=0)
