@@ -14,6 +14,26 @@ UPSAMPLE_MODES = ("nearest", "transpose")
 VECTOR_TOPS = ("broadcast", "dense")
 
 
+def check_step_mask(layer, mask, batch_and_steps, static_hint=""):
+    """Refuses a Keras ``mask`` that is not ``[batch, T]`` (``batch_and_steps``) for the
+    sequence input of ``layer`` (an RLadder or RTagger), and any mask when the layer
+    iterates on one static input (``n_iters`` set: no time axis to pad)."""
+    if mask is None:
+        return
+    name, mask_shape = type(layer).__name__, tuple(mask.shape)
+    if layer.n_iters is not None:
+        raise ValueError(
+            f"{name} with n_iters={layer.n_iters} iterates on one static input; it has no time axis "
+            f"for a mask to pad, so it takes no mask{static_hint}. Received: mask shape={mask_shape}"
+        )
+    lead = tuple(batch_and_steps)
+    if len(mask_shape) != 2 or any(a is not None and b is not None and a != b for a, b in zip(mask_shape, lead)):
+        raise ValueError(
+            f"{name} expects a mask of shape [batch, T] = {lead}, one entry per step of the input. "
+            f"Received: mask shape={mask_shape}"
+        )
+
+
 def normalize(x, axis, epsilon=1e-5):
     """Zero mean, unit variance per sample over ``axis``, computed in float32 (float64
     for float64 inputs).

@@ -7,6 +7,7 @@ from keras import ops
 
 from keras_capsules._validation import boolean, rate
 from keras_capsules.layers.rladder._utils import (
+    check_step_mask,
     clone_initializer,
     loaded_without_effect,
     max_pool,
@@ -580,25 +581,9 @@ class RLadder(keras.layers.Layer):
         return output_spec(self, inputs)
 
     def _check_mask(self, mask, input_shape):
-        """A mask must be ``[batch, T]`` and is refused with ``n_iters`` (no time axis)."""
-        if mask is None:
-            return
-        mask_shape = tuple(mask.shape)
-        if self.n_iters is not None:
-            raise ValueError(
-                f"RLadder with n_iters={self.n_iters} presents one static input at every "
-                "iteration; it has no time axis for a mask to pad, so it takes no mask "
-                "(mask the sequence before, or use n_iters=None on a [batch, T, ...] "
-                f"input). Received: mask shape={mask_shape}"
-            )
         batch, steps, _ = self._feature_shape(input_shape)
-        if len(mask_shape) != 2 or any(
-            a is not None and b is not None and a != b for a, b in zip(mask_shape, (batch, steps))
-        ):
-            raise ValueError(
-                f"RLadder expects a mask of shape [batch, T] = {(batch, steps)}, one entry "
-                f"per step of the input. Received: mask shape={mask_shape}"
-            )
+        check_step_mask(self, mask, (batch, steps),
+                        " (mask the sequence before, or use n_iters=None on a [batch, T, ...] input)")
 
     # ------------------------------------------------------------------ steps
     def initial_carry(self, batch_size, dtype):

@@ -6,6 +6,7 @@ import keras
 from keras import ops
 
 from keras_capsules.layers.rladder._utils import (
+    check_step_mask,
     clone_initializer,
     output_spec,
     positive_float,
@@ -419,22 +420,7 @@ class RTagger(keras.layers.Layer):
         return None if mask is None else [mask, mask]
 
     def _check_mask(self, mask, input_shape):
-        """A mask must be ``[batch, T]`` and is refused with ``n_iters`` (no time axis)."""
-        if mask is None:
-            return
-        mask_shape = tuple(mask.shape)
-        if self.n_iters is not None:
-            raise ValueError(
-                f"RTagger with n_iters={self.n_iters} iterates on one static input; it has no "
-                "time axis for a mask to pad, so it takes no mask. "
-                f"Received: mask shape={mask_shape}"
-            )
-        lead = tuple(input_shape[:2])
-        if len(mask_shape) != 2 or any(a is not None and b is not None and a != b for a, b in zip(mask_shape, lead)):
-            raise ValueError(
-                f"RTagger expects a mask of shape [batch, T] = {lead}, one entry per step of "
-                f"the input. Received: mask shape={mask_shape}"
-            )
+        check_step_mask(self, mask, input_shape[:2])
 
     # ------------------------------------------------------------------ call
     def call(self, inputs, training=None, mask=None):
