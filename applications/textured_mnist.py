@@ -968,6 +968,8 @@ def train(
         **kept,
         # what defines the train/test split: `evaluate` uses it (another split overlaps training digits)
         "split": {"seed": seed, "data_dir": None if data_dir is None else os.path.abspath(data_dir)},
+        # the test images' textures: `evaluate` makes the same ones by default
+        "textures": dict(zip(TEXTURE_OPTIONS, textures)),
         **paths,
     }
     fault_tolerance.write_metrics_json(result, paths["metrics"])
@@ -975,17 +977,46 @@ def train(
     return result
 
 
+#: :func:`train`'s texture options (recorded in ``metrics.json``) and their defaults
+TEXTURE_OPTIONS = {"texture_style": "binary", "mean_gap": 0.0, "texture_set": "random", "bank_size": 8,
+                   "texture_shift": False}
+
+
+def _recorded_textures(model_path, given):
+    """``given`` texture options, those that are None taken from ``metrics.json`` beside the model
+    (as :func:`train` recorded them), else from ``TEXTURE_OPTIONS``."""
+    import json
+
+    try:
+        with open(os.path.join(os.path.dirname(os.path.abspath(model_path)), "metrics.json")) as f:
+            recorded = json.load(f).get("textures")
+    except (OSError, ValueError, AttributeError):
+        recorded = None
+    recorded = recorded if isinstance(recorded, dict) else {}
+    return {name: given[name] if given[name] is not None else recorded.get(name, default)
+            for name, default in TEXTURE_OPTIONS.items()}
+
+
 def evaluate(model_path, data_dir=None, num_test=1000, seed=None, batch_size=64, strategy=None,
-             texture_style="binary", mean_gap=0.0, texture_set="random", bank_size=8, texture_shift=False,
+             texture_style=None, mean_gap=None, texture_set=None, bank_size=None, texture_shift=None,
              verbose=0):
     """Per-iteration AMI (and error) of a saved model on the test images of :func:`train` (same seed
     and texture options).
+
+    The texture options left None are those ``train`` recorded in ``metrics.json`` beside
+    the model (else ``generate``'s defaults): the test images of training, whose textures
+    a model trained on smooth or fixed-bank textures was scored on (they defaulted to
+    binary random textures, whatever the model was trained on). Given ones make other
+    test images (the same digits with other textures).
 
     ``verbose``: 1 shows Keras' progress bars, on stderr (stdout keeps only the result);
     0 (the default) is silent.
     """
     if not os.path.exists(model_path):
         raise PathNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
+    textures = _recorded_textures(model_path, {"texture_style": texture_style, "mean_gap": mean_gap,
+                                               "texture_set": texture_set, "bank_size": bank_size,
+                                               "texture_shift": texture_shift})
     # num_test=0 was Keras' UnboundLocalError ("batch_outputs") inside predict
     num_test = integer_at_least("num_test", num_test, 1)
     batch_size = integer_at_least("batch_size", batch_size, 1)
@@ -995,8 +1026,8 @@ def evaluate(model_path, data_dir=None, num_test=1000, seed=None, batch_size=64,
     seed, data_dir = split["seed"], split["data_dir"]
     strategy = distribute.resolve_strategy(strategy)
     _, test_digits = _train_test_digits(data_dir, seed)
-    test_data = generate(*test_digits, num_test, seed=seed + 1, style=texture_style, mean_gap=mean_gap,
-                         texture_set=texture_set, bank_size=bank_size, shift=texture_shift)
+    test_data = generate(*test_digits, num_test, seed=seed + 1,
+                         **_texture_options(*(textures[name] for name in TEXTURE_OPTIONS)))
     with strategy.scope():
         model = checks.load_model(model_path)
     _check_textured_mnist_model(model, model_path)
@@ -1038,10 +1069,15 @@ def add_arguments(parser, command):
     if command == "evaluate":  # the split must be training's: the one `train` recorded beside the model
         parser.set_defaults(seed=None)
     if command in ("train", "evaluate"):
-        parser.add_argument("--texture-style", default="binary", choices=TEXTURE_STYLES,
-                            help="two-level or continuous-valued textures (evaluate: as in training)")
-        parser.add_argument("--texture-set", default="random", choices=TEXTURE_SETS,
-                            help="textures drawn per image or a fixed bank (evaluate: as in training)")
+        # evaluate: None, the textures train recorded beside the model (a default of "binary"
+        # scored a model trained on smooth textures on binary ones)
+        train_default = lambda value: value if command == "train" else None  # noqa: E731
+        parser.add_argument("--texture-style", default=train_default("binary"), choices=TEXTURE_STYLES,
+                            help="two-level or continuous-valued textures (default: binary; evaluate: "
+                            "those of training)")
+        parser.add_argument("--texture-set", default=train_default("random"), choices=TEXTURE_SETS,
+                            help="textures drawn per image or a fixed bank (default: random; evaluate: "
+                            "those of training)")
     if command in ("train", "tune"):
         parser.add_argument("--num-train", type=positive_int, default=8000, help="training images")
         parser.add_argument("--classify", action="store_true",

@@ -677,3 +677,26 @@ def test_image_blind_ami_is_the_position_prior_and_chooses_off_the_test_images()
     chosen = tm.image_blind_ami(train, small_test, big_select)
     assert chosen["threshold"] < 0.5 and chosen["ami"] < 0.9  # the big disk's threshold, scored on small disks
     assert tm.image_blind_ami(train, small_test, small_test)["ami"] == pytest.approx(1.0)
+
+
+def test_evaluate_scores_the_test_images_of_training_with_its_textures(tmp_path, capsys):
+    # evaluate's textures defaulted to binary random ones, whatever the model was trained on:
+    # a model trained on smooth fixed-bank textures got another AMI from `evaluate` than `train`
+    # reported, on other images. They now default to those train recorded in metrics.json.
+    from applications import __main__ as cli
+
+    run_dir = tmp_path / "run"
+    metrics = tm.train(shared_path("data", "mnist"), run_dir=str(run_dir), num_train=8, num_test=8, epochs=1,
+                       batch_size=4, n_groups=2, n_iters=2, conv_units=4, dense_units=8, conv_encoder="conv",
+                       texture_style="smooth", texture_set="fixed", verbose=0)
+    model = str(run_dir / "model.keras")
+    result = tm.evaluate(model, shared_path("data", "mnist"), num_test=8)
+    np.testing.assert_allclose(result["ami"], metrics["ami"], atol=1e-6)
+    assert metrics["textures"]["texture_style"] == "smooth" and metrics["textures"]["texture_set"] == "fixed"
+    capsys.readouterr()
+    assert cli.main(["evaluate", "textured_mnist", *CLI_DATA, "--model", model, "--quiet"]) == 0
+    np.testing.assert_allclose(json.loads(capsys.readouterr().out)["ami"], metrics["ami"], atol=1e-6)
+    # given options still choose other textures (the same test digits)
+    binary = tm.evaluate(model, shared_path("data", "mnist"), num_test=8, texture_style="binary",
+                         texture_set="random")
+    assert not np.allclose(binary["ami"], metrics["ami"], atol=1e-6)
