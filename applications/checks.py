@@ -106,6 +106,29 @@ def require_model(model, model_path, accepted, kind, application, expected):
         )
 
 
+def recorded_metrics(model_path):
+    """The dict ``train`` wrote to ``metrics.json`` beside ``model_path``; ``{}`` when there
+    is none or it is not a JSON object (a run of an older version, a model moved away
+    from its run directory). ``evaluate`` takes the options of training from it."""
+    import json
+
+    try:
+        with open(os.path.join(os.path.dirname(os.path.abspath(model_path)), "metrics.json"),
+                  encoding="utf-8") as f:
+            metrics = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return metrics if isinstance(metrics, dict) else {}
+
+
+def recorded_integers(model_path, names, minimum=0):
+    """Of :func:`recorded_metrics`, the options ``names`` that are integers of at least
+    ``minimum`` (smallnorb's and clevr's ``image_size``, Sort-of-CLEVR's ``seed``, ...)."""
+    metrics = recorded_metrics(model_path)
+    return {name: metrics[name] for name in names
+            if isinstance(metrics.get(name), int) and not isinstance(metrics[name], bool) and metrics[name] >= minimum}
+
+
 def recorded_split(model_path, given):
     """The options that made the train/test split of ``model_path``, as ``train`` recorded
     them (``"split"`` in ``metrics.json`` beside the model), with ``given`` (the user's
@@ -118,16 +141,10 @@ def recorded_split(model_path, given):
     refused (``CommandLineError``): its test data would hold digits the model was trained
     on (``evaluate`` of demo, occluded_mnist and textured_mnist).
     """
-    import json
-
     from applications.errors import CommandLineError
 
     metrics = os.path.join(os.path.dirname(os.path.abspath(model_path)), "metrics.json")
-    try:
-        with open(metrics) as f:
-            recorded = json.load(f).get("split")
-    except (OSError, ValueError, AttributeError):
-        recorded = None
+    recorded = recorded_metrics(model_path).get("split")
     if not isinstance(recorded, dict):
         values = {k: (0 if k == "seed" and v is None else v) for k, v in given.items()}
         return values, (

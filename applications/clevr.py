@@ -857,13 +857,14 @@ def train(cache_dir, run_dir="runs/clevr", data_dir=None, epochs=25, batch_size=
         del paths["attention"]
     result = {"validation_accuracy": float(accuracy), "validation_loss": float(loss),
               **question_counts(data["validation"]), "parameters": int(model.count_params()), "epochs": epochs,
+              "image_size": int(image_size),  # evaluate reads the features of this size by default
               **paths}
     fault_tolerance.write_metrics_json(result, paths["metrics"])
     fault_tolerance.finish_run(callbacks)  # the outputs are written: the backup goes
     return result
 
 
-def evaluate(model_path, cache_dir, data_dir=None, image_size=IMAGE_SIZE, limit=None, batch_size=64,
+def evaluate(model_path, cache_dir, data_dir=None, image_size=None, limit=None, batch_size=64,
              strategy=None, verbose=0):
     """Validation loss and accuracy of a saved model (the CLEVR test split has no answers).
 
@@ -872,7 +873,9 @@ def evaluate(model_path, cache_dir, data_dir=None, image_size=IMAGE_SIZE, limit=
     question counts in the accuracy, those whose answer no training question has as
     errors; their number is in the result (:func:`question_counts`). The model is
     compiled again with :func:`answer_loss` (a model saved before that loss left such
-    questions out could not score their labels).
+    questions out could not score their labels). ``image_size`` (None) defaults to the
+    one :func:`train` recorded in ``metrics.json`` beside the model, else 224 (the
+    features of another size are another cache, of another shape than the model takes).
 
     ``verbose``: 1 shows the feature extraction's and Keras' progress bars, on stderr
     (stdout keeps only the result); 0 (the default) is silent.
@@ -880,6 +883,11 @@ def evaluate(model_path, cache_dir, data_dir=None, image_size=IMAGE_SIZE, limit=
 
     if not os.path.exists(model_path):
         raise PathNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
+    if image_size is None:
+        from applications.checks import recorded_integers
+
+        image_size = recorded_integers(model_path, ("image_size",)).get("image_size", IMAGE_SIZE)
+    image_size = integer_at_least("image_size", image_size, 1)
     strategy = distribute.resolve_strategy(strategy)
     with console.progress_on_stderr(verbose):  # a missing cache: hours
         data = prepare_offline(cache_dir, data_dir, image_size, limit, verbose=verbose)
@@ -923,8 +931,10 @@ def add_arguments(parser, command):
     parser.add_argument("--cache-dir", default=None,
                         help="the cache of ResNet-101 features and questions (default: RUN_DIR/cache "
                         "for train, the model's folder/cache for evaluate, DIRECTORY/cache for tune)")
-    parser.add_argument("--image-size", type=positive_int, default=IMAGE_SIZE,
-                        help="images are resized to N x N before ResNet-101 (default: %(default)s)")
+    parser.add_argument("--image-size", type=positive_int, default=None if command == "evaluate" else IMAGE_SIZE,
+                        help="images are resized to N x N before ResNet-101 (default: "
+                        + ("the size `train` recorded beside the model, else 224)" if command == "evaluate"
+                           else "%(default)s)"))
     parser.add_argument("--limit", type=positive_int, default=None,
                         help="use only the first N questions of every split (quick runs)")
     if command == "train":

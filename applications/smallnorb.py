@@ -501,10 +501,14 @@ def longest_viewpoint_sequence(examples, vary="azimuth", image_size=IMAGE_SIZE, 
     return pairs, found, f"{name} {instance}, {fixed_name} {angle}, lighting {lighting}"
 
 
-def evaluate(model_path, data_dir=None, batch_size=20, image_size=IMAGE_SIZE, steps=None, strategy=None,
+def evaluate(model_path, data_dir=None, batch_size=20, image_size=None, steps=None, strategy=None,
              download=False, verbose=0):
     """Test loss and accuracy of a saved model on the smallNORB test split (``steps``: the
     first batches only).
+
+    ``image_size`` (None) defaults to the one ``train`` recorded in ``metrics.json`` beside
+    the model, else 96: the model takes images of any size, and a model trained on
+    resized images was scored on others.
 
     ``verbose``: 1 shows Keras' progress bars, on stderr (stdout keeps only the result);
     0 (the default) is silent.
@@ -514,6 +518,10 @@ def evaluate(model_path, data_dir=None, batch_size=20, image_size=IMAGE_SIZE, st
     if not os.path.exists(model_path):
         raise PathNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
     batch_size = checks.integer_at_least("batch_size", batch_size, 1)
+    if image_size is None:
+        from applications.checks import recorded_integers
+
+        image_size = recorded_integers(model_path, ("image_size",)).get("image_size", IMAGE_SIZE)
     image_size = checks.integer_at_least("image_size", image_size, 1)
     if steps is not None:
         steps = checks.integer_at_least("steps", steps, 1)
@@ -555,8 +563,10 @@ def add_arguments(parser, command):
     parser.add_argument("--data-dir", default=None,
                         help="TFDS data directory holding a prepared smallnorb "
                         "(default: ~/tensorflow_datasets; no download is attempted)")
-    parser.add_argument("--image-size", type=positive_int, default=IMAGE_SIZE,
-                        help="side of the images; below 96 they are resized (default: %(default)s)")
+    parser.add_argument("--image-size", type=positive_int, default=None if command == "evaluate" else IMAGE_SIZE,
+                        help="side of the images; below 96 they are resized (default: "
+                        + ("the one `train` recorded beside the model, else 96)" if command == "evaluate"
+                           else "%(default)s)"))
     parser.add_argument("--validation-steps", type=positive_int, default=None,
                         help="evaluate on the first N test batches only (default: all)")
     if command in ("train", "tune"):
@@ -629,6 +639,7 @@ def run_train(args, strategy):
         "test_loss": float(logs["val_loss"][-1]) if logs.get("val_loss") else None,
         "parameters": int(model.count_params()),
         "epochs": args.epochs,
+        "image_size": args.image_size,  # evaluate scores images of this size by default
         "resumed_from_epoch": resumable[0].restored_epoch,
         **paths,
     }

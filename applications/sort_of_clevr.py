@@ -591,7 +591,9 @@ def train(run_dir="runs/sort_of_clevr", steps=20000, batch_size=64, kb="symbolic
     save_atomically(model, paths["model"])
     plot_history(fault_tolerance.logged_history(history, callbacks)[0], paths["plot"])
     plot_example_attention(model, val[1][0], paths["attention"])
-    result.update(parameters=int(model.count_params()), steps=steps, **paths)
+    # evaluate asks the same validation questions by default
+    result.update(parameters=int(model.count_params()), steps=steps, seed=int(seed),
+                  validation_examples=int(validation_examples), **paths)
     fault_tolerance.write_metrics_json(result, paths["metrics"])
     fault_tolerance.finish_run(callbacks)  # the outputs are written: the backup goes
     return result
@@ -635,9 +637,13 @@ def _is_sort_of_clevr_model(shapes, model):
     )
 
 
-def evaluate(model_path, validation_examples=2000, seed=0, batch_size=256, strategy=None, verbose=0):
+def evaluate(model_path, validation_examples=None, seed=None, batch_size=256, strategy=None, verbose=0):
     """Relational and non-relational accuracy of a saved model on the validation questions
     of ``train`` (same ``seed``); the knowledge base (symbolic or image) is the model's.
+
+    ``validation_examples`` and ``seed`` (None) default to those ``train`` recorded in
+    ``metrics.json`` beside the model, else 2000 and 0: a model trained with another
+    seed was scored on other questions than ``train`` reported.
 
     ``verbose``: 1 shows Keras' progress bars, on stderr (stdout keeps only the result);
     0 (the default) is silent.
@@ -646,6 +652,12 @@ def evaluate(model_path, validation_examples=2000, seed=0, batch_size=256, strat
 
     if not os.path.exists(model_path):
         raise PathNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
+    from applications.checks import recorded_integers
+
+    recorded = recorded_integers(model_path, ("seed", "validation_examples"))
+    seed = recorded.get("seed", 0) if seed is None else seed
+    if validation_examples is None:
+        validation_examples = recorded.get("validation_examples", 2000)
     strategy = distribute.resolve_strategy(strategy)
     with strategy.scope():
         model = checks.load_model(model_path)
@@ -680,8 +692,16 @@ def add_arguments(parser, command):
     if command == "train":
         parser.set_defaults(epochs=10, batch_size=64)  # the recipe of train()
 
-    parser.add_argument("--validation-examples", type=positive_int, default=2000,
-                        help="validation questions, half relational (default: %(default)s)")
+    parser.add_argument("--validation-examples", type=positive_int, default=None if command == "evaluate" else 2000,
+                        help="validation questions, half relational (default: "
+                        + ("that of `train`, recorded beside the model, else 2000)" if command == "evaluate"
+                           else "%(default)s)"))
+    if command == "evaluate":  # the validation questions of `train`: those of its seed
+        for action in parser._actions:
+            if action.dest == "seed":
+                action.default = None
+                action.help = ("seed of the validation questions (default: the one `train` recorded in "
+                               "metrics.json beside the model, else 0)")
     if command in ("train", "tune"):
         parser.add_argument("--kb", choices=("symbolic", "image"), default="symbolic",
                             help="knowledge base: the object list or the rendered scene (default: %(default)s)")

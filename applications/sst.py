@@ -908,20 +908,12 @@ def _recorded_options(model_path):
     """``preset`` and ``max_length`` as :func:`train` recorded them in ``metrics.json`` beside
     the model (only those that are there and well-formed: none for a run of an older
     version or a model moved away from its run directory)."""
-    path = os.path.join(os.path.dirname(os.path.abspath(model_path)), "metrics.json")
-    try:
-        with open(path, encoding="utf-8") as f:
-            metrics = json.load(f)
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(metrics, dict):
-        return {}
-    recorded = {}
-    if isinstance(metrics.get("preset"), str) and metrics["preset"]:
-        recorded["preset"] = metrics["preset"]
-    length = metrics.get("max_length")
-    if isinstance(length, int) and not isinstance(length, bool) and length >= 2:
-        recorded["max_length"] = length
+    from applications.checks import recorded_integers, recorded_metrics
+
+    recorded = recorded_integers(model_path, ("max_length",), minimum=2)
+    preset = recorded_metrics(model_path).get("preset")
+    if isinstance(preset, str) and preset:
+        recorded["preset"] = preset
     return recorded
 
 

@@ -985,13 +985,7 @@ TEXTURE_OPTIONS = {"texture_style": "binary", "mean_gap": 0.0, "texture_set": "r
 def _recorded_textures(model_path, given):
     """``given`` texture options, those that are None taken from ``metrics.json`` beside the model
     (as :func:`train` recorded them), else from ``TEXTURE_OPTIONS``."""
-    import json
-
-    try:
-        with open(os.path.join(os.path.dirname(os.path.abspath(model_path)), "metrics.json")) as f:
-            recorded = json.load(f).get("textures")
-    except (OSError, ValueError, AttributeError):
-        recorded = None
+    recorded = checks.recorded_metrics(model_path).get("textures")
     recorded = recorded if isinstance(recorded, dict) else {}
     return {name: given[name] if given[name] is not None else recorded.get(name, default)
             for name, default in TEXTURE_OPTIONS.items()}

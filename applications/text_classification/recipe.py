@@ -223,15 +223,7 @@ def evaluate(model_path, dataset="sst2", data_dir=None, vocabulary_path=None, li
 def _recorded_max_length(model_path):
     """The ``max_length`` :func:`train` recorded in ``metrics.json`` beside the model, else
     ``data.MAX_LENGTH`` (a run of an older version, or a model moved from its run directory)."""
-    path = os.path.join(os.path.dirname(os.path.abspath(model_path)), "metrics.json")
-    try:
-        with open(path, encoding="utf-8") as f:
-            length = json.load(f).get("max_length")
-    except (OSError, ValueError, AttributeError):
-        length = None
-    if isinstance(length, bool) or not isinstance(length, int) or length < 1:
-        return data_lib.MAX_LENGTH
-    return length
+    return checks.recorded_integers(model_path, ("max_length",), minimum=1).get("max_length", data_lib.MAX_LENGTH)
 
 
 def _check_classifier(model, model_path, vocab_size, vocabulary_path):

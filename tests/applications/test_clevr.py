@@ -466,3 +466,22 @@ def test_a_damaged_cache_file_is_one_line_naming_it(damage, tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and f"the cached file {cache / name} is damaged" in err, err
     assert len(err.strip().splitlines()) == 1, err
+
+
+def test_evaluate_reads_the_features_of_the_image_size_that_train_recorded(tmp_path):
+    # audit 8: evaluate's --image-size defaulted to 224 whatever size train used: after
+    # `train clevr --image-size 32` a plain `evaluate clevr` looked for the features of 224
+    # (a one-line error that TFDS clevr is not prepared, though the run's cache was there;
+    # with the data, hours of extraction before the model was refused)
+    from applications import __main__ as cli
+    from tests.applications.tiny_data import CLEVR_IMAGE_SIZE, tiny_clevr_cache
+
+    cache = tiny_clevr_cache(tmp_path / "cache")
+    result = clevr.train(cache, run_dir=str(tmp_path / "run"), epochs=1, batch_size=8, image_size=CLEVR_IMAGE_SIZE,
+                         model_kwargs=dict(units=8, embedding_dim=4, max_steps=1), verbose=0)
+    evaluated = clevr.evaluate(result["model"], cache, data_dir=str(tmp_path / "no-tfds"), batch_size=8)
+    assert evaluated["validation_accuracy"] == pytest.approx(result["validation_accuracy"], abs=1e-6)
+    assert evaluated["validation_loss"] == pytest.approx(result["validation_loss"], rel=1e-5)
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["image_size"] == CLEVR_IMAGE_SIZE
+    assert cli.build_parser("clevr").parse_args(["evaluate", "clevr"]).image_size is None
+    assert cli.build_parser("clevr").parse_args(["train", "clevr"]).image_size == clevr.IMAGE_SIZE

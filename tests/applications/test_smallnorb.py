@@ -417,3 +417,41 @@ def test_validation_steps_beyond_the_test_split_count_each_test_batch_once(tmp_p
                         image_size=24, steps_per_epoch=1, validation_steps=5, seed=0, verbose=0,
                         model_kwargs=TINY, callbacks=[CountTestBatches()])
     assert CountTestBatches.batches == 2
+
+
+def test_evaluate_scores_pairs_of_the_image_size_that_train_recorded(tmp_path, monkeypatch):
+    # audit 8: evaluate's --image-size defaulted to 96 whatever size train used: a model
+    # trained with --image-size 24 (it takes any size) was scored on 96x96 pairs, four
+    # times the scale it learned, and evaluate reported another accuracy than train
+    import inspect
+    import json
+
+    import tensorflow as tf
+
+    from applications import __main__ as cli
+
+    run = tmp_path / "run"
+    args = cli._defaults(cli.build_parser("smallnorb").parse_args(
+        ["train", "smallnorb", "--run-dir", str(run), "--epochs", "1", "--batch-size", "2", "--image-size", "24",
+         "--steps-per-epoch", "1", "--channels", "8", "--parts", "8", "--quiet", "--data-dir", str(tmp_path / "tfds")]))
+    monkeypatch.setattr(smallnorb, "_require_data", lambda data_dir: None)
+    sizes, make = [], smallnorb.make_dataset
+
+    def spy(*a, **kw):
+        bound = inspect.signature(make).bind(*a, **kw)
+        bound.apply_defaults()
+        sizes.append(bound.arguments["image_size"])
+        return make(*a, **kw)
+
+    with tfds.testing.mock_data(num_examples=4):
+        result = smallnorb.run_train(args, tf.distribute.get_strategy())
+        monkeypatch.setattr(smallnorb, "make_dataset", spy)
+        evaluate_args = cli._defaults(cli.build_parser("smallnorb").parse_args(
+            ["evaluate", "smallnorb", "--model", str(run / "model.keras"), "--batch-size", "2", "--quiet",
+             "--data-dir", str(tmp_path / "tfds")]))
+        assert evaluate_args.image_size is None
+        evaluated = smallnorb.run_evaluate(evaluate_args, tf.distribute.get_strategy())
+    assert sizes == [24]
+    assert json.loads((run / "metrics.json").read_text())["image_size"] == 24
+    assert evaluated["test_loss"] == pytest.approx(result["test_loss"], rel=1e-6)
+    assert cli.build_parser("smallnorb").parse_args(["train", "smallnorb"]).image_size == smallnorb.IMAGE_SIZE

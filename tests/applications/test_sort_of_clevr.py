@@ -405,3 +405,37 @@ def test_the_search_chooses_on_other_questions_than_those_train_and_evaluate_rep
     reported = soc.validation_data(8, 0)
     assert search[1].shape == reported[1].shape and set(search[0]) == set(reported[0])
     assert not np.array_equal(search[0]["kb"], reported[0]["kb"])
+
+
+def test_evaluate_asks_the_validation_questions_that_train_recorded(tmp_path, monkeypatch):
+    # audit 8: evaluate's --seed and --validation-examples defaulted to 0 and 2000: a model
+    # trained with --seed 3 (or other --validation-examples) was scored on other questions
+    # than those train reported, and evaluate disagreed with train's metrics.json
+    import json
+
+    import tensorflow as tf
+
+    from applications import __main__ as cli
+
+    run = tmp_path / "run"
+    args = cli._defaults(cli.build_parser("sort_of_clevr").parse_args(
+        ["train", "sort_of_clevr", "--run-dir", str(run), "--steps", "1", "--epochs", "1", "--batch-size", "4",
+         "--units", "8", "--embedding-dim", "4", "--mac-steps", "1", "--validation-examples", "6", "--seed", "3",
+         "--quiet"]))
+    result = soc.run_train(args, tf.distribute.get_strategy())
+    asked, real = [], soc._validation_sets
+    monkeypatch.setattr(soc, "_validation_sets", lambda *a, **kw: asked.append(a[:2]) or real(*a, **kw))
+    evaluate_args = cli._defaults(cli.build_parser("sort_of_clevr").parse_args(
+        ["evaluate", "sort_of_clevr", "--model", str(run / "model.keras"), "--quiet"]))
+    evaluated = soc.run_evaluate(evaluate_args, tf.distribute.get_strategy())
+    assert asked == [(6, 3)]
+    for key in ("non_relational_accuracy", "relational_accuracy"):
+        assert evaluated[key] == pytest.approx(result[key], abs=1e-6)
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["seed"] == 3 and metrics["validation_examples"] == 6
+    # given values are used as given; without a record, the old defaults
+    asked.clear()
+    soc.evaluate(str(run / "model.keras"), validation_examples=4, seed=5)
+    (run / "metrics.json").unlink()
+    soc.evaluate(str(run / "model.keras"))
+    assert asked == [(4, 5), (2000, 0)]
