@@ -696,12 +696,8 @@ def add_arguments(parser, command):
                         help="validation questions, half relational (default: "
                         + ("that of `train`, recorded beside the model, else 2000)" if command == "evaluate"
                            else "%(default)s)"))
-    if command == "evaluate":  # the validation questions of `train`: those of its seed
-        for action in parser._actions:
-            if action.dest == "seed":
-                action.default = None
-                action.help = ("seed of the validation questions (default: the one `train` recorded in "
-                               "metrics.json beside the model, else 0)")
+    if command == "evaluate":  # the validation questions of `train`: those of the seed it recorded, else 0
+        parser.set_defaults(seed=None)
     if command in ("train", "tune"):
         parser.add_argument("--kb", choices=("symbolic", "image"), default="symbolic",
                             help="knowledge base: the object list or the rendered scene (default: %(default)s)")
