@@ -648,7 +648,7 @@ def compile_model(model, learning_rate=1e-3, clipnorm=1.0, weight_decay=0.0, ema
 
 
 def _with_steps(model, steps):
-    """The same layers (shared weights) applied to sequences of ``steps`` steps."""
+    """The same layers (shared weights) applied to sequences of ``steps`` steps (None: any number)."""
     if model.inputs[0].shape[1] == steps:
         return model
     rolls = keras.Input((steps, NUM_KEYS), name="rolls")
@@ -669,8 +669,9 @@ def nll_per_step(model, rolls, batch_size=32, verbose=0):
     """The paper's metric: NLL per time step, summed over keys, mean over all steps.
 
     Args:
-        model: a model from ``build_model`` (any ``steps``: its layers are reused for
-            the longest roll when it differs), or a list of such models: an ensemble
+        model: a model from ``build_model`` (any ``steps``: its layers and weights
+            score the rolls padded to the longest, the ladder's symbolic loop traced
+            once for all batches, see ``_logit_function``), or a list of such models: an ensemble
             whose predictive probability of every key is the mean of the models'
             (still one independent Bernoulli per key given the past).
             An ensemble with a ``readout="nade"`` member is the mixture of the
@@ -687,7 +688,7 @@ def nll_per_step(model, rolls, batch_size=32, verbose=0):
     inputs, targets, mask = next_step_arrays(rolls)
     if not mask.any():  # was a ZeroDivisionError after running the model
         raise InputError(f"`rolls` must hold at least one step. Received: {len(rolls)} roll(s) of 0 steps")
-    nets = [_with_steps(m, inputs.shape[1]) for m in models]
+    nets = [_logit_function(m, inputs.shape[1]) for m in models]
     joint = any(is_autoregressive(m) for m in models)
     total = 0.0
     # one context over the loop: Keras' Progbar asks sys.stdout whether it is a terminal, and writes to it
@@ -695,10 +696,7 @@ def nll_per_step(model, rolls, batch_size=32, verbose=0):
         progress = keras.utils.Progbar(len(inputs), unit_name="roll") if verbose else None
         for start in range(0, len(inputs), batch_size):
             x, y = inputs[start : start + batch_size], targets[start : start + batch_size]
-            logits = np.stack([
-                np.asarray(net({"rolls": x, "targets": y} if is_autoregressive(net) else x, training=False), "float64")
-                for net in nets
-            ])
+            logits = np.stack([np.asarray(net(x, y), "float64") for net in nets])
             # log sigmoid(z) = -logaddexp(0, -z), stably
             if joint:  # the mixture of the members' joint distributions of the step
                 log_step = -(np.logaddexp(0.0, -logits) * y + np.logaddexp(0.0, logits) * (1 - y)).sum(-1)
@@ -711,6 +709,40 @@ def nll_per_step(model, rolls, batch_size=32, verbose=0):
             if progress is not None:
                 progress.update(min(start + batch_size, len(inputs)))
     return total / float(mask.sum())
+
+
+def _logit_function(model, steps):
+    """``f(rolls, targets)``: the logits ``[n, steps, 88]`` of ``model`` (inference, no
+    dropout) for ``[n, steps, 88]`` input rolls (``targets``: the rolls predicted, read by
+    a NADE read-out only), through the same layers and weights.
+
+    On TensorFlow it is one graph, traced here once for batches of any size and any
+    number of steps, in which the ladder runs its symbolic loop (``RLadder``'s
+    ``unroll``: T is unknown when traced). Its logits are those of the ladder unrolled
+    over ``steps`` and run eagerly (``_with_steps(model, steps)``), which ``nll_per_step``
+    ran before, paying Python's dispatch of every op of every step for every batch: the
+    77 test chorales (up to 160 steps) through a small ladder took 14-21 s that way on a
+    loaded 2-core CPU, 0.8-1.4 s through the graph, its trace included. On other
+    backends, that eager model.
+    """
+    autoregressive = is_autoregressive(model)
+
+    def logits(net, rolls, targets):
+        return net({"rolls": rolls, "targets": targets} if autoregressive else rolls, training=False)
+
+    if keras.backend.backend() != "tensorflow":
+        net = _with_steps(model, steps)
+        return lambda rolls, targets: logits(net, rolls, targets)
+    import tensorflow as tf
+
+    # a ladder made to unroll (unroll=True) needs the number of steps when traced
+    net = _with_steps(model, steps if model.get_layer("rladder").unroll else None)
+    spec = tf.TensorSpec((None, net.inputs[0].shape[1], NUM_KEYS), "float32")
+    # The concrete function is called, not the tf.function: one made anew for every model
+    # and call warned of "excessive retracing" from the fifth on (ensembles, tests).
+    # autograph=False: no Python control flow of this function's own to convert.
+    graph = tf.function(lambda rolls, targets: logits(net, rolls, targets), autograph=False)
+    return graph.get_concrete_function(spec, spec)
 
 
 def _log_mean_exp(a):
@@ -966,7 +998,8 @@ def train(
     ``sample_steps`` steps (default 64; 0: none) drawn from the (first) model with
     ``sample`` (seed ``seed``). With ``strategy`` the model is built and compiled in its scope
     (``batch_size`` is then the global batch); ``limit`` keeps the first chorales of
-    every split (quick runs).
+    every split (quick runs), and ``metrics.json`` records it (``"limit"``, null for
+    all): ``evaluate`` scores the same first chorales by default.
 
     Returns:
         A dict with the validation and test NLL per step, the parameter count and the paths.
@@ -1122,6 +1155,7 @@ def train(
         "test_nll_per_step": nll_per_step(models, rolls["test"]),
         "parameters": int(sum(m.count_params() for m in models)),
         "epochs_run": epochs_run[0] if ensemble == 1 else epochs_run,
+        "limit": limit,  # evaluate scores the same first chorales by default (None: all)
         **paths,
     }
     fault_tolerance.write_metrics_json(result, paths["metrics"])
@@ -1174,6 +1208,12 @@ def evaluate(model_path, data_path=None, split="test", limit=None, batch_size=32
              sample_steps=0, num_samples=1, temperature=1.0, seed=0, samples_path=None, verbose=0):
     """NLL per step of a saved model on the chorales of ``split`` (``limit``: the first ones).
 
+    ``limit`` (None) defaults to the one ``train`` recorded in ``metrics.json`` beside the
+    model, else all chorales: a run trained with a limit is scored on the same first
+    chorales as ``train`` scored it (not on all of them, which gave another figure than
+    the one ``train`` reported). A ``limit`` given wins; one at least the split's size
+    scores all of them.
+
     With ``sample_steps`` > 0 it also draws ``num_samples`` chorales of that many steps
     from the model (``sample``, with ``temperature`` and ``seed``) and writes them to
     ``samples_path`` (default: ``samples.npy`` beside the model; a folder: ``samples.npy``
@@ -1192,6 +1232,8 @@ def evaluate(model_path, data_path=None, split="test", limit=None, batch_size=32
         limit = integer_at_least("limit", limit, 1)
     if not os.path.exists(model_path):
         raise PathNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
+    if limit is None:
+        limit = checks.recorded_integers(model_path, ("limit",), minimum=1).get("limit")
     strategy = distribute.resolve_strategy(strategy)
     data = load_chorales(data_path)
     with strategy.scope():
@@ -1253,7 +1295,9 @@ def add_arguments(parser, command):
                         help="folder holding jsb_chorales.json (or the file itself); "
                         "default: the project's shared copy")
     parser.add_argument("--limit", type=positive_int, default=None,
-                        help="use only the first N chorales of every split (quick runs)")
+                        help="score only the first N chorales of the split (default: the --limit "
+                        "`train` recorded beside the model, else all; a larger N: all)" if command == "evaluate"
+                        else "use only the first N chorales of every split (quick runs)")
     if command in ("train", "tune"):
         parser.add_argument("--window", type=positive_int, default=32,
                             help="train on windows of N steps (default: %(default)s)")

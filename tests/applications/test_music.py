@@ -531,6 +531,70 @@ def test_an_ensemble_with_a_nade_member_mixes_whole_steps():
     assert music.nll_per_step([a, b], rolls) == pytest.approx(expected, rel=1e-5)
 
 
+def _reference_step_log_probs(model, roll):
+    """``[steps]`` log-probability of every step of one ``roll`` under ``model``, the
+    straightforward way: its ladder (and NADE) layers called eagerly on that roll alone
+    (its own length, no padding, no batch), the 88 keys' Bernoullis in float64 numpy."""
+    roll = np.asarray(roll, "float32")[None]
+    previous = np.concatenate([np.zeros_like(roll[:, :1]), roll[:, :-1]], axis=1)
+    ladder = model.get_layer("rladder")
+    if ladder.use_decoder:
+        z = ladder(previous, training=False)[0]
+    else:
+        z = model.get_layer("readout")(ladder(previous, training=False))
+    if music.is_autoregressive(model):
+        z = model.get_layer("nade")([z, roll])
+    z, y = np.asarray(z, "float64")[0], roll[0].astype("float64")
+    p = 1 / (1 + np.exp(-z))
+    return (y * np.log(p) + (1 - y) * np.log(1 - p)).sum(-1), p, y
+
+
+def test_nll_per_step_of_real_chorales_is_that_of_each_chorale_alone_in_one_symbolic_trace(chorales, monkeypatch):
+    # nll_per_step built a model unrolled over the longest roll and ran it eagerly, batch
+    # after batch (seconds for a split, paid twice by every train and again by evaluate).
+    # It now traces the ladder's symbolic loop once for all batches: the same numbers.
+    from keras_capsules.layers import RLadder
+
+    rng = np.random.default_rng(7)
+    keras.utils.set_random_seed(7)
+    gated = music.build_model(4, units=(8, 4))  # built for 4 steps: the chorales are longer
+    nade = music.build_model(None, units=(6,), encoder="lstm", readout="nade", nade_units=5)
+    hierarchical = music.build_model(4, units=(6, 4), encoder="lstm", use_decoder=False)
+    models = (gated, nade, hierarchical)
+    for model in models:  # logits far from 0, the NADE's V not zero
+        model.set_weights([w + rng.normal(scale=0.3, size=w.shape).astype("float32") for w in model.get_weights()])
+    rolls = [music.piano_roll(chorales["test"][i]) for i in (3, 4, 8, 10)]  # whole: 39, 32, 48 and 33 steps
+    steps = sum(len(r) for r in rolls)
+    alone = {id(m): [_reference_step_log_probs(m, r) for r in rolls] for m in models}
+
+    def expected(members):
+        refs = [alone[id(m)] for m in members]
+        if any(music.is_autoregressive(m) for m in members):  # the mixture of the whole steps' distributions
+            log_p = np.stack([np.concatenate([lp for lp, _, _ in ref]) for ref in refs])
+            top = log_p.max(axis=0)
+            return -(top + np.log(np.mean(np.exp(log_p - top), axis=0))).sum() / steps
+        p = np.mean([np.concatenate([p for _, p, _ in ref]) for ref in refs], axis=0)  # mean probabilities
+        y = np.concatenate([y for _, _, y in refs[0]])
+        return -(y * np.log(p) + (1 - y) * np.log(1 - p)).sum() / steps
+
+    cases = [[gated], [nade], [hierarchical], [gated, hierarchical], [gated, nade, hierarchical]]
+    lengths_seen = []
+    original = RLadder.call
+
+    def recording_call(self, inputs, *args, **kwargs):
+        lengths_seen.append(inputs.shape[1])
+        return original(self, inputs, *args, **kwargs)
+
+    monkeypatch.setattr(RLadder, "call", recording_call)
+    for members in cases:
+        lengths_seen.clear()
+        # batches of 3: the last one of a single chorale
+        assert music.nll_per_step(members, rolls, batch_size=3) == pytest.approx(expected(members), rel=1e-6)
+        # every ladder ran once, traced on sequences of unknown length (its symbolic loop)
+        # for all the batches; the unrolled model ran each batch of 48 steps eagerly
+        assert lengths_seen == [None] * len(members), lengths_seen
+
+
 def test_train_with_the_nade_readout_from_the_command_line(tmp_path, monkeypatch, short_data):
     import argparse
 
@@ -760,6 +824,39 @@ def test_evaluate_takes_a_run_directory_and_a_samples_folder(tmp_path, capsys):
     assert result["model"] == str(tmp_path / "model.keras") and np.isfinite(result["test_nll_per_step"])
     assert result["samples"] == str(tmp_path / "out" / "samples.npy")
     assert np.load(result["samples"]).shape == (1, 2, 88) and (tmp_path / "out" / "samples.png").is_file()
+
+
+def test_evaluate_scores_the_chorales_that_train_scored_unless_told_otherwise(tmp_path, capsys, short_data):
+    # `train --limit N` scored the first N chorales of every split but recorded no N, and
+    # `evaluate` of its model then scored every chorale: another test NLL than train's.
+    import argparse
+    import shutil
+
+    from applications import __main__ as cli
+
+    run = tmp_path / "run"
+    result = _small_run(short_data, run, limit=2)
+    assert json.loads((run / "metrics.json").read_text())["limit"] == 2
+    argv = ["evaluate", "music", "--data-dir", str(short_data), "--model", str(run), "--quiet"]
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    assert json.loads(capsys.readouterr().out)["test_nll_per_step"] == pytest.approx(result["test_nll_per_step"],
+                                                                                     rel=1e-6)
+    # a --limit given wins: here all four test chorales
+    model = keras.saving.load_model(run / "model.keras")
+    every = music.nll_per_step(model, music.load_rolls(short_data)[0]["test"])
+    assert every != pytest.approx(result["test_nll_per_step"], rel=1e-3)
+    assert cli.main([*argv, "--limit", "4"]) == 0, capsys.readouterr().err
+    assert json.loads(capsys.readouterr().out)["test_nll_per_step"] == pytest.approx(every, rel=1e-6)
+    # without a recorded limit (a model moved away from its run; a run on all chorales): all
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    shutil.copy(run / "model.keras", moved / "model.keras")
+    assert music.evaluate(str(moved / "model.keras"), short_data)["test_nll_per_step"] == pytest.approx(every, rel=1e-6)
+    (moved / "metrics.json").write_text(json.dumps({"limit": None}))
+    assert music.evaluate(str(moved / "model.keras"), short_data)["test_nll_per_step"] == pytest.approx(every, rel=1e-6)
+    parser = argparse.ArgumentParser()
+    music.add_arguments(parser, "evaluate")
+    assert "`train` recorded beside the model" in " ".join(parser.format_help().split())
 
 
 def test_ensemble_members_back_up_to_folders_of_their_own(tmp_path, monkeypatch):
