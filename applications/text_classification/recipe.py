@@ -33,7 +33,9 @@ def prepare_data(dataset="sst2", data_dir=None, batch_size=30, vocab_size=60000,
         ``validation`` and, with ``test``, ``test`` (the same dataset when a TFDS set
         validates on its test split). With ``hold_out`` a TFDS set validates on a
         held-out tenth of its training split instead (``data.splits``), as model
-        selection (``tuning.text_classification``) needs.
+        selection (``tuning.text_classification``) needs. ``truncated``: for each of
+        those datasets (by the same key), a ``data.Truncation``: how many of its texts
+        are longer than ``max_length`` tokens (cut), of how many.
     """
     train_split, val_split, test_split = data_lib.splits(dataset, hold_out)
 
@@ -44,21 +46,40 @@ def prepare_data(dataset="sst2", data_dir=None, batch_size=30, vocab_size=60000,
     vocabulary = data_lib.build_vocabulary(train_raw, max_size=vocab_size, max_length=max_length)
     lookup = data_lib.make_lookup(vocabulary)
 
-    def batches(ds, shuffle):
-        batched = data_lib.make_dataset(ds, lookup, batch_size, shuffle=shuffle, seed=seed, max_length=max_length)
+    truncated = {}
+
+    def batches(key, ds, shuffle):
+        batched, truncated[key] = data_lib.make_dataset(ds, lookup, batch_size, shuffle=shuffle, seed=seed,
+                                                        max_length=max_length, count_truncated=True)
         return data_lib.with_cardinality(batched)
 
-    validation = batches(raw(val_split), False)
+    validation = batches("validation", raw(val_split), False)
     data = {
         "vocabulary": vocabulary,
         "vocab_size": int(lookup.vocabulary_size()),
         "num_classes": data_lib.num_classes(dataset),
-        "train": batches(train_raw, True),
+        "train": batches("train", train_raw, True),
         "validation": validation,
     }
     if test:
-        data["test"] = validation if test_split == val_split else batches(raw(test_split), False)
+        if test_split == val_split:
+            data["test"], truncated["test"] = validation, truncated["validation"]
+        else:
+            data["test"] = batches("test", raw(test_split), False)
+    data["truncated"] = {key: truncated[key] for key in ("train", "validation", "test") if key in truncated}
     return data
+
+
+def truncation_line(max_length, truncated):
+    """The console line of how many texts of each split ``max_length`` cuts.
+
+    ``truncated``: ``{split: data.Truncation}`` (as :func:`prepare_data` gives).
+    """
+    counts = ", ".join(f"{split} {n.truncated:,} of {n.texts:,}" for split, n in truncated.items())
+    line = f"texts longer than --max-length {max_length:,} tokens (cut to their first {max_length:,}): {counts}"
+    if any(n.truncated for n in truncated.values()):
+        line += "; a larger --max-length keeps them whole"
+    return line
 
 
 def train(
@@ -108,7 +129,8 @@ def train(
         **model_kwargs: further :func:`build_model` arguments.
 
     Returns:
-        A dict of the results (test accuracy, parameter counts, output paths, ...).
+        A dict of the results (test accuracy, parameter counts, the number of texts of
+        each split cut at ``max_length`` tokens: ``truncated_texts``, output paths, ...).
     """
 
     from applications import fault_tolerance
@@ -125,6 +147,10 @@ def train(
     os.makedirs(run_dir, exist_ok=True)
     data = prepare_data(dataset, data_dir, batch_size, vocab_size, max_length, phrases, limit, seed)
     n_ids, n_classes = data["vocab_size"], data["num_classes"]
+    if verbose:  # (the default 5,000 tokens cut long reviews without a word)
+        shown = {split: n for split, n in data["truncated"].items()
+                 if not (split == "validation" and data["validation"] is data["test"])}
+        print(truncation_line(max_length, shown))
 
     with strategy.scope():
         model = model_lib.build_model(n_ids, n_classes, routing=routing, embedding=embedding, **model_kwargs)
@@ -170,6 +196,8 @@ def train(
         "epochs": epochs,
         "vocab_size": int(n_ids),
         "max_length": max_length,  # evaluate cuts the texts as training did by default
+        # texts of each split longer than max_length tokens, cut to it
+        "truncated_texts": {split: n.truncated for split, n in data["truncated"].items()},
         "parameters": params,
         **paths,
     }
@@ -190,8 +218,10 @@ def evaluate(model_path, dataset="sst2", data_dir=None, vocabulary_path=None, li
     :func:`train` recorded in ``metrics.json`` beside the model (else ``MAX_LENGTH``), so
     that ``evaluate`` scores what ``train`` scored.
 
-    ``verbose``: 1 shows Keras' progress bars, on stderr (stdout keeps only the result);
-    0 (the default) is silent.
+    ``verbose``: 1 shows Keras' progress bars and the line of how many texts were cut
+    at ``max_length`` (:func:`truncation_line`), on stderr (stdout keeps only the
+    result); 0 (the default) is silent. The result holds that count too:
+    ``truncated_texts`` (``{"test": n}``), with the ``max_length`` used.
     """
 
     if not os.path.exists(model_path):
@@ -204,7 +234,8 @@ def evaluate(model_path, dataset="sst2", data_dir=None, vocabulary_path=None, li
     strategy = distribute.resolve_strategy(strategy)
     lookup = data_lib.make_lookup(data_lib.load_vocabulary(vocabulary_path))
     raw = data_lib.load_split(dataset, data_lib.splits(dataset)[2], data_dir, limit=limit)
-    test = data_lib.with_cardinality(data_lib.make_dataset(raw, lookup, batch_size, max_length=max_length))
+    test, truncated = data_lib.make_dataset(raw, lookup, batch_size, max_length=max_length, count_truncated=True)
+    test = data_lib.with_cardinality(test)
     with strategy.scope():
         model = checks.load_model(model_path)
     _check_classifier(model, model_path, int(lookup.vocabulary_size()), vocabulary_path)
@@ -216,8 +247,11 @@ def evaluate(model_path, dataset="sst2", data_dir=None, vocabulary_path=None, li
         with strategy.scope():
             model_lib.compile_model(model)
     with console.progress_on_stderr(verbose):
+        if verbose:
+            print(truncation_line(max_length, {"test": truncated}))
         loss, accuracy = model.evaluate(test, verbose=verbose)
-    return {"test_accuracy": float(accuracy), "test_loss": float(loss), "model": model_path}
+    return {"test_accuracy": float(accuracy), "test_loss": float(loss), "model": model_path,
+            "max_length": max_length, "truncated_texts": {"test": truncated.truncated}}
 
 
 def _recorded_max_length(model_path):

@@ -438,3 +438,112 @@ def test_a_damaged_cache_entry_is_a_one_line_error_naming_it(encoder, tmp_path):
     shutil.rmtree(tmp_path / entry)  # as the message says: then it is computed again
     again = sst.embed_texts(TEXTS, encoder, tmp_path, name="t", max_length=12, verbose=0)
     np.testing.assert_array_equal(np.asarray(again.states), expected)
+
+
+# ---------------------------------------------------------------------- texts cut at max_length
+
+# With max_length 6 ([CLS] + 4 word pieces + [SEP]): 1, 4 (exactly: kept), 5, 5 ("," are
+# pieces of their own) and 0 word pieces; two texts are cut.
+CUT_TEXTS = ["good", "good good good good", "good good good good good", "good,good,good", ""]
+
+
+def test_embedded_texts_count_the_texts_cut_at_max_length_also_from_the_cache(encoder, tmp_path, monkeypatch):
+    # Nothing said how many texts --max-length cut (a user keeping the default 128 never
+    # learnt it); the count is taken from the tokenizer's rows and kept in the cache entry.
+    short = sst.Encoder(encoder.backbone, encoder.tokenizer, "tiny-bert", max_length=6)
+    embedded = sst.embed_texts(CUT_TEXTS, short, tmp_path / "short", name="t", max_length=6, verbose=0)
+    assert embedded.truncated == 2 and embedded.lengths.tolist() == [3, 6, 6, 6, 2]
+    [entry] = (tmp_path / "short").iterdir()
+    assert json.loads((entry / "meta.json").read_text())["truncated"] == 2
+    assert sst.embed_texts(CUT_TEXTS, encoder, tmp_path / "long", name="t", max_length=12, verbose=0).truncated == 0
+
+    def no_recompute(*args, **kwargs):
+        raise AssertionError("the cached embeddings were recomputed")
+
+    monkeypatch.setattr(sst.Encoder, "__call__", no_recompute)
+    assert sst.embed_texts(CUT_TEXTS, "tiny-bert", tmp_path / "short", name="t", max_length=6,
+                           verbose=0).truncated == 2
+    # An entry of an older version has no count: the texts stored at max_length tokens are
+    # tokenized again (the tokenizer alone: the transformer is never run); none: none cut.
+    for old in (entry, *(tmp_path / "long").iterdir()):
+        meta = json.loads((old / "meta.json").read_text())
+        del meta["truncated"]
+        (old / "meta.json").write_text(json.dumps(meta))
+    assert sst.embed_texts(CUT_TEXTS, short, tmp_path / "short", name="t", max_length=6, verbose=0).truncated == 2
+    assert sst.embed_texts(CUT_TEXTS, encoder, tmp_path / "long", name="t", max_length=12, verbose=0).truncated == 0
+
+
+def test_train_and_evaluate_report_the_sentences_cut_at_max_length(tmp_path, capsys):
+    preset = tiny_bert_preset(tmp_path / "preset")
+    tokenizer = keras_hub.models.Tokenizer.from_preset(preset)
+    first = {split: real_sst_split(split, "2")[0][:12] for split in ("train", "dev", "test")}
+    # max_length 16: [CLS], 14 word pieces, [SEP]
+    expected = {split: sum(len(row) > 14 for row in tokenizer(texts)) for split, texts in first.items()}
+    assert all(0 < n < 12 for n in expected.values()), expected
+    run = tmp_path / "run"
+    sst.train(SST, granularity="2", run_dir=run, preset=preset, train_on="sentences", epochs=1,
+              batch_size=16, max_train=12, max_eval=12, max_length=16, verbose=1)
+    out = capsys.readouterr().out
+    assert json.loads((run / "metrics.json").read_text())["truncated_texts"] == expected
+    line = ("texts longer than --max-length 16 tokens, special tokens included (cut to their first 16): "
+            f"train {expected['train']} of 12, dev {expected['dev']} of 12, test {expected['test']} of 12; "
+            "a larger --max-length keeps them whole")
+    assert out.count(line) == 1, out
+    result = sst.evaluate(str(run / "model.keras"), SST, granularity="2", max_eval=12, verbose=1)
+    assert result["truncated_texts"] == {"test": expected["test"]} and result["max_length"] == 16
+    out, err = capsys.readouterr()
+    assert f"(cut to their first 16): test {expected['test']} of 12" in err and "texts longer" not in out
+
+
+# ---------------------------------------------------------------------- the cache key of a preset folder
+
+
+def test_a_model_replaced_in_a_preset_folder_is_embedded_again(tmp_path, monkeypatch):
+    # The key of a local preset folder was its path alone: a model put in the folder in
+    # place of another one silently read the cached states of the one before.
+    preset = tiny_bert_preset(tmp_path / "preset", seed=0)
+    other = tiny_bert_preset(tmp_path / "other", seed=1)
+    cache = tmp_path / "cache"
+    first = sst.embed_texts(TEXTS, preset, cache, name="t", max_length=12, verbose=0)
+    with monkeypatch.context() as patch:  # the folder as it was: its entry is read, no model loaded
+        patch.setattr(sst.Encoder, "from_preset", lambda *a, **kw: pytest.fail("embedded again"))
+        again = sst.embed_texts(TEXTS, preset, cache, name="t", max_length=12, verbose=0)
+    np.testing.assert_array_equal(np.asarray(again.states), np.asarray(first.states))
+    assert sst.is_cached(cache, preset, "t", 12, TEXTS)
+    # another model's weights (copied with their time stamp) in the folder: a new entry
+    shutil.copy2(os.path.join(other, "model.weights.h5"), os.path.join(preset, "model.weights.h5"))
+    assert not sst.is_cached(cache, preset, "t", 12, TEXTS)
+    replaced = sst.embed_texts(TEXTS, preset, cache, name="t", max_length=12, verbose=0)
+    assert len(os.listdir(cache)) == 2
+    assert not np.allclose(np.asarray(replaced.states, "float32"), np.asarray(first.states, "float32"))
+    encoder = sst.Encoder.from_preset(preset, max_length=12)  # the Encoder keys its states alike
+    assert encoder.fingerprint == sst.preset_fingerprint(preset) and sst.is_cached(cache, encoder, "t", 12, TEXTS)
+
+
+def test_the_fingerprint_of_a_preset_folder_reads_small_files_and_dates_large_ones(tmp_path, monkeypatch):
+    preset = tiny_bert_preset(tmp_path / "preset")
+    weights = os.path.join(preset, "model.weights.h5")
+    before = sst.preset_fingerprint(preset)
+    assert sst.preset_fingerprint(preset + os.sep) == before and len(before) == 16
+    # a small file by its content: the same bytes written again keep the key, others (of the
+    # same size) change it
+    config = pathlib.Path(preset, "config.json")
+    text = config.read_text()
+    config.write_text(text)
+    assert sst.preset_fingerprint(preset) == before
+    config.write_text(text.replace("1", "2", 1))
+    assert sst.preset_fingerprint(preset) != before
+    config.write_text(text)
+    # a large one (weights: never read whole) by its size and modification time
+    monkeypatch.setattr(sst, "FINGERPRINT_READ_BYTES", 1024)
+    large = sst.preset_fingerprint(preset)
+    info = os.stat(weights)
+    os.utime(weights, ns=(info.st_atime_ns, info.st_mtime_ns + 10**9))
+    assert sst.preset_fingerprint(preset) != large
+    os.utime(weights, ns=(info.st_atime_ns, info.st_mtime_ns))
+    assert sst.preset_fingerprint(preset) == large
+    # names (and the default MiniLM) are keyed by the name alone, as before
+    for name in ("bert_tiny_en_uncased", sst.DEFAULT_PRESET, None, str(tmp_path / "missing")):
+        assert sst.preset_fingerprint(name) is None
+    assert sst._cache_key("bert_tiny_en_uncased", "t", 12, TEXTS) == (
+        "bert_tiny_en_uncased-t-L12-" + _texts_digest(TEXTS))

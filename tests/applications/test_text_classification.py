@@ -499,3 +499,64 @@ def test_train_refuses_bad_data_options_by_their_names_before_the_run_directory(
     assert not (tmp_path / "run").exists()
     with pytest.raises(ValueError, match="^`max_length` must be an integer >= 1. Received: max_length=0$"):
         data.build_vocabulary(["a good film"], max_length=0)
+
+
+# ---------------------------------------------------------------------- texts cut at max_length
+
+
+def test_make_dataset_counts_the_texts_longer_than_max_length():
+    # Nothing said how many texts --max-length cut: a user keeping the default 5,000 never
+    # learnt that part of the data was thrown away. Tokens are counted, not words:
+    # "x,y z" is 4 tokens (2 words) and "1234" is 4 (one per digit).
+    texts = ["a b c d", "a b", "x,y z", "one two three", "", "1234"]
+    cut = [True, False, True, False, False, True]  # 4, 2, 4, 3 (exactly the limit: kept), 0, 4 tokens
+    raw = tf.data.Dataset.from_tensor_slices((tf.constant(texts), tf.constant(range(6), tf.int32)))
+    lookup = data.make_lookup(data.build_vocabulary(texts))
+    plain = data.make_dataset(raw, lookup, batch_size=8, max_length=3)
+    counted, counts = data.make_dataset(raw, lookup, batch_size=8, max_length=3, count_truncated=True)
+    assert counts == data.Truncation(truncated=sum(cut), texts=6)
+    # the batches are those of make_dataset without the count
+    for (ids, labels), (ids2, labels2) in zip(plain.as_numpy_iterator(), counted.as_numpy_iterator(), strict=True):
+        np.testing.assert_array_equal(ids, ids2)
+        np.testing.assert_array_equal(labels, labels2)
+    assert max(ids.shape[1] for ids, _ in counted.as_numpy_iterator()) == 3
+    # training data (empty texts dropped), without a cache, and with no limit
+    _, counts = data.make_dataset(raw, lookup, 8, shuffle=True, max_length=3, count_truncated=True)
+    assert counts == (3, 5)
+    _, counts = data.make_dataset(raw, lookup, 8, max_length=3, cache=False, count_truncated=True)
+    assert counts == (3, 6)
+    _, counts = data.make_dataset(raw, lookup, 8, max_length=None, count_truncated=True)
+    assert counts == (0, 6)
+    _, counts = data.make_dataset(raw, lookup, 8, max_length=4, count_truncated=True)
+    assert counts == (0, 6)
+
+
+def _longer_than(split, max_length, limit):
+    raw = data.load_split("sst2", split, SST_DIR, limit=limit)
+    return sum(int(tf.size(data.preprocess(text, None))) > max_length for text, _ in raw.as_numpy_iterator())
+
+
+def test_train_and_evaluate_report_the_texts_cut_at_max_length(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    # (the first 16 sentences of each split: some are longer than 20 tokens, one test one is 20)
+    expected = {"train": _longer_than("train", 20, 16), "validation": _longer_than("dev", 20, 16),
+                "test": _longer_than("test", 20, 16)}
+    assert all(0 < n < 16 for n in expected.values()), expected
+    result = recipe.train(dataset="sst2", data_dir=SST_DIR, run_dir=str(run_dir), epochs=1, batch_size=8,
+                          limit=16, max_length=20, jit_compile=False, verbose=1, **TINY)
+    out = capsys.readouterr().out
+    assert result["truncated_texts"] == expected
+    assert json.loads((run_dir / "metrics.json").read_text())["truncated_texts"] == expected
+    line = (f"texts longer than --max-length 20 tokens (cut to their first 20): train {expected['train']} of 16, "
+            f"validation {expected['validation']} of 16, test {expected['test']} of 16; "
+            "a larger --max-length keeps them whole")
+    assert out.count(line) == 1, out
+    # evaluate: the count in its result, the line with its progress (stderr)
+    again = recipe.evaluate(str(run_dir / "model.keras"), "sst2", SST_DIR, limit=16, verbose=1)
+    assert again["truncated_texts"] == {"test": expected["test"]} and again["max_length"] == 20
+    out, err = capsys.readouterr()
+    assert f"texts longer than --max-length 20 tokens (cut to their first 20): test {expected['test']} of 16" in err
+    assert "texts longer" not in out
+    assert recipe.evaluate(str(run_dir / "model.keras"), "sst2", SST_DIR, limit=16,
+                           max_length=100)["truncated_texts"] == {"test": 0}
+    assert "texts longer" not in "".join(capsys.readouterr())  # verbose=0: silent
