@@ -1008,6 +1008,7 @@ def train(
         "augment": augment,
         # what defines the train/test split: `evaluate` uses it (another split overlaps training digits)
         "split": {"seed": seed, "source": source, "data_dir": None if data_dir is None else os.path.abspath(data_dir)},
+        "num_test": num_test,  # `evaluate` scores as many test sequences by default
         **paths,
     }
     fault_tolerance.write_metrics_json(result, paths["metrics"])
@@ -1015,11 +1016,12 @@ def train(
     return result
 
 
-def evaluate(model_path, source=None, data_dir=None, num_test=5000, seed=None, batch_size=64, strategy=None,
+def evaluate(model_path, source=None, data_dir=None, num_test=None, seed=None, batch_size=64, strategy=None,
              verbose=0):
     """Classification error of a saved model on the test sequences of :func:`train`: ``seed``,
     ``source`` and ``data_dir`` default to those ``train`` recorded in ``metrics.json`` beside
-    the model; others are refused (``checks.recorded_split``).
+    the model; others are refused (``checks.recorded_split``). ``num_test`` (None) defaults
+    to the number of test sequences ``train`` recorded there, else 5000.
 
     ``verbose``: 1 shows Keras' progress bars, on stderr (stdout keeps only the result);
     0 (the default) is silent.
@@ -1034,6 +1036,8 @@ def evaluate(model_path, source=None, data_dir=None, num_test=5000, seed=None, b
     split, note = checks.recorded_split(model_path, {
         "seed": seed, "source": source, "data_dir": None if data_dir is None else os.path.abspath(data_dir)})
     seed, source, data_dir = split["seed"], split["source"] or "idx", split["data_dir"]
+    if num_test is None:  # (5000 always: other sequences than train scored, unless given its number)
+        num_test = checks.recorded_integers(model_path, ("num_test",), minimum=1).get("num_test", 5000)
     num_test = integer_at_least("num_test", num_test, 1)
     batch_size = integer_at_least("batch_size", batch_size, 1)
     strategy = distribute.resolve_strategy(strategy)
@@ -1200,7 +1204,10 @@ def add_arguments(parser, command):
     parser.add_argument("--data-dir", default=None,
                         help="folder of the MNIST IDX files (default: the project's shared copy), "
                         "or TFDS's data folder with --source tfds")
-    parser.add_argument("--num-test", type=positive_int, default=5000, help="test sequences")
+    parser.add_argument("--num-test", type=positive_int, default=None if command == "evaluate" else 5000,
+                        help=("validation sequences of every trial" if command == "tune" else "test sequences")
+                        + " (default: " + ("the number `train` recorded beside the model, else "
+                        "5000)" if command == "evaluate" else "%(default)s)"))
     if command == "evaluate":  # the split must be training's: the one `train` recorded beside the model
         parser.set_defaults(seed=None, source=None)
     if command in ("train", "tune"):

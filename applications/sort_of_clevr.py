@@ -30,6 +30,7 @@ contextual words and question vector), a :class:`keras_capsules.layers.MACNetwor
 ``[m_p, q]``. :func:`plot_example_attention` draws its attention maps.
 """
 
+import json
 import numbers
 
 import numpy as np
@@ -310,29 +311,39 @@ def make_dataset(batch_size=64, seed=0, relational=None, kb="symbolic", template
     start = integer_at_least("start", start, 0)
     shapes = _shapes(kb)
 
-    def stream():
+    keys = tuple(shapes)
+    dtypes = tuple(tf.int32 if key == "question" else tf.float32 for key in keys)
+
+    def next_batch(state):
         # Whole batches from Python: one tf.data element per batch, not per example
         # (per-element overhead was two fifths of a MAC training step). The examples
-        # and their order are those of a per-example stream batched.
-        rng = np.random.default_rng(seed)
-        for _ in range(start * batch_size):
-            _draw(rng, templates, kb)
-        while True:
-            examples = [_example(rng, templates, kb) for _ in range(batch_size)]
-            x = {
-                key: np.stack([e[key] for e, _ in examples]).astype("int32" if key == "question" else "float32")
-                for key in shapes
-            }
-            yield x, np.array([a for _, a in examples], "int32")
+        # and their order are those of a per-example stream batched. `state` is the
+        # generator's after the batches before (JSON of its bit generator's state),
+        # empty for the first batch: the seed's, with the skipped batches' draws replayed.
+        if state:
+            rng = np.random.Generator(np.random.PCG64())
+            rng.bit_generator.state = json.loads(state)
+        else:
+            rng = np.random.default_rng(seed)
+            for _ in range(start * batch_size):
+                _draw(rng, templates, kb)
+        examples = [_example(rng, templates, kb) for _ in range(batch_size)]
+        xs = [np.stack([e[key] for e, _ in examples]).astype(dtype.as_numpy_dtype) for key, dtype in zip(keys, dtypes)]
+        return (json.dumps(rng.bit_generator.state).encode(), *xs, np.array([a for _, a in examples], "int32"))
 
-    signature = (
-        {
-            key: tf.TensorSpec((batch_size,) + shape, tf.int32 if key == "question" else tf.float32)
-            for key, shape in shapes.items()
-        },
-        tf.TensorSpec((batch_size,), tf.int32),
-    )
-    ds = tf.data.Dataset.from_generator(stream, output_signature=signature)
+    def step(state, _):
+        state, *xs, answers = tf.numpy_function(next_batch, [state], [tf.string, *dtypes, tf.int32])
+        state.set_shape(())
+        for x, key in zip(xs, keys):
+            x.set_shape((batch_size,) + shapes[key])
+        answers.set_shape((batch_size,))
+        return state, (dict(zip(keys, xs)), answers)
+
+    # The generator's state is the scan's, a tensor: every iterator starts from the seed,
+    # and no Python generator is left to finalize. (A `from_generator` stream's iterator,
+    # alive until the interpreter's exit, ended `train` with TensorFlow's "Error occurred
+    # when finalizing GeneratorDataset iterator" on stderr.)
+    ds = tf.data.Dataset.from_tensors(0).repeat().scan(tf.constant(b""), step)
     return ds.prefetch(tf.data.AUTOTUNE)
 
 

@@ -395,6 +395,7 @@ def build_model(
     conv_encoder="convlstm",
     group_codes=False,
     mask_damping=0.0,
+    seed=0,
     name="rtagger_textured_mnist",
 ):
     """RTagger with ``n_groups`` groups on ``[size, size, 1]`` images.
@@ -402,6 +403,8 @@ def build_model(
     ``conv_units``, ``dense_units``, ``pool``, ``unflatten`` and ``conv_encoder`` shape the ladder
     (:func:`paper_levels`); ``sigma``, ``mask_update``, ``initial_mask_scale``,
     ``posterior_sigma``, ``initial_mask_stddev``, ``group_codes`` and ``mask_damping`` are RTagger's.
+    ``seed`` (an integer >= 0, default 0; :func:`train` passes its own) seeds the training
+    noise of the input corruption (``noise_std``): another seed, another noise stream.
 
     Returns:
         A ``keras.Model`` with outputs ``{"mixture": concatenate([m, pi]) [b, T, K,
@@ -413,8 +416,10 @@ def build_model(
         num_classes = integer_at_least("num_classes", num_classes, 2)
     # RTagger's own ValueError for n_groups=1 ended `train --n-groups 1` with a traceback
     n_groups = integer_at_least("n_groups", n_groups, 2)
+    # (the corruption's seed was 0 whatever the model's or train's seed: every run drew the same noise)
+    seed = integer_at_least("seed", seed, 0)
     images = keras.Input((image_size, image_size, 1), name="images")
-    x = GaussianCorruption(noise_std, seed=0, name="corruption")(images) if noise_std else images
+    x = GaussianCorruption(noise_std, seed=seed, name="corruption")(images) if noise_std else images
     pi, m = RTagger(
         n_groups, paper_levels(conv_units, dense_units, pool, unflatten, conv_encoder), n_iters=n_iters, sigma=sigma,
         mask_update=mask_update, initial_mask_scale=initial_mask_scale, posterior_sigma=posterior_sigma,
@@ -901,7 +906,7 @@ def train(
                 head_input=head_input, head_type=head_type, mask_update=mask_update,
                 initial_mask_scale=initial_mask_scale, posterior_sigma=posterior_sigma,
                 initial_mask_stddev=initial_mask_stddev, unflatten=unflatten, conv_encoder=conv_encoder,
-                group_codes=group_codes, mask_damping=mask_damping,
+                group_codes=group_codes, mask_damping=mask_damping, seed=seed,
             ),
             learning_rate,
             sigma=sigma,
@@ -970,6 +975,7 @@ def train(
         "split": {"seed": seed, "data_dir": None if data_dir is None else os.path.abspath(data_dir)},
         # the test images' textures: `evaluate` makes the same ones by default
         "textures": dict(zip(TEXTURE_OPTIONS, textures)),
+        "num_test": num_test,  # and as many test images
         **paths,
     }
     fault_tolerance.write_metrics_json(result, paths["metrics"])
@@ -991,7 +997,7 @@ def _recorded_textures(model_path, given):
             for name, default in TEXTURE_OPTIONS.items()}
 
 
-def evaluate(model_path, data_dir=None, num_test=1000, seed=None, batch_size=64, strategy=None,
+def evaluate(model_path, data_dir=None, num_test=None, seed=None, batch_size=64, strategy=None,
              texture_style=None, mean_gap=None, texture_set=None, bank_size=None, texture_shift=None,
              verbose=0):
     """Per-iteration AMI (and error) of a saved model on the test images of :func:`train` (same seed
@@ -1001,7 +1007,8 @@ def evaluate(model_path, data_dir=None, num_test=1000, seed=None, batch_size=64,
     the model (else ``generate``'s defaults): the test images of training, whose textures
     a model trained on smooth or fixed-bank textures was scored on (they defaulted to
     binary random textures, whatever the model was trained on). Given ones make other
-    test images (the same digits with other textures).
+    test images (the same digits with other textures). ``num_test`` (None) defaults to
+    the number of test images ``train`` recorded there, else 1000.
 
     ``verbose``: 1 shows Keras' progress bars, on stderr (stdout keeps only the result);
     0 (the default) is silent.
@@ -1011,6 +1018,8 @@ def evaluate(model_path, data_dir=None, num_test=1000, seed=None, batch_size=64,
     textures = _recorded_textures(model_path, {"texture_style": texture_style, "mean_gap": mean_gap,
                                                "texture_set": texture_set, "bank_size": bank_size,
                                                "texture_shift": texture_shift})
+    if num_test is None:  # (1000 always: other images than train scored, unless given its number)
+        num_test = checks.recorded_integers(model_path, ("num_test",), minimum=1).get("num_test", 1000)
     # num_test=0 was Keras' UnboundLocalError ("batch_outputs") inside predict
     num_test = integer_at_least("num_test", num_test, 1)
     batch_size = integer_at_least("batch_size", batch_size, 1)
@@ -1059,7 +1068,10 @@ def add_arguments(parser, command):
 
     parser.add_argument("--data-dir", default=None,
                         help="folder of the MNIST t10k IDX files (default: the project's shared copy)")
-    parser.add_argument("--num-test", type=positive_int, default=1000, help="test images")
+    parser.add_argument("--num-test", type=positive_int, default=None if command == "evaluate" else 1000,
+                        help=("validation images of every trial" if command == "tune" else "test images")
+                        + " (default: " + ("the number `train` recorded beside the model, else "
+                        "1000)" if command == "evaluate" else "%(default)s)"))
     if command == "evaluate":  # the split must be training's: the one `train` recorded beside the model
         parser.set_defaults(seed=None)
     if command in ("train", "evaluate"):

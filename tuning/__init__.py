@@ -20,6 +20,12 @@ Protocol of a HyperModel registered here (see ``tuning/demo.py``):
   adds its data options), with ``args.batch_size`` per replica.
 * ``prepare()``: loads the data once; ``keras-capsules tune`` calls it before the
   first trial, so that missing data is a one-line error.
+* ``recorded_options()`` (optional): the data options of the trials in the keys and
+  form that the application's ``train`` records them in ``metrics.json``; the search
+  writes them into the ``metrics.json`` beside its best model, where the application's
+  ``evaluate`` reads its defaults (``tuning.search.best_metrics``). ``beside_best`` and
+  ``write_beside_best(directory)`` (optional): other files that ``evaluate`` reads
+  beside a model (text_classification's vocabulary).
 
 To add one: write ``tuning/<application>.py`` (usually a subclass of
 ``tuning.base.DatasetHyperModel``, which implements ``fit``, ``from_args`` and

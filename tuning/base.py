@@ -15,9 +15,12 @@ A subclass of :class:`DatasetHyperModel` implements
   trial and ``--fixed NAME=VALUE`` can pin any of them;
 
 and may override ``fit_options(hp)`` (extra ``model.fit`` arguments such as
-``steps_per_epoch``, or callbacks that must run before the tuner's own) and
+``steps_per_epoch``, or callbacks that must run before the tuner's own),
 ``options_from_args(args)`` (its constructor arguments from the parsed ``tune``
-options).
+options), ``recorded_options()`` (the data options that the application's ``train``
+records in ``metrics.json`` and its ``evaluate`` reads back: the search writes them
+beside its best model) and ``write_beside_best(directory)`` with ``beside_best`` (other
+files that ``evaluate`` reads beside a model, such as a vocabulary).
 """
 
 import keras
@@ -94,6 +97,22 @@ class DatasetHyperModel(keras_tuner.HyperModel):
 
     def fit_options(self, hp):
         """Extra ``model.fit`` keyword arguments; ``callbacks`` run before the tuner's."""
+        return {}
+
+    #: the files besides ``best_model.keras`` that :meth:`write_beside_best` writes (key ->
+    #: file name): a search with ``--overwrite`` removes them with the old best model.
+    beside_best = {}
+
+    def recorded_options(self):
+        """The data options of every trial as the application's ``train`` records them in its
+        ``metrics.json`` (the same keys and form): the search writes them into the
+        ``metrics.json`` beside its best model, where the application's ``evaluate`` takes
+        its defaults from (image size, split, text length, ...). Here: none, ``{}``."""
+        return {}
+
+    def write_beside_best(self, directory):
+        """Writes the files of :attr:`beside_best` into ``directory`` (beside the best
+        model); returns their paths by key."""
         return {}
 
     def fit(self, hp, model, *args, **kwargs):

@@ -62,5 +62,8 @@ class ClevrHyperModel(MACHyperModel):
                 # every validation question counts in the objective (an unseen answer: an error)
                 clevr.make_dataset(**data["validation"], batch_size=self.batch_size, drop_unknown=False))
 
+    def recorded_options(self):
+        return {"image_size": int(self.image_size)}  # evaluate reads the features of this size by default
+
 
 __all__ = ["ClevrHyperModel"]

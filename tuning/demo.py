@@ -13,6 +13,8 @@ part (``demo.make_datasets(hold_out=True)``; the trials train without them): the
 examples of ``keras-capsules train`` never take part in the choice of a trial.
 """
 
+import os
+
 import keras_tuner
 
 from applications import demo
@@ -61,6 +63,13 @@ class DemoHyperModel(DatasetHyperModel):
     def datasets(self, hp, data):
         images, labels = data
         return demo.make_datasets(images, labels, self.batch_size, seed=self.seed, hold_out=True)
+
+    def recorded_options(self):
+        # the train/test split (as demo.train records it): the trials trained and validated
+        # on its training part, so evaluate scores the test part, as for a trained model
+        data_dir = None if self.data_dir is None else os.path.abspath(self.data_dir)
+        return {"split": {"seed": self.seed, "data_dir": data_dir, "limit": self.limit,
+                          "test_fraction": demo.TEST_FRACTION}}
 
 
 def default_model(**kwargs):

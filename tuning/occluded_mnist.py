@@ -18,6 +18,8 @@ The objective is the accuracy of the digit on validation sequences
 four fifths): the test digits never take part in the choice of a trial.
 """
 
+import os
+
 import keras_tuner
 
 from applications import occluded_mnist
@@ -81,6 +83,14 @@ class OccludedMNISTHyperModel(DatasetHyperModel):
         train, valid = data
         return (occluded_mnist.make_dataset(train, self.variant, self.batch_size, shuffle=True, seed=self.seed),
                 occluded_mnist.make_dataset(valid, self.variant, self.batch_size))
+
+    def recorded_options(self):
+        # the train/test split (as occluded_mnist.train records it): the search's digits are
+        # of its training part, so evaluate scores the test sequences, as for a trained model.
+        # Not --num-test: it counted the trials' validation sequences, and no test sequence was
+        # scored, so evaluate scores its default number of them unless told otherwise
+        data_dir = None if self.data_dir is None else os.path.abspath(self.data_dir)
+        return {"variant": self.variant, "split": {"seed": self.seed, "source": self.source, "data_dir": data_dir}}
 
 
 __all__ = ["OccludedMNISTHyperModel"]

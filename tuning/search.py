@@ -9,10 +9,20 @@ remaining ones of ``max_trials`` run, with the tuner, ``--epochs`` and ``--fixed
 values the search was started with, and its other options but paths, ``--strategy``,
 ``--quiet`` and the like (``--seed``, ``--batch-size``, ``--limit``, the
 application's: :func:`search_options`); others are a one-line error. ``--overwrite``
-starts afresh (and removes the old search's best model and hyperparameters).
+starts afresh (and removes the old search's best model, hyperparameters and metrics).
 Hyperband has no trial budget of its own: its oracle's ``max_trials`` is set too, so
-``--max-trials`` bounds every tuner. After the
-search, ``<directory>/best_model.keras`` (written atomically) and
+``--max-trials`` bounds every tuner.
+
+A directory holds the best files of one application's search: ``tune`` of another
+application into it (whose best files would replace the first one's) is a one-line
+error, unless ``--overwrite`` (which replaces them; the other search's trials stay in
+``<directory>/<other application>/``, but resuming it there then needs ``--overwrite``
+too). ``<directory>/keras_capsules_search.json`` records which search it is (the
+settings a resume is checked against, with ``"application"``). A directory whose
+``metrics.json`` no search wrote (a ``keras-capsules train`` run's) is refused: the
+search would replace it.
+
+After the search, ``<directory>/best_model.keras`` (written atomically) and
 ``<directory>/best_hyperparameters.json`` hold the best trial's model and values::
 
     {"trial_id": "0007", "objective": "val_accuracy", "best_score": 0.91,
@@ -24,6 +34,15 @@ for each, then the HyperModel's ``build``); ``tuner`` (Hyperband only) is Hyperb
 bookkeeping of the trial, keras-tuner's ``tuner/...`` entries without that prefix: the
 trial trained ``epochs`` epochs in all, from ``initial_epoch`` on in ``round`` of
 ``bracket``, from the weights of trial ``trial_id`` (in a later round).
+Beside the model, ``<directory>/metrics.json`` (standard JSON, as ``train`` writes it)
+holds the data options of the trials in the keys and form that the application's
+``train`` records them (the HyperModel's ``recorded_options()``: smallnorb's and clevr's
+``image_size``, the ``split`` of demo, occluded_mnist and textured_mnist, the text
+``max_length``, ...), so that ``keras-capsules evaluate APPLICATION
+DIRECTORY/best_model.keras`` scores data made as the search's by default; then the best
+trial's ``trial_id``, ``objective`` and ``best_score`` (its validation score) and the
+paths. Other files that ``evaluate`` reads beside a model are written there too (the
+HyperModel's ``beside_best``: text_classification's ``vocab.txt``).
 Under ``--strategy multiworker`` every worker runs the same trials in step; the chief
 writes into ``<directory>``, the others keep their tuner state and their
 ``best_hyperparameters.json`` in ``<directory>/workers/<type>-<index>`` (keras-tuner
@@ -205,12 +224,14 @@ def run_search(args, strategy):
     # (keras-tuner creates it with TensorFlow's file functions, whose errors are no OSError)
     with user_path(f"cannot create the search directory {directory!r}"):
         os.makedirs(directory, exist_ok=True)
+    # before the data are prepared (CLEVR's features take hours): another application's search
+    replaced = _check_directory(directory, args.application, args.overwrite)
     hypermodel = tuning.HYPERMODELS[args.application].from_args(args, strategy)
     hypermodel.prepare()  # missing data fails now, as one line, before any trial
     default = strategy is None or strategy is tf.distribute.get_strategy()
     fixed = fixed_hyperparameters(hypermodel, args.fixed)
-    settings = {"tuner": args.tuner, "epochs": args.epochs, "fixed": dict(fixed.values) if fixed else {},
-                "options": search_options(args)}
+    settings = {"application": args.application, "tuner": args.tuner, "epochs": args.epochs,
+                "fixed": dict(fixed.values) if fixed else {}, "options": search_options(args)}
     if not args.overwrite:
         _check_resumed_settings(os.path.join(directory, args.application), settings)
     tuner = make_tuner(
@@ -221,11 +242,16 @@ def run_search(args, strategy):
     if args.overwrite:
         # keras-tuner deletes the old search's trials, not its best model and values beside
         # them: they were left as the new search's until its end, for good if it found no best
-        for name in BEST_FILES.values():
+        names = {**BEST_FILES, **_beside_best(args.application)}
+        for other in replaced:
+            names.update(_beside_best(other))
+        for name in sorted(set(names.values())):
             with user_path(f"cannot remove the old search's {name!r}"):
                 if os.path.lexists(os.path.join(directory, name)):
                     os.remove(os.path.join(directory, name))
     fault_tolerance.write_json_atomically(settings, os.path.join(directory, args.application, _SETTINGS))
+    # the directory's search: that of its best files (_check_directory)
+    fault_tolerance.write_json_atomically(settings, os.path.join(directory, _SETTINGS))
     before = len(_finished(tuner))
     try:
         tuner.search(epochs=args.epochs, verbose=0 if args.quiet else 1)
@@ -302,6 +328,54 @@ def _check_resumed_settings(project_dir, settings):
                          "options, or start it afresh with --overwrite (or another --directory)")
 
 
+def _check_directory(directory, application, overwrite):
+    """Refuses ``directory`` when it holds the search of another application than
+    ``application`` (unless ``overwrite``), or a ``metrics.json`` that no search wrote.
+
+    Its ``keras_capsules_search.json`` names the application of the search whose best
+    files it holds; a directory of a search started before that file was written there
+    holds those of the applications whose project folders (``<directory>/<name>/``) it
+    has. Two applications tuned into one directory shared ``best_model.keras`` and
+    ``best_hyperparameters.json``: the second silently replaced the first's, and
+    ``evaluate`` of the first application then scored the second's model. A
+    ``metrics.json`` without that file is a ``keras-capsules train`` run's (searches
+    wrote none before it): the search would replace the record that ``evaluate`` of that
+    run's ``model.keras`` reads, also with ``overwrite``.
+
+    Returns the other applications whose best files ``overwrite`` lets the search replace.
+    """
+    import tuning
+
+    path = os.path.join(directory, _SETTINGS)
+    if os.path.exists(path):
+        with open(path) as f:
+            saved = json.load(f)
+        owner = saved.get("application") if isinstance(saved, dict) else None
+        others = [owner] if isinstance(owner, str) and owner != application else []
+    else:
+        metrics = os.path.join(directory, BEST_FILES["metrics"])
+        if os.path.lexists(metrics):
+            raise InputError(f"{metrics} was not written by a search (a `keras-capsules train` run's?): "
+                             f"the search would replace it; tune {application} into another --directory")
+        others = [name for name in tuning.HYPERMODELS if name != application and any(
+            os.path.exists(os.path.join(directory, name, file)) for file in (_SETTINGS, "oracle.json"))]
+    if others and not overwrite:
+        searches = ", ".join(f"{name} ({os.path.join(directory, name)})" for name in others)
+        raise InputError(f"{directory} holds the search of {searches}, whose best model and hyperparameters a "
+                         f"search of {application} would replace: tune {application} into another --directory, "
+                         "or replace them with --overwrite")
+    return others
+
+
+def _beside_best(application):
+    """The files that ``application``'s HyperModel writes beside its best model (key -> name)."""
+    import tuning
+
+    if application not in tuning.HYPERMODELS:
+        return {}
+    return dict(getattr(tuning.HYPERMODELS[application], "beside_best", {}))
+
+
 def _option_text(name, value):
     """``--name value`` as the command line takes it."""
     if isinstance(value, bool):
@@ -346,11 +420,26 @@ def best_trial(tuner):
 
 
 #: the files of the best trial that a search writes into its directory
-BEST_FILES = {"model": "best_model.keras", "hyperparameters": "best_hyperparameters.json"}
+BEST_FILES = {"model": "best_model.keras", "hyperparameters": "best_hyperparameters.json",
+              "metrics": "metrics.json"}
 
 # keras-tuner's prefix of the entries a tuner adds to a trial's hyperparameters for its own
 # bookkeeping (Hyperband's "tuner/epochs", "tuner/initial_epoch", "tuner/bracket", ...).
 _TUNER_PREFIX = "tuner/"
+
+
+def best_metrics(hypermodel, summary, paths):
+    """The ``metrics.json`` beside the best model: the data options of the trials as the
+    application's ``train`` records them (``hypermodel.recorded_options()``, where
+    ``evaluate`` takes its defaults from), then the best trial's ``trial_id``,
+    ``objective`` and ``best_score`` of ``summary`` (that of ``best_hyperparameters.json``)
+    and the ``paths`` of the files beside it."""
+    recorded = getattr(hypermodel, "recorded_options", None)
+    return {
+        **(recorded() if recorded is not None else {}),
+        **{key: summary[key] for key in ("trial_id", "objective", "best_score")},
+        **paths,
+    }
 
 
 def split_hyperparameters(values):
@@ -367,12 +456,14 @@ def split_hyperparameters(values):
 
 
 def export_best(tuner, directory, new_trials=None):
-    """Writes ``best_model.keras`` and ``best_hyperparameters.json`` into ``directory``.
+    """Writes ``best_model.keras``, ``best_hyperparameters.json`` and ``metrics.json``
+    (:func:`best_metrics`) into ``directory``, and the files the HyperModel writes beside
+    them (its ``write_beside_best``).
 
     The best trial is :func:`best_trial`'s: trials with a NaN or infinite score are
     passed over. A non-chief worker of a multi-worker search writes only
     ``best_hyperparameters.json`` (keras-tuner keeps the trials' weights on the chief
-    only); ``model`` is then None. The file's form is in this module's docstring
+    only); ``model`` and ``metrics`` are then None. The file's form is in this module's docstring
     (:func:`split_hyperparameters`: the model's hyperparameters apart from Hyperband's).
     """
     best = best_trial(tuner)
@@ -387,7 +478,7 @@ def export_best(tuner, directory, new_trials=None):
         model.load_weights(tuner._get_checkpoint_fname(best.trial_id))
         fault_tolerance.save_model_atomically(model, paths["model"])
     else:
-        paths["model"] = None
+        paths["model"] = paths["metrics"] = None
     summary = {
         "trial_id": best.trial_id,
         "objective": tuner.oracle.objective.name,
@@ -395,6 +486,11 @@ def export_best(tuner, directory, new_trials=None):
         **split_hyperparameters(best.hyperparameters.values),
     }
     fault_tolerance.write_json_atomically(summary, paths["hyperparameters"])
+    if paths["model"] is not None:  # what `evaluate` reads beside the model
+        write_beside_best = getattr(tuner.hypermodel, "write_beside_best", None)
+        if write_beside_best is not None:
+            paths.update(write_beside_best(directory))
+        fault_tolerance.write_metrics_json(best_metrics(tuner.hypermodel, summary, paths), paths["metrics"])
     return {
         **summary,
         "trials": len(_finished(tuner)),

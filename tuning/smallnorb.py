@@ -89,5 +89,8 @@ class SmallNORBHyperModel(DatasetHyperModel):
     def fit_options(self, hp):
         return {"steps_per_epoch": self.prepare()[2]}
 
+    def recorded_options(self):
+        return {"image_size": int(self.image_size)}  # evaluate scores images of this size by default
+
 
 __all__ = ["SmallNORBHyperModel"]

@@ -115,5 +115,10 @@ class SortOfClevrHyperModel(MACHyperModel):
     def fit_options(self, hp):
         return {**super().fit_options(hp), "steps_per_epoch": self.steps_per_epoch}
 
+    def recorded_options(self):
+        # evaluate asks the questions of train of this seed and number: not those the search
+        # chose on (validation_data(selection=True))
+        return {"seed": self.seed, "validation_examples": int(self.validation_examples)}
+
 
 __all__ = ["MACHyperModel", "SortOfClevrHyperModel", "mac_hyperparameters"]

@@ -21,6 +21,9 @@ then trains without (``data.HELD_OUT_SPLITS``). The test split never takes part 
 choice of a trial.
 """
 
+import os
+
+from applications import fault_tolerance
 from applications.text_classification import data as data_lib
 from applications.text_classification import model as model_lib
 from applications.text_classification import recipe
@@ -80,6 +83,20 @@ class TextClassificationHyperModel(DatasetHyperModel):
 
     def datasets(self, hp, data):
         return data["train"], data["validation"]
+
+    # evaluate encodes the texts with the vocabulary beside the model (the search's, made of
+    # its training examples: no `train` run has the same)
+    beside_best = {"vocabulary": "vocab.txt"}
+
+    def recorded_options(self):
+        return {"dataset": self.dataset, "embedding": self.embedding, "vocab_size": int(self.prepare()["vocab_size"]),
+                "max_length": self.max_length}  # evaluate cuts the texts as the trials did by default
+
+    def write_beside_best(self, directory):
+        path = os.path.join(directory, self.beside_best["vocabulary"])
+        vocabulary = self.prepare()["vocabulary"]
+        fault_tolerance.atomic_write(path, lambda tmp: data_lib.save_vocabulary(vocabulary, tmp))
+        return {"vocabulary": path}
 
 
 __all__ = ["TextClassificationHyperModel"]

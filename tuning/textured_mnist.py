@@ -16,6 +16,8 @@ the other four fifths, ``make_images(hold_out=True)``): the test digits never ta
 in the choice of a trial, as in ``textured_mnist.train(num_valid=...)``.
 """
 
+import os
+
 import keras_tuner
 
 from applications import textured_mnist
@@ -40,6 +42,8 @@ class TexturedMNISTHyperModel(DatasetHyperModel):
         super().__init__(**kwargs)
         self.data_dir, self.num_train, self.num_test = data_dir, num_train, num_test
         self.num_classes = 10 if classify else None
+        #: the textures of every image (``train``'s defaults), recorded beside the best model
+        self.textures = dict(textured_mnist.TEXTURE_OPTIONS)
 
     @classmethod
     def options_from_args(cls, args):
@@ -48,8 +52,8 @@ class TexturedMNISTHyperModel(DatasetHyperModel):
 
     def load_data(self):
         train, _ = textured_mnist.make_images(self.data_dir, self.num_train, self.num_test, self.seed,
-                                              hold_out=True)
-        return train, textured_mnist.validation_images(self.data_dir, self.num_test, self.seed)
+                                              hold_out=True, **self.textures)
+        return train, textured_mnist.validation_images(self.data_dir, self.num_test, self.seed, **self.textures)
 
     def build(self, hp):
         model = textured_mnist.build_model(
@@ -58,6 +62,7 @@ class TexturedMNISTHyperModel(DatasetHyperModel):
             conv_units=hp.Choice("conv_units", [16, 32, 64], default=32),
             dense_units=hp.Choice("dense_units", [32, 64, 128], default=64),
             num_classes=self.num_classes,
+            seed=self.seed,  # the input noise's stream, as train's
         )
         return textured_mnist.compile_model(
             model, hp.Float("learning_rate", 1e-4, 1e-2, sampling="log", default=1e-3)
@@ -71,6 +76,13 @@ class TexturedMNISTHyperModel(DatasetHyperModel):
                                         seed=self.seed),
             textured_mnist.make_dataset(valid, n_iters, self.batch_size, self.num_classes),
         )
+
+    def recorded_options(self):
+        # the train/test split and the textures, as textured_mnist.train records them: evaluate
+        # makes the test images of this split with these textures. Not --num-test: it counted
+        # the trials' validation images (no test image was scored)
+        data_dir = None if self.data_dir is None else os.path.abspath(self.data_dir)
+        return {"split": {"seed": self.seed, "data_dir": data_dir}, "textures": dict(self.textures)}
 
 
 __all__ = ["TexturedMNISTHyperModel"]

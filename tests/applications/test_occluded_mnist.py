@@ -877,3 +877,45 @@ def test_plot_error_per_step_draws_a_line_per_group(tmp_path):
         with pytest.raises(InputError, match=message):
             om.plot_error_per_step(bad, tmp_path / "bad.png")
     assert not (tmp_path / "bad.png").exists()
+
+
+def test_evaluate_scores_as_many_test_sequences_as_train_recorded(tmp_path, capsys, monkeypatch):
+    # train did not record --num-test: evaluate scored 5000 test sequences (others than train
+    # scored) unless given train's number again
+    import json
+
+    from applications import __main__ as cli
+    from tests.conftest import shared_path
+
+    run_dir = tmp_path / "run"
+    metrics = om.train(data_dir=str(shared_path("data", "mnist")), run_dir=str(run_dir), epochs=1, num_train=8,
+                       num_test=12, variant="temporal", conv_units=(4,), dense_units=8, batch_size=8, frame_size=16,
+                       verbose=0)
+    assert json.loads((run_dir / "metrics.json").read_text())["num_test"] == 12
+    model = str(run_dir / "model.keras")
+    capsys.readouterr()
+    assert cli.main(["evaluate", "occluded_mnist", "--model", model, "--quiet"]) == 0, capsys.readouterr().err
+    result = json.loads(capsys.readouterr().out)
+    assert result["test_error_per_step"]["counts"]["all"] == 12
+    assert result["test_error"] == pytest.approx(metrics["test_error"])
+    # a given number still wins; without a record, 5000 as before
+    assert om.evaluate(model, num_test=4)["test_error_per_step"]["counts"]["all"] == 4
+    recorded = json.loads((run_dir / "metrics.json").read_text())
+    del recorded["num_test"]
+    (run_dir / "metrics.json").write_text(json.dumps(recorded))
+    asked = []
+
+    def generate(digits, labels, num_sequences, **kwargs):
+        asked.append(num_sequences)
+        raise RuntimeError("stop (simulated)")
+
+    monkeypatch.setattr(om, "generate", generate)
+    with pytest.raises(RuntimeError, match="simulated"):
+        om.evaluate(model)
+    assert asked == [5000]
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    om.add_arguments(parser, "evaluate")
+    assert parser.parse_args([]).num_test is None
+    assert "(default: the number `train` recorded beside the model, else 5000)" in " ".join(parser.format_help().split())

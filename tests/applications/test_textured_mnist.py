@@ -700,3 +700,80 @@ def test_evaluate_scores_the_test_images_of_training_with_its_textures(tmp_path,
     binary = tm.evaluate(model, shared_path("data", "mnist"), num_test=8, texture_style="binary",
                          texture_set="random")
     assert not np.allclose(binary["ami"], metrics["ami"], atol=1e-6)
+
+
+def test_evaluate_scores_as_many_test_images_as_train_recorded(tmp_path, capsys, monkeypatch):
+    # train did not record --num-test: evaluate scored 1000 test images (others than train
+    # scored) unless given train's number again
+    import argparse
+
+    from applications import __main__ as cli
+
+    run_dir = tmp_path / "run"
+    metrics = tm.train(shared_path("data", "mnist"), run_dir=str(run_dir), num_train=4, num_test=6, epochs=1,
+                       batch_size=4, n_groups=2, n_iters=2, conv_units=4, dense_units=8, conv_encoder="conv",
+                       verbose=0)
+    assert json.loads((run_dir / "metrics.json").read_text())["num_test"] == 6
+    model = str(run_dir / "model.keras")
+    asked, generate = [], tm.generate
+    monkeypatch.setattr(tm, "generate", lambda digits, labels, num_images, **kw: asked.append(num_images)
+                        or generate(digits, labels, num_images, **kw))
+    capsys.readouterr()
+    assert cli.main(["evaluate", "textured_mnist", "--model", model, "--quiet"]) == 0, capsys.readouterr().err
+    np.testing.assert_allclose(json.loads(capsys.readouterr().out)["ami"], metrics["ami"], atol=1e-6)
+    assert asked == [6]
+    # a given number still wins; without a record, 1000 as before
+    tm.evaluate(model, num_test=3)
+    assert asked == [6, 3]
+    recorded = json.loads((run_dir / "metrics.json").read_text())
+    del recorded["num_test"]
+    (run_dir / "metrics.json").write_text(json.dumps(recorded))
+
+    def stop(digits, labels, num_images, **kwargs):
+        asked.append(num_images)
+        raise RuntimeError("stop (simulated)")
+
+    monkeypatch.setattr(tm, "generate", stop)
+    with pytest.raises(RuntimeError, match="simulated"):
+        tm.evaluate(model)
+    assert asked == [6, 3, 1000]
+    parser = argparse.ArgumentParser()
+    tm.add_arguments(parser, "evaluate")
+    assert parser.parse_args([]).num_test is None
+    assert "(default: the number `train` recorded beside the model, else 1000)" in " ".join(parser.format_help().split())
+
+
+def test_the_input_noise_follows_the_seed_and_round_trips(tmp_path, monkeypatch):
+    # build_model gave every model GaussianCorruption(seed=0): every model, whatever
+    # `train --seed`, drew the same noise stream
+    x = np.zeros((2, 28, 28, 1), "float32")
+
+    def noise(model):
+        return keras.ops.convert_to_numpy(model.get_layer("corruption")(x, training=True))
+
+    first, again, other = (noise(tm.build_model(seed=seed, **TINY)) for seed in (3, 3, 4))
+    np.testing.assert_array_equal(first, again)
+    assert not np.allclose(first, other) and 0.05 < np.std(first) < 0.2  # noise_std 0.1
+    # the default stays seed 0 (the noise of the models built before)
+    np.testing.assert_array_equal(noise(tm.build_model(**TINY)), noise(tm.build_model(seed=0, **TINY)))
+    np.testing.assert_array_equal(noise(tm.build_model(**TINY)),
+                                  keras.ops.convert_to_numpy(tm.GaussianCorruption(0.1, seed=0)(x, training=True)))
+    # a saved model loads with its seed, and draws its noise
+    tm.build_model(seed=3, **TINY).save(tmp_path / "seeded.keras")
+    loaded = keras.saving.load_model(tmp_path / "seeded.keras")
+    assert loaded.get_layer("corruption").get_config()["seed"] == 3
+    np.testing.assert_array_equal(noise(loaded), first)
+    with pytest.raises(ValueError, match="Received: seed=-1"):
+        tm.build_model(seed=-1, **TINY)
+    # train builds its model with its seed
+    seeds = []
+
+    def recording(*args, **kwargs):
+        seeds.append(kwargs.get("seed"))
+        raise RuntimeError("stop (simulated)")
+
+    monkeypatch.setattr(tm, "build_model", recording)
+    with pytest.raises(RuntimeError, match="simulated"):
+        tm.train(shared_path("data", "mnist"), run_dir=str(tmp_path / "run"), num_train=2, num_test=2, seed=5,
+                 verbose=0)
+    assert seeds == [5]

@@ -401,3 +401,165 @@ def test_frame_weight_is_searched_only_for_the_variants_that_predict_frames():
         hp = keras_tuner.HyperParameters()
         OccludedMNISTHyperModel(variant=variant).build(hp)
         assert ("frame_weight" in hp.values) == searched, variant
+
+
+def test_evaluate_of_the_tuned_smallnorb_model_scores_the_searchs_image_size(tmp_path, capsys, monkeypatch):
+    # `tune smallnorb --image-size N` wrote no metrics.json beside best_model.keras:
+    # `evaluate` of it then scored images of the default size (96), not the search's
+    from applications import smallnorb
+
+    directory = tmp_path / "search"
+    model_path = str(directory / "best_model.keras")
+    sizes = []
+    make_dataset = smallnorb.make_dataset
+
+    def recording(examples, training, batch_size=20, image_size=smallnorb.IMAGE_SIZE, *args, **kwargs):
+        sizes.append(image_size)
+        return make_dataset(examples, training, batch_size, image_size, *args, **kwargs)
+
+    monkeypatch.setattr(smallnorb, "make_dataset", recording)
+    with contextlib.ExitStack() as stack:
+        data = _data_options("smallnorb", tmp_path, monkeypatch, stack)
+        argv = ["tune", "smallnorb", "--tuner", "random", "--directory", str(directory), "--max-trials", "1",
+                "--epochs", "1", "--quiet", "--image-size", "24", "--steps-per-epoch", "1", "--validation-steps", "1",
+                "--batch-size", "4", *data, *fixed(d_chns=8, n_parts=4, pose_size=2, n_iters=2)]
+        assert cli.main(argv) == 0, capsys.readouterr().err
+        capsys.readouterr()
+        sizes.clear()
+        code = cli.main(["evaluate", "smallnorb", "--model", model_path, "--validation-steps", "1", "--batch-size", "4",
+                         "--quiet", *data])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert sizes == [24]  # the test images, of the search's size
+    assert json.loads(out)["model"] == model_path
+    best = json.loads((directory / "best_hyperparameters.json").read_text())
+    metrics = json.loads((directory / "metrics.json").read_text(), parse_constant=pytest.fail)  # standard JSON
+    assert metrics["image_size"] == 24
+    assert {key: metrics[key] for key in ("trial_id", "objective", "best_score")} == {
+        key: best[key] for key in ("trial_id", "objective", "best_score")}
+    assert metrics["objective"] == "val_accuracy" and 0 <= metrics["best_score"] <= 1
+    assert metrics["model"] == model_path and metrics["metrics"] == str(directory / "metrics.json")
+
+
+class _Stop(Exception):
+    """Raised where every application's `evaluate` has read what `train` recorded."""
+
+
+class _Reads(dict):
+    """A dict of ``metrics.json`` that logs the entries read from it (``split.seed`` in nested dicts)."""
+
+    _MISSING = "<not recorded>"
+
+    def __init__(self, data, log, prefix=""):
+        super().__init__({key: _Reads(value, log, f"{prefix}{key}.") if isinstance(value, dict) else value
+                          for key, value in data.items()})
+        self._log, self._prefix = log, prefix
+
+    def _read(self, key, value):
+        if not isinstance(value, _Reads):
+            self._log[self._prefix + key] = value
+        return value
+
+    def __getitem__(self, key):
+        return self._read(key, super().__getitem__(key))
+
+    def get(self, key, default=None):
+        value = self._read(key, super().get(key, self._MISSING))
+        return default if value is self._MISSING else value
+
+
+def _evaluate_of(name, tmp_path):
+    """``(HyperModel of a search of name, evaluate(model_path) of its application)``."""
+    from applications import clevr, demo, music, occluded_mnist, smallnorb, sort_of_clevr, sst, textured_mnist
+    from applications.text_classification import recipe
+
+    hypermodel = tuning.HYPERMODELS[name]
+    return {
+        "demo": (lambda: hypermodel(limit=120, seed=3), demo.evaluate),
+        "smallnorb": (lambda: hypermodel(image_size=24), smallnorb.evaluate),
+        "sst": (lambda: hypermodel(data_dir=str(SST_DIR), granularity="2", preset="tiny-preset", max_length=12),
+                lambda path: sst.evaluate(path, str(SST_DIR), granularity="2")),
+        "text_classification": (lambda: hypermodel("sst2", str(SST_DIR), limit=32, max_length=20, batch_size=16),
+                                recipe.evaluate),
+        "sort_of_clevr": (lambda: hypermodel(validation_examples=8, seed=3), sort_of_clevr.evaluate),
+        "clevr": (lambda: hypermodel(cache_dir=str(tmp_path / "cache"), image_size=CLEVR_IMAGE_SIZE),
+                  lambda path: clevr.evaluate(path, str(tmp_path / "cache"))),
+        "occluded_mnist": (lambda: hypermodel(data_dir=MNIST_DIR, num_test=8, seed=3), occluded_mnist.evaluate),
+        "music": (lambda: hypermodel(data_dir=JSB_DIR, limit=4), lambda path: music.evaluate(path, JSB_DIR)),
+        "textured_mnist": (lambda: hypermodel(data_dir=MNIST_DIR, num_test=8, seed=3), textured_mnist.evaluate),
+    }[name]
+
+
+# entries of metrics.json that each application's `evaluate` reads (at least), to take the
+# options of the data it scores by default
+EVALUATE_READS = {
+    "demo": {"split.seed", "split.data_dir", "split.limit"},
+    "smallnorb": {"image_size"},
+    "sst": {"preset", "max_length"},
+    "text_classification": {"max_length"},
+    "sort_of_clevr": {"seed", "validation_examples"},
+    "clevr": {"image_size"},
+    "occluded_mnist": {"split.seed", "split.source", "split.data_dir"},
+    "music": set(),
+    "textured_mnist": {"split.seed", "split.data_dir", *(f"textures.{key}" for key in (
+        "texture_style", "mean_gap", "texture_set", "bank_size", "texture_shift"))},
+}
+
+# entries that `train` records and `evaluate` reads but a search must not record: they sized
+# the search's own data (validation sequences, the first chorales), and no test item was
+# scored, so `evaluate` of a tuned model scores its default test set
+NOT_RECORDED = {"music": {"limit"}, "occluded_mnist": {"num_test"}, "textured_mnist": {"num_test"}}
+
+
+def _searched(hypermodel, key):
+    """The search's value of the option that evaluate reads as ``key`` (``split.seed``,
+    ``image_size``, ...): the HyperModel's attribute of that name (a path made absolute,
+    as ``train`` records it)."""
+    group, _, name = key.rpartition(".")
+    if group == "textures":
+        return hypermodel.textures[name]
+    value = getattr(hypermodel, name, "<no such option of the search>")
+    return os.path.abspath(value) if name == "data_dir" and value is not None else value
+
+
+@pytest.mark.parametrize("name", sorted(tuning.HYPERMODELS))
+def test_the_search_records_beside_its_best_model_what_evaluate_reads(name, tmp_path, monkeypatch):
+    # Only `train` wrote a metrics.json: `evaluate` of a tuned best model fell back to the
+    # defaults (image size, split, text length, preset, textures) and scored other data
+    # than the search used. Each application's evaluate reads the recorded entries it
+    # takes as defaults (those of EVALUATE_READS at least): every one is there, with the
+    # search's value.
+    from applications import checks, distribute, fault_tolerance
+    from tuning import search
+
+    assert set(EVALUATE_READS) == set(tuning.HYPERMODELS)
+    make, evaluate = _evaluate_of(name, tmp_path)
+    hypermodel = make()
+    directory = tmp_path / "search"
+    directory.mkdir()
+    paths = {key: str(directory / file) for key, file in search.BEST_FILES.items()}
+    (directory / "best_model.keras").write_bytes(b"")  # evaluate stops before it loads the model
+    paths.update(hypermodel.write_beside_best(str(directory)))
+    summary = {"trial_id": "0", "objective": "val_accuracy", "best_score": 0.5, "hyperparameters": {}}
+    fault_tolerance.write_metrics_json(search.best_metrics(hypermodel, summary, paths), paths["metrics"])
+    reads = {}
+    recorded_metrics = checks.recorded_metrics
+    monkeypatch.setattr(checks, "recorded_metrics", lambda path: _Reads(recorded_metrics(path), reads))
+
+    def stop(strategy=None):
+        raise _Stop
+
+    # every evaluate resolves its strategy once it has its options, before any data or model
+    monkeypatch.setattr(distribute, "resolve_strategy", stop)
+    with pytest.raises(_Stop):
+        evaluate(paths["model"])
+    # every entry read is there (none "<not recorded>"), with the search's value, except
+    # those a search must not record
+    metrics = json.loads((directory / "metrics.json").read_text())
+    skipped = NOT_RECORDED.get(name, set())
+    assert not skipped & set(metrics)
+    assert {key: value for key, value in reads.items() if key not in skipped} == {
+        key: _searched(hypermodel, key) for key in reads if key not in skipped}
+    assert EVALUATE_READS[name] <= set(reads)
+    assert {key: metrics[key] for key in ("trial_id", "objective", "best_score")} == {
+        "trial_id": "0", "objective": "val_accuracy", "best_score": 0.5}

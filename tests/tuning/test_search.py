@@ -11,6 +11,7 @@ import pytest
 import tuning
 from applications import __main__ as cli
 from applications import distribute
+from tests.conftest import shared_path
 from tests.harness import two_cpu_strategy
 from tuning.demo import DemoHyperModel
 
@@ -319,11 +320,73 @@ def test_overwrite_never_leaves_the_old_searchs_best_model(tmp_path, capsys):
     base = ["tune", "demo", "--tuner", "random", "--directory", str(directory), "--max-trials", "1", *TINY]
     assert cli.main(base) == 0
     assert (directory / "best_model.keras").exists() and (directory / "best_hyperparameters.json").exists()
+    assert (directory / "metrics.json").exists()
     capsys.readouterr()
     assert cli.main([*base, "--overwrite", "--fixed", "learning_rate=1e30"]) == 2  # its trial diverges
     assert "has no best trial" in capsys.readouterr().err
     assert not (directory / "best_model.keras").exists()
     assert not (directory / "best_hyperparameters.json").exists()
+    assert not (directory / "metrics.json").exists()  # (the old best model's)
+
+
+JSB_DIR = str(shared_path("data", "jsb_chorales"))
+# a tiny music search (tests/tuning/test_hypermodels.py)
+MUSIC = ["--data-dir", JSB_DIR, "--limit", "4", "--window", "8", "--batch-size", "4", "--epochs", "1", "--quiet",
+         "--fixed", "levels=1", "--fixed", "units_0=8"]
+
+
+def _one_error_line(capsys):
+    err = capsys.readouterr().err
+    assert err.startswith("keras-capsules: error: ") and err.count("\n") == 1, err
+    return err
+
+
+def test_a_directory_that_holds_another_applications_search_is_refused(tmp_path, capsys):
+    # Two applications tuned into one --directory shared best_model.keras and
+    # best_hyperparameters.json: the second search silently replaced the first's.
+    directory = tmp_path / "search"
+    demo = ["tune", "demo", "--tuner", "random", "--directory", str(directory), "--max-trials", "1", *TINY]
+    music = ["tune", "music", "--tuner", "random", "--directory", str(directory), "--max-trials", "1", *MUSIC]
+    assert cli.main(demo) == 0
+    capsys.readouterr()
+    best = (directory / "best_hyperparameters.json").read_text()
+    assert cli.main(music) == 2
+    err = _one_error_line(capsys)
+    assert f"{directory} holds the search of demo ({directory / 'demo'})" in err, err
+    assert "tune music into another --directory, or replace them with --overwrite" in err, err
+    assert not (directory / "music").exists()  # refused before anything ran
+    assert (directory / "best_hyperparameters.json").read_text() == best
+    assert keras.saving.load_model(directory / "best_model.keras").output_shape == (None, 10)
+    # a search started before the directory recorded its application: its project folder tells
+    (directory / "keras_capsules_search.json").unlink()
+    (directory / "metrics.json").unlink()  # (that search wrote none)
+    assert cli.main(music) == 2
+    assert "holds the search of demo" in _one_error_line(capsys)
+    # --overwrite replaces the demo's best files; the demo search then is the other one
+    assert cli.main([*music, "--overwrite"]) == 0
+    capsys.readouterr()
+    assert keras.saving.load_model(directory / "best_model.keras").output_shape == (None, 8, 88)
+    assert json.loads((directory / "metrics.json").read_text())["objective"] == "val_nll_per_step"
+    assert cli.main(demo) == 2
+    assert "holds the search of music" in _one_error_line(capsys)
+    assert cli.main(music) == 0  # its own search resumes
+    assert "0 new trial(s), 1 in total" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("overwrite", [[], ["--overwrite"]])
+def test_a_directory_with_a_metrics_json_no_search_wrote_is_refused(overwrite, tmp_path, capsys):
+    # the search now writes metrics.json beside its best model: into a `train` run's folder
+    # it replaced the record that `evaluate` of the run's model.keras reads
+    directory = tmp_path / "run"
+    directory.mkdir()
+    recorded = '{"test_accuracy": 0.5, "split": {"seed": 3, "data_dir": null, "limit": 120}}'
+    (directory / "metrics.json").write_text(recorded)
+    argv = ["tune", "demo", "--tuner", "random", "--directory", str(directory), "--max-trials", "1", *TINY]
+    assert cli.main([*argv, *overwrite]) == 2
+    err = _one_error_line(capsys)
+    assert f"{directory / 'metrics.json'} was not written by a search" in err, err
+    assert (directory / "metrics.json").read_text() == recorded
+    assert sorted(p.name for p in directory.iterdir()) == ["metrics.json"]
 
 
 def test_hyperband_under_many_workers_is_refused_before_any_trial(tmp_path, capsys, monkeypatch):
