@@ -354,6 +354,57 @@ def generate(
     }
 
 
+def seen_digits(data, num_frames=None, digit_size=DIGIT_SIZE):
+    """What a perfect temporal integrator could know of each digit: its pixels that any of
+    the first ``num_frames`` frames shows, in the digit's own coordinates.
+
+    A pixel of the digit is seen when, in some frame, the digit's position puts it where
+    no bar is. This is an oracle (it knows where the digit is in every frame): a static
+    classifier of these images bounds what integrating the frames can give (the
+    ``fusion`` benchmark of ``benchmarks/rladder.py``). Sequences that move only
+    vertically behind the static vertical bars never show the columns the bars hide.
+
+    Args:
+        data: ``generate``'s dict (its ``"clean"`` frames, ``"positions"`` and ``"bars"``).
+        num_frames: how many of the first frames were seen (1..T); None (default): all T.
+        digit_size: side of the digits ``generate`` placed (default ``DIGIT_SIZE``).
+
+    Returns:
+        ``[n, digit_size, digit_size, 2]`` float32: the digit's intensities where seen
+        (0 elsewhere), and the seen mask (1 where seen).
+    """
+    if not hasattr(data, "keys") or any(key not in data for key in ("clean", "positions", "bars")):
+        found = sorted(data.keys()) if hasattr(data, "keys") else type(data).__name__
+        raise InputError(f"`data` must be a dict with 'clean', 'positions' and 'bars' (as `generate` returns). "
+                         f"Received: {found}")
+    clean, positions, bars = np.asarray(data["clean"]), np.asarray(data["positions"]), np.asarray(data["bars"])
+    if clean.ndim == 5:
+        clean = clean[..., 0]
+    n, steps = clean.shape[:2]
+    if (clean.ndim != 4 or positions.shape != (n, steps, 2) or bars.shape != (n,) + clean.shape[2:]
+            or clean.shape[2] != clean.shape[3]):
+        raise InputError(f"`data` must hold 'clean' [n, T, S, S(, 1)], 'positions' [n, T, 2] and 'bars' "
+                         f"[n, S, S]. Received: clean {clean.shape}, positions {positions.shape}, "
+                         f"bars {bars.shape}")
+    digit_size = integer_at_least("digit_size", digit_size, 1)
+    if n and (positions.min() < 0 or positions.max() + digit_size > clean.shape[2]):
+        raise InputError(f"`digit_size` {digit_size} at `data`'s positions leaves the {clean.shape[2]}-pixel "
+                         f"frames: it must be the digit_size `generate` used. Received: digit_size={digit_size}")
+    if num_frames is None:
+        num_frames = steps
+    num_frames = integer_at_least("num_frames", num_frames, 1)
+    if num_frames > steps:
+        raise InputError(f"`num_frames` must be at most the sequences' {steps} frames. "
+                         f"Received: num_frames={num_frames}")
+    span = np.arange(digit_size)
+    rows = positions[:, :num_frames, 0, None, None] + span[:, None]  # [n, k, d, 1]
+    cols = positions[:, :num_frames, 1, None, None] + span[None, :]  # [n, k, 1, d]
+    sample = np.arange(n)[:, None, None, None]
+    seen = ~bars[sample, rows, cols].all(axis=1)  # [n, d, d]: not under a bar in some frame
+    digit = clean[sample[:, 0], 0, rows[:, 0], cols[:, 0]]  # the digit where the first frame put it
+    return np.stack([np.where(seen, digit, 0.0), seen], axis=-1).astype("float32")
+
+
 def targets_for(variant, frames, labels):
     """The ``y`` of ``fit`` for a variant: ``{"digit", "digit_steps"(, "next_frames")}``.
 

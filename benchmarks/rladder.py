@@ -22,6 +22,15 @@ time budget stops training early if the machine is slower):
         Below the variants' errors, each one's test error after every frame
         (``applications.occluded_mnist.error_per_step``): over all test sequences,
         those moving sideways and those moving only vertically.
+    python benchmarks/rladder.py fusion [--data-dir ../shared/data/mnist]
+        A bound for ``occluded``: the test error of a static CNN given what an oracle
+        of temporal integration could see of each digit
+        (``applications.occluded_mnist.seen_digits``: its pixels shown by any of the
+        frames, positions known), after the first frame and after all five, and of
+        the digits without bars; the ``occluded`` benchmark's sequences (the same
+        ``--seed``, ``--num-train``, ``--num-test``, ``--frame-size``), each
+        classifier a third of the budget (15 minutes). Thirteenth round of the
+        occluded measurements.
     python benchmarks/rladder.py jsb [--data-path ../shared/data/jsb_chorales]
         JSB Chorales test NLL per time step (target below 8.0; paper: RNN 8.76,
         RLadder 5.64). By default one RLadder (gated encoders, dropout between
@@ -229,6 +238,73 @@ def occluded(args):
         clearly = results["rladder"] <= best - 0.02 and results["rladder"] <= 0.8 * best
         print("target (RLadder clearly below the temporal baseline and no_feedback):",
               "MET" if clearly else "NOT MET")
+    return results
+
+
+def _fusion_classifier(channels, seed):
+    """A static CNN for 14x14 images (two 3x3 convolutions of 32 and 64 channels, max
+    pooling, a dense layer of 128, dropout), as MNIST's common Keras example."""
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    model = keras.Sequential([
+        keras.Input((14, 14, channels)),
+        keras.layers.Conv2D(32, 3, padding="same", activation="relu"),
+        keras.layers.Conv2D(64, 3, padding="same", activation="relu"),
+        keras.layers.MaxPooling2D(),
+        keras.layers.Dropout(0.25),
+        keras.layers.Flatten(),
+        keras.layers.Dense(128, activation="relu"),
+        keras.layers.Dropout(0.5),
+        keras.layers.Dense(10),
+    ])
+    model.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=["accuracy"], jit_compile=True)
+    return model
+
+
+def fusion(args):
+    """The test error of a static classifier of what an oracle of temporal integration
+    could see (``occluded_mnist.seen_digits``: the digit's pixels shown by any of the
+    first k frames, positions known), after the first frame and after all of them, and of
+    the digits without bars; the sequences are the ``occluded`` benchmark's (the same
+    options give the same training and test sequences)."""
+    from applications import distribute
+
+    distribute.set_intra_op_threads(args.intra_op_threads)  # before TensorFlow's first op
+    import numpy as np
+
+    from applications import occluded_mnist as om
+
+    print("at the start,", _load(), flush=True)
+    start = time.perf_counter()
+    train, test = om.make_sequences("idx", args.data_dir, args.num_train, args.num_test, args.seed,
+                                    frame_size=args.frame_size)
+    steps = train["frames"].shape[1]
+    vertical = test["velocities"][:, 1] == 0
+    cases = [("seen in frame 1", lambda data: om.seen_digits(data, 1)),
+             (f"seen in frames 1-{steps}", lambda data: om.seen_digits(data, steps)),
+             # the same layout with every pixel seen: the digits without bars
+             ("no bars (the whole digit)", lambda data: om.seen_digits(dict(data, bars=np.zeros_like(data["bars"]))))]
+    print(f"{len(train['labels'])} training and {len(test['labels'])} test sequences "
+          f"({int(vertical.sum())} of them move only vertically), {args.epochs} epochs at most, "
+          f"{args.budget_minutes:g} minutes for all three classifiers", flush=True)
+    results = {}
+    for name, images_of in cases:
+        x_train, x_test = images_of(train), images_of(test)
+        budget = TimeBudget(args.budget_minutes * 60 / len(cases))
+        model = _fusion_classifier(x_train.shape[-1], args.seed)
+        began = time.perf_counter()
+        history = model.fit(x_train, train["labels"], batch_size=args.batch_size, epochs=args.epochs,
+                            callbacks=[budget], verbose=args.verbose)
+        wrong = model.predict(x_test, batch_size=256, verbose=0).argmax(-1) != test["labels"]
+        seen = float(x_test[..., 1].mean())
+        results[name] = float(wrong.mean())
+        print(f"{name:28s} test error {100 * wrong.mean():5.2f}%  sideways {100 * wrong[~vertical].mean():5.2f}%  "
+              f"vertical only {100 * wrong[vertical].mean():5.2f}%  (digit pixels seen {100 * seen:.1f}%; "
+              f"{len(history.epoch)} epochs, {time.perf_counter() - began:.0f} s"
+              f"{', budget hit' if budget.exceeded else ''})", flush=True)
+    print(f"{time.perf_counter() - start:.0f} s in all;", _load())
     return results
 
 
@@ -458,6 +534,19 @@ def main(argv=None):
                    "budget (default), or one after another, each for its share of the budget")
     # 17 minutes of training leave time for generating the sequences and testing within 20
     p.set_defaults(run=occluded, budget_minutes=17.0)
+
+    p = sub.add_parser("fusion", parents=[common],
+                       help="Occluded Moving MNIST: the error of a static classifier of what an oracle of "
+                       "temporal integration sees (a bound for the occluded benchmark's models)")
+    p.add_argument("--data-dir", default=str(default_data_dir()))
+    p.add_argument("--num-train", type=positive_int, default=20000)
+    p.add_argument("--num-test", type=positive_int, default=2000)
+    p.add_argument("--frame-size", type=positive_int, default=24, help="frames of N x N pixels (as occluded's)")
+    p.add_argument("--epochs", type=positive_int, default=15, help="at most; the time budget stops first")
+    p.add_argument("--batch-size", type=positive_int, default=64)
+    p.add_argument("--intra-op-threads", type=non_negative_int, default=0,
+                   help="TensorFlow threads inside one op (0: all cores)")
+    p.set_defaults(run=fusion, budget_minutes=15.0)
 
     p = sub.add_parser("jsb", parents=[common], help="JSB Chorales test NLL")
     p.add_argument("--data-path", default=str(default_data_path()))

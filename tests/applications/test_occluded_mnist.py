@@ -919,3 +919,64 @@ def test_evaluate_scores_as_many_test_sequences_as_train_recorded(tmp_path, caps
     om.add_arguments(parser, "evaluate")
     assert parser.parse_args([]).num_test is None
     assert "(default: the number `train` recorded beside the model, else 5000)" in " ".join(parser.format_help().split())
+
+
+def _seen_by_loops(data, num_frames, digit_size=om.DIGIT_SIZE):
+    """``seen_digits`` pixel by pixel: a digit pixel is seen when some frame puts it off the bars."""
+    out = np.zeros((len(data["labels"]), digit_size, digit_size, 2), "float32")
+    for i, (positions, bars) in enumerate(zip(data["positions"], data["bars"])):
+        top, left = positions[0]
+        for r in range(digit_size):
+            for c in range(digit_size):
+                if any(not bars[y + r, x + c] for y, x in positions[:num_frames]):
+                    out[i, r, c] = (data["clean"][i, 0, top + r, left + c, 0], 1.0)
+    return out
+
+
+def test_seen_digits_are_the_digit_pixels_that_some_frame_shows(digits):
+    data = om.generate(*digits, 40, seed=5, frame_size=24)
+    for frames in (1, 3, None):
+        expected = _seen_by_loops(data, 5 if frames is None else frames)
+        np.testing.assert_array_equal(om.seen_digits(data, frames), expected)
+    # sideways motion at 3 pixels per frame shows more of the digit as the frames come;
+    # behind static vertical bars, vertical motion never shows what the first frame hid
+    first, every = om.seen_digits(data, 1)[..., 1], om.seen_digits(data)[..., 1]
+    vertical = data["velocities"][:, 1] == 0
+    assert 0 < vertical.sum() < len(vertical)
+    np.testing.assert_array_equal(first[vertical], every[vertical])
+    assert every[~vertical].mean() > first[~vertical].mean() + 0.3
+    assert np.all(every >= first)
+    # without bars every pixel is seen, and the image is the digit
+    whole = om.seen_digits(dict(data, bars=np.zeros_like(data["bars"])), 1)
+    assert whole[..., 1].min() == 1.0
+    top, left = data["positions"][0, 0]
+    np.testing.assert_array_equal(whole[0, ..., 0], data["clean"][0, 0, top : top + 14, left : left + 14, 0])
+
+
+def test_seen_digits_refuses_what_it_cannot_read(digits):
+    data = om.generate(*digits, 4, seed=5, frame_size=24)
+    with pytest.raises(InputError, match="'clean', 'positions' and 'bars'"):
+        om.seen_digits({"frames": data["frames"], "labels": data["labels"]})
+    for frames in (0, 6):
+        with pytest.raises(InputError, match="num_frames"):
+            om.seen_digits(data, frames)
+    with pytest.raises(InputError, match="digit_size"):
+        om.seen_digits(data, digit_size=20)
+    with pytest.raises(InputError, match=r"'positions' \[n, T, 2\]"):
+        om.seen_digits(dict(data, positions=data["positions"][:, :2]))
+
+
+def test_fusion_benchmark_classifies_the_seen_digits(capsys):
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "rladder.py"
+    spec = importlib.util.spec_from_file_location("rladder_benchmark_under_test", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    results = bench.main(["fusion", "--data-dir", str(shared_path("data", "mnist")), "--num-train", "64",
+                          "--num-test", "32", "--epochs", "1", "--verbose", "0", "--intra-op-threads", "1"])
+    assert list(results) == ["seen in frame 1", "seen in frames 1-5", "no bars (the whole digit)"]
+    assert all(0.0 <= error <= 1.0 for error in results.values())
+    out = capsys.readouterr().out
+    assert "64 training and 32 test sequences" in out and "vertical only" in out and "load average" in out
