@@ -225,8 +225,20 @@ def _run(args):
         result = search.run_search(args, strategy)
         print(f"{result['new_trials']} new trial(s), {result['trials']} in total; "
               f"best {result['objective']} {result['best_score']}")
-        print(f"best model {result['model']}, hyperparameters {result['hyperparameters']}")
+        print(_best_files(result, args.application))
     return 0
+
+
+def _best_files(result, application):
+    """The line naming the files a search wrote: its best model, hyperparameters and
+    ``metrics.json`` (where ``evaluate`` of the model takes its data options from), and
+    those its HyperModel writes beside them (text_classification's vocabulary). A
+    non-chief worker writes the hyperparameters only (the others are None)."""
+    import tuning
+
+    labels = {"model": "best model", "hyperparameters": "hyperparameters", "metrics": "metrics",
+              **{key: key for key in getattr(tuning.HYPERMODELS[application], "beside_best", {})}}
+    return ", ".join(f"{label} {result[key]}" for key, label in labels.items() if result.get(key))
 
 
 def main(argv=None):

@@ -819,7 +819,9 @@ def train(cache_dir, run_dir="runs/clevr", data_dir=None, epochs=25, batch_size=
     over every validation question (see :func:`question_counts`: those whose answer no
     training question has are errors; how many there are is reported too), the loss,
     the parameter count, the epochs and the paths. ``limit`` keeps the
-    first questions of every split (quick runs); with ``strategy`` the model is built
+    first questions of every split (quick runs), and ``metrics.json`` records it
+    (``"limit"``, null for all): :func:`evaluate` scores the same first validation
+    questions by default; with ``strategy`` the model is built
     and compiled in its scope (``batch_size`` is then the global batch); ``callbacks``
     run after the recipe's (the backup of a ``fault_tolerance.AtomicBackupAndRestore``
     among them is deleted once the outputs are written: ``fault_tolerance.finish_run``).
@@ -858,6 +860,7 @@ def train(cache_dir, run_dir="runs/clevr", data_dir=None, epochs=25, batch_size=
     result = {"validation_accuracy": float(accuracy), "validation_loss": float(loss),
               **question_counts(data["validation"]), "parameters": int(model.count_params()), "epochs": epochs,
               "image_size": int(image_size),  # evaluate reads the features of this size by default
+              "limit": limit,  # and scores the same first validation questions (None: all)
               **paths}
     fault_tolerance.write_metrics_json(result, paths["metrics"])
     fault_tolerance.finish_run(callbacks)  # the outputs are written: the backup goes
@@ -876,6 +879,10 @@ def evaluate(model_path, cache_dir, data_dir=None, image_size=None, limit=None, 
     questions out could not score their labels). ``image_size`` (None) defaults to the
     one :func:`train` recorded in ``metrics.json`` beside the model, else 224 (the
     features of another size are another cache, of another shape than the model takes).
+    ``limit`` (None: the first questions of every split) defaults likewise to the one
+    recorded there, else all: a model trained with a limit is scored on the validation
+    questions that ``train`` scored. A given ``limit`` wins; one at least the number of
+    validation questions scores all of them.
 
     ``verbose``: 1 shows the feature extraction's and Keras' progress bars, on stderr
     (stdout keeps only the result); 0 (the default) is silent.
@@ -883,11 +890,13 @@ def evaluate(model_path, cache_dir, data_dir=None, image_size=None, limit=None, 
 
     if not os.path.exists(model_path):
         raise PathNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
-    if image_size is None:
-        from applications.checks import recorded_integers
+    from applications.checks import recorded_integers
 
+    if image_size is None:
         image_size = recorded_integers(model_path, ("image_size",)).get("image_size", IMAGE_SIZE)
     image_size = integer_at_least("image_size", image_size, 1)
+    if limit is None:  # (every validation question was scored, other ones than train scored)
+        limit = recorded_integers(model_path, ("limit",), minimum=1).get("limit")
     strategy = distribute.resolve_strategy(strategy)
     with console.progress_on_stderr(verbose):  # a missing cache: hours
         data = prepare_offline(cache_dir, data_dir, image_size, limit, verbose=verbose)
@@ -936,7 +945,9 @@ def add_arguments(parser, command):
                         + ("the size `train` recorded beside the model, else 224)" if command == "evaluate"
                            else "%(default)s)"))
     parser.add_argument("--limit", type=positive_int, default=None,
-                        help="use only the first N questions of every split (quick runs)")
+                        help="score only the first N validation questions (default: the --limit `train` "
+                        "recorded beside the model, else all; a larger N: all)" if command == "evaluate"
+                        else "use only the first N questions of every split (quick runs)")
     if command == "train":
         add_mac_arguments(parser, units=512, mac_steps=12, embedding_dim=300)
 

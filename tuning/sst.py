@@ -82,10 +82,11 @@ class SSTHyperModel(DatasetHyperModel):
         return train, sst.make_dataset(*data["dev"], self.num_classes, self.batch_size)
 
     def recorded_options(self):
-        # evaluate embeds with the same preset and max_length by default (through the cache
-        # beside the model: DIRECTORY/cache, the search's default --cache-dir)
-        return {"task": f"SST-{self.granularity}/R", "preset": str(self.preset), "max_length": self.max_length,
-                "train_on": self.train_on}
+        # evaluate embeds the sentences of the same task with the same preset and max_length
+        # by default (through the cache beside the model: DIRECTORY/cache, the search's
+        # default --cache-dir)
+        return {"task": f"SST-{self.granularity}/R", "granularity": self.granularity, "preset": str(self.preset),
+                "max_length": self.max_length, "train_on": self.train_on}
 
 
 __all__ = ["SSTHyperModel"]

@@ -29,14 +29,14 @@ def add_arguments(parser, command):
     if command == "train":
         parser.set_defaults(epochs=10, batch_size=30)  # the paper's recipe (recipe.train)
 
-    parser.add_argument("--dataset", choices=data_lib.DATASETS, default="sst2",
-                        help="(default: %(default)s)")
+    recorded = " the one `train` recorded beside the model, else" if command == "evaluate" else ""
+    parser.add_argument("--dataset", choices=data_lib.DATASETS, default=None if command == "evaluate" else "sst2",
+                        help=f"(default:{recorded} sst2)")
     parser.add_argument("--data-dir", default=None,
                         help="the folder of the SST tree files (sst2, sst5), or the TFDS data directory "
                         "holding a prepared ag_news_subset / yelp_polarity_reviews (never downloaded)")
     parser.add_argument("--limit", type=positive_int, default=None,
                         help="use only the first N examples of every split (quick runs)")
-    recorded = " the one `train` recorded beside the model, else" if command == "evaluate" else ""
     parser.add_argument("--max-length", type=positive_int,
                         default=None if command == "evaluate" else data_lib.MAX_LENGTH,
                         help=f"tokens kept per text (default:{recorded} {data_lib.MAX_LENGTH})")
@@ -90,7 +90,8 @@ def run_train(args, strategy):
 def run_evaluate(args, strategy):
     from applications import distribute
 
-    data_lib.require_data(args.dataset, args.data_dir)
-    return recipe.evaluate(args.model, args.dataset, args.data_dir, args.vocabulary, args.limit,
+    dataset = args.dataset or recipe.recorded_dataset(args.model)  # the data are checked first
+    data_lib.require_data(dataset, args.data_dir)
+    return recipe.evaluate(args.model, dataset, args.data_dir, args.vocabulary, args.limit,
                            distribute.global_batch_size(args.batch_size, strategy), args.max_length, strategy,
                            verbose=0 if args.quiet else 1)

@@ -208,10 +208,13 @@ def train(
     return result
 
 
-def evaluate(model_path, dataset="sst2", data_dir=None, vocabulary_path=None, limit=None, batch_size=30,
+def evaluate(model_path, dataset=None, data_dir=None, vocabulary_path=None, limit=None, batch_size=30,
              max_length=None, strategy=None, verbose=0):
     """Test loss and accuracy of a saved model on ``dataset``'s test split.
 
+    ``dataset`` (None) defaults to the one :func:`train` recorded in ``metrics.json``
+    beside the model (:func:`recorded_dataset`), else ``"sst2"``; a given one wins (one
+    of another number of classes than the model's is refused in one line).
     Texts are encoded with the vocabulary the model was trained with: ``vocab.txt``
     beside the model (as :func:`train` writes it) unless ``vocabulary_path`` is given.
     Each keeps its first ``max_length`` tokens; None (the default): the ``max_length``
@@ -229,6 +232,8 @@ def evaluate(model_path, dataset="sst2", data_dir=None, vocabulary_path=None, li
     vocabulary_path = vocabulary_path or os.path.join(os.path.dirname(os.path.abspath(model_path)), "vocab.txt")
     if not os.path.exists(vocabulary_path):
         raise PathNotFoundError(f"no vocabulary at {vocabulary_path!r}: pass the vocab.txt written by `train`")
+    if dataset is None:  # (the default sst2 refused a model of sst5 or ag_news unless told --dataset)
+        dataset = recorded_dataset(model_path)
     if max_length is None:  # (the default 5,000 scored a model trained on 20 tokens a text on 5,000)
         max_length = _recorded_max_length(model_path)
     strategy = distribute.resolve_strategy(strategy)
@@ -252,6 +257,13 @@ def evaluate(model_path, dataset="sst2", data_dir=None, vocabulary_path=None, li
         loss, accuracy = model.evaluate(test, verbose=verbose)
     return {"test_accuracy": float(accuracy), "test_loss": float(loss), "model": model_path,
             "max_length": max_length, "truncated_texts": {"test": truncated.truncated}}
+
+
+def recorded_dataset(model_path):
+    """The ``dataset`` :func:`train` recorded in ``metrics.json`` beside the model (one of
+    ``data.DATASETS``), else ``"sst2"`` (a model moved from its run directory)."""
+    dataset = checks.recorded_metrics(model_path).get("dataset")
+    return dataset if isinstance(dataset, str) and dataset in data_lib.DATASETS else "sst2"
 
 
 def _recorded_max_length(model_path):

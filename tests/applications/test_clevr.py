@@ -485,3 +485,45 @@ def test_evaluate_reads_the_features_of_the_image_size_that_train_recorded(tmp_p
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["image_size"] == CLEVR_IMAGE_SIZE
     assert cli.build_parser("clevr").parse_args(["evaluate", "clevr"]).image_size is None
     assert cli.build_parser("clevr").parse_args(["train", "clevr"]).image_size == clevr.IMAGE_SIZE
+
+
+def test_evaluate_scores_the_validation_questions_that_train_scored(tmp_path, capsys):
+    # `train clevr --limit N` scored the first N validation questions but recorded no N, and
+    # `evaluate` of its model then scored every validation question: another accuracy than
+    # train's, unless told --limit N again
+    import argparse
+    import shutil
+
+    from applications import __main__ as cli
+    from tests.applications.tiny_data import CLEVR_IMAGE_SIZE, tiny_clevr_cache
+
+    cache = tiny_clevr_cache(tmp_path / "cache")  # 18 validation questions
+    run = tmp_path / "run"
+    result = clevr.train(cache, run_dir=str(run), epochs=1, batch_size=8, image_size=CLEVR_IMAGE_SIZE, limit=5,
+                         model_kwargs=dict(units=8, embedding_dim=4, max_steps=1), verbose=0)
+    assert result["validation_questions"] == 5
+    assert json.loads((run / "metrics.json").read_text())["limit"] == 5
+    argv = ["evaluate", "clevr", "--model", str(run), "--cache-dir", cache, "--data-dir", str(tmp_path / "no-tfds"),
+            "--batch-size", "8", "--quiet"]
+    capsys.readouterr()
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    evaluated = json.loads(capsys.readouterr().out)
+    assert evaluated["validation_questions"] == 5
+    assert evaluated["validation_accuracy"] == pytest.approx(result["validation_accuracy"], abs=1e-6)
+    assert evaluated["validation_loss"] == pytest.approx(result["validation_loss"], rel=1e-5)
+    # a --limit given wins; one past the questions: all of them
+    assert cli.main([*argv, "--limit", "100"]) == 0, capsys.readouterr().err
+    assert json.loads(capsys.readouterr().out)["validation_questions"] == 18
+    # nothing recorded (a model moved away from its run, a run on all questions): all
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    shutil.copy(run / "model.keras", moved / "model.keras")
+    model = str(moved / "model.keras")
+    assert clevr.evaluate(model, cache, batch_size=8, image_size=CLEVR_IMAGE_SIZE)["validation_questions"] == 18
+    (moved / "metrics.json").write_text(json.dumps({"image_size": CLEVR_IMAGE_SIZE, "limit": None}))
+    assert clevr.evaluate(model, cache, batch_size=8)["validation_questions"] == 18
+    parser = argparse.ArgumentParser()
+    clevr.add_arguments(parser, "evaluate")
+    assert parser.parse_args([]).limit is None
+    assert "(default: the --limit `train` recorded beside the model, else all; a larger N: all)" in " ".join(
+        parser.format_help().split())

@@ -598,3 +598,42 @@ def test_train_ends_with_the_applications_headline_result_and_every_file_it_wrot
     assert head == "test error 0.2500, test error per frame 0.5000 / 0.3750 / 0.2500"
     cli._print_outputs({"test_error": 0.25, "test_error_per_step": {"all": [0.25]}}, str(tmp_path))
     assert capsys.readouterr().out.splitlines()[0] == "test error 0.2500"
+
+
+def test_tune_ends_with_every_file_it_wrote_beside_the_best_model(tmp_path, capsys, monkeypatch):
+    # `tune` named the best model and hyperparameters only: not the metrics.json beside them
+    # (the data options that `evaluate` of the best model reads), nor text_classification's
+    # vocab.txt (the vocabulary that evaluate encodes the texts with)
+    import json
+
+    import tensorflow as tf
+
+    from tests.applications.tiny_data import SST_DIR
+
+    directory = tmp_path / "search"
+    # (TensorFlow may run already: its intra-op threads as they are, not the application's 1)
+    threads = ["--intra-op-threads", str(tf.config.threading.get_intra_op_parallelism_threads())]
+    argv = ["tune", "text_classification", "--tuner", "random", "--directory", str(directory), "--max-trials", "1",
+            "--epochs", "1", "--quiet", "--dataset", "sst5", "--data-dir", str(SST_DIR), "--limit", "32",
+            "--embedding-dim", "8", "--batch-size", "16", *threads]
+    for name, value in (("gru_units", 8), ("capsule_dim", 4), ("class_capsule_dim", 4), ("routing", "linear")):
+        argv += ["--fixed", f"{name}={value}"]
+    tf.config.run_functions_eagerly(True)  # a one-step trial: no tracing (as tests/tuning/conftest.py)
+    try:
+        code = cli.main(argv)
+    finally:
+        tf.config.run_functions_eagerly(False)
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    files = {"best model": "best_model.keras", "hyperparameters": "best_hyperparameters.json",
+             "metrics": "metrics.json", "vocabulary": "vocab.txt"}
+    assert out.strip().splitlines()[-1] == ", ".join(f"{label} {directory / name}" for label, name in files.items())
+    assert all((directory / name).is_file() for name in files.values())
+    # evaluate of the best model takes the search's dataset (five classes) from that metrics.json
+    assert json.loads((directory / "metrics.json").read_text())["dataset"] == "sst5"
+    assert cli.main(["evaluate", "text_classification", "--model", str(directory / "best_model.keras"),
+                     "--data-dir", str(SST_DIR), "--limit", "8", "--quiet", *threads]) == 0, capsys.readouterr().err
+    assert 0 <= json.loads(capsys.readouterr().out)["test_accuracy"] <= 1
+    # a worker that is not the chief writes the hyperparameters only
+    result = {"model": None, "hyperparameters": "h.json", "metrics": None, "trials": 1}
+    assert cli._best_files(result, "demo") == "hyperparameters h.json"

@@ -407,6 +407,48 @@ def test_evaluate_embeds_with_the_preset_and_max_length_train_recorded(tmp_path)
     assert len(os.listdir(run / "cache")) == 3  # train's entries read back: no new one
 
 
+def test_evaluate_scores_the_sst_task_that_train_recorded(tmp_path, capsys, monkeypatch):
+    # `evaluate sst` of a model trained (or tuned) on SST-2 was refused in one line ("the model
+    # has 2 classes but SST-5 has 5") unless told --granularity 2 again: train recorded no
+    # granularity (only the "task" of its result) and evaluate defaulted to 5
+    import argparse
+
+    from applications import __main__ as cli
+    from applications.errors import InputError
+
+    monkeypatch.delenv("KERAS_CAPSULES_DEBUG", raising=False)
+    preset = tiny_bert_preset(tmp_path / "preset")
+    run = tmp_path / "run"
+    result = sst.train(SST, granularity="2", run_dir=run, preset=preset, train_on="sentences", epochs=1,
+                       batch_size=16, max_train=16, max_eval=12, max_length=6, verbose=0)
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["granularity"] == "2" and metrics["task"] == "SST-2/R"
+    argv = ["evaluate", "sst", "--model", str(run), "--data-dir", str(SST), "--max-eval", "12", "--quiet"]
+    capsys.readouterr()
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    assert json.loads(capsys.readouterr().out)["test_accuracy"] == result["test_accuracy"]
+    # a --granularity given wins (here: refused, the model has two classes)
+    assert cli.main([*argv, "--granularity", "5"]) == 2
+    err = capsys.readouterr().err
+    assert "the model has 2 classes but SST-5 has 5: pass the --granularity" in err and err.count("\n") == 1, err
+    # a run of an older version recorded the task only: it tells the granularity
+    del metrics["granularity"]
+    (run / "metrics.json").write_text(json.dumps(metrics))
+    model = str(run / "model.keras")
+    assert sst.evaluate(model, SST, max_eval=12)["test_accuracy"] == result["test_accuracy"]
+    # nothing recorded (a model moved away from its run): SST-5, as before
+    (run / "metrics.json").write_text(json.dumps({"preset": preset, "max_length": 6}))
+    with pytest.raises(InputError, match="the model has 2 classes but SST-5 has 5"):
+        sst.evaluate(model, SST, max_eval=12)
+    parser = argparse.ArgumentParser()
+    sst.add_arguments(parser, "evaluate")
+    assert parser.parse_args(["--data-dir", "x"]).granularity is None
+    assert "(default: the one `train` recorded beside the model, else 5)" in " ".join(parser.format_help().split())
+    parser = argparse.ArgumentParser()
+    sst.add_arguments(parser, "train")
+    assert parser.parse_args(["--data-dir", "x"]).granularity == "5"
+
+
 def test_evaluate_refuses_hidden_states_of_another_shape_than_the_model_in_one_line(tmp_path, monkeypatch):
     # audit (2026-11-28): a --preset of another width or depth than the model's ended, after the
     # embedding, in Keras' "incompatible with the layer" traceback from inside predict

@@ -487,6 +487,53 @@ def test_evaluate_cuts_the_texts_at_the_max_length_train_recorded(tmp_path):
     assert longer["test_loss"] != pytest.approx(result["test_loss"], rel=1e-5)
 
 
+def test_evaluate_scores_the_dataset_train_recorded(tmp_path, capsys, monkeypatch):
+    # `evaluate text_classification` of a model trained (or tuned) on another dataset than
+    # sst2 was refused in one line ("the model has 5 classes but sst2 has 2") unless told
+    # its --dataset again, though train (and tune) recorded it beside the model
+    import argparse
+
+    from applications import __main__ as cli
+    from applications.errors import InputError
+    from applications.text_classification import cli as tc_cli
+
+    monkeypatch.delenv("KERAS_CAPSULES_DEBUG", raising=False)
+    run_dir = tmp_path / "run"
+    result = recipe.train(dataset="sst5", data_dir=SST_DIR, run_dir=str(run_dir), epochs=1, batch_size=8,
+                          limit=16, max_length=20, jit_compile=False, verbose=0, **TINY)
+    assert json.loads((run_dir / "metrics.json").read_text())["dataset"] == "sst5"
+    # (TensorFlow runs already: its intra-op threads as they are, not the application's 1)
+    threads = str(tf.config.threading.get_intra_op_parallelism_threads())
+    argv = ["evaluate", "text_classification", "--model", str(run_dir), "--data-dir", str(SST_DIR),
+            "--limit", "16", "--quiet", "--intra-op-threads", threads]
+    capsys.readouterr()
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    again = json.loads(capsys.readouterr().out)
+    assert again["test_loss"] == pytest.approx(result["test_loss"], rel=1e-5)
+    assert again["test_accuracy"] == pytest.approx(result["test_accuracy"])
+    # a --dataset given wins (here: refused, the model has five classes)
+    assert cli.main([*argv, "--dataset", "sst2"]) == 2
+    err = capsys.readouterr().err
+    assert "the model has 5 classes but sst2 has 2: pass the --dataset" in err and err.count("\n") == 1, err
+    # nothing recorded (a model moved away from its run, a damaged record): sst2, as before
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    for recorded in ("sst3", None):
+        if recorded is None:
+            del metrics["dataset"]
+        else:
+            metrics["dataset"] = recorded
+        (run_dir / "metrics.json").write_text(json.dumps(metrics))
+        with pytest.raises(InputError, match="the model has 5 classes but sst2 has 2"):
+            recipe.evaluate(str(run_dir / "model.keras"), data_dir=SST_DIR, limit=16)
+    parser = argparse.ArgumentParser()
+    tc_cli.add_arguments(parser, "evaluate")
+    assert parser.parse_args([]).dataset is None
+    assert "(default: the one `train` recorded beside the model, else sst2)" in " ".join(parser.format_help().split())
+    parser = argparse.ArgumentParser()
+    tc_cli.add_arguments(parser, "train")
+    assert parser.parse_args([]).dataset == "sst2"
+
+
 @pytest.mark.parametrize("options, message", [
     (dict(vocab_size=2), "Received: vocab_size=2"),  # was "`max_size` must be at least 3", a name not given
     (dict(max_length=0), "Received: max_length=0"),  # was a StagingError traceback from inside tf.data

@@ -478,7 +478,7 @@ def _evaluate_of(name, tmp_path):
         "demo": (lambda: hypermodel(limit=120, seed=3), demo.evaluate),
         "smallnorb": (lambda: hypermodel(image_size=24), smallnorb.evaluate),
         "sst": (lambda: hypermodel(data_dir=str(SST_DIR), granularity="2", preset="tiny-preset", max_length=12),
-                lambda path: sst.evaluate(path, str(SST_DIR), granularity="2")),
+                lambda path: sst.evaluate(path, str(SST_DIR))),
         "text_classification": (lambda: hypermodel("sst2", str(SST_DIR), limit=32, max_length=20, batch_size=16),
                                 recipe.evaluate),
         "sort_of_clevr": (lambda: hypermodel(validation_examples=8, seed=3), sort_of_clevr.evaluate),
@@ -495,10 +495,10 @@ def _evaluate_of(name, tmp_path):
 EVALUATE_READS = {
     "demo": {"split.seed", "split.data_dir", "split.limit"},
     "smallnorb": {"image_size"},
-    "sst": {"preset", "max_length"},
-    "text_classification": {"max_length"},
+    "sst": {"granularity", "preset", "max_length"},
+    "text_classification": {"dataset", "max_length"},
     "sort_of_clevr": {"seed", "validation_examples"},
-    "clevr": {"image_size"},
+    "clevr": {"image_size", "limit"},
     "occluded_mnist": {"split.seed", "split.source", "split.data_dir"},
     "music": set(),
     "textured_mnist": {"split.seed", "split.data_dir", *(f"textures.{key}" for key in (
@@ -506,9 +506,10 @@ EVALUATE_READS = {
 }
 
 # entries that `train` records and `evaluate` reads but a search must not record: they sized
-# the search's own data (validation sequences, the first chorales), and no test item was
-# scored, so `evaluate` of a tuned model scores its default test set
-NOT_RECORDED = {"music": {"limit"}, "occluded_mnist": {"num_test"}, "textured_mnist": {"num_test"}}
+# the search's own data (validation sequences, the first chorales or questions), not a test
+# set that its best model was scored on, so `evaluate` of a tuned model scores its default one
+NOT_RECORDED = {"music": {"limit"}, "clevr": {"limit"}, "occluded_mnist": {"num_test"},
+                "textured_mnist": {"num_test"}}
 
 
 def _searched(hypermodel, key):
