@@ -486,7 +486,11 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="benchmark", required=True)
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--budget-minutes", type=positive_float, default=18.0)
+    # each benchmark's default budget is its parser's `default_budget_minutes`: the parsers
+    # share this action (argparse's `parents`), so a set_defaults(budget_minutes=...) of one
+    # changed every benchmark's default (the last one set won)
+    common.add_argument("--budget-minutes", type=positive_float, default=None,
+                        help="training time budget in minutes (default: the benchmark's)")
     common.add_argument("--seed", type=seed_int, default=0)
     common.add_argument("--verbose", type=non_negative_int, default=2)
 
@@ -533,7 +537,7 @@ def main(argv=None):
                    help="train the variants side by side, one process each, every one for the whole "
                    "budget (default), or one after another, each for its share of the budget")
     # 17 minutes of training leave time for generating the sequences and testing within 20
-    p.set_defaults(run=occluded, budget_minutes=17.0)
+    p.set_defaults(run=occluded, default_budget_minutes=17.0)
 
     p = sub.add_parser("fusion", parents=[common],
                        help="Occluded Moving MNIST: the error of a static classifier of what an oracle of "
@@ -546,7 +550,7 @@ def main(argv=None):
     p.add_argument("--batch-size", type=positive_int, default=64)
     p.add_argument("--intra-op-threads", type=non_negative_int, default=0,
                    help="TensorFlow threads inside one op (0: all cores)")
-    p.set_defaults(run=fusion, budget_minutes=15.0)
+    p.set_defaults(run=fusion, default_budget_minutes=15.0)
 
     p = sub.add_parser("jsb", parents=[common], help="JSB Chorales test NLL")
     p.add_argument("--data-path", default=str(default_data_path()))
@@ -582,7 +586,7 @@ def main(argv=None):
     p.add_argument("--intra-op-threads", type=non_negative_int, default=1,
                    help="TensorFlow threads inside one op (0: all cores)")
     # 17 minutes of training leave time for the evaluation of the ensemble within 20
-    p.set_defaults(run=jsb, budget_minutes=17.0)
+    p.set_defaults(run=jsb, default_budget_minutes=17.0)
 
     p = sub.add_parser("tagger", parents=[common], help="RTagger AMI per iteration")
     p.add_argument("--data-dir", default=str(default_data_dir()))
@@ -636,7 +640,7 @@ def main(argv=None):
                         "last-iteration validation AMI is kept (0: the last epoch)")
     p.add_argument("--intra-op-threads", type=non_negative_int, default=1,
                    help="TensorFlow threads inside one op (0: all cores)")
-    p.set_defaults(run=tagger, budget_minutes=17.0)
+    p.set_defaults(run=tagger, default_budget_minutes=17.0)
 
     p = sub.add_parser("loop", parents=[common], help="RLadder's unrolled and symbolic loops: compile time and speed")
     p.add_argument("--steps", type=positive_int, nargs="+", default=[32, 160], help="sequence lengths T")
@@ -654,6 +658,8 @@ def main(argv=None):
     p.set_defaults(run=loop)
 
     args = parser.parse_args(argv)
+    if args.budget_minutes is None:
+        args.budget_minutes = getattr(args, "default_budget_minutes", 18.0)
     return args.run(args)
 
 

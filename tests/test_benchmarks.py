@@ -78,3 +78,22 @@ def test_the_sort_of_clevr_benchmark_shows_its_training_unless_told_not_to(argv,
     with pytest.raises(KeyboardInterrupt, match="simulated"):
         module.main(["--minutes", "0.01", "--models", "mac1", "--units", "8", "--test-examples", "8", *argv])
     assert seen == [(verbose, False)]
+
+
+def test_each_rladder_benchmark_keeps_its_own_default_budget(monkeypatch):
+    # The subcommands share the --budget-minutes action (argparse parents), and each set
+    # its default with set_defaults: the last one set became every subcommand's default.
+    import importlib.util
+
+    path = next(p for p in BENCHMARKS if p.stem == "rladder")
+    spec = importlib.util.spec_from_file_location("rladder_budgets_under_test", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    seen = {}
+    for name in ("occluded", "fusion", "jsb", "tagger"):
+        monkeypatch.setattr(bench, name, lambda args, name=name: seen.__setitem__(name, args.budget_minutes))
+    for name in ("occluded", "fusion", "jsb", "tagger"):
+        bench.main([name])
+    assert seen == {"occluded": 17.0, "fusion": 15.0, "jsb": 17.0, "tagger": 17.0}
+    bench.main(["fusion", "--budget-minutes", "2.5"])
+    assert seen["fusion"] == 2.5
