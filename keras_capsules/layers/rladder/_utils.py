@@ -198,3 +198,27 @@ def output_spec(layer, inputs):
     return keras.tree.map_shape_structure(
         lambda shape: keras.KerasTensor(shape, dtype=layer.compute_dtype), shapes
     )
+
+
+def expand_to(keep, x):
+    """A ``[batch]`` boolean reshaped to broadcast against ``x``."""
+    return ops.reshape(keep, (-1,) + (1,) * (len(x.shape) - 1))
+
+
+@ops.custom_gradient
+def write_row(buffer, at, value):
+    """``buffer`` with row ``at`` (a ``[1, 1]`` index) set to ``value``.
+
+    Its gradient passes the buffer's upstream gradient through unchanged instead of
+    zeroing row ``at`` (a scatter, which copied the whole buffer at every step of the
+    backward loop, so XLA's backward pass took time growing as ``T**2``). This is exact
+    for RLadder's TensorFlow loop: its buffers start as constant zeros and every row is
+    written once and never read, so the unzeroed row reaches only those zeros.
+    """
+
+    def grad(*args, upstream=None):
+        if upstream is None:
+            (upstream,) = args
+        return upstream, None, ops.take(upstream, ops.reshape(at, ()), axis=0)
+
+    return ops.scatter_update(buffer, at, value[None]), grad

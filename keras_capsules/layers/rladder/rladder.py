@@ -7,6 +7,8 @@ from keras import ops
 
 from keras_capsules._validation import boolean, rate
 from keras_capsules.layers.rladder._utils import (
+    expand_to,
+    write_row,
     check_step_mask,
     clone_initializer,
     loaded_without_effect,
@@ -34,30 +36,6 @@ from keras_capsules.layers.rladder.level_spec import (
     saved_levels,
 )
 from keras_capsules.layers.rladder.lstm_encoder_cell import LSTMEncoderCell
-
-def _expand_to(keep, x):
-    """A ``[batch]`` boolean reshaped to broadcast against ``x``."""
-    return ops.reshape(keep, (-1,) + (1,) * (len(x.shape) - 1))
-
-
-@ops.custom_gradient
-def _write_row(buffer, at, value):
-    """``buffer`` with row ``at`` (a ``[1, 1]`` index) set to ``value``.
-
-    Its gradient passes the buffer's upstream gradient through unchanged instead of
-    zeroing row ``at`` (a scatter, which copied the whole buffer at every step of the
-    backward loop, so XLA's backward pass took time growing as ``T**2``). This is exact
-    for RLadder's TensorFlow loop: its buffers start as constant zeros and every row is
-    written once and never read, so the unzeroed row reaches only those zeros.
-    """
-
-    def grad(*args, upstream=None):
-        if upstream is None:
-            (upstream,) = args
-        return upstream, None, ops.take(upstream, ops.reshape(at, ()), axis=0)
-
-    return ops.scatter_update(buffer, at, value[None]), grad
-
 
 _COMBINATOR_CLASSES = {"G1": G1, "ConvG1": ConvG1, "ConvG2": ConvG2, "ConvG3": ConvG3}
 _INITIALIZERS = ("kernel_initializer", "recurrent_initializer", "bias_initializer")
@@ -729,20 +707,20 @@ class RLadder(keras.layers.Layer):
         # a padded step runs on zeros (an inf or NaN it holds would reach the gradients
         # through the discarded branch), leaves the carry as it was and outputs zeros
         keep = ops.cast(keep, "bool")
-        x_t = ops.where(_expand_to(keep, x_t), x_t, ops.zeros_like(x_t))
+        x_t = ops.where(expand_to(keep, x_t), x_t, ops.zeros_like(x_t))
         prediction, top, (new_states, new_feedback) = self._step(x_t, carry, drop, training, zone_keep)
         old_states, old_feedback = carry
 
         def hold(new, old):
-            return None if new is None else ops.where(_expand_to(keep, new), new, old)
+            return None if new is None else ops.where(expand_to(keep, new), new, old)
 
         carry = (
             [[hold(n, o) for n, o in zip(ns, os_)] for ns, os_ in zip(new_states, old_states)],
             [hold(n, o) for n, o in zip(new_feedback, old_feedback)],
         )
-        top = ops.where(_expand_to(keep, top), top, ops.zeros_like(top))
+        top = ops.where(expand_to(keep, top), top, ops.zeros_like(top))
         if prediction is not None:
-            prediction = ops.where(_expand_to(keep, prediction), prediction, ops.zeros_like(prediction))
+            prediction = ops.where(expand_to(keep, prediction), prediction, ops.zeros_like(prediction))
         return prediction, top, carry
 
     def compute_mask(self, inputs, mask=None):
@@ -863,7 +841,7 @@ class RLadder(keras.layers.Layer):
             def body(t, c, buffers):
                 c, out = step(t, c)
                 at = ops.reshape(t, (1, 1))
-                buffers = {k: _write_row(buffers[k], at, with_spare_sample(out[k])) for k in buffers}
+                buffers = {k: write_row(buffers[k], at, with_spare_sample(out[k])) for k in buffers}
                 return t + 1, c, buffers
 
             _, _, outputs = ops.while_loop(

@@ -7,8 +7,8 @@ import pytest
 from keras_capsules.layers import RTagger, level_spec
 from keras_capsules.losses import MixtureNLL, mixture_nll
 from keras_capsules.metrics import adjusted_mutual_info
-from tests.backends import float64_enabled, grads
-from tests.harness import run_layer_contract
+from tests.backends import BACKEND, float64_enabled, grads, value_and_grads
+from tests.harness import run_layer_contract, two_cpu_strategy
 
 CONV_LEVELS = [level_spec("convlstm", 2), level_spec("gated", 3)]
 
@@ -542,3 +542,274 @@ def test_padded_steps_never_change_the_other_outputs(levels, shape):
         layer(x, mask=mask[:, :3])
     with pytest.raises(ValueError, match="n_iters=2 iterates on one static input.*takes no mask"):
         RTagger(2, levels, n_iters=2)(x[:, 0], mask=mask[:, 0])
+
+
+# ------------------------------------------------------------- the symbolic loop
+VECTOR_LEVELS = [level_spec("gated", 4), level_spec("lstm", 3)]
+LOOP_CASES = [  # (case, levels, input shape, constructor arguments)
+    ("image_sequence", CONV_LEVELS, (2, 4, 4, 4, 1), {}),
+    ("vector_sequence", VECTOR_LEVELS, (2, 4, 6), {}),
+    ("static_image", CONV_LEVELS, (2, 4, 4, 1), dict(n_iters=3)),
+    ("static_vector", VECTOR_LEVELS, (2, 6), dict(n_iters=3)),
+    ("group_codes_posterior", CONV_LEVELS, (2, 3, 4, 4, 1),
+     dict(group_codes=True, mask_update="posterior", posterior_sigma=0.7)),
+    ("damping_number", VECTOR_LEVELS, (2, 4, 6), dict(mask_damping=0.3, mask_update="posterior")),
+    ("damping_learned_smooth_masks", CONV_LEVELS, (2, 3, 4, 4, 1),
+     dict(mask_damping="learned", initial_mask_scale=2)),
+    ("static_damping_learned", VECTOR_LEVELS, (2, 6), dict(n_iters=2, mask_damping="learned", group_codes=True)),
+]
+
+
+def _twins(levels, kwargs, x, n_groups=2):
+    """An unrolled tagger and a looping one with the same weights and the same seed."""
+    unrolled = RTagger(n_groups, levels, unroll=True, seed=5, **kwargs)
+    looped = RTagger(n_groups, levels, unroll=False, seed=5, **kwargs)
+    unrolled(x)
+    looped(x)
+    looped.set_weights(unrolled.get_weights())
+    return unrolled, looped
+
+
+def _assert_same(a, b, atol=1e-6):
+    a, b = keras.tree.flatten(a), keras.tree.flatten(b)
+    assert len(a) == len(b)
+    for p, q in zip(a, b):
+        assert tuple(p.shape) == tuple(q.shape)
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(p), keras.ops.convert_to_numpy(q), rtol=1e-5, atol=atol)
+
+
+@pytest.mark.parametrize("case,levels,shape,kwargs", LOOP_CASES, ids=[c[0] for c in LOOP_CASES])
+def test_the_symbolic_loop_gives_the_unrolled_outputs(case, levels, shape, kwargs):
+    x = _images(*shape)
+    unrolled, looped = _twins(levels, kwargs, x)
+    _assert_same(unrolled(x), looped(x))
+    # training: random initial masks, drawn before either loop, so the same draws
+    # with the same seed (and other ones than at inference)
+    trained = unrolled(x, training=True)
+    _assert_same(trained, looped(x, training=True))
+    assert np.abs(keras.ops.convert_to_numpy(trained[0]) - keras.ops.convert_to_numpy(unrolled(x)[0])).max() > 1e-4
+    if "n_iters" not in kwargs:  # with padded steps (leading, inner, trailing) too
+        mask = np.ones(shape[:2], bool)
+        mask[0, 1] = mask[1, -1] = mask[1, 0] = False
+        _assert_same(unrolled(x, mask=mask), looped(x, mask=mask))
+        _assert_same(unrolled(x, mask=mask, training=True), looped(x, mask=mask, training=True))
+
+
+def test_the_symbolic_loop_gives_the_unrolled_gradients():
+    x = _images(2, 4, 6)
+    mask = np.array([[1, 1, 1, 0], [1, 0, 1, 1]], bool)
+    kwargs = dict(mask_damping="learned", mask_update="posterior", group_codes=True)
+    results = []
+    twins = _twins(VECTOR_LEVELS, kwargs, x, n_groups=3)
+    for tagger in twins:
+
+        def loss(images, tagger=tagger):
+            pi, m = tagger(images, mask=mask, training=True)
+            return keras.ops.sum(pi * keras.ops.square(m - 0.5)) + keras.ops.sum(m)
+
+        value, input_grads, weight_grads = value_and_grads(loss, [x], tagger.trainable_weights)
+        results.append([value] + input_grads + weight_grads)
+    assert len(results[0]) == len(results[1]) == 2 + len(twins[0].trainable_weights)
+    for a, b in zip(*results):
+        assert a is not None and b is not None
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(a), keras.ops.convert_to_numpy(b), rtol=1e-5, atol=1e-6)
+
+
+def test_sequences_of_unknown_length_run_through_one_model(tmp_path):
+    # RTagger refused sequences of unknown length ("expects inputs ... with known sizes")
+    for unroll, features, levels in ((False, (4, 4, 1), CONV_LEVELS), (None, (6,), VECTOR_LEVELS)):
+        inputs = keras.Input((None, *features))
+        pi, m = RTagger(2, levels, unroll=unroll, seed=0, mask_damping="learned", name="tagger")(inputs)
+        pixels = features if len(features) == 3 else (features[0], 1)
+        assert tuple(pi.shape) == (None, None, 2, *pixels[:-1], 1) and tuple(m.shape) == (None, None, 2, *pixels)
+        model = keras.Model(inputs, [pi, m])
+        path = str(tmp_path / f"model_{unroll}.keras")
+        model.save(path)
+        loaded = keras.saving.load_model(path)
+        assert loaded.get_layer("tagger").get_config()["unroll"] is unroll
+        for steps in (2, 5):
+            x = _images(3, steps, *features, seed=steps)
+            fixed = RTagger(2, levels, unroll=True, mask_damping="learned")
+            fixed(x)
+            fixed.set_weights(model.get_layer("tagger").get_weights())
+            got = model.predict(x, verbose=0)
+            assert got[0].shape == (3, steps, 2, *pixels[:-1], 1) and got[1].shape == (3, steps, 2, *pixels)
+            _assert_same(got, fixed(x))
+            _assert_same(loaded.predict(x, verbose=0), got)
+
+
+def test_unroll_is_checked():
+    with pytest.raises(ValueError, match="Received: unroll='yes'"):
+        RTagger(2, CONV_LEVELS, unroll="yes")
+    with pytest.raises(ValueError, match="unroll=True unrolls a known number of steps"):
+        RTagger(2, CONV_LEVELS, unroll=True)(keras.Input((None, 4, 4, 1)))
+    assert RTagger(2, CONV_LEVELS, unroll=np.False_).get_config()["unroll"] is False
+    config = RTagger(2, CONV_LEVELS).get_config()
+    assert config["unroll"] is None
+    del config["unroll"]  # a tagger saved before the option existed
+    assert RTagger.from_config(config).unroll is None
+
+
+LOOP_CONTRACT_CASES = [
+    ("image_sequence_loop", dict(n_groups=2, levels=CONV_LEVELS, unroll=False), (4, 3, 4, 4, 1)),
+    ("vector_sequence_loop", dict(n_groups=3, levels=[level_spec("gated", 3)], unroll=False, mask_damping="learned"),
+     (4, 2, 4)),
+    ("static_loop", dict(n_groups=2, levels=CONV_LEVELS, n_iters=2, unroll=False, mask_update="posterior",
+                         group_codes=True), (4, 4, 4, 1)),
+]
+
+
+@pytest.mark.parametrize("case,kwargs,shape", LOOP_CONTRACT_CASES, ids=[c[0] for c in LOOP_CONTRACT_CASES])
+def test_layer_contract_of_the_symbolic_loop(case, kwargs, shape, tmp_path):
+    run_layer_contract(RTagger, kwargs, _images(*shape), tmp_path=tmp_path, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("unroll", [None, False])
+def test_an_empty_sequence_or_batch_through_the_symbolic_loop(unroll):
+    # T = 0 and an empty batch, known when the tagger is called, through unroll=False
+    # (T = 0 gives empty outputs and zero gradients, as unrolled)
+    tagger = RTagger(2, VECTOR_LEVELS, unroll=unroll, seed=0, mask_damping="learned")
+    tagger.build((None, None, 5))
+    x = _images(2, 0, 5)
+
+    def loss():
+        pi, m = tagger(x, training=True)
+        assert tuple(pi.shape) == (2, 0, 2, 5, 1) and tuple(m.shape) == (2, 0, 2, 5, 1)
+        return keras.ops.sum(pi) + keras.ops.sum(m)
+
+    weight_grads = grads(loss, variables=tagger.trainable_weights)
+    assert len(weight_grads) == len(tagger.trainable_weights) > 0
+    for g, w in zip(weight_grads, tagger.trainable_weights):
+        assert g is not None and not np.any(keras.ops.convert_to_numpy(g)), w.path
+    mask = np.ones((0, 3), bool)
+    pi, m = tagger(_images(0, 3, 5), mask=mask, training=True)
+    assert tuple(pi.shape) == (0, 3, 2, 5, 1) and tuple(m.shape) == (0, 3, 2, 5, 1)
+    pi, m = tagger(_images(0, 3, 5))
+    assert tuple(pi.shape) == (0, 3, 2, 5, 1) and tuple(m.shape) == (0, 3, 2, 5, 1)
+
+
+def test_a_loop_traced_for_any_length_and_batch_under_xla():
+    """T and the batch known only when the loop runs (a TensorFlow trace of T = None),
+    compiled with XLA: several lengths, T = 0 (zero gradients) and an empty batch, with
+    a mask; the same outputs and gradients as the unrolled tagger."""
+    if BACKEND != "tensorflow":
+        pytest.skip("TensorFlow-only: a tf.function trace with T = None (JAX traces every T)")
+    import tensorflow as tf
+
+    tagger = RTagger(2, VECTOR_LEVELS, seed=0, mask_damping="learned", mask_update="posterior", name="tagger")
+    tagger.build((None, None, 5))
+
+    def loss_and_grads(layer, x, keep):
+        with tf.GradientTape() as tape:
+            pi, m = layer(x, mask=keep)
+            loss = tf.reduce_sum(pi * tf.square(m - 0.5)) + tf.reduce_sum(m)
+        return pi, m, tape.gradient(loss, layer.trainable_weights)
+
+    traced = tf.function(
+        lambda x, keep: loss_and_grads(tagger, x, keep), jit_compile=True,
+        input_signature=[tf.TensorSpec((None, None, 5), "float32"), tf.TensorSpec((None, None), "bool")],
+    )
+    for batch, steps in ((2, 3), (2, 0), (0, 2), (3, 4)):
+        x = _images(batch, steps, 5, seed=steps)
+        keep = np.ones((batch, steps), bool)
+        if batch and steps > 1:
+            keep[0, 1] = keep[-1, 0] = False
+        pi, m, got = traced(x, keep)
+        assert tuple(pi.shape) == (batch, steps, 2, 5, 1) and tuple(m.shape) == (batch, steps, 2, 5, 1)
+        assert len(got) == len(tagger.trainable_weights)
+        assert all(g is not None and np.all(np.isfinite(g)) for g in got)
+        if not steps or not batch:
+            assert not any(np.any(g) for g in got)
+            continue
+        fixed = RTagger(2, VECTOR_LEVELS, unroll=True, seed=0, mask_damping="learned", mask_update="posterior")
+        fixed(x)
+        fixed.set_weights(tagger.get_weights())
+        want = loss_and_grads(fixed, x, keep)
+        _assert_same([pi, m], want[:2], atol=1e-5)
+        _assert_same(got, want[2], atol=1e-5)
+
+
+class _CountsSymbolicLoops(RTagger):
+    """An RTagger that counts the traces of its symbolic loop (``_loop``)."""
+
+    symbolic_traces = 0
+
+    def _loop(self, *args, **kwargs):
+        type(self).symbolic_traces += 1
+        return super()._loop(*args, **kwargs)
+
+
+def _batches_of_several_lengths():
+    """A tf.data pipeline of vector sequences [4, T, 5] (T = 3, 5, 2; None in its
+    signature), each with a zero (masked) last step in one sample, and their targets
+    [4, T, 5, 1] (the pixels again, as MixtureNLL takes them)."""
+    import tensorflow as tf
+
+    def batches():
+        for n in (3, 5, 2):
+            x = _images(4, n, 5, seed=n) + 0.1
+            x[1, -1:] = 0.0
+            yield x, x[..., None]
+
+    return tf.data.Dataset.from_generator(batches, output_signature=(
+        tf.TensorSpec((4, None, 5), "float32"), tf.TensorSpec((4, None, 5, 1), "float32"),
+    )).apply(tf.data.experimental.assert_cardinality(3))
+
+
+class _Packed(keras.layers.Layer):
+    """``[m, pi]`` -> ``concatenate([m, pi], -1)``, MixtureNLL's input; the step mask
+    stops here (keras.layers.Concatenate fails on [batch, T] masks of these outputs)."""
+
+    def call(self, inputs):
+        return keras.ops.concatenate(inputs, axis=-1)
+
+    def compute_mask(self, inputs, mask=None):
+        return None
+
+
+@pytest.mark.parametrize("distributed", [False, True], ids=["xla", "mirrored"])
+def test_a_model_on_sequences_of_unknown_length_trains(distributed):
+    """model.fit on batches traced as T = None (the symbolic loop, counted), with a
+    Keras mask and random initial masks: compiled with XLA, and on two replicas (both
+    at once fail in TensorFlow for any model, see RLadder's test)."""
+    if BACKEND != "tensorflow":
+        pytest.skip("TensorFlow-only: a tf.data pipeline of unknown length and tf.distribute")
+    import contextlib
+
+    scope = two_cpu_strategy().scope() if distributed else contextlib.nullcontext()
+    with scope:
+        inputs = keras.Input((None, 5))
+        pi, m = _CountsSymbolicLoops(2, [level_spec("gated", 4)], seed=0, mask_damping="learned")(
+            keras.layers.Masking(0.0)(inputs)
+        )
+        model = keras.Model(inputs, _Packed()([m, pi]))
+        model.compile(keras.optimizers.Adam(1e-2), MixtureNLL(sigma=0.5, group_axis=2), jit_compile=not distributed)
+    assert model.jit_compile is (not distributed)
+    before = [w.copy() for w in model.get_weights()]
+    _CountsSymbolicLoops.symbolic_traces = 0
+    history = model.fit(_batches_of_several_lengths(), epochs=1, verbose=0).history["loss"]
+    assert _CountsSymbolicLoops.symbolic_traces > 0  # fit traced the loop for T = None
+    assert np.all(np.isfinite(history))
+    after = model.get_weights()
+    assert all(np.all(np.isfinite(w)) for w in after)
+    assert any(not np.array_equal(a, b) for a, b in zip(before, after))
+
+
+def test_on_jax_a_tagger_built_for_any_length_loops_symbolically():
+    """As RLadder: jax.jit traces every batch with its T, so a tagger built on
+    keras.Input((None, ...)) with unroll=None runs the symbolic loop (ops.scan) for
+    every T, with the unrolled outputs; one built on a known T still unrolls."""
+    if BACKEND != "jax":
+        pytest.skip(f"JAX-only: jax.jit traces every T (backend is {BACKEND})")
+    inputs = keras.Input((None, 5))
+    model = keras.Model(inputs, _CountsSymbolicLoops(2, VECTOR_LEVELS, name="tagger")(inputs))
+    _CountsSymbolicLoops.symbolic_traces = 0
+    x = _images(3, 4, 5)
+    got = model.predict(x, verbose=0)
+    assert _CountsSymbolicLoops.symbolic_traces > 0
+    fixed = _CountsSymbolicLoops(2, VECTOR_LEVELS)  # built on T = 4: unrolls
+    fixed(x)
+    fixed.set_weights(model.get_layer("tagger").get_weights())
+    _CountsSymbolicLoops.symbolic_traces = 0
+    _assert_same(got, fixed(x))
+    assert _CountsSymbolicLoops.symbolic_traces == 0
