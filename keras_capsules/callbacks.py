@@ -8,7 +8,8 @@ import keras
 
 
 class TimeBudget(keras.callbacks.Callback):
-    """Stops training once a wall-time budget is spent (checked after every batch).
+    """Stops training once a wall-time budget is spent (checked after every batch and
+    at the end of every epoch, after its validation).
 
     The clock starts at the first ``fit`` the callback is used in and keeps running
     across later ``fit`` calls, so one budget can cover several training phases. It
@@ -68,6 +69,17 @@ class TimeBudget(keras.callbacks.Callback):
             end = min(end, self.params["steps"])
         self.steps += max(end - self._batches_in_epoch, 1)
         self._batches_in_epoch = end
+        self._check()
+
+    def on_epoch_end(self, epoch, logs=None):
+        # Time spent after the last batch (validation, other callbacks' epoch ends) is
+        # checked here: a budget spent there would otherwise start one more epoch (a
+        # batch and a whole validation pass more). After the last epoch training ends
+        # on its own, and the budget did not stop it.
+        if epoch + 1 < (self.params or {}).get("epochs", math.inf):
+            self._check()
+
+    def _check(self):
         if self.elapsed > self.seconds:
             self.exceeded = True
             self.model.stop_training = True

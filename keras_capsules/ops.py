@@ -6,6 +6,7 @@ backend.
 """
 
 import math
+import numbers
 
 import keras
 from keras import ops
@@ -111,6 +112,14 @@ def _norm_parts(x, axis, epsilon, with_direction=False):
     return (direction, norm) if with_direction else norm
 
 
+def _check_epsilon(epsilon):
+    # A NaN or infinite epsilon made every norm 0 (no norm is above it), a negative
+    # one acted as its absolute value.
+    if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real) or not 0 <= epsilon < math.inf:
+        raise ValueError(f"`epsilon` must be a finite number >= 0. Received: epsilon={epsilon!r}")
+    return float(epsilon)
+
+
 def safe_norm(x, axis=-1, keepdims=False, epsilon=1e-12):
     """Euclidean norm with a finite (zero) gradient at ``x = 0``.
 
@@ -130,11 +139,12 @@ def safe_norm(x, axis=-1, keepdims=False, epsilon=1e-12):
         x: tensor.
         axis: axis (or axes) to reduce.
         keepdims: keep reduced axes with length 1.
-        epsilon: norms below this are treated as exactly zero.
+        epsilon: norms below this are treated as exactly zero (a finite number >= 0).
 
     Returns:
         The norm of ``x`` along ``axis``.
     """
+    epsilon = _check_epsilon(epsilon)
     x = ops.convert_to_tensor(x)
     dtype = _float_dtype(x.dtype)
     norm = _norm_parts(ops.cast(x, routing_dtype(dtype)), axis, epsilon)
@@ -163,6 +173,7 @@ def squash(x, axis=-1, epsilon=1e-12):
         Tensor of the same shape, every vector scaled to a length in ``[0, 1)``
         (1 up to rounding for vectors longer than ``2**50``).
     """
+    epsilon = _check_epsilon(epsilon)
     x = ops.convert_to_tensor(x)
     dtype = _float_dtype(x.dtype)
     x = ops.cast(x, routing_dtype(dtype))
@@ -239,7 +250,8 @@ def masked_softmax(logits, mask=None, axis=-1):
 
     Args:
         logits: tensor of scores.
-        mask: boolean tensor broadcastable to ``logits``, or None.
+        mask: boolean tensor broadcastable to the shape of ``logits`` (no more
+            dimensions, each of the same length or 1), or None.
         axis: the axis to normalise over.
 
     The softmax runs in float32 (float64 for float64 logits) and is cast back to the
@@ -251,6 +263,7 @@ def masked_softmax(logits, mask=None, axis=-1):
     if mask is None:
         return ops.cast(ops.softmax(logits, axis=axis), dtype)
     mask = ops.cast(mask, "bool")
+    _check_mask_shape(mask.shape, logits.shape)
     # Shift the largest unmasked logit to 0 first (softmax is shift-invariant): the
     # fill then stays negligible even when real logits lie below MASK_VALUE, which
     # would otherwise take all the weight and leave a real row summing to 0.
@@ -261,3 +274,23 @@ def masked_softmax(logits, mask=None, axis=-1):
     fill = ops.cast(MASK_VALUE, logits.dtype)
     weights = ops.softmax(ops.where(mask, logits - top, fill), axis=axis)
     return ops.cast(ops.where(mask, weights, ops.zeros_like(weights)), dtype)
+
+
+def _check_mask_shape(mask_shape, logits_shape):
+    """Refuses a mask that does not broadcast to the logits' shape (lengths not known
+    before the call are not checked): one that broadcast them up gave weights of
+    another shape, without an error."""
+    try:
+        mask_shape, logits_shape = tuple(mask_shape), tuple(logits_shape)
+    except (TypeError, ValueError):  # a shape of unknown rank (in a trace): not checked
+        return
+    fits = len(mask_shape) <= len(logits_shape) and all(
+        m is None or n is None or m in (1, n)
+        for m, n in zip(reversed(mask_shape), reversed(logits_shape))
+    )
+    if not fits:
+        raise ValueError(
+            "`mask` must be broadcastable to the shape of `logits` (no more dimensions, "
+            f"each of the same length or 1). Received: mask.shape={mask_shape}, "
+            f"logits.shape={logits_shape}"
+        )

@@ -41,6 +41,12 @@ class RAdam(keras.optimizers.Optimizer):
     authors' released code uses ``rho_t >= 5`` instead, which starts one step later.)
     ``rho_t`` and the bias corrections are computed from ``log(beta)`` without
     cancellation, so this holds in float32 for any ``beta_2`` (also 0.9999 or 0.99999).
+    With ``beta_2 <= 0.6`` (``rho_inf <= 4``) no step is ever rectified: RAdam is then
+    SGD with momentum throughout.
+
+    Sparse gradients (the ``tf.IndexedSlices`` of an embedding lookup) are applied as
+    the dense gradient they stand for, the slices of repeated ids summed, so every
+    row's moments are those of its full gradient (as for any dense variable).
 
     Decoupled weight decay (``weight_decay=...``), gradient clipping, EMA, gradient
     accumulation and loss scaling come from the base optimizer, and ``learning_rate``
@@ -148,6 +154,11 @@ class RAdam(keras.optimizers.Optimizer):
         beta_1, beta_2 = self.beta_1, self.beta_2
 
         gradient = ops.cast(gradient, dtype)
+        if hasattr(gradient, "indices"):
+            # A tf.IndexedSlices (an embedding lookup's gradient) holds one slice per
+            # looked-up id: ops.square squared each slice before repeated ids were
+            # summed (v got a sum of squares). Adding it to zeros sums them first.
+            gradient = ops.add(ops.zeros_like(variable), gradient)
         m = self._momentums[self._get_variable_index(variable)]
         v = self._velocities[self._get_variable_index(variable)]
         self.assign_add(m, ops.multiply(ops.subtract(gradient, m), 1.0 - beta_1))
@@ -156,6 +167,11 @@ class RAdam(keras.optimizers.Optimizer):
 
         # Length of the approximated simple moving average (rho_1 = 1 for any beta_2).
         rho_inf = 2.0 / (1.0 - beta_2) - 1.0
+        if rho_inf <= 4.0:
+            # rho_t < rho_inf <= 4 at every step (beta_2 <= 0.6): never rectified (and
+            # the constant of r_t below would divide by rho_inf - 4 = 0 at beta_2 = 0.6).
+            self.assign_sub(variable, ops.cast(ops.multiply(lr, m_hat), dtype))
+            return
         rho_t = _rho(beta_2, t)
         rectify = rho_t > 4.0
         # Both branches are evaluated; the unused one must not produce a NaN.

@@ -167,3 +167,44 @@ def test_budget_linear_decay_of_a_run_resumed_by_backup_and_restore_starts_from_
     rates = run()  # a new process: a new budget, from the compiled rate again
     expected = [0.02 * (1 - 0.9 * min(1.0, k / 4)) for k in range(5)]
     np.testing.assert_allclose(rates, expected, rtol=1e-6)
+
+
+class _ManualClockBudget(TimeBudget):
+    """A budget whose clock the test advances."""
+
+    clock = 0.0
+
+    @property
+    def elapsed(self):
+        return self.clock
+
+
+def test_a_budget_spent_in_validation_stops_before_the_next_epoch():
+    # audit: the budget was checked only after training batches, so a budget spent by an
+    # epoch's validation started one more epoch: one more optimizer step and one more
+    # whole validation pass past the budget. (Spent by the last epoch, training ended
+    # on its own: not `exceeded`.)
+    x, y = np.zeros((32, 3), "float32"), np.zeros((32, 1), "float32")
+
+    def run(epochs):
+        budget = _ManualClockBudget(5.0)
+        validations = []
+
+        class Clock(keras.callbacks.Callback):
+            def on_train_batch_end(self, batch, logs=None):
+                budget.clock += 1.0  # four batches an epoch: 4 s
+
+            def on_test_begin(self, logs=None):
+                validations.append(epochs)
+
+            def on_test_end(self, logs=None):
+                budget.clock += 10.0  # the validation: 10 s
+
+        model = _model()
+        model.fit(x, y, batch_size=8, epochs=epochs, validation_data=(x, y),
+                  callbacks=[Clock(), budget], verbose=0)
+        assert budget.steps == 4 == int(model.optimizer.iterations) and len(validations) == 1
+        return budget.exceeded
+
+    assert run(epochs=5)
+    assert not run(epochs=1)

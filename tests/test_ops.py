@@ -1,12 +1,14 @@
 """ops: squash, safe_norm and masked_softmax values and gradients at the edge cases; tanh and
 mean in float64 on every backend."""
 
+import re
+
 import numpy as np
 import pytest
 import keras
 
 from keras_capsules import ops
-from tests.backends import compiled, float64_enabled, grads, require_float64, tensor
+from tests.backends import compiled, float64_enabled, grads, has_float64, require_float64, tensor
 
 
 def _np_squash(v):
@@ -269,6 +271,28 @@ def test_integer_inputs_give_float_results(dtype):
         np.asarray(got), np.asarray(ops.masked_softmax(tensor(logits.astype("float32")), tensor(mask))), rtol=1e-6
     )
     for floating in ("float16", "float64"):  # float dtypes are kept
-        if floating == "float64" and not float64_enabled():
+        if floating == "float64" and not has_float64():  # (float64_enabled() is a context, always true)
             continue
         assert keras.backend.standardize_dtype(ops.squash(tensor(x.astype(floating))).dtype) == floating
+
+
+@pytest.mark.parametrize("epsilon", [float("nan"), float("inf"), -1e-12, "1e-12", None])
+def test_bad_epsilon(epsilon):
+    # audit: a NaN or infinite epsilon made every norm and squash 0 without an error, a
+    # negative one acted as its absolute value, and a string or None failed deep inside
+    # with "'<' not supported between ..."
+    for fn in (ops.safe_norm, ops.squash):
+        with pytest.raises(ValueError, match="Received: epsilon="):
+            fn(tensor([[3.0, 4.0]], "float32"), epsilon=epsilon)
+
+
+def test_masked_softmax_refuses_a_mask_that_does_not_fit_the_logits():
+    # audit: a mask of more dimensions (here a (batch, n, 1) mask for (batch, n) logits)
+    # broadcast the logits up and silently returned (batch, n, n) weights; a mask that
+    # does not broadcast failed inside the backend with a message naming neither.
+    logits = tensor(np.zeros((3, 3), "float32"))
+    for shape in ((3, 3, 1), (1, 3, 3), (3, 4), (2, 3)):
+        with pytest.raises(ValueError, match=re.escape(f"Received: mask.shape={shape}, logits.shape=(3, 3)")):
+            ops.masked_softmax(logits, tensor(np.ones(shape, bool)))
+    for shape in ((3, 3), (3,), (3, 1), (1, 3), ()):  # broadcastable to the logits: fine
+        assert tuple(ops.masked_softmax(logits, tensor(np.ones(shape, bool))).shape) == (3, 3)

@@ -8,7 +8,7 @@ import pytest
 
 import keras_capsules
 from keras_capsules.optimizers import RAdam, one_cycle_schedule
-from tests.backends import grads, require_float64, tensor
+from tests.backends import grads, require_float64, tensor, tensorflow_only
 
 
 def _numpy_radam(theta, grad_fn, lrs, beta_1=0.9, beta_2=0.999, eps=1e-8, weight_decay=0.0):
@@ -246,3 +246,38 @@ def test_float32_rectification_starts_at_step_5_for_a_beta_2_near_one(beta_2):
     assert rectified == [False] * 4 + [True] * (n - 4)
     for k, (got, want) in enumerate(zip(ours, ref)):
         np.testing.assert_allclose(got, want, err_msg=f"step {k + 1}", **TOLERANCES["float32"])
+
+
+def test_a_beta_2_whose_rho_inf_is_4_gives_momentum_sgd_steps():
+    # audit (RAdam): beta_2 = 0.6 makes rho_inf = 2 / (1 - beta_2) - 1 exactly 4, and the
+    # first step raised ZeroDivisionError (the rectification's constant divides by
+    # rho_inf - 4). rho_t < rho_inf <= 4 at every step, so every step is momentum SGD.
+    n = 8
+    ours = _keras_steps(RAdam(LR, beta_2=0.6), n, "float32")
+    ref, rectified = _numpy_radam(X0, lambda x: A @ x - B, [LR] * n, beta_2=0.6)
+    assert not any(rectified)
+    for k, (got, want) in enumerate(zip(ours, ref)):
+        np.testing.assert_allclose(got, want, err_msg=f"step {k + 1}", **TOLERANCES["float32"])
+
+
+def test_sparse_gradients_with_repeated_rows_follow_the_published_rule():
+    # audit (RAdam): the gradient of an embedding lookup is a tf.IndexedSlices holding one
+    # slice per looked-up id; keras.ops.square squared each slice before the repeated ids
+    # were summed, so the second moment of a row looked up k times was a sum of squares
+    # (up to k times too small) instead of the square of the row's gradient, and the
+    # rectified steps of frequent tokens were too large.
+    tensorflow_only("tf.IndexedSlices gradients")
+    import tensorflow as tf
+
+    rows = np.array([1, 3, 1, 0, 1])  # row 1 is looked up three times, row 2 never
+    slices = np.random.default_rng(5).normal(size=(5, 2)).astype("float32")
+    dense = np.zeros((4, 2))
+    np.add.at(dense, rows, slices.astype("float64"))
+    x = keras.Variable(np.zeros((4, 2), "float32"))
+    optimizer = RAdam(LR)
+    for _ in range(8):
+        gradient = tf.IndexedSlices(tf.constant(slices), tf.constant(rows), tf.constant([4, 2]))
+        optimizer.apply_gradients([(gradient, x)])
+    ref, rectified = _numpy_radam(np.zeros((4, 2)), lambda theta: dense, [LR] * 8)
+    assert rectified[-1]
+    np.testing.assert_allclose(np.asarray(x), ref[-1], **TOLERANCES["float32"])
