@@ -894,7 +894,8 @@ def train(
         mixup_alpha: Beta parameter of mixup, or None (or 0) for no mixup.
         max_length: tokens kept per text.
         max_train, max_eval: keep only the first examples (quick runs and tests);
-            None: all.
+            None: all. ``metrics.json`` records ``max_eval`` (null for all):
+            :func:`evaluate` scores the same first dev or test sentences by default.
 
     The arguments are checked before anything is embedded (which takes minutes to
     hours): a bad one is a ``ValueError`` at once.
@@ -968,6 +969,7 @@ def train(
         "granularity": granularity,  # evaluate scores the sentences of the same task by default
         "preset": str(encoder.name if isinstance(encoder, Encoder) else preset),
         "max_length": max_length,  # evaluate embeds with the same preset and max_length by default
+        "max_eval": max_eval,  # and scores the same first dev or test sentences (None: all)
         "train_on": train_on,
         "train_examples": int(len(train_y)),
         # texts of each split longer than max_length tokens, cut to it (None: not known)
@@ -997,7 +999,11 @@ def evaluate(model_path, data_dir, granularity=None, split="test", preset=None, 
     beside the model, else to ``DEFAULT_PRESET`` and ``DEFAULT_MAX_LENGTH``, so that
     ``evaluate`` scores what ``train`` scored; so does ``granularity`` (None): the one
     recorded there (else read from the recorded ``task``, ``"SST-2/R"``, of a run of an
-    older version), else ``"5"``. Given values win. Hidden states of another shape than
+    older version), else ``"5"``. ``max_eval`` (None: every sentence of ``split``)
+    defaults likewise to the one recorded there, for the dev and test splits (those that
+    ``train`` cut to it), else all: a model trained with ``max_eval`` is scored on the
+    sentences that ``train`` scored. Given values win; a ``max_eval`` at least the
+    split's size scores all of it. Hidden states of another shape than
     the model's, and a model of another number of classes than the task's, are refused
     in one line.
 
@@ -1019,6 +1025,9 @@ def evaluate(model_path, data_dir, granularity=None, split="test", preset=None, 
     # (the default "5" refused a model trained or tuned on SST-2 unless told --granularity 2)
     if granularity is None:
         granularity = recorded.get("granularity", "5")
+    # (every sentence of the split was scored, other ones than train scored and reported)
+    if max_eval is None and split in ("dev", "test"):
+        max_eval = recorded.get("max_eval")
     max_length = integer_at_least("max_length", recorded.get("max_length", DEFAULT_MAX_LENGTH)
                                   if max_length is None else max_length, 2)
     strategy = distribute.resolve_strategy(strategy)
@@ -1046,13 +1055,15 @@ def evaluate(model_path, data_dir, granularity=None, split="test", preset=None, 
 
 
 def _recorded_options(model_path):
-    """``preset``, ``max_length`` and ``granularity`` as :func:`train` recorded them in
-    ``metrics.json`` beside the model (only those that are there and well-formed: none
-    for a model moved away from its run directory). A run of an older version recorded
-    no ``granularity``: its ``task`` (``"SST-5/R"``, ``"SST-2/R"``) tells it."""
+    """``preset``, ``max_length``, ``granularity`` and ``max_eval`` as :func:`train`
+    recorded them in ``metrics.json`` beside the model (only those that are there and
+    well-formed: none for a model moved away from its run directory, no ``max_eval`` for
+    a run on every sentence or a search). A run of an older version recorded no
+    ``granularity``: its ``task`` (``"SST-5/R"``, ``"SST-2/R"``) tells it."""
     from applications.checks import recorded_integers, recorded_metrics
 
-    recorded = recorded_integers(model_path, ("max_length",), minimum=2)
+    recorded = {**recorded_integers(model_path, ("max_length",), minimum=2),
+                **recorded_integers(model_path, ("max_eval",), minimum=1)}
     metrics = recorded_metrics(model_path)
     preset = metrics.get("preset")
     if isinstance(preset, str) and preset:
@@ -1107,7 +1118,9 @@ def add_arguments(parser, command):
                         default=None if command == "evaluate" else DEFAULT_MAX_LENGTH,
                         help=f"tokens kept per text (default:{recorded} {DEFAULT_MAX_LENGTH})")
     parser.add_argument("--max-eval", type=positive_int, default=None,
-                        help="use only the first N dev and test sentences (quick runs)")
+                        help="score only the first N sentences of the split (default: the --max-eval `train` "
+                        "recorded beside the model, else all; a larger N: all)" if command == "evaluate"
+                        else "use only the first N dev and test sentences (quick runs)")
     if command in ("train", "tune"):
         parser.add_argument("--train-on", choices=("phrases", "sentences"), default="phrases",
                             help="every distinct training phrase (the paper) or the root sentences only")

@@ -36,7 +36,9 @@ def add_arguments(parser, command):
                         help="the folder of the SST tree files (sst2, sst5), or the TFDS data directory "
                         "holding a prepared ag_news_subset / yelp_polarity_reviews (never downloaded)")
     parser.add_argument("--limit", type=positive_int, default=None,
-                        help="use only the first N examples of every split (quick runs)")
+                        help="score only the first N test examples (default: the --limit `train` recorded "
+                        "beside the model, else all; a larger N: all)" if command == "evaluate"
+                        else "use only the first N examples of every split (quick runs)")
     parser.add_argument("--max-length", type=positive_int,
                         default=None if command == "evaluate" else data_lib.MAX_LENGTH,
                         help=f"tokens kept per text (default:{recorded} {data_lib.MAX_LENGTH})")

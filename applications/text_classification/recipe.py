@@ -117,7 +117,9 @@ def train(
             the training split is cut to it.
         max_length: tokens kept per text (the paper: 5,000).
         phrases: SST: train on every labelled phrase, not only on the sentences.
-        limit: use only the first ``limit`` examples of every split (quick runs).
+        limit: use only the first ``limit`` examples of every split (quick runs), the
+            test split included; ``metrics.json`` records it (``"limit"``, null for all):
+            :func:`evaluate` scores the same first test examples by default.
         seed: random seed (weights, dropout, shuffling).
         jit_compile: passed to ``model.compile``.
         callbacks: extra Keras callbacks for ``fit`` (TensorBoard is always added);
@@ -196,6 +198,7 @@ def train(
         "epochs": epochs,
         "vocab_size": int(n_ids),
         "max_length": max_length,  # evaluate cuts the texts as training did by default
+        "limit": limit,  # and scores the same first test examples (None: all)
         # texts of each split longer than max_length tokens, cut to it
         "truncated_texts": {split: n.truncated for split, n in data["truncated"].items()},
         "parameters": params,
@@ -219,7 +222,10 @@ def evaluate(model_path, dataset=None, data_dir=None, vocabulary_path=None, limi
     beside the model (as :func:`train` writes it) unless ``vocabulary_path`` is given.
     Each keeps its first ``max_length`` tokens; None (the default): the ``max_length``
     :func:`train` recorded in ``metrics.json`` beside the model (else ``MAX_LENGTH``), so
-    that ``evaluate`` scores what ``train`` scored.
+    that ``evaluate`` scores what ``train`` scored. ``limit`` (None: every test example)
+    defaults likewise to the one recorded there, else all: a model trained with a
+    ``limit`` is scored on the first test examples that ``train`` scored. A given ``limit``
+    wins; one at least the test split's size scores all of it.
 
     ``verbose``: 1 shows Keras' progress bars and the line of how many texts were cut
     at ``max_length`` (:func:`truncation_line`), on stderr (stdout keeps only the
@@ -227,6 +233,8 @@ def evaluate(model_path, dataset=None, data_dir=None, vocabulary_path=None, limi
     ``truncated_texts`` (``{"test": n}``), with the ``max_length`` used.
     """
 
+    if limit is not None:  # limit=-1 cut the last SST sentence (texts[:-1]) and kept every TFDS example
+        limit = checks.integer_at_least("limit", limit, 1)
     if not os.path.exists(model_path):
         raise PathNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
     vocabulary_path = vocabulary_path or os.path.join(os.path.dirname(os.path.abspath(model_path)), "vocab.txt")
@@ -236,6 +244,8 @@ def evaluate(model_path, dataset=None, data_dir=None, vocabulary_path=None, limi
         dataset = recorded_dataset(model_path)
     if max_length is None:  # (the default 5,000 scored a model trained on 20 tokens a text on 5,000)
         max_length = _recorded_max_length(model_path)
+    if limit is None:  # (every test example was scored, other ones than train scored and reported)
+        limit = checks.recorded_integers(model_path, ("limit",), minimum=1).get("limit")
     strategy = distribute.resolve_strategy(strategy)
     lookup = data_lib.make_lookup(data_lib.load_vocabulary(vocabulary_path))
     raw = data_lib.load_split(dataset, data_lib.splits(dataset)[2], data_dir, limit=limit)

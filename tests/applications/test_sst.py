@@ -449,6 +449,70 @@ def test_evaluate_scores_the_sst_task_that_train_recorded(tmp_path, capsys, monk
     assert parser.parse_args(["--data-dir", "x"]).granularity == "5"
 
 
+class _Stop(Exception):
+    """Raised by a spy of ``sst.embed_splits`` instead of embedding a whole split."""
+
+
+def test_evaluate_scores_the_sentences_that_train_scored_unless_told_otherwise(tmp_path, capsys, monkeypatch):
+    # `train --max-eval N` scored the first N dev and test sentences but recorded no N, and
+    # `evaluate` of its model then embedded and scored every test sentence: another accuracy
+    # than the one train reported
+    import argparse
+
+    from applications import __main__ as cli
+
+    monkeypatch.delenv("KERAS_CAPSULES_DEBUG", raising=False)
+    preset = tiny_bert_preset(tmp_path / "preset")
+    run = tmp_path / "run"
+    result = sst.train(SST, granularity="2", run_dir=run, preset=preset, train_on="sentences", epochs=1,
+                       batch_size=16, max_train=16, max_eval=12, max_length=6, verbose=0)
+    assert json.loads((run / "metrics.json").read_text())["max_eval"] == 12
+    argv = ["evaluate", "sst", "--model", str(run), "--data-dir", str(SST), "--quiet"]
+    capsys.readouterr()
+    for split in ("test", "dev"):
+        assert cli.main([*argv, "--split", split]) == 0, capsys.readouterr().err
+        scored = json.loads(capsys.readouterr().out)
+        assert scored[f"{split}_accuracy"] == result[f"{split}_accuracy"], split
+    assert len(os.listdir(run / "cache")) == 3  # train's entries read back: no new one
+    requests = []
+    embed_splits = sst.embed_splits
+
+    def spy(data_dir, granularity, asked, *args, **kwargs):
+        requests.append(asked)
+        if any(limit is None for _, _, limit in asked.values()):
+            raise _Stop  # every sentence of the split: not embedded here
+        return embed_splits(data_dir, granularity, asked, *args, **kwargs)
+
+    monkeypatch.setattr(sst, "embed_splits", spy)
+    model = str(run / "model.keras")
+    # a max_eval given wins
+    sst.evaluate(model, SST, max_eval=14)
+    assert requests.pop() == {"test": ("test", False, 14)}
+    # the training split was not cut at max_eval (nor scored) by train: all of it
+    with pytest.raises(_Stop):
+        sst.evaluate(model, SST, split="train")
+    assert requests.pop() == {"train": ("train", False, None)}
+    # nothing recorded (a model moved away from its run, a run on every sentence): all, as before
+    metrics = json.loads((run / "metrics.json").read_text())
+    for recorded in ("twelve", None, "gone"):
+        if recorded == "gone":
+            del metrics["max_eval"]
+        else:
+            metrics["max_eval"] = recorded
+        (run / "metrics.json").write_text(json.dumps(metrics))
+        with pytest.raises(_Stop):
+            sst.evaluate(model, SST)
+        assert requests.pop() == {"test": ("test", False, None)}, recorded
+    parser = argparse.ArgumentParser()
+    sst.add_arguments(parser, "evaluate")
+    assert parser.parse_args(["--data-dir", "x"]).max_eval is None
+    assert ("score only the first N sentences of the split (default: the --max-eval `train` recorded beside the "
+            "model, else all; a larger N: all)") in " ".join(parser.format_help().split())
+    parser = argparse.ArgumentParser()
+    sst.add_arguments(parser, "train")
+    assert "use only the first N dev and test sentences" in " ".join(parser.format_help().split())
+
+
 def test_evaluate_refuses_hidden_states_of_another_shape_than_the_model_in_one_line(tmp_path, monkeypatch):
     # audit (2026-11-28): a --preset of another width or depth than the model's ended, after the
     # embedding, in Keras' "incompatible with the layer" traceback from inside predict

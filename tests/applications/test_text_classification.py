@@ -534,6 +534,59 @@ def test_evaluate_scores_the_dataset_train_recorded(tmp_path, capsys, monkeypatc
     assert parser.parse_args([]).dataset == "sst2"
 
 
+def test_evaluate_scores_the_test_examples_train_scored_unless_told_otherwise(tmp_path, capsys, monkeypatch):
+    # `train --limit N` cut every split, the test split it scored included, but recorded no N,
+    # and `evaluate` of its model then scored every test example: another loss and accuracy
+    # than train reported
+    import argparse
+    import shutil
+
+    from applications import __main__ as cli
+    from applications.text_classification import cli as tc_cli
+
+    monkeypatch.delenv("KERAS_CAPSULES_DEBUG", raising=False)
+    run_dir = tmp_path / "run"
+    result = recipe.train(dataset="sst2", data_dir=SST_DIR, run_dir=str(run_dir), epochs=1, batch_size=8,
+                          limit=16, max_length=20, jit_compile=False, verbose=0, **TINY)
+    assert json.loads((run_dir / "metrics.json").read_text())["limit"] == 16
+    # (TensorFlow runs already: its intra-op threads as they are, not the application's 1)
+    threads = str(tf.config.threading.get_intra_op_parallelism_threads())
+    argv = ["evaluate", "text_classification", "--model", str(run_dir), "--data-dir", str(SST_DIR),
+            "--quiet", "--intra-op-threads", threads]
+    capsys.readouterr()
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    again = json.loads(capsys.readouterr().out)
+    assert again["test_loss"] == pytest.approx(result["test_loss"], rel=1e-5)
+    assert again["test_accuracy"] == pytest.approx(result["test_accuracy"])
+    # a --limit given wins
+    assert cli.main([*argv, "--limit", "40"]) == 0, capsys.readouterr().err
+    forty = json.loads(capsys.readouterr().out)
+    assert forty["test_loss"] != pytest.approx(result["test_loss"], rel=1e-5)
+    assert forty["test_loss"] == pytest.approx(
+        recipe.evaluate(str(run_dir / "model.keras"), data_dir=SST_DIR, limit=40)["test_loss"], rel=1e-6)
+    # nothing recorded (a model moved away from its run, a run on every example): all, as before
+    every = recipe.evaluate(str(run_dir / "model.keras"), data_dir=SST_DIR, limit=10**6)
+    assert every["test_loss"] != pytest.approx(result["test_loss"], rel=1e-5)
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    for name in ("model.keras", "vocab.txt"):
+        shutil.copy(run_dir / name, moved / name)
+    for recorded in (None, {"limit": None}, {"limit": 0}):
+        if recorded is not None:
+            (moved / "metrics.json").write_text(json.dumps(recorded))
+        # (max_length as train's: a model moved away lost the one recorded too)
+        scored = recipe.evaluate(str(moved / "model.keras"), data_dir=SST_DIR, max_length=20)
+        assert scored["test_loss"] == pytest.approx(every["test_loss"], rel=1e-6), recorded
+    parser = argparse.ArgumentParser()
+    tc_cli.add_arguments(parser, "evaluate")
+    assert parser.parse_args([]).limit is None
+    assert ("score only the first N test examples (default: the --limit `train` recorded beside the model, "
+            "else all; a larger N: all)") in " ".join(parser.format_help().split())
+    parser = argparse.ArgumentParser()
+    tc_cli.add_arguments(parser, "train")
+    assert "use only the first N examples of every split" in " ".join(parser.format_help().split())
+
+
 @pytest.mark.parametrize("options, message", [
     (dict(vocab_size=2), "Received: vocab_size=2"),  # was "`max_size` must be at least 3", a name not given
     (dict(max_length=0), "Received: max_length=0"),  # was a StagingError traceback from inside tf.data
@@ -607,3 +660,13 @@ def test_train_and_evaluate_report_the_texts_cut_at_max_length(tmp_path, capsys)
     assert recipe.evaluate(str(run_dir / "model.keras"), "sst2", SST_DIR, limit=16,
                            max_length=100)["truncated_texts"] == {"test": 0}
     assert "texts longer" not in "".join(capsys.readouterr())  # verbose=0: silent
+
+
+@pytest.mark.parametrize("limit", [-1, 0, 2.5, True])
+def test_evaluate_refuses_a_limit_that_is_not_a_positive_integer(limit, tmp_path):
+    # limit=-1 cut the last SST sentence (texts[:-1]) and kept every example of a TFDS set
+    from applications.errors import InputError
+    from applications.text_classification import recipe
+
+    with pytest.raises(InputError, match="limit"):
+        recipe.evaluate(str(tmp_path / "model.keras"), limit=limit)

@@ -506,10 +506,11 @@ EVALUATE_READS = {
 }
 
 # entries that `train` records and `evaluate` reads but a search must not record: they sized
-# the search's own data (validation sequences, the first chorales or questions), not a test
-# set that its best model was scored on, so `evaluate` of a tuned model scores its default one
-NOT_RECORDED = {"music": {"limit"}, "clevr": {"limit"}, "occluded_mnist": {"num_test"},
-                "textured_mnist": {"num_test"}}
+# the search's own data (validation sequences, the first chorales, questions, dev sentences or
+# examples), not a test set that its best model was scored on, so `evaluate` of a tuned model
+# scores its default one
+NOT_RECORDED = {"music": {"limit"}, "clevr": {"limit"}, "sst": {"max_eval"}, "text_classification": {"limit"},
+                "occluded_mnist": {"num_test"}, "textured_mnist": {"num_test"}}
 
 
 def _searched(hypermodel, key):
