@@ -222,3 +222,40 @@ def write_row(buffer, at, value):
         return upstream, None, ops.take(upstream, ops.reshape(at, ()), axis=0)
 
     return ops.scatter_update(buffer, at, value[None]), grad
+
+
+def symbolic_loop(step, init, steps, spare, batch_size, shapes, dtype):
+    """Runs ``step(t, carry) -> (carry, outputs)`` for ``t`` in ``[0, steps)`` as one
+    symbolic loop (RLadder's and RTagger's loop for ``unroll=False`` or ``T = None``).
+
+    ``outputs`` is a dict of ``[batch, *shapes[name]]`` tensors (of ``dtype``); returns
+    them stacked time-major, ``{name: [steps, batch, *shape]}``. On JAX, ``ops.scan``
+    (reverse-mode differentiable, where a JAX while loop is not). Elsewhere a while loop
+    that writes every step's outputs into ``[steps + spare, batch + 1, ...]`` buffers:
+    unlike Keras' TensorFlow ``scan`` it takes a maximum number of iterations, which XLA
+    needs to compile its gradient (``spare`` is 1 where ``steps`` is unknown when traced,
+    else 0); the spare sample of every row is cut off at the end (TensorFlow's scatter
+    refuses to write into an empty buffer, and a batch can be empty: a MirroredStrategy
+    replica's share of a last batch smaller than the number of replicas).
+    """
+    if keras.backend.backend() == "jax":
+        _, outputs = ops.scan(lambda c, t: step(t, c), init, xs=ops.arange(steps, dtype="int32"))
+        return outputs
+    rows = steps + spare
+    buffers = {name: ops.zeros((rows, batch_size + 1) + tuple(shape), dtype=dtype) for name, shape in shapes.items()}
+
+    def with_spare_sample(v):
+        return ops.pad(v, [[0, 1]] + [[0, 0]] * (len(v.shape) - 1))
+
+    def body(t, c, buffers):
+        c, out = step(t, c)
+        at = ops.reshape(t, (1, 1))
+        return t + 1, c, {name: write_row(buffers[name], at, with_spare_sample(out[name])) for name in buffers}
+
+    _, _, outputs = ops.while_loop(
+        lambda t, c, b: t < steps,
+        body,
+        (ops.convert_to_tensor(0, dtype="int32"), init, buffers),
+        maximum_iterations=rows,  # (a bound: the gradient's [rows, ...] stacks too)
+    )
+    return {name: v[:steps, :batch_size] for name, v in outputs.items()}

@@ -7,8 +7,8 @@ from keras import ops
 
 from keras_capsules._validation import boolean, rate
 from keras_capsules.layers.rladder._utils import (
+    symbolic_loop,
     expand_to,
-    write_row,
     check_step_mask,
     clone_initializer,
     loaded_without_effect,
@@ -818,39 +818,10 @@ class RLadder(keras.layers.Layer):
                 outputs["prediction"] = prediction
             return {"states": new_states, "feedback": [f for f in new_feedback if f is not None]}, outputs
 
-        if keras.backend.backend() == "jax":
-            # scan: reverse-mode differentiable (a JAX while loop is not)
-            _, outputs = ops.scan(lambda c, t: step(t, c), init, xs=ops.arange(steps, dtype="int32"))
-        else:
-            # A while loop whose outputs are written into [T, ...] buffers: unlike
-            # Keras' TensorFlow scan it takes a maximum number of iterations, which
-            # XLA needs to compile its gradient.
-            rows = steps + spare
-            # one spare sample per buffer row (cut off below): TensorFlow's scatter refuses
-            # to write into an empty buffer, and a batch can be empty (a MirroredStrategy
-            # replica's share of a last batch smaller than the number of replicas)
-            buffers = {"top": ops.zeros((rows, batch_size + 1) + self._enc_outputs[-1], dtype=dtype)}
-            if self.use_decoder:
-                buffers["prediction"] = ops.zeros(
-                    (rows, batch_size + 1) + self._prediction_features(self._features), dtype=dtype
-                )
-
-            def with_spare_sample(v):
-                return ops.pad(v, [[0, 1]] + [[0, 0]] * (len(v.shape) - 1))
-
-            def body(t, c, buffers):
-                c, out = step(t, c)
-                at = ops.reshape(t, (1, 1))
-                buffers = {k: write_row(buffers[k], at, with_spare_sample(out[k])) for k in buffers}
-                return t + 1, c, buffers
-
-            _, _, outputs = ops.while_loop(
-                lambda t, c, b: t < steps,
-                body,
-                (ops.convert_to_tensor(0, dtype="int32"), init, buffers),
-                maximum_iterations=rows,  # (a bound: the gradient's [rows, ...] stacks too)
-            )
-            outputs = {k: v[:steps, :batch_size] for k, v in outputs.items()}
+        shapes = {"top": self._enc_outputs[-1]}
+        if self.use_decoder:
+            shapes["prediction"] = self._prediction_features(self._features)
+        outputs = symbolic_loop(step, init, steps, spare, batch_size, shapes, dtype)
         top = ops.moveaxis(outputs["top"], 0, 1)
         if not self.use_decoder:
             return top

@@ -6,8 +6,8 @@ import keras
 from keras import ops
 
 from keras_capsules.layers.rladder._utils import (
+    symbolic_loop,
     expand_to,
-    write_row,
     check_step_mask,
     clone_initializer,
     output_spec,
@@ -657,38 +657,9 @@ class RTagger(keras.layers.Layer):
             return loop_carry(states, feedback, m, pi), {"pi": ops.cast(pi_t, dtype), "m": ops.cast(m_t, dtype)}
 
         init = loop_carry(states, feedback, m, pi)
-        if keras.backend.backend() == "jax":
-            # scan: reverse-mode differentiable (a JAX while loop is not)
-            _, outputs = ops.scan(lambda c, t: step(t, c), init, xs=ops.arange(steps, dtype="int32"))
-        else:
-            # a while loop writing into [T, ...] buffers, with a maximum number of
-            # iterations, which XLA needs to compile its gradient (see RLadder's ``unroll``)
-            rows = steps + spare
-            lead = (rows, batch_size + 1, self.n_groups) + tuple(self._spatial)
-            # one spare sample per buffer row (cut off below): TensorFlow's scatter refuses
-            # to write into an empty buffer, and a batch can be empty (a MirroredStrategy
-            # replica's share of a last batch smaller than the number of replicas)
-            buffers = {
-                "pi": ops.zeros(lead + (1,), dtype=dtype),
-                "m": ops.zeros(lead + (self._channels,), dtype=dtype),
-            }
-
-            def with_spare_sample(v):
-                return ops.pad(v, [[0, 1]] + [[0, 0]] * (len(v.shape) - 1))
-
-            def body(t, c, buffers):
-                c, out = step(t, c)
-                at = ops.reshape(t, (1, 1))
-                buffers = {name: write_row(buffers[name], at, with_spare_sample(out[name])) for name in buffers}
-                return t + 1, c, buffers
-
-            _, _, outputs = ops.while_loop(
-                lambda t, c, b: t < steps,
-                body,
-                (ops.convert_to_tensor(0, dtype="int32"), init, buffers),
-                maximum_iterations=rows,  # (a bound: the gradient's [rows, ...] stacks too)
-            )
-            outputs = {name: v[:steps, :batch_size] for name, v in outputs.items()}
+        pixels = (self.n_groups,) + tuple(self._spatial)
+        outputs = symbolic_loop(step, init, steps, spare, batch_size,
+                                {"pi": pixels + (1,), "m": pixels + (self._channels,)}, dtype)
         return ops.moveaxis(outputs["pi"], 0, 1), ops.moveaxis(outputs["m"], 0, 1)
 
     @classmethod
