@@ -1120,7 +1120,8 @@ def add_arguments(parser, command):
     parser.add_argument("--max-eval", type=positive_int, default=None,
                         help="score only the first N sentences of the split (default: the --max-eval `train` "
                         "recorded beside the model, else all; a larger N: all)" if command == "evaluate"
-                        else "use only the first N dev and test sentences (quick runs)")
+                        else "validate every trial on only the first N dev sentences (quick searches)"
+                        if command == "tune" else "use only the first N dev and test sentences (quick runs)")
     if command in ("train", "tune"):
         parser.add_argument("--train-on", choices=("phrases", "sentences"), default="phrases",
                             help="every distinct training phrase (the paper) or the root sentences only")
