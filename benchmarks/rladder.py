@@ -90,7 +90,8 @@ the default commands):
   after the first frame) are 2-3 times the oracle's error, far from convergence.
 * ``tagger`` (group codes, learning rate 2e-3: the defaults since the fourteenth and
   fifteenth rounds): test AMI over the 5 iterations 0.009 / 0.192 / 0.278 / 0.279 /
-  0.307 with the default seed (two runs, the same figures): MET. Over seeds 0-10 the
+  0.307 with the default seed (two runs, the same figures): MET; 0.006 / 0.216 / 0.299 /
+  0.305 / 0.344 after RTagger's symbolic-loop change (nineteenth round). Over seeds 0-10 the
   rule is met for ten (all but 4, which finds no grouping; seeds 1, 2, 7 and 10 only
   weakly, last-iteration AMI 0.022-0.047; mean 0.122). Over seeds 0-8 the older code
   of the fifteenth round, which differs only in how often a softmax is computed, met
