@@ -259,3 +259,25 @@ def symbolic_loop(step, init, steps, spare, batch_size, shapes, dtype):
         maximum_iterations=rows,  # (a bound: the gradient's [rows, ...] stacks too)
     )
     return {name: v[:steps, :batch_size] for name, v in outputs.items()}
+
+
+def loop_steps(inputs, n_iters):
+    """``(steps, spare, time_major)`` of a symbolic loop over ``inputs``' steps (a
+    sequence ``[batch, T, ...]`` when ``n_iters`` is None, else ``n_iters`` iterations).
+
+    Where T is only known when the loop runs (None in a TensorFlow trace), every
+    time-major tensor, and the loop's bound, get one spare row (``spare`` = 1; never
+    read, cut off the outputs): XLA refuses to compile a read or write of a ``[0, ...]``
+    tensor, the gradient's stacks included, even in a loop that never runs (T = 0).
+    ``time_major(v)`` moves ``v``'s step axis (1) first and adds that row.
+    """
+    steps = ops.shape(inputs)[1] if n_iters is None else n_iters
+    spare = 0 if isinstance(steps, int) else 1
+
+    def time_major(v):
+        # transpose, not moveaxis: Keras' moveaxis fails on a tf.Variable input
+        # ("'ResourceVariable' object has no attribute 'ndim'")
+        v = ops.transpose(v, (1, 0) + tuple(range(2, len(v.shape))))
+        return ops.concatenate([v, ops.zeros_like(v[:1])], axis=0) if spare else v
+
+    return steps, spare, time_major

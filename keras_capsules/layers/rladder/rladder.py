@@ -7,6 +7,7 @@ from keras import ops
 
 from keras_capsules._validation import boolean, rate
 from keras_capsules.layers.rladder._utils import (
+    loop_steps,
     symbolic_loop,
     expand_to,
     check_step_mask,
@@ -780,19 +781,7 @@ class RLadder(keras.layers.Layer):
         """The loop over steps as one symbolic loop (any number of steps)."""
         batch_size, dtype = ops.shape(inputs)[0], inputs.dtype
         sequence = self.n_iters is None
-        steps = ops.shape(inputs)[1] if sequence else self.n_iters
-        # Where T is only known when the loop runs (None in a TensorFlow trace), every
-        # time-major tensor, and the loop's bound, get one spare row (never read, cut
-        # off the outputs): XLA refuses to compile a read or write of a [0, ...]
-        # tensor, the gradient's stacks included, even in a loop that never runs (T = 0).
-        spare = 0 if isinstance(steps, int) else 1
-
-        def time_major(v):
-            # transpose, not moveaxis: Keras' moveaxis fails on a tf.Variable input
-            # ("'ResourceVariable' object has no attribute 'ndim'")
-            v = ops.transpose(v, (1, 0) + tuple(range(2, len(v.shape))))
-            return ops.concatenate([v, ops.zeros_like(v[:1])], axis=0) if spare else v
-
+        steps, spare, time_major = loop_steps(inputs, self.n_iters)
         per_step, fixed = self._loop_noise(steps + spare, batch_size, dtype, training)
         if sequence:
             per_step["x"] = time_major(inputs)
