@@ -663,9 +663,7 @@ def evaluate(model_path, validation_examples=None, seed=None, batch_size=256, st
 
     if not os.path.exists(model_path):
         raise PathNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
-    from applications.checks import recorded_integers
-
-    recorded = recorded_integers(model_path, ("seed", "validation_examples"))
+    recorded = checks.recorded_integers(model_path, ("seed", "validation_examples"))
     seed = recorded.get("seed", 0) if seed is None else seed
     if validation_examples is None:
         validation_examples = recorded.get("validation_examples", 2000)

@@ -6,6 +6,7 @@ import pytest
 
 from keras_capsules.layers import RLadder, level_spec
 from tests.backends import float64_enabled, value_and_grads
+from tests.layers.rladder.loops import assert_same as _assert_same, loop_twins
 from tests.harness import edit_saved_layer_config, run_layer_contract, two_cpu_strategy
 
 CONV_LEVELS = [
@@ -569,19 +570,7 @@ LOOP_CASES = [
 
 def _twins(levels, kwargs, x):
     """An unrolled ladder and a looping one with the same weights."""
-    unrolled, looped = RLadder(levels, unroll=True, **kwargs), RLadder(levels, unroll=False, **kwargs)
-    unrolled(x)
-    looped(x)
-    looped.set_weights(unrolled.get_weights())
-    return unrolled, looped
-
-
-def _assert_same(a, b, atol=1e-6):
-    a, b = keras.tree.flatten(a), keras.tree.flatten(b)
-    assert len(a) == len(b)
-    for p, q in zip(a, b):
-        assert tuple(p.shape) == tuple(q.shape)
-        np.testing.assert_allclose(keras.ops.convert_to_numpy(p), keras.ops.convert_to_numpy(q), rtol=1e-5, atol=atol)
+    return loop_twins(lambda unroll: RLadder(levels, unroll=unroll, **kwargs), x)
 
 
 @pytest.mark.parametrize("case,levels,shape,kwargs", LOOP_CASES, ids=[c[0] for c in LOOP_CASES])

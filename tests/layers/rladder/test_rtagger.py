@@ -8,6 +8,7 @@ from keras_capsules.layers import RTagger, level_spec
 from keras_capsules.losses import MixtureNLL, mixture_nll
 from keras_capsules.metrics import adjusted_mutual_info
 from tests.backends import BACKEND, float64_enabled, grads, value_and_grads
+from tests.layers.rladder.loops import assert_same as _assert_same, loop_twins
 from tests.harness import run_layer_contract, two_cpu_strategy
 
 CONV_LEVELS = [level_spec("convlstm", 2), level_spec("gated", 3)]
@@ -562,20 +563,7 @@ LOOP_CASES = [  # (case, levels, input shape, constructor arguments)
 
 def _twins(levels, kwargs, x, n_groups=2):
     """An unrolled tagger and a looping one with the same weights and the same seed."""
-    unrolled = RTagger(n_groups, levels, unroll=True, seed=5, **kwargs)
-    looped = RTagger(n_groups, levels, unroll=False, seed=5, **kwargs)
-    unrolled(x)
-    looped(x)
-    looped.set_weights(unrolled.get_weights())
-    return unrolled, looped
-
-
-def _assert_same(a, b, atol=1e-6):
-    a, b = keras.tree.flatten(a), keras.tree.flatten(b)
-    assert len(a) == len(b)
-    for p, q in zip(a, b):
-        assert tuple(p.shape) == tuple(q.shape)
-        np.testing.assert_allclose(keras.ops.convert_to_numpy(p), keras.ops.convert_to_numpy(q), rtol=1e-5, atol=atol)
+    return loop_twins(lambda unroll: RTagger(n_groups, levels, unroll=unroll, seed=5, **kwargs), x)
 
 
 @pytest.mark.parametrize("case,levels,shape,kwargs", LOOP_CASES, ids=[c[0] for c in LOOP_CASES])
