@@ -313,8 +313,11 @@ def _check_resumed_settings(project_dir, settings):
     path = os.path.join(project_dir, _SETTINGS)
     if not os.path.exists(path):  # a new search, or one started before this file existed
         return
-    with open(path) as f:
-        saved = json.load(f)
+    saved = _read_settings(path)
+    if saved is None:
+        raise InputError(f"{path} is damaged (not the JSON object a search writes), so the search in "
+                         f"{project_dir} cannot be checked for a resume: start it afresh with --overwrite "
+                         "(or use another --directory)")
     changed = [name for name in _OPTIONS if name in saved and saved[name] != settings[name]]
     were = [f"{_OPTIONS[name]} {_describe(name, saved[name])}" for name in changed]
     saved_options = saved.get("options")
@@ -347,14 +350,17 @@ def _check_directory(directory, application, overwrite):
     import tuning
 
     path = os.path.join(directory, _SETTINGS)
-    if os.path.exists(path):
-        with open(path) as f:
-            saved = json.load(f)
-        owner = saved.get("application") if isinstance(saved, dict) else None
+    saved = _read_settings(path) if os.path.exists(path) else None
+    if saved is not None:
+        owner = saved.get("application")
         others = [owner] if isinstance(owner, str) and owner != application else []
     else:
+        if os.path.exists(path) and not overwrite:
+            raise InputError(f"{path} is damaged (not the JSON object a search writes), so it does not "
+                             f"say whose search {directory} holds: tune {application} into another "
+                             "--directory, or start afresh there with --overwrite")
         metrics = os.path.join(directory, BEST_FILES["metrics"])
-        if os.path.lexists(metrics):
+        if os.path.lexists(metrics) and not os.path.exists(path):
             raise InputError(f"{metrics} was not written by a search (a `keras-capsules train` run's?): "
                              f"the search would replace it; tune {application} into another --directory")
         others = [name for name in tuning.HYPERMODELS if name != application and any(
@@ -365,6 +371,19 @@ def _check_directory(directory, application, overwrite):
                          f"search of {application} would replace: tune {application} into another --directory, "
                          "or replace them with --overwrite")
     return others
+
+
+def _read_settings(path):
+    """The JSON object a search wrote to ``path`` (a ``keras_capsules_search.json``), or
+    ``None`` when the file is damaged: not JSON, not UTF-8 text, or JSON of another kind
+    (a crash of an older version, a disk that filled, a hand edit). Before, a damaged
+    file ended ``tune`` in a traceback."""
+    try:
+        with user_path(f"cannot read the search's record {path!r}"), open(path, encoding="utf-8") as f:
+            saved = json.load(f)
+    except ValueError:  # json.JSONDecodeError and UnicodeDecodeError both are
+        return None
+    return saved if isinstance(saved, dict) else None
 
 
 def _beside_best(application):

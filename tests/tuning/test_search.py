@@ -467,3 +467,28 @@ def test_a_graph_mode_test_traces():
     import tensorflow as tf
 
     assert not tf.config.functions_run_eagerly()
+
+
+@pytest.mark.parametrize("damage", [b"{\"application\": \"demo\", \"tun", b"\xff\xfe not text", b"[1, 2]"])
+def test_a_damaged_search_record_is_one_line_and_overwrite_starts_afresh(damage, tmp_path, capsys):
+    # A keras_capsules_search.json that is not the JSON object a search writes (a
+    # crash of an older version, a full disk, a hand edit) ended `tune` in a traceback.
+    directory = tmp_path / "search"
+    argv = ["tune", "demo", "--tuner", "random", "--directory", str(directory), "--max-trials", "1", *TINY]
+    assert cli.main(argv) == 0
+    capsys.readouterr()
+    for record in (directory / "demo" / "keras_capsules_search.json", directory / "keras_capsules_search.json"):
+        kept = record.read_bytes()
+        record.write_bytes(damage)
+        assert cli.main(argv) == 2
+        err = _one_error_line(capsys)
+        assert f"{record} is damaged" in err and "--overwrite" in err, err
+        assert record.read_bytes() == damage  # nothing was changed
+        record.write_bytes(kept)
+    (directory / "keras_capsules_search.json").write_bytes(damage)
+    (directory / "demo" / "keras_capsules_search.json").write_bytes(damage)
+    assert cli.main([*argv, "--overwrite"]) == 0
+    capsys.readouterr()
+    assert json.loads((directory / "keras_capsules_search.json").read_text())["application"] == "demo"
+    assert cli.main(argv) == 0  # and the new search resumes
+    assert "0 new trial(s), 1 in total" in capsys.readouterr().out
