@@ -17,7 +17,10 @@ Two knowledge bases:
   3x3 convolutions with batch normalization and ReLU) followed by the CLEVR
   knowledge-base unit (:func:`applications.clevr.image_knowledge_base`: positional
   encoding and two 3x3 ELU convolutions). Scenes drawn as images keep objects at
-  least ``IMAGE_MIN_DISTANCE`` apart so that none hides another.
+  least ``IMAGE_MIN_DISTANCE`` apart so that none hides another, carry the positions
+  they are drawn at (the ``"both"`` knowledge base too), and ask no relational
+  question whose two closest distances differ by less than a pixel
+  (``IMAGE_MIN_DISTANCE_GAP``), so that the image settles every answer.
 
 Data: :func:`generate_examples` (numpy, for a fixed set) and :func:`make_dataset`
 (an endless ``tf.data`` stream generated on the fly from a seed; it can start at
@@ -80,6 +83,11 @@ RGB = np.array(
 KB_KINDS = ("symbolic", "image", "both")
 #: Draws of one object's position before :func:`random_scene` gives up.
 MAX_PLACEMENT_DRAWS = 10000
+#: Image scenes: the least difference, in pixels of the drawn image, between the two
+#: distances a relational question turns on (nearest or farthest object). Closer calls
+#: are redrawn: the image cannot show them (a distance is known to about a pixel), and
+#: ties on the pixel grid have no answer at all.
+IMAGE_MIN_DISTANCE_GAP = 1.0
 
 
 def tokenize(text, length=MAX_QUESTION_LENGTH):
@@ -140,6 +148,38 @@ def pixel_centres(positions, size=IMAGE_SIZE, object_size=OBJECT_SIZE):
     return np.where(
         positions < 0.5, np.minimum(centres, int(np.ceil(middle)) - 1), np.maximum(centres, int(np.floor(middle)) + 1)
     )
+
+
+def drawn_positions(positions, size=IMAGE_SIZE, object_size=OBJECT_SIZE):
+    """The positions in [0, 1] of the pixel centres where :func:`render_scene` draws
+    objects at ``positions``: :func:`pixel_centres` mapped back. Image scenes carry these
+    (also in the ``"both"`` knowledge base), so that their answers are those of the image."""
+    margin = object_size // 2 + 1
+    return (pixel_centres(positions, size, object_size) - margin) / (size - 1 - 2 * margin)
+
+
+def _image_settles(positions, template, color, gap=IMAGE_MIN_DISTANCE_GAP):
+    """Whether the scene drawn from ``positions`` keeps its objects
+    ``IMAGE_MIN_DISTANCE`` apart (as drawn, not only as drawn from) and, for a
+    relational question ``template`` about ``color``, the distances it turns on differ
+    by at least ``gap`` pixels in the image."""
+    drawn = drawn_positions(positions)
+    distances = np.linalg.norm(drawn[:, None] - drawn[None], axis=-1)
+    if np.min(distances + 2 * np.eye(len(drawn))) < IMAGE_MIN_DISTANCE:
+        return False
+    pixels = distances * (IMAGE_SIZE - 1 - 2 * (OBJECT_SIZE // 2 + 1))
+
+    def clear(frm, nearest):
+        others = np.sort(np.delete(pixels[frm], frm))
+        return (others[1] - others[0] if nearest else others[-1] - others[-2]) >= gap
+
+    if template == 3:
+        return clear(color, nearest=True)
+    if template == 4:
+        return clear(color, nearest=False)
+    if template == TWO_HOP:
+        return clear(color, nearest=False) and clear(int(np.argmax(pixels[color])), nearest=True)
+    return True
 
 
 def render_scene(scene, size=IMAGE_SIZE, object_size=OBJECT_SIZE):
@@ -203,9 +243,22 @@ def _check_kb(kb):
 
 
 def _draw(rng, templates, kb):
-    """The random draws of one example: ``(scene, template, colour)``."""
-    scene = random_scene(rng, IMAGE_MIN_DISTANCE if kb != "symbolic" else 0.0)
-    return scene, int(rng.choice(templates)), int(rng.integers(0, NUM_OBJECTS))
+    """The random draws of one example: ``(scene, template, colour)``.
+
+    An image scene (``kb`` ``"image"`` or ``"both"``) carries the positions it is drawn
+    at (:func:`drawn_positions`), and an example whose relational question the image
+    cannot settle (:data:`IMAGE_MIN_DISTANCE_GAP`), or whose objects are closer than
+    ``IMAGE_MIN_DISTANCE`` as drawn, is drawn again: before, about 1 in 100
+    relational questions of image scenes had the answer of positions between the
+    pixels, other than what the image shows, or one of two tied objects.
+    """
+    while True:
+        scene = random_scene(rng, IMAGE_MIN_DISTANCE if kb != "symbolic" else 0.0)
+        template, color = int(rng.choice(templates)), int(rng.integers(0, NUM_OBJECTS))
+        if kb == "symbolic":
+            return scene, template, color
+        if _image_settles(scene["positions"], template, color):
+            return {**scene, "positions": drawn_positions(scene["positions"])}, template, color
 
 
 def _example(rng, templates, kb="symbolic"):
@@ -265,7 +318,8 @@ def generate_examples(num_examples, seed=0, relational=None, kb="symbolic", temp
             False for the non-relational ones only.
         kb: ``"symbolic"`` (object list, key ``"kb"``), ``"image"`` (rendered scene,
             key ``"image"``) or ``"both"``. Image scenes keep objects apart
-            (``IMAGE_MIN_DISTANCE``), so the same seed gives other scenes than with
+            (``IMAGE_MIN_DISTANCE``), lie on the drawn pixel grid and ask only
+            questions the image settles (:func:`_draw`), so the same seed gives other scenes than with
             ``"symbolic"``.
         templates: optional list of template indices (overrides ``relational``).
 
