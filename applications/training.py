@@ -122,12 +122,20 @@ def pad_and_random_crop(image, padding, size, seed=None):
 
 
 def run_callbacks(run_dir, checkpoint=True):
-    """Callbacks for a run: TensorBoard logs under ``run_dir`` (and, with ``checkpoint``,
-    the model saved to ``run_dir/model.keras`` after every epoch, replaced atomically:
-    see ``applications.fault_tolerance.AtomicModelCheckpoint``)."""
+    """Callbacks for a run: a stop on divergence
+    (``applications.fault_tolerance.StopOnDivergence``: the first batch whose loss is
+    not finite ends ``fit`` with ``TrainingDivergedError``), TensorBoard logs under
+    ``run_dir`` and, with ``checkpoint``, the model saved to ``run_dir/model.keras``
+    after every epoch, replaced atomically (see
+    ``applications.fault_tolerance.AtomicModelCheckpoint``)."""
     run_dir = pathlib.Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    callbacks = [keras.callbacks.TensorBoard(log_dir=str(run_dir / "logs"), update_freq="epoch")]
+    # Without it a `train` called from Python without fault_tolerance.resumable_callbacks
+    # trained a diverged model to the end and saved and scored it: NaN metrics, no error.
+    callbacks = [
+        fault_tolerance.StopOnDivergence(str(run_dir)),
+        keras.callbacks.TensorBoard(log_dir=str(run_dir / "logs"), update_freq="epoch"),
+    ]
     if checkpoint:
         callbacks.append(fault_tolerance.AtomicModelCheckpoint(str(run_dir / "model.keras"), save_best_only=False))
     return callbacks
@@ -157,6 +165,19 @@ def spread_steps(steps, epochs):
     return per_epoch + (longer > 0), _EpochSteps(per_epoch, longer)
 
 
+class _EndOfEpoch:
+    """The ``model.stop_training`` with which :class:`_EpochSteps` ends an epoch: true
+    (``fit`` leaves the epoch's loop) but not ``True``, so that a stop of training that
+    another callback asks for in the same batch (it sets ``True``) is told apart from
+    it at the epoch's end, and kept."""
+
+    def __bool__(self):
+        return True
+
+    def __repr__(self):
+        return "<end of the epoch>"
+
+
 class _EpochSteps(keras.callbacks.Callback):
     """Ends epoch ``e`` after ``per_epoch + (e < longer)`` steps (see :func:`spread_steps`)."""
 
@@ -174,11 +195,15 @@ class _EpochSteps(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         if batch + 1 >= self._steps and not self.model.stop_training:
-            self.model.stop_training = self._ended = True  # fit's loop leaves this epoch
+            self._ended = _EndOfEpoch()
+            self.model.stop_training = self._ended  # fit's loop leaves this epoch
 
     def on_epoch_end(self, epoch, logs=None):
-        if self._ended:  # only this epoch ended: training goes on
-            self.model.stop_training = self._ended = False
+        # Only the epoch ended: training goes on, unless another callback asked for a stop
+        # meanwhile (it replaced our value; clearing it trained on past that stop).
+        if self._ended and self.model.stop_training is self._ended:
+            self.model.stop_training = False
+        self._ended = False
 
 
 __all__ = ["mixup", "coordinate_grid", "pad_and_random_crop", "run_callbacks", "spread_steps"]

@@ -25,7 +25,12 @@ class TimeBudget(keras.callbacks.Callback):
 
     Attributes:
         steps: training batches run so far (also with ``steps_per_execution``, where
-            the budget is checked after every execution of several batches).
+            the budget is checked after every execution of several batches). With
+            ``steps_per_execution`` and an epoch of unknown length, Keras reports the
+            epoch's last, shorter execution as a full one: mid-epoch the count may
+            then run ahead by up to ``steps_per_execution - 1`` batches, and the end
+            of the epoch sets it right from the optimizer's update count (not
+            under a ``LossScaleOptimizer``, whose skipped updates are not counted).
         exceeded: True once the budget stopped training.
         elapsed: seconds since the clock started (0 before it did).
 
@@ -59,11 +64,27 @@ class TimeBudget(keras.callbacks.Callback):
 
     def on_epoch_begin(self, epoch, logs=None):
         self._batches_in_epoch = 0
+        # read only where a short execution can be miscounted (a read waits for the device)
+        self._updates_at_epoch_begin = self._optimizer_updates() if self._steps_per_execution() > 1 else None
+
+    def _steps_per_execution(self):
+        return int(getattr(self.model, "steps_per_execution", 1) or 1)
+
+    def _optimizer_updates(self):
+        """The optimizer's count of updates (one per training batch), or None where it
+        may differ from the batches: no optimizer, or a ``LossScaleOptimizer`` (an
+        update skipped for non-finite gradients is not counted)."""
+        optimizer = getattr(self.model, "optimizer", None)
+        counter = getattr(optimizer, "_iterations", None)
+        if counter is None or hasattr(optimizer, "inner_optimizer"):
+            return None
+        return int(keras.ops.convert_to_numpy(counter))
 
     def on_train_batch_end(self, batch, logs=None):
         # With compile(steps_per_execution=n) Keras calls this once per n batches, with
         # the index of the last one: counting calls undercounted the batches n times.
-        # (Keras reports a short last execution as a full one; the epoch's length caps it.)
+        # (Keras reports a short last execution as a full one; the epoch's length caps it,
+        # or, when the length is unknown, on_epoch_end sets the count right.)
         end = batch + 1
         if (self.params or {}).get("steps"):
             end = min(end, self.params["steps"])
@@ -72,6 +93,19 @@ class TimeBudget(keras.callbacks.Callback):
         self._check()
 
     def on_epoch_end(self, epoch, logs=None):
+        # With steps_per_execution=n and no known epoch length, the last execution of the
+        # epoch ran fewer than n batches but was reported (and counted) as n: a 10-batch
+        # epoch with n=4 counted 12. The optimizer's updates tell how many it ran.
+        spe = self._steps_per_execution()
+        begun = getattr(self, "_updates_at_epoch_begin", None)
+        now = self._optimizer_updates() if spe > 1 and begun is not None else None
+        if now is not None:
+            done = now - begun
+            # only the last execution can be short; anything else (a train_step that does
+            # not update once per batch) leaves the count alone
+            if self._batches_in_epoch - spe < done < self._batches_in_epoch:
+                self.steps -= self._batches_in_epoch - done
+                self._batches_in_epoch = done
         # Time spent after the last batch (validation, other callbacks' epoch ends) is
         # checked here: a budget spent there would otherwise start one more epoch (a
         # batch and a whole validation pass more). After the last epoch training ends

@@ -208,3 +208,17 @@ def test_a_budget_spent_in_validation_stops_before_the_next_epoch():
 
     assert run(epochs=5)
     assert not run(epochs=1)
+
+
+def test_steps_count_the_short_last_execution_of_an_epoch_of_unknown_length():
+    # Audit 10: with steps_per_execution=4 and an epoch of unknown length (a filtered
+    # dataset) Keras reports the last execution (2 batches of 10) as 4: steps was 24, not 20.
+    import tensorflow as tf
+
+    x, y = np.zeros((10, 3), "float32"), np.zeros((10, 1), "float32")
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(1).filter(lambda a, b: True)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse", steps_per_execution=4)
+    budget = TimeBudget(3600)
+    model.fit(dataset, epochs=2, callbacks=[budget], verbose=0)
+    assert budget.steps == 20 == int(model.optimizer.iterations)

@@ -1,4 +1,4 @@
-"""Shared training helpers: mixup, padding + random crop, coordinate grids."""
+"""Shared training helpers: mixup, padding + random crop, coordinate grids, run callbacks, spread steps."""
 
 import numpy as np
 import pytest
@@ -97,7 +97,7 @@ def test_coordinate_grid_and_pad_and_crop(tmp_path):
     assert set(np.unique(crop)) <= {0.0, 1.0}
     np.testing.assert_array_equal(crop[..., 0], crop[..., 1])  # same crop for both channels
     callbacks = run_callbacks(tmp_path / "run")
-    assert (tmp_path / "run").is_dir() and len(callbacks) == 2
+    assert (tmp_path / "run").is_dir() and len(callbacks) == 3
 
 
 def test_mixup_draws_new_weights_every_epoch_and_stays_reproducible():
@@ -157,3 +157,52 @@ def test_spread_steps_refuses_fewer_steps_than_epochs_and_non_integers(steps, ep
 
     with pytest.raises(ValueError, match=r"Received: steps=.*, epochs="):
         spread_steps(steps, epochs)
+
+
+def test_run_callbacks_stop_a_diverged_fit_with_a_one_line_error(tmp_path):
+    # Audit 10: smallnorb's and sst's `train` called from Python (without the command
+    # line's resumable callbacks) trained a diverged model to the end, then saved and
+    # scored it: NaN metrics and no error.
+    import keras
+
+    from applications.fault_tolerance import TrainingDivergedError
+
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    x = np.ones((16, 3), "float32")
+    y = np.full((16, 1), np.nan, "float32")  # every loss is NaN
+    epochs = []
+    seen = keras.callbacks.LambdaCallback(on_epoch_end=lambda epoch, logs: epochs.append(epoch))
+    with pytest.raises(TrainingDivergedError, match=r"^training diverged: the loss became nan in epoch 1, batch 1"):
+        model.fit(x, y, batch_size=4, epochs=3, verbose=0,
+                  callbacks=[*run_callbacks(tmp_path / "run", checkpoint=False), seen])
+    assert epochs == []
+
+
+
+@pytest.mark.parametrize("stop_after", [3, 5])
+def test_a_stop_asked_for_in_the_last_batch_of_an_epoch_of_spread_steps_is_kept(stop_after):
+    # Audit 10: spread_steps' callback ends each epoch by setting stop_training and clears
+    # it at the epoch's end, so a stop that another callback asked for in the same batch
+    # (a TimeBudget spent, a rule of the user's) was cleared too and fit trained on.
+    import keras
+
+    from applications.training import spread_steps
+
+    steps_per_epoch, epoch_steps = spread_steps(7, 3)  # epochs of 3, 2 and 2 steps
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+
+    class StopAfter(keras.callbacks.Callback):
+        done = 0
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.done += 1
+            if self.done == stop_after:
+                self.model.stop_training = True
+
+    dataset = tf.data.Dataset.from_tensor_slices((np.zeros((8, 3), "float32"), np.zeros((8, 1), "float32")))
+    history = model.fit(dataset.batch(1).repeat(), steps_per_epoch=steps_per_epoch, epochs=3, verbose=0,
+                        callbacks=[epoch_steps, StopAfter()])
+    assert int(model.optimizer.iterations) == stop_after
+    assert history.epoch == list(range(1 if stop_after == 3 else 2))
