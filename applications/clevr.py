@@ -63,7 +63,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from applications import checks, console, distribute, plotting
+from applications import checks, console, distribute, fault_tolerance, plotting
 from applications.checks import integer_at_least
 from applications.errors import InputError, PathNotFoundError, writable_folder
 from keras_capsules.layers import MACNetwork
@@ -275,8 +275,12 @@ def compile_model(model, learning_rate=1e-4, clipnorm=8.0, ema_momentum=0.999, m
 
 
 def recipe_callbacks(run_dir):
-    """EMA swap for validation, then TensorBoard logs under ``run_dir/logs``."""
+    """A stop on divergence (``fault_tolerance.StopOnDivergence``: the first batch whose
+    loss is not finite ends ``fit`` in one line; before, ``train`` called from Python
+    without the command line's callbacks saved and scored a NaN model), the EMA swap
+    for validation, then TensorBoard logs under ``run_dir/logs``."""
     return [
+        fault_tolerance.StopOnDivergence(str(run_dir)),
         keras.callbacks.SwapEMAWeights(),
         keras.callbacks.TensorBoard(os.path.join(str(run_dir), "logs")),
     ]
@@ -496,7 +500,6 @@ def cache_split(split, cache_dir, data_dir=None, image_size=IMAGE_SIZE, weights=
     Returns:
         ``(features_path, questions_path)``.
     """
-    from applications import fault_tolerance
 
     cache_dir = pathlib.Path(cache_dir)
     path = cache_dir / features_file(split, image_size, weights)

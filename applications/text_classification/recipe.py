@@ -122,7 +122,8 @@ def train(
             :func:`evaluate` scores the same first test examples by default.
         seed: random seed (weights, dropout, shuffling).
         jit_compile: passed to ``model.compile``.
-        callbacks: extra Keras callbacks for ``fit`` (TensorBoard is always added);
+        callbacks: extra Keras callbacks for ``fit`` (a ``fault_tolerance.StopOnDivergence``
+            and TensorBoard are always added);
             the backup of a ``fault_tolerance.AtomicBackupAndRestore`` among them is
             deleted once the outputs are written (``fault_tolerance.finish_run``).
         verbose: 0 silent, 1 progress bars and summary lines.
@@ -175,7 +176,10 @@ def train(
         validation_data=data["validation"],
         epochs=epochs,
         verbose=verbose,
-        callbacks=[keras.callbacks.TensorBoard(os.path.join(run_dir, "logs")), *(callbacks or [])], shuffle=False,
+        # the stop on divergence: `train` called from Python without the command line's
+        # callbacks trained a NaN model to the end, then saved and scored it
+        callbacks=[fault_tolerance.StopOnDivergence(run_dir), keras.callbacks.TensorBoard(os.path.join(run_dir, "logs")),
+                   *(callbacks or [])], shuffle=False,
     )
     test_loss, test_accuracy = model.evaluate(data["test"], verbose=0)
     paths = {

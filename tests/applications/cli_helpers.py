@@ -202,3 +202,20 @@ def start_cache_workers(application, cache, source, folder, processes=2, hang=Fa
     procs = [start(args + (["--hang"] if hang else []), pathlib.Path(folder) / f"cache-worker{i}.log")
              for i in range(processes)]
     return procs, marks
+
+
+class PoisonWeightsAt(keras.callbacks.Callback):
+    """Sets every trainable weight to NaN before batch ``batch`` of the first epoch: a
+    run that diverges there, whatever its data and learning rate."""
+
+    def __init__(self, batch=1):
+        super().__init__()
+        self.batch, self._first_epoch = batch, True
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._first_epoch = False
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if self._first_epoch and batch == self.batch:
+            for weight in self.model.trainable_weights:
+                weight.assign(keras.ops.full(weight.shape, float("nan"), weight.dtype))

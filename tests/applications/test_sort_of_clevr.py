@@ -561,3 +561,16 @@ def test_symbolic_examples_are_the_seeds_plain_draws():
         template, color = int(rng.choice(np.arange(len(soc.TEMPLATES)))), int(rng.integers(0, 6))
         np.testing.assert_allclose(kb[:, 8:], scene["positions"], rtol=1e-6)
         assert label == soc.answer(scene, template, color)
+
+
+def test_train_from_python_stops_a_diverged_run_in_one_line(tmp_path):
+    # audit (2026-11-28): `train` called from Python (without the command line's resumable
+    # callbacks) trained a NaN model to the end, then saved and scored it: no error
+    from applications.fault_tolerance import TrainingDivergedError
+    from tests.applications.cli_helpers import PoisonWeightsAt
+
+    run_dir = tmp_path / "run"
+    with pytest.raises(TrainingDivergedError, match=r"^training diverged: the loss became nan in epoch 1, batch 2"):
+        soc.train(str(run_dir), steps=4, epochs=2, batch_size=4, validation_examples=2, verbose=0,
+                  model_kwargs={"units": 4, "embedding_dim": 2, "max_steps": 1}, callbacks=[PoisonWeightsAt(1)])
+    assert not (run_dir / "model.keras").exists() and not (run_dir / "metrics.json").exists()
