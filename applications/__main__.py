@@ -6,7 +6,8 @@
     keras-capsules evaluate demo --model runs/demo/model.keras
     keras-capsules tune demo --tuner bayesian --directory runs/tune --max-trials 20
     keras-capsules bench demo                  # from a source checkout: benchmarks/
-    keras-capsules train demo --help           # every option of one command
+    keras-capsules train demo --help           # every option of one command, with its default
+    keras-capsules --version
 
 The application, when given, comes right after the command (default: ``demo``).
 Applications register in ``applications/registry.py`` (the protocol is documented
@@ -40,11 +41,13 @@ import difflib
 import json
 import os
 import pathlib
+import shlex
 import subprocess
 import sys
 
 from applications import arguments, registry
-from applications.errors import CommandLineError, NotAFolderError, PathExistsError, PathPermissionError, report
+from applications.errors import (CommandLineError, NotAFolderError, PathExistsError, PathNotFoundError,
+                                 PathPermissionError, report)
 
 PROG = "keras-capsules"
 COMMANDS = ("train", "evaluate", "tune", "bench")
@@ -57,6 +60,48 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _shown_default(action):
+    """The default of an option as its help shows it, or None when there is none to show
+    (None, a flag's False, an empty list, a positional argument)."""
+    default = action.default
+    if (not action.option_strings or default is argparse.SUPPRESS or default is None
+            or isinstance(default, bool) or default in ([], ())):
+        return None
+    shown = " ".join(map(str, default)) if isinstance(default, (list, tuple)) else str(default)
+    return shown.replace("%", "%%")  # (argparse formats the help with %)
+
+
+class _DefaultsHelpFormatter(argparse.HelpFormatter):
+    """Adds ``(default: VALUE)`` to the help of an option whose help does not state its
+    default (an application's ``--learning-rate`` showed neither a help nor its value);
+    an option without a default (see :func:`_shown_default`) gets nothing. An option
+    without a help gets ``default: VALUE`` (:func:`_add_missing_helps`)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        shown = _shown_default(action)
+        if shown is None or "default" in text.lower():
+            return text
+        return f"{text} (default: {shown})"
+
+
+def _add_missing_helps(parser):
+    """Gives an option that has no help one that shows its default (argparse lists an
+    option without a help by its name alone, whatever the formatter)."""
+    for action in parser._actions:
+        shown = _shown_default(action)
+        if not action.help and shown is not None:
+            action.help = f"default: {shown}"
+
+
+def _version():
+    """The version of the ``keras_capsules`` that runs (that of the checkout in an
+    editable install, where the installed metadata may lag behind)."""
+    import keras_capsules
+
+    return keras_capsules.__version__
 
 
 def _hypermodel_names():
@@ -85,6 +130,7 @@ def build_parser(application=registry.DEFAULT_APPLICATION):
         + "\n\n`keras-capsules COMMAND APPLICATION --help` lists the options of one application.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"{PROG} {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                      parser_class=_Parser)
     helps = {
@@ -96,12 +142,14 @@ def build_parser(application=registry.DEFAULT_APPLICATION):
     for command, help_text in helps.items():
         sub = commands.add_parser(
             command, help=help_text, description=help_text + f". Options of {application!r} shown.",
+            formatter_class=_DefaultsHelpFormatter,
         )
         choices = _hypermodel_names() if command == "tune" else registry.names()
         sub.add_argument("application", nargs="?", default=registry.DEFAULT_APPLICATION, choices=choices,
                          help="one of %(choices)s (default: %(default)s)")
         arguments.add_common_arguments(sub, command)
         module.add_arguments(sub, command)
+        _add_missing_helps(sub)
     bench = commands.add_parser(
         "bench", help="run a benchmark script of benchmarks/ (source checkout only)",
         description="Runs benchmarks/NAME.py (or an application's benchmark) with the "
@@ -246,10 +294,14 @@ def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     application = _application_of(argv)
     parser = build_parser(application)
+    _refuse_options_of_no_application(parser, argv)
     if argv[:1] in (["train"], ["evaluate"], ["tune"]) and argv[1:2] != [application]:
         # The application may follow common options (`train --quiet sst ...`): learn it
         # first, then parse with that application's options (else they were missing).
-        known, _ = parser.parse_known_args([a for a in argv if a not in ("-h", "--help")])
+        # (without the options it does not know, and their values: argparse took the
+        # value of `train --image-size 24 smallnorb` for the application)
+        probe = [argv[0], *_without_unknown_options(_command_parser(parser, argv[0]), argv[1:])]
+        known, _ = parser.parse_known_args([a for a in probe if a not in ("-h", "--help")])
         if known.application != application:
             parser = build_parser(known.application)
     args, unknown = parser.parse_known_args(argv)
@@ -265,7 +317,7 @@ def main(argv=None):
     except _USER_ERRORS as err:
         if new_output:
             _remove_empty_dirs(new_output)
-        return report(err, PROG)
+        return report(_with_the_command_that_makes_the_model(err, args), PROG)
     except KeyboardInterrupt as interrupt:  # Ctrl-C: one line that says how to go on, no traceback
         if os.environ.get("KERAS_CAPSULES_DEBUG"):
             raise
@@ -334,6 +386,107 @@ def _check_output_folders(args):
             raise PathPermissionError(f"{option} {path!r}: no permission to write{where}")
 
 
+def _with_the_command_that_makes_the_model(err, args):
+    """``err``, or, when it is an application's "no model at MODEL: train one first with
+    `keras-capsules train`" of an ``evaluate``, the same error naming the command that
+    writes that model: that command trains the demo, whatever the application
+    (``evaluate music`` before ``train music``)."""
+    prefix = f"no model at {getattr(args, 'model', None)!r}"
+    if (args.command != "evaluate" or not isinstance(err, PathNotFoundError)
+            or not str(err).startswith(prefix) or os.path.exists(args.model)):
+        return err
+    folder, name = os.path.split(os.path.normpath(args.model))
+    app = args.application
+    if name == "best_model.keras":  # what `tune` writes
+        command = f"keras-capsules tune {app}"
+        if os.path.normpath(folder) != os.path.join("runs", f"tune-{app}"):
+            command += f" --directory {shlex.quote(folder or '.')}"
+        hint = f"search one first with `{command}`"
+    elif name == "model.keras":
+        command = f"keras-capsules train {app}"
+        if os.path.normpath(folder) != os.path.join("runs", app):
+            command += f" --run-dir {shlex.quote(folder or '.')}"
+        hint = f"train one first with `{command}`"
+    else:
+        hint = f"train one first with `keras-capsules train {app} --run-dir DIR` (it writes DIR/model.keras)"
+    better = PathNotFoundError(f"{prefix}: {hint}")
+    better.__cause__ = err
+    return better
+
+
+def _accepts(parser, option):
+    """Whether ``parser`` takes the long option ``option`` (``--name`` or ``--name=value``),
+    in full or by a prefix (argparse takes ``--epoch`` for ``--epochs``)."""
+    name = option.split("=", 1)[0]
+    return any(known == name or (parser.allow_abbrev and known.startswith(name))
+               for known in parser._option_string_actions)
+
+
+def _command_parser(parser, command):
+    """The sub-parser of ``command`` in the parser of :func:`build_parser`."""
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
+
+
+def _unknown_options(sub, rest):
+    """The long options of the arguments ``rest`` (those after the command, up to
+    ``--``) that the command's parser ``sub`` does not take, each with the value that
+    follows it (what argparse lists as unrecognized, and took for the application),
+    unless the option holds it (``--x=1``) or that is an option or an application:
+    ``[[option], [option, value], ...]``."""
+    rest = rest[:rest.index("--")] if "--" in rest else rest
+    found = []
+    for i, arg in enumerate(rest):
+        if arg.startswith("--") and len(arg) > 2 and not _accepts(sub, arg):
+            following = rest[i + 1:i + 2]
+            takes_following = ("=" not in arg and following and not following[0].startswith("-")
+                               and following[0] not in registry.APPLICATIONS)
+            found.append([arg, *following] if takes_following else [arg])
+    return found
+
+
+def _without_unknown_options(sub, rest):
+    """``rest`` without what :func:`_unknown_options` finds in it."""
+    kept, i = list(rest), 0
+    for group in _unknown_options(sub, rest):
+        i = kept.index(group[0], i)
+        del kept[i:i + len(group)]
+    return kept
+
+
+def _refuse_options_of_no_application(parser, argv):
+    """Exits with one line naming a long option that the command does not have, as
+    :func:`_unknown_arguments` does, when argparse would not name it.
+
+    Checked before parsing: when the application is not named first, argparse took
+    the value after such an option for the application (``train --epochz 1``: "argument
+    application: invalid choice: '1'"; ``evaluate --modle runs/demo``: "invalid choice:
+    'runs/demo'") and never named the option. Refused here: an option that no
+    application's command has, and, when no application is named (the default one
+    runs), an option of another application (the line says which has it). An option of
+    an application named after it is left to the parse with that application's options.
+    """
+    command = argv[0] if argv else None
+    if command not in ("train", "evaluate", "tune"):
+        return
+    unknown = _unknown_options(_command_parser(parser, command), argv[1:])
+    if not unknown:
+        return
+    owners = {group[0]: [] for group in unknown}
+    for name in registry.names():  # (only now: a parser for each application)
+        other = _command_parser(build_parser(name), command)
+        for option, found in owners.items():
+            if _accepts(other, option):
+                found.append(name)
+    named = any(arg in registry.APPLICATIONS for arg in argv[1:])
+    unknown = [group for group in unknown if not (named and owners[group[0]])]
+    if not unknown:
+        return
+    hint = next((f"; {group[0].split('=', 1)[0]} is an option of {', '.join(owners[group[0]])}: name the "
+                 f"application (keras-capsules {command} {owners[group[0]][0]} ...)"
+                 for group in unknown if owners[group[0]]), "")
+    _unknown_arguments(parser, command, [arg for group in unknown for arg in group], hint)
+
+
 def _remove_empty_dirs(top):
     """Removes ``top`` and the folders below it that hold no file: a ``train`` refused
     for a user error leaves no empty run directory behind."""
@@ -344,7 +497,7 @@ def _remove_empty_dirs(top):
             pass
 
 
-def _unknown_arguments(parser, command, unknown):
+def _unknown_arguments(parser, command, unknown, hint=""):
     """Exits with one line naming the command, a close option if any, and its help.
 
     (``parse_args`` reported them from the top-level parser, pointing to
@@ -359,7 +512,7 @@ def _unknown_arguments(parser, command, unknown):
             if close:
                 message += f"; did you mean {close[0]}?"
                 break
-    sub.error(message)
+    sub.error(message + hint)
 
 
 def _application_of(argv):

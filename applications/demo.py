@@ -402,7 +402,7 @@ def add_arguments(parser, command):
         "default: scikit-learn's 8x8 digits, no download" + recorded,
     )
     parser.add_argument("--limit", type=positive_int, default=None,
-                        help="use only the first N examples (quick runs)" + recorded)
+                        help="use only the first N examples (quick runs)" + (recorded or "; default: all"))
     if command == "evaluate":
         # The split must be training's: by default the one `train` recorded beside the model.
         for action in parser._actions:
@@ -411,13 +411,15 @@ def add_arguments(parser, command):
                 action.help = ("seed of the train/test split (default: the one that `train` recorded in "
                                "metrics.json beside the model, else 0); another one is refused")
     if command == "train":
-        parser.add_argument("--learning-rate", type=positive_float, default=3e-3)
-        parser.add_argument("--filters", type=positive_int, default=32, help="channels of the stem")
+        parser.add_argument("--learning-rate", type=positive_float, default=3e-3,
+                            help="Adam's learning rate (default: %(default)s)")
+        parser.add_argument("--filters", type=positive_int, default=32, help="channels of the stem's convolutions (default: %(default)s)")
         parser.add_argument("--primary-capsules", type=positive_int, default=8,
-                            help="capsules per location of the last feature map")
-        parser.add_argument("--hidden-capsules", type=positive_int, default=16)
-        parser.add_argument("--pose-size", type=positive_int, default=4, help="poses are N x N")
-        parser.add_argument("--n-iters", type=positive_int, default=2, help="EM routing iterations")
+                            help="capsules per location of the last feature map (default: %(default)s)")
+        parser.add_argument("--hidden-capsules", type=positive_int, default=16,
+                            help="capsules (of N x N poses) out of the first routing layer (default: %(default)s)")
+        parser.add_argument("--pose-size", type=positive_int, default=4, help="poses are N x N matrices (default: %(default)s)")
+        parser.add_argument("--n-iters", type=positive_int, default=2, help="EM routing iterations of both routing layers (default: %(default)s)")
         parser.add_argument("--test-hang-at", type=_hang_at, default=None, help=argparse.SUPPRESS)
 
 

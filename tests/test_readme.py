@@ -37,3 +37,39 @@ def test_a_saved_application_model_loads_after_importing_its_module(tmp_path):
                            cwd=root, timeout=300) for extra in ("", "; import applications.music")]
     assert runs[0].returncode != 0 and "Could not locate" in runs[0].stderr
     assert runs[1].returncode == 0 and runs[1].stdout.strip().endswith("loaded"), runs[1].stderr
+
+
+def _readme_commands():
+    """Every `keras-capsules ...` command of the README: the lines of its ```bash blocks
+    (comments cut) and its inline code spans that start with the program's name."""
+    text = README.read_text()
+    commands = []
+    for block in re.findall(r"```bash\n(.*?)```", text, re.S):
+        commands += [line.split("#")[0] for line in block.splitlines() if line.startswith("keras-capsules ")]
+    commands += re.findall(r"(?<!`)`(keras-capsules(?= |`)[^`]*)`", text)
+    commands = [" ".join(command.split()) for command in commands if " && " not in command]
+    # (templates such as `keras-capsules bench NAME [ARGS]` left out)
+    return [command for command in commands if not re.search(r" (\[|[A-Z]{2,}\b)", command)]
+
+
+def test_every_readme_command_line_parses(tmp_path, monkeypatch, capsys):
+    # A command the README shows must exist as written: `keras-capsules --version` (which
+    # the parser did not have), `keras-capsules train / evaluate` (no such command line).
+    # Each is parsed as `keras-capsules` does, without running it.
+    import shlex
+
+    from applications import __main__ as cli
+
+    commands = _readme_commands()
+    assert "keras-capsules --version" in commands and "keras-capsules train" in commands
+    monkeypatch.chdir(tmp_path)
+    parsed = []
+    monkeypatch.setattr(cli, "_run", lambda args: parsed.append(args) or 0)
+    for command in commands:
+        argv = shlex.split(command)[1:]
+        try:
+            code = cli.main(argv)
+        except SystemExit as exit_info:  # --help, --version; 2: a usage error
+            code = exit_info.code
+        assert code == 0, (command, capsys.readouterr().err)
+    assert parsed, "no README command was run"

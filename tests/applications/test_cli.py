@@ -637,3 +637,85 @@ def test_tune_ends_with_every_file_it_wrote_beside_the_best_model(tmp_path, caps
     # a worker that is not the chief writes the hyperparameters only
     result = {"model": None, "hyperparameters": "h.json", "metrics": None, "trials": 1}
     assert cli._best_files(result, "demo") == "hyperparameters h.json"
+
+
+def test_version_prints_the_version_of_keras_capsules(capsys):
+    # `keras-capsules --version` said "the following arguments are required: COMMAND".
+    import keras_capsules
+
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out == f"keras-capsules {keras_capsules.__version__}\n"
+
+
+@pytest.mark.parametrize("application", registry.names())
+def test_help_shows_the_default_of_every_option_that_has_one(application):
+    # The demo's --learning-rate and --hidden-capsules had no help at all, and many
+    # options of the applications (--filters, --units, --encoder, ...) did not show
+    # their default: `--help` printed e.g. "--learning-rate LEARNING_RATE" and nothing.
+    import argparse
+
+    parser = cli.build_parser(application)
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    for command in ("train", "evaluate", "tune"):
+        sub = commands[command]
+        for action in sub._actions:
+            if not action.option_strings or action.default in (None, False, [], argparse.SUPPRESS) \
+                    or action.help == argparse.SUPPRESS:
+                continue
+            # what --help prints beside the option (nothing without a help)
+            printed = sub._get_formatter()._expand_help(action) if action.help else ""
+            assert "default" in printed.lower(), (application, command, action.option_strings, printed)
+    demo_train = " ".join(commands["train"].format_help().split()) if application == "demo" else ""
+    if demo_train:
+        assert "Adam's learning rate (default: 0.003)" in demo_train
+        assert "(default: 16)" in demo_train and "(default: 15)" in demo_train  # --hidden-capsules, --epochs
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["train", "--epochz", "1"], "unrecognized arguments: --epochz 1; did you mean --epochs?"),
+    (["evaluate", "--modle", "runs/demo"], "unrecognized arguments: --modle runs/demo; did you mean --model?"),
+    (["tune", "--max-trails", "3", "demo"], "unrecognized arguments: --max-trails 3; did you mean --max-trials?"),
+    (["train", "--image-size", "24"],
+     "unrecognized arguments: --image-size 24; --image-size is an option of smallnorb, clevr: "
+     "name the application (keras-capsules train smallnorb ...)"),
+])
+def test_a_mistyped_option_before_the_application_is_named(argv, message, capsys):
+    # argparse took the value after an option it did not know for the application:
+    # `train --epochz 1` said "argument application: invalid choice: '1' (choose from
+    # ...)", never naming the mistyped option.
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "invalid choice" not in err, err
+
+
+def test_an_option_of_the_application_may_come_before_it(capsys):
+    # `train --image-size 24 smallnorb` took 24 for the application (invalid choice).
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["train", "--image-size", "24", "smallnorb", "--help"])
+    assert exit_info.value.code == 0
+    assert "Options of 'smallnorb' shown" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("model, command", [
+    (None, "keras-capsules train music`"),
+    ("elsewhere/model.keras", "keras-capsules train music --run-dir elsewhere`"),
+    ("elsewhere", "keras-capsules train music --run-dir elsewhere`"),  # a run directory
+    ("runs/tune-music/best_model.keras", "search one first with `keras-capsules tune music`"),
+    ("search/best_model.keras", "`keras-capsules tune music --directory search`"),
+])
+def test_evaluate_before_train_names_the_command_that_makes_the_model(model, command, tmp_path, capsys,
+                                                                      monkeypatch):
+    # `evaluate music` before any training said "train one first with `keras-capsules
+    # train`", a command that trains the demo.
+    monkeypatch.chdir(tmp_path)
+    if model == "elsewhere":
+        (tmp_path / "elsewhere").mkdir()
+    argv = ["evaluate", "music", "--quiet"] + (["--model", model] if model else [])
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("keras-capsules: error: no model at ") and err.count("\n") == 1, err
+    assert command in err, err
