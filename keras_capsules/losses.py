@@ -21,6 +21,13 @@ backend-specific assertions, so a sample with such a label gets a NaN loss and n
 gradient: the reported loss turns NaN (stop with
 ``keras.callbacks.TerminateOnNaN``) while the weights stay finite, instead of the
 sample training silently as "no class present".
+
+Scores that carry a Keras mask over the label positions (e.g. per-token capsule
+lengths ``[batch, seq, n_classes]`` with the mask ``[batch, seq]`` of their padding)
+give a loss over the unmasked positions only, as for any Keras loss; the labels at
+padded positions are ignored whatever they hold (a padding label such as -1 is no
+error and no NaN). A mask over the classes (of the scores' own shape) is refused with
+a ``ValueError``.
 """
 
 import math
@@ -32,6 +39,11 @@ from keras import ops
 
 from keras_capsules._validation import concrete_values
 from keras_capsules.ops import routing_dtype
+
+try:  # the getter keras.losses.Loss uses (masks of JAX arrays are not attributes)
+    from keras.src.backend import get_keras_mask as _get_keras_mask
+except ImportError:  # pragma: no cover - another Keras layout: read the attribute
+    _get_keras_mask = None
 
 _TERMS = ("margin", "focal", "cross")
 
@@ -154,6 +166,44 @@ def _targets_of_unknown_kind(y_true, y_pred):
     return ops.where(as_ids, from_ids, one_hot), invalid
 
 
+def _labels_without_padding(y_true, y_pred):
+    """``y_true`` with zeros where the Keras mask of ``y_pred`` marks padding.
+
+    Only a mask over the label positions (``y_pred``'s shape without the class axis,
+    the shape of the per-sample loss, which Keras weights by it) is applied; labels are
+    returned unchanged for other masks, except that a mask of the scores' own shape
+    (over classes) raises a ``ValueError``.
+    """
+    mask = _keras_mask(y_pred)
+    if mask is None or y_true is None or not hasattr(y_pred, "shape"):
+        return y_true
+    try:
+        rank_mask, rank_pred = len(mask.shape), len(y_pred.shape)
+    except (TypeError, ValueError):  # a shape of unknown rank (in a trace): as Keras does
+        return y_true
+    if rank_mask == rank_pred and rank_pred > 1:
+        # Keras weights the per-sample loss (no class axis) by the mask: a mask over the
+        # classes failed there with a backend "Incompatible shapes" error.
+        raise ValueError(
+            "Capsule losses take the Keras mask of the scores over label positions "
+            "(the scores' shape without the class axis), not over classes. Received: "
+            f"y_pred shape={tuple(y_pred.shape)} with a mask of shape {tuple(mask.shape)}"
+        )
+    mask = ops.cast(mask, "bool")
+    y_true = ops.convert_to_tensor(y_true)
+    rank_true = len(y_true.shape)
+    if rank_mask != rank_pred - 1 or rank_true not in (rank_mask, rank_mask + 1):
+        return y_true
+    if rank_true == rank_mask + 1:
+        mask = ops.expand_dims(mask, -1)
+    return ops.where(mask, y_true, ops.zeros_like(y_true))
+
+
+def _keras_mask(x):
+    """The Keras mask a tensor carries (as ``keras.losses.Loss.__call__`` reads it), or None."""
+    return _get_keras_mask(x) if _get_keras_mask is not None else getattr(x, "_keras_mask", None)
+
+
 def margin_term(targets, lengths, m_plus=0.9, m_minus=0.1, lambda_=0.5):
     """Per-sample margin loss ``sum_c [T relu(m+ - x)^2 + lambda (1-T) relu(x - m-)^2]``."""
     present = targets * ops.square(ops.relu(m_plus - lengths))
@@ -262,6 +312,15 @@ class CapsuleLoss(keras.losses.Loss):
         self.lambda_ = _number("lambda_", lambda_, minimum=0)
         self.focal_alpha = _number("focal_alpha", focal_alpha, minimum=0)
         self.focal_gamma = _number("focal_gamma", focal_gamma, minimum=0)
+
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        # Keras leaves positions that y_pred's mask marks as padding out of the reduction
+        # (weight 0), but a class id there that is not a valid one (padding labels such
+        # as -1) was still refused (eager) or turned into a NaN loss, and 0 * NaN made
+        # the whole batch's loss NaN. Such labels are read as class 0 (one-hot targets
+        # as "no class") before the check; the mask then drops those positions.
+        y_true = _labels_without_padding(y_true, y_pred)
+        return super().__call__(y_true, y_pred, sample_weight=sample_weight)
 
     def call(self, y_true, y_pred):
         targets, invalid = _targets(y_true, y_pred)
@@ -398,6 +457,10 @@ def mixture_nll(x, m, pi, sigma, group_axis=1, from_logits=False, epsilon=1e-7):
     m = ops.cast(m, work)
     pi = ops.cast(pi, work)
     channels = m.shape[-1]
+    if channels is None:
+        # A channel count unknown until the graph runs (a trace for any shape): a
+        # Python None here was a TypeError.
+        channels = ops.cast(ops.shape(m)[-1], work)
     sigma = float(sigma)
     with np.errstate(over="ignore"):  # a huge sigma is inf in float32: the residuals scale to 0
         work_sigma = np.asarray(sigma).astype(work)

@@ -4,6 +4,7 @@
 * ``one_cycle_schedule``: linear warm-up then cosine decay, as in Heinsen 2019.
 """
 
+import fractions
 import math
 import numbers
 
@@ -42,7 +43,13 @@ class RAdam(keras.optimizers.Optimizer):
     ``rho_t`` and the bias corrections are computed from ``log(beta)`` without
     cancellation, so this holds in float32 for any ``beta_2`` (also 0.9999 or 0.99999).
     With ``beta_2 <= 0.6`` (``rho_inf <= 4``) no step is ever rectified: RAdam is then
-    SGD with momentum throughout.
+    SGD with momentum throughout. Just above 0.6, where ``rho_t`` and ``rho_inf`` both lie
+    within a float32 rounding of 4, ``rho_t - 4`` is computed from ``rho_inf - rho_t``
+    instead, so ``r_t`` stays in ``(0, 1]`` and the rectified steps start when they should.
+
+    The step is computed in float32 (float64 for float64 variables), and the moments
+    ``m`` and ``v`` of float16 and bfloat16 variables are float32 slots: in half
+    precision the squared gradients underflow or overflow and ``v`` stalls.
 
     Sparse gradients (the ``tf.IndexedSlices`` of an embedding lookup) are applied as
     the dense gradient they stand for, the slices of repeated ids summed, so every
@@ -139,26 +146,52 @@ class RAdam(keras.optimizers.Optimizer):
         if self.built:
             return
         super().build(var_list)
-        self._momentums, self._velocities = self.add_optimizer_variables(
-            var_list, ["momentum", "velocity"]
-        )
+        # As add_optimizer_variables(var_list, ["momentum", "velocity"]) (same names,
+        # same order), but the slots of float16/bfloat16 variables are float32: in
+        # float16 the squared gradients of v underflowed to 0 below ~2.4e-4 (steps of
+        # ~lr * |g| / epsilon, hundreds of times lr) and overflowed above 256 (v = inf,
+        # then NaN); in bfloat16 the increments (1 - beta_2) (g^2 - v) fell below half
+        # an ulp of v after a few hundred steps, so v stalled well below E[g^2].
+        self._momentums, self._velocities = [], []
+        for variable in var_list:
+            for slots, slot in ((self._momentums, "momentum"), (self._velocities, "velocity")):
+                if self._overwrite_variable_with_gradient(variable):
+                    slots.append(None)
+                elif _step_dtype(variable.dtype) == variable.dtype:
+                    slots.append(self.add_variable_from_reference(variable, name=slot))
+                else:
+                    name = (
+                        variable.path.replace("/", "_")
+                        if hasattr(variable, "path")
+                        else str(variable.name).replace("/", "_").replace(":", "_")
+                    )
+                    slots.append(
+                        self.add_variable(
+                            shape=variable.shape,
+                            dtype=_step_dtype(variable.dtype),
+                            name=f"{name}_{slot}",
+                            layout=getattr(variable, "_layout", None),
+                        )
+                    )
 
     def update_step(self, gradient, variable, learning_rate):
         dtype = variable.dtype
-        # The step is computed in float32 (float64 for float64 variables): in float16 or
-        # bfloat16, 1 - beta_2^t and rho_t cancel to nonsense (the rectified step never
-        # started) and epsilon rounds to 0 (a zero gradient gave 0 / 0).
-        compute_dtype = "float64" if dtype == "float64" else "float32"
+        # The step is computed in float32 (float64 for float64 variables), and the
+        # moments are kept in it (see build): in float16 or bfloat16, 1 - beta_2^t and
+        # rho_t cancel to nonsense (the rectified step never started) and epsilon
+        # rounds to 0 (a zero gradient gave 0 / 0).
+        compute_dtype = _step_dtype(dtype)
         lr = ops.cast(learning_rate, compute_dtype)
         t = ops.cast(self.iterations + 1, compute_dtype)
         beta_1, beta_2 = self.beta_1, self.beta_2
 
-        gradient = ops.cast(gradient, dtype)
+        gradient = ops.cast(gradient, compute_dtype)
         if hasattr(gradient, "indices"):
             # A tf.IndexedSlices (an embedding lookup's gradient) holds one slice per
             # looked-up id: ops.square squared each slice before repeated ids were
-            # summed (v got a sum of squares). Adding it to zeros sums them first.
-            gradient = ops.add(ops.zeros_like(variable), gradient)
+            # summed (v got a sum of squares). Adding it to zeros sums them first, in
+            # the step's dtype (a float16 sum of repeated slices overflowed to inf).
+            gradient = ops.add(ops.zeros(variable.shape, compute_dtype), gradient)
         m = self._momentums[self._get_variable_index(variable)]
         v = self._velocities[self._get_variable_index(variable)]
         self.assign_add(m, ops.multiply(ops.subtract(gradient, m), 1.0 - beta_1))
@@ -166,20 +199,12 @@ class RAdam(keras.optimizers.Optimizer):
         m_hat = ops.divide(ops.cast(m, compute_dtype), _one_minus_power(beta_1, t))
 
         # Length of the approximated simple moving average (rho_1 = 1 for any beta_2).
-        rho_inf = 2.0 / (1.0 - beta_2) - 1.0
-        if rho_inf <= 4.0:
+        if _rho_inf_minus_4(beta_2) <= 0.0:
             # rho_t < rho_inf <= 4 at every step (beta_2 <= 0.6): never rectified (and
             # the constant of r_t below would divide by rho_inf - 4 = 0 at beta_2 = 0.6).
             self.assign_sub(variable, ops.cast(ops.multiply(lr, m_hat), dtype))
             return
-        rho_t = _rho(beta_2, t)
-        rectify = rho_t > 4.0
-        # Both branches are evaluated; the unused one must not produce a NaN.
-        rho_safe = ops.where(rectify, rho_t, ops.convert_to_tensor(5.0, dtype=compute_dtype))
-        r_t = ops.sqrt(
-            (rho_safe - 4.0) * (rho_safe - 2.0) * (rho_inf / ((rho_inf - 4.0) * (rho_inf - 2.0)))
-            / rho_safe
-        )
+        rectify, r_t = _rectification(beta_2, t)
         v_hat = ops.divide(ops.cast(v, compute_dtype), _one_minus_power(beta_2, t))
         denom = ops.sqrt(v_hat) + self.epsilon
         # epsilon=0 with a gradient that has been zero so far (v_hat = m_hat = 0): a zero
@@ -192,6 +217,11 @@ class RAdam(keras.optimizers.Optimizer):
         config = super().get_config()
         config.update({"beta_1": self.beta_1, "beta_2": self.beta_2, "epsilon": self.epsilon})
         return config
+
+
+def _step_dtype(dtype):
+    """The dtype of the moments and of the step's math for variables of ``dtype``."""
+    return "float64" if keras.backend.standardize_dtype(dtype) == "float64" else "float32"
 
 
 # rho_t and the bias corrections are computed from c = -log(beta) (a Python float64),
@@ -225,6 +255,53 @@ def _g(x):
     x_small = ops.where(small, x, ops.zeros_like(x))
     x_large = ops.where(small, ops.ones_like(x), x)
     return ops.where(small, series(x_small), 1.0 / x_large - 1.0 / ops.expm1(x_large))
+
+
+def _rho_inf_minus_4(beta_2):
+    """``rho_inf - 4 = (5 beta_2 - 3) / (1 - beta_2)``, from the exact value of beta_2.
+
+    Rounded once: ``2 / (1 - beta_2) - 5`` in float64 loses all digits for a beta_2
+    within ~1e-16 of 0.6.
+    """
+    b = fractions.Fraction(beta_2)
+    return float((5 * b - 3) / (1 - b))
+
+
+#: Below this ``rho_inf - 4`` (beta_2 < 7/9) ``rho_t - 4`` is computed from the gap
+#: ``rho_inf - rho_t`` (see :func:`_rectification`).
+_SMALL_GAP = 4.0
+
+
+def _rectification(beta_2, t):
+    """``(rho_t > 4, r_t)`` at step ``t`` (a float32 or float64 tensor), for ``rho_inf > 4``.
+
+    ``r_t`` is written with ``x = rho_t - 4`` and ``gap = rho_inf - 4`` as
+    ``sqrt(x (x + 2) (gap + 4) / (gap (gap + 2) (x + 4)))``; it lies in ``(0, 1]``
+    (``(rho - 4)(rho - 2) / rho`` increases for ``rho > 4`` and ``rho_t < rho_inf``) and
+    is clipped there against rounding. ``x`` must be accurate *relative to* ``gap``:
+
+    * for ``gap >= _SMALL_GAP`` it is ``_rho(beta_2, t) - 4`` (accurate to a few ulps of
+      ``rho_t``, which also keeps the step-4/step-5 threshold exact for beta_2 near 1);
+    * for a small gap (beta_2 just above 0.6, where ``rho_t`` and ``rho_inf`` both sit
+      near 4) an ulp of ``rho_t`` in float32 (5e-7) dwarfs the gap (5e-9 at beta_2 =
+      0.600000001): ``rho_t - 4`` from ``_rho`` put ``r_t`` above 1 (1.07 at 0.6000001)
+      or never above 0 (at 0.600000001: no step was ever rectified). There
+      ``x = gap - 2 t / expm1(t c)``, ``c = -log(beta_2)``: both terms carry a small
+      relative error, so ``x`` is accurate relative to ``gap``.
+    """
+    gap = _rho_inf_minus_4(beta_2)
+    if gap < _SMALL_GAP:
+        # rho_inf - rho_t = 2 t beta_2^t / (1 - beta_2^t) = 2 t / expm1(t c); t c >= c > 0.25
+        # here, and expm1 overflowing to inf for large t gives the limit 0.
+        x = gap - 2.0 * t / ops.expm1(t * -math.log(beta_2))
+    else:
+        x = _rho(beta_2, t) - 4.0
+    rectify = x > 0.0
+    # Both branches of the caller's where() are evaluated: no NaN from the unused one.
+    x = ops.where(rectify, x, ops.ones_like(x))
+    constant = (gap + 4.0) / (gap * (gap + 2.0))
+    r_t = ops.sqrt(x * (x + 2.0) * constant / (x + 4.0))
+    return rectify, ops.minimum(r_t, 1.0)
 
 
 def _rho(beta_2, t):

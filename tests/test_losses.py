@@ -247,3 +247,83 @@ def test_mixture_nll_with_a_sigma_below_its_dtype_is_a_clear_error():
     packed = np.concatenate([np.zeros((2, 2, 3, 1), "float32"), np.full((2, 2, 3, 1), 0.5, "float32")], -1)
     with pytest.raises(ValueError, match=r"`sigma` is too small for a loss computed in float32.*Received: sigma=1e-200"):
         losses.MixtureNLL(sigma=1e-200)(x, packed)
+
+
+class _TokenCapsules(keras.layers.Layer):
+    """[batch, seq, 15] -> [batch, seq, 3, 5] capsules, passing the token mask on."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.supports_masking = True
+
+    def call(self, x):
+        return keras.ops.reshape(x, (-1, x.shape[1], 3, 5))
+
+    def compute_mask(self, x, mask=None):
+        return mask
+
+    def compute_output_shape(self, shape):
+        return (shape[0], shape[1], 3, 5)
+
+
+@pytest.mark.parametrize("one_hot", [False, True])
+def test_labels_at_masked_padding_positions_are_ignored(one_hot):
+    # audit (losses): per-token scores [batch, seq, n_classes] carrying the mask [batch, seq]
+    # of their padding: Keras weights the padded positions 0, but a padding label such as
+    # -1 there was refused in eager calls and gave a NaN loss in traced ones (model.fit,
+    # evaluate), and 0 * NaN turned the whole batch's loss NaN. One-hot labels holding
+    # NaN at padding did the same. The loss must be that of the real positions only.
+    from keras_capsules.layers import CapsuleLength
+
+    tokens = np.array([[5, 6, 7, 0], [8, 9, 0, 0]], "int32")
+    real = tokens != 0
+    labels = np.array([[0, 2, 1, 0], [1, 0, 0, 0]])
+    inputs = keras.Input((4,), dtype="int32")
+    x = keras.layers.Embedding(10, 15, mask_zero=True, embeddings_initializer="uniform")(inputs)
+    model = keras.Model(inputs, CapsuleLength()(_TokenCapsules()(x)))
+    loss = CapsuleLoss()
+    model.compile("sgd", loss)
+    scores = model(tokens)
+    if one_hot:
+        clean = np.eye(3, dtype="float32")[labels]
+        padded = np.where(real[..., None], clean, np.nan).astype("float32")
+    else:
+        clean, padded = labels, np.where(real, labels, -1)
+    per_position = np.asarray(CapsuleLoss(reduction=None)(clean, keras.ops.convert_to_numpy(scores)))
+    want = per_position[real].mean()  # the real positions only
+    assert float(loss(clean, scores)) == pytest.approx(want, rel=1e-5)
+    assert float(loss(padded, scores)) == pytest.approx(want, rel=1e-5)  # raised / NaN
+    assert model.evaluate(tokens, padded, verbose=0) == pytest.approx(want, rel=1e-5)  # NaN
+
+
+def test_a_mask_over_the_classes_is_a_clear_error():
+    # audit (losses): capsule lengths [batch, n_caps] whose mask covers the capsules (the
+    # classes), e.g. from Masking before CapsuleLength: Keras weights the per-sample loss
+    # [batch] by the mask and failed with a backend "Incompatible shapes" error.
+    from keras_capsules.layers import CapsuleLength
+
+    inputs = keras.Input((3, 4))
+    model = keras.Model(inputs, CapsuleLength()(keras.layers.Masking()(inputs)))
+    capsules = np.random.default_rng(0).uniform(size=(2, 3, 4)).astype("float32") * 0.2
+    capsules[0, 2] = 0.0  # a masked capsule
+    scores = model(capsules)
+    with pytest.raises(ValueError, match="not over classes"):
+        CapsuleLoss()(np.array([0, 1]), scores)
+
+
+def test_mixture_nll_traced_for_any_shape_matches_eager():
+    # audit (losses): traced with an unknown channel axis (a tf.function signature of
+    # None dimensions), the normaliser's channel count was None: TypeError
+    # "unsupported operand type(s) for *: 'NoneType' and 'float'".
+    tensorflow_only("a tf.function input_signature with unknown dimensions")
+    import tensorflow as tf
+
+    rng = np.random.default_rng(3)
+    x = rng.uniform(size=(2, 4, 4, 2)).astype("float32")
+    packed = rng.uniform(size=(2, 3, 4, 4, 3)).astype("float32")
+    loss = losses.MixtureNLL(reduction=None)
+    traced = tf.function(
+        lambda a, b: loss(a, b),
+        input_signature=[tf.TensorSpec((None,) * 4), tf.TensorSpec((None,) * 5)],
+    )
+    np.testing.assert_allclose(np.asarray(traced(x, packed)), np.asarray(loss(x, packed)), rtol=1e-6)

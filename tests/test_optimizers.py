@@ -281,3 +281,98 @@ def test_sparse_gradients_with_repeated_rows_follow_the_published_rule():
     ref, rectified = _numpy_radam(np.zeros((4, 2)), lambda theta: dense, [LR] * 8)
     assert rectified[-1]
     np.testing.assert_allclose(np.asarray(x), ref[-1], **TOLERANCES["float32"])
+
+
+def _exact_rectification(beta_2, t):
+    """``r_t`` of the published rule in 60-digit decimal arithmetic (None: not rectified)."""
+    import decimal
+    import fractions
+
+    with decimal.localcontext() as context:
+        context.prec = 60
+        exact = fractions.Fraction(beta_2)
+        b = decimal.Decimal(exact.numerator) / decimal.Decimal(exact.denominator)
+        rho_inf = 2 / (1 - b) - 1
+        rho_t = rho_inf - 2 * t * b**t / (1 - b**t)
+        if rho_t <= 4:
+            return None
+        return float(((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t)).sqrt())
+
+
+@pytest.mark.parametrize("beta_2", [0.600000001, 0.6000001, 0.601])
+def test_a_beta_2_just_above_0_6_rectifies_with_r_t_at_most_1(beta_2):
+    # audit (RAdam): for beta_2 just above 0.6, rho_inf - 4 is tiny (5e-9 at 0.600000001)
+    # while rho_t - 4 was a difference of float32 numbers near 4 (an ulp is 5e-7): r_t
+    # reached 1.07 at 0.6000001 (a step larger than lr), and at 0.600000001 rho_t never
+    # rose above 4, so every step stayed momentum SGD. With a constant gradient of 1,
+    # m_hat = v_hat = 1 and every step is lr * r_t (rectified) or lr (momentum SGD);
+    # resetting the weight to 0 before each step reads the step off exactly.
+    lr = 0.125
+    x = keras.Variable(np.zeros(1, "float32"))
+    optimizer = RAdam(lr, beta_2=beta_2, epsilon=0.0)
+    gradient = tensor([1.0], "float32")
+    for t in range(1, 61):
+        x.assign(np.zeros(1, "float32"))
+        optimizer.apply_gradients([(gradient, x)])
+        step = -float(np.asarray(x)[0])
+        r_t = _exact_rectification(beta_2, t)
+        want = lr if r_t is None else lr * r_t
+        assert step == pytest.approx(want, rel=2e-5, abs=1e-7), f"step {t} (r_t={r_t})"
+        assert step <= lr * (1 + 1e-6), f"step {t}"
+
+
+def _steps_with_a_constant_gradient(dtype, gradient, n_steps, lr=0.01):
+    """The steps of RAdam(lr) on a weight of ``dtype`` reset to 0 before each, in float64."""
+    x = keras.Variable(np.zeros(1), dtype=dtype)
+    optimizer = RAdam(lr)
+    g = tensor([gradient], dtype)
+    steps = []
+    for _ in range(n_steps):
+        x.assign(np.zeros(1))
+        optimizer.apply_gradients([(g, x)])
+        steps.append(-float(np.asarray(np.asarray(x), np.float64)[0]))
+    return steps
+
+
+@pytest.mark.parametrize("gradient", [1e-4, 300.0])
+def test_float16_variables_with_tiny_or_large_gradients_take_the_published_steps(gradient):
+    # audit (RAdam): the moments of a float16 variable were float16. A gradient of 1e-4
+    # has a square (1e-8) below float16's smallest subnormal, so v stayed 0 and the first
+    # rectified step was r_t lr m_hat / epsilon (173 lr at step 5); a gradient of 300 has a
+    # square above float16's maximum, so v became inf, then NaN. With a constant
+    # gradient m_hat = g and v_hat = g^2: the published steps are lr (momentum SGD,
+    # steps 1-4, times g) and lr * r_t (rectified, from step 5).
+    lr = 1.0  # keeps the momentum steps lr * g normal float16 numbers
+    steps = _steps_with_a_constant_gradient("float16", gradient, 8, lr)
+    g = float(np.float16(gradient))
+    for t, step in enumerate(steps, start=1):
+        r_t = _exact_rectification(0.999, t)
+        want = lr * g if r_t is None else lr * r_t
+        assert step == pytest.approx(want, rel=2e-3), f"step {t}"
+
+
+def test_bfloat16_variables_keep_an_accurate_second_moment():
+    # audit (RAdam): in bfloat16 moments, v's increment (1 - beta_2) (g^2 - v) fell below
+    # half an ulp of v after ~300 steps and v stalled: at step 400 the step was 1.13 lr r_t
+    # (1.32 at step 600), with a constant gradient whose steps are exactly lr r_t.
+    lr = 0.01
+    step = _steps_with_a_constant_gradient("bfloat16", 1.0, 400, lr)[-1]
+    assert step == pytest.approx(lr * _exact_rectification(0.999, 400), rel=1e-2)
+
+
+def test_float16_sparse_gradients_are_summed_without_overflow():
+    # audit (RAdam): the slices of an embedding lookup's gradient (tf.IndexedSlices) were
+    # summed in the variable's dtype: three slices of 30000 for one row of a float16
+    # embedding summed to inf in float16 (the float32 sum, 90000, is fine), and the row
+    # became NaN. Steps 1-4 are momentum SGD steps of lr * 90000.
+    tensorflow_only("tf.IndexedSlices gradients")
+    import tensorflow as tf
+
+    x = keras.Variable(np.zeros((3, 2)), dtype="float16")
+    optimizer = RAdam(0.01)
+    slices = tf.IndexedSlices(
+        tf.constant(np.full((3, 2), 30000.0), tf.float16), tf.constant([1, 1, 1]), tf.constant([3, 2])
+    )
+    for _ in range(4):
+        optimizer.apply_gradients([(slices, x)])
+    np.testing.assert_allclose(np.asarray(x, np.float32), [[0, 0], [-3600, -3600], [0, 0]], rtol=1e-3)
