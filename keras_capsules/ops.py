@@ -90,13 +90,17 @@ def _norm_parts(x, axis, epsilon, with_direction=False):
         # underflow), and inf * 0 in the gradient is NaN.
         y = ops.where(where, x * scale, ops.zeros_like(x))
         sq = ops.sum(y * y, axis=axis, keepdims=True)
-        positive = where & (sq > 0)
+        # A NaN vector (which `big` selects) stays NaN: with "> 0" alone its norm was 0,
+        # which hid NaN weights from the losses built on norms. (isnan, not "~(sq <= 0)":
+        # TensorFlow's graph optimizer rewrites the latter into "sq > 0".)
+        nan = ops.isnan(sq)
+        positive = where & ((sq > 0) | nan)
         y_root = ops.sqrt(ops.where(positive, sq, ops.ones_like(sq)))
         # y / root, not y * (1 / root): XLA folds the latter with the constant
         # scale into x * (scale / root), which underflows to 0.
         direction = y / y_root
         norm = y_root / scale
-        return direction, ops.where(positive & (norm > epsilon), norm, ops.zeros_like(norm))
+        return direction, ops.where(positive & ((norm > epsilon) | nan), norm, ops.zeros_like(norm))
 
     safe = ops.where(plain & (squared > tiny), squared, ops.ones_like(squared))
     root = ops.sqrt(safe)

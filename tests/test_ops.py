@@ -296,3 +296,17 @@ def test_masked_softmax_refuses_a_mask_that_does_not_fit_the_logits():
             ops.masked_softmax(logits, tensor(np.ones(shape, bool)))
     for shape in ((3, 3), (3,), (3, 1), (1, 3), ()):  # broadcastable to the logits: fine
         assert tuple(ops.masked_softmax(logits, tensor(np.ones(shape, bool))).shape) == (3, 3)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "float64"])
+def test_a_vector_with_a_nan_has_a_nan_norm_and_squash(dtype):
+    # safe_norm gave such a vector the norm 0 (and squash zeros where it was finite): NaN
+    # weights then gave capsule lengths of 0 and a finite margin loss, so a diverged
+    # model trained on without any stop
+    # (also traced: TensorFlow's graph optimizer rewrites "not (a <= b)" into "a > b")
+    x = np.array([[np.nan, 1.0], [1.0, np.nan], [3.0, 4.0], [0.0, 0.0]], dtype)
+    for run in (lambda f: f, lambda f: compiled(f, jit_compile=False), compiled):
+        norm = keras.ops.convert_to_numpy(run(ops.safe_norm)(tensor(x)))
+        assert np.isnan(norm[:2]).all() and norm[2] == 5.0 and norm[3] == 0.0
+        squashed = keras.ops.convert_to_numpy(run(ops.squash)(tensor(x)))
+        assert np.isnan(squashed[:2]).all() and np.isfinite(squashed[2:]).all()

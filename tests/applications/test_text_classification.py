@@ -670,3 +670,16 @@ def test_evaluate_refuses_a_limit_that_is_not_a_positive_integer(limit, tmp_path
 
     with pytest.raises(InputError, match="limit"):
         recipe.evaluate(str(tmp_path / "model.keras"), limit=limit)
+
+
+def test_train_from_python_stops_a_diverged_run_in_one_line(tmp_path):
+    # audit (2026-11-28): `train` called from Python (without the command line's resumable
+    # callbacks) trained a NaN model to the end, then saved and scored it: no error
+    from applications.fault_tolerance import TrainingDivergedError
+    from tests.applications.cli_helpers import PoisonWeightsAt
+
+    run_dir = tmp_path / "run"
+    with pytest.raises(TrainingDivergedError, match=r"^training diverged: the loss became nan in epoch 1, batch 2"):
+        recipe.train(dataset="sst2", data_dir=SST_DIR, run_dir=str(run_dir), epochs=1, batch_size=4, limit=16,
+                     max_length=3, jit_compile=False, verbose=0, callbacks=[PoisonWeightsAt(1)], **TINY)
+    assert not (run_dir / "model.keras").exists() and not (run_dir / "metrics.json").exists()
