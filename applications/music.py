@@ -972,7 +972,8 @@ def train(
     ``seed + 1``, ...), each kept at its best validation epoch, and reports the NLL
     of their mean predictive probabilities (``nll_per_step`` of the list); each is
     saved (``model.keras``, ``model_1.keras``, ...) as soon as it is trained, and listed
-    in ``members.json`` (removed when the run completes): calling ``train`` again with
+    in ``members.json`` (removed when the run completes; ``metrics.json`` lists their files
+    under ``"members"``, so that ``evaluate`` of ``model.keras`` scores the ensemble): calling ``train`` again with
     the same arguments after a crash loads the members already saved instead of
     training them again. ``encoder`` may be a list of
     encoder kinds: member ``i`` then uses ``encoder[i % len(encoder)]`` (an ensemble
@@ -1066,8 +1067,9 @@ def train(
     }, default=fault_tolerance.stable_json_value))}
     progress["finished"] = _finished_members(progress)
     models, epochs_run = [], []
+    member_paths = [paths["model"]] + [os.path.join(run_dir, f"model_{m}.keras") for m in range(1, ensemble)]
     for member in range(ensemble):
-        member_path = paths["model"] if not member else os.path.join(run_dir, f"model_{member}.keras")
+        member_path = member_paths[member]
         if str(member) in progress["finished"] and os.path.exists(member_path):
             with strategy.scope():
                 models.append(keras.saving.load_model(member_path))
@@ -1156,6 +1158,9 @@ def train(
         "parameters": int(sum(m.count_params() for m in models)),
         "epochs_run": epochs_run[0] if ensemble == 1 else epochs_run,
         "limit": limit,  # evaluate scores the same first chorales by default (None: all)
+        # the ensemble's files beside model.keras, first member first: `evaluate` of model.keras
+        # scores the ensemble whose NLL this reports (it scored member 0 alone)
+        "members": [os.path.basename(path) for path in member_paths],
         **paths,
     }
     fault_tolerance.write_metrics_json(result, paths["metrics"])
@@ -1208,6 +1213,13 @@ def evaluate(model_path, data_path=None, split="test", limit=None, batch_size=32
              sample_steps=0, num_samples=1, temperature=1.0, seed=0, samples_path=None, verbose=0):
     """NLL per step of a saved model on the chorales of ``split`` (``limit``: the first ones).
 
+    When ``train`` recorded an ensemble in ``metrics.json`` beside the model (``ensemble`` >
+    1) and ``model_path`` is its first member (``model.keras``), the whole ensemble is
+    scored (``nll_per_step`` of the members' list, as ``train`` reported it; the result
+    then lists the member files under ``"members"``); any other member file is scored
+    alone. Samples are drawn from ``model_path``'s model, as ``train`` draws them from the
+    first member.
+
     ``limit`` (None) defaults to the one ``train`` recorded in ``metrics.json`` beside the
     model, else all chorales: a run trained with a limit is scored on the same first
     chorales as ``train`` scored it (not on all of them, which gave another figure than
@@ -1236,11 +1248,18 @@ def evaluate(model_path, data_path=None, split="test", limit=None, batch_size=32
         limit = checks.recorded_integers(model_path, ("limit",), minimum=1).get("limit")
     strategy = distribute.resolve_strategy(strategy)
     data = load_chorales(data_path)
+    member_paths = [model_path, *_recorded_members(model_path)]
+    models = []
     with strategy.scope():
-        model = checks.load_model(model_path)
-    _check_music_model(model, model_path)
+        for path in member_paths:
+            models.append(checks.load_model(path))
+            _check_music_model(models[-1], path)
+    model = models[0]
     rolls = [piano_roll(c) for c in data[split][:limit]]
-    result = {f"{split}_nll_per_step": nll_per_step(model, rolls, batch_size, verbose), "model": model_path}
+    scored = models if len(models) > 1 else model
+    result = {f"{split}_nll_per_step": nll_per_step(scored, rolls, batch_size, verbose), "model": model_path}
+    if len(models) > 1:
+        result["members"] = member_paths
     if sample_steps:
         from applications.fault_tolerance import atomic_write
 
@@ -1260,6 +1279,25 @@ def evaluate(model_path, data_path=None, split="test", limit=None, batch_size=32
             title=f"{num_samples} sampled chorale(s), {sample_steps} steps, temperature {temperature}",
         )
     return result
+
+
+def _recorded_members(model_path):
+    """The files of the other members of the ensemble whose first member is ``model_path``, as
+    ``train`` recorded them in ``metrics.json`` beside it (``"members"``); none for a single
+    model, another file than the first member, or no record."""
+    recorded = checks.recorded_metrics(model_path).get("members")
+    if (not isinstance(recorded, list) or len(recorded) < 2 or not all(isinstance(name, str) for name in recorded)
+            or recorded[0] != os.path.basename(os.path.abspath(model_path))):
+        return []
+    folder = os.path.dirname(os.path.abspath(model_path))
+    paths = [os.path.join(folder, name) for name in recorded[1:]]
+    missing = [path for path in paths if not os.path.isfile(path)]
+    if missing:
+        raise PathNotFoundError(
+            f"{model_path!r} is the first of an ensemble of {len(recorded)} models (metrics.json beside it), "
+            f"but member {missing[0]!r} is missing: put it back, or move model.keras away to score it alone"
+        )
+    return paths
 
 
 def _check_music_model(model, model_path):
@@ -1322,7 +1360,8 @@ def add_arguments(parser, command):
         parser.add_argument("--dropout", type=rate, default=0.0,
                             help="RLadder's dropout on the signals between levels (default: %(default)s)")
         parser.add_argument("--dropout-noise", choices=("step", "sequence"), default="step",
-                            help="new dropout masks every step or one per sequence (default: %(default)s)")
+                            help="new --dropout masks every step or one per sequence (needs --dropout; "
+                            "default: %(default)s)")
         parser.add_argument("--zoneout", type=rate, default=0.0,
                             help="RLadder's zoneout rate of the encoder states (default: %(default)s)")
         parser.add_argument("--init-output-bias", action="store_true",
@@ -1362,6 +1401,8 @@ def run_train(args, strategy):
         raise CommandLineError("--nade-units sizes the NADE read-out: pass --readout nade too")
     if args.reduce_lr_factor != 0.5 and args.reduce_lr_patience is None:
         raise CommandLineError("--reduce-lr-factor applies on a plateau: pass --reduce-lr-patience EPOCHS too")
+    if args.dropout_noise != "step" and not args.dropout:  # it draws the masks of --dropout only
+        raise CommandLineError("--dropout-noise chooses the masks of the dropout between levels: pass --dropout RATE too")
     options = train_options(args, strategy)
     if args.ensemble > 1:
         # Every member backs up to (and logs in) a folder of its own: with one backup for
@@ -1406,7 +1447,8 @@ def run_evaluate(args, strategy):
 
     given = [option for option, value, default in (("--num-samples", args.num_samples, 1),
                                                    ("--temperature", args.temperature, 1.0),
-                                                   ("--samples-path", args.samples_path, None))
+                                                   ("--samples-path", args.samples_path, None),
+                                                   ("--seed", args.seed, 0))
              if value != default]
     if given and not args.sample_steps:  # they were ignored: nothing was sampled
         raise CommandLineError(f"{', '.join(given)} apply to sampling: pass --sample-steps N too")

@@ -93,8 +93,20 @@ def load_digits(source="idx", data_dir=None, split="test"):
 
         from applications.tfds_data import require_prepared
 
-        ds = tfds.as_numpy(require_prepared("mnist", data_dir).as_dataset(split=split, batch_size=-1))
-        return ds["image"][..., 0].astype("float32") / 255.0, ds["label"].astype("int32")
+        builder = require_prepared("mnist", data_dir)
+        # read in batches: batch_size=-1 made one batch of the split's recorded size, and a
+        # split whose size TFDS does not know (tfds.testing.mock_data's) was a batch of
+        # sys.maxsize that aborted the process (std::length_error, no traceback)
+        try:
+            batches = list(tfds.as_numpy(builder.as_dataset(split=split, batch_size=4096)))
+        except (ValueError, KeyError) as error:  # an unknown split name or bad split syntax
+            first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            raise InputError(f"cannot read split {split!r} of TFDS mnist: {first_line}") from None
+        if not batches:
+            raise InputError(f"split {split!r} of TFDS mnist holds no digits")
+        images = np.concatenate([batch["image"] for batch in batches])
+        labels = np.concatenate([batch["label"] for batch in batches])
+        return images[..., 0].astype("float32") / 255.0, labels.astype("int32")
     raise InputError(f"`source` must be 'idx' or 'tfds'. Received: source={source!r}")
 
 
@@ -983,7 +995,9 @@ def train(
     backup in ``callbacks`` at epoch ``k`` draws those of epochs ``k``, ``k + 1``, ...,
     as an uninterrupted run). The test sequences are never augmented. The backup of
     a ``fault_tolerance.AtomicBackupAndRestore`` among ``callbacks`` is deleted once
-    the outputs are written (``fault_tolerance.finish_run``).
+    the outputs are written (``fault_tolerance.finish_run``). ``verbose`` is ``fit``'s; while
+    it is set, the scoring of the test sequences after training shows its progress bar too
+    (on stderr).
 
     Returns:
         A dict (also written to ``metrics.json``) with the test classification error
@@ -1047,7 +1061,9 @@ def train(
     plot_history(fault_tolerance.logged_history(history, callbacks)[0], paths["plot"], accuracy="digit_accuracy")
     paths["predictions_plot"] = plot_predictions(model, test_data["frames"], os.path.join(run_dir, "predictions.png"),
                                                  test_data["labels"])
-    test_error, errors = _test_errors(model, test_data)  # one prediction for both
+    # one prediction for both, with a progress bar (on stderr) while verbose: the 5000 test
+    # sequences of the recipe took minutes after the last epoch's bar, in silence
+    test_error, errors = _test_errors(model, test_data, verbose=verbose)
     paths["error_plot"] = plot_error_per_step(errors, os.path.join(run_dir, "error_per_step.png"),
                                               title=f"{variant}: test error per frame")
     result = {

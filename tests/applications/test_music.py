@@ -409,6 +409,8 @@ def test_train_an_ensemble_with_dropout_and_output_bias(tmp_path, short_data):
     members = [keras.saving.load_model(tmp_path / name) for name in ("model.keras", "model_1.keras")]
     assert [m.get_layer("rladder").levels[0]["encoder"] for m in members] == ["gated", "lstm"]
     assert music.nll_per_step(members, rolls["test"]) == pytest.approx(result["test_nll_per_step"], rel=1e-5)
+    # the member files, for `evaluate` of model.keras (test_evaluate_of_an_ensemble_run_scores_...)
+    assert json.loads((tmp_path / "metrics.json").read_text())["members"] == ["model.keras", "model_1.keras"]
     with pytest.raises(ValueError, match="ensemble"):
         music.train(DATA, run_dir=str(tmp_path), epochs=1, limit=1, ensemble=0)
 
@@ -875,7 +877,8 @@ def test_ensemble_members_back_up_to_folders_of_their_own(tmp_path, monkeypatch)
     assert len(set(backups)) == 3 and backups[0] == str(tmp_path / "run" / "backup")
 
 
-@pytest.mark.parametrize("option", [["--num-samples", "4"], ["--temperature", "0.5"], ["--samples-path", "s.npy"]])
+@pytest.mark.parametrize("option", [["--num-samples", "4"], ["--temperature", "0.5"], ["--samples-path", "s.npy"],
+                                    ["--seed", "3"]])  # audit 2026-11-28: --seed seeds the draws only
 def test_sampling_options_without_sample_steps_are_a_usage_error(option, tmp_path, capsys):
     # they were accepted and silently ignored (no --sample-steps: nothing is sampled)
     from applications import __main__ as cli
@@ -887,7 +890,9 @@ def test_sampling_options_without_sample_steps_are_a_usage_error(option, tmp_pat
 
 
 @pytest.mark.parametrize("option, needs", [(["--nade-units", "8"], "--readout nade"),
-                                           (["--reduce-lr-factor", "0.2"], "--reduce-lr-patience")])
+                                           (["--reduce-lr-factor", "0.2"], "--reduce-lr-patience"),
+                                           # audit 2026-11-28: it draws the masks of --dropout only
+                                           (["--dropout-noise", "sequence"], "--dropout")])
 def test_train_options_that_need_another_one_are_a_usage_error(option, needs, tmp_path, capsys):
     # --nade-units without --readout nade and --reduce-lr-factor without --reduce-lr-patience
     # were accepted and silently ignored
@@ -1264,3 +1269,34 @@ def test_a_split_of_chorales_without_a_time_step_is_refused_before_training(spli
     with pytest.raises(ValueError, match=rf"chorales.json: the {split} chorales hold no time step"):
         music.train(str(path), run_dir=str(tmp_path / "run"), epochs=1, units=(4,), verbose=0)
     assert not (tmp_path / "run" / "model.keras").exists()
+
+
+# audit 2026-11-28 (Recurrent Ladder applications)
+def test_evaluate_of_an_ensemble_run_scores_the_ensemble_that_train_reported(tmp_path, capsys, short_data):
+    # train --ensemble N reported the NLL of the members' mean probabilities, but evaluate of
+    # its model.keras scored member 0 alone: another test NLL than train's. (train records the
+    # member files: test_train_an_ensemble_with_dropout_and_output_bias.)
+    from applications import __main__ as cli
+
+    run = tmp_path / "run"
+    run.mkdir()
+    members = [music.build_model(4, **TINY), music.build_model(4, **TINY)]
+    for model, name in zip(members, ("model.keras", "model_1.keras")):
+        model.save(run / name)
+    (run / "metrics.json").write_text(json.dumps({"limit": 2, "members": ["model.keras", "model_1.keras"]}))
+    rolls = music.load_rolls(short_data, limit=2)[0]["test"]
+    ensemble, second = music.nll_per_step(members, rolls), music.nll_per_step(members[1], rolls)
+    assert ensemble != pytest.approx(music.nll_per_step(members[0], rolls), rel=1e-4)
+    capsys.readouterr()
+    argv = ["evaluate", "music", "--data-dir", str(short_data), "--model", str(run), "--quiet"]
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    scored = json.loads(capsys.readouterr().out)
+    assert scored["test_nll_per_step"] == pytest.approx(ensemble, rel=1e-6)
+    assert scored["members"] == [str(run / "model.keras"), str(run / "model_1.keras")]
+    # another member's file is that member alone
+    alone = music.evaluate(str(run / "model_1.keras"), short_data)
+    assert alone["test_nll_per_step"] == pytest.approx(second, rel=1e-6) and "members" not in alone
+    # a member gone is one line naming it, not the first member's NLL
+    (run / "model_1.keras").rename(tmp_path / "away.keras")
+    with pytest.raises(FileNotFoundError, match="model_1.keras"):
+        music.evaluate(str(run / "model.keras"), short_data)

@@ -890,7 +890,10 @@ def test_evaluate_scores_as_many_test_sequences_as_train_recorded(tmp_path, caps
     run_dir = tmp_path / "run"
     metrics = om.train(data_dir=str(shared_path("data", "mnist")), run_dir=str(run_dir), epochs=1, num_train=8,
                        num_test=12, variant="temporal", conv_units=(4,), dense_units=8, batch_size=8, frame_size=16,
-                       verbose=0)
+                       verbose=1)
+    # audit 2026-11-28: after the last epoch's bar, train scored its test sequences (5000 by
+    # default: minutes on a CPU) without a word; while verbose they show a progress bar, on stderr
+    assert "1/1" in capsys.readouterr().err
     assert json.loads((run_dir / "metrics.json").read_text())["num_test"] == 12
     model = str(run_dir / "model.keras")
     capsys.readouterr()
@@ -980,3 +983,36 @@ def test_fusion_benchmark_classifies_the_seen_digits(capsys):
     assert all(0.0 <= error <= 1.0 for error in results.values())
     out = capsys.readouterr().out
     assert "64 training and 32 test sequences" in out and "vertical only" in out and "load average" in out
+
+
+# audit 2026-11-28 (Recurrent Ladder applications)
+def test_the_tfds_digits_are_read_offline_with_mock_data(tmp_path, capsys, monkeypatch):
+    # `load_digits("tfds")` asked TFDS for the whole split as one batch (batch_size=-1): for a
+    # split of unknown size, as tfds.testing.mock_data's, a batch of sys.maxsize that
+    # aborted the process (std::length_error), so that the TFDS path could not be tested
+    import json
+
+    import tensorflow_datasets as tfds
+
+    from applications import __main__ as cli
+    from applications import tfds_data
+
+    # mock_data prepares nothing on disk: the builder stands for a prepared one
+    monkeypatch.setattr(tfds_data, "require_prepared", lambda name, data_dir=None: tfds.builder(name, data_dir=data_dir))
+    model = tmp_path / "model.keras"
+    om.build_model("temporal", frame_size=16, **TINY).save(model)
+    with tfds.testing.mock_data(num_examples=12):
+        images, labels = om.load_digits("tfds", str(tmp_path), "train")
+        assert images.shape == (12, 28, 28) and images.dtype == np.float32
+        assert 0.0 <= images.min() and images.max() <= 1.0 and images.max() > 0.5
+        assert labels.shape == (12,) and labels.dtype == np.int32 and set(labels) <= set(range(10))
+        train, test = om.make_sequences("tfds", str(tmp_path), num_train=6, num_test=4, frame_size=16)
+        assert train["frames"].shape == (6, 5, 16, 16, 1) and test["frames"].shape == (4, 5, 16, 16, 1)
+        again = om.make_sequences("tfds", str(tmp_path), num_train=6, num_test=4, frame_size=16)
+        assert all(np.array_equal(test[key], again[1][key]) for key in test)
+        capsys.readouterr()
+        argv = ["evaluate", "occluded_mnist", "--model", str(model), "--source", "tfds", "--data-dir",
+                str(tmp_path), "--num-test", "4", "--quiet"]
+        assert cli.main(argv) == 0, capsys.readouterr().err
+    result = json.loads(capsys.readouterr().out)
+    assert result["test_error_per_step"]["counts"]["all"] == 4 and 0.0 <= result["test_error"] <= 1.0

@@ -453,8 +453,8 @@ def test_training_keeps_the_epoch_of_the_best_validation_ami(tmp_path, monkeypat
     # the validation scores are scripted (epoch 2 of 3 is best); the test images are scored for real
     scripted = iter([[0.1, 0.2], [0.3, 0.5], [0.6, 0.4]])
     real = tm.evaluate_iterations
-    monkeypatch.setattr(tm, "evaluate_iterations", lambda model, data, batch_size=64: (
-        {"ami": next(scripted)} if len(data["images"]) == 6 else real(model, data, batch_size)))
+    monkeypatch.setattr(tm, "evaluate_iterations", lambda model, data, batch_size=64, verbose=0: (
+        {"ami": next(scripted)} if len(data["images"]) == 6 else real(model, data, batch_size, verbose)))
     seen = []
 
     class Weights(keras.callbacks.Callback):
@@ -482,8 +482,8 @@ def test_cli_num_valid_keeps_the_best_epoch_across_a_resume(tmp_path, capsys, mo
     # validation scores scripted: the best epoch (the first) is before the crash
     scripted = iter([[0.5], [0.1], [0.2]])
     real = tm.evaluate_iterations
-    monkeypatch.setattr(tm, "evaluate_iterations", lambda model, data, batch_size=64: (
-        {"ami": next(scripted)} if len(data["images"]) == 4 else real(model, data, batch_size)))
+    monkeypatch.setattr(tm, "evaluate_iterations", lambda model, data, batch_size=64, verbose=0: (
+        {"ami": next(scripted)} if len(data["images"]) == 4 else real(model, data, batch_size, verbose)))
     resumable = fault_tolerance.resumable_callbacks
     monkeypatch.setattr(fault_tolerance, "resumable_callbacks",
                         lambda *a, **k: [*resumable(*a, **k), _CrashAtEpoch(2)])
@@ -712,7 +712,10 @@ def test_evaluate_scores_as_many_test_images_as_train_recorded(tmp_path, capsys,
     run_dir = tmp_path / "run"
     metrics = tm.train(shared_path("data", "mnist"), run_dir=str(run_dir), num_train=4, num_test=6, epochs=1,
                        batch_size=4, n_groups=2, n_iters=2, conv_units=4, dense_units=8, conv_encoder="conv",
-                       verbose=0)
+                       verbose=1)
+    # audit 2026-11-28: after the last epoch's bar, train scored its test images (1000 by
+    # default: a minute on a CPU) without a word; while verbose they show a progress bar, on stderr
+    assert "1/1" in capsys.readouterr().err
     assert json.loads((run_dir / "metrics.json").read_text())["num_test"] == 6
     model = str(run_dir / "model.keras")
     asked, generate = [], tm.generate
