@@ -1117,7 +1117,10 @@ def train(
         best = fault_tolerance.KeepBestWeights(MONITOR, backup.backup_dir if backup else None)
         logs = paths["logs"] if not member else f"{paths['logs']}_{member}"
         train_ds, valid_ds = member_datasets(member)
-        fit_callbacks = [keras.callbacks.TensorBoard(logs), *extra, best, *user]
+        # (the stop on divergence first: `train` called from Python without the command
+        # line's callbacks trained a NaN model to the end, then saved and scored it)
+        fit_callbacks = [fault_tolerance.StopOnDivergence(str(run_dir)), keras.callbacks.TensorBoard(logs), *extra, best,
+                         *user]
         if ema_momentum is not None and backup is not None:
             # the backup of an epoch's end gets the trained weights, not the average (see _BackUpTrainedWeights)
             at = fit_callbacks.index(backup)

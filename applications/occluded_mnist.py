@@ -1054,7 +1054,9 @@ def train(
         validation_data=make_dataset(test_data, variant, batch_size),
         epochs=epochs,
         verbose=verbose,
-        callbacks=[keras.callbacks.TensorBoard(paths["logs"]), *callbacks],
+        # (the stop on divergence: `train` called from Python without the command line's
+        # callbacks trained a NaN model to the end, then saved and scored it)
+        callbacks=[fault_tolerance.StopOnDivergence(str(run_dir)), keras.callbacks.TensorBoard(paths["logs"]), *callbacks],
         shuffle=False,
     )
     save_atomically(model, paths["model"])

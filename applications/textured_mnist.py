@@ -937,7 +937,10 @@ def train(
         validation_data=make_dataset(test_data, n_iters, batch_size, num_classes),
         epochs=epochs,
         verbose=verbose,
-        callbacks=[*selection, *callbacks, keras.callbacks.TensorBoard(paths["logs"])], shuffle=False,
+        # (the stop on divergence first: `train` called from Python without the command
+        # line's callbacks trained a NaN model to the end, then saved and scored it)
+        callbacks=[fault_tolerance.StopOnDivergence(str(run_dir)), *selection, *callbacks,
+                   keras.callbacks.TensorBoard(paths["logs"])], shuffle=False,
     )
     kept = {}
     if num_valid and best.weights is not None:

@@ -1300,3 +1300,15 @@ def test_evaluate_of_an_ensemble_run_scores_the_ensemble_that_train_reported(tmp
     (run / "model_1.keras").rename(tmp_path / "away.keras")
     with pytest.raises(FileNotFoundError, match="model_1.keras"):
         music.evaluate(str(run / "model.keras"), short_data)
+
+
+def test_train_from_python_stops_a_diverged_run_in_one_line(tmp_path, short_data):
+    # audit (2026-11-28): `train` called from Python (without the command line's resumable
+    # callbacks) trained a NaN model to the end, then saved and scored it: no error
+    from applications.fault_tolerance import TrainingDivergedError
+    from tests.applications.cli_helpers import PoisonWeightsAt
+
+    with pytest.raises(TrainingDivergedError, match=r"^training diverged: the loss became nan in epoch 1, batch 2"):
+        music.train(short_data, run_dir=str(tmp_path), epochs=1, batch_size=1, window=4, limit=3, verbose=0,
+                    callbacks=[PoisonWeightsAt(1)], **TINY)
+    assert not (tmp_path / "model.keras").exists() and not (tmp_path / "metrics.json").exists()

@@ -1016,3 +1016,18 @@ def test_the_tfds_digits_are_read_offline_with_mock_data(tmp_path, capsys, monke
         assert cli.main(argv) == 0, capsys.readouterr().err
     result = json.loads(capsys.readouterr().out)
     assert result["test_error_per_step"]["counts"]["all"] == 4 and 0.0 <= result["test_error"] <= 1.0
+
+
+def test_train_from_python_stops_a_diverged_run_in_one_line(tmp_path):
+    # audit (2026-11-28): `train` called from Python (without the command line's resumable
+    # callbacks) trained a NaN model to the end, then saved and scored it: no error
+    from applications.fault_tolerance import TrainingDivergedError
+    from tests.applications.cli_helpers import PoisonWeightsAt
+    from tests.conftest import shared_path
+
+    run_dir = tmp_path / "run"
+    with pytest.raises(TrainingDivergedError, match=r"^training diverged: the loss became nan in epoch 1, batch 2"):
+        om.train(data_dir=str(shared_path("data", "mnist")), run_dir=str(run_dir), epochs=1, num_train=8, num_test=4,
+                 variant="temporal", conv_units=(4,), dense_units=8, batch_size=4, frame_size=16, verbose=0,
+                 callbacks=[PoisonWeightsAt(1)])
+    assert not (run_dir / "model.keras").exists() and not (run_dir / "metrics.json").exists()

@@ -780,3 +780,15 @@ def test_the_input_noise_follows_the_seed_and_round_trips(tmp_path, monkeypatch)
         tm.train(shared_path("data", "mnist"), run_dir=str(tmp_path / "run"), num_train=2, num_test=2, seed=5,
                  verbose=0)
     assert seeds == [5]
+
+
+def test_train_from_python_stops_a_diverged_run_in_one_line(tmp_path):
+    # audit (2026-11-28): `train` called from Python (without the command line's resumable
+    # callbacks) trained a NaN model to the end, then saved and scored it: no error
+    from applications.fault_tolerance import TrainingDivergedError
+    from tests.applications.cli_helpers import PoisonWeightsAt
+
+    with pytest.raises(TrainingDivergedError, match=r"^training diverged: the loss became nan in epoch 1, batch 2"):
+        tm.train(run_dir=str(tmp_path), num_train=16, num_test=4, n_groups=2, n_iters=2, epochs=1, batch_size=8,
+                 conv_units=4, dense_units=8, pool=2, verbose=0, callbacks=[PoisonWeightsAt(1)])
+    assert not (tmp_path / "model.keras").exists() and not (tmp_path / "metrics.json").exists()
