@@ -1343,10 +1343,13 @@ def add_arguments(parser, command):
         parser.add_argument("--window", type=positive_int, default=32,
                             help="train on windows of N steps (default: %(default)s)")
     if command == "train":
-        parser.add_argument("--learning-rate", type=positive_float, default=1e-3)
+        parser.add_argument("--learning-rate", type=positive_float, default=1e-3,
+                            help="Adam's step size (default: %(default)s)")
         parser.add_argument("--units", type=positive_int, nargs="+", default=[128, 64],
                             help="state sizes of the ladder levels, bottom to top (default: 128 64)")
-        parser.add_argument("--encoder", choices=("gated", "lstm"), default="gated")
+        parser.add_argument("--encoder", choices=("gated", "lstm"), default="gated",
+                            help="encoder cell of every level: the paper's gated cell or an LSTM "
+                            "(default: %(default)s)")
         parser.add_argument("--transpose", type=non_negative_int, default=0, metavar="SEMITONES",
                             help="move every training window up or down the keyboard by a random "
                             "number of semitones up to this (0: off; default: %(default)s)")
@@ -1380,7 +1383,8 @@ def add_arguments(parser, command):
                             help="plot one chorale of N steps sampled from the trained model to "
                             "RUN_DIR/sample.png (0: none; default: %(default)s)")
     elif command == "evaluate":
-        parser.add_argument("--split", choices=SPLITS, default="test")
+        parser.add_argument("--split", choices=SPLITS, default="test",
+                            help="the chorales to score (default: %(default)s)")
         parser.add_argument("--sample-steps", type=non_negative_int, default=0,
                             help="also sample chorales of N steps from the model (0: none; "
                             "default: %(default)s); --seed seeds the draws")

@@ -1280,13 +1280,17 @@ def add_arguments(parser, command):
     if command == "evaluate":  # the split must be training's: the one `train` recorded beside the model
         parser.set_defaults(seed=None, source=None)
     if command in ("train", "tune"):
-        parser.add_argument("--variant", choices=VARIANTS, default="rladder")
+        parser.add_argument("--variant", choices=VARIANTS, default="rladder",
+                            help="the RLadder or one of the paper's baselines: without decoder-to-encoder "
+                            "connections, encoder only, conv net + GRU (default: %(default)s)")
         parser.add_argument("--num-train", type=positive_int, default=20000, help="training sequences")
     if command == "train":
-        parser.add_argument("--learning-rate", type=positive_float, default=1e-3)
+        parser.add_argument("--learning-rate", type=positive_float, default=1e-3,
+                            help="Adam's step size (default: %(default)s)")
         parser.add_argument("--conv-units", type=positive_int, nargs="+", default=[32, 64, 64],
                             help="units of the convolutional levels (default: 32 64 64)")
-        parser.add_argument("--dense-units", type=positive_int, default=128)
+        parser.add_argument("--dense-units", type=positive_int, default=128,
+                            help="units of the gated top level (default: %(default)s)")
         parser.add_argument("--frame-size", type=positive_int, default=FRAME_SIZE,
                             help="height and width of the frames (default: %(default)s, as the paper; "
                             "the benchmark uses 24)")

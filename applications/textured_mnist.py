@@ -1097,7 +1097,8 @@ def add_arguments(parser, command):
         parser.add_argument("--classify", action="store_true",
                             help="add the digit classifier on the groups (reports its error per iteration)")
     if command == "train":
-        parser.add_argument("--learning-rate", type=positive_float, default=1e-3)
+        parser.add_argument("--learning-rate", type=positive_float, default=1e-3,
+                            help="Adam's step size (default: %(default)s)")
         parser.add_argument("--n-groups", type=positive_int, default=3, help="RTagger's groups K")
         parser.add_argument("--n-iters", type=positive_int, default=3, help="RTagger's iterations T")
         parser.add_argument("--conv-units", type=positive_int, default=32,
