@@ -58,7 +58,8 @@ def load_model(model_path):
 
     A ``.keras`` file is a zip archive holding ``config.json``; for any other file of
     that name Keras said "File not found" (not a zip) or raised a bare ``KeyError``
-    (a zip without the config), although the file was there. Those are a
+    (a zip without the config), although the file was there; a file of another name
+    (``--model README.md``) was Keras' "File format not supported". Those are a
     ``CommandLineError`` naming the file and what it should be; every other load
     error is Keras' own. A model path that is a folder, or that this user may not read,
     is a ``PathError`` naming it (``IsAFolderError``, ``PathPermissionError``).
@@ -73,6 +74,13 @@ def load_model(model_path):
     if os.path.exists(path):
         with user_path(f"cannot read the model {path!r}"), open(path, "rb"):
             pass  # (zipfile.is_zipfile below takes an unreadable file for "not a zip")
+    if os.path.isfile(path) and not path.endswith(".keras"):
+        # (Keras' ValueError "File format not supported", a traceback, or for .h5 its legacy
+        # loader's; the applications write .keras files only)
+        raise CommandLineError(
+            f"{path} is not a Keras model file (one ending in .keras, the zip archive that "
+            "`model.save` writes): pass one written by `keras-capsules train`"
+        )
     if path.endswith(".keras") and os.path.isfile(path):
         is_model = zipfile.is_zipfile(path)
         if is_model:

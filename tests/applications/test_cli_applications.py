@@ -116,11 +116,14 @@ def test_evaluate_without_a_model_is_one_line(name, small_data, tmp_path, capsys
 
 
 def _not_a_model(tmp_path, kind):
-    """A ``.keras`` file that is no Keras model: plain bytes, or a zip without config.json."""
+    """A file that is no Keras model: a ``.keras`` of plain bytes or a zip without
+    config.json, or (``"other"``) a README."""
     import zipfile
 
-    path = tmp_path / f"{kind}.keras"
-    if kind == "junk":
+    path = tmp_path / (f"{kind}.keras" if kind != "other" else "README.md")
+    if kind == "other":  # not a .keras file at all: Keras' "File format not supported", a traceback
+        path.write_text("# a README\n")
+    elif kind == "junk":
         path.write_bytes(b"not a model")
     else:
         with zipfile.ZipFile(path, "w") as archive:
@@ -128,7 +131,7 @@ def _not_a_model(tmp_path, kind):
     return path
 
 
-@pytest.mark.parametrize("kind", ["junk", "zip"])
+@pytest.mark.parametrize("kind", ["junk", "zip", "other"])
 @pytest.mark.parametrize("name", [*RUNNABLE, "demo"])
 def test_evaluate_of_a_file_that_is_no_keras_model_is_one_line(name, small_data, kind, tmp_path, capsys):
     # Keras said "File not found" of a file that was there (not a zip) or raised a
