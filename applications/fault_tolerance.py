@@ -322,7 +322,10 @@ def write_json_atomically(data, path):
 def finite_or_none(data):
     """``data`` (nested dicts, lists and tuples) with every NaN or infinite number
     (Python or NumPy float) replaced by ``None``, NumPy scalars by Python numbers and
-    tuples by lists: a value that standard JSON can hold."""
+    tuples and NumPy arrays by lists: a value that standard JSON can hold (an array
+    failed in ``json.dump``, after the run had trained)."""
+    if isinstance(data, np.ndarray):
+        data = data.tolist()
     if isinstance(data, dict):
         return {key: finite_or_none(value) for key, value in data.items()}
     if isinstance(data, (list, tuple)):

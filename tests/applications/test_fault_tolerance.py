@@ -1014,6 +1014,10 @@ def test_metrics_json_is_standard_json_with_null_for_numbers_that_are_not_finite
         "nested": {"ami": None, "count": 3, "name": "x", "none": None}, "accuracy": 0.25,
     }
     assert np.isnan(metrics["loss"])  # the caller's dict is left as it was
+    # NumPy arrays (per-step errors) failed in json.dump, after the run had trained
+    fault_tolerance.write_metrics_json({"per_step": np.array([[0.5, np.nan], [np.inf, 1]], "float32"),
+                                        "counts": np.arange(3)}, path)
+    assert _strict_json(path.read_text()) == {"per_step": [[0.5, None], [None, 1.0]], "counts": [0, 1, 2]}
 
 
 def test_train_writes_a_test_loss_that_is_not_finite_as_null_and_returns_it_as_nan(tmp_path, monkeypatch):
