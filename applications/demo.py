@@ -182,12 +182,14 @@ def save_atomically(model, path):
     fault_tolerance.save_model_atomically(model, path)
 
 
-def plot_history(history, path, accuracy="accuracy"):
+def plot_history(history, path, accuracy="accuracy", held_out="val"):
     """Writes loss and accuracy curves (train and validation) to a PNG (atomically).
 
     ``accuracy`` names the accuracy metric in ``history`` (e.g. ``"digit_accuracy"``
     for a model's output ``digit``); when the history has none (textured_mnist without
-    a classifier), only the loss is drawn.
+    a classifier), only the loss is drawn. ``held_out`` names the ``val_`` curves in the
+    legend: ``"test"`` for a run that passes its test data to ``fit`` to watch them
+    (nothing is chosen on them), which the legend called validation data.
     """
     from matplotlib.ticker import MaxNLocator
 
@@ -197,7 +199,8 @@ def plot_history(history, path, accuracy="accuracy"):
         for prefix, style in (("", "-"), ("val_", "--")):
             values = history.get(prefix + metric)
             if values:
-                ax.plot(range(1, len(values) + 1), values, style, label=(prefix or "train_") + metric)
+                label = f"{held_out}_{metric}" if prefix else f"train_{metric}"
+                ax.plot(range(1, len(values) + 1), values, style, label=label)
         ax.set_xlabel("epoch")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs, not 1.2, 1.4, ...
         ax.set_title(metric)
@@ -302,7 +305,7 @@ def train(
     loss, accuracy = model.evaluate(test_ds, verbose=0)
     save_atomically(model, paths["model"])
     history, epoch_numbers = fault_tolerance.read_history_csv(paths["history"])
-    plot_history(history, paths["plot"])
+    plot_history(history, paths["plot"], held_out="test")  # (fit watches the test digits)
     result = {
         "test_accuracy": float(accuracy),
         "test_loss": float(loss),

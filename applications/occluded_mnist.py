@@ -1060,7 +1060,8 @@ def train(
         shuffle=False,
     )
     save_atomically(model, paths["model"])
-    plot_history(fault_tolerance.logged_history(history, callbacks)[0], paths["plot"], accuracy="digit_accuracy")
+    plot_history(fault_tolerance.logged_history(history, callbacks)[0], paths["plot"], accuracy="digit_accuracy",
+                 held_out="test")  # (fit watches the test sequences)
     paths["predictions_plot"] = plot_predictions(model, test_data["frames"], os.path.join(run_dir, "predictions.png"),
                                                  test_data["labels"])
     # one prediction for both, with a progress bar (on stderr) while verbose: the 5000 test

@@ -950,7 +950,7 @@ def train(
     logged, csv_path = fault_tolerance.logged_history(history, callbacks)
     if csv_path:
         paths["history"] = csv_path
-    plot_history(logged, paths["plot"], accuracy="digit_accuracy")
+    plot_history(logged, paths["plot"], accuracy="digit_accuracy", held_out="test")  # (fit watches the test images)
     if num_valid and logged.get("val_ami_1"):
         # the log's rows end at the run's last epoch; without a CSV log a resumed run's start at the resume
         first = fault_tolerance.epochs_run(history, callbacks) - len(logged["val_ami_1"]) + 1

@@ -134,3 +134,33 @@ def test_the_history_plot_draws_an_accuracy_panel_only_with_an_accuracy_and_whol
             ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
             assert ticks and all(float(t).is_integer() for t in ticks), ticks
     assert (tmp_path / "a.png").is_file() and (tmp_path / "b.png").is_file()
+
+
+def test_the_history_plot_names_the_curves_of_the_data_fit_watched(tmp_path, monkeypatch):
+    # the demo, occluded_mnist and textured_mnist pass their test data to fit (watched,
+    # nothing chosen on it), and the legend called those curves validation ("val_loss")
+    from applications import demo, plotting
+    from tests.applications.test_demo import TINY
+
+    figures = []
+    save = plotting.save_and_close
+    monkeypatch.setattr(plotting, "save_and_close", lambda fig, path, **kw: (figures.append(fig), save(fig, path, **kw)))
+
+    def legends():
+        return [[text.get_text() for text in ax.get_legend().get_texts()] for ax in figures.pop().axes]
+
+    demo.plot_history({"loss": [1.0, 0.5], "val_loss": [1.0, 0.6]}, str(tmp_path / "a.png"))
+    assert legends() == [["train_loss", "val_loss"]]
+    demo.train(str(tmp_path / "run"), epochs=1, batch_size=16, limit=60, verbose=0, model_options=TINY)
+    assert legends() == [["train_loss", "test_loss"], ["train_accuracy", "test_accuracy"]]
+    from applications import occluded_mnist, textured_mnist
+    from tests.conftest import shared_path
+
+    calls = []  # (both import demo's plot_history when they train)
+    monkeypatch.setattr(demo, "plot_history", lambda *args, **kwargs: calls.append(kwargs.get("held_out")))
+    occluded_mnist.train(data_dir=str(shared_path("data", "mnist")), run_dir=str(tmp_path / "occluded"), epochs=1,
+                         num_train=8, num_test=4, variant="temporal", conv_units=(4,), dense_units=8, batch_size=8,
+                         frame_size=16, verbose=0)
+    textured_mnist.train(run_dir=str(tmp_path / "textured"), num_train=8, num_test=4, n_groups=2, n_iters=1, epochs=1,
+                         batch_size=8, conv_units=4, dense_units=8, pool=2, verbose=0)
+    assert calls == ["test", "test"]
