@@ -311,7 +311,9 @@ def plot_attention(path, words, control_attention, read_attention, grid=None, im
         control_attention: ``[p, words]`` attention of the control unit.
         read_attention: ``[p, cells]`` attention of the read unit.
         grid: ``(H, W)`` when the knowledge base is spatial (``cells == H * W``): the
-            read attention is drawn as a heat map, over ``image`` if given.
+            read attention is drawn as a heat map, over ``image`` if given. Every
+            step's map has one colour scale, from 0 to the largest weight of all steps
+            (as the bars share the scale 0..1): a near-uniform attention looks uniform.
         image: optional ``[h, w, 3]`` image (floats in [0, 1] or uint8).
         object_names: labels of the cells of a symbolic knowledge base (bars).
         title: optional figure title (e.g. the question, answer and prediction).
@@ -350,7 +352,16 @@ def plot_attention(path, words, control_attention, read_attention, grid=None, im
             f"`object_names` must name the {cells} cells of `read_attention`. "
             f"Received: {len(object_names)} names"
         )
+    if image is not None:  # (matplotlib's TypeError came once the figure was half drawn)
+        image = np.asarray(image)
+        if image.ndim != 3 or image.shape[-1] != 3 or min(image.shape[:2]) < 1:
+            raise InputError(f"`image` must be an RGB image [h, w, 3]. Received shape: {image.shape}")
     control_attention = control_attention[:, : len(words)]
+    # One colour scale for the heat maps of all steps: scaled each to its own range, a
+    # near-uniform attention (all weights within 1e-3 of 1 / cells) was drawn as hot and
+    # cold spots, and the steps' maps could not be compared.
+    peak = float(np.max(read_attention, initial=0.0))
+    heat_scale = {"vmin": 0.0, "vmax": peak if peak > 0 else 1.0}
     fig, axes = plotting.subplots(steps, 2, figsize=(10, 2.2 * steps + 0.6), squeeze=False)
     for i in range(steps):
         ax = axes[i, 0]
@@ -364,12 +375,11 @@ def plot_attention(path, words, control_attention, read_attention, grid=None, im
             height, width = grid
             heat = read_attention[i].reshape(height, width)
             if image is not None:
-                image_array = np.asarray(image)
-                ax.imshow(image_array, extent=(0, width, height, 0))
+                ax.imshow(image, extent=(0, width, height, 0))
                 ax.imshow(heat, cmap="jet", alpha=0.5, extent=(0, width, height, 0),
-                          interpolation="bilinear")
+                          interpolation="bilinear", **heat_scale)
             else:
-                ax.imshow(heat, cmap="viridis")
+                ax.imshow(heat, cmap="viridis", **heat_scale)
             ax.set_xticks([])
             ax.set_yticks([])
         else:
@@ -530,19 +540,20 @@ def _extract(ds, n, path, extractor, image_size, batch_size, verbose, split):
     returns the question table of :func:`question_table`, as lists."""
     shape = tuple(int(s) for s in extractor.output.shape[1:])
     out = np.lib.format.open_memmap(path, mode="w+", dtype="float16", shape=(n,) + shape)
-    batches = ds.map(
-        lambda ex: (_preprocess(ex["image"], image_size), ex["question_answer"])
-    ).padded_batch(batch_size)
-    # Questions and answers come in pairs (min() guards against ragged mock data).
-    lengths = ds.map(
-        lambda ex: ops.minimum(
-            ops.shape(ex["question_answer"]["question"])[0], ops.shape(ex["question_answer"]["answer"])[0]
-        )
-    ).batch(batch_size)
+
+    def example(ex):
+        qa = ex["question_answer"]
+        # Questions and answers come in pairs (min() guards against ragged mock data).
+        count = ops.minimum(ops.shape(qa["question"])[0], ops.shape(qa["answer"])[0])
+        return _preprocess(ex["image"], image_size), qa, count
+
+    # One pass over the split: the question counts travel with their images. (A second
+    # pipeline over ``ds`` for the counts read and decoded every image twice.)
+    batches = ds.map(example).padded_batch(batch_size)
     progress = keras.utils.Progbar(n, verbose=verbose, unit_name="image")
     table = {"image_index": [], "question": [], "answer": []}
     start = 0
-    for (images, qa), counts in zip(batches, lengths):
+    for images, qa, counts in batches:
         feats = extractor(images, training=False)
         out[start : start + len(feats)] = ops.convert_to_numpy(feats).astype("float16")
         for k, count in enumerate(counts.numpy()):
@@ -796,6 +807,32 @@ def prepare_offline(cache_dir, data_dir=None, image_size=IMAGE_SIZE, limit=None,
     return first_questions(data, limit)
 
 
+def require_questions(data, cache_dir, splits=SPLITS):
+    """Raises a one-line ``InputError`` when a split of :func:`prepare`'s ``data`` has no
+    question: a model cannot be trained or scored on none (``train`` trained for nothing
+    and then failed with "not enough values to unpack" from the empty evaluation)."""
+    for split in splits:
+        if not len(data[split]["tokens"]):
+            raise InputError(
+                f"the {split} split of the CLEVR cache {str(cache_dir)!r} has no questions "
+                f"({split}_questions.json): delete the split's cached files to have them built again"
+            )
+
+
+def embedding_rows(model):
+    """Rows of the word embedding of a model of :func:`build_model` (the size of the
+    vocabulary it was trained with), or None when it has no layer ``"input_embedding"``.
+
+    ``evaluate`` encodes the questions with the vocabulary of the cache's training split:
+    a model trained on another vocabulary read other words for the same ids (an id past
+    its rows failed inside the embedding, mid-evaluation)."""
+    try:
+        layer = model.get_layer("input_embedding")
+    except ValueError:
+        return None
+    return getattr(layer, "input_dim", None)
+
+
 def question_counts(split):
     """``{"validation_questions": n, "validation_unseen_answers": k}`` of a split of
     :func:`prepare` (``k``: the questions whose answer is no training class, every one
@@ -828,6 +865,7 @@ def train(cache_dir, run_dir="runs/clevr", data_dir=None, epochs=25, batch_size=
     and compiled in its scope (``batch_size`` is then the global batch); ``callbacks``
     run after the recipe's (the backup of a ``fault_tolerance.AtomicBackupAndRestore``
     among them is deleted once the outputs are written: ``fault_tolerance.finish_run``).
+    A split without questions is refused before training (:func:`require_questions`).
     """
 
     from applications import fault_tolerance
@@ -838,6 +876,7 @@ def train(cache_dir, run_dir="runs/clevr", data_dir=None, epochs=25, batch_size=
     os.makedirs(run_dir, exist_ok=True)
     data = prepare(cache_dir, data_dir, SPLITS, image_size, weights, extractor, verbose=verbose)
     data = first_questions(data, limit)
+    require_questions(data, cache_dir)  # before training, not after it
     train_ds = make_dataset(**data["train"], batch_size=batch_size, shuffle=True, seed=seed)
     val_ds = make_dataset(**data["validation"], batch_size=batch_size, drop_unknown=False)
     with strategy.scope():
@@ -854,12 +893,10 @@ def train(cache_dir, run_dir="runs/clevr", data_dir=None, epochs=25, batch_size=
               ("metrics", "metrics.json"), ("logs", "logs"))}
     save_atomically(model, paths["model"])
     plot_history(fault_tolerance.logged_history(history, callbacks)[0], paths["plot"])
-    if len(data["validation"]["tokens"]):  # the first validation question's attention maps, over its image
-        image = question_image("validation", int(data["validation"]["image_index"][0]), data_dir)
-        plot_question_attention(model, data["validation"], data["vocabulary"], data["classes"], paths["attention"],
-                                image=image)
-    else:
-        del paths["attention"]
+    # the first validation question's attention maps, over its image
+    image = question_image("validation", int(data["validation"]["image_index"][0]), data_dir)
+    plot_question_attention(model, data["validation"], data["vocabulary"], data["classes"], paths["attention"],
+                            image=image)
     result = {"validation_accuracy": float(accuracy), "validation_loss": float(loss),
               **question_counts(data["validation"]), "parameters": int(model.count_params()), "epochs": epochs,
               "image_size": int(image_size),  # evaluate reads the features of this size by default
@@ -875,7 +912,9 @@ def evaluate(model_path, cache_dir, data_dir=None, image_size=None, limit=None, 
     """Validation loss and accuracy of a saved model (the CLEVR test split has no answers).
 
     The questions are encoded with the vocabulary of the cached training split, as in
-    :func:`train`; a missing cache is made first (see :func:`prepare_offline`). Every
+    :func:`train`; a model whose word embedding has another number of rows (trained on
+    another vocabulary, :func:`embedding_rows`) is refused in one line, as one with
+    another number of answers. A missing cache is made first (see :func:`prepare_offline`). Every
     question counts in the accuracy, those whose answer no training question has as
     errors; their number is in the result (:func:`question_counts`). The model is
     compiled again with :func:`answer_loss` (a model saved before that loss left such
@@ -885,7 +924,8 @@ def evaluate(model_path, cache_dir, data_dir=None, image_size=None, limit=None, 
     ``limit`` (None: the first questions of every split) defaults likewise to the one
     recorded there, else all: a model trained with a limit is scored on the validation
     questions that ``train`` scored. A given ``limit`` wins; one at least the number of
-    validation questions scores all of them.
+    validation questions scores all of them. A validation split without questions is a
+    one-line ``InputError`` (:func:`require_questions`).
 
     ``verbose``: 1 shows the feature extraction's and Keras' progress bars, on stderr
     (stdout keeps only the result); 0 (the default) is silent.
@@ -903,6 +943,7 @@ def evaluate(model_path, cache_dir, data_dir=None, image_size=None, limit=None, 
     strategy = distribute.resolve_strategy(strategy)
     with console.progress_on_stderr(verbose):  # a missing cache: hours
         data = prepare_offline(cache_dir, data_dir, image_size, limit, verbose=verbose)
+    require_questions(data, cache_dir, ("validation",))
     val_ds = make_dataset(**data["validation"], batch_size=batch_size, drop_unknown=False)
     with strategy.scope():
         model = checks.load_model(model_path)
@@ -913,10 +954,12 @@ def evaluate(model_path, cache_dir, data_dir=None, image_size=None, limit=None, 
             lambda shapes, model: {getattr(t, "name", "") for t in model.inputs} == {"question", "features"}
             and sorted(len(shape) for shape in shapes) == [2, 4]
             and any(shape[1:] == expected_features for shape in shapes)
-            and checks.single_output_shape(model) == (None, len(data["classes"])),
+            and checks.single_output_shape(model) == (None, len(data["classes"]))
+            and embedding_rows(model) in (None, len(data["vocabulary"])),
             "a CLEVR model", "clevr",
             f"inputs question [batch, words] and features [batch, {', '.join(map(str, expected_features))}] "
-            f"(those of the cache), {len(data['classes'])} answer logits out",
+            f"(those of the cache), an embedding of the cache's {len(data['vocabulary'])} words, "
+            f"{len(data['classes'])} answer logits out",
         )
         model.compile(loss=answer_loss(), metrics=["accuracy"])
     with console.progress_on_stderr(verbose):

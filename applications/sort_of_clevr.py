@@ -237,6 +237,22 @@ def answer(scene, template, color):
     raise InputError(f"`template` must be in [0, {len(TEMPLATES)}). Received: template={template}")
 
 
+def _check_seed(seed):
+    """``seed`` if numpy seeds a generator with it (None, a non-negative integer or a
+    sequence of them), else a one-line ``InputError``. (A bad seed of :func:`make_dataset`
+    failed only when the stream was read, with a TensorFlow traceback from inside
+    ``tf.numpy_function``.)"""
+    try:
+        if isinstance(seed, (bool, str, bytes)):  # numpy reads bools as 0/1; a str is no sequence of ints
+            raise TypeError
+        np.random.default_rng(seed)
+    except (TypeError, ValueError):
+        raise InputError(
+            f"`seed` must be None, a non-negative integer or a sequence of them. Received: seed={seed!r}"
+        ) from None
+    return seed
+
+
 def _check_kb(kb):
     if kb not in KB_KINDS:
         raise InputError(f"`kb` must be one of {KB_KINDS}. Received: kb={kb!r}")
@@ -313,7 +329,8 @@ def generate_examples(num_examples, seed=0, relational=None, kb="symbolic", temp
 
     Args:
         num_examples: how many.
-        seed: seed of the scenes and questions.
+        seed: seed of the scenes and questions: None, a non-negative integer or a
+            sequence of them (else an ``InputError``).
         relational: None for all question types, True for the relational ones only,
             False for the non-relational ones only.
         kb: ``"symbolic"`` (object list, key ``"kb"``), ``"image"`` (rendered scene,
@@ -329,7 +346,7 @@ def generate_examples(num_examples, seed=0, relational=None, kb="symbolic", temp
     """
     _check_kb(kb)
     num_examples = integer_at_least("num_examples", num_examples, 0)
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(_check_seed(seed))
     templates = _check_templates(templates, relational)
     examples = [_example(rng, templates, kb) for _ in range(num_examples)]
     xs = {
@@ -348,7 +365,8 @@ def make_dataset(batch_size=64, seed=0, relational=None, kb="symbolic", template
     "kb": [batch, 6, KB_DIM] float32 and/or "image": [batch, 75, 75, 3] float32},
     answers [batch] int32)`` (``kb`` as in :func:`generate_examples`); the same seed
     gives the same stream: the examples of :func:`generate_examples` with that seed,
-    cut into batches.
+    cut into batches. A ``seed`` that :func:`generate_examples` refuses is refused here,
+    when the stream is made.
 
     ``start`` (default 0) starts the stream at its batch ``start``: the batches that
     the stream with ``start=0`` yields after its first ``start``, so that a run
@@ -359,6 +377,7 @@ def make_dataset(batch_size=64, seed=0, relational=None, kb="symbolic", template
     """
     _check_kb(kb)
     templates = _check_templates(templates, relational)
+    _check_seed(seed)  # here, not when the stream is read
 
     if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
         raise InputError(f"`batch_size` must be a positive integer. Received: batch_size={batch_size!r}")
@@ -626,6 +645,9 @@ def train(run_dir="runs/sort_of_clevr", steps=20000, batch_size=64, kb="symbolic
     from applications.training import spread_steps
 
     steps = integer_at_least("steps", steps, 1)
+    # an integer: it also seeds Keras and, offset, the validation questions (-1 failed in
+    # keras.utils.set_random_seed, "3" with a TypeError)
+    seed = integer_at_least("seed", seed, 0)
     # fewer steps than epochs: one step per epoch, `steps` epochs (each of `epochs` epochs ran
     # a step, so steps=3 with epochs=10 trained 10 steps)
     epochs = min(integer_at_least("epochs", epochs, 1), steps)
@@ -718,7 +740,7 @@ def evaluate(model_path, validation_examples=None, seed=None, batch_size=256, st
     if not os.path.exists(model_path):
         raise PathNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
     recorded = checks.recorded_integers(model_path, ("seed", "validation_examples"))
-    seed = recorded.get("seed", 0) if seed is None else seed
+    seed = recorded.get("seed", 0) if seed is None else integer_at_least("seed", seed, 0)
     if validation_examples is None:
         validation_examples = recorded.get("validation_examples", 2000)
     strategy = distribute.resolve_strategy(strategy)

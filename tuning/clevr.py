@@ -49,8 +49,10 @@ class ClevrHyperModel(MACHyperModel):
                 "limit": args.limit}
 
     def load_data(self):
-        return clevr.prepare_offline(self.cache_dir, self.data_dir, self.image_size, self.limit,
+        data = clevr.prepare_offline(self.cache_dir, self.data_dir, self.image_size, self.limit,
                                      verbose=self.verbose)
+        clevr.require_questions(data, self.cache_dir)  # no trial trains on no questions
+        return data
 
     def build_mac(self, hp, **mac_kwargs):
         data = self.prepare()

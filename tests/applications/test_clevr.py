@@ -527,3 +527,111 @@ def test_evaluate_scores_the_validation_questions_that_train_scored(tmp_path, ca
     assert parser.parse_args([]).limit is None
     assert "(default: the --limit `train` recorded beside the model, else all; a larger N: all)" in " ".join(
         parser.format_help().split())
+
+
+def test_feature_extraction_reads_every_image_once_and_pairs_it_with_its_questions(tmp_path):
+    # The question counts came from a second pipeline over the split, which read and
+    # decoded every image a second time (hours of PNG decoding on CLEVR's 70,000 images).
+    reads = []
+
+    def read(image):
+        reads.append(1)
+        return image
+
+    counts = (2, 0, 3)
+    images = np.stack([np.full((8, 8, 3), 10 * (k + 1), "uint8") for k in range(len(counts))])
+    questions = [[f"q{k} {j}?" for j in range(3)] for k in range(len(counts))]
+    answers = [[f"a{k}{j}" for j in range(3)] for k in range(len(counts))]
+
+    def element(k):
+        image = tf.numpy_function(read, [tf.gather(images, k)], tf.uint8)
+        image.set_shape((8, 8, 3))
+        count = tf.gather(tf.constant(counts), k)
+        qa = {"question": tf.gather(tf.constant(questions), k)[:count],
+              "answer": tf.gather(tf.constant(answers), k)[:count]}
+        return {"image": image, "question_answer": qa}
+
+    ds = tf.data.Dataset.range(len(counts)).map(element)
+    pixels = keras.Input((8, 8, 3))
+    extractor = keras.Model(pixels, keras.layers.AveragePooling2D(4)(pixels))
+    table = clevr._extract(ds, len(counts), str(tmp_path / "f.npy"), extractor, image_size=8, batch_size=2,
+                           verbose=0, split="train")
+    assert len(reads) == len(counts)
+    assert table["image_index"] == [0, 0, 2, 2, 2]
+    assert table["question"] == ["q0 0?", "q0 1?", "q2 0?", "q2 1?", "q2 2?"]
+    assert table["answer"] == ["a00", "a01", "a20", "a21", "a22"]
+    features = np.load(tmp_path / "f.npy")
+    want = keras.applications.resnet.preprocess_input(images.astype("float32"))[:, :2, :2]
+    np.testing.assert_allclose(features, want, rtol=1e-3, atol=1e-2)
+
+
+@pytest.mark.parametrize("split", ["train", "validation"])
+def test_a_split_without_questions_is_one_line_before_any_training(split, tmp_path, monkeypatch):
+    # An empty validation split trained the model, then failed with "ValueError: not
+    # enough values to unpack (expected 2, got 0)" from the evaluation of no batches.
+    import pathlib
+
+    from tests.applications.tiny_data import CLEVR_IMAGE_SIZE, tiny_clevr_cache
+
+    cache = pathlib.Path(tiny_clevr_cache(tmp_path / "cache"))
+    (cache / f"{split}_questions.json").write_text(json.dumps({"image_index": [], "question": [], "answer": []}))
+    monkeypatch.setattr(clevr, "build_model", lambda *args, **kwargs: pytest.fail("trained on no questions"))
+    message = f"the {split} split of the CLEVR cache {str(cache)!r} has no questions"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        clevr.train(str(cache), run_dir=str(tmp_path / "run"), epochs=1, batch_size=8, image_size=CLEVR_IMAGE_SIZE,
+                    verbose=0)
+    if split == "validation":  # refused before the model is even read
+        (tmp_path / "model.keras").write_bytes(b"")
+        with pytest.raises(ValueError, match=re.escape(message)):
+            clevr.evaluate(str(tmp_path / "model.keras"), str(cache), image_size=CLEVR_IMAGE_SIZE, batch_size=8)
+
+
+@pytest.mark.parametrize("with_image", [False, True])
+def test_attention_heat_maps_share_one_colour_scale_from_zero(with_image, tmp_path, monkeypatch):
+    # Each step's heat map was scaled to its own range: a near-uniform attention was drawn
+    # as full hot and cold spots, like a peaked one, and the steps could not be compared.
+    from applications import plotting
+
+    figures = []
+    save = plotting.save_and_close
+    monkeypatch.setattr(plotting, "save_and_close", lambda fig, path, **kw: figures.append(fig) or save(fig, path, **kw))
+    read = np.array([[0.2501, 0.2499, 0.25, 0.25], [0.7, 0.1, 0.1, 0.1]])
+    image = np.random.default_rng(0).uniform(size=(8, 8, 3)) if with_image else None
+    clevr.plot_attention(str(tmp_path / "att.png"), ["what", "color"], np.full((2, 2), 0.5), read, grid=(2, 2),
+                         image=image)
+    heat_maps = [im for ax in figures[0].axes for im in ax.get_images() if im.get_array().shape == (2, 2)]
+    assert len(heat_maps) == 2
+    assert [im.get_clim() for im in heat_maps] == [pytest.approx((0.0, 0.7))] * 2
+
+
+def test_evaluate_refuses_a_model_of_another_vocabulary(tmp_path, capsys):
+    # evaluate checked the number of answers but not the words: a model trained on another
+    # vocabulary read other words for the cache's token ids (silently), or failed inside
+    # its embedding, mid-evaluation, for an id past its rows.
+    from applications import __main__ as cli
+    from tests.applications.tiny_data import CLEVR_IMAGE_SIZE, tiny_clevr_cache
+
+    cache = tiny_clevr_cache(tmp_path / "cache")
+    data = clevr.prepare(cache, image_size=CLEVR_IMAGE_SIZE, extractor=object(), verbose=0)
+    words, answers = len(data["vocabulary"]), len(data["classes"])
+    for rows in (words - 2, words + 3):  # (one of `words` rows: the other evaluate tests)
+        model = clevr.build_model(rows, answers, clevr.feature_shape(data), units=8, embedding_dim=4, max_steps=1)
+        path = tmp_path / f"model_{rows}.keras"
+        model.save(path)
+        argv = ["evaluate", "clevr", "--model", str(path), "--cache-dir", cache, "--data-dir",
+                str(tmp_path / "no-tfds"), "--image-size", str(CLEVR_IMAGE_SIZE), "--batch-size", "8", "--quiet"]
+        code = cli.main(argv)
+        err = capsys.readouterr().err
+        assert code == 2 and f"an embedding of the cache's {words} words" in err, err
+        assert len(err.strip().splitlines()) == 1, err
+
+
+def test_plot_attention_refuses_an_image_that_is_not_rgb(tmp_path):
+    # plot_question_attention checked its image, plot_attention (which Sort-of-CLEVR's plots
+    # call) did not: matplotlib's "Invalid shape ... for image data" TypeError, mid-figure.
+    control, read = np.full((1, 2), 0.5), np.full((1, 4), 0.25)
+    for image in (np.zeros((4, 4, 5)), np.zeros((4, 4)), np.zeros((0, 4, 3))):
+        with pytest.raises(ValueError, match=re.escape(f"`image` must be an RGB image [h, w, 3]. Received shape: "
+                                                       f"{image.shape}")):
+            clevr.plot_attention(str(tmp_path / "att.png"), ["a", "b"], control, read, grid=(2, 2), image=image)
+    assert not os.listdir(tmp_path)

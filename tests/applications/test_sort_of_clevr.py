@@ -1,6 +1,7 @@
 """Sort-of-CLEVR: answers by hand, the data stream, the model (padding, saving, a step)."""
 
 import os
+import re
 
 import keras
 import numpy as np
@@ -574,3 +575,32 @@ def test_train_from_python_stops_a_diverged_run_in_one_line(tmp_path):
         soc.train(str(run_dir), steps=4, epochs=2, batch_size=4, validation_examples=2, verbose=0,
                   model_kwargs={"units": 4, "embedding_dim": 2, "max_steps": 1}, callbacks=[PoisonWeightsAt(1)])
     assert not (run_dir / "model.keras").exists() and not (run_dir / "metrics.json").exists()
+
+
+@pytest.mark.parametrize("seed", [-1, 1.5, "3", True, [1, -2]])
+def test_a_bad_seed_is_one_line_when_the_stream_is_made_not_when_it_is_read(seed, tmp_path):
+    # make_dataset took any seed; the first batch then failed inside tf.numpy_function with
+    # a TensorFlow traceback (InvalidArgumentError wrapping numpy's "expected non-negative
+    # integer"); generate_examples, train and evaluate gave numpy, Keras or TypeErrors.
+    from applications.errors import InputError
+
+    message = re.escape(f"Received: seed={seed!r}")
+    with pytest.raises(InputError, match=message):
+        soc.make_dataset(2, seed=seed)
+    with pytest.raises(InputError, match=message):
+        soc.generate_examples(2, seed=seed)
+    if not isinstance(seed, list):
+        with pytest.raises(InputError, match=message):
+            soc.train(run_dir=str(tmp_path / "run"), steps=1, seed=seed, verbose=0)
+        with pytest.raises(InputError, match=message):
+            soc.evaluate(str(tmp_path), seed=seed)
+    assert not (tmp_path / "run").exists()
+
+
+def test_seeds_numpy_takes_still_seed_the_stream():
+    for seed in (None, np.int64(3), [3, 1000, 1]):
+        (x, y), = soc.make_dataset(2, seed=seed).take(1)
+        if seed is not None:
+            want_x, want_y = soc.generate_examples(2, seed=seed)
+            np.testing.assert_array_equal(x["question"], want_x["question"])
+            np.testing.assert_array_equal(y, want_y)

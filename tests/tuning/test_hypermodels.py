@@ -565,3 +565,15 @@ def test_the_search_records_beside_its_best_model_what_evaluate_reads(name, tmp_
     assert EVALUATE_READS[name] <= set(reads)
     assert {key: metrics[key] for key in ("trial_id", "objective", "best_score")} == {
         "trial_id": "0", "objective": "val_accuracy", "best_score": 0.5}
+
+
+def test_a_clevr_search_over_a_split_without_questions_is_one_line_before_any_trial(tmp_path):
+    # The CLEVR HyperModel took a cache whose validation split had no questions: its
+    # trials trained, with no validation question to score them on.
+    import pathlib
+
+    cache = pathlib.Path(tiny_clevr_cache(tmp_path / "cache"))
+    (cache / "validation_questions.json").write_text(json.dumps({"image_index": [], "question": [], "answer": []}))
+    hypermodel = tuning.HYPERMODELS["clevr"](cache_dir=str(cache), image_size=CLEVR_IMAGE_SIZE)
+    with pytest.raises(ValueError, match="the validation split of the CLEVR cache .* has no questions"):
+        hypermodel.prepare()
