@@ -369,6 +369,11 @@ def _cache_key(encoder_name, name, max_length, texts, dtype=CACHE_DTYPES[0], fin
     for text in texts:
         digest.update(text.encode("utf-8"))
         digest.update(b"\n")
+    if any("\n" in text for text in texts):
+        # the texts joined by "\n" were the same for ["a\nb", "c"] and ["a", "b\nc"]: one
+        # key, and the cached states of the one list were read for the other. The lengths
+        # tell them apart (texts without a line break keep the key they always had).
+        digest.update(b"text lengths\0" + ",".join(str(len(text)) for text in texts).encode("ascii"))
     full = str(encoder_name).strip("/")
     tag = "".join(c if c.isalnum() or c in "-_." else "_" for c in full)[-40:]
     if tag != full:

@@ -62,7 +62,7 @@ class TextClassificationHyperModel(DatasetHyperModel):
         data_lib.require_data(self.dataset, self.data_dir)
         return recipe.prepare_data(self.dataset, self.data_dir, self.batch_size, self.vocab_size,
                                    self.max_length, self.phrases, self.limit, self.seed, test=False,
-                                   hold_out=True)
+                                   hold_out=True, verbose=self.verbose)
 
     def build(self, hp):
         data = self.prepare()

@@ -23,9 +23,9 @@ Datasets (raw pipelines of ``(text, label)`` pairs, see :func:`load_split`):
 
 * TFDS builders of the Zhang et al. (2015) benchmarks that TFDS 4.9 ships:
   ``ag_news`` (``ag_news_subset``: title and description joined, 4 classes) and
-  ``yelp_polarity`` (``yelp_polarity_reviews``, 2 classes); both have train and test
-  splits only. (DBPedia, Yahoo! Answers, Yelp full and the Amazon sets have no TFDS
-  builder in 4.9.)
+  ``yelp_polarity`` (``yelp_polarity_reviews``, 2 classes, the CSV escapes of its
+  texts undone: :func:`unescape_csv_text`); both have train and test splits only.
+  (DBPedia, Yahoo! Answers, Yelp full and the Amazon sets have no TFDS builder in 4.9.)
 * ``sst2`` / ``sst5``: the Stanford Sentiment Treebank tree files read by
   :mod:`applications.sst_trees` (train / dev / test; roots for evaluation, optionally
   every distinct phrase for training).
@@ -50,6 +50,12 @@ TFDS_DATASETS = {
     "ag_news": ("ag_news_subset", ("title", "description"), 4),
     "yelp_polarity": ("yelp_polarity_reviews", ("text",), 2),
 }
+# TFDS sets whose texts keep the escapes of Zhang et al.'s CSV files: TFDS's
+# yelp_polarity_reviews cuts each line's text out of its quotes without reading it as
+# CSV, so a line break is still a backslash and an "n", and a quote is doubled.
+# Unread, the backslash became a token and its "n" the start of the next word ("the
+# staff" after a line break was "nthe staff").
+CSV_ESCAPED_DATASETS = ("yelp_polarity",)
 SST_DATASETS = {"sst2": "2", "sst5": "5"}
 DATASETS = tuple(TFDS_DATASETS) + tuple(SST_DATASETS)
 
@@ -91,7 +97,26 @@ def preprocess(texts, max_length=MAX_LENGTH):
     return tokens
 
 
-def build_vocabulary(texts, max_size=None, min_count=1, max_length=MAX_LENGTH, batch_size=1024):
+def _progress(total, unit, verbose):
+    """A ``keras.utils.Progbar`` counting ``total`` (None: unknown) of ``unit`` while ``verbose``, else None."""
+    import keras
+
+    return keras.utils.Progbar(total, unit_name=unit) if verbose else None
+
+
+def _finish(progress, count):
+    """Ends a progress bar of unknown total at ``count`` (one of known total ends by itself)."""
+    if progress is not None and progress.target is None:
+        progress.update(count, finalize=True)
+
+
+def _known_size(dataset):
+    """The number of elements of a ``tf.data.Dataset``, or None if tf.data does not know it."""
+    size = int(dataset.cardinality())
+    return size if size >= 0 else None
+
+
+def build_vocabulary(texts, max_size=None, min_count=1, max_length=MAX_LENGTH, batch_size=1024, verbose=0):
     """The most frequent tokens of a corpus, most frequent first.
 
     Ties are broken alphabetically (by UTF-8 bytes), so the result does not depend
@@ -105,6 +130,8 @@ def build_vocabulary(texts, max_size=None, min_count=1, max_length=MAX_LENGTH, b
         min_count: drop tokens seen fewer times than this.
         max_length: tokens kept per text, as in :func:`preprocess`.
         batch_size: texts tokenized at a time.
+        verbose: 1 shows a progress bar of the texts read (one pass over a large
+            training split takes minutes); 0 (default) is silent.
 
     Returns:
         A list of words (Python ``str``), without the reserved padding / OOV entries.
@@ -124,12 +151,19 @@ def build_vocabulary(texts, max_size=None, min_count=1, max_length=MAX_LENGTH, b
             dataset = dataset.map(lambda text, *rest: text)
     else:
         dataset = tf.data.Dataset.from_tensor_slices(tf.constant(list(texts), dtype=tf.string))
+    progress = _progress(_known_size(dataset), "text", verbose)
     dataset = dataset.batch(batch_size).map(
-        lambda batch: preprocess(batch, max_length).flat_values, num_parallel_calls=tf.data.AUTOTUNE
+        lambda batch: (preprocess(batch, max_length).flat_values, tf.size(batch)),
+        num_parallel_calls=tf.data.AUTOTUNE,
     )
     counts = collections.Counter()
-    for tokens in dataset.as_numpy_iterator():
+    seen = 0
+    for tokens, n in dataset.as_numpy_iterator():
         counts.update(tokens.tolist())
+        seen += int(n)
+        if progress is not None:
+            progress.add(int(n))
+    _finish(progress, seen)
     words = sorted((item for item in counts.items() if item[1] >= min_count), key=lambda kv: (-kv[1], kv[0]))
     if max_size is not None:
         words = words[: int(max_size) - 2]
@@ -276,6 +310,7 @@ def make_dataset(
     cache=True,
     drop_empty=None,
     count_truncated=False,
+    verbose=0,
 ):
     """From raw ``(text, label)`` pairs to shuffled, length-bucketed id batches.
 
@@ -296,6 +331,8 @@ def make_dataset(
             the pipeline cuts), from the token counts the tokenizer gives anyway. The
             count is one pass over the encoded texts, which fills the cache (with
             ``cache=False`` it is a pass of its own).
+        verbose: 1 shows a progress bar of that pass (texts encoded); 0 (default) is
+            silent.
 
     Returns:
         A dataset of ``(ids [batch, length] int32, labels [batch] int32)``; with
@@ -335,8 +372,16 @@ def make_dataset(
         ds = ds.cache()
     if count_truncated:
         # (the cache is shared: the batches read what this pass stored)
-        cut, texts = ds.reduce((np.int64(0), np.int64(0)),
-                               lambda counts, element: (counts[0] + tf.cast(element[2], tf.int64), counts[1] + 1))
+        if verbose:  # the pass encodes every text: minutes for a large split, shown
+            progress = _progress(None if drop_empty else _known_size(raw), "text", verbose)
+            cut = texts = 0
+            for flags in ds.map(lambda ids, label, cut: cut).batch(4096).as_numpy_iterator():
+                cut, texts = cut + int(flags.sum()), texts + len(flags)
+                progress.add(len(flags))
+            _finish(progress, texts)
+        else:
+            cut, texts = ds.reduce((np.int64(0), np.int64(0)),
+                                   lambda counts, element: (counts[0] + tf.cast(element[2], tf.int64), counts[1] + 1))
         counts = Truncation(int(cut), int(texts))
     ds = ds.map(lambda ids, label, cut: (ids, label))
     if shuffle:
@@ -346,15 +391,24 @@ def make_dataset(
     return (ds, counts) if count_truncated else ds
 
 
-def with_cardinality(dataset):
+def with_cardinality(dataset, verbose=0):
     """The dataset with its number of elements counted once and asserted.
 
     Length bucketing hides how many batches an epoch has; the count is the same every
     epoch (each bucket holds the same examples), so one pass over the data lets
     Keras show complete progress bars and plan epochs without running dry. With a
-    ``cache()`` in the pipeline, this pass also fills the cache.
+    ``cache()`` in the pipeline, this pass also fills the cache. ``verbose``: 1 shows a
+    progress bar of the batches counted; 0 (default) is silent.
     """
-    count = int(dataset.reduce(np.int64(0), lambda n, _: n + 1))
+    if verbose:
+        progress = _progress(None, "batch", verbose)
+        count = 0
+        for _ in dataset.map(lambda *element: 0).as_numpy_iterator():
+            count += 1
+            progress.add(1)
+        _finish(progress, count)
+    else:
+        count = int(dataset.reduce(np.int64(0), lambda n, _: n + 1))
     return dataset.apply(tf.data.experimental.assert_cardinality(count))
 
 
@@ -416,6 +470,14 @@ def require_data(name, data_dir=None):
     sst_trees.require_split_files(data_dir, splits(name))
 
 
+def unescape_csv_text(texts):
+    """Texts of Zhang et al.'s CSV files as written: ``\\n`` (a backslash and an "n")
+    is a line break (read as a space) and ``""`` a quote. A string tensor in, one of the
+    same shape out."""
+    texts = tf.strings.regex_replace(texts, r"\\n", " ")
+    return tf.strings.regex_replace(texts, '""', '"')
+
+
 def _tfds_split(name, split, data_dir, download):
     import tensorflow_datasets as tfds
 
@@ -424,6 +486,8 @@ def _tfds_split(name, split, data_dir, download):
 
     def to_pair(example):
         text = tf.strings.join([example[f] for f in fields], separator=" ")
+        if name in CSV_ESCAPED_DATASETS:
+            text = unescape_csv_text(text)
         return text, tf.cast(example["label"], tf.int32)
 
     return ds.map(to_pair, num_parallel_calls=tf.data.AUTOTUNE)
@@ -440,13 +504,15 @@ def load_split(name, split, data_dir=None, phrases=False, limit=None, download=F
             (``train.txt``, ``dev.txt``, ``test.txt``; required for SST).
         phrases: SST only: every distinct labelled phrase of the split's trees
             instead of the root sentences (more training data).
-        limit: keep only the first ``limit`` examples.
+        limit: keep only the first ``limit`` examples (a positive integer; None: all).
         download: let TFDS download and prepare a missing dataset.
 
     Returns:
         The dataset (unbatched).
     """
     _check_dataset(name)
+    if limit is not None:  # (limit=-1 dropped the last SST example, and kept every TFDS one)
+        limit = integer_at_least("limit", limit, 1)
     if name in TFDS_DATASETS:
         if phrases:
             raise InputError(f"`phrases=True` exists for SST only. Received: dataset={name!r}")
@@ -487,4 +553,5 @@ __all__ = [
     "save_vocabulary",
     "splits",
     "Truncation",
+    "unescape_csv_text",
 ]

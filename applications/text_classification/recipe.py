@@ -21,7 +21,7 @@ from applications.errors import InputError, PathNotFoundError
 
 
 def prepare_data(dataset="sst2", data_dir=None, batch_size=30, vocab_size=60000, max_length=data_lib.MAX_LENGTH,
-                 phrases=False, limit=None, seed=0, test=True, hold_out=False):
+                 phrases=False, limit=None, seed=0, test=True, hold_out=False, verbose=0):
     """The vocabulary and the batched splits that :func:`train` trains and tests on.
 
     The vocabulary is the ``vocab_size`` most frequent tokens of the training split;
@@ -36,6 +36,10 @@ def prepare_data(dataset="sst2", data_dir=None, batch_size=30, vocab_size=60000,
         selection (``tuning.text_classification``) needs. ``truncated``: for each of
         those datasets (by the same key), a ``data.Truncation``: how many of its texts
         are longer than ``max_length`` tokens (cut), of how many.
+
+    ``verbose``: 1 shows a line and a progress bar for each pass over the data (the
+    vocabulary, then each split encoded and counted: minutes for a large set, before
+    the first epoch); 0 (default) is silent.
     """
     train_split, val_split, test_split = data_lib.splits(dataset, hold_out)
 
@@ -43,15 +47,19 @@ def prepare_data(dataset="sst2", data_dir=None, batch_size=30, vocab_size=60000,
         return data_lib.load_split(dataset, split, data_dir, limit=limit, **kwargs)
 
     train_raw = raw(train_split, phrases=phrases)
-    vocabulary = data_lib.build_vocabulary(train_raw, max_size=vocab_size, max_length=max_length)
+    if verbose:
+        print(f"{dataset}: the vocabulary of the {train_split} split")
+    vocabulary = data_lib.build_vocabulary(train_raw, max_size=vocab_size, max_length=max_length, verbose=verbose)
     lookup = data_lib.make_lookup(vocabulary)
 
     truncated = {}
 
     def batches(key, ds, shuffle):
+        if verbose:
+            print(f"{dataset}: encoding the {key} texts, then counting their batches")
         batched, truncated[key] = data_lib.make_dataset(ds, lookup, batch_size, shuffle=shuffle, seed=seed,
-                                                        max_length=max_length, count_truncated=True)
-        return data_lib.with_cardinality(batched)
+                                                        max_length=max_length, count_truncated=True, verbose=verbose)
+        return data_lib.with_cardinality(batched, verbose=verbose)
 
     validation = batches("validation", raw(val_split), False)
     data = {
@@ -134,6 +142,11 @@ def train(
     Returns:
         A dict of the results (test accuracy, parameter counts, the number of texts of
         each split cut at ``max_length`` tokens: ``truncated_texts``, output paths, ...).
+
+    Raises:
+        InputError: (a ``ValueError``) an unknown ``dataset``, or a number out of its
+            range (``epochs``, ``batch_size``, ``limit`` below 1, a ``learning_rate`` not
+            > 0, ...), in one line, before the run directory is made or any text is read.
     """
 
     from applications import fault_tolerance
@@ -145,10 +158,19 @@ def train(
     # "`max_size`", max_length=0 as a StagingError traceback from inside tf.data)
     checks.integer_at_least("vocab_size", vocab_size, 3)
     checks.integer_at_least("max_length", max_length, 1)
+    # and the recipe's other numbers (epochs=0 saved and scored an untrained model as a
+    # finished run; limit=-1 trained and tested without the last SST example of each split)
+    checks.integer_at_least("epochs", epochs, 1)
+    checks.integer_at_least("batch_size", batch_size, 1)
+    checks.learning_rate(learning_rate)
+    if limit is not None:
+        checks.integer_at_least("limit", limit, 1)
+    data_lib.num_classes(dataset)  # an unknown dataset, before the run directory is made
     strategy = distribute.resolve_strategy(strategy)
     keras.utils.set_random_seed(seed)
     os.makedirs(run_dir, exist_ok=True)
-    data = prepare_data(dataset, data_dir, batch_size, vocab_size, max_length, phrases, limit, seed)
+    data = prepare_data(dataset, data_dir, batch_size, vocab_size, max_length, phrases, limit, seed,
+                        verbose=verbose)
     n_ids, n_classes = data["vocab_size"], data["num_classes"]
     if verbose:  # (the default 5,000 tokens cut long reviews without a word)
         shown = {split: n for split, n in data["truncated"].items()

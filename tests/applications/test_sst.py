@@ -94,6 +94,19 @@ def test_cache_is_reused_and_keyed_by_texts(encoder, tmp_path, monkeypatch):
     assert sorted(os.listdir(tmp_path)) == [entry]  # nothing half-written left behind
 
 
+def test_texts_with_line_breaks_never_share_a_cache_entry(encoder, tmp_path):
+    # audit (2026-11-28): the key hashed the texts joined by "\n", the same for
+    # ["good\nfilm", "bad"] and ["good", "film\nbad"]: the second list read the states of
+    # the first from the cache (the first text's four tokens for a text of three).
+    first, second = ["good\nfilm", "bad"], ["good", "film\nbad"]
+    assert sst._cache_key("tiny-bert", "t", 12, first) != sst._cache_key("tiny-bert", "t", 12, second)
+    sst.embed_texts(first, encoder, tmp_path, name="t", max_length=12, verbose=0)
+    embedded = sst.embed_texts(second, encoder, tmp_path, name="t", max_length=12, verbose=0)
+    assert embedded.lengths.tolist() == [len(ids) for ids in encoder.tokenize(second)] == [3, 4]
+    alone = sst.embed_texts(second, encoder, tmp_path / "alone", name="t", max_length=12, verbose=0)
+    np.testing.assert_array_equal(np.asarray(embedded.states), np.asarray(alone.states))
+
+
 def test_a_cache_directory_that_cannot_be_written_is_a_path_error(encoder, tmp_path, monkeypatch):
     # An existing --cache-dir this user may not write failed with a PermissionError, one
     # line on the command line only because every PermissionError was (bugs' too).

@@ -150,6 +150,29 @@ def test_tfds_pipelines_offline_with_mock_data(name, tmp_path):
     assert data.splits(name) == ("train", "test", "test")
 
 
+def test_yelp_texts_are_read_without_the_escapes_of_their_csv_file(tmp_path):
+    # audit (2026-11-28): TFDS's yelp_polarity_reviews keeps the escapes of Zhang et al.'s CSV
+    # (a line break written as a backslash and an "n", a quote doubled); the word after every
+    # line break became "n" + word ("nthe") and each quote two tokens.
+    import tensorflow_datasets as tfds
+
+    # a line of yelp_review_polarity_csv/train.csv, cut as TFDS's builder cuts it (line[5:-2])
+    line = '"2","Great food.\\n\\nThe staff said ""hi"" \\\\o/"\n'
+    written = line[5:-2]
+    assert written == 'Great food.\\n\\nThe staff said ""hi"" \\\\o/'
+
+    def as_dataset(self, *args, **kwargs):
+        return tf.data.Dataset.from_tensor_slices({"text": [written, "fine"], "label": [1, 0]})
+
+    with tfds.testing.mock_data(as_dataset_fn=as_dataset):
+        raw = list(data.load_split("yelp_polarity", "train", data_dir=str(tmp_path)).as_numpy_iterator())
+    assert raw[0] == (b'Great food.  The staff said "hi" \\\\o/', 1) and raw[1] == (b"fine", 0)
+    assert _tokens(data.preprocess(raw[0][0].decode())) == [
+        "great", "food", ".", "the", "staff", "said", '"', "hi", '"', "\\", "\\", "o", "/"]
+    # (the unescaping itself, on any string tensor)
+    assert data.unescape_csv_text(tf.constant(['a\\nb ""c""'])).numpy().tolist() == [b'a b "c"']
+
+
 def test_sst_splits_from_tree_files():
     raw = data.load_split("sst2", "test", SST_DIR)
     labels = [y for _, y in raw.as_numpy_iterator()]
@@ -599,6 +622,57 @@ def test_train_refuses_bad_data_options_by_their_names_before_the_run_directory(
     assert not (tmp_path / "run").exists()
     with pytest.raises(ValueError, match="^`max_length` must be an integer >= 1. Received: max_length=0$"):
         data.build_vocabulary(["a good film"], max_length=0)
+
+
+@pytest.mark.parametrize("options, message", [
+    # epochs=0 trained nothing, then saved and scored the untrained model as a finished run
+    (dict(epochs=0), "^`epochs` must be an integer >= 1. Received: epochs=0$"),
+    # limit=-1 trained and tested on every SST example but the last of each split (texts[:-1])
+    (dict(limit=-1), "^`limit` must be an integer >= 1. Received: limit=-1$"),
+    (dict(limit=0), "^`limit` must be an integer >= 1. Received: limit=0$"),
+    (dict(batch_size=0), "^`batch_size` must be an integer >= 1. Received: batch_size=0$"),
+    (dict(learning_rate=-1.0), "^`learning_rate` must be a finite number > 0. Received: learning_rate=-1.0$"),
+    (dict(dataset="sst3"), "^`dataset` must be one of .*Received: dataset='sst3'$"),
+])
+def test_train_refuses_bad_recipe_numbers_before_the_run_directory(options, message, tmp_path, monkeypatch):
+    # audit (2026-11-28): refused in one line before any text is read
+    def no_data(*args, **kwargs):
+        raise AssertionError("data read before the options were checked")
+
+    monkeypatch.setattr(recipe, "prepare_data", no_data)
+    kwargs = dict(dataset="sst2", data_dir=SST_DIR, run_dir=str(tmp_path / "run"), epochs=1, limit=8, verbose=0)
+    with pytest.raises(ValueError, match=message):
+        recipe.train(**{**kwargs, **options}, **TINY)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("limit", [-1, 0, True, 2.5])
+def test_load_split_refuses_a_limit_that_is_not_a_positive_integer(limit):
+    # limit=-1 gave every SST sentence but the last (texts[:-1]), and every TFDS example (take(-1))
+    with pytest.raises(ValueError, match=f"^`limit` must be an integer >= 1. Received: limit={limit!r}$"):
+        data.load_split("sst2", "test", SST_DIR, limit=limit)
+    assert len(list(data.load_split("sst2", "test", SST_DIR, limit=3))) == 3
+
+
+def test_prepare_data_shows_the_progress_of_its_passes_over_the_data(capsys):
+    # audit (2026-11-28): the vocabulary, then the encoding and the count of every split,
+    # were passes over the data without a word (minutes for yelp_polarity before the first
+    # epoch's bar); verbose shows a line and a progress bar for each, and changes no result.
+    quiet = recipe.prepare_data("sst2", SST_DIR, batch_size=4, limit=12, seed=1)
+    assert capsys.readouterr().out == ""
+    shown = recipe.prepare_data("sst2", SST_DIR, batch_size=4, limit=12, seed=1, verbose=1)
+    out = capsys.readouterr().out
+    assert out.index("sst2: the vocabulary of the train split") < out.index("12/12")
+    for split in ("validation", "train", "test"):
+        assert out.count(f"sst2: encoding the {split} texts, then counting their batches") == 1
+    batches = int(shown["train"].cardinality())
+    assert re.search(rf"\b{batches}/Unknown", out), out  # the count of batches, ended at the last
+    assert shown["vocabulary"] == quiet["vocabulary"] and shown["truncated"] == quiet["truncated"]
+    for key in ("train", "validation", "test"):
+        assert int(shown[key].cardinality()) == int(quiet[key].cardinality())
+        for (ids, labels), (ids2, labels2) in zip(shown[key], quiet[key], strict=True):
+            np.testing.assert_array_equal(ids, ids2)
+            np.testing.assert_array_equal(labels, labels2)
 
 
 # ---------------------------------------------------------------------- texts cut at max_length
