@@ -626,7 +626,7 @@ def run_train(args, strategy):
     # A rerun that finishes a run from a backup of all its epochs trains nothing, so
     # this fit's history is empty: the figures are the log's (every epoch of the run).
     logs = fault_tolerance.logged_history(history, resumable)[0]
-    plot_history(logs, paths["plot"])
+    plot_history(logs, paths["plot"], held_out="test")  # (fit watches the test pairs, as the paper's runs)
     # the "reverse graphics" view: the class-capsule pose of a test object turning round
     pairs, azimuths, name = longest_viewpoint_sequence(load_split("test", args.data_dir, download=False),
                                                        image_size=args.image_size)

@@ -443,6 +443,10 @@ def test_evaluate_scores_pairs_of_the_image_size_that_train_recorded(tmp_path, m
         sizes.append(bound.arguments["image_size"])
         return make(*a, **kw)
 
+    from applications import demo
+
+    plotted, plot = [], demo.plot_history  # (which curves the plot calls what: fit watches the test pairs)
+    monkeypatch.setattr(demo, "plot_history", lambda *a, **kw: (plotted.append(kw.get("held_out")), plot(*a, **kw)))
     with tfds.testing.mock_data(num_examples=4):
         result = smallnorb.run_train(args, tf.distribute.get_strategy())
         monkeypatch.setattr(smallnorb, "make_dataset", spy)
@@ -451,7 +455,7 @@ def test_evaluate_scores_pairs_of_the_image_size_that_train_recorded(tmp_path, m
              "--data-dir", str(tmp_path / "tfds")]))
         assert evaluate_args.image_size is None
         evaluated = smallnorb.run_evaluate(evaluate_args, tf.distribute.get_strategy())
-    assert sizes == [24]
+    assert sizes == [24] and plotted == ["test"]
     assert json.loads((run / "metrics.json").read_text())["image_size"] == 24
     assert evaluated["test_loss"] == pytest.approx(result["test_loss"], rel=1e-6)
     assert cli.build_parser("smallnorb").parse_args(["train", "smallnorb"]).image_size == smallnorb.IMAGE_SIZE
