@@ -799,12 +799,31 @@ def first_questions(data, limit=None):
     }
 
 
-def prepare_offline(cache_dir, data_dir=None, image_size=IMAGE_SIZE, limit=None, verbose=1):
+def prepare_offline(cache_dir, data_dir=None, image_size=IMAGE_SIZE, limit=None, verbose=1, weights="imagenet"):
     """:func:`prepare` of both splits without any download (see :func:`offline_extractor`),
-    keeping the first ``limit`` questions of each split."""
-    extractor = offline_extractor(cache_dir, data_dir, image_size)
-    data = prepare(cache_dir, data_dir, SPLITS, image_size, extractor=extractor, verbose=verbose)
+    keeping the first ``limit`` questions of each split; ``weights``: ResNet-101's, as
+    :func:`prepare` takes them."""
+    extractor = offline_extractor(cache_dir, data_dir, image_size, weights)
+    data = prepare(cache_dir, data_dir, SPLITS, image_size, weights, extractor=extractor, verbose=verbose)
     return first_questions(data, limit)
+
+
+#: ``evaluate``'s default ``weights``: those ``train`` recorded (:func:`recorded_weights`).
+RECORDED = "recorded"
+
+
+def recorded_weights(model_path):
+    """The ResNet-101 weights whose features ``train`` recorded in ``metrics.json`` beside
+    ``model_path`` (``"imagenet"``, None for random ones, or a weights file), else
+    ``"imagenet"`` (a run of an older version recorded none: the command line's)."""
+    recorded = checks.recorded_metrics(model_path)
+    if "weights" not in recorded:
+        return "imagenet"
+    weights = recorded["weights"]
+    if weights is not None and not isinstance(weights, str):
+        raise InputError(f"metrics.json beside {model_path!r} records weights={weights!r}, which are no "
+                         "ResNet-101 weights: 'imagenet', null or a file")
+    return weights
 
 
 def require_questions(data, cache_dir, splits=SPLITS):
@@ -901,6 +920,8 @@ def train(cache_dir, run_dir="runs/clevr", data_dir=None, epochs=25, batch_size=
               **question_counts(data["validation"]), "parameters": int(model.count_params()), "epochs": epochs,
               "image_size": int(image_size),  # evaluate reads the features of this size by default
               "limit": limit,  # and scores the same first validation questions (None: all)
+              # and the features of these ResNet-101 weights ("imagenet", null for random, a file)
+              "weights": weights if weights is None or weights == "imagenet" else os.path.abspath(str(weights)),
               **paths}
     fault_tolerance.write_metrics_json(result, paths["metrics"])
     fault_tolerance.finish_run(callbacks)  # the outputs are written: the backup goes
@@ -908,7 +929,7 @@ def train(cache_dir, run_dir="runs/clevr", data_dir=None, epochs=25, batch_size=
 
 
 def evaluate(model_path, cache_dir, data_dir=None, image_size=None, limit=None, batch_size=64,
-             strategy=None, verbose=0):
+             strategy=None, verbose=0, weights=RECORDED):
     """Validation loss and accuracy of a saved model (the CLEVR test split has no answers).
 
     The questions are encoded with the vocabulary of the cached training split, as in
@@ -921,6 +942,9 @@ def evaluate(model_path, cache_dir, data_dir=None, image_size=None, limit=None, 
     questions out could not score their labels). ``image_size`` (None) defaults to the
     one :func:`train` recorded in ``metrics.json`` beside the model, else 224 (the
     features of another size are another cache, of another shape than the model takes).
+    ``weights`` (ResNet-101's: ``"imagenet"``, None for random ones, or a weights file)
+    defaults likewise to those ``train`` recorded, else ``"imagenet"``: a model trained
+    on the features of other weights was scored on the ImageNet features.
     ``limit`` (None: the first questions of every split) defaults likewise to the one
     recorded there, else all: a model trained with a limit is scored on the validation
     questions that ``train`` scored. A given ``limit`` wins; one at least the number of
@@ -940,9 +964,11 @@ def evaluate(model_path, cache_dir, data_dir=None, image_size=None, limit=None, 
     image_size = integer_at_least("image_size", image_size, 1)
     if limit is None:  # (every validation question was scored, other ones than train scored)
         limit = recorded_integers(model_path, ("limit",), minimum=1).get("limit")
+    if weights is RECORDED:
+        weights = recorded_weights(model_path)
     strategy = distribute.resolve_strategy(strategy)
     with console.progress_on_stderr(verbose):  # a missing cache: hours
-        data = prepare_offline(cache_dir, data_dir, image_size, limit, verbose=verbose)
+        data = prepare_offline(cache_dir, data_dir, image_size, limit, verbose=verbose, weights=weights)
     require_questions(data, cache_dir, ("validation",))
     val_ds = make_dataset(**data["validation"], batch_size=batch_size, drop_unknown=False)
     with strategy.scope():

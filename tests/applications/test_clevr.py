@@ -487,6 +487,27 @@ def test_evaluate_reads_the_features_of_the_image_size_that_train_recorded(tmp_p
     assert cli.build_parser("clevr").parse_args(["train", "clevr"]).image_size == clevr.IMAGE_SIZE
 
 
+def test_evaluate_reads_the_features_of_the_resnet_weights_that_train_recorded(tmp_path):
+    # evaluate always read the ImageNet features: a model trained (from Python) on the
+    # features of random or file weights was scored on others than it was trained on
+    import numpy as np
+
+    from tests.applications.tiny_data import CLEVR_IMAGE_SIZE, tiny_clevr_cache
+
+    cache = tiny_clevr_cache(tmp_path / "cache")
+    for split in clevr.SPLITS:  # the features of random weights, beside the ImageNet ones
+        imagenet = np.load(f"{cache}/{clevr.features_file(split, CLEVR_IMAGE_SIZE)}")
+        np.save(f"{cache}/{clevr.features_file(split, CLEVR_IMAGE_SIZE, None)}", (3 - 2 * imagenet).astype("float16"))
+    result = clevr.train(cache, run_dir=str(tmp_path / "run"), epochs=1, batch_size=8, image_size=CLEVR_IMAGE_SIZE,
+                         weights=None, model_kwargs=dict(units=8, embedding_dim=4, max_steps=1), verbose=0)
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["weights"] is None
+    evaluated = clevr.evaluate(result["model"], cache, data_dir=str(tmp_path / "no-tfds"), batch_size=8)
+    assert evaluated["validation_loss"] == pytest.approx(result["validation_loss"], rel=1e-5)
+    imagenet = clevr.evaluate(result["model"], cache, data_dir=str(tmp_path / "no-tfds"), batch_size=8,
+                              weights="imagenet")  # given weights win
+    assert imagenet["validation_loss"] != pytest.approx(result["validation_loss"], rel=1e-5)
+
+
 def test_evaluate_scores_the_validation_questions_that_train_scored(tmp_path, capsys):
     # `train clevr --limit N` scored the first N validation questions but recorded no N, and
     # `evaluate` of its model then scored every validation question: another accuracy than
