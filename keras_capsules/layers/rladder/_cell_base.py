@@ -167,7 +167,9 @@ class EncoderCellBase(keras.layers.Layer):
         return self.add_weight(
             name=name,
             shape=shape,
-            initializer=clone_initializer(getattr(self, f"{kind}_initializer")),
+            initializer=clone_initializer(
+                getattr(self, f"{kind}_initializer"), f"{type(self).__name__}/{name}"
+            ),
             regularizer=getattr(self, f"{kind}_regularizer"),
             constraint=getattr(self, f"{kind}_constraint"),
         )

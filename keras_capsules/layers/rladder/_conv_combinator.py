@@ -135,7 +135,7 @@ class ConvCombinatorBase(keras.layers.Layer):
         return self.add_weight(
             name=name,
             shape=shape,
-            initializer=clone_initializer(self.kernel_initializer),
+            initializer=clone_initializer(self.kernel_initializer, f"{type(self).__name__}/{name}"),
             regularizer=self.kernel_regularizer,
             constraint=self.kernel_constraint,
         )
@@ -144,7 +144,7 @@ class ConvCombinatorBase(keras.layers.Layer):
         return self.add_weight(
             name=name,
             shape=(size,),
-            initializer=clone_initializer(self.bias_initializer),
+            initializer=clone_initializer(self.bias_initializer, f"{type(self).__name__}/{name}"),
             regularizer=self.bias_regularizer,
             constraint=self.bias_constraint,
         )

@@ -43,7 +43,9 @@ class ElementwiseGate:
             weight = self.add_weight(
                 name=f"{param}_weights",
                 shape=(5, units),
-                initializer=clone_initializer(getattr(self, f"{param}_initializer")),
+                initializer=clone_initializer(
+                    getattr(self, f"{param}_initializer"), f"{type(self).__name__}/{param}_weights"
+                ),
                 regularizer=getattr(self, f"{param}_regularizer"),
                 constraint=getattr(self, f"{param}_constraint"),
             )

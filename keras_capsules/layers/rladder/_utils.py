@@ -1,10 +1,12 @@
 """Private helpers shared by the Recurrent Ladder layers (validation, resampling)."""
 
+import numbers
 import warnings
 
 import keras
 from keras import ops
 
+from keras_capsules.layers._initializers import fresh_initializer
 from keras_capsules._validation import choice, generator_seed, positive_float, positive_int, seed_value  # noqa: F401 (re-exported)
 from keras_capsules.ops import mean, routing_dtype
 
@@ -162,15 +164,35 @@ def elementwise_f(u, params):
     return w0 * ops.sigmoid(w1 * u + w2) + w3 * u + w4
 
 
-def clone_initializer(initializer):
-    """A fresh copy of an initializer for one weight.
+def clone_initializer(initializer, salt=None):
+    """A fresh copy of an initializer for one weight (:func:`fresh_initializer`).
 
-    An unseeded Keras random initializer draws its seed once, so one instance used
-    for several weights of the same shape fills them with identical values; a copy
-    made from its config draws a new seed.
+    One Keras random initializer instance used for several weights of the same shape
+    fills them with identical values: an unseeded one draws its seed once, a seeded
+    one always uses its seed. A copy made from the config of an unseeded initializer
+    draws a new seed; a seeded one's copy gets ``seed + crc32(salt)``, so weights
+    with different ``salt`` (class and weight name; RLadder adds the sublayer's name)
+    start different and the same seed reproduces them all. An initializer seeded
+    with a ``keras.random.SeedGenerator`` is used as it is (it draws anew at every
+    call).
+    """
+    return fresh_initializer(initializer, salt)
+
+
+def salted_initializer(initializer, salt):
+    """``initializer`` itself, or, if it has an integer seed, a copy whose seed is
+    derived from that seed and ``salt`` (:func:`fresh_initializer`).
+
+    For a layer that hands one initializer to several sublayers (RLadder's levels):
+    each copies it again for every weight, which gives an unseeded initializer new
+    values anyway, while a seeded one needs a salt of its own per sublayer. An
+    unseeded initializer is not copied here, so that it draws no extra seed from the
+    global random state (``keras.utils.set_random_seed`` reproduces the same weights).
     """
     if isinstance(initializer, keras.initializers.Initializer):
-        return initializer.__class__.from_config(initializer.get_config())
+        seed = initializer.get_config().get("seed")
+        if isinstance(seed, numbers.Integral) and not isinstance(seed, bool):
+            return fresh_initializer(initializer, salt)
     return initializer
 
 

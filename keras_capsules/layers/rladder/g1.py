@@ -130,14 +130,14 @@ class G1(ElementwiseGate, keras.layers.Layer):
             self.kernel = self.add_weight(
                 name="kernel",
                 shape=(top[-1], units),
-                initializer=clone_initializer(self.kernel_initializer),
+                initializer=clone_initializer(self.kernel_initializer, "G1/kernel"),
                 regularizer=self.kernel_regularizer,
                 constraint=self.kernel_constraint,
             )
         self.bias = self.add_weight(
             name="bias",
             shape=(units,),
-            initializer=clone_initializer(self.bias_initializer),
+            initializer=clone_initializer(self.bias_initializer, "G1/bias"),
             regularizer=self.bias_regularizer,
             constraint=self.bias_constraint,
         )

@@ -12,6 +12,7 @@ from keras_capsules.layers.rladder._utils import (
     expand_to,
     check_step_mask,
     clone_initializer,
+    salted_initializer,
     loaded_without_effect,
     max_pool,
     normalize,
@@ -99,7 +100,10 @@ class RLadder(keras.layers.Layer):
             of ``d_0`` to this many channels gives the prediction; None (default)
             returns ``d_0``, which has the shape of the input. Needs the decoder.
         kernel_initializer, recurrent_initializer, bias_initializer: passed to every
-            encoder cell and combinator (and the output map).
+            encoder cell and combinator (and the output map). Every weight gets a
+            copy of its own: a seeded initializer's copies take seeds derived from
+            its seed and the weight's level and name, so that weights of one shape
+            start different and the same seed gives the same ladder.
         feedback_initializer: initializer of the encoder cells' feedback kernels
             (the decoder-to-encoder connections); None (default) uses
             ``kernel_initializer``. Only a ladder with feedback
@@ -362,46 +366,63 @@ class RLadder(keras.layers.Layer):
                 + f" builds none. Received: feedback_initializer={feedback_initializer!r}, "
                 f"decoder_to_encoder={self.decoder_to_encoder}, use_decoder={self.use_decoder}"
             )
-        common = dict(
-            dtype=self.dtype_policy,
-            kernel_initializer=clone_initializer(self.kernel_initializer),
-            bias_initializer=clone_initializer(self.bias_initializer),
-            kernel_regularizer=self.kernel_regularizer,
-            bias_regularizer=self.bias_regularizer,
-        )
-        cell_common = dict(
-            common,
-            use_feedback=use_feedback,
-            recurrent_initializer=clone_initializer(self.recurrent_initializer),
-            recurrent_regularizer=self.recurrent_regularizer,
+        # One copy of each initializer for all the sublayers (each copies it again for
+        # every weight). A seeded one is copied for every sublayer with a seed salted by
+        # the sublayer's name: with one seed for all of them, the same-shaped weights of
+        # different levels (and a level's input and feedback kernels) started identical.
+        shared = dict(
+            kernel=clone_initializer(self.kernel_initializer),
+            bias=clone_initializer(self.bias_initializer),
+            recurrent=clone_initializer(self.recurrent_initializer),
         )
         if use_feedback:  # a cell without feedback refuses feedback options
-            cell_common.update(
-                feedback_initializer=clone_initializer(
-                    self.kernel_initializer
-                    if self.feedback_initializer is None
-                    else self.feedback_initializer
-                ),
-                feedback_regularizer=self.kernel_regularizer,
+            shared["feedback"] = clone_initializer(
+                self.kernel_initializer if self.feedback_initializer is None else self.feedback_initializer
             )
+
+        def initializers(name, kinds):
+            return {
+                f"{kind}_initializer": salted_initializer(shared[kind], f"RLadder/{name}/{kind}")
+                for kind in kinds
+            }
+
+        def common(name):
+            return dict(
+                initializers(name, ("kernel", "bias")),
+                dtype=self.dtype_policy,
+                kernel_regularizer=self.kernel_regularizer,
+                bias_regularizer=self.bias_regularizer,
+            )
+
+        def cell_common(name):
+            options = dict(
+                common(name),
+                **initializers(name, ("recurrent",) + (("feedback",) if use_feedback else ())),
+                use_feedback=use_feedback,
+                recurrent_regularizer=self.recurrent_regularizer,
+            )
+            if use_feedback:
+                options["feedback_regularizer"] = self.kernel_regularizer
+            return options
+
         self.encoders = []
         for i, spec in enumerate(self.levels):
             name = f"encoder_{i + 1}"
             if spec["encoder"] == "gated":
-                cell = GatedEncoderCell(spec["units"], name=name, **cell_common)
+                cell = GatedEncoderCell(spec["units"], name=name, **cell_common(name))
             elif spec["encoder"] == "lstm":
-                cell = LSTMEncoderCell(spec["units"], name=name, **cell_common)
+                cell = LSTMEncoderCell(spec["units"], name=name, **cell_common(name))
             elif spec["encoder"] == "conv":
                 cell = ConvEncoderCell(
                     spec["units"],
                     kernel_size=spec["kernel_size"],
                     normalization=spec["normalization"],
                     name=name,
-                    **cell_common,
+                    **cell_common(name),
                 )
             else:
                 cell = ConvLSTMEncoderCell(
-                    spec["units"], kernel_size=spec["kernel_size"], name=name, **cell_common
+                    spec["units"], kernel_size=spec["kernel_size"], name=name, **cell_common(name)
                 )
             self.encoders.append(cell)
         self.decoders = []
@@ -421,7 +442,9 @@ class RLadder(keras.layers.Layer):
                         spec["combinator_filters"],
                         spec["kernel_size"],
                     )
-                self.decoders.append(self._make_combinator(l, combinator, filters, ksize, common))
+                self.decoders.append(
+                    self._make_combinator(l, combinator, filters, ksize, common(f"decoder_{l}"))
+                )
 
     def _make_combinator(self, l, combinator, filters, kernel_size, common):
         cls = _COMBINATOR_CLASSES[combinator]
@@ -531,13 +554,13 @@ class RLadder(keras.layers.Layer):
                 self.output_kernel = self.add_weight(
                     name="output_kernel",
                     shape=(features[-1], self.output_units),
-                    initializer=clone_initializer(self.kernel_initializer),
+                    initializer=clone_initializer(self.kernel_initializer, "RLadder/output_kernel"),
                     regularizer=self.kernel_regularizer,
                 )
                 self.output_bias = self.add_weight(
                     name="output_bias",
                     shape=(self.output_units,),
-                    initializer=clone_initializer(self.bias_initializer),
+                    initializer=clone_initializer(self.bias_initializer, "RLadder/output_bias"),
                     regularizer=self.bias_regularizer,
                 )
         self.built = True

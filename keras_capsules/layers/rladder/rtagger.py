@@ -182,7 +182,7 @@ class RTagger(keras.layers.Layer):
         input_combinator, input_combinator_filters: passed to the ladder.
         kernel_initializer, recurrent_initializer, bias_initializer: passed to the
             ladder (``kernel_initializer`` and ``bias_initializer`` also to the
-            read-out).
+            read-out); every weight gets a copy of its own (see :class:`RLadder`).
         means_initializer: initializer of ``initial_mean``. Default zeros.
         mask_initializer: initializer of the fixed ``initial_logits``. Default
             standard normal (seeded).
@@ -356,9 +356,9 @@ class RTagger(keras.layers.Layer):
             use_decoder=True,
             input_combinator=input_combinator,
             input_combinator_filters=input_combinator_filters,
-            kernel_initializer=clone_initializer(self.kernel_initializer),
-            recurrent_initializer=clone_initializer(self.recurrent_initializer),
-            bias_initializer=clone_initializer(self.bias_initializer),
+            kernel_initializer=clone_initializer(self.kernel_initializer, "RTagger/ladder"),
+            recurrent_initializer=clone_initializer(self.recurrent_initializer, "RTagger/ladder"),
+            bias_initializer=clone_initializer(self.bias_initializer, "RTagger/ladder"),
             kernel_regularizer=self.kernel_regularizer,
             recurrent_regularizer=self.recurrent_regularizer,
             bias_regularizer=self.bias_regularizer,
@@ -440,18 +440,18 @@ class RTagger(keras.layers.Layer):
         self.initial_mean = self.add_weight(
             name="initial_mean",
             shape=(channels,),
-            initializer=clone_initializer(self.means_initializer),
+            initializer=clone_initializer(self.means_initializer, "RTagger/initial_mean"),
         )
         self.readout_kernel = self.add_weight(
             name="readout_kernel",
             shape=(width, channels + 1),
-            initializer=clone_initializer(self.kernel_initializer),
+            initializer=clone_initializer(self.kernel_initializer, "RTagger/readout_kernel"),
             regularizer=self.kernel_regularizer,
         )
         self.readout_bias = self.add_weight(
             name="readout_bias",
             shape=(channels + 1,),
-            initializer=clone_initializer(self.bias_initializer),
+            initializer=clone_initializer(self.bias_initializer, "RTagger/readout_bias"),
             regularizer=self.bias_regularizer,
         )
         if self.mask_damping == "learned":

@@ -246,6 +246,32 @@ def test_same_shape_kernels_start_different():
     assert not np.allclose(np.asarray(layer.mu1_kernel), np.asarray(layer.mu2_kernel))
 
 
+@pytest.mark.parametrize(
+    "initializer",
+    [
+        lambda: keras.initializers.GlorotUniform(seed=3),
+        lambda: keras.initializers.GlorotUniform(seed=keras.random.SeedGenerator(3)),
+    ],
+    ids=["int_seed", "seed_generator"],
+)
+def test_seeded_initializers_start_same_shape_kernels_different_and_reproducibly(initializer):
+    # Audit (2026-11-28): the per-weight copy of a seeded initializer kept its seed (or
+    # restarted its SeedGenerator), so ConvG3's lateral, mu1, mu2 and s kernels (one
+    # shape) all started identical, and mu1 = mu2 made y = mu1 whatever the gate s.
+    def kernels():
+        layer = ConvG3(kernel_initializer=initializer())
+        layer(np.zeros((1, 4, 4, 2), "float32"))
+        return [np.asarray(getattr(layer, f"{n}_kernel")) for n in ("lateral", "mu1", "mu2", "s")]
+
+    first = kernels()
+    for i in range(len(first)):
+        for j in range(i):
+            assert not np.array_equal(first[i], first[j]), (i, j)
+    if not isinstance(initializer().seed, keras.random.SeedGenerator):  # an int seed reproduces
+        for a, b in zip(first, kernels()):
+            np.testing.assert_array_equal(a, b)
+
+
 @pytest.mark.parametrize("cls", [ConvG1, ConvG2, ConvG3])
 def test_transpose_upsampling_by_one_is_refused_and_old_configs_load(cls):
     # fix13: upsample_mode="transpose" with upsample=1 was accepted and had no effect

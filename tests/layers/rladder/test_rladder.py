@@ -329,6 +329,32 @@ def test_zero_feedback_initializer_starts_as_the_ladder_without_feedback():
     assert RLadder(DENSE_LEVELS).get_config()["feedback_initializer"] is None
 
 
+def test_a_seeded_initializer_starts_every_level_different_and_reproducibly():
+    # Audit (2026-11-28): every sublayer got a copy of a seeded initializer with its seed,
+    # so same-shaped weights started identical: the kernels of equal levels, and a
+    # level's input and feedback kernels (a symmetry training had to break first).
+    def weights():
+        ladder = RLadder(
+            [level_spec("gated", 4), level_spec("gated", 4)],
+            kernel_initializer=keras.initializers.GlorotUniform(seed=7),
+            recurrent_initializer=keras.initializers.Orthogonal(seed=7),
+        )
+        ladder(_seq(1, 2, 4))
+        return {w.path.split("/", 1)[1]: np.asarray(w) for w in ladder.weights if w.path.endswith("kernel")}
+
+    first = weights()
+    assert len(first) == 8  # input, feedback, recurrent kernels of 2 levels; decoders 0 and 1
+    by_shape = {}
+    for name, value in first.items():
+        by_shape.setdefault(value.shape, []).append((name, value))
+    for same_shape in by_shape.values():
+        for i, (name_a, a) in enumerate(same_shape):
+            for name_b, b in same_shape[:i]:
+                assert not np.array_equal(a, b), (name_a, name_b)
+    for name, value in weights().items():  # the same seed gives the same ladder
+        np.testing.assert_array_equal(value, first[name])
+
+
 @pytest.mark.parametrize("kwargs", [{}, {"decoder_to_encoder": False}, {"use_decoder": False}])
 def test_padded_steps_never_change_the_other_outputs(kwargs):
     """A Keras mask: padded steps (leading, inner, trailing) hold the carry, output zeros."""
