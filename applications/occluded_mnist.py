@@ -904,10 +904,12 @@ def _test_errors(model, data, batch_size=64, verbose=0):
 
 
 # ------------------------------------------------------------------------- recipe
-def _train_test_digits(source, data_dir, seed):
-    """The digits of the training and of the test sequences (see :func:`train`)."""
+def _train_test_digits(source, data_dir, seed, test_only=False):
+    """The digits of the training and of the test sequences (see :func:`train`);
+    ``test_only``: those of the training sequences may be None (TFDS's 60,000 training
+    digits are then not read: ``evaluate`` read and dropped them)."""
     if source == "tfds":
-        return load_digits("tfds", data_dir, "train"), load_digits("tfds", data_dir, "test")
+        return None if test_only else load_digits("tfds", data_dir, "train"), load_digits("tfds", data_dir, "test")
     images, labels = load_digits(source, data_dir)
     order = np.random.default_rng(seed).permutation(len(images))
     cut = int(0.8 * len(images))
@@ -1116,7 +1118,7 @@ def evaluate(model_path, source=None, data_dir=None, num_test=None, seed=None, b
     _check_occluded_mnist_model(model, model_path)
     if note:  # nothing recorded the split
         print(note, file=sys.stderr)
-    _, test_digits = _train_test_digits(source, data_dir, seed)
+    _, test_digits = _train_test_digits(source, data_dir, seed, test_only=True)
     # [batch, T, S, S, 1]: the sequences the model was built for
     num_frames, frame_size = model.input_shape[1], model.input_shape[2]
     test_data = generate(*test_digits, num_test, seed=seed + 1, frame_size=frame_size, num_frames=num_frames)

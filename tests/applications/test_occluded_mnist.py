@@ -1013,7 +1013,10 @@ def test_the_tfds_digits_are_read_offline_with_mock_data(tmp_path, capsys, monke
         capsys.readouterr()
         argv = ["evaluate", "occluded_mnist", "--model", str(model), "--source", "tfds", "--data-dir",
                 str(tmp_path), "--num-test", "4", "--quiet"]
+        read, load = [], om.load_digits
+        monkeypatch.setattr(om, "load_digits", lambda *a, **kw: (read.append(a[2:] or kw.get("split")), load(*a, **kw))[1])
         assert cli.main(argv) == 0, capsys.readouterr().err
+    assert read == [("test",)]  # evaluate read (and dropped) the 60,000 training digits too
     result = json.loads(capsys.readouterr().out)
     assert result["test_error_per_step"]["counts"]["all"] == 4 and 0.0 <= result["test_error"] <= 1.0
 
