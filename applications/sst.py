@@ -133,11 +133,18 @@ def preset_fingerprint(preset):
     in the folder and its size; a small one (at most ``FINGERPRINT_READ_BYTES``: the
     config, metadata and tokenizer files) by its content too, a large one (the
     weights) by its modification time, so that gigabytes of weights are never read
-    for a key. ``DEFAULT_PRESET`` (MiniLM-L6 of its package) and names such as
+    for a key. ``DEFAULT_PRESET`` (MiniLM-L6 of its package) gives the installed
+    version of that package (None when it is not installed), so that the states of
+    another release's checkpoint are never read for it; names such as
     ``"bert_tiny_en_uncased"`` give None: their key is the name alone.
     """
     if preset is None or preset == DEFAULT_PRESET:
-        return None
+        from importlib import metadata
+
+        try:
+            return f"{MINILM_PACKAGE} {metadata.version(MINILM_PACKAGE)}"
+        except metadata.PackageNotFoundError:
+            return None
     text = os.fspath(preset)
     folder = os.path.expanduser(text)
     if "://" in text or not os.path.isdir(folder):

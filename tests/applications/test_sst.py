@@ -661,8 +661,23 @@ def test_the_fingerprint_of_a_preset_folder_reads_small_files_and_dates_large_on
     assert sst.preset_fingerprint(preset) != large
     os.utime(weights, ns=(info.st_atime_ns, info.st_mtime_ns))
     assert sst.preset_fingerprint(preset) == large
-    # names (and the default MiniLM) are keyed by the name alone, as before
+    # names are keyed by the name alone, as before; so is the default MiniLM without its package
+    from importlib import metadata
+
+    def no_package(name):
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(metadata, "version", no_package)
     for name in ("bert_tiny_en_uncased", sst.DEFAULT_PRESET, None, str(tmp_path / "missing")):
         assert sst.preset_fingerprint(name) is None
+    # the default MiniLM by its package's version: another release's checkpoint had the
+    # same key, and the states of the old one were read from the cache
+    keys = {}
+    for version in ("1.0", "1.1"):
+        monkeypatch.setattr(metadata, "version", lambda name, version=version: version)
+        assert sst.preset_fingerprint(sst.DEFAULT_PRESET) == sst.preset_fingerprint(None) == f"{sst.MINILM_PACKAGE} {version}"
+        keys[version] = sst._cache_key(*sst._encoder_identity(None)[:1], "t", 12, TEXTS,
+                                       fingerprint=sst._encoder_identity(None)[1])
+    assert keys["1.0"] != keys["1.1"]
     assert sst._cache_key("bert_tiny_en_uncased", "t", 12, TEXTS) == (
         "bert_tiny_en_uncased-t-L12-" + _texts_digest(TEXTS))
