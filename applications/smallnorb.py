@@ -24,10 +24,11 @@ authors' code) and a random 96x96 crop, the whole image at test, batches of
 from 1e-5 to 5e-4 over the first 10% of steps then falling back to 1e-5 on a cosine,
 cross-entropy of the softmax of the class scores.
 
-The "reverse graphics" view (``plot_pose_trajectory``) projects the pose of the
-activated class capsule with MDS as the viewpoint of an object changes;
-``keras-capsules train smallnorb`` draws it for the test object with the most
-azimuths (``longest_viewpoint_sequence``) to ``pose_trajectory.png``.
+The "reverse graphics" view (``plot_pose_trajectory``) projects the pose of a
+class capsule with MDS as the viewpoint of an object changes;
+``keras-capsules train smallnorb`` draws, to ``pose_trajectory.png``, the capsule of
+the true class of the test object with the most azimuths
+(``longest_viewpoint_sequence``), the same capsule in every view.
 
 Reference:
     F. A. Heinsen, "An Algorithm for Routing Capsules in All Domains", 2019,
@@ -177,22 +178,37 @@ def compile_model(model, total_steps, min_lr=1e-5, max_lr=5e-4, warmup_fraction=
 
 
 # --------------------------------------------------------------------------- data
-def load_split(split, data_dir=None, download=True, shuffle_files=False, seed=None):
+def load_split(split, data_dir=None, download=True, shuffle_files=False, seed=None, decode_images=True):
     """The TFDS ``smallnorb`` split (``"train"``/``"test"``) as a dataset of feature dicts.
 
     ``seed`` seeds the order of the files when ``shuffle_files`` (None: another order
-    in every run)."""
+    in every run). ``decode_images=False`` leaves ``"image"`` and ``"image2"`` PNG-encoded
+    (scalar strings, decoded by :func:`stereo_pair`): a pass that reads only the labels
+    then decodes no image."""
     import tensorflow_datasets as tfds
 
+    decoders = None
+    if not decode_images:
+        decoders = {"image": tfds.decode.SkipDecoding(), "image2": tfds.decode.SkipDecoding()}
     return tfds.load(
         "smallnorb", split=split, data_dir=data_dir, download=download, shuffle_files=shuffle_files,
-        read_config=tfds.ReadConfig(shuffle_seed=seed),
+        read_config=tfds.ReadConfig(shuffle_seed=seed), decoders=decoders,
     )
 
 
+def _decoded(image):
+    """A ``[H, W, 1]`` uint8 image, decoded first if it is PNG-encoded (a scalar string)."""
+    image = tf.convert_to_tensor(image)
+    if image.dtype == tf.string:
+        image = tf.io.decode_png(image, channels=1)
+    return image
+
+
 def stereo_pair(example, image_size=IMAGE_SIZE):
-    """Both images of the pair as ``[image_size, image_size, 2]`` float32 in [0, 1]."""
-    pair = tf.concat([example["image"], example["image2"]], axis=-1)
+    """Both images of the pair as ``[image_size, image_size, 2]`` float32 in [0, 1].
+
+    The images are uint8 ``[H, W, 1]`` or PNG-encoded (``load_split(decode_images=False)``)."""
+    pair = tf.concat([_decoded(example["image"]), _decoded(example["image2"])], axis=-1)
     pair = tf.cast(pair, tf.float32) / 255.0
     if image_size != IMAGE_SIZE:
         pair = tf.image.resize(pair, (image_size, image_size), antialias=True)
@@ -212,38 +228,63 @@ def make_dataset(
 ):
     """Batches of ``(pairs [b, S, S, 2], one-hot labels [b, 5])`` from smallNORB examples.
 
-    Training batches are shuffled, edge-padded by ``padding`` pixels (default 16,
-    scaled with ``image_size / 96``; :func:`training_crop`) and cropped at random back
-    to ``image_size``, then mixed
-    up with Beta(``mixup_alpha``, ``mixup_alpha``) (None or 0 disables mixup).
+    Training examples are shuffled (in a new order every epoch; ``shuffle_buffer``
+    examples at a time), edge-padded by ``padding`` pixels (default 16, scaled with
+    ``image_size / 96``; :func:`training_crop`) and cropped at random back to
+    ``image_size``, then mixed up with Beta(``mixup_alpha``, ``mixup_alpha``) (None or 0
+    disables mixup). ``seed`` makes the order, the crops and the mixing reproducible.
+
+    The shuffle buffer holds the examples as read (the two uint8 images and the
+    category: 18,440 bytes an example of smallNORB, 75.5 MB for 4096), and each is
+    converted to float32 (resized to ``image_size``) and cropped only as it leaves the
+    buffer: a quarter of the memory of buffering the float32 96x96 pairs (302 MB).
+    Below ``image_size`` 48 the float32 pairs are the smaller (4,628 bytes at 24), and
+    the buffer holds those. Shuffling is by position only, so the order, the crops and
+    the mixing are the same either way, for the same seed.
     """
     if padding is None:
         padding = int(round(16 * image_size / IMAGE_SIZE))
 
-    def prepare(example):
-        pair = stereo_pair(example, image_size)
-        label = tf.one_hot(example["label_category"], NUM_CLASSES)
-        return pair, label
+    def label_of(example):
+        return tf.one_hot(example["label_category"], NUM_CLASSES)
 
-    ds = examples.map(prepare, num_parallel_calls=tf.data.AUTOTUNE)
-    if training:
-        ds = ds.shuffle(shuffle_buffer, seed=seed)
+    def prepare(example):
+        return stereo_pair(example, image_size), label_of(example)
+
+    if not training:
+        ds = examples.map(prepare, num_parallel_calls=tf.data.AUTOTUNE)
         if repeat:
             ds = ds.repeat()
-        # new crops every epoch (without it each pass repeated the first one's), reproducible
-        crop_seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).batch(2, drop_remainder=True)
-        ds = tf.data.Dataset.zip((ds, crop_seeds)).map(
-            lambda xy, s: (training_crop(xy[0], padding, image_size, s), xy[1]),
-            num_parallel_calls=tf.data.AUTOTUNE,
-        )
-        ds = ds.batch(batch_size, drop_remainder=True)
-        if mixup_alpha:
-            ds = train_utils.mixup(ds, alpha=mixup_alpha, seed=seed)
-    else:
-        if repeat:
-            ds = ds.repeat()
-        ds = ds.batch(batch_size)
+        return ds.batch(batch_size).prefetch(tf.data.AUTOTUNE)
+
+    # only the features used, as read: the buffer holds no other labels
+    ds = examples.map(lambda ex: {k: ex[k] for k in ("image", "image2", "label_category")})
+    if _buffered_bytes(ds.element_spec) > 4 * (2 * image_size * image_size + NUM_CLASSES):
+        ds = ds.map(prepare, num_parallel_calls=tf.data.AUTOTUNE)  # small float32 pairs: fewer bytes
+    ds = ds.shuffle(shuffle_buffer, seed=seed)  # reshuffled at every pass (epoch)
+    if repeat:
+        ds = ds.repeat()
+    # new crops every epoch (without it each pass repeated the first one's), reproducible
+    crop_seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).batch(2, drop_remainder=True)
+
+    def crop(element, crop_seed):
+        pair, label = element if isinstance(element, tuple) else prepare(element)
+        return training_crop(pair, padding, image_size, crop_seed), label
+
+    ds = tf.data.Dataset.zip((ds, crop_seeds)).map(crop, num_parallel_calls=tf.data.AUTOTUNE)
+    ds = ds.batch(batch_size, drop_remainder=True)
+    if mixup_alpha:
+        ds = train_utils.mixup(ds, alpha=mixup_alpha, seed=seed)
     return ds.prefetch(tf.data.AUTOTUNE)
+
+
+def _buffered_bytes(element_spec):
+    """Bytes of one element of ``element_spec``; 0 when unknown (strings such as encoded
+    images, shapes not known)."""
+    specs = tf.nest.flatten(element_spec)
+    if any(s.dtype == tf.string or not s.shape.is_fully_defined() for s in specs):
+        return 0
+    return sum(s.shape.num_elements() * s.dtype.size for s in specs)
 
 
 def training_crop(pair, padding, image_size, seed=None):
@@ -398,9 +439,10 @@ def plot_pose_trajectory(model, images, path, labels=None, class_index=None, tit
 
     ``images`` is a sequence of stereo pairs that differ only in one viewpoint
     parameter (azimuth or elevation), in order; ``labels`` (e.g. the angles) annotate
-    the points. The activated class capsule's pose (``mu_out`` of the last routing,
-    flattened) of every image is projected to 2-D with metric MDS and drawn as a
-    trajectory, written to ``path`` as a PNG.
+    the points. The pose (``mu_out`` of the last routing, flattened) of class capsule
+    ``class_index`` (None: of each image's highest-scoring capsule, which is another
+    capsule wherever the scores change their winner) in every image is projected to
+    2-D with metric MDS and drawn as a trajectory, written to ``path`` as a PNG.
 
     Returns:
         The projected points ``[n, 2]``.
@@ -424,12 +466,22 @@ def plot_pose_trajectory(model, images, path, labels=None, class_index=None, tit
     return points
 
 
+def _progress_bar(examples, verbose):
+    """A Keras ``Progbar`` counting the examples of ``examples`` when ``verbose``, else None."""
+    if not verbose:
+        return None
+    total = int(examples.cardinality())
+    return keras.utils.Progbar(total if total >= 0 else None, unit_name="example")
+
+
 def viewpoint_sequence(examples, vary="azimuth", instance=None, category=None, elevation=0,
-                       azimuth=0, lighting=0, image_size=IMAGE_SIZE, max_examples=None):
+                       azimuth=0, lighting=0, image_size=IMAGE_SIZE, max_examples=None, verbose=0):
     """Stereo pairs of one object that differ only in azimuth (or elevation), in order.
 
     Args:
-        examples: a TFDS smallnorb split (feature dicts), e.g. ``load_split("test")``.
+        examples: a TFDS smallnorb split (feature dicts), e.g. ``load_split("test")``;
+            the images may be PNG-encoded (``load_split(..., decode_images=False)``):
+            only the pairs returned are then decoded.
         vary: ``"azimuth"`` or ``"elevation"``.
         instance, category: the object (default: those of the first example; when only
             one is given, the object of the first example that has it).
@@ -437,9 +489,12 @@ def viewpoint_sequence(examples, vary="azimuth", instance=None, category=None, e
             ignored).
         image_size: size of the returned pairs.
         max_examples: stop scanning after this many examples (None: the whole split).
+        verbose: 1 shows a progress bar over the examples read (Keras' ``Progbar``, on
+            ``sys.stdout``). Default 0.
 
     Returns:
-        ``(pairs [n, S, S, 2], values [n])`` sorted by the varying label.
+        ``(pairs [n, S, S, 2], values [n])`` sorted by the varying label; the first
+        example of each value is taken.
     """
     if vary not in ("azimuth", "elevation"):
         raise InputError(f"`vary` must be 'azimuth' or 'elevation'. Received: vary={vary!r}")
@@ -449,7 +504,12 @@ def viewpoint_sequence(examples, vary="azimuth", instance=None, category=None, e
     )
     found = {}
     it = examples if max_examples is None else examples.take(max_examples)
+    progress = _progress_bar(it, verbose)
+    read = 0
     for ex in it.as_numpy_iterator():
+        read += 1
+        if progress is not None and read % 256 == 0:
+            progress.update(read)
         if instance is None or category is None:
             # the object of the first example that has the instance or category given (a
             # category alone was overridden by the first example's, another category's object)
@@ -463,42 +523,80 @@ def viewpoint_sequence(examples, vary="azimuth", instance=None, category=None, e
         if any(int(ex[k]) != v for k, v in fixed.items()):
             continue
         found.setdefault(int(ex[f"label_{vary}"]), stereo_pair(ex, image_size).numpy())
+    if progress is not None:
+        progress.update(read, finalize=True)
     values = sorted(found)
     if not values:
         return np.zeros((0, image_size, image_size, 2), "float32"), np.zeros((0,), "int64")
     return np.stack([found[v] for v in values]), np.asarray(values)
 
 
-def longest_viewpoint_sequence(examples, vary="azimuth", image_size=IMAGE_SIZE, max_examples=None):
+def longest_viewpoint_sequence(examples, vary="azimuth", image_size=IMAGE_SIZE, max_examples=None, verbose=0):
     """The longest :func:`viewpoint_sequence` in ``examples``: that of the object, lighting
     and fixed angle with the most values of ``vary``.
 
-    Two passes over ``examples`` (a TFDS smallnorb split): one counts the values of each
-    object and viewpoint, the other collects the chosen sequence's pairs. Ties go to the
-    smallest (instance, category, fixed angle, lighting).
+    One pass over ``examples`` (a TFDS smallnorb split) reads the labels, in batches,
+    and notes the values of every object and viewpoint and where each first occurs; a
+    second read, which stops at the last example of the chosen sequence, takes that
+    sequence's pairs (the first example of each value, as :func:`viewpoint_sequence`).
+    Load the split with ``load_split(..., decode_images=False)`` and only those pairs
+    are decoded; decoded images are read up to that example twice. ``examples`` must
+    come in the same order at every pass (a split read without ``shuffle_files``).
+    Ties go to the smallest (instance, category, fixed angle, lighting).
+
+    ``verbose``: 1 shows the progress of both reads (Keras' ``Progbar``, on
+    ``sys.stdout``). Default 0.
 
     Returns:
-        ``(pairs [n, S, S, 2], values [n], description)``; ``description`` names the
-        object and the fixed labels (empty when ``examples`` is empty).
+        ``(pairs [n, S, S, 2], values [n], description, category)``; ``description`` names
+        the object and the fixed labels, ``category`` is the object's ``label_category``
+        (its true class: the class capsule whose pose to draw). ``""`` and None when
+        ``examples`` is empty.
+
+    Raises:
+        InputError: if ``vary`` is neither ``"azimuth"`` nor ``"elevation"``, or if the
+            second read found other examples than the first (another order).
     """
     if vary not in ("azimuth", "elevation"):
         raise InputError(f"`vary` must be 'azimuth' or 'elevation'. Received: vary={vary!r}")
     fixed = "label_elevation" if vary == "azimuth" else "label_azimuth"
     keys = ("instance", "label_category", fixed, "label_lighting", f"label_{vary}")
     labels = examples if max_examples is None else examples.take(max_examples)
-    labels = labels.map(lambda ex: tuple(ex[k] for k in keys))  # the images are not gathered
-    values = {}
-    for *key, value in labels.as_numpy_iterator():
-        values.setdefault(tuple(int(k) for k in key), set()).add(int(value))
-    if not values:
-        return np.zeros((0, image_size, image_size, 2), "float32"), np.zeros((0,), "int64"), ""
-    instance, category, angle, lighting = min(values, key=lambda key: (-len(values[key]), key))
-    angles = {"elevation": angle} if vary == "azimuth" else {"azimuth": angle}
-    pairs, found = viewpoint_sequence(examples, vary, instance, category, lighting=lighting, image_size=image_size,
-                                      max_examples=max_examples, **angles)
+    progress = _progress_bar(labels, verbose)
+    if verbose:
+        print(f"Finding the longest {vary} sequence: reading the labels")
+    labels = labels.map(lambda ex: tuple(ex[k] for k in keys))  # images: neither decoded nor copied
+    first = {}  # (instance, category, fixed angle, lighting) -> {value: index of its first example}
+    index = 0
+    for batch in labels.batch(4096).as_numpy_iterator():
+        for *key, value in zip(*(column.tolist() for column in batch)):
+            first.setdefault(tuple(key), {}).setdefault(value, index)
+            index += 1
+        if progress is not None:
+            progress.update(index)
+    if progress is not None:
+        progress.update(index, finalize=True)
+    if not first:
+        return np.zeros((0, image_size, image_size, 2), "float32"), np.zeros((0,), "int64"), "", None
+    chosen = min(first, key=lambda key: (-len(first[key]), key))
+    instance, category, angle, lighting = chosen
     name = CLASS_NAMES[category] if 0 <= category < len(CLASS_NAMES) else str(category)
     fixed_name = "elevation" if vary == "azimuth" else "azimuth"
-    return pairs, found, f"{name} {instance}, {fixed_name} {angle}, lighting {lighting}"
+    description = f"{name} {instance}, {fixed_name} {angle}, lighting {lighting}"
+    if verbose:
+        print(f"Reading the {len(first[chosen])} pairs of {description}")
+    angles = {"elevation": angle} if vary == "azimuth" else {"azimuth": angle}
+    pairs, found = viewpoint_sequence(
+        examples, vary, instance, category, lighting=lighting, image_size=image_size,
+        max_examples=max(first[chosen].values()) + 1, verbose=verbose, **angles,
+    )
+    if found.tolist() != sorted(first[chosen]):
+        raise InputError(
+            f"the examples came in another order in the second read ({vary} values "
+            f"{sorted(first[chosen])} of {description} in the first, {found.tolist()} in the second): "
+            "pass a split read in a fixed order (load_split without shuffle_files)"
+        )
+    return pairs, found, description, category
 
 
 def evaluate(model_path, data_dir=None, batch_size=20, image_size=None, steps=None, strategy=None,
@@ -627,13 +725,20 @@ def run_train(args, strategy):
     # this fit's history is empty: the figures are the log's (every epoch of the run).
     logs = fault_tolerance.logged_history(history, resumable)[0]
     plot_history(logs, paths["plot"], held_out="test")  # (fit watches the test pairs, as the paper's runs)
-    # the "reverse graphics" view: the class-capsule pose of a test object turning round
-    pairs, azimuths, name = longest_viewpoint_sequence(load_split("test", args.data_dir, download=False),
-                                                       image_size=args.image_size)
+    # the "reverse graphics" view: the pose of a test object's class capsule as it turns round.
+    # The images stay encoded while the labels are scanned: only the sequence's pairs are decoded.
+    pairs, azimuths, name, category = longest_viewpoint_sequence(
+        load_split("test", args.data_dir, download=False, decode_images=False), image_size=args.image_size,
+        verbose=0 if args.quiet else 1,
+    )
     if len(pairs) >= 3:  # fewer points make no trajectory (and metric MDS needs 3)
         paths["pose_trajectory"] = os.path.join(out, "pose_trajectory.png")
-        plot_pose_trajectory(model, pairs, paths["pose_trajectory"], labels=azimuths,
-                             title=f"class-capsule pose (MDS) along the azimuth\nof test object {name}")
+        # The capsule of the object's true class in every view: the highest-scoring capsule of
+        # each view mixed the poses of different capsules wherever a view was misclassified.
+        capsule = CLASS_NAMES[category] if 0 <= category < len(CLASS_NAMES) else str(category)
+        plot_pose_trajectory(model, pairs, paths["pose_trajectory"], labels=azimuths, class_index=category,
+                             title=f"pose of the {capsule!r} class capsule (the true class, MDS)\n"
+                                   f"along the azimuth of test object {name}")
     result = {
         "test_accuracy": float(logs["val_accuracy"][-1]) if logs.get("val_accuracy") else None,
         "test_loss": float(logs["val_loss"][-1]) if logs.get("val_loss") else None,

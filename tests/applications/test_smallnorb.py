@@ -154,12 +154,14 @@ def test_viewpoint_sequence_selects_one_object_in_azimuth_order():
     with pytest.raises(ValueError, match="vary"):
         smallnorb.viewpoint_sequence(ds, vary="lighting")
     # the longest sequence: object 3 at elevation 0 and lighting 0 (7 azimuths; object 5 has 1)
-    pairs, values, name = smallnorb.longest_viewpoint_sequence(ds, image_size=4)
+    pairs, values, name, category = smallnorb.longest_viewpoint_sequence(ds, image_size=4)
     np.testing.assert_array_equal(values, [0, 2, 3, 4, 5, 6, 8])
+    np.testing.assert_allclose(pairs[:, 0, 0, 0] * 255, [3, 1, 4, 6, 2, 9, 0], atol=1e-4)
     assert pairs.shape == (7, 4, 4, 2) and name == "human 3, elevation 0, lighting 0"
-    pairs, values, _ = smallnorb.longest_viewpoint_sequence(ds, vary="elevation", image_size=4)
+    assert category == 1  # the object's true class: the capsule whose pose run_train draws
+    pairs, values, _, _ = smallnorb.longest_viewpoint_sequence(ds, vary="elevation", image_size=4)
     assert len(values) == 2  # object 3 at azimuth 4: elevations 0 and 2
-    assert smallnorb.longest_viewpoint_sequence(ds.take(0), image_size=4)[2] == ""
+    assert smallnorb.longest_viewpoint_sequence(ds.take(0), image_size=4)[2:] == ("", None)
 
 
 def _mnist():
@@ -459,3 +461,184 @@ def test_evaluate_scores_pairs_of_the_image_size_that_train_recorded(tmp_path, m
     assert json.loads((run / "metrics.json").read_text())["image_size"] == 24
     assert evaluated["test_loss"] == pytest.approx(result["test_loss"], rel=1e-6)
     assert cli.build_parser("smallnorb").parse_args(["train", "smallnorb"]).image_size == smallnorb.IMAGE_SIZE
+
+
+def test_the_shuffle_buffer_holds_the_uint8_examples_not_float32_pairs(tmp_path, monkeypatch):
+    # audit: make_dataset shuffled after converting the pairs to float32, so the 4096
+    # examples of its shuffle buffer took 302 MB (73,748 bytes each) instead of 75.5 MB
+    buffered, shuffle = [], tf.data.Dataset.shuffle
+
+    def spy(self, *args, **kwargs):
+        buffered.append(self.element_spec)
+        return shuffle(self, *args, **kwargs)
+
+    monkeypatch.setattr(tf.data.Dataset, "shuffle", spy)
+    with tfds.testing.mock_data(num_examples=4):
+        split = smallnorb.load_split("train", data_dir=str(tmp_path / "tfds"))
+        for size in (96, 24):
+            x, _ = next(iter(smallnorb.make_dataset(split, True, batch_size=2, image_size=size, seed=0)))
+            assert x.shape == (2, size, size, 2) and x.dtype == tf.float32
+    per_example = [sum(s.shape.num_elements() * s.dtype.size for s in tf.nest.flatten(spec)) for spec in buffered]
+    # 96: the uint8 images and the category, 18,440 bytes (75.5 MB for the default 4096);
+    # 24: the float32 pair and one-hot label (4,628 bytes) are smaller than the images read
+    assert per_example == [2 * 96 * 96 + 8, 4 * (2 * 24 * 24 + 5)]
+    assert {k: s.dtype for k, s in buffered[0].items()} == {
+        "image": tf.uint8, "image2": tf.uint8, "label_category": tf.int64,
+    }
+
+
+def test_training_examples_are_reshuffled_every_epoch_with_their_labels_and_reproducibly(tmp_path):
+    # Shuffling the examples before converting them must keep each label with its pair,
+    # every example once an epoch, a new order each epoch and the seed's order.
+    with tfds.testing.mock_data(num_examples=8):
+        split = smallnorb.load_split("train", data_dir=str(tmp_path / "tfds"))
+        truth = [(smallnorb.stereo_pair(ex).numpy(), int(ex["label_category"])) for ex in split]
+
+        def epochs(seed):
+            # padding 0 at the full size: the crops are the pairs themselves
+            ds = smallnorb.make_dataset(split, True, batch_size=8, padding=0, mixup_alpha=None,
+                                        shuffle_buffer=64, seed=seed, repeat=True)
+            return [(x.numpy(), y.numpy()) for x, y in ds.take(3)]
+
+        orders = []
+        for xs, ys in epochs(11):
+            order = []
+            for x, y in zip(xs, ys):
+                (index,) = [i for i, (pair, _) in enumerate(truth) if np.array_equal(pair, x)]
+                assert np.argmax(y) == truth[index][1] and y.sum() == 1.0
+                order.append(index)
+            assert sorted(order) == list(range(8))
+            orders.append(order)
+        assert len({tuple(order) for order in orders}) == 3, orders
+        again = epochs(11)
+        for (x1, y1), (x2, y2) in zip(epochs(11), again):
+            np.testing.assert_array_equal(x1, x2)
+            np.testing.assert_array_equal(y1, y2)
+
+
+def _viewpoint_examples(instances, categories, elevations, lightings, azimuths, encode=False):
+    """Feature dicts of 4x4 pairs whose first image is filled with the example's index."""
+    n = len(azimuths)
+    images = np.arange(n, dtype="uint8").reshape(n, 1, 1, 1) * np.ones((1, 4, 4, 1), "uint8")
+    images2 = np.full((n, 4, 4, 1), 200, "uint8")
+    if encode:  # as load_split(..., decode_images=False) gives them
+        images = np.array([tf.io.encode_png(image).numpy() for image in images])
+        images2 = np.array([tf.io.encode_png(image).numpy() for image in images2])
+    return {"image": images, "image2": images2, "instance": np.asarray(instances),
+            "label_category": np.asarray(categories), "label_elevation": np.asarray(elevations),
+            "label_lighting": np.asarray(lightings), "label_azimuth": np.asarray(azimuths)}
+
+
+# the longest sequence: instance 3 of category 4 at elevation 1, lighting 2, examples 0, 1, 3 and 4
+_LONGEST = dict(instances=[3, 3, 1, 3, 3, 1, 1, 3, 3, 0, 3, 3], categories=[4] * 12,
+                elevations=[1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, 1], lightings=[2, 2, 2, 2, 2, 2, 2, 2, 5, 2, 2, 2],
+                azimuths=[6, 0, 0, 4, 2, 2, 4, 8, 10, 0, 0, 6])
+
+
+def test_longest_viewpoint_sequence_reads_the_split_once_and_then_only_up_to_its_sequence():
+    # audit: run_train's scan read (and decoded) the whole test split twice: once for the
+    # labels, once more for the chosen sequence's pairs
+    examples = _viewpoint_examples(**_LONGEST)
+    reads = []
+
+    def generate():
+        for i in range(12):
+            reads.append(i)
+            yield {k: v[i] for k, v in examples.items()}
+
+    spec = {k: tf.TensorSpec(v.shape[1:], tf.as_dtype(v.dtype)) for k, v in examples.items()}
+    ds = tf.data.Dataset.from_generator(generate, output_signature=spec)
+    pairs, values, name, category = smallnorb.longest_viewpoint_sequence(ds, image_size=4)
+    assert name == "car 3, elevation 1, lighting 2" and category == 4
+    np.testing.assert_array_equal(values, [0, 2, 4, 6])  # examples 10 and 11 repeat azimuths 0 and 6
+    np.testing.assert_allclose(pairs[:, 0, 0, 0] * 255, [1, 4, 3, 0], atol=1e-4)
+    assert len(reads) == 12 + 5, reads  # the labels of all 12, then examples 0-4
+
+
+def test_longest_viewpoint_sequence_decodes_png_encoded_images(tmp_path):
+    # run_train scans the test split with its images left encoded (only the labels are
+    # read); the pairs of the chosen sequence are decoded
+    ds = tf.data.Dataset.from_tensor_slices(_viewpoint_examples(**_LONGEST, encode=True))
+    pairs, values, _, category = smallnorb.longest_viewpoint_sequence(ds, image_size=4)
+    np.testing.assert_array_equal(values, [0, 2, 4, 6])
+    assert pairs.shape == (4, 4, 4, 2) and pairs.dtype == np.float32 and category == 4
+    np.testing.assert_allclose(pairs[:, 0, 0, 0] * 255, [1, 4, 3, 0], atol=1e-4)
+    np.testing.assert_allclose(pairs[..., 1] * 255, 200, atol=1e-4)
+    with tfds.testing.mock_data(num_examples=2):  # TFDS's own undecoded images
+        example = next(iter(smallnorb.load_split("test", data_dir=str(tmp_path / "tfds"), decode_images=False)))
+        assert example["image"].dtype == tf.string and example["image"].shape == ()
+        decoded = next(iter(smallnorb.load_split("test", data_dir=str(tmp_path / "tfds"))))
+        np.testing.assert_array_equal(smallnorb.stereo_pair(example), smallnorb.stereo_pair(decoded))
+
+
+def test_longest_viewpoint_sequence_refuses_a_split_that_changes_its_order():
+    examples = _viewpoint_examples(**_LONGEST)
+    passes = []
+
+    def generate():  # the second pass comes in reverse order
+        passes.append(len(passes))
+        for i in (range(12) if len(passes) == 1 else reversed(range(12))):
+            yield {k: v[i] for k, v in examples.items()}
+
+    spec = {k: tf.TensorSpec(v.shape[1:], tf.as_dtype(v.dtype)) for k, v in examples.items()}
+    ds = tf.data.Dataset.from_generator(generate, output_signature=spec)
+    with pytest.raises(ValueError, match=r"another order .* values \[0, 2, 4, 6\] of car 3"):
+        smallnorb.longest_viewpoint_sequence(ds, image_size=4)
+
+
+def test_longest_viewpoint_sequence_shows_progress_when_verbose(capsys):
+    ds = tf.data.Dataset.from_tensor_slices(_viewpoint_examples(**_LONGEST))
+    smallnorb.longest_viewpoint_sequence(ds, image_size=4)
+    assert capsys.readouterr().out == ""
+    smallnorb.longest_viewpoint_sequence(ds, image_size=4, verbose=1)
+    out = capsys.readouterr().out
+    assert "Finding the longest azimuth sequence" in out and "12/12" in out  # the labels of the split
+    assert "Reading the 4 pairs of car 3, elevation 1, lighting 2" in out and "5/5" in out
+
+
+def test_run_train_draws_the_true_class_capsule_and_shows_the_scan(tmp_path, monkeypatch, capsys):
+    # audit: the pose plot took each view's highest-scoring capsule, so a misclassified
+    # view put another capsule's pose in the trajectory; and the scan showed no progress
+    from applications import __main__ as cli
+
+    examples = _viewpoint_examples(**_LONGEST)
+    examples["image"] = np.random.default_rng(0).integers(0, 256, (12, 24, 24, 1)).astype("uint8")
+    examples["image2"] = examples["image"][::-1].copy()
+    reads = []  # (split, images undecoded)
+
+    def as_dataset(self, split, decoders=None, **kwargs):  # TFDS's reader, mocked: these 12 examples
+        features = dict(examples)
+        if decoders is not None:  # load_split(decode_images=False): PNG strings
+            for k in ("image", "image2"):
+                features[k] = np.array([tf.io.encode_png(image).numpy() for image in features[k]])
+        reads.append((split, decoders is not None))
+        return tf.data.Dataset.from_tensor_slices(features)
+
+    drawn, titles = [], []
+    poses, plot = smallnorb.class_capsule_poses, smallnorb.plot_pose_trajectory
+    monkeypatch.setattr(smallnorb, "class_capsule_poses",
+                        lambda model, images, class_index=None, **kw: (drawn.append(class_index),
+                                                                       poses(model, images, class_index, **kw))[1])
+    monkeypatch.setattr(smallnorb, "plot_pose_trajectory",
+                        lambda *a, **kw: (titles.append(kw.get("title")), plot(*a, **kw))[1])
+    monkeypatch.setattr(smallnorb, "_require_data", lambda data_dir: None)
+
+    def untrained(**kwargs):  # (fit is not what this test is about: it took most of its time)
+        history = keras.callbacks.History()
+        history.history = {"loss": [1.6], "val_loss": [1.6], "val_accuracy": [0.2]}
+        return smallnorb.build_model(**TINY), history
+
+    monkeypatch.setattr(smallnorb, "train", untrained)
+    args = cli._defaults(cli.build_parser("smallnorb").parse_args(
+        ["train", "smallnorb", "--run-dir", str(tmp_path / "run"), "--epochs", "1", "--batch-size", "2",
+         "--image-size", "24", "--steps-per-epoch", "1", "--validation-steps", "1", "--channels", "8",
+         "--parts", "8", "--data-dir", str(tmp_path / "tfds")]))
+    with tfds.testing.mock_data(as_dataset_fn=as_dataset):
+        result = smallnorb.run_train(args, tf.distribute.get_strategy())
+    assert (tmp_path / "run" / "pose_trajectory.png").is_file() and "pose_trajectory" in result
+    assert drawn == [4]  # the car's capsule in every view, whatever the scores
+    assert titles[0].startswith("pose of the 'car' class capsule (the true class")
+    assert "test object car 3, elevation 1, lighting 2" in titles[0]
+    assert reads == [("test", True)]  # the scan read the images undecoded
+    out = capsys.readouterr().out
+    assert "Finding the longest azimuth sequence" in out and "Reading the 4 pairs of car 3" in out
