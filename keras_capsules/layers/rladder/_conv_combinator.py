@@ -11,6 +11,7 @@ from keras import ops
 
 from keras_capsules.layers.rladder._utils import (
     clone_initializer,
+    float_inputs,
     UPSAMPLE_MODES,
     VECTOR_TOPS,
     check_same_batch,
@@ -193,7 +194,8 @@ class ConvCombinatorBase(keras.layers.Layer):
 
     def _split_and_check(self, inputs):
         name = type(self).__name__
-        x_top, x_lat = split_top_lateral(name, inputs)
+        # integer or boolean inputs: Keras casts only floating inputs to the compute dtype
+        x_top, x_lat = float_inputs(self, *split_top_lateral(name, inputs))
         has_top = self.top_rank is not None
         if (x_top is not None) != has_top:
             raise ValueError(

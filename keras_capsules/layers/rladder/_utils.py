@@ -68,6 +68,38 @@ def loaded_without_effect(where, name, value, replacement, why):
     return replacement
 
 
+def warn_without_effect(where, name, value, needs, stacklevel=3):
+    """Warns (``UserWarning``) that the option ``name=value`` the user gave has no effect
+    on this layer, and what it ``needs`` to have one.
+
+    For an option that matters only together with another: refusing it would break
+    loading configs already saved (``get_config`` writes every argument), so the layer
+    is built as it would be without it, and the warning tells the user so. Callers warn
+    only for a value other than the option's default, so a layer rebuilt from a config
+    that holds the defaults warns about nothing. ``stacklevel`` is counted from the
+    caller (3: the code that made a layer whose ``__init__`` calls this).
+    """
+    warnings.warn(
+        f"{where}{name}={value!r} has no effect: it needs {needs}.",
+        UserWarning,
+        stacklevel=stacklevel,
+    )
+
+
+def float_inputs(layer, *tensors):
+    """``tensors`` with every integer or boolean one cast to ``layer``'s compute dtype
+    (None passed through).
+
+    Keras casts only floating inputs to the compute dtype; an integer or boolean input
+    (0/1 frames, binary piano rolls) met the float weights in a matmul or a convolution
+    and failed with a backend error.
+    """
+    return tuple(
+        t if t is None or keras.backend.is_float_dtype(t.dtype) else ops.cast(t, layer.compute_dtype)
+        for t in tensors
+    )
+
+
 def loaded_upsample_mode(where):
     """``"nearest"``, with a warning, for a saved ``upsample_mode="transpose"`` that had no
     effect (nothing upsampled); configs saved before it was refused still load, unchanged."""

@@ -55,7 +55,8 @@ class ConvG1(ElementwiseGate, ConvCombinatorBase):
     Call arguments:
         inputs: ``[x_top, x_lat]``: ``x_lat`` ``[batch, H, W, C]``; ``x_top``
             ``[batch, H / upsample, W / upsample, C_top]`` or ``[batch, top_units]``;
-            or ``x_lat`` alone / ``[None, x_lat]`` at the top level.
+            or ``x_lat`` alone / ``[None, x_lat]`` at the top level. Integer or
+            boolean inputs are cast to the compute dtype.
 
     Returns:
         ``y`` of the shape of ``x_lat``.

@@ -42,6 +42,7 @@ class ConvG2(HiddenConvCombinatorBase):
 
     Call arguments:
         inputs: ``[x_top, x_lat]`` as for :class:`ConvG1`, or ``x_lat`` alone.
+            Integer or boolean inputs are cast to the compute dtype.
 
     Returns:
         ``y`` of the shape of ``x_lat``.

@@ -8,6 +8,7 @@ from keras_capsules.layers.rladder._elementwise_gate import ElementwiseGate
 from keras_capsules.layers.rladder._utils import (
     check_same_batch,
     clone_initializer,
+    float_inputs,
     serialize_all,
     split_top_lateral,
 )
@@ -47,7 +48,8 @@ class G1(ElementwiseGate, keras.layers.Layer):
     Call arguments:
         inputs: ``[x_top, x_lat]`` with ``x_top`` ``[batch, ..., top_units]`` and
             ``x_lat`` ``[batch, ..., units]`` (same leading axes), or ``x_lat`` alone /
-            ``[None, x_lat]`` at the top level.
+            ``[None, x_lat]`` at the top level. Integer or boolean inputs are cast to
+            the compute dtype.
 
     Returns:
         ``y``, a tensor of the shape of ``x_lat``.
@@ -148,7 +150,7 @@ class G1(ElementwiseGate, keras.layers.Layer):
         return self._shapes(input_shape)[1]
 
     def call(self, inputs):
-        x_top, x_lat = split_top_lateral("G1", inputs)
+        x_top, x_lat = float_inputs(self, *split_top_lateral("G1", inputs))
         if (x_top is not None) != self.has_top:
             raise ValueError(
                 "This G1 layer was built "

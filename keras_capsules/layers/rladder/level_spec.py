@@ -30,6 +30,8 @@ _KEYS = (
     "normalization",
     "unflatten",
 )
+#: ``kernel_size`` of a level that does not set it
+DEFAULT_KERNEL_SIZE = 3
 #: per-sample normalizations of a ``"conv"`` encoder's pre-activations (ConvEncoderCell)
 LEVEL_NORMALIZATIONS = (None, "instance", "layer")
 
@@ -39,7 +41,7 @@ def level_spec(
     units,
     combinator=None,
     pool=1,
-    kernel_size=3,
+    kernel_size=DEFAULT_KERNEL_SIZE,
     combinator_filters=None,
     upsample_mode="nearest",
     normalization=None,
@@ -60,7 +62,10 @@ def level_spec(
         pool: max-pooling factor applied to the level below's output before this
             level's encoder (convolutional inputs only); the decoder of the level
             below then upsamples by the same factor. Default 1 (no pooling).
-        kernel_size: kernel size of the convolutional encoder and combinator.
+        kernel_size: kernel size of the convolutional encoder and combinator. A
+            dense level has neither (a :class:`RLadder` warns that a value other
+            than 3 has no effect there), except the first, whose ``kernel_size``
+            also sets a convolutional input combinator's.
         combinator_filters: hidden channels of ConvG2 / ConvG3 (None: as many as the
             level has); other combinators take None.
         upsample_mode: how the level below's combinator upsamples this level's
@@ -158,7 +163,7 @@ def normalize_level(spec, index=None):
         "units": positive_int("units", spec["units"]),
         "combinator": combinator,
         "pool": pool,
-        "kernel_size": positive_int("kernel_size", spec.get("kernel_size", 3)),
+        "kernel_size": positive_int("kernel_size", spec.get("kernel_size", DEFAULT_KERNEL_SIZE)),
         "combinator_filters": positive_int(
             "combinator_filters", spec.get("combinator_filters"), allow_none=True
         ),

@@ -21,6 +21,7 @@ from keras_capsules.layers.rladder._utils import (
     generator_seed,
     seed_value,
     serialize_all,
+    warn_without_effect,
     zero_of_the_weights,
 )
 from keras_capsules.layers.rladder.conv_g1 import ConvG1
@@ -33,6 +34,7 @@ from keras_capsules.layers.rladder.gated_encoder_cell import GatedEncoderCell
 from keras_capsules.layers.rladder.level_spec import (
     COMBINATORS,
     CONV_COMBINATORS,
+    DEFAULT_KERNEL_SIZE,
     level_kind,
     normalize_level,
     saved_levels,
@@ -78,6 +80,12 @@ class RLadder(keras.layers.Layer):
     removes the decoder altogether, leaving a hierarchical RNN whose only output is
     the top encoder sequence.
 
+    Options that matter only together with another (the ``dropout_noise`` of a ladder
+    without dropout, a ``seed`` without dropout or zoneout, the decoder's options with
+    ``use_decoder=False``, ...; each says so below) are accepted when set where they
+    have no effect, so that configs saved with them still load, but a ``UserWarning``
+    names the option, its value and what it needs. Their defaults never warn.
+
     Args:
         levels: a list of level specifications, dicts as made by
             :func:`level_spec` (``encoder``, ``units``, ``combinator``, ``pool``,
@@ -88,14 +96,17 @@ class RLadder(keras.layers.Layer):
         n_iters: None (default) for sequence inputs, or the number of iterations on
             a static input.
         decoder_to_encoder: feed each level's decoder output of step ``t - 1`` to
-            its encoder at step ``t``. Default True.
+            its encoder at step ``t``. Default True. False needs the decoder (with
+            ``use_decoder=False`` it has no effect and warns).
         use_decoder: build the decoder. Default True.
         input_combinator: the combinator of level 0 (``"G1"``, ``"ConvG1"``,
             ``"ConvG2"``, ``"ConvG3"``); None (default) picks ``"ConvG1"`` when the
             first level is convolutional and ``"G1"`` otherwise. An image input to a
-            dense first level needs a convolutional one given explicitly.
+            dense first level needs a convolutional one given explicitly. Another
+            than that pick needs the decoder (it warns with ``use_decoder=False``), as
+            do the levels' ``combinator``, ``combinator_filters`` and ``upsample_mode``.
         input_combinator_filters: hidden channels of a ConvG2/ConvG3 input combinator
-            (other input combinators take None).
+            (other input combinators take None; it warns with ``use_decoder=False``).
         output_units: if set, a learned linear map (a 1x1 convolution for images)
             of ``d_0`` to this many channels gives the prediction; None (default)
             returns ``d_0``, which has the shape of the input. Needs the decoder.
@@ -127,17 +138,23 @@ class RLadder(keras.layers.Layer):
             (the recurrence) are never dropped, nor is the returned ``top`` output
             (the clean top encoder output, as a classifier reading the top level
             sees it; only its copy going to the top decoder combinator is dropped).
-            Default 0 (off).
+            Default 0 (off). A ladder of one level without decoder has no signal to
+            drop: dropout has no effect there and warns.
         dropout_noise: ``"step"`` (default) draws new dropout masks at every step;
             ``"sequence"`` draws one mask per sequence and signal and keeps it for
-            every step (variational dropout, Gal & Ghahramani 2016).
+            every step (variational dropout, Gal & Ghahramani 2016). ``"sequence"``
+            needs dropout (with ``dropout=0`` it has no effect and warns).
         zoneout: zoneout rate, in ``[0, 1)``, of the encoder states (Krueger et al.
             2017): during training every unit of every encoder state keeps its
             previous value with this probability instead of taking the cell's
             update; at inference the state is the expectation,
-            ``zoneout * h_prev + (1 - zoneout) * h_new``. Default 0 (off).
+            ``zoneout * h_prev + (1 - zoneout) * h_new``. Default 0 (off). The
+            feed-forward ``"conv"`` levels have no state: a ladder of only those
+            warns that zoneout has no effect.
         seed: seed of the dropout and zoneout masks, an integer in ``[0, 2**63 - 1]``
-            (its generator is seeded with ``seed % 2**31``), or None (random).
+            (its generator is seeded with ``seed % 2**31``), or None (random). It
+            seeds nothing else: without dropout or zoneout it has no effect and warns
+            (the initializers take seeds of their own).
         unroll: None (default): unroll the loop over steps (a Python loop, one copy
             of the step in the graph per step) when the number of steps is known
             when the layer is called (``T`` of the input, or ``n_iters``), and run a
@@ -444,6 +461,65 @@ class RLadder(keras.layers.Layer):
                     )
                 self.decoders.append(
                     self._make_combinator(l, combinator, filters, ksize, common(f"decoder_{l}"))
+                )
+        self._warn_options_without_effect(kinds)
+
+    def _warn_options_without_effect(self, kinds):
+        """A ``UserWarning`` for every option the user set to a value other than its
+        default that has no effect on this ladder (it matters only together with
+        another option). Such options are accepted, not refused: configs saved with
+        them still load, as the same ladder (defaults never warn)."""
+        where = "RLadder: "
+
+        def warn(*args):  # (pointing at the code that made the ladder)
+            warn_without_effect(*args, stacklevel=5)
+
+        drops = bool(self.dropout) and (self.use_decoder or len(self.levels) > 1)
+        zones = bool(self.zoneout) and any(cell.NUM_STATES for cell in self.encoders)
+        if self.dropout and not drops:
+            warn(
+                where, "dropout", self.dropout,
+                "a signal between levels to drop: use_decoder=True or more than one level "
+                "(the top encoder output, this ladder's only signal, is never dropped)",
+            )
+        if self.dropout_noise != DROPOUT_NOISE[0] and not drops:
+            warn(
+                where, "dropout_noise", self.dropout_noise,
+                "dropout > 0 acting on the ladder (it sets how the dropout masks are drawn)",
+            )
+        if self.zoneout and not zones:
+            warn(
+                where, "zoneout", self.zoneout,
+                "a level with a state (every 'conv' encoder is feed-forward, stateless)",
+            )
+        if self.seed is not None and not (drops or zones):
+            warn(
+                where, "seed", self.seed, "dropout > 0 or zoneout > 0 (it seeds their masks only)"
+            )
+        if not self.use_decoder:
+            needs = "use_decoder=True (use_decoder=False builds no decoder)"
+            if not self.decoder_to_encoder:
+                warn(where, "decoder_to_encoder", False, needs)
+            if self.input_combinator != ("ConvG1" if kinds[0] == "conv" else "G1"):
+                warn(where, "input_combinator", self.input_combinator, needs)
+            if self.input_combinator_filters is not None:
+                warn(where, "input_combinator_filters", self.input_combinator_filters, needs)
+            for i, (spec, kind) in enumerate(zip(self.levels, kinds)):
+                default_combinator = "G1" if kind == "dense" else CONV_COMBINATORS[0]
+                for key, default in (
+                    ("combinator", default_combinator), ("combinator_filters", None), ("upsample_mode", "nearest")
+                ):
+                    if spec[key] != default:
+                        warn(f"{where}levels[{i}]: ", key, spec[key], needs)
+        for i, (spec, kind) in enumerate(zip(self.levels, kinds)):
+            # a dense level's cell and G1 have no kernel of that size; the input
+            # combinator takes the first level's (a convolutional one, for an image input)
+            uses_it = i == 0 and self.use_decoder and self.input_combinator in CONV_COMBINATORS
+            if kind == "dense" and not uses_it and spec["kernel_size"] != DEFAULT_KERNEL_SIZE:
+                warn(
+                    f"{where}levels[{i}]: ", "kernel_size", spec["kernel_size"],
+                    "a convolutional level (a dense encoder and G1 have no kernel of that size; "
+                    "only the first level's sets a convolutional input combinator's)",
                 )
 
     def _make_combinator(self, l, combinator, filters, kernel_size, common):

@@ -17,6 +17,7 @@ from keras_capsules.layers.rladder._utils import (
     generator_seed,
     seed_value,
     serialize_all,
+    warn_without_effect,
     zero_of_the_weights,
 )
 from keras_capsules._validation import boolean, rate
@@ -190,7 +191,9 @@ class RTagger(keras.layers.Layer):
             every sample in training. Default True.
         mask_update: ``"learned"`` (default) or ``"posterior"`` (see above).
         posterior_sigma: the standard deviation of the posterior mask update's
-            likelihood. Default None (``sigma``).
+            likelihood. Default None (``sigma``). Only ``mask_update="posterior"``
+            uses it: set with ``"learned"`` it has no effect, and a ``UserWarning``
+            says so (the layer is built as without it).
         initial_mask_stddev: the standard deviation of the random initial mask
             logits. Default 1.0 (as in Tagger).
         mask_damping: the share of the previous iteration's masks kept in the new
@@ -201,7 +204,10 @@ class RTagger(keras.layers.Layer):
         group_codes: give each group's ladder input its group's one-hot code
             (see above). Default False.
         seed: seed of those draws, an integer in ``[0, 2**63 - 1]`` (its generator is
-            seeded with ``seed % 2**31``), or None (random).
+            seeded with ``seed % 2**31``), or None (random). Only the random initial
+            masks of training use it: with ``random_initial_masks=False`` a seed has
+            no effect, and a ``UserWarning`` says so (``mask_initializer`` takes a
+            seed of its own).
         kernel_regularizer, recurrent_regularizer, bias_regularizer: likewise.
         unroll: None (default): unroll the loop over the iterations (a Python loop,
             one copy of the iteration in the graph per iteration) when their number
@@ -346,6 +352,15 @@ class RTagger(keras.layers.Layer):
         self.seed_generator = (
             keras.random.SeedGenerator(generator_seed(seed)) if self.random_initial_masks else None
         )
+        # options that matter only together with another: accepted (configs saved with
+        # them still load), with a warning when the user set them to no effect
+        if self.posterior_sigma is not None and self.mask_update != "posterior":
+            warn_without_effect("RTagger: ", "posterior_sigma", self.posterior_sigma, "mask_update='posterior'")
+        if self.seed is not None and not self.random_initial_masks:
+            warn_without_effect(
+                "RTagger: ", "seed", self.seed,
+                "random_initial_masks=True (the seed draws the random initial masks of training only)",
+            )
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
         self.recurrent_regularizer = keras.regularizers.get(recurrent_regularizer)
         self.bias_regularizer = keras.regularizers.get(bias_regularizer)

@@ -308,3 +308,34 @@ def test_an_x_top_unlike_the_one_built_for_is_a_clear_error(case):
     with pytest.raises(ValueError, match=r"was built for x_top (of shape|with a last axis) .*Received: x_top shape="):
         layer([_normal(*s) for s in called])
     layer([_normal(*s) for s in built])  # still fine
+
+
+INTEGER_CASES = {  # layer, x_top shape (None: top level), x_lat shape
+    "G1": (lambda: G1(), (2, 3), (2, 4)),
+    "G1, top level": (lambda: G1(), None, (2, 4)),
+    "ConvG1": (lambda: ConvG1(upsample=2), (2, 2, 2, 3), (2, 4, 4, 2)),
+    "ConvG1, vector top": (lambda: ConvG1(), (2, 3), (2, 4, 4, 2)),
+    "ConvG2": (lambda: ConvG2(filters=3), (2, 4, 4, 3), (2, 4, 4, 2)),
+    "ConvG3, top level": (lambda: ConvG3(), None, (2, 4, 4, 2)),
+    "ConvG3, transpose": (lambda: ConvG3(upsample=2, upsample_mode="transpose"), (2, 2, 2, 3), (2, 4, 4, 2)),
+}
+
+
+@pytest.mark.parametrize("dtype", ["int32", "bool"])
+@pytest.mark.parametrize("case", sorted(INTEGER_CASES))
+def test_integer_and_boolean_inputs_run_as_floats(case, dtype):
+    # audit (2026-12): used on their own, the combinators took integer or boolean inputs
+    # as they were (Keras casts only floating inputs to the compute dtype) and failed in
+    # the backend's matmul or convolution; RLadder cast its inputs first
+    make, top_shape, lat_shape = INTEGER_CASES[case]
+    rng = np.random.default_rng(0)
+    shapes = [lat_shape] if top_shape is None else [top_shape, lat_shape]
+    binary = [rng.random(s) > 0.5 for s in shapes]
+    layer = make()
+    want = keras.ops.convert_to_numpy(layer([b.astype("float32") for b in binary]))
+    got = layer([b.astype(dtype) for b in binary])
+    assert keras.backend.standardize_dtype(got.dtype) == "float32"
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(got), want, rtol=1e-6, atol=1e-6)
+    inputs = [keras.Input(s[1:], dtype=dtype) for s in shapes]
+    model = keras.Model(inputs, make()(inputs if top_shape is not None else inputs[0]))
+    assert np.all(np.isfinite(model.predict([b.astype(dtype) for b in binary], verbose=0)))

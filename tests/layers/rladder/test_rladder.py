@@ -1,5 +1,7 @@
 """RLadder: shapes, ablation switches, weight sharing, contract, errors, learning."""
 
+import re
+
 import keras
 import numpy as np
 import pytest
@@ -36,7 +38,8 @@ def test_output_shapes_and_ablations():
     assert pred.shape == (2, 3, 4, 4, 1) and top.shape == (2, 3, 4)
     assert not any("feedback" in w.path for w in no_fb.weights)
 
-    encoder_only = RLadder(CONV_LEVELS, use_decoder=False)
+    with pytest.warns(UserWarning, match="upsample_mode='transpose' has no effect"):  # (no decoder)
+        encoder_only = RLadder(CONV_LEVELS, use_decoder=False)
     top = encoder_only(x)
     assert top.shape == (2, 3, 4)
     assert not any("decoder" in w.path or "feedback" in w.path for w in encoder_only.weights)
@@ -573,7 +576,11 @@ def test_a_last_batch_smaller_than_the_replicas_through_the_symbolic_loop():
 def test_dropout_leaves_the_returned_top_output_clean(kwargs):
     # fix13: the top encoder output was returned after the dropout meant for its way
     # to the decoder, so a classifier reading it saw dropped-out (and rescaled) units.
-    layer = RLadder(DENSE_LEVELS[:1], dropout=0.5, seed=1, **kwargs)
+    if kwargs.get("use_decoder", True):
+        layer = RLadder(DENSE_LEVELS[:1], dropout=0.5, seed=1, **kwargs)
+    else:  # one level without decoder: nothing to drop (the top output never is)
+        with pytest.warns(UserWarning, match="dropout=0.5 has no effect"):
+            layer = RLadder(DENSE_LEVELS[:1], dropout=0.5, seed=1, **kwargs)
     x = _seq(3, 4, 5)
     clean, dropped = layer(x), layer(x, training=True)
     if kwargs.get("use_decoder", True):
@@ -1047,3 +1054,73 @@ def test_the_symbolic_loop_takes_a_variable_input():
         np.testing.assert_allclose(keras.ops.convert_to_numpy(g), keras.ops.convert_to_numpy(e), atol=1e-5)
     grad = tape.gradient(loss, variable)
     assert grad is not None and np.all(np.isfinite(grad.numpy()))
+
+
+# ------------------------------------------------------- options without effect
+NO_EFFECT_CASES = {  # kwargs of RLadder (levels DENSE_LEVELS unless given), the option warned about
+    "dropout_noise without dropout": (dict(dropout_noise="sequence"), "dropout_noise='sequence'"),
+    "seed without dropout or zoneout": (dict(seed=3), "seed=3"),
+    "dropout of one level without decoder": (
+        dict(levels=DENSE_LEVELS[:1], use_decoder=False, dropout=0.2), "dropout=0.2"
+    ),
+    "zoneout of stateless levels": (dict(levels=[level_spec("conv", 2)], zoneout=0.3), "zoneout=0.3"),
+    "decoder_to_encoder without decoder": (dict(use_decoder=False, decoder_to_encoder=False), "decoder_to_encoder=False"),
+    "input_combinator without decoder": (
+        dict(levels=CONV_LEVELS, use_decoder=False, input_combinator="ConvG2", input_combinator_filters=None),
+        "input_combinator='ConvG2'",
+    ),
+    "input_combinator_filters without decoder": (
+        dict(levels=CONV_LEVELS[:1], use_decoder=False, input_combinator="ConvG3", input_combinator_filters=4),
+        "input_combinator_filters=4",
+    ),
+    "a level's combinator options without decoder": (
+        dict(levels=[level_spec("convlstm", 2, combinator="ConvG2", combinator_filters=3)], use_decoder=False),
+        r"levels\[0\]: combinator_filters=3",
+    ),
+    "upsample_mode without decoder": (dict(levels=CONV_LEVELS, use_decoder=False), r"levels\[1\]: upsample_mode='transpose'"),
+    "kernel_size of a dense level": (
+        dict(levels=[level_spec("convlstm", 2), level_spec("gated", 3, kernel_size=5)]), r"levels\[1\]: kernel_size=5"
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NO_EFFECT_CASES))
+def test_an_option_set_where_it_has_no_effect_warns_and_saved_configs_load(case):
+    # audit (2026-12): options that matter only together with another were accepted
+    # silently where they do nothing (dropout_noise="sequence" with dropout=0, a seed
+    # without dropout or zoneout, ...): the user believed they changed the ladder.
+    # They are not refused (configs saved with them must load): one warning each
+    kwargs, option = NO_EFFECT_CASES[case]
+    kwargs = dict(kwargs)
+    levels = kwargs.pop("levels", DENSE_LEVELS)
+    with pytest.warns(UserWarning) as record:
+        layer = RLadder(levels, **kwargs)
+    ours = [str(w.message) for w in record if "has no effect" in str(w.message)]
+    matching = [m for m in ours if re.search(rf"^RLadder: {option} has no effect: it needs ", m)]
+    assert len(matching) == 1, ours
+    # a config saved with it loads (warning again) as the same ladder
+    config = layer.get_config()
+    with pytest.warns(UserWarning, match=option + " has no effect"):
+        loaded = RLadder.from_config(config)
+    assert loaded.get_config() == config
+
+
+@pytest.mark.parametrize(
+    "levels, kwargs",
+    [
+        (DENSE_LEVELS, {}),
+        (DENSE_LEVELS, dict(dropout=0.2, dropout_noise="sequence", seed=3)),
+        (DENSE_LEVELS, dict(zoneout=0.2, seed=3, use_decoder=False, dropout=0.1)),
+        (FF_CONV_LEVELS, dict(zoneout=0.2)),  # its gated level has a state
+        (CONV_LEVELS, dict(input_combinator="ConvG3", input_combinator_filters=2, decoder_to_encoder=False)),
+        (CONV_LEVELS, dict(use_decoder=False)),  # the defaults picked for the decoder
+        ([level_spec("gated", 3, kernel_size=5)], dict(input_combinator="ConvG1")),  # sets the input's
+    ],
+)
+def test_options_that_take_effect_and_defaults_do_not_warn(levels, kwargs, recwarn):
+    # (and a config saved with every default written out rebuilds without a warning)
+    if levels is CONV_LEVELS and kwargs.get("use_decoder") is False:
+        levels = [dict(spec, upsample_mode="nearest", combinator="ConvG1") for spec in levels[:2]] + levels[2:]
+    layer = RLadder(levels, **kwargs)
+    RLadder.from_config(layer.get_config())
+    assert not [str(w.message) for w in recwarn if "has no effect" in str(w.message)]

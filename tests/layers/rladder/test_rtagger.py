@@ -323,28 +323,45 @@ def test_mixture_nll_takes_numpy_scalars():
     assert loss.get_config()["from_logits"] is True
 
 
-def test_rtagger_trains_with_mixture_nll():
-    """Two-object toy images: the mixture NLL falls clearly in a few steps."""
-    rng = np.random.default_rng(0)
+def _train_tagger_on_two_object_images(seed, epochs):
+    """A small RTagger trained with the mixture NLL on 4x4 images of one 2x2 square,
+    every source of randomness seeded by ``seed`` (data, weights, the random initial
+    masks, the order of the batches), none by the global random state:
+    ``(losses, mse of the last reconstruction, floor)``."""
+    rng = np.random.default_rng(seed)
     n = 32
     images = np.zeros((n, 4, 4, 1), "float32")
     for i in range(n):
         r, c = rng.integers(0, 2, size=2)
         images[i, r:r + 2, c:c + 2] = 1.0
     inputs = keras.Input((4, 4, 1))
-    pi, m = RTagger(2, [level_spec("convlstm", 4)], n_iters=2, sigma=0.5)(inputs)
-    packed = keras.layers.Concatenate()([m, pi])
-    model = keras.Model(inputs, packed)
+    tagger = RTagger(
+        2, [level_spec("convlstm", 4)], n_iters=2, sigma=0.5, seed=seed,
+        kernel_initializer=keras.initializers.GlorotUniform(seed=seed),
+        recurrent_initializer=keras.initializers.Orthogonal(seed=seed),
+        mask_initializer=keras.initializers.RandomNormal(seed=seed),
+    )
+    pi, m = tagger(inputs)
+    model = keras.Model(inputs, keras.layers.Concatenate()([m, pi]))
     model.compile(keras.optimizers.Adam(0.02), MixtureNLL(sigma=0.5, group_axis=2), jit_compile=False)
     targets = np.repeat(images[:, None], 2, axis=1)  # the same image at every iteration
-    history = model.fit(images, targets, epochs=8, batch_size=16, verbose=0)
-    losses = history.history["loss"]
-    assert np.all(np.isfinite(losses)) and losses[-1] < losses[0] - 0.1, losses
+    history = model.fit(images, targets, epochs=epochs, batch_size=16, shuffle=False, verbose=0)
     # The reconstruction sum_k pi_k m_k follows each image: a tagger that did not read its
     # input could at best predict every pixel's mean (MSE = the pixels' variance).
     packed = model.predict(images, verbose=0)[:, -1]  # last iteration: [b, K, H, W, C + 1]
     recon = np.sum(packed[..., 1:] * packed[..., :1], axis=1)
-    mse, floor = np.mean((recon - images) ** 2), np.mean(images.var(axis=0))
+    return history.history["loss"], np.mean((recon - images) ** 2), np.mean(images.var(axis=0))
+
+
+def test_rtagger_trains_with_mixture_nll():
+    """Two-object toy images: the mixture NLL falls clearly in a few steps."""
+    # audit (2026-12): the weights, initial masks and batch order came from the global
+    # random state, and the mse check failed for 1-2 of 10 global seeds. Every draw is
+    # now seeded here (the global seed changes nothing), and 16 epochs instead of 8
+    # pass for each of the seeds 0-9 (mse / floor 0.03-0.15; with 8 epochs 4 of 10
+    # failed, up to 1.05)
+    losses, mse, floor = _train_tagger_on_two_object_images(seed=0, epochs=16)
+    assert np.all(np.isfinite(losses)) and losses[-1] < losses[0] - 0.1, losses
     assert mse < 0.5 * floor, (mse, floor)
 
 
@@ -801,3 +818,40 @@ def test_on_jax_a_tagger_built_for_any_length_loops_symbolically():
     _CountsSymbolicLoops.symbolic_traces = 0
     _assert_same(got, fixed(x))
     assert _CountsSymbolicLoops.symbolic_traces == 0
+
+
+@pytest.mark.parametrize(
+    "kwargs, option, needs",
+    [
+        (dict(posterior_sigma=0.3), "posterior_sigma=0.3", "mask_update='posterior'"),
+        (dict(seed=4, random_initial_masks=False), "seed=4", "random_initial_masks=True"),
+    ],
+)
+def test_an_option_set_where_it_has_no_effect_warns_and_saved_configs_load(kwargs, option, needs):
+    # audit (2026-12): posterior_sigma with mask_update="learned", and a seed without
+    # random initial masks, were accepted silently and did nothing. Not refused (configs
+    # saved with them must load): one warning at construction, as at loading
+    with pytest.warns(UserWarning) as record:
+        layer = RTagger(2, CONV_LEVELS, n_iters=1, **kwargs)
+    ours = [str(w.message) for w in record if "has no effect" in str(w.message)]
+    assert ours == [f"RTagger: {option} has no effect: it needs {needs}" + ours[0].split(needs, 1)[1]], ours
+    config = layer.get_config()
+    with pytest.warns(UserWarning, match=f"{option} has no effect"):
+        loaded = RTagger.from_config(config)
+    assert loaded.get_config() == config
+    x = _images(2, 4, 4, 1)
+    want = layer(x)
+    loaded(x)
+    loaded.set_weights(layer.get_weights())
+    for a, b in zip(want, loaded(x)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{}, dict(posterior_sigma=0.3, mask_update="posterior"), dict(seed=4), dict(random_initial_masks=False)],
+)
+def test_options_that_take_effect_and_defaults_do_not_warn(kwargs, recwarn):
+    layer = RTagger(2, CONV_LEVELS, n_iters=1, **kwargs)
+    RTagger.from_config(layer.get_config())
+    assert not [str(w.message) for w in recwarn if "has no effect" in str(w.message)]
