@@ -629,7 +629,7 @@ def test_train_and_evaluate_check_their_numbers_and_the_model_first(tmp_path, mo
     from applications.errors import CommandLineError
 
     # num_test=0 failed only after training; an SST model in evaluate raised an IndexError
-    monkeypatch.setattr(om, "_train_test_digits", lambda *a: pytest.fail("read the digits before checking"))
+    monkeypatch.setattr(om, "_train_test_digits", lambda *a, **kw: pytest.fail("read the digits before checking"))
     with pytest.raises(ValueError, match="Received: num_test=0"):
         om.train("temporal", run_dir=tmp_path / "run", num_test=0)
     with pytest.raises(ValueError, match="Received: epochs=0"):
@@ -646,7 +646,7 @@ def test_evaluate_generates_sequences_as_long_as_the_models(tmp_path, digits, mo
     # evaluate took the frame size from the model but always generated 5-frame sequences
     model = om.build_model("temporal", num_frames=3, frame_size=16, **TINY)
     model.save(tmp_path / "three.keras")
-    monkeypatch.setattr(om, "_train_test_digits", lambda *a: (digits, digits))
+    monkeypatch.setattr(om, "_train_test_digits", lambda *a, **kw: (digits, digits))
     result = om.evaluate(str(tmp_path / "three.keras"), num_test=4)
     assert 0.0 <= result["test_error"] <= 1.0
     errors = result["test_error_per_step"]  # one error per frame of the model's sequences
