@@ -466,14 +466,6 @@ def plot_pose_trajectory(model, images, path, labels=None, class_index=None, tit
     return points
 
 
-def _progress_bar(examples, verbose):
-    """A Keras ``Progbar`` counting the examples of ``examples`` when ``verbose``, else None."""
-    if not verbose:
-        return None
-    total = int(examples.cardinality())
-    return keras.utils.Progbar(total if total >= 0 else None, unit_name="example")
-
-
 def viewpoint_sequence(examples, vary="azimuth", instance=None, category=None, elevation=0,
                        azimuth=0, lighting=0, image_size=IMAGE_SIZE, max_examples=None, verbose=0):
     """Stereo pairs of one object that differ only in azimuth (or elevation), in order.
@@ -504,7 +496,7 @@ def viewpoint_sequence(examples, vary="azimuth", instance=None, category=None, e
     )
     found = {}
     it = examples if max_examples is None else examples.take(max_examples)
-    progress = _progress_bar(it, verbose)
+    progress = console.progress_bar(it, "example", verbose)
     read = 0
     for ex in it.as_numpy_iterator():
         read += 1
@@ -562,7 +554,7 @@ def longest_viewpoint_sequence(examples, vary="azimuth", image_size=IMAGE_SIZE, 
     fixed = "label_elevation" if vary == "azimuth" else "label_azimuth"
     keys = ("instance", "label_category", fixed, "label_lighting", f"label_{vary}")
     labels = examples if max_examples is None else examples.take(max_examples)
-    progress = _progress_bar(labels, verbose)
+    progress = console.progress_bar(labels, "example", verbose)
     if verbose:
         print(f"Finding the longest {vary} sequence: reading the labels")
     labels = labels.map(lambda ex: tuple(ex[k] for k in keys))  # images: neither decoded nor copied

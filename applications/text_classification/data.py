@@ -37,6 +37,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
+from applications import console
 from applications.checks import integer_at_least
 from applications.errors import InputError, user_path
 
@@ -97,25 +98,6 @@ def preprocess(texts, max_length=MAX_LENGTH):
     return tokens
 
 
-def _progress(total, unit, verbose):
-    """A ``keras.utils.Progbar`` counting ``total`` (None: unknown) of ``unit`` while ``verbose``, else None."""
-    import keras
-
-    return keras.utils.Progbar(total, unit_name=unit) if verbose else None
-
-
-def _finish(progress, count):
-    """Ends a progress bar of unknown total at ``count`` (one of known total ends by itself)."""
-    if progress is not None and progress.target is None:
-        progress.update(count, finalize=True)
-
-
-def _known_size(dataset):
-    """The number of elements of a ``tf.data.Dataset``, or None if tf.data does not know it."""
-    size = int(dataset.cardinality())
-    return size if size >= 0 else None
-
-
 def build_vocabulary(texts, max_size=None, min_count=1, max_length=MAX_LENGTH, batch_size=1024, verbose=0):
     """The most frequent tokens of a corpus, most frequent first.
 
@@ -151,7 +133,7 @@ def build_vocabulary(texts, max_size=None, min_count=1, max_length=MAX_LENGTH, b
             dataset = dataset.map(lambda text, *rest: text)
     else:
         dataset = tf.data.Dataset.from_tensor_slices(tf.constant(list(texts), dtype=tf.string))
-    progress = _progress(_known_size(dataset), "text", verbose)
+    progress = console.progress_bar(dataset, "text", verbose)
     dataset = dataset.batch(batch_size).map(
         lambda batch: (preprocess(batch, max_length).flat_values, tf.size(batch)),
         num_parallel_calls=tf.data.AUTOTUNE,
@@ -163,7 +145,7 @@ def build_vocabulary(texts, max_size=None, min_count=1, max_length=MAX_LENGTH, b
         seen += int(n)
         if progress is not None:
             progress.add(int(n))
-    _finish(progress, seen)
+    console.finish(progress, seen)
     words = sorted((item for item in counts.items() if item[1] >= min_count), key=lambda kv: (-kv[1], kv[0]))
     if max_size is not None:
         words = words[: int(max_size) - 2]
@@ -373,12 +355,12 @@ def make_dataset(
     if count_truncated:
         # (the cache is shared: the batches read what this pass stored)
         if verbose:  # the pass encodes every text: minutes for a large split, shown
-            progress = _progress(None if drop_empty else _known_size(raw), "text", verbose)
+            progress = console.progress_bar(None if drop_empty else raw, "text", verbose)
             cut = texts = 0
             for flags in ds.map(lambda ids, label, cut: cut).batch(4096).as_numpy_iterator():
                 cut, texts = cut + int(flags.sum()), texts + len(flags)
                 progress.add(len(flags))
-            _finish(progress, texts)
+            console.finish(progress, texts)
         else:
             cut, texts = ds.reduce((np.int64(0), np.int64(0)),
                                    lambda counts, element: (counts[0] + tf.cast(element[2], tf.int64), counts[1] + 1))
@@ -401,12 +383,12 @@ def with_cardinality(dataset, verbose=0):
     progress bar of the batches counted; 0 (default) is silent.
     """
     if verbose:
-        progress = _progress(None, "batch", verbose)
+        progress = console.progress_bar(None, "batch", verbose)
         count = 0
         for _ in dataset.map(lambda *element: 0).as_numpy_iterator():
             count += 1
             progress.add(1)
-        _finish(progress, count)
+        console.finish(progress, count)
     else:
         count = int(dataset.reduce(np.int64(0), lambda n, _: n + 1))
     return dataset.apply(tf.data.experimental.assert_cardinality(count))
