@@ -12,7 +12,8 @@ A subclass of :class:`DatasetHyperModel` implements
 * ``build(hp)``: the compiled model, from the application's ``build_model`` and compile
   recipe. Every hyperparameter is declared here, also those that only ``datasets``
   reads (with ``hp.get``), so that keras-tuner knows the whole space before the first
-  trial and ``--fixed NAME=VALUE`` can pin any of them;
+  trial and ``--fixed NAME=VALUE`` can pin any of them. A learning-rate schedule spans
+  :meth:`DatasetHyperModel.trial_epochs` (under Hyperband, the epochs of the trial's round);
 
 and may override ``fit_options(hp)`` (extra ``model.fit`` arguments such as
 ``steps_per_epoch``, or callbacks that must run before the tuner's own),
@@ -37,7 +38,8 @@ class DatasetHyperModel(keras_tuner.HyperModel):
         batch_size: the global batch size.
         seed: seeds the data (splits, shuffling, generated examples) and every model
             :meth:`build` makes (its initial weights, dropout), as ``train`` does.
-        epochs: epochs per trial (schedules that need the number of steps use it).
+        epochs: epochs per trial (Hyperband: the most a trial trains; schedules that need
+            the number of steps read :meth:`trial_epochs`).
         verbose: 1 (default) shows the progress of ``load_data``'s long steps (CLEVR's
             feature extraction, SST's embedding); 0 (``--quiet``) hides it.
         name: the HyperModel's name (default: the class attribute ``application``).
@@ -53,18 +55,21 @@ class DatasetHyperModel(keras_tuner.HyperModel):
         self.batch_size, self.seed, self.epochs = int(batch_size), int(seed), int(epochs)
         self.verbose = verbose
         self._data = None
-        # Keras' random state is seeded before every build (keras-tuner's `build` wrapper,
-        # set by its __init__, is wrapped): the trials' initial weights were drawn from an
-        # unseeded state, so the same command scored other values on every run (and the
-        # Bayesian tuner then drew other trials), where every `train` seeds Keras.
-        self.build = self._seeded(self.build)
+        # Keras' random state is seeded before every build: the trials' initial weights
+        # were drawn from an unseeded state, so the same command scored other values on
+        # every run (and the Bayesian tuner then drew other trials), where every `train`
+        # seeds Keras. keras-tuner's __init__ sets `self.build` to its own wrapper (a bound
+        # method); it is wrapped in turn by a bound method, as keras-tuner does, not by a
+        # closure: a closure kept the instance it was made for, so a copy
+        # (`copy.deepcopy`) built with the original's seed, `tunable` and data, and the
+        # HyperModel could not be pickled.
+        self._unseeded_build = self.build
+        self.build = self._seeded_build
 
-    def _seeded(self, build):
-        def seeded_build(hp, *args, **kwargs):
-            keras.utils.set_random_seed(self.seed)
-            return build(hp, *args, **kwargs)
-
-        return seeded_build
+    def _seeded_build(self, hp, *args, **kwargs):
+        """``build`` (through keras-tuner's wrapper) with Keras' random state seeded first."""
+        keras.utils.set_random_seed(self.seed)
+        return self._unseeded_build(hp, *args, **kwargs)
 
     @classmethod
     def from_args(cls, args, strategy):
@@ -87,6 +92,18 @@ class DatasetHyperModel(keras_tuner.HyperModel):
         if self._data is None:
             self._data = self.load_data()
         return self._data
+
+    def trial_epochs(self, hp):
+        """The epochs that the trial of ``hp`` trains, which a learning-rate schedule must span.
+
+        ``epochs``, but under Hyperband those of the trial's round: ``tuner/epochs`` less
+        ``tuner/initial_epoch`` (a later round starts from the weights of an earlier trial,
+        with a new optimizer whose step count starts at 0). A schedule of ``epochs`` cut
+        the trials of Hyperband's first rounds short of its decay (they were scored near
+        the peak rate, and the best of them chosen so) and left the later rounds' undecayed.
+        """
+        values = hp.values
+        return max(1, int(values.get("tuner/epochs", self.epochs)) - int(values.get("tuner/initial_epoch", 0)))
 
     def load_data(self):
         raise NotImplementedError

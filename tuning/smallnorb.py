@@ -54,14 +54,19 @@ class SmallNORBHyperModel(DatasetHyperModel):
 
     def load_data(self):
         tfds_data.require_prepared("smallnorb", self.data_dir)
-        train = smallnorb.load_split(TRAIN_SPLIT, self.data_dir, download=False, shuffle_files=True,
-                                     seed=self.seed)
+        train = self._training_examples()
         valid = smallnorb.load_split(VALIDATION_SPLIT, self.data_dir, download=False)
         steps = self.steps_per_epoch or int(train.cardinality()) // self.batch_size
         if steps < 1:
             raise InputError("the smallNORB training split is unknown or smaller than a batch: "
                              "pass --steps-per-epoch")
         return train, valid, steps
+
+    def _training_examples(self):
+        """The training split, its files in the order of ``seed`` (TFDS reshuffles them every
+        time the dataset is read: each trial reads a split of its own, so that every trial
+        reads them in the same orders, not in those after the trials before it)."""
+        return smallnorb.load_split(TRAIN_SPLIT, self.data_dir, download=False, shuffle_files=True, seed=self.seed)
 
     def build(self, hp):
         model = smallnorb.build_model(
@@ -73,13 +78,13 @@ class SmallNORBHyperModel(DatasetHyperModel):
         max_lr = hp.Float("max_lr", 1e-4, 2e-3, sampling="log", default=5e-4)
         hp.Choice("mixup_alpha", [0.0, 0.2, 0.4], default=0.2)  # read by `datasets`
         steps = self.prepare()[2]
-        return smallnorb.compile_model(model, total_steps=max(2, self.epochs * steps), max_lr=max_lr)
+        return smallnorb.compile_model(model, total_steps=max(2, self.trial_epochs(hp) * steps), max_lr=max_lr)
 
     def datasets(self, hp, data):
-        train, valid, _ = data
+        _, valid, _ = data
         train_ds = smallnorb.make_dataset(
-            train, True, self.batch_size, self.image_size, mixup_alpha=hp.get("mixup_alpha") or None,
-            seed=self.seed, repeat=True,
+            self._training_examples(), True, self.batch_size, self.image_size,
+            mixup_alpha=hp.get("mixup_alpha") or None, seed=self.seed, repeat=True,
         )
         valid_ds = smallnorb.make_dataset(valid, False, self.batch_size, self.image_size)
         if self.validation_steps is not None:

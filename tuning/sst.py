@@ -73,7 +73,7 @@ class SSTHyperModel(DatasetHyperModel):
         )
         max_lr = hp.Float("max_lr", 1e-4, 2e-3, sampling="log", default=5e-4)
         hp.Choice("mixup_alpha", [0.0, 0.2, 0.4], default=0.2)  # read by `datasets`
-        steps = math.ceil(len(labels) / self.batch_size) * self.epochs
+        steps = math.ceil(len(labels) / self.batch_size) * self.trial_epochs(hp)
         return sst.compile_model(model, steps, max_lr=max_lr)
 
     def datasets(self, hp, data):

@@ -60,9 +60,16 @@ class TextClassificationHyperModel(DatasetHyperModel):
 
     def load_data(self):
         data_lib.require_data(self.dataset, self.data_dir)
-        return recipe.prepare_data(self.dataset, self.data_dir, self.batch_size, self.vocab_size,
+        data = recipe.prepare_data(self.dataset, self.data_dir, self.batch_size, self.vocab_size,
                                    self.max_length, self.phrases, self.limit, self.seed, test=False,
                                    hold_out=True, verbose=self.verbose)
+        # The training texts and their lookup, which `datasets` batches anew for every trial,
+        # and the number of batches counted here; not these batches (their cache of every
+        # encoded text would stay in memory beside the trial's).
+        train_split = data_lib.splits(self.dataset, hold_out=True)[0]
+        texts = data_lib.load_split(self.dataset, train_split, self.data_dir, phrases=self.phrases, limit=self.limit)
+        data["train_batches"] = int(data.pop("train").cardinality())
+        return {**data, "train_texts": texts, "lookup": data_lib.make_lookup(data["vocabulary"])}
 
     def build(self, hp):
         data = self.prepare()
@@ -82,7 +89,20 @@ class TextClassificationHyperModel(DatasetHyperModel):
         return model_lib.compile_model(model, hp.Float("learning_rate", 1e-4, 1e-2, sampling="log", default=1e-3))
 
     def datasets(self, hp, data):
-        return data["train"], data["validation"]
+        """The training batches made anew (shuffled as every trial's first, with ``seed``), and
+        the validation batches of ``prepare``.
+
+        One shuffled dataset shared by the trials gave each trial the next orders of its
+        reshuffling: a trial trained on other orders according to the trials before it
+        in the process (and a resumed search's first trial on those of the search's first).
+        """
+        import tensorflow as tf
+
+        train = data_lib.make_dataset(data["train_texts"], data["lookup"], self.batch_size, shuffle=True,
+                                      seed=self.seed, max_length=self.max_length)
+        # the number of batches that `prepare` counted (the same examples, bucketed alike)
+        train = train.apply(tf.data.experimental.assert_cardinality(data["train_batches"]))
+        return train, data["validation"]
 
     # evaluate encodes the texts with the vocabulary beside the model (the search's, made of
     # its training examples: no `train` run has the same)

@@ -68,7 +68,9 @@ class CompositionalEmbedding(keras.layers.Layer):
     traced function, e.g. ``model.fit`` or ``jit_compile``, the check is skipped, as
     the values are unknown.) With ``mask_zero=True`` id 0 is padding, exactly as in
     ``keras.layers.Embedding``: it still has an embedding, and the layer emits the
-    mask ``ids != 0``.
+    mask ``ids != 0``. int64 ids are looked up as int64, as in ``keras.layers.Embedding``,
+    so that in a traced function an id of ``2**31`` or more is out of range (an error
+    on TensorFlow without XLA), never another row.
 
     Mixed precision: weights are float32; the softmax and the sum run in float32 and
     the output is cast to the compute dtype.
@@ -281,7 +283,11 @@ class CompositionalEmbedding(keras.layers.Layer):
             # Ragged ids (as keras.layers.Embedding takes them): embed the values.
             return inputs.with_flat_values(self.call(inputs.flat_values))
         self._check_ids(inputs)
-        ids = ops.cast(inputs, "int32")  # floats holding ids are accepted, as in Embedding
+        # int64 ids stay int64, as in keras.layers.Embedding (ids of 2**31 and more wrapped
+        # to other, possibly valid, rows where the check above does not run); floats
+        # holding ids are accepted, as in Embedding.
+        wide = keras.backend.standardize_dtype(inputs.dtype) in ("int64", "uint32", "uint64")
+        ids = ops.cast(inputs, "int64" if wide else "int32")
         dtype = routing_dtype(self.compute_dtype)
         codebook = ops.cast(self.codebook, dtype)
         if self.fixed_codes:

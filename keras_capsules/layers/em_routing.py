@@ -17,6 +17,41 @@ from keras_capsules.ops import masked_softmax, routing_dtype
 
 _ALGORITHMS = ("auto", "votes", "moments")
 
+# Poses whose largest component (per sample) lies above this are routed rescaled
+# (see _pose_scale); all others are routed as they are, bit for bit.
+_RESCALE_ABOVE = {"float32": 2.0**16, "float64": 2.0**128}
+# The variance floor of rescaled poses is at least this (see _pose_scale).
+_RESCALED_FLOOR = {"float32": 2.0**-60, "float64": 2.0**-500}
+
+
+def _pose_scale(x, eps):
+    """How the (masked) poses ``x`` are routed: per sample ``[b, 1, 1, 1]``, the
+    factor ``s`` applied to poses and biases, ``1 / s``, and the variance floor.
+
+    Routing is invariant to a per-sample scale ``s``: poses and biases times ``s``
+    and the variance floor ``eps`` times ``s**2`` give votes and means times ``s``,
+    variances times ``s**2`` and the same assignments and scores. Unscaled, the
+    backward pass multiplies gradients of order ``|V|**2`` by squared votes (and
+    ``"moments"`` by squared poses), which overflows in float32 for poses of about
+    1e12 even where the forward pass and the true gradients are finite. Poses with
+    a component above ``2**16`` are therefore routed at ``s = 1 / max|x|``; all
+    others at ``s = 1``, exactly as written.
+
+    The rescaled floor is at least ``min(eps, 2**-60)`` (float32): a floor near
+    ``eps * s**2`` gives ``1 / sig2**2`` (the variance's local derivative) beyond
+    the float32 range, and NaN at outputs that receive no data. In the poses' own
+    units this floor is a standard deviation of ``2**-30`` times the sample's
+    largest component, below float32's resolution of such votes. ``s`` carries no
+    gradient (the outputs do not depend on it).
+    """
+    dtype = keras.backend.standardize_dtype(x.dtype)
+    largest = ops.max(ops.abs(x), axis=(1, 2, 3), keepdims=True, initial=0.0)
+    big = largest > _RESCALE_ABOVE[dtype]
+    scale = ops.stop_gradient(1.0 / ops.where(big, largest, ops.ones_like(largest)))
+    unscale = ops.stop_gradient(ops.where(big, largest, ops.ones_like(largest)))
+    floor = ops.maximum(eps * ops.square(scale), min(eps, _RESCALED_FLOOR[dtype]))
+    return scale, unscale, floor
+
 
 def _uniform_use(f, n_out):
     """D_use of the first iteration: every input's activation split evenly over outputs."""
@@ -112,12 +147,17 @@ class EMRouting(keras.layers.Layer):
     mixed precision; outputs are cast to the layer's compute dtype. The iteration count
     is static, so the layer compiles with XLA.
 
-    Range: the variances are sums over inputs of squared votes (and ``"moments"``
-    squares the poses), so in float32 the components of the poses ``mu_inp`` and of the
-    votes must stay below about ``1e18 / sqrt(n_inp)`` (their squares summed over the
-    inputs below float32's maximum, ~3.4e38; in float64 the bound is ~1e153 /
-    sqrt(n_inp)). Larger ones overflow to inf and give NaN outputs without an error
-    (this is not checked, to keep the routing loop fast); scale such poses down first.
+    Range: a sample whose poses have a component above ``2**16`` is routed with its
+    poses and biases divided by its largest component and its outputs scaled back
+    (routing does not depend on that scale; the variance floor ``eps`` is scaled
+    alike, but kept above ``2**-60`` times the square of that component, a standard
+    deviation far below float32's resolution of such votes). So in float32 the
+    outputs, and the gradients of ``a_out`` and ``mu_out``, are finite for poses and
+    votes with components up to about ``1e18`` (``sig2_out`` is about their square).
+    The gradients of ``sig2_out`` itself are of the order of the squared votes, and
+    are finite for components up to about ``1e15``. Beyond these ranges results
+    overflow to inf or NaN without an error (this is not checked, to keep the
+    routing loop fast); scale such poses down first.
 
     Args:
         n_out: number of output capsules, or None for as many as there are inputs.
@@ -438,22 +478,28 @@ class EMRouting(keras.layers.Layer):
             beta_use = ops.broadcast_to(beta_use, (ops.shape(beta_use)[0], n_out))
             beta_ign = ops.broadcast_to(beta_ign, (ops.shape(beta_ign)[0], n_out))
 
+        # Routed at a per-sample scale (1 for ordinary poses, see _pose_scale); the
+        # bias is per sample from here on: [b, n_inp or 1, j, c, h].
+        scale, unscale, var_eps = _pose_scale(x, self.eps)  # [b, 1, 1, 1]
+        x = x * scale
+        if out_valid is None:
+            bias = bias[None]
+        bias = bias * scale[:, :, :, :, None]
         if self.resolved_algorithm == "moments":
-            shared_bias = bias[:, 0] if out_valid is not None else bias[0]
             outputs = self._route_moments(
-                f, x, valid, kernel[0], shared_bias, beta_use[0], beta_ign[0], n_out, out_valid
+                f, x, valid, kernel[0], bias[:, 0], beta_use[0], beta_ign[0], n_out, var_eps, out_valid
             )
         else:
-            outputs = self._route_votes(f, x, kernel, bias, beta_use, beta_ign, n_out, out_valid)
+            outputs = self._route_votes(f, x, kernel, bias, beta_use, beta_ign, n_out, var_eps, out_valid)
+        a_out, mu_out, sig2_out = outputs
+        mu_out = mu_out * unscale
+        sig2_out = sig2_out * ops.square(unscale)
         if out_valid is not None:
-            a_out, mu_out, sig2_out = outputs
             keep = out_valid > 0
-            outputs = (
-                ops.where(keep, a_out, ops.zeros_like(a_out)),
-                ops.where(keep[:, :, None, None], mu_out, ops.zeros_like(mu_out)),
-                ops.where(keep[:, :, None, None], sig2_out, ops.zeros_like(sig2_out)),
-            )
-        return [ops.cast(o, self.compute_dtype) for o in outputs]
+            a_out = ops.where(keep, a_out, ops.zeros_like(a_out))
+            mu_out = ops.where(keep[:, :, None, None], mu_out, ops.zeros_like(mu_out))
+            sig2_out = ops.where(keep[:, :, None, None], sig2_out, ops.zeros_like(sig2_out))
+        return [ops.cast(o, self.compute_dtype) for o in (a_out, mu_out, sig2_out)]
 
     @staticmethod
     def _assign(a_out, log_p, f, out_valid):
@@ -477,11 +523,12 @@ class EMRouting(keras.layers.Layer):
             return beta_use * ops.sum(d_use, axis=1) - beta_ign * ops.sum(d_ign, axis=1)
         return ops.sum(beta_use * d_use, axis=1) - ops.sum(beta_ign * d_ign, axis=1)
 
-    def _route_votes(self, f, x, kernel, bias, beta_use, beta_ign, n_out, out_valid=None):
-        """The reference algorithm: forms V[b, i, j, c, h]."""
-        # bias: [b, n_inp or 1, j, c, h] per sample (n_out=None with a mask), else per weight set
-        if out_valid is None and self.n_inp is None:
-            bias = bias[0]
+    def _route_votes(self, f, x, kernel, bias, beta_use, beta_ign, n_out, var_eps, out_valid=None):
+        """The reference algorithm: forms V[b, i, j, c, h].
+
+        ``bias`` is per sample, ``[b, n_inp or 1, j, c, h]``; ``var_eps`` ``[b, 1, 1, 1]``
+        is the floor added to the variances.
+        """
         if self.n_inp is None:  # one weight set shared over inputs
             votes = ops.einsum("bicd,jdh->bijch", x, kernel[0]) + bias
             beta_use, beta_ign = beta_use[0], beta_ign[0]
@@ -502,24 +549,23 @@ class EMRouting(keras.layers.Layer):
             sig2_out = (
                 ops.einsum("bij,bijch->bjch", d_use, ops.square(votes - mu_out[:, None]))
                 * inv_s[:, :, None, None]
-                + eps
+                + var_eps
             )
         return a_out, mu_out, sig2_out
 
-    def _route_moments(self, f, x, valid, kernel, bias, beta_use, beta_ign, n_out, out_valid=None):
+    def _route_moments(self, f, x, valid, kernel, bias, beta_use, beta_ign, n_out, var_eps, out_valid=None):
         """The same routing from moments of the inputs; V is never formed.
 
         With y[b,i,j,c,:] = x[b,i,c,:] @ kernel[j] the bias-free vote, every quantity
         the algorithm needs is linear in sums over inputs of D_use * x and
         D_use * x x^T, or in x and x x^T weighted by per-output coefficients.
+        ``bias`` is per sample, ``[b, j, c, h]``; ``var_eps`` as in ``_route_votes``.
         """
         eps = self.eps
         # Centre the inputs per sample and row (weighted by activation): V is unchanged
         # once the shift's image m @ kernel moves into a per-sample bias.
         f_sum = ops.sum(f, axis=1)  # [b]
         centre = ops.einsum("bi,bicd->bcd", f, x) / (f_sum[:, None, None] + 1e-12)
-        if out_valid is None:  # else bias is already per sample, [b, j, c, h]
-            bias = bias[None]
         bias = bias + ops.einsum("bcd,jdh->bjch", centre, kernel)  # [b, j, c, h]
         x = ops.where(valid[:, :, None, None], x - centre[:, None], ops.zeros_like(x))
         xx = x[..., :, None] * x[..., None, :]  # [b, i, c, d, e]
@@ -547,7 +593,7 @@ class EMRouting(keras.layers.Layer):
             # sum_i D (y - g)^2 with g = mu_out - bias, never negative in exact arithmetic.
             g = mu_out - bias
             sq = sum_y2 - 2.0 * g * sum_y + d_sum[:, :, None, None] * ops.square(g)
-            sig2_out = ops.maximum(sq, 0.0) * inv_s + eps
+            sig2_out = ops.maximum(sq, 0.0) * inv_s + var_eps
         return a_out, mu_out, sig2_out
 
     def get_config(self):

@@ -330,3 +330,22 @@ def test_learns_the_sentiment_of_bags_of_words():
     model.fit(ids[:1000], labels[:1000], batch_size=50, epochs=15, verbose=0)
     accuracy = model.evaluate(ids[1000:], labels[1000:], verbose=0)[1]
     assert accuracy > 0.85, accuracy
+
+
+@pytest.mark.parametrize("fixed", [False, True])
+def test_int64_ids_of_2_pow_31_and_more_are_not_wrapped_in_a_traced_call(fixed):
+    """review: ids were cast to int32, so in a traced call (where the eager range check
+    does not run) int64 id 2**32 + 3 embedded as row 3 and 2**31 as a negative row.
+    They stay int64, as in keras.layers.Embedding: TensorFlow's gather refuses them."""
+    tensorflow_only("a tf.function without XLA, whose gather checks its indices")
+    import tensorflow as tf
+
+    kwargs = dict(codes=np.arange(20).reshape(10, 2) % 4, num_codewords=4) if fixed else {}
+    layer = CompositionalEmbedding(10, 3, num_codebooks=2, **kwargs)
+    embed = tf.function(layer, jit_compile=False)
+    np.testing.assert_array_equal(
+        np.asarray(embed(tf.constant([[3, 9]], tf.int64))), np.asarray(layer(np.array([[3, 9]])))
+    )
+    for big in (2**32 + 3, 2**31):
+        with pytest.raises(tf.errors.InvalidArgumentError, match=f"{big} is not in"):
+            embed(tf.constant([[1, big]], tf.int64))

@@ -336,8 +336,19 @@ def test_the_smallnorb_search_validates_on_held_out_training_examples_not_the_te
     monkeypatch.setattr(smallnorb, "load_split", recording)
     monkeypatch.setattr(tfds_data, "require_prepared", lambda name, data_dir=None: None)
     with tfds.testing.mock_data(num_examples=8):
-        SmallNORBHyperModel(data_dir=str(tmp_path), batch_size=4).prepare()
-    assert read == ["train[:90%]", "train[90%:]"]
+        hypermodel = SmallNORBHyperModel(data_dir=str(tmp_path), batch_size=4, image_size=24)
+        hypermodel.prepare()
+        assert read == ["train[:90%]", "train[90%:]"]
+        # Every trial reads the training split anew: TFDS reshuffles its files each time a
+        # dataset is read, so trials that shared one read them in the orders after the
+        # trials before them (and a resumed search's first trial in those of the first).
+        import keras_tuner
+
+        hp = keras_tuner.HyperParameters()
+        hypermodel.build(hp)
+        for trial in range(2):
+            hypermodel.datasets(hp, hypermodel.prepare())
+            assert read == ["train[:90%]", "train[90%:]", *["train[:90%]"] * (trial + 1)]
 
 
 @pytest.mark.parametrize("dataset", ["ag_news", "sst2"])
@@ -363,7 +374,30 @@ def test_the_text_classification_search_never_validates_on_the_test_split(datase
     data_dir = SST_DIR if dataset == "sst2" else str(tmp_path)
     with tfds.testing.mock_data(num_examples=12):
         TextClassificationHyperModel(dataset, data_dir, limit=12, batch_size=4).prepare()
-    assert read == (["train", "dev"] if dataset == "sst2" else ["train[:90%]", "train[90%:]"])
+    # (the training split read again: the texts that every trial's datasets batch anew)
+    assert read == (["train", "dev", "train"] if dataset == "sst2" else ["train[:90%]", "train[90%:]", "train[:90%]"])
+
+
+def test_every_text_classification_trial_trains_on_the_same_batches():
+    # The trials shared one shuffled dataset: each trial got the next orders of its
+    # reshuffling, so a trial trained on other batches according to the trials before it.
+    import keras_tuner
+
+    from tuning.text_classification import TextClassificationHyperModel
+
+    hypermodel = TextClassificationHyperModel("sst2", SST_DIR, limit=24, batch_size=4, seed=1)
+    hp = keras_tuner.HyperParameters()
+
+    def epoch():
+        train, _ = hypermodel.datasets(hp, hypermodel.prepare())
+        return [(ids.tolist(), labels.tolist()) for ids, labels in train.as_numpy_iterator()]
+
+    first = epoch()
+    assert epoch() == first and len(first) == hypermodel.prepare()["train_batches"]
+    # as `train` shuffles them: another order in every epoch
+    train, _ = hypermodel.datasets(hp, hypermodel.prepare())
+    epochs = [[labels.tolist() for _, labels in train.as_numpy_iterator()] for _ in range(3)]
+    assert epochs[0] == [labels for _, labels in first] and epochs[1:] != epochs[:1] * 2
 
 
 # audit 2026-11-27 (tuner hyperparameters): pinned values that built another model than
@@ -401,6 +435,42 @@ def test_frame_weight_is_searched_only_for_the_variants_that_predict_frames():
         hp = keras_tuner.HyperParameters()
         OccludedMNISTHyperModel(variant=variant).build(hp)
         assert ("frame_weight" in hp.values) == searched, variant
+
+
+def _schedule_steps(model):
+    """The steps that a model's one-cycle schedule spans (warm-up and decay)."""
+    schedule = model.optimizer.get_config()["learning_rate"]["config"]
+    return schedule["warmup_steps"] + schedule["decay_steps"]
+
+
+@pytest.mark.parametrize("name", ["smallnorb", "sst"])
+def test_the_one_cycle_schedule_spans_the_epochs_that_the_trial_trains(name, tmp_path, monkeypatch):
+    # The schedule spanned --epochs whatever the trial trained: Hyperband's first-round
+    # trials (1 epoch of 3) were scored near the peak rate, its later rounds (a new
+    # optimizer, from an earlier trial's weights) never decayed.
+    import keras_tuner
+
+    with contextlib.ExitStack() as stack:
+        if name == "smallnorb":
+            _data_options(name, tmp_path, monkeypatch, stack)
+            hypermodel = tuning.HYPERMODELS[name](data_dir=str(tmp_path / "tfds"), image_size=24, steps_per_epoch=5,
+                                                  batch_size=4, epochs=9)
+        else:
+            hypermodel = tuning.HYPERMODELS[name](SST_DIR, granularity="2", preset=tiny_bert_preset(tmp_path / "p"),
+                                                  cache_dir=str(tmp_path / "cache"), train_on="sentences",
+                                                  max_train=20, max_eval=4, max_length=12, batch_size=4, epochs=9)
+        steps = 5  # per epoch (sst: 20 examples in batches of 4)
+
+        def built(**tuner_values):
+            hp = keras_tuner.HyperParameters()
+            for key, value in dict(d_chns=8, n_parts=4, pose_size=2, hidden_dim=8, hidden_capsules=4).items():
+                hp.Fixed(key, value)
+            hp.values.update({f"tuner/{key}": value for key, value in tuner_values.items()})
+            return _schedule_steps(hypermodel.build(hp))
+
+        assert built() == 9 * steps  # random, bayesian: --epochs
+        assert built(epochs=1, initial_epoch=0, bracket=2, round=0) == 1 * steps  # Hyperband's first round
+        assert built(epochs=9, initial_epoch=3, bracket=2, round=2, trial_id="0004") == 6 * steps
 
 
 def test_evaluate_of_the_tuned_smallnorb_model_scores_the_searchs_image_size(tmp_path, capsys, monkeypatch):

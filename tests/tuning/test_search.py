@@ -287,6 +287,31 @@ def test_the_same_seed_builds_the_same_initial_model():
     assert any(not np.array_equal(a, b) for a, b in zip(other, first, strict=True))
 
 
+def test_a_copy_of_a_hypermodel_builds_with_its_own_seed_and_it_pickles():
+    # The seeding wrapper of `build` was a closure over the instance it was made for: a
+    # deep copy built the original's model (its seed, `tunable` and data), and pickling
+    # failed ("Can't pickle local object ... seeded_build").
+    import copy
+    import pickle
+
+    def initial_weights(hypermodel, hp=None):
+        return [np.asarray(w) for w in hypermodel.build(hp or keras_tuner.HyperParameters()).weights]
+
+    original = DemoHyperModel(limit=40, seed=3)
+    other = copy.deepcopy(original)
+    other.seed = 4
+    for got, want in zip(initial_weights(other), initial_weights(DemoHyperModel(limit=40, seed=4)), strict=True):
+        np.testing.assert_array_equal(got, want)
+    other.tunable = False  # keras-tuner's wrapper then builds on a copy of `hp`
+    hp = keras_tuner.HyperParameters()
+    initial_weights(other, hp)
+    assert hp.values == {}
+    restored = pickle.loads(pickle.dumps(original))
+    assert restored.seed == 3
+    for got, want in zip(initial_weights(restored), initial_weights(original), strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
 def test_a_diverged_trial_fails_and_is_never_the_best_model(tmp_path, capsys):
     # audit 5: with NaN weights a model still has a finite val_accuracy (it always guesses
     # one class): a diverged trial completed with that score ("best val_accuracy 0.125")
