@@ -77,7 +77,7 @@ def routing(train_x, train_y, dev_x, dev_y, test_x, test_y, n_classes, args, run
     dev_ds = sst.make_dataset(dev_x, dev_y, n_classes, args.batch_size)
     start = time.time()
     model.fit(train_ds, validation_data=dev_ds, epochs=args.epochs, verbose=args.verbose,
-              callbacks=run_callbacks(run_dir, checkpoint=False))
+              callbacks=run_callbacks(run_dir, checkpoint=False), shuffle=False)  # shuffled by tf.data
     train_seconds = round(time.time() - start, 1)  # before the dev and test evaluations
     return {
         "dev_accuracy": sst.accuracy(model, dev_x, dev_y),
