@@ -61,7 +61,8 @@ def add_common_arguments(parser, command):
     parser.add_argument(
         "--batch-size", type=positive_int, default=32,
         help="examples per replica and step; the global batch is this times the "
-        "number of replicas (default: %(default)s)",
+        "number of replicas, and a partial training batch (an epoch's last) is cut to a "
+        "multiple of them, so that every replica trains on as many (default: %(default)s)",
     )
     parser.add_argument("--seed", type=seed_int, default=0, help="random seed (default: %(default)s)")
     parser.add_argument(

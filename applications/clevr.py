@@ -662,7 +662,7 @@ def encode(questions, answers, vocabulary, classes):
 
 
 def make_dataset(features_path, image_index, tokens, labels, batch_size=64, shuffle=False, seed=0,
-                 drop_unknown=True):
+                 drop_unknown=True, replicas=1):
     """``({"question", "features"}, answer)`` batches; features read from the cache.
 
     The cache is memory-mapped and the features of a batch gathered from it, so the
@@ -671,7 +671,8 @@ def make_dataset(features_path, image_index, tokens, labels, batch_size=64, shuf
     (for training: there is nothing to learn from them). Pass ``drop_unknown=False``
     for validation and evaluation: dropping them computed the accuracy over fewer
     questions than there are, and overstated it; kept, each counts as an error (see
-    :func:`compile_model`).
+    :func:`compile_model`). ``replicas``: training batches are cut for that many
+    replicas in sync (``distribute.even_batches``), before their features are read.
     """
     import tensorflow as tf
 
@@ -700,7 +701,8 @@ def make_dataset(features_path, image_index, tokens, labels, batch_size=64, shuf
     if shuffle:
         # a buffer of at least 1: tf.data refuses 0 (no question kept)
         ds = ds.shuffle(max(len(labels), 1), seed=seed, reshuffle_each_iteration=True)
-    ds = ds.batch(batch_size)
+    batches = distribute.even_batch_count(len(labels), batch_size, replicas)
+    ds = distribute.even_batches(ds.batch(batch_size), replicas, batches)
 
     def attach(index, question, label):
         feats = tf.numpy_function(gather, [index], tf.float32)
@@ -896,7 +898,8 @@ def train(cache_dir, run_dir="runs/clevr", data_dir=None, epochs=25, batch_size=
     data = prepare(cache_dir, data_dir, SPLITS, image_size, weights, extractor, verbose=verbose)
     data = first_questions(data, limit)
     require_questions(data, cache_dir)  # before training, not after it
-    train_ds = make_dataset(**data["train"], batch_size=batch_size, shuffle=True, seed=seed)
+    train_ds = make_dataset(**data["train"], batch_size=batch_size, shuffle=True, seed=seed,
+                            replicas=strategy.num_replicas_in_sync)
     val_ds = make_dataset(**data["validation"], batch_size=batch_size, drop_unknown=False)
     with strategy.scope():
         model = build_model(

@@ -119,11 +119,12 @@ def load_arrays(data_dir=None, limit=None):
 TEST_FRACTION = 0.2
 
 
-def make_datasets(images, labels, batch_size, test_fraction=TEST_FRACTION, seed=0, hold_out=False):
+def make_datasets(images, labels, batch_size, test_fraction=TEST_FRACTION, seed=0, hold_out=False, replicas=1):
     """Shuffled train/test ``tf.data`` pipelines from arrays (a fixed, seeded split).
 
     ``batch_size`` is the global batch (see ``applications.distribute``). The datasets
-    shard by ``DATA`` under a multi-worker strategy. With ``hold_out=True`` the second
+    shard by ``DATA`` under a multi-worker strategy; the training batches are cut for
+    ``replicas`` replicas in sync (``distribute.even_batches``), the test batches not. With ``hold_out=True`` the second
     pipeline holds *validation* examples instead: ``test_fraction`` of the training
     part, held out of it (the first pipeline trains without them), and the test part
     is not used. Model selection (``tuning.demo``) validates on these, so that the
@@ -154,8 +155,9 @@ def make_datasets(images, labels, batch_size, test_fraction=TEST_FRACTION, seed=
         tf.data.Dataset.from_tensor_slices((images[train], labels[train]))
         .shuffle(len(train), seed=seed, reshuffle_each_iteration=True)
         .batch(batch_size)
-        .prefetch(tf.data.AUTOTUNE)
     )
+    batches = distribute.even_batch_count(len(train), batch_size, replicas)
+    train_ds = distribute.even_batches(train_ds, replicas, batches).prefetch(tf.data.AUTOTUNE)
     test_ds = tf.data.Dataset.from_tensor_slices((images[test], labels[test])).batch(batch_size)
     return (
         distribute.distribute_dataset_options(train_ds),
@@ -271,7 +273,8 @@ def train(
         os.makedirs(out, exist_ok=True)
     images, labels = load_arrays(data_dir, limit)
     global_batch = distribute.global_batch_size(batch_size, strategy)
-    train_ds, test_ds = make_datasets(images, labels, global_batch, seed=seed)
+    train_ds, test_ds = make_datasets(images, labels, global_batch, seed=seed,
+                                      replicas=strategy.num_replicas_in_sync)
     model_options = dict(model_options or {})
     model_options.setdefault("synchronized_batchnorm", strategy.num_replicas_in_sync > 1)
     with strategy.scope():

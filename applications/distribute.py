@@ -27,6 +27,17 @@ Strategies:
   empty for the one attached to this VM). A :class:`StrategyError` (one line from the
   command line) when no TPU is reachable.
 
+Uneven batches: Keras (3.15) averages the replicas' mean losses whatever the number of
+examples each replica holds, so a batch that does not split evenly over the replicas
+(the last, partial batch of an epoch: 3 examples on 2 replicas go 2 + 1) trains with a
+wrong gradient (the example alone on its replica weighs twice the others; a batch of 1
+makes half the one-device step). Every application therefore passes its training batches
+through :func:`even_batches`: each is cut to the largest multiple of the replicas (at most
+``replicas - 1`` examples of an epoch's partial batch left out, other ones every epoch
+when the data is reshuffled) and a batch smaller than that goes, so every replica holds
+as many examples and the step is the one-device step on the examples kept. Evaluation
+data is left whole (its figures are already exact); one replica keeps every batch.
+
 Generated or in-memory data (``from_tensor_slices``, generators) cannot be sharded by
 file, so :func:`distribute_dataset_options` sets the auto-shard policy to ``DATA``:
 each worker takes its share of every global batch.
@@ -36,6 +47,7 @@ import json
 import numbers
 import os
 
+from applications import checks
 from applications.errors import InputError, StrategyError
 
 STRATEGIES = ("default", "mirrored", "multiworker", "tpu")
@@ -134,6 +146,14 @@ def _create(name, tpu):
             )
         try:
             strategy = tf.distribute.MultiWorkerMirroredStrategy()
+        except (ValueError, TypeError) as err:
+            # TensorFlow's own check of TF_CONFIG (a task missing from the cluster, an
+            # index past its addresses, addresses not in a list) was a traceback
+            first_line = (str(err).strip().splitlines() or [type(err).__name__])[0]
+            raise StrategyError(
+                f"TF_CONFIG's cluster and task do not fit together ({first_line}); give every process the "
+                "same cluster (a list of addresses per task type) and its own task in it"
+            ) from None
         except RuntimeError as err:
             if "startup" not in str(err):  # "Collective ops must be configured at program startup"
                 raise
@@ -186,6 +206,110 @@ def global_batch_size(per_replica_batch_size, strategy):
     if strategy is None:
         strategy = resolve_strategy(None)
     return int(per_replica_batch_size) * int(strategy.num_replicas_in_sync)
+
+
+def even_batch_count(examples, batch_size, replicas=1):
+    """How many batches :func:`even_batches` leaves of ``examples`` examples batched by
+    ``batch_size`` (the last batch partial), for ``replicas`` replicas in sync: the
+    ``steps_per_epoch`` (or learning-rate schedule) of such a training dataset.
+
+    Raises:
+        InputError: a ``batch_size`` smaller than ``replicas`` (no batch would be left).
+    """
+    examples = checks.integer_at_least("examples", examples, 0)
+    batch_size = checks.integer_at_least("batch_size", batch_size, 1)
+    replicas = _replicas(replicas, batch_size)
+    full, rest = divmod(examples, batch_size)
+    return full + (rest >= replicas if replicas > 1 else rest > 0)
+
+
+def even_batches(dataset, replicas=1, batches=None):
+    """The training batches of ``dataset`` cut for ``replicas`` replicas in sync: every
+    replica holds as many examples (see the module doc, "Uneven batches").
+
+    Each batch is cut to its first ``k x replicas`` examples, ``k`` as large as it can
+    be, and a batch of fewer than ``replicas`` examples is left out. A batch is a tensor
+    or a tuple, list or dict of them (ragged and sparse tensors too), all of the same
+    number of rows; scalars are kept as they are. With one replica, or batches of a
+    static size that the replicas divide (``drop_remainder=True``), ``dataset`` itself
+    is returned.
+
+    When batches may be left out, tf.data no longer knows how many an epoch has:
+    ``batches`` (see :func:`even_batch_count`) is then asserted, so that Keras plans the
+    epochs (an endless ``dataset`` stays endless). Without it, count them once
+    (``text_classification.data.with_cardinality``): ``fit`` otherwise warns that the
+    input ran out of data at the end of the first epoch.
+
+    Raises:
+        InputError: batches of a static size smaller than ``replicas``.
+    """
+    import tensorflow as tf
+
+    replicas = _replicas(replicas)
+    if replicas == 1:
+        return dataset
+    spec = dataset.element_spec
+    static = _rows_of(spec)
+    if static is not None:
+        _replicas(replicas, static)  # batches too small for every replica: refused
+        if static % replicas == 0:
+            return dataset
+    unpack = type(spec) is tuple  # tf.data calls the functions with a tuple's components
+
+    def whole(element):
+        return element if unpack else element[0]
+
+    def cut(*element):
+        element = whole(element)
+        keep = _rows_of(element) // replicas * replicas
+        return tf.nest.map_structure(lambda value: _first_rows(value, keep), element)
+
+    if static is not None:  # no batch too small: the count stays known
+        return dataset.map(cut)
+    even = dataset.filter(lambda *element: _rows_of(whole(element)) >= replicas).map(cut)
+    if batches is None and dataset.cardinality() == tf.data.INFINITE_CARDINALITY:
+        batches = tf.data.INFINITE_CARDINALITY
+    if batches is None:
+        return even
+    return even.apply(tf.data.experimental.assert_cardinality(batches))
+
+
+def _replicas(replicas, batch_size=None):
+    replicas = checks.integer_at_least("replicas", replicas, 1)
+    if batch_size is not None and batch_size < replicas:
+        raise InputError(f"a batch of {batch_size} cannot be split over {replicas} replicas: give every replica "
+                         "at least one example (a larger batch size)")
+    return replicas
+
+
+def _rows_of(batch):
+    """The rows of a batch (or of a batch's spec: None when not static): those of its first
+    tensor of rank 1 or more."""
+    import tensorflow as tf
+
+    for value in tf.nest.flatten(batch):
+        shape = getattr(value, "shape", None)
+        if shape is None or shape.rank == 0:
+            continue
+        if isinstance(value, tf.TypeSpec):
+            return shape[0]
+        if isinstance(value, tf.RaggedTensor):
+            return value.nrows()
+        if isinstance(value, tf.SparseTensor):
+            return value.dense_shape[0]
+        return tf.shape(value)[0]
+    raise InputError(f"a training batch must hold a tensor with a batch dimension. Received: {batch!r:.200}")
+
+
+def _first_rows(value, rows):
+    import tensorflow as tf
+
+    if value is None or value.shape.rank == 0:
+        return value
+    if isinstance(value, tf.SparseTensor):
+        return tf.sparse.slice(value, tf.zeros_like(value.dense_shape),
+                               tf.concat([[tf.cast(rows, tf.int64)], value.dense_shape[1:]], 0))
+    return value[:rows]
 
 
 def distribute_dataset_options(dataset):
@@ -297,9 +421,15 @@ def install_keras_fixes():
       ``strategy.reduce("MEAN", v, axis=0)``, which fails on scalars ("Invalid
       reduction dimension 0"). Here a scalar is reduced to its mean over the replicas
       (``axis=None``).
+    * ``fit`` with ``compile(steps_per_execution=n)``, ``n > 1``, runs the steps inside a
+      ``tf.while_loop`` and ``tf.cond``, where the gradients' collective all-reduce of a
+      mirrored or multi-worker strategy gets its instance key from a placeholder that
+      nothing feeds ("You must feed a value for placeholder tensor ... with dtype
+      int32" at the first step). Such a ``fit`` is refused at once with a ``ValueError``
+      naming the ways out (``evaluate`` and ``predict``, which all-reduce nothing, run).
 
-    Both patched Keras functions behave as before under the default strategy (and the
-    second under every strategy but the multi-worker one). Idempotent; returns True once
+    The first two patched Keras functions behave as before under the default strategy
+    (and the second under every strategy but the multi-worker one). Idempotent; returns True once
     the fixes are in place, False (with a warning) when this Keras has not the
     functions they patch.
     """
@@ -313,6 +443,8 @@ def install_keras_fixes():
         # reset the flag, must not wrap the patched functions)
         build = _KERAS_ORIGINALS.setdefault("build", tf_trainer.TensorFlowTrainer._maybe_symbolic_build)
         reduce_per_replica = _KERAS_ORIGINALS.setdefault("reduce_per_replica", tf_trainer.reduce_per_replica)
+        make_train_function = _KERAS_ORIGINALS.setdefault("make_train_function",
+                                                          tf_trainer.TensorFlowTrainer.make_train_function)
         multi_worker = tf_trainer._collective_all_reduce_multi_worker
     except (ImportError, AttributeError) as err:  # Keras' internals moved: nothing to patch
         import warnings
@@ -350,7 +482,27 @@ def install_keras_fixes():
 
         return keras.tree.map_structure(reduce, values)
 
+    def collective_all_reduce(model):
+        strategy = model._distribute_strategy
+        if not several_replicas(strategy) or isinstance(strategy, tf.distribute.TPUStrategy):
+            return False
+        cross_device_ops = getattr(strategy.extended, "_cross_device_ops", None)
+        return model.jit_compile or not isinstance(cross_device_ops, tf.distribute.ReductionToOneDevice)
+
+    def make_train_function_of_one_step_per_execution(self, force=False):
+        if self.steps_per_execution > 1 and collective_all_reduce(self):
+            strategy = self._distribute_strategy
+            raise InputError(
+                f"steps_per_execution={self.steps_per_execution} cannot train under a "
+                f"{type(strategy).__name__} of {strategy.num_replicas_in_sync} replicas (Keras 3.15 runs "
+                "the steps in a loop that feeds TensorFlow's collective all-reduce no instance key); "
+                "compile with steps_per_execution=1, train under --strategy default or tpu, or make a "
+                "MirroredStrategy(cross_device_ops=tf.distribute.ReductionToOneDevice()) without jit_compile"
+            )
+        return make_train_function(self, force=force)
+
     tf_trainer.TensorFlowTrainer._maybe_symbolic_build = maybe_symbolic_build
+    tf_trainer.TensorFlowTrainer.make_train_function = make_train_function_of_one_step_per_execution
     tf_trainer.reduce_per_replica = reduce_scalars_per_replica
     _FIXES_INSTALLED = True
     return True

@@ -245,7 +245,7 @@ def random_transposition(transpose):
 
 
 def make_dataset(rolls, batch_size=16, steps=None, shuffle=False, seed=0, window=None, transpose=0,
-                 targets_as_input=False):
+                 targets_as_input=False, replicas=1):
     """A ``tf.data`` pipeline of ``(inputs, targets, mask)`` for ``model.fit``.
 
     With ``window`` the sequences are cut into windows of that many steps (see
@@ -254,7 +254,9 @@ def make_dataset(rolls, batch_size=16, steps=None, shuffle=False, seed=0, window
     in ``[-transpose, transpose]`` that keeps its notes on the keyboard, drawn anew
     every epoch (``random_transposition``; seeded by ``seed``): training data only.
     ``targets_as_input`` yields ``({"rolls": inputs, "targets": targets}, targets, mask)``
-    for a model with ``readout="nade"``.
+    for a model with ``readout="nade"``. ``replicas``: training batches are cut for that
+    many replicas in sync (``distribute.even_batches``; :class:`PianoRollNLL` is then the
+    NLL per real step of the windows kept).
     """
     import tensorflow as tf
 
@@ -272,7 +274,8 @@ def make_dataset(rolls, batch_size=16, steps=None, shuffle=False, seed=0, window
         ds = tf.data.Dataset.zip(ds, draws).map(random_transposition(transpose))
     if targets_as_input:
         ds = ds.map(lambda inputs, targets, mask: ({"rolls": inputs, "targets": targets}, targets, mask))
-    return ds.batch(batch_size).prefetch(tf.data.AUTOTUNE)
+    batches = distribute.even_batch_count(len(inputs), batch_size, replicas)
+    return distribute.even_batches(ds.batch(batch_size), replicas, batches).prefetch(tf.data.AUTOTUNE)
 
 
 # ------------------------------------------------------------------------- loss
@@ -1045,7 +1048,7 @@ def train(
         # changed with how many epochs they ran, or with a rerun that loaded them instead.
         nade = readouts[member % len(readouts)] == "nade"
         return (make_dataset(rolls["train"], batch_size, longest, True, seed + member, window, transpose,
-                             targets_as_input=nade),
+                             targets_as_input=nade, replicas=strategy.num_replicas_in_sync),
                 make_dataset(rolls["valid"], batch_size, longest, window=window, targets_as_input=nade))
 
     member_datasets(0)  # checks batch_size, window and transpose before anything is trained

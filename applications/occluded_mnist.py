@@ -473,6 +473,7 @@ def make_training_dataset(
     affine=None,
     frame_size=FRAME_SIZE,
     first_epoch=0,
+    replicas=1,
 ):
     """A ``tf.data`` pipeline of training ``(frames, targets)`` batches, augmented or not.
 
@@ -496,6 +497,8 @@ def make_training_dataset(
             run would have (a resumed run drew those of epochs 0, 1, ... again).
             Without ``augment`` it changes nothing (the shuffled order of a resumed
             epoch is still that of the first epochs of a run).
+        replicas: the batches are cut for that many replicas in sync
+            (``distribute.even_batches``).
 
     Returns:
         A ``tf.data.Dataset``; with ``augment`` it regenerates its sequences (in
@@ -510,14 +513,16 @@ def make_training_dataset(
     batch_size = integer_at_least("batch_size", batch_size, 1)
     num_sequences = integer_at_least("num_sequences", num_sequences, 1)
     first_epoch = integer_at_least("first_epoch", first_epoch, 0)
+    batches = distribute.even_batch_count(num_sequences, batch_size, replicas)
     if augment is None:
         data = generate(digits, labels, num_sequences, seed=seed, frame_size=frame_size)
-        return make_dataset(data, variant, batch_size, shuffle=True, seed=seed)
+        return distribute.even_batches(make_dataset(data, variant, batch_size, shuffle=True, seed=seed), replicas,
+                                       batches)
     digits = check_digits(digits, labels)
     labels = np.asarray(labels)
     passes = [first_epoch]  # the epoch of the next pass over the dataset (each one draws new sequences)
 
-    def batches():
+    def generated():
         data = generate(digits, labels, num_sequences, seed=(seed, passes[0]), frame_size=frame_size,
                         affine=options)
         passes[0] += 1
@@ -532,8 +537,8 @@ def make_training_dataset(
     }
     if variant in ("rladder", "no_feedback"):
         target_spec["next_frames"] = tf.TensorSpec((None, NUM_FRAMES - 1, frame_size, frame_size, 1), tf.float32)
-    ds = tf.data.Dataset.from_generator(batches, output_signature=(frame_spec, target_spec))
-    return ds.prefetch(2)
+    ds = tf.data.Dataset.from_generator(generated, output_signature=(frame_spec, target_spec))
+    return distribute.even_batches(ds, replicas, batches).prefetch(2)
 
 
 # ------------------------------------------------------------------------- model
@@ -1025,6 +1030,7 @@ def train(
     train_dataset = make_training_dataset(
         *train_digits, num_train, variant, batch_size, seed=seed, augment=augment, affine=affine,
         frame_size=frame_size, first_epoch=fault_tolerance.resume_epoch(callbacks, epochs),
+        replicas=strategy.num_replicas_in_sync,
     )
     test_data = generate(*test_digits, num_test, seed=seed + 1, frame_size=frame_size)
     with strategy.scope():

@@ -395,6 +395,8 @@ def train(
         test_ds = test_ds.take(validation_steps)
 
     strategy = distribute.resolve_strategy(strategy)
+    # whole batches (drop_remainder): cut only when the replicas do not divide batch_size
+    train_ds = distribute.even_batches(train_ds, strategy.num_replicas_in_sync)
     with strategy.scope():
         model = build_model(**(model_kwargs or {}))
         compile_model(model, total_steps=max(2, epochs * steps_per_epoch))

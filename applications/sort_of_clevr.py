@@ -664,7 +664,9 @@ def train(run_dir="runs/sort_of_clevr", steps=20000, batch_size=64, kb="symbolic
     # (it restarted the stream: epochs 0, 1, ... trained again on their examples).
     start = epoch_steps.steps_before(fault_tolerance.resume_epoch(callbacks, epochs))
     history = model.fit(
-        distribute.distribute_dataset_options(make_dataset(batch_size, seed, kb=kb, start=start)),
+        # whole batches: cut only when the replicas do not divide batch_size
+        distribute.distribute_dataset_options(
+            distribute.even_batches(make_dataset(batch_size, seed, kb=kb, start=start), strategy.num_replicas_in_sync)),
         steps_per_epoch=steps_per_epoch, epochs=epochs, validation_data=val_all, verbose=verbose,
         callbacks=[epoch_steps, *clevr.recipe_callbacks(run_dir), *callbacks], shuffle=False,
     )

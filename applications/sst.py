@@ -660,21 +660,22 @@ def _finite_at_least(name, value, minimum):
 
 
 # ---------------------------------------------------------------------------- tf.data
-def training_dataset(embedded, labels, num_classes, batch_size=32, mixup_alpha=0.2, seed=0):
+def training_dataset(embedded, labels, num_classes, batch_size=32, mixup_alpha=0.2, seed=0, replicas=1):
     """The shuffled training batches of :func:`make_dataset`, mixed up (``mixup_alpha``:
-    the Beta parameter, None or 0 for no mixup)."""
+    the Beta parameter, None or 0 for no mixup), cut for ``replicas`` replicas in sync."""
     from applications.training import mixup
 
-    ds = make_dataset(embedded, labels, num_classes, batch_size, shuffle=True, seed=seed)
+    ds = make_dataset(embedded, labels, num_classes, batch_size, shuffle=True, seed=seed, replicas=replicas)
     return mixup(ds, alpha=mixup_alpha, seed=seed) if mixup_alpha else ds
 
 
-def make_dataset(embedded, labels, num_classes, batch_size=32, shuffle=False, seed=0, bucket=50):
+def make_dataset(embedded, labels, num_classes, batch_size=32, shuffle=False, seed=0, bucket=50, replicas=1):
     """Batches ``({"embeddings", "mask"}, one_hot_labels)`` from cached embeddings.
 
     Every batch is padded to its longest text. When shuffling, texts are shuffled
     every epoch, then sorted by length within windows of ``bucket`` batches (less
-    padding), and the batches' order is shuffled again.
+    padding), and the batches' order is shuffled again. ``replicas``: training
+    batches are cut for that many replicas in sync (``distribute.even_batches``).
     """
     import tensorflow as tf
 
@@ -721,7 +722,8 @@ def make_dataset(embedded, labels, num_classes, batch_size=32, shuffle=False, se
         tf.TensorSpec((None, num_classes), tf.float32),
     )
     ds = tf.data.Dataset.from_generator(batches, output_signature=spec)
-    return ds.apply(tf.data.experimental.assert_cardinality(n_batches)).prefetch(2)
+    ds = ds.apply(tf.data.experimental.assert_cardinality(n_batches))
+    return distribute.even_batches(ds, replicas, distribute.even_batch_count(n, batch_size, replicas)).prefetch(2)
 
 
 # ---------------------------------------------------------------------------- model
@@ -958,9 +960,11 @@ def train(
 
     with strategy.scope():
         model = build_model(train_x.num_layers, train_x.width, n_classes, verbose=verbose, **(model_kwargs or {}))
-        steps = math.ceil(len(train_y) / batch_size) * epochs
+        # the training batches are cut for the replicas (distribute.even_batches): as many steps
+        steps = distribute.even_batch_count(len(train_y), batch_size, strategy.num_replicas_in_sync) * epochs
         compile_model(model, steps, max_lr=max_lr)
-    train_ds = training_dataset(train_x, train_y, n_classes, batch_size, mixup_alpha, seed)
+    train_ds = training_dataset(train_x, train_y, n_classes, batch_size, mixup_alpha, seed,
+                                replicas=strategy.num_replicas_in_sync)
     dev_ds = make_dataset(dev_x, dev_y, n_classes, batch_size)
     if verbose:
         print(f"training on {len(train_y):,} {train_on}, validating on {len(dev_y):,} dev sentences")

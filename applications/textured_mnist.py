@@ -271,8 +271,12 @@ def generate(digits, labels, num_images, seed=0, threshold=0.5, size=IMAGE_SIZE,
     }
 
 
-def make_dataset(data, n_iters, batch_size=32, num_classes=None, shuffle=False, seed=0):
-    """``tf.data`` of ``(images, targets)``: the image repeated per iteration (and labels)."""
+def make_dataset(data, n_iters, batch_size=32, num_classes=None, shuffle=False, seed=0, replicas=1):
+    """``tf.data`` of ``(images, targets)``: the image repeated per iteration (and labels).
+
+    ``replicas``: training batches are cut for that many replicas in sync
+    (``distribute.even_batches``).
+    """
     import tensorflow as tf
 
     n_iters = integer_at_least("n_iters", n_iters, 1)
@@ -294,7 +298,8 @@ def make_dataset(data, n_iters, batch_size=32, num_classes=None, shuffle=False, 
     if shuffle:
         # a buffer of at least 1: tf.data refuses 0 (an empty set of images)
         ds = ds.shuffle(max(len(images), 1), seed=seed, reshuffle_each_iteration=True)
-    return ds.batch(batch_size).prefetch(tf.data.AUTOTUNE)
+    batches = distribute.even_batch_count(len(images), batch_size, replicas)
+    return distribute.even_batches(ds.batch(batch_size), replicas, batches).prefetch(tf.data.AUTOTUNE)
 
 
 # ------------------------------------------------------------------------- model
@@ -922,7 +927,8 @@ def train(
         "logs": os.path.join(run_dir, "logs"),
     }
     train_ds = distribute.distribute_dataset_options(
-        make_dataset(train_data, n_iters, batch_size, num_classes, shuffle=True, seed=seed)
+        make_dataset(train_data, n_iters, batch_size, num_classes, shuffle=True, seed=seed,
+                     replicas=strategy.num_replicas_in_sync)
     )
     selection, valid_data = [], None
     if num_valid:

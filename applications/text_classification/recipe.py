@@ -21,11 +21,13 @@ from applications.errors import InputError, PathNotFoundError
 
 
 def prepare_data(dataset="sst2", data_dir=None, batch_size=30, vocab_size=60000, max_length=data_lib.MAX_LENGTH,
-                 phrases=False, limit=None, seed=0, test=True, hold_out=False, verbose=0):
+                 phrases=False, limit=None, seed=0, test=True, hold_out=False, verbose=0, replicas=1):
     """The vocabulary and the batched splits that :func:`train` trains and tests on.
 
     The vocabulary is the ``vocab_size`` most frequent tokens of the training split;
     batches are bucketed by length, and counted once (see ``data.with_cardinality``).
+    The training batches are cut for ``replicas`` replicas in sync before they are
+    counted (``distribute.even_batches``).
 
     Returns:
         A dict: ``vocabulary`` (words), ``vocab_size`` (ids, padding and OOV
@@ -54,19 +56,19 @@ def prepare_data(dataset="sst2", data_dir=None, batch_size=30, vocab_size=60000,
 
     truncated = {}
 
-    def batches(key, ds, shuffle):
+    def batches(key, ds, shuffle, replicas=1):
         if verbose:
             print(f"{dataset}: encoding the {key} texts, then counting their batches")
         batched, truncated[key] = data_lib.make_dataset(ds, lookup, batch_size, shuffle=shuffle, seed=seed,
                                                         max_length=max_length, count_truncated=True, verbose=verbose)
-        return data_lib.with_cardinality(batched, verbose=verbose)
+        return data_lib.with_cardinality(distribute.even_batches(batched, replicas), verbose=verbose)
 
     validation = batches("validation", raw(val_split), False)
     data = {
         "vocabulary": vocabulary,
         "vocab_size": int(lookup.vocabulary_size()),
         "num_classes": data_lib.num_classes(dataset),
-        "train": batches("train", train_raw, True),
+        "train": batches("train", train_raw, True, replicas),
         "validation": validation,
     }
     if test:
@@ -170,7 +172,7 @@ def train(
     keras.utils.set_random_seed(seed)
     os.makedirs(run_dir, exist_ok=True)
     data = prepare_data(dataset, data_dir, batch_size, vocab_size, max_length, phrases, limit, seed,
-                        verbose=verbose)
+                        verbose=verbose, replicas=strategy.num_replicas_in_sync)
     n_ids, n_classes = data["vocab_size"], data["num_classes"]
     if verbose:  # (the default 5,000 tokens cut long reviews without a word)
         shown = {split: n for split, n in data["truncated"].items()

@@ -313,3 +313,144 @@ def test_mirrored_fit_and_evaluate_on_a_first_batch_that_splits_unevenly(n):
     assert np.all(np.isfinite(history["loss"] + history["val_loss"]))
     single.set_weights(mirrored.get_weights())
     np.testing.assert_allclose(history["val_loss"][-1], single.evaluate(data, verbose=0)[0], rtol=1e-5)
+
+
+@pytest.mark.parametrize("cluster, spec, detail", [
+    ({"worker": ["127.0.0.1:1", "127.0.0.1:2"]}, {"type": "worker", "index": 2}, "exceeds the maximum id of worker"),
+    ({"worker": ["127.0.0.1:1", "127.0.0.1:2"]}, {"type": "chief", "index": 0}, "'chief' not found in cluster_spec"),
+    ({"worker": "127.0.0.1:1"}, {"type": "worker", "index": 0}, "must be a list or a dictionary"),
+])
+def test_a_task_outside_its_tf_config_cluster_is_a_one_line_error(monkeypatch, capsys, cluster, spec, detail):
+    # A task index past the cluster's addresses, a task type the cluster lacks, or
+    # addresses not in a list failed `train --strategy multiworker` with TensorFlow's
+    # traceback (ValueError / TypeError from MultiWorkerMirroredStrategy()).
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster, "task": spec}))
+    monkeypatch.delitem(distribute._CACHE, "multiworker", raising=False)
+    with pytest.raises(StrategyError, match=f"TF_CONFIG's cluster and task do not fit together .*{detail}"):
+        distribute.make_strategy("multiworker")
+    assert "multiworker" not in distribute._CACHE
+    assert cli.main(["train", "--strategy", "multiworker", "--epochs", "1", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("keras-capsules: error: TF_CONFIG's cluster and task") and err.count("\n") == 1
+
+
+def test_steps_per_execution_above_one_is_refused_under_mirrored_replicas():
+    # Keras 3.15 runs steps_per_execution > 1 steps in a tf.while_loop, where the
+    # collective all-reduce of the gradients gets no instance key: fit failed at its first
+    # step with "You must feed a value for placeholder tensor 'while/body/.../Placeholder_1'
+    # with dtype int32". It is refused up front; evaluate (no all-reduce) still runs, and
+    # one device still trains several steps per execution.
+    import keras
+    import tensorflow as tf
+
+    x, y = np.random.rand(20, 3).astype("float32"), np.random.randint(0, 2, 20)
+    data = distribute.distribute_dataset_options(tf.data.Dataset.from_tensor_slices((x, y)).batch(8))
+
+    def model_in(strategy, steps_per_execution):
+        with strategy.scope():
+            model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+            model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"],
+                          steps_per_execution=steps_per_execution)
+        return model
+
+    mirrored = model_in(distribute.resolve_strategy(two_cpu_strategy()), 2)
+    with pytest.raises(ValueError, match=r"steps_per_execution=2 cannot train under a MirroredStrategy of 2 "
+                                         r"replicas .* compile with steps_per_execution=1"):
+        mirrored.fit(data, epochs=1, verbose=0)
+    single = model_in(distribute.make_strategy("default"), 2)
+    single.set_weights(mirrored.get_weights())
+    np.testing.assert_allclose(mirrored.evaluate(data, verbose=0), single.evaluate(data, verbose=0), rtol=1e-5)
+    assert np.isfinite(single.fit(data, epochs=1, verbose=0).history["loss"][0])
+
+
+def test_a_batch_that_splits_unevenly_trains_as_one_device_on_the_examples_kept():
+    # Keras 3.15 averages the replicas' mean losses whatever their numbers of examples:
+    # a batch of 3 on two replicas (2 + 1) made 0.55-0.64 of the one-device SGD step, a
+    # batch of 1 half of it (the last batch of an epoch, in six applications). Cut to a
+    # multiple of the replicas (3 -> 2, 1 -> none), the step is the one-device step on
+    # the examples kept.
+    import keras
+    import tensorflow as tf
+
+    strategy = distribute.resolve_strategy(two_cpu_strategy())
+    keras.utils.set_random_seed(1)
+    x, y = np.random.rand(4, 3).astype("float32"), np.random.randint(0, 2, 4)
+
+    def model_in(scope):
+        with scope.scope():
+            model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+            model.compile(keras.optimizers.SGD(1.0), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        return model
+
+    mirrored, single = model_in(strategy), model_in(distribute.make_strategy("default"))
+    single.set_weights(mirrored.get_weights())
+    batches = tf.data.Dataset.from_tensor_slices((x, y)).batch(3)  # 3, then 1
+    even = distribute.even_batches(batches, 2, distribute.even_batch_count(4, 3, 2))
+    assert int(even.cardinality()) == 1
+    mirrored.fit(distribute.distribute_dataset_options(even), epochs=1, verbose=0)
+    single.fit(tf.data.Dataset.from_tensor_slices((x[:2], y[:2])).batch(2), epochs=1, verbose=0)
+    assert int(mirrored.optimizer.iterations.numpy()) == 1
+    assert not np.allclose(mirrored.get_weights()[0], model_in(distribute.make_strategy("default")).get_weights()[0])
+    for trained, expected in zip(mirrored.get_weights(), single.get_weights()):
+        np.testing.assert_allclose(trained, expected, rtol=1e-5, atol=1e-6)
+
+
+
+def test_even_batches_cut_every_structure_and_keep_single_replica_data_as_it_is():
+    import tensorflow as tf
+
+    ids = tf.ragged.constant([[1], [2, 3], [4], [5, 6, 7], [8], [9, 9], [7]])
+    data = tf.data.Dataset.from_tensor_slices(({"ids": ids, "weight": np.arange(7.0)}, np.arange(7))).batch(3)
+    assert distribute.even_batches(data, 1) is data  # one replica: the very dataset
+    even = distribute.even_batches(data, 2, distribute.even_batch_count(7, 3, 2))  # 3, 3, 1 -> 2, 2
+    assert int(even.cardinality()) == 2
+    (x0, y0), (x1, y1) = even
+    assert x0["ids"].to_list() == [[1], [2, 3]] and x1["ids"].to_list() == [[5, 6, 7], [8]]
+    assert x0["weight"].numpy().tolist() == [0, 1] and y1.numpy().tolist() == [3, 4]
+    alone = tf.data.Dataset.from_tensor_slices((np.arange(5.0),)).batch(3)  # a tuple of one tensor
+    assert [batch for batch, in distribute.even_batches(alone, 2).as_numpy_iterator()][1].tolist() == [3, 4]
+    sparse = tf.data.Dataset.from_tensor_slices(tf.sparse.from_dense(np.eye(5))).batch(3)
+    assert [tf.sparse.to_dense(b).shape for b in distribute.even_batches(sparse, 2)] == [(2, 5), (2, 5)]
+    whole = tf.data.Dataset.range(10).repeat().batch(4, drop_remainder=True)
+    assert distribute.even_batches(whole, 2) is whole  # static batches the replicas divide
+    odd = tf.data.Dataset.range(10).repeat().batch(5, drop_remainder=True)
+    assert next(iter(distribute.even_batches(odd, 2))).numpy().tolist() == [0, 1, 2, 3]
+    endless = distribute.even_batches(tf.data.Dataset.range(5).repeat().batch(3), 2)
+    assert int(endless.cardinality()) == tf.data.INFINITE_CARDINALITY
+    assert [distribute.even_batch_count(n, 3, 2) for n in (6, 7, 8)] == [2, 2, 3]
+    assert [distribute.even_batch_count(n, 3, 1) for n in (6, 7)] == [2, 3]
+    with pytest.raises(ValueError, match="a batch of 1 cannot be split over 2 replicas"):
+        distribute.even_batch_count(7, 1, 2)
+    with pytest.raises(ValueError, match="a batch of 2 cannot be split over 4 replicas"):
+        distribute.even_batches(tf.data.Dataset.range(4).batch(2, drop_remainder=True), 4)
+
+
+def test_demo_epochs_with_an_uneven_last_batch_train_under_mirrored_in_whole_replica_batches(tmp_path):
+    # 46 digits: 37 train in global batches of 6 (3 per replica), the last of 1 example.
+    # It made a seventh step of half the one-device step; it is left out (6 steps an
+    # epoch), counted in advance (no "ran out of data" at the end of the first epoch).
+    import warnings
+
+    import keras
+    from applications import demo
+
+    class Steps(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            self.counts = [*getattr(self, "counts", []), 0]
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.counts[-1] += 1
+
+    steps = Steps()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = demo.train(str(tmp_path / "run"), epochs=2, batch_size=3, verbose=0, strategy=two_cpu_strategy(),
+                            limit=46, callbacks=[steps], model_options=dict(
+                                filters=8, primary_capsules=2, hidden_capsules=4, pose_size=2, n_iters=2))
+    assert steps.counts == [6, 6]
+    assert not [w for w in caught if "ran out of data" in str(w.message)]
+    assert result["replicas"] == 2 and result["global_batch_size"] == 6 and np.isfinite(result["test_loss"])
+    images, labels = demo.load_arrays(None, 46)
+    sizes = {replicas: [len(y) for _, y in demo.make_datasets(images, labels, 6, replicas=replicas)[0]]
+             for replicas in (1, 2)}
+    assert sizes == {1: [6] * 6 + [1], 2: [6] * 6}
