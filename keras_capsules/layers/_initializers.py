@@ -20,13 +20,21 @@ def fresh_initializer(initializer, salt=None):
     it draws new values from its generator at every call, whereas a copy made from
     its config starts a generator of its own at the same seed, whose first draw is
     the original's (so the two weights started equal).
+
+    So is an initializer without a ``seed`` in its config (``Zeros``, ``Constant``,
+    ``Identity``, a custom deterministic one): it fills weights of one shape alike in
+    any case, and a copy made from its config lost the arguments the config leaves
+    out (a custom initializer need not define ``get_config``: its copy failed with a
+    ``TypeError`` or silently took the constructor's defaults).
     """
     if not isinstance(initializer, keras.initializers.Initializer):
         return initializer
     if isinstance(getattr(initializer, "seed", None), keras.random.SeedGenerator):
         return initializer
     config = initializer.get_config()
-    seed = config.get("seed")
+    if "seed" not in config:  # not a random initializer
+        return initializer
+    seed = config["seed"]
     if salt is not None and isinstance(seed, numbers.Integral) and not isinstance(seed, bool):
         config["seed"] = (int(seed) + zlib.crc32(salt.encode())) % 2**31
     return initializer.__class__.from_config(config)

@@ -37,6 +37,21 @@ def shape_tuple(shape):
     return tuple(dims)
 
 
+def check_floating_dtype(layer):
+    """Refuses a layer whose compute dtype is not floating (``dtype="int32"``, ...).
+
+    Capsules are real vectors of lengths in ``[0, 1)``: cast to integers they are
+    truncated to zeros, and an integer kernel failed in its initializer with an
+    error that did not name the dtype.
+    """
+    dtype = keras.backend.standardize_dtype(layer.compute_dtype)
+    if not dtype.startswith(("float", "bfloat")):
+        raise ValueError(
+            f"`dtype` of {type(layer).__name__} must be a floating dtype or policy (e.g. "
+            f"\"float32\", \"mixed_float16\"). Received: dtype={layer.dtype_policy.name}"
+        )
+
+
 def mask_list(mask):
     """The masks given as ``mask``, a list without the Nones.
 
@@ -75,6 +90,7 @@ class VoteRouting(keras.layers.Layer):
     ):
         kwargs["autocast"] = False  # inputs and kernel are cast to the routing dtype here
         super().__init__(**kwargs)
+        check_floating_dtype(self)
         self.n_out = positive_int("n_out", n_out)
         self.d_out = positive_int("d_out", d_out)
         self.n_iters = positive_int("n_iters", n_iters)

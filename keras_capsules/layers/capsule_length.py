@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_capsules.layers._vote_routing import shape_tuple
+from keras_capsules.layers._vote_routing import check_floating_dtype, shape_tuple
 from keras_capsules.ops import routing_dtype, safe_norm
 
 
@@ -22,7 +22,8 @@ class CapsuleLength(keras.layers.Layer):
     passes through unchanged.
 
     Args:
-        **kwargs: base layer arguments (``name``, ``dtype``, ...).
+        **kwargs: base layer arguments (``name``, ``dtype``, ...); the dtype (or
+            policy) must be floating.
 
     Call arguments:
         inputs: capsules, shape ``[..., d]`` (rank at least 2).
@@ -45,6 +46,7 @@ class CapsuleLength(keras.layers.Layer):
     def __init__(self, **kwargs):
         kwargs["autocast"] = False
         super().__init__(**kwargs)
+        check_floating_dtype(self)
         self.supports_masking = True
 
     def _check_shape(self, input_shape):

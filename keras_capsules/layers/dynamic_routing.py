@@ -49,7 +49,8 @@ class DynamicRouting(VoteRouting):
         kernel_initializer: initializer of ``kernel``. Default ``"glorot_uniform"``.
         kernel_regularizer: optional regularizer of ``kernel``.
         kernel_constraint: optional constraint of ``kernel``.
-        **kwargs: base layer arguments (``name``, ``dtype``, ...).
+        **kwargs: base layer arguments (``name``, ``dtype``, ...); the dtype (or
+            policy) must be floating.
 
     Call arguments:
         inputs: input capsules, shape ``[batch, n_in, d_in]``, or a ragged tensor

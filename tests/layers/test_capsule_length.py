@@ -72,3 +72,11 @@ def test_a_list_of_inputs_is_a_clear_error():
         import tensorflow as tf
 
         assert CapsuleLength().compute_output_shape(tf.TensorShape([None, 3, 4])) == (None, 3)
+
+
+@pytest.mark.parametrize("dtype", ["int32", "bool"])
+def test_a_non_floating_dtype_is_a_clear_error(dtype):
+    # audit (2026-12): lengths were cast to the compute dtype silently: int32 truncated
+    # them (squashed capsules gave all-zero scores), bool gave True for any non-zero one
+    with pytest.raises(ValueError, match=f"floating.*Received: dtype={dtype}"):
+        CapsuleLength(dtype=dtype)
