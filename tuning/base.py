@@ -28,7 +28,7 @@ import keras
 import keras_tuner
 import numpy as np
 
-from applications import distribute
+from applications import checks, distribute
 
 
 class DatasetHyperModel(keras_tuner.HyperModel):
@@ -43,6 +43,10 @@ class DatasetHyperModel(keras_tuner.HyperModel):
         verbose: 1 (default) shows the progress of ``load_data``'s long steps (CLEVR's
             feature extraction, SST's embedding); 0 (``--quiet``) hides it.
         name: the HyperModel's name (default: the class attribute ``application``).
+        replicas: the replicas in sync under the search's strategy (:meth:`from_args`:
+            the strategy's): the trials' training batches are cut for them, as the
+            applications' ``train`` cuts its own (``distribute.even_batches``: a batch
+            that did not split evenly over the replicas trained with a wrong gradient).
     """
 
     #: the metric keras-tuner optimises (a name, or a ``keras_tuner.Objective``).
@@ -50,9 +54,10 @@ class DatasetHyperModel(keras_tuner.HyperModel):
     #: the application this HyperModel tunes.
     application = None
 
-    def __init__(self, batch_size=32, seed=0, epochs=3, name=None, tunable=True, verbose=1):
+    def __init__(self, batch_size=32, seed=0, epochs=3, name=None, tunable=True, verbose=1, replicas=1):
         super().__init__(name=name or self.application, tunable=tunable)
         self.batch_size, self.seed, self.epochs = int(batch_size), int(seed), int(epochs)
+        self.replicas = checks.integer_at_least("replicas", replicas, 1)
         self.verbose = verbose
         self._data = None
         # Keras' random state is seeded before every build: the trials' initial weights
@@ -76,6 +81,7 @@ class DatasetHyperModel(keras_tuner.HyperModel):
         """From the parsed ``keras-capsules tune`` options (``--batch-size`` is per replica)."""
         return cls(
             batch_size=distribute.global_batch_size(args.batch_size, strategy),
+            replicas=strategy.num_replicas_in_sync,
             seed=args.seed,
             epochs=args.epochs,
             verbose=0 if args.quiet else 1,

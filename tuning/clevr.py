@@ -60,7 +60,8 @@ class ClevrHyperModel(MACHyperModel):
                                  **mac_kwargs)
 
     def datasets(self, hp, data):
-        return (clevr.make_dataset(**data["train"], batch_size=self.batch_size, shuffle=True, seed=self.seed),
+        return (clevr.make_dataset(**data["train"], batch_size=self.batch_size, shuffle=True, seed=self.seed,
+                                   replicas=self.replicas),
                 # every validation question counts in the objective (an unseen answer: an error)
                 clevr.make_dataset(**data["validation"], batch_size=self.batch_size, drop_unknown=False))
 

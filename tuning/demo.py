@@ -44,7 +44,8 @@ class DemoHyperModel(DatasetHyperModel):
 
     def load_data(self):  # raises DataNotFoundError before any trial runs
         images, labels = demo.load_arrays(self.data_dir, self.limit)
-        demo.make_datasets(images, labels, self.batch_size, seed=self.seed, hold_out=True)  # too few: now
+        demo.make_datasets(images, labels, self.batch_size, seed=self.seed, hold_out=True,
+                                  replicas=self.replicas)  # too few: now
         return images, labels
 
     def build(self, hp):
@@ -62,7 +63,8 @@ class DemoHyperModel(DatasetHyperModel):
 
     def datasets(self, hp, data):
         images, labels = data
-        return demo.make_datasets(images, labels, self.batch_size, seed=self.seed, hold_out=True)
+        return demo.make_datasets(images, labels, self.batch_size, seed=self.seed, hold_out=True,
+                                  replicas=self.replicas)
 
     def recorded_options(self):
         # the train/test split (as demo.train records it): the trials trained and validated

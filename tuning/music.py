@@ -77,7 +77,7 @@ class MusicHyperModel(DatasetHyperModel):
         rolls, longest = data
         nade = hp.get("readout") == "nade"
         train = music.make_dataset(rolls["train"], self.batch_size, longest, True, self.seed, self.window,
-                                   targets_as_input=nade)
+                                   targets_as_input=nade, replicas=self.replicas)
         valid = music.make_dataset(rolls["valid"], self.batch_size, longest, window=self.window,
                                    targets_as_input=nade)
         return train, valid

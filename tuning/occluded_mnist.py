@@ -22,7 +22,7 @@ import os
 
 import keras_tuner
 
-from applications import occluded_mnist
+from applications import distribute, occluded_mnist
 from applications.errors import InputError
 from tuning.base import DatasetHyperModel
 
@@ -81,7 +81,9 @@ class OccludedMNISTHyperModel(DatasetHyperModel):
 
     def datasets(self, hp, data):
         train, valid = data
-        return (occluded_mnist.make_dataset(train, self.variant, self.batch_size, shuffle=True, seed=self.seed),
+        batches = distribute.even_batch_count(len(train["labels"]), self.batch_size, self.replicas)
+        shuffled = occluded_mnist.make_dataset(train, self.variant, self.batch_size, shuffle=True, seed=self.seed)
+        return (distribute.even_batches(shuffled, self.replicas, batches),
                 occluded_mnist.make_dataset(valid, self.variant, self.batch_size))
 
     def recorded_options(self):

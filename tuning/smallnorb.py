@@ -19,7 +19,7 @@ tenth shows the training objects from other viewpoints and lightings, where the 
 split shows other objects, so its accuracy flatters the test accuracy; it ranks trials.
 """
 
-from applications import smallnorb, tfds_data
+from applications import distribute, smallnorb, tfds_data
 from applications.errors import InputError
 from tuning.base import DatasetHyperModel
 
@@ -86,6 +86,7 @@ class SmallNORBHyperModel(DatasetHyperModel):
             self._training_examples(), True, self.batch_size, self.image_size,
             mixup_alpha=hp.get("mixup_alpha") or None, seed=self.seed, repeat=True,
         )
+        train_ds = distribute.even_batches(train_ds, self.replicas)  # whole batches: cut only if need be
         valid_ds = smallnorb.make_dataset(valid, False, self.batch_size, self.image_size)
         if self.validation_steps is not None:
             valid_ds = valid_ds.take(self.validation_steps)

@@ -21,7 +21,7 @@ HyperModel (``tuning/clevr.py``) shares it.
 
 import keras
 
-from applications import clevr, sort_of_clevr
+from applications import clevr, distribute, sort_of_clevr
 from tuning.base import DatasetHyperModel
 
 
@@ -109,7 +109,9 @@ class SortOfClevrHyperModel(MACHyperModel):
     def datasets(self, hp, data):
         import tensorflow as tf
 
-        train = sort_of_clevr.make_dataset(self.batch_size, self.seed, kb=self.kb)
+        # whole batches: cut only when the replicas do not divide the batch
+        train = distribute.even_batches(sort_of_clevr.make_dataset(self.batch_size, self.seed, kb=self.kb),
+                                        self.replicas)
         return train, tf.data.Dataset.from_tensor_slices(data).batch(self.batch_size)
 
     def fit_options(self, hp):

@@ -15,9 +15,8 @@ The transformer is frozen: its hidden states are embedded once per split (cached
 trains the routing model on them. The objective is the accuracy on the dev sentences.
 """
 
-import math
 
-from applications import sst, sst_trees
+from applications import distribute, sst, sst_trees
 from tuning.base import DatasetHyperModel
 
 
@@ -73,12 +72,12 @@ class SSTHyperModel(DatasetHyperModel):
         )
         max_lr = hp.Float("max_lr", 1e-4, 2e-3, sampling="log", default=5e-4)
         hp.Choice("mixup_alpha", [0.0, 0.2, 0.4], default=0.2)  # read by `datasets`
-        steps = math.ceil(len(labels) / self.batch_size) * self.trial_epochs(hp)
+        steps = distribute.even_batch_count(len(labels), self.batch_size, self.replicas) * self.trial_epochs(hp)
         return sst.compile_model(model, steps, max_lr=max_lr)
 
     def datasets(self, hp, data):
         train = sst.training_dataset(*data["train"], self.num_classes, self.batch_size,
-                                     hp.get("mixup_alpha") or None, self.seed)
+                                     hp.get("mixup_alpha") or None, self.seed, replicas=self.replicas)
         return train, sst.make_dataset(*data["dev"], self.num_classes, self.batch_size)
 
     def recorded_options(self):

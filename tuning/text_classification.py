@@ -23,7 +23,7 @@ choice of a trial.
 
 import os
 
-from applications import fault_tolerance
+from applications import distribute, fault_tolerance
 from applications.text_classification import data as data_lib
 from applications.text_classification import model as model_lib
 from applications.text_classification import recipe
@@ -62,7 +62,7 @@ class TextClassificationHyperModel(DatasetHyperModel):
         data_lib.require_data(self.dataset, self.data_dir)
         data = recipe.prepare_data(self.dataset, self.data_dir, self.batch_size, self.vocab_size,
                                    self.max_length, self.phrases, self.limit, self.seed, test=False,
-                                   hold_out=True, verbose=self.verbose)
+                                   hold_out=True, verbose=self.verbose, replicas=self.replicas)
         # The training texts and their lookup, which `datasets` batches anew for every trial,
         # and the number of batches counted here; not these batches (their cache of every
         # encoded text would stay in memory beside the trial's).
@@ -98,8 +98,10 @@ class TextClassificationHyperModel(DatasetHyperModel):
         """
         import tensorflow as tf
 
-        train = data_lib.make_dataset(data["train_texts"], data["lookup"], self.batch_size, shuffle=True,
-                                      seed=self.seed, max_length=self.max_length)
+        train = distribute.even_batches(
+            data_lib.make_dataset(data["train_texts"], data["lookup"], self.batch_size, shuffle=True,
+                                  seed=self.seed, max_length=self.max_length),
+            self.replicas)
         # the number of batches that `prepare` counted (the same examples, bucketed alike)
         train = train.apply(tf.data.experimental.assert_cardinality(data["train_batches"]))
         return train, data["validation"]

@@ -73,7 +73,7 @@ class TexturedMNISTHyperModel(DatasetHyperModel):
         n_iters = hp.get("n_iters")
         return (
             textured_mnist.make_dataset(train, n_iters, self.batch_size, self.num_classes, shuffle=True,
-                                        seed=self.seed),
+                                        seed=self.seed, replicas=self.replicas),
             textured_mnist.make_dataset(valid, n_iters, self.batch_size, self.num_classes),
         )
 

@@ -647,3 +647,42 @@ def test_a_clevr_search_over_a_split_without_questions_is_one_line_before_any_tr
     hypermodel = tuning.HYPERMODELS["clevr"](cache_dir=str(cache), image_size=CLEVR_IMAGE_SIZE)
     with pytest.raises(ValueError, match="the validation split of the CLEVR cache .* has no questions"):
         hypermodel.prepare()
+
+
+def _hypermodel_for_batches(name, **kwargs):
+    from tuning.demo import DemoHyperModel
+    from tuning.music import MusicHyperModel
+    from tuning.occluded_mnist import OccludedMNISTHyperModel
+    from tuning.text_classification import TextClassificationHyperModel
+    from tuning.textured_mnist import TexturedMNISTHyperModel
+
+    return {
+        "demo": lambda: DemoHyperModel(limit=45, **kwargs),
+        "occluded_mnist": lambda: OccludedMNISTHyperModel(data_dir=MNIST_DIR, num_train=11, num_test=6, **kwargs),
+        "textured_mnist": lambda: TexturedMNISTHyperModel(data_dir=MNIST_DIR, num_train=11, num_test=6, **kwargs),
+        "music": lambda: MusicHyperModel(data_dir=JSB_DIR, limit=3, window=8, **kwargs),
+        "text_classification": lambda: TextClassificationHyperModel("sst2", SST_DIR, limit=23, **kwargs),
+    }[name]()
+
+
+@pytest.mark.parametrize("name", ["demo", "occluded_mnist", "textured_mnist", "music", "text_classification"])
+def test_trials_train_on_batches_that_split_evenly_over_the_replicas(name):
+    # The applications' `train` cuts its training batches for the replicas in sync (Keras
+    # averaged the replicas' mean losses: a batch split 2 + 1 trained with a wrong
+    # gradient); the trials of `tune --strategy mirrored` trained on the uncut batches.
+    import keras_tuner
+
+    def batch_rows(replicas):
+        hypermodel = _hypermodel_for_batches(name, batch_size=4, seed=0, replicas=replicas)
+        hp = keras_tuner.HyperParameters()
+        hypermodel.build(hp)
+        train, _ = hypermodel.datasets(hp, hypermodel.prepare())
+        rows = [len(keras.tree.flatten(batch[1])[0]) for batch in train.as_numpy_iterator()]
+        assert len(rows) == int(train.cardinality())  # the count Keras plans the epochs with
+        return rows
+
+    single = batch_rows(1)
+    assert any(n % 3 for n in single)  # an uneven batch to cut: the test has something to check
+    cut = batch_rows(3)
+    assert cut and all(n > 0 and n % 3 == 0 for n in cut), cut
+    assert sum(cut) >= sum(single) - 2 * sum(1 for n in single if n % 3)  # at most 2 examples left out per batch
