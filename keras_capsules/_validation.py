@@ -90,6 +90,25 @@ def choice(name, value, options):
     return value
 
 
+def check_floating_dtype(layer, note=""):
+    """Refuses a layer whose compute dtype is not floating (``dtype="int32"``, "bool", ...).
+
+    Every layer of the library computes real values (capsule poses and lengths,
+    attention, gates, embeddings): cast back to an integer dtype they were silently
+    truncated (lengths in ``[0, 1)`` became zeros), and integer or boolean weights
+    failed in their initializer with a backend error that did not name the dtype.
+    Layers call it in their constructor, right after ``super().__init__``; ``note``
+    (a sentence) says more where the dtype may be mistaken for another one.
+    """
+    dtype = keras.backend.standardize_dtype(layer.compute_dtype)
+    if not dtype.startswith(("float", "bfloat")):
+        raise ValueError(
+            f"`dtype` of {type(layer).__name__} must be a floating dtype or policy (e.g. "
+            f"\"float32\", \"mixed_float16\").{' ' + note if note else ''} "
+            f"Received: dtype={layer.dtype_policy.name}"
+        )
+
+
 def concrete_values(x):
     """The values of ``x`` as numpy when they are known (eager), else None.
 

@@ -11,7 +11,12 @@ import numbers
 import keras
 from keras import ops
 
-from keras_capsules._validation import boolean, exactly_shaped_like, positive_int  # noqa: F401 (used by subclasses)
+from keras_capsules._validation import (  # noqa: F401 (used by subclasses)
+    boolean,
+    check_floating_dtype,
+    exactly_shaped_like,
+    positive_int,
+)
 from keras_capsules.ops import routing_dtype, squash
 
 
@@ -35,21 +40,6 @@ def shape_tuple(shape):
             return None
         dims.append(None if d is None else int(d))
     return tuple(dims)
-
-
-def check_floating_dtype(layer):
-    """Refuses a layer whose compute dtype is not floating (``dtype="int32"``, ...).
-
-    Capsules are real vectors of lengths in ``[0, 1)``: cast to integers they are
-    truncated to zeros, and an integer kernel failed in its initializer with an
-    error that did not name the dtype.
-    """
-    dtype = keras.backend.standardize_dtype(layer.compute_dtype)
-    if not dtype.startswith(("float", "bfloat")):
-        raise ValueError(
-            f"`dtype` of {type(layer).__name__} must be a floating dtype or policy (e.g. "
-            f"\"float32\", \"mixed_float16\"). Received: dtype={layer.dtype_policy.name}"
-        )
 
 
 def mask_list(mask):

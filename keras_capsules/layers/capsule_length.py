@@ -3,7 +3,8 @@
 import keras
 from keras import ops
 
-from keras_capsules.layers._vote_routing import check_floating_dtype, shape_tuple
+from keras_capsules._validation import check_floating_dtype
+from keras_capsules.layers._vote_routing import shape_tuple
 from keras_capsules.ops import routing_dtype, safe_norm
 
 

@@ -4,7 +4,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_capsules._validation import boolean, concrete_values, positive_int
+from keras_capsules._validation import boolean, check_floating_dtype, concrete_values, positive_int
 from keras_capsules.ops import routing_dtype
 
 
@@ -139,6 +139,7 @@ class CompositionalEmbedding(keras.layers.Layer):
     ):
         kwargs["autocast"] = False
         super().__init__(**kwargs)
+        check_floating_dtype(self, "It is the dtype of the embeddings; integer ids are taken as they come.")
         self.input_dim = positive_int("input_dim", input_dim)
         self.output_dim = positive_int("output_dim", output_dim)
         self.num_codebooks = positive_int("num_codebooks", num_codebooks)

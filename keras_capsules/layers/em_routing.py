@@ -5,7 +5,13 @@ import math
 import keras
 from keras import ops
 
-from keras_capsules._validation import choice, exactly_shaped_like, positive_float, positive_int
+from keras_capsules._validation import (
+    check_floating_dtype,
+    choice,
+    exactly_shaped_like,
+    positive_float,
+    positive_int,
+)
 from keras_capsules.layers._initializers import fresh_initializer
 from keras_capsules.layers._vote_routing import (
     dense_from_ragged,
@@ -237,6 +243,7 @@ class EMRouting(keras.layers.Layer):
     ):
         kwargs["autocast"] = False  # inputs and weights are cast to the routing dtype here
         super().__init__(**kwargs)
+        check_floating_dtype(self)
         self.n_out = positive_int("n_out", n_out, allow_none=True)
         self.d_out = positive_int("d_out", d_out)
         self.n_iters = positive_int("n_iters", n_iters)

@@ -11,6 +11,8 @@ from keras import ops
 from keras_capsules._validation import (  # noqa: F401 (re-exported to the MAC layers)
     GENERATOR_SEED_MODULUS,
     boolean,
+    check_floating_dtype,
+    exactly_shaped_like,
     generator_seed,
     positive_int,
     rate,
@@ -102,7 +104,13 @@ def combine_masks(*masks):
 
 
 def check_mask(mask, values, what, layer_name):
-    """A ``[batch, n]`` mask for ``values`` ``[batch, n, d]``."""
+    """A ``[batch, n]`` mask for ``values`` ``[batch, n, d]``.
+
+    Sizes known at the call are checked here; where one is unknown (a ``tf.function``
+    traced for any batch or ``n``), the mask must match when the layer runs (see
+    :func:`exactly_shaped_like`): a ``[batch, 1]`` mask was broadcast silently over
+    the positions, masking all of them or none.
+    """
     if mask is None:
         return None
     if not hasattr(mask, "shape"):  # nested Python lists, as the other masks accept
@@ -118,7 +126,10 @@ def check_mask(mask, values, what, layer_name):
                 f"{layer_name}: {what} must have shape {tuple(values.shape[:2])} to match "
                 f"its values. Received: {what} shape={tuple(mask.shape)}"
             )
-    return ops.cast(mask, "bool")
+    mask = ops.cast(mask, "bool")
+    if None in tuple(mask.shape) or None in tuple(values.shape[:2]):
+        mask = exactly_shaped_like(mask, ops.ones(ops.shape(values)[:2], "bool"))
+    return mask
 
 
 def attend(logits, values, mask):
@@ -187,6 +198,7 @@ class MACLayerBase(keras.layers.Layer):
     ):
         kwargs["autocast"] = False
         super().__init__(**kwargs)
+        check_floating_dtype(self)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)

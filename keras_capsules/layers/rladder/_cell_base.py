@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_capsules._validation import boolean, check_built
+from keras_capsules._validation import boolean, check_built, check_floating_dtype
 from keras_capsules.layers.rladder._utils import (
     check_same_batch,
     clone_initializer,
@@ -70,6 +70,7 @@ class EncoderCellBase(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
+        check_floating_dtype(self)
         self.use_feedback = boolean("use_feedback", use_feedback)
         feedback = dict(
             zip(_FEEDBACK_OPTIONS, (feedback_initializer, feedback_regularizer, feedback_constraint))

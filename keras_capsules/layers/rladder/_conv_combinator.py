@@ -9,6 +9,7 @@ of its own), and the kernel/bias arguments.
 import keras
 from keras import ops
 
+from keras_capsules._validation import check_floating_dtype
 from keras_capsules.layers.rladder._utils import (
     clone_initializer,
     float_inputs,
@@ -47,6 +48,7 @@ class ConvCombinatorBase(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
+        check_floating_dtype(self)
         self.kernel_size = positive_int("kernel_size", kernel_size)
         self.upsample = positive_int("upsample", upsample)
         self.upsample_mode = choice("upsample_mode", upsample_mode, UPSAMPLE_MODES)

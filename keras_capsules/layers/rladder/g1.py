@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_capsules._validation import check_built
+from keras_capsules._validation import check_built, check_floating_dtype
 from keras_capsules.layers.rladder._elementwise_gate import ElementwiseGate
 from keras_capsules.layers.rladder._utils import (
     check_same_batch,
@@ -86,6 +86,7 @@ class G1(ElementwiseGate, keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
+        check_floating_dtype(self)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)

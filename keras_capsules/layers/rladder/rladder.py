@@ -5,7 +5,7 @@ import math
 import keras
 from keras import ops
 
-from keras_capsules._validation import boolean, rate
+from keras_capsules._validation import boolean, check_floating_dtype, rate
 from keras_capsules.layers.rladder._utils import (
     loop_steps,
     symbolic_loop,
@@ -287,6 +287,7 @@ class RLadder(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
+        check_floating_dtype(self)
         self.supports_masking = True
         if not isinstance(levels, (list, tuple)) or not levels:
             raise ValueError(

@@ -20,7 +20,7 @@ from keras_capsules.layers.rladder._utils import (
     warn_without_effect,
     zero_of_the_weights,
 )
-from keras_capsules._validation import boolean, rate
+from keras_capsules._validation import boolean, check_floating_dtype, rate
 from keras_capsules.layers.rladder.level_spec import saved_levels
 from keras_capsules.layers.rladder.rladder import RLadder
 from keras_capsules.ops import routing_dtype
@@ -301,6 +301,7 @@ class RTagger(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
+        check_floating_dtype(self)
         self.supports_masking = True
         self.n_groups = positive_int("n_groups", n_groups)
         if self.n_groups < 2:

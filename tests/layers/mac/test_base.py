@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from keras_capsules.layers.mac import _base
-from tests.backends import grads, tensor
+from tests.backends import grads, tensor, tensorflow_only
 from tests.layers.mac import reference as ref
 
 MASK = np.array([[True, True, False, True], [False, False, False, False], [True, False, False, False]])
@@ -103,3 +103,38 @@ def test_attention_logits_stay_finite_under_mixed_float16_for_large_inputs():
         read, read_attention = ReadUnit(dtype=policy, kernel_initializer=init)([c, w, q])
         for out in (control, attention, read, read_attention):
             assert np.all(np.isfinite(np.asarray(out, "float32"))), policy
+
+
+@pytest.mark.parametrize("mask_shape", [(2, 1), (1, 6), (1, 1)])
+@pytest.mark.parametrize("case", ["ControlUnit", "ReadUnit", "WriteUnit", "MACNetwork"])
+def test_a_mask_of_another_shape_fails_when_sizes_are_known_only_at_run_time(case, mask_shape):
+    # audit (2026-12): masks were checked only on the sizes known when the layer was
+    # called; in a tf.function traced for any batch and length a [batch, 1] mask was
+    # broadcast silently over the positions (all masked or none), as the routing layers'
+    # masks once were
+    tensorflow_only("a tf.function traced with unknown shapes (JAX traces concrete shapes)")
+    import tensorflow as tf
+
+    from keras_capsules.layers import ControlUnit, MACNetwork, ReadUnit, WriteUnit
+
+    seq, flat = _normal(2, 6, 4), _normal(2, 4)
+    layer, inputs, mask_argument = {
+        "ControlUnit": (ControlUnit(max_steps=2), [flat, flat, seq], "words_mask"),
+        "ReadUnit": (ReadUnit(), [flat, seq, flat], "kb_mask"),
+        "WriteUnit": (WriteUnit(self_attention=True), [flat, flat, flat, seq, seq], "history_mask"),
+        "MACNetwork": (MACNetwork(max_steps=2), [seq, flat, seq], "kb_mask"),
+    }[case]
+    valid = np.array([[True] * 4 + [False] * 2, [True] * 6])
+    want = keras.tree.flatten(layer(inputs, **{mask_argument: valid}))
+
+    @tf.function(
+        input_signature=[[tf.TensorSpec((None,) * (x.ndim - 1) + x.shape[-1:]) for x in inputs],
+                         tf.TensorSpec((None, None), "bool")]
+    )
+    def run(inputs, mask):
+        return layer(inputs, **{mask_argument: mask})
+
+    for got, expected in zip(keras.tree.flatten(run(inputs, valid)), want):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(expected), rtol=1e-5, atol=1e-6)
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        run(inputs, np.ones(mask_shape, bool))

@@ -1,0 +1,28 @@
+"""Every public layer refuses a non-floating dtype and accepts the floating ones."""
+
+import keras
+import pytest
+
+from keras_capsules import layers
+from tests.portability import CASES, public_layers
+
+
+@pytest.mark.parametrize("name", public_layers())
+def test_every_public_layer_refuses_a_non_floating_dtype(name):
+    # audit (2026-12): only KMeansRouting, DynamicRouting and CapsuleLength checked.
+    # With dtype="int32" the others failed at their first call with a backend error
+    # that did not name the dtype (an int initializer's "Need minval < maxval",
+    # "Cannot convert 0.0 to EagerTensor of dtype int32", Sigmoid's allowed types), and
+    # a layer whose weights all start at zero would have run and truncated its results.
+    init_kwargs = CASES[name][0]
+    for dtype in ("int32", "bool"):
+        with pytest.raises(ValueError, match=f"`dtype` of {name} must be a floating.*Received: dtype={dtype}"):
+            getattr(layers, name)(**init_kwargs, dtype=dtype)
+
+
+@pytest.mark.parametrize("name", public_layers())
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float64", "mixed_float16", "mixed_bfloat16"])
+def test_every_public_layer_accepts_a_floating_dtype(name, dtype):
+    layer = getattr(layers, name)(**CASES[name][0], dtype=dtype)
+    assert layer.dtype_policy.name == dtype
+    assert layer.compute_dtype == keras.DTypePolicy(dtype).compute_dtype
