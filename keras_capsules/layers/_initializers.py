@@ -4,6 +4,11 @@ import numbers
 import zlib
 
 import keras
+from keras import ops
+
+#: the floating dtypes narrower than float32, in which ``Orthogonal`` cannot draw:
+#: its QR decomposition has no bfloat16 kernel in TensorFlow and no 16-bit one in JAX
+_NARROW_FLOATS = ("float16", "bfloat16")
 
 
 def fresh_initializer(initializer, salt=None):
@@ -38,3 +43,26 @@ def fresh_initializer(initializer, salt=None):
     if salt is not None and isinstance(seed, numbers.Integral) and not isinstance(seed, bool):
         config["seed"] = (int(seed) + zlib.crc32(salt.encode())) % 2**31
     return initializer.__class__.from_config(config)
+
+
+def narrow_float_safe(initializer):
+    """``initializer`` for ``add_weight``, drawing in float32 where it cannot draw narrower.
+
+    ``keras.initializers.Orthogonal`` fails for a float16 or bfloat16 weight (a layer
+    with a plain ``dtype="bfloat16"``, whose variables are bfloat16): it is wrapped in
+    a callable that draws such a weight in float32, with the same seed, and casts it.
+    Weights of the other dtypes, and every other initializer, are drawn as before.
+
+    Only for the weight itself: the callable has no config, so a layer keeps the
+    initializer it was given for its ``get_config()`` and for its sublayers.
+    """
+    if not isinstance(initializer, keras.initializers.Orthogonal):
+        return initializer
+
+    def initialize(shape, dtype=None):
+        dtype = keras.backend.standardize_dtype(dtype)
+        if dtype not in _NARROW_FLOATS:
+            return initializer(shape, dtype=dtype)
+        return ops.cast(initializer(shape, dtype="float32"), dtype)
+
+    return initialize

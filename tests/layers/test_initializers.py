@@ -1,11 +1,13 @@
-"""fresh_initializer: the per-weight initializer copies of the layers with weights of one shape."""
+"""fresh_initializer: the per-weight initializer copies of the layers with weights of one shape;
+narrow_float_safe: an orthogonal initializer for 16-bit weights."""
 
 import keras
 import numpy as np
 
-from keras_capsules.layers import EMRouting
-from keras_capsules.layers._initializers import fresh_initializer
+from keras_capsules.layers import EMRouting, RLadder
+from keras_capsules.layers._initializers import fresh_initializer, narrow_float_safe
 from tests.backends import tensor
+from tests.portability import CASES, case_inputs
 
 
 class _Filled(keras.initializers.Initializer):
@@ -42,3 +44,40 @@ def test_random_initializers_are_still_copied_apart_and_reproducibly():
     assert a is not seeded and a.get_config()["seed"] != b.get_config()["seed"]
     np.testing.assert_array_equal(np.asarray(a((3,))), np.asarray(fresh_initializer(seeded, "a")((3,))))
     assert not np.array_equal(np.asarray(a((3,))), np.asarray(b((3,))))
+
+
+def test_an_orthogonal_initializer_draws_16_bit_weights_in_float32():
+    # audit (2027-01): Orthogonal's QR has no bfloat16 kernel in TensorFlow (no 16-bit one
+    # in JAX), so the Recurrent Ladder layers failed with a plain dtype="bfloat16"
+    orthogonal = keras.initializers.Orthogonal(seed=4)
+    initialize = narrow_float_safe(orthogonal)
+    drawn = keras.ops.convert_to_numpy(orthogonal((5, 3), dtype="float32"))
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(initialize((5, 3), dtype="float32")), drawn)
+    for dtype in ("float16", "bfloat16"):
+        weight = keras.ops.convert_to_numpy(initialize((5, 3), dtype=dtype))
+        assert keras.backend.standardize_dtype(weight.dtype) == dtype
+        np.testing.assert_array_equal(weight, drawn.astype(weight.dtype))
+    glorot = keras.initializers.GlorotUniform(seed=4)  # draws in any floating dtype
+    assert narrow_float_safe(glorot) is glorot
+
+
+def test_a_bfloat16_ladder_keeps_its_initializers_and_casts_the_float32_draws():
+    init_kwargs = dict(CASES["RLadder"][0], recurrent_initializer=keras.initializers.Orthogonal(seed=4))
+    inputs = tensor(case_inputs("RLadder"))
+    ladders = {}
+    for dtype in ("float32", "bfloat16"):
+        ladders[dtype] = RLadder(**init_kwargs, dtype=dtype)
+        ladders[dtype](inputs)
+    recurrent = [
+        [keras.ops.convert_to_numpy(w) for w in ladder.weights if w.path.endswith("recurrent_kernel")]
+        for ladder in ladders.values()
+    ]
+    assert len(recurrent[1]) == 2  # one per level
+    for w32, w16 in zip(*recurrent):
+        np.testing.assert_array_equal(w16, w32.astype(w16.dtype))
+    config = ladders["bfloat16"].get_config()
+    assert config["recurrent_initializer"] == keras.initializers.serialize(init_kwargs["recurrent_initializer"])
+    for cell in ladders["bfloat16"].encoders:  # the sublayers got initializers, not wrappers
+        if cell is not None and hasattr(cell, "recurrent_initializer"):
+            assert cell.get_config()["recurrent_initializer"]["class_name"] == "Orthogonal"
+    assert RLadder.from_config(config).get_config() == config

@@ -6,7 +6,7 @@ import warnings
 import keras
 from keras import ops
 
-from keras_capsules.layers._initializers import fresh_initializer
+from keras_capsules.layers._initializers import fresh_initializer, narrow_float_safe
 from keras_capsules._validation import choice, generator_seed, positive_float, positive_int, seed_value  # noqa: F401 (re-exported)
 from keras_capsules.ops import mean, routing_dtype
 
@@ -197,7 +197,10 @@ def elementwise_f(u, params):
 
 
 def clone_initializer(initializer, salt=None):
-    """A fresh copy of an initializer for one weight (:func:`fresh_initializer`).
+    """A fresh copy of an initializer for one weight (:func:`fresh_initializer`), to
+    give ``add_weight``: an orthogonal one draws a 16-bit weight in float32
+    (:func:`narrow_float_safe`). A sublayer's constructor takes
+    :func:`fresh_initializer`'s copy instead, which keeps its config.
 
     One Keras random initializer instance used for several weights of the same shape
     fills them with identical values: an unseeded one draws its seed once, a seeded
@@ -208,7 +211,7 @@ def clone_initializer(initializer, salt=None):
     with a ``keras.random.SeedGenerator`` is used as it is (it draws anew at every
     call).
     """
-    return fresh_initializer(initializer, salt)
+    return narrow_float_safe(fresh_initializer(initializer, salt))
 
 
 def salted_initializer(initializer, salt):

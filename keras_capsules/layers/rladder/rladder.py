@@ -12,6 +12,7 @@ from keras_capsules.layers.rladder._utils import (
     expand_to,
     check_step_mask,
     clone_initializer,
+    fresh_initializer,
     salted_initializer,
     loaded_without_effect,
     max_pool,
@@ -389,12 +390,12 @@ class RLadder(keras.layers.Layer):
         # the sublayer's name: with one seed for all of them, the same-shaped weights of
         # different levels (and a level's input and feedback kernels) started identical.
         shared = dict(
-            kernel=clone_initializer(self.kernel_initializer),
-            bias=clone_initializer(self.bias_initializer),
-            recurrent=clone_initializer(self.recurrent_initializer),
+            kernel=fresh_initializer(self.kernel_initializer),
+            bias=fresh_initializer(self.bias_initializer),
+            recurrent=fresh_initializer(self.recurrent_initializer),
         )
         if use_feedback:  # a cell without feedback refuses feedback options
-            shared["feedback"] = clone_initializer(
+            shared["feedback"] = fresh_initializer(
                 self.kernel_initializer if self.feedback_initializer is None else self.feedback_initializer
             )
 
