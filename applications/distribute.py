@@ -218,7 +218,7 @@ def even_batch_count(examples, batch_size, replicas=1):
     """
     examples = checks.integer_at_least("examples", examples, 0)
     batch_size = checks.integer_at_least("batch_size", batch_size, 1)
-    replicas = _replicas(replicas, batch_size)
+    replicas = check_replicas(replicas, batch_size)
     full, rest = divmod(examples, batch_size)
     return full + (rest >= replicas if replicas > 1 else rest > 0)
 
@@ -245,13 +245,13 @@ def even_batches(dataset, replicas=1, batches=None):
     """
     import tensorflow as tf
 
-    replicas = _replicas(replicas)
+    replicas = check_replicas(replicas)
     if replicas == 1:
         return dataset
     spec = dataset.element_spec
     static = _rows_of(spec)
     if static is not None:
-        _replicas(replicas, static)  # batches too small for every replica: refused
+        check_replicas(replicas, static)  # batches too small for every replica: refused
         if static % replicas == 0:
             return dataset
     unpack = type(spec) is tuple  # tf.data calls the functions with a tuple's components
@@ -274,7 +274,13 @@ def even_batches(dataset, replicas=1, batches=None):
     return even.apply(tf.data.experimental.assert_cardinality(batches))
 
 
-def _replicas(replicas, batch_size=None):
+def check_replicas(replicas, batch_size=None):
+    """``replicas`` (an integer >= 1), checked to leave every replica at least one
+    example of a global batch of ``batch_size`` (when given).
+
+    Raises:
+        InputError: a ``batch_size`` smaller than ``replicas``, or a bad ``replicas``.
+    """
     replicas = checks.integer_at_least("replicas", replicas, 1)
     if batch_size is not None and batch_size < replicas:
         raise InputError(f"a batch of {batch_size} cannot be split over {replicas} replicas: give every replica "

@@ -43,6 +43,8 @@ def prepare_data(dataset="sst2", data_dir=None, batch_size=30, vocab_size=60000,
     vocabulary, then each split encoded and counted: minutes for a large set, before
     the first epoch); 0 (default) is silent.
     """
+    # (a global batch smaller than the replicas left no training batch: nothing trained)
+    replicas = distribute.check_replicas(replicas, batch_size)
     train_split, val_split, test_split = data_lib.splits(dataset, hold_out)
 
     def raw(split, **kwargs):

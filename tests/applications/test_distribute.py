@@ -454,3 +454,19 @@ def test_demo_epochs_with_an_uneven_last_batch_train_under_mirrored_in_whole_rep
     sizes = {replicas: [len(y) for _, y in demo.make_datasets(images, labels, 6, replicas=replicas)[0]]
              for replicas in (1, 2)}
     assert sizes == {1: [6] * 6 + [1], 2: [6] * 6}
+
+
+def test_a_text_batch_smaller_than_the_replicas_is_refused_before_any_data_is_read(monkeypatch):
+    # text_classification's batches are bucketed (no static size), so even_batches could not
+    # refuse them: with a global batch of 2 on 3 replicas every training batch was left
+    # out and `recipe.train` trained nothing, without an error.
+    from applications.errors import InputError
+    from applications.text_classification import data as data_lib
+    from applications.text_classification import recipe
+
+    def unread(*args, **kwargs):
+        raise AssertionError("data read before the batch size was checked")
+
+    monkeypatch.setattr(data_lib, "load_split", unread)
+    with pytest.raises(InputError, match="a batch of 2 cannot be split over 3 replicas"):
+        recipe.prepare_data("sst2", "unused", batch_size=2, replicas=3)
