@@ -180,7 +180,7 @@ CONSTRUCTOR_ERRORS = [
     (dict(n_out=3.0, d_out=2), "n_out"),
     (dict(n_out=3, d_out=2, shared_weights="no"), "shared_weights"),
     (dict(n_out=3, d_out=2, return_couplings=1), "return_couplings"),
-    # audit (2026-12): an integer kernel failed in its initializer ("Need minval < maxval")
+    # audit (2026-11-29): an integer kernel failed in its initializer ("Need minval < maxval")
     (dict(n_out=3, d_out=2, dtype="int32"), "dtype=int32"),
 ]
 

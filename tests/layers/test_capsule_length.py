@@ -76,7 +76,7 @@ def test_a_list_of_inputs_is_a_clear_error():
 
 @pytest.mark.parametrize("dtype", ["int32", "bool"])
 def test_a_non_floating_dtype_is_a_clear_error(dtype):
-    # audit (2026-12): lengths were cast to the compute dtype silently: int32 truncated
+    # audit (2026-11-29): lengths were cast to the compute dtype silently: int32 truncated
     # them (squashed capsules gave all-zero scores), bool gave True for any non-zero one
     with pytest.raises(ValueError, match=f"floating.*Received: dtype={dtype}"):
         CapsuleLength(dtype=dtype)

@@ -22,7 +22,7 @@ class _Filled(keras.initializers.Initializer):
 
 
 def test_an_initializer_without_a_seed_is_used_as_given():
-    # audit (2026-12): the copy was made from get_config(), which a custom initializer
+    # audit (2026-11-29): the copy was made from get_config(), which a custom initializer
     # need not define: its arguments were lost (the copy of _Filled(3.0) filled 1.0,
     # one without a default failed with a TypeError when the layer was built)
     filled = _Filled(3.0)
@@ -47,7 +47,7 @@ def test_random_initializers_are_still_copied_apart_and_reproducibly():
 
 
 def test_an_orthogonal_initializer_draws_16_bit_weights_in_float32():
-    # audit (2027-01): Orthogonal's QR has no bfloat16 kernel in TensorFlow (no 16-bit one
+    # audit (2026-11-29): Orthogonal's QR has no bfloat16 kernel in TensorFlow (no 16-bit one
     # in JAX), so the Recurrent Ladder layers failed with a plain dtype="bfloat16"
     orthogonal = keras.initializers.Orthogonal(seed=4)
     initialize = narrow_float_safe(orthogonal)

@@ -11,7 +11,7 @@ from tests.portability import CASES, case_inputs, public_layers
 
 @pytest.mark.parametrize("name", public_layers())
 def test_every_public_layer_refuses_a_non_floating_dtype(name):
-    # audit (2026-12): only KMeansRouting, DynamicRouting and CapsuleLength checked.
+    # audit (2026-11-29): only KMeansRouting, DynamicRouting and CapsuleLength checked.
     # With dtype="int32" the others failed at their first call with a backend error
     # that did not name the dtype (an int initializer's "Need minval < maxval",
     # "Cannot convert 0.0 to EagerTensor of dtype int32", Sigmoid's allowed types), and
@@ -33,7 +33,7 @@ def test_every_public_layer_accepts_a_floating_dtype(name, dtype):
 @pytest.mark.parametrize("name", public_layers())
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_every_public_layer_runs_in_a_plain_16_bit_dtype(name, dtype):
-    # audit (2027-01): with dtype="bfloat16" the Recurrent Ladder encoder cells, RLadder
+    # audit (2026-11-29): with dtype="bfloat16" the Recurrent Ladder encoder cells, RLadder
     # and RTagger failed at their first call: their default orthogonal recurrent
     # initializer runs a QR decomposition, which TensorFlow has no bfloat16 kernel for
     # (JAX has none for float16 either). Its weights are now drawn in float32 and cast.

@@ -108,7 +108,7 @@ def test_attention_logits_stay_finite_under_mixed_float16_for_large_inputs():
 @pytest.mark.parametrize("mask_shape", [(2, 1), (1, 6), (1, 1)])
 @pytest.mark.parametrize("case", ["ControlUnit", "ReadUnit", "WriteUnit", "MACNetwork"])
 def test_a_mask_of_another_shape_fails_when_sizes_are_known_only_at_run_time(case, mask_shape):
-    # audit (2026-12): masks were checked only on the sizes known when the layer was
+    # audit (2026-11-29): masks were checked only on the sizes known when the layer was
     # called; in a tf.function traced for any batch and length a [batch, 1] mask was
     # broadcast silently over the positions (all masked or none), as the routing layers'
     # masks once were
