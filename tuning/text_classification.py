@@ -63,13 +63,12 @@ class TextClassificationHyperModel(DatasetHyperModel):
         data = recipe.prepare_data(self.dataset, self.data_dir, self.batch_size, self.vocab_size,
                                    self.max_length, self.phrases, self.limit, self.seed, test=False,
                                    hold_out=True, verbose=self.verbose, replicas=self.replicas)
-        # The training texts and their lookup, which `datasets` batches anew for every trial,
-        # and the number of batches counted here; not these batches (their cache of every
-        # encoded text would stay in memory beside the trial's).
-        train_split = data_lib.splits(self.dataset, hold_out=True)[0]
-        texts = data_lib.load_split(self.dataset, train_split, self.data_dir, phrases=self.phrases, limit=self.limit)
+        # The training texts and their lookup (``prepare_data``'s, not read again), which
+        # `datasets` batches anew for every trial, and the number of batches counted here;
+        # not these batches (their cache of every encoded text would stay in memory beside
+        # the trial's).
         data["train_batches"] = int(data.pop("train").cardinality())
-        return {**data, "train_texts": texts, "lookup": data_lib.make_lookup(data["vocabulary"])}
+        return data
 
     def build(self, hp):
         data = self.prepare()

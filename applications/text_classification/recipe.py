@@ -31,7 +31,10 @@ def prepare_data(dataset="sst2", data_dir=None, batch_size=30, vocab_size=60000,
 
     Returns:
         A dict: ``vocabulary`` (words), ``vocab_size`` (ids, padding and OOV
-        included), ``num_classes``, and the datasets ``train`` (shuffled),
+        included), ``num_classes``, ``lookup`` (the ``keras.layers.StringLookup`` of
+        the vocabulary), ``train_texts`` (the training split's raw ``(text, label)``
+        dataset, unbatched, that the vocabulary was counted on: a search batches it anew
+        for every trial), and the datasets ``train`` (shuffled),
         ``validation`` and, with ``test``, ``test`` (the same dataset when a TFDS set
         validates on its test split). With ``hold_out`` a TFDS set validates on a
         held-out tenth of its training split instead (``data.splits``), as model
@@ -70,6 +73,8 @@ def prepare_data(dataset="sst2", data_dir=None, batch_size=30, vocab_size=60000,
         "vocabulary": vocabulary,
         "vocab_size": int(lookup.vocabulary_size()),
         "num_classes": data_lib.num_classes(dataset),
+        "lookup": lookup,
+        "train_texts": train_raw,
         "train": batches("train", train_raw, True, replicas),
         "validation": validation,
     }
