@@ -38,7 +38,7 @@ import numpy as np
 from keras import ops
 
 from keras_capsules._validation import concrete_values
-from keras_capsules.ops import routing_dtype
+from keras_capsules.ops import maximum, routing_dtype
 
 try:  # the getter keras.losses.Loss uses (masks of JAX arrays are not attributes)
     from keras.src.backend import get_keras_mask as _get_keras_mask
@@ -483,7 +483,7 @@ def mixture_nll(x, m, pi, sigma, group_axis=1, from_logits=False, epsilon=1e-7):
     if from_logits:
         log_pi = ops.log_softmax(pi, axis=axis)
     else:
-        log_pi = ops.log(ops.maximum(pi, epsilon))
+        log_pi = ops.log(maximum(pi, epsilon))
     return -ops.logsumexp(log_pi + log_norm, axis=axis)
 
 

@@ -189,13 +189,60 @@ def squash(x, axis=-1, epsilon=1e-12):
     return ops.cast(squashed, dtype)
 
 
-# ------------------------------------------------------------------ float64 on JAX
+# ------------------------------------------------------------------ float64 on JAX and torch
 # Keras' type promotion maps float64 to float32 on JAX (keras.backend.result_type, to
 # match JAX without x64, whatever ``jax_enable_x64`` says), and some ``keras.ops`` compute
 # in ``result_type(x.dtype, float)``: on JAX ``ops.tanh`` of float64 returns float32
 # (trigonometric and hyperbolic ops alike) and ``ops.mean`` / ``ops.var`` accumulate
 # float64 in float32 (relative errors ~1e-7 with float64 inputs and ``jax_enable_x64``).
-# The helpers below give the op in the input's precision on every backend.
+# On torch the same promotion goes further: ``ops.matmul``, ``ops.maximum`` and
+# ``ops.minimum`` (also of two float64 tensors), ``ops.tensordot``, ``ops.cumsum`` and
+# ``ops.var`` return float32 for float64 inputs. The helpers below give the op in the
+# input's precision on every backend.
+
+
+def _float64_lost(result, *operands):
+    """Whether a float64 tensor among ``operands`` gave a ``result`` of another dtype."""
+    standardize = keras.backend.standardize_dtype
+    return standardize(result.dtype) != "float64" and any(
+        hasattr(x, "dtype") and standardize(x.dtype) == "float64" for x in operands
+    )
+
+
+def matmul(x1, x2):
+    """``keras.ops.matmul(x1, x2)``, in float64 for float64 operands on every backend.
+
+    Where the backend's ``matmul`` returns float32 for float64 operands (torch, see
+    above), the product is taken with ``ops.einsum``, which keeps float64 (``x2`` of
+    rank 2 contracts the last axis of ``x1``; otherwise batch axes broadcast as in
+    ``matmul``). Elsewhere, and for other dtypes, this is ``keras.ops.matmul`` itself.
+    """
+    result = ops.matmul(x1, x2)
+    if not _float64_lost(result, x1, x2):
+        return result
+    x1, x2 = ops.cast(x1, "float64"), ops.cast(x2, "float64")
+    return ops.einsum("...j,jk->...k" if len(x2.shape) == 2 else "...ij,...jk->...ik", x1, x2)
+
+
+def _extremum(op, x1, x2, keep_first):
+    result = op(x1, x2)
+    if not _float64_lost(result, x1, x2):
+        return result
+    x1, x2 = ops.cast(x1, "float64"), ops.cast(x2, "float64")
+    # NaN propagates from either side, as in keras.ops.maximum / minimum
+    return ops.where(keep_first(x1, x2) | ops.isnan(x1), x1, x2)
+
+
+def maximum(x1, x2):
+    """``keras.ops.maximum(x1, x2)``, float64 for float64 operands on every backend
+    (torch's returns float32 for them, see above)."""
+    return _extremum(ops.maximum, x1, x2, lambda a, b: a >= b)
+
+
+def minimum(x1, x2):
+    """``keras.ops.minimum(x1, x2)``, float64 for float64 operands on every backend
+    (torch's returns float32 for them, see above)."""
+    return _extremum(ops.minimum, x1, x2, lambda a, b: a <= b)
 
 
 def _promotion_keeps_float64():
@@ -219,6 +266,10 @@ def mean(x, axis=None, keepdims=False):
     if not dtype.startswith(("float", "bfloat")):
         dtype = "float32"  # an integer (or boolean) mean is not an integer
     x = ops.cast(x, routing_dtype(dtype))
+    if axis is None and keepdims and len(x.shape):
+        # every axis named: Keras' torch ``sum(axis=None, keepdims=True)`` drops the
+        # kept axes (a 0-d total, not [1, ..., 1])
+        axis = tuple(range(len(x.shape)))
     total = ops.sum(x, axis=axis, keepdims=keepdims)
     axes = range(len(x.shape)) if axis is None else (axis,) if isinstance(axis, int) else axis
     sizes = [x.shape[a] for a in axes]

@@ -11,6 +11,8 @@ import numbers
 import keras
 from keras import ops
 
+from keras_capsules.ops import minimum
+
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
 class RAdam(keras.optimizers.Optimizer):
@@ -301,7 +303,7 @@ def _rectification(beta_2, t):
     x = ops.where(rectify, x, ops.ones_like(x))
     constant = (gap + 4.0) / (gap * (gap + 2.0))
     r_t = ops.sqrt(x * (x + 2.0) * constant / (x + 4.0))
-    return rectify, ops.minimum(r_t, 1.0)
+    return rectify, minimum(r_t, 1.0)
 
 
 def _rho(beta_2, t):

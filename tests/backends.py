@@ -8,9 +8,9 @@ test needs from the backend itself goes through here:
 * ``value_and_grads(fn, tensors, variables)``: ``fn(*tensors)`` and its gradients with
   respect to the tensors and to Keras variables read inside ``fn`` (a
   ``tf.GradientTape`` on TensorFlow; ``jax.value_and_grad`` with the variables' values
-  fed through a ``keras.StatelessScope`` on JAX);
+  fed through a ``keras.StatelessScope`` on JAX; ``torch.autograd.grad`` on torch);
 * ``compiled(fn)``: ``fn`` traced and compiled with XLA (``tf.function(jit_compile=True)``
-  or ``jax.jit``);
+  or ``jax.jit``; skipped on torch, which has no XLA);
 * ``require_float64()`` skips a float64 test where the backend has no float64, and
   ``float64_enabled()`` gives it float64 for a block (``jax.enable_x64`` on JAX);
 * ``tensorflow_only(what)``: skips a test that exercises TensorFlow itself
@@ -25,7 +25,24 @@ import numpy as np
 import pytest
 
 BACKEND = keras.backend.backend()
+
+if BACKEND == "torch":
+    import torch
+
+    _torch_array = torch.Tensor.__array__
+
+    def _detached_array(self, dtype=None, copy=None):
+        """A tensor's values, also when autograd tracks it (an eager layer call with
+        trainable weights): ``np.asarray`` of TensorFlow and JAX tensors gives them, torch
+        refuses ("Can't call numpy() on Tensor that requires grad")."""
+        values = _torch_array(self.detach(), dtype)
+        return values.copy() if copy else values
+
+    torch.Tensor.__array__ = _detached_array
 SUPPORTED = ("tensorflow", "jax")
+#: backends whose gradients the tests can take (``value_and_grads``); torch has no XLA
+#: compile here, so ``compiled`` skips on it
+DIFFERENTIABLE = SUPPORTED + ("torch",)
 
 
 def tensorflow_only(what):
@@ -84,7 +101,30 @@ def value_and_grads(fn, tensors=(), variables=(), has_aux=False):
             pure, argnums=(0, 1), has_aux=True
         )(tensors, values)
         return ((loss, aux) if has_aux else loss), list(tensor_grads), list(variable_grads)
-    pytest.skip(f"the tests' gradient tools support {SUPPORTED}, not {BACKEND}")
+    if BACKEND == "torch":
+        import torch
+
+        tensors = [t.detach().requires_grad_(True) if t.is_floating_point() else t for t in tensors]
+        values = [v.value for v in variables]
+        frozen = [value for value in values if not value.requires_grad]
+        for value in frozen:  # non-trainable variables too, as on TensorFlow and JAX
+            value.requires_grad_(True)
+        try:
+            result = fn(*tensors)
+        finally:
+            for value in frozen:
+                value.requires_grad_(False)
+        loss = result[0] if has_aux else result
+        sources = tensors + values
+        wanted = [k for k, s in enumerate(sources) if s.requires_grad or any(s is f for f in frozen)]
+        found = torch.autograd.grad(loss, [sources[k] for k in wanted], allow_unused=True)
+        gradients = [None] * len(sources)
+        for k, g in zip(wanted, found):
+            gradients[k] = g  # None: the value does not depend on it (as on TensorFlow)
+        # detached, like the values TensorFlow and JAX give (numpy refuses a tensor with a graph)
+        result = keras.tree.map_structure(lambda t: t.detach() if isinstance(t, torch.Tensor) else t, result)
+        return result, gradients[: len(tensors)], gradients[len(tensors):]
+    pytest.skip(f"the tests' gradient tools support {DIFFERENTIABLE}, not {BACKEND}")
 
 
 def grads(fn, tensors=(), variables=()):

@@ -310,3 +310,34 @@ def test_a_vector_with_a_nan_has_a_nan_norm_and_squash(dtype):
         assert np.isnan(norm[:2]).all() and norm[2] == 5.0 and norm[3] == 0.0
         squashed = keras.ops.convert_to_numpy(run(ops.squash)(tensor(x)))
         assert np.isnan(squashed[:2]).all() and np.isfinite(squashed[2:]).all()
+
+
+def test_mean_over_every_axis_keeps_them_with_keepdims():
+    # torch audit 2026-11-29: Keras' torch sum(axis=None, keepdims=True) drops the kept
+    # axes, so ops.mean(x, keepdims=True) was 0-d there (numpy, TensorFlow, JAX: [1, 1, 1]).
+    x = np.arange(24, dtype="float32").reshape(2, 3, 4)
+    got = ops.mean(tensor(x), keepdims=True)
+    assert tuple(got.shape) == (1, 1, 1)
+    np.testing.assert_array_equal(np.asarray(got), x.mean(keepdims=True))
+
+
+@pytest.mark.parametrize("name", ["matmul", "maximum", "minimum"])
+def test_matmul_maximum_minimum_keep_float64(name):
+    # torch audit 2026-11-29: Keras' torch matmul, maximum and minimum return float32 for
+    # float64 operands (its type promotion maps float64 to float32 off TensorFlow): the
+    # float64 routing layers, MAC units and ladder cells lost precision (~1e-7) there.
+    rng = np.random.default_rng(3)
+    x1, x2 = rng.standard_normal((2, 3, 4)), rng.standard_normal((4, 5) if name == "matmul" else (2, 3, 4))
+    x1[0, 0, 0] = np.nan
+    want = {"matmul": np.matmul, "maximum": np.maximum, "minimum": np.minimum}[name](x1, x2)
+    with float64_enabled():
+        fn = getattr(ops, name)
+        got = fn(tensor(x1), tensor(x2))
+        assert keras.backend.standardize_dtype(got.dtype) == "float64"
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-15, atol=1e-15)
+        if name != "matmul":  # with a Python number, as the layers call them
+            got = fn(tensor(x1), 0.25)
+            assert keras.backend.standardize_dtype(got.dtype) == "float64"
+            np.testing.assert_array_equal(np.asarray(got), getattr(np, name)(x1, 0.25))  # NaN stays NaN
+        got32 = fn(tensor(x1.astype("float32")), tensor(x2.astype("float32")))
+        assert keras.backend.standardize_dtype(got32.dtype) == "float32"

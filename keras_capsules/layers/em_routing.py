@@ -19,7 +19,7 @@ from keras_capsules.layers._vote_routing import (
     mask_list,
     shape_tuple,
 )
-from keras_capsules.ops import masked_softmax, routing_dtype
+from keras_capsules.ops import masked_softmax, maximum, routing_dtype
 
 _ALGORITHMS = ("auto", "votes", "moments")
 
@@ -55,7 +55,7 @@ def _pose_scale(x, eps):
     big = largest > _RESCALE_ABOVE[dtype]
     scale = ops.stop_gradient(1.0 / ops.where(big, largest, ops.ones_like(largest)))
     unscale = ops.stop_gradient(ops.where(big, largest, ops.ones_like(largest)))
-    floor = ops.maximum(eps * ops.square(scale), min(eps, _RESCALED_FLOOR[dtype]))
+    floor = maximum(eps * ops.square(scale), min(eps, _RESCALED_FLOOR[dtype]))
     return scale, unscale, floor
 
 
@@ -67,7 +67,7 @@ def _uniform_use(f, n_out):
 
 def _uniform_use_over(f, out_valid):
     """The first iteration's ``D_use`` with only the ``out_valid`` ``[b, n_out]`` outputs."""
-    count = ops.maximum(ops.sum(out_valid, axis=1), 1.0)  # [b]
+    count = maximum(ops.sum(out_valid, axis=1), 1.0)  # [b]
     return f[:, :, None] * out_valid[:, None, :] / count[:, None, None]
 
 
@@ -79,7 +79,7 @@ def _ranked_spread(out_valid, dtype):
     never change it.
     """
     rank = ops.cumsum(out_valid, axis=1) - 1.0
-    last = ops.maximum(ops.sum(out_valid, axis=1, keepdims=True) - 1.0, 1.0)
+    last = maximum(ops.sum(out_valid, axis=1, keepdims=True) - 1.0, 1.0)
     return ops.cast((2.0 * rank / last - 1.0) * out_valid, dtype)
 
 
@@ -90,7 +90,7 @@ def _symmetric_spread(n, dtype):
     with a dynamic number of inputs under ``tf.function``, ``model.fit`` or XLA).
     """
     steps = ops.cast(ops.arange(n), dtype)
-    last = ops.maximum(ops.cast(n, dtype) - 1.0, 1.0)
+    last = maximum(ops.cast(n, dtype) - 1.0, 1.0)
     return 2.0 * steps / last - 1.0
 
 
@@ -600,7 +600,7 @@ class EMRouting(keras.layers.Layer):
             # sum_i D (y - g)^2 with g = mu_out - bias, never negative in exact arithmetic.
             g = mu_out - bias
             sq = sum_y2 - 2.0 * g * sum_y + d_sum[:, :, None, None] * ops.square(g)
-            sig2_out = ops.maximum(sq, 0.0) * inv_s + var_eps
+            sig2_out = maximum(sq, 0.0) * inv_s + var_eps
         return a_out, mu_out, sig2_out
 
     def get_config(self):

@@ -4,7 +4,7 @@ import keras
 from keras import ops
 
 from keras_capsules.layers._vote_routing import VoteRouting, couplings
-from keras_capsules.ops import _norm_parts, safe_norm
+from keras_capsules.ops import _norm_parts, maximum, safe_norm
 
 _SIMILARITIES = ("cosine", "dot")
 _NORM_FLOOR = 1e-12
@@ -135,7 +135,7 @@ class KMeansRouting(VoteRouting):
         centre = ops.where(v_norm >= _NORM_FLOOR, direction, v / _NORM_FLOOR)
         scores = ops.einsum("bijo,bjo->bij", u_hat, centre)
         if self.similarity == "cosine":
-            scores = scores / ops.maximum(safe_norm(u_hat, axis=-1), _NORM_FLOOR)
+            scores = scores / maximum(safe_norm(u_hat, axis=-1), _NORM_FLOOR)
         return scores
 
     def _route(self, u_hat, valid):

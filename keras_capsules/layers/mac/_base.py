@@ -19,7 +19,7 @@ from keras_capsules._validation import (  # noqa: F401 (re-exported to the MAC l
     seed_value,
 )
 from keras_capsules.layers._initializers import fresh_initializer  # noqa: F401 (used by the MAC layers)
-from keras_capsules.ops import routing_dtype
+from keras_capsules.ops import matmul, routing_dtype
 
 
 def activation_name(name, value, allowed=(None, "elu")):
@@ -232,12 +232,12 @@ class MACLayerBase(keras.layers.Layer):
 
     def dense(self, x, kernel, bias):
         """``x @ kernel + bias`` in the dtype of ``x`` (weights cast to it)."""
-        return ops.matmul(x, ops.cast(kernel, x.dtype)) + ops.cast(bias, x.dtype)
+        return matmul(x, ops.cast(kernel, x.dtype)) + ops.cast(bias, x.dtype)
 
     def logit(self, x, kernel, bias):
         """A scalar score per position, ``x @ kernel + bias`` in float32: ``[..., 1] -> [...]``."""
         work = routing_dtype(x.dtype)
-        out = ops.matmul(ops.cast(x, work), ops.cast(kernel, work)) + ops.cast(bias, work)
+        out = matmul(ops.cast(x, work), ops.cast(kernel, work)) + ops.cast(bias, work)
         return ops.squeeze(out, axis=-1)
 
     def to_compute(self, x):

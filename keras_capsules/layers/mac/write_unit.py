@@ -5,6 +5,7 @@ from keras import ops
 
 from keras_capsules._validation import check_built
 from keras_capsules.layers.mac import _base
+from keras_capsules.ops import matmul
 
 _LAYER = "WriteUnit"
 _INPUTS = (
@@ -216,15 +217,15 @@ class WriteUnit(_base.MACLayerBase):
             )
             attended, weights = _base.attend(logits, memories, history_mask)
             new = (
-                ops.matmul(attended, ops.cast(self.self_memory_kernel, new.dtype))
-                + ops.matmul(new, ops.cast(self.info_kernel, new.dtype))
+                matmul(attended, ops.cast(self.self_memory_kernel, new.dtype))
+                + matmul(new, ops.cast(self.info_kernel, new.dtype))
                 + ops.cast(self.self_memory_bias, new.dtype)
             )
             outputs.append(weights)
         if self.memory_gate:
-            work = "float64" if new.dtype == "float64" else "float32"
+            work = _base.routing_dtype(new.dtype)  # (torch dtypes never equal their names)
             gate = ops.sigmoid(
-                ops.matmul(ops.cast(control, work), ops.cast(self.gate_kernel, work))
+                matmul(ops.cast(control, work), ops.cast(self.gate_kernel, work))
                 + ops.cast(self.gate_bias, work)
             )
             new = ops.cast(

@@ -24,6 +24,7 @@ from keras_capsules.layers.rladder._utils import (
     split_top_lateral,
     upsample_nearest,
 )
+from keras_capsules.ops import matmul
 
 _BASE_INITIALIZERS = ("kernel_initializer", "bias_initializer")
 _BASE_REGULARIZERS = ("kernel_regularizer", "bias_regularizer")
@@ -186,8 +187,8 @@ class ConvCombinatorBase(keras.layers.Layer):
             if self.vector_top == "dense":
                 height, width = x_lat.shape[1], x_lat.shape[2]
                 channels = self.top_kernel.shape[-1] // (height * width)
-                return ops.reshape(ops.matmul(x_top, self.top_kernel), (-1, height, width, channels))
-            return ops.matmul(x_top, self.top_kernel)[:, None, None, :]
+                return ops.reshape(matmul(x_top, self.top_kernel), (-1, height, width, channels))
+            return matmul(x_top, self.top_kernel)[:, None, None, :]
         if self.upsample > 1 and self.upsample_mode == "transpose":
             return ops.conv_transpose(
                 x_top, self.top_kernel, strides=self.upsample, padding="same"

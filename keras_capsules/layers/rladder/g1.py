@@ -12,6 +12,7 @@ from keras_capsules.layers.rladder._utils import (
     serialize_all,
     split_top_lateral,
 )
+from keras_capsules.ops import matmul
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -168,7 +169,7 @@ class G1(ElementwiseGate, keras.layers.Layer):
         if x_top is None:
             u = ops.cast(self.bias, x_lat.dtype)
         else:
-            u = ops.matmul(x_top, self.kernel) + self.bias
+            u = matmul(x_top, self.kernel) + self.bias
         return self._gate(u, x_lat)
 
     def get_config(self):

@@ -5,7 +5,7 @@ from keras import ops
 
 from keras_capsules.layers.rladder._cell_base import EncoderCellBase
 from keras_capsules.layers.rladder._utils import positive_int
-from keras_capsules.ops import tanh
+from keras_capsules.ops import matmul, tanh
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -95,16 +95,16 @@ class GatedEncoderCell(EncoderCellBase):
         (h,) = states
         u = self.units
         gates = self._num_blocks - 1  # z, r (, g): the candidate block comes last
-        pre = ops.matmul(x, self.kernel) + self.bias
-        pre_gates = pre[:, : gates * u] + ops.matmul(h, self.recurrent_kernel[:, : gates * u])
+        pre = matmul(x, self.kernel) + self.bias
+        pre_gates = pre[:, : gates * u] + matmul(h, self.recurrent_kernel[:, : gates * u])
         if d is not None:
-            pre_gates = pre_gates + ops.matmul(d, self.feedback_kernel[:, : gates * u])
+            pre_gates = pre_gates + matmul(d, self.feedback_kernel[:, : gates * u])
         z = ops.sigmoid(pre_gates[:, :u])
         r = ops.sigmoid(pre_gates[:, u : 2 * u])
-        cand = pre[:, gates * u :] + ops.matmul(r * h, self.recurrent_kernel[:, gates * u :])
+        cand = pre[:, gates * u :] + matmul(r * h, self.recurrent_kernel[:, gates * u :])
         if d is not None:
             g = ops.sigmoid(pre_gates[:, 2 * u : 3 * u])
-            cand = cand + ops.matmul(g * d, self.feedback_kernel[:, gates * u :])
+            cand = cand + matmul(g * d, self.feedback_kernel[:, gates * u :])
         c = tanh(cand)  # (keras.ops.tanh is float32 for float64 on JAX)
         return [(1.0 - z) * h + z * c]
 

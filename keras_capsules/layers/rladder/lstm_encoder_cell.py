@@ -6,7 +6,7 @@ from keras import ops
 from keras_capsules._validation import boolean
 from keras_capsules.layers.rladder._cell_base import EncoderCellBase
 from keras_capsules.layers.rladder._utils import positive_int
-from keras_capsules.ops import tanh
+from keras_capsules.ops import matmul, tanh
 
 
 def lstm_update(pre, c):
@@ -98,9 +98,9 @@ class LSTMEncoderCell(EncoderCellBase):
 
     def _step(self, x, d, states):
         h, c = states
-        pre = ops.matmul(x, self.kernel) + ops.matmul(h, self.recurrent_kernel) + self.bias
+        pre = matmul(x, self.kernel) + matmul(h, self.recurrent_kernel) + self.bias
         if d is not None:
-            pre = pre + ops.matmul(d, self.feedback_kernel)
+            pre = pre + matmul(d, self.feedback_kernel)
         return lstm_update(pre, c)
 
     def get_config(self):

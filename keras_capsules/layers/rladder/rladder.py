@@ -41,6 +41,7 @@ from keras_capsules.layers.rladder.level_spec import (
     saved_levels,
 )
 from keras_capsules.layers.rladder.lstm_encoder_cell import LSTMEncoderCell
+from keras_capsules.ops import matmul
 
 _COMBINATOR_CLASSES = {"G1": G1, "ConvG1": ConvG1, "ConvG2": ConvG2, "ConvG3": ConvG3}
 _INITIALIZERS = ("kernel_initializer", "recurrent_initializer", "bias_initializer")
@@ -796,7 +797,7 @@ class RLadder(keras.layers.Layer):
             # autocast) but ``step`` runs outside it, where they are float32 and would
             # promote a float16 prediction to float32.
             dtype = prediction.dtype
-            prediction = ops.matmul(prediction, ops.cast(self.output_kernel, dtype)) + ops.cast(
+            prediction = matmul(prediction, ops.cast(self.output_kernel, dtype)) + ops.cast(
                 self.output_bias, dtype
             )
         return prediction, top, (new_states, new_feedback)

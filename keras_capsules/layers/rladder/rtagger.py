@@ -24,7 +24,7 @@ from keras_capsules.layers.rladder._utils import (
 from keras_capsules._validation import boolean, check_floating_dtype, rate
 from keras_capsules.layers.rladder.level_spec import saved_levels
 from keras_capsules.layers.rladder.rladder import RLadder
-from keras_capsules.ops import routing_dtype
+from keras_capsules.ops import matmul, routing_dtype
 
 _INITIALIZERS = (
     "kernel_initializer",
@@ -593,12 +593,12 @@ class RTagger(keras.layers.Layer):
         if self.mask_damping == "learned":
             # one share per pixel (the same for every group, so the masks still
             # sum to 1): the sigmoid of the groups' mean gate logit
-            gate = ops.reshape(ops.matmul(out, self.damping_kernel), (-1, k) + spatial + (1,))
+            gate = ops.reshape(matmul(out, self.damping_kernel), (-1, k) + spatial + (1,))
             gate = ops.mean(gate, axis=1, keepdims=True) + self.damping_bias
             damping = ops.sigmoid(ops.cast(gate, math_dtype))
         else:
             damping = self.mask_damping
-        out = ops.matmul(out, self.readout_kernel) + self.readout_bias
+        out = matmul(out, self.readout_kernel) + self.readout_bias
         out = ops.cast(ops.reshape(out, (-1, k) + spatial + (channels + 1,)), math_dtype)
         m, logits = out[..., :channels], out[..., channels:]
         if self.mask_update == "posterior":
