@@ -224,6 +224,27 @@ def matmul(x1, x2):
     return ops.einsum("...j,jk->...k" if len(x2.shape) == 2 else "...ij,...jk->...ik", x1, x2)
 
 
+def conv(inputs, kernel, padding="valid"):
+    """``keras.ops.conv(inputs, kernel, padding=padding)`` (channels last, stride 1),
+    also differentiable on torch's CPU convolution for a one-output-channel kernel.
+
+    Keras' torch backend permutes the kernel ``[*spatial, in, out]`` to
+    ``[out, in, *spatial]`` and keeps the view (it is channels-last contiguous). With
+    ``out == 1`` that view gives the size-1 output axis a stride of 1, and torch's
+    ``slow_conv2d`` (its CPU convolution for float16 and float64) fails in the backward
+    pass: "slow_conv2d: grad_weight must be contiguous" (torch 2.14.1, also a plain
+    ``keras.layers.Conv2D(1, 3)`` under ``mixed_float16``). The kernel is therefore
+    passed as a transpose of a ``[1, *spatial, in]`` reshape, the same values, whose
+    size-1 axis has the largest stride. The values, and so the results on TensorFlow
+    and JAX, are those of ``keras.ops.conv`` itself.
+    """
+    if kernel.shape[-1] == 1:
+        rank = len(kernel.shape)
+        kernel = ops.reshape(kernel, (1,) + tuple(kernel.shape[:-1]))
+        kernel = ops.transpose(kernel, tuple(range(1, rank)) + (0,))
+    return ops.conv(inputs, kernel, padding=padding)
+
+
 def _extremum(op, x1, x2, keep_first):
     result = op(x1, x2)
     if not _float64_lost(result, x1, x2):

@@ -24,7 +24,7 @@ from keras_capsules.layers.rladder._utils import (
     split_top_lateral,
     upsample_nearest,
 )
-from keras_capsules.ops import matmul
+from keras_capsules.ops import conv, matmul
 
 _BASE_INITIALIZERS = ("kernel_initializer", "bias_initializer")
 _BASE_REGULARIZERS = ("kernel_regularizer", "bias_regularizer")
@@ -193,7 +193,7 @@ class ConvCombinatorBase(keras.layers.Layer):
             return ops.conv_transpose(
                 x_top, self.top_kernel, strides=self.upsample, padding="same"
             )
-        return ops.conv(upsample_nearest(x_top, self.upsample), self.top_kernel, padding="same")
+        return conv(upsample_nearest(x_top, self.upsample), self.top_kernel, padding="same")
 
     def _split_and_check(self, inputs):
         name = type(self).__name__

@@ -4,6 +4,7 @@ from keras import ops
 
 from keras_capsules.layers.rladder._conv_combinator import ConvCombinatorBase
 from keras_capsules.layers.rladder._utils import positive_int
+from keras_capsules.ops import conv
 
 
 class HiddenConvCombinatorBase(ConvCombinatorBase):
@@ -31,13 +32,13 @@ class HiddenConvCombinatorBase(ConvCombinatorBase):
 
     def _hidden(self, inputs):
         x_top, x_lat = self._split_and_check(inputs)
-        pre = ops.conv(x_lat, self.lateral_kernel, padding="same") + self.hidden_bias
+        pre = conv(x_lat, self.lateral_kernel, padding="same") + self.hidden_bias
         if x_top is not None:
             pre = pre + self._top_signal(x_top, x_lat)
         return ops.relu(pre), x_lat
 
     def _head(self, name, u):
-        return ops.conv(u, getattr(self, f"{name}_kernel"), padding="same") + getattr(
+        return conv(u, getattr(self, f"{name}_kernel"), padding="same") + getattr(
             self, f"{name}_bias"
         )
 

@@ -5,7 +5,7 @@ from keras import ops
 
 from keras_capsules.layers.rladder._cell_base import EncoderCellBase
 from keras_capsules.layers.rladder._utils import normalize, positive_int
-from keras_capsules.ops import tanh
+from keras_capsules.ops import conv, tanh
 
 NORMALIZATIONS = (None, "instance", "layer")
 ACTIVATIONS = ("relu", "leaky_relu", "elu", "gelu", "tanh", "linear")
@@ -162,9 +162,9 @@ class ConvEncoderCell(EncoderCellBase):
     def call(self, inputs):
         inputs = self._checked_inputs(self._as_list(inputs))
         x = inputs[0]
-        pre = ops.conv(x, self.kernel, padding="same")
+        pre = conv(x, self.kernel, padding="same")
         if self.use_feedback:
-            pre = pre + ops.conv(inputs[1], self.feedback_kernel, padding="same")
+            pre = pre + conv(inputs[1], self.feedback_kernel, padding="same")
         if self.normalization is None:
             pre = pre + self.bias
         else:

@@ -1,10 +1,10 @@
 """ConvLSTMEncoderCell: a ConvLSTM encoder level with decoder feedback (Ilin et al. 2017)."""
 
 import keras
-from keras import ops
 
 from keras_capsules.layers.rladder._utils import positive_int
 from keras_capsules.layers.rladder.lstm_encoder_cell import LSTMEncoderCell, lstm_update
+from keras_capsules.ops import conv
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -86,11 +86,11 @@ class ConvLSTMEncoderCell(LSTMEncoderCell):
 
     def _step(self, x, d, states):
         h, c = states
-        pre = ops.conv(x, self.kernel, padding="same") + ops.conv(
+        pre = conv(x, self.kernel, padding="same") + conv(
             h, self.recurrent_kernel, padding="same"
         ) + self.bias
         if d is not None:
-            pre = pre + ops.conv(d, self.feedback_kernel, padding="same")
+            pre = pre + conv(d, self.feedback_kernel, padding="same")
         return lstm_update(pre, c)
 
     def get_config(self):
