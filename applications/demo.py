@@ -184,6 +184,10 @@ def save_atomically(model, path):
     fault_tolerance.save_model_atomically(model, path)
 
 
+# plot_history marks every epoch of histories up to this long (longer ones: lines only)
+_MARKED_EPOCHS = 30
+
+
 def plot_history(history, path, accuracy="accuracy", held_out="val"):
     """Writes loss and accuracy curves (train and validation) to a PNG (atomically).
 
@@ -202,7 +206,10 @@ def plot_history(history, path, accuracy="accuracy", held_out="val"):
             values = history.get(prefix + metric)
             if values:
                 label = f"{held_out}_{metric}" if prefix else f"train_{metric}"
-                ax.plot(range(1, len(values) + 1), values, style, label=label)
+                # a marker on every epoch of a short run: a run of one epoch drew a line
+                # of one point, which shows nothing
+                marker = {"marker": "o", "markersize": 4} if len(values) <= _MARKED_EPOCHS else {}
+                ax.plot(range(1, len(values) + 1), values, style, label=label, **marker)
         ax.set_xlabel("epoch")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs, not 1.2, 1.4, ...
         ax.set_title(metric)
@@ -290,7 +297,7 @@ def train(
     recorded = {"batch_size": batch_size, "learning_rate": learning_rate, "seed": seed, "limit": limit,
                 **model_options}
     recorded.pop("synchronized_batchnorm")  # follows the strategy, which a resumed run may change
-    resumable = fault_tolerance.resumable_callbacks(out, save_freq=save_freq, run_options=recorded)
+    resumable = fault_tolerance.resumable_callbacks(out, save_freq=save_freq, run_options=recorded, epochs=epochs)
     if verbose:
         print(
             f"{model.name}: {model.count_params():,} parameters; {len(images)} digits; "
@@ -411,11 +418,10 @@ def add_arguments(parser, command):
                         help="use only the first N examples (quick runs)" + (recorded or "; default: all"))
     if command == "evaluate":
         # The split must be training's: by default the one `train` recorded beside the model.
-        for action in parser._actions:
-            if action.dest == "seed":
-                action.default = None
-                action.help = ("seed of the train/test split (default: the one that `train` recorded in "
-                               "metrics.json beside the model, else 0); another one is refused")
+        from applications.arguments import recorded_default
+
+        recorded_default(parser, "seed", "seed of the train/test split (default: the one that `train` recorded "
+                         "in metrics.json beside the model, else 0); another one is refused")
     if command == "train":
         parser.add_argument("--learning-rate", type=positive_float, default=3e-3,
                             help="Adam's learning rate (default: %(default)s)")

@@ -540,7 +540,7 @@ def build_model(
             the past; ``"nade"``: the same logits corrected by a :class:`KeyNADE`,
             which also conditions every key on the lower keys of the same step.
         nade_units: the NADE's hidden units (``readout="nade"`` only).
-        seed: seed of the dropout masks.
+        seed: seed of RLadder's dropout and zoneout masks (not used without them).
         name: model name.
 
     Returns:
@@ -571,6 +571,10 @@ def build_model(
     if input_dropout:
         x = keras.layers.Dropout(input_dropout, name="input_dropout")(x)
     levels = paper_levels(units, encoder)
+    # the ladder's seed seeds its dropout and zoneout masks only: given without them it
+    # has no effect, and RLadder warns so (at every build and every load of the model)
+    if not (dropout or zoneout):
+        seed = None
     if use_decoder:
         ladder = RLadder(
             levels,

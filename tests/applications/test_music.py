@@ -1312,3 +1312,19 @@ def test_train_from_python_stops_a_diverged_run_in_one_line(tmp_path, short_data
         music.train(short_data, run_dir=str(tmp_path), epochs=1, batch_size=1, window=4, limit=3, verbose=0,
                     callbacks=[PoisonWeightsAt(1)], **TINY)
     assert not (tmp_path / "model.keras").exists() and not (tmp_path / "metrics.json").exists()
+
+
+@pytest.mark.parametrize("use_decoder", [True, False])
+def test_a_seed_without_dropout_or_zoneout_warns_about_nothing(tmp_path, use_decoder):
+    # `train music` passes its --seed to every model; without dropout or zoneout RLadder
+    # has nothing to seed, and warned "seed=0 has no effect" at every build and load.
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        model = music.build_model(4, use_decoder=use_decoder, seed=0, **TINY)
+        model.save(tmp_path / "m.keras")
+        keras.saving.load_model(tmp_path / "m.keras")
+    # with dropout the seed still reaches the ladder (its masks repeat with it)
+    seeded = music.build_model(4, use_decoder=use_decoder, dropout=0.3, seed=5, **TINY)
+    assert seeded.get_layer("rladder").seed == 5

@@ -164,3 +164,38 @@ def test_the_history_plot_names_the_curves_of_the_data_fit_watched(tmp_path, mon
     textured_mnist.train(run_dir=str(tmp_path / "textured"), num_train=8, num_test=4, n_groups=2, n_iters=1, epochs=1,
                          batch_size=8, conv_units=4, dense_units=8, pool=2, verbose=0)
     assert calls == ["test", "test"]
+
+
+def test_the_history_plot_of_a_single_epoch_shows_its_points(tmp_path, monkeypatch):
+    # A run of one epoch drew every curve as a line through one point: the PNG showed
+    # legends over empty axes. Short histories mark every epoch; long ones stay lines.
+    from matplotlib.colors import to_rgb
+
+    from applications import demo, plotting
+
+    figures = []
+    save = plotting.save_and_close
+    monkeypatch.setattr(plotting, "save_and_close", lambda fig, path, **kw: (figures.append(fig), save(fig, path, **kw)))
+    demo.plot_history({"loss": [0.7], "accuracy": [0.6], "val_loss": [0.8], "val_accuracy": [0.5]},
+                      str(tmp_path / "one.png"))
+    (fig,) = figures
+    for ax in fig.axes:
+        assert len(ax.lines) == 2
+        for line in ax.lines:
+            assert line.get_marker() not in (None, "None", "", " ") and line.get_markersize() > 0
+    # the drawn axes hold each curve's colour (without the legends, whose swatches have it
+    # too): before, not one pixel of it
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    for ax in fig.axes:
+        ax.get_legend().remove()
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    image = np.asarray(canvas.buffer_rgba())[..., :3] / 255.0
+    for line in fig.axes[0].lines:
+        pixels = np.all(np.abs(image - np.array(to_rgb(line.get_color()))) < 0.05, axis=-1).sum()
+        assert pixels > 20, (line.get_label(), pixels)
+    figures.clear()
+    demo.plot_history({"loss": list(np.linspace(1, 0.1, 100))}, str(tmp_path / "long.png"))
+    assert figures[0].axes[0].lines[0].get_marker() in (None, "None", "", " ")
