@@ -147,6 +147,9 @@ class DatasetHyperModel(keras_tuner.HyperModel):
         for key, value in options.items():
             kwargs.setdefault(key, value)
         kwargs.setdefault("validation_data", _for_strategies(validation))
+        # the datasets shuffle themselves; fit's default shuffle=True only made Keras warn
+        # that it ignores it, at every trial
+        kwargs.setdefault("shuffle", False)
         train = _for_strategies(train)
         return model.fit(train, **kwargs)
 

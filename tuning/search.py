@@ -56,6 +56,7 @@ so is a value of the wrong type for its hyperparameter (``levels=2.5``, ``gate=1
 word outside its choices; numbers outside the searched range are allowed.
 """
 
+import contextlib
 import json
 import math
 import os
@@ -474,6 +475,23 @@ def split_hyperparameters(values):
     return {"hyperparameters": model, **({"tuner": tuner} if tuner else {})}
 
 
+def _trained_model(tuner, trial, strategy):
+    """The model of ``trial`` with the weights and optimizer state of its checkpoint.
+
+    ``tuner.load_model`` loads the checkpoint into a model whose optimizer has no
+    variables yet: Keras skipped the optimizer's saved state with a warning, and the
+    best model was written with a fresh optimizer (its step count 0, Adam's moments
+    lost). Here the optimizer is built first, so both load. Built and loaded under
+    ``strategy`` (None: no strategy).
+    """
+    with strategy.scope() if strategy is not None else contextlib.nullcontext():
+        model = tuner.hypermodel.build(trial.hyperparameters)
+        if getattr(model, "optimizer", None) is not None and not model.optimizer.built:
+            model.optimizer.build(model.trainable_variables)
+        model.load_weights(tuner._get_checkpoint_fname(trial.trial_id))
+    return model
+
+
 def export_best(tuner, directory, new_trials=None):
     """Writes ``best_model.keras``, ``best_hyperparameters.json`` and ``metrics.json``
     (:func:`best_metrics`) into ``directory``, and the files the HyperModel writes beside
@@ -489,13 +507,11 @@ def export_best(tuner, directory, new_trials=None):
     strategy = tuner.distribution_strategy
     paths = {key: os.path.join(directory, name) for key, name in BEST_FILES.items()}
     if strategy is None or not distribute._is_multi_worker(strategy):
-        fault_tolerance.save_model_atomically(tuner.load_model(best), paths["model"])
+        fault_tolerance.save_model_atomically(_trained_model(tuner, best, strategy), paths["model"])
     elif distribute.is_chief(strategy):
         # Built outside the strategy: under it, creating and loading the variables are
         # collective ops, which the other workers (without the weights) cannot join.
-        model = tuner.hypermodel.build(best.hyperparameters)
-        model.load_weights(tuner._get_checkpoint_fname(best.trial_id))
-        fault_tolerance.save_model_atomically(model, paths["model"])
+        fault_tolerance.save_model_atomically(_trained_model(tuner, best, None), paths["model"])
     else:
         paths["model"] = paths["metrics"] = None
     summary = {
