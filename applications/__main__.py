@@ -20,7 +20,10 @@ then and writes them); the backup goes once the outputs are written. An
 ``--epochs`` below the epoch the backup reached is refused (the backup is kept: pass
 that many epochs or more); one equal to it trains nothing more and writes the outputs;
 a ``train`` of a run that another live process is training is refused
-(see ``applications.fault_tolerance``). Mistakes a
+(see ``applications.fault_tolerance``), as is a ``train`` into the folder of another
+application's run or of a ``tune`` search, and a ``tune`` into a run's folder: before
+anything is written. ``evaluate --model FOLDER`` scores the ``model.keras`` of a run's
+folder or the ``best_model.keras`` of a search's. Mistakes a
 user can fix (a bad option, missing data, a dataset that needs a download while
 offline, no TPU: ``applications.errors.CommandLineError``, of which ``InputError``
 is the ``ValueError`` of a bad argument value or data file, and ``PathError`` the
@@ -155,8 +158,12 @@ def build_parser(application=registry.DEFAULT_APPLICATION):
         description="Runs benchmarks/NAME.py (or an application's benchmark) with the "
         "remaining arguments. Benchmarks are not installed: run from a source checkout.",
     )
-    bench.add_argument("benchmark", help="an application (e.g. demo) or a script name in benchmarks/")
-    bench.add_argument("benchmark_args", nargs=argparse.REMAINDER, help="arguments of the benchmark")
+    # (both optional to argparse: a missing benchmark is refused with the list of them, and a
+    # benchmark's own arguments are optional; argparse called both "required")
+    bench.add_argument("benchmark", nargs="?", default=None,
+                       help="an application (e.g. demo) or a script name in benchmarks/")
+    bench.add_argument("benchmark_args", nargs=argparse.REMAINDER,
+                       help="arguments of the benchmark (optional; see `keras-capsules bench NAME --help`)")
     return parser
 
 
@@ -165,12 +172,40 @@ def _defaults(args):
         args.run_dir = os.path.join("runs", args.application)
     if getattr(args, "model", "unset") is None:
         args.model = os.path.join("runs", args.application, "model.keras")
-    elif getattr(args, "model", None) and os.path.isdir(args.model):
-        # a run directory of `train` (Keras refused a folder with a note on SavedModels)
-        args.model = os.path.join(args.model, "model.keras")
     if getattr(args, "directory", "unset") is None:
         args.directory = os.path.join("runs", f"tune-{args.application}")
     return args
+
+
+#: the model file of a folder given as ``evaluate --model``: a ``train`` run's, a ``tune`` search's
+_MODEL_FILES = {"train": "model.keras", "tune": "best_model.keras"}
+
+
+def _model_of_folder(args):
+    """``evaluate --model FOLDER``: the model of the run or search in ``FOLDER``.
+
+    A ``train`` run's folder holds ``model.keras``, a ``tune`` search's
+    ``best_model.keras`` (a search's folder was read as a run's: "no model at
+    'FOLDER/model.keras': train one first"). A folder that holds both is refused (the
+    user says which); one that holds neither gives the file of what it holds (a search
+    still running: its ``best_model.keras``), else ``model.keras``, whose absence
+    ``evaluate`` reports with the command that writes it.
+    """
+    folder = getattr(args, "model", None)
+    if args.command != "evaluate" or not folder or not os.path.isdir(folder):
+        return
+    from applications import fault_tolerance
+
+    found = [name for name in _MODEL_FILES.values() if os.path.isfile(os.path.join(folder, name))]
+    if len(found) > 1:
+        raise CommandLineError(
+            f"--model {folder} holds a trained model and a search's best model: pass the one to evaluate, "
+            + " or ".join(f"--model {os.path.join(folder, name)}" for name in found)
+        )
+    if not found:
+        held = fault_tolerance.folder_contents(folder)
+        found = [_MODEL_FILES["tune"] if held["tune"] is not None and held["train"] is None else _MODEL_FILES["train"]]
+    args.model = os.path.join(folder, found[0])
 
 
 def _benchmark_command(name):
@@ -181,6 +216,11 @@ def _benchmark_command(name):
             "(python -m applications bench ...)"
         )
     available = sorted(p.stem for p in BENCHMARKS_DIR.glob("*.py") if not p.stem.startswith("_"))
+    if name is None:
+        raise CommandLineError(
+            f"name a benchmark: an application ({', '.join(registry.names())}) or a script of benchmarks/ "
+            f"({', '.join(available)}), e.g. `keras-capsules bench demo`"
+        )
     arguments = []
     if name in registry.APPLICATIONS:
         # e.g. "rladder jsb": the script's stem, then arguments that select the application's part.
@@ -257,8 +297,14 @@ def _run(args):
     distribute.set_intra_op_threads(threads)  # before TensorFlow's first op
     # First TensorFlow work of the process: MultiWorkerMirroredStrategy needs that.
     strategy = distribute.make_strategy(args.strategy, tpu=args.tpu)
+    from applications import fault_tolerance
+
     if args.command == "train":
-        result = module.run_train(args, strategy)
+        # before anything is written (another application's run, a search: replaced or mixed)
+        out = distribute.output_dir(args.run_dir, strategy)
+        fault_tolerance.check_train_folder(out, args.application)
+        with fault_tolerance.recorded_run(out, args.application):
+            result = module.run_train(args, strategy)
         try:
             _print_outputs(result, distribute.output_dir(args.run_dir, strategy))
         except KeyboardInterrupt as interrupt:  # the run is complete: not "rerun to resume"
@@ -270,6 +316,8 @@ def _run(args):
     else:
         from tuning import search
 
+        # a train run (also one still training: no metrics.json yet) whose metrics.json it replaced
+        fault_tolerance.check_search_folder(distribute.output_dir(args.directory, strategy), args.application)
         result = search.run_search(args, strategy)
         print(f"{result['new_trials']} new trial(s), {result['trials']} in total; "
               f"best {result['objective']} {result['best_score']}")
@@ -310,9 +358,10 @@ def main(argv=None):
     args = _defaults(args)
     # the folder that the command creates for its outputs, if it is not there yet
     output = {"train": getattr(args, "run_dir", None), "tune": getattr(args, "directory", None)}.get(args.command)
-    new_output = output if output and not os.path.lexists(output) else None
+    new_output = _first_missing(output) if output else None
     try:
         _check_output_folders(args)
+        _model_of_folder(args)
         return _run(args)
     except _USER_ERRORS as err:
         if new_output:
@@ -485,6 +534,18 @@ def _refuse_options_of_no_application(parser, argv):
                  f"application (keras-capsules {command} {owners[group[0]][0]} ...)"
                  for group in unknown if owners[group[0]]), "")
     _unknown_arguments(parser, command, [arg for group in unknown for arg in group], hint)
+
+
+def _first_missing(path):
+    """The outermost folder of ``path`` that is not there yet (``runs`` for a new
+    ``runs/sst`` when ``runs`` is missing too), or None when ``path`` exists: the
+    folders a refused command removes again when they hold no file."""
+    path = os.path.abspath(path)
+    if os.path.lexists(path):
+        return None
+    while os.path.dirname(path) != path and not os.path.lexists(os.path.dirname(path)):
+        path = os.path.dirname(path)
+    return path
 
 
 def _remove_empty_dirs(top):

@@ -64,7 +64,12 @@ def add_common_arguments(parser, command):
         "number of replicas, and a partial training batch (an epoch's last) is cut to a "
         "multiple of them, so that every replica trains on as many (default: %(default)s)",
     )
-    parser.add_argument("--seed", type=seed_int, default=0, help="random seed (default: %(default)s)")
+    parser.add_argument(
+        "--seed", type=seed_int, default=0,
+        help="random seed (default: %(default)s)" if command != "evaluate" else
+        "random seed of what evaluate draws: the test data an application generates, or samples; the "
+        "applications that draw nothing ignore it (default: %(default)s)",
+    )
     parser.add_argument(
         "--strategy", choices=distribute.STRATEGIES, default="default",
         help="tf.distribute strategy: default (one device), mirrored (all GPUs or logical "
@@ -89,7 +94,9 @@ def add_common_arguments(parser, command):
                             "(default: %(default)s)")
     elif command == "evaluate":
         parser.add_argument("--model", default=None,
-                            help="a .keras model written by `train` (default: runs/APPLICATION/model.keras)")
+                            help="a .keras model written by `train` or `tune`, or the folder of a `train` run "
+                            "(its model.keras) or of a `tune` search (its best_model.keras) "
+                            "(default: runs/APPLICATION/model.keras)")
     elif command == "tune":
         parser.add_argument("--tuner", choices=("hyperband", "bayesian", "random"), default="hyperband",
                             help="search algorithm (default: %(default)s)")
@@ -107,6 +114,23 @@ def add_common_arguments(parser, command):
         parser.add_argument("--fixed", action="append", default=[], metavar="NAME=VALUE",
                             help="pin a hyperparameter of the search space to one value and search "
                             "the others (repeatable), e.g. --fixed n_iters=3")
+
+
+def recorded_default(parser, dest, help):
+    """Makes the option ``dest`` of ``parser`` (an ``evaluate`` command's) default to None,
+    read as the value that ``train`` recorded beside the model, with the ``help`` that
+    says so (it should name the value used when nothing is recorded).
+
+    Setting the default alone (``parser.set_defaults(seed=None)``) left the help of the
+    option as it was: ``--seed`` said "random seed (default: None)", ``--source``
+    "(default: None)", where the recorded value, else 0 or idx, is used.
+    """
+    actions = [action for action in parser._actions if action.dest == dest]
+    if not actions:
+        raise KeyError(f"no option {dest!r}")
+    parser.set_defaults(**{dest: None})
+    for action in actions:
+        action.help = help
 
 
 #: Options a resumed run may change: where things are, how it runs and reports, how
@@ -140,6 +164,10 @@ def train_options(args, strategy):
     out = distribute.output_dir(args.run_dir, strategy)
     with user_path(f"cannot create the run directory {out!r}"):
         os.makedirs(out, exist_ok=True)
+    # the backup's refusals (a run another process trains, other options, a backup beyond
+    # --epochs) before anything is written into the run (fault_tolerance.check_resumable)
+    callbacks = fault_tolerance.resumable_callbacks(out, save_freq=args.save_freq, run_options=run_options(args),
+                                                    epochs=args.epochs)
     return {
         "run_dir": out,
         "epochs": args.epochs,
@@ -147,8 +175,7 @@ def train_options(args, strategy):
         "seed": args.seed,
         "verbose": 0 if args.quiet else 1,
         "strategy": strategy,
-        "callbacks": fault_tolerance.resumable_callbacks(out, save_freq=args.save_freq,
-                                                         run_options=run_options(args)),
+        "callbacks": callbacks,
     }
 
 

@@ -137,10 +137,19 @@ def recorded_integers(model_path, names, minimum=0):
             if isinstance(metrics.get(name), int) and not isinstance(metrics[name], bool) and metrics[name] >= minimum}
 
 
-def recorded_split(model_path, given):
+def recorded_split(model_path, given, defaults=None):
     """The options that made the train/test split of ``model_path``, as ``train`` recorded
     them (``"split"`` in ``metrics.json`` beside the model), with ``given`` (the user's
     values, None where not given) checked against them.
+
+    ``defaults``: ``{name: value}`` of the options whose recorded None stands for a value
+    of their own, the folder ``train`` read when no ``--data-dir`` was given
+    (``applications.mnist_digits.default_data_dir``); a value may be a function of the
+    recorded split that gives it (or None: no such value, e.g. another ``--source``).
+    A given value is checked against the value the recorded None stands for (``train``
+    records None for that folder: the same folder, given by its path, was refused as
+    "another split"), and paths (``data_dir``) are compared as the folders they name
+    (absolute, symbolic links resolved).
 
     Returns ``(values, note)``. ``values``: the recorded values where ``given`` has None.
     When nothing was recorded (a run of an older version, or a model moved away from its
@@ -160,8 +169,27 @@ def recorded_split(model_path, given):
             f"the test split of --seed {values.get('seed')}; if training used another seed, it overlaps "
             "training digits"
         )
-    differ = [f"--{name.replace('_', '-')} {value} (trained with {recorded.get(name)})"
-              for name, value in given.items() if value is not None and value != recorded.get(name)]
+
+    def meant(name):
+        """The value the recorded option ``name`` stands for (its default's for a None)."""
+        value = recorded.get(name)
+        if value is None and name in (defaults or {}):
+            default = defaults[name]
+            value = default(recorded) if callable(default) else default
+        return value
+
+    def same(name, value, other):
+        if name == "data_dir" and isinstance(value, (str, os.PathLike)) and isinstance(other, (str, os.PathLike)):
+            return os.path.realpath(value) == os.path.realpath(other)
+        return value == other
+
+    def shown(name):
+        if recorded.get(name) is None and meant(name) is not None:
+            return f"the default {meant(name)}"
+        return recorded.get(name)
+
+    differ = [f"--{name.replace('_', '-')} {value} (trained with {shown(name)})"
+              for name, value in given.items() if value is not None and not same(name, value, meant(name))]
     if differ:
         raise CommandLineError(
             f"{model_path} was trained on another train/test split than {', '.join(differ)} gives: its test "

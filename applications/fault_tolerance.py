@@ -58,6 +58,14 @@
   read it, and :func:`publish_folder` publishes a folder written at its
   :func:`temporary_path` in one rename, the first complete one winning. A cache file
   goes through :func:`atomic_write`.
+* What an output folder holds (:func:`folder_contents`): a ``train`` run (named by its
+  :data:`RUN_RECORD`, which the command line writes through :func:`recorded_run`), a
+  ``tune`` search (:data:`SEARCH_RECORD`), both or neither. ``train`` refuses a folder
+  that holds a search or another application's run (:func:`check_train_folder`),
+  ``tune`` one that holds a run (:func:`check_search_folder`), before either writes
+  anything; :func:`resumable_callbacks` refuses what the backup would refuse (a run
+  another process trains, other options, a backup beyond ``--epochs``) before it
+  writes anything too (:func:`check_resumable`).
 * :class:`HangForTest` is a test-only callback (hidden option ``--test-hang-at``)
   that stops training in the middle of an epoch until the process is killed.
 """
@@ -607,27 +615,11 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
 
     def _check_run_options(self):
         """Raises :class:`BackupMismatchError` when the backup recorded other options."""
-        if self.run_options is None:
-            return
         try:
-            with open(self._training_metadata_path) as f:
-                saved = json.load(f).get("options")
-        except (OSError, ValueError, AttributeError):  # no backup, or not a dict
-            return
-        if not isinstance(saved, dict) or saved == self.run_options:
-            return
-        differ = [
-            f"{_option_text(name, saved.get(name, _MISSING))} (now "
-            f"{_option_text(name, self.run_options.get(name, _MISSING), bare=True)})"
-            for name in sorted(set(saved) | set(self.run_options))
-            if saved.get(name, _MISSING) != self.run_options.get(name, _MISSING)
-        ]
-        _release_backup(self.backup_dir)
-        run_dir = os.path.dirname(os.path.abspath(self.backup_dir))
-        raise BackupMismatchError(
-            f"the backup in {run_dir} is of a run with other options: {', '.join(differ)}; rerun with that "
-            "run's options to finish it, or pass a new --run-dir"
-        )
+            _check_backup_options(self.backup_dir, self.run_options)
+        except BackupMismatchError:
+            _release_backup(self.backup_dir)
+            raise
 
     def on_epoch_begin(self, epoch, logs=None):
         # Also right when fit starts at its own initial_epoch (Keras knew only restored epochs).
@@ -1089,7 +1081,246 @@ def _csv_line(header, cells, dialect):
     return text.getvalue()
 
 
-def resumable_callbacks(run_dir, save_freq="epoch", run_options=None):
+def _check_backup_options(backup_dir, run_options):
+    """Raises :class:`BackupMismatchError` when the backup in ``backup_dir`` recorded other
+    options than ``run_options`` (nothing when either is missing)."""
+    if run_options is None:
+        return
+    try:
+        with open(os.path.join(backup_dir, "training_metadata.json")) as f:
+            saved = json.load(f).get("options")
+    except (OSError, ValueError, AttributeError):  # no backup, or not a dict
+        return
+    if not isinstance(saved, dict) or saved == run_options:
+        return
+    differ = [
+        f"{_option_text(name, saved.get(name, _MISSING))} (now "
+        f"{_option_text(name, run_options.get(name, _MISSING), bare=True)})"
+        for name in sorted(set(saved) | set(run_options))
+        if saved.get(name, _MISSING) != run_options.get(name, _MISSING)
+    ]
+    run_dir = os.path.dirname(os.path.abspath(backup_dir))
+    raise BackupMismatchError(
+        f"the backup in {run_dir} is of a run with other options: {', '.join(differ)}; rerun with that "
+        "run's options to finish it, or pass a new --run-dir"
+    )
+
+
+def _check_not_in_use(backup_dir):
+    """Raises :class:`RunInUseError` when another live process holds the lock of the run
+    whose backup is ``backup_dir``; writes nothing (the lock is tested, not taken: the
+    backup callback takes it when training begins)."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: no flock, no lock
+        return
+    path = os.path.join(os.path.abspath(backup_dir), LOCK_FILE)
+    if path in _HELD and _same_file(_HELD[path], path):
+        return  # this process's own
+    try:
+        f = open(path)  # (read-only: flock needs no write access, and nothing is created)
+    except OSError:  # no lock file: no process trains the run
+        return
+    with f:
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            if err.errno not in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES):
+                return  # a file system without locks: trained unlocked
+            owner = f.read().strip() or "unknown"
+            run_dir = os.path.dirname(os.path.abspath(backup_dir))
+            raise RunInUseError(
+                f"the run in {run_dir} is being trained by another process (pid@host {owner}): wait for it to "
+                "end (then the same command resumes or finishes the run), or pass another --run-dir"
+            ) from None
+        # (closing the file releases the test's lock)
+
+
+def check_resumable(run_dir, run_options=None, epochs=None):
+    """Refuses, before anything is written, a ``train`` that the backup in ``run_dir``
+    would refuse when training begins: the run is being trained by another live process
+    (:class:`RunInUseError`), its backup recorded other ``run_options``
+    (:class:`BackupMismatchError`) or already holds more than ``epochs`` epochs
+    (:class:`BackupAheadError`). Writes nothing.
+
+    :func:`resumable_callbacks` calls it: a refusal that came only when ``fit`` began
+    came after Keras' ``TensorBoard`` callback had written an events file into the run's
+    ``logs/train/`` (into the logs of a run that another process trains, too), and after
+    whatever an application wrote before ``fit``. (The backup callback still checks when
+    training begins: another process may have started meanwhile.)
+    """
+    backup_dir = os.path.join(run_dir, BACKUP_DIR)
+    if not os.path.isdir(backup_dir):
+        return
+    _check_not_in_use(backup_dir)
+    if run_options is not None:
+        _check_backup_options(backup_dir, _json_normalized(run_options))
+    reached = backup_epoch(backup_dir)
+    if epochs is not None and reached > epochs:
+        raise BackupAheadError(
+            f"the run in {os.path.abspath(run_dir)} already reached epoch {reached} (its backup is kept), "
+            f"more than the {epochs} asked for: pass --epochs {reached} to finish it or "
+            "more to train further, or a new --run-dir to start again"
+        )
+
+
+# What a folder of the command line's outputs holds: a `train` run, a `tune` search, both or neither.
+
+#: ``<run-dir>/keras_capsules_run.json``: ``{"command": "train", "application": NAME}``, the
+#: record of the application whose run a ``train`` folder holds (written by the command
+#: line when its training starts; runs of older versions have none).
+RUN_RECORD = "keras_capsules_run.json"
+#: ``<directory>/keras_capsules_search.json``: the record of a ``tune`` search (``tuning.search``).
+SEARCH_RECORD = "keras_capsules_search.json"
+#: files that only a ``train`` run writes at the top of its folder (``backup/`` while it trains)
+RUN_FILES = ("model.keras", HISTORY_CSV, BACKUP_DIR)
+#: files that only a ``tune`` search writes at the top of its folder
+SEARCH_FILES = ("best_model.keras", "best_hyperparameters.json")
+#: what a folder holds of an application whose name no record gives (an older version's)
+UNKNOWN = "?"
+
+
+def _recorded_application(path):
+    """The ``"application"`` of the JSON record ``path``, ``UNKNOWN`` if it has none
+    (damaged), None if there is no such file."""
+    if not os.path.lexists(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            application = json.load(f).get("application")
+    except (OSError, ValueError, AttributeError):
+        return UNKNOWN
+    return application if isinstance(application, str) and application else UNKNOWN
+
+
+def folder_contents(folder):
+    """What ``folder`` holds of the outputs of ``train`` and ``tune``:
+    ``{"train": owner, "tune": owner}``, each None (none of that command's outputs), the
+    application whose run or search it is, or :data:`UNKNOWN` (outputs of an older
+    version, which recorded no application).
+
+    A ``train`` run: :data:`RUN_FILES` (``model.keras``, ``history.csv``, a ``backup/``
+    while it trains or after a crash), or a ``metrics.json`` that no search wrote; its
+    application is that of :data:`RUN_RECORD` (a record without those files, left by a
+    run refused before it trained, holds no run). A ``tune`` search: its
+    :data:`SEARCH_RECORD` or :data:`SEARCH_FILES`.
+    """
+    def has(name):
+        return os.path.lexists(os.path.join(folder, name))
+
+    search = _recorded_application(os.path.join(folder, SEARCH_RECORD))
+    if search is None and any(has(name) for name in SEARCH_FILES):
+        search = UNKNOWN
+    run = None
+    if any(has(name) for name in RUN_FILES) or (has("metrics.json") and search is None):
+        run = _recorded_application(os.path.join(folder, RUN_RECORD)) or UNKNOWN
+    return {"train": run, "tune": search}
+
+
+def check_train_folder(folder, application):
+    """Refuses (:class:`FolderInUseError`, before anything is written) a ``train`` of
+    ``application`` into ``folder`` when it holds a ``tune`` search or the run of another
+    application: the run replaced the search's ``metrics.json`` (``evaluate`` of its best
+    model then scored another split) or the other run's model, metrics and plots, and
+    mixed its TensorBoard logs. A run of ``application`` (or of an older version, which
+    recorded none) is its own: the same command resumes or starts it afresh."""
+    held = folder_contents(folder)
+    if held["tune"] is not None:
+        whose = "" if held["tune"] == UNKNOWN else f" of {held['tune']}"
+        raise FolderInUseError(
+            f"--run-dir {folder} holds the `keras-capsules tune` search{whose}, whose metrics.json (the data options "
+            f"that `evaluate` of its best model reads) a run would replace: train {application} into another --run-dir"
+        )
+    if held["train"] not in (None, UNKNOWN, application):
+        raise FolderInUseError(
+            f"--run-dir {folder} holds the run of {held['train']}, whose model, metrics and plots a run of "
+            f"{application} would replace (and mix its logs with): train {application} into another --run-dir"
+        )
+
+
+def check_search_folder(folder, application):
+    """Refuses (:class:`FolderInUseError`) a ``tune`` of ``application`` into ``folder``
+    when it holds a ``train`` run (also one still training, or crashed, before its
+    ``metrics.json`` is written; also beside a search: a run trained into a search's
+    folder), whose ``metrics.json`` the search would replace, ``--overwrite`` or not.
+    (``tuning.search`` refuses another application's search.)"""
+    run = folder_contents(folder)["train"]
+    if run is not None and not any(os.path.lexists(os.path.join(folder, name)) for name in (*RUN_FILES, RUN_RECORD)):
+        metrics = os.path.join(folder, "metrics.json")  # the only sign of a run (as tuning.search says it)
+        raise FolderInUseError(f"{metrics} was not written by a search (a `keras-capsules train` run's?): "
+                               f"the search would replace it; tune {application} into another --directory")
+    if run is not None:
+        whose = "" if run == UNKNOWN else f" of {run}"
+        files = ", ".join(name for name in (*RUN_FILES, "metrics.json") if os.path.lexists(os.path.join(folder, name)))
+        raise FolderInUseError(
+            f"--directory {folder} holds a `keras-capsules train` run{whose} ({files}), whose metrics.json "
+            f"a search would replace: tune {application} into another --directory"
+        )
+
+
+class FolderInUseError(CommandLineError, ValueError):
+    """An output folder holds what a command would replace: a search, or another
+    application's run (:func:`check_train_folder`, :func:`check_search_folder`)."""
+
+
+# folder (absolute) -> [application, what the record's writing changed] of the runs that
+# recorded_run is to record, once resumable_callbacks of their folder passed its checks
+_PENDING_RECORDS = {}
+
+
+@contextlib.contextmanager
+def recorded_run(folder, application):
+    """Records in ``folder`` (:data:`RUN_RECORD`) that it holds ``application``'s
+    ``train`` run, for the block that trains it (after :func:`check_train_folder`).
+
+    The record is written when :func:`resumable_callbacks` of ``folder`` have passed
+    their checks (:func:`check_resumable`: a command that the backup refuses writes
+    nothing into the folder), else when the block ends. A record written in the block
+    (none was there, or another application's without its run: :func:`folder_contents`)
+    is taken back when the block fails before the run trained (no new backup): a
+    command refused for its data leaves nothing behind. A new run that crashed after
+    its first backup keeps it: the folder holds its run.
+    """
+    key = os.path.abspath(folder)
+    had_backup = backup_exists(folder)
+    _PENDING_RECORDS[key] = pending = {"application": application, "done": False, "wrote": False, "previous": None}
+    try:
+        yield
+        _write_pending_record(folder)
+    except BaseException:
+        if pending["wrote"] and (had_backup or not backup_exists(folder)):
+            path = os.path.join(folder, RUN_RECORD)
+            if pending["previous"] is None:
+                _remove(path)
+            else:
+
+                def write(tmp):
+                    with open(tmp, "wb") as f:
+                        f.write(pending["previous"])
+
+                atomic_write(path, write)
+        raise
+    finally:
+        _PENDING_RECORDS.pop(key, None)
+
+
+def _write_pending_record(folder):
+    """Writes the record that :func:`recorded_run` holds for ``folder``, once."""
+    pending = _PENDING_RECORDS.get(os.path.abspath(folder))
+    if pending is None or pending["done"]:
+        return
+    pending["done"] = True
+    path = os.path.join(folder, RUN_RECORD)
+    if _recorded_application(path) == pending["application"]:
+        return
+    if os.path.lexists(path):
+        with open(path, "rb") as f:
+            pending["previous"] = f.read()
+    write_json_atomically({"command": "train", "application": pending["application"]}, path)
+    pending["wrote"] = True
+
+
+def resumable_callbacks(run_dir, save_freq="epoch", run_options=None, epochs=None):
     """``[AtomicBackupAndRestore, CSVLogger, StopOnDivergence]`` for a run in ``run_dir``.
 
     Args:
@@ -1099,6 +1330,12 @@ def resumable_callbacks(run_dir, save_freq="epoch", run_options=None):
         run_options: the run's options, recorded in its backups: resuming the backup
             with other options is refused (:class:`BackupMismatchError`). Default None:
             not recorded.
+        epochs: the epochs the run's ``fit`` trains to, if known: a backup beyond them
+            is refused now (:class:`BackupAheadError`), not when ``fit`` begins.
+
+    A run that its backup refuses (another live process trains it, other
+    ``run_options``, a backup beyond ``epochs``) is refused here, before the callbacks
+    exist (:func:`check_resumable`): nothing is written into ``run_dir`` then.
 
     A fresh run (no backup in ``run_dir`` when training begins) starts
     ``history.csv`` again; a resumed run appends to it.
@@ -1113,6 +1350,8 @@ def resumable_callbacks(run_dir, save_freq="epoch", run_options=None):
     ):
         raise InputError(f"`save_freq` must be 'epoch' or a positive number of steps. Received: save_freq={save_freq!r}")
     save_freq = save_freq if save_freq == "epoch" else int(save_freq)
+    check_resumable(run_dir, run_options, epochs)
+    _write_pending_record(run_dir)  # the command line's record of the run's application
     return [
         AtomicBackupAndRestore(os.path.join(run_dir, BACKUP_DIR), save_freq=save_freq, delete_checkpoint=False,
                                run_options=run_options),

@@ -1111,8 +1111,14 @@ def evaluate(model_path, source=None, data_dir=None, num_test=None, seed=None, b
     """
     if not os.path.exists(model_path):
         raise PathNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
+    from applications.mnist_digits import default_data_dir
+
+    # a recorded data_dir of None is the folder train read without --data-dir: IDX files the
+    # project's shared copy, TFDS its own default folder (not resolved here)
     split, note = checks.recorded_split(model_path, {
-        "seed": seed, "source": source, "data_dir": None if data_dir is None else os.path.abspath(data_dir)})
+        "seed": seed, "source": source, "data_dir": None if data_dir is None else os.path.abspath(data_dir)},
+        defaults={"data_dir": lambda split: str(default_data_dir()) if (split.get("source") or "idx") == "idx"
+                  else None})
     seed, source, data_dir = split["seed"], split["source"] or "idx", split["data_dir"]
     if num_test is None:  # (5000 always: other sequences than train scored, unless given its number)
         num_test = checks.recorded_integers(model_path, ("num_test",), minimum=1).get("num_test", 5000)
@@ -1287,7 +1293,16 @@ def add_arguments(parser, command):
                         + " (default: " + ("the number `train` recorded beside the model, else "
                         "5000)" if command == "evaluate" else "%(default)s)"))
     if command == "evaluate":  # the split must be training's: the one `train` recorded beside the model
-        parser.set_defaults(seed=None, source=None)
+        from applications.arguments import recorded_default
+
+        recorded_default(parser, "seed", "seed of the train/test split of the digits (default: the one that "
+                         "`train` recorded in metrics.json beside the model, else 0); another one is refused")
+        recorded_default(parser, "source", "MNIST IDX files in --data-dir, or TFDS mnist (prepared in --data-dir) "
+                         "(default: the one that `train` recorded beside the model, else idx); another one is "
+                         "refused")
+        recorded_default(parser, "data_dir", "folder of the MNIST IDX files, or TFDS's data folder with --source "
+                         "tfds (default: the one that `train` recorded beside the model, else the project's "
+                         "shared copy); another folder is refused")
     if command in ("train", "tune"):
         parser.add_argument("--variant", choices=VARIANTS, default="rladder",
                             help="the RLadder or one of the paper's baselines: without decoder-to-encoder "

@@ -689,7 +689,8 @@ def run_train(args, strategy):
     out = distribute.output_dir(args.run_dir, strategy)
     with user_path(f"cannot create the run directory {out!r}"):
         os.makedirs(out, exist_ok=True)
-    resumable = fault_tolerance.resumable_callbacks(out, save_freq=args.save_freq, run_options=run_options(args))
+    resumable = fault_tolerance.resumable_callbacks(out, save_freq=args.save_freq, run_options=run_options(args),
+                                                    epochs=args.epochs)
     model, history = train(
         data_dir=args.data_dir,
         run_dir=out,

@@ -784,7 +784,10 @@ def add_arguments(parser, command):
                         + ("that of `train`, recorded beside the model, else 2000)" if command == "evaluate"
                            else "%(default)s)"))
     if command == "evaluate":  # the validation questions of `train`: those of the seed it recorded, else 0
-        parser.set_defaults(seed=None)
+        from applications.arguments import recorded_default
+
+        recorded_default(parser, "seed", "seed of the validation questions (default: the one that `train` "
+                         "recorded in metrics.json beside the model, else 0)")
     if command in ("train", "tune"):
         parser.add_argument("--kb", choices=("symbolic", "image"), default="symbolic",
                             help="knowledge base: the object list or the rendered scene (default: %(default)s)")

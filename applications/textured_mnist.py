@@ -1038,8 +1038,12 @@ def evaluate(model_path, data_dir=None, num_test=None, seed=None, batch_size=64,
     num_test = integer_at_least("num_test", num_test, 1)
     batch_size = integer_at_least("batch_size", batch_size, 1)
     # seed and data_dir default to those train recorded beside the model; others are refused
+    from applications.mnist_digits import default_data_dir
+
+    # (a recorded data_dir of None is the folder train read without --data-dir: default_data_dir)
     split, note = checks.recorded_split(model_path, {
-        "seed": seed, "data_dir": None if data_dir is None else os.path.abspath(data_dir)})
+        "seed": seed, "data_dir": None if data_dir is None else os.path.abspath(data_dir)},
+        defaults={"data_dir": lambda split: str(default_data_dir())})
     seed, data_dir = split["seed"], split["data_dir"]
     strategy = distribute.resolve_strategy(strategy)
     _, test_digits = _train_test_digits(data_dir, seed)
@@ -1087,7 +1091,12 @@ def add_arguments(parser, command):
                         + " (default: " + ("the number `train` recorded beside the model, else "
                         "1000)" if command == "evaluate" else "%(default)s)"))
     if command == "evaluate":  # the split must be training's: the one `train` recorded beside the model
-        parser.set_defaults(seed=None)
+        from applications.arguments import recorded_default
+
+        recorded_default(parser, "seed", "seed of the train/test split of the digits (default: the one that "
+                         "`train` recorded in metrics.json beside the model, else 0); another one is refused")
+        recorded_default(parser, "data_dir", "folder of the MNIST t10k IDX files (default: the one that `train` "
+                         "recorded beside the model, else the project's shared copy); another folder is refused")
     if command in ("train", "evaluate"):
         # evaluate: None, the textures train recorded beside the model (a default of "binary"
         # scored a model trained on smooth textures on binary ones)

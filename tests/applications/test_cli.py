@@ -719,3 +719,185 @@ def test_evaluate_before_train_names_the_command_that_makes_the_model(model, com
     err = capsys.readouterr().err
     assert err.startswith("keras-capsules: error: no model at ") and err.count("\n") == 1, err
     assert command in err, err
+
+
+# Audit 82: the command line against what the folders and help texts say.
+
+_TINY_DEMO = ["--epochs", "1", "--limit", "40", "--batch-size", "16", "--quiet", "--filters", "8",
+              "--primary-capsules", "2", "--hidden-capsules", "4", "--pose-size", "2", "--n-iters", "2"]
+
+
+def _files(folder):
+    """Every file below ``folder`` with its size and modification time."""
+    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _write_json(path, data):
+    import json
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize("name", ["occluded_mnist", "textured_mnist"])
+def test_evaluate_takes_the_default_mnist_folder_given_by_its_path(name, tmp_path):
+    # Audit 82 (1): `train` without --data-dir recorded "data_dir": null, and `evaluate
+    # --data-dir /work/shared/data/mnist` (that same default folder) was refused: "trained on
+    # another train/test split than --data-dir ... (trained with None)".
+    import importlib
+    import re
+
+    from applications.errors import CommandLineError
+    from applications.mnist_digits import default_data_dir
+
+    module = importlib.import_module(f"applications.{name}")
+    default = default_data_dir()
+    (tmp_path / "link").symlink_to(default)
+    (tmp_path / "other").mkdir()
+    split = {"seed": 0, "data_dir": None, **({"source": "idx"} if name == "occluded_mnist" else {})}
+    _write_json(tmp_path / "metrics.json", {"split": split, "num_test": 1})  # as train writes it (or wrote)
+    model = tmp_path / "model.keras"
+    model.write_bytes(b"not a model")  # the split is checked first: its load fails after that
+    for given in (str(default), f"{default}/", str(tmp_path / "link")):
+        with pytest.raises(CommandLineError, match="is not a Keras model file"):
+            module.evaluate(str(model), data_dir=given, num_test=1)
+    # a folder that is not the default one still is another split, named as such
+    expected = f"than --data-dir {tmp_path / 'other'} (trained with the default {default})"
+    with pytest.raises(CommandLineError, match=re.escape(expected)):
+        module.evaluate(str(model), data_dir=str(tmp_path / "other"), num_test=1)
+
+
+def test_train_refuses_the_folder_of_another_applications_run_or_of_a_search(tmp_path, capsys):
+    # Audit 82 (2): `train music --run-dir runs/demo` replaced the demo's model, metrics and
+    # plots (and mixed the TensorBoard logs); `train --run-dir` into a `tune` folder replaced
+    # the search's metrics.json, so `evaluate` of its best model scored another split.
+    from applications import fault_tolerance
+
+    missing = str(tmp_path / "no-data")  # (the old source went on to this data error)
+    run_dir = tmp_path / "run"
+    assert cli.main(["train", "demo", "--run-dir", str(run_dir), *_TINY_DEMO]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    before = _files(run_dir)
+    assert cli.main(["train", "music", "--run-dir", str(run_dir), "--data-dir", missing, "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"keras-capsules: error: --run-dir {run_dir} holds the run of demo") and err.count("\n") == 1
+    assert _files(run_dir) == before
+    assert fault_tolerance.folder_contents(str(run_dir)) == {"train": "demo", "tune": None}
+    fault_tolerance.check_train_folder(str(run_dir), "demo")  # the same application's: its own
+    search = tmp_path / "search"
+    _write_json(search / "keras_capsules_search.json", {"application": "demo", "tuner": "random"})
+    _write_json(search / "metrics.json", {"split": {"seed": 3, "data_dir": None, "limit": 60, "test_fraction": 0.2}})
+    (search / "best_model.keras").write_bytes(b"x")
+    before = _files(search)
+    for application in ("demo", "music"):
+        assert cli.main(["train", application, "--run-dir", str(search), "--data-dir", missing, "--quiet"]) == 2
+        err = capsys.readouterr().err
+        assert f"holds the `keras-capsules tune` search of demo" in err and err.count("\n") == 1, err
+    assert _files(search) == before
+
+
+def test_tune_refuses_a_train_runs_folder_also_while_it_trains(tmp_path, capsys):
+    # Audit 82 (2): tune refused a run's folder only by its metrics.json: a run still training
+    # (or crashed: its backup, no metrics yet), or one trained into a search's folder (beside
+    # the search's record), was taken, and the search replaced the run's metrics.json.
+    missing = str(tmp_path / "no-data")
+    training = tmp_path / "training"
+    _write_json(training / "keras_capsules_run.json", {"command": "train", "application": "demo"})
+    _write_json(training / "backup" / "training_metadata.json", {"epoch": 1, "batch": 0})
+    mixed = tmp_path / "mixed"
+    _write_json(mixed / "keras_capsules_search.json", {"application": "demo", "tuner": "random"})
+    _write_json(mixed / "metrics.json", {"test_accuracy": 0.5})
+    for name in ("model.keras", "history.csv", "best_model.keras"):
+        (mixed / name).write_bytes(b"x")
+    for folder, whose in ((training, "run of demo"), (mixed, "run (")):
+        before = _files(folder)
+        for overwrite in ([], ["--overwrite"]):
+            argv = ["tune", "demo", "--directory", str(folder), "--data-dir", missing, "--quiet", *overwrite]
+            assert cli.main(argv) == 2
+            err = capsys.readouterr().err
+            assert f"holds a `keras-capsules train` {whose}" in err and err.count("\n") == 1, err
+        assert _files(folder) == before
+
+
+def test_evaluate_model_names_a_search_folder_for_its_best_model(tmp_path, capsys):
+    # Audit 82 (3): `evaluate demo --model runs/tune-demo` said "no model at
+    # 'runs/tune-demo/model.keras': train one first"; the search wrote best_model.keras there.
+    import json
+    import shutil
+
+    search = tmp_path / "search"
+    _write_json(search / "keras_capsules_search.json", {"application": "demo", "tuner": "random"})
+    _write_json(search / "metrics.json", {"split": {"seed": 0, "data_dir": None, "limit": 40, "test_fraction": 0.2}})
+    model = demo.compile_model(demo.build_model(filters=4, primary_capsules=2, hidden_capsules=4, pose_size=2))
+    model.save(search / "best_model.keras")
+    assert cli.main(["evaluate", "demo", "--model", str(search), "--quiet"]) == 0, capsys.readouterr().err
+    result = json.loads(capsys.readouterr().out)
+    assert result["model"] == str(search / "best_model.keras") and 0 <= result["test_accuracy"] <= 1
+    # a folder with both models: which one is meant is the user's to say
+    shutil.copy(search / "best_model.keras", search / "model.keras")
+    assert cli.main(["evaluate", "demo", "--model", str(search), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "holds a trained model and a search's best model: pass the one to evaluate" in err and err.count("\n") == 1
+    # a search that has written no best model yet: the command that writes it
+    waiting = tmp_path / "waiting"
+    _write_json(waiting / "keras_capsules_search.json", {"application": "demo", "tuner": "random"})
+    assert cli.main(["evaluate", "demo", "--model", str(waiting), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"no model at '{waiting / 'best_model.keras'}': search one first with `keras-capsules tune demo " \
+           f"--directory {waiting}`" in err, err
+
+
+@pytest.mark.parametrize("application", registry.names())
+def test_help_never_shows_a_default_of_none(application):
+    # Audit 82 (5): `evaluate sort_of_clevr|occluded_mnist|textured_mnist --help` showed
+    # "--seed SEED random seed (default: None)" (the seed train recorded is used, else 0),
+    # occluded_mnist's --source "(default: None)" (the recorded source, else idx).
+    import argparse
+
+    parser = cli.build_parser(application)
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    for command in ("train", "evaluate", "tune"):
+        text = " ".join(commands[command].format_help().split())
+        assert "default: None" not in text, (application, command)  # (Python's None; "none" may be a value)
+
+
+def test_evaluate_help_says_which_defaults_come_from_train():
+    # Audit 82 (5): the options whose default is what `train` recorded beside the model say
+    # so, and --model takes the folder of a run or of a search.
+    import argparse
+
+    def helps(application):
+        sub = next(a for a in cli.build_parser(application)._actions
+                   if isinstance(a, argparse._SubParsersAction)).choices["evaluate"]
+        return {action.dest: " ".join(sub._get_formatter()._expand_help(action).split())
+                for action in sub._actions if action.help}
+
+    for application in ("demo", "sort_of_clevr", "occluded_mnist", "textured_mnist"):
+        assert "`train` recorded" in helps(application)["seed"] and "else 0" in helps(application)["seed"]
+    assert "recorded beside the model, else idx" in helps("occluded_mnist")["source"]
+    for application in ("occluded_mnist", "textured_mnist"):
+        assert "recorded beside the model, else the project's shared copy" in helps(application)["data_dir"]
+    model = helps("demo")["model"]
+    assert "folder of a `train` run (its model.keras)" in model and "best_model.keras" in model
+
+
+def test_bench_without_a_benchmark_names_them(capsys):
+    # Audit 82 (5): `keras-capsules bench` said "the following arguments are required:
+    # benchmark, benchmark_args", although a benchmark's own arguments are optional.
+    assert cli.main(["bench"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("keras-capsules: error: name a benchmark: an application (demo,") and err.count("\n") == 1
+    assert "required" not in err and "em_routing" in err
+
+
+def test_a_refused_command_leaves_no_folder_it_made(tmp_path, capsys, monkeypatch):
+    # Audit 82 (6): `train sst --data-dir ...` refused for its missing MiniLM removed runs/sst
+    # but left the ./runs it had made (any application, any refusal before training).
+    monkeypatch.chdir(tmp_path)
+    missing = str(tmp_path / "no-data")
+    for argv in (["train", "demo"], ["tune", "demo"], ["train", "demo", "--run-dir", "a/b/run"],
+                 ["tune", "demo", "--directory", "c/d/search"]):
+        assert cli.main([*argv, "--data-dir", missing, "--quiet"]) == 2
+        assert "data directory" in capsys.readouterr().err
+        assert os.listdir(tmp_path) == [], argv

@@ -1041,3 +1041,53 @@ def test_train_writes_a_test_loss_that_is_not_finite_as_null_and_returns_it_as_n
     assert np.isnan(result["test_loss"]) and result["test_accuracy"] == 0.5
     written = _strict_json(pathlib.Path(result["metrics"]).read_text())
     assert written["test_loss"] is None and written["test_accuracy"] == 0.5
+
+
+@pytest.mark.skipif(os.name == "nt", reason="no flock")
+def test_a_refused_train_writes_nothing_into_the_run_folder(tmp_path, capsys):
+    # Audit 82 (4): a train refused by the run's backup (a run another process trains, other
+    # options, a backup beyond --epochs) was refused when fit began, after Keras' TensorBoard
+    # callback had written an events file into <run>/logs/train/ (also into the logs of a
+    # run that another process was training).
+    from applications import __main__ as cli
+
+    run_dir = tmp_path / "run"
+    options = {"filters": 8, "primary_capsules": 2, "hidden_capsules": 4, "pose_size": 2, "n_iters": 2}  # TINY_MODEL
+    with pytest.raises(RuntimeError, match="simulated"):
+        demo.train(str(run_dir), epochs=3, batch_size=16, limit=40, verbose=0, model_options=options,
+                   callbacks=[cli_helpers.CrashAt(2, 0)])
+    fault_tolerance._release_backup(str(run_dir / "backup"))  # as when the crashed process is gone
+    assert json.loads((run_dir / "backup" / "training_metadata.json").read_text())["epoch"] == 2
+
+    def files():
+        return {str(p.relative_to(run_dir)): (p.stat().st_size, p.stat().st_mtime_ns)
+                for p in sorted(run_dir.rglob("*")) if p.is_file()}
+
+    def train(*changes):
+        argv = ["train", "--epochs", "3", "--limit", "40", "--batch-size", "16", "--run-dir", str(run_dir),
+                "--quiet", *cli_helpers.TINY_MODEL]
+        for option, value in zip(changes[::2], changes[1::2]):
+            argv[argv.index(option) + 1] = value
+        return cli.main(argv)
+
+    before = files()
+    for changes, message in ((("--epochs", "1"), "already reached epoch 2"),
+                             (("--filters", "4"), "is of a run with other options: --filters 8 (now 4)")):
+        assert train(*changes) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, err
+        assert files() == before, changes
+    other = _hold_lock(run_dir / "backup")
+    try:
+        before = files()
+        assert train() == 2
+        err = capsys.readouterr().err
+        assert "is being trained by another process" in err and err.count("\n") == 1, err
+        assert files() == before
+    finally:
+        other.kill()
+        other.wait()
+    # the same command resumes the run (and records its application)
+    assert train() == 0, capsys.readouterr().err
+    assert json.loads((run_dir / "metrics.json").read_text())["resumed_from_epoch"] == 2
+    assert fault_tolerance.folder_contents(str(run_dir)) == {"train": "demo", "tune": None}
