@@ -487,6 +487,73 @@ def mixture_nll(x, m, pi, sigma, group_axis=1, from_logits=False, epsilon=1e-7):
     return -ops.logsumexp(log_pi + log_norm, axis=axis)
 
 
+#: Keras' reductions that divide the summed loss (by its size, or the sum of the weights)
+_DIVIDING_REDUCTIONS = ("sum_over_batch_size", "mean", "mean_with_sample_weight")
+
+
+def _divide_no_nan(x1, x2):
+    """``x1 / x2``, 0 where ``x2`` is 0, in the operands' dtype.
+
+    ``keras.ops.divide_no_nan`` on torch divides in ``keras.backend.result_type`` of the
+    operands, which is float32 for float64 ones on every backend but TensorFlow.
+    """
+    zero = x2 == 0
+    return ops.where(zero, ops.zeros_like(x1), x1 / ops.where(zero, ops.ones_like(x2), x2))
+
+
+def _same_rank(x1, x2):
+    """Keras' ``squeeze_or_expand_to_same_rank`` (``keras.src.losses.loss``)."""
+    r1, r2 = len(x1.shape), len(x2.shape)
+    if r1 == r2 + 1 and x1.shape[-1] == 1:
+        if r2 == 1:
+            x2 = ops.expand_dims(x2, axis=-1)
+        else:
+            x1 = ops.squeeze(x1, axis=-1)
+    if r2 == r1 + 1 and x2.shape[-1] == 1:
+        if r1 == 1:
+            x1 = ops.expand_dims(x1, axis=-1)
+        else:
+            x2 = ops.squeeze(x2, axis=-1)
+    return x1, x2
+
+
+def _reduce_weighted_values(values, sample_weight, mask, reduction, dtype):
+    """``keras.losses.Loss``'s reduction (Keras' ``reduce_weighted_values``: the mask
+    merged into the sample weights, then the weighted sum divided by the number of
+    values, or by the sum of the weights) for the reductions that divide, with the
+    divisions in ``dtype`` (:func:`_divide_no_nan`)."""
+    values = ops.convert_to_tensor(values, dtype=dtype)
+    if sample_weight is not None:
+        sample_weight = ops.convert_to_tensor(sample_weight, dtype=dtype)
+    if mask is not None:
+        mask = ops.convert_to_tensor(mask, dtype=dtype)
+        if reduction in ("mean", "sum_over_batch_size"):
+            # valid entries weigh total / valid, so the mean is over them only
+            total = ops.cast(ops.prod(ops.convert_to_tensor(ops.shape(mask), dtype="int32")), dtype)
+            valid = ops.sum(ops.cast(mask, dtype))
+            weight = _divide_no_nan(total, valid)
+            float_mask = ops.where(ops.cast(mask, "bool"), weight, ops.zeros_like(weight))
+        else:
+            float_mask = ops.cast(mask, dtype)
+        if sample_weight is not None:
+            float_mask, sample_weight = _same_rank(float_mask, sample_weight)
+            sample_weight = sample_weight * float_mask
+        else:
+            sample_weight = float_mask
+    if sample_weight is not None:
+        sample_weight = ops.cast(sample_weight, values.dtype)
+        values, sample_weight = _same_rank(values, sample_weight)
+        values = values * sample_weight
+    if tuple(values.shape) in ((), (0,)):
+        return values
+    loss = ops.sum(values)
+    if reduction == "mean_with_sample_weight" and sample_weight is not None:
+        divisor = ops.cast(ops.sum(sample_weight), loss.dtype)
+    else:
+        divisor = ops.cast(ops.prod(ops.convert_to_tensor(ops.shape(values), dtype="int32")), loss.dtype)
+    return _divide_no_nan(loss, divisor)
+
+
 @keras.saving.register_keras_serializable(package="keras_capsules")
 class MixtureNLL(keras.losses.Loss):
     """Negative log-likelihood of a per-pixel Gaussian mixture (RTagger's cost).
@@ -571,6 +638,27 @@ class MixtureNLL(keras.losses.Loss):
             )
         self.from_logits = bool(from_logits)
         self.epsilon = float(epsilon)
+
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        if (
+            keras.backend.backend() != "torch"
+            or self.reduction not in _DIVIDING_REDUCTIONS
+            or keras.backend.standardize_dtype(self.dtype) != "float64"
+        ):
+            return super().__call__(y_true, y_pred, sample_weight=sample_weight)
+        # Keras' torch backend divides the summed loss in float32 (its divide_no_nan
+        # promotes float64 to float32), so a float64 loss came back float32: the same
+        # steps as keras.losses.Loss.__call__, with the divisions in float64.
+        in_mask = _keras_mask(y_pred)
+        y_pred = keras.tree.map_structure(lambda x: ops.convert_to_tensor(x, dtype=self.dtype), y_pred)
+        y_true = keras.tree.map_structure(lambda x: ops.convert_to_tensor(x, dtype=self.dtype), y_true)
+        losses = self.call(y_true, y_pred)
+        out_mask = _keras_mask(losses)
+        if in_mask is not None and out_mask is not None:
+            mask = in_mask & out_mask
+        else:
+            mask = in_mask if in_mask is not None else out_mask
+        return _reduce_weighted_values(losses, sample_weight, mask, self.reduction, self.dtype)
 
     def call(self, y_true, y_pred):
         y_pred = ops.convert_to_tensor(y_pred)

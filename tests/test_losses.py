@@ -9,7 +9,7 @@ import pytest
 from keras_capsules import losses
 from keras_capsules.losses import CapsuleLoss, MarginLoss
 from tests.refdata import load_cccaps
-from tests.backends import BACKEND, compiled, tensor, tensorflow_only, value_and_grads
+from tests.backends import BACKEND, compiled, float64_enabled, tensor, tensorflow_only, value_and_grads
 
 REF = load_cccaps("loss_margin_focal")
 TERMS = {
@@ -327,3 +327,38 @@ def test_mixture_nll_traced_for_any_shape_matches_eager():
         input_signature=[tf.TensorSpec((None,) * 4), tf.TensorSpec((None,) * 5)],
     )
     np.testing.assert_allclose(np.asarray(traced(x, packed)), np.asarray(loss(x, packed)), rtol=1e-6)
+
+
+@pytest.mark.parametrize("reduction", ["sum_over_batch_size", "mean", "mean_with_sample_weight", "sum"])
+@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
+@pytest.mark.parametrize("masked", [False, True], ids=["unmasked", "masked"])
+def test_float64_mixture_nll_is_reduced_in_float64(reduction, weighted, masked):
+    # On torch Keras' reduction divided the summed loss in float32 (its divide_no_nan
+    # promotes float64 to float32), so a float64 MixtureNLL came back float32, ~1e-7 off.
+    from keras.src.backend import set_keras_mask
+
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(2, 3, 4, 2))
+    means = rng.normal(size=(2, 3, 3, 4, 2))  # [batch, K, 3, 4, C]
+    pi = rng.uniform(0.1, 1.0, size=(2, 3, 3, 4, 1))
+    pi /= pi.sum(axis=1, keepdims=True)
+    weights = rng.uniform(0.5, 2.0, size=(2, 3, 4)) if weighted else None
+    mask = rng.uniform(size=(2, 3, 4)) > 0.3 if masked else None
+    sigma = 0.7
+    log_n = -0.5 * np.sum(((x[:, None] - means) / sigma) ** 2, -1) - 2 * (0.5 * np.log(2 * np.pi) + np.log(sigma))
+    per_pixel = -np.log(np.sum(pi[..., 0] * np.exp(log_n), axis=1))  # [2, 3, 4]
+    w = np.ones_like(per_pixel) if weights is None else weights
+    keep = np.ones_like(per_pixel) if mask is None else mask.astype("float64")
+    total = np.sum(per_pixel * w * keep)
+    want = {
+        "sum": total,
+        "mean_with_sample_weight": total / np.sum(w * keep),
+    }.get(reduction, total / np.sum(keep))
+    with float64_enabled():  # jax_enable_x64 for this test on JAX
+        packed = keras.ops.convert_to_tensor(np.concatenate([means, pi], -1), "float64")
+        if mask is not None:
+            set_keras_mask(packed, keras.ops.convert_to_tensor(mask))
+        loss = losses.MixtureNLL(sigma=sigma, reduction=reduction, dtype="float64")
+        got = loss(x, packed, sample_weight=weights)
+        assert keras.backend.standardize_dtype(got.dtype) == "float64"
+        np.testing.assert_allclose(float(got), want, rtol=1e-12)

@@ -287,17 +287,34 @@ def symbolic_loop(step, init, steps, spare, batch_size, shapes, dtype):
 
     ``outputs`` is a dict of ``[batch, *shapes[name]]`` tensors (of ``dtype``); returns
     them stacked time-major, ``{name: [steps, batch, *shape]}``. On JAX, ``ops.scan``
-    (reverse-mode differentiable, where a JAX while loop is not). Elsewhere a while loop
-    that writes every step's outputs into ``[steps + spare, batch + 1, ...]`` buffers:
-    unlike Keras' TensorFlow ``scan`` it takes a maximum number of iterations, which XLA
-    needs to compile its gradient (``spare`` is 1 where ``steps`` is unknown when traced,
-    else 0); the spare sample of every row is cut off at the end (TensorFlow's scatter
-    refuses to write into an empty buffer, and a batch can be empty: a MirroredStrategy
-    replica's share of a last batch smaller than the number of replicas).
+    (reverse-mode differentiable, where a JAX while loop is not). On TensorFlow a while
+    loop that writes every step's outputs into ``[steps + spare, batch + 1, ...]``
+    buffers: unlike Keras' TensorFlow ``scan`` it takes a maximum number of iterations,
+    which XLA needs to compile its gradient (``spare`` is 1 where ``steps`` is unknown
+    when traced, else 0); the spare sample of every row is cut off at the end
+    (TensorFlow's scatter refuses to write into an empty buffer, and a batch can be
+    empty: a MirroredStrategy replica's share of a last batch smaller than the number
+    of replicas).
+
+    Elsewhere (torch), a Python loop over the steps whose outputs are stacked
+    (:func:`python_loop`): the backend's ``ops.while_loop`` is a Python loop there
+    anyway, with the same steps and values, but ``torch.compile`` breaks its graph at
+    the loop's tensor condition and compiles every function the loop calls (``step``,
+    the buffer writes) as a separate frame, shared by every RLadder and RTagger of the
+    process (one code object). Torch's automatic dynamic shapes then turned the sizes
+    that differ between layers, or between calls, into symbols (a second model's
+    feature map height, ``s3``), which inductor failed to compile for a convolution
+    ("cannot determine truth value of Relational: 1 < s3"); a frame also recompiled at
+    every step (the step index is a tensor it specializes on) and at every call (the
+    name of the Keras op ``ops.pad`` makes), until torch's recompile limit sent it back
+    to eager. A Python loop is traced into the caller's graph as a whole.
     """
-    if keras.backend.backend() == "jax":
+    backend = keras.backend.backend()
+    if backend == "jax":
         _, outputs = ops.scan(lambda c, t: step(t, c), init, xs=ops.arange(steps, dtype="int32"))
         return outputs
+    if backend != "tensorflow":
+        return python_loop(step, init, steps, batch_size, shapes, dtype)
     rows = steps + spare
     buffers = {name: ops.zeros((rows, batch_size + 1) + tuple(shape), dtype=dtype) for name, shape in shapes.items()}
 
@@ -316,6 +333,21 @@ def symbolic_loop(step, init, steps, spare, batch_size, shapes, dtype):
         maximum_iterations=rows,  # (a bound: the gradient's [rows, ...] stacks too)
     )
     return {name: v[:steps, :batch_size] for name, v in outputs.items()}
+
+
+def python_loop(step, init, steps, batch_size, shapes, dtype):
+    """:func:`symbolic_loop`'s outputs from a Python loop: ``step(t, carry)`` for ``t``
+    in ``range(steps)`` (``t`` a Python int), each output stacked time-major
+    (``[0, batch, *shape]`` zeros for no step)."""
+    carry, stacked = init, {name: [] for name in shapes}
+    for t in range(steps):
+        carry, out = step(t, carry)
+        for name in shapes:
+            stacked[name].append(ops.cast(out[name], dtype))
+    return {
+        name: ops.stack(values, axis=0) if values else ops.zeros((0, batch_size) + tuple(shapes[name]), dtype=dtype)
+        for name, values in stacked.items()
+    }
 
 
 def loop_steps(inputs, n_iters):

@@ -73,7 +73,7 @@ class RLadder(keras.layers.Layer):
     ``n_iters`` times (iterative inference). Every step reuses the same weights. The
     loop over steps is, by default, a Python loop unrolled into the graph when the
     number of steps is known, and a symbolic loop (``keras.ops.scan`` on JAX,
-    ``keras.ops.while_loop`` on TensorFlow) when it is not
+    ``keras.ops.while_loop`` on TensorFlow, a Python loop on torch) when it is not
     (``T = None``: sequences of any length through one model); ``unroll`` chooses.
     Both compile with XLA and give the same outputs.
 

@@ -168,9 +168,9 @@ class RTagger(keras.layers.Layer):
     The loop over the iterations is, by default, a Python loop unrolled into the
     graph when their number is known (``T`` of a sequence input, or ``n_iters``),
     and a symbolic loop (``keras.ops.scan`` on JAX, ``keras.ops.while_loop`` on
-    TensorFlow, as in :class:`RLadder`) when it is not (``T = None``: sequences of
-    any length through one model); ``unroll`` chooses. Both compile with XLA and
-    give the same outputs and gradients.
+    TensorFlow, a Python loop on torch, as in :class:`RLadder`) when it is not
+    (``T = None``: sequences of any length through one model); ``unroll`` chooses.
+    Both compile with XLA and give the same outputs and gradients.
 
     Args:
         n_groups: the number of groups ``K`` (at least 2).

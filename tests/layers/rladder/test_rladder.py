@@ -8,7 +8,7 @@ import pytest
 
 from keras_capsules.layers import RLadder, level_spec
 from tests.backends import float64_enabled, value_and_grads
-from tests.layers.rladder.loops import assert_same as _assert_same, loop_twins
+from tests.layers.rladder.loops import assert_compiles_as_one_torch_graph, assert_same as _assert_same, loop_twins
 from tests.harness import edit_saved_layer_config, run_layer_contract, two_cpu_strategy
 
 CONV_LEVELS = [
@@ -733,6 +733,19 @@ def test_a_convolutional_ladder_loop_trains_under_xla():
     x = _seq(8, 3, 8, 8, 1)
     losses = model.fit(x, x, batch_size=4, epochs=3, verbose=0).history["loss"]
     assert np.all(np.isfinite(losses)) and losses[-1] < losses[0]
+
+
+@pytest.mark.parametrize(
+    "levels,shape,kwargs",
+    [(DENSE_LEVELS, (2, 3, 5), {}), (FF_CONV_LEVELS, (2, 3, 8, 8, 1), dict(output_units=1)),
+     (DENSE_LEVELS[1:], (2, 5), dict(n_iters=3))],
+    ids=["dense", "conv", "static"],
+)
+def test_the_symbolic_loop_compiles_as_one_torch_graph(levels, shape, kwargs):
+    # torch.compile (jit_compile=True on torch) of the loop failed in inductor after other
+    # loops of the process had compiled ("cannot determine truth value of Relational:
+    # 1 < s3"): see assert_compiles_as_one_torch_graph.
+    assert_compiles_as_one_torch_graph(RLadder(levels, unroll=False, **kwargs), _seq(*shape))
 
 
 def test_fit_on_a_padded_batch_pipeline_of_sequences_of_many_lengths():

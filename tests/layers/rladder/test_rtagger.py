@@ -8,7 +8,7 @@ from keras_capsules.layers import RTagger, level_spec
 from keras_capsules.losses import MixtureNLL, mixture_nll
 from keras_capsules.metrics import adjusted_mutual_info
 from tests.backends import BACKEND, float64_enabled, grads, value_and_grads
-from tests.layers.rladder.loops import assert_same as _assert_same, loop_twins
+from tests.layers.rladder.loops import assert_compiles_as_one_torch_graph, assert_same as _assert_same, loop_twins
 from tests.harness import run_layer_contract, two_cpu_strategy
 
 CONV_LEVELS = [level_spec("convlstm", 2), level_spec("gated", 3)]
@@ -314,6 +314,15 @@ def test_float64_mixture_nll_is_computed_in_float64():
         loss = MixtureNLL(sigma=sigma, dtype="float64")(x, packed)
         assert keras.backend.standardize_dtype(loss.dtype) == "float64"
         np.testing.assert_allclose(float(loss), want, rtol=1e-9)
+
+
+@pytest.mark.parametrize("n_iters,shape", [(None, (2, 3, 4, 4, 1)), (2, (2, 4, 4, 1))], ids=["sequence", "static"])
+def test_the_symbolic_loop_compiles_as_one_torch_graph(n_iters, shape):
+    # RTagger's loop is RLadder's (symbolic_loop): the same torch.compile failure. (Its
+    # iterations still break the graph, at Keras' torch ops.min / ops.max with an
+    # initial value, unrolled too: whole=False.)
+    layer = RTagger(2, CONV_LEVELS, n_iters=n_iters, unroll=False, seed=1)
+    assert_compiles_as_one_torch_graph(layer, _images(*shape), whole=False)
 
 
 def test_mixture_nll_takes_numpy_scalars():
