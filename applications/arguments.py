@@ -126,9 +126,7 @@ def recorded_default(parser, dest, help):
     "(default: None)", where the recorded value, else 0 or idx, is used.
     """
     actions = [action for action in parser._actions if action.dest == dest]
-    if not actions:
-        raise KeyError(f"no option {dest!r}")
-    parser.set_defaults(**{dest: None})
+    parser.set_defaults(**{dest: None})  # (also on a parser without the option: as before)
     for action in actions:
         action.help = help
 

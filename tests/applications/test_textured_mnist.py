@@ -192,8 +192,8 @@ def test_cli_trains_on_two_replicas_then_evaluates(tmp_path, capsys, monkeypatch
     assert metrics["iterations_plot"] == str(run_dir / "iterations.png")
     assert len(metrics["ami"]) == 1 and len(metrics["error"]) == 1
     # no temporary file
-    assert _files(run_dir) == ["history.csv", "history.png", "iterations.png", "metrics.json", "model.keras",
-                               "segmentation.png"]
+    assert _files(run_dir) == ["history.csv", "history.png", "iterations.png", "keras_capsules_run.json",
+                               "metrics.json", "model.keras", "segmentation.png"]
     assert not (run_dir / "backup").exists()
     capsys.readouterr()
     assert cli.main(["evaluate", "textured_mnist", *CLI_DATA, "--model", str(run_dir / "model.keras")]) == 0
@@ -224,8 +224,8 @@ def test_cli_training_resumes_after_a_crash(tmp_path, capsys, monkeypatch):
     assert metrics["resumed_from_epoch"] == 1 and metrics["epochs_run"] == 2
     assert fault_tolerance.read_history_csv(run_dir / "history.csv")[1] == [0, 1]
     assert not (run_dir / "backup").exists()
-    assert _files(run_dir) == ["history.csv", "history.png", "iterations.png", "metrics.json", "model.keras",
-                               "segmentation.png"]
+    assert _files(run_dir) == ["history.csv", "history.png", "iterations.png", "keras_capsules_run.json",
+                               "metrics.json", "model.keras", "segmentation.png"]
 
 
 def test_plot_segmentation_writes_a_grid_png(tmp_path, digits):
