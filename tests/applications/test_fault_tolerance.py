@@ -261,10 +261,7 @@ def test_train_with_fewer_epochs_than_the_backup_is_a_usage_error(tmp_path, caps
     from applications import __main__ as cli
 
     run_dir = tmp_path / "run"
-    options = {"filters": 8, "primary_capsules": 2, "hidden_capsules": 4, "pose_size": 2, "n_iters": 2}  # TINY_MODEL
-    with pytest.raises(RuntimeError, match="simulated"):
-        demo.train(str(run_dir), epochs=4, batch_size=16, limit=40, verbose=0, model_options=options,
-                   callbacks=[cli_helpers.CrashAt(2, 0)])
+    _crash_a_demo_run_after_two_epochs(run_dir, epochs=4)
     backup = run_dir / "backup" / "training_metadata.json"
     assert json.loads(backup.read_text())["epoch"] == 2
     history = (run_dir / "history.csv").read_text()
@@ -335,6 +332,15 @@ def test_direct_users_keep_keras_default_the_backup_goes_when_fit_ends(tmp_path)
 
 
 TINY_OPTIONS = {"filters": 8, "primary_capsules": 2, "hidden_capsules": 4, "pose_size": 2, "n_iters": 2}
+
+
+def _crash_a_demo_run_after_two_epochs(run_dir, epochs):
+    """A tiny demo run of ``epochs`` epochs (the model of ``cli_helpers.TINY_MODEL``, 40
+    digits, batch 16) in ``run_dir`` that crashes at the start of its third epoch, its
+    backup holding two."""
+    with pytest.raises(RuntimeError, match="simulated"):
+        demo.train(str(run_dir), epochs=epochs, batch_size=16, limit=40, verbose=0, model_options=TINY_OPTIONS,
+                   callbacks=[cli_helpers.CrashAt(2, 0)])
 
 
 def test_a_crash_between_fit_and_the_model_save_resumes_without_training(tmp_path, monkeypatch):
@@ -1052,10 +1058,7 @@ def test_a_refused_train_writes_nothing_into_the_run_folder(tmp_path, capsys):
     from applications import __main__ as cli
 
     run_dir = tmp_path / "run"
-    options = {"filters": 8, "primary_capsules": 2, "hidden_capsules": 4, "pose_size": 2, "n_iters": 2}  # TINY_MODEL
-    with pytest.raises(RuntimeError, match="simulated"):
-        demo.train(str(run_dir), epochs=3, batch_size=16, limit=40, verbose=0, model_options=options,
-                   callbacks=[cli_helpers.CrashAt(2, 0)])
+    _crash_a_demo_run_after_two_epochs(run_dir, epochs=3)
     fault_tolerance._release_backup(str(run_dir / "backup"))  # as when the crashed process is gone
     assert json.loads((run_dir / "backup" / "training_metadata.json").read_text())["epoch"] == 2
 
