@@ -14,9 +14,11 @@ shape as the scores are one-hot targets. Traced labels whose last axis is unknow
 runs: a last axis of 1 holds class ids, one of ``n_classes`` one-hot targets.
 
 Class ids must be integers in ``[0, n_classes)``. Called eagerly (the loss object on
-concrete tensors or arrays, or ``model.fit(..., run_eagerly=True)``), any other id
+concrete tensors or arrays, ``model.fit(..., run_eagerly=True)``, or ``model.fit``
+without ``jit_compile`` on JAX and torch, whose steps then run eagerly), any other id
 raises a ``ValueError`` that names the bad values. Inside a traced function
-(``model.fit``, ``model.evaluate``, ``jit_compile``) values cannot be checked without
+(``model.fit`` and ``model.evaluate`` on TensorFlow, ``jit_compile=True`` on any
+backend, ``torch.compile`` included) values cannot be checked without
 backend-specific assertions, so a sample with such a label gets a NaN loss and no
 gradient: the reported loss turns NaN (stop with
 ``keras.callbacks.TerminateOnNaN``) while the weights stay finite, instead of the
@@ -60,12 +62,31 @@ def _number(name, value, minimum=None):
     return float(value)
 
 
+def _traced_by_torch_compile():
+    """True while ``torch.compile`` traces the call (``jit_compile=True`` on torch).
+
+    Its traced tensors convert to numpy without an error (dynamo traces ``.numpy()``),
+    so :func:`concrete_values` took them for concrete: reading their values then broke
+    the compiled graph at every call, valid labels included (dynamo cannot trace
+    ``ndarray.dtype``), and dynamo ran the rest of the loss eagerly on the real labels,
+    where an out-of-range id raised. Traced like a ``tf.function`` or ``jax.jit``, the
+    loss leaves such ids to :func:`_invalid_ids` (a NaN loss) in one graph.
+    """
+    if keras.backend.backend() != "torch":
+        return False
+    import torch
+
+    return torch.compiler.is_compiling()
+
+
 def _check_ids(y_true, n_classes):
     """Raises a ValueError for class ids that are not integers in ``[0, n_classes)``.
 
     Only concrete (eager) values can be checked; traced ones are left to
     :func:`_invalid_ids`.
     """
+    if _traced_by_torch_compile():
+        return
     values = concrete_values(y_true)
     if values is None or not values.size:
         return
@@ -95,6 +116,19 @@ def _invalid_ids(y_true, ids, n_classes):
     return invalid
 
 
+def _one_hot(ids, n_classes, dtype):
+    """``ops.one_hot`` of int32 class ids, whose rows are zeros for ids outside
+    ``[0, n_classes)``.
+
+    TensorFlow's and JAX's one-hot give those zeros; torch's raises for an id
+    ``>= n_classes`` ("Class values must be smaller than num_classes"), also inside a
+    ``torch.compile`` graph, where the ids are not checked beforehand. Every such id is
+    made -1, whose row is zeros on every backend.
+    """
+    outside = (ids < 0) | (ids >= n_classes)
+    return ops.one_hot(ops.where(outside, -1, ids), n_classes, dtype=dtype)
+
+
 def _targets(y_true, y_pred):
     """Float targets ``[..., n_classes]`` from sparse ids or one-hot labels.
 
@@ -121,7 +155,7 @@ def _targets(y_true, y_pred):
             y_true = ops.squeeze(y_true, axis=-1)
         ids = ops.cast(y_true, "int32")
         invalid = _invalid_ids(y_true, ids, n_classes)
-        return ops.one_hot(ids, n_classes, dtype=y_pred.dtype), invalid
+        return _one_hot(ids, n_classes, y_pred.dtype), invalid
     if rank_true != rank_pred or (y_true.shape[-1] is not None and y_true.shape[-1] != n_classes):
         raise ValueError(
             "Labels must be class ids [batch] / [batch, 1] or one-hot targets with the "
@@ -160,7 +194,7 @@ def _targets_of_unknown_kind(y_true, y_pred):
     as_ids = ops.shape(y_true)[-1] == 1
     column = y_true[..., 0]
     ids = ops.cast(column, "int32")
-    from_ids = ops.one_hot(ids, n_classes, dtype=y_pred.dtype)
+    from_ids = _one_hot(ids, n_classes, y_pred.dtype)
     one_hot = ops.broadcast_to(ops.cast(y_true, y_pred.dtype), ops.shape(y_pred))
     invalid = ops.logical_and(as_ids, _invalid_ids(column, ids, n_classes))
     return ops.where(as_ids, from_ids, one_hot), invalid

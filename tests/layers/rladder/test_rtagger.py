@@ -1,5 +1,7 @@
 """RTagger, MixtureNLL and adjusted_mutual_info."""
 
+import functools
+
 import keras
 import numpy as np
 import pytest
@@ -316,13 +318,38 @@ def test_float64_mixture_nll_is_computed_in_float64():
         np.testing.assert_allclose(float(loss), want, rtol=1e-9)
 
 
-@pytest.mark.parametrize("n_iters,shape", [(None, (2, 3, 4, 4, 1)), (2, (2, 4, 4, 1))], ids=["sequence", "static"])
-def test_the_symbolic_loop_compiles_as_one_torch_graph(n_iters, shape):
-    # RTagger's loop is RLadder's (symbolic_loop): the same torch.compile failure. (Its
-    # iterations still break the graph, at Keras' torch ops.min / ops.max with an
-    # initial value, unrolled too: whole=False.)
-    layer = RTagger(2, CONV_LEVELS, n_iters=n_iters, unroll=False, seed=1)
-    assert_compiles_as_one_torch_graph(layer, _images(*shape), whole=False)
+@pytest.mark.parametrize(
+    "kwargs,shape",
+    [
+        (dict(n_iters=None), (2, 3, 4, 4, 1)),
+        (dict(n_iters=2), (2, 4, 4, 1)),
+        # the posterior E-step takes the groups' nearest mean a second time an iteration
+        (dict(n_iters=2, mask_update="posterior", mask_damping="learned", group_codes=True), (2, 4, 4, 1)),
+        # pixels of one channel, with a padded step (the held states of the loop)
+        (dict(n_iters=None, levels=[level_spec("gated", 4)], mask_update="posterior", mask=((1, 0, 1), (1, 1, 1))),
+         (2, 3, 5)),
+    ],
+    ids=["sequence", "static", "static_posterior", "masked_vector_sequence"],
+)
+def test_the_symbolic_loop_compiles_as_one_torch_graph(kwargs, shape):
+    # RTagger's loop is RLadder's (symbolic_loop): the same torch.compile failure. Its
+    # iterations broke the graph too, at every nearest group (the smallest squared
+    # distance) and every softmax over the groups (the largest logit): Keras' torch
+    # ops.min / ops.max test isinstance(result.values, torch.Tensor), which dynamo
+    # cannot trace for a plain tensor; ops.amin / ops.amax do not.
+    kwargs = dict(kwargs)
+    mask = kwargs.pop("mask", None)
+    layer = RTagger(2, kwargs.pop("levels", CONV_LEVELS), unroll=False, seed=1, **kwargs)
+    if mask is not None:
+        mask = keras.ops.convert_to_tensor(np.array(mask, bool))
+        layer = functools.partial(layer, mask=mask)
+    assert_compiles_as_one_torch_graph(layer, _images(*shape))
+
+
+def test_the_unrolled_iterations_compile_as_one_torch_graph():
+    # (the iterations' graph breaks above were the same unrolled)
+    layer = RTagger(2, [level_spec("gated", 4)], n_iters=2, unroll=True, mask_update="posterior", seed=1)
+    assert_compiles_as_one_torch_graph(layer, _images(2, 5))
 
 
 def test_mixture_nll_takes_numpy_scalars():
