@@ -266,6 +266,73 @@ def minimum(x1, x2):
     return _extremum(ops.minimum, x1, x2, lambda a, b: a <= b)
 
 
+def _reduce_with_initial(reduce, combine, x, axis, keepdims, initial):
+    """``reduce`` (``ops.amax`` / ``ops.amin``) of ``x`` over ``axis``, combined with
+    ``initial`` by ``combine`` (``maximum`` / ``minimum``); see :func:`max_with_initial`."""
+    if not isinstance(x, keras.KerasTensor):  # (a symbolic input stays symbolic)
+        x = ops.convert_to_tensor(x)
+    if axis is None:
+        # every axis, listed: Keras' torch ``amax`` / ``sum`` with ``axis=None`` drop
+        # the kept axes (a 0-d result, not [1, ..., 1])
+        axis = tuple(range(len(x.shape)))
+    if hasattr(initial, "dtype"):  # a tensor (or a NumPy scalar)
+        initial = ops.cast(initial, x.dtype)
+    else:
+        initial = ops.convert_to_tensor(initial, dtype=x.dtype)
+    if any(d == 0 for d in x.shape):
+        # Where a reduced axis is empty the sum over it is 0 everywhere, and otherwise
+        # the result is empty too: its shape, filled with ``initial`` (``where``, which
+        # keeps a signed zero), still connected to ``x`` for gradients.
+        total = ops.sum(x, axis=axis, keepdims=keepdims)
+        return ops.where(ops.ones_like(total, dtype="bool"), initial, total)
+    return combine(reduce(x, axis=axis, keepdims=keepdims), initial)
+
+
+def max_with_initial(x, axis=None, keepdims=False, *, initial):
+    """``keras.ops.max(x, axis, keepdims, initial=initial)`` on every backend, also
+    inside ``torch.compile`` and for empty tensors.
+
+    Why it exists: Keras' torch ``ops.max`` / ``ops.min`` (3.15) test
+    ``isinstance(result.values, torch.Tensor)`` on every result (for torch's
+    ``(values, indices)`` pairs). ``torch.compile`` cannot trace that test for a plain
+    tensor, whose ``values`` is a method ("builtin isinstance() cannot determine type
+    of argument"), so every call broke the compiled graph. This reduces with
+    ``ops.amax``, which has no such test, and then takes the initial value with
+    :func:`maximum`, as TensorFlow's ``ops.max`` does (``reduce_max``, then
+    ``maximum``) and as ``jnp.max`` does: TensorFlow's graph, and so what XLA
+    compiles, is the one ``ops.max`` gave, and TensorFlow and JAX outputs and
+    gradients are bit for bit those of ``ops.max(..., initial=initial)`` (with the
+    ``amax`` alone, XLA fused RTagger's iterations otherwise and rounded some outputs
+    and gradients ~2e-6 differently).
+
+    The initial value is what ``ops.max`` needed it for: an empty tensor is no error.
+    Where ``x`` has an axis of length 0 (known when traced) the result is returned at
+    once, ``initial`` wherever the reduced axes are empty (an empty result where
+    another axis is empty), as in numpy; TensorFlow's eager ``amax`` refuses empty
+    tensors ("Cannot compute the max of an empty tensor"), and Keras' torch
+    ``ops.max`` returned a result of the wrong shape for them.
+
+    Args:
+        x: tensor.
+        axis: an axis, a tuple of axes, or None (all axes).
+        keepdims: keep the reduced axes (length 1).
+        initial: the lower bound of the result, a Python number or a 0-d tensor,
+            taken in the dtype of ``x``.
+
+    Returns:
+        A tensor of the dtype of ``x`` (float16 and float64 included, on every backend).
+    """
+    return _reduce_with_initial(ops.amax, maximum, x, axis, keepdims, initial)
+
+
+def min_with_initial(x, axis=None, keepdims=False, *, initial):
+    """``keras.ops.min(x, axis, keepdims, initial=initial)`` on every backend, also
+    inside ``torch.compile`` and for empty tensors: :func:`max_with_initial` with
+    ``ops.amin`` and :func:`minimum` (``initial`` is the upper bound of the result).
+    """
+    return _reduce_with_initial(ops.amin, minimum, x, axis, keepdims, initial)
+
+
 def _promotion_keeps_float64():
     """True where Keras' type promotion keeps float64 (TensorFlow), False on JAX."""
     return keras.backend.result_type("float64", float) == "float64"
@@ -345,7 +412,9 @@ def masked_softmax(logits, mask=None, axis=-1):
     # would otherwise take all the weight and leave a real row summing to 0.
     lowest = ops.cast(float("-inf"), logits.dtype)
     # (``initial``: an empty batch or axis is no error, as in ops.softmax)
-    top = ops.max(ops.where(mask, logits, lowest), axis=axis, keepdims=True, initial=lowest)
+    top = max_with_initial(
+        ops.where(mask, logits, lowest), axis=axis, keepdims=True, initial=lowest
+    )
     top = ops.stop_gradient(ops.where(ops.isfinite(top), top, ops.zeros_like(top)))
     fill = ops.cast(MASK_VALUE, logits.dtype)
     weights = ops.softmax(ops.where(mask, logits - top, fill), axis=axis)

@@ -409,3 +409,92 @@ def test_conv_gradients_on_torch():
     run = subprocess.run([sys.executable, "-c", code], cwd=pathlib.Path(__file__).resolve().parents[1],
                          env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stderr[-3000:]
+
+
+_EXTREMA = {"max": (np.max, "max_with_initial"), "min": (np.min, "min_with_initial")}
+
+
+@pytest.mark.parametrize("extremum", sorted(_EXTREMA))
+@pytest.mark.parametrize("keepdims", [False, True])
+@pytest.mark.parametrize("axis", [None, 0, 1, -1, (0, 2), (2, 1), (0, 1, 2), ()])
+def test_max_and_min_with_initial_match_numpy(extremum, axis, keepdims):
+    # ops.max / ops.min with an initial value, without Keras' torch ops.max / ops.min
+    # (whose isinstance test broke torch.compile's graph at every call)
+    reduce, name = _EXTREMA[extremum]
+    x = np.random.default_rng(4).standard_normal((3, 4, 5)).astype("float32")
+    fn = getattr(ops, name)
+    for initial in (0.25, -0.25, float("inf"), float("-inf"), np.float32(0.5), tensor(np.float32(0.5))):
+        got = fn(tensor(x), axis=axis, keepdims=keepdims, initial=initial)
+        want = reduce(x, axis=axis, keepdims=keepdims, initial=float(np.asarray(initial)))
+        assert keras.backend.standardize_dtype(got.dtype) == "float32"
+        assert tuple(got.shape) == want.shape
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(got), want)
+    # traced (TensorFlow's graph and XLA, JAX's jit; skipped on torch)
+    if keras.backend.backend() != "torch":
+        got = compiled(lambda v: fn(v, axis=axis, keepdims=keepdims, initial=0.25))(tensor(x))
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(got), reduce(x, axis=axis, keepdims=keepdims, initial=0.25))
+
+
+@pytest.mark.parametrize("extremum", sorted(_EXTREMA))
+@pytest.mark.parametrize("shape,axis", [
+    ((0, 3), 1), ((0, 3), 0), ((3, 0), 1), ((3, 0), 0), ((3, 0), -1), ((0, 0), None),
+    ((2, 0, 3), (0, 2)), ((2, 0, 3), (1,)), ((2, 0, 3), (1, 2)), ((2, 0, 3), None),
+])
+@pytest.mark.parametrize("keepdims", [False, True])
+def test_max_and_min_with_initial_of_empty_inputs(extremum, shape, axis, keepdims):
+    # an empty batch (or an empty reduced axis) is no error: numpy's shape, and the
+    # initial value wherever the reduced axes are empty (Keras' torch ops.max gave
+    # [1, ..., 1] for any empty tensor; TensorFlow's eager amax refuses it)
+    reduce, name = _EXTREMA[extremum]
+    fn = getattr(ops, name)
+    x = np.zeros(shape, "float32")
+    for initial in (-np.inf, 1.5):
+        want = reduce(x, axis=axis, keepdims=keepdims, initial=initial)
+        got = fn(tensor(x), axis=axis, keepdims=keepdims, initial=initial)
+        assert tuple(got.shape) == want.shape
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(got), want)
+    # the gradient (of a sum) reaches x: zeros of its shape
+    (g,) = grads(lambda v: keras.ops.sum(fn(v, axis=axis, keepdims=keepdims, initial=1.5)), [tensor(x)])
+    assert g is not None and tuple(g.shape) == shape
+
+
+@pytest.mark.parametrize("extremum", sorted(_EXTREMA))
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float64"])
+def test_max_and_min_with_initial_keep_the_dtype(extremum, dtype):
+    # float64 on every backend (JAX with x64; Keras' torch maximum / minimum return
+    # float32 for float64), and float16 / bfloat16 are not promoted by the initial value
+    reduce, name = _EXTREMA[extremum]
+    fn = getattr(ops, name)
+    x = np.random.default_rng(5).standard_normal((4, 6))
+    with float64_enabled():
+        if dtype == "float64":
+            initial = 0.1  # not a float32 value: must be taken in float64
+            xs = x
+        else:
+            initial = 0.125
+            xs = keras.ops.convert_to_numpy(keras.ops.cast(keras.ops.cast(tensor(x), dtype), "float64"))
+        for axis, keepdims in ((1, True), (0, False), ((0, 1), False), (None, True)):
+            got = fn(keras.ops.cast(tensor(x), dtype), axis=axis, keepdims=keepdims, initial=initial)
+            assert keras.backend.standardize_dtype(got.dtype) == dtype
+            want = reduce(xs, axis=axis, keepdims=keepdims, initial=initial)
+            if dtype != "float64":  # the initial value rounded to the dtype (0.125 is exact)
+                want = want.astype("float32")
+            np.testing.assert_array_equal(keras.ops.convert_to_numpy(keras.ops.cast(got, "float64")), want)
+
+
+def test_max_with_initial_and_masked_softmax_compile_as_one_torch_graph():
+    # torch audit: Keras' torch ops.max / ops.min test isinstance(result.values,
+    # torch.Tensor), which dynamo cannot trace for a plain tensor ("builtin isinstance()
+    # cannot determine type of argument"): masked_softmax broke the graph at every call.
+    from tests.layers.rladder.loops import assert_compiles_as_one_torch_graph
+
+    rng = np.random.default_rng(6)
+    logits = rng.standard_normal((3, 4, 5)).astype("float32")
+    mask = tensor(rng.uniform(size=(3, 4, 5)) > 0.3)
+    for axis in (-1, 1):
+        assert_compiles_as_one_torch_graph(lambda v, axis=axis: ops.masked_softmax(v, mask, axis=axis), logits)
+    assert_compiles_as_one_torch_graph(
+        lambda v: [ops.max_with_initial(v, axis=(0, 2), initial=0.0),
+                   ops.min_with_initial(v, axis=1, keepdims=True, initial=float("inf"))],
+        logits,
+    )

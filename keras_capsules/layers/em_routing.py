@@ -19,7 +19,7 @@ from keras_capsules.layers._vote_routing import (
     mask_list,
     shape_tuple,
 )
-from keras_capsules.ops import masked_softmax, maximum, routing_dtype
+from keras_capsules.ops import masked_softmax, max_with_initial, maximum, routing_dtype
 
 _ALGORITHMS = ("auto", "votes", "moments")
 
@@ -51,7 +51,7 @@ def _pose_scale(x, eps):
     gradient (the outputs do not depend on it).
     """
     dtype = keras.backend.standardize_dtype(x.dtype)
-    largest = ops.max(ops.abs(x), axis=(1, 2, 3), keepdims=True, initial=0.0)
+    largest = max_with_initial(ops.abs(x), axis=(1, 2, 3), keepdims=True, initial=0.0)
     big = largest > _RESCALE_ABOVE[dtype]
     scale = ops.stop_gradient(1.0 / ops.where(big, largest, ops.ones_like(largest)))
     unscale = ops.stop_gradient(ops.where(big, largest, ops.ones_like(largest)))

@@ -736,3 +736,29 @@ def test_a_mask_of_another_shape_fails_when_shapes_are_known_only_at_run_time(n_
     assert all(np.all(np.isfinite(np.asarray(o))) for o in full)
     with pytest.raises(tf.errors.InvalidArgumentError):
         route(a, mu, np.ones(mask_shape, bool))
+
+
+@pytest.mark.parametrize("kwargs,masked", [
+    (dict(n_out=3, d_out=2, n_inp=6, algorithm="votes"), False),
+    (dict(n_out=3, d_out=2, algorithm="moments"), True),
+    (dict(n_out=None, d_out=2, algorithm="votes"), True),
+], ids=["fixed_votes", "shared_moments_masked", "variable_outputs_masked"])
+def test_routing_compiles_as_one_torch_graph(kwargs, masked):
+    # torch audit: the per-sample largest pose component (_pose_scale) was
+    # ops.max(..., initial=0.0), whose Keras torch implementation tests
+    # isinstance(result.values, torch.Tensor); dynamo cannot trace that for a plain
+    # tensor ("builtin isinstance() cannot determine type of argument") and broke the
+    # graph at every call. Large poses (the rescaled path) compile alike.
+    from tests.layers.rladder.loops import assert_compiles_as_one_torch_graph
+
+    a, mu = _random_inputs(np.random.default_rng(8), batch=3, n_inp=6, pad_from=4)
+    mu[0] *= 1e6  # above 2**16: routed rescaled
+    mask = None
+    if masked:
+        mask = np.ones((3, 6), bool)
+        mask[0, 4:] = False
+        mask = tensor(mask)
+    layer = EMRouting(**kwargs)
+    layer([a, mu])
+    a = tensor(a)
+    assert_compiles_as_one_torch_graph(lambda poses: layer([a, poses], mask=mask), mu)

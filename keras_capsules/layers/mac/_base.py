@@ -19,7 +19,7 @@ from keras_capsules._validation import (  # noqa: F401 (re-exported to the MAC l
     seed_value,
 )
 from keras_capsules.layers._initializers import fresh_initializer  # noqa: F401 (used by the MAC layers)
-from keras_capsules.ops import matmul, routing_dtype
+from keras_capsules.ops import matmul, max_with_initial, routing_dtype
 
 
 def activation_name(name, value, allowed=(None, "elu")):
@@ -158,7 +158,7 @@ def attend(logits, values, mask):
     # ``initial``: an empty batch, or no positions, gives empty weights and a zero sum,
     # not "Cannot compute the max of an empty tensor". A fully masked row has no
     # finite maximum: it is shifted by 0 (all its exponentials are zeroed below).
-    top = ops.max(logits, axis=1, keepdims=True, initial=lowest)
+    top = max_with_initial(logits, axis=1, keepdims=True, initial=lowest)
     top = ops.stop_gradient(ops.where(ops.isfinite(top), top, ops.zeros_like(top)))
     if mask is None:
         # Written out (not ops.softmax) so that a single position (the first step of

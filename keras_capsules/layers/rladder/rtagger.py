@@ -24,7 +24,7 @@ from keras_capsules.layers.rladder._utils import (
 from keras_capsules._validation import boolean, check_floating_dtype, rate
 from keras_capsules.layers.rladder.level_spec import saved_levels
 from keras_capsules.layers.rladder.rladder import RLadder
-from keras_capsules.ops import matmul, maximum, minimum, routing_dtype
+from keras_capsules.ops import matmul, max_with_initial, min_with_initial, routing_dtype
 
 _INITIALIZERS = (
     "kernel_initializer",
@@ -40,30 +40,6 @@ LEARNED_DAMPING_START = 0.1
 _MIN_SIGMA = math.sqrt(0.5 / 3.4028234663852886e38)
 
 
-def _over_groups(extremum, x):
-    """The smallest (``extremum="min"``) or largest (``"max"``) entry of ``x`` over the
-    groups (axis 1), the axis kept: ``ops.min`` / ``ops.max`` with the initial value
-    +-inf, spelled out.
-
-    Keras' torch ``ops.min`` / ``ops.max`` (3.15) test ``isinstance(result.values,
-    torch.Tensor)`` on their result (for torch's ``(values, indices)`` pairs), which
-    ``torch.compile`` cannot trace for a plain tensor, whose ``values`` is a method
-    ("builtin isinstance() cannot determine type of argument"): every call broke the
-    compiled graph, several times an iteration. ``amin`` / ``amax`` reduce without that
-    test. The initial value is then taken with ``minimum`` / ``maximum``, as
-    TensorFlow's ``ops.min`` / ``ops.max`` take it: the same graph, which XLA compiles
-    the same (without it XLA fused the iteration otherwise and rounded some outputs
-    and gradients ~2e-6 differently). An empty tensor (an empty batch) gives its empty
-    result at once: TensorFlow's eager ``amin`` / ``amax`` refuse it ("Cannot compute
-    the min of an empty tensor"), which the initial value had avoided.
-    """
-    if any(d == 0 for d in x.shape):
-        return x[:, :1]
-    if extremum == "min":
-        return minimum(ops.amin(x, axis=1, keepdims=True), math.inf)
-    return maximum(ops.amax(x, axis=1, keepdims=True), -math.inf)
-
-
 def _relative_sq_distance(residual):
     """Each group's squared distance ``[b, K, *pixels, 1]`` minus the smallest over the groups.
 
@@ -73,7 +49,8 @@ def _relative_sq_distance(residual):
     (sigma = 1e-19, distance 3), and the softmax of all -inf was NaN.
     """
     sq = ops.sum(ops.square(residual), axis=-1, keepdims=True)
-    return sq - _over_groups("min", sq)
+    # (Keras' torch ``ops.min`` broke torch.compile's graph: see min_with_initial)
+    return sq - min_with_initial(sq, axis=1, keepdims=True, initial=math.inf)
 
 
 def _group_softmax(logits):
@@ -85,7 +62,7 @@ def _group_softmax(logits):
     ("must be a compile-time constant"). Subtracting the largest logit (a constant
     shift, without gradient) keeps the exponentials finite, as the softmax does.
     """
-    largest = _over_groups("max", logits)
+    largest = max_with_initial(logits, axis=1, keepdims=True, initial=-math.inf)
     e = ops.exp(logits - ops.stop_gradient(largest))
     return e / ops.sum(e, axis=1, keepdims=True)
 

@@ -418,3 +418,40 @@ def test_a_dict_mask_entry_of_none_is_no_mask():
     np.testing.assert_array_equal(out, want)
     out = net({"words": words, "question": question, "kb": kb, "words_mask": None, "kb_mask": None})
     np.testing.assert_array_equal(out, net([words, question, kb]))
+
+
+@pytest.mark.parametrize("config", sorted(CONFIGS))
+@pytest.mark.parametrize("masked", [False, True])
+def test_compiles_as_one_torch_graph(config, masked):
+    # torch audit: every attention's softmax took its largest logit with
+    # ops.max(..., initial=-inf), whose Keras torch implementation tests
+    # isinstance(result.values, torch.Tensor); dynamo cannot trace that for a plain
+    # tensor ("builtin isinstance() cannot determine type of argument") and broke the
+    # graph at every attention of every step. With self-attention the graph still
+    # breaks at every step for another reason, Keras' own: its Layer.__call__ reads the
+    # masks of the cell's inputs with hasattr, which dynamo does not support there
+    # ("Unsupported hasattr call", keras/src/backend/common/tensor_attributes.py).
+    if BACKEND != "torch":
+        pytest.skip(f"torch.compile is torch's (backend is {BACKEND})")
+    import torch
+
+    from tests.layers.rladder.loops import assert_compiles_as_one_torch_graph
+
+    net = _network(**CONFIGS[config])
+    words, question, kb = (tensor(v) for v in _inputs(7))
+    masks = (tensor(WORDS_MASK), tensor(KB_MASK)) if masked else (None, None)
+
+    def run(kb):
+        return net([words, question, kb], words_mask=masks[0], kb_mask=masks[1])
+
+    whole = not CONFIGS[config].get("self_attention", False)
+    if not whole:
+        torch._dynamo.reset()
+        reasons = [
+            (str(r.reason).splitlines()[0], [f"{f.filename}:{f.lineno} {f.name}" for f in r.user_stack])
+            for r in torch._dynamo.explain(run)(kb).break_reasons
+        ]
+        ours = [r for r in reasons if "isinstance" in r[0] or any(f.endswith((" max", " min")) for f in r[1])]
+        assert not ours, ours[:3]
+        assert all("hasattr" in r[0] for r in reasons), reasons[:3]
+    assert_compiles_as_one_torch_graph(run, kb, whole=whole)
