@@ -109,13 +109,27 @@ def check_floating_dtype(layer, note=""):
         )
 
 
+def _traced_by_torch_compile():
+    """True while ``torch.compile`` traces the call (never on other backends)."""
+    if keras.backend.backend() != "torch":
+        return False
+    import torch
+
+    return torch.compiler.is_compiling()
+
+
 def concrete_values(x):
     """The values of ``x`` as numpy when they are known (eager), else None.
 
     For checks that can only run on concrete values: a KerasTensor or a tensor
-    traced by ``tf.function``/XLA (any backend's symbolic tensor) gives None.
+    traced by ``tf.function``/XLA (any backend's symbolic tensor) gives None, and so
+    does any tensor while ``torch.compile`` traces (``jit_compile=True`` on torch).
+    Dynamo traces the conversion to numpy instead of refusing it: the values were
+    taken for concrete, reading them broke the compiled graph at every call (dynamo
+    cannot trace ``ndarray.dtype``), and dynamo ran the rest eagerly on the real
+    values, where a check meant for eager calls raised (``CapsuleLoss``' class ids).
     """
-    if isinstance(x, keras.KerasTensor):
+    if isinstance(x, keras.KerasTensor) or _traced_by_torch_compile():
         return None
     try:
         return ops.convert_to_numpy(x)

@@ -62,31 +62,12 @@ def _number(name, value, minimum=None):
     return float(value)
 
 
-def _traced_by_torch_compile():
-    """True while ``torch.compile`` traces the call (``jit_compile=True`` on torch).
-
-    Its traced tensors convert to numpy without an error (dynamo traces ``.numpy()``),
-    so :func:`concrete_values` took them for concrete: reading their values then broke
-    the compiled graph at every call, valid labels included (dynamo cannot trace
-    ``ndarray.dtype``), and dynamo ran the rest of the loss eagerly on the real labels,
-    where an out-of-range id raised. Traced like a ``tf.function`` or ``jax.jit``, the
-    loss leaves such ids to :func:`_invalid_ids` (a NaN loss) in one graph.
-    """
-    if keras.backend.backend() != "torch":
-        return False
-    import torch
-
-    return torch.compiler.is_compiling()
-
-
 def _check_ids(y_true, n_classes):
     """Raises a ValueError for class ids that are not integers in ``[0, n_classes)``.
 
     Only concrete (eager) values can be checked; traced ones are left to
     :func:`_invalid_ids`.
     """
-    if _traced_by_torch_compile():
-        return
     values = concrete_values(y_true)
     if values is None or not values.size:
         return
