@@ -50,7 +50,16 @@ def _relative_sq_distance(residual):
     """
     sq = ops.sum(ops.square(residual), axis=-1, keepdims=True)
     # (Keras' torch ``ops.min`` broke torch.compile's graph: see min_with_initial)
-    return sq - min_with_initial(sq, axis=1, keepdims=True, initial=math.inf)
+    nearest = min_with_initial(sq, axis=1, keepdims=True, initial=math.inf)
+    relative = sq - nearest
+    # The nearest group's term is set to exactly 0 by subtracting it from itself: XLA
+    # may fuse the square into ``sq - nearest`` as one FMA, which leaves the unrounded
+    # square's rounding error (~1e-7 of it) where 0 should be. Times 1 / (2 sigma^2)
+    # (up to ~1e38) that is a logit of +-1e31, and where the softmax's max and its
+    # exponentials took it differently every group's exponential was 0: NaN masks
+    # (sigma = 1e-19 under XLA and jax.jit). The subtracted copy carries no gradient,
+    # so outputs and gradients are those of ``sq - nearest`` wherever it was exact.
+    return relative - ops.stop_gradient(ops.where(sq == nearest, relative, ops.zeros_like(relative)))
 
 
 def _group_softmax(logits):

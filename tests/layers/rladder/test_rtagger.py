@@ -568,6 +568,26 @@ def test_the_smallest_sigma_allowed_gives_finite_outputs_far_from_the_means(mask
     assert pi.shape == (0, 2, 2, 4, 4, 1)
 
 
+@pytest.mark.parametrize("mask_update", ["learned", "posterior"])
+def test_the_smallest_sigma_allowed_gives_finite_outputs_under_xla(mask_update):
+    # Found 2026-11-29: the test above passed eagerly, but compiled with XLA
+    # (tf.function(jit_compile=True), jax.jit) pi and m were NaN. XLA fused the square
+    # into ``sq - min(sq)`` as one FMA, so the nearest group's relative distance was the
+    # square's rounding error (~1e-7) instead of 0; times 1 / (2 sigma^2) ~ 5e37 that is
+    # a logit of +-1e31 that the softmax's max and its exponentials took differently.
+    from tests.backends import compiled
+
+    x = _images(2, 4, 4, 1) * 3.0 + 2.0
+    layer = RTagger(2, CONV_LEVELS, n_iters=2, sigma=1e-19, mask_update=mask_update)
+    eager_pi, eager_m = (keras.ops.convert_to_numpy(t) for t in layer(x))
+    pi, m = (keras.ops.convert_to_numpy(t) for t in compiled(lambda v: layer(v))(keras.ops.convert_to_tensor(x)))
+    assert np.all(np.isfinite(pi)) and np.all(np.isfinite(m))
+    np.testing.assert_allclose(pi.sum(axis=2), 1.0, rtol=1e-5)
+    # each pixel goes to its nearest group, as eagerly (the masks are 0 or 1 at this sigma)
+    np.testing.assert_allclose(pi, eager_pi, atol=1e-5)
+    np.testing.assert_allclose(m, eager_m, rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("levels,shape", [([level_spec("gated", 4), level_spec("lstm", 3)], (2, 4, 6)),
                                           (CONV_LEVELS, (2, 4, 4, 4, 1))])
 def test_padded_steps_never_change_the_other_outputs(levels, shape):
