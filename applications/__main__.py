@@ -11,7 +11,12 @@
 
 The application, when given, comes right after the command (default: ``demo``).
 Applications register in ``applications/registry.py`` (the protocol is documented
-there); their HyperModels in ``tuning/__init__.py``.
+there), with the line ``--help`` shows for each; their HyperModels in
+``tuning/__init__.py``. ``--help``, ``--version`` and a mistyped command or
+application name (``keras-capsules frobnicate``, ``keras-capsules train nosuchapp``)
+are answered without importing any application, hence without TensorFlow (seconds,
+and lines of its start-up on stderr); a command imports its application, whose
+options it takes.
 
 ``--batch-size`` is per replica everywhere. ``train`` backs up its state in
 ``<run-dir>/backup``: the same command, run again after a crash, resumes (also after
@@ -101,10 +106,27 @@ def _add_missing_helps(parser):
 
 def _version():
     """The version of the ``keras_capsules`` that runs (that of the checkout in an
-    editable install, where the installed metadata may lag behind)."""
-    import keras_capsules
+    editable install, where the installed metadata may lag behind): the ``__version__``
+    assigned in the ``keras_capsules/__init__.py`` that ``import keras_capsules`` runs,
+    read without running it (that loads TensorFlow); where that file cannot be read or
+    holds no literal version, the installed distribution's, else the imported one."""
+    import ast
+    import importlib.util
+    from importlib import metadata
 
-    return keras_capsules.__version__
+    try:
+        source = pathlib.Path(importlib.util.find_spec("keras_capsules").origin).read_text(encoding="utf-8")
+        for node in ast.parse(source).body:
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__version__" for t in node.targets):
+                return ast.literal_eval(node.value)
+    except (AttributeError, TypeError, ImportError, OSError, SyntaxError, ValueError):
+        pass
+    try:
+        return metadata.version("keras-capsules")  # (the distribution of setup.py)
+    except metadata.PackageNotFoundError:
+        import keras_capsules
+
+        return keras_capsules.__version__
 
 
 def _hypermodel_names():
@@ -114,18 +136,40 @@ def _hypermodel_names():
 
 
 def _application_list():
-    lines = []
+    """The applications and their descriptions (``registry.DESCRIPTIONS``: no module is
+    imported)."""
     width = max(len(name) for name in registry.names())
-    for name in registry.names():
-        module = registry.load(name)
-        text = getattr(module, "DESCRIPTION", None) or (module.__doc__ or "").strip().splitlines()[0]
-        lines.append(f"  {name:<{width}}  {text}")
-    return "\n".join(lines)
+    return "\n".join(f"  {name:<{width}}  {registry.DESCRIPTIONS[name]}" for name in registry.names())
 
 
 def build_parser(application=registry.DEFAULT_APPLICATION):
     """The parser; ``application``'s own options are added to train/evaluate/tune."""
-    module = registry.load(application)
+    return _parser(application, registry.load(application))
+
+
+class _NeedsApplication(Exception):
+    """A command was reached: parsing it needs an application's options."""
+
+
+class _CommandNeedingApplication(_Parser):
+    """The parser of a command in :func:`_parser_without_application`: raises
+    :class:`_NeedsApplication` when the command line reaches it."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        raise _NeedsApplication
+
+
+def _parser_without_application():
+    """The parser of :func:`build_parser` without any application's options (none is
+    imported, nor TensorFlow), whose commands raise :class:`_NeedsApplication` when
+    reached; their parsers, with the common options, read as :func:`build_parser`'s
+    as far as the application's name."""
+    return _parser(registry.DEFAULT_APPLICATION, None, command_class=_CommandNeedingApplication)
+
+
+def _parser(application, module, command_class=_Parser):
+    """:func:`build_parser`, with ``module``'s options (none for None); the parsers of
+    the commands are ``command_class``."""
     parser = _Parser(
         prog=PROG,
         description="Train, evaluate, tune and benchmark the keras-capsules applications.",
@@ -135,7 +179,7 @@ def build_parser(application=registry.DEFAULT_APPLICATION):
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
-                                     parser_class=_Parser)
+                                     parser_class=command_class)
     helps = {
         "train": "train an application (default: the demo); rerun to resume after a crash "
                  "(with --epochs at least the epoch reached)",
@@ -151,7 +195,8 @@ def build_parser(application=registry.DEFAULT_APPLICATION):
         sub.add_argument("application", nargs="?", default=registry.DEFAULT_APPLICATION, choices=choices,
                          help="one of %(choices)s (default: %(default)s)")
         arguments.add_common_arguments(sub, command)
-        module.add_arguments(sub, command)
+        if module is not None:
+            module.add_arguments(sub, command)
         _add_missing_helps(sub)
     bench = commands.add_parser(
         "bench", help="run a benchmark script of benchmarks/ (source checkout only)",
@@ -337,9 +382,37 @@ def _best_files(result, application):
     return ", ".join(f"{label} {result[key]}" for key, label in labels.items() if result.get(key))
 
 
+def _answer_without_application(argv):
+    """Answers, as :func:`main` does with the default application's parser, the
+    command lines that need no application, importing none (nor TensorFlow, which takes
+    seconds and writes lines of its start-up on stderr); returns for the others.
+
+    Answered (by exiting): ``--help``, ``--version`` and the usage errors of the top
+    level (no command, an unknown one), which never reach a command's parser; and a
+    command followed at once by a name that is no application (``train nosuchapp``),
+    when every option after it is ``-h``, ``--help`` or a common option in full (an
+    application's option, an unknown or abbreviated one, or ``--``, could be refused
+    before the name: those take the usual way), as :func:`main`'s first parse refuses it.
+    """
+    parser = _parser_without_application()
+    try:
+        parser.parse_known_args(argv)  # exits, unless a command is reached
+    except _NeedsApplication:
+        pass
+    if len(argv) < 2 or argv[0] not in ("train", "evaluate", "tune"):
+        return
+    sub = _command_parser(parser, argv[0])
+    name, rest = argv[1], [a for a in argv[2:] if a not in ("-h", "--help")]
+    if (name.startswith("-") or name in registry.APPLICATIONS
+            or any(a.startswith("-") and a.split("=", 1)[0] not in sub._option_string_actions for a in rest)):
+        return
+    _Parser.parse_known_args(sub, [name, *rest])  # exits: "argument application: invalid choice"
+
+
 def main(argv=None):
     """Runs the command line; returns the exit code (2 for a user error)."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    _answer_without_application(argv)
     application = _application_of(argv)
     parser = build_parser(application)
     _refuse_options_of_no_application(parser, argv)

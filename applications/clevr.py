@@ -999,7 +999,6 @@ def evaluate(model_path, cache_dir, data_dir=None, image_size=None, limit=None, 
 
 # The command-line protocol (applications/registry.py).
 
-DESCRIPTION = "MAC network on CLEVR (TFDS clevr in --data-dir, ResNet-101 features cached once)"
 
 
 def add_arguments(parser, command):

@@ -32,7 +32,6 @@ from applications.mnist_digits import load_idx_digits
 from applications.errors import InputError, PathNotFoundError, user_path
 from keras_capsules.layers import EMRouting
 
-DESCRIPTION = "two-layer EM-routing capsule network on digits (no download needed)"
 NUM_CLASSES = 10
 BENCHMARK = "em_routing_mnist"
 

@@ -1324,7 +1324,6 @@ def _check_music_model(model, model_path):
 
 # The command-line protocol (applications/registry.py).
 
-DESCRIPTION = "Recurrent Ladder next-step prediction of JSB Chorales (--data-dir: jsb_chorales.json)"
 BENCHMARK = "rladder jsb"
 
 

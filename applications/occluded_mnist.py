@@ -1154,7 +1154,6 @@ def _check_occluded_mnist_model(model, model_path):
 
 # The command-line protocol (applications/registry.py).
 
-DESCRIPTION = "Recurrent Ladder on Occluded Moving MNIST (--data-dir: MNIST IDX files, or --source tfds)"
 BENCHMARK = "rladder occluded"
 
 

@@ -1,13 +1,14 @@
 """The application registry: how an application joins the command line.
 
 To add an application ``foo``, write ``applications/foo.py`` (or a package) and add one
-line to :data:`APPLICATIONS` below (and, for ``tune``, one line to
-``tuning.HYPERMODELS``). Modules are imported only when their command runs.
+entry to ``_REGISTERED`` below: its module and the one line that ``keras-capsules --help``
+shows for it (and, for ``tune``, one line to ``tuning.HYPERMODELS``). Modules are
+imported only when their command runs: the description is kept here, not read from the
+module, because importing an application loads TensorFlow (seconds, and lines of its
+start-up on stderr), which ``keras-capsules --help``, ``--version`` and a mistyped
+command or application name do without.
 
 The protocol (an application module exposes):
-
-``DESCRIPTION``
-    One line shown by ``keras-capsules --help`` (default: the docstring's first line).
 
 ``add_arguments(parser, command)``
     Adds the application's own options to the ``argparse`` sub-parser of ``command``
@@ -55,18 +56,33 @@ shown with its traceback.
 
 import importlib
 
-#: application name -> module that implements the protocol above.
-APPLICATIONS = {
-    "demo": "applications.demo",
-    "sort_of_clevr": "applications.sort_of_clevr",
-    "music": "applications.music",
-    "occluded_mnist": "applications.occluded_mnist",
-    "smallnorb": "applications.smallnorb",
-    "sst": "applications.sst",
-    "text_classification": "applications.text_classification",
-    "clevr": "applications.clevr",
-    "textured_mnist": "applications.textured_mnist",
+#: application name -> (module that implements the protocol above, the line that
+#: ``keras-capsules --help`` shows for it)
+_REGISTERED = {
+    "demo": ("applications.demo",
+             "two-layer EM-routing capsule network on digits (no download needed)"),
+    "sort_of_clevr": ("applications.sort_of_clevr",
+                      "MAC network on generated Sort-of-CLEVR questions (no download needed)"),
+    "music": ("applications.music",
+              "Recurrent Ladder next-step prediction of JSB Chorales (--data-dir: jsb_chorales.json)"),
+    "occluded_mnist": ("applications.occluded_mnist",
+                       "Recurrent Ladder on Occluded Moving MNIST (--data-dir: MNIST IDX files, or --source tfds)"),
+    "smallnorb": ("applications.smallnorb",
+                  "EM-routing capsules on smallNORB stereo pairs (TFDS smallnorb in --data-dir)"),
+    "sst": ("applications.sst",
+            "EM routing over a frozen transformer's hidden states, SST-5/SST-2 (--data-dir: SST trees)"),
+    "text_classification": ("applications.text_classification",
+                            "CCCapsNet: k-means/dynamic routing text classifier (SST trees or prepared TFDS sets)"),
+    "clevr": ("applications.clevr",
+              "MAC network on CLEVR (TFDS clevr in --data-dir, ResNet-101 features cached once)"),
+    "textured_mnist": ("applications.textured_mnist",
+                       "RTagger grouping textured MNIST digits (--data-dir: MNIST IDX files)"),
 }
+
+#: application name -> module that implements the protocol above.
+APPLICATIONS = {name: module for name, (module, _) in _REGISTERED.items()}
+#: application name -> its line in ``keras-capsules --help``.
+DESCRIPTIONS = {name: description for name, (_, description) in _REGISTERED.items()}
 
 DEFAULT_APPLICATION = "demo"
 

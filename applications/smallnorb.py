@@ -642,7 +642,6 @@ def evaluate(model_path, data_dir=None, batch_size=20, image_size=None, steps=No
 
 # The command-line protocol (applications/registry.py).
 
-DESCRIPTION = "EM-routing capsules on smallNORB stereo pairs (TFDS smallnorb in --data-dir)"
 BENCHMARK = "mnist_capsules"
 
 

@@ -769,7 +769,6 @@ def evaluate(model_path, validation_examples=None, seed=None, batch_size=256, st
 
 # The command-line protocol (applications/registry.py).
 
-DESCRIPTION = "MAC network on generated Sort-of-CLEVR questions (no download needed)"
 BENCHMARK = "sort_of_clevr"
 
 

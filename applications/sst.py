@@ -1108,7 +1108,6 @@ def _check_sst_model(model, model_path):
 
 # The command-line protocol (applications/registry.py).
 
-DESCRIPTION = "EM routing over a frozen transformer's hidden states, SST-5/SST-2 (--data-dir: SST trees)"
 BENCHMARK = "sst_routing"
 
 

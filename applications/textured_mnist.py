@@ -1074,7 +1074,6 @@ def _check_textured_mnist_model(model, model_path):
 
 # The command-line protocol (applications/registry.py).
 
-DESCRIPTION = "RTagger grouping textured MNIST digits (--data-dir: MNIST IDX files)"
 BENCHMARK = "rladder tagger"
 
 

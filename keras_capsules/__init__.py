@@ -18,7 +18,9 @@ import warnings as _warnings
 # kernels, and the corruption surfaces later as a random segfault or abort. Unless the
 # user chose otherwise, turn the oneDNN kernels off before TensorFlow loads (the Eigen
 # kernels are exact and, for these layers, within 2x of oneDNN's speed).
-# ``TF_ENABLE_ONEDNN_OPTS=1`` opts back in.
+# ``TF_ENABLE_ONEDNN_OPTS=1`` opts back in. ``applications/__init__.py`` sets the same
+# default without importing this package (``keras-capsules --help`` loads no TensorFlow):
+# change both together (tests/applications/test_cli_startup.py checks that they agree).
 ONEDNN_VARIABLE = "TF_ENABLE_ONEDNN_OPTS"
 if "tensorflow" not in _sys.modules:
     _os.environ.setdefault(ONEDNN_VARIABLE, "0")

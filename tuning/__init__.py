@@ -35,7 +35,9 @@ To add one: write ``tuning/<application>.py`` (usually a subclass of
 import importlib
 from collections.abc import Mapping
 
-import keras_capsules  # noqa: F401  (before keras_tuner loads TensorFlow: its runtime defaults)
+# Before keras_tuner loads TensorFlow: the runtime defaults of keras_capsules, set without
+# loading TensorFlow (the command line reads HYPERMODELS' names for its help and errors).
+import applications  # noqa: F401
 
 _HYPERMODELS = {
     "demo": "tuning.demo:DemoHyperModel",

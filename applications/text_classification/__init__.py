@@ -29,7 +29,6 @@ from applications.text_classification.recipe import evaluate, main, train
 from applications.text_classification.cli import (
     BENCHMARK,
     INTRA_OP_THREADS,
-    DESCRIPTION,
     add_arguments,
     run_evaluate,
     run_train,
@@ -38,7 +37,6 @@ from applications.text_classification.cli import (
 __all__ = [
     "BENCHMARK",
     "INTRA_OP_THREADS",
-    "DESCRIPTION",
     "DATASETS",
     "add_arguments",
     "bucket_batches",

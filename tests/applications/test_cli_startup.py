@@ -1,0 +1,192 @@
+"""Start-up of the command line: ``--help``, ``--version`` and a mistyped command or
+application name are answered without importing an application, Keras or TensorFlow
+(that took 7 s on a 2-core machine and wrote TensorFlow's start-up lines on stderr),
+and answer what the default application's parser answers. What they read instead (the
+registry's descriptions, the version in ``keras_capsules/__init__.py``, the oneDNN
+default of ``applications/__init__.py``) agrees with its other copy."""
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from importlib import metadata
+
+import pytest
+
+from applications import __main__ as cli
+from applications import registry
+from tests.applications.cli_helpers import REPO
+
+ONEDNN = "TF_ENABLE_ONEDNN_OPTS"
+#: modules that a command line answered without an application must not import
+HEAVY = ("tensorflow", "keras", "jax", "keras_capsules")
+
+# Runs main(argv) and prints what it wrote, its exit code and which heavy modules it loaded.
+_MAIN = f"""
+import contextlib, io, json, sys
+from applications.__main__ import main
+out, err, code = io.StringIO(), io.StringIO(), None
+with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    try:
+        code = main(json.loads(sys.argv[1]))
+    except SystemExit as exit:
+        code = exit.code
+loaded = [name for name in {HEAVY!r} if name in sys.modules]
+print(json.dumps({{"code": code, "out": out.getvalue(), "err": err.getvalue(), "loaded": loaded}}))
+"""
+
+
+def _python(code, *args, **extra_env):
+    """Runs ``python -c code args`` on the sources under test, as a user's shell would:
+    no TensorFlow log level, no oneDNN choice, 100 columns for argparse."""
+    environment = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", ONEDNN)}
+    path = str(REPO) + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")
+    environment.update(COLUMNS="100", CUDA_VISIBLE_DEVICES="", KERAS_BACKEND="tensorflow", PYTHONPATH=path,
+                       **extra_env)
+    return subprocess.run([sys.executable, "-c", code, *args], cwd=str(REPO), env=environment,
+                          capture_output=True, text=True, timeout=300)
+
+
+def _run_main(argv):
+    proc = _python(_MAIN, json.dumps(argv))
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout), proc.stderr
+
+
+ANSWERED_WITHOUT_APPLICATION = [
+    (["--help"], 0),
+    (["-h"], 0),
+    (["--version"], 0),
+    (["--help", "train"], 0),
+    (["frobnicate"], 2),
+    ([], 2),
+    (["train", "nosuchapp"], 2),
+    (["tune", "nosuchapp"], 2),
+    (["evaluate", "nosuchapp", "--model", "m.keras"], 2),
+    (["train", "nosuchapp", "--epochs", "3", "--help"], 2),
+]
+
+
+@pytest.mark.parametrize("argv, code", ANSWERED_WITHOUT_APPLICATION)
+def test_answered_without_tensorflow(argv, code):
+    # `keras-capsules --help` imported every application (for its description), hence
+    # Keras and TensorFlow: 7 s, and TensorFlow's start-up lines on stderr.
+    result, stderr = _run_main(argv)
+    assert result["code"] == code
+    assert result["loaded"] == []
+    assert stderr == ""  # (no start-up lines of TensorFlow's)
+    assert "keras-capsules" in (result["out"] if code == 0 else result["err"])
+
+
+@pytest.mark.parametrize("argv, code", ANSWERED_WITHOUT_APPLICATION)
+def test_answered_as_the_default_applications_parser_answers(argv, code, monkeypatch, capsys):
+    result, _ = _run_main(argv)
+    # main's way with the default application's parser (it loads the application)
+    monkeypatch.setattr(cli, "_answer_without_application", lambda argv: None)
+    monkeypatch.setenv("COLUMNS", "100")
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(list(argv))
+    captured = capsys.readouterr()
+    assert (result["code"], result["out"], result["err"]) == (exit_info.value.code, captured.out, captured.err)
+
+
+@pytest.mark.parametrize("argv", [
+    ["train"],
+    ["train", "demo", "--help"],
+    ["evaluate", "--help"],
+    ["bench", "--help"],
+    ["--quiet", "train", "nosuchapp"],  # (not right after the command)
+    ["train", "nosuchapp", "--epochz", "1"],  # refused as unknown first
+    ["train", "nosuchapp", "--ep", "1"],  # an abbreviation: ambiguous with an application's option?
+    ["train", "nosuchapp", "--filters", "8"],  # the demo's option
+    ["train", "nosuchapp", "--epochs", "-1"],
+    ["tune", "nosuchapp", "--", "x"],
+])
+def test_the_others_are_left_to_the_application(argv):
+    cli._answer_without_application(argv)  # returns: does not exit
+
+
+def test_the_help_lists_the_registrys_descriptions(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    out = capsys.readouterr().out
+    for name in registry.names():
+        assert f"  {name:<{max(map(len, registry.names()))}}  {registry.DESCRIPTIONS[name]}\n" in out
+
+
+@pytest.mark.parametrize("name", registry.names())
+def test_an_application_has_one_line_in_the_registry_and_no_copy_of_its_own(name):
+    # The registry holds the descriptions (the help imports no application); a copy in
+    # the module (the protocol's DESCRIPTION before 2026-11-29) would drift from it.
+    description = registry.DESCRIPTIONS[name]
+    assert description.strip() and "\n" not in description
+    assert not hasattr(registry.load(name), "DESCRIPTION")
+
+
+def test_the_version_is_keras_capsules_version():
+    import keras_capsules
+
+    assert cli._version() == keras_capsules.__version__
+    # the distribution's version (setup.py), and the installed one when installed
+    setup = ast.parse((REPO / "setup.py").read_text(encoding="utf-8"))
+    call = next(node for node in ast.walk(setup) if isinstance(node, ast.Call)
+                and getattr(node.func, "id", None) == "setup")
+    version = next(ast.literal_eval(k.value) for k in call.keywords if k.arg == "version")
+    assert version == keras_capsules.__version__
+    try:
+        installed = metadata.version("keras-capsules")
+    except metadata.PackageNotFoundError:
+        return
+    assert installed == keras_capsules.__version__, "reinstall: pip install -e ."
+
+
+def test_tuning_imports_no_tensorflow_and_sets_the_onednn_default():
+    # The help's `tune` choices are tuning.HYPERMODELS' names; tuning imported keras_capsules.
+    proc = _python("import json, os, sys, tuning; print(json.dumps([os.environ.get(sys.argv[1]), "
+                   f"[m for m in {HEAVY!r} if m in sys.modules]]))", ONEDNN)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == ["0", []]
+
+
+# keras_capsules/__init__.py and applications/__init__.py (which cannot import it: that
+# loads TensorFlow) each decide TF_ENABLE_ONEDNN_OPTS: re-run both (importlib.reload) for
+# every choice of the user, TensorFlow loaded or not (taken out of sys.modules).
+_DECISIONS = f"""
+import importlib, json, os, sys, warnings
+import applications
+import keras_capsules  # (loads TensorFlow)
+tensorflow = sys.modules["tensorflow"]
+decisions = []
+for tensorflow_loaded in (False, True):
+    for value in (None, "0", "1", ""):
+        for module in (applications, keras_capsules):
+            os.environ.pop("{ONEDNN}", None)
+            if value is not None:
+                os.environ["{ONEDNN}"] = value
+            if not tensorflow_loaded:
+                del sys.modules["tensorflow"]
+            try:
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    importlib.reload(module)
+            finally:
+                sys.modules["tensorflow"] = tensorflow
+            warned = any("{ONEDNN}" in str(w.message) for w in caught)
+            decisions.append([module.__name__, tensorflow_loaded, value, os.environ.get("{ONEDNN}"), warned])
+print(json.dumps(decisions))
+"""
+
+
+def test_applications_and_keras_capsules_set_the_same_onednn_default():
+    proc = _python(_DECISIONS, TF_CPP_MIN_LOG_LEVEL="3")
+    assert proc.returncode == 0, proc.stderr
+    decisions = json.loads(proc.stdout.splitlines()[-1])
+    expected = []
+    for tensorflow_loaded in (False, True):
+        for value in (None, "0", "1", ""):
+            # "0" unless the user chose or TensorFlow is loaded; keras_capsules warns then
+            result = value if value is not None or tensorflow_loaded else "0"
+            expected.append(["applications", tensorflow_loaded, value, result, False])
+            expected.append(["keras_capsules", tensorflow_loaded, value, result, tensorflow_loaded and value is None])
+    assert decisions == expected
