@@ -68,6 +68,7 @@ def load_model(model_path):
 
     import keras
 
+    import keras_capsules  # noqa: F401  (registers the layers the model may hold)
     from applications.errors import CommandLineError
 
     path = os.fspath(model_path)

@@ -190,3 +190,26 @@ def test_applications_and_keras_capsules_set_the_same_onednn_default():
             expected.append(["applications", tensorflow_loaded, value, result, False])
             expected.append(["keras_capsules", tensorflow_loaded, value, result, tensorflow_loaded and value is None])
     assert decisions == expected
+
+
+def test_a_saved_capsule_model_loads_through_applications_alone(tmp_path):
+    # `import applications` registered the capsule layers when it imported keras_capsules;
+    # since it no longer does, checks.load_model imports keras_capsules itself (else a
+    # model with a capsule layer was Keras' "Could not locate class" in a script that
+    # imported only applications.checks).
+    path = tmp_path / "model.keras"
+    save = f"""
+import keras_capsules, keras
+inputs = keras.Input((3, 4))
+keras.Model(inputs, keras_capsules.layers.CapsuleLength()(inputs)).save({str(path)!r})
+"""
+    saved = _python(save)
+    assert saved.returncode == 0, saved.stderr[-2000:]
+    load = f"""
+from applications import checks
+model = checks.load_model({str(path)!r})
+print(type(model.layers[-1]).__name__)
+"""
+    result = _python(load)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().splitlines()[-1] == "CapsuleLength"
