@@ -254,7 +254,9 @@ def _model_of_folder(args):
 
 
 def _benchmark_command(name):
-    """``(script, default arguments)`` of a benchmark or of an application's ``BENCHMARK``."""
+    """``(script, default arguments)`` of a benchmark or of an application's benchmark
+    (``registry.BENCHMARKS``: read without importing the application, so the parent
+    process of ``bench`` loads no TensorFlow; the script's own process does)."""
     if not BENCHMARKS_DIR.is_dir():
         raise CommandLineError(
             "benchmarks are not installed: run `keras-capsules bench` from a source checkout "
@@ -269,7 +271,7 @@ def _benchmark_command(name):
     arguments = []
     if name in registry.APPLICATIONS:
         # e.g. "rladder jsb": the script's stem, then arguments that select the application's part.
-        name, *arguments = (getattr(registry.load(name), "BENCHMARK", None) or name).split()
+        name, *arguments = registry.BENCHMARKS.get(name, name).split()
     if name not in available:
         raise CommandLineError(f"no benchmark {name!r}; choose from {', '.join(available)}")
     return BENCHMARKS_DIR / f"{name}.py", arguments
@@ -414,7 +416,9 @@ def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     _answer_without_application(argv)
     application = _application_of(argv)
-    parser = build_parser(application)
+    # `bench` runs its script in a process of its own and takes no application's options:
+    # its parser needs no application module (importing one loads TensorFlow, seconds)
+    parser = _parser(application, None) if argv[:1] == ["bench"] else build_parser(application)
     _refuse_options_of_no_application(parser, argv)
     if argv[:1] in (["train"], ["evaluate"], ["tune"]) and argv[1:2] != [application]:
         # The application may follow common options (`train --quiet sst ...`): learn it

@@ -33,7 +33,6 @@ from applications.errors import InputError, PathNotFoundError, user_path
 from keras_capsules.layers import EMRouting
 
 NUM_CLASSES = 10
-BENCHMARK = "em_routing_mnist"
 
 
 def build_model(

@@ -1324,8 +1324,6 @@ def _check_music_model(model, model_path):
 
 # The command-line protocol (applications/registry.py).
 
-BENCHMARK = "rladder jsb"
-
 
 def add_arguments(parser, command):
     """The music application's options for ``train``, ``evaluate`` and ``tune``."""

@@ -1154,8 +1154,6 @@ def _check_occluded_mnist_model(model, model_path):
 
 # The command-line protocol (applications/registry.py).
 
-BENCHMARK = "rladder occluded"
-
 
 def plot_predictions(model, frames, path, labels=None, num_sequences=3, batch_size=64, title=None):
     """Writes, for a few sequences, the frames, the predicted next frames and digits to a PNG.

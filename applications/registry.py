@@ -1,12 +1,13 @@
 """The application registry: how an application joins the command line.
 
 To add an application ``foo``, write ``applications/foo.py`` (or a package) and add one
-entry to ``_REGISTERED`` below: its module and the one line that ``keras-capsules --help``
-shows for it (and, for ``tune``, one line to ``tuning.HYPERMODELS``). Modules are
-imported only when their command runs: the description is kept here, not read from the
-module, because importing an application loads TensorFlow (seconds, and lines of its
-start-up on stderr), which ``keras-capsules --help``, ``--version`` and a mistyped
-command or application name do without.
+entry to ``_REGISTERED`` below: its module, the one line that ``keras-capsules --help``
+shows for it and its benchmark (and, for ``tune``, one line to ``tuning.HYPERMODELS``).
+Modules are imported only when their command runs: the description and the benchmark
+are kept here, not read from the module, because importing an application loads
+TensorFlow (seconds, and lines of its start-up on stderr), which ``keras-capsules
+--help``, ``--version``, a mistyped command or application name, and ``keras-capsules
+bench`` (whose script runs in a process of its own) do without.
 
 The protocol (an application module exposes):
 
@@ -37,11 +38,6 @@ The protocol (an application module exposes):
     ``--intra-op-threads`` (see ``applications.distribute.set_intra_op_threads``);
     absent or None: TensorFlow's default, all cores.
 
-``BENCHMARK`` (optional)
-    The stem of a script in ``benchmarks/`` run by ``keras-capsules bench <name>``,
-    optionally followed by the script's arguments that select the application's part
-    (``"rladder jsb"``); the user's own arguments come after them.
-
 User mistakes (missing data, bad values, a dataset that needs a download while
 offline: see ``applications.tfds_data.require_prepared``) are raised as
 ``applications.errors.CommandLineError`` (``InputError``, a ``ValueError``, for a bad
@@ -57,32 +53,47 @@ shown with its traceback.
 import importlib
 
 #: application name -> (module that implements the protocol above, the line that
-#: ``keras-capsules --help`` shows for it)
+#: ``keras-capsules --help`` shows for it, its benchmark or None): the benchmark is the
+#: stem of a script in ``benchmarks/`` run by ``keras-capsules bench <name>``, optionally
+#: followed by the script's arguments that select the application's part (``"rladder
+#: jsb"``); the user's own arguments come after them.
 _REGISTERED = {
     "demo": ("applications.demo",
-             "two-layer EM-routing capsule network on digits (no download needed)"),
+             "two-layer EM-routing capsule network on digits (no download needed)",
+             "em_routing_mnist"),
     "sort_of_clevr": ("applications.sort_of_clevr",
-                      "MAC network on generated Sort-of-CLEVR questions (no download needed)"),
+                      "MAC network on generated Sort-of-CLEVR questions (no download needed)",
+                      "sort_of_clevr"),
     "music": ("applications.music",
-              "Recurrent Ladder next-step prediction of JSB Chorales (--data-dir: jsb_chorales.json)"),
+              "Recurrent Ladder next-step prediction of JSB Chorales (--data-dir: jsb_chorales.json)",
+              "rladder jsb"),
     "occluded_mnist": ("applications.occluded_mnist",
-                       "Recurrent Ladder on Occluded Moving MNIST (--data-dir: MNIST IDX files, or --source tfds)"),
+                       "Recurrent Ladder on Occluded Moving MNIST (--data-dir: MNIST IDX files, or --source tfds)",
+                       "rladder occluded"),
     "smallnorb": ("applications.smallnorb",
-                  "EM-routing capsules on smallNORB stereo pairs (TFDS smallnorb in --data-dir)"),
+                  "EM-routing capsules on smallNORB stereo pairs (TFDS smallnorb in --data-dir)",
+                  "mnist_capsules"),
     "sst": ("applications.sst",
-            "EM routing over a frozen transformer's hidden states, SST-5/SST-2 (--data-dir: SST trees)"),
+            "EM routing over a frozen transformer's hidden states, SST-5/SST-2 (--data-dir: SST trees)",
+            "sst_routing"),
     "text_classification": ("applications.text_classification",
-                            "CCCapsNet: k-means/dynamic routing text classifier (SST trees or prepared TFDS sets)"),
+                            "CCCapsNet: k-means/dynamic routing text classifier (SST trees or prepared TFDS sets)",
+                            "text_classification"),
     "clevr": ("applications.clevr",
-              "MAC network on CLEVR (TFDS clevr in --data-dir, ResNet-101 features cached once)"),
+              "MAC network on CLEVR (TFDS clevr in --data-dir, ResNet-101 features cached once)",
+              None),
     "textured_mnist": ("applications.textured_mnist",
-                       "RTagger grouping textured MNIST digits (--data-dir: MNIST IDX files)"),
+                       "RTagger grouping textured MNIST digits (--data-dir: MNIST IDX files)",
+                       "rladder tagger"),
 }
 
 #: application name -> module that implements the protocol above.
-APPLICATIONS = {name: module for name, (module, _) in _REGISTERED.items()}
+APPLICATIONS = {name: module for name, (module, _, _) in _REGISTERED.items()}
 #: application name -> its line in ``keras-capsules --help``.
-DESCRIPTIONS = {name: description for name, (_, description) in _REGISTERED.items()}
+DESCRIPTIONS = {name: description for name, (_, description, _) in _REGISTERED.items()}
+#: application name -> what ``keras-capsules bench <name>`` runs (see ``_REGISTERED``);
+#: an application without one is absent.
+BENCHMARKS = {name: benchmark for name, (_, _, benchmark) in _REGISTERED.items() if benchmark}
 
 DEFAULT_APPLICATION = "demo"
 

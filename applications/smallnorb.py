@@ -642,8 +642,6 @@ def evaluate(model_path, data_dir=None, batch_size=20, image_size=None, steps=No
 
 # The command-line protocol (applications/registry.py).
 
-BENCHMARK = "mnist_capsules"
-
 
 def add_arguments(parser, command):
     """smallNORB's options for ``train``, ``evaluate`` and ``tune``."""

@@ -769,8 +769,6 @@ def evaluate(model_path, validation_examples=None, seed=None, batch_size=256, st
 
 # The command-line protocol (applications/registry.py).
 
-BENCHMARK = "sort_of_clevr"
-
 
 def add_arguments(parser, command):
     """Sort-of-CLEVR's options for ``train``, ``evaluate`` and ``tune``."""

@@ -1108,8 +1108,6 @@ def _check_sst_model(model, model_path):
 
 # The command-line protocol (applications/registry.py).
 
-BENCHMARK = "sst_routing"
-
 
 def add_arguments(parser, command):
     """The SST application's options for ``train``, ``evaluate`` and ``tune``."""

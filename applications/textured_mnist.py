@@ -1074,8 +1074,6 @@ def _check_textured_mnist_model(model, model_path):
 
 # The command-line protocol (applications/registry.py).
 
-BENCHMARK = "rladder tagger"
-
 
 def add_arguments(parser, command):
     """Textured MNIST's options for ``train``, ``evaluate`` and ``tune``."""

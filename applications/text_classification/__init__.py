@@ -27,7 +27,6 @@ from applications.text_classification.recipe import evaluate, main, train
 
 # The command-line protocol (applications/registry.py).
 from applications.text_classification.cli import (
-    BENCHMARK,
     INTRA_OP_THREADS,
     add_arguments,
     run_evaluate,
@@ -35,7 +34,6 @@ from applications.text_classification.cli import (
 )
 
 __all__ = [
-    "BENCHMARK",
     "INTRA_OP_THREADS",
     "DATASETS",
     "add_arguments",

@@ -14,7 +14,6 @@ from applications.text_classification import data as data_lib
 from applications.text_classification import model as model_lib
 from applications.text_classification import recipe
 
-BENCHMARK = "text_classification"
 # The BiGRU steps' matrix products are too small to split over cores: one thread per op
 # trains 1.5x faster on a 2-core CPU (applications.distribute.set_intra_op_threads).
 INTRA_OP_THREADS = 1

@@ -124,6 +124,63 @@ def test_an_application_has_one_line_in_the_registry_and_no_copy_of_its_own(name
     assert not hasattr(registry.load(name), "DESCRIPTION")
 
 
+@pytest.mark.parametrize("name", registry.names())
+def test_an_applications_benchmark_is_in_the_registry_only_and_names_a_script(name):
+    # `bench NAME` read the module's BENCHMARK (importing the application, so TensorFlow,
+    # in the parent process of the benchmark's own); the registry holds it now.
+    assert not hasattr(registry.load(name), "BENCHMARK")
+    benchmark = registry.BENCHMARKS.get(name)
+    if benchmark is not None:
+        assert (cli.BENCHMARKS_DIR / f"{benchmark.split()[0]}.py").is_file()
+
+
+# main(argv) with benchmarks/ replaced by a folder holding the demo's benchmark as a script
+# that prints its arguments, and which heavy modules the parent process loaded.
+_BENCH = f"""
+import contextlib, io, json, pathlib, sys, tempfile
+from applications import __main__ as cli
+folder = pathlib.Path(tempfile.mkdtemp()) / "benchmarks"
+folder.mkdir()
+(folder / "em_routing_mnist.py").write_text("import sys\\nprint('script', sys.argv[1:])\\n")
+cli.BENCHMARKS_DIR = folder
+sys.stdout.flush()
+code = cli.main(json.loads(sys.argv[1]))
+sys.stdout.flush()
+print(json.dumps({{"code": code, "loaded": [m for m in {HEAVY!r} if m in sys.modules]}}))
+"""
+
+
+@pytest.mark.parametrize("argv, code, printed", [
+    (["bench", "demo", "--epochs", "1"], 0, "script ['--epochs', '1']"),
+    (["bench", "em_routing_mnist"], 0, "script []"),
+    (["bench", "nosuch"], 2, "no benchmark 'nosuch'; choose from em_routing_mnist"),
+    (["bench"], 2, "name a benchmark"),
+    (["bench", "--help"], 0, "Runs benchmarks/NAME.py"),
+])
+def test_bench_loads_no_tensorflow_in_its_own_process(argv, code, printed):
+    # The script runs in a process of its own (which loads what it needs); the parent
+    # loaded the demo application, hence TensorFlow: 5 s and its start-up lines, twice.
+    proc = _python(_BENCH, json.dumps(argv))
+    lines = proc.stdout.splitlines()
+    if argv[-1] == "--help":  # argparse exits before the last line
+        assert proc.returncode == 0 and printed in proc.stdout and proc.stderr == ""
+        return
+    result = json.loads(lines[-1])
+    assert (result["code"], result["loaded"]) == (code, [])
+    assert printed in (proc.stdout if code == 0 else proc.stderr)
+    assert proc.stderr == ("" if code == 0 else proc.stderr.splitlines()[0] + "\n")
+
+
+def test_bench_help_is_the_full_parsers(monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", "100")
+    with pytest.raises(SystemExit):
+        cli.main(["bench", "--help"])
+    lean = capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        cli.build_parser(registry.DEFAULT_APPLICATION).parse_args(["bench", "--help"])
+    assert lean == capsys.readouterr().out
+
+
 def test_the_version_is_keras_capsules_version():
     import keras_capsules
 
