@@ -709,7 +709,7 @@ def make_dataset(features_path, image_index, tokens, labels, batch_size=64, shuf
         feats.set_shape((None,) + feature_shape)
         return {"question": question, "features": feats}, label
 
-    return ds.map(attach).prefetch(tf.data.AUTOTUNE)
+    return distribute.prefetched(ds.map(attach))
 
 
 def prepare(cache_dir, data_dir=None, splits=("train", "validation"), image_size=IMAGE_SIZE,

@@ -155,8 +155,8 @@ def make_datasets(images, labels, batch_size, test_fraction=TEST_FRACTION, seed=
         .batch(batch_size)
     )
     batches = distribute.even_batch_count(len(train), batch_size, replicas)
-    train_ds = distribute.even_batches(train_ds, replicas, batches).prefetch(tf.data.AUTOTUNE)
-    test_ds = tf.data.Dataset.from_tensor_slices((images[test], labels[test])).batch(batch_size)
+    train_ds = distribute.prefetched(distribute.even_batches(train_ds, replicas, batches))
+    test_ds = distribute.prefetched(tf.data.Dataset.from_tensor_slices((images[test], labels[test])).batch(batch_size))
     return (
         distribute.distribute_dataset_options(train_ds),
         distribute.distribute_dataset_options(test_ds),

@@ -318,6 +318,43 @@ def _first_rows(value, rows):
     return value[:rows]
 
 
+#: batches that :func:`prefetched` prepares ahead of the step that takes them
+PREFETCH_BATCHES = 2
+
+
+def pipeline_options():
+    """``tf.data.Options`` of the applications' pipelines: tf.data's autotuner off.
+
+    With the autotuner on, a training step on a CPU that is shared (a process pinned
+    to one core, or more training processes than cores, as the benchmarks run their
+    variants side by side) waited at random, idle, for the next batch: Occluded
+    Moving MNIST's ``fit`` took 103 ms per update for 58-72 ms of CPU on one pinned
+    core, and of three runs side by side on two cores one took 205 ms per update
+    and the others 101-106 ms, with the same 72 ms of CPU each (2026-11-29; the
+    update times stick to multiples of about 100 ms). With it off, wall time equals
+    CPU time on one core and the three runs side by side share both cores evenly.
+    The text classifier's two GRU directions had whole epochs at half speed at
+    random the same way (``benchmarks/text_classification.py throughput``: 146.7
+    samples/s in about half of the timed runs, 225-250 in the others; 213-246 in all
+    with it off). Map parallelism and prefetching still work, with TensorFlow's
+    static defaults.
+    """
+    import tensorflow as tf
+
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return options
+
+
+def prefetched(dataset, buffer_size=PREFETCH_BATCHES):
+    """``dataset.prefetch(buffer_size)`` with :func:`pipeline_options` (no autotuner).
+
+    The last step of every application's pipeline: the next batches are prepared
+    while the model trains on the current one, without the autotuner's waits.
+    """
+    return dataset.prefetch(buffer_size).with_options(pipeline_options())
+
+
 def distribute_dataset_options(dataset):
     """``dataset`` with auto-sharding by ``DATA`` (right for in-memory or generated data)."""
     import tensorflow as tf

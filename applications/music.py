@@ -275,7 +275,7 @@ def make_dataset(rolls, batch_size=16, steps=None, shuffle=False, seed=0, window
     if targets_as_input:
         ds = ds.map(lambda inputs, targets, mask: ({"rolls": inputs, "targets": targets}, targets, mask))
     batches = distribute.even_batch_count(len(inputs), batch_size, replicas)
-    return distribute.even_batches(ds.batch(batch_size), replicas, batches).prefetch(tf.data.AUTOTUNE)
+    return distribute.prefetched(distribute.even_batches(ds.batch(batch_size), replicas, batches))
 
 
 # ------------------------------------------------------------------------- loss

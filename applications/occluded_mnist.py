@@ -56,7 +56,7 @@ from applications.checks import integer_at_least
 from applications.mnist_digits import check_digits
 from applications.errors import InputError, PathNotFoundError
 from keras_capsules.layers import RLadder, level_spec
-from keras_capsules.layers.rladder.level_spec import CONV_ENCODERS, UNFLATTENS
+from keras_capsules.layers.rladder.level_spec import CONV_ENCODERS, NORMALIZED_ENCODERS, UNFLATTENS
 
 FRAME_SIZE = 32
 DIGIT_SIZE = 14
@@ -443,7 +443,7 @@ def make_dataset(data, variant="rladder", batch_size=32, shuffle=False, seed=0):
     if shuffle:
         # a buffer of at least 1: tf.data refuses 0 (an empty set of sequences)
         ds = ds.shuffle(max(len(data["frames"]), 1), seed=seed, reshuffle_each_iteration=True)
-    return ds.batch(batch_size).prefetch(tf.data.AUTOTUNE)
+    return distribute.prefetched(ds.batch(batch_size))
 
 
 AUGMENTS = (None, "fresh", "affine")
@@ -538,7 +538,7 @@ def make_training_dataset(
     if variant in ("rladder", "no_feedback"):
         target_spec["next_frames"] = tf.TensorSpec((None, NUM_FRAMES - 1, frame_size, frame_size, 1), tf.float32)
     ds = tf.data.Dataset.from_generator(generated, output_signature=(frame_spec, target_spec))
-    return distribute.even_batches(ds, replicas, batches).prefetch(2)
+    return distribute.prefetched(distribute.even_batches(ds, replicas, batches))
 
 
 # ------------------------------------------------------------------------- model
@@ -554,10 +554,10 @@ def _check_conv_options(conv_encoder, conv_normalization):
             f"Received: conv_normalization={conv_normalization!r}"
         )
     if conv_normalization == "auto":
-        return "instance" if conv_encoder == "conv" else None
-    if conv_normalization is not None and conv_encoder != "conv":
+        return "instance" if conv_encoder in NORMALIZED_ENCODERS else None
+    if conv_normalization is not None and conv_encoder not in NORMALIZED_ENCODERS:
         raise InputError(
-            "`conv_normalization` needs conv_encoder='conv'. "
+            f"`conv_normalization` needs conv_encoder in {NORMALIZED_ENCODERS}. "
             f"Received: conv_encoder={conv_encoder!r}, conv_normalization={conv_normalization!r}"
         )
     return conv_normalization
@@ -581,11 +581,13 @@ def paper_levels(
         dense_units: units of the gated top level.
         conv_encoder: the encoder of the convolutional levels, ``"conv"``
             (default: feed-forward ReLU convolutions of the input and the decoder
-            feedback, see :class:`ConvEncoderCell`) or ``"convlstm"`` (recurrent).
+            feedback, see :class:`ConvEncoderCell`), ``"gatedconv"`` (feed-forward,
+            gated as a ConvLSTM, see :class:`GatedConvEncoderCell`) or
+            ``"convlstm"`` (recurrent).
         conv_normalization: ``"auto"`` (default: ``"instance"`` with ``"conv"``
-            levels, None with ``"convlstm"``), None, or ``"instance"`` (per-sample,
-            per-channel normalization of the convolutions' pre-activations; only
-            with ``conv_encoder="conv"``).
+            and ``"gatedconv"`` levels, None with ``"convlstm"``), None, or
+            ``"instance"`` (per-sample, per-channel normalization of the
+            convolutions' pre-activations; not with ``conv_encoder="convlstm"``).
         unflatten: how the gated top's decoder output reaches the pixels of the
             convolutional decoder below it (the top level's ``unflatten``, see
             :func:`level_spec`): ``"broadcast"`` (default: a dense projection to
@@ -636,20 +638,23 @@ def build_model(
             temporal baseline (plain convolutions and a GRU) ignores it.
         conv_encoder: the encoder of the ladder's convolutional levels:
             ``"conv"`` (default: feed-forward ReLU convolutions of the input and
-            the decoder feedback, :class:`ConvEncoderCell`) or ``"convlstm"`` (the
-            recurrent levels of the paper's Table 7; measured to stay near chance
-            far longer, see ``benchmarks/rladder_measurements.md``); the temporal baseline
-            ignores it (its convolutions are feed-forward anyway).
+            the decoder feedback, :class:`ConvEncoderCell`), ``"gatedconv"``
+            (feed-forward, the ConvLSTM's gates in place of the ReLU,
+            :class:`GatedConvEncoderCell`) or ``"convlstm"`` (the recurrent levels
+            of the paper's Table 7; measured to stay near chance far longer, see
+            ``benchmarks/rladder_measurements.md``); the temporal baseline ignores
+            it (its convolutions are feed-forward anyway).
         conv_normalization: ``"instance"``: per-sample normalization, per channel
             over height and width, of the pre-activations of every convolution
             before its ReLU, with a learned gain and shift per channel (without
             it the next-frame cost silences the ladder's upper ReLU levels).
-            Applies to the ladder's ``"conv"`` levels and, so that every variant
-            has the same per-frame convolutions, to the temporal baseline's
-            convolutions too (a Keras ``GroupNormalization`` with one group per
-            channel). Needs ``conv_encoder="conv"`` for the ladder variants.
-            None: no normalization. ``"auto"`` (default): ``"instance"`` with
-            ``conv_encoder="conv"``, None with ``"convlstm"``.
+            Applies to the ladder's ``"conv"`` and ``"gatedconv"`` levels and, so
+            that every variant has the same per-frame convolutions, to the
+            temporal baseline's convolutions too (a Keras ``GroupNormalization``
+            with one group per channel). Needs ``conv_encoder="conv"`` or
+            ``"gatedconv"`` for the ladder variants. None: no normalization.
+            ``"auto"`` (default): ``"instance"`` with ``"conv"`` and
+            ``"gatedconv"``, None with ``"convlstm"``.
         feedback_initializer: the RLadder's ``feedback_initializer`` (``"zeros"``,
             the default: the full ladder starts as ``no_feedback`` and learns its
             feedback; None: as its other kernels). Only the ``"rladder"`` variant
@@ -1316,11 +1321,11 @@ def add_arguments(parser, command):
                             help="height and width of the frames (default: %(default)s, as the paper; "
                             "the benchmark uses 24)")
         parser.add_argument("--conv-encoder", choices=CONV_ENCODERS, default="conv",
-                            help="the ladder's convolutional levels: feed-forward 'conv' (default) or "
-                            "recurrent 'convlstm' (the paper's)")
+                            help="the ladder's convolutional levels: feed-forward 'conv' (default), "
+                            "feed-forward with ConvLSTM gates 'gatedconv', or recurrent 'convlstm' (the paper's)")
         parser.add_argument("--conv-normalization", choices=("auto", "instance", "none"), default="auto",
                             help="normalization of the convolutions' pre-activations (default: auto, "
-                            "instance normalization with 'conv' levels, none with 'convlstm')")
+                            "instance normalization with 'conv' and 'gatedconv' levels, none with 'convlstm')")
         parser.add_argument("--unflatten", choices=UNFLATTENS, default="broadcast",
                             help="how the ladder's gated top reaches the pixels of the convolutional "
                             "decoder below it: one projection broadcast over all pixels (default) or a "

@@ -255,7 +255,7 @@ def make_dataset(
         ds = examples.map(prepare, num_parallel_calls=tf.data.AUTOTUNE)
         if repeat:
             ds = ds.repeat()
-        return ds.batch(batch_size).prefetch(tf.data.AUTOTUNE)
+        return distribute.prefetched(ds.batch(batch_size))
 
     # only the features used, as read: the buffer holds no other labels
     ds = examples.map(lambda ex: {k: ex[k] for k in ("image", "image2", "label_category")})
@@ -275,7 +275,7 @@ def make_dataset(
     ds = ds.batch(batch_size, drop_remainder=True)
     if mixup_alpha:
         ds = train_utils.mixup(ds, alpha=mixup_alpha, seed=seed)
-    return ds.prefetch(tf.data.AUTOTUNE)
+    return distribute.prefetched(ds)
 
 
 def _buffered_bytes(element_spec):

@@ -417,7 +417,7 @@ def make_dataset(batch_size=64, seed=0, relational=None, kb="symbolic", template
     # alive until the interpreter's exit, ended `train` with TensorFlow's "Error occurred
     # when finalizing GeneratorDataset iterator" on stderr.)
     ds = tf.data.Dataset.from_tensors(0).repeat().scan(tf.constant(b""), step)
-    return ds.prefetch(tf.data.AUTOTUNE)
+    return distribute.prefetched(ds)
 
 
 @keras.saving.register_keras_serializable(package="applications")

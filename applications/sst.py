@@ -723,7 +723,7 @@ def make_dataset(embedded, labels, num_classes, batch_size=32, shuffle=False, se
     )
     ds = tf.data.Dataset.from_generator(batches, output_signature=spec)
     ds = ds.apply(tf.data.experimental.assert_cardinality(n_batches))
-    return distribute.even_batches(ds, replicas, distribute.even_batch_count(n, batch_size, replicas)).prefetch(2)
+    return distribute.prefetched(distribute.even_batches(ds, replicas, distribute.even_batch_count(n, batch_size, replicas)))
 
 
 # ---------------------------------------------------------------------------- model

@@ -299,7 +299,7 @@ def make_dataset(data, n_iters, batch_size=32, num_classes=None, shuffle=False, 
         # a buffer of at least 1: tf.data refuses 0 (an empty set of images)
         ds = ds.shuffle(max(len(images), 1), seed=seed, reshuffle_each_iteration=True)
     batches = distribute.even_batch_count(len(images), batch_size, replicas)
-    return distribute.even_batches(ds.batch(batch_size), replicas, batches).prefetch(tf.data.AUTOTUNE)
+    return distribute.prefetched(distribute.even_batches(ds.batch(batch_size), replicas, batches))
 
 
 # ------------------------------------------------------------------------- model

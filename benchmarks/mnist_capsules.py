@@ -54,7 +54,7 @@ from keras_capsules.callbacks import TimeBudget  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from applications import smallnorb, training  # noqa: E402
+from applications import distribute, smallnorb, training  # noqa: E402
 from applications.mnist_digits import default_data_dir, load_idx_digits  # noqa: E402
 
 
@@ -103,7 +103,7 @@ def main(argv=None):
     train_ds = train_ds.batch(args.batch_size, drop_remainder=True)
     if args.mixup:
         train_ds = training.mixup(train_ds, alpha=args.mixup, seed=args.seed)
-    train_ds = train_ds.prefetch(tf.data.AUTOTUNE)
+    train_ds = distribute.prefetched(train_ds)
     steps_per_epoch = len(x_train) // args.batch_size
 
     beta_init = (

@@ -75,7 +75,7 @@ token (512 per sentence) learned worse than the linear head (kmeans 0.5673, dyna
 code does, fixed that. TensorFlow splitting every GRU step's small products over both
 cores cost a third of the throughput (121 samples/s; one intra-op thread: 183), and
 tf.data's autotuner made whole timed runs fall to exactly 146.7 samples/s about half
-the time (``data.pipeline_options`` turns it off).
+the time (``applications.distribute.pipeline_options`` turns it off).
 """
 
 import argparse
@@ -163,8 +163,8 @@ def throughput(args):
     rng = np.random.default_rng(0)
     ids = tf.constant(rng.integers(1, vocab, (batch, length)), tf.int32)
     labels = tf.constant(rng.integers(0, classes, batch), tf.int32)
-    # The application's pipeline options (tf.data's autotuner off, see data.pipeline_options).
-    dataset = tf.data.Dataset.from_tensors((ids, labels)).repeat().with_options(data_lib.pipeline_options())
+    # The applications' pipeline options (tf.data's autotuner off, see distribute.pipeline_options).
+    dataset = tf.data.Dataset.from_tensors((ids, labels)).repeat().with_options(distribute.pipeline_options())
     jits = {"both": (False, True), "on": (True,), "off": (False,)}[args.jit]
     results = {}
     grus = {"both": ("projected", "keras"), "projected": ("projected",), "keras": ("keras",)}[args.gru]

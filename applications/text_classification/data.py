@@ -37,7 +37,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from applications import console
+from applications import console, distribute
 from applications.checks import integer_at_least
 from applications.errors import InputError, user_path
 
@@ -261,21 +261,6 @@ def bucket_batches(dataset, batch_size, boundaries=DEFAULT_BOUNDARIES, drop_rema
     )
 
 
-def pipeline_options():
-    """``tf.data.Options`` of the training pipelines: tf.data's autotuner off.
-
-    The model's two GRU directions run side by side on the two cores of a small CPU.
-    With the autotuner on, its background work competes with them and whole epochs
-    ran at half speed at random (``benchmarks/text_classification.py throughput``:
-    146.7 samples/s in about half of the timed runs, 225-250 in the others; with it
-    off, 213-246 in all). Map parallelism and prefetching still work, with
-    TensorFlow's static defaults.
-    """
-    options = tf.data.Options()
-    options.autotune.enabled = False
-    return options
-
-
 #: what ``make_dataset(..., count_truncated=True)`` counts: the texts longer than
 #: ``max_length`` tokens (cut to their first ``max_length``) and all texts
 Truncation = collections.namedtuple("Truncation", ["truncated", "texts"])
@@ -368,8 +353,7 @@ def make_dataset(
     ds = ds.map(lambda ids, label, cut: (ids, label))
     if shuffle:
         ds = ds.shuffle(10_000, seed=seed, reshuffle_each_iteration=True)
-    ds = bucket_batches(ds, batch_size, boundaries).prefetch(tf.data.AUTOTUNE)
-    ds = ds.with_options(pipeline_options())
+    ds = distribute.prefetched(bucket_batches(ds, batch_size, boundaries))
     return (ds, counts) if count_truncated else ds
 
 

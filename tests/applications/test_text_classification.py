@@ -141,7 +141,7 @@ def test_tfds_pipelines_offline_with_mock_data(name, tmp_path):
         assert all(0 <= y < data.num_classes(name) for y in labels)
         lookup = data.make_lookup(data.build_vocabulary(raw, max_size=50))
         dataset = data.make_dataset(data.load_split(name, "test", str(tmp_path), limit=7), lookup, 4)
-        assert dataset.options().autotune.enabled is False  # data.pipeline_options
+        assert dataset.options().autotune.enabled is False  # distribute.pipeline_options
         batches = list(dataset)
     assert sum(int(ids.shape[0]) for ids, _ in batches) == 7  # every test example counts
     for ids, y in batches:
