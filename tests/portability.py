@@ -104,6 +104,10 @@ CASES = {
         dict(filters=2, normalization="instance"), lambda rng: [_normal(rng, 3, 3, 1), _normal(rng, 3, 3, 2)],
         {}, None,
     ),
+    "GatedConvEncoderCell": (
+        dict(filters=2, normalization="instance"), lambda rng: [_normal(rng, 3, 3, 1), _normal(rng, 3, 3, 2)],
+        {}, None,
+    ),
     "RLadder": (
         dict(levels=[level_spec("gated", 3), level_spec("lstm", 2)], normalization="layer"),
         lambda rng: _normal(rng, 2, 4), {}, None,

@@ -7,6 +7,7 @@ import pytest
 from applications import occluded_mnist as om
 from applications.errors import InputError
 from applications.mnist_digits import load_idx_digits
+from keras_capsules.layers import GatedConvEncoderCell
 from tests.conftest import shared_path
 from tests.harness import edit_saved_layer_config
 
@@ -154,12 +155,22 @@ def test_feed_forward_normalized_levels_build_train_and_round_trip(tmp_path, dig
     _train_a_step_and_round_trip(model, data, variant, tmp_path)
 
 
+def test_gated_feed_forward_levels_are_instance_normalized_train_and_round_trip(tmp_path, digits):
+    data = om.generate(*digits, 8, seed=0, frame_size=16)
+    model = om.compile_model(om.build_model("rladder", frame_size=16, conv_encoder="gatedconv", **TINY))
+    ladder = model.get_layer("rladder")
+    assert [s["encoder"] for s in ladder.levels] == ["gatedconv"] * 3 + ["gated"]
+    assert all(s["normalization"] == "instance" for s in ladder.levels[:3])  # ("auto")
+    assert all(isinstance(cell, GatedConvEncoderCell) for cell in ladder.encoders[:3])
+    _train_a_step_and_round_trip(model, data, "rladder", tmp_path)
+
+
 def test_bad_conv_options():
     with pytest.raises(ValueError, match="Received: conv_encoder='lstm'"):
         om.build_model("rladder", conv_encoder="lstm", **TINY)
     with pytest.raises(ValueError, match="Received: conv_normalization='batch'"):
         om.build_model("rladder", conv_encoder="conv", conv_normalization="batch", **TINY)
-    with pytest.raises(ValueError, match="needs conv_encoder='conv'"):
+    with pytest.raises(ValueError, match=r"needs conv_encoder in \('conv', 'gatedconv'\)"):
         om.build_model("rladder", conv_encoder="convlstm", conv_normalization="instance", **TINY)
     with pytest.raises(ValueError, match="Received: frame_size=10"):
         om.generate(np.zeros((2, 28, 28), "float32"), np.zeros(2, "int32"), 2, frame_size=10)

@@ -6,6 +6,7 @@ from keras_capsules.layers.rladder.conv_g2 import ConvG2
 from keras_capsules.layers.rladder.conv_g3 import ConvG3
 from keras_capsules.layers.rladder.conv_lstm_encoder_cell import ConvLSTMEncoderCell
 from keras_capsules.layers.rladder.g1 import G1
+from keras_capsules.layers.rladder.gated_conv_encoder_cell import GatedConvEncoderCell
 from keras_capsules.layers.rladder.gated_encoder_cell import GatedEncoderCell
 from keras_capsules.layers.rladder.level_spec import level_spec
 from keras_capsules.layers.rladder.lstm_encoder_cell import LSTMEncoderCell
@@ -20,6 +21,7 @@ __all__ = [
     "LSTMEncoderCell",
     "ConvLSTMEncoderCell",
     "ConvEncoderCell",
+    "GatedConvEncoderCell",
     "RLadder",
     "level_spec",
 ]

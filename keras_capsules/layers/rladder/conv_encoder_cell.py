@@ -95,6 +95,8 @@ class ConvEncoderCell(EncoderCellBase):
 
     NUM_STATES = 0
     INPUT_RANK = 4
+    #: pre-activation channels per output channel (the gated cell's three gates)
+    GATES = 1
 
     def __init__(
         self,
@@ -145,15 +147,13 @@ class ConvEncoderCell(EncoderCellBase):
         super().build(self._as_shape_list(input_shape))
 
     def _build(self, x, fb, state):
-        k = self.kernel_size
-        self.kernel = self._weight("kernel", "kernel", (k, k, x[-1], self.filters))
+        k, n = self.kernel_size, self.GATES * self.filters
+        self.kernel = self._weight("kernel", "kernel", (k, k, x[-1], n))
         if self.use_feedback:
-            self.feedback_kernel = self._weight(
-                "feedback", "feedback_kernel", (k, k, self.filters, self.filters)
-            )
+            self.feedback_kernel = self._weight("feedback", "feedback_kernel", (k, k, self.filters, n))
         if self.normalization is not None:  # a gain per channel; the bias is the shift
-            self.gamma = self.add_weight(name="gamma", shape=(self.filters,), initializer="ones")
-        self.bias = self._weight("bias", "bias", (self.filters,))
+            self.gamma = self.add_weight(name="gamma", shape=(n,), initializer="ones")
+        self.bias = self._weight("bias", "bias", (n,))
 
     def compute_output_shape(self, input_shape):
         _, _, state = self._split_shapes(self._as_shape_list(input_shape))
@@ -170,6 +170,10 @@ class ConvEncoderCell(EncoderCellBase):
         else:
             axis = (1, 2) if self.normalization == "instance" else (1, 2, 3)
             pre = normalize(pre, axis) * ops.cast(self.gamma, pre.dtype) + self.bias
+        return self._activate(pre)
+
+    def _activate(self, pre):
+        """The output from the (normalized) pre-activations ``[..., GATES * filters]``."""
         if self.activation == "linear":
             return pre
         if self.activation == "tanh":  # keras.activations.tanh is float32 for float64 on JAX
@@ -194,3 +198,4 @@ class ConvEncoderCell(EncoderCellBase):
             }
         )
         return config
+

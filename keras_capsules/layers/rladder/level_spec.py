@@ -9,7 +9,7 @@ from keras_capsules.layers.rladder._utils import (
 )
 
 #: encoder ops: name -> kind of level
-ENCODERS = {"gated": "dense", "lstm": "dense", "convlstm": "conv", "conv": "conv"}
+ENCODERS = {"gated": "dense", "lstm": "dense", "convlstm": "conv", "conv": "conv", "gatedconv": "conv"}
 DENSE_COMBINATORS = ("G1",)
 CONV_COMBINATORS = ("ConvG1", "ConvG2", "ConvG3")
 COMBINATORS = DENSE_COMBINATORS + CONV_COMBINATORS
@@ -32,8 +32,11 @@ _KEYS = (
 )
 #: ``kernel_size`` of a level that does not set it
 DEFAULT_KERNEL_SIZE = 3
-#: per-sample normalizations of a ``"conv"`` encoder's pre-activations (ConvEncoderCell)
+#: per-sample normalizations of a ``"conv"`` or ``"gatedconv"`` encoder's pre-activations
+#: (ConvEncoderCell, GatedConvEncoderCell)
 LEVEL_NORMALIZATIONS = (None, "instance", "layer")
+#: the encoders that take a ``normalization``
+NORMALIZED_ENCODERS = ("conv", "gatedconv")
 
 
 def level_spec(
@@ -52,9 +55,11 @@ def level_spec(
     Args:
         encoder: the encoder op: ``"gated"`` (:class:`GatedEncoderCell`, dense),
             ``"lstm"`` (:class:`LSTMEncoderCell`, dense), ``"convlstm"``
-            (:class:`ConvLSTMEncoderCell`, convolutional) or ``"conv"``
+            (:class:`ConvLSTMEncoderCell`, convolutional), ``"conv"``
             (:class:`ConvEncoderCell`, convolutional and feed-forward: a ReLU
-            convolution of the input and the decoder feedback, no state of its own).
+            convolution of the input and the decoder feedback, no state of its own)
+            or ``"gatedconv"`` (:class:`GatedConvEncoderCell`: as ``"conv"``, with
+            the ConvLSTM's gates in place of the ReLU).
         units: state size (dense) or channels (convolutional) of the encoder.
         combinator: this level's decoder combinator: ``"G1"`` for dense levels,
             ``"ConvG1"``, ``"ConvG2"`` or ``"ConvG3"`` for convolutional ones. None
@@ -73,9 +78,10 @@ def level_spec(
             transposed convolution). Only a convolutional level that pools
             (``pool > 1``) has a decoder output to upsample: ``"transpose"``
             anywhere else would have no effect and is a ``ValueError``.
-        normalization: for ``encoder="conv"`` only: None (default), ``"instance"``
-            or ``"layer"``, the per-sample normalization of the encoder's
-            pre-activations (see :class:`ConvEncoderCell`). Other encoders take None.
+        normalization: for ``encoder="conv"`` or ``"gatedconv"`` only: None
+            (default), ``"instance"`` or ``"layer"``, the per-sample normalization of
+            the encoder's pre-activations (see :class:`ConvEncoderCell`). Other
+            encoders take None.
         unflatten: for a dense level above a convolutional one (or above an image
             input): how this level's decoder output, a vector, reaches the pixels of
             the decoder below. ``"broadcast"`` (default): projected to the
@@ -136,8 +142,10 @@ def normalize_level(spec, index=None):
             f"combinator_filters={spec['combinator_filters']!r}, combinator={combinator!r}"
         )
     normalization = spec.get("normalization")
-    if normalization not in LEVEL_NORMALIZATIONS or (normalization is not None and encoder != "conv"):
-        allowed_norms = LEVEL_NORMALIZATIONS if encoder == "conv" else (None,)
+    if normalization not in LEVEL_NORMALIZATIONS or (
+        normalization is not None and encoder not in NORMALIZED_ENCODERS
+    ):
+        allowed_norms = LEVEL_NORMALIZATIONS if encoder in NORMALIZED_ENCODERS else (None,)
         raise ValueError(
             f"{where}an encoder {encoder!r} takes a normalization in {allowed_norms}. "
             f"Received: normalization={normalization!r}"

@@ -29,6 +29,7 @@ from keras_capsules.layers.rladder.conv_g1 import ConvG1
 from keras_capsules.layers.rladder.conv_g2 import ConvG2
 from keras_capsules.layers.rladder.conv_g3 import ConvG3
 from keras_capsules.layers.rladder.conv_encoder_cell import ConvEncoderCell
+from keras_capsules.layers.rladder.gated_conv_encoder_cell import GatedConvEncoderCell
 from keras_capsules.layers.rladder.conv_lstm_encoder_cell import ConvLSTMEncoderCell
 from keras_capsules.layers.rladder.g1 import G1
 from keras_capsules.layers.rladder.gated_encoder_cell import GatedEncoderCell
@@ -93,8 +94,8 @@ class RLadder(keras.layers.Layer):
             :func:`level_spec` (``encoder``, ``units``, ``combinator``, ``pool``,
             ``kernel_size``, ``combinator_filters``, ``upsample_mode``,
             ``normalization``, ``unflatten``). Convolutional levels (``"convlstm"``, or the
-            feed-forward ``"conv"``, whose memory of the past is then only the
-            decoder feedback) must come before dense ones.
+            feed-forward ``"conv"`` and ``"gatedconv"``, whose memory of the past is
+            then only the decoder feedback) must come before dense ones.
         n_iters: None (default) for sequence inputs, or the number of iterations on
             a static input.
         decoder_to_encoder: feed each level's decoder output of step ``t - 1`` to
@@ -151,8 +152,8 @@ class RLadder(keras.layers.Layer):
             previous value with this probability instead of taking the cell's
             update; at inference the state is the expectation,
             ``zoneout * h_prev + (1 - zoneout) * h_new``. Default 0 (off). The
-            feed-forward ``"conv"`` levels have no state: a ladder of only those
-            warns that zoneout has no effect.
+            feed-forward ``"conv"`` and ``"gatedconv"`` levels have no state: a
+            ladder of only those warns that zoneout has no effect.
         seed: seed of the dropout and zoneout masks, an integer in ``[0, 2**63 - 1]``
             (its generator is seeded with ``seed % 2**31``), or None (random). It
             seeds nothing else: without dropout or zoneout it has no effect and warns
@@ -432,8 +433,8 @@ class RLadder(keras.layers.Layer):
                 cell = GatedEncoderCell(spec["units"], name=name, **cell_common(name))
             elif spec["encoder"] == "lstm":
                 cell = LSTMEncoderCell(spec["units"], name=name, **cell_common(name))
-            elif spec["encoder"] == "conv":
-                cell = ConvEncoderCell(
+            elif spec["encoder"] in ("conv", "gatedconv"):
+                cell = (ConvEncoderCell if spec["encoder"] == "conv" else GatedConvEncoderCell)(
                     spec["units"],
                     kernel_size=spec["kernel_size"],
                     normalization=spec["normalization"],
@@ -493,7 +494,7 @@ class RLadder(keras.layers.Layer):
         if self.zoneout and not zones:
             warn(
                 where, "zoneout", self.zoneout,
-                "a level with a state (every 'conv' encoder is feed-forward, stateless)",
+                "a level with a state (every 'conv' and 'gatedconv' encoder is feed-forward, stateless)",
             )
         if self.seed is not None and not (drops or zones):
             warn(

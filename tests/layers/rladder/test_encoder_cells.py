@@ -1,5 +1,5 @@
-"""GatedEncoderCell, LSTMEncoderCell, ConvLSTMEncoderCell, ConvEncoderCell: numpy cases,
-contract, errors."""
+"""GatedEncoderCell, LSTMEncoderCell, ConvLSTMEncoderCell, ConvEncoderCell,
+GatedConvEncoderCell: numpy cases, contract, errors."""
 
 import warnings
 
@@ -10,6 +10,7 @@ import pytest
 from keras_capsules.layers import (
     ConvEncoderCell,
     ConvLSTMEncoderCell,
+    GatedConvEncoderCell,
     GatedEncoderCell,
     LSTMEncoderCell,
 )
@@ -106,6 +107,9 @@ CONTRACT_CASES = [
     (ConvEncoderCell, dict(filters=2), [(4, 3, 3, 1), (4, 3, 3, 2)]),
     (ConvEncoderCell, dict(filters=2, normalization="instance", activation="tanh"), [(4, 3, 3, 1), (4, 3, 3, 2)]),
     (ConvEncoderCell, dict(filters=2, use_feedback=False, normalization="layer"), [(4, 3, 3, 1)]),
+    (GatedConvEncoderCell, dict(filters=2), [(4, 3, 3, 1), (4, 3, 3, 2)]),
+    (GatedConvEncoderCell, dict(filters=2, normalization="instance"), [(4, 3, 3, 1), (4, 3, 3, 2)]),
+    (GatedConvEncoderCell, dict(filters=2, use_feedback=False, normalization="layer"), [(4, 3, 3, 1)]),
 ]
 
 
@@ -127,6 +131,9 @@ def test_layer_contract(cls, kwargs, shapes, tmp_path):
         (ConvEncoderCell, dict(filters=0), "filters"),
         (ConvEncoderCell, dict(filters=2, activation="softmax"), "activation"),
         (ConvEncoderCell, dict(filters=2, normalization="batch"), "normalization"),
+        (GatedConvEncoderCell, dict(filters=0), "filters"),
+        (GatedConvEncoderCell, dict(filters=2, normalization="batch"), "normalization"),
+        (GatedConvEncoderCell, dict(filters=2, activation="relu"), "activation"),
     ],
 )
 def test_bad_constructor_arguments(cls, kwargs, name):
@@ -139,6 +146,7 @@ CELLS = [
     (LSTMEncoderCell, dict(units=3)),
     (ConvLSTMEncoderCell, dict(filters=2)),
     (ConvEncoderCell, dict(filters=2)),
+    (GatedConvEncoderCell, dict(filters=2)),
 ]
 
 
@@ -202,6 +210,52 @@ def test_conv_cell_matches_numpy(normalization):
         pre = pre * np.asarray(cell.gamma)
     want = np.maximum(pre + np.asarray(cell.bias), 0.0)
     np.testing.assert_allclose(keras.ops.convert_to_numpy(cell([x, d])), want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("normalization", [None, "instance", "layer"])
+def test_gated_conv_cell_matches_numpy(normalization):
+    """1x1 kernels: [i, g, o] = gamma * normalize(x W + d U) + b, per pixel;
+    h = sigmoid(o) * tanh(sigmoid(i) * tanh(g)), as a ConvLSTM step from h = c = 0."""
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(2, 3, 4, 2)).astype("float32")
+    d = rng.normal(size=(2, 3, 4, 3)).astype("float32")
+    cell = GatedConvEncoderCell(3, kernel_size=1, normalization=normalization)
+    cell([x, d])
+    assert cell.kernel.shape == (1, 1, 2, 9) and cell.feedback_kernel.shape == (1, 1, 3, 9)
+    assert cell.NUM_STATES == 0 and not hasattr(cell, "recurrent_kernel")
+    _randomize(cell, rng)
+    pre = _conv1x1(x, np.asarray(cell.kernel)) + _conv1x1(d, np.asarray(cell.feedback_kernel))
+    if normalization is not None:
+        axes = (1, 2) if normalization == "instance" else (1, 2, 3)
+        mean = pre.mean(axis=axes, keepdims=True)
+        pre = (pre - mean) / np.sqrt(pre.var(axis=axes, keepdims=True) + 1e-5)
+        pre = pre * np.asarray(cell.gamma)
+    i, g, o = np.split(pre + np.asarray(cell.bias), 3, axis=-1)
+    want = _sigmoid(o) * np.tanh(_sigmoid(i) * np.tanh(g))
+    got = keras.ops.convert_to_numpy(cell([x, d]))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    if normalization is None:
+        # the ConvLSTM cell's step with no previous output or cell state, its forget gate unused
+        lstm = ConvLSTMEncoderCell(3, kernel_size=1)
+        zeros = np.zeros((2, 3, 4, 3), "float32")
+        lstm([x, d, zeros, zeros])
+        split = lambda w: np.split(np.asarray(w), 3, axis=-1)  # noqa: E731 (i, g, o)
+        forget = lambda w: np.zeros_like(split(w)[0])  # noqa: E731
+        kernels = [np.concatenate([split(w)[0], forget(w), split(w)[1], split(w)[2]], axis=-1)
+                   for w in (cell.kernel, cell.feedback_kernel)]
+        lstm.set_weights(kernels + [np.asarray(lstm.recurrent_kernel),
+                                    np.concatenate([split(cell.bias)[0], forget(cell.bias),
+                                                    split(cell.bias)[1], split(cell.bias)[2]])])
+        h, _ = lstm([x, d, zeros, zeros])
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(h), got, rtol=1e-4, atol=1e-5)
+
+
+def test_gated_conv_cell_config_round_trips_without_an_activation():
+    cell = GatedConvEncoderCell(4, kernel_size=5, normalization="instance", use_feedback=False)
+    config = cell.get_config()
+    assert "activation" not in config
+    again = GatedConvEncoderCell.from_config(config)
+    assert (again.filters, again.kernel_size, again.normalization, again.use_feedback) == (4, 5, "instance", False)
 
 
 def test_conv_cell_without_feedback_is_a_convolution_and_has_no_state():
@@ -289,6 +343,8 @@ def _tanh_cell_case(name, rng):
     elif name == "ConvLSTMEncoderCell":
         cell = ConvLSTMEncoderCell(4, kernel_size=1, use_feedback=False, dtype="float64")
         inputs = [x4, s4(), s4()]
+    elif name == "GatedConvEncoderCell":
+        cell, inputs = GatedConvEncoderCell(4, kernel_size=1, use_feedback=False, dtype="float64"), [x4]
     else:
         cell = ConvEncoderCell(4, kernel_size=1, use_feedback=False, activation="tanh", dtype="float64")
         inputs = [x4]
@@ -305,12 +361,17 @@ def _tanh_cell_case(name, rng):
         return cell, inputs, [(1 - z) * h + z * c]
     if name == "ConvEncoderCell":
         return cell, inputs, [np.tanh(inputs[0] @ k(cell.kernel) + np.asarray(cell.bias))]
+    if name == "GatedConvEncoderCell":
+        i, g, o = np.split(inputs[0] @ k(cell.kernel) + np.asarray(cell.bias), 3, axis=-1)
+        return cell, inputs, [_sigmoid(o) * np.tanh(_sigmoid(i) * np.tanh(g))]
     x, h, c = inputs
     pre = x @ k(cell.kernel) + h @ k(cell.recurrent_kernel) + np.asarray(cell.bias)
     return cell, inputs, list(_lstm_numpy(pre, c))
 
 
-@pytest.mark.parametrize("name", ["GatedEncoderCell", "LSTMEncoderCell", "ConvLSTMEncoderCell", "ConvEncoderCell"])
+@pytest.mark.parametrize(
+    "name", ["GatedEncoderCell", "LSTMEncoderCell", "ConvLSTMEncoderCell", "ConvEncoderCell", "GatedConvEncoderCell"]
+)
 def test_float64_cells_compute_tanh_in_float64(name):
     # fix22: keras.ops.tanh computes float64 in float32 on JAX (Keras' type promotion maps
     # float64 to float32 there, even with jax_enable_x64): these cells were off by ~1e-7.
@@ -330,6 +391,7 @@ BUILT_AND_CALLED = {  # cell, the inputs [x, feedback, states...] it is built on
     # a multiple of the built channels ran silently as a grouped convolution on TensorFlow
     "ConvLSTMEncoderCell": (lambda: ConvLSTMEncoderCell(3), [(2, 4, 4, 1)] + [(2, 4, 4, 3)] * 3, 2),
     "ConvEncoderCell": (lambda: ConvEncoderCell(4), [(2, 4, 4, 1), (2, 4, 4, 4)], 2),
+    "GatedConvEncoderCell": (lambda: GatedConvEncoderCell(4), [(2, 4, 4, 1), (2, 4, 4, 4)], 2),
     # the others failed deep in the backend ("Matrix size-incompatible")
     "GatedEncoderCell": (lambda: GatedEncoderCell(3), [(2, 4), (2, 3), (2, 3)], 6),
     "LSTMEncoderCell": (lambda: LSTMEncoderCell(3), [(2, 4)] + [(2, 3)] * 3, 6),

@@ -95,6 +95,8 @@ CONTRACT_CASES = [
     # (with the top's decoder output reaching every pixel with weights of its own)
     ("feed_forward_conv", dict(levels=FF_CONV_LEVELS[:2] + [level_spec("gated", 4, unflatten="dense")],
                                feedback_initializer="zeros"), (4, 2, 4, 4, 1)),
+    ("gated_conv", dict(levels=[level_spec("gatedconv", 2, normalization="instance"),
+                                level_spec("gatedconv", 3, pool=2), level_spec("gated", 4)]), (4, 2, 4, 4, 1)),
 ]
 
 
@@ -297,6 +299,21 @@ def test_symbolic_output_spec_follows_the_policy():
     prediction, top = RLadder(DENSE_LEVELS, dtype="mixed_bfloat16")(inputs)
     assert prediction.shape == (None, 3, 5) and top.shape == (None, 3, 3)
     assert prediction.dtype == "bfloat16" and top.dtype == "bfloat16"
+
+
+def test_gated_conv_levels_have_no_state_and_take_the_feedback():
+    levels = [level_spec("gatedconv", 2, normalization="instance"), level_spec("gatedconv", 3, pool=2),
+              level_spec("gated", 4)]
+    layer = RLadder(levels)
+    x = _seq(2, 3, 4, 4, 1)
+    pred, top = layer(x)
+    assert pred.shape == (2, 3, 4, 4, 1) and top.shape == (2, 3, 4)
+    assert [type(cell).__name__ for cell in layer.encoders] == ["GatedConvEncoderCell"] * 2 + ["GatedEncoderCell"]
+    assert [cell.NUM_STATES for cell in layer.encoders] == [0, 0, 1]
+    assert layer.encoders[0].normalization == "instance" and layer.encoders[1].normalization is None
+    assert tuple(layer.encoders[0].feedback_kernel.shape) == (3, 3, 2, 6)  # three gates
+    with pytest.warns(UserWarning, match="zoneout=0.3"):  # (no state to zone out)
+        RLadder(levels[:2], zoneout=0.3)
 
 
 def test_feed_forward_conv_levels_have_no_state_and_take_the_feedback():
