@@ -187,7 +187,7 @@ def test_default_levels_are_feed_forward_and_normalized_convlstm_is_plain(varian
         assert (norms(default), norms(paper)) == (3, 0)
     else:
         levels = default.get_layer("rladder").levels
-        assert [s["encoder"] for s in levels] == ["conv"] * 3 + ["gated"]
+        assert [s["encoder"] for s in levels] == ["gatedconv"] * 3 + ["gated"]
         assert [s["normalization"] for s in levels[:3]] == ["instance"] * 3
         assert isinstance(default.get_layer("rladder").feedback_initializer, keras.initializers.Zeros)
         levels = paper.get_layer("rladder").levels
