@@ -193,6 +193,16 @@ def _conv1x1(x, kernel):
     return np.einsum("bhwc,cf->bhwf", x, kernel[0, 0])
 
 
+def _conv_cell_pre_activations(cell, x, d, normalization):
+    """A 1x1 feed-forward conv cell's ``gamma * normalize(x W + d U)`` (no bias), in numpy."""
+    pre = _conv1x1(x, np.asarray(cell.kernel)) + _conv1x1(d, np.asarray(cell.feedback_kernel))
+    if normalization is None:
+        return pre
+    axes = (1, 2) if normalization == "instance" else (1, 2, 3)
+    mean = pre.mean(axis=axes, keepdims=True)
+    return (pre - mean) / np.sqrt(pre.var(axis=axes, keepdims=True) + 1e-5) * np.asarray(cell.gamma)
+
+
 @pytest.mark.parametrize("normalization", [None, "instance", "layer"])
 def test_conv_cell_matches_numpy(normalization):
     """1x1 kernels: h = relu(gamma * normalize(x W + d U) + b), per pixel."""
@@ -202,12 +212,7 @@ def test_conv_cell_matches_numpy(normalization):
     cell = ConvEncoderCell(3, kernel_size=1, normalization=normalization)
     cell([x, d])
     _randomize(cell, rng)
-    pre = _conv1x1(x, np.asarray(cell.kernel)) + _conv1x1(d, np.asarray(cell.feedback_kernel))
-    if normalization is not None:
-        axes = (1, 2) if normalization == "instance" else (1, 2, 3)
-        mean = pre.mean(axis=axes, keepdims=True)
-        pre = (pre - mean) / np.sqrt(pre.var(axis=axes, keepdims=True) + 1e-5)
-        pre = pre * np.asarray(cell.gamma)
+    pre = _conv_cell_pre_activations(cell, x, d, normalization)
     want = np.maximum(pre + np.asarray(cell.bias), 0.0)
     np.testing.assert_allclose(keras.ops.convert_to_numpy(cell([x, d])), want, rtol=1e-4, atol=1e-5)
 
@@ -224,12 +229,7 @@ def test_gated_conv_cell_matches_numpy(normalization):
     assert cell.kernel.shape == (1, 1, 2, 9) and cell.feedback_kernel.shape == (1, 1, 3, 9)
     assert cell.NUM_STATES == 0 and not hasattr(cell, "recurrent_kernel")
     _randomize(cell, rng)
-    pre = _conv1x1(x, np.asarray(cell.kernel)) + _conv1x1(d, np.asarray(cell.feedback_kernel))
-    if normalization is not None:
-        axes = (1, 2) if normalization == "instance" else (1, 2, 3)
-        mean = pre.mean(axis=axes, keepdims=True)
-        pre = (pre - mean) / np.sqrt(pre.var(axis=axes, keepdims=True) + 1e-5)
-        pre = pre * np.asarray(cell.gamma)
+    pre = _conv_cell_pre_activations(cell, x, d, normalization)
     i, g, o = np.split(pre + np.asarray(cell.bias), 3, axis=-1)
     want = _sigmoid(o) * np.tanh(_sigmoid(i) * np.tanh(g))
     got = keras.ops.convert_to_numpy(cell([x, d]))
