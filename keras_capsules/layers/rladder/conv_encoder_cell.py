@@ -198,4 +198,3 @@ class ConvEncoderCell(EncoderCellBase):
             }
         )
         return config
-
