@@ -310,14 +310,16 @@ _HEADLINES = (("test_accuracy", "test accuracy"), ("validation_accuracy", "valid
 
 
 def _print_outputs(result, where):
-    parts = [f"{label} {result[key]:.4f}" for key, label in _HEADLINES
+    # a run scored on held-out training data (occluded --hold-out) names its figures so
+    scored_on = result.get("scored_on", "test")
+    parts = [f"{label.replace('test', scored_on, 1)} {result[key]:.4f}" for key, label in _HEADLINES
              if isinstance(result.get(key), (int, float))]
     if isinstance(result.get("ami"), list) and result["ami"]:  # RTagger: the segmentation of every iteration
         parts.append("test AMI per iteration " + " / ".join(f"{a:.3f}" for a in result["ami"]))
     steps = result.get("test_error_per_step")
     if isinstance(steps, dict) and isinstance(steps.get("all"), list) and len(steps["all"]) > 1:
         # Occluded Moving MNIST: what the model makes of each further frame
-        parts.append("test error per frame " + " / ".join(f"{e:.4f}" for e in steps["all"]))
+        parts.append(f"{scored_on} error per frame " + " / ".join(f"{e:.4f}" for e in steps["all"]))
     if parts:
         line = ", ".join(parts)
         if "parameters" in result:

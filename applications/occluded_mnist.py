@@ -990,6 +990,7 @@ def train(
     augment=None,
     affine=None,
     unflatten="broadcast",
+    hold_out=False,
 ):
     """Trains one variant on generated sequences; writes model, plot, metrics and logs.
 
@@ -1013,7 +1014,12 @@ def train(
     a ``fault_tolerance.AtomicBackupAndRestore`` among ``callbacks`` is deleted once
     the outputs are written (``fault_tolerance.finish_run``). ``verbose`` is ``fit``'s; while
     it is set, the scoring of the test sequences after training shows its progress bar too
-    (on stderr).
+    (on stderr). With ``hold_out=True`` the model trains on four fifths of the training
+    digits and is watched and scored on ``num_test`` *validation* sequences of the
+    held-out fifth instead of the test sequences (as ``make_sequences(hold_out=True)``),
+    so that a choice made on its figures never sees a test digit; the result's
+    ``"scored_on"`` says which (``"test"`` or ``"validation"``), and the figures keep
+    their ``test_*`` names.
 
     Returns:
         A dict (also written to ``metrics.json``) with the test classification error
@@ -1035,6 +1041,8 @@ def train(
     keras.utils.set_random_seed(seed)
     os.makedirs(run_dir, exist_ok=True)
     train_digits, test_digits = _train_test_digits(source, data_dir, seed)
+    if hold_out:  # the test digits are not used at all
+        train_digits, test_digits = _hold_out(train_digits, seed)
     # the same sequences as make_sequences (without augmentation)
     train_dataset = make_training_dataset(
         *train_digits, num_train, variant, batch_size, seed=seed, augment=augment, affine=affine,
@@ -1077,15 +1085,16 @@ def train(
         shuffle=False,
     )
     save_atomically(model, paths["model"])
+    scored_on = "validation" if hold_out else "test"
     plot_history(fault_tolerance.logged_history(history, callbacks)[0], paths["plot"], accuracy="digit_accuracy",
-                 held_out="test")  # (fit watches the test sequences)
+                 held_out=scored_on)  # (fit watches the test or validation sequences)
     paths["predictions_plot"] = plot_predictions(model, test_data["frames"], os.path.join(run_dir, "predictions.png"),
                                                  test_data["labels"])
     # one prediction for both, with a progress bar (on stderr) while verbose: the 5000 test
     # sequences of the recipe took minutes after the last epoch's bar, in silence
     test_error, errors = _test_errors(model, test_data, verbose=verbose)
     paths["error_plot"] = plot_error_per_step(errors, os.path.join(run_dir, "error_per_step.png"),
-                                              title=f"{variant}: test error per frame")
+                                              title=f"{variant}: {scored_on} error per frame")
     result = {
         "variant": variant,
         "test_error": test_error,
@@ -1093,6 +1102,7 @@ def train(
         "parameters": int(model.count_params()),
         "epochs_run": fault_tolerance.epochs_run(history, callbacks),  # those before a resume too
         "augment": augment,
+        "scored_on": scored_on,
         # what defines the train/test split: `evaluate` uses it (another split overlaps training digits)
         "split": {"seed": seed, "source": source, "data_dir": None if data_dir is None else os.path.abspath(data_dir)},
         "num_test": num_test,  # `evaluate` scores as many test sequences by default
@@ -1347,6 +1357,10 @@ def add_arguments(parser, command):
                           "in pixels of the 28x28 digit")):
             parser.add_argument(f"--affine-{key}", type=non_negative_float, default=None,
                                 help=f"with --augment affine: {what} (default: {AFFINE_DEFAULTS[key]:g})")
+        parser.add_argument("--hold-out", action="store_true",
+                            help="train on four fifths of the training digits and score validation "
+                            "sequences of the held-out fifth instead of the test sequences (for "
+                            "choices that must not see a test digit)")
 
 
 def affine_options(args):
@@ -1376,6 +1390,7 @@ def run_train(args, strategy):
         augment=None if args.augment == "none" else args.augment,
         affine=affine_options(args),
         unflatten=args.unflatten,
+        hold_out=args.hold_out,
         **train_options(args, strategy),
     )
 

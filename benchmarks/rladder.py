@@ -21,7 +21,10 @@ time budget stops training early if the machine is slower):
         all pixels (off by default, eighth round of the occluded measurements).
         Below the variants' errors, each one's test error after every frame
         (``applications.occluded_mnist.error_per_step``): over all test sequences,
-        those moving sideways and those moving only vertically.
+        those moving sideways and those moving only vertically. ``--hold-out``
+        scores validation sequences of a held-out fifth of the training digits
+        instead (the variants train on the other four fifths; no test digit is
+        used), for choices between settings (seventeenth round).
     python benchmarks/rladder.py fusion [--data-dir ../shared/data/mnist]
         A bound for ``occluded``: the test error of a static CNN given what an oracle
         of temporal integration could see of each digit
@@ -173,6 +176,7 @@ def _occluded_variant(args, variant, budget_seconds):
             augment=None if args.augment == "none" else args.augment,
             affine=om.affine_options(args),
             unflatten=args.unflatten,
+            hold_out=args.hold_out,
             seed=args.seed,
             verbose=args.verbose,
             callbacks=callbacks,
@@ -191,13 +195,13 @@ def _occluded_variant(args, variant, budget_seconds):
     }
 
 
-def _print_error_per_step(runs):
-    """Each variant's test error after every frame: all sequences, those moving sideways
-    and those moving only vertically (``occluded_mnist.error_per_step``)."""
+def _print_error_per_step(runs, scored_on="test"):
+    """Each variant's test (or validation) error after every frame: all sequences, those
+    moving sideways and those moving only vertically (``occluded_mnist.error_per_step``)."""
     steps = max((len(run["error_per_step"]["all"]) for run in runs if run.get("error_per_step")), default=0)
     if not steps:
         return
-    print(f"test error per frame (%), frames 1..{steps}:")
+    print(f"{scored_on} error per frame (%), frames 1..{steps}:")
     for run in runs:
         errors = run.get("error_per_step")
         if not errors:
@@ -226,20 +230,23 @@ def occluded(args):
             runs = [f.result() for f in futures]
     else:
         runs = [_occluded_variant(args, v, args.budget_minutes * 60 / len(args.variants)) for v in args.variants]
+    scored_on = "validation" if args.hold_out else "test"
     results = {}
     for run in runs:
         results[run["variant"]] = run["test_error"]
         print(
-            f"{run['variant']:12s} test error {100 * run['test_error']:.2f}% "
+            f"{run['variant']:12s} {scored_on} error {100 * run['test_error']:.2f}% "
             f"(paper {100 * run['paper_error']:.2f}%), {run['parameters']:,} parameters, "
             f"{run['epochs_run']} epochs, {run['wall']:.0f} s wall, {run['cpu']:.0f} CPU s"
             f"{' (budget hit)' if run['budget_hit'] else ''}",
             flush=True,
         )
-    _print_error_per_step(runs)
+    _print_error_per_step(runs, scored_on)
     print(_load())
     others = [results[v] for v in ("temporal", "no_feedback") if v in results]
-    if "rladder" in results and others:
+    if args.hold_out:
+        print("(validation sequences of held-out training digits: the target is judged on the test sequences)")
+    elif "rladder" in results and others:
         # clearly below: at least 2 points and a fifth under the best of the others
         best = min(others)
         clearly = results["rladder"] <= best - 0.02 and results["rladder"] <= 0.8 * best
@@ -538,6 +545,10 @@ def main(argv=None):
     for key in ("rotation", "scale", "shear", "shift"):
         p.add_argument(f"--affine-{key}", type=float, default=None,
                        help=f"with --augment affine: applications.occluded_mnist.augment_digits's {key}")
+    p.add_argument("--hold-out", action="store_true",
+                   help="score validation sequences of a held-out fifth of the training digits instead of "
+                   "the test sequences (the variants train on the other four fifths): for choices that "
+                   "must not see a test digit; the target is judged on the test sequences only")
     p.add_argument("--intra-op-threads", type=non_negative_int, default=1,
                    help="TensorFlow threads inside one op (0: all cores)")
     p.add_argument("--parallel", action=argparse.BooleanOptionalAction, default=True,
@@ -590,6 +601,10 @@ def main(argv=None):
                    help="independent: one Bernoulli per key given the past (the paper's); nade: each key "
                    "also given the lower keys of its step; several: member i uses the i-th (cyclically)")
     p.add_argument("--nade-units", type=positive_int, default=64, help="hidden units of the NADE read-out")
+    p.add_argument("--hold-out", action="store_true",
+                   help="score validation sequences of a held-out fifth of the training digits instead of "
+                   "the test sequences (the variants train on the other four fifths): for choices that "
+                   "must not see a test digit; the target is judged on the test sequences only")
     p.add_argument("--intra-op-threads", type=non_negative_int, default=1,
                    help="TensorFlow threads inside one op (0: all cores)")
     # 17 minutes of training leave time for the evaluation of the ensemble within 20
@@ -645,6 +660,10 @@ def main(argv=None):
     p.add_argument("--num-valid", type=non_negative_int, default=200,
                    help="validation images of held-out training digits; the epoch with the best "
                         "last-iteration validation AMI is kept (0: the last epoch)")
+    p.add_argument("--hold-out", action="store_true",
+                   help="score validation sequences of a held-out fifth of the training digits instead of "
+                   "the test sequences (the variants train on the other four fifths): for choices that "
+                   "must not see a test digit; the target is judged on the test sequences only")
     p.add_argument("--intra-op-threads", type=non_negative_int, default=1,
                    help="TensorFlow threads inside one op (0: all cores)")
     p.set_defaults(run=tagger, default_budget_minutes=17.0)
@@ -660,6 +679,10 @@ def main(argv=None):
                    help="0: without XLA, 1: with XLA")
     p.add_argument("--max-unrolled-xla", type=positive_int, default=64,
                    help="skip XLA of an unrolled ladder of more steps (minutes to compile)")
+    p.add_argument("--hold-out", action="store_true",
+                   help="score validation sequences of a held-out fifth of the training digits instead of "
+                   "the test sequences (the variants train on the other four fifths): for choices that "
+                   "must not see a test digit; the target is judged on the test sequences only")
     p.add_argument("--intra-op-threads", type=non_negative_int, default=1,
                    help="TensorFlow threads inside one op (0: all cores)")
     p.set_defaults(run=loop)
