@@ -541,6 +541,9 @@ def make_training_dataset(
     if variant in ("rladder", "no_feedback"):
         target_spec["next_frames"] = tf.TensorSpec((None, NUM_FRAMES - 1, frame_size, frame_size, 1), tf.float32)
     ds = tf.data.Dataset.from_generator(generated, output_signature=(frame_spec, target_spec))
+    # a generator's length is unknown to tf.data: without it `fit` warned at the end of the
+    # first epoch that the input ran out of data (and its progress bar had no total)
+    ds = ds.apply(tf.data.experimental.assert_cardinality(-(-num_sequences // batch_size)))
     return distribute.prefetched(distribute.even_batches(ds, replicas, batches))
 
 

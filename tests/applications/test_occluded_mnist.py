@@ -1,5 +1,8 @@
 """Occluded Moving MNIST: the generator, the four models, saving and learning."""
 
+import re
+import warnings
+
 import keras
 import numpy as np
 import pytest
@@ -346,6 +349,15 @@ def test_training_dataset_draws_new_sequences_every_pass(digits, augment):
     np.testing.assert_array_equal(targets["digit_steps"], np.repeat(targets["digit"][:, None], 5, 1))
     temporal = om.make_training_dataset(*digits, 8, "temporal", batch_size=8, augment=augment, frame_size=24)
     assert sorted(next(iter(temporal))[1]) == ["digit", "digit_steps"]
+    # tf.data knows an epoch's batches (20 sequences in batches of 8: 3): fit warned at the end of
+    # the first epoch that the input ran out of data, and its progress bar had no total
+    assert int(ds.cardinality()) == 3 and len(list(ds)) == 3
+    model = om.compile_model(om.build_model("temporal", frame_size=24, **TINY), 1e-3)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="Your input ran out of data")
+        history = model.fit(om.make_training_dataset(*digits, 20, "temporal", batch_size=8, augment=augment,
+                                                     frame_size=24), epochs=2, verbose=0)
+    assert len(history.history["loss"]) == 2
 
 
 def test_training_dataset_without_augmentation_is_the_fixed_shuffled_set(digits):
@@ -449,6 +461,58 @@ def test_benchmark_passes_the_augmentation_to_every_variant(monkeypatch, capsys)
         ["vertical", "only", "n=0", "-"],
     ], out
     assert out.index("test error per frame") > out.index("no_feedback  test error")
+
+
+def test_benchmark_hold_out_scores_validation_sequences_and_judges_no_target(monkeypatch, capsys):
+    seen = _occluded_benchmark_arguments(monkeypatch, ["--hold-out"], lambda args: args.hold_out)
+    assert seen == [(v, True) for v in ("rladder", "temporal", "no_feedback")]
+    out = capsys.readouterr().out
+    assert "rladder      validation error 50.00%" in out and "validation error per frame (%)" in out
+    assert "test error" not in out and "target (" not in out and "judged on the test sequences" in out
+    assert _occluded_benchmark_arguments(monkeypatch, [], lambda args: args.hold_out)[0] == ("rladder", False)
+    out = capsys.readouterr().out
+    assert "rladder      test error 50.00%" in out and "target (RLadder clearly below" in out
+
+
+def test_train_with_hold_out_never_sees_a_test_digit(tmp_path, monkeypatch, capsys):
+    # the benchmark's and the CLI's --hold-out: the model trains on four fifths of the
+    # training digits and is watched and scored on sequences of the held-out fifth
+    import json
+
+    from applications import __main__ as cli
+    from tests.conftest import shared_path
+
+    data_dir = str(shared_path("data", "mnist"))
+    train_digits, test_digits = om._train_test_digits("idx", data_dir, 0)
+    kept, held_out = om._hold_out(train_digits, 0)
+    drawn = []
+    generate = om.generate
+
+    def recording(digits, labels, num, **kwargs):
+        drawn.append(np.asarray(digits))
+        return generate(digits, labels, num, **kwargs)
+
+    monkeypatch.setattr(om, "generate", recording)
+    tiny = dict(data_dir=data_dir, epochs=1, num_train=8, num_test=8, variant="temporal", conv_units=(4,),
+                dense_units=8, batch_size=8, frame_size=16, verbose=0)
+    result = om.train(run_dir=str(tmp_path / "val"), hold_out=True, **tiny)
+    assert [len(d) for d in drawn] == [len(kept[0]), len(held_out[0])]
+    np.testing.assert_array_equal(drawn[0], kept[0])
+    np.testing.assert_array_equal(drawn[1], held_out[0])
+    assert result["scored_on"] == "validation" and result["test_error_per_step"]["counts"]["all"] == 8
+    assert json.loads((tmp_path / "val" / "metrics.json").read_text())["scored_on"] == "validation"
+    drawn.clear()
+    assert om.train(run_dir=str(tmp_path / "test"), **tiny)["scored_on"] == "test"
+    np.testing.assert_array_equal(drawn[0], train_digits[0])
+    np.testing.assert_array_equal(drawn[1], test_digits[0])
+    # the command line names the figures after what they were scored on
+    capsys.readouterr()
+    argv = ["train", "occluded_mnist", "--data-dir", data_dir, "--num-train", "8", "--num-test", "8",
+            "--conv-units", "4", "--dense-units", "8", "--batch-size", "8", "--frame-size", "16",
+            "--variant", "temporal", "--epochs", "1", "--quiet", "--run-dir", str(tmp_path / "cli")]
+    assert cli.main([*argv, "--hold-out"]) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert re.search(r"validation error [01]\.\d{4}, validation error per frame ", out) and "test error" not in out
 
 
 def test_plot_predictions_draws_next_frames_only_for_the_ladder_variants(tmp_path, digits):
