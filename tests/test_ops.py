@@ -411,6 +411,35 @@ def test_conv_gradients_on_torch():
     assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stderr[-3000:]
 
 
+@pytest.mark.parametrize("padding", ["same", "valid"])
+@pytest.mark.parametrize("channels", [(3,), (3, 2), (1, 4, 2)])
+def test_conv_sum_is_the_sum_of_the_convolutions_with_their_gradients(channels, padding):
+    # one convolution of the concatenated inputs and kernels (the ladder's encoder levels)
+    rng = np.random.default_rng(0)
+    xs = [tensor(rng.normal(size=(2, 6, 5, c)), "float32") for c in channels]
+    ks = [tensor(rng.normal(size=(3, 3, c, 4)), "float32") for c in channels]
+
+    def separate(*args):
+        return sum(ops.conv(x, k, padding=padding) for x, k in zip(args[: len(xs)], args[len(xs):]))
+
+    def fused(*args):
+        return ops.conv_sum(args[: len(xs)], args[len(xs):], padding=padding)
+
+    want, got = separate(*xs, *ks), fused(*xs, *ks)
+    assert tuple(got.shape) == tuple(want.shape) == ((2, 6, 5, 4) if padding == "same" else (2, 4, 3, 4))
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(got), keras.ops.convert_to_numpy(want), rtol=1e-5,
+                               atol=1e-5)
+    weights = tensor(rng.normal(size=tuple(want.shape)), "float32")
+    for g_want, g_got in zip(grads(lambda *a: keras.ops.sum(separate(*a) * weights), xs + ks),
+                             grads(lambda *a: keras.ops.sum(fused(*a) * weights), xs + ks)):
+        assert tuple(g_got.shape) == tuple(g_want.shape)
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(g_got), keras.ops.convert_to_numpy(g_want),
+                                   rtol=1e-4, atol=1e-4)
+    for bad in (([], []), (xs, ks[:-1] + ks) if len(xs) > 1 else (xs, ks + ks)):
+        with pytest.raises(ValueError, match="as many kernels as inputs"):
+            ops.conv_sum(*bad)
+
+
 _EXTREMA = {"max": (np.max, "max_with_initial"), "min": (np.min, "min_with_initial")}
 
 

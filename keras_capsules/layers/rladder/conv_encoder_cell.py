@@ -5,7 +5,7 @@ from keras import ops
 
 from keras_capsules.layers.rladder._cell_base import EncoderCellBase
 from keras_capsules.layers.rladder._utils import normalize, positive_int
-from keras_capsules.ops import conv, tanh
+from keras_capsules.ops import conv_sum, tanh
 
 NORMALIZATIONS = (None, "instance", "layer")
 ACTIVATIONS = ("relu", "leaky_relu", "elu", "gelu", "tanh", "linear")
@@ -161,10 +161,9 @@ class ConvEncoderCell(EncoderCellBase):
 
     def call(self, inputs):
         inputs = self._checked_inputs(self._as_list(inputs))
-        x = inputs[0]
-        pre = conv(x, self.kernel, padding="same")
-        if self.use_feedback:
-            pre = pre + conv(inputs[1], self.feedback_kernel, padding="same")
+        # W * x + U * d as one convolution of [x, d] (ops.conv_sum)
+        kernels = [self.kernel] + ([self.feedback_kernel] if self.use_feedback else [])
+        pre = conv_sum(inputs[: len(kernels)], kernels, padding="same")
         if self.normalization is None:
             pre = pre + self.bias
         else:

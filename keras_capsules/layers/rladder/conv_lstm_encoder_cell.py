@@ -4,7 +4,7 @@ import keras
 
 from keras_capsules.layers.rladder._utils import positive_int
 from keras_capsules.layers.rladder.lstm_encoder_cell import LSTMEncoderCell, lstm_update
-from keras_capsules.ops import conv
+from keras_capsules.ops import conv_sum
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -86,12 +86,12 @@ class ConvLSTMEncoderCell(LSTMEncoderCell):
 
     def _step(self, x, d, states):
         h, c = states
-        pre = conv(x, self.kernel, padding="same") + conv(
-            h, self.recurrent_kernel, padding="same"
-        ) + self.bias
+        # W * x + R * h (+ U * d) as one convolution of [x, h, d] (ops.conv_sum)
+        inputs, kernels = [x, h], [self.kernel, self.recurrent_kernel]
         if d is not None:
-            pre = pre + conv(d, self.feedback_kernel, padding="same")
-        return lstm_update(pre, c)
+            inputs.append(d)
+            kernels.append(self.feedback_kernel)
+        return lstm_update(conv_sum(inputs, kernels, padding="same") + self.bias, c)
 
     def get_config(self):
         config = super().get_config()
