@@ -606,10 +606,6 @@ def main(argv=None):
                    help="independent: one Bernoulli per key given the past (the paper's); nade: each key "
                    "also given the lower keys of its step; several: member i uses the i-th (cyclically)")
     p.add_argument("--nade-units", type=positive_int, default=64, help="hidden units of the NADE read-out")
-    p.add_argument("--hold-out", action="store_true",
-                   help="score validation sequences of a held-out fifth of the training digits instead of "
-                   "the test sequences (the variants train on the other four fifths): for choices that "
-                   "must not see a test digit; the target is judged on the test sequences only")
     p.add_argument("--intra-op-threads", type=non_negative_int, default=1,
                    help="TensorFlow threads inside one op (0: all cores)")
     # 17 minutes of training leave time for the evaluation of the ensemble within 20
@@ -665,10 +661,6 @@ def main(argv=None):
     p.add_argument("--num-valid", type=non_negative_int, default=200,
                    help="validation images of held-out training digits; the epoch with the best "
                         "last-iteration validation AMI is kept (0: the last epoch)")
-    p.add_argument("--hold-out", action="store_true",
-                   help="score validation sequences of a held-out fifth of the training digits instead of "
-                   "the test sequences (the variants train on the other four fifths): for choices that "
-                   "must not see a test digit; the target is judged on the test sequences only")
     p.add_argument("--intra-op-threads", type=non_negative_int, default=1,
                    help="TensorFlow threads inside one op (0: all cores)")
     p.set_defaults(run=tagger, default_budget_minutes=17.0)
@@ -684,10 +676,6 @@ def main(argv=None):
                    help="0: without XLA, 1: with XLA")
     p.add_argument("--max-unrolled-xla", type=positive_int, default=64,
                    help="skip XLA of an unrolled ladder of more steps (minutes to compile)")
-    p.add_argument("--hold-out", action="store_true",
-                   help="score validation sequences of a held-out fifth of the training digits instead of "
-                   "the test sequences (the variants train on the other four fifths): for choices that "
-                   "must not see a test digit; the target is judged on the test sequences only")
     p.add_argument("--intra-op-threads", type=non_negative_int, default=1,
                    help="TensorFlow threads inside one op (0: all cores)")
     p.set_defaults(run=loop)

@@ -472,6 +472,21 @@ def test_benchmark_hold_out_scores_validation_sequences_and_judges_no_target(mon
     assert _occluded_benchmark_arguments(monkeypatch, [], lambda args: args.hold_out)[0] == ("rladder", False)
     out = capsys.readouterr().out
     assert "rladder      test error 50.00%" in out and "target (RLadder clearly below" in out
+    # only `occluded` takes it: the other subcommands would have ignored it in silence
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "rladder.py"
+    spec = importlib.util.spec_from_file_location("rladder_benchmark_hold_out", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    for name in ("fusion", "jsb", "tagger", "loop"):
+        monkeypatch.setattr(bench, name, lambda args, name=name: pytest.fail(f"{name} ran, ignoring --hold-out"))
+    for name in ("fusion", "jsb", "tagger", "loop"):
+        with pytest.raises(SystemExit) as exit_info:
+            bench.main([name, "--hold-out"])
+        assert exit_info.value.code == 2
+        assert "unrecognized arguments: --hold-out" in capsys.readouterr().err
 
 
 def test_train_with_hold_out_never_sees_a_test_digit(tmp_path, monkeypatch, capsys):
