@@ -53,7 +53,7 @@ import shlex
 import subprocess
 import sys
 
-from applications import arguments, registry
+from applications import arguments, console, registry
 from applications.errors import (CommandLineError, NotAFolderError, PathExistsError, PathNotFoundError,
                                  PathPermissionError, report)
 
@@ -420,6 +420,10 @@ def main(argv=None):
     application = _application_of(argv)
     # `bench` runs its script in a process of its own and takes no application's options:
     # its parser needs no application module (importing one loads TensorFlow, seconds)
+    if argv[:1] != ["bench"]:
+        # the application's module loads TensorFlow: without the lines of its start-up that
+        # ask nothing of the user (no CUDA driver, CPU instructions; console.STARTUP_NOISE)
+        console.load_tensorflow_quietly()
     parser = _parser(application, None) if argv[:1] == ["bench"] else build_parser(application)
     _refuse_options_of_no_application(parser, argv)
     if argv[:1] in (["train"], ["evaluate"], ["tune"]) and argv[1:2] != [application]:
