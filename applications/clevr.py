@@ -40,7 +40,12 @@ weights used for evaluation. How the EMA weights are used, with Keras 3:
 * at the end of ``fit`` Keras itself calls ``optimizer.finalize_variable_values(
   model.trainable_weights)``, which assigns the averages to the model: after ``fit``
   the model *holds* the EMA weights, so ``evaluate``, ``predict`` and ``save`` use
-  them (calling ``fit`` again continues from the EMA weights).
+  them (calling ``fit`` again continues from the EMA weights);
+* the averages are of the trainable weights only: a model with batch normalization
+  (Sort-of-CLEVR's image stem) gets ``recipe_callbacks(run_dir, statistics_data)``,
+  whose ``keras_capsules.callbacks.SwapEMAWeightsAndStatistics`` also gives the EMA
+  weights batch-normalization statistics of their own (re-estimated on training
+  batches), during validation and in the model that ``fit`` leaves.
 
 Attention maps: :func:`attention_model` and :func:`plot_attention` (word attention
 and knowledge-base attention of every step, as a heat map over the image grid for a
@@ -66,6 +71,7 @@ from keras import ops
 from applications import checks, console, distribute, fault_tolerance, plotting
 from applications.checks import integer_at_least
 from applications.errors import InputError, PathNotFoundError, writable_folder
+from keras_capsules.callbacks import SwapEMAWeightsAndStatistics
 from keras_capsules.layers import MACNetwork
 
 logger = logging.getLogger(__name__)
@@ -274,14 +280,19 @@ def compile_model(model, learning_rate=1e-4, clipnorm=8.0, ema_momentum=0.999, m
     return model
 
 
-def recipe_callbacks(run_dir):
+def recipe_callbacks(run_dir, statistics_data=None):
     """A stop on divergence (``fault_tolerance.StopOnDivergence``: the first batch whose
     loss is not finite ends ``fit`` in one line; before, ``train`` called from Python
     without the command line's callbacks saved and scored a NaN model), the EMA swap
-    for validation, then TensorBoard logs under ``run_dir/logs``."""
+    for validation, then TensorBoard logs under ``run_dir/logs``. With
+    ``statistics_data`` (training batches) the swap also re-estimates the
+    batch-normalization statistics for the EMA weights
+    (``keras_capsules.callbacks.SwapEMAWeightsAndStatistics``)."""
+    swap = (keras.callbacks.SwapEMAWeights() if statistics_data is None
+            else SwapEMAWeightsAndStatistics(statistics_data))
     return [
         fault_tolerance.StopOnDivergence(str(run_dir)),
-        keras.callbacks.SwapEMAWeights(),
+        swap,
         keras.callbacks.TensorBoard(os.path.join(str(run_dir), "logs")),
     ]
 

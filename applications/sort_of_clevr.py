@@ -625,7 +625,9 @@ def train(run_dir="runs/sort_of_clevr", steps=20000, batch_size=64, kb="symbolic
           callbacks=()):
     """Trains MAC on generated Sort-of-CLEVR with the paper's recipe (as the demo does).
 
-    Writes ``model.keras`` (EMA weights), ``history.png``, ``metrics.json``,
+    Writes ``model.keras`` (EMA weights; with an image knowledge base, the stem's
+    batch-normalization statistics re-estimated for them on 100 training batches:
+    ``clevr.recipe_callbacks``), ``history.png``, ``metrics.json``,
     ``attention.png`` and TensorBoard logs to ``run_dir``. Returns the metrics with
     the relational and non-relational validation accuracies. ``steps`` are spread over
     ``epochs`` epochs, and exactly ``steps`` are trained: ``steps // epochs`` each, one
@@ -668,7 +670,10 @@ def train(run_dir="runs/sort_of_clevr", steps=20000, batch_size=64, kb="symbolic
         distribute.distribute_dataset_options(
             distribute.even_batches(make_dataset(batch_size, seed, kb=kb, start=start), strategy.num_replicas_in_sync)),
         steps_per_epoch=steps_per_epoch, epochs=epochs, validation_data=val_all, verbose=verbose,
-        callbacks=[epoch_steps, *clevr.recipe_callbacks(run_dir), *callbacks], shuffle=False,
+        # the EMA weights' batch-normalization statistics (image stem) from the stream's
+        # first batches (symbolic: no batch normalization, nothing is drawn)
+        callbacks=[epoch_steps, *clevr.recipe_callbacks(run_dir, make_dataset(batch_size, seed, kb=kb)), *callbacks],
+        shuffle=False,
     )
     result = {
         f"{name}_accuracy": float(model.evaluate(*val[r], verbose=0, batch_size=256)[1])

@@ -22,6 +22,7 @@ HyperModel (``tuning/clevr.py``) shares it.
 import keras
 
 from applications import clevr, distribute, sort_of_clevr
+from keras_capsules.callbacks import SwapEMAWeightsAndStatistics
 from tuning.base import DatasetHyperModel
 
 
@@ -72,10 +73,20 @@ class MACHyperModel(DatasetHyperModel):
         learning_rate = hp.Float("learning_rate", 3e-5, 1e-3, sampling="log", default=1e-4)
         return clevr.compile_model(self.build_mac(hp, **mac_kwargs), learning_rate)
 
+    def statistics_data(self):
+        """Training batches from which the EMA weights get batch-normalization
+        statistics of their own (``SwapEMAWeightsAndStatistics``), or None: the model
+        has no batch normalization (here: None; subclasses with one override it)."""
+        return None
+
     def fit_options(self, hp):
         # Validation, keras-tuner's checkpoint of the best epoch and the best model all
-        # see the EMA weights (the checkpoint callback runs after this one).
-        return {"callbacks": [keras.callbacks.SwapEMAWeights(swap_on_epoch=True)]}
+        # see the EMA weights (the checkpoint callback runs after this one), with their
+        # own batch-normalization statistics where the model has some.
+        data = self.statistics_data()
+        swap = (keras.callbacks.SwapEMAWeights(swap_on_epoch=True) if data is None
+                else SwapEMAWeightsAndStatistics(data, swap_on_epoch=True))
+        return {"callbacks": [swap]}
 
 
 class SortOfClevrHyperModel(MACHyperModel):
@@ -113,6 +124,10 @@ class SortOfClevrHyperModel(MACHyperModel):
         train = distribute.even_batches(sort_of_clevr.make_dataset(self.batch_size, self.seed, kb=self.kb),
                                         self.replicas)
         return train, tf.data.Dataset.from_tensor_slices(data).batch(self.batch_size)
+
+    def statistics_data(self):
+        # the image stem's batch normalization (the symbolic model has none: nothing is drawn)
+        return sort_of_clevr.make_dataset(self.batch_size, self.seed, kb=self.kb)
 
     def fit_options(self, hp):
         return {**super().fit_options(hp), "steps_per_epoch": self.steps_per_epoch}

@@ -224,6 +224,26 @@ def test_train_writes_the_run_outputs(tmp_path):
     assert os.listdir(tmp_path / "run" / "logs")
 
 
+def test_the_image_models_saved_statistics_are_those_of_its_ema_weights(tmp_path):
+    # The optimizer averages the trainable weights only: the image stem's batch
+    # normalization kept the statistics of the raw weights, and a run of 3,000 steps
+    # scored 27.5% with them where statistics of the averaged weights gave 64.1%.
+    from keras_capsules.callbacks import estimate_batch_norm_statistics
+
+    result = soc.train(
+        str(tmp_path / "run"), steps=6, epochs=2, batch_size=8, kb="image", validation_examples=8,
+        learning_rate=3e-3, model_kwargs={"units": 8, "embedding_dim": 4, "max_steps": 2, "stem_filters": 4}, verbose=0,
+    )
+    model = keras.models.load_model(result["model"])
+    layers = [layer for layer in model.layers if isinstance(layer, keras.layers.BatchNormalization)]
+    assert len(layers) == 4
+    # the training stream's first 100 batches, with the saved (EMA) weights
+    for layer, (mean, variance) in zip(layers, estimate_batch_norm_statistics(model, soc.make_dataset(8, 0, kb="image"),
+                                                                                100)):
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(layer.moving_mean), mean, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(layer.moving_variance), variance, rtol=1e-4, atol=1e-5)
+
+
 def test_bad_data_arguments_are_clear_errors():
     # Audit 6: negative counts gave empty arrays, bad template lists raw numpy or
     # IndexErrors (inside the tf.data stream: an opaque UnknownError at iteration), a

@@ -172,6 +172,27 @@ def test_a_tiny_search_writes_the_best_model_and_hyperparameters(name, tmp_path,
         assert model.output_shape == output_shape
 
 
+def test_the_image_sort_of_clevr_searchs_best_model_has_the_statistics_of_its_ema_weights(tmp_path, capsys):
+    # keras-tuner checkpoints the EMA weights (swap_on_epoch); their image stem's batch
+    # normalization had kept the statistics of the raw weights
+    from applications import sort_of_clevr
+    from keras_capsules.callbacks import estimate_batch_norm_statistics
+
+    directory = tmp_path / "search"
+    argv = ["tune", "sort_of_clevr", "--kb", "image", "--tuner", "random", "--directory", str(directory),
+            "--max-trials", "1", "--epochs", "2", "--quiet", "--steps-per-epoch", "3", "--validation-examples", "8",
+            "--batch-size", "4", "--seed", "2",
+            *fixed(units=8, embedding_dim=4, max_steps=1, learning_rate=1e-3)]
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    model = keras.saving.load_model(directory / "best_model.keras")
+    layers = [layer for layer in model.layers if isinstance(layer, keras.layers.BatchNormalization)]
+    assert len(layers) == 4
+    stream = sort_of_clevr.make_dataset(4, 2, kb="image")  # the trials' training stream, its first 100 batches
+    for layer, (mean, variance) in zip(layers, estimate_batch_norm_statistics(model, stream, 100)):
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(layer.moving_mean), mean, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(layer.moving_variance), variance, rtol=1e-4, atol=1e-5)
+
+
 def test_an_unknown_fixed_hyperparameter_is_one_line(tmp_path, capsys):
     argv = ["tune", "music", "--data-dir", JSB_DIR, "--limit", "2", "--directory", str(tmp_path / "t"),
             "--quiet", *fixed(levels=1, units_0=8, layers=3)]

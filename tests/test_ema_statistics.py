@@ -1,0 +1,235 @@
+"""keras_capsules.callbacks.SwapEMAWeightsAndStatistics and estimate_batch_norm_statistics:
+the EMA weights get batch-normalization statistics of their own."""
+
+import keras
+import numpy as np
+import pytest
+
+from keras_capsules.callbacks import SwapEMAWeightsAndStatistics, estimate_batch_norm_statistics
+from tests.harness import two_cpu_strategy
+
+BATCH, STEPS = 16, 4
+
+
+def _data(seed=0, n=64):
+    rng = np.random.default_rng(seed)
+    x = {"a": (rng.normal(size=(n, 4)) * 3 + 2).astype("float32"), "b": rng.normal(size=(n, 3)).astype("float32")}
+    y = rng.normal(size=(n, 1)).astype("float32")
+    return x, y
+
+
+def _batches(x, y, batch=BATCH):
+    n = len(y)
+    return [({k: v[i:i + batch] for k, v in x.items()}, y[i:i + batch]) for i in range(0, n, batch)]
+
+
+def _model(seed=1, nested=False):
+    keras.utils.set_random_seed(seed)
+    a, b = keras.Input((4,), name="a"), keras.Input((3,), name="b")
+    hidden = keras.layers.Dense(8, name="dense")(a)
+    if nested:  # a batch normalization inside a sub-model: the whole model runs
+        inner = keras.Sequential([keras.Input((8,)), keras.layers.BatchNormalization(name="bn")], name="inner")
+        hidden = inner(hidden)
+    else:
+        hidden = keras.layers.BatchNormalization(name="bn")(hidden)
+    hidden = keras.layers.Dropout(0.0)(hidden)
+    out = keras.layers.Dense(1, name="out")(keras.layers.Concatenate()([hidden, b]))
+    return keras.Model({"a": a, "b": b}, out)
+
+
+def _bn(model):
+    return model.get_layer("inner").get_layer("bn") if "inner" in [l.name for l in model.layers] else model.get_layer("bn")
+
+
+def _batch_moments(model, batches):
+    """What the BN layer sees, by hand: the mean over the batches of each batch's mean and
+    (biased) variance of the Dense layer's output."""
+    dense = model.get_layer("dense")
+    outs = [keras.ops.convert_to_numpy(dense(x["a"])).astype("float64") for x, _ in batches]
+    return np.mean([o.mean(0) for o in outs], 0), np.mean([o.var(0) for o in outs], 0)
+
+
+@pytest.mark.parametrize("nested", [False, True])
+def test_estimate_is_the_mean_of_the_batch_moments_and_changes_nothing(nested):
+    model = _model(nested=nested)
+    x, y = _data()
+    batches = _batches(x, y)
+    bn = _bn(model)
+    bn.moving_mean.assign(np.full(8, 0.5, "float32"))
+    momentum = bn.momentum
+    (mean, variance), = estimate_batch_norm_statistics(model, batches * 3, STEPS)  # the first STEPS batches
+    want_mean, want_variance = _batch_moments(model, batches)
+    np.testing.assert_allclose(mean, want_mean, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(variance, want_variance, rtol=1e-5, atol=1e-5)
+    assert mean.dtype == np.float32
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(bn.moving_mean), np.full(8, 0.5))
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(bn.moving_variance), np.ones(8))
+    assert bn.momentum == momentum
+    # fewer batches than steps: those there are
+    (mean2, _), = estimate_batch_norm_statistics(model, batches[:2], 10)
+    np.testing.assert_allclose(mean2, _batch_moments(model, batches[:2])[0], rtol=1e-5, atol=1e-5)
+
+
+def test_estimate_without_batch_normalization_reads_no_data():
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+
+    def never():
+        raise AssertionError("read")
+        yield
+
+    assert estimate_batch_norm_statistics(model, never(), 5) == []
+
+
+def test_estimate_of_no_batch_is_an_error():
+    with pytest.raises(ValueError, match="no batch"):
+        estimate_batch_norm_statistics(_model(), [], 5)
+
+
+class _Record(keras.callbacks.Callback):
+    """Records, where it runs (after the swap callback), the weights and the BN statistics."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def _record(self, where):
+        bn = _bn(self.model)
+        self.seen.append((where, [keras.ops.convert_to_numpy(w).copy() for w in self.model.trainable_weights],
+                          keras.ops.convert_to_numpy(bn.moving_mean).copy(),
+                          keras.ops.convert_to_numpy(bn.moving_variance).copy()))
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._record("epoch_begin")
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._record("epoch_end")
+
+    def on_test_begin(self, logs=None):
+        self._record("test_begin")
+
+    def on_test_end(self, logs=None):
+        self._record("test_end")
+
+
+def _fit(swap, epochs=3, nested=False):
+    model = _model(nested=nested)
+    model.compile(keras.optimizers.Adam(0.05, use_ema=True, ema_momentum=0.9), "mse")
+    x, y = _data()
+    record = _Record()
+    model.fit(x, y, batch_size=BATCH, validation_data=_data(seed=5, n=32), epochs=epochs,
+              callbacks=[swap, record], verbose=0, shuffle=False)
+    return model, record, _batches(x, y)
+
+
+def _statistics_for(weights, model, batches):
+    """The statistics ``estimate_batch_norm_statistics`` gives ``model`` with ``weights``."""
+    saved = [keras.ops.convert_to_numpy(w).copy() for w in model.trainable_weights]
+    for w, value in zip(model.trainable_weights, weights):
+        w.assign(value)
+    try:
+        return estimate_batch_norm_statistics(model, batches, STEPS)[0]
+    finally:
+        for w, value in zip(model.trainable_weights, saved):
+            w.assign(value)
+
+
+@pytest.mark.parametrize("nested", [False, True])
+def test_validation_and_the_trained_model_use_statistics_of_the_ema_weights(nested):
+    x, y = _data()
+    model, record, batches = _fit(SwapEMAWeightsAndStatistics(_batches(x, y), STEPS), nested=nested)
+    seen = {}
+    for where, weights, mean, variance in record.seen:
+        seen.setdefault(where, []).append((weights, mean, variance))
+    for (weights, mean, variance), (_, raw_mean, raw_variance) in zip(seen["test_begin"], seen["epoch_begin"][1:]):
+        want_mean, want_variance = _statistics_for(weights, model, batches)  # EMA weights in the model
+        np.testing.assert_allclose(mean, want_mean, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(variance, want_variance, rtol=1e-5, atol=1e-6)
+    # after validation the raw weights' statistics are back, the moving average goes on from them
+    for (_, end_mean, _), (_, begin_mean, _) in zip(seen["test_end"][:-1], seen["epoch_begin"][1:]):
+        np.testing.assert_array_equal(end_mean, begin_mean)
+    raw_means = [m for _, m, _ in seen["test_end"]]
+    ema_means = [m for _, m, _ in seen["test_begin"]]
+    assert not any(np.allclose(r, e) for r, e in zip(raw_means, ema_means))
+    # the trained model: EMA weights (Keras' finalize) and their statistics
+    bn = _bn(model)
+    final = [keras.ops.convert_to_numpy(w) for w in model.trainable_weights]
+    want_mean, want_variance = _statistics_for(final, model, batches)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(bn.moving_mean), want_mean, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(bn.moving_variance), want_variance, rtol=1e-5, atol=1e-6)
+
+
+def test_keras_swap_leaves_the_raw_statistics_with_the_ema_weights():
+    # what the callback is for: with Keras' own swap the trained model's statistics are not
+    # those of its weights
+    x, y = _data()
+    model, _, batches = _fit(keras.callbacks.SwapEMAWeights())
+    bn = _bn(model)
+    want_mean, _ = _statistics_for([keras.ops.convert_to_numpy(w) for w in model.trainable_weights], model, batches)
+    assert not np.allclose(keras.ops.convert_to_numpy(bn.moving_mean), want_mean, rtol=1e-3, atol=1e-3)
+
+
+def test_swap_on_epoch_holds_the_ema_statistics_between_epochs_and_estimates_once_per_state(monkeypatch):
+    from keras_capsules import callbacks
+
+    calls = []
+    real = callbacks.estimate_batch_norm_statistics
+    monkeypatch.setattr(callbacks, "estimate_batch_norm_statistics",
+                        lambda *args: calls.append(1) or real(*args))
+    x, y = _data()
+    swap = SwapEMAWeightsAndStatistics(_batches(x, y), STEPS, swap_on_epoch=True)
+    model, record, batches = _fit(swap, epochs=3)
+    # per epoch: validation (EMA in, out) then the epoch's end (EMA in again, same weights:
+    # no second estimate); the last epoch's end is also what fit leaves
+    assert len(calls) == 3
+    ends = [(w, m) for where, w, m, _ in record.seen if where == "epoch_end"]
+    tests = [(w, m) for where, w, m, _ in record.seen if where == "test_begin"]
+    for (end_weights, end_mean), (test_weights, test_mean) in zip(ends, tests):
+        for a, b in zip(end_weights, test_weights):
+            np.testing.assert_array_equal(a, b)  # the EMA weights, at both
+        np.testing.assert_array_equal(end_mean, test_mean)
+        np.testing.assert_allclose(end_mean, _statistics_for(end_weights, model, batches)[0], rtol=1e-5, atol=1e-6)
+    bn = _bn(model)
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(bn.moving_mean), ends[-1][1])
+
+
+def test_without_use_ema_the_swap_refuses_as_keras_does():
+    model = _model()
+    model.compile(keras.optimizers.Adam(0.05), "mse")
+    x, y = _data()
+    with pytest.raises(ValueError, match="use_ema"):
+        model.fit(x, y, batch_size=BATCH, validation_data=_data(seed=5, n=32), epochs=1, verbose=0,
+                  callbacks=[SwapEMAWeightsAndStatistics(_batches(x, y), STEPS)])
+
+
+@pytest.mark.parametrize("steps", [0, -1, 1.5, True, "3", None])
+def test_bad_statistics_steps(steps):
+    with pytest.raises(ValueError, match="statistics_steps"):
+        SwapEMAWeightsAndStatistics([], steps)
+
+
+@pytest.mark.parametrize("data", [None, 3, object()])
+def test_statistics_data_must_be_iterable(data):
+    with pytest.raises(TypeError, match="statistics_data"):
+        SwapEMAWeightsAndStatistics(data)
+
+
+def test_under_a_mirrored_strategy():
+    strategy = two_cpu_strategy()  # (skips on another backend)
+    import tensorflow as tf
+
+    x, y = _data()
+    with strategy.scope():
+        model = _model()
+        model.compile(keras.optimizers.Adam(0.05, use_ema=True, ema_momentum=0.9), "mse")
+    batches = _batches(x, y)
+    model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH), epochs=2, verbose=0,
+              validation_data=tf.data.Dataset.from_tensor_slices(_data(seed=5, n=32)).batch(BATCH),
+              callbacks=[SwapEMAWeightsAndStatistics(batches, STEPS)])
+    bn = _bn(model)
+    want_mean, want_variance = estimate_batch_norm_statistics(model, batches, STEPS)[0]
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(bn.moving_mean), want_mean, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(bn.moving_variance), want_variance, rtol=1e-5, atol=1e-6)
+    copies = bn.moving_mean.value.values  # a MirroredVariable: every replica's copy holds them
+    assert len(copies) == 2
+    for copy in copies:
+        np.testing.assert_allclose(copy.numpy(), want_mean, rtol=1e-5, atol=1e-6)
