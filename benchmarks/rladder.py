@@ -132,6 +132,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from applications import console  # noqa: E402  (sets the oneDNN default; loads no TensorFlow)
+
+console.load_tensorflow_quietly()  # without TensorFlow's start-up lines that ask nothing (no CUDA driver, ...)
 from applications.arguments import fraction, mask_damping, non_negative_float, non_negative_int, positive_float, positive_int, rate, seed_int  # noqa: E402
 from keras_capsules.callbacks import BudgetLinearDecay, TimeBudget  # noqa: E402
 from keras_capsules.layers.rladder.level_spec import CONV_ENCODERS, UNFLATTENS  # noqa: E402

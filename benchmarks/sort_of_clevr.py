@@ -137,6 +137,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from applications import console  # noqa: E402  (sets the oneDNN default; loads no TensorFlow)
+
+console.load_tensorflow_quietly()  # without TensorFlow's start-up lines that ask nothing (no CUDA driver, ...)
 import keras_capsules  # noqa: E402,F401  (first: its TensorFlow runtime defaults)
 from applications.arguments import fraction, non_negative_int, positive_float, positive_int, seed_int  # noqa: E402
 import keras  # noqa: E402

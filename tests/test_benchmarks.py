@@ -20,6 +20,9 @@ def test_help(script):
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "usage:" in proc.stdout
+    # (the scripts that load TensorFlow to answer wrote its start-up lines: absl's notice
+    # and the CUDA stub's, twice each; applications.console.load_tensorflow_quietly)
+    assert "absl::InitializeLog" not in proc.stderr and "cudart_stub" not in proc.stderr, proc.stderr[-2000:]
 
 
 # script -> arguments that name a data folder that is not there ({missing})
