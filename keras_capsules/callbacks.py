@@ -251,7 +251,8 @@ class SwapEMAWeightsAndStatistics(keras.callbacks.SwapEMAWeights):
         statistics_data: the batches to estimate the statistics from: a
             ``tf.data.Dataset`` or another iterable of batches ``x``, ``(x, y)`` or
             ``(x, y, sample_weight)``, usually the training data (an endless stream
-            is fine: its first batches are used). Each swap starts it again.
+            is fine: its first batches are used). Each swap starts it again, so a
+            generator or another one-pass iterator is refused.
         statistics_steps: how many batches to use, a positive integer. Default 100.
         swap_on_epoch: as in ``keras.callbacks.SwapEMAWeights``: also swap the averaged
             weights in at the end of each epoch (for callbacks after this one, such
@@ -277,6 +278,11 @@ class SwapEMAWeightsAndStatistics(keras.callbacks.SwapEMAWeights):
             raise TypeError(
                 "`statistics_data` must be an iterable of batches (a tf.data.Dataset, a list, ...). "
                 f"Received: {type(statistics_data).__name__}"
+            )
+        if iter(statistics_data) is statistics_data:  # a generator or iterator: one pass only
+            raise TypeError(
+                "`statistics_data` must give its batches again at every swap (a tf.data.Dataset, a list, ...), "
+                f"not a one-pass iterator. Received: {type(statistics_data).__name__}"
             )
         if (isinstance(statistics_steps, bool) or not isinstance(statistics_steps, numbers.Integral)
                 or statistics_steps < 1):
@@ -317,9 +323,10 @@ class SwapEMAWeightsAndStatistics(keras.callbacks.SwapEMAWeights):
         self._follow("on_predict_end", logs)
 
     def on_train_end(self, logs=None):
-        # fit has copied the averaged weights into the model: their statistics stay
+        # fit (of at least one epoch) has copied the averaged weights into the model:
+        # their statistics stay
         super().on_train_end(logs)
-        if not self._ema_weights_in_model:
+        if not self._ema_weights_in_model and (self.params or {}).get("epochs", 0) > 0:
             self._write(self._averaged_statistics())
         self._raw_statistics = None
 

@@ -213,6 +213,25 @@ def test_statistics_data_must_be_iterable(data):
         SwapEMAWeightsAndStatistics(data)
 
 
+def test_a_one_pass_iterator_is_refused():
+    # the second swap would have found it empty
+    x, y = _data()
+    for one_pass in (iter(_batches(x, y)), (batch for batch in _batches(x, y))):
+        with pytest.raises(TypeError, match="not a one-pass iterator"):
+            SwapEMAWeightsAndStatistics(one_pass)
+
+
+def test_a_fit_of_no_epoch_leaves_the_statistics_alone():
+    # Keras copies the averaged weights into the model only after at least one epoch
+    model = _model()
+    model.compile(keras.optimizers.Adam(0.05, use_ema=True), "mse")
+    x, y = _data()
+    bn = _bn(model)
+    bn.moving_mean.assign(np.full(8, 0.25, "float32"))
+    model.fit(x, y, batch_size=BATCH, epochs=0, verbose=0, callbacks=[SwapEMAWeightsAndStatistics(_batches(x, y))])
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(bn.moving_mean), np.full(8, 0.25))
+
+
 def test_under_a_mirrored_strategy():
     strategy = two_cpu_strategy()  # (skips on another backend)
     import tensorflow as tf
