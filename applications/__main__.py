@@ -303,19 +303,21 @@ def _bench(args):
     return subprocess.call(command, env=env)
 
 
-# The headline results of the applications' `train` (the rest is in metrics.json).
-_HEADLINES = (("test_accuracy", "test accuracy"), ("validation_accuracy", "validation accuracy"),
-              ("non_relational_accuracy", "non-relational accuracy"), ("relational_accuracy", "relational accuracy"),
-              ("test_error", "test error"), ("test_nll_per_step", "test NLL per step"))
+# The headline results of the applications' `train` (the rest is in metrics.json): key,
+# label, and whether the label names the data scored (the run's "scored_on": "test", or
+# "validation" for a run scored on held-out training data, occluded --hold-out)
+_HEADLINES = (("test_accuracy", "accuracy", True), ("validation_accuracy", "validation accuracy", False),
+              ("non_relational_accuracy", "non-relational accuracy", False),
+              ("relational_accuracy", "relational accuracy", False),
+              ("test_error", "error", True), ("test_nll_per_step", "NLL per step", True))
 
 
 def _print_outputs(result, where):
-    # a run scored on held-out training data (occluded --hold-out) names its figures so
     scored_on = result.get("scored_on", "test")
-    parts = [f"{label.replace('test', scored_on, 1)} {result[key]:.4f}" for key, label in _HEADLINES
+    parts = [f"{scored_on + ' ' if named else ''}{label} {result[key]:.4f}" for key, label, named in _HEADLINES
              if isinstance(result.get(key), (int, float))]
     if isinstance(result.get("ami"), list) and result["ami"]:  # RTagger: the segmentation of every iteration
-        parts.append("test AMI per iteration " + " / ".join(f"{a:.3f}" for a in result["ami"]))
+        parts.append(f"{scored_on} AMI per iteration " + " / ".join(f"{a:.3f}" for a in result["ami"]))
     steps = result.get("test_error_per_step")
     if isinstance(steps, dict) and isinstance(steps.get("all"), list) and len(steps["all"]) > 1:
         # Occluded Moving MNIST: what the model makes of each further frame

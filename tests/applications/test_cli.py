@@ -598,6 +598,13 @@ def test_train_ends_with_the_applications_headline_result_and_every_file_it_wrot
     assert head == "test error 0.2500, test error per frame 0.5000 / 0.3750 / 0.2500"
     cli._print_outputs({"test_error": 0.25, "test_error_per_step": {"all": [0.25]}}, str(tmp_path))
     assert capsys.readouterr().out.splitlines()[0] == "test error 0.2500"
+    # a run scored on held-out training data names that data in every figure of it, and only there
+    cli._print_outputs({"test_accuracy": 0.5, "relational_accuracy": 0.75, "test_error": 0.25, "test_nll_per_step": 6.5,
+                        "ami": [0.1], "test_error_per_step": {"all": [0.5, 0.25]}, "scored_on": "validation"},
+                       str(tmp_path))
+    assert capsys.readouterr().out.splitlines()[0] == (
+        "validation accuracy 0.5000, relational accuracy 0.7500, validation error 0.2500, validation NLL per step "
+        "6.5000, validation AMI per iteration 0.100, validation error per frame 0.5000 / 0.2500")
 
 
 def test_tune_ends_with_every_file_it_wrote_beside_the_best_model(tmp_path, capsys, monkeypatch):

@@ -37,6 +37,7 @@ from keras_capsules.layers.rladder.level_spec import (
     COMBINATORS,
     CONV_COMBINATORS,
     DEFAULT_KERNEL_SIZE,
+    NORMALIZED_ENCODERS,
     level_kind,
     normalize_level,
     saved_levels,
@@ -45,6 +46,9 @@ from keras_capsules.layers.rladder.lstm_encoder_cell import LSTMEncoderCell
 from keras_capsules.ops import matmul
 
 _COMBINATOR_CLASSES = {"G1": G1, "ConvG1": ConvG1, "ConvG2": ConvG2, "ConvG3": ConvG3}
+#: the cells of the encoders that take a ``normalization`` (level_spec.NORMALIZED_ENCODERS)
+_NORMALIZED_CELLS = {"conv": ConvEncoderCell, "gatedconv": GatedConvEncoderCell}
+assert tuple(_NORMALIZED_CELLS) == NORMALIZED_ENCODERS, "a normalized encoder of level_spec without its cell here"
 _INITIALIZERS = ("kernel_initializer", "recurrent_initializer", "bias_initializer")
 _REGULARIZERS = ("kernel_regularizer", "recurrent_regularizer", "bias_regularizer")
 DROPOUT_NOISE = ("step", "sequence")
@@ -433,8 +437,8 @@ class RLadder(keras.layers.Layer):
                 cell = GatedEncoderCell(spec["units"], name=name, **cell_common(name))
             elif spec["encoder"] == "lstm":
                 cell = LSTMEncoderCell(spec["units"], name=name, **cell_common(name))
-            elif spec["encoder"] in ("conv", "gatedconv"):
-                cell = (ConvEncoderCell if spec["encoder"] == "conv" else GatedConvEncoderCell)(
+            elif spec["encoder"] in _NORMALIZED_CELLS:
+                cell = _NORMALIZED_CELLS[spec["encoder"]](
                     spec["units"],
                     kernel_size=spec["kernel_size"],
                     normalization=spec["normalization"],
