@@ -117,7 +117,37 @@ def load_arrays(data_dir=None, limit=None):
 TEST_FRACTION = 0.2
 
 
-def make_datasets(images, labels, batch_size, test_fraction=TEST_FRACTION, seed=0, hold_out=False, replicas=1):
+def split_indices(num_examples, test_fraction=TEST_FRACTION, seed=0, hold_out=False):
+    """The ``(train, test)`` indices of :func:`make_datasets`' split (``test``: the
+    validation indices with ``hold_out=True``)."""
+    order = np.random.default_rng(seed).permutation(num_examples)
+    n_test = int(round(num_examples * test_fraction))
+    if n_test < 1 or n_test >= num_examples:
+        # Keras fails later on an empty split with "not enough values to unpack".
+        raise InputError(
+            f"{num_examples} example(s) are too few for a train/test split (test_fraction="
+            f"{test_fraction}): both parts need at least one; use more data (e.g. a larger --limit)"
+        )
+    test, train = order[:n_test], order[n_test:]
+    if hold_out:
+        n_valid = int(round(len(train) * test_fraction))
+        if n_valid < 1 or n_valid >= len(train):
+            raise InputError(
+                f"{num_examples} example(s) are too few to hold validation examples out of the training "
+                f"part (test_fraction={test_fraction}); use more data (e.g. a larger --limit)"
+            )
+        test, train = train[:n_valid], train[n_valid:]
+    return train, test
+
+
+def training_batches(num_examples, batch_size, test_fraction=TEST_FRACTION, seed=0, hold_out=False, replicas=1):
+    """The batches of an epoch of :func:`make_datasets`' training pipeline."""
+    train, _ = split_indices(num_examples, test_fraction, seed, hold_out)
+    return distribute.even_batch_count(len(train), batch_size, replicas)
+
+
+def make_datasets(images, labels, batch_size, test_fraction=TEST_FRACTION, seed=0, hold_out=False, replicas=1,
+                  first_epoch=None):
     """Shuffled train/test ``tf.data`` pipelines from arrays (a fixed, seeded split).
 
     ``batch_size`` is the global batch (see ``applications.distribute``). The datasets
@@ -127,35 +157,31 @@ def make_datasets(images, labels, batch_size, test_fraction=TEST_FRACTION, seed=
     part, held out of it (the first pipeline trains without them), and the test part
     is not used. Model selection (``tuning.demo``) validates on these, so that the
     test examples never take part in a choice.
+
+    The training pipeline is reshuffled every epoch: with ``first_epoch=None``
+    (default) it is one epoch, reshuffled by ``tf.data`` each time it is iterated; with
+    ``first_epoch=k`` it is the endless stream of the epochs ``k, k + 1, ...``, each
+    shuffled by ``(seed, epoch)`` (``distribute.epoch_stream``: train on it with
+    ``steps_per_epoch=training_batches(...)``), so that a run resumed at epoch ``k``
+    trains on the orders of the uninterrupted run (what :func:`train` does).
     """
     import tensorflow as tf
 
     if len(images) != len(labels):
         raise ValueError(f"images and labels differ in length: {len(images)} != {len(labels)}")
-    order = np.random.default_rng(seed).permutation(len(images))
-    n_test = int(round(len(images) * test_fraction))
-    if n_test < 1 or n_test >= len(images):
-        # Keras fails later on an empty split with "not enough values to unpack".
-        raise InputError(
-            f"{len(images)} example(s) are too few for a train/test split (test_fraction="
-            f"{test_fraction}): both parts need at least one; use more data (e.g. a larger --limit)"
-        )
-    test, train = order[:n_test], order[n_test:]
-    if hold_out:
-        n_valid = int(round(len(train) * test_fraction))
-        if n_valid < 1 or n_valid >= len(train):
-            raise InputError(
-                f"{len(images)} example(s) are too few to hold validation examples out of the training "
-                f"part (test_fraction={test_fraction}); use more data (e.g. a larger --limit)"
-            )
-        test, train = train[:n_valid], train[n_valid:]
-    train_ds = (
-        tf.data.Dataset.from_tensor_slices((images[train], labels[train]))
-        .shuffle(len(train), seed=seed, reshuffle_each_iteration=True)
-        .batch(batch_size)
-    )
+    train, test = split_indices(len(images), test_fraction, seed, hold_out)
+    examples = tf.data.Dataset.from_tensor_slices((images[train], labels[train]))
     batches = distribute.even_batch_count(len(train), batch_size, replicas)
-    train_ds = distribute.prefetched(distribute.even_batches(train_ds, replicas, batches))
+    if first_epoch is None:
+        train_ds = examples.shuffle(len(train), seed=seed, reshuffle_each_iteration=True).batch(batch_size)
+        train_ds = distribute.even_batches(train_ds, replicas, batches)
+    else:
+        def one_epoch(epoch):
+            shuffled = examples.shuffle(len(train), seed=distribute.epoch_seed(seed, epoch)).batch(batch_size)
+            return distribute.even_batches(shuffled, replicas, batches)
+
+        train_ds = distribute.epoch_stream(one_epoch, batches, first_epoch)
+    train_ds = distribute.prefetched(train_ds)
     test_ds = distribute.prefetched(tf.data.Dataset.from_tensor_slices((images[test], labels[test])).batch(batch_size))
     return (
         distribute.distribute_dataset_options(train_ds),
@@ -278,8 +304,8 @@ def train(
         os.makedirs(out, exist_ok=True)
     images, labels = load_arrays(data_dir, limit)
     global_batch = distribute.global_batch_size(batch_size, strategy)
-    train_ds, test_ds = make_datasets(images, labels, global_batch, seed=seed,
-                                      replicas=strategy.num_replicas_in_sync)
+    replicas = strategy.num_replicas_in_sync
+    steps = training_batches(len(images), global_batch, seed=seed, replicas=replicas)  # (checks the split first)
     model_options = dict(model_options or {})
     model_options.setdefault("synchronized_batchnorm", strategy.num_replicas_in_sync > 1)
     with strategy.scope():
@@ -296,6 +322,9 @@ def train(
                 **model_options}
     recorded.pop("synchronized_batchnorm")  # follows the strategy, which a resumed run may change
     resumable = fault_tolerance.resumable_callbacks(out, save_freq=save_freq, run_options=recorded, epochs=epochs)
+    # the epochs a resumed run trains are shuffled as the uninterrupted run's (distribute.epoch_stream)
+    train_ds, test_ds = make_datasets(images, labels, global_batch, seed=seed, replicas=replicas,
+                                      first_epoch=fault_tolerance.resume_epoch(resumable, epochs))
     if verbose:
         print(
             f"{model.name}: {model.count_params():,} parameters; {len(images)} digits; "
@@ -305,6 +334,7 @@ def train(
             print(f"resuming from the backup in {os.path.join(out, fault_tolerance.BACKUP_DIR)}")
     model.fit(
         train_ds,
+        steps_per_epoch=steps,
         validation_data=test_ds,
         epochs=epochs,
         verbose=verbose,

@@ -355,6 +355,67 @@ def prefetched(dataset, buffer_size=PREFETCH_BATCHES):
     return dataset.prefetch(buffer_size).with_options(pipeline_options())
 
 
+def epoch_seed(seed, epoch):
+    """The ``int64`` seed of epoch ``epoch`` of a run seeded ``seed`` (a scalar tensor).
+
+    A stateless function of the pair: the same pair gives the same seed in any
+    process, so a resumed run draws (shuffles, crops, mixes) its epochs as the
+    uninterrupted run did; two epochs or two seeds give unrelated seeds. ``epoch`` may
+    be a tensor (the element of :func:`epoch_stream`'s counter).
+    """
+    import tensorflow as tf
+
+    pair = tf.stack([tf.cast(seed, tf.int64), tf.cast(epoch, tf.int64)])
+    return tf.random.stateless_uniform([], pair, minval=None, maxval=None, dtype=tf.int64)
+
+
+def epoch_stream(one_pass, batches, first_epoch=0):
+    """An endless training stream: the epochs ``first_epoch``, ``first_epoch + 1``, ...
+    one after the other, epoch ``e`` being the dataset ``one_pass(e)``. Train on it with
+    ``fit(stream, steps_per_epoch=batches)``.
+
+    Why: a dataset reshuffled by ``tf.data`` every iteration (``shuffle(...,
+    reshuffle_each_iteration=True)``, ``Dataset.random(..., rerandomize_each_iteration=
+    True)``) advances its seeds every time an iterator is *created*, and Keras' ``fit``
+    creates two per epoch (3.15: one at the end of an epoch, dropped at the start of the
+    next), while a resumed process starts counting again from 0. So a run resumed at
+    epoch ``k`` saw the orders and draws of epochs 0, 1, ... again. Here ``one_pass``
+    gets the epoch's number (an ``int64`` scalar tensor) and seeds every draw of it
+    with :func:`epoch_seed` (``shuffle(n, seed=epoch_seed(seed, e))``), and ``fit`` keeps
+    one iterator across the epochs (Keras does when ``steps_per_epoch`` is given):
+    epoch ``e`` is the same in an uninterrupted run and in one resumed at
+    ``first_epoch=e`` (:func:`applications.fault_tolerance.resume_epoch`), whatever
+    Keras does with iterators.
+
+    Args:
+        one_pass: ``epoch -> tf.data.Dataset`` of the epoch's batches.
+        batches: the batches of every epoch (``steps_per_epoch``; see
+            :func:`even_batch_count`). Each epoch's count is asserted while it is read:
+            a pass of another length would shift every later epoch's start, and an
+            empty one would make the stream spin forever.
+        first_epoch: the epoch the stream starts at (a resumed run's).
+
+    Returns:
+        An endless ``tf.data.Dataset`` (cardinality ``INFINITE``); batch and prefetch
+        inside ``one_pass`` or after (:func:`prefetched`).
+    """
+    import tensorflow as tf
+
+    batches = checks.integer_at_least("batches", batches, 1)
+    first_epoch = checks.integer_at_least("first_epoch", first_epoch, 0)
+
+    def checked_pass(epoch):
+        # The epoch's draws are seeded by the seeds given (epoch_seed) alone: without a
+        # graph seed here, tf.data's ops take (a default, the op's seed) whatever global
+        # seed the process set (keras.utils.set_random_seed(0) even made tf.data compare
+        # a seed tensor with 0 in Python, an error). It holds for this function only.
+        tf.compat.v1.set_random_seed(None)
+        return one_pass(epoch).apply(tf.data.experimental.assert_cardinality(batches))
+
+    stream = tf.data.Dataset.counter(first_epoch).flat_map(checked_pass)
+    return stream.apply(tf.data.experimental.assert_cardinality(tf.data.INFINITE_CARDINALITY))
+
+
 def distribute_dataset_options(dataset):
     """``dataset`` with auto-sharding by ``DATA`` (right for in-memory or generated data)."""
     import tensorflow as tf

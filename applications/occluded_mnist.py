@@ -477,6 +477,7 @@ def make_training_dataset(
     frame_size=FRAME_SIZE,
     first_epoch=0,
     replicas=1,
+    endless=False,
 ):
     """A ``tf.data`` pipeline of training ``(frames, targets)`` batches, augmented or not.
 
@@ -494,19 +495,24 @@ def make_training_dataset(
             test sequences are never augmented.
         affine: the parameters of :func:`augment_digits` for ``augment="affine"``
             (a dict; None or missing keys: ``AFFINE_DEFAULTS``).
-        first_epoch: with ``augment``, the epoch of the first pass (default 0): pass
-            ``p`` draws the sequences of epoch ``first_epoch + p``, so that a run
-            resumed at epoch ``first_epoch`` trains on the sequences an uninterrupted
-            run would have (a resumed run drew those of epochs 0, 1, ... again).
-            Without ``augment`` it changes nothing (the shuffled order of a resumed
-            epoch is still that of the first epochs of a run).
+        first_epoch: the epoch of the first pass (default 0). With ``endless``, the
+            stream starts at that epoch. Otherwise, with ``augment``, pass ``p`` draws
+            the sequences of epoch ``first_epoch + p``; without ``augment`` it changes
+            nothing (tf.data's reshuffled order of a pass is that of the first passes).
         replicas: the batches are cut for that many replicas in sync
             (``distribute.even_batches``).
+        endless: False (default): one epoch, drawn again (``augment``) or reshuffled
+            by tf.data each time it is iterated. True: the endless stream of the
+            epochs ``first_epoch, first_epoch + 1, ...`` (``distribute.epoch_stream``;
+            ``fit(..., steps_per_epoch=training_batches(num_sequences, batch_size,
+            replicas))``), epoch ``e`` shuffled (or drawn, with ``augment``) from
+            ``(seed, e)`` alone: a run resumed at epoch ``e`` trains on what the
+            uninterrupted run trained on, in the same order (what :func:`train` does).
 
     Returns:
-        A ``tf.data.Dataset``; with ``augment`` it regenerates its sequences (in
+        A ``tf.data.Dataset``; with ``augment`` it generates an epoch's sequences (in
         numpy, ~1.5 s per 20,000 sequences of 24x24 frames on one core, ~3 s with
-        ``"affine"``) each time it is iterated, that is every epoch of ``fit``
+        ``"affine"``) when the epoch is first read, that is every epoch of ``fit``
         (or every pass of ``.repeat()``).
     """
     import tensorflow as tf
@@ -516,19 +522,30 @@ def make_training_dataset(
     batch_size = integer_at_least("batch_size", batch_size, 1)
     num_sequences = integer_at_least("num_sequences", num_sequences, 1)
     first_epoch = integer_at_least("first_epoch", first_epoch, 0)
-    batches = distribute.even_batch_count(num_sequences, batch_size, replicas)
+    batches = training_batches(num_sequences, batch_size, replicas)
     if augment is None:
         data = generate(digits, labels, num_sequences, seed=seed, frame_size=frame_size)
-        return distribute.even_batches(make_dataset(data, variant, batch_size, shuffle=True, seed=seed), replicas,
-                                       batches)
+        if not endless:
+            return distribute.even_batches(make_dataset(data, variant, batch_size, shuffle=True, seed=seed),
+                                           replicas, batches)
+        sequences = tf.data.Dataset.from_tensor_slices(
+            (data["frames"], targets_for(variant, data["frames"], data["labels"])))
+
+        def shuffled_epoch(epoch):
+            shuffled = sequences.shuffle(num_sequences, seed=distribute.epoch_seed(seed, epoch))
+            return distribute.even_batches(shuffled.batch(batch_size), replicas, batches)
+
+        return distribute.prefetched(distribute.epoch_stream(shuffled_epoch, batches, first_epoch))
     digits = check_digits(digits, labels)
     labels = np.asarray(labels)
     passes = [first_epoch]  # the epoch of the next pass over the dataset (each one draws new sequences)
 
-    def generated():
-        data = generate(digits, labels, num_sequences, seed=(seed, passes[0]), frame_size=frame_size,
+    def generated(epoch=None):
+        if epoch is None:  # one pass of a dataset iterated again: the next epoch
+            epoch = passes[0]
+            passes[0] += 1
+        data = generate(digits, labels, num_sequences, seed=(seed, int(epoch)), frame_size=frame_size,
                         affine=options)
-        passes[0] += 1
         targets = targets_for(variant, data["frames"], data["labels"])
         for lo in range(0, num_sequences, batch_size):
             yield data["frames"][lo : lo + batch_size], {k: v[lo : lo + batch_size] for k, v in targets.items()}
@@ -540,11 +557,23 @@ def make_training_dataset(
     }
     if variant in ("rladder", "no_feedback"):
         target_spec["next_frames"] = tf.TensorSpec((None, NUM_FRAMES - 1, frame_size, frame_size, 1), tf.float32)
-    ds = tf.data.Dataset.from_generator(generated, output_signature=(frame_spec, target_spec))
+    signature = (frame_spec, target_spec)
+    if endless:
+        def drawn_epoch(epoch):
+            epoch_ds = tf.data.Dataset.from_generator(generated, args=(epoch,), output_signature=signature)
+            return distribute.even_batches(epoch_ds, replicas, batches)
+
+        return distribute.prefetched(distribute.epoch_stream(drawn_epoch, batches, first_epoch))
+    ds = tf.data.Dataset.from_generator(generated, output_signature=signature)
     # a generator's length is unknown to tf.data: without it `fit` warned at the end of the
     # first epoch that the input ran out of data (and its progress bar had no total)
     ds = ds.apply(tf.data.experimental.assert_cardinality(-(-num_sequences // batch_size)))
     return distribute.prefetched(distribute.even_batches(ds, replicas, batches))
+
+
+def training_batches(num_sequences, batch_size, replicas=1):
+    """The batches of an epoch of :func:`make_training_dataset` (``steps_per_epoch``)."""
+    return distribute.even_batch_count(num_sequences, batch_size, replicas)
 
 
 # ------------------------------------------------------------------------- model
@@ -1047,10 +1076,11 @@ def train(
     if hold_out:  # the test digits are not used at all
         train_digits, test_digits = _hold_out(train_digits, seed)
     # the same sequences as make_sequences (without augmentation)
+    # every epoch shuffled (or drawn) from (seed, epoch): a resumed run trains as the uninterrupted one
     train_dataset = make_training_dataset(
         *train_digits, num_train, variant, batch_size, seed=seed, augment=augment, affine=affine,
         frame_size=frame_size, first_epoch=fault_tolerance.resume_epoch(callbacks, epochs),
-        replicas=strategy.num_replicas_in_sync,
+        replicas=strategy.num_replicas_in_sync, endless=True,
     )
     test_data = generate(*test_digits, num_test, seed=seed + 1, frame_size=frame_size)
     with strategy.scope():
@@ -1079,6 +1109,7 @@ def train(
     }
     history = model.fit(
         train_dataset,
+        steps_per_epoch=training_batches(num_train, batch_size, strategy.num_replicas_in_sync),
         validation_data=make_dataset(test_data, variant, batch_size),
         epochs=epochs,
         verbose=verbose,

@@ -151,6 +151,29 @@ class CrashAt(keras.callbacks.Callback):
             raise RuntimeError("crash (simulated)")
 
 
+def crash_and_resume(train, run_dir, crash_at, **kwargs):
+    """Runs ``train(run_dir=..., callbacks=[CrashAt(*crash_at)], **kwargs)``, which must
+    crash, then the same call without the crash (it resumes from the backup); returns
+    what the second call returned."""
+    import pytest
+
+    with pytest.raises(RuntimeError, match="simulated"):
+        train(run_dir=str(run_dir), callbacks=[CrashAt(*crash_at)], **kwargs)
+    return train(run_dir=str(run_dir), **kwargs)
+
+
+def max_weight_difference(model_a, model_b):
+    """The largest absolute difference between two models' weights (same layout), or
+    ``inf`` when the layouts differ. Paths are loaded with ``keras.models.load_model``."""
+    import numpy as np
+
+    a, b = (keras.models.load_model(str(m)) if isinstance(m, (str, os.PathLike)) else m for m in (model_a, model_b))
+    wa, wb = a.get_weights(), b.get_weights()
+    if len(wa) != len(wb) or any(x.shape != y.shape for x, y in zip(wa, wb)):
+        return float("inf")
+    return max((float(np.max(np.abs(x - y))) if x.size else 0.0 for x, y in zip(wa, wb)), default=0.0)
+
+
 class CountBatches(keras.callbacks.Callback):
     """Counts the training batches of the ``fit`` calls it is given to (``batches``)."""
 
