@@ -24,12 +24,14 @@
   (:class:`BackupAheadError`: pass ``--epochs N`` or more, or another run directory),
   and when it holds exactly the epochs asked for (a crash after the last epoch) the
   run trains nothing and writes its outputs from the backup.
-  :func:`resume_epoch` tells, before ``fit``, the epoch a run will resume at (for
-  data streams that must continue where the interrupted run left them: the
-  generated Sort-of-CLEVR stream, occluded MNIST's augmented sequences). Datasets
-  reshuffled by ``tf.data`` every epoch (and mixup, crops, transpositions drawn per
-  pass) restart their sequence of draws in a resumed process: a resumed epoch
-  sees the examples of the run, in the order of an earlier epoch.
+  :func:`resume_epoch` tells, before ``fit``, the epoch a run will resume at: the
+  applications' training data are endless streams of epochs, each shuffled (and its
+  crops, mixup weights, transpositions or generated sequences drawn) from the run's
+  seed and the epoch's number alone (``applications.distribute.epoch_stream``,
+  started at that epoch; Sort-of-CLEVR's generated stream at the step after it), so a
+  resumed epoch trains on the batches of the uninterrupted run's, in the same order.
+  (``tf.data``'s own reshuffling counts the iterators made, which a resumed process
+  starts again: the resumed epochs saw the orders of epochs 0, 1, ... again.)
   One process at a time trains a run: from the start of its ``fit`` to
   :func:`finish_run`, it holds ``backup/.lock`` (an advisory ``flock``, released by
   the system when the process dies, however it dies), and another process that would
@@ -595,6 +597,8 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
                 "these): rerun with that run's options to finish it, or pass a new --run-dir"
             ) from err
         self.restored_epoch = int(self.model._initial_epoch or 0)
+        if self.restored_epoch:
+            _restore_random_states(self.model, self._training_metadata_path)
         epochs = (self.params or {}).get("epochs")
         if epochs is not None and self.restored_epoch > epochs:
             self.model._initial_epoch = None
@@ -692,10 +696,48 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         # The logs of every epoch done, for the rows of history.csv (see backup_logs).
         done = {str(e): cells for e, cells in sorted(getattr(self, "_epoch_logs", {}).items())
                 if e < self._current_epoch}
-        metadata = {"epoch": self._current_epoch, "batch": self._last_batch_seen, "logs": done}
+        metadata = {"epoch": self._current_epoch, "batch": self._last_batch_seen, "logs": done,
+                    "random_states": _random_states(self.model)}
         if self.run_options is not None:
             metadata["options"] = self.run_options
         write_json_atomically(metadata, self._training_metadata_path)
+
+
+def _random_state_variables(model):
+    """The model's state that is not in its weights: the states of its layers'
+    ``keras.random.SeedGenerator`` (dropout, noise, random masks), in a fixed order."""
+    weights = {id(w) for w in model.weights}
+    return [v for v in model.variables if id(v) not in weights]
+
+
+def _random_states(model):
+    """``[[path, values], ...]`` of :func:`_random_state_variables`, for a backup.
+
+    ``save_weights`` leaves these out, so a resumed run drew the dropout masks and
+    noise of its first epochs again (music's input dropout: 0.029 max weight
+    difference to the uninterrupted run after the data were drawn alike)."""
+    return [[v.path, np.asarray(keras.ops.convert_to_numpy(v)).tolist()] for v in _random_state_variables(model)]
+
+
+def _restore_random_states(model, metadata_path):
+    """Restores the states :func:`_random_states` saved in a backup's metadata; a backup
+    without them (written before they were kept) or with states of other shapes or
+    number is left alone."""
+    try:
+        with open(metadata_path) as f:
+            saved = json.load(f).get("random_states")
+    except (OSError, ValueError):
+        return
+    variables = _random_state_variables(model)
+    # by position, as the weights are loaded (a state's path holds a process-wide count:
+    # seed_generator_7 here may be seed_generator_2 in the process that saved it)
+    try:
+        values = [np.asarray(v, dtype=variable.dtype) for (_, v), variable in zip(saved, variables, strict=True)]
+    except (TypeError, ValueError):  # not a list of pairs, another number of states, not numbers
+        return
+    if all(v.shape == tuple(variable.shape) for v, variable in zip(values, variables)):
+        for variable, value in zip(variables, values):
+            variable.assign(value)
 
 
 _MISSING = object()

@@ -244,38 +244,79 @@ def random_transposition(transpose):
     return apply
 
 
+def _examples(rolls, steps=None, window=None):
+    """``(inputs, targets, mask)`` of :func:`make_dataset`: next-step arrays, cut into windows with ``window``."""
+    inputs, targets, mask = next_step_arrays(rolls, steps)
+    if window is not None:
+        inputs, targets, mask = windows(inputs, targets, mask, window)
+    return inputs, targets, mask
+
+
+def training_batches(rolls, batch_size=16, steps=None, window=None, replicas=1):
+    """The batches of an epoch of :func:`make_dataset`'s pipeline of ``rolls`` (the same
+    arguments): the ``steps_per_epoch`` of its stream (``first_epoch``)."""
+    batch_size = integer_at_least("batch_size", batch_size, 1)
+    return distribute.even_batch_count(len(_examples(rolls, steps, window)[0]), batch_size, replicas)
+
+
 def make_dataset(rolls, batch_size=16, steps=None, shuffle=False, seed=0, window=None, transpose=0,
-                 targets_as_input=False, replicas=1):
+                 targets_as_input=False, replicas=1, first_epoch=None):
     """A ``tf.data`` pipeline of ``(inputs, targets, mask)`` for ``model.fit``.
 
-    With ``window`` the sequences are cut into windows of that many steps (see
-    ``windows``); the model must then be built with ``steps=window``. With
-    ``transpose`` > 0 every example (window) is moved by a random number of semitones
-    in ``[-transpose, transpose]`` that keeps its notes on the keyboard, drawn anew
-    every epoch (``random_transposition``; seeded by ``seed``): training data only.
-    ``targets_as_input`` yields ``({"rolls": inputs, "targets": targets}, targets, mask)``
-    for a model with ``readout="nade"``. ``replicas``: training batches are cut for that
-    many replicas in sync (``distribute.even_batches``; :class:`PianoRollNLL` is then the
-    NLL per real step of the windows kept).
+    Args:
+        rolls: the piano rolls (``[steps, 88]`` each), padded to ``steps`` (None: the longest).
+        batch_size: the (global) batch size.
+        steps: the padded length (see ``next_step_arrays``).
+        shuffle: shuffle the examples (windows) every epoch (seeded by ``seed``):
+            training data only.
+        seed: the seed of the shuffle and of the transpositions.
+        window: cut the sequences into windows of that many steps (see ``windows``);
+            the model must then be built with ``steps=window``.
+        transpose: > 0: every example (window) is moved by a random number of
+            semitones in ``[-transpose, transpose]`` that keeps its notes on the
+            keyboard, drawn anew every epoch (``random_transposition``; seeded by
+            ``seed``): training data only.
+        targets_as_input: yield ``({"rolls": inputs, "targets": targets}, targets, mask)``
+            for a model with ``readout="nade"``.
+        replicas: training batches are cut for that many replicas in sync
+            (``distribute.even_batches``; :class:`PianoRollNLL` is then the NLL per real
+            step of the windows kept).
+        first_epoch: None (default): the pipeline is one epoch, whose shuffle and
+            transpositions ``tf.data`` draws anew each time it is iterated. An epoch
+            ``k``: the endless stream of the epochs ``k, k + 1, ...``, the shuffle and
+            the transpositions of epoch ``e`` drawn from ``(seed, e)`` alone
+            (``distribute.epoch_stream``; train on it with
+            ``steps_per_epoch=training_batches(...)``), so that a run resumed at epoch
+            ``k`` trains on the orders and transpositions of the uninterrupted run
+            (what :func:`train` does).
     """
     import tensorflow as tf
 
     transpose = _check_transpose(transpose)
     batch_size = integer_at_least("batch_size", batch_size, 1)
-    inputs, targets, mask = next_step_arrays(rolls, steps)
-    if window is not None:
-        inputs, targets, mask = windows(inputs, targets, mask, window)
-    ds = tf.data.Dataset.from_tensor_slices((inputs, targets, mask))
-    if shuffle:
-        # a buffer of at least 1: tf.data refuses 0 (rolls of no steps leave no window)
-        ds = ds.shuffle(max(len(inputs), 1), seed=seed, reshuffle_each_iteration=True)
-    if transpose:
-        draws = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True)
-        ds = tf.data.Dataset.zip(ds, draws).map(random_transposition(transpose))
-    if targets_as_input:
-        ds = ds.map(lambda inputs, targets, mask: ({"rolls": inputs, "targets": targets}, targets, mask))
+    inputs, targets, mask = _examples(rolls, steps, window)
+    examples = tf.data.Dataset.from_tensor_slices((inputs, targets, mask))
     batches = distribute.even_batch_count(len(inputs), batch_size, replicas)
-    return distribute.prefetched(distribute.even_batches(ds.batch(batch_size), replicas, batches))
+
+    def one_pass(pass_seed, redraw):
+        # redraw: tf.data draws anew at each iteration (the one-epoch pipeline); an
+        # epoch of the stream is iterated once, with a seed of its own
+        ds = examples
+        if shuffle:
+            # a buffer of at least 1: tf.data refuses 0 (rolls of no steps leave no window)
+            ds = ds.shuffle(max(len(inputs), 1), seed=pass_seed, reshuffle_each_iteration=redraw)
+        if transpose:
+            draws = tf.data.Dataset.random(seed=pass_seed, rerandomize_each_iteration=redraw)
+            ds = tf.data.Dataset.zip(ds, draws).map(random_transposition(transpose))
+        if targets_as_input:
+            ds = ds.map(lambda inputs, targets, mask: ({"rolls": inputs, "targets": targets}, targets, mask))
+        return distribute.even_batches(ds.batch(batch_size), replicas, batches)
+
+    if first_epoch is None:
+        return distribute.prefetched(one_pass(seed, True))
+    stream = distribute.epoch_stream(lambda epoch: one_pass(distribute.epoch_seed(seed, epoch), False), batches,
+                                     first_epoch)
+    return distribute.prefetched(stream)
 
 
 # ------------------------------------------------------------------------- loss
@@ -996,7 +1037,10 @@ def train(
     state of ``reduce_lr_patience``'s plateau detection (epochs waited, best loss,
     cooldown: ``fault_tolerance.ResumableReduceLROnPlateau``): a resumed member still
     keeps its best epoch from before the crash and lowers its learning rate at the
-    epochs of an uninterrupted run; ``history.png`` shows every epoch of
+    epochs of an uninterrupted run; it trains its epochs on the shuffles and
+    transpositions of the uninterrupted run too (``make_dataset(..., first_epoch=...)``:
+    drawn from the member's seed and the epoch, not anew from epoch 0 in the new
+    process); ``history.png`` shows every epoch of
     ``history.csv`` and ``epochs_run`` counts the epochs before the resume too.
     A member's backup is deleted (``fault_tolerance.finish_run``) once the member is
     saved and listed in ``members.json``; until then a rerun finishes it from there.
@@ -1046,16 +1090,21 @@ def train(
             chosen = f" (the first {limit})" if limit is not None else ""
             raise InputError(f"{data_path or default_data_path()}: the {split} chorales{chosen} hold no time step")
     steps = window or longest
-    def member_datasets(member):
+    def member_datasets(member, first_epoch=None):
         # A pipeline of its own for every member, seeded with seed + member: a shared one went on
         # reshuffling from the epochs of the members before, so member i's order (and transpositions)
         # changed with how many epochs they ran, or with a rerun that loaded them instead.
+        # With first_epoch, the stream of the member's epochs from there, each shuffled and
+        # transposed by (seed + member, epoch): a member resumed at epoch k trains on the
+        # epochs of the uninterrupted run (tf.data's reshuffling started again at epoch 0).
         nade = readouts[member % len(readouts)] == "nade"
         return (make_dataset(rolls["train"], batch_size, longest, True, seed + member, window, transpose,
-                             targets_as_input=nade, replicas=strategy.num_replicas_in_sync),
+                             targets_as_input=nade, replicas=strategy.num_replicas_in_sync,
+                             first_epoch=first_epoch),
                 make_dataset(rolls["valid"], batch_size, longest, window=window, targets_as_input=nade))
 
     member_datasets(0)  # checks batch_size, window and transpose before anything is trained
+    batches = training_batches(rolls["train"], batch_size, longest, window, strategy.num_replicas_in_sync)
     paths = {
         "model": os.path.join(run_dir, "model.keras"),
         "plot": os.path.join(run_dir, "history.png"),
@@ -1123,7 +1172,8 @@ def train(
         # the best epoch after the crash only.
         best = fault_tolerance.KeepBestWeights(MONITOR, backup.backup_dir if backup else None)
         logs = paths["logs"] if not member else f"{paths['logs']}_{member}"
-        train_ds, valid_ds = member_datasets(member)
+        # (after the member's callbacks: its epochs from the one its backup resumes at, if any)
+        train_ds, valid_ds = member_datasets(member, fault_tolerance.resume_epoch(user, epochs))
         # (the stop on divergence first: `train` called from Python without the command
         # line's callbacks trained a NaN model to the end, then saved and scored it)
         fit_callbacks = [fault_tolerance.StopOnDivergence(str(run_dir)), keras.callbacks.TensorBoard(logs), *extra, best,
@@ -1135,6 +1185,7 @@ def train(
                                           _BackUpTrainedWeights(extra[0], False)]
         history = model.fit(
             train_ds,
+            steps_per_epoch=batches,
             validation_data=valid_ds,
             epochs=epochs,
             verbose=verbose,

@@ -178,21 +178,28 @@ def compile_model(model, total_steps, min_lr=1e-5, max_lr=5e-4, warmup_fraction=
 
 
 # --------------------------------------------------------------------------- data
-def load_split(split, data_dir=None, download=True, shuffle_files=False, seed=None, decode_images=True):
+def load_split(split, data_dir=None, download=True, shuffle_files=False, seed=None, decode_images=True,
+               reshuffle_files=True):
     """The TFDS ``smallnorb`` split (``"train"``/``"test"``) as a dataset of feature dicts.
 
     ``seed`` seeds the order of the files when ``shuffle_files`` (None: another order
-    in every run). ``decode_images=False`` leaves ``"image"`` and ``"image2"`` PNG-encoded
-    (scalar strings, decoded by :func:`stereo_pair`): a pass that reads only the labels
-    then decodes no image."""
+    in every run). ``reshuffle_files`` (default True, TFDS's default): the files come in
+    a new order at every pass (every iterator made: a resumed process starts that
+    sequence again); False: in the one order of ``seed`` at every pass (what
+    :func:`train` reads with a seed, so that a resumed run reads the files as the
+    uninterrupted run). ``decode_images=False`` leaves ``"image"`` and ``"image2"``
+    PNG-encoded (scalar strings, decoded by :func:`stereo_pair`): a pass that reads
+    only the labels then decodes no image."""
     import tensorflow_datasets as tfds
 
     decoders = None
     if not decode_images:
         decoders = {"image": tfds.decode.SkipDecoding(), "image2": tfds.decode.SkipDecoding()}
+    reshuffle = None if reshuffle_files else False  # None: TFDS's default (tf.data's: True)
+    read_config = tfds.ReadConfig(shuffle_seed=seed, shuffle_reshuffle_each_iteration=reshuffle)
     return tfds.load(
         "smallnorb", split=split, data_dir=data_dir, download=download, shuffle_files=shuffle_files,
-        read_config=tfds.ReadConfig(shuffle_seed=seed), decoders=decoders,
+        read_config=read_config, decoders=decoders,
     )
 
 
@@ -225,6 +232,8 @@ def make_dataset(
     shuffle_buffer=4096,
     seed=None,
     repeat=False,
+    first_epoch=None,
+    steps_per_epoch=None,
 ):
     """Batches of ``(pairs [b, S, S, 2], one-hot labels [b, 5])`` from smallNORB examples.
 
@@ -233,6 +242,32 @@ def make_dataset(
     ``image_size / 96``; :func:`training_crop`) and cropped at random back to
     ``image_size``, then mixed up with Beta(``mixup_alpha``, ``mixup_alpha``) (None or 0
     disables mixup). ``seed`` makes the order, the crops and the mixing reproducible.
+
+    Args:
+        examples: feature dicts of a smallNORB split (:func:`load_split`).
+        training: True for the shuffled, cropped, mixed training batches (of
+            ``batch_size`` examples each, the last partial one left out); False for
+            the test batches (whole images, in order, unmixed).
+        batch_size, image_size, padding, mixup_alpha, shuffle_buffer, seed: as above.
+        repeat: the examples over and over (an endless dataset; with ``training``, a
+            new order, crops and mixing every pass). Ignored with ``first_epoch``.
+        first_epoch: None (default): the passes are drawn by ``tf.data`` (``repeat`` or
+            not), anew every time the dataset is iterated: a run resumed in a new
+            process draws the passes of an earlier epoch again. An integer ``k``
+            (training only, ``seed`` required): the endless stream of the run's
+            training batches from (Keras) epoch ``k`` on, every pass over
+            ``examples`` shuffled, cropped and mixed by ``(seed, pass)`` alone
+            (``distribute.epoch_stream``): a run resumed at epoch ``k``
+            (``fault_tolerance.resume_epoch``) trains on the batches of the
+            uninterrupted run, as :func:`train` does. Train on it with
+            ``fit(..., steps_per_epoch=steps_per_epoch)``. ``examples`` must come in
+            the same order at every pass (``load_split(..., reshuffle_files=False)``)
+            and be of known size.
+        steps_per_epoch: with ``first_epoch``, the batches of an epoch (None: one pass,
+            ``len(examples) // batch_size``). Epochs and passes need not align: the
+            stream goes through the passes one after the other, and the stream from
+            epoch ``k`` starts at batch ``k * steps_per_epoch`` of it (the batches
+            before it in its pass are drawn and skipped).
 
     The shuffle buffer holds the examples as read (the two uint8 images and the
     category: 18,440 bytes an example of smallNORB, 75.5 MB for 4096), and each is
@@ -252,30 +287,51 @@ def make_dataset(
         return stereo_pair(example, image_size), label_of(example)
 
     if not training:
+        if first_epoch is not None:
+            raise InputError("`first_epoch` is for training batches: pass `training=True` or no `first_epoch`")
         ds = examples.map(prepare, num_parallel_calls=tf.data.AUTOTUNE)
         if repeat:
             ds = ds.repeat()
         return distribute.prefetched(ds.batch(batch_size))
 
     # only the features used, as read: the buffer holds no other labels
-    ds = examples.map(lambda ex: {k: ex[k] for k in ("image", "image2", "label_category")})
-    if _buffered_bytes(ds.element_spec) > 4 * (2 * image_size * image_size + NUM_CLASSES):
-        ds = ds.map(prepare, num_parallel_calls=tf.data.AUTOTUNE)  # small float32 pairs: fewer bytes
-    ds = ds.shuffle(shuffle_buffer, seed=seed)  # reshuffled at every pass (epoch)
-    if repeat:
-        ds = ds.repeat()
-    # new crops every epoch (without it each pass repeated the first one's), reproducible
-    crop_seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).batch(2, drop_remainder=True)
+    examples = examples.map(lambda ex: {k: ex[k] for k in ("image", "image2", "label_category")})
+    if _buffered_bytes(examples.element_spec) > 4 * (2 * image_size * image_size + NUM_CLASSES):
+        examples = examples.map(prepare, num_parallel_calls=tf.data.AUTOTUNE)  # small float32 pairs: fewer bytes
 
     def crop(element, crop_seed):
         pair, label = element if isinstance(element, tuple) else prepare(element)
         return training_crop(pair, padding, image_size, crop_seed), label
 
-    ds = tf.data.Dataset.zip((ds, crop_seeds)).map(crop, num_parallel_calls=tf.data.AUTOTUNE)
-    ds = ds.batch(batch_size, drop_remainder=True)
-    if mixup_alpha:
-        ds = train_utils.mixup(ds, alpha=mixup_alpha, seed=seed)
-    return distribute.prefetched(ds)
+    def batches(seed, repeat):
+        ds = examples.shuffle(shuffle_buffer, seed=seed)  # reshuffled at every pass (epoch)
+        if repeat:
+            ds = ds.repeat()
+        # new crops every epoch (without it each pass repeated the first one's), reproducible
+        crop_seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).batch(2, drop_remainder=True)
+        ds = tf.data.Dataset.zip((ds, crop_seeds)).map(crop, num_parallel_calls=tf.data.AUTOTUNE)
+        ds = ds.batch(batch_size, drop_remainder=True)
+        if mixup_alpha:
+            ds = train_utils.mixup(ds, alpha=mixup_alpha, seed=seed)
+        return ds
+
+    if first_epoch is None:
+        return distribute.prefetched(batches(seed, repeat))
+    first_epoch = checks.integer_at_least("first_epoch", first_epoch, 0)
+    if seed is None:
+        raise InputError("`first_epoch` needs a `seed`: without one no run draws its epochs again")
+    n = int(examples.cardinality())
+    if n < 0:
+        raise InputError("the number of training examples is unknown: `first_epoch` needs examples of known size")
+    pass_batches = n // batch_size
+    if pass_batches < 1:
+        raise InputError(f"{n} training example(s) are fewer than one batch of {batch_size}")
+    steps = pass_batches if steps_per_epoch is None else checks.integer_at_least("steps_per_epoch", steps_per_epoch, 1)
+    first_pass, skipped = divmod(first_epoch * steps, pass_batches)
+    stream = distribute.epoch_stream(
+        lambda epoch: batches(distribute.epoch_seed(seed, epoch), repeat=False), pass_batches, first_pass
+    )
+    return distribute.prefetched(stream.skip(skipped) if skipped else stream)
 
 
 def _buffered_bytes(element_spec):
@@ -350,13 +406,24 @@ def train(
         mixup_alpha: mixup's Beta parameter (None or 0: no mixup). Default 0.2.
         seed: seed of the weights, of the order of the training files and of shuffling,
             cropping and mixup: the same seed trains the same model (None: unseeded).
+            With a seed, the training files are read in the seed's order at every
+            pass and every pass over them is drawn (shuffled, cropped, mixed) from
+            ``(seed, pass)`` (``make_dataset(..., first_epoch=...)``): a run resumed
+            from the backup of a ``fault_tolerance.AtomicBackupAndRestore`` among
+            ``callbacks`` at epoch ``k`` trains epochs ``k, k + 1, ...`` on the
+            batches of the uninterrupted run, and ends with its weights. Without a
+            seed (nothing to draw them again from) the passes are drawn anew by
+            ``tf.data`` (the files in a new order every pass): a resumed run trains
+            on other draws, from those of its first epoch on.
         verbose: ``model.fit`` verbosity (1: progress bars).
         download: let TFDS download and prepare the data if it is missing.
         model_kwargs: arguments of ``build_model`` (default: the paper's model).
         strategy: a ``tf.distribute.Strategy``; the model is built and compiled in its
             scope (``batch_size`` is then the global batch). None: the default one.
         callbacks: extra Keras callbacks (after the TensorBoard logs and checkpoint).
-            The backup of ``fault_tolerance.resumable_callbacks`` outlives ``fit``: call
+            The epoch a backup among them resumes at (``fault_tolerance.resume_epoch``)
+            is where the training stream starts (see ``seed``). The backup of
+            ``fault_tolerance.resumable_callbacks`` outlives ``fit``: call
             ``fault_tolerance.finish_run(callbacks)`` once the outputs are written
             (``run_train`` does).
 
@@ -374,7 +441,10 @@ def train(
         validation_steps = checks.integer_at_least("validation_steps", validation_steps, 1)
     if seed is not None:  # the initial weights too, as the other applications
         keras.utils.set_random_seed(seed)
-    train_examples = load_split("train", data_dir, download, shuffle_files=True, seed=seed)
+    # with a seed, the files in one order (the seed's) at every pass: the passes of a
+    # resumed run (a new process, which restarts tf.data's reshuffles) are the same
+    train_examples = load_split("train", data_dir, download, shuffle_files=True, seed=seed,
+                                reshuffle_files=seed is None)
     test_examples = load_split("test", data_dir, download)
     if steps_per_epoch is None:
         n_train = int(train_examples.cardinality())
@@ -386,8 +456,14 @@ def train(
                 f"the smallNORB training split ({n_train} examples) is smaller than one batch of "
                 f"{batch_size}: lower the batch size or pass `steps_per_epoch` (--steps-per-epoch)"
             )
+    # a seeded run's stream starts at the epoch it resumes at (from (seed, pass)); an
+    # unseeded one draws anew (see the docstring)
+    from applications import fault_tolerance
+
+    first_epoch = None if seed is None else fault_tolerance.resume_epoch(callbacks, epochs)
     train_ds = make_dataset(
-        train_examples, True, batch_size, image_size, mixup_alpha=mixup_alpha, seed=seed, repeat=True
+        train_examples, True, batch_size, image_size, mixup_alpha=mixup_alpha, seed=seed, repeat=True,
+        first_epoch=first_epoch, steps_per_epoch=steps_per_epoch,
     )
     test_ds = make_dataset(test_examples, False, batch_size, image_size)
     if validation_steps is not None:

@@ -660,22 +660,66 @@ def _finite_at_least(name, value, minimum):
 
 
 # ---------------------------------------------------------------------------- tf.data
-def training_dataset(embedded, labels, num_classes, batch_size=32, mixup_alpha=0.2, seed=0, replicas=1):
+def training_dataset(embedded, labels, num_classes, batch_size=32, mixup_alpha=0.2, seed=0, replicas=1,
+                     first_epoch=None):
     """The shuffled training batches of :func:`make_dataset`, mixed up (``mixup_alpha``:
-    the Beta parameter, None or 0 for no mixup), cut for ``replicas`` replicas in sync."""
+    the Beta parameter, None or 0 for no mixup), cut for ``replicas`` replicas in sync.
+
+    ``first_epoch``: None (default): one epoch, drawn (the order and the mixing) anew
+    every time it is iterated, from where the draws of the process's earlier epochs
+    left off: a run resumed in a new process draws the epochs 0, 1, ... again. An
+    integer ``k`` (``seed`` required): the endless stream of the epochs ``k, k + 1,
+    ...``, each ordered and mixed by ``(seed, epoch)`` alone (``distribute.epoch_stream``;
+    train on it with ``fit(..., steps_per_epoch=distribute.even_batch_count(len(labels),
+    batch_size, replicas))``), so that a run resumed at epoch ``k``
+    (``fault_tolerance.resume_epoch``) trains on the epochs of the uninterrupted run,
+    as :func:`train` does.
+    """
     from applications.training import mixup
 
-    ds = make_dataset(embedded, labels, num_classes, batch_size, shuffle=True, seed=seed, replicas=replicas)
-    return mixup(ds, alpha=mixup_alpha, seed=seed) if mixup_alpha else ds
+    if first_epoch is None:
+        ds = make_dataset(embedded, labels, num_classes, batch_size, shuffle=True, seed=seed, replicas=replicas)
+        return mixup(ds, alpha=mixup_alpha, seed=seed) if mixup_alpha else ds
+    first_epoch = integer_at_least("first_epoch", first_epoch, 0)
+    if seed is None:
+        raise InputError("`first_epoch` needs a `seed`: without one no run draws its epochs again")
+    seed = integer_at_least("seed", seed, 0)
+    epoch_batches, batches = _batches(embedded, labels, num_classes, batch_size, True, seed, BUCKET, replicas)
+
+    def one_epoch(epoch):
+        ds = epoch_batches(epoch)
+        return mixup(ds, alpha=mixup_alpha, seed=distribute.epoch_seed(seed, epoch)) if mixup_alpha else ds
+
+    return distribute.prefetched(distribute.epoch_stream(one_epoch, batches, first_epoch))
 
 
-def make_dataset(embedded, labels, num_classes, batch_size=32, shuffle=False, seed=0, bucket=50, replicas=1):
+#: batches of a window of texts sorted by length (make_dataset's ``bucket``)
+BUCKET = 50
+
+
+def make_dataset(embedded, labels, num_classes, batch_size=32, shuffle=False, seed=0, bucket=BUCKET, replicas=1):
     """Batches ``({"embeddings", "mask"}, one_hot_labels)`` from cached embeddings.
 
     Every batch is padded to its longest text. When shuffling, texts are shuffled
     every epoch, then sorted by length within windows of ``bucket`` batches (less
     padding), and the batches' order is shuffled again. ``replicas``: training
     batches are cut for that many replicas in sync (``distribute.even_batches``).
+    The epochs are drawn one after the other from ``seed`` (every iteration the next),
+    in a new process from the first again: :func:`training_dataset` with
+    ``first_epoch`` draws epoch ``e`` from ``(seed, e)``.
+    """
+    epoch_batches, _ = _batches(embedded, labels, num_classes, batch_size, shuffle, seed, bucket, replicas)
+    return distribute.prefetched(epoch_batches())
+
+
+def _batches(embedded, labels, num_classes, batch_size, shuffle, seed, bucket, replicas):
+    """The arguments of :func:`make_dataset` checked: ``(epoch_batches, batches)``.
+
+    ``epoch_batches(epoch=None)`` is a dataset of an epoch's batches (``batches`` of
+    them): with ``epoch`` None, each iteration draws the next epoch of ``seed``'s
+    sequence (:func:`make_dataset`); with ``epoch`` (an integer, or a scalar tensor
+    as ``distribute.epoch_stream`` gives it), epoch ``epoch``'s order, drawn from
+    ``(seed, epoch)`` at every iteration.
     """
     import tensorflow as tf
 
@@ -698,16 +742,18 @@ def make_dataset(embedded, labels, num_classes, batch_size=32, shuffle=False, se
     rng = np.random.default_rng(seed)
     eye = np.eye(num_classes, dtype="float32")
 
-    def batches():
+    def batches(epoch=None):
         if shuffle:
-            order = rng.permutation(n)
+            # numpy's SeedSequence of the pair: a stateless function of (seed, epoch)
+            order_rng = rng if epoch is None else np.random.default_rng([seed, int(epoch)])
+            order = order_rng.permutation(n)
             window = batch_size * bucket
             chunks = []
             for begin in range(0, n, window):
                 part = order[begin : begin + window]
                 part = part[np.argsort(embedded.lengths[part], kind="stable")]
                 chunks += [part[k : k + batch_size] for k in range(0, len(part), batch_size)]
-            chunks = [chunks[k] for k in rng.permutation(len(chunks))]
+            chunks = [chunks[k] for k in order_rng.permutation(len(chunks))]
         else:
             chunks = [np.arange(k, min(k + batch_size, n)) for k in range(0, n, batch_size)]
         for idx in chunks:
@@ -721,9 +767,17 @@ def make_dataset(embedded, labels, num_classes, batch_size=32, shuffle=False, se
         },
         tf.TensorSpec((None, num_classes), tf.float32),
     )
-    ds = tf.data.Dataset.from_generator(batches, output_signature=spec)
-    ds = ds.apply(tf.data.experimental.assert_cardinality(n_batches))
-    return distribute.prefetched(distribute.even_batches(ds, replicas, distribute.even_batch_count(n, batch_size, replicas)))
+    count = distribute.even_batch_count(n, batch_size, replicas)
+
+    def epoch_batches(epoch=None):
+        if epoch is None:
+            ds = tf.data.Dataset.from_generator(batches, output_signature=spec)
+        else:
+            ds = tf.data.Dataset.from_generator(batches, args=(tf.cast(epoch, tf.int64),), output_signature=spec)
+        ds = ds.apply(tf.data.experimental.assert_cardinality(n_batches))
+        return distribute.even_batches(ds, replicas, count)
+
+    return epoch_batches, count
 
 
 # ---------------------------------------------------------------------------- model
@@ -913,7 +967,12 @@ def train(
 
     The arguments are checked before anything is embedded (which takes minutes to
     hours): a bad one is a ``ValueError`` at once.
-        seed: random seed.
+        seed: random seed (of the weights, the order of the training texts and the
+            mixing). Epoch ``e`` is ordered and mixed by ``(seed, e)`` alone
+            (``training_dataset(..., first_epoch=...)``): a run resumed at epoch ``k``
+            from the backup of a ``fault_tolerance.AtomicBackupAndRestore`` among
+            ``callbacks`` trains the epochs ``k, k + 1, ...`` of the uninterrupted run
+            and ends with its weights.
         verbose: progress bars and summaries.
         encoder: an ``Encoder`` to use instead of loading ``preset``.
         model_kwargs: further :func:`build_model` arguments (``hidden_dim``,
@@ -961,15 +1020,18 @@ def train(
     with strategy.scope():
         model = build_model(train_x.num_layers, train_x.width, n_classes, verbose=verbose, **(model_kwargs or {}))
         # the training batches are cut for the replicas (distribute.even_batches): as many steps
-        steps = distribute.even_batch_count(len(train_y), batch_size, strategy.num_replicas_in_sync) * epochs
-        compile_model(model, steps, max_lr=max_lr)
+        steps_per_epoch = distribute.even_batch_count(len(train_y), batch_size, strategy.num_replicas_in_sync)
+        compile_model(model, steps_per_epoch * epochs, max_lr=max_lr)
+    # the epochs drawn from (seed, epoch), from the epoch the run resumes at: those of the uninterrupted run
     train_ds = training_dataset(train_x, train_y, n_classes, batch_size, mixup_alpha, seed,
-                                replicas=strategy.num_replicas_in_sync)
+                                replicas=strategy.num_replicas_in_sync,
+                                first_epoch=fault_tolerance.resume_epoch(callbacks, epochs))
     dev_ds = make_dataset(dev_x, dev_y, n_classes, batch_size)
     if verbose:
         print(f"training on {len(train_y):,} {train_on}, validating on {len(dev_y):,} dev sentences")
     history = model.fit(
-        distribute.distribute_dataset_options(train_ds), validation_data=dev_ds, epochs=epochs, verbose=verbose,
+        distribute.distribute_dataset_options(train_ds), steps_per_epoch=steps_per_epoch, validation_data=dev_ds,
+        epochs=epochs, verbose=verbose,
         callbacks=[*run_callbacks(run_dir, checkpoint=False), *callbacks], shuffle=False,
     )
     paths = {

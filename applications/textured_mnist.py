@@ -271,11 +271,26 @@ def generate(digits, labels, num_images, seed=0, threshold=0.5, size=IMAGE_SIZE,
     }
 
 
-def make_dataset(data, n_iters, batch_size=32, num_classes=None, shuffle=False, seed=0, replicas=1):
+def make_dataset(data, n_iters, batch_size=32, num_classes=None, shuffle=False, seed=0, replicas=1,
+                 first_epoch=None):
     """``tf.data`` of ``(images, targets)``: the image repeated per iteration (and labels).
 
-    ``replicas``: training batches are cut for that many replicas in sync
-    (``distribute.even_batches``).
+    Args:
+        data: the images (and ``"labels"``), as :func:`generate` makes them.
+        n_iters: RTagger's iterations (the targets are repeated as many times).
+        batch_size: the (global) batch size.
+        num_classes: with a classifier, the labels' classes (the targets get ``"digit"``).
+        shuffle: shuffle the images every epoch (seeded by ``seed``): training data only.
+        seed: the shuffle's seed.
+        replicas: training batches are cut for that many replicas in sync
+            (``distribute.even_batches``).
+        first_epoch: None (default): the pipeline is one epoch, which ``tf.data``
+            reshuffles each time it is iterated. An epoch ``k``: the endless stream of
+            the epochs ``k, k + 1, ...``, epoch ``e`` shuffled by ``(seed, e)`` alone
+            (``distribute.epoch_stream``; train on it with
+            ``steps_per_epoch=distribute.even_batch_count(len(images), batch_size, replicas)``),
+            so that a run resumed at epoch ``k`` trains on the orders of the
+            uninterrupted run (what :func:`train` does).
     """
     import tensorflow as tf
 
@@ -294,12 +309,23 @@ def make_dataset(data, n_iters, batch_size=32, num_classes=None, shuffle=False, 
                 f"[0, {num_classes}). Received: num_classes={num_classes}"
             )
         targets["digit"] = np.repeat(labels[:, None], n_iters, axis=1)
-    ds = tf.data.Dataset.from_tensor_slices((images, targets))
-    if shuffle:
-        # a buffer of at least 1: tf.data refuses 0 (an empty set of images)
-        ds = ds.shuffle(max(len(images), 1), seed=seed, reshuffle_each_iteration=True)
+    examples = tf.data.Dataset.from_tensor_slices((images, targets))
     batches = distribute.even_batch_count(len(images), batch_size, replicas)
-    return distribute.prefetched(distribute.even_batches(ds.batch(batch_size), replicas, batches))
+
+    def one_pass(pass_seed, reshuffle):
+        # reshuffle: tf.data shuffles anew at each iteration (the one-epoch pipeline); an
+        # epoch of the stream is iterated once, with a seed of its own
+        ds = examples
+        if shuffle:
+            # a buffer of at least 1: tf.data refuses 0 (an empty set of images)
+            ds = ds.shuffle(max(len(images), 1), seed=pass_seed, reshuffle_each_iteration=reshuffle)
+        return distribute.even_batches(ds.batch(batch_size), replicas, batches)
+
+    if first_epoch is None:
+        return distribute.prefetched(one_pass(seed, True))
+    stream = distribute.epoch_stream(lambda epoch: one_pass(distribute.epoch_seed(seed, epoch), False), batches,
+                                     first_epoch)
+    return distribute.prefetched(stream)
 
 
 # ------------------------------------------------------------------------- model
@@ -866,7 +892,10 @@ def train(
     ``run_dir/history.csv`` (``fault_tolerance.resumable_callbacks``), the plot shows
     every epoch of a resumed run; the backup of a
     ``fault_tolerance.AtomicBackupAndRestore`` among them is deleted once the outputs
-    are written (``fault_tolerance.finish_run``). ``mask_update``, ``initial_mask_scale``,
+    are written (``fault_tolerance.finish_run``). A resumed run trains its epochs on
+    the orders of the uninterrupted run (``make_dataset(..., first_epoch=...)``: each
+    epoch shuffled by the seed and the epoch, not anew from epoch 0 in the new process).
+    ``mask_update``, ``initial_mask_scale``,
     ``posterior_sigma``, ``initial_mask_stddev``, ``group_codes`` and ``mask_damping`` are RTagger's, ``unflatten`` the
     ladder's top and ``conv_encoder`` its bottom level (see :func:`paper_levels`); ``class_weight``
     weighs the classifier's cost against the mixture NLL; ``texture_style``, ``mean_gap``, ``texture_set``, ``bank_size`` and
@@ -926,10 +955,15 @@ def train(
         "metrics": os.path.join(run_dir, "metrics.json"),
         "logs": os.path.join(run_dir, "logs"),
     }
+    # the epochs from the one a backup among the callbacks resumes at, each shuffled by
+    # (seed, epoch): a resumed run trains on the orders of the uninterrupted run (tf.data's
+    # reshuffling started again at epoch 0 in the new process)
     train_ds = distribute.distribute_dataset_options(
         make_dataset(train_data, n_iters, batch_size, num_classes, shuffle=True, seed=seed,
-                     replicas=strategy.num_replicas_in_sync)
+                     replicas=strategy.num_replicas_in_sync,
+                     first_epoch=fault_tolerance.resume_epoch(callbacks, epochs))
     )
+    batches = distribute.even_batch_count(len(train_data["images"]), batch_size, strategy.num_replicas_in_sync)
     selection, valid_data = [], None
     if num_valid:
         valid_data = validation_images(data_dir, num_valid, seed, *textures)
@@ -940,6 +974,7 @@ def train(
         selection = [SegmentationValidation(valid_data, verbose=verbose), best]
     history = model.fit(
         train_ds,
+        steps_per_epoch=batches,
         validation_data=make_dataset(test_data, n_iters, batch_size, num_classes),
         epochs=epochs,
         verbose=verbose,

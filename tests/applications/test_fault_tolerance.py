@@ -165,6 +165,58 @@ def test_a_resumed_run_that_crashes_again_mid_epoch_resumes_at_the_same_epoch(tm
     assert backup.restored_epoch == 2 and history.epoch == [2, 3]
 
 
+def _dropout_fit(backup_dir, crash_at=None):
+    keras.utils.set_random_seed(4)
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(32, 3)).astype("float32"), rng.normal(size=(32, 1)).astype("float32")
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(8), keras.layers.Dropout(0.5),
+                              keras.layers.GaussianNoise(0.3), keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    callbacks = [fault_tolerance.AtomicBackupAndRestore(str(backup_dir), delete_checkpoint=False)]
+    callbacks += [cli_helpers.CrashAt(*crash_at)] if crash_at else []
+    model.fit(x, y, batch_size=8, epochs=4, verbose=0, shuffle=False, callbacks=callbacks)
+    return model
+
+
+def test_a_resumed_fit_draws_the_dropout_masks_and_noise_of_the_uninterrupted_one(tmp_path):
+    # save_weights leaves the layers' SeedGenerator states out: a resumed run drew the
+    # masks and noise of its first epochs again
+    whole = _dropout_fit(tmp_path / "whole")
+    with pytest.raises(RuntimeError, match="simulated"):
+        _dropout_fit(tmp_path / "resumed", crash_at=(2, 1))
+    metadata = json.loads((tmp_path / "resumed" / "training_metadata.json").read_text())
+    assert metadata["epoch"] == 2 and len(metadata["random_states"]) == 2  # Dropout's and GaussianNoise's
+    resumed = _dropout_fit(tmp_path / "resumed")
+    assert cli_helpers.max_weight_difference(whole, resumed) == 0.0
+    for a, b in zip(whole.variables, resumed.variables, strict=True):  # the seed states too
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(a), keras.ops.convert_to_numpy(b))
+
+
+@pytest.mark.parametrize("states", [None, [["seed_generator_state", [1, 2]]], [["a", [1, 2, 3]], ["b", [1, 2, 3]]],
+                                    "garbage", [1, 2]])
+def test_a_backup_without_random_states_or_of_other_ones_still_resumes(tmp_path, states):
+    with pytest.raises(RuntimeError, match="simulated"):
+        _dropout_fit(tmp_path / "b", crash_at=(2, 1))
+    path = tmp_path / "b" / "training_metadata.json"
+    metadata = json.loads(path.read_text())
+    metadata.pop("random_states")  # None: a backup of an earlier version
+    if states is not None:
+        metadata["random_states"] = states
+    path.write_text(json.dumps(metadata))
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(8), keras.layers.Dropout(0.5),
+                              keras.layers.GaussianNoise(0.3), keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    fresh = [keras.ops.convert_to_numpy(v).tolist() for v in fault_tolerance._random_state_variables(model)]
+    at_start = []
+    record = keras.callbacks.LambdaCallback(on_epoch_begin=lambda epoch, logs: at_start.append(
+        [keras.ops.convert_to_numpy(v).tolist() for v in fault_tolerance._random_state_variables(model)]))
+    backup = fault_tolerance.AtomicBackupAndRestore(str(tmp_path / "b"), delete_checkpoint=False)
+    history = model.fit(np.zeros((8, 3), "float32"), np.zeros((8, 1), "float32"), epochs=3, verbose=0,
+                        callbacks=[backup, record])
+    assert backup.restored_epoch == 2 and history.epoch == [2]
+    assert at_start == [fresh], "states of another layout were loaded"
+
+
 def test_a_later_fit_of_a_resumed_model_starts_at_epoch_0(tmp_path):
     # Audit 9: Keras kept the restored epoch on the model, so the next fit of the same
     # model (fresh backup) skipped its first epochs and reported restored_epoch=2.
