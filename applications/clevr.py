@@ -673,7 +673,7 @@ def encode(questions, answers, vocabulary, classes):
 
 
 def make_dataset(features_path, image_index, tokens, labels, batch_size=64, shuffle=False, seed=0,
-                 drop_unknown=True, replicas=1):
+                 drop_unknown=True, replicas=1, first_epoch=None):
     """``({"question", "features"}, answer)`` batches; features read from the cache.
 
     The cache is memory-mapped and the features of a batch gathered from it, so the
@@ -684,6 +684,16 @@ def make_dataset(features_path, image_index, tokens, labels, batch_size=64, shuf
     questions than there are, and overstated it; kept, each counts as an error (see
     :func:`compile_model`). ``replicas``: training batches are cut for that many
     replicas in sync (``distribute.even_batches``), before their features are read.
+
+    ``first_epoch``: None (default): the dataset is one epoch, which ``tf.data``
+    reshuffles (with ``shuffle``) each time it is iterated, from ``seed`` and the
+    number of iterations made so far in this process (a run resumed in a new process
+    at epoch ``k`` would train on the orders of epochs 0, 1, ... again). An epoch
+    number ``k``: the endless stream of the epochs ``k, k + 1, ...``
+    (``distribute.epoch_stream``), epoch ``e`` shuffled by ``(seed, e)`` alone, so that
+    a run resumed at epoch ``k`` trains on the uninterrupted run's orders; train on it
+    with ``fit(stream, steps_per_epoch=epoch_batches(labels, batch_size, drop_unknown,
+    replicas))`` (:func:`epoch_batches`), as :func:`train` does.
     """
     import tensorflow as tf
 
@@ -708,12 +718,23 @@ def make_dataset(features_path, image_index, tokens, labels, batch_size=64, shuf
     def gather(index):
         return np.asarray(features[np.sort(index)][np.argsort(np.argsort(index))], "float32")
 
-    ds = tf.data.Dataset.from_tensor_slices((image_index, tokens, labels))
-    if shuffle:
-        # a buffer of at least 1: tf.data refuses 0 (no question kept)
-        ds = ds.shuffle(max(len(labels), 1), seed=seed, reshuffle_each_iteration=True)
+    examples = tf.data.Dataset.from_tensor_slices((image_index, tokens, labels))
+    buffer = max(len(labels), 1)  # a buffer of at least 1: tf.data refuses 0 (no question kept)
     batches = distribute.even_batch_count(len(labels), batch_size, replicas)
-    ds = distribute.even_batches(ds.batch(batch_size), replicas, batches)
+    if first_epoch is None:
+        ds = examples.shuffle(buffer, seed=seed, reshuffle_each_iteration=True) if shuffle else examples
+        ds = distribute.even_batches(ds.batch(batch_size), replicas, batches)
+    else:
+        first_epoch = integer_at_least("first_epoch", first_epoch, 0)
+        if not batches:  # (an endless stream of empty epochs)
+            raise InputError(f"no batch of questions to train on: {len(labels)} question(s) kept, fewer than the "
+                             f"{replicas} replicas" if len(labels) else "no question to train on")
+
+        def one_pass(epoch):
+            shuffled = examples.shuffle(buffer, seed=distribute.epoch_seed(seed, epoch)) if shuffle else examples
+            return distribute.even_batches(shuffled.batch(batch_size), replicas, batches)
+
+        ds = distribute.epoch_stream(one_pass, batches, first_epoch)
 
     def attach(index, question, label):
         feats = tf.numpy_function(gather, [index], tf.float32)
@@ -721,6 +742,14 @@ def make_dataset(features_path, image_index, tokens, labels, batch_size=64, shuf
         return {"question": question, "features": feats}, label
 
     return distribute.prefetched(ds.map(attach))
+
+
+def epoch_batches(labels, batch_size=64, drop_unknown=True, replicas=1):
+    """The batches of an epoch of :func:`make_dataset` of the questions of ``labels``
+    (the ``steps_per_epoch`` of its stream, see its ``first_epoch``)."""
+    labels = np.asarray(labels)
+    kept = int(np.sum(labels != UNSEEN_ANSWER)) if drop_unknown else len(labels)
+    return distribute.even_batch_count(kept, integer_at_least("batch_size", batch_size, 1), replicas)
 
 
 def prepare(cache_dir, data_dir=None, splits=("train", "validation"), image_size=IMAGE_SIZE,
@@ -896,7 +925,9 @@ def train(cache_dir, run_dir="runs/clevr", data_dir=None, epochs=25, batch_size=
     questions by default; with ``strategy`` the model is built
     and compiled in its scope (``batch_size`` is then the global batch); ``callbacks``
     run after the recipe's (the backup of a ``fault_tolerance.AtomicBackupAndRestore``
-    among them is deleted once the outputs are written: ``fault_tolerance.finish_run``).
+    among them is deleted once the outputs are written: ``fault_tolerance.finish_run``;
+    a run resumed from it at epoch ``k`` trains epochs ``k, k + 1, ...`` on the orders
+    the uninterrupted run had: :func:`make_dataset`'s ``first_epoch``).
     A split without questions is refused before training (:func:`require_questions`).
     """
 
@@ -909,8 +940,11 @@ def train(cache_dir, run_dir="runs/clevr", data_dir=None, epochs=25, batch_size=
     data = prepare(cache_dir, data_dir, SPLITS, image_size, weights, extractor, verbose=verbose)
     data = first_questions(data, limit)
     require_questions(data, cache_dir)  # before training, not after it
-    train_ds = make_dataset(**data["train"], batch_size=batch_size, shuffle=True, seed=seed,
-                            replicas=strategy.num_replicas_in_sync)
+    replicas = strategy.num_replicas_in_sync
+    # the epochs a resumed run trains are shuffled as the uninterrupted run's (distribute.epoch_stream)
+    train_ds = make_dataset(**data["train"], batch_size=batch_size, shuffle=True, seed=seed, replicas=replicas,
+                            first_epoch=fault_tolerance.resume_epoch(callbacks, epochs))
+    steps = epoch_batches(data["train"]["labels"], batch_size, replicas=replicas)
     val_ds = make_dataset(**data["validation"], batch_size=batch_size, drop_unknown=False)
     with strategy.scope():
         model = build_model(
@@ -918,8 +952,8 @@ def train(cache_dir, run_dir="runs/clevr", data_dir=None, epochs=25, batch_size=
         )
         compile_model(model, learning_rate)
     callbacks = [*recipe_callbacks(run_dir), *callbacks]
-    history = model.fit(distribute.distribute_dataset_options(train_ds), validation_data=val_ds, epochs=epochs,
-                        verbose=verbose, callbacks=callbacks, shuffle=False)
+    history = model.fit(distribute.distribute_dataset_options(train_ds), steps_per_epoch=steps,
+                        validation_data=val_ds, epochs=epochs, verbose=verbose, callbacks=callbacks, shuffle=False)
     loss, accuracy = model.evaluate(val_ds, verbose=0)  # EMA weights (see module doc)
     paths = {k: os.path.join(run_dir, f) for k, f in
              (("model", "model.keras"), ("plot", "history.png"), ("attention", "attention.png"),

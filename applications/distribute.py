@@ -267,7 +267,8 @@ def even_batches(dataset, replicas=1, batches=None):
     if static is not None:  # no batch too small: the count stays known
         return dataset.map(cut)
     even = dataset.filter(lambda *element: _rows_of(whole(element)) >= replicas).map(cut)
-    if batches is None and dataset.cardinality() == tf.data.INFINITE_CARDINALITY:
+    # (static: a Python comparison of the count failed in traced code, e.g. an epoch_stream pass)
+    if batches is None and tf.get_static_value(dataset.cardinality()) == tf.data.INFINITE_CARDINALITY:
         batches = tf.data.INFINITE_CARDINALITY
     if batches is None:
         return even

@@ -278,6 +278,8 @@ def make_dataset(
     drop_empty=None,
     count_truncated=False,
     verbose=0,
+    first_epoch=None,
+    replicas=1,
 ):
     """From raw ``(text, label)`` pairs to shuffled, length-bucketed id batches.
 
@@ -298,17 +300,36 @@ def make_dataset(
             the pipeline cuts), from the token counts the tokenizer gives anyway. The
             count is one pass over the encoded texts, which fills the cache (with
             ``cache=False`` it is a pass of its own).
-        verbose: 1 shows a progress bar of that pass (texts encoded); 0 (default) is
-            silent.
+        verbose: 1 shows a progress bar of that pass (texts encoded), and of the count
+            of the batches of an epoch with ``first_epoch``; 0 (default) is silent.
+        first_epoch: None (default): the dataset is one epoch, which ``tf.data``
+            reshuffles (with ``shuffle``) each time it is iterated, from ``seed`` and the
+            number of iterations made so far in this process: a run resumed in a new
+            process at epoch ``k`` would train on the orders of epochs 0, 1, ... again.
+            An epoch number ``k``: the endless stream of the epochs ``k, k + 1, ...``
+            (``distribute.epoch_stream``), epoch ``e`` shuffled by ``(seed, e)`` alone,
+            so that a run resumed at epoch ``k`` trains on the uninterrupted run's
+            orders; train on it with ``fit(stream, steps_per_epoch=batches)``. Its
+            batches per epoch are counted once here (a pass over the encoded texts,
+            which fills the cache): the same for every order, since every bucket holds
+            the same texts whatever their order, and so the same number of full batches
+            and the same last partial one (``bucket_batches``).
+        replicas: the training batches are cut for that many replicas in sync
+            (``distribute.even_batches``; default 1: as they are), before they are
+            counted with ``first_epoch``.
 
     Returns:
         A dataset of ``(ids [batch, length] int32, labels [batch] int32)``; with
-        ``count_truncated``, the pair ``(dataset, Truncation(truncated, texts))``:
-        the number of texts cut and of all texts in the dataset (after ``drop_empty``).
+        ``first_epoch``, the pair ``(stream, batches)``: the endless stream and its
+        batches per epoch. With ``count_truncated``, the pair ``(that,
+        Truncation(truncated, texts))``: the number of texts cut and of all texts in
+        the dataset (after ``drop_empty``).
     """
 
     if max_length is not None:  # here, not in the map below (there: a StagingError traceback)
         max_length = integer_at_least("max_length", max_length, 1)
+    if first_epoch is not None:  # before the passes over the texts
+        first_epoch = integer_at_least("first_epoch", first_epoch, 0)
 
     def to_ids(text, label):
         # as encode(text, lookup, max_length), keeping whether the text was cut: the
@@ -351,10 +372,26 @@ def make_dataset(
                                    lambda counts, element: (counts[0] + tf.cast(element[2], tf.int64), counts[1] + 1))
         counts = Truncation(int(cut), int(texts))
     ds = ds.map(lambda ids, label, cut: (ids, label))
-    if shuffle:
-        ds = ds.shuffle(10_000, seed=seed, reshuffle_each_iteration=True)
-    ds = distribute.prefetched(bucket_batches(ds, batch_size, boundaries))
-    return (ds, counts) if count_truncated else ds
+    if first_epoch is None:
+        if shuffle:
+            ds = ds.shuffle(10_000, seed=seed, reshuffle_each_iteration=True)
+        ds = distribute.prefetched(distribute.even_batches(bucket_batches(ds, batch_size, boundaries), replicas))
+        return (ds, counts) if count_truncated else ds
+
+    def one_pass(epoch):
+        # The cache above is shared by every pass: the texts are encoded once. The count is
+        # given to even_batches: without it, its Python test of the cardinality became an
+        # autograph tf.cond inside this traced function, which failed (replicas > 1).
+        shuffled = ds.shuffle(10_000, seed=distribute.epoch_seed(seed, epoch)) if shuffle else ds
+        return distribute.even_batches(bucket_batches(shuffled, batch_size, boundaries), replicas, batches)
+
+    # Any order has the same batches (see `first_epoch`): those of the texts as they come.
+    batches = count_batches(distribute.even_batches(bucket_batches(ds, batch_size, boundaries), replicas), verbose)
+    if batches == 0:  # (an epoch of no batch: nothing to train on)
+        raise InputError("the training texts give no batch: none holds a token" + (
+            "" if replicas == 1 else f", or every bucket of lengths holds fewer than the {replicas} replicas' texts"))
+    stream = distribute.prefetched(distribute.epoch_stream(one_pass, batches, first_epoch))
+    return ((stream, batches), counts) if count_truncated else (stream, batches)
 
 
 def with_cardinality(dataset, verbose=0):
@@ -366,6 +403,12 @@ def with_cardinality(dataset, verbose=0):
     ``cache()`` in the pipeline, this pass also fills the cache. ``verbose``: 1 shows a
     progress bar of the batches counted; 0 (default) is silent.
     """
+    return dataset.apply(tf.data.experimental.assert_cardinality(count_batches(dataset, verbose)))
+
+
+def count_batches(dataset, verbose=0):
+    """The number of elements of a finite ``dataset``, counted by one pass over it.
+    ``verbose``: 1 shows a progress bar of the batches counted; 0 (default) is silent."""
     if verbose:
         progress = console.progress_bar(None, "batch", verbose)
         count = 0
@@ -373,9 +416,8 @@ def with_cardinality(dataset, verbose=0):
             count += 1
             progress.add(1)
         console.finish(progress, count)
-    else:
-        count = int(dataset.reduce(np.int64(0), lambda n, _: n + 1))
-    return dataset.apply(tf.data.experimental.assert_cardinality(count))
+        return count
+    return int(dataset.reduce(np.int64(0), lambda n, _: n + 1))
 
 
 # ---------------------------------------------------------------------- datasets
@@ -507,6 +549,7 @@ __all__ = [
     "PAD_ID",
     "bucket_batches",
     "build_vocabulary",
+    "count_batches",
     "with_cardinality",
     "encode",
     "load_split",

@@ -21,7 +21,8 @@ from applications.errors import InputError, PathNotFoundError
 
 
 def prepare_data(dataset="sst2", data_dir=None, batch_size=30, vocab_size=60000, max_length=data_lib.MAX_LENGTH,
-                 phrases=False, limit=None, seed=0, test=True, hold_out=False, verbose=0, replicas=1):
+                 phrases=False, limit=None, seed=0, test=True, hold_out=False, verbose=0, replicas=1,
+                 first_epoch=None):
     """The vocabulary and the batched splits that :func:`train` trains and tests on.
 
     The vocabulary is the ``vocab_size`` most frequent tokens of the training split;
@@ -29,12 +30,20 @@ def prepare_data(dataset="sst2", data_dir=None, batch_size=30, vocab_size=60000,
     The training batches are cut for ``replicas`` replicas in sync before they are
     counted (``distribute.even_batches``).
 
+    ``first_epoch``: None (default): ``train`` is one epoch of the training batches,
+    reshuffled by ``tf.data`` each time it is iterated. An epoch number ``k``: ``train``
+    is the endless stream of the epochs ``k, k + 1, ...``, epoch ``e`` shuffled by
+    ``(seed, e)`` (``data.make_dataset``'s ``first_epoch``): train on it with
+    ``fit(train, steps_per_epoch=train_batches)``, so that a run resumed at epoch ``k``
+    trains on the orders of the uninterrupted run (what :func:`train` does).
+
     Returns:
         A dict: ``vocabulary`` (words), ``vocab_size`` (ids, padding and OOV
         included), ``num_classes``, ``lookup`` (the ``keras.layers.StringLookup`` of
         the vocabulary), ``train_texts`` (the training split's raw ``(text, label)``
         dataset, unbatched, that the vocabulary was counted on: a search batches it anew
-        for every trial), and the datasets ``train`` (shuffled),
+        for every trial), ``train_batches`` (the training batches of an epoch), and the
+        datasets ``train`` (shuffled; see ``first_epoch``),
         ``validation`` and, with ``test``, ``test`` (the same dataset when a TFDS set
         validates on its test split). With ``hold_out`` a TFDS set validates on a
         held-out tenth of its training split instead (``data.splits``), as model
@@ -69,13 +78,23 @@ def prepare_data(dataset="sst2", data_dir=None, batch_size=30, vocab_size=60000,
         return data_lib.with_cardinality(distribute.even_batches(batched, replicas), verbose=verbose)
 
     validation = batches("validation", raw(val_split), False)
+    if first_epoch is None:
+        train = batches("train", train_raw, True, replicas)
+        train_batches = int(train.cardinality())
+    else:
+        if verbose:
+            print(f"{dataset}: encoding the train texts, then counting their batches")
+        (train, train_batches), truncated["train"] = data_lib.make_dataset(
+            train_raw, lookup, batch_size, shuffle=True, seed=seed, max_length=max_length, count_truncated=True,
+            verbose=verbose, first_epoch=first_epoch, replicas=replicas)
     data = {
         "vocabulary": vocabulary,
         "vocab_size": int(lookup.vocabulary_size()),
         "num_classes": data_lib.num_classes(dataset),
         "lookup": lookup,
         "train_texts": train_raw,
-        "train": batches("train", train_raw, True, replicas),
+        "train": train,
+        "train_batches": train_batches,
         "validation": validation,
     }
     if test:
@@ -142,7 +161,9 @@ def train(
         callbacks: extra Keras callbacks for ``fit`` (a ``fault_tolerance.StopOnDivergence``
             and TensorBoard are always added);
             the backup of a ``fault_tolerance.AtomicBackupAndRestore`` among them is
-            deleted once the outputs are written (``fault_tolerance.finish_run``).
+            deleted once the outputs are written (``fault_tolerance.finish_run``). A run
+            that resumes from such a backup at epoch ``k`` trains epochs ``k, k + 1, ...``
+            on the orders the uninterrupted run had (``prepare_data``'s ``first_epoch``).
         verbose: 0 silent, 1 progress bars and summary lines.
         strategy: a ``tf.distribute.Strategy``: the model is built and compiled in its
             scope (``batch_size`` is then the global batch). None: the default one.
@@ -178,8 +199,10 @@ def train(
     strategy = distribute.resolve_strategy(strategy)
     keras.utils.set_random_seed(seed)
     os.makedirs(run_dir, exist_ok=True)
+    # the epochs a resumed run trains are shuffled as the uninterrupted run's (distribute.epoch_stream)
     data = prepare_data(dataset, data_dir, batch_size, vocab_size, max_length, phrases, limit, seed,
-                        verbose=verbose, replicas=strategy.num_replicas_in_sync)
+                        verbose=verbose, replicas=strategy.num_replicas_in_sync,
+                        first_epoch=fault_tolerance.resume_epoch(callbacks, epochs))
     n_ids, n_classes = data["vocab_size"], data["num_classes"]
     if verbose:  # (the default 5,000 tokens cut long reviews without a word)
         shown = {split: n for split, n in data["truncated"].items()
@@ -204,6 +227,7 @@ def train(
         )
     history = model.fit(
         distribute.distribute_dataset_options(data["train"]),
+        steps_per_epoch=data["train_batches"],
         validation_data=data["validation"],
         epochs=epochs,
         verbose=verbose,

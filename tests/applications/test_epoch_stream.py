@@ -113,3 +113,14 @@ def test_a_resumed_demo_run_ends_with_the_weights_of_the_uninterrupted_run(tmp_p
     assert result["resumed_from_epoch"] == 2
     assert cli_helpers.max_weight_difference(tmp_path / "whole" / "model.keras",
                                              tmp_path / "resumed" / "model.keras") == 0.0
+
+
+def test_even_batches_without_a_count_works_inside_a_pass():
+    # its Python test of the dataset's count failed in traced code ("'batches' is None at
+    # the end of the else branch"): passes are traced by flat_map
+    def one_pass(epoch):
+        ds = tf.data.Dataset.range(7).shuffle(7, seed=distribute.epoch_seed(0, epoch)).batch(3)
+        return distribute.even_batches(ds, replicas=2)  # the last batch of 1 goes
+
+    batches = list(distribute.epoch_stream(one_pass, 2).take(4).as_numpy_iterator())
+    assert [len(b) for b in batches] == [2, 2, 2, 2]
