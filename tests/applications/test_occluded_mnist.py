@@ -784,7 +784,9 @@ def test_a_resumed_augmented_run_draws_the_sequences_of_its_epoch(tmp_path, monk
     assert epochs_drawn[:3] == [0, 1, 2]
     epochs_drawn.clear()
     train()
-    assert epochs_drawn[:1] == [2]  # was 0: the sequences of the first epoch again
+    # was 0: the sequences of the first epoch again. (min: the crashed fit's stream may
+    # still draw an epoch or two ahead into its prefetch buffer, 3 and 4, meanwhile.)
+    assert min(epochs_drawn) == 2
 
 
 @pytest.mark.parametrize("augment", [None, "fresh"])
