@@ -721,20 +721,17 @@ def make_dataset(features_path, image_index, tokens, labels, batch_size=64, shuf
     examples = tf.data.Dataset.from_tensor_slices((image_index, tokens, labels))
     buffer = max(len(labels), 1)  # a buffer of at least 1: tf.data refuses 0 (no question kept)
     batches = distribute.even_batch_count(len(labels), batch_size, replicas)
-    if first_epoch is None:
-        ds = examples.shuffle(buffer, seed=seed, reshuffle_each_iteration=True) if shuffle else examples
-        ds = distribute.even_batches(ds.batch(batch_size), replicas, batches)
-    else:
+    if first_epoch is not None:
         first_epoch = integer_at_least("first_epoch", first_epoch, 0)
         if not batches:  # (an endless stream of empty epochs)
             raise InputError(f"no batch of questions to train on: {len(labels)} question(s) kept, fewer than the "
                              f"{replicas} replicas" if len(labels) else "no question to train on")
 
-        def one_pass(epoch):
-            shuffled = examples.shuffle(buffer, seed=distribute.epoch_seed(seed, epoch)) if shuffle else examples
-            return distribute.even_batches(shuffled.batch(batch_size), replicas, batches)
+    def one_pass(pass_seed, redraw):  # (see distribute.training_epochs)
+        ds = examples.shuffle(buffer, seed=pass_seed, reshuffle_each_iteration=redraw) if shuffle else examples
+        return distribute.even_batches(ds.batch(batch_size), replicas, batches)
 
-        ds = distribute.epoch_stream(one_pass, batches, first_epoch)
+    ds = distribute.training_epochs(one_pass, seed, batches, first_epoch)
 
     def attach(index, question, label):
         feats = tf.numpy_function(gather, [index], tf.float32)

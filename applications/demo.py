@@ -172,16 +172,12 @@ def make_datasets(images, labels, batch_size, test_fraction=TEST_FRACTION, seed=
     train, test = split_indices(len(images), test_fraction, seed, hold_out)
     examples = tf.data.Dataset.from_tensor_slices((images[train], labels[train]))
     batches = distribute.even_batch_count(len(train), batch_size, replicas)
-    if first_epoch is None:
-        train_ds = examples.shuffle(len(train), seed=seed, reshuffle_each_iteration=True).batch(batch_size)
-        train_ds = distribute.even_batches(train_ds, replicas, batches)
-    else:
-        def one_epoch(epoch):
-            shuffled = examples.shuffle(len(train), seed=distribute.epoch_seed(seed, epoch)).batch(batch_size)
-            return distribute.even_batches(shuffled, replicas, batches)
 
-        train_ds = distribute.epoch_stream(one_epoch, batches, first_epoch)
-    train_ds = distribute.prefetched(train_ds)
+    def one_pass(pass_seed, redraw):
+        shuffled = examples.shuffle(len(train), seed=pass_seed, reshuffle_each_iteration=redraw)
+        return distribute.even_batches(shuffled.batch(batch_size), replicas, batches)
+
+    train_ds = distribute.prefetched(distribute.training_epochs(one_pass, seed, batches, first_epoch))
     test_ds = distribute.prefetched(tf.data.Dataset.from_tensor_slices((images[test], labels[test])).batch(batch_size))
     return (
         distribute.distribute_dataset_options(train_ds),

@@ -417,6 +417,24 @@ def epoch_stream(one_pass, batches, first_epoch=0):
     return stream.apply(tf.data.experimental.assert_cardinality(tf.data.INFINITE_CARDINALITY))
 
 
+def training_epochs(one_pass, seed, batches, first_epoch=None):
+    """A training pipeline drawn from ``seed``, as one epoch or as an :func:`epoch_stream`.
+
+    ``one_pass(pass_seed, redraw)`` builds an epoch's batches with every draw (shuffle,
+    ``Dataset.random``) seeded by ``pass_seed`` and ``reshuffle_each_iteration`` /
+    ``rerandomize_each_iteration`` set to ``redraw``.
+
+    * ``first_epoch=None``: ``one_pass(seed, True)``, one epoch that ``tf.data`` draws
+      anew each time it is iterated (for callers that iterate it themselves; a resumed
+      process would draw the first epochs' orders again).
+    * ``first_epoch=k``: the endless stream of the epochs ``k, k + 1, ...``, epoch ``e``
+      being ``one_pass(epoch_seed(seed, e), False)``; ``fit(..., steps_per_epoch=batches)``.
+    """
+    if first_epoch is None:
+        return one_pass(seed, True)
+    return epoch_stream(lambda epoch: one_pass(epoch_seed(seed, epoch), False), batches, first_epoch)
+
+
 def distribute_dataset_options(dataset):
     """``dataset`` with auto-sharding by ``DATA`` (right for in-memory or generated data)."""
     import tensorflow as tf

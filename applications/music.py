@@ -298,9 +298,7 @@ def make_dataset(rolls, batch_size=16, steps=None, shuffle=False, seed=0, window
     examples = tf.data.Dataset.from_tensor_slices((inputs, targets, mask))
     batches = distribute.even_batch_count(len(inputs), batch_size, replicas)
 
-    def one_pass(pass_seed, redraw):
-        # redraw: tf.data draws anew at each iteration (the one-epoch pipeline); an
-        # epoch of the stream is iterated once, with a seed of its own
+    def one_pass(pass_seed, redraw):  # (see distribute.training_epochs)
         ds = examples
         if shuffle:
             # a buffer of at least 1: tf.data refuses 0 (rolls of no steps leave no window)
@@ -312,11 +310,7 @@ def make_dataset(rolls, batch_size=16, steps=None, shuffle=False, seed=0, window
             ds = ds.map(lambda inputs, targets, mask: ({"rolls": inputs, "targets": targets}, targets, mask))
         return distribute.even_batches(ds.batch(batch_size), replicas, batches)
 
-    if first_epoch is None:
-        return distribute.prefetched(one_pass(seed, True))
-    stream = distribute.epoch_stream(lambda epoch: one_pass(distribute.epoch_seed(seed, epoch), False), batches,
-                                     first_epoch)
-    return distribute.prefetched(stream)
+    return distribute.prefetched(distribute.training_epochs(one_pass, seed, batches, first_epoch))
 
 
 # ------------------------------------------------------------------------- loss

@@ -312,20 +312,14 @@ def make_dataset(data, n_iters, batch_size=32, num_classes=None, shuffle=False, 
     examples = tf.data.Dataset.from_tensor_slices((images, targets))
     batches = distribute.even_batch_count(len(images), batch_size, replicas)
 
-    def one_pass(pass_seed, reshuffle):
-        # reshuffle: tf.data shuffles anew at each iteration (the one-epoch pipeline); an
-        # epoch of the stream is iterated once, with a seed of its own
+    def one_pass(pass_seed, redraw):  # (see distribute.training_epochs)
         ds = examples
         if shuffle:
             # a buffer of at least 1: tf.data refuses 0 (an empty set of images)
-            ds = ds.shuffle(max(len(images), 1), seed=pass_seed, reshuffle_each_iteration=reshuffle)
+            ds = ds.shuffle(max(len(images), 1), seed=pass_seed, reshuffle_each_iteration=redraw)
         return distribute.even_batches(ds.batch(batch_size), replicas, batches)
 
-    if first_epoch is None:
-        return distribute.prefetched(one_pass(seed, True))
-    stream = distribute.epoch_stream(lambda epoch: one_pass(distribute.epoch_seed(seed, epoch), False), batches,
-                                     first_epoch)
-    return distribute.prefetched(stream)
+    return distribute.prefetched(distribute.training_epochs(one_pass, seed, batches, first_epoch))
 
 
 # ------------------------------------------------------------------------- model

@@ -124,3 +124,21 @@ def test_even_batches_without_a_count_works_inside_a_pass():
 
     batches = list(distribute.epoch_stream(one_pass, 2).take(4).as_numpy_iterator())
     assert [len(b) for b in batches] == [2, 2, 2, 2]
+
+
+def test_training_epochs_is_one_redrawn_epoch_or_the_stream_of_seeded_ones():
+    calls = []
+
+    def one_pass(pass_seed, redraw):
+        calls.append(redraw)
+        return tf.data.Dataset.range(6).shuffle(6, seed=pass_seed, reshuffle_each_iteration=redraw).batch(3)
+
+    one_epoch = distribute.training_epochs(one_pass, 7, 2)
+    assert calls == [True] and int(one_epoch.cardinality()) == 2
+    first, second = (sorted(np.concatenate(list(one_epoch.as_numpy_iterator()))) for _ in range(2))
+    assert first == second == list(range(6))
+    stream = distribute.training_epochs(one_pass, 7, 2, first_epoch=1)
+    assert calls[1:] == [False]  # traced once for every epoch
+    epoch_1 = [b.tolist() for b in stream.take(2).as_numpy_iterator()]
+    later = distribute.epoch_stream(lambda e: one_pass(distribute.epoch_seed(7, e), False), 2)
+    assert epoch_1 == [b.tolist() for b in later.skip(2).take(2).as_numpy_iterator()]
