@@ -29,7 +29,11 @@
   crops, mixup weights, transpositions or generated sequences drawn) from the run's
   seed and the epoch's number alone (``applications.distribute.epoch_stream``,
   started at that epoch; Sort-of-CLEVR's generated stream at the step after it), so a
-  resumed epoch trains on the batches of the uninterrupted run's, in the same order.
+  resumed epoch trains on the batches of the uninterrupted run's, in the same order
+  (not smallNORB's Python ``train`` with ``seed=None``: no seed to draw them from
+  again; the command line always passes one). The backup also keeps the states of the
+  layers' ``keras.random.SeedGenerator`` (dropout, noise), which ``save_weights``
+  leaves out.
   (``tf.data``'s own reshuffling counts the iterators made, which a resumed process
   starts again: the resumed epochs saw the orders of epochs 0, 1, ... again.)
   One process at a time trains a run: from the start of its ``fit`` to
