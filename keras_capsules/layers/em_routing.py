@@ -118,6 +118,13 @@ class EMRouting(keras.layers.Layer):
     ``bias_break`` scaled by ``linspace(-1, 1, n_out)`` added to the votes so that
     outputs receiving identical votes can separate).
 
+    Stacking layers: ``a_out`` is a sum over the inputs, so its scale grows with their
+    number and with the betas. Fed unchanged to a next ``EMRouting`` (whose ``f`` is its
+    sigmoid) it can pin every activation at 0 or 1 whatever the input, and outputs of
+    the next layer can then lose every assignment and give a constant score for good.
+    Normalizing the scores in between (``applications.demo`` puts a
+    ``BatchNormalization`` there) kept that from happening in the demo's runs.
+
     Inputs are excluded from routing by a score of ``-inf`` or by a Keras ``mask``
     (False = padding). Excluded inputs never change an output or a gradient, whatever
     their ``mu_inp`` holds (even NaN or inf), and a sample whose inputs are all excluded

@@ -677,7 +677,8 @@ def test_help_shows_the_default_of_every_option_that_has_one(application):
     demo_train = " ".join(commands["train"].format_help().split()) if application == "demo" else ""
     if demo_train:
         assert "Adam's learning rate (default: 0.003)" in demo_train
-        assert "(default: 16)" in demo_train and "(default: 15)" in demo_train  # --hidden-capsules, --epochs
+        assert "(default: 16)" in demo_train and "(default: 25)" in demo_train  # --hidden-capsules, --epochs
+        assert "(default: normalized)" in demo_train  # --no-hidden-norm
 
 
 @pytest.mark.parametrize("argv, message", [

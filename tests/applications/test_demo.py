@@ -22,6 +22,38 @@ def test_demo_model_learns_digits_quickly():
     assert accuracy > 0.5 and accuracy > chance + 0.3, (chance, accuracy)
 
 
+def _class_logits_after(epochs, seed, **model_options):
+    """The demo's class logits on its training digits after ``epochs`` epochs (held-out split)."""
+    keras.utils.set_random_seed(seed)
+    images, labels = demo.load_digits_arrays()
+    train_ds, _ = demo.make_datasets(images, labels, batch_size=32, seed=seed, hold_out=True, first_epoch=0)
+    steps = demo.training_batches(len(images), 32, seed=seed, hold_out=True)
+    model = demo.compile_model(demo.build_model(input_shape=(8, 8, 1), **model_options), 3e-3)
+    model.fit(train_ds, steps_per_epoch=steps, epochs=epochs, verbose=0)
+    train, _ = demo.split_indices(len(images), seed=seed, hold_out=True)
+    return model.predict(images[train], verbose=0), labels[train]
+
+
+@pytest.mark.parametrize("seed", [1, 9])
+def test_no_class_capsule_of_the_demo_stops_depending_on_the_digit(seed):
+    # Without the hidden scores' normalization these two seeds' runs stalled at 70-80%
+    # training accuracy: by epoch 3 two to four class capsules gave one constant logit
+    # for every digit (the hidden capsules' sigmoids pinned at 0 or 1, the class
+    # capsules' assignments at 0), and their classes were never predicted again. After 6
+    # epochs those logits' spread over the digits was at most 0.001 (0.0 for most); with
+    # the normalization the smallest class spread was 0.07 (seed 1) and 0.16 (seed 9).
+    logits, _ = _class_logits_after(6, seed)
+    spread = logits.std(axis=0)
+    assert spread.min() > 0.02, spread
+
+
+def test_build_model_without_the_hidden_normalization_is_the_earlier_model():
+    default, earlier = demo.build_model(), demo.build_model(hidden_norm=False)
+    assert default.get_layer("norm_hidden").momentum == 0.9
+    assert "norm_hidden" not in [layer.name for layer in earlier.layers]
+    assert default.count_params() == earlier.count_params() + 4 * 16  # gamma, beta and the two moving statistics
+
+
 def test_build_model_accepts_any_image_size():
     model = demo.build_model(input_shape=(None, None, 1))
     for size in (8, 12):
