@@ -692,8 +692,8 @@ def make_dataset(features_path, image_index, tokens, labels, batch_size=64, shuf
     number ``k``: the endless stream of the epochs ``k, k + 1, ...``
     (``distribute.epoch_stream``), epoch ``e`` shuffled by ``(seed, e)`` alone, so that
     a run resumed at epoch ``k`` trains on the uninterrupted run's orders; train on it
-    with ``fit(stream, steps_per_epoch=epoch_batches(labels, batch_size, drop_unknown,
-    replicas))`` (:func:`epoch_batches`), as :func:`train` does.
+    with ``fit(stream, steps_per_epoch=training_batches(labels, batch_size, drop_unknown,
+    replicas))`` (:func:`training_batches`), as :func:`train` does.
     """
     import tensorflow as tf
 
@@ -741,7 +741,7 @@ def make_dataset(features_path, image_index, tokens, labels, batch_size=64, shuf
     return distribute.prefetched(ds.map(attach))
 
 
-def epoch_batches(labels, batch_size=64, drop_unknown=True, replicas=1):
+def training_batches(labels, batch_size=64, drop_unknown=True, replicas=1):
     """The batches of an epoch of :func:`make_dataset` of the questions of ``labels``
     (the ``steps_per_epoch`` of its stream, see its ``first_epoch``)."""
     labels = np.asarray(labels)
@@ -941,7 +941,7 @@ def train(cache_dir, run_dir="runs/clevr", data_dir=None, epochs=25, batch_size=
     # the epochs a resumed run trains are shuffled as the uninterrupted run's (distribute.epoch_stream)
     train_ds = make_dataset(**data["train"], batch_size=batch_size, shuffle=True, seed=seed, replicas=replicas,
                             first_epoch=fault_tolerance.resume_epoch(callbacks, epochs))
-    steps = epoch_batches(data["train"]["labels"], batch_size, replicas=replicas)
+    steps = training_batches(data["train"]["labels"], batch_size, replicas=replicas)
     val_ds = make_dataset(**data["validation"], batch_size=batch_size, drop_unknown=False)
     with strategy.scope():
         model = build_model(
