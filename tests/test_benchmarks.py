@@ -32,6 +32,7 @@ MISSING_DATA = {
     "text_classification": ["--data-dir", "{missing}"],
     "rladder": ["jsb", "--data-path", "{missing}"],
     "em_routing_mnist": ["--data-dir", "{missing}"],
+    "demo_seeds": ["--data-dir", "{missing}"],
 }
 
 
@@ -53,6 +54,7 @@ def test_run_directly_with_missing_data_is_one_line(name, tmp_path):
     ("mnist_capsules", ["--epochs", "-1"], "--epochs"),
     ("em_routing", ["--repeats", "0"], "--repeats"),
     ("sort_of_clevr", ["--final-lr-fraction", "1.5"], "--final-lr-fraction"),
+    ("demo_seeds", ["--stall-below", "1.5"], "--stall-below"),
 ])
 def test_a_bad_value_is_refused_by_the_argument_parser(name, args, option):
     script = next(p for p in BENCHMARKS if p.stem == name)
@@ -100,3 +102,28 @@ def test_each_rladder_benchmark_keeps_its_own_default_budget(monkeypatch):
     assert seen == {"occluded": 17.0, "fusion": 15.0, "jsb": 17.0, "tagger": 17.0}
     bench.main(["fusion", "--budget-minutes", "2.5"])
     assert seen["fusion"] == 2.5
+
+
+def test_the_demo_seeds_benchmark_scores_validation_digits_and_counts_stalls(monkeypatch, capsys):
+    import importlib.util
+
+    from applications import demo
+
+    path = next(p for p in BENCHMARKS if p.stem == "demo_seeds")
+    spec = importlib.util.spec_from_file_location("demo_seeds_benchmark_under_test", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    held_out = []
+    make_datasets = demo.make_datasets
+
+    def recording(*args, **kwargs):
+        held_out.append(kwargs.get("hold_out"))
+        return make_datasets(*args, **kwargs)
+
+    monkeypatch.setattr(demo, "make_datasets", recording)
+    # one epoch on 200 digits: every run ends far below a stall line of 0.99
+    assert bench.main(["--seeds", "2", "--epochs", "1", "--limit", "200", "--stall-below", "0.99"]) == 0
+    printed = capsys.readouterr().out
+    assert held_out == [True, True]  # validation digits, never the test split
+    assert printed.count("validation accuracy") == 2 and "seed 1:" in printed
+    assert "over 2 seeds: min" in printed and "2 stalled (below 0.99)" in printed
