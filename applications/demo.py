@@ -68,9 +68,10 @@ def build_model(
             the normalization, after two epochs almost every hidden capsule's activation
             (the sigmoid of its score) is pinned at 0 or 1 whatever the digit, and in about
             half the runs some class capsules stop depending on the input, which stalls
-            training at 70-85% accuracy. (On validation digits, ten seeds: 0.67-0.96
-            accuracy without it, 0.94-0.99 with it and 25 epochs.) False builds the
-            earlier model, without the ``norm_hidden`` layer.
+            training at 70-85% accuracy. (On validation digits, seeds 0-9, 25 epochs,
+            ``benchmarks/demo_seeds.py``: 0.944-0.983 accuracy with it; 0.656-0.965
+            without it, six runs below 0.9.) False builds the earlier model, without
+            the ``norm_hidden`` layer.
         synchronized_batchnorm: batch statistics over the global batch of all
             replicas (``train`` sets it when there are several replicas, so that
             every replica keeps identical moving statistics).
