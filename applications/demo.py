@@ -16,8 +16,9 @@ saved in ``<run-dir>/backup`` (see ``applications.fault_tolerance``).
 The model: a small convolutional stem, a 1x1 convolution that turns every location
 into ``primary_capsules`` capsules (one score and one 4x4 pose each), ``EMRouting``
 from this variable number of input capsules to ``hidden_capsules`` capsules of 4x4,
-and ``EMRouting`` from those to one capsule per class. The class scores are the final
-routing scores (logits).
+their scores batch-normalized (without it training stalled in about half the runs; see
+:func:`build_model`'s ``hidden_norm``), and ``EMRouting`` from those to one capsule per
+class. The class scores are the final routing scores (logits).
 """
 
 import argparse
