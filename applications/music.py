@@ -132,8 +132,8 @@ def piano_roll(chorale):
     return roll
 
 
-def pad_rolls(rolls, steps=None):
-    """Zero-pads rolls to ``steps`` (default: the longest): ``(rolls [n, steps, 88], mask [n, steps])``."""
+def _roll_lengths(rolls, steps=None):
+    """Checks ``rolls`` and ``steps`` as :func:`pad_rolls` needs them: ``(lengths, steps)``."""
     if len(rolls) == 0:
         raise InputError("`rolls` must hold at least one roll. Received: no rolls")
     bad = [np.shape(r) for r in rolls if np.ndim(r) != 2 or np.shape(r)[-1] != NUM_KEYS]
@@ -145,6 +145,12 @@ def pad_rolls(rolls, steps=None):
     steps = max(lengths) if steps is None else steps
     if max(lengths) > steps:
         raise InputError(f"a roll has {max(lengths)} steps, more than steps={steps}")
+    return lengths, steps
+
+
+def pad_rolls(rolls, steps=None):
+    """Zero-pads rolls to ``steps`` (default: the longest): ``(rolls [n, steps, 88], mask [n, steps])``."""
+    _, steps = _roll_lengths(rolls, steps)
     out = np.zeros((len(rolls), steps, NUM_KEYS), "float32")
     mask = np.zeros((len(rolls), steps), "float32")
     for i, roll in enumerate(rolls):
@@ -254,9 +260,16 @@ def _examples(rolls, steps=None, window=None):
 
 def training_batches(rolls, batch_size=16, steps=None, window=None, replicas=1):
     """The batches of an epoch of :func:`make_dataset`'s pipeline of ``rolls`` (the same
-    arguments): the ``steps_per_epoch`` of its stream (``first_epoch``)."""
+    arguments): the ``steps_per_epoch`` of its stream (``first_epoch``). Counted from the
+    rolls' lengths, without building the examples."""
     batch_size = integer_at_least("batch_size", batch_size, 1)
-    return distribute.even_batch_count(len(_examples(rolls, steps, window)[0]), batch_size, replicas)
+    lengths, _ = _roll_lengths(rolls, steps)
+    if window is None:
+        examples = len(lengths)  # one per roll
+    else:  # the windows holding a real step, which windows() keeps
+        window = integer_at_least("window", window, 1)
+        examples = sum(-(-length // window) for length in lengths)
+    return distribute.even_batch_count(examples, batch_size, replicas)
 
 
 def make_dataset(rolls, batch_size=16, steps=None, shuffle=False, seed=0, window=None, transpose=0,

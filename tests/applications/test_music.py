@@ -63,6 +63,30 @@ def test_next_step_arrays_shift_and_mask():
     assert w_m.tolist() == [[1, 1], [1, 0], [1, 0]]
 
 
+def test_training_batches_counts_what_make_dataset_builds(chorales):
+    # counted from the rolls' lengths (it built every example to count them); the count is
+    # the batches of an epoch of make_dataset, which fit's steps_per_epoch must match
+    from applications import distribute
+
+    rng = np.random.default_rng(0)
+    train = [music.piano_roll(c) for c in chorales["train"]]
+    cases = [(train, None, None), (train, None, 32), (train, 200, 50)]
+    for _ in range(20):
+        lengths = rng.integers(0, 30, size=rng.integers(1, 8))
+        rolls = [np.zeros((int(n), 88), "float32") for n in lengths]
+        steps = None if rng.random() < 0.5 else int(max(lengths.max(), 1) + rng.integers(0, 5))
+        cases.append((rolls, steps, None if rng.random() < 0.3 else int(rng.integers(1, 12))))
+    for rolls, steps, window in cases:
+        built = len(music._examples(rolls, steps, window)[0])
+        for batch_size, replicas in ((16, 1), (3, 2), (1, 1)):
+            counted = music.training_batches(rolls, batch_size, steps, window, replicas)
+            assert counted == distribute.even_batch_count(built, batch_size, replicas), (steps, window)
+    with pytest.raises(ValueError, match="more than steps"):
+        music.training_batches(train, steps=10)
+    with pytest.raises(ValueError, match="window"):
+        music.training_batches(train, window=0)
+
+
 def test_masked_nll_ignores_padding():
     rng = np.random.default_rng(0)
     y = (rng.uniform(size=(2, 4, 88)) < 0.1).astype("float32")
