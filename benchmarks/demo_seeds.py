@@ -32,20 +32,13 @@ def fraction(text):
     return value
 
 
-def run_seed(seed, args):
+def run_seed(seed, images, labels, args):
     """Trains the demo model on one seed's held-out split; returns the validation accuracies per epoch."""
     from applications import demo
-    import keras
 
-    keras.utils.set_random_seed(seed)
-    images, labels = demo.load_arrays(args.data_dir, args.limit)
-    steps = demo.training_batches(len(images), args.batch_size, seed=seed, hold_out=True)
-    train_ds, val_ds = demo.make_datasets(images, labels, args.batch_size, seed=seed, hold_out=True, first_epoch=0)
-    model = demo.compile_model(
-        demo.build_model(input_shape=images.shape[1:], hidden_norm=args.hidden_norm), args.learning_rate
-    )
-    history = model.fit(train_ds, steps_per_epoch=steps, epochs=args.epochs, validation_data=val_ds,
-                        verbose=args.verbose, shuffle=False)  # (shuffled by the stream)
+    _, history = demo.fit_held_out(images, labels, seed=seed, epochs=args.epochs, batch_size=args.batch_size,
+                                   learning_rate=args.learning_rate, verbose=args.verbose,
+                                   hidden_norm=args.hidden_norm)
     return history.history["val_accuracy"]
 
 
@@ -65,7 +58,9 @@ def main(argv=None):
     parser.add_argument("--verbose", type=non_negative_int, default=0, help="fit's verbosity (default: %(default)s)")
     args = parser.parse_args(argv)
 
-    from applications import demo  # noqa: F401  (first: keras_capsules' TensorFlow runtime defaults)
+    from applications import demo  # first: keras_capsules' TensorFlow runtime defaults
+
+    images, labels = demo.load_arrays(args.data_dir, args.limit)  # once: every seed splits the same digits
 
     print(f"load average at the start (1, 5, 15 min): {os.getloadavg()}")
     print(f"demo model, hidden norm {'on' if args.hidden_norm else 'off'}, {args.epochs} epochs, "
@@ -73,7 +68,7 @@ def main(argv=None):
     finals = []
     for seed in range(args.seeds):
         start = time.perf_counter()
-        accuracies = run_seed(seed, args)
+        accuracies = run_seed(seed, images, labels, args)
         finals.append(accuracies[-1])
         print(f"seed {seed}: validation accuracy {accuracies[-1]:.4f} (best {max(accuracies):.4f}, "
               f"epoch {int(np.argmax(accuracies)) + 1}), {time.perf_counter() - start:.0f} s", flush=True)

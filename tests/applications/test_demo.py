@@ -24,12 +24,8 @@ def test_demo_model_learns_digits_quickly():
 
 def _class_logits_after(epochs, seed, **model_options):
     """The demo's class logits on its training digits after ``epochs`` epochs (held-out split)."""
-    keras.utils.set_random_seed(seed)
     images, labels = demo.load_digits_arrays()
-    train_ds, _ = demo.make_datasets(images, labels, batch_size=32, seed=seed, hold_out=True, first_epoch=0)
-    steps = demo.training_batches(len(images), 32, seed=seed, hold_out=True)
-    model = demo.compile_model(demo.build_model(input_shape=(8, 8, 1), **model_options), 3e-3)
-    model.fit(train_ds, steps_per_epoch=steps, epochs=epochs, verbose=0)
+    model, _ = demo.fit_held_out(images, labels, seed=seed, epochs=epochs, **model_options)
     train, _ = demo.split_indices(len(images), seed=seed, hold_out=True)
     return model.predict(images[train], verbose=0), labels[train]
 
