@@ -71,7 +71,7 @@ from keras import ops
 from applications import checks, console, distribute, fault_tolerance, plotting
 from applications.checks import integer_at_least
 from applications.errors import InputError, PathNotFoundError, writable_folder
-from keras_capsules.callbacks import SwapEMAWeightsAndStatistics
+from keras_capsules.callbacks import swap_ema_weights
 from keras_capsules.layers import MACNetwork
 
 logger = logging.getLogger(__name__)
@@ -288,11 +288,9 @@ def recipe_callbacks(run_dir, statistics_data=None):
     ``statistics_data`` (training batches) the swap also re-estimates the
     batch-normalization statistics for the EMA weights
     (``keras_capsules.callbacks.SwapEMAWeightsAndStatistics``)."""
-    swap = (keras.callbacks.SwapEMAWeights() if statistics_data is None
-            else SwapEMAWeightsAndStatistics(statistics_data))
     return [
         fault_tolerance.StopOnDivergence(str(run_dir)),
-        swap,
+        swap_ema_weights(statistics_data),
         keras.callbacks.TensorBoard(os.path.join(str(run_dir), "logs")),
     ]
 

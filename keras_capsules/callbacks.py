@@ -355,6 +355,22 @@ class SwapEMAWeightsAndStatistics(keras.callbacks.SwapEMAWeights):
         return statistics
 
 
+def swap_ema_weights(statistics_data=None, swap_on_epoch=False, **kwargs):
+    """The callback that puts an EMA optimizer's averaged weights in the model.
+
+    ``keras.callbacks.SwapEMAWeights`` when ``statistics_data`` is None (the model has
+    no batch normalization, or its statistics may stay those of the raw weights),
+    else :class:`SwapEMAWeightsAndStatistics` on those batches (``kwargs``: its
+    ``statistics_steps``). ``swap_on_epoch`` as in both.
+    """
+    if statistics_data is None:
+        if kwargs:
+            raise TypeError(f"without `statistics_data` there are no statistics to estimate: "
+                            f"unexpected {sorted(kwargs)}")
+        return keras.callbacks.SwapEMAWeights(swap_on_epoch=swap_on_epoch)
+    return SwapEMAWeightsAndStatistics(statistics_data, swap_on_epoch=swap_on_epoch, **kwargs)
+
+
 def estimate_batch_norm_statistics(model, data, steps):
     """The statistics that the ``BatchNormalization`` layers of ``model`` see with its
     current weights: runs the first ``steps`` batches of ``data`` (batches ``x``,

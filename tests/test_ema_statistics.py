@@ -5,7 +5,7 @@ import keras
 import numpy as np
 import pytest
 
-from keras_capsules.callbacks import SwapEMAWeightsAndStatistics, estimate_batch_norm_statistics
+from keras_capsules.callbacks import SwapEMAWeightsAndStatistics, estimate_batch_norm_statistics, swap_ema_weights
 from tests.harness import two_cpu_strategy
 
 BATCH, STEPS = 16, 4
@@ -230,6 +230,18 @@ def test_a_fit_of_no_epoch_leaves_the_statistics_alone():
     bn.moving_mean.assign(np.full(8, 0.25, "float32"))
     model.fit(x, y, batch_size=BATCH, epochs=0, verbose=0, callbacks=[SwapEMAWeightsAndStatistics(_batches(x, y))])
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(bn.moving_mean), np.full(8, 0.25))
+
+
+@pytest.mark.parametrize("swap_on_epoch", [False, True])
+def test_swap_ema_weights_chooses_the_statistics_swap_when_given_batches(swap_on_epoch):
+    x, y = _data()
+    plain = swap_ema_weights(swap_on_epoch=swap_on_epoch)
+    assert type(plain) is keras.callbacks.SwapEMAWeights and plain.swap_on_epoch is swap_on_epoch
+    with_statistics = swap_ema_weights(_batches(x, y), swap_on_epoch=swap_on_epoch, statistics_steps=3)
+    assert isinstance(with_statistics, SwapEMAWeightsAndStatistics)
+    assert with_statistics.swap_on_epoch is swap_on_epoch and with_statistics.statistics_steps == 3
+    with pytest.raises(TypeError, match="statistics_steps"):  # without batches it would be ignored
+        swap_ema_weights(statistics_steps=3)
 
 
 def test_under_a_mirrored_strategy():

@@ -19,10 +19,9 @@
 HyperModel (``tuning/clevr.py``) shares it.
 """
 
-import keras
 
 from applications import clevr, distribute, sort_of_clevr
-from keras_capsules.callbacks import SwapEMAWeightsAndStatistics
+from keras_capsules.callbacks import swap_ema_weights
 from tuning.base import DatasetHyperModel
 
 
@@ -83,10 +82,7 @@ class MACHyperModel(DatasetHyperModel):
         # Validation, keras-tuner's checkpoint of the best epoch and the best model all
         # see the EMA weights (the checkpoint callback runs after this one), with their
         # own batch-normalization statistics where the model has some.
-        data = self.statistics_data()
-        swap = (keras.callbacks.SwapEMAWeights(swap_on_epoch=True) if data is None
-                else SwapEMAWeightsAndStatistics(data, swap_on_epoch=True))
-        return {"callbacks": [swap]}
+        return {"callbacks": [swap_ema_weights(self.statistics_data(), swap_on_epoch=True)]}
 
 
 class SortOfClevrHyperModel(MACHyperModel):
