@@ -19,7 +19,6 @@
 HyperModel (``tuning/clevr.py``) shares it.
 """
 
-
 from applications import clevr, distribute, sort_of_clevr
 from keras_capsules.callbacks import swap_ema_weights
 from tuning.base import DatasetHyperModel
