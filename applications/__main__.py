@@ -253,6 +253,27 @@ def _model_of_folder(args):
     args.model = os.path.join(folder, found[0])
 
 
+def _check_model_owner(args):
+    """Refuses ``evaluate APP --model M`` when the record beside ``M`` (the run or search
+    that wrote it) names another application: a model holding that application's layers
+    failed to load with a long traceback ("Could not locate class ..."), a model of
+    library layers only with "is not a ... model"; this says whose model it is."""
+    path = getattr(args, "model", None)
+    if args.command != "evaluate" or not path or not os.path.isfile(path):
+        return
+    kind = {name: kind for kind, name in _MODEL_FILES.items()}.get(os.path.basename(path))
+    if kind is None:
+        return
+    from applications import fault_tolerance
+
+    owner = fault_tolerance.folder_contents(os.path.dirname(path) or ".")[kind]
+    if owner not in (None, fault_tolerance.UNKNOWN, args.application):
+        raise CommandLineError(
+            f"--model {path} is a model of {owner} (written by `keras-capsules {kind} {owner}`), "
+            f"not of {args.application}: evaluate it with `keras-capsules evaluate {owner} --model {path}`"
+        )
+
+
 def _benchmark_command(name):
     """``(script, default arguments)`` of a benchmark or of an application's benchmark
     (``registry.BENCHMARKS``: read without importing the application, so the parent
@@ -330,6 +351,9 @@ def _print_outputs(result, where):
     # every file the run wrote there (the application's own plots too: sample.png, segmentation.png, ...)
     outputs = [os.path.basename(v) for k, v in result.items() if k != "logs" and isinstance(v, str)
                and os.path.isfile(v) and os.path.dirname(os.path.abspath(v)) == os.path.abspath(where)]
+    # the per-epoch history every run keeps beside them (not in every application's result)
+    if "history.csv" not in outputs and os.path.isfile(os.path.join(where, "history.csv")):
+        outputs.append("history.csv")
     text = f"outputs in {os.path.abspath(where)}: " + ", ".join(outputs)
     if result.get("logs"):
         text += f", logs/ (tensorboard --logdir {result['logs']})"
@@ -447,6 +471,7 @@ def main(argv=None):
     try:
         _check_output_folders(args)
         _model_of_folder(args)
+        _check_model_owner(args)
         return _run(args)
     except _USER_ERRORS as err:
         if new_output:

@@ -9,6 +9,7 @@ refuses a saved model of another application with a one-line ``CommandLineError`
 import math
 import numbers
 import os
+import re
 
 from applications.errors import InputError, user_path
 
@@ -92,7 +93,19 @@ def load_model(model_path):
                 f"{path} is not a Keras model file (a .keras file is the zip archive that "
                 "`model.save` writes): pass one written by `keras-capsules train`"
             )
-    return keras.saving.load_model(path)
+    try:
+        return keras.saving.load_model(path)
+    except TypeError as err:
+        # a class that neither the library nor the loaded application registers: another
+        # application's model (its record was not beside it), a traceback before
+        missing = re.search(r"Could not locate class '([^']+)'", str(err))
+        if missing is None:
+            raise
+        raise CommandLineError(
+            f"{path} holds a {missing.group(1)!r}, which neither keras_capsules nor this "
+            "application defines: is it another application's model? Evaluate it with the "
+            "application that trained it (`keras-capsules evaluate APP --model ...`)"
+        ) from err
 
 
 def require_model(model, model_path, accepted, kind, application, expected):

@@ -682,9 +682,15 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         bad = [w.path for w in self.model.weights if w.dtype.startswith(("float", "bfloat"))
                and not np.all(np.isfinite(keras.ops.convert_to_numpy(w)))]
         if bad:
+            # (a run that diverged before its first backup has no finite weights to point to)
+            kept = (
+                f"the backup in {self.backup_dir} keeps the last finite ones"
+                if os.path.exists(self._weights_path)
+                else "no backup was made before (nothing of the run is kept)"
+            )
             raise TrainingDivergedError(
                 f"training diverged: {len(bad)} weight(s) of the model are not finite (NaN or infinite; "
-                f"{bad[0]} the first); the backup in {self.backup_dir} keeps the last finite ones. {_DIVERGED_REMEDY}"
+                f"{bad[0]} the first); {kept}. {_DIVERGED_REMEDY}"
             )
         os.makedirs(self.backup_dir, exist_ok=True)
         if self.double_checkpoint:

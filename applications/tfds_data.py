@@ -1,5 +1,7 @@
 """TFDS helpers: a friendly error when a dataset is not prepared and we are offline."""
 
+import os
+
 from applications.errors import DataNotFoundError
 
 
@@ -16,6 +18,11 @@ def require_prepared(name, data_dir=None):
     """
     import tensorflow_datasets as tfds
 
+    if data_dir and "://" not in str(data_dir) and not os.path.isdir(data_dir):
+        # (TFDS logged "Variant folder .../2.0.0 has no dataset_info.json" before the
+        # error below: a second line, about a folder that is not there)
+        what = "is a file, not a folder" if os.path.exists(data_dir) else "does not exist"
+        raise DataNotFoundError(f"data directory {str(data_dir)!r} {what}")
     where = data_dir or "the default TFDS data directory (~/tensorflow_datasets)"
     try:
         builder = tfds.builder(name, data_dir=data_dir)

@@ -90,6 +90,37 @@ def choice(name, value, options):
     return value
 
 
+#: what a Keras initializer, regularizer or constraint may be given as, for the errors below
+_KERAS_OBJECT_EXAMPLES = {"initializer": "'glorot_uniform'", "regularizer": "'l2'", "constraint": "'non_neg'"}
+
+
+def _keras_object(kind, name, value):
+    """``keras.<kind>s.get(value)``; a value Keras cannot read is a ``ValueError`` that names
+    the argument (Keras' own, "Could not interpret initializer identifier: nope", did not)."""
+    try:
+        return getattr(keras, f"{kind}s").get(value)
+    except (ValueError, TypeError) as err:
+        raise ValueError(
+            f"`{name}` must be a Keras {kind}: an instance, a name such as "
+            f"{_KERAS_OBJECT_EXAMPLES[kind]}, a serialized config or None. Received: {name}={value!r}"
+        ) from err
+
+
+def get_initializer(name, value):
+    """``keras.initializers.get(value)`` for the argument ``name``, refused in the house format."""
+    return _keras_object("initializer", name, value)
+
+
+def get_regularizer(name, value):
+    """``keras.regularizers.get(value)`` for the argument ``name``, refused in the house format."""
+    return _keras_object("regularizer", name, value)
+
+
+def get_constraint(name, value):
+    """``keras.constraints.get(value)`` for the argument ``name``, refused in the house format."""
+    return _keras_object("constraint", name, value)
+
+
 def check_floating_dtype(layer, note=""):
     """Refuses a layer whose compute dtype is not floating (``dtype="int32"``, "bool", ...).
 

@@ -599,7 +599,12 @@ class MixtureNLL(keras.losses.Loss):
         y_true: the data ``x``, the shape of ``y_pred`` without the group axis and
             with ``C`` channels.
         y_pred: ``ops.concatenate([m, pi], axis=-1)``: the means in the first ``C``
-            channels and ``pi`` in the last one, groups at ``group_axis``.
+            channels and ``pi`` in the last one, groups at ``group_axis``. A Keras
+            mask on it (RTagger's, through ``keras.layers.Concatenate``: the op
+            drops it) leaves the masked values out; it may cover the groups (a
+            pixel counts if any group is kept) or only the leading axes.
+        sample_weight: weights of the per-pixel values, of their shape or of
+            their leading axes (``[batch]``: one weight per sample).
 
     Returns:
         The reduced loss (a scalar by default).
@@ -655,6 +660,16 @@ class MixtureNLL(keras.losses.Loss):
         self.epsilon = float(epsilon)
 
     def __call__(self, y_true, y_pred, sample_weight=None):
+        mask = _keras_mask(y_pred)
+        if mask is not None or sample_weight is not None:
+            # Keras' losses take a mask (or weights) of the per-pixel values' shape, or of
+            # one axis less: RTagger's [batch, T, K, ...] mask (through Concatenate), or a
+            # [batch, T] one, failed with a shape error or was dropped; [batch] weights
+            # were laid along the last pixel axis. Both are put in the values' shape here.
+            y_true = ops.convert_to_tensor(y_true)
+            if mask is not None:
+                y_pred = ops.copy(y_pred)  # the mask goes into the weights, not twice
+            sample_weight = self._pixel_weights(y_true, y_pred, mask, sample_weight)
         if (
             keras.backend.backend() != "torch"
             or self.reduction not in _DIVIDING_REDUCTIONS
@@ -674,6 +689,47 @@ class MixtureNLL(keras.losses.Loss):
         else:
             mask = in_mask if in_mask is not None else out_mask
         return _reduce_weighted_values(losses, sample_weight, mask, self.reduction, self.dtype)
+
+    def _pixel_weights(self, y_true, y_pred, mask, sample_weight):
+        """``sample_weight`` and the mask of ``y_pred`` as weights of the per-pixel values.
+
+        Both describe the leading axes of the values ``[batch, ..., pixels]`` (the
+        shape of ``y_true`` without its channels): a mask over ``y_pred``'s axes but
+        its channels keeps a pixel where any group is kept; shorter ones are
+        repeated over the axes they lack. The mask is weighted as Keras weighs it
+        (by the share of kept values, for the reductions that take a mean).
+        """
+        pixels = tuple(y_true.shape[:-1])
+
+        def spread(x, what):
+            if len(x.shape) > len(pixels):
+                raise ValueError(
+                    f"MixtureNLL takes a {what} over the leading axes of y_true without its channels, "
+                    f"{pixels}. Received: {what} shape={tuple(x.shape)}"
+                )
+            for _ in range(len(pixels) - len(x.shape)):
+                x = ops.expand_dims(x, -1)
+            return x
+
+        if sample_weight is not None:
+            sample_weight = ops.convert_to_tensor(sample_weight)
+            if len(sample_weight.shape) == len(pixels) + 1 and sample_weight.shape[-1] == 1:
+                sample_weight = ops.squeeze(sample_weight, -1)  # [..., 1], as Keras takes it
+            sample_weight = spread(sample_weight, "sample_weight")
+        if mask is None:
+            return sample_weight
+        mask = ops.cast(mask, "bool")
+        if len(mask.shape) == len(y_pred.shape) - 1:  # over the groups too
+            mask = ops.any(mask, axis=_check_axis(self.group_axis, len(y_pred.shape)))
+        mask = ops.logical_and(spread(mask, "mask"), ops.ones_like(y_true[..., 0], dtype="bool"))
+        dtype = self.dtype
+        if self.reduction in ("mean", "sum_over_batch_size"):
+            total = ops.cast(ops.size(mask), dtype)
+            weight = _divide_no_nan(total, ops.sum(ops.cast(mask, dtype)))
+            weights = ops.where(mask, weight, ops.zeros_like(weight))
+        else:
+            weights = ops.cast(mask, dtype)
+        return weights if sample_weight is None else weights * ops.cast(sample_weight, dtype)
 
     def call(self, y_true, y_pred):
         y_pred = ops.convert_to_tensor(y_pred)

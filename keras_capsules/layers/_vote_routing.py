@@ -18,6 +18,7 @@ from keras_capsules._validation import (  # noqa: F401 (used by subclasses)
     positive_int,
 )
 from keras_capsules.ops import routing_dtype, squash
+from keras_capsules._validation import get_constraint, get_initializer, get_regularizer
 
 
 def shape_tuple(shape):
@@ -40,6 +41,14 @@ def shape_tuple(shape):
             return None
         dims.append(None if d is None else int(d))
     return tuple(dims)
+
+
+def shape_of(inputs):
+    """The shape of a tensor, or the list of shapes of a list of them (which the
+    layers' shape checks refuse with their message, as ``build`` does)."""
+    if isinstance(inputs, (list, tuple)):
+        return [getattr(x, "shape", None) for x in inputs]
+    return inputs.shape
 
 
 def mask_list(mask):
@@ -86,9 +95,9 @@ class VoteRouting(keras.layers.Layer):
         self.n_iters = positive_int("n_iters", n_iters)
         self.shared_weights = boolean("shared_weights", shared_weights)
         self.return_couplings = boolean("return_couplings", return_couplings)
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
-        self.kernel_constraint = keras.constraints.get(kernel_constraint)
+        self.kernel_initializer = get_initializer("kernel_initializer", kernel_initializer)
+        self.kernel_regularizer = get_regularizer("kernel_regularizer", kernel_regularizer)
+        self.kernel_constraint = get_constraint("kernel_constraint", kernel_constraint)
         self.supports_masking = True
 
     # ------------------------------------------------------------------ shapes
@@ -212,7 +221,7 @@ class VoteRouting(keras.layers.Layer):
     def call(self, inputs, mask=None):
         if is_ragged(inputs):
             inputs, mask = dense_from_ragged(inputs, mask)
-        self._check_shape(tuple(inputs.shape))
+        self._check_shape(shape_of(inputs))
         valid = self._valid(mask, inputs)
         u_hat = self.votes(inputs, mask=valid)
         s, c = self._route(u_hat, valid)

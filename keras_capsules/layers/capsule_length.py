@@ -4,7 +4,7 @@ import keras
 from keras import ops
 
 from keras_capsules._validation import check_floating_dtype
-from keras_capsules.layers._vote_routing import shape_tuple
+from keras_capsules.layers._vote_routing import shape_of, shape_tuple
 from keras_capsules.ops import routing_dtype, safe_norm
 
 
@@ -70,6 +70,6 @@ class CapsuleLength(keras.layers.Layer):
         return mask
 
     def call(self, inputs):
-        self._check_shape(inputs.shape)
+        self._check_shape(shape_of(inputs))  # a list, after build, was an AttributeError
         x = ops.cast(inputs, routing_dtype(self.compute_dtype))
         return ops.cast(safe_norm(x, axis=-1), self.compute_dtype)

@@ -6,6 +6,7 @@ from keras import ops
 
 from keras_capsules._validation import boolean, check_floating_dtype, concrete_values, positive_int
 from keras_capsules.ops import routing_dtype
+from keras_capsules._validation import get_constraint, get_initializer, get_regularizer
 
 
 def default_num_codewords(input_dim, num_codebooks):
@@ -175,14 +176,15 @@ class CompositionalEmbedding(keras.layers.Layer):
                         f"fixed_codes=True). Received: {arg}={value!r}"
                     )
         self._initial_codes = None if codes is None else self._validate_codes(codes)
-        self.codes_initializer = keras.initializers.get(
+        self.codes_initializer = get_initializer(
+            "codes_initializer",
             codes_initializer or keras.initializers.RandomNormal(stddev=1.0)
         )
-        self.codebook_initializer = keras.initializers.get(codebook_initializer)
-        self.codes_regularizer = keras.regularizers.get(codes_regularizer)
-        self.codebook_regularizer = keras.regularizers.get(codebook_regularizer)
-        self.codes_constraint = keras.constraints.get(codes_constraint)
-        self.codebook_constraint = keras.constraints.get(codebook_constraint)
+        self.codebook_initializer = get_initializer("codebook_initializer", codebook_initializer)
+        self.codes_regularizer = get_regularizer("codes_regularizer", codes_regularizer)
+        self.codebook_regularizer = get_regularizer("codebook_regularizer", codebook_regularizer)
+        self.codes_constraint = get_constraint("codes_constraint", codes_constraint)
+        self.codebook_constraint = get_constraint("codebook_constraint", codebook_constraint)
         self.supports_masking = mask_zero
 
     def _validate_codes(self, codes):

@@ -20,6 +20,7 @@ from keras_capsules.layers._vote_routing import (
     shape_tuple,
 )
 from keras_capsules.ops import masked_softmax, max_with_initial, maximum, routing_dtype
+from keras_capsules._validation import get_constraint, get_initializer, get_regularizer
 
 _ALGORITHMS = ("auto", "votes", "moments")
 
@@ -264,16 +265,16 @@ class EMRouting(keras.layers.Layer):
             )
         self.algorithm = algorithm
         self.kernel_initializer = (
-            None if kernel_initializer is None else keras.initializers.get(kernel_initializer)
+            None if kernel_initializer is None else get_initializer("kernel_initializer", kernel_initializer)
         )
-        self.bias_initializer = keras.initializers.get(bias_initializer)
-        self.beta_initializer = keras.initializers.get(beta_initializer)
-        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
-        self.bias_regularizer = keras.regularizers.get(bias_regularizer)
-        self.beta_regularizer = keras.regularizers.get(beta_regularizer)
-        self.kernel_constraint = keras.constraints.get(kernel_constraint)
-        self.bias_constraint = keras.constraints.get(bias_constraint)
-        self.beta_constraint = keras.constraints.get(beta_constraint)
+        self.bias_initializer = get_initializer("bias_initializer", bias_initializer)
+        self.beta_initializer = get_initializer("beta_initializer", beta_initializer)
+        self.kernel_regularizer = get_regularizer("kernel_regularizer", kernel_regularizer)
+        self.bias_regularizer = get_regularizer("bias_regularizer", bias_regularizer)
+        self.beta_regularizer = get_regularizer("beta_regularizer", beta_regularizer)
+        self.kernel_constraint = get_constraint("kernel_constraint", kernel_constraint)
+        self.bias_constraint = get_constraint("bias_constraint", bias_constraint)
+        self.beta_constraint = get_constraint("beta_constraint", beta_constraint)
         self.supports_masking = True
 
     # ------------------------------------------------------------------ shapes

@@ -298,6 +298,13 @@ def test_tfds_dataset_that_needs_a_download_is_a_friendly_error(tmp_path, capsys
     assert "not prepared" in str(info.value) and "\n" not in str(info.value)
     with pytest.raises(DataNotFoundError, match="cannot open TFDS dataset"):
         tfds_data.require_prepared("no_such_dataset_xyz", data_dir=str(tmp_path))
+    # Audit 2026-11-30: a folder that is not there was logged about by TFDS ("Variant folder
+    # ... has no dataset_info.json") before the error: two lines
+    for given, what in ((tmp_path / "nowhere", "does not exist"), (tmp_path / "file", "is a file")):
+        (tmp_path / "file").write_text("x")
+        with pytest.raises(DataNotFoundError, match=f"data directory '{given}' {what}"):
+            tfds_data.require_prepared("smallnorb", data_dir=str(given))
+    assert capsys.readouterr().err == ""
 
 
 def test_bench_runs_a_script_of_benchmarks(tmp_path, capfd, monkeypatch):
@@ -592,6 +599,14 @@ def test_train_ends_with_the_applications_headline_result_and_every_file_it_wrot
     head, files = capsys.readouterr().out.strip().splitlines()
     assert head == "test NLL per step 6.3812, test AMI per iteration 0.010 / 0.300 (1,234 parameters)"
     assert files.endswith(": model.keras, history.png, sample.png, segmentation.png"), files
+    # Audit 2026-11-30: the history.csv of every run, also where the result does not name it
+    # (sort_of_clevr, clevr, music, ...)
+    (tmp_path / "history.csv").write_text("epoch,loss\n")
+    cli._print_outputs({"test_accuracy": 0.5, "model": str(tmp_path / "model.keras")}, str(tmp_path))
+    assert capsys.readouterr().out.strip().splitlines()[1].endswith(": model.keras, history.csv")
+    cli._print_outputs({"history": str(tmp_path / "history.csv")}, str(tmp_path))
+    assert capsys.readouterr().out.strip().endswith(": history.csv")
+    (tmp_path / "history.csv").unlink()
     # occluded_mnist: the error after each frame (one frame: the test error says it all)
     cli._print_outputs({"test_error": 0.25, "test_error_per_step": {"all": [0.5, 0.375, 0.25]}}, str(tmp_path))
     head = capsys.readouterr().out.splitlines()[0]
@@ -803,6 +818,46 @@ def test_train_refuses_the_folder_of_another_applications_run_or_of_a_search(tmp
         err = capsys.readouterr().err
         assert f"holds the `keras-capsules tune` search of demo" in err and err.count("\n") == 1, err
     assert _files(search) == before
+
+
+def test_evaluate_names_the_application_whose_model_it_was_given(tmp_path, capsys):
+    # Audit 2026-11-30: `evaluate demo --model` of a sort_of_clevr run (a model holding
+    # that application's layers) failed with a 6 KB traceback and exit code 1 ("Could not
+    # locate class 'CoordinateEncoding'"); the same file without its run's record, too.
+    import json
+    import zipfile
+
+    import keras
+
+    run = tmp_path / "run"
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    run.mkdir()
+    model.save(run / "model.keras")
+    _write_json(run / "keras_capsules_run.json", {"command": "train", "application": "sort_of_clevr"})
+    for given in (run, run / "model.keras"):
+        assert cli.main(["evaluate", "demo", "--model", str(given)]) == 2
+        err = capsys.readouterr().err
+        assert err == (
+            f"keras-capsules: error: --model {run / 'model.keras'} is a model of sort_of_clevr (written by "
+            f"`keras-capsules train sort_of_clevr`), not of demo: evaluate it with "
+            f"`keras-capsules evaluate sort_of_clevr --model {run / 'model.keras'}`\n"
+        ), err
+    # without the record: the class that nothing here defines is named, in one line
+    alone = tmp_path / "alone.keras"
+    with zipfile.ZipFile(run / "model.keras") as src, zipfile.ZipFile(alone, "w") as dst:
+        for item in src.infolist():
+            data = src.read(item.filename)
+            if item.filename == "config.json":
+                config = json.loads(data)
+                layer = config["config"]["layers"][-1]
+                layer["class_name"], layer["module"] = "NoSuchLayer", "applications.nowhere"
+                layer["registered_name"] = "applications>NoSuchLayer"
+                data = json.dumps(config).encode()
+            dst.writestr(item, data)
+    assert cli.main(["evaluate", "demo", "--model", str(alone)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"keras-capsules: error: {alone} holds a ") and "NoSuchLayer" in err
+    assert "another application's model" in err and err.count("\n") == 1, err
 
 
 def test_tune_refuses_a_train_runs_folder_also_while_it_trains(tmp_path, capsys):

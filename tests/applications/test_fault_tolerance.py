@@ -1037,6 +1037,12 @@ def test_a_backup_refuses_weights_that_are_not_finite(tmp_path):
     metadata = json.loads((tmp_path / "backup" / "training_metadata.json").read_text())
     assert (metadata["epoch"], metadata["batch"]) == (1, 0)
     assert _finite_backup_weights(tmp_path)
+    # Audit 2026-11-30: a run that diverged before its first backup was pointed to a
+    # backup that held no weights
+    with pytest.raises(fault_tolerance.TrainingDivergedError) as caught:
+        _dense_fit(tmp_path / "early", save_freq=1, before=[_PoisonAt(0, batch=0)])
+    assert "no backup was made before (nothing of the run is kept)" in str(caught.value)
+    assert "the backup in" not in str(caught.value)
 
 
 def test_a_diverged_train_command_is_one_line_and_exit_code_2(tmp_path, capsys):

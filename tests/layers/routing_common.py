@@ -192,6 +192,8 @@ def check_bad_inputs(layer_cls, **kwargs):
     with pytest.raises(ValueError, match="rank 3"):
         layer(np.zeros((2, 5, 4, 4), "float32"))
     layer(np.zeros((2, 5, 4), "float32"))
+    with pytest.raises(ValueError, match="expects one input"):  # once built, an AttributeError before
+        layer([np.zeros((2, 5, 4), "float32")] * 2)
     with pytest.raises(ValueError, match=r"built for inputs of shape \[batch, n_in, 4\]"):
         layer(np.zeros((2, 5, 3), "float32"))
     with pytest.raises(ValueError, match=r"mask of shape \[batch, n_in\]"):

@@ -68,6 +68,10 @@ def test_a_list_of_inputs_is_a_clear_error():
     x = np.ones((2, 3, 4), "float32")
     with pytest.raises(ValueError, match=r"\[batch, \.\.\., d\]"):
         CapsuleLength()([x, x])
+    built = CapsuleLength()
+    built(x)
+    with pytest.raises(ValueError, match=r"\[batch, \.\.\., d\]"):  # an AttributeError before
+        built([x, x])
     if BACKEND == "tensorflow":  # a tf.TensorShape, as tf.keras code passes
         import tensorflow as tf
 

@@ -20,6 +20,7 @@ from keras_capsules._validation import (  # noqa: F401 (re-exported to the MAC l
 )
 from keras_capsules.layers._initializers import fresh_initializer  # noqa: F401 (used by the MAC layers)
 from keras_capsules.ops import matmul, max_with_initial, routing_dtype
+from keras_capsules._validation import get_constraint, get_initializer, get_regularizer
 
 
 def activation_name(name, value, allowed=(None, "elu")):
@@ -199,12 +200,12 @@ class MACLayerBase(keras.layers.Layer):
         kwargs["autocast"] = False
         super().__init__(**kwargs)
         check_floating_dtype(self)
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.bias_initializer = keras.initializers.get(bias_initializer)
-        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
-        self.bias_regularizer = keras.regularizers.get(bias_regularizer)
-        self.kernel_constraint = keras.constraints.get(kernel_constraint)
-        self.bias_constraint = keras.constraints.get(bias_constraint)
+        self.kernel_initializer = get_initializer("kernel_initializer", kernel_initializer)
+        self.bias_initializer = get_initializer("bias_initializer", bias_initializer)
+        self.kernel_regularizer = get_regularizer("kernel_regularizer", kernel_regularizer)
+        self.bias_regularizer = get_regularizer("bias_regularizer", bias_regularizer)
+        self.kernel_constraint = get_constraint("kernel_constraint", kernel_constraint)
+        self.bias_constraint = get_constraint("bias_constraint", bias_constraint)
 
     def _salt(self, name):
         """What sets a seeded initializer's copy for weight ``name`` apart (see

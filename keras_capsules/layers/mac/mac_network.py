@@ -6,6 +6,7 @@ from keras import ops
 from keras_capsules._validation import check_built
 from keras_capsules.layers.mac import _base
 from keras_capsules.layers.mac.mac_cell import MACCell
+from keras_capsules._validation import get_initializer
 
 _LAYER = "MACNetwork"
 _INPUTS = (
@@ -147,7 +148,8 @@ class MACNetwork(_base.MACLayerBase):
             "variational_memory_dropout", variational_memory_dropout
         )
         self.return_attention = _base.boolean("return_attention", return_attention)
-        self.state_initializer = keras.initializers.get(
+        self.state_initializer = get_initializer(
+            "state_initializer",
             keras.initializers.RandomNormal(stddev=1.0)
             if state_initializer is None
             else state_initializer

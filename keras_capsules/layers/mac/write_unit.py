@@ -6,6 +6,7 @@ from keras import ops
 from keras_capsules._validation import check_built
 from keras_capsules.layers.mac import _base
 from keras_capsules.ops import matmul
+from keras_capsules._validation import get_initializer
 
 _LAYER = "WriteUnit"
 _INPUTS = (
@@ -110,7 +111,8 @@ class WriteUnit(_base.MACLayerBase):
                 "memory_gate=True (otherwise no gate is built). "
                 f"Received: gate_per_dimension={gate_per_dimension!r}, memory_gate={memory_gate!r}"
             )
-        self.gate_bias_initializer = keras.initializers.get(
+        self.gate_bias_initializer = get_initializer(
+            "gate_bias_initializer",
             keras.initializers.Constant(1.0) if gate_bias_initializer is None
             else gate_bias_initializer
         )

@@ -11,6 +11,7 @@ from keras_capsules.layers.rladder._utils import (
     output_spec,
     serialize_all,
 )
+from keras_capsules._validation import get_constraint, get_initializer, get_regularizer
 
 _INITIALIZERS = (
     "kernel_initializer",
@@ -88,17 +89,17 @@ class EncoderCellBase(keras.layers.Layer):
             _INITIALIZERS,
             (kernel_initializer, feedback_initializer, recurrent_initializer, bias_initializer),
         ):
-            setattr(self, name, keras.initializers.get(value))
+            setattr(self, name, get_initializer(name, value))
         for name, value in zip(
             _REGULARIZERS,
             (kernel_regularizer, feedback_regularizer, recurrent_regularizer, bias_regularizer),
         ):
-            setattr(self, name, keras.regularizers.get(value))
+            setattr(self, name, get_regularizer(name, value))
         for name, value in zip(
             _CONSTRAINTS,
             (kernel_constraint, feedback_constraint, recurrent_constraint, bias_constraint),
         ):
-            setattr(self, name, keras.constraints.get(value))
+            setattr(self, name, get_constraint(name, value))
 
     # ------------------------------------------------------------------ structure
     @property

@@ -25,6 +25,7 @@ from keras_capsules.layers.rladder._utils import (
     upsample_nearest,
 )
 from keras_capsules.ops import conv, matmul
+from keras_capsules._validation import get_constraint, get_initializer, get_regularizer
 
 _BASE_INITIALIZERS = ("kernel_initializer", "bias_initializer")
 _BASE_REGULARIZERS = ("kernel_regularizer", "bias_regularizer")
@@ -59,12 +60,12 @@ class ConvCombinatorBase(keras.layers.Layer):
                 f"Received: upsample_mode={upsample_mode!r}, upsample=1"
             )
         self.vector_top = choice("vector_top", vector_top, VECTOR_TOPS)
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.bias_initializer = keras.initializers.get(bias_initializer)
-        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
-        self.bias_regularizer = keras.regularizers.get(bias_regularizer)
-        self.kernel_constraint = keras.constraints.get(kernel_constraint)
-        self.bias_constraint = keras.constraints.get(bias_constraint)
+        self.kernel_initializer = get_initializer("kernel_initializer", kernel_initializer)
+        self.bias_initializer = get_initializer("bias_initializer", bias_initializer)
+        self.kernel_regularizer = get_regularizer("kernel_regularizer", kernel_regularizer)
+        self.bias_regularizer = get_regularizer("bias_regularizer", bias_regularizer)
+        self.kernel_constraint = get_constraint("kernel_constraint", kernel_constraint)
+        self.bias_constraint = get_constraint("bias_constraint", bias_constraint)
 
     # ------------------------------------------------------------------ shapes
     def _shapes(self, input_shape):

@@ -6,14 +6,13 @@ of ``f`` for ``mu`` and ``s``, their initializers, regularizers and constraints,
 mix itself and its config entries.
 """
 
-import keras
-
 from keras_capsules.layers.rladder._utils import (
     RowwiseConstant,
     clone_initializer,
     elementwise_f,
     serialize_all,
 )
+from keras_capsules._validation import get_constraint, get_initializer, get_regularizer
 
 #: f(u) = u: mu starts as the top-down signal itself.
 DEFAULT_MU_VALUES = (0.0, 1.0, 0.0, 1.0, 0.0)
@@ -32,11 +31,11 @@ class ElementwiseGate:
         given = {"mu": mu_initializer, "s": s_initializer}
         for param in _PARAMS:
             value = given[param] if given[param] is not None else RowwiseConstant(defaults[param])
-            setattr(self, f"{param}_initializer", keras.initializers.get(value))
-        self.mu_regularizer = keras.regularizers.get(mu_regularizer)
-        self.s_regularizer = keras.regularizers.get(s_regularizer)
-        self.mu_constraint = keras.constraints.get(mu_constraint)
-        self.s_constraint = keras.constraints.get(s_constraint)
+            setattr(self, f"{param}_initializer", get_initializer(f"{param}_initializer", value))
+        self.mu_regularizer = get_regularizer("mu_regularizer", mu_regularizer)
+        self.s_regularizer = get_regularizer("s_regularizer", s_regularizer)
+        self.mu_constraint = get_constraint("mu_constraint", mu_constraint)
+        self.s_constraint = get_constraint("s_constraint", s_constraint)
 
     def _build_gate(self, units):
         for param in _PARAMS:

@@ -36,6 +36,25 @@ def check_step_mask(layer, mask, batch_and_steps, static_hint=""):
         )
 
 
+def spread_step_mask(mask, output_shape):
+    """A step mask ``[batch, T]`` spread over an output's axes between the steps and
+    the features (``output_shape[2:-1]``: pixels, groups).
+
+    Keras' losses weigh each value of ``loss(y_true, y_pred)`` (the output's shape
+    without its last axis) by the mask of ``y_pred``, and take a mask of that shape
+    (or of one axis less) only: a ``[batch, T]`` mask on ``[batch, T, H, W, C]``
+    frames failed in ``fit`` with a shape error. Sequence outputs ``[batch, T, F]``
+    keep the step mask as it is; so does an output whose middle sizes are unknown.
+    """
+    middle = tuple(output_shape[2:-1])
+    if mask is None or not middle or any(d is None for d in middle):
+        return mask
+    spread = ops.cast(mask, "bool")
+    for _ in middle:
+        spread = ops.expand_dims(spread, -1)
+    return ops.logical_and(spread, ops.ones(middle, dtype="bool"))
+
+
 def normalize(x, axis, epsilon=1e-5):
     """Zero mean, unit variance per sample over ``axis``, computed in float32 (float64
     for float64 inputs).

@@ -148,6 +148,17 @@ class ConvEncoderCell(EncoderCellBase):
 
     def _build(self, x, fb, state):
         k, n = self.kernel_size, self.GATES * self.filters
+        # a normalization over a single value makes it 0 whatever the input: the level
+        # would put out its bias alone (on a 1x1 map, e.g. a small image pooled twice)
+        pixels = None if None in tuple(x[1:3]) else x[1] * x[2]
+        if self.normalization is not None and pixels == 1 and (self.normalization == "instance" or n == 1):
+            raise ValueError(
+                f"{type(self).__name__} with normalization={self.normalization!r} normalizes each "
+                "pre-activation over the pixels of its map (and, for 'layer', its channels): on "
+                "a 1x1 map that is one value, which normalizes to 0 for every input. Use no "
+                "normalization, or 'layer' with more than one channel, or a larger map. "
+                f"Received: input shape={tuple(x)}"
+            )
         self.kernel = self._weight("kernel", "kernel", (k, k, x[-1], n))
         if self.use_feedback:
             self.feedback_kernel = self._weight("feedback", "feedback_kernel", (k, k, self.filters, n))

@@ -13,6 +13,7 @@ from keras_capsules.layers.rladder._utils import (
     split_top_lateral,
 )
 from keras_capsules.ops import matmul
+from keras_capsules._validation import get_constraint, get_initializer, get_regularizer
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -88,12 +89,12 @@ class G1(ElementwiseGate, keras.layers.Layer):
     ):
         super().__init__(**kwargs)
         check_floating_dtype(self)
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.bias_initializer = keras.initializers.get(bias_initializer)
-        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
-        self.bias_regularizer = keras.regularizers.get(bias_regularizer)
-        self.kernel_constraint = keras.constraints.get(kernel_constraint)
-        self.bias_constraint = keras.constraints.get(bias_constraint)
+        self.kernel_initializer = get_initializer("kernel_initializer", kernel_initializer)
+        self.bias_initializer = get_initializer("bias_initializer", bias_initializer)
+        self.kernel_regularizer = get_regularizer("kernel_regularizer", kernel_regularizer)
+        self.bias_regularizer = get_regularizer("bias_regularizer", bias_regularizer)
+        self.kernel_constraint = get_constraint("kernel_constraint", kernel_constraint)
+        self.bias_constraint = get_constraint("bias_constraint", bias_constraint)
         self._init_gate(mu_initializer, s_initializer, mu_regularizer, s_regularizer, mu_constraint, s_constraint)
 
     def _shapes(self, input_shape):
@@ -159,6 +160,9 @@ class G1(ElementwiseGate, keras.layers.Layer):
                 + ("with" if self.has_top else "without")
                 + f" an x_top input. Received: x_top={'None' if x_top is None else 'a tensor'}"
             )
+        # the shapes against each other, as in build (after it, mismatched batches or
+        # leading axes were broadcast into an output of neither's shape)
+        self._shapes(tuple(x_lat.shape) if x_top is None else [tuple(x_top.shape), tuple(x_lat.shape)])
         if x_lat.shape[-1] != self.bias.shape[0]:
             raise ValueError(
                 f"This G1 layer was built for x_lat of shape [batch, ..., {self.bias.shape[0]}]. "

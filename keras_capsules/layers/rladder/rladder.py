@@ -11,6 +11,7 @@ from keras_capsules.layers.rladder._utils import (
     symbolic_loop,
     expand_to,
     check_step_mask,
+    spread_step_mask,
     clone_initializer,
     fresh_initializer,
     salted_initializer,
@@ -44,6 +45,7 @@ from keras_capsules.layers.rladder.level_spec import (
 )
 from keras_capsules.layers.rladder.lstm_encoder_cell import LSTMEncoderCell
 from keras_capsules.ops import matmul
+from keras_capsules._validation import get_constraint, get_initializer, get_regularizer
 
 _COMBINATOR_CLASSES = {"G1": G1, "ConvG1": ConvG1, "ConvG2": ConvG2, "ConvG3": ConvG3}
 #: the cells of the encoders that take a ``normalization`` (level_spec.NORMALIZED_ENCODERS)
@@ -51,6 +53,7 @@ _NORMALIZED_CELLS = {"conv": ConvEncoderCell, "gatedconv": GatedConvEncoderCell}
 assert tuple(_NORMALIZED_CELLS) == NORMALIZED_ENCODERS, "a normalized encoder of level_spec without its cell here"
 _INITIALIZERS = ("kernel_initializer", "recurrent_initializer", "bias_initializer")
 _REGULARIZERS = ("kernel_regularizer", "recurrent_regularizer", "bias_regularizer")
+_CONSTRAINTS = ("kernel_constraint", "recurrent_constraint", "bias_constraint")
 DROPOUT_NOISE = ("step", "sequence")
 NORMALIZATIONS = (None, "layer")
 
@@ -137,6 +140,10 @@ class RLadder(keras.layers.Layer):
             validation accuracy after 3,000 updates against 81% with zeros (and 80%
             without feedback).
         kernel_regularizer, recurrent_regularizer, bias_regularizer: likewise.
+        kernel_constraint, recurrent_constraint, bias_constraint: likewise (the
+            feedback kernels take the kernel's). The combinators' elementwise
+            parameters (``mu_weights``, ``s_weights``) and the normalization gains
+            take no regularizer or constraint of these.
         dropout: dropout rate, in ``[0, 1)``, on the signals between levels during
             training: every encoder output ``e_l`` (``l >= 1``) where it leaves its
             level (upwards to the next encoder and sideways to the decoder) and every
@@ -234,7 +241,10 @@ class RLadder(keras.layers.Layer):
             padded step the encoder states and the decoder feedback are left as they
             were and both outputs are zeros, so padded steps (leading, inner or
             trailing, whatever they hold) never change the outputs at the others.
-            The mask is passed on to both outputs. With ``n_iters`` set the input is
+            The mask is passed on: to ``top`` as it is (as Keras' recurrent layers
+            pass theirs on), to ``predictions`` spread over their pixels,
+            ``[batch, T, H, W]`` (the shape Keras' losses weigh, so a loss on the
+            predicted frames leaves the padded steps out). With ``n_iters`` set the input is
             static (the same ``x`` at every iteration, no time axis to pad), so a mask
             is a ``ValueError`` rather than being dropped.
         training: Python boolean; dropout and zoneout act only in training.
@@ -284,6 +294,9 @@ class RLadder(keras.layers.Layer):
         kernel_regularizer=None,
         recurrent_regularizer=None,
         bias_regularizer=None,
+        kernel_constraint=None,
+        recurrent_constraint=None,
+        bias_constraint=None,
         dropout=0.0,
         dropout_noise="step",
         zoneout=0.0,
@@ -372,15 +385,18 @@ class RLadder(keras.layers.Layer):
         self.seed_generator = (
             keras.random.SeedGenerator(generator_seed(seed)) if self.dropout or self.zoneout else None
         )
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.recurrent_initializer = keras.initializers.get(recurrent_initializer)
-        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.kernel_initializer = get_initializer("kernel_initializer", kernel_initializer)
+        self.recurrent_initializer = get_initializer("recurrent_initializer", recurrent_initializer)
+        self.bias_initializer = get_initializer("bias_initializer", bias_initializer)
         self.feedback_initializer = (
-            None if feedback_initializer is None else keras.initializers.get(feedback_initializer)
+            None if feedback_initializer is None else get_initializer("feedback_initializer", feedback_initializer)
         )
-        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
-        self.recurrent_regularizer = keras.regularizers.get(recurrent_regularizer)
-        self.bias_regularizer = keras.regularizers.get(bias_regularizer)
+        self.kernel_regularizer = get_regularizer("kernel_regularizer", kernel_regularizer)
+        self.recurrent_regularizer = get_regularizer("recurrent_regularizer", recurrent_regularizer)
+        self.bias_regularizer = get_regularizer("bias_regularizer", bias_regularizer)
+        self.kernel_constraint = get_constraint("kernel_constraint", kernel_constraint)
+        self.recurrent_constraint = get_constraint("recurrent_constraint", recurrent_constraint)
+        self.bias_constraint = get_constraint("bias_constraint", bias_constraint)
 
         use_feedback = self.decoder_to_encoder and self.use_decoder
         if self.feedback_initializer is not None and not use_feedback:
@@ -417,6 +433,8 @@ class RLadder(keras.layers.Layer):
                 dtype=self.dtype_policy,
                 kernel_regularizer=self.kernel_regularizer,
                 bias_regularizer=self.bias_regularizer,
+                kernel_constraint=self.kernel_constraint,
+                bias_constraint=self.bias_constraint,
             )
 
         def cell_common(name):
@@ -425,9 +443,11 @@ class RLadder(keras.layers.Layer):
                 **initializers(name, ("recurrent",) + (("feedback",) if use_feedback else ())),
                 use_feedback=use_feedback,
                 recurrent_regularizer=self.recurrent_regularizer,
+                recurrent_constraint=self.recurrent_constraint,
             )
             if use_feedback:
                 options["feedback_regularizer"] = self.kernel_regularizer
+                options["feedback_constraint"] = self.kernel_constraint
             return options
 
         self.encoders = []
@@ -622,6 +642,15 @@ class RLadder(keras.layers.Layer):
                 f"ConvG3). Received: input_combinator={self.input_combinator!r}"
             )
         self._enc_inputs, self._enc_outputs = self._level_shapes(features)
+        if self.normalization == "layer":
+            for i, x in enumerate(self._enc_inputs):
+                if None not in x and math.prod(x) == 1:
+                    raise ValueError(
+                        f"normalization='layer' normalizes each level's bottom-up input over its "
+                        f"features; level {i}'s input has one ({x}), which normalizes to 0 for "
+                        f"every input. Use normalization=None, or give the level more features. "
+                        f"Received: input shape={tuple(input_shape)}"
+                    )
         self._features = features
         for cell, x, h in zip(self.encoders, self._enc_inputs, self._enc_outputs):
             shapes = [(None,) + x]
@@ -640,12 +669,14 @@ class RLadder(keras.layers.Layer):
                     shape=(features[-1], self.output_units),
                     initializer=clone_initializer(self.kernel_initializer, "RLadder/output_kernel"),
                     regularizer=self.kernel_regularizer,
+                    constraint=self.kernel_constraint,
                 )
                 self.output_bias = self.add_weight(
                     name="output_bias",
                     shape=(self.output_units,),
                     initializer=clone_initializer(self.bias_initializer, "RLadder/output_bias"),
                     regularizer=self.bias_regularizer,
+                    constraint=self.bias_constraint,
                 )
         self.built = True
 
@@ -672,8 +703,17 @@ class RLadder(keras.layers.Layer):
                         " (mask the sequence before, or use n_iters=None on a [batch, T, ...] input)")
 
     # ------------------------------------------------------------------ steps
+    def _require_built(self, method):
+        # (the level shapes come from build: an AttributeError on '_enc_outputs' before)
+        if not self.built:
+            raise ValueError(
+                f"RLadder.{method} needs a built ladder: call it on an input, or "
+                "build(input_shape), first"
+            )
+
     def initial_carry(self, batch_size, dtype):
         """Zero encoder states and zero decoder feedback for ``batch_size`` samples."""
+        self._require_built("initial_carry")
         states = [
             [ops.zeros((batch_size,) + h, dtype=dtype) for _ in range(cell.NUM_STATES)]
             for cell, h in zip(self.encoders, self._enc_outputs)
@@ -690,6 +730,7 @@ class RLadder(keras.layers.Layer):
         ``prediction`` is None with ``use_decoder=False``. The layer must be built.
         No dropout is applied (this is the inference step).
         """
+        self._require_built("step")
         return self._step(x, carry, None, False)
 
     def _dropper(self, batch_size, dtype):
@@ -832,9 +873,13 @@ class RLadder(keras.layers.Layer):
         return prediction, top, carry
 
     def compute_mask(self, inputs, mask=None):
-        if mask is None:
-            return None
-        return mask if not self.use_decoder else [mask, mask]
+        # the top gets the step mask [batch, T], as Keras' recurrent layers pass theirs
+        # on (TimeDistributed and RNNs above it take that); the prediction, an output
+        # for a loss, gets it spread over its pixels, the shape Keras' losses weigh
+        if mask is None or not self.use_decoder:
+            return mask
+        prediction_shape = self.compute_output_shape(tuple(inputs.shape))[0]
+        return [spread_step_mask(mask, prediction_shape), mask]
 
     def call(self, inputs, training=None, mask=None):
         if not keras.backend.is_float_dtype(inputs.dtype):
@@ -956,6 +1001,7 @@ class RLadder(keras.layers.Layer):
         )
         serialize_all(config, self, _INITIALIZERS, "initializers")
         serialize_all(config, self, _REGULARIZERS, "regularizers")
+        serialize_all(config, self, _CONSTRAINTS, "constraints")
         config["feedback_initializer"] = (
             None
             if self.feedback_initializer is None

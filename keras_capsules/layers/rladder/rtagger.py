@@ -10,6 +10,7 @@ from keras_capsules.layers.rladder._utils import (
     symbolic_loop,
     expand_to,
     check_step_mask,
+    spread_step_mask,
     clone_initializer,
     fresh_initializer,
     output_spec,
@@ -25,6 +26,7 @@ from keras_capsules._validation import boolean, check_floating_dtype, rate
 from keras_capsules.layers.rladder.level_spec import saved_levels
 from keras_capsules.layers.rladder.rladder import RLadder
 from keras_capsules.ops import matmul, max_with_initial, min_with_initial, routing_dtype
+from keras_capsules._validation import get_constraint, get_initializer, get_regularizer
 
 _INITIALIZERS = (
     "kernel_initializer",
@@ -34,6 +36,7 @@ _INITIALIZERS = (
     "mask_initializer",
 )
 _REGULARIZERS = ("kernel_regularizer", "recurrent_regularizer", "bias_regularizer")
+_CONSTRAINTS = ("kernel_constraint", "recurrent_constraint", "bias_constraint")
 #: the share of the previous masks that ``mask_damping="learned"`` keeps before training
 LEARNED_DAMPING_START = 0.1
 #: below it 1 / (2 sigma^2) overflows float32 (~3.8e-20)
@@ -218,6 +221,9 @@ class RTagger(keras.layers.Layer):
             no effect, and a ``UserWarning`` says so (``mask_initializer`` takes a
             seed of its own).
         kernel_regularizer, recurrent_regularizer, bias_regularizer: likewise.
+        kernel_constraint, recurrent_constraint, bias_constraint: likewise (as
+            :class:`RLadder` takes them; ``initial_mean`` and the damping's bias take
+            no regularizer or constraint).
         unroll: None (default): unroll the loop over the iterations (a Python loop,
             one copy of the iteration in the graph per iteration) when their number
             is known when the layer is called (``T`` of the input, or ``n_iters``),
@@ -250,8 +256,9 @@ class RTagger(keras.layers.Layer):
             padded step the ladder's states, the means and the masks are left as
             they were and both outputs are zeros, so padded steps (whatever they
             hold) never change the outputs at the others. The mask is passed on to
-            both outputs. With ``n_iters`` set (a static input, no time axis) a mask
-            is a ``ValueError``.
+            both outputs, spread over the groups and pixels (``[batch, T, K, H, W]``,
+            the outputs' shape without the channels). With ``n_iters`` set (a static
+            input, no time axis) a mask is a ``ValueError``.
         training: Python boolean; random initial masks in training (see above).
 
     Returns:
@@ -260,7 +267,10 @@ class RTagger(keras.layers.Layer):
         for vectors ``pi`` and ``m`` ``[batch, T, K, D, 1]`` (pixels of one channel).
         ``T = n_iters`` for static inputs. Train with
         :class:`keras_capsules.losses.MixtureNLL` on
-        ``ops.concatenate([m, pi], axis=-1)``. An empty sequence (``T = 0``) gives
+        ``ops.concatenate([m, pi], axis=-1)``, or on
+        ``keras.layers.Concatenate()([m, pi])`` for a masked sequence (an op drops
+        the mask, the layer passes it on, and the loss leaves the padded steps
+        out). An empty sequence (``T = 0``) gives
         empty outputs, and zero gradients for every weight.
 
     Example:
@@ -306,6 +316,9 @@ class RTagger(keras.layers.Layer):
         kernel_regularizer=None,
         recurrent_regularizer=None,
         bias_regularizer=None,
+        kernel_constraint=None,
+        recurrent_constraint=None,
+        bias_constraint=None,
         unroll=None,
         **kwargs,
     ):
@@ -317,15 +330,17 @@ class RTagger(keras.layers.Layer):
             raise ValueError(f"`n_groups` must be at least 2. Received: n_groups={n_groups!r}")
         self.n_iters = positive_int("n_iters", n_iters, allow_none=True)
         self.sigma = positive_float("sigma", sigma)
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.recurrent_initializer = keras.initializers.get(recurrent_initializer)
-        self.bias_initializer = keras.initializers.get(bias_initializer)
-        self.means_initializer = keras.initializers.get(
+        self.kernel_initializer = get_initializer("kernel_initializer", kernel_initializer)
+        self.recurrent_initializer = get_initializer("recurrent_initializer", recurrent_initializer)
+        self.bias_initializer = get_initializer("bias_initializer", bias_initializer)
+        self.means_initializer = get_initializer(
+            "means_initializer",
             means_initializer
             if means_initializer is not None
             else "zeros"
         )
-        self.mask_initializer = keras.initializers.get(
+        self.mask_initializer = get_initializer(
+            "mask_initializer",
             mask_initializer
             if mask_initializer is not None
             else keras.initializers.RandomNormal(stddev=1.0, seed=1)
@@ -371,9 +386,12 @@ class RTagger(keras.layers.Layer):
                 "RTagger: ", "seed", self.seed,
                 "random_initial_masks=True (the seed draws the random initial masks of training only)",
             )
-        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
-        self.recurrent_regularizer = keras.regularizers.get(recurrent_regularizer)
-        self.bias_regularizer = keras.regularizers.get(bias_regularizer)
+        self.kernel_regularizer = get_regularizer("kernel_regularizer", kernel_regularizer)
+        self.recurrent_regularizer = get_regularizer("recurrent_regularizer", recurrent_regularizer)
+        self.bias_regularizer = get_regularizer("bias_regularizer", bias_regularizer)
+        self.kernel_constraint = get_constraint("kernel_constraint", kernel_constraint)
+        self.recurrent_constraint = get_constraint("recurrent_constraint", recurrent_constraint)
+        self.bias_constraint = get_constraint("bias_constraint", bias_constraint)
         self.ladder = RLadder(
             levels,
             n_iters=1,
@@ -387,6 +405,9 @@ class RTagger(keras.layers.Layer):
             kernel_regularizer=self.kernel_regularizer,
             recurrent_regularizer=self.recurrent_regularizer,
             bias_regularizer=self.bias_regularizer,
+            kernel_constraint=self.kernel_constraint,
+            recurrent_constraint=self.recurrent_constraint,
+            bias_constraint=self.bias_constraint,
             dtype=self.dtype_policy,
             name="ladder",
         )
@@ -472,18 +493,20 @@ class RTagger(keras.layers.Layer):
             shape=(width, channels + 1),
             initializer=clone_initializer(self.kernel_initializer, "RTagger/readout_kernel"),
             regularizer=self.kernel_regularizer,
+            constraint=self.kernel_constraint,
         )
         self.readout_bias = self.add_weight(
             name="readout_bias",
             shape=(channels + 1,),
             initializer=clone_initializer(self.bias_initializer, "RTagger/readout_bias"),
             regularizer=self.bias_regularizer,
+            constraint=self.bias_constraint,
         )
         if self.mask_damping == "learned":
             # starts as a constant damping of LEARNED_DAMPING_START at every pixel
             self.damping_kernel = self.add_weight(
                 name="damping_kernel", shape=(width, 1), initializer="zeros",
-                regularizer=self.kernel_regularizer,
+                regularizer=self.kernel_regularizer, constraint=self.kernel_constraint,
             )
             self.damping_bias = self.add_weight(
                 name="damping_bias", shape=(1,),
@@ -503,7 +526,11 @@ class RTagger(keras.layers.Layer):
         return output_spec(self, inputs)
 
     def compute_mask(self, inputs, mask=None):
-        return None if mask is None else [mask, mask]
+        # the step mask spread over the groups and pixels, [batch, T, K, ...] (of
+        # the outputs without their channels), as Keras' losses and Concatenate take it
+        if mask is None:
+            return None
+        return [spread_step_mask(mask, shape) for shape in self.compute_output_shape(tuple(inputs.shape))]
 
     def _check_mask(self, mask, input_shape):
         check_step_mask(self, mask, input_shape[:2])
@@ -705,4 +732,5 @@ class RTagger(keras.layers.Layer):
         )
         serialize_all(config, self, _INITIALIZERS, "initializers")
         serialize_all(config, self, _REGULARIZERS, "regularizers")
+        serialize_all(config, self, _CONSTRAINTS, "constraints")
         return config

@@ -215,6 +215,16 @@ def test_batch_size_mismatch_is_a_clear_error(cls):
         cls(upsample=2)([np.zeros((3, 2, 2, 1), "float32"), np.zeros((2, 4, 4, 2), "float32")])
     with pytest.raises(ValueError, match=r"same batch size.*x_lat shape=\(2, 4\)"):
         G1()([np.zeros((3, 5), "float32"), np.zeros((2, 4), "float32")])
+    # Audit 2026-11-30: once built, G1 broadcast mismatched batches or leading axes silently
+    g1 = G1()
+    g1([np.zeros((4, 3), "float32"), np.zeros((4, 5), "float32")])
+    for top, lat in (((1, 3), (4, 5)), ((4, 3), (1, 5))):
+        with pytest.raises(ValueError, match="same batch size"):
+            g1([np.zeros(top, "float32"), np.zeros(lat, "float32")])
+    g1 = G1()
+    g1([np.zeros((2, 3, 3), "float32"), np.zeros((2, 3, 5), "float32")])
+    with pytest.raises(ValueError, match="share their leading axes"):
+        g1([np.zeros((2, 3, 3), "float32"), np.zeros((2, 1, 5), "float32")])
 
 
 def test_bad_input_shapes():

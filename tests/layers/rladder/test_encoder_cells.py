@@ -322,6 +322,21 @@ def test_numpy_booleans_are_switches():
     assert LSTMEncoderCell(3, unit_forget_bias=np.False_).get_config()["unit_forget_bias"] is False
 
 
+@pytest.mark.parametrize("cls", [ConvEncoderCell, GatedConvEncoderCell])
+def test_a_normalization_over_one_value_is_a_clear_error(cls):
+    # Audit 2026-11-30: instance normalization on a 1x1 map (or 'layer' over one value)
+    # is 0 for every input, so the level put out its bias alone, silently.
+    x = np.random.default_rng(0).normal(size=(2, 1, 1, 4)).astype("float32")
+    with pytest.raises(ValueError, match=r"1x1 map.*normalizes to 0.*input shape=\(2, 1, 1, 4\)"):
+        cls(3, normalization="instance", use_feedback=False)(x)
+    if cls is ConvEncoderCell:
+        with pytest.raises(ValueError, match="1x1 map"):
+            cls(1, normalization="layer", use_feedback=False)(x)
+        assert cls(1, use_feedback=False)(x).shape == (2, 1, 1, 1)  # unnormalized: fine
+    assert cls(3, normalization="layer", use_feedback=False)(x).shape == (2, 1, 1, 3)  # several values
+    assert cls(3, normalization="instance", use_feedback=False)(np.ones((2, 2, 1, 4), "float32")).shape == (2, 2, 1, 3)
+
+
 def test_batch_size_mismatch_is_a_clear_error():
     # Audit 11: x, feedback and states of different batch sizes failed with a raw TF error.
     with pytest.raises(ValueError, match=r"same batch size.*x shape=\(3, 5\), feedback shape=\(2, 3\)"):

@@ -8,6 +8,7 @@ import pytest
 
 from keras_capsules.layers import RLadder, level_spec
 from tests.backends import float64_enabled, value_and_grads
+from tests.layers.rladder.shared import BlankFramesMasked, check_constraints_reach_every_kernel_and_bias
 from tests.layers.rladder.loops import assert_compiles_as_one_torch_graph, assert_same as _assert_same, loop_twins
 from tests.harness import edit_saved_layer_config, run_layer_contract, two_cpu_strategy
 
@@ -398,6 +399,29 @@ def test_padded_steps_never_change_the_other_outputs(kwargs):
     assert all(getattr(o, "_keras_mask", None) is not None for o in outputs)
 
 
+def test_a_masked_image_ladder_trains_with_a_keras_loss_on_its_predictions():
+    # Audit 2026-11-30: the [batch, T] mask on [batch, T, H, W, C] predictions failed in
+    # fit ("Dimensions must be equal") with any Keras loss; the top keeps [batch, T] for
+    # the layers above it (TimeDistributed, RNNs).
+    x = _seq(4, 3, 4, 4, 1, seed=2)
+    x[0, 2] = 0.0
+    inputs = keras.Input((3, 4, 4, 1))
+    predictions, top = RLadder([level_spec("convlstm", 2), level_spec("convlstm", 3, pool=2)], seed=0)(
+        BlankFramesMasked()(inputs)
+    )
+    assert tuple(predictions._keras_mask.shape) == (None, 3, 4, 4)
+    assert tuple(top._keras_mask.shape) == (None, 3)
+    summary = keras.layers.LSTM(2)(keras.layers.TimeDistributed(keras.layers.Flatten())(top))
+    assert keras.ops.convert_to_numpy(keras.Model(inputs, summary)(x)).shape == (4, 2)
+    model = keras.Model(inputs, predictions)
+    model.compile("adam", "mse")
+    errors = ((keras.ops.convert_to_numpy(model(x)) - x) ** 2).mean(-1)
+    keep = np.ones((4, 3), bool)
+    keep[0, 2] = False
+    np.testing.assert_allclose(model.evaluate(x, x, verbose=0), errors[keep].mean(), rtol=1e-5)
+    model.fit(x, x, epochs=1, verbose=0)
+
+
 @pytest.mark.parametrize("fill", [np.inf, np.nan])
 def test_non_finite_padded_steps_give_finite_gradients(fill):
     # Audit 11: an inf or NaN at a padded step left the outputs right but made every
@@ -437,6 +461,39 @@ def test_step_with_output_units_follows_the_policy_like_call(policy, levels):
         np.asarray(keras.ops.cast(step_prediction, "float32")),
         np.asarray(keras.ops.cast(prediction[:, 0], "float32")),
     )
+
+
+def test_constraints_reach_every_kernel_and_bias():
+    # Audit 2026-11-30: RLadder took no constraints (DESIGN: initializers, regularizers and
+    # constraints are constructor arguments): kernel_constraint= was an unknown keyword.
+    levels = [level_spec("convlstm", 2), level_spec("conv", 2, pool=2, normalization="instance"), level_spec("gated", 3)]
+    non_neg = {f"{kind}_constraint": "non_neg" for kind in ("kernel", "recurrent", "bias")}
+    check_constraints_reach_every_kernel_and_bias(
+        RLadder(levels, output_units=1, **non_neg), _seq(4, 3, 4, 4, 1), {"gamma", "mu_weights", "s_weights"}
+    )
+
+
+def test_stepping_an_unbuilt_ladder_is_a_clear_error():
+    # Audit 2026-11-30: initial_carry and step before build raised AttributeError '_enc_outputs'
+    ladder = RLadder(DENSE_LEVELS)
+    with pytest.raises(ValueError, match=r"RLadder.initial_carry needs a built ladder"):
+        ladder.initial_carry(2, "float32")
+    with pytest.raises(ValueError, match=r"RLadder.step needs a built ladder"):
+        ladder.step(_seq(2, 3), None)
+    ladder.build((None, 4, 3))
+    _, top, _ = ladder.step(_seq(2, 3), ladder.initial_carry(2, "float32"))
+    assert top.shape == (2, 3)
+
+
+def test_layer_normalization_of_a_single_feature_is_a_clear_error():
+    # Audit 2026-11-30: normalization="layer" on a level whose input has one feature made
+    # that input 0 for every sequence, so the top did not depend on the data.
+    with pytest.raises(ValueError, match=r"level 0's input has one \(\(1,\)\).*input shape=\(2, 5, 1\)"):
+        RLadder([level_spec("gated", 4), level_spec("gated", 3)], normalization="layer")(_seq(2, 5, 1))
+    with pytest.raises(ValueError, match=r"level 1's input has one \(\(1, 1, 1\)\)"):
+        levels = [level_spec("conv", 1), level_spec("conv", 2, pool=4), level_spec("gated", 3)]
+        RLadder(levels, normalization="layer")(_seq(2, 3, 4, 4, 1))
+    assert RLadder([level_spec("gated", 4)], normalization="layer")(_seq(2, 5, 2))[1].shape == (2, 5, 4)
 
 
 def test_a_mask_with_n_iters_is_a_clear_error():

@@ -10,6 +10,7 @@ from keras_capsules.layers import RTagger, level_spec
 from keras_capsules.losses import MixtureNLL, mixture_nll
 from keras_capsules.metrics import adjusted_mutual_info
 from tests.backends import BACKEND, float64_enabled, grads, value_and_grads
+from tests.layers.rladder.shared import BlankFramesMasked, check_constraints_reach_every_kernel_and_bias
 from tests.layers.rladder.loops import assert_compiles_as_one_torch_graph, assert_same as _assert_same, loop_twins
 from tests.harness import run_layer_contract, two_cpu_strategy
 
@@ -265,6 +266,63 @@ def test_mixture_nll_matches_numpy():
     assert np.isfinite(far) and far > 1e5
     config = MixtureNLL(sigma=0.7, group_axis=2).get_config()
     assert MixtureNLL.from_config(config).get_config() == config
+
+
+def test_mixture_nll_weighs_pixels_by_leading_weights_and_masks():
+    # Audit 2026-11-30: [batch] weights on images were laid along the last pixel axis (as
+    # Keras broadcasts), and a mask on y_pred over the groups, or over [batch, T] only,
+    # failed with a shape error.
+    from keras.src.backend import set_keras_mask
+
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(3, 2, 4, 3, 1)).astype("float32")  # [b, T, H, W, C]
+    m = rng.normal(size=(3, 2, 5, 4, 3, 1)).astype("float32")  # [b, T, K, H, W, C]
+    pi = rng.uniform(0.1, 1.0, size=(3, 2, 5, 4, 3, 1)).astype("float32")
+    pi /= pi.sum(axis=2, keepdims=True)
+    per_pixel = np.stack([_numpy_nll(x[:, t], m[:, t], pi[:, t], 0.7) for t in range(2)], 1)  # [b, T, H, W]
+    packed = np.concatenate([m, pi], axis=-1)
+    loss = MixtureNLL(sigma=0.7, group_axis=2)
+    weights = np.array([1.0, 3.0, 0.0], "float32")
+    got = keras.ops.convert_to_numpy(loss(x, packed, sample_weight=weights))
+    np.testing.assert_allclose(got, np.mean(per_pixel * weights[:, None, None, None]), rtol=1e-5)
+    keep = np.array([[True, False], [True, True], [False, True]])
+    for mask in (keep, np.broadcast_to(keep[:, :, None, None, None], (3, 2, 5, 4, 3))):
+        masked = keras.ops.convert_to_tensor(packed)
+        set_keras_mask(masked, keras.ops.convert_to_tensor(mask))
+        got = keras.ops.convert_to_numpy(loss(x, masked))
+        np.testing.assert_allclose(got, per_pixel[keep].mean(), rtol=1e-5)
+        summed = keras.ops.convert_to_numpy(MixtureNLL(sigma=0.7, group_axis=2, reduction="sum")(x, masked))
+        np.testing.assert_allclose(summed, per_pixel[keep].sum(), rtol=1e-5)
+    with pytest.raises(ValueError, match=r"leading axes of y_true.*Received: sample_weight shape"):
+        loss(x, packed, sample_weight=np.ones((3, 2, 4, 3, 1, 1), "float32"))
+
+
+def test_masked_tagger_trains_on_concatenated_outputs_without_its_padded_steps():
+    # Audit 2026-11-30: Concatenate failed on RTagger's [batch, T] masks ("Cannot
+    # broadcast"); the loss now sees the mask and leaves the padded steps out, where
+    # pi = 0 for every group scored each pixel at -log(epsilon).
+    x = _images(2, 3, 4, 4, 1, seed=3)
+    x[0, 2] = 0.0
+    inputs = keras.Input((3, 4, 4, 1))
+    pi, m = RTagger(2, CONV_LEVELS, seed=0)(BlankFramesMasked()(inputs))
+    assert tuple(pi._keras_mask.shape) == (None, 3, 2, 4, 4)
+    model = keras.Model(inputs, keras.layers.Concatenate()([m, pi]))
+    model.compile(loss=MixtureNLL(group_axis=2))
+    out = keras.ops.convert_to_numpy(model(x))
+    per_pixel = np.stack([_numpy_nll(x[:, t], out[:, t, ..., :-1], out[:, t, ..., -1:], 0.5) for t in range(3)], 1)
+    keep = np.array([[True, True, False], [True, True, True]])
+    assert per_pixel[0, 2].mean() > 10 * per_pixel[keep].mean()  # what the padded step would add
+    np.testing.assert_allclose(model.evaluate(x, x, verbose=0), per_pixel[keep].mean(), rtol=1e-4)
+    model.fit(x, x, epochs=1, verbose=0)
+
+
+def test_constraints_reach_every_kernel_and_bias():
+    # Audit 2026-11-30: RTagger took no constraints either (an unknown keyword)
+    non_neg = {f"{kind}_constraint": "non_neg" for kind in ("kernel", "recurrent", "bias")}
+    check_constraints_reach_every_kernel_and_bias(
+        RTagger(2, CONV_LEVELS, mask_damping="learned", **non_neg), _images(4, 3, 4, 4, 1),
+        {"initial_mean", "damping_bias", "initial_logits", "mu_weights", "s_weights"},
+    )
 
 
 def test_mixture_nll_errors():
