@@ -194,7 +194,9 @@ class EMRouting(keras.layers.Layer):
             raw scores (logits; ``-inf`` excludes an input, ``+inf`` means fully
             active), ``mu_inp`` of shape ``[batch, n_inp, d_cov, d_inp]`` the poses.
             Either may be a ragged tensor (``[batch, (n_inp), ...]``): it is routed as
-            zero-padded to its longest row with the padding masked.
+            zero-padded to its longest row with the padding masked (TensorFlow; not
+            inside an XLA-compiled function, which has no kernel for that
+            conversion: pass the capsules padded, with a mask, there).
         mask: optional boolean tensor ``[batch, n_inp]`` (or a list of masks for the
             two inputs, as Keras propagates them); False excludes an input. It is
             never broadcast: a mask of another shape is a ``ValueError`` where the
@@ -372,6 +374,8 @@ class EMRouting(keras.layers.Layer):
     def compute_output_shape(self, input_shape):
         a_shape, mu_shape = self._split_shapes(input_shape)
         n_in = a_shape[1] if a_shape[1] is not None else mu_shape[1]
+        if n_in is None:  # a fixed n_inp is the number the inputs must have
+            n_in = self.n_inp
         n_out = self.n_out if self.n_out is not None else n_in
         pose = (a_shape[0], n_out, mu_shape[2], self.d_out)
         return [(a_shape[0], n_out), pose, pose]

@@ -69,7 +69,9 @@ class KMeansRouting(VoteRouting):
     Call arguments:
         inputs: input capsules, shape ``[batch, n_in, d_in]``, or a ragged tensor
             ``[batch, (n_in), d_in]`` (shared weights), routed as zero-padded to its
-            longest row with the padding masked.
+            longest row with the padding masked (TensorFlow; not inside an
+            XLA-compiled function, which has no kernel for that conversion: pass
+            the capsules padded, with a mask, there).
         mask: optional boolean tensor ``[batch, n_in]``; False marks a padded input.
 
     Returns:

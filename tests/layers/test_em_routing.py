@@ -336,6 +336,13 @@ def test_bad_input_shapes():
     fixed = EMRouting(n_out=3, d_out=2, n_inp=5)
     with pytest.raises(ValueError, match=r"fixed n_inp=5.*\[batch, 5\]"):
         fixed([np.zeros((2, 7), "float32"), np.zeros((2, 7, 4, 4), "float32")])
+    # Audit 2026-11-30: with n_out=None on inputs of unknown length, a fixed n_inp is the
+    # number of output capsules (the symbolic shape said None)
+    inputs = [keras.Input((None,)), keras.Input((None, 2, 3))]
+    outputs = EMRouting(n_out=None, d_out=2, n_inp=4)(inputs)
+    assert [tuple(o.shape) for o in outputs] == [(None, 4), (None, 4, 2, 2), (None, 4, 2, 2)]
+    got = keras.Model(inputs, outputs).predict([np.zeros((2, 4), "float32"), np.zeros((2, 4, 2, 3), "float32")], verbose=0)
+    assert [g.shape for g in got] == [(2, 4), (2, 4, 2, 2), (2, 4, 2, 2)]
 
 
 @pytest.mark.parametrize(
