@@ -15,10 +15,12 @@ from keras_capsules._validation import (  # noqa: F401 (used by subclasses)
     boolean,
     check_floating_dtype,
     exactly_shaped_like,
+    get_constraint,
+    get_initializer,
+    get_regularizer,
     positive_int,
 )
 from keras_capsules.ops import routing_dtype, squash
-from keras_capsules._validation import get_constraint, get_initializer, get_regularizer
 
 
 def shape_tuple(shape):

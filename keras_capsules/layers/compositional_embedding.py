@@ -4,9 +4,16 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_capsules._validation import boolean, check_floating_dtype, concrete_values, positive_int
+from keras_capsules._validation import (
+    boolean,
+    check_floating_dtype,
+    concrete_values,
+    get_constraint,
+    get_initializer,
+    get_regularizer,
+    positive_int,
+)
 from keras_capsules.ops import routing_dtype
-from keras_capsules._validation import get_constraint, get_initializer, get_regularizer
 
 
 def default_num_codewords(input_dim, num_codebooks):

@@ -9,6 +9,9 @@ from keras_capsules._validation import (
     check_floating_dtype,
     choice,
     exactly_shaped_like,
+    get_constraint,
+    get_initializer,
+    get_regularizer,
     positive_float,
     positive_int,
 )
@@ -20,7 +23,6 @@ from keras_capsules.layers._vote_routing import (
     shape_tuple,
 )
 from keras_capsules.ops import masked_softmax, max_with_initial, maximum, routing_dtype
-from keras_capsules._validation import get_constraint, get_initializer, get_regularizer
 
 _ALGORITHMS = ("auto", "votes", "moments")
 

@@ -14,13 +14,15 @@ from keras_capsules._validation import (  # noqa: F401 (re-exported to the MAC l
     check_floating_dtype,
     exactly_shaped_like,
     generator_seed,
+    get_constraint,
+    get_initializer,
+    get_regularizer,
     positive_int,
     rate,
     seed_value,
 )
 from keras_capsules.layers._initializers import fresh_initializer  # noqa: F401 (used by the MAC layers)
 from keras_capsules.ops import matmul, max_with_initial, routing_dtype
-from keras_capsules._validation import get_constraint, get_initializer, get_regularizer
 
 
 def activation_name(name, value, allowed=(None, "elu")):

@@ -3,10 +3,9 @@
 import keras
 from keras import ops
 
-from keras_capsules._validation import check_built
+from keras_capsules._validation import check_built, get_initializer
 from keras_capsules.layers.mac import _base
 from keras_capsules.ops import matmul
-from keras_capsules._validation import get_initializer
 
 _LAYER = "WriteUnit"
 _INPUTS = (

@@ -3,7 +3,14 @@
 import keras
 from keras import ops
 
-from keras_capsules._validation import boolean, check_built, check_floating_dtype
+from keras_capsules._validation import (
+    boolean,
+    check_built,
+    check_floating_dtype,
+    get_constraint,
+    get_initializer,
+    get_regularizer,
+)
 from keras_capsules.layers.rladder._utils import (
     check_same_batch,
     clone_initializer,
@@ -11,7 +18,6 @@ from keras_capsules.layers.rladder._utils import (
     output_spec,
     serialize_all,
 )
-from keras_capsules._validation import get_constraint, get_initializer, get_regularizer
 
 _INITIALIZERS = (
     "kernel_initializer",

@@ -9,7 +9,7 @@ of its own), and the kernel/bias arguments.
 import keras
 from keras import ops
 
-from keras_capsules._validation import check_floating_dtype
+from keras_capsules._validation import check_floating_dtype, get_constraint, get_initializer, get_regularizer
 from keras_capsules.layers.rladder._utils import (
     clone_initializer,
     float_inputs,
@@ -25,7 +25,6 @@ from keras_capsules.layers.rladder._utils import (
     upsample_nearest,
 )
 from keras_capsules.ops import conv, matmul
-from keras_capsules._validation import get_constraint, get_initializer, get_regularizer
 
 _BASE_INITIALIZERS = ("kernel_initializer", "bias_initializer")
 _BASE_REGULARIZERS = ("kernel_regularizer", "bias_regularizer")

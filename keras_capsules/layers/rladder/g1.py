@@ -3,7 +3,13 @@
 import keras
 from keras import ops
 
-from keras_capsules._validation import check_built, check_floating_dtype
+from keras_capsules._validation import (
+    check_built,
+    check_floating_dtype,
+    get_constraint,
+    get_initializer,
+    get_regularizer,
+)
 from keras_capsules.layers.rladder._elementwise_gate import ElementwiseGate
 from keras_capsules.layers.rladder._utils import (
     check_same_batch,
@@ -13,7 +19,6 @@ from keras_capsules.layers.rladder._utils import (
     split_top_lateral,
 )
 from keras_capsules.ops import matmul
-from keras_capsules._validation import get_constraint, get_initializer, get_regularizer
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")

@@ -5,7 +5,14 @@ import math
 import keras
 from keras import ops
 
-from keras_capsules._validation import boolean, check_floating_dtype, rate
+from keras_capsules._validation import (
+    boolean,
+    check_floating_dtype,
+    get_constraint,
+    get_initializer,
+    get_regularizer,
+    rate,
+)
 from keras_capsules.layers.rladder._utils import (
     loop_steps,
     symbolic_loop,
@@ -45,7 +52,6 @@ from keras_capsules.layers.rladder.level_spec import (
 )
 from keras_capsules.layers.rladder.lstm_encoder_cell import LSTMEncoderCell
 from keras_capsules.ops import matmul
-from keras_capsules._validation import get_constraint, get_initializer, get_regularizer
 
 _COMBINATOR_CLASSES = {"G1": G1, "ConvG1": ConvG1, "ConvG2": ConvG2, "ConvG3": ConvG3}
 #: the cells of the encoders that take a ``normalization`` (level_spec.NORMALIZED_ENCODERS)

@@ -22,11 +22,17 @@ from keras_capsules.layers.rladder._utils import (
     warn_without_effect,
     zero_of_the_weights,
 )
-from keras_capsules._validation import boolean, check_floating_dtype, rate
+from keras_capsules._validation import (
+    boolean,
+    check_floating_dtype,
+    get_constraint,
+    get_initializer,
+    get_regularizer,
+    rate,
+)
 from keras_capsules.layers.rladder.level_spec import saved_levels
 from keras_capsules.layers.rladder.rladder import RLadder
 from keras_capsules.ops import matmul, max_with_initial, min_with_initial, routing_dtype
-from keras_capsules._validation import get_constraint, get_initializer, get_regularizer
 
 _INITIALIZERS = (
     "kernel_initializer",
