@@ -25,6 +25,24 @@ def integer_at_least(name, value, minimum):
     return int(value)
 
 
+def numpy_seed(seed):
+    """``seed`` if numpy seeds a generator with it (None, a non-negative integer or a
+    sequence of them), else a one-line ``InputError`` (numpy's own was a traceback:
+    "expected non-negative integer", or a TensorFlow one where the seed was used only
+    when a stream was read)."""
+    import numpy as np
+
+    try:
+        if isinstance(seed, (bool, str, bytes)):  # numpy reads bools as 0/1; a str is no sequence of ints
+            raise TypeError
+        np.random.default_rng(seed)
+    except (TypeError, ValueError):
+        raise InputError(
+            f"`seed` must be None, a non-negative integer or a sequence of them. Received: seed={seed!r}"
+        ) from None
+    return seed
+
+
 def finite_number(name, value, positive):
     """``value`` as a float if it is a finite real number (not a bool), > 0 when
     ``positive``, else >= 0.

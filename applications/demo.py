@@ -29,7 +29,7 @@ import sys
 import keras
 import numpy as np
 
-from applications import console, distribute, fault_tolerance, plotting
+from applications import checks, console, distribute, fault_tolerance, plotting
 from applications.mnist_digits import load_idx_digits
 from applications.errors import InputError, PathNotFoundError, user_path
 from keras_capsules.layers import EMRouting
@@ -81,7 +81,13 @@ def build_model(
     Returns:
         A ``keras.Model`` from images to class logits ``[batch, num_classes]``.
     """
-    p = pose_size
+    # (pose_size=0 failed in an error about `filters`, 2.0 with a raw shape error;
+    # hidden_norm="no" was true)
+    p = pose_size = checks.integer_at_least("pose_size", pose_size, 1)
+    filters = checks.integer_at_least("filters", filters, 1)
+    primary_capsules = checks.integer_at_least("primary_capsules", primary_capsules, 1)
+    if not isinstance(hidden_norm, (bool, np.bool_)):
+        raise InputError(f"`hidden_norm` must be True or False. Received: hidden_norm={hidden_norm!r}")
     images = keras.Input(input_shape, name="images")
     x = images
     # As in Heinsen's smallNORB model: normalization before each convolution, Swish after.
@@ -125,6 +131,8 @@ def load_arrays(data_dir=None, limit=None):
             MNIST ``t10k`` IDX files.
         limit: keep only the first ``limit`` examples (quick runs and tests).
     """
+    # (a negative limit dropped the last examples, silently; 2.5 was a slicing TypeError)
+    limit = None if limit is None else checks.integer_at_least("limit", limit, 1)
     images, labels = load_digits_arrays() if data_dir is None else load_idx_digits(data_dir)
     if limit is not None:
         images, labels = images[:limit], labels[:limit]
@@ -186,6 +194,7 @@ def make_datasets(images, labels, batch_size, test_fraction=TEST_FRACTION, seed=
 
     if len(images) != len(labels):
         raise ValueError(f"images and labels differ in length: {len(images)} != {len(labels)}")
+    seed = checks.integer_at_least("seed", seed, 0)  # (-1 was numpy's traceback)
     train, test = split_indices(len(images), test_fraction, seed, hold_out)
     examples = tf.data.Dataset.from_tensor_slices((images[train], labels[train]))
     batches = distribute.even_batch_count(len(train), batch_size, replicas)
@@ -203,8 +212,6 @@ def make_datasets(images, labels, batch_size, test_fraction=TEST_FRACTION, seed=
 
 
 def compile_model(model, learning_rate=3e-3):
-    from applications import checks
-
     # a negative or zero rate trained uphill or not at all without a word (tune --fixed
     # learning_rate=-0.01); an integer rate (--fixed learning_rate=1) was refused by Keras
     learning_rate = checks.learning_rate(learning_rate)
@@ -413,8 +420,6 @@ def evaluate(model_path, batch_size=64, seed=None, data_dir=None, limit=None, st
     0 (the default) is silent.
     """
 
-    from applications import checks
-
     if not os.path.exists(model_path):
         raise PathNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
     seed, data_dir, limit, note = _split_of(model_path, seed, data_dir, limit)
@@ -447,8 +452,6 @@ def evaluate(model_path, batch_size=64, seed=None, data_dir=None, limit=None, st
 def _split_of(model_path, seed, data_dir, limit):
     """``(seed, data_dir, limit, note)`` of the train/test split that trained ``model_path``
     (``note``: what to tell the user when nothing recorded it, else None)."""
-    from applications import checks
-
     given = {"seed": seed, "data_dir": None if data_dir is None else os.path.abspath(data_dir), "limit": limit}
     split, note = checks.recorded_split(model_path, given)
     if note:  # as given (the path as the user wrote it)

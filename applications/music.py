@@ -913,7 +913,7 @@ def sample(model, steps, num_samples=1, seed=0, temperature=1.0, primer=None, ve
                 f"{NUM_KEYS}] rolls. Received: primer shape={primer.shape}"
             )
     nade = model.get_layer("nade") if is_autoregressive(model) else None
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(checks.numpy_seed(seed))  # (-1 was numpy's traceback)
     initial_carry, step = _logit_stepper(model)
     carry = initial_carry(num_samples)
     x = np.zeros((num_samples, NUM_KEYS), "float32")

@@ -330,7 +330,7 @@ def generate(
     if isinstance(bar_value, bool) or not isinstance(bar_value, numbers.Real) or not 0 <= bar_value <= 1:
         # frames are intensities in [0, 1]: bar_value=255 made bars of 255 (and NaN, NaN bars)
         raise InputError(f"`bar_value` must be a number in [0, 1]. Received: bar_value={bar_value!r}")
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(checks.numpy_seed(seed))  # (-1 was numpy's traceback)
     options = None if affine is None else _check_affine(affine)
     digits = check_digits(digits, labels)
     limit = frame_size - digit_size
@@ -861,6 +861,7 @@ def _digit_error(out, labels):
 def classification_error(model, data, batch_size=64, verbose=0):
     """Fraction of sequences whose digit is misclassified (``verbose``: 1 shows Keras'
     progress bar, on stderr)."""
+    batch_size = integer_at_least("batch_size", batch_size, 1)  # (0 returned a result)
     return _digit_error(_predict(model, data["frames"], batch_size, verbose), data["labels"])
 
 

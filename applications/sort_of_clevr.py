@@ -237,22 +237,6 @@ def answer(scene, template, color):
     raise InputError(f"`template` must be in [0, {len(TEMPLATES)}). Received: template={template}")
 
 
-def _check_seed(seed):
-    """``seed`` if numpy seeds a generator with it (None, a non-negative integer or a
-    sequence of them), else a one-line ``InputError``. (A bad seed of :func:`make_dataset`
-    failed only when the stream was read, with a TensorFlow traceback from inside
-    ``tf.numpy_function``.)"""
-    try:
-        if isinstance(seed, (bool, str, bytes)):  # numpy reads bools as 0/1; a str is no sequence of ints
-            raise TypeError
-        np.random.default_rng(seed)
-    except (TypeError, ValueError):
-        raise InputError(
-            f"`seed` must be None, a non-negative integer or a sequence of them. Received: seed={seed!r}"
-        ) from None
-    return seed
-
-
 def _check_kb(kb):
     if kb not in KB_KINDS:
         raise InputError(f"`kb` must be one of {KB_KINDS}. Received: kb={kb!r}")
@@ -346,7 +330,7 @@ def generate_examples(num_examples, seed=0, relational=None, kb="symbolic", temp
     """
     _check_kb(kb)
     num_examples = integer_at_least("num_examples", num_examples, 0)
-    rng = np.random.default_rng(_check_seed(seed))
+    rng = np.random.default_rng(checks.numpy_seed(seed))
     templates = _check_templates(templates, relational)
     examples = [_example(rng, templates, kb) for _ in range(num_examples)]
     xs = {
@@ -377,7 +361,7 @@ def make_dataset(batch_size=64, seed=0, relational=None, kb="symbolic", template
     """
     _check_kb(kb)
     templates = _check_templates(templates, relational)
-    _check_seed(seed)  # here, not when the stream is read
+    checks.numpy_seed(seed)  # here, not when the stream is read
 
     if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
         raise InputError(f"`batch_size` must be a positive integer. Received: batch_size={batch_size!r}")
@@ -568,6 +552,10 @@ def build_model(
             f"`coordinate_frequencies` must be a non-negative integer. "
             f"Received: coordinate_frequencies={coordinate_frequencies!r}"
         )
+    # a smaller vocabulary built, then failed on this task's questions with a raw gather
+    # error (their token ids go up to len(VOCAB) - 1); one answer was a softmax always 1
+    vocabulary_size = integer_at_least("vocabulary_size", vocabulary_size, len(VOCAB))
+    num_answers = integer_at_least("num_answers", num_answers, 2)
     tokens = keras.Input((None,), dtype="int32", name="question")
     words, question = clevr.input_unit(tokens, vocabulary_size, embedding_dim, units)
     if kb == "symbolic":

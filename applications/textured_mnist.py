@@ -243,7 +243,7 @@ def generate(digits, labels, num_images, seed=0, threshold=0.5, size=IMAGE_SIZE,
             raise InputError(f"`mean_gap` needs texture_set='random'. Received: mean_gap={mean_gap!r}")
     if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real) or not 0 <= threshold < 1:
         raise InputError(f"`threshold` must be a number in [0, 1). Received: threshold={threshold!r}")
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(checks.numpy_seed(seed))  # (-1 was numpy's traceback)
     digits = check_digits(digits, labels)
     if digits.shape[1:] != (size, size):
         raise InputError(
@@ -441,6 +441,8 @@ def build_model(
         num_classes = integer_at_least("num_classes", num_classes, 2)
     # RTagger's own ValueError for n_groups=1 ended `train --n-groups 1` with a traceback
     n_groups = integer_at_least("n_groups", n_groups, 2)
+    # (image_size=0 built a model that failed in predict with a raw shape error)
+    image_size = integer_at_least("image_size", image_size, 1)
     # (the corruption's seed was 0 whatever the model's or train's seed: every run drew the same noise)
     seed = integer_at_least("seed", seed, 0)
     images = keras.Input((image_size, image_size, 1), name="images")
@@ -541,6 +543,7 @@ def evaluate_iterations(model, data, batch_size=64, verbose=0):
     Returns:
         ``{"ami": [T floats], "error": [T floats] (with a classifier)}``.
     """
+    batch_size = integer_at_least("batch_size", batch_size, 1)  # (0 returned a result)
     with console.progress_on_stderr(verbose):
         out = model.predict(data["images"], batch_size=batch_size, verbose=verbose)
     pi = assignments(out)  # [b, T, K, H, W, 1]

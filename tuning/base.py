@@ -56,7 +56,11 @@ class DatasetHyperModel(keras_tuner.HyperModel):
 
     def __init__(self, batch_size=32, seed=0, epochs=3, name=None, tunable=True, verbose=1, replicas=1):
         super().__init__(name=name or self.application, tunable=tunable)
-        self.batch_size, self.seed, self.epochs = int(batch_size), int(seed), int(epochs)
+        # (int() turned batch_size=2.7 into 2 and "8" into 8, epochs=0 was taken; a seed of -1
+        # failed later in numpy)
+        self.batch_size = checks.integer_at_least("batch_size", batch_size, 1)
+        self.seed = checks.integer_at_least("seed", seed, 0)
+        self.epochs = checks.integer_at_least("epochs", epochs, 1)
         self.replicas = checks.integer_at_least("replicas", replicas, 1)
         self.verbose = verbose
         self._data = None
