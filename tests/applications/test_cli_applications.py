@@ -322,13 +322,18 @@ def test_sst_missing_tree_files_are_named(tmp_path, capsys):
         assert message in err and err.count("\n") == 1, err
 
 
-@pytest.mark.parametrize("dataset, message", [
-    ("sst2", "SST data directory not found"),
-    ("yelp_polarity", "TFDS dataset 'yelp_polarity_reviews' is not prepared"),
+@pytest.mark.parametrize("dataset, folder, message", [
+    ("sst2", "missing", "SST data directory not found"),
+    # (a folder that is not there is named as such, as for the other data: TFDS logged a
+    # second line about it before its own error)
+    ("yelp_polarity", "missing", "data directory '{tmp_path}/missing' does not exist"),
+    ("yelp_polarity", "empty", "TFDS dataset 'yelp_polarity_reviews' is not prepared"),
 ])
-def test_text_classification_missing_data_is_named(dataset, message, tmp_path, capsys):
+def test_text_classification_missing_data_is_named(dataset, folder, message, tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    message = message.format(tmp_path=tmp_path)
     for command in ("train", "tune"):
-        argv = [command, "text_classification", "--dataset", dataset, "--data-dir", str(tmp_path / "missing"),
+        argv = [command, "text_classification", "--dataset", dataset, "--data-dir", str(tmp_path / folder),
                 "--quiet", "--run-dir" if command == "train" else "--directory", str(tmp_path / command)]
         assert cli.main(argv) == 2
         err = capsys.readouterr().err
