@@ -43,6 +43,41 @@ def numpy_seed(seed):
     return seed
 
 
+def stream_seed(seed, first_epoch=None):
+    """``seed`` of a ``tf.data`` pipeline's draws (``shuffle``, ``Dataset.random``) as an
+    int, if it is an integer >= 0 (Python or numpy, not a bool); None (draws that differ
+    from run to run) only when ``first_epoch`` is None: the epochs of a stream from
+    ``first_epoch`` (``distribute.epoch_stream``) are drawn from ``(seed, epoch)``.
+
+    tf.data took ``seed=1.5`` or ``"a"`` with a raw TensorFlow error (with ``first_epoch``
+    only when the stream was read), and ``True`` or ``-1`` silently.
+
+    Raises:
+        InputError (a ValueError): ``"`seed` must be an integer >= 0. Received: seed=value"``
+        (``"... for epochs drawn from (seed, epoch) ... Received: seed=None"``).
+    """
+    if seed is None:
+        if first_epoch is None:
+            return None
+        raise InputError("`seed` must be an integer >= 0 for epochs drawn from (seed, epoch) (`first_epoch`): "
+                         "without one no run draws its epochs again. Received: seed=None")
+    return integer_at_least("seed", seed, 0)
+
+
+def warn_without_effect(where, name, value, needs):
+    """Warns (``UserWarning``) that the option ``name=value`` given to ``where`` (a model
+    builder) has no effect: it matters only together with another option, ``needs``.
+
+    As the library's layers do for such an option (``RLadder`` and ``seed`` without
+    dropout): the model is built as without it. Callers warn only for a value other than
+    the option's default, so that the defaults (and the command line, which passes
+    them) stay silent. The warning points at the code that called ``where``.
+    """
+    import warnings
+
+    warnings.warn(f"{where}: {name}={value!r} has no effect: it needs {needs}.", UserWarning, stacklevel=3)
+
+
 def finite_number(name, value, positive):
     """``value`` as a float if it is a finite real number (not a bool), > 0 when
     ``positive``, else >= 0.

@@ -429,7 +429,12 @@ def training_epochs(one_pass, seed, batches, first_epoch=None):
       process would draw the first epochs' orders again).
     * ``first_epoch=k``: the endless stream of the epochs ``k, k + 1, ...``, epoch ``e``
       being ``one_pass(epoch_seed(seed, e), False)``; ``fit(..., steps_per_epoch=batches)``.
+
+    ``seed`` is checked here, when the pipeline is made (:func:`checks.stream_seed`: an
+    integer >= 0, or None without ``first_epoch``): tf.data failed on a bad one with a raw
+    TensorFlow error, with ``first_epoch`` only when the stream was read.
     """
+    seed = checks.stream_seed(seed, first_epoch)
     if first_epoch is None:
         return one_pass(seed, True)
     return epoch_stream(lambda epoch: one_pass(epoch_seed(seed, epoch), False), batches, first_epoch)

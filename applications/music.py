@@ -282,7 +282,9 @@ def make_dataset(rolls, batch_size=16, steps=None, shuffle=False, seed=0, window
         steps: the padded length (see ``next_step_arrays``).
         shuffle: shuffle the examples (windows) every epoch (seeded by ``seed``):
             training data only.
-        seed: the seed of the shuffle and of the transpositions.
+        seed: the seed of the shuffle and of the transpositions: an integer >= 0
+            (None: other draws every run, without ``first_epoch`` only); refused
+            with an ``InputError`` when the pipeline is made.
         window: cut the sequences into windows of that many steps (see ``windows``);
             the model must then be built with ``steps=window``.
         transpose: > 0: every example (window) is moved by a random number of
@@ -548,8 +550,29 @@ class KeyNADE(keras.layers.Layer):
 
 # ------------------------------------------------------------------------- model
 def paper_levels(units=(128, 64), encoder="gated"):
-    """Dense ladder levels in the spirit of the paper's Table 10 (narrower by default)."""
-    return [level_spec(encoder, u) for u in units]
+    """Dense ladder levels in the spirit of the paper's Table 10 (narrower by default).
+
+    ``units``: the levels' state sizes, bottom to top (a non-empty sequence of positive
+    integers; one positive integer: one level).
+    """
+    return [level_spec(encoder, u) for u in _check_units(units)]
+
+
+def _check_units(units):
+    """``units`` as a tuple of ints: one positive integer is one level (``units=8`` was a
+    TypeError, "'int' object is not iterable"); anything but a non-empty sequence of
+    positive integers is an ``InputError`` (``"64"`` built levels of 6 and 4 units)."""
+    levels = (units,) if isinstance(units, numbers.Integral) else units
+    if (
+        not isinstance(levels, (list, tuple))
+        or not levels
+        or any(isinstance(u, bool) or not isinstance(u, numbers.Integral) or u < 1 for u in levels)
+    ):
+        raise InputError(
+            "`units` must be a positive integer or a non-empty sequence of them (one per ladder level). "
+            f"Received: units={units!r}"
+        )
+    return tuple(int(u) for u in levels)
 
 
 def build_model(
@@ -573,7 +596,8 @@ def build_model(
     Args:
         steps: the (padded) sequence length the model is built for; ``nll_per_step``
             reuses its layers for any other length.
-        units: state sizes of the ladder levels, bottom to top.
+        units: state sizes of the ladder levels, bottom to top (a positive integer:
+            one level).
         encoder: ``"gated"`` or ``"lstm"`` encoder cells.
         decoder_to_encoder: RLadder's decoder-to-encoder connections.
         use_decoder: False gives the hierarchical-RNN baseline; the prediction is
@@ -602,6 +626,9 @@ def build_model(
         raise InputError(f"`readout` must be one of {READOUTS}. Received: readout={readout!r}")
     if steps is not None:  # steps=0 built a model that failed only when called
         steps = integer_at_least("steps", steps, 1)
+    units = _check_units(units)
+    # (KeyNADE's own check named its argument, `hidden_units`)
+    nade_units = integer_at_least("nade_units", nade_units, 1)
     if output_bias is not None:
         # a wrong length failed in numpy's reshape, a NaN gave NaN logits silently
         output_bias = np.asarray(output_bias, "float32")

@@ -297,7 +297,7 @@ def generate(
 
     Args:
         digits: ``[n, 28, 28]`` images in [0, 1] (or already ``digit_size`` wide).
-        labels: ``[n]`` integer labels.
+        labels: ``[n]`` their digit classes, integers in [0, 9] (``NUM_CLASSES``).
         num_sequences: how many sequences to make (digits drawn with replacement).
         seed: the generator's seed (an int or a sequence of ints).
         speed: pixels per frame along each moving axis.
@@ -332,7 +332,7 @@ def generate(
         raise InputError(f"`bar_value` must be a number in [0, 1]. Received: bar_value={bar_value!r}")
     rng = np.random.default_rng(checks.numpy_seed(seed))  # (-1 was numpy's traceback)
     options = None if affine is None else _check_affine(affine)
-    digits = check_digits(digits, labels)
+    digits = _check_digits(digits, labels)
     limit = frame_size - digit_size
     if limit < 0:
         raise InputError(f"`frame_size` must be at least the digit's size ({digit_size}). "
@@ -434,10 +434,28 @@ def targets_for(variant, frames, labels):
     return targets
 
 
+def _check_digits(digits, labels):
+    """``check_digits`` (the digits as float32), and ``labels`` MNIST's digit classes,
+    integers in [0, ``NUM_CLASSES``): a label of 10 or -1 made sequences whose targets
+    the model's classes cannot hold (a raw error in ``fit``, or a wrong score)."""
+    digits = check_digits(digits, labels)
+    labels = np.asarray(labels)
+    if labels.size and not 0 <= labels.min() <= labels.max() < NUM_CLASSES:
+        raise InputError(
+            f"`labels` must be digit classes, integers in [0, {NUM_CLASSES - 1}]. "
+            f"Received: labels in [{labels.min()}, {labels.max()}]"
+        )
+    return digits
+
+
 def make_dataset(data, variant="rladder", batch_size=32, shuffle=False, seed=0):
-    """A ``tf.data`` pipeline of ``(frames, targets)`` from ``generate``'s output."""
+    """A ``tf.data`` pipeline of ``(frames, targets)`` from ``generate``'s output.
+
+    ``seed``: the shuffle's seed, an integer >= 0 (None: another order every run).
+    """
     import tensorflow as tf
 
+    seed = checks.stream_seed(seed)  # (1.5 and "a" were raw TensorFlow errors, True and -1 taken)
     _check_variant(variant)
     batch_size = integer_at_least("batch_size", batch_size, 1)
     ds = tf.data.Dataset.from_tensor_slices(
@@ -484,6 +502,8 @@ def make_training_dataset(
     Args:
         digits, labels: the training digits (``[n, 28, 28]`` in [0, 1]) and labels.
         num_sequences: sequences per epoch (one pass over the dataset).
+        seed: the seed of the sequences and of their order, an integer >= 0 (None:
+            others every run, with ``augment=None`` and ``endless=False`` only).
         augment: None (default): ``num_sequences`` sequences generated once (seed
             ``seed``) and reshuffled every epoch, as :func:`make_dataset` with
             ``shuffle=True``. ``"fresh"``: a new set of ``num_sequences`` sequences
@@ -522,6 +542,9 @@ def make_training_dataset(
     batch_size = integer_at_least("batch_size", batch_size, 1)
     num_sequences = integer_at_least("num_sequences", num_sequences, 1)
     first_epoch = integer_at_least("first_epoch", first_epoch, 0)
+    # the epochs of the stream, and the sequences of every epoch with augment, are drawn
+    # from (seed, epoch): a bad seed failed when the stream was read, or in tf.data
+    seed = checks.stream_seed(seed, first_epoch if endless or augment is not None else None)
     batches = training_batches(num_sequences, batch_size, replicas)
     if augment is None:
         data = generate(digits, labels, num_sequences, seed=seed, frame_size=frame_size)
@@ -536,7 +559,7 @@ def make_training_dataset(
             return distribute.even_batches(shuffled.batch(batch_size), replicas, batches)
 
         return distribute.prefetched(distribute.epoch_stream(shuffled_epoch, batches, first_epoch))
-    digits = check_digits(digits, labels)
+    digits = _check_digits(digits, labels)  # here, not when the first epoch is drawn
     labels = np.asarray(labels)
     passes = [first_epoch]  # the epoch of the next pass over the dataset (each one draws new sequences)
 
@@ -670,7 +693,8 @@ def build_model(
         num_classes: digit classes (>= 2).
         normalization: the RLadder's ``normalization`` (None by default, or
             ``"layer"``: measured slower to learn here, see the benchmark); the
-            temporal baseline (plain convolutions and a GRU) ignores it.
+            temporal baseline (plain convolutions and a GRU) has no ladder: another
+            value than None has no effect there and warns (``UserWarning``).
         conv_encoder: the encoder of the ladder's convolutional levels:
             ``"gatedconv"`` (default: feed-forward, the ConvLSTM's gates in place
             of a ReLU, :class:`GatedConvEncoderCell`; measured better than
@@ -712,6 +736,9 @@ def build_model(
     _check_variant(variant)
     conv_normalization = _check_conv_options(conv_encoder, conv_normalization)
     _check_unflatten(unflatten)
+    if variant == "temporal" and normalization is not None:  # was silently without effect
+        checks.warn_without_effect("occluded_mnist.build_model", "normalization", normalization,
+                                   "a ladder variant ('rladder', 'no_feedback' or 'hierarchical')")
     # num_frames=0 failed with "out-of-bounds index", conv_units=() with a message about the
     # ladder's input combinator, num_classes=1 only in fit
     num_frames = integer_at_least("num_frames", num_frames, 1)

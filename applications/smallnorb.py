@@ -241,7 +241,8 @@ def make_dataset(
     examples at a time), edge-padded by ``padding`` pixels (default 16, scaled with
     ``image_size / 96``; :func:`training_crop`) and cropped at random back to
     ``image_size``, then mixed up with Beta(``mixup_alpha``, ``mixup_alpha``) (None or 0
-    disables mixup). ``seed`` makes the order, the crops and the mixing reproducible.
+    disables mixup). ``seed`` makes the order, the crops and the mixing reproducible
+    (an integer >= 0; None: other draws every run, without ``first_epoch`` only).
 
     Args:
         examples: feature dicts of a smallNORB split (:func:`load_split`).
@@ -277,6 +278,9 @@ def make_dataset(
     the buffer holds those. Shuffling is by position only, so the order, the crops and
     the mixing are the same either way, for the same seed.
     """
+    # here, not in tf.data (1.5 and "a" were raw TensorFlow errors, with `first_epoch` only when
+    # the stream was read; True and -1 were taken)
+    seed = checks.stream_seed(seed, first_epoch if training else None)
     if padding is None:
         padding = int(round(16 * image_size / IMAGE_SIZE))
 
@@ -318,8 +322,6 @@ def make_dataset(
     if first_epoch is None:
         return distribute.prefetched(batches(seed, repeat))
     first_epoch = checks.integer_at_least("first_epoch", first_epoch, 0)
-    if seed is None:
-        raise InputError("`first_epoch` needs a `seed`: without one no run draws its epochs again")
     n = int(examples.cardinality())
     if n < 0:
         raise InputError("the number of training examples is unknown: `first_epoch` needs examples of known size")

@@ -534,6 +534,10 @@ def build_model(
         coordinate_frequencies: symbolic knowledge base: sin/cos frequencies per
             coordinate appended to every object (:class:`CoordinateEncoding`), so the
             read unit can attend by distance; 0 projects the raw object features.
+            ``stem_filters`` and ``positional_encoding`` shape the image knowledge
+            base only, ``coordinate_frequencies`` the symbolic one only: a value other
+            than the default for the other ``kb`` has no effect and warns
+            (``UserWarning``).
         self_attention, memory_gate, memory_dropout: passed to ``MACNetwork``.
         output_dropout: dropout before the classifier's hidden layer.
         name: model name.
@@ -556,6 +560,13 @@ def build_model(
     # error (their token ids go up to len(VOCAB) - 1); one answer was a softmax always 1
     vocabulary_size = integer_at_least("vocabulary_size", vocabulary_size, len(VOCAB))
     num_answers = integer_at_least("num_answers", num_answers, 2)
+    # the other knowledge base's options were silently without effect
+    unused = ((("stem_filters", stem_filters, 24), ("positional_encoding", positional_encoding, "linear"))
+              if kb == "symbolic" else (("coordinate_frequencies", coordinate_frequencies, 4),))
+    for option, value, default in unused:
+        if value != default:
+            checks.warn_without_effect("sort_of_clevr.build_model", option, value,
+                                       "kb='image'" if kb == "symbolic" else "kb='symbolic'")
     tokens = keras.Input((None,), dtype="int32", name="question")
     words, question = clevr.input_unit(tokens, vocabulary_size, embedding_dim, units)
     if kb == "symbolic":

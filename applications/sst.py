@@ -673,17 +673,18 @@ def training_dataset(embedded, labels, num_classes, batch_size=32, mixup_alpha=0
     train on it with ``fit(..., steps_per_epoch=distribute.even_batch_count(len(labels),
     batch_size, replicas))``), so that a run resumed at epoch ``k``
     (``fault_tolerance.resume_epoch``) trains on the epochs of the uninterrupted run,
-    as :func:`train` does.
+    as :func:`train` does. ``seed``: an integer >= 0 (None: other draws every run,
+    without ``first_epoch`` only).
     """
     from applications.training import mixup
 
+    if first_epoch is not None:
+        first_epoch = integer_at_least("first_epoch", first_epoch, 0)
+    # an integer for tf.data's mixing too (1.5, "a" and -1 were raw numpy errors, True was 1)
+    seed = checks.stream_seed(seed, first_epoch)
     if first_epoch is None:
         ds = make_dataset(embedded, labels, num_classes, batch_size, shuffle=True, seed=seed, replicas=replicas)
         return mixup(ds, alpha=mixup_alpha, seed=seed) if mixup_alpha else ds
-    first_epoch = integer_at_least("first_epoch", first_epoch, 0)
-    if seed is None:
-        raise InputError("`first_epoch` needs a `seed`: without one no run draws its epochs again")
-    seed = integer_at_least("seed", seed, 0)
     epoch_batches, batches = _batches(embedded, labels, num_classes, batch_size, True, seed, BUCKET, replicas)
 
     def one_epoch(epoch):
@@ -706,7 +707,8 @@ def make_dataset(embedded, labels, num_classes, batch_size=32, shuffle=False, se
     batches are cut for that many replicas in sync (``distribute.even_batches``).
     The epochs are drawn one after the other from ``seed`` (every iteration the next),
     in a new process from the first again: :func:`training_dataset` with
-    ``first_epoch`` draws epoch ``e`` from ``(seed, e)``.
+    ``first_epoch`` draws epoch ``e`` from ``(seed, e)``. ``seed``: None (another order
+    every run), a non-negative integer or a sequence of them (numpy's seeds).
     """
     epoch_batches, _ = _batches(embedded, labels, num_classes, batch_size, shuffle, seed, bucket, replicas)
     return distribute.prefetched(epoch_batches())
@@ -726,6 +728,7 @@ def _batches(embedded, labels, num_classes, batch_size, shuffle, seed, bucket, r
     batch_size = integer_at_least("batch_size", batch_size, 1)
     bucket = integer_at_least("bucket", bucket, 1)
     num_classes = integer_at_least("num_classes", num_classes, 1)
+    seed = checks.numpy_seed(seed)  # (numpy's raw TypeError or ValueError for 1.5, "a" or -1; True was 1)
     labels = np.asarray(labels)
     if len(labels) != len(embedded):
         raise ValueError(f"{len(embedded)} embedded texts but {len(labels)} labels")

@@ -281,7 +281,9 @@ def make_dataset(data, n_iters, batch_size=32, num_classes=None, shuffle=False, 
         batch_size: the (global) batch size.
         num_classes: with a classifier, the labels' classes (the targets get ``"digit"``).
         shuffle: shuffle the images every epoch (seeded by ``seed``): training data only.
-        seed: the shuffle's seed.
+        seed: the shuffle's seed: an integer >= 0 (None: another order every run,
+            without ``first_epoch`` only); refused with an ``InputError`` when the
+            pipeline is made.
         replicas: training batches are cut for that many replicas in sync
             (``distribute.even_batches``).
         first_epoch: None (default): the pipeline is one epoch, which ``tf.data``
@@ -399,6 +401,11 @@ def paper_levels(conv_units=32, dense_units=64, pool=1, unflatten="broadcast", c
     return [level_spec(conv_encoder, conv_units), level_spec("gated", dense_units, pool=pool, unflatten=unflatten)]
 
 
+#: the classifier head's ``head_input`` and ``head_type`` (:func:`build_model`)
+HEAD_INPUTS = ("share", "mask", "mask_and_share")
+HEAD_TYPES = ("dense", "conv")
+
+
 def build_model(
     n_groups=3,
     n_iters=3,
@@ -430,6 +437,9 @@ def build_model(
     ``posterior_sigma``, ``initial_mask_stddev``, ``group_codes`` and ``mask_damping`` are RTagger's.
     ``seed`` (an integer >= 0, default 0; :func:`train` passes its own) seeds the training
     noise of the input corruption (``noise_std``): another seed, another noise stream.
+    ``head_input``, ``head_type`` and ``head_units`` shape the classifier of
+    ``num_classes`` (see the module docstring): without ``num_classes`` there is none,
+    and a value other than their default warns (``UserWarning``) that it has no effect.
 
     Returns:
         A ``keras.Model`` with outputs ``{"mixture": concatenate([m, pi]) [b, T, K,
@@ -445,6 +455,17 @@ def build_model(
     image_size = integer_at_least("image_size", image_size, 1)
     # (the corruption's seed was 0 whatever the model's or train's seed: every run drew the same noise)
     seed = integer_at_least("seed", seed, 0)
+    if head_input not in HEAD_INPUTS:
+        raise InputError(f"`head_input` must be one of {HEAD_INPUTS}. Received: head_input={head_input!r}")
+    if head_type not in HEAD_TYPES:
+        raise InputError(f"`head_type` must be one of {HEAD_TYPES}. Received: head_type={head_type!r}")
+    head_units = integer_at_least("head_units", head_units, 1)
+    if num_classes is None:  # no classifier: its options were silently without effect
+        for option, value, default in (("head_input", head_input, "share"), ("head_type", head_type, "dense"),
+                                       ("head_units", head_units, 64)):
+            if value != default:
+                checks.warn_without_effect("textured_mnist.build_model", option, value,
+                                           "num_classes (the classifier it shapes)")
     images = keras.Input((image_size, image_size, 1), name="images")
     x = GaussianCorruption(noise_std, seed=seed, name="corruption")(images) if noise_std else images
     pi, m = RTagger(
@@ -460,11 +481,6 @@ def build_model(
         head_in = {"share": shares, "mask": pi}.get(head_input)
         if head_input == "mask_and_share":
             head_in = keras.layers.Concatenate(name="mask_and_share")([pi, shares])
-        if head_in is None:
-            raise InputError(
-                "`head_input` must be 'share', 'mask' or 'mask_and_share'. "
-                f"Received: head_input={head_input!r}"
-            )
         width = head_in.shape[-1]
         if head_type == "conv":
             maps = keras.layers.Reshape(
@@ -476,12 +492,10 @@ def build_model(
                     name=f"head_conv{i + 1}",
                 )(maps)
             flat = keras.layers.Reshape((n_iters, n_groups, -1), name="flat")(maps)
-        elif head_type == "dense":
+        else:  # "dense"
             flat = keras.layers.Reshape(
                 (n_iters, n_groups, image_size * image_size * width), name="flat"
             )(head_in)
-        else:
-            raise InputError(f"`head_type` must be 'dense' or 'conv'. Received: head_type={head_type!r}")
         hidden = keras.layers.Dense(head_units, activation="relu", name="head_hidden")(flat)
         logits = keras.layers.Dense(num_classes, name="head_logits")(hidden)
         summed = SumGroups(name="sum_groups")(logits)

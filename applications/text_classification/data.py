@@ -37,7 +37,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from applications import console, distribute
+from applications import checks, console, distribute
 from applications.checks import integer_at_least
 from applications.errors import InputError, user_path
 
@@ -288,7 +288,8 @@ def make_dataset(
         lookup: the ``StringLookup`` of :func:`make_lookup`.
         batch_size: sequences per batch.
         shuffle: shuffle the examples (every epoch) before bucketing.
-        seed: shuffle seed.
+        seed: shuffle seed, an integer >= 0 (None: another order every run, not
+            with ``first_epoch`` and ``shuffle``); refused with an ``InputError`` here.
         max_length: tokens kept per text.
         boundaries: bucket boundaries, see :func:`bucket_batches`.
         cache: keep the encoded ids in memory after the first pass.
@@ -330,6 +331,9 @@ def make_dataset(
         max_length = integer_at_least("max_length", max_length, 1)
     if first_epoch is not None:  # before the passes over the texts
         first_epoch = integer_at_least("first_epoch", first_epoch, 0)
+    # here, not in tf.data: 1.5 and "a" were raw TensorFlow errors (with `first_epoch` only
+    # when the stream was read), True and -1 were taken
+    seed = checks.stream_seed(seed, first_epoch if shuffle else None)
 
     def to_ids(text, label):
         # as encode(text, lookup, max_length), keeping whether the text was cut: the

@@ -2,6 +2,9 @@
 one line (an ``InputError``, a ``ValueError``), where it failed late with a raw error or
 was silently changed (audit 2026-11-30)."""
 
+import re
+import warnings
+
 import numpy as np
 import pytest
 
@@ -50,3 +53,277 @@ def test_the_batch_size_of_an_evaluation_is_checked():
         occluded_mnist.classification_error(None, {"frames": np.zeros((1, 5, 32, 32, 1)), "labels": [0]}, batch_size=0)
     with pytest.raises(InputError, match="Received: batch_size=0"):
         textured_mnist.evaluate_iterations(None, {"images": np.zeros((1, 28, 28, 1))}, batch_size=0)
+
+
+# ----------------------------------------------------------------- tf.data seeds
+def _music(seed, first_epoch, tmp_path):
+    from applications import music
+
+    return music.make_dataset([np.zeros((6, 88), "float32")], 2, shuffle=True, seed=seed, transpose=1,
+                              first_epoch=first_epoch)
+
+
+def _textured(seed, first_epoch, tmp_path):
+    data = {"images": np.zeros((4, 28, 28, 1), "float32"), "labels": np.arange(4)}
+    return textured_mnist.make_dataset(data, 2, 2, shuffle=True, seed=seed, first_epoch=first_epoch)
+
+
+def _occluded(seed, first_epoch, tmp_path):
+    return occluded_mnist.make_dataset(occluded_mnist.generate(*_DIGITS, 4), batch_size=2, shuffle=True, seed=seed)
+
+
+def _occluded_training(augment, endless):
+    def make(seed, first_epoch, tmp_path):
+        return occluded_mnist.make_training_dataset(*_DIGITS, 4, batch_size=2, seed=seed, augment=augment,
+                                                    endless=endless)
+    return make
+
+
+def _sst_texts():
+    from applications import sst
+
+    return sst.EmbeddedTexts(np.zeros((6, 3, 16), "float16"), [0, 2, 4], [2, 2, 2]), [0, 1, 1]
+
+
+def _sst(seed, first_epoch, tmp_path):
+    from applications import sst
+
+    return sst.make_dataset(*_sst_texts(), 2, batch_size=2, shuffle=True, seed=seed)
+
+
+def _sst_training(seed, first_epoch, tmp_path):
+    from applications import sst
+
+    return sst.training_dataset(*_sst_texts(), 2, batch_size=2, seed=seed, first_epoch=first_epoch)
+
+
+def _clevr(seed, first_epoch, tmp_path):
+    from applications import clevr
+
+    path = str(tmp_path / "train_32.npy")
+    np.save(path, np.zeros((3, 2, 2, 4), "float16"))
+    return clevr.make_dataset(path, np.array([0, 2, 1]), np.ones((3, 5), "int32"), np.array([0, 1, 0], "int32"),
+                              batch_size=2, shuffle=True, seed=seed, first_epoch=first_epoch)
+
+
+def _smallnorb(seed, first_epoch, tmp_path):
+    import tensorflow as tf
+
+    from applications import smallnorb
+
+    images = np.zeros((4, 96, 96, 1), "uint8")
+    examples = tf.data.Dataset.from_tensor_slices(
+        {"image": images, "image2": images, "label_category": np.zeros(4, "int64")})
+    return smallnorb.make_dataset(examples, True, batch_size=2, image_size=24, seed=seed, first_epoch=first_epoch)
+
+
+def _demo(seed, first_epoch, tmp_path):
+    return demo.make_datasets(np.zeros((10, 8, 8, 1), "float32"), np.arange(10) % 2, 2, seed=seed,
+                              first_epoch=first_epoch)[0]
+
+
+def _text_classification(seed, first_epoch, tmp_path):
+    import tensorflow as tf
+
+    from applications.text_classification import data
+
+    raw = tf.data.Dataset.from_tensor_slices((tf.constant(["good film", "bad", "good"]), tf.constant([1, 0, 1])))
+    made = data.make_dataset(raw, data.make_lookup(["good", "film", "bad"]), 2, shuffle=True, seed=seed,
+                             first_epoch=first_epoch)
+    return made if first_epoch is None else made[0]
+
+
+def _sort_of_clevr(seed, first_epoch, tmp_path):
+    return sort_of_clevr.make_dataset(2, seed=seed)
+
+
+#: every public tf.data pipeline of the applications that takes a seed: (make, takes first_epoch)
+PIPELINES = {
+    "music.make_dataset": (_music, True),
+    "textured_mnist.make_dataset": (_textured, True),
+    "occluded_mnist.make_dataset": (_occluded, False),
+    "occluded_mnist.make_training_dataset": (_occluded_training(None, False), False),
+    "occluded_mnist.make_training_dataset endless": (_occluded_training(None, True), False),
+    "occluded_mnist.make_training_dataset augment='fresh'": (_occluded_training("fresh", False), False),
+    "sst.make_dataset": (_sst, False),
+    "sst.training_dataset": (_sst_training, True),
+    "clevr.make_dataset": (_clevr, True),
+    "smallnorb.make_dataset": (_smallnorb, True),
+    "demo.make_datasets": (_demo, True),
+    "text_classification.data.make_dataset": (_text_classification, True),
+    "sort_of_clevr.make_dataset": (_sort_of_clevr, False),
+}
+_STREAMS = [(name, None) for name in PIPELINES] + [(name, 0) for name, (_, epochs) in PIPELINES.items() if epochs]
+
+
+@pytest.mark.parametrize("seed", [1.5, "a", True, -1], ids=repr)
+@pytest.mark.parametrize("name, first_epoch", _STREAMS)
+def test_a_bad_seed_of_a_pipeline_is_refused_in_one_line_when_it_is_made(name, first_epoch, seed, tmp_path):
+    # tf.data took 1.5 and "a" with a raw TypeError ("Cannot convert 1.5 to EagerTensor of dtype
+    # int64"; with first_epoch only when the stream was read), True and -1 silently; the
+    # augmented occluded_mnist epochs failed when drawn, sst's seeds in numpy
+    make, _ = PIPELINES[name]
+    with pytest.raises(InputError, match=re.escape(f"Received: seed={seed!r}")) as caught:
+        make(seed, first_epoch, tmp_path)  # not read: the error comes when the pipeline is made
+    assert "\n" not in str(caught.value)
+
+
+_UNSEEDED = ["music.make_dataset", "textured_mnist.make_dataset", "occluded_mnist.make_dataset",
+             "occluded_mnist.make_training_dataset", "sst.make_dataset", "sst.training_dataset",
+             "clevr.make_dataset", "smallnorb.make_dataset", "text_classification.data.make_dataset",
+             "sort_of_clevr.make_dataset"]
+
+
+@pytest.mark.parametrize("name", _UNSEEDED)
+def test_seed_none_draws_a_pipeline_anew_where_it_did(name, tmp_path):
+    make, _ = PIPELINES[name]
+    assert next(iter(make(None, None, tmp_path))) is not None
+
+
+@pytest.mark.parametrize("name, first_epoch", [
+    *[(name, 0) for name, (_, epochs) in PIPELINES.items() if epochs and name != "demo.make_datasets"],
+    ("occluded_mnist.make_training_dataset endless", None),
+    ("occluded_mnist.make_training_dataset augment='fresh'", None),
+])
+def test_seed_none_is_refused_where_the_epochs_are_drawn_from_it(name, first_epoch, tmp_path):
+    # the epochs of a stream are drawn from (seed, epoch): None was a raw ValueError of
+    # tf.cast (or failed when the augmented epoch was drawn)
+    make, _ = PIPELINES[name]
+    with pytest.raises(InputError, match=r"epochs drawn from \(seed, epoch\).*Received: seed=None") as caught:
+        make(None, first_epoch, tmp_path)
+    assert "\n" not in str(caught.value)
+
+
+# ----------------------------------------------------------------- music's levels
+@pytest.mark.parametrize("units", [0, -1, 2.5, "64", [], [64, 0], True, None], ids=repr)
+def test_music_units_must_be_positive_integers(units):
+    from applications import music
+
+    # "64" built two levels (of 6 and 4 units), [] and [64, 0] failed inside RLadder
+    with pytest.raises(InputError, match=re.escape(f"Received: units={units!r}")) as caught:
+        music.build_model(4, units=units)
+    assert "\n" not in str(caught.value)
+
+
+def test_music_units_may_be_one_integer_and_nade_units_is_named():
+    from applications import music
+
+    # units=8 was a TypeError ("'int' object is not iterable"): one level of 8
+    assert [level["units"] for level in music.paper_levels(8)] == [8]
+    model = music.build_model(4, units=8)
+    assert model.get_layer("rladder").levels == music.build_model(4, units=[8]).get_layer("rladder").levels
+    # nade_units=0 was refused as KeyNADE's `hidden_units`, a name the caller never used
+    with pytest.raises(InputError, match=r"`nade_units`.*Received: nade_units=0"):
+        music.build_model(4, units=8, readout="nade", nade_units=0)
+
+
+# ----------------------------------------------------------------- occluded MNIST's labels
+@pytest.mark.parametrize("labels", [[0, 1, 2, 10], [-1, 0, 1, 2]])
+def test_occluded_mnist_labels_are_digit_classes(labels):
+    # a label outside 0-9 made sequences of a class the model does not have
+    with pytest.raises(InputError, match=r"`labels` must be digit classes") as caught:
+        occluded_mnist.generate(_DIGITS[0], labels, 2)
+    assert "\n" not in str(caught.value)
+    # with augment, when the dataset is made, not when its first epoch is drawn
+    with pytest.raises(InputError, match=r"`labels` must be digit classes"):
+        occluded_mnist.make_training_dataset(_DIGITS[0], labels, 2, augment="fresh")
+    assert len(occluded_mnist.generate(_DIGITS[0], [9, 0, 9., 3], 2)["labels"]) == 2
+
+
+# ----------------------------------------------------------------- options without effect
+_TINY_TEXTURED = dict(n_iters=1, conv_units=2, dense_units=2)
+_TINY_MAC = dict(units=8, max_steps=1, embedding_dim=4)
+_TINY_OCCLUDED = dict(conv_units=(4,), dense_units=4, frame_size=16)
+
+WITHOUT_EFFECT = {
+    # the classifier's options without a classifier
+    "head_type='conv'": lambda: textured_mnist.build_model(head_type="conv", **_TINY_TEXTURED),
+    "head_input='mask'": lambda: textured_mnist.build_model(head_input="mask", **_TINY_TEXTURED),
+    "head_units=8": lambda: textured_mnist.build_model(head_units=8, **_TINY_TEXTURED),
+    # the image stem's options with the object list, and back
+    "stem_filters=8": lambda: sort_of_clevr.build_model(stem_filters=8, **_TINY_MAC),
+    "positional_encoding='sincos'": lambda: sort_of_clevr.build_model(positional_encoding="sincos", **_TINY_MAC),
+    "coordinate_frequencies=0": lambda: sort_of_clevr.build_model(kb="image", stem_filters=4,
+                                                                  coordinate_frequencies=0, **_TINY_MAC),
+    # the ladder's normalization in the baseline without a ladder
+    "normalization='layer'": lambda: occluded_mnist.build_model("temporal", normalization="layer",
+                                                                **_TINY_OCCLUDED),
+}
+
+
+@pytest.mark.parametrize("option", sorted(WITHOUT_EFFECT))
+def test_an_option_without_effect_warns(option):
+    with pytest.warns(UserWarning, match=re.escape(f"{option} has no effect")):
+        WITHOUT_EFFECT[option]()
+
+
+def _no_effect_warnings(build):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        build()
+    return [str(w.message) for w in caught if "has no effect" in str(w.message)]
+
+
+def test_the_defaults_and_the_options_with_effect_warn_of_nothing():
+    builds = [
+        lambda: textured_mnist.build_model(**_TINY_TEXTURED),
+        lambda: textured_mnist.build_model(num_classes=10, head_type="conv", head_input="mask", head_units=8,
+                                           **_TINY_TEXTURED),
+        lambda: sort_of_clevr.build_model(**_TINY_MAC),
+        lambda: sort_of_clevr.build_model(coordinate_frequencies=0, **_TINY_MAC),
+        lambda: sort_of_clevr.build_model(kb="image", stem_filters=4, positional_encoding="sincos", **_TINY_MAC),
+        lambda: occluded_mnist.build_model("temporal", **_TINY_OCCLUDED),
+        lambda: occluded_mnist.build_model("hierarchical", normalization="layer", **_TINY_OCCLUDED),
+    ]
+    assert [_no_effect_warnings(build) for build in builds] == [[]] * len(builds)
+
+
+@pytest.mark.parametrize("application, options", [
+    ("textured_mnist", []),
+    ("textured_mnist", ["--classify"]),
+    ("sort_of_clevr", ["--kb", "image"]),
+    ("occluded_mnist", ["--variant", "temporal"]),
+])
+def test_the_command_line_builds_its_models_without_a_warning(application, options, tmp_path, monkeypatch):
+    # `keras-capsules train` passes its defaults down to build_model: they must not warn
+    from applications import __main__ as cli
+    from applications import distribute
+    from tests.conftest import shared_path
+
+    module = {"textured_mnist": textured_mnist, "sort_of_clevr": sort_of_clevr,
+              "occluded_mnist": occluded_mnist}[application]
+    build_model, built = module.build_model, []
+
+    class Built(Exception):
+        pass
+
+    def spy(*args, **kwargs):  # builds the model train asks for, then stops train
+        built.append(_no_effect_warnings(lambda: build_model(*args, **kwargs)))
+        raise Built
+
+    monkeypatch.setattr(module, "build_model", spy)
+    sizes = {"textured_mnist": ["--num-train", "2", "--num-test", "2"],
+             "sort_of_clevr": ["--validation-examples", "2"],
+             "occluded_mnist": ["--num-train", "2", "--num-test", "2"]}[application]
+    data = ["--data-dir", str(shared_path("data", "mnist"))] if application != "sort_of_clevr" else []
+    args = cli.build_parser(application).parse_args(
+        ["train", application, "--run-dir", str(tmp_path / "run"), "--quiet", *sizes, *data, *options])
+    with pytest.raises(Built):
+        module.run_train(args, distribute.make_strategy("default"))
+    assert built == [[]]
+
+
+@pytest.mark.parametrize("hypermodel", ["textured_mnist", "sort_of_clevr image", "occluded_mnist temporal"])
+def test_the_tuners_build_their_default_models_without_a_warning(hypermodel):
+    import keras_tuner
+
+    from tuning.occluded_mnist import OccludedMNISTHyperModel
+    from tuning.sort_of_clevr import SortOfClevrHyperModel
+    from tuning.textured_mnist import TexturedMNISTHyperModel
+
+    made = {
+        "textured_mnist": lambda: TexturedMNISTHyperModel(),
+        "sort_of_clevr image": lambda: SortOfClevrHyperModel(kb="image"),
+        "occluded_mnist temporal": lambda: OccludedMNISTHyperModel(variant="temporal"),
+    }[hypermodel]()
+    assert _no_effect_warnings(lambda: made.build(keras_tuner.HyperParameters())) == []
