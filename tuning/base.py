@@ -29,6 +29,7 @@ import keras_tuner
 import numpy as np
 
 from applications import checks, distribute
+from applications.errors import InputError
 
 
 class DatasetHyperModel(keras_tuner.HyperModel):
@@ -158,6 +159,37 @@ class DatasetHyperModel(keras_tuner.HyperModel):
         return model.fit(train, **kwargs)
 
 
+def level_widths(hp, levels_name, width_name, widths, defaults, default_levels):
+    """Declares how many levels a ladder has and how wide each is; returns the used widths.
+
+    ``levels_name`` (an ``Int`` from 1 to ``len(defaults)``, default ``default_levels``) and
+    ``{width_name}_{k}`` (a ``Choice`` of ``widths``, default ``defaults[k]``) for every
+    level ``k``. The width of level ``k >= 1`` is declared in a
+    ``hp.conditional_scope(levels_name, [k + 1, ...])``: it is active, searched and
+    recorded only in the trials that have that level (it stayed in every trial's values,
+    and varied in trials that never built it). Every width stays declared, so that
+    ``--fixed`` can pin it.
+
+    Returns:
+        The widths of the ``levels`` levels, bottom to top (a tuple).
+
+    Raises:
+        InputError: ``levels`` (pinned by ``--fixed``) is not in ``[1, len(defaults)]``:
+            ``widths[:levels]`` silently built another number of levels.
+    """
+    most = len(defaults)
+    levels = hp.Int(levels_name, 1, most, default=default_levels)
+    if not 1 <= levels <= most:
+        raise InputError(f"`{levels_name}` must be an integer in [1, {most}] (the widths {width_name}_0 .. "
+                         f"{width_name}_{most - 1}). Received: {levels_name}={levels!r}")
+    used = [hp.Choice(f"{width_name}_0", list(widths), default=defaults[0])]
+    for k in range(1, most):
+        # None (keras-tuner's value of an inactive entry) where the trial has no level k
+        with hp.conditional_scope(levels_name, list(range(k + 1, most + 1))):
+            used.append(hp.Choice(f"{width_name}_{k}", list(widths), default=defaults[k]))
+    return tuple(used[:levels])
+
+
 class FailDivergedTrial(keras.callbacks.Callback):
     """Fails the trial (``keras_tuner.errors.FailedTrialError``) whose training diverged:
     a NaN or infinite training loss after a batch or an epoch, or such a weight after an
@@ -205,4 +237,4 @@ def _for_strategies(data):
     return data
 
 
-__all__ = ["DatasetHyperModel", "FailDivergedTrial"]
+__all__ = ["DatasetHyperModel", "FailDivergedTrial", "level_widths"]

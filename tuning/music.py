@@ -2,9 +2,10 @@
 
 * ``levels`` 1-3 and ``units_0`` .. ``units_2`` 32/64/128/256: how many dense ladder
   levels there are and how wide each one is, bottom to top (the default, 128 and 64,
-  is a narrower version of the paper's Table 10). Levels above ``levels`` are not
-  used (their entries stay in the space, unconditional, so that ``--fixed`` can pin
-  them).
+  is a narrower version of the paper's Table 10). ``units_k`` is conditional on
+  ``levels > k`` (``tuning.base.level_widths``): a trial without level ``k`` neither
+  draws nor records its width; ``--fixed`` can still pin it (for the trials that have
+  the level).
 * ``encoder`` gated/lstm: the encoder cells of every level.
 * ``decoder_to_encoder``: the ladder's feedback connections (off: no top-down
   information reaches the next step's encoder).
@@ -24,12 +25,12 @@ validation chorales, summed over keys (``applications.music.PianoRollNLLPerStep`
 import keras_tuner
 
 from applications import music
-from applications.errors import InputError
-from tuning.base import DatasetHyperModel
+from tuning.base import DatasetHyperModel, level_widths
 
-MAX_LEVELS = 3
 WIDTHS = (32, 64, 128, 256)
+#: the default width of every level the search can build (``units_0`` .. ``units_2``)
 DEFAULT_UNITS = (128, 64, 64)
+MAX_LEVELS = len(DEFAULT_UNITS)
 
 
 class MusicHyperModel(DatasetHyperModel):
@@ -57,15 +58,11 @@ class MusicHyperModel(DatasetHyperModel):
         return music.load_rolls(self.data_dir, self.limit)
 
     def build(self, hp):
-        levels = hp.Int("levels", 1, MAX_LEVELS, default=2)
-        if not 1 <= levels <= MAX_LEVELS:  # units[:levels] silently built another number of levels
-            raise InputError(f"`levels` must be an integer in [1, {MAX_LEVELS}] (the widths units_0 .. "
-                             f"units_{MAX_LEVELS - 1}). Received: levels={levels!r}")
-        units = [hp.Choice(f"units_{k}", WIDTHS, default=DEFAULT_UNITS[k]) for k in range(MAX_LEVELS)]
+        units = level_widths(hp, "levels", "units", WIDTHS, DEFAULT_UNITS, default_levels=2)
         _, longest = self.prepare()
         model = music.build_model(
             self.window or longest,
-            units=tuple(units[:levels]),
+            units=units,
             encoder=hp.Choice("encoder", ["gated", "lstm"], default="gated"),
             decoder_to_encoder=hp.Boolean("decoder_to_encoder", default=True),
             input_dropout=hp.Float("input_dropout", 0.0, 0.3, step=0.05, default=0.0),

@@ -4,9 +4,9 @@
   convolutional levels the ladder has (the application's default levels: feed-forward,
   instance-normalized, see ``applications.occluded_mnist.build_model``) and how wide
   each is (the default 32, 64, 64 is the spirit of the paper's Table 7; every level
-  after the first pools by 2). Levels above
-  ``conv_levels`` are not used (their entries stay in the space, unconditional, so
-  that ``--fixed`` can pin them).
+  after the first pools by 2). ``conv_units_k`` is conditional on ``conv_levels > k``
+  (``tuning.base.level_widths``): a trial without level ``k`` neither draws nor records
+  its width; ``--fixed`` can still pin it (for the trials that have the level).
 * ``dense_units`` 64/128/256: the dense gated level on top, which the digit is read from.
 * ``frame_weight`` 0.1/0.3/1: weight of the unsupervised next-frame cost against the
   digit's cross-entropy (declared only for the variants that predict frames).
@@ -23,11 +23,11 @@ import os
 import keras_tuner
 
 from applications import distribute, occluded_mnist
-from applications.errors import InputError
-from tuning.base import DatasetHyperModel
+from tuning.base import DatasetHyperModel, level_widths
 
-MAX_CONV_LEVELS = 3
+#: the default width of every convolutional level the search can build (``conv_units_0`` .. ``conv_units_2``)
 DEFAULT_CONV_UNITS = (32, 64, 64)
+MAX_CONV_LEVELS = len(DEFAULT_CONV_UNITS)
 
 
 class OccludedMNISTHyperModel(DatasetHyperModel):
@@ -61,15 +61,11 @@ class OccludedMNISTHyperModel(DatasetHyperModel):
                                              self.seed, hold_out=True)
 
     def build(self, hp):
-        levels = hp.Int("conv_levels", 1, MAX_CONV_LEVELS, default=MAX_CONV_LEVELS)
-        if not 1 <= levels <= MAX_CONV_LEVELS:  # conv_units[:levels] silently built another number
-            raise InputError(f"`conv_levels` must be an integer in [1, {MAX_CONV_LEVELS}] (the widths conv_units_0 .. "
-                             f"conv_units_{MAX_CONV_LEVELS - 1}). Received: conv_levels={levels!r}")
-        conv_units = [hp.Choice(f"conv_units_{k}", [16, 32, 64], default=DEFAULT_CONV_UNITS[k])
-                      for k in range(MAX_CONV_LEVELS)]
+        conv_units = level_widths(hp, "conv_levels", "conv_units", [16, 32, 64], DEFAULT_CONV_UNITS,
+                                  default_levels=MAX_CONV_LEVELS)
         model = occluded_mnist.build_model(
             self.variant,
-            conv_units=tuple(conv_units[:levels]),
+            conv_units=conv_units,
             dense_units=hp.Choice("dense_units", [64, 128, 256], default=128),
         )
         learning_rate = hp.Float("learning_rate", 1e-4, 1e-2, sampling="log", default=1e-3)

@@ -53,7 +53,9 @@ later rounds load them, is refused there).
 value (``hp.Fixed``) and searches the others, e.g. ``--fixed n_iters=3`` or a small
 model for a quick search. A name that the HyperModel does not declare is an error, and
 so is a value of the wrong type for its hyperparameter (``levels=2.5``, ``gate=1``) or a
-word outside its choices; numbers outside the searched range are allowed.
+word outside its choices; numbers outside the searched range are allowed. An entry that
+the HyperModel declares conditionally (music's ``units_1``, used where ``levels`` is 2 or
+3) is pinned in the trials that use it, and absent from the others' values.
 """
 
 import contextlib
@@ -78,7 +80,8 @@ def make_tuner(kind, hypermodel, directory, project_name, max_trials, epochs=3, 
         epochs: hyperband's ``max_epochs``, at least 2 (``epochs=1`` gives 2; the other
             tuners take epochs in ``search``).
         hyperparameters: a ``keras_tuner.HyperParameters`` of fixed values (see
-            :func:`fixed_hyperparameters`); the HyperModel's other entries are searched.
+            :func:`fixed_hyperparameters`: its ``Fixed`` entries, and the parents of the
+            conditional ones); the HyperModel's other entries are searched.
         seed: an integer in [0, 2**32): the same seed draws the same trials.
     """
     objective = objective or getattr(hypermodel, "objective", "val_loss")
@@ -157,11 +160,19 @@ def fixed_hyperparameters(hypermodel, fixed):
         expected = _misfit(space[name], value)
         if expected:
             raise CommandLineError(f"--fixed {name}: expected {expected}, got {value!r}")
-    hyperparameters = keras_tuner.HyperParameters()
-    pinned = keras_tuner.HyperParameters()  # a copy: the build adds the other entries to it
     for name, value in values.items():
-        hyperparameters.Fixed(name, value)
-        pinned.Fixed(name, value)
+        # a conditional entry whose parents are pinned to values that never use it
+        # (levels=1 with units_1=64) was accepted and then ignored in every trial
+        conditions = space[name].conditions
+        if conditions and all(c.name in values for c in conditions) and not all(
+            c.is_active(values) for c in conditions
+        ):
+            needs = " and ".join(f"{c.name} in {list(c.values)}" for c in conditions)
+            given = ", ".join(f"{c.name}={json.dumps(values[c.name])}" for c in conditions)
+            raise CommandLineError(f"--fixed {name}={json.dumps(value)}: never used with {given} "
+                                   f"(it is used where {needs})")
+    hyperparameters = _pinned(declared.space, values)
+    pinned = _pinned(declared.space, values)  # a copy: the build adds the other entries to it
     try:
         # the default model built above, so a ValueError here is the pinned values' (e.g.
         # n_iters=0); raised later by keras-tuner's first build, it ended `tune` with a traceback
@@ -176,6 +187,45 @@ def fixed_hyperparameters(hypermodel, fixed):
         given = " ".join(f"{name}={json.dumps(value)}" for name, value in values.items())
         raise CommandLineError(f"--fixed {given}: the model cannot be built with these values: {first}") from None
     return hyperparameters
+
+
+def _pinned(space, values):
+    """``keras_tuner.HyperParameters`` with ``Fixed`` entries of ``values`` (name -> value)
+    for the search space ``space`` (a HyperModel's ``declared.space``, in its order).
+
+    An entry that the HyperModel declares in a ``conditional_scope`` (music's ``units_1``,
+    used where ``levels`` is 2 or 3) is pinned under the same conditions, after the
+    entries they name (its parents: pinned too, or as the HyperModel declares them, still
+    searched): keras-tuner fills a trial's values in the order of the space, and keeps a
+    conditional entry's value only where its parents' values activate it. An unconditional
+    ``Fixed`` was another entry than the HyperModel's conditional one: the value drawn for
+    that one replaced the pinned value in every trial that used it.
+    """
+    from keras_tuner.engine import hyperparameters as hps
+
+    needed = set(values)
+    while True:  # the parents of the pinned entries, and theirs
+        parents = {condition.name for hp in space if hp.name in needed for condition in hp.conditions} - needed
+        if not parents:
+            break
+        needed |= parents
+    hyperparameters = keras_tuner.HyperParameters()
+    for hp in space:
+        if hp.name in values:
+            hp = hps.Fixed(hp.name, values[hp.name], conditions=hp.conditions)
+        if hp.name in needed:
+            hyperparameters.merge([hp])
+    return hyperparameters
+
+
+def pinned_values(hyperparameters):
+    """The values that ``--fixed`` pinned in ``hyperparameters`` (of
+    :func:`fixed_hyperparameters`; None: none), active or not: name -> value."""
+    from keras_tuner.engine import hyperparameters as hps
+
+    if hyperparameters is None:
+        return {}
+    return {hp.name: hp.value for hp in hyperparameters.space if isinstance(hp, hps.Fixed)}
 
 
 def _misfit(hp, value):
@@ -232,7 +282,7 @@ def run_search(args, strategy):
     default = strategy is None or strategy is tf.distribute.get_strategy()
     fixed = fixed_hyperparameters(hypermodel, args.fixed)
     settings = {"application": args.application, "tuner": args.tuner, "epochs": args.epochs,
-                "fixed": dict(fixed.values) if fixed else {}, "options": search_options(args)}
+                "fixed": pinned_values(fixed), "options": search_options(args)}
     if not args.overwrite:
         _check_resumed_settings(os.path.join(directory, args.application), settings)
     tuner = make_tuner(

@@ -11,14 +11,16 @@
   ``dropout`` 0-0.6 between them (the paper: 0.5), and ``learning_rate`` 1e-4 to 1e-2
   (log scale) of Adam (1e-3).
 
-The routing entries are plain (not conditional) hyperparameters: the linear head
-ignores them, and ``--fixed`` can pin any of them. The embedding (compositional or
-standard, ``--embedding``) and its size are options of the command, not searched. The
-vocabulary and the length-bucketed datasets are made once, before the first trial;
-the objective is the accuracy on the validation split: SST's dev split, and for the
-TFDS sets (which have none) the last tenth of their training split, which the search
-then trains without (``data.HELD_OUT_SPLITS``). The test split never takes part in the
-choice of a trial.
+The routing entries (``n_iters``, ``capsule_dim``, ``class_capsule_dim``) are
+conditional on ``routing`` being kmeans or dynamic: the linear head has no capsules, so
+a linear trial neither draws nor records them (they varied in linear trials that never
+used them); ``--fixed`` can still pin any of them (for the capsule trials). The
+embedding (compositional or standard, ``--embedding``) and its size are options of the
+command, not searched. The vocabulary and the length-bucketed datasets are made once,
+before the first trial; the objective is the accuracy on the validation split: SST's
+dev split, and for the TFDS sets (which have none) the last tenth of their training
+split, which the search then trains without (``data.HELD_OUT_SPLITS``). The test split
+never takes part in the choice of a trial.
 """
 
 import os
@@ -28,6 +30,9 @@ from applications.text_classification import data as data_lib
 from applications.text_classification import model as model_lib
 from applications.text_classification import recipe
 from tuning.base import DatasetHyperModel
+
+#: the routings of capsules, which the routing entries configure (not the linear head)
+CAPSULE_ROUTINGS = [routing for routing in model_lib.ROUTINGS if routing != "linear"]
 
 
 class TextClassificationHyperModel(DatasetHyperModel):
@@ -72,18 +77,29 @@ class TextClassificationHyperModel(DatasetHyperModel):
 
     def build(self, hp):
         data = self.prepare()
+        routing = hp.Choice("routing", list(model_lib.ROUTINGS), default="kmeans")
+        gru_units = hp.Choice("gru_units", [32, 64, 128], default=128)
+        dropout = hp.Float("dropout", 0.0, 0.6, step=0.1, default=0.5)
+        with hp.conditional_scope("routing", CAPSULE_ROUTINGS):  # None for the linear head
+            capsules = dict(
+                capsule_dim=hp.Choice("capsule_dim", [4, 8, 16], default=8),
+                class_capsule_dim=hp.Choice("class_capsule_dim", [8, 16, 32], default=16),
+                n_iters=hp.Int("n_iters", 1, 5, default=3),
+            )
+        if routing not in CAPSULE_ROUTINGS:
+            # the linear head cuts no capsules (build_model's defaults stand for the others);
+            # only build_model's check that capsule_dim divides gru_units reads it
+            capsules = {"capsule_dim": gru_units}
         model = model_lib.build_model(
             data["vocab_size"],
             data["num_classes"],
-            routing=hp.Choice("routing", list(model_lib.ROUTINGS), default="kmeans"),
+            routing=routing,
             embedding=self.embedding,
             embedding_dim=self.embedding_dim,
             num_codebooks=self.num_codebooks,
-            gru_units=hp.Choice("gru_units", [32, 64, 128], default=128),
-            dropout=hp.Float("dropout", 0.0, 0.6, step=0.1, default=0.5),
-            capsule_dim=hp.Choice("capsule_dim", [4, 8, 16], default=8),
-            class_capsule_dim=hp.Choice("class_capsule_dim", [8, 16, 32], default=16),
-            n_iters=hp.Int("n_iters", 1, 5, default=3),
+            gru_units=gru_units,
+            dropout=dropout,
+            **capsules,
         )
         return model_lib.compile_model(model, hp.Float("learning_rate", 1e-4, 1e-2, sampling="log", default=1e-3))
 

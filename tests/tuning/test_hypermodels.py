@@ -94,6 +94,24 @@ SEARCHES = {
 }
 
 
+# Entries that the model uses only for some values of another entry, declared in
+# keras-tuner's conditional_scope: entry -> (its parent, the parent's values whose models
+# use it). Elsewhere a trial neither draws nor records them (they varied, and were
+# reported among the best hyperparameters, in trials whose model never used them).
+CONDITIONAL = {
+    "music": {"units_1": ("levels", (2, 3)), "units_2": ("levels", (3,))},
+    "occluded_mnist": {"conv_units_1": ("conv_levels", (2, 3)), "conv_units_2": ("conv_levels", (3,))},
+    "text_classification": {entry: ("routing", ("kmeans", "dynamic"))
+                            for entry in ("capsule_dim", "class_capsule_dim", "n_iters")},
+}
+
+
+def _check_only_used(name, values):
+    """Every conditional entry of ``name`` is in a trial's ``values`` exactly where its model uses it."""
+    for entry, (parent, using) in CONDITIONAL.get(name, {}).items():
+        assert (entry in values) == (values[parent] in using), (entry, values)
+
+
 def test_every_application_with_a_hypermodel_can_be_tuned():
     assert set(SEARCHES) | {"demo"} == set(tuning.HYPERMODELS)
     assert set(cli._hypermodel_names()) == set(tuning.HYPERMODELS)
@@ -151,8 +169,10 @@ def test_a_tiny_search_writes_the_best_model_and_hyperparameters(name, tmp_path,
     assert trials[0] != trials[1]  # the two trials tried two points of the space
     for values in trials:
         assert {k: values[k] for k in pinned} == pinned
+        _check_only_used(name, values)
         for key, allowed in searched.items():
-            _check_range(key, values[key], allowed)
+            if key in values or key not in CONDITIONAL.get(name, {}):  # (else unused: not drawn)
+                _check_range(key, values[key], allowed)
     best = json.loads((directory / "best_hyperparameters.json").read_text())
     # the model's hyperparameters of a trial; Hyperband's "tuner/..." entries apart
     assert best["objective"] == objective
@@ -457,6 +477,102 @@ def test_frame_weight_is_searched_only_for_the_variants_that_predict_frames():
         hp = keras_tuner.HyperParameters()
         OccludedMNISTHyperModel(variant=variant).build(hp)
         assert ("frame_weight" in hp.values) == searched, variant
+
+
+def _parent_values(hp, parent):
+    """Every value of the entry ``parent`` of the space ``hp`` (an ``Int`` or a ``Choice``)."""
+    (entry,) = [p for p in hp.space if p.name == parent]
+    if type(entry).__name__ == "Int":
+        return list(range(entry.min_value, entry.max_value + 1))
+    return list(entry.values)
+
+
+@pytest.mark.parametrize("name", sorted(CONDITIONAL))
+def test_an_entry_is_active_only_where_the_model_uses_it(name):
+    # music declared units_0 .. units_2 whatever `levels`, occluded_mnist conv_units_k
+    # whatever `conv_levels`, text_classification the routing entries for the linear
+    # head too: a trial drew, varied and recorded widths of levels it did not build
+    import keras_tuner
+
+    hypermodel = _hypermodel_for_batches(name, batch_size=4)
+    declared = keras_tuner.HyperParameters()
+    hypermodel.build(declared)
+    (parent,) = {parent for parent, _ in CONDITIONAL[name].values()}
+    for value in _parent_values(declared, parent):
+        hp = keras_tuner.HyperParameters()
+        hp.Fixed(parent, value)
+        hypermodel.build(hp)
+        _check_only_used(name, hp.values)
+        for entry in CONDITIONAL[name]:
+            assert hp.is_active(entry) == (entry in hp.values), (entry, value)
+        # every entry stays declared, so that --fixed can pin it
+        assert set(CONDITIONAL[name]) <= {p.name for p in hp.space}
+
+
+def _layers_and_weights(model):
+    return [type(layer).__name__ for layer in model.layers], [tuple(w.shape) for w in model.weights]
+
+
+@pytest.mark.parametrize("name", sorted(CONDITIONAL))
+def test_the_default_point_builds_the_applications_default_model(name):
+    # the conditional entries keep the default model: that of the application's build_model
+    import keras_tuner
+
+    from applications import music, occluded_mnist
+    from applications.text_classification import model as model_lib
+
+    hypermodel = _hypermodel_for_batches(name, batch_size=4)
+    model = hypermodel.build(keras_tuner.HyperParameters())
+    if name == "music":
+        expected = music.build_model(hypermodel.window)
+    elif name == "occluded_mnist":
+        expected = occluded_mnist.build_model()
+    else:
+        data = hypermodel.prepare()
+        expected = model_lib.build_model(data["vocab_size"], data["num_classes"])
+    assert _layers_and_weights(model) == _layers_and_weights(expected)
+
+
+def test_a_search_over_levels_records_only_the_widths_of_the_levels_each_trial_builds(tmp_path, capsys):
+    # One search over `levels` (2, 1 and 3 with this seed) with units_1 pinned: a trial
+    # records the widths of its levels only, the pinned width holds where it is used (an
+    # unconditional pin was replaced there by the width drawn for the conditional entry),
+    # and the best hyperparameters rebuild the best model, as do those of a search before
+    # the widths were conditional (which recorded every width).
+    import keras_tuner
+
+    from tuning.music import WIDTHS, MusicHyperModel
+
+    directory = tmp_path / "search"
+    argv = ["tune", "music", "--tuner", "random", "--directory", str(directory), "--max-trials", "3",
+            "--epochs", "1", "--quiet", "--seed", "4", "--data-dir", JSB_DIR, "--limit", "4", "--window", "8",
+            "--batch-size", "4", *fixed(units_0=8, units_1=8)]
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    trials = _trial_values(str(directory), "music")
+    for values in trials:
+        _check_only_used("music", values)
+        assert values["units_0"] == 8 and values.get("units_1", 8) == 8 and values.get("units_2", 32) in WIDTHS
+    assert sorted(values["levels"] for values in trials) == [1, 2, 3]
+    settings = json.loads((directory / "keras_capsules_search.json").read_text())
+    assert settings["fixed"] == {"units_0": 8, "units_1": 8}
+    best = json.loads((directory / "best_hyperparameters.json").read_text())
+    assert best["hyperparameters"] in trials
+    model = keras.saving.load_model(directory / "best_model.keras")
+    hypermodel = MusicHyperModel(data_dir=JSB_DIR, limit=4, window=8)
+
+    def rebuilt(values):  # as the search's docstring tells: hp.Fixed for each, then build
+        hp = keras_tuner.HyperParameters()
+        for key, value in values.items():
+            hp.Fixed(key, value)
+        return hypermodel.build(hp)
+
+    assert _layers_and_weights(rebuilt(best["hyperparameters"])) == _layers_and_weights(model)
+    for values in trials:  # recorded before: every width, also of the levels a trial did not build
+        built = _layers_and_weights(rebuilt(values))
+        assert _layers_and_weights(rebuilt({"units_1": 64, "units_2": 256, **values})) == built
+    # the search resumes (its oracle, with the conditional pinned entry, reloads)
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    assert "0 new trial(s), 3 in total" in capsys.readouterr().out
 
 
 def _schedule_steps(model):

@@ -199,6 +199,52 @@ def test_a_fixed_value_the_space_cannot_take_is_refused(text, expected):
     assert fixed.values == {"layers": 8, "rate": 0, "width": 8, "gate": False, "cell": "lstm"}
 
 
+class _LevelsHyperModel(keras_tuner.HyperModel):
+    """A space whose ``width_1`` only the models of ``levels`` 2 and 3 use (as music's ``units_1``)."""
+
+    def build(self, hp):
+        hp.Int("levels", 1, 3)
+        hp.Float("rate", 0.0, 0.5)
+        with hp.conditional_scope("levels", [2, 3]):
+            hp.Choice("width_1", [32, 64])
+        return keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+
+
+@pytest.mark.parametrize("kind", ["random", "bayesian"])
+def test_a_pinned_conditional_entry_keeps_its_value_in_the_trials_that_use_it(kind, tmp_path):
+    # --fixed width_1=8 was an unconditional entry beside the HyperModel's conditional
+    # one: the trials that used width_1 got the width drawn for that one (32 or 64)
+    from tuning import search
+
+    fixed = search.fixed_hyperparameters(_LevelsHyperModel(), ["width_1=8"])
+    tuner = search.make_tuner(kind, _LevelsHyperModel(), str(tmp_path), "p", max_trials=8, seed=0,
+                              hyperparameters=fixed)
+    trials = []
+    for _ in range(8):
+        trial = tuner.oracle.create_trial("tuner0")
+        trials.append(dict(trial.hyperparameters.values))
+        tuner.oracle.end_trial(trial)
+    assert {values["levels"] for values in trials} == {1, 2, 3}
+    for values in trials:
+        assert values.get("width_1") == (8 if values["levels"] >= 2 else None), values
+    # what the search records as its --fixed (and checks a resume against): the pinned
+    # entries only, not the parents that come before them in the space
+    assert search.pinned_values(fixed) == {"width_1": 8}
+
+
+def test_a_pinned_conditional_entry_that_its_pinned_parent_never_uses_is_refused():
+    # --fixed levels=1 --fixed width_1=8: no trial builds a second level, and the pin
+    # was accepted and then ignored in every trial
+    from applications.errors import CommandLineError
+    from tuning import search
+
+    with pytest.raises(CommandLineError, match=r"--fixed width_1=8: never used with levels=1 "
+                                               r"\(it is used where levels in \[2, 3\]\)"):
+        search.fixed_hyperparameters(_LevelsHyperModel(), ["levels=1", "width_1=8"])
+    fixed = search.fixed_hyperparameters(_LevelsHyperModel(), ["levels=2", "width_1=8"])
+    assert search.pinned_values(fixed) == {"levels": 2, "width_1": 8}
+
+
 def test_a_search_on_two_workers_finishes_and_each_writes_its_own_folder(tmp_path):
     # Before: both workers wrote their tuner state into one --directory (the second
     # resumed the first's search and ran another trial: the collectives failed on
