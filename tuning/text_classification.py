@@ -86,10 +86,8 @@ class TextClassificationHyperModel(DatasetHyperModel):
                 class_capsule_dim=hp.Choice("class_capsule_dim", [8, 16, 32], default=16),
                 n_iters=hp.Int("n_iters", 1, 5, default=3),
             )
-        if routing not in CAPSULE_ROUTINGS:
-            # the linear head cuts no capsules (build_model's defaults stand for the others);
-            # only build_model's check that capsule_dim divides gru_units reads it
-            capsules = {"capsule_dim": gru_units}
+        if routing not in CAPSULE_ROUTINGS:  # the linear head has no capsules to configure
+            capsules = {}
         model = model_lib.build_model(
             data["vocab_size"],
             data["num_classes"],

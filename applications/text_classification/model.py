@@ -120,7 +120,7 @@ def _check(routing, embedding, embedding_dim, num_codebooks, gru_units, dropout,
         ("capsule_dim", capsule_dim), ("class_capsule_dim", class_capsule_dim), ("n_iters", n_iters),
     ):
         _positive_int(arg, value)
-    if gru_units % capsule_dim:
+    if routing != "linear" and gru_units % capsule_dim:  # the linear head cuts no capsules
         raise InputError(
             f"`capsule_dim` must divide `gru_units` (the sentence vector is cut into capsules). "
             f"Received: gru_units={gru_units}, capsule_dim={capsule_dim}"
@@ -164,6 +164,10 @@ def build_model(
         class_capsule_dim: dimension of the class capsules.
         n_iters: routing iterations.
         similarity: k-means routing similarity, ``"cosine"`` (paper) or ``"dot"``.
+            The linear head reads none of ``capsule_dim``, ``class_capsule_dim``,
+            ``n_iters`` and ``similarity`` (dynamic routing not ``similarity``): a value
+            other than the default there warns (``UserWarning``) and is not checked
+            against ``gru_units``.
         codebook_stddev: the compositional codebooks start normal with this standard
             deviation (1.0, as the authors' code). The library default (uniform in
             +-0.05) makes all words' embeddings nearly equal at first, and the model
@@ -185,6 +189,17 @@ def build_model(
         capsule_dim=capsule_dim, class_capsule_dim=class_capsule_dim, n_iters=n_iters,
         similarity=similarity, gru=gru,
     )
+    # the routing's options are silently without effect where nothing reads them
+    unused = [("similarity", similarity, "routing='kmeans'")] if routing != "kmeans" else []
+    if routing == "linear":
+        unused += [(option, value, "routing='kmeans' or 'dynamic'") for option, value in
+                   (("capsule_dim", capsule_dim), ("class_capsule_dim", class_capsule_dim), ("n_iters", n_iters))]
+    defaults = inspect.signature(build_model).parameters
+    for option, value, needs in unused:
+        if value != defaults[option].default:
+            from applications import checks
+
+            checks.warn_without_effect("text_classification.build_model", option, value, needs)
     ids = keras.Input((None,), dtype="int32", name="ids")
     if embedding == "compositional":
         embed = CompositionalEmbedding(

@@ -235,6 +235,12 @@ _TINY_TEXTURED = dict(n_iters=1, conv_units=2, dense_units=2)
 _TINY_MAC = dict(units=8, max_steps=1, embedding_dim=4)
 _TINY_OCCLUDED = dict(conv_units=(4,), dense_units=4, frame_size=16)
 
+
+def _text_model(**options):
+    from applications.text_classification import model as text_model
+
+    return text_model.build_model(20, 2, **{"embedding_dim": 4, "gru_units": 8, "gru": "keras", **options})
+
 WITHOUT_EFFECT = {
     # the classifier's options without a classifier
     "head_type='conv'": lambda: textured_mnist.build_model(head_type="conv", **_TINY_TEXTURED),
@@ -248,6 +254,11 @@ WITHOUT_EFFECT = {
     # the ladder's normalization in the baseline without a ladder
     "normalization='layer'": lambda: occluded_mnist.build_model("temporal", normalization="layer",
                                                                 **_TINY_OCCLUDED),
+    # the routing's options with the linear head, k-means' similarity with dynamic routing
+    "capsule_dim=4": lambda: _text_model(routing="linear", capsule_dim=4),
+    "class_capsule_dim=4": lambda: _text_model(routing="linear", class_capsule_dim=4),
+    "n_iters=2": lambda: _text_model(routing="linear", n_iters=2),
+    "similarity='dot'": lambda: _text_model(routing="dynamic", similarity="dot"),
 }
 
 
@@ -274,6 +285,9 @@ def test_the_defaults_and_the_options_with_effect_warn_of_nothing():
         lambda: sort_of_clevr.build_model(kb="image", stem_filters=4, positional_encoding="sincos", **_TINY_MAC),
         lambda: occluded_mnist.build_model("temporal", **_TINY_OCCLUDED),
         lambda: occluded_mnist.build_model("hierarchical", normalization="layer", **_TINY_OCCLUDED),
+        lambda: _text_model(routing="linear"),
+        lambda: _text_model(routing="dynamic", capsule_dim=4, class_capsule_dim=4, n_iters=2),
+        lambda: _text_model(routing="kmeans", similarity="dot", capsule_dim=4),
     ]
     assert [_no_effect_warnings(build) for build in builds] == [[]] * len(builds)
 
@@ -327,3 +341,18 @@ def test_the_tuners_build_their_default_models_without_a_warning(hypermodel):
         "occluded_mnist temporal": lambda: OccludedMNISTHyperModel(variant="temporal"),
     }[hypermodel]()
     assert _no_effect_warnings(lambda: made.build(keras_tuner.HyperParameters())) == []
+
+
+def test_the_linear_text_head_takes_any_width_it_has_no_capsules_to_cut():
+    # capsule_dim (default 8) had to divide gru_units even for the linear head, which
+    # reads neither: gru_units=12 was refused, and the tuner passed capsule_dim=gru_units
+    from applications.text_classification import model as text_model
+
+    text_model.check_arguments(routing="linear", gru_units=12)
+    model = _text_model(routing="linear", gru_units=12)
+    assert model.get_layer("scores").input.shape[-1] == 12
+    assert model.predict(np.array([[1, 2, 0]]), verbose=0).shape == (1, 2)
+    # the capsule heads still need it to divide
+    for routing in ("kmeans", "dynamic"):
+        with pytest.raises(InputError, match="Received: gru_units=12, capsule_dim=8"):
+            text_model.check_arguments(routing=routing, gru_units=12)
