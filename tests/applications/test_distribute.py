@@ -183,9 +183,10 @@ def test_multiworker_without_a_cluster_in_tf_config_is_a_strategy_error(monkeypa
 
 
 def test_the_multi_worker_fixes_leave_other_strategies_alone(monkeypatch):
-    # make_strategy("multiworker") patches Keras for every model of the process (see
-    # test_multiworker_applications.py): fit and evaluate under one device or two
-    # mirrored replicas must give what they gave without the patch.
+    # make_strategy and resolve_strategy patch Keras for every model of the process (see
+    # test_multiworker_applications.py): fit and evaluate under one device (where the patch
+    # builds before the first trace) or two mirrored replicas must give what they gave
+    # without the patch.
     import keras
     import tensorflow as tf
     from keras.src.backend.tensorflow import trainer as tf_trainer
@@ -222,6 +223,41 @@ def test_the_multi_worker_fixes_leave_other_strategies_alone(monkeypatch):
             np.testing.assert_array_equal(w, w_after)
 
 
+def test_without_a_strategy_fit_and_evaluate_trace_their_step_once(monkeypatch):
+    # Keras built the optimizer's and metrics' variables inside the first trace of the
+    # train (test) function when no strategy was set, and TensorFlow traced a function
+    # that created variables twice: every fit traced the whole train step twice.
+    import keras
+    import tensorflow as tf
+
+    traces = {"train": 0, "test": 0}
+
+    class Counted(keras.Model):
+        def train_step(self, data):
+            traces["train"] += 1
+            return super().train_step(data)
+
+        def test_step(self, data):
+            traces["test"] += 1
+            return super().test_step(data)
+
+    distribute.resolve_strategy(None)
+    x = np.random.default_rng(0).random((12, 3)).astype("float32")
+    data = tf.data.Dataset.from_tensor_slices((x, x[:, :1] > 0.5)).batch(4)
+    inputs = keras.Input((3,))
+    model = Counted(inputs, keras.layers.Dense(1, activation="sigmoid")(inputs))
+    model.compile("adam", "binary_crossentropy", metrics=["accuracy"])
+    history = model.fit(data, validation_data=data, epochs=2, verbose=0).history
+    assert traces == {"train": 1, "test": 1}
+    assert np.isfinite(history["loss"]).all() and len(history["val_accuracy"]) == 2
+    # a loaded model's evaluate: its compiled metrics are built before the trace as well
+    loaded = Counted.from_config(model.get_config())
+    loaded.compile("adam", "binary_crossentropy", metrics=["accuracy"])
+    loaded.set_weights(model.get_weights())
+    assert loaded.evaluate(data, verbose=0) == pytest.approx(model.evaluate(data, verbose=0))
+    assert traces == {"train": 1, "test": 2}  # the model's own evaluate reuses its test function
+
+
 def test_a_multi_worker_strategy_passed_to_train_gets_the_fixes(monkeypatch, tmp_path):
     # Only make_strategy("multiworker") installed the fixes: a MultiWorkerMirroredStrategy
     # that a user made and passed to an application's train or evaluate (train(strategy=...))
@@ -233,7 +269,9 @@ def test_a_multi_worker_strategy_passed_to_train_gets_the_fixes(monkeypatch, tmp
 
     installed = []
     monkeypatch.setattr(distribute, "install_keras_fixes", lambda: installed.append(True) or True)
-    assert distribute.resolve_strategy(None) is tf.distribute.get_strategy() and not installed
+    # every strategy gets them (the default one for the build before the first trace)
+    assert distribute.resolve_strategy(None) is tf.distribute.get_strategy() and installed == [True]
+    installed.clear()
     mirrored = two_cpu_strategy()  # two replicas: the fix of a first batch that splits unevenly
     assert distribute.resolve_strategy(mirrored) is mirrored and installed == [True]
     installed.clear()
