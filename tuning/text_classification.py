@@ -6,7 +6,10 @@
 * ``n_iters`` 1-5: routing iterations (the paper: 3).
 * ``capsule_dim`` 4/8/16: the sentence vector (the mean of the BiGRU outputs) is cut
   into ``gru_units / capsule_dim`` lower capsules; ``class_capsule_dim`` 8/16/32: the
-  class capsules, whose length is the class score.
+  class capsules, whose length is the class score. With ``gru_units`` pinned to a width
+  that not all of 4/8/16 divide (``--fixed gru_units=12``), ``capsule_dim`` is drawn from
+  those that do (or is their greatest common divisor with 16 when none does), so that
+  no trial builds a model that cannot cut its sentence vector.
 * ``gru_units`` 32/64/128: each direction of the two BiGRU layers (the paper: 128),
   ``dropout`` 0-0.6 between them (the paper: 0.5), and ``learning_rate`` 1e-4 to 1e-2
   (log scale) of Adam (1e-3).
@@ -23,6 +26,7 @@ split, which the search then trains without (``data.HELD_OUT_SPLITS``). The test
 never takes part in the choice of a trial.
 """
 
+import math
 import os
 
 from applications import distribute, fault_tolerance
@@ -31,6 +35,8 @@ from applications.text_classification import model as model_lib
 from applications.text_classification import recipe
 from tuning.base import DatasetHyperModel
 
+#: the sizes of the lower capsules searched (each divides every searched gru_units)
+CAPSULE_DIMS = (4, 8, 16)
 #: the routings of capsules, which the routing entries configure (not the linear head)
 CAPSULE_ROUTINGS = [routing for routing in model_lib.ROUTINGS if routing != "linear"]
 
@@ -81,8 +87,13 @@ class TextClassificationHyperModel(DatasetHyperModel):
         gru_units = hp.Choice("gru_units", [32, 64, 128], default=128)
         dropout = hp.Float("dropout", 0.0, 0.6, step=0.1, default=0.5)
         with hp.conditional_scope("routing", CAPSULE_ROUTINGS):  # None for the linear head
+            # Every width of the space takes all three; a pinned one (a tiny search) may not.
+            # The list is the same for every trial of a search (gru_units is pinned or always
+            # one of 32/64/128), and keras-tuner's build that activates the capsule branch
+            # draws capsule_dim at random even when the routing is pinned to linear.
+            dims = [dim for dim in CAPSULE_DIMS if gru_units % dim == 0] or [math.gcd(gru_units, CAPSULE_DIMS[-1])]
             capsules = dict(
-                capsule_dim=hp.Choice("capsule_dim", [4, 8, 16], default=8),
+                capsule_dim=hp.Choice("capsule_dim", dims, default=8 if 8 in dims else dims[0]),
                 class_capsule_dim=hp.Choice("class_capsule_dim", [8, 16, 32], default=16),
                 n_iters=hp.Int("n_iters", 1, 5, default=3),
             )

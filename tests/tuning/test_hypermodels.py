@@ -824,3 +824,25 @@ def test_trials_train_on_batches_that_split_evenly_over_the_replicas(name):
     cut = batch_rows(3)
     assert cut and all(n > 0 and n % 3 == 0 for n in cut), cut
     assert sum(cut) >= sum(single) - 2 * sum(1 for n in single if n % 3)  # at most 2 examples left out per batch
+
+
+@pytest.mark.parametrize("gru_units, dims", [(None, [4, 8, 16]), (8, [4, 8]), (12, [4]), (6, [2]), (7, [1])])
+def test_a_pinned_gru_width_is_cut_only_into_capsules_that_divide_it(gru_units, dims, tmp_path):
+    # `tune text_classification --fixed gru_units=8` failed at random before the first trial:
+    # keras-tuner's build that activates the capsule branch (even with routing pinned to
+    # linear) drew capsule_dim 16 one time in three, and 16 does not divide 8
+    import keras_tuner
+
+    from tuning.search import fixed_hyperparameters
+
+    hypermodel = _hypermodel_for_batches("text_classification", batch_size=4)
+    pins = ["routing=linear"] + ([] if gru_units is None else [f"gru_units={gru_units}"])
+    space = fixed_hyperparameters(hypermodel, pins)
+    hypermodel.build(space)
+    (entry,) = [p for p in space.space if p.name == "capsule_dim"]
+    assert list(entry.values) == dims and entry.default in dims
+    # keras-tuner's activation of every condition, with capsule_dim drawn at random each time
+    tuner = keras_tuner.RandomSearch(hypermodel, hyperparameters=space, max_trials=1,
+                                     directory=str(tmp_path), project_name="search")
+    for _ in range(3):
+        tuner._activate_all_conditions()
