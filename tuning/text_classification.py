@@ -8,8 +8,8 @@
   into ``gru_units / capsule_dim`` lower capsules; ``class_capsule_dim`` 8/16/32: the
   class capsules, whose length is the class score. With ``gru_units`` pinned to a width
   that not all of 4/8/16 divide (``--fixed gru_units=12``), ``capsule_dim`` is drawn from
-  those that do (or is their greatest common divisor with 16 when none does), so that
-  no trial builds a model that cannot cut its sentence vector.
+  those that do (or is the greatest common divisor of ``gru_units`` and 16 when none
+  does), so that no trial builds a model that cannot cut its sentence vector.
 * ``gru_units`` 32/64/128: each direction of the two BiGRU layers (the paper: 128),
   ``dropout`` 0-0.6 between them (the paper: 0.5), and ``learning_rate`` 1e-4 to 1e-2
   (log scale) of Adam (1e-3).

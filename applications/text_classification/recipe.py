@@ -10,6 +10,7 @@ A run directory receives ``model.keras`` (saved atomically), ``vocab.txt``,
 import argparse
 import json
 import os
+import warnings
 
 import keras
 
@@ -213,7 +214,9 @@ def train(
         model = model_lib.build_model(n_ids, n_classes, routing=routing, embedding=embedding, **model_kwargs)
         model_lib.compile_model(model, learning_rate, jit_compile=jit_compile)
     other = "standard" if embedding == "compositional" else "compositional"
-    reference = model_lib.build_model(n_ids, n_classes, routing=routing, embedding=other, **model_kwargs)
+    with warnings.catch_warnings():  # the model above warned of its options already
+        warnings.simplefilter("ignore", UserWarning)
+        reference = model_lib.build_model(n_ids, n_classes, routing=routing, embedding=other, **model_kwargs)
     params = {
         embedding: {"embedding": model_lib.embedding_parameters(model), "total": int(model.count_params())},
         other: {"embedding": model_lib.embedding_parameters(reference), "total": int(reference.count_params())},

@@ -792,3 +792,25 @@ def test_train_from_python_stops_a_diverged_run_in_one_line(tmp_path):
         recipe.train(dataset="sst2", data_dir=SST_DIR, run_dir=str(run_dir), epochs=1, batch_size=4, limit=16,
                      max_length=3, jit_compile=False, verbose=0, callbacks=[PoisonWeightsAt(1)], **TINY)
     assert not (run_dir / "model.keras").exists() and not (run_dir / "metrics.json").exists()
+
+
+def test_train_warns_once_of_a_routing_option_the_linear_head_never_reads(tmp_path, monkeypatch):
+    # train builds a second model (the other embedding) only to count its parameters: its
+    # build repeated the warning of the model that trains
+    import warnings
+
+    class Counted(Exception):
+        pass
+
+    def stop(model):  # the parameter count, right after both builds
+        raise Counted
+
+    monkeypatch.setattr(model_lib, "embedding_parameters", stop)
+    with warnings.catch_warnings(record=True) as caught, pytest.raises(Counted):
+        warnings.simplefilter("always")
+        recipe.train(dataset="sst2", data_dir=SST_DIR, run_dir=str(tmp_path / "run"), routing="linear", epochs=1,
+                     batch_size=8, limit=8, verbose=0, **{**TINY, "capsule_dim": 2})
+    needs = "has no effect: it needs routing='kmeans' or 'dynamic'."
+    assert [str(w.message) for w in caught if "has no effect" in str(w.message)] == [
+        f"text_classification.build_model: {option} {needs}" for option in ("capsule_dim=2", "class_capsule_dim=4",
+                                                                            "n_iters=2")]
