@@ -970,10 +970,12 @@ def error_per_step(model, data, batch_size=64, verbose=0):
     return _errors_per_step(_predict(model, data["frames"], batch_size, verbose), labels, velocities)
 
 
-def _test_errors(model, data, batch_size=64, verbose=0):
-    """``(classification_error, error_per_step)`` of ``data`` from one prediction."""
+def _test_errors(model, data, batch_size=64, verbose=0, out=None):
+    """``(classification_error, error_per_step)`` of ``data`` from one prediction (``out``:
+    ``model.predict``'s dict of ``data["frames"]``, made here if None)."""
     labels, velocities = _check_step_data(data)
-    out = _predict(model, data["frames"], batch_size, verbose)
+    if out is None:
+        out = _predict(model, data["frames"], batch_size, verbose)
     return _digit_error(out, labels), _errors_per_step(out, labels, velocities)
 
 
@@ -1150,11 +1152,13 @@ def train(
     scored_on = "validation" if hold_out else "test"
     plot_history(fault_tolerance.logged_history(history, callbacks)[0], paths["plot"], accuracy="digit_accuracy",
                  held_out=scored_on)  # (fit watches the test or validation sequences)
-    paths["predictions_plot"] = plot_predictions(model, test_data["frames"], os.path.join(run_dir, "predictions.png"),
-                                                 test_data["labels"])
-    # one prediction for both, with a progress bar (on stderr) while verbose: the 5000 test
-    # sequences of the recipe took minutes after the last epoch's bar, in silence
-    test_error, errors = _test_errors(model, test_data, verbose=verbose)
+    # one prediction for the errors and the plot (a second, of the plot's few sequences,
+    # traced the predict step again), with a progress bar (on stderr) while verbose: the
+    # 5000 test sequences of the recipe took minutes after the last epoch's bar, in silence
+    out = _predict(model, test_data["frames"], 64, verbose)
+    paths["predictions_plot"] = _draw_predictions(out, test_data["frames"], os.path.join(run_dir, "predictions.png"),
+                                                  test_data["labels"])
+    test_error, errors = _test_errors(model, test_data, out=out)
     paths["error_plot"] = plot_error_per_step(errors, os.path.join(run_dir, "error_per_step.png"),
                                               title=f"{variant}: {scored_on} error per frame")
     result = {
@@ -1272,12 +1276,23 @@ def plot_predictions(model, frames, path, labels=None, num_sequences=3, batch_si
         if len(labels) < count:
             raise InputError(f"`labels` must hold a label for each of the {count} sequences drawn. "
                              f"Received: labels shape={labels.shape}")
-    out = model.predict(frames, batch_size=batch_size, verbose=0)
-    steps_probs = np.asarray(out["digit_steps"], "float32")  # [b, T, classes]
+    return _draw_predictions(model.predict(frames, batch_size=batch_size, verbose=0), frames, path, labels, count,
+                             title)
+
+
+def _draw_predictions(out, frames, path, labels=None, count=3, title=None):
+    """:func:`plot_predictions`' figure of the first ``count`` of ``frames`` from ``out``,
+    ``model.predict``'s dict of (at least) them."""
+    frames = np.asarray(frames, "float32")
+    if frames.ndim == 4:
+        frames = frames[..., None]
+    count = min(count, len(frames))
+    frames = frames[:count]
+    steps_probs = np.asarray(out["digit_steps"][:count], "float32")  # [b, T, classes]
     guesses, confidence = steps_probs.argmax(-1), steps_probs.max(-1)
     predicted = None
     if "next_frames" in out and np.shape(out["next_frames"])[1]:  # logits of frames 2..T (none when T = 1)
-        predicted = 1 / (1 + np.exp(-np.asarray(out["next_frames"], "float32")[..., 0]))
+        predicted = 1 / (1 + np.exp(-np.asarray(out["next_frames"][:count], "float32")[..., 0]))
     num_frames = frames.shape[1]
     per_sequence = 1 if predicted is None else 2
     rows = count * per_sequence
