@@ -1071,37 +1071,6 @@ def test_a_resumed_run_keeps_the_best_epoch_from_before_the_crash(tmp_path, monk
     assert not (run_dir / "backup").exists() and not (run_dir / "members.json").exists()
 
 
-def test_a_resumed_ensemble_loads_the_members_that_had_finished(tmp_path, short_data):
-    # A rerun after a crash in member 1 trained member 0 again from scratch.
-    from applications import fault_tolerance
-
-    run_dir, trained = tmp_path / "run", []
-
-    def member_callbacks(crash):
-        def make(member):
-            trained.append(member)
-            folder = run_dir / f"member_{member}" if member else run_dir
-            folder.mkdir(parents=True, exist_ok=True)
-            return [*fault_tolerance.resumable_callbacks(str(folder)), *([CrashAt(1)] if crash and member else [])]
-
-        return make
-
-    with pytest.raises(RuntimeError, match="simulated"):
-        _small_run(short_data, run_dir, epochs=2, ensemble=2, callbacks=member_callbacks(crash=True))
-    first = (run_dir / "model.keras").read_bytes()
-    assert trained == [0, 1]
-    result = _small_run(short_data, run_dir, epochs=2, ensemble=2, callbacks=member_callbacks(crash=False))
-    assert trained == [0, 1, 1], "member 0 was trained again"
-    assert (run_dir / "model.keras").read_bytes() == first and result["epochs_run"] == [2, 2]
-    rolls, _ = music.load_rolls(short_data, limit=2)
-    members = [keras.saving.load_model(run_dir / name) for name in ("model.keras", "model_1.keras")]
-    assert music.nll_per_step(members, rolls["test"]) == pytest.approx(result["test_nll_per_step"], rel=1e-5)
-    assert not (run_dir / "members.json").exists()
-    # Another configuration does not reuse the members of an interrupted run.
-    (run_dir / "members.json").write_text(json.dumps({"config": {"seed": 99}, "finished": {"0": 2}}))
-    assert music._finished_members({"path": str(run_dir / "members.json"), "config": {"seed": 0}}) == {}
-
-
 def test_a_rerun_that_loads_finished_members_trains_the_others_as_an_unbroken_run_would(tmp_path, short_data):
     # audit (2026-11-27): the members shared one training pipeline, whose shuffle (and
     # transpositions) went on from the epochs of the members before: a rerun that loaded
@@ -1126,14 +1095,22 @@ def test_a_resumed_member_ends_with_the_weights_of_the_uninterrupted_run(tmp_pat
     # 0.036 in this setting). Now every epoch's are drawn from (seed + member, epoch).
     # input_dropout=0.1 (the default): the masks' keras.random.SeedGenerator state, which
     # model.save_weights leaves out, is in the backup too (without it 0.029 here).
+    #
+    # These runs also carry the checks of test_a_resumed_ensemble_loads_the_members_that_had_finished
+    # (one crash and rerun less to trace): A rerun after a crash in member 1 trained member 0
+    # again from scratch.
     import pathlib
 
     from applications import fault_tolerance
     from tests.applications import cli_helpers
 
     backups = []  # (member, its backup callback) of every member trained
+    first = []  # member 0's model file as the crashed run left it
 
     def run(run_dir, callbacks=(), **kwargs):  # member 1 gets `callbacks` (the crash)
+        if str(run_dir) == str(tmp_path / "resumed") and not callbacks:  # the rerun, before it starts
+            first.append((pathlib.Path(run_dir) / "model.keras").read_bytes())
+
         def member_callbacks(member):
             folder = pathlib.Path(run_dir) / (f"member_{member}" if member else "")
             folder.mkdir(parents=True, exist_ok=True)
@@ -1146,11 +1123,21 @@ def test_a_resumed_member_ends_with_the_weights_of_the_uninterrupted_run(tmp_pat
     options = dict(epochs=2, ensemble=2, transpose=2, input_dropout=0.1, seed=1)
     run(tmp_path / "whole", **options)
     result = cli_helpers.crash_and_resume(run, tmp_path / "resumed", (1, 1), **options)
-    # the rerun loaded member 0 and resumed member 1 at epoch 1
+    # the rerun loaded member 0 and resumed member 1 at epoch 1 (the crashed run trained
+    # members 0 and 1, the rerun member 1 only: "member 0 was trained again")
     assert [member for member, _ in backups] == [0, 1, 0, 1, 1] and backups[-1][1].restored_epoch == 1
     assert result["epochs_run"] == [2, 2]
     for name in ("model.keras", "model_1.keras"):
         assert cli_helpers.max_weight_difference(tmp_path / "whole" / name, tmp_path / "resumed" / name) == 0.0, name
+    run_dir = tmp_path / "resumed"
+    assert len(first) == 1 and (run_dir / "model.keras").read_bytes() == first[0]
+    rolls, _ = music.load_rolls(short_data, limit=2)
+    members = [keras.saving.load_model(run_dir / name) for name in ("model.keras", "model_1.keras")]
+    assert music.nll_per_step(members, rolls["test"]) == pytest.approx(result["test_nll_per_step"], rel=1e-5)
+    assert not (run_dir / "members.json").exists()
+    # Another configuration does not reuse the members of an interrupted run.
+    (run_dir / "members.json").write_text(json.dumps({"config": {"seed": 99}, "finished": {"0": 2}}))
+    assert music._finished_members({"path": str(run_dir / "members.json"), "config": {"seed": 0}}) == {}
 
 
 def test_a_crash_after_a_members_fit_is_finished_without_training_it_again(tmp_path, monkeypatch, short_data):

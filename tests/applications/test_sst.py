@@ -407,20 +407,43 @@ def test_make_dataset_refuses_labels_outside_the_classes():
     assert len(list(sst.make_dataset(embedded, [0, 1, 1], 2, batch_size=2))) == 2
 
 
-def test_evaluate_embeds_with_the_preset_and_max_length_train_recorded(tmp_path):
+@pytest.fixture(scope="module")
+def trained_sentences_run(tmp_path_factory):
+    """One SST-2 run on 16 sentences (tiny BERT preset, max_length 6), trained once for the module.
+
+    Returns ``(preset, run, result)``. Tests that evaluate it take their own copy of ``run``
+    (``_copy_run``): evaluate writes into the run's cache and some tests rewrite metrics.json.
+    """
+    folder = tmp_path_factory.mktemp("sst_sentences_run")
+    preset = tiny_bert_preset(folder / "preset")
+    run = folder / "run"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv("KERAS_CAPSULES_DEBUG", raising=False)
+        result = sst.train(SST, granularity="2", run_dir=run, preset=preset, train_on="sentences", epochs=1,
+                           batch_size=16, max_train=16, max_eval=12, max_length=6, verbose=0)
+    return preset, run, result
+
+
+def _copy_run(trained_sentences_run, tmp_path):
+    preset, run, result = trained_sentences_run
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    return preset, copy, dict(result)
+
+
+def test_evaluate_embeds_with_the_preset_and_max_length_train_recorded(trained_sentences_run, tmp_path):
     # audit (2026-11-28): evaluate embedded with MiniLM and 128 tokens whatever train had used
     # (another --preset: a one-line error at best; another --max-length: other scores, silently)
-    preset = tiny_bert_preset(tmp_path / "preset")
-    run = tmp_path / "run"
-    result = sst.train(SST, granularity="2", run_dir=run, preset=preset, train_on="sentences", epochs=1,
-                       batch_size=16, max_train=16, max_eval=12, max_length=6, verbose=0)
+    # (the run of sst.train(SST, granularity="2", preset=<tiny BERT>, train_on="sentences", epochs=1,
+    # batch_size=16, max_train=16, max_eval=12, max_length=6, verbose=0), trained once: a copy of it)
+    preset, run, result = _copy_run(trained_sentences_run, tmp_path)
     assert json.loads((run / "metrics.json").read_text())["max_length"] == 6
     again = sst.evaluate(str(run / "model.keras"), SST, granularity="2", max_eval=12)
     assert again["test_accuracy"] == result["test_accuracy"]
     assert len(os.listdir(run / "cache")) == 3  # train's entries read back: no new one
 
 
-def test_evaluate_scores_the_sst_task_that_train_recorded(tmp_path, capsys, monkeypatch):
+def test_evaluate_scores_the_sst_task_that_train_recorded(trained_sentences_run, tmp_path, capsys, monkeypatch):
     # `evaluate sst` of a model trained (or tuned) on SST-2 was refused in one line ("the model
     # has 2 classes but SST-5 has 5") unless told --granularity 2 again: train recorded no
     # granularity (only the "task" of its result) and evaluate defaulted to 5
@@ -430,10 +453,9 @@ def test_evaluate_scores_the_sst_task_that_train_recorded(tmp_path, capsys, monk
     from applications.errors import InputError
 
     monkeypatch.delenv("KERAS_CAPSULES_DEBUG", raising=False)
-    preset = tiny_bert_preset(tmp_path / "preset")
-    run = tmp_path / "run"
-    result = sst.train(SST, granularity="2", run_dir=run, preset=preset, train_on="sentences", epochs=1,
-                       batch_size=16, max_train=16, max_eval=12, max_length=6, verbose=0)
+    # (the run of sst.train(SST, granularity="2", preset=<tiny BERT>, train_on="sentences", epochs=1,
+    # batch_size=16, max_train=16, max_eval=12, max_length=6, verbose=0), trained once: a copy of it)
+    preset, run, result = _copy_run(trained_sentences_run, tmp_path)
     metrics = json.loads((run / "metrics.json").read_text())
     assert metrics["granularity"] == "2" and metrics["task"] == "SST-2/R"
     argv = ["evaluate", "sst", "--model", str(run), "--data-dir", str(SST), "--max-eval", "12", "--quiet"]
@@ -466,7 +488,8 @@ class _Stop(Exception):
     """Raised by a spy of ``sst.embed_splits`` instead of embedding a whole split."""
 
 
-def test_evaluate_scores_the_sentences_that_train_scored_unless_told_otherwise(tmp_path, capsys, monkeypatch):
+def test_evaluate_scores_the_sentences_that_train_scored_unless_told_otherwise(trained_sentences_run, tmp_path, capsys,
+                                                                              monkeypatch):
     # `train --max-eval N` scored the first N dev and test sentences but recorded no N, and
     # `evaluate` of its model then embedded and scored every test sentence: another accuracy
     # than the one train reported
@@ -475,10 +498,9 @@ def test_evaluate_scores_the_sentences_that_train_scored_unless_told_otherwise(t
     from applications import __main__ as cli
 
     monkeypatch.delenv("KERAS_CAPSULES_DEBUG", raising=False)
-    preset = tiny_bert_preset(tmp_path / "preset")
-    run = tmp_path / "run"
-    result = sst.train(SST, granularity="2", run_dir=run, preset=preset, train_on="sentences", epochs=1,
-                       batch_size=16, max_train=16, max_eval=12, max_length=6, verbose=0)
+    # (the run of sst.train(SST, granularity="2", preset=<tiny BERT>, train_on="sentences", epochs=1,
+    # batch_size=16, max_train=16, max_eval=12, max_length=6, verbose=0), trained once: a copy of it)
+    preset, run, result = _copy_run(trained_sentences_run, tmp_path)
     assert json.loads((run / "metrics.json").read_text())["max_eval"] == 12
     argv = ["evaluate", "sst", "--model", str(run), "--data-dir", str(SST), "--quiet"]
     capsys.readouterr()
