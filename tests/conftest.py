@@ -30,6 +30,17 @@ if keras.backend.backend() == "tensorflow":  # KERAS_BACKEND=jax runs the tests 
     except RuntimeError:  # the runtime was initialised already (e.g. by a plugin)
         pass
 
+    # Every process of the suite runs with the applications' Keras fixes from its start.
+    # Before, a worker got them at its first application test (resolve_strategy installs
+    # them), so whether a layer test's `fit` ran patched depended on the files pytest-xdist
+    # had given that worker first; and an unpatched `fit` without a strategy traces its
+    # train step twice (Keras 3.15 builds the optimizer inside the first trace): 35 s
+    # instead of 21 s for one `fit` of test_rladder's unknown-length model.
+    # test_distribute.py's patched/unpatched comparison restores Keras' own functions itself.
+    from applications import distribute as _distribute
+
+    _distribute.install_keras_fixes()
+
 #: A worker's memory grows to about this over its share of the suite (TensorFlow keeps
 #: what every test traced; 5.5 GB after half of it in one process, measured).
 _WORKER_MEMORY = 6 * 2**30
