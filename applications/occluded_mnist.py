@@ -1281,13 +1281,10 @@ def plot_predictions(model, frames, path, labels=None, num_sequences=3, batch_si
 
 
 def _draw_predictions(out, frames, path, labels=None, count=3, title=None):
-    """:func:`plot_predictions`' figure of the first ``count`` of ``frames`` from ``out``,
-    ``model.predict``'s dict of (at least) them."""
-    frames = np.asarray(frames, "float32")
-    if frames.ndim == 4:
-        frames = frames[..., None]
+    """:func:`plot_predictions`' figure of the first ``count`` of ``frames`` ``[n, T, S, S, 1]``
+    from ``out``, ``model.predict``'s dict of (at least) them."""
     count = min(count, len(frames))
-    frames = frames[:count]
+    frames = np.asarray(frames[:count], "float32")
     steps_probs = np.asarray(out["digit_steps"][:count], "float32")  # [b, T, classes]
     guesses, confidence = steps_probs.argmax(-1), steps_probs.max(-1)
     predicted = None

@@ -434,8 +434,7 @@ def _copy_run(trained_sentences_run, tmp_path):
 def test_evaluate_embeds_with_the_preset_and_max_length_train_recorded(trained_sentences_run, tmp_path):
     # audit (2026-11-28): evaluate embedded with MiniLM and 128 tokens whatever train had used
     # (another --preset: a one-line error at best; another --max-length: other scores, silently)
-    # (the run of sst.train(SST, granularity="2", preset=<tiny BERT>, train_on="sentences", epochs=1,
-    # batch_size=16, max_train=16, max_eval=12, max_length=6, verbose=0), trained once: a copy of it)
+    # (a copy of trained_sentences_run's run, trained once for the module)
     preset, run, result = _copy_run(trained_sentences_run, tmp_path)
     assert json.loads((run / "metrics.json").read_text())["max_length"] == 6
     again = sst.evaluate(str(run / "model.keras"), SST, granularity="2", max_eval=12)
@@ -453,8 +452,7 @@ def test_evaluate_scores_the_sst_task_that_train_recorded(trained_sentences_run,
     from applications.errors import InputError
 
     monkeypatch.delenv("KERAS_CAPSULES_DEBUG", raising=False)
-    # (the run of sst.train(SST, granularity="2", preset=<tiny BERT>, train_on="sentences", epochs=1,
-    # batch_size=16, max_train=16, max_eval=12, max_length=6, verbose=0), trained once: a copy of it)
+    # (a copy of trained_sentences_run's run, trained once for the module)
     preset, run, result = _copy_run(trained_sentences_run, tmp_path)
     metrics = json.loads((run / "metrics.json").read_text())
     assert metrics["granularity"] == "2" and metrics["task"] == "SST-2/R"
@@ -498,8 +496,7 @@ def test_evaluate_scores_the_sentences_that_train_scored_unless_told_otherwise(t
     from applications import __main__ as cli
 
     monkeypatch.delenv("KERAS_CAPSULES_DEBUG", raising=False)
-    # (the run of sst.train(SST, granularity="2", preset=<tiny BERT>, train_on="sentences", epochs=1,
-    # batch_size=16, max_train=16, max_eval=12, max_length=6, verbose=0), trained once: a copy of it)
+    # (a copy of trained_sentences_run's run, trained once for the module)
     preset, run, result = _copy_run(trained_sentences_run, tmp_path)
     assert json.loads((run / "metrics.json").read_text())["max_eval"] == 12
     argv = ["evaluate", "sst", "--model", str(run), "--data-dir", str(SST), "--quiet"]
