@@ -558,8 +558,17 @@ def evaluate_iterations(model, data, batch_size=64, verbose=0):
         ``{"ami": [T floats], "error": [T floats] (with a classifier)}``.
     """
     batch_size = integer_at_least("batch_size", batch_size, 1)  # (0 returned a result)
+    return _score_iterations(_predict(model, data["images"], batch_size, verbose), data)
+
+
+def _predict(model, images, batch_size=64, verbose=0):
+    """``model.predict`` of ``images``; ``verbose``: 1 shows Keras' progress bar, on stderr."""
     with console.progress_on_stderr(verbose):
-        out = model.predict(data["images"], batch_size=batch_size, verbose=verbose)
+        return model.predict(images, batch_size=batch_size, verbose=verbose)
+
+
+def _score_iterations(out, data):
+    """:func:`evaluate_iterations`' scores of ``data`` from ``out``, ``model.predict``'s dict of its images."""
     pi = assignments(out)  # [b, T, K, H, W, 1]
     result = {
         "ami": [
@@ -749,8 +758,6 @@ def plot_segmentation(model, images, path, segmentation=None, num_images=4, batc
     Returns:
         ``path``.
     """
-    from matplotlib.colors import ListedColormap
-
     images = np.asarray(images, "float32")
     if images.ndim == 3:
         images = images[..., None]
@@ -765,8 +772,21 @@ def plot_segmentation(model, images, path, segmentation=None, num_images=4, batc
             raise InputError(f"`segmentation` must have shape [n, H, W] matching the images {images.shape[:3]}. "
                              f"Received: segmentation shape={segmentation.shape}")
         segmentation = segmentation[:count]
-    out = model.predict(images, batch_size=batch_size, verbose=0)
-    mixture = np.asarray(out["mixture"], "float32")  # [b, T, K, H, W, C + 1]: m then pi
+    return _draw_segmentation(model.predict(images, batch_size=batch_size, verbose=0), images, path, segmentation,
+                              count, title)
+
+
+def _draw_segmentation(out, images, path, segmentation=None, count=4, title=None):
+    """:func:`plot_segmentation`' figure of the first ``count`` of ``images`` ``[n, H, W, 1]``
+    (and of ``segmentation`` ``[n, H, W]``, if given) from ``out``, ``model.predict``'s dict
+    of (at least) them."""
+    from matplotlib.colors import ListedColormap
+
+    count = min(count, len(images))
+    images = images[:count]
+    if segmentation is not None:
+        segmentation = segmentation[:count]
+    mixture = np.asarray(out["mixture"][:count], "float32")  # [b, T, K, H, W, C + 1]: m then pi
     pi, m = mixture[..., -1:], mixture[..., :-1]
     groups = np.argmax(pi[..., 0], axis=2)  # [b, T, H, W]
     reconstruction = np.sum(pi * m, axis=2)[..., 0]  # [b, T, H, W]
@@ -1011,12 +1031,13 @@ def train(
         if kept.get("best_epoch", 0) >= first:
             kept["valid_ami"] = [float(logged[f"val_ami_{t + 1}"][kept["best_epoch"] - first])
                                  for t in range(n_iters)]
-    paths["segmentation_plot"] = plot_segmentation(
-        model, test_data["images"], os.path.join(run_dir, "segmentation.png"), test_data["segmentation"]
-    )
-    # with a progress bar (on stderr) while verbose: the recipe's 1000 test images took a
-    # minute after the last epoch's bar, in silence
-    scores = evaluate_iterations(model, test_data, verbose=verbose)
+    # one prediction for the scores and the plot (a second, of the plot's few images,
+    # traced the predict step again), with a progress bar (on stderr) while verbose: the
+    # recipe's 1000 test images took a minute after the last epoch's bar, in silence
+    out = _predict(model, test_data["images"], 64, verbose)
+    paths["segmentation_plot"] = _draw_segmentation(out, test_data["images"], os.path.join(run_dir, "segmentation.png"),
+                                                    test_data["segmentation"])
+    scores = _score_iterations(out, test_data)
     # what a segmentation that ignores the image gets (the digits are centred)
     blind = image_blind_ami(train_data["segmentation"], test_data["segmentation"],
                             None if valid_data is None else valid_data["segmentation"])["ami"]

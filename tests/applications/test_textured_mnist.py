@@ -712,17 +712,39 @@ def test_image_blind_ami_is_the_position_prior_and_chooses_off_the_test_images()
     assert tm.image_blind_ami(train, small_test, small_test)["ami"] == pytest.approx(1.0)
 
 
-def test_evaluate_scores_the_test_images_of_training_with_its_textures(tmp_path, capsys):
+def test_evaluate_scores_the_test_images_of_training_with_its_textures(tmp_path, capsys, monkeypatch):
     # evaluate's textures defaulted to binary random ones, whatever the model was trained on:
     # a model trained on smooth fixed-bank textures got another AMI from `evaluate` than `train`
     # reported, on other images. They now default to those train recorded in metrics.json.
-    from applications import __main__ as cli
+    from keras.src.backend.tensorflow import trainer as tf_trainer
 
+    from applications import __main__ as cli
+    from keras_capsules import metrics as metrics_lib
+
+    # train also predicted the plot's four images, then every test image: a batch of
+    # another shape, so Keras traced the predict step a second time (about 1 s a run)
+    traces, drawn = [], []
+    predict_step = tf_trainer.TensorFlowTrainer.predict_step
+    monkeypatch.setattr(tf_trainer.TensorFlowTrainer, "predict_step",
+                        lambda self, data: traces.append(1) or predict_step(self, data))
+    draw = tm._draw_segmentation
+    monkeypatch.setattr(tm, "_draw_segmentation", lambda out, images, path, segmentation: drawn.append(
+                        (out, images, segmentation)) or draw(out, images, path, segmentation))
     run_dir = tmp_path / "run"
     metrics = tm.train(shared_path("data", "mnist"), run_dir=str(run_dir), num_train=8, num_test=8, epochs=1,
                        batch_size=4, n_groups=2, n_iters=2, conv_units=4, dense_units=8, conv_encoder="conv",
                        texture_style="smooth", texture_set="fixed", verbose=0)
+    assert len(traces) == 1
+    assert (run_dir / "segmentation.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     model = str(run_dir / "model.keras")
+    # the plot shows the saved model's groups of the test images that the scores counted
+    (out, images, segmentation), = drawn
+    assert len(images) == len(segmentation) == 8
+    again = keras.models.load_model(model).predict(images[:4], verbose=0)
+    np.testing.assert_allclose(out["mixture"][:4], again["mixture"], rtol=1e-5, atol=1e-6)
+    pi = tm.assignments(out)
+    assert metrics["ami"] == pytest.approx([metrics_lib.adjusted_mutual_info(segmentation, pi[:, t], group_axis=1)
+                                            for t in range(2)])
     result = tm.evaluate(model, shared_path("data", "mnist"), num_test=8)
     np.testing.assert_allclose(result["ami"], metrics["ami"], atol=1e-6)
     assert metrics["textures"]["texture_style"] == "smooth" and metrics["textures"]["texture_set"] == "fixed"
