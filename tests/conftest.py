@@ -179,6 +179,27 @@ def _sigint_handler_kept():
         pytest.fail(f"the test left SIGINT's handler {after!r} (it found {before!r}): restore it", pytrace=False)
 
 
+def functions_run_eagerly(request):
+    """The body of an autouse fixture: the test's TensorFlow functions run eagerly, unless
+    it is marked ``graph_mode`` (or the backend is not TensorFlow).
+
+    ``tests/applications`` and ``tests/tuning`` use it (their ``conftest.py``): their
+    tests train tiny models for a step or an epoch, where tracing the train, test and
+    predict steps is most of the time. Those that check traced code are marked
+    ``graph_mode``; each of those folders' ``conftest.py`` says which stay traced.
+    """
+    if keras.backend.backend() != "tensorflow" or request.node.get_closest_marker("graph_mode"):
+        yield
+        return
+    import tensorflow as tf
+
+    tf.config.run_functions_eagerly(True)
+    try:
+        yield
+    finally:
+        tf.config.run_functions_eagerly(False)
+
+
 @pytest.fixture(autouse=True)
 def _reset_keras_state():
     """Every test starts with float32 policy and a fixed seed."""

@@ -19,6 +19,7 @@ IMAGE_SIZE = 32  # conv4 of ResNet-101 has stride 16: a 2x2 grid
 
 
 @pytest.mark.parametrize("mode", ["linear", "sincos"])
+@pytest.mark.graph_mode  # graph mode: it checks traced code
 def test_positional_encoding_of_features_of_unknown_height_and_width(mode):
     # audit (2026-11-27): "linear" used ops.linspace, whose TensorFlow form tests its
     # length as a Python bool: traced for unknown H and W (a model fed by tf.data with

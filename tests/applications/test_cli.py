@@ -641,11 +641,7 @@ def test_tune_ends_with_every_file_it_wrote_beside_the_best_model(tmp_path, caps
     # (the linear head has no capsules: pinning their sizes too is refused as never used)
     for name, value in (("gru_units", 8), ("routing", "linear")):
         argv += ["--fixed", f"{name}={value}"]
-    tf.config.run_functions_eagerly(True)  # a one-step trial: no tracing (as tests/tuning/conftest.py)
-    try:
-        code = cli.main(argv)
-    finally:
-        tf.config.run_functions_eagerly(False)
+    code = cli.main(argv)  # (eagerly, a one-step trial: no tracing; conftest.py)
     out, err = capsys.readouterr()
     assert code == 0, err
     files = {"best model": "best_model.keras", "hyperparameters": "best_hyperparameters.json",

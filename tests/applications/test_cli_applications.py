@@ -149,6 +149,7 @@ def test_evaluate_of_a_file_that_is_no_keras_model_is_one_line(name, small_data,
 
 
 @pytest.mark.parametrize("name", RUNNABLE)
+@pytest.mark.graph_mode  # graph mode: every application's train and evaluate stay traced
 def test_tiny_train_then_evaluate(name, small_data, tmp_path, capsys):
     run_dir = tmp_path / "run"
     code = cli.main(["train", name, *tiny(name, small_data), "--epochs", "1", "--quiet", "--run-dir", str(run_dir)])
@@ -269,6 +270,7 @@ def test_smallnorb_unprepared_is_the_friendly_tfds_error(tmp_path, capsys):
     assert err.count("\n") == 1
 
 
+@pytest.mark.graph_mode  # graph mode: every application's train and evaluate stay traced
 def test_smallnorb_tiny_train_then_evaluate_on_mock_data(tmp_path, capsys, monkeypatch):
     import numpy as np
     import tensorflow as tf
@@ -358,6 +360,7 @@ def test_sst_without_the_minilm_checkpoint_is_one_line(tmp_path, capsys, monkeyp
     assert not (tmp_path / "tune" / "sst").exists()  # no trial ran
 
 
+@pytest.mark.graph_mode  # graph mode: every application's train and evaluate stay traced
 def test_sst_tiny_train_then_evaluate_with_a_preset_folder(tmp_path, capsys, monkeypatch):
     from applications import sst
 
@@ -387,6 +390,7 @@ def test_sst_tiny_train_then_evaluate_with_a_preset_folder(tmp_path, capsys, mon
     assert result["test_accuracy"] == pytest.approx(metrics["test_accuracy"])
 
 
+@pytest.mark.graph_mode  # graph mode: every application's train and evaluate stay traced
 def test_clevr_tiny_train_under_a_strategy_then_evaluate(tmp_path, capsys, monkeypatch):
     cache = tiny_clevr_cache(tmp_path / "cache")
     monkeypatch.setitem(distribute._CACHE, "mirrored", two_cpu_strategy())

@@ -11,6 +11,7 @@ from applications import __main__ as cli
 from applications import demo
 
 
+@pytest.mark.graph_mode  # graph mode: eager took longer (many steps)
 def test_demo_model_learns_digits_quickly():
     images, labels = demo.load_digits_arrays()
     assert images.shape == (1797, 8, 8, 1) and images.max() <= 1.0
@@ -31,6 +32,7 @@ def _class_logits_after(epochs, seed, **model_options):
 
 
 @pytest.mark.parametrize("seed", [1, 9])
+@pytest.mark.graph_mode  # graph mode: eager took longer (many steps)
 def test_no_class_capsule_of_the_demo_stops_depending_on_the_digit(seed):
     # Without the hidden scores' normalization these two seeds' runs stalled at 70-81%
     # training accuracy after 15 epochs: by epoch 3 two to four class capsules gave one
@@ -58,6 +60,7 @@ def test_build_model_accepts_any_image_size():
         assert out.shape == (2, 10)
 
 
+@pytest.mark.graph_mode  # graph mode: eager took longer (many steps)
 def test_cli_train_writes_outputs_and_evaluate_reads_them(tmp_path, capsys):
     run_dir = tmp_path / "run"
     assert cli.main(["train", "--epochs", "1", "--run-dir", str(run_dir), "--quiet"]) == 0

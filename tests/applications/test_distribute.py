@@ -12,6 +12,11 @@ from applications.errors import StrategyError
 from tests.applications import cli_helpers
 from tests.harness import two_cpu_strategy
 
+# These tests check the strategies and the Keras fixes around fit's traced steps (how
+# often a step is traced, the per-replica batches), so they run traced, not eagerly as
+# the rest of tests/applications (conftest.py).
+pytestmark = pytest.mark.graph_mode
+
 
 @pytest.fixture
 def mirrored(monkeypatch):

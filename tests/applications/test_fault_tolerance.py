@@ -289,6 +289,7 @@ def test_a_write_removes_the_temporaries_that_dead_writers_left_for_the_same_fil
     assert json.loads((tmp_path / "m.json").read_text()) == {"a": 1}
 
 
+@pytest.mark.graph_mode  # graph mode: eager took longer (many steps)
 def test_a_backup_beyond_the_asked_epochs_is_refused_and_kept(tmp_path):
     # Keras' BackupAndRestore trained nothing and deleted a backup of 3 epochs when
     # fit asked for 2 (or 3): rerunning with a smaller --epochs lost the run.

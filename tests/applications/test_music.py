@@ -171,6 +171,7 @@ def test_model_trains_a_step_and_round_trips(tmp_path, chorales, use_decoder):
     assert music.nll_per_step(loaded, rolls) == pytest.approx(music.nll_per_step(model, rolls), rel=1e-5)
 
 
+@pytest.mark.graph_mode  # graph mode: eager took longer (many steps)
 def test_learns_something(chorales):
     rolls = [music.piano_roll(c) for c in chorales["train"][:16]]
     model = music.compile_model(music.build_model(8, units=(16, 8)), learning_rate=2e-2)
@@ -575,6 +576,7 @@ def _reference_step_log_probs(model, roll):
     return (y * np.log(p) + (1 - y) * np.log(1 - p)).sum(-1), p, y
 
 
+@pytest.mark.graph_mode  # graph mode: it checks traced code
 def test_nll_per_step_of_real_chorales_is_that_of_each_chorale_alone_in_one_symbolic_trace(chorales, monkeypatch):
     # nll_per_step built a model unrolled over the longest roll and ran it eagerly, batch
     # after batch (seconds for a split, paid twice by every train and again by evaluate).

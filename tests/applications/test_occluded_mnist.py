@@ -124,6 +124,7 @@ def test_normalization_reaches_the_ladder():
     assert ladder.normalization == "layer"
 
 
+@pytest.mark.graph_mode  # graph mode: eager took longer (many steps)
 def test_rladder_learns_something(digits):
     keras.utils.set_random_seed(0)
     data = om.generate(*digits, 64, seed=0)
@@ -1142,6 +1143,7 @@ def test_train_from_python_stops_a_diverged_run_in_one_line(tmp_path):
     assert not (run_dir / "model.keras").exists() and not (run_dir / "metrics.json").exists()
 
 
+@pytest.mark.graph_mode  # graph mode: it checks traced code
 def test_train_predicts_the_test_sequences_once_for_the_errors_and_the_plot(tmp_path, monkeypatch):
     # train predicted the plot's three sequences, then every test sequence: a batch of
     # another shape, so Keras traced the predict step a second time (about 1 s a run)

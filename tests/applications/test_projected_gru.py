@@ -83,6 +83,7 @@ def test_padding_values_do_not_matter_and_get_no_gradient():
     assert np.all(grads[0][~mask] == 0.0)
 
 
+@pytest.mark.graph_mode  # graph mode: eager took longer (many steps)
 def test_gru_states_gradient_against_finite_differences():
     rng = np.random.default_rng(3)
     steps, batch, units = 4, 2, 3

@@ -169,6 +169,7 @@ def _mnist():
     return (images[..., 0] * 255).round().astype(np.uint8), labels
 
 
+@pytest.mark.graph_mode  # graph mode: eager took longer (many steps)
 def test_the_architecture_learns_mnist_digits_at_small_size():
     """CI-sized learning test: real digits 0, 1, 2 at 14x14, a narrow version of the model.
 
@@ -378,6 +379,7 @@ def test_viewpoint_sequence_of_a_category_alone_is_of_that_category():
     np.testing.assert_array_equal(values, [6])
 
 
+@pytest.mark.graph_mode  # graph mode: it checks traced code
 def test_coordinate_channels_trace_and_export_with_unknown_image_sizes(tmp_path):
     # audit (2026-11-27): ops.linspace tests its count as a Python bool on TensorFlow, so
     # the default model (image_size=None) failed in a graph of unknown H, W: model.export,

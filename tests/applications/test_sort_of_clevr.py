@@ -150,6 +150,7 @@ def test_image_model_and_attention_plots(tmp_path):
             assert f.read(8) == png
 
 
+@pytest.mark.graph_mode  # graph mode: eager took longer (many steps)
 def test_learns_shape_questions_in_a_few_seconds():
     keras.utils.set_random_seed(0)
     model = soc.build_model(units=32, max_steps=1, embedding_dim=16)
@@ -213,6 +214,7 @@ def test_bad_arguments():
         soc.CoordinateEncoding(coordinates=3)(np.zeros((1, 6, 2), "float32"))
 
 
+@pytest.mark.graph_mode  # graph mode: eager took longer (many steps)
 def test_train_writes_the_run_outputs(tmp_path):
     result = soc.train(
         str(tmp_path / "run"), steps=10, batch_size=8, validation_examples=16,
@@ -383,6 +385,7 @@ def test_a_stream_started_at_a_batch_is_the_rest_of_the_stream(kb):
             soc.make_dataset(batch_size=3, start=bad)
 
 
+@pytest.mark.graph_mode  # graph mode: eager took longer (many steps)
 def test_a_resumed_run_trains_on_the_examples_of_an_uninterrupted_one(tmp_path):
     # Crashed in epoch 2 of 3 and resumed from the backup of epochs 0-1: the same
     # weights as a run that never stopped (a restarted stream gave others).
@@ -403,6 +406,7 @@ def test_a_resumed_run_trains_on_the_examples_of_an_uninterrupted_one(tmp_path):
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-7)
 
 
+@pytest.mark.graph_mode  # graph mode: eager took longer (many steps)
 def test_evaluate_refuses_another_applications_model_and_scores_an_uncompiled_one(tmp_path):
     # audit (2026-11-27): another application's model ended in Keras' "Missing data for
     # input" traceback, and a model saved without compiling in "You must call compile()"
@@ -516,6 +520,7 @@ def test_the_stream_is_no_python_generator_and_yields_the_examples_it_yielded(kb
     assert list(ds.take(1))[0][1].numpy().tolist() == first == OLD_STREAM[kb, 2][1][0]
 
 
+@pytest.mark.graph_mode  # graph mode: eager took longer (many steps)
 def test_train_ends_without_a_generator_finalization_warning(tmp_path):
     # `keras-capsules train sort_of_clevr` ended with TensorFlow's "Error occurred when
     # finalizing GeneratorDataset iterator: FAILED_PRECONDITION: Python interpreter state is

@@ -291,6 +291,7 @@ def loaded_params(run_dir):
     return keras.saving.load_model(run_dir / "model.keras").count_params()
 
 
+@pytest.mark.graph_mode  # graph mode: eager took longer (many steps)
 def test_tiny_training_on_real_sst_sentences(tmp_path):
     run_dir = tmp_path / "run"
     result = recipe.train(
@@ -460,6 +461,7 @@ def test_bucket_batches_refuses_a_bad_batch_size_at_once(batch_size):
         data.bucket_batches(ds, batch_size)
 
 
+@pytest.mark.graph_mode  # graph mode: eager took longer (many steps)
 def test_epochs_run_counts_the_epochs_before_a_resume(tmp_path, monkeypatch):
     # epochs_run counted the epochs of the last process only: 0 for a run finished
     # from its backup after a crash between fit and the model save.
@@ -479,6 +481,7 @@ def test_epochs_run_counts_the_epochs_before_a_resume(tmp_path, monkeypatch):
     assert train()["epochs_run"] == 2  # was 0
 
 
+@pytest.mark.graph_mode  # graph mode: eager took longer (many steps)
 def test_a_resumed_run_ends_with_the_weights_of_the_uninterrupted_run(tmp_path, monkeypatch):
     # A crash in epoch 2 and a rerun: the resumed process reshuffled its first epoch as
     # the uninterrupted run's epoch 0 (tf.data counts the iterators of a process; max
@@ -592,6 +595,7 @@ def test_evaluate_scores_the_dataset_train_recorded(tmp_path, capsys, monkeypatc
     assert parser.parse_args([]).dataset == "sst2"
 
 
+@pytest.mark.graph_mode  # graph mode: eager took longer (many steps)
 def test_evaluate_scores_the_test_examples_train_scored_unless_told_otherwise(tmp_path, capsys, monkeypatch):
     # `train --limit N` cut every split, the test split it scored included, but recorded no N,
     # and `evaluate` of its model then scored every test example: another loss and accuracy

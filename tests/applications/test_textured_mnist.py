@@ -712,6 +712,7 @@ def test_image_blind_ami_is_the_position_prior_and_chooses_off_the_test_images()
     assert tm.image_blind_ami(train, small_test, small_test)["ami"] == pytest.approx(1.0)
 
 
+@pytest.mark.graph_mode  # graph mode: it checks traced code
 def test_evaluate_scores_the_test_images_of_training_with_its_textures(tmp_path, capsys, monkeypatch):
     # evaluate's textures defaulted to binary random ones, whatever the model was trained on:
     # a model trained on smooth fixed-bank textures got another AMI from `evaluate` than `train`

@@ -7,25 +7,17 @@ TensorFlow tracing its train and evaluation steps (profiled); run eagerly, the s
 skip the tracing. Measured on one core (2026-11-27, ``pytest -n 0 tests/tuning``): 592 s
 in graph mode against 256 s eagerly.
 
-Graph mode stays covered: every application's ``train`` test fits its model through
-``tf.function`` (tests/applications), ``test_search.py``'s search under a
+Graph mode stays covered: every application's ``train`` and ``evaluate`` from the
+command line run traced (tests/applications/conftest.py), ``test_search.py``'s search under a
 ``MirroredStrategy`` is marked ``graph_mode`` and runs traced, and the multi-worker
 search runs in subprocesses, which this fixture does not reach.
 """
 
-import keras
 import pytest
+
+from tests.conftest import functions_run_eagerly
 
 
 @pytest.fixture(autouse=True)
 def _trials_run_eagerly(request):
-    if keras.backend.backend() != "tensorflow" or request.node.get_closest_marker("graph_mode"):
-        yield
-        return
-    import tensorflow as tf
-
-    tf.config.run_functions_eagerly(True)
-    try:
-        yield
-    finally:
-        tf.config.run_functions_eagerly(False)
+    yield from functions_run_eagerly(request)
