@@ -813,7 +813,7 @@ def test_train_refuses_the_folder_of_another_applications_run_or_of_a_search(tmp
     for application in ("demo", "music"):
         assert cli.main(["train", application, "--run-dir", str(search), "--data-dir", missing, "--quiet"]) == 2
         err = capsys.readouterr().err
-        assert f"holds the `keras-capsules tune` search of demo" in err and err.count("\n") == 1, err
+        assert "holds the `keras-capsules tune` search of demo" in err and err.count("\n") == 1, err
     assert _files(search) == before
 
 
