@@ -2,10 +2,11 @@
 
 Most of these tests train a tiny model for an epoch or two and check what is around it:
 the files a run writes, resuming after a crash, the command line, evaluation of the
-split a run recorded. Tracing the train, test and predict steps is most of such a run:
-measured over this folder (2026-11-30, ``pytest -n 2 tests/applications``, each test's
-call in graph mode and eagerly), 2,129 s traced against 1,490 s with each test in the
-faster of the two modes.
+split a run recorded. Tracing the train, test and predict steps is most of such a run.
+The folder's tests took 2,168 s summed over both workers when all ran traced (the whole
+suite, ``pytest tests --durations=0``, 2026-11-30), and 1,473 s with the marks below
+(``pytest tests/applications tests/tuning --durations=0``, the same machine and day).
+Which tests keep graph mode for speed was chosen from each test's time in both modes.
 
 Marked ``graph_mode`` (traced, as a user's ``fit`` is), with the reason on the marker:
 - every application's ``train`` and ``evaluate`` from the command line
