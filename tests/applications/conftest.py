@@ -9,8 +9,8 @@ suite, ``pytest tests --durations=0``, 2026-11-30), and 1,473 s with the marks b
 Which tests keep graph mode for speed was chosen from each test's time in both modes.
 
 Marked ``graph_mode`` (traced, as a user's ``fit`` is), with the reason on the marker:
-- every application's ``train`` and ``evaluate`` from the command line
-  (``test_cli_applications.py``: the tiny train-then-evaluate runs of all of them);
+- every application's ``train`` and ``evaluate`` from the command line (the tiny
+  train-then-evaluate runs of ``test_cli_applications.py``; the demo's in ``test_demo.py``);
 - tests that check traced code: how often a step is traced, ``tf.function`` on unknown
   shapes, the ladder's symbolic loop, the strategies and Keras fixes of
   ``test_distribute.py``;
