@@ -23,6 +23,12 @@ def progress_on_stderr(verbose):
     return contextlib.redirect_stdout(sys.stderr) if verbose else contextlib.nullcontext()
 
 
+def predict(model, x, batch_size, verbose):
+    """``model.predict(x)``, with Keras' progress bar on stderr while ``verbose``."""
+    with progress_on_stderr(verbose):
+        return model.predict(x, batch_size=batch_size, verbose=verbose)
+
+
 def progress_bar(total, unit, verbose):
     """A ``keras.utils.Progbar`` counting ``unit``s while ``verbose``, else None.
 

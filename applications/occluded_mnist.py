@@ -875,11 +875,6 @@ class _SigmoidMSE(keras.losses.Loss):
         return ops.mean(ops.square(ops.cast(y_true, y_pred.dtype) - ops.sigmoid(y_pred)), axis=-1)
 
 
-def _predict(model, frames, batch_size, verbose):
-    with console.progress_on_stderr(verbose):
-        return model.predict(frames, batch_size=batch_size, verbose=verbose)
-
-
 def _digit_error(out, labels):
     """The misclassified fraction of the predicted ``digit`` (``out``: ``model.predict``'s dict)."""
     return float(np.mean(np.argmax(out["digit"], -1) != labels))
@@ -889,7 +884,7 @@ def classification_error(model, data, batch_size=64, verbose=0):
     """Fraction of sequences whose digit is misclassified (``verbose``: 1 shows Keras'
     progress bar, on stderr)."""
     batch_size = integer_at_least("batch_size", batch_size, 1)  # (0 returned a result)
-    return _digit_error(_predict(model, data["frames"], batch_size, verbose), data["labels"])
+    return _digit_error(console.predict(model, data["frames"], batch_size, verbose), data["labels"])
 
 
 #: the groups of :func:`error_per_step` besides "all" (vertical only: horizontal velocity 0)
@@ -967,7 +962,7 @@ def error_per_step(model, data, batch_size=64, verbose=0):
     """
     labels, velocities = _check_step_data(data)
     batch_size = integer_at_least("batch_size", batch_size, 1)
-    return _errors_per_step(_predict(model, data["frames"], batch_size, verbose), labels, velocities)
+    return _errors_per_step(console.predict(model, data["frames"], batch_size, verbose), labels, velocities)
 
 
 def _test_errors(model, data, batch_size=64, verbose=0, out=None):
@@ -975,7 +970,7 @@ def _test_errors(model, data, batch_size=64, verbose=0, out=None):
     ``model.predict``'s dict of ``data["frames"]``, made here if None)."""
     labels, velocities = _check_step_data(data)
     if out is None:
-        out = _predict(model, data["frames"], batch_size, verbose)
+        out = console.predict(model, data["frames"], batch_size, verbose)
     return _digit_error(out, labels), _errors_per_step(out, labels, velocities)
 
 
@@ -1155,7 +1150,7 @@ def train(
     # one prediction for the errors and the plot (a second, of the plot's few sequences,
     # traced the predict step again), with a progress bar (on stderr) while verbose: the
     # 5000 test sequences of the recipe took minutes after the last epoch's bar, in silence
-    out = _predict(model, test_data["frames"], 64, verbose)
+    out = console.predict(model, test_data["frames"], 64, verbose)
     paths["predictions_plot"] = _draw_predictions(out, test_data["frames"], os.path.join(run_dir, "predictions.png"),
                                                   test_data["labels"])
     test_error, errors = _test_errors(model, test_data, out=out)

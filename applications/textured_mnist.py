@@ -558,13 +558,7 @@ def evaluate_iterations(model, data, batch_size=64, verbose=0):
         ``{"ami": [T floats], "error": [T floats] (with a classifier)}``.
     """
     batch_size = integer_at_least("batch_size", batch_size, 1)  # (0 returned a result)
-    return _score_iterations(_predict(model, data["images"], batch_size, verbose), data)
-
-
-def _predict(model, images, batch_size=64, verbose=0):
-    """``model.predict`` of ``images``; ``verbose``: 1 shows Keras' progress bar, on stderr."""
-    with console.progress_on_stderr(verbose):
-        return model.predict(images, batch_size=batch_size, verbose=verbose)
+    return _score_iterations(console.predict(model, data["images"], batch_size, verbose), data)
 
 
 def _score_iterations(out, data):
@@ -1034,7 +1028,7 @@ def train(
     # one prediction for the scores and the plot (a second, of the plot's few images,
     # traced the predict step again), with a progress bar (on stderr) while verbose: the
     # recipe's 1000 test images took a minute after the last epoch's bar, in silence
-    out = _predict(model, test_data["images"], 64, verbose)
+    out = console.predict(model, test_data["images"], 64, verbose)
     paths["segmentation_plot"] = _draw_segmentation(out, test_data["images"], os.path.join(run_dir, "segmentation.png"),
                                                     test_data["segmentation"])
     scores = _score_iterations(out, test_data)
