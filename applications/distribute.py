@@ -362,10 +362,18 @@ def epoch_seed(seed, epoch):
     A stateless function of the pair: the same pair gives the same seed in any
     process, so a resumed run draws (shuffles, crops, mixes) its epochs as the
     uninterrupted run did; two epochs or two seeds give unrelated seeds. ``epoch`` may
-    be a tensor (the element of :func:`epoch_stream`'s counter).
+    be a tensor (the element of :func:`epoch_stream`'s counter). An integer ``seed`` of
+    2**63 or more (the seed is an ``int64``) is folded into 64 bits first, its 64-bit
+    words xor-ed together, and read as an ``int64`` (as a graph casts a ``uint64``):
+    eagerly, TensorFlow refused such a seed.
     """
     import tensorflow as tf
 
+    if isinstance(seed, numbers.Integral) and not isinstance(seed, bool) and seed >= 2**63:
+        seed, folded = int(seed), 0
+        while seed:
+            seed, folded = seed >> 64, folded ^ (seed & (2**64 - 1))
+        seed = folded - 2**64 if folded >= 2**63 else folded  # int64's bits of a uint64
     pair = tf.stack([tf.cast(seed, tf.int64), tf.cast(epoch, tf.int64)])
     return tf.random.stateless_uniform([], pair, minval=None, maxval=None, dtype=tf.int64)
 

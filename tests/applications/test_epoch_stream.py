@@ -142,3 +142,21 @@ def test_training_epochs_is_one_redrawn_epoch_or_the_stream_of_seeded_ones():
     epoch_1 = [b.tolist() for b in stream.take(2).as_numpy_iterator()]
     later = distribute.epoch_stream(lambda e: one_pass(distribute.epoch_seed(7, e), False), 2)
     assert epoch_1 == [b.tolist() for b in later.skip(2).take(2).as_numpy_iterator()]
+
+
+def test_epoch_seed_takes_seeds_of_64_bits_and_more():
+    # Seeds of 2**63 and more failed eagerly inside TensorFlow ("out-of-range integer"),
+    # of 2**64 and more in a graph too. They are folded into 64 bits, as a graph read
+    # those below 2**64.
+    wide = [2**63 - 1, 2**63, 2**64 - 1, 2**64, 2**64 + 5, 2**64 * 3 + 5, 2**200 + 1]
+    seeds = [int(distribute.epoch_seed(s, 1)) for s in wide]
+    assert len(set(seeds)) == len(wide)
+    assert int(distribute.epoch_seed(np.uint64(2**64 - 1), 1)) == seeds[2]
+    # Folding xors the 64-bit words: 2**64 + 5 is seed 1 ^ 5 = 4.
+    assert seeds[3] == int(distribute.epoch_seed(1, 1))
+    assert seeds[4] == int(distribute.epoch_seed(4, 1))
+    stream = distribute.training_epochs(
+        lambda seed, first: tf.data.Dataset.range(5).shuffle(5, seed=seed), 2**70, 5, first_epoch=0)
+    assert sorted(stream.take(5).as_numpy_iterator()) == [0, 1, 2, 3, 4]
+    as_graph = tf.function(lambda: distribute.epoch_seed(2**63, tf.constant(1, tf.int64)))
+    assert int(as_graph()) == seeds[1]
