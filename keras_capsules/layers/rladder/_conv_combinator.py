@@ -91,13 +91,14 @@ class ConvCombinatorBase(keras.layers.Layer):
                     )
                 self._check_vector_top_upsample(top)
             elif len(top) == 4:
+                if lat[1] % self.upsample or lat[2] % self.upsample:
+                    raise ValueError(
+                        f"{name} with upsample={self.upsample} needs the height and width "
+                        f"of x_lat divisible by {self.upsample} (x_top is x_lat's size "
+                        f"divided by it). Received: x_lat shape={lat}"
+                    )
                 expected = (lat[1] // self.upsample, lat[2] // self.upsample)
-                if (
-                    top[3] is None
-                    or lat[1] % self.upsample
-                    or lat[2] % self.upsample
-                    or tuple(top[1:3]) != expected
-                ):
+                if top[3] is None or tuple(top[1:3]) != expected:
                     raise ValueError(
                         f"{name} with upsample={self.upsample} expects x_top of shape "
                         f"[batch, {expected[0]}, {expected[1]}, top_channels] for x_lat of "

@@ -637,6 +637,9 @@ class RLadder(keras.layers.Layer):
         # Built for sequences of any length (T = None, e.g. keras.Input((None, ...))):
         # JAX, which traces every batch with its T, loops symbolically (see ``unroll``).
         self._built_for_any_length = steps is None
+        # The levels first: a convolutional level on a vector input is the error to name
+        # (not the input combinator, which the defaults give).
+        self._enc_inputs, self._enc_outputs = self._level_shapes(features)
         if len(features) == 1 and self.use_decoder and self.input_combinator != "G1":
             raise ValueError(
                 "A vector input needs input_combinator='G1'. "
@@ -647,7 +650,6 @@ class RLadder(keras.layers.Layer):
                 "An image input needs a convolutional input_combinator (ConvG1, ConvG2 or "
                 f"ConvG3). Received: input_combinator={self.input_combinator!r}"
             )
-        self._enc_inputs, self._enc_outputs = self._level_shapes(features)
         if self.normalization == "layer":
             for i, x in enumerate(self._enc_inputs):
                 if None not in x and math.prod(x) == 1:

@@ -320,6 +320,16 @@ def test_an_x_top_unlike_the_one_built_for_is_a_clear_error(case):
     layer([_normal(*s) for s in built])  # still fine
 
 
+@pytest.mark.parametrize("make", [lambda: ConvG1(upsample=2), lambda: ConvG2(upsample=2),
+                                  lambda: ConvG3(upsample=2, upsample_mode="transpose")],
+                         ids=["ConvG1", "ConvG2", "ConvG3"])
+def test_an_x_lat_not_divisible_by_upsample_is_named_as_the_error(make):
+    # Audit (2026-11-30): x_lat 7x7 with upsample=2 said "expects x_top of shape
+    # [batch, 3, 3, top_channels] ... Received: x_top shape=(2, 3, 3, 4)".
+    with pytest.raises(ValueError, match=r"x_lat divisible by 2 .*Received: x_lat shape=\(2, 7, 7, 5\)"):
+        make()([_normal(2, 3, 3, 4), _normal(2, 7, 7, 5)])
+
+
 INTEGER_CASES = {  # layer, x_top shape (None: top level), x_lat shape
     "G1": (lambda: G1(), (2, 3), (2, 4)),
     "G1, top level": (lambda: G1(), None, (2, 4)),

@@ -266,6 +266,10 @@ def test_bad_input_shapes():
     with pytest.raises(ValueError, match="image input needs a convolutional input_combinator"):
         RLadder(DENSE_LEVELS)(_seq(2, 2, 3, 3, 1))
     with pytest.raises(ValueError, match="vector input needs input_combinator='G1'"):
+        RLadder(DENSE_LEVELS, input_combinator="ConvG1")(_seq(2, 2, 5))
+    # Audit (2026-11-30): convolutional levels on a vector input named the input
+    # combinator (which the user had not set), and only after it the levels.
+    with pytest.raises(ValueError, match=r"levels\[0\] is convolutional and expects an image"):
         RLadder(CONV_LEVELS)(_seq(2, 2, 5))
     layer = RLadder(DENSE_LEVELS)
     layer(_seq(2, 3, 5))
