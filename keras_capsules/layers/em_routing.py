@@ -471,6 +471,13 @@ class EMRouting(keras.layers.Layer):
         # their poses are replaced by zeros before any arithmetic touches them.
         # A NaN score is not an exclusion: it gives NaN, as in the reference.
         valid = ops.not_equal(a_inp, ops.cast(-math.inf, dtype))
+        # Sizes unknown when traced (a tf.function or XLA for any batch or n_inp): a_inp,
+        # mu_inp and a fixed n_inp must still agree when the layer runs, where a size-1
+        # axis of one of them would otherwise be broadcast silently over the others.
+        if None in tuple(a_inp.shape[:2]) or tuple(a_inp.shape[:2]) != tuple(mu_inp.shape[:2]):
+            valid = exactly_shaped_like(valid, ops.ones(ops.shape(mu_inp)[:2], "bool"))
+        if self.n_inp is not None and a_inp.shape[1] is None:
+            valid = exactly_shaped_like(valid, ops.ones((ops.shape(a_inp)[0], self.n_inp), "bool"))
         n_inp = a_inp.shape[1] if a_inp.shape[1] is not None else mu_inp.shape[1]
         batch = a_inp.shape[0] if a_inp.shape[0] is not None else mu_inp.shape[0]
         user_mask = self._combined_mask(mask, n_inp, batch)

@@ -745,6 +745,39 @@ def test_a_mask_of_another_shape_fails_when_shapes_are_known_only_at_run_time(n_
         route(a, mu, np.ones(mask_shape, bool))
 
 
+@pytest.mark.parametrize("jit_compile", [False, True], ids=["graph", "xla"])
+@pytest.mark.parametrize("n_inp", [None, 6], ids=["shared", "fixed"])
+def test_inputs_of_other_sizes_fail_when_shapes_are_known_only_at_run_time(n_inp, jit_compile):
+    """Audit (2026-11-30): traced for any batch and n_inp (None), a_inp and mu_inp of
+    other batch sizes or other numbers of capsules (one of them 1) were broadcast
+    silently over each other (``model.fit`` on a dataset of unknown shapes trained on),
+    and a fixed n_inp=6 took one capsule under XLA, broadcast over its 6 weight sets."""
+    tensorflow_only("a tf.function traced with unknown shapes (JAX traces concrete shapes)")
+    import tensorflow as tf
+
+    rng = np.random.default_rng(8)
+    layer = EMRouting(n_out=3, d_out=2, n_inp=n_inp)
+    layer([np.zeros((2, 6), "float32"), np.zeros((2, 6, 2, 3), "float32")])
+    route = tf.function(
+        lambda a, mu: layer([a, mu]), jit_compile=jit_compile,
+        input_signature=[tf.TensorSpec((None, None)), tf.TensorSpec((None, None, 2, 3))],
+    )
+
+    def run(a_shape, mu_shape):
+        return route(rng.normal(size=a_shape).astype("float32"),
+                     rng.normal(size=mu_shape + (2, 3)).astype("float32"))
+
+    assert run((2, 6), (2, 6))[0].shape == (2, 3)  # the right shapes still run
+    for a_shape, mu_shape in [((4, 6), (1, 6)), ((1, 6), (4, 6)), ((2, 6), (2, 1)), ((2, 1), (2, 6))]:
+        with pytest.raises(tf.errors.InvalidArgumentError):
+            run(a_shape, mu_shape)
+    if n_inp is None:
+        assert run((2, 1), (2, 1))[0].shape == (2, 3)
+    else:
+        with pytest.raises(tf.errors.InvalidArgumentError):
+            run((2, 1), (2, 1))
+
+
 @pytest.mark.parametrize("kwargs,masked", [
     (dict(n_out=3, d_out=2, n_inp=6, algorithm="votes"), False),
     (dict(n_out=3, d_out=2, algorithm="moments"), True),
