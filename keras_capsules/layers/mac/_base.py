@@ -215,22 +215,26 @@ class MACLayerBase(keras.layers.Layer):
         one shape start different and the same seed gives the same weights."""
         return f"{type(self).__name__}/{name}"
 
-    def add_kernel(self, name, shape, initializer=None):
+    def add_kernel(self, name, shape, initializer=None, per_step=False):
+        """A kernel weight with the layer's kernel options. ``per_step``: the weight
+        stacks one matrix per step on its first axis; the regularizer and constraint
+        then act on each step's matrix (as on any kernel), not on the stack."""
         return self.add_weight(
             name=name,
             shape=shape,
             initializer=fresh_initializer(initializer or self.kernel_initializer, self._salt(name)),
-            regularizer=self.kernel_regularizer,
-            constraint=self.kernel_constraint,
+            regularizer=per_step_regularizer(self.kernel_regularizer) if per_step else self.kernel_regularizer,
+            constraint=per_step_constraint(self.kernel_constraint) if per_step else self.kernel_constraint,
         )
 
-    def add_bias(self, name, shape, initializer=None):
+    def add_bias(self, name, shape, initializer=None, per_step=False):
+        """A bias weight with the layer's bias options (``per_step``: as ``add_kernel``)."""
         return self.add_weight(
             name=name,
             shape=shape,
             initializer=fresh_initializer(initializer or self.bias_initializer, self._salt(name)),
-            regularizer=self.bias_regularizer,
-            constraint=self.bias_constraint,
+            regularizer=per_step_regularizer(self.bias_regularizer) if per_step else self.bias_regularizer,
+            constraint=per_step_constraint(self.bias_constraint) if per_step else self.bias_constraint,
         )
 
     def dense(self, x, kernel, bias):
@@ -277,14 +281,54 @@ def _step_seed(seed, step):
 
 def _step_copy(initializer, step):
     """A copy of ``initializer`` for step ``step``: a seeded one gets the seed
-    ``_step_seed(seed, step)``, so the steps differ and stay reproducible."""
+    ``_step_seed(seed, step)``, so the steps differ and stay reproducible.
+
+    One seeded with a ``keras.random.SeedGenerator`` is used as it is: it draws new
+    values at every call, whereas copies made from its config each restarted a generator
+    at the same seed, and every step started with the same matrix. So is one without a
+    ``seed`` (a deterministic initializer: its copy could lose arguments).
+    """
     if not isinstance(initializer, keras.initializers.Initializer):
         return initializer
+    if isinstance(getattr(initializer, "seed", None), keras.random.SeedGenerator):
+        return initializer
     config = initializer.get_config()
+    if "seed" not in config:
+        return initializer
     seed = config.get("seed")
     if isinstance(seed, numbers.Integral) and not isinstance(seed, bool):
         config["seed"] = _step_seed(seed, step)
     return initializer.__class__.from_config(config)
+
+
+def per_step_constraint(constraint):
+    """``constraint`` applied to each step's slice of a ``[steps, ...]`` weight.
+
+    A Keras constraint acts on one kernel: on the stack, ``UnitNorm`` (axis 0)
+    normalized across the steps, and ``MaxNorm`` or ``MinMaxNorm`` too. None stays None.
+    """
+    if constraint is None:
+        return None
+
+    def apply(w):
+        return ops.stack([constraint(w[i]) for i in range(w.shape[0])])
+
+    return apply
+
+
+def per_step_regularizer(regularizer):
+    """The sum of ``regularizer`` over each step's slice of a ``[steps, ...]`` weight.
+
+    The same value for an elementwise penalty (L1, L2); a penalty of one matrix
+    (``OrthogonalRegularizer``, rank 2 only) failed on the stack. None stays None.
+    """
+    if regularizer is None:
+        return None
+
+    def apply(w):
+        return ops.sum(ops.stack([regularizer(w[i]) for i in range(w.shape[0])]))
+
+    return apply
 
 
 def per_step_initializer(initializer, steps):

@@ -117,8 +117,9 @@ class ControlUnit(_base.MACLayerBase):
             "question_kernel",
             (self.max_steps, d_q, d),
             initializer=_base.per_step_initializer(self.kernel_initializer, self.max_steps),
+            per_step=True,
         )
-        self.question_bias = self.add_bias("question_bias", (self.max_steps, d))
+        self.question_bias = self.add_bias("question_bias", (self.max_steps, d), per_step=True)
         if self.use_previous_control:
             self.control_question_kernel = self.add_kernel("control_question_kernel", (2 * d, d))
             self.control_question_bias = self.add_bias("control_question_bias", (d,))

@@ -262,3 +262,40 @@ def test_any_integer_tensor_step_selects_its_projection(dtype):
     np.testing.assert_array_equal(layer(x, step=tensor(2, dtype))[0], layer(x, step=2)[0])
     traced = compiled(lambda s: layer(x, step=s)[0], jit_compile=False)
     np.testing.assert_allclose(traced(tensor(1, dtype)), layer(x, step=1)[0], atol=1e-6)
+
+
+def test_an_initializer_seeded_with_a_seed_generator_starts_the_steps_different():
+    # Audit (2026-11-30): each step's copy of the initializer restarted the generator
+    # at the same state, so every step's question projection started equal.
+    init = keras.initializers.GlorotUniform(seed=keras.random.SeedGenerator(3))
+    layer = ControlUnit(max_steps=STEPS, kernel_initializer=init)
+    layer(_inputs())
+    kernel = np.asarray(layer.question_kernel)
+    for step in range(1, STEPS):
+        assert not np.allclose(kernel[0], kernel[step])
+    x = _inputs()
+    assert not np.allclose(layer(x, step=0)[0], layer(x, step=STEPS - 1)[0])
+
+
+def test_the_kernel_and_bias_options_act_on_each_steps_matrix():
+    # Audit (2026-11-30): the options acted on the [max_steps, d_q, d] stack. UnitNorm
+    # normalized across the steps (with max_steps=1 every entry became +-1), and
+    # OrthogonalRegularizer (rank 2 only) failed at build.
+    layer = ControlUnit(max_steps=STEPS, kernel_constraint=keras.constraints.UnitNorm(),
+                        bias_constraint=keras.constraints.UnitNorm(),
+                        kernel_regularizer=keras.regularizers.OrthogonalRegularizer(0.01))
+    layer(_inputs())
+    kernel = layer.question_kernel
+    constrained = np.asarray(kernel.constraint(kernel))
+    for step in range(STEPS):
+        np.testing.assert_allclose(np.linalg.norm(constrained[step], axis=0), 1.0, rtol=1e-5)
+        np.testing.assert_allclose(constrained[step], np.asarray(keras.constraints.UnitNorm()(kernel[step])))
+    bias = layer.question_bias
+    bias.assign(np.random.default_rng(0).normal(size=bias.shape))
+    np.testing.assert_allclose(np.linalg.norm(np.asarray(bias.constraint(bias)), axis=-1), 1.0, rtol=1e-5)
+    want = sum(float(keras.regularizers.OrthogonalRegularizer(0.01)(kernel[step])) for step in range(STEPS))
+    np.testing.assert_allclose(float(kernel.regularizer(kernel)), want, rtol=1e-5)
+    l2 = ControlUnit(max_steps=STEPS, kernel_regularizer=keras.regularizers.L2(0.1))
+    l2(_inputs())  # an elementwise penalty: the same value as on the stack
+    np.testing.assert_allclose(float(l2.question_kernel.regularizer(l2.question_kernel)),
+                               0.1 * float(np.sum(np.square(np.asarray(l2.question_kernel)))), rtol=1e-5)
