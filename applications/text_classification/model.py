@@ -183,6 +183,10 @@ def build_model(
         A ``keras.Model`` from ids ``[batch, length]`` (int32, 0 = padding) to class
         scores ``[batch, num_classes]`` in ``[0, 1]``.
     """
+    _positive_int("num_classes", num_classes)
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, numbers.Integral) or vocab_size < 2:
+        raise InputError("`vocab_size` must be an integer >= 2 (ids 0 and 1 are the padding and "
+                         f"the out-of-vocabulary word). Received: vocab_size={vocab_size!r}")
     check_arguments(
         routing=routing, embedding=embedding, embedding_dim=embedding_dim,
         num_codebooks=num_codebooks, gru_units=gru_units, dropout=dropout,

@@ -416,6 +416,18 @@ def test_bad_model_options_are_refused_before_the_data_is_prepared(options, mess
         model_lib.build_model(50, 2, **options)
 
 
+@pytest.mark.parametrize("vocab_size,num_classes,message", [
+    (0, 4, "Received: vocab_size=0"), (2.5, 4, "Received: vocab_size=2.5"), (1, 4, "Received: vocab_size=1"),
+    (100, 0, "Received: num_classes=0"), (100, True, "Received: num_classes=True"),
+])
+def test_build_model_names_a_bad_vocab_size_or_num_classes(vocab_size, num_classes, message):
+    # Audit (2026-11-30): the layers refused them under their own names (input_dim, n_out).
+    from applications.errors import InputError
+
+    with pytest.raises(InputError, match=message):
+        model_lib.build_model(vocab_size, num_classes)
+
+
 def test_command_line_refuses_bad_numbers(capsys):
     import argparse
 
