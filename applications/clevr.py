@@ -622,11 +622,15 @@ def load_features(features_path):
 
 
 def split_punctuation(texts):
-    """Lowercases and puts spaces around punctuation (a ``tf.string`` tensor)."""
+    """Lowercases and puts spaces around punctuation (a ``tf.string`` tensor of UTF-8).
+
+    Letters, digits and marks of any script stay in their words: TensorFlow's ``\\w``
+    and ``tf.strings.lower`` are ASCII only, and split ``"café"`` into ``caf`` and ``é``.
+    """
     import tensorflow as tf
 
-    texts = tf.strings.lower(texts)
-    return tf.strings.regex_replace(texts, r"([^\w\s])", r" \1 ")
+    texts = tf.strings.lower(texts, encoding="utf-8")
+    return tf.strings.regex_replace(texts, r"([^\pL\pN\pM_\s])", r" \1 ")
 
 
 def tokenize(texts):

@@ -74,6 +74,16 @@ def test_tokenize_vocabularies_and_encoding():
     np.testing.assert_array_equal(labels, [0, -1])
 
 
+def test_tokenize_keeps_letters_of_any_script_in_their_words():
+    # Audit (2026-11-30): TensorFlow's \w and lower() are ASCII only: "naïve café"
+    # gave na | ï | ve | caf | é, and "Été" kept its capital É.
+    tokens = clevr.tokenize(tf.constant(["Naïve CAFÉ, Été: größer-als 2½?", "ВСЕ кубы?"]))
+    assert [[w.decode() for w in q] for q in tokens.to_list()] == [
+        ["naïve", "café", ",", "été", ":", "größer", "-", "als", "2½", "?"],
+        ["все", "кубы", "?"],
+    ]
+
+
 def test_builders_give_the_paper_shapes():
     tokens = keras.Input((None,), dtype="int32")
     words, question = clevr.input_unit(tokens, 90, embedding_dim=300, units=512)
