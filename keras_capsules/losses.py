@@ -39,7 +39,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_capsules._validation import concrete_values
+from keras_capsules._validation import concrete_values, exactly_shaped_like
 from keras_capsules.ops import maximum, routing_dtype
 
 try:  # the getter keras.losses.Loss uses (masks of JAX arrays are not attributes)
@@ -756,6 +756,11 @@ class MixtureNLL(keras.losses.Loss):
                 f"(group_axis={self.group_axis}) and with one channel less. Received: "
                 f"y_true shape={tuple(y_true.shape)}, y_pred shape={tuple(y_pred.shape)}"
             )
+        if None in tuple(y_true.shape) or None in tuple(y_pred.shape):
+            # Sizes unknown when traced: y_true must still have the shape of one group's
+            # means when the loss runs (a size-1 axis of either was broadcast silently).
+            like = ops.take(y_pred[..., :-1], 0, axis=axis)
+            y_true = exactly_shaped_like(ops.cast(y_true, like.dtype), like)
         return mixture_nll(
             y_true,
             y_pred[..., :-1],

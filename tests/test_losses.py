@@ -354,6 +354,11 @@ def test_mixture_nll_traced_for_any_shape_matches_eager():
         input_signature=[tf.TensorSpec((None,) * 4), tf.TensorSpec((None,) * 5)],
     )
     np.testing.assert_allclose(np.asarray(traced(x, packed)), np.asarray(loss(x, packed)), rtol=1e-6)
+    # Audit (2026-11-30): traced so, a y_true of batch 1, or of one row of pixels, was
+    # broadcast silently over y_pred (eagerly a ValueError), and the reverse too.
+    for bad_x, bad_packed in [(x[:1], packed), (x, packed[:1]), (x[:, :1], packed), (x, packed[:, :, :1])]:
+        with pytest.raises(tf.errors.InvalidArgumentError):
+            traced(bad_x, bad_packed)
 
 
 @pytest.mark.parametrize("reduction", ["sum_over_batch_size", "mean", "mean_with_sample_weight", "sum"])
