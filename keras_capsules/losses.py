@@ -176,7 +176,9 @@ def _targets_of_unknown_kind(y_true, y_pred):
     column = y_true[..., 0]
     ids = ops.cast(column, "int32")
     from_ids = _one_hot(ids, n_classes, y_pred.dtype)
-    one_hot = ops.broadcast_to(ops.cast(y_true, y_pred.dtype), ops.shape(y_pred))
+    # labels' own leading axes: the loss checks them against the scores' (a batch of 1
+    # broadcast to the scores' batch here went unnoticed)
+    one_hot = ops.broadcast_to(ops.cast(y_true, y_pred.dtype), tuple(ops.shape(y_true)[:-1]) + (n_classes,))
     invalid = ops.logical_and(as_ids, _invalid_ids(column, ids, n_classes))
     return ops.where(as_ids, from_ids, one_hot), invalid
 
@@ -339,6 +341,9 @@ class CapsuleLoss(keras.losses.Loss):
 
     def call(self, y_true, y_pred):
         targets, invalid = _targets(y_true, y_pred)
+        # Sizes unknown when traced: one label per sample must still hold when the loss
+        # runs (a batch of 1 label was broadcast silently over the scores).
+        targets = exactly_shaped_like(targets, y_pred)
         total = 0.0
         for term in self.terms:
             if term == "margin":

@@ -222,6 +222,27 @@ def test_traced_labels_of_unknown_last_axis_are_told_apart_at_run_time(jit_compi
         assert np.isnan(per_sample[1]) and np.isfinite(np.delete(per_sample, 1)).all()
 
 
+@pytest.mark.parametrize("label_shape", [[None], [None, 1], [None, None], [None, 3]])
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_traced_labels_for_another_batch_size_fail_at_run_time(label_shape, jit_compile):
+    # Audit (2026-11-30): traced for any batch, one label (ids or one-hot) for 4 samples
+    # was broadcast silently over their scores (eagerly a ValueError).
+    tensorflow_only("a tf.function input_signature with an unknown batch (JAX traces static shapes)")
+    import tensorflow as tf
+
+    scores = np.random.default_rng(2).uniform(size=(4, 3)).astype("float32")
+    ids = np.array([0, 2, 1, 1])
+    labels = np.eye(3, dtype="float32")[ids] if label_shape in ([None, None], [None, 3]) else ids.astype("float32")
+    labels = labels.reshape(4, 1) if label_shape == [None, 1] else labels
+    spec = [tf.TensorSpec(label_shape, tf.float32), tf.TensorSpec([None, 3], tf.float32)]
+    for loss in (CapsuleLoss(), MarginLoss()):
+        traced = tf.function(lambda y, p: loss(y, p), input_signature=spec, jit_compile=jit_compile)
+        np.testing.assert_allclose(float(traced(labels, scores)), float(loss(labels, scores)), rtol=1e-6)
+        for y, p in ((labels[:1], scores), (labels, scores[:1])):
+            with pytest.raises(tf.errors.InvalidArgumentError):
+                traced(y, p)
+
+
 @pytest.mark.parametrize(
     "make,message",
     [
