@@ -412,6 +412,8 @@ def epoch_stream(one_pass, batches, first_epoch=0):
 
     batches = checks.integer_at_least("batches", batches, 1)
     first_epoch = checks.integer_at_least("first_epoch", first_epoch, 0)
+    if not callable(one_pass):
+        raise InputError(f"`one_pass` must be a function epoch -> tf.data.Dataset. Received: one_pass={one_pass!r}")
 
     def checked_pass(epoch):
         # The epoch's draws are seeded by the seeds given (epoch_seed) alone: without a
@@ -419,9 +421,16 @@ def epoch_stream(one_pass, batches, first_epoch=0):
         # seed the process set (keras.utils.set_random_seed(0) even made tf.data compare
         # a seed tensor with 0 in Python, an error). It holds for this function only.
         tf.compat.v1.set_random_seed(None)
-        return one_pass(epoch).apply(tf.data.experimental.assert_cardinality(batches))
+        epoch_pass = one_pass(epoch)
+        if not isinstance(epoch_pass, tf.data.Dataset):  # refused below, outside tf.data's trace
+            returned.append(type(epoch_pass).__name__)
+            return tf.data.Dataset.range(0)
+        return epoch_pass.apply(tf.data.experimental.assert_cardinality(batches))
 
-    stream = tf.data.Dataset.counter(first_epoch).flat_map(checked_pass)
+    returned = []
+    stream = tf.data.Dataset.counter(first_epoch).flat_map(checked_pass)  # traces checked_pass
+    if returned:
+        raise InputError(f"`one_pass` must return the epoch's tf.data.Dataset. Received: {returned[0]}")
     return stream.apply(tf.data.experimental.assert_cardinality(tf.data.INFINITE_CARDINALITY))
 
 

@@ -97,6 +97,17 @@ def test_epoch_stream_refuses_bad_counts(kwargs):
         distribute.epoch_stream(lambda epoch: tf.data.Dataset.range(1).batch(1), **args)
 
 
+@pytest.mark.parametrize("one_pass,message", [
+    (None, "`one_pass` must be a function epoch -> tf.data.Dataset. Received: one_pass=None"),
+    (lambda epoch: [1, 2], "`one_pass` must return the epoch's tf.data.Dataset. Received: list"),
+])
+def test_epoch_stream_refuses_a_one_pass_that_gives_no_dataset(one_pass, message):
+    # Audit (2026-11-30): a raw TypeError / AttributeError inside tf.data's trace.
+    with pytest.raises(InputError) as info:
+        distribute.epoch_stream(one_pass, 2)
+    assert str(info.value) == message
+
+
 def test_epoch_seed_is_stateless_and_distinct():
     seeds = [[int(distribute.epoch_seed(s, e)) for e in range(4)] for s in range(3)]
     assert len({v for row in seeds for v in row}) == 12
