@@ -10,8 +10,9 @@ values the search was started with, and its other options but paths, ``--strateg
 ``--quiet`` and the like (``--seed``, ``--batch-size``, ``--limit``, the
 application's: :func:`search_options`); others are a one-line error. ``--overwrite``
 starts afresh (and removes the old search's best model, hyperparameters and metrics).
-Hyperband has no trial budget of its own: its oracle's ``max_trials`` is set too, so
-``--max-trials`` bounds every tuner.
+Hyperband has no trial budget of its own: its oracle's ``max_trials`` is set too, and
+it sweeps its brackets as many times as it takes, so ``--max-trials`` is the number of
+trials of every tuner.
 
 A directory holds the best files of one application's search: ``tune`` of another
 application into it (whose best files would replace the first one's) is a one-line
@@ -97,7 +98,12 @@ def make_tuner(kind, hypermodel, directory, project_name, max_trials, epochs=3, 
     )
     if kind == "hyperband":
         tuner = keras_tuner.Hyperband(hypermodel, max_epochs=max(epochs, 2), factor=3, **common)
+        # Set after keras-tuner has reloaded a stopped search's oracle (which restores
+        # both): Hyperband sweeps its brackets again until max_trials trials have run (an
+        # iteration runs one trial or more). With keras-tuner's one iteration it stopped
+        # at the trials of one sweep (2 at --epochs 1), under any larger --max-trials.
         tuner.oracle.max_trials = max_trials
+        tuner.oracle.hyperband_iterations = max_trials
     elif kind == "bayesian":
         tuner = keras_tuner.BayesianOptimization(hypermodel, max_trials=max_trials, **common)
     elif kind == "random":

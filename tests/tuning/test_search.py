@@ -120,6 +120,23 @@ def _scored_search(tmp_path, scores):
     return search, tuner
 
 
+def test_hyperband_runs_max_trials_trials_also_on_a_resume(tmp_path):
+    # Audit (2026-11-30): Hyperband ran keras-tuner's one iteration (one sweep of its
+    # brackets: 2 trials at --epochs 1) and stopped, under --max-trials 3 and on a
+    # resume with a larger one, saying nothing.
+    from tuning import search
+
+    def search_to(max_trials):
+        tuner = search.make_tuner("hyperband", _ScoredHyperModel([0.5] * 20), str(tmp_path / "s"), "hb",
+                                  max_trials=max_trials, epochs=1,
+                                  objective=keras_tuner.Objective("val_loss", "min"))
+        tuner.search(verbose=0)
+        return len(search._finished(tuner))
+
+    assert search_to(3) == 3
+    assert search_to(5) == 5
+
+
 def test_export_best_passes_over_a_diverged_trial(tmp_path):
     # keras-tuner ranks the scores as they are: a trial whose loss went to -inf was
     # exported as the best, and "best_score": -Infinity written into the JSON file.
