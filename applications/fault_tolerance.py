@@ -1331,16 +1331,20 @@ def recorded_run(folder, application):
     (none was there, or another application's without its run: :func:`folder_contents`)
     is taken back when the block fails before the run trained (no new backup): a
     command refused for its data leaves nothing behind. A new run that crashed after
-    its first backup keeps it: the folder holds its run.
+    its first backup keeps it, and so does one that wrote its ``history.csv`` or
+    TensorBoard ``logs/`` (one that diverged in its first epoch): the folder holds its
+    run (without the record, a run of another application was let in, and mixed its
+    logs with these).
     """
     key = os.path.abspath(folder)
     had_backup = backup_exists(folder)
+    had_run_files = _run_outputs(folder)
     _PENDING_RECORDS[key] = pending = {"application": application, "done": False, "wrote": False, "previous": None}
     try:
         yield
         _write_pending_record(folder)
     except BaseException:
-        if pending["wrote"] and (had_backup or not backup_exists(folder)):
+        if pending["wrote"] and (had_backup or not backup_exists(folder)) and _run_outputs(folder) <= had_run_files:
             path = os.path.join(folder, RUN_RECORD)
             if pending["previous"] is None:
                 _remove(path)
@@ -1354,6 +1358,11 @@ def recorded_run(folder, application):
         raise
     finally:
         _PENDING_RECORDS.pop(key, None)
+
+
+def _run_outputs(folder):
+    """The outputs a ``train`` run writes as it starts training that ``folder`` holds."""
+    return {name for name in (HISTORY_CSV, "logs") if os.path.lexists(os.path.join(folder, name))}
 
 
 def _write_pending_record(folder):

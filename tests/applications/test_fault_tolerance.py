@@ -1058,6 +1058,12 @@ def test_a_diverged_train_command_is_one_line_and_exit_code_2(tmp_path, capsys):
     assert err.startswith("keras-capsules: error: training diverged: "), err
     assert "start a new run (a new --run-dir)" in err
     assert not (run_dir / "model.keras").exists() and not (run_dir / "metrics.json").exists()
+    # Audit (2026-11-30): diverged before its first backup, the run took its record back
+    # but left history.csv and logs/: a run of another application was let in.
+    assert (run_dir / "history.csv").exists() and (run_dir / "logs").is_dir()
+    assert fault_tolerance.folder_contents(str(run_dir))["train"] == "demo"
+    with pytest.raises(fault_tolerance.FolderInUseError, match="holds the run of demo"):
+        fault_tolerance.check_train_folder(str(run_dir), "music")
 
 
 def _strict_json(text):
