@@ -476,7 +476,7 @@ def main(argv=None):
     except _USER_ERRORS as err:
         if new_output:
             _remove_empty_dirs(new_output)
-        return report(_with_the_command_that_makes_the_model(err, args), PROG)
+        return report(_with_option_names(_with_the_command_that_makes_the_model(err, args), parser, args), PROG)
     except KeyboardInterrupt as interrupt:  # Ctrl-C: one line that says how to go on, no traceback
         if os.environ.get("KERAS_CAPSULES_DEBUG"):
             raise
@@ -569,6 +569,36 @@ def _with_the_command_that_makes_the_model(err, args):
     else:
         hint = f"train one first with `keras-capsules train {app} --run-dir DIR` (it writes DIR/model.keras)"
     better = PathNotFoundError(f"{prefix}: {hint}")
+    better.__cause__ = err
+    return better
+
+
+def _with_option_names(err, parser, args):
+    """``err``, or the same error naming the command's options as they are typed where its
+    message named their Python parameters: ``train occluded_mnist --frame-size 10`` said
+    "`frame_size` must be at least ... Received: frame_size=10"; it says "`--frame-size`
+    must be at least ... Received: --frame-size 10". (The checks that raise are the
+    Python API's, shared by both.)"""
+    import re
+
+    try:
+        sub = _command_parser(parser, args.command)
+    except (StopIteration, KeyError):
+        return err
+    message = str(err)
+    named = message
+    for action in sub._actions:
+        option = next((o for o in action.option_strings if o.startswith("--")), None)
+        if option is None or action.dest in ("help", argparse.SUPPRESS):
+            continue
+        named = named.replace(f"`{action.dest}`", f"`{option}`")
+        named = re.sub(rf"(?<![\w`.\-]){re.escape(action.dest)}=", f"{option} ", named)
+    if named == message:
+        return err
+    try:
+        better = type(err)(named)
+    except Exception:  # an error class with other constructor arguments
+        better = CommandLineError(named)
     better.__cause__ = err
     return better
 

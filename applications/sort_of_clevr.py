@@ -798,7 +798,8 @@ def add_arguments(parser, command):
     if command == "train":
         parser.add_argument("--steps", type=positive_int, default=20000,
                             help="training steps in total, spread over --epochs (the first epochs take one "
-                            "more step when they do not divide evenly) (default: %(default)s)")
+                            "more step when they do not divide evenly; with fewer steps than --epochs, one "
+                            "step in each of --steps epochs) (default: %(default)s)")
         parser.add_argument("--coordinate-frequencies", type=non_negative_int, default=4,
                             help="symbolic KB: sin/cos frequencies per object coordinate, 0 for the raw "
                                  "coordinates (default: %(default)s)")

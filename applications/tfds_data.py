@@ -23,7 +23,13 @@ def require_prepared(name, data_dir=None):
         # error below: a second line, about a folder that is not there)
         what = "is a file, not a folder" if os.path.exists(data_dir) else "does not exist"
         raise DataNotFoundError(f"data directory {str(data_dir)!r} {what}")
+    from absl import logging as absl_logging
+
     where = data_dir or "the default TFDS data directory (~/tensorflow_datasets)"
+    # TFDS logs "Variant folder <data_dir>/<name>/<version> has no dataset_info.json" for
+    # a data directory without the dataset: a second line before the error below.
+    verbosity = absl_logging.get_verbosity()
+    absl_logging.set_verbosity(absl_logging.ERROR)
     try:
         builder = tfds.builder(name, data_dir=data_dir)
         prepared = builder.is_prepared()
@@ -32,6 +38,8 @@ def require_prepared(name, data_dir=None):
         raise DataNotFoundError(
             f"cannot open TFDS dataset {name!r} in {where}: {first_line}"
         ) from None
+    finally:
+        absl_logging.set_verbosity(verbosity)
     if not prepared:
         raise DataNotFoundError(
             f"TFDS dataset {name!r} is not prepared in {where}; pass --data-dir with a "

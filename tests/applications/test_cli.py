@@ -961,3 +961,31 @@ def test_a_refused_command_leaves_no_folder_it_made(tmp_path, capsys, monkeypatc
         assert cli.main([*argv, "--data-dir", missing, "--quiet"]) == 2
         assert "data directory" in capsys.readouterr().err
         assert os.listdir(tmp_path) == [], argv
+
+
+def test_a_data_directory_without_the_tfds_dataset_is_one_line(tmp_path, capfd, caplog):
+    # Audit (2026-11-30): for a folder that is there but holds no smallnorb, TFDS logged
+    # "WARNING:absl:Variant folder .../smallnorb/2.0.0 has no dataset_info.json" before
+    # the one-line error.
+    from absl import logging as absl_logging
+
+    capfd.readouterr()
+    before = absl_logging.get_verbosity()
+    with pytest.raises(DataNotFoundError, match="not prepared"):
+        tfds_data.require_prepared("smallnorb", data_dir=str(tmp_path))
+    assert absl_logging.get_verbosity() == before
+    out, err = capfd.readouterr()
+    logged = out + err + caplog.text
+    assert "Variant folder" not in logged and "dataset_info" not in logged, logged
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["train", "occluded_mnist", "--frame-size", "10"],
+     "`--frame-size` must be at least the digit's size (14). Received: --frame-size 10"),
+    (["train", "textured_mnist", "--n-groups", "1"], "`--n-groups` must be an integer >= 2. Received: --n-groups 1"),
+])
+def test_errors_of_the_python_checks_name_the_options_as_typed(argv, message, tmp_path, capsys):
+    # Audit (2026-11-30): they named the Python parameters ("`frame_size` must be ...
+    # Received: frame_size=10"), which a command-line user has to map to the options.
+    assert cli.main([*argv, "--run-dir", str(tmp_path / "run"), "--quiet"]) == 2
+    assert capsys.readouterr().err == f"keras-capsules: error: {message}\n"
