@@ -397,7 +397,7 @@ def test_cli_trains_with_affine_augmentation(tmp_path, capsys):
     assert cli.main(["train", "occluded_mnist", *data, *tiny, "--run-dir", str(tmp_path / "r2"),
                      "--augment", "fresh", "--affine-shear", "5"]) == 2
     err = capsys.readouterr().err
-    assert "need augment='affine'" in err and err.count("\n") == 1
+    assert "need --augment 'affine'" in err and err.count("\n") == 1
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["train", "occluded_mnist", "--affine-scale", "-0.1"])
     assert exit_info.value.code == 2 and "non-negative number" in capsys.readouterr().err

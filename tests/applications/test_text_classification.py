@@ -454,7 +454,7 @@ def test_command_line_train_refuses_bad_model_options_first(tmp_path, capsys):
     code = main(["train", "text_classification", "--data-dir", str(SST_DIR), "--run-dir", str(run_dir),
                  "--gru-units", "100", "--capsule-dim", "8", "--quiet"])
     assert code == 2
-    assert "Received: gru_units=100, capsule_dim=8" in capsys.readouterr().err
+    assert "must divide `--gru-units` (the sentence vector is cut into capsules). Received: --gru-units 100, --capsule-dim 8" in capsys.readouterr().err
     assert not run_dir.exists()
 
 
