@@ -629,6 +629,8 @@ def split_punctuation(texts):
     """
     import tensorflow as tf
 
+    # a NUL is a space: tf.strings.lower(encoding="utf-8") drops everything after it
+    texts = tf.strings.regex_replace(texts, r"\x00", " ")
     texts = tf.strings.lower(texts, encoding="utf-8")
     return tf.strings.regex_replace(texts, r"([^\pL\pN\pM_\s])", r" \1 ")
 

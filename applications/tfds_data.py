@@ -13,8 +13,13 @@ def require_prepared(name, data_dir=None):
     that suggests ``--data-dir`` (or ``tfds build``) rather than as a download attempt
     and a network traceback.
 
+    ``data_dir`` None reads TFDS' own default (``TFDS_DATA_DIR``, or
+    ``~/tensorflow_datasets``).
+
     Raises:
-        DataNotFoundError: the dataset is unknown, or not prepared in ``data_dir``.
+        DataNotFoundError: the dataset is unknown, not prepared in ``data_dir`` (the
+            message names the versions prepared there when TFDS reads another one), or
+            prepared only in part (record files of a split are missing).
     """
     import tensorflow_datasets as tfds
 
@@ -25,7 +30,7 @@ def require_prepared(name, data_dir=None):
         raise DataNotFoundError(f"data directory {str(data_dir)!r} {what}")
     from absl import logging as absl_logging
 
-    where = data_dir or "the default TFDS data directory (~/tensorflow_datasets)"
+    where = data_dir or _default_data_dir()
     # TFDS logs "Variant folder <data_dir>/<name>/<version> has no dataset_info.json" for
     # a data directory without the dataset: a second line before the error below.
     verbosity = absl_logging.get_verbosity()
@@ -40,10 +45,61 @@ def require_prepared(name, data_dir=None):
         ) from None
     finally:
         absl_logging.set_verbosity(verbosity)
+    build = f"tfds build {name.split('/')[0]} --data_dir DIR"
     if not prepared:
+        others = _other_versions(builder)
+        found = (
+            f" (it holds version {', '.join(others)} of it; this TFDS reads "
+            f"{builder.version})" if others else ""
+        )
         raise DataNotFoundError(
-            f"TFDS dataset {name!r} is not prepared in {where}; pass --data-dir with a "
-            f"directory holding it, or prepare it with network access: "
-            f"tfds build {name.split('/')[0]} --data_dir DIR"
+            f"TFDS dataset {name!r} is not prepared in {where}{found}; pass --data-dir "
+            f"with a directory holding it, or prepare it with network access: {build}"
+        )
+    missing = _missing_files(builder)
+    if missing:
+        raise DataNotFoundError(
+            f"TFDS dataset {name!r} in {builder.data_dir} is incomplete: {missing}; copy "
+            f"the folder again, or prepare it anew with network access: {build}"
         )
     return builder
+
+
+def _default_data_dir():
+    """How to name the data directory TFDS reads when no ``--data-dir`` is given."""
+    from tensorflow_datasets.core import constants
+
+    root = constants.get_default_data_dir()
+    if os.environ.get("TFDS_DATA_DIR"):
+        return f"TFDS_DATA_DIR ({root})"
+    return f"the default TFDS data directory ({root})"
+
+
+def _other_versions(builder):
+    """The versions of ``builder``'s dataset (or config) prepared beside the one it reads."""
+    try:
+        parent = builder.data_path.parent
+        return sorted(
+            entry.name for entry in parent.iterdir()
+            if entry.name != str(builder.version) and (entry / "dataset_info.json").exists()
+        )
+    except OSError:  # no such folder, unreadable, ...
+        return []
+
+
+def _missing_files(builder):
+    """What is missing of a prepared dataset's record files, as a phrase, or ``""``.
+
+    ``builder.is_prepared()`` only looks for ``dataset_info.json``: a folder copied in
+    part (or a shard deleted) passed it and failed later, while reading, with
+    TensorFlow's ``NotFoundError`` traceback.
+    """
+    for split, info in builder.info.splits.items():
+        paths = list(info.filepaths)
+        absent = [path for path in paths if not path.exists()]
+        if absent:
+            return (
+                f"{len(absent)} of the {len(paths)} files of its {split!r} split are "
+                f"missing ({absent[0].name}" + (", ..." if len(absent) > 1 else "") + ")"
+            )
+    return ""

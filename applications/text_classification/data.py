@@ -89,6 +89,8 @@ def preprocess(texts, max_length=MAX_LENGTH):
         max_length = integer_at_least("max_length", max_length, 1)
     texts = tf.convert_to_tensor(texts, dtype=tf.string)
     x = tf_text.normalize_utf8(texts, "NFC")  # decomposed and precomposed accents alike
+    # a NUL is a space: tf.strings.lower(encoding="utf-8") drops everything after it
+    x = tf.strings.regex_replace(x, r"\x00", " ")
     x = tf.strings.lower(x, encoding="utf-8")
     x = tf.strings.regex_replace(x, _NOT_WORD, r" \1 ")
     x = tf.strings.regex_replace(x, _DIGIT, r" \1 ")

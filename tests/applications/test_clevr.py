@@ -84,6 +84,13 @@ def test_tokenize_keeps_letters_of_any_script_in_their_words():
     ]
 
 
+def test_tokenize_keeps_the_question_after_a_nul():
+    # Audit (2026-12-01): tf.strings.lower(encoding="utf-8") stops at a NUL: "What\\x00 color
+    # is it?" became "what".
+    tokens = clevr.tokenize(tf.constant(["What\x00 COLOR is it?"]))
+    assert [[w.decode() for w in q] for q in tokens.to_list()] == [["what", "color", "is", "it", "?"]]
+
+
 def test_builders_give_the_paper_shapes():
     tokens = keras.Input((None,), dtype="int32")
     words, question = clevr.input_unit(tokens, 90, embedding_dim=300, units=512)

@@ -307,6 +307,58 @@ def test_tfds_dataset_that_needs_a_download_is_a_friendly_error(tmp_path, capsys
     assert capsys.readouterr().err == ""
 
 
+def _prepared_dummy_mnist(data_dir):
+    """TFDS' own offline test dataset, prepared in ``data_dir`` (no download)."""
+    import tensorflow_datasets as tfds
+
+    builder = tfds.testing.DummyMnist(data_dir=str(data_dir))
+    builder.download_and_prepare()
+    return builder
+
+
+def test_a_tfds_dataset_prepared_in_part_is_a_friendly_error(tmp_path):
+    # Audit (2026-12-01): `is_prepared()` only looks for dataset_info.json, so a folder
+    # copied in part passed, and the command ended reading it, with TensorFlow's
+    # NotFoundError traceback.
+    builder = _prepared_dummy_mnist(tmp_path)
+    assert tfds_data.require_prepared("dummy_mnist", data_dir=str(tmp_path)).data_dir == builder.data_dir
+    (shard,) = builder.info.splits["test"].filepaths
+    shard.unlink()
+    with pytest.raises(DataNotFoundError) as info:
+        tfds_data.require_prepared("dummy_mnist", data_dir=str(tmp_path))
+    message = str(info.value)
+    assert "is incomplete: 1 of the 1 files of its 'test' split are missing" in message, message
+    assert shard.name in message and "tfds build dummy_mnist" in message and "\n" not in message
+
+
+def test_a_tfds_dataset_of_another_version_is_named_in_the_error(tmp_path):
+    # Audit (2026-12-01): a folder holding another version of the dataset was reported as
+    # not prepared, with no word of the version found or the one TFDS reads.
+    import tensorflow_datasets as tfds
+
+    builder = _prepared_dummy_mnist(tmp_path)
+    (tmp_path / "mnist").mkdir()
+    builder.data_path.rename(tmp_path / "mnist" / "3.0.0")  # a prepared folder of an older mnist
+    expected = tfds.builder("mnist", data_dir=str(tmp_path)).version
+    assert str(expected) != "3.0.0"
+    with pytest.raises(DataNotFoundError, match=(
+        f"not prepared in {tmp_path} \\(it holds version 3.0.0 of it; this TFDS reads "
+        f"{expected}\\)"
+    )):
+        tfds_data.require_prepared("mnist", data_dir=str(tmp_path))
+
+
+def test_the_tfds_error_names_the_folder_of_tfds_data_dir(tmp_path, monkeypatch):
+    # Audit (2026-12-01): with TFDS_DATA_DIR set, the error named ~/tensorflow_datasets,
+    # where TFDS had not looked.
+    monkeypatch.setenv("TFDS_DATA_DIR", str(tmp_path))
+    with pytest.raises(DataNotFoundError, match=f"not prepared in TFDS_DATA_DIR \\({tmp_path}\\)"):
+        tfds_data.require_prepared("mnist")
+    monkeypatch.delenv("TFDS_DATA_DIR")
+    with pytest.raises(DataNotFoundError, match="cannot open TFDS dataset 'no_such_dataset_xyz' in the default TFDS data directory"):
+        tfds_data.require_prepared("no_such_dataset_xyz")
+
+
 def test_bench_runs_a_script_of_benchmarks(tmp_path, capfd, monkeypatch):
     bench_dir = tmp_path / "benchmarks"
     bench_dir.mkdir()

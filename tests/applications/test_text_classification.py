@@ -58,6 +58,13 @@ def test_preprocess_keeps_combining_marks_inside_their_words():
     assert _tokens(data.preprocess("می\u200cخواهم क्\u200dष")) == ["می\u200cخواهم", "क्\u200dष"]
 
 
+def test_preprocess_keeps_the_text_after_a_nul():
+    # Audit (2026-12-01): tf.strings.lower(encoding="utf-8") stops at a NUL, so a stray
+    # NUL (scraped corpora have them) silently cut the rest of the text away.
+    assert _tokens(data.preprocess("Good\x00 but the REST is bad")) == ["good", "but", "the", "rest", "is", "bad"]
+    assert _tokens(data.preprocess("a\x00b")) == ["a", "b"]
+
+
 def test_preprocess_runs_inside_tf_data():
     ds = tf.data.Dataset.from_tensor_slices(["Hi there!", "42"]).map(lambda t: data.preprocess(t))
     assert [[t.decode() for t in x] for x in ds.as_numpy_iterator()] == [["hi", "there", "!"], ["4", "2"]]
