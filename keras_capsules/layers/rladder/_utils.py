@@ -8,6 +8,7 @@ from keras import ops
 
 from keras_capsules.layers._initializers import fresh_initializer, narrow_float_safe
 from keras_capsules._validation import choice, generator_seed, positive_float, positive_int, seed_value  # noqa: F401 (re-exported)
+from keras_capsules._validation import exactly_shaped_like
 from keras_capsules.ops import mean, routing_dtype
 
 UPSAMPLE_MODES = ("nearest", "transpose")
@@ -34,6 +35,20 @@ def check_step_mask(layer, mask, batch_and_steps, static_hint=""):
             f"{name} expects a mask of shape [batch, T] = {lead}, one entry per step of the input. "
             f"Received: mask shape={mask_shape}"
         )
+
+
+def exact_step_mask(mask, inputs):
+    """``mask``, which must be ``[batch, T]`` of the sequence ``inputs``, when the layer runs.
+
+    :func:`check_step_mask` compares the sizes known when the layer is called. Where
+    the batch or ``T`` is None there (``predict`` after a retrace for another length, a
+    ``tf.function`` with a None signature), a ``[1, T]`` mask was broadcast over the
+    batch (one sample's padding masked the others' real steps) and a mask one step
+    short read as padding at the last step; such masks now fail when the layer runs.
+    """
+    if mask is None or (None not in tuple(inputs.shape[:2]) and None not in tuple(mask.shape)):
+        return mask
+    return exactly_shaped_like(mask, ops.zeros(ops.shape(inputs)[:2], dtype=mask.dtype))
 
 
 def spread_step_mask(mask, output_shape):

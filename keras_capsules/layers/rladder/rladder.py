@@ -18,6 +18,7 @@ from keras_capsules.layers.rladder._utils import (
     symbolic_loop,
     expand_to,
     check_step_mask,
+    exact_step_mask,
     spread_step_mask,
     clone_initializer,
     fresh_initializer,
@@ -902,6 +903,7 @@ class RLadder(keras.layers.Layer):
                 f"Received: input shape={tuple(inputs.shape)}"
             )
         self._check_mask(mask, tuple(inputs.shape))
+        mask = exact_step_mask(mask, inputs)
         if steps == 0:
             # an empty sequence has no step to run: the unrolled loop stacked no outputs
             # and TensorFlow's loop refused to write a step into its [0, ...] buffers.

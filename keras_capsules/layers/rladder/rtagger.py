@@ -10,6 +10,7 @@ from keras_capsules.layers.rladder._utils import (
     symbolic_loop,
     expand_to,
     check_step_mask,
+    exact_step_mask,
     spread_step_mask,
     clone_initializer,
     fresh_initializer,
@@ -545,6 +546,7 @@ class RTagger(keras.layers.Layer):
     def call(self, inputs, training=None, mask=None):
         batch, steps, spatial, channels, is_image = self._pixel_shape(tuple(inputs.shape))
         self._check_mask(mask, tuple(inputs.shape))
+        mask = exact_step_mask(mask, inputs)
         if (tuple(spatial), channels) != (tuple(self._spatial), self._channels):
             raise ValueError(
                 f"This RTagger was built for inputs with pixels {self._spatial} and "

@@ -256,6 +256,33 @@ def test_a_mask_that_does_not_fit_the_steps_is_a_clear_error():
             RLadder(DENSE_LEVELS)(x, mask=mask)
 
 
+@pytest.mark.parametrize("tagger", [False, True], ids=["RLadder", "RTagger"])
+@pytest.mark.parametrize("jit_compile", [False, True], ids=["", "xla"])
+def test_a_mask_of_other_sizes_fails_when_they_are_known_only_at_run_time(tagger, jit_compile):
+    """Audit (2026-12-01): traced with an unknown batch or T (``predict`` after a retrace
+    for another length, a tf.function with a None signature), a [1, T] mask was broadcast
+    over the batch (one sample's padding masked another's real steps), and a mask one
+    step short read as padding at the last step: silently wrong outputs, where an eager
+    call refused both."""
+    from tests.backends import tensorflow_only
+    from keras_capsules.layers import RTagger
+
+    tensorflow_only("a tf.function traced with unknown shapes (JAX traces concrete shapes)")
+    import tensorflow as tf
+
+    x = _seq(2, 4, 5)
+    layer = RTagger(2, DENSE_LEVELS) if tagger else RLadder(DENSE_LEVELS)
+    expected = keras.ops.convert_to_numpy(layer(x)[1])
+    run = tf.function(
+        lambda v, m: layer(v, mask=m)[1], jit_compile=jit_compile,
+        input_signature=[tf.TensorSpec((None, None, 5)), tf.TensorSpec((None, None), tf.bool)],
+    )
+    np.testing.assert_allclose(run(x, np.ones((2, 4), bool)), expected, rtol=1e-5, atol=1e-6)
+    for mask in (np.ones((2, 3), bool), np.ones((1, 4), bool), np.ones((2, 1), bool), np.ones((1, 1), bool)):
+        with pytest.raises(tf.errors.InvalidArgumentError):
+            run(x, mask)
+
+
 def test_bad_input_shapes():
     with pytest.raises(ValueError, match=r"\[batch, T, features\]"):
         RLadder(DENSE_LEVELS)(_seq(2, 5))
