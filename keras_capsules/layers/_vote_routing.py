@@ -11,6 +11,7 @@ import numbers
 import keras
 from keras import ops
 
+from keras_capsules.layers._own_casting import OwnCastingLayer
 from keras_capsules._validation import (  # noqa: F401 (used by subclasses)
     boolean,
     check_floating_dtype,
@@ -67,7 +68,7 @@ def mask_list(mask):
     return [mask if hasattr(mask, "shape") else ops.convert_to_tensor(mask)]
 
 
-class VoteRouting(keras.layers.Layer):
+class VoteRouting(OwnCastingLayer):
     """Base of routing layers whose inputs cast linear votes for every output.
 
     Subclasses implement ``_route(u_hat, valid)`` which receives the votes
@@ -89,7 +90,6 @@ class VoteRouting(keras.layers.Layer):
         kernel_constraint=None,
         **kwargs,
     ):
-        kwargs["autocast"] = False  # inputs and kernel are cast to the routing dtype here
         super().__init__(**kwargs)
         check_floating_dtype(self)
         self.n_out = positive_int("n_out", n_out)

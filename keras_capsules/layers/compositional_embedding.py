@@ -4,6 +4,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_capsules.layers._own_casting import OwnCastingLayer
 from keras_capsules._validation import (
     boolean,
     check_floating_dtype,
@@ -39,7 +40,7 @@ def default_num_codewords(input_dim, num_codebooks):
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class CompositionalEmbedding(keras.layers.Layer):
+class CompositionalEmbedding(OwnCastingLayer):
     """Embeds ids as sums of codewords from ``M`` small codebooks (compositional coding).
 
     A standard embedding stores one ``D``-vector per id (``V * D`` numbers). Here the
@@ -145,7 +146,6 @@ class CompositionalEmbedding(keras.layers.Layer):
         codebook_constraint=None,
         **kwargs,
     ):
-        kwargs["autocast"] = False
         super().__init__(**kwargs)
         check_floating_dtype(self, "It is the dtype of the embeddings; integer ids are taken as they come.")
         self.input_dim = positive_int("input_dim", input_dim)

@@ -5,6 +5,7 @@ import math
 import keras
 from keras import ops
 
+from keras_capsules.layers._own_casting import OwnCastingLayer
 from keras_capsules._validation import (
     check_floating_dtype,
     choice,
@@ -98,7 +99,7 @@ def _symmetric_spread(n, dtype):
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class EMRouting(keras.layers.Layer):
+class EMRouting(OwnCastingLayer):
     """Routes input capsules to output capsules by EM with a D-step (Heinsen 2019).
 
     Each input capsule ``i`` has a score ``a_inp[i]`` (a logit: its activation is
@@ -253,7 +254,6 @@ class EMRouting(keras.layers.Layer):
         beta_constraint=None,
         **kwargs,
     ):
-        kwargs["autocast"] = False  # inputs and weights are cast to the routing dtype here
         super().__init__(**kwargs)
         check_floating_dtype(self)
         self.n_out = positive_int("n_out", n_out, allow_none=True)

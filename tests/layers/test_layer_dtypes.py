@@ -46,3 +46,39 @@ def test_every_public_layer_runs_in_a_plain_16_bit_dtype(name, dtype):
     for w in layer.weights:
         if "float" in str(w.dtype):  # integer tables (e.g. fixed codes) stay integer
             assert keras.backend.standardize_dtype(w.dtype) == dtype, f"weight {w.path} is {w.dtype}"
+
+
+def _casting_for_themselves():
+    """The public layers with weights and Keras' autocast off (they cast for themselves)."""
+    names = []
+    for name in public_layers():
+        layer = getattr(layers, name)(**CASES[name][0])
+        if not layer.autocast:
+            layer(keras.tree.map_structure(tensor, case_inputs(name)), **CASES[name][2])
+            if layer.weights:
+                names.append(name)
+    return names
+
+
+@pytest.mark.parametrize("name", _casting_for_themselves())
+@pytest.mark.parametrize("dtype", ["mixed_float16", "mixed_bfloat16"])
+def test_layers_that_cast_for_themselves_read_their_weights_unrounded(name, dtype):
+    # audit (2026-12-01): the layers with autocast off (routing, CompositionalEmbedding,
+    # MAC) cast inputs and weights themselves, the routing and attention math in
+    # float32. Keras still entered an autocast scope for such a layer called outside
+    # another one (directly, or with a per-layer mixed dtype in a float32 model), and
+    # their variables were read rounded to 16 bits: the layer's error against float64
+    # routing was 12 times the output's own rounding (EMRouting, mixed_bfloat16), and
+    # one fit step made an EMRouting kernel NaN. Called or not through Keras'
+    # __call__, such a layer now gives the same outputs.
+    init_kwargs, _, call_kwargs, _ = CASES[name]
+    layer = getattr(layers, name)(**init_kwargs, dtype=dtype)
+    inputs = keras.tree.map_structure(tensor, case_inputs(name))
+    through_keras = keras.tree.flatten(layer(inputs, **call_kwargs))
+    assert layer.weights and all(not w._autocast for w in layer.weights), name
+    direct = keras.tree.flatten(layer.call(inputs, **call_kwargs))
+    for k, (a, b) in enumerate(zip(through_keras, direct)):
+        np.testing.assert_array_equal(
+            np.asarray(keras.ops.convert_to_numpy(a), "float64"),
+            np.asarray(keras.ops.convert_to_numpy(b), "float64"), err_msg=f"output #{k}",
+        )

@@ -8,6 +8,7 @@ import numbers
 import keras
 from keras import ops
 
+from keras_capsules.layers._own_casting import OwnCastingLayer
 from keras_capsules._validation import (  # noqa: F401 (re-exported to the MAC layers)
     GENERATOR_SEED_MODULUS,
     boolean,
@@ -181,7 +182,7 @@ def attend(logits, values, mask):
     return ops.cast(summed, dtype), ops.cast(weights, dtype)
 
 
-class MACLayerBase(keras.layers.Layer):
+class MACLayerBase(OwnCastingLayer):
     """Initializers, regularizers and constraints of kernels and biases.
 
     Weights stay in the variable dtype (float32); ``autocast`` is off and every layer
@@ -199,7 +200,6 @@ class MACLayerBase(keras.layers.Layer):
         bias_constraint=None,
         **kwargs,
     ):
-        kwargs["autocast"] = False
         super().__init__(**kwargs)
         check_floating_dtype(self)
         self.kernel_initializer = get_initializer("kernel_initializer", kernel_initializer)

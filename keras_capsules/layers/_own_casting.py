@@ -1,0 +1,26 @@
+"""The base of the layers that cast their inputs and weights themselves (private)."""
+
+import keras
+
+
+class OwnCastingLayer(keras.layers.Layer):
+    """A layer with ``autocast`` off, whose weights are always read in their own dtype.
+
+    The routing layers, ``CompositionalEmbedding`` and the MAC units cast inputs and
+    weights themselves (routing, attention and softmaxes in float32 under a mixed
+    policy). Turning the layer's ``autocast`` off is not enough: Keras enters an
+    autocast scope for any layer of a mixed policy called outside another scope (a
+    layer called directly, or one with ``dtype="mixed_float16"`` in a float32 model)
+    whatever its ``autocast``, and ``add_weight``'s variables (``autocast=True`` by
+    default) were then read rounded to float16 or bfloat16 before the float32 math,
+    their gradients through that rounding (one ``fit`` step made an EMRouting kernel
+    NaN). Every weight here is made with ``autocast=False``.
+    """
+
+    def __init__(self, **kwargs):
+        kwargs["autocast"] = False
+        super().__init__(**kwargs)
+
+    def add_weight(self, *args, **kwargs):
+        kwargs.setdefault("autocast", False)
+        return super().add_weight(*args, **kwargs)
