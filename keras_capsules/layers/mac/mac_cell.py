@@ -106,7 +106,9 @@ class MACCell(_base.MACLayerBase):
         gate_per_dimension = _base.boolean("gate_per_dimension", gate_per_dimension)
         seed = _base.seed_value(seed)
         weights = self.weight_config()
-        sub = dict(dtype=self.dtype_policy, **weights)
+        # (trainable: Keras gives a frozen layer's sublayers none, "trainable": False in a
+        # saved config came back as trainable sublayers)
+        sub = dict(dtype=self.dtype_policy, trainable=self.trainable, **weights)
         self.control_unit = ControlUnit(
             max_steps=max_steps, use_previous_control=use_previous_control, name="control", **sub
         )

@@ -169,6 +169,7 @@ class MACNetwork(_base.MACLayerBase):
             # that seed + 1 is a valid seed for any valid seed (2**63 - 1 overflowed).
             seed=_base.generator_seed(seed, 1),
             dtype=self.dtype_policy,
+            trainable=self.trainable,  # (Keras gives a frozen layer's sublayers none)
             name="cell",
             **self.weight_config(),
         )

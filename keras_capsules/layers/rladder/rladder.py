@@ -438,6 +438,7 @@ class RLadder(keras.layers.Layer):
             return dict(
                 initializers(name, ("kernel", "bias")),
                 dtype=self.dtype_policy,
+                trainable=self.trainable,  # (Keras gives a frozen layer's sublayers none)
                 kernel_regularizer=self.kernel_regularizer,
                 bias_regularizer=self.bias_regularizer,
                 kernel_constraint=self.kernel_constraint,

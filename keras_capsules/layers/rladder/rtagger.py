@@ -416,6 +416,7 @@ class RTagger(keras.layers.Layer):
             recurrent_constraint=self.recurrent_constraint,
             bias_constraint=self.bias_constraint,
             dtype=self.dtype_policy,
+            trainable=self.trainable,  # (Keras gives a frozen layer's sublayers none)
             name="ladder",
         )
 
