@@ -12,6 +12,7 @@ import zlib
 import numpy as np
 
 from applications.errors import DataNotFoundError, InputError
+from applications.shared_data import shared_data_path
 
 MNIST_FILES = ("{prefix}-images-idx3-ubyte.gz", "{prefix}-labels-idx1-ubyte.gz")
 #: IDX magic numbers (big-endian int32): unsigned bytes, 3 dimensions (images) or 1 (labels)
@@ -125,9 +126,4 @@ def check_digits(digits, labels):
 
 def default_data_dir():
     """``shared/data/mnist`` beside this checkout (or beside a parent folder), if any."""
-    repo = pathlib.Path(__file__).resolve().parents[1]
-    for parent in repo.parents:
-        candidate = parent / "shared" / "data" / "mnist"
-        if candidate.is_dir():
-            return candidate
-    return repo.parent / "shared" / "data" / "mnist"
+    return shared_data_path("mnist")

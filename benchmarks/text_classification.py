@@ -112,15 +112,6 @@ def load_average():
     return "load average %.2f, %.2f, %.2f" % os.getloadavg()
 
 
-def default_sst_dir():
-    """``../shared/data/sst`` relative to the repository (or above it, for worktrees)."""
-    for parent in [REPO.parent, *REPO.parent.parents]:
-        candidate = parent / "shared" / "data" / "sst"
-        if candidate.is_dir():
-            return candidate
-    return REPO.parent / "shared" / "data" / "sst"
-
-
 def embedding_report(vocab_size=60000, num_classes=4):
     report = model_lib.parameter_report(vocab_size, num_classes)
     comp, std = report["compositional"]["embedding"], report["standard"]["embedding"]
@@ -202,7 +193,7 @@ def main(argv=None):
     parser.add_argument("part", nargs="?", default="all", choices=("learning", "throughput", "all"))
     parser.add_argument("--routings", nargs="+", default=None, choices=model_lib.ROUTINGS,
                         help="default: all three for learning, kmeans for throughput")
-    parser.add_argument("--data-dir", default=str(default_sst_dir()), help="SST tree-file folder")
+    parser.add_argument("--data-dir", default=str(sst_trees.default_data_dir()), help="SST tree-file folder")
     parser.add_argument("--minutes", type=positive_float, default=15.0, help="training budget per model")
     parser.add_argument("--epochs", type=positive_int, default=10)
     parser.add_argument("--embedding", default="compositional", choices=model_lib.EMBEDDINGS,
