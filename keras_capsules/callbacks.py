@@ -6,6 +6,11 @@ import time
 
 import keras
 
+__all__ = [
+    "TimeBudget", "BudgetLinearDecay", "SwapEMAWeightsAndStatistics", "swap_ema_weights",
+    "estimate_batch_norm_statistics",
+]
+
 
 class TimeBudget(keras.callbacks.Callback):
     """Stops training once a wall-time budget is spent (checked after every batch and

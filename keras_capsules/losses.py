@@ -42,6 +42,8 @@ from keras import ops
 from keras_capsules._validation import concrete_values, exactly_shaped_like
 from keras_capsules.ops import maximum, routing_dtype
 
+__all__ = ["CapsuleLoss", "MarginLoss", "MixtureNLL", "mixture_nll", "margin_term", "focal_term", "cross_term"]
+
 try:  # the getter keras.losses.Loss uses (masks of JAX arrays are not attributes)
     from keras.src.backend import get_keras_mask as _get_keras_mask
 except ImportError:  # pragma: no cover - another Keras layout: read the attribute

@@ -11,6 +11,11 @@ import numbers
 import keras
 from keras import ops
 
+__all__ = [
+    "MASK_VALUE", "routing_dtype", "safe_norm", "squash", "matmul", "conv", "conv_sum", "maximum",
+    "minimum", "max_with_initial", "min_with_initial", "mean", "tanh", "masked_softmax",
+]
+
 #: The large finite negative used for masked logits (never -inf or -1e30, which
 #: overflow in float16 and turn softmax gradients into NaN).
 MASK_VALUE = -1e9
