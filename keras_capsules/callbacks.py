@@ -223,7 +223,65 @@ def _batch_norm_layers(model):
     return found
 
 
-class SwapEMAWeightsAndStatistics(keras.callbacks.SwapEMAWeights):
+class _SwapEMAWeights(keras.callbacks.SwapEMAWeights):
+    """``keras.callbacks.SwapEMAWeights`` that keeps the average when ``fit`` stops early
+    and swaps back after ``predict``.
+
+    With ``swap_on_epoch=True`` Keras swaps the average into the model at every epoch's
+    end (the trained weights into the optimizer's average slots) and makes the average
+    final only at the last epoch. A ``fit`` stopped before it (``EarlyStopping``,
+    ``TimeBudget``, any ``stop_training``) then ended with the optimizer copying its
+    average slots, which held the trained weights, into the model: the averaged weights
+    were lost. Here the average is copied into the model at an epoch's end and the
+    trained weights are kept aside until the next epoch begins, so the average slots
+    always hold the average, and the model ends with it however ``fit`` ends.
+    Keras' ``on_predict_end`` also left the average in the model (it swapped back only
+    when the average was *not* in): a later ``fit`` trained from it.
+    """
+
+    def __init__(self, swap_on_epoch=False):
+        super().__init__(swap_on_epoch=swap_on_epoch)
+        self._trained = None  # the trained weights, kept aside while the average is in
+
+    def _ema_pairs(self):
+        """(model variable, its average) of every EMA optimizer of the model."""
+        pairs = []
+
+        def collect(optimizer):
+            pairs.extend(zip(optimizer._trainable_variables, optimizer._model_variables_moving_average))
+
+        self._apply_to_ema_optimizers(collect, collect)
+        return pairs
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if self._trained is not None:
+            for (var, _), value in zip(self._ema_pairs(), self._trained):
+                var.assign(value)
+            self._trained = None
+            self._ema_weights_in_model = False
+        else:
+            super().on_epoch_begin(epoch, logs)
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self.swap_on_epoch and not self._ema_weights_in_model:
+            pairs = self._ema_pairs()
+            self._trained = [keras.ops.convert_to_numpy(var) for var, _ in pairs]
+            for var, average in pairs:
+                var.assign(average)
+            self._ema_weights_in_model = True
+
+    def on_predict_end(self, logs=None):
+        if self._ema_weights_in_model and self._trained is None:
+            self._swap_variables()
+            self._ema_weights_in_model = False
+
+    def on_train_end(self, logs=None):
+        # fit has copied the average into the model (the optimizer's finalize step)
+        self._trained = None
+        self._ema_weights_in_model = False
+
+
+class SwapEMAWeightsAndStatistics(_SwapEMAWeights):
     """``keras.callbacks.SwapEMAWeights`` that gives the EMA weights their own
     batch-normalization statistics.
 
@@ -259,9 +317,13 @@ class SwapEMAWeightsAndStatistics(keras.callbacks.SwapEMAWeights):
             is fine: its first batches are used). Each swap starts it again, so a
             generator or another one-pass iterator is refused.
         statistics_steps: how many batches to use, a positive integer. Default 100.
-        swap_on_epoch: as in ``keras.callbacks.SwapEMAWeights``: also swap the averaged
+        swap_on_epoch: as in ``keras.callbacks.SwapEMAWeights``: also put the averaged
             weights in at the end of each epoch (for callbacks after this one, such
-            as ``ModelCheckpoint``) and out at the start of the next.
+            as ``ModelCheckpoint``) and the trained ones back at the start of the next;
+            a ``fit`` stopped early (``EarlyStopping``, :class:`TimeBudget`) still
+            ends with the average, unlike Keras' callback. A ``BackupAndRestore``
+            must come *before* this callback: after it, it would back up the average
+            as the trained weights, and a resumed run would train on from the average.
 
     Example:
 
@@ -295,7 +357,7 @@ class SwapEMAWeightsAndStatistics(keras.callbacks.SwapEMAWeights):
         self.statistics_data = statistics_data
         self.statistics_steps = int(statistics_steps)
         self._raw_statistics = None  # the raw weights' statistics while the averaged weights are in
-        self._averaged = None  # (optimizer updates, statistics) last estimated for the averaged weights
+        self._averaged = None  # (id of the model, optimizer updates, statistics) last estimated for its average
 
     # Every hook of the base that may swap: what it did decides what the statistics do.
     def _follow(self, hook, *args):
@@ -329,9 +391,10 @@ class SwapEMAWeightsAndStatistics(keras.callbacks.SwapEMAWeights):
 
     def on_train_end(self, logs=None):
         # fit (of at least one epoch) has copied the averaged weights into the model:
-        # their statistics stay
+        # their statistics stay (already in, when fit ended after an epoch's end)
+        average_in = self._ema_weights_in_model
         super().on_train_end(logs)
-        if not self._ema_weights_in_model and (self.params or {}).get("epochs", 0) > 0:
+        if not average_in and (self.params or {}).get("epochs", 0) > 0:
             self._write(self._averaged_statistics())
         self._raw_statistics = None
 
@@ -352,27 +415,31 @@ class SwapEMAWeightsAndStatistics(keras.callbacks.SwapEMAWeights):
         return None if optimizer is None else int(keras.ops.convert_to_numpy(optimizer.iterations))
 
     def _averaged_statistics(self):
+        # (keyed on the model too: one callback reused for the members of an ensemble
+        # gave the second member the first one's statistics, at equal update counts)
         updates = self._updates()
-        if self._averaged is not None and updates is not None and self._averaged[0] == updates:
-            return self._averaged[1]
+        if self._averaged is not None and updates is not None and self._averaged[:2] == (id(self.model), updates):
+            return self._averaged[2]
         statistics = estimate_batch_norm_statistics(self.model, self.statistics_data, self.statistics_steps)
-        self._averaged = (updates, statistics)
+        self._averaged = (id(self.model), updates, statistics)
         return statistics
 
 
 def swap_ema_weights(statistics_data=None, swap_on_epoch=False, **kwargs):
     """The callback that puts an EMA optimizer's averaged weights in the model.
 
-    ``keras.callbacks.SwapEMAWeights`` when ``statistics_data`` is None (the model has
+    A ``keras.callbacks.SwapEMAWeights`` when ``statistics_data`` is None (the model has
     no batch normalization, or its statistics may stay those of the raw weights),
     else :class:`SwapEMAWeightsAndStatistics` on those batches (``kwargs``: its
-    ``statistics_steps``). ``swap_on_epoch`` as in both.
+    ``statistics_steps``). ``swap_on_epoch`` as in both. Both keep the average in the
+    model when ``fit`` stops before its last epoch and swap back after ``predict``,
+    which Keras' own callback does not (see :class:`SwapEMAWeightsAndStatistics`).
     """
     if statistics_data is None:
         if kwargs:
             raise TypeError(f"without `statistics_data` there are no statistics to estimate: "
                             f"unexpected {sorted(kwargs)}")
-        return keras.callbacks.SwapEMAWeights(swap_on_epoch=swap_on_epoch)
+        return _SwapEMAWeights(swap_on_epoch=swap_on_epoch)
     return SwapEMAWeightsAndStatistics(statistics_data, swap_on_epoch=swap_on_epoch, **kwargs)
 
 

@@ -236,7 +236,8 @@ def test_a_fit_of_no_epoch_leaves_the_statistics_alone():
 def test_swap_ema_weights_chooses_the_statistics_swap_when_given_batches(swap_on_epoch):
     x, y = _data()
     plain = swap_ema_weights(swap_on_epoch=swap_on_epoch)
-    assert type(plain) is keras.callbacks.SwapEMAWeights and plain.swap_on_epoch is swap_on_epoch
+    assert isinstance(plain, keras.callbacks.SwapEMAWeights) and plain.swap_on_epoch is swap_on_epoch
+    assert not isinstance(plain, SwapEMAWeightsAndStatistics)
     with_statistics = swap_ema_weights(_batches(x, y), swap_on_epoch=swap_on_epoch, statistics_steps=3)
     assert isinstance(with_statistics, SwapEMAWeightsAndStatistics)
     assert with_statistics.swap_on_epoch is swap_on_epoch and with_statistics.statistics_steps == 3
@@ -264,3 +265,100 @@ def test_under_a_mirrored_strategy():
     assert len(copies) == 2
     for copy in copies:
         np.testing.assert_allclose(copy.numpy(), want_mean, rtol=1e-5, atol=1e-6)
+
+
+class _StopAfter(keras.callbacks.Callback):
+    def __init__(self, epoch):
+        super().__init__()
+        self.epoch = epoch
+
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch == self.epoch:
+            self.model.stop_training = True
+
+
+def _weights(model):
+    return [keras.ops.convert_to_numpy(w).copy() for w in model.trainable_weights]
+
+
+@pytest.mark.parametrize("statistics", [False, True])
+def test_a_fit_stopped_before_its_last_epoch_ends_with_the_average(statistics):
+    # Audit (2026-12-01): with swap_on_epoch=True Keras makes the average final only at the
+    # last epoch; a fit stopped before (EarlyStopping, TimeBudget) ended with the trained
+    # weights, the average lost (and, with statistics, the average's statistics beside them).
+    # The same training with swap_on_epoch=False (no swap at the epochs' ends) ends with
+    # the average: the two must agree, and so must everything in between.
+    x, y = _data()
+    finals = []
+    for swap_on_epoch in (True, False):
+        data = _batches(x, y) if statistics else None
+        model = _model()
+        model.compile(keras.optimizers.Adam(0.05, use_ema=True, ema_momentum=0.9), "mse")
+        model.fit(x, y, batch_size=BATCH, validation_data=_data(seed=5, n=32), epochs=5, verbose=0, shuffle=False,
+                  callbacks=[swap_ema_weights(data, swap_on_epoch=swap_on_epoch, **({"statistics_steps": STEPS} if statistics else {})),
+                             _StopAfter(2)])
+        finals.append(_weights(model))
+        if statistics:
+            want_mean, _ = _statistics_for(finals[-1], model, _batches(x, y))
+            np.testing.assert_allclose(keras.ops.convert_to_numpy(_bn(model).moving_mean), want_mean, rtol=1e-5, atol=1e-6)
+    for a, b in zip(*finals):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
+def test_predict_swaps_the_trained_weights_back():
+    # Audit (2026-12-01): Keras' on_predict_end swapped back only when the average was not
+    # in the model, so predict(callbacks=[swap]) left the average in and the trained
+    # weights in the optimizer's average: a later fit trained on from the average.
+    x, y = _data()
+    model = _model()
+    model.compile(keras.optimizers.Adam(0.05, use_ema=True, ema_momentum=0.9), "mse")
+    model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
+    for i in range(0, 64, BATCH):  # steps after fit's end: the trained weights leave the average
+        model.train_on_batch({k: v[i:i + BATCH] for k, v in x.items()}, y[i:i + BATCH])
+    for swap in (swap_ema_weights(), SwapEMAWeightsAndStatistics(_batches(x, y), STEPS)):
+        trained, bn_mean = _weights(model), keras.ops.convert_to_numpy(_bn(model).moving_mean).copy()
+        averaged = [keras.ops.convert_to_numpy(v).copy() for v in model.optimizer._model_variables_moving_average]
+        predicted = model.predict(x, callbacks=[swap], verbose=0)
+        # (Keras swaps by sums and differences on TensorFlow: equal up to rounding)
+        for a, b in zip(_weights(model), trained):
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+        for v, a in zip(model.optimizer._model_variables_moving_average, averaged):
+            np.testing.assert_allclose(keras.ops.convert_to_numpy(v), a, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(_bn(model).moving_mean), bn_mean, rtol=1e-6, atol=1e-6)
+        assert not np.allclose(predicted, model.predict(x, verbose=0))  # (it predicted with the average)
+
+
+def test_one_callback_gives_each_model_it_trains_its_own_statistics():
+    # Audit (2026-12-01): the statistics estimated for the average were cached by the
+    # optimizer's update count only: reused for the members of an ensemble, the second
+    # member got the first one's statistics.
+    x, y = _data()
+    swap = SwapEMAWeightsAndStatistics(_batches(x, y), STEPS)
+    for seed in (1, 2):
+        model = _model(seed=seed)
+        model.compile(keras.optimizers.Adam(0.05, use_ema=True, ema_momentum=0.9), "mse")
+        model.fit(x, y, batch_size=BATCH, epochs=2, verbose=0, shuffle=False, callbacks=[swap])
+        want_mean, _ = _statistics_for(_weights(model), model, _batches(x, y))
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(_bn(model).moving_mean), want_mean, rtol=1e-5, atol=1e-6)
+
+
+def test_a_fit_stopped_early_ends_with_the_average_under_a_mirrored_strategy():
+    strategy = two_cpu_strategy()  # (skips on another backend)
+    import tensorflow as tf
+
+    x, y = _data()
+    finals = []
+    for swap_on_epoch in (True, False):
+        with strategy.scope():
+            model = _model()
+            model.compile(keras.optimizers.Adam(0.05, use_ema=True, ema_momentum=0.9), "mse")
+        model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH), epochs=4, verbose=0,
+                  validation_data=tf.data.Dataset.from_tensor_slices(_data(seed=5, n=32)).batch(BATCH),
+                  callbacks=[swap_ema_weights(_batches(x, y), swap_on_epoch=swap_on_epoch, statistics_steps=STEPS),
+                             _StopAfter(1)])
+        finals.append(_weights(model))
+        for w in model.trainable_weights:  # every replica's copy holds the same
+            a, b = (copy.numpy() for copy in w.value.values)
+            np.testing.assert_array_equal(a, b)
+    for a, b in zip(*finals):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
