@@ -204,6 +204,12 @@ def test_auto_algorithm_choice():
     layer = EMRouting(n_out=3, d_out=2)
     layer([a, mu])
     assert layer.resolved_algorithm == "votes"
+    # Audit (2026-12-01): 4x8 to 4x4 poses went to "votes", twice the time and four
+    # times the memory of "moments" (d_inp * (d_inp + 1) = 72 against 16 * d_out = 64)
+    a, mu = _random_inputs(np.random.default_rng(0), d_inp=8)
+    layer = EMRouting(n_out=3, d_out=4)
+    layer([a, mu])
+    assert layer.resolved_algorithm == "moments"
     fixed = EMRouting(n_out=3, d_out=4, n_inp=9)
     fixed(_random_inputs(np.random.default_rng(0), d_inp=4))
     assert fixed.resolved_algorithm == "votes"

@@ -62,6 +62,9 @@ class MACCell(_base.MACLayerBase):
         mask: the Keras mask (a list; the words' mask at index 0, the knowledge
             base's at index 2), combined with ``words_mask``/``kb_mask``.
         training: whether dropout is active.
+        projected_kb: optional, ``self.read_unit.project_knowledge_base(kb, kb_mask)``
+            of this call's knowledge base and mask, to compute it once for several
+            steps (``MACNetwork`` does); None computes it here.
 
     Returns:
         A list ``[control, memory, control_attention, read_attention]`` of shapes
@@ -208,6 +211,7 @@ class MACCell(_base.MACLayerBase):
         memory_dropout_mask=None,
         mask=None,
         training=None,
+        projected_kb=None,
     ):
         inputs = _base.as_list(inputs, (self._n_inputs,), _LAYER, _INPUTS)
         self._shapes([tuple(x.shape) for x in inputs])
@@ -231,7 +235,7 @@ class MACCell(_base.MACLayerBase):
                 )
             read_memory = self.to_compute(memory) * ops.cast(memory_dropout_mask, self.compute_dtype)
         retrieved, read_attention = self.read_unit(
-            [read_memory, kb, control], kb_mask=kb_mask, training=training
+            [read_memory, kb, control], kb_mask=kb_mask, training=training, projected_kb=projected_kb
         )
         written = self.write_unit(
             [retrieved, memory, control] + list(inputs[5:]), history_mask=history_mask

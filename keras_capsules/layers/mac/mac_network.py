@@ -295,6 +295,8 @@ class MACNetwork(_base.MACLayerBase):
             return ops.cast(u < keep, self.compute_dtype) / ops.cast(keep, self.compute_dtype)
 
         drop = dropout_mask() if dropping and self.variational_memory_dropout else None
+        # what every step's read computes from the knowledge base alone, once
+        projected_kb = self.cell.read_unit.project_knowledge_base(kb, kb_mask)
         controls, memories = [control], [memory]
         control_maps, read_maps, self_maps = [], [], []
         for step in range(self.max_steps):
@@ -310,6 +312,7 @@ class MACNetwork(_base.MACLayerBase):
                 kb_mask=kb_mask,
                 memory_dropout_mask=drop,
                 training=training,
+                projected_kb=projected_kb,
             )
             control, memory, control_attention, read_attention = out[:4]
             controls.append(control)
