@@ -150,7 +150,9 @@ def spread_steps(steps, epochs):
     callback (put it first) ends each shorter epoch one step early. Its step counts
     depend only on the epoch's number, so a resumed run trains the same counts; its
     ``steps_before(epoch)`` is the number of steps of the epochs before ``epoch``
-    (where a stream of batches stands when a run resumed at ``epoch`` begins).
+    (where a stream of batches stands when a run resumed at ``epoch`` begins). The
+    model must run one step per execution (``steps_per_execution=1``, Keras' default;
+    another is a ``ValueError`` when ``fit`` begins).
     """
     # steps < epochs gave every epoch one step (more steps than asked); epochs=0 divided by zero
     if (
@@ -189,6 +191,18 @@ class _EpochSteps(keras.callbacks.Callback):
     def steps_before(self, epoch):
         """Steps of the epochs before ``epoch``."""
         return epoch * self.per_epoch + min(epoch, self.longer)
+
+    def on_train_begin(self, logs=None):
+        # A callback sees a batch's end only once per execution of steps_per_execution
+        # steps: the epochs ran whole executions (12 steps for 10 asked over 3 epochs at
+        # 4 per execution) and steps_before no longer matched a resumed stream.
+        per_execution = getattr(self.model, "steps_per_execution", 1) or 1
+        if int(per_execution) > 1:
+            raise ValueError(
+                "spread_steps ends each epoch after a batch, which a callback sees only once per "
+                "execution: compile the model with steps_per_execution=1. "
+                f"Received: steps_per_execution={per_execution}"
+            )
 
     def on_epoch_begin(self, epoch, logs=None):
         self._steps, self._ended = self.per_epoch + (epoch < self.longer), False

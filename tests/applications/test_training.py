@@ -149,6 +149,26 @@ def test_steps_before_an_epoch_are_the_steps_of_the_epochs_before_it():
         assert callback.steps_before(epochs) == steps
 
 
+@pytest.mark.parametrize("per_execution", [1, 4])
+def test_spread_steps_trains_the_steps_asked_or_refuses_several_steps_per_execution(per_execution):
+    # Audit (2026-12-01): at steps_per_execution=4 the callback saw a batch's end once per
+    # 4 steps, and 10 steps over 3 epochs trained 12 ([4, 4, 4], not [4, 3, 3]).
+    import keras
+    from applications.training import spread_steps
+
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse", steps_per_execution=per_execution)
+    steps_per_epoch, callback = spread_steps(10, 3)
+    x = np.zeros((64, 2), "float32")
+    ds = tf.data.Dataset.from_tensor_slices((x, x[:, :1])).batch(2).repeat()
+    if per_execution > 1:
+        with pytest.raises(ValueError, match="steps_per_execution=1. Received: steps_per_execution=4"):
+            model.fit(ds, steps_per_epoch=steps_per_epoch, epochs=3, callbacks=[callback], verbose=0)
+        return
+    model.fit(ds, steps_per_epoch=steps_per_epoch, epochs=3, callbacks=[callback], verbose=0)
+    assert int(model.optimizer.iterations) == 10
+
+
 @pytest.mark.parametrize("steps, epochs", [(3, 5), (5, 0), (0, 0), (2.0, 1), (True, 1), (4, -1)])
 def test_spread_steps_refuses_fewer_steps_than_epochs_and_non_integers(steps, epochs):
     # spread_steps(3, 5) gave 1 step to every epoch (5 steps trained, not 3, and
