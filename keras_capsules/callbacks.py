@@ -1,8 +1,10 @@
 """Callbacks for long training runs, and batch-normalization statistics for EMA weights."""
 
+import contextlib
 import math
 import numbers
 import time
+import weakref
 
 import keras
 
@@ -223,6 +225,28 @@ def _batch_norm_layers(model):
     return found
 
 
+#: model -> the swap callback of this module that holds its trained weights aside (from
+#: an epoch's end with ``swap_on_epoch`` to the next epoch's begin), for backups
+_ASIDE = weakref.WeakKeyDictionary()
+
+
+@contextlib.contextmanager
+def _trained_weights_in(model):
+    """The trained weights (and their batch-normalization statistics) in ``model`` for
+    the block where a swap callback of this module holds them aside, the average after.
+
+    A backup made at an epoch's end after such a callback (``[swap, backup]``) held the
+    average as the trained weights, and a resumed run trained on from the average;
+    ``applications.fault_tolerance.AtomicBackupAndRestore`` saves inside this.
+    """
+    swap = _ASIDE.get(model)
+    if swap is None or swap._trained is None:
+        yield
+        return
+    with swap._trained_state():
+        yield
+
+
 class _SwapEMAWeights(keras.callbacks.SwapEMAWeights):
     """``keras.callbacks.SwapEMAWeights`` that keeps the average when ``fit`` stops early
     and swaps back after ``predict``.
@@ -257,7 +281,7 @@ class _SwapEMAWeights(keras.callbacks.SwapEMAWeights):
         if self._trained is not None:
             for (var, _), value in zip(self._ema_pairs(), self._trained):
                 var.assign(value)
-            self._trained = None
+            self._set_aside(None)
             self._ema_weights_in_model = False
         else:
             super().on_epoch_begin(epoch, logs)
@@ -265,10 +289,29 @@ class _SwapEMAWeights(keras.callbacks.SwapEMAWeights):
     def on_epoch_end(self, epoch, logs=None):
         if self.swap_on_epoch and not self._ema_weights_in_model:
             pairs = self._ema_pairs()
-            self._trained = [keras.ops.convert_to_numpy(var) for var, _ in pairs]
+            self._set_aside([keras.ops.convert_to_numpy(var) for var, _ in pairs])
             for var, average in pairs:
                 var.assign(average)
             self._ema_weights_in_model = True
+
+    def _set_aside(self, trained):
+        self._trained = trained
+        if trained is None:
+            _ASIDE.pop(self.model, None)
+        else:
+            _ASIDE[self.model] = self
+
+    @contextlib.contextmanager
+    def _trained_state(self):
+        """The trained weights put back in for the block (see :func:`_trained_weights_in`)."""
+        pairs = self._ema_pairs()
+        for (var, _), value in zip(pairs, self._trained):
+            var.assign(value)
+        try:
+            yield
+        finally:
+            for var, average in pairs:  # (the average slots always hold the average)
+                var.assign(average)
 
     def on_predict_end(self, logs=None):
         if self._ema_weights_in_model and self._trained is None:
@@ -277,7 +320,7 @@ class _SwapEMAWeights(keras.callbacks.SwapEMAWeights):
 
     def on_train_end(self, logs=None):
         # fit has copied the average into the model (the optimizer's finalize step)
-        self._trained = None
+        self._set_aside(None)
         self._ema_weights_in_model = False
 
 
@@ -321,9 +364,11 @@ class SwapEMAWeightsAndStatistics(_SwapEMAWeights):
             weights in at the end of each epoch (for callbacks after this one, such
             as ``ModelCheckpoint``) and the trained ones back at the start of the next;
             a ``fit`` stopped early (``EarlyStopping``, :class:`TimeBudget`) still
-            ends with the average, unlike Keras' callback. A ``BackupAndRestore``
-            must come *before* this callback: after it, it would back up the average
-            as the trained weights, and a resumed run would train on from the average.
+            ends with the average, unlike Keras' callback. A Keras
+            ``BackupAndRestore`` must come *before* this callback: after it, it would
+            back up the average as the trained weights, and a resumed run would train
+            on from the average. (``applications.fault_tolerance.AtomicBackupAndRestore``
+            backs up the trained weights and their statistics wherever it comes.)
 
     Example:
 
@@ -397,6 +442,17 @@ class SwapEMAWeightsAndStatistics(_SwapEMAWeights):
         if not average_in and (self.params or {}).get("epochs", 0) > 0:
             self._write(self._averaged_statistics())
         self._raw_statistics = None
+
+    @contextlib.contextmanager
+    def _trained_state(self):
+        averaged = self._read()
+        with super()._trained_state():
+            if self._raw_statistics is not None:
+                self._write(self._raw_statistics)
+            try:
+                yield
+            finally:
+                self._write(averaged)
 
     def _layers(self):
         return _batch_norm_layers(self.model)
