@@ -89,7 +89,7 @@ import keras
 import numpy as np
 
 from applications.errors import CommandLineError, InputError
-from keras_capsules.callbacks import _trained_weights_in
+from keras_capsules.callbacks import trained_weights_in
 
 BACKUP_DIR = "backup"
 HISTORY_CSV = "history.csv"
@@ -704,7 +704,7 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         # the trained weights, also where an EMA swap of keras_capsules.callbacks before
         # this callback has put the average in at the epoch's end (a resumed run trained
         # on from the average)
-        with _trained_weights_in(self.model):
+        with trained_weights_in(self.model):
             atomic_write(self._weights_path, lambda tmp: self.model.save_weights(tmp, overwrite=True))
         # Weights first, then the epoch: a crash between the two repeats one epoch
         # with newer weights, it never skips one.

@@ -10,7 +10,7 @@ import keras
 
 __all__ = [
     "TimeBudget", "BudgetLinearDecay", "SwapEMAWeightsAndStatistics", "swap_ema_weights",
-    "estimate_batch_norm_statistics",
+    "estimate_batch_norm_statistics", "trained_weights_in",
 ]
 
 
@@ -231,13 +231,18 @@ _ASIDE = weakref.WeakKeyDictionary()
 
 
 @contextlib.contextmanager
-def _trained_weights_in(model):
-    """The trained weights (and their batch-normalization statistics) in ``model`` for
-    the block where a swap callback of this module holds them aside, the average after.
+def trained_weights_in(model):
+    """A context in which ``model`` holds its trained weights, for a backup.
 
-    A backup made at an epoch's end after such a callback (``[swap, backup]``) held the
-    average as the trained weights, and a resumed run trained on from the average;
-    ``applications.fault_tolerance.AtomicBackupAndRestore`` saves inside this.
+    With ``swap_on_epoch=True`` the EMA swaps of this module (:func:`swap_ema_weights`,
+    :class:`SwapEMAWeightsAndStatistics`) put the average in the model from an epoch's
+    end to the next epoch's begin and keep the trained weights aside. A backup callback
+    after such a swap (``[swap, backup]``) saved the average as the trained weights, and
+    a resumed run trained on from the average. Inside this context the trained weights
+    (and their batch-normalization statistics) are in the model; the average comes back
+    after it. Where no swap holds them aside (no such swap, or within an epoch) it
+    changes nothing.
+    ``applications.fault_tolerance.AtomicBackupAndRestore`` saves inside it.
     """
     swap = _ASIDE.get(model)
     if swap is None or swap._trained is None:
@@ -303,7 +308,7 @@ class _SwapEMAWeights(keras.callbacks.SwapEMAWeights):
 
     @contextlib.contextmanager
     def _trained_state(self):
-        """The trained weights put back in for the block (see :func:`_trained_weights_in`)."""
+        """The trained weights put back in for the block (see :func:`trained_weights_in`)."""
         pairs = self._ema_pairs()
         for (var, _), value in zip(pairs, self._trained):
             var.assign(value)

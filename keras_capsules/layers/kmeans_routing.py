@@ -128,29 +128,23 @@ class KMeansRouting(VoteRouting):
         )
         self.similarity = similarity
 
-    def _scores(self, u_hat, v, u_norm=None):
+    def _scores(self, u_hat, v, u_norm):
         # The centre's direction v / max(|v|, floor) first, then the product:
         # <u_hat, v> itself overflows (inf / inf = NaN) once |u_hat| |v| passes the
         # float32 range (inputs ~1e19). The direction comes with an overflow-free
-        # gradient from _norm_parts, also for huge centres.
+        # gradient from _norm_parts, also for huge centres. u_norm: the votes'
+        # max(|u_hat|, floor) [b, i, j] for cosine similarity, None for dot.
         direction, v_norm = _norm_parts(v, -1, 1e-12, with_direction=True)  # [b, j, o], [b, j, 1]
         centre = ops.where(v_norm >= _NORM_FLOOR, direction, v / _NORM_FLOOR)
         scores = ops.einsum("bijo,bjo->bij", u_hat, centre)
-        if self.similarity == "cosine":
-            scores = scores / (self._vote_norms(u_hat) if u_norm is None else u_norm)
-        return scores
-
-    @staticmethod
-    def _vote_norms(u_hat):
-        """``max(|u_hat|, floor)`` over the vote axis, ``[b, i, j]``."""
-        return maximum(safe_norm(u_hat, axis=-1), _NORM_FLOOR)
+        return scores if u_norm is None else scores / u_norm
 
     def _route(self, u_hat, valid):
         # Padded votes are zero already, so this sums over real inputs only.
         v = ops.sum(u_hat, axis=1) / float(self.n_out)  # [b, j, o]
         # the votes' lengths do not change over the iterations: once (each iteration's
         # norm kept several [b, i, j, o] temporaries for the gradient)
-        u_norm = self._vote_norms(u_hat) if self.similarity == "cosine" else None
+        u_norm = maximum(safe_norm(u_hat, axis=-1), _NORM_FLOOR) if self.similarity == "cosine" else None
         for _ in range(self.n_iters):
             c = couplings(self._scores(u_hat, v, u_norm), valid)
             v = ops.einsum("bij,bijo->bjo", c, u_hat)
