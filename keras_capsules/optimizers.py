@@ -324,7 +324,8 @@ def one_cycle_schedule(total_steps, min_lr=1e-5, max_lr=5e-4, warmup_fraction=0.
 
     The rate rises linearly from ``min_lr`` (step 0) to ``max_lr`` over the first
     ``warmup_fraction`` of ``total_steps``, then falls back to ``min_lr`` (at step
-    ``total_steps``) along a half cosine, and stays there. It is expressed exactly by
+    ``total_steps``) along a half cosine, and stays there. With ``warmup_fraction=0``
+    there is no warm-up: the rate starts at ``max_lr``. It is expressed exactly by
     ``keras.optimizers.schedules.CosineDecay`` with ``initial_learning_rate=min_lr``,
     ``warmup_target=max_lr``, ``warmup_steps=round(warmup_fraction * total_steps)``,
     ``decay_steps=total_steps - warmup_steps`` and ``alpha=min_lr / max_lr``, so it
@@ -332,7 +333,8 @@ def one_cycle_schedule(total_steps, min_lr=1e-5, max_lr=5e-4, warmup_fraction=0.
 
     Args:
         total_steps: number of optimizer steps of the whole run (epochs x batches).
-        min_lr: rate at the start and at the end. Default 1e-5.
+        min_lr: rate at the start (after a warm-up of at least one step) and at the
+            end. Default 1e-5.
         max_lr: peak rate, reached at the end of the warm-up. Default 5e-4.
         warmup_fraction: fraction of the steps spent warming up, in [0, 1). Default 0.1.
 

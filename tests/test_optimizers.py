@@ -208,6 +208,15 @@ def test_one_cycle_schedule_values():
     np.testing.assert_allclose(float(clone(321)), lr(321), rtol=1e-6)
 
 
+def test_one_cycle_schedule_without_warm_up_starts_at_the_peak():
+    # As its docstring says: with no warm-up step the half cosine starts at max_lr.
+    schedule = one_cycle_schedule(100, min_lr=1e-5, max_lr=5e-4, warmup_fraction=0.0)
+    lr = lambda step: float(schedule(step))  # noqa: E731
+    np.testing.assert_allclose(lr(0), 5e-4, rtol=1e-5)
+    np.testing.assert_allclose(lr(50), 0.5 * (5e-4 + 1e-5), rtol=1e-4)
+    np.testing.assert_allclose(lr(100), 1e-5, rtol=1e-4)
+
+
 @pytest.mark.parametrize(
     "kwargs",
     [dict(total_steps=1), dict(total_steps=10, min_lr=1e-3, max_lr=1e-4),

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from keras_capsules.layers import RLadder, level_spec
-from tests.backends import float64_enabled, value_and_grads
+from tests.backends import float64_enabled, tensorflow_only, value_and_grads
 from tests.layers.rladder.shared import BlankFramesMasked, check_constraints_reach_every_kernel_and_bias
 from tests.layers.rladder.loops import assert_compiles_as_one_torch_graph, assert_same as _assert_same, loop_twins
 from tests.harness import edit_saved_layer_config, run_layer_contract, two_cpu_strategy
@@ -1156,8 +1156,7 @@ def test_on_jax_a_ladder_built_for_any_length_loops_symbolically():
 def test_the_symbolic_loop_takes_a_variable_input():
     # Keras' moveaxis reads x.ndim, which a tf.Variable lacks: the symbolic loop failed
     # ("'ResourceVariable' object has no attribute 'ndim'"), the unrolled one did not
-    if keras.backend.backend() != "tensorflow":
-        pytest.skip("tf.Variable inputs are TensorFlow's")
+    tensorflow_only("tf.Variable inputs")
     import tensorflow as tf
     x = _seq(2, 3, 5)
     looped = RLadder(DENSE_LEVELS, output_units=3, unroll=False)
