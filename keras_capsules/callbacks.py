@@ -8,6 +8,8 @@ import weakref
 
 import keras
 
+from keras_capsules import _validation
+
 __all__ = [
     "TimeBudget", "BudgetLinearDecay", "SwapEMAWeightsAndStatistics", "swap_ema_weights",
     "estimate_batch_norm_statistics", "trained_weights_in",
@@ -269,7 +271,8 @@ class _SwapEMAWeights(keras.callbacks.SwapEMAWeights):
     """
 
     def __init__(self, swap_on_epoch=False):
-        super().__init__(swap_on_epoch=swap_on_epoch)
+        # Keras takes any truthy value: "no" swapped at every epoch's end.
+        super().__init__(swap_on_epoch=_validation.boolean("swap_on_epoch", swap_on_epoch))
         self._trained = None  # the trained weights, kept aside while the average is in
 
     def _ema_pairs(self):
@@ -401,11 +404,8 @@ class SwapEMAWeightsAndStatistics(_SwapEMAWeights):
                 "`statistics_data` must give its batches again at every swap (a tf.data.Dataset, a list, ...), "
                 f"not a one-pass iterator. Received: {type(statistics_data).__name__}"
             )
-        if (isinstance(statistics_steps, bool) or not isinstance(statistics_steps, numbers.Integral)
-                or statistics_steps < 1):
-            raise ValueError(f"`statistics_steps` must be a positive integer. Received: {statistics_steps!r}")
         self.statistics_data = statistics_data
-        self.statistics_steps = int(statistics_steps)
+        self.statistics_steps = _validation.positive_int("statistics_steps", statistics_steps)
         self._raw_statistics = None  # the raw weights' statistics while the averaged weights are in
         self._averaged = None  # (id of the model, optimizer updates, statistics) last estimated for its average
 
@@ -512,6 +512,8 @@ def estimate_batch_norm_statistics(model, data, steps):
     of the batch mean and of the batch variance, as NumPy arrays. The layers' moving
     statistics and momenta are left as they were. Used by
     :class:`SwapEMAWeightsAndStatistics`."""
+    # A bad count (-1, 2.5, None) ran through all of ``data``: forever on a repeated dataset.
+    steps = _validation.positive_int("steps", steps)
     layers = _batch_norm_layers(model)
     if not layers:
         return []

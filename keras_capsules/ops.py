@@ -72,10 +72,11 @@ def _norm_parts(x, axis, epsilon, with_direction=False):
       ``epsilon`` is below ``2**-50``, as such vectors are zero otherwise): their
       norm is ``|x s| / s`` and their direction ``x s / |x s|``. No branch and no
       extra reduction for the largest component, so ordinary inputs run as fast.
-      (The norm's gradient multiplies incoming gradients by ``1 / s`` on the way:
-      for norms above about 1.8e19 an incoming gradient beyond about 2**58 can
-      overflow. The direction's gradient has no such factor; use it where a
-      direction is what is needed.)
+      (For the longer vectors the norm's gradient multiplies incoming gradients by
+      ``1 / s`` on the way: for norms above about 1.8e19 an incoming gradient beyond
+      about 2**58 can overflow. The direction's gradient has no such factor; use it
+      where a direction is what is needed. For the shorter ones the norm's gradient
+      is taken as ``x / |x|`` directly: through ``1 / s`` it was flushed to zero.)
 
     Squares are formed as ``x * x`` (not ``square``, whose gradient doubles ``x``
     and overflows above half the dtype's maximum). Gradients are finite at zero
@@ -105,6 +106,12 @@ def _norm_parts(x, axis, epsilon, with_direction=False):
         # scale into x * (scale / root), which underflows to 0.
         direction = y / y_root
         norm = y_root / scale
+        if scale > 1:
+            # Tiny vectors: the gradient of y_root / scale carried incoming gradients
+            # through 1 / scale (2**-86 in float32), where they were flushed to zero. The
+            # same value, with the norm's gradient taken as the direction's, |x|' = x / |x|.
+            along = ops.sum(x * ops.stop_gradient(direction), axis=axis, keepdims=True)
+            norm = ops.stop_gradient(norm - along) + along
         return direction, ops.where(positive & ((norm > epsilon) | nan), norm, ops.zeros_like(norm))
 
     safe = ops.where(plain & (squared > tiny), squared, ops.ones_like(squared))
@@ -385,6 +392,7 @@ def mean(x, axis=None, keepdims=False):
     one truncated to an integer: ``mean([1, 2])`` is 1.5. (Integers above 2**24 are
     rounded to float32 first.)
     """
+    x = ops.convert_to_tensor(x)  # a list has no dtype (the other functions here take lists)
     dtype = keras.backend.standardize_dtype(x.dtype)
     if not dtype.startswith(("float", "bfloat")):
         dtype = "float32"  # an integer (or boolean) mean is not an integer

@@ -207,6 +207,29 @@ def test_bad_statistics_steps(steps):
         SwapEMAWeightsAndStatistics([], steps)
 
 
+@pytest.mark.parametrize("steps", [0, -1, 2.5, True, "3", None])
+def test_estimate_refuses_a_bad_number_of_steps(steps):
+    # Audit s64: -1, 2.5, None and "3" ran through the whole of the data (forever on a
+    # repeated dataset), True ran one batch, 0 said the data gave no batch.
+    def endless():
+        x, y = _data()
+        while True:
+            yield from _batches(x, y)
+
+    with pytest.raises(ValueError, match=r"`steps` must be a positive integer. Received: steps="):
+        estimate_batch_norm_statistics(_model(), endless(), steps)
+
+
+@pytest.mark.parametrize("swap_on_epoch", ["no", "False", 1, None])
+def test_swap_on_epoch_must_be_a_boolean(swap_on_epoch):
+    # Audit s64: "no" (any truthy value) swapped the average in at every epoch's end.
+    x, y = _data()
+    for make in (lambda: swap_ema_weights(swap_on_epoch=swap_on_epoch),
+                 lambda: SwapEMAWeightsAndStatistics(_batches(x, y), swap_on_epoch=swap_on_epoch)):
+        with pytest.raises(ValueError, match="`swap_on_epoch` must be True or False"):
+            make()
+
+
 @pytest.mark.parametrize("data", [None, 3, object()])
 def test_statistics_data_must_be_iterable(data):
     with pytest.raises(TypeError, match="statistics_data"):

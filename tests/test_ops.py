@@ -527,3 +527,27 @@ def test_max_with_initial_and_masked_softmax_compile_as_one_torch_graph():
                    ops.min_with_initial(v, axis=1, keepdims=True, initial=float("inf"))],
         logits,
     )
+
+
+def test_mean_takes_a_python_list_as_the_other_functions_do():
+    # Audit s64: AttributeError: 'list' object has no attribute 'dtype'.
+    np.testing.assert_allclose(np.asarray(ops.mean([1.0, 2.0])), 1.5)
+    np.testing.assert_allclose(np.asarray(ops.mean([[1, 2], [3, 5]], axis=1)), [1.5, 4.0])
+
+
+@pytest.mark.parametrize("dtype,threshold", [("float32", 2.0**-50), ("float64", 2.0**-500)])
+def test_gradients_of_tiny_vectors_with_a_zero_epsilon_are_exact(dtype, threshold):
+    # Audit s64: below the threshold where such vectors are scaled up, the gradient through
+    # the norm was multiplied by 1 / scale on its way and flushed to zero: squash lost its
+    # (u.c) u term, a jump at the threshold, and safe_norm's gradient was 0.
+    u = np.array([3.0, -4.0, 1.0]) / np.sqrt(26.0)
+    c = np.array([0.3, 0.5, -0.2])
+    with float64_enabled():
+        for factor in (1.05, 0.95):  # either side of the threshold
+            n = threshold * factor
+            x = tensor((u * n)[None], dtype)
+            (g,) = grads(lambda v: keras.ops.sum(ops.squash(v, epsilon=0.0) * tensor(c, dtype)), [x])
+            # squash(v) = |v| v / (1 + |v|^2): for |v| << 1 the gradient is |v| c + (v.c) v / |v|
+            np.testing.assert_allclose(np.asarray(g).ravel() / n, c + (u @ c) * u, rtol=1e-5, err_msg=str(factor))
+            (g,) = grads(lambda v: ops.safe_norm(v, epsilon=0.0)[0] * 1e-13, [x])
+            np.testing.assert_allclose(np.asarray(g).ravel(), 1e-13 * u, rtol=1e-5, err_msg=str(factor))

@@ -74,12 +74,11 @@ class CompositionalEmbedding(OwnCastingLayer):
 
     Ids are checked in eager calls: an id outside ``[0, input_dim)`` (NaN, or a float
     id that is not a whole number, included) raises a ``ValueError``. (Inside a
-    traced function, e.g. ``model.fit`` or ``jit_compile``, the check is skipped, as
-    the values are unknown.) With ``mask_zero=True`` id 0 is padding, exactly as in
-    ``keras.layers.Embedding``: it still has an embedding, and the layer emits the
-    mask ``ids != 0``. int64 ids are looked up as int64, as in ``keras.layers.Embedding``,
-    so that in a traced function an id of ``2**31`` or more is out of range (an error
-    on TensorFlow without XLA), never another row.
+    traced function, e.g. ``model.fit`` or ``jit_compile``, the values are unknown:
+    there such an id embeds as NaN, never as another id's row.) With ``mask_zero=True``
+    id 0 is padding, exactly as in ``keras.layers.Embedding``: it still has an
+    embedding, and the layer emits the mask ``ids != 0``. int64 ids are compared as
+    int64, so an id of ``2**31`` or more is out of range too.
 
     Mixed precision: weights are float32; the softmax and the sum run in float32 and
     the output is cast to the compute dtype.
@@ -185,7 +184,7 @@ class CompositionalEmbedding(OwnCastingLayer):
         self._initial_codes = None if codes is None else self._validate_codes(codes)
         self.codes_initializer = get_initializer(
             "codes_initializer",
-            codes_initializer or keras.initializers.RandomNormal(stddev=1.0)
+            keras.initializers.RandomNormal(stddev=1.0) if codes_initializer is None else codes_initializer
         )
         self.codebook_initializer = get_initializer("codebook_initializer", codebook_initializer)
         self.codes_regularizer = get_regularizer("codes_regularizer", codes_regularizer)
@@ -297,7 +296,16 @@ class CompositionalEmbedding(OwnCastingLayer):
         # to other, possibly valid, rows where the check above does not run); floats
         # holding ids are accepted, as in Embedding.
         wide = keras.backend.standardize_dtype(inputs.dtype) in ("int64", "uint32", "uint64")
-        ids = ops.cast(inputs, "int64" if wide else "int32")
+        # Where the check above cannot run (traced calls), an id out of range embeds as NaN:
+        # the backends' lookups took it as another row (-1 as id V-1; under XLA every one).
+        if keras.backend.is_float_dtype(inputs.dtype):  # whole numbers in range (NaN is not)
+            valid = ops.logical_and(ops.equal(inputs, ops.floor(inputs)), ops.logical_and(
+                ops.greater_equal(inputs, 0), ops.less(inputs, self.input_dim)))
+            ids = ops.cast(ops.where(valid, inputs, ops.zeros_like(inputs)), "int32")
+        else:
+            ids = ops.cast(inputs, "int64" if wide else "int32")
+            valid = ops.logical_and(ops.greater_equal(ids, 0), ops.less(ids, self.input_dim))
+            ids = ops.where(valid, ids, ops.zeros_like(ids))
         dtype = routing_dtype(self.compute_dtype)
         codebook = ops.cast(self.codebook, dtype)
         if self.fixed_codes:
@@ -314,6 +322,7 @@ class CompositionalEmbedding(OwnCastingLayer):
                 weights = ops.softmax(weights, axis=-1)
             # "..." for the id axes: ids of any rank (named letters ran into "d").
             out = ops.einsum("...mk,mkd->...d", weights, codebook)
+        out = ops.where(ops.expand_dims(valid, -1), out, ops.cast(float("nan"), out.dtype))
         return ops.cast(out, self.compute_dtype)
 
     # ------------------------------------------------------------------ export

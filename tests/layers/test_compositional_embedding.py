@@ -332,20 +332,48 @@ def test_learns_the_sentiment_of_bags_of_words():
     assert accuracy > 0.85, accuracy
 
 
+@pytest.mark.parametrize("jit_compile", [False, True])
+@pytest.mark.parametrize("fixed", [False, True])
+def test_out_of_range_ids_embed_as_nan_in_a_traced_call(fixed, jit_compile):
+    """Audit s64: in a traced call (where the eager range check does not run) id -1
+    embedded as id V-1 and -V as id 0; under XLA every id out of range was another row.
+    They now embed as NaN, and the ids in range as in an eager call."""
+    if not jit_compile and keras.backend.backend() == "jax":
+        pytest.skip("JAX runs predict eagerly without jit_compile (the eager check raises)")
+    kwargs = dict(codes=np.arange(20).reshape(10, 2) % 4, num_codewords=4) if fixed else {}
+    layer = CompositionalEmbedding(10, 3, num_codebooks=2, **kwargs)
+    inputs = keras.Input((None,), dtype="int32")
+    model = keras.Model(inputs, layer(inputs))
+    model.compile(jit_compile=jit_compile)
+    ids = np.array([[3, -1, 9, 10, -10, 0, 2**31 - 1]], "int32")
+    got = model.predict(ids, verbose=0)
+    valid = (ids >= 0) & (ids < 10)
+    assert np.isnan(got[~valid]).all()
+    np.testing.assert_allclose(got[valid], np.asarray(layer(ids[valid][None]))[0], rtol=1e-5, atol=1e-7)
+
+
 @pytest.mark.parametrize("fixed", [False, True])
 def test_int64_ids_of_2_pow_31_and_more_are_not_wrapped_in_a_traced_call(fixed):
     """review: ids were cast to int32, so in a traced call (where the eager range check
     does not run) int64 id 2**32 + 3 embedded as row 3 and 2**31 as a negative row.
-    They stay int64, as in keras.layers.Embedding: TensorFlow's gather refuses them."""
-    tensorflow_only("a tf.function without XLA, whose gather checks its indices")
+    They are compared as int64, and embed as NaN."""
+    tensorflow_only("int64 ids in a tf.function")
     import tensorflow as tf
 
     kwargs = dict(codes=np.arange(20).reshape(10, 2) % 4, num_codewords=4) if fixed else {}
     layer = CompositionalEmbedding(10, 3, num_codebooks=2, **kwargs)
-    embed = tf.function(layer, jit_compile=False)
-    np.testing.assert_array_equal(
-        np.asarray(embed(tf.constant([[3, 9]], tf.int64))), np.asarray(layer(np.array([[3, 9]])))
-    )
-    for big in (2**32 + 3, 2**31):
-        with pytest.raises(tf.errors.InvalidArgumentError, match=f"{big} is not in"):
-            embed(tf.constant([[1, big]], tf.int64))
+    for jit_compile in (False, True):
+        embed = tf.function(layer, jit_compile=jit_compile)
+        np.testing.assert_allclose(
+            np.asarray(embed(tf.constant([[3, 9]], tf.int64))), np.asarray(layer(np.array([[3, 9]]))), rtol=1e-6
+        )
+        got = np.asarray(embed(tf.constant([[1, 2**32 + 3, 2**31, 2**63 - 1]], tf.int64)))
+        np.testing.assert_allclose(got[0, 0], np.asarray(layer(np.array([[1]])))[0, 0], rtol=1e-6)
+        assert np.isnan(got[0, 1:]).all()
+
+
+@pytest.mark.parametrize("bad", [0, "", []])
+def test_an_empty_looking_codes_initializer_is_refused_not_the_default(bad):
+    # Audit s64: 0, "" and [] fell through `or` to the default initializer.
+    with pytest.raises(ValueError, match=r"`codes_initializer` must be a Keras initializer.*Received: codes_initializer="):
+        CompositionalEmbedding(10, 3, codes_initializer=bad)

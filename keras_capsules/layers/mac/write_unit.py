@@ -44,7 +44,8 @@ class WriteUnit(_base.MACLayerBase):
             ``memory_gate=True``).
         gate_bias_initializer: initializer of ``gate_bias``. Default
             ``Constant(1.0)``, which starts the gate leaning towards keeping
-            ``m_prev`` (sigmoid(1) = 0.73).
+            ``m_prev`` (sigmoid(1) = 0.73). Another initializer needs
+            ``memory_gate=True``.
         kernel_initializer: initializer of the kernels. Default ``"glorot_uniform"``.
         bias_initializer: initializer of the other biases. Default ``"zeros"``.
         kernel_regularizer, bias_regularizer: optional regularizers (the bias
@@ -110,11 +111,18 @@ class WriteUnit(_base.MACLayerBase):
                 "memory_gate=True (otherwise no gate is built). "
                 f"Received: gate_per_dimension={gate_per_dimension!r}, memory_gate={memory_gate!r}"
             )
+        default = keras.initializers.Constant(1.0)
         self.gate_bias_initializer = get_initializer(
-            "gate_bias_initializer",
-            keras.initializers.Constant(1.0) if gate_bias_initializer is None
-            else gate_bias_initializer
+            "gate_bias_initializer", default if gate_bias_initializer is None else gate_bias_initializer
         )
+        if (not self.memory_gate and gate_bias_initializer is not None
+                and keras.initializers.serialize(self.gate_bias_initializer) != keras.initializers.serialize(default)):
+            # Was accepted and ignored. (The default passes: every saved config records it.)
+            raise ValueError(
+                "`gate_bias_initializer` initializes the memory gate, which exists only with "
+                "memory_gate=True (otherwise no gate is built). "
+                f"Received: gate_bias_initializer={gate_bias_initializer!r}, memory_gate={memory_gate!r}"
+            )
         self.supports_masking = True
 
     @property

@@ -166,3 +166,18 @@ def test_gate_per_dimension_without_the_gate_is_refused():
         assert type(layer).from_config(layer.get_config()).get_config() == layer.get_config()
     config = WriteUnit().get_config()  # the defaults still round-trip
     assert WriteUnit.from_config(config).get_config() == config
+
+
+def test_a_gate_bias_initializer_without_the_gate_is_refused():
+    # Audit s64: gate_bias_initializer="ones" without memory_gate=True was accepted,
+    # recorded in the config, and initialized nothing.
+    from keras_capsules.layers import MACCell, MACNetwork
+
+    for make in (WriteUnit, lambda **kw: MACCell(2, **kw), lambda **kw: MACNetwork(2, **kw)):
+        with pytest.raises(ValueError, match=r"memory_gate=True.*Received: gate_bias_initializer='ones', memory_gate=False"):
+            make(gate_bias_initializer="ones")
+        layer = make(gate_bias_initializer="ones", memory_gate=True)
+        assert type(layer).from_config(layer.get_config()).get_config() == layer.get_config()
+        # a gateless layer's config (which records the default initializer) still loads
+        gateless = make()
+        assert type(gateless).from_config(gateless.get_config()).get_config() == gateless.get_config()
