@@ -225,13 +225,18 @@ def _keras_mask(x):
 
 def margin_term(targets, lengths, m_plus=0.9, m_minus=0.1, lambda_=0.5):
     """Per-sample margin loss ``sum_c [T relu(m+ - x)^2 + lambda (1-T) relu(x - m-)^2]``."""
-    present = targets * ops.square(ops.relu(m_plus - lengths))
-    absent = lambda_ * (1.0 - targets) * ops.square(ops.relu(lengths - m_minus))
+    # A term whose weight is 0 is 0: 0 * inf was NaN for a score beyond ~1e19 (float32).
+    present = ops.where(targets > 0, targets * ops.square(ops.relu(m_plus - lengths)), 0.0)
+    absent = ops.where(targets < 1, lambda_ * (1.0 - targets) * ops.square(ops.relu(lengths - m_minus)), 0.0)
     return ops.sum(present + absent, axis=-1)
 
 
 def focal_term(targets, lengths, alpha=0.25, gamma=2.0):
-    """Per-sample focal loss ``-alpha (1 - p_t)^gamma log p_t`` with ``p = softmax(x)``."""
+    """Per-sample focal loss ``-alpha (1 - p_t)^gamma log p_t`` with ``p = softmax(x)``
+    (``gamma >= 0``)."""
+    if isinstance(gamma, bool) or not isinstance(gamma, numbers.Real) or not 0 <= gamma < math.inf:
+        # A negative gamma was a ZeroDivisionError from 0.0 ** gamma below.
+        raise ValueError(f"`gamma` must be a finite number >= 0. Received: gamma={gamma!r}")
     log_p = ops.log_softmax(lengths, axis=-1)
     # (1 - p)^gamma has an infinite derivative at p = 1 for gamma < 1 (0 * inf = NaN
     # through the chain rule; e.g. a single class, where p = 1): take it as the
@@ -339,7 +344,17 @@ class CapsuleLoss(keras.losses.Loss):
         # the whole batch's loss NaN. Such labels are read as class 0 (one-hot targets
         # as "no class") before the check; the mask then drops those positions.
         y_true = _labels_without_padding(y_true, y_pred)
-        return super().__call__(y_true, y_pred, sample_weight=sample_weight)
+        context = _several_replicas()
+        if context is None or self.reduction not in _DIVIDING_REDUCTIONS:
+            return super().__call__(y_true, y_pred, sample_weight=sample_weight)
+        # Several replicas: the mean over the global batch's kept values (_global_mean).
+        import tensorflow as tf
+
+        with tf.name_scope(self.name):
+            mask = _keras_mask(y_pred)
+            y_pred = ops.convert_to_tensor(y_pred, dtype=self.dtype)
+            y_true = ops.convert_to_tensor(y_true)
+            return _global_mean(self.call(y_true, y_pred), sample_weight, mask, self.reduction, self.dtype, context)
 
     def call(self, y_true, y_pred):
         targets, invalid = _targets(y_true, y_pred)
@@ -454,6 +469,23 @@ def _check_axis(group_axis, rank):
     return axis
 
 
+def _mixture_sigma(sigma):
+    """``sigma`` as a float: a positive, finite number (the check of MixtureNLL and mixture_nll)."""
+    if isinstance(sigma, bool) or not isinstance(sigma, numbers.Real) or not 0 < sigma < math.inf:
+        raise ValueError(f"`sigma` must be a positive, finite number. Received: sigma={sigma!r}")
+    return float(sigma)
+
+
+def _probability_floor(epsilon):
+    """``epsilon`` as a float: a probability floor in (0, 1)."""
+    if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real) or not 0 < epsilon < 1:
+        raise ValueError(
+            f"`epsilon` must be a positive number below 1 (a probability floor). "
+            f"Received: epsilon={epsilon!r}"
+        )
+    return float(epsilon)
+
+
 def mixture_nll(x, m, pi, sigma, group_axis=1, from_logits=False, epsilon=1e-7):
     """Per-pixel ``-log sum_k pi_k N(x; m_k, sigma^2 I)``.
 
@@ -471,6 +503,10 @@ def mixture_nll(x, m, pi, sigma, group_axis=1, from_logits=False, epsilon=1e-7):
         The negative log-likelihood per pixel, of shape ``x.shape[:-1]``; computed in
         float32 (float64 for float64 means) with a log-sum-exp over groups.
     """
+    # The class's checks: a negative or NaN sigma was "too small", a string was taken,
+    # and a negative epsilon gave inf where pi = 0.
+    sigma = _mixture_sigma(sigma)
+    epsilon = _probability_floor(epsilon)
     rank = len(m.shape)
     axis = _check_axis(group_axis, rank)
     m = ops.convert_to_tensor(m)
@@ -576,6 +612,50 @@ def _reduce_weighted_values(values, sample_weight, mask, reduction, dtype):
     return _divide_no_nan(loss, divisor)
 
 
+def _several_replicas():
+    """The replica context when called inside the replica function of a ``tf.distribute``
+    strategy of several replicas in sync (TensorFlow only), else None."""
+    if keras.backend.backend() != "tensorflow":
+        return None
+    import tensorflow as tf
+
+    if not tf.distribute.has_strategy() or tf.distribute.in_cross_replica_context():
+        return None
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+        return None
+    return context
+
+
+def _global_mean(values, sample_weight, mask, reduction, dtype, context):
+    """The one-device mean of a reduction that divides, on one replica's share of the batch.
+
+    Keras divides each replica's weighted sum by that replica's own count (its real,
+    unmasked values, or its weights' sum), then by the number of replicas, and sums
+    the replicas' gradients: where the replicas hold different numbers of real values
+    (padded sequences, masked tokens) or different weights, a replica's values weighed
+    more than the same values on one device. Here each replica divides its sum by the
+    count of all replicas (``all_reduce``), so the replicas' losses add up to the
+    one-device loss and their gradients to its gradient.
+    """
+    import tensorflow as tf
+
+    values = ops.convert_to_tensor(values, dtype=dtype)
+    kept = ops.ones_like(values) if mask is None else ops.cast(_same_rank(values, ops.convert_to_tensor(mask))[1], dtype)
+    weights = kept
+    if sample_weight is not None:
+        weight = ops.cast(_same_rank(values, ops.convert_to_tensor(sample_weight))[1], dtype)
+        weights = kept * weight
+    weights = ops.broadcast_to(weights, ops.shape(values))
+    total = ops.sum(values * weights)
+    if reduction == "mean_with_sample_weight":
+        count = ops.sum(weights)
+    else:  # "sum_over_batch_size" (alias "mean"): the number of kept values
+        count = ops.sum(ops.broadcast_to(kept, ops.shape(values)))
+    count = context.all_reduce(tf.distribute.ReduceOp.SUM, count)
+    return _divide_no_nan(total, count)
+
+
 @keras.saving.register_keras_serializable(package="keras_capsules")
 class MixtureNLL(keras.losses.Loss):
     """Negative log-likelihood of a per-pixel Gaussian mixture (RTagger's cost).
@@ -645,19 +725,14 @@ class MixtureNLL(keras.losses.Loss):
     ):
         super().__init__(name=name, reduction=reduction, dtype=dtype)
         self._dtype_arg = None if dtype is None else self.dtype  # for get_config
-        if isinstance(sigma, bool) or not isinstance(sigma, numbers.Real) or not 0 < sigma < math.inf:
-            raise ValueError(f"`sigma` must be a positive, finite number. Received: sigma={sigma!r}")
+        sigma = _mixture_sigma(sigma)
         if isinstance(group_axis, bool) or not isinstance(group_axis, numbers.Integral) or group_axis == 0:
             raise ValueError(
                 "`group_axis` must be a non-zero integer (the batch axis cannot hold "
                 f"groups). Received: group_axis={group_axis!r}"
             )
-        if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real) or not 0 < epsilon < 1:
-            raise ValueError(
-                f"`epsilon` must be a positive number below 1 (a probability floor). "
-                f"Received: epsilon={epsilon!r}"
-            )
-        self.sigma = float(sigma)
+        epsilon = _probability_floor(epsilon)
+        self.sigma = sigma
         self.group_axis = int(group_axis)
         if not isinstance(from_logits, (bool, np.bool_)):
             raise ValueError(
@@ -668,6 +743,22 @@ class MixtureNLL(keras.losses.Loss):
 
     def __call__(self, y_true, y_pred, sample_weight=None):
         mask = _keras_mask(y_pred)
+        context = _several_replicas()
+        if context is not None and self.reduction in _DIVIDING_REDUCTIONS:
+            # Several replicas: the mean over the global batch's kept pixels (_global_mean).
+            import tensorflow as tf
+
+            with tf.name_scope(self.name):
+                y_pred = ops.convert_to_tensor(y_pred, dtype=self.dtype)
+                y_true = ops.convert_to_tensor(y_true, dtype=self.dtype)
+                weights = self._pixel_weights(y_true, y_pred, mask, sample_weight, share=False)
+                kept = None if mask is None else self._pixel_weights(y_true, y_pred, mask, None, share=False)
+                if self.reduction == "mean_with_sample_weight" or weights is None:
+                    return _global_mean(self.call(y_true, y_pred), weights, None, self.reduction, self.dtype, context)
+                # sample weights times the kept pixels, divided by the kept pixels' count
+                values = self.call(y_true, y_pred)
+                weight = weights if sample_weight is not None else None
+                return _global_mean(values, weight, kept, self.reduction, self.dtype, context)
         if mask is not None or sample_weight is not None:
             # Keras' losses take a mask (or weights) of the per-pixel values' shape, or of
             # one axis less: RTagger's [batch, T, K, ...] mask (through Concatenate), or a
@@ -697,7 +788,7 @@ class MixtureNLL(keras.losses.Loss):
             mask = in_mask if in_mask is not None else out_mask
         return _reduce_weighted_values(losses, sample_weight, mask, self.reduction, self.dtype)
 
-    def _pixel_weights(self, y_true, y_pred, mask, sample_weight):
+    def _pixel_weights(self, y_true, y_pred, mask, sample_weight, share=True):
         """``sample_weight`` and the mask of ``y_pred`` as weights of the per-pixel values.
 
         Both describe the leading axes of the values ``[batch, ..., pixels]`` (the
@@ -730,7 +821,7 @@ class MixtureNLL(keras.losses.Loss):
             mask = ops.any(mask, axis=_check_axis(self.group_axis, len(y_pred.shape)))
         mask = ops.logical_and(spread(mask, "mask"), ops.ones_like(y_true[..., 0], dtype="bool"))
         dtype = self.dtype
-        if self.reduction in ("mean", "sum_over_batch_size"):
+        if share and self.reduction in ("mean", "sum_over_batch_size"):
             total = ops.cast(ops.size(mask), dtype)
             weight = _divide_no_nan(total, ops.sum(ops.cast(mask, dtype)))
             weights = ops.where(mask, weight, ops.zeros_like(weight))

@@ -262,6 +262,38 @@ def test_non_finite_arguments_are_refused(make, message):
     losses.MixtureNLL(sigma=np.float32(0.5), epsilon=np.float64(1e-6))  # numpy numbers are fine
 
 
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (dict(sigma=-0.5), "`sigma` must be a positive, finite number. Received: sigma=-0.5"),
+        (dict(sigma=float("nan")), "`sigma` must be a positive, finite number. Received: sigma=nan"),
+        (dict(sigma="0.5"), "`sigma` must be a positive, finite number. Received: sigma='0.5'"),
+        (dict(epsilon=-1), "`epsilon` must be a positive number below 1 (a probability floor). Received: epsilon=-1"),
+    ],
+)
+def test_the_mixture_nll_function_checks_its_arguments_as_the_class_does(kwargs, message):
+    # Audit s64: mixture_nll called a negative or NaN sigma "too small", took a string,
+    # and with a negative epsilon gave inf where pi = 0.
+    args = dict(x=np.zeros((2, 3, 1), "float32"), m=np.zeros((2, 2, 3, 1), "float32"),
+                pi=np.zeros((2, 2, 3, 1), "float32"), sigma=0.5)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        losses.mixture_nll(**args)
+
+
+def test_focal_term_refuses_a_negative_gamma():
+    # Audit s64: it was a ZeroDivisionError ("0.0 cannot be raised to a negative power").
+    with pytest.raises(ValueError, match=r"`gamma` must be a finite number >= 0. Received: gamma=-1"):
+        losses.focal_term(np.eye(2, dtype="float32"), np.full((2, 2), 0.5, "float32"), gamma=-1)
+
+
+def test_margin_of_a_huge_score_is_finite_where_its_weight_is_zero():
+    # Audit s64: a present class scoring above ~1.8e19 gave NaN (0 * inf in the absent term).
+    scores = np.array([[2e19, 0.0]], "float32")
+    assert float(keras.ops.convert_to_numpy(MarginLoss()(np.array([0]), scores))) == 0.0  # its exact value
+    assert np.isinf(float(keras.ops.convert_to_numpy(MarginLoss()(np.array([1]), scores))))
+
+
 @pytest.mark.parametrize("labels", [
     np.array([0, 1, 2]),                  # class ids, one sample short
     np.array([[0], [1], [2]]),            # class ids as a column
@@ -415,3 +447,64 @@ def test_float64_mixture_nll_is_reduced_in_float64(reduction, weighted, masked):
         got = loss(x, packed, sample_weight=weights)
         assert keras.backend.standardize_dtype(got.dtype) == "float64"
         np.testing.assert_allclose(float(got), want, rtol=1e-12)
+
+
+def _replica_losses_add_up(loss, y_true, y_pred, mask=None, sample_weight=None):
+    """The loss of the whole batch on one device, and the sum of the losses that the two
+    replicas of a MirroredStrategy compute on their halves (what their gradients add up to)."""
+    import tensorflow as tf
+    from tests.harness import two_cpu_strategy
+
+    strategy = two_cpu_strategy()
+
+    def compute(y, p, m, w):
+        p = tf.identity(p)
+        if m is not None:
+            p._keras_mask = m  # as a masking layer leaves it on its output
+        return loss(y, p, sample_weight=w)
+
+    parts = [tensor(a) if a is not None else None for a in (y_true, y_pred, mask, sample_weight)]
+    one = float(compute(*parts))
+    half = len(y_pred) // 2
+
+    def shard(context):
+        i = context.replica_id_in_sync_group
+        return tuple(None if a is None else a[i * half:(i + 1) * half] for a in parts)
+
+    shards = strategy.experimental_distribute_values_from_function(shard)
+    per_replica = tf.function(lambda s: strategy.run(compute, args=s))(shards)
+    return one, float(strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None))
+
+
+@pytest.mark.parametrize("reduction", ["sum_over_batch_size", "mean_with_sample_weight"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_masked_capsule_loss_under_two_replicas_is_the_one_device_loss(reduction, weighted):
+    # Audit s64: each replica divided by its own count of real tokens (or its weights' sum),
+    # so a replica whose sequences were shorter weighed more: a gradient off by more than
+    # the step itself (per-token MarginLoss, 4 + 4 samples with 6 and 1 real tokens).
+    tensorflow_only("tf.distribute")
+    rng = np.random.default_rng(0)
+    scores = rng.uniform(size=(4, 5, 3)).astype("float32")
+    labels = rng.integers(0, 3, size=(4, 5))
+    mask = np.ones((4, 5), bool)
+    mask[2:, 1:] = False  # the second replica's samples hold one real token each
+    weights = rng.uniform(0.5, 2.0, size=(4, 5)).astype("float32") if weighted else None
+    one, replicas = _replica_losses_add_up(MarginLoss(reduction=reduction), labels, scores, mask, weights)
+    np.testing.assert_allclose(replicas, one, rtol=1e-6)
+
+
+@pytest.mark.parametrize("reduction", ["sum_over_batch_size", "mean_with_sample_weight"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_masked_mixture_nll_under_two_replicas_is_the_one_device_loss(reduction, weighted):
+    # Audit s64: as above, for RTagger's step masks (6% of a step's weight change off).
+    tensorflow_only("tf.distribute")
+    rng = np.random.default_rng(1)
+    x = rng.uniform(size=(4, 3, 5, 1)).astype("float32")  # [batch, T, pixels, channels]
+    packed = np.concatenate([rng.uniform(size=(4, 3, 2, 5, 1)), rng.dirichlet([1, 1], size=(4, 3, 5)).transpose(0, 1, 3, 2)[..., None]],
+                            -1).astype("float32")  # [batch, T, K, pixels, means + pi]
+    mask = np.ones((4, 3), bool)
+    mask[2:, 1:] = False  # the second replica's sequences have one real step
+    weights = rng.uniform(0.5, 2.0, size=(4, 3)).astype("float32") if weighted else None
+    loss = losses.MixtureNLL(sigma=0.5, group_axis=2, reduction=reduction)
+    one, replicas = _replica_losses_add_up(loss, x, packed, mask, weights)
+    np.testing.assert_allclose(replicas, one, rtol=1e-6)
