@@ -214,7 +214,8 @@ class VoteRouting(OwnCastingLayer):
         u = ops.cast(inputs, dtype)
         valid = self._valid(mask, inputs)
         if valid is not None:
-            u = ops.where(valid[:, :, None], u, ops.zeros_like(u))
+            # expand_dims, not valid[:, :, None]: a boolean strided slice needs TFLite's Flex ops
+            u = ops.where(ops.expand_dims(valid, -1), u, ops.zeros_like(u))
         kernel = ops.cast(self.kernel, dtype)
         if self.shared_weights:
             return ops.einsum("bid,jdo->bijo", u, kernel)
@@ -284,4 +285,4 @@ def couplings(logits, valid):
         c = ops.softmax(logits, axis=-1)
     if valid is None:
         return c
-    return ops.where(valid[:, :, None], c, ops.zeros_like(c))
+    return ops.where(ops.expand_dims(valid, -1), c, ops.zeros_like(c))

@@ -490,7 +490,7 @@ class EMRouting(OwnCastingLayer):
             user_mask = exactly_shaped_like(user_mask, valid)
             valid = ops.logical_and(valid, user_mask)
         f = ops.where(valid, ops.sigmoid(ops.where(valid, a_inp, ops.zeros_like(a_inp))), 0.0)
-        x = ops.where(valid[:, :, None, None], mu_inp, ops.zeros_like(mu_inp))
+        x = ops.where(ops.expand_dims(valid, (2, 3)), mu_inp, ops.zeros_like(mu_inp))
 
         kernel, bias, beta_use, beta_ign = (
             ops.cast(w, dtype) for w in (self.kernel, self.bias, self.beta_use, self.beta_ign)
@@ -572,8 +572,10 @@ class EMRouting(OwnCastingLayer):
             if t == 0:
                 d_use = _uniform_use(f, n_out) if out_valid is None else _uniform_use_over(f, out_valid)
             else:
-                log_p = -ops.einsum(
-                    "bijch,bjch->bij", ops.square(votes - mu_out[:, None]), 0.5 / sig2_out
+                # A product and a sum, not einsum("bijch,bjch->bij"): TensorFlow Lite's
+                # converter rejects the BatchMatMul that einsum becomes (TFLite export).
+                log_p = -ops.sum(
+                    ops.square(votes - mu_out[:, None]) * (0.5 / sig2_out)[:, None], axis=(3, 4)
                 ) - 0.5 * ops.sum(ops.log(sig2_out), axis=(2, 3))[:, None, :]
                 d_use = self._assign(a_out, log_p, f, out_valid)
             a_out = self._m_step_scores(f, d_use, beta_use, beta_ign)
@@ -600,7 +602,7 @@ class EMRouting(OwnCastingLayer):
         f_sum = ops.sum(f, axis=1)  # [b]
         centre = ops.einsum("bi,bicd->bcd", f, x) / (f_sum[:, None, None] + 1e-12)
         bias = bias + ops.einsum("bcd,jdh->bjch", centre, kernel)  # [b, j, c, h]
-        x = ops.where(valid[:, :, None, None], x - centre[:, None], ops.zeros_like(x))
+        x = ops.where(ops.expand_dims(valid, (2, 3)), x - centre[:, None], ops.zeros_like(x))
         xx = x[..., :, None] * x[..., None, :]  # [b, i, c, d, e]
         k_outer = kernel[:, :, None, :] * kernel[:, None, :, :]  # [j, d, e, h]
         for t in range(self.n_iters):
