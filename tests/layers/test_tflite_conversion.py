@@ -26,7 +26,7 @@ def _em_model():
 
 
 def _masked_model(routing):
-    tokens = keras.Input((5,), dtype="int32", name="tokens")
+    tokens = keras.Input((None,), dtype="int32", name="tokens")  # any length
     h = keras.layers.Dense(8)(keras.layers.Embedding(20, 8, mask_zero=True)(tokens))
     capsules = routing(n_out=3, d_out=4)(h)
     ids = np.array([[3, 7, 1, 0, 0], [5, 2, 9, 4, 8]], "int32")  # the first one padded
