@@ -9,7 +9,7 @@ import pytest
 
 from keras_capsules.layers import EMRouting
 from tests.conftest import shared_path
-from tests.backends import BACKEND, compiled, grads, require_float64, tensor, tensorflow_only
+from tests.backends import BACKEND, compiled, float64_enabled, grads, require_float64, tensor, tensorflow_only
 from tests.harness import run_layer_contract
 
 CASES = {
@@ -272,6 +272,32 @@ def test_variable_outputs_with_padding_equal_the_unpadded_sample(algorithm):
     one = np.zeros((2, 6), bool)
     one[:, 5] = True
     assert all(np.all(np.isfinite(np.asarray(o))) for o in layer([a, mu], mask=one))
+
+
+@pytest.mark.parametrize("algorithm", ["votes", "moments"])
+def test_variable_outputs_with_padding_and_a_real_zero_pose_equal_the_unpadded_sample(algorithm):
+    """Audit s64 (mutation): the E-step's softmax over every output, padded ones
+    zeroed afterwards, survived the test above, whose random bias keeps the padded
+    outputs' votes far from their mean 0 (variance eps). A real input whose pose is
+    all zeros (after a ReLU, say) votes exactly 0 there with the default zero bias:
+    the padded outputs took most of it. Their E-step share must be exactly 0."""
+    rng = np.random.default_rng(1)
+    layer = EMRouting(n_out=None, d_out=2, algorithm=algorithm)
+    a = rng.normal(size=(1, 4)).astype("float32")
+    mu = rng.normal(size=(1, 4, 1, 3)).astype("float32")
+    mu[0, 1] = 0.0  # a real input with a zero pose
+    layer([a, mu])
+    layer.bias_break.assign(np.array([[[0.7, -0.4]]], "float32"))  # the outputs differ
+    want = [np.asarray(o)[0] for o in layer([a, mu])]
+    idx = np.array([0, 2, 3, 5])  # inner and trailing padding, holding zeros
+    a_pad, mu_pad = np.zeros((1, 6), "float32"), np.zeros((1, 6, 1, 3), "float32")
+    a_pad[0, idx], mu_pad[0, idx] = a[0], mu[0]
+    keep = np.zeros((1, 6), bool)
+    keep[0, idx] = True
+    got = layer([a_pad, mu_pad], mask=keep)
+    # as the test above: float32 sums over other numbers of (zero) terms
+    for name, g, w in zip(("a_out", "mu_out", "sig2_out"), got, want):
+        np.testing.assert_allclose(np.asarray(g)[0, idx], w, rtol=1e-5, atol=1e-5, err_msg=name)
 
 
 def test_variable_outputs_pass_the_mask_on_in_a_functional_model():
@@ -542,6 +568,44 @@ def test_large_poses_give_finite_gradients_equal_to_float64(algorithm):
             assert np.all(np.isfinite(g32)), (n_inp, n_out, scale, k)
             if compare:
                 np.testing.assert_allclose(g32, g64, rtol=2e-2, atol=2e-3 * np.max(np.abs(g64)))
+
+
+@pytest.mark.parametrize("algorithm", ["votes", "moments"])
+def test_rescaled_poses_keep_the_variance_floor_eps(algorithm):
+    """Audit s64 (mutation): a variance floor of eps * s (not eps * s**2) for poses
+    routed rescaled survived every test: at 1e12-1e18 (above) the floor is far below the
+    data's variance either way. Here poses of 1e5-1e8 (float32 rescales them, float64
+    does not) cluster tightly: the kernel ignores their large first column, so the
+    votes' variances are ~1e-7 to 1e-5 of the largest component, which a floor of eps
+    times that component (1e-5 of it) would swamp. float32 must give float64's outputs."""
+    rng = np.random.default_rng(4)
+    with float64_enabled():  # jax_enable_x64 for this test on JAX
+        for scale in (1e5, 1e6, 1e7, 1e8):
+            a = rng.normal(size=(2, 6))
+            mu = rng.normal(size=(2, 6, 2, 3)) * np.sqrt(1e-4 * scale)
+            mu[..., 0] = scale * rng.uniform(0.5, 1.0, (2, 6, 2))
+            outs = []
+            for dtype in ("float64", "float32"):
+                layer = EMRouting(
+                    n_out=3, d_out=2, algorithm=algorithm, dtype=dtype,
+                    kernel_initializer=keras.initializers.RandomNormal(stddev=1 / 3, seed=0),
+                    bias_initializer=keras.initializers.RandomNormal(seed=1),
+                    beta_initializer=keras.initializers.RandomNormal(seed=2),
+                )
+                inputs = [tensor(a, dtype), tensor(mu, dtype)]
+                layer(inputs)
+                if not outs:  # the large column never reaches a vote
+                    weights = layer.get_weights()
+                    weights[0][:, :, 0, :] = 0.0
+                layer.set_weights(weights)
+                outs.append([np.asarray(o, "float64") for o in layer(inputs)])
+            # 5e-3: float32 routing differs by up to ~1e-3 here, most at 1e8, where the
+            # rescaled floor is 2**-60 * 1e16 ~ 9e-3 (documented), 4e-4 of sig2_out;
+            # the eps * s floor gave differences of 0.5 (a_out) to 46 (sig2_out).
+            for name, o64, o32 in zip(("a_out", "mu_out", "sig2_out"), *outs):
+                np.testing.assert_allclose(
+                    o32, o64, rtol=5e-3, atol=5e-3 * np.abs(o64).max(), err_msg=f"{name} at {scale:g}"
+                )
 
 
 def test_shapes_given_as_tensorshape_or_numpy_integers():

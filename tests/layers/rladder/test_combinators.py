@@ -99,6 +99,20 @@ def test_vector_top_is_broadcast_over_pixels():
     np.testing.assert_allclose(y, np.broadcast_to(y[:, :1, :1], y.shape), rtol=1e-6)
 
 
+def _conv_combinator_numpy(cls, down, lat, w):
+    """ConvG1/ConvG2/ConvG3 in numpy for 1x1 kernels, given the top signal ``down`` at the
+    lateral's resolution and the layer's weights ``w`` by name."""
+    if cls is ConvG1:
+        u = down + w["bias"]
+        s, mu = _f(u, w["s_weights"]), _f(u, w["mu_weights"])
+        return lat * s + (1 - s) * mu
+    u = np.maximum(down + lat @ w["lateral_kernel"][0, 0] + w["hidden_bias"], 0)
+    s = _sigmoid(u @ w["s_kernel"][0, 0] + w["s_bias"])
+    if cls is ConvG2:
+        return lat * s + (1 - s) * (u @ w["mu_kernel"][0, 0] + w["mu_bias"])
+    return s * (u @ w["mu1_kernel"][0, 0] + w["mu1_bias"]) + (1 - s) * (u @ w["mu2_kernel"][0, 0] + w["mu2_bias"])
+
+
 @pytest.mark.parametrize("cls", [ConvG1, ConvG2, ConvG3])
 def test_dense_vector_top_gives_every_pixel_its_own_weights(cls):
     """vector_top="dense": u's top-down term is x_top @ K reshaped to [H, W, C]."""
@@ -113,19 +127,7 @@ def test_dense_vector_top_gives_every_pixel_its_own_weights(cls):
     hidden = 2 if cls is ConvG1 else 6
     assert w["top_kernel"].shape == (3, 4 * 5 * hidden)
     down = (top @ w["top_kernel"]).reshape(2, 4, 5, hidden)
-    if cls is ConvG1:
-        u = down + w["bias"]
-        s, mu = _f(u, w["s_weights"]), _f(u, w["mu_weights"])
-        want = lat * s + (1 - s) * mu
-    else:
-        u = np.maximum(down + lat @ w["lateral_kernel"][0, 0] + w["hidden_bias"], 0)
-        s = _sigmoid(u @ w["s_kernel"][0, 0] + w["s_bias"])
-        if cls is ConvG2:
-            want = lat * s + (1 - s) * (u @ w["mu_kernel"][0, 0] + w["mu_bias"])
-        else:
-            want = s * (u @ w["mu1_kernel"][0, 0] + w["mu1_bias"]) + (1 - s) * (
-                u @ w["mu2_kernel"][0, 0] + w["mu2_bias"]
-            )
+    want = _conv_combinator_numpy(cls, down, lat, w)
     np.testing.assert_allclose(keras.ops.convert_to_numpy(layer([top, lat])), want, rtol=1e-4, atol=1e-5)
     # with a zero lateral the broadcast top gives every pixel the same output, the dense one not
     zero = np.zeros_like(lat)
@@ -173,6 +175,28 @@ def test_transposed_upsampling_shapes_and_weights():
     layer = ConvG3(upsample=3, upsample_mode="transpose", kernel_size=2)
     assert layer([top, lat]).shape == (2, 6, 6, 2)
     assert tuple(layer.top_kernel.shape) == (3, 3, 2, 3)  # max(kernel_size, upsample)
+
+
+@pytest.mark.parametrize("cls", [ConvG1, ConvG2, ConvG3])
+def test_transposed_upsampling_matches_numpy(cls):
+    """Audit s64 (mutation): x_top * 0.0 in the transposed convolution of _top_signal
+    survived every test (the one above checks shapes only). With kernel_size 1 and
+    upsample 2 the transposed kernel is 2x2 with stride 2: top pixel (i, j) alone
+    feeds the 2x2 block (2i + a, 2j + b) through K[a, b] (out, in), and the rest of
+    the layer is per-pixel matrix products, so numpy gives the output exactly."""
+    rng = np.random.default_rng(7)
+    top = rng.normal(size=(2, 2, 3, 3)).astype("float32")
+    lat = rng.normal(size=(2, 4, 6, 2)).astype("float32")
+    kwargs = dict(kernel_size=1, upsample=2, upsample_mode="transpose")
+    layer = cls(**kwargs) if cls is ConvG1 else cls(filters=5, **kwargs)
+    layer([top, lat])
+    _set_random(layer, rng)
+    w = {v.name: np.asarray(v) for v in layer.weights}
+    assert w["top_kernel"].shape[:2] == (2, 2)
+    down = np.einsum("bijc,xyoc->bixjyo", top, w["top_kernel"]).reshape(2, 4, 6, -1)
+    want = _conv_combinator_numpy(cls, down, lat, w)
+    # float32 products of O(1) values over at most 5 terms: 1e-4 as the 1x1 case above
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(layer([top, lat])), want, rtol=1e-4, atol=1e-5)
 
 
 CONTRACT_CASES = [

@@ -791,6 +791,30 @@ def test_the_loop_draws_a_zoneout_mask_for_every_step():
         assert np.mean(keras.ops.convert_to_numpy(inference) == 0) < 0.5  # the expectation
 
 
+def test_zoneout_at_inference_is_the_documented_expectation():
+    """Audit s64 (mutation): zoneout at inference returning h_new alone, or with the two
+    weights swapped, survived every test (the loop tests above compare the unrolled and
+    symbolic loops with each other, and zoneout=0.5 is symmetric). The docstring says
+    the state is zoneout * h_prev + (1 - zoneout) * h_new: hand-rolled here from the
+    cells' own steps (both states of the lstm level), through both loops."""
+    zoneout = 0.3  # not 0.5, where swapping the weights changes nothing
+    x = _seq(2, 4, 5)
+    for ladder in _twins(DENSE_LEVELS, dict(zoneout=zoneout, use_decoder=False), x):
+        states = [[np.zeros((2, cell.units), "float32")] * cell.NUM_STATES for cell in ladder.encoders]
+        want = []
+        for t in range(x.shape[1]):
+            below = x[:, t]
+            for i, cell in enumerate(ladder.encoders):
+                _, new = cell.step(below, None, states[i])
+                new = [keras.ops.convert_to_numpy(n) for n in new]
+                states[i] = [zoneout * o + (1 - zoneout) * n for o, n in zip(states[i], new)]
+                below = states[i][0]
+            want.append(below)
+        # float32 steps that the ladder and the hand-rolled loop compute alike: 1e-5
+        got = keras.ops.convert_to_numpy(ladder(x))
+        np.testing.assert_allclose(got, np.stack(want, 1), rtol=1e-5, atol=1e-6, err_msg=f"unroll={ladder.unroll}")
+
+
 @pytest.mark.parametrize("noise", ["step", "sequence"])
 def test_the_loop_drops_out_in_training_only(noise):
     x = _seq(3, 4, 5)

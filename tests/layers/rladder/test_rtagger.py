@@ -515,6 +515,43 @@ def test_a_group_sees_the_input_only_through_its_mask_and_the_likelihoods():
     assert np.abs(keras.ops.convert_to_numpy(m_a)[:, :, 0] - keras.ops.convert_to_numpy(m_b)[:, :, 0]).max() > 1e-4  # the owner sees it
 
 
+def test_the_likelihood_input_is_the_softmax_over_the_groups():
+    """Audit s64 (mutation): the likelihood channel given to the ladder as exp(log_lik),
+    not normalized over the groups, survived every test (with equal means, as above,
+    both are uniform over the groups). Group k's ladder input is [z_k, dz_k, pi_k, L_k]
+    (then the group codes), L_k = softmax_k(-(x - z_k)^2 / (2 sigma^2)): checked here
+    against the means the ladder is given, at the second iteration too, where the
+    groups' means differ."""
+    k, sigma = 3, 0.5
+    layer = RTagger(k, [level_spec("gated", 4)], n_iters=2, sigma=sigma)
+    x = _images(2, 6)  # one vector: 6 pixels of one channel (C = 1)
+    layer(x)
+    seen = []
+    step = layer.ladder.step
+
+    def spy(z, carry):
+        seen.append(keras.ops.convert_to_numpy(z))
+        return step(z, carry)
+
+    layer.ladder.step = spy
+    try:
+        layer(x)
+    finally:
+        del layer.ladder.step
+    assert len(seen) == 2
+    for it, z in enumerate(seen):
+        z = z.reshape(2, k, 6, -1)  # [b, K, pixels, 2C + 2 + codes]: [z, dz, pi, L, ...]
+        means, likelihood = z[..., 0], z[..., 3]
+        if it == 1:  # the case the mutant fails besides the uniform one
+            assert np.ptp(means, axis=1).min() > 1e-3, np.ptp(means, axis=1)
+        logits = -np.square(x[:, None] - means) / (2 * sigma**2)
+        want = np.exp(logits - logits.max(1, keepdims=True))
+        want /= want.sum(1, keepdims=True)
+        # float32 exponentials of O(1) logits: 1e-5
+        np.testing.assert_allclose(likelihood, want, rtol=1e-5, atol=1e-6, err_msg=f"iteration {it}")
+        np.testing.assert_allclose(likelihood.sum(1), 1.0, rtol=1e-5)
+
+
 def test_groups_start_different_even_with_equal_initial_means():
     """Random initial masks break the symmetry of the shared weights (groups share the mean)."""
     layer = RTagger(3, CONV_LEVELS, n_iters=2)
