@@ -751,14 +751,10 @@ class MixtureNLL(keras.losses.Loss):
             with tf.name_scope(self.name):
                 y_pred = ops.convert_to_tensor(y_pred, dtype=self.dtype)
                 y_true = ops.convert_to_tensor(y_true, dtype=self.dtype)
-                weights = self._pixel_weights(y_true, y_pred, mask, sample_weight, share=False)
+                # the sample weights and the kept pixels, each in the per-pixel values' shape
+                weights = self._pixel_weights(y_true, y_pred, None, sample_weight)
                 kept = None if mask is None else self._pixel_weights(y_true, y_pred, mask, None, share=False)
-                if self.reduction == "mean_with_sample_weight" or weights is None:
-                    return _global_mean(self.call(y_true, y_pred), weights, None, self.reduction, self.dtype, context)
-                # sample weights times the kept pixels, divided by the kept pixels' count
-                values = self.call(y_true, y_pred)
-                weight = weights if sample_weight is not None else None
-                return _global_mean(values, weight, kept, self.reduction, self.dtype, context)
+                return _global_mean(self.call(y_true, y_pred), weights, kept, self.reduction, self.dtype, context)
         if mask is not None or sample_weight is not None:
             # Keras' losses take a mask (or weights) of the per-pixel values' shape, or of
             # one axis less: RTagger's [batch, T, K, ...] mask (through Concatenate), or a
@@ -795,7 +791,8 @@ class MixtureNLL(keras.losses.Loss):
         shape of ``y_true`` without its channels): a mask over ``y_pred``'s axes but
         its channels keeps a pixel where any group is kept; shorter ones are
         repeated over the axes they lack. The mask is weighted as Keras weighs it
-        (by the share of kept values, for the reductions that take a mean).
+        (by the share of kept values, for the reductions that take a mean), unless
+        ``share`` is False (then 1 where kept, 0 elsewhere).
         """
         pixels = tuple(y_true.shape[:-1])
 
