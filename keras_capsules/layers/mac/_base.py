@@ -261,6 +261,14 @@ class MACLayerBase(OwnCastingLayer):
             "bias_constraint": keras.constraints.serialize(self.bias_constraint),
         }
 
+    @classmethod
+    def from_config(cls, config):
+        if "gate_bias_initializer" in config and not config.get("memory_gate", True):
+            # Files saved before the constructor refused it without the gate, which it
+            # never initialized: they load, with the default in its place (no effect).
+            config = dict(config, gate_bias_initializer=None)
+        return super().from_config(config)
+
     def get_config(self):
         config = super().get_config()
         config.update(self.weight_config())

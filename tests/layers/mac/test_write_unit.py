@@ -181,3 +181,16 @@ def test_a_gate_bias_initializer_without_the_gate_is_refused():
         # a gateless layer's config (which records the default initializer) still loads
         gateless = make()
         assert type(gateless).from_config(gateless.get_config()).get_config() == gateless.get_config()
+
+
+def test_a_saved_gateless_config_with_a_gate_bias_initializer_still_loads():
+    # Backward compatibility (audit s64): files saved before the refusal above recorded the
+    # ignored initializer; they load, with the default in its place (it initializes nothing).
+    from keras_capsules.layers import MACCell, MACNetwork
+
+    for make in (WriteUnit, lambda **kw: MACCell(2, **kw), lambda **kw: MACNetwork(2, **kw)):
+        config = make().get_config()
+        config["gate_bias_initializer"] = keras.initializers.serialize(keras.initializers.Zeros())
+        layer = type(make()).from_config(config)
+        assert not layer.get_config()["memory_gate"]
+        assert layer.get_config()["gate_bias_initializer"] == make().get_config()["gate_bias_initializer"]
