@@ -40,6 +40,7 @@ from applications.checks import integer_at_least
 from applications.errors import InputError, PathNotFoundError, user_path
 from applications.shared_data import shared_data_path
 from keras_capsules.layers import RLadder, level_spec
+from keras_capsules.losses import GlobalBatchLoss
 
 LOWEST_KEY = 21  # A0, MIDI 21: the piano's first key
 NUM_KEYS = 88  # MIDI 21..108
@@ -326,13 +327,17 @@ def make_dataset(rolls, batch_size=16, steps=None, shuffle=False, seed=0, window
 
 # ------------------------------------------------------------------------- loss
 @keras.saving.register_keras_serializable(package="applications")
-class PianoRollNLL(keras.losses.Loss):
+class PianoRollNLL(GlobalBatchLoss):
     """Negative log-likelihood of a roll under independent Bernoullis, summed over keys.
 
     ``y_pred`` holds logits ``[batch, steps, keys]``; the per-step values
     ``[batch, steps]`` are averaged with the sample weights (the padding mask)
     as weights, so padded steps never count: the result is the NLL per real step
-    *of the batch*.
+    *of the batch*. Under a ``tf.distribute`` strategy of several replicas it is the
+    NLL per real step of the *global* batch, as on one device
+    (:class:`keras_capsules.losses.GlobalBatchLoss`; Keras' own division by each
+    replica's real steps made a replica whose windows hold fewer real steps weigh
+    more: a gradient 13% off for whole chorales of 2, 3, 8 and 8 steps on two replicas).
 
     It is the training objective. The ``loss`` and ``val_loss`` that ``fit`` reports
     are not the NLL per real step of the epoch, though: Keras averages the batches'
@@ -347,37 +352,6 @@ class PianoRollNLL(keras.losses.Loss):
 
     def call(self, y_true, y_pred):
         return _step_nll(y_true, y_pred)
-
-    def __call__(self, y_true, y_pred, sample_weight=None):
-        """Under a ``tf.distribute`` strategy of several replicas, the NLL per real step of
-        the *global* batch, as on one device.
-
-        Keras divides each replica's sum by that replica's own number of real steps
-        (then by the number of replicas, and sums the replicas' gradients): a replica
-        whose windows hold fewer real steps weighed more, so the objective under
-        ``--strategy mirrored`` was not the one-device objective (a gradient 13% off for
-        whole chorales of 2, 3, 8 and 8 steps on two replicas). Here each replica divides
-        its sum by the real steps of all replicas, and the replicas' gradients add up
-        to the one-device gradient.
-        """
-        import tensorflow as tf
-
-        context = tf.distribute.get_replica_context() if keras.backend.backend() == "tensorflow" else None
-        if (self.reduction != "mean_with_sample_weight" or context is None
-                or context.num_replicas_in_sync == 1 or getattr(y_pred, "_keras_mask", None) is not None):
-            return super().__call__(y_true, y_pred, sample_weight)
-        with tf.name_scope(self.name):
-            values = ops.cast(self.call(ops.convert_to_tensor(y_true), ops.convert_to_tensor(y_pred)), "float32")
-            if sample_weight is None:
-                weight = ops.ones_like(values)
-            else:
-                weight = ops.cast(sample_weight, "float32")
-                if len(weight.shape) == len(values.shape) + 1 and weight.shape[-1] == 1:
-                    weight = ops.squeeze(weight, axis=-1)
-                weight = ops.broadcast_to(weight, ops.shape(values))
-            total = ops.sum(values * weight)
-            count = context.all_reduce(tf.distribute.ReduceOp.SUM, ops.sum(weight))
-            return ops.cast(ops.divide_no_nan(total, count), self.dtype)
 
 
 def _step_nll(y_true, y_pred):

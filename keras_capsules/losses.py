@@ -30,6 +30,10 @@ give a loss over the unmasked positions only, as for any Keras loss; the labels 
 padded positions are ignored whatever they hold (a padding label such as -1 is no
 error and no NaN). A mask over the classes (of the scores' own shape) is refused with
 a ``ValueError``.
+
+Under a ``tf.distribute`` strategy of several replicas, every loss here averages over
+the global batch, as on one device (Keras' own losses average each replica's share
+separately): see :class:`GlobalBatchLoss`, the base class to build such a loss.
 """
 
 import math
@@ -42,7 +46,7 @@ from keras import ops
 from keras_capsules._validation import concrete_values, exactly_shaped_like
 from keras_capsules.ops import maximum, routing_dtype
 
-__all__ = ["CapsuleLoss", "MarginLoss", "MixtureNLL", "mixture_nll", "margin_term", "focal_term", "cross_term"]
+__all__ = ["GlobalBatchLoss", "CapsuleLoss", "MarginLoss", "MixtureNLL", "mixture_nll", "margin_term", "focal_term", "cross_term"]
 
 try:  # the getter keras.losses.Loss uses (masks of JAX arrays are not attributes)
     from keras.src.backend import get_keras_mask as _get_keras_mask
@@ -253,8 +257,52 @@ def cross_term(targets, lengths):
     return -ops.sum(targets * ops.log_softmax(lengths, axis=-1), axis=-1)
 
 
+class GlobalBatchLoss(keras.losses.Loss):
+    """A Keras loss whose mean is the global batch's mean under ``tf.distribute``.
+
+    On one device it is ``keras.losses.Loss``. Under a strategy of several replicas in
+    sync, Keras divides each replica's weighted sum by that replica's own count (its
+    unmasked values, or the sum of its weights), then by the number of replicas:
+    where the replicas' shares of the batch hold different numbers of real values
+    (padded sequences, masked tokens) or different weights, a replica's values weigh
+    more than the same values on one device, and the summed gradients are not the
+    one-device gradient. For the reductions that divide (``"sum_over_batch_size"``,
+    ``"mean"``, ``"mean_with_sample_weight"``) this class divides each replica's sum
+    by the count of *all* replicas instead, so training under a strategy optimizes the
+    one-device objective. ``"sum"`` and ``"none"`` are Keras' own.
+
+    Subclass it as ``keras.losses.Loss``: implement ``call(y_true, y_pred)``
+    returning the per-value losses; the mask of ``y_pred`` and ``sample_weight`` are
+    applied as Keras applies them. :class:`CapsuleLoss`, :class:`MarginLoss` and the
+    music application's ``PianoRollNLL`` are such losses; :class:`MixtureNLL` does the
+    same for its per-pixel weights.
+
+    Example:
+
+    ```python
+    class SquaredError(keras_capsules.losses.GlobalBatchLoss):
+        def call(self, y_true, y_pred):
+            return keras.ops.sum(keras.ops.square(y_true - y_pred), axis=-1)
+
+    loss = SquaredError()(np.zeros((2, 3)), np.ones((2, 3)))  # 3.0 on one device
+    ```
+    """
+
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        context = _several_replicas()
+        if context is None or self.reduction not in _DIVIDING_REDUCTIONS:
+            return super().__call__(y_true, y_pred, sample_weight=sample_weight)
+        import tensorflow as tf
+
+        with tf.name_scope(self.name):
+            mask = _keras_mask(y_pred)
+            y_pred = ops.convert_to_tensor(y_pred, dtype=self.dtype)
+            y_true = ops.convert_to_tensor(y_true)
+            return _global_mean(self.call(y_true, y_pred), sample_weight, mask, self.reduction, self.dtype, context)
+
+
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class CapsuleLoss(keras.losses.Loss):
+class CapsuleLoss(GlobalBatchLoss):
     """A sum of margin, focal and cross-entropy terms on capsule lengths.
 
     For capsule lengths ``x`` ``[batch, n_classes]`` and targets ``T`` (one-hot of the
@@ -344,17 +392,7 @@ class CapsuleLoss(keras.losses.Loss):
         # the whole batch's loss NaN. Such labels are read as class 0 (one-hot targets
         # as "no class") before the check; the mask then drops those positions.
         y_true = _labels_without_padding(y_true, y_pred)
-        context = _several_replicas()
-        if context is None or self.reduction not in _DIVIDING_REDUCTIONS:
-            return super().__call__(y_true, y_pred, sample_weight=sample_weight)
-        # Several replicas: the mean over the global batch's kept values (_global_mean).
-        import tensorflow as tf
-
-        with tf.name_scope(self.name):
-            mask = _keras_mask(y_pred)
-            y_pred = ops.convert_to_tensor(y_pred, dtype=self.dtype)
-            y_true = ops.convert_to_tensor(y_true)
-            return _global_mean(self.call(y_true, y_pred), sample_weight, mask, self.reduction, self.dtype, context)
+        return super().__call__(y_true, y_pred, sample_weight=sample_weight)
 
     def call(self, y_true, y_pred):
         targets, invalid = _targets(y_true, y_pred)

@@ -307,6 +307,32 @@ def two_cpu_strategy():
     return _STRATEGY[0]
 
 
+def replica_losses_add_up(loss, y_true, y_pred, mask=None, sample_weight=None):
+    """The loss of the whole batch on one device, and the sum of the losses that the two
+    replicas of a MirroredStrategy compute on their halves (what their gradients add up to)."""
+    import tensorflow as tf
+
+    strategy = two_cpu_strategy()
+
+    def compute(y, p, m, w):
+        p = tf.identity(p)
+        if m is not None:
+            p._keras_mask = m  # as a masking layer leaves it on its output
+        return loss(y, p, sample_weight=w)
+
+    parts = [tensor(a) if a is not None else None for a in (y_true, y_pred, mask, sample_weight)]
+    one = float(compute(*parts))
+    half = len(y_pred) // 2
+
+    def shard(context):
+        i = context.replica_id_in_sync_group
+        return tuple(None if a is None else a[i * half:(i + 1) * half] for a in parts)
+
+    shards = strategy.experimental_distribute_values_from_function(shard)
+    per_replica = tf.function(lambda s: strategy.run(compute, args=s))(shards)
+    return one, float(strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None))
+
+
 def check_distributed(layer_cls, init_kwargs, inputs, call_kwargs):
     """The MirroredStrategy step; on another backend, one step of its own trainer, then
     a skip that says the TensorFlow-only part did not run."""

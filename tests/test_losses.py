@@ -5,11 +5,13 @@ import re
 import keras
 import numpy as np
 import pytest
+from keras import ops
 
 from keras_capsules import losses
 from keras_capsules.losses import CapsuleLoss, MarginLoss
 from tests.refdata import load_cccaps
 from tests.backends import BACKEND, compiled, float64_enabled, tensor, tensorflow_only, value_and_grads
+from tests.harness import replica_losses_add_up
 
 REF = load_cccaps("loss_margin_focal")
 TERMS = {
@@ -449,33 +451,6 @@ def test_float64_mixture_nll_is_reduced_in_float64(reduction, weighted, masked):
         np.testing.assert_allclose(float(got), want, rtol=1e-12)
 
 
-def _replica_losses_add_up(loss, y_true, y_pred, mask=None, sample_weight=None):
-    """The loss of the whole batch on one device, and the sum of the losses that the two
-    replicas of a MirroredStrategy compute on their halves (what their gradients add up to)."""
-    import tensorflow as tf
-    from tests.harness import two_cpu_strategy
-
-    strategy = two_cpu_strategy()
-
-    def compute(y, p, m, w):
-        p = tf.identity(p)
-        if m is not None:
-            p._keras_mask = m  # as a masking layer leaves it on its output
-        return loss(y, p, sample_weight=w)
-
-    parts = [tensor(a) if a is not None else None for a in (y_true, y_pred, mask, sample_weight)]
-    one = float(compute(*parts))
-    half = len(y_pred) // 2
-
-    def shard(context):
-        i = context.replica_id_in_sync_group
-        return tuple(None if a is None else a[i * half:(i + 1) * half] for a in parts)
-
-    shards = strategy.experimental_distribute_values_from_function(shard)
-    per_replica = tf.function(lambda s: strategy.run(compute, args=s))(shards)
-    return one, float(strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None))
-
-
 @pytest.mark.parametrize("reduction", ["sum_over_batch_size", "mean_with_sample_weight"])
 @pytest.mark.parametrize("weighted", [False, True])
 def test_masked_capsule_loss_under_two_replicas_is_the_one_device_loss(reduction, weighted):
@@ -489,8 +464,48 @@ def test_masked_capsule_loss_under_two_replicas_is_the_one_device_loss(reduction
     mask = np.ones((4, 5), bool)
     mask[2:, 1:] = False  # the second replica's samples hold one real token each
     weights = rng.uniform(0.5, 2.0, size=(4, 5)).astype("float32") if weighted else None
-    one, replicas = _replica_losses_add_up(MarginLoss(reduction=reduction), labels, scores, mask, weights)
+    one, replicas = replica_losses_add_up(MarginLoss(reduction=reduction), labels, scores, mask, weights)
     np.testing.assert_allclose(replicas, one, rtol=1e-6)
+
+
+class SquaredError(losses.GlobalBatchLoss):
+    def call(self, y_true, y_pred):
+        return ops.sum(ops.square(y_true - y_pred), axis=-1)
+
+
+@pytest.mark.parametrize("reduction", ["sum_over_batch_size", "mean_with_sample_weight"])
+@pytest.mark.parametrize("masked", [False, True])
+def test_a_users_global_batch_loss_under_two_replicas_is_the_one_device_loss(reduction, masked):
+    # GlobalBatchLoss: the base class of the library's losses, public for users' own.
+    tensorflow_only("tf.distribute")
+    rng = np.random.default_rng(2)
+    y = rng.normal(size=(4, 5, 3)).astype("float32")
+    p = rng.normal(size=(4, 5, 3)).astype("float32")
+    mask = np.ones((4, 5), bool)
+    mask[2:, 1:] = False  # the second replica's sequences hold one real value each
+    weights = rng.uniform(0.5, 2.0, size=(4, 5)).astype("float32")
+    one, replicas = replica_losses_add_up(SquaredError(reduction=reduction), y, p, mask if masked else None, weights)
+    np.testing.assert_allclose(replicas, one, rtol=1e-6)
+    # Keras' own division (each replica by its own count) differs on these halves
+    _, keras_replicas = replica_losses_add_up(KerasSquaredError(reduction=reduction), y, p,
+                                              mask if masked else None, weights)
+    if masked or reduction == "mean_with_sample_weight":  # the halves' counts differ
+        assert abs(keras_replicas - one) > 1e-2 * abs(one)
+
+
+class KerasSquaredError(keras.losses.Loss):
+    def call(self, y_true, y_pred):
+        return ops.sum(ops.square(y_true - y_pred), axis=-1)
+
+
+def test_a_global_batch_loss_on_one_device_is_keras_loss():
+    rng = np.random.default_rng(3)
+    y, p = (rng.normal(size=(3, 4, 2)).astype("float32") for _ in range(2))
+    weights = rng.uniform(size=(3, 4)).astype("float32")
+    for reduction in ("sum_over_batch_size", "mean_with_sample_weight", "sum", "none"):
+        ours = SquaredError(reduction=reduction)(y, p, sample_weight=weights)
+        theirs = KerasSquaredError(reduction=reduction)(y, p, sample_weight=weights)
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(ours), keras.ops.convert_to_numpy(theirs), rtol=1e-6)
 
 
 @pytest.mark.parametrize("reduction", ["sum_over_batch_size", "mean_with_sample_weight"])
@@ -506,5 +521,5 @@ def test_masked_mixture_nll_under_two_replicas_is_the_one_device_loss(reduction,
     mask[2:, 1:] = False  # the second replica's sequences have one real step
     weights = rng.uniform(0.5, 2.0, size=(4, 3)).astype("float32") if weighted else None
     loss = losses.MixtureNLL(sigma=0.5, group_axis=2, reduction=reduction)
-    one, replicas = _replica_losses_add_up(loss, x, packed, mask, weights)
+    one, replicas = replica_losses_add_up(loss, x, packed, mask, weights)
     np.testing.assert_allclose(replicas, one, rtol=1e-6)

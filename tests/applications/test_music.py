@@ -1305,6 +1305,25 @@ def test_the_loss_under_two_replicas_is_the_one_device_loss_for_chorales_of_uneq
     assert any(np.abs(step).max() > 1e-4 for step in steps_1)  # the step moved the weights
 
 
+@pytest.mark.parametrize("masked", [False, True])
+def test_the_loss_on_masked_or_weighted_steps_under_two_replicas_is_the_one_device_loss(masked):
+    # PianoRollNLL is a GlobalBatchLoss: with a Keras mask on the logits (a user's model
+    # with a Masking layer) it used to fall back to Keras' division by each replica's
+    # own count of real steps.
+    from tests.harness import replica_losses_add_up
+
+    rng = np.random.default_rng(4)
+    logits = rng.normal(size=(4, 6, music.NUM_KEYS)).astype("float32")
+    rolls = (rng.random((4, 6, music.NUM_KEYS)) < 0.1).astype("float32")
+    real = np.ones((4, 6), bool)
+    real[2:, 2:] = False  # the second replica's chorales hold two real steps each
+    weights = None if masked else real.astype("float32")
+    one, replicas = replica_losses_add_up(music.PianoRollNLL(), rolls, logits, real if masked else None, weights)
+    np.testing.assert_allclose(replicas, one, rtol=1e-6)
+    per_step = music._step_nll(keras.ops.convert_to_tensor(rolls), keras.ops.convert_to_tensor(logits))
+    assert one == pytest.approx(float(np.sum(keras.ops.convert_to_numpy(per_step) * real) / real.sum()), rel=1e-6)
+
+
 @pytest.mark.parametrize("split", ["train", "test"])
 def test_a_split_of_chorales_without_a_time_step_is_refused_before_training(split, tmp_path):
     # Training chorales of no step trained nothing and exited 0 with an untrained model's
