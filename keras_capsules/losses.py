@@ -269,13 +269,21 @@ class GlobalBatchLoss(keras.losses.Loss):
     one-device gradient. For the reductions that divide (``"sum_over_batch_size"``,
     ``"mean"``, ``"mean_with_sample_weight"``) this class divides each replica's sum
     by the count of *all* replicas instead, so training under a strategy optimizes the
-    one-device objective. ``"sum"`` and ``"none"`` are Keras' own.
+    one-device objective. ``"sum"`` and ``"none"`` need no count.
+
+    The weighted mean is a mean over the values: ``sum(w * loss) / sum(w)`` with the
+    weights spread over every value they cover. Weights of fewer axes than the values
+    are aligned from the left (``[batch]`` or ``[batch, 1]`` weighs every value of a
+    sample; Keras lays ``[batch]`` along the last axis, and its
+    ``"mean_with_sample_weight"`` divided by the sum of the unspread weights, so
+    weights of ones changed a per-token loss by the number of tokens). A mask on
+    ``y_pred`` (of the values' shape or their leading axes) leaves the masked values
+    out. The same holds for ``"sum"`` and ``"none"`` (the weighted values, summed or
+    not). On one device and under a strategy the same weights give the same loss.
 
     Subclass it as ``keras.losses.Loss``: implement ``call(y_true, y_pred)``
-    returning the per-value losses; the mask of ``y_pred`` and ``sample_weight`` are
-    applied as Keras applies them. :class:`CapsuleLoss`, :class:`MarginLoss` and the
-    music application's ``PianoRollNLL`` are such losses; :class:`MixtureNLL` does the
-    same for its per-pixel weights.
+    returning the per-value losses. :class:`CapsuleLoss`, :class:`MarginLoss`,
+    :class:`MixtureNLL` and the music application's ``PianoRollNLL`` are such losses.
 
     Example:
 
@@ -289,16 +297,17 @@ class GlobalBatchLoss(keras.losses.Loss):
     """
 
     def __call__(self, y_true, y_pred, sample_weight=None):
-        context = _several_replicas()
-        if context is None or self.reduction not in _DIVIDING_REDUCTIONS:
-            return super().__call__(y_true, y_pred, sample_weight=sample_weight)
-        import tensorflow as tf
-
-        with tf.name_scope(self.name):
-            mask = _keras_mask(y_pred)
-            y_pred = ops.convert_to_tensor(y_pred, dtype=self.dtype)
-            y_true = ops.convert_to_tensor(y_true)
-            return _global_mean(self.call(y_true, y_pred), sample_weight, mask, self.reduction, self.dtype, context)
+        in_mask = _keras_mask(y_pred)
+        with keras.name_scope(self.name):
+            y_pred = keras.tree.map_structure(lambda x: ops.convert_to_tensor(x, dtype=self.dtype), y_pred)
+            y_true = keras.tree.map_structure(lambda x: ops.convert_to_tensor(x, dtype=self.dtype), y_true)
+            values = self.call(y_true, y_pred)
+            out_mask = _keras_mask(values)
+            if in_mask is not None and out_mask is not None:
+                mask = ops.logical_and(ops.cast(in_mask, "bool"), ops.cast(out_mask, "bool"))
+            else:
+                mask = in_mask if in_mask is not None else out_mask
+            return _reduce(values, sample_weight, mask, self.reduction, self.dtype)
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -597,59 +606,6 @@ def _divide_no_nan(x1, x2):
     return ops.where(zero, ops.zeros_like(x1), x1 / ops.where(zero, ops.ones_like(x2), x2))
 
 
-def _same_rank(x1, x2):
-    """Keras' ``squeeze_or_expand_to_same_rank`` (``keras.src.losses.loss``)."""
-    r1, r2 = len(x1.shape), len(x2.shape)
-    if r1 == r2 + 1 and x1.shape[-1] == 1:
-        if r2 == 1:
-            x2 = ops.expand_dims(x2, axis=-1)
-        else:
-            x1 = ops.squeeze(x1, axis=-1)
-    if r2 == r1 + 1 and x2.shape[-1] == 1:
-        if r1 == 1:
-            x1 = ops.expand_dims(x1, axis=-1)
-        else:
-            x2 = ops.squeeze(x2, axis=-1)
-    return x1, x2
-
-
-def _reduce_weighted_values(values, sample_weight, mask, reduction, dtype):
-    """``keras.losses.Loss``'s reduction (Keras' ``reduce_weighted_values``: the mask
-    merged into the sample weights, then the weighted sum divided by the number of
-    values, or by the sum of the weights) for the reductions that divide, with the
-    divisions in ``dtype`` (:func:`_divide_no_nan`)."""
-    values = ops.convert_to_tensor(values, dtype=dtype)
-    if sample_weight is not None:
-        sample_weight = ops.convert_to_tensor(sample_weight, dtype=dtype)
-    if mask is not None:
-        mask = ops.convert_to_tensor(mask, dtype=dtype)
-        if reduction in ("mean", "sum_over_batch_size"):
-            # valid entries weigh total / valid, so the mean is over them only
-            total = ops.cast(ops.prod(ops.convert_to_tensor(ops.shape(mask), dtype="int32")), dtype)
-            valid = ops.sum(ops.cast(mask, dtype))
-            weight = _divide_no_nan(total, valid)
-            float_mask = ops.where(ops.cast(mask, "bool"), weight, ops.zeros_like(weight))
-        else:
-            float_mask = ops.cast(mask, dtype)
-        if sample_weight is not None:
-            float_mask, sample_weight = _same_rank(float_mask, sample_weight)
-            sample_weight = sample_weight * float_mask
-        else:
-            sample_weight = float_mask
-    if sample_weight is not None:
-        sample_weight = ops.cast(sample_weight, values.dtype)
-        values, sample_weight = _same_rank(values, sample_weight)
-        values = values * sample_weight
-    if tuple(values.shape) in ((), (0,)):
-        return values
-    loss = ops.sum(values)
-    if reduction == "mean_with_sample_weight" and sample_weight is not None:
-        divisor = ops.cast(ops.sum(sample_weight), loss.dtype)
-    else:
-        divisor = ops.cast(ops.prod(ops.convert_to_tensor(ops.shape(values), dtype="int32")), loss.dtype)
-    return _divide_no_nan(loss, divisor)
-
-
 def _several_replicas():
     """The replica context when called inside the replica function of a ``tf.distribute``
     strategy of several replicas in sync (TensorFlow only), else None."""
@@ -665,37 +621,68 @@ def _several_replicas():
     return context
 
 
-def _global_mean(values, sample_weight, mask, reduction, dtype, context):
-    """The one-device mean of a reduction that divides, on one replica's share of the batch.
+def _like_values(values, x, dtype):
+    """A mask or weights ``x`` spread over ``values``: a trailing axis of 1 beyond the
+    values' rank is dropped (as Keras drops it), missing trailing axes are added (so
+    ``[batch]`` weighs every value of a sample), then broadcast to the values' shape."""
+    x = ops.cast(ops.convert_to_tensor(x), dtype)
+    if len(x.shape) == len(values.shape) + 1 and x.shape[-1] == 1:
+        x = ops.squeeze(x, axis=-1)
+    if len(x.shape) > len(values.shape):
+        raise ValueError(
+            f"A sample weight or mask must have at most the rank of the per-value losses, "
+            f"{tuple(values.shape)}. Received: shape={tuple(x.shape)}"
+        )
+    while len(x.shape) < len(values.shape):
+        x = ops.expand_dims(x, axis=-1)
+    return ops.broadcast_to(x, ops.shape(values))
 
-    Keras divides each replica's weighted sum by that replica's own count (its real,
-    unmasked values, or its weights' sum), then by the number of replicas, and sums
-    the replicas' gradients: where the replicas hold different numbers of real values
-    (padded sequences, masked tokens) or different weights, a replica's values weighed
-    more than the same values on one device. Here each replica divides its sum by the
-    count of all replicas (``all_reduce``), so the replicas' losses add up to the
-    one-device loss and their gradients to its gradient.
-    """
-    import tensorflow as tf
 
+def _reduce(values, sample_weight, mask, reduction, dtype):
+    """Keras' reductions of the per-value losses, with the weights and the mask spread
+    over the values from the left (:func:`_like_values`), and the means over the global
+    batch under several replicas (:func:`_global_mean`)."""
+    if reduction in _DIVIDING_REDUCTIONS:
+        return _global_mean(values, sample_weight, mask, reduction, dtype, _several_replicas())
     values = ops.convert_to_tensor(values, dtype=dtype)
-    kept = ops.ones_like(values) if mask is None else ops.cast(_same_rank(values, ops.convert_to_tensor(mask))[1], dtype)
-    weights = kept
-    if sample_weight is not None:
-        weight = ops.cast(_same_rank(values, ops.convert_to_tensor(sample_weight))[1], dtype)
-        weights = kept * weight
-    weights = ops.broadcast_to(weights, ops.shape(values))
+    for weights in (sample_weight, mask):
+        if weights is not None:
+            values = values * _like_values(values, weights, dtype)
+    return ops.sum(values) if reduction == "sum" else values  # "sum", or "none" (None)
+
+
+def _global_mean(values, sample_weight, mask, reduction, dtype, context=None):
+    """The mean of a reduction that divides, on one device or on one replica's share.
+
+    The weights (and the mask) are spread over the values (:func:`_like_values`), and
+    the weighted sum is divided by the sum of the spread weights
+    (``"mean_with_sample_weight"``) or by the number of kept values.
+
+    Under several replicas (``context``, a replica context), Keras divides each
+    replica's weighted sum by that replica's own count, then by the number of
+    replicas, and sums the replicas' gradients: where the replicas hold different
+    numbers of real values (padded sequences, masked tokens) or different weights, a
+    replica's values weighed more than the same values on one device. Here each
+    replica divides its sum by the count of all replicas (``all_reduce``), so the
+    replicas' losses add up to the one-device loss and their gradients to its gradient.
+    """
+    values = ops.convert_to_tensor(values, dtype=dtype)
+    kept = ops.ones_like(values) if mask is None else _like_values(values, mask, dtype)
+    weights = kept if sample_weight is None else kept * _like_values(values, sample_weight, dtype)
     total = ops.sum(values * weights)
     if reduction == "mean_with_sample_weight":
         count = ops.sum(weights)
     else:  # "sum_over_batch_size" (alias "mean"): the number of kept values
-        count = ops.sum(ops.broadcast_to(kept, ops.shape(values)))
-    count = context.all_reduce(tf.distribute.ReduceOp.SUM, count)
+        count = ops.sum(kept)
+    if context is not None:
+        import tensorflow as tf
+
+        count = context.all_reduce(tf.distribute.ReduceOp.SUM, count)
     return _divide_no_nan(total, count)
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
-class MixtureNLL(keras.losses.Loss):
+class MixtureNLL(GlobalBatchLoss):
     """Negative log-likelihood of a per-pixel Gaussian mixture (RTagger's cost).
 
     For groups ``k`` with means ``m_k`` and per-pixel probabilities ``pi_k`` the loss
@@ -780,57 +767,28 @@ class MixtureNLL(keras.losses.Loss):
         self.epsilon = float(epsilon)
 
     def __call__(self, y_true, y_pred, sample_weight=None):
+        # Keras' losses take a mask (or weights) of the per-pixel values' shape, or of
+        # one axis less: RTagger's [batch, T, K, ...] mask (through Concatenate), or a
+        # [batch, T] one, failed with a shape error or was dropped; [batch] weights
+        # were laid along the last pixel axis. Both are put in the values' shape here.
         mask = _keras_mask(y_pred)
-        context = _several_replicas()
-        if context is not None and self.reduction in _DIVIDING_REDUCTIONS:
-            # Several replicas: the mean over the global batch's kept pixels (_global_mean).
-            import tensorflow as tf
+        if mask is None and sample_weight is None:
+            return super().__call__(y_true, y_pred)
+        with keras.name_scope(self.name):
+            y_pred = ops.convert_to_tensor(y_pred, dtype=self.dtype)
+            y_true = ops.convert_to_tensor(y_true, dtype=self.dtype)
+            weights = self._pixel_weights(y_true, y_pred, None, sample_weight)
+            kept = None if mask is None else self._pixel_weights(y_true, y_pred, mask, None)
+            return _reduce(self.call(y_true, y_pred), weights, kept, self.reduction, self.dtype)
 
-            with tf.name_scope(self.name):
-                y_pred = ops.convert_to_tensor(y_pred, dtype=self.dtype)
-                y_true = ops.convert_to_tensor(y_true, dtype=self.dtype)
-                # the sample weights and the kept pixels, each in the per-pixel values' shape
-                weights = self._pixel_weights(y_true, y_pred, None, sample_weight)
-                kept = None if mask is None else self._pixel_weights(y_true, y_pred, mask, None, share=False)
-                return _global_mean(self.call(y_true, y_pred), weights, kept, self.reduction, self.dtype, context)
-        if mask is not None or sample_weight is not None:
-            # Keras' losses take a mask (or weights) of the per-pixel values' shape, or of
-            # one axis less: RTagger's [batch, T, K, ...] mask (through Concatenate), or a
-            # [batch, T] one, failed with a shape error or was dropped; [batch] weights
-            # were laid along the last pixel axis. Both are put in the values' shape here.
-            y_true = ops.convert_to_tensor(y_true)
-            if mask is not None:
-                y_pred = ops.copy(y_pred)  # the mask goes into the weights, not twice
-            sample_weight = self._pixel_weights(y_true, y_pred, mask, sample_weight)
-        if (
-            keras.backend.backend() != "torch"
-            or self.reduction not in _DIVIDING_REDUCTIONS
-            or keras.backend.standardize_dtype(self.dtype) != "float64"
-        ):
-            return super().__call__(y_true, y_pred, sample_weight=sample_weight)
-        # Keras' torch backend divides the summed loss in float32 (its divide_no_nan
-        # promotes float64 to float32), so a float64 loss came back float32: the same
-        # steps as keras.losses.Loss.__call__, with the divisions in float64.
-        in_mask = _keras_mask(y_pred)
-        y_pred = keras.tree.map_structure(lambda x: ops.convert_to_tensor(x, dtype=self.dtype), y_pred)
-        y_true = keras.tree.map_structure(lambda x: ops.convert_to_tensor(x, dtype=self.dtype), y_true)
-        losses = self.call(y_true, y_pred)
-        out_mask = _keras_mask(losses)
-        if in_mask is not None and out_mask is not None:
-            mask = in_mask & out_mask
-        else:
-            mask = in_mask if in_mask is not None else out_mask
-        return _reduce_weighted_values(losses, sample_weight, mask, self.reduction, self.dtype)
-
-    def _pixel_weights(self, y_true, y_pred, mask, sample_weight, share=True):
-        """``sample_weight`` and the mask of ``y_pred`` as weights of the per-pixel values.
+    def _pixel_weights(self, y_true, y_pred, mask, sample_weight):
+        """``sample_weight`` and the mask of ``y_pred`` (1 where kept, 0 elsewhere) as
+        weights of the per-pixel values.
 
         Both describe the leading axes of the values ``[batch, ..., pixels]`` (the
         shape of ``y_true`` without its channels): a mask over ``y_pred``'s axes but
         its channels keeps a pixel where any group is kept; shorter ones are
-        repeated over the axes they lack. The mask is weighted as Keras weighs it
-        (by the share of kept values, for the reductions that take a mean), unless
-        ``share`` is False (then 1 where kept, 0 elsewhere).
+        repeated over the axes they lack.
         """
         pixels = tuple(y_true.shape[:-1])
 
@@ -855,14 +813,8 @@ class MixtureNLL(keras.losses.Loss):
         if len(mask.shape) == len(y_pred.shape) - 1:  # over the groups too
             mask = ops.any(mask, axis=_check_axis(self.group_axis, len(y_pred.shape)))
         mask = ops.logical_and(spread(mask, "mask"), ops.ones_like(y_true[..., 0], dtype="bool"))
-        dtype = self.dtype
-        if share and self.reduction in ("mean", "sum_over_batch_size"):
-            total = ops.cast(ops.size(mask), dtype)
-            weight = _divide_no_nan(total, ops.sum(ops.cast(mask, dtype)))
-            weights = ops.where(mask, weight, ops.zeros_like(weight))
-        else:
-            weights = ops.cast(mask, dtype)
-        return weights if sample_weight is None else weights * ops.cast(sample_weight, dtype)
+        weights = ops.cast(mask, self.dtype)
+        return weights if sample_weight is None else weights * ops.cast(sample_weight, self.dtype)
 
     def call(self, y_true, y_pred):
         y_pred = ops.convert_to_tensor(y_pred)

@@ -523,3 +523,58 @@ def test_masked_mixture_nll_under_two_replicas_is_the_one_device_loss(reduction,
     loss = losses.MixtureNLL(sigma=0.5, group_axis=2, reduction=reduction)
     one, replicas = replica_losses_add_up(loss, x, packed, mask, weights)
     np.testing.assert_allclose(replicas, one, rtol=1e-6)
+
+
+@pytest.mark.parametrize("reduction", ["sum_over_batch_size", "mean_with_sample_weight"])
+@pytest.mark.parametrize("weight_shape", ["batch", "batch_1", "batch_steps", "batch_steps_1"])
+def test_mixture_nll_weighted_by_its_leading_axes_is_a_weighted_mean_over_pixels(reduction, weight_shape):
+    # Audit s65: [batch] or [batch, T] weights without a mask were spread over the pixel
+    # axes as size-1 axes, and "mean_with_sample_weight" divided by their unspread sum:
+    # weights of ones multiplied RTagger's loss by the pixel count (20x, 60x), and one
+    # device disagreed with two replicas (37.3 against 1.87).
+    rng = np.random.default_rng(5)
+    batch, steps, groups, pixels = 4, 3, 2, 5
+    x = rng.uniform(size=(batch, steps, pixels, 1)).astype("float32")
+    pi = rng.dirichlet(np.ones(groups), size=(batch, steps, pixels)).transpose(0, 1, 3, 2)[..., None]
+    packed = np.concatenate([rng.uniform(size=(batch, steps, groups, pixels, 1)), pi], -1).astype("float32")
+    loss = losses.MixtureNLL(sigma=0.5, group_axis=2, reduction=reduction)
+    per_pixel = losses.MixtureNLL(sigma=0.5, group_axis=2, reduction="none")(tensor(x), tensor(packed))
+    per_pixel = keras.ops.convert_to_numpy(per_pixel)  # [batch, steps, pixels]
+    weights = {"batch": rng.uniform(0.5, 2.0, size=(batch,)),
+               "batch_1": rng.uniform(0.5, 2.0, size=(batch, 1)),
+               "batch_steps": rng.uniform(0.5, 2.0, size=(batch, steps)),
+               "batch_steps_1": rng.uniform(0.5, 2.0, size=(batch, steps, 1))}[weight_shape].astype("float32")
+    spread = np.broadcast_to(weights.reshape(batch, -1, 1), per_pixel.shape)  # the weights of every pixel
+    divisor = spread.sum() if reduction == "mean_with_sample_weight" else spread.size
+    expected = (per_pixel * spread).sum() / divisor
+    got = float(loss(tensor(x), tensor(packed), sample_weight=tensor(weights)))
+    assert got == pytest.approx(expected, rel=1e-5)
+    ones = float(loss(tensor(x), tensor(packed), sample_weight=tensor(np.ones_like(weights))))
+    assert ones == pytest.approx(float(loss(tensor(x), tensor(packed))), rel=1e-6)
+    if BACKEND == "tensorflow":
+        one, replicas = replica_losses_add_up(loss, x, packed, None, weights)
+        np.testing.assert_allclose(replicas, one, rtol=1e-6)
+        assert one == pytest.approx(expected, rel=1e-5)
+
+
+@pytest.mark.parametrize("reduction", ["sum_over_batch_size", "mean_with_sample_weight", "sum", "none"])
+@pytest.mark.parametrize("weight_shape", [(5,), (5, 1)])
+def test_per_sample_weights_of_per_token_scores_weigh_each_sample_s_tokens(reduction, weight_shape):
+    # Audit s65: [batch, 1] weights on per-token scores divided by the weights' own sum
+    # (a per-token loss 5x the weighted token mean, and not what two replicas gave);
+    # [batch] weights were laid along the token axis (an error, or with as many tokens
+    # as samples, each token position weighted as if it were a sample).
+    rng = np.random.default_rng(6)
+    scores = rng.uniform(size=(5, 5, 3)).astype("float32")  # [batch, tokens, classes]
+    labels = rng.integers(0, 3, size=(5, 5))
+    weights = rng.uniform(0.5, 2.0, size=weight_shape).astype("float32")
+    per_token = keras.ops.convert_to_numpy(MarginLoss(reduction="none")(tensor(labels), tensor(scores)))
+    spread = np.broadcast_to(weights.reshape(5, 1), per_token.shape)
+    divisor = {"mean_with_sample_weight": spread.sum(), "sum_over_batch_size": spread.size}.get(reduction, 1)
+    expected = per_token * spread if reduction == "none" else (per_token * spread).sum() / divisor
+    loss = MarginLoss(reduction=reduction)
+    got = keras.ops.convert_to_numpy(loss(tensor(labels), tensor(scores), sample_weight=tensor(weights)))
+    np.testing.assert_allclose(got, expected, rtol=1e-5)
+    ones = loss(tensor(labels), tensor(scores), sample_weight=tensor(np.ones(weight_shape, "float32")))
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(ones),
+                               keras.ops.convert_to_numpy(loss(tensor(labels), tensor(scores))), rtol=1e-6)
