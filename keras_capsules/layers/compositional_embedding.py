@@ -248,8 +248,11 @@ class CompositionalEmbedding(OwnCastingLayer):
 
     def compute_output_spec(self, inputs):
         self._check_input(inputs)
+        # ragged alike, as keras.layers.Embedding's (the eager output was ragged, the
+        # symbolic one was not)
         return keras.KerasTensor(
-            self.compute_output_shape(inputs.shape), dtype=self.compute_dtype
+            self.compute_output_shape(inputs.shape), dtype=self.compute_dtype,
+            ragged=bool(getattr(inputs, "ragged", False)),
         )
 
     def compute_mask(self, inputs, mask=None):

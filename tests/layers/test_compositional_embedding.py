@@ -264,6 +264,9 @@ def test_ragged_ids_as_in_keras_embedding(fixed):
     assert layer.compute_mask(ids).to_list() == [[True, True, False], [True]]
     with pytest.raises(ValueError, match=r"\[12\]"):
         layer(tf.ragged.constant([[1, 12]]))
+    # Audit s65: the symbolic output of a ragged input was not ragged (Embedding's is)
+    ragged_input = keras.Input((None,), dtype="int32", ragged=True)
+    assert layer(ragged_input).ragged and not layer(keras.Input((None,), dtype="int32")).ragged
 
 
 @pytest.mark.parametrize("rank", [0, 1, 2, 3, 4, 5, 6])

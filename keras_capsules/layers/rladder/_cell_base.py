@@ -14,6 +14,7 @@ from keras_capsules._validation import (
 from keras_capsules.layers.rladder._utils import (
     check_same_batch,
     clone_initializer,
+    float_inputs,
     loaded_without_effect,
     output_spec,
     serialize_all,
@@ -189,7 +190,9 @@ class EncoderCellBase(keras.layers.Layer):
         self.built = True
 
     def _checked_inputs(self, inputs):
-        """``inputs`` as given, after checking their number and shapes."""
+        """``inputs`` after checking their number and shapes, integer and boolean ones cast
+        to the compute dtype (:func:`float_inputs`: 0/1 frames or rolls failed in the
+        first matmul or convolution with a backend error after the model had built)."""
         if not isinstance(inputs, (list, tuple)) or len(inputs) != self.num_inputs:
             raise ValueError(
                 f"{type(self).__name__} expects a list of {self.num_inputs} inputs "
@@ -198,7 +201,7 @@ class EncoderCellBase(keras.layers.Layer):
         x, _, _ = self._split_shapes([tuple(t.shape) for t in inputs])
         if self.built:
             check_built(type(self).__name__, [("x", x, self._built_x_features)])
-        return inputs
+        return list(float_inputs(self, *inputs))
 
     def call(self, inputs):
         inputs = self._checked_inputs(inputs)

@@ -146,10 +146,12 @@ class ConvEncoderCell(EncoderCellBase):
     def build(self, input_shape):
         super().build(self._as_shape_list(input_shape))
 
-    def _build(self, x, fb, state):
-        k, n = self.kernel_size, self.GATES * self.filters
-        # a normalization over a single value makes it 0 whatever the input: the level
-        # would put out its bias alone (on a 1x1 map, e.g. a small image pooled twice)
+    def _split_shapes(self, input_shape):
+        x, fb, state = super()._split_shapes(input_shape)
+        # A normalization over a single value makes it 0 whatever the input: the level
+        # would put out its bias alone (on a 1x1 map, e.g. a small image pooled twice).
+        # Checked on every call: a cell built on a larger map accepted a 1x1 one later.
+        n = self.GATES * self.filters
         pixels = None if None in tuple(x[1:3]) else x[1] * x[2]
         if self.normalization is not None and pixels == 1 and (self.normalization == "instance" or n == 1):
             raise ValueError(
@@ -159,6 +161,10 @@ class ConvEncoderCell(EncoderCellBase):
                 "normalization, or 'layer' with more than one channel, or a larger map. "
                 f"Received: input shape={tuple(x)}"
             )
+        return x, fb, state
+
+    def _build(self, x, fb, state):
+        k, n = self.kernel_size, self.GATES * self.filters
         self.kernel = self._weight("kernel", "kernel", (k, k, x[-1], n))
         if self.use_feedback:
             self.feedback_kernel = self._weight("feedback", "feedback_kernel", (k, k, self.filters, n))

@@ -335,6 +335,43 @@ def test_a_normalization_over_one_value_is_a_clear_error(cls):
         assert cls(1, use_feedback=False)(x).shape == (2, 1, 1, 1)  # unnormalized: fine
     assert cls(3, normalization="layer", use_feedback=False)(x).shape == (2, 1, 1, 3)  # several values
     assert cls(3, normalization="instance", use_feedback=False)(np.ones((2, 2, 1, 4), "float32")).shape == (2, 2, 1, 3)
+    # Audit s65: a cell built on a larger map took a 1x1 one later without a word
+    built = cls(3, normalization="instance", use_feedback=False)
+    built(np.ones((2, 4, 4, 4), "float32"))
+    with pytest.raises(ValueError, match="1x1 map"):
+        built(x)
+    with pytest.raises(ValueError, match="1x1 map"):
+        built(keras.Input((1, 1, 4)))
+
+
+INTEGER_INPUT_CASES = [
+    (GatedEncoderCell, dict(units=3), [(2, 5), (2, 3), (2, 3)]),
+    (LSTMEncoderCell, dict(units=3), [(2, 5), (2, 3), (2, 3), (2, 3)]),
+    (ConvLSTMEncoderCell, dict(filters=2), [(2, 4, 4, 1), (2, 4, 4, 2), (2, 4, 4, 2), (2, 4, 4, 2)]),
+    (ConvEncoderCell, dict(filters=2), [(2, 4, 4, 1), (2, 4, 4, 2)]),
+    (GatedConvEncoderCell, dict(filters=2, normalization="instance"), [(2, 4, 4, 1), (2, 4, 4, 2)]),
+]
+
+
+@pytest.mark.parametrize("dtype", ["int32", "bool"])
+@pytest.mark.parametrize("cls,kwargs,shapes", INTEGER_INPUT_CASES, ids=lambda v: getattr(v, "__name__", None))
+def test_integer_and_boolean_inputs_are_cast_as_the_combinators_cast_them(cls, kwargs, shapes, dtype):
+    # Audit s65: a model on integer or boolean inputs (0/1 frames) built, then failed in
+    # predict with a backend error from the first matmul or convolution.
+    rng = np.random.default_rng(0)
+    values = [(rng.random(s) < 0.5) for s in shapes]
+    cell = cls(**kwargs)
+    floats = cell([v.astype("float32") for v in values])
+    cast = cell([v.astype(dtype) for v in values])
+    for a, b in zip(keras.tree.flatten(cast), keras.tree.flatten(floats)):
+        assert keras.backend.standardize_dtype(a.dtype) == "float32"
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(a), keras.ops.convert_to_numpy(b), rtol=1e-6)
+    inputs = [keras.Input(s[1:], dtype=dtype) for s in shapes]
+    model = keras.Model(inputs, cls.from_config(cell.get_config())(inputs))
+    model.set_weights(cell.get_weights())
+    predicted = model.predict([v.astype(dtype) for v in values], verbose=0)
+    for a, b in zip(keras.tree.flatten(predicted), keras.tree.flatten(floats)):
+        np.testing.assert_allclose(a, keras.ops.convert_to_numpy(b), rtol=1e-5, atol=1e-6)
 
 
 def test_batch_size_mismatch_is_a_clear_error():
