@@ -509,9 +509,11 @@ def estimate_batch_norm_statistics(model, data, steps):
     current weights: runs the first ``steps`` batches of ``data`` (batches ``x``,
     ``(x, y)`` or ``(x, y, sample_weight)``) through the model in training mode and
     returns, per layer (in the order of the model's layers), the mean over the batches
-    of the batch mean and of the batch variance, as NumPy arrays. The layers' moving
-    statistics and momenta are left as they were. Used by
-    :class:`SwapEMAWeightsAndStatistics`."""
+    of the batch mean and of the batch variance, as NumPy arrays. A layer that runs
+    several times in one pass (shared by two branches, or inside
+    ``keras.layers.TimeDistributed``, once per step) averages over all of its calls, as
+    its moving averages do in training. The layers' moving statistics and momenta are
+    left as they were. Used by :class:`SwapEMAWeightsAndStatistics`."""
     # A bad count (-1, 2.5, None) ran through all of ``data``: forever on a repeated dataset.
     steps = _validation.positive_int("steps", steps)
     layers = _batch_norm_layers(model)
@@ -520,33 +522,63 @@ def estimate_batch_norm_statistics(model, data, steps):
     saved = [(bn.momentum, keras.ops.convert_to_numpy(bn.moving_mean), keras.ops.convert_to_numpy(bn.moving_variance))
              for bn in layers]
     forward = _up_to(model, layers)
-    sums, count = None, 0
+    # Every call's batch statistics, as the moving statistics hold them after a call with
+    # momentum 0 (reading them once per batch kept only a layer's last call of the pass).
+    sums = [[0.0, 0.0, 0] for _ in layers]
+    count = 0
     try:
-        for bn in layers:  # with momentum 0 the moving statistics are the last batch's
+        for bn, totals in zip(layers, sums):
             bn.momentum = 0.0
+            bn.call = _recording_call(bn, totals)
         for batch in data:
             if count == steps:
                 break
             x, _, _ = keras.utils.unpack_x_y_sample_weight(batch)
             forward(x, training=True)
-            values = [(keras.ops.convert_to_numpy(bn.moving_mean).astype("float64"),
-                       keras.ops.convert_to_numpy(bn.moving_variance).astype("float64")) for bn in layers]
-            sums = values if sums is None else [(m + vm, v + vv) for (m, v), (vm, vv) in zip(sums, values)]
             count += 1
     finally:
         for bn, (momentum, mean, variance) in zip(layers, saved):
+            vars(bn).pop("call", None)  # the class's call again
             bn.momentum = momentum
             bn.moving_mean.assign(mean)
             bn.moving_variance.assign(variance)
     if count == 0:
         raise ValueError("`data` gave no batch to estimate the batch-normalization statistics from")
-    return [((m / count).astype(bn_mean.dtype), (v / count).astype(bn_variance.dtype))
-            for (m, v), (_, bn_mean, bn_variance) in zip(sums, saved)]
+    return [(mean, variance) if calls == 0 else ((m / calls).astype(mean.dtype), (v / calls).astype(variance.dtype))
+            for (m, v, calls), (_, mean, variance) in zip(sums, saved)]
+
+
+def _recording_call(bn, totals):
+    """``bn.call`` that adds the batch statistics of each training call (momentum 0: the
+    moving statistics after it) to ``totals`` ``[mean sum, variance sum, calls]``."""
+    call = bn.call
+
+    def recording(*args, **kwargs):
+        outputs = call(*args, **kwargs)
+        if kwargs.get("training"):
+            try:
+                mean = keras.ops.convert_to_numpy(bn.moving_mean).astype("float64")
+                variance = keras.ops.convert_to_numpy(bn.moving_variance).astype("float64")
+            except Exception as error:  # a call inside a traced function: no values to read
+                raise ValueError(
+                    f"estimate_batch_norm_statistics runs the model eagerly and reads the statistics "
+                    f"of each call of {bn.name}, which ran inside a traced function (e.g. "
+                    "keras.layers.TimeDistributed over an unknown number of steps): give the "
+                    "steps a fixed size"
+                ) from error
+            totals[0] += mean
+            totals[1] += variance
+            totals[2] += 1
+        return outputs
+
+    return recording
 
 
 def _up_to(model, layers):
     """``model`` cut after its last batch normalization where it is a functional model
     whose batch-normalization layers each ran once in its graph, else ``model``."""
+    if any(len(getattr(bn, "_inbound_nodes", ())) > 1 for bn in layers):
+        return model  # a shared layer: the cut kept its first call only
     try:
         cut = keras.Model(model.input, [bn.output for bn in layers])
     except (AttributeError, ValueError, TypeError):

@@ -385,3 +385,30 @@ def test_a_fit_stopped_early_ends_with_the_average_under_a_mirrored_strategy():
             np.testing.assert_array_equal(a, b)
     for a, b in zip(*finals):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
+def test_estimate_of_a_layer_called_several_times_per_pass_averages_all_its_calls():
+    # Audit s65: the statistics were read once per batch, after the pass: inside
+    # TimeDistributed (one call per step) only the last step's were kept, and a layer
+    # shared by two branches kept one branch's (the model cut ran its first call only).
+    rng = np.random.default_rng(0)
+    steps, features = 4, 3
+    x = rng.normal(size=(32, steps, features)).astype("float32") * np.arange(1, steps + 1)[None, :, None]
+    batches = [x[:16], x[16:]]
+    inputs = keras.Input((steps, features))
+    timed = keras.Model(inputs, keras.layers.TimeDistributed(keras.layers.BatchNormalization())(inputs))
+    (mean, variance), = estimate_batch_norm_statistics(timed, batches, 2)
+    calls = [b[:, t].astype("float64") for b in batches for t in range(steps)]
+    np.testing.assert_allclose(mean, np.mean([c.mean(0) for c in calls], 0), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(variance, np.mean([c.var(0) for c in calls], 0), rtol=1e-5, atol=1e-5)
+
+    bn = keras.layers.BatchNormalization()
+    a, b = keras.Input((features,)), keras.Input((features,))
+    shared = keras.Model([a, b], keras.layers.Concatenate()([bn(a), bn(b)]))
+    xa = rng.normal(size=(16, features)).astype("float32")
+    xb = (5 + 3 * rng.normal(size=(16, features))).astype("float32")
+    (mean, variance), = estimate_batch_norm_statistics(shared, [((xa, xb),)], 1)
+    np.testing.assert_allclose(mean, (xa.mean(0) + xb.mean(0)) / 2, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(variance, (xa.var(0) + xb.var(0)) / 2, rtol=1e-5, atol=1e-5)
+    assert "call" not in vars(bn)  # the layer's own call again
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(bn.moving_mean), np.zeros(features))
