@@ -88,10 +88,13 @@ def add_common_arguments(parser, command):
                             help="where the model, plots, metrics, backup and TensorBoard logs go "
                             "(default: runs/APPLICATION)")
         parser.add_argument("--epochs", type=positive_int, default=15,
-                            help="total epochs; a resumed run trains the remaining ones (default: %(default)s)")
+                            help="total epochs; a resumed run trains the remaining ones (for sort_of_clevr, "
+                            "smallnorb and sst a resume keeps the crashed run's --epochs) (default: %(default)s)")
         parser.add_argument("--save-freq", type=save_freq, default="epoch",
-                            help="back up the training state every epoch or every N steps "
-                            "(default: %(default)s)")
+                            help="back up the training state every epoch or every N steps; a run "
+                            "resumed from a backup made mid-epoch restarts that epoch from its first "
+                            "batch with the saved weights, so it does not end with the weights of a run "
+                            "that never stopped, as one backed up every epoch does (default: %(default)s)")
     elif command == "evaluate":
         parser.add_argument("--model", default=None,
                             help="a .keras model written by `train` or `tune`, or the folder of a `train` run "
@@ -139,13 +142,24 @@ RESUMABLE_CHANGES = frozenset({
 })
 
 
+#: Applications whose ``--epochs`` shapes what a run trains, not only how far:
+#: sort_of_clevr spreads ``--steps`` over the epochs, sst and smallnorb stretch their
+#: one-cycle learning-rate schedule over all of them. A resume with another ``--epochs``
+#: trained batches twice or skipped them (sort_of_clevr), or jumped to a point of another
+#: schedule (sst, smallnorb): their backups record it, as any option.
+EPOCHS_SHAPE_THE_RUN = frozenset({"sort_of_clevr", "smallnorb", "sst"})
+
+
 def run_options(args):
     """The options of a ``train`` command that its backups record (all but
-    :data:`RESUMABLE_CHANGES`): rerunning the command after a crash with another
-    value of one of them is refused, where it silently resumed the old run
-    (``fault_tolerance.AtomicBackupAndRestore``'s ``run_options``)."""
-    return {name: value for name, value in vars(args).items()
-            if name not in RESUMABLE_CHANGES and not callable(value)}
+    :data:`RESUMABLE_CHANGES`, and ``--epochs`` too for :data:`EPOCHS_SHAPE_THE_RUN`):
+    rerunning the command after a crash with another value of one of them is refused,
+    where it silently resumed the old run (``fault_tolerance.AtomicBackupAndRestore``'s
+    ``run_options``)."""
+    free = RESUMABLE_CHANGES
+    if getattr(args, "application", None) in EPOCHS_SHAPE_THE_RUN:
+        free = free - {"epochs"}
+    return {name: value for name, value in vars(args).items() if name not in free and not callable(value)}
 
 
 def train_options(args, strategy):

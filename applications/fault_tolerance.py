@@ -1150,6 +1150,15 @@ def _check_backup_options(backup_dir, run_options):
         return
     if not isinstance(saved, dict) or saved == run_options:
         return
+    from applications.arguments import RESUMABLE_CHANGES
+
+    # An option that a resume could change when the backup was made is not in it (a
+    # backup of sst made before its --epochs was recorded): not a difference.
+    saved = dict(saved)
+    for name in (set(run_options) - set(saved)) & RESUMABLE_CHANGES:
+        saved[name] = run_options[name]
+    if saved == run_options:
+        return
     differ = [
         f"{_option_text(name, saved.get(name, _MISSING))} (now "
         f"{_option_text(name, run_options.get(name, _MISSING), bare=True)})"

@@ -1191,3 +1191,36 @@ def test_a_run_with_an_ema_swap_before_its_backup_resumes_as_the_uninterrupted_o
     assert cli_helpers.max_weight_difference(whole, resumed) == 0.0
     for a, b in zip(whole.weights, resumed.weights, strict=True):  # the statistics too
         np.testing.assert_array_equal(keras.ops.convert_to_numpy(a), keras.ops.convert_to_numpy(b))
+
+
+@pytest.mark.parametrize("application", ["sort_of_clevr", "smallnorb", "sst", "demo", "music"])
+def test_a_backup_records_epochs_where_it_shapes_what_the_run_trains(application):
+    # Audit s65: sort_of_clevr spreads --steps over --epochs, sst and smallnorb stretch
+    # their one-cycle schedule over them: a resume with another --epochs trained batches
+    # twice (32 steps where metrics.json said 24) or jumped to another learning rate.
+    import argparse
+
+    from applications import arguments
+
+    args = argparse.Namespace(application=application, command="train", epochs=4, seed=0, run_dir="runs/x",
+                              quiet=True)
+    options = arguments.run_options(args)
+    assert options.get("seed") == 0 and "run_dir" not in options and "quiet" not in options
+    assert ("epochs" in options) == (application in ("sort_of_clevr", "smallnorb", "sst"))
+
+
+def test_an_option_a_backup_did_not_record_because_it_was_free_then_is_no_difference(tmp_path):
+    # Backups of sst made before --epochs was recorded still resume; a recorded --epochs
+    # that differs, or an unrecorded option that was never free, is still refused.
+    backup = tmp_path / "run" / "backup"
+    backup.mkdir(parents=True)
+
+    def check(saved, now):
+        (backup / "training_metadata.json").write_text(json.dumps({"epoch": 1, "options": saved}))
+        fault_tolerance._check_backup_options(str(backup), now)
+
+    check({"seed": 0}, {"seed": 0, "epochs": 4})
+    with pytest.raises(fault_tolerance.BackupMismatchError, match=r"other options: --epochs 6 \(now 4\);"):
+        check({"seed": 0, "epochs": 6}, {"seed": 0, "epochs": 4})
+    with pytest.raises(fault_tolerance.BackupMismatchError, match=r"--learning-rate"):
+        check({"seed": 0}, {"seed": 0, "learning_rate": 0.1})
