@@ -153,6 +153,8 @@ class EncoderCellBase(keras.layers.Layer):
                 )
         names = ["x"] + (["feedback"] if self.use_feedback else []) + self._state_names()
         check_same_batch(name, list(zip(names, shapes)))
+        if self.built:  # also when the model is built (the symbolic output was accepted)
+            check_built(name, [("x", x, self._built_x_features)])
         return x, fb, state
 
     def compute_output_shape(self, input_shape):
@@ -198,9 +200,7 @@ class EncoderCellBase(keras.layers.Layer):
                 f"{type(self).__name__} expects a list of {self.num_inputs} inputs "
                 f"{self._expected()}. Received: {type(inputs).__name__}"
             )
-        x, _, _ = self._split_shapes([tuple(t.shape) for t in inputs])
-        if self.built:
-            check_built(type(self).__name__, [("x", x, self._built_x_features)])
+        self._split_shapes([tuple(t.shape) for t in inputs])
         return list(float_inputs(self, *inputs))
 
     def call(self, inputs):

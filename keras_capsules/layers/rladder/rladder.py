@@ -704,8 +704,18 @@ class RLadder(keras.layers.Layer):
         return [(batch, steps) + self._prediction_features(features), top]
 
     def compute_output_spec(self, inputs, training=None, mask=None):
+        # a built ladder reused on other features: refused when the model is built (the
+        # symbolic output had a shape the ladder never produces; predict then failed)
+        self._check_built_features(tuple(inputs.shape))
         self._check_mask(mask, tuple(inputs.shape))
         return output_spec(self, inputs)
+
+    def _check_built_features(self, input_shape):
+        if self.built and self._feature_shape(input_shape)[2] != self._features:
+            raise ValueError(
+                f"This RLadder was built for inputs with features of shape {self._features}. "
+                f"Received: input shape={tuple(input_shape)}"
+            )
 
     def _check_mask(self, mask, input_shape):
         batch, steps, _ = self._feature_shape(input_shape)
@@ -898,11 +908,7 @@ class RLadder(keras.layers.Layer):
             # buffers take the input's dtype
             inputs = ops.cast(inputs, self.compute_dtype)
         batch, steps, features = self._feature_shape(tuple(inputs.shape))
-        if features != self._features:
-            raise ValueError(
-                f"This RLadder was built for inputs with features of shape {self._features}. "
-                f"Received: input shape={tuple(inputs.shape)}"
-            )
+        self._check_built_features(tuple(inputs.shape))
         self._check_mask(mask, tuple(inputs.shape))
         mask = exact_step_mask(mask, inputs)
         if steps == 0:

@@ -531,7 +531,19 @@ class RTagger(keras.layers.Layer):
 
     def compute_output_spec(self, inputs, training=None, mask=None):
         self._check_mask(mask, tuple(inputs.shape))
+        # a built tagger reused on other pixels: refused when the model is built
+        self._check_built_pixels(tuple(inputs.shape))
         return output_spec(self, inputs)
+
+    def _check_built_pixels(self, input_shape):
+        if not self.built:
+            return
+        _, _, spatial, channels, _ = self._pixel_shape(input_shape)
+        if (tuple(spatial), channels) != (tuple(self._spatial), self._channels):
+            raise ValueError(
+                f"This RTagger was built for inputs with pixels {self._spatial} and "
+                f"{self._channels} channels. Received: input shape={tuple(input_shape)}"
+            )
 
     def compute_mask(self, inputs, mask=None):
         # the step mask spread over the groups and pixels, [batch, T, K, ...] (of
@@ -548,11 +560,7 @@ class RTagger(keras.layers.Layer):
         batch, steps, spatial, channels, is_image = self._pixel_shape(tuple(inputs.shape))
         self._check_mask(mask, tuple(inputs.shape))
         mask = exact_step_mask(mask, inputs)
-        if (tuple(spatial), channels) != (tuple(self._spatial), self._channels):
-            raise ValueError(
-                f"This RTagger was built for inputs with pixels {self._spatial} and "
-                f"{self._channels} channels. Received: input shape={tuple(inputs.shape)}"
-            )
+        self._check_built_pixels(tuple(inputs.shape))
         k = self.n_groups
         dtype = self.compute_dtype
         math_dtype = routing_dtype(dtype)

@@ -460,3 +460,7 @@ def test_an_x_unlike_the_one_built_for_is_a_clear_error(case):
     with pytest.raises(ValueError, match=r"was built for x with a last axis of \d+\. Received: x shape="):
         cell([_normal(*s) for s in changed])
     cell([_normal(*s) for s in shapes])  # still fine
+    # Audit s65: reused on such an input in a functional model, it built the model
+    with pytest.raises(ValueError, match=r"was built for x with a last axis of \d+\. Received: x shape="):
+        cell([keras.Input(s[1:]) for s in changed])
+    assert cell([keras.Input(s[1:]) for s in shapes]) is not None

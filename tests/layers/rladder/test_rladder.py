@@ -1266,3 +1266,14 @@ def test_options_that_take_effect_and_defaults_do_not_warn(levels, kwargs, recwa
     layer = RLadder(levels, **kwargs)
     RLadder.from_config(layer.get_config())
     assert not [str(w.message) for w in recwarn if "has no effect" in str(w.message)]
+
+
+def test_a_built_ladder_reused_on_other_features_is_refused_when_the_model_is_built():
+    # Audit s65: the symbolic call accepted it, with an output shape the ladder never
+    # produces ((None, None, 6) for a ladder built on 5 features); predict then failed.
+    ladder = RLadder([level_spec("gated", 4)])
+    ladder(np.zeros((2, 3, 5), "float32"))
+    with pytest.raises(ValueError, match=r"built for inputs with features of shape \(5,\)\. Received: input shape=\(None, None, 6\)"):
+        ladder(keras.Input((None, 6)))
+    prediction, top = ladder(keras.Input((None, 5)))
+    assert tuple(prediction.shape) == (None, None, 5) and tuple(top.shape) == (None, None, 4)

@@ -1006,3 +1006,12 @@ def test_options_that_take_effect_and_defaults_do_not_warn(kwargs, recwarn):
     layer = RTagger(2, CONV_LEVELS, n_iters=1, **kwargs)
     RTagger.from_config(layer.get_config())
     assert not [str(w.message) for w in recwarn if "has no effect" in str(w.message)]
+
+
+def test_a_built_tagger_reused_on_other_pixels_is_refused_when_the_model_is_built():
+    # Audit s65: the symbolic call accepted it; predict then failed.
+    tagger = RTagger(2, [level_spec("gated", 4)], n_iters=1)
+    tagger(_images(2, 6))
+    with pytest.raises(ValueError, match=r"This RTagger was built for inputs with pixels"):
+        tagger(keras.Input((7,)))
+    assert tagger(keras.Input((6,))) is not None
