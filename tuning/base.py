@@ -159,6 +159,24 @@ class DatasetHyperModel(keras_tuner.HyperModel):
         return model.fit(train, **kwargs)
 
 
+def stepped_choice(hp, name, low, high, step, default):
+    """Declares ``low, low + step, ..., high`` (a ``Choice`` of the rounded values); returns
+    the trial's value.
+
+    keras-tuner's stepped ``Float`` counts its values as ``(high - low) // step + 1``,
+    which is one short in floating point (``0.3 // 0.05 == 5.0``): its top value was
+    never drawn (dropouts documented up to 0.3 stopped at 0.25), and the values it drew
+    carried rounding noise into the trials (0.15000000000000002). A numeric ``Choice``
+    is ordered, as the ``Float`` was, for the Bayesian tuner.
+    """
+    count = int(round((high - low) / step)) + 1
+    values = [round(low + i * step, 10) for i in range(count)]
+    if values[-1] != round(high, 10) or default not in values:
+        raise ValueError(f"{name}: {high} is not {low} plus a whole number of steps {step}, "
+                         f"or the default {default} is not one of {values}")
+    return hp.Choice(name, values, default=default)
+
+
 def level_widths(hp, levels_name, width_name, widths, defaults, default_levels):
     """Declares how many levels a ladder has and how wide each is; returns the used widths.
 

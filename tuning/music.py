@@ -25,7 +25,7 @@ validation chorales, summed over keys (``applications.music.PianoRollNLLPerStep`
 import keras_tuner
 
 from applications import music
-from tuning.base import DatasetHyperModel, level_widths
+from tuning.base import DatasetHyperModel, level_widths, stepped_choice
 
 WIDTHS = (32, 64, 128, 256)
 #: the default width of every level the search can build (``units_0`` .. ``units_2``)
@@ -65,7 +65,7 @@ class MusicHyperModel(DatasetHyperModel):
             units=units,
             encoder=hp.Choice("encoder", ["gated", "lstm"], default="gated"),
             decoder_to_encoder=hp.Boolean("decoder_to_encoder", default=True),
-            input_dropout=hp.Float("input_dropout", 0.0, 0.3, step=0.05, default=0.0),
+            input_dropout=stepped_choice(hp, "input_dropout", 0.0, 0.3, 0.05, default=0.0),
             readout=hp.Choice("readout", list(music.READOUTS), default="independent"),
         )
         return music.compile_model(model, hp.Float("learning_rate", 1e-4, 1e-2, sampling="log", default=1e-3))

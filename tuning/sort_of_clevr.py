@@ -21,7 +21,7 @@ HyperModel (``tuning/clevr.py``) shares it.
 
 from applications import clevr, distribute, sort_of_clevr
 from keras_capsules.callbacks import swap_ema_weights
-from tuning.base import DatasetHyperModel
+from tuning.base import DatasetHyperModel, stepped_choice
 
 
 def mac_hyperparameters(hp, steps=(1, 6, 4), units=(32, 64, 128, 256), default_units=128,
@@ -41,8 +41,8 @@ def mac_hyperparameters(hp, steps=(1, 6, 4), units=(32, 64, 128, 256), default_u
         "units": hp.Choice("units", list(units), default=default_units),
         "memory_gate": hp.Boolean("memory_gate", default=False),
         "self_attention": hp.Boolean("self_attention", default=False),
-        "memory_dropout": hp.Float("memory_dropout", 0.0, 0.3, step=0.05, default=default_dropout),
-        "output_dropout": hp.Float("output_dropout", 0.0, 0.3, step=0.05, default=default_dropout),
+        "memory_dropout": stepped_choice(hp, "memory_dropout", 0.0, 0.3, 0.05, default=default_dropout),
+        "output_dropout": stepped_choice(hp, "output_dropout", 0.0, 0.3, 0.05, default=default_dropout),
     }
 
 

@@ -33,7 +33,7 @@ from applications import distribute, fault_tolerance
 from applications.text_classification import data as data_lib
 from applications.text_classification import model as model_lib
 from applications.text_classification import recipe
-from tuning.base import DatasetHyperModel
+from tuning.base import DatasetHyperModel, stepped_choice
 
 #: the sizes of the lower capsules searched (each divides every searched gru_units)
 CAPSULE_DIMS = (4, 8, 16)
@@ -85,7 +85,7 @@ class TextClassificationHyperModel(DatasetHyperModel):
         data = self.prepare()
         routing = hp.Choice("routing", list(model_lib.ROUTINGS), default="kmeans")
         gru_units = hp.Choice("gru_units", [32, 64, 128], default=128)
-        dropout = hp.Float("dropout", 0.0, 0.6, step=0.1, default=0.5)
+        dropout = stepped_choice(hp, "dropout", 0.0, 0.6, 0.1, default=0.5)
         with hp.conditional_scope("routing", CAPSULE_ROUTINGS):  # None for the linear head
             # Every width of the space takes all three; a pinned one (a tiny search) may not.
             # The list is the same for every trial of a search (gru_units is pinned or always

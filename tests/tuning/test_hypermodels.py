@@ -846,3 +846,41 @@ def test_a_pinned_gru_width_is_cut_only_into_capsules_that_divide_it(gru_units, 
                                      directory=str(tmp_path), project_name="search")
     for _ in range(3):
         tuner._activate_all_conditions()
+
+
+@pytest.mark.parametrize("name,entries", [
+    ("music", {"input_dropout": (0.0, 0.3, 0.05)}),
+    ("sort_of_clevr", {"memory_dropout": (0.0, 0.3, 0.05), "output_dropout": (0.0, 0.3, 0.05)}),
+    ("clevr", {"memory_dropout": (0.0, 0.3, 0.05), "output_dropout": (0.0, 0.3, 0.05)}),
+])
+def test_stepped_entries_reach_their_documented_top_value_exactly(name, entries, tmp_path):
+    # Audit s65: keras-tuner's stepped Float counted (0.3 - 0) // 0.05 + 1 = 6 values, so
+    # no tuner ever drew 0.3, and its draws carried noise (0.15000000000000002).
+    space = {p.name: p for p in _default_point(name, tmp_path).space}
+    for entry, (low, high, step) in entries.items():
+        want = [round(low + i * step, 10) for i in range(int(round((high - low) / step)) + 1)]
+        assert list(space[entry].values) == want, entry
+        drawn = set()
+        for seed in range(200):
+            drawn.add(space[entry].random_sample(seed))
+        assert drawn == set(want), (entry, sorted(drawn))
+
+
+def test_text_classification_dropout_reaches_its_documented_top_value():
+    import keras_tuner
+
+    hp = keras_tuner.HyperParameters()
+    _hypermodel_for_batches("text_classification", batch_size=4).build(hp)
+    (dropout,) = [p for p in hp.space if p.name == "dropout"]
+    assert list(dropout.values) == [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6] and dropout.default == 0.5
+
+
+def test_stepped_choice_refuses_a_top_off_the_steps():
+    import keras_tuner
+
+    from tuning.base import stepped_choice
+
+    with pytest.raises(ValueError, match="whole number of steps"):
+        stepped_choice(keras_tuner.HyperParameters(), "x", 0.0, 0.33, 0.1, default=0.0)
+    with pytest.raises(ValueError, match="default 0.12"):
+        stepped_choice(keras_tuner.HyperParameters(), "x", 0.0, 0.3, 0.1, default=0.12)
