@@ -260,8 +260,8 @@ def cross_term(targets, lengths):
 class GlobalBatchLoss(keras.losses.Loss):
     """A Keras loss whose mean is the global batch's mean under ``tf.distribute``.
 
-    On one device it is ``keras.losses.Loss``. Under a strategy of several replicas in
-    sync, Keras divides each replica's weighted sum by that replica's own count (its
+    On one device it is ``keras.losses.Loss``, but for the weights' alignment (below).
+    Under a strategy of several replicas in sync, Keras divides each replica's weighted sum by that replica's own count (its
     unmasked values, or the sum of its weights), then by the number of replicas:
     where the replicas' shares of the batch hold different numbers of real values
     (padded sequences, masked tokens) or different weights, a replica's values weigh
