@@ -97,7 +97,7 @@ def make_tuner(kind, hypermodel, directory, project_name, max_trials, epochs=3, 
         tune_new_entries=True,
     )
     if kind == "hyperband":
-        tuner = keras_tuner.Hyperband(hypermodel, max_epochs=max(epochs, 2), factor=3, **common)
+        tuner = _Hyperband(hypermodel, max_epochs=max(epochs, 2), factor=3, **common)
         # Set after keras-tuner has reloaded a stopped search's oracle (which restores
         # both): Hyperband sweeps its brackets again until max_trials trials have run (an
         # iteration runs one trial or more). With keras-tuner's one iteration it stopped
@@ -316,6 +316,25 @@ def run_search(args, strategy):
         raise _failed_trials_error(error, os.path.join(directory, args.application)) from None
     finished = _finished(tuner)
     return export_best(tuner, directory, new_trials=len(finished) - before)
+
+
+class _Hyperband(keras_tuner.Hyperband):
+    """``keras_tuner.Hyperband`` without Keras' warning at every trial of a later round.
+
+    Such a trial starts from an earlier trial's checkpoint, which keras-tuner loads into
+    the new model before its optimizer is built: Keras skips the saved optimizer state
+    and warns ("Skipping variable loading for optimizer 'adam', because it has 2
+    variables whereas the saved optimizer has 54"), which read as state lost by the
+    search. A fresh optimizer is what the trial is meant to have
+    (:meth:`tuning.base.DatasetHyperModel.trial_epochs`); other warnings pass.
+    """
+
+    def _build_hypermodel(self, hp):
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r"Skipping variable loading for optimizer")
+            return super()._build_hypermodel(hp)
 
 
 # keras-tuner's RuntimeError when max_consecutive_failed_trials trials in a row failed
