@@ -872,3 +872,17 @@ def test_routing_compiles_as_one_torch_graph(kwargs, masked):
     layer([a, mu])
     a = tensor(a)
     assert_compiles_as_one_torch_graph(lambda poses: layer([a, poses], mask=mask), mu)
+
+
+def test_a_built_layer_reused_on_other_poses_is_refused_eagerly_and_when_the_model_is_built():
+    # Audit s65: the symbolic call accepted mu_inp of other d_cov x d_inp (outputs of a
+    # shape the layer never produces); only predict refused it.
+    layer = EMRouting(3, 4)
+    rng = np.random.default_rng(0)
+    layer([rng.normal(size=(2, 5)).astype("float32"), rng.normal(size=(2, 5, 1, 4)).astype("float32")])
+    message = r"built for input capsules of d_cov x d_inp = 1 x 4.*Received: mu_inp shape=\((2|None), 5, 1, 6\)"
+    with pytest.raises(ValueError, match=message):
+        layer([rng.normal(size=(2, 5)).astype("float32"), rng.normal(size=(2, 5, 1, 6)).astype("float32")])
+    with pytest.raises(ValueError, match=message):
+        layer([keras.Input((5,)), keras.Input((5, 1, 6))])
+    assert len(layer([keras.Input((5,)), keras.Input((5, 1, 4))])) == 3
