@@ -935,6 +935,8 @@ def train(cache_dir, run_dir="runs/clevr", data_dir=None, epochs=25, batch_size=
     from applications import fault_tolerance
     from applications.demo import plot_history, save_atomically
 
+    # epochs=0 wrote and scored an untrained model; -1 and 1.5 failed inside fit
+    epochs = integer_at_least("epochs", epochs, 1)
     strategy = distribute.resolve_strategy(strategy)
     keras.utils.set_random_seed(seed)
     os.makedirs(run_dir, exist_ok=True)

@@ -23,6 +23,7 @@ class. The class scores are the final routing scores (logits).
 
 import argparse
 import inspect
+import numbers
 import os
 import sys
 
@@ -147,6 +148,9 @@ TEST_FRACTION = 0.2
 def split_indices(num_examples, test_fraction=TEST_FRACTION, seed=0, hold_out=False):
     """The ``(train, test)`` indices of :func:`make_datasets`' split (``test``: the
     validation indices with ``hold_out=True``)."""
+    if isinstance(test_fraction, bool) or not isinstance(test_fraction, numbers.Real) or not 0 < test_fraction < 1:
+        # 0, 1 or 1.5 were reported as too few examples ("use a larger --limit")
+        raise InputError(f"`test_fraction` must be a number in (0, 1). Received: test_fraction={test_fraction!r}")
     order = np.random.default_rng(seed).permutation(num_examples)
     n_test = int(round(num_examples * test_fraction))
     if n_test < 1 or n_test >= num_examples:
@@ -339,6 +343,9 @@ def train(
         A dict with the test accuracy, the parameter count, the epochs and the paths.
     """
 
+    # epochs=0 wrote and scored an untrained model; -1 and 1.5 failed inside fit, after
+    # the run directory, its logs and a backup were written
+    epochs = checks.integer_at_least("epochs", epochs, 1)
     strategy = distribute.resolve_strategy(strategy)
     keras.utils.set_random_seed(seed)
     out = distribute.output_dir(run_dir, strategy)

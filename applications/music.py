@@ -1063,6 +1063,8 @@ def train(
     from applications import fault_tolerance
     from applications.demo import plot_history, save_atomically
 
+    # epochs=0 wrote and scored an untrained model; -1 and 1.5 failed inside fit
+    epochs = integer_at_least("epochs", epochs, 1)
     if reduce_lr_patience is not None and (
         isinstance(reduce_lr_patience, bool) or not isinstance(reduce_lr_patience, int) or reduce_lr_patience < 1
     ):

@@ -743,6 +743,8 @@ def evaluate(model_path, validation_examples=None, seed=None, batch_size=256, st
     """
     import os
 
+    # 0 scored at Keras' default batch, -3 and 2.5 failed inside TensorFlow
+    batch_size = integer_at_least("batch_size", batch_size, 1)
     if not os.path.exists(model_path):
         raise PathNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
     recorded = checks.recorded_integers(model_path, ("seed", "validation_examples"))

@@ -908,7 +908,10 @@ def compile_model(model, total_steps, max_lr=5e-4, min_lr=MIN_LR, warmup_fractio
     """RAdam with the one-cycle schedule; cross-entropy on the softmax of the scores."""
     from keras_capsules.optimizers import RAdam, one_cycle_schedule
 
-    schedule = one_cycle_schedule(max(int(total_steps), 2), min_lr=min_lr, max_lr=max_lr,
+    # 0, -100 or 0.5 became a schedule of 2 steps without a word (a run of one step keeps
+    # the 2-step schedule: one_cycle_schedule needs two)
+    total_steps = integer_at_least("total_steps", total_steps, 1)
+    schedule = one_cycle_schedule(max(total_steps, 2), min_lr=min_lr, max_lr=max_lr,
                                   warmup_fraction=warmup_fraction)
     model.compile(
         optimizer=RAdam(schedule),

@@ -955,6 +955,7 @@ def train(
     num_train = integer_at_least("num_train", num_train, 1)
     num_test = integer_at_least("num_test", num_test, 1)
     num_valid = integer_at_least("num_valid", num_valid, 0)
+    epochs = integer_at_least("epochs", epochs, 1)  # 0 wrote and scored an untrained model
     strategy = distribute.resolve_strategy(strategy)
     keras.utils.set_random_seed(seed)
     os.makedirs(run_dir, exist_ok=True)

@@ -1,0 +1,47 @@
+"""The applications' Python API refuses bad arguments in one clear error, before writing
+anything (audit s65: the CLI checked them, some Python functions did not)."""
+
+import os
+
+import pytest
+
+from applications import clevr, demo, music, sort_of_clevr, sst, textured_mnist
+from applications.errors import InputError
+
+
+@pytest.mark.parametrize("epochs", [0, -1, 1.5, True])
+@pytest.mark.parametrize("application", ["demo", "music", "clevr", "textured_mnist"])
+def test_train_refuses_a_bad_epochs_before_writing_anything(application, epochs, tmp_path):
+    # epochs=0 wrote and scored an untrained model; -1 blamed `first_epoch`, which train
+    # does not take; 1.5 failed inside fit after the run directory and a backup were written
+    run_dir = tmp_path / "run"
+    train = {"demo": lambda: demo.train(run_dir=str(run_dir), epochs=epochs, verbose=0),
+             "music": lambda: music.train(str(tmp_path / "none.json"), run_dir=str(run_dir), epochs=epochs, verbose=0),
+             "clevr": lambda: clevr.train(str(tmp_path / "cache"), run_dir=str(run_dir), epochs=epochs, verbose=0),
+             "textured_mnist": lambda: textured_mnist.train(str(tmp_path / "mnist"), run_dir=str(run_dir), epochs=epochs,
+                                                            verbose=0)}[application]
+    with pytest.raises(InputError, match=r"`epochs` must be an integer >= 1\. Received: epochs="):
+        train()
+    assert not os.path.exists(run_dir)
+
+
+@pytest.mark.parametrize("batch_size", [0, -3, 2.5])
+def test_sort_of_clevr_evaluate_refuses_a_bad_batch_size(batch_size, tmp_path):
+    # 0 scored at Keras' default batch size; -3 and 2.5 failed inside TensorFlow
+    with pytest.raises(InputError, match=r"`batch_size` must be an integer >= 1"):
+        sort_of_clevr.evaluate(str(tmp_path / "model.keras"), batch_size=batch_size)
+
+
+@pytest.mark.parametrize("test_fraction", [0, 1.0, 1.5, -0.2, "0.2"])
+def test_demo_split_blames_a_bad_test_fraction_not_the_data(test_fraction):
+    # was "1797 example(s) are too few for a train/test split ... use a larger --limit"
+    with pytest.raises(InputError, match=r"`test_fraction` must be a number in \(0, 1\)"):
+        demo.split_indices(1797, test_fraction=test_fraction)
+    assert len(demo.split_indices(1797, test_fraction=0.2)[1]) == 359
+
+
+@pytest.mark.parametrize("total_steps", [0, -100, 0.5])
+def test_sst_compile_model_refuses_a_bad_total_steps(total_steps):
+    # 0, -100 or 0.5 became a schedule of 2 steps without a word
+    with pytest.raises(InputError, match=r"`total_steps` must be an integer >= 1"):
+        sst.compile_model(object(), total_steps)
