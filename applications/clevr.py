@@ -70,7 +70,7 @@ from keras import ops
 
 from applications import checks, console, distribute, fault_tolerance, plotting
 from applications.checks import integer_at_least
-from applications.errors import InputError, PathNotFoundError, writable_folder
+from applications.errors import InputError, PathNotFoundError, create_run_dir, writable_folder
 from keras_capsules.callbacks import swap_ema_weights
 from keras_capsules.layers import MACNetwork
 
@@ -939,7 +939,7 @@ def train(cache_dir, run_dir="runs/clevr", data_dir=None, epochs=25, batch_size=
     epochs = integer_at_least("epochs", epochs, 1)
     strategy = distribute.resolve_strategy(strategy)
     keras.utils.set_random_seed(seed)
-    os.makedirs(run_dir, exist_ok=True)
+    create_run_dir(run_dir)
     data = prepare(cache_dir, data_dir, SPLITS, image_size, weights, extractor, verbose=verbose)
     data = first_questions(data, limit)
     require_questions(data, cache_dir)  # before training, not after it

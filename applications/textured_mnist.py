@@ -59,7 +59,7 @@ from keras import ops
 from applications import checks, console, distribute, plotting
 from applications.checks import integer_at_least
 from applications.mnist_digits import check_digits
-from applications.errors import InputError, PathNotFoundError
+from applications.errors import InputError, PathNotFoundError, create_run_dir
 from keras_capsules.layers import RTagger, level_spec
 from keras_capsules.layers.rladder.level_spec import CONV_ENCODERS, UNFLATTENS
 from keras_capsules.losses import MixtureNLL
@@ -958,7 +958,7 @@ def train(
     epochs = integer_at_least("epochs", epochs, 1)  # 0 wrote and scored an untrained model
     strategy = distribute.resolve_strategy(strategy)
     keras.utils.set_random_seed(seed)
-    os.makedirs(run_dir, exist_ok=True)
+    create_run_dir(run_dir)
     textures = (texture_style, mean_gap, texture_set, bank_size, texture_shift)
     train_data, test_data = make_images(data_dir, num_train, num_test, seed, *textures, hold_out=num_valid > 0)
     with strategy.scope():

@@ -8,7 +8,7 @@ import keras
 import tensorflow as tf
 
 from applications import fault_tolerance
-from applications.errors import InputError
+from applications.errors import InputError, create_run_dir
 
 
 def _sample_beta(seed, shape, alpha):
@@ -129,7 +129,7 @@ def run_callbacks(run_dir, checkpoint=True):
     after every epoch, replaced atomically (see
     ``applications.fault_tolerance.AtomicModelCheckpoint``)."""
     run_dir = pathlib.Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    create_run_dir(run_dir)
     # Without it a `train` called from Python without fault_tolerance.resumable_callbacks
     # trained a diverged model to the end and saved and scored it: NaN metrics, no error.
     callbacks = [

@@ -18,7 +18,7 @@ from applications import checks, console, distribute
 from applications.demo import plot_history, save_atomically
 from applications.text_classification import data as data_lib
 from applications.text_classification import model as model_lib
-from applications.errors import InputError, PathNotFoundError
+from applications.errors import InputError, PathNotFoundError, create_run_dir
 
 
 def prepare_data(dataset="sst2", data_dir=None, batch_size=30, vocab_size=60000, max_length=data_lib.MAX_LENGTH,
@@ -199,7 +199,7 @@ def train(
     data_lib.num_classes(dataset)  # an unknown dataset, before the run directory is made
     strategy = distribute.resolve_strategy(strategy)
     keras.utils.set_random_seed(seed)
-    os.makedirs(run_dir, exist_ok=True)
+    create_run_dir(run_dir)
     # the epochs a resumed run trains are shuffled as the uninterrupted run's (distribute.epoch_stream)
     data = prepare_data(dataset, data_dir, batch_size, vocab_size, max_length, phrases, limit, seed,
                         verbose=verbose, replicas=strategy.num_replicas_in_sync,

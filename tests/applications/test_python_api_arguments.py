@@ -45,3 +45,25 @@ def test_sst_compile_model_refuses_a_bad_total_steps(total_steps):
     # 0, -100 or 0.5 became a schedule of 2 steps without a word
     with pytest.raises(InputError, match=r"`total_steps` must be an integer >= 1"):
         sst.compile_model(object(), total_steps)
+
+
+@pytest.mark.parametrize("application", ["sort_of_clevr", "textured_mnist", "clevr", "occluded_mnist"])
+def test_train_into_a_run_dir_that_is_a_file_is_one_clear_error(application, tmp_path):
+    # was a bare FileExistsError from os.makedirs (demo alone named the run directory)
+    from applications import occluded_mnist
+    from applications.errors import PathError
+
+    run_dir = tmp_path / "a_file"
+    run_dir.write_text("x")
+    train = {
+        "sort_of_clevr": lambda: sort_of_clevr.train(str(run_dir), steps=2, batch_size=4, validation_examples=4,
+                                                     verbose=0),
+        "textured_mnist": lambda: textured_mnist.train(str(tmp_path / "mnist"), run_dir=str(run_dir), epochs=1,
+                                                       verbose=0),
+        "clevr": lambda: clevr.train(str(tmp_path / "cache"), run_dir=str(run_dir), epochs=1, verbose=0),
+        "occluded_mnist": lambda: occluded_mnist.train(run_dir=str(run_dir), data_dir=str(tmp_path / "mnist"),
+                                                       epochs=1, verbose=0),
+    }[application]
+    with pytest.raises(PathError, match=rf"cannot create the run directory '{run_dir}'"):
+        train()
+    assert run_dir.read_text() == "x"
