@@ -32,7 +32,7 @@ import numpy as np
 
 from applications import checks, console, distribute, fault_tolerance, plotting
 from applications.mnist_digits import load_idx_digits
-from applications.errors import InputError, PathNotFoundError, user_path
+from applications.errors import InputError, PathNotFoundError, create_run_dir
 from keras_capsules.layers import EMRouting
 
 NUM_CLASSES = 10
@@ -349,8 +349,7 @@ def train(
     strategy = distribute.resolve_strategy(strategy)
     keras.utils.set_random_seed(seed)
     out = distribute.output_dir(run_dir, strategy)
-    with user_path(f"cannot create the run directory {out!r}"):
-        os.makedirs(out, exist_ok=True)
+    create_run_dir(out)
     images, labels = load_arrays(data_dir, limit)
     global_batch = distribute.global_batch_size(batch_size, strategy)
     replicas = strategy.num_replicas_in_sync
