@@ -499,6 +499,12 @@ def class_capsule_poses(model, images, class_index=None, batch_size=32):
     routing = model.get_layer("class_routing")
     probe = keras.Model(model.inputs, routing.output)
     a_out, mu_out, _ = probe.predict(np.asarray(images, "float32"), batch_size=batch_size, verbose=0)
+    if class_index is not None:
+        # 7 of 5 classes was a raw IndexError, and -1 recorded -1 as the class of every image
+        class_index = checks.integer_at_least("class_index", class_index, 0)
+        if class_index >= a_out.shape[-1]:
+            raise InputError(f"`class_index` must be a class of the model, in [0, {a_out.shape[-1]}). "
+                             f"Received: class_index={class_index}")
     classes = np.argmax(a_out, axis=-1) if class_index is None else np.full(len(a_out), class_index)
     poses = mu_out[np.arange(len(mu_out)), classes].reshape(len(mu_out), -1)
     return poses, classes
@@ -527,6 +533,10 @@ def plot_pose_trajectory(model, images, path, labels=None, class_index=None, tit
     Returns:
         The projected points ``[n, 2]``.
     """
+    if len(images) < 2:  # (one image was an IndexError inside the MDS)
+        raise InputError(f"a pose trajectory needs two images or more. Received: {len(images)} image(s)")
+    if labels is not None and len(labels) != len(images):  # (the extra points went unlabelled)
+        raise InputError(f"`labels` must hold one label per image ({len(images)}). Received: {len(labels)} labels")
     poses, classes = class_capsule_poses(model, images, class_index)
     points = _mds_2d(poses, seed)
     fig, ax = plotting.subplots(figsize=(5, 5), dpi=100)

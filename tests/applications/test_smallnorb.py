@@ -134,6 +134,26 @@ def test_reverse_graphics_plot_writes_a_png(tmp_path):
     assert matplotlib.image.imread(str(path)).shape[:2] == (500, 500)
 
 
+def test_pose_helpers_refuse_a_bad_class_one_image_and_mismatched_labels(tmp_path):
+    # Audit s65: class_index=7 of 5 classes was a raw IndexError and -1 recorded -1 as
+    # every image's class; one image was an IndexError inside the MDS; 2 labels for 5
+    # images passed, the other points unlabelled.
+    from applications.errors import InputError
+
+    model = smallnorb.build_model(**TINY)
+    images = np.random.default_rng(3).uniform(size=(5, 24, 24, 2)).astype("float32")
+    for bad in (5, 7, -1, 1.5):
+        with pytest.raises(InputError, match="class_index"):
+            smallnorb.class_capsule_poses(model, images, class_index=bad)
+    _, classes = smallnorb.class_capsule_poses(model, images, class_index=4)
+    assert classes.tolist() == [4] * 5
+    with pytest.raises(InputError, match=r"two images or more\. Received: 1 image"):
+        smallnorb.plot_pose_trajectory(model, images[:1], tmp_path / "one.png")
+    with pytest.raises(InputError, match=r"one label per image \(5\)\. Received: 2 labels"):
+        smallnorb.plot_pose_trajectory(model, images, tmp_path / "labels.png", labels=[10, 20])
+    assert not (tmp_path / "one.png").exists() and not (tmp_path / "labels.png").exists()
+
+
 def test_viewpoint_sequence_selects_one_object_in_azimuth_order():
     n = 10
     azimuths = np.array([8, 2, 5, 0, 3, 2, 4, 4, 1, 6])
