@@ -451,6 +451,14 @@ def test_float64_mixture_nll_is_reduced_in_float64(reduction, weighted, masked):
         np.testing.assert_allclose(float(got), want, rtol=1e-12)
 
 
+def _second_replica_short(batch, steps):
+    """A ``[batch, steps]`` mask whose second half (the second replica's share) keeps one
+    real step per sample, the first half all of them."""
+    mask = np.ones((batch, steps), bool)
+    mask[batch // 2:, 1:] = False
+    return mask
+
+
 @pytest.mark.parametrize("reduction", ["sum_over_batch_size", "mean_with_sample_weight"])
 @pytest.mark.parametrize("weighted", [False, True])
 def test_masked_capsule_loss_under_two_replicas_is_the_one_device_loss(reduction, weighted):
@@ -461,16 +469,19 @@ def test_masked_capsule_loss_under_two_replicas_is_the_one_device_loss(reduction
     rng = np.random.default_rng(0)
     scores = rng.uniform(size=(4, 5, 3)).astype("float32")
     labels = rng.integers(0, 3, size=(4, 5))
-    mask = np.ones((4, 5), bool)
-    mask[2:, 1:] = False  # the second replica's samples hold one real token each
+    mask = _second_replica_short(4, 5)  # the second replica's samples hold one real token each
     weights = rng.uniform(0.5, 2.0, size=(4, 5)).astype("float32") if weighted else None
     one, replicas = replica_losses_add_up(MarginLoss(reduction=reduction), labels, scores, mask, weights)
     np.testing.assert_allclose(replicas, one, rtol=1e-6)
 
 
-class SquaredError(losses.GlobalBatchLoss):
+class KerasSquaredError(keras.losses.Loss):
     def call(self, y_true, y_pred):
         return ops.sum(ops.square(y_true - y_pred), axis=-1)
+
+
+class SquaredError(losses.GlobalBatchLoss):
+    call = KerasSquaredError.call
 
 
 @pytest.mark.parametrize("reduction", ["sum_over_batch_size", "mean_with_sample_weight"])
@@ -481,8 +492,7 @@ def test_a_users_global_batch_loss_under_two_replicas_is_the_one_device_loss(red
     rng = np.random.default_rng(2)
     y = rng.normal(size=(4, 5, 3)).astype("float32")
     p = rng.normal(size=(4, 5, 3)).astype("float32")
-    mask = np.ones((4, 5), bool)
-    mask[2:, 1:] = False  # the second replica's sequences hold one real value each
+    mask = _second_replica_short(4, 5)
     weights = rng.uniform(0.5, 2.0, size=(4, 5)).astype("float32")
     one, replicas = replica_losses_add_up(SquaredError(reduction=reduction), y, p, mask if masked else None, weights)
     np.testing.assert_allclose(replicas, one, rtol=1e-6)
@@ -491,11 +501,6 @@ def test_a_users_global_batch_loss_under_two_replicas_is_the_one_device_loss(red
                                               mask if masked else None, weights)
     if masked or reduction == "mean_with_sample_weight":  # the halves' counts differ
         assert abs(keras_replicas - one) > 1e-2 * abs(one)
-
-
-class KerasSquaredError(keras.losses.Loss):
-    def call(self, y_true, y_pred):
-        return ops.sum(ops.square(y_true - y_pred), axis=-1)
 
 
 def test_a_global_batch_loss_on_one_device_is_keras_loss():
@@ -517,8 +522,7 @@ def test_masked_mixture_nll_under_two_replicas_is_the_one_device_loss(reduction,
     x = rng.uniform(size=(4, 3, 5, 1)).astype("float32")  # [batch, T, pixels, channels]
     packed = np.concatenate([rng.uniform(size=(4, 3, 2, 5, 1)), rng.dirichlet([1, 1], size=(4, 3, 5)).transpose(0, 1, 3, 2)[..., None]],
                             -1).astype("float32")  # [batch, T, K, pixels, means + pi]
-    mask = np.ones((4, 3), bool)
-    mask[2:, 1:] = False  # the second replica's sequences have one real step
+    mask = _second_replica_short(4, 3)  # the second replica's sequences have one real step
     weights = rng.uniform(0.5, 2.0, size=(4, 3)).astype("float32") if weighted else None
     loss = losses.MixtureNLL(sigma=0.5, group_axis=2, reduction=reduction)
     one, replicas = replica_losses_add_up(loss, x, packed, mask, weights)
