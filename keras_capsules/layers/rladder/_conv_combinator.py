@@ -16,6 +16,7 @@ from keras_capsules.layers.rladder._utils import (
     UPSAMPLE_MODES,
     VECTOR_TOPS,
     check_same_batch,
+    check_top_as_built,
     choice,
     loaded_upsample_mode,
     loaded_without_effect,
@@ -110,7 +111,35 @@ class ConvCombinatorBase(keras.layers.Layer):
                     f"[batch, top_units]. Received: x_top shape={top}"
                 )
             check_same_batch(name, [("x_top", top), ("x_lat", lat)])
+        if self.built:  # on every call, symbolic too (a reuse on other sizes built the model)
+            self._check_built(top, lat)
         return top, lat
+
+    def _check_built(self, top, lat):
+        """The inputs are those the weights were built for: x_top's rank and channels
+        (and, for a dense vector x_top, x_lat's height and width), x_lat's channels.
+        Other heights and widths are fine: a convolution does not depend on them."""
+        name = type(self).__name__
+        check_top_as_built(name, self.top_rank is not None, top)
+        if top is not None:
+            built_top = self._built_top_shape
+            dense = len(top) == 2 and self.vector_top == "dense"
+            if (
+                len(top) != self.top_rank
+                or top[-1] != built_top[-1]
+                or (dense and tuple(lat[1:3]) != self._built_lat_shape[:2])
+            ):
+                expected = f"[batch, {built_top[-1]}]" if self.top_rank == 2 else f"[batch, height, width, {built_top[-1]}]"
+                raise ValueError(
+                    f"This {name} layer was built for x_top of shape {expected}"
+                    + (f" and x_lat of height and width {self._built_lat_shape[:2]}" if dense else "")
+                    + f". Received: x_top shape={top}, x_lat shape={lat}"
+                )
+        if lat[-1] != self.lat_channels:
+            raise ValueError(
+                f"This {name} layer was built for x_lat of shape [batch, height, width, "
+                f"{self.lat_channels}]. Received: x_lat shape={lat}"
+            )
 
     def _check_vector_top_upsample(self, top):
         """A vector x_top has no height or width to upsample: ``upsample > 1`` is refused.
@@ -200,35 +229,8 @@ class ConvCombinatorBase(keras.layers.Layer):
         name = type(self).__name__
         # integer or boolean inputs: Keras casts only floating inputs to the compute dtype
         x_top, x_lat = float_inputs(self, *split_top_lateral(name, inputs))
-        has_top = self.top_rank is not None
-        if (x_top is not None) != has_top:
-            raise ValueError(
-                f"This {name} layer was built "
-                + ("with" if has_top else "without")
-                + f" an x_top input. Received: x_top={'None' if x_top is None else 'a tensor'}"
-            )
-        shapes = [tuple(x_lat.shape)] if x_top is None else [tuple(x_top.shape), tuple(x_lat.shape)]
-        self._shapes(shapes if x_top is not None else shapes[0])
-        if x_top is not None:
-            built_top = self._built_top_shape
-            top = tuple(x_top.shape)
-            dense = len(top) == 2 and self.vector_top == "dense"
-            if (
-                len(top) != self.top_rank
-                or top[-1] != built_top[-1]
-                or (dense and tuple(x_lat.shape[1:3]) != self._built_lat_shape[:2])
-            ):
-                expected = f"[batch, {built_top[-1]}]" if self.top_rank == 2 else f"[batch, height, width, {built_top[-1]}]"
-                raise ValueError(
-                    f"This {name} layer was built for x_top of shape {expected}"
-                    + (f" and x_lat of height and width {self._built_lat_shape[:2]}" if dense else "")
-                    + f". Received: x_top shape={top}, x_lat shape={tuple(x_lat.shape)}"
-                )
-        if x_lat.shape[-1] != self.lat_channels:
-            raise ValueError(
-                f"This {name} layer was built for x_lat of shape [batch, height, width, "
-                f"{self.lat_channels}]. Received: x_lat shape={tuple(x_lat.shape)}"
-            )
+        # the shapes against each other and against the weights (_shapes, once built)
+        self._shapes(tuple(x_lat.shape) if x_top is None else [tuple(x_top.shape), tuple(x_lat.shape)])
         return x_top, x_lat
 
     @classmethod

@@ -162,6 +162,22 @@ def split_top_lateral(layer_name, inputs):
     return None, inputs
 
 
+def check_top_as_built(layer_name, built_with_top, top):
+    """A built combinator gets an ``x_top`` if and only if it was built with one.
+
+    ``top`` is the shape of the ``x_top`` received (None without one). Checked on
+    every call, symbolic too: a layer built at the top level and reused below it (or
+    the reverse) was accepted when the model was built, and failed in predict.
+    """
+    if (top is not None) != built_with_top:
+        raise ValueError(
+            f"This {layer_name} layer was built "
+            + ("with" if built_with_top else "without")
+            + " an x_top input. Received: "
+            + ("x_top=None" if top is None else f"x_top shape={tuple(top)}")
+        )
+
+
 def check_same_batch(layer_name, named_shapes):
     """All known batch sizes of ``named_shapes`` (``(name, shape)`` pairs) agree."""
     known = {s[0] for _, s in named_shapes if s is not None and s[0] is not None}

@@ -13,6 +13,7 @@ from keras_capsules._validation import (
 from keras_capsules.layers.rladder._elementwise_gate import ElementwiseGate
 from keras_capsules.layers.rladder._utils import (
     check_same_batch,
+    check_top_as_built,
     clone_initializer,
     float_inputs,
     serialize_all,
@@ -130,7 +131,20 @@ class G1(ElementwiseGate, keras.layers.Layer):
                         f"Received: x_top shape={top}, x_lat shape={lat}"
                     )
             check_same_batch("G1", [("x_top", top), ("x_lat", lat)])
+        if self.built:  # on every call, symbolic too (a reuse on other sizes built the model)
+            self._check_built(top, lat)
         return top, lat
+
+    def _check_built(self, top, lat):
+        """The inputs' last axes are those the weights were built for."""
+        check_top_as_built("G1", self.has_top, top)
+        if lat[-1] != self.bias.shape[0]:
+            raise ValueError(
+                f"This G1 layer was built for x_lat of shape [batch, ..., {self.bias.shape[0]}]. "
+                f"Received: x_lat shape={lat}"
+            )
+        if top is not None:
+            check_built("G1", [("x_top", top, self.kernel.shape[0])])
 
     def build(self, input_shape):
         top, lat = self._shapes(input_shape)
@@ -159,22 +173,10 @@ class G1(ElementwiseGate, keras.layers.Layer):
 
     def call(self, inputs):
         x_top, x_lat = float_inputs(self, *split_top_lateral("G1", inputs))
-        if (x_top is not None) != self.has_top:
-            raise ValueError(
-                "This G1 layer was built "
-                + ("with" if self.has_top else "without")
-                + f" an x_top input. Received: x_top={'None' if x_top is None else 'a tensor'}"
-            )
         # the shapes against each other, as in build (after it, mismatched batches or
-        # leading axes were broadcast into an output of neither's shape)
+        # leading axes were broadcast into an output of neither's shape), and against
+        # the weights
         self._shapes(tuple(x_lat.shape) if x_top is None else [tuple(x_top.shape), tuple(x_lat.shape)])
-        if x_lat.shape[-1] != self.bias.shape[0]:
-            raise ValueError(
-                f"This G1 layer was built for x_lat of shape [batch, ..., {self.bias.shape[0]}]. "
-                f"Received: x_lat shape={tuple(x_lat.shape)}"
-            )
-        if x_top is not None:
-            check_built("G1", [("x_top", tuple(x_top.shape), self.kernel.shape[0])])
         if x_top is None:
             u = ops.cast(self.bias, x_lat.dtype)
         else:

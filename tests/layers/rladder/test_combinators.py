@@ -383,3 +383,57 @@ def test_integer_and_boolean_inputs_run_as_floats(case, dtype):
     inputs = [keras.Input(s[1:], dtype=dtype) for s in shapes]
     model = keras.Model(inputs, make()(inputs if top_shape is not None else inputs[0]))
     assert np.all(np.isfinite(model.predict([b.astype(dtype) for b in binary], verbose=0)))
+
+
+REUSED = {  # layer, the shapes (without the batch) it is built on, then those it is reused on
+    # (None: no x_top), and the error
+    "G1, x_lat": (G1, [(3,), (4,)], [(3,), (5,)], r"built for x_lat of shape \[batch, \.\.\., 4\]\. Received: x_lat shape=\(None, 5\)"),
+    "G1, x_top": (G1, [(3,), (4,)], [(2,), (4,)], r"built for x_top with a last axis of 3\. Received: x_top shape=\(None, 2\)"),
+    "G1, an x_top added": (G1, [None, (4,)], [(3,), (4,)], r"built without an x_top input\. Received: x_top shape=\(None, 3\)"),
+    "G1, x_top left out": (G1, [(3,), (4,)], [None, (4,)], r"built with an x_top input\. Received: x_top=None"),
+    "ConvG1, x_lat": (ConvG1, [None, (4, 4, 3)], [None, (4, 4, 2)],
+                      r"built for x_lat of shape \[batch, height, width, 3\]\. Received: x_lat shape=\(None, 4, 4, 2\)"),
+    "ConvG2, x_top channels": (lambda: ConvG2(upsample=2), [(2, 2, 3), (4, 4, 3)], [(2, 2, 5), (4, 4, 3)],
+                               r"built for x_top of shape \[batch, height, width, 3\]\. Received: x_top shape=\(None, 2, 2, 5\)"),
+    "ConvG3, vector then image": (ConvG3, [(3,), (4, 4, 2)], [(4, 4, 3), (4, 4, 2)],
+                                  r"built for x_top of shape \[batch, 3\]\. Received: x_top shape=\(None, 4, 4, 3\)"),
+    "ConvG1, dense vector top, other size": (
+        lambda: ConvG1(vector_top="dense"), [(5,), (4, 4, 3)], [(5,), (3, 3, 3)],
+        r"built for x_top of shape \[batch, 5\] and x_lat of height and width \(4, 4\)\. Received:"),
+}
+
+
+def _symbolic(shapes):
+    return [None if s is None else keras.Input(s) for s in shapes]
+
+
+def _call(layer, inputs):
+    return layer(inputs[1] if inputs[0] is None else inputs)
+
+
+@pytest.mark.parametrize("case", sorted(REUSED))
+def test_a_reuse_on_inputs_unlike_those_built_for_is_refused_when_the_model_is_built(case):
+    # Audit s65: a built combinator reused in a functional model on other inputs was
+    # accepted, with an output shape it never produces ((None, 5) for a G1 built on
+    # x_lat of 4 units); predict then failed
+    make, built, reused, message = REUSED[case]
+    layer = make()
+    _call(layer, _symbolic(built))
+    with pytest.raises(ValueError, match=message):
+        _call(layer, _symbolic(reused))
+    again = _symbolic(built)  # the same sizes: still fine, and the model runs
+    model = keras.Model([x for x in again if x is not None], _call(layer, again))
+    data = [_normal(2, *s) for s in built if s is not None]
+    assert model.predict(data, verbose=0).shape == (2,) + built[1]
+
+
+def test_a_reuse_on_unknown_or_other_sizes_the_weights_do_not_fix_is_fine():
+    g1 = G1()
+    g1([keras.Input((None, 3)), keras.Input((None, 4))])  # any number of steps
+    top, lat = keras.Input((7, 3)), keras.Input((7, 4))
+    assert tuple(g1([top, lat]).shape) == (None, 7, 4)
+    conv = ConvG3(upsample=2)
+    conv([keras.Input((2, 2, 3)), keras.Input((4, 4, 2))])
+    top, lat = keras.Input((3, 3, 3)), keras.Input((6, 6, 2))  # other heights and widths
+    model = keras.Model([top, lat], conv([top, lat]))
+    assert model.predict([_normal(2, 3, 3, 3), _normal(2, 6, 6, 2)], verbose=0).shape == (2, 6, 6, 2)
