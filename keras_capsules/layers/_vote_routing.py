@@ -163,6 +163,7 @@ class VoteRouting(OwnCastingLayer):
 
     def compute_output_spec(self, inputs, mask=None):
         shapes = self.compute_output_shape(tuple(inputs.shape))
+        self._single_mask(mask, tuple(inputs.shape))  # as call checks it
         if self.return_couplings:
             return [keras.KerasTensor(s, dtype=self.compute_dtype) for s in shapes]
         return keras.KerasTensor(shapes, dtype=self.compute_dtype)
@@ -172,7 +173,13 @@ class VoteRouting(OwnCastingLayer):
         return [None, None] if self.return_couplings else None
 
     # ------------------------------------------------------------------ call
-    def _valid(self, mask, inputs):
+    def _single_mask(self, mask, input_shape):
+        """The one mask in ``mask`` (None if there is none), its sizes checked against
+        those of the inputs where both are known.
+
+        Runs on every call, symbolic too (``compute_output_spec``): a mask of another
+        shape was accepted when the model was built and refused only in predict.
+        """
         masks = mask_list(mask)
         if len(masks) > 1:
             raise ValueError(
@@ -182,7 +189,7 @@ class VoteRouting(OwnCastingLayer):
         if not masks:
             return None
         mask = masks[0]
-        n_in = inputs.shape[1]
+        batch, n_in = input_shape[0], input_shape[1]
         if len(mask.shape) != 2 or (
             n_in is not None and mask.shape[1] is not None and mask.shape[1] != n_in
         ):
@@ -190,12 +197,18 @@ class VoteRouting(OwnCastingLayer):
                 f"{type(self).__name__} expects a mask of shape [batch, n_in] = "
                 f"[batch, {n_in}]. Received: mask shape={tuple(mask.shape)}"
             )
-        batch = inputs.shape[0]
         if batch is not None and mask.shape[0] is not None and mask.shape[0] != batch:
             raise ValueError(
                 f"{type(self).__name__} expects a mask with one row per sample, of shape "
                 f"[batch, n_in] = [{batch}, {n_in}]. Received: mask shape={tuple(mask.shape)}"
             )
+        return mask
+
+    def _valid(self, mask, inputs):
+        mask = self._single_mask(mask, tuple(inputs.shape))
+        if mask is None:
+            return None
+        batch, n_in = inputs.shape[0], inputs.shape[1]
         mask = ops.cast(mask, "bool")
         if None in (batch, n_in) or None in tuple(mask.shape):
             # sizes unknown at the call (a tf.function traced for any batch or n_in): a

@@ -354,6 +354,29 @@ def check_mask_of_another_shape_fails_when_shapes_are_known_only_at_run_time(lay
         route(u, np.ones(mask_shape, bool))
 
 
+def check_mask_of_another_shape_is_refused_when_the_model_is_built(layer_cls):
+    """Audit s65: a functional model took a mask of another shape (the symbolic call did
+    not look at it); only predict refused it, with the error the eager call gives."""
+    u = keras.Input((5, 3))
+    for mask_shape, message in [
+        ((None, 4), r"mask of shape \[batch, n_in\] = \[batch, 5\]\. Received: mask shape=\(None, 4\)"),
+        ((None, 5, 3), r"mask of shape \[batch, n_in\] = \[batch, 5\]\. Received: mask shape=\(None, 5, 3\)"),
+        ((3, 5), r"one row per sample.*\[2, 5\]\. Received: mask shape=\(3, 5\)"),
+    ]:
+        inputs = u if mask_shape[0] is None else keras.Input(batch_shape=(2, 5, 3))
+        with pytest.raises(ValueError, match=message):
+            layer_cls(n_out=2, d_out=2)(inputs, mask=keras.Input(batch_shape=mask_shape, dtype="bool"))
+    # unknown sizes, a mask in a list: fine, and the model runs on inputs of two lengths
+    u, mask = keras.Input((None, 3)), keras.Input((None,), dtype="bool")
+    layer = layer_cls(n_out=2, d_out=2)
+    model = keras.Model([u, mask], layer(u, mask=[mask]))
+    assert tuple(layer(keras.Input((5, 3)), mask=keras.Input((5,), dtype="bool")).shape) == (None, 2, 2)
+    x = np.random.default_rng(0).normal(size=(2, 6, 3)).astype("float32")
+    valid = np.array([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]], bool)
+    short = model.predict([x[:, :4], valid[:, :4]], verbose=0)
+    np.testing.assert_allclose(short[0], model.predict([x, valid], verbose=0)[0], rtol=1e-5, atol=1e-6)
+
+
 def check_mixed_float16_routes_in_float32(layer_cls, **kwargs):
     """DESIGN.md: under mixed precision the routing math runs in float32 and only the
     result is cast back. Inputs near float16's maximum give votes and sums beyond it:

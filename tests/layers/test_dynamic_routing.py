@@ -120,5 +120,9 @@ def test_a_mask_of_another_shape_fails_when_shapes_are_known_only_at_run_time(ma
     rc.check_mask_of_another_shape_fails_when_shapes_are_known_only_at_run_time(DynamicRouting, mask_shape)
 
 
+def test_a_mask_of_another_shape_is_refused_when_the_model_is_built():
+    rc.check_mask_of_another_shape_is_refused_when_the_model_is_built(DynamicRouting)
+
+
 def test_mixed_float16_routes_in_float32():
     rc.check_mixed_float16_routes_in_float32(DynamicRouting)
