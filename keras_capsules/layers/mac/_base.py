@@ -107,13 +107,13 @@ def combine_masks(*masks):
     return out
 
 
-def check_mask(mask, values, what, layer_name):
-    """A ``[batch, n]`` mask for ``values`` ``[batch, n, d]``.
+def check_mask_shape(mask, values_shape, what, layer_name):
+    """The sizes of a ``[batch, n]`` mask against those of its values ``[batch, n, d]``,
+    where both are known: another rank or size is a ``ValueError``.
 
-    Sizes known at the call are checked here; where one is unknown (a ``tf.function``
-    traced for any batch or ``n``), the mask must match when the layer runs (see
-    :func:`exactly_shaped_like`): a ``[batch, 1]`` mask was broadcast silently over
-    the positions, masking all of them or none.
+    The layers run it on every call, symbolic too (``compute_output_spec``): a mask of
+    the wrong shape was accepted when the model was built and refused only in predict.
+    Returns ``mask`` (nested Python lists as a tensor), or None for None.
     """
     if mask is None:
         return None
@@ -124,12 +124,26 @@ def check_mask(mask, values, what, layer_name):
             f"{layer_name} expects {what} of shape [batch, n] (rank 2). "
             f"Received: {what} shape={tuple(mask.shape)}"
         )
-    for a, b in zip(mask.shape, values.shape[:2]):
+    for a, b in zip(mask.shape, values_shape[:2]):
         if a is not None and b is not None and a != b:
             raise ValueError(
-                f"{layer_name}: {what} must have shape {tuple(values.shape[:2])} to match "
+                f"{layer_name}: {what} must have shape {tuple(values_shape[:2])} to match "
                 f"its values. Received: {what} shape={tuple(mask.shape)}"
             )
+    return mask
+
+
+def check_mask(mask, values, what, layer_name):
+    """A ``[batch, n]`` mask for ``values`` ``[batch, n, d]``, as a boolean tensor.
+
+    Sizes known at the call are checked here (:func:`check_mask_shape`); where one is
+    unknown (a ``tf.function`` traced for any batch or ``n``), the mask must match when
+    the layer runs (see :func:`exactly_shaped_like`): a ``[batch, 1]`` mask was
+    broadcast silently over the positions, masking all of them or none.
+    """
+    mask = check_mask_shape(mask, tuple(values.shape), what, layer_name)
+    if mask is None:
+        return None
     mask = ops.cast(mask, "bool")
     if None in tuple(mask.shape) or None in tuple(values.shape[:2]):
         mask = exactly_shaped_like(mask, ops.ones(ops.shape(values)[:2], "bool"))

@@ -107,6 +107,14 @@ class ControlUnit(_base.MACLayerBase):
         _base.check_same_axis(
             [("question", q), ("control_prev", c), ("context_words", w)], _LAYER
         )
+        if self.built:  # on every call, symbolic too (a reuse on other sizes built the model)
+            check_built(
+                _LAYER,
+                [
+                    ("question", q, self.question_kernel.shape[1]),
+                    ("context_words", w, self.question_kernel.shape[2]),
+                ],
+            )
         return q, c, w
 
     def build(self, input_shape):
@@ -133,6 +141,13 @@ class ControlUnit(_base.MACLayerBase):
 
     def compute_output_spec(self, inputs, step=0, words_mask=None, mask=None):
         shapes = self.compute_output_shape([tuple(x.shape) for x in inputs])
+        # the words' mask as call checks it (one of other sizes built the model)
+        _base.check_mask_shape(
+            _base.combine_masks(words_mask, _base.pick_mask(mask, 2, "words")),
+            tuple(inputs[2].shape),
+            "words_mask",
+            _LAYER,
+        )
         return [keras.KerasTensor(s, dtype=self.compute_dtype) for s in shapes]
 
     def compute_mask(self, inputs, mask=None):
@@ -149,16 +164,7 @@ class ControlUnit(_base.MACLayerBase):
 
     def call(self, inputs, step=0, words_mask=None, mask=None):
         question, control, words = _base.as_list(inputs, (3,), _LAYER, _INPUTS)
-        q_shape, _, w_shape = self._shapes(
-            [tuple(question.shape), tuple(control.shape), tuple(words.shape)]
-        )
-        check_built(
-            _LAYER,
-            [
-                ("question", q_shape, self.question_kernel.shape[1]),
-                ("context_words", w_shape, self.question_kernel.shape[2]),
-            ],
-        )
+        self._shapes([tuple(question.shape), tuple(control.shape), tuple(words.shape)])
         question, control, words = (self.to_compute(x) for x in (question, control, words))
         words_mask = _base.check_mask(
             _base.combine_masks(words_mask, _base.pick_mask(mask, 2, "words")),

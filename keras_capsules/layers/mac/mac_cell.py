@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_capsules._validation import check_built
 from keras_capsules.layers.mac import _base
 from keras_capsules.layers.mac.control_unit import ControlUnit
 from keras_capsules.layers.mac.read_unit import ReadUnit
@@ -159,6 +160,16 @@ class MACCell(_base.MACLayerBase):
             "previous_controls", "previous_memories",
         )
         _base.check_same_axis(list(zip(names, shapes)), _LAYER)
+        if self.built:  # on every call, symbolic too (a reuse on other sizes built the model)
+            question_kernel = self.control_unit.question_kernel
+            check_built(
+                _LAYER,
+                [
+                    ("context_words", shapes[0], question_kernel.shape[2]),
+                    ("question", shapes[1], question_kernel.shape[1]),
+                    ("knowledge_base", shapes[2], self.read_unit.kb_kernel.shape[0]),
+                ],
+            )
         return shapes
 
     def _unit_shapes(self, shapes):
@@ -185,11 +196,38 @@ class MACCell(_base.MACLayerBase):
 
     def compute_output_spec(self, inputs, **kwargs):
         self.write_unit._check_history_mask(kwargs.get("history_mask"))
-        shapes = self.compute_output_shape([tuple(x.shape) for x in inputs])
+        input_shapes = [tuple(x.shape) for x in inputs]
+        shapes = self.compute_output_shape(input_shapes)
+        self._masks(input_shapes, **kwargs)  # as call checks them (other sizes built the model)
         return [keras.KerasTensor(s, dtype=self.compute_dtype) for s in shapes]
 
     def compute_mask(self, inputs, mask=None):
         return None
+
+    def _masks(self, shapes, words_mask=None, kb_mask=None, history_mask=None, memory_dropout_mask=None,
+               mask=None, **_):
+        """``words_mask`` and ``kb_mask`` combined with the Keras masks; each mask's known
+        sizes checked against its values' (``shapes``: the inputs' shapes; ``**_``: the
+        other call arguments)."""
+        words_mask = _base.combine_masks(words_mask, _base.pick_mask(mask, 0, "words"))
+        kb_mask = _base.combine_masks(kb_mask, _base.pick_mask(mask, 2, "kb"))
+        _base.check_mask_shape(words_mask, shapes[0], "words_mask", _LAYER)
+        _base.check_mask_shape(kb_mask, shapes[2], "kb_mask", _LAYER)
+        if self.self_attention:
+            _base.check_mask_shape(history_mask, shapes[6], "history_mask", _LAYER)
+        if memory_dropout_mask is not None:
+            memory = shapes[4]
+            drop_shape = tuple(memory_dropout_mask.shape)
+            if len(drop_shape) != 2 or any(
+                a is not None and b is not None and a not in (1, b)
+                for a, b in zip(drop_shape, memory)
+            ):
+                raise ValueError(
+                    f"{_LAYER} expects memory_dropout_mask of the shape of memory_prev, "
+                    f"{tuple(memory)} (or broadcastable to it, rank 2). "
+                    f"Received: memory_dropout_mask shape={drop_shape}"
+                )
+        return words_mask, kb_mask
 
     def __call__(self, *args, **kwargs):
         # As ControlUnit.__call__: a numpy integer ``step`` is range-checked (and used as
@@ -214,25 +252,14 @@ class MACCell(_base.MACLayerBase):
         projected_kb=None,
     ):
         inputs = _base.as_list(inputs, (self._n_inputs,), _LAYER, _INPUTS)
-        self._shapes([tuple(x.shape) for x in inputs])
+        shapes = self._shapes([tuple(x.shape) for x in inputs])
         words, question, kb, control, memory = inputs[:5]
-        words_mask = _base.combine_masks(words_mask, _base.pick_mask(mask, 0, "words"))
-        kb_mask = _base.combine_masks(kb_mask, _base.pick_mask(mask, 2, "kb"))
+        words_mask, kb_mask = self._masks(shapes, words_mask, kb_mask, history_mask, memory_dropout_mask, mask)
         control, control_attention = self.control_unit(
             [question, control, words], step=step, words_mask=words_mask
         )
         read_memory = memory
         if memory_dropout_mask is not None:
-            drop_shape = tuple(memory_dropout_mask.shape)
-            if len(drop_shape) != 2 or any(
-                a is not None and b is not None and a not in (1, b)
-                for a, b in zip(drop_shape, memory.shape)
-            ):
-                raise ValueError(
-                    f"{_LAYER} expects memory_dropout_mask of the shape of memory_prev, "
-                    f"{tuple(memory.shape)} (or broadcastable to it, rank 2). "
-                    f"Received: memory_dropout_mask shape={drop_shape}"
-                )
             read_memory = self.to_compute(memory) * ops.cast(memory_dropout_mask, self.compute_dtype)
         retrieved, read_attention = self.read_unit(
             [read_memory, kb, control], kb_mask=kb_mask, training=training, projected_kb=projected_kb

@@ -214,6 +214,15 @@ class MACNetwork(_base.MACLayerBase):
         _base.check_same_axis(
             [("context_words", w), ("question", q), ("knowledge_base", kb)], _LAYER
         )
+        if self.built:  # on every call, symbolic too (a reuse on other sizes built the model)
+            check_built(
+                _LAYER,
+                [
+                    ("context_words", w, self.units),
+                    ("question", q, self.cell.control_unit.question_kernel.shape[1]),
+                    ("knowledge_base", kb, self.cell.read_unit.kb_kernel.shape[0]),
+                ],
+            )
         return w, q, kb
 
     def build(self, input_shape):
@@ -250,9 +259,23 @@ class MACNetwork(_base.MACLayerBase):
 
     def compute_output_spec(self, inputs, words_mask=None, kb_mask=None, mask=None, training=None):
         shapes = self.compute_output_shape(_input_shapes(inputs))
+        # the masks as call checks them (masks of other sizes built the model)
+        words, _, kb, dict_words_mask, dict_kb_mask = self._unpack(inputs)
+        words_mask, kb_mask = self._combined_masks(words_mask, kb_mask, dict_words_mask, dict_kb_mask, mask)
+        _base.check_mask_shape(words_mask, tuple(words.shape), "words_mask", _LAYER)
+        _base.check_mask_shape(kb_mask, tuple(kb.shape), "kb_mask", _LAYER)
         if not self.return_attention:
             return keras.KerasTensor(shapes, dtype=self.compute_dtype)
         return [keras.KerasTensor(s, dtype=self.compute_dtype) for s in shapes]
+
+    @staticmethod
+    def _combined_masks(words_mask, kb_mask, dict_words_mask, dict_kb_mask, mask):
+        """The words' and the cells' masks: the arguments, the dict entries and the Keras
+        masks combined (None where there is none)."""
+        return (
+            _base.combine_masks(words_mask, dict_words_mask, _base.pick_mask(mask, 0, "words")),
+            _base.combine_masks(kb_mask, dict_kb_mask, _base.pick_mask(mask, 2, "kb")),
+        )
 
     def compute_mask(self, inputs, mask=None):
         return [None] * (1 + 2 + self.cell.self_attention) if self.return_attention else None
@@ -260,28 +283,11 @@ class MACNetwork(_base.MACLayerBase):
     # ------------------------------------------------------------------ call
     def call(self, inputs, words_mask=None, kb_mask=None, mask=None, training=None):
         words, question, kb, dict_words_mask, dict_kb_mask = self._unpack(inputs)
-        w_shape, q_shape, kb_shape = self._shapes(_input_shapes(inputs))
-        check_built(
-            _LAYER,
-            [
-                ("context_words", w_shape, self.units),
-                ("question", q_shape, self.cell.control_unit.question_kernel.shape[1]),
-                ("knowledge_base", kb_shape, self.cell.read_unit.kb_kernel.shape[0]),
-            ],
-        )
+        self._shapes(_input_shapes(inputs))
         words, question, kb = (self.to_compute(x) for x in (words, question, kb))
-        words_mask = _base.check_mask(
-            _base.combine_masks(words_mask, dict_words_mask, _base.pick_mask(mask, 0, "words")),
-            words,
-            "words_mask",
-            _LAYER,
-        )
-        kb_mask = _base.check_mask(
-            _base.combine_masks(kb_mask, dict_kb_mask, _base.pick_mask(mask, 2, "kb")),
-            kb,
-            "kb_mask",
-            _LAYER,
-        )
+        words_mask, kb_mask = self._combined_masks(words_mask, kb_mask, dict_words_mask, dict_kb_mask, mask)
+        words_mask = _base.check_mask(words_mask, words, "words_mask", _LAYER)
+        kb_mask = _base.check_mask(kb_mask, kb, "kb_mask", _LAYER)
         batch = ops.shape(words)[0]
         d = self.units
         control = ops.broadcast_to(self.to_compute(self.initial_control)[None], (batch, d))

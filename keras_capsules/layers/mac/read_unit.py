@@ -107,6 +107,14 @@ class ReadUnit(_base.MACLayerBase):
         _base.check_same_axis(
             [("memory_prev", m), ("knowledge_base", kb), ("control", c)], _LAYER
         )
+        if self.built:  # on every call, symbolic too (a reuse on other sizes built the model)
+            check_built(
+                _LAYER,
+                [
+                    ("memory_prev", m, self.memory_kernel.shape[0]),
+                    ("knowledge_base", kb, self.kb_kernel.shape[0]),
+                ],
+            )
         return m, kb, c
 
     def build(self, input_shape):
@@ -128,6 +136,10 @@ class ReadUnit(_base.MACLayerBase):
 
     def compute_output_spec(self, inputs, kb_mask=None, mask=None, training=None, projected_kb=None):
         shapes = self.compute_output_shape([tuple(x.shape) for x in inputs])
+        # the cells' mask as call checks it (one of other sizes built the model)
+        _base.check_mask_shape(
+            _base.combine_masks(kb_mask, _base.pick_mask(mask, 1, "kb")), tuple(inputs[1].shape), "kb_mask", _LAYER
+        )
         return [keras.KerasTensor(s, dtype=self.compute_dtype) for s in shapes]
 
     def compute_mask(self, inputs, mask=None):
@@ -165,16 +177,7 @@ class ReadUnit(_base.MACLayerBase):
 
     def call(self, inputs, kb_mask=None, mask=None, training=None, projected_kb=None):
         memory, kb, control = _base.as_list(inputs, (3,), _LAYER, _INPUTS)
-        m_shape, kb_shape, _ = self._shapes(
-            [tuple(memory.shape), tuple(kb.shape), tuple(control.shape)]
-        )
-        check_built(
-            _LAYER,
-            [
-                ("memory_prev", m_shape, self.memory_kernel.shape[0]),
-                ("knowledge_base", kb_shape, self.kb_kernel.shape[0]),
-            ],
-        )
+        self._shapes([tuple(memory.shape), tuple(kb.shape), tuple(control.shape)])
         memory, kb, control = (self.to_compute(x) for x in (memory, kb, control))
         kb_mask = _base.check_mask(
             _base.combine_masks(kb_mask, _base.pick_mask(mask, 1, "kb")), kb, "kb_mask", _LAYER

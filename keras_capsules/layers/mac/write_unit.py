@@ -155,6 +155,9 @@ class WriteUnit(_base.MACLayerBase):
             _base.check_same_axis(
                 list(zip(names[3:], out[3:])), _LAYER, axis=1, what="number of steps"
             )
+        if self.built:  # on every call, symbolic too (a reuse on other sizes built the model)
+            d = self.bias.shape[0]
+            check_built(_LAYER, [("memory_prev", m, d), ("retrieved", r, self.kernel.shape[0] - d)])
         return out
 
     def build(self, input_shape):
@@ -192,6 +195,8 @@ class WriteUnit(_base.MACLayerBase):
     def compute_output_spec(self, inputs, history_mask=None, mask=None):
         self._check_history_mask(history_mask)
         shapes = self.compute_output_shape([tuple(x.shape) for x in inputs])
+        if self.self_attention:  # as call checks it (one of other sizes built the model)
+            _base.check_mask_shape(history_mask, tuple(inputs[4].shape), "history_mask", _LAYER)
         if self.self_attention:
             return [keras.KerasTensor(s, dtype=self.compute_dtype) for s in shapes]
         return keras.KerasTensor(shapes, dtype=self.compute_dtype)
@@ -202,12 +207,7 @@ class WriteUnit(_base.MACLayerBase):
     def call(self, inputs, history_mask=None, mask=None):
         self._check_history_mask(history_mask)
         inputs = _base.as_list(inputs, (self._n_inputs,), _LAYER, _INPUTS)
-        r_shape, m_shape = self._shapes([tuple(x.shape) for x in inputs])[:2]
-        d = self.bias.shape[0]
-        check_built(
-            _LAYER,
-            [("memory_prev", m_shape, d), ("retrieved", r_shape, self.kernel.shape[0] - d)],
-        )
+        self._shapes([tuple(x.shape) for x in inputs])
         retrieved, memory, control = (self.to_compute(x) for x in inputs[:3])
         new = self.dense(ops.concatenate([retrieved, memory], axis=-1), self.kernel, self.bias)
         outputs = []

@@ -138,3 +138,85 @@ def test_a_mask_of_another_shape_fails_when_sizes_are_known_only_at_run_time(cas
         np.testing.assert_allclose(np.asarray(got), np.asarray(expected), rtol=1e-5, atol=1e-6)
     with pytest.raises(tf.errors.InvalidArgumentError):
         run(inputs, np.ones(mask_shape, bool))
+
+
+def _reused_symbolically_cases():
+    from keras_capsules.layers import ControlUnit, MACCell, MACNetwork, ReadUnit, WriteUnit
+
+    words, kb = (None, 8), (None, 6)  # any number of words and cells
+    return {  # layer, the shapes (without the batch) it is built on, a reuse, the input it changes
+        "ControlUnit question": (lambda: ControlUnit(2), [(4,), (8,), words], [(5,), (8,), words], "question"),
+        "ControlUnit words": (lambda: ControlUnit(2), [(4,), (8,), words], [(4,), (6,), (None, 6)], "context_words"),
+        "ReadUnit": (ReadUnit, [(8,), kb, (8,)], [(8,), (None, 7), (8,)], "knowledge_base"),
+        "WriteUnit": (WriteUnit, [(6,), (8,), (8,)], [(5,), (8,), (8,)], "retrieved"),
+        "MACCell": (lambda: MACCell(2), [words, (4,), kb, (8,), (8,)], [words, (4,), (None, 7), (8,), (8,)],
+                    "knowledge_base"),
+        "MACNetwork question": (lambda: MACNetwork(2), [words, (4,), kb], [words, (5,), kb], "question"),
+        "MACNetwork kb": (lambda: MACNetwork(2), [words, (4,), kb], [words, (4,), (None, 7)], "knowledge_base"),
+    }
+
+
+@pytest.mark.parametrize("case", sorted(_reused_symbolically_cases()))
+def test_a_reuse_on_inputs_unlike_those_built_for_is_refused_when_the_model_is_built(case):
+    # Audit s65: a built MAC layer reused in a functional model on other feature sizes
+    # was accepted, with outputs of a shape it never produces; predict then failed
+    make, built, reused, what = _reused_symbolically_cases()[case]
+    layer = make()
+    layer([keras.Input(s) for s in built])
+    with pytest.raises(ValueError, match=rf"This {case.split()[0]} layer was built for {what} with a last axis "
+                                         rf"of \d+\. Received: {what} shape=\(None, "):
+        layer([keras.Input(s) for s in reused])
+    again = [keras.Input(s) for s in built]  # the same sizes: fine, for any number of words and cells
+    model = keras.Model(again, layer(again))
+    for n in (3, 5):
+        out = model.predict([_normal(2, *(n if d is None else d for d in s)) for s in built], verbose=0)
+        assert np.all(np.isfinite(keras.tree.flatten(out)[0]))
+
+
+def _masked_cases():
+    from keras_capsules.layers import ControlUnit, MACCell, MACNetwork, ReadUnit, WriteUnit
+
+    return {  # layer, its inputs' shapes (without the batch), the mask argument, its values' length
+        "ControlUnit words_mask": (lambda: ControlUnit(2), [(4,), (8,), (3, 8)], "words_mask", 3),
+        "ReadUnit kb_mask": (ReadUnit, [(8,), (3, 6), (8,)], "kb_mask", 3),
+        "WriteUnit history_mask": (lambda: WriteUnit(self_attention=True), [(6,), (8,), (8,), (3, 8), (3, 8)],
+                                   "history_mask", 3),
+        "MACCell words_mask": (lambda: MACCell(2), [(3, 8), (4,), (5, 6), (8,), (8,)], "words_mask", 3),
+        "MACCell kb_mask": (lambda: MACCell(2), [(3, 8), (4,), (5, 6), (8,), (8,)], "kb_mask", 5),
+        "MACCell history_mask": (lambda: MACCell(2, self_attention=True),
+                                 [(3, 8), (4,), (5, 6), (8,), (8,), (2, 8), (2, 8)], "history_mask", 2),
+        "MACNetwork words_mask": (lambda: MACNetwork(2), [(3, 8), (4,), (5, 6)], "words_mask", 3),
+        "MACNetwork kb_mask": (lambda: MACNetwork(2), [(3, 8), (4,), (5, 6)], "kb_mask", 5),
+    }
+
+
+@pytest.mark.parametrize("case", sorted(_masked_cases()))
+def test_a_mask_of_another_shape_is_refused_when_the_model_is_built(case):
+    # Audit s65: a functional model took it; predict then refused it (with this error)
+    make, shapes, argument, n = _masked_cases()[case]
+    layer_name = case.split()[0]
+    message = rf"{layer_name}: {argument} must have shape \((None|2), {n}\) to match its values\. " \
+              rf"Received: {argument} shape=\((None|2), {n + 1}\)"
+    with pytest.raises(ValueError, match=message):  # eager
+        make()([_normal(2, *s) for s in shapes], **{argument: np.ones((2, n + 1), bool)})
+    inputs = [keras.Input(s) for s in shapes]
+    with pytest.raises(ValueError, match=message):
+        make()(inputs, **{argument: keras.Input((n + 1,), dtype="bool")})
+    mask = keras.Input((n,), dtype="bool")  # the right shape: the model builds and runs
+    model = keras.Model(inputs + [mask], make()(inputs, **{argument: mask}))
+    out = model.predict([_normal(2, *s) for s in shapes] + [np.ones((2, n), bool)], verbose=0)
+    assert np.all(np.isfinite(keras.tree.flatten(out)[0]))
+
+
+def test_a_keras_mask_of_another_shape_is_refused_when_the_model_is_built():
+    from keras_capsules.layers import ControlUnit, MACNetwork
+
+    question, words = keras.Input((4,)), keras.Input((3, 8))
+    other = keras.layers.Masking()(keras.Input((5, 8)))  # Keras propagates its mask [batch, 5]
+    with pytest.raises(ValueError, match=r"words_mask must have shape \(None, 3\) to match its values"):
+        ControlUnit(2)([question, keras.Input((8,)), words], mask=[None, None, other._keras_mask])
+    with pytest.raises(ValueError, match=r"words_mask must have shape \(None, 3\) to match its values"):
+        MACNetwork(2)([words, question, keras.Input((5, 6))], mask=[other._keras_mask, None, None])
+    masked = keras.layers.Masking()(words)  # its own mask, as Keras propagates it (a list): fine
+    memory = MACNetwork(2)([masked, question, keras.Input((5, 6))])
+    assert tuple(memory.shape) == (None, 8)
