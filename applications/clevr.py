@@ -68,9 +68,9 @@ import keras
 import numpy as np
 from keras import ops
 
-from applications import checks, console, distribute, fault_tolerance, plotting
+from applications import checks, console, distribute, fault_tolerance, plotting, tfds_data
 from applications.checks import integer_at_least
-from applications.errors import InputError, PathNotFoundError, create_run_dir, writable_folder
+from applications.errors import DataNotFoundError, InputError, PathNotFoundError, create_run_dir, writable_folder
 from keras_capsules.callbacks import swap_ema_weights
 from keras_capsules.layers import MACNetwork
 
@@ -442,13 +442,11 @@ def question_image(split, image_index, data_dir=None):
     without any download; None when the split is not prepared there (the run uses
     only the feature cache). The images before it are read and skipped.
     """
-    import tensorflow_datasets as tfds
-
     if isinstance(image_index, bool) or not isinstance(image_index, numbers.Integral) or image_index < 0:
         raise InputError(f"`image_index` must be a non-negative integer. Received: image_index={image_index!r}")
     try:
         ds = load_split(split, data_dir)
-    except (AssertionError, tfds.core.DatasetNotFoundError):  # TFDS 4.9 asserts that the data is there
+    except DataNotFoundError:
         return None
     for example in ds.skip(int(image_index)).take(1):
         return np.asarray(example["image"])[..., :3]  # CLEVR's PNGs are RGBA
@@ -457,10 +455,14 @@ def question_image(split, image_index, data_dir=None):
 
 # ------------------------------------------------------------------------- data
 def load_split(split, data_dir=None, download=False):
-    """A TFDS ``clevr`` 3.1.0 split in a fixed order."""
-    import tensorflow_datasets as tfds
+    """A TFDS ``clevr`` 3.1.0 split in a fixed order.
 
-    return tfds.load(TFDS_NAME, split=split, data_dir=data_dir, download=download, shuffle_files=False)
+    Raises:
+        DataNotFoundError: without ``download``, the dataset is not prepared in
+            ``data_dir`` (one line naming the folder and how to prepare it, as the
+            command line says it: ``applications.tfds_data.load``).
+    """
+    return tfds_data.load(TFDS_NAME, data_dir, download, split=split, shuffle_files=False)
 
 
 def feature_extractor(image_size=IMAGE_SIZE, weights="imagenet"):
@@ -812,9 +814,6 @@ def offline_extractor(cache_dir, data_dir=None, image_size=IMAGE_SIZE, weights="
     """
     if all(is_cached(cache_dir, s, image_size, weights) for s in splits):
         return None
-    from applications import tfds_data
-    from applications.errors import DataNotFoundError
-
     tfds_data.require_prepared(TFDS_NAME, data_dir)
     try:
         return feature_extractor(image_size, weights)

@@ -43,7 +43,7 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
-from applications import checks, console, distribute, plotting
+from applications import checks, console, distribute, plotting, tfds_data
 from applications import training as train_utils
 from applications.errors import InputError, PathNotFoundError, user_path
 from keras_capsules.layers import EMRouting
@@ -189,7 +189,13 @@ def load_split(split, data_dir=None, download=True, shuffle_files=False, seed=No
     :func:`train` reads with a seed, so that a resumed run reads the files as the
     uninterrupted run). ``decode_images=False`` leaves ``"image"`` and ``"image2"``
     PNG-encoded (scalar strings, decoded by :func:`stereo_pair`): a pass that reads
-    only the labels then decodes no image."""
+    only the labels then decodes no image.
+
+    Raises:
+        DataNotFoundError: without ``download``, smallNORB is not prepared in
+            ``data_dir`` (one line naming the folder and how to prepare it, as the
+            command line says it: ``applications.tfds_data.load``).
+    """
     import tensorflow_datasets as tfds
 
     decoders = None
@@ -197,9 +203,9 @@ def load_split(split, data_dir=None, download=True, shuffle_files=False, seed=No
         decoders = {"image": tfds.decode.SkipDecoding(), "image2": tfds.decode.SkipDecoding()}
     reshuffle = None if reshuffle_files else False  # None: TFDS's default (tf.data's: True)
     read_config = tfds.ReadConfig(shuffle_seed=seed, shuffle_reshuffle_each_iteration=reshuffle)
-    return tfds.load(
-        "smallnorb", split=split, data_dir=data_dir, download=download, shuffle_files=shuffle_files,
-        read_config=read_config, decoders=decoders,
+    return tfds_data.load(
+        "smallnorb", data_dir, download, split=split, shuffle_files=shuffle_files, read_config=read_config,
+        decoders=decoders,
     )
 
 
@@ -758,8 +764,8 @@ def add_arguments(parser, command):
 
 
 def _require_data(data_dir):
-    from applications import tfds_data
-
+    # before the run directory is made (run_train) or the model loaded (run_evaluate);
+    # load_split raises the same error for the Python API
     tfds_data.require_prepared("smallnorb", data_dir)
 
 

@@ -1,5 +1,6 @@
 """TFDS helpers: a friendly error when a dataset is not prepared and we are offline."""
 
+import contextlib
 import os
 
 from applications.errors import DataNotFoundError
@@ -28,23 +29,16 @@ def require_prepared(name, data_dir=None):
         # error below: a second line, about a folder that is not there)
         what = "is a file, not a folder" if os.path.exists(data_dir) else "does not exist"
         raise DataNotFoundError(f"data directory {str(data_dir)!r} {what}")
-    from absl import logging as absl_logging
-
     where = data_dir or _default_data_dir()
-    # TFDS logs "Variant folder <data_dir>/<name>/<version> has no dataset_info.json" for
-    # a data directory without the dataset: a second line before the error below.
-    verbosity = absl_logging.get_verbosity()
-    absl_logging.set_verbosity(absl_logging.ERROR)
     try:
-        builder = tfds.builder(name, data_dir=data_dir)
-        prepared = builder.is_prepared()
+        with _absl_errors_only():
+            builder = tfds.builder(name, data_dir=data_dir)
+            prepared = builder.is_prepared()
     except Exception as err:  # unknown name, unreadable directory, ...
         first_line = (str(err).strip().splitlines() or [type(err).__name__])[0]
         raise DataNotFoundError(
             f"cannot open TFDS dataset {name!r} in {where}: {first_line}"
         ) from None
-    finally:
-        absl_logging.set_verbosity(verbosity)
     build = f"tfds build {name.split('/')[0]} --data_dir DIR"
     if not prepared:
         others = _other_versions(builder)
@@ -54,7 +48,8 @@ def require_prepared(name, data_dir=None):
         )
         raise DataNotFoundError(
             f"TFDS dataset {name!r} is not prepared in {where}{found}; pass --data-dir "
-            f"with a directory holding it, or prepare it with network access: {build}"
+            f"(data_dir in Python) with a directory holding it, or prepare it with network "
+            f"access: {build}"
         )
     missing = _missing_files(builder)
     if missing:
@@ -63,6 +58,49 @@ def require_prepared(name, data_dir=None):
             f"the folder again, or prepare it anew with network access: {build}"
         )
     return builder
+
+
+def load(name, data_dir=None, download=False, **kwargs):
+    """The TFDS dataset ``name`` read from ``data_dir``: ``tfds.load(name,
+    data_dir=data_dir, download=download, **kwargs)``.
+
+    Without ``download``, data that TFDS cannot find there is the one-line
+    :class:`DataNotFoundError` of :func:`require_prepared` (naming the dataset, the
+    folder and how to prepare it) instead of TFDS' ``AssertionError`` "could not find
+    data": the applications' ``load_split`` read through this, so that their Python
+    API reports missing data as the command line does. The check runs only when TFDS
+    fails to open the data, so ``tfds.testing.mock_data`` (no data on disk) still
+    stands for a prepared dataset. ``kwargs`` are those of ``builder.as_dataset``
+    (``split``, ``shuffle_files``, ``read_config``, ``decoders``, ...).
+    """
+    import tensorflow_datasets as tfds
+
+    if download:
+        return tfds.load(name, data_dir=data_dir, download=True, **kwargs)
+    try:
+        with _absl_errors_only():  # ("Variant folder ... has no dataset_info.json")
+            builder = tfds.builder(name, data_dir=data_dir)
+        return builder.as_dataset(**kwargs)
+    except (AssertionError, tfds.core.DatasetNotFoundError) as err:  # TFDS 4.9 asserts that the data is there
+        failure = err
+    # (outside the except clause: the one-line error does not chain TFDS' traceback)
+    require_prepared(name, data_dir)
+    raise failure  # prepared after all: TFDS failed for another reason
+
+
+@contextlib.contextmanager
+def _absl_errors_only():
+    """Only errors of TFDS' absl log: for a data directory without the dataset, TFDS
+    logs "Variant folder <data_dir>/<name>/<version> has no dataset_info.json", a
+    second line before the one-line error of :func:`require_prepared`."""
+    from absl import logging as absl_logging
+
+    verbosity = absl_logging.get_verbosity()
+    absl_logging.set_verbosity(absl_logging.ERROR)
+    try:
+        yield
+    finally:
+        absl_logging.set_verbosity(verbosity)
 
 
 def _default_data_dir():

@@ -67,3 +67,37 @@ def test_train_into_a_run_dir_that_is_a_file_is_one_clear_error(application, tmp
     with pytest.raises(PathError, match=rf"cannot create the run directory '{run_dir}'"):
         train()
     assert run_dir.read_text() == "x"
+
+
+@pytest.mark.parametrize("entry", ["smallnorb.train", "smallnorb.evaluate", "smallnorb.load_split",
+                                   "clevr.train", "clevr.load_split"])
+def test_tfds_data_missing_from_data_dir_is_the_clear_error_of_the_cli(entry, tmp_path):
+    # audit s65: from Python these raised TFDS' raw AssertionError ("could not find data in
+    # ..."); the command line checked the data first and said it in one line
+    from applications import smallnorb
+    from applications.errors import DataNotFoundError
+
+    data_dir = tmp_path / "tfds"
+    data_dir.mkdir()
+    model_path = tmp_path / "model.keras"
+    if entry == "smallnorb.evaluate":
+        smallnorb.build_model(n_parts=2, d_chns=2, image_size=8, n_iters=1).save(model_path)
+    run = {
+        "smallnorb.train": lambda: smallnorb.train(data_dir=str(data_dir), run_dir=str(tmp_path / "run"), epochs=1,
+                                                   download=False, verbose=0),
+        "smallnorb.evaluate": lambda: smallnorb.evaluate(str(model_path), data_dir=str(data_dir), image_size=8),
+        "smallnorb.load_split": lambda: smallnorb.load_split("test", str(data_dir), download=False),
+        "clevr.train": lambda: clevr.train(str(tmp_path / "cache"), run_dir=str(tmp_path / "run"),
+                                           data_dir=str(data_dir), epochs=1, weights=None, verbose=0),
+        "clevr.load_split": lambda: clevr.load_split("validation", str(data_dir)),
+    }[entry]
+    name = "smallnorb" if entry.startswith("smallnorb") else "clevr:3.1.0"
+    with pytest.raises(DataNotFoundError) as info:
+        run()
+    message = str(info.value)
+    assert message == (f"TFDS dataset {name!r} is not prepared in {data_dir}; pass --data-dir (data_dir in "
+                       f"Python) with a directory holding it, or prepare it with network access: tfds build "
+                       f"{name} --data_dir DIR")
+    assert info.value.__context__ is None  # no chained TFDS traceback
+    if entry == "smallnorb.train":
+        assert not (tmp_path / "run").exists()
