@@ -25,7 +25,8 @@ answer vocabularies come from the training split (:func:`build_vocabularies`).
 A validation question whose answer no training question has (label ``UNSEEN_ANSWER``)
 is kept in validation and evaluation: the model has no logit for that answer, so it
 counts as an error in the accuracy (whose denominator is every question) and adds
-nothing to the loss; ``train`` and ``evaluate`` report how many there are.
+nothing to the loss, which is the mean over the other questions of the split at any
+batch size (:func:`make_dataset`); ``train`` and ``evaluate`` report how many there are.
 
 Recipe (:func:`compile_model`, :func:`train`): Adam with learning rate 1e-4, batches
 of 64, gradient clipping by norm (8), and an exponential moving average of the
@@ -260,18 +261,49 @@ def build_model(
     return keras.Model({"question": tokens, "features": features}, logits, name=name)
 
 
+@keras.saving.register_keras_serializable(package="applications")
+class AnswerCrossEntropy(keras.losses.Loss):
+    """Cross-entropy of the answer logits ``[batch, answers]`` for the labels ``[batch]``;
+    0 for a question labelled ``UNSEEN_ANSWER`` (its answer is no training class: it
+    has no logit), which is left out of the loss by a weight of 0 (see
+    :func:`make_dataset`), not of the accuracy.
+
+    The batch's loss is Keras' ``"sum_over_batch_size"``: the (weighted) sum over the
+    batch divided by the number of questions in it, those of unseen answers too. (The
+    ``SparseCategoricalCrossentropy(ignore_class=UNSEEN_ANSWER)`` of before divided by
+    the questions it kept in each batch, and Keras averages the batches' losses
+    weighted by their sizes: the validation loss depended on the batch size, 1.4169 at
+    batch 1 and 1.5002 at batch 18 for the same questions.)
+    """
+
+    def __init__(self, reduction="sum_over_batch_size", name="answer_cross_entropy", dtype=None):
+        super().__init__(name=name, reduction=reduction, dtype=dtype)
+
+    def call(self, y_true, y_pred):
+        labels = ops.reshape(ops.cast(y_true, "int32"), ops.shape(y_pred)[:-1])
+        seen = ops.not_equal(labels, UNSEEN_ANSWER)
+        # (any class for the unseen ones, whose value is then dropped: -1 is no class)
+        values = keras.losses.sparse_categorical_crossentropy(
+            ops.where(seen, labels, 0), y_pred, from_logits=True
+        )
+        return ops.where(seen, values, ops.zeros_like(values))
+
+
 def answer_loss():
-    """Cross-entropy of the answer logits; a question labelled ``UNSEEN_ANSWER`` (its
-    answer is no training class: no logit) is left out of the loss, not of the accuracy."""
-    return keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=UNSEEN_ANSWER)
+    """The loss of the answers: :class:`AnswerCrossEntropy` (a question labelled
+    ``UNSEEN_ANSWER`` adds nothing to it and counts in the accuracy as an error)."""
+    return AnswerCrossEntropy()
 
 
 def compile_model(model, learning_rate=1e-4, clipnorm=8.0, ema_momentum=0.999, metrics=("accuracy",)):
     """The paper's recipe: Adam, clipped gradients, EMA of the weights (see module doc).
 
     The loss is :func:`answer_loss`: questions whose answer is no training class count
-    as errors in the accuracy but have no loss (the loss of a batch is its mean over the
-    other questions).
+    as errors in the accuracy but have no loss. Training batches hold none of them
+    (:func:`make_dataset` drops them): the loss of a batch is its mean cross-entropy.
+    The validation batches give them a weight of 0, and the other questions the one
+    that makes the loss Keras reports the mean over the questions of known answer of
+    the whole split, at any batch size (:func:`make_dataset`, ``drop_unknown=False``).
     """
     optimizer = keras.optimizers.Adam(  # a rate <= 0 trained uphill or not at all, silently
         checks.learning_rate(learning_rate), clipnorm=clipnorm, use_ema=True, ema_momentum=ema_momentum
@@ -691,6 +723,14 @@ def make_dataset(features_path, image_index, tokens, labels, batch_size=64, shuf
     :func:`compile_model`). ``replicas``: training batches are cut for that many
     replicas in sync (``distribute.even_batches``), before their features are read.
 
+    With ``drop_unknown=False`` the batches are ``(inputs, answers, weights)``: of the
+    ``n`` questions, ``k`` of which have a known answer, each of those weighs ``n / k``
+    and each other 0 (all 0 for ``k = 0``). Keras averages the losses of the batches
+    weighted by their sizes, and :func:`answer_loss` divides a batch's weighted sum by
+    its size, so the loss it reports for the whole split is the sum of the ``k``
+    cross-entropies over ``k``: the mean over the questions of known answer, whatever
+    the batch size. The accuracy (an unweighted metric) counts all ``n`` questions.
+
     ``first_epoch``: None (default): the dataset is one epoch, which ``tf.data``
     reshuffles (with ``shuffle``) each time it is iterated, from ``seed`` and the
     number of iterations made so far in this process (a run resumed in a new process
@@ -717,14 +757,19 @@ def make_dataset(features_path, image_index, tokens, labels, batch_size=64, shuf
             f"`image_index` must index the {len(features)} images of {features_path}. "
             f"Received: image indices in [{image_index.min()}, {image_index.max()}]"
         )
-    keep = labels != UNSEEN_ANSWER if drop_unknown else np.ones(len(labels), bool)
-    image_index, tokens, labels = image_index[keep], tokens[keep], labels[keep]
+    known = labels != UNSEEN_ANSWER
+    columns = (image_index, tokens, labels)
+    if drop_unknown:
+        columns = tuple(column[known] for column in columns)
+    else:  # the weights of the loss: the mean over the known answers (see above)
+        columns += (np.where(known, len(labels) / max(int(known.sum()), 1), 0.0).astype("float32"),)
+    labels = columns[2]
     feature_shape = features.shape[1:]
 
     def gather(index):
         return np.asarray(features[np.sort(index)][np.argsort(np.argsort(index))], "float32")
 
-    examples = tf.data.Dataset.from_tensor_slices((image_index, tokens, labels))
+    examples = tf.data.Dataset.from_tensor_slices(columns)
     buffer = max(len(labels), 1)  # a buffer of at least 1: tf.data refuses 0 (no question kept)
     batches = distribute.even_batch_count(len(labels), batch_size, replicas)
     if first_epoch is not None:
@@ -739,10 +784,10 @@ def make_dataset(features_path, image_index, tokens, labels, batch_size=64, shuf
 
     ds = distribute.training_epochs(one_pass, seed, batches, first_epoch)
 
-    def attach(index, question, label):
+    def attach(index, question, label, *weight):
         feats = tf.numpy_function(gather, [index], tf.float32)
         feats.set_shape((None,) + feature_shape)
-        return {"question": question, "features": feats}, label
+        return ({"question": question, "features": feats}, label, *weight)
 
     return distribute.prefetched(ds.map(attach))
 

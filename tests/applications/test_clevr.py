@@ -453,19 +453,28 @@ def test_a_cache_directory_that_cannot_be_written_is_a_path_error(tmp_path, monk
     assert os.listdir(tmp_path) == []
 
 
-def test_validation_counts_the_questions_whose_answer_no_training_question_has(tmp_path):
-    # Validation (during fit and after it) and evaluate dropped the questions whose answer is
-    # not among the training answers: the accuracy was over fewer questions than there are,
-    # and overstated (the model cannot give such an answer: each one is an error).
+def _cache_with_unseen_answers(folder):
+    """The tiny CLEVR cache (``tiny_data``) with one more validation question, whose answer
+    ("purple") no training question has; the cache's folder, a ``pathlib.Path``."""
     import pathlib
 
-    from tests.applications.tiny_data import CLEVR_IMAGE_SIZE, tiny_clevr_cache
+    from tests.applications.tiny_data import tiny_clevr_cache
 
-    cache = pathlib.Path(tiny_clevr_cache(tmp_path / "cache"))
+    cache = pathlib.Path(tiny_clevr_cache(folder))
     table = json.loads((cache / "validation_questions.json").read_text())
     for key, value in (("image_index", 0), ("question", "What color is the cube?"), ("answer", "purple")):
         table[key].append(value)
     (cache / "validation_questions.json").write_text(json.dumps(table))
+    return cache
+
+
+def test_validation_counts_the_questions_whose_answer_no_training_question_has(tmp_path):
+    # Validation (during fit and after it) and evaluate dropped the questions whose answer is
+    # not among the training answers: the accuracy was over fewer questions than there are,
+    # and overstated (the model cannot give such an answer: each one is an error).
+    from tests.applications.tiny_data import CLEVR_IMAGE_SIZE
+
+    cache = _cache_with_unseen_answers(tmp_path / "cache")
     result = clevr.train(str(cache), run_dir=str(tmp_path / "run"), epochs=1, batch_size=8,
                          image_size=CLEVR_IMAGE_SIZE, model_kwargs=dict(units=8, embedding_dim=4, max_steps=1),
                          verbose=0)
@@ -489,6 +498,40 @@ def test_validation_counts_the_questions_whose_answer_no_training_question_has(t
     older = clevr.evaluate(str(tmp_path / "older.keras"), str(cache), image_size=CLEVR_IMAGE_SIZE, batch_size=8)
     assert older["validation_accuracy"] == pytest.approx(right.mean(), abs=1e-6)
     assert older["validation_loss"] == pytest.approx(evaluated["validation_loss"], rel=1e-5)
+
+
+def test_the_validation_loss_is_the_mean_over_the_known_answers_at_any_batch_size(tmp_path):
+    # audit s65: the loss left out the questions of unseen answers batch by batch, and Keras
+    # weighs a batch's mean by the batch's size: 1.4169 at batch 1, 1.5002 at 18 (of 18)
+    from tests.applications.tiny_data import CLEVR_IMAGE_SIZE
+
+    cache = _cache_with_unseen_answers(tmp_path / "cache")
+    data = clevr.prepare(str(cache), image_size=CLEVR_IMAGE_SIZE, extractor=object(), verbose=0)
+    labels = data["validation"]["labels"]
+    known = labels != clevr.UNSEEN_ANSWER
+    assert len(labels) == 19 and 0 < known.sum() < 19
+    keras.utils.set_random_seed(0)
+    model = clevr.build_model(len(data["vocabulary"]), len(data["classes"]), clevr.feature_shape(data),
+                              units=8, embedding_dim=4, max_steps=1)
+    clevr.compile_model(model)
+    model.save(tmp_path / "model.keras")
+    logits = model.predict(clevr.make_dataset(**data["validation"], batch_size=19, drop_unknown=False), verbose=0)
+    logits = logits.astype("float64")
+    log_p = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    expected = -log_p[known, labels[known]].mean()  # by hand: the mean over the known answers
+    right = (np.argmax(logits, -1) == labels).mean()
+    for batch_size in (1, 4, 19):  # 4: four batches of 4 and one of 3, not all of known answers only
+        result = clevr.evaluate(str(tmp_path / "model.keras"), str(cache), image_size=CLEVR_IMAGE_SIZE,
+                                batch_size=batch_size)
+        assert result["validation_loss"] == pytest.approx(expected, rel=1e-5), batch_size
+        assert result["validation_accuracy"] == pytest.approx(right, abs=1e-6), batch_size
+    # training batches hold no unseen answer: their loss is the plain mean cross-entropy
+    train_labels = data["train"]["labels"][:5]
+    logits = np.random.default_rng(0).normal(size=(5, len(data["classes"]))).astype("float32")
+    plain = keras.losses.SparseCategoricalCrossentropy(from_logits=True)(train_labels, logits)
+    assert float(clevr.answer_loss()(train_labels, logits)) == pytest.approx(float(plain), rel=1e-6)
+    (x, y), = clevr.make_dataset(**data["train"], batch_size=64).take(1).as_numpy_iterator()  # no weights
+    assert len(y) == (data["train"]["labels"] != clevr.UNSEEN_ANSWER).sum()
 
 
 @pytest.mark.parametrize("damage", ["questions", "features"])
