@@ -92,8 +92,8 @@ def add_common_arguments(parser, command):
                             "smallnorb and sst a resume keeps the crashed run's --epochs) (default: %(default)s)")
         parser.add_argument("--save-freq", type=save_freq, default="epoch",
                             help="back up the training state every epoch or every N steps; a run "
-                            "resumed from a backup made mid-epoch restarts that epoch from its first "
-                            "batch with the saved weights, so it does not end with the weights of a run "
+                            "resumed from a backup made mid-epoch goes on at the step after it (the "
+                            "epoch's remaining batches only), so it ends with the weights of a run "
                             "that never stopped, as one backed up every epoch does (default: %(default)s)")
     elif command == "evaluate":
         parser.add_argument("--model", default=None,

@@ -991,6 +991,8 @@ def train(cache_dir, run_dir="runs/clevr", data_dir=None, epochs=25, batch_size=
     # the epochs a resumed run trains are shuffled as the uninterrupted run's (distribute.epoch_stream)
     train_ds = make_dataset(**data["train"], batch_size=batch_size, shuffle=True, seed=seed, replicas=replicas,
                             first_epoch=fault_tolerance.resume_epoch(callbacks, epochs))
+    # (and a mid-epoch backup's epoch goes on after the steps it had trained)
+    train_ds = fault_tolerance.skip_trained_steps(train_ds, callbacks, epochs)
     steps = training_batches(data["train"]["labels"], batch_size, replicas=replicas)
     val_ds = make_dataset(**data["validation"], batch_size=batch_size, drop_unknown=False)
     with strategy.scope():

@@ -376,6 +376,8 @@ def train(
     # the epochs a resumed run trains are shuffled as the uninterrupted run's (distribute.epoch_stream)
     train_ds, test_ds = make_datasets(images, labels, global_batch, seed=seed, replicas=replicas,
                                       first_epoch=fault_tolerance.resume_epoch(resumable, epochs))
+    # (and a mid-epoch backup's epoch goes on after the steps it had trained)
+    train_ds = fault_tolerance.skip_trained_steps(train_ds, resumable, epochs)
     if verbose:
         print(
             f"{model.name}: {model.count_params():,} parameters; {len(images)} digits; "

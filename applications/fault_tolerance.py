@@ -13,8 +13,13 @@
   application, via :func:`resumable_callbacks`) writes its state to
   ``<run_dir>/backup`` every epoch (or every N steps: ``--save-freq N``). Running the
   same command again after a crash restores the weights and optimizer state and
-  continues at the epoch after the last one saved; a mid-epoch backup (``--save-freq
-  N``) restarts its epoch from the first step with the saved weights. The backup
+  continues at the epoch after the last one saved; from a mid-epoch backup
+  (``--save-freq N``), at the step after it: :func:`skip_trained_steps` drops the
+  batches of that epoch that the backup had trained from the run's stream, and the
+  callback ends that epoch after its remaining steps, its running metrics restored
+  (the backup records how many steps of its epoch were done, and the metrics' states;
+  a backup due at an epoch's last step is made at the epoch's end instead, so that a
+  resumed epoch always has steps left). The backup
   outlives ``fit``: it is deleted by :func:`finish_run` once the application has
   written its outputs (model, metrics, plots), so that a crash between the end of
   ``fit`` and those writes loses nothing: the rerun restores the backup of all the
@@ -28,8 +33,9 @@
   applications' training data are endless streams of epochs, each shuffled (and its
   crops, mixup weights, transpositions or generated sequences drawn) from the run's
   seed and the epoch's number alone (``applications.distribute.epoch_stream``,
-  started at that epoch; Sort-of-CLEVR's generated stream at the step after it), so a
-  resumed epoch trains on the batches of the uninterrupted run's, in the same order
+  started at that epoch; Sort-of-CLEVR's generated stream at the step after it; every
+  application's then through :func:`skip_trained_steps`), so a resumed epoch trains on
+  the batches of the uninterrupted run's, in the same order
   (not smallNORB's Python ``train`` with ``seed=None``: no seed to draw them from
   again; the command line always passes one). The backup also keeps the states of the
   layers' ``keras.random.SeedGenerator`` (dropout, noise), which ``save_weights``
@@ -525,6 +531,17 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
     an earlier ``fit``, or 0 in a new process or a ``fit(initial_epoch=...)``, until the
     first epoch ends, so a crash in a resumed run restarted training from that epoch).
 
+    A mid-epoch backup (``save_freq`` in steps) also records how many steps of its epoch
+    were done (``epoch_steps``) and the states of the model's metrics then. A ``fit``
+    whose data :func:`skip_trained_steps` has cut to start after those steps (it tells
+    this callback so: ``skipped_steps``) resumes that epoch where the backup was made:
+    the callback ends it after its remaining steps (of ``steps_per_epoch``; a
+    ``spread_steps`` callback, put first, after those of a shorter epoch) and restores
+    its metrics when it begins, so the epoch's logs are those of the uninterrupted run.
+    A ``fit`` whose data were not cut so starts the epoch again from its first step
+    (Keras' behaviour). A backup due at an epoch's last step (``steps_per_epoch``
+    reached, or training stopping after the step) is made at the epoch's end instead.
+
     A backup is never lost to a ``fit`` with fewer ``epochs`` than it holds: Keras'
     trained nothing and deleted it. Here a backup beyond ``epochs`` raises
     :class:`BackupAheadError` (the backup is kept), and a backup of exactly
@@ -570,9 +587,15 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
     Attributes:
         restored_epoch: the epoch training resumed at (0 for a fresh start), set by
             ``on_train_begin``.
+        resumed_steps: the steps of that epoch that the backup had trained and the
+            ``fit`` skipped (0: the epoch ran from its first step), set by
+            ``on_train_begin``.
+        skipped_steps: set by :func:`skip_trained_steps` for the next ``fit`` only.
     """
 
     restored_epoch = 0
+    skipped_steps = 0  # set by skip_trained_steps for the next fit
+    resumed_steps = 0
     _trains = True
 
     def __init__(self, backup_dir, *args, run_options=None, **kwargs):
@@ -594,9 +617,7 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         try:
             super().on_train_begin(logs)
         except ValueError as err:  # Keras could not load the backup's weights into this model
-            self.model._initial_epoch = None
-            _release_backup(self.backup_dir)
-            run_dir = os.path.dirname(os.path.abspath(self.backup_dir))
+            run_dir = self._give_up()
             raise BackupMismatchError(
                 f"the backup in {run_dir} is of another model (the options of the crashed run differ from "
                 "these): rerun with that run's options to finish it, or pass a new --run-dir"
@@ -606,9 +627,7 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
             _restore_random_states(self.model, self._training_metadata_path)
         epochs = (self.params or {}).get("epochs")
         if epochs is not None and self.restored_epoch > epochs:
-            self.model._initial_epoch = None
-            _release_backup(self.backup_dir)
-            run_dir = os.path.dirname(os.path.abspath(self.backup_dir))
+            run_dir = self._give_up()
             raise BackupAheadError(
                 f"the run in {run_dir} already reached epoch {self.restored_epoch} (its backup is kept), "
                 f"more than the {epochs} asked for: pass --epochs {self.restored_epoch} to finish it or "
@@ -619,6 +638,10 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         self._current_epoch = self.restored_epoch
         self._last_batch_seen = 0
         self._batches_seen_since_last_saving = 0
+        self._check_skipped_steps()
+        # the resumed epoch's first batches, which the stream skipped (_EpochSteps reads it)
+        self.model._resumed_epoch_steps = (self.restored_epoch, self.resumed_steps) if self.resumed_steps else None
+        self._epoch_steps, self._offset, self._save_at_epoch_end = 0, 0, False
         # The logs of the epochs before the resume, which later backups keep holding.
         self._epoch_logs = {e: cells for e, cells in backup_logs(self.backup_dir).items() if e < self.restored_epoch}
 
@@ -630,9 +653,54 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
             _release_backup(self.backup_dir)
             raise
 
+    def _check_skipped_steps(self):
+        """Takes the steps :func:`skip_trained_steps` skipped for this ``fit`` (into
+        ``resumed_steps``), refused unless they are those the restored backup's epoch has
+        done (it read another backup than the one restored). None skipped: the epoch
+        starts again (Keras' way, for data that were not given to that function)."""
+        done = backup_epoch_steps(self.backup_dir) if self._trains else 0
+        skipped, self.skipped_steps = self.skipped_steps, 0  # for this fit only
+        self.resumed_steps = skipped
+        if skipped and skipped != done:
+            self.resumed_steps = 0
+            run_dir = self._give_up()
+            raise BackupMismatchError(
+                f"the training data of the run in {run_dir} skip {skipped} batch(es) of epoch "
+                f"{self.restored_epoch + 1}, but its backup has trained {done} of them (the backup changed "
+                "since the data were made): run the same command again"
+            )
+
+    def _give_up(self):
+        """Undoes the restore of a ``fit`` that is refused (the backup is kept, its lock
+        released); returns the run's folder, for the message."""
+        self.model._initial_epoch = None
+        _release_backup(self.backup_dir)
+        return os.path.dirname(os.path.abspath(self.backup_dir))
+
     def on_epoch_begin(self, epoch, logs=None):
         # Also right when fit starts at its own initial_epoch (Keras knew only restored epochs).
         self._current_epoch = epoch
+        # the resumed epoch goes on after the steps its mid-epoch backup had trained
+        self._offset = self.resumed_steps if epoch == self.restored_epoch else 0
+        self._epoch_steps = self._offset
+        if self._offset:
+            _restore_metric_states(self.model, self._training_metadata_path)  # (fit has just reset them)
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._epoch_steps = self._offset + batch + 1
+        steps = (self.params or {}).get("steps")
+        if self._offset and steps and self._epoch_steps >= steps and not self.model.stop_training:
+            from applications.training import _EndOfEpoch
+
+            self.model.stop_training = self._ended = _EndOfEpoch()  # the resumed epoch's steps are done
+        if not self._should_save_on_batch(batch):
+            return
+        if self.model.stop_training or (steps and self._epoch_steps >= steps):
+            # the epoch's last step: backed up at its end (with its logs), so a backup
+            # never holds an epoch whose steps are all done and whose end is not
+            self._save_at_epoch_end = True
+        else:
+            self._save_model()
 
     def on_epoch_end(self, epoch, logs=None):
         # The epoch's logs go into its backup (the same atomic write that says the epoch
@@ -641,7 +709,15 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         epoch_logs = getattr(self, "_epoch_logs", {})
         self._epoch_logs = {e: cells for e, cells in epoch_logs.items() if e < epoch}
         self._epoch_logs[int(epoch)] = _csv_cells(logs)
+        self._epoch_steps = 0
+        ended = getattr(self, "_ended", None)
+        if ended is not None and self.model.stop_training is ended:
+            self.model.stop_training = False  # only the resumed epoch ended, not training
+        self._ended = None
         super().on_epoch_end(epoch, logs)
+        if self._save_at_epoch_end:
+            self._save_at_epoch_end = False
+            self._save_model()
 
     def on_train_end(self, logs=None):
         if self._trains:  # a backup of all the epochs asked for is kept: nothing trained it further
@@ -651,6 +727,7 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
                 self._save_model()  # the state fit ends with (on_epoch_end set its epoch)
         # A later fit of the model (with or without this callback) starts at its own initial_epoch.
         self.model._initial_epoch = None
+        self.model._resumed_epoch_steps = None
         if self.delete_checkpoint:  # else the run goes on until finish (its outputs are not written yet)
             _release_backup(self.backup_dir)
 
@@ -711,8 +788,11 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         # The logs of every epoch done, for the rows of history.csv (see backup_logs).
         done = {str(e): cells for e, cells in sorted(getattr(self, "_epoch_logs", {}).items())
                 if e < self._current_epoch}
-        metadata = {"epoch": self._current_epoch, "batch": self._last_batch_seen, "logs": done,
-                    "random_states": _random_states(self.model)}
+        steps = getattr(self, "_epoch_steps", 0)
+        metadata = {"epoch": self._current_epoch, "batch": self._last_batch_seen, "epoch_steps": steps,
+                    "logs": done, "random_states": _random_states(self.model)}
+        if steps:  # the epoch's metrics so far: its logged means go on from them
+            metadata["metric_states"] = _metric_states(self.model)
         if self.run_options is not None:
             metadata["options"] = self.run_options
         write_json_atomically(metadata, self._training_metadata_path)
@@ -734,16 +814,39 @@ def _random_states(model):
     return [[v.path, np.asarray(keras.ops.convert_to_numpy(v)).tolist()] for v in _random_state_variables(model)]
 
 
+def _metric_variables(model):
+    """The variables of the model's metrics (its loss's mean too), in a fixed order."""
+    return [v for metric in model.metrics for v in metric.variables]
+
+
+def _metric_states(model):
+    """``[[path, values], ...]`` of :func:`_metric_variables`: the epoch's metrics so far,
+    for a mid-epoch backup (the resumed epoch's logged means go on from them)."""
+    return [[v.path, np.asarray(keras.ops.convert_to_numpy(v)).tolist()] for v in _metric_variables(model)]
+
+
+def _restore_metric_states(model, metadata_path):
+    """Restores the metrics' states a mid-epoch backup saved (:func:`_metric_states`);
+    states missing, or of another layout, are left alone (the epoch's means then cover
+    its resumed steps only)."""
+    _assign_saved(_metric_variables(model), metadata_path, "metric_states")
+
+
 def _restore_random_states(model, metadata_path):
     """Restores the states :func:`_random_states` saved in a backup's metadata; a backup
     without them (written before they were kept) or with states of other shapes or
     number is left alone."""
+    _assign_saved(_random_state_variables(model), metadata_path, "random_states")
+
+
+def _assign_saved(variables, metadata_path, key):
+    """Assigns ``variables`` the values saved under ``key`` in a backup's metadata, by
+    position; nothing when they are missing or of another number or shapes."""
     try:
         with open(metadata_path) as f:
-            saved = json.load(f).get("random_states")
-    except (OSError, ValueError):
+            saved = json.load(f).get(key)
+    except (OSError, ValueError, AttributeError):
         return
-    variables = _random_state_variables(model)
     # by position, as the weights are loaded (a state's path holds a process-wide count:
     # seed_generator_7 here may be seed_generator_2 in the process that saved it)
     try:
@@ -823,6 +926,64 @@ def backup_epoch(backup_dir):
             return int(json.load(f)["epoch"])
     except (OSError, ValueError, KeyError, TypeError):
         return 0
+
+
+def backup_epoch_steps(backup_dir):
+    """The steps of its epoch (:func:`backup_epoch`) that the backup in ``backup_dir``
+    has trained: those of a mid-epoch backup (``--save-freq N``), 0 at an epoch's start,
+    without a backup, or for a backup of an earlier version (which recorded none)."""
+    try:
+        with open(os.path.join(backup_dir, "training_metadata.json")) as f:
+            steps = json.load(f).get("epoch_steps", 0)
+    except (OSError, ValueError, AttributeError):
+        return 0
+    return steps if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0 else 0
+
+
+def skip_trained_steps(stream, callbacks, epochs=None):
+    """``stream`` without the batches that a mid-epoch backup has trained: the training
+    data of a ``fit`` given ``callbacks`` that resumes exactly where the backup was made.
+
+    ``stream`` must be the run's endless stream from the epoch the run resumes at
+    (:func:`resume_epoch`; ``applications.distribute.epoch_stream``): the batches of
+    the uninterrupted run from that epoch's first one on. When the (first)
+    :class:`AtomicBackupAndRestore` among ``callbacks`` holds a backup made ``s``
+    steps into its epoch (``--save-freq N``), the first ``s`` batches are skipped,
+    and the callback, told so, ends that epoch after its remaining steps (and
+    ``applications.training.spread_steps``' callback after those of a shorter epoch):
+    the resumed run trains the steps, batches, optimizer updates and logged means of
+    the uninterrupted one. Else (an epoch's backup, no backup, no such callback, a
+    backup beyond ``epochs``) ``stream`` is returned as it is.
+
+    Raises:
+        InputError: a mid-epoch backup and a ``stream`` that is not endless (a dataset
+            of one epoch, which ``fit`` iterates again every epoch, cannot skip the
+            first batches of one epoch only), before ``fit``: nothing is trained.
+    """
+    backups = _backups(callbacks)
+    if not backups:
+        return stream
+    backup = backups[0]
+    steps = backup_epoch_steps(backup.backup_dir)
+    if steps and epochs is not None and backup_epoch(backup.backup_dir) >= epochs:
+        steps = 0
+    backup.skipped_steps = steps
+    if not steps:
+        return stream
+    import tensorflow as tf
+
+    endless = isinstance(stream, tf.data.Dataset) and \
+        tf.get_static_value(stream.cardinality()) == tf.data.INFINITE_CARDINALITY
+    if not endless:
+        backup.skipped_steps = 0
+        run_dir = os.path.dirname(os.path.abspath(backup.backup_dir))
+        raise InputError(
+            f"the backup in {run_dir} was made {steps} step(s) into epoch {backup_epoch(backup.backup_dir) + 1}, "
+            "and this training data is not an endless stream of epochs whose first steps can be skipped "
+            f"(received: {type(stream).__name__}): train on the run's stream from that epoch "
+            "(applications.distribute.epoch_stream), or start a new run directory"
+        )
+    return stream.skip(steps)
 
 
 def backup_logs(backup_dir):

@@ -1180,6 +1180,8 @@ def train(
         logs = paths["logs"] if not member else f"{paths['logs']}_{member}"
         # (after the member's callbacks: its epochs from the one its backup resumes at, if any)
         train_ds, valid_ds = member_datasets(member, fault_tolerance.resume_epoch(user, epochs))
+        # (and a mid-epoch backup's epoch goes on after the steps it had trained)
+        train_ds = fault_tolerance.skip_trained_steps(train_ds, user, epochs)
         # (the stop on divergence first: `train` called from Python without the command
         # line's callbacks trained a NaN model to the end, then saved and scored it)
         fit_callbacks = [fault_tolerance.StopOnDivergence(str(run_dir)), keras.callbacks.TensorBoard(logs), *extra, best,

@@ -1107,6 +1107,8 @@ def train(
         frame_size=frame_size, first_epoch=fault_tolerance.resume_epoch(callbacks, epochs),
         replicas=strategy.num_replicas_in_sync, endless=True,
     )
+    # (and a mid-epoch backup's epoch goes on after the steps it had trained)
+    train_dataset = fault_tolerance.skip_trained_steps(train_dataset, callbacks, epochs)
     test_data = generate(*test_digits, num_test, seed=seed + 1, frame_size=frame_size)
     with strategy.scope():
         model = compile_model(

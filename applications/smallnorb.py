@@ -473,6 +473,8 @@ def train(
         train_examples, True, batch_size, image_size, mixup_alpha=mixup_alpha, seed=seed, repeat=True,
         first_epoch=first_epoch, steps_per_epoch=steps_per_epoch,
     )
+    # (and a mid-epoch backup's epoch goes on after the steps it had trained)
+    train_ds = fault_tolerance.skip_trained_steps(train_ds, callbacks, epochs)
     test_ds = make_dataset(test_examples, False, batch_size, image_size)
     if validation_steps is not None:
         # the first batches only, each once (repeat() counted a split of fewer batches twice)

@@ -664,10 +664,14 @@ def train(run_dir="runs/sort_of_clevr", steps=20000, batch_size=64, kb="symbolic
     # A run resumed from its backup at epoch k goes on with the stream's batches of epoch k
     # (it restarted the stream: epochs 0, 1, ... trained again on their examples).
     start = epoch_steps.steps_before(fault_tolerance.resume_epoch(callbacks, epochs))
-    history = model.fit(
+    # (and a mid-epoch backup's epoch goes on after the steps it had trained: epoch_steps ends it early too)
+    train_ds = fault_tolerance.skip_trained_steps(
         # whole batches: cut only when the replicas do not divide batch_size
         distribute.distribute_dataset_options(
             distribute.even_batches(make_dataset(batch_size, seed, kb=kb, start=start), strategy.num_replicas_in_sync)),
+        callbacks, epochs)
+    history = model.fit(
+        train_ds,
         steps_per_epoch=steps_per_epoch, epochs=epochs, validation_data=val_all, verbose=verbose,
         # the EMA weights' batch-normalization statistics (image stem) from the stream's
         # first batches (symbolic: no batch normalization, nothing is drawn)

@@ -1034,6 +1034,8 @@ def train(
     train_ds = training_dataset(train_x, train_y, n_classes, batch_size, mixup_alpha, seed,
                                 replicas=strategy.num_replicas_in_sync,
                                 first_epoch=fault_tolerance.resume_epoch(callbacks, epochs))
+    # (and a mid-epoch backup's epoch goes on after the steps it had trained)
+    train_ds = fault_tolerance.skip_trained_steps(train_ds, callbacks, epochs)
     dev_ds = make_dataset(dev_x, dev_y, n_classes, batch_size)
     if verbose:
         print(f"training on {len(train_y):,} {train_on}, validating on {len(dev_y):,} dev sentences")

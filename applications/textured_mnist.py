@@ -989,6 +989,8 @@ def train(
                      replicas=strategy.num_replicas_in_sync,
                      first_epoch=fault_tolerance.resume_epoch(callbacks, epochs))
     )
+    # (and a mid-epoch backup's epoch goes on after the steps it had trained)
+    train_ds = fault_tolerance.skip_trained_steps(train_ds, callbacks, epochs)
     batches = distribute.even_batch_count(len(train_data["images"]), batch_size, strategy.num_replicas_in_sync)
     selection, valid_data = [], None
     if num_valid:

@@ -148,7 +148,9 @@ def spread_steps(steps, epochs):
     The first ``steps % epochs`` epochs run ``steps // epochs + 1`` steps, the others
     ``steps // epochs``: ``fit`` gets the larger count as ``steps_per_epoch`` and the
     callback (put it first) ends each shorter epoch one step early. Its step counts
-    depend only on the epoch's number, so a resumed run trains the same counts; its
+    depend only on the epoch's number, so a resumed run trains the same counts (an
+    epoch resumed from a mid-epoch backup, its remaining ones:
+    ``applications.fault_tolerance.skip_trained_steps``); its
     ``steps_before(epoch)`` is the number of steps of the epochs before ``epoch``
     (where a stream of batches stands when a run resumed at ``epoch`` begins). The
     model must run one step per execution (``steps_per_execution=1``, Keras' default;
@@ -206,6 +208,11 @@ class _EpochSteps(keras.callbacks.Callback):
 
     def on_epoch_begin(self, epoch, logs=None):
         self._steps, self._ended = self.per_epoch + (epoch < self.longer), False
+        # an epoch resumed from a mid-epoch backup runs only the steps its backup had not trained
+        # (fault_tolerance.skip_trained_steps: its stream skipped them)
+        resumed = getattr(self.model, "_resumed_epoch_steps", None)
+        if resumed is not None and resumed[0] == epoch:
+            self._steps -= resumed[1]
 
     def on_train_batch_end(self, batch, logs=None):
         if batch + 1 >= self._steps and not self.model.stop_training:

@@ -229,7 +229,8 @@ def train(
             f"{params[other]['total']:,} (embedding {params[other]['embedding']:,}) with a {other} embedding"
         )
     history = model.fit(
-        distribute.distribute_dataset_options(data["train"]),
+        # (a mid-epoch backup's epoch goes on after the steps it had trained)
+        distribute.distribute_dataset_options(fault_tolerance.skip_trained_steps(data["train"], callbacks, epochs)),
         steps_per_epoch=data["train_batches"],
         validation_data=data["validation"],
         epochs=epochs,

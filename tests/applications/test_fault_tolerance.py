@@ -1224,3 +1224,114 @@ def test_an_option_a_backup_did_not_record_because_it_was_free_then_is_no_differ
         check({"seed": 0, "epochs": 6}, {"seed": 0, "epochs": 4})
     with pytest.raises(fault_tolerance.BackupMismatchError, match=r"--learning-rate"):
         check({"seed": 0}, {"seed": 0, "learning_rate": 0.1})
+
+
+def _optimizer_steps(path):
+    return int(keras.models.load_model(str(path)).optimizer.iterations)
+
+
+def test_a_run_killed_mid_epoch_with_save_freq_resumes_exactly_where_its_backup_was_made(tmp_path):
+    # s65 audit: with --save-freq N, the rerun restored the weights after step s of epoch k
+    # and trained epoch k again from its first batch (demo: 20 optimizer steps for 18, and
+    # other weights). Now its stream skips the s batches, the epoch runs the rest, and the
+    # epoch's logged means go on from the backup's: the uninterrupted run, bit for bit.
+    common = dict(epochs=2, batch_size=8, limit=40, verbose=0, model_options=TINY_OPTIONS, save_freq=3)
+    steps = demo.training_batches(40, 8)
+    assert steps == 4  # so a backup every 3 steps falls after step 2 of epoch 1 (step 6)
+    whole = demo.train(str(tmp_path / "whole"), **common)
+    run_dir = tmp_path / "resumed"
+    with pytest.raises(RuntimeError, match="simulated"):
+        demo.train(str(run_dir), callbacks=[cli_helpers.CrashAt(1, 3)], **common)
+    metadata = json.loads((run_dir / "backup" / "training_metadata.json").read_text())
+    assert metadata["epoch"] == 1
+    counter = cli_helpers.CountBatches()
+    resumed = demo.train(str(run_dir), callbacks=[counter], **common)
+    assert resumed["resumed_from_epoch"] == 1
+    assert counter.batches == 2 * steps - 6, "the steps the backup had trained were trained again"
+    assert metadata["epoch_steps"] == 2
+    assert _optimizer_steps(resumed["model"]) == _optimizer_steps(whole["model"]) == 2 * steps
+    assert cli_helpers.max_weight_difference(whole["model"], resumed["model"]) == 0.0
+    assert (run_dir / "history.csv").read_text() == (tmp_path / "whole" / "history.csv").read_text()
+
+
+def _stream_fit(run_dir, crash_at=None, save_freq=3):
+    """A fit of 10 steps over 3 epochs (4, 3, 3: ``spread_steps``) on an endless stream
+    whose batch ``i`` is drawn from ``i`` (as Sort-of-CLEVR's), resumable in ``run_dir``."""
+    import tensorflow as tf
+
+    from applications.training import spread_steps
+
+    keras.utils.set_random_seed(1)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4), keras.layers.Dropout(0.3),
+                              keras.layers.Dense(1)])
+    model.compile(keras.optimizers.Adam(1e-2), "mse", metrics=["mae"])
+    callbacks = fault_tolerance.resumable_callbacks(str(run_dir), save_freq=save_freq)
+    per_epoch, epoch_steps = spread_steps(10, 3)
+
+    def batch(i):
+        x = tf.random.stateless_normal([8, 3], tf.stack([i, tf.constant(0, tf.int64)]))
+        return x, tf.reduce_sum(x, axis=1, keepdims=True)
+
+    start = epoch_steps.steps_before(fault_tolerance.resume_epoch(callbacks, 3))
+    stream = fault_tolerance.skip_trained_steps(tf.data.Dataset.counter(start).map(batch), callbacks, 3)
+    counter = cli_helpers.CountBatches()
+    extra = [cli_helpers.CrashAt(*crash_at)] if crash_at else []
+    history = model.fit(stream, steps_per_epoch=per_epoch, epochs=3, verbose=0,
+                        callbacks=[epoch_steps, *callbacks, counter, *extra])
+    return model, history, counter.batches
+
+
+@pytest.mark.parametrize("save_freq, crash_at, backed_up", [
+    (3, (1, 2), (1, 2)),  # backups after steps 3 and 6: the second one 2 steps into epoch 1
+    (4, (2, 1), (2, 1)),  # after step 8, 1 step into epoch 2
+    (4, (1, 1), (1, 0)),  # step 4 is epoch 0's last: backed up at its end (with its logs)
+])
+def test_a_resumed_stream_skips_the_steps_of_a_mid_epoch_backup_in_epochs_of_uneven_steps(
+        tmp_path, save_freq, crash_at, backed_up):
+    whole, whole_history, trained = _stream_fit(tmp_path / "whole", save_freq=save_freq)
+    assert trained == 10
+    with pytest.raises(RuntimeError, match="simulated"):
+        _stream_fit(tmp_path / "run", crash_at, save_freq)
+    metadata = json.loads((tmp_path / "run" / "backup" / "training_metadata.json").read_text())
+    assert (metadata["epoch"], metadata["epoch_steps"]) == backed_up
+    assert ("metric_states" in metadata) == (backed_up[1] > 0)
+    model, history, trained = _stream_fit(tmp_path / "run", save_freq=save_freq)
+    assert trained == 10 - [4, 7][backed_up[0] - 1] - backed_up[1]
+    assert int(model.optimizer.iterations) == int(whole.optimizer.iterations) == 10
+    assert cli_helpers.max_weight_difference(whole, model) == 0.0
+    for key, values in history.history.items():  # the resumed epoch's means: of all its steps
+        assert values == whole_history.history[key][backed_up[0]:], key
+
+
+def test_a_mid_epoch_backup_is_refused_for_data_that_cannot_skip_its_steps(tmp_path):
+    import tensorflow as tf
+
+    with pytest.raises(RuntimeError, match="simulated"):
+        _stream_fit(tmp_path, (1, 2))
+    callbacks = fault_tolerance.resumable_callbacks(str(tmp_path), save_freq=3)
+    one_epoch = tf.data.Dataset.range(4)  # iterated again every epoch: its first steps cannot go once
+    with pytest.raises(ValueError, match=r"made 2 step\(s\) into epoch 2, and this training data is not an endless"):
+        fault_tolerance.skip_trained_steps(one_epoch, callbacks, 3)
+    assert callbacks[0].skipped_steps == 0
+    stream = one_epoch.repeat()
+    assert fault_tolerance.skip_trained_steps(stream, callbacks, 3).take(1).get_single_element() == 2
+    assert fault_tolerance.skip_trained_steps(stream, callbacks, 1) is stream  # a backup beyond 1 epoch: refused later
+
+
+def test_a_stream_cut_for_another_backup_than_the_one_restored_is_refused(tmp_path):
+    import tensorflow as tf
+
+    with pytest.raises(RuntimeError, match="simulated"):
+        _stream_fit(tmp_path, (1, 2))
+    callbacks = fault_tolerance.resumable_callbacks(str(tmp_path), save_freq=3)
+    stream = fault_tolerance.skip_trained_steps(tf.data.Dataset.from_tensors((np.ones((8, 3)), np.ones((8, 1)))).repeat(),
+                                                callbacks, 3)
+    path = tmp_path / "backup" / "training_metadata.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "epoch_steps": 1}))  # another process's backup since
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4), keras.layers.Dropout(0.3), keras.layers.Dense(1)])
+    model.compile(keras.optimizers.Adam(1e-2), "mse", metrics=["mae"])
+    with pytest.raises(fault_tolerance.BackupMismatchError, match="skip 2 batch\\(es\\) of epoch 2, but its backup has "
+                                                                   "trained 1 of them"):
+        model.fit(stream, steps_per_epoch=4, epochs=3, verbose=0, callbacks=callbacks)
+    assert callbacks[0].skipped_steps == 0 and model._initial_epoch is None
+    assert (tmp_path / "backup").is_dir()
