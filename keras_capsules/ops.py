@@ -13,7 +13,7 @@ from keras import ops
 
 __all__ = [
     "MASK_VALUE", "routing_dtype", "safe_norm", "squash", "matmul", "conv", "conv_sum", "maximum",
-    "minimum", "max_with_initial", "min_with_initial", "mean", "tanh", "masked_softmax",
+    "minimum", "max_with_initial", "min_with_initial", "mean", "tanh", "masked_softmax", "cond",
 ]
 
 #: The large finite negative used for masked logits (never -inf or -1e30, which
@@ -482,3 +482,23 @@ def _check_mask_shape(mask_shape, logits_shape):
             f"each of the same length or 1). Received: mask.shape={mask_shape}, "
             f"logits.shape={logits_shape}"
         )
+
+
+def cond(pred, true_fn, false_fn):
+    """``keras.ops.cond(pred, true_fn, false_fn)`` for branches that return a sequence
+    of tensors (given as a tuple), also inside ``torch.compile``.
+
+    Why it exists: Keras' torch ``ops.cond`` (3.15) is a Python ``if`` on ``pred``,
+    which ``torch.compile`` cannot trace when ``pred`` is a tensor ("data-dependent
+    branching"): the compiled graph broke at every call. ``torch.cond`` (torch 2.13)
+    compiles only when both branches' outputs have the same memory layout, which
+    inductor does not keep for einsum results. So while ``torch.compile`` traces, both
+    branches run and ``pred`` selects between their outputs (gradients reach the
+    selected branch only); everywhere else it is ``ops.cond``, which runs the one
+    branch ``pred`` picks (eager torch included).
+    """
+    from keras_capsules._validation import _traced_by_torch_compile
+
+    if _traced_by_torch_compile():
+        return tuple(ops.where(pred, t, f) for t, f in zip(true_fn(), false_fn()))
+    return tuple(ops.cond(pred, lambda: tuple(true_fn()), lambda: tuple(false_fn())))

@@ -23,7 +23,7 @@ from keras_capsules.layers._vote_routing import (
     mask_list,
     shape_tuple,
 )
-from keras_capsules.ops import masked_softmax, max_with_initial, maximum, routing_dtype
+from keras_capsules.ops import cond, masked_softmax, max_with_initial, maximum, routing_dtype
 
 _ALGORITHMS = ("auto", "votes", "moments")
 
@@ -32,6 +32,17 @@ _ALGORITHMS = ("auto", "votes", "moments")
 _RESCALE_ABOVE = {"float32": 2.0**16, "float64": 2.0**128}
 # The variance floor of rescaled poses is at least this (see _pose_scale).
 _RESCALED_FLOOR = {"float32": 2.0**-60, "float64": 2.0**-500}
+# "moments" hands a batch to "votes" when its estimated rounding error exceeds
+# _MOMENTS_TOLERANCE (see EMRouting._route_moments): the estimate is the unit roundoff
+# times _ROUNDING_FACTOR times the magnitude of the terms that cancel.
+_UNIT_ROUNDOFF = {"float32": 2.0**-24, "float64": 2.0**-53}
+_ROUNDING_FACTOR = 2.0
+_MOMENTS_TOLERANCE = 1e-3
+# ... and sums its returned variances from the residuals when the relative rounding
+# error estimated for their expansion exceeds this.
+_VARIANCE_TOLERANCE = 1e-3
+# Softmax weights below exp(-gap) of a row's largest are below the dtype's resolution.
+_NEGLIGIBLE_GAP = {"float32": 17.0, "float64": 37.0}
 
 
 def _pose_scale(x, eps):
@@ -61,6 +72,13 @@ def _pose_scale(x, eps):
     unscale = ops.stop_gradient(ops.where(big, largest, ops.ones_like(largest)))
     floor = maximum(eps * ops.square(scale), min(eps, _RESCALED_FLOOR[dtype]))
     return scale, unscale, floor
+
+
+def _largest(estimates, axis=None):
+    """The largest of non-negative error estimates, 0 for none; NaN estimates (of a
+    sample whose outputs are NaN anyway) are left out, on every backend alike, so that
+    they decide nothing for the other samples."""
+    return max_with_initial(ops.where(ops.isnan(estimates), 0.0, estimates), axis=axis, initial=0.0)
 
 
 def _uniform_use(f, n_out):
@@ -154,18 +172,31 @@ class EMRouting(OwnCastingLayer):
       needs 2.6-5.6x less memory than ``"votes"`` (with and without XLA; one thread,
       ``benchmarks/em_routing.py``, 2026-12-01). Inputs
       are centred per sample first, which keeps the expanded quadratic forms accurate
-      in float32. It agrees with ``"votes"`` to float32 rounding on
-      well-conditioned data; when votes cluster so tightly that the variances fall to
-      ~1e-4 of the squared vote magnitudes, it loses a few more digits than
-      ``"votes"`` does. **Known limit (float32, mixed precision included):** once an
-      output's variance reaches the floor ``eps`` while the votes are large, the
-      E-step's expanded quadratic form (terms of order ``vote**2 / eps``) cancels
-      catastrophically: with poses of about 100 and the default ``eps``, after 5 or
-      more iterations ``mu_out`` came out 55-75% off (relative) where ``"votes"`` and
-      float64 agree to 1e-5 (measured 2026-12-01, batch 4, 256 inputs, 16 outputs,
-      4x4 poses; with 3 iterations, or with poses of order 1-30 at up to 20
-      iterations, it was within 1e-5). For such data use ``algorithm="votes"``, a
-      float64 layer, or poses of order 1.
+      in float32 on well-conditioned data. They lose digits where votes lie close to
+      their output's mean on the scale of the votes themselves (a variance near the
+      floor ``eps`` next to votes of order 100 cancelled terms of order
+      ``vote**2 / eps`` and gave ``mu_out`` 55-75% off; variances of tight clusters
+      came out 2.6% to 640x off). So "moments" estimates the rounding error of every
+      expansion it makes from the magnitudes of the terms that cancel, and:
+
+      - where the E-step's error could move an input's responsibilities by more than
+        1e-3 (to first order, in L1), the whole batch is routed again by ``"votes"``
+        (a conditional on a tensor: only then are the votes formed, and a backward
+        pass recomputes them rather than keeping them);
+      - where the returned variances' expansion could be off by more than 1e-3
+        (relative), ``sig2_out`` is summed from the residuals as ``"votes"`` sums it
+        (forming ``V`` once, for that alone; a compiled graph that does not use
+        ``sig2_out`` never forms it).
+
+      The estimates are bounds (1.3-13x above the errors measured), so a batch handed
+      to ``"votes"`` costs the time of both algorithms, and the conditionals cost some
+      memory: measured at the smallNORB shape (forward and backward, 2 threads, the
+      machine otherwise idle, 2026-12-01) with no batch handed over, 0.07-0.16 s
+      against 0.09-0.16 s before the estimates, and 0.29-0.53 GiB against 0.16-0.30.
+      The README's demo (``keras-capsules train``) handed 0 of its 1,437 batches to
+      ``"votes"``; random poses routed for 5 or more iterations, whose outputs
+      collapse onto single inputs, are handed over. Under ``torch.compile`` both
+      algorithms run and the estimate selects (``torch.cond`` does not compile them).
     * ``"auto"`` (default) picks ``"moments"`` for shared weights when
       ``d_inp * (d_inp + 1) <= 64 * d_out`` and ``"votes"`` otherwise: measured
       (forward and backward, batch 8, 512 inputs, 32 outputs, a 2-core CPU), the two
@@ -405,6 +436,16 @@ class EMRouting(OwnCastingLayer):
         pose = (a_shape[0], n_out, mu_shape[2], self.d_out)
         return [(a_shape[0], n_out), pose, pose]
 
+    def compute_output_spec(self, inputs, mask=None):
+        if isinstance(inputs, (list, tuple)) and len(inputs) == 2 and mask is not None:
+            # the mask as call checks it (a mask of another shape built the model, and
+            # only predict refused it)
+            a_shape, mu_shape = (tuple(x.shape) for x in inputs)
+            n_inp = a_shape[1] if a_shape[1] is not None else mu_shape[1]
+            batch = a_shape[0] if a_shape[0] is not None else mu_shape[0]
+            self._combined_mask(mask, n_inp, batch)
+        return super().compute_output_spec(inputs, mask=mask)
+
     def compute_mask(self, inputs, mask=None):
         if (
             self.n_out is None
@@ -530,9 +571,27 @@ class EMRouting(OwnCastingLayer):
             bias = bias[None]
         bias = bias * scale[:, :, :, :, None]
         if self.resolved_algorithm == "moments":
-            outputs = self._route_moments(
+            (a_out, mu_out, spread), ill_conditioned = self._route_moments(
                 f, x, valid, kernel[0], bias[:, 0], beta_use[0], beta_ign[0], n_out, var_eps, out_valid
             )
+            # The returned variances from the final residuals (outside the conditional,
+            # so that a compiled graph that does not use them never forms them).
+            sig2_out = spread()
+
+            def route_votes(f, x, kernel, bias, beta_use, beta_ign):
+                return self._route_votes(f, x, kernel, bias, beta_use, beta_ign, n_out, var_eps, out_valid)
+
+            # Rounding beyond the tolerance somewhere in the batch: the batch is routed
+            # again from the votes (only then are they formed). Rematerialized: a
+            # backward pass recomputes them, so the conditional keeps no vote-sized
+            # intermediates (under XLA it kept them, zeros when not taken, at 10x the
+            # time of "moments" and 5x its memory).
+            voted = cond(
+                ill_conditioned,
+                lambda: keras.remat(route_votes)(f, x, kernel, bias, beta_use, beta_ign),
+                lambda: (a_out, mu_out, ops.zeros_like(mu_out)),
+            )
+            outputs = voted[:2] + (ops.where(ill_conditioned, voted[2], sig2_out),)
         else:
             outputs = self._route_votes(f, x, kernel, bias, beta_use, beta_ign, n_out, var_eps, out_valid)
         a_out, mu_out, sig2_out = outputs
@@ -546,9 +605,12 @@ class EMRouting(OwnCastingLayer):
         return [ops.cast(o, self.compute_dtype) for o in (a_out, mu_out, sig2_out)]
 
     @staticmethod
-    def _assign(a_out, log_p, f, out_valid):
-        """E-step: ``D_use = f R``, ``R`` the softmax over the (real) outputs."""
-        logits = ops.log_sigmoid(a_out)[:, None, :] + log_p
+    def _logits(a_out, log_p):
+        return ops.log_sigmoid(a_out)[:, None, :] + log_p
+
+    @staticmethod
+    def _responsibilities(logits, out_valid):
+        """``R``: the softmax of the E-step's logits over the (real) outputs."""
         if logits.shape[-1] == 1:
             # A single output takes every input whole (Keras warns on a softmax over one entry).
             r = ops.ones_like(logits)
@@ -558,7 +620,12 @@ class EMRouting(OwnCastingLayer):
             r = ops.softmax(logits, axis=-1)
         else:
             r = masked_softmax(logits, out_valid[:, None, :] > 0, axis=-1)
-        return f[:, :, None] * r
+        return r
+
+    @classmethod
+    def _assign(cls, a_out, log_p, f, out_valid):
+        """E-step: ``D_use = f R``, ``R`` the softmax over the (real) outputs."""
+        return f[:, :, None] * cls._responsibilities(cls._logits(a_out, log_p), out_valid)
 
     def _m_step_scores(self, f, d_use, beta_use, beta_ign):
         # a_out = sum_i beta_use D_use - sum_i beta_ign (f - D_use)
@@ -606,8 +673,36 @@ class EMRouting(OwnCastingLayer):
         the algorithm needs is linear in sums over inputs of D_use * x and
         D_use * x x^T, or in x and x x^T weighted by per-output coefficients.
         ``bias`` is per sample, ``[b, j, c, h]``; ``var_eps`` as in ``_route_votes``.
+
+        Returns ``[a_out, mu_out, sig2_out_fn]`` and a boolean scalar, true where the
+        E-step's rounding may exceed ``_MOMENTS_TOLERANCE`` somewhere in the batch;
+        ``sig2_out_fn()`` computes the returned variances (called outside the caller's
+        conditional, so that a graph that does not use them prunes them).
+
+        Both expansions subtract terms that are large next to their difference when
+        votes lie close to their output's mean on the scale of the votes themselves
+        (a variance near the floor ``eps`` next to large votes): the E-step's
+        ``quad - 2 lin + const`` (the squared residuals weighted by the precisions) and
+        the M-step's ``sum D y**2 - 2 g sum D y + g**2 sum D`` (the variance's sum).
+        Their rounding error is estimated as the unit roundoff times
+        ``_ROUNDING_FACTOR`` times the magnitude of the cancelling terms (bounded by
+        Cauchy-Schwarz over the pose rows, so without forming a vote). A variance's
+        counts relative to the variance; it moves the next E-step's log-likelihoods by
+        up to that times ``sum_ch prec (y - g)**2 + c h / 2``. An E-step logit's error
+        counts through the responsibilities it moves: ``2 sum_j R_ij (1 - R_ij)
+        err_ij`` bounds, to first order, the L1 change of an input's row of ``R``; an
+        error of one nat or more also counts wherever the logit may lie within
+        ``_NEGLIGIBLE_GAP`` of its row's largest (where the first order no longer
+        holds). Only real inputs and outputs count. The returned variances are summed
+        from the residuals where their expansion's estimate exceeds
+        ``_VARIANCE_TOLERANCE``.
         """
         eps = self.eps
+        dtype = keras.backend.standardize_dtype(x.dtype)
+        rounding = _ROUNDING_FACTOR * _UNIT_ROUNDOFF[dtype]
+        gap = _NEGLIGIBLE_GAP[dtype]
+        real_in = ops.cast(f > 0, dtype)[:, :, None]  # [b, i, 1]
+        worst = ops.zeros((), dtype)  # the largest error estimate so far
         # Centre the inputs per sample and row (weighted by activation): V is unchanged
         # once the shift's image m @ kernel moves into a per-sample bias.
         f_sum = ops.sum(f, axis=1)  # [b]
@@ -615,7 +710,13 @@ class EMRouting(OwnCastingLayer):
         bias = bias + ops.einsum("bcd,jdh->bjch", centre, kernel)  # [b, j, c, h]
         x = ops.where(ops.expand_dims(valid, (2, 3)), x - centre[:, None], ops.zeros_like(x))
         xx = x[..., :, None] * x[..., None, :]  # [b, i, c, d, e]
+
+        def m2_of(d_use):
+            return ops.einsum("bij,bicde->bjcde", d_use, xx)
+
         k_outer = kernel[:, :, None, :] * kernel[:, None, :, :]  # [j, d, e, h]
+        x_norm2 = ops.sum(ops.square(x), axis=3)  # [b, i, c]
+        k_norm2 = ops.sum(ops.square(kernel), axis=1)  # [j, h]
         for t in range(self.n_iters):
             if t == 0:
                 d_use = _uniform_use(f, n_out) if out_valid is None else _uniform_use_over(f, out_valid)
@@ -625,22 +726,80 @@ class EMRouting(OwnCastingLayer):
                 g = mu_out - bias
                 quad = ops.einsum("bicde,bjcde->bij", xx, ops.einsum("bjch,jdeh->bjcde", prec, k_outer))
                 lin = ops.einsum("bicd,bjcd->bij", x, ops.einsum("bjch,jdh->bjcd", prec * g, kernel))
-                const = ops.sum(prec * ops.square(g) + 0.5 * ops.log(sig2_out), axis=(2, 3))
-                log_p = -(quad - 2.0 * lin + const[:, None, :])
-                d_use = self._assign(a_out, log_p, f, out_valid)
+                g_quad = ops.sum(prec * ops.square(g), axis=(2, 3))[:, None, :]  # [b, 1, j]
+                log_det = 0.5 * ops.sum(ops.log(sig2_out), axis=(2, 3))[:, None, :]
+                log_p = -(quad - 2.0 * lin + g_quad + log_det)
+                logits = self._logits(a_out, log_p)
+                r = self._responsibilities(logits, out_valid)
+                d_use = f[:, :, None] * r
+                # The rounding error of log_p at each (i, j) and what it can move.
+                # sum_ch prec (sum_d |x_d K_dh|)^2 <= sum_c |x_c|^2 sum_h prec |K_h|^2
+                quad_abs = ops.einsum("bic,bjc->bij", x_norm2, ops.einsum("bjch,jh->bjc", prec, k_norm2))
+                err = rounding * (quad_abs + 2.0 * ops.sqrt(quad_abs * g_quad) + g_quad + ops.abs(log_det))
+                # and that of the variances: a relative error rho moves log_p by up to
+                # rho (sum_ch prec (y - g)^2 + 0.5 c h)
+                half_count = 0.5 * sig2_out.shape[2] * sig2_out.shape[3]
+                err = err + sig2_err[:, None, :] * (maximum(-log_p - log_det, 0.0) + half_count)
+                err = err * real_in if out_valid is None else err * real_in * out_valid[:, None, :]
+                row_change = 2.0 * ops.sum(r * (1.0 - r) * err, axis=2)  # [b, i]
+                if out_valid is not None:
+                    logits = ops.where(out_valid[:, None, :] > 0, logits, ops.full_like(logits, -math.inf))
+                top = max_with_initial(logits - err, axis=2, keepdims=True, initial=-math.inf)
+                near_top = ops.cast(logits + err >= top - gap, dtype)
+                # [b, i]: errors of a nat or more where they may count
+                large = max_with_initial(err * near_top, axis=2, initial=0.0)
+                large = ops.where(large >= 1.0, large, ops.zeros_like(large))
+                worst = maximum(worst, _largest(maximum(row_change, large)))
             a_out = self._m_step_scores(f, d_use, beta_use, beta_ign)
             d_sum = ops.sum(d_use, axis=1)  # [b, j]
             inv_s = (1.0 / (d_sum + eps))[:, :, None, None]
             m1 = ops.einsum("bij,bicd->bjcd", d_use, x)
-            m2 = ops.einsum("bij,bicde->bjcde", d_use, xx)
             sum_y = ops.einsum("bjcd,jdh->bjch", m1, kernel)  # sum_i D y
-            sum_y2 = ops.einsum("bjcde,jdeh->bjch", m2, k_outer)  # sum_i D y^2
             mu_out = (sum_y + d_sum[:, :, None, None] * bias) * inv_s
-            # sum_i D (y - g)^2 with g = mu_out - bias, never negative in exact arithmetic.
             g = mu_out - bias
-            sq = sum_y2 - 2.0 * g * sum_y + d_sum[:, :, None, None] * ops.square(g)
-            sig2_out = maximum(sq, 0.0) * inv_s + var_eps
-        return a_out, mu_out, sig2_out
+            if t == self.n_iters - 1:
+                break
+            sig2_out, sig2_err = self._expanded_variances(d_use, d_sum, inv_s, sum_y, g, x_norm2, k_norm2, m2_of,
+                                                          k_outer, var_eps, out_valid, rounding)
+
+        def spread():
+            # The returned variances: the expansion where its rounding stays within
+            # the tolerance, else from the residuals as "votes" sums them
+            # (rematerialized: V is formed for this alone, and again in a backward pass).
+            expanded, err = self._expanded_variances(d_use, d_sum, inv_s, sum_y, g, x_norm2, k_norm2, m2_of,
+                                                     k_outer, var_eps, out_valid, rounding)
+
+            def from_residuals(x, kernel, g, d_use, inv_s):
+                resid = ops.einsum("bicd,jdh->bijch", x, kernel) - g[:, None]
+                return (ops.einsum("bij,bijch->bjch", d_use, ops.square(resid)) * inv_s + var_eps,)
+
+            return cond(
+                _largest(err) > _VARIANCE_TOLERANCE,
+                lambda: keras.remat(from_residuals)(x, kernel, g, d_use, inv_s),
+                lambda: (expanded,),
+            )[0]
+
+        return [a_out, mu_out, spread], worst > _MOMENTS_TOLERANCE
+
+    @staticmethod
+    def _expanded_variances(d_use, d_sum, inv_s, sum_y, g, x_norm2, k_norm2, m2_of, k_outer, var_eps, out_valid,
+                            rounding):
+        """``sig2_out`` of "moments" and its rounding error relative to it, by output.
+
+        sum_i D (y - g)^2 = sum_i D y^2 - 2 g sum_i D y + g^2 sum_i D, never negative
+        in exact arithmetic; the cancelling terms' magnitudes are bounded as in the
+        E-step (|sum_i D y| by Cauchy-Schwarz).
+        """
+        sum_y2 = ops.einsum("bjcde,jdeh->bjch", m2_of(d_use), k_outer)  # sum_i D y^2
+        g_sum_y = g * sum_y
+        g2_sum = d_sum[:, :, None, None] * ops.square(g)
+        sig2 = maximum(sum_y2 - 2.0 * g_sum_y + g2_sum, 0.0) * inv_s + var_eps
+        y2_abs = ops.einsum("bij,bic->bjc", d_use, x_norm2)[..., None] * k_norm2[None, :, None, :]
+        y_abs = ops.sqrt(y2_abs * d_sum[:, :, None, None])
+        err = rounding * (y2_abs + 2.0 * ops.abs(g) * y_abs + g2_sum) * inv_s / sig2
+        if out_valid is not None:
+            err = err * out_valid[:, :, None, None]
+        return sig2, _largest(err, axis=(2, 3))  # [b, j, c, h], [b, j]
 
     def get_config(self):
         config = super().get_config()

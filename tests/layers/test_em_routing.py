@@ -886,3 +886,158 @@ def test_a_built_layer_reused_on_other_poses_is_refused_eagerly_and_when_the_mod
     with pytest.raises(ValueError, match=message):
         layer([keras.Input((5,)), keras.Input((5, 1, 6))])
     assert len(layer([keras.Input((5,)), keras.Input((5, 1, 4))])) == 3
+
+
+def _routed(layers, a, mu, before_calls=lambda: None):
+    """Each layer's outputs on ``(a, mu)`` as float64 arrays, all with the first's
+    weights; ``before_calls()`` runs once the layers are built, before any call."""
+    for layer in layers:
+        layer.build([(None, None), (None, None) + mu.shape[2:]])
+        layer.set_weights([np.asarray(w, layer.compute_dtype) for w in layers[0].get_weights()])
+    before_calls()
+    return [
+        [np.asarray(o, "float64") for o in layer([tensor(a, layer.compute_dtype), tensor(mu, layer.compute_dtype)])]
+        for layer in layers
+    ]
+
+
+def _audit_case(scale, n_iters, dtypes_and_algorithms, before_calls=lambda: None):
+    """The longrun audit's data: 4 samples of 256 random 4x4 poses of about ``scale``."""
+    rng = np.random.default_rng(0)
+    mu = rng.normal(size=(4, 256, 4, 4)) * scale
+    a = rng.normal(size=(4, 256)) * 2
+    layers = [
+        EMRouting(n_out=16, d_out=4, n_iters=n_iters, algorithm=algorithm, dtype=dtype,
+                  kernel_initializer=keras.initializers.RandomNormal(stddev=0.25, seed=1),
+                  beta_initializer=keras.initializers.RandomNormal(stddev=0.5, seed=2))
+        for dtype, algorithm in dtypes_and_algorithms
+    ]
+    return _routed(layers, a, mu, before_calls)
+
+
+class _VotesCalls:
+    """Counts the calls of ``EMRouting._route_votes``: those of the layers routing by
+    "votes", and a "moments" layer's fallback. An eager conditional runs one branch on
+    TensorFlow and torch; JAX's ``lax.cond`` traces both (and runs one), so there the
+    count says nothing and ``check`` checks nothing."""
+
+    def __init__(self, monkeypatch):
+        self.count = 0
+        route_votes = EMRouting._route_votes
+        self.reset = lambda: setattr(self, "count", 0)
+
+        def counted(layer, *args, **kwargs):
+            self.count += 1
+            return route_votes(layer, *args, **kwargs)
+
+        monkeypatch.setattr(EMRouting, "_route_votes", counted)
+
+    def check(self, count):
+        if BACKEND != "jax":
+            assert self.count == count
+
+
+def _moments_without_votes_against_float64(scale, n_iters, monkeypatch, tol, sig2_rtol):
+    """The audit's data routed by a float32 "moments" layer that never forms the votes
+    (on backends whose eager conditional runs one branch), against float64 "votes":
+    a_out and mu_out to ``tol`` of their largest, sig2_out to ``sig2_rtol``."""
+    calls = _VotesCalls(monkeypatch)
+    with float64_enabled():
+        want, got = _audit_case(scale, n_iters, [("float64", "votes"), ("float32", "moments")], calls.reset)
+    calls.check(1)  # the float64 layer's
+    for k in range(2):
+        np.testing.assert_allclose(got[k], want[k], atol=tol * np.abs(want[k]).max())
+    np.testing.assert_allclose(got[2], want[2], rtol=sig2_rtol)
+
+
+@pytest.mark.parametrize("scale,n_iters", [(1e2, 5), (1e2, 10), (1e3, 10)])
+def test_moments_hands_batches_whose_expansion_cancels_to_votes(scale, n_iters, monkeypatch):
+    # Audit s65 (longrun): in float32, once an output's variance met the floor eps next
+    # to votes of about 100, "moments" expanded quadratic forms of order vote**2 / eps
+    # (~1e9) cancelled: mu_out came out 55-75% off and a_out up to 0.8 off, where
+    # "votes" and float64 agree to 1e-5. Such a batch is now routed from the votes.
+    calls = _VotesCalls(monkeypatch)
+    with float64_enabled():
+        want, votes, moments = _audit_case(
+            scale, n_iters, [("float64", "votes"), ("float32", "votes"), ("float32", "moments")], calls.reset)
+    calls.check(3)  # the two "votes" layers, and the fallback
+    for got, exact, name in zip(moments, votes, ("a_out", "mu_out", "sig2_out")):
+        np.testing.assert_allclose(got, exact, rtol=1e-5, atol=1e-6 * np.abs(exact).max(), err_msg=name)
+    np.testing.assert_allclose(moments[0], want[0], atol=1e-5 * np.abs(want[0]).max())
+    np.testing.assert_allclose(moments[1], want[1], atol=1e-4 * np.abs(want[1]).max())
+
+
+@pytest.mark.parametrize("scale,n_iters", [(1.0, 3), (30.0, 3), (1e3, 3), (1.0, 2)])
+def test_moments_routes_well_conditioned_batches_alone_and_agrees_with_float64(scale, n_iters, monkeypatch):
+    # The fallback's rounding estimate does not fire where the expansion is accurate:
+    # these batches never form the votes, and still agree with float64.
+    _moments_without_votes_against_float64(scale, n_iters, monkeypatch, 1e-5, 1e-3)
+
+
+@pytest.mark.parametrize("scale,n_iters", [(1.0, 5), (10.0, 5), (30.0, 10)])
+def test_moments_returns_variances_from_the_residuals_where_their_expansion_cancels(scale, n_iters, monkeypatch):
+    # Routing that stays accurate (a_out and mu_out to float32 rounding) still returned
+    # sig2_out from sum D y**2 - 2 g sum D y + g**2 sum D, which loses every digit of a
+    # variance near the floor next to large votes: 2.6%, 3.3x and 54x off here. Such
+    # variances are now summed from the residuals, as "votes" sums them; the routing's
+    # own fallback is switched off to test that alone.
+    from keras_capsules.layers import em_routing
+
+    monkeypatch.setattr(em_routing, "_MOMENTS_TOLERANCE", np.inf, raising=False)
+    _moments_without_votes_against_float64(scale, n_iters, monkeypatch, 1e-4, 2e-3)
+
+
+@pytest.mark.parametrize("jit_compile", [False, True], ids=["graph", "xla"])
+def test_moments_fallback_is_traced_and_differentiated_as_votes(jit_compile):
+    # The fallback is a conditional on a tensor: compiled, with or without XLA, it gives
+    # the eager outputs, and its gradients are those of "votes".
+    rng = np.random.default_rng(0)
+    mu = tensor(rng.normal(size=(2, 64, 4, 4)) * 100.0, "float32")
+    a = tensor(rng.normal(size=(2, 64)) * 2, "float32")
+    init = dict(kernel_initializer=keras.initializers.RandomNormal(stddev=0.25, seed=1),
+                beta_initializer=keras.initializers.RandomNormal(stddev=0.5, seed=2))
+    layers = [EMRouting(n_out=16, d_out=4, n_iters=8, algorithm=alg, **init) for alg in ("votes", "moments")]
+    for layer in layers:
+        layer([a, mu])
+    layers[1].set_weights(layers[0].get_weights())
+    votes, moments = ([np.asarray(o) for o in layer([a, mu])] for layer in layers)
+    for got, want in zip(moments, votes):  # the batch is handed to votes
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6 * np.abs(want).max())
+    traced = compiled(lambda a, mu: layers[1]([a, mu]), jit_compile=jit_compile)
+    for got, want in zip(traced(a, mu), votes):
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+    def loss(layer):
+        return lambda a, mu: sum(keras.ops.sum(o) / (1.0 + np.abs(w).max()) for o, w in zip(layer([a, mu]), votes))
+
+    g_votes, g_moments = (grads(loss(layer), [a, mu], layer.trainable_weights) for layer in layers)
+    for got, want in zip(g_moments, g_votes):
+        got, want = np.asarray(got), np.asarray(want)
+        assert np.all(np.isfinite(got))
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * (1.0 + np.abs(want).max()))
+
+
+@pytest.mark.parametrize("n_out", [2, None])
+def test_a_mask_of_another_shape_is_refused_when_the_model_is_built(n_out):
+    # Audit s65 (shapes): a functional model took a mask of another shape (the symbolic
+    # call did not look at it); only predict refused it, with the eager call's error.
+    a, mu = keras.Input((5,)), keras.Input((5, 2, 2))
+    for inputs, mask_shape, message in [
+        ([a, mu], (None, 4), r"mask of shape \[batch, n_inp\] = \[batch, 5\]\. Received: mask shape=\(None, 4\)"),
+        ([a, mu], (None, 5, 2), r"mask of shape \[batch, n_inp\] = \[batch, 5\]\. Received: mask shape=\(None, 5, 2\)"),
+        ([keras.Input(batch_shape=(2, 5)), keras.Input(batch_shape=(2, 5, 2, 2))], (3, 5),
+         r"one row per sample.*\[2, 5\]\. Received: mask shape=\(3, 5\)"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            EMRouting(n_out, 2, n_iters=1)(inputs, mask=keras.Input(batch_shape=mask_shape, dtype="bool"))
+        with pytest.raises(ValueError, match=message):  # as Keras passes masks on, in a list
+            EMRouting(n_out, 2, n_iters=1)(inputs, mask=[keras.Input(batch_shape=mask_shape, dtype="bool"), None])
+    # unknown sizes: fine, and the model routes inputs of two lengths alike
+    a, mu, mask = keras.Input((None,)), keras.Input((None, 2, 2)), keras.Input((None,), dtype="bool")
+    model = keras.Model([a, mu, mask], EMRouting(n_out, 2, n_iters=2)([a, mu], mask=mask)[1])
+    rng = np.random.default_rng(0)
+    x = [rng.normal(size=(2, 6)).astype("float32"), rng.normal(size=(2, 6, 2, 2)).astype("float32")]
+    valid = np.array([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 0]], bool)
+    short = model.predict([x[0][:, :5], x[1][:, :5], valid[:, :5]], verbose=0)
+    full = model.predict(x + [valid], verbose=0)
+    np.testing.assert_allclose(short[:, :short.shape[1]], full[:, :short.shape[1]], rtol=1e-5, atol=1e-6)
