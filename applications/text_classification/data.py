@@ -493,10 +493,12 @@ def unescape_csv_text(texts):
 
 
 def _tfds_split(name, split, data_dir, download):
-    import tensorflow_datasets as tfds
+    from applications import tfds_data
 
     builder, fields, _ = TFDS_DATASETS[name]
-    ds = tfds.load(builder, split=split, data_dir=data_dir, download=download, shuffle_files=False)
+    # (tfds.load directly: data not prepared in data_dir was TFDS' raw AssertionError
+    # "could not find data", not the command line's one-line DataNotFoundError)
+    ds = tfds_data.load(builder, data_dir, download, split=split, shuffle_files=False)
 
     def to_pair(example):
         text = tf.strings.join([example[f] for f in fields], separator=" ")
@@ -523,6 +525,11 @@ def load_split(name, split, data_dir=None, phrases=False, limit=None, download=F
 
     Returns:
         The dataset (unbatched).
+
+    Raises:
+        DataNotFoundError: without ``download``, a TFDS set is not prepared in
+            ``data_dir`` (one line naming the folder and how to prepare it, as the
+            command line says it: ``applications.tfds_data.load``).
     """
     _check_dataset(name)
     if limit is not None:  # (limit=-1 dropped the last SST example, and kept every TFDS one)

@@ -101,3 +101,34 @@ def test_tfds_data_missing_from_data_dir_is_the_clear_error_of_the_cli(entry, tm
     assert info.value.__context__ is None  # no chained TFDS traceback
     if entry == "smallnorb.train":
         assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("entry", ["load_split", "train", "evaluate"])
+@pytest.mark.parametrize("dataset", ["ag_news", "yelp_polarity"])
+def test_text_classification_tfds_data_missing_from_data_dir_is_the_clear_error_of_the_cli(entry, dataset,
+                                                                                           tmp_path):
+    # audit s66: text_classification read TFDS with tfds.load, whose AssertionError ("could not
+    # find data in ...") was what the Python API said; the command line said it in one line
+    from applications import text_classification
+    from applications.errors import DataNotFoundError
+    from applications.text_classification import data as data_lib
+
+    data_dir = tmp_path / "tfds"
+    data_dir.mkdir()
+    model_path = tmp_path / "model.keras"
+    if entry == "evaluate":  # (the model file and vocabulary are looked for first)
+        model_path.write_bytes(b"")
+        (tmp_path / "vocab.txt").write_text("good\nbad\n")
+    run = {
+        "load_split": lambda: text_classification.load_split(dataset, "test", str(data_dir)),
+        "train": lambda: text_classification.train(dataset, data_dir=str(data_dir), run_dir=str(tmp_path / "run"),
+                                                   epochs=1, verbose=0),
+        "evaluate": lambda: text_classification.evaluate(str(model_path), dataset=dataset, data_dir=str(data_dir)),
+    }[entry]
+    name = data_lib.TFDS_DATASETS[dataset][0]
+    with pytest.raises(DataNotFoundError) as info:
+        run()
+    assert str(info.value) == (f"TFDS dataset {name!r} is not prepared in {data_dir}; pass --data-dir (data_dir "
+                               f"in Python) with a directory holding it, or prepare it with network access: tfds "
+                               f"build {name} --data_dir DIR")
+    assert info.value.__context__ is None  # no chained TFDS traceback
