@@ -31,12 +31,41 @@ def default_num_codewords(input_dim, num_codebooks):
         ``K``, the number of codewords per codebook that lets ``K ** M`` distinct
         codes tell all ``V`` ids apart.
     """
+    if input_dim <= 1:
+        return 1
+    if num_codebooks >= (input_dim - 1).bit_length():
+        # 2 ** M >= V already. (Not computed: 2 ** M of M = 10**20 codebooks is an
+        # integer of 10**20 bits, whose computation never ended.)
+        return 2
+    # here M < log2(V) + 1: the powers below are integers of about V's size
     k = max(1, int(round(input_dim ** (1.0 / num_codebooks))))
     while k > 1 and (k - 1) ** num_codebooks >= input_dim:
         k -= 1
     while k**num_codebooks < input_dim:
         k += 1
     return k
+
+
+#: The most numbers a tensor can hold (its size is an int64).
+MAX_WEIGHT_SIZE = 2**63 - 1
+
+
+def _check_weight_size(weight, at_least=False, **dims):
+    """Refuses a weight of the sizes ``dims`` (named by their arguments) that holds more
+    than :data:`MAX_WEIGHT_SIZE` numbers (no backend can build it); ``at_least``: the
+    weight holds at least that many numbers (other sizes are not known yet)."""
+    size = 1
+    for value in dims.values():
+        size *= value
+    if size > MAX_WEIGHT_SIZE:
+        names = list(dims)
+        received = ", ".join(f"{name}={value!r}" for name, value in dims.items())
+        raise ValueError(
+            f"CompositionalEmbedding's `{weight}` weight would hold {' * '.join(names)} = "
+            f"{' * '.join(str(value) for value in dims.values())} numbers{' or more' if at_least else ''}, "
+            f"more than the 2**63 - 1 that a tensor can hold: lower {', '.join(names[:-1])} or "
+            f"{names[-1]}. Received: {received}"
+        )
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -89,7 +118,9 @@ class CompositionalEmbedding(OwnCastingLayer):
         num_codebooks: number of codebooks ``M``. Default 8.
         num_codewords: codewords per codebook ``K`` (at least 2 when ``V > 1``: with
             one, every id has the same embedding); None (default) for the smallest
-            ``K`` with ``K ** M >= V``.
+            ``K`` with ``K ** M >= V``. Sizes whose ``codes`` (``[V, M, K]``, or
+            ``[V, M]`` fixed) or ``codebook`` (``[M, K, D]``) would hold more than
+            ``2**63 - 1`` numbers, which no tensor can, raise a ``ValueError``.
         mask_zero: if True, id 0 is padding and the layer returns a mask.
         codes: None (learned codes), or an integer array ``[V, M]`` with values in
             ``[0, K)``: the fixed codes (implies ``fixed_codes=True``).
@@ -151,6 +182,8 @@ class CompositionalEmbedding(OwnCastingLayer):
         self.output_dim = positive_int("output_dim", output_dim)
         self.num_codebooks = positive_int("num_codebooks", num_codebooks)
         num_codewords = positive_int("num_codewords", num_codewords, allow_none=True)
+        # (the code table has V * M entries in either form, K = 1 codeword at least)
+        _check_weight_size("codes", True, input_dim=self.input_dim, num_codebooks=self.num_codebooks)
         if num_codewords is None:
             num_codewords = default_num_codewords(self.input_dim, self.num_codebooks)
         if num_codewords == 1 and self.input_dim > 1:
@@ -168,6 +201,13 @@ class CompositionalEmbedding(OwnCastingLayer):
                 f"`fixed_codes` must be True, False or None. Received: fixed_codes={fixed_codes!r}"
             )
         fixed_codes = bool(fixed_codes)
+        # sizes that no tensor can hold, refused here rather than by build (TensorFlow's
+        # "Can't convert Python sequence with out-of-range integer to Tensor")
+        if not fixed_codes:
+            _check_weight_size("codes", input_dim=self.input_dim, num_codebooks=self.num_codebooks,
+                               num_codewords=num_codewords)
+        _check_weight_size("codebook", num_codebooks=self.num_codebooks, num_codewords=num_codewords,
+                           output_dim=self.output_dim)
         if codes is not None and not fixed_codes:
             raise ValueError(
                 "`codes` gives fixed integer codes, which contradicts fixed_codes=False. "

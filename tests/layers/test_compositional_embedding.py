@@ -1,5 +1,8 @@
 """CompositionalEmbedding: reference conformance, fixed codes, masking, contract, errors."""
 
+import pathlib
+import subprocess
+import sys
 import warnings
 
 import keras
@@ -11,6 +14,8 @@ from keras_capsules.layers.compositional_embedding import default_num_codewords
 from tests.backends import BACKEND, grads, require_float64, tensor, tensorflow_only, value_and_grads
 from tests.harness import run_layer_contract
 from tests.refdata import load_cccaps
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _reference_layer(ref, dtype="float32"):
@@ -167,6 +172,51 @@ def test_out_of_range_ids_raise_in_eager_mode():
 def test_bad_constructor_arguments(kwargs, message):
     with pytest.raises(ValueError, match=f"Received: .*{message}"):
         CompositionalEmbedding(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        # (built, TensorFlow said "Can't convert Python sequence with out-of-range integer to
+        # Tensor" or "Shape [...] would have more than 2**63 - 1 elements", naming no argument)
+        (dict(input_dim=4, output_dim=4, num_codebooks=2**60, num_codewords=3),
+         r"`codes` weight would hold input_dim \* num_codebooks \* num_codewords = 4 \* 1152921504606846976 "
+         r"\* 3 numbers, .*Received: input_dim=4, num_codebooks=1152921504606846976, num_codewords=3$"),
+        (dict(input_dim=4, output_dim=4, num_codebooks=2**60, num_codewords=3, fixed_codes=True),
+         r"`codebook` weight would hold num_codebooks \* num_codewords \* output_dim = .*Received: "
+         r"num_codebooks=1152921504606846976, num_codewords=3, output_dim=4$"),
+        (dict(input_dim=10, output_dim=10**20, num_codebooks=2), r"`codebook` .*output_dim=100000000000000000000$"),
+        (dict(input_dim=10**20, output_dim=4, num_codebooks=2, num_codewords=2, fixed_codes=True),
+         r"`codes` weight would hold input_dim \* num_codebooks = 100000000000000000000 \* 2 numbers or more"),
+    ],
+)
+def test_sizes_that_no_tensor_can_hold_are_refused_at_construction(kwargs, message):
+    with pytest.raises(ValueError, match=message) as info:
+        CompositionalEmbedding(**kwargs)
+    assert "more than the 2**63 - 1 that a tensor can hold" in str(info.value)
+
+
+def test_a_huge_number_of_codebooks_is_refused_at_once_not_a_hang():
+    # audit s66: num_codebooks=1e20 hung the constructor (default_num_codewords computed
+    # 2 ** 10**20 exactly); 1e9 took 5 s there. In a subprocess, so that a hang fails the
+    # test (a Python integer power cannot be interrupted) instead of the whole run.
+    script = (
+        "from keras_capsules.layers import CompositionalEmbedding\n"
+        "from keras_capsules.layers.compositional_embedding import default_num_codewords\n"
+        "assert default_num_codewords(100, 10**20) == 2 and default_num_codewords(1, 10**20) == 1\n"
+        "assert CompositionalEmbedding(100, 4, num_codebooks=10**9).num_codewords == 2\n"
+        "try:\n"
+        "    CompositionalEmbedding(100, 4, num_codebooks=10**20)\n"
+        "except ValueError as error:\n"
+        "    print(error)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip() == (
+        "CompositionalEmbedding's `codes` weight would hold input_dim * num_codebooks = 100 * "
+        "100000000000000000000 numbers or more, more than the 2**63 - 1 that a tensor can hold: lower "
+        "input_dim or num_codebooks. Received: input_dim=100, num_codebooks=100000000000000000000"
+    )
 
 
 def test_mixed_precision_with_fixed_codes():
