@@ -11,6 +11,7 @@ import numbers
 import keras
 from keras import ops
 
+from keras_capsules._validation import positive_float
 from keras_capsules.ops import minimum
 
 
@@ -68,7 +69,13 @@ class RAdam(keras.optimizers.Optimizer):
         epsilon: added to ``sqrt(v_hat)`` in the adaptive step. Default 1e-8.
         weight_decay, clipnorm, clipvalue, global_clipnorm, use_ema, ema_momentum,
             ema_overwrite_frequency, loss_scale_factor, gradient_accumulation_steps,
-            name: as for every ``keras.optimizers.Optimizer``.
+            name: as for every ``keras.optimizers.Optimizer``, checked where Keras does
+            not: ``clipnorm``, ``clipvalue``, ``global_clipnorm`` and
+            ``loss_scale_factor`` are None or a finite number > 0 (Keras clipped
+            nothing, silently, for a NaN, negative or zero clip, and trained NaN weights
+            for an infinite norm), ``ema_momentum`` with ``use_ema`` a number in
+            ``[0, 1]`` (NaN too was accepted). A bad value raises a ``ValueError``
+            naming it.
 
     Example:
 
@@ -125,6 +132,20 @@ class RAdam(keras.optimizers.Optimizer):
             )
         if isinstance(learning_rate, numbers.Real) and not isinstance(learning_rate, bool):
             learning_rate = float(learning_rate)  # Keras refuses an np.float32 rate
+        # Keras checks none of these. A NaN, negative or zero clip clipped nothing, silently;
+        # an infinite clipnorm or global_clipnorm made every weight NaN at the first step,
+        # as did a loss_scale_factor of 0 (the gradients are divided by it).
+        clipnorm, clipvalue, global_clipnorm, loss_scale_factor = (
+            None if value is None else positive_float(arg, value)
+            for arg, value in (("clipnorm", clipnorm), ("clipvalue", clipvalue),
+                               ("global_clipnorm", global_clipnorm), ("loss_scale_factor", loss_scale_factor))
+        )
+        # (Keras refuses an ema_momentum outside [0, 1], but not NaN: an average that
+        # kept the first weights)
+        if use_ema and (
+            isinstance(ema_momentum, bool) or not isinstance(ema_momentum, numbers.Real) or not 0 <= ema_momentum <= 1
+        ):
+            raise ValueError(f"`ema_momentum` must be a number in [0, 1]. Received: ema_momentum={ema_momentum!r}")
         super().__init__(
             learning_rate=learning_rate,
             name=name,

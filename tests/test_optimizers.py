@@ -151,6 +151,45 @@ def test_bad_arguments(kwargs, name):
         RAdam(**kwargs)
 
 
+@pytest.mark.parametrize("name", ["clipnorm", "clipvalue", "global_clipnorm", "loss_scale_factor"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -1.0, 0.0, "1", True])
+def test_bad_clip_and_loss_scale_values_are_refused(name, value):
+    # audit s66: Keras checks none of them. A NaN, negative or zero clip clipped nothing,
+    # silently; clipnorm=inf or global_clipnorm=inf trained NaN weights at the first step, as
+    # did loss_scale_factor=0; clipnorm="1" failed at the first step with a TypeError.
+    with pytest.raises(ValueError, match=rf"^`{name}` must be a positive, finite number\. Received: {name}="):
+        RAdam(**{name: value})
+
+
+@pytest.mark.parametrize("momentum", [float("nan"), 1.5, -0.1, "0.9"])
+def test_a_bad_ema_momentum_is_refused(momentum):
+    # audit s66: Keras refused 1.5 and -0.1 but not NaN (nor "0.9", a TypeError)
+    with pytest.raises(ValueError, match=r"^`ema_momentum` must be a number in \[0, 1\]\. Received: ema_momentum="):
+        RAdam(use_ema=True, ema_momentum=momentum)
+
+
+@pytest.mark.parametrize("name", ["clipnorm", "clipvalue", "global_clipnorm", "loss_scale_factor"])
+def test_clip_and_loss_scale_values_are_kept_and_serialized(name):
+    schedule = keras.optimizers.schedules.ExponentialDecay(0.01, 10, 0.5)
+    opt = RAdam(schedule, **{name: np.float32(2.0)}, use_ema=True, ema_momentum=1.0)
+    config = opt.get_config()
+    assert config[name] == 2.0 and type(config[name]) is float  # (np.float32 is not JSON)
+    restored = keras.optimizers.deserialize(keras.optimizers.serialize(opt))
+    assert getattr(restored, name) == 2.0 and restored.ema_momentum == 1.0
+    assert isinstance(restored._learning_rate, keras.optimizers.schedules.ExponentialDecay)
+    assert restored.get_config() == config
+    # (and the default None: nothing clipped, no loss scale)
+    assert RAdam().get_config()[name] is None
+
+
+def test_clipnorm_clips():
+    opt = RAdam(0.1, clipnorm=1.0)
+    v = keras.Variable(np.ones(2, "float32"))
+    opt.apply_gradients([(tensor(np.array([100.0, 0.0], "float32")), v)])
+    # the first step is momentum SGD: v -= lr * g, with g clipped to norm 1
+    np.testing.assert_allclose(np.asarray(v), [0.9, 1.0], rtol=1e-6)
+
+
 def test_epsilon_zero_leaves_a_weight_whose_gradient_was_always_zero_unchanged():
     # audit (2026-11-27): with epsilon=0 (allowed), the rectified step (from step 5)
     # of a weight whose gradient had been zero so far was 0 / 0 = NaN
