@@ -540,7 +540,8 @@ def mixture_nll(x, m, pi, sigma, group_axis=1, from_logits=False, epsilon=1e-7):
         x: targets ``[batch, ..., C]`` (the shape of ``m`` without the group axis).
         m: group means ``[batch, ..., K, ..., C]`` with the groups at ``group_axis``.
         pi: group probabilities (or logits with ``from_logits=True``) of the shape of
-            ``m`` with one channel.
+            ``m`` with one channel. Probabilities are used as given, not normalized
+            over the groups (see :class:`MixtureNLL`).
         sigma: the fixed standard deviation.
         group_axis: the axis of ``m`` and ``pi`` that holds the groups.
         from_logits: ``pi`` holds logits (normalized by a log-softmax over groups).
@@ -697,6 +698,20 @@ class MixtureNLL(GlobalBatchLoss):
     ``N`` includes its normalizing constant, summed over the ``C`` channels. The
     per-pixel values are averaged (``reduction="sum_over_batch_size"``, default) or
     summed (``reduction="sum"``) by the usual Keras reduction.
+
+    Probabilities ``pi`` (``from_logits=False``) are used as given, floored at
+    ``epsilon``: the loss neither normalizes them over the groups nor checks that they
+    sum to 1. Where a pixel's ``pi`` sums to ``s`` over the groups (none below
+    ``epsilon``), its loss is that of the normalized ``pi / s`` minus ``log(s)``: a
+    ``pi`` summing above 1 lowers the loss (a model free to scale its ``pi`` up lowers
+    it without bound), one summing below 1 raises it. Pass probabilities that sum to 1
+    over the groups (a softmax over them, as RTagger's ``pi``), or logits with
+    ``from_logits=True``, which a log-softmax over the groups normalizes. (A check of
+    the sums could only run in eager calls, never in a traced ``fit``, and the pixels a
+    mask leaves out may hold anything.) A negative loss is no sign of an unnormalized
+    ``pi``: ``N`` is a density, above 1 near its mean when ``sigma`` is small (at
+    ``x = m_k`` its log is ``-C (log(sigma) + log(2 pi) / 2)``, positive for
+    ``sigma`` below ``1 / sqrt(2 pi) = 0.399``).
 
     Args:
         sigma: the fixed standard deviation of the Gaussians. Default 0.5.

@@ -323,6 +323,32 @@ def test_mixture_nll_with_a_tiny_or_huge_sigma_is_finite(sigma):
     np.testing.assert_allclose(loss, 0.5 * np.log(2 * np.pi) + np.log(sigma), rtol=1e-5)
 
 
+def test_mixture_nll_uses_pi_as_given_as_its_docstring_says():
+    # audit s66: a pi summing above 1 gives a lower (here negative) loss, silently. Kept, and
+    # documented: the loss of a pi summing to s is that of pi / s minus log(s) (a check of
+    # the sums could not run in a traced fit); from_logits=True normalizes.
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2, 5, 1)).astype("float32")
+    means = rng.normal(size=(2, 3, 5, 1)).astype("float32")
+    logits = rng.normal(size=(2, 3, 5, 1)).astype("float32")
+    pi = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
+
+    def per_pixel(p, **kwargs):
+        nll = losses.MixtureNLL(reduction=None, **kwargs)(x, np.concatenate([means, p], -1))
+        return keras.ops.convert_to_numpy(nll)
+
+    normalized = per_pixel(pi)
+    for s in (3.0, 0.5):
+        np.testing.assert_allclose(per_pixel(s * pi), normalized - np.log(s), rtol=1e-5, atol=1e-5)
+    assert (per_pixel(1e4 * pi) < 0).all() and (normalized > 0).all()
+    # logits of any scale are normalized: the same loss as their softmax
+    np.testing.assert_allclose(per_pixel(logits + 5.0, from_logits=True), normalized, rtol=1e-5, atol=1e-6)
+    # and a negative loss with a normalized pi: N is a density (above 1 at its mean for sigma < 0.399)
+    exact = np.concatenate([np.repeat(x[:, None], 3, 1), pi], -1)
+    assert (keras.ops.convert_to_numpy(losses.MixtureNLL(sigma=0.1, reduction=None)(x, exact)) < 0).all()
+    assert "used as given" in losses.MixtureNLL.__doc__ and "minus ``log(s)``" in losses.MixtureNLL.__doc__
+
+
 def test_mixture_nll_with_a_sigma_below_its_dtype_is_a_clear_error():
     # Audit (2026-11-28): it was Python's "math domain error" (sigma^2 rounded to 0).
     x = np.zeros((2, 3, 1), "float32")
