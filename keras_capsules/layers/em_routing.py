@@ -168,9 +168,9 @@ class EMRouting(OwnCastingLayer):
       the votes are computed from the ``D_use``-weighted first and second moments of
       the *inputs*, and the E-step's Gaussian log-likelihoods from a quadratic form in
       the inputs, all as matrix products over the input axis. Memory no longer grows
-      with ``n_out * d_out``; at the smallNORB first-layer shape it is 18-24x faster and
-      needs 2.6-5.6x less memory than ``"votes"`` (with and without XLA; one thread,
-      ``benchmarks/em_routing.py``, 2026-12-01). Inputs
+      with ``n_out * d_out``; at the smallNORB first-layer shape it is 13-20x faster and
+      needs 1.5-3.4x less memory than ``"votes"`` (with and without XLA; two threads,
+      ``benchmarks/em_routing.py``, 2026-12-01, with the check below). Inputs
       are centred per sample first, which keeps the expanded quadratic forms accurate
       in float32 on well-conditioned data. They lose digits where votes lie close to
       their output's mean on the scale of the votes themselves (a variance near the
