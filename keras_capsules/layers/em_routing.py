@@ -691,8 +691,9 @@ class EMRouting(OwnCastingLayer):
         ``quad - 2 lin + const`` (the squared residuals weighted by the precisions) and
         the M-step's ``sum D y**2 - 2 g sum D y + g**2 sum D`` (the variance's sum).
         Their rounding error is estimated as the unit roundoff times
-        ``_ROUNDING_FACTOR`` times the magnitude of the cancelling terms (bounded by
-        Cauchy-Schwarz over the pose rows, so without forming a vote). A variance's
+        ``_ROUNDING_FACTOR`` times the magnitude of the cancelling terms (bounded over
+        the pose rows without forming a vote: by Cauchy-Schwarz in the E-step, by
+        Minkowski's inequality for the variances). A variance's
         counts relative to the variance; it moves the next E-step's log-likelihoods by
         up to that times ``sum_ch prec (y - g)**2 + c h / 2``. An E-step logit's error
         counts through the responsibilities it moves: ``2 sum_j R_ij (1 - R_ij)
@@ -792,8 +793,9 @@ class EMRouting(OwnCastingLayer):
         """``sig2_out`` of "moments" and its rounding error relative to it, by output.
 
         sum_i D (y - g)^2 = sum_i D y^2 - 2 g sum_i D y + g^2 sum_i D, never negative
-        in exact arithmetic; the cancelling terms' magnitudes are bounded as in the
-        E-step (|sum_i D y| by Cauchy-Schwarz).
+        in exact arithmetic; the magnitude of sum_i D y^2's terms is bounded by
+        Minkowski's inequality over the pose rows, that of |sum_i D y| from it by
+        Cauchy-Schwarz.
         """
         m2 = m2_of(d_use)
         sum_y2 = ops.einsum("bjcde,jdeh->bjch", m2, k_outer)  # sum_i D y^2
