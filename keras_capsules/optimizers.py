@@ -217,8 +217,8 @@ class RAdam(keras.optimizers.Optimizer):
             gradient = ops.add(ops.zeros(variable.shape, compute_dtype), gradient)
         m = self._momentums[self._get_variable_index(variable)]
         v = self._velocities[self._get_variable_index(variable)]
-        self.assign_add(m, ops.multiply(ops.subtract(gradient, m), 1.0 - beta_1))
-        self.assign_add(v, ops.multiply(ops.subtract(ops.square(gradient), v), 1.0 - beta_2))
+        self.assign_add(m, ops.multiply(ops.subtract(gradient, m), _like(1.0 - beta_1, gradient)))
+        self.assign_add(v, ops.multiply(ops.subtract(ops.square(gradient), v), _like(1.0 - beta_2, gradient)))
         m_hat = ops.divide(ops.cast(m, compute_dtype), _one_minus_power(beta_1, t))
 
         # Length of the approximated simple moving average (rho_1 = 1 for any beta_2).
@@ -229,7 +229,7 @@ class RAdam(keras.optimizers.Optimizer):
             return
         rectify, r_t = _rectification(beta_2, t)
         v_hat = ops.divide(ops.cast(v, compute_dtype), _one_minus_power(beta_2, t))
-        denom = ops.sqrt(v_hat) + self.epsilon
+        denom = ops.sqrt(v_hat) + _like(self.epsilon, v_hat)
         # epsilon=0 with a gradient that has been zero so far (v_hat = m_hat = 0): a zero
         # step, not 0 / 0 = NaN.
         adaptive = r_t * m_hat / ops.where(denom > 0, denom, ops.ones_like(denom))
@@ -255,11 +255,21 @@ def _step_dtype(dtype):
 _SERIES_BELOW = 0.1
 
 
+def _like(value, tensor):
+    """The Python float ``value`` as a tensor of ``tensor``'s dtype.
+
+    Keras' torch backend turns a Python float operand into a float32 tensor, so
+    ``float64_tensor * 0.1`` multiplied by 0.1 rounded to float32 there (the float64
+    steps were 4e-9 off the published rule); TensorFlow and JAX keep it exact.
+    """
+    return ops.convert_to_tensor(value, dtype=keras.backend.standardize_dtype(tensor.dtype))
+
+
 def _one_minus_power(beta, t):
     """``1 - beta**t`` without cancellation (beta a Python float in [0, 1))."""
     if beta == 0.0:
         return ops.ones_like(t)
-    return -ops.expm1(t * math.log(beta))
+    return -ops.expm1(t * _like(math.log(beta), t))
 
 
 def _g(x):
@@ -316,13 +326,13 @@ def _rectification(beta_2, t):
     if gap < _SMALL_GAP:
         # rho_inf - rho_t = 2 t beta_2^t / (1 - beta_2^t) = 2 t / expm1(t c); t c >= c > 0.25
         # here, and expm1 overflowing to inf for large t gives the limit 0.
-        x = gap - 2.0 * t / ops.expm1(t * -math.log(beta_2))
+        x = _like(gap, t) - 2.0 * t / ops.expm1(t * _like(-math.log(beta_2), t))
     else:
         x = _rho(beta_2, t) - 4.0
     rectify = x > 0.0
     # Both branches of the caller's where() are evaluated: no NaN from the unused one.
     x = ops.where(rectify, x, ops.ones_like(x))
-    constant = (gap + 4.0) / (gap * (gap + 2.0))
+    constant = _like((gap + 4.0) / (gap * (gap + 2.0)), x)
     r_t = ops.sqrt(x * (x + 2.0) * constant / (x + 4.0))
     return rectify, minimum(r_t, 1.0)
 
@@ -337,7 +347,7 @@ def _rho(beta_2, t):
     if beta_2 == 0.0:  # rho_inf = 1: never rectified
         return ops.ones_like(t)
     c = -math.log(beta_2)
-    return 1.0 - 2.0 * _g(c) + 2.0 * t * _g(t * c)
+    return _like(1.0 - 2.0 * _g(c), t) + 2.0 * t * _g(t * _like(c, t))
 
 
 def one_cycle_schedule(total_steps, min_lr=1e-5, max_lr=5e-4, warmup_fraction=0.1):

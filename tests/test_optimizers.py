@@ -8,7 +8,7 @@ import pytest
 
 import keras_capsules
 from keras_capsules.optimizers import RAdam, one_cycle_schedule
-from tests.backends import grads, require_float64, tensor, tensorflow_only
+from tests.backends import BACKEND, grads, require_float64, tensor, tensorflow_only
 
 
 def _numpy_radam(theta, grad_fn, lrs, beta_1=0.9, beta_2=0.999, eps=1e-8, weight_decay=0.0):
@@ -55,7 +55,9 @@ def _keras_steps(optimizer, n_steps, dtype="float64"):
     a, b = tensor(A, dtype), tensor(B, dtype)
 
     def loss():
-        return 0.5 * keras.ops.tensordot(x, keras.ops.matmul(a, x), 1) - keras.ops.tensordot(b, x, 1)
+        # einsum, not matmul or tensordot: Keras' torch backend returns those in float32
+        # for float64 operands (a float64 gradient 7e-8 off, see keras_capsules.ops.matmul).
+        return 0.5 * keras.ops.einsum("i,ij,j->", x, a, x) - keras.ops.einsum("i,i->", b, x)
 
     history = []
     for _ in range(n_steps):
@@ -83,7 +85,12 @@ def test_matches_the_published_rule_across_the_threshold(beta_2, dtype):
         np.testing.assert_allclose(got, want, err_msg=f"step {k + 1}", **TOLERANCES[dtype])
 
 
-@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("dtype", [
+    pytest.param("float64", marks=pytest.mark.xfail(
+        BACKEND == "torch", strict=True,
+        reason="Keras' torch optimizer decays every variable by 1 - weight_decay * lr computed in float32 "
+        "(the decay of a float64 variable 2e-5 off at lr * weight_decay = 1.25e-3)")),
+    "float32"])
 def test_learning_rate_schedule_and_weight_decay(dtype):
     # weight_decay = 1/8 is exact in float32, in which the base class holds it.
     schedule = one_cycle_schedule(20, min_lr=0.01, max_lr=0.1, warmup_fraction=0.25)
