@@ -551,3 +551,49 @@ def test_gradients_of_tiny_vectors_with_a_zero_epsilon_are_exact(dtype, threshol
             np.testing.assert_allclose(np.asarray(g).ravel() / n, c + (u @ c) * u, rtol=1e-5, err_msg=str(factor))
             (g,) = grads(lambda v: ops.safe_norm(v, epsilon=0.0)[0] * 1e-13, [x])
             np.testing.assert_allclose(np.asarray(g).ravel(), 1e-13 * u, rtol=1e-5, err_msg=str(factor))
+
+
+@pytest.mark.parametrize("taken", [True, False])
+def test_recomputed_where_runs_and_differentiates_fn_only_where_pred_holds(taken):
+    # keras_capsules.ops.recomputed_where: fn(*args) where pred holds (else zeros shaped
+    # as `like`), its gradients those of fn there and zeros elsewhere; eagerly, fn runs
+    # only where pred holds (and once more for the gradient: it is recomputed).
+    rng = np.random.default_rng(0)
+    x, w = tensor(rng.normal(size=(3, 4)), "float32"), tensor(rng.normal(size=(4,)), "float32")
+    calls = []
+
+    def fn(x, w):
+        calls.append(1)
+        return keras.ops.tanh(x * w), keras.ops.sum(keras.ops.square(x), axis=1)
+
+    like = (x, x[:, 0])
+    pred = tensor(taken)
+    outputs = ops.recomputed_where(pred, fn, (x, w), like)
+    want = fn(x, w) if taken else tuple(np.zeros(np.shape(t)) for t in like)
+    calls.clear()
+    outputs = ops.recomputed_where(pred, fn, (x, w), like)
+    if keras.backend.backend() != "jax":  # JAX's lax.cond traces both branches
+        assert len(calls) == int(taken)
+    for got, expected in zip(outputs, want):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(expected), rtol=1e-6)
+
+    def beside(x, w):  # what a caller computes beside it (torch differentiates no constant)
+        return keras.ops.sum(x * w)
+
+    def loss(x, w):
+        first, second = ops.recomputed_where(pred, fn, (x, w), like)
+        return keras.ops.sum(first * 2.0) + keras.ops.sum(second) + beside(x, w)
+
+    def direct(x, w):
+        first, second = fn(x, w)
+        return keras.ops.sum(first * 2.0) + keras.ops.sum(second) + beside(x, w)
+
+    got = grads(loss, [x, w])
+    expected = grads(direct if taken else beside, [x, w])
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(e), rtol=1e-5, atol=1e-6)
+    if keras.backend.backend() == "torch":  # the tests' compile tool is TensorFlow's and JAX's
+        return
+    traced = compiled(lambda x, w: grads(loss, [x, w]))
+    for g, e in zip(traced(x, w), expected):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(e), rtol=1e-5, atol=1e-6)

@@ -23,7 +23,7 @@ from keras_capsules.layers._vote_routing import (
     mask_list,
     shape_tuple,
 )
-from keras_capsules.ops import cond, masked_softmax, max_with_initial, maximum, routing_dtype
+from keras_capsules.ops import masked_softmax, max_with_initial, maximum, recomputed_where, routing_dtype
 
 _ALGORITHMS = ("auto", "votes", "moments")
 
@@ -596,16 +596,14 @@ class EMRouting(OwnCastingLayer):
                 return self._route_votes(f, x, kernel, bias, beta_use, beta_ign, n_out, var_eps, out_valid)
 
             # Rounding beyond the tolerance somewhere in the batch: the batch is routed
-            # again from the votes (only then are they formed). Rematerialized: a
-            # backward pass recomputes them, so the conditional keeps no vote-sized
+            # again from the votes (only then are they formed). Recomputed in a backward
+            # pass (recomputed_where), so the conditional keeps no vote-sized
             # intermediates (under XLA it kept them, zeros when not taken, at 10x the
             # time of "moments" and 5x its memory).
-            voted = cond(
-                ill_conditioned,
-                lambda: keras.remat(route_votes)(f, x, kernel, bias, beta_use, beta_ign),
-                lambda: (a_out, mu_out, ops.zeros_like(mu_out)),
+            voted = recomputed_where(
+                ill_conditioned, route_votes, (f, x, kernel, bias, beta_use, beta_ign), (a_out, mu_out, mu_out)
             )
-            outputs = voted[:2] + (ops.where(ill_conditioned, voted[2], sig2_out),)
+            outputs = tuple(ops.where(ill_conditioned, v, m) for v, m in zip(voted, (a_out, mu_out, sig2_out)))
         else:
             outputs = self._route_votes(f, x, kernel, bias, beta_use, beta_ign, n_out, var_eps, out_valid)
         a_out, mu_out, sig2_out = outputs
@@ -788,11 +786,9 @@ class EMRouting(OwnCastingLayer):
                 resid = ops.einsum("bicd,jdh->bijch", x, kernel) - g[:, None]
                 return (ops.einsum("bij,bijch->bjch", d_use, ops.square(resid)) * inv_s + var_eps,)
 
-            return cond(
-                _largest(err) > _VARIANCE_TOLERANCE,
-                lambda: keras.remat(from_residuals)(x, kernel, g, d_use, inv_s),
-                lambda: (expanded,),
-            )[0]
+            cancelled = _largest(err) > _VARIANCE_TOLERANCE
+            summed = recomputed_where(cancelled, from_residuals, (x, kernel, g, d_use, inv_s), (expanded,))[0]
+            return ops.where(cancelled, summed, expanded)
 
         return [a_out, mu_out, spread], worst > _MOMENTS_TOLERANCE
 
