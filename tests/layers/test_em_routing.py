@@ -1110,6 +1110,39 @@ def test_moments_is_differentiated_where_tensorflow_differentiates_a_traced_func
             assert error <= 5 * votes_error + 1e-6 * np.abs(want).max(), (how.__name__, name, error, votes_error)
 
 
+@pytest.mark.parametrize("scale,n_iters", [(100.0, 8), (1.0, 3)], ids=["handed-to-votes", "moments-alone"])
+def test_moments_second_order_gradients_in_a_tf_function_are_those_of_votes(scale, n_iters):
+    # A gradient penalty (the gradient of a gradient's norm) in a tf.function failed
+    # cond_v2's gradient at stop 66's code, as the test above; it now matches "votes".
+    tensorflow_only("tf.GradientTape and tf.function")
+    import tensorflow as tf
+
+    rng = np.random.default_rng(1)
+    a = tensor(rng.normal(size=(2, 64)), "float32")
+    mu = tensor(rng.normal(size=(2, 64, 4, 4)) * scale, "float32")
+    init = dict(kernel_initializer=keras.initializers.RandomNormal(stddev=0.25, seed=1))
+    votes, moments = (EMRouting(n_out=16, d_out=4, n_iters=n_iters, algorithm=alg, **init) for alg in ("votes", "moments"))
+    for layer in (votes, moments):
+        layer([a, mu])
+    moments.set_weights(votes.get_weights())
+
+    def penalty(layer):
+        def gradients(mu):
+            with tf.GradientTape() as outer:
+                with tf.GradientTape() as inner:
+                    inner.watch(mu)
+                    value = tf.reduce_sum(layer([a, mu])[1])
+                slope = tf.reduce_sum(tf.square(inner.gradient(value, mu)))
+            return outer.gradient(slope, layer.trainable_weights)
+        return gradients
+
+    want = tf.function(penalty(votes))(mu)  # traced alike: 8 iterations amplify rounding differences
+    got = tf.function(penalty(moments))(mu)
+    for g, w in zip(got, want):
+        g, w = np.asarray(g), np.asarray(w)
+        np.testing.assert_allclose(g, w, rtol=1e-3, atol=1e-3 * np.abs(w).max())
+
+
 @pytest.mark.parametrize("n_out", [2, None])
 def test_a_mask_of_another_shape_is_refused_when_the_model_is_built(n_out):
     # Audit s65 (shapes): a functional model took a mask of another shape (the symbolic
