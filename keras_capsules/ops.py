@@ -511,7 +511,8 @@ def recomputed_where(pred, fn, args, like):
     keeping its intermediates.
 
     ``fn`` returns a sequence of tensors shaped as the tuple ``like``; ``args`` are
-    tensors (``fn`` reads no variable), and gradients reach them through ``fn``'s
+    floating-point tensors (``fn`` reads no variable, and tensors it captures get no
+    gradient through it), and gradients reach ``args`` through ``fn``'s
     outputs where ``pred`` holds (zeros elsewhere). Combine the result with what the
     other case computes by ``keras.ops.where(pred, ...)``.
 

@@ -259,8 +259,9 @@ def _like(value, tensor):
     """The Python float ``value`` as a tensor of ``tensor``'s dtype.
 
     Keras' torch backend turns a Python float operand into a float32 tensor, so
-    ``float64_tensor * 0.1`` multiplied by 0.1 rounded to float32 there (the float64
-    steps were 4e-9 off the published rule); TensorFlow and JAX keep it exact.
+    ``float64_tensor * 0.1`` is a product with 0.1 rounded to float32 there (a float64
+    step's first moment came out 1.5e-8 off, relative); TensorFlow and JAX keep the
+    Python float exact.
     """
     return ops.convert_to_tensor(value, dtype=keras.backend.standardize_dtype(tensor.dtype))
 
