@@ -25,6 +25,10 @@ time budget stops training early if the machine is slower):
         scores validation sequences of a held-out fifth of the training digits
         instead (the variants train on the other four fifths; no test digit is
         used), for choices between settings (seventeenth round).
+        ``--ablate-feedback`` scores the trained full ladder again with its
+        decoder-to-encoder feedback kernels set to zero, all at once and one level
+        at a time: how much the trained ladder relies on its feedback (nineteenth
+        round).
     python benchmarks/rladder.py fusion [--data-dir ../shared/data/mnist]
         A bound for ``occluded``: the test error of a static CNN given what an oracle
         of temporal integration could see of each digit
@@ -160,6 +164,7 @@ def _occluded_variant(args, variant, budget_seconds):
         callbacks.append(BudgetLinearDecay(budget, args.final_lr_fraction))
     start = time.perf_counter()
     cpu_start = resource.getrusage(resource.RUSAGE_SELF)
+    ablation = None
     with tempfile.TemporaryDirectory() as run_dir:
         result = om.train(
             variant=variant,
@@ -189,6 +194,13 @@ def _occluded_variant(args, variant, budget_seconds):
             verbose=args.verbose,
             callbacks=callbacks,
         )
+        if args.ablate_feedback and variant == "rladder":
+            # the sequences train scored (make_sequences draws them as train does)
+            _, scored = om.make_sequences("idx", args.data_dir, 1, args.num_test, args.seed, args.frame_size,
+                                          hold_out=args.hold_out)
+            import keras
+
+            ablation = feedback_ablation(keras.saving.load_model(result["model"]), scored)
     cpu_end = resource.getrusage(resource.RUSAGE_SELF)
     return {
         "variant": variant,
@@ -200,7 +212,53 @@ def _occluded_variant(args, variant, budget_seconds):
         "wall": time.perf_counter() - start,
         "cpu": (cpu_end.ru_utime + cpu_end.ru_stime) - (cpu_start.ru_utime + cpu_start.ru_stime),
         "budget_hit": budget.exceeded,
+        "feedback_ablation": ablation,
     }
+
+
+def feedback_ablation(model, data, batch_size=64):
+    """How much a trained full ladder of ``applications.occluded_mnist`` relies on its
+    decoder-to-encoder feedback: its error after every frame on ``data`` (``generate``'s
+    dict) as trained (``"trained"``), with every encoder level's feedback kernel set to
+    zero (``"all zeroed"``), and with one level's at a time (the level's name). The
+    kernels are restored afterwards. Each value is ``error_per_step``'s list over all
+    sequences."""
+    import keras
+    import numpy as np
+
+    from applications import occluded_mnist as om
+
+    cells = [cell for cell in model.get_layer("rladder").encoders if getattr(cell, "feedback_kernel", None) is not None]
+    if not cells:
+        raise ValueError(f"model {model.name!r} has no decoder-to-encoder feedback to ablate")
+    trained = [keras.ops.convert_to_numpy(cell.feedback_kernel) for cell in cells]
+
+    def errors(zeroed):
+        for cell, kernel in zip(cells, trained):
+            cell.feedback_kernel.assign(np.zeros_like(kernel) if cell in zeroed else kernel)
+        try:
+            return om.error_per_step(model, data, batch_size)["all"]
+        finally:
+            for cell, kernel in zip(cells, trained):
+                cell.feedback_kernel.assign(kernel)
+
+    result = {"trained": errors(()), "all zeroed": errors(cells)}
+    for cell in cells:
+        result[cell.name] = errors((cell,))
+    return result
+
+
+def _print_feedback_ablation(runs, scored_on="test"):
+    for run in runs:
+        ablation = run.get("feedback_ablation")
+        if not ablation:
+            continue
+        print(f"{run['variant']}: {scored_on} error per frame (%) with the decoder-to-encoder feedback "
+              "kernels set to zero after training:")
+        for name, values in ablation.items():
+            label = name if name in ("trained", "all zeroed") else f"only {name} zeroed"
+            print(f"  {label:26s} " + " ".join(f"{100 * e:6.2f}" for e in values))
+    sys.stdout.flush()
 
 
 def _print_error_per_step(runs, scored_on="test"):
@@ -250,6 +308,7 @@ def occluded(args):
             flush=True,
         )
     _print_error_per_step(runs, scored_on)
+    _print_feedback_ablation(runs, scored_on)
     print(_load())
     others = [results[v] for v in ("temporal", "no_feedback") if v in results]
     if args.hold_out:
@@ -559,6 +618,9 @@ def main(argv=None):
                    "must not see a test digit; the target is judged on the test sequences only")
     p.add_argument("--intra-op-threads", type=non_negative_int, default=1,
                    help="TensorFlow threads inside one op (0: all cores)")
+    p.add_argument("--ablate-feedback", action="store_true",
+                   help="score the trained full ladder again with its decoder-to-encoder feedback kernels "
+                   "set to zero, all at once and one level at a time")
     p.add_argument("--parallel", action=argparse.BooleanOptionalAction, default=True,
                    help="train the variants side by side, one process each, every one for the whole "
                    "budget (default), or one after another, each for its share of the budget")
@@ -684,6 +746,8 @@ def main(argv=None):
     p.set_defaults(run=loop)
 
     args = parser.parse_args(argv)
+    if getattr(args, "ablate_feedback", False) and "rladder" not in args.variants:
+        parser.error("--ablate-feedback needs the full ladder among --variants (only 'rladder' has feedback)")
     if args.budget_minutes is None:
         args.budget_minutes = getattr(args, "default_budget_minutes", 18.0)
     return args.run(args)

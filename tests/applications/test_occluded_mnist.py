@@ -490,6 +490,101 @@ def test_benchmark_hold_out_scores_validation_sequences_and_judges_no_target(mon
         assert "unrecognized arguments: --hold-out" in capsys.readouterr().err
 
 
+def _rladder_benchmark(name):
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "rladder.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
+
+
+def test_feedback_ablation_zeroes_each_levels_feedback_and_restores_it(digits, monkeypatch):
+    # nineteenth round: does a trained full ladder use its decoder-to-encoder feedback?
+    bench = _rladder_benchmark("rladder_benchmark_ablation")
+    data = om.generate(*digits, 8, seed=0)
+    model = om.build_model("rladder", feedback_initializer=None, **TINY)  # feedback kernels not zero
+    cells = model.get_layer("rladder").encoders
+    before = [keras.ops.convert_to_numpy(c.feedback_kernel) for c in cells]
+    assert all(np.abs(kernel).max() > 0 for kernel in before)
+    seen = []
+    scored = om.error_per_step
+
+    def watched(m, d, batch_size=64, verbose=0):  # which kernels were zero when the model was scored
+        seen.append([not np.any(keras.ops.convert_to_numpy(c.feedback_kernel)) for c in cells])
+        return scored(m, d, batch_size, verbose)
+
+    monkeypatch.setattr(om, "error_per_step", watched)
+    result = bench.feedback_ablation(model, data)
+    names = [c.name for c in cells]
+    assert list(result) == ["trained", "all zeroed", *names]
+    assert all(len(errors) == 5 and all(0 <= e <= 1 for e in errors) for errors in result.values())
+    n = len(cells)
+    assert seen == [[False] * n, [True] * n] + [[i == j for j in range(n)] for i in range(n)]
+    for cell, kernel in zip(cells, before):  # restored exactly
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(cell.feedback_kernel), kernel)
+    # the predictions it scored: zeroing the feedback changes the ladder's outputs from the second frame
+    monkeypatch.setattr(om, "error_per_step", scored)
+    out = model.predict(data["frames"], verbose=0)["digit_steps"]
+    for cell in cells:
+        cell.feedback_kernel.assign(np.zeros_like(keras.ops.convert_to_numpy(cell.feedback_kernel)))
+    zeroed = model.predict(data["frames"], verbose=0)["digit_steps"]
+    np.testing.assert_allclose(out[:, 0], zeroed[:, 0], atol=1e-6)
+    assert np.abs(out[:, 1:] - zeroed[:, 1:]).max() > 1e-4
+    with pytest.raises(ValueError, match="no decoder-to-encoder feedback"):
+        bench.feedback_ablation(om.build_model("no_feedback", **TINY), data)
+
+
+def test_the_benchmarks_ablation_scores_the_sequences_train_scored():
+    # the ablation draws its sequences again: its "trained" row is the variant's own error
+    bench = _rladder_benchmark("rladder_benchmark_ablation_run")
+    captured = {}
+    real = bench._occluded_variant
+
+    def keep(args, variant, budget_seconds):
+        captured.update(real(args, variant, budget_seconds))
+        return captured
+
+    bench._occluded_variant = keep
+    bench.main(["occluded", "--variants", "rladder", "--no-parallel", "--num-train", "32", "--num-test", "16",
+                "--epochs", "1", "--conv-units", "4", "4", "4", "--dense-units", "8", "--ablate-feedback",
+                "--hold-out", "--no-jit-compile", "--verbose", "0", "--feedback-initializer", "default",
+                "--data-dir", str(shared_path("data", "mnist"))])
+    ablation = captured["feedback_ablation"]
+    assert ablation["trained"] == captured["error_per_step"]["all"]
+    assert list(ablation)[2:] == ["encoder_1", "encoder_2", "encoder_3", "encoder_4"]
+
+
+def test_benchmark_prints_the_feedback_ablation_and_needs_the_full_ladder(monkeypatch, capsys):
+    seen = _occluded_benchmark_arguments(monkeypatch, ["--ablate-feedback", "--hold-out"],
+                                         lambda args: args.ablate_feedback)
+    assert seen == [(v, True) for v in ("rladder", "temporal", "no_feedback")]
+    bench = _rladder_benchmark("rladder_benchmark_ablation_cli")
+
+    def fake_variant(args, variant, budget_seconds):
+        ablation = {"trained": [0.5, 0.25], "all zeroed": [0.5, 0.375], "encoder_1": [0.5, 0.3125]}
+        return {"variant": variant, "test_error": 0.25, "paper_error": 0.01, "parameters": 1, "epochs_run": 1,
+                "wall": 0.0, "cpu": 0.0, "budget_hit": False, "error_per_step": FAKE_ERRORS[variant],
+                "feedback_ablation": ablation if variant == "rladder" else None}
+
+    monkeypatch.setattr(bench, "_occluded_variant", fake_variant)
+    capsys.readouterr()
+    bench.main(["occluded", "--no-parallel", "--hold-out", "--ablate-feedback"])
+    out = capsys.readouterr().out
+    table = out[out.index("rladder: validation error per frame (%) with the decoder-to-encoder feedback"):]
+    assert [line.split() for line in table.splitlines()[1:4]] == [
+        ["trained", "50.00", "25.00"], ["all", "zeroed", "50.00", "37.50"],
+        ["only", "encoder_1", "zeroed", "50.00", "31.25"],
+    ], out
+    # without the full ladder there is nothing to ablate: refused before any training
+    monkeypatch.setattr(bench, "_occluded_variant", lambda *a: pytest.fail("trained"))
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(["occluded", "--variants", "temporal", "no_feedback", "--ablate-feedback"])
+    assert exit_info.value.code == 2 and "--ablate-feedback needs the full ladder" in capsys.readouterr().err
+
+
 def test_train_with_hold_out_never_sees_a_test_digit(tmp_path, monkeypatch, capsys):
     # the benchmark's and the CLI's --hold-out: the model trains on four fifths of the
     # training digits and is watched and scored on sequences of the held-out fifth
