@@ -420,16 +420,22 @@ FAKE_ERRORS = {
 }
 
 
-def _occluded_benchmark_arguments(monkeypatch, argv, read):
-    """``read(args)`` of every variant that ``benchmarks/rladder.py occluded ARGV`` trains
-    (each variant's training faked)."""
+def _rladder_benchmark(name):
+    """``benchmarks/rladder.py`` loaded as a module of its own ``name``."""
     import importlib.util
     import pathlib
 
     path = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "rladder.py"
-    spec = importlib.util.spec_from_file_location("rladder_benchmark_under_test", path)
+    spec = importlib.util.spec_from_file_location(name, path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
+    return bench
+
+
+def _occluded_benchmark_arguments(monkeypatch, argv, read):
+    """``read(args)`` of every variant that ``benchmarks/rladder.py occluded ARGV`` trains
+    (each variant's training faked)."""
+    bench = _rladder_benchmark("rladder_benchmark_under_test")
     seen = []
 
     def fake_variant(args, variant, budget_seconds):
@@ -474,13 +480,7 @@ def test_benchmark_hold_out_scores_validation_sequences_and_judges_no_target(mon
     out = capsys.readouterr().out
     assert "rladder      test error 50.00%" in out and "target (RLadder clearly below" in out
     # only `occluded` takes it: the other subcommands would have ignored it in silence
-    import importlib.util
-    import pathlib
-
-    path = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "rladder.py"
-    spec = importlib.util.spec_from_file_location("rladder_benchmark_hold_out", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _rladder_benchmark("rladder_benchmark_hold_out")
     for name in ("fusion", "jsb", "tagger", "loop"):
         monkeypatch.setattr(bench, name, lambda args, name=name: pytest.fail(f"{name} ran, ignoring --hold-out"))
     for name in ("fusion", "jsb", "tagger", "loop"):
@@ -488,17 +488,6 @@ def test_benchmark_hold_out_scores_validation_sequences_and_judges_no_target(mon
             bench.main([name, "--hold-out"])
         assert exit_info.value.code == 2
         assert "unrecognized arguments: --hold-out" in capsys.readouterr().err
-
-
-def _rladder_benchmark(name):
-    import importlib.util
-    import pathlib
-
-    path = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "rladder.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    return bench
 
 
 def test_feedback_ablation_zeroes_each_levels_feedback_and_restores_it(digits, monkeypatch):
@@ -1172,13 +1161,7 @@ def test_seen_digits_refuses_what_it_cannot_read(digits):
 
 
 def test_fusion_benchmark_classifies_the_seen_digits(capsys):
-    import importlib.util
-    import pathlib
-
-    path = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "rladder.py"
-    spec = importlib.util.spec_from_file_location("rladder_benchmark_under_test", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _rladder_benchmark("rladder_benchmark_under_test")
     results = bench.main(["fusion", "--data-dir", str(shared_path("data", "mnist")), "--num-train", "64",
                           "--num-test", "32", "--epochs", "1", "--verbose", "0", "--intra-op-threads", "1"])
     assert list(results) == ["seen in frame 1", "seen in frames 1-5", "no bars (the whole digit)"]
