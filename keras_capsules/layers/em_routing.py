@@ -43,6 +43,8 @@ _MOMENTS_TOLERANCE = 1e-3
 _VARIANCE_TOLERANCE = 1e-3
 # Softmax weights below exp(-gap) of a row's largest are below the dtype's resolution.
 _NEGLIGIBLE_GAP = {"float32": 17.0, "float64": 37.0}
+# The smallest eps accepted: the smallest normal number of the routing dtype.
+_SMALLEST_NORMAL = {"float32": 2.0**-126, "float64": 2.0**-1022}
 
 
 def _pose_scale(x, eps):
@@ -320,6 +322,15 @@ class EMRouting(OwnCastingLayer):
         self.n_iters = positive_int("n_iters", n_iters)
         self.n_inp = positive_int("n_inp", n_inp, allow_none=True)
         self.eps = positive_float("eps", eps)
+        # Below the routing dtype's smallest normal number the floor is flushed to zero
+        # (1e-38 in float32): a sample or output that receives no data then divides
+        # 0 by 0 and returns NaN.
+        routing = routing_dtype(self.dtype_policy.compute_dtype)
+        if self.eps < _SMALLEST_NORMAL[routing]:
+            raise ValueError(
+                f"`eps` must be at least {_SMALLEST_NORMAL[routing]:.4g}, the smallest normal "
+                f"number of the layer's routing dtype ({routing}). Received: eps={eps!r}"
+            )
         choice("algorithm", algorithm, _ALGORITHMS)
         if algorithm == "moments" and self.n_inp is not None:
             raise ValueError(
