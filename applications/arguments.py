@@ -194,13 +194,17 @@ def train_options(args, strategy):
 def cache_dir_of(args):
     """``--cache-dir``, else a ``cache`` folder beside the command's outputs.
 
-    ``RUN_DIR/cache`` for ``train``, the model's folder ``/cache`` for ``evaluate`` (the
-    cache ``train`` made by default), ``DIRECTORY/cache`` for ``tune``.
+    ``RUN_DIR/cache`` for ``train``; for ``evaluate``, the cache ``train`` recorded in
+    ``metrics.json`` beside the model while that folder exists
+    (:func:`applications.checks.recorded_cache_dir`), else the model's folder ``/cache``
+    (the cache ``train`` made by default); ``DIRECTORY/cache`` for ``tune``.
     """
     if getattr(args, "cache_dir", None):
         return args.cache_dir
     if args.command == "train":
         return os.path.join(args.run_dir, "cache")
     if args.command == "evaluate":
-        return os.path.join(os.path.dirname(os.path.abspath(args.model)), "cache")
+        from applications.checks import recorded_cache_dir
+
+        return recorded_cache_dir(args.model) or os.path.join(os.path.dirname(os.path.abspath(args.model)), "cache")
     return os.path.join(args.directory, "cache")

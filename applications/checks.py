@@ -196,6 +196,32 @@ def recorded_metrics(model_path):
     return metrics if isinstance(metrics, dict) else {}
 
 
+def cache_dir_record(cache_dir, run_dir):
+    """How ``train`` records its cache folder in ``metrics.json`` (read back by
+    :func:`recorded_cache_dir`): relative to ``run_dir`` when inside it (the default
+    ``RUN_DIR/cache``, which moves and is copied with the run), else absolute."""
+    cache_dir, run_dir = os.path.abspath(str(cache_dir)), os.path.abspath(str(run_dir))
+    inside = os.path.commonpath([cache_dir, run_dir]) == run_dir
+    return os.path.relpath(cache_dir, run_dir) if inside else cache_dir
+
+
+def recorded_cache_dir(model_path):
+    """The cache folder ``train`` recorded in ``metrics.json`` beside ``model_path``
+    (``"cache_dir"``, see :func:`cache_dir_record`; a relative one is taken from the
+    model's folder) when that folder exists, else None (a run of an older version, or a
+    cache moved or deleted since).
+
+    ``evaluate`` of a run trained with ``--cache-dir ELSEWHERE`` looked only in the
+    model's folder ``/cache``: it stopped at a missing-data error, or rebuilt the cache
+    there, though the features were on disk.
+    """
+    cache_dir = recorded_metrics(model_path).get("cache_dir")
+    if not isinstance(cache_dir, str) or not cache_dir:
+        return None
+    cache_dir = os.path.join(os.path.dirname(os.path.abspath(model_path)), cache_dir)  # (an absolute one as it is)
+    return cache_dir if os.path.isdir(cache_dir) else None
+
+
 def recorded_integers(model_path, names, minimum=0):
     """Of :func:`recorded_metrics`, the options ``names`` that are integers of at least
     ``minimum`` (smallnorb's and clevr's ``image_size``, Sort-of-CLEVR's ``seed``, ...)."""

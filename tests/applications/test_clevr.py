@@ -60,6 +60,15 @@ def test_positional_encoding_values_and_saving(tmp_path):
         clevr.PositionalEncoding("sincos", 6)
 
 
+@pytest.mark.parametrize("shape", [(5, 8), (3, 3, 4, 1)])
+def test_positional_encoding_refuses_other_ranks(shape):
+    # a [batch, cells, C] input built (output shape (None, 5, 10)) and failed in TensorFlow's concat
+    with pytest.raises(ValueError, match=r"expects a feature map of shape \[batch, H, W, C\]"):
+        clevr.PositionalEncoding("linear")(keras.Input(shape))
+    with pytest.raises(ValueError, match=r"expects a feature map of shape \[batch, H, W, C\]"):
+        clevr.PositionalEncoding("sincos", 8)(np.zeros((2,) + shape, "float32"))
+
+
 def test_tokenize_vocabularies_and_encoding():
     tokens = clevr.tokenize(tf.constant(["What color is the cube?", "Are there 2 RED spheres, or not?"]))
     assert [[w.decode() for w in q] for q in tokens.to_list()] == [
@@ -572,6 +581,43 @@ def test_evaluate_reads_the_features_of_the_image_size_that_train_recorded(tmp_p
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["image_size"] == CLEVR_IMAGE_SIZE
     assert cli.build_parser("clevr").parse_args(["evaluate", "clevr"]).image_size is None
     assert cli.build_parser("clevr").parse_args(["train", "clevr"]).image_size == clevr.IMAGE_SIZE
+
+
+def test_evaluate_reads_the_cache_that_train_used(tmp_path, capsys, monkeypatch):
+    # audit s69: after `train clevr --cache-dir ELSEWHERE`, `evaluate clevr --model RUN` looked
+    # only in RUN/cache and stopped at "TFDS clevr is not prepared", the features on disk
+    import shutil
+
+    from applications import __main__ as cli
+    from tests.applications.tiny_data import CLEVR_IMAGE_SIZE, tiny_clevr_cache
+
+    monkeypatch.delenv("KERAS_CAPSULES_DEBUG", raising=False)
+    cache = tiny_clevr_cache(tmp_path / "cache")
+    options = dict(epochs=1, batch_size=8, image_size=CLEVR_IMAGE_SIZE,
+                   model_kwargs=dict(units=8, embedding_dim=4, max_steps=1), verbose=0)
+    run = tmp_path / "run"
+    result = clevr.train(cache, run_dir=str(run), **options)
+    assert json.loads((run / "metrics.json").read_text())["cache_dir"] == str(cache)  # outside the run: absolute
+    argv = ["evaluate", "clevr", "--data-dir", str(tmp_path / "no-tfds"), "--batch-size", "8", "--quiet"]
+    capsys.readouterr()
+    assert cli.main([*argv, "--model", str(run)]) == 0, capsys.readouterr().err
+    assert json.loads(capsys.readouterr().out)["validation_loss"] == pytest.approx(result["validation_loss"], rel=1e-5)
+    assert not (run / "cache").exists()
+    # a cache inside the run is recorded relative to it: a copy of the run reads its own
+    inside = tmp_path / "inside"
+    shutil.copytree(cache, inside / "cache")
+    result = clevr.train(str(inside / "cache"), run_dir=str(inside), **options)
+    assert json.loads((inside / "metrics.json").read_text())["cache_dir"] == "cache"
+    shutil.copytree(inside, tmp_path / "copy")
+    shutil.rmtree(inside)
+    assert cli.main([*argv, "--model", str(tmp_path / "copy")]) == 0, capsys.readouterr().err
+    assert json.loads(capsys.readouterr().out)["validation_loss"] == pytest.approx(result["validation_loss"], rel=1e-5)
+    # a recorded cache that is gone: the model's folder/cache, as before
+    shutil.copytree(cache, run / "cache")
+    shutil.rmtree(cache)
+    assert cli.main([*argv, "--model", str(run)]) == 0, capsys.readouterr().err
+    assert json.loads(capsys.readouterr().out)["validation_loss"] == pytest.approx(
+        json.loads((run / "metrics.json").read_text())["validation_loss"], rel=1e-5)
 
 
 def test_evaluate_reads_the_features_of_the_resnet_weights_that_train_recorded(tmp_path):

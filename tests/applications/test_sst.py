@@ -442,6 +442,20 @@ def test_evaluate_embeds_with_the_preset_and_max_length_train_recorded(trained_s
     assert len(os.listdir(run / "cache")) == 3  # train's entries read back: no new one
 
 
+def test_evaluate_reads_the_cache_that_train_recorded(trained_sentences_run, tmp_path):
+    # audit s69: evaluate looked only in the model's folder/cache; a run trained with
+    # --cache-dir ELSEWHERE had its hidden states computed again (minutes to hours)
+    preset, run, result = _copy_run(trained_sentences_run, tmp_path)
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["cache_dir"] == "cache"  # the default, inside the run: relative, it moves with it
+    elsewhere = tmp_path / "elsewhere"
+    shutil.move(run / "cache", elsewhere)
+    (run / "metrics.json").write_text(json.dumps({**metrics, "cache_dir": str(elsewhere)}))
+    again = sst.evaluate(str(run / "model.keras"), SST, granularity="2", max_eval=12)
+    assert again["test_accuracy"] == result["test_accuracy"]
+    assert not (run / "cache").exists() and len(os.listdir(elsewhere)) == 3  # read there: nothing embedded again
+
+
 def test_evaluate_scores_the_sst_task_that_train_recorded(trained_sentences_run, tmp_path, capsys, monkeypatch):
     # `evaluate sst` of a model trained (or tuned) on SST-2 was refused in one line ("the model
     # has 2 classes but SST-5 has 5") unless told --granularity 2 again: train recorded no
