@@ -29,7 +29,7 @@ never takes part in the choice of a trial.
 import math
 import os
 
-from applications import distribute, fault_tolerance
+from applications import checks, distribute, fault_tolerance
 from applications.text_classification import data as data_lib
 from applications.text_classification import model as model_lib
 from applications.text_classification import recipe
@@ -59,6 +59,13 @@ class TextClassificationHyperModel(DatasetHyperModel):
                  max_length=data_lib.MAX_LENGTH, phrases=False, embedding="compositional", embedding_dim=64,
                  num_codebooks=8, **kwargs):
         super().__init__(**kwargs)
+        # by their own names, before any data is read, as recipe.train refuses them: vocab_size=2
+        # was refused as "`max_size` must be at least 3", a name the search was never given
+        data_lib.num_classes(dataset)  # an unknown dataset
+        vocab_size = checks.integer_at_least("vocab_size", vocab_size, 3)
+        max_length = checks.integer_at_least("max_length", max_length, 1)
+        if limit is not None:
+            limit = checks.integer_at_least("limit", limit, 1)
         self.dataset, self.data_dir, self.limit = dataset, data_dir, limit
         self.vocab_size, self.max_length, self.phrases = vocab_size, max_length, phrases
         self.embedding, self.embedding_dim, self.num_codebooks = embedding, embedding_dim, num_codebooks

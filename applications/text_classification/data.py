@@ -32,6 +32,7 @@ Datasets (raw pipelines of ``(text, label)`` pairs, see :func:`load_split`):
 """
 
 import collections
+import numbers
 import os
 
 import numpy as np
@@ -122,8 +123,14 @@ def build_vocabulary(texts, max_size=None, min_count=1, max_length=MAX_LENGTH, b
     """
     if max_length is not None:  # here, not in the map below (there: a StagingError traceback)
         max_length = integer_at_least("max_length", max_length, 1)
-    if max_size is not None and (isinstance(max_size, bool) or int(max_size) < 3):
-        raise InputError(f"`max_size` must be at least 3 (padding, OOV, one word). Received: max_size={max_size!r}")
+    if max_size is not None and (isinstance(max_size, bool) or not isinstance(max_size, numbers.Integral)
+                                 or max_size < 3):
+        # (3.7 was taken as 3 and "10" as 10)
+        raise InputError(f"`max_size` must be an integer >= 3 (padding, OOV, one word). Received: max_size={max_size!r}")
+    # before the pass over the texts: min_count=None or "2" was a TypeError after it (minutes on
+    # a large split), NaN an empty vocabulary without a word; batch_size a TensorFlow error
+    min_count = integer_at_least("min_count", min_count, 0)
+    batch_size = integer_at_least("batch_size", batch_size, 1)
     if isinstance(texts, (str, bytes)):
         # list("good film") is its characters: a vocabulary of letters, silently
         raise InputError(

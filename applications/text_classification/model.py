@@ -45,6 +45,7 @@ from keras_capsules.layers import (
 from keras_capsules.losses import CapsuleLoss
 
 from applications.text_classification.projected_gru import ProjectedGRU
+from applications import checks
 from applications.errors import InputError
 
 @keras.saving.register_keras_serializable(package="applications")
@@ -104,7 +105,7 @@ def check_arguments(**options):
 
 
 def _check(routing, embedding, embedding_dim, num_codebooks, gru_units, dropout, capsule_dim,
-           class_capsule_dim, n_iters, similarity, gru, **_):
+           class_capsule_dim, n_iters, similarity, gru, codebook_stddev, codes_stddev, **_):
     _choice("routing", routing, ROUTINGS)
     _choice("embedding", embedding, EMBEDDINGS)
     _choice("gru", gru, GRUS)
@@ -120,6 +121,9 @@ def _check(routing, embedding, embedding_dim, num_codebooks, gru_units, dropout,
         ("capsule_dim", capsule_dim), ("class_capsule_dim", class_capsule_dim), ("n_iters", n_iters),
     ):
         _positive_int(arg, value)
+    # the initializers' standard deviations: NaN built a model of NaN scores, without a word
+    for arg, value in (("codebook_stddev", codebook_stddev), ("codes_stddev", codes_stddev)):
+        checks.finite_number(arg, value, positive=False)
     if routing != "linear" and gru_units % capsule_dim:  # the linear head cuts no capsules
         raise InputError(
             f"`capsule_dim` must divide `gru_units` (the sentence vector is cut into capsules). "
@@ -191,7 +195,7 @@ def build_model(
         routing=routing, embedding=embedding, embedding_dim=embedding_dim,
         num_codebooks=num_codebooks, gru_units=gru_units, dropout=dropout,
         capsule_dim=capsule_dim, class_capsule_dim=class_capsule_dim, n_iters=n_iters,
-        similarity=similarity, gru=gru,
+        similarity=similarity, gru=gru, codebook_stddev=codebook_stddev, codes_stddev=codes_stddev,
     )
     # the routing's options are silently without effect where nothing reads them
     unused = [("similarity", similarity, "routing='kmeans'")] if routing != "kmeans" else []

@@ -92,6 +92,25 @@ def test_vocabulary_refuses_one_string_for_a_list_of_texts():
     assert data.build_vocabulary(("good film", "film")) == ["film", "good"]
 
 
+@pytest.mark.parametrize("options, message", [
+    (dict(min_count=float("nan")), "`min_count` must be an integer >= 0. Received: min_count=nan"),
+    (dict(min_count=None), "`min_count` must be an integer >= 0. Received: min_count=None"),
+    (dict(min_count="2"), "`min_count` must be an integer >= 0. Received: min_count='2'"),
+    (dict(batch_size=0), "`batch_size` must be an integer >= 1. Received: batch_size=0"),
+    (dict(batch_size=1.5), "`batch_size` must be an integer >= 1. Received: batch_size=1.5"),
+    (dict(max_size=3.7), "`max_size` must be an integer >= 3 .*Received: max_size=3.7"),
+    (dict(max_size="10"), "`max_size` must be an integer >= 3 .*Received: max_size='10'"),
+])
+def test_vocabulary_refuses_bad_numbers_before_reading_the_texts(options, message):
+    # audit s69: min_count=NaN gave an empty vocabulary silently, None or "2" a TypeError after
+    # the pass over every text, batch_size=0 a TensorFlow InvalidArgumentError
+    from applications.errors import InputError
+
+    with pytest.raises(InputError, match=message):
+        data.build_vocabulary(["a good film"], **options)
+    assert data.build_vocabulary(["a a b"], min_count=0, max_size=np.int64(3)) == ["a"]
+
+
 def test_bucketing_batches_similar_lengths_padded_with_zeros():
     lengths = [1, 2, 3, 9, 10, 11, 30, 31, 2, 10]
     ds = tf.data.Dataset.from_generator(
@@ -407,6 +426,9 @@ def test_evaluate_refuses_a_vocabulary_of_another_size_than_the_model(tmp_path):
         (dict(n_iters=0), "Received: n_iters=0"),
         (dict(class_capsule_dim=2.5), "Received: class_capsule_dim=2.5"),
         (dict(routing="em"), "Received: routing='em'"),
+        (dict(codebook_stddev=float("nan")), "Received: codebook_stddev=nan"),
+        (dict(codes_stddev=-1.0), "Received: codes_stddev=-1.0"),
+        (dict(codes_stddev=None), "Received: codes_stddev=None"),
     ],
 )
 def test_bad_model_options_are_refused_before_the_data_is_prepared(options, message, tmp_path, monkeypatch):

@@ -420,6 +420,22 @@ def test_the_text_classification_search_never_validates_on_the_test_split(datase
     assert read == (["train", "dev"] if dataset == "sst2" else ["train[:90%]", "train[90%:]"])
 
 
+@pytest.mark.parametrize("options, message", [
+    (dict(vocab_size=2), "^`vocab_size` must be an integer >= 3. Received: vocab_size=2$"),
+    (dict(max_length=0), "^`max_length` must be an integer >= 1. Received: max_length=0$"),
+    (dict(limit=0), "^`limit` must be an integer >= 1. Received: limit=0$"),
+    (dict(dataset="sst3"), "Received: dataset='sst3'"),
+])
+def test_the_text_classification_search_refuses_bad_data_options_by_their_names(options, message):
+    # audit s69: `tune text_classification --vocab-size 2` was refused as "`max_size` must be
+    # at least 3" (a name the search was never given), and only once the data were read
+    from applications.errors import InputError
+    from tuning.text_classification import TextClassificationHyperModel
+
+    with pytest.raises(InputError, match=message):
+        TextClassificationHyperModel(**{"dataset": "sst2", "data_dir": SST_DIR, **options})
+
+
 def test_every_text_classification_trial_trains_on_the_same_batches():
     # The trials shared one shuffled dataset: each trial got the next orders of its
     # reshuffling, so a trial trained on other batches according to the trials before it.
