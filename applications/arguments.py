@@ -142,6 +142,14 @@ RESUMABLE_CHANGES = frozenset({
 })
 
 
+#: Applications whose ``--data-dir`` chooses the data, not only where it lives: demo's
+#: default is scikit-learn's 8x8 digits, a folder of MNIST IDX files another dataset. A
+#: search of theirs resumed with another ``--data-dir`` ranked trials trained on other data
+#: against each other (``tuning.search.search_options`` records it; ``demo.train``'s backup
+#: records it too). For the others it is a location, which a resume may move.
+DATA_DIR_CHOOSES_THE_DATA = frozenset({"demo"})
+
+
 #: Applications whose ``--epochs`` shapes what a run trains, not only how far:
 #: sort_of_clevr spreads ``--steps`` over the epochs, sst and smallnorb stretch their
 #: one-cycle learning-rate schedule over all of them. A resume with another ``--epochs``

@@ -317,7 +317,7 @@ def train(
     calling ``train`` again with the same ``run_dir`` after a crash continues where it
     stopped (after the last epoch: trains nothing and writes the outputs). It is
     deleted last (``fault_tolerance.finish_run``): a later call starts a new run.
-    The backup records ``batch_size``, ``learning_rate``, ``seed``, ``limit`` and the
+    The backup records ``batch_size``, ``learning_rate``, ``seed``, ``limit``, ``data_dir`` and the
     ``model_options``: resuming it with other values raises
     ``fault_tolerance.BackupMismatchError`` (one line on the command line).
 
@@ -370,8 +370,11 @@ def train(
         "logs": os.path.join(out, "logs"),
     }
     # named as the command line's options (the model options are its --filters, ...)
+    # and the data: None (the 8x8 digits) or MNIST's folder, absolute (a resume may name it
+    # from another folder). A backup of the 8x8 digits resumed with data_dir=MNIST trained
+    # its last epochs on MNIST, and the run recorded MNIST's split for all of it.
     recorded = {"batch_size": batch_size, "learning_rate": learning_rate, "seed": seed, "limit": limit,
-                **model_options}
+                "data_dir": None if data_dir is None else os.path.abspath(data_dir), **model_options}
     recorded.pop("synchronized_batchnorm")  # follows the strategy, which a resumed run may change
     resumable = fault_tolerance.resumable_callbacks(out, save_freq=save_freq, run_options=recorded, epochs=epochs)
     # the epochs a resumed run trains are shuffled as the uninterrupted run's (distribute.epoch_stream)

@@ -57,6 +57,10 @@ class DemoHyperModel(DatasetHyperModel):
             hidden_capsules=hp.Choice("hidden_capsules", [8, 16, 32], default=16),
             pose_size=hp.Int("pose_size", 2, 4, default=4),
             n_iters=hp.Int("n_iters", 2, 3, default=2),
+            # as demo.train: batch statistics over the global batch when there are several
+            # replicas (each replica normalized its own slice, so a trial under --strategy
+            # mirrored trained another model than on one device)
+            synchronized_batchnorm=self.replicas > 1,
         )
         learning_rate = hp.Float("learning_rate", 1e-4, 1e-2, sampling="log", default=3e-3)
         return demo.compile_model(model, learning_rate)

@@ -370,12 +370,21 @@ def search_options(args):
     """The options of a ``tune`` command, other than ``--tuner``, ``--epochs``, ``--fixed``,
     that a resumed search must keep: those that choose the data and how trials train
     (``--seed``, ``--batch-size``, ``--limit``, the application's, ...), as JSON gives
-    them back. A resume with another ``--seed`` or ``--limit`` ranked trials scored on
-    different validation examples (and trained from other splits) against each other."""
+    them back, and ``--data-dir`` (absolute) where it chooses the data
+    (``arguments.DATA_DIR_CHOOSES_THE_DATA``). A resume with another ``--seed``, ``--limit``
+    or such a ``--data-dir`` ranked trials scored on different validation examples (and
+    trained from other splits or data) against each other."""
     from applications import arguments
 
     options = {name: value for name, value in arguments.run_options(args).items()
                if name not in _RESUMABLE_TUNE_OPTIONS}
+    if getattr(args, "application", None) in arguments.DATA_DIR_CHOOSES_THE_DATA:
+        # which data the trials train and validate on (demo: the 8x8 digits or MNIST), as
+        # an absolute path (a resume from another folder names the same data otherwise):
+        # a search resumed on other data ranked trials scored on other examples against
+        # each other, and wrote the new data's split beside a best model trained on the
+        # old data (evaluate then scored it on those)
+        options["data_dir"] = None if args.data_dir is None else os.path.abspath(args.data_dir)
     return json.loads(json.dumps(options, default=str, sort_keys=True))
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from applications import __main__ as cli
 from applications import demo
+from tests.conftest import shared_path
 
 
 @pytest.mark.graph_mode  # graph mode: eager took longer (many steps)
@@ -200,6 +201,19 @@ def test_a_python_caller_with_a_learning_rate_schedule_resumes_its_run(tmp_path)
         demo.train(epochs=2, learning_rate=schedule(decay_rate=0.5), **common)
     result = demo.train(epochs=2, learning_rate=schedule(), **common)
     assert result["resumed_from_epoch"] == 1 and os.path.isfile(result["model"])
+
+
+def test_a_run_resumes_only_on_the_data_it_started_on(tmp_path):
+    # Audit s69: a run of the 8x8 digits stopped after its first epoch and resumed with
+    # data_dir=MNIST trained its second epoch on MNIST, and recorded MNIST's split.
+    from applications.fault_tolerance import BackupMismatchError
+
+    common = dict(run_dir=str(tmp_path / "run"), limit=60, batch_size=16, verbose=0, epochs=2,
+                  model_options={"filters": 4, "hidden_capsules": 4, "pose_size": 2})
+    with pytest.raises(RuntimeError, match="simulated"):
+        demo.train(callbacks=[_CrashAfterEpoch()], **common)
+    with pytest.raises(BackupMismatchError, match="--data-dir default"):
+        demo.train(data_dir=str(shared_path("data", "mnist")), **common)
 
 
 def test_recorded_options_are_the_same_text_in_every_process():

@@ -332,7 +332,23 @@ def test_a_search_resumes_only_with_the_data_options_it_was_started_with(tmp_pat
     assert "--batch-size" not in err  # unchanged
     assert len(_trials(directory)) == 1  # no trial ran
     with open(os.path.join(directory, "demo", "keras_capsules_search.json")) as f:
-        assert json.load(f)["options"] == {"batch_size": 32, "limit": 120, "seed": 0}  # kept
+        assert json.load(f)["options"] == {"batch_size": 32, "data_dir": None, "limit": 120, "seed": 0}  # kept
+
+
+def test_a_search_resumes_only_on_the_data_it_was_started_on(tmp_path, capsys):
+    # Audit s69: a demo search on the 8x8 digits resumed with --data-dir MNIST was
+    # accepted: the new trials were ranked against the old ones, and the metrics.json
+    # beside the best model (trained on the 8x8 digits) named MNIST's split, which
+    # `evaluate` then scored it on.
+    directory = str(tmp_path / "search")
+    base = ["tune", "demo", "--tuner", "random", "--directory", directory, *TINY]
+    assert cli.main([*base, "--max-trials", "1"]) == 0
+    capsys.readouterr()
+    assert cli.main([*base, "--max-trials", "2", "--data-dir", str(shared_path("data", "mnist"))]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("keras-capsules: error: the search in") and err.count("\n") == 1, err
+    assert "was started with --data-dir (default)" in err, err
+    assert len(_trials(directory)) == 1  # no trial ran
 
 
 def test_the_same_seed_builds_the_same_initial_model():
@@ -601,3 +617,28 @@ def test_hyperband_later_rounds_start_from_earlier_weights_without_a_warning(tmp
         later += [values["tuner/trial_id"]] if values.get("tuner/trial_id") else []
     assert later, "no trial of a later round: the test checks nothing"
     assert not [w for w in caught if "Skipping variable loading" in str(w.message)]
+
+
+def test_a_demo_trial_on_two_replicas_trains_the_one_device_model():
+    # Audit s69: the demo's trials normalized each replica's half of the batch on its own
+    # (demo.train synchronizes its batch normalization over the replicas): under --strategy
+    # mirrored a trial trained another model than on one device (its weights differed by
+    # 0.02-0.07 after one epoch), so the search ranked other models.
+    import tensorflow as tf
+
+    mirrored = two_cpu_strategy()
+    hp = keras_tuner.HyperParameters()
+    for name, value in dict(filters=8, primary_capsules=4, hidden_capsules=8, pose_size=2, n_iters=2,
+                            learning_rate=3e-3).items():
+        hp.Fixed(name, value)
+
+    def trained(strategy, replicas):
+        hypermodel = DemoHyperModel(limit=160, batch_size=16, replicas=replicas, verbose=0)  # (102 training digits: the last batch splits evenly)
+        with strategy.scope():
+            model = hypermodel.build(hp)
+        hypermodel.fit(hp, model, epochs=1, verbose=0)
+        return {w.path: keras.ops.convert_to_numpy(w) for w in model.weights}
+
+    one, two = trained(tf.distribute.get_strategy(), 1), trained(mirrored, 2)
+    for path in one:
+        np.testing.assert_allclose(two[path], one[path], atol=1e-4, err_msg=path)
