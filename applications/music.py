@@ -959,7 +959,8 @@ def plot_piano_roll(rolls, path, title=None):
     axes[-1, 0].set_xlabel("step")
     if title:
         fig.suptitle(title, fontsize=9)
-    return plotting.save_and_close(fig, path, dpi=100, format="png")
+    # tight: a short roll's figure (2.5 inches at 4 steps) is narrower than its title, which was cut off
+    return plotting.save_and_close(fig, path, dpi=100, format="png", bbox_inches="tight")
 
 
 # ------------------------------------------------------------------------- recipe
@@ -1227,6 +1228,8 @@ def train(
         "parameters": int(sum(m.count_params() for m in models)),
         "epochs_run": epochs_run[0] if ensemble == 1 else epochs_run,
         "limit": limit,  # evaluate scores the same first chorales by default (None: all)
+        # and those of the same file (None: the shared copy)
+        "data_path": None if data_path is None else os.path.abspath(data_path),
         # the ensemble's files beside model.keras, first member first: `evaluate` of model.keras
         # scores the ensemble whose NLL this reports (it scored member 0 alone)
         "members": [os.path.basename(path) for path in member_paths],
@@ -1289,8 +1292,9 @@ def evaluate(model_path, data_path=None, split="test", limit=None, batch_size=32
     alone. Samples are drawn from ``model_path``'s model, as ``train`` draws them from the
     first member.
 
-    ``limit`` (None) defaults to the one ``train`` recorded in ``metrics.json`` beside the
-    model, else all chorales: a run trained with a limit is scored on the same first
+    ``data_path`` (None) defaults to the chorales file (or folder) ``train`` recorded in
+    ``metrics.json`` beside the model, else the project's shared copy. ``limit`` (None)
+    defaults to the one ``train`` recorded there, else all chorales: a run trained with a limit is scored on the same first
     chorales as ``train`` scored it (not on all of them, which gave another figure than
     the one ``train`` reported). A ``limit`` given wins; one at least the split's size
     scores all of them.
@@ -1315,6 +1319,9 @@ def evaluate(model_path, data_path=None, split="test", limit=None, batch_size=32
         raise PathNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
     if limit is None:
         limit = checks.recorded_integers(model_path, ("limit",), minimum=1).get("limit")
+    if data_path is None:  # the chorales train scored (another --data-dir's were scored silently)
+        recorded = checks.recorded_metrics(model_path).get("data_path")
+        data_path = recorded if isinstance(recorded, str) else None
     strategy = distribute.resolve_strategy(strategy)
     data = load_chorales(data_path)
     member_paths = [model_path, *_recorded_members(model_path)]
@@ -1396,8 +1403,9 @@ def add_arguments(parser, command):
     factor = _number_type(float, lambda v: 0 < v < 1, "a number in (0, 1)")
 
     parser.add_argument("--data-dir", default=None,
-                        help="folder holding jsb_chorales.json (or the file itself); "
-                        "default: the project's shared copy")
+                        help="folder holding jsb_chorales.json (or the file itself); default: "
+                        + ("the one `train` recorded beside the model, else " if command == "evaluate" else "")
+                        + "the project's shared copy")
     parser.add_argument("--limit", type=positive_int, default=None,
                         help="score only the first N chorales of the split (default: the --limit "
                         "`train` recorded beside the model, else all; a larger N: all)" if command == "evaluate"

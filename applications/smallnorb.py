@@ -692,7 +692,9 @@ def longest_viewpoint_sequence(examples, vary="azimuth", image_size=IMAGE_SIZE, 
 def evaluate(model_path, data_dir=None, batch_size=20, image_size=None, steps=None, strategy=None,
              download=False, verbose=0):
     """Test loss and accuracy of a saved model on the smallNORB test split (``steps``: the
-    first batches only).
+    first batches only; None: the test pairs ``train`` scored, as it recorded them in
+    ``metrics.json`` beside the model (``test_examples``, its ``--validation-steps``
+    batches), else all).
 
     ``image_size`` (None) defaults to the one ``train`` recorded in ``metrics.json`` beside
     the model, else 96: the model takes images of any size, and a model trained on
@@ -711,8 +713,11 @@ def evaluate(model_path, data_dir=None, batch_size=20, image_size=None, steps=No
 
         image_size = recorded_integers(model_path, ("image_size",)).get("image_size", IMAGE_SIZE)
     image_size = checks.integer_at_least("image_size", image_size, 1)
+    examples = None
     if steps is not None:
         steps = checks.integer_at_least("steps", steps, 1)
+    else:  # the first pairs train scored (its --validation-steps), else all
+        examples = checks.recorded_integers(model_path, ("test_examples",), minimum=1).get("test_examples")
     strategy = distribute.resolve_strategy(strategy)
     with strategy.scope():
         model = checks.load_model(model_path)
@@ -728,7 +733,10 @@ def evaluate(model_path, data_dir=None, batch_size=20, image_size=None, steps=No
     if not model.compiled:  # saved uncompiled (build_model, then save): Keras' "You must call `compile()`"
         with strategy.scope():
             compile_model(model, total_steps=2)  # the loss and metric; the schedule is not used
-    test_ds = make_dataset(load_split("test", data_dir, download), False, batch_size, image_size)
+    test_examples = load_split("test", data_dir, download)
+    if examples is not None:
+        test_examples = test_examples.take(examples)
+    test_ds = make_dataset(test_examples, False, batch_size, image_size)
     if steps is not None:
         test_ds = test_ds.take(steps)
     with console.progress_on_stderr(verbose):
@@ -753,7 +761,9 @@ def add_arguments(parser, command):
                         + ("the one `train` recorded beside the model, else 96)" if command == "evaluate"
                            else "%(default)s)"))
     parser.add_argument("--validation-steps", type=positive_int, default=None,
-                        help="evaluate on the first N test batches only (default: all)")
+                        help="evaluate on the first N test batches only (default: "
+                        + ("the test pairs `train` scored, as it recorded them beside the model, else all)"
+                           if command == "evaluate" else "all)"))
     if command in ("train", "tune"):
         parser.add_argument("--steps-per-epoch", type=positive_int, default=None,
                             help="training steps per epoch (default: the whole training split)")
@@ -833,6 +843,9 @@ def run_train(args, strategy):
         "parameters": int(model.count_params()),
         "epochs": args.epochs,
         "image_size": args.image_size,  # evaluate scores images of this size by default
+        # the test pairs fit scored (None: all): evaluate scores as many by default
+        "test_examples": None if args.validation_steps is None
+        else args.validation_steps * distribute.global_batch_size(args.batch_size, strategy),
         "resumed_from_epoch": resumable[0].restored_epoch,
         **paths,
     }

@@ -308,9 +308,22 @@ def test_smallnorb_tiny_train_then_evaluate_on_mock_data(tmp_path, capsys, monke
         assert json.loads((run_dir / "metrics.json").read_text())["pose_trajectory"] == str(
             run_dir / "pose_trajectory.png")
         capsys.readouterr()
-        assert cli.main(["evaluate", "smallnorb", *sizes, "--model", str(run_dir / "model.keras")]) == 0
+        # evaluate scores the test pairs train scored: its --validation-steps 1 batch of 4 (not all 7)
+        scored, real_make_dataset = [], smallnorb.make_dataset
+
+        def make_dataset(examples, training, *args, **kwargs):
+            dataset = real_make_dataset(examples, training, *args, **kwargs)
+            scored.append(sum(int(images.shape[0]) for images, _ in dataset))
+            return dataset
+
+        monkeypatch.setattr(smallnorb, "make_dataset", make_dataset)
+        assert cli.main(["evaluate", "smallnorb", "--data-dir", str(tmp_path / "tfds"), "--batch-size", "4",
+                         "--model", str(run_dir / "model.keras")]) == 0
     metrics = json.loads(capsys.readouterr().out)
     assert 0.0 <= metrics["test_accuracy"] <= 1.0
+    assert scored == [4]
+    assert metrics["test_loss"] == pytest.approx(json.loads((run_dir / "metrics.json").read_text())["test_loss"],
+                                                 rel=1e-6)
 
 
 def test_sst_missing_tree_files_are_named(tmp_path, capsys):

@@ -339,6 +339,9 @@ def test_train_with_transposition_weight_decay_and_moving_average(tmp_path, shor
     rolls, _ = music.load_rolls(short_data, limit=3)
     saved = keras.saving.load_model(result["model"])
     assert music.nll_per_step(saved, rolls["valid"]) == pytest.approx(result["valid_nll_per_step"], rel=1e-5)
+    # evaluate scores the chorales train scored: those of short_data, not the shared copy's
+    scored = music.evaluate(result["model"])["test_nll_per_step"]
+    assert scored == pytest.approx(result["test_nll_per_step"], rel=1e-5)
 
 
 @pytest.mark.parametrize("bad, name", [(dict(reduce_lr_patience=0), "reduce_lr_patience"),
@@ -773,6 +776,15 @@ def test_plot_piano_roll_writes_a_png(tmp_path):
     for bad in (np.zeros((4, 12)), np.zeros(88), np.zeros((0, 88)), np.zeros((1, 2, 3, 88))):
         with pytest.raises(ValueError, match="rolls"):
             music.plot_piano_roll(bad, tmp_path / "bad.png")
+    # a short roll's title (train's for --sample-steps 4) is not cut off: the image is as wide as it
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    title = "a sampled chorale (4 steps, independent read-out)"
+    short = matplotlib.image.imread(music.plot_piano_roll(rolls, tmp_path / "short.png", title=title))
+    figure = Figure(dpi=100)
+    needed = figure.text(0, 0, title, fontsize=9).get_window_extent(FigureCanvasAgg(figure).get_renderer()).width
+    assert short.shape[1] >= needed
 
 
 def test_evaluate_samples_from_the_command_line(tmp_path):
