@@ -1294,10 +1294,10 @@ def evaluate(model_path, data_path=None, split="test", limit=None, batch_size=32
 
     ``data_path`` (None) defaults to the chorales file (or folder) ``train`` recorded in
     ``metrics.json`` beside the model, else the project's shared copy. ``limit`` (None)
-    defaults to the one ``train`` recorded there, else all chorales: a run trained with a limit is scored on the same first
-    chorales as ``train`` scored it (not on all of them, which gave another figure than
-    the one ``train`` reported). A ``limit`` given wins; one at least the split's size
-    scores all of them.
+    defaults to the one ``train`` recorded there, else all chorales: a run trained with a
+    limit is scored on the same first chorales as ``train`` scored it (not on all of them,
+    which gave another figure than the one ``train`` reported). A ``limit`` given wins; one
+    at least the split's size scores all of them.
 
     With ``sample_steps`` > 0 it also draws ``num_samples`` chorales of that many steps
     from the model (``sample``, with ``temperature`` and ``seed``) and writes them to
