@@ -900,6 +900,30 @@ def first_questions(data, limit=None):
     }
 
 
+def split_by_image(split, share, seed=0):
+    """Two parts of one split of :func:`prepare`'s data: the questions of the images other
+    than a random ``share`` of them, and the questions of that share (at least one image).
+
+    The CLEVR test split has no answers, so the validation split is what ``evaluate``
+    reports: a search choosing its trials on it reported its choice's own score. The
+    search validates on a share of the training images instead (by image: questions about
+    one scene in both parts would let a trial be scored on scenes it trained on).
+
+    Raises:
+        InputError: for a share outside (0, 1), or a split of fewer than two images.
+    """
+    if isinstance(share, bool) or not isinstance(share, numbers.Real) or not 0 < share < 1:
+        raise InputError(f"`share` must be a number in (0, 1). Received: share={share!r}")
+    images = np.unique(split["image_index"])
+    if len(images) < 2:
+        raise InputError(f"cannot hold out a share of {len(images)} image(s): questions of two or more "
+                         "images are needed")
+    held = np.random.default_rng(seed).permutation(images)[:min(len(images) - 1, max(1, round(share * len(images))))]
+    held_out = np.isin(split["image_index"], held)
+    return tuple({key: value if key == "features_path" else value[mask] for key, value in split.items()}
+                 for mask in (~held_out, held_out))
+
+
 def prepare_offline(cache_dir, data_dir=None, image_size=IMAGE_SIZE, limit=None, verbose=1, weights="imagenet"):
     """:func:`prepare` of both splits without any download (see :func:`offline_extractor`),
     keeping the first ``limit`` questions of each split; ``weights``: ResNet-101's, as

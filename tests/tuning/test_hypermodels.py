@@ -900,3 +900,44 @@ def test_stepped_choice_refuses_a_top_off_the_steps():
         stepped_choice(keras_tuner.HyperParameters(), "x", 0.0, 0.33, 0.1, default=0.0)
     with pytest.raises(ValueError, match="default 0.12"):
         stepped_choice(keras_tuner.HyperParameters(), "x", 0.0, 0.3, 0.1, default=0.12)
+
+
+def test_the_clevr_search_validates_on_held_out_training_images_not_on_the_validation_split(tmp_path):
+    # audit s69: the CLEVR search chose its trials on the validation split, which is what
+    # `evaluate clevr` reports (the test split has no answers): the best model's evaluate
+    # score was its own selection score. Now a tenth of the training images, held out.
+    from applications import clevr
+
+    hypermodel = tuning.HYPERMODELS["clevr"](cache_dir=tiny_clevr_cache(tmp_path / "cache", images=20),
+                                             image_size=CLEVR_IMAGE_SIZE, batch_size=4)
+    data = hypermodel.prepare()
+    made = []
+
+    def recording(**split):
+        made.append(split)
+        return split
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(clevr, "make_dataset", lambda **kwargs: recording(**kwargs))
+        hypermodel.datasets(None, data)
+    fit, held_out = made
+    train = data["train"]
+    assert len(fit["labels"]) + len(held_out["labels"]) == len(train["labels"])
+    assert set(np.unique(held_out["image_index"])) == set(np.unique(train["image_index"])) - set(fit["image_index"])
+    assert len(np.unique(held_out["image_index"])) == 2  # a tenth of 20 images
+    assert fit["features_path"] == held_out["features_path"] == train["features_path"]
+    assert held_out["drop_unknown"] is False and fit["shuffle"] is True
+    # the same images for every trial and seed
+    again = clevr.split_by_image(train, 0.1)[1]
+    np.testing.assert_array_equal(again["image_index"], held_out["image_index"])
+
+
+@pytest.mark.parametrize("share, images, message", [(0.0, 6, "share"), (1.0, 6, "share"), (0.5, 1, "two or more")])
+def test_split_by_image_refuses_what_cannot_be_split(share, images, message, tmp_path):
+    from applications import clevr
+    from applications.errors import InputError
+
+    data = clevr.prepare_offline(tiny_clevr_cache(tmp_path / "cache", images=images), image_size=CLEVR_IMAGE_SIZE,
+                                 verbose=0)
+    with pytest.raises(InputError, match=message):
+        clevr.split_by_image(data["train"], share)
