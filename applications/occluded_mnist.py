@@ -1187,9 +1187,12 @@ def evaluate(model_path, source=None, data_dir=None, num_test=None, seed=None, b
     0 (the default) is silent.
 
     Returns:
-        ``{"test_error": ..., "test_error_per_step": ..., "model": model_path}``: the
-        error of the reported digit and :func:`error_per_step`'s dict (the error after
-        every frame, over all sequences and split by motion), from one prediction.
+        ``{"test_error": ..., "test_error_per_step": ..., "scored_on": "test", "model":
+        model_path}``: the error of the reported digit and :func:`error_per_step`'s dict
+        (the error after every frame, over all sequences and split by motion), from one
+        prediction, always on test sequences. For a model ``train(hold_out=True)`` made
+        (scored on validation sequences) ``"train_scored_on": "validation"`` says that
+        this is not the figure ``train`` reported.
     """
     if not os.path.exists(model_path):
         raise PathNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
@@ -1217,7 +1220,13 @@ def evaluate(model_path, source=None, data_dir=None, num_test=None, seed=None, b
     num_frames, frame_size = model.input_shape[1], model.input_shape[2]
     test_data = generate(*test_digits, num_test, seed=seed + 1, frame_size=frame_size, num_frames=num_frames)
     test_error, errors = _test_errors(model, test_data, batch_size, verbose)
-    return {"test_error": test_error, "test_error_per_step": errors, "model": model_path}
+    result = {"test_error": test_error, "test_error_per_step": errors, "scored_on": "test", "model": model_path}
+    # a --hold-out run reported validation sequences (held-out training digits); these are the
+    # test digits' sequences: evaluate says so, as its figure is not the one train printed
+    trained_on = checks.recorded_metrics(model_path).get("scored_on")
+    if isinstance(trained_on, str) and trained_on != "test":
+        result["train_scored_on"] = trained_on
+    return result
 
 
 def _check_occluded_mnist_model(model, model_path):

@@ -613,6 +613,11 @@ def test_train_with_hold_out_never_sees_a_test_digit(tmp_path, monkeypatch, caps
     assert cli.main([*argv, "--hold-out"]) == 0, capsys.readouterr().err
     out = capsys.readouterr().out
     assert re.search(r"validation error [01]\.\d{4}, validation error per frame ", out) and "test error" not in out
+    # evaluate scores test sequences, and of a --hold-out run says train's figure was another's
+    scored = om.evaluate(str(tmp_path / "val" / "model.keras"))
+    assert scored["scored_on"] == "test" and scored["train_scored_on"] == "validation"
+    scored = om.evaluate(str(tmp_path / "test" / "model.keras"))
+    assert scored["scored_on"] == "test" and "train_scored_on" not in scored
 
 
 def test_plot_predictions_draws_next_frames_only_for_the_ladder_variants(tmp_path, digits):
