@@ -1005,7 +1005,8 @@ def train(
     state starts from zeros at each window, so the validation NLL is the windowed
     one); the reported figures are ``nll_per_step`` on whole chorales. ``window=None``
     trains on whole chorales padded to the longest (``val_nll_per_step`` is then
-    ``nll_per_step`` of the validation chorales).
+    ``nll_per_step`` of the validation chorales), and so does a ``window`` longer than
+    the longest chorale read (the model is built for the longest).
 
     ``transpose`` > 0 moves every training window by a random number of semitones up
     to that many (see ``make_dataset``; off by default: nearly all of these chorales
@@ -1096,7 +1097,13 @@ def train(
             # model); test chorales of no step failed only after the whole run
             chosen = f" (the first {limit})" if limit is not None else ""
             raise InputError(f"{data_path or default_data_path()}: the {split} chorales{chosen} hold no time step")
+    if window is not None and integer_at_least("window", window, 1) > longest:
+        # A window longer than the longest chorale read holds every chorale whole, as a window
+        # of the longest one does: the same examples, masked steps and NLL, but a model unrolled
+        # over `window` steps (--window 1000 --limit 2 traced 1,000 steps for minutes, silent).
+        window = longest
     steps = window or longest
+
     def member_datasets(member, first_epoch=None):
         # A pipeline of its own for every member, seeded with seed + member: a shared one went on
         # reshuffling from the epochs of the members before, so member i's order (and transpositions)

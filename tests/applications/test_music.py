@@ -1406,3 +1406,17 @@ def test_a_seed_without_dropout_or_zoneout_warns_about_nothing(tmp_path, use_dec
     # with dropout the seed still reaches the ladder (its masks repeat with it)
     seeded = music.build_model(4, use_decoder=use_decoder, dropout=0.3, seed=5, **TINY)
     assert seeded.get_layer("rladder").seed == 5
+
+
+def test_a_window_longer_than_every_chorale_builds_the_model_for_the_longest(tmp_path, chorales):
+    # --window 1000 --limit 2 unrolled the ladder over 1,000 steps: minutes of silent
+    # tracing, for windows that each held one chorale and ~990 masked steps
+    data = tmp_path / "chorales.json"
+    data.write_text(json.dumps({split: [c[:n] for c, n in zip(chorales[split][:2], (7, 5), strict=True)]
+                                for split in ("train", "valid", "test")}))
+    run_dir = tmp_path / "run"
+    result = music.train(data, run_dir=str(run_dir), epochs=1, batch_size=2, window=64, sample_steps=0,
+                         verbose=0, units=(4,))
+    model = keras.saving.load_model(run_dir / "model.keras")
+    assert model.input_shape[1] == 7  # the longest chorale read
+    assert np.isfinite(result["valid_nll_per_step"]) and np.isfinite(result["test_nll_per_step"])
