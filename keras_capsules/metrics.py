@@ -251,8 +251,11 @@ class AdjustedMutualInformation(keras.metrics.Metric):
     log-factorials of the EMI come from a table summed in float64 and rounded once.
     Measured against sklearn on random segmentations with 2-10 labels and 2-8 groups:
     float32 within 5e-6 of it on 28x28 images (1.2e-5 on 64x64 and 128x128), float64
-    within 1e-13. Memory: the EMI holds ``batch * num_labels * K * pixels`` values at
-    once (about 8 MB of float32 for 32 images of 28x28 with 10 labels and 8 groups).
+    within 1e-13. Very unbalanced labelings lose more in float32: an object of 1-5
+    pixels in a 64x64 image, segmented nearly right, came out up to 3.7e-4 from sklearn
+    (float64 within 1e-12 there); use ``dtype="float64"`` to score tiny objects.
+    Memory: the EMI holds ``batch * num_labels * K * pixels`` values at once (about
+    8 MB of float32 for 32 images of 28x28 with 10 labels and 8 groups).
 
     Non-finite ``y_pred`` is not checked (that would cost a pass over it in the graph):
     the group of a pixel whose probabilities hold a NaN is the backend's ``argmax`` of
