@@ -404,8 +404,10 @@ def train(
 
     Args:
         data_dir: TFDS data directory (None: TFDS's default).
-        run_dir: directory for TensorBoard logs (``run_dir/logs``) and the model
-            (``run_dir/model.keras``, saved after every epoch).
+        run_dir: directory for TensorBoard logs (``run_dir/logs``), the model
+            (``run_dir/model.keras``, saved after every epoch) and, at the end,
+            ``run_dir/metrics.json`` with the ``image_size`` and the number of test
+            pairs scored (``test_examples``) that :func:`evaluate` uses by default.
         epochs: number of epochs. Default 50.
         batch_size: default 20.
         image_size: side of the (square) training crops; 96 is the dataset's size,
@@ -466,6 +468,8 @@ def train(
             )
     # a seeded run's stream starts at the epoch it resumes at (from (seed, pass)); an
     # unseeded one draws anew (see the docstring)
+    import os
+
     from applications import fault_tolerance
 
     first_epoch = None if seed is None else fault_tolerance.resume_epoch(callbacks, epochs)
@@ -494,7 +498,20 @@ def train(
         callbacks=[*train_utils.run_callbacks(run_dir), *callbacks],
         verbose=verbose, shuffle=False,
     )
+    # What `evaluate` reads beside the model (`run_train` writes its fuller record over it):
+    # a run from Python recorded nothing, and evaluate scored every test pair at 96x96,
+    # whatever image size and test pairs train had used.
+    fault_tolerance.write_metrics_json(
+        {"epochs": epochs, "image_size": image_size, "test_examples": scored_test_examples(validation_steps, batch_size)},
+        os.path.join(run_dir, "metrics.json"),
+    )
     return model, history
+
+
+def scored_test_examples(validation_steps, batch_size):
+    """The number of test pairs ``train`` scores (None: all): what ``metrics.json``
+    records as ``test_examples``, and ``evaluate`` scores by default."""
+    return None if validation_steps is None else validation_steps * batch_size
 
 
 # ---------------------------------------------------------------- reverse graphics
@@ -844,8 +861,8 @@ def run_train(args, strategy):
         "epochs": args.epochs,
         "image_size": args.image_size,  # evaluate scores images of this size by default
         # the test pairs fit scored (None: all): evaluate scores as many by default
-        "test_examples": None if args.validation_steps is None
-        else args.validation_steps * distribute.global_batch_size(args.batch_size, strategy),
+        "test_examples": scored_test_examples(args.validation_steps,
+                                              distribute.global_batch_size(args.batch_size, strategy)),
         "resumed_from_epoch": resumable[0].restored_epoch,
         **paths,
     }

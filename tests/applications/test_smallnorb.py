@@ -485,6 +485,23 @@ def test_evaluate_scores_pairs_of_the_image_size_that_train_recorded(tmp_path, m
     assert cli.build_parser("smallnorb").parse_args(["train", "smallnorb"]).image_size == smallnorb.IMAGE_SIZE
 
 
+def test_evaluate_after_train_from_python_scores_the_pairs_train_scored(tmp_path):
+    # note 69: only the command line's run_train wrote metrics.json, so `evaluate` of a model
+    # trained from Python scored every test pair at 96x96, not the pairs and size train scored
+    import json
+
+    with tfds.testing.mock_data(num_examples=8):
+        model, history = smallnorb.train(data_dir=str(tmp_path / "tfds"), run_dir=str(tmp_path / "run"), epochs=1,
+                                         batch_size=2, image_size=24, steps_per_epoch=1, validation_steps=1,
+                                         seed=0, verbose=0, model_kwargs=TINY)
+        recorded = json.loads((tmp_path / "run" / "metrics.json").read_text())
+        assert recorded == {"epochs": 1, "image_size": 24, "test_examples": 2}
+        result = smallnorb.evaluate(str(tmp_path / "run" / "model.keras"), data_dir=str(tmp_path / "tfds"),
+                                    batch_size=2)
+    assert result["test_loss"] == pytest.approx(history.history["val_loss"][-1], rel=1e-5)
+    assert result["test_accuracy"] == pytest.approx(history.history["val_accuracy"][-1])
+
+
 def test_the_shuffle_buffer_holds_the_uint8_examples_not_float32_pairs(tmp_path, monkeypatch):
     # audit: make_dataset shuffled after converting the pairs to float32, so the 4096
     # examples of its shuffle buffer took 302 MB (73,748 bytes each) instead of 75.5 MB
