@@ -1,12 +1,80 @@
 """Every benchmark script starts and explains itself (they are not run in CI)."""
 
+import json
 import pathlib
 import subprocess
 import sys
+import types
 
 import pytest
 
 BENCHMARKS = sorted((pathlib.Path(__file__).resolve().parents[1] / "benchmarks").glob("*.py"))
+
+# Runs a script's command lines one after another in one Python process, each as
+# `python benchmarks/NAME.py ARGS` runs it: as __main__ with that sys.argv and the
+# script's folder first on sys.path, its file descriptors 1 and 2 captured, SystemExit
+# and an uncaught exception turned into the exit code and traceback Python gives.
+# Most scripts load TensorFlow before parsing (~12 s a process): one process per script.
+RUNNER = r"""
+import json, os, runpy, sys, tempfile, traceback
+script, cases, results_file = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
+sys.path[0] = os.path.dirname(script)
+results = []
+for args in cases:
+    sys.stdout.flush(); sys.stderr.flush()
+    files = [tempfile.TemporaryFile(), tempfile.TemporaryFile()]
+    saved = [os.dup(1), os.dup(2)]
+    os.dup2(files[0].fileno(), 1); os.dup2(files[1].fileno(), 2)
+    sys.argv = [script, *args]
+    try:
+        runpy.run_path(script, run_name="__main__")
+        code = 0
+    except SystemExit as exit_info:
+        code = exit_info.code
+        if code is None:
+            code = 0
+        elif not isinstance(code, int):
+            print(code, file=sys.stderr)
+            code = 1
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    finally:
+        sys.stdout.flush(); sys.stderr.flush()
+        for fd, copy in zip((1, 2), saved):
+            os.dup2(copy, fd); os.close(copy)
+    out, err = (f.seek(0) or f.read().decode("utf-8", "replace") for f in files)
+    results.append({"returncode": code, "stdout": out, "stderr": err})
+with open(results_file, "w") as f:
+    json.dump(results, f)
+"""
+
+
+@pytest.fixture(scope="module")
+def run_benchmark(tmp_path_factory):
+    """``run(name, args)``: the exit code, stdout and stderr of ``python benchmarks/NAME.py
+    ARGS`` (``{missing}`` in ARGS: a data folder that is not there), and that folder.
+    Every command line of a script that this file checks runs at the script's first
+    request, ``--help`` first (TensorFlow's start-up lines are those of a fresh process)."""
+    root = tmp_path_factory.mktemp("benchmarks")
+    missing = root / "missing"
+    done = {}
+
+    def run(name, args):
+        if name not in done:
+            script = next(p for p in BENCHMARKS if p.stem == name)
+            cases = [["--help"]] + [a for n, a in COMMAND_LINES if n == name and a != ["--help"]]
+            cases = [[a.replace("{missing}", str(missing)) for a in case] for case in cases]
+            results_file = root / f"{name}.json"
+            proc = subprocess.run([sys.executable, "-c", RUNNER, str(script), json.dumps(cases), str(results_file)],
+                                  capture_output=True, text=True, timeout=300 * len(cases))
+            if not results_file.exists():
+                pytest.fail(f"the runner of {name} did not finish (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+            results = json.loads(results_file.read_text())
+            done[name] = {tuple(case): types.SimpleNamespace(**r) for case, r in zip(cases, results)}
+        return done[name][tuple(a.replace("{missing}", str(missing)) for a in args)]
+
+    return run, missing
 
 
 def test_there_are_benchmarks():
@@ -14,10 +82,9 @@ def test_there_are_benchmarks():
 
 
 @pytest.mark.parametrize("script", BENCHMARKS, ids=lambda p: p.stem)
-def test_help(script):
-    proc = subprocess.run(
-        [sys.executable, str(script), "--help"], capture_output=True, text=True, timeout=300
-    )
+def test_help(script, run_benchmark):
+    run, _ = run_benchmark
+    proc = run(script.stem, ["--help"])
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "usage:" in proc.stdout
     # (the scripts that load TensorFlow to answer wrote its start-up lines: absl's notice
@@ -37,18 +104,17 @@ MISSING_DATA = {
 
 
 @pytest.mark.parametrize("name", sorted(MISSING_DATA))
-def test_run_directly_with_missing_data_is_one_line(name, tmp_path):
+def test_run_directly_with_missing_data_is_one_line(name, run_benchmark):
     # run as `python benchmarks/NAME.py` (not through `keras-capsules bench`), a missing
     # data folder ended with a traceback
-    script = next(p for p in BENCHMARKS if p.stem == name)
-    args = [a.replace("{missing}", str(tmp_path / "missing")) for a in MISSING_DATA[name]]
-    proc = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=300)
-    lines = [line for line in proc.stderr.splitlines() if str(tmp_path / "missing") in line]
+    run, missing = run_benchmark
+    proc = run(name, MISSING_DATA[name])
+    lines = [line for line in proc.stderr.splitlines() if str(missing) in line]
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert len(lines) == 1 and lines[0].startswith(f"{name}.py: error:"), lines
 
 
-@pytest.mark.parametrize("name, args, option", [
+BAD_VALUES = [
     ("text_classification", ["--repeats", "0"], "--repeats"),  # was a crash on the median of no time
     ("rladder", ["tagger", "--posterior-sigma", "0"], "--posterior-sigma"),
     ("mnist_capsules", ["--epochs", "-1"], "--epochs"),
@@ -59,26 +125,38 @@ def test_run_directly_with_missing_data_is_one_line(name, tmp_path):
     # (minutes), and the tasks after every split was embedded
     ("sort_of_clevr", ["--models", "mac4,mac2x"], "--models"),
     ("sst_routing", ["--tasks", "5,3"], "--tasks"),
-])
-def test_a_bad_value_is_refused_by_the_argument_parser(name, args, option):
-    script = next(p for p in BENCHMARKS if p.stem == name)
-    proc = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=300)
+]
+
+
+@pytest.mark.parametrize("name, args, option", BAD_VALUES)
+def test_a_bad_value_is_refused_by_the_argument_parser(name, args, option, run_benchmark):
+    run, _ = run_benchmark
+    proc = run(name, args)
     assert proc.returncode == 2 and f"error: argument {option}" in proc.stderr, proc.stderr[-2000:]
 
 
-@pytest.mark.parametrize("args, message", [
+MNIST_CAPSULES_CONFLICTS = [
     (["--n-train", "9000", "--n-test", "2000"],
      "--n-train (9000) and --n-test (2000) must add up to at most the 10000 digits of"),
     (["--min-lr", "1", "--max-lr", "0.1"], "--min-lr (1) must not exceed --max-lr (0.1)"),
-])
-def test_the_mnist_capsules_benchmark_refuses_options_that_do_not_fit_together(args, message):
+]
+
+
+@pytest.mark.parametrize("args, message", MNIST_CAPSULES_CONFLICTS)
+def test_the_mnist_capsules_benchmark_refuses_options_that_do_not_fit_together(args, message, run_benchmark):
     # Audit (2026-12-01): --n-train + --n-test over the 10,000 digits left the test split
     # empty, found after the whole training (a traceback in evaluate); --min-lr above
     # --max-lr was a traceback from the schedule.
-    script = next(p for p in BENCHMARKS if p.stem == "mnist_capsules")
-    proc = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=300)
+    run, _ = run_benchmark
+    proc = run("mnist_capsules", args)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert f"mnist_capsules.py: error: {message}" in proc.stderr, proc.stderr[-2000:]
+
+
+#: (script, arguments) of every command line above that runs a script (--help aside)
+COMMAND_LINES = ([(name, args) for name, args in MISSING_DATA.items()]
+                 + [(name, args) for name, args, _ in BAD_VALUES]
+                 + [("mnist_capsules", args) for args, _ in MNIST_CAPSULES_CONFLICTS])
 
 
 @pytest.mark.parametrize("argv, verbose", [([], 2), (["--verbose", "0"], 0)])
