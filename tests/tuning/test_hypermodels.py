@@ -504,13 +504,13 @@ def _parent_values(hp, parent):
 
 
 @pytest.mark.parametrize("name", sorted(CONDITIONAL))
-def test_an_entry_is_active_only_where_the_model_uses_it(name):
+def test_an_entry_is_active_only_where_the_model_uses_it(name, shared_hypermodels):
     # music declared units_0 .. units_2 whatever `levels`, occluded_mnist conv_units_k
     # whatever `conv_levels`, text_classification the routing entries for the linear
     # head too: a trial drew, varied and recorded widths of levels it did not build
     import keras_tuner
 
-    hypermodel = _hypermodel_for_batches(name, batch_size=4)
+    hypermodel = shared_hypermodels(name)
     declared = keras_tuner.HyperParameters()
     hypermodel.build(declared)
     (parent,) = {parent for parent, _ in CONDITIONAL[name].values()}
@@ -530,14 +530,14 @@ def _layers_and_weights(model):
 
 
 @pytest.mark.parametrize("name", sorted(CONDITIONAL))
-def test_the_default_point_builds_the_applications_default_model(name):
+def test_the_default_point_builds_the_applications_default_model(name, shared_hypermodels):
     # the conditional entries keep the default model: that of the application's build_model
     import keras_tuner
 
     from applications import music, occluded_mnist
     from applications.text_classification import model as model_lib
 
-    hypermodel = _hypermodel_for_batches(name, batch_size=4)
+    hypermodel = shared_hypermodels(name)
     model = hypermodel.build(keras_tuner.HyperParameters())
     if name == "music":
         expected = music.build_model(hypermodel.window)
@@ -821,6 +821,21 @@ def _hypermodel_for_batches(name, **kwargs):
     }[name]()
 
 
+@pytest.fixture(scope="module")
+def shared_hypermodels():
+    """``shared(name)``: ``_hypermodel_for_batches(name, batch_size=4)``, made (and its data
+    prepared: text_classification reads and encodes the real SST) once per module. The tests
+    that share one only build models from it and read its data."""
+    made = {}
+
+    def shared(name):
+        if name not in made:
+            made[name] = _hypermodel_for_batches(name, batch_size=4)
+        return made[name]
+
+    return shared
+
+
 @pytest.mark.parametrize("name", ["demo", "occluded_mnist", "textured_mnist", "music", "text_classification"])
 def test_trials_train_on_batches_that_split_evenly_over_the_replicas(name):
     # The applications' `train` cuts its training batches for the replicas in sync (Keras
@@ -845,7 +860,7 @@ def test_trials_train_on_batches_that_split_evenly_over_the_replicas(name):
 
 
 @pytest.mark.parametrize("gru_units, dims", [(None, [4, 8, 16]), (8, [4, 8]), (12, [4]), (6, [2]), (7, [1])])
-def test_a_pinned_gru_width_is_cut_only_into_capsules_that_divide_it(gru_units, dims, tmp_path):
+def test_a_pinned_gru_width_is_cut_only_into_capsules_that_divide_it(gru_units, dims, tmp_path, shared_hypermodels):
     # `tune text_classification --fixed gru_units=8` failed at random before the first trial:
     # keras-tuner's build that activates the capsule branch (even with routing pinned to
     # linear) drew capsule_dim 16 one time in three, and 16 does not divide 8
@@ -853,7 +868,7 @@ def test_a_pinned_gru_width_is_cut_only_into_capsules_that_divide_it(gru_units, 
 
     from tuning.search import fixed_hyperparameters
 
-    hypermodel = _hypermodel_for_batches("text_classification", batch_size=4)
+    hypermodel = shared_hypermodels("text_classification")
     pins = ["routing=linear"] + ([] if gru_units is None else [f"gru_units={gru_units}"])
     space = fixed_hyperparameters(hypermodel, pins)
     hypermodel.build(space)
@@ -884,11 +899,11 @@ def test_stepped_entries_reach_their_documented_top_value_exactly(name, entries,
         assert drawn == set(want), (entry, sorted(drawn))
 
 
-def test_text_classification_dropout_reaches_its_documented_top_value():
+def test_text_classification_dropout_reaches_its_documented_top_value(shared_hypermodels):
     import keras_tuner
 
     hp = keras_tuner.HyperParameters()
-    _hypermodel_for_batches("text_classification", batch_size=4).build(hp)
+    shared_hypermodels("text_classification").build(hp)
     (dropout,) = [p for p in hp.space if p.name == "dropout"]
     assert list(dropout.values) == [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6] and dropout.default == 0.5
 

@@ -1,7 +1,10 @@
 """keras-capsules tune: every tuner runs a tiny search; a stopped search resumes."""
 
+import contextlib
+import io
 import json
 import os
+import shutil
 
 import keras
 import keras_tuner
@@ -31,6 +34,28 @@ def test_registry_and_search_space():
 def _trials(directory):
     project = os.path.join(directory, "demo")
     return sorted(p for p in os.listdir(project) if p.startswith("trial_"))
+
+
+@pytest.fixture(scope="module")
+def _one_demo_search(tmp_path_factory):
+    """Holds the one-trial random demo search (TINY) of :func:`demo_search` once it has run."""
+    return {"root": tmp_path_factory.mktemp("one_demo_search")}
+
+
+@pytest.fixture
+def demo_search(_one_demo_search, tmp_path):
+    """``tmp_path / "search"``: a copy of one finished ``tune demo --tuner random --max-trials 1``
+    search (TINY), run once per module (in the first test that asks, eagerly as the tests
+    that read it). Each test changes its own copy only. Returns ``(exit code, stdout)`` of
+    that first run."""
+    if "out" not in _one_demo_search:
+        directory = _one_demo_search["root"] / "search"
+        with contextlib.redirect_stdout(io.StringIO()) as out:
+            code = cli.main(["tune", "demo", "--tuner", "random", "--directory", str(directory), "--max-trials", "1",
+                             *TINY])
+        _one_demo_search.update(code=code, out=out.getvalue())
+    shutil.copytree(_one_demo_search["root"] / "search", tmp_path / "search")
+    return _one_demo_search["code"], _one_demo_search["out"]
 
 
 @pytest.mark.graph_mode  # traced trials, one of them under a MirroredStrategy (the others run eagerly: conftest.py)
@@ -72,11 +97,12 @@ def test_tiny_search_writes_best_model_and_hyperparameters(tuner, tmp_path, caps
         np.testing.assert_array_equal(got, want, err_msg=got.path)
 
 
-def test_a_stopped_search_resumes(tmp_path, capsys):
+def test_a_stopped_search_resumes(demo_search, tmp_path, capsys):
     directory = str(tmp_path / "search")
     base = ["tune", "demo", "--tuner", "random", "--directory", directory, *TINY]
-    assert cli.main([*base, "--max-trials", "1"]) == 0
-    assert "1 new trial(s), 1 in total" in capsys.readouterr().out
+    code, out = demo_search  # [*base, "--max-trials", "1"]
+    assert code == 0
+    assert "1 new trial(s), 1 in total" in out
     first = _trials(directory)
     assert cli.main([*base, "--max-trials", "2"]) == 0
     assert "1 new trial(s), 2 in total" in capsys.readouterr().out
@@ -316,14 +342,13 @@ def test_a_search_resumes_only_with_the_options_it_was_started_with(tmp_path, ca
     assert "0 new trial(s), 1 in total" in capsys.readouterr().out
 
 
-def test_a_search_resumes_only_with_the_data_options_it_was_started_with(tmp_path, capsys):
+def test_a_search_resumes_only_with_the_data_options_it_was_started_with(demo_search, tmp_path, capsys):
     # audit 5: a resume with another --seed, --limit or --batch-size was accepted in
     # silence: the new trials trained and were scored on other examples (another split,
     # 60 validation digits against 19) and ranked against the old ones.
     directory = str(tmp_path / "search")
     base = ["tune", "demo", "--tuner", "random", "--directory", directory, "--epochs", "1", "--quiet"]
-    assert cli.main([*base, "--max-trials", "1", "--limit", "120", "--batch-size", "32"]) == 0
-    capsys.readouterr()
+    assert demo_search[0] == 0  # [*base, "--max-trials", "1", "--limit", "120", "--batch-size", "32"]
     changed = ["--max-trials", "2", "--limit", "300", "--batch-size", "32", "--seed", "5"]
     assert cli.main([*base, *changed]) == 2
     err = capsys.readouterr().err
@@ -335,15 +360,14 @@ def test_a_search_resumes_only_with_the_data_options_it_was_started_with(tmp_pat
         assert json.load(f)["options"] == {"batch_size": 32, "data_dir": None, "limit": 120, "seed": 0}  # kept
 
 
-def test_a_search_resumes_only_on_the_data_it_was_started_on(tmp_path, capsys):
+def test_a_search_resumes_only_on_the_data_it_was_started_on(demo_search, tmp_path, capsys):
     # Audit s69: a demo search on the 8x8 digits resumed with --data-dir MNIST was
     # accepted: the new trials were ranked against the old ones, and the metrics.json
     # beside the best model (trained on the 8x8 digits) named MNIST's split, which
     # `evaluate` then scored it on.
     directory = str(tmp_path / "search")
     base = ["tune", "demo", "--tuner", "random", "--directory", directory, *TINY]
-    assert cli.main([*base, "--max-trials", "1"]) == 0
-    capsys.readouterr()
+    assert demo_search[0] == 0  # [*base, "--max-trials", "1"]
     assert cli.main([*base, "--max-trials", "2", "--data-dir", str(shared_path("data", "mnist"))]) == 2
     err = capsys.readouterr().err
     assert err.startswith("keras-capsules: error: the search in") and err.count("\n") == 1, err
@@ -416,13 +440,13 @@ def test_a_diverged_trial_fails_and_is_never_the_best_model(tmp_path, capsys):
         callback.on_epoch_end(0, {"loss": 0.5, "val_accuracy": 0.1})
 
 
-def test_overwrite_never_leaves_the_old_searchs_best_model(tmp_path, capsys):
+def test_overwrite_never_leaves_the_old_searchs_best_model(demo_search, tmp_path, capsys):
     # audit 5: --overwrite deleted the old trials but kept best_model.keras and
     # best_hyperparameters.json; a new search that found no best trial (or was stopped)
     # left them, as if they were its own (a trial_id that no longer exists).
     directory = tmp_path / "search"
     base = ["tune", "demo", "--tuner", "random", "--directory", str(directory), "--max-trials", "1", *TINY]
-    assert cli.main(base) == 0
+    assert demo_search[0] == 0  # base
     assert (directory / "best_model.keras").exists() and (directory / "best_hyperparameters.json").exists()
     assert (directory / "metrics.json").exists()
     capsys.readouterr()
@@ -445,14 +469,13 @@ def _one_error_line(capsys):
     return err
 
 
-def test_a_directory_that_holds_another_applications_search_is_refused(tmp_path, capsys):
+def test_a_directory_that_holds_another_applications_search_is_refused(demo_search, tmp_path, capsys):
     # Two applications tuned into one --directory shared best_model.keras and
     # best_hyperparameters.json: the second search silently replaced the first's.
     directory = tmp_path / "search"
     demo = ["tune", "demo", "--tuner", "random", "--directory", str(directory), "--max-trials", "1", *TINY]
     music = ["tune", "music", "--tuner", "random", "--directory", str(directory), "--max-trials", "1", *MUSIC]
-    assert cli.main(demo) == 0
-    capsys.readouterr()
+    assert demo_search[0] == 0  # demo
     best = (directory / "best_hyperparameters.json").read_text()
     assert cli.main(music) == 2
     err = _one_error_line(capsys)
@@ -574,13 +597,12 @@ def test_a_graph_mode_test_traces():
 
 
 @pytest.mark.parametrize("damage", [b"{\"application\": \"demo\", \"tun", b"\xff\xfe not text", b"[1, 2]"])
-def test_a_damaged_search_record_is_one_line_and_overwrite_starts_afresh(damage, tmp_path, capsys):
+def test_a_damaged_search_record_is_one_line_and_overwrite_starts_afresh(damage, demo_search, tmp_path, capsys):
     # A keras_capsules_search.json that is not the JSON object a search writes (a
     # crash of an older version, a full disk, a hand edit) ended `tune` in a traceback.
     directory = tmp_path / "search"
     argv = ["tune", "demo", "--tuner", "random", "--directory", str(directory), "--max-trials", "1", *TINY]
-    assert cli.main(argv) == 0
-    capsys.readouterr()
+    assert demo_search[0] == 0  # argv
     for record in (directory / "demo" / "keras_capsules_search.json", directory / "keras_capsules_search.json"):
         kept = record.read_bytes()
         record.write_bytes(damage)
@@ -633,7 +655,7 @@ def test_a_demo_trial_on_two_replicas_trains_the_one_device_model():
         hp.Fixed(name, value)
 
     def trained(strategy, replicas):
-        hypermodel = DemoHyperModel(limit=160, batch_size=16, replicas=replicas, verbose=0)  # (102 training digits: the last batch splits evenly)
+        hypermodel = DemoHyperModel(limit=40, batch_size=16, replicas=replicas, verbose=0)  # (26 training digits: 16 + 10, the last batch splits evenly)
         with strategy.scope():
             model = hypermodel.build(hp)
         hypermodel.fit(hp, model, epochs=1, verbose=0)
