@@ -620,18 +620,19 @@ def test_a_damaged_search_record_is_one_line_and_overwrite_starts_afresh(damage,
     assert "0 new trial(s), 1 in total" in capsys.readouterr().out
 
 
-@pytest.mark.graph_mode
 def test_hyperband_later_rounds_start_from_earlier_weights_without_a_warning(tmp_path, capsys):
     # Audit s65: every trial of a later round printed Keras' "Skipping variable loading
     # for optimizer 'adam', because it has 2 variables whereas the saved optimizer has
     # 54", which read as lost state; the fresh optimizer is the intent (trial_epochs).
+    # (Its trials run eagerly: the warning comes from loading the checkpoint, traced or not;
+    # one training batch of 26 digits an epoch.)
     import warnings
 
     directory = str(tmp_path / "search")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         code = cli.main(["tune", "demo", "--tuner", "hyperband", "--directory", directory, "--max-trials", "4",
-                         "--limit", "120", "--epochs", "3", "--batch-size", "32", "--quiet"])
+                         "--limit", "40", "--epochs", "3", "--batch-size", "32", "--quiet"])
     assert code == 0, capsys.readouterr().err
     later = []
     for trial in _trials(directory):
