@@ -108,10 +108,33 @@ def _train_demo_and_stop_mid_epoch(run_dir, epochs, limit, hang_at, log, sig=sig
     return command, proc
 
 
-def test_killed_training_resumes_from_the_last_saved_epoch(tmp_path):
+@pytest.fixture(scope="module")
+def killed_demo_run(tmp_path_factory):
+    """One ``train demo`` SIGKILLed after step 3 of epoch 2 (epochs 0 and 1 saved):
+    ``(command, process, run folder)``. Each test reruns in a copy of the folder
+    (:func:`_copy_of_killed_run`), so that none sees another's rerun."""
+    folder = tmp_path_factory.mktemp("killed_demo_run")
+    command, proc = _train_demo_and_stop_mid_epoch(folder / "run", 6, 160, "2:3", folder / "first.log")
+    return command, proc, folder / "run"
+
+
+def _copy_of_killed_run(killed_demo_run, tmp_path):
+    """``(command, run folder)``: a copy of the killed run's folder in ``tmp_path`` and its
+    command with ``--run-dir`` naming the copy."""
+    import shutil
+
+    command, _, killed_dir = killed_demo_run
     run_dir = tmp_path / "run"
+    shutil.copytree(killed_dir, run_dir)
+    command = list(command)
+    command[command.index("--run-dir") + 1] = str(run_dir)
+    return command, run_dir
+
+
+def test_killed_training_resumes_from_the_last_saved_epoch(killed_demo_run, tmp_path):
     # Epochs 0 and 1 are saved; the process is stopped after step 3 of epoch 2.
-    command, first = _train_demo_and_stop_mid_epoch(run_dir, 6, 160, "2:3", tmp_path / "first.log")
+    first = killed_demo_run[1]
+    command, run_dir = _copy_of_killed_run(killed_demo_run, tmp_path)
     assert first.returncode == -9
     backup = json.loads((run_dir / "backup" / "training_metadata.json").read_text())
     assert backup["epoch"] == 2
@@ -968,18 +991,17 @@ def test_resumable_reduce_lr_on_plateau_without_its_metric_only_warns(tmp_path):
     assert resumed.best is None
 
 
-def test_a_rerun_with_another_model_is_one_line_and_keeps_the_backup(tmp_path):
+def test_a_rerun_with_another_model_is_one_line_and_keeps_the_backup(killed_demo_run, tmp_path):
     # audit (2026-11-27): a rerun after a crash with a changed model option (--filters)
     # ended in Keras' 70-line "objects could not be loaded" traceback (exit 1)
-    run_dir = tmp_path / "run"
-    command, _ = _train_demo_and_stop_mid_epoch(run_dir, 3, 96, "1:2", tmp_path / "first.log")
+    command, run_dir = _copy_of_killed_run(killed_demo_run, tmp_path)  # killed with its backup of epoch 2
     other = list(command)
     other[other.index("--filters") + 1] = "4"
     proc = cli_helpers.start(other, tmp_path / "second.log")
     assert cli_helpers.wait(proc, timeout=300) == 2
     log = (tmp_path / "second.log").read_text()
     assert "Traceback" not in log and "keras-capsules: error: the backup in" in log
-    assert json.loads((run_dir / "backup" / "training_metadata.json").read_text())["epoch"] == 1
+    assert json.loads((run_dir / "backup" / "training_metadata.json").read_text())["epoch"] == 2
 
 
 class _PoisonAt(keras.callbacks.Callback):
