@@ -314,7 +314,7 @@ def test_a_resumed_run_ends_with_the_weights_of_the_uninterrupted_run(tmp_path):
     # states, which Keras' save_weights leaves out, are in the backup (without them 1.2e-4).
     from tests.applications.tiny_data import CLEVR_IMAGE_SIZE, tiny_clevr_cache
 
-    cache = tiny_clevr_cache(tmp_path / "cache")  # 18 training questions: 5 batches of up to 4
+    cache = tiny_clevr_cache(tmp_path / "cache")  # 18 training questions: 3 batches of up to 8
     backups = []
 
     def train(run_dir, callbacks=(), **kwargs):
@@ -322,7 +322,7 @@ def test_a_resumed_run_ends_with_the_weights_of_the_uninterrupted_run(tmp_path):
         backups.append(resumable[0])
         return clevr.train(cache, run_dir=run_dir, callbacks=[*resumable, *callbacks], **kwargs)
 
-    kwargs = dict(epochs=3, batch_size=4, image_size=CLEVR_IMAGE_SIZE, seed=2, verbose=0, learning_rate=1e-2,
+    kwargs = dict(epochs=3, batch_size=8, image_size=CLEVR_IMAGE_SIZE, seed=2, verbose=0, learning_rate=1e-2,
                   model_kwargs=dict(units=8, embedding_dim=4, max_steps=1))
     train(str(tmp_path / "whole"), **kwargs)
     cli_helpers.crash_and_resume(train, tmp_path / "resumed", (2, 1), **kwargs)
@@ -572,10 +572,10 @@ def test_evaluate_reads_the_features_of_the_image_size_that_train_recorded(tmp_p
     from applications import __main__ as cli
     from tests.applications.tiny_data import CLEVR_IMAGE_SIZE, tiny_clevr_cache
 
-    cache = tiny_clevr_cache(tmp_path / "cache")
-    result = clevr.train(cache, run_dir=str(tmp_path / "run"), epochs=1, batch_size=8, image_size=CLEVR_IMAGE_SIZE,
+    cache = tiny_clevr_cache(tmp_path / "cache")  # batches of 32: each split's 18 questions in one step
+    result = clevr.train(cache, run_dir=str(tmp_path / "run"), epochs=1, batch_size=32, image_size=CLEVR_IMAGE_SIZE,
                          model_kwargs=dict(units=8, embedding_dim=4, max_steps=1), verbose=0)
-    evaluated = clevr.evaluate(result["model"], cache, data_dir=str(tmp_path / "no-tfds"), batch_size=8)
+    evaluated = clevr.evaluate(result["model"], cache, data_dir=str(tmp_path / "no-tfds"), batch_size=32)
     assert evaluated["validation_accuracy"] == pytest.approx(result["validation_accuracy"], abs=1e-6)
     assert evaluated["validation_loss"] == pytest.approx(result["validation_loss"], rel=1e-5)
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["image_size"] == CLEVR_IMAGE_SIZE
@@ -592,13 +592,13 @@ def test_evaluate_reads_the_cache_that_train_used(tmp_path, capsys, monkeypatch)
     from tests.applications.tiny_data import CLEVR_IMAGE_SIZE, tiny_clevr_cache
 
     monkeypatch.delenv("KERAS_CAPSULES_DEBUG", raising=False)
-    cache = tiny_clevr_cache(tmp_path / "cache")
-    options = dict(epochs=1, batch_size=8, image_size=CLEVR_IMAGE_SIZE,
+    cache = tiny_clevr_cache(tmp_path / "cache")  # batches of 32: each split's 18 questions in one step
+    options = dict(epochs=1, batch_size=32, image_size=CLEVR_IMAGE_SIZE,
                    model_kwargs=dict(units=8, embedding_dim=4, max_steps=1), verbose=0)
     run = tmp_path / "run"
     result = clevr.train(cache, run_dir=str(run), **options)
     assert json.loads((run / "metrics.json").read_text())["cache_dir"] == str(cache)  # outside the run: absolute
-    argv = ["evaluate", "clevr", "--data-dir", str(tmp_path / "no-tfds"), "--batch-size", "8", "--quiet"]
+    argv = ["evaluate", "clevr", "--data-dir", str(tmp_path / "no-tfds"), "--batch-size", "32", "--quiet"]
     capsys.readouterr()
     assert cli.main([*argv, "--model", str(run)]) == 0, capsys.readouterr().err
     assert json.loads(capsys.readouterr().out)["validation_loss"] == pytest.approx(result["validation_loss"], rel=1e-5)
@@ -627,16 +627,16 @@ def test_evaluate_reads_the_features_of_the_resnet_weights_that_train_recorded(t
 
     from tests.applications.tiny_data import CLEVR_IMAGE_SIZE, tiny_clevr_cache
 
-    cache = tiny_clevr_cache(tmp_path / "cache")
+    cache = tiny_clevr_cache(tmp_path / "cache")  # batches of 32: each split's 18 questions in one step
     for split in clevr.SPLITS:  # the features of random weights, beside the ImageNet ones
         imagenet = np.load(f"{cache}/{clevr.features_file(split, CLEVR_IMAGE_SIZE)}")
         np.save(f"{cache}/{clevr.features_file(split, CLEVR_IMAGE_SIZE, None)}", (3 - 2 * imagenet).astype("float16"))
-    result = clevr.train(cache, run_dir=str(tmp_path / "run"), epochs=1, batch_size=8, image_size=CLEVR_IMAGE_SIZE,
+    result = clevr.train(cache, run_dir=str(tmp_path / "run"), epochs=1, batch_size=32, image_size=CLEVR_IMAGE_SIZE,
                          weights=None, model_kwargs=dict(units=8, embedding_dim=4, max_steps=1), verbose=0)
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["weights"] is None
-    evaluated = clevr.evaluate(result["model"], cache, data_dir=str(tmp_path / "no-tfds"), batch_size=8)
+    evaluated = clevr.evaluate(result["model"], cache, data_dir=str(tmp_path / "no-tfds"), batch_size=32)
     assert evaluated["validation_loss"] == pytest.approx(result["validation_loss"], rel=1e-5)
-    imagenet = clevr.evaluate(result["model"], cache, data_dir=str(tmp_path / "no-tfds"), batch_size=8,
+    imagenet = clevr.evaluate(result["model"], cache, data_dir=str(tmp_path / "no-tfds"), batch_size=32,
                               weights="imagenet")  # given weights win
     assert imagenet["validation_loss"] != pytest.approx(result["validation_loss"], rel=1e-5)
 
@@ -651,14 +651,14 @@ def test_evaluate_scores_the_validation_questions_that_train_scored(tmp_path, ca
     from applications import __main__ as cli
     from tests.applications.tiny_data import CLEVR_IMAGE_SIZE, tiny_clevr_cache
 
-    cache = tiny_clevr_cache(tmp_path / "cache")  # 18 validation questions
+    cache = tiny_clevr_cache(tmp_path / "cache")  # 18 validation questions, in one batch of 32
     run = tmp_path / "run"
-    result = clevr.train(cache, run_dir=str(run), epochs=1, batch_size=8, image_size=CLEVR_IMAGE_SIZE, limit=5,
+    result = clevr.train(cache, run_dir=str(run), epochs=1, batch_size=32, image_size=CLEVR_IMAGE_SIZE, limit=5,
                          model_kwargs=dict(units=8, embedding_dim=4, max_steps=1), verbose=0)
     assert result["validation_questions"] == 5
     assert json.loads((run / "metrics.json").read_text())["limit"] == 5
     argv = ["evaluate", "clevr", "--model", str(run), "--cache-dir", cache, "--data-dir", str(tmp_path / "no-tfds"),
-            "--batch-size", "8", "--quiet"]
+            "--batch-size", "32", "--quiet"]
     capsys.readouterr()
     assert cli.main(argv) == 0, capsys.readouterr().err
     evaluated = json.loads(capsys.readouterr().out)
@@ -673,9 +673,9 @@ def test_evaluate_scores_the_validation_questions_that_train_scored(tmp_path, ca
     moved.mkdir()
     shutil.copy(run / "model.keras", moved / "model.keras")
     model = str(moved / "model.keras")
-    assert clevr.evaluate(model, cache, batch_size=8, image_size=CLEVR_IMAGE_SIZE)["validation_questions"] == 18
+    assert clevr.evaluate(model, cache, batch_size=32, image_size=CLEVR_IMAGE_SIZE)["validation_questions"] == 18
     (moved / "metrics.json").write_text(json.dumps({"image_size": CLEVR_IMAGE_SIZE, "limit": None}))
-    assert clevr.evaluate(model, cache, batch_size=8)["validation_questions"] == 18
+    assert clevr.evaluate(model, cache, batch_size=32)["validation_questions"] == 18
     parser = argparse.ArgumentParser()
     clevr.add_arguments(parser, "evaluate")
     assert parser.parse_args([]).limit is None
