@@ -53,7 +53,7 @@ def test_groups_share_one_ladder():
         (dict(n_groups=2, levels=CONV_LEVELS, n_iters=2, mask_update="posterior", initial_mask_scale=3,
               posterior_sigma=0.7, initial_mask_stddev=3.0), (4, 4, 4, 1)),
         (dict(n_groups=3, levels=CONV_LEVELS, n_iters=2, group_codes=True), (4, 4, 4, 1)),
-        (dict(n_groups=2, levels=CONV_LEVELS, n_iters=3, mask_update="posterior", mask_damping=0.5), (4, 4, 4, 1)),
+        (dict(n_groups=2, levels=CONV_LEVELS, n_iters=2, mask_update="posterior", mask_damping=0.5), (4, 4, 4, 1)),
         (dict(n_groups=2, levels=CONV_LEVELS, n_iters=2, mask_damping="learned"), (4, 4, 4, 1)),
     ],
 )
@@ -807,7 +807,7 @@ def test_unroll_is_checked():
 
 
 LOOP_CONTRACT_CASES = [
-    ("image_sequence_loop", dict(n_groups=2, levels=CONV_LEVELS, unroll=False), (4, 3, 4, 4, 1)),
+    ("image_sequence_loop", dict(n_groups=2, levels=CONV_LEVELS, unroll=False), (4, 2, 4, 4, 1)),
     ("vector_sequence_loop", dict(n_groups=3, levels=[level_spec("gated", 3)], unroll=False, mask_damping="learned"),
      (4, 2, 4)),
     ("static_loop", dict(n_groups=2, levels=CONV_LEVELS, n_iters=2, unroll=False, mask_update="posterior",
@@ -896,20 +896,21 @@ class _CountsSymbolicLoops(RTagger):
 
 
 def _batches_of_several_lengths():
-    """A tf.data pipeline of vector sequences [4, T, 5] (T = 3, 5, 2; None in its
+    """A tf.data pipeline of vector sequences [4, T, 5] (T = 3, 5; None in its
     signature), each with a zero (masked) last step in one sample, and their targets
-    [4, T, 5, 1] (the pixels again, as MixtureNLL takes them)."""
+    [4, T, 5, 1] (the pixels again, as MixtureNLL takes them). (Two lengths: under XLA
+    every length is a program compiled of its own.)"""
     import tensorflow as tf
 
     def batches():
-        for n in (3, 5, 2):
+        for n in (3, 5):
             x = _images(4, n, 5, seed=n) + 0.1
             x[1, -1:] = 0.0
             yield x, x[..., None]
 
     return tf.data.Dataset.from_generator(batches, output_signature=(
         tf.TensorSpec((4, None, 5), "float32"), tf.TensorSpec((4, None, 5, 1), "float32"),
-    )).apply(tf.data.experimental.assert_cardinality(3))
+    )).apply(tf.data.experimental.assert_cardinality(2))
 
 
 class _Packed(keras.layers.Layer):
