@@ -12,6 +12,7 @@ import tensorflow as tf
 from applications.text_classification import data, recipe
 from applications.text_classification import model as model_lib
 from keras_capsules.losses import CapsuleLoss
+from tests.applications.short_data import write_sst_prefix
 from tests.conftest import shared_path
 
 SST_DIR = shared_path("data", "sst")
@@ -317,12 +318,36 @@ def loaded_params(run_dir):
     return keras.saving.load_model(run_dir / "model.keras").count_params()
 
 
+@pytest.fixture(scope="module")
+def short_sst(tmp_path_factory):
+    """The first 200 trees of every SST file (read-only). A run with ``limit`` N reads the
+    same first sentences from it as from the full files, which it would parse entirely
+    (seconds a run); with no limit evaluate scores its 177 SST-2 test sentences, not
+    the 1,821 of the full test split."""
+    return str(write_sst_prefix(tmp_path_factory.mktemp("sst"), lines=200))
+
+
+@pytest.fixture(scope="module")
+def sst2_run(tmp_path_factory, short_sst):
+    """One trained run read by the evaluate tests (sst2, limit 16, max_length 20, verbose):
+    ``(run_dir, result, stdout of train)``. No test writes in ``run_dir``."""
+    import contextlib
+    import io
+
+    run_dir = tmp_path_factory.mktemp("sst2_run") / "run"
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        result = recipe.train(dataset="sst2", data_dir=short_sst, run_dir=str(run_dir), epochs=1, batch_size=8,
+                              limit=16, max_length=20, jit_compile=False, verbose=1, **TINY)
+    return run_dir, result, out.getvalue()
+
+
 @pytest.mark.graph_mode  # graph mode: eager took longer (many steps)
-def test_tiny_training_on_real_sst_sentences(tmp_path):
+def test_tiny_training_on_real_sst_sentences(tmp_path, short_sst):
     run_dir = tmp_path / "run"
     result = recipe.train(
         dataset="sst2",
-        data_dir=SST_DIR,
+        data_dir=short_sst,
         run_dir=str(run_dir),
         routing="kmeans",
         epochs=1,
@@ -394,7 +419,7 @@ def test_every_vocabulary_the_writer_writes_reads_back_unchanged(tmp_path):
     assert data.load_vocabulary(tmp_path / "vocab.txt") == ["[PAD]", "[UNK]", "good"]
 
 
-def test_evaluate_refuses_a_vocabulary_of_another_size_than_the_model(tmp_path):
+def test_evaluate_refuses_a_vocabulary_of_another_size_than_the_model(tmp_path, short_sst):
     # A vocab.txt that does not belong to the model (--vocabulary of another run) gave
     # ids past the embedding: a "Graph execution error" traceback from inside the
     # model, or, with a smaller vocabulary, every word read as another one, silently.
@@ -406,15 +431,15 @@ def test_evaluate_refuses_a_vocabulary_of_another_size_than_the_model(tmp_path):
     for words in (30, 4):
         data.save_vocabulary([f"w{i}" for i in range(words)], tmp_path / "vocab.txt")
         with pytest.raises(InputError, match=rf"model embeds 12 ids.*Received: vocab_size={words + 2} "):
-            recipe.evaluate(str(tmp_path / "model.keras"), "sst2", SST_DIR, limit=4)
+            recipe.evaluate(str(tmp_path / "model.keras"), "sst2", short_sst, limit=4)
     data.save_vocabulary([f"w{i}" for i in range(10)], tmp_path / "vocab.txt")
-    result = recipe.evaluate(str(tmp_path / "model.keras"), "sst2", SST_DIR, limit=4)
+    result = recipe.evaluate(str(tmp_path / "model.keras"), "sst2", short_sst, limit=4)
     assert 0 <= result["test_accuracy"] <= 1
     # A model of another application is named as such (it has no word embedding).
     other = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
     other.save(tmp_path / "other.keras")
     with pytest.raises(CommandLineError, match="not a text classifier"):
-        recipe.evaluate(str(tmp_path / "other.keras"), "sst2", SST_DIR, vocabulary_path=str(tmp_path / "vocab.txt"))
+        recipe.evaluate(str(tmp_path / "other.keras"), "sst2", short_sst, vocabulary_path=str(tmp_path / "vocab.txt"))
 
 
 @pytest.mark.parametrize(
@@ -503,7 +528,7 @@ def test_bucket_batches_refuses_a_bad_batch_size_at_once(batch_size):
 
 
 @pytest.mark.graph_mode  # graph mode: eager took longer (many steps)
-def test_epochs_run_counts_the_epochs_before_a_resume(tmp_path, monkeypatch):
+def test_epochs_run_counts_the_epochs_before_a_resume(tmp_path, monkeypatch, short_sst):
     # epochs_run counted the epochs of the last process only: 0 for a run finished
     # from its backup after a crash between fit and the model save.
     from applications import fault_tolerance
@@ -512,7 +537,7 @@ def test_epochs_run_counts_the_epochs_before_a_resume(tmp_path, monkeypatch):
     run_dir = tmp_path / "run"
 
     def train(*extra):
-        return recipe.train(dataset="sst2", data_dir=SST_DIR, run_dir=str(run_dir), routing="kmeans", epochs=2,
+        return recipe.train(dataset="sst2", data_dir=short_sst, run_dir=str(run_dir), routing="kmeans", epochs=2,
                             batch_size=8, limit=16, jit_compile=False, verbose=0,
                             callbacks=[*fault_tolerance.resumable_callbacks(str(run_dir)), *extra], **TINY)
 
@@ -523,7 +548,7 @@ def test_epochs_run_counts_the_epochs_before_a_resume(tmp_path, monkeypatch):
 
 
 @pytest.mark.graph_mode  # graph mode: eager took longer (many steps)
-def test_a_resumed_run_ends_with_the_weights_of_the_uninterrupted_run(tmp_path, monkeypatch):
+def test_a_resumed_run_ends_with_the_weights_of_the_uninterrupted_run(tmp_path, monkeypatch, short_sst):
     # A crash in epoch 2 and a rerun: the resumed process reshuffled its first epoch as
     # the uninterrupted run's epoch 0 (tf.data counts the iterators of a process; max
     # weight difference 1.2e-3 here). Now epoch e is shuffled by (seed, e)
@@ -549,7 +574,7 @@ def test_a_resumed_run_ends_with_the_weights_of_the_uninterrupted_run(tmp_path, 
         backups.append(resumable[0])
         return recipe.train(run_dir=run_dir, callbacks=[*resumable, *callbacks], **kwargs)
 
-    kwargs = dict(dataset="sst2", data_dir=SST_DIR, epochs=3, batch_size=4, limit=24, max_length=20, seed=3,
+    kwargs = dict(dataset="sst2", data_dir=short_sst, epochs=3, batch_size=4, limit=24, max_length=20, seed=3,
                   jit_compile=False, verbose=0, **{**TINY, "dropout": 0.5})
     train(str(tmp_path / "whole"), **kwargs)
     result = cli_helpers.crash_and_resume(train, tmp_path / "resumed", (2, 1), **kwargs)
@@ -566,30 +591,29 @@ def test_the_module_entry_point_refuses_a_negative_seed(capsys):
     assert "--seed" in capsys.readouterr().err
 
 
-def test_evaluate_scores_a_model_saved_without_compiling(tmp_path):
+def test_evaluate_scores_a_model_saved_without_compiling(tmp_path, short_sst):
     # audit (2026-11-27): Keras' "You must call `compile()` before using the model"
     model_lib.build_model(12, 2, **TINY).save(tmp_path / "model.keras")
     data.save_vocabulary([f"w{i}" for i in range(10)], tmp_path / "vocab.txt")
-    result = recipe.evaluate(str(tmp_path / "model.keras"), "sst2", SST_DIR, limit=4)
+    result = recipe.evaluate(str(tmp_path / "model.keras"), "sst2", short_sst, limit=4)
     assert 0 <= result["test_accuracy"] <= 1
 
 
-def test_evaluate_cuts_the_texts_at_the_max_length_train_recorded(tmp_path):
+def test_evaluate_cuts_the_texts_at_the_max_length_train_recorded(sst2_run, short_sst):
     # audit (2026-11-28): evaluate cut every text at 5,000 tokens whatever train had used, so
     # `train --max-length 20` then `evaluate` (same model, same data) reported another loss
-    run_dir = tmp_path / "run"
-    result = recipe.train(dataset="sst2", data_dir=SST_DIR, run_dir=str(run_dir), epochs=1, batch_size=8,
-                          limit=16, max_length=3, jit_compile=False, verbose=0, **TINY)
-    assert json.loads((run_dir / "metrics.json").read_text())["max_length"] == 3
-    again = recipe.evaluate(str(run_dir / "model.keras"), "sst2", SST_DIR, limit=16)
+    # (some of the 16 test texts are longer than 20 tokens: test_train_and_evaluate_report_...)
+    run_dir, result, _ = sst2_run
+    assert json.loads((run_dir / "metrics.json").read_text())["max_length"] == 20
+    again = recipe.evaluate(str(run_dir / "model.keras"), "sst2", short_sst, limit=16)
     assert again["test_loss"] == pytest.approx(result["test_loss"], rel=1e-5)
     assert again["test_accuracy"] == pytest.approx(result["test_accuracy"])
     # a max_length given is used as it is
-    longer = recipe.evaluate(str(run_dir / "model.keras"), "sst2", SST_DIR, limit=16, max_length=50)
+    longer = recipe.evaluate(str(run_dir / "model.keras"), "sst2", short_sst, limit=16, max_length=50)
     assert longer["test_loss"] != pytest.approx(result["test_loss"], rel=1e-5)
 
 
-def test_evaluate_scores_the_dataset_train_recorded(tmp_path, capsys, monkeypatch):
+def test_evaluate_scores_the_dataset_train_recorded(tmp_path, capsys, monkeypatch, short_sst):
     # `evaluate text_classification` of a model trained (or tuned) on another dataset than
     # sst2 was refused in one line ("the model has 5 classes but sst2 has 2") unless told
     # its --dataset again, though train (and tune) recorded it beside the model
@@ -601,12 +625,12 @@ def test_evaluate_scores_the_dataset_train_recorded(tmp_path, capsys, monkeypatc
 
     monkeypatch.delenv("KERAS_CAPSULES_DEBUG", raising=False)
     run_dir = tmp_path / "run"
-    result = recipe.train(dataset="sst5", data_dir=SST_DIR, run_dir=str(run_dir), epochs=1, batch_size=8,
+    result = recipe.train(dataset="sst5", data_dir=short_sst, run_dir=str(run_dir), epochs=1, batch_size=8,
                           limit=16, max_length=20, jit_compile=False, verbose=0, **TINY)
     assert json.loads((run_dir / "metrics.json").read_text())["dataset"] == "sst5"
     # (TensorFlow runs already: its intra-op threads as they are, not the application's 1)
     threads = str(tf.config.threading.get_intra_op_parallelism_threads())
-    argv = ["evaluate", "text_classification", "--model", str(run_dir), "--data-dir", str(SST_DIR),
+    argv = ["evaluate", "text_classification", "--model", str(run_dir), "--data-dir", short_sst,
             "--limit", "16", "--quiet", "--intra-op-threads", threads]
     capsys.readouterr()
     assert cli.main(argv) == 0, capsys.readouterr().err
@@ -626,7 +650,7 @@ def test_evaluate_scores_the_dataset_train_recorded(tmp_path, capsys, monkeypatc
             metrics["dataset"] = recorded
         (run_dir / "metrics.json").write_text(json.dumps(metrics))
         with pytest.raises(InputError, match="the model has 5 classes but sst2 has 2"):
-            recipe.evaluate(str(run_dir / "model.keras"), data_dir=SST_DIR, limit=16)
+            recipe.evaluate(str(run_dir / "model.keras"), data_dir=short_sst, limit=16)
     parser = argparse.ArgumentParser()
     tc_cli.add_arguments(parser, "evaluate")
     assert parser.parse_args([]).dataset is None
@@ -636,11 +660,12 @@ def test_evaluate_scores_the_dataset_train_recorded(tmp_path, capsys, monkeypatc
     assert parser.parse_args([]).dataset == "sst2"
 
 
-@pytest.mark.graph_mode  # graph mode: eager took longer (many steps)
-def test_evaluate_scores_the_test_examples_train_scored_unless_told_otherwise(tmp_path, capsys, monkeypatch):
+@pytest.mark.graph_mode  # graph mode: eager took longer (each evaluate runs the GRU step by step)
+def test_evaluate_scores_the_test_examples_train_scored_unless_told_otherwise(tmp_path, capsys, monkeypatch,
+                                                                              sst2_run, short_sst):
     # `train --limit N` cut every split, the test split it scored included, but recorded no N,
     # and `evaluate` of its model then scored every test example: another loss and accuracy
-    # than train reported
+    # than train reported. ("every": those of the short copy of SST, more than 40.)
     import argparse
     import shutil
 
@@ -648,13 +673,12 @@ def test_evaluate_scores_the_test_examples_train_scored_unless_told_otherwise(tm
     from applications.text_classification import cli as tc_cli
 
     monkeypatch.delenv("KERAS_CAPSULES_DEBUG", raising=False)
-    run_dir = tmp_path / "run"
-    result = recipe.train(dataset="sst2", data_dir=SST_DIR, run_dir=str(run_dir), epochs=1, batch_size=8,
-                          limit=16, max_length=20, jit_compile=False, verbose=0, **TINY)
+    run_dir, result, _ = sst2_run
     assert json.loads((run_dir / "metrics.json").read_text())["limit"] == 16
+    assert len(list(data.load_split("sst2", "test", short_sst))) > 40
     # (TensorFlow runs already: its intra-op threads as they are, not the application's 1)
     threads = str(tf.config.threading.get_intra_op_parallelism_threads())
-    argv = ["evaluate", "text_classification", "--model", str(run_dir), "--data-dir", str(SST_DIR),
+    argv = ["evaluate", "text_classification", "--model", str(run_dir), "--data-dir", short_sst,
             "--quiet", "--intra-op-threads", threads]
     capsys.readouterr()
     assert cli.main(argv) == 0, capsys.readouterr().err
@@ -666,9 +690,9 @@ def test_evaluate_scores_the_test_examples_train_scored_unless_told_otherwise(tm
     forty = json.loads(capsys.readouterr().out)
     assert forty["test_loss"] != pytest.approx(result["test_loss"], rel=1e-5)
     assert forty["test_loss"] == pytest.approx(
-        recipe.evaluate(str(run_dir / "model.keras"), data_dir=SST_DIR, limit=40)["test_loss"], rel=1e-6)
+        recipe.evaluate(str(run_dir / "model.keras"), data_dir=short_sst, limit=40)["test_loss"], rel=1e-6)
     # nothing recorded (a model moved away from its run, a run on every example): all, as before
-    every = recipe.evaluate(str(run_dir / "model.keras"), data_dir=SST_DIR, limit=10**6)
+    every = recipe.evaluate(str(run_dir / "model.keras"), data_dir=short_sst, limit=10**6)
     assert every["test_loss"] != pytest.approx(result["test_loss"], rel=1e-5)
     moved = tmp_path / "moved"
     moved.mkdir()
@@ -678,7 +702,7 @@ def test_evaluate_scores_the_test_examples_train_scored_unless_told_otherwise(tm
         if recorded is not None:
             (moved / "metrics.json").write_text(json.dumps(recorded))
         # (max_length as train's: a model moved away lost the one recorded too)
-        scored = recipe.evaluate(str(moved / "model.keras"), data_dir=SST_DIR, max_length=20)
+        scored = recipe.evaluate(str(moved / "model.keras"), data_dir=short_sst, max_length=20)
         assert scored["test_loss"] == pytest.approx(every["test_loss"], rel=1e-6), recorded
     parser = argparse.ArgumentParser()
     tc_cli.add_arguments(parser, "evaluate")
@@ -734,13 +758,13 @@ def test_load_split_refuses_a_limit_that_is_not_a_positive_integer(limit):
     assert len(list(data.load_split("sst2", "test", SST_DIR, limit=3))) == 3
 
 
-def test_prepare_data_shows_the_progress_of_its_passes_over_the_data(capsys):
+def test_prepare_data_shows_the_progress_of_its_passes_over_the_data(capsys, short_sst):
     # audit (2026-11-28): the vocabulary, then the encoding and the count of every split,
     # were passes over the data without a word (minutes for yelp_polarity before the first
     # epoch's bar); verbose shows a line and a progress bar for each, and changes no result.
-    quiet = recipe.prepare_data("sst2", SST_DIR, batch_size=4, limit=12, seed=1)
+    quiet = recipe.prepare_data("sst2", short_sst, batch_size=4, limit=12, seed=1)
     assert capsys.readouterr().out == ""
-    shown = recipe.prepare_data("sst2", SST_DIR, batch_size=4, limit=12, seed=1, verbose=1)
+    shown = recipe.prepare_data("sst2", short_sst, batch_size=4, limit=12, seed=1, verbose=1)
     out = capsys.readouterr().out
     assert out.index("sst2: the vocabulary of the train split") < out.index("12/12")
     for split in ("validation", "train", "test"):
@@ -785,20 +809,19 @@ def test_make_dataset_counts_the_texts_longer_than_max_length():
     assert counts == (0, 6)
 
 
-def _longer_than(split, max_length, limit):
-    raw = data.load_split("sst2", split, SST_DIR, limit=limit)
+def _longer_than(split, max_length, limit, data_dir):
+    raw = data.load_split("sst2", split, data_dir, limit=limit)
     return sum(int(tf.size(data.preprocess(text, None))) > max_length for text, _ in raw.as_numpy_iterator())
 
 
-def test_train_and_evaluate_report_the_texts_cut_at_max_length(tmp_path, capsys):
-    run_dir = tmp_path / "run"
+def test_train_and_evaluate_report_the_texts_cut_at_max_length(capsys, sst2_run, short_sst):
+    # (the run: train with verbose=1; out: what it printed)
+    run_dir, result, out = sst2_run
     # (the first 16 sentences of each split: some are longer than 20 tokens, one test one is 20)
-    expected = {"train": _longer_than("train", 20, 16), "validation": _longer_than("dev", 20, 16),
-                "test": _longer_than("test", 20, 16)}
+    expected = {"train": _longer_than("train", 20, 16, short_sst),
+                "validation": _longer_than("dev", 20, 16, short_sst),
+                "test": _longer_than("test", 20, 16, short_sst)}
     assert all(0 < n < 16 for n in expected.values()), expected
-    result = recipe.train(dataset="sst2", data_dir=SST_DIR, run_dir=str(run_dir), epochs=1, batch_size=8,
-                          limit=16, max_length=20, jit_compile=False, verbose=1, **TINY)
-    out = capsys.readouterr().out
     assert result["truncated_texts"] == expected
     assert json.loads((run_dir / "metrics.json").read_text())["truncated_texts"] == expected
     line = (f"texts longer than --max-length 20 tokens (cut to their first 20): train {expected['train']} of 16, "
@@ -806,12 +829,13 @@ def test_train_and_evaluate_report_the_texts_cut_at_max_length(tmp_path, capsys)
             "a larger --max-length keeps them whole")
     assert out.count(line) == 1, out
     # evaluate: the count in its result, the line with its progress (stderr)
-    again = recipe.evaluate(str(run_dir / "model.keras"), "sst2", SST_DIR, limit=16, verbose=1)
+    capsys.readouterr()
+    again = recipe.evaluate(str(run_dir / "model.keras"), "sst2", short_sst, limit=16, verbose=1)
     assert again["truncated_texts"] == {"test": expected["test"]} and again["max_length"] == 20
     out, err = capsys.readouterr()
     assert f"texts longer than --max-length 20 tokens (cut to their first 20): test {expected['test']} of 16" in err
     assert "texts longer" not in out
-    assert recipe.evaluate(str(run_dir / "model.keras"), "sst2", SST_DIR, limit=16,
+    assert recipe.evaluate(str(run_dir / "model.keras"), "sst2", short_sst, limit=16,
                            max_length=100)["truncated_texts"] == {"test": 0}
     assert "texts longer" not in "".join(capsys.readouterr())  # verbose=0: silent
 
@@ -826,7 +850,7 @@ def test_evaluate_refuses_a_limit_that_is_not_a_positive_integer(limit, tmp_path
         recipe.evaluate(str(tmp_path / "model.keras"), limit=limit)
 
 
-def test_train_from_python_stops_a_diverged_run_in_one_line(tmp_path):
+def test_train_from_python_stops_a_diverged_run_in_one_line(tmp_path, short_sst):
     # audit (2026-11-28): `train` called from Python (without the command line's resumable
     # callbacks) trained a NaN model to the end, then saved and scored it: no error
     from applications.fault_tolerance import TrainingDivergedError
@@ -834,12 +858,12 @@ def test_train_from_python_stops_a_diverged_run_in_one_line(tmp_path):
 
     run_dir = tmp_path / "run"
     with pytest.raises(TrainingDivergedError, match=r"^training diverged: the loss became nan in epoch 1, batch 2"):
-        recipe.train(dataset="sst2", data_dir=SST_DIR, run_dir=str(run_dir), epochs=1, batch_size=4, limit=16,
+        recipe.train(dataset="sst2", data_dir=short_sst, run_dir=str(run_dir), epochs=1, batch_size=4, limit=16,
                      max_length=3, jit_compile=False, verbose=0, callbacks=[PoisonWeightsAt(1)], **TINY)
     assert not (run_dir / "model.keras").exists() and not (run_dir / "metrics.json").exists()
 
 
-def test_train_warns_once_of_a_routing_option_the_linear_head_never_reads(tmp_path, monkeypatch):
+def test_train_warns_once_of_a_routing_option_the_linear_head_never_reads(tmp_path, monkeypatch, short_sst):
     # train builds a second model (the other embedding) only to count its parameters: its
     # build repeated the warning of the model that trains
     import warnings
@@ -853,7 +877,7 @@ def test_train_warns_once_of_a_routing_option_the_linear_head_never_reads(tmp_pa
     monkeypatch.setattr(model_lib, "embedding_parameters", stop)
     with warnings.catch_warnings(record=True) as caught, pytest.raises(Counted):
         warnings.simplefilter("always")
-        recipe.train(dataset="sst2", data_dir=SST_DIR, run_dir=str(tmp_path / "run"), routing="linear", epochs=1,
+        recipe.train(dataset="sst2", data_dir=short_sst, run_dir=str(tmp_path / "run"), routing="linear", epochs=1,
                      batch_size=8, limit=8, verbose=0, **{**TINY, "capsule_dim": 2})
     needs = "has no effect: it needs routing='kmeans' or 'dynamic'."
     assert [str(w.message) for w in caught if "has no effect" in str(w.message)] == [
