@@ -40,12 +40,10 @@ def other_backend(request, tmp_path_factory):
     out = tmp_path_factory.mktemp(f"portability_{OTHER}")
     env = {**os.environ, "KERAS_BACKEND": OTHER, "TF_CPP_MIN_LOG_LEVEL": "2"}
     # JAX runs the eager checks op by op, compiling a small XLA program per op and shape:
-    # without LLVM's optimizations those compile faster (113 s against 148 s on one core,
-    # 2026-11-27), and with XLA's CPU elemental emitter rather than its MLIR fusion
-    # emitters at half the CPU time again (EMRouting's checks and the losses: 27 s
-    # against 58 s, 2026-12-02); the numbers compared below are the same programs' results.
-    env.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
-                                " --xla_cpu_use_fusion_emitters=false")
+    # tests/conftest.py's XLA_FLAGS (inherited here) compile them faster (113 s against
+    # 148 s on one core without LLVM's optimizations, 2026-11-27; EMRouting's checks and
+    # the losses 27 s against 58 s with the elemental emitter, 2026-12-02). The numbers
+    # compared below are the same programs' results.
     run = subprocess.run(
         [sys.executable, "-m", "tests.portability", str(out)],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
