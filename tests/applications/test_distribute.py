@@ -1,5 +1,7 @@
 """Training the demo under tf.distribute: MirroredStrategy in-process, two workers as processes."""
 
+import contextlib
+import io
 import json
 import os
 
@@ -29,13 +31,48 @@ def test_global_batch_is_per_replica_batch_times_replicas(mirrored):
     assert distribute.global_batch_size(8, distribute.make_strategy("default")) == 8
 
 
-def test_train_demo_under_mirrored_strategy(tmp_path, capsys, mirrored):
-    run_dir = tmp_path / "run"
-    code = cli.main(["train", "demo", "--strategy", "mirrored", "--epochs", "1", "--limit", "96",
-                     "--batch-size", "8", "--run-dir", str(run_dir), "--quiet", *cli_helpers.TINY_MODEL])
-    assert code == 0, capsys.readouterr().err
+@pytest.fixture(scope="module")
+def mirrored_demo(tmp_path_factory):
+    """One ``train demo --strategy mirrored`` from the command line (two epochs of 46
+    digits in global batches of 6), shared by the two tests below: ``{"code", "err",
+    "run_dir", "result", "steps", "caught"}`` (the training steps of each epoch, counted
+    by a callback given to ``demo.train``, and the warnings it raised). Read-only."""
+    import warnings
+
+    import keras
+    from applications import demo
+
+    class Steps(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            self.counts = [*getattr(self, "counts", []), 0]
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.counts[-1] += 1
+
+    steps, results, train = Steps(), [], demo.train
+
+    def train_with_steps(*args, callbacks=(), **kwargs):
+        results.append(train(*args, callbacks=[*callbacks, steps], **kwargs))
+        return results[-1]
+
+    run_dir = tmp_path_factory.mktemp("mirrored_demo") / "run"
+    with pytest.MonkeyPatch.context() as patch, warnings.catch_warnings(record=True) as caught:
+        patch.setitem(distribute._CACHE, "mirrored", two_cpu_strategy())
+        patch.setattr(demo, "train", train_with_steps)
+        warnings.simplefilter("always")
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            code = cli.main(["train", "demo", "--strategy", "mirrored", "--epochs", "2", "--limit", "46",
+                             "--batch-size", "3", "--run-dir", str(run_dir), "--quiet", *cli_helpers.TINY_MODEL])
+    return {"code": code, "err": err.getvalue(), "run_dir": run_dir, "result": results[0] if results else None,
+            "steps": getattr(steps, "counts", None), "caught": caught}
+
+
+def test_train_demo_under_mirrored_strategy(mirrored_demo):
+    run_dir = mirrored_demo["run_dir"]
+    assert mirrored_demo["code"] == 0, mirrored_demo["err"]
     metrics = json.loads((run_dir / "metrics.json").read_text())
-    assert metrics["replicas"] == 2 and metrics["global_batch_size"] == 16
+    assert metrics["replicas"] == 2 and metrics["global_batch_size"] == 6
     assert np.isfinite(metrics["test_loss"])
     assert (run_dir / "model.keras").stat().st_size > 0
 
@@ -468,30 +505,17 @@ def test_even_batches_cut_every_structure_and_keep_single_replica_data_as_it_is(
         distribute.even_batches(tf.data.Dataset.range(4).batch(2, drop_remainder=True), 4)
 
 
-def test_demo_epochs_with_an_uneven_last_batch_train_under_mirrored_in_whole_replica_batches(tmp_path):
+def test_demo_epochs_with_an_uneven_last_batch_train_under_mirrored_in_whole_replica_batches(mirrored_demo):
     # 46 digits: 37 train in global batches of 6 (3 per replica), the last of 1 example.
     # It made a seventh step of half the one-device step; it is left out (6 steps an
     # epoch), counted in advance (no "ran out of data" at the end of the first epoch).
-    import warnings
-
-    import keras
+    # (The run is the command line's of test_train_demo_under_mirrored_strategy.)
     from applications import demo
 
-    class Steps(keras.callbacks.Callback):
-        def on_epoch_begin(self, epoch, logs=None):
-            self.counts = [*getattr(self, "counts", []), 0]
-
-        def on_train_batch_end(self, batch, logs=None):
-            self.counts[-1] += 1
-
-    steps = Steps()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        result = demo.train(str(tmp_path / "run"), epochs=2, batch_size=3, verbose=0, strategy=two_cpu_strategy(),
-                            limit=46, callbacks=[steps], model_options=dict(
-                                filters=8, primary_capsules=2, hidden_capsules=4, pose_size=2, n_iters=2))
-    assert steps.counts == [6, 6]
-    assert not [w for w in caught if "ran out of data" in str(w.message)]
+    assert mirrored_demo["code"] == 0, mirrored_demo["err"]
+    assert mirrored_demo["steps"] == [6, 6]
+    assert not [w for w in mirrored_demo["caught"] if "ran out of data" in str(w.message)]
+    result = mirrored_demo["result"]
     assert result["replicas"] == 2 and result["global_batch_size"] == 6 and np.isfinite(result["test_loss"])
     images, labels = demo.load_arrays(None, 46)
     sizes = {replicas: [len(y) for _, y in demo.make_datasets(images, labels, 6, replicas=replicas)[0]]
