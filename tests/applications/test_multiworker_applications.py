@@ -10,10 +10,13 @@ all nine passed this test when it went in.
 One cluster serves every case (``cluster_runs``): its two workers train then evaluate
 the applications one after the other, each in a run directory of its own, so that
 TensorFlow's start-up and the cluster's are paid once and not once per application.
+The same cluster then trains the demo through ``multiworker_worker.py`` (its weights on
+both workers: ``test_two_workers_end_with_identical_weights``).
 """
 
 import json
 
+import numpy as np
 import pytest
 
 from tests.applications import cli_helpers
@@ -30,24 +33,33 @@ SST_DATA = ["--granularity", "2", "--max-eval", "8", "--max-length", "12"]
 # nine passed when it went in): a single image tensor (smallnorb), a dict of per-token
 # embeddings (sst), a dict of question and scene (sort_of_clevr), an RLadder with two
 # outputs (occluded_mnist) and one with a masked per-step metric (music). The demo trains
-# on two workers in tests/applications/test_distribute.py; text_classification, clevr and
-# textured_mnist are left out for the CI's time. smallnorb runs last: its worker turns
+# on the cluster after them; text_classification, clevr and textured_mnist are left out
+# for the CI's time. smallnorb runs last of the five: its worker turns
 # the TFDS "prepared" check off for the rest of the process.
 APPLICATIONS = ["sst", "sort_of_clevr", "occluded_mnist", "music", "smallnorb"]
 
 # Each worker runs tests/applications/multiworker_app_worker.py's main on every spec in
-# turn (argv[1]: the list of specs), on the one strategy that distribute caches, and
-# exits with the first non-zero code.
+# turn (argv[1]: the list of specs), then tests/applications/multiworker_worker.py's on
+# the demo (argv[2]: its arguments; last, as it wraps keras.Model.fit for the rest of the
+# process), on the one strategy that distribute caches, and exits with the first
+# non-zero code.
 _WORKER_LOOP = """
 import json, sys
 from tests.applications import multiworker_app_worker as worker
-specs, codes = json.loads(sys.argv[1]), []
+from tests.applications import multiworker_worker as demo_worker
+specs, demo_args, codes = json.loads(sys.argv[1]), json.loads(sys.argv[2]), []
 for spec in specs:
     sys.argv[1:] = [json.dumps(spec)]
     print(f"=== {spec['application']}", flush=True)
     codes.append(worker.main())
+sys.argv[1:] = demo_args
+print("=== demo", flush=True)
+codes.append(demo_worker.main())
 sys.exit(next((code for code in codes if code), 0))
 """
+
+# The demo's train options (after RUN_DIR and the worker's weights file: multiworker_worker.py)
+DEMO = ["--epochs", "1", "--limit", "96", "--batch-size", "8", "--seed", "3", "--quiet", *cli_helpers.TINY_MODEL]
 
 
 def _spec(name, tmp_path):
@@ -68,7 +80,8 @@ def _spec(name, tmp_path):
 @pytest.fixture(scope="module")
 def cluster_runs(tmp_path_factory):
     """``{application: run directory}`` of one two-worker cluster that trained then
-    evaluated every application of APPLICATIONS (read-only for the tests)."""
+    evaluated every application of APPLICATIONS, then trained the demo (its run directory
+    under ``"demo"``, the workers' weights ``w<i>*.npz`` beside it; read-only for the tests)."""
     folder = tmp_path_factory.mktemp("multiworker")
     specs, run_dirs = [], {}
     for name in APPLICATIONS:
@@ -76,7 +89,11 @@ def cluster_runs(tmp_path_factory):
         run_dirs[name] = folder / name / "run"  # one run directory, as on a shared file system
         specs.append({"application": name, "run_dir": str(run_dirs[name]),
                       "train": [*train, "--epochs", "1", "--quiet"], "evaluate": evaluate, "mock_tfds": mock_tfds})
-    cli_helpers.run_workers(lambda index: ["-c", _WORKER_LOOP, json.dumps(specs)], folder, timeout=900)
+    run_dirs["demo"] = folder / "demo" / "run"  # one run directory, as on a shared file system
+    run_dirs["demo"].parent.mkdir()
+    demo_args = [[str(run_dirs["demo"]), str(folder / "demo" / f"w{index}.npz"), *DEMO] for index in range(2)]
+    cli_helpers.run_workers(lambda index: ["-c", _WORKER_LOOP, json.dumps(specs), json.dumps(demo_args[index])],
+                            folder, timeout=900)
     return run_dirs
 
 
@@ -91,3 +108,21 @@ def test_train_then_evaluate_under_two_workers(name, cluster_runs):
         assert evaluations[-1].pop("model") == str(out / "model.keras")
     # the workers evaluated the same weights on their shares of the data: the reduced metrics agree
     assert evaluations[0] == evaluations[1] and evaluations[0]
+
+
+def test_two_workers_end_with_identical_weights(cluster_runs):
+    run_dir = cluster_runs["demo"]
+    weights = run_dir.parent  # w<i>.npz: worker i's weights after training; w<i>-initial/-trained.npz
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["replicas"] == 2 and metrics["global_batch_size"] == 16
+    assert (run_dir / "workers" / "worker-1" / "model.keras").exists()
+    chief, worker = np.load(weights / "w0.npz"), np.load(weights / "w1.npz")
+    assert len(chief.files) == len(worker.files) > 0
+    for key in chief.files:
+        np.testing.assert_array_equal(chief[key], worker[key], err_msg=key)
+    # ... and they trained: identical weights that no step changed prove nothing
+    for index in range(2):
+        initial, trained = np.load(weights / f"w{index}-initial.npz"), np.load(weights / f"w{index}-trained.npz")
+        assert len(initial.files) == len(trained.files) > 0
+        changed = [key for key in initial.files if not np.array_equal(initial[key], trained[key])]
+        assert len(changed) == len(initial.files), f"worker {index}: weights the training left unchanged"
