@@ -787,21 +787,19 @@ def test_weights_start_apart_with_an_initializer_seeded_by_a_seed_generator():
         np.testing.assert_array_equal(np.asarray(getattr(again, name)), np.asarray(getattr(layer, name)))
 
 
-@pytest.mark.parametrize("n_out", [3, None])
-@pytest.mark.parametrize("mask_shape", [(2, 1), (1, 5), (1, 1)])
-def test_a_mask_of_another_shape_fails_when_shapes_are_known_only_at_run_time(n_out, mask_shape):
-    """review: the mask's shape was checked only where it was known when the layer was
-    called; in a tf.function traced for any batch and n_inp (None), a mask [batch, 1],
-    [1, n_inp] or [1, 1] was broadcast silently over the inputs. Now it must equal
-    [batch, n_inp] when the layer runs (TensorFlow's shape error; keras.ops has no
-    run-time assertion with a message of our own)."""
+@pytest.fixture(scope="module")
+def mask_route(request):
+    """An EMRouting layer with ``n_out=request.param``, built on 2x5 inputs of 4x4
+    poses, and a tf.function of its call traced for any batch, n_inp and mask shape
+    (None), with the inputs ``(a, mu)``. Traced once per n_out for the three mask
+    shapes below: calling it changes neither the layer nor the trace."""
     tensorflow_only("a tf.function traced with unknown shapes (JAX traces concrete shapes)")
     import tensorflow as tf
 
     rng = np.random.default_rng(7)
     a = rng.normal(size=(2, 5)).astype("float32")
     mu = rng.normal(size=(2, 5, 4, 4)).astype("float32")
-    layer = EMRouting(n_out=n_out, d_out=2)
+    layer = EMRouting(n_out=request.param, d_out=2)
     layer([a, mu])
 
     @tf.function(
@@ -814,6 +812,21 @@ def test_a_mask_of_another_shape_fails_when_shapes_are_known_only_at_run_time(n_
     def route(a, mu, mask):
         return layer([a, mu], mask=mask)
 
+    return route, a, mu
+
+
+@pytest.mark.parametrize("mask_route", [3, None], indirect=True)
+@pytest.mark.parametrize("mask_shape", [(2, 1), (1, 5), (1, 1)])
+def test_a_mask_of_another_shape_fails_when_shapes_are_known_only_at_run_time(mask_route, mask_shape):
+    """review: the mask's shape was checked only where it was known when the layer was
+    called; in a tf.function traced for any batch and n_inp (None), a mask [batch, 1],
+    [1, n_inp] or [1, 1] was broadcast silently over the inputs. Now it must equal
+    [batch, n_inp] when the layer runs (TensorFlow's shape error; keras.ops has no
+    run-time assertion with a message of our own). (``mask_route``: the layer, with
+    n_out 3 or None, and its traced call.)"""
+    import tensorflow as tf
+
+    route, a, mu = mask_route
     full = route(a, mu, np.ones((2, 5), bool))  # the right shape still runs
     assert all(np.all(np.isfinite(np.asarray(o))) for o in full)
     with pytest.raises(tf.errors.InvalidArgumentError):
@@ -1020,10 +1033,12 @@ def test_moments_returns_variances_from_the_residuals_where_their_expansion_canc
     _moments_without_votes_against_float64(scale, n_iters, monkeypatch, 1e-4, 2e-3)
 
 
-@pytest.mark.parametrize("jit_compile", [False, True], ids=["graph", "xla"])
-def test_moments_fallback_is_traced_and_differentiated_as_votes(jit_compile):
-    # The fallback is a conditional on a tensor: compiled, with or without XLA, it gives
-    # the eager outputs, and its gradients are those of "votes".
+@pytest.fixture(scope="module")
+def fallback_case():
+    """Poses of 100 that "moments" hands to "votes" after 8 iterations: the inputs, a
+    "votes" and a "moments" layer with the same weights, and, computed eagerly once for
+    both tests below (nothing in them depends on the compilation), each layer's
+    outputs and its gradients of a loss on them. The tests only call the layers."""
     rng = np.random.default_rng(0)
     mu = tensor(rng.normal(size=(2, 64, 4, 4)) * 100.0, "float32")
     a = tensor(rng.normal(size=(2, 64)) * 2, "float32")
@@ -1034,16 +1049,24 @@ def test_moments_fallback_is_traced_and_differentiated_as_votes(jit_compile):
         layer([a, mu])
     layers[1].set_weights(layers[0].get_weights())
     votes, moments = ([np.asarray(o) for o in layer([a, mu])] for layer in layers)
-    for got, want in zip(moments, votes):  # the batch is handed to votes
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6 * np.abs(want).max())
-    traced = compiled(lambda a, mu: layers[1]([a, mu]), jit_compile=jit_compile)
-    for got, want in zip(traced(a, mu), votes):
-        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
 
     def loss(layer):
         return lambda a, mu: sum(keras.ops.sum(o) / (1.0 + np.abs(w).max()) for o, w in zip(layer([a, mu]), votes))
 
     g_votes, g_moments = (grads(loss(layer), [a, mu], layer.trainable_weights) for layer in layers)
+    return a, mu, layers[1], votes, moments, g_votes, g_moments
+
+
+@pytest.mark.parametrize("jit_compile", [False, True], ids=["graph", "xla"])
+def test_moments_fallback_is_traced_and_differentiated_as_votes(jit_compile, fallback_case):
+    # The fallback is a conditional on a tensor: compiled, with or without XLA, it gives
+    # the eager outputs, and its gradients are those of "votes".
+    a, mu, layer, votes, moments, g_votes, g_moments = fallback_case
+    for got, want in zip(moments, votes):  # the batch is handed to votes
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6 * np.abs(want).max())
+    traced = compiled(lambda a, mu: layer([a, mu]), jit_compile=jit_compile)
+    for got, want in zip(traced(a, mu), votes):
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
     for got, want in zip(g_moments, g_votes):
         got, want = np.asarray(got), np.asarray(want)
         assert np.all(np.isfinite(got))
@@ -1144,9 +1167,12 @@ def test_moments_second_order_gradients_in_a_tf_function_are_those_of_votes(scal
             return outer.gradient(slope, layer.trainable_weights)
         return gradients
 
-    exact, votes, got = (
+    # float64 "votes", the exact reference, eagerly (its trace was a third of the
+    # test); both float32 layers traced, as compared: the test's and the tolerance's
+    exact = [np.asarray(g, "float64") for g in penalty(layers[0])(tensor(mu, "float64"))]
+    votes, got = (
         [np.asarray(g, "float64") for g in tf.function(penalty(layer))(tensor(mu, layer.compute_dtype))]
-        for layer in layers
+        for layer in layers[1:]
     )
     for name, g, v, want in zip([w.name for w in layers[2].trainable_weights], got, votes, exact):
         error, votes_error = np.abs(g - want).max(), np.abs(v - want).max()
