@@ -417,7 +417,8 @@ def test_learns_a_small_task():
         metrics=["accuracy"],
     )
     before = model.evaluate([a, mu], labels, verbose=0)[1]
-    history = model.fit([a[:384], mu[:384]], labels[:384], epochs=12, batch_size=32, verbose=0)
+    # 6 epochs: the held-out accuracy is above 0.9 from the third (0.945 after 5, 6 and 12)
+    history = model.fit([a[:384], mu[:384]], labels[:384], epochs=6, batch_size=32, verbose=0)
     after = model.evaluate([a[384:], mu[384:]], labels[384:], verbose=0)[1]
     assert history.history["loss"][-1] < history.history["loss"][0]
     assert after >= 0.8 and after > before + 0.3, (before, after)
