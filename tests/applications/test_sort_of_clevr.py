@@ -214,16 +214,30 @@ def test_bad_arguments():
         soc.CoordinateEncoding(coordinates=3)(np.zeros((1, 6, 2), "float32"))
 
 
-@pytest.mark.graph_mode  # graph mode: eager took longer (many steps)
-def test_train_writes_the_run_outputs(tmp_path):
-    result = soc.train(
-        str(tmp_path / "run"), steps=10, batch_size=8, validation_examples=16,
-        model_kwargs={"units": 8, "embedding_dim": 4, "max_steps": 2}, verbose=0,
-    )
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory):
+    """One tiny ``train sort_of_clevr`` from the command line's options (seed 3, 6 validation
+    questions; traced, as module fixtures are set up before the tests' eager mode):
+    ``(run folder, train's result)``. Read by test_train_writes_the_run_outputs and
+    test_evaluate_asks_the_validation_questions_that_train_recorded, which changes a copy only."""
+    import tensorflow as tf
+
+    from applications import __main__ as cli
+
+    run = tmp_path_factory.mktemp("soc_trained_run") / "run"
+    args = cli._defaults(cli.build_parser("sort_of_clevr").parse_args(
+        ["train", "sort_of_clevr", "--run-dir", str(run), "--steps", "1", "--epochs", "1", "--batch-size", "4",
+         "--units", "8", "--embedding-dim", "4", "--mac-steps", "1", "--validation-examples", "6", "--seed", "3",
+         "--quiet"]))
+    return run, soc.run_train(args, tf.distribute.get_strategy())
+
+
+def test_train_writes_the_run_outputs(trained_run):
+    run, result = trained_run
     assert 0.0 <= result["relational_accuracy"] <= 1.0 and 0.0 <= result["non_relational_accuracy"] <= 1.0
     for key in ("model", "plot", "metrics", "attention"):
         assert os.path.exists(result[key])
-    assert os.listdir(tmp_path / "run" / "logs")
+    assert os.listdir(run / "logs")
 
 
 def test_the_image_models_saved_statistics_are_those_of_its_ema_weights(tmp_path):
@@ -344,25 +358,43 @@ def test_train_runs_no_more_steps_than_asked(tmp_path, monkeypatch):
         soc.train(str(tmp_path / "bad"), steps=0, model_kwargs=tiny, verbose=0)
 
 
-def test_train_runs_exactly_the_steps_asked_when_epochs_do_not_divide_them(tmp_path, monkeypatch):
+class _CountSteps(keras.callbacks.Callback):
+    """``counts``: the training steps of each epoch."""
+
+    def __init__(self):
+        super().__init__()
+        self.counts = []
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.counts.append(0)
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.counts[-1] += 1
+
+
+def _resumable_run(run_dir, *extra):
+    """7 steps over 3 epochs with the command line's resumable callbacks (and ``extra``)."""
+    from applications import fault_tolerance
+
+    callbacks = [*fault_tolerance.resumable_callbacks(str(run_dir)), *extra]
+    return soc.train(str(run_dir), steps=7, epochs=3, batch_size=4, learning_rate=3e-3, validation_examples=2,
+                     verbose=0, model_kwargs={"units": 8, "embedding_dim": 4, "max_steps": 1}, callbacks=callbacks)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_run(tmp_path_factory):
+    """One uninterrupted :func:`_resumable_run` (traced) with its steps per epoch counted:
+    ``(train's result, steps per epoch)``. Read by the resume test (its weights) and by
+    test_train_runs_exactly_the_steps_asked_when_epochs_do_not_divide_them (its steps)."""
+    counter = _CountSteps()
+    result = _resumable_run(tmp_path_factory.mktemp("soc_uninterrupted") / "a", counter)
+    return result, counter.counts
+
+
+def test_train_runs_exactly_the_steps_asked_when_epochs_do_not_divide_them(uninterrupted_run):
     # steps // epochs steps per epoch: 7 steps over 3 epochs trained 6 (the CLI's
     # default, 20000 over 15 epochs, trained 19995).
-    from applications import demo
-
-    monkeypatch.setattr(keras.Model, "evaluate",  # also fit's validation (a dict)
-                        lambda *args, return_dict=False, **kwargs: {"loss": 1.0} if return_dict else [1.0, 0.5])
-    for module, name in ((demo, "save_atomically"), (demo, "plot_history"), (soc, "plot_example_attention")):
-        monkeypatch.setattr(module, name, lambda *args, **kwargs: None)
-    class CountSteps(keras.callbacks.Callback):
-        def on_epoch_begin(self, epoch, logs=None):
-            counts.append(0)
-
-        def on_train_batch_end(self, batch, logs=None):
-            counts[-1] += 1
-
-    counts = []
-    result = soc.train(str(tmp_path / "run"), steps=7, epochs=3, batch_size=4, validation_examples=2, verbose=0,
-                       model_kwargs={"units": 4, "embedding_dim": 2, "max_steps": 1}, callbacks=[CountSteps()])
+    result, counts = uninterrupted_run
     assert counts == [3, 2, 2] and result["steps"] == 7
     from applications.training import spread_steps
 
@@ -386,19 +418,17 @@ def test_a_stream_started_at_a_batch_is_the_rest_of_the_stream(kb):
 
 
 @pytest.mark.graph_mode  # graph mode: eager took longer (many steps)
-def test_a_resumed_run_trains_on_the_examples_of_an_uninterrupted_one(tmp_path):
+def test_a_resumed_run_trains_on_the_examples_of_an_uninterrupted_one(uninterrupted_run, tmp_path):
     # Crashed in epoch 2 of 3 and resumed from the backup of epochs 0-1: the same
     # weights as a run that never stopped (a restarted stream gave others).
     from applications import fault_tolerance
     from tests.applications.cli_helpers import CrashAt
 
     def run(run_dir, *extra):
-        callbacks = [*fault_tolerance.resumable_callbacks(str(run_dir)), *extra]
-        soc.train(str(run_dir), steps=7, epochs=3, batch_size=4, learning_rate=3e-3, validation_examples=2,
-                  verbose=0, model_kwargs={"units": 8, "embedding_dim": 4, "max_steps": 1}, callbacks=callbacks)
+        _resumable_run(run_dir, *extra)
         return keras.saving.load_model(run_dir / "model.keras").get_weights()
 
-    uninterrupted = run(tmp_path / "a")
+    uninterrupted = keras.saving.load_model(uninterrupted_run[0]["model"]).get_weights()
     with pytest.raises(RuntimeError, match="simulated"):
         run(tmp_path / "b", CrashAt(2, 0))
     assert fault_tolerance.backup_epoch(str(tmp_path / "b" / "backup")) == 2
@@ -433,22 +463,21 @@ def test_the_search_chooses_on_other_questions_than_those_train_and_evaluate_rep
     assert not np.array_equal(search[0]["kb"], reported[0]["kb"])
 
 
-def test_evaluate_asks_the_validation_questions_that_train_recorded(tmp_path, monkeypatch):
+def test_evaluate_asks_the_validation_questions_that_train_recorded(trained_run, tmp_path, monkeypatch):
     # audit 8: evaluate's --seed and --validation-examples defaulted to 0 and 2000: a model
     # trained with --seed 3 (or other --validation-examples) was scored on other questions
     # than those train reported, and evaluate disagreed with train's metrics.json
+    # (trained_run: train with --seed 3 --validation-examples 6; a copy, as metrics.json goes below)
     import json
+    import shutil
 
     import tensorflow as tf
 
     from applications import __main__ as cli
 
     run = tmp_path / "run"
-    args = cli._defaults(cli.build_parser("sort_of_clevr").parse_args(
-        ["train", "sort_of_clevr", "--run-dir", str(run), "--steps", "1", "--epochs", "1", "--batch-size", "4",
-         "--units", "8", "--embedding-dim", "4", "--mac-steps", "1", "--validation-examples", "6", "--seed", "3",
-         "--quiet"]))
-    result = soc.run_train(args, tf.distribute.get_strategy())
+    shutil.copytree(trained_run[0], run)
+    result = trained_run[1]
     asked, real = [], soc._validation_sets
     monkeypatch.setattr(soc, "_validation_sets", lambda *a, **kw: asked.append(a[:2]) or real(*a, **kw))
     evaluate_args = cli._defaults(cli.build_parser("sort_of_clevr").parse_args(
