@@ -36,11 +36,13 @@ def main(argv=None):
     parser.add_argument("--verbose", type=non_negative_int, default=2)
     args = parser.parse_args(argv)
 
-    from applications import demo  # first: keras_capsules' TensorFlow runtime defaults
     from applications.mnist_digits import default_data_dir, load_idx_digits
+
+    images, labels = load_idx_digits(args.data_dir or default_data_dir())  # NumPy only: before TensorFlow loads
+
+    from applications import demo  # first: keras_capsules' TensorFlow runtime defaults
     import keras
 
-    images, labels = load_idx_digits(args.data_dir or default_data_dir())
     keras.utils.set_random_seed(args.seed)
     train_ds, test_ds = demo.make_datasets(
         images, labels, args.batch_size, test_fraction=0.2, seed=args.seed

@@ -48,16 +48,8 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from applications import console  # noqa: E402  (sets the oneDNN default; loads no TensorFlow)
-
-console.load_tensorflow_quietly()  # without TensorFlow's start-up lines that ask nothing (no CUDA driver, ...)
-import keras_capsules  # noqa: E402,F401  (first: its TensorFlow runtime defaults)
+# TensorFlow loads in main, after the arguments: --help and a bad value answer at once
 from applications.arguments import non_negative_float, non_negative_int, positive_float, positive_int, seed_int  # noqa: E402
-import keras  # noqa: E402
-from keras_capsules.callbacks import TimeBudget  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-from applications import distribute, smallnorb, training  # noqa: E402
 from applications.mnist_digits import default_data_dir, load_idx_digits  # noqa: E402
 
 
@@ -87,15 +79,24 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.min_lr > args.max_lr:
         parser.error(f"--min-lr ({args.min_lr:g}) must not exceed --max-lr ({args.max_lr:g})")
-
-    keras.utils.set_random_seed(args.seed)
-    images, labels = load_idx_digits(args.data_dir)
+    images, labels = load_idx_digits(args.data_dir)  # (NumPy only: a missing folder is refused at once)
     if args.n_train + args.n_test > len(images):
         # (an overlap left the test split short or empty, found only after the training)
         parser.error(
             f"--n-train ({args.n_train}) and --n-test ({args.n_test}) must add up to at most "
             f"the {len(images)} digits of {args.data_dir}"
         )
+
+    console.load_tensorflow_quietly()  # without TensorFlow's start-up lines that ask nothing (no CUDA driver, ...)
+    import keras_capsules  # noqa: F401  (first: its TensorFlow runtime defaults)
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from applications import distribute, smallnorb, training
+    from keras_capsules.callbacks import TimeBudget
+
+    keras.utils.set_random_seed(args.seed)
     order = np.random.default_rng(args.seed).permutation(len(images))
     train_idx, test_idx = order[: args.n_train], order[args.n_train : args.n_train + args.n_test]
     x_train, y_train = images[train_idx], np.eye(10, dtype="float32")[labels[train_idx]]

@@ -137,11 +137,23 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from applications import console  # noqa: E402  (sets the oneDNN default; loads no TensorFlow)
-
-console.load_tensorflow_quietly()  # without TensorFlow's start-up lines that ask nothing (no CUDA driver, ...)
+# TensorFlow loads after the arguments (_load_tensorflow): --help and a bad value answer at once
 from applications.arguments import fraction, mask_damping, non_negative_float, non_negative_int, positive_float, positive_int, rate, seed_int  # noqa: E402
-from keras_capsules.callbacks import BudgetLinearDecay, TimeBudget  # noqa: E402
-from keras_capsules.layers.rladder.level_spec import CONV_ENCODERS, UNFLATTENS  # noqa: E402
+from applications.mnist_digits import default_data_dir  # noqa: E402  (NumPy only)
+from applications.shared_data import shared_data_path  # noqa: E402
+
+# keras_capsules.layers.rladder.level_spec's, copied: it loads TensorFlow
+# (tests/test_benchmarks.py checks the copies)
+CONV_ENCODERS = ("convlstm", "conv", "gatedconv")
+UNFLATTENS = ("broadcast", "dense")
+
+
+def _load_tensorflow():
+    """Loads TensorFlow without its start-up lines that ask nothing (no CUDA driver, ...):
+    in main, and in each process of ``occluded --parallel`` (which imports this script
+    without running main)."""
+    console.load_tensorflow_quietly()
+    import keras_capsules  # noqa: F401  (first: its TensorFlow runtime defaults)
 
 
 def _load():
@@ -153,10 +165,12 @@ def _occluded_variant(args, variant, budget_seconds):
     """Trains and tests one variant (in this process); returns its figures."""
     import resource
 
+    _load_tensorflow()
     from applications import distribute
 
     distribute.set_intra_op_threads(args.intra_op_threads)  # before TensorFlow's first op
     from applications import occluded_mnist as om
+    from keras_capsules.callbacks import BudgetLinearDecay, TimeBudget
 
     budget = TimeBudget(budget_seconds)
     callbacks = [budget]
@@ -356,6 +370,7 @@ def fusion(args):
     import numpy as np
 
     from applications import occluded_mnist as om
+    from keras_capsules.callbacks import TimeBudget
 
     print("at the start,", _load(), flush=True)
     start = time.perf_counter()
@@ -394,6 +409,7 @@ def jsb(args):
 
     distribute.set_intra_op_threads(args.intra_op_threads)  # before TensorFlow's first op
     from applications import music
+    from keras_capsules.callbacks import TimeBudget
 
     print("at the start,", _load(), flush=True)
     start = time.perf_counter()
@@ -452,6 +468,7 @@ def tagger(args):
 
     distribute.set_intra_op_threads(args.intra_op_threads)  # before TensorFlow's first op
     from applications import textured_mnist as tm
+    from keras_capsules.callbacks import TimeBudget
 
     print("at the start,", _load(), flush=True)
     budget = TimeBudget(args.budget_minutes * 60)
@@ -561,9 +578,6 @@ def loop(args):
 
 
 def main(argv=None):
-    from applications.mnist_digits import default_data_dir
-    from applications.music import default_data_path
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="benchmark", required=True)
     common = argparse.ArgumentParser(add_help=False)
@@ -641,7 +655,8 @@ def main(argv=None):
     p.set_defaults(run=fusion, default_budget_minutes=15.0)
 
     p = sub.add_parser("jsb", parents=[common], help="JSB Chorales test NLL")
-    p.add_argument("--data-path", default=str(default_data_path()))
+    # (applications.music.default_data_path(), which loads TensorFlow; tests/test_benchmarks.py checks it)
+    p.add_argument("--data-path", default=str(shared_data_path("jsb_chorales", "jsb_chorales.json")))
     p.add_argument("--epochs", type=positive_int, default=150, help="epochs of each ensemble member")
     p.add_argument("--batch-size", type=positive_int, default=32)
     p.add_argument("--learning-rate", type=positive_float, default=3e-3)
@@ -750,6 +765,7 @@ def main(argv=None):
         parser.error("--ablate-feedback needs the full ladder among --variants (only 'rladder' has feedback)")
     if args.budget_minutes is None:
         args.budget_minutes = getattr(args, "default_budget_minutes", 18.0)
+    _load_tensorflow()
     return args.run(args)
 
 

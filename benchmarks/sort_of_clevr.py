@@ -138,15 +138,22 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from applications import console  # noqa: E402  (sets the oneDNN default; loads no TensorFlow)
-
-console.load_tensorflow_quietly()  # without TensorFlow's start-up lines that ask nothing (no CUDA driver, ...)
-import keras_capsules  # noqa: E402,F401  (first: its TensorFlow runtime defaults)
+# TensorFlow loads in main (_load_tensorflow), after the arguments: --help and a bad value
+# answer at once
 from applications.arguments import fraction, non_negative_int, positive_float, positive_int, seed_int  # noqa: E402
-import keras  # noqa: E402
-from keras_capsules.callbacks import BudgetLinearDecay, TimeBudget  # noqa: E402
 
-from applications import clevr  # noqa: E402
-from applications import sort_of_clevr as soc  # noqa: E402
+
+def _load_tensorflow():
+    """Loads TensorFlow quietly and the modules of the runs (the module's ``keras``,
+    ``BudgetLinearDecay``, ``TimeBudget``, ``clevr`` and ``soc``)."""
+    global keras, BudgetLinearDecay, TimeBudget, clevr, soc
+    console.load_tensorflow_quietly()  # without TensorFlow's start-up lines that ask nothing (no CUDA driver, ...)
+    import keras_capsules  # noqa: F401  (first: its TensorFlow runtime defaults)
+    import keras
+    from keras_capsules.callbacks import BudgetLinearDecay, TimeBudget
+
+    from applications import clevr
+    from applications import sort_of_clevr as soc
 
 
 TYPE_NAMES = {3: "closest", 4: "farthest", 5: "count", 6: "two-hop"}
@@ -230,6 +237,7 @@ def main(argv=None):
     parser.add_argument("--verbose", type=non_negative_int, default=2,
                         help="Keras fit verbosity (2: a line per 100 steps; 0: silent)")
     args = parser.parse_args(argv)
+    _load_tensorflow()
     models = args.models
     test_sets = {
         "non_relational": soc.generate_examples(args.test_examples, seed=10_001, relational=False),

@@ -40,14 +40,26 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 from applications import console  # noqa: E402  (sets the oneDNN default; loads no TensorFlow)
-
-console.load_tensorflow_quietly()  # without TensorFlow's start-up lines that ask nothing (no CUDA driver, ...)
-import keras_capsules  # noqa: E402,F401  (first: its TensorFlow runtime defaults)
+# TensorFlow loads in main (_load_tensorflow), after the arguments: --help, a bad value
+# and a missing data folder answer at once
 from applications.arguments import non_negative_float, non_negative_int, positive_float, positive_int, seed_int  # noqa: E402
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
+from applications import sst_trees  # noqa: E402  (NumPy only)
 
-from applications import sst, sst_trees  # noqa: E402
+#: applications.sst.DEFAULT_PRESET, copied: that module loads TensorFlow
+#: (tests/test_benchmarks.py checks the copy)
+DEFAULT_PRESET = "minilm-l6"
+
+
+def _load_tensorflow():
+    """Loads TensorFlow quietly and the modules of the runs (the module's ``keras``,
+    ``np`` and ``sst``)."""
+    global keras, np, sst
+    console.load_tensorflow_quietly()  # without TensorFlow's start-up lines that ask nothing (no CUDA driver, ...)
+    import keras_capsules  # noqa: F401  (first: its TensorFlow runtime defaults)
+    import keras
+    import numpy as np
+
+    from applications import sst
 
 
 def linear_probe(train_x, train_y, dev_x, dev_y, test_x, test_y):
@@ -110,7 +122,7 @@ def main(argv=None):
                              "(default: shared/data/sst beside this checkout)")
     parser.add_argument("--cache-dir", default=os.path.expanduser("~/.cache/keras_capsules/sst"))
     parser.add_argument("--run-dir", default="runs/sst_benchmark")
-    parser.add_argument("--preset", default=sst.DEFAULT_PRESET)
+    parser.add_argument("--preset", default=DEFAULT_PRESET)
     parser.add_argument("--train-on", choices=("sentences", "phrases"), default="sentences")
     parser.add_argument("--max-train", type=positive_int, default=None,
                         help="train on a seeded random sample of this many training texts")
@@ -123,6 +135,7 @@ def main(argv=None):
     parser.add_argument("--verbose", type=non_negative_int, default=2)
     args = parser.parse_args(argv)
     sst_trees.require_split_files(args.data_dir)  # before minutes of embedding
+    _load_tensorflow()
 
     t0 = time.time()
     encoder = args.preset  # loaded only if a split is not cached yet

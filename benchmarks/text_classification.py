@@ -92,20 +92,32 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from applications import console  # noqa: E402  (sets the oneDNN default; loads no TensorFlow)
-
-console.load_tensorflow_quietly()  # without TensorFlow's start-up lines that ask nothing (no CUDA driver, ...)
-import keras_capsules  # noqa: E402,F401  (first: its TensorFlow runtime defaults)
+# TensorFlow loads in main (_load_tensorflow), after the arguments: --help, a bad value
+# and a missing data folder answer at once
 from applications.arguments import non_negative_int, positive_float, positive_int, seed_int  # noqa: E402
-import keras  # noqa: E402
-from keras_capsules.callbacks import TimeBudget  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+from applications import sst_trees  # noqa: E402  (NumPy only)
 
-import applications.text_classification as text_classification  # noqa: E402
-from applications import distribute, sst_trees  # noqa: E402
-from applications.text_classification import data as data_lib  # noqa: E402
-from applications.text_classification import model as model_lib  # noqa: E402
-from applications.text_classification import recipe  # noqa: E402
+# applications.text_classification's, copied: it loads TensorFlow (tests/test_benchmarks.py
+# checks the copies)
+ROUTINGS = ("kmeans", "dynamic", "linear")  # model.ROUTINGS
+EMBEDDINGS = ("compositional", "standard")  # model.EMBEDDINGS
+INTRA_OP_THREADS = 1  # INTRA_OP_THREADS
+
+
+def _load_tensorflow():
+    """Loads TensorFlow quietly and the modules of the runs (the module's ``keras``,
+    ``np``, ``tf``, ``TimeBudget``, ``distribute``, ``model_lib`` and ``recipe``)."""
+    global keras, np, tf, TimeBudget, distribute, model_lib, recipe
+    console.load_tensorflow_quietly()  # without TensorFlow's start-up lines that ask nothing (no CUDA driver, ...)
+    import keras_capsules  # noqa: F401  (first: its TensorFlow runtime defaults)
+    import keras
+    import numpy as np
+    import tensorflow as tf
+    from keras_capsules.callbacks import TimeBudget
+
+    from applications import distribute
+    from applications.text_classification import model as model_lib
+    from applications.text_classification import recipe
 
 
 def load_average():
@@ -191,12 +203,12 @@ def throughput(args):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("part", nargs="?", default="all", choices=("learning", "throughput", "all"))
-    parser.add_argument("--routings", nargs="+", default=None, choices=model_lib.ROUTINGS,
+    parser.add_argument("--routings", nargs="+", default=None, choices=ROUTINGS,
                         help="default: all three for learning, kmeans for throughput")
     parser.add_argument("--data-dir", default=str(sst_trees.default_data_dir()), help="SST tree-file folder")
     parser.add_argument("--minutes", type=positive_float, default=15.0, help="training budget per model")
     parser.add_argument("--epochs", type=positive_int, default=10)
-    parser.add_argument("--embedding", default="compositional", choices=model_lib.EMBEDDINGS,
+    parser.add_argument("--embedding", default="compositional", choices=EMBEDDINGS,
                         help="learning: the embedding of all three models")
     parser.add_argument("--sentences", action="store_true",
                         help="train on the training sentences only (default: on every labelled phrase "
@@ -209,13 +221,14 @@ def main(argv=None):
                         help="GRU implementation (default: ProjectedGRU, the model's default)")
     parser.add_argument("--seed", type=seed_int, default=0)
     parser.add_argument("--verbose", type=non_negative_int, default=2, help="Keras fit verbosity")
-    parser.add_argument("--intra-op-threads", type=non_negative_int, default=text_classification.INTRA_OP_THREADS,
+    parser.add_argument("--intra-op-threads", type=non_negative_int, default=INTRA_OP_THREADS,
                         help="threads inside one TensorFlow op, 0: all cores (default: the "
                         "application's, %(default)s)")
     args = parser.parse_args(argv)
     if args.part in ("learning", "all"):
         # before the throughput part's minutes of work: a missing folder failed only after them
         sst_trees.require_split_files(args.data_dir)
+    _load_tensorflow()
     distribute.set_intra_op_threads(args.intra_op_threads)  # before the first op
     print(f"TensorFlow {tf.__version__}, Keras {keras.__version__}; intra-op threads "
           f"{tf.config.threading.get_intra_op_parallelism_threads() or 'all'}; {load_average()}", flush=True)

@@ -1,4 +1,5 @@
-"""Every benchmark script starts and explains itself (they are not run in CI)."""
+"""Every benchmark script starts and explains itself (they are not run in CI): its help
+and its refusal of a bad value come before TensorFlow loads."""
 
 import json
 import pathlib
@@ -13,8 +14,10 @@ BENCHMARKS = sorted((pathlib.Path(__file__).resolve().parents[1] / "benchmarks")
 # Runs a script's command lines one after another in one Python process, each as
 # `python benchmarks/NAME.py ARGS` runs it: as __main__ with that sys.argv and the
 # script's folder first on sys.path, its file descriptors 1 and 2 captured, SystemExit
-# and an uncaught exception turned into the exit code and traceback Python gives.
-# Most scripts load TensorFlow before parsing (~12 s a process): one process per script.
+# and an uncaught exception turned into the exit code and traceback Python gives; with
+# each, which of tensorflow, keras and keras_capsules are loaded after it. The scripts
+# parse before loading TensorFlow, but some of their command lines load it (~12 s a
+# process; a missing data folder found by an application's loader): one process per script.
 RUNNER = r"""
 import json, os, runpy, sys, tempfile, traceback
 script, cases, results_file = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
@@ -44,7 +47,8 @@ for args in cases:
         for fd, copy in zip((1, 2), saved):
             os.dup2(copy, fd); os.close(copy)
     out, err = (f.seek(0) or f.read().decode("utf-8", "replace") for f in files)
-    results.append({"returncode": code, "stdout": out, "stderr": err})
+    loaded = [name for name in ("tensorflow", "keras", "keras_capsules") if name in sys.modules]
+    results.append({"returncode": code, "stdout": out, "stderr": err, "loaded": loaded})
 with open(results_file, "w") as f:
     json.dump(results, f)
 """
@@ -53,9 +57,10 @@ with open(results_file, "w") as f:
 @pytest.fixture(scope="module")
 def run_benchmark(tmp_path_factory):
     """``run(name, args)``: the exit code, stdout and stderr of ``python benchmarks/NAME.py
-    ARGS`` (``{missing}`` in ARGS: a data folder that is not there), and that folder.
-    Every command line of a script that this file checks runs at the script's first
-    request, ``--help`` first (TensorFlow's start-up lines are those of a fresh process)."""
+    ARGS`` (``{missing}`` in ARGS: a data folder that is not there), and that folder;
+    ``loaded``: the heavy modules loaded by then in the runner's process. Every command
+    line of a script that this file checks runs at the script's first request, in the
+    order of COMMAND_LINES after ``--help``: those that must not load TensorFlow first."""
     root = tmp_path_factory.mktemp("benchmarks")
     missing = root / "missing"
     done = {}
@@ -87,7 +92,7 @@ def test_help(script, run_benchmark):
     proc = run(script.stem, ["--help"])
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "usage:" in proc.stdout
-    # (the scripts that load TensorFlow to answer wrote its start-up lines: absl's notice
+    # (the scripts that loaded TensorFlow to answer wrote its start-up lines: absl's notice
     # and the CUDA stub's, twice each; applications.console.load_tensorflow_quietly)
     assert "absl::InitializeLog" not in proc.stderr and "cudart_stub" not in proc.stderr, proc.stderr[-2000:]
 
@@ -125,6 +130,7 @@ BAD_VALUES = [
     # (minutes), and the tasks after every split was embedded
     ("sort_of_clevr", ["--models", "mac4,mac2x"], "--models"),
     ("sst_routing", ["--tasks", "5,3"], "--tasks"),
+    ("em_routing_mnist", ["--epochs", "0"], "--epochs"),
 ]
 
 
@@ -153,10 +159,55 @@ def test_the_mnist_capsules_benchmark_refuses_options_that_do_not_fit_together(a
     assert f"mnist_capsules.py: error: {message}" in proc.stderr, proc.stderr[-2000:]
 
 
-#: (script, arguments) of every command line above that runs a script (--help aside)
-COMMAND_LINES = ([(name, args) for name, args in MISSING_DATA.items()]
-                 + [(name, args) for name, args, _ in BAD_VALUES]
-                 + [("mnist_capsules", args) for args, _ in MNIST_CAPSULES_CONFLICTS])
+#: (script, arguments) of every command line above that runs a script (--help aside), in
+#: the runner's order: those that load no TensorFlow (checked below) before the others
+COMMAND_LINES = ([(name, args) for name, args, _ in BAD_VALUES]
+                 + [("mnist_capsules", args) for args, _ in MNIST_CAPSULES_CONFLICTS]
+                 + [(name, args) for name, args in MISSING_DATA.items()])
+
+
+@pytest.mark.parametrize("script", BENCHMARKS, ids=lambda p: p.stem)
+def test_help_and_a_bad_value_answer_before_tensorflow_loads(script, run_benchmark):
+    # Every script loaded TensorFlow, Keras and keras_capsules before parsing its
+    # arguments: `--help` or a mistyped value took 12 s (36 s on a loaded machine).
+    run, _ = run_benchmark
+    bad = [args for name, args, _ in BAD_VALUES if name == script.stem]
+    assert bad, f"no bad value of {script.stem} in BAD_VALUES"
+    for args in [["--help"], *bad]:
+        proc = run(script.stem, args)
+        assert proc.returncode in (0, 2), (args, proc.stderr[-2000:])
+        assert proc.loaded == [], (args, proc.loaded)
+
+
+def _load_script(name, module_name):
+    """``benchmarks/NAME.py`` loaded as the module ``module_name`` (its main not run)."""
+    import importlib.util
+
+    path = next(p for p in BENCHMARKS if p.stem == name)
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_scripts_copies_of_library_constants_match_them(monkeypatch):
+    # The parsers' choices and defaults whose home loads TensorFlow are copies in the
+    # scripts (which parse before loading it): a change in the library must reach them.
+    import applications.text_classification as text_classification
+    from applications import music, sst
+    from applications.text_classification import model as text_model
+    from keras_capsules.layers.rladder.level_spec import CONV_ENCODERS, UNFLATTENS
+
+    rladder = _load_script("rladder", "rladder_copies_under_test")
+    assert (rladder.CONV_ENCODERS, rladder.UNFLATTENS) == (CONV_ENCODERS, UNFLATTENS)
+    seen = {}
+    monkeypatch.setattr(rladder, "jsb", lambda args: seen.setdefault("data_path", args.data_path))
+    rladder.main(["jsb"])
+    assert seen["data_path"] == str(music.default_data_path())
+    text = _load_script("text_classification", "text_classification_copies_under_test")
+    assert (text.ROUTINGS, text.EMBEDDINGS) == (text_model.ROUTINGS, text_model.EMBEDDINGS)
+    assert text.INTRA_OP_THREADS == text_classification.INTRA_OP_THREADS
+    assert _load_script("sst_routing", "sst_routing_copies_under_test").DEFAULT_PRESET == sst.DEFAULT_PRESET
 
 
 @pytest.mark.parametrize("argv, verbose", [([], 2), (["--verbose", "0"], 0)])
