@@ -565,20 +565,64 @@ def test_train_on_the_command_line_defaults_to_each_applications_recipe():
         assert tune.epochs == 3, name  # a trial's epochs: tune keeps its own default
 
 
-@pytest.mark.parametrize("module", ["applications.text_classification", "applications.sst"])
-def test_the_python_m_entry_points_give_one_line_errors(module, tmp_path):
-    # audit (2026-11-27): the commands of these modules' docstrings (`python -m
-    # applications.sst --data-dir ...`) ended a missing data folder in a traceback (exit 1)
+# Runs `python -m MODULE ARGS` for each [MODULE, ARGS] of argv[1] (JSON) one after the
+# other in one Python process (both modules load TensorFlow: once), each as -m runs it
+# (runpy, as __main__), its file descriptor 2 captured and SystemExit turned into the exit
+# code; writes [[exit code, stderr], ...] (JSON) to argv[2].
+_PYTHON_M_RUNNER = r"""
+import json, os, runpy, sys, tempfile, traceback
+cases, results_file, results = json.loads(sys.argv[1]), sys.argv[2], []
+for module, args in cases:
+    sys.stderr.flush()
+    capture, saved = tempfile.TemporaryFile(), os.dup(2)
+    os.dup2(capture.fileno(), 2)
+    sys.argv = [module, *args]
+    try:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+        code = 0
+    except SystemExit as exit_info:
+        code = exit_info.code if isinstance(exit_info.code, int) else (0 if exit_info.code is None else 1)
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2); os.close(saved)
+    capture.seek(0)
+    results.append([code, capture.read().decode("utf-8", "replace")])
+with open(results_file, "w") as f:
+    json.dump(results, f)
+"""
+
+
+@pytest.fixture(scope="module")
+def python_m_errors(tmp_path_factory):
+    """``{module: (exit code, stderr)}`` of ``python -m MODULE`` with a missing data folder,
+    for applications.text_classification and applications.sst (one process for both)."""
+    import json
     import subprocess
     import sys
 
-    missing = str(tmp_path / "missing")
-    argv = ["--data-dir", missing] + (["--run-dir", str(tmp_path / "run")] if module.endswith("sst") else [])
-    done = subprocess.run([sys.executable, "-m", module, *argv], capture_output=True, text=True, timeout=300,
+    root = tmp_path_factory.mktemp("python_m")
+    missing = str(root / "missing")
+    cases = [["applications.text_classification", ["--data-dir", missing]],
+             ["applications.sst", ["--data-dir", missing, "--run-dir", str(root / "run")]]]
+    results_file = root / "results.json"
+    proc = subprocess.run([sys.executable, "-c", _PYTHON_M_RUNNER, json.dumps(cases), str(results_file)],
+                          capture_output=True, text=True, timeout=600,
                           cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    assert done.returncode == 2, done.stderr
-    assert "Traceback" not in done.stderr
-    assert done.stderr.rstrip("\n").splitlines()[-1].startswith(f"python -m {module}: error: ")
+    assert results_file.exists(), proc.stderr[-3000:]
+    return {module: tuple(result) for (module, _), result in zip(cases, json.loads(results_file.read_text()))}
+
+
+@pytest.mark.parametrize("module", ["applications.text_classification", "applications.sst"])
+def test_the_python_m_entry_points_give_one_line_errors(module, python_m_errors):
+    # audit (2026-11-27): the commands of these modules' docstrings (`python -m
+    # applications.sst --data-dir ...`) ended a missing data folder in a traceback (exit 1)
+    returncode, stderr = python_m_errors[module]
+    assert returncode == 2, stderr
+    assert "Traceback" not in stderr
+    assert stderr.rstrip("\n").splitlines()[-1].startswith(f"python -m {module}: error: ")
 
 
 def test_evaluate_batches_per_replica_as_the_docs_say(monkeypatch):
