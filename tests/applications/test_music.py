@@ -1,5 +1,6 @@
 """JSB Chorales application: piano rolls, padding masks, the RLadder model, learning."""
 
+import contextlib
 import json
 
 import keras
@@ -27,6 +28,40 @@ def short_data(tmp_path_factory):
     the real lengths (up to 129 steps), which the unrolled ladder and ``nll_per_step``
     pay for step by step."""
     return write_short_chorales(tmp_path_factory.mktemp("short_chorales"))
+
+
+@contextlib.contextmanager
+def _steps_run_eagerly():
+    """Runs the enclosed Keras steps eagerly, as the tests' autouse fixture does (a
+    module-scoped fixture is set up before it)."""
+    if keras.backend.backend() != "tensorflow":
+        yield
+        return
+    import tensorflow as tf
+
+    before = tf.config.functions_run_eagerly()
+    tf.config.run_functions_eagerly(True)
+    try:
+        yield
+    finally:
+        tf.config.run_functions_eagerly(before)
+
+
+@pytest.fixture(scope="module")
+def ensemble_run(tmp_path_factory, short_data):
+    """One ensemble run (read-only) for test_train_an_ensemble_with_dropout_and_output_bias
+    and test_train_with_the_nade_readout_from_the_command_line, which each trained one:
+    member 0 a gated ladder with the NADE read-out, member 1 an LSTM ladder with the
+    independent one, both with sequence dropout, zoneout and the output bias started at
+    the key log-odds. Returns the run directory, train's result and the members whose
+    callbacks were asked for."""
+    run_dir, budgets = tmp_path_factory.mktemp("ensemble_run"), []
+    with _steps_run_eagerly():
+        result = music.train(short_data, run_dir=str(run_dir), epochs=1, batch_size=4, window=2, limit=3,
+                             dropout=0.2, dropout_noise="sequence", zoneout=0.1, init_output_bias=True, ensemble=2,
+                             encoder=("gated", "lstm"), readout=["nade", "independent"], nade_units=4, verbose=0,
+                             sample_steps=4, callbacks=lambda member: budgets.append(member) or [], **TINY)
+    return run_dir, result, budgets
 
 
 def _short_rolls(chorales, split, lengths=(20, 13, 17, 11)):
@@ -426,19 +461,17 @@ def test_ensemble_averages_the_probabilities():
     assert music.nll_per_step([a], rolls) == pytest.approx(music.nll_per_step(a, rolls), rel=1e-6)
 
 
-def test_train_an_ensemble_with_dropout_and_output_bias(tmp_path, short_data):
-    budgets = []
-    result = music.train(short_data, run_dir=str(tmp_path), epochs=1, batch_size=4, window=2, limit=3, dropout=0.2,
-                         dropout_noise="sequence", zoneout=0.1, init_output_bias=True, ensemble=2,
-                         encoder=("gated", "lstm"), verbose=0, sample_steps=4,
-                         callbacks=lambda member: budgets.append(member) or [], **TINY)
+def test_train_an_ensemble_with_dropout_and_output_bias(tmp_path, short_data, ensemble_run):
+    # (the run of the ensemble_run fixture: a gated and an LSTM member, with dropout,
+    # zoneout and the output bias at the key log-odds)
+    run_dir, result, budgets = ensemble_run
     assert budgets == [0, 1] and result["epochs_run"] == [1, 1]
     rolls, _ = music.load_rolls(short_data, limit=3)
-    members = [keras.saving.load_model(tmp_path / name) for name in ("model.keras", "model_1.keras")]
+    members = [keras.saving.load_model(run_dir / name) for name in ("model.keras", "model_1.keras")]
     assert [m.get_layer("rladder").levels[0]["encoder"] for m in members] == ["gated", "lstm"]
     assert music.nll_per_step(members, rolls["test"]) == pytest.approx(result["test_nll_per_step"], rel=1e-5)
     # the member files, for `evaluate` of model.keras (test_evaluate_of_an_ensemble_run_scores_...)
-    assert json.loads((tmp_path / "metrics.json").read_text())["members"] == ["model.keras", "model_1.keras"]
+    assert json.loads((run_dir / "metrics.json").read_text())["members"] == ["model.keras", "model_1.keras"]
     with pytest.raises(ValueError, match="ensemble"):
         music.train(DATA, run_dir=str(tmp_path), epochs=1, limit=1, ensemble=0)
 
@@ -626,7 +659,7 @@ def test_nll_per_step_of_real_chorales_is_that_of_each_chorale_alone_in_one_symb
         assert lengths_seen == [None] * len(members), lengths_seen
 
 
-def test_train_with_the_nade_readout_from_the_command_line(tmp_path, monkeypatch, short_data):
+def test_train_with_the_nade_readout_from_the_command_line(tmp_path, monkeypatch, short_data, ensemble_run):
     import argparse
 
     parser = argparse.ArgumentParser()
@@ -636,9 +669,9 @@ def test_train_with_the_nade_readout_from_the_command_line(tmp_path, monkeypatch
     assert parser.parse_args([]).readout == "independent"
     with pytest.raises(SystemExit):
         parser.parse_args(["--readout", "rbm"])
-    result = music.train(short_data, run_dir=str(tmp_path), epochs=1, batch_size=4, window=2, limit=3, ensemble=2,
-                         readout=["nade", "independent"], nade_units=4, verbose=0, sample_steps=4, **TINY)
-    members = [keras.saving.load_model(tmp_path / name) for name in ("model.keras", "model_1.keras")]
+    # train's readout=["nade", "independent"], nade_units=4: the run of the ensemble_run fixture
+    run_dir, result, _ = ensemble_run
+    members = [keras.saving.load_model(run_dir / name) for name in ("model.keras", "model_1.keras")]
     assert [music.is_autoregressive(m) for m in members] == [True, False]
     rolls, _ = music.load_rolls(short_data, limit=3)
     assert music.nll_per_step(members, rolls["test"]) == pytest.approx(result["test_nll_per_step"], rel=1e-5)
