@@ -29,7 +29,6 @@ as a second input (teacher forcing, ``make_dataset(..., targets_as_input=True)``
 import json
 import numbers
 import os
-import pathlib
 
 import keras
 import numpy as np
@@ -38,97 +37,24 @@ from keras import ops
 from applications import checks, console, distribute, plotting
 from applications.checks import integer_at_least
 from applications.errors import InputError, PathNotFoundError, create_run_dir, user_path
-from applications.shared_data import shared_data_path
+# the data (NumPy only), here under the names it always had
+from applications.jsb_chorales import (  # noqa: F401
+    LOWEST_KEY,
+    NUM_KEYS,
+    SPLITS,
+    data_file,
+    default_data_path,
+    load_chorales,
+    load_rolls,
+    piano_roll,
+)
 from keras_capsules.layers import RLadder, level_spec
 from keras_capsules.losses import GlobalBatchLoss
 
-LOWEST_KEY = 21  # A0, MIDI 21: the piano's first key
-NUM_KEYS = 88  # MIDI 21..108
-SPLITS = ("train", "valid", "test")
 PAPER_NLL = {"RNN": 8.76, "RLadder": 5.64}
 
 
 # ------------------------------------------------------------------------- data
-def default_data_path():
-    """``shared/data/jsb_chorales/jsb_chorales.json`` beside this checkout, if any."""
-    return shared_data_path("jsb_chorales", "jsb_chorales.json")
-
-
-def load_chorales(path=None):
-    """The chorales of every split: ``{"train": [...], "valid": [...], "test": [...]}``.
-
-    Args:
-        path: the JSON file, or a folder holding ``jsb_chorales.json``; None looks
-            for the project's shared copy.
-    """
-    path = pathlib.Path(path) if path is not None else default_data_path()
-    if path.is_dir():
-        path = path / "jsb_chorales.json"
-    if not path.is_file():
-        from applications.errors import DataNotFoundError
-
-        raise DataNotFoundError(f"{path} not found: pass the JSB Chorales JSON file or its folder")
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (ValueError, OSError) as error:  # JSONDecodeError, UnicodeDecodeError: was a bare traceback
-        raise InputError(f"{path} is not a readable JSON file of chorales: {error}") from None
-    if not isinstance(data, dict):  # a list of chorales was reported as lacking every split
-        raise InputError(f"{path} must hold a JSON object with keys {SPLITS}. Received: a {type(data).__name__}")
-    missing = [s for s in SPLITS if s not in data]
-    if missing:
-        raise InputError(f"{path} lacks the splits {missing}; expected keys {SPLITS}")
-    for split in SPLITS:
-        problem = _chorales_problem(data[split])
-        if problem:
-            # a step given as one pitch (60, not [60]) was a TypeError ("'int' object is not
-            # iterable") and a pitch off the piano an error naming neither the file nor the chorale
-            raise InputError(f"{path}: {split}{problem}")
-    return {s: data[s] for s in SPLITS}
-
-
-def _chorales_problem(chorales):
-    """What is wrong with a split's chorales (a list of lists of lists of MIDI pitches), or None."""
-    if not isinstance(chorales, list):
-        return f" must be a list of chorales. Received: a {type(chorales).__name__}"
-    for i, chorale in enumerate(chorales):
-        if not isinstance(chorale, list):
-            return f"[{i}] must be a list of steps. Received: {chorale!r:.40}"
-        for t, step in enumerate(chorale):
-            if not isinstance(step, list):
-                return f"[{i}][{t}] must be a list of MIDI pitches. Received: {step!r:.40}"
-            for pitch in step:
-                # integral floats (60.0, as some conversions of the data write them) are pitches too
-                if (isinstance(pitch, bool) or not isinstance(pitch, (int, float)) or not float(pitch).is_integer()
-                        or not 0 <= pitch - LOWEST_KEY < NUM_KEYS):
-                    return (f"[{i}][{t}] holds {pitch!r:.40}, not the MIDI pitch of a piano key "
-                            f"(an integer in {LOWEST_KEY}..{LOWEST_KEY + NUM_KEYS - 1})")
-    return None
-
-
-def load_rolls(path=None, limit=None):
-    """The piano rolls of every split (the first ``limit`` chorales of each) and the
-    number of steps of the longest roll: ``({"train": [...], ...}, longest)``."""
-    if limit is not None:
-        # a negative limit would silently drop the last chorales (data[s][:-1])
-        limit = integer_at_least("limit", limit, 1)
-    data = load_chorales(path)
-    rolls = {s: [piano_roll(c) for c in data[s][:limit]] for s in SPLITS}
-    return rolls, max(len(r) for s in SPLITS for r in rolls[s])
-
-
-def piano_roll(chorale):
-    """One chorale (a list of steps of MIDI pitches) as a ``[steps, 88]`` float32 0/1 roll."""
-    roll = np.zeros((len(chorale), NUM_KEYS), "float32")
-    for t, pitches in enumerate(chorale):
-        for pitch in pitches:
-            key = int(pitch) - LOWEST_KEY
-            if not 0 <= key < NUM_KEYS:
-                raise InputError(f"MIDI pitch {pitch} at step {t} is outside the piano (21..108)")
-            roll[t, key] = 1.0
-    return roll
-
-
 def _roll_lengths(rolls, steps=None):
     """Checks ``rolls`` and ``steps`` as :func:`pad_rolls` needs them: ``(lengths, steps)``."""
     if len(rolls) == 0:

@@ -58,9 +58,17 @@ def main(argv=None):
     parser.add_argument("--verbose", type=non_negative_int, default=0, help="fit's verbosity (default: %(default)s)")
     args = parser.parse_args(argv)
 
-    from applications import demo  # first: keras_capsules' TensorFlow runtime defaults
+    from applications import console
+    from applications.mnist_digits import load_idx_digits
 
-    images, labels = demo.load_arrays(args.data_dir, args.limit)  # once: every seed splits the same digits
+    if args.data_dir is not None:  # NumPy only: a missing folder answers before TensorFlow loads
+        images, labels = load_idx_digits(args.data_dir)
+    console.load_tensorflow_quietly()  # without TensorFlow's start-up lines that ask nothing (no CUDA driver, ...)
+    from applications import demo
+
+    if args.data_dir is None:  # scikit-learn's 8x8 digits
+        images, labels = demo.load_digits_arrays()
+    images, labels = images[:args.limit], labels[:args.limit]  # once: every seed splits the same digits
 
     print(f"load average at the start (1, 5, 15 min): {os.getloadavg()}")
     print(f"demo model, hidden norm {'on' if args.hidden_norm else 'off'}, {args.epochs} epochs, "

@@ -40,7 +40,10 @@ def main(argv=None):
 
     images, labels = load_idx_digits(args.data_dir or default_data_dir())  # NumPy only: before TensorFlow loads
 
-    from applications import demo  # first: keras_capsules' TensorFlow runtime defaults
+    from applications import console
+
+    console.load_tensorflow_quietly()  # without TensorFlow's start-up lines that ask nothing (no CUDA driver, ...)
+    from applications import demo
     import keras
 
     keras.utils.set_random_seed(args.seed)

@@ -139,8 +139,8 @@ sys.path.insert(0, str(REPO))
 from applications import console  # noqa: E402  (sets the oneDNN default; loads no TensorFlow)
 # TensorFlow loads after the arguments (_load_tensorflow): --help and a bad value answer at once
 from applications.arguments import fraction, mask_damping, non_negative_float, non_negative_int, positive_float, positive_int, rate, seed_int  # noqa: E402
+from applications import jsb_chorales  # noqa: E402  (NumPy only)
 from applications.mnist_digits import default_data_dir  # noqa: E402  (NumPy only)
-from applications.shared_data import shared_data_path  # noqa: E402
 
 # keras_capsules.layers.rladder.level_spec's, copied: it loads TensorFlow
 # (tests/test_benchmarks.py checks the copies)
@@ -655,8 +655,8 @@ def main(argv=None):
     p.set_defaults(run=fusion, default_budget_minutes=15.0)
 
     p = sub.add_parser("jsb", parents=[common], help="JSB Chorales test NLL")
-    # (applications.music.default_data_path(), which loads TensorFlow; tests/test_benchmarks.py checks it)
-    p.add_argument("--data-path", default=str(shared_data_path("jsb_chorales", "jsb_chorales.json")))
+    p.add_argument("--data-path", default=str(jsb_chorales.default_data_path()),
+                   help="the JSB Chorales JSON file or its folder (default: %(default)s)")
     p.add_argument("--epochs", type=positive_int, default=150, help="epochs of each ensemble member")
     p.add_argument("--batch-size", type=positive_int, default=32)
     p.add_argument("--learning-rate", type=positive_float, default=3e-3)
@@ -765,6 +765,8 @@ def main(argv=None):
         parser.error("--ablate-feedback needs the full ladder among --variants (only 'rladder' has feedback)")
     if args.budget_minutes is None:
         args.budget_minutes = getattr(args, "default_budget_minutes", 18.0)
+    if args.benchmark == "jsb":
+        jsb_chorales.data_file(args.data_path)  # a missing file answers before TensorFlow loads
     _load_tensorflow()
     return args.run(args)
 

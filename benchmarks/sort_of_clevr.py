@@ -138,22 +138,9 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from applications import console  # noqa: E402  (sets the oneDNN default; loads no TensorFlow)
-# TensorFlow loads in main (_load_tensorflow), after the arguments: --help and a bad value
+# TensorFlow loads in main, after the arguments: --help and a bad value
 # answer at once
 from applications.arguments import fraction, non_negative_int, positive_float, positive_int, seed_int  # noqa: E402
-
-
-def _load_tensorflow():
-    """Loads TensorFlow quietly and the modules of the runs (the module's ``keras``,
-    ``BudgetLinearDecay``, ``TimeBudget``, ``clevr`` and ``soc``)."""
-    global keras, BudgetLinearDecay, TimeBudget, clevr, soc
-    console.load_tensorflow_quietly()  # without TensorFlow's start-up lines that ask nothing (no CUDA driver, ...)
-    import keras_capsules  # noqa: F401  (first: its TensorFlow runtime defaults)
-    import keras
-    from keras_capsules.callbacks import BudgetLinearDecay, TimeBudget
-
-    from applications import clevr
-    from applications import sort_of_clevr as soc
 
 
 TYPE_NAMES = {3: "closest", 4: "farthest", 5: "count", 6: "two-hop"}
@@ -161,6 +148,10 @@ TYPE_NAMES = {3: "closest", 4: "farthest", 5: "count", 6: "two-hop"}
 
 def build_baseline(units=128, embedding_dim=64, name="lstm_mlp_baseline"):
     """Question LSTM + MLP over the concatenated object features (no attention)."""
+    import keras
+
+    from applications import sort_of_clevr as soc
+
     tokens = keras.Input((None,), dtype="int32", name="question")
     objects = keras.Input((soc.NUM_OBJECTS, soc.KB_DIM), name="kb")
     x = keras.layers.Embedding(len(soc.VOCAB), embedding_dim, mask_zero=True)(tokens)
@@ -173,6 +164,8 @@ def build_baseline(units=128, embedding_dim=64, name="lstm_mlp_baseline"):
 
 
 def build(name, units, coordinate_frequencies=4):
+    from applications import sort_of_clevr as soc
+
     if name == "baseline":
         return build_baseline(units)
     return soc.build_model(units=units, max_steps=int(name[3:]), name=name,
@@ -181,6 +174,12 @@ def build(name, units, coordinate_frequencies=4):
 
 def run(name, seconds, test_sets, units=64, batch_size=64, learning_rate=3e-3, ema_momentum=0.99, seed=0,
         coordinate_frequencies=4, final_lr_fraction=None, jit_compile=True, verbose=2):
+    import keras
+
+    from applications import clevr
+    from applications import sort_of_clevr as soc
+    from keras_capsules.callbacks import BudgetLinearDecay, TimeBudget
+
     keras.utils.set_random_seed(seed)
     model = clevr.compile_model(build(name, units, coordinate_frequencies), learning_rate,
                                 ema_momentum=ema_momentum)
@@ -237,7 +236,11 @@ def main(argv=None):
     parser.add_argument("--verbose", type=non_negative_int, default=2,
                         help="Keras fit verbosity (2: a line per 100 steps; 0: silent)")
     args = parser.parse_args(argv)
-    _load_tensorflow()
+    # without TensorFlow's start-up lines that ask nothing (no CUDA driver, ...); importing
+    # applications set keras_capsules' runtime default (oneDNN) before TensorFlow loads
+    console.load_tensorflow_quietly()
+    from applications import sort_of_clevr as soc
+
     models = args.models
     test_sets = {
         "non_relational": soc.generate_examples(args.test_examples, seed=10_001, relational=False),

@@ -36,31 +36,16 @@ import pathlib
 import sys
 import time
 
+import numpy as np
+
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 from applications import console  # noqa: E402  (sets the oneDNN default; loads no TensorFlow)
-# TensorFlow loads in main (_load_tensorflow), after the arguments: --help, a bad value
+# TensorFlow loads in main, after the arguments: --help, a bad value
 # and a missing data folder answer at once
 from applications.arguments import non_negative_float, non_negative_int, positive_float, positive_int, seed_int  # noqa: E402
 from applications import sst_trees  # noqa: E402  (NumPy only)
-
-#: applications.sst.DEFAULT_PRESET, copied: that module loads TensorFlow
-#: (tests/test_benchmarks.py checks the copy)
-DEFAULT_PRESET = "minilm-l6"
-
-
-def _load_tensorflow():
-    """Loads TensorFlow quietly and the modules of the runs (the module's ``keras``,
-    ``np`` and ``sst``)."""
-    global keras, np, sst
-    console.load_tensorflow_quietly()  # without TensorFlow's start-up lines that ask nothing (no CUDA driver, ...)
-    import keras_capsules  # noqa: F401  (first: its TensorFlow runtime defaults)
-    import keras
-    import numpy as np
-
-    from applications import sst
-
 
 def linear_probe(train_x, train_y, dev_x, dev_y, test_x, test_y):
     """Logistic regression on standardized mean-pooled states; C chosen on dev."""
@@ -80,6 +65,9 @@ def linear_probe(train_x, train_y, dev_x, dev_y, test_x, test_y):
 
 
 def routing(train_x, train_y, dev_x, dev_y, test_x, test_y, n_classes, args, run_dir):
+    import keras
+
+    from applications import sst
     from applications.training import mixup, run_callbacks
 
     keras.utils.set_random_seed(args.seed)
@@ -122,7 +110,9 @@ def main(argv=None):
                              "(default: shared/data/sst beside this checkout)")
     parser.add_argument("--cache-dir", default=os.path.expanduser("~/.cache/keras_capsules/sst"))
     parser.add_argument("--run-dir", default="runs/sst_benchmark")
-    parser.add_argument("--preset", default=DEFAULT_PRESET)
+    parser.add_argument("--preset", default=None,
+                        help="keras-hub preset name or folder of the encoder (default: the "
+                             "application's, applications.sst.DEFAULT_PRESET: MiniLM-L6)")
     parser.add_argument("--train-on", choices=("sentences", "phrases"), default="sentences")
     parser.add_argument("--max-train", type=positive_int, default=None,
                         help="train on a seeded random sample of this many training texts")
@@ -135,10 +125,13 @@ def main(argv=None):
     parser.add_argument("--verbose", type=non_negative_int, default=2)
     args = parser.parse_args(argv)
     sst_trees.require_split_files(args.data_dir)  # before minutes of embedding
-    _load_tensorflow()
+    # without TensorFlow's start-up lines that ask nothing (no CUDA driver, ...); importing
+    # applications set keras_capsules' runtime default (oneDNN) before TensorFlow loads
+    console.load_tensorflow_quietly()
+    from applications import sst
 
     t0 = time.time()
-    encoder = args.preset  # loaded only if a split is not cached yet
+    encoder = args.preset or sst.DEFAULT_PRESET  # loaded only if a split is not cached yet
 
     def embedded(split, phrases, limit=None):
         texts, labels = sst_trees.load_split(args.data_dir, split, "5", phrases=phrases)
@@ -179,7 +172,7 @@ def main(argv=None):
         results[f"SST-{task}/R"] = {"routing": routed, "linear_probe": probe,
                                    "train_examples": int(len(tr_y)), "test_examples": int(len(te_y))}
 
-    print(f"\nembeddings: {args.preset}; routing trained on {args.train_on}; {time.time() - t0:.0f} s in all")
+    print(f"\nembeddings: {encoder}; routing trained on {args.train_on}; {time.time() - t0:.0f} s in all")
     print(f"{'task':10s} {'routing test acc':>17s} {'linear probe test acc':>22s}")
     for task, r in results.items():
         print(f"{task:10s} {r['routing']['test_accuracy']:17.4f} {r['linear_probe']['test_accuracy']:22.4f}")

@@ -85,6 +85,8 @@ import sys
 import tempfile
 import time
 
+import numpy as np
+
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -92,32 +94,13 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from applications import console  # noqa: E402  (sets the oneDNN default; loads no TensorFlow)
-# TensorFlow loads in main (_load_tensorflow), after the arguments: --help, a bad value
+# TensorFlow loads in main, after the arguments: --help, a bad value
 # and a missing data folder answer at once
 from applications.arguments import non_negative_int, positive_float, positive_int, seed_int  # noqa: E402
 from applications import sst_trees  # noqa: E402  (NumPy only)
 
-# applications.text_classification's, copied: it loads TensorFlow (tests/test_benchmarks.py
-# checks the copies)
-ROUTINGS = ("kmeans", "dynamic", "linear")  # model.ROUTINGS
-EMBEDDINGS = ("compositional", "standard")  # model.EMBEDDINGS
-INTRA_OP_THREADS = 1  # INTRA_OP_THREADS
-
-
-def _load_tensorflow():
-    """Loads TensorFlow quietly and the modules of the runs (the module's ``keras``,
-    ``np``, ``tf``, ``TimeBudget``, ``distribute``, ``model_lib`` and ``recipe``)."""
-    global keras, np, tf, TimeBudget, distribute, model_lib, recipe
-    console.load_tensorflow_quietly()  # without TensorFlow's start-up lines that ask nothing (no CUDA driver, ...)
-    import keras_capsules  # noqa: F401  (first: its TensorFlow runtime defaults)
-    import keras
-    import numpy as np
-    import tensorflow as tf
-    from keras_capsules.callbacks import TimeBudget
-
-    from applications import distribute
-    from applications.text_classification import model as model_lib
-    from applications.text_classification import recipe
+# the application's choices and defaults (its options module loads no TensorFlow)
+from applications.text_classification.options import EMBEDDINGS, GRUS, INTRA_OP_THREADS, ROUTINGS  # noqa: E402
 
 
 def load_average():
@@ -125,6 +108,8 @@ def load_average():
 
 
 def embedding_report(vocab_size=60000, num_classes=4):
+    from applications.text_classification import model as model_lib
+
     report = model_lib.parameter_report(vocab_size, num_classes)
     comp, std = report["compositional"]["embedding"], report["standard"]["embedding"]
     print(
@@ -136,6 +121,9 @@ def embedding_report(vocab_size=60000, num_classes=4):
 
 
 def learning(args):
+    from applications.text_classification import recipe
+    from keras_capsules.callbacks import TimeBudget
+
     embedding_report()
     results = {}
     for routing in args.routings:
@@ -165,6 +153,12 @@ def learning(args):
 
 
 def throughput(args):
+    import keras
+    import tensorflow as tf
+
+    from applications import distribute
+    from applications.text_classification import model as model_lib
+
     batch, length, vocab, classes = 30, 128, 60000, 4
     rng = np.random.default_rng(0)
     ids = tf.constant(rng.integers(1, vocab, (batch, length)), tf.int32)
@@ -173,7 +167,7 @@ def throughput(args):
     dataset = tf.data.Dataset.from_tensors((ids, labels)).repeat().with_options(distribute.pipeline_options())
     jits = {"both": (False, True), "on": (True,), "off": (False,)}[args.jit]
     results = {}
-    grus = {"both": ("projected", "keras"), "projected": ("projected",), "keras": ("keras",)}[args.gru]
+    grus = GRUS if args.gru == "both" else (args.gru,)
     for routing in args.routings:
         for gru in grus:
             for jit in jits:
@@ -181,11 +175,11 @@ def throughput(args):
                 model = model_lib.compile_model(
                     model_lib.build_model(vocab, classes, routing=routing, gru=gru), jit_compile=jit
                 )
-                model.fit(dataset, steps_per_epoch=args.warmup, epochs=1, verbose=0)  # trace / compile
+                model.fit(dataset, steps_per_epoch=args.warmup, epochs=1, verbose=0, shuffle=False)  # trace / compile
                 rates = []
                 for _ in range(args.repeats):
                     start = time.perf_counter()
-                    model.fit(dataset, steps_per_epoch=args.steps, epochs=1, verbose=0)
+                    model.fit(dataset, steps_per_epoch=args.steps, epochs=1, verbose=0, shuffle=False)
                     rates.append(args.steps * batch / (time.perf_counter() - start))
                 rate = float(np.median(rates))
                 results[(routing, gru, jit)] = rate
@@ -217,7 +211,7 @@ def main(argv=None):
     parser.add_argument("--repeats", type=positive_int, default=3, help="timed repeats (the median is reported)")
     parser.add_argument("--warmup", type=non_negative_int, default=3, help="untimed steps (tracing, XLA)")
     parser.add_argument("--jit", default="both", choices=("both", "on", "off"))
-    parser.add_argument("--gru", default="projected", choices=("projected", "keras", "both"),
+    parser.add_argument("--gru", default="projected", choices=(*GRUS, "both"),
                         help="GRU implementation (default: ProjectedGRU, the model's default)")
     parser.add_argument("--seed", type=seed_int, default=0)
     parser.add_argument("--verbose", type=non_negative_int, default=2, help="Keras fit verbosity")
@@ -228,7 +222,14 @@ def main(argv=None):
     if args.part in ("learning", "all"):
         # before the throughput part's minutes of work: a missing folder failed only after them
         sst_trees.require_split_files(args.data_dir)
-    _load_tensorflow()
+    # without TensorFlow's start-up lines that ask nothing (no CUDA driver, ...); importing
+    # applications set keras_capsules' runtime default (oneDNN) before TensorFlow loads
+    console.load_tensorflow_quietly()
+    import keras
+    import tensorflow as tf
+
+    from applications import distribute
+
     distribute.set_intra_op_threads(args.intra_op_threads)  # before the first op
     print(f"TensorFlow {tf.__version__}, Keras {keras.__version__}; intra-op threads "
           f"{tf.config.threading.get_intra_op_parallelism_threads() or 'all'}; {load_average()}", flush=True)
@@ -237,7 +238,7 @@ def main(argv=None):
         args.routings = routings or ["kmeans"]
         throughput(args)
     if args.part in ("learning", "all"):
-        args.routings = routings or list(model_lib.ROUTINGS)
+        args.routings = routings or list(ROUTINGS)
         learning(args)
     return 0
 

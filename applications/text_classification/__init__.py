@@ -5,52 +5,55 @@ pipelines, TFDS (AG News, Yelp polarity) and SST (tree files) loaders.
 ``model``: :func:`build_model` (compositional embedding, BiGRU, k-means / dynamic
 routing or a linear head). ``recipe``: :func:`train`, the paper's recipe, and
 :func:`evaluate`. ``cli``: the ``keras-capsules`` command-line protocol.
+``options``: the choices and defaults that need no TensorFlow.
+
+The names below are loaded when first used (``text_classification.train``, ``from
+applications.text_classification import build_model``): importing the package, or its
+``options``, loads no TensorFlow, so a command line can offer the choices of
+``options`` before it loads TensorFlow.
 """
 
-from applications.text_classification.data import (
-    DATASETS,
-    build_vocabulary,
-    bucket_batches,
-    encode,
-    load_split,
-    make_dataset,
-    make_lookup,
-    preprocess,
-)
-from applications.text_classification.model import (
-    build_model,
-    compile_model,
-    embedding_parameters,
-    parameter_report,
-)
-from applications.text_classification.recipe import evaluate, main, train
+import importlib
 
-# The command-line protocol (applications/registry.py).
-from applications.text_classification.cli import (
-    INTRA_OP_THREADS,
-    add_arguments,
-    run_evaluate,
-    run_train,
-)
+#: the package's names -> the submodule that defines them
+_EXPORTS = {
+    "DATASETS": "data",
+    "build_vocabulary": "data",
+    "bucket_batches": "data",
+    "encode": "data",
+    "load_split": "data",
+    "make_dataset": "data",
+    "make_lookup": "data",
+    "preprocess": "data",
+    "build_model": "model",
+    "compile_model": "model",
+    "embedding_parameters": "model",
+    "parameter_report": "model",
+    "evaluate": "recipe",
+    "main": "recipe",
+    "train": "recipe",
+    # the command-line protocol (applications/registry.py)
+    "add_arguments": "cli",
+    "run_evaluate": "cli",
+    "run_train": "cli",
+    "INTRA_OP_THREADS": "options",
+}
+_SUBMODULES = ("cli", "data", "model", "options", "projected_gru", "recipe")
 
-__all__ = [
-    "INTRA_OP_THREADS",
-    "DATASETS",
-    "add_arguments",
-    "bucket_batches",
-    "build_model",
-    "build_vocabulary",
-    "compile_model",
-    "embedding_parameters",
-    "encode",
-    "evaluate",
-    "load_split",
-    "main",
-    "make_dataset",
-    "make_lookup",
-    "parameter_report",
-    "preprocess",
-    "run_evaluate",
-    "run_train",
-    "train",
-]
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    elif name in _SUBMODULES:
+        value = importlib.import_module(f"{__name__}.{name}")
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value  # once: later uses are plain attribute reads
+    return value
+
+
+def __dir__():
+    return sorted({*globals(), *_EXPORTS, *_SUBMODULES})
+
+
+__all__ = sorted(_EXPORTS)

@@ -13,10 +13,8 @@ never downloaded. ``evaluate`` reads the vocabulary ``train`` wrote beside the m
 from applications.text_classification import data as data_lib
 from applications.text_classification import model as model_lib
 from applications.text_classification import recipe
+from applications.text_classification.options import INTRA_OP_THREADS  # noqa: F401  (the protocol's: registry.py)
 
-# The BiGRU steps' matrix products are too small to split over cores: one thread per op
-# trains 1.5x faster on a 2-core CPU (applications.distribute.set_intra_op_threads).
-INTRA_OP_THREADS = 1
 MODEL_OPTIONS = ("embedding_dim", "num_codebooks", "gru_units", "dropout", "capsule_dim",
                  "class_capsule_dim", "n_iters")
 

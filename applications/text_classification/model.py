@@ -36,6 +36,8 @@ import keras
 
 from keras import ops
 
+# the choices, where the command lines read them without TensorFlow
+from applications.text_classification.options import EMBEDDINGS, GRUS, ROUTINGS, SIMILARITIES
 from keras_capsules.layers import (
     CapsuleLength,
     CompositionalEmbedding,
@@ -74,12 +76,6 @@ class MaskedMean(keras.layers.Layer):
 
     def compute_output_shape(self, input_shape):
         return (input_shape[0], input_shape[2])
-
-
-ROUTINGS = ("kmeans", "dynamic", "linear")
-EMBEDDINGS = ("compositional", "standard")
-GRUS = ("projected", "keras")
-SIMILARITIES = ("cosine", "dot")
 
 
 def _choice(name, value, choices):

@@ -206,6 +206,33 @@ def test_tuning_imports_no_tensorflow_and_sets_the_onednn_default():
     assert json.loads(proc.stdout) == ["0", []]
 
 
+def test_the_applications_modules_of_choices_and_data_files_import_no_tensorflow():
+    # Command lines offer these choices and find a missing file before they load
+    # TensorFlow (benchmarks/text_classification.py, benchmarks/rladder.py jsb); the text
+    # classification package loads its TensorFlow parts only when one is used.
+    proc = _python("import json, sys, applications.text_classification, applications.text_classification.options, "
+                   f"applications.jsb_chorales; print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == []
+
+
+def test_the_text_classification_package_names_its_parts_when_used():
+    import applications.text_classification as package
+    from applications.text_classification import cli as protocol
+    from applications.text_classification import data, model, options, recipe
+
+    for name in package.__all__:  # each is the object of the part that defines it
+        value = getattr(package, name)
+        assert any(getattr(part, name, None) is value for part in (protocol, data, model, options, recipe)), name
+    assert package.train is recipe.train and package.build_model is model.build_model
+    assert package.INTRA_OP_THREADS == protocol.INTRA_OP_THREADS == options.INTRA_OP_THREADS
+    assert model.ROUTINGS is options.ROUTINGS and model.EMBEDDINGS is options.EMBEDDINGS
+    assert {"train", "recipe", "options"} <= set(dir(package))
+    with pytest.raises(AttributeError, match="no attribute 'trian'"):
+        package.trian  # noqa: B018
+    from applications.text_classification import projected_gru  # noqa: F401  (a submodule is still importable)
+
+
 # keras_capsules/__init__.py and applications/__init__.py (which cannot import it: that
 # loads TensorFlow) each decide TF_ENABLE_ONEDNN_OPTS: re-run both (importlib.reload) for
 # every choice of the user, TensorFlow loaded or not (taken out of sys.modules).
