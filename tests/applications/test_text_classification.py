@@ -342,21 +342,29 @@ def sst2_run(tmp_path_factory, short_sst):
     return run_dir, result, out.getvalue()
 
 
-@pytest.mark.graph_mode  # graph mode: eager took longer (many steps)
-def test_tiny_training_on_real_sst_sentences(tmp_path, short_sst):
-    run_dir = tmp_path / "run"
-    result = recipe.train(
-        dataset="sst2",
-        data_dir=short_sst,
-        run_dir=str(run_dir),
-        routing="kmeans",
-        epochs=1,
-        batch_size=8,
-        limit=24,
-        jit_compile=False,
-        verbose=0,
-        **TINY,
-    )
+@pytest.fixture(scope="module")
+def sst2_run_scores(sst2_run, short_sst):
+    """``evaluate`` of the shared run on the 16 test sentences train scored, read by two
+    tests: ``{"recorded": (result, stdout, stderr), "max_length_100": (...)}``, the first
+    with the max_length train recorded and verbose=1, the other with max_length=100 and
+    verbose=0. No test writes in the run."""
+    import contextlib
+    import io
+
+    model = str(sst2_run[0] / "model.keras")
+    scores = {}
+    for key, options in (("recorded", dict(verbose=1)), ("max_length_100", dict(max_length=100))):
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            result = recipe.evaluate(model, "sst2", short_sst, limit=16, **options)
+        scores[key] = result, out.getvalue(), err.getvalue()
+    return scores
+
+
+def test_tiny_training_on_real_sst_sentences(sst2_run):
+    # (the shared run: sst2, routing kmeans, 1 epoch of batches of 8, limit 16; read only)
+    run_dir, result, _ = sst2_run
+    assert result["routing"] == "kmeans"
     assert 0.0 <= result["test_accuracy"] <= 1.0
     params = result["parameters"]  # (tiny D = 8: codes cost more than vectors here)
     assert params["standard"]["embedding"] == result["vocab_size"] * 8
@@ -419,20 +427,22 @@ def test_every_vocabulary_the_writer_writes_reads_back_unchanged(tmp_path):
     assert data.load_vocabulary(tmp_path / "vocab.txt") == ["[PAD]", "[UNK]", "good"]
 
 
-def test_evaluate_refuses_a_vocabulary_of_another_size_than_the_model(tmp_path, short_sst):
+def test_evaluate_refuses_a_vocabulary_of_another_size_and_compiles_an_uncompiled_model(tmp_path, short_sst):
     # A vocab.txt that does not belong to the model (--vocabulary of another run) gave
     # ids past the embedding: a "Graph execution error" traceback from inside the
     # model, or, with a smaller vocabulary, every word read as another one, silently.
+    # Merged with test_evaluate_scores_a_model_saved_without_compiling (one model saved and
+    # scored, not two): the model is saved uncompiled, which evaluate compiles.
     from applications.errors import CommandLineError, InputError
 
-    model = model_lib.build_model(12, 2, **TINY)
-    model_lib.compile_model(model, jit_compile=False)
-    model.save(tmp_path / "model.keras")
+    model_lib.build_model(12, 2, **TINY).save(tmp_path / "model.keras")
     for words in (30, 4):
         data.save_vocabulary([f"w{i}" for i in range(words)], tmp_path / "vocab.txt")
         with pytest.raises(InputError, match=rf"model embeds 12 ids.*Received: vocab_size={words + 2} "):
             recipe.evaluate(str(tmp_path / "model.keras"), "sst2", short_sst, limit=4)
     data.save_vocabulary([f"w{i}" for i in range(10)], tmp_path / "vocab.txt")
+    # audit (2026-11-27): a model saved without compiling got Keras' "You must call `compile()`
+    # before using the model"
     result = recipe.evaluate(str(tmp_path / "model.keras"), "sst2", short_sst, limit=4)
     assert 0 <= result["test_accuracy"] <= 1
     # A model of another application is named as such (it has no word embedding).
@@ -528,32 +538,15 @@ def test_bucket_batches_refuses_a_bad_batch_size_at_once(batch_size):
 
 
 @pytest.mark.graph_mode  # graph mode: eager took longer (many steps)
-def test_epochs_run_counts_the_epochs_before_a_resume(tmp_path, monkeypatch, short_sst):
-    # epochs_run counted the epochs of the last process only: 0 for a run finished
-    # from its backup after a crash between fit and the model save.
-    from applications import fault_tolerance
-    from tests.applications import cli_helpers
-
-    run_dir = tmp_path / "run"
-
-    def train(*extra):
-        return recipe.train(dataset="sst2", data_dir=short_sst, run_dir=str(run_dir), routing="kmeans", epochs=2,
-                            batch_size=8, limit=16, jit_compile=False, verbose=0,
-                            callbacks=[*fault_tolerance.resumable_callbacks(str(run_dir)), *extra], **TINY)
-
-    with pytest.raises(RuntimeError, match="simulated"):
-        train(cli_helpers.crash_when_saving_after_fit(monkeypatch))
-    monkeypatch.undo()
-    assert train()["epochs_run"] == 2  # was 0
-
-
-@pytest.mark.graph_mode  # graph mode: eager took longer (many steps)
-def test_a_resumed_run_ends_with_the_weights_of_the_uninterrupted_run(tmp_path, monkeypatch, short_sst):
+def test_a_resumed_run_ends_with_the_weights_and_epochs_run_of_the_uninterrupted_run(tmp_path, monkeypatch, short_sst):
     # A crash in epoch 2 and a rerun: the resumed process reshuffled its first epoch as
     # the uninterrupted run's epoch 0 (tf.data counts the iterators of a process; max
     # weight difference 1.2e-3 here). Now epoch e is shuffled by (seed, e)
     # (data.make_dataset's first_epoch). Dropout 0.5: its masks' SeedGenerator state, which
     # Keras' save_weights leaves out, is in the backup (without it 5.3e-3).
+    # Merged with test_epochs_run_counts_the_epochs_before_a_resume (one run, not two more):
+    # epochs_run counted the epochs of the last process only: 0 for a run finished from
+    # its backup after a crash between fit and the model save.
     from applications import fault_tolerance, sst_trees
     from tests.applications import cli_helpers
 
@@ -577,8 +570,16 @@ def test_a_resumed_run_ends_with_the_weights_of_the_uninterrupted_run(tmp_path, 
     kwargs = dict(dataset="sst2", data_dir=short_sst, epochs=3, batch_size=4, limit=24, max_length=20, seed=3,
                   jit_compile=False, verbose=0, **{**TINY, "dropout": 0.5})
     train(str(tmp_path / "whole"), **kwargs)
-    result = cli_helpers.crash_and_resume(train, tmp_path / "resumed", (2, 1), **kwargs)
-    assert backups[-1].restored_epoch == 2 and result["epochs_run"] == 3
+    resumed = str(tmp_path / "resumed")
+    with pytest.raises(RuntimeError, match="simulated"):
+        train(resumed, [cli_helpers.CrashAt(2, 1)], **kwargs)
+    # the resumed process crashes too, after its fit, before the model is saved: the last one
+    # resumes at the end and trains no epoch (its epochs_run counts the epochs before)
+    with monkeypatch.context() as patch, pytest.raises(RuntimeError, match="simulated"):
+        train(resumed, [cli_helpers.crash_when_saving_after_fit(patch)], **kwargs)
+    result = train(resumed, **kwargs)
+    assert backups[2].restored_epoch == 2 and backups[3].restored_epoch == 3
+    assert result["epochs_run"] == 3  # was 0: the epochs of the last process only
     assert cli_helpers.max_weight_difference(tmp_path / "whole" / "model.keras",
                                              tmp_path / "resumed" / "model.keras") == 0.0
 
@@ -591,25 +592,19 @@ def test_the_module_entry_point_refuses_a_negative_seed(capsys):
     assert "--seed" in capsys.readouterr().err
 
 
-def test_evaluate_scores_a_model_saved_without_compiling(tmp_path, short_sst):
-    # audit (2026-11-27): Keras' "You must call `compile()` before using the model"
-    model_lib.build_model(12, 2, **TINY).save(tmp_path / "model.keras")
-    data.save_vocabulary([f"w{i}" for i in range(10)], tmp_path / "vocab.txt")
-    result = recipe.evaluate(str(tmp_path / "model.keras"), "sst2", short_sst, limit=4)
-    assert 0 <= result["test_accuracy"] <= 1
-
-
-def test_evaluate_cuts_the_texts_at_the_max_length_train_recorded(sst2_run, short_sst):
+def test_evaluate_cuts_the_texts_at_the_max_length_train_recorded(sst2_run, sst2_run_scores):
     # audit (2026-11-28): evaluate cut every text at 5,000 tokens whatever train had used, so
     # `train --max-length 20` then `evaluate` (same model, same data) reported another loss
     # (some of the 16 test texts are longer than 20 tokens: test_train_and_evaluate_report_...)
+    # (the evaluations: recipe.evaluate(model, "sst2", short_sst, limit=16, ...), sst2_run_scores)
     run_dir, result, _ = sst2_run
     assert json.loads((run_dir / "metrics.json").read_text())["max_length"] == 20
-    again = recipe.evaluate(str(run_dir / "model.keras"), "sst2", short_sst, limit=16)
+    again = sst2_run_scores["recorded"][0]
     assert again["test_loss"] == pytest.approx(result["test_loss"], rel=1e-5)
     assert again["test_accuracy"] == pytest.approx(result["test_accuracy"])
     # a max_length given is used as it is
-    longer = recipe.evaluate(str(run_dir / "model.keras"), "sst2", short_sst, limit=16, max_length=50)
+    longer = sst2_run_scores["max_length_100"][0]
+    assert longer["max_length"] == 100
     assert longer["test_loss"] != pytest.approx(result["test_loss"], rel=1e-5)
 
 
@@ -814,7 +809,7 @@ def _longer_than(split, max_length, limit, data_dir):
     return sum(int(tf.size(data.preprocess(text, None))) > max_length for text, _ in raw.as_numpy_iterator())
 
 
-def test_train_and_evaluate_report_the_texts_cut_at_max_length(capsys, sst2_run, short_sst):
+def test_train_and_evaluate_report_the_texts_cut_at_max_length(sst2_run, sst2_run_scores, short_sst):
     # (the run: train with verbose=1; out: what it printed)
     run_dir, result, out = sst2_run
     # (the first 16 sentences of each split: some are longer than 20 tokens, one test one is 20)
@@ -828,16 +823,14 @@ def test_train_and_evaluate_report_the_texts_cut_at_max_length(capsys, sst2_run,
             f"validation {expected['validation']} of 16, test {expected['test']} of 16; "
             "a larger --max-length keeps them whole")
     assert out.count(line) == 1, out
-    # evaluate: the count in its result, the line with its progress (stderr)
-    capsys.readouterr()
-    again = recipe.evaluate(str(run_dir / "model.keras"), "sst2", short_sst, limit=16, verbose=1)
+    # evaluate (verbose): the count in its result, the line with its progress (stderr)
+    again, out, err = sst2_run_scores["recorded"]
     assert again["truncated_texts"] == {"test": expected["test"]} and again["max_length"] == 20
-    out, err = capsys.readouterr()
     assert f"texts longer than --max-length 20 tokens (cut to their first 20): test {expected['test']} of 16" in err
     assert "texts longer" not in out
-    assert recipe.evaluate(str(run_dir / "model.keras"), "sst2", short_sst, limit=16,
-                           max_length=100)["truncated_texts"] == {"test": 0}
-    assert "texts longer" not in "".join(capsys.readouterr())  # verbose=0: silent
+    longer, out, err = sst2_run_scores["max_length_100"]
+    assert longer["truncated_texts"] == {"test": 0}
+    assert "texts longer" not in out + err  # verbose=0: silent
 
 
 @pytest.mark.parametrize("limit", [-1, 0, 2.5, True])
