@@ -329,7 +329,8 @@ def short_sst(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def sst2_run(tmp_path_factory, short_sst):
-    """One trained run read by the evaluate tests (sst2, limit 16, max_length 20, verbose):
+    """One trained run read by the evaluate tests and test_tiny_training_on_real_sst_sentences
+    (sst2, limit 16, max_length 20, verbose):
     ``(run_dir, result, stdout of train)``. No test writes in ``run_dir``."""
     import contextlib
     import io
