@@ -131,7 +131,9 @@ def test_rladder_learns_something(digits):
     model = om.compile_model(om.build_model("rladder", **TINY), learning_rate=1e-2)
     ds = om.make_dataset(data, "rladder", batch_size=16)
     before = model.evaluate(ds, verbose=0, return_dict=True)
-    model.fit(ds, epochs=16, verbose=0)
+    # 10 epochs (was 16): after 10 the ratios were 0.66, 0.21 and 0.76 of the costs
+    # before and the accuracy 0.38 (2026-12-02), each clear of its threshold below
+    model.fit(ds, epochs=10, verbose=0)
     after = model.evaluate(ds, verbose=0, return_dict=True)
     # both costs fall: the frames (static bars, dark background) and the digit; the
     # digit cost on its own (the total was once dominated by the frames while the
@@ -537,8 +539,9 @@ def test_the_benchmarks_ablation_scores_the_sequences_train_scored():
         return captured
 
     bench._occluded_variant = keep
-    bench.main(["occluded", "--variants", "rladder", "--no-parallel", "--num-train", "32", "--num-test", "16",
-                "--epochs", "1", "--conv-units", "4", "4", "4", "--dense-units", "8", "--ablate-feedback",
+    bench.main(["occluded", "--variants", "rladder", "--no-parallel", "--num-train", "16", "--num-test", "16",
+                "--frame-size", "16", "--epochs", "1", "--conv-units", "4", "4", "4", "--dense-units", "8",
+                "--ablate-feedback",
                 "--hold-out", "--no-jit-compile", "--verbose", "0", "--feedback-initializer", "default",
                 "--data-dir", str(shared_path("data", "mnist"))])
     ablation = captured["feedback_ablation"]
@@ -878,7 +881,8 @@ def test_a_resumed_run_ends_with_the_weights_of_the_uninterrupted_run(tmp_path, 
     def train(run_dir, callbacks=()):
         if run_dir == str(tmp_path / "resumed"):
             processes.append([])
-        return om.train(data_dir=str(shared_path("data", "mnist")), run_dir=run_dir, epochs=3, num_train=24,
+        # 16 sequences: two batches an epoch, whose order the resumed epoch must repeat
+        return om.train(data_dir=str(shared_path("data", "mnist")), run_dir=run_dir, epochs=3, num_train=16,
                         num_test=8, variant="rladder", conv_units=(4,), dense_units=8, batch_size=8, frame_size=16,
                         augment=augment, verbose=0, seed=3,
                         callbacks=[*fault_tolerance.resumable_callbacks(run_dir), *callbacks])
