@@ -540,7 +540,7 @@ def test_the_benchmarks_ablation_scores_the_sequences_train_scored():
 
     bench._occluded_variant = keep
     bench.main(["occluded", "--variants", "rladder", "--no-parallel", "--num-train", "16", "--num-test", "16",
-                "--frame-size", "16", "--epochs", "1", "--conv-units", "4", "4", "4", "--dense-units", "8",
+                "--epochs", "1", "--conv-units", "4", "4", "4", "--dense-units", "8",
                 "--ablate-feedback",
                 "--hold-out", "--no-jit-compile", "--verbose", "0", "--feedback-initializer", "default",
                 "--data-dir", str(shared_path("data", "mnist"))])
