@@ -149,7 +149,9 @@ def test_rtagger_learns_something(digits):
         return value[0] if isinstance(value, list) else value
 
     before, held_before = loss(ds), loss(held_ds)
-    model.fit(ds, epochs=4, verbose=0)
+    # 2 epochs (was 4): after 2 the losses had fallen by 0.69 and 0.67 of their values
+    # before (after 4: 0.71 and 0.69; 2026-12-02), against the 0.1 and 0.2 asked below
+    model.fit(ds, epochs=2, verbose=0)
     after, held_after = loss(ds), loss(held_ds)
     assert after < before - 0.1 * abs(before), (before, after)
     assert held_after < held_before - 0.2 * abs(held_before), (held_before, held_after)
