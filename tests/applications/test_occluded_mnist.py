@@ -539,9 +539,9 @@ def test_the_benchmarks_ablation_scores_the_sequences_train_scored():
         return captured
 
     bench._occluded_variant = keep
+    # 16 training sequences: one step (was 32: two); the check is on the sequences scored
     bench.main(["occluded", "--variants", "rladder", "--no-parallel", "--num-train", "16", "--num-test", "16",
-                "--epochs", "1", "--conv-units", "4", "4", "4", "--dense-units", "8",
-                "--ablate-feedback",
+                "--epochs", "1", "--conv-units", "4", "4", "4", "--dense-units", "8", "--ablate-feedback",
                 "--hold-out", "--no-jit-compile", "--verbose", "0", "--feedback-initializer", "default",
                 "--data-dir", str(shared_path("data", "mnist"))])
     ablation = captured["feedback_ablation"]
