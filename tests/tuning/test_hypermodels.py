@@ -21,6 +21,9 @@ from tests.conftest import shared_path
 
 MNIST_DIR = str(shared_path("data", "mnist"))
 JSB_DIR = str(shared_path("data", "jsb_chorales"))
+# the first 4 chorales of each split cut into windows of 8 steps: 42 training and 37
+# validation windows, one batch each (a trial's epoch is then one eager step, not 11)
+MUSIC_DATA = ["--data-dir", JSB_DIR, "--limit", "4", "--window", "8", "--batch-size", "48"]
 
 
 def fixed(**values):
@@ -47,8 +50,8 @@ SEARCHES = {
     ),
     "text_classification": (
         "random",
-        ["--dataset", "sst2", "--data-dir", str(SST_DIR), "--limit", "32", "--embedding-dim", "8",
-         "--batch-size", "16"],
+        ["--dataset", "sst2", "--data-dir", str(SST_DIR), "--limit", "32", "--max-length", "12",
+         "--embedding-dim", "8", "--batch-size", "16"],
         dict(gru_units=8, capsule_dim=4, class_capsule_dim=4),
         {"routing": ("kmeans", "dynamic", "linear"), "n_iters": (1, 5), "dropout": (0.0, 0.6),
          "learning_rate": (1e-4, 1e-2)},
@@ -78,7 +81,7 @@ SEARCHES = {
     ),
     "music": (
         "bayesian",
-        ["--data-dir", JSB_DIR, "--limit", "4", "--window", "8", "--batch-size", "4"],
+        MUSIC_DATA,
         dict(levels=1, units_0=8, encoder="gated"),
         {"input_dropout": (0.0, 0.3), "learning_rate": (1e-4, 1e-2), "decoder_to_encoder": (False, True),
          "readout": ("independent", "nade")},
@@ -226,8 +229,7 @@ def test_an_unknown_fixed_hyperparameter_is_one_line(tmp_path, capsys):
 def test_music_search_with_the_nade_readout(tmp_path, capsys):
     directory = tmp_path / "search"
     argv = ["tune", "music", "--tuner", "random", "--directory", str(directory), "--max-trials", "1",
-            "--epochs", "1", "--quiet", "--data-dir", JSB_DIR, "--limit", "4", "--window", "8", "--batch-size", "4",
-            *fixed(levels=1, units_0=8, readout="nade")]
+            "--epochs", "1", "--quiet", *MUSIC_DATA, *fixed(levels=1, units_0=8, readout="nade")]
     assert cli.main(argv) == 0, capsys.readouterr().err
     model = keras.saving.load_model(directory / "best_model.keras")
     assert model.get_layer("nade").hidden_units > 0 and model.output_shape == (None, 8, 88)
@@ -561,8 +563,7 @@ def test_a_search_over_levels_records_only_the_widths_of_the_levels_each_trial_b
 
     directory = tmp_path / "search"
     argv = ["tune", "music", "--tuner", "random", "--directory", str(directory), "--max-trials", "3",
-            "--epochs", "1", "--quiet", "--seed", "4", "--data-dir", JSB_DIR, "--limit", "4", "--window", "8",
-            "--batch-size", "4", *fixed(units_0=8, units_1=8)]
+            "--epochs", "1", "--quiet", "--seed", "4", *MUSIC_DATA, *fixed(units_0=8, units_1=8)]
     assert cli.main(argv) == 0, capsys.readouterr().err
     trials = _trial_values(str(directory), "music")
     for values in trials:
