@@ -64,7 +64,47 @@ def test_keras_round_trip_of_the_full_model(tmp_path):
     assert isinstance(loaded.get_layer("class_routing"), EMRouting)
 
 
-def test_pipeline_shapes_and_one_training_step_with_mock_data(tmp_path):
+# One step of one epoch on 8 mock examples (8 test examples: 2 batches of 4), validated
+# over validation_steps=5, beyond the test split's 2 batches.
+TINY_TRAIN = dict(epochs=1, batch_size=4, image_size=24, steps_per_epoch=1, validation_steps=5, seed=7, verbose=0,
+                  model_kwargs=TINY)
+
+
+class _CountTestBatches(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.batches = 0
+
+    def on_test_batch_end(self, batch, logs=None):
+        self.batches += 1
+
+
+def _tiny_train(folder, callbacks=()):
+    """``(model, history)`` of smallnorb.train(**TINY_TRAIN) on mock data, run directory ``folder / "run"``."""
+    with tfds.testing.mock_data(num_examples=8):
+        return smallnorb.train(data_dir=str(folder / "tfds"), run_dir=str(folder / "run"), callbacks=callbacks,
+                               **TINY_TRAIN)
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """``(model, history, run directory, test batches counted)`` of one TINY_TRAIN run, read
+    by the pipeline, validation-steps and same-seed tests (none of them changes it)."""
+    folder = tmp_path_factory.mktemp("tiny_run")
+    counter = _CountTestBatches()
+    # eagerly and in float32, as the tests' autouse fixtures run theirs (they are set up after this one)
+    before, policy = tf.config.functions_run_eagerly(), keras.config.dtype_policy()
+    tf.config.run_functions_eagerly(True)
+    keras.config.set_dtype_policy("float32")
+    try:
+        model, history = _tiny_train(folder, callbacks=[counter])
+    finally:
+        tf.config.run_functions_eagerly(before)
+        keras.config.set_dtype_policy(policy)
+    return model, history, folder / "run", counter.batches
+
+
+def test_pipeline_shapes_and_one_training_step_with_mock_data(tmp_path, tiny_run):
     with tfds.testing.mock_data(num_examples=8):
         train_split = smallnorb.load_split("train", data_dir=str(tmp_path / "tfds"))
         x, y = next(iter(smallnorb.make_dataset(train_split, True, batch_size=4, image_size=24, seed=0)))
@@ -76,13 +116,7 @@ def test_pipeline_shapes_and_one_training_step_with_mock_data(tmp_path):
         x, y = next(iter(smallnorb.make_dataset(test_split, False, batch_size=4)))
         assert x.shape == (4, 96, 96, 2)
         assert set(np.unique(y.numpy())) <= {0.0, 1.0}  # test labels are never mixed
-
-        run_dir = tmp_path / "run"
-        model, history = smallnorb.train(
-            data_dir=str(tmp_path / "tfds"), run_dir=str(run_dir), epochs=1, batch_size=4,
-            image_size=24, steps_per_epoch=1, validation_steps=1, seed=0, verbose=0,
-            model_kwargs=TINY,
-        )
+    model, history, run_dir, _ = tiny_run  # one training step (TINY_TRAIN)
     assert np.isfinite(history.history["loss"][0]) and "val_accuracy" in history.history
     assert isinstance(model.optimizer, smallnorb.RAdam)
     assert int(model.optimizer.iterations) == 1
@@ -359,18 +393,13 @@ def test_training_crops_pad_with_the_border_pixels_as_the_authors_code():
         smallnorb.training_crop(pair, 4, 30, tf.constant([1, 2]))
 
 
-def test_the_same_seed_trains_the_same_model(tmp_path):
+def test_the_same_seed_trains_the_same_model(tmp_path, tiny_run):
     # train(seed=...) seeded the crops, shuffling and mixup but not Keras: the initial
     # weights (and so the trained model) differed from run to run with the same --seed.
-    def run(name):
-        with tfds.testing.mock_data(num_examples=8):
-            model, _ = smallnorb.train(
-                data_dir=str(tmp_path / "tfds"), run_dir=str(tmp_path / name), epochs=1, batch_size=4,
-                image_size=24, steps_per_epoch=2, validation_steps=1, seed=7, verbose=0, model_kwargs=TINY,
-            )
-        return [w.numpy() for w in model.weights]
-
-    first, second = run("a"), run("b")
+    # The first run is tiny_run's; the second starts from another global seed, as a new process would.
+    first = [w.numpy() for w in tiny_run[0].weights]
+    keras.utils.set_random_seed(99)
+    second = [w.numpy() for w in _tiny_train(tmp_path)[0].weights]
     assert len(first) == len(second)
     for a, b in zip(first, second):
         np.testing.assert_array_equal(a, b)
@@ -426,21 +455,12 @@ def test_evaluate_scores_a_model_saved_without_compiling(tmp_path):
     assert 0.0 <= result["test_accuracy"] <= 1.0
 
 
-def test_validation_steps_beyond_the_test_split_count_each_test_batch_once(tmp_path):
+def test_validation_steps_beyond_the_test_split_count_each_test_batch_once(tiny_run):
     # `test_ds.repeat().take(N)`: with N above the split's batches, validation went round
     # the split again and counted its first batches twice (train's val_accuracy then
     # differed from evaluate's with the same --validation-steps).
-    class CountTestBatches(keras.callbacks.Callback):
-        batches = 0
-
-        def on_test_batch_end(self, batch, logs=None):
-            CountTestBatches.batches += 1
-
-    with tfds.testing.mock_data(num_examples=8):  # 8 test examples: 2 batches of 4
-        smallnorb.train(data_dir=str(tmp_path / "tfds"), run_dir=str(tmp_path / "run"), epochs=1, batch_size=4,
-                        image_size=24, steps_per_epoch=1, validation_steps=5, seed=0, verbose=0,
-                        model_kwargs=TINY, callbacks=[CountTestBatches()])
-    assert CountTestBatches.batches == 2
+    assert TINY_TRAIN["validation_steps"] == 5 and TINY_TRAIN["batch_size"] == 4
+    assert tiny_run[3] == 2  # 8 test examples: 2 batches of 4
 
 
 def test_evaluate_scores_pairs_of_the_image_size_that_train_recorded(tmp_path, monkeypatch):
