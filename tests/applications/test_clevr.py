@@ -306,7 +306,7 @@ def test_prepare_refuses_no_splits_or_a_bare_split_name(tmp_path):
 
 
 def test_a_resumed_run_ends_with_the_weights_of_the_uninterrupted_run(tmp_path):
-    # A crash in epoch 2 and a rerun: the resumed process reshuffled its first epoch as
+    # A crash in epoch 1 and a rerun: the resumed process reshuffled its first epoch as
     # the uninterrupted run's epoch 0 (tf.data counts the iterators of a process; max
     # weight difference 8.8e-5 here). Now epoch e is shuffled by (seed, e) (make_dataset's
     # first_epoch). The saved weights are the EMA (momentum 0.999): a large learning rate
@@ -322,11 +322,11 @@ def test_a_resumed_run_ends_with_the_weights_of_the_uninterrupted_run(tmp_path):
         backups.append(resumable[0])
         return clevr.train(cache, run_dir=run_dir, callbacks=[*resumable, *callbacks], **kwargs)
 
-    kwargs = dict(epochs=3, batch_size=8, image_size=CLEVR_IMAGE_SIZE, seed=2, verbose=0, learning_rate=1e-2,
+    kwargs = dict(epochs=2, batch_size=8, image_size=CLEVR_IMAGE_SIZE, seed=2, verbose=0, learning_rate=1e-2,
                   model_kwargs=dict(units=8, embedding_dim=4, max_steps=1))
     train(str(tmp_path / "whole"), **kwargs)
-    cli_helpers.crash_and_resume(train, tmp_path / "resumed", (2, 1), **kwargs)
-    assert backups[-1].restored_epoch == 2
+    cli_helpers.crash_and_resume(train, tmp_path / "resumed", (1, 1), **kwargs)
+    assert backups[-1].restored_epoch == 1
     assert cli_helpers.max_weight_difference(tmp_path / "whole" / "model.keras",
                                              tmp_path / "resumed" / "model.keras") == 0.0
 
@@ -564,39 +564,59 @@ def test_a_damaged_cache_file_is_one_line_naming_it(damage, tmp_path, capsys):
     assert len(err.strip().splitlines()) == 1, err
 
 
-def test_evaluate_reads_the_features_of_the_image_size_that_train_recorded(tmp_path):
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """``(cache, run directory, train's result)``: one epoch of the tiny CLEVR cache
+    (``tiny_data``) by ``clevr.train``, the cache outside the run (absolute in
+    metrics.json). Read by the two evaluate tests below; neither changes it (the second
+    hides the cache only while it checks a recorded cache that is gone, and puts it back)."""
+    from tests.applications.tiny_data import CLEVR_IMAGE_SIZE, tiny_clevr_cache
+
+    folder = tmp_path_factory.mktemp("clevr_run")
+    cache = tiny_clevr_cache(folder / "cache")  # batches of 32: each split's 18 questions in one step
+    # eagerly and in float32, as the tests' autouse fixtures run theirs (they are set up after this one)
+    before, policy = tf.config.functions_run_eagerly(), keras.config.dtype_policy()
+    tf.config.run_functions_eagerly(True)
+    keras.config.set_dtype_policy("float32")
+    try:
+        result = clevr.train(cache, run_dir=str(folder / "run"), epochs=1, batch_size=32,
+                             image_size=CLEVR_IMAGE_SIZE, model_kwargs=dict(units=8, embedding_dim=4, max_steps=1),
+                             verbose=0)
+    finally:
+        tf.config.run_functions_eagerly(before)
+        keras.config.set_dtype_policy(policy)
+    return cache, folder / "run", result
+
+
+def test_evaluate_reads_the_features_of_the_image_size_that_train_recorded(tmp_path, tiny_run):
     # audit 8: evaluate's --image-size defaulted to 224 whatever size train used: after
     # `train clevr --image-size 32` a plain `evaluate clevr` looked for the features of 224
     # (a one-line error that TFDS clevr is not prepared, though the run's cache was there;
     # with the data, hours of extraction before the model was refused)
     from applications import __main__ as cli
-    from tests.applications.tiny_data import CLEVR_IMAGE_SIZE, tiny_clevr_cache
+    from tests.applications.tiny_data import CLEVR_IMAGE_SIZE
 
-    cache = tiny_clevr_cache(tmp_path / "cache")  # batches of 32: each split's 18 questions in one step
-    result = clevr.train(cache, run_dir=str(tmp_path / "run"), epochs=1, batch_size=32, image_size=CLEVR_IMAGE_SIZE,
-                         model_kwargs=dict(units=8, embedding_dim=4, max_steps=1), verbose=0)
+    cache, run, result = tiny_run  # trained with image_size=CLEVR_IMAGE_SIZE
     evaluated = clevr.evaluate(result["model"], cache, data_dir=str(tmp_path / "no-tfds"), batch_size=32)
     assert evaluated["validation_accuracy"] == pytest.approx(result["validation_accuracy"], abs=1e-6)
     assert evaluated["validation_loss"] == pytest.approx(result["validation_loss"], rel=1e-5)
-    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["image_size"] == CLEVR_IMAGE_SIZE
+    assert json.loads((run / "metrics.json").read_text())["image_size"] == CLEVR_IMAGE_SIZE
     assert cli.build_parser("clevr").parse_args(["evaluate", "clevr"]).image_size is None
     assert cli.build_parser("clevr").parse_args(["train", "clevr"]).image_size == clevr.IMAGE_SIZE
 
 
-def test_evaluate_reads_the_cache_that_train_used(tmp_path, capsys, monkeypatch):
+def test_evaluate_reads_the_cache_that_train_used(tmp_path, capsys, monkeypatch, tiny_run):
     # audit s69: after `train clevr --cache-dir ELSEWHERE`, `evaluate clevr --model RUN` looked
     # only in RUN/cache and stopped at "TFDS clevr is not prepared", the features on disk
     import shutil
 
     from applications import __main__ as cli
-    from tests.applications.tiny_data import CLEVR_IMAGE_SIZE, tiny_clevr_cache
+    from tests.applications.tiny_data import CLEVR_IMAGE_SIZE
 
     monkeypatch.delenv("KERAS_CAPSULES_DEBUG", raising=False)
-    cache = tiny_clevr_cache(tmp_path / "cache")  # batches of 32: each split's 18 questions in one step
     options = dict(epochs=1, batch_size=32, image_size=CLEVR_IMAGE_SIZE,
                    model_kwargs=dict(units=8, embedding_dim=4, max_steps=1), verbose=0)
-    run = tmp_path / "run"
-    result = clevr.train(cache, run_dir=str(run), **options)
+    cache, run, result = tiny_run  # clevr.train(cache, run_dir=run, **options)
     assert json.loads((run / "metrics.json").read_text())["cache_dir"] == str(cache)  # outside the run: absolute
     argv = ["evaluate", "clevr", "--data-dir", str(tmp_path / "no-tfds"), "--batch-size", "32", "--quiet"]
     capsys.readouterr()
@@ -612,12 +632,17 @@ def test_evaluate_reads_the_cache_that_train_used(tmp_path, capsys, monkeypatch)
     shutil.rmtree(inside)
     assert cli.main([*argv, "--model", str(tmp_path / "copy")]) == 0, capsys.readouterr().err
     assert json.loads(capsys.readouterr().out)["validation_loss"] == pytest.approx(result["validation_loss"], rel=1e-5)
-    # a recorded cache that is gone: the model's folder/cache, as before
-    shutil.copytree(cache, run / "cache")
-    shutil.rmtree(cache)
-    assert cli.main([*argv, "--model", str(run)]) == 0, capsys.readouterr().err
+    # a recorded cache that is gone: the model's folder/cache, as before (a copy of the
+    # run with the cache in it; the recorded one moved away meanwhile, then back)
+    shutil.copytree(run, tmp_path / "run")
+    shutil.copytree(cache, tmp_path / "run" / "cache")
+    os.rename(cache, tmp_path / "away")
+    try:
+        assert cli.main([*argv, "--model", str(tmp_path / "run")]) == 0, capsys.readouterr().err
+    finally:
+        os.rename(tmp_path / "away", cache)
     assert json.loads(capsys.readouterr().out)["validation_loss"] == pytest.approx(
-        json.loads((run / "metrics.json").read_text())["validation_loss"], rel=1e-5)
+        json.loads((tmp_path / "run" / "metrics.json").read_text())["validation_loss"], rel=1e-5)
 
 
 def test_evaluate_reads_the_features_of_the_resnet_weights_that_train_recorded(tmp_path):
