@@ -308,10 +308,10 @@ def test_prepare_refuses_no_splits_or_a_bare_split_name(tmp_path):
 def test_a_resumed_run_ends_with_the_weights_of_the_uninterrupted_run(tmp_path):
     # A crash in epoch 1 and a rerun: the resumed process reshuffled its first epoch as
     # the uninterrupted run's epoch 0 (tf.data counts the iterators of a process; max
-    # weight difference 8.8e-5 here). Now epoch e is shuffled by (seed, e) (make_dataset's
+    # weight difference 6.7e-5 here). Now epoch e is shuffled by (seed, e) (make_dataset's
     # first_epoch). The saved weights are the EMA (momentum 0.999): a large learning rate
     # keeps a difference visible. The default dropouts too: their masks' SeedGenerator
-    # states, which Keras' save_weights leaves out, are in the backup (without them 1.2e-4).
+    # states, which Keras' save_weights leaves out, are in the backup (without them 4.4e-5).
     from tests.applications.tiny_data import CLEVR_IMAGE_SIZE, tiny_clevr_cache
 
     cache = tiny_clevr_cache(tmp_path / "cache")  # 18 training questions: 3 batches of up to 8
