@@ -337,19 +337,21 @@ def check_distributed(layer_cls, init_kwargs, inputs, call_kwargs):
     """The MirroredStrategy step; on another backend, one step of its own trainer, then
     a skip that says the TensorFlow-only part did not run."""
     if BACKEND != "tensorflow":
-        _check_fit_step(layer_cls, init_kwargs, inputs, call_kwargs, contextlib.nullcontext())
+        _check_fit_step(layer_cls, init_kwargs, inputs, call_kwargs, None)
         pytest.skip(
             f"TensorFlow-only: tf.distribute.MirroredStrategy step (backend is {BACKEND}); "
             "every other check passed, and one model.fit step of this backend's trainer did"
         )
     strategy = two_cpu_strategy()
     assert strategy.num_replicas_in_sync == 2
-    _check_fit_step(layer_cls, init_kwargs, inputs, call_kwargs, strategy.scope())
+    _check_fit_step(layer_cls, init_kwargs, inputs, call_kwargs, strategy)
 
 
-def _check_fit_step(layer_cls, init_kwargs, inputs, call_kwargs, scope):
+def _check_fit_step(layer_cls, init_kwargs, inputs, call_kwargs, strategy):
+    """One ``model.fit`` step (under ``strategy`` if given) changes a weight, to finite values."""
     batch = len(keras.tree.flatten(inputs)[0])
-    with scope:
+    scope = strategy.scope if strategy is not None else contextlib.nullcontext
+    with scope():
         sym = _symbolic_inputs(inputs)
         layer = layer_cls(**init_kwargs)
         outputs = keras.tree.flatten(layer(sym, **call_kwargs))
@@ -363,7 +365,12 @@ def _check_fit_step(layer_cls, init_kwargs, inputs, call_kwargs, scope):
     if BACKEND == "tensorflow":
         import tensorflow as tf
 
-        data = dict(x=tf.data.Dataset.from_tensor_slices((x, targets)).batch(batch))
+        with scope():  # the loss built from these outputs: fit traces the model once, in its step
+            model.compute_loss(y=_to_tensors(list(targets)), y_pred=[tensor(o) for o in eager_out])
+        # repeated, for one step: fit makes one iterator (after the last batch of a
+        # finite dataset it makes another one, for an epoch that never comes)
+        dataset = tf.data.Dataset.from_tensor_slices((x, targets)).batch(batch).repeat()
+        data = dict(x=dataset, steps_per_epoch=1)
     else:
         data = dict(x=x, y=targets, batch_size=batch)
     history = model.fit(**data, epochs=1, verbose=0)
