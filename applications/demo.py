@@ -31,7 +31,8 @@ import keras
 import numpy as np
 
 from applications import checks, console, distribute, fault_tolerance, plotting
-from applications.mnist_digits import load_idx_digits
+# the demo's data loads no TensorFlow (benchmarks/demo_seeds.py reads it first): re-exported here
+from applications.mnist_digits import load_arrays, load_digits_arrays  # noqa: F401
 from applications.errors import InputError, PathNotFoundError, create_run_dir
 from keras_capsules.layers import EMRouting
 
@@ -116,31 +117,6 @@ def build_model(
         [a, mu]
     )
     return keras.Model(images, logits, name=name)
-
-
-def load_digits_arrays():
-    """The 8x8 digits shipped with scikit-learn: images in [0, 1] ``[n, 8, 8, 1]``, labels."""
-    from sklearn.datasets import load_digits
-
-    digits = load_digits()
-    images = (digits.images / 16.0).astype("float32")[..., None]
-    return images, digits.target.astype("int32")
-
-
-def load_arrays(data_dir=None, limit=None):
-    """Images and labels: scikit-learn's digits, or MNIST IDX files from ``data_dir``.
-
-    Args:
-        data_dir: None for the 8x8 digits (no download), else a directory with the
-            MNIST ``t10k`` IDX files.
-        limit: keep only the first ``limit`` examples (quick runs and tests).
-    """
-    # (a negative limit dropped the last examples, silently; 2.5 was a slicing TypeError)
-    limit = None if limit is None else checks.integer_at_least("limit", limit, 1)
-    images, labels = load_digits_arrays() if data_dir is None else load_idx_digits(data_dir)
-    if limit is not None:
-        images, labels = images[:limit], labels[:limit]
-    return images, labels
 
 
 TEST_FRACTION = 0.2

@@ -1,8 +1,9 @@
-"""Real MNIST digits from the canonical IDX files (no download).
+"""Digits that need no download, as NumPy arrays (this module loads no TensorFlow).
 
-The project's tests and benchmarks use the 10,000 ``t10k`` digits under
-``../shared/data/mnist/``; users get the same files from the MNIST distribution (or
-the full set through TFDS ``mnist``).
+Real MNIST digits from the canonical IDX files: the project's tests and benchmarks use
+the 10,000 ``t10k`` digits under ``../shared/data/mnist/``; users get the same files
+from the MNIST distribution (or the full set through TFDS ``mnist``). And the 8x8
+digits shipped with scikit-learn, the demo's default (:func:`load_arrays` chooses).
 """
 
 import gzip
@@ -11,6 +12,7 @@ import zlib
 
 import numpy as np
 
+from applications import checks
 from applications.errors import DataNotFoundError, InputError
 from applications.shared_data import shared_data_path
 
@@ -127,3 +129,28 @@ def check_digits(digits, labels):
 def default_data_dir():
     """``shared/data/mnist`` beside this checkout (or beside a parent folder), if any."""
     return shared_data_path("mnist")
+
+
+def load_digits_arrays():
+    """The 8x8 digits shipped with scikit-learn: images in [0, 1] ``[n, 8, 8, 1]``, labels."""
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    images = (digits.images / 16.0).astype("float32")[..., None]
+    return images, digits.target.astype("int32")
+
+
+def load_arrays(data_dir=None, limit=None):
+    """The demo's images and labels: scikit-learn's digits, or MNIST IDX files from ``data_dir``.
+
+    Args:
+        data_dir: None for the 8x8 digits (no download), else a directory with the
+            MNIST ``t10k`` IDX files.
+        limit: keep only the first ``limit`` examples (quick runs and tests).
+    """
+    # (a negative limit dropped the last examples, silently; 2.5 was a slicing TypeError)
+    limit = None if limit is None else checks.integer_at_least("limit", limit, 1)
+    images, labels = load_digits_arrays() if data_dir is None else load_idx_digits(data_dir)
+    if limit is not None:
+        images, labels = images[:limit], labels[:limit]
+    return images, labels

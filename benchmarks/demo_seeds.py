@@ -59,16 +59,11 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     from applications import console
-    from applications.mnist_digits import load_idx_digits
+    from applications.mnist_digits import load_arrays
 
-    if args.data_dir is not None:  # NumPy only: a missing folder answers before TensorFlow loads
-        images, labels = load_idx_digits(args.data_dir)
+    # once, before TensorFlow loads (a missing folder answers at once); every seed splits the same digits
+    images, labels = load_arrays(args.data_dir, args.limit)
     console.load_tensorflow_quietly()  # without TensorFlow's start-up lines that ask nothing (no CUDA driver, ...)
-    from applications import demo
-
-    if args.data_dir is None:  # scikit-learn's 8x8 digits
-        images, labels = demo.load_digits_arrays()
-    images, labels = images[:args.limit], labels[:args.limit]  # once: every seed splits the same digits
 
     print(f"load average at the start (1, 5, 15 min): {os.getloadavg()}")
     print(f"demo model, hidden norm {'on' if args.hidden_norm else 'off'}, {args.epochs} epochs, "

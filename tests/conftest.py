@@ -22,6 +22,7 @@ os.environ.setdefault(
     " --xla_cpu_use_fusion_emitters=false",
 )
 
+import contextlib  # noqa: E402
 import pathlib  # noqa: E402
 
 # First, before TensorFlow loads: keras_capsules turns off TF 2.21's oneDNN kernels,
@@ -190,6 +191,45 @@ def _sigint_handler_kept():
         pytest.fail(f"the test left SIGINT's handler {after!r} (it found {before!r}): restore it", pytrace=False)
 
 
+@contextlib.contextmanager
+def functions_eager(eager=True):
+    """Inside the block, TensorFlow functions run eagerly (``eager=False``: traced); the
+    mode found is restored after. Nothing on other backends."""
+    if keras.backend.backend() != "tensorflow":
+        yield
+        return
+    import tensorflow as tf
+
+    before = tf.config.functions_run_eagerly()
+    tf.config.run_functions_eagerly(eager)
+    try:
+        yield
+    finally:
+        tf.config.run_functions_eagerly(before)
+
+
+@contextlib.contextmanager
+def keras_test_state():
+    """Inside the block, the float32 policy and the fixed seed every test starts with;
+    the policy found is restored after."""
+    before = keras.config.dtype_policy()
+    keras.config.set_dtype_policy("float32")
+    keras.utils.set_random_seed(1234)
+    try:
+        yield
+    finally:
+        keras.config.set_dtype_policy(before)
+
+
+@contextlib.contextmanager
+def as_an_application_test():
+    """The state an application test runs in (float32, the fixed seed, eager functions),
+    for a module-scoped fixture's shared run: pytest sets such a fixture up before the
+    autouse fixtures that give each test that state."""
+    with keras_test_state(), functions_eager(True):
+        yield
+
+
 def functions_run_eagerly(request):
     """The body of an autouse fixture: the test's TensorFlow functions run eagerly, unless
     it is marked ``graph_mode`` (or the backend is not TensorFlow).
@@ -199,22 +239,15 @@ def functions_run_eagerly(request):
     predict steps is most of the time. Those that check traced code are marked
     ``graph_mode``; each of those folders' ``conftest.py`` says which stay traced.
     """
-    if keras.backend.backend() != "tensorflow" or request.node.get_closest_marker("graph_mode"):
+    if request.node.get_closest_marker("graph_mode"):
         yield
         return
-    import tensorflow as tf
-
-    tf.config.run_functions_eagerly(True)
-    try:
+    with functions_eager(True):
         yield
-    finally:
-        tf.config.run_functions_eagerly(False)
 
 
 @pytest.fixture(autouse=True)
 def _reset_keras_state():
     """Every test starts with float32 policy and a fixed seed."""
-    keras.config.set_dtype_policy("float32")
-    keras.utils.set_random_seed(1234)
-    yield
-    keras.config.set_dtype_policy("float32")
+    with keras_test_state():
+        yield

@@ -175,14 +175,23 @@ def max_weight_difference(model_a, model_b):
 
 
 class CountBatches(keras.callbacks.Callback):
-    """Counts the training batches of the ``fit`` calls it is given to (``batches``)."""
+    """Counts the training batches (``batches``) of the ``fit`` calls it is given to, or
+    with ``mode="test"`` the batches of their validation (and of ``evaluate``)."""
 
-    def __init__(self):
+    def __init__(self, mode="train"):
         super().__init__()
+        if mode not in ("train", "test"):
+            raise ValueError(f"mode must be 'train' or 'test'. Received: mode={mode!r}")
+        self.mode = mode
         self.batches = 0
 
     def on_train_batch_end(self, batch, logs=None):
-        self.batches += 1
+        if self.mode == "train":
+            self.batches += 1
+
+    def on_test_batch_end(self, batch, logs=None):
+        if self.mode == "test":
+            self.batches += 1
 
 
 def crash_when_saving_after_fit(monkeypatch, name=None):

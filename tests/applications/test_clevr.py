@@ -14,6 +14,7 @@ import tensorflow_datasets as tfds
 
 from applications import clevr, fault_tolerance
 from tests.applications import cli_helpers
+from tests.conftest import as_an_application_test
 
 IMAGE_SIZE = 32  # conv4 of ResNet-101 has stride 16: a 2x2 grid
 
@@ -574,17 +575,10 @@ def tiny_run(tmp_path_factory):
 
     folder = tmp_path_factory.mktemp("clevr_run")
     cache = tiny_clevr_cache(folder / "cache")  # batches of 32: each split's 18 questions in one step
-    # eagerly and in float32, as the tests' autouse fixtures run theirs (they are set up after this one)
-    before, policy = tf.config.functions_run_eagerly(), keras.config.dtype_policy()
-    tf.config.run_functions_eagerly(True)
-    keras.config.set_dtype_policy("float32")
-    try:
+    with as_an_application_test():
         result = clevr.train(cache, run_dir=str(folder / "run"), epochs=1, batch_size=32,
                              image_size=CLEVR_IMAGE_SIZE, model_kwargs=dict(units=8, embedding_dim=4, max_steps=1),
                              verbose=0)
-    finally:
-        tf.config.run_functions_eagerly(before)
-        keras.config.set_dtype_policy(policy)
     return cache, folder / "run", result
 
 

@@ -208,10 +208,12 @@ def test_tuning_imports_no_tensorflow_and_sets_the_onednn_default():
 
 def test_the_applications_modules_of_choices_and_data_files_import_no_tensorflow():
     # Command lines offer these choices and find a missing file before they load
-    # TensorFlow (benchmarks/text_classification.py, benchmarks/rladder.py jsb); the text
+    # TensorFlow (benchmarks/text_classification.py, benchmarks/rladder.py jsb,
+    # benchmarks/demo_seeds.py, which reads the demo's digits first); the text
     # classification package loads its TensorFlow parts only when one is used.
     proc = _python("import json, sys, applications.text_classification, applications.text_classification.options, "
-                   f"applications.jsb_chorales; print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))")
+                   "applications.jsb_chorales, applications.mnist_digits as m; m.load_arrays(None, 3); "
+                   f"print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == []
 

@@ -10,7 +10,8 @@ import tensorflow_datasets as tfds
 from applications import smallnorb
 from keras_capsules.layers import EMRouting
 from applications.mnist_digits import load_idx_digits
-from tests.conftest import shared_path
+from tests.applications import cli_helpers
+from tests.conftest import as_an_application_test, shared_path
 
 TINY = dict(d_chns=8, n_parts=8)  # the paper's architecture, narrower
 
@@ -70,15 +71,6 @@ TINY_TRAIN = dict(epochs=1, batch_size=4, image_size=24, steps_per_epoch=1, vali
                   model_kwargs=TINY)
 
 
-class _CountTestBatches(keras.callbacks.Callback):
-    def __init__(self):
-        super().__init__()
-        self.batches = 0
-
-    def on_test_batch_end(self, batch, logs=None):
-        self.batches += 1
-
-
 def _tiny_train(folder, callbacks=()):
     """``(model, history)`` of smallnorb.train(**TINY_TRAIN) on mock data, run directory ``folder / "run"``."""
     with tfds.testing.mock_data(num_examples=8):
@@ -91,16 +83,9 @@ def tiny_run(tmp_path_factory):
     """``(model, history, run directory, test batches counted)`` of one TINY_TRAIN run, read
     by the pipeline, validation-steps and same-seed tests (none of them changes it)."""
     folder = tmp_path_factory.mktemp("tiny_run")
-    counter = _CountTestBatches()
-    # eagerly and in float32, as the tests' autouse fixtures run theirs (they are set up after this one)
-    before, policy = tf.config.functions_run_eagerly(), keras.config.dtype_policy()
-    tf.config.run_functions_eagerly(True)
-    keras.config.set_dtype_policy("float32")
-    try:
+    counter = cli_helpers.CountBatches("test")
+    with as_an_application_test():
         model, history = _tiny_train(folder, callbacks=[counter])
-    finally:
-        tf.config.run_functions_eagerly(before)
-        keras.config.set_dtype_policy(policy)
     return model, history, folder / "run", counter.batches
 
 
@@ -344,7 +329,6 @@ def test_a_crash_between_fit_and_the_model_save_is_finished_by_the_rerun(tmp_pat
     # metrics: a crash in between made the rerun train from scratch.
     from applications import __main__ as cli
     from applications import fault_tolerance
-    from tests.applications import cli_helpers
 
     run = tmp_path / "run"
     args = cli._defaults(cli.build_parser("smallnorb").parse_args(
@@ -710,7 +694,6 @@ def test_a_resumed_run_ends_with_the_weights_of_the_uninterrupted_run(tmp_path):
     # 0.039 here before the epoch stream). Epochs of 3 batches, passes of 2: epoch 1
     # starts at the second batch of the second pass.
     from applications import fault_tolerance
-    from tests.applications import cli_helpers
 
     def train(run_dir, callbacks=()):
         resumable = fault_tolerance.resumable_callbacks(run_dir, epochs=2)
