@@ -12,6 +12,7 @@ import pytest
 
 from applications import demo, fault_tolerance
 from tests.applications import cli_helpers
+from tests.conftest import as_an_application_test
 
 
 def _small_model():
@@ -339,14 +340,9 @@ def crashed_demo_run(tmp_path_factory):
     released (as when the crashed process is gone). Tests change copies of it only
     (:func:`_copy_of_crashed_run`). Eager, as the tests that made their own ran it (a module
     fixture is set up before the tests' eager mode)."""
-    import tensorflow as tf
-
     run_dir = tmp_path_factory.mktemp("crashed_demo_run") / "run"
-    tf.config.run_functions_eagerly(True)
-    try:
+    with as_an_application_test():
         _crash_a_demo_run_after_two_epochs(run_dir, epochs=3)
-    finally:
-        tf.config.run_functions_eagerly(False)
     fault_tolerance._release_backup(str(run_dir / "backup"))
     return run_dir
 

@@ -1,6 +1,5 @@
 """JSB Chorales application: piano rolls, padding masks, the RLadder model, learning."""
 
-import contextlib
 import json
 
 import keras
@@ -10,7 +9,7 @@ import pytest
 from applications import music
 from tests.applications.cli_helpers import CrashAt
 from tests.applications.short_data import write_short_chorales
-from tests.conftest import shared_path
+from tests.conftest import as_an_application_test, shared_path
 
 DATA = shared_path("data", "jsb_chorales", "jsb_chorales.json")
 TINY = dict(units=(8, 4))
@@ -30,23 +29,6 @@ def short_data(tmp_path_factory):
     return write_short_chorales(tmp_path_factory.mktemp("short_chorales"))
 
 
-@contextlib.contextmanager
-def _steps_run_eagerly():
-    """Runs the enclosed Keras steps eagerly, as the tests' autouse fixture does (a
-    module-scoped fixture is set up before it)."""
-    if keras.backend.backend() != "tensorflow":
-        yield
-        return
-    import tensorflow as tf
-
-    before = tf.config.functions_run_eagerly()
-    tf.config.run_functions_eagerly(True)
-    try:
-        yield
-    finally:
-        tf.config.run_functions_eagerly(before)
-
-
 @pytest.fixture(scope="module")
 def ensemble_run(tmp_path_factory, short_data):
     """One ensemble run (read-only) for test_train_an_ensemble_with_dropout_and_output_bias
@@ -56,7 +38,7 @@ def ensemble_run(tmp_path_factory, short_data):
     the key log-odds. Returns the run directory, train's result and the members whose
     callbacks were asked for."""
     run_dir, budgets = tmp_path_factory.mktemp("ensemble_run"), []
-    with _steps_run_eagerly():
+    with as_an_application_test():  # a module fixture is set up before the tests' autouse ones
         result = music.train(short_data, run_dir=str(run_dir), epochs=1, batch_size=4, window=2, limit=3,
                              dropout=0.2, dropout_noise="sequence", zoneout=0.1, init_output_bias=True, ensemble=2,
                              encoder=("gated", "lstm"), readout=["nade", "independent"], nade_units=4, verbose=0,
