@@ -401,7 +401,14 @@ def test_layer_contract(init_kwargs, shape, tmp_path):
 
 
 def test_learns_a_small_task():
-    """Two routing layers learn to tell four noisy pose prototypes apart."""
+    """Two routing layers learn to tell four noisy pose prototypes apart, through the kernel.
+
+    The first layer's kernel starts at zeros: its votes are then its bias alone, the same
+    for every sample, so only a kernel that learns can carry the class (with a random
+    kernel, bias and betas alone had reached 0.84 here). The second layer's bias starts
+    random: with every vote equal, the routing's gradients vanish (zero bias: no
+    learning in 6 epochs).
+    """
     rng = np.random.default_rng(0)
     n, n_inp, classes = 512, 8, 4
     protos = rng.normal(size=(classes, n_inp, 2, 2)).astype("float32")
@@ -410,8 +417,8 @@ def test_learns_a_small_task():
     a = np.zeros((n, n_inp), "float32")
 
     a_in, mu_in = keras.Input((None,)), keras.Input((None, 2, 2))
-    a1, mu1, _ = EMRouting(n_out=8, d_out=2)([a_in, mu_in])
-    a2, _, _ = EMRouting(n_out=classes, d_out=2, n_inp=8)([a1, mu1])
+    a1, mu1, _ = EMRouting(n_out=8, d_out=2, kernel_initializer="zeros")([a_in, mu_in])
+    a2, _, _ = EMRouting(n_out=classes, d_out=2, n_inp=8, bias_initializer="random_normal")([a1, mu1])
     model = keras.Model([a_in, mu_in], a2)
     model.compile(
         keras.optimizers.Adam(0.02),
@@ -419,7 +426,8 @@ def test_learns_a_small_task():
         metrics=["accuracy"],
     )
     before = model.evaluate([a, mu], labels, verbose=0)[1]
-    # 6 epochs: the held-out accuracy is above 0.9 from the third (0.945 after 5, 6 and 12)
+    # 6 epochs: held-out accuracy 0.945 (0.930, 0.891, 0.898 with data seeds 1-3); with
+    # the kernels frozen it stays at 0.20, the output being the same for every sample
     history = model.fit([a[:384], mu[:384]], labels[:384], epochs=6, batch_size=32, verbose=0)
     after = model.evaluate([a[384:], mu[384:]], labels[384:], verbose=0)[1]
     assert history.history["loss"][-1] < history.history["loss"][0]
