@@ -43,6 +43,7 @@ file, so :func:`distribute_dataset_options` sets the auto-shard policy to ``DATA
 each worker takes its share of every global batch.
 """
 
+import contextlib
 import json
 import numbers
 import os
@@ -581,6 +582,11 @@ def install_keras_fixes():
       beforehand from the dataset's element spec, as Keras does under a strategy, and
       the step is traced once (a tiny occluded_mnist ``train``: 15 s down to 10 s).
       When that build fails, Keras' deferred build takes over as before.
+    * a functional model that is built already (just made, or loaded) gets its compiled
+      metrics, loss and optimizer built from its outputs' specs, under every strategy
+      that builds from the element spec: Keras ran the whole model once more on the
+      data's specs only to learn the predictions' rank and last axis (a quarter of a
+      tiny text classifier's ``evaluate``; see :func:`_build_compiled_from_outputs`).
 
     The results are those of Keras' own functions (tested for the default and a
     mirrored strategy); the second patched function behaves as before under every
@@ -622,22 +628,30 @@ def install_keras_fixes():
 
     def maybe_symbolic_build(self, iterator=None, data_batch=None):
         strategy = self._distribute_strategy
+        spec = data_batch
+        if spec is None and iterator is not None and (strategy is None or several_replicas(strategy)):
+            spec = element_spec(iterator)  # (one replica of a strategy: Keras reads a batch, as before)
+        if spec is not None:
+            # a built functional model (just made, or loaded): its compiled metrics and
+            # loss are built from its outputs' specs, without tracing the model once more
+            try:
+                with strategy.scope() if strategy is not None else contextlib.nullcontext():
+                    if _build_compiled_from_outputs(self, spec):
+                        return None  # nothing left for Keras to build
+            except Exception:  # noqa: BLE001 -- Keras' build then builds what is left
+                pass
         if strategy is None:
             # Keras leaves the build to the first trace of the train (or test) function;
             # TensorFlow traces a function that creates variables on its first call twice
-            if data_batch is None and iterator is not None:
-                data_batch = element_spec(iterator)
-            if data_batch is not None:
+            if spec is not None:
                 try:
-                    self._symbolic_build(data_batch=data_batch)
+                    self._symbolic_build(data_batch=spec)
                 except Exception:  # noqa: BLE001 -- Keras' way then: the trace builds what is left
                     pass
-            return build(self, iterator=iterator, data_batch=data_batch)
-        if data_batch is None and iterator is not None and several_replicas(strategy):
-            spec = element_spec(iterator)
-            if spec is not None:
-                # the spec's shapes and dtypes are all that the symbolic build reads
-                return build(self, data_batch=spec)
+            return build(self, iterator=iterator, data_batch=spec)
+        if data_batch is None and spec is not None and several_replicas(strategy):
+            # the spec's shapes and dtypes are all that the symbolic build reads
+            return build(self, data_batch=spec)
         return build(self, iterator=iterator, data_batch=data_batch)
 
     def reduce_scalars_per_replica(values, strategy, reduction):
@@ -674,6 +688,65 @@ def install_keras_fixes():
     tf_trainer.TensorFlowTrainer.make_train_function = make_train_function_of_one_step_per_execution
     tf_trainer.reduce_per_replica = reduce_scalars_per_replica
     _FIXES_INSTALLED = True
+    return True
+
+
+def _build_compiled_from_outputs(model, data_batch):
+    """Builds ``model``'s compiled metrics, loss and optimizer as Keras'
+    ``Trainer._symbolic_build`` (3.15) does, but without running the model.
+
+    Keras gets the predictions' spec by tracing the whole model on ``data_batch``'s
+    specs (``backend.compute_output_spec(model, x)``), then builds the compiled metrics
+    and loss from it. A functional model that is built already (one just made or
+    loaded: its layers are built, its compiled metrics and loss are not) has that spec
+    in its outputs: rank, last axis and structure, all that ``CompileMetrics`` and
+    ``CompileLoss`` read. That trace was a quarter of a tiny text classifier's
+    ``evaluate`` (3-5 s of 13-20 s: its bidirectional GRU traced once more) and the
+    same in every ``fit`` of a new model.
+
+    Applies only when nothing else is left to build: ``model`` a ``keras.Model`` of
+    inputs and outputs whose ``call`` is the functional one, every layer built, the
+    compiled metrics or loss not built, every output's last axis known, and
+    ``data_batch``'s inputs accepted by the model's input specs. Returns True once
+    they are built, False (nothing done) otherwise: Keras' own build then runs.
+    """
+    try:
+        from keras.src import backend, tree
+        from keras.src.layers import input_spec
+        from keras.src.models.functional import Functional, unpack_singleton
+        from keras.src.trainers.data_adapters import data_adapter_utils
+    except ImportError:  # Keras' internals moved: its own build
+        return False
+    if not isinstance(model, Functional) or type(model).call is not Functional.call:
+        return False  # a subclass's call may return other than its outputs
+    metrics_unbuilt = model._compile_metrics is not None and not model._compile_metrics.built
+    loss_unbuilt = model._compile_loss is not None and not model._compile_loss.built
+    if not (metrics_unbuilt or loss_unbuilt):
+        return False  # Keras' build: the optimizer at most, the model is not run
+    if not all(layer.built for layer in model._flatten_layers()):
+        return False
+    outputs = tree.flatten(model._outputs_struct)
+    if not all(isinstance(t, backend.KerasTensor) and t.shape and t.shape[-1] is not None for t in outputs):
+        return False  # (accuracy's kind is chosen by the last axis)
+
+    def symbolic(value):
+        return None if value is None else backend.KerasTensor(value.shape, backend.standardize_dtype(value.dtype))
+
+    try:
+        x, y, sample_weight = data_adapter_utils.unpack_x_y_sample_weight(tree.map_structure(symbolic, data_batch))
+        input_spec.assert_input_compatibility(model.input_spec, x, model.name)
+    except (ValueError, TypeError):  # inputs the model may refuse: Keras' build says how
+        return False
+    # what Functional.call returns, as specs without history (as compute_output_spec gives)
+    y_pred = unpack_singleton(tree.pack_sequence_as(model._outputs_struct, [
+        backend.KerasTensor(t.shape, t.dtype, sparse=t.sparse, ragged=t.ragged) for t in outputs]))
+    if metrics_unbuilt:
+        backend.compute_output_spec(model.compute_metrics, x, y, y_pred, sample_weight=sample_weight)
+    if loss_unbuilt:
+        backend.compute_output_spec(model._compute_loss, x, y, y_pred, sample_weight=sample_weight, training=False)
+    if model.optimizer is not None and not model.optimizer.built:
+        model.optimizer.build(model.trainable_variables)
+    model._post_build()
     return True
 
 

@@ -277,6 +277,68 @@ def test_without_a_strategy_fit_and_evaluate_trace_their_step_once(monkeypatch):
     assert traces == {"train": 1, "test": 2}  # the model's own evaluate reuses its test function
 
 
+def test_a_built_models_metrics_and_loss_are_built_without_running_it_once_more(monkeypatch, tmp_path):
+    # The build before the first trace ran the whole model on the data's specs only to
+    # learn its predictions' spec: a quarter of a loaded text classifier's evaluate (its
+    # GRUs traced once more), the same in every fit of a new model. A built functional
+    # model (loaded, or just made) has that spec in its outputs: its compiled metrics and
+    # loss are built from them, the model runs only in the step's one trace, and the
+    # figures are those of Keras' own build (its deferred build, through the original
+    # function). The compiled state is built before that trace, not inside it.
+    import keras
+    import tensorflow as tf
+    from keras.src.backend.tensorflow import trainer as tf_trainer
+
+    runs, watched = [], {}
+
+    class Counting(keras.layers.Layer):  # each run of the watched model: traced, or an eager step
+        def call(self, x):
+            if "model" in watched:  # whether its compiled state was built by then
+                model = watched["model"]
+                runs.append(bool(model._compile_metrics.built and model._compile_loss.built))
+            return x
+
+    rng = np.random.default_rng(0)
+    x, y = rng.random((10, 3)).astype("float32"), rng.integers(0, 3, 10)
+    data = tf.data.Dataset.from_tensor_slices((x, y)).batch(4)
+    inputs = keras.Input((3,))
+    made = keras.Model(inputs, keras.layers.Dense(3, activation="softmax")(Counting()(inputs)))
+    made.compile("adam", "sparse_categorical_crossentropy", metrics=["accuracy"], jit_compile=False)
+    made.save(tmp_path / "model.keras")
+
+    def load():  # (the load runs the layers symbolically: not counted)
+        watched.clear()
+        watched["model"] = keras.saving.load_model(tmp_path / "model.keras", custom_objects={"Counting": Counting})
+        return watched["model"]
+
+    distribute.resolve_strategy(None)
+    model = load()
+    assert not model._compile_metrics.built and not model._compile_loss.built  # what a load leaves
+    scores = model.evaluate(data, verbose=0, return_dict=True)
+    assert runs == [True]  # one trace, the compiled state built before it
+    assert model.evaluate(data, verbose=0, return_dict=True) == scores and runs == [True]  # built: nothing again
+    with monkeypatch.context() as keras_own:  # Keras' own build (deferred to the trace): the same figures
+        keras_own.setattr(tf_trainer.TensorFlowTrainer, "_maybe_symbolic_build", distribute._KERAS_ORIGINALS["build"])
+        model = load()
+        assert model.evaluate(data, verbose=0, return_dict=True) == scores
+        keras_own_metrics = [(type(m).__name__, m.name) for m in model.metrics]
+    model = load()
+    model.evaluate(data, verbose=0)
+    assert [(type(m).__name__, m.name) for m in model.metrics] == keras_own_metrics
+    assert [type(m).__name__ for m in model._compile_metrics.metrics] == ["SparseCategoricalAccuracy"]
+    # fit of a model just made: its optimizer too is built before the train step's one trace
+    runs.clear()
+    watched.clear()
+    model = keras.Model.from_config(made.get_config(), custom_objects={"Counting": Counting})
+    model.compile("adam", "sparse_categorical_crossentropy", metrics=["accuracy"], jit_compile=False)
+    watched["model"] = model
+    assert not model.optimizer.built
+    model.fit(data, epochs=1, verbose=0)
+    assert runs == [True] and model.optimizer.built
+    # not a functional model (no outputs to read): Keras' own build, from the data
+    assert not distribute._build_compiled_from_outputs(keras.Sequential([keras.layers.Dense(2)]), data.element_spec)
+
+
 def test_a_multi_worker_strategy_passed_to_train_gets_the_fixes(monkeypatch, tmp_path):
     # Only make_strategy("multiworker") installed the fixes: a MultiWorkerMirroredStrategy
     # that a user made and passed to an application's train or evaluate (train(strategy=...))
