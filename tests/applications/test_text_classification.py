@@ -314,6 +314,21 @@ def test_compositional_embedding_halves_the_parameters():
 # ---------------------------------------------------------------------- recipe
 
 
+def test_train_counts_the_other_embeddings_parameters_as_a_built_model_has_them():
+    # train built a second model (GRUs, routing and all) only to count the parameters it
+    # would have with the other embedding: the count now builds that embedding alone. The
+    # recorded numbers are those of the two really built models, whichever trains (options
+    # off their defaults; 3,000 ids take more codewords than the default 4).
+    options = dict(TINY, embedding_dim=5, num_codebooks=3)
+    models = {embedding: model_lib.build_model(3000, 3, embedding=embedding, **options)
+              for embedding in model_lib.EMBEDDINGS}
+    built = {embedding: {"embedding": model_lib.embedding_parameters(model), "total": int(model.count_params())}
+             for embedding, model in models.items()}
+    for embedding, model in models.items():
+        assert recipe.parameter_counts(model, embedding, **options) == built, embedding
+    assert built["standard"]["embedding"] == 3000 * 5 != built["compositional"]["embedding"]
+
+
 def loaded_params(run_dir):
     return keras.saving.load_model(run_dir / "model.keras").count_params()
 
