@@ -621,11 +621,12 @@ def plot_example_attention(model, x, path, index=0):
 
 def train(run_dir="runs/sort_of_clevr", steps=20000, batch_size=64, kb="symbolic", learning_rate=1e-4,
           validation_examples=2000, model_kwargs=None, seed=0, verbose=1, epochs=10, strategy=None,
-          callbacks=()):
+          callbacks=(), statistics_steps=100):
     """Trains MAC on generated Sort-of-CLEVR with the paper's recipe (as the demo does).
 
     Writes ``model.keras`` (EMA weights; with an image knowledge base, the stem's
-    batch-normalization statistics re-estimated for them on 100 training batches:
+    batch-normalization statistics re-estimated for them on the training stream's first
+    ``statistics_steps`` batches, 100 by default, at every swap to the EMA weights:
     ``clevr.recipe_callbacks``), ``history.png``, ``metrics.json``,
     ``attention.png`` and TensorBoard logs to ``run_dir``. Returns the metrics with
     the relational and non-relational validation accuracies. ``steps`` are spread over
@@ -646,6 +647,7 @@ def train(run_dir="runs/sort_of_clevr", steps=20000, batch_size=64, kb="symbolic
     from applications.training import spread_steps
 
     steps = integer_at_least("steps", steps, 1)
+    statistics_steps = integer_at_least("statistics_steps", statistics_steps, 1)
     # an integer: it also seeds Keras and, offset, the validation questions (-1 failed in
     # keras.utils.set_random_seed, "3" with a TypeError)
     seed = integer_at_least("seed", seed, 0)
@@ -675,7 +677,8 @@ def train(run_dir="runs/sort_of_clevr", steps=20000, batch_size=64, kb="symbolic
         steps_per_epoch=steps_per_epoch, epochs=epochs, validation_data=val_all, verbose=verbose,
         # the EMA weights' batch-normalization statistics (image stem) from the stream's
         # first batches (symbolic: no batch normalization, nothing is drawn)
-        callbacks=[epoch_steps, *clevr.recipe_callbacks(run_dir, make_dataset(batch_size, seed, kb=kb)), *callbacks],
+        callbacks=[epoch_steps, *_recipe_callbacks(run_dir, make_dataset(batch_size, seed, kb=kb), statistics_steps),
+                   *callbacks],
         shuffle=False,
     )
     result = {
@@ -694,6 +697,20 @@ def train(run_dir="runs/sort_of_clevr", steps=20000, batch_size=64, kb="symbolic
     fault_tolerance.write_metrics_json(result, paths["metrics"])
     fault_tolerance.finish_run(callbacks)  # the outputs are written: the backup goes
     return result
+
+
+def _recipe_callbacks(run_dir, statistics_data, statistics_steps):
+    """``clevr.recipe_callbacks`` whose EMA swap re-estimates the statistics on the first
+    ``statistics_steps`` batches of ``statistics_data`` (the recipe's fixed 100 made every
+    tiny image run of the tests estimate them on 100 batches at every swap)."""
+    from keras_capsules.callbacks import SwapEMAWeightsAndStatistics
+
+    callbacks = clevr.recipe_callbacks(run_dir, statistics_data)
+    swaps = [c for c in callbacks if isinstance(c, SwapEMAWeightsAndStatistics)]
+    if len(swaps) != 1:  # (clevr.recipe_callbacks changed: statistics_steps would be lost)
+        raise RuntimeError(f"expected one SwapEMAWeightsAndStatistics in clevr.recipe_callbacks, found {len(swaps)}")
+    swaps[0].statistics_steps = statistics_steps  # (read at every swap)
+    return callbacks
 
 
 def _validation_sets(validation_examples, seed, kb, selection=False):
@@ -806,6 +823,10 @@ def add_arguments(parser, command):
                             help="training steps in total, spread over --epochs (the first epochs take one "
                             "more step when they do not divide evenly; with fewer steps than --epochs, one "
                             "step in each of --steps epochs) (default: %(default)s)")
+        parser.add_argument("--statistics-steps", type=positive_int, default=100,
+                            help="image KB: training batches that re-estimate the stem's batch-normalization "
+                            "statistics for the EMA weights at every swap to them (validation, the saved "
+                            "model) (default: %(default)s)")
         parser.add_argument("--coordinate-frequencies", type=non_negative_int, default=4,
                             help="symbolic KB: sin/cos frequencies per object coordinate, 0 for the raw "
                                  "coordinates (default: %(default)s)")
@@ -820,6 +841,7 @@ def run_train(args, strategy):
         kb=args.kb,
         learning_rate=args.learning_rate,
         validation_examples=args.validation_examples,
+        statistics_steps=args.statistics_steps,
         model_kwargs={**clevr.mac_options(args), "coordinate_frequencies": args.coordinate_frequencies},
         **train_options(args, strategy),
     )

@@ -244,20 +244,79 @@ def test_the_image_models_saved_statistics_are_those_of_its_ema_weights(tmp_path
     # The optimizer averages the trainable weights only: the image stem's batch
     # normalization kept the statistics of the raw weights, and a run of 3,000 steps
     # scored 27.5% with them where statistics of the averaged weights gave 64.1%.
+    # (statistics_steps=4: the recipe's 100 batches, three passes of them, took most of the test)
     from keras_capsules.callbacks import estimate_batch_norm_statistics
 
     result = soc.train(
         str(tmp_path / "run"), steps=6, epochs=2, batch_size=8, kb="image", validation_examples=8,
         learning_rate=3e-3, model_kwargs={"units": 8, "embedding_dim": 4, "max_steps": 2, "stem_filters": 4}, verbose=0,
+        statistics_steps=4,
     )
     model = keras.models.load_model(result["model"])
     layers = [layer for layer in model.layers if isinstance(layer, keras.layers.BatchNormalization)]
     assert len(layers) == 4
-    # the training stream's first 100 batches, with the saved (EMA) weights
+    # the training stream's first statistics_steps batches, with the saved (EMA) weights
     for layer, (mean, variance) in zip(layers, estimate_batch_norm_statistics(model, soc.make_dataset(8, 0, kb="image"),
-                                                                                100)):
+                                                                                4)):
         np.testing.assert_allclose(keras.ops.convert_to_numpy(layer.moving_mean), mean, rtol=1e-4, atol=1e-5)
         np.testing.assert_allclose(keras.ops.convert_to_numpy(layer.moving_variance), variance, rtol=1e-4, atol=1e-5)
+
+
+def test_the_statistics_steps_are_100_unless_told_and_a_bad_count_is_refused(tmp_path, capsys, monkeypatch):
+    # train fixed them at 100 batches (clevr.recipe_callbacks): no run could ask for fewer
+    import argparse
+    import inspect
+
+    import tensorflow as tf
+
+    from applications import __main__ as cli
+    from keras_capsules.callbacks import SwapEMAWeightsAndStatistics
+
+    assert inspect.signature(soc.train).parameters["statistics_steps"].default == 100
+    parser = cli.build_parser("sort_of_clevr")
+    assert parser.parse_args(["train", "sort_of_clevr"]).statistics_steps == 100
+    assert parser.parse_args(["train", "sort_of_clevr", "--statistics-steps", "3"]).statistics_steps == 3
+    train_parser = argparse.ArgumentParser()
+    soc.add_arguments(train_parser, "train")
+    assert ("image KB: training batches that re-estimate the stem's batch-normalization statistics for the EMA "
+            "weights at every swap to them (validation, the saved model) (default: 100)") in " ".join(
+        train_parser.format_help().split())
+    for bad in ("0", "-2", "1.5"):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["train", "sort_of_clevr", "--statistics-steps", bad])
+        assert f"--statistics-steps: expected a positive integer, got {bad!r}" in capsys.readouterr().err, bad
+    asked = []  # the command line's value reaches train
+    with monkeypatch.context() as patch:
+        patch.setattr(soc, "train", lambda **kwargs: asked.append(kwargs["statistics_steps"]))
+        for argv in ([], ["--statistics-steps", "3"]):
+            soc.run_train(cli._defaults(parser.parse_args(
+                ["train", "sort_of_clevr", "--run-dir", str(tmp_path / f"cli{len(asked)}"), *argv])),
+                tf.distribute.get_strategy())
+    assert asked == [100, 3]
+    for bad in (0, 2.5, True, None):  # refused before the run directory is made
+        with pytest.raises(ValueError, match=rf"Received: statistics_steps={bad!r}"):
+            soc.train(str(tmp_path / "bad"), steps=1, statistics_steps=bad, verbose=0)
+    assert not (tmp_path / "bad").exists()
+    # the count reaches the swap of the recipe's callbacks, whose other callbacks stay
+    from applications.fault_tolerance import StopOnDivergence
+
+    swaps = []
+
+    def fit(model, *args, callbacks=(), **kwargs):  # the callbacks train gives fit (the run itself: tested above)
+        swaps.extend(c.statistics_steps for c in callbacks if isinstance(c, SwapEMAWeightsAndStatistics))
+        assert {StopOnDivergence, keras.callbacks.TensorBoard} <= {type(c) for c in callbacks}
+        return keras.callbacks.History()
+
+    monkeypatch.setattr(keras.Model, "fit", fit)
+    monkeypatch.setattr(keras.Model, "evaluate", lambda *args, **kwargs: [1.0, 0.5])
+    from applications import demo
+
+    for module, name in ((demo, "save_atomically"), (demo, "plot_history"), (soc, "plot_example_attention")):
+        monkeypatch.setattr(module, name, lambda *args, **kwargs: None)
+    tiny = {"units": 4, "embedding_dim": 2, "max_steps": 1}
+    for given in ({}, {"statistics_steps": 7}):
+        soc.train(str(tmp_path / "run"), steps=1, validation_examples=2, model_kwargs=tiny, verbose=0, **given)
+    assert swaps == [100, 7]
 
 
 def test_bad_data_arguments_are_clear_errors():
@@ -563,7 +622,7 @@ def test_train_ends_without_a_generator_finalization_warning(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "applications", "train", "sort_of_clevr", "--run-dir", str(tmp_path / "run"),
          "--steps", "1", "--epochs", "1", "--batch-size", "4", "--units", "8", "--embedding-dim", "4",
-         "--mac-steps", "1", "--validation-examples", "2", "--kb", "image", "--quiet"],
+         "--mac-steps", "1", "--validation-examples", "2", "--kb", "image", "--statistics-steps", "2", "--quiet"],
         cwd=str(cli_helpers.REPO), env=cli_helpers.env(TF_CPP_MIN_LOG_LEVEL="0"), capture_output=True, text=True,
         timeout=300,
     )
