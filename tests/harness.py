@@ -16,7 +16,7 @@ inputs and checks, in order:
 * ``saving``: a functional model using the layer saves to ``.keras`` and loads back
   with identical outputs;
 * ``jit``: a call compiled with XLA (``tf.function(jit_compile=True)``, ``jax.jit``)
-  matches eager;
+  matches eager (the layer ``config`` built and called, when that check ran);
 * ``mixed_precision``: under ``mixed_float16`` and ``mixed_bfloat16`` the weights stay
   float32, outputs and weight gradients are finite;
 * ``distributed``: one ``model.fit`` step under ``tf.distribute.MirroredStrategy`` over
@@ -132,6 +132,8 @@ def _shape_leaves(shape):
 
 
 def check_config(layer_cls, init_kwargs, inputs, call_kwargs):
+    """Returns the layer it built, its input tensors and its eager outputs, for
+    ``check_jit`` to compile the same layer and compare with them."""
     layer = layer_cls(**init_kwargs)
     tensors = _to_tensors(inputs)
     outputs = layer(tensors, **call_kwargs)
@@ -146,6 +148,7 @@ def check_config(layer_cls, init_kwargs, inputs, call_kwargs):
         assert len(e) == len(g) and all(a is None or a == b for a, b in zip(e, g)), (
             f"compute_output_shape gave {e}, call returned {g}"
         )
+    return layer, tensors, _flat_outputs(outputs)
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules_tests")
@@ -264,11 +267,19 @@ def check_saving(layer_cls, init_kwargs, inputs, call_kwargs, tmp_path, atol, rt
     np.testing.assert_allclose(got, want, rtol=1e-6, err_msg="regularization losses after .keras round trip")
 
 
-def check_jit(layer_cls, init_kwargs, inputs, call_kwargs, atol, rtol):
-    layer = layer_cls(**init_kwargs)
-    tensors = _to_tensors(inputs)
-    eager = _flat_outputs(layer(tensors, **call_kwargs))
+def check_jit(layer_cls, init_kwargs, inputs, call_kwargs, atol, rtol, built=None):
+    """The layer's call compiled with XLA matches its eager call on the same weights.
 
+    ``built`` is ``(layer, tensors, eager outputs)`` from ``check_config``, which called
+    the layer eagerly once (and nothing since): compiling that layer saves building and
+    calling another one per contract run. Without it, a new layer is built and called.
+    """
+    if built is None:
+        layer = layer_cls(**init_kwargs)
+        tensors = _to_tensors(inputs)
+        eager = _flat_outputs(layer(tensors, **call_kwargs))
+    else:
+        layer, tensors, eager = built
     jitted = _flat_outputs(compiled(lambda t: layer(t, **call_kwargs))(tensors))
     for e, g in zip(eager, jitted):
         np.testing.assert_allclose(g, e, atol=atol, rtol=rtol, err_msg="XLA vs eager")
@@ -416,8 +427,9 @@ def run_layer_contract(
         raise ValueError(f"Unknown checks {sorted(unknown)}; choose from {ALL_CHECKS}")
     inputs = _as_structure(inputs)
     call_kwargs = dict(call_kwargs or {})
+    built = None  # check_config's layer, inputs and eager outputs, compiled by check_jit
     if "config" in checks:
-        check_config(layer_cls, init_kwargs, inputs, call_kwargs)
+        built = check_config(layer_cls, init_kwargs, inputs, call_kwargs)
     if "constraints" in checks:
         check_weight_options(layer_cls, init_kwargs, inputs, call_kwargs, weightless_constraints)
     if "gradients" in checks:
@@ -427,7 +439,7 @@ def run_layer_contract(
     not_run = []  # checks this backend cannot run (no XLA on torch): the others still run
     if "jit" in checks:
         try:
-            check_jit(layer_cls, init_kwargs, inputs, call_kwargs, atol, rtol)
+            check_jit(layer_cls, init_kwargs, inputs, call_kwargs, atol, rtol, built)
         except pytest.skip.Exception as skipped:
             not_run.append(f"jit ({skipped})")
     if "mixed_precision" in checks:
