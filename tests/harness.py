@@ -247,6 +247,7 @@ def check_gradients(layer_cls, init_kwargs, inputs, call_kwargs):
 
 
 def check_saving(layer_cls, init_kwargs, inputs, call_kwargs, tmp_path, atol, rtol):
+    """Returns the ``.keras`` file's path and the model's outputs before saving."""
     sym = _symbolic_inputs(inputs)
     layer = layer_cls(**init_kwargs)
     model = keras.Model(sym, layer(sym, **call_kwargs))
@@ -265,6 +266,7 @@ def check_saving(layer_cls, init_kwargs, inputs, call_kwargs, tmp_path, atol, rt
     got = [float(keras.ops.convert_to_numpy(l)) for l in loaded.losses]
     assert len(got) == len(want), f"{len(want)} regularization losses before saving, {len(got)} after"
     np.testing.assert_allclose(got, want, rtol=1e-6, err_msg="regularization losses after .keras round trip")
+    return path, expected
 
 
 def check_jit(layer_cls, init_kwargs, inputs, call_kwargs, atol, rtol, built=None):
@@ -421,6 +423,11 @@ def run_layer_contract(
             these inputs do not create (e.g. ``G1``'s ``kernel_constraint`` without
             ``x_top``); the ``constraints`` check leaves them (and the matching
             ``*_regularizer``) out.
+
+    Returns:
+        ``(path, outputs)``: the ``.keras`` file the ``saving`` check wrote and its
+        model's (flat, numpy) outputs on ``inputs`` before saving, or ``None`` without
+        that check (``tests/portability.py`` hands them to another backend).
     """
     unknown = set(checks) - set(ALL_CHECKS)
     if unknown:
@@ -434,8 +441,9 @@ def run_layer_contract(
         check_weight_options(layer_cls, init_kwargs, inputs, call_kwargs, weightless_constraints)
     if "gradients" in checks:
         check_gradients(layer_cls, init_kwargs, inputs, call_kwargs)
+    saved = None
     if "saving" in checks:
-        check_saving(layer_cls, init_kwargs, inputs, call_kwargs, tmp_path, atol, rtol)
+        saved = check_saving(layer_cls, init_kwargs, inputs, call_kwargs, tmp_path, atol, rtol)
     not_run = []  # checks this backend cannot run (no XLA on torch): the others still run
     if "jit" in checks:
         try:
@@ -451,3 +459,4 @@ def run_layer_contract(
             not_run.append(f"distributed ({skipped})")
     if not_run:
         pytest.skip(f"not run on {BACKEND}: {'; '.join(not_run)}; every other check passed")
+    return saved
