@@ -262,6 +262,17 @@ def test_the_image_models_saved_statistics_are_those_of_its_ema_weights(tmp_path
         np.testing.assert_allclose(keras.ops.convert_to_numpy(layer.moving_variance), variance, rtol=1e-4, atol=1e-5)
 
 
+def _train_with(monkeypatch, fit):
+    """``soc.train`` calls ``fit`` instead of Keras' and neither evaluates, saves nor plots:
+    for tests of what train asks of fit (the run itself is tested above)."""
+    from applications import demo
+
+    monkeypatch.setattr(keras.Model, "fit", fit)
+    monkeypatch.setattr(keras.Model, "evaluate", lambda *args, **kwargs: [1.0, 0.5])
+    for module, name in ((demo, "save_atomically"), (demo, "plot_history"), (soc, "plot_example_attention")):
+        monkeypatch.setattr(module, name, lambda *args, **kwargs: None)
+
+
 def test_the_statistics_steps_are_100_unless_told_and_a_bad_count_is_refused(tmp_path, capsys, monkeypatch):
     # train fixed them at 100 batches (clevr.recipe_callbacks): no run could ask for fewer
     import argparse
@@ -307,12 +318,7 @@ def test_the_statistics_steps_are_100_unless_told_and_a_bad_count_is_refused(tmp
         assert {StopOnDivergence, keras.callbacks.TensorBoard} <= {type(c) for c in callbacks}
         return keras.callbacks.History()
 
-    monkeypatch.setattr(keras.Model, "fit", fit)
-    monkeypatch.setattr(keras.Model, "evaluate", lambda *args, **kwargs: [1.0, 0.5])
-    from applications import demo
-
-    for module, name in ((demo, "save_atomically"), (demo, "plot_history"), (soc, "plot_example_attention")):
-        monkeypatch.setattr(module, name, lambda *args, **kwargs: None)
+    _train_with(monkeypatch, fit)
     tiny = {"units": 4, "embedding_dim": 2, "max_steps": 1}
     for given in ({}, {"statistics_steps": 7}):
         soc.train(str(tmp_path / "run"), steps=1, validation_examples=2, model_kwargs=tiny, verbose=0, **given)
@@ -396,18 +402,13 @@ def test_objects_near_the_middle_are_drawn_on_the_side_the_answer_says():
 def test_train_runs_no_more_steps_than_asked(tmp_path, monkeypatch):
     # Audit 8: with fewer steps than epochs each epoch still ran a step (steps=3, epochs=5
     # trained 5 steps); steps=0 trained `epochs` steps instead of being refused.
-    from applications import demo
-
     runs = []
 
     def fit(model, data, steps_per_epoch, epochs, **kwargs):  # what train asks of fit (the run itself is tested above)
         runs.append(steps_per_epoch * epochs)
         return keras.callbacks.History()
 
-    monkeypatch.setattr(keras.Model, "fit", fit)
-    monkeypatch.setattr(keras.Model, "evaluate", lambda *args, **kwargs: [1.0, 0.5])
-    for module, name in ((demo, "save_atomically"), (demo, "plot_history"), (soc, "plot_example_attention")):
-        monkeypatch.setattr(module, name, lambda *args, **kwargs: None)
+    _train_with(monkeypatch, fit)
     tiny = {"units": 4, "embedding_dim": 2, "max_steps": 1}
     for steps, epochs in ((3, 5), (1, 10), (20, 10)):
         soc.train(str(tmp_path / "run"), steps=steps, epochs=epochs, validation_examples=2, model_kwargs=tiny,
