@@ -47,7 +47,6 @@ trains on root sentences only.
 
 import hashlib
 import importlib.util
-import io
 import json
 import math
 import numbers
@@ -582,70 +581,13 @@ def load_embedded_split(
     ``max_examples`` keeps the first examples only (for quick runs and tests).
     """
     _limit("max_examples", max_examples)
-    texts, labels = split_examples(data_dir, split, granularity, phrases, max_examples)
+    texts, labels = sst_trees.load_split(data_dir, split, granularity, phrases=phrases, limit=max_examples)
     name = f"sst{granularity}-{split}-{'phrases' if phrases else 'sentences'}"
     embedded = embed_texts(
         texts, encoder, cache_dir, name=name, max_length=max_length,
         batch_size=batch_size, verbose=verbose,
     )
     return embedded, labels, texts
-
-
-def split_examples(data_dir, split, granularity, phrases=False, limit=None):
-    """``(texts, labels)`` of an SST split's first ``limit`` examples (None: all of them),
-    the first ``limit`` of ``sst_trees.load_split(data_dir, split, granularity, phrases=phrases)``.
-
-    With a limit, only the trees up to the one that completes it are parsed (the whole
-    training file took ~5 s on a busy CPU for a run asking for a dozen sentences):
-    sentences are the first roots of the split's task, phrases its first distinct ones,
-    chosen exactly as ``load_split`` chooses them. A file that is not UTF-8, a malformed
-    tree among those parsed, or too few examples for one of the task are handed to
-    ``load_split``, which reads the whole file and says what is wrong; a malformed tree
-    after those that the limit needs is not read at all.
-    """
-    if limit is not None:
-        examples = _first_examples(data_dir, split, granularity, phrases, _limit("limit", limit))
-        if examples is not None:
-            return examples
-    texts, labels = sst_trees.load_split(data_dir, split, granularity, phrases=phrases)
-    return (texts, labels) if limit is None else (texts[:limit], labels[:limit])
-
-
-def _first_examples(data_dir, split, granularity, phrases, limit):
-    """The first ``limit`` examples of :func:`split_examples`, parsing the trees one by one;
-    None when the whole file is to be read (see there)."""
-    path = sst_trees.split_path(data_dir, split)
-    try:
-        with open(path, "rb") as f:
-            text = f.read().decode("utf-8-sig")  # (as sst_trees.read_trees decodes the file)
-    except (OSError, UnicodeDecodeError):
-        return None
-    texts, labels, seen = [], [], set()
-    with io.StringIO(text, newline=None) as lines:  # split at \n, \r\n or \r, as read_trees does
-        for line in lines:
-            if len(texts) >= limit:
-                break
-            if not line.strip():
-                continue
-            try:
-                tree = sst_trees.parse_tree(line)
-            except sst_trees.TreeSyntaxError:
-                return None
-            # load_split's choice: every node (post-order) or the root; a phrase counts as
-            # seen at its first appearance even when the task drops its label
-            for node in tree.phrases if phrases else tree.phrases[-1:]:
-                tokens = tree.phrase_tokens(node)
-                if phrases:
-                    if tokens in seen:
-                        continue
-                    seen.add(tokens)
-                label = sst_trees.map_label(node.label, granularity)
-                if label is not None:
-                    texts.append(" ".join(tokens))
-                    labels.append(label)
-    if not texts:
-        return None
-    return texts[:limit], np.asarray(labels[:limit], dtype="int32")
 
 
 def embed_splits(data_dir, granularity, requests, encoder=DEFAULT_PRESET, cache_dir="cache",
@@ -674,7 +616,7 @@ def embed_splits(data_dir, granularity, requests, encoder=DEFAULT_PRESET, cache_
         _limit(f"requests[{key!r}] limit", limit)
     out = {}
     for key, (split, phrases, limit) in requests.items():
-        texts, labels = split_examples(data_dir, split, granularity, phrases, limit)
+        texts, labels = sst_trees.load_split(data_dir, split, granularity, phrases=phrases, limit=limit)
         name = f"sst{granularity}-{split}-{'phrases' if phrases else 'sentences'}"
         if not isinstance(encoder, Encoder) and not is_cached(cache_dir, encoder, name, max_length, texts):
             encoder = Encoder.from_preset(encoder, max_length=max_length)  # loaded once, if needed

@@ -13,7 +13,7 @@ import keras_hub
 import numpy as np
 import pytest
 
-from applications import fault_tolerance, sst
+from applications import fault_tolerance, sst, sst_trees
 from tests.applications import cli_helpers
 from tests.applications.test_sst_trees import SST
 from tests.applications.tiny_data import real_sst_split, tiny_bert_preset
@@ -397,67 +397,6 @@ def test_evaluate_and_embed_splits_refuse_bad_limits_before_embedding(tmp_path, 
         sst.embed_splits(SST, "5", {"dev": ("dev", False, 2), "test": ("test", False, -1)}, "tiny-bert", tmp_path)
 
 
-def test_a_limited_preparation_parses_only_the_trees_that_hold_its_examples(tmp_path, monkeypatch):
-    # Every preparation parsed all the trees of its splits (11,855: ~6 s on a busy CPU),
-    # also for `--max-train 48 --max-eval 24`. With a limit the parse now stops at the tree
-    # that completes it, and gives the first examples of the whole split: the same texts,
-    # labels and order, also for SST-2's distinct phrases (a phrase first seen neutral is
-    # never taken from a later tree) and for a limit beyond the split (all of it).
-    from applications import sst_trees
-
-    parse = sst_trees.parse_tree
-    parsed = []
-    monkeypatch.setattr(sst_trees, "parse_tree", lambda line, *a, **kw: parsed.append(line) or parse(line, *a, **kw))
-    for split, granularity, phrases, limit in (("train", "5", False, 300), ("dev", "2", False, 40),
-                                               ("dev", "2", True, 3000), ("dev", "5", True, 500),
-                                               ("dev", "2", False, 10**6)):
-        case = (split, granularity, phrases, limit)
-        # (sentences: the same arguments as the other tests, parsed once for the module)
-        whole_texts, whole_labels = real_sst_split(split, granularity, **({"phrases": True} if phrases else {}))
-        parsed.clear()
-        texts, labels = sst.split_examples(SST, split, granularity, phrases, limit)
-        assert texts == whole_texts[:limit], case
-        assert labels.dtype == whole_labels.dtype and labels.tolist() == whole_labels[:limit].tolist(), case
-        with open(os.path.join(SST, f"{split}.txt"), encoding="utf-8") as f:
-            lines = [line for line in f if line.strip()]
-        # the file's first trees, in order, and not one more than the limit needs
-        assert parsed == lines[:len(parsed)], case
-        if limit >= len(whole_texts):
-            assert len(parsed) == len(lines), case
-        else:
-            assert len(parsed) < len(lines), case
-            fewer = tmp_path / f"{split}-{granularity}-{phrases}"
-            fewer.mkdir()
-            (fewer / f"{split}.txt").write_text("".join(lines[:len(parsed) - 1]), encoding="utf-8")
-            assert len(sst_trees.load_split(fewer, split, granularity, phrases=phrases)[0]) < limit, case
-    assert len(parsed) == 1101  # the dev split parsed once, not twice for its limit beyond its size
-    # (no phrase of the real SST is neutral in one tree and not in another: a split that has one)
-    relabelled = tmp_path / "relabelled"
-    relabelled.mkdir()
-    (relabelled / "dev.txt").write_text("(2 (2 good) (2 film))\n(3 (3 good) (4 fun))\n(4 (4 fun) (3 good))\n")
-    assert sst_trees.load_split(relabelled, "dev", "2", phrases=True)[0] == ["fun", "good fun", "fun good"]
-    for limit in (1, 2, 3, 4):
-        texts, labels = sst.split_examples(relabelled, "dev", "2", True, limit)
-        assert texts == ["fun", "good fun", "fun good"][:limit] and labels.tolist() == [1, 1, 1][:limit], limit
-    # a malformed tree or a byte that is not UTF-8 among the trees needed: the reader's error,
-    # naming the file and the line; a malformed tree after them is not read
-    lines = [line for line in open(os.path.join(SST, "dev.txt"), encoding="utf-8")][:5]
-    broken = tmp_path / "broken"
-    broken.mkdir()
-    (broken / "dev.txt").write_text("".join(lines[:3]) + "(3 (2 It) (4 works\n" + "".join(lines[3:]), encoding="utf-8")
-    texts, labels = sst.split_examples(broken, "dev", "5", False, 3)
-    dev_texts, dev_labels = real_sst_split("dev", "5")
-    assert texts == dev_texts[:3] and labels.tolist() == dev_labels[:3].tolist()
-    with pytest.raises(sst_trees.TreeSyntaxError, match=r"dev\.txt, line 4: malformed tree: 2 unclosed"):
-        sst.split_examples(broken, "dev", "5", False, 4)
-    (broken / "dev.txt").write_bytes(lines[0].encode() + b"(2 caf\xe9)\n")
-    with pytest.raises(sst_trees.TreeSyntaxError, match=r"dev\.txt, line 2: not UTF-8 text"):
-        sst.split_examples(broken, "dev", "5", False, 1)
-    (broken / "dev.txt").write_text("(2 (2 It) (2 is))\n", encoding="utf-8")  # no example of SST-2
-    with pytest.raises(ValueError, match="holds no sentence with a label of SST-2"):
-        sst.split_examples(broken, "dev", "2", False, 1)
-
-
 def test_make_dataset_refuses_labels_outside_the_classes():
     # an SST-5 label in a 2-class dataset failed only when its batch came: a raw tf.data UnknownError
     embedded = sst.EmbeddedTexts(np.zeros((6, 3, 16), "float16"), [0, 2, 4], [2, 2, 2])
@@ -689,8 +628,8 @@ def test_embedded_texts_count_the_texts_cut_at_max_length_also_from_the_cache(en
 def test_train_and_evaluate_report_the_sentences_cut_at_max_length(tmp_path, capsys):
     preset = tiny_bert_preset(tmp_path / "preset")
     tokenizer = keras_hub.models.Tokenizer.from_preset(preset)
-    # (the first 12 only parsed: test_a_limited_preparation_... checks they are the split's first)
-    first = {split: sst.split_examples(SST, split, "2", limit=12)[0] for split in ("train", "dev", "test")}
+    # (the first 12 only parsed: test_sst_trees' limit test checks they are the split's first)
+    first = {split: sst_trees.load_split(SST, split, "2", limit=12)[0] for split in ("train", "dev", "test")}
     # max_length 16: [CLS], 14 word pieces, [SEP]
     expected = {split: sum(len(row) > 14 for row in tokenizer(texts)) for split, texts in first.items()}
     assert all(0 < n < 12 for n in expected.values()), expected

@@ -1,5 +1,7 @@
 """The SST tree-file loader: real split sizes, phrase extraction, clear errors."""
 
+import os
+
 import numpy as np
 import pytest
 
@@ -189,3 +191,62 @@ def test_a_split_with_nothing_left_after_sst2_drops_the_neutral_label_is_an_inpu
         sst_trees.load_split(tmp_path, "test", "2")
     with pytest.raises(ValueError, match="test.txt holds no phrase"):
         sst_trees.load_split(tmp_path, "test", "2", phrases=True)
+
+
+def test_a_limit_parses_only_the_trees_that_hold_its_examples(tmp_path, monkeypatch):
+    # Every SST preparation (applications/sst.py) parsed all the trees of its splits (11,855: ~6 s on a busy CPU),
+    # also for `--max-train 48 --max-eval 24`. With a limit the parse now stops at the tree
+    # that completes it, and gives the first examples of the whole split: the same texts,
+    # labels and order, also for SST-2's distinct phrases (a phrase first seen neutral is
+    # never taken from a later tree) and for a limit beyond the split (all of it).
+    parse = sst_trees.parse_tree
+    parsed = []
+    monkeypatch.setattr(sst_trees, "parse_tree", lambda line, *a, **kw: parsed.append(line) or parse(line, *a, **kw))
+    for split, granularity, phrases, limit in (("train", "5", False, 300), ("dev", "2", False, 40),
+                                               ("dev", "2", True, 3000), ("dev", "5", True, 500),
+                                               ("dev", "2", False, 10**6)):
+        case = (split, granularity, phrases, limit)
+        # (sentences: the same arguments as the other tests, parsed once for the module)
+        whole_texts, whole_labels = real_sst_split(split, granularity, **({"phrases": True} if phrases else {}))
+        parsed.clear()
+        texts, labels = sst_trees.load_split(SST, split, granularity, phrases=phrases, limit=limit)
+        assert texts == whole_texts[:limit], case
+        assert labels.dtype == whole_labels.dtype and labels.tolist() == whole_labels[:limit].tolist(), case
+        with open(os.path.join(SST, f"{split}.txt"), encoding="utf-8") as f:
+            lines = [line for line in f if line.strip()]
+        # the file's first trees, in order, and not one more than the limit needs
+        assert parsed == lines[:len(parsed)], case
+        if limit >= len(whole_texts):
+            assert len(parsed) == len(lines), case
+        else:
+            assert len(parsed) < len(lines), case
+            fewer = tmp_path / f"{split}-{granularity}-{phrases}"
+            fewer.mkdir()
+            (fewer / f"{split}.txt").write_text("".join(lines[:len(parsed) - 1]), encoding="utf-8")
+            assert len(sst_trees.load_split(fewer, split, granularity, phrases=phrases)[0]) < limit, case
+    assert len(parsed) == 1101  # the dev split parsed once, not twice for its limit beyond its size
+    # (no phrase of the real SST is neutral in one tree and not in another: a split that has one)
+    relabelled = tmp_path / "relabelled"
+    relabelled.mkdir()
+    (relabelled / "dev.txt").write_text("(2 (2 good) (2 film))\n(3 (3 good) (4 fun))\n(4 (4 fun) (3 good))\n")
+    assert sst_trees.load_split(relabelled, "dev", "2", phrases=True)[0] == ["fun", "good fun", "fun good"]
+    for limit in (1, 2, 3, 4):
+        texts, labels = sst_trees.load_split(relabelled, "dev", "2", phrases=True, limit=limit)
+        assert texts == ["fun", "good fun", "fun good"][:limit] and labels.tolist() == [1, 1, 1][:limit], limit
+    # a malformed tree or a byte that is not UTF-8 among the trees needed: the reader's error,
+    # naming the file and the line; a malformed tree after them is not read
+    lines = [line for line in open(os.path.join(SST, "dev.txt"), encoding="utf-8")][:5]
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "dev.txt").write_text("".join(lines[:3]) + "(3 (2 It) (4 works\n" + "".join(lines[3:]), encoding="utf-8")
+    texts, labels = sst_trees.load_split(broken, "dev", "5", phrases=False, limit=3)
+    dev_texts, dev_labels = real_sst_split("dev", "5")
+    assert texts == dev_texts[:3] and labels.tolist() == dev_labels[:3].tolist()
+    with pytest.raises(sst_trees.TreeSyntaxError, match=r"dev\.txt, line 4: malformed tree: 2 unclosed"):
+        sst_trees.load_split(broken, "dev", "5", phrases=False, limit=4)
+    (broken / "dev.txt").write_bytes(lines[0].encode() + b"(2 caf\xe9)\n")
+    with pytest.raises(sst_trees.TreeSyntaxError, match=r"dev\.txt, line 2: not UTF-8 text"):
+        sst_trees.load_split(broken, "dev", "5", phrases=False, limit=1)
+    (broken / "dev.txt").write_text("(2 (2 It) (2 is))\n", encoding="utf-8")  # no example of SST-2
+    with pytest.raises(ValueError, match="holds no sentence with a label of SST-2"):
+        sst_trees.load_split(broken, "dev", "2", phrases=False, limit=1)
