@@ -326,17 +326,21 @@ def compile_model(model, learning_rate=1e-4, clipnorm=8.0, ema_momentum=0.999, m
     return model
 
 
-def recipe_callbacks(run_dir, statistics_data=None):
+def recipe_callbacks(run_dir, statistics_data=None, statistics_steps=100):
     """A stop on divergence (``fault_tolerance.StopOnDivergence``: the first batch whose
     loss is not finite ends ``fit`` in one line; before, ``train`` called from Python
     without the command line's callbacks saved and scored a NaN model), the EMA swap
     for validation, then TensorBoard logs under ``run_dir/logs``. With
     ``statistics_data`` (training batches) the swap also re-estimates the
-    batch-normalization statistics for the EMA weights
-    (``keras_capsules.callbacks.SwapEMAWeightsAndStatistics``)."""
+    batch-normalization statistics for the EMA weights on its first ``statistics_steps``
+    batches (``keras_capsules.callbacks.SwapEMAWeightsAndStatistics``)."""
+    if statistics_data is None:
+        swap = swap_ema_weights()
+    else:
+        swap = swap_ema_weights(statistics_data, statistics_steps=statistics_steps)
     return [
         fault_tolerance.StopOnDivergence(str(run_dir)),
-        swap_ema_weights(statistics_data),
+        swap,
         keras.callbacks.TensorBoard(os.path.join(str(run_dir), "logs")),
     ]
 

@@ -677,7 +677,8 @@ def train(run_dir="runs/sort_of_clevr", steps=20000, batch_size=64, kb="symbolic
         steps_per_epoch=steps_per_epoch, epochs=epochs, validation_data=val_all, verbose=verbose,
         # the EMA weights' batch-normalization statistics (image stem) from the stream's
         # first batches (symbolic: no batch normalization, nothing is drawn)
-        callbacks=[epoch_steps, *_recipe_callbacks(run_dir, make_dataset(batch_size, seed, kb=kb), statistics_steps),
+        callbacks=[epoch_steps,
+                   *clevr.recipe_callbacks(run_dir, make_dataset(batch_size, seed, kb=kb), statistics_steps),
                    *callbacks],
         shuffle=False,
     )
@@ -697,20 +698,6 @@ def train(run_dir="runs/sort_of_clevr", steps=20000, batch_size=64, kb="symbolic
     fault_tolerance.write_metrics_json(result, paths["metrics"])
     fault_tolerance.finish_run(callbacks)  # the outputs are written: the backup goes
     return result
-
-
-def _recipe_callbacks(run_dir, statistics_data, statistics_steps):
-    """``clevr.recipe_callbacks`` whose EMA swap re-estimates the statistics on the first
-    ``statistics_steps`` batches of ``statistics_data`` (the recipe's fixed 100 made every
-    tiny image run of the tests estimate them on 100 batches at every swap)."""
-    from keras_capsules.callbacks import SwapEMAWeightsAndStatistics
-
-    callbacks = clevr.recipe_callbacks(run_dir, statistics_data)
-    swaps = [c for c in callbacks if isinstance(c, SwapEMAWeightsAndStatistics)]
-    if len(swaps) != 1:  # (clevr.recipe_callbacks changed: statistics_steps would be lost)
-        raise RuntimeError(f"expected one SwapEMAWeightsAndStatistics in clevr.recipe_callbacks, found {len(swaps)}")
-    swaps[0].statistics_steps = statistics_steps  # (read at every swap)
-    return callbacks
 
 
 def _validation_sets(validation_examples, seed, kb, selection=False):
