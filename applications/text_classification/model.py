@@ -127,6 +127,21 @@ def _check(routing, embedding, embedding_dim, num_codebooks, gru_units, dropout,
         )
 
 
+def _embedding_layer(embedding, vocab_size, embedding_dim, num_codebooks, codes_stddev, codebook_stddev,
+                     zeros=False):
+    """The model's ``embedding`` layer; ``zeros=True`` starts every weight at zero
+    (:func:`parameter_report` counts a layer without taking a random draw)."""
+    def normal(stddev):
+        return "zeros" if zeros else keras.initializers.RandomNormal(stddev=stddev)
+
+    if embedding == "compositional":
+        return CompositionalEmbedding(
+            vocab_size, embedding_dim, num_codebooks=num_codebooks, mask_zero=True,
+            codes_initializer=normal(codes_stddev), codebook_initializer=normal(codebook_stddev), name="embedding")
+    return keras.layers.Embedding(vocab_size, embedding_dim, mask_zero=True, name="embedding",
+                                  embeddings_initializer="zeros" if zeros else "uniform")  # (Keras' default)
+
+
 def build_model(
     vocab_size,
     num_classes,
@@ -205,19 +220,7 @@ def build_model(
 
             checks.warn_without_effect("text_classification.build_model", option, value, needs)
     ids = keras.Input((None,), dtype="int32", name="ids")
-    if embedding == "compositional":
-        embed = CompositionalEmbedding(
-            vocab_size,
-            embedding_dim,
-            num_codebooks=num_codebooks,
-            mask_zero=True,
-            codes_initializer=keras.initializers.RandomNormal(stddev=codes_stddev),
-            codebook_initializer=keras.initializers.RandomNormal(stddev=codebook_stddev),
-            name="embedding",
-        )
-    else:
-        embed = keras.layers.Embedding(vocab_size, embedding_dim, mask_zero=True, name="embedding")
-    x = embed(ids)
+    x = _embedding_layer(embedding, vocab_size, embedding_dim, num_codebooks, codes_stddev, codebook_stddev)(ids)
     recurrent = ProjectedGRU if gru == "projected" else keras.layers.GRU
     x = keras.layers.Bidirectional(recurrent(gru_units, return_sequences=True), name="bigru1")(x)
     x = keras.layers.Dropout(dropout, name="dropout1")(x)
@@ -259,18 +262,45 @@ def embedding_parameters(model):
     return int(model.get_layer("embedding").count_params())
 
 
-def parameter_report(vocab_size, num_classes, **kwargs):
+def parameter_report(vocab_size, num_classes, model=None, **kwargs):
     """Parameters of the model with a compositional and with a standard embedding.
+
+    Args:
+        vocab_size, num_classes, **kwargs: :func:`build_model`'s arguments.
+        model: that model, if it is built already (:func:`recipe.train` passes the one
+            it trains); None builds it.
+
+    Only one model is built: every layer after the embedding reads
+    ``[batch, length, embedding_dim]`` vectors whichever embedding gives them, so the
+    other embedding's total is the model's with its embedding layer swapped for the
+    other one, which is built alone (at zeros: no random draw is taken for a count).
 
     Returns:
         A dict ``{"compositional": {"embedding": n, "total": n}, "standard": {...}}``.
+
+    Raises:
+        ValueError: ``model`` is not ``build_model(vocab_size, num_classes, **kwargs)``'s
+            kind of embedding or number of ids.
     """
-    report = {}
-    for embedding in EMBEDDINGS:
-        model = build_model(vocab_size, num_classes, embedding=embedding, **kwargs)
-        report[embedding] = {"embedding": embedding_parameters(model), "total": int(model.count_params())}
-        del model
-    return report
+    options = inspect.signature(build_model).bind(vocab_size, num_classes, **kwargs)
+    options.apply_defaults()
+    options = options.arguments
+    if model is None:
+        model = build_model(**options)
+    else:  # (build_model's checks: an unknown embedding was counted as the other one)
+        check_arguments(**{k: v for k, v in options.items() if k not in ("vocab_size", "num_classes")})
+    own, other = options["embedding"], next(kind for kind in EMBEDDINGS if kind != options["embedding"])
+    layer = model.get_layer("embedding")
+    if isinstance(layer, CompositionalEmbedding) != (own == "compositional") or layer.input_dim != vocab_size:
+        raise InputError(
+            f"`model` must be the model of these arguments: a {own} embedding of {vocab_size} ids. "
+            f"Received: a {type(layer).__name__} of {layer.input_dim} ids")
+    swapped = _embedding_layer(other, vocab_size, options["embedding_dim"], options["num_codebooks"],
+                               options["codes_stddev"], options["codebook_stddev"], zeros=True)
+    swapped.build((None, None))
+    total, own_count, other_count = int(model.count_params()), embedding_parameters(model), int(swapped.count_params())
+    return {own: {"embedding": own_count, "total": total},
+            other: {"embedding": other_count, "total": total - own_count + other_count}}
 
 
 __all__ = [

@@ -8,7 +8,6 @@ A run directory receives ``model.keras`` (saved atomically), ``vocab.txt``,
 """
 
 import argparse
-import inspect
 import json
 import os
 
@@ -214,7 +213,8 @@ def train(
         model = model_lib.build_model(n_ids, n_classes, routing=routing, embedding=embedding, **model_kwargs)
         model_lib.compile_model(model, learning_rate, jit_compile=jit_compile)
     other = "standard" if embedding == "compositional" else "compositional"
-    params = parameter_counts(model, embedding, **model_kwargs)
+    params = model_lib.parameter_report(n_ids, n_classes, model=model, routing=routing, embedding=embedding,
+                                        **model_kwargs)
     if verbose:
         print(
             f"{model.name} on {dataset}: {n_ids:,} ids, {n_classes} classes; parameters "
@@ -265,42 +265,6 @@ def train(
     if verbose:
         print(f"test accuracy {test_accuracy:.4f}; outputs in {os.path.abspath(run_dir)}")
     return result
-
-
-def parameter_counts(model, embedding, **model_kwargs):
-    """The parameters of ``model`` and of the same model with the other embedding, as
-    :func:`train` records them: ``{"compositional": {"embedding": n, "total": n},
-    "standard": {...}}``.
-
-    ``model`` is ``build_model(vocab_size, num_classes, embedding=embedding,
-    **model_kwargs)``. The other model is not built (train built a whole second model,
-    GRUs and routing, for these two numbers): only its embedding layer, made as
-    ``build_model`` makes it (the same ids, ``embedding_dim`` and ``num_codebooks``),
-    and its total is ``model``'s with the embedding swapped: every other layer reads
-    ``[batch, length, embedding_dim]`` vectors whichever embedding gives them. The layer
-    starts at zeros: no random draw is taken for a count.
-    """
-    from keras_capsules.layers import CompositionalEmbedding
-
-    own = model_lib.embedding_parameters(model)
-    total = int(model.count_params())
-    options = inspect.signature(model_lib.build_model).bind(
-        model.get_layer("embedding").input_dim, 2, embedding=embedding, **model_kwargs)
-    options.apply_defaults()
-    options = options.arguments
-    vocab_size, dim = options["vocab_size"], options["embedding_dim"]
-    other = "standard" if embedding == "compositional" else "compositional"
-    if other == "compositional":
-        layer = CompositionalEmbedding(vocab_size, dim, num_codebooks=options["num_codebooks"], mask_zero=True,
-                                       codes_initializer="zeros", codebook_initializer="zeros")
-    else:
-        layer = keras.layers.Embedding(vocab_size, dim, mask_zero=True, embeddings_initializer="zeros")
-    layer.build((None, None))
-    swapped = int(layer.count_params())
-    return {
-        embedding: {"embedding": own, "total": total},
-        other: {"embedding": swapped, "total": total - own + swapped},
-    }
 
 
 def evaluate(model_path, dataset=None, data_dir=None, vocabulary_path=None, limit=None, batch_size=30,

@@ -314,19 +314,26 @@ def test_compositional_embedding_halves_the_parameters():
 # ---------------------------------------------------------------------- recipe
 
 
-def test_train_counts_the_other_embeddings_parameters_as_a_built_model_has_them():
-    # train built a second model (GRUs, routing and all) only to count the parameters it
-    # would have with the other embedding: the count now builds that embedding alone. The
-    # recorded numbers are those of the two really built models, whichever trains (options
-    # off their defaults; 3,000 ids take more codewords than the default 4).
-    options = dict(TINY, embedding_dim=5, num_codebooks=3)
+def test_the_parameter_report_counts_both_embeddings_as_built_models_have_them():
+    # one model is built (train's, when it passes it) and the other embedding alone: the
+    # recorded numbers are those of the two really built models, whichever is given
+    # (options off their defaults; 3,000 ids take more codewords than the default 4)
+    options = dict(TINY, embedding_dim=5, num_codebooks=3, routing="dynamic")
     models = {embedding: model_lib.build_model(3000, 3, embedding=embedding, **options)
               for embedding in model_lib.EMBEDDINGS}
     built = {embedding: {"embedding": model_lib.embedding_parameters(model), "total": int(model.count_params())}
              for embedding, model in models.items()}
-    for embedding, model in models.items():
-        assert recipe.parameter_counts(model, embedding, **options) == built, embedding
     assert built["standard"]["embedding"] == 3000 * 5 != built["compositional"]["embedding"]
+    for embedding, model in models.items():
+        assert model_lib.parameter_report(3000, 3, model=model, embedding=embedding, **options) == built, embedding
+        assert model_lib.parameter_report(3000, 3, embedding=embedding, **options) == built, embedding
+        other = next(kind for kind in model_lib.EMBEDDINGS if kind != embedding)
+        for wrong in (dict(embedding=other), dict(embedding=embedding, vocab_size=2999)):
+            arguments = {"vocab_size": 3000, **options, **wrong}
+            with pytest.raises(ValueError, match="must be the model of these arguments"):
+                model_lib.parameter_report(arguments.pop("vocab_size"), 3, model=model, **arguments)
+        with pytest.raises(ValueError, match="`embedding` must be one of"):
+            model_lib.parameter_report(3000, 3, model=model, **dict(options, embedding="glove"))
 
 
 def loaded_params(run_dir):
