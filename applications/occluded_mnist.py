@@ -1001,9 +1001,9 @@ def make_sequences(source="idx", data_dir=None, num_train=20000, num_test=5000, 
                    hold_out=False):
     """The training and test sequences of :func:`train` (``generate``'s dicts).
 
-    With ``source="idx"`` the IDX digits are split 80/20 into the digits of the
-    training and of the test sequences; with ``"tfds"`` the TFDS train and test
-    splits are used.
+    With ``source="idx"`` the ``t10k`` IDX digits (the ``train`` files are not read)
+    are split 80/20 into the digits of the training and of the test sequences; with
+    ``"tfds"`` the TFDS train and test splits are used.
 
     With ``hold_out=True`` the second dict holds ``num_test`` *validation*
     sequences instead: their digits are a fifth of the training digits, held out
@@ -1051,10 +1051,10 @@ def train(
 ):
     """Trains one variant on generated sequences; writes model, plot, metrics and logs.
 
-    With ``source="idx"`` the IDX digits are split 80/20 into the digits of the
-    training and of the test sequences; with ``"tfds"`` the TFDS train and test
-    splits are used. With ``strategy`` the model is built and compiled in its scope
-    (``batch_size`` is then the global batch). ``classify``: see
+    With ``source="idx"`` the ``t10k`` IDX digits (the ``train`` files are not read)
+    are split 80/20 into the digits of the training and of the test sequences; with
+    ``"tfds"`` the TFDS train and test splits are used. With ``strategy`` the model is
+    built and compiled in its scope (``batch_size`` is then the global batch). ``classify``: see
     :func:`compile_model`; ``normalization``: see :func:`build_model`;
     ``frame_size``: height and width of the frames (32 as in the paper; smaller
     frames leave the digit fewer positions and cost less per step);
@@ -1382,7 +1382,7 @@ def add_arguments(parser, command):
                         help="MNIST IDX files in --data-dir, or TFDS mnist (prepared in --data-dir) "
                         "(default: %(default)s)")
     parser.add_argument("--data-dir", default=None,
-                        help="folder of the MNIST IDX files (default: the project's shared copy), "
+                        help="folder of the MNIST t10k IDX files (default: the project's shared copy), "
                         "or TFDS's data folder with --source tfds")
     parser.add_argument("--num-test", type=positive_int, default=None if command == "evaluate" else 5000,
                         help=("validation sequences of every trial" if command == "tune" else "test sequences")
@@ -1396,7 +1396,7 @@ def add_arguments(parser, command):
         recorded_default(parser, "source", "MNIST IDX files in --data-dir, or TFDS mnist (prepared in --data-dir) "
                          "(default: the one that `train` recorded beside the model, else idx); another one is "
                          "refused")
-        recorded_default(parser, "data_dir", "folder of the MNIST IDX files, or TFDS's data folder with --source "
+        recorded_default(parser, "data_dir", "folder of the MNIST t10k IDX files, or TFDS's data folder with --source "
                          "tfds (default: the one that `train` recorded beside the model, else the project's "
                          "shared copy); another folder is refused")
     if command in ("train", "tune"):
