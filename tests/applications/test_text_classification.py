@@ -880,14 +880,15 @@ def test_train_from_python_stops_a_diverged_run_in_one_line(tmp_path, short_sst)
 
 
 def test_train_warns_once_of_a_routing_option_the_linear_head_never_reads(tmp_path, monkeypatch, short_sst):
-    # train builds a second model (the other embedding) only to count its parameters: its
-    # build repeated the warning of the model that trains
+    # train once built a second model (the other embedding) only to count its parameters,
+    # and that build repeated the warning of the model that trains; the parameter report
+    # must not build or check anything that warns again
     import warnings
 
     class Counted(Exception):
         pass
 
-    def stop(model):  # the parameter count, right after both builds
+    def stop(model):  # the parameter count, after the model's build
         raise Counted
 
     monkeypatch.setattr(model_lib, "embedding_parameters", stop)
