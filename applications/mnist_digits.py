@@ -2,7 +2,9 @@
 
 Real MNIST digits from the canonical IDX files: the project's tests and benchmarks use
 the 10,000 ``t10k`` digits under ``../shared/data/mnist/``; users get the same files
-from the MNIST distribution (or the full set through TFDS ``mnist``). And the 8x8
+from the MNIST distribution (or the full set through TFDS ``mnist``). A folder that
+also holds the distribution's ``train`` files gives those as training digits
+(:func:`load_idx_train_test`, the rule of the Recurrent Ladder applications). And the 8x8
 digits shipped with scikit-learn, the demo's default (:func:`load_arrays` chooses).
 """
 
@@ -54,6 +56,15 @@ def _read_idx(path, magic, dims):
     return np.frombuffer(data, np.uint8, offset=header).reshape(shape)
 
 
+def _existing_folder(data_dir):
+    data_dir = pathlib.Path(data_dir)
+    if not data_dir.is_dir():
+        # a file given as the folder was reported as missing
+        what = "is a file, not a folder" if data_dir.exists() else "does not exist"
+        raise DataNotFoundError(f"data directory {str(data_dir)!r} {what}")
+    return data_dir
+
+
 def load_idx_digits(data_dir, prefix="t10k"):
     """Images ``[n, 28, 28, 1]`` as float32 in [0, 1] and int32 labels.
 
@@ -68,11 +79,7 @@ def load_idx_digits(data_dir, prefix="t10k"):
         ValueError: a file is not a well-formed IDX file of 28x28 images or of labels
             (truncated, swapped, not gzipped), or the counts differ.
     """
-    data_dir = pathlib.Path(data_dir)
-    if not data_dir.is_dir():
-        # a file given as the folder was reported as missing
-        what = "is a file, not a folder" if data_dir.exists() else "does not exist"
-        raise DataNotFoundError(f"data directory {str(data_dir)!r} {what}")
+    data_dir = _existing_folder(data_dir)
     names = [name.format(prefix=prefix) for name in MNIST_FILES]
     images_path, labels_path = (data_dir / name for name in names)
     for path in (images_path, labels_path):
@@ -93,6 +100,82 @@ def load_idx_digits(data_dir, prefix="t10k"):
         bad = int(np.argmax(labels > 9))
         raise InputError(f"{labels_path} holds label {int(labels[bad])} at item {bad}: MNIST labels are digits 0..9")
     return images.astype("float32") / 255.0, labels.astype("int32")
+
+
+#: The two ways an IDX folder gives training and test digits (:func:`load_idx_train_test`;
+#: ``train`` records which as the split's ``"idx_layout"``, ``evaluate`` reads it back).
+#: TRAIN_AND_T10K: the folder holds the ``train`` files too: they train, the ``t10k`` files
+#: test (the MNIST distribution's own split, 60,000 and 10,000 digits);
+#: T10K_SPLIT: only the ``t10k`` files: their digits split 80/20, shuffled by the seed.
+TRAIN_AND_T10K, T10K_SPLIT = "train+t10k", "t10k"
+IDX_LAYOUTS = (TRAIN_AND_T10K, T10K_SPLIT)
+
+
+def idx_layout(data_dir):
+    """Which split the IDX folder ``data_dir`` gives: :data:`TRAIN_AND_T10K` when it holds
+    both ``train`` files, :data:`T10K_SPLIT` when it holds neither.
+
+    Raises:
+        DataNotFoundError: the folder is missing, or it holds one ``train`` file without
+            the other (a download cut short: half a training set is not silently
+            ignored); the message names the missing file.
+    """
+    data_dir = _existing_folder(data_dir)
+    names = [name.format(prefix="train") for name in MNIST_FILES]
+    present = [(data_dir / name).is_file() for name in names]
+    if all(present):
+        return TRAIN_AND_T10K
+    if any(present):
+        missing, found = (names[1], names[0]) if present[0] else (names[0], names[1])
+        raise DataNotFoundError(
+            f"{data_dir / missing} not found beside {found}: the training digits need both files "
+            f"(remove {found} to split the t10k digits instead)"
+        )
+    return T10K_SPLIT
+
+
+def load_idx_train_test(data_dir, seed=0, layout=None, test_only=False):
+    """The training and the test digits of an IDX folder: ``(train, test, layout)``, each
+    of the first two ``(images, labels)`` as :func:`load_idx_digits` gives them.
+
+    Args:
+        data_dir: the folder (``t10k`` files, and optionally the ``train`` files).
+        seed: shuffles the ``t10k`` digits before the 80/20 cut of :data:`T10K_SPLIT`
+            (the :data:`TRAIN_AND_T10K` split does not depend on it).
+        layout: None (default) for the folder's own (:func:`idx_layout`), else one of
+            :data:`IDX_LAYOUTS`: the one a trained model recorded, so that its test
+            digits stay the same whatever was added to the folder since (training files
+            put beside a ``t10k`` split: its test digits would be all of ``t10k``, four
+            fifths of which trained it).
+        test_only: the training digits are not read (``train`` is None).
+
+    Returns:
+        ``(train, test, layout)``, ``layout`` the one used (record it).
+    """
+    if layout is None:
+        layout = idx_layout(data_dir)
+    elif layout not in IDX_LAYOUTS:
+        raise InputError(f"`layout` must be one of {IDX_LAYOUTS}. Received: layout={layout!r}")
+    test = load_idx_digits(data_dir, "t10k")
+    if layout == TRAIN_AND_T10K:
+        return (None if test_only else load_idx_digits(data_dir, "train")), test, layout
+    images, labels = test
+    order = np.random.default_rng(seed).permutation(len(images))
+    cut = int(0.8 * len(images))
+    train = None if test_only else (images[order[:cut]], labels[order[:cut]])
+    return train, (images[order[cut:]], labels[order[cut:]]), layout
+
+
+def recorded_idx_layout(split):
+    """The IDX layout of a split ``train`` recorded in ``metrics.json`` (its ``"split"``
+    dict): its ``"idx_layout"``; :data:`T10K_SPLIT` for a record written before the
+    layout was (the only split then); None (the folder's own) when nothing was recorded."""
+    if not isinstance(split, dict):
+        return None
+    layout = split.get("idx_layout", T10K_SPLIT)
+    if layout not in IDX_LAYOUTS:
+        raise InputError(f"the recorded split's idx_layout {layout!r} is not one of {IDX_LAYOUTS}")
+    return layout
 
 
 def check_digits(digits, labels):

@@ -975,16 +975,33 @@ def _test_errors(model, data, batch_size=64, verbose=0, out=None):
 
 
 # ------------------------------------------------------------------------- recipe
-def _train_test_digits(source, data_dir, seed, test_only=False):
+def _idx_layout(source, data_dir):
+    """The IDX folder's split (``mnist_digits.idx_layout``) for ``source="idx"``, else None."""
+    from applications.mnist_digits import default_data_dir, idx_layout
+
+    _check_source(source)
+    return idx_layout(data_dir or default_data_dir()) if source == "idx" else None
+
+
+def _train_test_digits(source, data_dir, seed, test_only=False, layout=None):
     """The digits of the training and of the test sequences (see :func:`train`);
     ``test_only``: those of the training sequences may be None (TFDS's 60,000 training
-    digits are then not read: ``evaluate`` read and dropped them)."""
+    digits, or the IDX ``train`` files, are then not read: ``evaluate`` read and dropped
+    them). ``layout``: the IDX split to use (``mnist_digits.load_idx_train_test``; None:
+    the folder's own)."""
+    _check_source(source)
     if source == "tfds":
         return None if test_only else load_digits("tfds", data_dir, "train"), load_digits("tfds", data_dir, "test")
-    images, labels = load_digits(source, data_dir)
-    order = np.random.default_rng(seed).permutation(len(images))
-    cut = int(0.8 * len(images))
-    return (images[order[:cut]], labels[order[:cut]]), (images[order[cut:]], labels[order[cut:]])
+    from applications.mnist_digits import default_data_dir, load_idx_train_test
+
+    train, test, _ = load_idx_train_test(data_dir or default_data_dir(), seed, layout, test_only=test_only)
+    # [n, 28, 28], as load_digits gives them
+    return tuple(None if digits is None else (digits[0][..., 0], digits[1]) for digits in (train, test))
+
+
+def _check_source(source):
+    if source not in ("idx", "tfds"):
+        raise InputError(f"`source` must be 'idx' or 'tfds'. Received: source={source!r}")
 
 
 def _hold_out(digits, seed):
@@ -1001,9 +1018,10 @@ def make_sequences(source="idx", data_dir=None, num_train=20000, num_test=5000, 
                    hold_out=False):
     """The training and test sequences of :func:`train` (``generate``'s dicts).
 
-    With ``source="idx"`` the ``t10k`` IDX digits (the ``train`` files are not read)
-    are split 80/20 into the digits of the training and of the test sequences; with
-    ``"tfds"`` the TFDS train and test splits are used.
+    With ``source="idx"`` the IDX folder's digits (``mnist_digits.load_idx_train_test``:
+    its ``train`` files train and its ``t10k`` files test when it holds both, else the
+    ``t10k`` digits are split 80/20 by ``seed``); with ``"tfds"`` the TFDS train and test
+    splits are used.
 
     With ``hold_out=True`` the second dict holds ``num_test`` *validation*
     sequences instead: their digits are a fifth of the training digits, held out
@@ -1051,8 +1069,9 @@ def train(
 ):
     """Trains one variant on generated sequences; writes model, plot, metrics and logs.
 
-    With ``source="idx"`` the ``t10k`` IDX digits (the ``train`` files are not read)
-    are split 80/20 into the digits of the training and of the test sequences; with
+    With ``source="idx"`` the IDX folder's digits (``mnist_digits.load_idx_train_test``:
+    its ``train`` files train and its ``t10k`` files test when it holds both, else the
+    ``t10k`` digits are split 80/20 by ``seed``; ``metrics.json`` records which); with
     ``"tfds"`` the TFDS train and test splits are used. With ``strategy`` the model is
     built and compiled in its scope (``batch_size`` is then the global batch). ``classify``: see
     :func:`compile_model`; ``normalization``: see :func:`build_model`;
@@ -1097,7 +1116,8 @@ def train(
     strategy = distribute.resolve_strategy(strategy)
     keras.utils.set_random_seed(seed)
     create_run_dir(run_dir)
-    train_digits, test_digits = _train_test_digits(source, data_dir, seed)
+    layout = _idx_layout(source, data_dir)
+    train_digits, test_digits = _train_test_digits(source, data_dir, seed, layout=layout)
     if hold_out:  # the test digits are not used at all
         train_digits, test_digits = _hold_out(train_digits, seed)
     # the same sequences as make_sequences (without augmentation)
@@ -1167,7 +1187,9 @@ def train(
         "augment": augment,
         "scored_on": scored_on,
         # what defines the train/test split: `evaluate` uses it (another split overlaps training digits)
-        "split": {"seed": seed, "source": source, "data_dir": None if data_dir is None else os.path.abspath(data_dir)},
+        # (and for IDX files which split of them: mnist_digits.load_idx_train_test)
+        "split": {"seed": seed, "source": source, "data_dir": None if data_dir is None else os.path.abspath(data_dir),
+                  **({"idx_layout": layout} if layout else {})},
         "num_test": num_test,  # `evaluate` scores as many test sequences by default
         **paths,
     }
@@ -1196,7 +1218,7 @@ def evaluate(model_path, source=None, data_dir=None, num_test=None, seed=None, b
     """
     if not os.path.exists(model_path):
         raise PathNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
-    from applications.mnist_digits import default_data_dir
+    from applications.mnist_digits import default_data_dir, recorded_idx_layout
 
     # a recorded data_dir of None is the folder train read without --data-dir: IDX files the
     # project's shared copy, TFDS its own default folder (not resolved here)
@@ -1215,7 +1237,9 @@ def evaluate(model_path, source=None, data_dir=None, num_test=None, seed=None, b
     _check_occluded_mnist_model(model, model_path)
     if note:  # nothing recorded the split
         print(note, file=sys.stderr)
-    _, test_digits = _train_test_digits(source, data_dir, seed, test_only=True)
+    # the IDX split train used (its test digits, whatever was added to the folder since)
+    layout = recorded_idx_layout(checks.recorded_metrics(model_path).get("split")) if source == "idx" else None
+    _, test_digits = _train_test_digits(source, data_dir, seed, test_only=True, layout=layout)
     # [batch, T, S, S, 1]: the sequences the model was built for
     num_frames, frame_size = model.input_shape[1], model.input_shape[2]
     test_data = generate(*test_digits, num_test, seed=seed + 1, frame_size=frame_size, num_frames=num_frames)
@@ -1382,7 +1406,8 @@ def add_arguments(parser, command):
                         help="MNIST IDX files in --data-dir, or TFDS mnist (prepared in --data-dir) "
                         "(default: %(default)s)")
     parser.add_argument("--data-dir", default=None,
-                        help="folder of the MNIST t10k IDX files (default: the project's shared copy), "
+                        help="folder of the MNIST IDX files (default: the project's shared copy): with the "
+                        "train files they train and t10k tests, with t10k alone its digits split 80/20; "
                         "or TFDS's data folder with --source tfds")
     parser.add_argument("--num-test", type=positive_int, default=None if command == "evaluate" else 5000,
                         help=("validation sequences of every trial" if command == "tune" else "test sequences")
@@ -1396,7 +1421,7 @@ def add_arguments(parser, command):
         recorded_default(parser, "source", "MNIST IDX files in --data-dir, or TFDS mnist (prepared in --data-dir) "
                          "(default: the one that `train` recorded beside the model, else idx); another one is "
                          "refused")
-        recorded_default(parser, "data_dir", "folder of the MNIST t10k IDX files, or TFDS's data folder with --source "
+        recorded_default(parser, "data_dir", "folder of the MNIST IDX files, or TFDS's data folder with --source "
                          "tfds (default: the one that `train` recorded beside the model, else the project's "
                          "shared copy); another folder is refused")
     if command in ("train", "tune"):

@@ -813,14 +813,20 @@ def _draw_segmentation(out, images, path, segmentation=None, count=4, title=None
 
 
 # ------------------------------------------------------------------------- recipe
-def _train_test_digits(data_dir, seed):
-    """The IDX digits of ``data_dir`` split 80/20 (seeded): training and test digits."""
-    from applications.mnist_digits import default_data_dir, load_idx_digits
+def _train_test_digits(data_dir, seed, layout=None, test_only=False):
+    """The training and test digits of the IDX folder ``data_dir`` (None: the project's
+    shared copy): ``mnist_digits.load_idx_train_test``'s (``layout`` None: the folder's own;
+    ``test_only``: the training digits are None, not read)."""
+    from applications.mnist_digits import load_idx_train_test
 
-    images, labels = load_idx_digits(data_dir or default_data_dir())
-    order = np.random.default_rng(seed).permutation(len(images))
-    cut = int(0.8 * len(images))
-    return (images[order[:cut]], labels[order[:cut]]), (images[order[cut:]], labels[order[cut:]])
+    train, test, _ = load_idx_train_test(_digits_dir(data_dir), seed, layout, test_only=test_only)
+    return train, test
+
+
+def _digits_dir(data_dir):
+    from applications.mnist_digits import default_data_dir
+
+    return data_dir or default_data_dir()
 
 
 def _held_out_digits(train_digits):
@@ -838,8 +844,10 @@ def make_images(data_dir=None, num_train=8000, num_test=1000, seed=0, texture_st
                 texture_set="random", bank_size=8, texture_shift=False, hold_out=False):
     """The training and test images of :func:`train` (``generate``'s dicts).
 
-    The IDX digits of ``data_dir`` (None: the project's shared copy) are split 80/20
-    into the digits of the training and of the test images, which are generated with
+    The IDX digits of ``data_dir`` (None: the project's shared copy) give the digits of
+    the training and of the test images (``mnist_digits.load_idx_train_test``: the
+    ``train`` files and the ``t10k`` files when the folder holds both, else the ``t10k``
+    digits split 80/20 by ``seed``), which are generated with
     seeds ``seed`` and ``seed + 1`` (``texture_style``, ``mean_gap``, ``texture_set``,
     ``bank_size`` and ``texture_shift``: passed to :func:`generate` as ``style``,
     ``mean_gap``, ``texture_set``, ``bank_size`` and ``shift``). With ``hold_out``
@@ -906,7 +914,8 @@ def train(
     callbacks=(),
     strategy=None,
 ):
-    """Trains RTagger on textured digits (IDX digits from ``data_dir``, split 80/20).
+    """Trains RTagger on textured digits (IDX digits from ``data_dir``: its ``train`` and ``t10k``
+    files, or its ``t10k`` digits split 80/20; see :func:`make_images`).
 
     Writes ``model.keras``, ``history.png``, ``segmentation.png`` (``plot_segmentation``
     of the first test images), ``iterations.png`` (:func:`plot_iterations`: the test AMI
@@ -960,6 +969,9 @@ def train(
     keras.utils.set_random_seed(seed)
     create_run_dir(run_dir)
     textures = (texture_style, mean_gap, texture_set, bank_size, texture_shift)
+    from applications.mnist_digits import idx_layout
+
+    layout = idx_layout(_digits_dir(data_dir))  # (recorded: evaluate scores the same test digits)
     train_data, test_data = make_images(data_dir, num_train, num_test, seed, *textures, hold_out=num_valid > 0)
     with strategy.scope():
         model = compile_model(
@@ -1050,7 +1062,9 @@ def train(
         "image_blind_ami": blind,
         **kept,
         # what defines the train/test split: `evaluate` uses it (another split overlaps training digits)
-        "split": {"seed": seed, "data_dir": None if data_dir is None else os.path.abspath(data_dir)},
+        # (and which split of the folder's IDX files: mnist_digits.load_idx_train_test)
+        "split": {"seed": seed, "data_dir": None if data_dir is None else os.path.abspath(data_dir),
+                  "idx_layout": layout},
         # the test images' textures: `evaluate` makes the same ones by default
         "textures": dict(zip(TEXTURE_OPTIONS, textures)),
         "num_test": num_test,  # and as many test images
@@ -1102,7 +1116,7 @@ def evaluate(model_path, data_dir=None, num_test=None, seed=None, batch_size=64,
     num_test = integer_at_least("num_test", num_test, 1)
     batch_size = integer_at_least("batch_size", batch_size, 1)
     # seed and data_dir default to those train recorded beside the model; others are refused
-    from applications.mnist_digits import default_data_dir
+    from applications.mnist_digits import default_data_dir, recorded_idx_layout
 
     # (a recorded data_dir of None is the folder train read without --data-dir: default_data_dir)
     split, note = checks.recorded_split(model_path, {
@@ -1110,7 +1124,9 @@ def evaluate(model_path, data_dir=None, num_test=None, seed=None, batch_size=64,
         defaults={"data_dir": lambda split: str(default_data_dir())})
     seed, data_dir = split["seed"], split["data_dir"]
     strategy = distribute.resolve_strategy(strategy)
-    _, test_digits = _train_test_digits(data_dir, seed)
+    # the IDX split train used (its test digits, whatever was added to the folder since)
+    layout = recorded_idx_layout(checks.recorded_metrics(model_path).get("split"))
+    _, test_digits = _train_test_digits(data_dir, seed, layout, test_only=True)
     test_data = generate(*test_digits, num_test, seed=seed + 1,
                          **_texture_options(*(textures[name] for name in TEXTURE_OPTIONS)))
     with strategy.scope():
@@ -1146,7 +1162,8 @@ def add_arguments(parser, command):
         parser.set_defaults(epochs=10)  # the recipe of train()
 
     parser.add_argument("--data-dir", default=None,
-                        help="folder of the MNIST t10k IDX files (default: the project's shared copy)")
+                        help="folder of the MNIST IDX files (default: the project's shared copy): with the "
+                        "train files they train and t10k tests, with t10k alone its digits split 80/20")
     parser.add_argument("--num-test", type=positive_int, default=None if command == "evaluate" else 1000,
                         help=("validation images of every trial" if command == "tune" else "test images")
                         + " (default: " + ("the number `train` recorded beside the model, else "
@@ -1156,7 +1173,7 @@ def add_arguments(parser, command):
 
         recorded_default(parser, "seed", "seed of the train/test split of the digits (default: the one that "
                          "`train` recorded in metrics.json beside the model, else 0); another one is refused")
-        recorded_default(parser, "data_dir", "folder of the MNIST t10k IDX files (default: the one that `train` "
+        recorded_default(parser, "data_dir", "folder of the MNIST IDX files (default: the one that `train` "
                          "recorded beside the model, else the project's shared copy); another folder is refused")
     if command in ("train", "evaluate"):
         # evaluate: None, the textures train recorded beside the model (a default of "binary"

@@ -295,8 +295,19 @@ def _print_error_per_step(runs, scored_on="test"):
     sys.stdout.flush()
 
 
+def _print_digits(data_dir):
+    """Says which MNIST digits the run trains and tests on (``mnist_digits.idx_layout``)."""
+    from applications.mnist_digits import TRAIN_AND_T10K, idx_layout
+
+    if idx_layout(data_dir) == TRAIN_AND_T10K:
+        print(f"digits of {data_dir}: the train files train, the t10k files test", flush=True)
+    else:
+        print(f"digits of {data_dir}: the t10k files split 80/20 (no train files there)", flush=True)
+
+
 def occluded(args):
     print("at the start,", _load(), flush=True)
+    _print_digits(args.data_dir)
     if args.parallel:
         # every variant in its own process for the whole budget, all at once: the
         # machine's cores are shared equally (the CPU seconds of each are printed)
@@ -373,6 +384,7 @@ def fusion(args):
     from keras_capsules.callbacks import TimeBudget
 
     print("at the start,", _load(), flush=True)
+    _print_digits(args.data_dir)
     start = time.perf_counter()
     train, test = om.make_sequences("idx", args.data_dir, args.num_train, args.num_test, args.seed,
                                     frame_size=args.frame_size)
@@ -471,6 +483,7 @@ def tagger(args):
     from keras_capsules.callbacks import TimeBudget
 
     print("at the start,", _load(), flush=True)
+    _print_digits(args.data_dir)
     budget = TimeBudget(args.budget_minutes * 60)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as run_dir:

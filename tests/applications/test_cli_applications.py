@@ -459,6 +459,9 @@ def _check_evaluate_tests_on_the_split_that_train_recorded(name, small_data, run
     # a model trained with --seed 1 was scored on ~80% training digits, with no warning.
     trained = json.loads((run_dir / "metrics.json").read_text())
     assert trained["split"]["seed"] == 1
+    # the shared folder holds only the t10k files: their digits split 80/20
+    # (test_mnist_digits, and each application's tests, have folders with the train files)
+    assert trained["split"]["idx_layout"] == "t10k"
     capsys.readouterr()
     evaluate = ["evaluate", name, *tiny(name, small_data, TINY_EVALUATE), "--model", str(run_dir / "model.keras"),
                 "--quiet"]

@@ -108,3 +108,82 @@ def test_a_label_beyond_nine_is_an_input_error_naming_the_file_and_item(tmp_path
                      "--num-test", "1", "--epochs", "1", "--quiet", "--run-dir", str(tmp_path / "run")])
     err = capsys.readouterr().err
     assert code == 2 and "label 10 at item 2" in err and len(err.strip().splitlines()) == 1, err
+
+
+def _as_set(digits):
+    images, labels = digits
+    return {(image.tobytes(), int(label)) for image, label in zip(images, labels)}
+
+
+def test_a_folder_with_the_train_files_trains_on_them_and_tests_on_t10k(tmp_path):
+    # Only the t10k files were ever read: a folder holding the whole MNIST distribution
+    # (60,000 training digits beside them) trained on four fifths of its 10,000 test digits.
+    from applications.mnist_digits import (
+        T10K_SPLIT, TRAIN_AND_T10K, idx_layout, load_idx_train_test, recorded_idx_layout,
+    )
+    from tests.applications.mnist_folders import mnist_folder
+
+    full = mnist_folder(tmp_path / "full", num_train=300)
+    t10k = load_idx_digits(full, "t10k")
+    train_files = load_idx_digits(full, "train")
+    assert idx_layout(full) == TRAIN_AND_T10K
+    for seed in (0, 5):  # the distribution's split, whatever the seed
+        train, test, layout = load_idx_train_test(full, seed)
+        assert layout == TRAIN_AND_T10K
+        np.testing.assert_array_equal(train[0], train_files[0])
+        np.testing.assert_array_equal(test[0], t10k[0])
+        np.testing.assert_array_equal(test[1], t10k[1])
+    assert not _as_set(train) & _as_set(test)
+
+    # t10k alone: its digits split 80/20, shuffled by the seed, exactly as before the
+    # train files were read (the split of every model trained so far)
+    alone = mnist_folder(tmp_path / "alone")
+    assert idx_layout(alone) == T10K_SPLIT
+    for seed in (0, 5):
+        train, test, layout = load_idx_train_test(alone, seed)
+        order = np.random.default_rng(seed).permutation(10000)
+        assert layout == T10K_SPLIT and len(train[0]) == 8000 and len(test[0]) == 2000
+        np.testing.assert_array_equal(train[0], t10k[0][order[:8000]])
+        np.testing.assert_array_equal(test[1], t10k[1][order[8000:]])
+    assert load_idx_train_test(alone, 0)[1][1].tolist() != load_idx_train_test(alone, 5)[1][1].tolist()
+
+    # a recorded layout wins over the folder's: train files put beside a t10k split later
+    # do not make its training digits test digits
+    train, test, layout = load_idx_train_test(full, 5, layout=T10K_SPLIT)
+    want = load_idx_train_test(alone, 5)
+    assert layout == T10K_SPLIT and _as_set(test) == _as_set(want[1]) and _as_set(train) == _as_set(want[0])
+    # a record older than the layout is a t10k split; no record at all: the folder's own
+    assert recorded_idx_layout({"seed": 0, "data_dir": None}) == T10K_SPLIT
+    assert recorded_idx_layout({"seed": 0, "idx_layout": TRAIN_AND_T10K}) == TRAIN_AND_T10K
+    assert recorded_idx_layout(None) is None
+    with pytest.raises(ValueError, match="idx_layout 'all'"):
+        recorded_idx_layout({"idx_layout": "all"})
+    with pytest.raises(ValueError, match=r"Received: layout='train'"):
+        load_idx_train_test(full, 0, layout="train")
+
+
+def test_test_only_reads_no_training_file(tmp_path):
+    from applications.mnist_digits import TRAIN_AND_T10K, load_idx_train_test
+    from tests.applications.mnist_folders import mnist_folder
+
+    folder = mnist_folder(tmp_path / "full", num_train=20)
+    (folder / "train-images-idx3-ubyte.gz").write_bytes(b"not gzip")  # would be an InputError if read
+    train, test, layout = load_idx_train_test(folder, 0, layout=TRAIN_AND_T10K, test_only=True)
+    assert train is None and len(test[0]) == 10000 and layout == TRAIN_AND_T10K
+    with pytest.raises(ValueError, match="train-images-idx3-ubyte.gz is not a readable gzipped IDX file"):
+        load_idx_train_test(folder, 0)
+
+
+def test_half_a_training_set_is_refused_naming_the_missing_file(tmp_path):
+    # one train file without the other (a download cut short) is not silently a t10k split
+    from applications.mnist_digits import idx_layout, load_idx_train_test
+    from tests.applications.mnist_folders import mnist_folder
+
+    folder = mnist_folder(tmp_path / "half", num_train=20)
+    (folder / "train-labels-idx1-ubyte.gz").unlink()
+    for call in (idx_layout, load_idx_train_test):
+        with pytest.raises(DataNotFoundError, match="train-labels-idx1-ubyte.gz not found beside "
+                           "train-images-idx3-ubyte.gz"):
+            call(folder)
+    with pytest.raises(DataNotFoundError, match="does not exist"):
+        idx_layout(tmp_path / "nowhere")

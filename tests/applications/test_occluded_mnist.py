@@ -450,6 +450,18 @@ def _occluded_benchmark_arguments(monkeypatch, argv, read):
     return seen
 
 
+def test_the_benchmark_says_which_digits_train_and_test(monkeypatch, capsys, tmp_path):
+    # a folder with MNIST's train files trains on them: the figures are of another data scale
+    from tests.applications.mnist_folders import mnist_folder
+
+    for folder, said in ((shared_path("data", "mnist"), "the t10k files split 80/20 (no train files there)"),
+                         (mnist_folder(tmp_path / "full", 10), "the train files train, the t10k files test")):
+        seen = _occluded_benchmark_arguments(monkeypatch, ["--data-dir", str(folder), "--variants", "rladder"],
+                                             lambda args: args.data_dir)
+        assert seen == [("rladder", str(folder))]
+        assert f"digits of {folder}: {said}\n" in capsys.readouterr().out
+
+
 def test_benchmark_passes_the_augmentation_to_every_variant(monkeypatch, capsys):
     seen = _occluded_benchmark_arguments(
         monkeypatch, ["--augment", "affine", "--affine-rotation", "5"], lambda args: (args.augment, om.affine_options(args))
@@ -577,6 +589,23 @@ def test_benchmark_prints_the_feedback_ablation_and_needs_the_full_ladder(monkey
     assert exit_info.value.code == 2 and "--ablate-feedback needs the full ladder" in capsys.readouterr().err
 
 
+# train's options for a tiny temporal baseline on short sequences of 16x16 frames
+TINY_TRAIN = dict(epochs=1, num_train=8, num_test=8, variant="temporal", conv_units=(4,), dense_units=8, batch_size=8,
+                  frame_size=16, verbose=0)
+
+
+def _record_generated_digits(monkeypatch):
+    """The digits of every ``om.generate`` call from now on (a list that fills)."""
+    drawn, generate = [], om.generate
+
+    def recording(digits, labels, num, **kwargs):
+        drawn.append(np.asarray(digits))
+        return generate(digits, labels, num, **kwargs)
+
+    monkeypatch.setattr(om, "generate", recording)
+    return drawn
+
+
 def test_train_with_hold_out_never_sees_a_test_digit(tmp_path, monkeypatch, capsys):
     # the benchmark's and the CLI's --hold-out: the model trains on four fifths of the
     # training digits and is watched and scored on sequences of the held-out fifth
@@ -588,16 +617,8 @@ def test_train_with_hold_out_never_sees_a_test_digit(tmp_path, monkeypatch, caps
     data_dir = str(shared_path("data", "mnist"))
     train_digits, test_digits = om._train_test_digits("idx", data_dir, 0)
     kept, held_out = om._hold_out(train_digits, 0)
-    drawn = []
-    generate = om.generate
-
-    def recording(digits, labels, num, **kwargs):
-        drawn.append(np.asarray(digits))
-        return generate(digits, labels, num, **kwargs)
-
-    monkeypatch.setattr(om, "generate", recording)
-    tiny = dict(data_dir=data_dir, epochs=1, num_train=8, num_test=8, variant="temporal", conv_units=(4,),
-                dense_units=8, batch_size=8, frame_size=16, verbose=0)
+    drawn = _record_generated_digits(monkeypatch)
+    tiny = dict(data_dir=data_dir, **TINY_TRAIN)
     result = om.train(run_dir=str(tmp_path / "val"), hold_out=True, **tiny)
     assert [len(d) for d in drawn] == [len(kept[0]), len(held_out[0])]
     np.testing.assert_array_equal(drawn[0], kept[0])
@@ -1259,3 +1280,46 @@ def test_train_predicts_the_test_sequences_once_for_the_errors_and_the_plot(tmp_
     for key in ("digit_steps", "next_frames"):
         np.testing.assert_allclose(out[key][:3], again[key], rtol=1e-5, atol=1e-6)
     assert result["test_error"] == pytest.approx(float(np.mean(np.argmax(out["digit"], -1) != labels)))
+
+
+def test_train_files_beside_t10k_train_and_evaluate_keeps_the_split_train_recorded(tmp_path, monkeypatch):
+    # Only the t10k files were read: a folder with MNIST's 60,000 training digits beside
+    # them trained on four fifths of the 10,000 test digits. Now the train files train;
+    # and a model trained on a t10k split is scored on that split's test digits even once
+    # train files are put beside it (all of t10k would hold its training digits).
+    import json
+
+    from applications.mnist_digits import load_idx_train_test
+    from tests.applications.mnist_folders import mnist_folder, write_idx
+
+    drawn, tiny = _record_generated_digits(monkeypatch), TINY_TRAIN
+    full = mnist_folder(tmp_path / "full", num_train=40)
+    train_files, t10k = (load_idx_digits(full, prefix) for prefix in ("train", "t10k"))
+    om.train(run_dir=str(tmp_path / "on_full"), data_dir=str(full), **tiny)
+    assert [len(d) for d in drawn] == [40, 10000]
+    np.testing.assert_array_equal(drawn[0], train_files[0][..., 0])
+    np.testing.assert_array_equal(drawn[1], t10k[0][..., 0])
+    assert json.loads((tmp_path / "on_full" / "metrics.json").read_text())["split"]["idx_layout"] == "train+t10k"
+    (full / "train-images-idx3-ubyte.gz").write_bytes(b"gone")  # evaluate reads no training digit
+    drawn.clear()
+    om.evaluate(str(tmp_path / "on_full" / "model.keras"))
+    np.testing.assert_array_equal(drawn[0], t10k[0][..., 0])
+
+    alone = mnist_folder(tmp_path / "alone")
+    drawn.clear()
+    trained = om.train(run_dir=str(tmp_path / "on_alone"), data_dir=str(alone), seed=1, **tiny)
+    want_train, want_test, _ = load_idx_train_test(alone, 1)
+    np.testing.assert_array_equal(drawn[0], want_train[0][..., 0])
+    np.testing.assert_array_equal(drawn[1], want_test[0][..., 0])
+    metrics_path = tmp_path / "on_alone" / "metrics.json"
+    assert json.loads(metrics_path.read_text())["split"]["idx_layout"] == "t10k"
+    write_idx(alone, "train", (train_files[0][..., 0] * 255).round(), train_files[1])  # put there after training
+    for older in (False, True):  # older: a record written before the layout was recorded
+        if older:
+            metrics = json.loads(metrics_path.read_text())
+            del metrics["split"]["idx_layout"]
+            metrics_path.write_text(json.dumps(metrics))
+        drawn.clear()
+        scored = om.evaluate(str(tmp_path / "on_alone" / "model.keras"))
+        np.testing.assert_array_equal(drawn[0], want_test[0][..., 0])
+        assert scored["test_error_per_step"] == trained["test_error_per_step"]

@@ -850,3 +850,37 @@ def test_train_from_python_stops_a_diverged_run_in_one_line(tmp_path):
         tm.train(run_dir=str(tmp_path), num_train=16, num_test=4, n_groups=2, n_iters=2, epochs=1, batch_size=8,
                  conv_units=4, dense_units=8, pool=2, verbose=0, callbacks=[PoisonWeightsAt(1)])
     assert not (tmp_path / "model.keras").exists() and not (tmp_path / "metrics.json").exists()
+
+
+def test_train_files_beside_t10k_train_and_evaluate_keeps_the_split_train_recorded(tmp_path, monkeypatch):
+    # Only the t10k files were read (split 80/20), whatever else the folder held. Now a
+    # folder with the train files trains on them and tests on t10k; evaluate rebuilds the
+    # split train recorded, not the folder's present one.
+    from applications.mnist_digits import T10K_SPLIT, load_idx_digits, load_idx_train_test
+    from tests.applications.mnist_folders import mnist_folder
+
+    drawn, generate = [], tm.generate
+    monkeypatch.setattr(tm, "generate", lambda digits, labels, num_images, **kw: drawn.append(np.asarray(digits))
+                        or generate(digits, labels, num_images, **kw))
+    folder = mnist_folder(tmp_path / "full", num_train=30)
+    train_files, t10k = (load_idx_digits(folder, prefix) for prefix in ("train", "t10k"))
+    run_dir = tmp_path / "run"
+    tm.train(str(folder), run_dir=str(run_dir), num_train=4, num_test=6, epochs=1, batch_size=4, n_groups=2,
+             n_iters=2, conv_units=4, dense_units=8, conv_encoder="conv", verbose=0)
+    np.testing.assert_array_equal(drawn[0], train_files[0])
+    np.testing.assert_array_equal(drawn[1], t10k[0])
+    metrics_path = run_dir / "metrics.json"
+    assert json.loads(metrics_path.read_text())["split"]["idx_layout"] == "train+t10k"
+    (folder / "train-images-idx3-ubyte.gz").write_bytes(b"gone")  # evaluate reads no training digit
+    drawn.clear()
+    tm.evaluate(str(run_dir / "model.keras"))
+    np.testing.assert_array_equal(drawn[0], t10k[0])
+    # the record of a model trained on this folder's t10k split (seed 2) before the train
+    # files came, with the layout and as older versions wrote it (without): that split's test digits
+    want_test = load_idx_train_test(folder, 2, T10K_SPLIT, test_only=True)[1]
+    metrics = json.loads(metrics_path.read_text())
+    for split in ({**metrics["split"], "seed": 2, "idx_layout": T10K_SPLIT}, {"seed": 2, "data_dir": str(folder)}):
+        metrics_path.write_text(json.dumps({**metrics, "split": split}))
+        drawn.clear()
+        tm.evaluate(str(run_dir / "model.keras"))
+        np.testing.assert_array_equal(drawn[0], want_test[0])
