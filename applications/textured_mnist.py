@@ -841,7 +841,7 @@ def _texture_options(texture_style, mean_gap, texture_set, bank_size, texture_sh
 
 
 def make_images(data_dir=None, num_train=8000, num_test=1000, seed=0, texture_style="binary", mean_gap=0.0,
-                texture_set="random", bank_size=8, texture_shift=False, hold_out=False):
+                texture_set="random", bank_size=8, texture_shift=False, hold_out=False, layout=None):
     """The training and test images of :func:`train` (``generate``'s dicts).
 
     The IDX digits of ``data_dir`` (None: the project's shared copy) give the digits of
@@ -852,9 +852,10 @@ def make_images(data_dir=None, num_train=8000, num_test=1000, seed=0, texture_st
     ``bank_size`` and ``texture_shift``: passed to :func:`generate` as ``style``,
     ``mean_gap``, ``texture_set``, ``bank_size`` and ``shift``). With ``hold_out``
     the training images use only the first four fifths of the training digits: the
-    rest are :func:`validation_images`'.
+    rest are :func:`validation_images`'. ``layout``: the folder's split to use
+    (``mnist_digits.IDX_LAYOUTS``; None: the folder's own, ``mnist_digits.idx_layout``).
     """
-    train_digits, test_digits = _train_test_digits(data_dir, seed)
+    train_digits, test_digits = _train_test_digits(data_dir, seed, layout)
     if hold_out:
         train_digits = _held_out_digits(train_digits)[0]
     options = _texture_options(texture_style, mean_gap, texture_set, bank_size, texture_shift)
@@ -863,15 +864,15 @@ def make_images(data_dir=None, num_train=8000, num_test=1000, seed=0, texture_st
 
 
 def validation_images(data_dir=None, num_valid=200, seed=0, texture_style="binary", mean_gap=0.0,
-                      texture_set="random", bank_size=8, texture_shift=False):
+                      texture_set="random", bank_size=8, texture_shift=False, layout=None):
     """``num_valid`` validation images (``generate``'s dict) for choosing among models or epochs.
 
     Made of the last fifth of :func:`make_images`' training digits (which
     ``make_images(hold_out=True)`` leaves out; the test digits are never used), with
-    seed ``seed + 2`` and the texture options of :func:`make_images`.
+    seed ``seed + 2`` and the texture options (and ``layout``) of :func:`make_images`.
     """
     num_valid = integer_at_least("num_valid", num_valid, 1)
-    valid_digits = _held_out_digits(_train_test_digits(data_dir, seed)[0])[1]
+    valid_digits = _held_out_digits(_train_test_digits(data_dir, seed, layout)[0])[1]
     return generate(*valid_digits, num_valid, seed=seed + 2,
                     **_texture_options(texture_style, mean_gap, texture_set, bank_size, texture_shift))
 
@@ -971,8 +972,9 @@ def train(
     textures = (texture_style, mean_gap, texture_set, bank_size, texture_shift)
     from applications.mnist_digits import idx_layout
 
-    layout = idx_layout(_digits_dir(data_dir))  # (recorded: evaluate scores the same test digits)
-    train_data, test_data = make_images(data_dir, num_train, num_test, seed, *textures, hold_out=num_valid > 0)
+    layout = idx_layout(_digits_dir(data_dir))  # (used throughout and recorded: evaluate rebuilds it)
+    train_data, test_data = make_images(data_dir, num_train, num_test, seed, *textures, hold_out=num_valid > 0,
+                                        layout=layout)
     with strategy.scope():
         model = compile_model(
             build_model(
@@ -1006,7 +1008,7 @@ def train(
     batches = distribute.even_batch_count(len(train_data["images"]), batch_size, strategy.num_replicas_in_sync)
     selection, valid_data = [], None
     if num_valid:
-        valid_data = validation_images(data_dir, num_valid, seed, *textures)
+        valid_data = validation_images(data_dir, num_valid, seed, *textures, layout=layout)
         # before the callbacks that read an epoch's logs (KeepBestWeights, CSV, TensorBoard);
         # the best epoch is kept beside the run's backup, so a resumed run keeps it too
         backup = next((c for c in callbacks if isinstance(c, fault_tolerance.AtomicBackupAndRestore)), None)
