@@ -20,6 +20,9 @@ from applications.shared_data import shared_data_path
 
 MNIST_FILES = ("{prefix}-images-idx3-ubyte.gz", "{prefix}-labels-idx1-ubyte.gz")
 
+#: IDX magic numbers (big-endian int32): unsigned bytes, 3 dimensions (images) or 1 (labels)
+IMAGES_MAGIC, LABELS_MAGIC = 0x00000803, 0x00000801
+
 
 def _idx_file(data_dir, name):
     """The file of ``name`` (one of :data:`MNIST_FILES`, formatted) in ``data_dir``: the
@@ -29,8 +32,6 @@ def _idx_file(data_dir, name):
         if path.is_file():
             return path
     return None
-#: IDX magic numbers (big-endian int32): unsigned bytes, 3 dimensions (images) or 1 (labels)
-IMAGES_MAGIC, LABELS_MAGIC = 0x00000803, 0x00000801
 
 
 def _read_idx(path, magic, dims):
