@@ -892,7 +892,8 @@ def _json_normalized(options):
 
 
 def _option_text(name, value, bare=False):
-    """``--name value`` as a command line would give it (``bare``: the value alone)."""
+    """``--name value`` as a command line would give it (``bare``: the value alone; a
+    :data:`DATA_RECORDS` name by its words)."""
     if value is _MISSING:
         text = "not given"
     elif isinstance(value, bool):
@@ -906,7 +907,9 @@ def _option_text(name, value, bare=False):
         text = f"{value['class_name']}({', '.join(f'{k}={v}' for k, v in value['config'].items() if k != 'name')})"
     else:
         text = str(value)
-    return text if bare else f"--{name.replace('_', '-')} {text}"
+    if bare:
+        return text
+    return f"{DATA_RECORDS[name]} {text}" if name in DATA_RECORDS else f"--{name.replace('_', '-')} {text}"
 
 
 def _copy(src, dst):
@@ -1314,10 +1317,15 @@ def _check_backup_options(backup_dir, run_options):
     from applications.arguments import RESUMABLE_CHANGES
 
     # An option that a resume could change when the backup was made is not in it (a
-    # backup of sst made before its --epochs was recorded): not a difference.
-    saved = dict(saved)
+    # backup of sst made before its --epochs was recorded): not a difference. Nor is a
+    # record of the data on one side only: a backup of an earlier version made none, and
+    # the command line's check (check_resumable) comes before train adds them.
+    saved, run_options = dict(saved), dict(run_options)
     for name in (set(run_options) - set(saved)) & RESUMABLE_CHANGES:
         saved[name] = run_options[name]
+    for name in set(DATA_RECORDS) & (set(saved) ^ set(run_options)):
+        saved.pop(name, None)
+        run_options.pop(name, None)
     if saved == run_options:
         return
     differ = [
@@ -1327,10 +1335,40 @@ def _check_backup_options(backup_dir, run_options):
         if saved.get(name, _MISSING) != run_options.get(name, _MISSING)
     ]
     run_dir = os.path.dirname(os.path.abspath(backup_dir))
+    if any(saved.get(name, _MISSING) != run_options.get(name, _MISSING) for name in DATA_RECORDS):
+        raise BackupMismatchError(
+            f"the backup in {run_dir} is of a run on other data: {', '.join(differ)}; put the data "
+            "folder back as that run had it to finish the run, or pass a new --run-dir"
+        )
     raise BackupMismatchError(
         f"the backup in {run_dir} is of a run with other options: {', '.join(differ)}; rerun with that "
         "run's options to finish it, or pass a new --run-dir"
     )
+
+
+#: What a run's ``train`` adds to its backups' recorded options besides the command
+#: line's (:func:`record_data`), with the words a refusal names it by. ``idx_layout``:
+#: which split an MNIST IDX folder gave (``mnist_digits.idx_layout``); the same
+#: ``--data-dir`` gives another once the ``train`` files are put beside the ``t10k``
+#: ones, and a resume then went on training on other digits, scored on other test digits.
+DATA_RECORDS = {"idx_layout": "the data folder's MNIST split"}
+
+
+def record_data(callbacks, **records):
+    """Adds ``records`` (names of :data:`DATA_RECORDS`, JSON-able values: what the data
+    gave this run) to the recorded options of the :class:`AtomicBackupAndRestore` among
+    ``callbacks`` that records its run's (``run_options``), before ``fit``: its backups
+    keep them, and a resume whose data give another value is refused here, before
+    anything is written (:class:`BackupMismatchError`, the backup kept), where it silently
+    trained on other data. A backup made before a record existed is resumed unchecked on
+    it."""
+    unknown = sorted(set(records) - set(DATA_RECORDS))
+    if unknown:
+        raise InputError(f"record_data records {sorted(DATA_RECORDS)}. Received: {unknown}")
+    for backup in _backups(callbacks):
+        if backup.run_options is not None:
+            backup.run_options = _json_normalized({**backup.run_options, **records})
+            _check_backup_options(backup.backup_dir, backup.run_options)
 
 
 def _check_not_in_use(backup_dir):

@@ -1117,6 +1117,8 @@ def train(
     keras.utils.set_random_seed(seed)
     create_run_dir(run_dir)
     layout = _idx_layout(source, data_dir)
+    if layout:  # a backup of a run on the folder's t10k split is not resumed on its train files
+        fault_tolerance.record_data(callbacks, idx_layout=layout)
     train_digits, test_digits = _train_test_digits(source, data_dir, seed, layout=layout)
     if hold_out:  # the test digits are not used at all
         train_digits, test_digits = _hold_out(train_digits, seed)
@@ -1237,8 +1239,9 @@ def evaluate(model_path, source=None, data_dir=None, num_test=None, seed=None, b
     _check_occluded_mnist_model(model, model_path)
     if note:  # nothing recorded the split
         print(note, file=sys.stderr)
+    recorded = checks.recorded_metrics(model_path)
     # the IDX split train used (its test digits, whatever was added to the folder since)
-    layout = recorded_idx_layout(checks.recorded_metrics(model_path).get("split")) if source == "idx" else None
+    layout = recorded_idx_layout(recorded.get("split")) if source == "idx" else None
     _, test_digits = _train_test_digits(source, data_dir, seed, test_only=True, layout=layout)
     # [batch, T, S, S, 1]: the sequences the model was built for
     num_frames, frame_size = model.input_shape[1], model.input_shape[2]
@@ -1247,7 +1250,7 @@ def evaluate(model_path, source=None, data_dir=None, num_test=None, seed=None, b
     result = {"test_error": test_error, "test_error_per_step": errors, "scored_on": "test", "model": model_path}
     # a --hold-out run reported validation sequences (held-out training digits); these are the
     # test digits' sequences: evaluate says so, as its figure is not the one train printed
-    trained_on = checks.recorded_metrics(model_path).get("scored_on")
+    trained_on = recorded.get("scored_on")
     if isinstance(trained_on, str) and trained_on != "test":
         result["train_scored_on"] = trained_on
     return result

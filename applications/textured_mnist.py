@@ -973,6 +973,7 @@ def train(
     from applications.mnist_digits import idx_layout
 
     layout = idx_layout(_digits_dir(data_dir))  # (used throughout and recorded: evaluate rebuilds it)
+    fault_tolerance.record_data(callbacks, idx_layout=layout)  # a resume on other digits is refused
     train_data, test_data = make_images(data_dir, num_train, num_test, seed, *textures, hold_out=num_valid > 0,
                                         layout=layout)
     with strategy.scope():

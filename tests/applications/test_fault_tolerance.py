@@ -1376,3 +1376,29 @@ def test_a_stream_cut_for_another_backup_than_the_one_restored_is_refused(tmp_pa
         model.fit(stream, steps_per_epoch=4, epochs=3, verbose=0, callbacks=callbacks)
     assert callbacks[0].skipped_steps == 0 and model._initial_epoch is None
     assert (tmp_path / "backup").is_dir()
+
+
+def test_record_data_checks_the_backup_at_once_and_a_backup_without_the_record_resumes(tmp_path):
+    # (the occluded and textured MNIST trains record their folder's IDX split: see
+    # test_occluded_mnist's test_a_backup_on_a_t10k_split_is_not_resumed_once_train_files_are_beside_it)
+    backup_dir = tmp_path / fault_tolerance.BACKUP_DIR
+    backup_dir.mkdir()
+
+    def backup(options):
+        (backup_dir / "training_metadata.json").write_text(json.dumps({"epoch": 1, "options": options}))
+        return fault_tolerance.AtomicBackupAndRestore(str(backup_dir), run_options={"seed": 1})
+
+    callback = backup({"seed": 1, "idx_layout": "t10k"})
+    fault_tolerance.record_data([callback], idx_layout="t10k")
+    assert callback.run_options == {"seed": 1, "idx_layout": "t10k"}
+    with pytest.raises(fault_tolerance.BackupMismatchError, match=r"other data: the data folder's MNIST split t10k "
+                                                                  r"\(now train\+t10k\)"):
+        fault_tolerance.record_data([backup({"seed": 1, "idx_layout": "t10k"})], idx_layout="train+t10k")
+    # a backup of an earlier version recorded none: resumed unchecked on it, as before
+    fault_tolerance.record_data([backup({"seed": 1})], idx_layout="train+t10k")
+    # another option still counts, and is named as a command line's
+    with pytest.raises(fault_tolerance.BackupMismatchError, match=r"other options: --seed 2 \(now 1\)"):
+        fault_tolerance.record_data([backup({"seed": 2, "idx_layout": "t10k"})], idx_layout="t10k")
+    with pytest.raises(ValueError, match=r"Received: \['layout'\]"):
+        fault_tolerance.record_data([callback], layout="t10k")
+    fault_tolerance.record_data([keras.callbacks.History()], idx_layout="t10k")  # no backup: nothing to record

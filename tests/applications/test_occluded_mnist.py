@@ -1323,3 +1323,43 @@ def test_train_files_beside_t10k_train_and_evaluate_keeps_the_split_train_record
         scored = om.evaluate(str(tmp_path / "on_alone" / "model.keras"))
         np.testing.assert_array_equal(drawn[0], want_test[0][..., 0])
         assert scored["test_error_per_step"] == trained["test_error_per_step"]
+
+
+def test_a_backup_on_a_t10k_split_is_not_resumed_once_train_files_are_beside_it(tmp_path, monkeypatch):
+    # Left alone in note 76: a run that crashed on a folder of t10k files alone, rerun
+    # (the same command) after MNIST's train files were put beside them, resumed its backup
+    # and went on training on the train digits, scored on all of t10k (four fifths of which
+    # had trained it). Now the backup records the folder's split and the rerun is refused
+    # before anything is written; with the folder as it was, the run resumes.
+    import json
+
+    from applications import fault_tolerance
+    from tests.applications import cli_helpers
+    from tests.applications.mnist_folders import mnist_folder, write_idx
+
+    folder, run_dir = mnist_folder(tmp_path / "digits"), tmp_path / "run"
+    options = {"data_dir": str(folder), "epochs": 2}  # as the command line records them
+
+    def train(run_dir, callbacks=()):
+        return om.train(data_dir=str(folder), run_dir=run_dir, **{**TINY_TRAIN, "epochs": 2}, callbacks=[
+            *fault_tolerance.resumable_callbacks(run_dir, run_options=options), *callbacks])
+
+    with pytest.raises(RuntimeError, match="simulated"):
+        train(str(run_dir), callbacks=[cli_helpers.CrashAt(1)])
+    backup = run_dir / fault_tolerance.BACKUP_DIR
+    recorded = json.loads((backup / "training_metadata.json").read_text())
+    assert recorded["epoch"] == 1 and recorded["options"] == {**options, "idx_layout": "t10k"}
+    write_idx(folder, "train", np.zeros((8, 28, 28)), np.arange(8))
+    drawn = _record_generated_digits(monkeypatch)
+    before = sorted((p, p.stat().st_mtime_ns) for p in run_dir.rglob("*") if p.is_file())
+    with pytest.raises(fault_tolerance.BackupMismatchError,
+                       match=r"is of a run on other data: the data folder's MNIST split t10k \(now train\+t10k\); "
+                             r"put the data folder back"):
+        train(str(run_dir))
+    assert drawn == []  # refused before a sequence was made
+    assert sorted((p, p.stat().st_mtime_ns) for p in run_dir.rglob("*") if p.is_file()) == before
+    for prefix_file in folder.glob("train-*"):
+        prefix_file.unlink()
+    result = train(str(run_dir))
+    assert result["epochs_run"] == 2 and result["split"]["idx_layout"] == "t10k"
+    assert not backup.exists()
