@@ -86,7 +86,8 @@ the default commands):
 * ``occluded``: test error of the RLadder 9.00%, temporal baseline 9.20%, RLadder
   without feedback 8.20% (the three side by side, 17 minutes each, seed 0, with the
   gated feed-forward levels, ``--conv-encoder gatedconv``, the default since the
-  sixteenth round): NOT MET (the RLadder must be clearly below both). The gated levels
+  sixteenth round; 10.60%, 9.50%, 9.30% on 8cf177e on a slower day, one epoch fewer
+  each, twenty-third round): NOT MET (the RLadder must be clearly below both). The gated levels
   made both ladders better (the ReLU levels the same day: 11.50%, 8.90%, 12.50%) and the
   ladder without feedback the first ladder of these rounds below the temporal
   baseline, but the feedback adds nothing measurable. With ``--seed 1``: 9.50%,
