@@ -87,12 +87,12 @@ the default commands):
   without feedback 8.20% (the three side by side, 17 minutes each, seed 0, with the
   gated feed-forward levels, ``--conv-encoder gatedconv``, the default since the
   sixteenth round; 10.60%, 9.50%, 9.30% on 8cf177e on a slower day, one epoch fewer
-  each, twenty-third round): NOT MET (the RLadder must be clearly below both). The gated levels
-  made both ladders better (the ReLU levels the same day: 11.50%, 8.90%, 12.50%) and the
-  ladder without feedback the first ladder of these rounds below the temporal
-  baseline, but the feedback adds nothing measurable. With ``--seed 1``: 9.50%,
-  9.20%, 8.95% (seventeenth round; on validation digits, ``--hold-out``, with and
-  without ``--augment affine`` the RLadder is not ahead either; on MNIST's 60,000 training
+  each, twenty-third round): NOT MET (the RLadder must be clearly below both). The gated
+  levels made both ladders better (the ReLU levels the same day: 11.50%, 8.90%, 12.50%)
+  and the ladder without feedback the first ladder of these rounds below the temporal
+  baseline, but the feedback adds nothing measurable. With ``--seed 1``: 9.50%, 9.20%,
+  8.95% (seventeenth round; on validation digits, ``--hold-out``, with and without
+  ``--augment affine`` the RLadder is not ahead either; on MNIST's 60,000 training
   digits, twenty-first round: 10.55%, 10.50%, 10.20%; after 60 minutes with ``--augment
   fresh``, twenty-second round: 5.70%, 5.35%, 5.35%). On validation, per update, the
   gated ladder is level with the temporal baseline (8.60% against 8.70% after 7,500
