@@ -146,6 +146,17 @@ class RAdam(keras.optimizers.Optimizer):
             isinstance(ema_momentum, bool) or not isinstance(ema_momentum, numbers.Real) or not 0 <= ema_momentum <= 1
         ):
             raise ValueError(f"`ema_momentum` must be a number in [0, 1]. Received: ema_momentum={ema_momentum!r}")
+        # Keras refuses 1 and negative counts but accepted 0 (silently: no accumulation) and
+        # 2.5 (a TypeError at the first step).
+        if gradient_accumulation_steps is not None:
+            if isinstance(gradient_accumulation_steps, bool) \
+                    or not isinstance(gradient_accumulation_steps, numbers.Integral) \
+                    or gradient_accumulation_steps < 2:
+                raise ValueError(
+                    "`gradient_accumulation_steps` must be None or an integer of at least 2. "
+                    f"Received: gradient_accumulation_steps={gradient_accumulation_steps!r}"
+                )
+            gradient_accumulation_steps = int(gradient_accumulation_steps)
         super().__init__(
             learning_rate=learning_rate,
             name=name,

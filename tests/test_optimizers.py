@@ -175,6 +175,21 @@ def test_a_bad_ema_momentum_is_refused(momentum):
         RAdam(use_ema=True, ema_momentum=momentum)
 
 
+@pytest.mark.parametrize("steps", [0, 1, -2, 2.5, 2.0, "2", True])
+def test_a_bad_gradient_accumulation_count_is_refused(steps):
+    # audit s79: Keras refused 1 and -2 only; 0 meant no accumulation, silently, and 2.5
+    # failed at the first step with a TypeError
+    with pytest.raises(ValueError, match=r"^`gradient_accumulation_steps` must be None or an integer of at "
+                                         r"least 2\. Received: gradient_accumulation_steps="):
+        RAdam(gradient_accumulation_steps=steps)
+
+
+def test_a_numpy_gradient_accumulation_count_is_kept_as_an_int():
+    optimizer = RAdam(gradient_accumulation_steps=np.int64(3))
+    assert optimizer.get_config()["gradient_accumulation_steps"] == 3
+    assert type(optimizer.get_config()["gradient_accumulation_steps"]) is int
+
+
 @pytest.mark.parametrize("name", ["clipnorm", "clipvalue", "global_clipnorm", "loss_scale_factor"])
 def test_clip_and_loss_scale_values_are_kept_and_serialized(name):
     schedule = keras.optimizers.schedules.ExponentialDecay(0.01, 10, 0.5)

@@ -235,7 +235,10 @@ class EMRouting(OwnCastingLayer):
     The gradients of ``sig2_out`` itself are of the order of the squared votes, and
     are finite for components up to about ``1e15``. Beyond these ranges results
     overflow to inf or NaN without an error (this is not checked, to keep the
-    routing loop fast); scale such poses down first.
+    routing loop fast); scale such poses down first. Under a float16 policy
+    (``mixed_float16``) the outputs are cast to float16, whose largest value is
+    65,504: ``sig2_out`` overflows to inf once the output poses' spread passes about
+    250, and ``mu_out`` once they pass 65,504 (bfloat16 has float32's range).
 
     Args:
         n_out: number of output capsules, or None for as many as there are inputs.
