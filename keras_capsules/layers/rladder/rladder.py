@@ -251,7 +251,12 @@ class RLadder(keras.layers.Layer):
             The mask is passed on: to ``top`` as it is (as Keras' recurrent layers
             pass theirs on), to ``predictions`` spread over their pixels,
             ``[batch, T, H, W]`` (the shape Keras' losses weigh, so a loss on the
-            predicted frames leaves the padded steps out). With ``n_iters`` set the input is
+            predicted frames leaves the padded steps out). A convolutional ``top``
+            ``[batch, T, h, w, c]`` keeps the ``[batch, T]`` mask too, for the
+            ``TimeDistributed`` and recurrent layers above it; Keras' losses cannot
+            weigh such an output by it (a shape error, or for a 1x1 map a silently
+            wrong loss; ``keras.layers.ConvLSTM2D``'s output alike), so pool or
+            flatten the top per step before a loss on it. With ``n_iters`` set the input is
             static (the same ``x`` at every iteration, no time axis to pad), so a mask
             is a ``ValueError`` rather than being dropped.
         training: Python boolean; dropout and zoneout act only in training.
