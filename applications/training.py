@@ -7,7 +7,7 @@ import pathlib
 import keras
 import tensorflow as tf
 
-from applications import fault_tolerance
+from applications import checks, fault_tolerance
 from applications.errors import InputError, create_run_dir
 
 
@@ -59,6 +59,9 @@ def mixup(dataset, alpha=0.2, seed=None, num_classes=None, per_example=True):
     if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not 0 < alpha < math.inf:
         # alpha=inf would mix every pair into NaN.
         raise InputError(f"`alpha` must be a finite positive number. Received: alpha={alpha!r}")
+    if num_classes is not None:
+        # num_classes=0 gave targets [batch, ..., 0]; it is checked here, not in the graph
+        num_classes = checks.integer_at_least("num_classes", num_classes, 1)
     # Without rerandomize_each_iteration every epoch repeated the first one's weights and
     # permutations (seed or not); with it, a seeded run is still reproducible.
     seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).batch(2, drop_remainder=True)

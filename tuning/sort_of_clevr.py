@@ -19,7 +19,8 @@
 HyperModel (``tuning/clevr.py``) shares it.
 """
 
-from applications import clevr, distribute, sort_of_clevr
+from applications import checks, clevr, distribute, sort_of_clevr
+from applications.errors import InputError
 from keras_capsules.callbacks import swap_ema_weights
 from tuning.base import DatasetHyperModel, stepped_choice
 
@@ -98,7 +99,13 @@ class SortOfClevrHyperModel(MACHyperModel):
 
     def __init__(self, kb="symbolic", steps_per_epoch=500, validation_examples=2000, **kwargs):
         super().__init__(**kwargs)
-        self.kb, self.steps_per_epoch, self.validation_examples = kb, steps_per_epoch, validation_examples
+        if kb not in ("symbolic", "image"):
+            raise InputError(f"`kb` must be 'symbolic' or 'image'. Received: kb={kb!r}")
+        # checked here: Keras reads steps_per_epoch=0 as "no limit", and the question
+        # stream is endless, so the first epoch of the first trial never ended
+        self.kb = kb
+        self.steps_per_epoch = checks.integer_at_least("steps_per_epoch", steps_per_epoch, 1)
+        self.validation_examples = checks.integer_at_least("validation_examples", validation_examples, 1)
 
     @classmethod
     def options_from_args(cls, args):

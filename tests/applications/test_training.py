@@ -85,6 +85,10 @@ def test_mixup_errors():
     # Audit 9: an np.float32 alpha was refused as "must be a finite positive number".
     x, y = next(mixup(ds, alpha=np.float32(0.4), seed=0, num_classes=3).as_numpy_iterator())
     assert x.shape == (2, 2) and y.shape == (2, 3)
+    # Audit s80: num_classes=0 gave targets [batch, 0] without a word.
+    for bad in (0, -1, 2.5, True, "3"):
+        with pytest.raises(ValueError, match=f"Received: num_classes={bad!r}"):
+            mixup(ds, num_classes=bad)
 
 
 def test_coordinate_grid_and_pad_and_crop(tmp_path):

@@ -9,6 +9,7 @@ base, ``tuning.base.DatasetHyperModel``, runs under a ``MirroredStrategy`` in
 import contextlib
 import json
 import os
+import re
 
 import keras
 import numpy as np
@@ -959,3 +960,17 @@ def test_split_by_image_refuses_what_cannot_be_split(share, images, message, tmp
                                  verbose=0)
     with pytest.raises(InputError, match=message):
         clevr.split_by_image(data["train"], share)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"steps_per_epoch": 0}, "Received: steps_per_epoch=0"),
+    ({"steps_per_epoch": 2.5}, "Received: steps_per_epoch=2.5"),
+    ({"validation_examples": 0}, "Received: validation_examples=0"),
+    ({"kb": "both"}, "Received: kb='both'"),
+])
+def test_the_sort_of_clevr_hypermodel_refuses_bad_options_by_their_names(options, message):
+    # Audit s80: steps_per_epoch=0 is "no limit" to Keras and the question stream is
+    # endless, so the first trial never ended; kb="both" failed inside the first trial
+    from tuning.sort_of_clevr import SortOfClevrHyperModel
+    with pytest.raises(ValueError, match=re.escape(message)):
+        SortOfClevrHyperModel(**options)
