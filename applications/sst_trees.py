@@ -249,9 +249,17 @@ def _check_granularity(granularity):
 
 
 def map_label(label, granularity):
-    """The task's label for an SST label 0..4, or None if the task drops it."""
+    """The task's label for an SST label 0..4, or None if the task drops it.
+
+    Raises:
+        InputError (a ValueError): a ``label`` that is not an integer 0..4 (SST-5 passed
+        7 through and SST-2 mapped -1 to 0 or 1.5 to 0), or another ``granularity``.
+    """
     # the int 5 was compared with "5" and mapped as SST-2 (3 -> 1), any other value as SST-2 too
     granularity = _check_granularity(granularity)
+    label = checks.integer_at_least("label", label, 0)
+    if label > 4:
+        raise InputError(f"`label` must be an SST label 0..4. Received: label={label!r}")
     if granularity == "5":
         return label
     if label == 2:

@@ -171,6 +171,19 @@ def test_granularity_is_checked_by_every_helper():
             sst_trees.num_classes(bad)
 
 
+@pytest.mark.parametrize("label", [-1, 5, 7, 1.5, "3", True, None])
+def test_map_label_refuses_anything_but_an_sst_label(label):
+    # Audit s80: SST-5 passed 7 through as a class, SST-2 mapped -1 to 0 and 1.5 to 0.
+    for granularity in ("5", "2"):
+        with pytest.raises(ValueError, match="Received: label="):
+            sst_trees.map_label(label, granularity)
+
+
+def test_map_label_takes_numpy_labels():
+    assert [sst_trees.map_label(np.int64(k), "2") for k in range(5)] == [0, 0, None, 1, 1]
+    assert [sst_trees.map_label(np.int32(k), "5") for k in range(5)] == [0, 1, 2, 3, 4]
+
+
 def test_an_empty_tree_file_is_a_clear_error(tmp_path):
     # Audit 8: an empty (or blank) split file gave no texts and an empty label array, silently.
     for split, text in (("train", ""), ("dev", "\n  \n")):
