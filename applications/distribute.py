@@ -186,9 +186,22 @@ def resolve_strategy(strategy=None):
     nine applications, and under a mirrored one whenever a dataset's first batch split
     unevenly over the replicas). The default strategy gets them too, for their build
     before the first trace.
+
+    ``strategy`` may also be one of the names of :data:`STRATEGIES` (``"mirrored"``):
+    the strategy :func:`make_strategy` gives for it, as ``--strategy`` of the command
+    line (another string was an ``AttributeError`` deep in the application).
+
+    Raises:
+        InputError: a string that names no strategy of :data:`STRATEGIES`.
+        StrategyError: a named strategy that cannot be created here (see :func:`make_strategy`).
     """
     import tensorflow as tf
 
+    if isinstance(strategy, str):
+        if strategy not in STRATEGIES:
+            raise InputError(f"`strategy` must be a tf.distribute.Strategy, None or one of {STRATEGIES}. "
+                             f"Received: strategy={strategy!r}")
+        return make_strategy(strategy)  # (which resolves the strategy it made)
     strategy = strategy or tf.distribute.get_strategy()
     install_keras_fixes()  # every strategy: the build before the first trace (one device too)
     return strategy
@@ -196,7 +209,8 @@ def resolve_strategy(strategy=None):
 
 def global_batch_size(per_replica_batch_size, strategy):
     """``per_replica_batch_size x strategy.num_replicas_in_sync`` (``strategy`` None: the
-    strategy of the current scope, see :func:`resolve_strategy`)."""
+    strategy of the current scope; a name of :data:`STRATEGIES`: that strategy; see
+    :func:`resolve_strategy`)."""
     # int() silently truncated 8.5 to 8, and 0 or -2 failed later inside tf.data.
     if isinstance(per_replica_batch_size, bool) or not isinstance(per_replica_batch_size, numbers.Integral) \
             or per_replica_batch_size < 1:
@@ -204,8 +218,8 @@ def global_batch_size(per_replica_batch_size, strategy):
             "`per_replica_batch_size` must be a positive integer. "
             f"Received: per_replica_batch_size={per_replica_batch_size!r}"
         )
-    if strategy is None:
-        strategy = resolve_strategy(None)
+    if strategy is None or isinstance(strategy, str):
+        strategy = resolve_strategy(strategy)
     return int(per_replica_batch_size) * int(strategy.num_replicas_in_sync)
 
 

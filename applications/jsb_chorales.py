@@ -90,12 +90,20 @@ def _chorales_problem(chorales):
 
 def load_rolls(path=None, limit=None):
     """The piano rolls of every split (the first ``limit`` chorales of each) and the
-    number of steps of the longest roll: ``({"train": [...], ...}, longest)``."""
+    number of steps of the longest roll: ``({"train": [...], ...}, longest)``.
+
+    Raises:
+        applications.errors.InputError: the file holds no chorale in any split (it was
+            a bare ``ValueError`` of ``max()``, "arg is an empty sequence").
+    """
     if limit is not None:
         # a negative limit would silently drop the last chorales (data[s][:-1])
         limit = integer_at_least("limit", limit, 1)
+    path = data_file(path)
     data = load_chorales(path)
     rolls = {s: [piano_roll(c) for c in data[s][:limit]] for s in SPLITS}
+    if not any(rolls[s] for s in SPLITS):
+        raise InputError(f"{path} holds no chorales: its splits {SPLITS} are all empty")
     return rolls, max(len(r) for s in SPLITS for r in rolls[s])
 
 

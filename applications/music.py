@@ -72,13 +72,23 @@ def _roll_lengths(rolls, steps=None):
 
 
 def pad_rolls(rolls, steps=None):
-    """Zero-pads rolls to ``steps`` (default: the longest): ``(rolls [n, steps, 88], mask [n, steps])``."""
+    """Zero-pads rolls to ``steps`` (default: the longest): ``(rolls [n, steps, 88], mask [n, steps])``.
+
+    Every value of a roll must be 0 or 1 (a key sounds or not; bools too): the
+    Bernoulli likelihood of any other value (2.0, 0.5, NaN) is no probability, and
+    was trained on and scored without a word.
+    """
     _, steps = _roll_lengths(rolls, steps)
     out = np.zeros((len(rolls), steps, NUM_KEYS), "float32")
     mask = np.zeros((len(rolls), steps), "float32")
     for i, roll in enumerate(rolls):
         out[i, : len(roll)] = roll
         mask[i, : len(roll)] = 1.0
+    binary = (out == 0) | (out == 1)
+    if not binary.all():
+        i = int(np.flatnonzero(~binary.all(axis=(1, 2)))[0])
+        raise InputError(f"every roll must hold 0 or 1 (a key sounds or not) at every step and key. "
+                         f"Received: rolls[{i}] holding {float(out[i][~binary[i]][0])}")
     return out, mask
 
 
@@ -200,7 +210,8 @@ def make_dataset(rolls, batch_size=16, steps=None, shuffle=False, seed=0, window
     """A ``tf.data`` pipeline of ``(inputs, targets, mask)`` for ``model.fit``.
 
     Args:
-        rolls: the piano rolls (``[steps, 88]`` each), padded to ``steps`` (None: the longest).
+        rolls: the piano rolls (``[steps, 88]`` each, of 0s and 1s: see ``pad_rolls``), padded to
+            ``steps`` (None: the longest).
         batch_size: the (global) batch size.
         steps: the padded length (see ``next_step_arrays``).
         shuffle: shuffle the examples (windows) every epoch (seeded by ``seed``):
@@ -654,7 +665,8 @@ def nll_per_step(model, rolls, batch_size=32, verbose=0):
             (still one independent Bernoulli per key given the past).
             An ensemble with a ``readout="nade"`` member is the mixture of the
             members' distributions of each whole step (``log mean_k p_k(x_t | x_<t)``).
-        rolls: a list of ``[steps_i, 88]`` piano rolls.
+        rolls: a list of ``[steps_i, 88]`` piano rolls of 0s and 1s (another value is
+            refused with an ``InputError``: see ``pad_rolls``).
         batch_size: rolls per forward pass.
         verbose: 1 shows a progress bar over the batches, on stderr. Default 0.
 
@@ -1013,9 +1025,6 @@ def train(
     if not encoders:
         raise InputError(f"`encoder` must be an encoder kind or a non-empty list of them. Received: encoder={encoder!r}")
     keras.utils.set_random_seed(seed)
-    create_run_dir(run_dir)
-
-    strategy = distribute.resolve_strategy(strategy)
     rolls, longest = load_rolls(data_path, limit)
     for split in SPLITS:
         if not any(len(roll) for roll in rolls[split]):
@@ -1023,6 +1032,9 @@ def train(
             # model); test chorales of no step failed only after the whole run
             chosen = f" (the first {limit})" if limit is not None else ""
             raise InputError(f"{data_path or default_data_path()}: the {split} chorales{chosen} hold no time step")
+    create_run_dir(run_dir)  # after the data's checks: a file refused left an empty run directory
+
+    strategy = distribute.resolve_strategy(strategy)
     if window is not None and integer_at_least("window", window, 1) > longest:
         # A window longer than the longest chorale read holds every chorale whole, as a window
         # of the longest one does: the same examples, masked steps and NLL, but a model unrolled

@@ -333,10 +333,7 @@ def generate(
     rng = np.random.default_rng(checks.numpy_seed(seed))  # (-1 was numpy's traceback)
     options = None if affine is None else _check_affine(affine)
     digits = _check_digits(digits, labels)
-    limit = frame_size - digit_size
-    if limit < 0:
-        raise InputError(f"`frame_size` must be at least the digit's size ({digit_size}). "
-                         f"Received: frame_size={frame_size}")
+    limit = _check_frame_size(frame_size, digit_size) - digit_size
     index = rng.integers(0, len(digits), num_sequences)
     starts = rng.integers(0, limit + 1, (num_sequences, 2))
     directions = np.asarray(DIRECTIONS)[rng.integers(0, len(DIRECTIONS), num_sequences)]
@@ -367,6 +364,15 @@ def generate(
         "velocities": directions * speed,
         "bars": bars,
     }
+
+
+def _check_frame_size(frame_size, digit_size=DIGIT_SIZE):
+    """``frame_size`` as an int, if it is an integer that frames a digit of ``digit_size``."""
+    frame_size = integer_at_least("frame_size", frame_size, 1)
+    if frame_size < digit_size:
+        raise InputError(f"`frame_size` must be at least the digit's size ({digit_size}). "
+                         f"Received: frame_size={frame_size}")
+    return frame_size
 
 
 def seen_digits(data, num_frames=None, digit_size=DIGIT_SIZE):
@@ -560,6 +566,9 @@ def make_training_dataset(
 
         return distribute.prefetched(distribute.epoch_stream(shuffled_epoch, batches, first_epoch))
     digits = _check_digits(digits, labels)  # here, not when the first epoch is drawn
+    # here too: a frame too small for the digit, or not an integer (2.5), failed only
+    # when the dataset was read (inside tf.data), or in tf.TensorSpec below
+    frame_size = _check_frame_size(frame_size)
     labels = np.asarray(labels)
     passes = [first_epoch]  # the epoch of the next pass over the dataset (each one draws new sequences)
 
@@ -882,9 +891,16 @@ def _digit_error(out, labels):
 
 def classification_error(model, data, batch_size=64, verbose=0):
     """Fraction of sequences whose digit is misclassified (``verbose``: 1 shows Keras'
-    progress bar, on stderr)."""
+    progress bar, on stderr).
+
+    Raises:
+        InputError: ``data`` without frames and labels, or not one label per sequence
+            (as :func:`error_per_step`), or a bad ``batch_size``.
+    """
+    # (labels of another length were broadcast against the guesses: one label scored every sequence)
+    labels, _ = _check_step_data(data)
     batch_size = integer_at_least("batch_size", batch_size, 1)  # (0 returned a result)
-    return _digit_error(console.predict(model, data["frames"], batch_size, verbose), data["labels"])
+    return _digit_error(console.predict(model, data["frames"], batch_size, verbose), labels)
 
 
 #: the groups of :func:`error_per_step` besides "all" (vertical only: horizontal velocity 0)

@@ -16,7 +16,7 @@ textures, two groups can lower the mixture NLL as much by splitting every pixel
 into a "bright" and a "dark" hypothesis as by splitting digit from background, so
 the cheaper intensity split wins (measured: the masks end up a threshold of the
 intensity); continuous values leave no such two-value shortcut. ``mean_gap``
-(optional) keeps the two textures' mean intensities apart.
+(optional) keeps the midpoints of the two textures' intensity ranges apart.
 
 ``texture_set="fixed"`` replaces the procedural textures by a small fixed bank
 (``texture_bank``: ``bank_size`` sinusoidal gratings of different orientations
@@ -102,7 +102,10 @@ def texture(kind, rng, size=IMAGE_SIZE, levels=None, style="binary"):
     ``"smooth"``: the same pattern with continuous values between them (a
     sinusoidal grating, a plaid of sinusoids with the checkerboard's cells, smooth
     noise interpolated between random values one blob apart). The draws from
-    ``rng`` are the same for both styles.
+    ``rng`` are the same for both styles. The plaid is sampled a quarter of a pixel
+    before each pixel's centre: at the centres, cells of 2 pixels took only the two
+    values ``0.5 +- 0.5 * sin(pi / 4) ** 2`` of the pattern (a binary checkerboard
+    of less contrast); sampled so, every cell size gives at least 6 values.
     """
     if style not in TEXTURE_STYLES:
         raise InputError(f"`style` must be one of {TEXTURE_STYLES}. Received: style={style!r}")
@@ -123,8 +126,9 @@ def texture(kind, rng, size=IMAGE_SIZE, levels=None, style="binary"):
     elif kind == "checker":
         cell = int(rng.integers(2, 6))
         dr, dc = rng.integers(0, cell, 2)
-        if smooth:
-            pattern = 0.5 + 0.5 * np.sin(np.pi * (rows + dr + 0.5) / cell) * np.sin(np.pi * (cols + dc + 0.5) / cell)
+        if smooth:  # (at the pixels' centres, + 0.5, cells of 2 pixels were two-valued: see the docstring)
+            wave_rows, wave_cols = np.sin(np.pi * (rows + dr + 0.25) / cell), np.sin(np.pi * (cols + dc + 0.25) / cell)
+            pattern = 0.5 + 0.5 * wave_rows * wave_cols
         else:
             pattern = (((rows + dr) // cell + (cols + dc) // cell) % 2).astype("float32")
     elif kind == "noise":
@@ -142,6 +146,7 @@ def texture(kind, rng, size=IMAGE_SIZE, levels=None, style="binary"):
 
 TEXTURE_SETS = ("random", "fixed")
 #: draws of the background's levels for one digit texture before ``mean_gap`` redraws the digit's too
+#: (while the midpoints of the two pairs of levels are less than ``mean_gap`` apart)
 LEVEL_DRAWS = 100
 BANK_PERIODS = (4.0, 6.0, 9.0)
 
@@ -179,7 +184,12 @@ def bank_texture(angle, period, phase=0.0, size=IMAGE_SIZE, style="binary"):
 
 
 def _random_textures(rng, size, mean_gap, style):
-    """The digit's and background's procedural textures and kinds (``texture_set="random"``)."""
+    """The digit's and background's procedural textures and kinds (``texture_set="random"``).
+
+    With ``mean_gap`` the two pairs of levels ``(low, high)`` are drawn again until
+    their midpoints ``(low + high) / 2`` are at least ``mean_gap`` apart (the
+    textures' means may be closer: see :func:`generate`).
+    """
     fg_kind, bg_kind = rng.integers(0, len(TEXTURE_KINDS), 2)
     fg_levels = bg_levels = None
     if mean_gap > 0:
@@ -189,8 +199,8 @@ def _random_textures(rng, size, mean_gap, style):
         while abs(sum(fg_levels) - sum(bg_levels)) / 2 < mean_gap:
             draws += 1
             if draws % LEVEL_DRAWS == 0:
-                # no background may be far enough from this digit's levels (mean levels lie
-                # in (0.1, 0.9): with a mean near 0.5, a gap of 0.4 or more looped for ever)
+                # no background may be far enough from this digit's levels (the midpoints lie
+                # in (0.1, 0.9): with a midpoint near 0.5, a gap of 0.4 or more looped for ever)
                 fg_levels = texture_levels(rng)
             bg_levels = texture_levels(rng)
     fg = texture(TEXTURE_KINDS[fg_kind], rng, size, fg_levels, style)
@@ -207,9 +217,16 @@ def generate(digits, labels, num_images, seed=0, threshold=0.5, size=IMAGE_SIZE,
         labels: ``[n]`` labels.
         num_images: how many images (digits drawn with replacement).
         threshold: digit pixels above it belong to the digit.
-        mean_gap: the mean intensities of the digit's and the background's textures
-            differ by at least this much (their ranges may still overlap, so that
-            single pixels stay ambiguous). Default 0 (independent draws); at most 0.5.
+        mean_gap: the midpoints ``(low + high) / 2`` of the intensity ranges of the
+            digit's and the background's textures (their two ``levels``, see
+            :func:`texture`) differ by at least this much (the ranges may still
+            overlap, so that single pixels stay ambiguous). The textures' actual
+            mean intensities are ``low + (high - low) * duty``, ``duty`` the mean of
+            the pattern in [0, 1] (of a binary one, the share of its pixels at
+            ``high``: its duty cycle), near but not exactly 0.5 (a pattern of noise
+            or stripes may be mostly low or mostly high), so they may differ by less
+            (24 of 300 pairs of binary textures by less than 0.3 with
+            ``mean_gap=0.3``). Default 0 (independent draws); at most 0.5.
         style: the textures' ``style`` (see :func:`texture`): ``"binary"`` (default)
             or ``"smooth"``.
         texture_set: ``"random"`` (default): procedural textures with parameters
@@ -556,6 +573,10 @@ def evaluate_iterations(model, data, batch_size=64, verbose=0):
 
     Returns:
         ``{"ami": [T floats], "error": [T floats] (with a classifier)}``.
+
+    Raises:
+        InputError: a classifier's ``data`` without one label per image (``"labels"``
+            ``[n]``, ``n`` the number of images).
     """
     batch_size = integer_at_least("batch_size", batch_size, 1)  # (0 returned a result)
     return _score_iterations(console.predict(model, data["images"], batch_size, verbose), data)
@@ -572,8 +593,25 @@ def _score_iterations(out, data):
     }
     if "digit" in out:
         guesses = np.argmax(out["digit"], axis=-1)  # [b, T]
-        result["error"] = [float(e) for e in np.mean(guesses != data["labels"][:, None], axis=0)]
+        labels = _image_labels(data, len(guesses))
+        result["error"] = [float(e) for e in np.mean(guesses != labels[:, None], axis=0)]
     return result
+
+
+def _image_labels(data, num_images):
+    """``data["labels"]`` as an array, checked to hold one label per image (``num_images``).
+
+    A single label was broadcast against every image's guesses (an error rate of
+    whatever that one label gave), and no labels at all a bare ``KeyError``.
+    """
+    if "labels" not in data:
+        raise InputError(f"`data` must hold the images' 'labels' [n] (n={num_images}) to score a classifier. "
+                         f"Received: keys {sorted(data)}")
+    labels = np.asarray(data["labels"])
+    if labels.shape != (num_images,):
+        raise InputError(f"`data` must hold one label per image: 'labels' [n] with n={num_images}. "
+                         f"Received: labels shape={labels.shape}")
+    return labels
 
 
 def image_blind_ami(train_segmentation, test_segmentation, select_segmentation=None,
@@ -617,6 +655,11 @@ class SegmentationValidation(keras.callbacks.Callback):
     "val_ami", mode="max")`` see them: put it before those callbacks. With
     ``verbose`` it prints them on a line of their own, once Keras' progress bar has
     ended the epoch's line (at the next epoch's start, and at the end of training).
+
+    A model with a classifier (a ``"digit"`` output) is scored on the labels too
+    (:func:`evaluate_iterations`): ``data`` then needs ``"labels"``, one per image,
+    else ``fit`` stops with an ``InputError`` before its first epoch (a ``KeyError``
+    after it, before).
     """
 
     def __init__(self, data, batch_size=64, verbose=0):
@@ -627,11 +670,17 @@ class SegmentationValidation(keras.callbacks.Callback):
         if len(data["images"]) == 0 or len(data["images"]) != len(data["segmentation"]):
             raise InputError("`data` must hold at least one image and one segmentation per image. Received: "
                              f"{len(data['images'])} images, {len(data['segmentation'])} segmentations")
+        if "labels" in data:  # (needed by a classifier only: see on_train_begin)
+            _image_labels(data, len(data["images"]))
         self.data, self.batch_size, self.verbose = data, integer_at_least("batch_size", batch_size, 1), verbose
         self._line = None  # the epoch's line, printed once Keras' progress bar has ended its own
 
     def on_train_begin(self, logs=None):
         self._line = None  # a fit that crashed before its next epoch left its line unprinted: not this fit's
+        # the model it validates is known only now: a classifier without labels failed after epoch 1
+        outputs = getattr(self.model, "output", None)
+        if isinstance(outputs, dict) and "digit" in outputs:
+            _image_labels(self.data, len(self.data["images"]))
 
     def on_epoch_end(self, epoch, logs=None):
         amis = evaluate_iterations(self.model, self.data, self.batch_size)["ami"]

@@ -629,3 +629,21 @@ def test_an_applications_datasets_have_the_autotuner_off(make):
     for dataset in datasets:
         assert dataset.options().autotune.enabled is False
         next(iter(dataset))  # (still yields)
+
+
+def test_resolve_strategy_takes_the_name_of_a_strategy_and_refuses_another_string(mirrored, monkeypatch):
+    # Audit (apps 1): a name (train(strategy="mirrored")) was an AttributeError deep in the
+    # application ('str' object has no attribute 'scope'). The names of STRATEGIES give the
+    # strategies make_strategy gives (the command line's --strategy), resolved.
+    from applications.errors import InputError
+
+    installed = []
+    monkeypatch.setattr(distribute, "install_keras_fixes", lambda: installed.append(True) or True)
+    assert distribute.resolve_strategy("mirrored") is distribute._CACHE["mirrored"] and installed == [True]
+    assert distribute.resolve_strategy("mirrored").num_replicas_in_sync == 2
+    assert distribute.resolve_strategy("default") is distribute.make_strategy("default")
+    for bad in ("mirorred", "", "MIRRORED"):
+        with pytest.raises(InputError, match=rf"one of \('default', 'mirrored', 'multiworker', 'tpu'\). "
+                                             rf"Received: strategy='{bad}'"):
+            distribute.resolve_strategy(bad)
+    assert distribute.global_batch_size(8, "mirrored") == 16

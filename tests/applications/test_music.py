@@ -1435,3 +1435,48 @@ def test_a_window_longer_than_every_chorale_builds_the_model_for_the_longest(tmp
     model = keras.saving.load_model(run_dir / "model.keras")
     assert model.input_shape[1] == 7  # the longest chorale read
     assert np.isfinite(result["valid_nll_per_step"]) and np.isfinite(result["test_nll_per_step"])
+
+
+def test_rolls_of_values_other_than_0_and_1_are_refused():
+    # Audit (apps 1): pad_rolls and nll_per_step took a roll of 2.0s (scored as a "likelihood"
+    # of 56.7 nats per step, which no Bernoulli gives), or of 0.5s or NaNs, without a word.
+    from applications.errors import InputError
+
+    good = np.zeros((3, 88), "float32")
+    good[1, 40] = 1
+    for value in (2.0, 0.5, -1.0, float("nan")):
+        bad = good.copy()
+        bad[2, 7] = value
+        with pytest.raises(InputError, match=rf"must hold 0 or 1 .*Received: rolls\[1\] holding {value}$"):
+            music.pad_rolls([good, bad])
+        with pytest.raises(InputError, match=r"Received: rolls\[1\] holding"):
+            music.make_dataset([good, bad], 2)
+    with pytest.raises(InputError, match=r"Received: rolls\[0\] holding 2.0"):
+        music.nll_per_step(None, [np.full((3, 88), 2.0)])  # refused before the model runs
+    rolls, mask = music.pad_rolls([good.astype(bool), good.astype("int64")[:2]])  # 0/1 of other dtypes
+    assert rolls.dtype == np.float32 and rolls.sum() == 2 and mask.tolist() == [[1, 1, 1], [1, 1, 0]]
+
+
+def test_a_file_without_chorales_is_refused_naming_it_before_a_run_directory_is_made(tmp_path, capsys):
+    # Audit (apps 1): load_rolls of a file whose splits were all empty was a bare ValueError
+    # ("max() arg is an empty sequence"), and train (from the command line too) left an empty
+    # run directory behind.
+    import re
+
+    from applications import __main__ as cli
+    from applications.errors import InputError
+
+    (tmp_path / "data").mkdir()
+    path = tmp_path / "data" / "jsb_chorales.json"
+    path.write_text(json.dumps({"train": [], "valid": [], "test": []}))
+    message = rf"{re.escape(str(path))} holds no chorales: its splits \('train', 'valid', 'test'\) are all empty"
+    with pytest.raises(InputError, match=message):
+        music.load_rolls(path)
+    with pytest.raises(InputError, match=message):
+        music.load_rolls(path.parent)  # the file of the folder, named
+    with pytest.raises(InputError, match=message):
+        music.train(path, run_dir=str(tmp_path / "run"), epochs=1, verbose=0, **TINY)
+    assert not (tmp_path / "run").exists()
+    argv = ["train", "music", "--data-dir", str(path), "--epochs", "1", "--quiet", "--run-dir", str(tmp_path / "cli")]
+    assert cli.main(argv) == 2
+    assert "holds no chorales" in capsys.readouterr().err and not (tmp_path / "cli").exists()

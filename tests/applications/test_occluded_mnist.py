@@ -1363,3 +1363,30 @@ def test_a_backup_on_a_t10k_split_is_not_resumed_once_train_files_are_beside_it(
     result = train(str(run_dir))
     assert result["epochs_run"] == 2 and result["split"]["idx_layout"] == "t10k"
     assert not backup.exists()
+
+
+def test_classification_error_refuses_labels_that_are_not_one_per_sequence():
+    # Audit (apps 1): labels of length 1 were broadcast against every sequence's guess (an
+    # error rate, no error), where error_per_step refused the same data.
+    model = _FixedPredictions(_steps_guessing([[1, 0], [0, 2], [2, 0]]))  # last guesses: 0, 2, 0
+    frames = np.zeros((3, 2, 8, 8, 1), "float32")
+    for labels, shape in (([0], "(1,)"), ([0, 2], "(2,)"), ([0, 2, 0, 1], "(4,)"), ([[0, 2, 0]], "(1, 3)")):
+        with pytest.raises(InputError, match=rf"n >= 1 sequences.*Received: labels shape={re.escape(shape)}, "
+                                             "3 frame sequences"):
+            om.classification_error(model, {"frames": frames, "labels": labels})
+    with pytest.raises(InputError, match="must be a dict with 'frames' and 'labels'"):
+        om.classification_error(model, {"frames": frames})
+    assert model.calls == []  # checked before predicting
+    assert om.classification_error(model, {"frames": frames, "labels": [0, 2, 1]}) == pytest.approx(1 / 3)
+
+
+@pytest.mark.parametrize("augment", ["fresh", "affine"])
+def test_an_augmented_training_dataset_checks_its_frame_size_when_made(digits, augment):
+    # Audit (apps 1): with augment, a frame smaller than the digit (10 < 14) was refused only
+    # when the dataset was read (inside a tf.data error), and frame_size=2.5 was a TypeError
+    # of tf.TensorSpec.
+    for bad in (10, 2.5, 0):
+        with pytest.raises(InputError, match=rf"Received: frame_size={bad}$"):
+            om.make_training_dataset(*digits, 4, batch_size=4, augment=augment, frame_size=bad)
+    frames, targets = next(iter(om.make_training_dataset(*digits, 4, batch_size=4, augment=augment, frame_size=14)))
+    assert frames.shape == (4, om.NUM_FRAMES, 14, 14, 1) and targets["digit"].shape == (4,)

@@ -1,6 +1,7 @@
 """Textured MNIST for RTagger: textures, segmentation, model, saving, per-iteration AMI, command line."""
 
 import json
+import re
 
 import keras
 import numpy as np
@@ -884,3 +885,97 @@ def test_train_files_beside_t10k_train_and_evaluate_keeps_the_split_train_record
         drawn.clear()
         tm.evaluate(str(run_dir / "model.keras"))
         np.testing.assert_array_equal(drawn[0], want_test[0])
+
+
+def test_smooth_checkers_are_never_two_valued():
+    # Audit (apps 1): the smooth checker's plaid, sampled at the pixels' centres, took only the
+    # two values 0.5 +- 0.25 of its levels for cells of 2 pixels (93 of 400 smooth checkers
+    # were binary ones of less contrast). The binary checker, and the draws of both styles,
+    # stay as they were.
+    rows, cols = np.mgrid[0:28, 0:28]
+    cells = set()
+    for seed in range(200):
+        smooth = tm.texture("checker", np.random.default_rng(seed), levels=(0.0, 1.0), style="smooth")
+        assert len(np.unique(smooth)) > 2 and smooth.min() >= 0 and smooth.max() <= 1, seed
+        draws = np.random.default_rng(seed)
+        cell = int(draws.integers(2, 6))
+        dr, dc = draws.integers(0, cell, 2)
+        cells.add(cell)
+        binary = tm.texture("checker", np.random.default_rng(seed), levels=(0.0, 1.0))
+        np.testing.assert_array_equal(binary, ((rows + dr) // cell + (cols + dc) // cell) % 2)
+        after = [np.random.default_rng(seed) for _ in tm.TEXTURE_STYLES]
+        for rng, style in zip(after, tm.TEXTURE_STYLES):
+            tm.texture("checker", rng, style=style)
+        assert len({rng.random() for rng in after}) == 1  # the same draws for both styles
+    assert cells == {2, 3, 4, 5}
+
+
+@pytest.mark.parametrize("style", tm.TEXTURE_STYLES)
+def test_mean_gap_keeps_the_midpoints_of_the_textures_levels_apart(monkeypatch, style):
+    # Audit (apps 1): generate's docstring said that mean_gap kept the textures' mean
+    # intensities apart; what it keeps apart is the midpoints (low + high) / 2 of their two
+    # levels (documented now). Their means differ by the patterns' duty cycles too: with
+    # binary textures 24 of 300 pairs are less than 0.3 apart at mean_gap=0.3.
+    drawn, texture = [], tm.texture
+
+    def recorded(kind, rng, size, levels, style):
+        drawn.append((levels, texture(kind, rng, size, levels, style)))
+        return drawn[-1][1]
+
+    monkeypatch.setattr(tm, "texture", recorded)
+    closer = 0
+    for seed in range(300):
+        drawn.clear()
+        fg, bg, _ = tm._random_textures(np.random.default_rng(seed), 28, 0.3, style)
+        (fg_levels, fg_drawn), (bg_levels, bg_drawn) = drawn
+        assert fg is fg_drawn and bg is bg_drawn
+        assert abs((fg_levels[0] + fg_levels[1]) / 2 - (bg_levels[0] + bg_levels[1]) / 2) >= 0.3
+        for (low, high), tex in drawn:
+            assert low - 1e-6 <= tex.min() and tex.max() <= high + 1e-6
+        closer += abs(float(fg.mean()) - float(bg.mean())) < 0.3
+    if style == "binary":
+        assert closer > 0  # (24 of the 300)
+
+
+class _FixedTagger:
+    """A model stand-in whose ``predict`` returns fixed outputs of a classifying tagger."""
+
+    def __init__(self, guesses, n_groups=2):
+        guesses = np.asarray(guesses)  # [n, T]
+        n, iterations = guesses.shape
+        self.out = {"mixture": np.full((n, iterations, n_groups, 28, 28, 2), 1 / n_groups, "float32"),
+                    "digit": np.eye(10, dtype="float32")[guesses]}
+
+    def predict(self, images, batch_size=None, verbose=0):
+        return self.out
+
+
+def test_the_scores_of_a_classifier_need_one_label_per_image(digits):
+    # Audit (apps 1): one label was broadcast against every image's guesses (an error rate,
+    # no error), and data without labels was a KeyError.
+    data = tm.generate(*digits, 3, seed=0)
+    model = _FixedTagger([[1, 1], [2, 0], [3, 3]])
+    for labels in (data["labels"][:1], data["labels"][:2], data["labels"][None]):
+        with pytest.raises(tm.InputError, match=r"one label per image: 'labels' \[n\] with n=3. "
+                                                 rf"Received: labels shape={re.escape(str(labels.shape))}"):
+            tm.evaluate_iterations(model, {**data, "labels": labels})
+    with pytest.raises(tm.InputError, match=r"'labels' \[n\] \(n=3\) to score a classifier. Received: keys"):
+        tm.evaluate_iterations(model, {"images": data["images"], "segmentation": data["segmentation"]})
+    scores = tm.evaluate_iterations(model, {**data, "labels": np.array([1, 0, 3])})
+    assert scores["error"] == pytest.approx([1 / 3, 0.0])
+
+
+def test_segmentation_validation_of_a_classifier_needs_one_label_per_image(digits):
+    # Audit (apps 1): data without labels validating a classifier was a KeyError after the
+    # first epoch; labels of another length than the images were taken.
+    data = tm.generate(*digits, 4, seed=0)
+    with pytest.raises(tm.InputError, match=r"one label per image.*n=4. Received: labels shape=\(1,\)"):
+        tm.SegmentationValidation({**data, "labels": data["labels"][:1]})
+    no_labels = {"images": data["images"], "segmentation": data["segmentation"]}
+    callback = tm.SegmentationValidation(no_labels)  # all a model without a classifier needs
+    model = tm.compile_model(tm.build_model(num_classes=10, **TINY))
+    epochs = []
+    started = keras.callbacks.LambdaCallback(on_epoch_begin=lambda epoch, logs: epochs.append(epoch))
+    with pytest.raises(tm.InputError, match=r"'labels' \[n\] \(n=4\) to score a classifier"):
+        model.fit(tm.make_dataset(data, 2, 4, num_classes=10), epochs=1, verbose=0, callbacks=[callback, started])
+    assert epochs == []  # refused before the first epoch
