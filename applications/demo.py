@@ -80,19 +80,21 @@ def build_model(
             earlier model, without the ``norm_hidden`` layer.
         synchronized_batchnorm: batch statistics over the global batch of all
             replicas (``train`` sets it when there are several replicas, so that
-            every replica keeps identical moving statistics).
+            every replica keeps identical moving statistics). True or False.
         name: model name.
 
     Returns:
         A ``keras.Model`` from images to class logits ``[batch, num_classes]``.
     """
     # (pose_size=0 failed in an error about `filters`, 2.0 with a raw shape error;
-    # hidden_norm="no" was true)
+    # hidden_norm="no" and synchronized_batchnorm="no" were true)
     p = pose_size = checks.integer_at_least("pose_size", pose_size, 1)
     filters = checks.integer_at_least("filters", filters, 1)
     primary_capsules = checks.integer_at_least("primary_capsules", primary_capsules, 1)
-    if not isinstance(hidden_norm, (bool, np.bool_)):
-        raise InputError(f"`hidden_norm` must be True or False. Received: hidden_norm={hidden_norm!r}")
+    for option, value in (("hidden_norm", hidden_norm), ("synchronized_batchnorm", synchronized_batchnorm)):
+        if not isinstance(value, (bool, np.bool_)):
+            raise InputError(f"`{option}` must be True or False. Received: {option}={value!r}")
+    synchronized_batchnorm = bool(synchronized_batchnorm)
     images = keras.Input(input_shape, name="images")
     x = images
     # As in Heinsen's smallNORB model: normalization before each convolution, Swish after.
@@ -124,7 +126,16 @@ TEST_FRACTION = 0.2
 
 def split_indices(num_examples, test_fraction=TEST_FRACTION, seed=0, hold_out=False):
     """The ``(train, test)`` indices of :func:`make_datasets`' split (``test``: the
-    validation indices with ``hold_out=True``)."""
+    validation indices with ``hold_out=True``).
+
+    Raises:
+        InputError (a ValueError): ``num_examples`` or ``seed`` is not an integer >= 0
+            (a seed of -1 or 1.5 was numpy's traceback, ``True`` the split of 1),
+            ``test_fraction`` not a number in (0, 1), or the examples are too few for
+            both parts.
+    """
+    num_examples = checks.integer_at_least("num_examples", num_examples, 0)
+    seed = checks.integer_at_least("seed", seed, 0)
     if isinstance(test_fraction, bool) or not isinstance(test_fraction, numbers.Real) or not 0 < test_fraction < 1:
         # 0, 1 or 1.5 were reported as too few examples ("use a larger --limit")
         raise InputError(f"`test_fraction` must be a number in (0, 1). Received: test_fraction={test_fraction!r}")
@@ -304,7 +315,7 @@ def train(
         batch_size: examples per replica and step; the global batch is
             ``batch_size x strategy.num_replicas_in_sync``.
         learning_rate: Adam's learning rate.
-        seed: seeds the weights, the train/test split and the shuffling.
+        seed: an integer >= 0: seeds the weights, the train/test split and the shuffling.
         verbose: 0 (silent) or 1 (progress bars).
         strategy: a ``tf.distribute.Strategy`` (None: the default strategy).
         data_dir: None for scikit-learn's 8x8 digits, or a directory with the MNIST
@@ -318,11 +329,17 @@ def train(
 
     Returns:
         A dict with the test accuracy, the parameter count, the epochs and the paths.
+
+    Raises:
+        InputError (a ValueError), before the run directory is made: ``epochs`` is
+            not an integer >= 1, or ``seed`` not an integer >= 0.
     """
 
     # epochs=0 wrote and scored an untrained model; -1 and 1.5 failed inside fit, after
-    # the run directory, its logs and a backup were written
+    # the run directory, its logs and a backup were written; seed=True was taken (and
+    # recorded as the split's seed), -1 and 1.5 raw errors of Keras' seeding
     epochs = checks.integer_at_least("epochs", epochs, 1)
+    seed = checks.integer_at_least("seed", seed, 0)
     strategy = distribute.resolve_strategy(strategy)
     keras.utils.set_random_seed(seed)
     out = distribute.output_dir(run_dir, strategy)

@@ -35,6 +35,8 @@ Reference:
     arXiv:1911.00792.
 """
 
+import collections.abc
+import inspect
 import logging
 import numbers
 
@@ -125,7 +127,17 @@ def build_model(
         (logits) ``[batch, n_classes]``. Its layer ``"class_routing"`` returns
         ``[a_out, mu_out, sig2_out]`` of the class capsules. The parameter count is
         logged at INFO level.
+
+    Raises:
+        InputError (a ValueError): an argument out of its range (:func:`check_model_arguments`),
+            naming it: ``"... Received: name=value"``.
     """
+    options = _model_arguments(n_classes=n_classes, n_parts=n_parts, d_chns=d_chns, image_channels=image_channels,
+                               image_size=image_size, pose_size=pose_size, n_iters=n_iters, strides=strides,
+                               routing_kwargs=routing_kwargs)
+    n_classes, n_parts, d_chns, image_channels, image_size, pose_size, n_iters, strides, routing_kwargs = (
+        options[name] for name in ("n_classes", "n_parts", "d_chns", "image_channels", "image_size", "pose_size",
+                                   "n_iters", "strides", "routing_kwargs"))
     images = keras.Input((image_size, image_size, image_channels), name="images")
     x = CoordinateChannels(name="coordinates")(images)
     # As the authors' code: He-normal 3x3 kernels, and batch-normalization statistics
@@ -143,7 +155,6 @@ def build_model(
     mu = keras.layers.BatchNormalization(momentum=BN_MOMENTUM, name="poses_bn")(x)
     mu = keras.layers.Conv2D(n_parts * d_pose, 1, name="poses")(mu)
     mu = keras.layers.Reshape((-1, pose_size, pose_size), name="part_poses")(mu)
-    routing_kwargs = dict(routing_kwargs or {})
     a, mu, _ = EMRouting(
         n_out=n_parts, d_out=pose_size, n_iters=n_iters, name="part_routing", **routing_kwargs
     )([a, mu])
@@ -158,6 +169,66 @@ def build_model(
         name, counts["trainable"], counts["non_trainable"], counts["total"],
     )
     return model
+
+
+#: the ``EMRouting`` arguments that :func:`build_model` sets itself (not ``routing_kwargs``)
+_ROUTING_ARGUMENTS = ("n_out", "d_out", "n_iters", "n_inp", "name")
+#: :func:`build_model`'s arguments and defaults, which :func:`check_model_arguments` checks
+_BUILD_MODEL_SIGNATURE = inspect.signature(build_model)
+
+
+def check_model_arguments(**options):
+    """Raises the ``InputError`` :func:`build_model` would raise for these options.
+
+    Cheap (no layers are made), so that :func:`train` refuses a bad ``model_kwargs``
+    before it reads any data. Takes :func:`build_model`'s keyword arguments; those not
+    given are taken at their defaults (an unknown one is a ``TypeError``, as for
+    :func:`build_model`).
+
+    Raises:
+        InputError (a ValueError): ``n_classes`` is not an integer >= 2 (a softmax over
+            one class is always 1: nothing to learn); ``n_parts``, ``d_chns``,
+            ``image_channels``, ``pose_size`` or ``n_iters`` not an integer >= 1;
+            ``image_size`` neither None nor an integer >= 1; ``strides`` not a sequence
+            of integers >= 1; ``routing_kwargs`` neither None nor a dict without the
+            arguments the builder sets (``n_out``, ``d_out``, ``n_iters``, ``n_inp``,
+            ``name``). Keras failed on most of them with an error about another name
+            (``filters``, ``n_out``, a shape), and took ``d_chns=True``,
+            ``image_channels=0`` and ``image_size=True``.
+    """
+    _model_arguments(**options)
+
+
+def _model_arguments(**options):
+    """:func:`build_model`'s arguments (defaults for those not given), checked and normalised."""
+    bound = _BUILD_MODEL_SIGNATURE.bind(**options)
+    bound.apply_defaults()
+    args = dict(bound.arguments)
+    args["n_classes"] = checks.integer_at_least("n_classes", args["n_classes"], 2)
+    for name in ("n_parts", "d_chns", "image_channels", "pose_size", "n_iters"):
+        args[name] = checks.integer_at_least(name, args[name], 1)
+    if args["image_size"] is not None:
+        args["image_size"] = checks.integer_at_least("image_size", args["image_size"], 1)
+    strides = args["strides"]
+    if isinstance(strides, np.ndarray):
+        strides = strides.tolist()
+    if (
+        isinstance(strides, (str, bytes)) or not isinstance(strides, collections.abc.Sequence)
+        or any(isinstance(s, bool) or not isinstance(s, numbers.Integral) or s < 1 for s in strides)
+    ):
+        raise InputError("`strides` must be a sequence of integers >= 1 (one per 3x3 convolution). "
+                         f"Received: strides={strides!r}")
+    args["strides"] = tuple(int(s) for s in strides)
+    routing_kwargs = args["routing_kwargs"]
+    if routing_kwargs is not None and (
+        not isinstance(routing_kwargs, collections.abc.Mapping) or set(routing_kwargs) & set(_ROUTING_ARGUMENTS)
+    ):
+        raise InputError(
+            "`routing_kwargs` must be None or a dict of further EMRouting arguments (not "
+            f"{', '.join(_ROUTING_ARGUMENTS)}, which the builder sets). Received: routing_kwargs={routing_kwargs!r}"
+        )
+    args["routing_kwargs"] = dict(routing_kwargs or {})
+    return args
 
 
 def parameter_counts(model):
@@ -220,7 +291,13 @@ def _decoded(image):
 def stereo_pair(example, image_size=IMAGE_SIZE):
     """Both images of the pair as ``[image_size, image_size, 2]`` float32 in [0, 1].
 
-    The images are uint8 ``[H, W, 1]`` or PNG-encoded (``load_split(decode_images=False)``)."""
+    The images are uint8 ``[H, W, 1]`` or PNG-encoded (``load_split(decode_images=False)``).
+
+    Raises:
+        InputError (a ValueError): ``image_size`` is not an integer >= 1 (0 was a raw
+            TensorFlow error from the resize, "output dimensions must be positive").
+    """
+    image_size = checks.integer_at_least("image_size", image_size, 1)
     pair = tf.concat([_decoded(example["image"]), _decoded(example["image2"])], axis=-1)
     pair = tf.cast(pair, tf.float32) / 255.0
     if image_size != IMAGE_SIZE:
@@ -276,6 +353,16 @@ def make_dataset(
             epoch ``k`` starts at batch ``k * steps_per_epoch`` of it (the batches
             before it in its pass are drawn and skipped).
 
+    Raises:
+        InputError (a ValueError), when the dataset is made (not when it is read):
+            ``batch_size``, ``image_size``, ``shuffle_buffer`` or ``steps_per_epoch``
+            not an integer >= 1, ``padding`` not None or an integer >= 0,
+            ``mixup_alpha`` neither None nor a finite number >= 0, ``seed`` not an
+            integer >= 0 (or None without ``first_epoch``), ``first_epoch`` without
+            ``training`` or not an integer >= 0. (A bad size failed in tf.data, or
+            with ``first_epoch`` only when the stream was read, inside its graph: a
+            ``StagingError``.)
+
     The shuffle buffer holds the examples as read (the two uint8 images and the
     category: 18,440 bytes an example of smallNORB, 75.5 MB for 4096), and each is
     converted to float32 (resized to ``image_size``) and cropped only as it leaves the
@@ -287,8 +374,18 @@ def make_dataset(
     # here, not in tf.data (1.5 and "a" were raw TensorFlow errors, with `first_epoch` only when
     # the stream was read; True and -1 were taken)
     seed = checks.stream_seed(seed, first_epoch if training else None)
+    # here too: the training batches are made in a graph with `first_epoch` (epoch_stream),
+    # where mixup's own refusal of mixup_alpha=-1 was a StagingError
+    batch_size = checks.integer_at_least("batch_size", batch_size, 1)
+    image_size = checks.integer_at_least("image_size", image_size, 1)
+    shuffle_buffer = checks.integer_at_least("shuffle_buffer", shuffle_buffer, 1)
+    if steps_per_epoch is not None:
+        steps_per_epoch = checks.integer_at_least("steps_per_epoch", steps_per_epoch, 1)
+    if mixup_alpha is not None:
+        mixup_alpha = checks.finite_number("mixup_alpha", mixup_alpha, positive=False)
     if padding is None:
         padding = int(round(16 * image_size / IMAGE_SIZE))
+    padding = checks.integer_at_least("padding", padding, 0)
 
     def label_of(example):
         return tf.one_hot(example["label_category"], NUM_CLASSES)
@@ -334,7 +431,7 @@ def make_dataset(
     pass_batches = n // batch_size
     if pass_batches < 1:
         raise InputError(f"{n} training example(s) are fewer than one batch of {batch_size}")
-    steps = pass_batches if steps_per_epoch is None else checks.integer_at_least("steps_per_epoch", steps_per_epoch, 1)
+    steps = pass_batches if steps_per_epoch is None else steps_per_epoch
     first_pass, skipped = divmod(first_epoch * steps, pass_batches)
     stream = distribute.epoch_stream(
         lambda epoch: batches(distribute.epoch_seed(seed, epoch), repeat=False), pass_batches, first_pass
@@ -414,8 +511,9 @@ def train(
             smaller sizes resize the images first (for quick experiments).
         steps_per_epoch, validation_steps: limits per epoch (None: whole splits).
         mixup_alpha: mixup's Beta parameter (None or 0: no mixup). Default 0.2.
-        seed: seed of the weights, of the order of the training files and of shuffling,
-            cropping and mixup: the same seed trains the same model (None: unseeded).
+        seed: an integer >= 0, the seed of the weights, of the order of the training
+            files and of shuffling, cropping and mixup: the same seed trains the same
+            model (None: unseeded).
             With a seed, the training files are read in the seed's order at every
             pass and every pass over them is drawn (shuffled, cropped, mixed) from
             ``(seed, pass)`` (``make_dataset(..., first_epoch=...)``): a run resumed
@@ -439,9 +537,19 @@ def train(
 
     Returns:
         ``(model, history)``.
+
+    Raises:
+        InputError (a ValueError), before any data is read: ``epochs``, ``batch_size``,
+            ``image_size``, ``steps_per_epoch`` or ``validation_steps`` not an integer
+            >= 1, ``mixup_alpha`` neither None nor a finite number >= 0, ``seed``
+            neither None nor an integer >= 0, ``model_kwargs`` that
+            :func:`build_model` refuses (:func:`check_model_arguments`).
+        DataNotFoundError: without ``download``, smallNORB is not prepared in ``data_dir``.
     """
     # checked before any data is read: batch_size=0 was a ZeroDivisionError, with
-    # steps_per_epoch a tf.data InvalidArgumentError, a negative one "Dimension -4 must be >= 0"
+    # steps_per_epoch a tf.data InvalidArgumentError, a negative one "Dimension -4 must be >= 0";
+    # mixup_alpha=-1 a StagingError from the training stream's graph; seed=True was taken,
+    # -1 and 1.5 raw errors of Keras' seeding
     epochs = checks.integer_at_least("epochs", epochs, 1)
     batch_size = checks.integer_at_least("batch_size", batch_size, 1)
     image_size = checks.integer_at_least("image_size", image_size, 1)
@@ -449,6 +557,13 @@ def train(
         steps_per_epoch = checks.integer_at_least("steps_per_epoch", steps_per_epoch, 1)
     if validation_steps is not None:
         validation_steps = checks.integer_at_least("validation_steps", validation_steps, 1)
+    if mixup_alpha is not None:
+        mixup_alpha = checks.finite_number("mixup_alpha", mixup_alpha, positive=False)
+    seed = checks.stream_seed(seed)
+    if model_kwargs is not None and not isinstance(model_kwargs, dict):
+        raise InputError(f"`model_kwargs` must be None or a dict of build_model's arguments. "
+                         f"Received: model_kwargs={model_kwargs!r}")
+    check_model_arguments(**(model_kwargs or {}))
     if seed is not None:  # the initial weights too, as the other applications
         keras.utils.set_random_seed(seed)
     # with a seed, the files in one order (the seed's) at every pass: the passes of a
@@ -906,6 +1021,7 @@ if __name__ == "__main__":
 __all__ = [
     "CoordinateChannels",
     "build_model",
+    "check_model_arguments",
     "parameter_counts",
     "compile_model",
     "load_split",

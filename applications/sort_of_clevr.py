@@ -526,6 +526,9 @@ def build_model(
         max_steps: reasoning steps ``p``.
         embedding_dim: word-embedding size.
         vocabulary_size, num_answers, kb_dim: the task's sizes (defaults: this module's).
+            ``kb_dim``, the features of an object of the symbolic knowledge base, is an
+            integer >= 1, >= 2 with ``coordinate_frequencies`` (its last two features
+            are the object's x and y, which :class:`CoordinateEncoding` encodes).
         kb: ``"symbolic"`` (a Dense projection of the object list) or ``"image"`` (the
             convolutional stem and :func:`applications.clevr.image_knowledge_base`).
         stem_filters: channels of the image stem.
@@ -535,9 +538,9 @@ def build_model(
             coordinate appended to every object (:class:`CoordinateEncoding`), so the
             read unit can attend by distance; 0 projects the raw object features.
             ``stem_filters`` and ``positional_encoding`` shape the image knowledge
-            base only, ``coordinate_frequencies`` the symbolic one only: a value other
-            than the default for the other ``kb`` has no effect and warns
-            (``UserWarning``).
+            base only, ``coordinate_frequencies`` and ``kb_dim`` the symbolic one
+            only: a value other than the default for the other ``kb`` has no effect
+            and warns (``UserWarning``).
         self_attention, memory_gate, memory_dropout: passed to ``MACNetwork``.
         output_dropout: dropout before the classifier's hidden layer.
         name: model name.
@@ -560,9 +563,14 @@ def build_model(
     # error (their token ids go up to len(VOCAB) - 1); one answer was a softmax always 1
     vocabulary_size = integer_at_least("vocabulary_size", vocabulary_size, len(VOCAB))
     num_answers = integer_at_least("num_answers", num_answers, 2)
+    # kb_dim=0 failed in CoordinateEncoding's shape check (about `coordinates`), -1 with a raw
+    # shape error; stem_filters=True built one channel per convolution
+    kb_dim = integer_at_least("kb_dim", kb_dim, 2 if kb == "symbolic" and coordinate_frequencies else 1)
+    stem_filters = integer_at_least("stem_filters", stem_filters, 1)
     # the other knowledge base's options were silently without effect
     unused = ((("stem_filters", stem_filters, 24), ("positional_encoding", positional_encoding, "linear"))
-              if kb == "symbolic" else (("coordinate_frequencies", coordinate_frequencies, 4),))
+              if kb == "symbolic" else (("coordinate_frequencies", coordinate_frequencies, 4),
+                                        ("kb_dim", kb_dim, KB_DIM)))
     for option, value, default in unused:
         if value != default:
             checks.warn_without_effect("sort_of_clevr.build_model", option, value,
@@ -705,6 +713,8 @@ def _validation_sets(validation_examples, seed, kb, selection=False):
     # data and failed only after training); an odd count gives the extra one to the
     # relational half.
     validation_examples = integer_at_least("validation_examples", validation_examples, minimum=2)
+    # as train's seed: -1 drew the questions of seed 999 (-1 + 1000), 1.5 was refused as seed=1001.5
+    seed = integer_at_least("seed", seed, 0)
     sizes = (validation_examples // 2, validation_examples - validation_examples // 2)
     # selection: questions of their own for a search (seeds [seed, 1000 + r, 1]), never those
     # that train and evaluate report (seed + 1000 + r)
@@ -718,7 +728,12 @@ def validation_data(validation_examples=2000, seed=0, kb="symbolic", sets=None, 
     ``(inputs, answers)`` pair of arrays; ``sets``: the two halves if already generated.
     ``selection``: other questions of the same kinds, for model selection
     (``tuning.sort_of_clevr``), so that the search never chooses on the questions that
-    ``train`` and ``evaluate`` report."""
+    ``train`` and ``evaluate`` report.
+
+    Raises:
+        InputError (a ValueError): ``validation_examples`` is not an integer >= 2, or
+            ``seed`` (an integer, as :func:`train`'s, which offsets it) not one >= 0.
+    """
     val = sets or _validation_sets(validation_examples, seed, kb, selection)
     inputs = {k: np.concatenate([val[0][0][k], val[1][0][k]]) for k in val[0][0]}
     return inputs, np.concatenate([val[0][1], val[1][1]])

@@ -47,13 +47,19 @@ def mixup(dataset, alpha=0.2, seed=None, num_classes=None, per_example=True):
     Args:
         dataset: a batched ``tf.data.Dataset`` of ``(x, y)`` or ``(x, y, w)``.
         alpha: the Beta distribution's parameter (> 0). Default 0.2 (Heinsen 2019).
-        seed: integer seed for reproducible mixing, or None for a random one.
+        seed: integer seed (>= 0) for reproducible mixing, or None for a random one;
+            also an integer scalar tensor (an epoch's seed, ``distribute.epoch_seed``).
         num_classes: if given, integer labels ``y`` (``[batch]`` or ``[batch, 1]``) are
             one-hot encoded first.
         per_example: draw one ``lam`` per example (default) or one per batch.
 
     Returns:
         The mixed dataset.
+
+    Raises:
+        InputError (a ValueError): ``alpha`` is not a finite number > 0, ``num_classes``
+            neither None nor an integer >= 1, or ``seed`` neither None, an integer >= 0
+            nor an integer scalar tensor.
     """
     # numbers.Real: an np.float32 alpha was refused as not a number.
     if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not 0 < alpha < math.inf:
@@ -62,6 +68,10 @@ def mixup(dataset, alpha=0.2, seed=None, num_classes=None, per_example=True):
     if num_classes is not None:
         # num_classes=0 gave targets [batch, ..., 0]; it is checked here, not in the graph
         num_classes = checks.integer_at_least("num_classes", num_classes, 1)
+    # seed=True and -1 were taken, 1.5 and "a" raw TensorFlow errors; a tensor is an epoch's
+    # seed (an int64 drawn from the run's seed: any value), as the streams pass it
+    if not (tf.is_tensor(seed) and seed.dtype.is_integer and seed.shape.rank == 0):
+        seed = checks.stream_seed(seed)
     # Without rerandomize_each_iteration every epoch repeated the first one's weights and
     # permutations (seed or not); with it, a seeded run is still reproducible.
     seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).batch(2, drop_remainder=True)

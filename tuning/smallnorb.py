@@ -19,7 +19,7 @@ tenth shows the training objects from other viewpoints and lightings, where the 
 split shows other objects, so its accuracy flatters the test accuracy; it ranks trials.
 """
 
-from applications import distribute, smallnorb, tfds_data
+from applications import checks, distribute, smallnorb, tfds_data
 from applications.errors import InputError
 from tuning.base import DatasetHyperModel
 
@@ -37,6 +37,10 @@ class SmallNORBHyperModel(DatasetHyperModel):
         validation_steps: validate on the first N batches of the held-out tenth of the
             training split (None: all of them).
         **kwargs: ``batch_size``, ``seed``, ``epochs`` of :class:`DatasetHyperModel`.
+
+    Raises:
+        InputError (a ValueError): ``image_size`` not an integer >= 1, or
+            ``steps_per_epoch`` or ``validation_steps`` neither None nor an integer >= 1.
     """
 
     application = "smallnorb"
@@ -44,8 +48,14 @@ class SmallNORBHyperModel(DatasetHyperModel):
     def __init__(self, data_dir=None, image_size=smallnorb.IMAGE_SIZE, steps_per_epoch=None,
                  validation_steps=None, **kwargs):
         super().__init__(**kwargs)
-        self.data_dir, self.image_size = data_dir, image_size
-        self.steps_per_epoch, self.validation_steps = steps_per_epoch, validation_steps
+        # checked here, before any trial (the command line's positive_int did it for `tune`):
+        # validation_steps=0 and any image_size were taken, to fail in or after a trial
+        self.data_dir = data_dir
+        self.image_size = checks.integer_at_least("image_size", image_size, 1)
+        self.steps_per_epoch, self.validation_steps = (
+            None if value is None else checks.integer_at_least(name, value, 1)
+            for name, value in (("steps_per_epoch", steps_per_epoch), ("validation_steps", validation_steps))
+        )
 
     @classmethod
     def options_from_args(cls, args):

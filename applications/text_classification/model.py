@@ -164,7 +164,8 @@ def build_model(
 
     Args:
         vocab_size: size of the id space, padding (0) and OOV (1) included.
-        num_classes: number of classes (class capsules).
+        num_classes: number of classes (class capsules), an integer >= 2: the
+            prediction is the arg-max of the class scores, which one class always wins.
         routing: ``"kmeans"`` (CCCapsNet), ``"dynamic"`` (Sabour et al.) or
             ``"linear"`` (masked mean over tokens + sigmoid ``Dense``; no capsules).
         embedding: ``"compositional"`` (learned compositional codes, ``num_codebooks``
@@ -198,7 +199,8 @@ def build_model(
         A ``keras.Model`` from ids ``[batch, length]`` (int32, 0 = padding) to class
         scores ``[batch, num_classes]`` in ``[0, 1]``.
     """
-    _positive_int("num_classes", num_classes)
+    # one class built a model whose arg-max prediction is always right: nothing to learn
+    num_classes = checks.integer_at_least("num_classes", num_classes, 2)
     if isinstance(vocab_size, bool) or not isinstance(vocab_size, numbers.Integral) or vocab_size < 2:
         raise InputError("`vocab_size` must be an integer >= 2 (ids 0 and 1 are the padding and "
                          f"the out-of-vocabulary word). Received: vocab_size={vocab_size!r}")
@@ -216,8 +218,6 @@ def build_model(
     defaults = inspect.signature(build_model).parameters
     for option, value, needs in unused:
         if value != defaults[option].default:
-            from applications import checks
-
             checks.warn_without_effect("text_classification.build_model", option, value, needs)
     ids = keras.Input((None,), dtype="int32", name="ids")
     x = _embedding_layer(embedding, vocab_size, embedding_dim, num_codebooks, codes_stddev, codebook_stddev)(ids)

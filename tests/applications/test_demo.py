@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 
 import keras
 import numpy as np
@@ -228,3 +229,39 @@ def test_recorded_options_are_the_same_text_in_every_process():
     decay = keras.optimizers.schedules.ExponentialDecay(1e-2, decay_steps=10, decay_rate=0.9)
     assert stable_json_value(decay)["config"]["decay_rate"] == 0.9
     json.dumps(stable_json_value(keras.regularizers.L2(1e-3)))
+
+
+@pytest.mark.parametrize("value", ["no", 1, None])
+def test_build_model_refuses_a_synchronized_batchnorm_that_is_not_true_or_false(value):
+    # Audit apps2: "no" (or 1) was read as True: batch statistics synchronized over replicas
+    from applications.errors import InputError
+
+    with pytest.raises(InputError, match=re.escape(f"Received: synchronized_batchnorm={value!r}")):
+        demo.build_model(synchronized_batchnorm=value)
+
+
+@pytest.mark.parametrize("name, bad", [("seed", -1), ("seed", 1.5), ("seed", True), ("seed", None), ("seed", "3"),
+                                       ("num_examples", 10.5), ("num_examples", True), ("num_examples", -5)])
+def test_split_indices_refuses_a_bad_seed_or_count_by_its_name(name, bad):
+    # Audit apps2: seed=-1 and 1.5 were numpy's tracebacks, True the split of seed 1;
+    # num_examples=10.5 an AxisError, True "True example(s) are too few"
+    from applications.errors import InputError
+
+    kwargs = {"num_examples": 10, "seed": 0, name: bad}
+    with pytest.raises(InputError, match=re.escape(f"Received: {name}={bad!r}")):
+        demo.split_indices(**kwargs)
+    if name == "seed":
+        with pytest.raises(InputError, match=re.escape(f"Received: seed={bad!r}")):
+            demo.training_batches(100, 4, seed=bad)
+
+
+@pytest.mark.parametrize("seed", [-1, 1.5, True, None])
+def test_train_refuses_a_bad_seed_before_making_the_run_directory(seed, tmp_path):
+    # Audit apps2: seed=True was taken (and recorded as the split's seed), -1 and 1.5 were
+    # raw errors of Keras' seeding
+    from applications.errors import InputError
+
+    run_dir = tmp_path / "run"
+    with pytest.raises(InputError, match=re.escape(f"Received: seed={seed!r}")):
+        demo.train(run_dir=str(run_dir), epochs=1, seed=seed, verbose=0)
+    assert not run_dir.exists()

@@ -1,6 +1,8 @@
 """smallNORB application: the paper's model, the TFDS pipeline (mocked), saving, plots, learning."""
 
 
+import re
+
 import keras
 import numpy as np
 import pytest
@@ -234,18 +236,90 @@ def test_the_architecture_learns_mnist_digits_at_small_size():
 
 
 @pytest.mark.parametrize("name, bad", [("batch_size", 0), ("batch_size", -4), ("epochs", 0), ("image_size", 0),
-                                       ("steps_per_epoch", 0), ("validation_steps", -1)])
+                                       ("steps_per_epoch", 0), ("validation_steps", -1),
+                                       ("mixup_alpha", -1), ("mixup_alpha", float("nan")),
+                                       ("seed", -1), ("seed", 1.5), ("seed", True), ("seed", "3"),
+                                       ("model_kwargs", [("d_chns", 8)])])
 def test_train_refuses_bad_sizes_before_reading_data(tmp_path, monkeypatch, name, bad):
     # audit (2026-11-27): batch_size=0 was a ZeroDivisionError (with steps_per_epoch a
-    # tf.data InvalidArgumentError), a negative one "Dimension -4 must be >= 0"
+    # tf.data InvalidArgumentError), a negative one "Dimension -4 must be >= 0".
+    # Audit apps2: mixup_alpha=-1 was a StagingError from the training stream's graph;
+    # seed=True was taken, -1 and 1.5 raw errors of Keras' seeding, after the data was read
+    from applications.errors import InputError
+
     def no_data(*args, **kwargs):
         raise AssertionError("train read the data")
 
     monkeypatch.setattr(smallnorb, "load_split", no_data)
     kwargs = dict(data_dir=str(tmp_path / "tfds"), run_dir=str(tmp_path / "run"), epochs=1, batch_size=4,
                   image_size=24, verbose=0)
-    with pytest.raises(ValueError, match=rf"Received: {name}={bad}"):
+    with pytest.raises(InputError, match=re.escape(f"Received: {name}={bad!r}")):
         smallnorb.train(**{**kwargs, name: bad})
+
+
+@pytest.mark.parametrize("name, bad", [
+    ("n_classes", 0), ("n_classes", 1), ("n_classes", True), ("n_parts", 0), ("d_chns", True), ("d_chns", 2.5),
+    ("image_channels", 0), ("image_size", 0), ("image_size", 2.5), ("image_size", True), ("pose_size", 0),
+    ("pose_size", 2.5), ("n_iters", 0), ("strides", 2), ("strides", (1, 0)), ("strides", "12"),
+    ("strides", (1, True)), ("routing_kwargs", [1]), ("routing_kwargs", {"n_iters": 2}),
+])
+def test_build_model_refuses_bad_arguments_by_their_names(name, bad, tmp_path, monkeypatch):
+    # Audit apps2: build_model checked none of them: Keras refused most under other names
+    # (`filters`, `n_out`, a shape), d_chns=True, image_channels=0, image_size=True and
+    # n_classes=1 (a softmax always 1) built a model, strides=2 was a TypeError. train
+    # refuses them in `model_kwargs` before it reads any data.
+    from applications.errors import InputError
+
+    message = re.escape(f"Received: {name}={bad!r}")
+    with pytest.raises(InputError, match=message):
+        smallnorb.build_model(**{**TINY, name: bad})
+    with pytest.raises(InputError, match=message):
+        smallnorb.check_model_arguments(**{name: bad})
+
+    def no_data(*args, **kwargs):
+        raise AssertionError("train read the data")
+
+    monkeypatch.setattr(smallnorb, "load_split", no_data)
+    with pytest.raises(InputError, match=message):
+        smallnorb.train(data_dir=str(tmp_path / "tfds"), run_dir=str(tmp_path / "run"), epochs=1, verbose=0,
+                        model_kwargs={**TINY, name: bad})
+
+
+def test_build_model_takes_numpy_integers_and_strides_of_any_sequence():
+    model = smallnorb.build_model(**TINY, n_classes=np.int64(3), image_size=np.int64(16), strides=np.array([1, 2]))
+    assert model.input_shape == (None, 16, 16, 2) and model.output_shape == (None, 3)
+    convs = [lay for lay in model.layers if isinstance(lay, keras.layers.Conv2D)]
+    assert [c.strides[0] for c in convs[:2]] == [1, 2] and convs[2].kernel_size == (1, 1)
+
+
+def _tiny_examples(n=8, size=24):
+    rng = np.random.default_rng(0)
+    return tf.data.Dataset.from_tensor_slices({
+        "image": rng.integers(0, 256, (n, size, size, 1)).astype("uint8"),
+        "image2": rng.integers(0, 256, (n, size, size, 1)).astype("uint8"),
+        "label_category": np.arange(n) % smallnorb.NUM_CLASSES,
+    })
+
+
+@pytest.mark.parametrize("first_epoch", [None, 0])
+@pytest.mark.parametrize("name, bad", [("batch_size", 0), ("batch_size", 2.5), ("image_size", 0), ("image_size", True),
+                                       ("shuffle_buffer", 0), ("padding", -1), ("padding", 1.5),
+                                       ("mixup_alpha", -1), ("mixup_alpha", float("inf")),
+                                       ("steps_per_epoch", 0)])
+def test_make_dataset_refuses_bad_sizes_when_it_is_made(name, bad, first_epoch):
+    # Audit apps2: the sizes were unchecked: mixup_alpha=-1 was a StagingError (with
+    # first_epoch, from the stream's graph), image_size=0 a raw error of the resize
+    from applications.errors import InputError
+
+    with pytest.raises(InputError, match=re.escape(f"Received: {name}={bad!r}")):
+        smallnorb.make_dataset(_tiny_examples(), True, seed=1, first_epoch=first_epoch,
+                               **{"batch_size": 4, "image_size": 24, name: bad})
+    if name in ("batch_size", "image_size"):  # the test batches use them too
+        with pytest.raises(InputError, match=re.escape(f"Received: {name}={bad!r}")):
+            smallnorb.make_dataset(_tiny_examples(), False, **{name: bad})
+    if name == "image_size":
+        with pytest.raises(InputError, match=re.escape(f"Received: {name}={bad!r}")):
+            smallnorb.stereo_pair(next(iter(_tiny_examples())), image_size=bad)
 
 
 def test_evaluate_refuses_bad_sizes(tmp_path):

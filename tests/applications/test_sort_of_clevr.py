@@ -325,6 +325,42 @@ def test_the_statistics_steps_are_100_unless_told_and_a_bad_count_is_refused(tmp
     assert swaps == [100, 7]
 
 
+@pytest.mark.parametrize("options, message", [
+    (dict(kb_dim=0), "`kb_dim` must be an integer >= 2. Received: kb_dim=0"),
+    (dict(kb_dim=1), "`kb_dim` must be an integer >= 2. Received: kb_dim=1"),
+    (dict(kb_dim=-1, coordinate_frequencies=0), "Received: kb_dim=-1"),
+    (dict(kb_dim=True), "Received: kb_dim=True"),
+    (dict(kb_dim=2.5), "Received: kb_dim=2.5"),
+    (dict(kb="image", stem_filters=0), "Received: stem_filters=0"),
+    (dict(kb="image", stem_filters=True), "Received: stem_filters=True"),
+])
+def test_build_model_refuses_a_bad_kb_dim_or_stem_filters_by_its_name(options, message):
+    # Audit apps2: kb_dim=0 failed in CoordinateEncoding's check (about `coordinates`),
+    # -1 with a raw shape error, True built a model of one feature per object;
+    # stem_filters=True built one channel per convolution
+    from applications.errors import InputError
+
+    with pytest.raises(InputError, match=re.escape(message)):
+        soc.build_model(units=8, embedding_dim=4, max_steps=1, **options)
+
+
+def test_a_kb_dim_builds_the_symbolic_knowledge_base_and_warns_for_the_image_one():
+    plain = soc.build_model(units=8, embedding_dim=4, max_steps=1, kb_dim=1, coordinate_frequencies=0)
+    assert plain.get_layer("kb_projection").kernel.shape == (1, 8)
+    with pytest.warns(UserWarning, match="kb_dim=3 has no effect"):
+        soc.build_model(units=8, embedding_dim=4, max_steps=1, kb="image", kb_dim=3, stem_filters=4)
+
+
+@pytest.mark.parametrize("seed", [-1, 1.5, True, None, "3"])
+@pytest.mark.parametrize("selection", [False, True])
+def test_validation_data_refuses_a_seed_that_is_not_an_integer_of_at_least_0(seed, selection):
+    # Audit apps2: -1 drew the questions of seed 999 (-1 + 1000), 1.5 was refused as seed=1001.5
+    from applications.errors import InputError
+
+    with pytest.raises(InputError, match=re.escape(f"`seed` must be an integer >= 0. Received: seed={seed!r}")):
+        soc.validation_data(4, seed=seed, selection=selection)
+
+
 def test_bad_data_arguments_are_clear_errors():
     # Audit 6: negative counts gave empty arrays, bad template lists raw numpy or
     # IndexErrors (inside the tf.data stream: an opaque UnknownError at iteration), a

@@ -506,9 +506,11 @@ def test_bad_model_options_are_refused_before_the_data_is_prepared(options, mess
 @pytest.mark.parametrize("vocab_size,num_classes,message", [
     (0, 4, "Received: vocab_size=0"), (2.5, 4, "Received: vocab_size=2.5"), (1, 4, "Received: vocab_size=1"),
     (100, 0, "Received: num_classes=0"), (100, True, "Received: num_classes=True"),
+    (100, 1, "`num_classes` must be an integer >= 2. Received: num_classes=1"),
 ])
 def test_build_model_names_a_bad_vocab_size_or_num_classes(vocab_size, num_classes, message):
     # Audit (2026-11-30): the layers refused them under their own names (input_dim, n_out).
+    # Audit apps2: num_classes=1 built a classifier whose arg-max is always right
     from applications.errors import InputError
 
     with pytest.raises(InputError, match=message):

@@ -1,5 +1,7 @@
 """Shared training helpers: mixup, padding + random crop, coordinate grids, run callbacks, spread steps."""
 
+import re
+
 import numpy as np
 import pytest
 import scipy.stats
@@ -89,6 +91,27 @@ def test_mixup_errors():
     for bad in (0, -1, 2.5, True, "3"):
         with pytest.raises(ValueError, match=f"Received: num_classes={bad!r}"):
             mixup(ds, num_classes=bad)
+
+
+@pytest.mark.parametrize("seed", [-1, 1.5, True, "a", np.float64(2.0)])
+def test_mixup_refuses_a_seed_that_is_not_an_integer_of_at_least_0(seed):
+    # Audit apps2: seed=True and -1 were taken, 1.5 and "a" raw TensorFlow errors
+    from applications.errors import InputError
+
+    ds = tf.data.Dataset.from_tensor_slices((np.zeros((4, 2), "float32"), np.eye(2, dtype="float32")[[0, 1, 0, 1]]))
+    with pytest.raises(InputError, match=re.escape(f"Received: seed={seed!r}")):
+        mixup(ds.batch(2), seed=seed)
+
+
+def test_mixup_takes_an_epochs_seed_tensor_of_any_value():
+    # the epoch streams pass distribute.epoch_seed(seed, epoch): an int64 drawn from the
+    # run's seed, negative as often as not, also inside a graph (Dataset.flat_map)
+    ds = tf.data.Dataset.from_tensor_slices((np.ones((4, 2), "float32"), np.eye(2, dtype="float32")[[0, 1, 0, 1]]))
+    x, y = next(mixup(ds.batch(2), seed=tf.constant(-5, tf.int64)).as_numpy_iterator())
+    assert x.shape == (2, 2) and np.allclose(y.sum(-1), 1)
+    streamed = tf.data.Dataset.range(2).flat_map(lambda epoch: mixup(ds.batch(2), seed=-epoch - 1))
+    assert len(list(streamed)) == 4
+    assert len(list(mixup(ds.batch(2), seed=np.int64(3)))) == 2
 
 
 def test_coordinate_grid_and_pad_and_crop(tmp_path):

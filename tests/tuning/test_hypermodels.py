@@ -974,3 +974,23 @@ def test_the_sort_of_clevr_hypermodel_refuses_bad_options_by_their_names(options
     from tuning.sort_of_clevr import SortOfClevrHyperModel
     with pytest.raises(ValueError, match=re.escape(message)):
         SortOfClevrHyperModel(**options)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"validation_steps": 0}, "Received: validation_steps=0"),
+    ({"validation_steps": -1}, "Received: validation_steps=-1"),
+    ({"steps_per_epoch": 0}, "Received: steps_per_epoch=0"),
+    ({"steps_per_epoch": 2.5}, "Received: steps_per_epoch=2.5"),
+    ({"image_size": 0}, "Received: image_size=0"),
+    ({"image_size": 2.5}, "Received: image_size=2.5"),
+    ({"image_size": True}, "Received: image_size=True"),
+])
+def test_the_smallnorb_hypermodel_refuses_bad_options_by_their_names(options, message):
+    # Audit apps2: validation_steps=0 and any image_size were taken (the command line's
+    # positive_int checked them for `tune` only), to fail in or after a trial
+    from applications.errors import InputError
+    from tuning.smallnorb import SmallNORBHyperModel
+    with pytest.raises(InputError, match=re.escape(message)):
+        SmallNORBHyperModel(**options)
+    hypermodel = SmallNORBHyperModel(image_size=24, validation_steps=1, steps_per_epoch=None)
+    assert (hypermodel.image_size, hypermodel.validation_steps, hypermodel.steps_per_epoch) == (24, 1, None)
