@@ -137,17 +137,26 @@ def _check_bars(bar_width, bar_spacing):
 
 
 def bar_mask(frame_size=FRAME_SIZE, bar_width=4, bar_spacing=8, offset=0):
-    """A ``[frame_size, frame_size]`` bool mask of vertical bars (True on a bar)."""
+    """A ``[frame_size, frame_size]`` bool mask of vertical bars (True on a bar).
+
+    ``offset``: an integer, the column of the first bar's left edge (modulo ``bar_spacing``).
+    """
     frame_size = integer_at_least("frame_size", frame_size, 1)
     bar_width = integer_at_least("bar_width", bar_width, 0)
     bar_spacing = integer_at_least("bar_spacing", bar_spacing, 1)
     _check_bars(bar_width, bar_spacing)
+    if isinstance(offset, bool) or not isinstance(offset, numbers.Integral):
+        # NaN gave a frame without bars, 0.5 bars of other widths
+        raise InputError(f"`offset` must be an integer (a column). Received: offset={offset!r}")
     columns = (np.arange(frame_size) - offset) % bar_spacing < bar_width
     return np.broadcast_to(columns[None, :], (frame_size, frame_size)).copy()
 
 
 def trajectory(start, velocity, num_frames, limit):
-    """Top-left positions ``[num_frames, 2]`` moving by ``velocity``, bouncing inside ``[0, limit]``."""
+    """Top-left positions ``[num_frames, 2]`` moving by ``velocity``, bouncing inside ``[0, limit]``
+    (``limit`` an integer >= 0: a negative one gave positions outside it)."""
+    limit = integer_at_least("limit", limit, 0)
+    num_frames = integer_at_least("num_frames", num_frames, 1)
     return trajectories(np.asarray(start)[None], np.asarray(velocity)[None], num_frames, limit)[0]
 
 
@@ -232,7 +241,8 @@ def augment_digits(digits, seed=0, rotation=15.0, scale=0.1, shear=10.0, shift=2
     digits = np.asarray(digits, "float32")
     if digits.ndim != 3:
         raise InputError(f"`digits` must have shape [n, height, width]. Received: shape={digits.shape}")
-    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    # (-1 was numpy's traceback, True the draws of seed 1)
+    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(checks.numpy_seed(seed))
     n, height, width = digits.shape
     angle = np.deg2rad(rng.uniform(-options["rotation"], options["rotation"], n))
     shear_angle = np.deg2rad(rng.uniform(-options["shear"], options["shear"], n))
@@ -333,6 +343,9 @@ def generate(
     rng = np.random.default_rng(checks.numpy_seed(seed))  # (-1 was numpy's traceback)
     options = None if affine is None else _check_affine(affine)
     digits = _check_digits(digits, labels)
+    if digits.shape[1] % digit_size:  # (downscale's message named its own `size`)
+        raise InputError(f"`digit_size` must divide the digits' size {digits.shape[1]}. "
+                         f"Received: digit_size={digit_size}")
     limit = _check_frame_size(frame_size, digit_size) - digit_size
     index = rng.integers(0, len(digits), num_sequences)
     starts = rng.integers(0, limit + 1, (num_sequences, 2))
@@ -1044,7 +1057,10 @@ def make_sequences(source="idx", data_dir=None, num_train=20000, num_test=5000, 
     (the training sequences use the other four fifths), and the test digits are not
     used. Model selection (``tuning.occluded_mnist``) uses these, so that the test
     sequences never take part in a choice.
+
+    ``seed``: an integer >= 0 (the test sequences are drawn from ``seed + 1``).
     """
+    seed = integer_at_least("seed", seed, 0)  # ([1, 2] failed at seed + 1, after the digits were read)
     train_digits, test_digits = _train_test_digits(source, data_dir, seed)
     if hold_out:
         train_digits, test_digits = _hold_out(train_digits, seed)

@@ -102,6 +102,19 @@ def tokenize(text, length=MAX_QUESTION_LENGTH):
 
 
 def detokenize(ids):
+    """The words of the token ids ``ids`` (indices into ``VOCAB``), padding (0) left out.
+
+    Raises:
+        InputError (a ValueError): an id that is no index into ``VOCAB`` (-1 was Python's
+            last word, 'yellow'; one past the end an IndexError).
+    """
+    array = np.asarray(ids)
+    if array.size and not np.issubdtype(array.dtype, np.integer):
+        raise InputError(f"`ids` must be integer token ids. Received: ids of dtype {array.dtype}")
+    ids = [int(i) for i in array.reshape(-1)]
+    bad = [i for i in ids if not 0 <= i < len(VOCAB)]
+    if bad:
+        raise InputError(f"`ids` must be token ids in [0, {len(VOCAB) - 1}]. Received: {bad[0]} in ids")
     return " ".join(VOCAB[i] for i in ids if i != 0)
 
 

@@ -262,6 +262,7 @@ def generate(digits, labels, num_images, seed=0, threshold=0.5, size=IMAGE_SIZE,
         raise InputError(f"`threshold` must be a number in [0, 1). Received: threshold={threshold!r}")
     rng = np.random.default_rng(checks.numpy_seed(seed))  # (-1 was numpy's traceback)
     digits = check_digits(digits, labels)
+    size = integer_at_least("size", size, 1)  # (28.0 matched the digits' shape, then failed in np.zeros)
     if digits.shape[1:] != (size, size):
         raise InputError(
             f"`size` must be the digits' size (the textures fill the digit images). "

@@ -1480,3 +1480,14 @@ def test_a_file_without_chorales_is_refused_naming_it_before_a_run_directory_is_
     argv = ["train", "music", "--data-dir", str(path), "--epochs", "1", "--quiet", "--run-dir", str(tmp_path / "cli")]
     assert cli.main(argv) == 2
     assert "holds no chorales" in capsys.readouterr().err and not (tmp_path / "cli").exists()
+
+
+def test_sample_takes_a_numpy_temperature_and_refuses_an_infinite_one():
+    # Audit (apps 1): np.float32(0.5) was refused as "not a positive number", inf taken
+    # (every key drawn at probability 0.5).
+    rng = np.random.default_rng(0)
+    logits = np.array([[-20.0, 20.0, 0.0]])
+    assert music.sample_keys(logits, rng, temperature=np.float32(0.5)).shape == (1, 3)
+    for bad in (float("inf"), 0, -1.0, True, "1"):
+        with pytest.raises(ValueError, match=r"`temperature` must be a finite number > 0. Received: temperature="):
+            music.sample_keys(logits, rng, temperature=bad)

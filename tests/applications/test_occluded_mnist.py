@@ -1390,3 +1390,27 @@ def test_an_augmented_training_dataset_checks_its_frame_size_when_made(digits, a
             om.make_training_dataset(*digits, 4, batch_size=4, augment=augment, frame_size=bad)
     frames, targets = next(iter(om.make_training_dataset(*digits, 4, batch_size=4, augment=augment, frame_size=14)))
     assert frames.shape == (4, om.NUM_FRAMES, 14, 14, 1) and targets["digit"].shape == (4,)
+
+
+def test_bars_trajectories_and_seeds_refuse_what_they_cannot_use(digits):
+    # Audit (apps 1): bar_mask(offset=nan) was a frame without bars; trajectory(limit=-5)
+    # positions outside [0, limit]; augment_digits(seed=-1) numpy's traceback;
+    # make_sequences(seed=[1, 2]) a TypeError after the digits were read; and
+    # generate(digit_size=5) named downscale's `size`.
+    for offset in (float("nan"), 0.5, True, "1"):
+        with pytest.raises(InputError, match=rf"`offset` must be an integer.*Received: offset={re.escape(repr(offset))}"):
+            om.bar_mask(offset=offset)
+    np.testing.assert_array_equal(om.bar_mask(offset=np.int64(3)), om.bar_mask(offset=3 + 8))
+    for limit in (-5, 2.5):
+        with pytest.raises(InputError, match=rf"Received: limit={limit}"):
+            om.trajectory((0, 0), (1, 1), 3, limit)
+    with pytest.raises(InputError, match="Received: num_frames=0"):
+        om.trajectory((0, 0), (1, 1), 0, 4)
+    for seed in (-1, True, 1.5):
+        with pytest.raises(InputError, match=rf"Received: seed={seed}"):
+            om.augment_digits(np.zeros((2, 28, 28), "float32"), seed=seed)
+    for seed in ([1, 2], -1, 1.5):
+        with pytest.raises(InputError, match=rf"Received: seed={re.escape(repr(seed))}"):
+            om.make_sequences(num_train=2, num_test=2, seed=seed)
+    with pytest.raises(InputError, match=r"`digit_size` must divide the digits' size 28. Received: digit_size=5"):
+        om.generate(*digits, 2, digit_size=5)

@@ -755,3 +755,13 @@ def test_seeds_numpy_takes_still_seed_the_stream():
             want_x, want_y = soc.generate_examples(2, seed=seed)
             np.testing.assert_array_equal(x["question"], want_x["question"])
             np.testing.assert_array_equal(y, want_y)
+
+
+def test_detokenize_refuses_ids_outside_the_vocabulary():
+    # Audit (apps 2): detokenize([-1]) was 'yellow' (Python's last word of VOCAB), one past
+    # the end an IndexError, 1.5 a TypeError.
+    assert soc.detokenize(np.array([0, 1, 0])) == soc.VOCAB[1] and soc.detokenize([]) == ""
+    for ids, received in (([-1], "-1 in ids"), ([2, len(soc.VOCAB)], f"{len(soc.VOCAB)} in ids"),
+                          ([1.5], "ids of dtype float64")):
+        with pytest.raises(ValueError, match=rf"Received: {received}$"):
+            soc.detokenize(ids)

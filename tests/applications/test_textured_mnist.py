@@ -979,3 +979,11 @@ def test_segmentation_validation_of_a_classifier_needs_one_label_per_image(digit
     with pytest.raises(tm.InputError, match=r"'labels' \[n\] \(n=4\) to score a classifier"):
         model.fit(tm.make_dataset(data, 2, 4, num_classes=10), epochs=1, verbose=0, callbacks=[callback, started])
     assert epochs == []  # refused before the first epoch
+
+
+def test_generate_refuses_a_size_that_is_no_integer(digits):
+    # Audit (apps 1): size=28.0 matched the digits' shape (28, 28) and failed in np.zeros.
+    for size in (28.0, True, "28"):
+        with pytest.raises(tm.InputError, match=rf"Received: size={re.escape(repr(size))}"):
+            tm.generate(*digits, 2, size=size)
+    assert tm.generate(*digits, 2, size=np.int64(28))["images"].shape == (2, 28, 28, 1)
