@@ -22,6 +22,7 @@ class. The class scores are the final routing scores (logits).
 """
 
 import argparse
+import collections.abc
 import inspect
 import numbers
 import os
@@ -55,7 +56,7 @@ def build_model(
 
     Args:
         input_shape: ``(height, width, channels)``; height and width may be None.
-        num_classes: number of output capsules (classes).
+        num_classes: number of output capsules (classes), at least 2.
         filters: channels of the convolutional stem.
         primary_capsules: capsules per location of the last feature map.
         hidden_capsules: output capsules of the first routing layer.
@@ -89,6 +90,8 @@ def build_model(
     # (pose_size=0 failed in an error about `filters`, 2.0 with a raw shape error;
     # hidden_norm="no" and synchronized_batchnorm="no" were true)
     p = pose_size = checks.integer_at_least("pose_size", pose_size, 1)
+    # (num_classes=1 built a one-capsule model whose softmax is always 1: nothing to learn)
+    num_classes = checks.integer_at_least("num_classes", num_classes, 2)
     filters = checks.integer_at_least("filters", filters, 1)
     primary_capsules = checks.integer_at_least("primary_capsules", primary_capsules, 1)
     for option, value in (("hidden_norm", hidden_norm), ("synchronized_batchnorm", synchronized_batchnorm)):
@@ -280,6 +283,22 @@ def plot_history(history, path, accuracy="accuracy", held_out="val"):
 MODEL_OPTIONS = ("filters", "primary_capsules", "hidden_capsules", "pose_size", "n_iters", "hidden_norm")
 
 
+def _check_model_options(model_options):
+    """``model_options`` of :func:`train` as a new dict, if it is None or a mapping of
+    :func:`build_model`'s own options (the others are train's or the data's)."""
+    if model_options is None:
+        return {}
+    if not isinstance(model_options, collections.abc.Mapping):
+        raise InputError(f"`model_options` must be a dict of build_model's options. "
+                         f"Received: model_options={model_options!r}")
+    known = (*MODEL_OPTIONS, "synchronized_batchnorm")
+    unknown = sorted(str(name) for name in model_options if name not in known)
+    if unknown:  # (input_shape and num_classes follow the data; a typo was a TypeError)
+        raise InputError(f"`model_options` takes {', '.join(known)}. "
+                         f"Received: model_options with {', '.join(unknown)}")
+    return dict(model_options)
+
+
 def train(
     run_dir="runs/demo",
     epochs=25,
@@ -332,7 +351,10 @@ def train(
 
     Raises:
         InputError (a ValueError), before the run directory is made: ``epochs`` is
-            not an integer >= 1, or ``seed`` not an integer >= 0.
+            not an integer >= 1, ``seed`` not an integer >= 0, ``model_options`` not
+            a dict of :func:`build_model`'s options (``MODEL_OPTIONS`` and
+            ``synchronized_batchnorm``) or one of them bad (the model is built before
+            the run directory is made).
     """
 
     # epochs=0 wrote and scored an untrained model; -1 and 1.5 failed inside fit, after
@@ -340,10 +362,10 @@ def train(
     # recorded as the split's seed), -1 and 1.5 raw errors of Keras' seeding
     epochs = checks.integer_at_least("epochs", epochs, 1)
     seed = checks.integer_at_least("seed", seed, 0)
+    model_options = _check_model_options(model_options)
     strategy = distribute.resolve_strategy(strategy)
     keras.utils.set_random_seed(seed)
     out = distribute.output_dir(run_dir, strategy)
-    create_run_dir(out)
     images, labels = load_arrays(data_dir, limit)
     global_batch = distribute.global_batch_size(batch_size, strategy)
     replicas = strategy.num_replicas_in_sync
@@ -351,10 +373,12 @@ def train(
     # every model option recorded, as the command line (which passes them all) records them:
     # a Python call that leaves one at its default resumes the same command line's backup
     defaults = inspect.signature(build_model).parameters
-    model_options = {**{name: defaults[name].default for name in MODEL_OPTIONS}, **dict(model_options or {})}
+    model_options = {**{name: defaults[name].default for name in MODEL_OPTIONS}, **model_options}
     model_options.setdefault("synchronized_batchnorm", strategy.num_replicas_in_sync > 1)
     with strategy.scope():
         model = compile_model(build_model(input_shape=images.shape[1:], **model_options), learning_rate)
+    # the run directory after the model: a bad model option (filters=0) left an empty one
+    create_run_dir(out)
     paths = {
         "model": os.path.join(out, "model.keras"),
         "plot": os.path.join(out, "history.png"),

@@ -1513,6 +1513,11 @@ def affine_options(args):
 def run_train(args, strategy):
     from applications.arguments import train_options
 
+    affine = affine_options(args)
+    if affine is not None and args.augment != "affine":
+        # (train's own message named the Python arguments: "Received: --augment None, affine={...}")
+        given = " ".join(f"--affine-{key} {value:g}" for key, value in affine.items())
+        raise InputError(f"the --affine-* options need --augment affine. Received: --augment {args.augment}, {given}")
     return train(
         variant=args.variant,
         source=args.source,
@@ -1528,7 +1533,7 @@ def run_train(args, strategy):
         frame_weight=args.frame_weight,
         jit_compile=args.jit_compile,
         augment=None if args.augment == "none" else args.augment,
-        affine=affine_options(args),
+        affine=affine,
         unflatten=args.unflatten,
         hold_out=args.hold_out,
         **train_options(args, strategy),

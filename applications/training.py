@@ -5,6 +5,7 @@ import numbers
 import pathlib
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from applications import checks, fault_tolerance
@@ -51,7 +52,7 @@ def mixup(dataset, alpha=0.2, seed=None, num_classes=None, per_example=True):
             also an integer scalar tensor (an epoch's seed, ``distribute.epoch_seed``).
         num_classes: if given, integer labels ``y`` (``[batch]`` or ``[batch, 1]``) are
             one-hot encoded first.
-        per_example: draw one ``lam`` per example (default) or one per batch.
+        per_example: True: draw one ``lam`` per example (default); False: one per batch.
 
     Returns:
         The mixed dataset.
@@ -59,7 +60,7 @@ def mixup(dataset, alpha=0.2, seed=None, num_classes=None, per_example=True):
     Raises:
         InputError (a ValueError): ``alpha`` is not a finite number > 0, ``num_classes``
             neither None nor an integer >= 1, or ``seed`` neither None, an integer >= 0
-            nor an integer scalar tensor.
+            nor an integer scalar tensor, or ``per_example`` not True or False.
     """
     # numbers.Real: an np.float32 alpha was refused as not a number.
     if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not 0 < alpha < math.inf:
@@ -68,6 +69,8 @@ def mixup(dataset, alpha=0.2, seed=None, num_classes=None, per_example=True):
     if num_classes is not None:
         # num_classes=0 gave targets [batch, ..., 0]; it is checked here, not in the graph
         num_classes = checks.integer_at_least("num_classes", num_classes, 1)
+    if not isinstance(per_example, (bool, np.bool_)):  # ("no" was taken as True)
+        raise InputError(f"`per_example` must be True or False. Received: per_example={per_example!r}")
     # seed=True and -1 were taken, 1.5 and "a" raw TensorFlow errors; a tensor is an epoch's
     # seed (an int64 drawn from the run's seed: any value), as the streams pass it
     if not (tf.is_tensor(seed) and seed.dtype.is_integer and seed.shape.rank == 0):

@@ -240,6 +240,32 @@ def test_build_model_refuses_a_synchronized_batchnorm_that_is_not_true_or_false(
         demo.build_model(synchronized_batchnorm=value)
 
 
+@pytest.mark.parametrize("num_classes", [1, 0, 2.0, True])
+def test_build_model_refuses_fewer_than_two_classes(num_classes):
+    # num_classes=1 built a model whose one class always has probability 1
+    from applications.errors import InputError
+
+    with pytest.raises(InputError, match=re.escape(f"Received: num_classes={num_classes!r}")):
+        demo.build_model(num_classes=num_classes)
+
+
+@pytest.mark.parametrize("model_options, message", [
+    ({"filters": 0}, "Received: filters=0"),
+    ({"hidden_norm": "no"}, "Received: hidden_norm='no'"),
+    ({"filterz": 4, "input_shape": (8, 8, 1)}, "Received: model_options with filterz, input_shape"),
+    ([("filters", 4)], "Received: model_options=[('filters', 4)]"),
+])
+def test_train_refuses_bad_model_options_before_making_the_run_directory(model_options, message, tmp_path):
+    # a bad option was refused only when the model was built, after the run directory was
+    # made (left empty); an unknown one was a TypeError of build_model
+    from applications.errors import InputError
+
+    run_dir = tmp_path / "run"
+    with pytest.raises(InputError, match=re.escape(message)):
+        demo.train(run_dir=str(run_dir), epochs=1, limit=60, verbose=0, model_options=model_options)
+    assert not run_dir.exists()
+
+
 @pytest.mark.parametrize("name, bad", [("seed", -1), ("seed", 1.5), ("seed", True), ("seed", None), ("seed", "3"),
                                        ("num_examples", 10.5), ("num_examples", True), ("num_examples", -5)])
 def test_split_indices_refuses_a_bad_seed_or_count_by_its_name(name, bad):

@@ -399,7 +399,7 @@ def test_cli_trains_with_affine_augmentation(tmp_path, capsys):
     assert cli.main(["train", "occluded_mnist", *data, *tiny, "--run-dir", str(tmp_path / "r2"),
                      "--augment", "fresh", "--affine-shear", "5"]) == 2
     err = capsys.readouterr().err
-    assert "need --augment 'affine'" in err and err.count("\n") == 1
+    assert "need --augment affine. Received: --augment fresh, --affine-shear 5" in err and err.count("\n") == 1
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["train", "occluded_mnist", "--affine-scale", "-0.1"])
     assert exit_info.value.code == 2 and "non-negative number" in capsys.readouterr().err
@@ -409,6 +409,21 @@ def test_cli_trains_with_affine_augmentation(tmp_path, capsys):
     om.add_arguments(parser, "train")
     assert om.affine_options(parser.parse_args(["--affine-rotation", "5"])) == {"rotation": 5.0}
     assert om.affine_options(parser.parse_args([])) is None
+
+
+def test_cli_names_the_affine_options_given_without_augment_affine():
+    # the message named train's Python arguments: "Received: --augment None, affine={'rotation': 5.0}"
+    import argparse
+
+    from applications.errors import InputError
+
+    parser = argparse.ArgumentParser()
+    om.add_arguments(parser, "train")
+    args = parser.parse_args(["--affine-rotation", "5", "--affine-shift", "1.5"])
+    with pytest.raises(InputError) as info:
+        om.run_train(args, strategy=None)
+    assert str(info.value) == ("the --affine-* options need --augment affine. Received: --augment none, "
+                               "--affine-rotation 5 --affine-shift 1.5")
 
 
 # error_per_step's dicts of the benchmark's faked variants (no_feedback: no sequence moved only vertically)

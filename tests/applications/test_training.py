@@ -103,6 +103,17 @@ def test_mixup_refuses_a_seed_that_is_not_an_integer_of_at_least_0(seed):
         mixup(ds.batch(2), seed=seed)
 
 
+@pytest.mark.parametrize("per_example", ["no", 0, None])
+def test_mixup_refuses_a_per_example_that_is_not_true_or_false(per_example):
+    # "no" was taken as True: one weight per example
+    from applications.errors import InputError
+
+    ds = tf.data.Dataset.from_tensor_slices((np.zeros((4, 2), "float32"), np.eye(2, dtype="float32")[[0, 1, 0, 1]]))
+    with pytest.raises(InputError, match=re.escape(f"Received: per_example={per_example!r}")):
+        mixup(ds.batch(2), seed=0, per_example=per_example)
+    mixup(ds.batch(2), seed=0, per_example=np.bool_(False))  # numpy's bools are bools
+
+
 def test_mixup_takes_an_epochs_seed_tensor_of_any_value():
     # the epoch streams pass distribute.epoch_seed(seed, epoch): an int64 drawn from the
     # run's seed, negative as often as not, also inside a graph (Dataset.flat_map)
