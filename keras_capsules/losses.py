@@ -533,6 +533,27 @@ def _probability_floor(epsilon):
     return float(epsilon)
 
 
+def _check_mixture_shapes(x, m, pi, axis, group_axis):
+    """``x`` has the shape of ``m`` without the group axis, ``pi`` that of ``m`` with one
+    channel, where the sizes are known; else a ``ValueError``. (They were broadcast: ``x``
+    of one row scored every row against it, a ``pi`` of one group weighted every group
+    by it, and a ``pi`` of several channels was read from its first channel.)"""
+    m_shape = tuple(m.shape)
+
+    def fits(shape, expected):
+        shape = tuple(shape)
+        return len(shape) == len(expected) and all(
+            a is None or b is None or a == b for a, b in zip(shape, expected)
+        )
+
+    if not fits(x.shape, m_shape[:axis] + m_shape[axis + 1 :]) or not fits(pi.shape, m_shape[:-1] + (1,)):
+        raise ValueError(
+            "mixture_nll expects x of the shape of m without the group axis "
+            f"(group_axis={group_axis}) and pi of the shape of m with one channel. Received: "
+            f"x shape={tuple(x.shape)}, m shape={m_shape}, pi shape={tuple(pi.shape)}"
+        )
+
+
 def mixture_nll(x, m, pi, sigma, group_axis=1, from_logits=False, epsilon=1e-7):
     """Per-pixel ``-log sum_k pi_k N(x; m_k, sigma^2 I)``.
 
@@ -547,6 +568,9 @@ def mixture_nll(x, m, pi, sigma, group_axis=1, from_logits=False, epsilon=1e-7):
         from_logits: ``pi`` holds logits (normalized by a log-softmax over groups).
         epsilon: lower bound on probabilities before their logarithm.
 
+    Shapes of ``x`` or ``pi`` that do not fit ``m`` (where the sizes are known) raise a
+    ``ValueError``; they are not broadcast.
+
     Returns:
         The negative log-likelihood per pixel, of shape ``x.shape[:-1]``; computed in
         float32 (float64 for float64 means) with a log-sum-exp over groups.
@@ -558,6 +582,8 @@ def mixture_nll(x, m, pi, sigma, group_axis=1, from_logits=False, epsilon=1e-7):
     rank = len(m.shape)
     axis = _check_axis(group_axis, rank)
     m = ops.convert_to_tensor(m)
+    x, pi = ops.convert_to_tensor(x), ops.convert_to_tensor(pi)
+    _check_mixture_shapes(x, m, pi, axis, group_axis)
     work = routing_dtype(m.dtype)
     x = ops.expand_dims(ops.cast(x, work), axis)
     m = ops.cast(m, work)

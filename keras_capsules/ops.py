@@ -129,6 +129,20 @@ def _norm_parts(x, axis, epsilon, with_direction=False):
     return (direction, norm) if with_direction else norm
 
 
+def _standard_axis(axis):
+    """``axis`` with numpy integers (an axis, or in a tuple or list of axes) as Python
+    ints, as ``keras.ops.sum`` takes them; other values are returned as they are.
+
+    ``mean`` iterated a numpy integer axis ("'numpy.int64' object is not iterable") and
+    ``safe_norm``'s squeeze refused one ("`value` must be an integer, tuple or list").
+    """
+    if isinstance(axis, numbers.Integral) and not isinstance(axis, bool):
+        return int(axis)
+    if isinstance(axis, (list, tuple)):
+        return tuple(_standard_axis(a) for a in axis)
+    return axis
+
+
 def _check_epsilon(epsilon):
     # A NaN or infinite epsilon made every norm 0 (no norm is above it), a negative
     # one acted as its absolute value.
@@ -162,6 +176,7 @@ def safe_norm(x, axis=-1, keepdims=False, epsilon=1e-12):
         The norm of ``x`` along ``axis``.
     """
     epsilon = _check_epsilon(epsilon)
+    axis = _standard_axis(axis)
     x = ops.convert_to_tensor(x)
     dtype = _float_dtype(x.dtype)
     norm = _norm_parts(ops.cast(x, routing_dtype(dtype)), axis, epsilon)
@@ -394,6 +409,7 @@ def mean(x, axis=None, keepdims=False):
     rounded to float32 first.)
     """
     x = ops.convert_to_tensor(x)  # a list has no dtype (the other functions here take lists)
+    axis = _standard_axis(axis)
     dtype = keras.backend.standardize_dtype(x.dtype)
     if not dtype.startswith(("float", "bfloat")):
         dtype = "float32"  # an integer (or boolean) mean is not an integer

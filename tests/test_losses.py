@@ -283,6 +283,26 @@ def test_the_mixture_nll_function_checks_its_arguments_as_the_class_does(kwargs,
         losses.mixture_nll(**args)
 
 
+@pytest.mark.parametrize("x_shape,pi_shape", [
+    ((2, 1, 3, 1), (2, 2, 4, 3, 1)),   # x of one row of pixels
+    ((4, 3, 1), (2, 2, 4, 3, 1)),      # x without its batch axis
+    ((2, 4, 3, 1), (2, 1, 4, 3, 1)),   # pi of one group
+    ((2, 4, 3, 1), (2, 2, 4, 3, 2)),   # pi of two channels
+])
+def test_the_mixture_nll_function_refuses_shapes_that_do_not_fit(x_shape, pi_shape):
+    # Audit: x and pi were broadcast against m as the backend allowed: x of one row was
+    # scored against every row, a one-group pi weighted every group, a two-channel pi was
+    # read from its first channel (all without an error), and x without its batch axis
+    # failed with the backend's "Incompatible shapes".
+    m = np.zeros((2, 2, 4, 3, 1), "float32")
+    with pytest.raises(ValueError, match=re.escape(
+        f"mixture_nll expects x of the shape of m without the group axis (group_axis=1) and pi of "
+        f"the shape of m with one channel. Received: x shape={x_shape}, m shape={m.shape}, pi shape={pi_shape}"
+    )):
+        losses.mixture_nll(np.zeros(x_shape, "float32"), m, np.full(pi_shape, 0.5, "float32"), 0.5)
+    assert tuple(losses.mixture_nll(np.zeros((2, 4, 3, 1), "float32"), m, np.full((2, 2, 4, 3, 1), 0.5, "float32"), 0.5).shape) == (2, 4, 3)
+
+
 def test_focal_term_refuses_a_negative_gamma():
     # Audit s64: it was a ZeroDivisionError ("0.0 cannot be raised to a negative power").
     with pytest.raises(ValueError, match=r"`gamma` must be a finite number >= 0. Received: gamma=-1"):

@@ -535,6 +535,20 @@ def test_mean_takes_a_python_list_as_the_other_functions_do():
     np.testing.assert_allclose(np.asarray(ops.mean([[1, 2], [3, 5]], axis=1)), [1.5, 4.0])
 
 
+def test_mean_and_safe_norm_take_numpy_integer_axes_as_keras_ops_do():
+    # Audit: mean raised "'numpy.int64' object is not iterable" and safe_norm "`value`
+    # must be an integer, tuple or list" for an axis that keras.ops.mean/sum take.
+    x = np.arange(24, dtype="float32").reshape(2, 3, 4)
+    for axis, want in [(np.int64(1), 1), (np.int32(-1), -1), ((np.int64(0), np.int64(2)), (0, 2)),
+                       ([np.int64(1), 2], (1, 2))]:
+        np.testing.assert_allclose(np.asarray(ops.mean(tensor(x), axis=axis)), x.mean(axis=want), rtol=1e-6)
+        np.testing.assert_allclose(
+            np.asarray(ops.safe_norm(tensor(x), axis=axis)), np.sqrt((x.astype("float64") ** 2).sum(axis=want)),
+            rtol=1e-6,
+        )
+        assert tuple(ops.mean(tensor(x), axis=axis, keepdims=True).shape) == x.mean(axis=want, keepdims=True).shape
+
+
 @pytest.mark.parametrize("dtype,threshold", [("float32", 2.0**-50), ("float64", 2.0**-500)])
 def test_gradients_of_tiny_vectors_with_a_zero_epsilon_are_exact(dtype, threshold):
     # Audit s64: below the threshold where such vectors are scaled up, the gradient through

@@ -165,6 +165,19 @@ class ReadUnit(_base.MACLayerBase):
             An opaque tuple for ``call(..., projected_kb=...)`` with the same
             knowledge base and mask.
         """
+        if not self.built:
+            # (an AttributeError on ``kb_kernel`` before)
+            raise ValueError(
+                f"{_LAYER}.project_knowledge_base() needs a built layer (call it or build() it first). "
+                "Received: an unbuilt layer"
+            )
+        # The knowledge base and mask of a call, as call checks them (a knowledge base of
+        # another d_kb failed in the matmul with the backend's error).
+        if not hasattr(knowledge_base, "shape"):  # nested Python lists
+            knowledge_base = ops.convert_to_tensor(knowledge_base)
+        kb_shape = _base.check_shape(knowledge_base.shape, 3, "knowledge_base", "[batch, cells, d_kb]", _LAYER)
+        check_built(_LAYER, [("knowledge_base", kb_shape, self.kb_kernel.shape[0])])
+        kb_mask = _base.check_mask_shape(kb_mask, kb_shape, "kb_mask", _LAYER)
         kb = self.to_compute(knowledge_base)
         if kb_mask is not None:
             kb = ops.where(ops.cast(kb_mask, "bool")[:, :, None], kb, ops.zeros_like(kb))

@@ -178,3 +178,23 @@ def test_memory_knowledge_interaction_stays_finite_under_mixed_float16(scale):
 
     weight_grads = grads(loss, variables=layer.trainable_weights)
     assert all(np.all(np.isfinite(np.asarray(g))) for g in weight_grads)
+
+
+def test_project_knowledge_base_checks_the_layer_and_its_inputs():
+    # Audit: on an unbuilt layer the public method raised "AttributeError: 'ReadUnit'
+    # object has no attribute 'kb_kernel'"; a knowledge base of another d_kb failed in
+    # the matmul with the backend's "Matrix size-incompatible".
+    m, kb, c = _inputs()
+    with pytest.raises(ValueError, match="needs a built layer"):
+        ReadUnit().project_knowledge_base(kb)
+    layer = _layer()
+    with pytest.raises(ValueError, match=r"last axis of 3\. Received: knowledge_base shape=\(2, 6, 5\)"):
+        layer.project_knowledge_base(np.ones((B, N, 5), "float32"))
+    with pytest.raises(ValueError, match="knowledge_base of shape"):
+        layer.project_knowledge_base(np.ones((N, DKB), "float32"))
+    with pytest.raises(ValueError, match="kb_mask"):
+        layer.project_knowledge_base(kb, MASK[:, :3])
+    # what it gives is still what a call computes for itself
+    given = layer([m, kb, c], kb_mask=MASK, projected_kb=layer.project_knowledge_base(kb, MASK))
+    for a, b in zip(given, layer([m, kb, c], kb_mask=MASK)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
