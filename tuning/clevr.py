@@ -18,7 +18,7 @@ question has as an error): CLEVR's test split has no answers, so its validation 
 is what ``evaluate`` reports, and a search choosing on it reported its choice's own score.
 """
 
-from applications import clevr
+from applications import checks, clevr
 from tuning.sort_of_clevr import MACHyperModel
 
 
@@ -31,6 +31,9 @@ class ClevrHyperModel(MACHyperModel):
         image_size: side of the images given to ResNet-101.
         limit: use only the first ``limit`` questions of every split.
         **kwargs: ``batch_size``, ``seed``, ``epochs`` of :class:`DatasetHyperModel`.
+
+    Raises:
+        InputError (a ValueError): ``image_size`` not an integer >= 1.
     """
 
     application = "clevr"
@@ -44,6 +47,9 @@ class ClevrHyperModel(MACHyperModel):
 
     def __init__(self, cache_dir, data_dir=None, image_size=clevr.IMAGE_SIZE, limit=None, **kwargs):
         super().__init__(**kwargs)
+        # checked here, as clevr.evaluate checks it: image_size=0 looked for features of that
+        # size, and was refused as TFDS's clevr not prepared (to extract them)
+        image_size = checks.integer_at_least("image_size", image_size, 1)
         self.cache_dir, self.data_dir, self.image_size, self.limit = cache_dir, data_dir, image_size, limit
 
     @classmethod

@@ -24,7 +24,7 @@ validation chorales, summed over keys (``applications.music.PianoRollNLLPerStep`
 
 import keras_tuner
 
-from applications import music
+from applications import checks, music
 from tuning.base import DatasetHyperModel, level_widths, stepped_choice
 
 WIDTHS = (32, 64, 128, 256)
@@ -39,8 +39,13 @@ class MusicHyperModel(DatasetHyperModel):
     Args:
         data_dir: the JSON file of the chorales or its folder (None: the shared copy).
         limit: use only the first ``limit`` chorales of every split.
-        window: train and validate on windows of that many steps (None: whole chorales).
+        window: train and validate on windows of that many steps (None: whole chorales);
+            one longer than the longest chorale read holds every chorale whole, and is cut
+            to it (as ``applications.music.train`` does).
         **kwargs: ``batch_size``, ``seed``, ``epochs`` of :class:`DatasetHyperModel`.
+
+    Raises:
+        InputError (a ValueError): ``window`` neither None nor an integer >= 1.
     """
 
     application = "music"
@@ -48,6 +53,10 @@ class MusicHyperModel(DatasetHyperModel):
 
     def __init__(self, data_dir=None, limit=None, window=32, **kwargs):
         super().__init__(**kwargs)
+        # checked here: window=0 built a model of whole chorales (`self.window or longest`),
+        # whose every trial then failed on the windows of its datasets
+        if window is not None:
+            window = checks.integer_at_least("window", window, 1)
         self.data_dir, self.limit, self.window = data_dir, limit, window
 
     @classmethod
@@ -57,11 +66,18 @@ class MusicHyperModel(DatasetHyperModel):
     def load_data(self):
         return music.load_rolls(self.data_dir, self.limit)
 
+    def _window(self, longest):
+        """The window of the trials (None: whole chorales), at most ``longest`` steps: a
+        longer one holds every chorale whole, as a window of the longest does, but its
+        model was unrolled over all its steps (``--window 1000 --limit 2``: 1,000 steps
+        for chorales of at most 129, every trial minutes longer)."""
+        return None if self.window is None else min(self.window, longest)
+
     def build(self, hp):
         units = level_widths(hp, "levels", "units", WIDTHS, DEFAULT_UNITS, default_levels=2)
         _, longest = self.prepare()
         model = music.build_model(
-            self.window or longest,
+            self._window(longest) or longest,
             units=units,
             encoder=hp.Choice("encoder", ["gated", "lstm"], default="gated"),
             decoder_to_encoder=hp.Boolean("decoder_to_encoder", default=True),
@@ -73,9 +89,10 @@ class MusicHyperModel(DatasetHyperModel):
     def datasets(self, hp, data):
         rolls, longest = data
         nade = hp.get("readout") == "nade"
-        train = music.make_dataset(rolls["train"], self.batch_size, longest, True, self.seed, self.window,
+        window = self._window(longest)
+        train = music.make_dataset(rolls["train"], self.batch_size, longest, True, self.seed, window,
                                    targets_as_input=nade, replicas=self.replicas)
-        valid = music.make_dataset(rolls["valid"], self.batch_size, longest, window=self.window,
+        valid = music.make_dataset(rolls["valid"], self.batch_size, longest, window=window,
                                    targets_as_input=nade)
         return train, valid
 

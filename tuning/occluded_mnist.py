@@ -22,7 +22,7 @@ import os
 
 import keras_tuner
 
-from applications import distribute, occluded_mnist
+from applications import checks, distribute, occluded_mnist
 from tuning.base import DatasetHyperModel, level_widths
 
 #: the default width of every convolutional level the search can build (``conv_units_0`` .. ``conv_units_2``)
@@ -40,6 +40,9 @@ class OccludedMNISTHyperModel(DatasetHyperModel):
         num_train, num_test: generated training sequences, and validation sequences (of
             held-out training digits, never the test digits).
         **kwargs: ``batch_size``, ``seed``, ``epochs`` of :class:`DatasetHyperModel`.
+
+    Raises:
+        InputError (a ValueError): ``num_train`` or ``num_test`` not an integer >= 1.
     """
 
     application = "occluded_mnist"
@@ -49,7 +52,11 @@ class OccludedMNISTHyperModel(DatasetHyperModel):
                  **kwargs):
         super().__init__(**kwargs)
         self.variant, self.source, self.data_dir = variant, source, data_dir
-        self.num_train, self.num_test = num_train, num_test
+        # checked here, as occluded_mnist.train checks num_test: num_train=0 completed every
+        # trial untrained (scored as such), num_test=0 failed every trial with a KeyError
+        # (no val_digit_accuracy), and True was refused as `num_sequences`
+        self.num_train = checks.integer_at_least("num_train", num_train, 1)
+        self.num_test = checks.integer_at_least("num_test", num_test, 1)
 
     @classmethod
     def options_from_args(cls, args):

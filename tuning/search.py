@@ -66,7 +66,7 @@ import os
 
 import keras_tuner
 
-from applications import distribute, fault_tolerance
+from applications import checks, distribute, fault_tolerance
 from applications.errors import CommandLineError, InputError, user_path
 
 TUNERS = ("hyperband", "bayesian", "random")
@@ -83,8 +83,24 @@ def make_tuner(kind, hypermodel, directory, project_name, max_trials, epochs=3, 
         hyperparameters: a ``keras_tuner.HyperParameters`` of fixed values (see
             :func:`fixed_hyperparameters`: its ``Fixed`` entries, and the parents of the
             conditional ones); the HyperModel's other entries are searched.
+        max_trials: the number of trials, an integer >= 1.
         seed: an integer in [0, 2**32): the same seed draws the same trials.
+
+    Raises:
+        InputError (a ValueError): ``kind`` is none of :data:`TUNERS`, ``max_trials`` or
+            ``epochs`` is not an integer >= 1, or ``seed`` not an integer in [0, 2**32).
     """
+    if kind not in TUNERS:  # (before keras-tuner reads or replaces anything in `directory`)
+        raise InputError(f"unknown tuner {kind!r}; choose from {', '.join(TUNERS)}")
+    # checked here (the command line's options are): keras-tuner reads max_trials=0 as "no
+    # limit" (the search never ended), took max_trials=-2 or 2.5, and Hyperband's
+    # max_epochs=2.5; a seed of -1 became keras-tuner's "none" (a random seed: the trials
+    # differed from run to run), True and 2.7 the seeds 1 and 2
+    max_trials = checks.integer_at_least("max_trials", max_trials, 1)
+    epochs = checks.integer_at_least("epochs", epochs, 1)
+    seed = checks.integer_at_least("seed", seed, 0)
+    if seed >= 2**32:
+        raise InputError(f"`seed` must be an integer in [0, 2**32). Received: seed={seed!r}")
     objective = objective or getattr(hypermodel, "objective", "val_loss")
     common = dict(
         objective=objective,
@@ -106,10 +122,8 @@ def make_tuner(kind, hypermodel, directory, project_name, max_trials, epochs=3, 
         tuner.oracle.hyperband_iterations = max_trials
     elif kind == "bayesian":
         tuner = keras_tuner.BayesianOptimization(hypermodel, max_trials=max_trials, **common)
-    elif kind == "random":
+    else:  # random
         tuner = keras_tuner.RandomSearch(hypermodel, max_trials=max_trials, **common)
-    else:
-        raise InputError(f"unknown tuner {kind!r}; choose from {', '.join(TUNERS)}")
     return tuner
 
 

@@ -16,7 +16,8 @@ trains the routing model on them. The objective is the accuracy on the dev sente
 """
 
 
-from applications import distribute, sst, sst_trees
+from applications import checks, distribute, sst, sst_trees
+from applications.errors import InputError
 from tuning.base import DatasetHyperModel
 
 
@@ -32,6 +33,11 @@ class SSTHyperModel(DatasetHyperModel):
         max_train, max_eval: keep the first training examples / dev sentences only.
         max_length: tokens kept per text.
         **kwargs: ``batch_size``, ``seed``, ``epochs`` of :class:`DatasetHyperModel`.
+
+    Raises:
+        InputError (a ValueError): ``granularity`` not ``"5"`` or ``"2"``, ``train_on``
+            not ``"phrases"`` or ``"sentences"``, ``max_train`` or ``max_eval`` neither
+            None nor an integer >= 1.
     """
 
     application = "sst"
@@ -40,6 +46,12 @@ class SSTHyperModel(DatasetHyperModel):
                  train_on="phrases", max_train=None, max_eval=None, max_length=sst.DEFAULT_MAX_LENGTH,
                  **kwargs):
         super().__init__(**kwargs)
+        # checked here, before the (slow) embedding, as sst.train checks them: train_on="words"
+        # trained on the sentences, and max_train=0 was refused as "`requests['train'] limit`"
+        if train_on not in ("phrases", "sentences"):
+            raise InputError(f"`train_on` must be 'phrases' or 'sentences'. Received: train_on={train_on!r}")
+        max_train, max_eval = (None if value is None else checks.integer_at_least(name, value, 1)
+                               for name, value in (("max_train", max_train), ("max_eval", max_eval)))
         self.data_dir, self.granularity, self.preset, self.cache_dir = data_dir, str(granularity), preset, cache_dir
         self.train_on, self.max_train, self.max_eval, self.max_length = train_on, max_train, max_eval, max_length
         self.num_classes = sst_trees.num_classes(self.granularity)

@@ -20,7 +20,8 @@ import os
 
 import keras_tuner
 
-from applications import textured_mnist
+from applications import checks, textured_mnist
+from applications.errors import InputError
 from tuning.base import DatasetHyperModel
 
 
@@ -31,8 +32,12 @@ class TexturedMNISTHyperModel(DatasetHyperModel):
         data_dir: the folder of the MNIST IDX files (None: the shared copy).
         num_train, num_test: generated training images, and validation images (of
             held-out training digits, never the test digits).
-        classify: add the digit classifier on the groups.
+        classify: add the digit classifier on the groups (True or False).
         **kwargs: ``batch_size``, ``seed``, ``epochs`` of :class:`DatasetHyperModel`.
+
+    Raises:
+        InputError (a ValueError): ``num_train`` or ``num_test`` not an integer >= 1, or
+            ``classify`` not True or False.
     """
 
     application = "textured_mnist"
@@ -40,7 +45,14 @@ class TexturedMNISTHyperModel(DatasetHyperModel):
 
     def __init__(self, data_dir=None, num_train=8000, num_test=1000, classify=False, **kwargs):
         super().__init__(**kwargs)
-        self.data_dir, self.num_train, self.num_test = data_dir, num_train, num_test
+        # checked here, as textured_mnist.train checks them: num_train=0 completed every trial
+        # untrained (scored as such), num_test=0 was refused as `num_valid`, and
+        # classify="no" added the classifier
+        if not isinstance(classify, bool):
+            raise InputError(f"`classify` must be True or False. Received: classify={classify!r}")
+        self.data_dir = data_dir
+        self.num_train = checks.integer_at_least("num_train", num_train, 1)
+        self.num_test = checks.integer_at_least("num_test", num_test, 1)
         self.num_classes = 10 if classify else None
         #: the textures of every image (``train``'s defaults), recorded beside the best model
         self.textures = dict(textured_mnist.TEXTURE_OPTIONS)

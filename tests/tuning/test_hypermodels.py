@@ -994,3 +994,83 @@ def test_the_smallnorb_hypermodel_refuses_bad_options_by_their_names(options, me
         SmallNORBHyperModel(**options)
     hypermodel = SmallNORBHyperModel(image_size=24, validation_steps=1, steps_per_epoch=None)
     assert (hypermodel.image_size, hypermodel.validation_steps, hypermodel.steps_per_epoch) == (24, 1, None)
+
+
+def _data_options_of(name, tmp_path):
+    return {"music": {"data_dir": JSB_DIR, "limit": 2},
+            "occluded_mnist": {"data_dir": MNIST_DIR},
+            "textured_mnist": {"data_dir": MNIST_DIR},
+            "clevr": {"cache_dir": str(tmp_path / "cache")},
+            "sst": {"data_dir": str(SST_DIR)}}[name]
+
+
+@pytest.mark.parametrize("name, options, message", [
+    # Audit (tuning): window=0 built a model of whole chorales, then failed every trial in
+    # its datasets (`self.window or longest`); True and 2.5 were refused as `steps`
+    ("music", {"window": 0}, "Received: window=0"),
+    ("music", {"window": -1}, "Received: window=-1"),
+    ("music", {"window": True}, "Received: window=True"),
+    ("music", {"window": 2.5}, "Received: window=2.5"),
+    # num_train=0 completed every trial untrained (scored so), num_test=0 failed every trial
+    # with a KeyError traceback (no val_digit_accuracy)
+    ("occluded_mnist", {"num_train": 0}, "Received: num_train=0"),
+    ("occluded_mnist", {"num_test": 0}, "Received: num_test=0"),
+    ("occluded_mnist", {"num_train": True}, "Received: num_train=True"),  # (was `num_sequences`)
+    # num_train=0 completed every trial untrained; num_test=0 was refused as `num_valid`,
+    # 2.5 as `num_images`; classify="no" added the classifier
+    ("textured_mnist", {"num_train": 0}, "Received: num_train=0"),
+    ("textured_mnist", {"num_test": 0}, "Received: num_test=0"),
+    ("textured_mnist", {"num_train": 2.5}, "Received: num_train=2.5"),
+    ("textured_mnist", {"classify": "no"}, "Received: classify='no'"),
+    ("textured_mnist", {"classify": 1}, "Received: classify=1"),
+    # image_size=0 was refused as TFDS's clevr not prepared (to extract features of size 0)
+    ("clevr", {"image_size": 0}, "Received: image_size=0"),
+    ("clevr", {"image_size": True}, "Received: image_size=True"),
+    # train_on="words" trained on the sentences; max_train=0 was "`requests['train'] limit`"
+    ("sst", {"train_on": "words"}, "Received: train_on='words'"),
+    ("sst", {"max_train": 0}, "Received: max_train=0"),
+    ("sst", {"max_eval": -2}, "Received: max_eval=-2"),
+])
+def test_the_hypermodels_refuse_bad_data_options_by_their_names(name, options, message, tmp_path):
+    from applications.errors import InputError
+
+    with pytest.raises(InputError, match=re.escape(message)):
+        tuning.HYPERMODELS[name](**_data_options_of(name, tmp_path), **options)
+
+
+def test_the_hypermodels_take_numpy_integers_and_booleans(tmp_path):
+    hypermodels = {
+        "music": dict(window=np.int64(8)),
+        "occluded_mnist": dict(num_train=np.int32(4), num_test=np.int64(4)),
+        "textured_mnist": dict(num_train=np.int64(4), num_test=np.int32(4), classify=True),
+        "clevr": dict(image_size=np.int64(CLEVR_IMAGE_SIZE)),
+        "sst": dict(max_train=np.int64(8), max_eval=np.int32(4), train_on="sentences"),
+    }
+    for name, options in hypermodels.items():
+        hypermodel = tuning.HYPERMODELS[name](**_data_options_of(name, tmp_path), **options)
+        for key, value in options.items():
+            got = getattr(hypermodel, key) if key != "classify" else hypermodel.num_classes == 10
+            assert got == value and type(got) in (int, bool, str), (name, key, got)
+
+
+def test_a_music_window_longer_than_every_chorale_is_cut_to_the_longest():
+    # Audit (tuning): as music.train cuts it, the same examples and NLL; the trials' models
+    # were unrolled over the whole window (--window 1000 --limit 2: 1,000 steps for chorales
+    # of 129 at most, every trial minutes longer)
+    import keras_tuner
+
+    from tuning.music import MusicHyperModel
+
+    hypermodel = MusicHyperModel(data_dir=JSB_DIR, limit=2, window=1000, batch_size=4)
+    _, longest = hypermodel.prepare()
+    assert longest < 1000
+    hp = keras_tuner.HyperParameters()
+    hp.Fixed("levels", 1)
+    hp.Fixed("units_0", 8)
+    model = hypermodel.build(hp)
+    assert model.inputs[0].shape == (None, longest, 88)
+    train, valid = hypermodel.datasets(hp, hypermodel.prepare())
+    for dataset in (train, valid):
+        inputs, targets, mask = next(iter(dataset))
+        assert inputs.shape[1] == targets.shape[1] == longest
+    assert np.isfinite(model.evaluate(valid, verbose=0)).all()

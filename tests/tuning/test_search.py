@@ -4,6 +4,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import shutil
 
 import keras
@@ -671,3 +672,40 @@ def test_a_demo_trial_on_two_replicas_trains_the_one_device_model():
     one, two = trained(tf.distribute.get_strategy(), 1), trained(mirrored, 2)
     for path in one:
         np.testing.assert_allclose(two[path], one[path], atol=1e-4, err_msg=path)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"max_trials": 0}, "Received: max_trials=0"),  # keras-tuner: no limit, the search never ended
+    ({"max_trials": -2}, "Received: max_trials=-2"),
+    ({"max_trials": True}, "Received: max_trials=True"),
+    ({"max_trials": 2.5}, "Received: max_trials=2.5"),
+    ({"epochs": 0}, "Received: epochs=0"),
+    ({"epochs": 2.5}, "Received: epochs=2.5"),  # Hyperband's max_epochs=2.5
+    ({"seed": -1}, "Received: seed=-1"),  # keras-tuner's "no seed": a random one every run
+    ({"seed": True}, "Received: seed=True"),
+    ({"seed": 2.7}, "Received: seed=2.7"),
+    ({"seed": 2**32}, f"Received: seed={2**32}"),
+    ({"kind": "grid"}, "unknown tuner 'grid'"),
+])
+def test_make_tuner_refuses_bad_arguments_by_their_names(options, message, tmp_path):
+    # Audit (tuning): make_tuner took them all (the command line's options are checked by
+    # its parser only): max_trials=0 searched until stopped, seed=-1 drew other trials on
+    # every run, 2.7 and True were taken as the seeds 2 and 1.
+    from applications.errors import InputError
+    from tuning import search
+
+    arguments = {"kind": "random", "max_trials": 2, "epochs": 3, "seed": 0, **options}
+    for kind in ("random", "bayesian", "hyperband") if "kind" not in options else (options["kind"],):
+        arguments["kind"] = kind
+        with pytest.raises(InputError, match=re.escape(message)):
+            search.make_tuner(arguments["kind"], _SpaceHyperModel(), str(tmp_path / kind), "p",
+                              arguments["max_trials"], epochs=arguments["epochs"], seed=arguments["seed"])
+        assert not (tmp_path / kind).exists()  # refused before keras-tuner made its folder
+
+
+def test_make_tuner_takes_numpy_integers(tmp_path):
+    from tuning import search
+
+    tuner = search.make_tuner("hyperband", _SpaceHyperModel(), str(tmp_path), "p", np.int64(4),
+                              epochs=np.int32(3), seed=np.int64(5))
+    assert (tuner.oracle.max_trials, tuner.oracle.max_epochs, tuner.oracle.seed) == (4, 3, 6)
