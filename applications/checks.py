@@ -11,6 +11,8 @@ import numbers
 import os
 import re
 
+import numpy as np
+
 from applications.errors import InputError, user_path
 
 
@@ -23,6 +25,20 @@ def integer_at_least(name, value, minimum):
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
         raise InputError(f"`{name}` must be an integer >= {minimum}. Received: {name}={value!r}")
     return int(value)
+
+
+def true_or_false(name, value):
+    """``value`` as a bool if it is True or False (Python's or numpy's).
+
+    Strings and numbers are refused: ``"no"`` and ``"False"`` are truthy, so an option
+    given as text was taken as on.
+
+    Raises:
+        InputError (a ValueError): ``"`name` must be True or False. Received: name=value"``.
+    """
+    if not isinstance(value, (bool, np.bool_)):
+        raise InputError(f"`{name}` must be True or False. Received: {name}={value!r}")
+    return bool(value)
 
 
 def numpy_seed(seed):

@@ -94,10 +94,8 @@ def build_model(
     num_classes = checks.integer_at_least("num_classes", num_classes, 2)
     filters = checks.integer_at_least("filters", filters, 1)
     primary_capsules = checks.integer_at_least("primary_capsules", primary_capsules, 1)
-    for option, value in (("hidden_norm", hidden_norm), ("synchronized_batchnorm", synchronized_batchnorm)):
-        if not isinstance(value, (bool, np.bool_)):
-            raise InputError(f"`{option}` must be True or False. Received: {option}={value!r}")
-    synchronized_batchnorm = bool(synchronized_batchnorm)
+    hidden_norm = checks.true_or_false("hidden_norm", hidden_norm)
+    synchronized_batchnorm = checks.true_or_false("synchronized_batchnorm", synchronized_batchnorm)
     images = keras.Input(input_shape, name="images")
     x = images
     # As in Heinsen's smallNORB model: normalization before each convolution, Swish after.

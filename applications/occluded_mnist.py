@@ -445,7 +445,7 @@ def targets_for(variant, frames, labels):
     ``digit`` is the label, ``digit_steps`` the label repeated for every frame and
     ``next_frames`` (RLadder variants) the frames 2..T.
     """
-    _check_variant(variant)  # an unknown variant ("ladder") silently had no next-frame targets
+    check_variant(variant)  # an unknown variant ("ladder") silently had no next-frame targets
     labels = np.asarray(labels)
     targets = {"digit": labels, "digit_steps": np.repeat(labels[:, None], frames.shape[1], axis=1)}
     if variant in ("rladder", "no_feedback"):
@@ -475,7 +475,7 @@ def make_dataset(data, variant="rladder", batch_size=32, shuffle=False, seed=0):
     import tensorflow as tf
 
     seed = checks.stream_seed(seed)  # (1.5 and "a" were raw TensorFlow errors, True and -1 taken)
-    _check_variant(variant)
+    check_variant(variant)
     batch_size = integer_at_least("batch_size", batch_size, 1)
     ds = tf.data.Dataset.from_tensor_slices(
         (data["frames"], targets_for(variant, data["frames"], data["labels"]))
@@ -489,7 +489,8 @@ def make_dataset(data, variant="rladder", batch_size=32, shuffle=False, seed=0):
 AUGMENTS = (None, "fresh", "affine")
 
 
-def _check_variant(variant):
+def check_variant(variant):
+    """Raises an ``InputError`` naming :data:`VARIANTS` for any other ``variant``."""
     if variant not in VARIANTS:
         raise InputError(f"`variant` must be one of {VARIANTS}. Received: variant={variant!r}")
 
@@ -557,7 +558,7 @@ def make_training_dataset(
     import tensorflow as tf
 
     options = _check_augment(augment, affine)
-    _check_variant(variant)
+    check_variant(variant)
     batch_size = integer_at_least("batch_size", batch_size, 1)
     num_sequences = integer_at_least("num_sequences", num_sequences, 1)
     first_epoch = integer_at_least("first_epoch", first_epoch, 0)
@@ -755,7 +756,7 @@ def build_model(
         step)}`` for ``"rladder"`` / ``"no_feedback"``, or to ``{"digit_steps",
         "digit"}`` for the baselines.
     """
-    _check_variant(variant)
+    check_variant(variant)
     conv_normalization = _check_conv_options(conv_encoder, conv_normalization)
     _check_unflatten(unflatten)
     if variant == "temporal" and normalization is not None:  # was silently without effect
@@ -858,8 +859,7 @@ def compile_model(
     Returns:
         The compiled ``model``.
     """
-    if not isinstance(jit_compile, bool):
-        raise InputError(f"`jit_compile` must be True or False. Received: jit_compile={jit_compile!r}")
+    jit_compile = checks.true_or_false("jit_compile", jit_compile)
     if classify not in CLASSIFY:
         raise InputError(f"`classify` must be one of {CLASSIFY}. Received: classify={classify!r}")
     if frame_loss not in ("bce", "mse"):  # was checked only for models with next frames (not the baselines)
@@ -1008,7 +1008,7 @@ def _idx_layout(source, data_dir):
     """The IDX folder's split (``mnist_digits.idx_layout``) for ``source="idx"``, else None."""
     from applications.mnist_digits import default_data_dir, idx_layout
 
-    _check_source(source)
+    check_source(source)
     return idx_layout(data_dir or default_data_dir()) if source == "idx" else None
 
 
@@ -1018,7 +1018,7 @@ def _train_test_digits(source, data_dir, seed, test_only=False, layout=None):
     digits, or the IDX ``train`` files, are then not read: ``evaluate`` read and dropped
     them). ``layout``: the IDX split to use (``mnist_digits.load_idx_train_test``; None:
     the folder's own)."""
-    _check_source(source)
+    check_source(source)
     if source == "tfds":
         return None if test_only else load_digits("tfds", data_dir, "train"), load_digits("tfds", data_dir, "test")
     from applications.mnist_digits import default_data_dir, load_idx_train_test
@@ -1028,7 +1028,8 @@ def _train_test_digits(source, data_dir, seed, test_only=False, layout=None):
     return tuple(None if digits is None else (digits[0][..., 0], digits[1]) for digits in (train, test))
 
 
-def _check_source(source):
+def check_source(source):
+    """Raises an ``InputError`` for a ``source`` other than ``"idx"`` or ``"tfds"``."""
     if source not in ("idx", "tfds"):
         raise InputError(f"`source` must be 'idx' or 'tfds'. Received: source={source!r}")
 

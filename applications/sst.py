@@ -215,8 +215,7 @@ class Encoder:
     """
 
     def __init__(self, backbone, tokenizer, name, max_length=DEFAULT_MAX_LENGTH, fingerprint=None):
-        if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 2:
-            raise InputError(f"`max_length` must be an integer >= 2. Received: max_length={max_length!r}")
+        max_length = check_max_length(max_length)
         limit = getattr(backbone, "max_sequence_length", None)
         if limit is not None and max_length > limit:
             raise InputError(
@@ -272,6 +271,12 @@ class Encoder:
         if self._input_names is not None:
             feed = {k: v for k, v in feed.items() if k in self._input_names}
         return keras.ops.convert_to_numpy(self.states_model(feed, training=False)).astype("float32")
+
+
+def check_max_length(max_length):
+    """``max_length`` as an int if it is an integer >= 2 (a start and an end token), else an
+    ``InputError``. (The backbone's own limit is checked when the encoder is made.)"""
+    return integer_at_least("max_length", max_length, 2)
 
 
 def _tokenize(tokenizer, texts, max_length, start_id, end_id, chunk=4096):
@@ -1007,12 +1012,14 @@ def train(
     mixup_alpha = None if mixup_alpha is None else _finite_at_least("mixup_alpha", mixup_alpha, 0)
     _limit("max_train", max_train)
     _limit("max_eval", max_eval)
+    # (max_length=1 and granularity="3" were refused only once the run folder was made)
+    max_length = check_max_length(max_length)
+    n_classes = sst_trees.num_classes(granularity)
     strategy = distribute.resolve_strategy(strategy)
     keras.utils.set_random_seed(seed)
     run_dir = pathlib.Path(run_dir)
     create_run_dir(run_dir)
     cache_dir = pathlib.Path(cache_dir) if cache_dir is not None else run_dir / "cache"
-    n_classes = sst_trees.num_classes(granularity)
     splits = embed_splits(
         data_dir, granularity,
         {"train": ("train", train_on == "phrases", max_train), "dev": ("dev", False, max_eval),

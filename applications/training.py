@@ -5,7 +5,6 @@ import numbers
 import pathlib
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from applications import checks, fault_tolerance
@@ -69,8 +68,7 @@ def mixup(dataset, alpha=0.2, seed=None, num_classes=None, per_example=True):
     if num_classes is not None:
         # num_classes=0 gave targets [batch, ..., 0]; it is checked here, not in the graph
         num_classes = checks.integer_at_least("num_classes", num_classes, 1)
-    if not isinstance(per_example, (bool, np.bool_)):  # ("no" was taken as True)
-        raise InputError(f"`per_example` must be True or False. Received: per_example={per_example!r}")
+    per_example = checks.true_or_false("per_example", per_example)  # ("no" was taken as True)
     # seed=True and -1 were taken, 1.5 and "a" raw TensorFlow errors; a tensor is an epoch's
     # seed (an int64 drawn from the run's seed: any value), as the streams pass it
     if not (tf.is_tensor(seed) and seed.dtype.is_integer and seed.shape.rank == 0):

@@ -228,7 +228,13 @@ def _keras_mask(x):
 
 
 def margin_term(targets, lengths, m_plus=0.9, m_minus=0.1, lambda_=0.5):
-    """Per-sample margin loss ``sum_c [T relu(m+ - x)^2 + lambda (1-T) relu(x - m-)^2]``."""
+    """Per-sample margin loss ``sum_c [T relu(m+ - x)^2 + lambda (1-T) relu(x - m-)^2]``
+    (finite margins, ``lambda_ >= 0``)."""
+    # Checked as MarginLoss checks them: a NaN margin gave NaN losses, a negative lambda_
+    # rewarded scores of absent classes.
+    m_plus = _number("m_plus", m_plus)
+    m_minus = _number("m_minus", m_minus)
+    lambda_ = _number("lambda_", lambda_, minimum=0)
     # A term whose weight is 0 is 0: 0 * inf was NaN for a score beyond ~1e19 (float32).
     present = ops.where(targets > 0, targets * ops.square(ops.relu(m_plus - lengths)), 0.0)
     absent = ops.where(targets < 1, lambda_ * (1.0 - targets) * ops.square(ops.relu(lengths - m_minus)), 0.0)
@@ -237,10 +243,11 @@ def margin_term(targets, lengths, m_plus=0.9, m_minus=0.1, lambda_=0.5):
 
 def focal_term(targets, lengths, alpha=0.25, gamma=2.0):
     """Per-sample focal loss ``-alpha (1 - p_t)^gamma log p_t`` with ``p = softmax(x)``
-    (``gamma >= 0``)."""
-    if isinstance(gamma, bool) or not isinstance(gamma, numbers.Real) or not 0 <= gamma < math.inf:
-        # A negative gamma was a ZeroDivisionError from 0.0 ** gamma below.
-        raise ValueError(f"`gamma` must be a finite number >= 0. Received: gamma={gamma!r}")
+    (``alpha >= 0``, ``gamma >= 0``)."""
+    # A negative gamma was a ZeroDivisionError from 0.0 ** gamma below; a negative or NaN
+    # alpha turned the loss around or into NaN.
+    alpha = _number("alpha", alpha, minimum=0)
+    gamma = _number("gamma", gamma, minimum=0)
     log_p = ops.log_softmax(lengths, axis=-1)
     # (1 - p)^gamma has an infinite derivative at p = 1 for gamma < 1 (0 * inf = NaN
     # through the chain rule; e.g. a single class, where p = 1): take it as the

@@ -42,7 +42,7 @@ def adjusted_mutual_info(true_groups, pi, group_axis=1, ignore_label=None, per_s
     refuses a non-finite ``pi``.
 
     Args:
-        true_groups: integer labels ``[batch, *pixels]``.
+        true_groups: integer labels ``[batch, *pixels]``, or ``[batch, *pixels, 1]``.
         pi: assignments ``[batch, K, *pixels]`` (groups at ``group_axis``), optionally
             with a trailing channel axis of size 1 (``[batch, K, *pixels, 1]``).
         group_axis: the axis of ``pi`` holding the groups. Default 1.
@@ -92,6 +92,9 @@ def adjusted_mutual_info(true_groups, pi, group_axis=1, ignore_label=None, per_s
         )
     if pi.ndim == true_groups.ndim + 2 and pi.shape[-1] == 1 and axis != pi.ndim - 1:
         pi = pi[..., 0]
+    elif pi.ndim == true_groups.ndim and true_groups.ndim > 1 and true_groups.shape[-1] == 1:
+        # labels [batch, *pixels, 1], as AdjustedMutualInformation takes them
+        true_groups = true_groups[..., 0]
     if pi.ndim != true_groups.ndim + 1:
         raise ValueError(
             "adjusted_mutual_info expects pi with one axis (the groups) more than "

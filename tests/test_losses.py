@@ -309,6 +309,33 @@ def test_focal_term_refuses_a_negative_gamma():
         losses.focal_term(np.eye(2, dtype="float32"), np.full((2, 2), 0.5, "float32"), gamma=-1)
 
 
+@pytest.mark.parametrize("function, option, value, message", [
+    ("focal_term", "alpha", -0.25, "`alpha` must be a finite number >= 0. Received: alpha=-0.25"),
+    ("focal_term", "alpha", float("nan"), "`alpha` must be a finite number >= 0. Received: alpha=nan"),
+    ("focal_term", "alpha", "0.25", "`alpha` must be a finite number >= 0. Received: alpha='0.25'"),
+    ("margin_term", "m_plus", float("nan"), "`m_plus` must be a finite number. Received: m_plus=nan"),
+    ("margin_term", "m_minus", None, "`m_minus` must be a finite number. Received: m_minus=None"),
+    ("margin_term", "lambda_", -0.5, "`lambda_` must be a finite number >= 0. Received: lambda_=-0.5"),
+])
+def test_the_public_terms_check_their_weights_as_the_loss_classes_do(function, option, value, message):
+    # Audit s83: focal_term(alpha=-0.25) and margin_term(lambda_=-0.5) returned losses that
+    # reward the wrong class, a NaN alpha or margin NaN losses, and alpha='0.25' a raw
+    # TypeError of the multiplication; CapsuleLoss already refused these values.
+    targets, scores = np.eye(2, dtype="float32"), np.full((2, 2), 0.5, "float32")
+    with pytest.raises(ValueError, match=re.escape(message)):
+        getattr(losses, function)(targets, scores, **{option: value})
+
+
+def test_the_public_terms_keep_their_values_for_valid_weights():
+    targets, scores = np.eye(2, dtype="float32"), np.array([[0.95, 0.05], [0.5, 0.2]], "float32")
+    margin = keras.ops.convert_to_numpy(losses.margin_term(targets, scores, m_plus=0.9, m_minus=0.1, lambda_=0.5))
+    # Sample 0: nothing (0.95 >= 0.9, 0.05 <= 0.1); sample 1: (0.9 - 0.2)^2 + 0.5 (0.5 - 0.1)^2.
+    np.testing.assert_allclose(margin, [0.0, 0.49 + 0.08], rtol=1e-6)
+    focal = keras.ops.convert_to_numpy(losses.focal_term(targets, scores, alpha=0.5, gamma=0))
+    log_p = scores - np.log(np.exp(scores).sum(-1, keepdims=True))
+    np.testing.assert_allclose(focal, -0.5 * (targets * log_p).sum(-1), rtol=1e-6)
+
+
 def test_margin_of_a_huge_score_is_finite_where_its_weight_is_zero():
     # Audit s64: a present class scoring above ~1.8e19 gave NaN (0 * inf in the absent term).
     scores = np.array([[2e19, 0.0]], "float32")

@@ -55,6 +55,27 @@ def test_adjusted_mutual_info_refuses_a_per_sample_or_ignore_label_that_would_be
         adjusted_mutual_info(truth, pi, **bad)
 
 
+def test_adjusted_mutual_info_takes_labels_with_a_channel_axis_as_the_metric_does():
+    # Audit s83: labels [batch, *pixels, 1] with pi [batch, K, *pixels] were refused
+    # ("expects pi with one axis (the groups) more than true_groups") while
+    # AdjustedMutualInformation takes them.
+    rng = np.random.default_rng(3)
+    truth = rng.integers(0, 3, size=(4, 5, 6))
+    guess = np.where(rng.uniform(size=truth.shape) < 0.8, truth, rng.integers(0, 3, size=truth.shape))
+    pi = np.moveaxis(np.eye(3)[guess], -1, 1).astype("float32")  # [batch, K, 5, 6]
+    want = adjusted_mutual_info(truth, pi, per_sample=True)
+    assert np.all(want > 0.1) and np.all(want < 1)  # neither a perfect nor a random case
+    np.testing.assert_array_equal(adjusted_mutual_info(truth[..., None], pi, per_sample=True), want)
+    metric = AdjustedMutualInformation(3)
+    metric.update_state(truth[..., None], pi)
+    assert abs(_result(metric) - want.mean()) < 1e-5
+    # labels [batch, *pixels, 1] beside pi [batch, K, *pixels, 1] (RTagger's) as before
+    np.testing.assert_array_equal(adjusted_mutual_info(truth[..., None], pi[..., None], per_sample=True), want)
+    # a labels channel that is not 1 is still a shape error
+    with pytest.raises(ValueError, match="one axis \\(the groups\\) more than true_groups"):
+        adjusted_mutual_info(np.repeat(truth[..., None], 2, axis=-1), pi)
+
+
 # ------------------------------------------------------------ AdjustedMutualInformation
 #: |AMI - sklearn| allowed for the default (float32) metric: 5e-6 measured on 28x28 images
 #: with 2-10 labels and 2-8 groups, 1.2e-5 on 64x64 and 128x128

@@ -44,6 +44,8 @@ class DatasetHyperModel(keras_tuner.HyperModel):
         verbose: 1 (default) shows the progress of ``load_data``'s long steps (CLEVR's
             feature extraction, SST's embedding); 0 (``--quiet``) hides it.
         name: the HyperModel's name (default: the class attribute ``application``).
+        tunable: True or False, keras-tuner's: whether the hyperparameters that
+            :meth:`build` declares join the search space. Default True.
         replicas: the replicas in sync under the search's strategy (:meth:`from_args`:
             the strategy's): the trials' training batches are cut for them, as the
             applications' ``train`` cuts its own (``distribute.even_batches``: a batch
@@ -56,6 +58,7 @@ class DatasetHyperModel(keras_tuner.HyperModel):
     application = None
 
     def __init__(self, batch_size=32, seed=0, epochs=3, name=None, tunable=True, verbose=1, replicas=1):
+        tunable = checks.true_or_false("tunable", tunable)
         super().__init__(name=name or self.application, tunable=tunable)
         # (int() turned batch_size=2.7 into 2 and "8" into 8, epochs=0 was taken; a seed of -1
         # failed later in numpy)
@@ -63,7 +66,10 @@ class DatasetHyperModel(keras_tuner.HyperModel):
         self.seed = checks.integer_at_least("seed", seed, 0)
         self.epochs = checks.integer_at_least("epochs", epochs, 1)
         self.replicas = checks.integer_at_least("replicas", replicas, 1)
-        self.verbose = verbose
+        # (verbose="no" showed the progress; tunable="no" was taken as True by keras-tuner)
+        if isinstance(verbose, bool) or verbose not in (0, 1):
+            raise InputError(f"`verbose` must be 0 or 1. Received: verbose={verbose!r}")
+        self.verbose = int(verbose)
         self._data = None
         # Keras' random state is seeded before every build: the trials' initial weights
         # were drawn from an unseeded state, so the same command scored other values on

@@ -42,7 +42,8 @@ class OccludedMNISTHyperModel(DatasetHyperModel):
         **kwargs: ``batch_size``, ``seed``, ``epochs`` of :class:`DatasetHyperModel`.
 
     Raises:
-        InputError (a ValueError): ``num_train`` or ``num_test`` not an integer >= 1.
+        InputError (a ValueError): ``variant`` or ``source`` not one of the above,
+            ``num_train`` or ``num_test`` not an integer >= 1.
     """
 
     application = "occluded_mnist"
@@ -51,6 +52,10 @@ class OccludedMNISTHyperModel(DatasetHyperModel):
     def __init__(self, variant="rladder", source="idx", data_dir=None, num_train=20000, num_test=5000,
                  **kwargs):
         super().__init__(**kwargs)
+        # (a bad variant or source was refused only once the search ran: by the first build
+        # or the data)
+        occluded_mnist.check_variant(variant)
+        occluded_mnist.check_source(source)
         self.variant, self.source, self.data_dir = variant, source, data_dir
         # checked here, as occluded_mnist.train checks num_test: num_train=0 completed every
         # trial untrained (scored as such), num_test=0 failed every trial with a KeyError

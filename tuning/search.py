@@ -165,7 +165,14 @@ def fixed_hyperparameters(hypermodel, fixed):
     """
     if not fixed:
         return None
-    values = dict(parse_fixed(text) for text in fixed)
+    values = {}
+    for text in fixed:
+        name, value = parse_fixed(text)
+        if name in values and values[name] != value:
+            # (the last one was kept without a word)
+            raise CommandLineError(f"--fixed {name} given twice, with other values: "
+                                   f"{name}={json.dumps(values[name])} and {name}={json.dumps(value)}")
+        values[name] = value
     declared = keras_tuner.HyperParameters()
     hypermodel.build(declared)
     names = sorted({hp.name for hp in declared.space})

@@ -52,6 +52,7 @@ class SSTHyperModel(DatasetHyperModel):
             raise InputError(f"`train_on` must be 'phrases' or 'sentences'. Received: train_on={train_on!r}")
         max_train, max_eval = (None if value is None else checks.integer_at_least(name, value, 1)
                                for name, value in (("max_train", max_train), ("max_eval", max_eval)))
+        max_length = sst.check_max_length(max_length)  # (max_length=1 was refused only by the data)
         self.data_dir, self.granularity, self.preset, self.cache_dir = data_dir, str(granularity), preset, cache_dir
         self.train_on, self.max_train, self.max_eval, self.max_length = train_on, max_train, max_eval, max_length
         self.num_classes = sst_trees.num_classes(self.granularity)

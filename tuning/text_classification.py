@@ -62,6 +62,9 @@ class TextClassificationHyperModel(DatasetHyperModel):
         # by their own names, before any data is read, as recipe.train refuses them: vocab_size=2
         # was refused as "`max_size` must be at least 3", a name the search was never given
         data_lib.num_classes(dataset)  # an unknown dataset
+        phrases = data_lib.check_phrases(dataset, phrases)  # (phrases="yes" was taken as True)
+        # the fixed embedding of every trial (embedding="word" failed every trial's build)
+        model_lib.check_arguments(embedding=embedding, embedding_dim=embedding_dim, num_codebooks=num_codebooks)
         vocab_size = checks.integer_at_least("vocab_size", vocab_size, 3)
         max_length = checks.integer_at_least("max_length", max_length, 1)
         if limit is not None:

@@ -21,7 +21,6 @@ import os
 import keras_tuner
 
 from applications import checks, textured_mnist
-from applications.errors import InputError
 from tuning.base import DatasetHyperModel
 
 
@@ -48,8 +47,7 @@ class TexturedMNISTHyperModel(DatasetHyperModel):
         # checked here, as textured_mnist.train checks them: num_train=0 completed every trial
         # untrained (scored as such), num_test=0 was refused as `num_valid`, and
         # classify="no" added the classifier
-        if not isinstance(classify, bool):
-            raise InputError(f"`classify` must be True or False. Received: classify={classify!r}")
+        classify = checks.true_or_false("classify", classify)
         self.data_dir = data_dir
         self.num_train = checks.integer_at_least("num_train", num_train, 1)
         self.num_test = checks.integer_at_least("num_test", num_test, 1)

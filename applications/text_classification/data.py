@@ -530,6 +530,19 @@ def _tfds_split(name, split, data_dir, download):
     return ds.map(to_pair, num_parallel_calls=tf.data.AUTOTUNE)
 
 
+def check_phrases(name, phrases):
+    """``phrases`` as a bool: True or False, and True only for an SST dataset.
+
+    Raises:
+        InputError (a ValueError): ``phrases`` not True or False (``"no"`` was taken as
+            True), or True for a TFDS dataset.
+    """
+    phrases = checks.true_or_false("phrases", phrases)
+    if phrases and name in TFDS_DATASETS:
+        raise InputError(f"`phrases=True` exists for SST only. Received: dataset={name!r}")
+    return phrases
+
+
 def load_split(name, split, data_dir=None, phrases=False, limit=None, download=False):
     """A raw split as a ``tf.data.Dataset`` of ``(text string, label int32)``.
 
@@ -553,11 +566,10 @@ def load_split(name, split, data_dir=None, phrases=False, limit=None, download=F
             command line says it: ``applications.tfds_data.load``).
     """
     _check_dataset(name)
+    phrases = check_phrases(name, phrases)
     if limit is not None:  # (limit=-1 dropped the last SST example, and kept every TFDS one)
         limit = integer_at_least("limit", limit, 1)
     if name in TFDS_DATASETS:
-        if phrases:
-            raise InputError(f"`phrases=True` exists for SST only. Received: dataset={name!r}")
         ds = _tfds_split(name, split, data_dir, download)
     else:
         from applications import sst_trees

@@ -196,6 +196,7 @@ def train(
     if limit is not None:
         checks.integer_at_least("limit", limit, 1)
     data_lib.num_classes(dataset)  # an unknown dataset, before the run directory is made
+    data_lib.check_phrases(dataset, phrases)  # (phrases="no" trained on every phrase)
     strategy = distribute.resolve_strategy(strategy)
     keras.utils.set_random_seed(seed)
     create_run_dir(run_dir)

@@ -2,7 +2,10 @@
 one line (an ``InputError``, a ``ValueError``), where it failed late with a raw error or
 was silently changed (audit 2026-11-30)."""
 
+import os
 import re
+import shutil
+import tempfile
 import warnings
 
 import numpy as np
@@ -10,9 +13,13 @@ import pytest
 
 from applications import demo, occluded_mnist, sort_of_clevr, textured_mnist
 from applications.errors import InputError
+from applications.text_classification import data as text_data
+from applications.text_classification import recipe as text_recipe
 from tuning.demo import DemoHyperModel
 
 _DIGITS = np.zeros((4, 28, 28), "float32"), np.arange(4) % 10
+#: a run folder that the refused calls must not make
+_NEVER_MADE = os.path.join(tempfile.gettempdir(), "keras-capsules-never-made-run-folder")
 
 CASES = {
     # a negative limit dropped the last digits silently; 2.5 was a slicing TypeError
@@ -36,15 +43,27 @@ CASES = {
     "sort_of_clevr.build_model vocabulary_size=3": (
         lambda: sort_of_clevr.build_model(vocabulary_size=3), "vocabulary_size=3"),
     "sort_of_clevr.build_model num_answers=1": (lambda: sort_of_clevr.build_model(num_answers=1), "num_answers=1"),
+    # audit s83: phrases="no" trained on every phrase (a truthy string); phrases=True on a
+    # TFDS set was refused only once the run folder was made and the data were read
+    "text_classification load_split phrases='no'": (
+        lambda: text_data.load_split("sst2", "dev", "no-such-folder", phrases="no"), "phrases='no'"),
+    "text_classification train phrases='no'": (
+        lambda: text_recipe.train("sst2", "no-such-folder", run_dir=_NEVER_MADE, phrases="no"), "phrases='no'"),
+    "text_classification train ag_news phrases=True": (
+        lambda: text_recipe.train("ag_news", run_dir=_NEVER_MADE, phrases=True), "dataset='ag_news'"),
 }
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_a_bad_argument_is_refused_in_one_line(case):
     call, received = CASES[case]
+    shutil.rmtree(_NEVER_MADE, ignore_errors=True)
     with pytest.raises(InputError, match=f"Received: {received}") as caught:
         call()
+    made = os.path.exists(_NEVER_MADE)
+    shutil.rmtree(_NEVER_MADE, ignore_errors=True)
     assert "\n" not in str(caught.value)
+    assert not made, "the refused call made its run folder"
 
 
 def test_the_batch_size_of_an_evaluation_is_checked():

@@ -428,6 +428,13 @@ def test_the_text_classification_search_never_validates_on_the_test_split(datase
     (dict(max_length=0), "^`max_length` must be an integer >= 1. Received: max_length=0$"),
     (dict(limit=0), "^`limit` must be an integer >= 1. Received: limit=0$"),
     (dict(dataset="sst3"), "Received: dataset='sst3'"),
+    # audit s83: phrases="yes" (and "no") was taken as True; phrases=True on a TFDS set and
+    # a bad fixed embedding failed only once the data were read (every trial's build)
+    (dict(phrases="no"), "^`phrases` must be True or False. Received: phrases='no'$"),
+    (dict(dataset="ag_news", phrases=True), "^`phrases=True` exists for SST only. Received: dataset='ag_news'$"),
+    (dict(embedding="glove"), "Received: embedding='glove'"),
+    (dict(embedding_dim=0), "Received: embedding_dim=0"),
+    (dict(num_codebooks=-1), "Received: num_codebooks=-1"),
 ])
 def test_the_text_classification_search_refuses_bad_data_options_by_their_names(options, message):
     # audit s69: `tune text_classification --vocab-size 2` was refused as "`max_size` must be
@@ -1030,6 +1037,16 @@ def _data_options_of(name, tmp_path):
     ("sst", {"train_on": "words"}, "Received: train_on='words'"),
     ("sst", {"max_train": 0}, "Received: max_train=0"),
     ("sst", {"max_eval": -2}, "Received: max_eval=-2"),
+    # audit s83: a bad variant or source was refused only once the search ran; SST's
+    # max_length=1 only by the embedding; verbose="no" showed the progress and
+    # tunable="no" was taken as True (keras-tuner's truthiness)
+    ("occluded_mnist", {"variant": "ladder"}, "Received: variant='ladder'"),
+    ("occluded_mnist", {"source": "npz"}, "Received: source='npz'"),
+    ("sst", {"max_length": 1}, "Received: max_length=1"),
+    ("sst", {"max_length": "64"}, "Received: max_length='64'"),
+    ("music", {"verbose": "no"}, "Received: verbose='no'"),
+    ("textured_mnist", {"verbose": 2}, "Received: verbose=2"),
+    ("clevr", {"tunable": "no"}, "Received: tunable='no'"),
 ])
 def test_the_hypermodels_refuse_bad_data_options_by_their_names(name, options, message, tmp_path):
     from applications.errors import InputError
@@ -1044,7 +1061,7 @@ def test_the_hypermodels_take_numpy_integers_and_booleans(tmp_path):
         "occluded_mnist": dict(num_train=np.int32(4), num_test=np.int64(4)),
         "textured_mnist": dict(num_train=np.int64(4), num_test=np.int32(4), classify=True),
         "clevr": dict(image_size=np.int64(CLEVR_IMAGE_SIZE)),
-        "sst": dict(max_train=np.int64(8), max_eval=np.int32(4), train_on="sentences"),
+        "sst": dict(max_train=np.int64(8), max_eval=np.int32(4), train_on="sentences", max_length=np.int64(16)),
     }
     for name, options in hypermodels.items():
         hypermodel = tuning.HYPERMODELS[name](**_data_options_of(name, tmp_path), **options)

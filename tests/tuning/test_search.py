@@ -249,6 +249,18 @@ def test_a_fixed_value_the_space_cannot_take_is_refused(text, expected):
     assert fixed.values == {"layers": 8, "rate": 0, "width": 8, "gate": False, "cell": "lstm"}
 
 
+def test_a_hyperparameter_fixed_twice_to_other_values_is_refused():
+    # audit s83: `--fixed layers=2 --fixed layers=3` searched with layers=3, without a word
+    from applications.errors import CommandLineError
+    from tuning import search
+
+    with pytest.raises(CommandLineError, match="^--fixed layers given twice, with other values: layers=2 and layers=3$"):
+        search.fixed_hyperparameters(_SpaceHyperModel(), ["layers=2", "rate=0", "layers=3"])
+    # the same value twice is no contradiction
+    fixed = search.fixed_hyperparameters(_SpaceHyperModel(), ["layers=2", "layers=2"])
+    assert fixed.values["layers"] == 2
+
+
 class _LevelsHyperModel(keras_tuner.HyperModel):
     """A space whose ``width_1`` only the models of ``levels`` 2 and 3 use (as music's ``units_1``)."""
 
