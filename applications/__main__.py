@@ -394,8 +394,10 @@ def _run(args):
         # a train run (also one still training: no metrics.json yet) whose metrics.json it replaced
         fault_tolerance.check_search_folder(distribute.output_dir(args.directory, strategy), args.application)
         result = search.run_search(args, strategy)
+        # (four significant digits: the full score is in best_hyperparameters.json and
+        # metrics.json; it was printed as 0.2291666716337204)
         print(f"{result['new_trials']} new trial(s), {result['trials']} in total; "
-              f"best {result['objective']} {result['best_score']}")
+              f"best {result['objective']} {result['best_score']:.4g}")
         print(_best_files(result, args.application))
     return 0
 

@@ -76,9 +76,12 @@ def test_tiny_search_writes_best_model_and_hyperparameters(tuner, tmp_path, caps
     code = cli.main(["tune", "demo", "--tuner", tuner, "--directory", directory, "--max-trials", "2",
                      *ONE_BATCH, *options])
     assert code == 0, capsys.readouterr().err
-    assert "2 new trial(s), 2 in total" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "2 new trial(s), 2 in total" in out
     assert len(_trials(directory)) == 2
     best = json.loads((tmp_path / "search" / "best_hyperparameters.json").read_text())
+    # the score in four significant digits (it was printed as float32's 0.2291666716337204)
+    assert f"; best val_accuracy {best['best_score']:.4g}\n" in out, out
     assert best["objective"] == "val_accuracy" and 2 <= best["hyperparameters"]["n_iters"] <= 3
     # The model's hyperparameters only: Hyperband's "tuner/epochs", "tuner/bracket", ...
     # were among them (its bookkeeping goes under "tuner"), and they build the model.
