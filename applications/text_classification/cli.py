@@ -66,6 +66,7 @@ def run_train(args, strategy):
     # Bad model options fail before the run directory is made or any data is read.
     model_lib.check_arguments(routing=args.routing, embedding=args.embedding,
                               **{name: getattr(args, name) for name in MODEL_OPTIONS})
+    data_lib.check_phrases(args.dataset, args.phrases)  # (was reported after missing data)
     data_lib.require_data(args.dataset, args.data_dir)
     result = recipe.train(
         dataset=args.dataset,

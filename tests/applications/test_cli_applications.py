@@ -367,6 +367,20 @@ def test_text_classification_missing_data_is_named(dataset, folder, message, tmp
         assert message in err and err.count("\n") == 1, err
 
 
+def test_text_classification_phrases_of_a_tfds_set_are_refused_before_its_data_is_looked_for(tmp_path, capsys):
+    # audit s83: `train text_classification --dataset ag_news --phrases` reported the TFDS
+    # set as not prepared; prepared, it would have been refused only once it was read
+    (tmp_path / "empty").mkdir()
+    for command in ("train", "tune"):
+        argv = [command, "text_classification", "--dataset", "ag_news", "--phrases", "--data-dir",
+                str(tmp_path / "empty"), "--quiet", "--run-dir" if command == "train" else "--directory",
+                str(tmp_path / command)]
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err
+        assert err == "keras-capsules: error: `phrases=True` exists for SST only. Received: --dataset 'ag_news'\n", err
+        assert not (tmp_path / command).exists()
+
+
 def test_sst_without_the_minilm_checkpoint_is_one_line(tmp_path, capsys, monkeypatch):
     import importlib.util
 
