@@ -26,6 +26,13 @@ def _number_type(convert, accept, what):
 
 positive_int = _number_type(int, lambda v: v >= 1, "a positive integer")
 non_negative_int = _number_type(int, lambda v: v >= 0, "a non-negative integer")
+
+
+def int_at_least(minimum):
+    """An argparse ``type``: an integer >= ``minimum``."""
+    return _number_type(int, lambda v: v >= minimum, f"an integer >= {minimum}")
+
+
 # Floats must be finite: "inf" (which float() reads) as a learning rate trains to NaN.
 positive_float = _number_type(float, lambda v: math.isfinite(v) and v > 0, "a positive number")
 non_negative_float = _number_type(float, lambda v: math.isfinite(v) and v >= 0, "a non-negative number")

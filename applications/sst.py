@@ -1189,7 +1189,7 @@ def _check_sst_model(model, model_path):
 
 def add_arguments(parser, command):
     """The SST application's options for ``train``, ``evaluate`` and ``tune``."""
-    from applications.arguments import non_negative_float, positive_float, positive_int
+    from applications.arguments import int_at_least, non_negative_float, positive_float, positive_int
     if command == "train":
         parser.set_defaults(epochs=3)  # the recipe of train() (module docstring)
 
@@ -1206,7 +1206,8 @@ def add_arguments(parser, command):
                         help="cache of the hidden states (default: RUN_DIR/cache for train; for "
                         "evaluate, the cache train recorded beside the model if it still exists, else "
                         "the model's folder/cache; DIRECTORY/cache for tune)")
-    parser.add_argument("--max-length", type=positive_int,
+    # (>= 2, a start and an end token: 1 was refused only once the data were read)
+    parser.add_argument("--max-length", type=int_at_least(2),
                         default=None if command == "evaluate" else DEFAULT_MAX_LENGTH,
                         help=f"tokens kept per text (default:{recorded} {DEFAULT_MAX_LENGTH})")
     parser.add_argument("--max-eval", type=positive_int, default=None,

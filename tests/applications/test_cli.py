@@ -50,6 +50,11 @@ def test_help_of_every_command(argv, capsys):
     (["train", "textured_mnist", "--mask-damping", "1"], "a number in [0, 1) or 'learned', got '1'"),
     (["train", "textured_mnist", "--mask-damping", "learnt"], "a number in [0, 1) or 'learned', got 'learnt'"),
     (["train", "textured_mnist", "--mask-damping", "nan"], "a number in [0, 1) or 'learned', got 'nan'"),
+    # audit s83: --max-length 1 (no room for a start and an end token) was refused only
+    # after the tree files were looked for (train, evaluate) or read
+    (["train", "sst", "--data-dir", "x", "--max-length", "1"], "argument --max-length: expected an integer >= 2, got '1'"),
+    (["evaluate", "sst", "--data-dir", "x", "--max-length", "1"], "argument --max-length: expected an integer >= 2, got '1'"),
+    (["tune", "sst", "--data-dir", "x", "--max-length", "1"], "argument --max-length: expected an integer >= 2, got '1'"),
 ])
 def test_a_bad_option_is_one_line_and_exit_code_2(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
