@@ -594,6 +594,8 @@ def _with_option_names(err, parser, args):
         if option is None or action.dest in ("help", argparse.SUPPRESS):
             continue
         named = named.replace(f"`{action.dest}`", f"`{option}`")
+        if isinstance(action, argparse._StoreTrueAction):  # "`phrases=True`" is "`--phrases`"
+            named = named.replace(f"`{action.dest}=True`", f"`{option}`")
         named = re.sub(rf"(?<![\w`.\-]){re.escape(action.dest)}=", f"{option} ", named)
     if named == message:
         return err

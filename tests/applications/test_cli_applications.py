@@ -377,7 +377,7 @@ def test_text_classification_phrases_of_a_tfds_set_are_refused_before_its_data_i
                 str(tmp_path / command)]
         assert cli.main(argv) == 2
         err = capsys.readouterr().err
-        assert err == "keras-capsules: error: `phrases=True` exists for SST only. Received: --dataset 'ag_news'\n", err
+        assert err == "keras-capsules: error: `--phrases` exists for SST only. Received: --dataset 'ag_news'\n", err
         assert not (tmp_path / command).exists()
 
 
