@@ -53,7 +53,7 @@ import shlex
 import subprocess
 import sys
 
-from applications import arguments, console, registry
+from applications import arguments, console, errors, registry
 from applications.errors import (CommandLineError, NotAFolderError, PathExistsError, PathNotFoundError,
                                  PathPermissionError, report)
 
@@ -469,7 +469,7 @@ def main(argv=None):
     args = _defaults(args)
     # the folder that the command creates for its outputs, if it is not there yet
     output = {"train": getattr(args, "run_dir", None), "tune": getattr(args, "directory", None)}.get(args.command)
-    new_output = _first_missing(output) if output else None
+    new_output = errors.first_missing(output) if output else None
     try:
         _check_output_folders(args)
         _model_of_folder(args)
@@ -477,7 +477,7 @@ def main(argv=None):
         return _run(args)
     except _USER_ERRORS as err:
         if new_output:
-            _remove_empty_dirs(new_output)
+            errors.remove_empty_dirs(new_output)
         return report(_with_option_names(_with_the_command_that_makes_the_model(err, args), parser, args), PROG)
     except KeyboardInterrupt as interrupt:  # Ctrl-C: one line that says how to go on, no traceback
         if os.environ.get("KERAS_CAPSULES_DEBUG"):
@@ -678,28 +678,6 @@ def _refuse_options_of_no_application(parser, argv):
                  f"application (keras-capsules {command} {owners[group[0]][0]} ...)"
                  for group in unknown if owners[group[0]]), "")
     _unknown_arguments(parser, command, [arg for group in unknown for arg in group], hint)
-
-
-def _first_missing(path):
-    """The outermost folder of ``path`` that is not there yet (``runs`` for a new
-    ``runs/sst`` when ``runs`` is missing too), or None when ``path`` exists: the
-    folders a refused command removes again when they hold no file."""
-    path = os.path.abspath(path)
-    if os.path.lexists(path):
-        return None
-    while os.path.dirname(path) != path and not os.path.lexists(os.path.dirname(path)):
-        path = os.path.dirname(path)
-    return path
-
-
-def _remove_empty_dirs(top):
-    """Removes ``top`` and the folders below it that hold no file: a ``train`` refused
-    for a user error leaves no empty run directory behind."""
-    for folder, _, _ in os.walk(top, topdown=False):
-        try:
-            os.rmdir(folder)
-        except OSError:  # not empty: something was written there, keep it
-            pass
 
 
 def _unknown_arguments(parser, command, unknown, hint=""):

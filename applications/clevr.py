@@ -71,7 +71,8 @@ from keras import ops
 
 from applications import checks, console, distribute, fault_tolerance, plotting, tfds_data
 from applications.checks import integer_at_least
-from applications.errors import DataNotFoundError, InputError, PathNotFoundError, create_run_dir, writable_folder
+from applications.errors import (DataNotFoundError, InputError, PathNotFoundError, create_run_dir,
+                                 leaves_no_empty_run_dir, writable_folder)
 from keras_capsules.callbacks import swap_ema_weights
 from keras_capsules.layers import MACNetwork
 
@@ -762,6 +763,9 @@ def make_dataset(features_path, image_index, tokens, labels, batch_size=64, shuf
     import tensorflow as tf
 
     batch_size = integer_at_least("batch_size", batch_size, 1)
+    # ("False", a non-empty string, was taken as on)
+    shuffle = checks.true_or_false("shuffle", shuffle)
+    drop_unknown = checks.true_or_false("drop_unknown", drop_unknown)
     image_index, tokens, labels = np.asarray(image_index), np.asarray(tokens), np.asarray(labels)
     if not len(image_index) == len(tokens) == len(labels):
         raise InputError(
@@ -995,6 +999,7 @@ def feature_shape(data):
     return load_features(data["train"]["features_path"]).shape[1:]
 
 
+@leaves_no_empty_run_dir()
 def train(cache_dir, run_dir="runs/clevr", data_dir=None, epochs=25, batch_size=64, image_size=IMAGE_SIZE,
           weights="imagenet", model_kwargs=None, extractor=None, seed=0, verbose=1, learning_rate=1e-4,
           limit=None, strategy=None, callbacks=()):
@@ -1023,6 +1028,7 @@ def train(cache_dir, run_dir="runs/clevr", data_dir=None, epochs=25, batch_size=
 
     # epochs=0 wrote and scored an untrained model; -1 and 1.5 failed inside fit
     epochs = integer_at_least("epochs", epochs, 1)
+    seed = integer_at_least("seed", seed, 0)  # (-1 and 1.5 were Keras' errors from set_random_seed)
     strategy = distribute.resolve_strategy(strategy)
     keras.utils.set_random_seed(seed)
     create_run_dir(run_dir)

@@ -34,7 +34,7 @@ import numpy as np
 from applications import checks, console, distribute, fault_tolerance, plotting
 # the demo's data loads no TensorFlow (benchmarks/demo_seeds.py reads it first): re-exported here
 from applications.mnist_digits import load_arrays, load_digits_arrays  # noqa: F401
-from applications.errors import InputError, PathNotFoundError, create_run_dir
+from applications.errors import InputError, PathNotFoundError, create_run_dir, leaves_no_empty_run_dir
 from keras_capsules.layers import EMRouting
 
 NUM_CLASSES = 10
@@ -297,6 +297,7 @@ def _check_model_options(model_options):
     return dict(model_options)
 
 
+@leaves_no_empty_run_dir()
 def train(
     run_dir="runs/demo",
     epochs=25,

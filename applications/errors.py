@@ -126,6 +126,82 @@ def create_run_dir(run_dir):
         os.makedirs(run_dir, exist_ok=True)
 
 
+def check_run_dir(run_dir):
+    """Raises the :class:`PathError` that :func:`create_run_dir` would raise for a file in
+    the way (``run_dir`` itself, or one of the folders above it, is a file), creating
+    nothing: for a ``train`` that makes its run directory only once its data are ready
+    (minutes later), so that the run directory is refused first, as it was there."""
+    path = os.path.abspath(os.fspath(run_dir))
+    there = path
+    while not os.path.lexists(there) and os.path.dirname(there) != there:
+        there = os.path.dirname(there)
+    if os.path.lexists(there) and not os.path.isdir(there):
+        kind, code = (FileExistsError, errno.EEXIST) if there == path else (NotADirectoryError, errno.ENOTDIR)
+        with user_path(f"cannot create the run directory {os.fspath(run_dir)!r}"):
+            raise kind(code, os.strerror(code), there)
+
+
+def first_missing(path):
+    """The outermost folder of ``path`` that is not there yet (``runs`` for a new
+    ``runs/sst`` when ``runs`` is missing too), or None when ``path`` exists: the
+    folders a refused or failed run removes again when they hold no file."""
+    path = os.path.abspath(path)
+    if os.path.lexists(path):
+        return None
+    while os.path.dirname(path) != path and not os.path.lexists(os.path.dirname(path)):
+        path = os.path.dirname(path)
+    return path
+
+
+def remove_empty_dirs(top):
+    """Removes ``top`` and the folders below it that hold no file (a folder that holds
+    one, and the folders above it, are kept: nothing written is lost)."""
+    for folder, _, _ in os.walk(top, topdown=False):
+        try:
+            os.rmdir(folder)
+        except OSError:  # not empty: something was written there, keep it
+            pass
+
+
+def leaves_no_empty_run_dir(argument="run_dir"):
+    """Decorator of an application's ``train``: a call that raises leaves no empty run
+    directory behind.
+
+    The run directory (the function's argument ``argument``) and its parents that were
+    missing when the call began are removed again when the call raises (a bad option
+    or data file refused once the folder was made, a Ctrl-C while the data were being
+    prepared) and they hold no file; a folder that was already there, or that holds a
+    file (a backup, a saved member, TensorBoard logs of an epoch), is kept. The command
+    line did so for its own calls; a Python caller got an empty run directory from every
+    refusal after ``create_run_dir``.
+    """
+    import functools
+    import inspect
+
+    def decorate(function):
+        signature = inspect.signature(function)
+
+        @functools.wraps(function)
+        def wrapper(*args, **kwargs):
+            try:
+                bound = signature.bind(*args, **kwargs)
+            except TypeError:  # the function's own error for its arguments
+                return function(*args, **kwargs)
+            bound.apply_defaults()
+            run_dir = bound.arguments.get(argument)
+            new = first_missing(os.fspath(run_dir)) if isinstance(run_dir, (str, os.PathLike)) else None
+            try:
+                return function(*args, **kwargs)
+            except BaseException:
+                if new:
+                    remove_empty_dirs(new)
+                raise
+
+        return wrapper
+
+    return decorate
+
+
 def writable_folder(folder, doing):
     """Creates ``folder`` (with its parents) if it is missing and makes sure this user
     may write into it; a :class:`PathError` saying ``doing`` otherwise (see

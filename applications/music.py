@@ -36,7 +36,8 @@ from keras import ops
 
 from applications import checks, console, distribute, plotting
 from applications.checks import integer_at_least
-from applications.errors import InputError, PathNotFoundError, create_run_dir, user_path
+from applications.errors import (InputError, PathNotFoundError, check_run_dir, create_run_dir,
+                                 leaves_no_empty_run_dir, user_path)
 # the data (NumPy only), here under the names it always had
 from applications.jsb_chorales import (  # noqa: F401
     LOWEST_KEY,
@@ -243,6 +244,9 @@ def make_dataset(rolls, batch_size=16, steps=None, shuffle=False, seed=0, window
 
     transpose = _check_transpose(transpose)
     batch_size = integer_at_least("batch_size", batch_size, 1)
+    # ("False", a non-empty string, shuffled; targets_as_input="no" fed the targets)
+    shuffle = checks.true_or_false("shuffle", shuffle)
+    targets_as_input = checks.true_or_false("targets_as_input", targets_as_input)
     inputs, targets, mask = _examples(rolls, steps, window)
     examples = tf.data.Dataset.from_tensor_slices((inputs, targets, mask))
     batches = distribute.even_batch_count(len(inputs), batch_size, replicas)
@@ -350,6 +354,8 @@ class PianoRollNLLPerStep(keras.metrics.Metric):
 
 # ------------------------------------------------------------------------- read-out
 READOUTS = ("independent", "nade")
+#: the encoder cells of the music model's dense ladder levels (``level_spec``'s dense kinds)
+ENCODERS = ("gated", "lstm")
 
 
 @keras.saving.register_keras_serializable(package="applications")
@@ -462,7 +468,16 @@ def paper_levels(units=(128, 64), encoder="gated"):
     ``units``: the levels' state sizes, bottom to top (a non-empty sequence of positive
     integers; one positive integer: one level).
     """
-    return [level_spec(encoder, u) for u in _check_units(units)]
+    return [level_spec(_check_encoder(encoder), u) for u in _check_units(units)]
+
+
+def _check_encoder(encoder):
+    """``encoder`` if it is one of ``ENCODERS`` (the levels are dense: ``"convlstm"`` and
+    the other convolutional kinds failed inside the ladder with its own error), else an
+    ``InputError``."""
+    if not isinstance(encoder, str) or encoder not in ENCODERS:
+        raise InputError(f"`encoder` must be one of {ENCODERS}. Received: encoder={encoder!r}")
+    return encoder
 
 
 def _check_units(units):
@@ -534,6 +549,12 @@ def build_model(
     if steps is not None:  # steps=0 built a model that failed only when called
         steps = integer_at_least("steps", steps, 1)
     units = _check_units(units)
+    encoder = _check_encoder(encoder)
+    # ("False" is a non-empty string: it built the ladder with the option on)
+    decoder_to_encoder = checks.true_or_false("decoder_to_encoder", decoder_to_encoder)
+    use_decoder = checks.true_or_false("use_decoder", use_decoder)
+    if seed is not None:  # (Keras' own error came from inside the ladder's seed generator)
+        seed = integer_at_least("seed", seed, 0)
     # (KeyNADE's own check named its argument, `hidden_units`)
     nade_units = integer_at_least("nade_units", nade_units, 1)
     if output_bias is not None:
@@ -901,6 +922,7 @@ def plot_piano_roll(rolls, path, title=None):
 
 
 # ------------------------------------------------------------------------- recipe
+@leaves_no_empty_run_dir()
 def train(
     data_path=None,
     run_dir="runs/music",
@@ -1023,6 +1045,11 @@ def train(
     encoders = [encoder] if isinstance(encoder, str) else list(encoder)
     if not encoders:
         raise InputError(f"`encoder` must be an encoder kind or a non-empty list of them. Received: encoder={encoder!r}")
+    for kind in encoders:  # every member's (a bad later one failed after the members before had trained)
+        _check_encoder(kind)
+    seed = integer_at_least("seed", seed, 0)  # (member i's seed is seed + i)
+    # ("False" is a non-empty string: it was taken as on)
+    init_output_bias = checks.true_or_false("init_output_bias", init_output_bias)
     keras.utils.set_random_seed(seed)
     rolls, longest = load_rolls(data_path, limit)
     for split in SPLITS:
@@ -1031,8 +1058,7 @@ def train(
             # model); test chorales of no step failed only after the whole run
             chosen = f" (the first {limit})" if limit is not None else ""
             raise InputError(f"{data_path or default_data_path()}: the {split} chorales{chosen} hold no time step")
-    create_run_dir(run_dir)  # after the data's checks: a file refused left an empty run directory
-
+    check_run_dir(run_dir)  # (a file in the way, refused where create_run_dir was)
     strategy = distribute.resolve_strategy(strategy)
     if window is not None and integer_at_least("window", window, 1) > longest:
         # A window longer than the longest chorale read holds every chorale whole, as a window
@@ -1073,21 +1099,14 @@ def train(
         "ensemble": ensemble, "readout": readouts, "nade_units": nade_units, "seed": seed, "limit": limit,
     }, default=fault_tolerance.stable_json_value))}
     progress["finished"] = _finished_members(progress)
-    models, epochs_run = [], []
     member_paths = [paths["model"]] + [os.path.join(run_dir, f"model_{m}.keras") for m in range(1, ensemble)]
-    for member in range(ensemble):
-        member_path = member_paths[member]
-        if str(member) in progress["finished"] and os.path.exists(member_path):
-            with strategy.scope():
-                models.append(keras.saving.load_model(member_path))
-            epochs_run.append(progress["finished"][str(member)])
-            if verbose:
-                print(f"member {member}: finished by an earlier run, loaded from {member_path}", flush=True)
-            continue
-        if member:
-            keras.utils.set_random_seed(seed + member)
+
+    def finished(member):
+        return str(member) in progress["finished"] and os.path.exists(member_paths[member])
+
+    def build_member(member):
         with strategy.scope():
-            model = compile_model(
+            return compile_model(
                 build_model(
                     steps,
                     units=units,
@@ -1107,6 +1126,27 @@ def train(
                 weight_decay=weight_decay,
                 ema_momentum=ema_momentum,
             )
+
+    # The first member is built and compiled before the run directory is made: the model's and the
+    # optimizer's options (units, dropout, zoneout, learning_rate, ...) were checked only there, after
+    # it, and a refused one left an empty run directory. (Saved by an earlier call of the same options,
+    # it is loaded instead: those options were checked then.)
+    built = {} if finished(0) else {0: build_member(0)}
+    # after the data's and the options' checks: a file or option refused left an empty run directory
+    create_run_dir(run_dir)
+    models, epochs_run = [], []
+    for member in range(ensemble):
+        member_path = member_paths[member]
+        if finished(member):
+            with strategy.scope():
+                models.append(keras.saving.load_model(member_path))
+            epochs_run.append(progress["finished"][str(member)])
+            if verbose:
+                print(f"member {member}: finished by an earlier run, loaded from {member_path}", flush=True)
+            continue
+        if member:
+            keras.utils.set_random_seed(seed + member)
+        model = built.pop(member) if member in built else build_member(member)
         # With EMA the average is swapped into the model for validation and at each epoch's
         # end (so the best weights kept are its), and swapped out again for training.
         extra = [keras.callbacks.SwapEMAWeights(swap_on_epoch=True)] if ema_momentum is not None else []
@@ -1259,6 +1299,12 @@ def evaluate(model_path, data_path=None, split="test", limit=None, batch_size=32
         raise InputError(f"`split` must be one of {SPLITS}. Received: split={split!r}")
     if limit is not None:  # limit=-1 silently left out the last chorale, as load_rolls' did
         limit = integer_at_least("limit", limit, 1)
+    # the scoring's and the samples' options before the model is loaded and the split scored
+    batch_size = integer_at_least("batch_size", batch_size, 1)
+    if sample_steps:
+        num_samples = integer_at_least("num_samples", num_samples, 1)
+        temperature = _check_temperature(temperature)
+        seed = checks.numpy_seed(seed)
     if not os.path.exists(model_path):
         raise PathNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
     if limit is None:

@@ -57,7 +57,7 @@ from keras import ops
 from applications import checks, console, distribute, plotting
 from applications.checks import integer_at_least
 from applications.mnist_digits import check_digits
-from applications.errors import InputError, PathNotFoundError, create_run_dir
+from applications.errors import InputError, PathNotFoundError, create_run_dir, leaves_no_empty_run_dir
 from keras_capsules.layers import RLadder, level_spec
 from keras_capsules.layers.rladder.level_spec import CONV_ENCODERS, NORMALIZED_ENCODERS, UNFLATTENS
 
@@ -334,6 +334,8 @@ def generate(
     frame_size = integer_at_least("frame_size", frame_size, 1)
     digit_size = integer_at_least("digit_size", digit_size, 1)
     speed = integer_at_least("speed", speed, 0)
+    # ("False", a non-empty string, moved the bars)
+    random_bar_offset = checks.true_or_false("random_bar_offset", random_bar_offset)
     bar_width = integer_at_least("bar_width", bar_width, 0)
     bar_spacing = integer_at_least("bar_spacing", bar_spacing, 1)
     _check_bars(bar_width, bar_spacing)
@@ -477,6 +479,7 @@ def make_dataset(data, variant="rladder", batch_size=32, shuffle=False, seed=0):
     seed = checks.stream_seed(seed)  # (1.5 and "a" were raw TensorFlow errors, True and -1 taken)
     check_variant(variant)
     batch_size = integer_at_least("batch_size", batch_size, 1)
+    shuffle = checks.true_or_false("shuffle", shuffle)  # ("False", a non-empty string, shuffled)
     ds = tf.data.Dataset.from_tensor_slices(
         (data["frames"], targets_for(variant, data["frames"], data["labels"]))
     )
@@ -1071,6 +1074,7 @@ def make_sequences(source="idx", data_dir=None, num_train=20000, num_test=5000, 
     )
 
 
+@leaves_no_empty_run_dir()
 def train(
     variant="rladder",
     source="idx",
@@ -1146,6 +1150,9 @@ def train(
     # scored an untrained model
     num_test = integer_at_least("num_test", num_test, 1)
     epochs = integer_at_least("epochs", epochs, 1)
+    seed = integer_at_least("seed", seed, 0)  # (-1 was Keras' error from set_random_seed)
+    # ("False", a non-empty string, held out a fifth of the training digits)
+    hold_out = checks.true_or_false("hold_out", hold_out)
     strategy = distribute.resolve_strategy(strategy)
     keras.utils.set_random_seed(seed)
     create_run_dir(run_dir)

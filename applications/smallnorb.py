@@ -47,7 +47,7 @@ from keras import ops
 
 from applications import checks, console, distribute, plotting, tfds_data
 from applications import training as train_utils
-from applications.errors import InputError, PathNotFoundError, user_path
+from applications.errors import InputError, PathNotFoundError, leaves_no_empty_run_dir, user_path
 from keras_capsules.layers import EMRouting
 from keras_capsules.optimizers import RAdam, one_cycle_schedule
 
@@ -269,6 +269,8 @@ def load_split(split, data_dir=None, download=True, shuffle_files=False, seed=No
     """
     import tensorflow_datasets as tfds
 
+    # ("False", a non-empty string, let TFDS download: minutes of retries offline)
+    download = checks.true_or_false("download", download)
     decoders = None
     if not decode_images:
         decoders = {"image": tfds.decode.SkipDecoding(), "image2": tfds.decode.SkipDecoding()}
@@ -379,6 +381,9 @@ def make_dataset(
     batch_size = checks.integer_at_least("batch_size", batch_size, 1)
     image_size = checks.integer_at_least("image_size", image_size, 1)
     shuffle_buffer = checks.integer_at_least("shuffle_buffer", shuffle_buffer, 1)
+    # ("False", a non-empty string, was taken as on)
+    training = checks.true_or_false("training", training)
+    repeat = checks.true_or_false("repeat", repeat)
     if steps_per_epoch is not None:
         steps_per_epoch = checks.integer_at_least("steps_per_epoch", steps_per_epoch, 1)
     if mixup_alpha is not None:
@@ -481,6 +486,7 @@ def training_crop(pair, padding, image_size, seed=None):
 
 
 # -------------------------------------------------------------------------- train
+@leaves_no_empty_run_dir()
 def train(
     data_dir=None,
     run_dir="runs/smallnorb",

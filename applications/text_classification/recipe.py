@@ -17,7 +17,7 @@ from applications import checks, console, distribute
 from applications.demo import plot_history, save_atomically
 from applications.text_classification import data as data_lib
 from applications.text_classification import model as model_lib
-from applications.errors import InputError, PathNotFoundError, create_run_dir
+from applications.errors import InputError, PathNotFoundError, create_run_dir, leaves_no_empty_run_dir
 
 
 def prepare_data(dataset="sst2", data_dir=None, batch_size=30, vocab_size=60000, max_length=data_lib.MAX_LENGTH,
@@ -118,6 +118,7 @@ def truncation_line(max_length, truncated):
     return line
 
 
+@leaves_no_empty_run_dir()
 def train(
     dataset="sst2",
     data_dir=None,
@@ -197,6 +198,7 @@ def train(
         checks.integer_at_least("limit", limit, 1)
     data_lib.num_classes(dataset)  # an unknown dataset, before the run directory is made
     data_lib.check_phrases(dataset, phrases)  # (phrases="no" trained on every phrase)
+    seed = checks.integer_at_least("seed", seed, 0)  # (-1 and 1.5 were Keras' errors from set_random_seed)
     strategy = distribute.resolve_strategy(strategy)
     keras.utils.set_random_seed(seed)
     create_run_dir(run_dir)

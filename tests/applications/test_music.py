@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from applications import music
+from applications.errors import InputError
 from tests.applications.cli_helpers import CrashAt
 from tests.applications.short_data import write_short_chorales
 from tests.conftest import as_an_application_test, shared_path
@@ -863,6 +864,69 @@ def test_train_refuses_empty_or_unknown_readouts_and_encoders_before_writing(tmp
         with pytest.raises(ValueError, match="readout" if "readout" in bad else "encoder"):
             music.train(DATA, run_dir=str(tmp_path / "run"), epochs=1, limit=1, verbose=0, **bad)
         assert not (tmp_path / "run").exists()
+
+
+def test_train_refuses_bad_model_and_optimizer_options_before_writing(tmp_path, monkeypatch):
+    # The model's and the optimizer's options were checked where the first member was built, after
+    # the run directory had been made: every refusal left an empty run directory behind. A bad
+    # encoder of a later member failed only once the members before it had trained.
+    built = []
+    monkeypatch.setattr(keras.Model, "fit", lambda *args, **kwargs: built.append(args) or pytest.fail("trained"))
+    for bad, match in (
+        (dict(units=0), "units"),
+        (dict(units=(4, "8")), "units"),
+        (dict(encoder="convlstm"), "encoder"),
+        (dict(encoder=["gated", "conv"], ensemble=2), "encoder"),
+        (dict(learning_rate=0), "learning_rate"),
+        (dict(weight_decay=-1.0), "weight_decay"),
+        (dict(ema_momentum=1.5), "ema_momentum"),
+        (dict(dropout=1.5), "dropout"),
+        (dict(zoneout=-0.1), "zoneout"),
+        (dict(dropout_noise="batch"), "dropout_noise"),
+        (dict(input_dropout=1.0), "input_dropout"),
+        (dict(nade_units=0, readout="nade"), "nade_units"),
+        (dict(window=0), "window"),
+        (dict(batch_size=0), "batch_size"),
+        (dict(transpose=-1), "transpose"),
+        (dict(seed=-1), "seed"),
+        (dict(seed=1.5), "seed"),
+        (dict(init_output_bias="False"), "init_output_bias"),
+        (dict(use_decoder="False"), "use_decoder"),
+        (dict(decoder_to_encoder="no"), "decoder_to_encoder"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            music.train(DATA, run_dir=str(tmp_path / "run"), epochs=1, limit=1, verbose=0, sample_steps=0,
+                        **{**TINY, **bad})
+        assert not (tmp_path / "run").exists(), bad
+    assert not built
+
+
+def test_build_model_refuses_convolutional_encoders_strings_as_booleans_and_negative_seeds():
+    for bad, match in ((dict(encoder="convlstm"), "`encoder` must be one of"),
+                       (dict(encoder=None), "`encoder` must be one of"),
+                       (dict(use_decoder="False"), "`use_decoder` must be True or False"),
+                       (dict(decoder_to_encoder=0), "`decoder_to_encoder` must be True or False"),
+                       (dict(seed=-1, dropout=0.1), "`seed` must be an integer >= 0")):
+        with pytest.raises(InputError, match=match):
+            music.build_model(4, **{**TINY, **bad})
+    with pytest.raises(InputError, match="encoder"):
+        music.paper_levels((4,), encoder="conv")
+    # numpy's booleans and seeds are taken
+    model = music.build_model(4, **TINY, use_decoder=np.bool_(False), seed=np.int64(3), dropout=0.1)
+    assert model.output.shape == (None, 4, 88)
+
+
+def test_evaluate_refuses_bad_scoring_and_sampling_options_before_loading_the_model(tmp_path, monkeypatch):
+    # they were refused only after the model had been loaded and the whole split scored
+    music.build_model(4, **TINY).save(tmp_path / "model.keras")
+    monkeypatch.setattr(music, "nll_per_step", lambda *args, **kwargs: pytest.fail("scored"))
+    monkeypatch.setattr(music.checks, "load_model", lambda *args, **kwargs: pytest.fail("loaded"))
+    for bad, match in ((dict(batch_size=0), "batch_size"),
+                       (dict(sample_steps=2, num_samples=0), "num_samples"),
+                       (dict(sample_steps=2, temperature=0), "temperature"),
+                       (dict(sample_steps=2, seed=-1), "seed")):
+        with pytest.raises(InputError, match=match):
+            music.evaluate(str(tmp_path / "model.keras"), DATA, limit=1, **bad)
 
 
 def test_evaluate_takes_a_run_directory_and_a_samples_folder(tmp_path, capsys):

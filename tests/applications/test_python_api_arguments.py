@@ -132,3 +132,72 @@ def test_text_classification_tfds_data_missing_from_data_dir_is_the_clear_error_
                                f"in Python) with a directory holding it, or prepare it with network access: tfds "
                                f"build {name} --data_dir DIR")
     assert info.value.__context__ is None  # no chained TFDS traceback
+
+
+def _string_flag_calls(tmp_path):
+    """Each application function's True/False option, given as the text "False"."""
+    import numpy as np
+
+    from applications import occluded_mnist, smallnorb
+
+    digits, labels = np.zeros((4, 28, 28), "float32"), np.arange(4)
+    rolls = [np.zeros((6, 88), "float32")]
+    sst_rows = [np.zeros((3, 4), "float32")] * 2
+    return {
+        "music.make_dataset shuffle": lambda: music.make_dataset(rolls, 1, shuffle="False"),
+        "music.make_dataset targets_as_input": lambda: music.make_dataset(rolls, 1, targets_as_input="no"),
+        "occluded_mnist.generate random_bar_offset": lambda: occluded_mnist.generate(
+            digits, labels, 2, random_bar_offset="False"),
+        "occluded_mnist.make_dataset shuffle": lambda: occluded_mnist.make_dataset(
+            occluded_mnist.generate(digits, labels, 2), shuffle="False"),
+        "occluded_mnist.train hold_out": lambda: occluded_mnist.train(
+            data_dir=str(tmp_path / "mnist"), run_dir=str(tmp_path / "run"), epochs=1, hold_out="False"),
+        "sst.make_dataset shuffle": lambda: sst.make_dataset(sst_rows, [0, 1], 2, shuffle="False"),
+        "clevr.make_dataset shuffle": lambda: clevr.make_dataset(
+            str(tmp_path / "f.npy"), [0], [[1]], [0], shuffle="False"),
+        "clevr.make_dataset drop_unknown": lambda: clevr.make_dataset(
+            str(tmp_path / "f.npy"), [0], [[1]], [0], drop_unknown="False"),
+        "textured_mnist.make_dataset shuffle": lambda: textured_mnist.make_dataset(
+            textured_mnist.generate(digits, labels, 2), 1, shuffle="False"),
+        "textured_mnist.make_images hold_out": lambda: textured_mnist.make_images(
+            str(tmp_path / "mnist"), 2, 2, hold_out="False"),
+        "smallnorb.make_dataset repeat": lambda: smallnorb.make_dataset(None, False, repeat="False"),
+        "smallnorb.make_dataset training": lambda: smallnorb.make_dataset(None, "False"),
+        "smallnorb.load_split download": lambda: smallnorb.load_split("test", str(tmp_path / "norb"), download="False"),
+        "smallnorb.train download": lambda: smallnorb.train(
+            str(tmp_path / "norb"), run_dir=str(tmp_path / "run"), epochs=1, download="False"),
+    }
+
+
+@pytest.mark.parametrize("entry", sorted(_string_flag_calls(None)))
+def test_true_or_false_options_refuse_text(entry, tmp_path):
+    # "False" and "no" are non-empty strings, which Python takes as true: the option was on
+    # (smallnorb's download="False" let TFDS try to download for minutes offline), and
+    # nothing was written or read before the refusal
+    option = entry.split()[-1]
+    with pytest.raises(InputError, match=rf"^`{option}` must be True or False\. Received: {option}="):
+        _string_flag_calls(tmp_path)[entry]()
+    assert not (tmp_path / "run").exists() and not (tmp_path / "norb").exists()
+
+
+@pytest.mark.parametrize("seed", [-1, 1.5, "3", None])
+@pytest.mark.parametrize("application", ["sst", "clevr", "text_classification", "occluded_mnist", "music",
+                                         "textured_mnist"])
+def test_train_refuses_a_seed_that_is_no_integer_at_least_0_by_its_name(application, seed, tmp_path):
+    # Keras' set_random_seed refused them as a plain ValueError ("Seed must be between 0 and
+    # 2**32 - 1", "Expected `seed` argument to be an integer"): a traceback on the command line
+    from applications import occluded_mnist
+    from applications.text_classification import recipe
+
+    run_dir, data = str(tmp_path / "run"), str(tmp_path / "data")
+    train = {
+        "sst": lambda: sst.train(data, run_dir=run_dir, seed=seed, verbose=0),
+        "clevr": lambda: clevr.train(str(tmp_path / "cache"), run_dir=run_dir, seed=seed, verbose=0),
+        "text_classification": lambda: recipe.train("sst2", data_dir=data, run_dir=run_dir, seed=seed, verbose=0),
+        "occluded_mnist": lambda: occluded_mnist.train(data_dir=data, run_dir=run_dir, seed=seed, verbose=0),
+        "music": lambda: music.train(data, run_dir=run_dir, seed=seed, verbose=0),
+        "textured_mnist": lambda: textured_mnist.train(data, run_dir=run_dir, seed=seed, verbose=0),
+    }[application]
+    with pytest.raises(InputError, match=rf"^`seed` must be an integer >= 0\. Received: seed={seed!r}$"):
+        train()
+    assert not os.path.exists(run_dir)

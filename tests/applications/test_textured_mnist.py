@@ -414,6 +414,53 @@ def test_evaluate_and_train_refuse_no_test_images_a_zero_batch_and_another_appli
     assert len(result["ami"]) == TINY["n_iters"] and np.all(np.isfinite(result["ami"]))
 
 
+def test_train_checks_every_option_before_making_images_or_the_run_directory(tmp_path, monkeypatch):
+    # n_groups=1, a texture_style typo, learning_rate=0, batch_size=0 or a missing data_dir were
+    # refused after the run directory had been made (left empty), and the model's options only
+    # after every image had been generated (minutes for the recipe's 9,000)
+    from applications.errors import CommandLineError
+
+    monkeypatch.setattr(tm, "make_images", lambda *args, **kwargs: pytest.fail("images made"))
+    monkeypatch.setattr(tm, "generate", lambda *args, **kwargs: pytest.fail("images made"))
+    tiny = {k: v for k, v in TINY.items() if k != "image_size"}
+    for bad, match in (
+        (dict(n_groups=1), "n_groups"),
+        (dict(n_iters=0), "n_iters"),
+        (dict(texture_style="binry"), "`texture_style` must be one of"),
+        (dict(texture_set="bank"), "`texture_set` must be one of"),
+        (dict(texture_set="fixed", bank_size=1), "`bank_size` must be an integer"),
+        (dict(texture_set="fixed", mean_gap=0.2), "`mean_gap` needs texture_set='random'"),
+        (dict(mean_gap=0.7), "`mean_gap` must be a number"),
+        (dict(texture_shift="False"), "`texture_shift` must be True or False"),
+        (dict(learning_rate=0), "learning_rate"),
+        (dict(batch_size=0), "batch_size"),
+        (dict(seed=-1), "`seed` must be an integer >= 0"),
+        (dict(conv_encoder="lstm"), "conv_encoder|encoder"),
+        (dict(data_dir=str(tmp_path / "no_digits")), "no_digits"),
+    ):
+        options = dict(data_dir=shared_path("data", "mnist"), run_dir=str(tmp_path / "run"), num_train=4,
+                       num_test=2, epochs=1, verbose=0, **tiny)
+        with pytest.raises((ValueError, CommandLineError), match=match):
+            tm.train(**{**options, **bad})
+        assert not (tmp_path / "run").exists(), bad
+
+
+def test_generate_and_evaluate_refuse_a_string_as_the_texture_shift(tmp_path, digits, monkeypatch):
+    # "False" is a non-empty string: the textures were shifted
+    from applications.errors import InputError
+
+    with pytest.raises(InputError, match=r"`shift` must be True or False. Received: shift='False'"):
+        tm.generate(*digits, 2, texture_set="fixed", shift="False")
+    assert tm.generate(*digits, 2, texture_set="fixed", shift=np.bool_(True))["images"].shape == (2, 28, 28, 1)
+    path = tmp_path / "model.keras"
+    tm.build_model(**TINY).save(path)
+    monkeypatch.setattr(tm, "_train_test_digits", lambda *args, **kwargs: pytest.fail("digits read"))
+    with pytest.raises(InputError, match=r"`texture_shift` must be True or False"):
+        tm.evaluate(str(path), shared_path("data", "mnist"), num_test=2, texture_shift="False")
+    with pytest.raises(InputError, match=r"`texture_style` must be one of"):
+        tm.evaluate(str(path), shared_path("data", "mnist"), num_test=2, texture_style="rough")
+
+
 def test_unflatten_dense_gives_the_top_a_kernel_to_every_pixel_and_round_trips(tmp_path, digits):
     # the ladder's dense top reached the conv decoder below broadcast over the pixels, so without
     # laterals a group's mean was uniform; "dense" projects it to every pixel's channels
