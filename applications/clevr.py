@@ -1108,6 +1108,8 @@ def evaluate(model_path, cache_dir, data_dir=None, image_size=None, limit=None, 
     if image_size is None:
         image_size = recorded_integers(model_path, ("image_size",)).get("image_size", IMAGE_SIZE)
     image_size = integer_at_least("image_size", image_size, 1)
+    # (make_dataset's check came after the features were cached: hours for a missing cache)
+    batch_size = integer_at_least("batch_size", batch_size, 1)
     if limit is None:  # (every validation question was scored, other ones than train scored)
         limit = recorded_integers(model_path, ("limit",), minimum=1).get("limit")
     if weights is RECORDED:

@@ -453,6 +453,8 @@ def evaluate(model_path, batch_size=64, seed=None, data_dir=None, limit=None, st
     if not os.path.exists(model_path):
         raise PathNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
     seed, data_dir, limit, note = _split_of(model_path, seed, data_dir, limit)
+    # (checked where the test batches were made, after the digits and the model were loaded)
+    batch_size = checks.integer_at_least("batch_size", batch_size, 1)
     strategy = distribute.resolve_strategy(strategy)
     images, labels = load_arrays(data_dir, limit)
     with strategy.scope():

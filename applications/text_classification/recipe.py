@@ -294,6 +294,8 @@ def evaluate(model_path, dataset=None, data_dir=None, vocabulary_path=None, limi
 
     if limit is not None:  # limit=-1 cut the last SST sentence (texts[:-1]) and kept every TFDS example
         limit = checks.integer_at_least("limit", limit, 1)
+    # (checked where the test batches were made, after the vocabulary and the test split were read)
+    batch_size = checks.integer_at_least("batch_size", batch_size, 1)
     if not os.path.exists(model_path):
         raise PathNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
     vocabulary_path = vocabulary_path or os.path.join(os.path.dirname(os.path.abspath(model_path)), "vocab.txt")

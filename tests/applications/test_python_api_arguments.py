@@ -201,3 +201,25 @@ def test_train_refuses_a_seed_that_is_no_integer_at_least_0_by_its_name(applicat
     with pytest.raises(InputError, match=rf"^`seed` must be an integer >= 0\. Received: seed={seed!r}$"):
         train()
     assert not os.path.exists(run_dir)
+
+
+@pytest.mark.parametrize("application", ["clevr", "demo", "text_classification"])
+def test_evaluate_refuses_a_bad_batch_size_before_reading_data_or_model(application, tmp_path, monkeypatch):
+    # refused where the test batches were made: after the CLEVR features were cached (hours
+    # for a missing cache) or the digits, vocabulary and test split were read
+    from applications import checks
+    from applications.text_classification import recipe
+
+    model = tmp_path / "model.keras"
+    model.write_text("not read")
+    (tmp_path / "vocab.txt").write_text("a\n")
+    monkeypatch.setattr(checks, "load_model", lambda *args, **kwargs: pytest.fail("model loaded"))
+    evaluate = {
+        "clevr": lambda: clevr.evaluate(str(model), str(tmp_path / "cache"), data_dir=str(tmp_path / "none"),
+                                        batch_size=0, image_size=32, weights=None),
+        "demo": lambda: demo.evaluate(str(model), batch_size=0, seed=0, data_dir=str(tmp_path / "none"), limit=10),
+        "text_classification": lambda: recipe.evaluate(str(model), "sst2", data_dir=str(tmp_path / "none"),
+                                                       batch_size=0, max_length=8, limit=2),
+    }[application]
+    with pytest.raises(InputError, match=r"^`batch_size` must be an integer >= 1\. Received: batch_size=0$"):
+        evaluate()
