@@ -530,6 +530,25 @@ def _mixture_sigma(sigma):
     return float(sigma)
 
 
+def _mixture_group_axis(group_axis):
+    """``group_axis`` as an int: a non-zero integer (the check of MixtureNLL and mixture_nll)."""
+    if isinstance(group_axis, bool) or not isinstance(group_axis, numbers.Integral) or group_axis == 0:
+        raise ValueError(
+            "`group_axis` must be a non-zero integer (the batch axis cannot hold "
+            f"groups). Received: group_axis={group_axis!r}"
+        )
+    return int(group_axis)
+
+
+def _mixture_from_logits(from_logits):
+    """``from_logits`` as a bool: True or False only (a string "False" is truthy)."""
+    if not isinstance(from_logits, (bool, np.bool_)):
+        raise ValueError(
+            f"`from_logits` must be True or False. Received: from_logits={from_logits!r}"
+        )
+    return bool(from_logits)
+
+
 def _probability_floor(epsilon):
     """``epsilon`` as a float: a probability floor in (0, 1)."""
     if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real) or not 0 < epsilon < 1:
@@ -583,9 +602,12 @@ def mixture_nll(x, m, pi, sigma, group_axis=1, from_logits=False, epsilon=1e-7):
         float32 (float64 for float64 means) with a log-sum-exp over groups.
     """
     # The class's checks: a negative or NaN sigma was "too small", a string was taken,
-    # and a negative epsilon gave inf where pi = 0.
+    # a negative epsilon gave inf where pi = 0, from_logits="False" was read as logits
+    # and group_axis=True as axis 1.
     sigma = _mixture_sigma(sigma)
     epsilon = _probability_floor(epsilon)
+    group_axis = _mixture_group_axis(group_axis)
+    from_logits = _mixture_from_logits(from_logits)
     rank = len(m.shape)
     axis = _check_axis(group_axis, rank)
     m = ops.convert_to_tensor(m)
@@ -798,21 +820,10 @@ class MixtureNLL(GlobalBatchLoss):
     ):
         super().__init__(name=name, reduction=reduction, dtype=dtype)
         self._dtype_arg = None if dtype is None else self.dtype  # for get_config
-        sigma = _mixture_sigma(sigma)
-        if isinstance(group_axis, bool) or not isinstance(group_axis, numbers.Integral) or group_axis == 0:
-            raise ValueError(
-                "`group_axis` must be a non-zero integer (the batch axis cannot hold "
-                f"groups). Received: group_axis={group_axis!r}"
-            )
-        epsilon = _probability_floor(epsilon)
-        self.sigma = sigma
-        self.group_axis = int(group_axis)
-        if not isinstance(from_logits, (bool, np.bool_)):
-            raise ValueError(
-                f"`from_logits` must be True or False. Received: from_logits={from_logits!r}"
-            )
-        self.from_logits = bool(from_logits)
-        self.epsilon = float(epsilon)
+        self.sigma = _mixture_sigma(sigma)
+        self.group_axis = _mixture_group_axis(group_axis)
+        self.from_logits = _mixture_from_logits(from_logits)
+        self.epsilon = _probability_floor(epsilon)
 
     def __call__(self, y_true, y_pred, sample_weight=None):
         # Keras' losses take a mask (or weights) of the per-pixel values' shape, or of

@@ -271,6 +271,11 @@ def test_non_finite_arguments_are_refused(make, message):
         (dict(sigma=float("nan")), "`sigma` must be a positive, finite number. Received: sigma=nan"),
         (dict(sigma="0.5"), "`sigma` must be a positive, finite number. Received: sigma='0.5'"),
         (dict(epsilon=-1), "`epsilon` must be a positive number below 1 (a probability floor). Received: epsilon=-1"),
+        # helper-178: from_logits="False" was truthy (pi read as logits: a wrong loss) and
+        # group_axis=True was taken as axis 1
+        (dict(from_logits="False"), "`from_logits` must be True or False. Received: from_logits='False'"),
+        (dict(group_axis=True), "`group_axis` must be a non-zero integer (the batch axis cannot hold groups). Received: group_axis=True"),
+        (dict(group_axis=1.0), "`group_axis` must be a non-zero integer (the batch axis cannot hold groups). Received: group_axis=1.0"),
     ],
 )
 def test_the_mixture_nll_function_checks_its_arguments_as_the_class_does(kwargs, message):
