@@ -37,7 +37,9 @@ is the ``ValueError`` of a bad argument value or data file, and ``PathError`` th
 ``keras-capsules: error: ...`` and exit with code 2 (set ``KERAS_CAPSULES_DEBUG=1``
 for the traceback). Any other exception (a plain ``ValueError``, ``FileNotFoundError``,
 ``PermissionError`` or other ``OSError`` too) is a bug: it
-ends the command with its traceback. Ctrl-C prints one line (how to
+ends the command with its traceback, except running out of memory (a ``MemoryError``,
+TensorFlow's ``ResourceExhaustedError``): one line ``... error: out of memory (...)``
+saying to ask for less, exit code 2, no run folder left empty. Ctrl-C prints one line (how to
 resume; or, once ``train`` has written its outputs, that the run is complete and
 there is nothing to resume) and exits with code 130. The deletion of the backup
 after the outputs are written is not cut short by Ctrl-C
@@ -49,6 +51,7 @@ import difflib
 import json
 import os
 import pathlib
+import re
 import shlex
 import subprocess
 import sys
@@ -479,6 +482,24 @@ def main(argv=None):
         if new_output:
             errors.remove_empty_dirs(new_output)
         return report(_with_option_names(_with_the_command_that_makes_the_model(err, args), parser, args), PROG)
+    except Exception as err:
+        if not _out_of_memory(err) or os.environ.get("KERAS_CAPSULES_DEBUG"):
+            raise
+        # Not a bug, and not an input the checks could refuse ahead of time (how much fits
+        # depends on the machine): one line that says so and what to lower, exit code 2.
+        # (`--num-train 100000000` ended in numpy's "Unable to allocate 292. GiB" and
+        # `train music --units 1000000000` in TensorFlow's OOM, each with a traceback.)
+        if new_output:
+            errors.remove_empty_dirs(new_output)
+        detail = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        # (TensorFlow's message: without its "{{function_node ...}}" and "[Op:...] name:")
+        detail = re.sub(r"\{\{.*?\}\}\s*|\s*\[Op:[^\]]*\].*$", "", detail) or type(err).__name__
+        print(
+            f"{PROG}: error: out of memory ({detail}): ask for less: fewer examples, "
+            "smaller sizes, units or batches (KERAS_CAPSULES_DEBUG=1 shows the traceback)",
+            file=sys.stderr,
+        )
+        return 2
     except KeyboardInterrupt as interrupt:  # Ctrl-C: one line that says how to go on, no traceback
         if os.environ.get("KERAS_CAPSULES_DEBUG"):
             raise
@@ -493,6 +514,22 @@ def main(argv=None):
             hint = " once the outputs were written: the run is complete, nothing to resume"
         print(f"\n{PROG}: interrupted{hint}", file=sys.stderr)
         return 130
+
+
+def _out_of_memory(err):
+    """Whether ``err`` says the machine ran out of memory: a ``MemoryError`` (numpy's
+    "Unable to allocate ..." is one) or TensorFlow's ``ResourceExhaustedError`` (OOM),
+    also when an error raised while handling it wraps it."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, MemoryError):
+            return True
+        tf_errors = sys.modules.get("tensorflow.python.framework.errors_impl")
+        if tf_errors is not None and isinstance(err, tf_errors.ResourceExhaustedError):
+            return True
+        err = err.__cause__ or err.__context__
+    return False
 
 
 # User errors: one line, exit code 2. CommandLineError covers the checks of the user's
@@ -581,7 +618,6 @@ def _with_option_names(err, parser, args):
     "`frame_size` must be at least ... Received: frame_size=10"; it says "`--frame-size`
     must be at least ... Received: --frame-size 10". (The checks that raise are the
     Python API's, shared by both.)"""
-    import re
 
     try:
         sub = _command_parser(parser, args.command)

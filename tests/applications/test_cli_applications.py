@@ -496,3 +496,45 @@ def _check_evaluate_tests_on_the_split_that_train_recorded(name, small_data, run
     err = capsys.readouterr().err
     assert "trained on another train/test split than --seed 0 (trained with 1)" in err, err
     assert len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("name,options,detail", [
+    # numpy's MemoryError: 20000 sequences of 5 frames of 100000 x 100000 pixels (3.55 PiB)
+    ("occluded_mnist", ["--frame-size", "100000"], "Unable to allocate"),
+    # TensorFlow's ResourceExhaustedError: an initializer of 88 x 4e9 floats (1.4 TB)
+    ("music", ["--units", "1000000000"], "OOM when allocating tensor"),
+])
+def test_running_out_of_memory_is_one_line_and_leaves_no_run_folder(name, options, detail, small_data, tmp_path,
+                                                                    capsys):
+    # helper-177: sizes too large for the machine ended in numpy's or TensorFlow's traceback
+    run_dir = tmp_path / "new" / "run"
+    argv = ["train", name, *tiny(name, small_data), *options, "--run-dir", str(run_dir)]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("keras-capsules: error: out of memory (") and detail in err, err
+    assert "ask for less" in err and "{{function_node" not in err and "[Op:" not in err, err
+    assert not (tmp_path / "new").exists()
+
+
+def test_an_error_raised_while_out_of_memory_is_reported_as_out_of_memory(monkeypatch, tmp_path, capsys):
+    import applications.demo as demo
+
+    def train(args, strategy):
+        try:
+            raise MemoryError("Unable to allocate 9 TiB")
+        except MemoryError as err:
+            raise RuntimeError("while saving") from err
+
+    def bug(args, strategy):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(demo, "run_train", train)
+    assert cli.main(["train", "--quiet", "--run-dir", str(tmp_path / "run")]) == 2
+    assert "out of memory (while saving)" in capsys.readouterr().err
+    monkeypatch.setattr(demo, "run_train", bug)
+    with pytest.raises(RuntimeError, match="a bug"):  # any other exception keeps its traceback
+        cli.main(["train", "--quiet", "--run-dir", str(tmp_path / "run")])
+    monkeypatch.setenv("KERAS_CAPSULES_DEBUG", "1")
+    monkeypatch.setattr(demo, "run_train", train)
+    with pytest.raises(RuntimeError, match="while saving"):
+        cli.main(["train", "--quiet", "--run-dir", str(tmp_path / "run")])
