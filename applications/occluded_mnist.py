@@ -48,6 +48,7 @@ never augmented.
 
 import numbers
 import os
+import re
 import sys
 
 import keras
@@ -182,8 +183,9 @@ def trajectories(starts, velocities, num_frames, limit):
 AFFINE_DEFAULTS = {"rotation": 15.0, "scale": 0.1, "shear": 10.0, "shift": 2.0}
 
 
-def _check_affine(options):
-    """``AFFINE_DEFAULTS`` updated with ``options`` (a dict or None), validated."""
+def _check_affine(options, size=None):
+    """``AFFINE_DEFAULTS`` updated with ``options`` (a dict or None), validated; with
+    ``size`` (the digits' ``(height, width)``) also ``shift`` against it."""
     if options is None:
         options = {}
     if not isinstance(options, dict):
@@ -209,6 +211,14 @@ def _check_affine(options):
         raise InputError(
             f"`scale` must be below 1 (factors 1 - scale .. 1 + scale). Received: scale={merged['scale']!r}"
         )
+    if size is not None and merged["shift"] >= min(size) / 2:
+        # (a shift of 100 px moved every 28x28 digit out of its image: blank training
+        # digits, without an error, as rotation, scale and shear are bounded)
+        raise InputError(
+            f"`shift` must be below half the digits' size ({min(size) / 2:g} px for digits of "
+            f"{size[0]}x{size[1]}): a larger one moves the digits' centres off their images. "
+            f"Received: shift={merged['shift']!r}"
+        )
     return {k: float(v) for k, v in merged.items()}
 
 
@@ -229,7 +239,7 @@ def augment_digits(digits, seed=0, rotation=15.0, scale=0.1, shear=10.0, shift=2
             below 1.
         shear: largest horizontal shear angle in degrees; below 60.
         shift: largest translation in pixels along each axis (sub-pixel amounts
-            included).
+            included); below half the images' smaller side.
 
     Returns:
         ``[n, H, W]`` float32 images; every value stays within the input's range,
@@ -237,10 +247,11 @@ def augment_digits(digits, seed=0, rotation=15.0, scale=0.1, shear=10.0, shift=2
         in from outside is 0). With all four parameters at 0 the images are
         returned unchanged (as float32).
     """
-    options = _check_affine({"rotation": rotation, "scale": scale, "shear": shear, "shift": shift})
     digits = np.asarray(digits, "float32")
     if digits.ndim != 3:
         raise InputError(f"`digits` must have shape [n, height, width]. Received: shape={digits.shape}")
+    options = _check_affine({"rotation": rotation, "scale": scale, "shear": shear, "shift": shift},
+                            size=digits.shape[1:])
     # (-1 was numpy's traceback, True the draws of seed 1)
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(checks.numpy_seed(seed))
     n, height, width = digits.shape
@@ -343,8 +354,8 @@ def generate(
         # frames are intensities in [0, 1]: bar_value=255 made bars of 255 (and NaN, NaN bars)
         raise InputError(f"`bar_value` must be a number in [0, 1]. Received: bar_value={bar_value!r}")
     rng = np.random.default_rng(checks.numpy_seed(seed))  # (-1 was numpy's traceback)
-    options = None if affine is None else _check_affine(affine)
     digits = _check_digits(digits, labels)
+    options = None if affine is None else _check_affine(affine, size=digits.shape[1:])
     if digits.shape[1] % digit_size:  # (downscale's message named its own `size`)
         raise InputError(f"`digit_size` must divide the digits' size {digits.shape[1]}. "
                          f"Received: digit_size={digit_size}")
@@ -583,6 +594,8 @@ def make_training_dataset(
 
         return distribute.prefetched(distribute.epoch_stream(shuffled_epoch, batches, first_epoch))
     digits = _check_digits(digits, labels)  # here, not when the first epoch is drawn
+    if options is not None:  # the shift against the digits' size, here too
+        _check_affine(options, size=digits.shape[1:])
     # here too: a frame too small for the digit, or not an integer (2.5), failed only
     # when the dataset was read (inside tf.data), or in tf.TensorSpec below
     frame_size = _check_frame_size(frame_size)
@@ -1502,7 +1515,7 @@ def add_arguments(parser, command):
                             "(affine); test sequences are never augmented")
         for key, what in (("rotation", "largest rotation in degrees"), ("scale", "largest relative change "
                           "of size"), ("shear", "largest shear angle in degrees"), ("shift", "largest shift "
-                          "in pixels of the 28x28 digit")):
+                          "in pixels of the 28x28 digit, below 14")):
             parser.add_argument(f"--affine-{key}", type=non_negative_float, default=None,
                                 help=f"with --augment affine: {what} (default: {AFFINE_DEFAULTS[key]:g})")
         parser.add_argument("--hold-out", action="store_true",
@@ -1526,6 +1539,22 @@ def run_train(args, strategy):
         # (train's own message named the Python arguments: "Received: --augment None, affine={...}")
         given = " ".join(f"--affine-{key} {value:g}" for key, value in affine.items())
         raise InputError(f"the --affine-* options need --augment affine. Received: --augment {args.augment}, {given}")
+    try:
+        return _train_from_args(args, strategy, affine, train_options(args, strategy))
+    except InputError as err:
+        if affine is None:
+            raise
+        # the affine checks name train's Python parameters: "`rotation` must be below 90
+        # degrees ... Received: rotation=95.0" reads "`--affine-rotation` ... --affine-rotation 95.0"
+        keys = "|".join(AFFINE_DEFAULTS)
+        named = re.sub(rf"`({keys})`", r"`--affine-\1`", str(err))
+        named = re.sub(rf"(?<![\w\-])({keys})=", r"--affine-\1 ", named)
+        if named == str(err):
+            raise
+        raise InputError(named) from err
+
+
+def _train_from_args(args, strategy, affine, options):
     return train(
         variant=args.variant,
         source=args.source,
@@ -1544,7 +1573,7 @@ def run_train(args, strategy):
         affine=affine,
         unflatten=args.unflatten,
         hold_out=args.hold_out,
-        **train_options(args, strategy),
+        **options,
     )
 
 

@@ -307,6 +307,21 @@ def test_augment_digits_rejects_bad_amounts(kwargs, message):
         om.augment_digits(np.zeros((2, 28, 28), "float32"), **kwargs)
 
 
+def test_a_shift_of_half_the_digits_size_or_more_is_refused_wherever_the_digits_are_known(digits, tmp_path):
+    # helper-177: --affine-shift 100 was taken (every 28x28 digit moved off its image:
+    # blank training digits, no error), while rotation, scale and shear are bounded
+    message = r"`shift` must be below half the digits' size \(14 px for digits of 28x28\)"
+    with pytest.raises(ValueError, match=message + r".*Received: shift=14\.0"):
+        om.augment_digits(np.zeros((2, 28, 28), "float32"), shift=14.0)
+    with pytest.raises(ValueError, match=r"\(5 px for digits of 10x12\)"):
+        om.augment_digits(np.zeros((2, 10, 12), "float32"), shift=5)
+    assert om.augment_digits(np.zeros((2, 28, 28), "float32"), shift=13.9).shape == (2, 28, 28)
+    with pytest.raises(ValueError, match=message):
+        om.generate(*digits, 2, affine={"shift": 100})
+    with pytest.raises(ValueError, match=message):  # when the dataset is made, not when read
+        om.make_training_dataset(*digits, 4, augment="affine", affine={"shift": 20.0})
+
+
 def test_bad_augmentation_arguments(digits):
     with pytest.raises(ValueError, match=r"shape \[n, height, width\]"):
         om.augment_digits(np.zeros((28, 28), "float32"))
@@ -424,6 +439,26 @@ def test_cli_names_the_affine_options_given_without_augment_affine():
         om.run_train(args, strategy=None)
     assert str(info.value) == ("the --affine-* options need --augment affine. Received: --augment none, "
                                "--affine-rotation 5 --affine-shift 1.5")
+
+
+
+@pytest.mark.parametrize("options,message", [
+    (["--affine-rotation", "95"], "`--affine-rotation` must be below 90 degrees and `--affine-shear` below 60 "
+                                  "degrees. Received: --affine-rotation 95.0, --affine-shear 10.0"),
+    (["--affine-shift", "100"], "`--affine-shift` must be below half the digits' size (14 px for digits of 28x28): "
+                                "a larger one moves the digits' centres off their images. Received: --affine-shift 100.0"),
+])
+def test_cli_names_the_affine_options_in_their_errors(options, message, tmp_path, capsys):
+    # "`rotation` must be below 90 degrees ... Received: rotation=95.0" named train's parameters
+    from applications import __main__ as cli
+    from tests.conftest import shared_path
+
+    run_dir = tmp_path / "new" / "run"
+    assert cli.main(["train", "occluded_mnist", "--data-dir", str(shared_path("data", "mnist")), "--num-train", "8",
+                     "--num-test", "8", "--epochs", "1", "--quiet", "--augment", "affine", *options,
+                     "--run-dir", str(run_dir)]) == 2
+    assert capsys.readouterr().err == f"keras-capsules: error: {message}\n"
+    assert not (tmp_path / "new").exists()
 
 
 # error_per_step's dicts of the benchmark's faked variants (no_feedback: no sequence moved only vertically)
