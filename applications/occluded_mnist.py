@@ -58,7 +58,8 @@ from keras import ops
 from applications import checks, console, distribute, plotting
 from applications.checks import integer_at_least
 from applications.mnist_digits import check_digits
-from applications.errors import InputError, PathNotFoundError, create_run_dir, leaves_no_empty_run_dir
+from applications.errors import (InputError, PathNotFoundError, check_run_dir, create_run_dir,
+                                 leaves_no_empty_run_dir)
 from keras_capsules.layers import RLadder, level_spec
 from keras_capsules.layers.rladder.level_spec import CONV_ENCODERS, NORMALIZED_ENCODERS, UNFLATTENS
 
@@ -1168,7 +1169,7 @@ def train(
     hold_out = checks.true_or_false("hold_out", hold_out)
     strategy = distribute.resolve_strategy(strategy)
     keras.utils.set_random_seed(seed)
-    create_run_dir(run_dir)
+    check_run_dir(run_dir)  # (a file in the way: refused before the data are made)
     layout = _idx_layout(source, data_dir)
     if layout:  # a backup of a run on the folder's t10k split is not resumed on its train files
         fault_tolerance.record_data(callbacks, idx_layout=layout)
@@ -1203,6 +1204,10 @@ def train(
             classify=classify,
             jit_compile=jit_compile,
         )
+    # once the data are made and the model built: a bad model option or data set refused
+    # above made no folder (a Python caller's folder is also removed again on an error
+    # by leaves_no_empty_run_dir)
+    create_run_dir(run_dir)
     paths = {
         "model": os.path.join(run_dir, "model.keras"),
         "plot": os.path.join(run_dir, "history.png"),

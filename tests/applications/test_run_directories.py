@@ -92,3 +92,27 @@ def test_check_run_dir_refuses_a_file_in_the_way_as_create_run_dir_does_and_crea
     errors.check_run_dir(tmp_path / "new" / "run")
     errors.check_run_dir(tmp_path)
     assert sorted(os.listdir(tmp_path)) == ["a_file"]
+
+
+def test_occluded_mnist_makes_its_run_directory_only_once_the_data_are_made_and_the_model_built(tmp_path,
+                                                                                              monkeypatch):
+    from applications import occluded_mnist
+    from tests.conftest import shared_path
+
+    run_dir = tmp_path / "run"
+    seen = {}
+
+    def compile_model(*args, **kwargs):
+        seen["run_dir_exists"] = run_dir.exists()
+        raise RuntimeError("stop")
+
+    monkeypatch.setattr(occluded_mnist, "compile_model", compile_model)
+    with pytest.raises(RuntimeError, match="stop"):
+        occluded_mnist.train(data_dir=str(shared_path("data", "mnist")), run_dir=str(run_dir), num_train=2,
+                             num_test=2, epochs=1, verbose=0)
+    assert seen == {"run_dir_exists": False}
+    (tmp_path / "a_file").write_text("x")  # a file in the way: refused before any digit is read
+    monkeypatch.setattr(occluded_mnist, "_train_test_digits", lambda *a, **k: pytest.fail("data read"))
+    with pytest.raises(errors.PathExistsError):
+        occluded_mnist.train(data_dir=str(shared_path("data", "mnist")), run_dir=str(tmp_path / "a_file"),
+                             num_train=2, num_test=2, epochs=1, verbose=0)
