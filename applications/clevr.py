@@ -71,7 +71,7 @@ from keras import ops
 
 from applications import checks, console, distribute, fault_tolerance, plotting, tfds_data
 from applications.checks import integer_at_least
-from applications.errors import (DataNotFoundError, InputError, PathNotFoundError, create_run_dir,
+from applications.errors import (DataNotFoundError, InputError, PathNotFoundError, check_run_dir, create_run_dir,
                                  leaves_no_empty_run_dir, writable_folder)
 from keras_capsules.callbacks import swap_ema_weights
 from keras_capsules.layers import MACNetwork
@@ -843,6 +843,10 @@ def prepare(cache_dir, data_dir=None, splits=("train", "validation"), image_size
     paths = {}
     for s in splits:
         if extractor is None and not is_cached(cache_dir, s, image_size, weights):
+            # the data first: a CLEVR not prepared in data_dir was reported only after
+            # ResNet-101's weights were loaded (a 171 MB download on a first run, or an
+            # offline fetch's retries)
+            tfds_data.require_prepared(TFDS_NAME, data_dir)
             extractor = feature_extractor(image_size, weights)
         paths[s] = cache_split(s, cache_dir, data_dir, image_size, weights, batch_size, extractor, verbose)
     tables = {s: question_table(paths[s][1]) for s in splits}
@@ -894,13 +898,18 @@ def offline_extractor(cache_dir, data_dir=None, image_size=IMAGE_SIZE, weights="
         ) from None
 
 
-def first_questions(data, limit=None):
-    """``data`` of :func:`prepare` with only the first ``limit`` questions of every split."""
-    if limit is None:
-        return data
-    if isinstance(limit, bool) or not isinstance(limit, numbers.Integral) or limit < 1:
+def _check_limit(limit):
+    """``limit`` of :func:`first_questions`: None or a positive integer."""
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, numbers.Integral) or limit < 1):
         # a negative limit would silently drop the last questions (v[:-1])
         raise InputError(f"`limit` must be None or a positive integer. Received: limit={limit!r}")
+    return limit
+
+
+def first_questions(data, limit=None):
+    """``data`` of :func:`prepare` with only the first ``limit`` questions of every split."""
+    if _check_limit(limit) is None:
+        return data
     return {
         key: {k: v if k == "features_path" else v[:limit] for k, v in value.items()}
         if key in SPLITS else value
@@ -999,6 +1008,19 @@ def feature_shape(data):
     return load_features(data["train"]["features_path"]).shape[1:]
 
 
+def _checked_model_options(model_kwargs):
+    """Raises what :func:`build_model` raises for ``model_kwargs`` (an unknown name: an
+    ``InputError`` naming it), building a model on stand-in sizes and dropping it."""
+    import inspect
+
+    known = set(inspect.signature(build_model).parameters) - {"vocabulary_size", "num_answers", "feature_shape"}
+    unknown = sorted(set(model_kwargs) - known)
+    if unknown:
+        raise InputError(f"Unknown model option(s) {unknown}; expected some of {sorted(known)}. "
+                         f"Received: model_kwargs={model_kwargs!r}")
+    build_model(2, 2, (2, 2, 8), **model_kwargs)
+
+
 @leaves_no_empty_run_dir()
 def train(cache_dir, run_dir="runs/clevr", data_dir=None, epochs=25, batch_size=64, image_size=IMAGE_SIZE,
           weights="imagenet", model_kwargs=None, extractor=None, seed=0, verbose=1, learning_rate=1e-4,
@@ -1029,12 +1051,23 @@ def train(cache_dir, run_dir="runs/clevr", data_dir=None, epochs=25, batch_size=
     # epochs=0 wrote and scored an untrained model; -1 and 1.5 failed inside fit
     epochs = integer_at_least("epochs", epochs, 1)
     seed = integer_at_least("seed", seed, 0)  # (-1 and 1.5 were Keras' errors from set_random_seed)
+    # The other options before the features are cached (hours for a cold cache), not
+    # after: a bad limit, batch size or learning rate, and the model's options, which a
+    # throw-away model on stand-in sizes checks (0.2 s; `units=7`, odd, or a typo in
+    # model_kwargs were refused only once every image had gone through ResNet-101).
+    _check_limit(limit)
+    integer_at_least("batch_size", batch_size, 1)
+    checks.learning_rate(learning_rate)
+    if model_kwargs is not None and not isinstance(model_kwargs, dict):
+        raise InputError(f"`model_kwargs` must be a dict or None. Received: model_kwargs={model_kwargs!r}")
+    _checked_model_options(model_kwargs or {})
     strategy = distribute.resolve_strategy(strategy)
     keras.utils.set_random_seed(seed)
-    create_run_dir(run_dir)
+    check_run_dir(run_dir)  # (a file in the way: refused before the features are cached)
     data = prepare(cache_dir, data_dir, SPLITS, image_size, weights, extractor, verbose=verbose)
     data = first_questions(data, limit)
     require_questions(data, cache_dir)  # before training, not after it
+    create_run_dir(run_dir)  # once the data are there
     replicas = strategy.num_replicas_in_sync
     # the epochs a resumed run trains are shuffled as the uninterrupted run's (distribute.epoch_stream)
     train_ds = make_dataset(**data["train"], batch_size=batch_size, shuffle=True, seed=seed, replicas=replicas,

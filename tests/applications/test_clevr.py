@@ -270,6 +270,33 @@ def test_first_questions_refuses_a_non_positive_limit():
     assert clevr.first_questions(data, None) is data
 
 
+@pytest.mark.parametrize("kwargs,error,message", [
+    (dict(model_kwargs={"units": 7}), ValueError, "`units` must be an even integer >= 2"),
+    (dict(model_kwargs={"unit": 8}), ValueError, r"Unknown model option\(s\) \['unit'\]"),
+    (dict(model_kwargs=[("units", 8)]), ValueError, "`model_kwargs` must be a dict or None"),
+    (dict(limit=0), ValueError, "`limit` must be None or a positive integer"),
+    (dict(batch_size=0), ValueError, "`batch_size` must be"),
+    (dict(learning_rate=-1.0), ValueError, "learning_rate"),
+])
+def test_train_checks_its_options_before_the_features_are_cached(kwargs, error, message, tmp_path, monkeypatch):
+    # they were refused only after prepare had cached every image's features (hours for
+    # CLEVR on a CPU): an odd --units, a model_kwargs typo, batch_size=0, ...
+    monkeypatch.setattr(clevr, "prepare", lambda *a, **k: pytest.fail("the features were cached first"))
+    with pytest.raises(error, match=message):
+        clevr.train(str(tmp_path / "cache"), run_dir=str(tmp_path / "run"), **kwargs)
+    assert not (tmp_path / "run").exists()
+
+
+def test_prepare_looks_for_the_data_before_loading_resnet(tmp_path, monkeypatch):
+    # a CLEVR not prepared in data_dir was reported only after ResNet-101's ImageNet weights
+    # were loaded: a 171 MB download, or an offline fetch's retries
+    from applications.errors import DataNotFoundError
+
+    monkeypatch.setattr(clevr, "feature_extractor", lambda *a, **k: pytest.fail("ResNet-101 loaded first"))
+    with pytest.raises(DataNotFoundError, match="does not exist"):
+        clevr.prepare(str(tmp_path / "cache"), str(tmp_path / "missing"))
+
+
 def test_make_dataset_checks_its_arguments_and_shuffles_an_empty_set(tmp_path):
     # Audit 8: an image index beyond the cache failed with an IndexError inside tf.data in the
     # middle of fit, batch_size=0 and arrays of different lengths with raw tf.data / numpy errors,
@@ -748,7 +775,7 @@ def test_a_split_without_questions_is_one_line_before_any_training(split, tmp_pa
 
     cache = pathlib.Path(tiny_clevr_cache(tmp_path / "cache"))
     (cache / f"{split}_questions.json").write_text(json.dumps({"image_index": [], "question": [], "answer": []}))
-    monkeypatch.setattr(clevr, "build_model", lambda *args, **kwargs: pytest.fail("trained on no questions"))
+    monkeypatch.setattr(clevr, "compile_model", lambda *args, **kwargs: pytest.fail("trained on no questions"))
     message = f"the {split} split of the CLEVR cache {str(cache)!r} has no questions"
     with pytest.raises(ValueError, match=re.escape(message)):
         clevr.train(str(cache), run_dir=str(tmp_path / "run"), epochs=1, batch_size=8, image_size=CLEVR_IMAGE_SIZE,
