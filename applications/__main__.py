@@ -310,10 +310,12 @@ sys.path.insert(0, os.path.dirname(sys.argv[0]))
 try:
     runpy.run_path(sys.argv[0], run_name="__main__")
 except Exception as err:  # applications is imported only now: the script sets up TensorFlow first
-    from applications.errors import CommandLineError, report
-    if not isinstance(err, CommandLineError):
-        raise
-    sys.exit(report(err, "keras-capsules"))
+    from applications.errors import CommandLineError, out_of_memory, report, report_out_of_memory
+    if isinstance(err, CommandLineError):
+        sys.exit(report(err, "keras-capsules"))
+    if out_of_memory(err):
+        sys.exit(report_out_of_memory(err, "keras-capsules"))
+    raise
 """
 
 
@@ -483,23 +485,11 @@ def main(argv=None):
             errors.remove_empty_dirs(new_output)
         return report(_with_option_names(_with_the_command_that_makes_the_model(err, args), parser, args), PROG)
     except Exception as err:
-        if not _out_of_memory(err) or os.environ.get("KERAS_CAPSULES_DEBUG"):
+        if not errors.out_of_memory(err):
             raise
-        # Not a bug, and not an input the checks could refuse ahead of time (how much fits
-        # depends on the machine): one line that says so and what to lower, exit code 2.
-        # (`--num-train 100000000` ended in numpy's "Unable to allocate 292. GiB" and
-        # `train music --units 1000000000` in TensorFlow's OOM, each with a traceback.)
         if new_output:
             errors.remove_empty_dirs(new_output)
-        detail = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        # (TensorFlow's message: without its "{{function_node ...}}" and "[Op:...] name:")
-        detail = re.sub(r"\{\{.*?\}\}\s*|\s*\[Op:[^\]]*\].*$", "", detail) or type(err).__name__
-        print(
-            f"{PROG}: error: out of memory ({detail}): ask for less: fewer examples, "
-            "smaller sizes, units or batches (KERAS_CAPSULES_DEBUG=1 shows the traceback)",
-            file=sys.stderr,
-        )
-        return 2
+        return errors.report_out_of_memory(err, PROG)
     except KeyboardInterrupt as interrupt:  # Ctrl-C: one line that says how to go on, no traceback
         if os.environ.get("KERAS_CAPSULES_DEBUG"):
             raise
@@ -514,22 +504,6 @@ def main(argv=None):
             hint = " once the outputs were written: the run is complete, nothing to resume"
         print(f"\n{PROG}: interrupted{hint}", file=sys.stderr)
         return 130
-
-
-def _out_of_memory(err):
-    """Whether ``err`` says the machine ran out of memory: a ``MemoryError`` (numpy's
-    "Unable to allocate ..." is one) or TensorFlow's ``ResourceExhaustedError`` (OOM),
-    also when an error raised while handling it wraps it."""
-    seen = set()
-    while err is not None and id(err) not in seen:
-        seen.add(id(err))
-        if isinstance(err, MemoryError):
-            return True
-        tf_errors = sys.modules.get("tensorflow.python.framework.errors_impl")
-        if tf_errors is not None and isinstance(err, tf_errors.ResourceExhaustedError):
-            return True
-        err = err.__cause__ or err.__context__
-    return False
 
 
 # User errors: one line, exit code 2. CommandLineError covers the checks of the user's

@@ -227,13 +227,56 @@ def report(err, prog):
     return 2
 
 
+def out_of_memory(err):
+    """Whether ``err`` says the machine ran out of memory: a ``MemoryError`` (numpy's
+    "Unable to allocate ..." is one) or TensorFlow's ``ResourceExhaustedError`` (OOM),
+    also when an error raised while handling it wraps it."""
+    import sys
+
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, MemoryError):
+            return True
+        tf_errors = sys.modules.get("tensorflow.python.framework.errors_impl")
+        if tf_errors is not None and isinstance(err, tf_errors.ResourceExhaustedError):
+            return True
+        err = err.__cause__ or err.__context__
+    return False
+
+
+def report_out_of_memory(err, prog):
+    """Prints running out of memory (:func:`out_of_memory`) as one line
+    ``PROG: error: out of memory (...)`` that says to ask for less, and returns the exit
+    code 2; with ``KERAS_CAPSULES_DEBUG`` set, raises ``err`` instead. Not a bug, and not
+    an input the checks could refuse ahead of time (how much fits depends on the
+    machine): ``--num-train 100000000`` ended in numpy's "Unable to allocate 292. GiB"
+    and ``train music --units 1000000000`` in TensorFlow's OOM, each with a traceback."""
+    import re
+    import sys
+
+    if os.environ.get("KERAS_CAPSULES_DEBUG"):
+        raise err
+    detail = (str(err).strip().splitlines() or [type(err).__name__])[0]
+    # (TensorFlow's message: without its "{{function_node ...}}" and "[Op:...] name:")
+    detail = re.sub(r"\{\{.*?\}\}\s*|\s*\[Op:[^\]]*\].*$", "", detail) or type(err).__name__
+    print(f"{prog}: error: out of memory ({detail}): ask for less: fewer examples, smaller sizes, "
+          "units or batches (KERAS_CAPSULES_DEBUG=1 shows the traceback)", file=sys.stderr)
+    return 2
+
+
 def run_main(main, prog):
     """Runs a module's ``main()`` as the ``keras-capsules`` command does its commands: a
-    :class:`CommandLineError` is one line and exit code 2 (see :func:`report`)."""
+    :class:`CommandLineError` is one line and exit code 2 (see :func:`report`), and so is
+    running out of memory (:func:`report_out_of_memory`)."""
     try:
         result = main()
     except CommandLineError as err:
         return report(err, prog)
+    except Exception as err:
+        if not out_of_memory(err):
+            raise
+        return report_out_of_memory(err, prog)
     # a main() may return its results (a list, a dict, a tuple) for callers in Python:
     # sys.exit() of those printed them to stderr and exited with code 1 after a success
     return result if isinstance(result, int) and not isinstance(result, bool) else 0

@@ -404,6 +404,11 @@ def test_a_benchmark_that_finds_no_data_is_one_line(tmp_path, capfd, monkeypatch
     assert err == "keras-capsules: error: data directory 'x' does not exist\n"
     assert cli.main(["bench", "broken"]) == 1  # a bug keeps its traceback
     assert "Traceback" in capfd.readouterr().err
+    # running out of memory: one line (a huge --num-train ended in numpy's traceback)
+    (bench_dir / "huge.py").write_text("import numpy as np\nnp.zeros((10**9, 10**9), 'float32')\n")
+    assert cli.main(["bench", "huge"]) == 2
+    err = capfd.readouterr().err
+    assert err.startswith("keras-capsules: error: out of memory (Unable to allocate") and err.count("\n") == 1, err
 
 
 def test_bench_outside_a_checkout_is_a_clear_error(tmp_path, capsys, monkeypatch):
@@ -689,6 +694,22 @@ def test_a_benchmark_that_returns_its_results_exits_0():
     assert run_main(lambda: {"nll": 6.4}, "x") == 0
     assert run_main(lambda: None, "x") == 0
     assert run_main(lambda: 3, "x") == 3
+
+
+def test_run_main_reports_running_out_of_memory_as_one_line(capsys, monkeypatch):
+    from applications.errors import run_main
+
+    def huge():
+        np.zeros((10**9, 10**9), "float32")
+
+    assert run_main(huge, "x") == 2
+    err = capsys.readouterr().err
+    assert err.startswith("x: error: out of memory (Unable to allocate") and "ask for less" in err
+    with pytest.raises(RuntimeError):  # anything else keeps its traceback
+        run_main(lambda: (_ for _ in ()).throw(RuntimeError("a bug")), "x")
+    monkeypatch.setenv("KERAS_CAPSULES_DEBUG", "1")
+    with pytest.raises(MemoryError):
+        run_main(huge, "x")
 
 
 def test_train_ends_with_the_applications_headline_result_and_every_file_it_wrote(tmp_path, capsys):
