@@ -184,6 +184,25 @@ def test_a_bad_gradient_accumulation_count_is_refused(steps):
         RAdam(gradient_accumulation_steps=steps)
 
 
+@pytest.mark.parametrize("value", ["False", "True", 1, 0, None])
+def test_use_ema_must_be_true_or_false(value):
+    # helper-180: Keras takes any truthy use_ema: "False" averaged the weights (and fit
+    # ended on the average), and get_config saved the string
+    with pytest.raises(ValueError, match=rf"^`use_ema` must be True or False\. Received: use_ema={value!r}$"):
+        RAdam(use_ema=value)
+    assert RAdam(use_ema=np.bool_(True)).get_config()["use_ema"] is True
+
+
+@pytest.mark.parametrize("value", [True, 0, -1, 2.5, "5"])
+def test_a_bad_ema_overwrite_frequency_is_refused(value):
+    # helper-180: True overwrote the weights with their average at every step, 0 never
+    with pytest.raises(ValueError, match=rf"^`ema_overwrite_frequency` must be a positive integer\. "
+                                         rf"Received: ema_overwrite_frequency={value!r}$"):
+        RAdam(use_ema=True, ema_overwrite_frequency=value)
+    # (Keras refused a numpy integer, with a message showing "=5")
+    assert RAdam(use_ema=True, ema_overwrite_frequency=np.int64(5)).get_config()["ema_overwrite_frequency"] == 5
+
+
 def test_a_numpy_gradient_accumulation_count_is_kept_as_an_int():
     optimizer = RAdam(gradient_accumulation_steps=np.int64(3))
     assert optimizer.get_config()["gradient_accumulation_steps"] == 3

@@ -211,8 +211,19 @@ class EncoderCellBase(keras.layers.Layer):
         new_states = self._step(x, fb, states)
         return new_states[0] if self.NUM_STATES == 1 else list(new_states)
 
+    def _check_step_feedback(self, feedback):
+        """Refuses a ``feedback`` tensor for a cell without feedback (``step`` dropped it
+        silently: the output was that of no feedback)."""
+        if feedback is not None and not self.use_feedback:
+            raise ValueError(
+                f"{type(self).__name__} was made with use_feedback=False: its step takes "
+                f"feedback=None. Received: feedback of shape {tuple(feedback.shape)}"
+            )
+
     def step(self, x, feedback, states):
-        """Runs the cell; returns ``(output, new_states)`` (output = first state)."""
+        """Runs the cell; returns ``(output, new_states)`` (output = first state).
+        ``feedback`` is None for a cell made with ``use_feedback=False``."""
+        self._check_step_feedback(feedback)
         inputs = [x] + ([feedback] if self.use_feedback else []) + list(states)
         out = self(inputs)
         new_states = [out] if self.NUM_STATES == 1 else list(out)

@@ -111,6 +111,8 @@ class ConvCombinatorBase(keras.layers.Layer):
                     f"[batch, top_units]. Received: x_top shape={top}"
                 )
             check_same_batch(name, [("x_top", top), ("x_lat", lat)])
+        elif self.upsample > 1:
+            self._check_no_top_upsample()
         if self.built:  # on every call, symbolic too (a reuse on other sizes built the model)
             self._check_built(top, lat)
         return top, lat
@@ -140,6 +142,21 @@ class ConvCombinatorBase(keras.layers.Layer):
                 f"This {name} layer was built for x_lat of shape [batch, height, width, "
                 f"{self.lat_channels}]. Received: x_lat shape={lat}"
             )
+
+    def _check_no_top_upsample(self):
+        """Without x_top there is nothing to upsample: ``upsample > 1`` is refused, as
+        ``vector_top`` is (it was accepted and did nothing). A layer loaded from a config
+        saved before takes ``upsample=1`` instead, with a warning: the same outputs."""
+        if getattr(self, "_from_saved_config", False):
+            where = f"{type(self).__name__} without x_top: "
+            self.upsample = loaded_without_effect(where, "upsample", self.upsample, 1, "without x_top")
+            self.upsample_mode = "nearest"
+            return
+        raise ValueError(
+            f"`upsample` sets how x_top is upsampled; this {type(self).__name__} has no x_top, "
+            f"so it would have no effect. Received: upsample={self.upsample}, "
+            f"upsample_mode={self.upsample_mode!r}"
+        )
 
     def _check_vector_top_upsample(self, top):
         """A vector x_top has no height or width to upsample: ``upsample > 1`` is refused.

@@ -120,6 +120,16 @@ def warn_without_effect(where, name, value, needs, stacklevel=3):
     )
 
 
+def check_one_tensor(layer, inputs):
+    """Refuses a list or tuple of inputs to a layer that takes one tensor (RLadder,
+    RTagger): once built, theirs failed with "'list' object has no attribute 'dtype'"."""
+    if isinstance(inputs, (list, tuple)):
+        raise ValueError(
+            f"{type(layer).__name__} expects one tensor (the sequence, or the input to iterate "
+            f"on). Received: a {type(inputs).__name__} of {len(inputs)} inputs"
+        )
+
+
 def float_inputs(layer, *tensors):
     """``tensors`` with every integer or boolean one cast to ``layer``'s compute dtype
     (None passed through).

@@ -197,7 +197,9 @@ class ConvEncoderCell(EncoderCellBase):
         return getattr(keras.activations, self.activation)(pre)
 
     def step(self, x, feedback, states):
-        """Runs the cell; returns ``(output, [])`` (the cell has no state)."""
+        """Runs the cell; returns ``(output, [])`` (the cell has no state). ``feedback``
+        is None for a cell made with ``use_feedback=False``."""
+        self._check_step_feedback(feedback)
         if states:
             raise ValueError(f"ConvEncoderCell has no state. Received: {len(states)} states")
         inputs = [x] + ([feedback] if self.use_feedback else [])

@@ -63,6 +63,11 @@ class ConvLSTMEncoderCell(LSTMEncoderCell):
 
     def __init__(self, filters, kernel_size=3, use_feedback=True, unit_forget_bias=True, **kwargs):
         filters = positive_int("filters", filters)
+        if "units" in kwargs:  # (Python's "got multiple values for keyword argument 'units'")
+            raise ValueError(
+                "ConvLSTMEncoderCell takes its state size from `filters`, not `units`. "
+                f"Received: units={kwargs['units']!r}"
+            )
         super().__init__(
             units=filters, use_feedback=use_feedback, unit_forget_bias=unit_forget_bias, **kwargs
         )

@@ -14,6 +14,7 @@ from keras_capsules._validation import (
     rate,
 )
 from keras_capsules.layers.rladder._utils import (
+    check_one_tensor,
     loop_steps,
     symbolic_loop,
     expand_to,
@@ -533,6 +534,18 @@ class RLadder(keras.layers.Layer):
                 where, "zoneout", self.zoneout,
                 "a level with a state (every 'conv' and 'gatedconv' encoder is feed-forward, stateless)",
             )
+        if not any(cell.NUM_STATES for cell in self.encoders):
+            # no level has a recurrent kernel: the recurrent options were taken and dropped
+            stateless = "a level with a state (every 'conv' and 'gatedconv' encoder is feed-forward, stateless)"
+            default = keras.initializers.serialize(keras.initializers.get("orthogonal"))
+            given = keras.initializers.serialize(self.recurrent_initializer)
+            if given != default:
+                warn(where, "recurrent_initializer", given.get("class_name", given) if isinstance(given, dict)
+                     else given, stateless)
+            for name in ("recurrent_regularizer", "recurrent_constraint"):
+                value = getattr(self, name)
+                if value is not None:
+                    warn(where, name, type(value).__name__, stateless)
         if self.seed is not None and not (drops or zones):
             warn(
                 where, "seed", self.seed, "dropout > 0 or zoneout > 0 (it seeds their masks only)"
@@ -907,6 +920,7 @@ class RLadder(keras.layers.Layer):
         return [spread_step_mask(mask, prediction_shape), mask]
 
     def call(self, inputs, training=None, mask=None):
+        check_one_tensor(self, inputs)
         if not keras.backend.is_float_dtype(inputs.dtype):
             # integer or boolean inputs (0/1 piano rolls, binary frames): Keras casts
             # only floating inputs to the compute dtype, and the states and loop

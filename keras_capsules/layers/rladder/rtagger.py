@@ -6,6 +6,7 @@ import keras
 from keras import ops
 
 from keras_capsules.layers.rladder._utils import (
+    check_one_tensor,
     loop_steps,
     symbolic_loop,
     expand_to,
@@ -48,6 +49,10 @@ _CONSTRAINTS = ("kernel_constraint", "recurrent_constraint", "bias_constraint")
 LEARNED_DAMPING_START = 0.1
 #: below it 1 / (2 sigma^2) overflows float32 (~3.8e-20)
 _MIN_SIGMA = math.sqrt(0.5 / 3.4028234663852886e38)
+#: above it the initial mask logits (standard normal draws, or the learned ones, times it)
+#: can leave float32's range (3.4e38): inf - inf in the softmax, NaN masks. Masks are one-hot
+#: long before (a stddev of 100 already is), so no use is lost.
+_MAX_INITIAL_MASK_STDDEV = 1e30
 
 
 def _relative_sq_distance(residual):
@@ -369,6 +374,13 @@ class RTagger(keras.layers.Layer):
                     f"Received: {name}={value!r}"
                 )
         self.initial_mask_stddev = positive_float("initial_mask_stddev", initial_mask_stddev)
+        if self.initial_mask_stddev > _MAX_INITIAL_MASK_STDDEV:
+            # initial logits beyond float32's range: every pi and m NaN, silently
+            raise ValueError(
+                f"`initial_mask_stddev` is too large: the initial mask logits would overflow float32 "
+                f"(use initial_mask_stddev <= {_MAX_INITIAL_MASK_STDDEV:g}). "
+                f"Received: initial_mask_stddev={self.initial_mask_stddev!r}"
+            )
         self.group_codes = boolean("group_codes", group_codes)
         if isinstance(mask_damping, str):
             if mask_damping != "learned":
@@ -485,6 +497,16 @@ class RTagger(keras.layers.Layer):
                 "`initial_mask_scale` > 1 needs image inputs [batch, H, W, C]. Received: "
                 f"initial_mask_scale={self.initial_mask_scale}, input_shape={tuple(input_shape)}"
             )
+        if (self.initial_mask_scale > 1 and None not in tuple(spatial)
+                and all(c == 1 for c in self._coarse_spatial(spatial))):
+            # one initial logit per group for the whole image: masks constant over the pixels
+            raise ValueError(
+                f"`initial_mask_scale` must be below the image's height or width: a scale of "
+                f"{self.initial_mask_scale} gives one initial mask logit per group for all of an "
+                f"image of {'x'.join(str(d) for d in spatial)} pixels (the same masks at every "
+                f"pixel). Received: initial_mask_scale={self.initial_mask_scale}, "
+                f"input_shape={tuple(input_shape)}"
+            )
         self.initial_logits = self.add_weight(
             name="initial_logits",
             shape=(self.n_groups,) + self._coarse_spatial(spatial) + (1,),
@@ -557,6 +579,7 @@ class RTagger(keras.layers.Layer):
 
     # ------------------------------------------------------------------ call
     def call(self, inputs, training=None, mask=None):
+        check_one_tensor(self, inputs)
         batch, steps, spatial, channels, is_image = self._pixel_shape(tuple(inputs.shape))
         self._check_mask(mask, tuple(inputs.shape))
         mask = exact_step_mask(mask, inputs)

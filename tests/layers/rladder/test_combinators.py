@@ -169,6 +169,26 @@ def test_upsampling_a_vector_top_is_refused_and_old_saved_models_load(cls, kwarg
     np.testing.assert_allclose(loaded(x), model(x), rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("cls", [ConvG1, ConvG2, ConvG3])
+@pytest.mark.parametrize("kwargs", VECTOR_TOP_UPSAMPLES, ids=["2", "3", "2_transpose"])
+def test_upsampling_without_a_top_is_refused_and_old_saved_models_load(cls, kwargs, tmp_path):
+    # helper-179: a combinator without x_top took upsample (and upsample_mode) and did
+    # nothing with them, where vector_top there was refused as having no effect
+    lat = keras.Input((6, 6, 2))
+    with pytest.raises(ValueError, match=rf"this {cls.__name__} has no x_top, so it would have no effect\. "
+                                         rf"Received: upsample={kwargs['upsample']}"):
+        cls(**kwargs)(lat)
+    model = keras.Model(lat, cls(name="comb")(lat))
+    path = tmp_path / "old.keras"
+    model.save(path)
+    edit_saved_layer_config(path, "comb", lambda c: c.update({"upsample_mode": "nearest", **kwargs}))  # as saved before
+    with pytest.warns(UserWarning, match=f"upsample={kwargs['upsample']} has no effect without x_top"):
+        loaded = keras.saving.load_model(path)
+    assert (loaded.get_layer("comb").upsample, loaded.get_layer("comb").upsample_mode) == (1, "nearest")
+    x = np.random.default_rng(0).normal(size=(2, 6, 6, 2)).astype("float32")
+    np.testing.assert_allclose(loaded(x), model(x), rtol=1e-6, atol=1e-6)
+
+
 def test_transposed_upsampling_shapes_and_weights():
     top = np.ones((2, 2, 2, 3), "float32")
     lat = np.ones((2, 6, 6, 2), "float32")

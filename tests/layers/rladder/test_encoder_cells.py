@@ -1,6 +1,7 @@
 """GatedEncoderCell, LSTMEncoderCell, ConvLSTMEncoderCell, ConvEncoderCell,
 GatedConvEncoderCell: numpy cases, contract, errors."""
 
+import re
 import warnings
 
 import keras
@@ -269,6 +270,29 @@ def test_conv_cell_without_feedback_is_a_convolution_and_has_no_state():
     assert states == []
     np.testing.assert_allclose(h, out, rtol=1e-6)
     assert cell.compute_output_shape((None, 5, 5, 1)) == (None, 5, 5, 4)
+
+
+@pytest.mark.parametrize("make,x,h", [
+    (lambda: GatedEncoderCell(6, use_feedback=False), (2, 3), [(2, 6)]),
+    (lambda: ConvEncoderCell(4, use_feedback=False), (2, 5, 5, 1), []),
+])
+def test_step_refuses_feedback_for_a_cell_without_feedback(make, x, h):
+    # helper-179: the feedback was dropped silently (the output was that of no feedback)
+    cell = make()
+    z = lambda shape: np.ones(shape, "float32")  # noqa: E731
+    feedback = z(h[0] if h else (2, 5, 5, 4))
+    with pytest.raises(ValueError, match=re.escape(
+            f"{type(cell).__name__} was made with use_feedback=False: its step takes feedback=None. "
+            f"Received: feedback of shape {feedback.shape}")):
+        cell.step(z(x), feedback, [z(s) for s in h])
+    out, _ = cell.step(z(x), None, [z(s) for s in h])
+    assert out.shape == (h[0] if h else (2, 5, 5, 4))
+
+
+def test_conv_lstm_cell_refuses_units_by_name():
+    # helper-179: Python's "got multiple values for keyword argument 'units'"
+    with pytest.raises(ValueError, match=r"takes its state size from `filters`, not `units`\. Received: units=8"):
+        ConvLSTMEncoderCell(8, units=8)
 
 
 def test_instance_normalized_conv_cell_keeps_every_channel_alive():

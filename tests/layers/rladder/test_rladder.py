@@ -1223,6 +1223,17 @@ NO_EFFECT_CASES = {  # kwargs of RLadder (levels DENSE_LEVELS unless given), the
         r"levels\[0\]: combinator_filters=3",
     ),
     "upsample_mode without decoder": (dict(levels=CONV_LEVELS, use_decoder=False), r"levels\[1\]: upsample_mode='transpose'"),
+    # helper-179: the recurrent options of a ladder whose levels have no recurrent kernel
+    "recurrent_regularizer of stateless levels": (
+        dict(levels=[level_spec("conv", 2), level_spec("gatedconv", 2, pool=2)], recurrent_regularizer="l2"),
+        "recurrent_regularizer='L2'",
+    ),
+    "recurrent_initializer of stateless levels": (
+        dict(levels=[level_spec("conv", 2)], recurrent_initializer="zeros"), "recurrent_initializer='Zeros'",
+    ),
+    "recurrent_constraint of stateless levels": (
+        dict(levels=[level_spec("conv", 2)], recurrent_constraint="non_neg"), "recurrent_constraint='NonNeg'",
+    ),
     "kernel_size of a dense level": (
         dict(levels=[level_spec("convlstm", 2), level_spec("gated", 3, kernel_size=5)]), r"levels\[1\]: kernel_size=5"
     ),
@@ -1257,6 +1268,8 @@ def test_an_option_set_where_it_has_no_effect_warns_and_saved_configs_load(case)
         (DENSE_LEVELS, dict(dropout=0.2, dropout_noise="sequence", seed=3)),
         (DENSE_LEVELS, dict(zoneout=0.2, seed=3, use_decoder=False, dropout=0.1)),
         (FF_CONV_LEVELS, dict(zoneout=0.2)),  # its gated level has a state
+        (FF_CONV_LEVELS, dict(recurrent_regularizer="l2", recurrent_initializer="zeros")),  # and a recurrent kernel
+        ([level_spec("conv", 2)], dict(recurrent_initializer="orthogonal")),  # the default, given
         (CONV_LEVELS, dict(input_combinator="ConvG3", input_combinator_filters=2, decoder_to_encoder=False)),
         (CONV_LEVELS, dict(use_decoder=False)),  # the defaults picked for the decoder
         ([level_spec("gated", 3, kernel_size=5)], dict(input_combinator="ConvG1")),  # sets the input's
@@ -1269,6 +1282,16 @@ def test_options_that_take_effect_and_defaults_do_not_warn(levels, kwargs, recwa
     layer = RLadder(levels, **kwargs)
     RLadder.from_config(layer.get_config())
     assert not [str(w.message) for w in recwarn if "has no effect" in str(w.message)]
+
+
+def test_a_list_of_inputs_is_refused_before_and_after_the_build():
+    # helper-179: once built, the ladder failed with "'list' object has no attribute 'dtype'"
+    ladder = RLadder([level_spec("gated", 4)])
+    with pytest.raises(ValueError):
+        ladder([_seq(2, 3, 5)])
+    ladder(_seq(2, 3, 5))
+    with pytest.raises(ValueError, match=r"RLadder expects one tensor .*Received: a list of 1 inputs"):
+        ladder([_seq(2, 3, 5)])
 
 
 def test_a_built_ladder_reused_on_other_features_is_refused_when_the_model_is_built():

@@ -78,6 +78,9 @@ def test_layer_contract(kwargs, shape, tmp_path):
         (dict(n_groups=2, levels=CONV_LEVELS, posterior_sigma=1e-200), "Received: posterior_sigma=1e-200"),
         (dict(n_groups=2, levels=CONV_LEVELS, initial_mask_stddev=float("inf")), "initial_mask_stddev=inf"),
         (dict(n_groups=2, levels=CONV_LEVELS, initial_mask_stddev=-1.0), "Received: initial_mask_stddev=-1.0"),
+        # helper-179: finite, but the initial logits overflowed float32: every pi and m NaN
+        (dict(n_groups=2, levels=CONV_LEVELS, initial_mask_stddev=1e39),
+         "initial_mask_stddev` is too large.*Received: initial_mask_stddev=1e\\+39"),
         (dict(n_groups=2, levels=CONV_LEVELS, random_initial_masks="no"), "Received: random_initial_masks='no'"),
         (dict(n_groups=2, levels=CONV_LEVELS, group_codes="yes"), "Received: group_codes='yes'"),
         (dict(n_groups=2, levels=CONV_LEVELS, mask_damping=1.0), r"in \[0, 1\). Received: mask_damping=1.0"),
@@ -238,6 +241,20 @@ def test_smooth_initial_masks():
     assert layer.get_config()["initial_mask_scale"] == 3
     with pytest.raises(ValueError, match="needs image inputs"):
         RTagger(2, [level_spec("gated", 3)], n_iters=1, initial_mask_scale=2)(_images(2, 6))
+    # helper-179: a scale covering the whole image gave one logit per group (constant masks)
+    for scale in (7, 50):
+        with pytest.raises(ValueError, match=f"a scale of {scale} gives one initial mask logit per group for all of "
+                                             "an image of 7x7 pixels"):
+            RTagger(2, CONV_LEVELS, n_iters=1, initial_mask_scale=scale)(x)
+    assert RTagger(2, CONV_LEVELS, n_iters=1, initial_mask_scale=6)(x)[0].shape == (2, 1, 2, 7, 7, 1)
+
+
+def test_a_list_of_inputs_to_a_built_tagger_is_refused():
+    # helper-179: "'list' object has no attribute 'shape'" once built
+    layer = RTagger(2, CONV_LEVELS, n_iters=1)
+    layer(_images(2, 4, 4, 1))
+    with pytest.raises(ValueError, match=r"RTagger expects one tensor .*Received: a list of 1 inputs"):
+        layer([_images(2, 4, 4, 1)])
 
 
 def _numpy_nll(x, m, pi, sigma):
