@@ -399,6 +399,7 @@ class SwapEMAWeightsAndStatistics(_SwapEMAWeights):
                 "`statistics_data` must be an iterable of batches (a tf.data.Dataset, a list, ...). "
                 f"Received: {type(statistics_data).__name__}"
             )
+        _check_not_arrays(statistics_data, "statistics_data")
         if iter(statistics_data) is statistics_data:  # a generator or iterator: one pass only
             raise TypeError(
                 "`statistics_data` must give its batches again at every swap (a tf.data.Dataset, a list, ...), "
@@ -504,6 +505,39 @@ def swap_ema_weights(statistics_data=None, swap_on_epoch=False, **kwargs):
     return SwapEMAWeightsAndStatistics(statistics_data, swap_on_epoch=swap_on_epoch, **kwargs)
 
 
+def _is_array(value):
+    """A NumPy array or a tensor (of any backend): something with a shape and a dtype."""
+    return hasattr(value, "shape") and hasattr(value, "dtype")
+
+
+def _check_not_arrays(data, name):
+    """Refuses, as batches to iterate, an ``(x, y)`` (or ``(x, y, sample_weight)``) tuple
+    of arrays (``x`` may be a dict of them), a bare array and a dict: the tuple gave ``x`` and then ``y`` as two batches (``y``
+    went through the model as an input: wrong statistics, silently, where ``y`` has
+    ``x``'s shape), the array one sample per batch (or a shape error at the first swap,
+    after a whole epoch, that did not name ``name``)."""
+    if isinstance(data, dict):
+        raise TypeError(
+            f"`{name}` must be an iterable of batches (a tf.data.Dataset, a list of batches x or "
+            f"(x, y), ...); a dict is iterated over its keys. Received: a dict with keys {sorted(data)}"
+        )
+    if _is_array(data):
+        raise TypeError(
+            f"`{name}` must be an iterable of batches (a tf.data.Dataset, a list of batches x or "
+            f"(x, y), ...); an array is iterated sample by sample. Received: an array of shape "
+            f"{tuple(data.shape)}; batch it, e.g. tf.data.Dataset.from_tensor_slices(x).batch(32)"
+        )
+    def arrays(item):  # x, y or sample_weight of a fit: an array, or a dict of arrays (named inputs)
+        return _is_array(item) or (isinstance(item, dict) and item and all(map(_is_array, item.values())))
+
+    if isinstance(data, tuple) and 2 <= len(data) <= 3 and all(map(arrays, data)) and any(map(_is_array, data)):
+        raise TypeError(
+            f"`{name}` must be an iterable of batches; a tuple of arrays is iterated as one batch "
+            f"per array (x, then y). Received: a tuple of {len(data)} arrays; pass "
+            "tf.data.Dataset.from_tensor_slices((x, y)).batch(32) or a list of (x, y) batches"
+        )
+
+
 def estimate_batch_norm_statistics(model, data, steps):
     """The statistics that the ``BatchNormalization`` layers of ``model`` see with its
     current weights: runs the first ``steps`` batches of ``data`` (batches ``x``,
@@ -516,6 +550,7 @@ def estimate_batch_norm_statistics(model, data, steps):
     left as they were. Used by :class:`SwapEMAWeightsAndStatistics`."""
     # A bad count (-1, 2.5, None) ran through all of ``data``: forever on a repeated dataset.
     steps = _validation.positive_int("steps", steps)
+    _check_not_arrays(data, "data")
     layers = _batch_norm_layers(model)
     if not layers:
         return []

@@ -1,6 +1,8 @@
 """keras_capsules.callbacks.SwapEMAWeightsAndStatistics and estimate_batch_norm_statistics:
 the EMA weights get batch-normalization statistics of their own."""
 
+import re
+
 import keras
 import numpy as np
 import pytest
@@ -234,6 +236,21 @@ def test_swap_on_epoch_must_be_a_boolean(swap_on_epoch):
 def test_statistics_data_must_be_iterable(data):
     with pytest.raises(TypeError, match="statistics_data"):
         SwapEMAWeightsAndStatistics(data)
+
+
+def test_arrays_are_refused_as_batches():
+    # helper-180: a tuple (x, y) gave x and then y as two batches (y went through the model
+    # as an input: wrong statistics, silently), a bare x one sample per batch (a shape error
+    # at the first swap, after an epoch)
+    x, y = _data()
+    for data, message in (((x, y), "a tuple of 2 arrays"), ((x, y, np.ones(len(y))), "a tuple of 3 arrays"),
+                          ((x["a"], y), "a tuple of 2 arrays"), (y, f"an array of shape {y.shape}"),
+                          (x, "a dict with keys ['a', 'b']")):
+        with pytest.raises(TypeError, match=re.escape(message)):
+            SwapEMAWeightsAndStatistics(data)
+        with pytest.raises(TypeError, match="`data` must be an iterable of batches"):
+            estimate_batch_norm_statistics(_model(), data, 2)
+    SwapEMAWeightsAndStatistics(tuple(_batches(x, y)))  # a tuple of (x, y) batches is batches
 
 
 def test_a_one_pass_iterator_is_refused():
