@@ -75,10 +75,22 @@ def adjusted_mutual_info(true_groups, pi, group_axis=1, ignore_label=None, per_s
         # per_sample="no" was true
         raise ValueError(f"`per_sample` must be True or False. Received: per_sample={per_sample!r}")
     if ignore_label is not None and not (
-        isinstance(ignore_label, numbers.Number) and not isinstance(ignore_label, bool) and np.isfinite(ignore_label)
+        isinstance(ignore_label, numbers.Real) and not isinstance(ignore_label, bool) and np.isfinite(ignore_label)
+        and float(ignore_label).is_integer()
     ):
-        # NaN equals no label, so ignore_label=nan silently ignored nothing
-        raise ValueError(f"`ignore_label` must be None or a finite number (a label). Received: ignore_label={ignore_label!r}")
+        # NaN equals no label, so ignore_label=nan silently ignored nothing, and so did 2.5
+        # (helper-180; AdjustedMutualInformation refused it)
+        raise ValueError(
+            "`ignore_label` must be None or an integer label (a finite whole number). "
+            f"Received: ignore_label={ignore_label!r}"
+        )
+    if true_groups.dtype.kind == "f":
+        with np.errstate(invalid="ignore"):
+            whole = np.isfinite(true_groups) & (np.mod(true_groups, 1) == 0)
+        if not whole.all():
+            # labels of 0.5 or NaN were scored as categories (AdjustedMutualInformation refuses them)
+            raise ValueError("`true_groups` must hold integer labels (whole numbers). Received: labels such as "
+                             f"{float(true_groups[~whole].flat[0])!r}")
     if np.issubdtype(pi.dtype, np.floating) and not np.isfinite(pi).all():
         # argmax takes a NaN as the largest value, so a diverged model looked segmented
         raise ValueError("`pi` must be finite: it holds NaN or inf (a diverged model?). "
@@ -341,8 +353,11 @@ class AdjustedMutualInformation(keras.metrics.Metric):
         self.num_labels = num_labels
         self.group_axis = int(group_axis)
         self.ignore_label = None if ignore_label is None else int(ignore_label)
-        self.total = self.add_variable(shape=(), initializer="zeros", dtype=self.dtype, name="total")
-        self.count = self.add_variable(shape=(), initializer="zeros", dtype=self.dtype, name="count")
+        # the sums in float32 at least: in float16 the count overflowed after 65,504 samples
+        # (inf / inf: a NaN result, silently; helper-180), in bfloat16 it stopped growing at 256
+        self._state_dtype = routing_dtype(self.dtype)
+        self.total = self.add_variable(shape=(), initializer="zeros", dtype=self._state_dtype, name="total")
+        self.count = self.add_variable(shape=(), initializer="zeros", dtype=self._state_dtype, name="count")
 
     def _aligned(self, y_true, y_pred):
         """``(labels, groups)``, int32 ``[batch, n_pixels]`` each, and ``n_pixels``; K."""
@@ -415,12 +430,12 @@ class AdjustedMutualInformation(keras.metrics.Metric):
         ami, n = _ami_per_sample(
             ops.where(kept, labels, -1), groups, self.num_labels, num_groups, n_pixels, routing_dtype(self.dtype)
         )
-        ami = ops.cast(ami, self.dtype)
+        ami = ops.cast(ami, self._state_dtype)
         # A label out of range, only possible in traced calls (eager ones raised): the
         # sample's AMI is NaN, so the result shows it instead of scoring part of the pixels.
         broken = ops.any(invalid, axis=1)
         ami = ops.where(broken, ops.full_like(ami, float("nan")), ami)
-        weight = ops.ones_like(ami) if weight is None else weight * ops.ones_like(ami)
+        weight = ops.ones_like(ami) if weight is None else ops.cast(weight, self._state_dtype) * ops.ones_like(ami)
         # samples with no pixel left, and samples of weight 0, do not count
         counted = (broken | (n > 0)) & (weight != 0)
         zeros = ops.zeros_like(ami)
@@ -446,7 +461,7 @@ class AdjustedMutualInformation(keras.metrics.Metric):
         return weight
 
     def result(self):
-        return ops.divide_no_nan(self.total, self.count)
+        return ops.cast(ops.divide_no_nan(self.total, self.count), self.dtype)
 
     def reset_state(self):
         self.total.assign(0.0)

@@ -42,17 +42,32 @@ def test_adjusted_mutual_info_checks_a_bfloat16_pi_for_nan():
 @pytest.mark.parametrize("bad, match", [
     (dict(per_sample="no"), r"`per_sample` must be True or False. Received: per_sample='no'"),
     (dict(per_sample=1), r"`per_sample` must be True or False. Received: per_sample=1"),
-    (dict(ignore_label=float("nan")), r"`ignore_label` must be None or a finite number \(a label\). Received: ignore_label=nan"),
-    (dict(ignore_label="0"), r"`ignore_label` must be None or a finite number"),
-    (dict(ignore_label=True), r"`ignore_label` must be None or a finite number"),
+    (dict(ignore_label=float("nan")), r"`ignore_label` must be None or an integer label \(a finite whole number\)\. "
+                                      r"Received: ignore_label=nan"),
+    (dict(ignore_label="0"), r"`ignore_label` must be None or an integer label"),
+    (dict(ignore_label=True), r"`ignore_label` must be None or an integer label"),
+    # helper-180: 2.5 matched no integer label and ignored nothing, silently
+    (dict(ignore_label=2.5), r"`ignore_label` must be None or an integer label .*Received: ignore_label=2\.5"),
 ])
 def test_adjusted_mutual_info_refuses_a_per_sample_or_ignore_label_that_would_be_misread(bad, match):
     # per_sample="no" returned every sample's score; ignore_label=nan ignored no pixel
     truth = np.array([[0, 0, 1, 1]])
     pi = np.eye(2)[[0, 0, 1, 1]].T[None]
     assert adjusted_mutual_info(truth, pi, ignore_label=np.int64(0), per_sample=np.bool_(False)) == pytest.approx(1.0)
+    assert adjusted_mutual_info(truth, pi, ignore_label=0.0) == pytest.approx(1.0)  # a whole float is a label
     with pytest.raises(ValueError, match=match):
         adjusted_mutual_info(truth, pi, **bad)
+
+
+def test_adjusted_mutual_info_refuses_labels_that_are_not_whole_numbers():
+    # helper-180: labels of 0.5 were scored as categories (the metric refuses them)
+    pi = np.eye(2)[[0, 0, 1, 1]].T[None]
+    with pytest.raises(ValueError, match=r"`true_groups` must hold integer labels \(whole numbers\)\. "
+                                         r"Received: labels such as 0\.5"):
+        adjusted_mutual_info(np.array([[0.5, 0.5, 1.5, 1.5]]), pi)
+    with pytest.raises(ValueError, match="Received: labels such as nan"):
+        adjusted_mutual_info(np.array([[0.0, np.nan, 1.0, 1.0]]), pi)
+    assert adjusted_mutual_info(np.array([[0.0, 0.0, 1.0, 1.0]], "float32"), pi) == pytest.approx(1.0)
 
 
 def test_adjusted_mutual_info_takes_labels_with_a_channel_axis_as_the_metric_does():
@@ -390,3 +405,16 @@ def test_ami_metric_refuses_a_traced_shape_without_a_static_number_of_pixels():
     update = tf.function(metric.update_state, input_signature=[
         tf.TensorSpec([None, None, None], "int32"), tf.TensorSpec([None, 3, 5, 4], "float32")])
     update(tensor(np.zeros((2, 5, 4)), "int32"), tensor(np.ones((2, 3, 5, 4)), "float32"))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "mixed_float16", "bfloat16"])
+def test_the_metric_sums_in_float32_under_a_half_dtype(dtype):
+    # helper-180: its float16 count overflowed after 65,504 samples (inf / inf: a NaN
+    # result, silently); a bfloat16 one stopped growing at 256
+    truth = np.tile(np.array([[0, 0, 1, 1]]), (1000, 1))
+    pi = np.moveaxis(np.eye(2)[truth], -1, 1)
+    metric = AdjustedMutualInformation(2, dtype=dtype)
+    for _ in range(70):
+        metric.update_state(truth, pi)
+    assert float(metric.count) == 70_000 and float(metric.result()) == 1.0
+    assert keras.backend.standardize_dtype(metric.result().dtype) == keras.backend.standardize_dtype(metric.dtype)
