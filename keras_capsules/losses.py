@@ -301,7 +301,19 @@ class GlobalBatchLoss(keras.losses.Loss):
 
     loss = SquaredError()(np.zeros((2, 3)), np.ones((2, 3)))  # 3.0 on one device
     ```
+
+    Its ``dtype`` must be floating (a dtype or policy name): an integer or boolean one
+    is refused when the loss is made (it failed at the first training step, with
+    "Expected int32, but got 0.9 of type 'float'").
     """
+
+    def __init__(self, name=None, reduction="sum_over_batch_size", dtype=None):
+        super().__init__(name=name, reduction=reduction, dtype=dtype)
+        if not keras.backend.standardize_dtype(self.dtype).startswith(("float", "bfloat")):
+            raise ValueError(
+                f"`dtype` of {type(self).__name__} must be a floating dtype or policy (e.g. \"float32\", "
+                f"\"mixed_float16\"). Received: dtype={dtype!r}"
+            )
 
     def __call__(self, y_true, y_pred, sample_weight=None):
         in_mask = _keras_mask(y_pred)

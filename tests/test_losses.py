@@ -660,3 +660,13 @@ def test_per_sample_weights_of_per_token_scores_weigh_each_sample_s_tokens(reduc
     ones = loss(tensor(labels), tensor(scores), sample_weight=tensor(np.ones(weight_shape, "float32")))
     np.testing.assert_allclose(keras.ops.convert_to_numpy(ones),
                                keras.ops.convert_to_numpy(loss(tensor(labels), tensor(scores))), rtol=1e-6)
+
+
+@pytest.mark.parametrize("make", [losses.MarginLoss, losses.CapsuleLoss, losses.MixtureNLL])
+@pytest.mark.parametrize("dtype", ["int32", "bool", "uint8"])
+def test_a_loss_of_an_integer_or_boolean_dtype_is_refused_when_made(make, dtype):
+    # helper-181: it failed at the first training step ("Expected int32, but got 0.9 of type 'float'")
+    with pytest.raises(ValueError, match=rf"`dtype` of {make.__name__} must be a floating dtype or policy .*"
+                                         rf"Received: dtype='{dtype}'"):
+        make(dtype=dtype)
+    assert make(dtype="mixed_float16").dtype == "float16" and make(dtype="float64").dtype == "float64"

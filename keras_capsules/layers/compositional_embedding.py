@@ -1,5 +1,7 @@
 """CompositionalEmbedding: word embeddings composed from a few shared codebooks."""
 
+import warnings
+
 import keras
 import numpy as np
 from keras import ops
@@ -222,10 +224,22 @@ class CompositionalEmbedding(OwnCastingLayer):
                         f"fixed_codes=True). Received: {arg}={value!r}"
                     )
         self._initial_codes = None if codes is None else self._validate_codes(codes)
+        default_codes_initializer = keras.initializers.RandomNormal(stddev=1.0)
         self.codes_initializer = get_initializer(
-            "codes_initializer",
-            keras.initializers.RandomNormal(stddev=1.0) if codes_initializer is None else codes_initializer
+            "codes_initializer", default_codes_initializer if codes_initializer is None else codes_initializer
         )
+        given = keras.initializers.serialize(self.codes_initializer)
+        if fixed_codes and given != keras.initializers.serialize(default_codes_initializer):
+            # (it was taken, recorded in the config and never used; a warning, not a refusal
+            # as for the regularizer and constraint: get_config writes the initializer of
+            # every layer, and configs saved with one must load)
+            warnings.warn(
+                f"CompositionalEmbedding: codes_initializer={given.get('class_name', given)!r} has no "
+                "effect: it needs learned codes (fixed_codes=False); fixed codes come from `codes` "
+                "(zeros until assigned).",
+                UserWarning,
+                stacklevel=2,
+            )
         self.codebook_initializer = get_initializer("codebook_initializer", codebook_initializer)
         self.codes_regularizer = get_regularizer("codes_regularizer", codes_regularizer)
         self.codebook_regularizer = get_regularizer("codebook_regularizer", codebook_regularizer)
@@ -407,9 +421,10 @@ class CompositionalEmbedding(OwnCastingLayer):
             )
         codes = self.hard_codes()
         config = self.get_config()
-        # The learned codes' regularizer and constraint do not apply to fixed codes
-        # (the constructor refuses them there), so they are not carried over.
-        for key in ("name", "fixed_codes", "trainable", "codes_regularizer", "codes_constraint"):
+        # The learned codes' initializer, regularizer and constraint do not apply to fixed
+        # codes (the constructor warns of the first, refuses the others), so they are not
+        # carried over.
+        for key in ("name", "fixed_codes", "trainable", "codes_initializer", "codes_regularizer", "codes_constraint"):
             config.pop(key, None)
         config.update(kwargs)
         layer = type(self)(**config, codes=codes, fixed_codes=True)

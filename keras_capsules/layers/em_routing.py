@@ -45,6 +45,7 @@ _VARIANCE_TOLERANCE = 1e-3
 _NEGLIGIBLE_GAP = {"float32": 17.0, "float64": 37.0}
 # The smallest eps accepted: the smallest normal number of the routing dtype.
 _SMALLEST_NORMAL = {"float32": 2.0**-126, "float64": 2.0**-1022}
+_LARGEST = {"float32": (2 - 2.0**-23) * 2.0**127, "float64": (2 - 2.0**-52) * 2.0**1023}
 
 
 def _pose_scale(x, eps):
@@ -333,6 +334,12 @@ class EMRouting(OwnCastingLayer):
             raise ValueError(
                 f"`eps` must be at least {_SMALLEST_NORMAL[routing]:.4g}, the smallest normal "
                 f"number of the layer's routing dtype ({routing}). Received: eps={eps!r}"
+            )
+        largest = _LARGEST[routing]
+        if self.eps > largest:  # (inf in the routing dtype: every output NaN, silently)
+            raise ValueError(
+                f"`eps` must be at most {largest:.4g}, the largest number of the layer's routing "
+                f"dtype ({routing}). Received: eps={eps!r}"
             )
         choice("algorithm", algorithm, _ALGORITHMS)
         if algorithm == "moments" and self.n_inp is not None:

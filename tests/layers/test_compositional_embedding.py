@@ -271,6 +271,23 @@ def test_to_fixed_codes_of_a_layer_with_a_codes_regularizer_or_constraint(kwargs
     np.testing.assert_array_equal(fixed.hard_codes(), layer.hard_codes())
 
 
+def test_a_codes_initializer_of_fixed_codes_warns_that_it_has_no_effect():
+    # helper-181: it was taken, recorded in the config and never used
+    codes = np.zeros((10, 2), "int32")
+    with pytest.warns(UserWarning, match=r"codes_initializer='Ones' has no effect: it needs learned codes"):
+        layer = CompositionalEmbedding(10, 4, num_codebooks=2, num_codewords=3, codes=codes, codes_initializer="ones")
+    with pytest.warns(UserWarning, match="codes_initializer='Ones' has no effect"):  # and again from its config
+        CompositionalEmbedding.from_config(layer.get_config())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        # the default (also as a fixed layer's saved config holds it), learned codes, to_fixed_codes
+        fixed = CompositionalEmbedding(10, 4, num_codebooks=2, num_codewords=3, codes=codes)
+        CompositionalEmbedding.from_config(fixed.get_config())
+        learned = CompositionalEmbedding(10, 4, num_codebooks=2, num_codewords=3, codes_initializer="ones")
+        learned.build()
+        learned.to_fixed_codes()
+
+
 @pytest.mark.parametrize("kwargs", [{"codes": np.zeros((10, 2), "int32")}, {"fixed_codes": False}])
 def test_to_fixed_codes_refuses_codes_arguments(kwargs):
     layer = CompositionalEmbedding(10, 4, num_codebooks=2, num_codewords=3)

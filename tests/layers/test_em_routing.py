@@ -1216,6 +1216,17 @@ def test_a_mask_of_another_shape_is_refused_when_the_model_is_built(n_out):
     np.testing.assert_allclose(short[:, :short.shape[1]], full[:, :short.shape[1]], rtol=1e-5, atol=1e-6)
 
 
+def test_an_eps_beyond_the_routing_dtypes_range_is_refused():
+    # helper-181: eps=1e39 (finite in Python, inf in float32) gave NaN outputs, silently
+    with pytest.raises(ValueError, match=r"`eps` must be at most 3\.403e\+38, the largest number of the layer's "
+                                         r"routing dtype \(float32\)\. Received: eps=1e\+39"):
+        EMRouting(3, 2, eps=1e39)
+    a = np.random.default_rng(0).normal(size=(2, 4)).astype("float32")
+    mu = np.random.default_rng(1).normal(size=(2, 4, 2, 2)).astype("float32")
+    for output in EMRouting(3, 2, eps=1e38)([tensor(a, "float32"), tensor(mu, "float32")]):
+        assert np.all(np.isfinite(np.asarray(output)))
+
+
 def test_the_smallest_accepted_eps_keeps_an_all_masked_sample_finite():
     # eps=1e-38 (below float32's smallest normal, 1.18e-38) was accepted, and a sample
     # whose inputs were all masked came out NaN: it is refused now (test above), and the
