@@ -491,12 +491,17 @@ def main(argv=None):
             errors.remove_empty_dirs(new_output)
         return errors.report_out_of_memory(err, PROG)
     except KeyboardInterrupt as interrupt:  # Ctrl-C: one line that says how to go on, no traceback
+        if new_output:  # (a Ctrl-C while the data were prepared left the new folder empty)
+            errors.remove_empty_dirs(new_output)
         if os.environ.get("KERAS_CAPSULES_DEBUG"):
             raise
         hint = {
             "train": "; run the same command again to resume from the last backup",
             "tune": "; run the same command again to resume the search",
         }.get(args.command, "")
+        if new_output and not os.path.lexists(new_output):
+            # nothing was written, so nothing to resume (the hint said "resume the search")
+            hint = "; nothing was written yet"
         # (not imported here: that loads Keras, slow after a Ctrl-C of `bench`; unloaded, it raised nothing)
         fault_tolerance = sys.modules.get("applications.fault_tolerance")
         if fault_tolerance and isinstance(interrupt, fault_tolerance.RunCompleteInterrupt):

@@ -22,6 +22,8 @@ validation chorales, summed over keys (``applications.music.PianoRollNLLPerStep`
 ``val_loss`` Keras reports weighs its batches by their windows, not their real steps).
 """
 
+import os
+
 import keras_tuner
 
 from applications import checks, music
@@ -66,6 +68,13 @@ class MusicHyperModel(DatasetHyperModel):
     def load_data(self):
         return music.load_rolls(self.data_dir, self.limit)
 
+    def recorded_options(self):
+        # the chorales the trials trained and were scored on, as `train` records them:
+        # `evaluate --model` of the search scored the shared copy instead (helper-182).
+        # Not --limit: it only shortened the search (its trials never saw a test chorale),
+        # so evaluate scores every chorale of the split unless told --limit
+        return {"data_path": None if self.data_dir is None else os.path.abspath(self.data_dir)}
+
     def _window(self, longest):
         """The window of the trials (None: whole chorales), at most ``longest`` steps: a
         longer one holds every chorale whole, as a window of the longest does, but its
@@ -95,11 +104,6 @@ class MusicHyperModel(DatasetHyperModel):
         valid = music.make_dataset(rolls["valid"], self.batch_size, longest, window=window,
                                    targets_as_input=nade)
         return train, valid
-
-    def recorded_options(self):
-        # nothing: --limit only shortened the search (its trials never saw a test chorale),
-        # so evaluate scores every chorale of the split unless told --limit
-        return {}
 
 
 __all__ = ["MusicHyperModel"]

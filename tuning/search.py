@@ -60,6 +60,7 @@ the HyperModel declares conditionally (music's ``units_1``, used where ``levels`
 """
 
 import contextlib
+import io
 import json
 import math
 import os
@@ -304,6 +305,13 @@ def run_search(args, strategy):
         os.makedirs(directory, exist_ok=True)
     # before the data are prepared (CLEVR's features take hours): another application's search
     replaced = _check_directory(directory, args.application, args.overwrite)
+    if not args.overwrite:
+        # and a resume with other options (but --fixed, which needs a model build), also
+        # before the data are prepared: it was refused after them (25 s for a small SST
+        # search, hours for CLEVR's features; helper-182)
+        _check_resumed_settings(os.path.join(directory, args.application),
+                                {"application": args.application, "tuner": args.tuner, "epochs": args.epochs,
+                                 "options": search_options(args)})
     hypermodel = tuning.HYPERMODELS[args.application].from_args(args, strategy)
     hypermodel.prepare()  # missing data fails now, as one line, before any trial
     default = strategy is None or strategy is tf.distribute.get_strategy()
@@ -312,11 +320,13 @@ def run_search(args, strategy):
                 "fixed": pinned_values(fixed), "options": search_options(args)}
     if not args.overwrite:
         _check_resumed_settings(os.path.join(directory, args.application), settings)
-    tuner = make_tuner(
-        args.tuner, hypermodel, directory, args.application, args.max_trials,
-        epochs=args.epochs, seed=args.seed, strategy=None if default else strategy,
-        overwrite=args.overwrite, hyperparameters=fixed,
-    )
+    # (keras-tuner prints "Reloading Tuner from .../tuner0.json" on a resume: not with --quiet)
+    with contextlib.redirect_stdout(io.StringIO()) if args.quiet else contextlib.nullcontext():
+        tuner = make_tuner(
+            args.tuner, hypermodel, directory, args.application, args.max_trials,
+            epochs=args.epochs, seed=args.seed, strategy=None if default else strategy,
+            overwrite=args.overwrite, hyperparameters=fixed,
+        )
     if args.overwrite:
         # keras-tuner deletes the old search's trials, not its best model and values beside
         # them: they were left as the new search's until its end, for good if it found no best
@@ -414,7 +424,8 @@ def _check_resumed_settings(project_dir, settings):
     ``--fixed`` or other :func:`search_options`: keras-tuner restores its saved oracle,
     so a new ``--fixed`` or Hyperband's ``--epochs`` was silently ignored, other epochs
     (or data options) made the trials' scores incomparable, and another tuner failed
-    with a traceback (or ran on the old one's state).
+    with a traceback (or ran on the old one's state). A name missing from ``settings``
+    is not compared (``run_search`` checks all but ``fixed`` before the data are prepared).
     """
     path = os.path.join(project_dir, _SETTINGS)
     if not os.path.exists(path):  # a new search, or one started before this file existed
@@ -424,7 +435,7 @@ def _check_resumed_settings(project_dir, settings):
         raise InputError(f"{path} is damaged (not the JSON object a search writes), so the search in "
                          f"{project_dir} cannot be checked for a resume: start it afresh with --overwrite "
                          "(or use another --directory)")
-    changed = [name for name in _OPTIONS if name in saved and saved[name] != settings[name]]
+    changed = [name for name in _OPTIONS if name in saved and name in settings and saved[name] != settings[name]]
     were = [f"{_OPTIONS[name]} {_describe(name, saved[name])}" for name in changed]
     saved_options = saved.get("options")
     if isinstance(saved_options, dict):  # (not recorded by searches started before it was)

@@ -1114,3 +1114,34 @@ def test_errors_of_the_python_checks_name_the_options_as_typed(argv, message, tm
     # Received: frame_size=10"), which a command-line user has to map to the options.
     assert cli.main([*argv, "--run-dir", str(tmp_path / "run"), "--quiet"]) == 2
     assert capsys.readouterr().err == f"keras-capsules: error: {message}\n"
+
+
+@pytest.mark.parametrize("command", ["train", "tune"])
+def test_ctrl_c_before_anything_was_written_leaves_no_folder_and_no_resume_hint(command, tmp_path, capsys,
+                                                                               monkeypatch):
+    # helper-182: a Ctrl-C while the data were prepared left the new folder empty and said
+    # "run the same command again to resume the search"
+    import applications.demo as demo
+    from tuning import search
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(demo, "run_train", interrupted)
+    monkeypatch.setattr(search, "run_search", interrupted)
+    option = "--run-dir" if command == "train" else "--directory"
+    argv = [command, "demo", "--quiet", option, str(tmp_path / "new" / "out")]
+    assert cli.main(argv) == 130
+    assert capsys.readouterr().err == "\nkeras-capsules: interrupted; nothing was written yet\n"
+    assert not (tmp_path / "new").exists()
+    # a folder that holds something (a backup, trials) is kept, with the hint to resume
+    def wrote_then_interrupted(*args, **kwargs):
+        os.makedirs(tmp_path / "new" / "out", exist_ok=True)
+        (tmp_path / "new" / "out" / "state.json").write_text("{}")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(demo, "run_train", wrote_then_interrupted)
+    monkeypatch.setattr(search, "run_search", wrote_then_interrupted)
+    assert cli.main(argv) == 130
+    assert "run the same command again to resume" in capsys.readouterr().err
+    assert (tmp_path / "new" / "out" / "state.json").exists()

@@ -235,6 +235,12 @@ def test_music_search_with_the_nade_readout(tmp_path, capsys):
     model = keras.saving.load_model(directory / "best_model.keras")
     assert model.get_layer("nade").hidden_units > 0 and model.output_shape == (None, 8, 88)
     assert set(model.input) == {"rolls", "targets"}
+    # the chorales it searched on are recorded beside the best model, where `evaluate` reads
+    # its default data (helper-182: it scored the shared copy, whatever --data-dir searched)
+    import json
+
+    metrics = json.loads((directory / "metrics.json").read_text())
+    assert metrics["data_path"] == os.path.abspath(MUSIC_DATA[MUSIC_DATA.index("--data-dir") + 1])
 
 
 @pytest.mark.parametrize("name", ["sort_of_clevr", "clevr"])

@@ -115,7 +115,9 @@ def test_a_stopped_search_resumes(demo_search, tmp_path, capsys):
     assert "1 new trial(s), 1 in total" in out
     first = _trials(directory)
     assert cli.main([*base, "--max-trials", "2"]) == 0
-    assert "1 new trial(s), 2 in total" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "1 new trial(s), 2 in total" in out
+    assert "Reloading Tuner" not in out  # keras-tuner's line, not with --quiet (helper-182)
     assert len(_trials(directory)) == 2 and set(first) <= set(_trials(directory))
 
 
@@ -364,7 +366,7 @@ def test_a_search_resumes_only_with_the_options_it_was_started_with(tmp_path, ca
     assert "0 new trial(s), 1 in total" in capsys.readouterr().out
 
 
-def test_a_search_resumes_only_with_the_data_options_it_was_started_with(demo_search, tmp_path, capsys):
+def test_a_search_resumes_only_with_the_data_options_it_was_started_with(demo_search, tmp_path, capsys, monkeypatch):
     # audit 5: a resume with another --seed, --limit or --batch-size was accepted in
     # silence: the new trials trained and were scored on other examples (another split,
     # 60 validation digits against 19) and ranked against the old ones.
@@ -378,6 +380,13 @@ def test_a_search_resumes_only_with_the_data_options_it_was_started_with(demo_se
     assert "was started with --limit 120, --seed 0:" in err and "--overwrite" in err, err
     assert "--batch-size" not in err  # unchanged
     assert len(_trials(directory)) == 1  # no trial ran
+    # refused before the data are prepared (helper-182: after them, 25 s for a small SST
+    # search, hours for CLEVR's features)
+    import tuning
+
+    monkeypatch.setattr(tuning.HYPERMODELS["demo"], "prepare", lambda self: pytest.fail("the data were prepared"))
+    assert cli.main([*base, *changed]) == 2
+    assert "was started with --limit 120, --seed 0:" in capsys.readouterr().err
     with open(os.path.join(directory, "demo", "keras_capsules_search.json")) as f:
         assert json.load(f)["options"] == {"batch_size": 32, "data_dir": None, "limit": 120, "seed": 0}  # kept
 
