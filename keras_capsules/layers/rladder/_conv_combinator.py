@@ -143,39 +143,37 @@ class ConvCombinatorBase(keras.layers.Layer):
                 f"{self.lat_channels}]. Received: x_lat shape={lat}"
             )
 
-    def _check_no_top_upsample(self):
-        """Without x_top there is nothing to upsample: ``upsample > 1`` is refused, as
-        ``vector_top`` is (it was accepted and did nothing). A layer loaded from a config
-        saved before takes ``upsample=1`` instead, with a warning: the same outputs."""
+    def _refuse_upsample(self, where, without, message, received=""):
+        """Refuses ``upsample > 1`` where there is nothing to upsample (``message``), or,
+        for a layer loaded from a config saved before it was refused (it was ignored),
+        takes ``upsample=1`` instead with a warning: the same weights and outputs."""
         if getattr(self, "_from_saved_config", False):
-            where = f"{type(self).__name__} without x_top: "
-            self.upsample = loaded_without_effect(where, "upsample", self.upsample, 1, "without x_top")
+            self.upsample = loaded_without_effect(f"{type(self).__name__} {where}: ", "upsample", self.upsample, 1,
+                                                  without)
             self.upsample_mode = "nearest"
             return
         raise ValueError(
+            f"{message} Received: upsample={self.upsample}, upsample_mode={self.upsample_mode!r}{received}"
+        )
+
+    def _check_no_top_upsample(self):
+        """Without x_top there is nothing to upsample: ``upsample > 1`` is refused, as
+        ``vector_top`` is (it was accepted and did nothing)."""
+        self._refuse_upsample(
+            "without x_top", "without x_top",
             f"`upsample` sets how x_top is upsampled; this {type(self).__name__} has no x_top, "
-            f"so it would have no effect. Received: upsample={self.upsample}, "
-            f"upsample_mode={self.upsample_mode!r}"
+            "so it would have no effect.",
         )
 
     def _check_vector_top_upsample(self, top):
-        """A vector x_top has no height or width to upsample: ``upsample > 1`` is refused.
-
-        A layer loaded from a config saved before it was refused (it was ignored) takes
-        ``upsample=1`` instead, with a warning: the same weights and outputs.
-        """
+        """A vector x_top has no height or width to upsample: ``upsample > 1`` is refused."""
         if self.upsample == 1:
             return
-        if getattr(self, "_from_saved_config", False):
-            where = f"{type(self).__name__} with a vector x_top: "
-            self.upsample = loaded_without_effect(where, "upsample", self.upsample, 1, "on a vector x_top")
-            self.upsample_mode = "nearest"
-            return
-        raise ValueError(
+        self._refuse_upsample(
+            "with a vector x_top", "on a vector x_top",
             f"{type(self).__name__} broadcasts a vector x_top [batch, top_units] (a dense "
             "level above) over all pixels of x_lat; it has no height or width to upsample, "
-            f"so it needs upsample=1. Received: upsample={self.upsample}, "
-            f"upsample_mode={self.upsample_mode!r}, x_top shape={top}"
+            "so it needs upsample=1.", f", x_top shape={top}",
         )
 
     def compute_output_shape(self, input_shape):

@@ -157,15 +157,21 @@ def test_upsampling_a_vector_top_is_refused_and_old_saved_models_load(cls, kwarg
     top, lat = keras.Input((3,)), keras.Input((4, 4, 2))
     with pytest.raises(ValueError, match=rf"needs upsample=1\. Received: upsample={kwargs['upsample']}"):
         cls(**kwargs)([top, lat])
-    model = keras.Model([top, lat], cls(name="comb")([top, lat]))
-    path = tmp_path / "old.keras"
-    model.save(path)
-    edit_saved_layer_config(path, "comb", lambda c: c.update({"upsample_mode": "nearest", **kwargs}))  # as saved before
-    with pytest.warns(UserWarning, match=f"upsample={kwargs['upsample']} has no effect on a vector x_top"):
-        loaded = keras.saving.load_model(path)
-    assert (loaded.get_layer("comb").upsample, loaded.get_layer("comb").upsample_mode) == (1, "nearest")
     rng = np.random.default_rng(0)
     x = [rng.normal(size=(2, 3)).astype("float32"), rng.normal(size=(2, 4, 4, 2)).astype("float32")]
+    _check_an_old_saved_upsample_loads_as_upsample_1(
+        keras.Model([top, lat], cls(name="comb")([top, lat])), kwargs, "on a vector x_top", x, tmp_path)
+
+
+def _check_an_old_saved_upsample_loads_as_upsample_1(model, kwargs, without, x, tmp_path):
+    """A model saved with ``kwargs`` (upsample > 1) on its layer "comb", as saved before
+    they were refused, loads with a warning as ``upsample=1``, with the same outputs."""
+    path = tmp_path / "old.keras"
+    model.save(path)
+    edit_saved_layer_config(path, "comb", lambda c: c.update({"upsample_mode": "nearest", **kwargs}))
+    with pytest.warns(UserWarning, match=f"upsample={kwargs['upsample']} has no effect {without}"):
+        loaded = keras.saving.load_model(path)
+    assert (loaded.get_layer("comb").upsample, loaded.get_layer("comb").upsample_mode) == (1, "nearest")
     np.testing.assert_allclose(loaded(x), model(x), rtol=1e-6, atol=1e-6)
 
 
@@ -178,15 +184,9 @@ def test_upsampling_without_a_top_is_refused_and_old_saved_models_load(cls, kwar
     with pytest.raises(ValueError, match=rf"this {cls.__name__} has no x_top, so it would have no effect\. "
                                          rf"Received: upsample={kwargs['upsample']}"):
         cls(**kwargs)(lat)
-    model = keras.Model(lat, cls(name="comb")(lat))
-    path = tmp_path / "old.keras"
-    model.save(path)
-    edit_saved_layer_config(path, "comb", lambda c: c.update({"upsample_mode": "nearest", **kwargs}))  # as saved before
-    with pytest.warns(UserWarning, match=f"upsample={kwargs['upsample']} has no effect without x_top"):
-        loaded = keras.saving.load_model(path)
-    assert (loaded.get_layer("comb").upsample, loaded.get_layer("comb").upsample_mode) == (1, "nearest")
     x = np.random.default_rng(0).normal(size=(2, 6, 6, 2)).astype("float32")
-    np.testing.assert_allclose(loaded(x), model(x), rtol=1e-6, atol=1e-6)
+    _check_an_old_saved_upsample_loads_as_upsample_1(keras.Model(lat, cls(name="comb")(lat)), kwargs, "without x_top",
+                                                    x, tmp_path)
 
 
 def test_transposed_upsampling_shapes_and_weights():
