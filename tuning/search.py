@@ -305,19 +305,23 @@ def run_search(args, strategy):
         os.makedirs(directory, exist_ok=True)
     # before the data are prepared (CLEVR's features take hours): another application's search
     replaced = _check_directory(directory, args.application, args.overwrite)
+    # the replicas the trials train on: their global batch is --batch-size times as many
+    # (and batch normalization synchronized over them); a resume under another strategy
+    # ranked trials trained so against the others (helper-182)
+    replicas = 1 if strategy is None else int(strategy.num_replicas_in_sync)
     if not args.overwrite:
         # and a resume with other options (but --fixed, which needs a model build), also
         # before the data are prepared: it was refused after them (25 s for a small SST
         # search, hours for CLEVR's features; helper-182)
         _check_resumed_settings(os.path.join(directory, args.application),
                                 {"application": args.application, "tuner": args.tuner, "epochs": args.epochs,
-                                 "options": search_options(args)})
+                                 "replicas": replicas, "options": search_options(args)})
     hypermodel = tuning.HYPERMODELS[args.application].from_args(args, strategy)
     hypermodel.prepare()  # missing data fails now, as one line, before any trial
     default = strategy is None or strategy is tf.distribute.get_strategy()
     fixed = fixed_hyperparameters(hypermodel, args.fixed)
     settings = {"application": args.application, "tuner": args.tuner, "epochs": args.epochs,
-                "fixed": pinned_values(fixed), "options": search_options(args)}
+                "fixed": pinned_values(fixed), "replicas": replicas, "options": search_options(args)}
     if not args.overwrite:
         _check_resumed_settings(os.path.join(directory, args.application), settings)
     # (keras-tuner prints "Reloading Tuner from .../tuner0.json" on a resume: not with --quiet)
@@ -390,7 +394,7 @@ def _failed_trials_error(error, project_dir):
 
 
 _SETTINGS = "keras_capsules_search.json"
-_OPTIONS = {"tuner": "--tuner", "epochs": "--epochs", "fixed": "--fixed"}
+_OPTIONS = {"tuner": "--tuner", "epochs": "--epochs", "fixed": "--fixed", "replicas": "--strategy of"}
 # `tune` options a resumed search may change besides those of `train`
 # (arguments.RESUMABLE_CHANGES: paths, strategy, threads, --quiet): where the search is
 # and how many trials it has in all; --tuner, --epochs and --fixed are checked apart.
@@ -524,6 +528,8 @@ def _option_text(name, value):
 def _describe(name, value):
     if name == "fixed":
         return " ".join(f"{k}={json.dumps(v)}" for k, v in sorted(value.items())) or "(none)"
+    if name == "replicas":
+        return f"{value} replica{'s' if value != 1 else ''} (a global batch of --batch-size times that)"
     return str(value)
 
 

@@ -733,3 +733,23 @@ def test_make_tuner_takes_numpy_integers(tmp_path):
     tuner = search.make_tuner("hyperband", _SpaceHyperModel(), str(tmp_path), "p", np.int64(4),
                               epochs=np.int32(3), seed=np.int64(5))
     assert (tuner.oracle.max_trials, tuner.oracle.max_epochs, tuner.oracle.seed) == (4, 3, 6)
+
+
+def test_a_search_resumes_only_on_as_many_replicas_as_it_was_started_on(demo_search, tmp_path, capsys):
+    # helper-182: a resume under --strategy mirrored (2 replicas: a global batch twice as
+    # large, synchronized batch normalization) was accepted, its trials ranked against the
+    # others. (A search of 2 replicas is written here as its settings file records it.)
+    directory = tmp_path / "search"
+    base = ["tune", "demo", "--tuner", "random", "--directory", str(directory), *TINY]
+    assert demo_search[0] == 0  # [*base, "--max-trials", "1"]
+    settings_path = directory / "demo" / "keras_capsules_search.json"
+    settings = json.loads(settings_path.read_text())
+    assert settings["replicas"] == 1
+    settings_path.write_text(json.dumps({**settings, "replicas": 2}))
+    assert cli.main([*base, "--max-trials", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "was started with --strategy of 2 replicas (a global batch of --batch-size times that):" in err, err
+    assert len(_trials(str(directory))) == 1  # no trial ran
+    # a search started before the replicas were recorded resumes as before
+    settings_path.write_text(json.dumps({k: v for k, v in settings.items() if k != "replicas"}))
+    assert cli.main([*base, "--max-trials", "2"]) == 0
