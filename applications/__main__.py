@@ -310,12 +310,11 @@ sys.path.insert(0, os.path.dirname(sys.argv[0]))
 try:
     runpy.run_path(sys.argv[0], run_name="__main__")
 except Exception as err:  # applications is imported only now: the script sets up TensorFlow first
-    from applications.errors import CommandLineError, out_of_memory, report, report_out_of_memory
-    if isinstance(err, CommandLineError):
-        sys.exit(report(err, "keras-capsules"))
-    if out_of_memory(err):
-        sys.exit(report_out_of_memory(err, "keras-capsules"))
-    raise
+    from applications.errors import report_if_not_a_bug
+    code = report_if_not_a_bug(err, "keras-capsules")
+    if code is None:
+        raise
+    sys.exit(code)
 """
 
 

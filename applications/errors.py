@@ -265,18 +265,28 @@ def report_out_of_memory(err, prog):
     return 2
 
 
+def report_if_not_a_bug(err, prog):
+    """The exit code 2 after :func:`report` of a :class:`CommandLineError` or
+    :func:`report_out_of_memory` of running out of memory; None for any other error, a
+    bug, which the caller raises again (its traceback)."""
+    if isinstance(err, CommandLineError):
+        return report(err, prog)
+    if out_of_memory(err):
+        return report_out_of_memory(err, prog)
+    return None
+
+
 def run_main(main, prog):
     """Runs a module's ``main()`` as the ``keras-capsules`` command does its commands: a
-    :class:`CommandLineError` is one line and exit code 2 (see :func:`report`), and so is
-    running out of memory (:func:`report_out_of_memory`)."""
+    :class:`CommandLineError` is one line and exit code 2, and so is running out of
+    memory (:func:`report_if_not_a_bug`)."""
     try:
         result = main()
-    except CommandLineError as err:
-        return report(err, prog)
     except Exception as err:
-        if not out_of_memory(err):
+        code = report_if_not_a_bug(err, prog)
+        if code is None:
             raise
-        return report_out_of_memory(err, prog)
+        return code
     # a main() may return its results (a list, a dict, a tuple) for callers in Python:
     # sys.exit() of those printed them to stderr and exited with code 1 after a success
     return result if isinstance(result, int) and not isinstance(result, bool) else 0

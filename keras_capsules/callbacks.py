@@ -512,10 +512,11 @@ def _is_array(value):
 
 def _check_not_arrays(data, name):
     """Refuses, as batches to iterate, an ``(x, y)`` (or ``(x, y, sample_weight)``) tuple
-    of arrays (``x`` may be a dict of them), a bare array and a dict: the tuple gave ``x`` and then ``y`` as two batches (``y``
-    went through the model as an input: wrong statistics, silently, where ``y`` has
-    ``x``'s shape), the array one sample per batch (or a shape error at the first swap,
-    after a whole epoch, that did not name ``name``)."""
+    of arrays (``x`` may be a dict of them), a bare array and a dict: the tuple gave ``x``
+    and then ``y`` as two batches (``y`` went through the model as an input: wrong
+    statistics, silently, where ``y`` has ``x``'s shape), the array one sample per batch
+    (or a shape error at the first swap, after a whole epoch, that did not name
+    ``name``), the dict its keys."""
     if isinstance(data, dict):
         raise TypeError(
             f"`{name}` must be an iterable of batches (a tf.data.Dataset, a list of batches x or "
@@ -527,6 +528,7 @@ def _check_not_arrays(data, name):
             f"(x, y), ...); an array is iterated sample by sample. Received: an array of shape "
             f"{tuple(data.shape)}; batch it, e.g. tf.data.Dataset.from_tensor_slices(x).batch(32)"
         )
+
     def arrays(item):  # x, y or sample_weight of a fit: an array, or a dict of arrays (named inputs)
         return _is_array(item) or (isinstance(item, dict) and item and all(map(_is_array, item.values())))
 

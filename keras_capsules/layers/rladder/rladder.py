@@ -529,19 +529,15 @@ class RLadder(keras.layers.Layer):
                 where, "dropout_noise", self.dropout_noise,
                 "dropout > 0 acting on the ladder (it sets how the dropout masks are drawn)",
             )
+        stateless = "a level with a state (every 'conv' and 'gatedconv' encoder is feed-forward, stateless)"
         if self.zoneout and not zones:
-            warn(
-                where, "zoneout", self.zoneout,
-                "a level with a state (every 'conv' and 'gatedconv' encoder is feed-forward, stateless)",
-            )
+            warn(where, "zoneout", self.zoneout, stateless)
         if not any(cell.NUM_STATES for cell in self.encoders):
             # no level has a recurrent kernel: the recurrent options were taken and dropped
-            stateless = "a level with a state (every 'conv' and 'gatedconv' encoder is feed-forward, stateless)"
             default = keras.initializers.serialize(keras.initializers.get("orthogonal"))
             given = keras.initializers.serialize(self.recurrent_initializer)
             if given != default:
-                warn(where, "recurrent_initializer", given.get("class_name", given) if isinstance(given, dict)
-                     else given, stateless)
+                warn(where, "recurrent_initializer", given["class_name"], stateless)
             for name in ("recurrent_regularizer", "recurrent_constraint"):
                 value = getattr(self, name)
                 if value is not None:
