@@ -113,6 +113,47 @@ def finite_number(name, value, positive):
     return float(value)
 
 
+def model_options(model_kwargs, build_model, given=()):
+    """``model_kwargs`` of an application's ``train`` as a new dict (``{}`` for None), if
+    it is a mapping of keyword arguments of its ``build_model`` other than ``given`` (the
+    arguments ``train`` passes itself: its own options, the data's sizes).
+
+    ``train`` calls it before it reads any data or makes its run directory: a typo was a
+    ``TypeError`` from deep inside ``build_model`` ("got an unexpected keyword
+    argument"), raised once the run directory was made (Sort-of-CLEVR) or once every
+    image had gone through ResNet-101 (CLEVR), and an option ``train`` passes itself
+    was Python's "got multiple values for keyword argument". Only the names are checked
+    here: ``build_model`` checks the values.
+
+    Raises:
+        InputError (a ValueError): ``"`model_kwargs` must be a dict or None. Received:
+            model_kwargs=..."``; ``"Unknown model option(s) ['unit']; expected some of
+            [...]. Received: model_kwargs=..."``; for names in ``given``, ``"Model
+            option(s) [...] are set by train (from its own arguments or the data), not
+            by model_kwargs; expected some of [...]. Received: model_kwargs=..."``.
+    """
+    import collections.abc
+    import inspect
+
+    if model_kwargs is None:
+        return {}
+    if not isinstance(model_kwargs, collections.abc.Mapping):
+        raise InputError(f"`model_kwargs` must be a dict or None. Received: model_kwargs={model_kwargs!r}")
+    parameters = inspect.signature(build_model).parameters.values()
+    known = sorted(p.name for p in parameters
+                   if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in given)
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in parameters)
+    set_by_train = sorted((name for name in model_kwargs if name in given), key=str)
+    if set_by_train:
+        raise InputError(f"Model option(s) {set_by_train} are set by train (from its own arguments or the data), "
+                         f"not by model_kwargs; expected some of {known}. Received: model_kwargs={model_kwargs!r}")
+    unknown = [] if takes_any else sorted((name for name in model_kwargs if name not in known), key=str)
+    if unknown:
+        raise InputError(f"Unknown model option(s) {unknown}; expected some of {known}. "
+                         f"Received: model_kwargs={model_kwargs!r}")
+    return dict(model_kwargs)
+
+
 def learning_rate(value):
     """A Keras learning-rate schedule as it is, or a finite number > 0 as a float: a NaN
     rate trained into NaN weights, a negative one uphill, without a word."""

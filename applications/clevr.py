@@ -1008,17 +1008,18 @@ def feature_shape(data):
     return load_features(data["train"]["features_path"]).shape[1:]
 
 
-def _checked_model_options(model_kwargs):
-    """Raises what :func:`build_model` raises for ``model_kwargs`` (an unknown name: an
-    ``InputError`` naming it), building a model on stand-in sizes and dropping it."""
-    import inspect
+#: the arguments of :func:`build_model` that :func:`train` takes from the data, not from ``model_kwargs``
+_DATA_SIZES = ("vocabulary_size", "num_answers", "feature_shape")
 
-    known = set(inspect.signature(build_model).parameters) - {"vocabulary_size", "num_answers", "feature_shape"}
-    unknown = sorted(set(model_kwargs) - known)
-    if unknown:
-        raise InputError(f"Unknown model option(s) {unknown}; expected some of {sorted(known)}. "
-                         f"Received: model_kwargs={model_kwargs!r}")
+
+def _checked_model_options(model_kwargs):
+    """``model_kwargs`` of :func:`train` as a dict (``{}`` for None), refused as
+    :func:`build_model` refuses them (names that are none of its options, or that the
+    data set: :func:`applications.checks.model_options`), building a model on stand-in
+    sizes and dropping it."""
+    model_kwargs = checks.model_options(model_kwargs, build_model, given=_DATA_SIZES)
     build_model(2, 2, (2, 2, 8), **model_kwargs)
+    return model_kwargs
 
 
 @leaves_no_empty_run_dir()
@@ -1058,9 +1059,7 @@ def train(cache_dir, run_dir="runs/clevr", data_dir=None, epochs=25, batch_size=
     _check_limit(limit)
     integer_at_least("batch_size", batch_size, 1)
     checks.learning_rate(learning_rate)
-    if model_kwargs is not None and not isinstance(model_kwargs, dict):
-        raise InputError(f"`model_kwargs` must be a dict or None. Received: model_kwargs={model_kwargs!r}")
-    _checked_model_options(model_kwargs or {})
+    model_kwargs = _checked_model_options(model_kwargs)
     strategy = distribute.resolve_strategy(strategy)
     keras.utils.set_random_seed(seed)
     check_run_dir(run_dir)  # (a file in the way: refused before the features are cached)
@@ -1078,7 +1077,7 @@ def train(cache_dir, run_dir="runs/clevr", data_dir=None, epochs=25, batch_size=
     val_ds = make_dataset(**data["validation"], batch_size=batch_size, drop_unknown=False)
     with strategy.scope():
         model = build_model(
-            len(data["vocabulary"]), len(data["classes"]), feature_shape(data), **(model_kwargs or {})
+            len(data["vocabulary"]), len(data["classes"]), feature_shape(data), **model_kwargs
         )
         compile_model(model, learning_rate)
     callbacks = [*recipe_callbacks(run_dir), *callbacks]

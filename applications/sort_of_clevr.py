@@ -43,7 +43,7 @@ from keras import ops
 
 from applications import checks, clevr, console, distribute
 from applications.checks import integer_at_least
-from applications.errors import InputError, PathNotFoundError, create_run_dir, leaves_no_empty_run_dir
+from applications.errors import InputError, PathNotFoundError, check_run_dir, create_run_dir, leaves_no_empty_run_dir
 
 COLORS = ("red", "green", "blue", "orange", "gray", "yellow")
 SHAPES = ("square", "circle")
@@ -660,7 +660,10 @@ def train(run_dir="runs/sort_of_clevr", steps=20000, batch_size=64, kb="symbolic
     them, a run resumed from its backup at epoch ``k`` trains on the training
     stream's batches from those of epoch ``k`` on, as an uninterrupted run does
     (:func:`make_dataset` ``start``), and the backup is deleted once the outputs are
-    written (``fault_tolerance.finish_run``).
+    written (``fault_tolerance.finish_run``). ``model_kwargs`` holds :func:`build_model`'s
+    options but ``kb`` (train's own); a name that is none of them is refused with an
+    ``InputError`` naming it and the valid ones (:func:`applications.checks.model_options`),
+    and so is a value ``build_model`` refuses, both before the run directory is made.
     """
     import os
 
@@ -676,11 +679,14 @@ def train(run_dir="runs/sort_of_clevr", steps=20000, batch_size=64, kb="symbolic
     # fewer steps than epochs: one step per epoch, `steps` epochs (each of `epochs` epochs ran
     # a step, so steps=3 with epochs=10 trained 10 steps)
     epochs = min(integer_at_least("epochs", epochs, 1), steps)
+    # a typo in model_kwargs was a TypeError from inside build_model, once the run directory was made
+    model_kwargs = checks.model_options(model_kwargs, build_model, given=("kb",))
     strategy = distribute.resolve_strategy(strategy)
     keras.utils.set_random_seed(seed)
-    create_run_dir(run_dir)
+    check_run_dir(run_dir)  # (a file in the way: refused before the model is built)
     with strategy.scope():
-        model = clevr.compile_model(build_model(kb=kb, **(model_kwargs or {})), learning_rate)
+        model = clevr.compile_model(build_model(kb=kb, **model_kwargs), learning_rate)
+    create_run_dir(run_dir)  # once the model is built: its options' values are refused before
     val = _validation_sets(validation_examples, seed, kb)
     val_all = validation_data(validation_examples, seed, kb, val)
     # steps // epochs per epoch lost the remainder (20000 steps over 15 epochs trained 19995)

@@ -30,7 +30,9 @@ class TimeBudget(keras.callbacks.Callback):
     ``budget.elapsed > budget.seconds`` before calling ``fit`` to skip it.
 
     Args:
-        seconds: the budget, a positive number of seconds.
+        seconds: the budget, a positive, finite number of seconds. An infinite one
+            is refused: it is no budget (leave the callback out to train without
+            one), and a :class:`BudgetLinearDecay` driven by it never decays.
 
     Attributes:
         steps: training batches run so far (also with ``steps_per_execution``, where
@@ -54,10 +56,10 @@ class TimeBudget(keras.callbacks.Callback):
 
     def __init__(self, seconds):
         super().__init__()
-        # numbers.Real: np.int64 / np.float32 seconds (from numpy arithmetic) were refused.
-        if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real) or not seconds > 0:
-            raise ValueError(f"`seconds` must be a positive number. Received: seconds={seconds!r}")
-        self.seconds = float(seconds)
+        # Any real number type (np.int64 / np.float32 seconds from numpy arithmetic were
+        # refused once), but no bool or string, and a finite one: an infinite budget was
+        # taken, never stopped training and kept BudgetLinearDecay at its initial rate.
+        self.seconds = _validation.positive_float("seconds", seconds)
         self.steps = 0
         self.exceeded = False
         self._start = None

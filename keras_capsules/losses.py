@@ -11,7 +11,10 @@ The form is told from the shapes: labels with one axis fewer than the scores, or
 last axis of 1 while there are several classes, are class ids; labels of the same
 shape as the scores are one-hot targets. Traced labels whose last axis is unknown
 (a ``tf.data`` pipeline that lost the static shape) are told apart when the graph
-runs: a last axis of 1 holds class ids, one of ``n_classes`` one-hot targets.
+runs: a last axis of 1 holds class ids, one of ``n_classes`` one-hot targets. Labels
+(or scores) whose rank is unknown (traced for ``tf.TensorSpec(shape=None)``, e.g. from
+a ``tf.numpy_function``) cannot be told apart and raise a ``ValueError`` naming them:
+give them a static shape (``tf.ensure_shape``).
 
 Class ids must be integers in ``[0, n_classes)``. Called eagerly (the loss object on
 concrete tensors or arrays, ``model.fit(..., run_eagerly=True)``, or ``model.fit``
@@ -55,8 +58,19 @@ except ImportError:  # pragma: no cover - another Keras layout: read the attribu
 
 _TERMS = ("margin", "focal", "cross")
 
+#: bfloat16's largest number (float32's exponents, 8 significant bits): numpy's finfo knows no bfloat16
+_BFLOAT16_MAX = (2 - 2.0**-7) * 2.0**127
 
-def _number(name, value, minimum=None):
+
+def _number(name, value, minimum=None, dtype=None, squared=False):
+    """``value`` as a float: a finite real number (not a bool), ``>= minimum`` if given.
+
+    With ``dtype`` (the dtype the loss computes in) it must also be finite in that dtype,
+    and with ``squared`` its square too (the margins, which the margin term squares): a
+    Python float of 1e39 is inf in float32, 1e5 in float16, and a margin of 1e20 is
+    finite in float32 but its square is not, so the loss was inf or NaN whatever the
+    scores.
+    """
     if (
         isinstance(value, bool)
         or not isinstance(value, numbers.Real)
@@ -65,7 +79,73 @@ def _number(name, value, minimum=None):
     ):
         bound = "" if minimum is None else f" >= {minimum}"
         raise ValueError(f"`{name}` must be a finite number{bound}. Received: {name}={value!r}")
+    if dtype is not None:
+        dtype = keras.backend.standardize_dtype(dtype)
+        largest = _BFLOAT16_MAX if dtype == "bfloat16" else float(np.finfo(dtype).max)
+        if squared:
+            largest = math.sqrt(largest)
+        if abs(value) > largest:
+            what = "whose square is finite" if squared else "that is finite"
+            raise ValueError(
+                f"`{name}` must be a number {what} in {dtype}, the dtype the loss computes in: "
+                f"at most {largest:.4g} in magnitude. Received: {name}={value!r}"
+            )
     return float(value)
+
+
+def _floating_dtype(x):
+    """The dtype a loss term computes in for the scores ``x``: theirs if floating, else
+    Keras' float type (integer scores are promoted to it)."""
+    dtype = getattr(x, "dtype", None)
+    dtype = keras.backend.floatx() if dtype is None else keras.backend.standardize_dtype(dtype)
+    return dtype if dtype.startswith(("float", "bfloat")) else keras.backend.floatx()
+
+
+def _smallest_normal(name, value, work):
+    """Refuses a positive ``value`` (``sigma``, ``epsilon``) below the smallest normal
+    number of ``work``, the dtype the loss computes in: it becomes 0 there (subnormals are
+    flushed to 0 by CPU kernels), and the loss NaN or inf (0 / 0, log(0))."""
+    with np.errstate(over="ignore", under="ignore"):  # a huge value is inf: refused elsewhere if it must be
+        in_work = np.asarray(value).astype(work)
+    if not in_work >= np.finfo(work).tiny:
+        raise ValueError(
+            f"`{name}` is too small for a loss computed in {work}: it is below its smallest "
+            f"normal number, {np.finfo(work).tiny:.4g}. Received: {name}={value!r}"
+        )
+    return in_work
+
+
+def _rank(x):
+    """The rank of ``x``, or None where it is unknown (a tensor traced for
+    ``tf.TensorSpec(shape=None)``)."""
+    try:
+        return len(x.shape)
+    except (TypeError, ValueError):  # TensorFlow: "Cannot take the length of shape with unknown rank"
+        return None
+
+
+def _require_known_ranks(loss, why, **tensors):
+    """Refuses tensors of unknown rank with a ``ValueError`` naming them; ``loss`` names the
+    loss, ``why`` says what it needs the rank for.
+
+    A tensor has no known rank only inside a trace for ``tf.TensorSpec(shape=None)``, e.g.
+    labels from a ``tf.data`` pipeline that lost their static shape (``tf.numpy_function``,
+    ``tf.py_function``); the loss then failed deep in the trace with TensorFlow's "Cannot
+    take the length of shape with unknown rank". Values that are no tensors yet (lists)
+    are let through: their rank is known once converted.
+    """
+    if all(not hasattr(x, "shape") or _rank(x) is not None for x in tensors.values()):
+        return
+    shapes = ", ".join(
+        f"{name} shape={'<unknown rank>' if _rank(x) is None else tuple(x.shape)}"
+        for name, x in tensors.items() if hasattr(x, "shape")
+    )
+    names = list(tensors)
+    names = f"{', '.join(names[:-1])} and {names[-1]}" if len(names) > 1 else names[0]
+    raise ValueError(
+        f"{loss} needs {names} of known rank: {why}. Give them a static shape (in a tf.data "
+        f"pipeline, e.g. with `tf.ensure_shape` after a `tf.numpy_function`). Received: {shapes}"
+    )
 
 
 def _check_ids(y_true, n_classes):
@@ -229,12 +309,14 @@ def _keras_mask(x):
 
 def margin_term(targets, lengths, m_plus=0.9, m_minus=0.1, lambda_=0.5):
     """Per-sample margin loss ``sum_c [T relu(m+ - x)^2 + lambda (1-T) relu(x - m-)^2]``
-    (finite margins, ``lambda_ >= 0``)."""
+    (margins whose squares are finite, and a finite ``lambda_ >= 0``, in the dtype of
+    ``lengths``)."""
     # Checked as MarginLoss checks them: a NaN margin gave NaN losses, a negative lambda_
-    # rewarded scores of absent classes.
-    m_plus = _number("m_plus", m_plus)
-    m_minus = _number("m_minus", m_minus)
-    lambda_ = _number("lambda_", lambda_, minimum=0)
+    # rewarded scores of absent classes, and m_plus=1e39 (inf in float32) inf losses.
+    dtype = _floating_dtype(lengths)
+    m_plus = _number("m_plus", m_plus, dtype=dtype, squared=True)
+    m_minus = _number("m_minus", m_minus, dtype=dtype, squared=True)
+    lambda_ = _number("lambda_", lambda_, minimum=0, dtype=dtype)
     # A term whose weight is 0 is 0: 0 * inf was NaN for a score beyond ~1e19 (float32).
     present = ops.where(targets > 0, targets * ops.square(ops.relu(m_plus - lengths)), 0.0)
     absent = ops.where(targets < 1, lambda_ * (1.0 - targets) * ops.square(ops.relu(lengths - m_minus)), 0.0)
@@ -243,11 +325,12 @@ def margin_term(targets, lengths, m_plus=0.9, m_minus=0.1, lambda_=0.5):
 
 def focal_term(targets, lengths, alpha=0.25, gamma=2.0):
     """Per-sample focal loss ``-alpha (1 - p_t)^gamma log p_t`` with ``p = softmax(x)``
-    (``alpha >= 0``, ``gamma >= 0``)."""
+    (``alpha >= 0``, ``gamma >= 0``, both finite in the dtype of ``lengths``)."""
     # A negative gamma was a ZeroDivisionError from 0.0 ** gamma below; a negative or NaN
-    # alpha turned the loss around or into NaN.
-    alpha = _number("alpha", alpha, minimum=0)
-    gamma = _number("gamma", gamma, minimum=0)
+    # alpha turned the loss around or into NaN, one beyond the dtype's range (inf) too.
+    dtype = _floating_dtype(lengths)
+    alpha = _number("alpha", alpha, minimum=0, dtype=dtype)
+    gamma = _number("gamma", gamma, minimum=0, dtype=dtype)
     log_p = ops.log_softmax(lengths, axis=-1)
     # (1 - p)^gamma has an infinite derivative at p = 1 for gamma < 1 (0 * inf = NaN
     # through the chain rule; e.g. a single class, where p = 1): take it as the
@@ -347,7 +430,10 @@ class CapsuleLoss(GlobalBatchLoss):
     default the mean), so it equals the sum of the terms' batch means. Ren & Lu's
     capsule text classifier uses ``terms=("margin", "focal")`` (the default); any
     non-empty combination is allowed. The math runs in the loss dtype (float32 by
-    default), also when the scores are float16.
+    default), also when the scores are float16; the constants below must be finite in
+    it, and so must the squares of the margins (``m_plus=1e39`` was inf in float32 and
+    ``m_plus=300`` squared in float16, the losses inf or NaN): others raise a
+    ``ValueError`` when the loss is made.
 
     Args:
         terms: names of the terms to add, from ``"margin"``, ``"focal"``, ``"cross"``.
@@ -407,11 +493,13 @@ class CapsuleLoss(GlobalBatchLoss):
         super().__init__(name=name, reduction=reduction, dtype=dtype)
         self._dtype_arg = None if dtype is None else self.dtype  # for get_config
         self.terms = terms
-        self.m_plus = _number("m_plus", m_plus)
-        self.m_minus = _number("m_minus", m_minus)
-        self.lambda_ = _number("lambda_", lambda_, minimum=0)
-        self.focal_alpha = _number("focal_alpha", focal_alpha, minimum=0)
-        self.focal_gamma = _number("focal_gamma", focal_gamma, minimum=0)
+        # In the dtype the loss computes in (its own: float16 for "mixed_float16"), as the
+        # terms check them when called: a constant beyond its range was inf there.
+        self.m_plus = _number("m_plus", m_plus, dtype=self.dtype, squared=True)
+        self.m_minus = _number("m_minus", m_minus, dtype=self.dtype, squared=True)
+        self.lambda_ = _number("lambda_", lambda_, minimum=0, dtype=self.dtype)
+        self.focal_alpha = _number("focal_alpha", focal_alpha, minimum=0, dtype=self.dtype)
+        self.focal_gamma = _number("focal_gamma", focal_gamma, minimum=0, dtype=self.dtype)
 
     def __call__(self, y_true, y_pred, sample_weight=None):
         # Keras leaves positions that y_pred's mask marks as padding out of the reduction
@@ -419,10 +507,12 @@ class CapsuleLoss(GlobalBatchLoss):
         # as -1) was still refused (eager) or turned into a NaN loss, and 0 * NaN made
         # the whole batch's loss NaN. Such labels are read as class 0 (one-hot targets
         # as "no class") before the check; the mask then drops those positions.
+        self._require_known_ranks(y_true, y_pred)
         y_true = _labels_without_padding(y_true, y_pred)
         return super().__call__(y_true, y_pred, sample_weight=sample_weight)
 
     def call(self, y_true, y_pred):
+        self._require_known_ranks(y_true, y_pred)
         targets, invalid = _targets(y_true, y_pred)
         # Sizes unknown when traced: one label per sample must still hold when the loss
         # runs (a batch of 1 label was broadcast silently over the scores).
@@ -441,6 +531,13 @@ class CapsuleLoss(GlobalBatchLoss):
             # samples whose class id is out of range.
             total = ops.where(invalid, ops.cast(float("nan"), total.dtype), total)
         return total
+
+    def _require_known_ranks(self, y_true, y_pred):
+        # Labels of unknown rank cannot be read: class ids and one-hot targets are told apart
+        # by their rank (run-time shapes could tell them apart only by reshaping the labels
+        # to the scores' leading axes, which would take labels of another layout silently).
+        _require_known_ranks(type(self).__name__, "it tells class ids from one-hot targets by their rank",
+                             y_true=y_true, y_pred=y_pred)
 
     def get_config(self):
         config = super().get_config()
@@ -465,7 +562,8 @@ class MarginLoss(CapsuleLoss):
     Per sample ``sum_c [T_c relu(m_plus - x_c)^2 + lambda_ (1 - T_c) relu(x_c - m_minus)^2]``
     for capsule lengths ``x`` and targets ``T``, reduced over the batch (by default
     the mean). ``T`` comes from class ids or from one-hot targets; multi-hot targets
-    (several classes present) are accepted too.
+    (several classes present) are accepted too. The math runs in the loss dtype, where
+    the margins' squares and ``lambda_`` must be finite (as for :class:`CapsuleLoss`).
 
     Args:
         m_plus: margin for present classes. Default 0.9.
@@ -607,7 +705,9 @@ def mixture_nll(x, m, pi, sigma, group_axis=1, from_logits=False, epsilon=1e-7):
         epsilon: lower bound on probabilities before their logarithm.
 
     Shapes of ``x`` or ``pi`` that do not fit ``m`` (where the sizes are known) raise a
-    ``ValueError``; they are not broadcast.
+    ``ValueError``; they are not broadcast. So do a ``sigma`` or an ``epsilon`` below the
+    smallest normal number of the dtype the loss computes in (0 there), and tensors of
+    unknown rank.
 
     Returns:
         The negative log-likelihood per pixel, of shape ``x.shape[:-1]``; computed in
@@ -620,6 +720,7 @@ def mixture_nll(x, m, pi, sigma, group_axis=1, from_logits=False, epsilon=1e-7):
     epsilon = _probability_floor(epsilon)
     group_axis = _mixture_group_axis(group_axis)
     from_logits = _mixture_from_logits(from_logits)
+    _require_known_ranks("mixture_nll", "it finds the groups and channels by their axes", x=x, m=m, pi=pi)
     rank = len(m.shape)
     axis = _check_axis(group_axis, rank)
     m = ops.convert_to_tensor(m)
@@ -635,15 +736,12 @@ def mixture_nll(x, m, pi, sigma, group_axis=1, from_logits=False, epsilon=1e-7):
         # Python None here was a TypeError.
         channels = ops.cast(ops.shape(m)[-1], work)
     sigma = float(sigma)
-    with np.errstate(over="ignore"):  # a huge sigma is inf in float32: the residuals scale to 0
-        work_sigma = np.asarray(sigma).astype(work)
-    if not work_sigma >= np.finfo(work).tiny:
-        # (x - m) / sigma would be 0 / 0 = NaN where a mean is exact (a subnormal sigma is
-        # flushed to 0 by CPU kernels)
-        raise ValueError(
-            f"`sigma` is too small for a loss computed in {work}: it is below its smallest "
-            f"normal number, {np.finfo(work).tiny:.4g}. Received: sigma={sigma!r}"
-        )
+    # A huge sigma is inf in float32: the residuals scale to 0. One below the smallest normal
+    # number is 0 there: (x - m) / sigma would be 0 / 0 = NaN where a mean is exact.
+    work_sigma = _smallest_normal("sigma", sigma, work)
+    # An epsilon that is 0 in `work` floors nothing: log(0) = -inf, and an inf loss for a
+    # pixel whose pi is 0 in every group.
+    _smallest_normal("epsilon", epsilon, work)
     # The residual is scaled by sigma before squaring, and log(sigma) is taken rather than
     # log(sigma^2): 1 / (2 sigma^2) overflowed float32 for sigma below ~1e-19 (NaN where a
     # mean is exact: 0 * inf) and sigma^2 left Python's floats for tiny or huge sigma
@@ -787,6 +885,9 @@ class MixtureNLL(GlobalBatchLoss):
             ``[batch, T, K, ...]``.
         from_logits: the last channel of ``y_pred`` holds logits, not probabilities.
         epsilon: lower bound on probabilities before their logarithm. Default 1e-7.
+            ``sigma`` and ``epsilon`` must be at least the smallest normal number of
+            the dtype the loss computes in (1.2e-38 for float32): smaller ones are 0
+            there (NaN or inf losses) and raise a ``ValueError``.
         reduction, name, dtype: as for every Keras loss.
 
     Call arguments:
@@ -836,12 +937,17 @@ class MixtureNLL(GlobalBatchLoss):
         self.group_axis = _mixture_group_axis(group_axis)
         self.from_logits = _mixture_from_logits(from_logits)
         self.epsilon = _probability_floor(epsilon)
+        # as mixture_nll checks them when called, in the dtype it computes in (float32, or
+        # float64 for a float64 loss): 0 there, they gave NaN or inf losses
+        for name in ("sigma", "epsilon"):
+            _smallest_normal(name, getattr(self, name), routing_dtype(self.dtype))
 
     def __call__(self, y_true, y_pred, sample_weight=None):
         # Keras' losses take a mask (or weights) of the per-pixel values' shape, or of
         # one axis less: RTagger's [batch, T, K, ...] mask (through Concatenate), or a
         # [batch, T] one, failed with a shape error or was dropped; [batch] weights
         # were laid along the last pixel axis. Both are put in the values' shape here.
+        self._require_known_ranks(y_true, y_pred)
         mask = _keras_mask(y_pred)
         if mask is None and sample_weight is None:
             return super().__call__(y_true, y_pred)
@@ -887,9 +993,14 @@ class MixtureNLL(GlobalBatchLoss):
         weights = ops.cast(mask, self.dtype)
         return weights if sample_weight is None else weights * ops.cast(sample_weight, self.dtype)
 
+    def _require_known_ranks(self, y_true, y_pred):
+        _require_known_ranks(type(self).__name__, "it finds the groups and channels by their axes",
+                             y_true=y_true, y_pred=y_pred)
+
     def call(self, y_true, y_pred):
         y_pred = ops.convert_to_tensor(y_pred)
         y_true = ops.convert_to_tensor(y_true)
+        self._require_known_ranks(y_true, y_pred)
         if len(y_true.shape) != len(y_pred.shape) - 1 or (
             y_true.shape[-1] is not None
             and y_pred.shape[-1] is not None

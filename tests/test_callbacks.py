@@ -1,5 +1,8 @@
 """keras_capsules.callbacks: TimeBudget and BudgetLinearDecay."""
 
+import math
+import re
+
 import keras
 import numpy as np
 import pytest
@@ -222,3 +225,12 @@ def test_steps_count_the_short_last_execution_of_an_epoch_of_unknown_length():
     budget = TimeBudget(3600)
     model.fit(dataset, epochs=2, callbacks=[budget], verbose=0)
     assert budget.steps == 20 == int(model.optimizer.iterations)
+
+
+@pytest.mark.parametrize("seconds", [math.inf, -math.inf, math.nan, np.float32("inf"), 0, -1.0, True, "600"])
+def test_a_budget_must_be_a_positive_finite_number_of_seconds(seconds):
+    # audit (callbacks): an infinite budget was taken: it never stopped training and held
+    # BudgetLinearDecay at its initial rate (leave the callback out to train without one)
+    with pytest.raises(ValueError, match=re.escape(f"`seconds` must be a positive, finite number. "
+                                                   f"Received: seconds={seconds!r}")):
+        TimeBudget(seconds)

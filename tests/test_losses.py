@@ -670,3 +670,100 @@ def test_a_loss_of_an_integer_or_boolean_dtype_is_refused_when_made(make, dtype)
                                          rf"Received: dtype='{dtype}'"):
         make(dtype=dtype)
     assert make(dtype="mixed_float16").dtype == "float16" and make(dtype="float64").dtype == "float64"
+
+
+@pytest.mark.parametrize("make, option, bad, good, dtype, message", [
+    (MarginLoss, "m_plus", 1e39, 1e19, None,
+     "`m_plus` must be a number whose square is finite in float32, the dtype the loss computes in: at most "
+     "1.845e+19 in magnitude. Received: m_plus=1e+39"),
+    (MarginLoss, "m_plus", 1e20, 1e19, None, "Received: m_plus=1e+20"),  # finite in float32, not its square
+    (MarginLoss, "m_minus", -300.0, -100.0, "mixed_float16",
+     "`m_minus` must be a number whose square is finite in float16, the dtype the loss computes in: at most "
+     "255.9 in magnitude. Received: m_minus=-300.0"),
+    (MarginLoss, "lambda_", 1e5, 6e4, "mixed_float16",
+     "`lambda_` must be a number that is finite in float16, the dtype the loss computes in: at most 6.55e+04 "
+     "in magnitude. Received: lambda_=100000.0"),
+    (CapsuleLoss, "focal_alpha", 1e39, 1e30, None,
+     "`focal_alpha` must be a number that is finite in float32, the dtype the loss computes in: at most "
+     "3.403e+38 in magnitude. Received: focal_alpha=1e+39"),
+    (CapsuleLoss, "focal_gamma", 3.4e38, 1e30, "mixed_bfloat16",  # finite in float32, not in bfloat16
+     "`focal_gamma` must be a number that is finite in bfloat16, the dtype the loss computes in: at most "
+     "3.39e+38 in magnitude. Received: focal_gamma=3.4e+38"),
+])
+def test_loss_constants_beyond_the_range_of_the_loss_dtype_are_refused_when_made(make, option, bad, good, dtype,
+                                                                                 message):
+    # audit (losses): checked as Python floats, m_plus=1e39 passed and was inf in float32 (an
+    # inf loss for every batch), 1e5 under mixed_float16 too, and a margin of 1e20 squared
+    with pytest.raises(ValueError, match=re.escape(message)):
+        make(**{option: bad}, dtype=dtype)
+    loss = make(**{option: good}, dtype=dtype)  # within the range: a finite loss
+    value = loss(np.array([0, 1]), np.array([[0.2, 0.7], [0.5, 0.4]], "float32"))
+    if loss.dtype in ("float16", "bfloat16"):
+        value = ops.cast(value, "float32")  # (no numpy conversion of a bfloat16 tensor on every backend)
+    assert np.isfinite(ops.convert_to_numpy(value))
+
+
+@pytest.mark.parametrize("function, dtype, option, value, message", [
+    ("margin_term", "float32", "m_plus", 1e39, "`m_plus` must be a number whose square is finite in float32"),
+    ("margin_term", "float16", "m_minus", -1e3, "`m_minus` must be a number whose square is finite in float16"),
+    ("margin_term", "float16", "lambda_", 1e5, "`lambda_` must be a number that is finite in float16"),
+    ("focal_term", "float32", "alpha", 1e39, "`alpha` must be a number that is finite in float32"),
+    ("focal_term", "float16", "gamma", 1e5, "`gamma` must be a number that is finite in float16"),
+])
+def test_the_public_terms_refuse_weights_beyond_the_range_of_the_scores_dtype(function, dtype, option, value,
+                                                                               message):
+    # as the loss classes do, in the dtype of the scores they compute in
+    targets, scores = tensor(np.eye(2), dtype), tensor(np.full((2, 2), 0.5), dtype)
+    with pytest.raises(ValueError, match=re.escape(message) + r".*" + re.escape(f"Received: {option}={value!r}")):
+        getattr(losses, function)(targets, scores, **{option: value})
+
+
+@pytest.mark.parametrize("option", ["sigma", "epsilon"])
+def test_mixture_nll_refuses_a_sigma_or_epsilon_that_is_zero_in_the_dtype_it_computes_in(option):
+    # audit (losses): epsilon=1e-46 is 0 in float32, so it floored nothing (log(0) = -inf, an
+    # inf loss for a pixel of pi 0 in every group); sigma was refused only when the loss ran
+    message = re.escape(f"`{option}` is too small for a loss computed in float32: it is below its smallest normal "
+                        f"number, 1.175e-38. Received: {option}=1e-46")
+    with pytest.raises(ValueError, match=message):
+        losses.MixtureNLL(**{option: 1e-46})
+    x, m, pi = np.zeros((1, 3, 1), "float32"), np.zeros((1, 2, 3, 1), "float32"), np.zeros((1, 2, 3, 1), "float32")
+    with pytest.raises(ValueError, match=message):
+        losses.mixture_nll(x, m, pi, **{"sigma": 0.5, option: 1e-46})
+    assert losses.MixtureNLL(**{option: 1e-46}, dtype="float64").get_config()[option] == 1e-46
+
+
+def test_traced_labels_or_scores_of_unknown_rank_are_a_clear_error():
+    # audit (losses): traced for tf.TensorSpec(shape=None) (a tf.data pipeline that lost its
+    # shapes) the losses failed deep in the trace with "Cannot take the length of shape with
+    # unknown rank". Their rank tells class ids from one-hot targets (and finds MixtureNLL's
+    # groups): it cannot be guessed, so it is refused, naming the tensor.
+    tensorflow_only("a tf.function input_signature of unknown rank (JAX traces static shapes)")
+    import tensorflow as tf
+
+    labels, scores = np.array([0.0, 1.0], "float32"), np.array([[0.2, 0.7], [0.5, 0.4]], "float32")
+    unknown = tf.TensorSpec(None, tf.float32)
+    for loss in (MarginLoss(), CapsuleLoss(("margin", "cross"))):
+        for spec, shapes in (([unknown, tf.TensorSpec([None, 2], tf.float32)], "y_true shape=<unknown rank>, "
+                                                                                "y_pred shape=(None, 2)"),
+                             ([tf.TensorSpec([None], tf.float32), unknown], "y_true shape=(None,), "
+                                                                           "y_pred shape=<unknown rank>")):
+            traced = tf.function(lambda y, p: loss(y, p), input_signature=spec)
+            with pytest.raises(ValueError, match=re.escape(
+                f"{type(loss).__name__} needs y_true and y_pred of known rank: it tells class ids from one-hot "
+                f"targets by their rank. Give them a static shape (in a tf.data pipeline, e.g. with "
+                f"`tf.ensure_shape` after a `tf.numpy_function`). Received: {shapes}"
+            )):
+                traced(labels, scores)
+    x, packed = np.zeros((1, 3, 1), "float32"), np.zeros((1, 2, 3, 2), "float32")
+    traced = tf.function(lambda y, p: losses.MixtureNLL()(y, p),
+                         input_signature=[unknown, tf.TensorSpec([None, 2, 3, 2], tf.float32)])
+    with pytest.raises(ValueError, match=re.escape("MixtureNLL needs y_true and y_pred of known rank: it finds "
+                                                   "the groups and channels by their axes.")):
+        traced(x, packed)
+    traced = tf.function(lambda a, m, pi: losses.mixture_nll(a, m, pi, 0.5),
+                         input_signature=[tf.TensorSpec([None, 3, 1], tf.float32), unknown,
+                                          tf.TensorSpec([None, 2, 3, 1], tf.float32)])
+    with pytest.raises(ValueError, match=re.escape("mixture_nll needs x, m and pi of known rank") + ".*"
+                                         + re.escape("Received: x shape=(None, 3, 1), m shape=<unknown rank>, "
+                                                     "pi shape=(None, 2, 3, 1)")):
+        traced(x, packed[..., :1], packed[..., 1:])

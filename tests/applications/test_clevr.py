@@ -835,3 +835,18 @@ def test_plot_attention_refuses_an_image_that_is_not_rgb(tmp_path):
                                                        f"{image.shape}")):
             clevr.plot_attention(str(tmp_path / "att.png"), ["a", "b"], control, read, grid=(2, 2), image=image)
     assert not os.listdir(tmp_path)
+
+
+def test_train_refuses_model_kwargs_that_the_data_set_before_the_features_are_cached(tmp_path, monkeypatch):
+    # The shared check (applications.checks.model_options, as sort_of_clevr's train): build_model's
+    # sizes that train takes from the data were called "unknown" options
+    monkeypatch.setattr(clevr, "prepare", lambda *a, **k: pytest.fail("the features were cached first"))
+    for name in ("vocabulary_size", "num_answers", "feature_shape"):
+        with pytest.raises(ValueError, match=re.escape(
+            f"Model option(s) [{name!r}] are set by train (from its own arguments or the data), not by model_kwargs; "
+            "expected some of ['embedding_dim', 'input_dropout', 'max_steps', 'memory_dropout', 'memory_gate', "
+            f"'name', 'output_dropout', 'positional_encoding', 'self_attention', 'units']. Received: model_kwargs="
+            f"{{{name!r}: 3}}"
+        )):
+            clevr.train(str(tmp_path / "cache"), run_dir=str(tmp_path / "run"), model_kwargs={name: 3})
+    assert not (tmp_path / "run").exists()

@@ -765,3 +765,29 @@ def test_detokenize_refuses_ids_outside_the_vocabulary():
                           ([1.5], "ids of dtype float64")):
         with pytest.raises(ValueError, match=rf"Received: {received}$"):
             soc.detokenize(ids)
+
+
+@pytest.mark.parametrize("model_kwargs, message", [
+    ({"unit": 8}, r"Unknown model option\(s\) \['unit'\]; expected some of \['coordinate_frequencies', .*'units', "
+                  r"'vocabulary_size'\]. Received: model_kwargs=\{'unit': 8\}$"),
+    ({"kb": "image"}, r"Model option\(s\) \['kb'\] are set by train \(from its own arguments or the data\), not by "
+                      r"model_kwargs; expected some of \[.*\]. Received: model_kwargs=\{'kb': 'image'\}$"),
+    ([("units", 8)], r"`model_kwargs` must be a dict or None. Received: model_kwargs=\[\('units', 8\)\]$"),
+    ({"units": 7}, r"`units` must be an even integer >= 2"),  # build_model's own check of a value
+])
+def test_train_refuses_model_kwargs_before_it_reads_data_or_makes_the_run_directory(model_kwargs, message, tmp_path,
+                                                                                    monkeypatch):
+    # audit (apps): a typo in model_kwargs was a raw TypeError from inside build_model ("got an
+    # unexpected keyword argument"), raised once the run directory had been made; kb, train's
+    # own argument, was "got multiple values for keyword argument 'kb'". CLEVR named the key.
+    from applications.errors import InputError
+
+    def never(what):
+        return lambda *args, **kwargs: pytest.fail(f"{what} before model_kwargs were checked")
+
+    monkeypatch.setattr(soc, "create_run_dir", never("the run directory was made"))
+    monkeypatch.setattr(soc, "make_dataset", never("the training stream was made"))
+    monkeypatch.setattr(soc, "_validation_sets", never("the validation data were generated"))
+    with pytest.raises(InputError, match=message):
+        soc.train(str(tmp_path / "run"), steps=1, model_kwargs=model_kwargs, verbose=0)
+    assert not (tmp_path / "run").exists()
