@@ -5,6 +5,7 @@ import re
 import keras
 import numpy as np
 import pytest
+from keras import ops
 
 from keras_capsules.layers import RLadder, level_spec
 from tests.backends import float64_enabled, tensorflow_only, value_and_grads
@@ -98,6 +99,7 @@ CONTRACT_CASES = [
                                feedback_initializer="zeros"), (4, 2, 4, 4, 1)),
     ("gated_conv", dict(levels=[level_spec("gatedconv", 2, normalization="instance"),
                                 level_spec("gatedconv", 3, pool=2), level_spec("gated", 4)]), (4, 2, 4, 4, 1)),
+    ("learned_initial_feedback", dict(levels=FF_CONV_LEVELS, learn_initial_feedback=True), (4, 2, 4, 4, 1)),
 ]
 
 
@@ -586,6 +588,49 @@ def test_a_saved_model_with_a_no_op_transpose_upsample_mode_still_loads(tmp_path
 
 
 NO_FEEDBACK = [dict(decoder_to_encoder=False), dict(use_decoder=False)]
+
+
+@pytest.mark.parametrize("levels", [DENSE_LEVELS, FF_CONV_LEVELS], ids=["dense", "conv"])
+def test_learned_initial_feedback_is_the_feedback_of_the_first_step(levels):
+    x = _seq(2, 3, *((5,) if levels is DENSE_LEVELS else (4, 4, 1)))
+    learned, plain = RLadder(levels, learn_initial_feedback=True), RLadder(levels)
+    learned(x)
+    plain(x)
+    initial = [w for w in learned.weights if "initial_feedback" in w.path]
+    assert [tuple(w.shape) for w in initial] == [tuple(h) for h in learned._enc_outputs]
+    assert all(not np.any(np.asarray(w)) for w in initial)  # starts as zeros: the plain ladder
+    plain_weights = {w.path.split("/", 1)[1]: w for w in plain.weights}
+    for w in learned.weights:
+        if "initial_feedback" not in w.path:
+            w.assign(plain_weights[w.path.split("/", 1)[1]])
+    for a, b in zip(learned(x), plain(x)):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+    rng = np.random.default_rng(1)
+    for w in initial:
+        w.assign(rng.normal(size=w.shape).astype("float32"))
+    prediction, top = learned(x)
+    assert not np.allclose(top[:, 0], plain(x)[1][:, 0])  # the first step sees it
+    # ... as the feedback of the carry the step method starts from
+    states, _ = plain.initial_carry(2, "float32")
+    carry = (states, [ops.broadcast_to(w, (2,) + tuple(w.shape)) for w in initial])
+    step_prediction, step_top, _ = plain.step(x[:, 0], carry)
+    np.testing.assert_allclose(top[:, 0], step_top, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(prediction[:, 0], step_prediction, rtol=1e-5, atol=1e-6)
+    # one value for every sample, trained by the loss
+    _, _, grads = value_and_grads(lambda: ops.sum(learned(x)[0]) + ops.sum(learned(x)[1]), (), initial)
+    assert all(np.any(np.asarray(g)) for g in grads)
+    restored = RLadder.from_config(learned.get_config())
+    assert restored.learn_initial_feedback is True
+    assert RLadder(levels).get_config()["learn_initial_feedback"] is False
+
+
+@pytest.mark.parametrize("kwargs", NO_FEEDBACK, ids=["decoder_to_encoder", "use_decoder"])
+def test_learned_initial_feedback_without_feedback_is_a_clear_error(kwargs):
+    (switch,) = kwargs
+    with pytest.raises(ValueError, match=rf"{switch}=False builds no feedback\. Received: learn_initial_feedback=True"):
+        RLadder(DENSE_LEVELS, learn_initial_feedback=True, **kwargs)
+    with pytest.raises(ValueError, match="Received: learn_initial_feedback='yes'"):
+        RLadder(DENSE_LEVELS, learn_initial_feedback="yes")
 
 
 @pytest.mark.parametrize("kwargs", NO_FEEDBACK, ids=["decoder_to_encoder", "use_decoder"])
