@@ -168,6 +168,24 @@ def concrete_values(x):
         return None
 
 
+def tensorflow_outside_xla():
+    """True on TensorFlow where the ops being traced are not compiled by XLA.
+
+    XLA drops run-time assertions (``tf.debugging.Assert``) and logs "Ignoring Assert
+    operator" for each one at every compilation (a ``jit_compile=True`` fit compiles
+    once per batch shape). Where TensorFlow cannot tell (the private helper it uses
+    itself is gone), False: no assertion.
+    """
+    if keras.backend.backend() != "tensorflow":
+        return False
+    try:
+        import tensorflow as tf
+        from tensorflow.python.ops.control_flow_util import GraphOrParentsInXlaContext
+    except ImportError:
+        return False
+    return tf.executing_eagerly() or not GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+
+
 def exactly_shaped_like(mask, like):
     """``mask``, which must have the shape of ``like`` (``[batch, n_inp]``).
 
@@ -177,10 +195,13 @@ def exactly_shaped_like(mask, like):
     inputs: stacking it with ``like`` (which needs equal shapes, and copies only the
     small boolean mask) makes such a mask fail when the layer runs, with the backend's
     shape error (keras.ops has no run-time assertion with a message of its own).
+    The mask is taken back by unstacking: TensorFlow's graph optimizer rewrote a slice
+    of the stack, ``stack[1]``, as the mask itself, dropping the check, where one of
+    the two shapes was known (a ``[1, n_inp]`` mask against inputs of any batch).
     """
     if None not in tuple(mask.shape) and tuple(mask.shape) == tuple(like.shape):
         return mask
-    return ops.stack([like, mask])[1]
+    return ops.unstack(ops.stack([like, mask]), num=2, axis=0)[1]
 
 
 def check_built(layer_name, named_shapes):

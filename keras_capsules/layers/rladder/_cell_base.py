@@ -12,6 +12,7 @@ from keras_capsules._validation import (
     get_regularizer,
 )
 from keras_capsules.layers.rladder._utils import (
+    batch_checked_when_run,
     check_same_batch,
     clone_initializer,
     float_inputs,
@@ -113,9 +114,11 @@ class EncoderCellBase(keras.layers.Layer):
     def num_inputs(self):
         return 1 + int(self.use_feedback) + self.NUM_STATES
 
+    def _input_names(self):
+        return ["x"] + (["feedback"] if self.use_feedback else []) + self._state_names()
+
     def _expected(self):
-        names = ["x"] + (["feedback"] if self.use_feedback else []) + self._state_names()
-        return "[" + ", ".join(names) + "]"
+        return "[" + ", ".join(self._input_names()) + "]"
 
     def _state_names(self):
         return ["h"] if self.NUM_STATES == 1 else ["h", "c"]
@@ -151,8 +154,7 @@ class EncoderCellBase(keras.layers.Layer):
                     f"{name} expects the state {sname} of shape "
                     f"[batch, {', '.join(str(d) for d in state[1:])}]. Received: {sname} shape={s}"
                 )
-        names = ["x"] + (["feedback"] if self.use_feedback else []) + self._state_names()
-        check_same_batch(name, list(zip(names, shapes)))
+        check_same_batch(name, list(zip(self._input_names(), shapes)))
         if self.built:  # also when the model is built (the symbolic output was accepted)
             check_built(name, [("x", x, self._built_x_features)])
         return x, fb, state
@@ -194,14 +196,18 @@ class EncoderCellBase(keras.layers.Layer):
     def _checked_inputs(self, inputs):
         """``inputs`` after checking their number and shapes, integer and boolean ones cast
         to the compute dtype (:func:`float_inputs`: 0/1 frames or rolls failed in the
-        first matmul or convolution with a backend error after the model had built)."""
+        first matmul or convolution with a backend error after the model had built).
+        Batch sizes unknown until the cell runs are compared then
+        (:func:`batch_checked_when_run`: x carries the check)."""
         if not isinstance(inputs, (list, tuple)) or len(inputs) != self.num_inputs:
             raise ValueError(
                 f"{type(self).__name__} expects a list of {self.num_inputs} inputs "
                 f"{self._expected()}. Received: {type(inputs).__name__}"
             )
         self._split_shapes([tuple(t.shape) for t in inputs])
-        return list(float_inputs(self, *inputs))
+        inputs = list(float_inputs(self, *inputs))
+        inputs[0] = batch_checked_when_run(type(self).__name__, list(zip(self._input_names(), inputs)))
+        return inputs
 
     def call(self, inputs):
         inputs = self._checked_inputs(inputs)

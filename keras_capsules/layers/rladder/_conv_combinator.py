@@ -15,6 +15,7 @@ from keras_capsules.layers.rladder._utils import (
     float_inputs,
     UPSAMPLE_MODES,
     VECTOR_TOPS,
+    batch_checked_when_run,
     check_same_batch,
     check_top_as_built,
     choice,
@@ -244,8 +245,11 @@ class ConvCombinatorBase(keras.layers.Layer):
         name = type(self).__name__
         # integer or boolean inputs: Keras casts only floating inputs to the compute dtype
         x_top, x_lat = float_inputs(self, *split_top_lateral(name, inputs))
-        # the shapes against each other and against the weights (_shapes, once built)
+        # the shapes against each other and against the weights (_shapes, once built),
+        # and the batch sizes where they are unknown until the layer runs
         self._shapes(tuple(x_lat.shape) if x_top is None else [tuple(x_top.shape), tuple(x_lat.shape)])
+        if x_top is not None:
+            x_top = batch_checked_when_run(name, [("x_top", x_top), ("x_lat", x_lat)])
         return x_top, x_lat
 
     @classmethod

@@ -1,6 +1,8 @@
 """Private helpers shared by the Recurrent Ladder layers (validation, resampling)."""
 
+import contextlib
 import numbers
+import threading
 import warnings
 
 import keras
@@ -8,7 +10,7 @@ from keras import ops
 
 from keras_capsules.layers._initializers import fresh_initializer, narrow_float_safe
 from keras_capsules._validation import choice, generator_seed, positive_float, positive_int, seed_value  # noqa: F401 (re-exported)
-from keras_capsules._validation import exactly_shaped_like
+from keras_capsules._validation import tensorflow_outside_xla, exactly_shaped_like
 from keras_capsules.ops import mean, routing_dtype
 
 UPSAMPLE_MODES = ("nearest", "transpose")
@@ -196,6 +198,77 @@ def check_same_batch(layer_name, named_shapes):
         raise ValueError(
             f"{layer_name} expects its inputs to have the same batch size. Received: {received}"
         )
+
+
+def batch_checked_when_run(layer_name, named, axes=1, what="batch size"):
+    """The first tensor of ``named`` (``(name, tensor)`` pairs), made to fail when the
+    layer runs if the leading ``axes`` sizes of the tensors differ (``what`` names them).
+
+    :func:`check_same_batch` compares the sizes known when the layer is called. Where
+    one is None there (a ``tf.function`` traced for any batch, a functional model's
+    batch), an input of batch 1 was broadcast silently against one of batch N: G1 given
+    x_top of one sample put out all of x_lat's, a cell given one sample's state ran
+    every sample from it. Stand-ins of each tensor's leading sizes (zeros, no copy of
+    the tensor) are compared with the first's by :func:`exactly_shaped_like` (on
+    TensorFlow an assertion whose message names the inputs), and the first tensor gets
+    the last stand-in added (zeros: its values and gradients are unchanged), so that the
+    comparison is part of what the outputs depend on (a graph drops what they do not).
+    Nothing is added where the sizes known when called prove them equal:
+    always in eager calls, and on JAX and torch, whose traces know every size; nor
+    inside :func:`batches_made_alike` (a ladder's own loop). On TensorFlow outside XLA
+    the first tensor is returned through the assertions (control dependencies), not
+    added to: the add cost a pass over every image tensor at every call.
+    """
+    first_name, first = named[0]
+
+    def lead(t):
+        return tuple(t.shape[:axes])
+
+    unproven = [(name, t) for name, t in named[1:] if None in lead(first) + lead(t)]
+    if not unproven or getattr(_MADE_ALIKE, "active", False):
+        return first
+    received = ", ".join(f"{name} shape={tuple(t.shape)}" for name, t in named)
+
+    def message(name):
+        return (f"{layer_name} expects its inputs to have the same {what}. Received: {received} "
+                f"({what} of {name}, then of {first_name}, when the layer ran):")
+
+    if tensorflow_outside_xla():
+        import tensorflow as tf
+
+        first_lead = tf.shape(first)[:axes]
+        checks = []
+        for name, t in unproven:
+            t_lead = tf.shape(t)[:axes]
+            checks.append(tf.debugging.Assert(tf.reduce_all(tf.equal(t_lead, first_lead)),
+                                              [message(name), t_lead, first_lead]))
+        with tf.control_dependencies(checks):
+            return tf.identity(first)
+    stand_in = ops.zeros(ops.shape(first)[:axes], dtype=first.dtype)
+    for name, t in unproven:
+        # (a scope named after the check: under XLA, where no assertion runs, the
+        # stack's shape error names its node)
+        with keras.name_scope(f"{what.replace(' ', '_')}_of_{name}_and_{first_name}"):
+            stand_in = exactly_shaped_like(ops.zeros(ops.shape(t)[:axes], dtype=first.dtype), stand_in)
+    return first + ops.reshape(stand_in, ops.shape(stand_in) + (1,) * (len(first.shape) - axes))
+
+
+_MADE_ALIKE = threading.local()
+
+
+@contextlib.contextmanager
+def batches_made_alike():
+    """While it is entered (in the thread tracing a layer), :func:`batch_checked_when_run`
+    adds nothing: RLadder's and RTagger's own loops make every input of their cells and
+    combinators from the one batch of their input (checked where it comes in), so the
+    run-time comparisons could never fail there and cost ~10% of a small convolutional
+    ladder's training step."""
+    previous = getattr(_MADE_ALIKE, "active", False)
+    _MADE_ALIKE.active = True
+    try:
+        yield
+    finally:
+        _MADE_ALIKE.active = previous
 
 
 def is_shape(value):

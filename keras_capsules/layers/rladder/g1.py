@@ -12,6 +12,7 @@ from keras_capsules._validation import (
 )
 from keras_capsules.layers.rladder._elementwise_gate import ElementwiseGate
 from keras_capsules.layers.rladder._utils import (
+    batch_checked_when_run,
     check_same_batch,
     check_top_as_built,
     clone_initializer,
@@ -180,6 +181,12 @@ class G1(ElementwiseGate, keras.layers.Layer):
         if x_top is None:
             u = ops.cast(self.bias, x_lat.dtype)
         else:
+            # and, where some are unknown until the layer runs (a tf.function for any
+            # batch), the leading axes there
+            axes = len(x_lat.shape) - 1
+            x_top = batch_checked_when_run(
+                "G1", [("x_top", x_top), ("x_lat", x_lat)], axes, "batch size" if axes == 1 else "leading axes"
+            )
             u = matmul(x_top, self.kernel) + self.bias
         return self._gate(u, x_lat)
 

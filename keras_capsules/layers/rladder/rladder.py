@@ -14,6 +14,7 @@ from keras_capsules._validation import (
     rate,
 )
 from keras_capsules.layers.rladder._utils import (
+    batches_made_alike,
     check_one_tensor,
     loop_steps,
     symbolic_loop,
@@ -953,6 +954,11 @@ class RLadder(keras.layers.Layer):
         return [spread_step_mask(mask, prediction_shape), mask]
 
     def call(self, inputs, training=None, mask=None):
+        # (every input of the sublayers comes from this one batch: no run-time batch checks)
+        with batches_made_alike():
+            return self._call(inputs, training, mask)
+
+    def _call(self, inputs, training, mask):
         check_one_tensor(self, inputs)
         if not keras.backend.is_float_dtype(inputs.dtype):
             # integer or boolean inputs (0/1 piano rolls, binary frames): Keras casts

@@ -6,6 +6,7 @@ import keras
 from keras import ops
 
 from keras_capsules.layers.rladder._utils import (
+    batches_made_alike,
     check_one_tensor,
     loop_steps,
     symbolic_loop,
@@ -579,6 +580,11 @@ class RTagger(keras.layers.Layer):
 
     # ------------------------------------------------------------------ call
     def call(self, inputs, training=None, mask=None):
+        # (every input of the sublayers comes from this one batch: no run-time batch checks)
+        with batches_made_alike():
+            return self._call(inputs, training, mask)
+
+    def _call(self, inputs, training, mask):
         check_one_tensor(self, inputs)
         batch, steps, spatial, channels, is_image = self._pixel_shape(tuple(inputs.shape))
         self._check_mask(mask, tuple(inputs.shape))
