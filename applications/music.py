@@ -50,7 +50,7 @@ from applications.jsb_chorales import (  # noqa: F401
     piano_roll,
 )
 from keras_capsules.layers import RLadder, level_spec
-from keras_capsules.losses import GlobalBatchLoss
+from keras_capsules.losses import GlobalBatchLoss, _like_values, _require_known_ranks
 
 PAPER_NLL = {"RNN": 8.76, "RLadder": 5.64}
 
@@ -286,13 +286,84 @@ class PianoRollNLL(GlobalBatchLoss):
     real steps, and windows of padded chorales hold different numbers of real steps.
     :class:`PianoRollNLLPerStep` (``nll_per_step`` and ``val_nll_per_step`` in the
     logs, see ``compile_model``) is exact.
+
+    ``y_true`` holds the rolls: values in [0, 1], the probability of each key sounding
+    (0 or 1 in a piano roll, :func:`pad_rolls`). Any other value (2, -1, NaN) has no
+    Bernoulli likelihood: its cross-entropy is unbounded below (a key labelled 2 and
+    its logit 50 gave -50), so the model was rewarded for pushing the logit away
+    without a word. Called eagerly (the loss on concrete tensors or arrays,
+    ``fit(..., run_eagerly=True)``) such a value raises an ``InputError`` (a
+    ``ValueError``) naming it; inside a traced function (``fit``, ``evaluate``) the
+    step holding it gets a NaN loss and no gradient, so the reported loss turns NaN
+    (``fit`` of :func:`train` stops at it) instead of training on it, as the losses
+    of :mod:`keras_capsules.losses` do with class ids out of range. The steps that
+    count for nothing (a sample weight of 0, the padding) may hold any value, as
+    before. Rolls and logits must be of known rank: traced for
+    ``tf.TensorSpec(shape=None)`` (a ``tf.numpy_function`` in a pipeline) they raise a
+    ``ValueError`` naming them, TensorFlow's "Cannot take the length of shape with
+    unknown rank" before.
     """
 
     def __init__(self, reduction="mean_with_sample_weight", name="piano_roll_nll", dtype=None):
         super().__init__(name=name, reduction=reduction, dtype=dtype)
 
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        self._require_known_ranks(y_true, y_pred)
+        y_true = _counted_rolls(y_true, y_pred, sample_weight)
+        return super().__call__(y_true, y_pred, sample_weight=sample_weight)
+
     def call(self, y_true, y_pred):
-        return _step_nll(y_true, y_pred)
+        self._require_known_ranks(y_true, y_pred)
+        y_true, y_pred = ops.convert_to_tensor(y_true), ops.convert_to_tensor(y_pred)
+        _check_rolls(y_true)
+        # traced calls only (eager ones raised): a NaN loss, without gradient, for the steps
+        # whose roll holds a value outside [0, 1] (NaN too); their NLL is taken of zeros, as
+        # the NaN gradient of a NaN label went through the `where` (0 * NaN)
+        labels = ops.cast(y_true, y_pred.dtype)
+        outside = ops.logical_not((labels >= 0) & (labels <= 1))
+        values = _step_nll(ops.where(outside, ops.zeros_like(labels), labels), y_pred)
+        return ops.where(ops.any(outside, axis=-1), ops.cast(float("nan"), values.dtype), values)
+
+    def _require_known_ranks(self, y_true, y_pred):
+        _require_known_ranks(type(self).__name__, "it reads the keys on the last axis and the steps on the others",
+                             y_true=y_true, y_pred=y_pred)
+
+
+def _counted_rolls(y_true, y_pred, sample_weight):
+    """``y_true`` with zeros at the steps that count for nothing in :class:`PianoRollNLL`
+    (a sample weight of 0, or masked by the Keras mask of ``y_pred``; the weights aligned
+    as the loss aligns them), so that the rolls of padded steps are not checked: they may
+    hold anything (the NaN loss of such a step, even weighed by 0, would make the batch's
+    loss NaN)."""
+    weights = [w for w in (sample_weight, getattr(y_pred, "_keras_mask", None)) if w is not None]
+    if not weights:
+        return y_true
+    y_true = ops.convert_to_tensor(y_true)
+    steps = ops.zeros_like(ops.sum(ops.cast(y_true, "float32"), axis=-1))  # the per-step values' shape
+    counted = ops.ones_like(steps, dtype="bool")
+    for w in weights:
+        counted = ops.logical_and(counted, _like_values(steps, w, "float32") != 0)
+    return ops.where(ops.expand_dims(counted, -1), y_true, ops.zeros_like(y_true))
+
+
+def _check_rolls(y_true):
+    """Raises an ``InputError`` for rolls with values outside [0, 1] (NaN too); only
+    concrete (eager) values can be checked: traced ones are left to the NaN of
+    :meth:`PianoRollNLL.call`."""
+    import tensorflow as tf
+
+    if isinstance(y_true, keras.KerasTensor) or not tf.executing_eagerly():
+        return
+    values = np.asarray(ops.convert_to_numpy(y_true), "float64")
+    with np.errstate(invalid="ignore"):
+        bad = values[~((values >= 0) & (values <= 1))]
+    if bad.size:
+        raise InputError(
+            "PianoRollNLL takes rolls y_true of values in [0, 1] (the probability of each key sounding, "
+            "0 or 1 in a piano roll): any other value has no Bernoulli likelihood (a cross-entropy unbounded "
+            "below, or NaN). "
+            f"Received: y_true with values {np.unique(bad)[:10].tolist()} outside [0, 1]"
+        )
 
 
 def _step_nll(y_true, y_pred):

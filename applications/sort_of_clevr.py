@@ -81,6 +81,11 @@ RGB = np.array(
     "float32",
 )
 KB_KINDS = ("symbolic", "image", "both")
+#: The sizes of :func:`build_model` that the generated data set (its words, answers and
+#: object features): :func:`train` builds its model with them and refuses them in
+#: ``model_kwargs`` (``kb_dim=5`` failed inside ``fit``, ``num_answers=5`` there too on
+#: answer 6, and ``num_answers=12`` trained a model that :func:`evaluate` refuses).
+DATA_SIZES = {"vocabulary_size": len(VOCAB), "num_answers": len(ANSWERS), "kb_dim": KB_DIM}
 #: Draws of one object's position before :func:`random_scene` gives up.
 MAX_PLACEMENT_DRAWS = 10000
 #: Image scenes: the least difference, in pixels of the drawn image, between the two
@@ -661,9 +666,15 @@ def train(run_dir="runs/sort_of_clevr", steps=20000, batch_size=64, kb="symbolic
     stream's batches from those of epoch ``k`` on, as an uninterrupted run does
     (:func:`make_dataset` ``start``), and the backup is deleted once the outputs are
     written (``fault_tolerance.finish_run``). ``model_kwargs`` holds :func:`build_model`'s
-    options but ``kb`` (train's own); a name that is none of them is refused with an
-    ``InputError`` naming it and the valid ones (:func:`applications.checks.model_options`),
-    and so is a value ``build_model`` refuses, both before the run directory is made.
+    options but ``kb`` (train's own) and the sizes the generated data set
+    (``vocabulary_size``, ``num_answers``, ``kb_dim``: :data:`DATA_SIZES`); a name that is
+    none of them, or one of those, is refused with an ``InputError`` naming it and the
+    valid ones (:func:`applications.checks.model_options`), and so is a value
+    ``build_model`` refuses. ``callbacks`` is a list or tuple of Keras callbacks (None:
+    none). Every argument is checked before any example is generated and before the run
+    directory is made (a bad ``validation_examples``, ``batch_size``, also one smaller
+    than ``strategy``'s replicas, or ``callbacks`` was refused only once it was there),
+    and all but ``kb`` and the values of ``model_kwargs`` before the model is built.
     """
     import os
 
@@ -679,13 +690,22 @@ def train(run_dir="runs/sort_of_clevr", steps=20000, batch_size=64, kb="symbolic
     # fewer steps than epochs: one step per epoch, `steps` epochs (each of `epochs` epochs ran
     # a step, so steps=3 with epochs=10 trained 10 steps)
     epochs = min(integer_at_least("epochs", epochs, 1), steps)
-    # a typo in model_kwargs was a TypeError from inside build_model, once the run directory was made
-    model_kwargs = checks.model_options(model_kwargs, build_model, given=("kb",))
+    # before the run directory is made, not once it was (the validation questions, the
+    # training stream, the callbacks given to fit)
+    validation_examples = integer_at_least("validation_examples", validation_examples, 2)
+    batch_size = integer_at_least("batch_size", batch_size, 1)
+    checks.learning_rate(learning_rate)
+    callbacks = _checked_callbacks(callbacks)
+    # a typo in model_kwargs was a TypeError from inside build_model, once the run directory
+    # was made; a size of the data (kb_dim=5) failed inside fit, after it (DATA_SIZES)
+    model_kwargs = checks.model_options(model_kwargs, build_model, given=("kb", *DATA_SIZES))
     strategy = distribute.resolve_strategy(strategy)
+    # every replica holds an example of each batch (distribute.even_batches refused it later)
+    distribute.check_replicas(strategy.num_replicas_in_sync, batch_size)
     keras.utils.set_random_seed(seed)
     check_run_dir(run_dir)  # (a file in the way: refused before the model is built)
     with strategy.scope():
-        model = clevr.compile_model(build_model(kb=kb, **model_kwargs), learning_rate)
+        model = clevr.compile_model(build_model(kb=kb, **DATA_SIZES, **model_kwargs), learning_rate)
     create_run_dir(run_dir)  # once the model is built: its options' values are refused before
     val = _validation_sets(validation_examples, seed, kb)
     val_all = validation_data(validation_examples, seed, kb, val)
@@ -726,6 +746,19 @@ def train(run_dir="runs/sort_of_clevr", steps=20000, batch_size=64, kb="symbolic
     fault_tolerance.write_metrics_json(result, paths["metrics"])
     fault_tolerance.finish_run(callbacks)  # the outputs are written: the backup goes
     return result
+
+
+def _checked_callbacks(callbacks):
+    """``callbacks`` of :func:`train` as a list: None (none) or a list or tuple of Keras
+    callbacks. None was a TypeError, and a single callback (not in a list) or anything
+    else an error of Keras' ``fit``, both once the run directory was made."""
+    if callbacks is None:
+        return []
+    if not isinstance(callbacks, (list, tuple)) or not all(
+            isinstance(c, keras.callbacks.Callback) for c in callbacks):
+        raise InputError(f"`callbacks` must be None or a list of keras.callbacks.Callback instances. "
+                         f"Received: callbacks={callbacks!r}")
+    return list(callbacks)
 
 
 def _validation_sets(validation_examples, seed, kb, selection=False):

@@ -1555,3 +1555,71 @@ def test_sample_takes_a_numpy_temperature_and_refuses_an_infinite_one():
     for bad in (float("inf"), 0, -1.0, True, "1"):
         with pytest.raises(ValueError, match=r"`temperature` must be a finite number > 0. Received: temperature="):
             music.sample_keys(logits, rng, temperature=bad)
+
+
+@pytest.mark.graph_mode  # traced: the rank is unknown only there
+@pytest.mark.parametrize("unknown", ["y_true", "y_pred"])
+def test_piano_roll_nll_refuses_rolls_or_logits_of_unknown_rank(unknown):
+    # Audit (apps): rolls (or logits) traced for tf.TensorSpec(shape=None), e.g. from a
+    # tf.numpy_function in a pipeline, failed deep in Keras' binary_crossentropy with
+    # TensorFlow's "Cannot take the length of shape with unknown rank".
+    import tensorflow as tf
+
+    rolls = np.zeros((2, 3, music.NUM_KEYS), "float32")
+    loss = music.PianoRollNLL()
+    specs = [tf.TensorSpec(shape=None if name == unknown else rolls.shape) for name in ("y_true", "y_pred")]
+    for weights in (None, np.ones((2, 3), "float32")):
+        traced = tf.function(lambda y, p: loss(y, p, sample_weight=weights), input_signature=specs)
+        with pytest.raises(ValueError, match=rf"PianoRollNLL needs y_true and y_pred of known rank: .* Received: "
+                                             rf".*{unknown} shape=<unknown rank>"):
+            traced(rolls, rolls)
+
+
+@pytest.mark.graph_mode  # traced calls too: they cannot raise, they give NaN
+def test_piano_roll_nll_refuses_rolls_outside_0_and_1_where_they_count():
+    # Audit (apps): a roll value of 2 or -1 made a key's cross-entropy unbounded below (2 with
+    # a logit of 50: -50 nats), a NaN made the loss NaN, without a word, in eager calls and
+    # in fit alike (the losses of keras_capsules.losses refuse such labels).
+    import tensorflow as tf
+
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(2, 3, music.NUM_KEYS)).astype("float32")
+    rolls = (rng.uniform(size=(2, 3, music.NUM_KEYS)) < 0.1).astype("float32")
+    mask = np.array([[1, 1, 0], [1, 1, 1]], "float32")
+    loss = music.PianoRollNLL()
+    base = float(loss(rolls, logits, sample_weight=mask))
+    traced = tf.function(lambda y, p, w: loss(y, p, sample_weight=w))
+    for value in (2.0, -1.0, float("nan")):
+        bad = rolls.copy()
+        bad[1, 2, 5] = value
+        with pytest.raises(InputError, match=rf"^PianoRollNLL takes rolls y_true of values in \[0, 1\] .*Received: "
+                                             rf"y_true with values \[{value}\] outside \[0, 1\]$"):
+            loss(bad, logits, sample_weight=mask)
+        # traced (fit, evaluate): that step's loss is NaN, the reported loss too, and it has no gradient
+        variable = tf.Variable(logits)
+        with tf.GradientTape() as tape:
+            result = traced(bad, variable, mask)
+        gradient = tape.gradient(result, variable).numpy()
+        assert np.isnan(float(result)) and np.all(np.isfinite(gradient)) and not gradient[1, 2].any()
+        # a step that counts for nothing (weight 0, or masked by the logits' Keras mask) may hold anything
+        padded = rolls.copy()
+        padded[0, 2] = value
+        assert float(loss(padded, logits, sample_weight=mask)) == pytest.approx(base, rel=1e-6)
+        assert float(loss(padded, logits, sample_weight=mask[..., None])) == pytest.approx(base, rel=1e-6)
+        assert float(traced(padded, logits, mask)) == pytest.approx(base, rel=1e-6)
+        masked = tf.function(lambda y, p: loss(y, _with_keras_mask(p, mask)))
+        assert float(masked(padded, logits)) == pytest.approx(float(masked(rolls, logits)), rel=1e-6)
+    # probabilities in [0, 1], and 0s and 1s of other dtypes, are rolls: their loss is the same
+    soft = np.full((1, 1, music.NUM_KEYS), 0.5, "float32")
+    assert float(loss(soft, np.zeros_like(soft))) == pytest.approx(music.NUM_KEYS * np.log(2.0), rel=1e-6)
+    assert float(loss(rolls.astype(bool), logits, sample_weight=mask)) == pytest.approx(base, rel=1e-6)
+    assert float(traced(rolls, logits, mask)) == pytest.approx(base, rel=1e-6)
+
+
+def _with_keras_mask(logits, mask):
+    """``logits`` carrying the Keras mask ``mask`` (as a Masking layer leaves it on its output)."""
+    import tensorflow as tf
+
+    logits = tf.identity(logits)
+    logits._keras_mask = tf.constant(mask > 0)
+    return logits

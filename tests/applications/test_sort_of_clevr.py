@@ -768,8 +768,8 @@ def test_detokenize_refuses_ids_outside_the_vocabulary():
 
 
 @pytest.mark.parametrize("model_kwargs, message", [
-    ({"unit": 8}, r"Unknown model option\(s\) \['unit'\]; expected some of \['coordinate_frequencies', .*'units', "
-                  r"'vocabulary_size'\]. Received: model_kwargs=\{'unit': 8\}$"),
+    ({"unit": 8}, r"Unknown model option\(s\) \['unit'\]; expected some of \['coordinate_frequencies', .*'units'\]. "
+                  r"Received: model_kwargs=\{'unit': 8\}$"),
     ({"kb": "image"}, r"Model option\(s\) \['kb'\] are set by train \(from its own arguments or the data\), not by "
                       r"model_kwargs; expected some of \[.*\]. Received: model_kwargs=\{'kb': 'image'\}$"),
     ([("units", 8)], r"`model_kwargs` must be a dict or None. Received: model_kwargs=\[\('units', 8\)\]$"),
@@ -791,3 +791,98 @@ def test_train_refuses_model_kwargs_before_it_reads_data_or_makes_the_run_direct
     with pytest.raises(InputError, match=message):
         soc.train(str(tmp_path / "run"), steps=1, model_kwargs=model_kwargs, verbose=0)
     assert not (tmp_path / "run").exists()
+
+
+def _never_before_the_checks(monkeypatch):
+    """``soc.train`` fails the test if it makes its run directory, its training stream or
+    its validation questions (it did all three before a check of its arguments)."""
+    def never(what):
+        return lambda *args, **kwargs: pytest.fail(f"{what} before train's arguments were checked")
+
+    monkeypatch.setattr(soc, "create_run_dir", never("the run directory was made"))
+    monkeypatch.setattr(soc, "make_dataset", never("the training stream was made"))
+    monkeypatch.setattr(soc, "_validation_sets", never("the validation data were generated"))
+
+
+@pytest.mark.parametrize("sizes, kb", [
+    ({"kb_dim": 5}, "symbolic"),
+    ({"kb_dim": 5}, "image"),
+    ({"num_answers": 5}, "symbolic"),
+    ({"num_answers": 12}, "symbolic"),
+    ({"vocabulary_size": 100}, "symbolic"),
+    ({"kb_dim": soc.KB_DIM, "num_answers": len(soc.ANSWERS)}, "symbolic"),
+])
+def test_train_refuses_the_sizes_the_data_set_in_model_kwargs_before_making_the_run_directory(sizes, kb, tmp_path,
+                                                                                             monkeypatch):
+    # Audit (apps): model_kwargs took the sizes the generated data fix: kb_dim=5 failed inside
+    # fit ("Input 0 with name 'kb' ... is incompatible"), num_answers=5 there too (TensorFlow's
+    # "label value of 6 which is outside the valid range"), both once the run directory was
+    # made; num_answers=12 trained a model that evaluate refused; kb_dim with kb="image" only
+    # warned, vocabulary_size=100 added embeddings no question uses.
+    from applications.errors import InputError
+
+    _never_before_the_checks(monkeypatch)
+    names = re.escape(str(sorted(sizes)))
+    message = (rf"^Model option\(s\) {names} are set by train \(from its own arguments or the data\), not by "
+               r"model_kwargs; expected some of \[.*'units'\]\. Received: ")
+    with pytest.raises(InputError, match=message):
+        soc.train(str(tmp_path / "run"), steps=1, kb=kb, model_kwargs={"units": 4, **sizes}, verbose=0)
+    assert not (tmp_path / "run").exists()
+    assert soc.DATA_SIZES == {"vocabulary_size": len(soc.VOCAB), "num_answers": len(soc.ANSWERS),
+                              "kb_dim": soc.KB_DIM}
+    x, _ = soc.generate_examples(1)  # the sizes of the data train generates
+    assert x["kb"].shape[-1] == soc.DATA_SIZES["kb_dim"] and x["question"].max() < soc.DATA_SIZES["vocabulary_size"]
+
+
+@pytest.mark.parametrize("options, received", [
+    (dict(validation_examples=1), "validation_examples=1"),
+    (dict(validation_examples=0), "validation_examples=0"),
+    (dict(validation_examples=2.5), "validation_examples=2.5"),
+    (dict(validation_examples=None), "validation_examples=None"),
+    (dict(validation_examples="8"), "validation_examples='8'"),
+    (dict(batch_size=0), "batch_size=0"),
+    (dict(batch_size=2.5), "batch_size=2.5"),
+    (dict(batch_size=True), "batch_size=True"),
+    (dict(callbacks=keras.callbacks.History()), "callbacks=<keras"),
+    (dict(callbacks=["not a callback"]), "callbacks=['not a callback']"),
+])
+def test_train_checks_its_arguments_before_it_generates_data_or_makes_the_run_directory(options, received, tmp_path,
+                                                                                        monkeypatch):
+    # Audit (apps): validation_examples was checked only when the validation questions were
+    # generated, batch_size when the training stream was made, both after the run directory;
+    # callbacks that were no list failed with a TypeError there too (or inside fit).
+    from applications.errors import InputError
+
+    _never_before_the_checks(monkeypatch)
+    with pytest.raises(InputError, match=re.escape(f"Received: {received}")):
+        soc.train(str(tmp_path / "run"), steps=1, model_kwargs={"units": 4, "embedding_dim": 2, "max_steps": 1},
+                  verbose=0, **options)
+    assert not (tmp_path / "run").exists()
+
+
+def test_train_refuses_a_batch_smaller_than_the_replicas_before_making_the_run_directory(tmp_path, monkeypatch):
+    # Audit (apps): a global batch of 1 for two replicas was refused by distribute.even_batches
+    # once the run directory was made and the validation questions generated.
+    from applications.errors import InputError
+    from tests.harness import two_cpu_strategy
+
+    _never_before_the_checks(monkeypatch)
+    with pytest.raises(InputError, match=r"a batch of 1 cannot be split over 2 replicas"):
+        soc.train(str(tmp_path / "run"), steps=1, batch_size=1, strategy=two_cpu_strategy(),
+                  model_kwargs={"units": 4, "embedding_dim": 2, "max_steps": 1}, verbose=0)
+    assert not (tmp_path / "run").exists()
+
+
+def test_train_takes_no_callbacks_as_none_as_keras_fit_does(tmp_path, monkeypatch):
+    # Audit (apps): callbacks=None was a TypeError ("Value after * must be an iterable") once
+    # the run directory was made and the validation questions generated.
+    given = []
+
+    def fit(model, *args, callbacks=(), **kwargs):
+        given.append([type(c).__name__ for c in callbacks])
+        return keras.callbacks.History()
+
+    _train_with(monkeypatch, fit)
+    soc.train(str(tmp_path / "run"), steps=1, validation_examples=2, callbacks=None, verbose=0,
+              model_kwargs={"units": 4, "embedding_dim": 2, "max_steps": 1})
+    assert len(given) == 1 and "StopOnDivergence" in given[0]
