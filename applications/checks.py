@@ -154,6 +154,29 @@ def model_options(model_kwargs, build_model, given=()):
     return dict(model_kwargs)
 
 
+def callback_list(callbacks):
+    """``callbacks`` of an application's ``train`` as a new list: None (none, as for
+    Keras' ``fit``) or a list or tuple of ``keras.callbacks.Callback`` instances.
+
+    ``train`` calls it before it reads any data or makes its run directory: None was a
+    ``TypeError`` (``[*None]``), and a single callback (not in a list) or anything else
+    in the list an error of Keras' ``fit``, both once the run directory was made and the
+    data were read.
+
+    Raises:
+        InputError (a ValueError): ``"`callbacks` must be None or a list of
+            keras.callbacks.Callback instances. Received: callbacks=..."``.
+    """
+    import keras
+
+    if callbacks is None:
+        return []
+    if not isinstance(callbacks, (list, tuple)) or not all(isinstance(c, keras.callbacks.Callback) for c in callbacks):
+        raise InputError("`callbacks` must be None or a list of keras.callbacks.Callback instances. "
+                         f"Received: callbacks={callbacks!r}")
+    return list(callbacks)
+
+
 def learning_rate(value):
     """A Keras learning-rate schedule as it is, or a finite number > 0 as a float: a NaN
     rate trained into NaN weights, a negative one uphill, without a word."""

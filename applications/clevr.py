@@ -1060,6 +1060,7 @@ def train(cache_dir, run_dir="runs/clevr", data_dir=None, epochs=25, batch_size=
     integer_at_least("batch_size", batch_size, 1)
     checks.learning_rate(learning_rate)
     model_kwargs = _checked_model_options(model_kwargs)
+    callbacks = checks.callback_list(callbacks)  # (None: none; [*None] was a TypeError after the run directory)
     strategy = distribute.resolve_strategy(strategy)
     keras.utils.set_random_seed(seed)
     check_run_dir(run_dir)  # (a file in the way: refused before the features are cached)

@@ -362,6 +362,7 @@ def train(
     epochs = checks.integer_at_least("epochs", epochs, 1)
     seed = checks.integer_at_least("seed", seed, 0)
     model_options = _check_model_options(model_options)
+    callbacks = checks.callback_list(callbacks)  # (None: none; [*None] was a TypeError after the run directory)
     strategy = distribute.resolve_strategy(strategy)
     keras.utils.set_random_seed(seed)
     out = distribute.output_dir(run_dir, strategy)

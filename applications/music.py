@@ -1121,6 +1121,7 @@ def train(
     seed = integer_at_least("seed", seed, 0)  # (member i's seed is seed + i)
     # ("False" is a non-empty string: it was taken as on)
     init_output_bias = checks.true_or_false("init_output_bias", init_output_bias)
+    callbacks = checks.callback_list(callbacks)  # (None: none; [*None] was a TypeError after the run directory)
     keras.utils.set_random_seed(seed)
     rolls, longest = load_rolls(data_path, limit)
     for split in SPLITS:

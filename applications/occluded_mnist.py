@@ -1167,6 +1167,7 @@ def train(
     seed = integer_at_least("seed", seed, 0)  # (-1 was Keras' error from set_random_seed)
     # ("False", a non-empty string, held out a fifth of the training digits)
     hold_out = checks.true_or_false("hold_out", hold_out)
+    callbacks = checks.callback_list(callbacks)  # (None: none; [*None] was a TypeError after the run directory)
     strategy = distribute.resolve_strategy(strategy)
     keras.utils.set_random_seed(seed)
     check_run_dir(run_dir)  # (a file in the way: refused before the data are made)

@@ -565,6 +565,7 @@ def train(
         validation_steps = checks.integer_at_least("validation_steps", validation_steps, 1)
     if mixup_alpha is not None:
         mixup_alpha = checks.finite_number("mixup_alpha", mixup_alpha, positive=False)
+    callbacks = checks.callback_list(callbacks)  # (None: none; [*None] was a TypeError after the run directory)
     seed = checks.stream_seed(seed)
     if model_kwargs is not None and not isinstance(model_kwargs, dict):
         raise InputError(f"`model_kwargs` must be None or a dict of build_model's arguments. "

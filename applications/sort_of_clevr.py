@@ -695,7 +695,7 @@ def train(run_dir="runs/sort_of_clevr", steps=20000, batch_size=64, kb="symbolic
     validation_examples = integer_at_least("validation_examples", validation_examples, 2)
     batch_size = integer_at_least("batch_size", batch_size, 1)
     checks.learning_rate(learning_rate)
-    callbacks = _checked_callbacks(callbacks)
+    callbacks = checks.callback_list(callbacks)
     # a typo in model_kwargs was a TypeError from inside build_model, once the run directory
     # was made; a size of the data (kb_dim=5) failed inside fit, after it (DATA_SIZES)
     model_kwargs = checks.model_options(model_kwargs, build_model, given=("kb", *DATA_SIZES))
@@ -746,19 +746,6 @@ def train(run_dir="runs/sort_of_clevr", steps=20000, batch_size=64, kb="symbolic
     fault_tolerance.write_metrics_json(result, paths["metrics"])
     fault_tolerance.finish_run(callbacks)  # the outputs are written: the backup goes
     return result
-
-
-def _checked_callbacks(callbacks):
-    """``callbacks`` of :func:`train` as a list: None (none) or a list or tuple of Keras
-    callbacks. None was a TypeError, and a single callback (not in a list) or anything
-    else an error of Keras' ``fit``, both once the run directory was made."""
-    if callbacks is None:
-        return []
-    if not isinstance(callbacks, (list, tuple)) or not all(
-            isinstance(c, keras.callbacks.Callback) for c in callbacks):
-        raise InputError(f"`callbacks` must be None or a list of keras.callbacks.Callback instances. "
-                         f"Received: callbacks={callbacks!r}")
-    return list(callbacks)
 
 
 def _validation_sets(validation_examples, seed, kb, selection=False):

@@ -1017,6 +1017,7 @@ def train(
     max_length = check_max_length(max_length)
     n_classes = sst_trees.num_classes(granularity)
     seed = integer_at_least("seed", seed, 0)  # (-1 and 1.5 were Keras' errors from set_random_seed)
+    callbacks = checks.callback_list(callbacks)  # (None: none; [*None] was a TypeError after the run directory)
     strategy = distribute.resolve_strategy(strategy)
     keras.utils.set_random_seed(seed)
     run_dir = pathlib.Path(run_dir)

@@ -1040,6 +1040,7 @@ def train(
     num_valid = integer_at_least("num_valid", num_valid, 0)
     epochs = integer_at_least("epochs", epochs, 1)  # 0 wrote and scored an untrained model
     seed = integer_at_least("seed", seed, 0)  # (-1 was Keras' error from set_random_seed)
+    callbacks = checks.callback_list(callbacks)  # (None: none; [*None] was a TypeError after the run directory)
     check_run_dir(run_dir)  # (a file in the way, refused where create_run_dir was)
     # Every option is checked, the digits looked for and the model built before the images are made
     # (minutes for the recipe's) and before the run directory is made (a refusal left it empty).

@@ -146,11 +146,12 @@ class BudgetLinearDecay(keras.callbacks.Callback):
 
     Args:
         budget: the :class:`TimeBudget` whose clock drives the decay (put it in the
-            same ``callbacks`` list, before this one).
+            same ``callbacks`` list, before this one; without it there the first
+            batch is a ``ValueError``).
         final_fraction: the learning rate at the end of the budget, as a fraction of
             the initial one, in ``[0, 1]``. Default 0.05.
-        initial_learning_rate: the rate the decay starts from. Default None: the
-            optimizer's rate at the start of the first ``fit``.
+        initial_learning_rate: the rate the decay starts from, a positive, finite
+            number. Default None: the optimizer's rate at the start of the first ``fit``.
 
     Example:
 
@@ -165,22 +166,24 @@ class BudgetLinearDecay(keras.callbacks.Callback):
     def __init__(self, budget, final_fraction=0.05, initial_learning_rate=None):
         super().__init__()
         if not isinstance(budget, TimeBudget):
-            raise ValueError(f"`budget` must be a TimeBudget. Received: budget={budget!r}")
+            raise ValueError(
+                "`budget` must be the TimeBudget callback whose clock drives the decay (an instance, "
+                f"in the same `callbacks` list). Received: budget={budget!r}"
+            )
+        # ([0, 1], not the [0, 1) of _validation.rate: 1 keeps the rate constant)
         if isinstance(final_fraction, bool) or not isinstance(final_fraction, numbers.Real) \
                 or not 0.0 <= final_fraction <= 1.0:
-            raise ValueError(f"`final_fraction` must be in [0, 1]. Received: final_fraction={final_fraction!r}")
-        if initial_learning_rate is not None and (
-            isinstance(initial_learning_rate, bool)
-            or not isinstance(initial_learning_rate, numbers.Real)
-            or not 0 < initial_learning_rate < math.inf
-        ):
             raise ValueError(
-                "`initial_learning_rate` must be a positive number or None. "
-                f"Received: initial_learning_rate={initial_learning_rate!r}"
+                f"`final_fraction` must be a number in [0, 1]. Received: final_fraction={final_fraction!r}"
             )
         self.budget = budget
         self.final_fraction = float(final_fraction)
-        self.initial_learning_rate = None if initial_learning_rate is None else float(initial_learning_rate)
+        # None (the default) is the optimizer's rate, read when the first fit begins
+        self.initial_learning_rate = (
+            None
+            if initial_learning_rate is None
+            else _validation.positive_float("initial_learning_rate", initial_learning_rate)
+        )
         self.initial = self.initial_learning_rate
 
     def set_model(self, model):

@@ -234,3 +234,35 @@ def test_a_budget_must_be_a_positive_finite_number_of_seconds(seconds):
     with pytest.raises(ValueError, match=re.escape(f"`seconds` must be a positive, finite number. "
                                                    f"Received: seconds={seconds!r}")):
         TimeBudget(seconds)
+
+
+# Audit (BudgetLinearDecay): its arguments were checked inline, repeating
+# _validation.positive_float, and an infinite initial_learning_rate was refused as not
+# "a positive number or None"; they now share the house messages.
+
+
+@pytest.mark.parametrize("rate", [math.inf, -math.inf, math.nan, np.float32("inf"), 0, -0.1, True, "0.01"])
+def test_budget_linear_decay_initial_learning_rate_must_be_a_positive_finite_number(rate):
+    with pytest.raises(ValueError, match=re.escape(f"`initial_learning_rate` must be a positive, finite number. "
+                                                   f"Received: initial_learning_rate={rate!r}")):
+        BudgetLinearDecay(TimeBudget(60.0), initial_learning_rate=rate)
+    # numpy scalars are numbers; None (the default) is the optimizer's rate when fit begins
+    assert BudgetLinearDecay(TimeBudget(60.0), initial_learning_rate=np.float32(0.5)).initial_learning_rate == 0.5
+    assert BudgetLinearDecay(TimeBudget(60.0)).initial_learning_rate is None
+
+
+@pytest.mark.parametrize("fraction", [1.5, -0.1, math.nan, math.inf, True, "0.5", None])
+def test_budget_linear_decay_final_fraction_must_be_a_number_in_0_1(fraction):
+    with pytest.raises(ValueError, match=re.escape(f"`final_fraction` must be a number in [0, 1]. "
+                                                   f"Received: final_fraction={fraction!r}")):
+        BudgetLinearDecay(TimeBudget(60.0), final_fraction=fraction)
+    # both ends are fractions: 1 keeps the rate constant
+    assert [BudgetLinearDecay(TimeBudget(60.0), f).final_fraction for f in (0, 1)] == [0.0, 1.0]
+
+
+@pytest.mark.parametrize("budget", [60.0, TimeBudget, None, keras.callbacks.EarlyStopping()])
+def test_budget_linear_decay_budget_must_be_a_time_budget(budget):
+    with pytest.raises(ValueError, match=re.escape(
+            "`budget` must be the TimeBudget callback whose clock drives the decay (an instance, in the same "
+            f"`callbacks` list). Received: budget={budget!r}")):
+        BudgetLinearDecay(budget)

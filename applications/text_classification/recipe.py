@@ -199,6 +199,7 @@ def train(
     data_lib.num_classes(dataset)  # an unknown dataset, before the run directory is made
     data_lib.check_phrases(dataset, phrases)  # (phrases="no" trained on every phrase)
     seed = checks.integer_at_least("seed", seed, 0)  # (-1 and 1.5 were Keras' errors from set_random_seed)
+    callbacks = checks.callback_list(callbacks)  # (None: none; [*None] was a TypeError after the run directory)
     strategy = distribute.resolve_strategy(strategy)
     keras.utils.set_random_seed(seed)
     create_run_dir(run_dir)

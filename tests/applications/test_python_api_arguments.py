@@ -223,3 +223,39 @@ def test_evaluate_refuses_a_bad_batch_size_before_reading_data_or_model(applicat
     }[application]
     with pytest.raises(InputError, match=r"^`batch_size` must be an integer >= 1\. Received: batch_size=0$"):
         evaluate()
+
+
+@pytest.mark.parametrize("callbacks", ["single", "not_a_callback", "a_string"])
+@pytest.mark.parametrize("application", ["demo", "music", "clevr", "occluded_mnist", "smallnorb", "sst",
+                                         "textured_mnist", "text_classification", "sort_of_clevr"])
+def test_train_refuses_callbacks_that_are_no_list_of_callbacks_before_reading_data(application, callbacks,
+                                                                                   tmp_path):
+    # a single callback, or something else in the list, was an error of Keras' fit once
+    # the data were read and the run directory made; None was a TypeError ([*None])
+    import keras
+
+    from applications import checks, occluded_mnist, smallnorb
+    from applications.text_classification import recipe
+
+    given = {"single": keras.callbacks.History(), "not_a_callback": [keras.callbacks.History(), print],
+             "a_string": "history"}[callbacks]
+    run_dir, data = str(tmp_path / "run"), str(tmp_path / "data")
+    train = {
+        "demo": lambda: demo.train(run_dir=run_dir, callbacks=given, verbose=0),
+        "music": lambda: music.train(data, run_dir=run_dir, callbacks=given, verbose=0),
+        "clevr": lambda: clevr.train(str(tmp_path / "cache"), run_dir=run_dir, callbacks=given, verbose=0),
+        "occluded_mnist": lambda: occluded_mnist.train(data_dir=data, run_dir=run_dir, callbacks=given, verbose=0),
+        "smallnorb": lambda: smallnorb.train(data_dir=data, run_dir=run_dir, callbacks=given, verbose=0),
+        "sst": lambda: sst.train(data, run_dir=run_dir, callbacks=given, verbose=0),
+        "textured_mnist": lambda: textured_mnist.train(data, run_dir=run_dir, callbacks=given, verbose=0),
+        "text_classification": lambda: recipe.train("sst2", data_dir=data, run_dir=run_dir, callbacks=given,
+                                                    verbose=0),
+        "sort_of_clevr": lambda: sort_of_clevr.train(run_dir, steps=2, batch_size=4, validation_examples=4,
+                                                     callbacks=given, verbose=0),
+    }[application]
+    with pytest.raises(InputError, match=r"^`callbacks` must be None or a list of keras\.callbacks\.Callback "
+                                         r"instances\. Received: callbacks="):
+        train()
+    assert not os.path.exists(run_dir)
+    history = keras.callbacks.History()
+    assert checks.callback_list(None) == [] and checks.callback_list((history,)) == [history]

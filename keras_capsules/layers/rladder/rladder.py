@@ -1,6 +1,7 @@
 """RLadder: the Recurrent Ladder network unrolled over time (Ilin et al. 2017)."""
 
 import math
+import numbers
 
 import keras
 from keras import ops
@@ -8,6 +9,7 @@ from keras import ops
 from keras_capsules._validation import (
     boolean,
     check_floating_dtype,
+    concrete_values,
     get_constraint,
     get_initializer,
     get_regularizer,
@@ -65,6 +67,36 @@ _REGULARIZERS = ("kernel_regularizer", "recurrent_regularizer", "bias_regularize
 _CONSTRAINTS = ("kernel_constraint", "recurrent_constraint", "bias_constraint")
 DROPOUT_NOISE = ("step", "sequence")
 NORMALIZATIONS = (None, "layer")
+
+
+def _is_tensor(value):
+    """A tensor (or array) of any backend: a shape and a dtype, not a list."""
+    return not isinstance(value, (list, tuple)) and hasattr(value, "shape") and hasattr(value, "dtype")
+
+
+def _batch_of(features):
+    """A per-sample shape as the errors of ``RLadder.step`` show it: ``(batch, 4, 4, 2)``."""
+    return "(" + ", ".join(["batch"] + [str(d) for d in features]) + ")"
+
+
+def _shaped(value, features):
+    """True for a tensor ``[batch, *features]`` (a size unknown where it is traced passes)."""
+    return (
+        _is_tensor(value)
+        and len(value.shape) == len(features) + 1
+        and all(d is None or int(d) == f for d, f in zip(tuple(value.shape)[1:], features))
+    )
+
+
+def _described(value):
+    """``value`` in an error of ``RLadder.step``: a tensor as ``Tensor(2, 4)`` (its
+    shape), lists and tuples by their items, anything else by its type."""
+    if _is_tensor(value):
+        return "Tensor(" + ", ".join(str(d) for d in tuple(value.shape)) + ")"
+    if isinstance(value, (list, tuple)):
+        items = ", ".join(_described(v) for v in value)
+        return f"[{items}]" if isinstance(value, list) else f"({items}{',' * (len(value) == 1)})"
+    return "None" if value is None else f"<{type(value).__name__}>"
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")
@@ -776,8 +808,28 @@ class RLadder(keras.layers.Layer):
 
     def initial_carry(self, batch_size, dtype):
         """The carry of the first step for ``batch_size`` samples: zero encoder states,
-        and zero decoder feedback (the learned one with ``learn_initial_feedback``)."""
+        and zero decoder feedback (the learned one with ``learn_initial_feedback``).
+
+        Args:
+            batch_size: the number of samples, an integer >= 0 (0 for an empty batch,
+                such as a replica's share of a last batch smaller than the number of
+                replicas), or a scalar integer tensor (``ops.shape(x)[0]`` where the
+                batch is known only when the ladder runs).
+            dtype: a floating dtype, that of the inputs ``step`` will take (None:
+                Keras' float type, ``keras.config.floatx()``).
+
+        Returns:
+            ``(states, feedback)``: ``states`` per level a list of the level's
+            encoder states (none for the feed-forward ``"conv"`` and ``"gatedconv"``
+            levels, one for ``"gated"``, two, ``h`` and ``c``, for ``"lstm"`` and
+            ``"convlstm"``), each ``[batch_size, *level_features]``; ``feedback`` per
+            level the decoder output fed back to its encoder, of the same shape, or
+            None for a level without feedback (``decoder_to_encoder=False`` or
+            ``use_decoder=False``).
+        """
         self._require_built("initial_carry")
+        batch_size = self._checked_batch_size(batch_size)
+        dtype = self._checked_carry_dtype(dtype)
         states = [
             [ops.zeros((batch_size,) + h, dtype=dtype) for _ in range(cell.NUM_STATES)]
             for cell, h in zip(self.encoders, self._enc_outputs)
@@ -796,14 +848,103 @@ class RLadder(keras.layers.Layer):
         ]
         return states, feedback
 
+    def _checked_batch_size(self, batch_size):
+        """``initial_carry``'s ``batch_size``: an integer >= 0 (as a Python int) or a
+        scalar integer tensor (a concrete one >= 0). A float, a bool, a negative size or
+        None failed in the backend's ``zeros`` (``Dimension -1 must be >= 0``), or were
+        taken (``True`` as one sample)."""
+        if isinstance(batch_size, numbers.Integral) and not isinstance(batch_size, bool):
+            if batch_size >= 0:
+                return int(batch_size)
+        elif _is_tensor(batch_size) and not tuple(batch_size.shape):
+            dtype = keras.backend.standardize_dtype(batch_size.dtype)
+            value = concrete_values(batch_size)
+            if dtype.startswith(("int", "uint")) and (value is None or value >= 0):
+                return batch_size
+        raise ValueError(
+            "`batch_size` of RLadder.initial_carry must be an integer >= 0 (or a scalar integer "
+            f"tensor, such as ops.shape(x)[0]). Received: batch_size={batch_size!r}"
+        )
+
+    def _checked_carry_dtype(self, dtype):
+        """``initial_carry``'s ``dtype``, standardized; refused unless floating (integer
+        or boolean states were made, and cast to floats by the cells at the first step)."""
+        try:
+            standard = keras.backend.standardize_dtype(dtype)
+        except (TypeError, ValueError):
+            standard = None
+        if standard is None or not standard.startswith(("float", "bfloat")):
+            raise ValueError(
+                "`dtype` of RLadder.initial_carry must be a floating dtype (that of the inputs "
+                f"step will take, e.g. \"float32\"). Received: dtype={dtype!r}"
+            )
+        return standard
+
     def step(self, x, carry):
         """One step of the ladder: ``(x_t, carry) -> (prediction, top, new carry)``.
 
         ``prediction`` is None with ``use_decoder=False``. The layer must be built.
         No dropout is applied (this is the inference step).
+
+        Args:
+            x: the input of the step, ``[batch, *features]`` (one step of a
+                sequence input, or the static input with ``n_iters``).
+            carry: ``(states, feedback)`` as ``initial_carry`` makes it and ``step``
+                returns it: one entry per level in each, lists or tuples. Its
+                structure and the feature sizes of ``x`` and of every state and
+                feedback are checked before the step runs: a ``ValueError`` names the
+                entry and states the structure this ladder expects (too few levels
+                failed with an ``IndexError``, extra ones were ignored). Batch sizes
+                are compared by the encoder cells.
         """
         self._require_built("step")
+        self._check_step_arguments(x, carry)
         return self._step(x, carry, None, False)
+
+    def _expected_carry(self):
+        """The carry ``step`` takes, for its errors: ``initial_carry``'s structure and
+        per-level shapes."""
+        levels = list(zip(self.encoders, self._enc_outputs))
+        states = ", ".join("[" + ", ".join([_batch_of(h)] * cell.NUM_STATES) + "]" for cell, h in levels)
+        feedback = ", ".join(_batch_of(h) if cell.use_feedback else "None" for cell, h in levels)
+        return (
+            "carry = (states, feedback) as initial_carry(batch_size, dtype) makes it, one entry "
+            f"per level: states = [{states}], feedback = [{feedback}]"
+        )
+
+    def _check_step_arguments(self, x, carry):
+        """Refuses an ``x`` or a ``carry`` that ``step`` cannot run on (see ``step``)."""
+        if not _shaped(x, self._features):
+            raise ValueError(
+                f"RLadder.step expects x, the input of one step, of shape {_batch_of(self._features)}. "
+                f"Received: x={_described(x)}"
+            )
+
+        def refuse(why, name, value):
+            raise ValueError(
+                f"RLadder.step expects {self._expected_carry()}. {why}Received: {name}={_described(value)}"
+            )
+
+        n = len(self.levels)
+        if not isinstance(carry, (list, tuple)) or len(carry) != 2:
+            refuse("", "carry", carry)
+        for name, value in zip(("states", "feedback"), carry):
+            if not isinstance(value, (list, tuple)) or len(value) != n:
+                refuse(f"The ladder has {n} level{'s' * (n > 1)}. ", name, value)
+        states, feedback = carry
+        for i, (cell, h) in enumerate(zip(self.encoders, self._enc_outputs)):
+            level = f"Level {i + 1} ({self.levels[i]['encoder']})"
+            count = cell.NUM_STATES
+            if not isinstance(states[i], (list, tuple)) or len(states[i]) != count:
+                refuse(f"{level} has {count} state{'s' * (count != 1)}. ", f"states[{i}]", states[i])
+            for j, state in enumerate(states[i]):
+                if not _shaped(state, h):
+                    refuse(f"{level}'s states are {_batch_of(h)}. ", f"states[{i}][{j}]", state)
+            if not cell.use_feedback and feedback[i] is not None:
+                reason = "use_decoder=False" if not self.use_decoder else "decoder_to_encoder=False"
+                refuse(f"{level} has no feedback ({reason}): its feedback is None. ", f"feedback[{i}]", feedback[i])
+            if cell.use_feedback and not _shaped(feedback[i], h):
+                refuse(f"{level} takes the decoder feedback {_batch_of(h)}. ", f"feedback[{i}]", feedback[i])
 
     def _dropper(self, batch_size, dtype):
         """The dropout applied to signal ``key`` at one step (``drop(key, x)``)."""

@@ -1348,3 +1348,151 @@ def test_a_built_ladder_reused_on_other_features_is_refused_when_the_model_is_bu
         ladder(keras.Input((None, 6)))
     prediction, top = ladder(keras.Input((None, 5)))
     assert tuple(prediction.shape) == (None, None, 5) and tuple(top.shape) == (None, None, 4)
+
+
+# ------------------------------------------------------------------ step's carry and initial_carry
+# Audit (RLadder.step): a carry of too few levels failed with a bare IndexError, extra
+# levels were ignored, a None feedback where a level takes one was an AttributeError, and
+# a wrong number of states or a wrong per-level shape failed inside an encoder cell with a
+# message that named the cell, not the carry; initial_carry took a bool batch size and
+# integer dtypes, and failed in the backend on a negative or float one.
+
+_DENSE_CARRY = (
+    "RLadder.step expects carry = (states, feedback) as initial_carry(batch_size, dtype) makes it, one "
+    "entry per level: states = [[(batch, 4)], [(batch, 3), (batch, 3)]], feedback = [(batch, 4), (batch, 3)]. "
+)
+
+
+def _stepping_ladder(levels=DENSE_LEVELS, shape=(2, 3, 5), **kwargs):
+    ladder = RLadder(levels, **kwargs)
+    ladder.build((None,) + shape[1:])
+    return ladder
+
+
+def _zeros(*shape):
+    return np.zeros(shape, "float32")
+
+
+STEP_CARRY_CASES = {  # case: (carry made from initial_carry's (states, feedback), the end of the error)
+    "too few levels": (lambda s, f: (s[:1], f[:1]), "The ladder has 2 levels. Received: states=[[Tensor(2, 4)]]"),
+    "an extra level": (
+        lambda s, f: (s + [s[0]], f + [f[0]]),
+        "The ladder has 2 levels. Received: states=[[Tensor(2, 4)], [Tensor(2, 3), Tensor(2, 3)], [Tensor(2, 4)]]",
+    ),
+    "an extra feedback": (
+        lambda s, f: (s, f + [f[0]]),
+        "The ladder has 2 levels. Received: feedback=[Tensor(2, 4), Tensor(2, 3), Tensor(2, 4)]",
+    ),
+    "one state of two": (
+        lambda s, f: ([s[0], s[1][:1]], f),
+        "Level 2 (lstm) has 2 states. Received: states[1]=[Tensor(2, 3)]",
+    ),
+    "a state for a list of one": (
+        lambda s, f: ([s[0][0], s[1]], f),
+        "Level 1 (gated) has 1 state. Received: states[0]=Tensor(2, 4)",
+    ),
+    "states and feedback swapped": (
+        lambda s, f: (f, s),
+        "Level 1 (gated) has 1 state. Received: states[0]=Tensor(2, 4)",
+    ),
+    "a None feedback": (
+        lambda s, f: (s, [None, f[1]]),
+        "Level 1 (gated) takes the decoder feedback (batch, 4). Received: feedback[0]=None",
+    ),
+    "a state of other features": (
+        lambda s, f: ([s[0], [s[1][0], _zeros(2, 4)]], f),
+        "Level 2 (lstm)'s states are (batch, 3). Received: states[1][1]=Tensor(2, 4)",
+    ),
+    "a state of another rank": (
+        lambda s, f: ([[_zeros(2, 4, 1)], s[1]], f),
+        "Level 1 (gated)'s states are (batch, 4). Received: states[0][0]=Tensor(2, 4, 1)",
+    ),
+    "a feedback of other features": (
+        lambda s, f: (s, [f[0], _zeros(2, 4)]),
+        "Level 2 (lstm) takes the decoder feedback (batch, 3). Received: feedback[1]=Tensor(2, 4)",
+    ),
+    "a list for a state": (
+        lambda s, f: ([[[0.0] * 4], s[1]], f),
+        "Level 1 (gated)'s states are (batch, 4). Received: states[0][0]=[<float>, <float>, <float>, <float>]",
+    ),
+    "three parts": (
+        lambda s, f: (s, f, f),
+        "Received: carry=([[Tensor(2, 4)], [Tensor(2, 3), Tensor(2, 3)]], [Tensor(2, 4), Tensor(2, 3)], ",
+    ),
+    "no carry": (lambda s, f: None, "Received: carry=None"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(STEP_CARRY_CASES))
+def test_step_refuses_a_carry_of_another_structure_describing_the_expected_one(case):
+    ladder = _stepping_ladder()
+    states, feedback = ladder.initial_carry(2, "float32")
+    change, received = STEP_CARRY_CASES[case]
+    with pytest.raises(ValueError, match="^" + re.escape(_DENSE_CARRY + received)):
+        ladder.step(_seq(2, 5), change(states, feedback))
+    # lists or tuples alike, as initial_carry and step make them: the same step
+    tuples = (tuple(tuple(s) for s in states), tuple(feedback))
+    _, top, carry = ladder.step(_seq(2, 5), tuples)
+    np.testing.assert_array_equal(np.asarray(top), np.asarray(ladder.step(_seq(2, 5), (states, feedback))[1]))
+    ladder.step(_seq(2, 5), list(carry))
+
+
+def test_step_refuses_a_feedback_for_a_level_without_one_and_states_for_a_stateless_level():
+    ladder = _stepping_ladder(FF_CONV_LEVELS, (2, 3, 4, 4, 1), decoder_to_encoder=False)
+    states, feedback = ladder.initial_carry(2, "float32")
+    expected = (
+        "RLadder.step expects carry = (states, feedback) as initial_carry(batch_size, dtype) makes it, one entry "
+        "per level: states = [[], [], [(batch, 4)]], feedback = [None, None, None]. "
+    )
+    x = _seq(2, 4, 4, 1)
+    with pytest.raises(ValueError, match="^" + re.escape(
+            expected + "Level 1 (conv) has no feedback (decoder_to_encoder=False): its feedback is None. "
+            "Received: feedback[0]=Tensor(2, 4, 4, 2)")):
+        ladder.step(x, (states, [_zeros(2, 4, 4, 2), None, None]))
+    with pytest.raises(ValueError, match="^" + re.escape(
+            expected + "Level 2 (conv) has 0 states. Received: states[1]=[Tensor(2, 2, 2, 3)]")):
+        ladder.step(x, ([[], [_zeros(2, 2, 2, 3)], states[2]], feedback))
+    assert ladder.step(x, (states, feedback))[1].shape == (2, 4)
+
+
+def test_step_refuses_image_states_and_feedback_of_other_pixels():
+    ladder = _stepping_ladder(CONV_LEVELS, (2, 3, 4, 4, 1))
+    states, feedback = ladder.initial_carry(2, "float32")
+    x = _seq(2, 4, 4, 1)
+    with pytest.raises(ValueError, match=re.escape("Level 2 (convlstm)'s states are (batch, 2, 2, 3). "
+                                                   "Received: states[1][0]=Tensor(2, 4, 4, 3)")):
+        ladder.step(x, ([states[0], [_zeros(2, 4, 4, 3), states[1][1]], states[2]], feedback))
+    with pytest.raises(ValueError, match=re.escape("Level 1 (convlstm) takes the decoder feedback (batch, 4, 4, 2). "
+                                                   "Received: feedback[0]=Tensor(2, 4, 4, 3)")):
+        ladder.step(x, (states, [_zeros(2, 4, 4, 3)] + feedback[1:]))
+    with pytest.raises(ValueError, match=re.escape("RLadder.step expects x, the input of one step, of shape "
+                                                   "(batch, 4, 4, 1). Received: x=Tensor(2, 3, 4, 4, 1)")):
+        ladder.step(_seq(2, 3, 4, 4, 1), (states, feedback))
+    prediction, top, _ = ladder.step(x, (states, feedback))
+    assert prediction.shape == (2, 4, 4, 1) and top.shape == (2, 4)
+
+
+@pytest.mark.parametrize("batch_size", [-1, 2.0, None, True, "2", np.zeros((1,), "int32"), np.float32(2)])
+def test_initial_carry_refuses_a_batch_size_that_is_not_an_integer_of_at_least_0(batch_size):
+    ladder = _stepping_ladder()
+    with pytest.raises(ValueError, match=re.escape(
+            "`batch_size` of RLadder.initial_carry must be an integer >= 0 (or a scalar integer tensor, such as "
+            f"ops.shape(x)[0]). Received: batch_size={batch_size!r}")):
+        ladder.initial_carry(batch_size, "float32")
+    # an empty batch, numpy integers and a scalar integer tensor are sizes
+    for size, rows in ((0, 0), (np.int64(3), 3), (ops.shape(ops.zeros((2, 5)))[0], 2), (ops.convert_to_tensor(2), 2)):
+        states, feedback = ladder.initial_carry(size, "float32")
+        assert states[1][1].shape == (rows, 3) and feedback[0].shape == (rows, 4)
+
+
+@pytest.mark.parametrize("dtype", ["int32", "bool", "uint8", "nope"])
+def test_initial_carry_refuses_a_dtype_that_is_not_floating(dtype):
+    ladder = _stepping_ladder(learn_initial_feedback=True)
+    with pytest.raises(ValueError, match=re.escape(
+            "`dtype` of RLadder.initial_carry must be a floating dtype (that of the inputs step will take, e.g. "
+            f"\"float32\"). Received: dtype={dtype!r}")):
+        ladder.initial_carry(2, dtype)
+    states, feedback = ladder.initial_carry(2, "float16")
+    standard = keras.backend.standardize_dtype
+    assert standard(states[0][0].dtype) == standard(feedback[1].dtype) == "float16"
+    assert standard(ladder.initial_carry(2, None)[0][0][0].dtype) == keras.config.floatx()
