@@ -362,6 +362,17 @@ def test_feed_forward_conv_levels_have_no_state_and_take_the_feedback():
     RLadder(FF_CONV_LEVELS, zoneout=0.5, seed=1)(x, training=True)
 
 
+def _assert_same_with_shared_weights(ladder, other, x, own, rtol):
+    """``ladder`` given ``other``'s weights (all but those whose path holds ``own``, which
+    ``other`` lacks) gives ``other``'s outputs on ``x``."""
+    others = {w.path.split("/", 1)[1]: w for w in other.weights}
+    for w in ladder.weights:
+        if own not in w.path:
+            w.assign(others[w.path.split("/", 1)[1]])
+    for a, b in zip(ladder(x), other(x)):
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=1e-6)
+
+
 def test_zero_feedback_initializer_starts_as_the_ladder_without_feedback():
     x = _seq(2, 3, 4, 4, 1)
     levels = FF_CONV_LEVELS[:2]  # (a gated level has an extra gate block with feedback)
@@ -371,12 +382,7 @@ def test_zero_feedback_initializer_starts_as_the_ladder_without_feedback():
     ablated(x)
     feedback = [w for w in full.weights if "feedback_kernel" in w.path]
     assert len(feedback) == 2 and all(not np.any(np.asarray(w)) for w in feedback)
-    others = {w.path.split("/", 1)[1]: w for w in ablated.weights}
-    for w in full.weights:
-        if "feedback_kernel" not in w.path:
-            w.assign(others[w.path.split("/", 1)[1]])
-    for a, b in zip(full(x), ablated(x)):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    _assert_same_with_shared_weights(full, ablated, x, "feedback_kernel", rtol=1e-5)
     config = full.get_config()
     assert config["feedback_initializer"]["class_name"] == "Zeros"
     assert RLadder.from_config(config).feedback_initializer is not None
@@ -599,12 +605,7 @@ def test_learned_initial_feedback_is_the_feedback_of_the_first_step(levels):
     initial = [w for w in learned.weights if "initial_feedback" in w.path]
     assert [tuple(w.shape) for w in initial] == [tuple(h) for h in learned._enc_outputs]
     assert all(not np.any(np.asarray(w)) for w in initial)  # starts as zeros: the plain ladder
-    plain_weights = {w.path.split("/", 1)[1]: w for w in plain.weights}
-    for w in learned.weights:
-        if "initial_feedback" not in w.path:
-            w.assign(plain_weights[w.path.split("/", 1)[1]])
-    for a, b in zip(learned(x), plain(x)):
-        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+    _assert_same_with_shared_weights(learned, plain, x, "initial_feedback", rtol=1e-6)
     rng = np.random.default_rng(1)
     for w in initial:
         w.assign(rng.normal(size=w.shape).astype("float32"))
