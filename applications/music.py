@@ -1121,7 +1121,9 @@ def train(
     seed = integer_at_least("seed", seed, 0)  # (member i's seed is seed + i)
     # ("False" is a non-empty string: it was taken as on)
     init_output_bias = checks.true_or_false("init_output_bias", init_output_bias)
-    callbacks = checks.callback_list(callbacks)  # (None: none; [*None] was a TypeError after the run directory)
+    # (None: none; [*None] was a TypeError after the run directory; a function of the
+    # member is checked on what it returns)
+    callbacks = callbacks if callable(callbacks) else checks.callback_list(callbacks)
     keras.utils.set_random_seed(seed)
     rolls, longest = load_rolls(data_path, limit)
     for split in SPLITS:
@@ -1222,7 +1224,7 @@ def train(
         # With EMA the average is swapped into the model for validation and at each epoch's
         # end (so the best weights kept are its), and swapped out again for training.
         extra = [keras.callbacks.SwapEMAWeights(swap_on_epoch=True)] if ema_momentum is not None else []
-        user = list(callbacks(member) if callable(callbacks) else callbacks)
+        user = checks.callback_list(callbacks(member)) if callable(callbacks) else callbacks
         backup = next((c for c in user if isinstance(c, fault_tolerance.AtomicBackupAndRestore)), None)
         if reduce_lr_patience is not None:
             # its patience, best loss and cooldown are kept beside the backup: a resumed
