@@ -346,7 +346,7 @@ def _counted_rolls(y_true, y_pred, sample_weight):
     return ops.where(ops.expand_dims(counted, -1), y_true, ops.zeros_like(y_true))
 
 
-def _check_rolls(y_true):
+def _check_rolls(y_true, owner="PianoRollNLL"):
     """Raises an ``InputError`` for rolls with values outside [0, 1] (NaN too); only
     concrete (eager) values can be checked: traced ones are left to the NaN of
     :meth:`PianoRollNLL.call`."""
@@ -359,7 +359,7 @@ def _check_rolls(y_true):
         bad = values[~((values >= 0) & (values <= 1))]
     if bad.size:
         raise InputError(
-            "PianoRollNLL takes rolls y_true of values in [0, 1] (the probability of each key sounding, "
+            f"{owner} takes rolls y_true of values in [0, 1] (the probability of each key sounding, "
             "0 or 1 in a piano roll): any other value has no Bernoulli likelihood (a cross-entropy unbounded "
             "below, or NaN). "
             f"Received: y_true with values {np.unique(bad)[:10].tolist()} outside [0, 1]"
@@ -390,7 +390,9 @@ class PianoRollNLLPerStep(keras.metrics.Metric):
     Pass it in ``weighted_metrics`` (it needs the mask as ``sample_weight``); without a
     sample weight every step counts. A weight of every sequence (``[batch]``) weighs
     each of its steps, as in Keras' losses; ``[batch, steps, 1]`` is one per step.
-    Padded steps never count, whatever their values.
+    Padded steps never count, whatever their values. The rolls of the steps that count
+    must be in [0, 1], as for :class:`PianoRollNLL`: eagerly other values raise an
+    ``InputError``; traced, each such step adds NaN (the result is NaN).
 
     Args:
         name: the metric's name (``nll_per_step``: ``val_nll_per_step`` in the logs).
@@ -403,7 +405,8 @@ class PianoRollNLLPerStep(keras.metrics.Metric):
         self.steps = self.add_variable(shape=(), initializer="zeros", dtype=self.dtype, name="steps")
 
     def update_state(self, y_true, y_pred, sample_weight=None):
-        per_step = _step_nll(y_true, ops.cast(y_pred, "float32"))
+        y_true = ops.convert_to_tensor(y_true)
+        per_step = ops.sum(ops.zeros_like(y_pred, dtype="float32"), axis=-1)  # (the steps' shape)
         if sample_weight is None:
             weight = ops.ones_like(per_step)
         else:
@@ -415,6 +418,15 @@ class PianoRollNLLPerStep(keras.metrics.Metric):
             while len(weight.shape) < len(per_step.shape):
                 weight = ops.expand_dims(weight, axis=-1)
             weight = ops.broadcast_to(weight, ops.shape(per_step))
+        # the rolls of the counted steps must be in [0, 1], as PianoRollNLL's (padded steps
+        # may hold anything): eagerly an InputError, traced a NaN for each such step (a key
+        # labelled 2 was scored -50 for a logit of 50, lowering the reported NLL)
+        labels = ops.where(ops.expand_dims(weight > 0, -1), y_true, ops.zeros_like(y_true))
+        _check_rolls(labels, type(self).__name__)
+        labels = ops.cast(labels, "float32")
+        outside = ops.logical_not((labels >= 0) & (labels <= 1))
+        per_step = _step_nll(ops.where(outside, ops.zeros_like(labels), labels), ops.cast(y_pred, "float32"))
+        per_step = ops.where(ops.any(outside, axis=-1), float("nan"), per_step)
         # where, not a product: a padded step's NLL (finite or not) never reaches the sum
         self.total.assign_add(ops.cast(ops.sum(ops.where(weight > 0, per_step * weight, 0.0)), self.dtype))
         self.steps.assign_add(ops.cast(ops.sum(weight), self.dtype))

@@ -1623,3 +1623,37 @@ def _with_keras_mask(logits, mask):
     logits = tf.identity(logits)
     logits._keras_mask = tf.constant(mask > 0)
     return logits
+
+
+@pytest.mark.graph_mode  # traced updates too: they cannot raise, they give NaN
+def test_nll_per_step_metric_refuses_rolls_outside_0_and_1_where_they_count():
+    # Audit (apps): the metric that keeps the best epoch scored a key labelled 2 as -50
+    # nats for a logit of 50 (lowering the reported NLL), as PianoRollNLL did
+    import tensorflow as tf
+
+    rng = np.random.default_rng(1)
+    logits = rng.normal(size=(2, 3, music.NUM_KEYS)).astype("float32")
+    rolls = (rng.uniform(size=(2, 3, music.NUM_KEYS)) < 0.1).astype("float32")
+    mask = np.array([[1, 1, 0], [1, 1, 1]], "float32")
+
+    def score(y, traced=False):
+        metric = music.PianoRollNLLPerStep()
+        if traced:  # (as fit and evaluate update it)
+            tf.function(lambda r: metric.update_state(r, logits, mask))(y)
+        else:
+            metric.update_state(y, logits, mask)
+        return float(metric.result())
+
+    base = score(rolls)
+    assert base == pytest.approx(float(music.PianoRollNLL(reduction="sum")(rolls, logits, sample_weight=mask)) / 5,
+                                 rel=1e-5)
+    for value in (2.0, -1.0, float("nan")):
+        bad = rolls.copy()
+        bad[1, 2, 5] = value
+        with pytest.raises(InputError, match=r"^PianoRollNLLPerStep takes rolls y_true of values in \[0, 1\]"):
+            score(bad)
+        assert np.isnan(score(bad, traced=True))
+        padded = rolls.copy()
+        padded[0, 2] = value  # a step that does not count may hold anything
+        assert score(padded) == pytest.approx(base, rel=1e-6)
+        assert score(padded, traced=True) == pytest.approx(base, rel=1e-6)
