@@ -1575,6 +1575,15 @@ def test_piano_roll_nll_refuses_rolls_or_logits_of_unknown_rank(unknown):
             traced(rolls, rolls)
 
 
+def _logits_rolls_and_mask(seed):
+    """Random logits and 0/1 rolls of 2 sequences of 3 steps, and a step mask (the
+    first sequence's last step padded)."""
+    rng = np.random.default_rng(seed)
+    logits = rng.normal(size=(2, 3, music.NUM_KEYS)).astype("float32")
+    rolls = (rng.uniform(size=(2, 3, music.NUM_KEYS)) < 0.1).astype("float32")
+    return logits, rolls, np.array([[1, 1, 0], [1, 1, 1]], "float32")
+
+
 @pytest.mark.graph_mode  # traced calls too: they cannot raise, they give NaN
 def test_piano_roll_nll_refuses_rolls_outside_0_and_1_where_they_count():
     # Audit (apps): a roll value of 2 or -1 made a key's cross-entropy unbounded below (2 with
@@ -1582,10 +1591,7 @@ def test_piano_roll_nll_refuses_rolls_outside_0_and_1_where_they_count():
     # in fit alike (the losses of keras_capsules.losses refuse such labels).
     import tensorflow as tf
 
-    rng = np.random.default_rng(0)
-    logits = rng.normal(size=(2, 3, music.NUM_KEYS)).astype("float32")
-    rolls = (rng.uniform(size=(2, 3, music.NUM_KEYS)) < 0.1).astype("float32")
-    mask = np.array([[1, 1, 0], [1, 1, 1]], "float32")
+    logits, rolls, mask = _logits_rolls_and_mask(seed=0)
     loss = music.PianoRollNLL()
     base = float(loss(rolls, logits, sample_weight=mask))
     traced = tf.function(lambda y, p, w: loss(y, p, sample_weight=w))
@@ -1631,10 +1637,7 @@ def test_nll_per_step_metric_refuses_rolls_outside_0_and_1_where_they_count():
     # nats for a logit of 50 (lowering the reported NLL), as PianoRollNLL did
     import tensorflow as tf
 
-    rng = np.random.default_rng(1)
-    logits = rng.normal(size=(2, 3, music.NUM_KEYS)).astype("float32")
-    rolls = (rng.uniform(size=(2, 3, music.NUM_KEYS)) < 0.1).astype("float32")
-    mask = np.array([[1, 1, 0], [1, 1, 1]], "float32")
+    logits, rolls, mask = _logits_rolls_and_mask(seed=1)
 
     def score(y, traced=False):
         metric = music.PianoRollNLLPerStep()
