@@ -309,20 +309,19 @@ def run_search(args, strategy):
     # (and batch normalization synchronized over them); a resume under another strategy
     # ranked trials trained so against the others (helper-182)
     replicas = 1 if strategy is None else int(strategy.num_replicas_in_sync)
+    settings = {"application": args.application, "tuner": args.tuner, "epochs": args.epochs,
+                "replicas": replicas, "options": search_options(args)}
     if not args.overwrite:
         # and a resume with other options (but --fixed, which needs a model build), also
         # before the data are prepared: it was refused after them (25 s for a small SST
         # search, hours for CLEVR's features; helper-182)
-        _check_resumed_settings(os.path.join(directory, args.application),
-                                {"application": args.application, "tuner": args.tuner, "epochs": args.epochs,
-                                 "replicas": replicas, "options": search_options(args)})
+        _check_resumed_settings(os.path.join(directory, args.application), settings)
     hypermodel = tuning.HYPERMODELS[args.application].from_args(args, strategy)
     hypermodel.prepare()  # missing data fails now, as one line, before any trial
     default = strategy is None or strategy is tf.distribute.get_strategy()
     fixed = fixed_hyperparameters(hypermodel, args.fixed)
-    settings = {"application": args.application, "tuner": args.tuner, "epochs": args.epochs,
-                "fixed": pinned_values(fixed), "replicas": replicas, "options": search_options(args)}
-    if not args.overwrite:
+    settings["fixed"] = pinned_values(fixed)
+    if not args.overwrite:  # (--fixed now; the others were checked above)
         _check_resumed_settings(os.path.join(directory, args.application), settings)
     # (keras-tuner prints "Reloading Tuner from .../tuner0.json" on a resume: not with --quiet)
     with contextlib.redirect_stdout(io.StringIO()) if args.quiet else contextlib.nullcontext():

@@ -208,16 +208,16 @@ def batch_checked_when_run(layer_name, named, axes=1, what="batch size"):
     one is None there (a ``tf.function`` traced for any batch, a functional model's
     batch), an input of batch 1 was broadcast silently against one of batch N: G1 given
     x_top of one sample put out all of x_lat's, a cell given one sample's state ran
-    every sample from it. Stand-ins of each tensor's leading sizes (zeros, no copy of
-    the tensor) are compared with the first's by :func:`exactly_shaped_like` (on
-    TensorFlow an assertion whose message names the inputs), and the first tensor gets
-    the last stand-in added (zeros: its values and gradients are unchanged), so that the
-    comparison is part of what the outputs depend on (a graph drops what they do not).
-    Nothing is added where the sizes known when called prove them equal:
-    always in eager calls, and on JAX and torch, whose traces know every size; nor
-    inside :func:`batches_made_alike` (a ladder's own loop). On TensorFlow outside XLA
-    the first tensor is returned through the assertions (control dependencies), not
-    added to: the add cost a pass over every image tensor at every call.
+    every sample from it. On TensorFlow outside XLA the first tensor is returned
+    through assertions (control dependencies) whose messages name the inputs. Under
+    XLA, which drops assertions, stand-ins of each tensor's leading sizes (zeros, no
+    copy of the tensor) are compared with the first's by :func:`exactly_shaped_like`
+    (a shape error in a scope named after the check), and the first tensor gets the
+    last stand-in added (zeros: values and gradients unchanged), so that the comparison
+    is part of what the outputs depend on (a graph drops what they do not). Nothing is
+    added where the sizes known when called prove them equal: always in eager calls,
+    and on JAX and torch, whose traces know every size; nor inside
+    :func:`batches_made_alike` (a ladder's own loop).
     """
     first_name, first = named[0]
 
