@@ -300,7 +300,8 @@ def check_replicas(replicas, batch_size=None):
     replicas = checks.integer_at_least("replicas", replicas, 1)
     if batch_size is not None and batch_size < replicas:
         raise InputError(f"a batch of {batch_size} cannot be split over {replicas} replicas: give every replica "
-                         "at least one example (a larger batch size)")
+                         "at least one example (a larger batch size). "
+                         f"Received: batch_size={batch_size!r}, replicas={replicas!r}")
     return replicas
 
 

@@ -50,7 +50,8 @@ from applications.jsb_chorales import (  # noqa: F401
     piano_roll,
 )
 from keras_capsules.layers import RLadder, level_spec
-from keras_capsules.losses import GlobalBatchLoss, _like_values, _require_known_ranks
+from keras_capsules._validation import like_values, require_known_ranks
+from keras_capsules.losses import GlobalBatchLoss
 
 PAPER_NLL = {"RNN": 8.76, "RLadder": 5.64}
 
@@ -325,8 +326,8 @@ class PianoRollNLL(GlobalBatchLoss):
         return ops.where(ops.any(outside, axis=-1), ops.cast(float("nan"), values.dtype), values)
 
     def _require_known_ranks(self, y_true, y_pred):
-        _require_known_ranks(type(self).__name__, "it reads the keys on the last axis and the steps on the others",
-                             y_true=y_true, y_pred=y_pred)
+        require_known_ranks(type(self).__name__, "it reads the keys on the last axis and the steps on the others",
+                            y_true=y_true, y_pred=y_pred)
 
 
 def _counted_rolls(y_true, y_pred, sample_weight):
@@ -342,7 +343,7 @@ def _counted_rolls(y_true, y_pred, sample_weight):
     steps = ops.zeros_like(ops.sum(ops.cast(y_true, "float32"), axis=-1))  # the per-step values' shape
     counted = ops.ones_like(steps, dtype="bool")
     for w in weights:
-        counted = ops.logical_and(counted, _like_values(steps, w, "float32") != 0)
+        counted = ops.logical_and(counted, like_values(steps, w, "float32") != 0)
     return ops.where(ops.expand_dims(counted, -1), y_true, ops.zeros_like(y_true))
 
 
@@ -727,10 +728,11 @@ def compile_model(model, learning_rate=1e-3, clipnorm=1.0, weight_decay=0.0, ema
     if clipnorm is not None:
         clipnorm = checks.finite_number("clipnorm", clipnorm, positive=True)
     weight_decay = checks.finite_number("weight_decay", weight_decay, positive=False)
-    if ema_momentum is not None and (
-        isinstance(ema_momentum, bool) or not isinstance(ema_momentum, (int, float)) or not 0 <= ema_momentum < 1
-    ):
-        raise InputError(f"`ema_momentum` must be None or in [0, 1). Received: ema_momentum={ema_momentum!r}")
+    # (numbers.Real: np.float32(0.99) was refused, which RAdam and Keras' optimizers take)
+    if ema_momentum is not None:
+        if isinstance(ema_momentum, bool) or not isinstance(ema_momentum, numbers.Real) or not 0 <= ema_momentum < 1:
+            raise InputError(f"`ema_momentum` must be None or in [0, 1). Received: ema_momentum={ema_momentum!r}")
+        ema_momentum = float(ema_momentum)
     ema = dict(use_ema=ema_momentum is not None, ema_momentum=0.99 if ema_momentum is None else ema_momentum)
     if weight_decay:
         optimizer = keras.optimizers.AdamW(learning_rate, weight_decay=weight_decay, clipnorm=clipnorm, **ema)
@@ -1119,8 +1121,11 @@ def train(
         raise InputError(f"`sample_steps` must be a non-negative integer. Received: sample_steps={sample_steps!r}")
     if isinstance(ensemble, bool) or not isinstance(ensemble, int) or ensemble < 1:
         raise InputError(f"`ensemble` must be a positive integer. Received: ensemble={ensemble!r}")
-    if isinstance(reduce_lr_factor, bool) or not isinstance(reduce_lr_factor, (int, float)) or not 0 < reduce_lr_factor < 1:
+    # (numbers.Real: np.float32(0.5) was refused)
+    if isinstance(reduce_lr_factor, bool) or not isinstance(reduce_lr_factor, numbers.Real) \
+            or not 0 < reduce_lr_factor < 1:
         raise InputError(f"`reduce_lr_factor` must be in (0, 1). Received: reduce_lr_factor={reduce_lr_factor!r}")
+    reduce_lr_factor = float(reduce_lr_factor)
     # checked before anything is written (an empty list failed later with ZeroDivisionError)
     readouts = [readout] if isinstance(readout, str) else list(readout)
     if not readouts or any(kind not in READOUTS for kind in readouts):

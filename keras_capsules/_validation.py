@@ -1,7 +1,12 @@
-"""Constructor-argument checks shared by every layer, loss and optimizer.
+"""Checks and tensor helpers shared by the modules of the package (and by ``applications``).
 
-Each returns the (normalised) value or raises ``ValueError`` quoting
-``Received: name=value``, the house format for bad arguments.
+The constructor-argument checks (:func:`positive_int`, :func:`rate`, :func:`fraction`,
+...) return the (normalised) value or raise ``ValueError`` quoting
+``Received: name=value``, the house format for bad arguments. The tensor helpers
+(:func:`concrete_values`, :func:`require_known_ranks`, :func:`like_values`, ...) serve
+the layers and the losses, and the applications' losses built on
+:class:`keras_capsules.losses.GlobalBatchLoss`: the module is private to the project,
+not to one file, so its names carry no underscore.
 """
 
 import math
@@ -73,6 +78,17 @@ def rate(name, value):
     """A real number in [0, 1) (dropout rates and the like), returned as float."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < 1:
         raise ValueError(f"`{name}` must be a number in [0, 1). Received: {name}={value!r}")
+    return float(value)
+
+
+def fraction(name, value):
+    """A real number in [0, 1], both ends included (fractions, momenta), returned as float.
+
+    :func:`rate` is the same check without 1; NaN, infinities, bools and strings are
+    refused by both.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value <= 1:
+        raise ValueError(f"`{name}` must be a number in [0, 1]. Received: {name}={value!r}")
     return float(value)
 
 
@@ -222,3 +238,62 @@ def check_built(layer_name, named_shapes):
                 f"This {layer_name} layer was built for {what} with a last axis of {int(built)}. "
                 f"Received: {what} shape={tuple(shape)}"
             )
+
+
+def _rank(x):
+    """The rank of ``x``, or None where it is unknown (a tensor traced for
+    ``tf.TensorSpec(shape=None)``)."""
+    try:
+        return len(x.shape)
+    except (TypeError, ValueError):  # TensorFlow: "Cannot take the length of shape with unknown rank"
+        return None
+
+
+def require_known_ranks(loss, why, **tensors):
+    """Refuses tensors of unknown rank with a ``ValueError`` naming them; ``loss`` names the
+    loss, ``why`` says what it needs the rank for.
+
+    A tensor has no known rank only inside a trace for ``tf.TensorSpec(shape=None)``, e.g.
+    labels from a ``tf.data`` pipeline that lost their static shape (``tf.numpy_function``,
+    ``tf.py_function``); the loss then failed deep in the trace with TensorFlow's "Cannot
+    take the length of shape with unknown rank". Values that are no tensors yet (lists)
+    are let through: their rank is known once converted.
+
+    Raises:
+        ValueError: ``"<loss> needs y_true and y_pred of known rank: <why>. ...
+        Received: y_true shape=<unknown rank>, y_pred shape=(2, 3)"``.
+    """
+    if all(not hasattr(x, "shape") or _rank(x) is not None for x in tensors.values()):
+        return
+    shapes = ", ".join(
+        f"{name} shape={'<unknown rank>' if _rank(x) is None else tuple(x.shape)}"
+        for name, x in tensors.items() if hasattr(x, "shape")
+    )
+    names = list(tensors)
+    names = f"{', '.join(names[:-1])} and {names[-1]}" if len(names) > 1 else names[0]
+    raise ValueError(
+        f"{loss} needs {names} of known rank: {why}. Give them a static shape (in a tf.data "
+        f"pipeline, e.g. with `tf.ensure_shape` after a `tf.numpy_function`). Received: {shapes}"
+    )
+
+
+def like_values(values, x, dtype):
+    """A mask or weights ``x`` spread over ``values``, as the losses read them: a trailing
+    axis of 1 beyond the values' rank is dropped (as Keras drops it), missing trailing
+    axes are added (so ``[batch]`` weighs every value of a sample), then broadcast to the
+    values' shape, in ``dtype``.
+
+    Raises:
+        ValueError: ``x`` has more axes than ``values`` (beyond a trailing one of 1).
+    """
+    x = ops.cast(ops.convert_to_tensor(x), dtype)
+    if len(x.shape) == len(values.shape) + 1 and x.shape[-1] == 1:
+        x = ops.squeeze(x, axis=-1)
+    if len(x.shape) > len(values.shape):
+        raise ValueError(
+            f"A sample weight or mask must have at most the rank of the per-value losses, "
+            f"{tuple(values.shape)}. Received: shape={tuple(x.shape)}"
+        )
+    while len(x.shape) < len(values.shape):
+        x = ops.expand_dims(x, axis=-1)
+    return ops.broadcast_to(x, ops.shape(values))

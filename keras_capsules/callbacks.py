@@ -2,7 +2,6 @@
 
 import contextlib
 import math
-import numbers
 import time
 import weakref
 
@@ -170,14 +169,9 @@ class BudgetLinearDecay(keras.callbacks.Callback):
                 "`budget` must be the TimeBudget callback whose clock drives the decay (an instance, "
                 f"in the same `callbacks` list). Received: budget={budget!r}"
             )
-        # ([0, 1], not the [0, 1) of _validation.rate: 1 keeps the rate constant)
-        if isinstance(final_fraction, bool) or not isinstance(final_fraction, numbers.Real) \
-                or not 0.0 <= final_fraction <= 1.0:
-            raise ValueError(
-                f"`final_fraction` must be a number in [0, 1]. Received: final_fraction={final_fraction!r}"
-            )
         self.budget = budget
-        self.final_fraction = float(final_fraction)
+        # ([0, 1], not the [0, 1) of _validation.rate: 1 keeps the rate constant)
+        self.final_fraction = _validation.fraction("final_fraction", final_fraction)
         # None (the default) is the optimizer's rate, read when the first fit begins
         self.initial_learning_rate = (
             None

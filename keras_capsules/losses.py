@@ -46,7 +46,8 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_capsules._validation import concrete_values, exactly_shaped_like
+from keras_capsules._validation import (boolean, concrete_values, exactly_shaped_like, like_values, positive_float,
+                                        require_known_ranks)
 from keras_capsules.ops import maximum, routing_dtype
 
 __all__ = ["GlobalBatchLoss", "CapsuleLoss", "MarginLoss", "MixtureNLL", "mixture_nll", "margin_term", "focal_term", "cross_term"]
@@ -113,39 +114,6 @@ def _smallest_normal(name, value, work):
             f"normal number, {np.finfo(work).tiny:.4g}. Received: {name}={value!r}"
         )
     return in_work
-
-
-def _rank(x):
-    """The rank of ``x``, or None where it is unknown (a tensor traced for
-    ``tf.TensorSpec(shape=None)``)."""
-    try:
-        return len(x.shape)
-    except (TypeError, ValueError):  # TensorFlow: "Cannot take the length of shape with unknown rank"
-        return None
-
-
-def _require_known_ranks(loss, why, **tensors):
-    """Refuses tensors of unknown rank with a ``ValueError`` naming them; ``loss`` names the
-    loss, ``why`` says what it needs the rank for.
-
-    A tensor has no known rank only inside a trace for ``tf.TensorSpec(shape=None)``, e.g.
-    labels from a ``tf.data`` pipeline that lost their static shape (``tf.numpy_function``,
-    ``tf.py_function``); the loss then failed deep in the trace with TensorFlow's "Cannot
-    take the length of shape with unknown rank". Values that are no tensors yet (lists)
-    are let through: their rank is known once converted.
-    """
-    if all(not hasattr(x, "shape") or _rank(x) is not None for x in tensors.values()):
-        return
-    shapes = ", ".join(
-        f"{name} shape={'<unknown rank>' if _rank(x) is None else tuple(x.shape)}"
-        for name, x in tensors.items() if hasattr(x, "shape")
-    )
-    names = list(tensors)
-    names = f"{', '.join(names[:-1])} and {names[-1]}" if len(names) > 1 else names[0]
-    raise ValueError(
-        f"{loss} needs {names} of known rank: {why}. Give them a static shape (in a tf.data "
-        f"pipeline, e.g. with `tf.ensure_shape` after a `tf.numpy_function`). Received: {shapes}"
-    )
 
 
 def _check_ids(y_true, n_classes):
@@ -536,8 +504,8 @@ class CapsuleLoss(GlobalBatchLoss):
         # Labels of unknown rank cannot be read: class ids and one-hot targets are told apart
         # by their rank (run-time shapes could tell them apart only by reshaping the labels
         # to the scores' leading axes, which would take labels of another layout silently).
-        _require_known_ranks(type(self).__name__, "it tells class ids from one-hot targets by their rank",
-                             y_true=y_true, y_pred=y_pred)
+        require_known_ranks(type(self).__name__, "it tells class ids from one-hot targets by their rank",
+                            y_true=y_true, y_pred=y_pred)
 
     def get_config(self):
         config = super().get_config()
@@ -635,9 +603,7 @@ def _check_axis(group_axis, rank):
 
 def _mixture_sigma(sigma):
     """``sigma`` as a float: a positive, finite number (the check of MixtureNLL and mixture_nll)."""
-    if isinstance(sigma, bool) or not isinstance(sigma, numbers.Real) or not 0 < sigma < math.inf:
-        raise ValueError(f"`sigma` must be a positive, finite number. Received: sigma={sigma!r}")
-    return float(sigma)
+    return positive_float("sigma", sigma)
 
 
 def _mixture_group_axis(group_axis):
@@ -652,11 +618,7 @@ def _mixture_group_axis(group_axis):
 
 def _mixture_from_logits(from_logits):
     """``from_logits`` as a bool: True or False only (a string "False" is truthy)."""
-    if not isinstance(from_logits, (bool, np.bool_)):
-        raise ValueError(
-            f"`from_logits` must be True or False. Received: from_logits={from_logits!r}"
-        )
-    return bool(from_logits)
+    return boolean("from_logits", from_logits)
 
 
 def _probability_floor(epsilon):
@@ -720,7 +682,7 @@ def mixture_nll(x, m, pi, sigma, group_axis=1, from_logits=False, epsilon=1e-7):
     epsilon = _probability_floor(epsilon)
     group_axis = _mixture_group_axis(group_axis)
     from_logits = _mixture_from_logits(from_logits)
-    _require_known_ranks("mixture_nll", "it finds the groups and channels by their axes", x=x, m=m, pi=pi)
+    require_known_ranks("mixture_nll", "it finds the groups and channels by their axes", x=x, m=m, pi=pi)
     rank = len(m.shape)
     axis = _check_axis(group_axis, rank)
     m = ops.convert_to_tensor(m)
@@ -787,40 +749,23 @@ def _several_replicas():
     return context
 
 
-def _like_values(values, x, dtype):
-    """A mask or weights ``x`` spread over ``values``: a trailing axis of 1 beyond the
-    values' rank is dropped (as Keras drops it), missing trailing axes are added (so
-    ``[batch]`` weighs every value of a sample), then broadcast to the values' shape."""
-    x = ops.cast(ops.convert_to_tensor(x), dtype)
-    if len(x.shape) == len(values.shape) + 1 and x.shape[-1] == 1:
-        x = ops.squeeze(x, axis=-1)
-    if len(x.shape) > len(values.shape):
-        raise ValueError(
-            f"A sample weight or mask must have at most the rank of the per-value losses, "
-            f"{tuple(values.shape)}. Received: shape={tuple(x.shape)}"
-        )
-    while len(x.shape) < len(values.shape):
-        x = ops.expand_dims(x, axis=-1)
-    return ops.broadcast_to(x, ops.shape(values))
-
-
 def _reduce(values, sample_weight, mask, reduction, dtype):
     """Keras' reductions of the per-value losses, with the weights and the mask spread
-    over the values from the left (:func:`_like_values`), and the means over the global
+    over the values from the left (:func:`like_values`), and the means over the global
     batch under several replicas (:func:`_global_mean`)."""
     if reduction in _DIVIDING_REDUCTIONS:
         return _global_mean(values, sample_weight, mask, reduction, dtype, _several_replicas())
     values = ops.convert_to_tensor(values, dtype=dtype)
     for weights in (sample_weight, mask):
         if weights is not None:
-            values = values * _like_values(values, weights, dtype)
+            values = values * like_values(values, weights, dtype)
     return ops.sum(values) if reduction == "sum" else values  # "sum", or "none" (None)
 
 
 def _global_mean(values, sample_weight, mask, reduction, dtype, context=None):
     """The mean of a reduction that divides, on one device or on one replica's share.
 
-    The weights (and the mask) are spread over the values (:func:`_like_values`), and
+    The weights (and the mask) are spread over the values (:func:`like_values`), and
     the weighted sum is divided by the sum of the spread weights
     (``"mean_with_sample_weight"``) or by the number of kept values.
 
@@ -833,8 +778,8 @@ def _global_mean(values, sample_weight, mask, reduction, dtype, context=None):
     replicas' losses add up to the one-device loss and their gradients to its gradient.
     """
     values = ops.convert_to_tensor(values, dtype=dtype)
-    kept = ops.ones_like(values) if mask is None else _like_values(values, mask, dtype)
-    weights = kept if sample_weight is None else kept * _like_values(values, sample_weight, dtype)
+    kept = ops.ones_like(values) if mask is None else like_values(values, mask, dtype)
+    weights = kept if sample_weight is None else kept * like_values(values, sample_weight, dtype)
     total = ops.sum(values * weights)
     if reduction == "mean_with_sample_weight":
         count = ops.sum(weights)
@@ -994,8 +939,8 @@ class MixtureNLL(GlobalBatchLoss):
         return weights if sample_weight is None else weights * ops.cast(sample_weight, self.dtype)
 
     def _require_known_ranks(self, y_true, y_pred):
-        _require_known_ranks(type(self).__name__, "it finds the groups and channels by their axes",
-                             y_true=y_true, y_pred=y_pred)
+        require_known_ranks(type(self).__name__, "it finds the groups and channels by their axes",
+                            y_true=y_true, y_pred=y_pred)
 
     def call(self, y_true, y_pred):
         y_pred = ops.convert_to_tensor(y_pred)

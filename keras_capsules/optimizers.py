@@ -11,7 +11,7 @@ import numbers
 import keras
 from keras import ops
 
-from keras_capsules._validation import boolean, positive_float, positive_int
+from keras_capsules._validation import boolean, fraction, positive_float, positive_int, rate
 from keras_capsules.ops import minimum
 
 
@@ -107,10 +107,8 @@ class RAdam(keras.optimizers.Optimizer):
         name="radam",
         **kwargs,
     ):
-        # numbers.Real: numpy scalars (np.float32 from a config or a tuner) are numbers too.
-        for arg, value in (("beta_1", beta_1), ("beta_2", beta_2)):
-            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < 1:
-                raise ValueError(f"`{arg}` must be a number in [0, 1). Received: {arg}={value!r}")
+        # numpy scalars (np.float32 from a config or a tuner) are numbers too.
+        beta_1, beta_2 = rate("beta_1", beta_1), rate("beta_2", beta_2)
         # A NaN epsilon was accepted and turned every adaptive step into NaN.
         if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real) or not 0 <= epsilon < math.inf:
             raise ValueError(f"`epsilon` must be a finite non-negative number. Received: epsilon={epsilon!r}")
@@ -147,10 +145,8 @@ class RAdam(keras.optimizers.Optimizer):
         ema_overwrite_frequency = positive_int("ema_overwrite_frequency", ema_overwrite_frequency, allow_none=True)
         # (Keras refuses an ema_momentum outside [0, 1], but not NaN: an average that
         # kept the first weights)
-        if use_ema and (
-            isinstance(ema_momentum, bool) or not isinstance(ema_momentum, numbers.Real) or not 0 <= ema_momentum <= 1
-        ):
-            raise ValueError(f"`ema_momentum` must be a number in [0, 1]. Received: ema_momentum={ema_momentum!r}")
+        if use_ema:
+            ema_momentum = fraction("ema_momentum", ema_momentum)
         # Keras refuses 1 and negative counts but accepted 0 (silently: no accumulation) and
         # 2.5 (a TypeError at the first step).
         if gradient_accumulation_steps is not None:
@@ -176,8 +172,8 @@ class RAdam(keras.optimizers.Optimizer):
             gradient_accumulation_steps=gradient_accumulation_steps,
             **kwargs,
         )
-        self.beta_1 = float(beta_1)
-        self.beta_2 = float(beta_2)
+        self.beta_1 = beta_1  # (Python floats: rate returns them)
+        self.beta_2 = beta_2
         self.epsilon = float(epsilon)
 
     def build(self, var_list):
@@ -395,17 +391,14 @@ def one_cycle_schedule(total_steps, min_lr=1e-5, max_lr=5e-4, warmup_fraction=0.
             f"`total_steps` must be an integer >= 2. Received: total_steps={total_steps!r}"
         )
     total_steps = int(total_steps)
-    for arg, value in (("min_lr", min_lr), ("max_lr", max_lr), ("warmup_fraction", warmup_fraction)):
+    for arg, value in (("min_lr", min_lr), ("max_lr", max_lr)):
         if isinstance(value, bool) or not isinstance(value, numbers.Real):  # "1e-4" was a TypeError
             raise ValueError(f"`{arg}` must be a number. Received: {arg}={value!r}")
     if not 0 < min_lr <= max_lr < math.inf:
         raise ValueError(
             f"Expected 0 < min_lr <= max_lr, both finite. Received: min_lr={min_lr!r}, max_lr={max_lr!r}"
         )
-    if not 0 <= warmup_fraction < 1:
-        raise ValueError(
-            f"`warmup_fraction` must be in [0, 1). Received: warmup_fraction={warmup_fraction!r}"
-        )
+    warmup_fraction = rate("warmup_fraction", warmup_fraction)
     warmup_steps = int(round(warmup_fraction * total_steps))
     warmup_steps = min(warmup_steps, total_steps - 1)
     return keras.optimizers.schedules.CosineDecay(

@@ -1,6 +1,7 @@
 """RAdam and the one-cycle schedule: the published rule, schedules, serialization, training."""
 
 import math
+import re
 
 import keras
 import numpy as np
@@ -310,6 +311,24 @@ def test_one_cycle_schedule_without_warm_up_starts_at_the_peak():
 def test_one_cycle_schedule_bad_arguments(kwargs):
     with pytest.raises(ValueError, match="Received"):
         one_cycle_schedule(**kwargs)
+
+
+@pytest.mark.parametrize("fraction", [1.0, -0.1, math.nan, math.inf, True, "0.1", None])
+def test_one_cycle_schedule_warmup_fraction_must_be_a_number_in_0_1(fraction):
+    # One message for every bad fraction, in the house format of _validation.rate: a string
+    # was "must be a number" and 1.0 "must be in [0, 1)", neither naming the other bound.
+    with pytest.raises(ValueError, match=re.escape(f"`warmup_fraction` must be a number in [0, 1). "
+                                                   f"Received: warmup_fraction={fraction!r}")):
+        one_cycle_schedule(10, warmup_fraction=fraction)
+    assert one_cycle_schedule(8, warmup_fraction=np.float32(0.25)).warmup_steps == 2
+
+
+def test_an_ema_momentum_is_kept_as_a_python_float():
+    # As beta_1, beta_2 and epsilon: an np.float32 momentum (from a tuner or a config) was
+    # kept as it came, in the optimizer and its config.
+    opt = RAdam(use_ema=True, ema_momentum=np.float32(0.5))
+    assert type(opt.ema_momentum) is float and type(opt.get_config()["ema_momentum"]) is float
+    assert opt.ema_momentum == 0.5
 
 
 def test_one_cycle_schedule_takes_numpy_step_counts():

@@ -129,6 +129,21 @@ def test_global_batch_size_refuses_a_bad_per_replica_batch(value):
     assert distribute.global_batch_size(np.int64(4), distribute.make_strategy("default")) == 4
 
 
+def test_a_batch_smaller_than_the_replicas_is_refused_quoting_both():
+    # The error ended without the "Received: ..." of the project's other errors.
+    from applications.errors import InputError
+
+    with pytest.raises(InputError) as refused:
+        distribute.check_replicas(4, batch_size=2)
+    assert str(refused.value) == (
+        "a batch of 2 cannot be split over 4 replicas: give every replica at least one example "
+        "(a larger batch size). Received: batch_size=2, replicas=4"
+    )
+    with pytest.raises(InputError, match=r"Received: batch_size=1, replicas=2$"):
+        distribute.even_batch_count(7, 1, 2)
+    assert distribute.check_replicas(np.int64(2), batch_size=2) == 2
+
+
 def test_multiworker_after_tensorflow_started_is_a_strategy_error(monkeypatch):
     # Audit 9: a raw RuntimeError "Collective ops must be configured at program startup".
     import tensorflow as tf

@@ -285,6 +285,40 @@ def test_optimizer_options_and_their_validation():
     assert music.compile_model(model, schedule, clipnorm=None).optimizer.clipnorm is None
 
 
+def test_compile_model_takes_a_numpy_ema_momentum():
+    # (int, float) refused np.float32(0.9), which RAdam and Keras' optimizers take; the
+    # optimizer gets a Python float
+    model = music.build_model(4, **TINY)
+    opt = music.compile_model(model, ema_momentum=np.float32(0.9)).optimizer
+    assert opt.use_ema and type(opt.ema_momentum) is float and opt.ema_momentum == pytest.approx(0.9)
+    for bad in (float("nan"), float("inf"), np.float32(1.0), True):
+        with pytest.raises(InputError, match=r"^`ema_momentum` must be None or in \[0, 1\)\. Received: ema_momentum="):
+            music.compile_model(model, ema_momentum=bad)
+
+
+def test_train_takes_a_numpy_reduce_lr_factor(tmp_path):
+    # (int, float) refused np.float32(0.5). The empty `readout`, checked right after the
+    # factor, stops the call before anything trains: its error shows the factor was taken.
+    with pytest.raises(InputError, match=r"Received: readout=\[\]"):
+        music.train(DATA, run_dir=str(tmp_path / "run"), epochs=1, limit=1, reduce_lr_factor=np.float32(0.5),
+                    readout=[])
+    with pytest.raises(InputError, match="Received: reduce_lr_factor="):
+        music.train(DATA, run_dir=str(tmp_path / "run"), epochs=1, limit=1, reduce_lr_factor=np.float32(1.0))
+
+
+def test_music_imports_no_private_name_of_keras_capsules():
+    # It imported _like_values and _require_known_ranks from keras_capsules.losses; the
+    # checks shared by the package and the applications live in keras_capsules._validation.
+    import ast
+
+    with open(music.__file__, encoding="utf-8") as source:
+        tree = ast.parse(source.read())
+    private = [f"{node.module}.{alias.name}" for node in ast.walk(tree)
+               if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("keras_capsules")
+               for alias in node.names if alias.name.startswith("_")]
+    assert private == []
+
+
 def test_build_model_refuses_bad_steps_and_output_biases():
     # audit (2026-11-27): steps=0 failed only when the model was called; an output bias of
     # the wrong length failed in numpy's reshape, and a NaN one gave NaN logits silently
