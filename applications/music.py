@@ -1111,16 +1111,11 @@ def train(
 
     # epochs=0 wrote and scored an untrained model; -1 and 1.5 failed inside fit
     epochs = integer_at_least("epochs", epochs, 1)
-    if reduce_lr_patience is not None and (
-        isinstance(reduce_lr_patience, bool) or not isinstance(reduce_lr_patience, int) or reduce_lr_patience < 1
-    ):
-        raise InputError(
-            f"`reduce_lr_patience` must be None or a positive integer. Received: reduce_lr_patience={reduce_lr_patience!r}"
-        )
-    if isinstance(sample_steps, bool) or not isinstance(sample_steps, int) or sample_steps < 0:
-        raise InputError(f"`sample_steps` must be a non-negative integer. Received: sample_steps={sample_steps!r}")
-    if isinstance(ensemble, bool) or not isinstance(ensemble, int) or ensemble < 1:
-        raise InputError(f"`ensemble` must be a positive integer. Received: ensemble={ensemble!r}")
+    # (integer_at_least: numpy integers, such as a tuner's or an array's np.int64, were refused)
+    if reduce_lr_patience is not None:
+        reduce_lr_patience = integer_at_least("reduce_lr_patience", reduce_lr_patience, 1)
+    sample_steps = integer_at_least("sample_steps", sample_steps, 0)
+    ensemble = integer_at_least("ensemble", ensemble, 1)
     # (numbers.Real: np.float32(0.5) was refused)
     if isinstance(reduce_lr_factor, bool) or not isinstance(reduce_lr_factor, numbers.Real) \
             or not 0 < reduce_lr_factor < 1:
@@ -1384,8 +1379,7 @@ def evaluate(model_path, data_path=None, split="test", limit=None, batch_size=32
     0 (the default) is silent.
     """
 
-    if isinstance(sample_steps, bool) or not isinstance(sample_steps, int) or sample_steps < 0:
-        raise InputError(f"`sample_steps` must be a non-negative integer. Received: sample_steps={sample_steps!r}")
+    sample_steps = integer_at_least("sample_steps", sample_steps, 0)
     if split not in SPLITS:  # was a KeyError after the model was loaded
         raise InputError(f"`split` must be one of {SPLITS}. Received: split={split!r}")
     if limit is not None:  # limit=-1 silently left out the last chorale, as load_rolls' did

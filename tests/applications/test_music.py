@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from applications import music
-from applications.errors import InputError
+from applications.errors import InputError, PathNotFoundError
 from tests.applications.cli_helpers import CrashAt
 from tests.applications.short_data import write_short_chorales
 from tests.conftest import as_an_application_test, shared_path
@@ -304,6 +304,20 @@ def test_train_takes_a_numpy_reduce_lr_factor(tmp_path):
                     readout=[])
     with pytest.raises(InputError, match="Received: reduce_lr_factor="):
         music.train(DATA, run_dir=str(tmp_path / "run"), epochs=1, limit=1, reduce_lr_factor=np.float32(1.0))
+
+
+def test_train_and_evaluate_take_numpy_integers(tmp_path):
+    # isinstance(x, int) refused np.int64 (a tuner's or an array's) for these counts. The
+    # empty `readout`, checked after them, stops train before anything trains; evaluate
+    # stops at the missing model, after its sample_steps.
+    with pytest.raises(InputError, match=r"Received: readout=\[\]"):
+        music.train(DATA, run_dir=str(tmp_path / "run"), epochs=1, limit=1, reduce_lr_patience=np.int64(2),
+                    sample_steps=np.int64(0), ensemble=np.int32(2), readout=[])
+    with pytest.raises(PathNotFoundError, match="no model at"):
+        music.evaluate(str(tmp_path / "missing.keras"), DATA, sample_steps=np.int64(2))
+    for name, bad in (("reduce_lr_patience", np.int64(0)), ("ensemble", np.int64(0)), ("sample_steps", np.int64(-1))):
+        with pytest.raises(InputError, match=f"Received: {name}="):
+            music.train(DATA, run_dir=str(tmp_path / "run"), epochs=1, limit=1, **{name: bad})
 
 
 def test_music_imports_no_private_name_of_keras_capsules():
