@@ -832,9 +832,8 @@ class TokenScores(keras.layers.Layer):
 
     def __init__(self, num_layers, **kwargs):
         super().__init__(**kwargs)
-        if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
-            raise InputError(f"`num_layers` must be a positive integer. Received: num_layers={num_layers!r}")
-        self.num_layers = num_layers
+        # (integer_at_least: a numpy integer, np.int64(3), was refused)
+        self.num_layers = integer_at_least("num_layers", num_layers, 1)
 
     def call(self, inputs):
         inf = ops.cast(float("inf"), self.compute_dtype)

@@ -287,6 +287,8 @@ def test_build_model_shapes(num_classes, capsys):
     assert model.get_layer("routing1").n_out == 64 and model.get_layer("routing2").n_inp == 64
     with pytest.raises(ValueError, match="num_layers"):
         sst.TokenScores(0)
+    scores = sst.TokenScores(np.int64(3))  # a numpy integer was refused
+    assert type(scores.num_layers) is int and scores.get_config()["num_layers"] == 3
 
 
 def test_padding_never_changes_the_logits():
