@@ -164,6 +164,46 @@ class PositionalEncoding(keras.layers.Layer):
 
 
 # ------------------------------------------------------------------------- model parts
+def mac_units(units):
+    """``units``, the MAC dimension ``d``, as an int if it is an even integer >= 2 (Python
+    or numpy: a numpy integer, e.g. from a search space, was refused as "not even": units=8).
+
+    Raises:
+        InputError (a ValueError): ``"`units` must be an even integer >= 2 ... Received: units=value"``.
+    """
+    if isinstance(units, bool) or not isinstance(units, numbers.Integral) or units < 2 or units % 2:
+        raise InputError(
+            f"`units` must be an even integer >= 2 (a BiLSTM of units // 2 each way). Received: units={units!r}"
+        )
+    return int(units)
+
+
+def verbosity(verbose):
+    """``verbose`` of the applications' ``train`` and ``evaluate`` as an int if it is 0, 1
+    or 2 (``model.fit``'s; Python or numpy, not a bool). Keras takes any value: ``"no"``
+    and ``-1`` hid the progress bars, ``True`` and ``"yes"`` showed them.
+
+    Raises:
+        InputError (a ValueError): ``"`verbose` must be 0, 1 or 2. Received: verbose=value"``.
+    """
+    if isinstance(verbose, bool) or not isinstance(verbose, numbers.Integral) or verbose not in (0, 1, 2):
+        raise InputError(f"`verbose` must be 0, 1 or 2. Received: verbose={verbose!r}")
+    return int(verbose)
+
+
+def dropout_rate(name, value):
+    """``value`` as a float if it is a number in [0, 1) (Keras' ``Dropout`` takes rate=1,
+    and zeroes its input: the answer from biases only).
+
+    Raises:
+        InputError (a ValueError): ``"`name` must be a number in [0, 1). Received: name=value"``
+        (a negative one: ``"... a finite number >= 0 ..."``).
+    """
+    if checks.finite_number(name, value, positive=False) >= 1:
+        raise InputError(f"`{name}` must be a number in [0, 1). Received: {name}={value!r}")
+    return float(value)
+
+
 def input_unit(tokens, vocabulary_size, embedding_dim=300, units=512, dropout=0.0, name="input"):
     """Word embeddings + BiLSTM over the question tokens (0 = padding).
 
@@ -179,12 +219,12 @@ def input_unit(tokens, vocabulary_size, embedding_dim=300, units=512, dropout=0.
     Returns:
         ``(contextual_words [batch, words, units] (masked), question [batch, units])``.
     """
-    # a numpy integer (e.g. from a search space) was refused as "not even": units=8
-    if isinstance(units, bool) or not isinstance(units, numbers.Integral) or units < 2 or units % 2:
-        raise InputError(
-            f"`units` must be an even integer >= 2 (a BiLSTM of units // 2 each way). Received: units={units!r}"
-        )
-    units = int(units)
+    units = mac_units(units)
+    # numpy integers (e.g. sizes counted with numpy) were refused by Keras' Embedding as not
+    # positive integers: "Received: output_dim=4 (of type int64)"
+    vocabulary_size = integer_at_least("vocabulary_size", vocabulary_size, 1)
+    embedding_dim = integer_at_least("embedding_dim", embedding_dim, 1)
+    dropout = dropout_rate("dropout", dropout)
     x = keras.layers.Embedding(vocabulary_size, embedding_dim, mask_zero=True, name=f"{name}_embedding")(
         tokens
     )
@@ -206,6 +246,7 @@ def image_knowledge_base(features, units=512, positional_encoding="sincos", enco
     :class:`PositionalEncoding`), then two 3x3 convolutions (same padding) of ``units``
     channels with ELU, then the grid flattened row by row into cells.
     """
+    dropout = dropout_rate("dropout", dropout)
     x = features
     if positional_encoding is not None:
         x = PositionalEncoding(positional_encoding, encoding_dim, name=f"{name}_position")(x)
@@ -218,9 +259,9 @@ def image_knowledge_base(features, units=512, positional_encoding="sincos", enco
 
 def output_unit(memory, question, num_answers, units=512, dropout=0.0, name="output"):
     """The classifier: ``[m_p, q]`` -> Dense(units, ELU) -> Dense(num_answers) logits."""
-    # Keras' Dropout takes rate=1 and zeroes the classifier's input (the answer from biases only)
-    if checks.finite_number("output_dropout", dropout, positive=False) >= 1:
-        raise InputError(f"`output_dropout` must be a number in [0, 1). Received: output_dropout={dropout!r}")
+    dropout = dropout_rate("output_dropout", dropout)
+    # (a numpy integer was refused by Keras' Dense: "Received: units=5")
+    num_answers = integer_at_least("num_answers", num_answers, 1)
     x = keras.layers.Concatenate(name=f"{name}_concat")([memory, question])
     if dropout:
         x = keras.layers.Dropout(dropout, name=f"{name}_dropout")(x)
@@ -265,6 +306,8 @@ def build_model(
         A ``keras.Model`` with inputs ``{"question": int [batch, words] (0 = padding),
         "features": float [batch, H, W, C]}`` and answer logits ``[batch, num_answers]``.
     """
+    # input_dropout=1 zeroed the embeddings and the features (Keras' Dropout takes it)
+    input_dropout = dropout_rate("input_dropout", input_dropout)
     tokens = keras.Input((None,), dtype="int32", name="question")
     features = keras.Input(tuple(feature_shape), name="features")
     words, question = input_unit(tokens, vocabulary_size, embedding_dim, units, input_dropout)
@@ -1044,6 +1087,8 @@ def train(cache_dir, run_dir="runs/clevr", data_dir=None, epochs=25, batch_size=
     a run resumed from it at epoch ``k`` trains epochs ``k, k + 1, ...`` on the orders
     the uninterrupted run had: :func:`make_dataset`'s ``first_epoch``).
     A split without questions is refused before training (:func:`require_questions`).
+    ``verbose`` (0, 1 or 2) is ``fit``'s, and 1 or 2 also shows the feature extraction's
+    progress.
     """
 
     from applications import fault_tolerance
@@ -1052,12 +1097,16 @@ def train(cache_dir, run_dir="runs/clevr", data_dir=None, epochs=25, batch_size=
     # epochs=0 wrote and scored an untrained model; -1 and 1.5 failed inside fit
     epochs = integer_at_least("epochs", epochs, 1)
     seed = integer_at_least("seed", seed, 0)  # (-1 and 1.5 were Keras' errors from set_random_seed)
+    verbose = verbosity(verbose)  # ("no" was taken by the progress bars and fit, and hid them)
     # The other options before the features are cached (hours for a cold cache), not
     # after: a bad limit, batch size or learning rate, and the model's options, which a
     # throw-away model on stand-in sizes checks (0.2 s; `units=7`, odd, or a typo in
     # model_kwargs were refused only once every image had gone through ResNet-101).
     _check_limit(limit)
     integer_at_least("batch_size", batch_size, 1)
+    # as evaluate checks it: image_size=0 or True looked for features of that size, and
+    # was refused as TFDS's clevr not prepared (to extract them), or by ResNet-101
+    image_size = integer_at_least("image_size", image_size, 1)
     checks.learning_rate(learning_rate)
     model_kwargs = _checked_model_options(model_kwargs)
     callbacks = checks.callback_list(callbacks)  # (None: none; [*None] was a TypeError after the run directory)
@@ -1134,6 +1183,7 @@ def evaluate(model_path, cache_dir, data_dir=None, image_size=None, limit=None, 
     (stdout keeps only the result); 0 (the default) is silent.
     """
 
+    verbose = verbosity(verbose)  # (as train's)
     if not os.path.exists(model_path):
         raise PathNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
     from applications.checks import recorded_integers

@@ -577,6 +577,9 @@ def build_model(
             f"`coordinate_frequencies` must be a non-negative integer. "
             f"Received: coordinate_frequencies={coordinate_frequencies!r}"
         )
+    # a numpy integer built the BiLSTM, then was refused by the symbolic knowledge base's Dense
+    # ("Received an invalid value for `units`, expected a positive integer. Received: units=8")
+    units = clevr.mac_units(units)
     # a smaller vocabulary built, then failed on this task's questions with a raw gather
     # error (their token ids go up to len(VOCAB) - 1); one answer was a softmax always 1
     vocabulary_size = integer_at_least("vocabulary_size", vocabulary_size, len(VOCAB))
@@ -671,10 +674,11 @@ def train(run_dir="runs/sort_of_clevr", steps=20000, batch_size=64, kb="symbolic
     none of them, or one of those, is refused with an ``InputError`` naming it and the
     valid ones (:func:`applications.checks.model_options`), and so is a value
     ``build_model`` refuses. ``callbacks`` is a list or tuple of Keras callbacks (None:
-    none). Every argument is checked before any example is generated and before the run
-    directory is made (a bad ``validation_examples``, ``batch_size``, also one smaller
-    than ``strategy``'s replicas, or ``callbacks`` was refused only once it was there),
-    and all but ``kb`` and the values of ``model_kwargs`` before the model is built.
+    none). ``verbose`` is ``fit``'s: 0, 1 or 2. Every argument is checked before any
+    example is generated and before the run directory is made (a bad
+    ``validation_examples``, ``batch_size``, also one smaller than ``strategy``'s
+    replicas, ``callbacks`` or ``verbose`` was refused only once it was there, or not at
+    all), and all but ``kb`` and the values of ``model_kwargs`` before the model is built.
     """
     import os
 
@@ -684,6 +688,8 @@ def train(run_dir="runs/sort_of_clevr", steps=20000, batch_size=64, kb="symbolic
 
     steps = integer_at_least("steps", steps, 1)
     statistics_steps = integer_at_least("statistics_steps", statistics_steps, 1)
+    # verbose="no" (taken by fit) trained without its progress, True with it
+    verbose = clevr.verbosity(verbose)
     # an integer: it also seeds Keras and, offset, the validation questions (-1 failed in
     # keras.utils.set_random_seed, "3" with a TypeError)
     seed = integer_at_least("seed", seed, 0)
@@ -808,6 +814,7 @@ def evaluate(model_path, validation_examples=None, seed=None, batch_size=256, st
 
     # 0 scored at Keras' default batch, -3 and 2.5 failed inside TensorFlow
     batch_size = integer_at_least("batch_size", batch_size, 1)
+    verbose = clevr.verbosity(verbose)  # (as train's)
     if not os.path.exists(model_path):
         raise PathNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
     recorded = checks.recorded_integers(model_path, ("seed", "validation_examples"))

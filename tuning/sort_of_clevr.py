@@ -105,7 +105,9 @@ class SortOfClevrHyperModel(MACHyperModel):
         # stream is endless, so the first epoch of the first trial never ended
         self.kb = kb
         self.steps_per_epoch = checks.integer_at_least("steps_per_epoch", steps_per_epoch, 1)
-        self.validation_examples = checks.integer_at_least("validation_examples", validation_examples, 1)
+        # at least one question of each kind, as sort_of_clevr.validation_data needs (1 was
+        # taken here and refused only when the first trial read the data)
+        self.validation_examples = checks.integer_at_least("validation_examples", validation_examples, 2)
 
     @classmethod
     def options_from_args(cls, args):

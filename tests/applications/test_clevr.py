@@ -277,6 +277,14 @@ def test_first_questions_refuses_a_non_positive_limit():
     (dict(limit=0), ValueError, "`limit` must be None or a positive integer"),
     (dict(batch_size=0), ValueError, "`batch_size` must be"),
     (dict(learning_rate=-1.0), ValueError, "learning_rate"),
+    # audit (mac): any verbose was taken ("no" hid the progress bars, True showed them);
+    # image_size=0 was refused as TFDS's clevr not prepared, True looked for train_True.npy
+    (dict(verbose="no"), ValueError, re.escape("`verbose` must be 0, 1 or 2. Received: verbose='no'")),
+    (dict(verbose=True), ValueError, re.escape("Received: verbose=True")),
+    (dict(verbose=3), ValueError, re.escape("Received: verbose=3")),
+    (dict(image_size=0), ValueError, re.escape("`image_size` must be an integer >= 1. Received: image_size=0")),
+    (dict(image_size=True), ValueError, re.escape("Received: image_size=True")),
+    (dict(image_size=224.0), ValueError, re.escape("Received: image_size=224.0")),
 ])
 def test_train_checks_its_options_before_the_features_are_cached(kwargs, error, message, tmp_path, monkeypatch):
     # they were refused only after prepare had cached every image's features (hours for
@@ -323,6 +331,35 @@ def test_input_unit_takes_numpy_units_and_names_bad_ones():
     for bad in (7, 8.0, True, 0):
         with pytest.raises(ValueError, match=rf"even integer >= 2 .*Received: units={bad!r}"):
             clevr.build_model(10, 3, (2, 2, 8), units=bad, embedding_dim=4, max_steps=1)
+
+
+@pytest.mark.parametrize("verbose", ["no", True, -1, 3])
+def test_evaluate_refuses_a_bad_verbose_before_any_work(verbose, tmp_path):
+    # Audit (mac): Keras' evaluate and the feature extraction's progress bar took any verbose.
+    with pytest.raises(ValueError, match=re.escape(f"`verbose` must be 0, 1 or 2. Received: verbose={verbose!r}")):
+        clevr.evaluate(str(tmp_path / "missing.keras"), str(tmp_path / "cache"), verbose=verbose)
+
+
+def test_build_model_takes_numpy_integer_sizes_and_refuses_a_dropout_of_1():
+    # Audit (mac): numpy integers from the data (vocabulary, answers) or a search were refused
+    # by Keras' layers as not positive integers ("Received: output_dim=4 (of type int64)",
+    # "Received: units=3"), and input_dropout=1.0 built a model whose embeddings and
+    # features were all zero in training (Keras' Dropout takes rate=1).
+    model = clevr.build_model(np.int64(10), np.int64(3), (2, 2, 8), units=8, embedding_dim=np.int64(4),
+                              max_steps=1)
+    assert model.output_shape == (None, 3) and model.get_layer("input_embedding").output_dim == 4
+    assert model.get_layer("input_embedding").input_dim == 10
+    for options, message in ((dict(input_dropout=1.0), "`input_dropout` must be a number in [0, 1). Received: "
+                              "input_dropout=1.0"),
+                             (dict(input_dropout=-0.5), "Received: input_dropout=-0.5"),
+                             (dict(embedding_dim=0), "Received: embedding_dim=0"),
+                             (dict(vocabulary_size=0), "Received: vocabulary_size=0"),
+                             (dict(num_answers=2.0), "Received: num_answers=2.0")):
+        arguments = {"vocabulary_size": 10, "num_answers": 3, "embedding_dim": 4, **options}
+        with pytest.raises(ValueError, match=re.escape(message)):
+            clevr.build_model(feature_shape=(2, 2, 8), units=8, max_steps=1, **arguments)
+    with pytest.raises(ValueError, match=re.escape("`dropout` must be a number in [0, 1). Received: dropout=1")):
+        clevr.input_unit(keras.Input((None,), dtype="int32"), 10, 4, 8, dropout=1)
 
 
 def test_prepare_refuses_no_splits_or_a_bare_split_name(tmp_path):

@@ -845,6 +845,12 @@ def test_train_refuses_the_sizes_the_data_set_in_model_kwargs_before_making_the_
     (dict(batch_size=True), "batch_size=True"),
     (dict(callbacks=keras.callbacks.History()), "callbacks=<keras"),
     (dict(callbacks=["not a callback"]), "callbacks=['not a callback']"),
+    # audit (mac): fit took any verbose ("no" and -1 hid the progress bars, True showed them)
+    (dict(verbose="no"), "verbose='no'"),
+    (dict(verbose=True), "verbose=True"),
+    (dict(verbose=-1), "verbose=-1"),
+    (dict(verbose=3), "verbose=3"),
+    (dict(verbose=1.0), "verbose=1.0"),
 ])
 def test_train_checks_its_arguments_before_it_generates_data_or_makes_the_run_directory(options, received, tmp_path,
                                                                                         monkeypatch):
@@ -856,8 +862,35 @@ def test_train_checks_its_arguments_before_it_generates_data_or_makes_the_run_di
     _never_before_the_checks(monkeypatch)
     with pytest.raises(InputError, match=re.escape(f"Received: {received}")):
         soc.train(str(tmp_path / "run"), steps=1, model_kwargs={"units": 4, "embedding_dim": 2, "max_steps": 1},
-                  verbose=0, **options)
+                  **{"verbose": 0, **options})
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("verbose", ["no", True, -1, 3, 0.0])
+def test_evaluate_refuses_a_bad_verbose_before_it_loads_the_model(verbose, tmp_path):
+    # Audit (mac): Keras' evaluate took any verbose, after the model was loaded and the
+    # validation questions generated ("no" hid the progress bars, True showed them).
+    from applications.errors import InputError
+
+    with pytest.raises(InputError, match=re.escape(f"`verbose` must be 0, 1 or 2. Received: verbose={verbose!r}")):
+        soc.evaluate(str(tmp_path / "missing.keras"), verbose=verbose)
+
+
+def test_build_model_takes_numpy_integer_sizes():
+    # Audit (mac): units=np.int64(8) built the BiLSTM, then the symbolic knowledge base's Dense
+    # refused it ("expected a positive integer. Received: units=8"); embedding_dim=np.int64(4)
+    # was refused by Keras' Embedding ("Received: output_dim=4 (of type int64)").
+    for kb in ("symbolic", "image"):
+        model = soc.build_model(units=np.int64(8), embedding_dim=np.int32(4), max_steps=np.int64(1), kb=kb,
+                                stem_filters=4)
+        assert model.output_shape == (None, len(soc.ANSWERS))
+        assert model.get_layer("input_embedding").output_dim == 4
+        assert model.get_layer("question_vector").output.shape == (None, 8)
+    assert soc.build_model(units=8, embedding_dim=4, max_steps=1).get_layer("kb_projection").units == 8
+    with pytest.raises(ValueError, match=re.escape("Received: embedding_dim=0")):
+        soc.build_model(units=8, embedding_dim=0, max_steps=1)
+    with pytest.raises(ValueError, match=re.escape("Received: units=8.0")):
+        soc.build_model(units=8.0, embedding_dim=4, max_steps=1)
 
 
 def test_train_refuses_a_batch_smaller_than_the_replicas_before_making_the_run_directory(tmp_path, monkeypatch):
