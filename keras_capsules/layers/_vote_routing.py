@@ -230,9 +230,15 @@ class VoteRouting(OwnCastingLayer):
             # expand_dims, not valid[:, :, None]: a boolean strided slice needs TFLite's Flex ops
             u = ops.where(ops.expand_dims(valid, -1), u, ops.zeros_like(u))
         kernel = ops.cast(self.kernel, dtype)
-        if self.shared_weights:
-            return ops.einsum("bid,jdo->bijo", u, kernel)
-        return ops.einsum("bid,ijdo->bijo", u, kernel)
+        if not self.shared_weights:
+            return ops.einsum("bid,ijdo->bijo", u, kernel)
+        u_hat = ops.einsum("bid,jdo->bijo", u, kernel)
+        if 0 in tuple(u.shape[:2]):
+            # Keras' TensorFlow einsum computes this product (n_in known) as a matmul
+            # reshaped to [-1, n_in, n_out, d_out]: with n_in = 0 the -1 is no longer
+            # determined and a batch of 0 came out as 1 (outputs [1, n_out, d_out]).
+            u_hat = ops.reshape(u_hat, (ops.shape(u)[0], ops.shape(u)[1]) + tuple(u_hat.shape[2:]))
+        return u_hat
 
     def call(self, inputs, mask=None):
         if is_ragged(inputs):

@@ -419,8 +419,10 @@ class EMRouting(OwnCastingLayer):
         self.d_cov, self.d_inp = int(mu_shape[2]), int(mu_shape[3])
         one_or_n_inp = self.n_inp or 1
         one_or_n_out = self.n_out or 1
+        # (poses with no columns, d_inp = 0, have an empty kernel: any deviation fills it; 1 / 0
+        # was a ZeroDivisionError)
         kernel_init = self.kernel_initializer or keras.initializers.RandomNormal(
-            stddev=1.0 / self.d_inp
+            stddev=1.0 / max(self.d_inp, 1)
         )
         self.kernel = self.add_weight(
             name="kernel",

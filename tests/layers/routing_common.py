@@ -395,3 +395,22 @@ def check_mixed_float16_routes_in_float32(layer_cls, **kwargs):
     for g, w in zip(got, want):
         assert np.all(np.isfinite(g)), g
         np.testing.assert_allclose(g, w, rtol=2e-3, atol=2e-3)
+
+
+def check_empty_batch_of_empty_sequences(layer_cls):
+    """A batch of no samples with no input capsules (both known when called) gives
+    outputs and couplings of batch 0, with and without a mask, eagerly and compiled.
+    (Keras' TensorFlow einsum gave the shared-weight votes a batch of 1: outputs
+    [1, n_out, d_out] for a batch of 0, and with a mask an einsum shape error.)"""
+    u = tensor(np.zeros((0, 0, 4), "float32"))
+    layers = [layer_cls(n_out=3, d_out=2, shared_weights=shared, return_couplings=True) for shared in (True, False)]
+
+    def check(outputs, how):
+        out, c = outputs
+        assert (tuple(out.shape), tuple(c.shape)) == ((0, 3, 2), (0, 0, 3)), how
+
+    for layer in layers:
+        check(layer(u), (layer.shared_weights, "eager"))
+        check(layer(u, mask=tensor(np.zeros((0, 0), bool))), (layer.shared_weights, "eager, masked"))
+    for layer in layers:  # (compiled skips where the backend has no XLA compile here)
+        check(compiled(lambda x: layer(x))(u), (layer.shared_weights, "compiled"))

@@ -126,3 +126,7 @@ def test_a_mask_of_another_shape_is_refused_when_the_model_is_built():
 
 def test_mixed_float16_routes_in_float32():
     rc.check_mixed_float16_routes_in_float32(DynamicRouting)
+
+
+def test_an_empty_batch_of_empty_sequences_keeps_batch_zero():
+    rc.check_empty_batch_of_empty_sequences(DynamicRouting)

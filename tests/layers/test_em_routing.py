@@ -1240,3 +1240,23 @@ def test_the_smallest_accepted_eps_keeps_an_all_masked_sample_finite():
             [tensor(a, "float32"), tensor(mu, "float32")], mask=tensor(mask, "bool"))
         for output in outputs:
             assert np.all(np.isfinite(np.asarray(output))), algorithm
+
+
+@pytest.mark.parametrize("algorithm", ["votes", "moments"])
+def test_poses_without_columns_route_as_zero_poses(algorithm):
+    # d_inp = 0: the default kernel initializer's deviation 1 / d_inp was a
+    # ZeroDivisionError when the layer was built. Poses without columns vote their
+    # biases alone, as zero poses of one column do.
+    rng = np.random.default_rng(0)
+    a = tensor(rng.normal(size=(2, 4)), "float32")
+    empty = EMRouting(3, 2, algorithm=algorithm, bias_initializer="random_normal", beta_initializer="random_normal")
+    got = empty([a, tensor(np.zeros((2, 4, 2, 0)), "float32")])
+    assert tuple(empty.kernel.shape) == (1, 3, 0, 2)
+    zero = EMRouting(3, 2, algorithm=algorithm)
+    zero([a, tensor(np.zeros((2, 4, 2, 1)), "float32")])
+    zero.bias.assign(empty.bias)
+    zero.beta_use.assign(empty.beta_use)
+    zero.beta_ign.assign(empty.beta_ign)
+    want = zero([a, tensor(np.zeros((2, 4, 2, 1)), "float32")])
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-6, atol=1e-7)
