@@ -41,6 +41,22 @@ def true_or_false(name, value):
     return bool(value)
 
 
+def verbosity(verbose):
+    """``verbose`` of the applications' ``train``, ``evaluate`` and data passes as an int
+    if it is 0, 1 or 2 (Keras' ``fit`` levels; Python or numpy, not a bool).
+
+    Keras' ``fit``, ``evaluate`` and ``predict`` take any value, and so did the
+    applications' own progress bars (``if verbose:``): ``"no"`` and ``-1`` hid Keras'
+    progress bars and showed the applications' own, ``True`` showed them all.
+
+    Raises:
+        InputError (a ValueError): ``"`verbose` must be 0, 1 or 2. Received: verbose=value"``.
+    """
+    if isinstance(verbose, bool) or not isinstance(verbose, numbers.Integral) or verbose not in (0, 1, 2):
+        raise InputError(f"`verbose` must be 0, 1 or 2. Received: verbose={verbose!r}")
+    return int(verbose)
+
+
 def numpy_seed(seed):
     """``seed`` if numpy seeds a generator with it (None, a non-negative integer or a
     sequence of them), else a one-line ``InputError`` (numpy's own was a traceback:

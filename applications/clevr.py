@@ -178,19 +178,6 @@ def mac_units(units):
     return int(units)
 
 
-def verbosity(verbose):
-    """``verbose`` of the applications' ``train`` and ``evaluate`` as an int if it is 0, 1
-    or 2 (``model.fit``'s; Python or numpy, not a bool). Keras takes any value: ``"no"``
-    and ``-1`` hid the progress bars, ``True`` and ``"yes"`` showed them.
-
-    Raises:
-        InputError (a ValueError): ``"`verbose` must be 0, 1 or 2. Received: verbose=value"``.
-    """
-    if isinstance(verbose, bool) or not isinstance(verbose, numbers.Integral) or verbose not in (0, 1, 2):
-        raise InputError(f"`verbose` must be 0, 1 or 2. Received: verbose={verbose!r}")
-    return int(verbose)
-
-
 def dropout_rate(name, value):
     """``value`` as a float if it is a number in [0, 1) (Keras' ``Dropout`` takes rate=1,
     and zeroes its input: the answer from biases only).
@@ -1097,7 +1084,7 @@ def train(cache_dir, run_dir="runs/clevr", data_dir=None, epochs=25, batch_size=
     # epochs=0 wrote and scored an untrained model; -1 and 1.5 failed inside fit
     epochs = integer_at_least("epochs", epochs, 1)
     seed = integer_at_least("seed", seed, 0)  # (-1 and 1.5 were Keras' errors from set_random_seed)
-    verbose = verbosity(verbose)  # ("no" was taken by the progress bars and fit, and hid them)
+    verbose = checks.verbosity(verbose)  # ("no" was taken by the progress bars and fit, and hid them)
     # The other options before the features are cached (hours for a cold cache), not
     # after: a bad limit, batch size or learning rate, and the model's options, which a
     # throw-away model on stand-in sizes checks (0.2 s; `units=7`, odd, or a typo in
@@ -1183,7 +1170,7 @@ def evaluate(model_path, cache_dir, data_dir=None, image_size=None, limit=None, 
     (stdout keeps only the result); 0 (the default) is silent.
     """
 
-    verbose = verbosity(verbose)  # (as train's)
+    verbose = checks.verbosity(verbose)  # (as train's)
     if not os.path.exists(model_path):
         raise PathNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
     from applications.checks import recorded_integers

@@ -774,12 +774,15 @@ def nll_per_step(model, rolls, batch_size=32, verbose=0):
         rolls: a list of ``[steps_i, 88]`` piano rolls of 0s and 1s (another value is
             refused with an ``InputError``: see ``pad_rolls``).
         batch_size: rolls per forward pass.
-        verbose: 1 shows a progress bar over the batches, on stderr. Default 0.
+        verbose: 1 or 2 shows a progress bar over the batches, on stderr; 0 (default) is
+            silent. Another value is refused with an ``InputError``
+            (:func:`applications.checks.verbosity`).
 
     Returns:
         ``sum over rolls and steps of -log p(x_t | x_<t)`` divided by the number of steps.
     """
     batch_size = integer_at_least("batch_size", batch_size, 1)
+    verbose = checks.verbosity(verbose)  # ("no" showed the progress bar)
     models = list(model) if isinstance(model, (list, tuple)) else [model]
     inputs, targets, mask = next_step_arrays(rolls)
     if not mask.any():  # was a ZeroDivisionError after running the model
@@ -934,7 +937,9 @@ def sample(model, steps, num_samples=1, seed=0, temperature=1.0, primer=None, ve
         primer: None (start from silence, as the model's first training step), or a
             ``[primer_steps, 88]`` roll (shared by all samples) or ``[num_samples,
             primer_steps, 88]`` rolls that the samples continue.
-        verbose: 1 shows a progress bar over the steps, on stderr. Default 0.
+        verbose: 1 or 2 shows a progress bar over the steps, on stderr; 0 (default) is
+            silent. Another value is refused with an ``InputError``
+            (:func:`applications.checks.verbosity`).
 
     Returns:
         ``[num_samples, steps, 88]`` float32 0/1 piano rolls (the primer not included).
@@ -943,6 +948,7 @@ def sample(model, steps, num_samples=1, seed=0, temperature=1.0, primer=None, ve
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
             raise InputError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
     temperature = _check_temperature(temperature)
+    verbose = checks.verbosity(verbose)  # ("no" showed the progress bar)
     if primer is not None:
         primer = np.asarray(primer, "float32")
         if primer.ndim == 2:
@@ -1103,6 +1109,11 @@ def train(
     every split (quick runs), and ``metrics.json`` records it (``"limit"``, null for
     all): ``evaluate`` scores the same first chorales by default.
 
+    ``verbose`` is ``fit``'s: 0 (silent), 1 (progress bars) or 2 (a line per epoch); 1
+    or 2 also prints the learning rate's reductions and the members' lines. Another
+    value is refused with an ``InputError`` before the chorales are read
+    (:func:`applications.checks.verbosity`).
+
     Returns:
         A dict with the validation and test NLL per step, the parameter count and the paths.
     """
@@ -1116,6 +1127,8 @@ def train(
         reduce_lr_patience = integer_at_least("reduce_lr_patience", reduce_lr_patience, 1)
     sample_steps = integer_at_least("sample_steps", sample_steps, 0)
     ensemble = integer_at_least("ensemble", ensemble, 1)
+    # ("no" and -1 were taken by fit, which hid its progress, True showed it)
+    verbose = checks.verbosity(verbose)
     # (numbers.Real: np.float32(0.5) was refused)
     if isinstance(reduce_lr_factor, bool) or not isinstance(reduce_lr_factor, numbers.Real) \
             or not 0 < reduce_lr_factor < 1:
@@ -1375,11 +1388,13 @@ def evaluate(model_path, data_path=None, split="test", limit=None, batch_size=32
     in it), a ``[num_samples, sample_steps, 88]`` float32 array, and their piano rolls to
     the same name with ``.png``; both paths are then in the result.
 
-    ``verbose``: 1 shows Keras' progress bars, on stderr (stdout keeps only the result);
-    0 (the default) is silent.
+    ``verbose``: 1 or 2 shows the progress bars of the scoring and the sampling, on stderr
+    (stdout keeps only the result); 0 (the default) is silent. Another value is refused
+    with an ``InputError`` before the model is loaded (:func:`applications.checks.verbosity`).
     """
 
     sample_steps = integer_at_least("sample_steps", sample_steps, 0)
+    verbose = checks.verbosity(verbose)  # ("no" showed the progress bars, after the model was loaded)
     if split not in SPLITS:  # was a KeyError after the model was loaded
         raise InputError(f"`split` must be one of {SPLITS}. Received: split={split!r}")
     if limit is not None:  # limit=-1 silently left out the last chorale, as load_rolls' did

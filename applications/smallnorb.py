@@ -529,7 +529,8 @@ def train(
             seed (nothing to draw them again from) the passes are drawn anew by
             ``tf.data`` (the files in a new order every pass): a resumed run trains
             on other draws, from those of its first epoch on.
-        verbose: ``model.fit`` verbosity (1: progress bars).
+        verbose: ``model.fit``'s verbosity: 0 (silent), 1 (progress bars) or 2 (a line
+            per epoch); Python or numpy, not a bool.
         download: let TFDS download and prepare the data if it is missing.
         model_kwargs: arguments of ``build_model`` (default: the paper's model).
         strategy: a ``tf.distribute.Strategy``; the model is built and compiled in its
@@ -547,7 +548,7 @@ def train(
     Raises:
         InputError (a ValueError), before any data is read: ``epochs``, ``batch_size``,
             ``image_size``, ``steps_per_epoch`` or ``validation_steps`` not an integer
-            >= 1, ``mixup_alpha`` neither None nor a finite number >= 0, ``seed``
+            >= 1, ``verbose`` not 0, 1 or 2, ``mixup_alpha`` neither None nor a finite number >= 0, ``seed``
             neither None nor an integer >= 0, ``model_kwargs`` that
             :func:`build_model` refuses (:func:`check_model_arguments`).
         DataNotFoundError: without ``download``, smallNORB is not prepared in ``data_dir``.
@@ -565,6 +566,7 @@ def train(
         validation_steps = checks.integer_at_least("validation_steps", validation_steps, 1)
     if mixup_alpha is not None:
         mixup_alpha = checks.finite_number("mixup_alpha", mixup_alpha, positive=False)
+    verbose = checks.verbosity(verbose)  # ("no" and -1 were taken by fit, and hid its progress)
     callbacks = checks.callback_list(callbacks)  # (None: none; [*None] was a TypeError after the run directory)
     seed = checks.stream_seed(seed)
     if model_kwargs is not None and not isinstance(model_kwargs, dict):
@@ -718,8 +720,9 @@ def viewpoint_sequence(examples, vary="azimuth", instance=None, category=None, e
             ignored).
         image_size: size of the returned pairs.
         max_examples: stop scanning after this many examples (None: the whole split).
-        verbose: 1 shows a progress bar over the examples read (Keras' ``Progbar``, on
-            ``sys.stdout``). Default 0.
+        verbose: 1 or 2 shows a progress bar over the examples read (Keras' ``Progbar``,
+            on ``sys.stdout``); 0 (default) is silent. Another value is refused with an
+            ``InputError`` (:func:`applications.checks.verbosity`).
 
     Returns:
         ``(pairs [n, S, S, 2], values [n])`` sorted by the varying label; the first
@@ -727,6 +730,7 @@ def viewpoint_sequence(examples, vary="azimuth", instance=None, category=None, e
     """
     if vary not in ("azimuth", "elevation"):
         raise InputError(f"`vary` must be 'azimuth' or 'elevation'. Received: vary={vary!r}")
+    verbose = checks.verbosity(verbose)  # ("no" showed the progress bar)
     fixed = {"label_lighting": lighting}
     fixed["label_elevation" if vary == "azimuth" else "label_azimuth"] = (
         elevation if vary == "azimuth" else azimuth
@@ -773,8 +777,8 @@ def longest_viewpoint_sequence(examples, vary="azimuth", image_size=IMAGE_SIZE, 
     come in the same order at every pass (a split read without ``shuffle_files``).
     Ties go to the smallest (instance, category, fixed angle, lighting).
 
-    ``verbose``: 1 shows the progress of both reads (Keras' ``Progbar``, on
-    ``sys.stdout``). Default 0.
+    ``verbose``: 1 or 2 shows the progress of both reads (Keras' ``Progbar``, on
+    ``sys.stdout``); 0 (default) is silent.
 
     Returns:
         ``(pairs [n, S, S, 2], values [n], description, category)``; ``description`` names
@@ -783,11 +787,13 @@ def longest_viewpoint_sequence(examples, vary="azimuth", image_size=IMAGE_SIZE, 
         ``examples`` is empty.
 
     Raises:
-        InputError: if ``vary`` is neither ``"azimuth"`` nor ``"elevation"``, or if the
+        InputError: if ``vary`` is neither ``"azimuth"`` nor ``"elevation"``, if
+            ``verbose`` is not 0, 1 or 2 (:func:`applications.checks.verbosity`), or if the
             second read found other examples than the first (another order).
     """
     if vary not in ("azimuth", "elevation"):
         raise InputError(f"`vary` must be 'azimuth' or 'elevation'. Received: vary={vary!r}")
+    verbose = checks.verbosity(verbose)  # (before the first read)
     fixed = "label_elevation" if vary == "azimuth" else "label_azimuth"
     keys = ("instance", "label_category", fixed, "label_lighting", f"label_{vary}")
     labels = examples if max_examples is None else examples.take(max_examples)
@@ -839,11 +845,13 @@ def evaluate(model_path, data_dir=None, batch_size=20, image_size=None, steps=No
     the model, else 96: the model takes images of any size, and a model trained on
     resized images was scored on others.
 
-    ``verbose``: 1 shows Keras' progress bars, on stderr (stdout keeps only the result);
-    0 (the default) is silent.
+    ``verbose``: 1 shows Keras' progress bars, 2 its one line at the end, on stderr (stdout
+    keeps only the result); 0 (the default) is silent. Another value is refused with an
+    ``InputError`` before the model is loaded (:func:`applications.checks.verbosity`).
     """
     import os
 
+    verbose = checks.verbosity(verbose)  # ("no" and -1 were taken by Keras' evaluate, after the model was loaded)
     if not os.path.exists(model_path):
         raise PathNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
     batch_size = checks.integer_at_least("batch_size", batch_size, 1)

@@ -689,7 +689,7 @@ def train(run_dir="runs/sort_of_clevr", steps=20000, batch_size=64, kb="symbolic
     steps = integer_at_least("steps", steps, 1)
     statistics_steps = integer_at_least("statistics_steps", statistics_steps, 1)
     # verbose="no" (taken by fit) trained without its progress, True with it
-    verbose = clevr.verbosity(verbose)
+    verbose = checks.verbosity(verbose)
     # an integer: it also seeds Keras and, offset, the validation questions (-1 failed in
     # keras.utils.set_random_seed, "3" with a TypeError)
     seed = integer_at_least("seed", seed, 0)
@@ -814,7 +814,7 @@ def evaluate(model_path, validation_examples=None, seed=None, batch_size=256, st
 
     # 0 scored at Keras' default batch, -3 and 2.5 failed inside TensorFlow
     batch_size = integer_at_least("batch_size", batch_size, 1)
-    verbose = clevr.verbosity(verbose)  # (as train's)
+    verbose = checks.verbosity(verbose)  # (as train's)
     if not os.path.exists(model_path):
         raise PathNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
     recorded = checks.recorded_integers(model_path, ("seed", "validation_examples"))

@@ -437,7 +437,8 @@ def embed_texts(
             batches carry little padding).
         dtype: storage dtype, one of ``CACHE_DTYPES``: ``"float16"`` (default:
             half the disk space of float32), ``"float32"`` or ``"float64"``.
-        verbose: show a progress bar while computing.
+        verbose: 1 or 2 shows a progress bar while computing; 0 is silent. Another value
+            is refused with an ``InputError`` (:func:`applications.checks.verbosity`).
 
     Several processes may share ``cache_dir`` (the workers of ``--strategy
     multiworker``, commands run at once): one of them embeds an entry while the others
@@ -455,6 +456,7 @@ def embed_texts(
         raise InputError(f"`texts` must be a list of strings, not one string. Received: texts={texts!r:.60}")
     texts = list(texts)
     dtype = _cache_dtype(dtype)
+    verbose = checks.verbosity(verbose)  # ("no" showed the progress bar)
     encoder_name, fingerprint = _encoder_identity(encoder)
     if isinstance(encoder, Encoder) and encoder.max_length != max_length:
         raise ValueError(
@@ -582,9 +584,11 @@ def load_embedded_split(
 ):
     """An SST split's labels and cached embeddings: ``(EmbeddedTexts, labels, texts)``.
 
-    ``max_examples`` keeps the first examples only (for quick runs and tests).
+    ``max_examples`` keeps the first examples only (for quick runs and tests); ``verbose``
+    is :func:`embed_texts`'s (0, 1 or 2), checked before the split is read.
     """
     _limit("max_examples", max_examples)
+    verbose = checks.verbosity(verbose)
     texts, labels = sst_trees.load_split(data_dir, split, granularity, phrases=phrases, limit=max_examples)
     name = f"sst{granularity}-{split}-{'phrases' if phrases else 'sentences'}"
     embedded = embed_texts(
@@ -607,8 +611,10 @@ def embed_splits(data_dir, granularity, requests, encoder=DEFAULT_PRESET, cache_
             cached yet.
         cache_dir: directory of the embedding cache.
         max_length: tokens kept per text.
-        verbose: progress bars, a line per split, and a last line of how many texts of
-            each split were cut at ``max_length`` (:func:`truncation_line`).
+        verbose: 1 or 2: progress bars, a line per split, and a last line of how many
+            texts of each split were cut at ``max_length`` (:func:`truncation_line`); 0:
+            none. Another value is refused with an ``InputError`` before any split is read
+            (:func:`applications.checks.verbosity`).
 
     Returns:
         ``{key: (EmbeddedTexts, labels)}``; each ``EmbeddedTexts`` holds the count of
@@ -618,6 +624,7 @@ def embed_splits(data_dir, granularity, requests, encoder=DEFAULT_PRESET, cache_
     encoder = encoder or DEFAULT_PRESET
     for key, (_, _, limit) in requests.items():  # all of them before the (slow) embedding
         _limit(f"requests[{key!r}] limit", limit)
+    verbose = checks.verbosity(verbose)  # ("no" showed the lines and the progress bars)
     out = {}
     for key, (split, phrases, limit) in requests.items():
         texts, labels = sst_trees.load_split(data_dir, split, granularity, phrases=phrases, limit=limit)
@@ -924,8 +931,10 @@ def compile_model(model, total_steps, max_lr=5e-4, min_lr=MIN_LR, warmup_fractio
 
 
 def accuracy(model, embedded, labels, batch_size=64, verbose=0):
-    """Accuracy of ``model`` on cached embeddings (``verbose``: 1 shows Keras' progress bar,
-    on stderr)."""
+    """Accuracy of ``model`` on cached embeddings (``verbose``, ``predict``'s: 1 shows Keras'
+    progress bar, 2 its one line at the end, on stderr; 0 is silent; another value is
+    refused with an ``InputError``: :func:`applications.checks.verbosity`)."""
+    verbose = checks.verbosity(verbose)  # ("no" and -1 were taken by predict)
     ds = make_dataset(embedded, labels, int(model.output.shape[-1]), batch_size=batch_size)
     with console.progress_on_stderr(verbose):
         logits = model.predict(ds, verbose=verbose)
@@ -982,7 +991,10 @@ def train(
             from the backup of a ``fault_tolerance.AtomicBackupAndRestore`` among
             ``callbacks`` trains the epochs ``k, k + 1, ...`` of the uninterrupted run
             and ends with its weights.
-        verbose: progress bars and summaries.
+        verbose: ``fit``'s verbosity, 0 (silent), 1 (progress bars) or 2 (a line per
+            epoch); 1 or 2 also shows the embedding's progress bars and the summaries.
+            Another value is refused with an ``InputError`` before the run directory is
+            made (:func:`applications.checks.verbosity`).
         encoder: an ``Encoder`` to use instead of loading ``preset``.
         model_kwargs: further :func:`build_model` arguments (``hidden_dim``,
             ``hidden_capsules``, ``capsule_dim``, ``n_iters``).
@@ -1016,6 +1028,8 @@ def train(
     max_length = check_max_length(max_length)
     n_classes = sst_trees.num_classes(granularity)
     seed = integer_at_least("seed", seed, 0)  # (-1 and 1.5 were Keras' errors from set_random_seed)
+    # ("no" and -1 were taken by fit, which hid its progress, and showed the embedding's)
+    verbose = checks.verbosity(verbose)
     callbacks = checks.callback_list(callbacks)  # (None: none; [*None] was a TypeError after the run directory)
     strategy = distribute.resolve_strategy(strategy)
     keras.utils.set_random_seed(seed)
@@ -1104,10 +1118,14 @@ def evaluate(model_path, data_dir, granularity=None, split="test", preset=None, 
 
     ``verbose``: 1 shows the embedding's and Keras' progress bars and the line of how
     many sentences were cut at ``max_length`` (:func:`truncation_line`), on stderr
-    (stdout keeps only the result); 0 (the default) is silent. The result holds that
-    count too: ``truncated_texts`` (``{split: n}``), with the ``max_length`` used.
+    (stdout keeps only the result); 2 shows the same, with Keras' one line at the end
+    instead of its bar; 0 (the default) is silent. Another value is refused with an
+    ``InputError`` before the model is loaded (:func:`applications.checks.verbosity`).
+    The result holds that count too: ``truncated_texts`` (``{split: n}``), with the
+    ``max_length`` used.
     """
 
+    verbose = checks.verbosity(verbose)  # ("no" and -1 were taken by Keras' predict, after the model was loaded)
     if not os.path.exists(model_path):
         raise PathNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
     batch_size = integer_at_least("batch_size", batch_size, 1)

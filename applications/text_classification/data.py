@@ -129,8 +129,9 @@ def build_vocabulary(texts, max_size=None, min_count=1, max_length=MAX_LENGTH, b
         min_count: drop tokens seen fewer times than this.
         max_length: tokens kept per text, as in :func:`preprocess`.
         batch_size: texts tokenized at a time.
-        verbose: 1 shows a progress bar of the texts read (one pass over a large
-            training split takes minutes); 0 (default) is silent.
+        verbose: 1 or 2 shows a progress bar of the texts read (one pass over a large
+            training split takes minutes); 0 (default) is silent. Another value is
+            refused with an ``InputError`` (:func:`applications.checks.verbosity`).
 
     Returns:
         A list of words (Python ``str``), without the reserved padding / OOV entries.
@@ -145,6 +146,7 @@ def build_vocabulary(texts, max_size=None, min_count=1, max_length=MAX_LENGTH, b
     # a large split), NaN an empty vocabulary without a word; batch_size a TensorFlow error
     min_count = integer_at_least("min_count", min_count, 0)
     batch_size = integer_at_least("batch_size", batch_size, 1)
+    verbose = checks.verbosity(verbose)  # ("no" showed the progress bar)
     if isinstance(texts, (str, bytes)):
         # list("good film") is its characters: a vocabulary of letters, silently
         raise InputError(
@@ -324,8 +326,10 @@ def make_dataset(
             the pipeline cuts), from the token counts the tokenizer gives anyway. The
             count is one pass over the encoded texts, which fills the cache (with
             ``cache=False`` it is a pass of its own).
-        verbose: 1 shows a progress bar of that pass (texts encoded), and of the count
-            of the batches of an epoch with ``first_epoch``; 0 (default) is silent.
+        verbose: 1 or 2 shows a progress bar of that pass (texts encoded), and of the
+            count of the batches of an epoch with ``first_epoch``; 0 (default) is silent.
+            Another value is refused with an ``InputError``
+            (:func:`applications.checks.verbosity`).
         first_epoch: None (default): the dataset is one epoch, which ``tf.data``
             reshuffles (with ``shuffle``) each time it is iterated, from ``seed`` and the
             number of iterations made so far in this process: a run resumed in a new
@@ -357,6 +361,7 @@ def make_dataset(
     # here, not in tf.data: 1.5 and "a" were raw TensorFlow errors (with `first_epoch` only
     # when the stream was read), True and -1 were taken
     seed = checks.stream_seed(seed, first_epoch if shuffle else None)
+    verbose = checks.verbosity(verbose)  # ("no" showed the progress bars)
 
     def to_ids(text, label):
         # as encode(text, lookup, max_length), keeping whether the text was cut: the
@@ -427,16 +432,18 @@ def with_cardinality(dataset, verbose=0):
     Length bucketing hides how many batches an epoch has; the count is the same every
     epoch (each bucket holds the same examples), so one pass over the data lets
     Keras show complete progress bars and plan epochs without running dry. With a
-    ``cache()`` in the pipeline, this pass also fills the cache. ``verbose``: 1 shows a
-    progress bar of the batches counted; 0 (default) is silent.
+    ``cache()`` in the pipeline, this pass also fills the cache. ``verbose``: as
+    :func:`count_batches`'s.
     """
     return dataset.apply(tf.data.experimental.assert_cardinality(count_batches(dataset, verbose)))
 
 
 def count_batches(dataset, verbose=0):
     """The number of elements of a finite ``dataset``, counted by one pass over it.
-    ``verbose``: 1 shows a progress bar of the batches counted; 0 (default) is silent."""
-    if verbose:
+    ``verbose``: 1 or 2 shows a progress bar of the batches counted; 0 (default) is
+    silent; another value is refused with an ``InputError`` before the pass
+    (:func:`applications.checks.verbosity`)."""
+    if checks.verbosity(verbose):  # ("no" showed the progress bar)
         progress = console.progress_bar(None, "batch", verbose)
         count = 0
         for _ in dataset.map(lambda *element: 0).as_numpy_iterator():

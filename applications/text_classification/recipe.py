@@ -51,10 +51,12 @@ def prepare_data(dataset="sst2", data_dir=None, batch_size=30, vocab_size=60000,
         those datasets (by the same key), a ``data.Truncation``: how many of its texts
         are longer than ``max_length`` tokens (cut), of how many.
 
-    ``verbose``: 1 shows a line and a progress bar for each pass over the data (the
+    ``verbose``: 1 or 2 shows a line and a progress bar for each pass over the data (the
     vocabulary, then each split encoded and counted: minutes for a large set, before
-    the first epoch); 0 (default) is silent.
+    the first epoch); 0 (default) is silent. Another value is refused with an
+    ``InputError`` before any text is read (:func:`applications.checks.verbosity`).
     """
+    verbose = checks.verbosity(verbose)  # ("no" showed the lines and the progress bars)
     # (a global batch smaller than the replicas left no training batch: nothing trained)
     replicas = distribute.check_replicas(replicas, batch_size)
     train_split, val_split, test_split = data_lib.splits(dataset, hold_out)
@@ -165,7 +167,9 @@ def train(
             deleted once the outputs are written (``fault_tolerance.finish_run``). A run
             that resumes from such a backup at epoch ``k`` trains epochs ``k, k + 1, ...``
             on the orders the uninterrupted run had (``prepare_data``'s ``first_epoch``).
-        verbose: 0 silent, 1 progress bars and summary lines.
+        verbose: 0 silent, 1 progress bars and summary lines; 2 the same, with ``fit``'s
+            line per epoch instead of its progress bar (Keras' levels; Python or numpy,
+            not a bool).
         strategy: a ``tf.distribute.Strategy``: the model is built and compiled in its
             scope (``batch_size`` is then the global batch). None: the default one.
         **model_kwargs: further :func:`build_model` arguments.
@@ -177,7 +181,8 @@ def train(
     Raises:
         InputError: (a ``ValueError``) an unknown ``dataset``, or a number out of its
             range (``epochs``, ``batch_size``, ``limit`` below 1, a ``learning_rate`` not
-            > 0, ...), in one line, before the run directory is made or any text is read.
+            > 0, a ``verbose`` not 0, 1 or 2, ...), in one line, before the run directory
+            is made or any text is read.
     """
 
     from applications import fault_tolerance
@@ -199,6 +204,8 @@ def train(
     data_lib.num_classes(dataset)  # an unknown dataset, before the run directory is made
     data_lib.check_phrases(dataset, phrases)  # (phrases="no" trained on every phrase)
     seed = checks.integer_at_least("seed", seed, 0)  # (-1 and 1.5 were Keras' errors from set_random_seed)
+    # ("no" and -1 were taken by fit, which hid its progress, and showed the data passes')
+    verbose = checks.verbosity(verbose)
     callbacks = checks.callback_list(callbacks)  # (None: none; [*None] was a TypeError after the run directory)
     strategy = distribute.resolve_strategy(strategy)
     keras.utils.set_random_seed(seed)
@@ -289,10 +296,13 @@ def evaluate(model_path, dataset=None, data_dir=None, vocabulary_path=None, limi
 
     ``verbose``: 1 shows Keras' progress bars and the line of how many texts were cut
     at ``max_length`` (:func:`truncation_line`), on stderr (stdout keeps only the
-    result); 0 (the default) is silent. The result holds that count too:
+    result); 2 the same, with Keras' one line at the end instead of its bar; 0 (the
+    default) is silent. Another value is refused with an ``InputError`` before the model
+    is loaded (:func:`applications.checks.verbosity`). The result holds that count too:
     ``truncated_texts`` (``{"test": n}``), with the ``max_length`` used.
     """
 
+    verbose = checks.verbosity(verbose)  # ("no" and -1 were taken by Keras' evaluate, after the model was loaded)
     if limit is not None:  # limit=-1 cut the last SST sentence (texts[:-1]) and kept every TFDS example
         limit = checks.integer_at_least("limit", limit, 1)
     # (checked where the test batches were made, after the vocabulary and the test split were read)

@@ -10,6 +10,7 @@ from applications import music
 from applications.errors import InputError, PathNotFoundError
 from tests.applications.cli_helpers import CrashAt
 from tests.applications.short_data import write_short_chorales
+from tests.applications.verbose_checks import VERBOSE_VALUES, assert_verbose_checked_first, reached
 from tests.conftest import as_an_application_test, shared_path
 
 DATA = shared_path("data", "jsb_chorales", "jsb_chorales.json")
@@ -975,6 +976,25 @@ def test_evaluate_refuses_bad_scoring_and_sampling_options_before_loading_the_mo
                        (dict(sample_steps=2, seed=-1), "seed")):
         with pytest.raises(InputError, match=match):
             music.evaluate(str(tmp_path / "model.keras"), DATA, limit=1, **bad)
+
+
+@pytest.mark.parametrize("verbose", VERBOSE_VALUES)
+def test_train_evaluate_and_the_progress_bars_check_verbose_before_any_work(verbose, tmp_path, monkeypatch):
+    # Audit (verbose): fit took any verbose ("no" and -1 hid its progress bars, True showed
+    # them), once the chorales were read; evaluate's, nll_per_step's and sample's progress
+    # bars were shown for "no" and -1, after the model was loaded. A numpy integer is taken.
+    for name in ("load_rolls", "load_chorales", "next_step_arrays", "is_autoregressive"):
+        monkeypatch.setattr(music, name, reached)
+    monkeypatch.setattr(music.checks, "load_model", reached)
+    model_path = tmp_path / "model.keras"
+    model_path.write_bytes(b"")  # only its existence is checked before the model is loaded
+    assert_verbose_checked_first([
+        lambda: music.train(DATA, run_dir=str(tmp_path / "run"), epochs=1, limit=1, verbose=verbose, **TINY),
+        lambda: music.evaluate(str(model_path), DATA, limit=1, sample_steps=2, verbose=verbose),
+        lambda: music.nll_per_step(object(), [np.zeros((2, 88))], verbose=verbose),
+        lambda: music.sample(object(), 2, verbose=verbose),
+    ], verbose)
+    assert not (tmp_path / "run").exists()
 
 
 def test_evaluate_takes_a_run_directory_and_a_samples_folder(tmp_path, capsys):

@@ -13,6 +13,7 @@ from applications import smallnorb
 from keras_capsules.layers import EMRouting
 from applications.mnist_digits import load_idx_digits
 from tests.applications import cli_helpers
+from tests.applications.verbose_checks import VERBOSE_VALUES, Unread, assert_verbose_checked_first, reached
 from tests.conftest import as_an_application_test, shared_path
 
 TINY = dict(d_chns=8, n_parts=8)  # the paper's architecture, narrower
@@ -320,6 +321,27 @@ def test_make_dataset_refuses_bad_sizes_when_it_is_made(name, bad, first_epoch):
     if name == "image_size":
         with pytest.raises(InputError, match=re.escape(f"Received: {name}={bad!r}")):
             smallnorb.stereo_pair(next(iter(_tiny_examples())), image_size=bad)
+
+
+@pytest.mark.parametrize("verbose", VERBOSE_VALUES)
+def test_train_evaluate_and_the_viewpoint_sequences_check_verbose_before_any_work(verbose, tmp_path, monkeypatch):
+    # Audit (verbose): Keras' fit and evaluate took any verbose ("no" and -1 hid the
+    # progress bars, True showed them), once the data was read or the model loaded; the
+    # viewpoint sequences' progress bars were shown for "no". A numpy integer is taken.
+    from applications import checks
+
+    monkeypatch.setattr(smallnorb, "load_split", reached)
+    monkeypatch.setattr(checks, "load_model", reached)
+    model_path = tmp_path / "model.keras"
+    model_path.write_bytes(b"")  # only its existence is checked before the model is loaded
+    assert_verbose_checked_first([
+        lambda: smallnorb.train(data_dir=str(tmp_path / "tfds"), run_dir=str(tmp_path / "run"), epochs=1,
+                                batch_size=4, image_size=24, verbose=verbose),
+        lambda: smallnorb.evaluate(str(model_path), data_dir=str(tmp_path / "tfds"), verbose=verbose),
+        lambda: smallnorb.viewpoint_sequence(Unread(), verbose=verbose),
+        lambda: smallnorb.longest_viewpoint_sequence(Unread(), verbose=verbose),
+    ], verbose)
+    assert not (tmp_path / "run").exists()
 
 
 def test_evaluate_refuses_bad_sizes(tmp_path):

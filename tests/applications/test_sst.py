@@ -7,6 +7,7 @@ import os
 import pathlib
 import re
 import shutil
+import types
 
 import keras
 import keras_hub
@@ -17,6 +18,7 @@ from applications import fault_tolerance, sst, sst_trees
 from tests.applications import cli_helpers
 from tests.applications.test_sst_trees import SST
 from tests.applications.tiny_data import real_sst_split, tiny_bert_preset
+from tests.applications.verbose_checks import VERBOSE_VALUES, assert_verbose_checked_first, reached
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 TEXTS = ["The film is good .", "It 's not funny ( or dull ) .", "bad", "a good , funny film"]
@@ -397,6 +399,29 @@ def test_evaluate_and_embed_splits_refuse_bad_limits_before_embedding(tmp_path, 
     monkeypatch.setattr(sst, "embed_texts", lambda *a, **kw: pytest.fail("embedded before checking"))
     with pytest.raises(ValueError, match=r"Received: requests\['test'\] limit=-1"):
         sst.embed_splits(SST, "5", {"dev": ("dev", False, 2), "test": ("test", False, -1)}, "tiny-bert", tmp_path)
+
+
+@pytest.mark.parametrize("verbose", VERBOSE_VALUES)
+def test_train_evaluate_and_the_embedding_check_verbose_before_any_work(verbose, tmp_path, monkeypatch):
+    # Audit (verbose): fit and predict took any verbose ("no" and -1 hid their progress
+    # bars, True showed them), once the run directory was made or the model loaded; the
+    # embedding's progress bars and lines were shown for "no" and -1. A numpy integer is taken.
+    for name in ("create_run_dir", "_encoder_identity", "make_dataset"):
+        monkeypatch.setattr(sst, name, reached)
+    monkeypatch.setattr(sst.checks, "load_model", reached)
+    monkeypatch.setattr(sst.sst_trees, "load_split", reached)
+    model_path = tmp_path / "model.keras"
+    model_path.write_bytes(b"")  # only its existence is checked before the model is loaded
+    model = types.SimpleNamespace(output=keras.KerasTensor((None, 5)))  # all accuracy reads of it
+    assert_verbose_checked_first([
+        lambda: sst.train(str(tmp_path), run_dir=tmp_path / "run", verbose=verbose),
+        lambda: sst.evaluate(str(model_path), str(tmp_path), verbose=verbose),
+        lambda: sst.embed_splits(SST, "5", {"test": ("test", False, 2)}, "tiny-bert", tmp_path, verbose=verbose),
+        lambda: sst.load_embedded_split(SST, "test", "5", "tiny-bert", tmp_path, verbose=verbose),
+        lambda: sst.embed_texts(["a good film"], "tiny-bert", tmp_path, verbose=verbose),
+        lambda: sst.accuracy(model, None, [0], verbose=verbose),
+    ], verbose)
+    assert not (tmp_path / "run").exists()
 
 
 def test_make_dataset_refuses_labels_outside_the_classes():

@@ -13,6 +13,7 @@ from applications.text_classification import data, recipe
 from applications.text_classification import model as model_lib
 from keras_capsules.losses import CapsuleLoss
 from tests.applications.short_data import write_sst_prefix
+from tests.applications.verbose_checks import VERBOSE_VALUES, Unread, assert_verbose_checked_first, reached
 from tests.conftest import shared_path
 
 SST_DIR = shared_path("data", "sst")
@@ -767,6 +768,32 @@ def test_train_refuses_bad_recipe_numbers_before_the_run_directory(options, mess
     kwargs = dict(dataset="sst2", data_dir=SST_DIR, run_dir=str(tmp_path / "run"), epochs=1, limit=8, verbose=0)
     with pytest.raises(ValueError, match=message):
         recipe.train(**{**kwargs, **options}, **TINY)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("verbose", VERBOSE_VALUES)
+def test_train_evaluate_and_the_data_passes_check_verbose_before_any_work(verbose, tmp_path, monkeypatch):
+    # Audit (verbose): fit and evaluate took any verbose ("no" and -1 hid their progress
+    # bars, True showed them), once the run directory was made or the model loaded; the
+    # data passes' progress bars and lines were shown for "no" and -1. A numpy integer is taken.
+    from applications import console
+
+    prepare_data = recipe.prepare_data
+    for module, name in ((recipe, "create_run_dir"), (recipe, "prepare_data"), (recipe.checks, "load_model"),
+                         (data, "load_vocabulary"), (data, "load_split"), (console, "progress_bar")):
+        monkeypatch.setattr(module, name, reached)
+    model_path = tmp_path / "model.keras"
+    model_path.write_bytes(b"")  # only its existence (and the vocabulary's) is checked before they are read
+    (tmp_path / "vocab.txt").write_text("good\n")
+    assert_verbose_checked_first([
+        lambda: recipe.train(dataset="sst2", data_dir=SST_DIR, run_dir=str(tmp_path / "run"), epochs=1, limit=8,
+                             verbose=verbose, **TINY),
+        lambda: recipe.evaluate(str(model_path), "sst2", SST_DIR, verbose=verbose),
+        lambda: prepare_data("sst2", SST_DIR, verbose=verbose),
+        lambda: data.build_vocabulary(["a good film"], verbose=verbose),
+        lambda: data.make_dataset(Unread(), None, verbose=verbose),
+        lambda: data.count_batches(Unread(), verbose=verbose),
+    ], verbose)
     assert not (tmp_path / "run").exists()
 
 
