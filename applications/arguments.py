@@ -149,12 +149,86 @@ RESUMABLE_CHANGES = frozenset({
 })
 
 
-#: Applications whose ``--data-dir`` chooses the data, not only where it lives: demo's
-#: default is scikit-learn's 8x8 digits, a folder of MNIST IDX files another dataset. A
-#: search of theirs resumed with another ``--data-dir`` ranked trials trained on other data
-#: against each other (``tuning.search.search_options`` records it; ``demo.train``'s backup
-#: records it too). For the others it is a location, which a resume may move.
-DATA_DIR_CHOOSES_THE_DATA = frozenset({"demo"})
+def _digits_data(args):
+    """demo: scikit-learn's 8x8 digits without ``--data-dir``, else its ``t10k`` IDX files."""
+    from applications.mnist_digits import arrays_fingerprint
+
+    return arrays_fingerprint(args.data_dir)
+
+
+def _idx_data(args):
+    """occluded_mnist and textured_mnist: the IDX files of ``--data-dir`` (default: the
+    shared copy); occluded_mnist's ``--source tfds`` reads TFDS's ``mnist``: a location."""
+    from applications.mnist_digits import default_data_dir, idx_fingerprint
+
+    if getattr(args, "source", "idx") != "idx":
+        return None
+    return idx_fingerprint(args.data_dir or default_data_dir())
+
+
+def _chorales_data(args):
+    """music: the JSON file of the chorales (``--data-dir``, the file or its folder)."""
+    from applications.jsb_chorales import data_file
+    from applications.shared_data import files_fingerprint
+
+    path = data_file(args.data_dir)
+    return files_fingerprint("JSB Chorales", path.parent, [path])
+
+
+def _tree_data(args):
+    """sst, and text_classification's SST sets: the tree files of ``--data-dir``; the
+    TFDS sets of text_classification are read from a location."""
+    from applications.shared_data import files_fingerprint
+    from applications.sst_trees import SPLITS
+
+    if args.application == "text_classification":
+        from applications.text_classification.data import SST_DATASETS
+
+        if getattr(args, "dataset", None) not in SST_DATASETS:
+            return None
+    if args.data_dir is None or not os.path.isdir(args.data_dir):
+        return None
+    paths = [os.path.join(args.data_dir, f"{split}.txt") for split in SPLITS]
+    paths = [path for path in paths if os.path.isfile(path)]
+    return files_fingerprint("SST tree files", args.data_dir, paths) if paths else None
+
+
+#: Applications whose ``--data-dir`` chooses the data, not only where it lives, each with
+#: the function of the command line's arguments that gives the fingerprint of its data
+#: (:func:`data_fingerprint`): demo's default is scikit-learn's 8x8 digits, a folder of
+#: MNIST IDX files another dataset; the IDX files of occluded_mnist and textured_mnist,
+#: music's chorales file and the SST tree files are the data themselves. A search or a
+#: run of theirs resumed on other data ranked trials trained on other data against each
+#: other, or trained its last epochs on them: :func:`run_options` records the
+#: fingerprint. For the others (and for TFDS's data folder, which occluded_mnist
+#: ``--source tfds`` and text_classification's TFDS sets read too) ``--data-dir`` is a
+#: location, which a resume may move: the TFDS dataset's name and the version that the
+#: installed TFDS builds choose the data.
+DATA_DIR_CHOOSES_THE_DATA = {
+    "demo": _digits_data,
+    "occluded_mnist": _idx_data,
+    "textured_mnist": _idx_data,
+    "music": _chorales_data,
+    "sst": _tree_data,
+    "text_classification": _tree_data,
+}
+
+
+def data_fingerprint(args):
+    """The fingerprint of the data that ``--data-dir`` chooses for ``args.application``
+    (``applications.shared_data.files_fingerprint``: each file's name, size and SHA-256,
+    and the folder it was read in, which comparisons leave out: the same data moved to
+    another folder is the same data), or None: the application's ``--data-dir`` is a
+    location only (:data:`DATA_DIR_CHOOSES_THE_DATA`), or its data cannot be read (the
+    run reports that itself when it reads them)."""
+    fingerprint = DATA_DIR_CHOOSES_THE_DATA.get(getattr(args, "application", None))
+    if fingerprint is None:
+        return None
+    args = argparse.Namespace(**{"data_dir": None, **vars(args)})  # (arguments made by hand may lack it)
+    try:
+        return fingerprint(args)
+    except OSError:  # (DataNotFoundError too) a missing or unreadable file
+        return None
 
 
 #: Applications whose ``--epochs`` shapes what a run trains, not only how far:
@@ -170,11 +244,18 @@ def run_options(args):
     :data:`RESUMABLE_CHANGES`, and ``--epochs`` too for :data:`EPOCHS_SHAPE_THE_RUN`):
     rerunning the command after a crash with another value of one of them is refused,
     where it silently resumed the old run (``fault_tolerance.AtomicBackupAndRestore``'s
-    ``run_options``)."""
+    ``run_options``). Where ``--data-dir`` chooses the data, they hold its fingerprint
+    as ``"data_fingerprint"`` (:func:`data_fingerprint`), not the folder: a resume on
+    other data is refused, one on the same data in another folder is not
+    (``fault_tolerance.DATA_RECORDS``; ``tune`` records and compares it too)."""
     free = RESUMABLE_CHANGES
     if getattr(args, "application", None) in EPOCHS_SHAPE_THE_RUN:
         free = free - {"epochs"}
-    return {name: value for name, value in vars(args).items() if name not in free and not callable(value)}
+    options = {name: value for name, value in vars(args).items() if name not in free and not callable(value)}
+    fingerprint = data_fingerprint(args)
+    if fingerprint is not None:
+        options["data_fingerprint"] = fingerprint
+    return options
 
 
 def train_options(args, strategy):

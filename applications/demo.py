@@ -32,6 +32,7 @@ import keras
 import numpy as np
 
 from applications import checks, console, distribute, fault_tolerance, plotting
+from applications.mnist_digits import arrays_fingerprint
 # the demo's data loads no TensorFlow (benchmarks/demo_seeds.py reads it first): re-exported here
 from applications.mnist_digits import load_arrays, load_digits_arrays  # noqa: F401
 from applications.errors import InputError, PathNotFoundError, create_run_dir, leaves_no_empty_run_dir
@@ -322,9 +323,10 @@ def train(
     calling ``train`` again with the same ``run_dir`` after a crash continues where it
     stopped (after the last epoch: trains nothing and writes the outputs). It is
     deleted last (``fault_tolerance.finish_run``): a later call starts a new run.
-    The backup records ``batch_size``, ``learning_rate``, ``seed``, ``limit``, ``data_dir`` and the
-    ``model_options``: resuming it with other values raises
-    ``fault_tolerance.BackupMismatchError`` (one line on the command line).
+    The backup records ``batch_size``, ``learning_rate``, ``seed``, ``limit``, the
+    fingerprint of the data (``mnist_digits.arrays_fingerprint``: the same files in another
+    ``data_dir`` are the same data) and the ``model_options``: resuming it with other
+    values raises ``fault_tolerance.BackupMismatchError`` (one line on the command line).
 
     Args:
         run_dir: output directory (other workers of a multi-worker cluster write below
@@ -387,11 +389,12 @@ def train(
         "logs": os.path.join(out, "logs"),
     }
     # named as the command line's options (the model options are its --filters, ...)
-    # and the data: None (the 8x8 digits) or MNIST's folder, absolute (a resume may name it
-    # from another folder). A backup of the 8x8 digits resumed with data_dir=MNIST trained
-    # its last epochs on MNIST, and the run recorded MNIST's split for all of it.
+    # and the data, by their fingerprint: the 8x8 digits, or MNIST's files wherever they
+    # are (a backup of the 8x8 digits resumed with data_dir=MNIST trained its last epochs on
+    # MNIST, and the run recorded MNIST's split for all of it; one that recorded the
+    # folder refused the same files moved to another)
     recorded = {"batch_size": batch_size, "learning_rate": learning_rate, "seed": seed, "limit": limit,
-                "data_dir": None if data_dir is None else os.path.abspath(data_dir), **model_options}
+                "data_fingerprint": arrays_fingerprint(data_dir), **model_options}
     recorded.pop("synchronized_batchnorm")  # follows the strategy, which a resumed run may change
     resumable = fault_tolerance.resumable_callbacks(out, save_freq=save_freq, run_options=recorded, epochs=epochs)
     # the epochs a resumed run trains are shuffled as the uninterrupted run's (distribute.epoch_stream)

@@ -95,6 +95,7 @@ import keras
 import numpy as np
 
 from applications.errors import CommandLineError, InputError
+from applications.shared_data import describe_data, same_data
 from keras_capsules.callbacks import trained_weights_in
 
 BACKUP_DIR = "backup"
@@ -891,9 +892,12 @@ def _json_normalized(options):
     return json.loads(json.dumps(options, default=stable_json_value, sort_keys=True))
 
 
-def _option_text(name, value, bare=False):
+def _option_text(name, value, bare=False, than=None):
     """``--name value`` as a command line would give it (``bare``: the value alone; a
-    :data:`DATA_RECORDS` name by its words)."""
+    :data:`DATA_RECORDS` name by its words; a data fingerprint in words, by itself, with
+    the files in which it differs from the fingerprint ``than``)."""
+    if name == "data_fingerprint" and isinstance(value, dict):
+        return describe_data(value, than)
     if value is _MISSING:
         text = "not given"
     elif isinstance(value, bool):
@@ -1317,20 +1321,26 @@ def _check_backup_options(backup_dir, run_options):
     from applications.arguments import RESUMABLE_CHANGES
 
     # An option that a resume could change when the backup was made is not in it (a
-    # backup of sst made before its --epochs was recorded): not a difference. Nor is a
-    # record of the data on one side only: a backup of an earlier version made none, and
-    # the command line's check (check_resumable) comes before train adds them.
+    # backup of sst made before its --epochs was recorded): not a difference. Nor is one
+    # that a resume may change now, recorded by an older backup (demo's --data-dir, whose
+    # data the fingerprint records now), nor a record of the data on one side only: a
+    # backup of an earlier version made none, and the command line's check
+    # (check_resumable) comes before train adds them.
     saved, run_options = dict(saved), dict(run_options)
-    for name in (set(run_options) - set(saved)) & RESUMABLE_CHANGES:
-        saved[name] = run_options[name]
+    for name in (set(run_options) ^ set(saved)) & RESUMABLE_CHANGES:
+        saved[name] = run_options[name] = run_options.get(name, saved.get(name))
     for name in set(DATA_RECORDS) & (set(saved) ^ set(run_options)):
         saved.pop(name, None)
         run_options.pop(name, None)
+    # the same data read from another folder (moved, copied) are the same data
+    if same_data(saved.get("data_fingerprint"), run_options.get("data_fingerprint")):
+        saved.pop("data_fingerprint", None)
+        run_options.pop("data_fingerprint", None)
     if saved == run_options:
         return
     differ = [
         f"{_option_text(name, saved.get(name, _MISSING))} (now "
-        f"{_option_text(name, run_options.get(name, _MISSING), bare=True)})"
+        f"{_option_text(name, run_options.get(name, _MISSING), bare=True, than=saved.get(name))})"
         for name in sorted(set(saved) | set(run_options))
         if saved.get(name, _MISSING) != run_options.get(name, _MISSING)
     ]
@@ -1351,7 +1361,11 @@ def _check_backup_options(backup_dir, run_options):
 #: which split an MNIST IDX folder gave (``mnist_digits.idx_layout``); the same
 #: ``--data-dir`` gives another once the ``train`` files are put beside the ``t10k``
 #: ones, and a resume then went on training on other digits, scored on other test digits.
-DATA_RECORDS = {"idx_layout": "the data folder's MNIST split"}
+#: ``data_fingerprint``: what the data files are (``arguments.data_fingerprint``, named by
+#: their kind and folder), compared without the folder: a resume on the same files in
+#: another folder goes on, one on other files (another folder, or the same one changed)
+#: trained its last epochs on them.
+DATA_RECORDS = {"idx_layout": "the data folder's MNIST split", "data_fingerprint": "the data"}
 
 
 def record_data(callbacks, **records):
@@ -1361,10 +1375,12 @@ def record_data(callbacks, **records):
     keep them, and a resume whose data give another value is refused here, before
     anything is written (:class:`BackupMismatchError`, the backup kept), where it silently
     trained on other data. A backup made before a record existed is resumed unchecked on
-    it."""
+    it; a record of None (data that cannot be read: the run reports that when it reads
+    them) is not made."""
     unknown = sorted(set(records) - set(DATA_RECORDS))
     if unknown:
         raise InputError(f"record_data records {sorted(DATA_RECORDS)}. Received: {unknown}")
+    records = {name: value for name, value in records.items() if value is not None}
     for backup in _backups(callbacks):
         if backup.run_options is not None:
             backup.run_options = _json_normalized({**backup.run_options, **records})

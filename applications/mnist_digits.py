@@ -16,7 +16,7 @@ import numpy as np
 
 from applications import checks
 from applications.errors import DataNotFoundError, InputError
-from applications.shared_data import shared_data_path
+from applications.shared_data import files_fingerprint, shared_data_path
 
 MNIST_FILES = ("{prefix}-images-idx3-ubyte.gz", "{prefix}-labels-idx1-ubyte.gz")
 
@@ -182,6 +182,22 @@ def load_idx_train_test(data_dir, seed=0, layout=None, test_only=False):
     return train, (images[order[cut:]], labels[order[cut:]]), layout
 
 
+def idx_fingerprint(data_dir, prefixes=("t10k", "train")):
+    """The fingerprint (``shared_data.files_fingerprint``) of the MNIST IDX files of
+    ``prefixes`` in ``data_dir``: of those of :data:`MNIST_FILES` that are there, each the
+    file the loaders read (gzipped, else extracted). The default prefixes are those
+    :func:`load_idx_train_test` reads: the same folder gives another fingerprint once
+    ``train`` files are put beside its ``t10k`` ones. None when the folder holds none of
+    them, a missing folder too (the loaders name what is missing).
+    """
+    data_dir = pathlib.Path(data_dir)
+    if not data_dir.is_dir():
+        return None
+    paths = [_idx_file(data_dir, name.format(prefix=prefix)) for prefix in prefixes for name in MNIST_FILES]
+    paths = [path for path in paths if path is not None]
+    return files_fingerprint("MNIST IDX files", data_dir, paths) if paths else None
+
+
 def recorded_idx_layout(split):
     """The IDX layout of a split ``train`` recorded in ``metrics.json`` (its ``"split"``
     dict): its ``"idx_layout"``; :data:`T10K_SPLIT` for a record written before the
@@ -237,6 +253,18 @@ def load_digits_arrays():
     digits = load_digits()
     images = (digits.images / 16.0).astype("float32")[..., None]
     return images, digits.target.astype("int32")
+
+
+#: The fingerprint of scikit-learn's 8x8 digits (the demo's data without a data
+#: directory): a fixed token, as scikit-learn ships them.
+SKLEARN_DIGITS = {"data": "scikit-learn's 8x8 digits"}
+
+
+def arrays_fingerprint(data_dir=None):
+    """The fingerprint of what :func:`load_arrays` reads: :data:`SKLEARN_DIGITS` for
+    ``data_dir`` None, else that of the ``t10k`` IDX files in ``data_dir``
+    (:func:`idx_fingerprint`; None when it holds none)."""
+    return dict(SKLEARN_DIGITS) if data_dir is None else idx_fingerprint(data_dir, ("t10k",))
 
 
 def load_arrays(data_dir=None, limit=None):

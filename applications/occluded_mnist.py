@@ -1172,8 +1172,12 @@ def train(
     keras.utils.set_random_seed(seed)
     check_run_dir(run_dir)  # (a file in the way: refused before the data are made)
     layout = _idx_layout(source, data_dir)
-    if layout:  # a backup of a run on the folder's t10k split is not resumed on its train files
-        fault_tolerance.record_data(callbacks, idx_layout=layout)
+    if layout:  # a backup of a run on the folder's t10k split is not resumed on its train files,
+        # nor on other digits (on the same files in another folder it is)
+        from applications.mnist_digits import default_data_dir, idx_fingerprint
+
+        fault_tolerance.record_data(callbacks, idx_layout=layout,
+                                    data_fingerprint=idx_fingerprint(data_dir or default_data_dir()))
     train_digits, test_digits = _train_test_digits(source, data_dir, seed, layout=layout)
     if hold_out:  # the test digits are not used at all
         train_digits, test_digits = _hold_out(train_digits, seed)

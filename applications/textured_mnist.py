@@ -1048,10 +1048,11 @@ def train(
                                      names=tuple(TEXTURE_OPTIONS))
     strategy = distribute.resolve_strategy(strategy)
     keras.utils.set_random_seed(seed)
-    from applications.mnist_digits import idx_layout
+    from applications.mnist_digits import idx_fingerprint, idx_layout
 
     layout = idx_layout(_digits_dir(data_dir))  # (used throughout and recorded: evaluate rebuilds it)
-    fault_tolerance.record_data(callbacks, idx_layout=layout)  # a resume on other digits is refused
+    # a resume on other digits is refused (on the same files in another folder it goes on)
+    fault_tolerance.record_data(callbacks, idx_layout=layout, data_fingerprint=idx_fingerprint(_digits_dir(data_dir)))
     with strategy.scope():
         model = compile_model(
             build_model(

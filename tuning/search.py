@@ -8,8 +8,10 @@ default) a stopped search resumes there: finished trials are kept and only the
 remaining ones of ``max_trials`` run, with the tuner, ``--epochs`` and ``--fixed``
 values the search was started with, and its other options but paths, ``--strategy``,
 ``--quiet`` and the like (``--seed``, ``--batch-size``, ``--limit``, the
-application's: :func:`search_options`); others are a one-line error. ``--overwrite``
-starts afresh (and removes the old search's best model, hyperparameters and metrics).
+application's: :func:`search_options`), on the same data where ``--data-dir`` chooses
+them (their fingerprint: the same files in another folder are the same data); others
+are a one-line error. ``--overwrite`` starts afresh (and removes the old search's best
+model, hyperparameters and metrics).
 Hyperband has no trial budget of its own: its oracle's ``max_trials`` is set too, and
 it sweeps its brackets as many times as it takes, so ``--max-trials`` is the number of
 trials of every tuner.
@@ -393,6 +395,7 @@ def _failed_trials_error(error, project_dir):
 
 
 _SETTINGS = "keras_capsules_search.json"
+_DATA = "data_fingerprint"  # (of search_options: compared without the folder of the data)
 _OPTIONS = {"tuner": "--tuner", "epochs": "--epochs", "fixed": "--fixed", "replicas": "--strategy of"}
 # `tune` options a resumed search may change besides those of `train`
 # (arguments.RESUMABLE_CHANGES: paths, strategy, threads, --quiet): where the search is
@@ -404,21 +407,17 @@ def search_options(args):
     """The options of a ``tune`` command, other than ``--tuner``, ``--epochs``, ``--fixed``,
     that a resumed search must keep: those that choose the data and how trials train
     (``--seed``, ``--batch-size``, ``--limit``, the application's, ...), as JSON gives
-    them back, and ``--data-dir`` (absolute) where it chooses the data
-    (``arguments.DATA_DIR_CHOOSES_THE_DATA``). A resume with another ``--seed``, ``--limit``
-    or such a ``--data-dir`` ranked trials scored on different validation examples (and
-    trained from other splits or data) against each other."""
+    them back, and where ``--data-dir`` chooses the data
+    (``arguments.DATA_DIR_CHOOSES_THE_DATA``) the fingerprint of those data
+    (``"data_fingerprint"``, ``arguments.data_fingerprint``), not the folder. A resume with
+    another ``--seed``, ``--limit`` or other data ranked trials scored on different
+    validation examples (and trained from other splits or data) against each other, and
+    wrote the new data's split beside a best model trained on the old data (``evaluate``
+    then scored it on those); the same data moved to another folder are resumed."""
     from applications import arguments
 
     options = {name: value for name, value in arguments.run_options(args).items()
                if name not in _RESUMABLE_TUNE_OPTIONS}
-    if getattr(args, "application", None) in arguments.DATA_DIR_CHOOSES_THE_DATA:
-        # which data the trials train and validate on (demo: the 8x8 digits or MNIST), as
-        # an absolute path (a resume from another folder names the same data otherwise):
-        # a search resumed on other data ranked trials scored on other examples against
-        # each other, and wrote the new data's split beside a best model trained on the
-        # old data (evaluate then scored it on those)
-        options["data_dir"] = None if args.data_dir is None else os.path.abspath(args.data_dir)
     return json.loads(json.dumps(options, default=str, sort_keys=True))
 
 
@@ -427,9 +426,13 @@ def _check_resumed_settings(project_dir, settings):
     ``--fixed`` or other :func:`search_options`: keras-tuner restores its saved oracle,
     so a new ``--fixed`` or Hyperband's ``--epochs`` was silently ignored, other epochs
     (or data options) made the trials' scores incomparable, and another tuner failed
-    with a traceback (or ran on the old one's state). A name missing from ``settings``
-    is not compared (``run_search`` checks all but ``fixed`` before the data are prepared).
+    with a traceback (or ran on the old one's state). Its data are compared by their
+    fingerprint, without the folder they were read in. A name missing from ``settings``
+    (or from the saved ones: a search started before it was recorded) is not compared
+    (``run_search`` checks all but ``fixed`` before the data are prepared).
     """
+    from applications.shared_data import describe_data, same_data
+
     path = os.path.join(project_dir, _SETTINGS)
     if not os.path.exists(path):  # a new search, or one started before this file existed
         return
@@ -440,15 +443,20 @@ def _check_resumed_settings(project_dir, settings):
                          "(or use another --directory)")
     changed = [name for name in _OPTIONS if name in saved and name in settings and saved[name] != settings[name]]
     were = [f"{_OPTIONS[name]} {_describe(name, saved[name])}" for name in changed]
-    saved_options = saved.get("options")
+    saved_options, data = saved.get("options"), None
     if isinstance(saved_options, dict):  # (not recorded by searches started before it was)
         current = settings["options"]
         were += [_option_text(name, saved_options[name]) for name in sorted(saved_options)
-                 if name in current and current[name] != saved_options[name]]
-    if were:
-        were = ", ".join(were)
-        raise InputError(f"the search in {project_dir} was started with {were}: resume it with the same "
-                         "options, or start it afresh with --overwrite (or another --directory)")
+                 if name in current and name != _DATA and current[name] != saved_options[name]]
+        old, new = saved_options.get(_DATA), current.get(_DATA)
+        if old is not None and new is not None and not same_data(old, new):
+            data = (f"on {describe_data(old)}; --data-dir {new.get('source') or '(default)'} holds other data "
+                    f"({describe_data({**new, 'source': None}, old)})")
+    if were or data:
+        started = " ".join(([f"with {', '.join(were)}"] if were else []) + ([data] if data else []))
+        same = " and ".join((["the same options"] if were else []) + (["the same data (in any folder)"] if data else []))
+        raise InputError(f"the search in {project_dir} was started {started}: resume it with {same}, or start "
+                         "it afresh with --overwrite (or another --directory)")
 
 
 def _check_directory(directory, application, overwrite):

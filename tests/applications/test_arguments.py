@@ -15,6 +15,7 @@ from applications import demo, occluded_mnist, sort_of_clevr, textured_mnist
 from applications.errors import InputError
 from applications.text_classification import data as text_data
 from applications.text_classification import recipe as text_recipe
+from tests.conftest import shared_path
 from tuning.demo import DemoHyperModel
 
 _DIGITS = np.zeros((4, 28, 28), "float32"), np.arange(4) % 10
@@ -375,3 +376,62 @@ def test_the_linear_text_head_takes_any_width_it_has_no_capsules_to_cut():
     for routing in ("kmeans", "dynamic"):
         with pytest.raises(InputError, match="Received: gru_units=12, capsule_dim=8"):
             text_model.check_arguments(routing=routing, gru_units=12)
+
+
+# (application, options, the files whose fingerprint run_options records: None for a
+# fixed token, () where --data-dir is a location only)
+_DATA_CASES = {
+    "demo 8x8 digits": ("demo", {}, None),
+    "demo MNIST": ("demo", {"data_dir": "mnist"}, ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")),
+    "occluded_mnist idx": ("occluded_mnist", {"source": "idx", "data_dir": "mnist"},
+                           ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")),
+    "occluded_mnist tfds": ("occluded_mnist", {"source": "tfds", "data_dir": "mnist"}, ()),
+    "textured_mnist": ("textured_mnist", {"data_dir": "mnist"}, ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")),
+    "music": ("music", {"data_dir": "jsb_chorales"}, ("jsb_chorales.json",)),
+    "sst": ("sst", {"data_dir": "sst"}, ("dev.txt", "test.txt", "train.txt")),
+    "text_classification sst5": ("text_classification", {"dataset": "sst5", "data_dir": "sst"},
+                                 ("dev.txt", "test.txt", "train.txt")),
+    "text_classification ag_news": ("text_classification", {"dataset": "ag_news", "data_dir": "sst"}, ()),
+    "smallnorb": ("smallnorb", {"data_dir": "mnist"}, ()),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_DATA_CASES))
+def test_run_options_record_the_data_a_data_dir_chooses_wherever_it_is(case, tmp_path):
+    # --data-dir was free on a resume (a location), but for demo, whose backup and search
+    # recorded its path: a resume on other data files went on training on them, and the
+    # same files moved to another folder were refused for demo. The options now record the
+    # data's fingerprint: the same for a copy elsewhere, another for a changed file.
+    import argparse
+
+    from applications import arguments
+    from applications.shared_data import same_data
+
+    def copy(source, folder):  # (writable files: the shared ones are read-only)
+        folder.mkdir()
+        for path in source.iterdir():
+            shutil.copyfile(path, folder / path.name)
+        return folder
+
+    application, options, files = _DATA_CASES[case]
+    if "data_dir" in options:
+        options = {**options, "data_dir": str(copy(shared_path("data", options["data_dir"]), tmp_path / "data"))}
+
+    def recorded(**changed):
+        args = argparse.Namespace(application=application, command="train", seed=0, **{**options, **changed})
+        return arguments.run_options(args).get("data_fingerprint")
+
+    fingerprint = recorded()
+    if files == ():
+        assert fingerprint is None  # a location: not recorded
+        return
+    if files is None:
+        assert fingerprint == {"data": "scikit-learn's 8x8 digits"}
+        return
+    assert fingerprint["source"] == options["data_dir"] and sorted(fingerprint["files"]) == list(files)
+    moved = copy(tmp_path / "data", tmp_path / "moved")
+    assert recorded(data_dir=str(moved)) != fingerprint and same_data(recorded(data_dir=str(moved)), fingerprint)
+    with open(moved / files[-1], "ab") as f:
+        f.write(b"\0")
+    assert not same_data(recorded(data_dir=str(moved)), fingerprint)
+    assert recorded(data_dir=str(tmp_path / "nowhere")) is None  # (the run names the missing data)

@@ -214,8 +214,30 @@ def test_a_run_resumes_only_on_the_data_it_started_on(tmp_path):
                   model_options={"filters": 4, "hidden_capsules": 4, "pose_size": 2})
     with pytest.raises(RuntimeError, match="simulated"):
         demo.train(callbacks=[_CrashAfterEpoch()], **common)
-    with pytest.raises(BackupMismatchError, match="--data-dir default"):
+    with pytest.raises(BackupMismatchError, match=re.escape(
+            f"other data: scikit-learn's 8x8 digits (now MNIST IDX files in {shared_path('data', 'mnist')})")):
         demo.train(data_dir=str(shared_path("data", "mnist")), **common)
+
+
+def test_a_run_resumes_on_its_digits_in_another_folder_and_not_on_other_digits(tmp_path):
+    # The backup recorded data_dir as a path: the same MNIST files moved to another folder
+    # were refused ("--data-dir /a (now /b)"), and a folder of other digits was told from
+    # them only by its path. Now it records the files' fingerprint.
+    from applications.fault_tolerance import BackupMismatchError
+    from tests.applications.mnist_folders import mnist_folder, other_t10k_folder
+
+    first, other = mnist_folder(tmp_path / "first"), other_t10k_folder(tmp_path / "other")
+    common = dict(run_dir=str(tmp_path / "run"), limit=60, batch_size=16, verbose=0, epochs=2,
+                  model_options={"filters": 4, "hidden_capsules": 4, "pose_size": 2})
+    with pytest.raises(RuntimeError, match="simulated"):
+        demo.train(data_dir=str(first), callbacks=[_CrashAfterEpoch()], **common)
+    with pytest.raises(BackupMismatchError, match=re.escape(
+            f"other data: MNIST IDX files in {first} (now MNIST IDX files in {other}, where "
+            "t10k-images-idx3-ubyte.gz differs, t10k-labels-idx1-ubyte.gz differs); put the data folder back")):
+        demo.train(data_dir=str(other), **common)
+    os.rename(first, tmp_path / "moved")
+    result = demo.train(data_dir=str(tmp_path / "moved"), **common)
+    assert result["resumed_from_epoch"] == 1
 
 
 def test_recorded_options_are_the_same_text_in_every_process():

@@ -3,6 +3,7 @@
 import json
 import os
 import pathlib
+import re
 import signal
 import time
 
@@ -1402,3 +1403,30 @@ def test_record_data_checks_the_backup_at_once_and_a_backup_without_the_record_r
     with pytest.raises(ValueError, match=r"Received: \['layout'\]"):
         fault_tolerance.record_data([callback], layout="t10k")
     fault_tolerance.record_data([keras.callbacks.History()], idx_layout="t10k")  # no backup: nothing to record
+
+
+def test_a_backup_compares_its_data_by_fingerprint_wherever_the_data_are(tmp_path):
+    # A backup recorded the data folder's path (demo), or nothing of it: the same files in
+    # another folder were refused, other files resumed. The fingerprint of the data is
+    # compared without the folder; a backup of an earlier version (demo's path, or no
+    # fingerprint) still resumes.
+    from applications.mnist_digits import idx_fingerprint
+    from tests.applications.mnist_folders import mnist_folder, other_t10k_folder
+
+    backup = tmp_path / "run" / "backup"
+    backup.mkdir(parents=True)
+    first, other = idx_fingerprint(mnist_folder(tmp_path / "first")), idx_fingerprint(other_t10k_folder(tmp_path / "o"))
+    moved = idx_fingerprint(mnist_folder(tmp_path / "moved"))
+
+    def check(saved, now):
+        (backup / "training_metadata.json").write_text(json.dumps({"epoch": 1, "options": saved}))
+        fault_tolerance._check_backup_options(str(backup), now)
+
+    check({"seed": 0, "data_fingerprint": first}, {"seed": 0, "data_fingerprint": moved})
+    with pytest.raises(fault_tolerance.BackupMismatchError, match=re.escape(
+            f"is of a run on other data: MNIST IDX files in {tmp_path / 'first'} (now MNIST IDX files in "
+            f"{tmp_path / 'o'}, where t10k-images-idx3-ubyte.gz differs, t10k-labels-idx1-ubyte.gz differs); "
+            "put the data folder back")):
+        check({"seed": 0, "data_fingerprint": first}, {"seed": 0, "data_fingerprint": other})
+    check({"seed": 0}, {"seed": 0, "data_fingerprint": other})  # (an earlier version's backup)
+    check({"seed": 0, "data_dir": str(tmp_path / "first")}, {"seed": 0, "data_fingerprint": moved})  # demo's

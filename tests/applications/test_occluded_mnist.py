@@ -1,5 +1,6 @@
 """Occluded Moving MNIST: the generator, the four models, saving and learning."""
 
+import os
 import re
 import warnings
 
@@ -1384,6 +1385,7 @@ def test_a_backup_on_a_t10k_split_is_not_resumed_once_train_files_are_beside_it(
     import json
 
     from applications import fault_tolerance
+    from applications.mnist_digits import idx_fingerprint
     from tests.applications import cli_helpers
     from tests.applications.mnist_folders import mnist_folder, write_idx
 
@@ -1398,13 +1400,15 @@ def test_a_backup_on_a_t10k_split_is_not_resumed_once_train_files_are_beside_it(
         train(str(run_dir), callbacks=[cli_helpers.CrashAt(1)])
     backup = run_dir / fault_tolerance.BACKUP_DIR
     recorded = json.loads((backup / "training_metadata.json").read_text())
-    assert recorded["epoch"] == 1 and recorded["options"] == {**options, "idx_layout": "t10k"}
+    assert recorded["epoch"] == 1 and recorded["options"] == {
+        **options, "idx_layout": "t10k", "data_fingerprint": idx_fingerprint(folder)}
     write_idx(folder, "train", np.zeros((8, 28, 28)), np.arange(8))
     drawn = _record_generated_digits(monkeypatch)
     before = sorted((p, p.stat().st_mtime_ns) for p in run_dir.rglob("*") if p.is_file())
     with pytest.raises(fault_tolerance.BackupMismatchError,
-                       match=r"is of a run on other data: the data folder's MNIST split t10k \(now train\+t10k\); "
-                             r"put the data folder back"):
+                       match=r"is of a run on other data: MNIST IDX files in .*, where train-images-idx3-ubyte.gz is "
+                             r"new, train-labels-idx1-ubyte.gz is new\), the data folder's MNIST split t10k "
+                             r"\(now train\+t10k\); put the data folder back"):
         train(str(run_dir))
     assert drawn == []  # refused before a sequence was made
     assert sorted((p, p.stat().st_mtime_ns) for p in run_dir.rglob("*") if p.is_file()) == before
@@ -1413,6 +1417,29 @@ def test_a_backup_on_a_t10k_split_is_not_resumed_once_train_files_are_beside_it(
     result = train(str(run_dir))
     assert result["epochs_run"] == 2 and result["split"]["idx_layout"] == "t10k"
     assert not backup.exists()
+
+
+def test_a_backup_is_resumed_on_its_digits_in_another_folder_and_not_on_other_digits(tmp_path):
+    # Another folder of t10k files alone (other digits, the same split) resumed the backup:
+    # the run went on training on the other digits, and was scored on them. The backup
+    # records the files' fingerprint now; the same files moved elsewhere still resume.
+    from applications import fault_tolerance
+    from tests.applications import cli_helpers
+    from tests.applications.mnist_folders import mnist_folder, other_t10k_folder
+
+    first, other, run_dir = mnist_folder(tmp_path / "first"), other_t10k_folder(tmp_path / "other"), tmp_path / "run"
+
+    def train(folder, callbacks=()):
+        return om.train(data_dir=str(folder), run_dir=str(run_dir), **{**TINY_TRAIN, "epochs": 2}, callbacks=[
+            *fault_tolerance.resumable_callbacks(str(run_dir), run_options={"epochs": 2}), *callbacks])
+
+    with pytest.raises(RuntimeError, match="simulated"):
+        train(first, callbacks=[cli_helpers.CrashAt(1)])
+    with pytest.raises(fault_tolerance.BackupMismatchError, match=re.escape(
+            f"is of a run on other data: MNIST IDX files in {first} (now MNIST IDX files in {other}, where")):
+        train(other)
+    os.rename(first, tmp_path / "moved")
+    assert train(tmp_path / "moved")["epochs_run"] == 2
 
 
 def test_classification_error_refuses_labels_that_are_not_one_per_sequence():

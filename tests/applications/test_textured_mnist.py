@@ -1,6 +1,7 @@
 """Textured MNIST for RTagger: textures, segmentation, model, saving, per-iteration AMI, command line."""
 
 import json
+import os
 import re
 
 import keras
@@ -229,6 +230,31 @@ def test_cli_training_resumes_after_a_crash(tmp_path, capsys, monkeypatch):
     assert not (run_dir / "backup").exists()
     assert _files(run_dir) == ["history.csv", "history.png", "iterations.png", "keras_capsules_run.json",
                                "metrics.json", "model.keras", "segmentation.png"]
+
+
+def test_cli_training_resumes_only_on_its_digits_in_any_folder(tmp_path, capsys, monkeypatch):
+    # --data-dir was free on a resume: a rerun after a crash with a folder of other digits
+    # went on training on them. The backup records the digits' fingerprint now (and the
+    # same files in another folder still resume).
+    from applications import __main__ as cli
+    from applications import fault_tolerance
+    from tests.applications.mnist_folders import mnist_folder, other_t10k_folder
+
+    first, other = mnist_folder(tmp_path / "first"), other_t10k_folder(tmp_path / "other")
+    resumable = fault_tolerance.resumable_callbacks
+    monkeypatch.setattr(fault_tolerance, "resumable_callbacks",
+                        lambda *a, **k: [*resumable(*a, **k), _CrashAtEpoch(1)])
+    argv = ["train", "textured_mnist", *CLI_TINY, "--n-iters", "1", "--epochs", "2", "--run-dir", str(tmp_path / "run")]
+    with pytest.raises(RuntimeError, match="simulated"):
+        cli.main([*argv, "--data-dir", str(first)])
+    monkeypatch.setattr(fault_tolerance, "resumable_callbacks", resumable)
+    capsys.readouterr()
+    assert cli.main([*argv, "--data-dir", str(other)]) == 2
+    err = capsys.readouterr().err
+    assert f"is of a run on other data: MNIST IDX files in {first} (now MNIST IDX files in {other}, where" in err, err
+    os.rename(first, tmp_path / "moved")
+    assert cli.main([*argv, "--data-dir", str(tmp_path / "moved")]) == 0, capsys.readouterr().err
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["resumed_from_epoch"] == 1
 
 
 def test_plot_segmentation_writes_a_grid_png(tmp_path, digits):

@@ -388,7 +388,8 @@ def test_a_search_resumes_only_with_the_data_options_it_was_started_with(demo_se
     assert cli.main([*base, *changed]) == 2
     assert "was started with --limit 120, --seed 0:" in capsys.readouterr().err
     with open(os.path.join(directory, "demo", "keras_capsules_search.json")) as f:
-        assert json.load(f)["options"] == {"batch_size": 32, "data_dir": None, "limit": 120, "seed": 0}  # kept
+        assert json.load(f)["options"] == {"batch_size": 32, "data_fingerprint": {"data": "scikit-learn's 8x8 digits"},
+                                           "limit": 120, "seed": 0}  # kept
 
 
 def test_a_search_resumes_only_on_the_data_it_was_started_on(demo_search, tmp_path, capsys):
@@ -402,8 +403,77 @@ def test_a_search_resumes_only_on_the_data_it_was_started_on(demo_search, tmp_pa
     assert cli.main([*base, "--max-trials", "2", "--data-dir", str(shared_path("data", "mnist"))]) == 2
     err = capsys.readouterr().err
     assert err.startswith("keras-capsules: error: the search in") and err.count("\n") == 1, err
-    assert "was started with --data-dir (default)" in err, err
+    assert (f"was started on scikit-learn's 8x8 digits; --data-dir {shared_path('data', 'mnist')} holds other data "
+            "(MNIST IDX files): resume it with the same data (in any folder)") in err, err
     assert len(_trials(directory)) == 1  # no trial ran
+
+
+def test_a_search_resumes_on_its_data_in_another_folder_and_not_on_other_data(tmp_path, capsys):
+    # A demo search recorded its --data-dir as a path: the same MNIST files in another
+    # folder were refused, and occluded_mnist's and textured_mnist's other folders
+    # (other digits) were not even compared (test_an_idx_search_...). Now the search
+    # records the files' fingerprint (their names, sizes and SHA-256).
+    from tests.applications.mnist_folders import mnist_folder, other_t10k_folder
+
+    first, other = mnist_folder(tmp_path / "first"), other_t10k_folder(tmp_path / "other")
+    directory = str(tmp_path / "search")
+    base = ["tune", "demo", "--tuner", "random", "--directory", directory, *TINY]
+    assert cli.main([*base, "--max-trials", "1", "--data-dir", str(first)]) == 0
+    moved = tmp_path / "moved"
+    os.rename(first, moved)
+    capsys.readouterr()
+    assert cli.main([*base, "--max-trials", "1", "--data-dir", str(moved)]) == 0
+    assert "0 new trial(s), 1 in total" in capsys.readouterr().out
+    assert cli.main([*base, "--max-trials", "2", "--data-dir", str(other)]) == 2
+    err = _one_error_line(capsys)
+    assert (f"was started on MNIST IDX files in {moved}; --data-dir {other} holds other data (MNIST IDX files, "
+            "where t10k-images-idx3-ubyte.gz differs, t10k-labels-idx1-ubyte.gz differs): resume it with the "
+            "same data (in any folder), or start it afresh with --overwrite") in err, err
+    assert len(_trials(directory)) == 1  # no trial ran
+
+
+def _idx_search_settings(application, directory, data_dir, fingerprint=True):
+    """Writes the record of a search of ``application`` on the IDX folder ``data_dir`` into
+    ``directory`` as ``tune`` does (with the data's fingerprint, or as a search started
+    before it was recorded: without, and with the folder, as demo's recorded it)."""
+    from tuning import search
+
+    args = cli.build_parser(application).parse_args(["tune", application, "--data-dir", str(data_dir)])
+    options = search.search_options(args)
+    if not fingerprint:
+        del options["data_fingerprint"]
+        options["data_dir"] = str(data_dir)
+    settings = {"application": application, "tuner": "hyperband", "epochs": 3, "replicas": 1, "options": options}
+    for folder in (directory, directory / application):
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "keras_capsules_search.json").write_text(json.dumps(settings))
+
+
+@pytest.mark.parametrize("application", ["occluded_mnist", "textured_mnist"])
+def test_an_idx_search_resumes_only_on_its_digits(application, tmp_path, capsys, monkeypatch):
+    # Their --data-dir was a location to the search: resumed on a folder of other digits,
+    # it ranked trials trained on other digits against the first ones, silently.
+    import tuning
+    from applications.errors import InputError
+    from tests.applications.mnist_folders import mnist_folder, other_t10k_folder
+
+    def prepared(self):  # (the resume check comes before the data are prepared: no trial runs)
+        raise InputError("the data were prepared")
+
+    monkeypatch.setattr(tuning.HYPERMODELS[application], "prepare", prepared)
+    first, other = mnist_folder(tmp_path / "first"), other_t10k_folder(tmp_path / "other")
+    directory = tmp_path / "search"
+    _idx_search_settings(application, directory, first)
+    base = ["tune", application, "--directory", str(directory), "--data-dir"]
+    assert cli.main([*base, str(other)]) == 2
+    err = _one_error_line(capsys)
+    assert f"was started on MNIST IDX files in {first}; --data-dir {other} holds other data" in err, err
+    shutil.copytree(first, tmp_path / "copy")
+    assert cli.main([*base, str(tmp_path / "copy")]) == 2  # the same files elsewhere: resumed
+    assert "the data were prepared" in _one_error_line(capsys)
+    _idx_search_settings(application, directory, first, fingerprint=False)  # as an older version wrote it
+    assert cli.main([*base, str(other)]) == 2
+    assert "the data were prepared" in _one_error_line(capsys)
 
 
 def test_the_same_seed_builds_the_same_initial_model():
