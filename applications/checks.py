@@ -292,6 +292,81 @@ def recorded_metrics(model_path):
     return metrics if isinstance(metrics, dict) else {}
 
 
+def data_fingerprint(application, **options):
+    """The fingerprint of the data that ``options`` (the command line's, by name:
+    ``data_dir``, text_classification's ``dataset``) choose for ``application``
+    (``arguments.data_fingerprint``), or None: its ``--data-dir`` is a location only, or
+    the data cannot be read. ``train`` records it in ``metrics.json`` as
+    ``"data_fingerprint"`` (``tune`` too), where :func:`recorded_data` compares it."""
+    import argparse
+
+    from applications.arguments import data_fingerprint as of_arguments
+
+    return of_arguments(argparse.Namespace(application=application, **options))
+
+
+def _recorded_fingerprint(model_path, fingerprint):
+    """The data fingerprint recorded in ``metrics.json`` beside ``model_path``, of only the
+    files that ``fingerprint`` (of the data ``evaluate`` reads) holds; None when there is
+    none (a run of an older version, a model moved away from its run) or nothing to compare."""
+    from applications.shared_data import only_files
+
+    recorded = recorded_metrics(model_path).get("data_fingerprint")
+    if not isinstance(recorded, dict) or not isinstance(fingerprint, dict):
+        return None
+    return only_files(recorded, set(fingerprint.get("files") or ())) if "files" in fingerprint else recorded
+
+
+def holds_recorded_data(model_path, fingerprint):
+    """Whether ``fingerprint`` (of the data in a folder ``evaluate`` was given) is of the data
+    the run of ``model_path`` recorded (:func:`recorded_data`): the same files moved to
+    another folder are the run's data."""
+    from applications.shared_data import same_data
+
+    recorded = _recorded_fingerprint(model_path, fingerprint)
+    return recorded is not None and same_data(recorded, fingerprint)
+
+
+def recorded_data(model_path, fingerprint, explicit=False):
+    """Checks that ``evaluate`` of ``model_path`` scores the data its run was trained and
+    tested on: ``fingerprint`` (``shared_data.files_fingerprint``) of the files it reads,
+    against the one ``train`` (or ``tune``) recorded in ``metrics.json`` beside the model
+    (``"data_fingerprint"``, of only the files it reads: files added beside them, or a
+    run's training files, do not count). The folder they are read in is not compared: the
+    same files moved elsewhere are the same data.
+
+    Other data where the run's were (the recorded folder, by default or given by its
+    name: other digits, another chorales file, ``train`` files beside a ``t10k`` split) are
+    refused: their score is not the run's test score, and was reported as such.
+    ``explicit`` (the user gave the data's folder or file) other data in another folder are
+    the user's choice: scored, with a note for the user (returned; else None). Nothing is
+    checked without a record (a run of an older version) or a ``fingerprint`` (data
+    that cannot be read: the loader says why; data whose folder is a location only).
+
+    Raises:
+        InputError: the data were the run's and have changed since, in one line.
+    """
+    from applications.shared_data import describe_data, same_data
+
+    recorded = _recorded_fingerprint(model_path, fingerprint)
+    if recorded is None or same_data(recorded, fingerprint):
+        return None
+    run = os.path.dirname(os.path.abspath(model_path))
+
+    def folder(data):
+        return os.path.realpath(data["source"]) if isinstance(data.get("source"), str) else None
+
+    if explicit and folder(fingerprint) != folder(recorded):
+        return (f"note: {describe_data(fingerprint)} are not the data the model in {run} was trained and tested "
+                f"on ({describe_data(recorded)}): this is no score of the run's test data")
+    raise InputError(
+        f"the model in {run} was trained and tested on {describe_data(recorded)}; "
+        f"{fingerprint.get('source') or 'the data'} now holds other data "
+        f"({describe_data({**fingerprint, 'source': None}, recorded)}): put the run's data back there "
+        "(or pass the folder they were moved to)"
+    )
+
+
 def cache_dir_record(cache_dir, run_dir):
     """How ``train`` records its cache folder in ``metrics.json`` (read back by
     :func:`recorded_cache_dir`): relative to ``run_dir`` when inside it (the default
@@ -326,7 +401,7 @@ def recorded_integers(model_path, names, minimum=0):
             if isinstance(metrics.get(name), int) and not isinstance(metrics[name], bool) and metrics[name] >= minimum}
 
 
-def recorded_split(model_path, given, defaults=None):
+def recorded_split(model_path, given, defaults=None, holds_data=None):
     """The options that made the train/test split of ``model_path``, as ``train`` recorded
     them (``"split"`` in ``metrics.json`` beside the model), with ``given`` (the user's
     values, None where not given) checked against them.
@@ -338,7 +413,9 @@ def recorded_split(model_path, given, defaults=None):
     A given value is checked against the value the recorded None stands for (``train``
     records None for that folder: the same folder, given by its path, was refused as
     "another split"), and paths (``data_dir``) are compared as the folders they name
-    (absolute, symbolic links resolved).
+    (absolute, symbolic links resolved). ``holds_data``: a function of a given
+    ``data_dir`` that tells whether it holds the run's data (:func:`holds_recorded_data`):
+    the same files moved to another folder are the same split, not another.
 
     Returns ``(values, note)``. ``values``: the recorded values where ``given`` has None.
     When nothing was recorded (a run of an older version, or a model moved away from its
@@ -368,8 +445,10 @@ def recorded_split(model_path, given, defaults=None):
         return value
 
     def same(name, value, other):
-        if name == "data_dir" and isinstance(value, (str, os.PathLike)) and isinstance(other, (str, os.PathLike)):
-            return os.path.realpath(value) == os.path.realpath(other)
+        if name == "data_dir" and isinstance(value, (str, os.PathLike)):
+            if isinstance(other, (str, os.PathLike)) and os.path.realpath(value) == os.path.realpath(other):
+                return True
+            return holds_data is not None and bool(holds_data(value))
         return value == other
 
     def shown(name):

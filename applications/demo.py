@@ -433,6 +433,8 @@ def train(
         # What defines the train/test split: `evaluate` uses it (another split overlaps training digits).
         "split": {"seed": seed, "data_dir": None if data_dir is None else os.path.abspath(data_dir),
                   "limit": limit, "test_fraction": TEST_FRACTION},
+        # and what its digits are: evaluate refuses other ones in that folder (checks.recorded_data)
+        "data_fingerprint": recorded["data_fingerprint"],
         **paths,
     }
     fault_tolerance.write_metrics_json(result, paths["metrics"])
@@ -446,9 +448,11 @@ def evaluate(model_path, batch_size=64, seed=None, data_dir=None, limit=None, st
     The split is the one recorded in ``metrics.json`` beside the model by ``train``:
     ``seed``, ``data_dir`` and ``limit`` default to the recorded ones, and values that
     differ are refused (``CommandLineError``): their test split would hold digits the
-    model was trained on. Without a record (a model from an older version, or moved
-    away from its run directory) the given values are used (``seed`` None: 0), with a
-    note on stderr.
+    model was trained on. A ``data_dir`` holding the recorded digits (the same files
+    moved) is the same split; other digits where the run's were (its folder's files
+    changed since) are refused (``InputError``, ``checks.recorded_data``). Without a
+    record (a model from an older version, or moved away from its run directory) the
+    given values are used (``seed`` None: 0), with a note on stderr.
 
     ``verbose``: 1 shows Keras' progress bars, on stderr (stdout keeps only the result);
     0 (the default) is silent.
@@ -457,6 +461,8 @@ def evaluate(model_path, batch_size=64, seed=None, data_dir=None, limit=None, st
     if not os.path.exists(model_path):
         raise PathNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
     seed, data_dir, limit, note = _split_of(model_path, seed, data_dir, limit)
+    # the digits of the run's folder changed since: not its test split (the same digits in the folder given are)
+    checks.recorded_data(model_path, arrays_fingerprint(data_dir))
     # (checked where the test batches were made, after the digits and the model were loaded)
     batch_size = checks.integer_at_least("batch_size", batch_size, 1)
     strategy = distribute.resolve_strategy(strategy)
@@ -489,7 +495,8 @@ def _split_of(model_path, seed, data_dir, limit):
     """``(seed, data_dir, limit, note)`` of the train/test split that trained ``model_path``
     (``note``: what to tell the user when nothing recorded it, else None)."""
     given = {"seed": seed, "data_dir": None if data_dir is None else os.path.abspath(data_dir), "limit": limit}
-    split, note = checks.recorded_split(model_path, given)
+    split, note = checks.recorded_split(
+        model_path, given, holds_data=lambda path: checks.holds_recorded_data(model_path, arrays_fingerprint(path)))
     if note:  # as given (the path as the user wrote it)
         return split["seed"], data_dir, limit, note
     return split["seed"], split["data_dir"], split["limit"], None

@@ -29,6 +29,7 @@ as a second input (teacher forcing, ``make_dataset(..., targets_as_input=True)``
 import json
 import numbers
 import os
+import sys
 
 import keras
 import numpy as np
@@ -1151,6 +1152,7 @@ def train(
     callbacks = callbacks if callable(callbacks) else checks.callback_list(callbacks)
     keras.utils.set_random_seed(seed)
     rolls, longest = load_rolls(data_path, limit)
+    fingerprint = checks.data_fingerprint("music", data_dir=data_path)  # (recorded: evaluate compares it)
     for split in SPLITS:
         if not any(len(roll) for roll in rolls[split]):
             # training chorales of no step trained nothing (exit 0, the metrics of an untrained
@@ -1313,6 +1315,8 @@ def train(
         "limit": limit,  # evaluate scores the same first chorales by default (None: all)
         # and those of the same file (None: the shared copy)
         "data_path": None if data_path is None else os.path.abspath(data_path),
+        # and what the file is: evaluate refuses another one there (checks.recorded_data)
+        "data_fingerprint": fingerprint,
         # the ensemble's files beside model.keras, first member first: `evaluate` of model.keras
         # scores the ensemble whose NLL this reports (it scored member 0 alone)
         "members": [os.path.basename(path) for path in member_paths],
@@ -1376,7 +1380,10 @@ def evaluate(model_path, data_path=None, split="test", limit=None, batch_size=32
     first member.
 
     ``data_path`` (None) defaults to the chorales file (or folder) ``train`` recorded in
-    ``metrics.json`` beside the model, else the project's shared copy. ``limit`` (None)
+    ``metrics.json`` beside the model, else the project's shared copy. A file that
+    changed since ``train`` recorded it there is refused (``InputError``,
+    ``checks.recorded_data``); the same file elsewhere is the run's; another file given
+    elsewhere is scored, with a note on stderr that this is not the run's test score. ``limit`` (None)
     defaults to the one ``train`` recorded there, else all chorales: a run trained with a
     limit is scored on the same first chorales as ``train`` scored it (not on all of them,
     which gave another figure than the one ``train`` reported). A ``limit`` given wins; one
@@ -1409,11 +1416,16 @@ def evaluate(model_path, data_path=None, split="test", limit=None, batch_size=32
         raise PathNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
     if limit is None:
         limit = checks.recorded_integers(model_path, ("limit",), minimum=1).get("limit")
+    explicit = data_path is not None
     if data_path is None:  # the chorales train scored (another --data-dir's were scored silently)
         recorded = checks.recorded_metrics(model_path).get("data_path")
         data_path = recorded if isinstance(recorded, str) else None
     strategy = distribute.resolve_strategy(strategy)
     data = load_chorales(data_path)
+    # another chorales file where the run's was is refused; one given elsewhere is scored, with a note
+    note = checks.recorded_data(model_path, checks.data_fingerprint("music", data_dir=data_path), explicit)
+    if note:
+        print(note, file=sys.stderr)
     member_paths = [model_path, *_recorded_members(model_path)]
     models = []
     with strategy.scope():

@@ -1172,12 +1172,13 @@ def train(
     keras.utils.set_random_seed(seed)
     check_run_dir(run_dir)  # (a file in the way: refused before the data are made)
     layout = _idx_layout(source, data_dir)
+    fingerprint = None
     if layout:  # a backup of a run on the folder's t10k split is not resumed on its train files,
         # nor on other digits (on the same files in another folder it is)
         from applications.mnist_digits import default_data_dir, idx_fingerprint
 
-        fault_tolerance.record_data(callbacks, idx_layout=layout,
-                                    data_fingerprint=idx_fingerprint(data_dir or default_data_dir()))
+        fingerprint = idx_fingerprint(data_dir or default_data_dir())
+        fault_tolerance.record_data(callbacks, idx_layout=layout, data_fingerprint=fingerprint)
     train_digits, test_digits = _train_test_digits(source, data_dir, seed, layout=layout)
     if hold_out:  # the test digits are not used at all
         train_digits, test_digits = _hold_out(train_digits, seed)
@@ -1255,6 +1256,8 @@ def train(
         # (and for IDX files which split of them: mnist_digits.load_idx_train_test)
         "split": {"seed": seed, "source": source, "data_dir": None if data_dir is None else os.path.abspath(data_dir),
                   **({"idx_layout": layout} if layout else {})},
+        # and what the IDX files are: evaluate refuses other digits in that folder (checks.recorded_data)
+        **({"data_fingerprint": fingerprint} if fingerprint else {}),
         "num_test": num_test,  # `evaluate` scores as many test sequences by default
         **paths,
     }
@@ -1267,7 +1270,9 @@ def evaluate(model_path, source=None, data_dir=None, num_test=None, seed=None, b
              verbose=0):
     """Classification error of a saved model on the test sequences of :func:`train`: ``seed``,
     ``source`` and ``data_dir`` default to those ``train`` recorded in ``metrics.json`` beside
-    the model; others are refused (``checks.recorded_split``). ``num_test`` (None) defaults
+    the model; others are refused (``checks.recorded_split``), but for a folder of the
+    run's IDX files moved elsewhere; other test digits where the run's were (the files
+    changed since) are refused too (``checks.recorded_data``). ``num_test`` (None) defaults
     to the number of test sequences ``train`` recorded there, else 5000.
 
     ``verbose``: 1 shows Keras' progress bars, on stderr (stdout keeps only the result);
@@ -1283,15 +1288,22 @@ def evaluate(model_path, source=None, data_dir=None, num_test=None, seed=None, b
     """
     if not os.path.exists(model_path):
         raise PathNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
-    from applications.mnist_digits import default_data_dir, recorded_idx_layout
+    from applications.mnist_digits import default_data_dir, idx_fingerprint, recorded_idx_layout
+
+    def test_files(folder, source):
+        """The fingerprint of the test digits' files (IDX: t10k) in ``folder``; None for TFDS."""
+        return idx_fingerprint(folder or default_data_dir(), ("t10k",)) if (source or "idx") == "idx" else None
 
     # a recorded data_dir of None is the folder train read without --data-dir: IDX files the
-    # project's shared copy, TFDS its own default folder (not resolved here)
+    # project's shared copy, TFDS its own default folder (not resolved here); a folder of
+    # the run's IDX files moved elsewhere is its split too
     split, note = checks.recorded_split(model_path, {
         "seed": seed, "source": source, "data_dir": None if data_dir is None else os.path.abspath(data_dir)},
         defaults={"data_dir": lambda split: str(default_data_dir()) if (split.get("source") or "idx") == "idx"
-                  else None})
+                  else None}, holds_data=lambda path: checks.holds_recorded_data(model_path, test_files(path, source)))
     seed, source, data_dir = split["seed"], split["source"] or "idx", split["data_dir"]
+    # other test digits in the run's folder since: not the run's test split
+    checks.recorded_data(model_path, test_files(data_dir, source))
     if num_test is None:  # (5000 always: other sequences than train scored, unless given its number)
         num_test = checks.recorded_integers(model_path, ("num_test",), minimum=1).get("num_test", 5000)
     num_test = integer_at_least("num_test", num_test, 1)
@@ -1489,7 +1501,7 @@ def add_arguments(parser, command):
                          "refused")
         recorded_default(parser, "data_dir", "folder of the MNIST IDX files, or TFDS's data folder with --source "
                          "tfds (default: the one that `train` recorded beside the model, else the project's "
-                         "shared copy); another folder is refused")
+                         "shared copy); another folder is refused unless it holds the same IDX files")
     if command in ("train", "tune"):
         parser.add_argument("--variant", choices=VARIANTS, default="rladder",
                             help="the RLadder or one of the paper's baselines: without decoder-to-encoder "

@@ -80,3 +80,12 @@ def describe_data(fingerprint, than=None):
         if changes:
             text += f", where {', '.join(changes)}"
     return text
+
+
+def only_files(fingerprint, names):
+    """``fingerprint`` (of :func:`files_fingerprint`) of only its files ``names``: that of
+    the files a reader of some of them reads (``evaluate`` reads a run's test files, not
+    its training ones). A fingerprint without files (a fixed token) is returned as it is."""
+    if not isinstance(fingerprint, dict) or not isinstance(fingerprint.get("files"), dict):
+        return fingerprint
+    return {**fingerprint, "files": {name: value for name, value in fingerprint["files"].items() if name in names}}

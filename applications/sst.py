@@ -53,6 +53,7 @@ import numbers
 import os
 import pathlib
 import shutil
+import sys
 
 import keras
 import numpy as np
@@ -60,6 +61,7 @@ from keras import ops
 
 from applications import checks, console, distribute, fault_tolerance, sst_trees
 from applications.checks import integer_at_least
+from applications.shared_data import only_files
 from applications.errors import (CommandLineError, InputError, PathNotFoundError, create_run_dir,
                                  leaves_no_empty_run_dir, user_path, writable_folder)
 from keras_capsules.layers import EMRouting
@@ -1036,6 +1038,7 @@ def train(
     run_dir = pathlib.Path(run_dir)
     create_run_dir(run_dir)
     cache_dir = pathlib.Path(cache_dir) if cache_dir is not None else run_dir / "cache"
+    fingerprint = checks.data_fingerprint("sst", data_dir=str(data_dir))  # (recorded: evaluate compares it)
     splits = embed_splits(
         data_dir, granularity,
         {"train": ("train", train_on == "phrases", max_train), "dev": ("dev", False, max_eval),
@@ -1079,6 +1082,8 @@ def train(
         "max_eval": max_eval,  # and scores the same first dev or test sentences (None: all)
         "cache_dir": checks.cache_dir_record(cache_dir, run_dir),  # and reads the hidden states there by default
         "train_on": train_on,
+        # what the tree files are: evaluate refuses other ones in that folder (checks.recorded_data)
+        "data_fingerprint": fingerprint,
         "train_examples": int(len(train_y)),
         # texts of each split longer than max_length tokens, cut to it (None: not known)
         "truncated_texts": {key: x.truncated for key, x in (("train", train_x), ("dev", dev_x), ("test", test_x))},
@@ -1116,6 +1121,11 @@ def evaluate(model_path, data_dir, granularity=None, split="test", preset=None, 
     the model's, and a model of another number of classes than the task's, are refused
     in one line.
 
+    The split's tree file in ``data_dir`` is checked against the one :func:`train`
+    recorded (``checks.recorded_data``): a file that changed in the run's folder is
+    refused (``InputError``), the same file elsewhere is the run's, another one elsewhere
+    is scored, with a note on stderr that this is not the run's test score.
+
     ``verbose``: 1 shows the embedding's and Keras' progress bars and the line of how
     many sentences were cut at ``max_length`` (:func:`truncation_line`), on stderr
     (stdout keeps only the result); 2 shows the same, with Keras' one line at the end
@@ -1143,6 +1153,12 @@ def evaluate(model_path, data_dir, granularity=None, split="test", preset=None, 
         max_eval = recorded.get("max_eval")
     max_length = integer_at_least("max_length", recorded.get("max_length", DEFAULT_MAX_LENGTH)
                                   if max_length is None else max_length, 2)
+    # the split's tree file changed in the run's folder: not its sentences (another folder's are
+    # the user's choice: scored, with a note); before the model is loaded and anything embedded
+    note = checks.recorded_data(model_path, only_files(checks.data_fingerprint("sst", data_dir=str(data_dir)),
+                                                       [f"{split}.txt"]), explicit=True)
+    if note:
+        print(note, file=sys.stderr)
     strategy = distribute.resolve_strategy(strategy)
     cache_dir = (cache_dir or checks.recorded_cache_dir(model_path)
                  or os.path.join(os.path.dirname(os.path.abspath(model_path)), "cache"))

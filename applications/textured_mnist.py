@@ -1051,8 +1051,10 @@ def train(
     from applications.mnist_digits import idx_fingerprint, idx_layout
 
     layout = idx_layout(_digits_dir(data_dir))  # (used throughout and recorded: evaluate rebuilds it)
-    # a resume on other digits is refused (on the same files in another folder it goes on)
-    fault_tolerance.record_data(callbacks, idx_layout=layout, data_fingerprint=idx_fingerprint(_digits_dir(data_dir)))
+    # a resume on other digits is refused (on the same files in another folder it goes on),
+    # and so is evaluate on other test digits in that folder (checks.recorded_data)
+    fingerprint = idx_fingerprint(_digits_dir(data_dir))
+    fault_tolerance.record_data(callbacks, idx_layout=layout, data_fingerprint=fingerprint)
     with strategy.scope():
         model = compile_model(
             build_model(
@@ -1149,6 +1151,7 @@ def train(
         # (and which split of the folder's IDX files: mnist_digits.load_idx_train_test)
         "split": {"seed": seed, "data_dir": None if data_dir is None else os.path.abspath(data_dir),
                   "idx_layout": layout},
+        **({"data_fingerprint": fingerprint} if fingerprint else {}),  # what the IDX files are
         # the test images' textures: `evaluate` makes the same ones by default
         "textures": dict(zip(TEXTURE_OPTIONS, textures)),
         "num_test": num_test,  # and as many test images
@@ -1184,7 +1187,10 @@ def evaluate(model_path, data_dir=None, num_test=None, seed=None, batch_size=64,
     a model trained on smooth or fixed-bank textures was scored on (they defaulted to
     binary random textures, whatever the model was trained on). Given ones make other
     test images (the same digits with other textures). ``num_test`` (None) defaults to
-    the number of test images ``train`` recorded there, else 1000.
+    the number of test images ``train`` recorded there, else 1000. ``seed`` and
+    ``data_dir`` default to the recorded ones; others are refused (``checks.recorded_split``),
+    but for a folder of the run's IDX files moved elsewhere; other test digits where the
+    run's were (the files changed since) are refused too (``checks.recorded_data``).
 
     ``verbose``: 1 shows Keras' progress bars, on stderr (stdout keeps only the result);
     0 (the default) is silent.
@@ -1202,13 +1208,19 @@ def evaluate(model_path, data_dir=None, num_test=None, seed=None, batch_size=64,
     num_test = integer_at_least("num_test", num_test, 1)
     batch_size = integer_at_least("batch_size", batch_size, 1)
     # seed and data_dir default to those train recorded beside the model; others are refused
-    from applications.mnist_digits import default_data_dir, recorded_idx_layout
+    from applications.mnist_digits import default_data_dir, idx_fingerprint, recorded_idx_layout
 
-    # (a recorded data_dir of None is the folder train read without --data-dir: default_data_dir)
+    def test_files(folder):  # the fingerprint of the test digits' files (t10k)
+        return idx_fingerprint(_digits_dir(folder), ("t10k",))
+
+    # (a recorded data_dir of None is the folder train read without --data-dir: default_data_dir;
+    # a folder of the run's IDX files moved elsewhere is its split too)
     split, note = checks.recorded_split(model_path, {
         "seed": seed, "data_dir": None if data_dir is None else os.path.abspath(data_dir)},
-        defaults={"data_dir": lambda split: str(default_data_dir())})
+        defaults={"data_dir": lambda split: str(default_data_dir())},
+        holds_data=lambda path: checks.holds_recorded_data(model_path, test_files(path)))
     seed, data_dir = split["seed"], split["data_dir"]
+    checks.recorded_data(model_path, test_files(data_dir))  # other test digits in the run's folder since
     strategy = distribute.resolve_strategy(strategy)
     # the IDX split train used (its test digits, whatever was added to the folder since)
     layout = recorded_idx_layout(checks.recorded_metrics(model_path).get("split"))
@@ -1260,7 +1272,8 @@ def add_arguments(parser, command):
         recorded_default(parser, "seed", "seed of the train/test split of the digits (default: the one that "
                          "`train` recorded in metrics.json beside the model, else 0); another one is refused")
         recorded_default(parser, "data_dir", "folder of the MNIST IDX files (default: the one that `train` "
-                         "recorded beside the model, else the project's shared copy); another folder is refused")
+                         "recorded beside the model, else the project's shared copy); another folder is refused "
+                         "unless it holds the same files")
     if command in ("train", "evaluate"):
         # evaluate: None, the textures train recorded beside the model (a default of "binary"
         # scored a model trained on smooth textures on binary ones)

@@ -351,7 +351,7 @@ def run_search(args, strategy):
     except RuntimeError as error:
         raise _failed_trials_error(error, os.path.join(directory, args.application)) from None
     finished = _finished(tuner)
-    return export_best(tuner, directory, new_trials=len(finished) - before)
+    return export_best(tuner, directory, new_trials=len(finished) - before, data_fingerprint=settings["options"].get(_DATA))
 
 
 class _Hyperband(keras_tuner.Hyperband):
@@ -577,15 +577,18 @@ BEST_FILES = {"model": "best_model.keras", "hyperparameters": "best_hyperparamet
 _TUNER_PREFIX = "tuner/"
 
 
-def best_metrics(hypermodel, summary, paths):
+def best_metrics(hypermodel, summary, paths, data_fingerprint=None):
     """The ``metrics.json`` beside the best model: the data options of the trials as the
     application's ``train`` records them (``hypermodel.recorded_options()``, where
-    ``evaluate`` takes its defaults from), then the best trial's ``trial_id``,
-    ``objective`` and ``best_score`` of ``summary`` (that of ``best_hyperparameters.json``)
-    and the ``paths`` of the files beside it."""
+    ``evaluate`` takes its defaults from), and as it, the fingerprint of the data where
+    ``--data-dir`` chooses them (``data_fingerprint``, of :func:`search_options`:
+    ``evaluate`` refuses other data in their folder, ``checks.recorded_data``), then the
+    best trial's ``trial_id``, ``objective`` and ``best_score`` of ``summary`` (that of
+    ``best_hyperparameters.json``) and the ``paths`` of the files beside it."""
     recorded = getattr(hypermodel, "recorded_options", None)
     return {
         **(recorded() if recorded is not None else {}),
+        **({_DATA: data_fingerprint} if data_fingerprint is not None else {}),
         **{key: summary[key] for key in ("trial_id", "objective", "best_score")},
         **paths,
     }
@@ -621,10 +624,10 @@ def _trained_model(tuner, trial, strategy):
     return model
 
 
-def export_best(tuner, directory, new_trials=None):
+def export_best(tuner, directory, new_trials=None, data_fingerprint=None):
     """Writes ``best_model.keras``, ``best_hyperparameters.json`` and ``metrics.json``
-    (:func:`best_metrics`) into ``directory``, and the files the HyperModel writes beside
-    them (its ``write_beside_best``).
+    (:func:`best_metrics`, with ``data_fingerprint``: that of the search's data) into
+    ``directory``, and the files the HyperModel writes beside them (its ``write_beside_best``).
 
     The best trial is :func:`best_trial`'s: trials with a NaN or infinite score are
     passed over. A non-chief worker of a multi-worker search writes only
@@ -654,7 +657,8 @@ def export_best(tuner, directory, new_trials=None):
         write_beside_best = getattr(tuner.hypermodel, "write_beside_best", None)
         if write_beside_best is not None:
             paths.update(write_beside_best(directory))
-        fault_tolerance.write_metrics_json(best_metrics(tuner.hypermodel, summary, paths), paths["metrics"])
+        fault_tolerance.write_metrics_json(best_metrics(tuner.hypermodel, summary, paths, data_fingerprint),
+                                           paths["metrics"])
     return {
         **summary,
         "trials": len(_finished(tuner)),

@@ -10,6 +10,7 @@ A run directory receives ``model.keras`` (saved atomically), ``vocab.txt``,
 import argparse
 import json
 import os
+import sys
 
 import keras
 
@@ -18,6 +19,7 @@ from applications.demo import plot_history, save_atomically
 from applications.text_classification import data as data_lib
 from applications.text_classification import model as model_lib
 from applications.errors import InputError, PathNotFoundError, create_run_dir, leaves_no_empty_run_dir
+from applications.shared_data import only_files
 
 
 def prepare_data(dataset="sst2", data_dir=None, batch_size=30, vocab_size=60000, max_length=data_lib.MAX_LENGTH,
@@ -211,6 +213,8 @@ def train(
     keras.utils.set_random_seed(seed)
     create_run_dir(run_dir)
     # the epochs a resumed run trains are shuffled as the uninterrupted run's (distribute.epoch_stream)
+    # the SST tree files' fingerprint (TFDS sets: none), recorded: evaluate compares it
+    fingerprint = checks.data_fingerprint("text_classification", data_dir=data_dir, dataset=dataset)
     data = prepare_data(dataset, data_dir, batch_size, vocab_size, max_length, phrases, limit, seed,
                         verbose=verbose, replicas=strategy.num_replicas_in_sync,
                         first_epoch=fault_tolerance.resume_epoch(callbacks, epochs))
@@ -266,6 +270,8 @@ def train(
         "vocab_size": int(n_ids),
         "max_length": max_length,  # evaluate cuts the texts as training did by default
         "limit": limit,  # and scores the same first test examples (None: all)
+        # of the same SST tree files (checks.recorded_data; None: a TFDS set)
+        **({"data_fingerprint": fingerprint} if fingerprint else {}),
         # texts of each split longer than max_length tokens, cut to it
         "truncated_texts": {split: n.truncated for split, n in data["truncated"].items()},
         "parameters": params,
@@ -294,6 +300,11 @@ def evaluate(model_path, dataset=None, data_dir=None, vocabulary_path=None, limi
     ``limit`` is scored on the first test examples that ``train`` scored. A given ``limit``
     wins; one at least the test split's size scores all of it.
 
+    For the SST sets, the test tree file of ``data_dir`` is checked against the one
+    :func:`train` recorded (``checks.recorded_data``): one that changed in the run's
+    folder is refused (``InputError``), the same file elsewhere is the run's, another one
+    elsewhere is scored, with a note on stderr that this is not the run's test score.
+
     ``verbose``: 1 shows Keras' progress bars and the line of how many texts were cut
     at ``max_length`` (:func:`truncation_line`), on stderr (stdout keeps only the
     result); 2 the same, with Keras' one line at the end instead of its bar; 0 (the
@@ -320,7 +331,13 @@ def evaluate(model_path, dataset=None, data_dir=None, vocabulary_path=None, limi
         limit = checks.recorded_integers(model_path, ("limit",), minimum=1).get("limit")
     strategy = distribute.resolve_strategy(strategy)
     lookup = data_lib.make_lookup(data_lib.load_vocabulary(vocabulary_path))
-    raw = data_lib.load_split(dataset, data_lib.splits(dataset)[2], data_dir, limit=limit)
+    test_split = data_lib.splits(dataset)[2]
+    raw = data_lib.load_split(dataset, test_split, data_dir, limit=limit)
+    # SST's test tree file changed in the run's folder: refused; another folder's: scored, with a note
+    note = checks.recorded_data(model_path, only_files(checks.data_fingerprint(
+        "text_classification", data_dir=data_dir, dataset=dataset), [f"{test_split}.txt"]), data_dir is not None)
+    if note:
+        print(note, file=sys.stderr)
     test, truncated = data_lib.make_dataset(raw, lookup, batch_size, max_length=max_length, count_truncated=True)
     test = data_lib.with_cardinality(test)
     with strategy.scope():

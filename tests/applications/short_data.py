@@ -44,3 +44,28 @@ def write_sst_prefix(folder, lines=300):
             head = [line for _, line in zip(range(lines), f)]
         (folder / f"{split}.txt").write_text("".join(head), encoding="utf-8")
     return folder
+
+
+def check_another_sst_test_file(evaluate, run, first, elsewhere, capsys):
+    """Checks ``evaluate`` (a function of a folder of SST tree files that scores a model of
+    ``run`` on its test sentences) of a run trained on the files of ``first``: once
+    ``first/test.txt`` holds other sentences (its trees reversed) it is refused in one
+    line, and once that folder is moved to ``elsewhere`` (another folder given: the user's
+    choice) it is scored, with a note on stderr. Leaves the folder in ``elsewhere``."""
+    import os
+    import re
+
+    import pytest
+
+    from applications.errors import InputError
+
+    lines = (first / "test.txt").read_text().splitlines(keepends=True)
+    (first / "test.txt").write_text("".join(lines[::-1]))  # other test sentences first
+    with pytest.raises(InputError, match=re.escape(
+            f"the model in {run} was trained and tested on SST tree files in {first}; {first} now holds other data "
+            "(SST tree files, where test.txt differs): put the run's data back there")):
+        evaluate(first)
+    os.rename(first, elsewhere)
+    assert evaluate(elsewhere) >= 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"note: SST tree files in {elsewhere} are not "), err

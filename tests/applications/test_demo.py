@@ -139,6 +139,39 @@ def test_evaluate_uses_the_split_that_train_recorded(tmp_path, capsys):
     assert "records no train/test split" in captured.err and "overlaps training digits" in captured.err
 
 
+def test_evaluate_refuses_other_digits_in_the_runs_folder_and_takes_its_digits_moved(tmp_path, capsys):
+    # evaluate read the recorded --data-dir whatever it held since: other digits there were
+    # scored silently as the run's test split, and the same files moved elsewhere were
+    # refused as "another train/test split". metrics.json records the digits' fingerprint now.
+    from applications.mnist_digits import arrays_fingerprint
+    from tests.applications.mnist_folders import mnist_folder, other_t10k_folder
+
+    first, moved, run_dir = mnist_folder(tmp_path / "first"), tmp_path / "moved", tmp_path / "run"
+    trained = demo.train(str(run_dir), data_dir=str(first), epochs=1, batch_size=16, limit=60, verbose=0,
+                         model_options=TINY)
+    model, metrics_path = str(run_dir / "model.keras"), run_dir / "metrics.json"
+    assert json.loads(metrics_path.read_text())["data_fingerprint"] == arrays_fingerprint(first)
+    os.rename(first, moved)
+    evaluated = demo.evaluate(model, data_dir=str(moved))
+    assert evaluated["test_accuracy"] == pytest.approx(trained["test_accuracy"], abs=1e-6)
+    other_t10k_folder(first)  # other digits where the run's were
+    for options in ([], ["--data-dir", str(first)]):
+        assert cli.main(["evaluate", "--model", model, *options]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith(
+            f"keras-capsules: error: the model in {run_dir} was trained and tested on MNIST IDX files in {first}; "
+            f"{first} now holds other data (MNIST IDX files, where t10k-images-idx3-ubyte.gz differs, "
+            "t10k-labels-idx1-ubyte.gz differs): put the run's data back there"), err
+    # a folder of other digits given elsewhere is another split, refused as before
+    assert cli.main(["evaluate", "--model", model, "--data-dir", str(other_t10k_folder(tmp_path / "else"))]) == 2
+    assert "was trained on another train/test split" in capsys.readouterr().err
+    # a record of an older version (no fingerprint): evaluated as before, on what the folder holds
+    metrics = json.loads(metrics_path.read_text())
+    del metrics["data_fingerprint"]
+    metrics_path.write_text(json.dumps(metrics))
+    assert cli.main(["evaluate", "--model", model]) == 0, capsys.readouterr().err
+
+
 def test_evaluate_refuses_another_applications_model_in_one_clear_line(tmp_path, capsys):
     # A music model failed with Keras' cryptic 'Exception encountered when calling Sequential.call().'
     rolls = keras.Sequential([keras.Input((4, 88)), keras.layers.Dense(88)])

@@ -1,6 +1,7 @@
 """JSB Chorales application: piano rolls, padding masks, the RLadder model, learning."""
 
 import json
+import re
 
 import keras
 import numpy as np
@@ -409,6 +410,42 @@ def test_train_with_transposition_weight_decay_and_moving_average(tmp_path, shor
     # evaluate scores the chorales train scored: those of short_data, not the shared copy's
     scored = music.evaluate(result["model"])["test_nll_per_step"]
     assert scored == pytest.approx(result["test_nll_per_step"], rel=1e-5)
+
+
+def test_evaluate_refuses_another_chorales_file_where_the_runs_was(tmp_path, capsys):
+    # evaluate read the recorded data_path whatever it held since: another chorales file
+    # there was scored silently as the run's test chorales. metrics.json records the file's
+    # fingerprint now: the same file moved and given is the run's; another one given
+    # elsewhere is the user's choice, scored with a note.
+    import os
+
+    from applications.shared_data import files_fingerprint
+    from tests.applications.short_data import SHORT_LENGTHS
+
+    first = write_short_chorales(tmp_path / "first")
+    result = music.train(str(first), run_dir=str(tmp_path / "run"), epochs=1, batch_size=4, window=2, limit=2,
+                         sample_steps=0, verbose=0, **TINY)
+    model, metrics_path = result["model"], tmp_path / "run" / "metrics.json"
+    assert json.loads(metrics_path.read_text())["data_fingerprint"] == files_fingerprint(
+        "JSB Chorales", first.parent, [first])
+    os.rename(first.parent, tmp_path / "moved")
+    scored = music.evaluate(model, str(tmp_path / "moved"))["test_nll_per_step"]
+    assert scored == pytest.approx(result["test_nll_per_step"], rel=1e-5) and capsys.readouterr().err == ""
+    other = write_short_chorales(tmp_path / "first", {**SHORT_LENGTHS, "test": (8, 12, 6, 11)})
+    for data_path in (None, str(other)):
+        with pytest.raises(InputError, match=re.escape(
+                f"the model in {tmp_path / 'run'} was trained and tested on JSB Chorales in {other.parent}; "
+                f"{other.parent} now holds other data (JSB Chorales, where jsb_chorales.json differs): put the "
+                "run's data back there")):
+            music.evaluate(model, data_path)
+    elsewhere = write_short_chorales(tmp_path / "else", {**SHORT_LENGTHS, "test": (8, 12, 6, 11)})
+    assert np.isfinite(music.evaluate(model, str(elsewhere))["test_nll_per_step"])
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"note: JSB Chorales in {elsewhere.parent} are not the data "), err
+    metrics = json.loads(metrics_path.read_text())  # a record of an older version: evaluated as before
+    del metrics["data_fingerprint"]
+    metrics_path.write_text(json.dumps(metrics))
+    assert np.isfinite(music.evaluate(model)["test_nll_per_step"])
 
 
 @pytest.mark.parametrize("bad, name", [(dict(reduce_lr_patience=0), "reduce_lr_patience"),

@@ -1442,6 +1442,37 @@ def test_a_backup_is_resumed_on_its_digits_in_another_folder_and_not_on_other_di
     assert train(tmp_path / "moved")["epochs_run"] == 2
 
 
+def test_evaluate_refuses_other_test_digits_in_the_runs_folder_and_takes_them_moved(tmp_path):
+    # evaluate read the recorded --data-dir whatever it held since: other digits there were
+    # scored silently as the run's test sequences, and the same files moved elsewhere were
+    # refused as another split. metrics.json records the IDX files' fingerprint now.
+    import json
+
+    from applications.errors import CommandLineError
+    from applications.mnist_digits import idx_fingerprint
+    from tests.applications.mnist_folders import mnist_folder, other_t10k_folder
+
+    first, moved, run_dir = mnist_folder(tmp_path / "first"), tmp_path / "moved", tmp_path / "run"
+    trained = om.train(run_dir=str(run_dir), data_dir=str(first), **TINY_TRAIN)
+    model, metrics_path = str(run_dir / "model.keras"), run_dir / "metrics.json"
+    assert json.loads(metrics_path.read_text())["data_fingerprint"] == idx_fingerprint(first)
+    os.rename(first, moved)
+    assert om.evaluate(model, data_dir=str(moved))["test_error_per_step"] == trained["test_error_per_step"]
+    other_t10k_folder(first)
+    for data_dir in (None, str(first)):
+        with pytest.raises(InputError, match=re.escape(
+                f"the model in {run_dir} was trained and tested on MNIST IDX files in {first}; {first} now holds "
+                "other data (MNIST IDX files, where t10k-images-idx3-ubyte.gz differs, t10k-labels-idx1-ubyte.gz "
+                "differs): put the run's data back there")):
+            om.evaluate(model, data_dir=data_dir)
+    with pytest.raises(CommandLineError, match="was trained on another train/test split"):
+        om.evaluate(model, data_dir=str(other_t10k_folder(tmp_path / "else")))
+    metrics = json.loads(metrics_path.read_text())  # a record of an older version: evaluated as before
+    del metrics["data_fingerprint"]
+    metrics_path.write_text(json.dumps(metrics))
+    assert om.evaluate(model)["scored_on"] == "test"
+
+
 def test_classification_error_refuses_labels_that_are_not_one_per_sequence():
     # Audit (apps 1): labels of length 1 were broadcast against every sequence's guess (an
     # error rate, no error), where error_per_step refused the same data.

@@ -14,9 +14,10 @@ import keras_hub
 import numpy as np
 import pytest
 
-from applications import fault_tolerance, sst, sst_trees
+from applications import checks, fault_tolerance, sst, sst_trees
 from tests.applications import cli_helpers
 from tests.applications.test_sst_trees import SST
+from tests.applications.short_data import check_another_sst_test_file
 from tests.applications.tiny_data import real_sst_split, tiny_bert_preset
 from tests.applications.verbose_checks import VERBOSE_VALUES, assert_verbose_checked_first, reached
 
@@ -456,6 +457,34 @@ def _copy_run(trained_sentences_run, tmp_path):
     copy = tmp_path / "run"
     shutil.copytree(run, copy)
     return preset, copy, dict(result)
+
+
+def test_evaluate_refuses_another_test_file_where_the_runs_was(trained_sentences_run, tmp_path, capsys):
+    # evaluate scored whatever test.txt --data-dir held: another one in the run's folder was
+    # reported as the run's test accuracy. metrics.json records the tree files' fingerprint
+    # now (here of a run trained on a copy of them, its record pointed there): the same
+    # files elsewhere are the run's, another test.txt elsewhere is scored with a note.
+    preset, run, result = _copy_run(trained_sentences_run, tmp_path)
+    metrics_path, model, first = run / "metrics.json", str(run / "model.keras"), tmp_path / "first"
+    metrics = json.loads(metrics_path.read_text())
+    assert metrics["data_fingerprint"] == checks.data_fingerprint("sst", data_dir=str(SST))
+    first.mkdir()
+    for name in ("train.txt", "dev.txt", "test.txt"):
+        (first / name).write_bytes((pathlib.Path(SST) / name).read_bytes())
+    metrics_path.write_text(json.dumps({**metrics, "data_fingerprint": {**metrics["data_fingerprint"],
+                                                                        "source": str(first)}}))
+    for folder in (first, SST):  # the run's folder, and the same files elsewhere
+        assert sst.evaluate(model, str(folder), max_eval=12)["test_accuracy"] == result["test_accuracy"]
+    assert capsys.readouterr().err == ""
+    assert sst.evaluate(model, str(first), split="dev", max_eval=12)["dev_accuracy"] >= 0  # dev.txt is the run's
+    # another test.txt there is refused, elsewhere scored with a note
+    check_another_sst_test_file(lambda folder: sst.evaluate(model, str(folder), max_eval=12)["test_accuracy"],
+                                run, first, tmp_path / "else", capsys)
+    os.rename(tmp_path / "else", first)
+    del metrics["data_fingerprint"]
+    for record in (metrics | {"data_fingerprint": None}, metrics):  # no fingerprint (older runs): as before
+        metrics_path.write_text(json.dumps(record))
+        assert sst.evaluate(model, str(first), max_eval=12)["test_accuracy"] >= 0
 
 
 def test_evaluate_embeds_with_the_preset_and_max_length_train_recorded(trained_sentences_run, tmp_path):

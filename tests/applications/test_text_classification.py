@@ -385,6 +385,40 @@ def sst2_run_scores(sst2_run, short_sst):
     return scores
 
 
+def test_evaluate_refuses_another_sst_test_file_where_the_runs_was(sst2_run, short_sst, tmp_path, capsys):
+    # evaluate scored whatever test.txt --data-dir held: another one in the run's folder was
+    # reported as the run's test accuracy. metrics.json records the SST tree files'
+    # fingerprint now (here of a copy of the shared run, its record pointed at a copy of
+    # its files): the same files elsewhere are the run's, another test.txt elsewhere is
+    # scored with a note.
+    import shutil
+
+    from applications import checks
+    from tests.applications.short_data import check_another_sst_test_file
+
+    run_dir, result, _ = sst2_run
+    run, first = tmp_path / "run", tmp_path / "first"
+    shutil.copytree(run_dir, run)
+    metrics_path, model = run / "metrics.json", str(run / "model.keras")
+    metrics = json.loads(metrics_path.read_text())
+    assert metrics["data_fingerprint"] == checks.data_fingerprint("text_classification", data_dir=short_sst,
+                                                                  dataset="sst2")
+    shutil.copytree(short_sst, first)
+    metrics_path.write_text(json.dumps({**metrics, "data_fingerprint": {**metrics["data_fingerprint"],
+                                                                        "source": str(first)}}))
+    for folder in (first, short_sst):  # the run's folder, and the same files elsewhere
+        assert recipe.evaluate(model, data_dir=str(folder), limit=16)["test_accuracy"] == pytest.approx(
+            result["test_accuracy"], abs=1e-6)
+    assert capsys.readouterr().err == ""
+    # another test.txt there is refused, elsewhere scored with a note
+    check_another_sst_test_file(lambda folder: recipe.evaluate(model, data_dir=str(folder), limit=16)["test_accuracy"],
+                                run, first, tmp_path / "else", capsys)
+    os.rename(tmp_path / "else", first)
+    del metrics["data_fingerprint"]  # no fingerprint (older runs): as before
+    metrics_path.write_text(json.dumps(metrics))
+    assert recipe.evaluate(model, data_dir=str(first), limit=16)["test_accuracy"] >= 0
+
+
 def test_tiny_training_on_real_sst_sentences(sst2_run):
     # (the shared run: sst2, routing kmeans, 1 epoch of batches of 8, limit 16; read only)
     run_dir, result, _ = sst2_run

@@ -960,6 +960,39 @@ def test_train_files_beside_t10k_train_and_evaluate_keeps_the_split_train_record
         np.testing.assert_array_equal(drawn[0], want_test[0])
 
 
+def test_evaluate_refuses_other_test_digits_in_the_runs_folder_and_takes_them_moved(tmp_path, capsys):
+    # evaluate read the recorded --data-dir whatever it held since: other digits there were
+    # scored silently as the run's test images, and the same files moved elsewhere were
+    # refused as another folder. metrics.json records the IDX files' fingerprint now.
+    from applications import __main__ as cli
+    from applications.mnist_digits import idx_fingerprint
+    from tests.applications.mnist_folders import mnist_folder, other_t10k_folder
+
+    first, moved, run_dir = mnist_folder(tmp_path / "first"), tmp_path / "moved", tmp_path / "run"
+    tm.train(str(first), run_dir=str(run_dir), num_train=4, num_test=6, epochs=1, batch_size=4, n_groups=2,
+             n_iters=2, conv_units=4, dense_units=8, conv_encoder="conv", verbose=0)
+    model, metrics_path = str(run_dir / "model.keras"), run_dir / "metrics.json"
+    assert json.loads(metrics_path.read_text())["data_fingerprint"] == idx_fingerprint(first)
+    scored = tm.evaluate(model)
+    os.rename(first, moved)
+    assert tm.evaluate(model, data_dir=str(moved)) == scored
+    other_t10k_folder(first)
+    for options in ([], ["--data-dir", str(first)]):
+        assert cli.main(["evaluate", "textured_mnist", "--model", model, *options]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and (
+            f"the model in {run_dir} was trained and tested on MNIST IDX files in {first}; {first} now holds "
+            "other data (MNIST IDX files, where t10k-images-idx3-ubyte.gz differs, t10k-labels-idx1-ubyte.gz "
+            "differs): put the run's data back there") in err, err
+    assert cli.main(["evaluate", "textured_mnist", "--model", model, "--data-dir",
+                     str(other_t10k_folder(tmp_path / "else"))]) == 2
+    assert "was trained on another train/test split" in capsys.readouterr().err
+    metrics = json.loads(metrics_path.read_text())  # a record of an older version: evaluated as before
+    del metrics["data_fingerprint"]
+    metrics_path.write_text(json.dumps(metrics))
+    assert cli.main(["evaluate", "textured_mnist", "--model", model]) == 0, capsys.readouterr().err
+
+
 def test_smooth_checkers_are_never_two_valued():
     # Audit (apps 1): the smooth checker's plaid, sampled at the pixels' centres, took only the
     # two values 0.5 +- 0.25 of its levels for cells of 2 pixels (93 of 400 smooth checkers

@@ -432,6 +432,29 @@ def test_a_search_resumes_on_its_data_in_another_folder_and_not_on_other_data(tm
     assert len(_trials(directory)) == 1  # no trial ran
 
 
+def test_evaluate_of_a_searchs_best_model_refuses_other_digits_in_its_folder(tmp_path, capsys):
+    # The search's metrics.json recorded the split's folder, not what it held: evaluate of
+    # the best model scored other digits put there since as its test split. It records
+    # the data's fingerprint now, as train does (the same files moved are the same data).
+    from applications.mnist_digits import arrays_fingerprint
+    from tests.applications.mnist_folders import mnist_folder, other_t10k_folder
+
+    first, directory = mnist_folder(tmp_path / "first"), tmp_path / "search"
+    assert cli.main(["tune", "demo", "--tuner", "random", "--directory", str(directory), *TINY, "--max-trials", "1",
+                     "--data-dir", str(first)]) == 0
+    assert json.loads((directory / "metrics.json").read_text())["data_fingerprint"] == arrays_fingerprint(first)
+    model = str(directory / "best_model.keras")
+    os.rename(first, tmp_path / "moved")
+    capsys.readouterr()
+    assert cli.main(["evaluate", "demo", "--model", model, "--data-dir", str(tmp_path / "moved")]) == 0
+    other_t10k_folder(first)
+    capsys.readouterr()
+    assert cli.main(["evaluate", "demo", "--model", model]) == 2
+    err = _one_error_line(capsys)
+    assert (f"the model in {directory} was trained and tested on MNIST IDX files in {first}; {first} now holds "
+            "other data") in err, err
+
+
 def _idx_search_settings(application, directory, data_dir, fingerprint=True):
     """Writes the record of a search of ``application`` on the IDX folder ``data_dir`` into
     ``directory`` as ``tune`` does (with the data's fingerprint, or as a search started
