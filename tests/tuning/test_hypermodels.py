@@ -759,10 +759,23 @@ def _searched(hypermodel, key):
     ``image_size``, ...): the HyperModel's attribute of that name (a path made absolute,
     as ``train`` records it)."""
     group, _, name = key.rpartition(".")
+    if key == "data_fingerprint":
+        return _search_fingerprint(hypermodel)
     if group == "textures":
         return hypermodel.textures[name]
     value = getattr(hypermodel, name, "<no such option of the search>")
     return os.path.abspath(value) if name == "data_dir" and value is not None else value
+
+
+def _search_fingerprint(hypermodel):
+    """The fingerprint of the search's data that ``run_search`` records (that of its
+    command line's ``--data-dir``, ``arguments.data_fingerprint``), from the HyperModel's
+    data options; None where its data folder is a location only."""
+    from applications import checks
+
+    application = next(name for name, cls in tuning.HYPERMODELS.items() if isinstance(hypermodel, cls))
+    options = {key: getattr(hypermodel, key) for key in ("data_dir", "dataset", "source") if hasattr(hypermodel, key)}
+    return checks.data_fingerprint(application, **options)
 
 
 @pytest.mark.parametrize("name", sorted(tuning.HYPERMODELS))
@@ -784,7 +797,7 @@ def test_the_search_records_beside_its_best_model_what_evaluate_reads(name, tmp_
     (directory / "best_model.keras").write_bytes(b"")  # evaluate stops before it loads the model
     paths.update(hypermodel.write_beside_best(str(directory)))
     summary = {"trial_id": "0", "objective": "val_accuracy", "best_score": 0.5, "hyperparameters": {}}
-    fault_tolerance.write_metrics_json(search.best_metrics(hypermodel, summary, paths), paths["metrics"])
+    fault_tolerance.write_metrics_json(search.best_metrics(hypermodel, summary, paths, _search_fingerprint(hypermodel)), paths["metrics"])
     reads = {}
     recorded_metrics = checks.recorded_metrics
     monkeypatch.setattr(checks, "recorded_metrics", lambda path: _Reads(recorded_metrics(path), reads))
