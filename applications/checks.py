@@ -10,6 +10,7 @@ import math
 import numbers
 import os
 import re
+import sys
 
 import numpy as np
 
@@ -339,7 +340,7 @@ def recorded_data(model_path, fingerprint, explicit=False):
     name: other digits, another chorales file, ``train`` files beside a ``t10k`` split) are
     refused: their score is not the run's test score, and was reported as such.
     ``explicit`` (the user gave the data's folder or file) other data in another folder are
-    the user's choice: scored, with a note for the user (returned; else None). Nothing is
+    the user's choice: scored, with a one-line note on stderr for the user. Nothing is
     checked without a record (a run of an older version) or a ``fingerprint`` (data
     that cannot be read: the loader says why; data whose folder is a location only).
 
@@ -357,8 +358,9 @@ def recorded_data(model_path, fingerprint, explicit=False):
         return os.path.realpath(data["source"]) if isinstance(data.get("source"), str) else None
 
     if explicit and folder(fingerprint) != folder(recorded):
-        return (f"note: {describe_data(fingerprint)} are not the data the model in {run} was trained and tested "
-                f"on ({describe_data(recorded)}): this is no score of the run's test data")
+        print(f"note: {describe_data(fingerprint)} are not the data the model in {run} was trained and tested "
+              f"on ({describe_data(recorded)}): this is no score of the run's test data", file=sys.stderr)
+        return
     raise InputError(
         f"the model in {run} was trained and tested on {describe_data(recorded)}; "
         f"{fingerprint.get('source') or 'the data'} now holds other data "

@@ -53,7 +53,6 @@ import numbers
 import os
 import pathlib
 import shutil
-import sys
 
 import keras
 import numpy as np
@@ -1155,10 +1154,8 @@ def evaluate(model_path, data_dir, granularity=None, split="test", preset=None, 
                                   if max_length is None else max_length, 2)
     # the split's tree file changed in the run's folder: not its sentences (another folder's are
     # the user's choice: scored, with a note); before the model is loaded and anything embedded
-    note = checks.recorded_data(model_path, only_files(checks.data_fingerprint("sst", data_dir=str(data_dir)),
-                                                       [f"{split}.txt"]), explicit=True)
-    if note:
-        print(note, file=sys.stderr)
+    checks.recorded_data(model_path, only_files(checks.data_fingerprint("sst", data_dir=str(data_dir)),
+                                                [f"{split}.txt"]), explicit=True)
     strategy = distribute.resolve_strategy(strategy)
     cache_dir = (cache_dir or checks.recorded_cache_dir(model_path)
                  or os.path.join(os.path.dirname(os.path.abspath(model_path)), "cache"))

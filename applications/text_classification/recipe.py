@@ -10,7 +10,6 @@ A run directory receives ``model.keras`` (saved atomically), ``vocab.txt``,
 import argparse
 import json
 import os
-import sys
 
 import keras
 
@@ -334,10 +333,8 @@ def evaluate(model_path, dataset=None, data_dir=None, vocabulary_path=None, limi
     test_split = data_lib.splits(dataset)[2]
     raw = data_lib.load_split(dataset, test_split, data_dir, limit=limit)
     # SST's test tree file changed in the run's folder: refused; another folder's: scored, with a note
-    note = checks.recorded_data(model_path, only_files(checks.data_fingerprint(
+    checks.recorded_data(model_path, only_files(checks.data_fingerprint(
         "text_classification", data_dir=data_dir, dataset=dataset), [f"{test_split}.txt"]), data_dir is not None)
-    if note:
-        print(note, file=sys.stderr)
     test, truncated = data_lib.make_dataset(raw, lookup, batch_size, max_length=max_length, count_truncated=True)
     test = data_lib.with_cardinality(test)
     with strategy.scope():
