@@ -1152,6 +1152,10 @@ def train(
     keras.utils.set_random_seed(seed)
     rolls, longest = load_rolls(data_path, limit)
     fingerprint = checks.data_fingerprint("music", data_dir=data_path)  # (recorded: evaluate compares it)
+    if not callable(callbacks):
+        # the backups of a Python call record the chorales file as the command line's do: a run
+        # resumed on other chorales is refused before anything is trained (it resumed on them)
+        fault_tolerance.record_data(callbacks, data_fingerprint=fingerprint)
     for split in SPLITS:
         if not any(len(roll) for roll in rolls[split]):
             # training chorales of no step trained nothing (exit 0, the metrics of an untrained
@@ -1251,6 +1255,8 @@ def train(
         # end (so the best weights kept are its), and swapped out again for training.
         extra = [keras.callbacks.SwapEMAWeights(swap_on_epoch=True)] if ema_momentum is not None else []
         user = checks.callback_list(callbacks(member)) if callable(callbacks) else callbacks
+        if callable(callbacks):  # (a member's own backup: checked when the member begins)
+            fault_tolerance.record_data(user, data_fingerprint=fingerprint)
         backup = next((c for c in user if isinstance(c, fault_tolerance.AtomicBackupAndRestore)), None)
         if reduce_lr_patience is not None:
             # its patience, best loss and cooldown are kept beside the backup: a resumed

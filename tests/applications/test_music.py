@@ -1765,3 +1765,38 @@ def test_nll_per_step_metric_refuses_rolls_outside_0_and_1_where_they_count():
         padded[0, 2] = value  # a step that does not count may hold anything
         assert score(padded) == pytest.approx(base, rel=1e-6)
         assert score(padded, traced=True) == pytest.approx(base, rel=1e-6)
+
+
+@pytest.mark.parametrize("per_member", [False, True], ids=["list", "member_function"])
+def test_a_python_run_resumed_on_other_chorales_is_refused_before_training(tmp_path, per_member):
+    # (2026-12-06) Only the command line's backups recorded the chorales file (through
+    # run_options): a crashed music.train called from Python, resumed on another file,
+    # went on training the restored weights on other chorales. Its backups now record the
+    # file's fingerprint as the command line's do; the same file moved still resumes.
+    import json
+    import os
+
+    from applications import fault_tolerance
+    from applications.shared_data import files_fingerprint
+    from tests.applications.short_data import SHORT_LENGTHS, write_short_chorales
+
+    first, run_dir = write_short_chorales(tmp_path / "first"), tmp_path / "run"
+
+    def callbacks(extra=()):
+        made = [*fault_tolerance.resumable_callbacks(str(run_dir), run_options={"seed": 0}), *extra]
+        return (lambda member: made) if per_member else made
+
+    with pytest.raises(RuntimeError, match="simulated"):
+        _small_run(str(first), run_dir, epochs=2, callbacks=callbacks([CrashAt(1)]))
+    backup = run_dir / fault_tolerance.BACKUP_DIR
+    assert json.loads((backup / "training_metadata.json").read_text())["options"] == {
+        "seed": 0, "data_fingerprint": files_fingerprint("JSB Chorales", first.parent, [first])}
+    other = write_short_chorales(tmp_path / "first", {**SHORT_LENGTHS, "test": (8, 12, 6, 11)})
+    before = sorted((p, p.stat().st_mtime_ns) for p in run_dir.rglob("*") if p.is_file())
+    with pytest.raises(fault_tolerance.BackupMismatchError, match="is of a run on other data: JSB Chorales"):
+        _small_run(str(other), run_dir, epochs=2, callbacks=callbacks())
+    assert sorted((p, p.stat().st_mtime_ns) for p in run_dir.rglob("*") if p.is_file()) == before
+    write_short_chorales(tmp_path / "first")  # the run's chorales again, in another folder
+    os.rename(tmp_path / "first", tmp_path / "moved")
+    result = _small_run(str(tmp_path / "moved" / "jsb_chorales.json"), run_dir, epochs=2, callbacks=callbacks())
+    assert result["epochs_run"] == 2 and not backup.exists()
