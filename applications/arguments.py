@@ -167,12 +167,16 @@ def _idx_data(args):
 
 
 def _chorales_data(args):
-    """music: the JSON file of the chorales (``--data-dir``, the file or its folder)."""
+    """music: the JSON file of the chorales (``--data-dir``, the file or its folder), read
+    in the file itself (not its folder: another file beside it is elsewhere) and named as
+    in a folder, ``jsb_chorales.json``, whatever it is called (a symbolic link, a renamed
+    copy: the same file was other data)."""
     from applications.jsb_chorales import data_file
     from applications.shared_data import files_fingerprint
 
     path = data_file(args.data_dir)
-    return files_fingerprint("JSB Chorales", path.parent, [path])
+    fingerprint = files_fingerprint("JSB Chorales", path, [path])
+    return {**fingerprint, "files": {"jsb_chorales.json": entry for entry in fingerprint["files"].values()}}
 
 
 def _tree_data(args):

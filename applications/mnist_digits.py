@@ -188,14 +188,19 @@ def idx_fingerprint(data_dir, prefixes=("t10k", "train")):
     file the loaders read (gzipped, else extracted). The default prefixes are those
     :func:`load_idx_train_test` reads: the same folder gives another fingerprint once
     ``train`` files are put beside its ``t10k`` ones. None when the folder holds none of
-    them, a missing folder too (the loaders name what is missing).
+    them, a missing folder too, or one of them cannot be read (the loaders name what is
+    missing or unreadable, in one line: the fingerprint's ``PermissionError`` was a
+    traceback before them).
     """
     data_dir = pathlib.Path(data_dir)
     if not data_dir.is_dir():
         return None
     paths = [_idx_file(data_dir, name.format(prefix=prefix)) for prefix in prefixes for name in MNIST_FILES]
     paths = [path for path in paths if path is not None]
-    return files_fingerprint("MNIST IDX files", data_dir, paths) if paths else None
+    try:
+        return files_fingerprint("MNIST IDX files", data_dir, paths) if paths else None
+    except OSError:
+        return None
 
 
 def recorded_idx_layout(split):

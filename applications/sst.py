@@ -1003,7 +1003,9 @@ def train(
             scope (``batch_size`` is then the global batch). None: the default one.
         callbacks: extra Keras callbacks (after the TensorBoard logs); the backup of
             a ``fault_tolerance.AtomicBackupAndRestore`` among them is deleted once the
-            outputs are written (``fault_tolerance.finish_run``).
+            outputs are written (``fault_tolerance.finish_run``). It records the tree
+            files' fingerprint (``fault_tolerance.record_data``): a resume on other files
+            is refused before anything is embedded, one on the same files moved is not.
 
     Returns:
         A dict with the dev and test accuracies, the parameter count, the number of
@@ -1038,6 +1040,9 @@ def train(
     create_run_dir(run_dir)
     cache_dir = pathlib.Path(cache_dir) if cache_dir is not None else run_dir / "cache"
     fingerprint = checks.data_fingerprint("sst", data_dir=str(data_dir))  # (recorded: evaluate compares it)
+    # the backups of a Python call record the tree files as the command line's do: a run resumed
+    # on other SST files is refused before anything is embedded or trained (it resumed on them)
+    fault_tolerance.record_data(callbacks, data_fingerprint=fingerprint)
     splits = embed_splits(
         data_dir, granularity,
         {"train": ("train", train_on == "phrases", max_train), "dev": ("dev", False, max_eval),

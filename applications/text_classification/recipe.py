@@ -168,6 +168,8 @@ def train(
             deleted once the outputs are written (``fault_tolerance.finish_run``). A run
             that resumes from such a backup at epoch ``k`` trains epochs ``k, k + 1, ...``
             on the orders the uninterrupted run had (``prepare_data``'s ``first_epoch``).
+            The backup records the SST tree files' fingerprint (``fault_tolerance.record_data``):
+            a resume on other files is refused, one on the same files moved is not.
         verbose: 0 silent, 1 progress bars and summary lines; 2 the same, with ``fit``'s
             line per epoch instead of its progress bar (Keras' levels; Python or numpy,
             not a bool).
@@ -211,9 +213,12 @@ def train(
     strategy = distribute.resolve_strategy(strategy)
     keras.utils.set_random_seed(seed)
     create_run_dir(run_dir)
-    # the epochs a resumed run trains are shuffled as the uninterrupted run's (distribute.epoch_stream)
     # the SST tree files' fingerprint (TFDS sets: none), recorded: evaluate compares it
     fingerprint = checks.data_fingerprint("text_classification", data_dir=data_dir, dataset=dataset)
+    # the backups of a Python call record the tree files as the command line's do: a run resumed
+    # on other SST files is refused before anything is trained (it resumed on them)
+    fault_tolerance.record_data(callbacks, data_fingerprint=fingerprint)
+    # the epochs a resumed run trains are shuffled as the uninterrupted run's (distribute.epoch_stream)
     data = prepare_data(dataset, data_dir, batch_size, vocab_size, max_length, phrases, limit, seed,
                         verbose=verbose, replicas=strategy.num_replicas_in_sync,
                         first_epoch=fault_tolerance.resume_epoch(callbacks, epochs))

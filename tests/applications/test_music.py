@@ -427,21 +427,21 @@ def test_evaluate_refuses_another_chorales_file_where_the_runs_was(tmp_path, cap
                          sample_steps=0, verbose=0, **TINY)
     model, metrics_path = result["model"], tmp_path / "run" / "metrics.json"
     assert json.loads(metrics_path.read_text())["data_fingerprint"] == files_fingerprint(
-        "JSB Chorales", first.parent, [first])
+        "JSB Chorales", first, [first])  # (read in the file, not its folder: 2026-12-06)
     os.rename(first.parent, tmp_path / "moved")
     scored = music.evaluate(model, str(tmp_path / "moved"))["test_nll_per_step"]
     assert scored == pytest.approx(result["test_nll_per_step"], rel=1e-5) and capsys.readouterr().err == ""
     other = write_short_chorales(tmp_path / "first", {**SHORT_LENGTHS, "test": (8, 12, 6, 11)})
     for data_path in (None, str(other)):
         with pytest.raises(InputError, match=re.escape(
-                f"the model in {tmp_path / 'run'} was trained and tested on JSB Chorales in {other.parent}; "
-                f"{other.parent} now holds other data (JSB Chorales, where jsb_chorales.json differs): put the "
+                f"the model in {tmp_path / 'run'} was trained and tested on JSB Chorales in {other}; "
+                f"{other} now holds other data (JSB Chorales, where jsb_chorales.json differs): put the "
                 "run's data back there")):
             music.evaluate(model, data_path)
     elsewhere = write_short_chorales(tmp_path / "else", {**SHORT_LENGTHS, "test": (8, 12, 6, 11)})
     assert np.isfinite(music.evaluate(model, str(elsewhere))["test_nll_per_step"])
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith(f"note: JSB Chorales in {elsewhere.parent} are not the data "), err
+    assert err.count("\n") == 1 and err.startswith(f"note: JSB Chorales in {elsewhere} are not the data "), err
     metrics = json.loads(metrics_path.read_text())  # a record of an older version: evaluated as before
     del metrics["data_fingerprint"]
     metrics_path.write_text(json.dumps(metrics))
@@ -1790,7 +1790,7 @@ def test_a_python_run_resumed_on_other_chorales_is_refused_before_training(tmp_p
         _small_run(str(first), run_dir, epochs=2, callbacks=callbacks([CrashAt(1)]))
     backup = run_dir / fault_tolerance.BACKUP_DIR
     assert json.loads((backup / "training_metadata.json").read_text())["options"] == {
-        "seed": 0, "data_fingerprint": files_fingerprint("JSB Chorales", first.parent, [first])}
+        "seed": 0, "data_fingerprint": files_fingerprint("JSB Chorales", first, [first])}
     other = write_short_chorales(tmp_path / "first", {**SHORT_LENGTHS, "test": (8, 12, 6, 11)})
     before = sorted((p, p.stat().st_mtime_ns) for p in run_dir.rglob("*") if p.is_file())
     with pytest.raises(fault_tolerance.BackupMismatchError, match="is of a run on other data: JSB Chorales"):
@@ -1800,3 +1800,40 @@ def test_a_python_run_resumed_on_other_chorales_is_refused_before_training(tmp_p
     os.rename(tmp_path / "first", tmp_path / "moved")
     result = _small_run(str(tmp_path / "moved" / "jsb_chorales.json"), run_dir, epochs=2, callbacks=callbacks())
     assert result["epochs_run"] == 2 and not backup.exists()
+
+
+def test_the_runs_chorales_file_is_its_data_under_any_name_and_another_file_beside_it_is_not(tmp_path, capsys):
+    # (2026-12-06) The chorales file's fingerprint named it by its file name, in its folder:
+    # another file given beside the run's (its own folder unchanged) was refused as "the
+    # folder now holds other data: put the run's data back there", and the run's own file
+    # under another name (a symbolic link, a renamed copy) was scored with a note that it
+    # was not the run's data, and a crashed run resumed on it was refused. The fingerprint
+    # is of the file now, wherever it is and whatever it is called.
+    import os
+    import shutil
+
+    from applications import fault_tolerance
+    from tests.applications.short_data import SHORT_LENGTHS
+
+    first, run_dir = write_short_chorales(tmp_path / "first"), tmp_path / "run"
+
+    def callbacks(extra=()):
+        return [*fault_tolerance.resumable_callbacks(str(run_dir), run_options={"seed": 0}), *extra]
+
+    with pytest.raises(RuntimeError, match="simulated"):
+        _small_run(str(first), run_dir, epochs=2, callbacks=callbacks([CrashAt(1)]))
+    renamed = tmp_path / "elsewhere" / "chorales.json"
+    renamed.parent.mkdir()
+    shutil.copyfile(first, renamed)
+    os.symlink(first, tmp_path / "link.json")
+    result = _small_run(str(renamed), run_dir, epochs=2, callbacks=callbacks())  # was refused: other data
+    assert result["epochs_run"] == 2 and not (run_dir / fault_tolerance.BACKUP_DIR).exists()
+    for same in (renamed, tmp_path / "link.json"):  # the run's file: its score, no note
+        scored = music.evaluate(result["model"], str(same))["test_nll_per_step"]
+        assert scored == pytest.approx(result["test_nll_per_step"], rel=1e-5)
+        assert capsys.readouterr().err == ""
+    beside = tmp_path / "elsewhere" / "other.json"  # another file beside the run's: the user's choice
+    write_short_chorales(tmp_path / "other", {**SHORT_LENGTHS, "test": (8, 12, 6, 11)}).rename(beside)
+    assert np.isfinite(music.evaluate(result["model"], str(beside))["test_nll_per_step"])  # was refused
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"note: JSB Chorales in {beside} are not the data "), err

@@ -1522,3 +1522,35 @@ def test_bars_trajectories_and_seeds_refuse_what_they_cannot_use(digits):
             om.make_sequences(num_train=2, num_test=2, seed=seed)
     with pytest.raises(InputError, match=r"`digit_size` must divide the digits' size 28. Received: digit_size=5"):
         om.generate(*digits, 2, digit_size=5)
+
+
+def test_an_unreadable_idx_file_is_one_line_in_train_and_evaluate(tmp_path, monkeypatch):
+    # (2026-12-06) The IDX files' fingerprint (mnist_digits.idx_fingerprint) read them before
+    # the loader: a t10k file that cannot be read (no permission) was a PermissionError
+    # traceback from train (of occluded_mnist and textured_mnist) and from evaluate (of
+    # them and the demo), where the loader said in one line which file is unreadable.
+    import builtins
+
+    from applications import demo
+    from applications import textured_mnist as tm
+    from tests.applications.mnist_folders import mnist_folder
+
+    folder, run_dir = mnist_folder(tmp_path / "mnist"), tmp_path / "run"
+    om.train(run_dir=str(run_dir), data_dir=str(folder), **TINY_TRAIN)
+    demo_run = demo.train(run_dir=str(tmp_path / "demo"), data_dir=str(folder), epochs=1, limit=60)
+    locked, opened = str(folder / "t10k-images-idx3-ubyte.gz"), builtins.open
+
+    def denied(file, *args, **kwargs):  # (as a file without read permission: root reads anyway)
+        if isinstance(file, (str, os.PathLike)) and os.fspath(file) == locked:
+            raise PermissionError(13, "Permission denied", locked)
+        return opened(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", denied)
+    unreadable = re.escape(f"{locked} is not a readable gzipped IDX file: [Errno 13] Permission denied")
+    for run in (lambda: om.train(run_dir=str(tmp_path / "again"), data_dir=str(folder), **TINY_TRAIN),
+                lambda: tm.train(run_dir=str(tmp_path / "textured"), data_dir=str(folder), epochs=1, num_train=8,
+                                 num_test=8, verbose=0),
+                lambda: om.evaluate(str(run_dir / "model.keras")),
+                lambda: demo.evaluate(demo_run["model"])):
+        with pytest.raises(InputError, match=unreadable):  # was a PermissionError traceback
+            run()

@@ -792,3 +792,35 @@ def test_a_resumed_run_ends_with_the_weights_of_the_uninterrupted_run(encoder, t
     result = cli_helpers.crash_and_resume(train, tmp_path / "resumed", (1, 1))
     assert result["resumed_from_epoch"] == 1
     assert cli_helpers.max_weight_difference(whole["model"], result["model"]) == 0.0
+
+
+def test_a_python_run_resumed_on_other_tree_files_is_refused_before_anything_is_embedded(encoder, tmp_path):
+    # (2026-12-06) Only the command line's backups recorded the SST tree files (through
+    # run_options): a crashed sst.train called from Python, resumed on other tree files,
+    # embedded them and went on training the restored weights on other sentences. Its
+    # backups now record the files' fingerprint as the command line's do; the same files
+    # moved still resume.
+    from tests.applications.short_data import write_sst_prefix
+
+    first, run_dir = write_sst_prefix(tmp_path / "first", lines=40), tmp_path / "run"
+
+    def train(data_dir, extra=()):
+        resumable = fault_tolerance.resumable_callbacks(str(run_dir), run_options={"seed": 0})
+        result = sst.train(str(data_dir), granularity="2", run_dir=run_dir, cache_dir=tmp_path / "cache",
+                           encoder=encoder, train_on="sentences", epochs=2, batch_size=8, max_train=16, max_eval=8,
+                           max_length=12, verbose=0, callbacks=[*resumable, *extra])
+        return {**result, "resumed_from_epoch": resumable[0].restored_epoch}
+
+    with pytest.raises(RuntimeError, match="simulated"):
+        train(first, [cli_helpers.CrashAt(1)])
+    backup = run_dir / fault_tolerance.BACKUP_DIR
+    assert json.loads((backup / "training_metadata.json").read_text())["options"] == {
+        "seed": 0, "data_fingerprint": checks.data_fingerprint("sst", data_dir=str(first))}
+    other = write_sst_prefix(tmp_path / "other", lines=30)
+    cached = sorted(os.listdir(tmp_path / "cache"))
+    with pytest.raises(fault_tolerance.BackupMismatchError, match="is of a run on other data: SST tree files"):
+        train(other)
+    assert sorted(os.listdir(tmp_path / "cache")) == cached  # nothing embedded
+    shutil.move(first, tmp_path / "moved")  # the run's files in another folder
+    result = train(tmp_path / "moved")
+    assert result["resumed_from_epoch"] == 1 and not backup.exists()

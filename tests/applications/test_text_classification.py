@@ -963,3 +963,37 @@ def test_train_warns_once_of_a_routing_option_the_linear_head_never_reads(tmp_pa
     assert [str(w.message) for w in caught if "has no effect" in str(w.message)] == [
         f"text_classification.build_model: {option} {needs}" for option in ("capsule_dim=2", "class_capsule_dim=4",
                                                                             "n_iters=2")]
+
+
+def test_a_python_run_resumed_on_other_sst_files_is_refused_before_training(tmp_path):
+    # (2026-12-06) Only the command line's backups recorded the SST tree files (through
+    # run_options): a crashed recipe.train called from Python, resumed on other tree files,
+    # went on training the restored weights on other sentences (epochs_run 2). Its backups
+    # now record the files' fingerprint as the command line's do; the same files moved
+    # still resume.
+    import shutil
+
+    from applications import checks, fault_tolerance
+    from tests.applications.cli_helpers import CrashAt
+
+    first, run_dir = write_sst_prefix(tmp_path / "first", lines=60), tmp_path / "run"
+
+    def train(data_dir, extra=()):
+        callbacks = [*fault_tolerance.resumable_callbacks(str(run_dir), run_options={"seed": 0}), *extra]
+        return recipe.train(run_dir=str(run_dir), dataset="sst2", data_dir=str(data_dir), epochs=2, batch_size=4,
+                            limit=12, max_length=10, jit_compile=False, verbose=0, callbacks=callbacks, **TINY)
+
+    with pytest.raises(RuntimeError, match="simulated"):
+        train(first, [CrashAt(1)])
+    backup = run_dir / fault_tolerance.BACKUP_DIR
+    assert json.loads((backup / "training_metadata.json").read_text())["options"] == {
+        "seed": 0, "data_fingerprint": checks.data_fingerprint("text_classification", data_dir=str(first),
+                                                               dataset="sst2")}
+    other = write_sst_prefix(tmp_path / "other", lines=50)
+    before = sorted((p, p.stat().st_mtime_ns) for p in run_dir.rglob("*") if p.is_file())
+    with pytest.raises(fault_tolerance.BackupMismatchError, match="is of a run on other data: SST tree files"):
+        train(other)
+    assert sorted((p, p.stat().st_mtime_ns) for p in run_dir.rglob("*") if p.is_file()) == before
+    shutil.move(first, tmp_path / "moved")  # the run's files in another folder
+    result = train(tmp_path / "moved")
+    assert result["epochs_run"] == 2 and not backup.exists()
