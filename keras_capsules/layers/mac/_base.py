@@ -22,7 +22,7 @@ from keras_capsules._validation import (  # noqa: F401 (re-exported to the MAC l
     rate,
     seed_value,
 )
-from keras_capsules.layers._initializers import fresh_initializer  # noqa: F401 (used by the MAC layers)
+from keras_capsules.layers._initializers import fresh_initializer, narrow_float_safe  # noqa: F401 (used by the MAC layers)
 from keras_capsules.ops import matmul, max_with_initial, routing_dtype
 
 
@@ -232,11 +232,16 @@ class MACLayerBase(OwnCastingLayer):
     def add_kernel(self, name, shape, initializer=None, per_step=False):
         """A kernel weight with the layer's kernel options. ``per_step``: the weight
         stacks one matrix per step on its first axis; the regularizer and constraint
-        then act on each step's matrix (as on any kernel), not on the stack."""
+        then act on each step's matrix (as on any kernel), not on the stack.
+
+        An ``Orthogonal`` initializer draws a 16-bit weight in float32 and casts it
+        (:func:`narrow_float_safe`): with ``dtype="bfloat16"`` its QR failed."""
         return self.add_weight(
             name=name,
             shape=shape,
-            initializer=fresh_initializer(initializer or self.kernel_initializer, self._salt(name)),
+            initializer=narrow_float_safe(
+                fresh_initializer(initializer or self.kernel_initializer, self._salt(name))
+            ),
             regularizer=per_step_regularizer(self.kernel_regularizer) if per_step else self.kernel_regularizer,
             constraint=per_step_constraint(self.kernel_constraint) if per_step else self.kernel_constraint,
         )
@@ -246,7 +251,9 @@ class MACLayerBase(OwnCastingLayer):
         return self.add_weight(
             name=name,
             shape=shape,
-            initializer=fresh_initializer(initializer or self.bias_initializer, self._salt(name)),
+            initializer=narrow_float_safe(
+                fresh_initializer(initializer or self.bias_initializer, self._salt(name))
+            ),
             regularizer=per_step_regularizer(self.bias_regularizer) if per_step else self.bias_regularizer,
             constraint=per_step_constraint(self.bias_constraint) if per_step else self.bias_constraint,
         )
@@ -356,11 +363,15 @@ def per_step_regularizer(regularizer):
 def per_step_initializer(initializer, steps):
     """An initializer of ``[steps, fan_in, fan_out]`` that initialises each step's
     ``[fan_in, fan_out]`` matrix on its own (so fans are those of one matrix, and the
-    steps start different, also with a seeded initializer)."""
+    steps start different, also with a seeded initializer; an ``Orthogonal`` one draws
+    16-bit matrices in float32, see :func:`narrow_float_safe`)."""
 
     def init(shape, dtype=None):
         return ops.stack(
-            [_step_copy(initializer, i)(tuple(shape[1:]), dtype=dtype) for i in range(steps)]
+            [
+                narrow_float_safe(_step_copy(initializer, i))(tuple(shape[1:]), dtype=dtype)
+                for i in range(steps)
+            ]
         )
 
     return init

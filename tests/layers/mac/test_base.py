@@ -220,3 +220,39 @@ def test_a_keras_mask_of_another_shape_is_refused_when_the_model_is_built():
     masked = keras.layers.Masking()(words)  # its own mask, as Keras propagates it (a list): fine
     memory = MACNetwork(2)([masked, question, keras.Input((5, 6))])
     assert tuple(memory.shape) == (None, 8)
+
+
+def _orthogonal_cases():
+    from keras_capsules.layers import ControlUnit, MACCell, MACNetwork, ReadUnit, WriteUnit
+
+    f = _normal
+    full = dict(self_attention=True, memory_gate=True, gate_per_dimension=True)
+    return {  # layer (given its constructor's keyword arguments), its inputs
+        "ControlUnit": (lambda **k: ControlUnit(2, **k), [f(2, 4), f(2, 8), f(2, 3, 8)]),
+        "ReadUnit": (ReadUnit, [f(2, 8), f(2, 5, 6), f(2, 8)]),
+        "WriteUnit": (lambda **k: WriteUnit(**full, **k), [f(2, 6), f(2, 8), f(2, 8), f(2, 2, 8), f(2, 2, 8)]),
+        "MACCell": (lambda **k: MACCell(2, **k), [f(2, 3, 8), f(2, 4), f(2, 5, 6), f(2, 8), f(2, 8)]),
+        "MACNetwork": (lambda **k: MACNetwork(2, **full, **k), [f(2, 3, 8), f(2, 4), f(2, 5, 6)]),
+    }
+
+
+@pytest.mark.parametrize("case", sorted(_orthogonal_cases()))
+def test_an_orthogonal_kernel_initializer_draws_bfloat16_kernels(case):
+    # fuzz (2026-12-06): with dtype="bfloat16" and kernel_initializer="orthogonal" every MAC
+    # layer failed at its first call with TensorFlow's "Value for attr 'T' of bfloat16 is
+    # not in the list of allowed values" (Orthogonal's QR has no bfloat16 kernel), as the
+    # Recurrent Ladder layers once did; their kernels are now drawn in float32 and cast
+    make, inputs = _orthogonal_cases()[case]
+    layers = {}
+    for dtype in ("float32", "bfloat16"):
+        layers[dtype] = make(kernel_initializer=keras.initializers.Orthogonal(seed=4), dtype=dtype)
+        out = layers[dtype](inputs)
+        for o in keras.tree.flatten(out):
+            assert np.all(np.isfinite(np.asarray(keras.ops.convert_to_numpy(o), "float32")))
+    for a, b in zip(layers["float32"].weights, layers["bfloat16"].weights):
+        if "kernel" not in a.path:  # (MACNetwork's initial states: an unseeded initializer)
+            continue
+        want = np.asarray(keras.ops.convert_to_numpy(keras.ops.cast(keras.ops.cast(a, "bfloat16"), "float32")))
+        np.testing.assert_array_equal(np.asarray(keras.ops.convert_to_numpy(keras.ops.cast(b, "float32"))), want,
+                                      err_msg=a.path)
+    assert layers["bfloat16"].get_config()["kernel_initializer"]["class_name"] == "Orthogonal"
