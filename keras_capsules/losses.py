@@ -476,8 +476,31 @@ class CapsuleLoss(GlobalBatchLoss):
         # the whole batch's loss NaN. Such labels are read as class 0 (one-hot targets
         # as "no class") before the check; the mask then drops those positions.
         self._require_known_ranks(y_true, y_pred)
+        self._check_sample_weight(sample_weight, y_pred)
         y_true = _labels_without_padding(y_true, y_pred)
         return super().__call__(y_true, y_pred, sample_weight=sample_weight)
+
+    def _check_sample_weight(self, sample_weight, y_pred):
+        # Weights of another batch size than the scores failed in the reduction with the
+        # backend's "Incompatible shapes: [3] vs. [4]" (TensorFlow's BroadcastTo), which
+        # named neither argument. Weights are aligned with the scores' leading axes (one
+        # per sample, [batch] or [batch, 1], or per label position); a size of 1 is
+        # spread. Sizes unknown here (traced) are left to the reduction.
+        if sample_weight is None:
+            return
+        given = w_shape = tuple(getattr(sample_weight, "shape", np.shape(sample_weight)))
+        leading = tuple(getattr(y_pred, "shape", np.shape(y_pred)))[:-1]
+        if len(w_shape) == len(leading) + 1 and w_shape[-1] == 1:
+            w_shape = w_shape[:-1]
+        if len(w_shape) > len(leading):
+            return  # refused by the reduction, with the ranks in its message
+        for a, b in zip(w_shape, leading):
+            if a is not None and b is not None and a not in (1, b):
+                raise ValueError(
+                    f"{type(self).__name__} takes one weight per sample (or per label position) of "
+                    f"the scores, aligned with their leading axes {list(leading)}. Received: "
+                    f"sample_weight shape={given}, y_pred shape={tuple(getattr(y_pred, 'shape', np.shape(y_pred)))}"
+                )
 
     def call(self, y_true, y_pred):
         self._require_known_ranks(y_true, y_pred)

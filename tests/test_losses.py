@@ -364,6 +364,20 @@ def test_labels_for_another_batch_size_are_a_clear_error(loss, labels):
         loss(labels, scores)
 
 
+@pytest.mark.parametrize("weight_shape", [(3,), (5,), (3, 1)])
+@pytest.mark.parametrize("loss", [MarginLoss(), CapsuleLoss(terms=("margin", "focal", "cross"))])
+def test_sample_weights_for_another_batch_size_are_a_clear_error(loss, weight_shape):
+    # Audit (2026-12-06, random-configuration fuzzing): weights of another batch size
+    # than the scores failed in the reduction with TensorFlow's "InvalidArgumentError:
+    # Incompatible shapes: [3] vs. [4] [Op:BroadcastTo]", which named neither argument.
+    scores = np.random.default_rng(0).uniform(size=(4, 3)).astype("float32")
+    with pytest.raises(ValueError, match=r"one weight per sample.*Received: sample_weight shape=\(\d.*y_pred shape=\(4, 3\)"):
+        loss(np.array([0, 1, 2, 1]), scores, sample_weight=np.ones(weight_shape, "float32"))
+    for good in [(4,), (4, 1), (1,)]:  # per sample, as a column, or one weight for all
+        value = keras.ops.convert_to_numpy(loss(np.array([0, 1, 2, 1]), scores, sample_weight=np.ones(good, "float32")))
+        assert np.isfinite(value)
+
+
 @pytest.mark.parametrize("sigma", [1e-20, 1e-30, 1e200])
 def test_mixture_nll_with_a_tiny_or_huge_sigma_is_finite(sigma):
     # Audit (2026-11-28): 1 / (2 sigma^2) overflowed float32 below sigma ~1e-19, so an exact
