@@ -1056,9 +1056,17 @@ class RLadder(keras.layers.Layer):
             # autocast) but ``step`` runs outside it, where they are float32 and would
             # promote a float16 prediction to float32.
             dtype = prediction.dtype
-            prediction = matmul(prediction, ops.cast(self.output_kernel, dtype)) + ops.cast(
+            # An image's 1x1 map as a matmul of [pixels, channels]: a matmul of the
+            # [b, H, W, C] tensor is a tensordot on TensorFlow, whose gradient XLA does
+            # not compile in the symbolic loop over a batch of unknown size ("Transpose
+            # must be a compile-time constant": unroll=False under jit_compile=True).
+            pixels = tuple(prediction.shape[1:-1])
+            flat = ops.reshape(prediction, (-1, prediction.shape[-1])) if pixels else prediction
+            prediction = matmul(flat, ops.cast(self.output_kernel, dtype)) + ops.cast(
                 self.output_bias, dtype
             )
+            if pixels:
+                prediction = ops.reshape(prediction, (-1,) + pixels + (self.output_units,))
         return prediction, top, (new_states, new_feedback)
 
     def _masked_step(self, x_t, keep, carry, drop, training, zone_keep=None):

@@ -910,6 +910,26 @@ def test_a_convolutional_ladder_loop_trains_under_xla():
     assert np.all(np.isfinite(losses)) and losses[-1] < losses[0]
 
 
+def test_the_output_map_of_an_image_ladder_loop_trains_under_xla():
+    # (2026-12-06, found by a random-configuration fuzzer) The 1x1 output map was a matmul
+    # of the [b, H, W, C] prediction, a tensordot on TensorFlow, whose gradient transposes
+    # by a permutation XLA could not take as a constant in the symbolic loop: fit with
+    # jit_compile=True failed ("Transpose must be a compile-time constant") for this
+    # ladder on a batch of 4 sequences of known length. It is a matmul of [pixels, C] now.
+    inputs = keras.Input((3, 8, 8, 1))
+    predictions, _ = RLadder([level_spec("conv", 2), level_spec("gated", 3)], output_units=2,
+                             unroll=False)(inputs)
+    model = keras.Model(inputs, predictions)
+    model.compile(keras.optimizers.Adam(1e-2), "mse", jit_compile=True)
+    x = _seq(4, 3, 8, 8, 1)
+    losses = model.fit(x, np.concatenate([x, 1 - x], axis=-1), epochs=3, verbose=0).history["loss"]
+    assert np.all(np.isfinite(losses)) and losses[-1] < losses[0]
+    eager = RLadder.from_config(model.layers[1].get_config())
+    eager.build(inputs.shape)
+    eager.set_weights(model.layers[1].get_weights())
+    np.testing.assert_allclose(eager(x)[0], model.predict(x, verbose=0), rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize(
     "levels,shape,kwargs",
     [(DENSE_LEVELS, (2, 3, 5), {}), (FF_CONV_LEVELS, (2, 3, 8, 8, 1), dict(output_units=1)),
