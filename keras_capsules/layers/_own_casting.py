@@ -2,6 +2,8 @@
 
 import keras
 
+from keras_capsules.layers._initializers import narrow_float_safe
+
 
 class OwnCastingLayer(keras.layers.Layer):
     """A layer with ``autocast`` off, whose weights are always read in their own dtype.
@@ -15,6 +17,11 @@ class OwnCastingLayer(keras.layers.Layer):
     default) were then read rounded to float16 or bfloat16 before the float32 math,
     their gradients through that rounding (one ``fit`` step made an EMRouting kernel
     NaN). Every weight here is made with ``autocast=False``.
+
+    An ``Orthogonal`` initializer of a float16 or bfloat16 weight (a layer with a plain
+    ``dtype="bfloat16"``) draws in float32 and casts (:func:`narrow_float_safe`):
+    TensorFlow's QR, which it uses, has no bfloat16 kernel ("Value for attr 'T' of
+    bfloat16 is not in the list of allowed values" at the first call).
     """
 
     def __init__(self, **kwargs):
@@ -23,4 +30,9 @@ class OwnCastingLayer(keras.layers.Layer):
 
     def add_weight(self, *args, **kwargs):
         kwargs.setdefault("autocast", False)
+        initializer = kwargs.get("initializer")
+        if isinstance(initializer, (str, dict)):  # (a name or config, as add_weight takes them)
+            initializer = keras.initializers.get(initializer)
+        if isinstance(initializer, keras.initializers.Orthogonal):
+            kwargs["initializer"] = narrow_float_safe(initializer)
         return super().add_weight(*args, **kwargs)

@@ -81,3 +81,32 @@ def test_a_bfloat16_ladder_keeps_its_initializers_and_casts_the_float32_draws():
         if cell is not None and hasattr(cell, "recurrent_initializer"):
             assert cell.get_config()["recurrent_initializer"]["class_name"] == "Orthogonal"
     assert RLadder.from_config(config).get_config() == config
+
+
+def test_the_routing_layers_and_the_embedding_draw_bfloat16_orthogonal_weights_in_float32():
+    # (2026-12-06) KMeansRouting, DynamicRouting, EMRouting and CompositionalEmbedding (the
+    # layers that cast their weights themselves, OwnCastingLayer) with dtype="bfloat16" and an
+    # orthogonal kernel or codebook initializer failed at their first call in TensorFlow's QR
+    # ("Value for attr 'T' of bfloat16 is not in the list of allowed values"); the MAC units
+    # (the same base) did too. Now drawn in float32 and cast, the config keeps Orthogonal.
+    from keras_capsules.layers import CompositionalEmbedding, DynamicRouting, KMeansRouting
+
+    poses = np.random.default_rng(0).uniform(size=(2, 5, 6)).astype("float32")
+    cases = [
+        (lambda **kw: KMeansRouting(n_out=3, d_out=4, **kw), "kernel_initializer", "kernel", poses),
+        (lambda **kw: DynamicRouting(n_out=3, d_out=4, **kw), "kernel_initializer", "kernel", poses),
+        (lambda **kw: EMRouting(n_out=3, d_out=2, **kw), "kernel_initializer", "kernel",
+         [np.zeros((2, 4), "float32"), np.ones((2, 4, 1, 5), "float32")]),
+        (lambda **kw: CompositionalEmbedding(50, 8, **kw), "codebook_initializer", "codebook", np.array([[1, 2, 3]])),
+    ]
+    for make, option, weight, inputs in cases:
+        layers = {}
+        for dtype in ("float32", "bfloat16"):
+            layers[dtype] = make(**{option: keras.initializers.Orthogonal(seed=3)}, dtype=dtype)
+            inputs_of = [tensor(x) for x in inputs] if isinstance(inputs, list) else tensor(inputs)
+            out = layers[dtype](inputs_of)
+            for y in (out if isinstance(out, (list, tuple)) else [out]):
+                assert np.all(np.isfinite(keras.ops.convert_to_numpy(keras.ops.cast(y, "float32"))))
+        w32, w16 = (keras.ops.convert_to_numpy(getattr(layers[d], weight)) for d in ("float32", "bfloat16"))
+        np.testing.assert_array_equal(w16, w32.astype(w16.dtype))
+        assert layers["bfloat16"].get_config()[option]["class_name"] == "Orthogonal"
