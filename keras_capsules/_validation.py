@@ -277,6 +277,20 @@ def require_known_ranks(loss, why, **tensors):
     )
 
 
+def require_known_weight_rank(x, over):
+    """Refuses a sample weight or mask ``x`` of unknown rank (a tensor traced for
+    ``tf.TensorSpec(shape=None)``, e.g. from a ``tf.data`` pipeline that lost its static
+    shape) with a ``ValueError``: which axes it has decides how the losses spread it over
+    the per-value losses of shape ``over``. TensorFlow's own error, "Cannot take the length
+    of shape with unknown rank", named neither the weights nor a remedy."""
+    if _rank(x) is None:
+        raise ValueError(
+            "A sample weight or mask needs a known rank to be spread over the per-value losses, "
+            f"{tuple(over)} (from a tf.data pipeline that lost its static shape, give it one "
+            "with tf.ensure_shape). Received: a tensor of unknown rank"
+        )
+
+
 def like_values(values, x, dtype):
     """A mask or weights ``x`` spread over ``values``, as the losses read them: a trailing
     axis of 1 beyond the values' rank is dropped (as Keras drops it), missing trailing
@@ -284,9 +298,11 @@ def like_values(values, x, dtype):
     values' shape, in ``dtype``.
 
     Raises:
-        ValueError: ``x`` has more axes than ``values`` (beyond a trailing one of 1).
+        ValueError: ``x`` has more axes than ``values`` (beyond a trailing one of 1), or
+            an unknown rank (:func:`require_known_weight_rank`).
     """
     x = ops.cast(ops.convert_to_tensor(x), dtype)
+    require_known_weight_rank(x, tuple(values.shape))
     if len(x.shape) == len(values.shape) + 1 and x.shape[-1] == 1:
         x = ops.squeeze(x, axis=-1)
     if len(x.shape) > len(values.shape):

@@ -47,7 +47,7 @@ import numpy as np
 from keras import ops
 
 from keras_capsules._validation import (boolean, concrete_values, exactly_shaped_like, like_values, positive_float,
-                                        require_known_ranks)
+                                        require_known_ranks, require_known_weight_rank)
 from keras_capsules.ops import maximum, routing_dtype
 
 __all__ = ["GlobalBatchLoss", "CapsuleLoss", "MarginLoss", "MixtureNLL", "mixture_nll", "margin_term", "focal_term", "cross_term"]
@@ -488,7 +488,10 @@ class CapsuleLoss(GlobalBatchLoss):
         # spread. Sizes unknown here (traced) are left to the reduction.
         if sample_weight is None:
             return
-        given = w_shape = tuple(getattr(sample_weight, "shape", np.shape(sample_weight)))
+        try:
+            given = w_shape = tuple(getattr(sample_weight, "shape", np.shape(sample_weight)))
+        except (TypeError, ValueError):  # traced of unknown rank: refused by the reduction (like_values)
+            return
         leading = tuple(getattr(y_pred, "shape", np.shape(y_pred)))[:-1]
         if len(w_shape) == len(leading) + 1 and w_shape[-1] == 1:
             w_shape = w_shape[:-1]
@@ -949,6 +952,7 @@ class MixtureNLL(GlobalBatchLoss):
 
         if sample_weight is not None:
             sample_weight = ops.convert_to_tensor(sample_weight)
+            require_known_weight_rank(sample_weight, pixels)
             if len(sample_weight.shape) == len(pixels) + 1 and sample_weight.shape[-1] == 1:
                 sample_weight = ops.squeeze(sample_weight, -1)  # [..., 1], as Keras takes it
             sample_weight = spread(sample_weight, "sample_weight")

@@ -781,3 +781,29 @@ def test_traced_labels_or_scores_of_unknown_rank_are_a_clear_error():
                                          + re.escape("Received: x shape=(None, 3, 1), m shape=<unknown rank>, "
                                                      "pi shape=(None, 2, 3, 1)")):
         traced(x, packed[..., :1], packed[..., 1:])
+
+
+def test_traced_sample_weights_of_unknown_rank_are_a_clear_error():
+    # (2026-12-06) Labels and scores of unknown rank were refused by name, but sample weights
+    # of unknown rank failed in the reduction with TensorFlow's "Cannot take the length of
+    # shape with unknown rank", which named neither the weights nor a remedy: how weights
+    # are spread over the per-value losses depends on their axes.
+    tensorflow_only("a tf.function input_signature of unknown rank (JAX traces static shapes)")
+    import tensorflow as tf
+
+    labels, scores = np.array([0, 1, 1], "int32"), np.array([[0.2, 0.7], [0.5, 0.4], [0.1, 0.9]], "float32")
+    message = re.escape("A sample weight or mask needs a known rank to be spread over the per-value losses")
+    for loss in (MarginLoss(), CapsuleLoss(("margin", "cross"))):
+        traced = tf.function(lambda y, p, w: loss(y, p, sample_weight=w), input_signature=[
+            tf.TensorSpec([None], tf.int32), tf.TensorSpec([None, 2], tf.float32), tf.TensorSpec(None, tf.float32)])
+        with pytest.raises(ValueError, match=message + ".*Received: a tensor of unknown rank"):
+            traced(labels, scores, np.ones(3, "float32"))
+    x, packed = np.zeros((1, 3, 1), "float32"), np.zeros((1, 2, 3, 2), "float32")
+    traced = tf.function(lambda y, p, w: losses.MixtureNLL()(y, p, sample_weight=w), input_signature=[
+        tf.TensorSpec([None, 3, 1], tf.float32), tf.TensorSpec([None, 2, 3, 2], tf.float32),
+        tf.TensorSpec(None, tf.float32)])
+    with pytest.raises(ValueError, match=message):
+        traced(x, packed, np.ones(1, "float32"))
+    known = tf.function(lambda y, p, w: MarginLoss()(y, p, sample_weight=w), input_signature=[
+        tf.TensorSpec([None], tf.int32), tf.TensorSpec([None, 2], tf.float32), tf.TensorSpec([None], tf.float32)])
+    assert np.isfinite(float(known(labels, scores, np.ones(3, "float32"))))  # a known rank, as before
