@@ -31,7 +31,10 @@ class OwnCastingLayer(keras.layers.Layer):
     def add_weight(self, *args, **kwargs):
         kwargs.setdefault("autocast", False)
         initializer = kwargs.get("initializer")
-        if isinstance(initializer, (str, dict)):  # (a name or config, as add_weight takes them)
+        # a name or config is made into an object only if it names Orthogonal: making a random
+        # initializer draws a default seed from Python's random (add_weight makes it anyway)
+        name = initializer.get("class_name") if isinstance(initializer, dict) else initializer
+        if isinstance(name, str) and name.replace("_", "").lower() in ("orthogonal", "orthogonalinitializer"):
             initializer = keras.initializers.get(initializer)
         if isinstance(initializer, keras.initializers.Orthogonal):
             kwargs["initializer"] = narrow_float_safe(initializer)

@@ -110,3 +110,25 @@ def test_the_routing_layers_and_the_embedding_draw_bfloat16_orthogonal_weights_i
         w32, w16 = (keras.ops.convert_to_numpy(getattr(layers[d], weight)) for d in ("float32", "bfloat16"))
         np.testing.assert_array_equal(w16, w32.astype(w16.dtype))
         assert layers["bfloat16"].get_config()[option]["class_name"] == "Orthogonal"
+
+
+def test_own_casting_weights_named_by_a_string_draw_no_extra_seed():
+    # (2026-12-06) OwnCastingLayer.add_weight made every initializer named by a string into an
+    # object to see whether it was Orthogonal: a random one drew a default seed from Python's
+    # random, moving every later unseeded draw. Only a name of Orthogonal is made now (which
+    # add_weight makes anyway), and a bfloat16 weight of it is drawn in float32.
+    import random
+
+    from keras_capsules.layers._own_casting import OwnCastingLayer
+
+    layer = OwnCastingLayer()
+    random.seed(7)
+    layer.add_weight(shape=(3, 2), initializer="glorot_uniform", name="a")
+    after_add_weight = random.random()
+    random.seed(7)
+    keras.initializers.get("glorot_uniform")  # what Keras' add_weight makes of the name, once
+    assert after_add_weight == random.random()
+    narrow = OwnCastingLayer(dtype="bfloat16")
+    for initializer in ("orthogonal", "Orthogonal", {"class_name": "Orthogonal", "config": {"seed": 1}}):
+        weight = narrow.add_weight(shape=(3, 2), initializer=initializer)
+        assert keras.backend.standardize_dtype(weight.dtype) == "bfloat16"

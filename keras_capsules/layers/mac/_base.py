@@ -232,16 +232,12 @@ class MACLayerBase(OwnCastingLayer):
     def add_kernel(self, name, shape, initializer=None, per_step=False):
         """A kernel weight with the layer's kernel options. ``per_step``: the weight
         stacks one matrix per step on its first axis; the regularizer and constraint
-        then act on each step's matrix (as on any kernel), not on the stack.
-
-        An ``Orthogonal`` initializer draws a 16-bit weight in float32 and casts it
-        (:func:`narrow_float_safe`): with ``dtype="bfloat16"`` its QR failed."""
+        then act on each step's matrix (as on any kernel), not on the stack. (An
+        ``Orthogonal`` initializer of a 16-bit weight draws in float32: ``OwnCastingLayer``.)"""
         return self.add_weight(
             name=name,
             shape=shape,
-            initializer=narrow_float_safe(
-                fresh_initializer(initializer or self.kernel_initializer, self._salt(name))
-            ),
+            initializer=fresh_initializer(initializer or self.kernel_initializer, self._salt(name)),
             regularizer=per_step_regularizer(self.kernel_regularizer) if per_step else self.kernel_regularizer,
             constraint=per_step_constraint(self.kernel_constraint) if per_step else self.kernel_constraint,
         )
@@ -251,9 +247,7 @@ class MACLayerBase(OwnCastingLayer):
         return self.add_weight(
             name=name,
             shape=shape,
-            initializer=narrow_float_safe(
-                fresh_initializer(initializer or self.bias_initializer, self._salt(name))
-            ),
+            initializer=fresh_initializer(initializer or self.bias_initializer, self._salt(name)),
             regularizer=per_step_regularizer(self.bias_regularizer) if per_step else self.bias_regularizer,
             constraint=per_step_constraint(self.bias_constraint) if per_step else self.bias_constraint,
         )
