@@ -74,12 +74,19 @@ def describe_data(fingerprint, than=None):
     if fingerprint.get("source"):
         text += f" in {fingerprint['source']}"
     if isinstance(than, dict) and than.get("data") == fingerprint.get("data"):
-        files, other = fingerprint.get("files") or {}, than.get("files") or {}
+        files, other = _files_of(fingerprint), _files_of(than)
         changes = [f"{name} {'differs' if name in other else 'is new'}" if name in files else f"{name} is missing"
                    for name in sorted(set(files) | set(other)) if files.get(name) != other.get(name)]
         if changes:
             text += f", where {', '.join(changes)}"
     return text
+
+
+def _files_of(fingerprint):
+    """The ``files`` of a fingerprint, ``{}`` when it has none or they are not the dict
+    :func:`files_fingerprint` writes (a ``metrics.json`` edited by hand)."""
+    files = fingerprint.get("files")
+    return files if isinstance(files, dict) else {}
 
 
 def only_files(fingerprint, names):

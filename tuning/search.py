@@ -450,8 +450,8 @@ def _check_resumed_settings(project_dir, settings):
                  if name in current and name != _DATA and current[name] != saved_options[name]]
         old, new = saved_options.get(_DATA), current.get(_DATA)
         if old is not None and new is not None and not same_data(old, new):
-            data = (f"on {describe_data(old)}; --data-dir {new.get('source') or '(default)'} holds other data "
-                    f"({describe_data({**new, 'source': None}, old)})")
+            where = f"{new['source']} holds" if new.get("source") else "the data chosen now are"
+            data = f"on {describe_data(old)}; {where} other data ({describe_data({**new, 'source': None}, old)})"
     if were or data:
         started = " ".join(([f"with {', '.join(were)}"] if were else []) + ([data] if data else []))
         same = " and ".join((["the same options"] if were else []) + (["the same data (in any folder)"] if data else []))

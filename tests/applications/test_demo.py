@@ -165,8 +165,18 @@ def test_evaluate_refuses_other_digits_in_the_runs_folder_and_takes_its_digits_m
     # a folder of other digits given elsewhere is another split, refused as before
     assert cli.main(["evaluate", "--model", model, "--data-dir", str(other_t10k_folder(tmp_path / "else"))]) == 2
     assert "was trained on another train/test split" in capsys.readouterr().err
-    # a record of an older version (no fingerprint): evaluated as before, on what the folder holds
+    # a fingerprint edited by hand into another form (its files a list): refused in the same
+    # line, not with an AttributeError from describing it
     metrics = json.loads(metrics_path.read_text())
+    metrics_path.write_text(json.dumps({**metrics, "data_fingerprint": {**metrics["data_fingerprint"],
+                                                                        "files": ["t10k-images-idx3-ubyte.gz"]}}))
+    assert cli.main(["evaluate", "--model", model]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(
+        f"keras-capsules: error: the model in {run_dir} was trained and tested on MNIST IDX files in {first}; "
+        f"{first} now holds other data (MNIST IDX files, where t10k-images-idx3-ubyte.gz is new, "
+        "t10k-labels-idx1-ubyte.gz is new): put the run's data back there"), err
+    # a record of an older version (no fingerprint): evaluated as before, on what the folder holds
     del metrics["data_fingerprint"]
     metrics_path.write_text(json.dumps(metrics))
     assert cli.main(["evaluate", "--model", model]) == 0, capsys.readouterr().err

@@ -403,7 +403,7 @@ def test_a_search_resumes_only_on_the_data_it_was_started_on(demo_search, tmp_pa
     assert cli.main([*base, "--max-trials", "2", "--data-dir", str(shared_path("data", "mnist"))]) == 2
     err = capsys.readouterr().err
     assert err.startswith("keras-capsules: error: the search in") and err.count("\n") == 1, err
-    assert (f"was started on scikit-learn's 8x8 digits; --data-dir {shared_path('data', 'mnist')} holds other data "
+    assert (f"was started on scikit-learn's 8x8 digits; {shared_path('data', 'mnist')} holds other data "
             "(MNIST IDX files): resume it with the same data (in any folder)") in err, err
     assert len(_trials(directory)) == 1  # no trial ran
 
@@ -426,9 +426,26 @@ def test_a_search_resumes_on_its_data_in_another_folder_and_not_on_other_data(tm
     assert "0 new trial(s), 1 in total" in capsys.readouterr().out
     assert cli.main([*base, "--max-trials", "2", "--data-dir", str(other)]) == 2
     err = _one_error_line(capsys)
-    assert (f"was started on MNIST IDX files in {moved}; --data-dir {other} holds other data (MNIST IDX files, "
+    assert (f"was started on MNIST IDX files in {moved}; {other} holds other data (MNIST IDX files, "
             "where t10k-images-idx3-ubyte.gz differs, t10k-labels-idx1-ubyte.gz differs): resume it with the "
             "same data (in any folder), or start it afresh with --overwrite") in err, err
+    assert len(_trials(directory)) == 1  # no trial ran
+
+
+def test_a_search_on_a_data_dir_resumed_without_one_says_the_default_data_are_other_data(tmp_path, capsys):
+    # The refusal named "--data-dir (default)" as the folder holding other data, an option
+    # the user had not given, and demo's default data (scikit-learn's digits) have no folder.
+    from tests.applications.mnist_folders import mnist_folder
+
+    first, directory = mnist_folder(tmp_path / "first"), str(tmp_path / "search")
+    base = ["tune", "demo", "--tuner", "random", "--directory", directory, *TINY]
+    assert cli.main([*base, "--max-trials", "1", "--data-dir", str(first)]) == 0
+    capsys.readouterr()
+    assert cli.main([*base, "--max-trials", "2"]) == 2
+    err = _one_error_line(capsys)
+    assert (f"was started on MNIST IDX files in {first}; the data chosen now are other data (scikit-learn's 8x8 "
+            "digits): resume it with the same data (in any folder)") in err, err
+    assert "--data-dir" not in err.split(":", 2)[2], err
     assert len(_trials(directory)) == 1  # no trial ran
 
 
@@ -490,7 +507,7 @@ def test_an_idx_search_resumes_only_on_its_digits(application, tmp_path, capsys,
     base = ["tune", application, "--directory", str(directory), "--data-dir"]
     assert cli.main([*base, str(other)]) == 2
     err = _one_error_line(capsys)
-    assert f"was started on MNIST IDX files in {first}; --data-dir {other} holds other data" in err, err
+    assert f"was started on MNIST IDX files in {first}; {other} holds other data" in err, err
     shutil.copytree(first, tmp_path / "copy")
     assert cli.main([*base, str(tmp_path / "copy")]) == 2  # the same files elsewhere: resumed
     assert "the data were prepared" in _one_error_line(capsys)
