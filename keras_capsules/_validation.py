@@ -202,6 +202,21 @@ def tensorflow_outside_xla():
     return tf.executing_eagerly() or not GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
 
 
+def several_replicas():
+    """The replica context when called inside the replica function of a ``tf.distribute``
+    strategy of several replicas in sync (TensorFlow only), else None."""
+    if keras.backend.backend() != "tensorflow":
+        return None
+    import tensorflow as tf
+
+    if not tf.distribute.has_strategy() or tf.distribute.in_cross_replica_context():
+        return None
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+        return None
+    return context
+
+
 def exactly_shaped_like(mask, like):
     """``mask``, which must have the shape of ``like`` (``[batch, n_inp]``).
 
@@ -291,18 +306,45 @@ def require_known_weight_rank(x, over):
         )
 
 
-def like_values(values, x, dtype):
+def require_aligned_sizes(shape, over, what, given=None):
+    """Refuses a sample weight or mask of ``shape`` (already aligned with ``over`` from the
+    left, of the same rank) whose sizes cannot be spread over ``over``: every axis must be
+    of the same length or 1 where both are known.
+
+    A weight of another batch size than the losses failed in the reduction with the
+    backend's "Incompatible shapes: [3] vs. [4] [Op:BroadcastTo]" (or, for MixtureNLL's
+    mask, "[Op:LogicalAnd]"), which named neither the weights nor the losses' shape.
+    Sizes unknown until the graph runs are left to the backend. ``what`` names the
+    argument ("sample_weight", "mask"); ``given`` is its shape as received (default
+    ``shape``).
+
+    Raises:
+        ValueError: ``"A <what> is spread over the per-value losses <over> from the left:
+        each of its axes must be of their length or 1. Received: <what> shape=..."``.
+    """
+    shape, over = tuple(shape), tuple(over)
+    if any(a is not None and b is not None and a not in (1, b) for a, b in zip(shape, over)):
+        raise ValueError(
+            f"A {what} is spread over the per-value losses {over} from the left: each of its axes "
+            f"must be of their length or 1. Received: {what} shape={tuple(shape if given is None else given)}"
+        )
+
+
+def like_values(values, x, dtype, what="sample weight or mask"):
     """A mask or weights ``x`` spread over ``values``, as the losses read them: a trailing
     axis of 1 beyond the values' rank is dropped (as Keras drops it), missing trailing
     axes are added (so ``[batch]`` weighs every value of a sample), then broadcast to the
-    values' shape, in ``dtype``.
+    values' shape, in ``dtype``. ``what`` names ``x`` in the errors.
 
     Raises:
-        ValueError: ``x`` has more axes than ``values`` (beyond a trailing one of 1), or
-            an unknown rank (:func:`require_known_weight_rank`).
+        ValueError: ``x`` has more axes than ``values`` (beyond a trailing one of 1), an
+            axis of another length than the values' one it is aligned with (other than 1,
+            :func:`require_aligned_sizes`), or an unknown rank
+            (:func:`require_known_weight_rank`).
     """
     x = ops.cast(ops.convert_to_tensor(x), dtype)
     require_known_weight_rank(x, tuple(values.shape))
+    given = tuple(x.shape)
     if len(x.shape) == len(values.shape) + 1 and x.shape[-1] == 1:
         x = ops.squeeze(x, axis=-1)
     if len(x.shape) > len(values.shape):
@@ -312,4 +354,5 @@ def like_values(values, x, dtype):
         )
     while len(x.shape) < len(values.shape):
         x = ops.expand_dims(x, axis=-1)
+    require_aligned_sizes(x.shape, values.shape, what, given)
     return ops.broadcast_to(x, ops.shape(values))

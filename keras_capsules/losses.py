@@ -47,7 +47,8 @@ import numpy as np
 from keras import ops
 
 from keras_capsules._validation import (boolean, concrete_values, exactly_shaped_like, like_values, positive_float,
-                                        require_known_ranks, require_known_weight_rank)
+                                        require_aligned_sizes, require_known_ranks, require_known_weight_rank,
+                                        several_replicas)
 from keras_capsules.ops import maximum, routing_dtype
 
 __all__ = ["GlobalBatchLoss", "CapsuleLoss", "MarginLoss", "MixtureNLL", "mixture_nll", "margin_term", "focal_term", "cross_term"]
@@ -709,10 +710,11 @@ def mixture_nll(x, m, pi, sigma, group_axis=1, from_logits=False, epsilon=1e-7):
     group_axis = _mixture_group_axis(group_axis)
     from_logits = _mixture_from_logits(from_logits)
     require_known_ranks("mixture_nll", "it finds the groups and channels by their axes", x=x, m=m, pi=pi)
-    rank = len(m.shape)
-    axis = _check_axis(group_axis, rank)
+    # converted first: nested lists (no ``shape``) failed with "'list' object has no attribute 'shape'"
     m = ops.convert_to_tensor(m)
     x, pi = ops.convert_to_tensor(x), ops.convert_to_tensor(pi)
+    rank = len(m.shape)
+    axis = _check_axis(group_axis, rank)
     _check_mixture_shapes(x, m, pi, axis, group_axis)
     work = routing_dtype(m.dtype)
     x = ops.expand_dims(ops.cast(x, work), axis)
@@ -760,19 +762,8 @@ def _divide_no_nan(x1, x2):
     return ops.where(zero, ops.zeros_like(x1), x1 / ops.where(zero, ops.ones_like(x2), x2))
 
 
-def _several_replicas():
-    """The replica context when called inside the replica function of a ``tf.distribute``
-    strategy of several replicas in sync (TensorFlow only), else None."""
-    if keras.backend.backend() != "tensorflow":
-        return None
-    import tensorflow as tf
-
-    if not tf.distribute.has_strategy() or tf.distribute.in_cross_replica_context():
-        return None
-    context = tf.distribute.get_replica_context()
-    if context is None or context.num_replicas_in_sync == 1:
-        return None
-    return context
+#: the replica context under a strategy of several replicas (see :func:`_validation.several_replicas`)
+_several_replicas = several_replicas
 
 
 def _reduce(values, sample_weight, mask, reduction, dtype):
@@ -782,9 +773,9 @@ def _reduce(values, sample_weight, mask, reduction, dtype):
     if reduction in _DIVIDING_REDUCTIONS:
         return _global_mean(values, sample_weight, mask, reduction, dtype, _several_replicas())
     values = ops.convert_to_tensor(values, dtype=dtype)
-    for weights in (sample_weight, mask):
+    for weights, what in ((sample_weight, "sample_weight"), (mask, "mask")):
         if weights is not None:
-            values = values * like_values(values, weights, dtype)
+            values = values * like_values(values, weights, dtype, what)
     return ops.sum(values) if reduction == "sum" else values  # "sum", or "none" (None)
 
 
@@ -804,8 +795,8 @@ def _global_mean(values, sample_weight, mask, reduction, dtype, context=None):
     replicas' losses add up to the one-device loss and their gradients to its gradient.
     """
     values = ops.convert_to_tensor(values, dtype=dtype)
-    kept = ops.ones_like(values) if mask is None else like_values(values, mask, dtype)
-    weights = kept if sample_weight is None else kept * like_values(values, sample_weight, dtype)
+    kept = ops.ones_like(values) if mask is None else like_values(values, mask, dtype, "mask")
+    weights = kept if sample_weight is None else kept * like_values(values, sample_weight, dtype, "sample_weight")
     total = ops.sum(values * weights)
     if reduction == "mean_with_sample_weight":
         count = ops.sum(weights)
@@ -946,8 +937,12 @@ class MixtureNLL(GlobalBatchLoss):
                     f"MixtureNLL takes a {what} over the leading axes of y_true without its channels, "
                     f"{pixels}. Received: {what} shape={tuple(x.shape)}"
                 )
+            given = tuple(x.shape)
             for _ in range(len(pixels) - len(x.shape)):
                 x = ops.expand_dims(x, -1)
+            # (a weight or mask of another batch size failed with TensorFlow's "Incompatible
+            # shapes" in BroadcastTo or LogicalAnd, naming neither)
+            require_aligned_sizes(x.shape, pixels, what, given)
             return x
 
         if sample_weight is not None:

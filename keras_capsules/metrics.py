@@ -421,7 +421,12 @@ class AdjustedMutualInformation(keras.metrics.Metric):
         weight = self._sample_weight(sample_weight, y_true)
         self._check_labels(true)
         labels = ops.cast(true, "int32")
-        if keras.backend.is_int_dtype(keras.backend.standardize_dtype(true.dtype)):
+        true_dtype = keras.backend.standardize_dtype(true.dtype)
+        if true_dtype in ("int64", "uint32", "uint64"):
+            # labels beyond int32 wrapped around in the cast (2**32 + 1 became label 1) and
+            # were scored as valid ones in traced calls: they are invalid labels (NaN)
+            whole = true < 2**31 if true_dtype.startswith("u") else (true >= -(2**31)) & (true < 2**31)
+        elif keras.backend.is_int_dtype(true_dtype) or true_dtype == "bool":
             whole = ops.ones_like(labels, dtype="bool")
         else:  # float labels (as Keras may hand them over) must be whole numbers
             whole = ops.cast(labels, true.dtype) == true

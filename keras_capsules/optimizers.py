@@ -11,7 +11,7 @@ import numbers
 import keras
 from keras import ops
 
-from keras_capsules._validation import boolean, fraction, positive_float, positive_int, rate
+from keras_capsules._validation import boolean, fraction, positive_float, positive_int, rate, several_replicas
 from keras_capsules.ops import minimum
 
 
@@ -60,7 +60,12 @@ class RAdam(keras.optimizers.Optimizer):
 
     Decoupled weight decay (``weight_decay=...``), gradient clipping, EMA, gradient
     accumulation and loss scaling come from the base optimizer, and ``learning_rate``
-    may be a float or a ``keras.optimizers.schedules.LearningRateSchedule``.
+    may be a float or a ``keras.optimizers.schedules.LearningRateSchedule``. Unlike
+    Keras' own optimizers, the clipping applies to the gradient of the global batch
+    under a ``tf.distribute`` strategy of several replicas (Keras clips each replica's
+    share), and to a sparse gradient as the dense one it stands for. Gradient
+    accumulation under a strategy of several replicas fails in Keras (a TensorFlow
+    ``RuntimeError`` at the first step) and is refused there with a ``ValueError``.
 
     Args:
         learning_rate: a float or a learning-rate schedule. Default 0.001.
@@ -248,10 +253,71 @@ class RAdam(keras.optimizers.Optimizer):
         step = ops.where(rectify, adaptive, m_hat)
         self.assign_sub(variable, ops.cast(ops.multiply(lr, step), dtype))
 
+    def apply(self, grads, trainable_variables=None):
+        # Keras' accumulation runs its update in a cond, where a strategy of several
+        # replicas cannot all-reduce the gradients: the first step failed with TensorFlow's
+        # RuntimeError "`merge_call` called while defining a new graph or a tf.function"
+        # (keras.optimizers.Adam alike).
+        if self.gradient_accumulation_steps and several_replicas() is not None:
+            raise ValueError(
+                "`gradient_accumulation_steps` cannot be used under a tf.distribute strategy of several "
+                "replicas (Keras updates inside a conditional, where the gradients cannot be all-reduced); "
+                "scale the global batch instead. Received: "
+                f"gradient_accumulation_steps={self.gradient_accumulation_steps}"
+            )
+        return super().apply(grads, trainable_variables)
+
+    def _clip_gradients(self, grads):
+        """Keras' clipping (``clipnorm``, ``global_clipnorm``, ``clipvalue``) of the gradient
+        of the global batch, also for sparse gradients and under a ``tf.distribute``
+        strategy of several replicas.
+
+        * A sparse gradient (``tf.IndexedSlices``) is clipped as the dense gradient it
+          stands for (as it is applied, see the class docstring): Keras clipped its slices
+          before the slices of repeated ids were summed, so an embedding row looked up
+          twice with a slice of norm 1 each (a gradient of norm 2) passed a ``clipnorm`` of
+          1.5 unclipped, and a ``clipvalue`` clipped each slice, not the sum.
+        * Keras clips each replica's gradient before the replicas' gradients are summed,
+          so under two replicas a ``global_clipnorm`` of 1 let through a gradient of norm
+          up to 2 (and a ``clipvalue`` clipped each half of a value, not the value):
+          training under a strategy did not take the one-device steps. There the
+          replicas' gradients are summed first and clipped as on one device, and each
+          replica passes on an equal share of the clipped sum (which the update sums
+          again).
+        """
+        if not (self.clipnorm or self.global_clipnorm or self.clipvalue):
+            return grads
+        if keras.backend.backend() == "tensorflow":
+            grads = [g if g is None or not hasattr(g, "indices") else _dense(g) for g in grads]
+        context = several_replicas()
+        present = [i for i, g in enumerate(grads) if g is not None]
+        if context is None or not present:
+            return super()._clip_gradients(grads)
+        import tensorflow as tf
+
+        total = context.all_reduce(tf.distribute.ReduceOp.SUM, [grads[i] for i in present])
+        share = 1.0 / context.num_replicas_in_sync
+        clipped = list(grads)
+        for i, g in zip(present, super()._clip_gradients(total)):
+            clipped[i] = g * ops.cast(share, g.dtype)
+        return clipped
+
     def get_config(self):
         config = super().get_config()
         config.update({"beta_1": self.beta_1, "beta_2": self.beta_2, "epsilon": self.epsilon})
         return config
+
+
+def _dense(gradient):
+    """The dense gradient a sparse one (a ``tf.IndexedSlices``, TensorFlow's only) stands
+    for, the slices of repeated ids summed, in the step's dtype (a float16 sum of repeated
+    slices overflowed, see ``update_step``)."""
+    import tensorflow as tf
+
+    work = _step_dtype(gradient.dtype)
+    return tf.convert_to_tensor(
+        tf.IndexedSlices(tf.cast(gradient.values, work), gradient.indices, gradient.dense_shape)
+    )
 
 
 def _step_dtype(dtype):

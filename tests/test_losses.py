@@ -807,3 +807,65 @@ def test_traced_sample_weights_of_unknown_rank_are_a_clear_error():
     known = tf.function(lambda y, p, w: MarginLoss()(y, p, sample_weight=w), input_signature=[
         tf.TensorSpec([None], tf.int32), tf.TensorSpec([None, 2], tf.float32), tf.TensorSpec([None], tf.float32)])
     assert np.isfinite(float(known(labels, scores, np.ones(3, "float32"))))  # a known rank, as before
+
+
+@pytest.mark.parametrize("weight_shape", [(3,), (2, 2), (1, 3), (2, 4, 2)], ids=["batch", "pixels", "row", "extra"])
+def test_mixture_nll_sample_weights_of_other_sizes_are_a_clear_error(weight_shape):
+    # (helper-197) MarginLoss/CapsuleLoss named weights of another batch size; MixtureNLL (and
+    # any GlobalBatchLoss) failed in the reduction with TensorFlow's "Incompatible shapes:
+    # [3,1] vs. [2,4] [Op:BroadcastTo]", which named neither the weights nor the losses.
+    x = np.zeros((2, 4, 2), "float32")
+    packed = np.random.default_rng(0).normal(size=(2, 3, 4, 3)).astype("float32")
+    weights = np.ones(weight_shape, "float32")
+    message = "sample_weight" if len(weight_shape) < 3 else "sample_weight over the leading axes"
+    for reduction in ("sum_over_batch_size", "sum", "mean_with_sample_weight", "none"):
+        expected = re.escape(message) + ".*" + re.escape(f"Received: sample_weight shape={weight_shape}")
+        with pytest.raises(ValueError, match=expected):
+            losses.MixtureNLL(reduction=reduction)(x, packed, sample_weight=weights)
+    for good in [(2,), (2, 1), (1,), (2, 4), (1, 4), (2, 4, 1), ()]:  # as before
+        assert np.isfinite(float(keras.ops.convert_to_numpy(
+            losses.MixtureNLL()(x, packed, sample_weight=np.ones(good, "float32")))))
+
+
+def test_mixture_nll_masks_of_other_sizes_are_a_clear_error():
+    # (helper-197) a Keras mask on y_pred of another size than the pixels it is spread over
+    # failed with TensorFlow's "Incompatible shapes: [2,3] vs. [2,4] [Op:LogicalAnd]"
+    from keras.src.backend import set_keras_mask
+
+    x = np.zeros((2, 4, 2), "float32")
+    rng = np.random.default_rng(1)
+    for shape in [(2, 3), (2, 3, 5), (3,)]:
+        packed = keras.ops.convert_to_tensor(rng.normal(size=(2, 3, 4, 3)).astype("float32"))
+        set_keras_mask(packed, keras.ops.ones(shape, dtype="bool"))
+        with pytest.raises(ValueError, match=re.escape("A mask is spread over the per-value losses (2, 4)")):
+            losses.MixtureNLL()(x, packed)
+    packed = keras.ops.convert_to_tensor(rng.normal(size=(2, 3, 4, 3)).astype("float32"))
+    set_keras_mask(packed, keras.ops.ones((2, 3, 4), dtype="bool"))  # over the groups: as before
+    assert np.isfinite(float(keras.ops.convert_to_numpy(losses.MixtureNLL()(x, packed))))
+
+
+def test_a_global_batch_loss_refuses_weights_of_another_batch_size():
+    # (helper-197) the reduction of every GlobalBatchLoss (like_values) broadcast the weights
+    # with the backend's error for weights of another batch size
+    class SquaredError(losses.GlobalBatchLoss):
+        def call(self, y_true, y_pred):
+            return keras.ops.sum(keras.ops.square(y_true - y_pred), axis=-1)
+
+    for reduction in ("sum_over_batch_size", "sum", "none"):
+        expected = re.escape("A sample_weight is spread over the per-value losses (4,) from the left") + ".*"
+        with pytest.raises(ValueError, match=expected + re.escape("Received: sample_weight shape=(3,)")):
+            SquaredError(reduction=reduction)(np.zeros((4, 3)), np.ones((4, 3)), sample_weight=np.ones(3))
+    loss = SquaredError(reduction="mean_with_sample_weight")
+    with pytest.raises(ValueError, match=re.escape("Received: sample_weight shape=(4, 2)")):
+        loss(np.zeros((4, 5, 3)), np.ones((4, 5, 3)), sample_weight=np.ones((4, 2)))
+    assert float(keras.ops.convert_to_numpy(loss(np.zeros((4, 5, 3)), np.ones((4, 5, 3)),
+                                                 sample_weight=np.ones((4, 1))))) == pytest.approx(3.0)
+
+
+def test_the_mixture_nll_function_takes_nested_lists():
+    # (helper-197) mixture_nll read m.shape before converting: lists failed with
+    # "'list' object has no attribute 'shape'"
+    x, m, pi = np.zeros((2, 4, 2)), np.ones((2, 3, 4, 2)), np.full((2, 3, 4, 1), 1 / 3)
+    from_lists = losses.mixture_nll(x.tolist(), m.tolist(), pi.tolist(), 0.5)
+    from_arrays = losses.mixture_nll(x.astype("float32"), m.astype("float32"), pi.astype("float32"), 0.5)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(from_lists), keras.ops.convert_to_numpy(from_arrays))

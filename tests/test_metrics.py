@@ -418,3 +418,20 @@ def test_the_metric_sums_in_float32_under_a_half_dtype(dtype):
         metric.update_state(truth, pi)
     assert float(metric.count) == 70_000 and float(metric.result()) == 1.0
     assert keras.backend.standardize_dtype(metric.result().dtype) == keras.backend.standardize_dtype(metric.dtype)
+
+
+@pytest.mark.parametrize("dtype,offset", [("int64", 2**32), ("int64", -(2**32)), ("uint64", 2**32)])
+def test_traced_labels_beyond_int32_give_nan_not_wrapped_labels(dtype, offset):
+    # (helper-197) int64 labels were cast to int32 before the range check: in a traced call a
+    # label of 2**32 + 1 wrapped around to label 1 and the sample was scored as valid,
+    # where the docstring promises a NaN result for labels out of range (eager calls raise).
+    tensorflow_only("a traced call with int64 labels")
+    import tensorflow as tf
+
+    truth, pi = _evaluation_data()
+    metric = AdjustedMutualInformation(4)
+    tf.function(metric.update_state)(tf.constant(truth.astype(dtype) + np.array(offset, dtype)), tf.constant(pi))
+    assert np.isnan(float(metric.result()))
+    metric.reset_state()
+    tf.function(metric.update_state)(tf.constant(truth.astype(dtype)), tf.constant(pi))  # in range: as before
+    assert float(metric.result()) == pytest.approx(adjusted_mutual_info(truth, pi), abs=FLOAT32_ATOL)

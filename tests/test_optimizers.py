@@ -484,3 +484,64 @@ def test_float16_sparse_gradients_are_summed_without_overflow():
     for _ in range(4):
         optimizer.apply_gradients([(slices, x)])
     np.testing.assert_allclose(np.asarray(x, np.float32), [[0, 0], [-3600, -3600], [0, 0]], rtol=1e-3)
+
+
+@pytest.mark.parametrize("clip", [dict(clipnorm=1.5), dict(global_clipnorm=1.5), dict(clipvalue=1.5)],
+                         ids=["clipnorm", "global_clipnorm", "clipvalue"])
+def test_a_sparse_gradient_is_clipped_as_the_dense_gradient_it_stands_for(clip):
+    # (helper-197) Keras clipped the slices of a tf.IndexedSlices before the slices of
+    # repeated ids were summed: row 0 looked up twice with a slice [1, 0] each (a gradient
+    # [2, 0], norm 2) passed a clip of 1.5 unclipped, and the first moment was 0.2, not 0.15.
+    tensorflow_only("tf.IndexedSlices gradients")
+    import tensorflow as tf
+
+    moments = []
+    for gradient in (tf.IndexedSlices(tf.constant([[1.0, 0.0], [1.0, 0.0]]), tf.constant([0, 0]), tf.constant([3, 2])),
+                     tf.constant([[2.0, 0.0], [0.0, 0.0], [0.0, 0.0]])):
+        x = keras.Variable(np.zeros((3, 2), "float32"))
+        optimizer = RAdam(0.1, **clip)
+        optimizer.apply_gradients([(gradient, x)])
+        moments.append(keras.ops.convert_to_numpy(optimizer._momentums[0]))
+    np.testing.assert_allclose(moments[0], moments[1], rtol=1e-6)
+    assert moments[1][0, 0] == pytest.approx(0.15)  # (1 - beta_1) * 1.5
+
+
+def _fit_weights(strategy, clip, embedding=False):
+    import tensorflow as tf
+
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 10, size=(32, 3)) if embedding else rng.normal(size=(32, 4)).astype("float32")
+    y = rng.normal(size=(32, 1)).astype("float32")
+    with strategy.scope() if strategy is not None else tf.distribute.get_strategy().scope():
+        keras.utils.set_random_seed(1)
+        layers = ([keras.Input((3,), dtype="int32"), keras.layers.Embedding(10, 4), keras.layers.Flatten()] if embedding
+                  else [keras.Input((4,)), keras.layers.Dense(8, activation="tanh")])
+        model = keras.Sequential(layers + [keras.layers.Dense(1)])
+        model.compile(RAdam(0.01, **clip), "mse")
+    model.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0)
+    return model.get_weights()
+
+
+@pytest.mark.parametrize("embedding", [False, True], ids=["dense", "embedding"])
+@pytest.mark.parametrize("clip", [dict(clipnorm=0.05), dict(global_clipnorm=0.05), dict(clipvalue=0.002)],
+                         ids=["clipnorm", "global_clipnorm", "clipvalue"])
+def test_clipping_under_a_mirrored_strategy_takes_the_one_device_steps(clip, embedding):
+    # (helper-197) Keras clips each replica's gradient before the replicas' gradients are
+    # summed: under two replicas a clip let through up to twice the gradient (clipvalue
+    # clipped each half of a value), and a fit under the strategy ended 1e-4 to 3e-4 away
+    # from the same fit on one device (1e-10 without clipping).
+    from tests.harness import two_cpu_strategy
+
+    strategy = two_cpu_strategy()  # (skips on another backend)
+    for got, want in zip(_fit_weights(strategy, clip, embedding), _fit_weights(None, clip, embedding)):
+        np.testing.assert_allclose(got, want, atol=1e-7)
+
+
+def test_gradient_accumulation_under_a_mirrored_strategy_is_a_clear_error():
+    # (helper-197) it failed at the first step with TensorFlow's RuntimeError "`merge_call`
+    # called while defining a new graph or a tf.function" (keras.optimizers.Adam alike)
+    from tests.harness import two_cpu_strategy
+
+    strategy = two_cpu_strategy()
+    with pytest.raises(ValueError, match=re.escape("Received: gradient_accumulation_steps=2")):
+        _fit_weights(strategy, dict(gradient_accumulation_steps=2))
