@@ -391,7 +391,7 @@ def _run(args):
 
             raise RunCompleteInterrupt(*interrupt.args) from interrupt
     elif args.command == "evaluate":
-        print(json.dumps(module.run_evaluate(args, strategy), indent=2))
+        _print_evaluation(module.run_evaluate(args, strategy))
     else:
         from tuning import search
 
@@ -404,6 +404,40 @@ def _run(args):
               f"best {result['objective']} {result['best_score']:.4g}")
         print(_best_files(result, args.application))
     return 0
+
+
+def _non_finite(data, path=()):
+    """The keys (``a.b[2]``) of the NaN or infinite numbers in ``data`` (nested dicts and lists)."""
+    import math
+
+    if hasattr(data, "tolist") and not isinstance(data, (bool, int, float, str)):  # NumPy arrays and scalars
+        data = data.tolist()
+    if isinstance(data, dict):
+        return [key for name, value in data.items() for key in _non_finite(value, (*path, str(name)))]
+    if isinstance(data, (list, tuple)):
+        return [key for i, value in enumerate(data) for key in _non_finite(value, (*path[:-1], f"{path[-1]}[{i}]")
+                                                                              if path else (f"[{i}]",))]
+    try:
+        finite = math.isfinite(data) if not isinstance(data, (bool, str)) and data is not None else True
+    except TypeError:
+        finite = True
+    return [] if finite else [".".join(path)]
+
+
+def _print_evaluation(result):
+    """Prints ``evaluate``'s result as standard JSON (a NaN or infinite score as ``null``,
+    as in ``metrics.json``), and a note on stderr naming the scores that are not finite.
+
+    helper-196 (CLI fuzzing): a model whose weights are NaN (a damaged file) printed
+    ``"test_loss": NaN`` (demo) or ``"test_nll_per_step": NaN`` (music), which is not
+    JSON (``jq`` refuses it), as a success that said nothing of it."""
+    from applications.fault_tolerance import finite_or_none
+
+    bad = _non_finite(result)
+    print(json.dumps(finite_or_none(result), indent=2, allow_nan=False))
+    if bad:
+        print(f"note: {', '.join(bad)} not finite (NaN or infinite, printed as null): the model's outputs are not "
+              "finite (are its weights? a diverged or damaged model)", file=sys.stderr)
 
 
 def _best_files(result, application):

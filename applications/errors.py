@@ -227,16 +227,33 @@ def report(err, prog):
     return 2
 
 
+#: The ``ValueError`` messages of sizes beyond what any machine addresses, which numpy and
+#: TensorFlow raise before they try to allocate: numpy's array of more bytes than an
+#: ``intp`` counts (``occluded_mnist --frame-size 99999999999``), and TensorFlow's shape
+#: of a dimension beyond int64 (``demo --pose-size 99999999999``: 2e22 filters). Each
+#: ended the command with its traceback, where a size that fits the address space but not
+#: the memory was one line.
+_SIZE_BEYOND_ANY_MACHINE = (
+    "array is too big; `arr.size * arr.dtype.itemsize` is larger than the maximum possible size",
+    "Maximum allowed dimension exceeded",
+    "Can't convert Python sequence with out-of-range integer to Tensor",
+)
+
+
 def out_of_memory(err):
     """Whether ``err`` says the machine ran out of memory: a ``MemoryError`` (numpy's
-    "Unable to allocate ..." is one) or TensorFlow's ``ResourceExhaustedError`` (OOM),
-    also when an error raised while handling it wraps it."""
+    "Unable to allocate ..." is one), TensorFlow's ``ResourceExhaustedError`` (OOM), or
+    numpy's or TensorFlow's refusal of a size beyond any machine's memory
+    (:data:`_SIZE_BEYOND_ANY_MACHINE`), also when an error raised while handling it
+    wraps it."""
     import sys
 
     seen = set()
     while err is not None and id(err) not in seen:
         seen.add(id(err))
         if isinstance(err, MemoryError):
+            return True
+        if type(err) is ValueError and any(text in str(err) for text in _SIZE_BEYOND_ANY_MACHINE):
             return True
         tf_errors = sys.modules.get("tensorflow.python.framework.errors_impl")
         if tf_errors is not None and isinstance(err, tf_errors.ResourceExhaustedError):

@@ -122,6 +122,44 @@ def resolve_preset(preset):
     return preset
 
 
+class PresetUnavailableError(CommandLineError, OSError):
+    """A keras-hub preset name that could not be fetched (no network access, a name
+    Kaggle or Hugging Face does not know): one line on the command line."""
+
+
+def _from_preset(load, handle, preset):
+    """``load(handle)`` (a keras-hub ``from_preset``); keras-hub's errors about the preset
+    itself as one line: an unknown preset name (``ValueError``) and a name it could not
+    fetch (``requests``' ``ConnectionError`` and the other ``OSError``s of a download).
+    Both were tracebacks: ``train sst --preset bert_tiny_en_uncased`` offline ended in
+    requests' ``ConnectionError`` to api.kaggle.com."""
+    try:
+        return load(handle)
+    except CommandLineError:
+        raise
+    except OSError as err:
+        detail = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise PresetUnavailableError(
+            f"cannot load the keras-hub preset {str(preset)!r} ({type(err).__name__}: {detail}): a preset "
+            "name is fetched once from Kaggle or Hugging Face, which needs network access; pass a keras-hub "
+            "preset folder (with its config.json) as `preset` instead"
+        ) from err
+    except ValueError as err:
+        message = str(err)
+        if "Unknown preset identifier" not in message and "has no config.json" not in message:
+            raise
+        if os.path.isdir(str(handle)):  # (keras-hub: "Preset ... has no config.json")
+            raise PathNotFoundError(
+                f"{str(preset)!r} is not a keras-hub preset folder: it has no config.json; `preset` takes a "
+                "keras-hub preset folder (with its config.json) or a preset name"
+            ) from err
+        raise InputError(
+            f"keras-hub found no preset {str(preset)!r} (an unknown name, or a handle it could not fetch without "
+            "network access): `preset` takes a preset folder (with its config.json), a built-in preset name such as "
+            "'bert_tiny_en_uncased', or a kaggle:// or hf:// handle"
+        ) from err
+
+
 #: files of a preset folder up to this size (configs, metadata, tokenizer vocabularies) are
 #: read into its fingerprint; larger ones (weights) count by their size and modification time
 FINGERPRINT_READ_BYTES = 4 << 20
@@ -249,8 +287,8 @@ class Encoder:
                     "keras-hub needs the `safetensors` package to read the Hugging Face "
                     f"checkpoint in {handle}: pip install safetensors"
                 )
-        backbone = keras_hub.models.Backbone.from_preset(handle)
-        tokenizer = keras_hub.models.Tokenizer.from_preset(handle)
+        backbone = _from_preset(keras_hub.models.Backbone.from_preset, handle, preset)
+        tokenizer = _from_preset(keras_hub.models.Tokenizer.from_preset, handle, preset)
         return cls(backbone, tokenizer, name=preset or DEFAULT_PRESET, max_length=max_length,
                    fingerprint=fingerprint)
 

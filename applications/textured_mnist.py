@@ -607,6 +607,13 @@ def evaluate_iterations(model, data, batch_size=64, verbose=0):
 def _score_iterations(out, data):
     """:func:`evaluate_iterations`' scores of ``data`` from ``out``, ``model.predict``'s dict of its images."""
     pi = assignments(out)  # [b, T, K, H, W, 1]
+    if not np.all(np.isfinite(pi)):
+        # (adjusted_mutual_info's ValueError "`pi` must be finite", a traceback of `evaluate`
+        # of a model whose weights are NaN: helper-196)
+        raise InputError(
+            f"the model's group masks hold {int(np.size(pi) - np.count_nonzero(np.isfinite(pi)))} NaN or infinite "
+            "values: its weights are not finite (a diverged or damaged model), nothing to score"
+        )
     result = {
         "ami": [
             adjusted_mutual_info(data["segmentation"], pi[:, t], group_axis=1)
