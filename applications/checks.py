@@ -223,6 +223,13 @@ def load_model(model_path):
     from applications.errors import CommandLineError
 
     path = os.fspath(model_path)
+    if os.path.exists(path) and not (os.path.isfile(path) or os.path.isdir(path)):
+        # (a device such as /dev/null was Keras' "File format not supported" traceback; a
+        # named pipe would block the open below)
+        raise CommandLineError(
+            f"{path} is not a Keras model file (it is no regular file): pass the .keras file "
+            "that `keras-capsules train` writes"
+        )
     if os.path.exists(path):
         with user_path(f"cannot read the model {path!r}"), open(path, "rb"):
             pass  # (zipfile.is_zipfile below takes an unreadable file for "not a zip")
@@ -438,6 +445,14 @@ def recorded_split(model_path, given, defaults=None, holds_data=None):
             "training digits"
         )
 
+    for name in given:  # (a hand-edited record: data_dir 3 was a TypeError traceback in the loader)
+        value = recorded.get(name)
+        if value is not None and not _recordable(name, value):
+            raise CommandLineError(
+                f"{metrics} records the train/test split's {name} as {value!r}, which `train` does not write "
+                "(was the file edited?): restore it, or train the model again"
+            )
+
     def meant(name):
         """The value the recorded option ``name`` stands for (its default's for a None)."""
         value = recorded.get(name)
@@ -466,6 +481,17 @@ def recorded_split(model_path, given, defaults=None, holds_data=None):
             "digits would overlap the training digits; leave these options out to use the recorded split"
         )
     return {k: recorded.get(k, 0 if k == "seed" else None) if v is None else v for k, v in given.items()}, None
+
+
+def _recordable(name, value):
+    """Whether ``value`` is of the kind ``train`` records for the split option ``name``:
+    a folder's path (``data_dir``), a seed (a whole number), or for the others a word or
+    a number of at least 0 (a count or fraction; not a list, object or true/false)."""
+    if name == "seed":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if name == "data_dir" or isinstance(value, str):
+        return isinstance(value, str)
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
 
 
 def single_output_shape(model):

@@ -356,3 +356,31 @@ def test_train_refuses_a_bad_seed_before_making_the_run_directory(seed, tmp_path
     with pytest.raises(InputError, match=re.escape(f"Received: seed={seed!r}")):
         demo.train(run_dir=str(run_dir), epochs=1, seed=seed, verbose=0)
     assert not run_dir.exists()
+
+
+@pytest.mark.parametrize("split", [{"data_dir": 3}, {"seed": "x"}, {"limit": -5}, {"seed": [0]}],
+                         ids=["data_dir-number", "seed-word", "limit-negative", "seed-list"])
+def test_evaluate_refuses_a_hand_edited_split_record_in_one_line(split, tmp_path, capsys, monkeypatch):
+    # (helper-196) a metrics.json whose split was edited by hand ({"data_dir": 3}) ended
+    # evaluate in the loader's TypeError traceback
+    monkeypatch.delenv("KERAS_CAPSULES_DEBUG", raising=False)
+    run_dir = tmp_path / "run"
+    demo.train(str(run_dir), epochs=1, batch_size=16, limit=60, verbose=0, model_options=TINY)
+    metrics_path = run_dir / "metrics.json"
+    metrics = json.loads(metrics_path.read_text())
+    metrics_path.write_text(json.dumps({**metrics, "split": {**metrics["split"], **split}}))
+    assert cli.main(["evaluate", "--model", str(run_dir / "model.keras")]) == 2
+    err = capsys.readouterr().err
+    name, value = next(iter(split.items()))
+    assert err.count("\n") == 1 and err.startswith(
+        f"keras-capsules: error: {metrics_path} records the train/test split's {name} as {value!r}, which "
+        "`train` does not write"), err
+
+
+def test_evaluate_refuses_a_model_path_that_is_no_regular_file_in_one_line(capsys, monkeypatch):
+    # (helper-196) `evaluate --model /dev/null` was Keras' "File format not supported" traceback
+    monkeypatch.delenv("KERAS_CAPSULES_DEBUG", raising=False)
+    assert cli.main(["evaluate", "demo", "--model", os.devnull]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(
+        f"keras-capsules: error: {os.devnull} is not a Keras model file (it is no regular file)"), err
