@@ -251,7 +251,7 @@ def load_model(model_path):
                 "`model.save` writes): pass one written by `keras-capsules train`"
             )
     try:
-        return keras.saving.load_model(path)
+        model = keras.saving.load_model(path)
     except TypeError as err:
         # a class that neither the library nor the loaded application registers: another
         # application's model (its record was not beside it), a traceback before
@@ -263,6 +263,19 @@ def load_model(model_path):
             "application defines: is it another application's model? Evaluate it with the "
             "application that trained it (`keras-capsules evaluate APP --model ...`)"
         ) from err
+    _note_non_finite_weights(model, path)
+    return model
+
+
+def _note_non_finite_weights(model, path):
+    """A note on stderr when ``model``'s weights hold NaN or infinite values (a diverged or
+    damaged model): its scores are no measure of anything, and an occluded_mnist model
+    of NaN weights scored a test error of 1.0 without a word (helper-196)."""
+    bad = sum(int(np.size(w) - np.count_nonzero(np.isfinite(w))) for w in model.get_weights()
+              if np.asarray(w).dtype.kind == "f")
+    if bad:
+        print(f"note: {path} holds {bad} NaN or infinite weight values (a diverged or damaged model): "
+              "its scores are not those of a trained model", file=sys.stderr)
 
 
 def require_model(model, model_path, accepted, kind, application, expected):
