@@ -452,8 +452,11 @@ def recorded_split(model_path, given, defaults=None, holds_data=None):
     recorded = recorded_metrics(model_path).get("split")
     if not isinstance(recorded, dict):
         values = {k: (0 if k == "seed" and v is None else v) for k, v in given.items()}
+        why = "a run of an older version?"
+        if os.path.isfile(metrics) and not _json_object(metrics):  # (the note said "older version" of it too)
+            why = "it is not the JSON object train writes: damaged?"
         return values, (
-            f"note: {metrics} records no train/test split (a run of an older version?): evaluating on "
+            f"note: {metrics} records no train/test split ({why}): evaluating on "
             f"the test split of --seed {values.get('seed')}; if training used another seed, it overlaps "
             "training digits"
         )
@@ -494,6 +497,17 @@ def recorded_split(model_path, given, defaults=None, holds_data=None):
             "digits would overlap the training digits; leave these options out to use the recorded split"
         )
     return {k: recorded.get(k, 0 if k == "seed" else None) if v is None else v for k, v in given.items()}, None
+
+
+def _json_object(path):
+    """Whether the file ``path`` holds a JSON object (False: unreadable, not JSON, or another value)."""
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            return isinstance(json.load(f), dict)
+    except (OSError, ValueError):
+        return False
 
 
 def _recordable(name, value):

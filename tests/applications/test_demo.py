@@ -136,7 +136,13 @@ def test_evaluate_uses_the_split_that_train_recorded(tmp_path, capsys):
     assert cli.main(["evaluate", "--model", model, "--limit", "60"]) == 0
     captured = capsys.readouterr()
     assert json.loads(captured.out)["seed"] == 0
-    assert "records no train/test split" in captured.err and "overlaps training digits" in captured.err
+    assert "records no train/test split (a run of an older version?)" in captured.err, captured.err
+    assert "overlaps training digits" in captured.err
+    # a damaged metrics.json (not JSON) is said to be, not taken for an older version's
+    (run_dir / "metrics.json").write_text('{"split": {"seed": 3,')
+    assert cli.main(["evaluate", "--model", model, "--limit", "60"]) == 0
+    err = capsys.readouterr().err
+    assert "records no train/test split (it is not the JSON object train writes: damaged?)" in err, err
 
 
 def test_evaluate_refuses_other_digits_in_the_runs_folder_and_takes_its_digits_moved(tmp_path, capsys):
