@@ -302,15 +302,7 @@ def recorded_metrics(model_path):
     """The dict ``train`` wrote to ``metrics.json`` beside ``model_path``; ``{}`` when there
     is none or it is not a JSON object (a run of an older version, a model moved away
     from its run directory). ``evaluate`` takes the options of training from it."""
-    import json
-
-    try:
-        with open(os.path.join(os.path.dirname(os.path.abspath(model_path)), "metrics.json"),
-                  encoding="utf-8") as f:
-            metrics = json.load(f)
-    except (OSError, ValueError):
-        return {}
-    return metrics if isinstance(metrics, dict) else {}
+    return _json_object(os.path.join(os.path.dirname(os.path.abspath(model_path)), "metrics.json")) or {}
 
 
 def data_fingerprint(application, **options):
@@ -453,7 +445,7 @@ def recorded_split(model_path, given, defaults=None, holds_data=None):
     if not isinstance(recorded, dict):
         values = {k: (0 if k == "seed" and v is None else v) for k, v in given.items()}
         why = "a run of an older version?"
-        if os.path.isfile(metrics) and not _json_object(metrics):  # (the note said "older version" of it too)
+        if os.path.isfile(metrics) and _json_object(metrics) is None:  # (the note said "older version" of it too)
             why = "it is not the JSON object train writes: damaged?"
         return values, (
             f"note: {metrics} records no train/test split ({why}): evaluating on "
@@ -500,14 +492,16 @@ def recorded_split(model_path, given, defaults=None, holds_data=None):
 
 
 def _json_object(path):
-    """Whether the file ``path`` holds a JSON object (False: unreadable, not JSON, or another value)."""
+    """The JSON object (a dict) in the file ``path``; None when it is missing, unreadable,
+    not JSON or another JSON value."""
     import json
 
     try:
         with open(path, encoding="utf-8") as f:
-            return isinstance(json.load(f), dict)
+            value = json.load(f)
     except (OSError, ValueError):
-        return False
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def _recordable(name, value):

@@ -762,8 +762,6 @@ def _divide_no_nan(x1, x2):
     return ops.where(zero, ops.zeros_like(x1), x1 / ops.where(zero, ops.ones_like(x2), x2))
 
 
-#: the replica context under a strategy of several replicas (see :func:`_validation.several_replicas`)
-_several_replicas = several_replicas
 
 
 def _reduce(values, sample_weight, mask, reduction, dtype):
@@ -771,7 +769,7 @@ def _reduce(values, sample_weight, mask, reduction, dtype):
     over the values from the left (:func:`like_values`), and the means over the global
     batch under several replicas (:func:`_global_mean`)."""
     if reduction in _DIVIDING_REDUCTIONS:
-        return _global_mean(values, sample_weight, mask, reduction, dtype, _several_replicas())
+        return _global_mean(values, sample_weight, mask, reduction, dtype, several_replicas())
     values = ops.convert_to_tensor(values, dtype=dtype)
     for weights, what in ((sample_weight, "sample_weight"), (mask, "mask")):
         if weights is not None:
