@@ -101,9 +101,11 @@ class MACNetwork(_base.MACLayerBase):
         after).
 
     Weights:
-        ``initial_control`` ``[d]``, ``initial_memory`` ``[d]`` and those of the
-        :class:`MACCell` ``cell`` (see :class:`ControlUnit`, :class:`ReadUnit`,
-        :class:`WriteUnit`).
+        ``initial_control`` ``[d]`` (only with ``use_previous_control=True`` or
+        ``self_attention=True``, the units that read ``c_0``; otherwise the attribute
+        is None), ``initial_memory`` ``[d]`` and those of the :class:`MACCell` ``cell``
+        (see :class:`ControlUnit`, :class:`ReadUnit`, :class:`WriteUnit`). Files saved
+        by versions that always held ``initial_control`` load as before.
 
     Example:
 
@@ -229,11 +231,15 @@ class MACNetwork(_base.MACLayerBase):
         w, q, kb = self._shapes(input_shape)
         d = int(w[-1])
         self.units = d
-        self.initial_control = self.add_weight(
-            name="initial_control",
-            shape=(d,),
-            initializer=_base.fresh_initializer(self.state_initializer, self._salt("initial_control")),
-        )
+        # c_0 reaches the result only through the first control unit's c_{i-1} or the
+        # self-attention's history; without both it would be a weight without a gradient
+        self.initial_control = None
+        if self.cell.control_unit.use_previous_control or self.cell.self_attention:
+            self.initial_control = self.add_weight(
+                name="initial_control",
+                shape=(d,),
+                initializer=_base.fresh_initializer(self.state_initializer, self._salt("initial_control")),
+            )
         self.initial_memory = self.add_weight(
             name="initial_memory",
             shape=(d,),
@@ -245,6 +251,13 @@ class MACNetwork(_base.MACLayerBase):
             shapes += [(w[0], None, d)] * 2
         self.cell.build(shapes)
         self.built = True
+
+    def load_own_variables(self, store):
+        # Files saved by earlier code held initial_control in every configuration, as
+        # entry "0" before initial_memory's "1": without a unit that reads c_0, skip it.
+        if self.initial_control is None and sorted(store.keys()) == ["0", "1"]:
+            store = {"0": store["1"]}
+        super().load_own_variables(store)
 
     def compute_output_shape(self, input_shape):
         w, _, kb = self._shapes(input_shape)
@@ -290,7 +303,10 @@ class MACNetwork(_base.MACLayerBase):
         kb_mask = _base.check_mask(kb_mask, kb, "kb_mask", _LAYER)
         batch = ops.shape(words)[0]
         d = self.units
-        control = ops.broadcast_to(self.to_compute(self.initial_control)[None], (batch, d))
+        if self.initial_control is None:  # no unit reads c_0
+            control = ops.zeros((batch, d), self.compute_dtype)
+        else:
+            control = ops.broadcast_to(self.to_compute(self.initial_control)[None], (batch, d))
         memory = ops.broadcast_to(self.to_compute(self.initial_memory)[None], (batch, d))
 
         dropping = bool(training) and self.memory_dropout > 0

@@ -73,7 +73,8 @@ def mac_network(net, cw, q, kb, words_mask=None, kb_mask=None):
     wc, wr, ww = weights(cell.control_unit), weights(cell.read_unit), weights(cell.write_unit)
     top = weights(net)
     b = cw.shape[0]
-    c = np.tile(top["initial_control"], (b, 1))
+    # without a unit that reads c_0 the network holds no initial_control: any value does
+    c = np.tile(top.get("initial_control", np.zeros_like(top["initial_memory"])), (b, 1))
     m = np.tile(top["initial_memory"], (b, 1))
     controls, memories, c_maps, r_maps, s_maps = [c], [m], [], [], []
     p = net.max_steps

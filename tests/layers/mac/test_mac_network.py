@@ -480,3 +480,58 @@ def test_compiles_as_one_torch_graph(config, masked):
         assert not ours, ours[:3]
         assert all("hasattr" in r[0] for r in reasons), reasons[:3]
     assert_compiles_as_one_torch_graph(run, kb, whole=whole)
+
+
+@pytest.mark.parametrize("use_previous_control", [True, False])
+@pytest.mark.parametrize("self_attention", [True, False])
+def test_every_weight_gets_a_gradient(use_previous_control, self_attention):
+    # Audit (2026-12-06): with use_previous_control=False and self_attention=False no
+    # unit reads c_0, yet the network held an initial_control weight; fit warned that
+    # it had no gradient. The network now holds it only where a unit reads it.
+    net = _network(use_previous_control=use_previous_control, self_attention=self_attention, memory_gate=True)
+    assert (net.initial_control is not None) == (use_previous_control or self_attention)
+    x = [tensor(v) for v in _inputs(5)]
+    pull = tensor(np.random.default_rng(6).standard_normal((B, D)).astype("float32"))
+    weight_grads = grads(lambda: keras.ops.sum(net(x)[0] * pull), variables=net.trainable_weights)
+    for weight, g in zip(net.trainable_weights, weight_grads):
+        assert g is not None, weight.path
+        assert np.any(keras.ops.convert_to_numpy(g) != 0), weight.path
+
+
+def test_files_that_hold_an_unread_initial_control_load(tmp_path):
+    """Earlier code saved initial_control in every configuration (store entry "0",
+    initial_memory "1"); a network without a unit that reads c_0 loads such a file."""
+    import h5py
+    import zipfile
+
+    def model():
+        inputs = [keras.Input((S, D)), keras.Input((DQ,)), keras.Input((N, DKB))]
+        net = MACNetwork(max_steps=P, use_previous_control=False)
+        return keras.Model(inputs, net(inputs)), net
+
+    saved, net = model()
+    ref.randomize(net)
+    assert net.initial_control is None and len(net.weights) == len(net.cell.weights) + 1
+    x = _inputs(7)
+    want = keras.ops.convert_to_numpy(saved(x))
+    new_file, old_file = tmp_path / "new.keras", tmp_path / "old.keras"
+    saved.save(new_file)
+    # the file as earlier code wrote it: an unread initial_control first
+    with zipfile.ZipFile(new_file) as src, zipfile.ZipFile(old_file, "w") as dst:
+        for item in src.infolist():
+            data = src.read(item.filename)
+            if item.filename == "model.weights.h5":
+                (tmp_path / "w.h5").write_bytes(data)
+                with h5py.File(tmp_path / "w.h5", "r+") as f:
+                    own = f["layers/mac_network/vars"]
+                    assert sorted(own.keys()) == ["0"]
+                    own.move("0", "1")
+                    own.create_dataset("0", data=np.full((D,), 123.0, "float32"))
+                data = (tmp_path / "w.h5").read_bytes()
+            dst.writestr(item, data)
+    for path in (new_file, old_file):
+        loaded = keras.models.load_model(path)
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(loaded(x)), want)
+        fresh, _ = model()
+        fresh.load_weights(path)
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(fresh(x)), want)
