@@ -67,11 +67,13 @@ _BFLOAT16_MAX = (2 - 2.0**-7) * 2.0**127
 def _number(name, value, minimum=None, dtype=None, squared=False):
     """``value`` as a float: a finite real number (not a bool), ``>= minimum`` if given.
 
-    With ``dtype`` (the dtype the loss computes in) it must also be finite in that dtype,
-    and with ``squared`` its square too (the margins, which the margin term squares): a
-    Python float of 1e39 is inf in float32, 1e5 in float16, and a margin of 1e20 is
-    finite in float32 but its square is not, so the loss was inf or NaN whatever the
-    scores.
+    With ``dtype`` (the dtype the loss returns: its own, or that of the scores for the
+    terms) it must also be finite in that dtype, and with ``squared`` its square too (the
+    margins, which the margin term squares): a Python float of 1e39 is inf in float32, 1e5
+    in float16, and a margin of 1e20 is finite in float32 but its square is not, so the
+    loss was inf or NaN whatever the scores. (The loss computes in float32 for a float16 or
+    bfloat16 ``dtype``, see :func:`_work_dtype`, but returns ``dtype``: a margin whose
+    square is beyond float16's range gave an inf float16 loss for every capsule length.)
     """
     if (
         isinstance(value, bool)
@@ -89,10 +91,25 @@ def _number(name, value, minimum=None, dtype=None, squared=False):
         if abs(value) > largest:
             what = "whose square is finite" if squared else "that is finite"
             raise ValueError(
-                f"`{name}` must be a number {what} in {dtype}, the dtype the loss computes in: "
+                f"`{name}` must be a number {what} in {dtype}, the dtype the loss returns: "
                 f"at most {largest:.4g} in magnitude. Received: {name}={value!r}"
             )
     return float(value)
+
+
+def _work_dtype(dtype):
+    """The dtype the losses compute in for the dtype they return: float32 for float16,
+    bfloat16 and float32, float64 for float64.
+
+    Keras' own losses compute in their dtype, floatx (float32) unless given one, so under
+    a ``mixed_float16`` policy they compute in float32; so do these, and also for a loss
+    (or scores, for the terms) of float16 or bfloat16 dtype: in float16 a batch's sum
+    overflowed to inf (a per-sample margin+focal loss of 3.7 summed over 20,000 samples),
+    a count of 65,536 pixels too (MixtureNLL's mean was inf / inf = NaN), and a margin
+    term's square (a score of 300) before ``lambda_`` brought it back into range. The
+    result is cast back to the loss's (the scores') dtype.
+    """
+    return routing_dtype(dtype)
 
 
 def _floating_dtype(x):
@@ -276,16 +293,31 @@ def _keras_mask(x):
     return _get_keras_mask(x) if _get_keras_mask is not None else getattr(x, "_keras_mask", None)
 
 
+def _in_work_dtype(term, targets, lengths, *args):
+    """``term(targets, lengths, *args)`` computed in :func:`_work_dtype` of the scores'
+    dtype (float32 for float16 and bfloat16 scores) and cast back to that dtype, as
+    Keras' functional losses return the dtype of ``y_pred``."""
+    dtype = _floating_dtype(lengths)
+    work = _work_dtype(dtype)
+    return ops.cast(term(ops.cast(targets, work), ops.cast(lengths, work), *args), dtype)
+
+
 def margin_term(targets, lengths, m_plus=0.9, m_minus=0.1, lambda_=0.5):
     """Per-sample margin loss ``sum_c [T relu(m+ - x)^2 + lambda (1-T) relu(x - m-)^2]``
     (margins whose squares are finite, and a finite ``lambda_ >= 0``, in the dtype of
-    ``lengths``)."""
+    ``lengths``). Computed in float32 for float16 and bfloat16 ``lengths`` (float64 for
+    float64 ones) and returned in the dtype of ``lengths``."""
     # Checked as MarginLoss checks them: a NaN margin gave NaN losses, a negative lambda_
     # rewarded scores of absent classes, and m_plus=1e39 (inf in float32) inf losses.
     dtype = _floating_dtype(lengths)
     m_plus = _number("m_plus", m_plus, dtype=dtype, squared=True)
     m_minus = _number("m_minus", m_minus, dtype=dtype, squared=True)
     lambda_ = _number("lambda_", lambda_, minimum=0, dtype=dtype)
+    return _in_work_dtype(_margin, targets, lengths, m_plus, m_minus, lambda_)
+
+
+def _margin(targets, lengths, m_plus, m_minus, lambda_):
+    """:func:`margin_term` of checked constants, in the dtype of ``lengths``."""
     # A term whose weight is 0 is 0: 0 * inf was NaN for a score beyond ~1e19 (float32).
     present = ops.where(targets > 0, targets * ops.square(ops.relu(m_plus - lengths)), 0.0)
     absent = ops.where(targets < 1, lambda_ * (1.0 - targets) * ops.square(ops.relu(lengths - m_minus)), 0.0)
@@ -294,12 +326,19 @@ def margin_term(targets, lengths, m_plus=0.9, m_minus=0.1, lambda_=0.5):
 
 def focal_term(targets, lengths, alpha=0.25, gamma=2.0):
     """Per-sample focal loss ``-alpha (1 - p_t)^gamma log p_t`` with ``p = softmax(x)``
-    (``alpha >= 0``, ``gamma >= 0``, both finite in the dtype of ``lengths``)."""
+    (``alpha >= 0``, ``gamma >= 0``, both finite in the dtype of ``lengths``). Computed
+    in float32 for float16 and bfloat16 ``lengths`` (float64 for float64 ones) and
+    returned in the dtype of ``lengths``."""
     # A negative gamma was a ZeroDivisionError from 0.0 ** gamma below; a negative or NaN
     # alpha turned the loss around or into NaN, one beyond the dtype's range (inf) too.
     dtype = _floating_dtype(lengths)
     alpha = _number("alpha", alpha, minimum=0, dtype=dtype)
     gamma = _number("gamma", gamma, minimum=0, dtype=dtype)
+    return _in_work_dtype(_focal, targets, lengths, alpha, gamma)
+
+
+def _focal(targets, lengths, alpha, gamma):
+    """:func:`focal_term` of checked constants, in the dtype of ``lengths``."""
     log_p = ops.log_softmax(lengths, axis=-1)
     # (1 - p)^gamma has an infinite derivative at p = 1 for gamma < 1 (0 * inf = NaN
     # through the chain rule; e.g. a single class, where p = 1): take it as the
@@ -312,7 +351,14 @@ def focal_term(targets, lengths, alpha=0.25, gamma=2.0):
 
 
 def cross_term(targets, lengths):
-    """Per-sample cross-entropy ``-log softmax(x)[label]`` of the lengths as logits."""
+    """Per-sample cross-entropy ``-log softmax(x)[label]`` of the lengths as logits.
+    Computed in float32 for float16 and bfloat16 ``lengths`` (float64 for float64 ones)
+    and returned in the dtype of ``lengths``."""
+    return _in_work_dtype(_cross, targets, lengths)
+
+
+def _cross(targets, lengths):
+    """:func:`cross_term` in the dtype of ``lengths``."""
     return -ops.sum(targets * ops.log_softmax(lengths, axis=-1), axis=-1)
 
 
@@ -357,6 +403,14 @@ class GlobalBatchLoss(keras.losses.Loss):
     Its ``dtype`` must be floating (a dtype or policy name): an integer or boolean one
     is refused when the loss is made (it failed at the first training step, with
     "Expected int32, but got 0.9 of type 'float'").
+
+    Mixed precision: as Keras' own losses, it computes in float32 by default (its dtype
+    is ``floatx``, not the global policy's compute dtype). Unlike them, a float16 or
+    bfloat16 ``dtype`` (``"mixed_float16"``) is also computed in float32: ``call``
+    receives ``y_true`` and ``y_pred`` in float32 (float64 for a float64 loss), the
+    weighted sum and the count are taken in it, and only the result is cast to the
+    loss's ``dtype`` (in float16 the sum over a large batch, or the count of 65,536
+    values, overflowed to inf: an inf or NaN loss where every value was small).
     """
 
     def __init__(self, name=None, reduction="sum_over_batch_size", dtype=None):
@@ -369,9 +423,10 @@ class GlobalBatchLoss(keras.losses.Loss):
 
     def __call__(self, y_true, y_pred, sample_weight=None):
         in_mask = _keras_mask(y_pred)
+        work = _work_dtype(self.dtype)
         with keras.name_scope(self.name):
-            y_pred = keras.tree.map_structure(lambda x: ops.convert_to_tensor(x, dtype=self.dtype), y_pred)
-            y_true = keras.tree.map_structure(lambda x: ops.convert_to_tensor(x, dtype=self.dtype), y_true)
+            y_pred = keras.tree.map_structure(lambda x: ops.convert_to_tensor(x, dtype=work), y_pred)
+            y_true = keras.tree.map_structure(lambda x: ops.convert_to_tensor(x, dtype=work), y_true)
             values = self.call(y_true, y_pred)
             out_mask = _keras_mask(values)
             if in_mask is not None and out_mask is not None:
@@ -398,9 +453,11 @@ class CapsuleLoss(GlobalBatchLoss):
     The loss is the sum of the chosen terms per sample, reduced over the batch (by
     default the mean), so it equals the sum of the terms' batch means. Ren & Lu's
     capsule text classifier uses ``terms=("margin", "focal")`` (the default); any
-    non-empty combination is allowed. The math runs in the loss dtype (float32 by
-    default), also when the scores are float16; the constants below must be finite in
-    it, and so must the squares of the margins (``m_plus=1e39`` was inf in float32 and
+    non-empty combination is allowed. The math runs in float32 (float64 for a float64
+    loss), also when the scores or the loss dtype are float16 or bfloat16 (mixed
+    precision), and the result is cast to the loss dtype (float32 by default, see
+    :class:`GlobalBatchLoss`); the constants below must be finite in the loss dtype,
+    and so must the squares of the margins (``m_plus=1e39`` was inf in float32 and
     ``m_plus=300`` squared in float16, the losses inf or NaN): others raise a
     ``ValueError`` when the loss is made.
 
@@ -462,8 +519,8 @@ class CapsuleLoss(GlobalBatchLoss):
         super().__init__(name=name, reduction=reduction, dtype=dtype)
         self._dtype_arg = None if dtype is None else self.dtype  # for get_config
         self.terms = terms
-        # In the dtype the loss computes in (its own: float16 for "mixed_float16"), as the
-        # terms check them when called: a constant beyond its range was inf there.
+        # In the dtype the loss returns (its own: float16 for "mixed_float16"), as the terms
+        # check them in the dtype of the scores: a constant beyond its range gave inf there.
         self.m_plus = _number("m_plus", m_plus, dtype=self.dtype, squared=True)
         self.m_minus = _number("m_minus", m_minus, dtype=self.dtype, squared=True)
         self.lambda_ = _number("lambda_", lambda_, minimum=0, dtype=self.dtype)
@@ -512,14 +569,18 @@ class CapsuleLoss(GlobalBatchLoss):
         # Sizes unknown when traced: one label per sample must still hold when the loss
         # runs (a batch of 1 label was broadcast silently over the scores).
         targets = exactly_shaped_like(targets, y_pred)
+        # (in float32 for float16 or bfloat16 scores, called directly; __call__ hands them over
+        # in float32 already: the reduction casts the result to the loss dtype)
+        work = _work_dtype(_floating_dtype(y_pred))
+        targets, y_pred = ops.cast(targets, work), ops.cast(y_pred, work)
         total = 0.0
         for term in self.terms:
             if term == "margin":
-                value = margin_term(targets, y_pred, self.m_plus, self.m_minus, self.lambda_)
+                value = _margin(targets, y_pred, self.m_plus, self.m_minus, self.lambda_)
             elif term == "focal":
-                value = focal_term(targets, y_pred, self.focal_alpha, self.focal_gamma)
+                value = _focal(targets, y_pred, self.focal_alpha, self.focal_gamma)
             else:
-                value = cross_term(targets, y_pred)
+                value = _cross(targets, y_pred)
             total = total + value
         if invalid is not None:
             # Traced calls only (eager ones raised): a NaN loss, with no gradient, for
@@ -557,8 +618,9 @@ class MarginLoss(CapsuleLoss):
     Per sample ``sum_c [T_c relu(m_plus - x_c)^2 + lambda_ (1 - T_c) relu(x_c - m_minus)^2]``
     for capsule lengths ``x`` and targets ``T``, reduced over the batch (by default
     the mean). ``T`` comes from class ids or from one-hot targets; multi-hot targets
-    (several classes present) are accepted too. The math runs in the loss dtype, where
-    the margins' squares and ``lambda_`` must be finite (as for :class:`CapsuleLoss`).
+    (several classes present) are accepted too. The math runs in float32 (float64 for a
+    float64 loss) and the result is cast to the loss dtype, where the margins' squares
+    and ``lambda_`` must be finite (as for :class:`CapsuleLoss`).
 
     Args:
         m_plus: margin for present classes. Default 0.9.
@@ -699,8 +761,10 @@ def mixture_nll(x, m, pi, sigma, group_axis=1, from_logits=False, epsilon=1e-7):
     unknown rank.
 
     Returns:
-        The negative log-likelihood per pixel, of shape ``x.shape[:-1]``; computed in
-        float32 (float64 for float64 means) with a log-sum-exp over groups.
+        The negative log-likelihood per pixel, of shape ``x.shape[:-1]``, in the dtype of
+        ``m`` (float32 for integer means), as Keras' functional losses return the dtype
+        of ``y_pred``; computed in float32 (float64 for float64 means) with a log-sum-exp
+        over groups.
     """
     # The class's checks: a negative or NaN sigma was "too small", a string was taken,
     # a negative epsilon gave inf where pi = 0, from_logits="False" was read as logits
@@ -716,6 +780,12 @@ def mixture_nll(x, m, pi, sigma, group_axis=1, from_logits=False, epsilon=1e-7):
     rank = len(m.shape)
     axis = _check_axis(group_axis, rank)
     _check_mixture_shapes(x, m, pi, axis, group_axis)
+    return ops.cast(_mixture_nll(x, m, pi, sigma, axis, from_logits, epsilon), _floating_dtype(m))
+
+
+def _mixture_nll(x, m, pi, sigma, axis, from_logits, epsilon):
+    """:func:`mixture_nll` of checked arguments (``axis`` the group axis, non-negative),
+    in float32 (float64 for float64 means)."""
     work = routing_dtype(m.dtype)
     x = ops.expand_dims(ops.cast(x, work), axis)
     m = ops.cast(m, work)
@@ -767,14 +837,16 @@ def _divide_no_nan(x1, x2):
 def _reduce(values, sample_weight, mask, reduction, dtype):
     """Keras' reductions of the per-value losses, with the weights and the mask spread
     over the values from the left (:func:`like_values`), and the means over the global
-    batch under several replicas (:func:`_global_mean`)."""
+    batch under several replicas (:func:`_global_mean`): computed in
+    :func:`_work_dtype` (float32 for a float16 or bfloat16 loss), returned in ``dtype``."""
+    work = _work_dtype(dtype)
     if reduction in _DIVIDING_REDUCTIONS:
-        return _global_mean(values, sample_weight, mask, reduction, dtype, several_replicas())
-    values = ops.convert_to_tensor(values, dtype=dtype)
+        return ops.cast(_global_mean(values, sample_weight, mask, reduction, work, several_replicas()), dtype)
+    values = ops.convert_to_tensor(values, dtype=work)
     for weights, what in ((sample_weight, "sample_weight"), (mask, "mask")):
         if weights is not None:
-            values = values * like_values(values, weights, dtype, what)
-    return ops.sum(values) if reduction == "sum" else values  # "sum", or "none" (None)
+            values = values * like_values(values, weights, work, what)
+    return ops.cast(ops.sum(values) if reduction == "sum" else values, dtype)  # "sum", or "none" (None)
 
 
 def _global_mean(values, sample_weight, mask, reduction, dtype, context=None):
@@ -911,9 +983,10 @@ class MixtureNLL(GlobalBatchLoss):
         mask = _keras_mask(y_pred)
         if mask is None and sample_weight is None:
             return super().__call__(y_true, y_pred)
+        work = _work_dtype(self.dtype)  # as GlobalBatchLoss: float32 for a float16 loss
         with keras.name_scope(self.name):
-            y_pred = ops.convert_to_tensor(y_pred, dtype=self.dtype)
-            y_true = ops.convert_to_tensor(y_true, dtype=self.dtype)
+            y_pred = ops.convert_to_tensor(y_pred, dtype=work)
+            y_true = ops.convert_to_tensor(y_true, dtype=work)
             weights = self._pixel_weights(y_true, y_pred, None, sample_weight)
             kept = None if mask is None else self._pixel_weights(y_true, y_pred, mask, None)
             return _reduce(self.call(y_true, y_pred), weights, kept, self.reduction, self.dtype)
@@ -955,8 +1028,9 @@ class MixtureNLL(GlobalBatchLoss):
         if len(mask.shape) == len(y_pred.shape) - 1:  # over the groups too
             mask = ops.any(mask, axis=_check_axis(self.group_axis, len(y_pred.shape)))
         mask = ops.logical_and(spread(mask, "mask"), ops.ones_like(y_true[..., 0], dtype="bool"))
-        weights = ops.cast(mask, self.dtype)
-        return weights if sample_weight is None else weights * ops.cast(sample_weight, self.dtype)
+        work = _work_dtype(self.dtype)
+        weights = ops.cast(mask, work)
+        return weights if sample_weight is None else weights * ops.cast(sample_weight, work)
 
     def _require_known_ranks(self, y_true, y_pred):
         require_known_ranks(type(self).__name__, "it finds the groups and channels by their axes",

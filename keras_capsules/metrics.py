@@ -302,7 +302,8 @@ class AdjustedMutualInformation(keras.metrics.Metric):
             Without its group axis it must have the shape of ``y_true``, else a
             ``ValueError`` (raised when the call is traced). The number of pixels and
             ``K`` must be static.
-        sample_weight: optional weights of the samples, ``[batch]`` (or a scalar).
+        sample_weight: optional weights of the samples, ``[batch]`` (or ``[batch, 1]``),
+            or one for every sample: ``[1]`` or a scalar.
 
     Returns:
         ``result()``: the weighted mean AMI of the samples seen, a scalar (0 before
@@ -448,19 +449,25 @@ class AdjustedMutualInformation(keras.metrics.Metric):
         self.count.assign_add(ops.sum(ops.where(counted, weight, zeros)))
 
     def _sample_weight(self, sample_weight, y_true):
-        """``sample_weight`` as ``[batch]`` (or a scalar) of the metric's dtype, or None."""
+        """``sample_weight`` as ``[batch]``, ``[1]`` (or a scalar) of the state's dtype, or None.
+
+        As Keras' reduction metrics (``keras.metrics.Mean``) take weights broadcastable to
+        the per-sample values ``[batch]``: ``[batch]``, ``[batch, 1]``, ``[1]`` (and
+        ``[1, 1]``), or a scalar. A ``[1]`` weight (one weight for the batch) was refused.
+        """
         if sample_weight is None:
             return None
-        weight = ops.cast(ops.convert_to_tensor(sample_weight), self.dtype)
+        weight = ops.cast(ops.convert_to_tensor(sample_weight), self._state_dtype)
+        given = tuple(weight.shape)
         if len(weight.shape) > 1 and all(d == 1 for d in weight.shape[1:]):
             weight = ops.reshape(weight, (-1,))
         batch = y_true.shape[0]
         if len(weight.shape) > 1 or (
-            len(weight.shape) == 1 and None not in (weight.shape[0], batch) and weight.shape[0] != batch
+            len(weight.shape) == 1 and None not in (weight.shape[0], batch) and weight.shape[0] not in (1, batch)
         ):
             raise ValueError(
                 "`sample_weight` of AdjustedMutualInformation weighs samples: it must be "
-                f"[batch] or a scalar. Received: sample_weight shape={tuple(weight.shape)} "
+                f"[batch] (or [batch, 1]), [1] or a scalar. Received: sample_weight shape={given} "
                 f"for y_true shape={tuple(y_true.shape)}"
             )
         return weight

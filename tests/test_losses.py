@@ -688,20 +688,20 @@ def test_a_loss_of_an_integer_or_boolean_dtype_is_refused_when_made(make, dtype)
 
 @pytest.mark.parametrize("make, option, bad, good, dtype, message", [
     (MarginLoss, "m_plus", 1e39, 1e19, None,
-     "`m_plus` must be a number whose square is finite in float32, the dtype the loss computes in: at most "
+     "`m_plus` must be a number whose square is finite in float32, the dtype the loss returns: at most "
      "1.845e+19 in magnitude. Received: m_plus=1e+39"),
     (MarginLoss, "m_plus", 1e20, 1e19, None, "Received: m_plus=1e+20"),  # finite in float32, not its square
     (MarginLoss, "m_minus", -300.0, -100.0, "mixed_float16",
-     "`m_minus` must be a number whose square is finite in float16, the dtype the loss computes in: at most "
+     "`m_minus` must be a number whose square is finite in float16, the dtype the loss returns: at most "
      "255.9 in magnitude. Received: m_minus=-300.0"),
     (MarginLoss, "lambda_", 1e5, 6e4, "mixed_float16",
-     "`lambda_` must be a number that is finite in float16, the dtype the loss computes in: at most 6.55e+04 "
+     "`lambda_` must be a number that is finite in float16, the dtype the loss returns: at most 6.55e+04 "
      "in magnitude. Received: lambda_=100000.0"),
     (CapsuleLoss, "focal_alpha", 1e39, 1e30, None,
-     "`focal_alpha` must be a number that is finite in float32, the dtype the loss computes in: at most "
+     "`focal_alpha` must be a number that is finite in float32, the dtype the loss returns: at most "
      "3.403e+38 in magnitude. Received: focal_alpha=1e+39"),
     (CapsuleLoss, "focal_gamma", 3.4e38, 1e30, "mixed_bfloat16",  # finite in float32, not in bfloat16
-     "`focal_gamma` must be a number that is finite in bfloat16, the dtype the loss computes in: at most "
+     "`focal_gamma` must be a number that is finite in bfloat16, the dtype the loss returns: at most "
      "3.39e+38 in magnitude. Received: focal_gamma=3.4e+38"),
 ])
 def test_loss_constants_beyond_the_range_of_the_loss_dtype_are_refused_when_made(make, option, bad, good, dtype,
@@ -869,3 +869,86 @@ def test_the_mixture_nll_function_takes_nested_lists():
     from_lists = losses.mixture_nll(x.tolist(), m.tolist(), pi.tolist(), 0.5)
     from_arrays = losses.mixture_nll(x.astype("float32"), m.astype("float32"), pi.astype("float32"), 0.5)
     np.testing.assert_allclose(keras.ops.convert_to_numpy(from_lists), keras.ops.convert_to_numpy(from_arrays))
+
+
+# --- float16 / bfloat16: computed in float32, returned in the dtype Keras returns (helper-201) ---
+
+
+def _float32_values(value):
+    """A loss value as float32 numpy (no numpy conversion of a bfloat16 tensor on every backend)."""
+    return keras.ops.convert_to_numpy(keras.ops.cast(value, "float32"))
+
+
+def _large_batch(kind):
+    """(loss factory, y_true, y_pred) of a batch whose sum or count is beyond float16's range
+    (65,504) while every per-value loss is small."""
+    if kind == "margin_per_token":  # 65,536 tokens, 1.08 each: the count and the sum overflowed
+        return MarginLoss, np.zeros((64, 1024), "int64"), np.full((64, 1024, 4), 0.95, "float32")
+    if kind == "capsule":  # 20,000 samples of margin + focal + cross, 5.6 each
+        scores = np.full((20000, 10), 0.95, "float32")
+        return (lambda **kw: CapsuleLoss(terms=("margin", "focal", "cross"), **kw)), np.zeros(20000, "int64"), scores
+    # mixture: 65,536 pixels (a count of inf, a sum of inf: inf / inf = NaN)
+    x = np.zeros((64, 32, 32, 1), "float32")
+    packed = np.concatenate([np.ones((64, 2, 32, 32, 1), "float32"), np.full((64, 2, 32, 32, 1), 0.5, "float32")], -1)
+    return losses.MixtureNLL, x, packed
+
+
+@pytest.mark.parametrize("kind", ["margin_per_token", "capsule", "mixture"])
+@pytest.mark.parametrize("dtype", ["mixed_float16", "float16", "mixed_bfloat16"])
+@pytest.mark.parametrize("reduction", ["sum_over_batch_size", "mean_with_sample_weight"])
+def test_a_float16_loss_reduces_a_large_batch_in_float32(kind, dtype, reduction):
+    # helper-201: a loss of dtype "mixed_float16" (Keras computes in its dtype) summed its values
+    # and counted them in float16: CapsuleLoss over 20,000 samples was inf, MarginLoss over 65,536
+    # tokens and MixtureNLL over 65,536 pixels NaN (inf / inf), every per-value loss about 1-6.
+    make, y_true, y_pred = _large_batch(kind)
+    weights = np.ones(y_pred.shape[0], "float32")
+    value = make(dtype=dtype, reduction=reduction)(y_true, y_pred, sample_weight=weights)
+    want = make(reduction=reduction)(y_true, y_pred, sample_weight=weights)
+    assert keras.backend.standardize_dtype(value.dtype) == dtype.replace("mixed_", "")  # as Keras returns
+    np.testing.assert_allclose(_float32_values(value), _float32_values(want), rtol=1e-2)
+
+
+def test_a_float16_margin_loss_squares_in_float32():
+    # helper-201: the square of a score's distance to the margin overflowed float16 before lambda_
+    # brought it back into range: inf where the loss is 0.5 * 299.9^2 = 44970 (a score of 300), or
+    # 0.5 * 256^2 = 32768 (m_minus=-255, whose square is finite in float16, and a score of 1)
+    for loss, scores, want in ((MarginLoss(dtype="mixed_float16", reduction="none"), [[0.9, 300.0]], 0.5 * 299.9**2),
+                               (MarginLoss(m_minus=-255.0, dtype="mixed_float16", reduction="none"), [[0.9, 1.0]],
+                                0.5 * 256.0**2)):
+        value = loss(np.array([0]), np.array(scores, "float32"))
+        assert keras.backend.standardize_dtype(value.dtype) == "float16"
+        np.testing.assert_allclose(_float32_values(value), [want], rtol=1e-3)
+    value = losses.margin_term(tensor(np.eye(2)[[0]], "float16"), tensor([[0.9, 300.0]], "float16"))
+    assert keras.backend.standardize_dtype(value.dtype) == "float16"  # the scores' dtype, as Keras' functions
+    np.testing.assert_allclose(_float32_values(value), [0.5 * 299.9**2], rtol=1e-3)
+
+
+def test_the_softmax_terms_of_float16_scores_run_in_float32():
+    # helper-201: log_softmax in float16 was -inf for a score 80,000 below the largest (beyond
+    # float16's range): the cross-entropy of the right class (0) was 0 * -inf = NaN, the focal
+    # loss of the wrong one, 0.25 * 80,000 = 20,000, NaN too
+    scores = np.array([[0.0, 40000.0, -40000.0]], "float32")
+    right, wrong = np.eye(3)[[1]], np.eye(3)[[2]]
+    for dtype in ("float16", "bfloat16", "float32"):
+        x = tensor(scores, dtype)
+        for value, want in ((losses.cross_term(tensor(right, dtype), x), 0.0),
+                            (losses.focal_term(tensor(right, dtype), x), 0.0),
+                            (losses.focal_term(tensor(wrong, dtype), x), 20000.0)):
+            assert keras.backend.standardize_dtype(value.dtype) == dtype
+            np.testing.assert_allclose(_float32_values(value), [want], rtol=1e-2)
+    value = CapsuleLoss(terms=("focal", "cross"), dtype="mixed_float16", reduction="none")(np.array([1]), scores)
+    assert keras.backend.standardize_dtype(value.dtype) == "float16"
+    np.testing.assert_allclose(_float32_values(value), [0.0])
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_the_mixture_nll_function_returns_the_dtype_of_its_means(dtype):
+    # helper-201: computed in float32 (as before) it returned float32 for float16 means; Keras'
+    # functional losses return the dtype of y_pred (and DESIGN: float32 math, cast back)
+    rng = np.random.default_rng(0)
+    x, m = rng.normal(size=(2, 4, 2)), rng.normal(size=(2, 3, 4, 2))
+    pi = np.full((2, 3, 4, 1), 1 / 3)
+    value = losses.mixture_nll(tensor(x, dtype), tensor(m, dtype), tensor(pi, dtype), 0.5)
+    assert keras.backend.standardize_dtype(value.dtype) == dtype
+    want = losses.mixture_nll(tensor(x, "float32"), tensor(m, "float32"), tensor(pi, "float32"), 0.5)
+    np.testing.assert_allclose(_float32_values(value), _float32_values(want), rtol=2e-2, atol=2e-2)

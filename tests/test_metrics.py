@@ -1,5 +1,7 @@
 """keras_capsules.metrics beyond the RTagger tests (tests/layers/rladder/test_rtagger.py)."""
 
+import re
+
 import keras
 import numpy as np
 import pytest
@@ -213,6 +215,37 @@ def test_ami_metric_accumulates_the_weighted_mean_over_batches_and_resets():
     assert abs(_result(metric) - np.nanmean(np.delete(per_sample, 4))) < FLOAT32_ATOL
 
 
+@pytest.mark.parametrize("shape", [(1,), (1, 1), ()])
+def test_ami_metric_takes_one_weight_for_every_sample_as_keras_metrics_do(shape):
+    # helper-201: a weight of shape (1,) was refused ("it must be [batch] or a scalar"), though
+    # it broadcasts to every sample and keras.metrics.Mean takes it (as it takes [batch, 1])
+    rng = np.random.default_rng(3)
+    truth, guess = _segmentations(rng, 4, (6, 7), 5, 4, "correlated")
+    pi = _pi(rng, guess, 4)
+    weighted, spread = AdjustedMutualInformation(5), AdjustedMutualInformation(5)
+    weighted.update_state(truth, pi, sample_weight=np.full(shape, 2.5, "float32"))
+    spread.update_state(truth, pi, sample_weight=np.full(4, 2.5, "float32"))
+    assert abs(_result(weighted) - _result(spread)) < 1e-7
+    assert float(keras.ops.convert_to_numpy(weighted.count)) == pytest.approx(4 * 2.5)
+    if shape:  # what Keras makes of the same weight over per-sample values (a scalar weighs its batch's mean)
+        mean = keras.metrics.Mean()
+        mean.update_state(np.arange(4, dtype="float32"), sample_weight=np.full(shape, 2.5, "float32"))
+        assert float(keras.ops.convert_to_numpy(mean.count)) == pytest.approx(4 * 2.5)
+
+
+def test_ami_metric_refuses_weights_that_do_not_broadcast_to_the_samples():
+    rng = np.random.default_rng(4)
+    truth, guess = _segmentations(rng, 4, (6, 7), 5, 4, "correlated")
+    pi = _pi(rng, guess, 4)
+    metric = AdjustedMutualInformation(5)
+    for shape in ((2,), (4, 2), (3, 1)):
+        with pytest.raises(ValueError, match=r"it must be \[batch\] \(or \[batch, 1\]\), \[1\] or a scalar. "
+                           + re.escape(f"Received: sample_weight shape={shape} for y_true shape=(4, 6, 7)")):
+            metric.update_state(truth, pi, sample_weight=np.ones(shape, "float32"))
+        with pytest.raises(Exception):  # Keras' own metrics refuse them too (with the backend's error)
+            keras.metrics.Mean().update_state(np.arange(4, dtype="float32"), sample_weight=np.ones(shape, "float32"))
+
+
 def test_ami_metric_special_cases_as_sklearn():
     def ami(truth, guess, num_labels=4, num_groups=4, **kwargs):
         metric = AdjustedMutualInformation(num_labels, **kwargs)
@@ -385,7 +418,7 @@ def test_ami_metric_refuses_shapes_that_do_not_fit():
     with pytest.raises(ValueError, match=r"`group_axis` must name an axis of y_pred after the batch axis"):
         AdjustedMutualInformation(3, group_axis=-4).update_state(truth, pi)
     with pytest.raises(ValueError, match=r"`sample_weight` of AdjustedMutualInformation weighs samples: it must "
-                       r"be \[batch\] or a scalar. Received: sample_weight shape=\(2, 5, 4\)"):
+                       r"be \[batch\] \(or \[batch, 1\]\), \[1\] or a scalar. Received: sample_weight shape=\(2, 5, 4\)"):
         metric.update_state(truth, pi, sample_weight=np.ones((2, 5, 4), "float32"))
     with pytest.raises(ValueError, match=r"sample_weight shape=\(3,\)"):
         metric.update_state(truth, pi, sample_weight=np.ones(3, "float32"))
