@@ -183,7 +183,7 @@ def _tree_data(args):
     """sst, and text_classification's SST sets: the tree files of ``--data-dir``; the
     TFDS sets of text_classification are read from a location."""
     from applications.shared_data import files_fingerprint
-    from applications.sst_trees import SPLITS
+    from applications.sst_trees import FINGERPRINT_KIND, SPLITS
 
     if args.application == "text_classification":
         from applications.text_classification.data import SST_DATASETS
@@ -194,7 +194,7 @@ def _tree_data(args):
         return None
     paths = [os.path.join(args.data_dir, f"{split}.txt") for split in SPLITS]
     paths = [path for path in paths if os.path.isfile(path)]
-    return files_fingerprint("SST tree files", args.data_dir, paths) if paths else None
+    return files_fingerprint(FINGERPRINT_KIND, args.data_dir, paths) if paths else None
 
 
 #: Applications whose ``--data-dir`` chooses the data, not only where it lives, each with

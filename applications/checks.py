@@ -330,6 +330,26 @@ def _recorded_fingerprint(model_path, fingerprint):
     return only_files(recorded, set(fingerprint.get("files") or ())) if "files" in fingerprint else recorded
 
 
+def recorded_data_folder(model_path, kind):
+    """The folder the data of the run (or search) of ``model_path`` were read in, as
+    ``train`` (or ``tune``) recorded it in ``metrics.json`` beside the model: the
+    ``"source"`` of its ``"data_fingerprint"`` when that is of data of ``kind`` (its
+    ``"data"``, e.g. ``"SST tree files"``), else None (a run of an older version, a model
+    moved away from its run, data of no fingerprint: a TFDS set).
+
+    ``evaluate`` of sst and text_classification reads its data there when no folder is
+    given, as music's reads the chorales file ``train`` recorded (they needed
+    ``--data-dir`` again). Whether the folder still exists is left to the data's loader
+    (its one-line error names it), and whether it still holds the run's data to
+    :func:`recorded_data`.
+    """
+    fingerprint = recorded_metrics(model_path).get("data_fingerprint")
+    if not isinstance(fingerprint, dict) or fingerprint.get("data") != kind:
+        return None
+    source = fingerprint.get("source")
+    return source if isinstance(source, str) and source else None
+
+
 def holds_recorded_data(model_path, fingerprint):
     """Whether ``fingerprint`` (of the data in a folder ``evaluate`` was given) is of the data
     the run of ``model_path`` recorded (:func:`recorded_data`): the same files moved to

@@ -796,15 +796,19 @@ def nll_per_step(model, rolls, batch_size=32, verbose=0):
         for start in range(0, len(inputs), batch_size):
             x, y = inputs[start : start + batch_size], targets[start : start + batch_size]
             logits = np.stack([np.asarray(net(x, y), "float64") for net in nets])
-            # log sigmoid(z) = -logaddexp(0, -z), stably
-            if joint:  # the mixture of the members' joint distributions of the step
-                log_step = -(np.logaddexp(0.0, -logits) * y + np.logaddexp(0.0, logits) * (1 - y)).sum(-1)
-                per_step = -_log_mean_exp(log_step)
-            else:  # log p(key on) = log mean_k sigmoid(z_k), log p(key off) = log mean_k sigmoid(-z_k)
-                log_on = _log_mean_exp(-np.logaddexp(0.0, -logits))
-                log_off = _log_mean_exp(-np.logaddexp(0.0, logits))
-                per_step = -(log_on * y + log_off * (1 - y)).sum(-1)
-            total += float((per_step * mask[start : start + batch_size]).sum())
+            # NaN or infinite logits (a model of such weights) give a NaN score without numpy's
+            # RuntimeWarnings ("invalid value encountered in logaddexp"): the command line
+            # notes the weights and the score itself, as for the other applications
+            with np.errstate(invalid="ignore"):
+                # log sigmoid(z) = -logaddexp(0, -z), stably
+                if joint:  # the mixture of the members' joint distributions of the step
+                    log_step = -(np.logaddexp(0.0, -logits) * y + np.logaddexp(0.0, logits) * (1 - y)).sum(-1)
+                    per_step = -_log_mean_exp(log_step)
+                else:  # log p(key on) = log mean_k sigmoid(z_k), log p(key off) = log mean_k sigmoid(-z_k)
+                    log_on = _log_mean_exp(-np.logaddexp(0.0, -logits))
+                    log_off = _log_mean_exp(-np.logaddexp(0.0, logits))
+                    per_step = -(log_on * y + log_off * (1 - y)).sum(-1)
+                total += float((per_step * mask[start : start + batch_size]).sum())
             if progress is not None:
                 progress.update(min(start + batch_size, len(inputs)))
     return total / float(mask.sum())

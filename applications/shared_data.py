@@ -32,7 +32,8 @@ def files_fingerprint(kind, source, paths):
     A JSON-able dict ``{"data": kind, "source": source, "files": {name: {"bytes": size,
     "sha256": hex digest}}}``: ``kind`` says what the files are ("MNIST IDX files"),
     ``source`` where they were read (the folder, absolute: named in messages, never
-    compared), and each file is named by its name in that folder. Every file is streamed
+    compared; ``evaluate`` of sst and text_classification reads there by default,
+    ``checks.recorded_data_folder``), and each file is named by its name in that folder. Every file is streamed
     through SHA-256 (the applications' data files are a few MB: milliseconds).
 
     Raises:

@@ -61,7 +61,7 @@ from keras import ops
 from applications import checks, console, distribute, fault_tolerance, sst_trees
 from applications.checks import integer_at_least
 from applications.shared_data import only_files
-from applications.errors import (CommandLineError, InputError, PathNotFoundError, create_run_dir,
+from applications.errors import (CommandLineError, DataNotFoundError, InputError, PathNotFoundError, create_run_dir,
                                  leaves_no_empty_run_dir, user_path, writable_folder)
 from keras_capsules.layers import EMRouting
 
@@ -1143,9 +1143,14 @@ def train(
     return result
 
 
-def evaluate(model_path, data_dir, granularity=None, split="test", preset=None, cache_dir=None,
+def evaluate(model_path, data_dir=None, granularity=None, split="test", preset=None, cache_dir=None,
              max_length=None, max_eval=None, batch_size=64, strategy=None, verbose=0):
     """Accuracy of a saved model on the root sentences of ``split`` (``"train"``, ``"dev"`` or ``"test"``).
+
+    ``data_dir`` (None) defaults to the folder of the tree files :func:`train` (or a
+    search) recorded in ``metrics.json`` beside the model (that of its
+    ``data_fingerprint``, :func:`applications.checks.recorded_data_folder`); a folder that
+    is not there is refused in one line (``DataNotFoundError``), as is no folder at all.
 
     The sentences are embedded with ``preset`` (the transformer the model was trained
     on), each cut to ``max_length`` tokens, through the cache in ``cache_dir`` (None: the
@@ -1165,8 +1170,8 @@ def evaluate(model_path, data_dir, granularity=None, split="test", preset=None, 
 
     The split's tree file in ``data_dir`` is checked against the one :func:`train`
     recorded (``checks.recorded_data``): a file that changed in the run's folder is
-    refused (``InputError``), the same file elsewhere is the run's, another one elsewhere
-    is scored, with a note on stderr that this is not the run's test score.
+    refused (``InputError``), the same file elsewhere is the run's, another one given
+    elsewhere is scored, with a note on stderr that this is not the run's test score.
 
     ``verbose``: 1 shows the embedding's and Keras' progress bars and the line of how
     many sentences were cut at ``max_length`` (:func:`truncation_line`), on stderr
@@ -1182,6 +1187,14 @@ def evaluate(model_path, data_dir, granularity=None, split="test", preset=None, 
         raise PathNotFoundError(f"no model at {model_path!r}: train one first with `keras-capsules train`")
     batch_size = integer_at_least("batch_size", batch_size, 1)
     _limit("max_eval", max_eval)
+    explicit = data_dir is not None
+    if data_dir is None:  # the folder train read (evaluate needed --data-dir again)
+        data_dir = checks.recorded_data_folder(model_path, sst_trees.FINGERPRINT_KIND)
+        if data_dir is None:
+            raise DataNotFoundError("evaluate sst needs the folder of the SST tree files (--data-dir): none is "
+                                    f"recorded beside {model_path} (a run of an older version, or a model moved "
+                                    "away from its run)")
+        sst_trees.require_split_files(data_dir, (split,))  # (moved or deleted since: one line naming it)
     # train's own preset and max_length (the defaults truncated a model trained with
     # --max-length 16 at 128 tokens, or embedded with MiniLM what another transformer trained)
     recorded = _recorded_options(model_path)
@@ -1198,7 +1211,7 @@ def evaluate(model_path, data_dir, granularity=None, split="test", preset=None, 
     # the split's tree file changed in the run's folder: not its sentences (another folder's are
     # the user's choice: scored, with a note); before the model is loaded and anything embedded
     checks.recorded_data(model_path, only_files(checks.data_fingerprint("sst", data_dir=str(data_dir)),
-                                                [f"{split}.txt"]), explicit=True)
+                                                [f"{split}.txt"]), explicit)
     strategy = distribute.resolve_strategy(strategy)
     cache_dir = (cache_dir or checks.recorded_cache_dir(model_path)
                  or os.path.join(os.path.dirname(os.path.abspath(model_path)), "cache"))
@@ -1269,8 +1282,13 @@ def add_arguments(parser, command):
     if command == "train":
         parser.set_defaults(epochs=3)  # the recipe of train() (module docstring)
 
-    parser.add_argument("--data-dir", required=True,
-                        help="folder of the SST tree files train.txt, dev.txt and test.txt")
+    if command == "evaluate":  # (the run's folder by default, as music's and occluded_mnist's)
+        parser.add_argument("--data-dir", default=None,
+                            help="folder of the SST tree files train.txt, dev.txt and test.txt (default: the one "
+                            "`train` recorded beside the model)")
+    else:
+        parser.add_argument("--data-dir", required=True,
+                            help="folder of the SST tree files train.txt, dev.txt and test.txt")
     recorded = " the one `train` recorded beside the model, else" if command == "evaluate" else ""
     parser.add_argument("--granularity", choices=sst_trees.GRANULARITIES,
                         default=None if command == "evaluate" else "5",
@@ -1335,7 +1353,8 @@ def run_train(args, strategy):
 def run_evaluate(args, strategy):
     from applications.arguments import cache_dir_of
 
-    sst_trees.require_split_files(args.data_dir, (args.split,))
+    if args.data_dir is not None:  # (else the folder train recorded, checked by evaluate)
+        sst_trees.require_split_files(args.data_dir, (args.split,))
     return evaluate(args.model, args.data_dir, args.granularity, args.split, args.preset, cache_dir_of(args),
                     args.max_length, args.max_eval, distribute.global_batch_size(args.batch_size, strategy),
                     strategy, verbose=0 if args.quiet else 1)

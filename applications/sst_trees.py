@@ -31,6 +31,8 @@ from applications.errors import DataNotFoundError, InputError, user_path
 from applications.shared_data import shared_data_path
 
 SPLITS = ("train", "dev", "test")
+#: what the fingerprint of a folder of tree files says its data are (``arguments.data_fingerprint``)
+FINGERPRINT_KIND = "SST tree files"
 GRANULARITIES = ("5", "2")
 _BLANKS = re.compile("[ \t\r\n]+")
 

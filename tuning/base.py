@@ -42,7 +42,8 @@ class DatasetHyperModel(keras_tuner.HyperModel):
         epochs: epochs per trial (Hyperband: the most a trial trains; schedules that need
             the number of steps read :meth:`trial_epochs`).
         verbose: 1 (default) shows the progress of ``load_data``'s long steps (CLEVR's
-            feature extraction, SST's embedding); 0 (``--quiet``) hides it.
+            feature extraction, SST's embedding); 0 (``--quiet``) hides it; 2 shows it as
+            the applications' data passes do (``applications.checks.verbosity``).
         name: the HyperModel's name (default: the class attribute ``application``).
         tunable: True or False, keras-tuner's: whether the hyperparameters that
             :meth:`build` declares join the search space. Default True.
@@ -67,9 +68,7 @@ class DatasetHyperModel(keras_tuner.HyperModel):
         self.epochs = checks.integer_at_least("epochs", epochs, 1)
         self.replicas = checks.integer_at_least("replicas", replicas, 1)
         # (verbose="no" showed the progress; tunable="no" was taken as True by keras-tuner)
-        if isinstance(verbose, bool) or verbose not in (0, 1):
-            raise InputError(f"`verbose` must be 0 or 1. Received: verbose={verbose!r}")
-        self.verbose = int(verbose)
+        self.verbose = checks.verbosity(verbose)  # the applications' check: load_data passes it to theirs
         self._data = None
         # Keras' random state is seeded before every build: the trials' initial weights
         # were drawn from an unseeded state, so the same command scored other values on

@@ -30,7 +30,9 @@ def add_arguments(parser, command):
                         help=f"(default:{recorded} sst2)")
     parser.add_argument("--data-dir", default=None,
                         help="the folder of the SST tree files (sst2, sst5), or the TFDS data directory "
-                        "holding a prepared ag_news_subset / yelp_polarity_reviews (never downloaded)")
+                        "holding a prepared ag_news_subset / yelp_polarity_reviews (never downloaded)"
+                        + (" (default for SST: the folder `train` recorded beside the model)"
+                           if command == "evaluate" else ""))
     parser.add_argument("--limit", type=positive_int, default=None,
                         help="score only the first N test examples (default: the --limit `train` recorded "
                         "beside the model, else all; a larger N: all)" if command == "evaluate"
@@ -90,7 +92,9 @@ def run_evaluate(args, strategy):
     from applications import distribute
 
     dataset = args.dataset or recipe.recorded_dataset(args.model)  # the data are checked first
-    data_lib.require_data(dataset, args.data_dir)
+    # (SST's folder: the one train recorded unless given, as recipe.evaluate takes it)
+    data_lib.require_data(dataset, args.data_dir if args.data_dir is not None
+                          else recipe.recorded_data_dir(args.model, dataset))
     return recipe.evaluate(args.model, dataset, args.data_dir, args.vocabulary, args.limit,
                            distribute.global_batch_size(args.batch_size, strategy), args.max_length, strategy,
                            verbose=0 if args.quiet else 1)

@@ -294,7 +294,9 @@ def evaluate(model_path, dataset=None, data_dir=None, vocabulary_path=None, limi
 
     ``dataset`` (None) defaults to the one :func:`train` recorded in ``metrics.json``
     beside the model (:func:`recorded_dataset`), else ``"sst2"``; a given one wins (one
-    of another number of classes than the model's is refused in one line).
+    of another number of classes than the model's is refused in one line). For the SST
+    sets, ``data_dir`` (None) defaults likewise to the folder of the tree files recorded
+    there (:func:`recorded_data_dir`); a folder that is not there is refused in one line.
     Texts are encoded with the vocabulary the model was trained with: ``vocab.txt``
     beside the model (as :func:`train` writes it) unless ``vocabulary_path`` is given.
     Each keeps its first ``max_length`` tokens; None (the default): the ``max_length``
@@ -329,6 +331,11 @@ def evaluate(model_path, dataset=None, data_dir=None, vocabulary_path=None, limi
         raise PathNotFoundError(f"no vocabulary at {vocabulary_path!r}: pass the vocab.txt written by `train`")
     if dataset is None:  # (the default sst2 refused a model of sst5 or ag_news unless told --dataset)
         dataset = recorded_dataset(model_path)
+    explicit = data_dir is not None
+    if data_dir is None:  # SST's folder that train read (evaluate needed --data-dir again)
+        data_dir = recorded_data_dir(model_path, dataset)
+        if dataset in data_lib.SST_DATASETS:  # none recorded, or moved or deleted since: one line
+            data_lib.require_data(dataset, data_dir)
     if max_length is None:  # (the default 5,000 scored a model trained on 20 tokens a text on 5,000)
         max_length = _recorded_max_length(model_path)
     if limit is None:  # (every test example was scored, other ones than train scored and reported)
@@ -339,7 +346,7 @@ def evaluate(model_path, dataset=None, data_dir=None, vocabulary_path=None, limi
     raw = data_lib.load_split(dataset, test_split, data_dir, limit=limit)
     # SST's test tree file changed in the run's folder: refused; another folder's: scored, with a note
     checks.recorded_data(model_path, only_files(checks.data_fingerprint(
-        "text_classification", data_dir=data_dir, dataset=dataset), [f"{test_split}.txt"]), data_dir is not None)
+        "text_classification", data_dir=data_dir, dataset=dataset), [f"{test_split}.txt"]), explicit)
     test, truncated = data_lib.make_dataset(raw, lookup, batch_size, max_length=max_length, count_truncated=True)
     test = data_lib.with_cardinality(test)
     with strategy.scope():
@@ -365,6 +372,18 @@ def recorded_dataset(model_path):
     ``data.DATASETS``), else ``"sst2"`` (a model moved from its run directory)."""
     dataset = checks.recorded_metrics(model_path).get("dataset")
     return dataset if isinstance(dataset, str) and dataset in data_lib.DATASETS else "sst2"
+
+
+def recorded_data_dir(model_path, dataset):
+    """The folder of the SST tree files :func:`train` (or a search) read, as recorded in
+    ``metrics.json`` beside the model (``checks.recorded_data_folder``), when ``dataset``
+    is an SST set; else None (a TFDS set, whose ``data_dir`` is a location only, or
+    nothing recorded)."""
+    if dataset not in data_lib.SST_DATASETS:
+        return None
+    from applications.sst_trees import FINGERPRINT_KIND
+
+    return checks.recorded_data_folder(model_path, FINGERPRINT_KIND)
 
 
 def _recorded_max_length(model_path):

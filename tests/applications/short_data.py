@@ -69,3 +69,59 @@ def check_another_sst_test_file(evaluate, run, first, elsewhere, capsys):
     assert evaluate(elsewhere) >= 0
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"note: SST tree files in {elsewhere} are not "), err
+
+
+def check_the_recorded_sst_folder(run, argv, evaluate, key, expected, tmp_path, capsys, nothing_recorded):
+    """Checks ``evaluate`` of a run trained on SST tree files without a folder of them given
+    (``run``: a copy of the run's folder, whose ``metrics.json`` is rewritten here to record
+    a copy of its tree files): the command line's ``argv`` (``evaluate APP --model RUN
+    ...`` without ``--data-dir``) and ``evaluate`` (a Python function of ``data_dir``
+    returning the result) score the files in the folder ``train`` recorded: ``key`` of the
+    result is ``expected``. Once that folder is gone, that is one line naming it (a
+    ``DataNotFoundError`` in Python); a folder given wins; with nothing recorded, one line
+    starting with ``nothing_recorded``."""
+    import json
+    import os
+    import re
+    import shutil
+
+    import pytest
+
+    from applications import __main__ as cli
+    from applications.errors import DataNotFoundError
+
+    metrics_path, first, moved = run / "metrics.json", tmp_path / "first", tmp_path / "moved"
+    metrics = json.loads(metrics_path.read_text())
+    fingerprint = metrics["data_fingerprint"]
+    first.mkdir()
+    for name in fingerprint["files"]:
+        shutil.copy(os.path.join(fingerprint["source"], name), first / name)
+    metrics_path.write_text(json.dumps({**metrics, "data_fingerprint": {**fingerprint, "source": str(first)}}))
+
+    def scored(arguments, code=0):
+        capsys.readouterr()
+        assert cli.main(arguments) == code
+        out, err = capsys.readouterr()
+        if code:
+            assert err.startswith("keras-capsules: error: ") and err.count("\n") == 1, err
+            return err
+        assert err == "", err
+        return json.loads(out)[key]
+
+    assert scored(argv) == pytest.approx(expected, abs=1e-6)
+    assert evaluate(None)[key] == pytest.approx(expected, abs=1e-6)
+    os.rename(first, moved)  # the recorded folder is gone: the usual one-line error, naming it
+    err = scored(argv, code=2)
+    assert f"SST data directory not found: {str(first)!r}" in err, err
+    with pytest.raises(DataNotFoundError, match=re.escape(f"SST data directory not found: {str(first)!r}")):
+        evaluate(None)
+    # a folder given wins (the run's files moved there: its test score, without a note)
+    assert scored([*argv, "--data-dir", str(moved)]) == pytest.approx(expected, abs=1e-6)
+    assert evaluate(str(moved))[key] == pytest.approx(expected, abs=1e-6)
+    # nothing recorded (a run of an older version, a model moved away from its run)
+    metrics_path.write_text(json.dumps({k: v for k, v in metrics.items() if k != "data_fingerprint"}))
+    err = scored(argv, code=2)
+    assert err.startswith(f"keras-capsules: error: {nothing_recorded}"), err
+    with pytest.raises(DataNotFoundError):
+        evaluate(None)
+    assert scored([*argv, "--data-dir", str(moved)]) == pytest.approx(expected, abs=1e-6)

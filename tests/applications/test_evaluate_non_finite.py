@@ -17,6 +17,7 @@ from applications import __main__ as cli
 from tests.conftest import shared_path
 
 MNIST = str(shared_path("data", "mnist"))
+CHORALES = str(shared_path("data", "jsb_chorales"))
 TINY = {
     "demo": ["--limit", "40", "--filters", "4", "--primary-capsules", "2", "--hidden-capsules", "2", "--pose-size", "2",
              "--n-iters", "2", "--batch-size", "16"],
@@ -24,6 +25,8 @@ TINY = {
                        "--conv-units", "2", "2", "2", "--dense-units", "4", "--frame-size", "16"],
     "textured_mnist": ["--data-dir", MNIST, "--num-train", "8", "--num-test", "8", "--n-groups", "2", "--n-iters", "1",
                        "--conv-units", "4", "--dense-units", "8", "--batch-size", "8"],
+    "music": ["--data-dir", CHORALES, "--limit", "2", "--window", "4", "--units", "4", "--batch-size", "4",
+              "--sample-steps", "0"],
 }
 
 
@@ -80,3 +83,33 @@ def test_a_model_of_nan_weights_is_scored_with_a_note(tmp_path, capsys):
     assert cli.main(["evaluate", "occluded_mnist", "--model", path, "--quiet"]) == 0
     err = capsys.readouterr().err
     assert f"note: {path} holds " in err and " NaN or infinite weight values (a diverged or damaged model)" in err, err
+
+
+def test_a_music_model_of_nan_weights_is_scored_null_without_numpys_warnings(tmp_path, capsys):
+    # (2026-12-06) besides the note on the weights and the null score, numpy's RuntimeWarnings
+    # of the NLL's arithmetic on NaN logits ("invalid value encountered in logaddexp", with
+    # the source lines of music.py) were printed on stderr
+    import warnings
+
+    from applications import music
+
+    path = _train_then_poison("music", tmp_path / "run", capsys)
+    with warnings.catch_warnings(record=True) as caught:  # (pytest's own capture keeps them from stderr)
+        warnings.simplefilter("always")
+        assert cli.main(["evaluate", "music", "--model", path, "--quiet"]) == 0
+    assert not [w for w in caught if issubclass(w.category, RuntimeWarning)], [str(w.message) for w in caught]
+    out, err = capsys.readouterr()
+    assert json.loads(out, parse_constant=pytest.fail)["test_nll_per_step"] is None, out
+    lines = err.splitlines()
+    assert len(lines) == 2 and "RuntimeWarning" not in err, err
+    assert lines[0].startswith(f"note: {path} holds ") and "NaN or infinite weight values" in lines[0], err
+    assert lines[1].startswith("note: test_nll_per_step not finite (NaN or infinite, printed as null)"), err
+    # a Python caller gets NaN, without a warning, also of an ensemble and of a NADE read-out
+    model = keras.saving.load_model(path)
+    rolls = [music.piano_roll(chorale) for chorale in music.load_chorales(CHORALES)["test"][:2]]
+    nade = music.build_model(8, units=(4,), readout="nade", nade_units=4)
+    nade.set_weights([np.full_like(w, np.nan) for w in nade.get_weights()])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for scored in (model, [model, model], nade):
+            assert np.isnan(music.nll_per_step(scored, rolls, batch_size=4))

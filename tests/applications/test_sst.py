@@ -17,7 +17,7 @@ import pytest
 from applications import checks, fault_tolerance, sst, sst_trees
 from tests.applications import cli_helpers
 from tests.applications.test_sst_trees import SST
-from tests.applications.short_data import check_another_sst_test_file
+from tests.applications.short_data import check_another_sst_test_file, check_the_recorded_sst_folder
 from tests.applications.tiny_data import real_sst_split, tiny_bert_preset
 from tests.applications.verbose_checks import VERBOSE_VALUES, assert_verbose_checked_first, reached
 
@@ -485,6 +485,20 @@ def test_evaluate_refuses_another_test_file_where_the_runs_was(trained_sentences
     for record in (metrics | {"data_fingerprint": None}, metrics):  # no fingerprint (older runs): as before
         metrics_path.write_text(json.dumps(record))
         assert sst.evaluate(model, str(first), max_eval=12)["test_accuracy"] >= 0
+
+
+def test_evaluate_reads_the_tree_files_in_the_folder_train_recorded(trained_sentences_run, tmp_path, capsys,
+                                                                   monkeypatch):
+    # (2026-12-06) `evaluate sst` needed --data-dir (argparse's "the following arguments are
+    # required"), and sst.evaluate a data_dir, though train records the tree files' folder
+    # (the source of its data_fingerprint): music and occluded_mnist read the recorded one
+    monkeypatch.delenv("KERAS_CAPSULES_DEBUG", raising=False)
+    preset, run, result = _copy_run(trained_sentences_run, tmp_path)
+    model = str(run / "model.keras")
+    check_the_recorded_sst_folder(
+        run, ["evaluate", "sst", "--model", str(run), "--max-eval", "12", "--quiet"],
+        lambda data_dir: sst.evaluate(model, data_dir, max_eval=12), "test_accuracy", result["test_accuracy"],
+        tmp_path, capsys, "evaluate sst needs the folder of the SST tree files (--data-dir): none is recorded")
 
 
 def test_evaluate_embeds_with_the_preset_and_max_length_train_recorded(trained_sentences_run, tmp_path):

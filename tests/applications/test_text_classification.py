@@ -12,7 +12,7 @@ import tensorflow as tf
 from applications.text_classification import data, recipe
 from applications.text_classification import model as model_lib
 from keras_capsules.losses import CapsuleLoss
-from tests.applications.short_data import write_sst_prefix
+from tests.applications.short_data import check_the_recorded_sst_folder, write_sst_prefix
 from tests.applications.verbose_checks import VERBOSE_VALUES, Unread, assert_verbose_checked_first, reached
 from tests.conftest import shared_path
 
@@ -417,6 +417,28 @@ def test_evaluate_refuses_another_sst_test_file_where_the_runs_was(sst2_run, sho
     del metrics["data_fingerprint"]  # no fingerprint (older runs): as before
     metrics_path.write_text(json.dumps(metrics))
     assert recipe.evaluate(model, data_dir=str(first), limit=16)["test_accuracy"] >= 0
+
+
+def test_evaluate_reads_the_tree_files_in_the_folder_train_recorded(sst2_run, tmp_path, capsys, monkeypatch):
+    # (2026-12-06) `evaluate text_classification` of an SST run needed --data-dir ("sst2 needs
+    # --data-dir"), though train records the tree files' folder (the source of its
+    # data_fingerprint): music and occluded_mnist read the recorded one
+    import shutil
+
+    monkeypatch.delenv("KERAS_CAPSULES_DEBUG", raising=False)
+    run_dir, result, _ = sst2_run
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    model = str(run / "model.keras")
+    check_the_recorded_sst_folder(
+        run, ["evaluate", "text_classification", "--model", str(run), "--limit", "16", "--quiet"],
+        lambda data_dir: recipe.evaluate(model, data_dir=data_dir, limit=16), "test_accuracy",
+        result["test_accuracy"], tmp_path, capsys, "sst2 needs --data-dir")
+    # a TFDS set's folder is a location, which no record gives: TFDS's default, as before
+    recorded = str(run_dir / "model.keras")
+    assert recipe.recorded_data_dir(recorded, "sst5") == json.loads((run_dir / "metrics.json").read_text())[
+        "data_fingerprint"]["source"]
+    assert recipe.recorded_data_dir(recorded, "ag_news") is None
 
 
 def test_tiny_training_on_real_sst_sentences(sst2_run):

@@ -17,7 +17,9 @@ import pytest
 
 import tuning
 from applications import __main__ as cli
+from applications.errors import InputError
 from tests.applications.tiny_data import CLEVR_IMAGE_SIZE, SST_DIR, tiny_bert_preset, tiny_clevr_cache
+from tests.applications.verbose_checks import VERBOSE_VALUES
 from tests.conftest import shared_path
 
 MNIST_DIR = str(shared_path("data", "mnist"))
@@ -717,7 +719,7 @@ def _evaluate_of(name, tmp_path):
         "demo": (lambda: hypermodel(limit=120, seed=3), demo.evaluate),
         "smallnorb": (lambda: hypermodel(image_size=24), smallnorb.evaluate),
         "sst": (lambda: hypermodel(data_dir=str(SST_DIR), granularity="2", preset="tiny-preset", max_length=12),
-                lambda path: sst.evaluate(path, str(SST_DIR))),
+                sst.evaluate),
         "text_classification": (lambda: hypermodel("sst2", str(SST_DIR), limit=32, max_length=20, batch_size=16),
                                 recipe.evaluate),
         "sort_of_clevr": (lambda: hypermodel(validation_examples=8, seed=3), sort_of_clevr.evaluate),
@@ -734,8 +736,9 @@ def _evaluate_of(name, tmp_path):
 EVALUATE_READS = {
     "demo": {"split.seed", "split.data_dir", "split.limit"},
     "smallnorb": {"image_size"},
-    "sst": {"granularity", "preset", "max_length"},
-    "text_classification": {"dataset", "max_length"},
+    # (sst and text_classification: the folder of the SST tree files, that of their fingerprint)
+    "sst": {"granularity", "preset", "max_length", "data_fingerprint.source"},
+    "text_classification": {"dataset", "max_length", "data_fingerprint.source"},
     "sort_of_clevr": {"seed", "validation_examples"},
     "clevr": {"image_size", "limit"},
     "occluded_mnist": {"split.seed", "split.source", "split.data_dir"},
@@ -761,6 +764,8 @@ def _searched(hypermodel, key):
     group, _, name = key.rpartition(".")
     if key == "data_fingerprint":
         return _search_fingerprint(hypermodel)
+    if group == "data_fingerprint":  # (its "source": the folder evaluate reads by default)
+        return (_search_fingerprint(hypermodel) or {}).get(name, "<not in the search's fingerprint>")
     if group == "textures":
         return hypermodel.textures[name]
     value = getattr(hypermodel, name, "<no such option of the search>")
@@ -1064,7 +1069,7 @@ def _data_options_of(name, tmp_path):
     ("sst", {"max_length": 1}, "Received: max_length=1"),
     ("sst", {"max_length": "64"}, "Received: max_length='64'"),
     ("music", {"verbose": "no"}, "Received: verbose='no'"),
-    ("textured_mnist", {"verbose": 2}, "Received: verbose=2"),
+    ("textured_mnist", {"verbose": 3}, "Received: verbose=3"),
     ("clevr", {"tunable": "no"}, "Received: tunable='no'"),
 ])
 def test_the_hypermodels_refuse_bad_data_options_by_their_names(name, options, message, tmp_path):
@@ -1072,6 +1077,25 @@ def test_the_hypermodels_refuse_bad_data_options_by_their_names(name, options, m
 
     with pytest.raises(InputError, match=re.escape(message)):
         tuning.HYPERMODELS[name](**_data_options_of(name, tmp_path), **options)
+
+
+@pytest.mark.parametrize("verbose", VERBOSE_VALUES)
+def test_the_hypermodels_check_verbose_as_the_applications_do(verbose, tmp_path):
+    # (2026-12-06) DatasetHyperModel checked verbose inline, 0 or 1 with a message of its own
+    # ("`verbose` must be 0 or 1"): now applications.checks.verbosity, as the data passes its
+    # load_data calls (CLEVR's features, SST's embedding) check it, and takes their 2
+    from tuning.base import DatasetHyperModel
+
+    for make in (lambda: DatasetHyperModel(verbose=verbose),
+                 lambda: tuning.HYPERMODELS["textured_mnist"](**_data_options_of("textured_mnist", tmp_path),
+                                                              verbose=verbose)):
+        if isinstance(verbose, np.integer):
+            hypermodel = make()
+            assert hypermodel.verbose == int(verbose) and type(hypermodel.verbose) is int
+        else:
+            message = f"`verbose` must be 0, 1 or 2. Received: verbose={verbose!r}"
+            with pytest.raises(InputError, match=f"^{re.escape(message)}$"):
+                make()
 
 
 def test_the_hypermodels_take_numpy_integers_and_booleans(tmp_path):
