@@ -31,8 +31,14 @@ Scores that carry a Keras mask over the label positions (e.g. per-token capsule
 lengths ``[batch, seq, n_classes]`` with the mask ``[batch, seq]`` of their padding)
 give a loss over the unmasked positions only, as for any Keras loss; the labels at
 padded positions are ignored whatever they hold (a padding label such as -1 is no
-error and no NaN). A mask over the classes (of the scores' own shape) is refused with
-a ``ValueError``.
+error and no NaN), and so are the scores there: NaN, inf or -inf scores at padding
+change neither the loss nor its gradients, which are 0 there (the inputs at masked
+positions are replaced by zeros before the math, see :class:`GlobalBatchLoss`). A mask
+over the classes (of the scores' own shape) is refused with a ``ValueError``.
+
+A sample weight of 0 is a weight, not padding, as in Keras' own losses: the value it
+weighs still enters the sum (0 * NaN is NaN) and its labels are checked. Pad with a
+mask (a ``Masking`` layer, ``mask_zero=True``, or the mask set on the scores).
 
 Under a ``tf.distribute`` strategy of several replicas, every loss here averages over
 the global batch, as on one device (Keras' own losses average each replica's share
@@ -293,6 +299,53 @@ def _keras_mask(x):
     return _get_keras_mask(x) if _get_keras_mask is not None else getattr(x, "_keras_mask", None)
 
 
+def _mask_over(mask, x):
+    """The boolean ``mask`` spread over ``x`` from the left (trailing axes added, then
+    broadcast to ``x``'s shape, as the losses spread a mask over the values), or None
+    where it cannot be: ``x`` of fewer axes, of unknown rank, or of
+    another size than the mask on an axis where both are known (a mask that does not
+    describe ``x``'s leading axes, e.g. MixtureNLL's over the groups for its ``y_true``).
+    """
+    try:
+        rank_mask, rank_x = len(mask.shape), len(x.shape)
+    except (TypeError, ValueError):  # a shape of unknown rank (traced)
+        return None
+    if rank_mask > rank_x or any(
+        a is not None and b is not None and a not in (1, b) for a, b in zip(mask.shape, x.shape)
+    ):
+        return None
+    mask = ops.cast(mask, "bool")
+    for _ in range(rank_x - rank_mask):
+        mask = ops.expand_dims(mask, -1)
+    # in x's shape: a mask broadcast over an x of size 1 (sizes unknown when traced) would
+    # change x's shape silently; this fails when the graph runs instead
+    return ops.broadcast_to(mask, ops.shape(x))
+
+
+def _without_padding(x, mask):
+    """``x`` with zeros where the boolean ``mask`` (of ``x``'s shape) is False.
+
+    The inputs of a loss at masked (padded) positions are replaced *before* the math, not
+    only weighted by 0 after it: a NaN or inf there (a padded token's scores, a padded
+    pixel's logits all -inf) made the loss 0 * NaN = NaN, and even where the reduction
+    selects the value away, the gradient through the math of a NaN (or of an inf: inf - inf,
+    0 * inf) is NaN. Computed from zeros, the padded values and their gradients are finite;
+    the reduction leaves them out and the ``where`` gives the padded inputs a zero gradient.
+    """
+    return ops.where(mask, x, ops.zeros_like(x))
+
+
+def _inputs_without_padding(x, mask):
+    """Every tensor of the structure ``x`` that the Keras ``mask`` aligns with (from the
+    left, :func:`_mask_over`) with zeros at its masked positions; the others unchanged."""
+
+    def clean(t):
+        over = _mask_over(mask, t) if hasattr(t, "shape") else None
+        return t if over is None else _without_padding(t, over)
+
+    return keras.tree.map_structure(clean, x)
+
+
 def _in_work_dtype(term, targets, lengths, *args):
     """``term(targets, lengths, *args)`` computed in :func:`_work_dtype` of the scores'
     dtype (float32 for float16 and bfloat16 scores) and cast back to that dtype, as
@@ -386,6 +439,14 @@ class GlobalBatchLoss(keras.losses.Loss):
     out. The same holds for ``"sum"`` and ``"none"`` (the weighted values, summed or
     not). On one device and under a strategy the same weights give the same loss.
 
+    Masked positions never change the loss, whatever they hold: where the mask of
+    ``y_pred`` aligns with the leading axes of ``y_pred`` (or of ``y_true``), their values
+    are replaced by zeros before ``call`` (so a NaN, inf or -inf score or label of a padded
+    position enters neither the loss nor its gradient, which is 0 there), and the masked
+    per-value losses are left out of the reduction by selection, not multiplication
+    (0 * NaN is NaN), also those of a mask that ``call`` sets on its result. A sample
+    weight of 0 is a weight, as in Keras: a NaN it weighs makes the loss NaN.
+
     Subclass it as ``keras.losses.Loss``: implement ``call(y_true, y_pred)``
     returning the per-value losses. :class:`CapsuleLoss`, :class:`MarginLoss`,
     :class:`MixtureNLL` and the music application's ``PianoRollNLL`` are such losses.
@@ -427,6 +488,12 @@ class GlobalBatchLoss(keras.losses.Loss):
         with keras.name_scope(self.name):
             y_pred = keras.tree.map_structure(lambda x: ops.convert_to_tensor(x, dtype=work), y_pred)
             y_true = keras.tree.map_structure(lambda x: ops.convert_to_tensor(x, dtype=work), y_true)
+            if in_mask is not None:
+                # Padded positions never change the loss, whatever they hold: zeros replace
+                # the scores and labels there before the math (a NaN or inf score of a
+                # padded token made the loss and its gradients NaN).
+                y_pred = _inputs_without_padding(y_pred, in_mask)
+                y_true = _inputs_without_padding(y_true, in_mask)
             values = self.call(y_true, y_pred)
             out_mask = _keras_mask(values)
             if in_mask is not None and out_mask is not None:
@@ -843,10 +910,22 @@ def _reduce(values, sample_weight, mask, reduction, dtype):
     if reduction in _DIVIDING_REDUCTIONS:
         return ops.cast(_global_mean(values, sample_weight, mask, reduction, work, several_replicas()), dtype)
     values = ops.convert_to_tensor(values, dtype=work)
-    for weights, what in ((sample_weight, "sample_weight"), (mask, "mask")):
-        if weights is not None:
-            values = values * like_values(values, weights, work, what)
+    kept = None if mask is None else like_values(values, mask, work, "mask")
+    if sample_weight is not None:
+        values = values * like_values(values, sample_weight, work, "sample_weight")
+    if kept is not None:
+        values = _masked_out(values * kept, kept)
     return ops.cast(ops.sum(values) if reduction == "sum" else values, dtype)  # "sum", or "none" (None)
+
+
+def _masked_out(values, kept):
+    """``values`` with zeros where the mask's weights ``kept`` (of their shape) are 0.
+
+    Selected, not multiplied: 0 * NaN is NaN. The losses' own inputs are clean at masked
+    positions (:func:`_without_padding`), but a mask the values carry (set by a subclass's
+    ``call``) is known only after the math, and a weight given there may be anything.
+    """
+    return ops.where(kept != 0, values, ops.zeros_like(values))
 
 
 def _global_mean(values, sample_weight, mask, reduction, dtype, context=None):
@@ -867,6 +946,9 @@ def _global_mean(values, sample_weight, mask, reduction, dtype, context=None):
     values = ops.convert_to_tensor(values, dtype=dtype)
     kept = ops.ones_like(values) if mask is None else like_values(values, mask, dtype, "mask")
     weights = kept if sample_weight is None else kept * like_values(values, sample_weight, dtype, "sample_weight")
+    if mask is not None:  # masked values (and weights) left out, whatever they hold
+        weights = _masked_out(weights, kept)
+        values = _masked_out(values, kept)
     total = ops.sum(values * weights)
     if reduction == "mean_with_sample_weight":
         count = ops.sum(weights)
@@ -929,7 +1011,10 @@ class MixtureNLL(GlobalBatchLoss):
             channels and ``pi`` in the last one, groups at ``group_axis``. A Keras
             mask on it (RTagger's, through ``keras.layers.Concatenate``: the op
             drops it) leaves the masked values out; it may cover the groups (a
-            pixel counts if any group is kept) or only the leading axes.
+            pixel counts if any group is kept) or only the leading axes. The pixels
+            it leaves out may hold anything (NaN data or means, logits all -inf):
+            they change neither the loss nor its gradients, 0 there. (A sample
+            weight of 0 is a weight, as in Keras: a NaN it weighs makes the loss NaN.)
         sample_weight: weights of the per-pixel values, of their shape or of
             their leading axes (``[batch]``: one weight per sample).
 
@@ -989,7 +1074,23 @@ class MixtureNLL(GlobalBatchLoss):
             y_true = ops.convert_to_tensor(y_true, dtype=work)
             weights = self._pixel_weights(y_true, y_pred, None, sample_weight)
             kept = None if mask is None else self._pixel_weights(y_true, y_pred, mask, None)
+            if kept is not None:
+                y_true, y_pred = self._without_padding(y_true, y_pred, kept != 0)
             return _reduce(self.call(y_true, y_pred), weights, kept, self.reduction, self.dtype)
+
+    def _without_padding(self, y_true, y_pred, pixels):
+        """``y_true`` and ``y_pred`` with zeros at the pixels that the mask leaves out
+        (``pixels``, boolean of ``y_true``'s shape without its channels): in every group
+        and channel of ``y_pred``, so that whatever they held (NaN means, logits all -inf)
+        the loss and its gradients are those of the kept pixels (:func:`_without_padding`).
+        Shapes that do not fit are refused as :meth:`call` refuses them (sizes unknown
+        until the graph runs fail there: the masks are put in the inputs' shapes)."""
+        axis = self._check_shapes(y_true, y_pred)
+        pixels = ops.cast(pixels, "bool")
+        y_true = _without_padding(y_true, ops.broadcast_to(ops.expand_dims(pixels, -1), ops.shape(y_true)))
+        over_groups = ops.expand_dims(ops.expand_dims(pixels, axis), -1)
+        y_pred = _without_padding(y_pred, ops.broadcast_to(over_groups, ops.shape(y_pred)))
+        return y_true, y_pred
 
     def _pixel_weights(self, y_true, y_pred, mask, sample_weight):
         """``sample_weight`` and the mask of ``y_pred`` (1 where kept, 0 elsewhere) as
@@ -1039,6 +1140,25 @@ class MixtureNLL(GlobalBatchLoss):
     def call(self, y_true, y_pred):
         y_pred = ops.convert_to_tensor(y_pred)
         y_true = ops.convert_to_tensor(y_true)
+        axis = self._check_shapes(y_true, y_pred)
+        if None in tuple(y_true.shape) or None in tuple(y_pred.shape):
+            # Sizes unknown when traced: y_true must still have the shape of one group's
+            # means when the loss runs (a size-1 axis of either was broadcast silently).
+            like = ops.take(y_pred[..., :-1], 0, axis=axis)
+            y_true = exactly_shaped_like(ops.cast(y_true, like.dtype), like)
+        return mixture_nll(
+            y_true,
+            y_pred[..., :-1],
+            y_pred[..., -1:],
+            self.sigma,
+            group_axis=self.group_axis,
+            from_logits=self.from_logits,
+            epsilon=self.epsilon,
+        )
+
+    def _check_shapes(self, y_true, y_pred):
+        """Refuses ``y_true`` and ``y_pred`` whose ranks or known sizes do not fit each
+        other; returns the group axis (non-negative)."""
         self._require_known_ranks(y_true, y_pred)
         if len(y_true.shape) != len(y_pred.shape) - 1 or (
             y_true.shape[-1] is not None
@@ -1062,20 +1182,7 @@ class MixtureNLL(GlobalBatchLoss):
                 f"(group_axis={self.group_axis}) and with one channel less. Received: "
                 f"y_true shape={tuple(y_true.shape)}, y_pred shape={tuple(y_pred.shape)}"
             )
-        if None in tuple(y_true.shape) or None in tuple(y_pred.shape):
-            # Sizes unknown when traced: y_true must still have the shape of one group's
-            # means when the loss runs (a size-1 axis of either was broadcast silently).
-            like = ops.take(y_pred[..., :-1], 0, axis=axis)
-            y_true = exactly_shaped_like(ops.cast(y_true, like.dtype), like)
-        return mixture_nll(
-            y_true,
-            y_pred[..., :-1],
-            y_pred[..., -1:],
-            self.sigma,
-            group_axis=self.group_axis,
-            from_logits=self.from_logits,
-            epsilon=self.epsilon,
-        )
+        return axis
 
     def get_config(self):
         config = super().get_config()

@@ -952,3 +952,185 @@ def test_the_mixture_nll_function_returns_the_dtype_of_its_means(dtype):
     assert keras.backend.standardize_dtype(value.dtype) == dtype
     want = losses.mixture_nll(tensor(x, "float32"), tensor(m, "float32"), tensor(pi, "float32"), 0.5)
     np.testing.assert_allclose(_float32_values(value), _float32_values(want), rtol=2e-2, atol=2e-2)
+
+
+# --- padded positions that hold NaN or inf (helper-202) ---
+# DESIGN: "Padded positions never change the result, whatever values they hold". The reduction
+# weighted the per-value losses by the mask, 0 * NaN = NaN: a NaN (inf, -inf, 1e30) score of a
+# token a Keras mask leaves out made MarginLoss / CapsuleLoss NaN, a masked pixel whose group
+# logits were all -inf MixtureNLL NaN, and the gradients NaN too. Masks (the Keras mask of
+# y_pred) are padding: the inputs there are replaced before the math. A sample weight of 0 is
+# a weight, as in Keras (test_a_zero_sample_weight_is_a_weight_as_in_keras).
+
+_PADDING_VALUES = [np.nan, np.inf, -np.inf, 1e30]
+
+
+class _MaskedValuesError(losses.GlobalBatchLoss):
+    """A user's loss whose ``call`` puts a Keras mask of its own on the per-value losses."""
+
+    def call(self, y_true, y_pred):
+        from keras.src.backend import set_keras_mask
+
+        values = ops.sum(ops.square(y_true - y_pred), axis=-1)
+        set_keras_mask(values, ops.isfinite(ops.sum(y_pred, axis=-1)))
+        return values
+
+
+def _padded_case(kind, padding):
+    """``(loss, y_true, y_pred, mask, padded_y_true, padded_y_pred)``: a batch whose padded
+    positions (``mask`` False, the Keras mask set on ``y_pred``) hold ordinary values, and the
+    same batch with ``padding`` in every score there and invalid labels (out-of-range ids,
+    NaN targets or data) at those positions."""
+    rng = np.random.default_rng(5)
+    if kind in ("margin_per_token", "capsule_per_token", "capsule_per_sample"):
+        per_sample = kind == "capsule_per_sample"
+        lead = (4,) if per_sample else (4, 5)
+        mask = np.ones(lead, bool)
+        mask[1] = False  # a whole padded sample
+        if not per_sample:
+            mask[2:, 3:] = False  # padded tokens
+        scores = rng.uniform(0.0, 1.0, size=lead + (3,)).astype("float32")
+        ids = rng.integers(0, 3, size=lead)
+        if kind == "margin_per_token":
+            loss, y_true, bad_true = MarginLoss(), ids, np.where(mask, ids, -1)  # a padding label of -1
+        else:
+            loss = CapsuleLoss(terms=("margin", "focal", "cross"))
+            y_true = np.eye(3, dtype="float32")[ids]
+            bad_true = np.where(mask[..., None], y_true, np.nan).astype("float32")
+            if per_sample:  # class ids of 7 in a [batch, 1] column
+                y_true, bad_true = ids[:, None], np.where(mask, ids, 7)[:, None]
+        padded = mask[..., None]
+    elif kind in ("mixture_logits", "mixture_probabilities"):
+        logits = kind == "mixture_logits"
+        x = rng.uniform(size=(4, 3, 5, 2)).astype("float32")  # [batch, T, pixels, C]
+        means = rng.uniform(size=(4, 3, 2, 5, 2))  # [batch, T, K, pixels, C]
+        pi = rng.normal(size=(4, 3, 2, 5, 1)) if logits else np.full((4, 3, 2, 5, 1), 0.5)
+        y_pred = np.concatenate([means, pi], -1).astype("float32")
+        loss = losses.MixtureNLL(sigma=0.5, group_axis=2, from_logits=logits)
+        if logits:  # RTagger's step mask [batch, T]
+            mask = np.ones((4, 3), bool)
+            mask[1:, 2:] = False
+            padded, pixels = mask[:, :, None, None, None], mask[:, :, None, None]
+        else:  # a mask over every group of every pixel [batch, T, K, pixels]
+            pixels = rng.uniform(size=(4, 3, 5)) > 0.3
+            mask = np.repeat(pixels[:, :, None], 2, axis=2)
+            padded, pixels = pixels[:, :, None, :, None], pixels[..., None]
+        bad_true = np.where(pixels, x, np.nan).astype("float32")
+        bad_pred = np.where(padded, y_pred, padding).astype("float32")
+        if logits and padding == -np.inf:  # logits all -inf, means NaN
+            bad_pred[..., :-1] = np.where(padded, y_pred[..., :-1], np.nan)
+        return loss, x, y_pred, mask, bad_true, bad_pred
+    else:  # a user's GlobalBatchLoss
+        mask = rng.uniform(size=(4, 5)) > 0.3
+        y_true = rng.normal(size=(4, 5, 3)).astype("float32")
+        scores = rng.normal(size=(4, 5, 3)).astype("float32")
+        loss, padded = SquaredError(), mask[..., None]
+        bad_true = np.where(padded, y_true, np.nan).astype("float32")
+    return loss, y_true, scores, mask, bad_true, np.where(padded, scores, padding).astype("float32")
+
+
+_PADDED_KINDS = ["margin_per_token", "capsule_per_token", "capsule_per_sample", "mixture_logits",
+                 "mixture_probabilities", "users_loss"]
+
+
+def _masked_value_and_grad(loss, y_true, y_pred, mask, weights=None, jit=False):
+    """The loss of ``y_pred`` carrying the Keras ``mask``, and its gradient for ``y_pred``."""
+    from keras.src.backend import set_keras_mask
+
+    def fn(p):
+        set_keras_mask(p, ops.convert_to_tensor(mask))
+        return loss(ops.convert_to_tensor(y_true), p,
+                    sample_weight=None if weights is None else ops.convert_to_tensor(weights))
+
+    value, [grad], _ = value_and_grads(compiled(fn) if jit else fn, [tensor(y_pred)])
+    return float(value), keras.ops.convert_to_numpy(grad)
+
+
+def _check_padding_is_ignored(got, want, y_pred, mask):
+    (value, grad), (want_value, want_grad) = got, want
+    assert np.isfinite(want_value) and value == pytest.approx(want_value, rel=1e-6)
+    assert np.all(np.isfinite(grad))  # NaN before
+    np.testing.assert_allclose(grad, want_grad, rtol=1e-5, atol=1e-7)
+    padded = ~np.broadcast_to(np.reshape(mask, mask.shape + (1,) * (grad.ndim - mask.ndim)), grad.shape)
+    assert np.all(grad[padded] == 0) and np.any(grad[~padded] != 0)
+
+
+@pytest.mark.parametrize("reduction", ["sum_over_batch_size", "mean_with_sample_weight", "sum"])
+@pytest.mark.parametrize("padding", _PADDING_VALUES, ids=["nan", "inf", "-inf", "1e30"])
+@pytest.mark.parametrize("kind", _PADDED_KINDS)
+def test_masked_positions_holding_nan_or_inf_change_neither_the_loss_nor_its_gradient(kind, padding, reduction):
+    loss, y_true, y_pred, mask, bad_true, bad_pred = _padded_case(kind, padding)
+    loss.reduction = reduction
+    weights = np.random.default_rng(6).uniform(0.5, 2.0, size=y_pred.shape[:1]).astype("float32")
+    want = _masked_value_and_grad(loss, y_true, y_pred, mask, weights)
+    got = _masked_value_and_grad(loss, bad_true, bad_pred, mask, weights)
+    _check_padding_is_ignored(got, want, y_pred, mask)
+
+
+@pytest.mark.parametrize("padding", [np.nan, -np.inf], ids=["nan", "-inf"])
+@pytest.mark.parametrize("kind", _PADDED_KINDS)
+def test_masked_positions_holding_nan_or_inf_are_ignored_when_compiled(kind, padding):
+    # tf.function(jit_compile=True) on TensorFlow, jax.jit on JAX: traced, the labels are not
+    # checked, and an invalid id at padding gave its position a NaN loss (0 * NaN)
+    loss, y_true, y_pred, mask, bad_true, bad_pred = _padded_case(kind, padding)
+    want = _masked_value_and_grad(loss, y_true, y_pred, mask)
+    got = _masked_value_and_grad(loss, bad_true, bad_pred, mask, jit=True)
+    _check_padding_is_ignored(got, want, y_pred, mask)
+
+
+@pytest.mark.parametrize("kind", ["capsule_per_token", "mixture_logits", "users_loss"])
+def test_masked_positions_holding_nan_are_ignored_under_two_replicas(kind):
+    # each replica's loss and its gradient for its share of the scores are those of the clean
+    # batch on one device (the replicas' losses add up to it)
+    import tensorflow as tf
+
+    from keras.src.backend import set_keras_mask
+    from tests.harness import two_cpu_strategy
+
+    strategy = two_cpu_strategy()
+    loss, y_true, y_pred, mask, bad_true, bad_pred = _padded_case(kind, np.nan)
+    want_value, want_grad = _masked_value_and_grad(loss, y_true, y_pred, mask)
+
+    def compute(y, p, m):
+        with tf.GradientTape() as tape:
+            tape.watch(p)
+            q = tf.identity(p)
+            set_keras_mask(q, m)
+            value = loss(y, q)
+        return value, tape.gradient(value, p)
+
+    parts = [tensor(a) for a in (bad_true, bad_pred, mask)]
+    half = len(y_pred) // 2
+
+    def shard(context):
+        i = context.replica_id_in_sync_group
+        return tuple(a[i * half:(i + 1) * half] for a in parts)
+
+    values, grads = tf.function(lambda s: strategy.run(compute, args=s))(
+        strategy.experimental_distribute_values_from_function(shard))
+    total = float(strategy.reduce(tf.distribute.ReduceOp.SUM, values, axis=None))
+    grad = np.concatenate([g.numpy() for g in strategy.experimental_local_results(grads)])
+    _check_padding_is_ignored((total, grad), (want_value, want_grad), y_pred, mask)
+
+
+def test_a_mask_the_per_value_losses_carry_leaves_their_nan_out():
+    # a user's GlobalBatchLoss whose call masks its own non-finite values: 0 * NaN = NaN before
+    y_true = np.zeros((3, 2), "float32")
+    y_pred = np.array([[1.0, 1.0], [np.nan, 0.0], [2.0, 0.0]], "float32")
+    for reduction, want in (("sum_over_batch_size", 3.0), ("sum", 6.0)):
+        assert float(_MaskedValuesError(reduction=reduction)(y_true, y_pred)) == pytest.approx(want)
+    none = _MaskedValuesError(reduction="none")(y_true, y_pred)
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(none), [2.0, 0.0, 4.0])
+
+
+def test_a_zero_sample_weight_is_a_weight_as_in_keras():
+    # The decision (helper-202): masks are padding, sample weights are weights. Keras' own losses
+    # give NaN for a NaN value weighted 0 (0 * NaN), and these losses check the labels of a
+    # sample weighted 0 as any other (an id of -1 raises eagerly); to pad, use a mask.
+    scores = np.array([[0.5, 0.5], [np.nan, 0.5]], "float32")
+    weights = np.array([1.0, 0.0], "float32")
+    keras_mse = keras.losses.MeanSquaredError()(np.zeros((2, 2), "float32"), scores, sample_weight=weights)
+    assert np.isnan(float(keras_mse))
+    assert np.isnan(float(MarginLoss()(np.array([0, 1]), scores, sample_weight=weights)))
+    with pytest.raises(ValueError, match=r"invalid values \[-1\]"):
+        MarginLoss()(np.array([0, -1]), np.array([[0.5, 0.5], [0.2, 0.5]], "float32"), sample_weight=weights)
