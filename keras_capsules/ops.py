@@ -47,6 +47,9 @@ _RANGES = {
 # Above this norm squash returns the unit vector: |v|^2 / (1 + |v|^2) is 1 in
 # float32 and float64 alike, and |v|^2 may overflow.
 _UNIT_NORM = 2.0**50
+# Above this norm squash takes the gradient of |v| / (1 + |v|^2) from 1 / (|v| + 1 / |v|),
+# which stays in range (the value is the plain formula's at every norm).
+_LONG_NORM = 2.0**20
 
 
 def _float_dtype(dtype):
@@ -213,7 +216,18 @@ def squash(x, axis=-1, epsilon=1e-12):
     huge = norm > _UNIT_NORM
     # Each branch sees safe inputs, so neither feeds inf or NaN into the gradient.
     small = ops.where(huge, ops.zeros_like(norm), norm)
-    squashed = ops.where(huge, direction, x * (small / (1.0 + ops.square(small))))
+    factor = small / (1.0 + ops.square(small))
+    # The gradient of |v| / (1 + |v|^2) divides by (1 + |v|^2)^2, which leaves the
+    # float32 range for |v| beyond about 1e9: JAX squares the denominator (0 above ~4e9,
+    # gradients off by 100% for norms from ~1e10), TensorFlow divides twice (subnormal
+    # near 1e14). For long vectors the gradient is taken from the same quantity written
+    # 1 / (|v| + 1 / |v|); the value stays the plain formula's, bit for bit (the two
+    # differ by a few ulp, so their difference and its sum with the second are exact).
+    long = (norm > _LONG_NORM) & ~huge
+    medium = ops.where(long, norm, ops.ones_like(norm))
+    stable = 1.0 / (medium + 1.0 / medium)
+    factor = ops.where(long, ops.stop_gradient(factor - stable) + stable, factor)
+    squashed = ops.where(huge, direction, x * factor)
     return ops.cast(squashed, dtype)
 
 
