@@ -13,8 +13,8 @@ from keras import ops
 
 __all__ = [
     "MASK_VALUE", "routing_dtype", "safe_norm", "squash", "matmul", "conv", "conv_sum", "maximum",
-    "minimum", "max_with_initial", "min_with_initial", "mean", "tanh", "masked_softmax", "cond",
-    "recomputed_where",
+    "minimum", "max_with_initial", "min_with_initial", "mean", "tanh", "masked_softmax", "shifted_softmax",
+    "cond", "recomputed_where",
 ]
 
 #: The large finite negative used for masked logits (never -inf or -1e30, which
@@ -463,7 +463,9 @@ def masked_softmax(logits, mask=None, axis=-1):
 
     Masked logits are replaced by :data:`MASK_VALUE` before the softmax and their
     weights set to exactly zero after it, so a fully masked row gives zeros (not NaN)
-    whatever values the masked logits held.
+    whatever values the masked logits held; so does a row whose kept logits are all
+    -inf. Without a mask it is :func:`shifted_softmax` (finite, with float64-true
+    gradients, also for logits of 1e9-1e12 under XLA).
 
     Args:
         logits: tensor of scores.
@@ -473,12 +475,17 @@ def masked_softmax(logits, mask=None, axis=-1):
 
     The softmax runs in float32 (float64 for float64 logits) and is cast back to the
     dtype of ``logits``; integer and boolean logits give float32 probabilities.
+
+    With a mask it keeps ``keras.ops.softmax`` (fused, the speed of EMRouting's masked
+    responsibilities, whose logits showed no such defect), whose gradient on
+    TensorFlow is off the float64 one for saturated rows (logits of ~1e6 and more):
+    use ``shifted_softmax(logits, axis, mask)`` for those.
     """
+    if mask is None:
+        return shifted_softmax(logits, axis=axis)
     logits = ops.convert_to_tensor(logits)
     dtype = _float_dtype(logits.dtype)
     logits = ops.cast(logits, routing_dtype(dtype))  # float16 cannot hold MASK_VALUE
-    if mask is None:
-        return ops.cast(ops.softmax(logits, axis=axis), dtype)
     mask = ops.cast(mask, "bool")
     _check_mask_shape(mask.shape, logits.shape)
     # Shift the largest unmasked logit to 0 first (softmax is shift-invariant): the
@@ -489,10 +496,78 @@ def masked_softmax(logits, mask=None, axis=-1):
     top = max_with_initial(
         ops.where(mask, logits, lowest), axis=axis, keepdims=True, initial=lowest
     )
+    # A row whose kept logits are all -inf is treated as fully masked (its softmax was
+    # NaN); NaN and +inf logits still give NaN.
+    mask = mask & ~(top == lowest)
     top = ops.stop_gradient(ops.where(ops.isfinite(top), top, ops.zeros_like(top)))
     fill = ops.cast(MASK_VALUE, logits.dtype)
     weights = ops.softmax(ops.where(mask, logits - top, fill), axis=axis)
     return ops.cast(ops.where(mask, weights, ops.zeros_like(weights)), dtype)
+
+
+def shifted_softmax(logits, axis=-1, mask=None):
+    """Softmax over ``axis``, written out, finite for any finite logits; positions with
+    ``mask == False`` (a boolean tensor broadcastable to ``logits``, or None) get
+    exactly zero weight and no gradient.
+
+    ``exp(x - max(x)) / sum(exp(x - max(x)))`` with the largest kept logit as the
+    (gradient-free) shift, in float32 (float64 for float64 logits), cast back to the
+    dtype of ``logits``. A fully masked row, and a row whose kept logits are all -inf,
+    gives zeros; a NaN logit gives its row NaN weights, as in ``keras.ops.softmax``.
+    The routing couplings and RTagger's masks use it. Not ``keras.ops.softmax``, for two
+    defects at logits of ~1e6 and more (all of a row's weight on one entry):
+
+    * TensorFlow's fused softmax kernel's gradient was off by up to 1e6 for such
+      saturated rows (float64 gives 1e-16 to 4 there); this formula's gradient
+      matches float64 on every backend.
+    * XLA (``jax.jit``, ``tf.function(jit_compile=True)``) may compute an elementwise
+      ``x`` (a product such as ``u * v``) anew inside the maximum and inside the
+      exponential, and on CPUs with FMA round the copies differently
+      (``fma(u, v, -max)``: one rounding instead of two): at logits of 1e9 and more,
+      ``x - max(x)`` at the largest logit was then up to half a float32 ulp of the
+      logits (32 at 1e9, 32768 at 1e12) instead of 0, and ``exp`` of it overflowed or
+      underflowed in every term: NaN weights. Here ``x`` is clipped at the row's
+      maximum (no term exceeds 1), and a row whose every term underflowed takes all
+      of its weight on its largest kept logit (what the softmax of such a row is, up
+      to the rounding of its logits).
+
+    It costs more than the fused ``keras.ops.softmax`` (about twice the kernels in a
+    TensorFlow graph without XLA; ~10% of EMRouting's step, which keeps the fused one).
+    """
+    logits = ops.convert_to_tensor(logits)
+    dtype = _float_dtype(logits.dtype)
+    logits = ops.cast(logits, routing_dtype(dtype))
+    if mask is not None:
+        mask = ops.cast(mask, "bool")
+        _check_mask_shape(mask.shape, logits.shape)
+    lowest = ops.cast(float("-inf"), logits.dtype)
+    # (masked positions: exp(-inf - top) = 0, whose gradient is 0 too)
+    kept = logits if mask is None else ops.where(mask, logits, lowest)
+    # (``initial``: an empty batch or axis is no error, as in ops.softmax)
+    top = max_with_initial(kept, axis=axis, keepdims=True, initial=lowest)
+    # A row with no finite maximum (fully masked, or every kept logit -inf) is shifted
+    # by 0: its exponentials are all 0 and so are its weights.
+    empty = top == lowest
+    top = ops.stop_gradient(ops.where(empty, ops.zeros_like(top), top))
+    # where, not ops.minimum: minimum's gradient at a tie is halved on JAX and torch
+    e = ops.exp(ops.where(kept > top, top, kept) - top)
+    total = ops.sum(e, axis=axis, keepdims=True)
+    some = (total > 0) | ops.isnan(total)  # (a NaN logit: NaN weights)
+    weights = e / ops.where(some, total, ops.ones_like(total))
+    # (weights <= 1 also where the sum was taken of another rounding of x than e)
+    weights = ops.where(weights > 1, ops.ones_like(weights), weights)
+    shape = tuple(logits.shape)
+    if 0 not in shape:  # (no row or no entries: nothing can underflow, nor be argmax-ed)
+        # A row whose every term underflowed (x - max below ~-87 even at its largest
+        # logit, computed there with another rounding) takes its weight on that logit.
+        axis = axis % len(shape)
+        n = shape[axis] if shape[axis] is not None else ops.shape(logits)[axis]
+        # (top_k, not argmax: Keras' TensorFlow argmax of floats bitcasts for -0.0, an op
+        # TFLite's builtin ops cannot run; the routing layers convert with builtins only)
+        index = ops.top_k(ops.moveaxis(kept, axis, -1), 1)[1][..., 0]
+        largest = ops.one_hot(index, n, axis=axis, dtype=weights.dtype)
+        weights = ops.where((total == 0) & ~empty, largest, weights)
+    return ops.cast(weights, dtype)
 
 
 def _check_mask_shape(mask_shape, logits_shape):

@@ -21,7 +21,7 @@ from keras_capsules._validation import (  # noqa: F401 (used by subclasses)
     get_regularizer,
     positive_int,
 )
-from keras_capsules.ops import max_with_initial, routing_dtype, squash
+from keras_capsules.ops import routing_dtype, shifted_softmax, squash
 
 
 def shape_tuple(shape):
@@ -295,38 +295,9 @@ def dense_from_ragged(inputs, mask):
     return dense, valid
 
 
-def shifted_softmax(logits):
-    """``exp(x - max(x)) / sum(exp(x - max(x)))`` over the last axis, written out, and
-    finite for any finite logits.
-
-    Not ``ops.softmax``: on TensorFlow its fused kernel's gradient was off by up to 1e6
-    for saturated couplings (logits of ~1e12; float64 gives gradients of 1e-16 to 4
-    there), where this formula's gradient matches float64 on every backend.
-
-    XLA (``jax.jit``, ``tf.function(jit_compile=True)``) may compute an elementwise
-    ``x`` (the agreement ``u_hat * v`` of one-dimensional capsules) anew inside the
-    maximum and inside the exponential, and on CPUs with FMA round the copies
-    differently (``fma(u_hat, v, -max)``: one rounding instead of two): at logits of
-    1e9 and more, ``x - max(x)`` at the largest logit was then up to half a float32 ulp
-    of the logits (32 at 1e9, 32768 at 1e12) instead of 0, and ``exp`` of it overflowed
-    or underflowed in every term: NaN couplings. Here ``x`` is clipped at the row's
-    maximum (no term exceeds 1), and a row whose every term underflowed takes all of
-    its weight on its largest logit (what the softmax of such a row is, up to the
-    rounding of its logits).
-    """
-    top = ops.stop_gradient(max_with_initial(logits, axis=-1, keepdims=True, initial=float("-inf")))
-    # where, not ops.minimum: minimum's gradient at a tie is halved on JAX and torch
-    e = ops.exp(ops.where(logits > top, top, logits) - top)
-    total = ops.sum(e, axis=-1, keepdims=True)
-    some = total > 0
-    c = e / ops.where(some, total, ops.ones_like(total))
-    largest = ops.one_hot(ops.argmax(logits, axis=-1), logits.shape[-1], dtype=c.dtype)
-    # (c <= 1 also where the sum was taken of another rounding of x than e)
-    return ops.where(some, ops.where(c > 1, ops.ones_like(c), c), largest)
-
-
 def couplings(logits, valid):
-    """Softmax over outputs (last axis, :func:`shifted_softmax`); rows of padded inputs
+    """Softmax over outputs (last axis, :func:`keras_capsules.ops.shifted_softmax`, finite
+    and with float64-true gradients also for logits of 1e9-1e12); rows of padded inputs
     are exactly zero."""
     if logits.shape[-1] == 1:
         # A single output takes every input whole (Keras warns on a softmax over one entry).

@@ -35,7 +35,7 @@ from keras_capsules._validation import (
 )
 from keras_capsules.layers.rladder.level_spec import saved_levels
 from keras_capsules.layers.rladder.rladder import RLadder
-from keras_capsules.ops import matmul, max_with_initial, min_with_initial, routing_dtype
+from keras_capsules.ops import matmul, max_with_initial, min_with_initial, routing_dtype, shifted_softmax
 
 _INITIALIZERS = (
     "kernel_initializer",
@@ -618,7 +618,12 @@ class RTagger(keras.layers.Layer):
                 ops.reshape(ops.eye(k, dtype=math_dtype), (1, k) + (1,) * len(spatial) + (k,)),
                 (n_batch, k) + tuple(spatial) + (k,),
             )]
-        state = (self.ladder.initial_carry(n_batch * k, dtype), m, ops.softmax(logits, axis=1))
+        # The initial masks: shifted_softmax, finite under XLA also for initial logits times
+        # initial_mask_stddev (up to 1e30) of 1e12 and more, a product that XLA rounded
+        # differently inside the maximum and the exponential of ops.softmax (NaN masks).
+        # (The iterations' logits keep _group_softmax: no such defect showed for them,
+        # and shifted_softmax there cost ~4% of a graph step.)
+        state = (self.ladder.initial_carry(n_batch * k, dtype), m, shifted_softmax(logits, axis=1))
         if self.unroll is False or (self.unroll is None and (steps is None or self._jax_any_length())):
             pi, m = self._loop(inputs, mask, state, codes)
         else:
