@@ -15,10 +15,17 @@ test needs from the backend itself goes through here:
   ``float64_enabled()`` gives it float64 for a block (``jax.enable_x64`` on JAX);
 * ``tensorflow_only(what)``: skips a test that exercises TensorFlow itself
   (``tf.distribute``, ``tf.data``, ``tf.function`` signatures, ragged tensors), with
-  the reason ``TensorFlow-only: ...``.
+  the reason ``TensorFlow-only: ...``;
+* ``run_checks(checks)`` and ``checks_on_jax(module)``: a test module's checks run as a
+  script (its ``main``) and, from the test process, in a subprocess on JAX.
 """
 
 import contextlib
+import importlib.util
+import os
+import pathlib
+import subprocess
+import sys
 
 import keras
 import numpy as np
@@ -185,3 +192,35 @@ def precise():
     if has_float64():
         return "float64", dict(rtol=1e-10, atol=1e-12)
     return "float32", dict(rtol=1e-4, atol=1e-5)
+
+
+def run_checks(checks):
+    """Runs ``checks``, ``(name, function, args)`` triples, on this process's backend,
+    printing every skip and failure and a count; returns 1 if one failed, else 0 (a test
+    module's ``main``, which :func:`checks_on_jax` runs)."""
+    failed = 0
+    for name, check, args in checks:
+        try:
+            check(*args)
+        except pytest.skip.Exception as e:
+            print(f"skipped {name}: {e}", flush=True)
+        except AssertionError as e:
+            failed += 1
+            print(f"FAILED {name} on {BACKEND}: {str(e)[:1500]}", flush=True)
+    print(f"{len(checks) - failed} passed, {failed} failed on {BACKEND}")
+    return 1 if failed else 0
+
+
+def checks_on_jax(module, timeout=900):
+    """Asserts that ``python -m module`` (a test module whose ``main`` returns
+    :func:`run_checks`' status) passes on JAX, run from the repository root in a
+    subprocess: its checks under ``jax.jit`` beside the test process's backend. Skips on
+    JAX itself and where jax is not installed."""
+    if BACKEND == "jax":
+        pytest.skip("the test process runs on JAX itself")
+    if importlib.util.find_spec("jax") is None:
+        pytest.skip("jax is not installed")
+    env = {**os.environ, "KERAS_BACKEND": "jax", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    run = subprocess.run([sys.executable, "-m", module], cwd=pathlib.Path(__file__).resolve().parents[1],
+                         env=env, capture_output=True, text=True, timeout=timeout)
+    assert run.returncode == 0, f"{run.stdout[-4000:]}\n{run.stderr[-3000:]}"

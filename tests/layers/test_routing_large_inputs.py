@@ -22,10 +22,6 @@ eager and XLA); ``test_on_jax`` runs the same checks on JAX in a subprocess
 ``tests/test_backend_portability.py`` does.
 """
 
-import importlib.util
-import os
-import pathlib
-import subprocess
 import sys
 
 import keras_capsules  # noqa: F401  (before keras: see keras_capsules/__init__.py)
@@ -35,9 +31,10 @@ import pytest
 
 from keras_capsules import layers
 from keras_capsules.ops import squash
-from tests.backends import BACKEND, compiled, float64_enabled, has_float64, value_and_grads
+from tests.backends import (
+    BACKEND, checks_on_jax, compiled, float64_enabled, has_float64, run_checks, value_and_grads,
+)
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
 
 #: (layer, constructor arguments): mostly one-dimensional output capsules, whose
 #: agreement ``u_hat * v`` is one elementwise product that XLA recomputes inside the
@@ -148,14 +145,7 @@ def test_squash_gradient_at_large_norms(scale):
 
 def test_on_jax():
     """The checks above on JAX (``jax.jit`` for the compiled ones), in a subprocess."""
-    if BACKEND == "jax":
-        pytest.skip("the test process runs on JAX itself")
-    if importlib.util.find_spec("jax") is None:
-        pytest.skip("jax is not installed")
-    env = {**os.environ, "KERAS_BACKEND": "jax", "TF_CPP_MIN_LOG_LEVEL": "2"}
-    run = subprocess.run([sys.executable, "-m", "tests.layers.test_routing_large_inputs"],
-                         cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
-    assert run.returncode == 0, f"{run.stdout[-4000:]}\n{run.stderr[-3000:]}"
+    checks_on_jax("tests.layers.test_routing_large_inputs")
 
 
 def main():
@@ -166,18 +156,7 @@ def main():
                for k in sorted(GRADIENT_ROUTINGS) for s in SCALES]
     checks += [(f"squash_gradient[{s:g}]", check_squash_gradient, (s,))
                for s in (1e4, 1e8, 1e10, 1e12, 1e14, 1e16)]
-    failed = 0
-    for name, check, args in checks:
-        try:
-            check(*args)
-        except pytest.skip.Exception as e:
-            print(f"skipped {name}: {e}", flush=True)
-        except AssertionError as e:
-            failed += 1
-            print(f"FAILED {name} on {BACKEND}: {str(e)[:1500]}", flush=True)
-    print(f"{len(checks) - failed} passed, {failed} failed on {BACKEND}")
-    return 1 if failed else 0
-
+    return run_checks(checks)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -22,10 +22,6 @@ The checks run on the test process's backend (TensorFlow by default); ``test_on_
 runs them on JAX in a subprocess (``python -m tests.layers.test_softmax_large_inputs``).
 """
 
-import importlib.util
-import os
-import pathlib
-import subprocess
 import sys
 
 import keras_capsules  # noqa: F401  (before keras: see keras_capsules/__init__.py)
@@ -35,9 +31,10 @@ import pytest
 
 from keras_capsules import layers
 from keras_capsules.ops import masked_softmax, shifted_softmax
-from tests.backends import BACKEND, compiled, float64_enabled, has_float64, tensor, value_and_grads
+from tests.backends import (
+    BACKEND, checks_on_jax, compiled, float64_enabled, has_float64, run_checks, tensor, value_and_grads,
+)
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
 SCALES = (1e6, 1e9, 1e12)
 
 
@@ -150,14 +147,7 @@ def test_rtagger_initial_masks_compiled():
 
 def test_on_jax():
     """The checks above on JAX (``jax.jit`` for the compiled ones), in a subprocess."""
-    if BACKEND == "jax":
-        pytest.skip("the test process runs on JAX itself")
-    if importlib.util.find_spec("jax") is None:
-        pytest.skip("jax is not installed")
-    env = {**os.environ, "KERAS_BACKEND": "jax", "TF_CPP_MIN_LOG_LEVEL": "2"}
-    run = subprocess.run([sys.executable, "-m", "tests.layers.test_softmax_large_inputs"],
-                         cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
-    assert run.returncode == 0, f"{run.stdout[-4000:]}\n{run.stderr[-3000:]}"
+    checks_on_jax("tests.layers.test_softmax_large_inputs")
 
 
 def main():
@@ -168,18 +158,7 @@ def main():
                for s in SCALES for m in (False, True)]
     checks += [("rows_of_minus_inf", check_rows_of_minus_inf, ()),
                ("rtagger_initial_masks_compiled", check_rtagger_initial_masks_compiled, ())]
-    failed = 0
-    for name, check, args in checks:
-        try:
-            check(*args)
-        except pytest.skip.Exception as e:
-            print(f"skipped {name}: {e}", flush=True)
-        except AssertionError as e:
-            failed += 1
-            print(f"FAILED {name} on {BACKEND}: {str(e)[:1500]}", flush=True)
-    print(f"{len(checks) - failed} passed, {failed} failed on {BACKEND}")
-    return 1 if failed else 0
-
+    return run_checks(checks)
 
 if __name__ == "__main__":
     sys.exit(main())
