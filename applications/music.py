@@ -259,7 +259,11 @@ def make_dataset(rolls, batch_size=16, steps=None, shuffle=False, seed=0, window
             ds = ds.shuffle(max(len(inputs), 1), seed=pass_seed, reshuffle_each_iteration=redraw)
         if transpose:
             draws = tf.data.Dataset.random(seed=pass_seed, rerandomize_each_iteration=redraw)
-            ds = tf.data.Dataset.zip(ds, draws).map(random_transposition(transpose))
+            # in parallel: the map draws nothing itself (its draw is zipped in with the
+            # example), and a parallel map keeps the order, so the windows and their
+            # shifts are those of the map run one example at a time
+            ds = tf.data.Dataset.zip(ds, draws).map(random_transposition(transpose),
+                                                    num_parallel_calls=tf.data.AUTOTUNE)
         if targets_as_input:
             ds = ds.map(lambda inputs, targets, mask: ({"rolls": inputs, "targets": targets}, targets, mask))
         return distribute.even_batches(ds.batch(batch_size), replicas, batches)
@@ -298,11 +302,13 @@ class PianoRollNLL(GlobalBatchLoss):
     step holding it gets a NaN loss and no gradient, so the reported loss turns NaN
     (``fit`` of :func:`train` stops at it) instead of training on it, as the losses
     of :mod:`keras_capsules.losses` do with class ids out of range. The steps that
-    count for nothing (a sample weight of 0, the padding) may hold any value, as
-    before. Rolls and logits must be of known rank: traced for
-    ``tf.TensorSpec(shape=None)`` (a ``tf.numpy_function`` in a pipeline) they raise a
-    ``ValueError`` naming them, TensorFlow's "Cannot take the length of shape with
-    unknown rank" before.
+    count for nothing (a sample weight of 0, the padding) may hold any value, in their
+    rolls and in their logits (a NaN or infinite logit there changes neither the loss
+    nor its gradient, as for :class:`PianoRollNLLPerStep`; a ``y_pred`` carrying a Keras
+    mask keeps its logits at the steps its weights zero). Rolls and logits must be of
+    known rank: traced for ``tf.TensorSpec(shape=None)`` (a ``tf.numpy_function`` in a
+    pipeline) they raise a ``ValueError`` naming them, TensorFlow's "Cannot take the
+    length of shape with unknown rank" before.
     """
 
     def __init__(self, reduction="mean_with_sample_weight", name="piano_roll_nll", dtype=None):
@@ -310,7 +316,7 @@ class PianoRollNLL(GlobalBatchLoss):
 
     def __call__(self, y_true, y_pred, sample_weight=None):
         self._require_known_ranks(y_true, y_pred)
-        y_true = _counted_rolls(y_true, y_pred, sample_weight)
+        y_true, y_pred = _counted_steps(y_true, y_pred, sample_weight)
         return super().__call__(y_true, y_pred, sample_weight=sample_weight)
 
     def call(self, y_true, y_pred):
@@ -330,21 +336,30 @@ class PianoRollNLL(GlobalBatchLoss):
                             y_true=y_true, y_pred=y_pred)
 
 
-def _counted_rolls(y_true, y_pred, sample_weight):
-    """``y_true`` with zeros at the steps that count for nothing in :class:`PianoRollNLL`
-    (a sample weight of 0, or masked by the Keras mask of ``y_pred``; the weights aligned
-    as the loss aligns them), so that the rolls of padded steps are not checked: they may
-    hold anything (the NaN loss of such a step, even weighed by 0, would make the batch's
-    loss NaN)."""
-    weights = [w for w in (sample_weight, getattr(y_pred, "_keras_mask", None)) if w is not None]
+def _counted_steps(y_true, y_pred, sample_weight):
+    """``(y_true, y_pred)`` with zeros at the steps that count for nothing in
+    :class:`PianoRollNLL` (a sample weight of 0, or masked by the Keras mask of ``y_pred``;
+    the weights aligned as the loss aligns them), so that the padded steps may hold
+    anything: their rolls are not checked (the NaN loss of such a step, even weighed by
+    0, would make the batch's loss NaN), and their logits enter neither the loss nor its
+    gradient (a NaN or infinite logit at a padded step made the loss NaN, 0 * NaN, while
+    :class:`PianoRollNLLPerStep` left it out). A ``y_pred`` that carries a Keras mask keeps
+    its logits: the loss zeroes its masked steps itself, and the mask must stay on it."""
+    mask = getattr(y_pred, "_keras_mask", None)
+    weights = [w for w in (sample_weight, mask) if w is not None]
     if not weights:
-        return y_true
+        return y_true, y_pred
     y_true = ops.convert_to_tensor(y_true)
     steps = ops.zeros_like(ops.sum(ops.cast(y_true, "float32"), axis=-1))  # the per-step values' shape
     counted = ops.ones_like(steps, dtype="bool")
     for w in weights:
         counted = ops.logical_and(counted, like_values(steps, w, "float32") != 0)
-    return ops.where(ops.expand_dims(counted, -1), y_true, ops.zeros_like(y_true))
+    counted = ops.expand_dims(counted, -1)
+    y_true = ops.where(counted, y_true, ops.zeros_like(y_true))
+    if mask is None:
+        y_pred = ops.convert_to_tensor(y_pred)
+        y_pred = ops.where(counted, y_pred, ops.zeros_like(y_pred))
+    return y_true, y_pred
 
 
 def _check_rolls(y_true, owner="PianoRollNLL"):
@@ -526,8 +541,14 @@ class KeyNADE(keras.layers.Layer):
         dtype = self.compute_dtype
         z32, y32 = ops.cast(z, "float32"), ops.cast(y, "float32")
         context = ops.matmul(z32, self.context_kernel) + self.hidden_bias  # [..., H]
-        terms = y32[..., :, None] * self.input_kernel  # [..., keys, H]: key i's contribution
-        below = ops.cumsum(terms, axis=-2) - terms  # the sum over the keys i < j only
+        # the sum over the keys i < j only, an exclusive cumulative sum: row j of `terms`
+        # holds key j - 1's contribution (zeros at j = 0), so that key j's own value never
+        # enters its logit. (The inclusive cumsum minus key j's term left its rounding
+        # there: flipping key j moved logit j by up to an ulp.)
+        lower = ops.concatenate([ops.zeros_like(y32[..., :1]), y32[..., :-1]], axis=-1)
+        kernel = ops.concatenate([ops.zeros_like(self.input_kernel[:1]), self.input_kernel[:-1]], axis=0)
+        terms = lower[..., :, None] * kernel  # [..., keys, H]
+        below = ops.cumsum(terms, axis=-2)
         hidden = ops.sigmoid(context[..., None, :] + below)
         logits = z32 + ops.sum(hidden * self.output_kernel, axis=-1)
         return ops.cast(logits, dtype)
