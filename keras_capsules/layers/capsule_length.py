@@ -17,8 +17,10 @@ class CapsuleLength(keras.layers.Layer):
     the class capsules are the class scores a margin or focal loss is applied to.
 
     The norm has a finite (zero) gradient at the zero vector, where
-    ``sqrt(sum(x^2))`` would give NaN; it is computed in float32 under mixed
-    precision and cast back to the compute dtype. The layer has no weights. A mask
+    ``sqrt(sum(x^2))`` would give NaN; lengths below ``1e-12`` (the epsilon of
+    :func:`~keras_capsules.ops.safe_norm`) are returned as 0, with a zero gradient.
+    It is computed in float32 under mixed precision and cast back to the compute
+    dtype. The layer has no weights. A mask
     over the capsules (e.g. ``[batch, n_caps]`` for inputs ``[batch, n_caps, d]``)
     passes through unchanged.
 
