@@ -55,7 +55,7 @@ from keras import ops
 from keras_capsules._validation import (boolean, concrete_values, exactly_shaped_like, like_values, positive_float,
                                         require_aligned_sizes, require_known_ranks, require_known_weight_rank,
                                         several_replicas)
-from keras_capsules.ops import maximum, routing_dtype
+from keras_capsules.ops import max_with_initial, maximum, routing_dtype
 
 __all__ = ["GlobalBatchLoss", "CapsuleLoss", "MarginLoss", "MixtureNLL", "mixture_nll", "margin_term", "focal_term", "cross_term"]
 
@@ -833,6 +833,12 @@ def mixture_nll(x, m, pi, sigma, group_axis=1, from_logits=False, epsilon=1e-7):
         of ``y_pred``; computed in float32 (float64 for float64 means) with a log-sum-exp
         over groups.
     """
+    return _checked_mixture_nll(x, m, pi, sigma, group_axis, from_logits, epsilon)
+
+
+def _checked_mixture_nll(x, m, pi, sigma, group_axis, from_logits, epsilon, groups=None):
+    """:func:`mixture_nll` (its checks, then the math), with MixtureNLL's mask over the
+    groups (``groups``, see :func:`_mixture_nll`)."""
     # The class's checks: a negative or NaN sigma was "too small", a string was taken,
     # a negative epsilon gave inf where pi = 0, from_logits="False" was read as logits
     # and group_axis=True as axis 1.
@@ -847,12 +853,20 @@ def mixture_nll(x, m, pi, sigma, group_axis=1, from_logits=False, epsilon=1e-7):
     rank = len(m.shape)
     axis = _check_axis(group_axis, rank)
     _check_mixture_shapes(x, m, pi, axis, group_axis)
-    return ops.cast(_mixture_nll(x, m, pi, sigma, axis, from_logits, epsilon), _floating_dtype(m))
+    return ops.cast(_mixture_nll(x, m, pi, sigma, axis, from_logits, epsilon, groups), _floating_dtype(m))
 
 
-def _mixture_nll(x, m, pi, sigma, axis, from_logits, epsilon):
+def _mixture_nll(x, m, pi, sigma, axis, from_logits, epsilon, groups=None):
     """:func:`mixture_nll` of checked arguments (``axis`` the group axis, non-negative),
-    in float32 (float64 for float64 means)."""
+    in float32 (float64 for float64 means).
+
+    ``groups`` (None: every group) is a boolean of ``pi``'s shape without its channel:
+    the groups that enter each pixel's mixture (MixtureNLL's mask over the groups). The
+    others are left out of the sum over the groups (and of the log-softmax of logits),
+    whatever they hold (they are zeros, see ``MixtureNLL._without_padding``). A pixel
+    with no group left keeps all of them: its value is left out by the reduction, and
+    a mixture of no group (-log 0) would make its gradient NaN.
+    """
     work = routing_dtype(m.dtype)
     x = ops.expand_dims(ops.cast(x, work), axis)
     m = ops.cast(m, work)
@@ -878,11 +892,26 @@ def _mixture_nll(x, m, pi, sigma, axis, from_logits, epsilon):
         0.5 * math.log(2.0 * math.pi) + math.log(sigma)
     )
     pi = pi[..., 0]
-    if from_logits:
+    if groups is not None:
+        groups = ops.cast(groups, "bool")
+        groups = ops.logical_or(groups, ops.logical_not(ops.any(groups, axis=axis, keepdims=True)))
+    if from_logits and groups is not None:
+        # the log-softmax over the groups left in: its shift is their largest logit, and
+        # the exponentials of the others (which may be far above it) are never taken
+        largest = max_with_initial(
+            ops.where(groups, pi, ops.full_like(pi, -math.inf)), axis=axis, keepdims=True, initial=-math.inf
+        )
+        shifted = ops.where(groups, pi - ops.stop_gradient(largest), ops.zeros_like(pi))
+        total = ops.sum(ops.where(groups, ops.exp(shifted), ops.zeros_like(pi)), axis=axis, keepdims=True)
+        log_pi = shifted - ops.log(total)
+    elif from_logits:
         log_pi = ops.log_softmax(pi, axis=axis)
     else:
         log_pi = ops.log(maximum(pi, epsilon))
-    return -ops.logsumexp(log_pi + log_norm, axis=axis)
+    terms = log_pi + log_norm
+    if groups is not None:
+        terms = ops.where(groups, terms, ops.full_like(terms, -math.inf))
+    return -ops.logsumexp(terms, axis=axis)
 
 
 #: Keras' reductions that divide the summed loss (by its size, or the sum of the weights)
@@ -1010,10 +1039,15 @@ class MixtureNLL(GlobalBatchLoss):
         y_pred: ``ops.concatenate([m, pi], axis=-1)``: the means in the first ``C``
             channels and ``pi`` in the last one, groups at ``group_axis``. A Keras
             mask on it (RTagger's, through ``keras.layers.Concatenate``: the op
-            drops it) leaves the masked values out; it may cover the groups (a
-            pixel counts if any group is kept) or only the leading axes. The pixels
-            it leaves out may hold anything (NaN data or means, logits all -inf):
-            they change neither the loss nor its gradients, 0 there. (A sample
+            drops it) leaves the masked values out; it may cover the groups or only
+            the leading axes. Over the groups, a pixel counts if any of its groups
+            is kept, and its mixture sums over the kept groups only (logits are
+            log-softmaxed over them; probabilities are used as given, not
+            renormalized): a group the mask leaves out at a pixel (a padded group of
+            a sample with fewer groups than ``K``) is not in that pixel's mixture.
+            The pixels and groups it leaves out may hold anything (NaN data or
+            means, logits all -inf): they change neither the loss nor its
+            gradients, 0 there. (A sample
             weight of 0 is a weight, as in Keras: a NaN it weighs makes the loss NaN.)
         sample_weight: weights of the per-pixel values, of their shape or of
             their leading axes (``[batch]``: one weight per sample).
@@ -1074,22 +1108,40 @@ class MixtureNLL(GlobalBatchLoss):
             y_true = ops.convert_to_tensor(y_true, dtype=work)
             weights = self._pixel_weights(y_true, y_pred, None, sample_weight)
             kept = None if mask is None else self._pixel_weights(y_true, y_pred, mask, None)
+            groups = None
             if kept is not None:
-                y_true, y_pred = self._without_padding(y_true, y_pred, kept != 0)
-            return _reduce(self.call(y_true, y_pred), weights, kept, self.reduction, self.dtype)
+                groups = self._kept_groups(y_pred, mask)
+                y_true, y_pred = self._without_padding(y_true, y_pred, kept != 0, groups)
+            if groups is None:
+                values = self.call(y_true, y_pred)
+            else:
+                values = self._nll(y_true, y_pred, groups)
+            return _reduce(values, weights, kept, self.reduction, self.dtype)
 
-    def _without_padding(self, y_true, y_pred, pixels):
+    def _kept_groups(self, y_pred, mask):
+        """A mask over the groups (``y_pred``'s shape without its channels) as a boolean
+        of that shape, True where a group enters its pixel's mixture; None for a mask
+        over the leading axes only (every group of a kept pixel enters)."""
+        if len(mask.shape) != len(y_pred.shape) - 1:
+            return None
+        return ops.logical_and(ops.cast(mask, "bool"), ops.ones_like(y_pred[..., 0], dtype="bool"))
+
+    def _without_padding(self, y_true, y_pred, pixels, groups=None):
         """``y_true`` and ``y_pred`` with zeros at the pixels that the mask leaves out
         (``pixels``, boolean of ``y_true``'s shape without its channels): in every group
         and channel of ``y_pred``, so that whatever they held (NaN means, logits all -inf)
-        the loss and its gradients are those of the kept pixels (:func:`_without_padding`).
+        the loss and its gradients are those of the kept pixels (:func:`_without_padding`);
+        and, for a mask over the groups (``groups``, boolean of ``y_pred``'s shape without
+        its channels), in every channel of the groups it leaves out at a kept pixel.
         Shapes that do not fit are refused as :meth:`call` refuses them (sizes unknown
         until the graph runs fail there: the masks are put in the inputs' shapes)."""
         axis = self._check_shapes(y_true, y_pred)
         pixels = ops.cast(pixels, "bool")
         y_true = _without_padding(y_true, ops.broadcast_to(ops.expand_dims(pixels, -1), ops.shape(y_true)))
-        over_groups = ops.expand_dims(ops.expand_dims(pixels, axis), -1)
-        y_pred = _without_padding(y_pred, ops.broadcast_to(over_groups, ops.shape(y_pred)))
+        over_groups = ops.expand_dims(pixels, axis)
+        if groups is not None:
+            over_groups = ops.logical_and(over_groups, groups)
+        y_pred = _without_padding(y_pred, ops.broadcast_to(ops.expand_dims(over_groups, -1), ops.shape(y_pred)))
         return y_true, y_pred
 
     def _pixel_weights(self, y_true, y_pred, mask, sample_weight):
@@ -1138,6 +1190,11 @@ class MixtureNLL(GlobalBatchLoss):
                             y_true=y_true, y_pred=y_pred)
 
     def call(self, y_true, y_pred):
+        return self._nll(y_true, y_pred)
+
+    def _nll(self, y_true, y_pred, groups=None):
+        """The per-pixel loss; ``groups`` (None: all), boolean of ``y_pred``'s shape
+        without its channels, the groups that enter each pixel's mixture."""
         y_pred = ops.convert_to_tensor(y_pred)
         y_true = ops.convert_to_tensor(y_true)
         axis = self._check_shapes(y_true, y_pred)
@@ -1146,14 +1203,9 @@ class MixtureNLL(GlobalBatchLoss):
             # means when the loss runs (a size-1 axis of either was broadcast silently).
             like = ops.take(y_pred[..., :-1], 0, axis=axis)
             y_true = exactly_shaped_like(ops.cast(y_true, like.dtype), like)
-        return mixture_nll(
-            y_true,
-            y_pred[..., :-1],
-            y_pred[..., -1:],
-            self.sigma,
-            group_axis=self.group_axis,
-            from_logits=self.from_logits,
-            epsilon=self.epsilon,
+        return _checked_mixture_nll(
+            y_true, y_pred[..., :-1], y_pred[..., -1:], self.sigma, self.group_axis, self.from_logits,
+            self.epsilon, groups,
         )
 
     def _check_shapes(self, y_true, y_pred):
