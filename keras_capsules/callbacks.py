@@ -266,7 +266,11 @@ class _SwapEMAWeights(keras.callbacks.SwapEMAWeights):
     trained weights are kept aside until the next epoch begins, so the average slots
     always hold the average, and the model ends with it however ``fit`` ends.
     Keras' ``on_predict_end`` also left the average in the model (it swapped back only
-    when the average was *not* in): a later ``fit`` trained from it.
+    when the average was *not* in): a later ``fit`` trained from it. And Keras swaps on
+    TensorFlow by arithmetic (``w += a; a = w - a; w -= a``), which rounds: every
+    evaluation moved the trained weights (by an ulp, or by far more where the average
+    is much larger) and a run with validation trained other weights than one without.
+    Here the values are copied, so a swap and its swap back leave both bit-identical.
     """
 
     def __init__(self, swap_on_epoch=False):
@@ -282,7 +286,17 @@ class _SwapEMAWeights(keras.callbacks.SwapEMAWeights):
             pairs.extend(zip(optimizer._trainable_variables, optimizer._model_variables_moving_average))
 
         self._apply_to_ema_optimizers(collect, collect)
-        return pairs
+        return [(var, average) for var, average in pairs if average is not None]
+
+    def _swap_variables(self):
+        # Keras swaps on TensorFlow by arithmetic (a += b; b = a - b; a -= b), which rounds:
+        # every evaluation inside fit moved the trained weights and the average by up to an
+        # ulp (a run with validation trained other weights than one without; a weight and an
+        # average far apart lost the smaller one's digits, or overflowed to inf). Copied here.
+        for var, average in self._ema_pairs():
+            trained = keras.ops.convert_to_numpy(var)
+            var.assign(average)
+            average.assign(trained)
 
     def on_epoch_begin(self, epoch, logs=None):
         if self._trained is not None:
@@ -493,8 +507,9 @@ def swap_ema_weights(statistics_data=None, swap_on_epoch=False, **kwargs):
     no batch normalization, or its statistics may stay those of the raw weights),
     else :class:`SwapEMAWeightsAndStatistics` on those batches (``kwargs``: its
     ``statistics_steps``). ``swap_on_epoch`` as in both. Both keep the average in the
-    model when ``fit`` stops before its last epoch and swap back after ``predict``,
-    which Keras' own callback does not (see :class:`SwapEMAWeightsAndStatistics`).
+    model when ``fit`` stops before its last epoch, swap back after ``predict`` and
+    swap by copying (the trained weights come back bit-identical), which Keras' own
+    callback does not (see :class:`SwapEMAWeightsAndStatistics`).
     """
     if statistics_data is None:
         if kwargs:
