@@ -127,7 +127,57 @@ def make_tuner(kind, hypermodel, directory, project_name, max_trials, epochs=3, 
         tuner = keras_tuner.BayesianOptimization(hypermodel, max_trials=max_trials, **common)
     else:  # random
         tuner = keras_tuner.RandomSearch(hypermodel, max_trials=max_trials, **common)
+    _trials_in_start_order(tuner.oracle)
+    if kind == "bayesian":
+        _replay_restart_points(tuner.oracle)
     return tuner
+
+
+def _replay_restart_points(oracle):
+    """Brings a reloaded Bayesian oracle's random state to where the stopped search left it.
+
+    The oracle draws the start points of its acquisition optimisation (50 per proposal)
+    from a ``RandomState(seed)`` that keras-tuner neither saves nor restores: a resumed
+    search drew those of its first proposal again, so it proposed other values than the
+    same search run without a stop. The draws of the proposals the trials so far took
+    (those started after ``num_initial_points`` completed trials) are replayed here.
+    """
+    import numpy as np
+
+    bounds = getattr(oracle, "_get_hp_bounds", None)
+    if bounds is None or not hasattr(oracle, "_random_state") or not oracle.start_order:
+        return
+    initial = oracle.num_initial_points or max(3 * len(oracle.hyperparameters.space), 3)
+    completed = keras_tuner.engine.trial.TrialStatus.COMPLETED
+    draws, done = 0, 0
+    for trial_id in oracle.start_order:  # (a retried trial took no new values)
+        if trial_id not in oracle.trials:
+            continue
+        draws += done >= initial
+        done += oracle.trials[trial_id].status == completed
+    state = np.random.RandomState(oracle.seed)
+    dimensions = len(bounds())
+    for _ in range(draws):
+        state.uniform(size=(50, dimensions))  # as many numbers as the oracle's draw takes
+    oracle._random_state = state
+
+
+def _trials_in_start_order(oracle):
+    """Puts a reloaded search's ``oracle.trials`` in the order the trials started.
+
+    keras-tuner reloads them in the order its file search lists the trial folders
+    (another order on every run): the Bayesian oracle fits its Gaussian process to the
+    trials in that order, so a resumed search proposed other values (apart in the 8th
+    digit, and drifting) than the same search run without a stop, and than the same
+    resume run again. Trials the order does not name (none, in a search this module
+    runs) come last, by id.
+    """
+    trials = getattr(oracle, "trials", None)
+    if not isinstance(trials, dict):
+        return
+    started = {trial_id: index for index, trial_id in enumerate(getattr(oracle, "start_order", ()))}
+    ordered = sorted(trials, key=lambda trial_id: (started.get(trial_id, len(started)), trial_id))
+    oracle.trials = {trial_id: trials[trial_id] for trial_id in ordered}
 
 
 def _oracle_seed(seed):
