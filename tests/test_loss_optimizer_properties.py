@@ -14,6 +14,7 @@ from keras import ops
 
 from keras_capsules import losses, optimizers
 from keras_capsules.callbacks import BudgetLinearDecay, TimeBudget, estimate_batch_norm_statistics
+from tests.test_optimizers import _numpy_radam
 
 RNG = np.random.default_rng(209)
 
@@ -191,12 +192,9 @@ def test_global_batch_loss_under_two_replicas_equals_one_device():
 
 
 def _np_radam(theta, grads, lr, b1, b2, eps, wd=None, clipnorm=None, clipvalue=None):
-    theta = np.array(theta, "float64")
-    m = np.zeros_like(theta)
-    v = np.zeros_like(theta)
-    rho_inf = 2 / (1 - b2) - 1
-    out = []
-    for t, g in enumerate(grads, start=1):
+    """test_optimizers' numpy RAdam on the given gradients, clipped as Keras clips them."""
+    clipped = []
+    for g in grads:
         g = np.array(g, "float64")
         if clipnorm is not None:
             norm = np.sqrt((g * g).sum())
@@ -204,20 +202,10 @@ def _np_radam(theta, grads, lr, b1, b2, eps, wd=None, clipnorm=None, clipvalue=N
                 g = g * clipnorm / norm
         if clipvalue is not None:
             g = np.clip(g, -clipvalue, clipvalue)
-        if wd:
-            theta = theta - wd * lr * theta  # Keras' decoupled weight decay, before the step
-        m = b1 * m + (1 - b1) * g
-        v = b2 * v + (1 - b2) * g * g
-        m_hat = m / (1 - b1**t)
-        rho_t = rho_inf - 2 * t * b2**t / (1 - b2**t)
-        if rho_t > 4:
-            v_hat = v / (1 - b2**t)
-            r = np.sqrt((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t))
-            theta = theta - lr * r * m_hat / (np.sqrt(v_hat) + eps)
-        else:
-            theta = theta - lr * m_hat
-        out.append(theta.copy())
-    return out
+        clipped.append(g)
+    steps = iter(clipped)
+    history, _ = _numpy_radam(theta, lambda _: next(steps), [lr] * len(grads), b1, b2, eps, wd or 0.0)
+    return history
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
