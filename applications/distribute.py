@@ -33,9 +33,11 @@ examples each replica holds, so a batch that does not split evenly over the repl
 wrong gradient (the example alone on its replica weighs twice the others; a batch of 1
 makes half the one-device step). Every application therefore passes its training batches
 through :func:`even_batches`: each is cut to the largest multiple of the replicas (at most
-``replicas - 1`` examples of an epoch's partial batch left out, other ones every epoch
-when the data is reshuffled) and a batch smaller than that goes, so every replica holds
-as many examples and the step is the one-device step on the examples kept. Evaluation
+``replicas - 1`` examples of each partial batch left out: one per epoch, or one per
+length bucket for the bucketed text sets; other ones every epoch when the data is
+reshuffled; with a global batch the replicas do not divide, which the command line never
+makes, every batch loses its remainder) and a batch smaller than that goes, so every
+replica holds as many examples and the step is the one-device step on the examples kept. Evaluation
 data is left whole (its figures are already exact); one replica keeps every batch.
 
 Generated or in-memory data (``from_tensor_slices``, generators) cannot be sharded by
