@@ -199,6 +199,11 @@ def squash(x, axis=-1, epsilon=1e-12):
     :func:`safe_norm`), never zeros or NaN. float16 and bfloat16 inputs are computed
     in float32 and cast back; integer and boolean inputs give float32 results.
 
+    Gradients are the true derivatives at every norm, except below ``epsilon``: there the
+    norm is taken as 0 (as in :func:`safe_norm`), so the result is 0 with a zero gradient
+    (the true value is about ``|v| v``, of length below ``epsilon**2``, and its derivative
+    is of the order of ``|v|``, below ``2 * epsilon``).
+
     Args:
         x: tensor of capsule vectors.
         axis: the capsule-vector axis.
