@@ -1120,12 +1120,16 @@ def train(cache_dir, run_dir="runs/clevr", data_dir=None, epochs=25, batch_size=
     model_kwargs = _checked_model_options(model_kwargs)
     callbacks = checks.callback_list(callbacks)  # (None: none; [*None] was a TypeError after the run directory)
     strategy = distribute.resolve_strategy(strategy)
-    keras.utils.set_random_seed(seed)
+    keras.utils.set_random_seed(seed)  # (a seed Keras refuses, 2**32, fails here, not after the features)
     check_run_dir(run_dir)  # (a file in the way: refused before the features are cached)
     data = prepare(cache_dir, data_dir, SPLITS, image_size, weights, extractor, verbose=verbose)
     data = first_questions(data, limit)
     require_questions(data, cache_dir)  # before training, not after it
     create_run_dir(run_dir)  # once the data are there
+    # seeded again after the features are cached: building ResNet-101 (a split not cached yet,
+    # no `extractor` given) drew from the global generators, and a run with the cache already
+    # filled built other weights
+    keras.utils.set_random_seed(seed)
     replicas = strategy.num_replicas_in_sync
     # the epochs a resumed run trains are shuffled as the uninterrupted run's (distribute.epoch_stream)
     train_ds = make_dataset(**data["train"], batch_size=batch_size, shuffle=True, seed=seed, replicas=replicas,

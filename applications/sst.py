@@ -1101,7 +1101,7 @@ def train(
     verbose = checks.verbosity(verbose)
     callbacks = checks.callback_list(callbacks)  # (None: none; [*None] was a TypeError after the run directory)
     strategy = distribute.resolve_strategy(strategy)
-    keras.utils.set_random_seed(seed)
+    keras.utils.set_random_seed(seed)  # (a seed Keras refuses, 2**32, fails here, not after the embedding)
     run_dir = pathlib.Path(run_dir)
     create_run_dir(run_dir)
     cache_dir = pathlib.Path(cache_dir) if cache_dir is not None else run_dir / "cache"
@@ -1117,6 +1117,9 @@ def train(
     )
     (train_x, train_y), (dev_x, dev_y), (test_x, test_y) = splits["train"], splits["dev"], splits["test"]
 
+    # seeded again after the embedding: loading the transformer (a split not cached yet) drew
+    # from the global generators, and a run with the cache already filled built other weights
+    keras.utils.set_random_seed(seed)
     with strategy.scope():
         model = build_model(train_x.num_layers, train_x.width, n_classes, verbose=verbose, **(model_kwargs or {}))
         # the training batches are cut for the replicas (distribute.even_batches): as many steps
