@@ -526,7 +526,8 @@ class KeyNADE(keras.layers.Layer):
             )
         keys, units = z_shape[-1], self.hidden_units
         # autocast=False: under mixed precision the weights are read as float32, all the
-        # math below runs in float32 (the layer's sums over keys and sigmoids) and casts back
+        # math below runs in float32 (the layer's sums over keys and sigmoids) and casts back;
+        # a float64 layer (dtype="float64") computes in float64
         self.context_kernel = self.add_weight(name="context_kernel", autocast=False, shape=(keys, units),
                                               initializer=self.kernel_initializer)
         self.hidden_bias = self.add_weight(name="hidden_bias", autocast=False, shape=(units,), initializer="zeros")
@@ -539,7 +540,10 @@ class KeyNADE(keras.layers.Layer):
     def call(self, inputs):
         z, y = inputs
         dtype = self.compute_dtype
-        z32, y32 = ops.cast(z, "float32"), ops.cast(y, "float32")
+        # float32 at least (float16/bfloat16 compute under mixed precision), float64 for a
+        # float64 layer (a float64 KeyNADE multiplied float32 inputs by its float64 weights: an error)
+        work = "float64" if self.variable_dtype == "float64" else "float32"
+        z32, y32 = ops.cast(z, work), ops.cast(y, work)
         context = ops.matmul(z32, self.context_kernel) + self.hidden_bias  # [..., H]
         # the sum over the keys i < j only, an exclusive cumulative sum: row j of `terms`
         # holds key j - 1's contribution (zeros at j = 0), so that key j's own value never
@@ -1124,7 +1128,7 @@ def train(
     ``zoneout`` its zoneout of the encoder states (see ``build_model``); ``init_output_bias`` starts the output bias at the log-odds of
     every key's frequency in the training rolls (``key_log_odds``) instead of zeros.
     ``ensemble`` > 1 trains that many models one after the other (seeds ``seed``,
-    ``seed + 1``, ...), each kept at its best validation epoch, and reports the NLL
+    ``seed + 1``, ..., all below ``2**32``: refused at once otherwise), each kept at its best validation epoch, and reports the NLL
     of their mean predictive probabilities (``nll_per_step`` of the list); each is
     saved (``model.keras``, ``model_1.keras``, ...) as soon as it is trained, and listed
     in ``members.json`` (removed when the run completes; ``metrics.json`` lists their files
@@ -1195,6 +1199,11 @@ def train(
     for kind in encoders:  # every member's (a bad later one failed after the members before had trained)
         _check_encoder(kind)
     seed = integer_at_least("seed", seed, 0)  # (member i's seed is seed + i)
+    if seed + ensemble - 1 >= 2**32:
+        # Keras seeds from [0, 2**32): seed=2**32 - 1 with ensemble=2 trained the first member,
+        # then failed with "Seed must be between 0 and 2**32 - 1" when seeding the second
+        raise InputError(f"`seed` + `ensemble` - 1 (the last member's seed) must be below 2**32. "
+                         f"Received: seed={seed!r}, ensemble={ensemble!r}")
     # ("False" is a non-empty string: it was taken as on)
     init_output_bias = checks.true_or_false("init_output_bias", init_output_bias)
     # (None: none; [*None] was a TypeError after the run directory; a function of the

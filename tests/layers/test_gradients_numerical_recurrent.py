@@ -633,14 +633,9 @@ def test_key_nade_gradients_float32():
     )
 
 
-@pytest.mark.xfail(
-    raises=tf.errors.InvalidArgumentError,
-    strict=True,
-    reason="KeyNADE (applications/music.py, not this helper's file) casts z and y to float32 "
-    "whatever its dtype, so a float64 KeyNADE multiplies float32 by its float64 weights: "
-    "'cannot compute Mul as input #1 was expected to be a float tensor but is a double tensor'",
-)
 def test_key_nade_gradients_float64():
+    """A float64 KeyNADE computes in float64 (it cast its inputs to float32 whatever its dtype, and
+    multiplying them by its float64 weights was an error)."""
     layer = _key_nade("float64")
     inputs = _key_nade_inputs()
     fn = lambda z, y: layer([z, y])  # noqa: E731
