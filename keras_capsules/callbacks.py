@@ -226,8 +226,10 @@ def _batch_norm_layers(model):
     return found
 
 
-#: model -> the swap callback of this module that holds its trained weights aside (from
-#: an epoch's end with ``swap_on_epoch`` to the next epoch's begin), for backups
+#: model -> a weak reference to the swap callback of this module that holds its trained
+#: weights aside (from an epoch's end with ``swap_on_epoch`` to the next epoch's begin), for
+#: backups. (Weak: the callback holds the model, so a strong value kept the key alive, and
+#: a ``fit`` stopped by an error between those two points kept its model for good.)
 _ASIDE = weakref.WeakKeyDictionary()
 
 
@@ -246,6 +248,7 @@ def trained_weights_in(model):
     ``applications.fault_tolerance.AtomicBackupAndRestore`` saves inside it.
     """
     swap = _ASIDE.get(model)
+    swap = None if swap is None else swap()
     if swap is None or swap._trained is None:
         yield
         return
@@ -320,7 +323,7 @@ class _SwapEMAWeights(keras.callbacks.SwapEMAWeights):
         if trained is None:
             _ASIDE.pop(self.model, None)
         else:
-            _ASIDE[self.model] = self
+            _ASIDE[self.model] = weakref.ref(self)
 
     @contextlib.contextmanager
     def _trained_state(self):

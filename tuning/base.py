@@ -28,7 +28,7 @@ import keras
 import keras_tuner
 import numpy as np
 
-from applications import checks, distribute
+from applications import checks, distribute, fault_tolerance
 from applications.errors import InputError
 
 
@@ -150,7 +150,11 @@ class DatasetHyperModel(keras_tuner.HyperModel):
 
     def fit(self, hp, model, *args, **kwargs):
         """Trains ``model`` on this HyperModel's datasets (positional ``args`` are not used:
-        the data comes from :meth:`datasets`); ``kwargs`` are those of ``tuner.search``."""
+        the data comes from :meth:`datasets`); ``kwargs`` are those of ``tuner.search``.
+        First lets the traced steps and models of earlier trials go
+        (``applications.fault_tolerance.release_traced_graphs``)."""
+        # (the earlier trials' traced steps and models, which TensorFlow's gradient registry kept)
+        fault_tolerance.release_traced_graphs()
         train, validation = self.datasets(hp, self.prepare())
         options = dict(self.fit_options(hp))
         kwargs["callbacks"] = [FailDivergedTrial(), *options.pop("callbacks", ()), *kwargs.get("callbacks", ())]
