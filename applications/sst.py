@@ -997,12 +997,26 @@ def compile_model(model, total_steps, max_lr=5e-4, min_lr=MIN_LR, warmup_fractio
     return model
 
 
+def xla_lengths(dataset, max_length, step=16):
+    """``dataset``'s batches of :func:`make_dataset` with their texts padded (zero states,
+    mask 0) to the next multiple of ``step`` tokens below ``max_length``, or to
+    ``max_length``: for a model compiled with XLA, which compiles its steps once per
+    input shape (batches padded to their longest text came in every length up to
+    ``max_length``: a compilation at each new one, epoch after epoch). Padding never
+    changes the model's outputs (its mask). See ``training.pad_to_lengths``."""
+    from applications.training import pad_to_lengths
+
+    return pad_to_lengths(dataset, [*range(step, max_length, step), max_length])
+
+
 def accuracy(model, embedded, labels, batch_size=64, verbose=0):
     """Accuracy of ``model`` on cached embeddings (``verbose``, ``predict``'s: 1 shows Keras'
     progress bar, 2 its one line at the end, on stderr; 0 is silent; another value is
     refused with an ``InputError``: :func:`applications.checks.verbosity`)."""
     verbose = checks.verbosity(verbose)  # ("no" and -1 were taken by predict)
     ds = make_dataset(embedded, labels, int(model.output.shape[-1]), batch_size=batch_size)
+    if model.jit_compile and len(embedded):  # (see xla_lengths)
+        ds = xla_lengths(ds, int(np.max(embedded.lengths)))
     with console.progress_on_stderr(verbose):
         logits = model.predict(ds, verbose=verbose)
     return float(np.mean(np.argmax(logits, -1) == np.asarray(labels)))
@@ -1132,6 +1146,8 @@ def train(
     # (and a mid-epoch backup's epoch goes on after the steps it had trained)
     train_ds = fault_tolerance.skip_trained_steps(train_ds, callbacks, epochs)
     dev_ds = make_dataset(dev_x, dev_y, n_classes, batch_size)
+    if model.jit_compile:  # XLA compiles a step per input shape: lengths rounded up (xla_lengths)
+        train_ds, dev_ds = (xla_lengths(ds, max_length) for ds in (train_ds, dev_ds))
     if verbose:
         print(f"training on {len(train_y):,} {train_on}, validating on {len(dev_y):,} dev sentences")
     history = model.fit(

@@ -135,6 +135,63 @@ def pad_and_random_crop(image, padding, size, seed=None):
     return tf.image.stateless_random_crop(image, tf.stack([size, size, channels]), seed)
 
 
+def pad_to_lengths(dataset, lengths, axis=1, value=0):
+    """Pads every batch's inputs along ``axis`` to the smallest of ``lengths`` that holds them.
+
+    For a model compiled with XLA (``jit_compile=True``, Keras' ``"auto"`` on a GPU or
+    TPU): XLA compiles the train, test and predict steps once per distinct input shape,
+    even where their ``tf.function`` was traced once for any length. Batches padded to
+    their longest text (text classification, SST) came in as many lengths as the texts
+    have, and the steps were compiled again at each new one, in the first epoch and
+    in later ones whose shuffled batches made new lengths (a tiny text classifier's
+    train steps: 12 compilations in its first epoch, then 5, 1 and 1; epochs of 82,
+    30, 7 and 7 s, against 0.2 s for an epoch that compiles nothing). Padded here,
+    the batches take at most ``len(lengths)`` lengths, and their own where longer
+    than all of ``lengths``.
+
+    Args:
+        dataset: a batched ``tf.data.Dataset`` whose elements are ``x`` (any structure of
+            tensors) or tuples ``(x, ...)``; every tensor of ``x`` is padded along ``axis``
+            (the other members of the tuple, targets and weights, are left as they are).
+        lengths: the lengths to pad to, positive integers (in any order). A batch longer
+            than all of them keeps its length.
+        axis: the padded axis, an integer >= 1 (0 is the batch).
+        value: the padding value (a padding id or a zero mask).
+
+    Returns:
+        The padded dataset (the same number of batches).
+
+    Raises:
+        InputError (a ValueError): ``lengths`` is not a non-empty sequence of integers
+            >= 1, or ``axis`` not an integer >= 1.
+    """
+    if isinstance(lengths, (str, bytes)) or not hasattr(lengths, "__iter__"):
+        raise InputError(f"`lengths` must be a sequence of integers >= 1. Received: lengths={lengths!r}")
+    lengths = sorted({checks.integer_at_least("lengths", n, 1) for n in lengths})
+    if not lengths:
+        raise InputError("`lengths` must hold at least one length. Received: lengths=[]")
+    axis = checks.integer_at_least("axis", axis, 1)
+    table = tf.constant(lengths, tf.int32)
+
+    def pad(tensor):
+        tensor = tf.convert_to_tensor(tensor)
+        if tensor.shape.rank is not None and tensor.shape.rank <= axis:
+            raise ValueError(f"pad_to_lengths pads axis {axis}: every input needs rank > {axis}. "
+                             f"Received: a tensor of shape {tensor.shape}")
+        length = tf.shape(tensor)[axis]
+        index = tf.searchsorted(table, tf.reshape(length, [1]), side="left")[0]
+        target = tf.where(index < len(lengths), tf.gather(table, tf.minimum(index, len(lengths) - 1)), length)
+        paddings = tf.one_hot(axis, tf.rank(tensor), dtype=tf.int32)[:, None] * tf.constant([[0, 1]], tf.int32)
+        return tf.pad(tensor, paddings * (target - length), constant_values=tf.cast(value, tensor.dtype))
+
+    def transform(*element):
+        if len(element) == 1:  # a bare x
+            return tf.nest.map_structure(pad, element[0])
+        return (tf.nest.map_structure(pad, element[0]),) + tuple(element[1:])
+
+    return dataset.map(transform, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+
 def run_callbacks(run_dir, checkpoint=True):
     """Callbacks for a run: a stop on divergence
     (``applications.fault_tolerance.StopOnDivergence``: the first batch whose loss is
@@ -241,4 +298,4 @@ class _EpochSteps(keras.callbacks.Callback):
         self._ended = False
 
 
-__all__ = ["mixup", "coordinate_grid", "pad_and_random_crop", "run_callbacks", "spread_steps"]
+__all__ = ["mixup", "coordinate_grid", "pad_and_random_crop", "pad_to_lengths", "run_callbacks", "spread_steps"]

@@ -13,7 +13,7 @@ import os
 
 import keras
 
-from applications import checks, console, distribute
+from applications import checks, console, distribute, training
 from applications.demo import plot_history, save_atomically
 from applications.text_classification import data as data_lib
 from applications.text_classification import model as model_lib
@@ -231,6 +231,10 @@ def train(
     with strategy.scope():
         model = model_lib.build_model(n_ids, n_classes, routing=routing, embedding=embedding, **model_kwargs)
         model_lib.compile_model(model, learning_rate, jit_compile=jit_compile)
+    if model.jit_compile:  # XLA compiles a step per input shape: lengths rounded up to the buckets'
+        padded = {key: xla_lengths(data[key], max_length) for key in ("train", "validation", "test")}
+        data = {**data, **padded} if data["validation"] is not data["test"] else {
+            **data, **padded, "validation": padded["test"]}
     other = "standard" if embedding == "compositional" else "compositional"
     params = model_lib.parameter_report(n_ids, n_classes, model=model, routing=routing, embedding=embedding,
                                         **model_kwargs)
@@ -359,12 +363,24 @@ def evaluate(model_path, dataset=None, data_dir=None, vocabulary_path=None, limi
     if not model.compiled:  # saved uncompiled (build_model, then save): Keras' "You must call `compile()`"
         with strategy.scope():
             model_lib.compile_model(model)
+    if model.jit_compile:  # (see xla_lengths)
+        test = xla_lengths(test, max_length)
     with console.progress_on_stderr(verbose):
         if verbose:
             print(truncation_line(max_length, {"test": truncated}))
         loss, accuracy = model.evaluate(test, verbose=verbose)
     return {"test_accuracy": float(accuracy), "test_loss": float(loss), "model": model_path,
             "max_length": max_length, "truncated_texts": {"test": truncated.truncated}}
+
+
+def xla_lengths(dataset, max_length):
+    """``dataset``'s id batches padded (with ``PAD_ID``) to the next bucket boundary of
+    ``data.DEFAULT_BOUNDARIES`` below ``max_length``, or to ``max_length``: for a model
+    compiled with XLA, which compiles its steps once per input shape (batches padded to
+    their longest text came in every length up to ``max_length``: a compilation at each
+    new one, epoch after epoch). See ``training.pad_to_lengths``."""
+    lengths = [b for b in data_lib.DEFAULT_BOUNDARIES if b < max_length] + [max_length]
+    return training.pad_to_lengths(dataset, lengths, value=data_lib.PAD_ID)
 
 
 def recorded_dataset(model_path):
