@@ -69,7 +69,9 @@ class ControlUnit(_base.MACLayerBase):
         ``[max_steps, d]``, ``control_question_kernel`` ``[2d, d]`` and
         ``control_question_bias`` ``[d]`` (only with ``use_previous_control``; the
         first ``d`` rows act on ``c_prev``), ``attention_kernel`` ``[d, 1]``,
-        ``attention_bias`` ``[1]``.
+        ``attention_bias`` ``[1]`` (it shifts every word's logit alike, so the softmax
+        ignores it and its gradient is zero: kept as the attention's linear layer has a
+        bias, and for saved models).
 
     Example:
 

@@ -68,7 +68,9 @@ class ReadUnit(_base.MACLayerBase):
         ``memory_kernel`` ``[d, d]``, ``memory_bias`` ``[d]``, ``kb_kernel``
         ``[d_kb, d]``, ``kb_bias`` ``[d]``, ``concat_kernel`` ``[d + d_kb, d]`` (the
         first ``d`` rows act on ``I``), ``concat_bias`` ``[d]``, ``attention_kernel``
-        ``[d, 1]``, ``attention_bias`` ``[1]``.
+        ``[d, 1]``, ``attention_bias`` ``[1]`` (it shifts every cell's logit alike, so the
+        softmax ignores it and its gradient is zero: kept as the attention's linear layer
+        has a bias, and for saved models).
 
     Example:
 

@@ -72,7 +72,8 @@ class WriteUnit(_base.MACLayerBase):
 
     Weights:
         ``kernel`` ``[d_r + d, d]``, ``bias`` ``[d]``; with self-attention
-        ``self_attention_kernel`` ``[d, 1]``, ``self_attention_bias`` ``[1]``,
+        ``self_attention_kernel`` ``[d, 1]``, ``self_attention_bias`` ``[1]`` (a shift of
+        every step's logit alike, which the softmax ignores: its gradient is zero),
         ``self_memory_kernel`` ``[d, d]``, ``info_kernel`` ``[d, d]``,
         ``self_memory_bias`` ``[d]``; with the gate ``gate_kernel``
         ``[d, 1 or d]``, ``gate_bias`` ``[1 or d]``.
