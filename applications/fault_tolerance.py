@@ -93,13 +93,13 @@ import os
 import re
 import socket
 import time
-import weakref
 
 import keras
 import numpy as np
 
 from applications.errors import CommandLineError, InputError
 from applications.shared_data import describe_data, same_data
+from keras_capsules import _graph_release
 from keras_capsules.callbacks import trained_weights_in
 
 BACKUP_DIR = "backup"
@@ -1803,78 +1803,24 @@ class HangForTest(keras.callbacks.Callback):
         raise RuntimeError(f"HangForTest: not killed within {self.timeout} s")
 
 
-class _GraphGradient:
-    """A gradient function of TensorFlow's gradient registry, held weakly (see
-    :func:`release_traced_graphs`)."""
-
-    __slots__ = ("_function",)
-
-    def __init__(self, function):
-        self._function = weakref.ref(function)
-
-    def __call__(self, *args, **kwargs):
-        function = self._function()
-        if function is None:  # (never asked: its graph, and every op it differentiates, is gone)
-            raise LookupError("the graph of this custom gradient is gone")
-        return function(*args, **kwargs)
-
-
-def _forward_tensor(function):
-    """A tensor of the forward pass that TensorFlow's registered gradient ``function``
-    of a ``tf.custom_gradient`` holds (its ``result``), or None."""
-    cells = dict(zip(function.__code__.co_freevars, function.__closure__ or ()))
-    inner = cells.get("tape_grad_fn")
-    if inner is None or not callable(inner.cell_contents):
-        return None
-    inner = inner.cell_contents
-    cells = dict(zip(inner.__code__.co_freevars, inner.__closure__ or ()))
-    if "result" not in cells:
-        return None
-    for tensor in keras.tree.flatten(cells["result"].cell_contents):
-        if getattr(tensor, "graph", None) is not None and getattr(tensor, "op", None) is not None:
-            return tensor
-    return None
-
-
 def release_traced_graphs():
     """Lets the graphs of ``tf.custom_gradient`` traces go when nothing else holds them.
 
-    In a traced function, ``tf.custom_gradient`` (EM routing's recomputed branch,
-    RLadder's row writes, the projected GRU, TensorFlow's own swish and all-reduce)
-    registers its gradient under a new name in TensorFlow's process-wide gradient
-    registry, which never lets go (tensorflow/tensorflow#97697): the function holds the
-    forward pass's tensors, so their whole graph, and its closures, such as a layer's
-    ``call`` (the layer, its weights, every layer beside it). So each ``train`` of a
-    notebook and each trial of a search kept every traced step of its model for good.
-    Here each such registry entry becomes a weak reference, and an op of its graph holds
-    the function: it lives as long as its graph (the gradient is only ever asked for an
-    op of it), and the entry goes with the graph. Called where a training run or a
-    trial begins; entries already released are left alone. Off TensorFlow, or if
-    TensorFlow's private registry or ``custom_gradient`` change shape, it does nothing.
+    In a traced function, ``tf.custom_gradient`` (the projected GRU, TensorFlow's own
+    swish and all-reduce) registers its gradient under a new name in TensorFlow's
+    process-wide gradient registry, which never lets go (tensorflow/tensorflow#97697):
+    the function holds the forward pass's tensors, so their whole graph, and its
+    closures, such as a layer's ``call`` (the layer, its weights, every layer beside it).
+    So each ``train`` of a notebook and each trial of a search kept every traced step of
+    its model for good. Here each such registry entry becomes a weak reference, and an op
+    of its graph holds the function: it lives as long as its graph (the gradient is only
+    ever asked for an op of it), and the entry goes with the graph. Called where a
+    training run or a trial begins; entries already released are left alone. (The
+    library's own custom gradients, EM routing's recomputed branch and RLadder's row
+    writes, release theirs as they are traced, and with them those registered so far.)
+    Off TensorFlow, or if TensorFlow's private registry or ``custom_gradient`` change
+    shape, it does nothing (``keras_capsules._graph_release``).
     """
     if keras.backend.backend() != "tensorflow":
         return
-    try:
-        from tensorflow.python.framework import ops as tf_ops
-    except ImportError:
-        return
-    registry = getattr(getattr(tf_ops, "_gradient_registry", None), "_registry", None)
-    if not isinstance(registry, dict):
-        return
-    for name, entry in list(registry.items()):
-        function = entry.get("type") if name.startswith("CustomGradient-") and isinstance(entry, dict) else None
-        if function is None or isinstance(function, _GraphGradient) or not hasattr(function, "__code__"):
-            continue
-        try:
-            tensor = _forward_tensor(function)
-            if tensor is None:
-                continue
-            holders = getattr(tensor.op, "_keras_capsules_gradients", None)
-            if holders is None:
-                holders = []
-                tensor.op._keras_capsules_gradients = holders
-            weakref.finalize(tensor.graph, registry.pop, name, None)
-        except (AttributeError, TypeError, ValueError):  # an op that takes no attribute, ...
-            continue
-        holders.append(function)
-        entry["type"] = _GraphGradient(function)
+    _graph_release.release_traced_graphs()

@@ -635,8 +635,12 @@ def recomputed_where(pred, fn, args, like):
     wherever the gradient is taken in another graph than the forward pass: a
     persistent ``tf.GradientTape`` inside a ``tf.function``, or a tape around a call of
     one. There the conditional runs inside a ``tf.custom_gradient`` whose gradient is
-    a second conditional that recomputes ``fn`` under a tape where ``pred`` holds.
-    Elsewhere it is :func:`cond` of ``keras.remat(fn)``.
+    a second conditional that recomputes ``fn`` under a tape where ``pred`` holds;
+    traced, its entry in TensorFlow's process-wide gradient registry (which otherwise
+    kept the graph, and through it the layer and model, for good) is tied to the graph
+    at once, and so are the entries registered before it
+    (``keras_capsules._graph_release``). Elsewhere it is :func:`cond` of
+    ``keras.remat(fn)``.
     """
     args = tuple(args)
 
@@ -665,4 +669,10 @@ def recomputed_where(pred, fn, args, like):
 
         return outputs, gradient
 
-    return tuple(recomputed(*args))
+    outputs = tuple(recomputed(*args))
+    if not tf.executing_eagerly():  # traced: the registry entry goes with this graph
+        from keras_capsules._graph_release import release_gradients_of
+
+        # (plain Python: AutoGraph, converting the caller, need not convert it)
+        tf.autograph.experimental.do_not_convert(release_gradients_of)(outputs)
+    return outputs

@@ -395,7 +395,6 @@ def expand_to(keep, x):
     return ops.reshape(keep, (-1,) + (1,) * (len(x.shape) - 1))
 
 
-@ops.custom_gradient
 def write_row(buffer, at, value):
     """``buffer`` with row ``at`` (a ``[1, 1]`` index) set to ``value``.
 
@@ -404,7 +403,26 @@ def write_row(buffer, at, value):
     backward loop, so XLA's backward pass took time growing as ``T**2``). This is exact
     for RLadder's TensorFlow loop: its buffers start as constant zeros and every row is
     written once and never read, so the unzeroed row reaches only those zeros.
+
+    Traced on TensorFlow, the custom gradient's entry in TensorFlow's process-wide
+    gradient registry (which otherwise kept the loop's graph for good) is tied to that
+    graph at once, and so are the entries registered before it
+    (``keras_capsules._graph_release``).
     """
+    written = _write_row(buffer, at, value)
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        from keras_capsules._graph_release import release_gradients_of
+
+        if not tf.executing_eagerly():  # (AutoGraph, converting the caller, need not convert it)
+            tf.autograph.experimental.do_not_convert(release_gradients_of)(written)
+    return written
+
+
+@ops.custom_gradient
+def _write_row(buffer, at, value):
+    """:func:`write_row`'s custom gradient."""
 
     def grad(*args, upstream=None):
         if upstream is None:
