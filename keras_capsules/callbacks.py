@@ -424,7 +424,7 @@ class SwapEMAWeightsAndStatistics(_SwapEMAWeights):
         self.statistics_data = statistics_data
         self.statistics_steps = _validation.positive_int("statistics_steps", statistics_steps)
         self._raw_statistics = None  # the raw weights' statistics while the averaged weights are in
-        self._averaged = None  # (id of the model, optimizer updates, statistics) last estimated for its average
+        self._averaged = None  # (a weak reference to the model, optimizer updates, statistics) last estimated for its average
 
     # Every hook of the base that may swap: what it did decides what the statistics do.
     def _follow(self, hook, *args):
@@ -494,12 +494,15 @@ class SwapEMAWeightsAndStatistics(_SwapEMAWeights):
 
     def _averaged_statistics(self):
         # (keyed on the model too: one callback reused for the members of an ensemble
-        # gave the second member the first one's statistics, at equal update counts)
+        # gave the second member the first one's statistics, at equal update counts; by a
+        # weak reference, not ``id``: a new model at a freed one's address read its statistics)
         updates = self._updates()
-        if self._averaged is not None and updates is not None and self._averaged[:2] == (id(self.model), updates):
-            return self._averaged[2]
+        if self._averaged is not None and updates is not None:
+            cached_model, cached_updates, statistics = self._averaged
+            if cached_model() is self.model and cached_updates == updates:
+                return statistics
         statistics = estimate_batch_norm_statistics(self.model, self.statistics_data, self.statistics_steps)
-        self._averaged = (id(self.model), updates, statistics)
+        self._averaged = (weakref.ref(self.model), updates, statistics)
         return statistics
 
 

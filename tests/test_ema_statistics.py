@@ -382,6 +382,25 @@ def test_one_callback_gives_each_model_it_trains_its_own_statistics():
         np.testing.assert_allclose(keras.ops.convert_to_numpy(_bn(model).moving_mean), want_mean, rtol=1e-5, atol=1e-6)
 
 
+def test_a_new_model_at_a_dead_models_address_gets_its_own_statistics(monkeypatch):
+    # The cache of the estimated statistics was keyed by ``id(model)``: a model freed and a
+    # new one allocated at its address (CPython reuses addresses) at the same update count
+    # read the freed model's statistics. Every model here is given one address (``id``
+    # replaced in the callbacks module), as the reuse would; the cache must still tell them apart.
+    from keras_capsules import callbacks as capsule_callbacks
+
+    monkeypatch.setattr(capsule_callbacks, "id", lambda obj: 1, raising=False)
+    x, y = _data()
+    swap = SwapEMAWeightsAndStatistics(_batches(x, y), STEPS)
+    for seed in (1, 2):
+        model = _model(seed=seed)
+        model.compile(keras.optimizers.Adam(0.05, use_ema=True, ema_momentum=0.9), "mse")
+        model.fit(x, y, batch_size=BATCH, epochs=2, verbose=0, shuffle=False, callbacks=[swap])
+        want_mean, _ = _statistics_for(_weights(model), model, _batches(x, y))
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(_bn(model).moving_mean), want_mean, rtol=1e-5, atol=1e-6)
+        del model
+
+
 def test_a_fit_stopped_early_ends_with_the_average_under_a_mirrored_strategy():
     strategy = two_cpu_strategy()  # (skips on another backend)
     import tensorflow as tf
