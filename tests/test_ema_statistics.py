@@ -368,10 +368,9 @@ def test_predict_swaps_the_trained_weights_back():
         assert not np.allclose(predicted, model.predict(x, verbose=0))  # (it predicted with the average)
 
 
-def test_one_callback_gives_each_model_it_trains_its_own_statistics():
-    # Audit (2026-12-01): the statistics estimated for the average were cached by the
-    # optimizer's update count only: reused for the members of an ensemble, the second
-    # member got the first one's statistics.
+def _train_two_models_with_one_callback():
+    """Two models (seeds 1, 2) trained with one statistics callback: each ends with the
+    statistics of its own averaged weights."""
     x, y = _data()
     swap = SwapEMAWeightsAndStatistics(_batches(x, y), STEPS)
     for seed in (1, 2):
@@ -380,6 +379,13 @@ def test_one_callback_gives_each_model_it_trains_its_own_statistics():
         model.fit(x, y, batch_size=BATCH, epochs=2, verbose=0, shuffle=False, callbacks=[swap])
         want_mean, _ = _statistics_for(_weights(model), model, _batches(x, y))
         np.testing.assert_allclose(keras.ops.convert_to_numpy(_bn(model).moving_mean), want_mean, rtol=1e-5, atol=1e-6)
+
+
+def test_one_callback_gives_each_model_it_trains_its_own_statistics():
+    # Audit (2026-12-01): the statistics estimated for the average were cached by the
+    # optimizer's update count only: reused for the members of an ensemble, the second
+    # member got the first one's statistics.
+    _train_two_models_with_one_callback()
 
 
 def test_a_new_model_at_a_dead_models_address_gets_its_own_statistics(monkeypatch):
@@ -390,15 +396,7 @@ def test_a_new_model_at_a_dead_models_address_gets_its_own_statistics(monkeypatc
     from keras_capsules import callbacks as capsule_callbacks
 
     monkeypatch.setattr(capsule_callbacks, "id", lambda obj: 1, raising=False)
-    x, y = _data()
-    swap = SwapEMAWeightsAndStatistics(_batches(x, y), STEPS)
-    for seed in (1, 2):
-        model = _model(seed=seed)
-        model.compile(keras.optimizers.Adam(0.05, use_ema=True, ema_momentum=0.9), "mse")
-        model.fit(x, y, batch_size=BATCH, epochs=2, verbose=0, shuffle=False, callbacks=[swap])
-        want_mean, _ = _statistics_for(_weights(model), model, _batches(x, y))
-        np.testing.assert_allclose(keras.ops.convert_to_numpy(_bn(model).moving_mean), want_mean, rtol=1e-5, atol=1e-6)
-        del model
+    _train_two_models_with_one_callback()
 
 
 def test_a_fit_stopped_early_ends_with_the_average_under_a_mirrored_strategy():
