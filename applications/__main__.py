@@ -382,7 +382,9 @@ def _run(args):
         # before anything is written (another application's run, a search: replaced or mixed)
         out = distribute.output_dir(args.run_dir, strategy)
         fault_tolerance.check_train_folder(out, args.application)
-        with fault_tolerance.recorded_run(out, args.application):
+        # the model is built, trained and saved under --precision's dtype policy; the
+        # policy set before comes back after, on an error too
+        with fault_tolerance.recorded_run(out, args.application), arguments.precision_policy(args.precision):
             result = module.run_train(args, strategy)
         try:
             _print_outputs(result, distribute.output_dir(args.run_dir, strategy))
@@ -397,6 +399,8 @@ def _run(args):
 
         # a train run (also one still training: no metrics.json yet) whose metrics.json it replaced
         fault_tolerance.check_search_folder(distribute.output_dir(args.directory, strategy), args.application)
+        # (every trial's model is built and trained under --precision's policy: the
+        # HyperModel sets it, keras-tuner's clear_session before each build resets it)
         result = search.run_search(args, strategy)
         # (four significant digits: the full score is in best_hyperparameters.json and
         # metrics.json; it was printed as 0.2291666716337204)

@@ -1,11 +1,12 @@
 """Argument types and the options common to every application's commands."""
 
 import argparse
+import contextlib
 import math
 import os
 
 from applications import distribute
-from applications.errors import user_path
+from applications.errors import InputError, user_path
 
 
 def _number_type(convert, accept, what):
@@ -63,6 +64,36 @@ mask_damping = _word_or("learned", rate, "a number in [0, 1) or 'learned'")
 save_freq = _word_or("epoch", positive_int, "'epoch' or a positive number of steps")
 
 
+#: ``--precision``: the Keras dtype policies a ``train`` or ``tune`` may build and train under.
+PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+
+
+@contextlib.contextmanager
+def precision_policy(precision):
+    """Sets Keras' global dtype policy to ``precision`` (one of :data:`PRECISIONS`) inside
+    the block and puts back the policy that was set before it on leaving, on an error too.
+    ``None`` changes nothing (the policy set outside stays in force).
+
+    Models built inside compute in the policy's dtype (float16 or bfloat16) and keep their
+    weights in float32; Keras' ``Model.compile`` wraps the optimizer in a
+    ``LossScaleOptimizer`` under ``mixed_float16``. A ``.keras`` model saved inside keeps
+    its layers' policies: loaded anywhere, it computes as it was trained.
+    """
+    if precision is None:
+        yield
+        return
+    if precision not in PRECISIONS:
+        raise InputError(f"`precision` must be one of {', '.join(PRECISIONS)}. Received: precision={precision!r}")
+    import keras
+
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(precision)
+    try:
+        yield
+    finally:
+        keras.config.set_dtype_policy(previous)
+
+
 def add_common_arguments(parser, command):
     """Options every application's ``train`` / ``evaluate`` / ``tune`` command has."""
     parser.add_argument(
@@ -90,6 +121,14 @@ def add_common_arguments(parser, command):
         "per-step products run faster unsplit; 0 for the others)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    if command in ("train", "tune"):
+        parser.add_argument(
+            "--precision", choices=PRECISIONS, default="float32",
+            help="Keras dtype policy the model is built and trained under: mixed_float16 (GPUs; the "
+            "optimizer scales the loss), mixed_bfloat16 (TPUs, recent GPUs and CPUs) compute in 16 bits "
+            "with float32 weights, losses and metrics; a saved model keeps it (evaluate needs no option); "
+            "a resumed run or search keeps the precision it started with (default: %(default)s)",
+        )
     if command == "train":
         parser.add_argument("--run-dir", default=None,
                             help="where the model, plots, metrics, backup and TensorBoard logs go "
@@ -251,11 +290,14 @@ def run_options(args):
     ``run_options``). Where ``--data-dir`` chooses the data, they hold its fingerprint
     as ``"data_fingerprint"`` (:func:`data_fingerprint`), not the folder: a resume on
     other data is refused, one on the same data in another folder is not
-    (``fault_tolerance.DATA_RECORDS``; ``tune`` records and compares it too)."""
+    (``fault_tolerance.DATA_RECORDS``; ``tune`` records and compares it too).
+    ``--precision`` is recorded unless it is float32, which a record without it means."""
     free = RESUMABLE_CHANGES
     if getattr(args, "application", None) in EPOCHS_SHAPE_THE_RUN:
         free = free - {"epochs"}
     options = {name: value for name, value in vars(args).items() if name not in free and not callable(value)}
+    if options.get("precision") == "float32":  # (recorded as before the option: fault_tolerance reads none so)
+        del options["precision"]
     fingerprint = data_fingerprint(args)
     if fingerprint is not None:
         options["data_fingerprint"] = fingerprint

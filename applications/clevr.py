@@ -69,7 +69,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from applications import checks, console, distribute, fault_tolerance, plotting, tfds_data
+from applications import arguments, checks, console, distribute, fault_tolerance, plotting, tfds_data
 from applications.checks import integer_at_least
 from applications.errors import (DataNotFoundError, InputError, PathNotFoundError, check_run_dir, create_run_dir,
                                  leaves_no_empty_run_dir, writable_folder)
@@ -549,11 +549,14 @@ def load_split(split, data_dir=None, download=False):
 def feature_extractor(image_size=IMAGE_SIZE, weights="imagenet"):
     """Frozen ResNet-101 from images ``[b, s, s, 3]`` (0..255) to its conv4 output.
 
-    ``weights=None`` gives random weights (tests; no download)."""
-    base = keras.applications.ResNet101(
-        include_top=False, weights=weights, input_shape=(image_size, image_size, 3)
-    )
-    extractor = keras.Model(base.input, base.get_layer(FEATURE_LAYER).output, name="resnet101_conv4")
+    ``weights=None`` gives random weights (tests; no download). Built in float32
+    whatever the global dtype policy (``--precision``): the features are cached, and a
+    cache is read by runs of any precision."""
+    with arguments.precision_policy("float32"):
+        base = keras.applications.ResNet101(
+            include_top=False, weights=weights, input_shape=(image_size, image_size, 3)
+        )
+        extractor = keras.Model(base.input, base.get_layer(FEATURE_LAYER).output, name="resnet101_conv4")
     extractor.trainable = False
     return extractor
 

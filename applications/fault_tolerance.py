@@ -1331,6 +1331,9 @@ def _check_backup_options(backup_dir, run_options):
     # backup of an earlier version made none, and the command line's check
     # (check_resumable) comes before train adds them.
     saved, run_options = dict(saved), dict(run_options)
+    # a backup made before --precision existed trained in float32, as a run without it does
+    for options in (saved, run_options):
+        options.setdefault("precision", "float32")
     for name in (set(run_options) ^ set(saved)) & RESUMABLE_CHANGES:
         saved[name] = run_options[name] = run_options.get(name, saved.get(name))
     for name in set(DATA_RECORDS) & (set(saved) ^ set(run_options)):
@@ -1614,6 +1617,11 @@ def _write_pending_record(folder):
     pending["wrote"] = True
 
 
+def _global_policy_name():
+    """The name of Keras' global dtype policy (``float32``, ``mixed_bfloat16``, ...)."""
+    return keras.config.dtype_policy().name
+
+
 def resumable_callbacks(run_dir, save_freq="epoch", run_options=None, epochs=None):
     """``[AtomicBackupAndRestore, CSVLogger, StopOnDivergence]`` for a run in ``run_dir``.
 
@@ -1623,7 +1631,9 @@ def resumable_callbacks(run_dir, save_freq="epoch", run_options=None, epochs=Non
         save_freq: ``"epoch"`` or a number of steps between backups.
         run_options: the run's options, recorded in its backups: resuming the backup
             with other options is refused (:class:`BackupMismatchError`). Default None:
-            not recorded.
+            not recorded. Recorded with them as ``"precision"``: the name of Keras' global
+            dtype policy now (``--precision``), under which the run's model is built,
+            unless float32 (what a record without it means).
         epochs: the epochs the run's ``fit`` trains to, if known: a backup beyond them
             is refused now (:class:`BackupAheadError`), not when ``fit`` begins.
 
@@ -1647,6 +1657,14 @@ def resumable_callbacks(run_dir, save_freq="epoch", run_options=None, epochs=Non
     ):
         raise InputError(f"`save_freq` must be 'epoch' or a positive number of steps. Received: save_freq={save_freq!r}")
     save_freq = save_freq if save_freq == "epoch" else int(save_freq)
+    if isinstance(run_options, dict):
+        # the Keras dtype policy the run's model is built under (`--precision`, or one the
+        # user set): a resume under another trained the rest of the run in other arithmetic.
+        # float32 is not written: a record without it (also a backup made before) means it
+        run_options, policy = dict(run_options), _global_policy_name()
+        run_options.pop("precision", None)
+        if policy != "float32":
+            run_options["precision"] = policy
     check_resumable(run_dir, run_options, epochs)
     _write_pending_record(run_dir)  # the command line's record of the run's application
     # (an earlier run's traced steps and model, which TensorFlow's gradient registry kept)

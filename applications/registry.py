@@ -17,7 +17,11 @@ The protocol (an application module exposes):
     command line already adds the common options (see
     ``applications.__main__.add_common_arguments``): ``--run-dir``, ``--epochs``,
     ``--batch-size`` (per replica), ``--seed``, ``--strategy``, ``--tpu``,
-    ``--intra-op-threads``, ``--save-freq``, ``--quiet``; ``evaluate`` adds ``--model``.
+    ``--intra-op-threads``, ``--save-freq``, ``--quiet``; ``evaluate`` adds ``--model``;
+    ``train`` and ``tune`` add ``--precision``, whose Keras dtype policy the command line
+    sets around ``run_train`` (and a HyperModel around each trial's build and fit), so
+    ``run_train`` builds its model under it; a frozen feature extractor whose outputs are
+    cached builds itself in float32 (``arguments.precision_policy("float32")``).
 
 ``run_train(args, strategy) -> dict``
     Trains under ``strategy`` (build and compile the model inside ``strategy.scope()``,

@@ -59,7 +59,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from applications import checks, console, distribute, fault_tolerance, sst_trees
+from applications import arguments, checks, console, distribute, fault_tolerance, sst_trees
 from applications.checks import integer_at_least
 from applications.shared_data import only_files
 from applications.errors import (CommandLineError, DataNotFoundError, InputError, PathNotFoundError, create_run_dir,
@@ -289,8 +289,11 @@ class Encoder:
                     "keras-hub needs the `safetensors` package to read the Hugging Face "
                     f"checkpoint in {handle}: pip install safetensors"
                 )
-        backbone = _from_preset(keras_hub.models.Backbone.from_preset, handle, preset)
-        tokenizer = _from_preset(keras_hub.models.Tokenizer.from_preset, handle, preset)
+        # in float32 whatever the policy of the run (--precision): its hidden states are
+        # cached, and a cache is read by runs of any precision
+        with arguments.precision_policy("float32"):
+            backbone = _from_preset(keras_hub.models.Backbone.from_preset, handle, preset)
+            tokenizer = _from_preset(keras_hub.models.Tokenizer.from_preset, handle, preset)
         return cls(backbone, tokenizer, name=preset or DEFAULT_PRESET, max_length=max_length,
                    fingerprint=fingerprint)
 

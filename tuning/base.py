@@ -28,7 +28,7 @@ import keras
 import keras_tuner
 import numpy as np
 
-from applications import checks, distribute, fault_tolerance
+from applications import arguments, checks, distribute, fault_tolerance
 from applications.errors import InputError
 
 
@@ -47,6 +47,10 @@ class DatasetHyperModel(keras_tuner.HyperModel):
         name: the HyperModel's name (default: the class attribute ``application``).
         tunable: True or False, keras-tuner's: whether the hyperparameters that
             :meth:`build` declares join the search space. Default True.
+        precision: the Keras dtype policy every trial's model is built and trained under
+            (``applications.arguments.PRECISIONS``: float32, mixed_float16 or
+            mixed_bfloat16; :meth:`from_args`: ``--precision``). Default None: the global
+            policy as it is when a trial builds.
         replicas: the replicas in sync under the search's strategy (:meth:`from_args`:
             the strategy's): the trials' training batches are cut for them, as the
             applications' ``train`` cuts its own (``distribute.even_batches``: a batch
@@ -58,8 +62,13 @@ class DatasetHyperModel(keras_tuner.HyperModel):
     #: the application this HyperModel tunes.
     application = None
 
-    def __init__(self, batch_size=32, seed=0, epochs=3, name=None, tunable=True, verbose=1, replicas=1):
+    def __init__(self, batch_size=32, seed=0, epochs=3, name=None, tunable=True, verbose=1, replicas=1,
+                 precision=None):
         tunable = checks.true_or_false("tunable", tunable)
+        if precision is not None and precision not in arguments.PRECISIONS:
+            raise InputError(f"`precision` must be one of {', '.join(arguments.PRECISIONS)}. "
+                             f"Received: precision={precision!r}")
+        self.precision = precision
         super().__init__(name=name or self.application, tunable=tunable)
         # (int() turned batch_size=2.7 into 2 and "8" into 8, epochs=0 was taken; a seed of -1
         # failed later in numpy)
@@ -82,9 +91,13 @@ class DatasetHyperModel(keras_tuner.HyperModel):
         self.build = self._seeded_build
 
     def _seeded_build(self, hp, *args, **kwargs):
-        """``build`` (through keras-tuner's wrapper) with Keras' random state seeded first."""
+        """``build`` (through keras-tuner's wrapper) with Keras' random state seeded first,
+        under the dtype policy of ``precision``: keras-tuner clears Keras' session before
+        every trial's build, which puts the global policy back to float32 (a policy set
+        once around the whole search held for the first trial only)."""
         keras.utils.set_random_seed(self.seed)
-        return self._unseeded_build(hp, *args, **kwargs)
+        with arguments.precision_policy(self.precision):
+            return self._unseeded_build(hp, *args, **kwargs)
 
     @classmethod
     def from_args(cls, args, strategy):
@@ -95,6 +108,7 @@ class DatasetHyperModel(keras_tuner.HyperModel):
             seed=args.seed,
             epochs=args.epochs,
             verbose=0 if args.quiet else 1,
+            precision=getattr(args, "precision", None),
             **cls.options_from_args(args),
         )
 
@@ -165,7 +179,8 @@ class DatasetHyperModel(keras_tuner.HyperModel):
         # that it ignores it, at every trial
         kwargs.setdefault("shuffle", False)
         train = _for_strategies(train)
-        return model.fit(train, **kwargs)
+        with arguments.precision_policy(self.precision):  # (what fit builds: under the model's policy)
+            return model.fit(train, **kwargs)
 
 
 def stepped_choice(hp, name, low, high, step, default):

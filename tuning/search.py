@@ -463,7 +463,8 @@ def search_options(args):
     another ``--seed``, ``--limit`` or other data ranked trials scored on different
     validation examples (and trained from other splits or data) against each other, and
     wrote the new data's split beside a best model trained on the old data (``evaluate``
-    then scored it on those); the same data moved to another folder are resumed."""
+    then scored it on those); the same data moved to another folder are resumed.
+    ``--precision`` is among them unless float32 (a search's record without it: float32)."""
     from applications import arguments
 
     options = {name: value for name, value in arguments.run_options(args).items()
@@ -497,7 +498,10 @@ def _check_resumed_settings(project_dir, settings):
     if isinstance(saved_options, dict):  # (not recorded by searches started before it was)
         current = settings["options"]
         were += [_option_text(name, saved_options[name]) for name in sorted(saved_options)
-                 if name in current and name != _DATA and current[name] != saved_options[name]]
+                 if name in current and name not in (_DATA, "precision") and current[name] != saved_options[name]]
+        # --precision: recorded unless float32 (arguments.run_options), which a record without it means
+        if saved_options.get("precision", "float32") != current.get("precision", "float32"):
+            were.append(_option_text("precision", saved_options.get("precision", "float32")))
         old, new = saved_options.get(_DATA), current.get(_DATA)
         if old is not None and new is not None and not same_data(old, new):
             where = f"{new['source']} holds" if new.get("source") else "the data chosen now are"
