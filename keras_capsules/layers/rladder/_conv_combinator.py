@@ -24,9 +24,9 @@ from keras_capsules.layers.rladder._utils import (
     positive_int,
     serialize_all,
     split_top_lateral,
-    upsample_nearest,
+    upsampled_conv,
 )
-from keras_capsules.ops import conv, matmul
+from keras_capsules.ops import matmul
 
 _BASE_INITIALIZERS = ("kernel_initializer", "bias_initializer")
 _BASE_REGULARIZERS = ("kernel_regularizer", "bias_regularizer")
@@ -239,7 +239,8 @@ class ConvCombinatorBase(keras.layers.Layer):
             return ops.conv_transpose(
                 x_top, self.top_kernel, strides=self.upsample, padding="same"
             )
-        return conv(upsample_nearest(x_top, self.upsample), self.top_kernel, padding="same")
+        # (the convolution of the nearest upsampling, computed at x_top's resolution)
+        return upsampled_conv(x_top, ops.cast(self.top_kernel, x_top.dtype), self.upsample)
 
     def _split_and_check(self, inputs):
         name = type(self).__name__

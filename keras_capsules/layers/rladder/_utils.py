@@ -11,7 +11,7 @@ from keras import ops
 from keras_capsules.layers._initializers import fresh_initializer, narrow_float_safe
 from keras_capsules._validation import choice, generator_seed, positive_float, positive_int, seed_value  # noqa: F401 (re-exported)
 from keras_capsules._validation import tensorflow_outside_xla, exactly_shaped_like
-from keras_capsules.ops import mean, routing_dtype
+from keras_capsules.ops import conv, mean, routing_dtype
 
 UPSAMPLE_MODES = ("nearest", "transpose")
 #: how a vector x_top reaches the pixels of x_lat: the conv combinators' ``vector_top``,
@@ -286,6 +286,66 @@ def upsample_nearest(x, factor):
     _, h, w, c = x.shape
     ones = ops.ones((1, 1, factor, 1, factor, 1), dtype=x.dtype)
     return ops.reshape(ops.reshape(x, (-1, h, 1, w, 1, c)) * ones, (-1, h * factor, w * factor, c))
+
+
+def _folded_taps(kernel, axis, phase, factor, before):
+    """The taps of ``kernel`` along ``axis`` (0: rows, 1: columns) that output phase
+    ``phase`` of a nearest upsampling by ``factor`` reads, summed per source pixel:
+    ``(first offset, folded kernel)``. A tap ``d`` of a "same" convolution (``before``
+    padded pixels before) at upsampled pixel ``factor * i + phase`` reads source pixel
+    ``i + (phase + d - before) // factor``."""
+    offsets = [(phase + d - before) // factor for d in range(kernel.shape[axis])]
+    first = offsets[0]
+    folded = [None] * (offsets[-1] - first + 1)
+    for d, o in enumerate(offsets):
+        tap = kernel[d] if axis == 0 else kernel[:, d]
+        folded[o - first] = tap if folded[o - first] is None else folded[o - first] + tap
+    return first, ops.stack(folded, axis=axis)
+
+
+def upsampled_conv(x, kernel, factor):
+    """``conv(upsample_nearest(x, factor), kernel, padding="same")`` for ``x`` of static
+    height and width, computed at ``x``'s resolution: output phase ``(a, b)`` (the pixels
+    ``factor * i + a``, ``factor * j + b``) reads ``x`` through the kernel's taps that fall
+    on the same source pixel, summed (:func:`_folded_taps`: a 3x3 kernel after an
+    upsampling by 2 becomes a 2x2 kernel per phase); the phases' kernels, placed in one
+    kernel over all their offsets (zeros elsewhere), make one convolution of ``x`` with
+    ``factor ** 2`` times the output channels, whose phases are then interleaved. The
+    same sums of products as the convolution of the upsampled input up to the order of
+    floating-point additions (taps are summed before they multiply). Zero padding of
+    ``x`` is the zero padding of the upsampled input (a source pixel outside ``x`` is an
+    upsampled pixel outside the upsampled input). On a CPU under XLA one convolution of
+    ``x`` and its gradients cost less than those of the ``factor ** 2`` times larger
+    upsampled input: a ``model.fit`` update of the Occluded Moving MNIST benchmark's
+    ladder (its defaults, one core) took 6-8% less time (``"rladder"``, 95.5-99.0 ms
+    before, 89.7-92.1 ms after) and 10-12% less without feedback (83.4-85.0 ms, 74.7-76.0
+    ms); the first, compiling step took ~4.5 s longer."""
+    _, h, w, _ = x.shape
+    if factor == 1 or h is None or w is None:
+        return conv(upsample_nearest(x, factor), kernel, padding="same")
+    kh, kw = kernel.shape[0], kernel.shape[1]
+    # "same" pads (k - 1) // 2 pixels before, the rest after (as Keras' and XLA's convolutions)
+    rows = [_folded_taps(kernel, 0, a, factor, (kh - 1) // 2) for a in range(factor)]
+    # (first row offset, first column offset, folded kernel) of every phase, row-major
+    flat = [(fa,) + _folded_taps(k, 1, b, factor, (kw - 1) // 2) for fa, k in rows for b in range(factor)]
+    lo_h, hi_h = min(p[0] for p in flat), max(p[0] + p[2].shape[0] - 1 for p in flat)
+    lo_w, hi_w = min(p[1] for p in flat), max(p[1] + p[2].shape[1] - 1 for p in flat)
+    cout = kernel.shape[3]
+    kernels = []
+    for first_h, first_w, k in flat:  # every phase's taps placed in one kernel over all offsets
+        kernels.append(ops.pad(k, [(first_h - lo_h, hi_h - first_h - k.shape[0] + 1),
+                                   (first_w - lo_w, hi_w - first_w - k.shape[1] + 1), (0, 0), (0, 0)]))
+    merged = ops.concatenate(kernels, axis=-1)  # [.., .., in, (a, b, out)]
+    if lo_h == -hi_h and lo_w == -hi_w:  # (a 3x3 kernel and a factor of 2: offsets -1, 0, 1)
+        out = conv(x, merged, padding="same")  # (no padded copy of x, nor its gradient)
+    else:
+        padded = ops.pad(x, [(0, 0), (max(-lo_h, 0), max(hi_h, 0)), (max(-lo_w, 0), max(hi_w, 0)), (0, 0)])
+        top, left = lo_h + max(-lo_h, 0), lo_w + max(-lo_w, 0)
+        window = padded[:, top:top + h + hi_h - lo_h, left:left + w + hi_w - lo_w, :]
+        out = conv(window, merged, padding="valid")
+    out = ops.reshape(out, (-1, h, w, factor, factor, cout))
+    out = ops.transpose(out, (0, 1, 3, 2, 4, 5))  # [batch, h, factor (a), w, factor (b), out]
+    return ops.reshape(out, (-1, h * factor, w * factor, cout))
 
 
 def max_pool(x, factor):
