@@ -87,7 +87,9 @@ the default commands):
   without feedback 8.20% (the three side by side, 17 minutes each, seed 0, with the
   gated feed-forward levels, ``--conv-encoder gatedconv``, the default since the
   sixteenth round; 10.60%, 9.50%, 9.30% on 8cf177e on a slower day, one epoch fewer
-  each, twenty-third round): NOT MET (the RLadder must be clearly below both). The gated
+  each, twenty-third round; 8.85%, 9.00%, 9.00% on 99b7bc6, whose ladder update is ~7%
+  faster, 6 / 8 / 7 epochs, twenty-fifth round: lowest by 0.15 points, within a second
+  seed's spread): NOT MET (the RLadder must be clearly below both). The gated
   levels made both ladders better (the ReLU levels the same day: 11.50%, 8.90%, 12.50%)
   and the ladder without feedback the first ladder of these rounds below the temporal
   baseline, but the feedback adds nothing measurable. With ``--seed 1``: 9.50%, 9.20%,
