@@ -68,6 +68,13 @@ save_freq = _word_or("epoch", positive_int, "'epoch' or a positive number of ste
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 
 
+def check_precision(precision):
+    """``precision`` if it is one of :data:`PRECISIONS` or None, else an ``InputError``."""
+    if precision is not None and precision not in PRECISIONS:
+        raise InputError(f"`precision` must be one of {', '.join(PRECISIONS)}. Received: precision={precision!r}")
+    return precision
+
+
 @contextlib.contextmanager
 def precision_policy(precision):
     """Sets Keras' global dtype policy to ``precision`` (one of :data:`PRECISIONS`) inside
@@ -79,11 +86,9 @@ def precision_policy(precision):
     ``LossScaleOptimizer`` under ``mixed_float16``. A ``.keras`` model saved inside keeps
     its layers' policies: loaded anywhere, it computes as it was trained.
     """
-    if precision is None:
+    if check_precision(precision) is None:
         yield
         return
-    if precision not in PRECISIONS:
-        raise InputError(f"`precision` must be one of {', '.join(PRECISIONS)}. Received: precision={precision!r}")
     import keras
 
     previous = keras.config.dtype_policy()

@@ -1617,11 +1617,6 @@ def _write_pending_record(folder):
     pending["wrote"] = True
 
 
-def _global_policy_name():
-    """The name of Keras' global dtype policy (``float32``, ``mixed_bfloat16``, ...)."""
-    return keras.config.dtype_policy().name
-
-
 def resumable_callbacks(run_dir, save_freq="epoch", run_options=None, epochs=None):
     """``[AtomicBackupAndRestore, CSVLogger, StopOnDivergence]`` for a run in ``run_dir``.
 
@@ -1661,7 +1656,7 @@ def resumable_callbacks(run_dir, save_freq="epoch", run_options=None, epochs=Non
         # the Keras dtype policy the run's model is built under (`--precision`, or one the
         # user set): a resume under another trained the rest of the run in other arithmetic.
         # float32 is not written: a record without it (also a backup made before) means it
-        run_options, policy = dict(run_options), _global_policy_name()
+        run_options, policy = dict(run_options), keras.config.dtype_policy().name
         run_options.pop("precision", None)
         if policy != "float32":
             run_options["precision"] = policy

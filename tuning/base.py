@@ -65,10 +65,7 @@ class DatasetHyperModel(keras_tuner.HyperModel):
     def __init__(self, batch_size=32, seed=0, epochs=3, name=None, tunable=True, verbose=1, replicas=1,
                  precision=None):
         tunable = checks.true_or_false("tunable", tunable)
-        if precision is not None and precision not in arguments.PRECISIONS:
-            raise InputError(f"`precision` must be one of {', '.join(arguments.PRECISIONS)}. "
-                             f"Received: precision={precision!r}")
-        self.precision = precision
+        self.precision = arguments.check_precision(precision)
         super().__init__(name=name or self.application, tunable=tunable)
         # (int() turned batch_size=2.7 into 2 and "8" into 8, epochs=0 was taken; a seed of -1
         # failed later in numpy)
