@@ -24,6 +24,7 @@ os.environ.setdefault(
 
 import contextlib  # noqa: E402
 import pathlib  # noqa: E402
+import time  # noqa: E402
 
 # First, before TensorFlow loads: keras_capsules turns off TF 2.21's oneDNN kernels,
 # which corrupt the heap in broadcast batch matmuls (see keras_capsules/__init__.py).
@@ -98,25 +99,45 @@ def pytest_xdist_auto_num_workers(config):
     return workers if workers > 1 else 0
 
 
+_STARTED = pytest.StashKey[float]()
+#: a test that took this many seconds (with its set-up) is followed by a full collection
+_LONG_TEST = 1.0
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    item.stash[_STARTED] = time.perf_counter()
+
+
+@pytest.hookimpl(trylast=True)
 def pytest_runtest_teardown(item, nextitem):
-    """After a test file's last test: collect its garbage, then freeze what is left.
+    """After a test of a second or more, and after its fixtures are torn down: a full
+    garbage collection; after a test file's last test also ``gc.freeze()``.
 
-    A test process keeps what every earlier test built alive inside TensorFlow and
-    Keras (traced functions, graphs, layers): about 900,000 objects after three test
-    files, several million late in a worker's share of the suite. Python's full
-    garbage collections scan all of them, more often the more the tests allocate:
-    measured in one process (``-n 0``) over ``tests/layers/rladder/test_rtagger.py``,
-    ``tests/layers/test_em_routing.py`` and ``tests/tuning/test_hypermodels.py``,
-    the collector took 40 s of the last file's 136 s. ``gc.freeze()`` moves the
-    survivors into the permanent generation, which collections skip: then 7 s of
-    108 s, and 242 s instead of 267 s for the three files. Garbage is still
-    collected first (``gc.collect()``), so only objects alive at the end of a file
-    are frozen; a frozen cycle that dies later is not freed.
+    The models and traced functions a test leaves behind hold one another in reference
+    cycles that only Python's rare full collections free, and until then TensorFlow
+    keeps what they traced alive: each later trace and first call of a function in the
+    process took longer the more of it there was. ``tests/layers/rladder/test_rladder.py``
+    on one core (2026-12-06): 291 s, its two-replica fit over unknown lengths 70 s (21 s
+    alone); collecting after every test of 1 s or more 185-205 s and 6 s; after every
+    test 206 s (a collection scans every object not frozen, tenths of a second late in a
+    file, so quick tests, which leave little behind, skip it). The application and
+    tuning tests, which run their steps eagerly, neither gain nor lose measurably.
+
+    At the end of a file (this hook runs last, after its module fixtures are torn down)
+    what is left after a collection is frozen: a process keeps what every earlier test
+    built alive inside TensorFlow and Keras, several million objects late in a worker's
+    share of the suite, and collections skip frozen objects (measured in one process
+    over ``test_rtagger.py``, ``test_em_routing.py`` and ``tuning/test_hypermodels.py``:
+    the collector took 40 s of the last file's 136 s without freezing, 7 s of 108 s
+    with it). A frozen cycle that dies later is not freed.
     """
-    if nextitem is None or nextitem.module is not item.module:
-        import gc
+    import gc
 
+    last_of_file = nextitem is None or nextitem.module is not item.module
+    if last_of_file or time.perf_counter() - item.stash.get(_STARTED, 0.0) >= _LONG_TEST:
         gc.collect()
+    if last_of_file:
         gc.freeze()
 
 

@@ -44,12 +44,22 @@ class _Seen(keras.callbacks.Callback):
 
 @pytest.fixture
 def seen(monkeypatch):
-    """What the runs' ``fit`` calls trained (see :class:`_Seen`)."""
-    from applications import fault_tolerance
+    """What the runs' ``fit`` calls trained (see :class:`_Seen`), and under ``"loaded"``
+    the models that ``evaluate`` loaded (``checks.load_model``, which every application's
+    evaluate loads its model with)."""
+    from applications import checks, fault_tolerance
 
     found = {}
     make = fault_tolerance.resumable_callbacks
     monkeypatch.setattr(fault_tolerance, "resumable_callbacks", lambda *a, **kw: [*make(*a, **kw), _Seen(found)])
+    load = checks.load_model
+
+    def load_model(*args, **kwargs):
+        model = load(*args, **kwargs)
+        found.setdefault("loaded", []).append(model)
+        return model
+
+    monkeypatch.setattr(checks, "load_model", load_model)
     return found
 
 
@@ -79,14 +89,17 @@ def _train_and_evaluate(name, train, evaluate, precision, tmp_path, capsys, seen
     assert seen["policies"] and set(seen["policies"]) == {precision}
     _check_model(seen["models"][0], precision)
     assert seen["losses"] and all(math.isfinite(loss) for loss in seen["losses"]), seen["losses"]
-    # the saved model's layers keep the policy (the functional model's own is not saved)
-    loaded = keras.saving.load_model(run_dir / "model.keras")
-    policies = {layer.dtype_policy.name for layer in loaded._flatten_layers(include_self=False) if layer.weights}
-    assert precision in policies, policies
+    loaded_before = len(seen.get("loaded", []))
     capsys.readouterr()
     code = cli.main(["evaluate", name, *evaluate, "--model", str(run_dir / "model.keras")])
     out, err = capsys.readouterr()
     assert code == 0, err
+    # the saved model's layers keep the policy (the functional model's own is not saved):
+    # those of the model evaluate loaded from model.keras (one load, not another here)
+    loaded = seen["loaded"][loaded_before:]
+    assert len(loaded) == 1, loaded
+    policies = {layer.dtype_policy.name for layer in loaded[0]._flatten_layers(include_self=False) if layer.weights}
+    assert precision in policies, policies
     metrics = json.loads(out)
     assert "not finite" not in err and not _non_finite(metrics), (metrics, err)
     assert keras.config.dtype_policy().name == "float32"
@@ -244,8 +257,11 @@ def test_the_cached_feature_extractors_compute_in_float32_under_a_mixed_policy(t
     assert keras.ops.convert_to_tensor(extractor(images)).dtype == "float32"
 
 
-@pytest.mark.graph_mode
 def test_tune_builds_every_trial_under_the_policy(tmp_path, capsys, monkeypatch):
+    # Eager (the folder's default; 4 s, traced 12 s): the policy a trial is built under,
+    # its model's and its optimizer are read as the trial's model is built, before any
+    # step runs. Traced training under mixed_float16 (the loss-scaled step of the same
+    # demo model) is test_tiny_train_then_evaluate_under_mixed_precision[demo-mixed_float16].
     import tuning
 
     built = []
