@@ -111,9 +111,8 @@ def pytest_runtest_setup(item):
 
 @pytest.hookimpl(trylast=True)
 def pytest_runtest_teardown(item, nextitem):
-    """After a test of a second or more, and after a test file's last test (this hook
-    runs after the test's fixtures are torn down): a full garbage collection, then
-    ``gc.freeze()``.
+    """After a test of a second or more, and after its fixtures are torn down: a full
+    garbage collection; after a test file's last test also ``gc.freeze()``.
 
     The models and traced functions a test leaves behind hold one another in reference
     cycles that only Python's rare full collections free, and until then TensorFlow
@@ -121,23 +120,24 @@ def pytest_runtest_teardown(item, nextitem):
     process took longer the more of it there was. ``tests/layers/rladder/test_rladder.py``
     on one core (2026-12-06): 291 s, its two-replica fit over unknown lengths 70 s (21 s
     alone); collecting after every test of 1 s or more 185-205 s and 6 s; after every
-    test 206 s (quick tests leave little behind: they skip it).
+    test 206 s (a collection scans every object not frozen, tenths of a second late in a
+    file, so quick tests, which leave little behind, skip it). The application and
+    tuning tests, which run their steps eagerly, neither gain nor lose measurably.
 
-    What survives the collection is frozen: the process keeps what every earlier test
+    At the end of a file (this hook runs last, after its module fixtures are torn down)
+    what is left after a collection is frozen: a process keeps what every earlier test
     built alive inside TensorFlow and Keras, several million objects late in a worker's
-    share of the suite, and the collector's own full collections skip frozen objects
-    (they took 40 s of 136 s of ``tuning/test_hypermodels.py`` after two other files
-    without freezing, 7 s of 108 s freezing at each file's end). Freezing after every
-    long test, not only at a file's end: ``tests/applications/test_fault_tolerance.py``
-    108 s -> 93 s, ``test_rladder.py`` 205 s -> 174 s (one core each, 2026-12-06; 0.9
-    and 2.4 GB at most). A frozen cycle that dies later (a module fixture's, at its
-    file's end) is not freed: memory, not time, is what that costs.
+    share of the suite, and collections skip frozen objects (measured in one process
+    over ``test_rtagger.py``, ``test_em_routing.py`` and ``tuning/test_hypermodels.py``:
+    the collector took 40 s of the last file's 136 s without freezing, 7 s of 108 s
+    with it). A frozen cycle that dies later is not freed.
     """
     import gc
 
     last_of_file = nextitem is None or nextitem.module is not item.module
     if last_of_file or time.perf_counter() - item.stash.get(_STARTED, 0.0) >= _LONG_TEST:
         gc.collect()
+    if last_of_file:
         gc.freeze()
 
 
