@@ -40,6 +40,11 @@ makes, every batch loses its remainder) and a batch smaller than that goes, so e
 replica holds as many examples and the step is the one-device step on the examples kept. Evaluation
 data is left whole (its figures are already exact); one replica keeps every batch.
 
+Mixed precision (``--precision``): the model is built and trained under the dtype policy as
+under one device. Under ``mixed_float16`` Keras' ``LossScaleOptimizer`` decided from the
+first replica's gradients alone whether a step overflowed; :func:`install_keras_fixes`
+makes every replica's verdict count (see :func:`_loss_scaled_apply_agreed_by_every_replica`).
+
 Generated or in-memory data (``from_tensor_slices``, generators) cannot be sharded by
 file, so :func:`distribute_dataset_options` sets the auto-shard policy to ``DATA``:
 each worker takes its share of every global batch.
@@ -604,6 +609,11 @@ def install_keras_fixes():
       that builds from the element spec: Keras ran the whole model once more on the
       data's specs only to learn the predictions' rank and last axis (a quarter of a
       tiny text classifier's ``evaluate``; see :func:`_build_compiled_from_outputs`).
+    * under ``mixed_float16`` (a ``LossScaleOptimizer``) with several replicas, a step is
+      applied, or skipped with the loss scale halved, as the gradients of every replica
+      say: Keras looked at the first replica's alone, so a float16 overflow on another
+      one turned every weight NaN under a mirrored strategy and deadlocked a multi-worker
+      cluster (see :func:`_loss_scaled_apply_agreed_by_every_replica`).
 
     The results are those of Keras' own functions (tested for the default and a
     mirrored strategy); the second patched function behaves as before under every
@@ -704,8 +714,80 @@ def install_keras_fixes():
     tf_trainer.TensorFlowTrainer._maybe_symbolic_build = maybe_symbolic_build
     tf_trainer.TensorFlowTrainer.make_train_function = make_train_function_of_one_step_per_execution
     tf_trainer.reduce_per_replica = reduce_scalars_per_replica
+    _install_loss_scale_fix()
     _FIXES_INSTALLED = True
     return True
+
+
+def _install_loss_scale_fix():
+    """Replaces ``LossScaleOptimizer._tf_apply`` by
+    :func:`_loss_scaled_apply_agreed_by_every_replica` (Keras' own kept in
+    ``_KERAS_ORIGINALS``, so that a second install does not wrap the replacement); when
+    this Keras has not the methods it uses, warns and leaves Keras' own."""
+    try:
+        from keras.src.optimizers.loss_scale_optimizer import LossScaleOptimizer
+
+        keras_apply = _KERAS_ORIGINALS.setdefault("loss_scaled_apply", LossScaleOptimizer._tf_apply)
+        for name in ("check_finite", "_stateful_handle_finite_grads", "_stateful_handle_non_finite_grads"):
+            getattr(LossScaleOptimizer, name)  # (what the replacement calls)
+    except (ImportError, AttributeError) as err:
+        import warnings
+
+        warnings.warn(f"Keras' loss-scale fix not installed ({err}): under --precision mixed_float16 with "
+                      "several replicas, a float16 overflow on one replica alone may make the weights NaN",
+                      RuntimeWarning, stacklevel=3)
+        return
+    LossScaleOptimizer._tf_apply = _loss_scaled_apply_agreed_by_every_replica(keras_apply)
+
+
+def _loss_scaled_apply_agreed_by_every_replica(keras_apply):
+    """``LossScaleOptimizer._tf_apply`` (Keras 3.15) whose step is applied, or skipped
+    with the loss scale halved, as every replica's gradients say, not the first's.
+
+    Keras hands the optimizer each replica's own gradients, before their all-reduce
+    (which the inner optimizer makes as it applies them). Under a strategy that uses
+    ``merge_call`` (a ``MirroredStrategy`` or ``MultiWorkerMirroredStrategy`` on CPUs,
+    or on GPUs without XLA), ``LossScaleOptimizer`` checks that they are finite on
+    every replica but takes the first replica's answer ("each replica computed the
+    same value, since grads is all-reduced", which they are not yet). A step whose
+    float16 gradients overflowed on another replica only was then applied: the
+    infinite gradient went into the all-reduce and every weight turned NaN, and the
+    loss scale was not halved (under one device, the same batch skips the step and
+    halves the scale). Here the replicas' verdicts are summed over every replica (of
+    every worker), so all apply or all skip, as one device does on the whole batch.
+
+    Under a multi-worker strategy, where each worker runs the cond of its own, Keras'
+    check deadlocked the cluster instead: a worker whose gradients were finite waited
+    in the all-reduce for one that had skipped the step.
+
+    Other cases go to ``keras_apply`` unchanged: no ``merge_call`` (XLA on GPUs, or no
+    strategy at all), a ``TPUStrategy`` (untested here), a call in cross-replica context.
+    """
+    import tensorflow as tf
+    from keras import ops
+
+    def apply(self, grads, trainable_variables=None):
+        if (tf.distribute.in_cross_replica_context() or tf.__internal__.distribute.strategy_supports_no_merge_call()
+                or isinstance(tf.distribute.get_strategy(), tf.distribute.TPUStrategy)):
+            return keras_apply(self, grads, trainable_variables)
+
+        def non_finite(grads):
+            return tf.cast(tf.logical_not(self.check_finite(grads)), tf.float32)
+
+        def in_cross_replica_context(distribution, grads, trainable_variables):
+            flags = distribution.extended.call_for_each_replica(non_finite, args=(grads,))
+            finite = tf.equal(distribution.reduce(tf.distribute.ReduceOp.SUM, flags, axis=None), 0.0)
+
+            def apply_finite():
+                distribution.extended.call_for_each_replica(
+                    self._stateful_handle_finite_grads, args=(grads, trainable_variables))
+
+            # (a cond in cross-replica context: its branch's all-reduce calls merge_call, as Keras has it)
+            ops.cond(finite, apply_finite, self._stateful_handle_non_finite_grads)
+
+        tf.distribute.get_replica_context().merge_call(in_cross_replica_context, args=(grads, trainable_variables))
+
+    return apply
 
 
 def _build_compiled_from_outputs(model, data_batch):
