@@ -99,6 +99,65 @@ def precision_policy(precision):
         keras.config.set_dtype_policy(previous)
 
 
+def output_dtype():
+    """The ``dtype`` of the layers that make a model's outputs: ``"float32"`` under a
+    mixed global dtype policy (16-bit compute, float32 weights: ``mixed_float16``,
+    ``mixed_bfloat16``), else None (the global policy, as every other layer).
+
+    Keras' mixed-precision guide has the layers that make a model's outputs compute in
+    float32, so that the losses, metrics and softmaxes see float32 logits and
+    probabilities; the hidden layers keep computing in 16 bits. A float32 layer casts
+    its 16-bit inputs up (Keras' autocast; the library's layers cast their own). None
+    under float32 builds exactly the model built before this (same layers, config and
+    weights for a seed). Call it while building, under the policy the model is built in.
+    """
+    import keras
+
+    policy = keras.config.dtype_policy()
+    mixed = policy.variable_dtype == "float32" and policy.compute_dtype != "float32"
+    return "float32" if mixed else None
+
+
+def float32_output(x, name):
+    """``x``, a model output made by a layer that cannot compute in float32 alone (a
+    recurrent ladder whose decoder makes the logits), as float32 under a mixed global
+    policy: a linear ``Activation`` named ``name`` computing in float32 (Keras'
+    mixed-precision guide); ``x`` itself otherwise (:func:`output_dtype`)."""
+    dtype = output_dtype()
+    if dtype is None:
+        return x
+    import keras
+
+    return keras.layers.Activation("linear", dtype=dtype, name=name)(x)
+
+
+def trains_under_precision(train):
+    """Decorator of an application's Python ``train(..., precision=None)``: the call runs
+    under :func:`precision_policy` of its ``precision`` argument (checked first: a bad
+    value is an ``InputError`` before anything is read or written), so that the model is
+    built, trained and saved under it (and a backup made inside the call records it:
+    ``fault_tolerance.resumable_callbacks``), and the global policy set before comes
+    back after, on an error too. None: the global policy set outside (the command line
+    sets ``--precision`` around the call)."""
+    import functools
+    import inspect
+
+    signature = inspect.signature(train)
+    if "precision" not in signature.parameters:
+        raise TypeError(f"{train.__qualname__} takes no `precision` argument")
+
+    @functools.wraps(train)
+    def train_under_precision(*args, **kwargs):
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError:  # Python's own error for the call
+            return train(*args, **kwargs)
+        with precision_policy(bound.arguments.get("precision")):
+            return train(*args, **kwargs)
+
+    return train_under_precision
+
+
 def add_common_arguments(parser, command):
     """Options every application's ``train`` / ``evaluate`` / ``tune`` command has."""
     parser.add_argument(

@@ -253,7 +253,8 @@ def output_unit(memory, question, num_answers, units=512, dropout=0.0, name="out
     if dropout:
         x = keras.layers.Dropout(dropout, name=f"{name}_dropout")(x)
     x = keras.layers.Dense(units, activation="elu", name=f"{name}_hidden")(x)
-    return keras.layers.Dense(num_answers, name="answer")(x)
+    # (float32 under a mixed policy: the logits the loss and metrics read)
+    return keras.layers.Dense(num_answers, name="answer", dtype=arguments.output_dtype())(x)
 
 
 def mac_answer_logits(words, question, kb, num_answers, max_steps=12, classifier_units=None,
@@ -1078,9 +1079,10 @@ def _checked_model_options(model_kwargs):
 
 
 @leaves_no_empty_run_dir()
+@arguments.trains_under_precision
 def train(cache_dir, run_dir="runs/clevr", data_dir=None, epochs=25, batch_size=64, image_size=IMAGE_SIZE,
           weights="imagenet", model_kwargs=None, extractor=None, seed=0, verbose=1, learning_rate=1e-4,
-          limit=None, strategy=None, callbacks=()):
+          limit=None, strategy=None, callbacks=(), precision=None):
     """Trains the CLEVR MAC model with the paper's recipe, as the demo does.
 
     Writes ``model.keras`` (EMA weights), ``history.png``, ``attention.png`` (the
@@ -1101,6 +1103,15 @@ def train(cache_dir, run_dir="runs/clevr", data_dir=None, epochs=25, batch_size=
     A split without questions is refused before training (:func:`require_questions`).
     ``verbose`` (0, 1 or 2) is ``fit``'s, and 1 or 2 also shows the feature extraction's
     progress.
+
+    ``precision`` is the Keras dtype policy the model is built, trained and saved under:
+    ``"float32"``, ``"mixed_float16"`` or ``"mixed_bfloat16"`` (its hidden layers compute
+    in 16 bits, its outputs in float32, its weights stay float32); None (the default):
+    the global policy set outside. The policy set before comes back after the call, on
+    an error too. The backup callbacks of ``fault_tolerance.resumable_callbacks`` record
+    the policy in force when they are made: make them under
+    ``arguments.precision_policy(precision)`` too, and a resume under another is refused.
+    Another value is an ``InputError``, before anything is read or written.
     """
 
     from applications import fault_tolerance

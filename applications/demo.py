@@ -31,7 +31,7 @@ import sys
 import keras
 import numpy as np
 
-from applications import checks, console, distribute, fault_tolerance, plotting
+from applications import arguments, checks, console, distribute, fault_tolerance, plotting
 from applications.mnist_digits import arrays_fingerprint
 # the demo's data loads no TensorFlow (benchmarks/demo_seeds.py reads it first): re-exported here
 from applications.mnist_digits import load_arrays, load_digits_arrays  # noqa: F401
@@ -117,9 +117,9 @@ def build_model(
         # momentum 0.9, not 0.99: the scores' scale moves fast while the betas grow, and
         # statistics that lagged behind it cost 3-16 points of validation accuracy
         a = keras.layers.BatchNormalization(momentum=0.9, synchronized=synchronized_batchnorm, name="norm_hidden")(a)
-    logits, _, _ = EMRouting(num_classes, p, n_iters=n_iters, n_inp=hidden_capsules, name="routing2")(
-        [a, mu]
-    )
+    # (float32 under a mixed policy: the logits the loss and metrics read)
+    logits, _, _ = EMRouting(num_classes, p, n_iters=n_iters, n_inp=hidden_capsules, name="routing2",
+                             dtype=arguments.output_dtype())([a, mu])
     return keras.Model(images, logits, name=name)
 
 
@@ -299,6 +299,7 @@ def _check_model_options(model_options):
 
 
 @leaves_no_empty_run_dir()
+@arguments.trains_under_precision
 def train(
     run_dir="runs/demo",
     epochs=25,
@@ -312,6 +313,7 @@ def train(
     save_freq="epoch",
     model_options=None,
     callbacks=(),
+    precision=None,
 ):
     """Trains the demo and writes its outputs to ``run_dir``.
 
@@ -346,6 +348,13 @@ def train(
             ``hidden_capsules``, ``n_iters``, ...).
         callbacks: extra Keras callbacks (after the backup and the CSV logger); the
             backups among them go with the run's (``fault_tolerance.finish_run``).
+        precision: the Keras dtype policy the model is built, trained and saved under:
+            ``"float32"``, ``"mixed_float16"`` or ``"mixed_bfloat16"`` (its hidden layers
+            compute in 16 bits, its outputs in float32, its weights stay float32); None
+            (the default): the global policy set outside. The policy set before comes
+            back after the call, on an error too. A backup of the run
+            (``fault_tolerance.resumable_callbacks``) records it: a resume under another
+            is refused. Another value is an ``InputError``, before anything is read or written.
 
     Returns:
         A dict with the test accuracy, the parameter count, the epochs and the paths.

@@ -34,7 +34,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from applications import checks, console, distribute, plotting
+from applications import arguments, checks, console, distribute, plotting
 from applications.checks import integer_at_least
 from applications.errors import (InputError, PathNotFoundError, check_run_dir, create_run_dir,
                                  leaves_no_empty_run_dir, user_path)
@@ -700,18 +700,21 @@ def build_model(
         )
         logits, _ = ladder(x)
         bias = ladder.output_bias
+        if readout != "nade":  # (float32 under a mixed policy: the logits the loss reads; nade's below)
+            logits = arguments.float32_output(logits, "logits")
     else:
         top = RLadder(levels, use_decoder=False, dropout=dropout, dropout_noise=dropout_noise,
                       zoneout=zoneout, seed=seed, name="rladder")(x)
         # not `readout`: that name is the read-out argument checked below ("nade")
-        top_readout = keras.layers.Dense(NUM_KEYS, name="readout")
+        top_readout = keras.layers.Dense(  # (float32 under a mixed policy unless nade reads it)
+            NUM_KEYS, name="readout", dtype=None if readout == "nade" else arguments.output_dtype())
         logits = top_readout(top)
         bias = top_readout.bias
     if output_bias is not None:
         bias.assign(output_bias.reshape((NUM_KEYS,)))
     if readout == "nade":
         targets = keras.Input((steps, NUM_KEYS), name="targets")
-        logits = KeyNADE(nade_units, name="nade")([logits, targets])
+        logits = KeyNADE(nade_units, name="nade", dtype=arguments.output_dtype())([logits, targets])
         return keras.Model({"rolls": rolls, "targets": targets}, logits, name=name)
     return keras.Model(rolls, logits, name=name)
 
@@ -1069,6 +1072,7 @@ def plot_piano_roll(rolls, path, title=None):
 
 # ------------------------------------------------------------------------- recipe
 @leaves_no_empty_run_dir()
+@arguments.trains_under_precision
 def train(
     data_path=None,
     run_dir="runs/music",
@@ -1099,6 +1103,7 @@ def train(
     strategy=None,
     limit=None,
     sample_steps=64,
+    precision=None,
 ):
     """Trains on the training chorales, keeps the best model on the validation NLL.
 
@@ -1168,6 +1173,15 @@ def train(
     or 2 also prints the learning rate's reductions and the members' lines. Another
     value is refused with an ``InputError`` before the chorales are read
     (:func:`applications.checks.verbosity`).
+
+    ``precision`` is the Keras dtype policy the model is built, trained and saved under:
+    ``"float32"``, ``"mixed_float16"`` or ``"mixed_bfloat16"`` (its hidden layers compute
+    in 16 bits, its outputs in float32, its weights stay float32); None (the default):
+    the global policy set outside. The policy set before comes back after the call, on
+    an error too. The backup callbacks of ``fault_tolerance.resumable_callbacks`` record
+    the policy in force when they are made: make them under
+    ``arguments.precision_policy(precision)`` too, and a resume under another is refused.
+    Another value is an ``InputError``, before anything is read or written.
 
     Returns:
         A dict with the validation and test NLL per step, the parameter count and the paths.

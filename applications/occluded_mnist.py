@@ -55,7 +55,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from applications import checks, console, distribute, plotting
+from applications import arguments, checks, console, distribute, plotting
 from applications.checks import integer_at_least
 from applications.mnist_digits import check_digits
 from applications.errors import (InputError, PathNotFoundError, check_run_dir, create_run_dir,
@@ -843,13 +843,15 @@ def build_model(
                 feedback_initializer=feedback_initializer if feedback else None,
                 name="rladder",
             )(frames)
-            outputs["next_frames"] = keras.layers.Identity(name="next_frames")(
+            outputs["next_frames"] = keras.layers.Identity(name="next_frames", dtype=arguments.output_dtype())(
                 predictions[:, :-1]
             )
     # one classifier shared by all steps; the digit is read at the last step
-    steps = keras.layers.Dense(num_classes, activation="softmax", name="digit_steps")(tops)
+    # (the output layers compute in float32 under a mixed policy: what the losses and metrics read)
+    steps = keras.layers.Dense(num_classes, activation="softmax", name="digit_steps",
+                               dtype=arguments.output_dtype())(tops)
     outputs["digit_steps"] = steps
-    outputs["digit"] = keras.layers.Identity(name="digit")(steps[:, -1])
+    outputs["digit"] = keras.layers.Identity(name="digit", dtype=arguments.output_dtype())(steps[:, -1])
     return keras.Model(frames, outputs, name=name or f"occluded_mnist_{variant}")
 
 
@@ -1089,6 +1091,7 @@ def make_sequences(source="idx", data_dir=None, num_train=20000, num_test=5000, 
 
 
 @leaves_no_empty_run_dir()
+@arguments.trains_under_precision
 def train(
     variant="rladder",
     source="idx",
@@ -1117,6 +1120,7 @@ def train(
     affine=None,
     unflatten="broadcast",
     hold_out=False,
+    precision=None,
 ):
     """Trains one variant on generated sequences; writes model, plot, metrics and logs.
 
@@ -1147,6 +1151,15 @@ def train(
     so that a choice made on its figures never sees a test digit; the result's
     ``"scored_on"`` says which (``"test"`` or ``"validation"``), and the figures keep
     their ``test_*`` names.
+
+    ``precision`` is the Keras dtype policy the model is built, trained and saved under:
+    ``"float32"``, ``"mixed_float16"`` or ``"mixed_bfloat16"`` (its hidden layers compute
+    in 16 bits, its outputs in float32, its weights stay float32); None (the default):
+    the global policy set outside. The policy set before comes back after the call, on
+    an error too. The backup callbacks of ``fault_tolerance.resumable_callbacks`` record
+    the policy in force when they are made: make them under
+    ``arguments.precision_policy(precision)`` too, and a resume under another is refused.
+    Another value is an ``InputError``, before anything is read or written.
 
     Returns:
         A dict (also written to ``metrics.json``) with the test classification error

@@ -45,7 +45,7 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
-from applications import checks, console, distribute, plotting, tfds_data
+from applications import arguments, checks, console, distribute, plotting, tfds_data
 from applications import training as train_utils
 from applications.errors import InputError, PathNotFoundError, leaves_no_empty_run_dir, user_path
 from keras_capsules.layers import EMRouting
@@ -160,6 +160,7 @@ def build_model(
     )([a, mu])
     a, _, _ = EMRouting(
         n_out=n_classes, d_out=pose_size, n_iters=n_iters, n_inp=n_parts, name="class_routing",
+        dtype=arguments.output_dtype(),  # (float32 under a mixed policy: the logits the loss reads)
         **routing_kwargs,
     )([a, mu])
     model = keras.Model(images, a, name=name)
@@ -487,6 +488,7 @@ def training_crop(pair, padding, image_size, seed=None):
 
 # -------------------------------------------------------------------------- train
 @leaves_no_empty_run_dir()
+@arguments.trains_under_precision
 def train(
     data_dir=None,
     run_dir="runs/smallnorb",
@@ -502,6 +504,7 @@ def train(
     model_kwargs=None,
     strategy=None,
     callbacks=(),
+    precision=None,
 ):
     """Trains the paper's model on smallNORB with the paper's recipe.
 
@@ -541,6 +544,15 @@ def train(
             ``fault_tolerance.resumable_callbacks`` outlives ``fit``: call
             ``fault_tolerance.finish_run(callbacks)`` once the outputs are written
             (``run_train`` does).
+        precision: the Keras dtype policy the model is built, trained and saved under:
+            ``"float32"``, ``"mixed_float16"`` or ``"mixed_bfloat16"`` (its hidden layers
+            compute in 16 bits, its outputs in float32, its weights stay float32); None
+            (the default): the global policy set outside. The policy set before comes
+            back after the call, on an error too. The backup callbacks of
+            ``fault_tolerance.resumable_callbacks`` record the policy in force when they
+            are made: make them under ``arguments.precision_policy(precision)`` too, and a
+            resume under another is refused. Another value is an ``InputError``, before
+            anything is read or written.
 
     Returns:
         ``(model, history)``.

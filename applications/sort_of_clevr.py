@@ -41,7 +41,7 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-from applications import checks, clevr, console, distribute
+from applications import arguments, checks, clevr, console, distribute
 from applications.checks import integer_at_least
 from applications.errors import InputError, PathNotFoundError, check_run_dir, create_run_dir, leaves_no_empty_run_dir
 
@@ -649,9 +649,10 @@ def plot_example_attention(model, x, path, index=0):
 
 
 @leaves_no_empty_run_dir()
+@arguments.trains_under_precision
 def train(run_dir="runs/sort_of_clevr", steps=20000, batch_size=64, kb="symbolic", learning_rate=1e-4,
           validation_examples=2000, model_kwargs=None, seed=0, verbose=1, epochs=10, strategy=None,
-          callbacks=(), statistics_steps=100):
+          callbacks=(), statistics_steps=100, precision=None):
     """Trains MAC on generated Sort-of-CLEVR with the paper's recipe (as the demo does).
 
     Writes ``model.keras`` (EMA weights; with an image knowledge base, the stem's
@@ -679,6 +680,15 @@ def train(run_dir="runs/sort_of_clevr", steps=20000, batch_size=64, kb="symbolic
     ``validation_examples``, ``batch_size``, also one smaller than ``strategy``'s
     replicas, ``callbacks`` or ``verbose`` was refused only once it was there, or not at
     all), and all but ``kb`` and the values of ``model_kwargs`` before the model is built.
+
+    ``precision`` is the Keras dtype policy the model is built, trained and saved under:
+    ``"float32"``, ``"mixed_float16"`` or ``"mixed_bfloat16"`` (its hidden layers compute
+    in 16 bits, its outputs in float32, its weights stay float32); None (the default):
+    the global policy set outside. The policy set before comes back after the call, on
+    an error too. The backup callbacks of ``fault_tolerance.resumable_callbacks`` record
+    the policy in force when they are made: make them under
+    ``arguments.precision_policy(precision)`` too, and a resume under another is refused.
+    Another value is an ``InputError``, before anything is read or written.
     """
     import os
 

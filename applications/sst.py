@@ -974,8 +974,9 @@ def build_model(
     poses = keras.layers.Reshape((-1, 1, hidden_dim), name="capsule_poses")(x)
     scores = TokenScores(num_layers, name="capsule_scores")(mask)
     a, mu, _ = EMRouting(hidden_capsules, capsule_dim, n_iters=n_iters, name="routing1")([scores, poses])
-    logits, _, _ = EMRouting(
-        num_classes, capsule_dim, n_iters=n_iters, n_inp=hidden_capsules, name="routing2"
+    logits, _, _ = EMRouting(  # (float32 under a mixed policy: the logits the loss reads)
+        num_classes, capsule_dim, n_iters=n_iters, n_inp=hidden_capsules, name="routing2",
+        dtype=arguments.output_dtype(),
     )([a, mu])
     model = keras.Model({"embeddings": embeddings, "mask": mask}, logits, name=name)
     if verbose:
@@ -1027,6 +1028,7 @@ def accuracy(model, embedded, labels, batch_size=64, verbose=0):
 
 # ---------------------------------------------------------------------------- training
 @leaves_no_empty_run_dir()
+@arguments.trains_under_precision
 def train(
     data_dir,
     granularity="5",
@@ -1047,6 +1049,7 @@ def train(
     model_kwargs=None,
     strategy=None,
     callbacks=(),
+    precision=None,
 ):
     """Trains the SST routing model and writes its outputs to ``run_dir``.
 
@@ -1089,6 +1092,15 @@ def train(
             outputs are written (``fault_tolerance.finish_run``). It records the tree
             files' fingerprint (``fault_tolerance.record_data``): a resume on other files
             is refused before anything is embedded, one on the same files moved is not.
+        precision: the Keras dtype policy the model is built, trained and saved under:
+            ``"float32"``, ``"mixed_float16"`` or ``"mixed_bfloat16"`` (its hidden layers
+            compute in 16 bits, its outputs in float32, its weights stay float32); None
+            (the default): the global policy set outside. The policy set before comes
+            back after the call, on an error too. The backup callbacks of
+            ``fault_tolerance.resumable_callbacks`` record the policy in force when they
+            are made: make them under ``arguments.precision_policy(precision)`` too, and a
+            resume under another is refused. Another value is an ``InputError``, before
+            anything is read or written.
 
     Returns:
         A dict with the dev and test accuracies, the parameter count, the number of

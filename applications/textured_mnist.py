@@ -56,7 +56,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from applications import checks, console, distribute, plotting
+from applications import arguments, checks, console, distribute, plotting
 from applications.checks import integer_at_least
 from applications.mnist_digits import check_digits
 from applications.errors import (InputError, PathNotFoundError, check_run_dir, create_run_dir,
@@ -513,7 +513,8 @@ def build_model(
         initial_mask_stddev=initial_mask_stddev, group_codes=group_codes, mask_damping=mask_damping,
         name="rtagger",
     )(x)
-    outputs = {"mixture": keras.layers.Concatenate(axis=-1, name="mixture")([m, pi])}
+    # (the output layers compute in float32 under a mixed policy: what the losses and metrics read)
+    outputs = {"mixture": keras.layers.Concatenate(axis=-1, name="mixture", dtype=arguments.output_dtype())([m, pi])}
     if num_classes:
         # each group's share of the image (and/or its mask), read by one shared network
         shares = GroupShares(name="group_shares")([pi, images])  # [b, T, K, H, W, 1]
@@ -538,7 +539,7 @@ def build_model(
         hidden = keras.layers.Dense(head_units, activation="relu", name="head_hidden")(flat)
         logits = keras.layers.Dense(num_classes, name="head_logits")(hidden)
         summed = SumGroups(name="sum_groups")(logits)
-        outputs["digit"] = keras.layers.Softmax(name="digit")(summed)
+        outputs["digit"] = keras.layers.Softmax(name="digit", dtype=arguments.output_dtype())(summed)
     return keras.Model(images, outputs, name=name)
 
 
@@ -957,6 +958,7 @@ def validation_images(data_dir=None, num_valid=200, seed=0, texture_style="binar
 
 
 @leaves_no_empty_run_dir()
+@arguments.trains_under_precision
 def train(
     data_dir=None,
     run_dir="runs/textured_mnist",
@@ -994,6 +996,7 @@ def train(
     verbose=1,
     callbacks=(),
     strategy=None,
+    precision=None,
 ):
     """Trains RTagger on textured digits (IDX digits from ``data_dir``: its ``train`` and ``t10k``
     files, or its ``t10k`` digits split 80/20; see :func:`make_images`).
@@ -1027,6 +1030,15 @@ def train(
 
     ``verbose`` is ``fit``'s; while it is set, the scoring of the test images after
     training shows its progress bar too (on stderr).
+
+    ``precision`` is the Keras dtype policy the model is built, trained and saved under:
+    ``"float32"``, ``"mixed_float16"`` or ``"mixed_bfloat16"`` (its hidden layers compute
+    in 16 bits, its outputs in float32, its weights stay float32); None (the default):
+    the global policy set outside. The policy set before comes back after the call, on
+    an error too. The backup callbacks of ``fault_tolerance.resumable_callbacks`` record
+    the policy in force when they are made: make them under
+    ``arguments.precision_policy(precision)`` too, and a resume under another is refused.
+    Another value is an ``InputError``, before anything is read or written.
 
     Returns:
         A dict with the per-iteration test AMI (and error), the parameter count, the

@@ -47,7 +47,7 @@ from keras_capsules.layers import (
 from keras_capsules.losses import CapsuleLoss
 
 from applications.text_classification.projected_gru import ProjectedGRU
-from applications import checks
+from applications import arguments, checks
 from applications.errors import InputError
 
 @keras.saving.register_keras_serializable(package="applications")
@@ -229,7 +229,7 @@ def build_model(
     )(x)
     x = MaskedMean(name="masked_mean")(x)  # honours the mask; zeros for an all-padding row
     if routing == "linear":
-        scores = keras.layers.Dense(num_classes, activation="sigmoid", name="scores")(x)
+        scores = keras.layers.Dense(num_classes, activation="sigmoid", name="scores", dtype=arguments.output_dtype())(x)
     else:
         n_caps = gru_units // capsule_dim
         caps = keras.layers.Reshape((n_caps, capsule_dim), name="sentence_capsules")(x)
@@ -240,7 +240,8 @@ def build_model(
             )
         else:
             router = DynamicRouting(num_classes, class_capsule_dim, n_iters=n_iters, shared_weights=False, name="routing")
-        scores = CapsuleLength(name="scores")(router(caps))
+        # (float32 under a mixed policy: the scores the loss and metrics read)
+        scores = CapsuleLength(name="scores", dtype=arguments.output_dtype())(router(caps))
     return keras.Model(ids, scores, name=name or f"cccapsnet_{routing}_{embedding}")
 
 

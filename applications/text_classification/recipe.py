@@ -13,7 +13,7 @@ import os
 
 import keras
 
-from applications import checks, console, distribute, training
+from applications import arguments, checks, console, distribute, training
 from applications.demo import plot_history, save_atomically
 from applications.text_classification import data as data_lib
 from applications.text_classification import model as model_lib
@@ -122,6 +122,7 @@ def truncation_line(max_length, truncated):
 
 
 @leaves_no_empty_run_dir()
+@arguments.trains_under_precision
 def train(
     dataset="sst2",
     data_dir=None,
@@ -140,6 +141,7 @@ def train(
     callbacks=None,
     verbose=1,
     strategy=None,
+    precision=None,
     **model_kwargs,
 ):
     """Trains a classifier on one dataset and writes its outputs to ``run_dir``.
@@ -175,6 +177,15 @@ def train(
             not a bool).
         strategy: a ``tf.distribute.Strategy``: the model is built and compiled in its
             scope (``batch_size`` is then the global batch). None: the default one.
+        precision: the Keras dtype policy the model is built, trained and saved under:
+            ``"float32"``, ``"mixed_float16"`` or ``"mixed_bfloat16"`` (its hidden layers
+            compute in 16 bits, its outputs in float32, its weights stay float32); None
+            (the default): the global policy set outside. The policy set before comes
+            back after the call, on an error too. The backup callbacks of
+            ``fault_tolerance.resumable_callbacks`` record the policy in force when they
+            are made: make them under ``arguments.precision_policy(precision)`` too, and a
+            resume under another is refused. Another value is an ``InputError``, before
+            anything is read or written.
         **model_kwargs: further :func:`build_model` arguments.
 
     Returns:

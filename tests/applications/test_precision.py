@@ -63,14 +63,32 @@ def seen(monkeypatch):
     return found
 
 
-def _check_model(model, precision):
+def _output_layers(model):
+    """The layers that make ``model``'s outputs, and the layers inside them."""
+    made = [t._keras_history.operation for t in keras.tree.flatten(model.outputs)]
+    return {id(sub) for layer in made for sub in layer._flatten_layers(include_self=True)}
+
+
+def _check_policies(model, precision):
+    """``model`` built under ``precision``: its outputs float32 (made by float32 layers),
+    every other layer with weights computing in the policy's 16 bits, weights float32."""
     compute = COMPUTE[precision]
     assert model.dtype_policy.name == precision
+    assert [t.dtype for t in keras.tree.flatten(model.outputs)] == ["float32"] * len(keras.tree.flatten(model.outputs))
+    outputs = _output_layers(model)
     computing = [layer for layer in model._flatten_layers(include_self=False) if layer.weights]
-    assert computing
-    for layer in computing:  # (every layer with weights, the library's own and Keras')
+    hidden = [layer for layer in computing if id(layer) not in outputs]
+    assert hidden
+    for layer in hidden:  # (every hidden layer with weights, the library's own and Keras')
         assert (layer.dtype_policy.name, layer.compute_dtype) == (precision, compute), layer.name
-    assert all(w.dtype == "float32" for w in model.trainable_weights)
+    for layer in model._flatten_layers(include_self=False):
+        if id(layer) in outputs:
+            assert layer.compute_dtype == "float32", layer.name
+    assert all(w.dtype == "float32" for w in model.weights if w.trainable)
+
+
+def _check_model(model, precision):
+    _check_policies(model, precision)
     is_scaled = isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
     assert is_scaled == (precision == "mixed_float16"), type(model.optimizer)
 
@@ -288,3 +306,159 @@ def test_tune_builds_every_trial_under_the_policy(tmp_path, capsys, monkeypatch)
         assert cli.main([*argv, "--max-trials", "3", *other]) == 2
         err = capsys.readouterr().err
         assert "was started with --precision mixed_float16" in err and err.count("\n") == 1, err
+
+
+# ---- the applications' models: float32 outputs under a mixed policy (Python API)
+
+
+def _builders():
+    from applications import clevr, demo, music, occluded_mnist, smallnorb, sort_of_clevr, sst, textured_mnist
+    from applications.text_classification import model as text_model
+
+    return {  # tiny models of every application's build_model (and the read-outs that differ)
+        "demo": lambda: demo.build_model(filters=4, primary_capsules=2, hidden_capsules=3, pose_size=2),
+        "smallnorb": lambda: smallnorb.build_model(n_parts=4, d_chns=4, image_size=16, n_iters=2),
+        "sst": lambda: sst.build_model(3, 8, num_classes=2, hidden_dim=4, hidden_capsules=3, n_iters=2),
+        "clevr": lambda: clevr.build_model(10, 5, feature_shape=(3, 3, 8), units=8, embedding_dim=4, max_steps=1),
+        "sort_of_clevr": lambda: sort_of_clevr.build_model(units=8, max_steps=1, embedding_dim=4),
+        "occluded_mnist": lambda: occluded_mnist.build_model(num_frames=3, frame_size=8, conv_units=(2, 2),
+                                                             dense_units=4),
+        "music": lambda: music.build_model(4, units=(4, 3)),
+        "music-no-decoder": lambda: music.build_model(4, units=(4, 3), use_decoder=False),
+        "music-nade": lambda: music.build_model(4, units=(4, 3), readout="nade", nade_units=3),
+        "music-nade-no-decoder": lambda: music.build_model(4, units=(4, 3), readout="nade", nade_units=3,
+                                                           use_decoder=False),
+        "textured_mnist": lambda: textured_mnist.build_model(n_groups=2, n_iters=1, image_size=8, conv_units=2,
+                                                             dense_units=4, num_classes=3, head_units=4),
+        "text_classification": lambda: text_model.build_model(20, 3, embedding_dim=4, num_codebooks=2, gru_units=8,
+                                                              capsule_dim=4, class_capsule_dim=2, n_iters=1),
+        "text_classification-linear": lambda: text_model.build_model(20, 3, routing="linear", embedding_dim=4,
+                                                                     num_codebooks=2, gru_units=8),
+    }
+
+
+def _call_on_ones(model):
+    """The model's outputs (eager) on a batch of 2 of ones (ids of 1 for integer inputs)."""
+    def ones(t):
+        return np.ones([2 if d is None else d for d in t.shape], t.dtype)
+
+    inputs = keras.tree.map_structure(ones, model.input)
+    return keras.tree.flatten(model(inputs, training=False))
+
+
+BUILDERS = list(_builders())
+
+
+@pytest.mark.parametrize("precision", ["mixed_bfloat16", "mixed_float16"])
+@pytest.mark.parametrize("name", BUILDERS)
+def test_every_model_makes_float32_outputs_under_a_mixed_policy(name, precision):
+    # eager; all 26 cases take about 5 s
+    with arguments.precision_policy(precision):
+        model = _builders()[name]()
+    assert keras.config.dtype_policy().name == "float32"
+    _check_policies(model, precision)
+    outputs = _call_on_ones(model)
+    assert [str(keras.ops.convert_to_tensor(y).dtype.name) for y in outputs] == ["float32"] * len(outputs)
+    assert all(np.all(np.isfinite(keras.ops.convert_to_numpy(y))) for y in outputs)
+
+
+@pytest.mark.parametrize("name", BUILDERS)
+def test_under_float32_the_models_are_those_built_before(name, monkeypatch):
+    """float32 (the default): every layer float32, and the model (config and weights for a
+    seed) that the builder made before the output layers' float32 policy existed."""
+    keras.backend.clear_session()  # (the automatic names count from 0 again)
+    keras.utils.set_random_seed(3)
+    model = _builders()[name]()
+    assert {layer.dtype_policy.name for layer in model._flatten_layers()} == {"float32"}
+    monkeypatch.setattr(arguments, "output_dtype", lambda: None)  # (the builders as they were)
+    keras.backend.clear_session()
+    keras.utils.set_random_seed(3)
+    before = _builders()[name]()
+    assert model.get_config() == before.get_config()
+    assert len(model.weights) == len(before.weights)
+    for w, b in zip(model.weights, before.weights):
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(w), keras.ops.convert_to_numpy(b), err_msg=w.path)
+
+
+def test_output_dtype():
+    assert arguments.output_dtype() is None
+    for policy, expected in (("mixed_float16", "float32"), ("mixed_bfloat16", "float32"), ("bfloat16", None)):
+        with arguments.precision_policy(policy) if policy != "bfloat16" else _global_policy(policy):
+            assert arguments.output_dtype() == expected, policy
+
+
+class _global_policy:
+    def __init__(self, policy):
+        self.policy = policy
+
+    def __enter__(self):
+        keras.config.set_dtype_policy(self.policy)
+
+    def __exit__(self, *exc):
+        keras.config.set_dtype_policy("float32")
+
+
+# ---- train(precision=...) from Python
+
+
+def _trains():
+    from applications import clevr, demo, music, occluded_mnist, smallnorb, sort_of_clevr, sst, textured_mnist
+    from applications.text_classification import recipe
+
+    return {"demo": demo.train, "smallnorb": smallnorb.train, "sst": sst.train, "clevr": clevr.train,
+            "sort_of_clevr": sort_of_clevr.train, "occluded_mnist": occluded_mnist.train, "music": music.train,
+            "textured_mnist": textured_mnist.train, "text_classification": recipe.train}
+
+
+@pytest.mark.parametrize("name", list(_trains()))
+def test_every_train_takes_a_precision_and_refuses_a_bad_one_at_once(name, tmp_path):
+    import inspect
+
+    from applications.errors import InputError
+
+    train = _trains()[name]
+    assert inspect.signature(train).parameters["precision"].default is None
+    assert "``precision``" in train.__doc__ or "precision:" in train.__doc__
+    run_dir = tmp_path / "run"
+    args = {"clevr": {"cache_dir": str(tmp_path / "cache")}, "sst": {"data_dir": str(tmp_path / "sst")}}.get(name, {})
+    with pytest.raises(InputError) as error:
+        train(run_dir=str(run_dir), precision="float16", **args)
+    message = str(error.value)
+    assert message == ("`precision` must be one of float32, mixed_float16, mixed_bfloat16. "
+                       "Received: precision='float16'"), message
+    assert not run_dir.exists() and keras.config.dtype_policy().name == "float32"
+
+
+def _demo_train(run_dir, **kwargs):
+    from applications import demo
+
+    return demo.train(run_dir=str(run_dir), epochs=kwargs.pop("epochs", 1), batch_size=8, limit=24, verbose=0,
+                      model_options={"filters": 4, "primary_capsules": 2, "hidden_capsules": 3, "pose_size": 2},
+                      **kwargs)
+
+
+def test_python_train_under_a_precision_records_it_and_puts_the_policy_back(tmp_path):
+    # eager, about 10 s: a tiny fit of the demo under mixed_bfloat16 from Python
+    from applications import fault_tolerance
+
+    seen = {}
+    result = _demo_train(tmp_path / "run", precision="mixed_bfloat16", callbacks=[_Seen(seen)])
+    assert keras.config.dtype_policy().name == "float32"
+    assert seen["policies"] == ["mixed_bfloat16"]
+    _check_policies(seen["models"][0], "mixed_bfloat16")
+    assert math.isfinite(seen["losses"][0]) and math.isfinite(result["test_loss"])
+    loaded = keras.saving.load_model(result["model"])
+    assert [layer.dtype_policy.name for layer in loaded.layers if layer.name == "routing2"] == ["float32"]
+    assert "mixed_bfloat16" in {layer.dtype_policy.name for layer in loaded.layers if layer.weights}
+
+    # a run that crashed under mixed_bfloat16: the policy is put back, its backup refuses the others
+    run_dir = tmp_path / "crashed"
+    with pytest.raises(RuntimeError, match="simulated"):
+        _demo_train(run_dir, epochs=2, precision="mixed_bfloat16", callbacks=[_CrashAfterEpoch()])
+    assert keras.config.dtype_policy().name == "float32"
+    assert fault_tolerance.backup_epoch(str(run_dir / "backup")) == 1
+    for other in (None, "float32", "mixed_float16"):
+        with pytest.raises(fault_tolerance.BackupMismatchError, match=r"precision"):
+            _demo_train(run_dir, epochs=2, precision=other)
+        assert keras.config.dtype_policy().name == "float32"
+    assert fault_tolerance.backup_epoch(str(run_dir / "backup")) == 1
