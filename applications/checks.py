@@ -220,6 +220,7 @@ def load_model(model_path):
     import keras
 
     import keras_capsules  # noqa: F401  (registers the layers the model may hold)
+    from applications.arguments import precision_policy
     from applications.errors import CommandLineError
 
     path = os.fspath(model_path)
@@ -251,7 +252,10 @@ def load_model(model_path):
                 "`model.save` writes): pass one written by `keras-capsules train`"
             )
     try:
-        model = keras.saving.load_model(path)
+        # (a model trained under mixed_float16 loads under it: its optimizer is compiled
+        # again as a LossScaleOptimizer, so that the saved state fits it)
+        with precision_policy("mixed_float16" if _saved_with_loss_scaling(path) else None):
+            model = keras.saving.load_model(path)
     except TypeError as err:
         # a class that neither the library nor the loaded application registers: another
         # application's model (its record was not beside it), a traceback before
@@ -265,6 +269,30 @@ def load_model(model_path):
         ) from err
     _note_non_finite_weights(model, path)
     return model
+
+
+def _saved_with_loss_scaling(path):
+    """Whether the ``.keras`` file ``path`` holds the state of a ``LossScaleOptimizer``
+    (a model compiled under ``mixed_float16``: its weights file has the group
+    ``optimizer/inner_optimizer``); False for anything else, or what cannot be read.
+
+    The functional model's own dtype policy is not saved, only its layers', so
+    ``load_model`` under another global policy compiled a plain optimizer: Keras warned
+    "Skipping variable loading for optimizer ..." and the optimizer's state (its moments,
+    the loss scale) was lost for training on from the file.
+    """
+    import zipfile
+
+    if not (str(path).endswith(".keras") and os.path.isfile(path)):
+        return False
+    try:
+        import h5py
+
+        with zipfile.ZipFile(path) as archive, archive.open("model.weights.h5") as stored, \
+                h5py.File(stored, "r") as weights:
+            return "optimizer/inner_optimizer" in weights
+    except (KeyError, OSError, ValueError, zipfile.BadZipFile):  # no weights file, not HDF5: Keras says
+        return False
 
 
 def _note_non_finite_weights(model, path):

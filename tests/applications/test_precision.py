@@ -462,3 +462,37 @@ def test_python_train_under_a_precision_records_it_and_puts_the_policy_back(tmp_
             _demo_train(run_dir, epochs=2, precision=other)
         assert keras.config.dtype_policy().name == "float32"
     assert fault_tolerance.backup_epoch(str(run_dir / "backup")) == 1
+
+
+@pytest.mark.parametrize("precision", ["mixed_float16", "mixed_bfloat16", "float32"])
+def test_a_saved_model_loads_with_its_optimizer_and_its_state(precision, tmp_path):
+    """``checks.load_model`` (every ``evaluate``'s loader) under the float32 global policy: a
+    model trained under mixed_float16 comes back with its ``LossScaleOptimizer`` and every
+    optimizer variable (the loss scale, the moments) as saved, without Keras' "Skipping
+    variable loading for optimizer" warning (the functional model's own policy is not saved,
+    so Keras compiled a plain optimizer); the others with their plain one; the global policy
+    float32 after."""
+    import warnings
+
+    from applications import checks, demo
+
+    with arguments.precision_policy(precision):
+        model = demo.build_model(filters=4, primary_capsules=2, hidden_capsules=3, pose_size=2)
+        model.compile(keras.optimizers.Adam(1e-3),
+                      keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        x = np.random.default_rng(0).uniform(size=(4, 8, 8, 1)).astype("float32")
+        model.fit(x, np.arange(4), batch_size=2, epochs=1, verbose=0)
+        path = tmp_path / "model.keras"
+        model.save(path)
+    assert keras.config.dtype_policy().name == "float32"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loaded = checks.load_model(path)
+    assert not [w for w in caught if "Skipping variable loading" in str(w.message)], [str(w.message) for w in caught]
+    assert keras.config.dtype_policy().name == "float32"
+    assert type(loaded.optimizer) is type(model.optimizer)
+    assert isinstance(loaded.optimizer, keras.optimizers.LossScaleOptimizer) == (precision == "mixed_float16")
+    saved = [v.numpy() for v in model.optimizer.variables]
+    assert len(saved) > 2 and len(loaded.optimizer.variables) == len(saved)
+    for want, got in zip(saved, loaded.optimizer.variables):
+        np.testing.assert_array_equal(got.numpy(), want)
