@@ -439,6 +439,15 @@ class GlobalBatchLoss(keras.losses.Loss):
     out. The same holds for ``"sum"`` and ``"none"`` (the weighted values, summed or
     not). On one device and under a strategy the same weights give the same loss.
 
+    The loss Keras *logs* under several replicas (``fit``'s ``loss``, ``evaluate``'s,
+    a multi-output model's ``<output>_loss``) is the one-device figure too, also where a
+    batch splits unevenly over the replicas (before, an evaluation batch of 1 example on
+    2 replicas logged twice its loss): each replica's loss *value* is the global loss
+    divided by the number of replicas, its *gradient* that of its own share. This
+    relies on how Keras 3.15 tracks losses under a strategy; see
+    ``_logged_as_one_device`` in this module. (Summed over the replicas, the values are
+    the one-device loss; a replica's value alone says nothing of its share.)
+
     Masked positions never change the loss, whatever they hold: where the mask of
     ``y_pred`` aligns with the leading axes of ``y_pred`` (or of ``y_true``), their values
     are replaced by zeros before ``call`` (so a NaN, inf or -inf score or label of a padded
@@ -936,15 +945,53 @@ def _reduce(values, sample_weight, mask, reduction, dtype):
     batch under several replicas (:func:`_global_mean`): computed in
     :func:`_work_dtype` (float32 for a float16 or bfloat16 loss), returned in ``dtype``."""
     work = _work_dtype(dtype)
+    context = several_replicas()
     if reduction in _DIVIDING_REDUCTIONS:
-        return ops.cast(_global_mean(values, sample_weight, mask, reduction, work, several_replicas()), dtype)
+        return ops.cast(_global_mean(values, sample_weight, mask, reduction, work, context), dtype)
     values = ops.convert_to_tensor(values, dtype=work)
     kept = None if mask is None else like_values(values, mask, work, "mask")
     if sample_weight is not None:
         values = values * like_values(values, sample_weight, work, "sample_weight")
     if kept is not None:
         values = _masked_out(values * kept, kept)
-    return ops.cast(ops.sum(values) if reduction == "sum" else values, dtype)  # "sum", or "none" (None)
+    if reduction != "sum":  # "none" (None): the values themselves
+        return ops.cast(values, dtype)
+    total = ops.sum(values)
+    if context is not None:  # the gradients need no count, but Keras' logs are off
+        total = _logged_as_one_device(total, context)
+    return ops.cast(total, dtype)
+
+
+def _logged_as_one_device(share, context):
+    """One replica's ``share`` of the loss (the replicas' shares add up to the one-device
+    loss ``L``), with its gradient unchanged and the value ``L / R`` on every replica.
+
+    Keras 3.15 logs a loss under a ``tf.distribute`` strategy of ``R`` replicas with
+    ``Mean`` trackers whose totals and counts are summed over the replicas, each replica
+    adding its loss times ``R`` (``unscale_loss_for_distribution``) with a weight ``w_r``:
+    ``sum_r R * loss_r * w_r / sum_r w_r``. For the ``loss`` of the logs (and of
+    ``evaluate``) ``w_r`` is the replica's number of examples, the leading size of its
+    first input ``x`` (``backend/tensorflow/trainer.py``, ``train_step`` and
+    ``test_step``); for a multi-output model's ``<output>_loss`` it is the *static*
+    leading size of the output's first tensor, or 1 where that is unknown (a function
+    traced for any batch size; ``trainers/compile_utils.py``, ``CompileLoss.call``).
+    With the shares as values that is ``L`` only where the replicas hold as many
+    examples: an evaluation batch of 1 example on 2 replicas logged ``2 L`` (the replica
+    of no example had weight 0). With the value ``L / R`` on every replica it is ``L``
+    whatever the weights, so every one of those trackers logs the one-device figure
+    (also a replica of no example gives a finite value: ``L / R``).
+
+    The value is ``stop_gradient(L / R) + (share - stop_gradient(share))``: the forward
+    value is ``L / R`` (plus an exact 0), the gradient that of ``share``, bit for bit, so
+    the replicas' summed gradients stay the one-device gradient. ``L`` costs one scalar
+    all-reduce (``context``, the replica context).
+    """
+    import tensorflow as tf
+
+    held = ops.stop_gradient(share)
+    total = context.all_reduce(tf.distribute.ReduceOp.SUM, held)
+    value = total / ops.cast(context.num_replicas_in_sync, total.dtype)
+    return ops.stop_gradient(value) + (share - held)
 
 
 def _masked_out(values, kept):
@@ -970,7 +1017,15 @@ def _global_mean(values, sample_weight, mask, reduction, dtype, context=None):
     numbers of real values (padded sequences, masked tokens) or different weights, a
     replica's values weighed more than the same values on one device. Here each
     replica divides its sum by the count of all replicas (``all_reduce``), so the
-    replicas' losses add up to the one-device loss and their gradients to its gradient.
+    replicas' shares ``total_r / count`` add up to the one-device loss and their
+    gradients to its gradient.
+
+    That share is right for the gradient but not for what Keras *logs* under a strategy
+    (its trackers multiply each replica's loss by the number of replicas and weigh it by
+    the replica's batch size: the one-device figure only for equal shares). So the value
+    returned under several replicas is the global mean divided by the number of replicas,
+    with the share's gradient (:func:`_logged_as_one_device`, which states the Keras 3.15
+    internals this relies on).
     """
     values = ops.convert_to_tensor(values, dtype=dtype)
     kept = ops.ones_like(values) if mask is None else like_values(values, mask, dtype, "mask")
@@ -987,6 +1042,7 @@ def _global_mean(values, sample_weight, mask, reduction, dtype, context=None):
         import tensorflow as tf
 
         count = context.all_reduce(tf.distribute.ReduceOp.SUM, count)
+        return _logged_as_one_device(_divide_no_nan(total, count), context)
     return _divide_no_nan(total, count)
 
 
