@@ -2,6 +2,7 @@
 
 import argparse
 import contextlib
+import contextvars
 import math
 import os
 
@@ -135,9 +136,10 @@ def trains_under_precision(train):
     """Decorator of an application's Python ``train(..., precision=None)``: the call runs
     under :func:`precision_policy` of its ``precision`` argument (checked first: a bad
     value is an ``InputError`` before anything is read or written), so that the model is
-    built, trained and saved under it (and a backup made inside the call records it:
-    ``fault_tolerance.resumable_callbacks``), and the global policy set before comes
-    back after, on an error too. None: the global policy set outside (the command line
+    built, trained and saved under it (and the run's backup records it, wherever its
+    callbacks were made: ``fault_tolerance.resumable_callbacks``; made inside the call,
+    they refuse a backup of another precision at once, :func:`policy_is_final`), and the
+    global policy set before comes back after, on an error too. None: the global policy set outside (the command line
     sets ``--precision`` around the call)."""
     import functools
     import inspect
@@ -153,9 +155,25 @@ def trains_under_precision(train):
         except TypeError:  # Python's own error for the call
             return train(*args, **kwargs)
         with precision_policy(bound.arguments.get("precision")):
-            return train(*args, **kwargs)
+            token = _POLICY_IS_FINAL.set(True)
+            try:
+                return train(*args, **kwargs)
+            finally:
+                _POLICY_IS_FINAL.reset(token)
 
     return train_under_precision
+
+
+_POLICY_IS_FINAL = contextvars.ContextVar("keras_capsules_policy_is_final", default=False)
+
+
+def policy_is_final():
+    """True inside an application's ``train`` (:func:`trains_under_precision`): the
+    global dtype policy in force now is the one its run trains under, so that
+    ``fault_tolerance.resumable_callbacks`` made there refuses a backup of another
+    precision at once, before any data is read; outside (a user's callbacks made before
+    the call), it is known only when training begins, and compared then."""
+    return _POLICY_IS_FINAL.get()
 
 
 def add_common_arguments(parser, command):

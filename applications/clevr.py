@@ -1109,9 +1109,8 @@ def train(cache_dir, run_dir="runs/clevr", data_dir=None, epochs=25, batch_size=
     in 16 bits, its outputs in float32, its weights stay float32); None (the default):
     the global policy set outside. The policy set before comes back after the call, on
     an error too. The backup callbacks of ``fault_tolerance.resumable_callbacks`` record
-    the policy in force when they are made: make them under
-    ``arguments.precision_policy(precision)`` too, and a resume under another is refused.
-    Another value is an ``InputError``, before anything is read or written.
+    the policy the run trains under, wherever they were made, and a resume under another
+    is refused. Another value is an ``InputError``, before anything is read or written.
     """
 
     from applications import fault_tolerance

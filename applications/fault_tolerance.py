@@ -584,6 +584,13 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
     training. A backup without recorded options (or a run that records none) is
     resumed unchecked.
 
+    Such a run also records its precision, as ``"precision"``: the name of Keras' global
+    dtype policy in force when training begins (``--precision``; that of an
+    application's ``train(precision=...)``, wherever the callback was made), unless
+    float32, which a record without it means (a backup made before it was recorded
+    trained in float32). A ``"precision"`` among ``run_options`` is replaced by it.
+    A resume under another policy is refused as a run with other options.
+
     Args:
         backup_dir, save_freq, double_checkpoint, delete_checkpoint: as in
             ``keras.callbacks.BackupAndRestore``.
@@ -611,6 +618,9 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         # Two processes training one run (a job started again while the first still ran)
         # both trained, their backups and history.csv rows interleaved.
         _lock_backup(self.backup_dir)
+        # the policy this fit trains under, not the one in force when the callback was made
+        # (a train(precision=...) sets its policy after the user made it)
+        self._record_precision()
         self._check_run_options()
         if os.path.exists(self._weights_path) and not os.path.exists(self._training_metadata_path):
             # A kill inside the first backup of a run (after its weights, before its epoch):
@@ -649,6 +659,18 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         self._epoch_steps, self._offset, self._save_at_epoch_end = 0, 0, False
         # The logs of the epochs before the resume, which later backups keep holding.
         self._epoch_logs = {e: cells for e, cells in backup_logs(self.backup_dir).items() if e < self.restored_epoch}
+
+    def _record_precision(self):
+        """Puts the global dtype policy in force now into the recorded options, as
+        ``"precision"`` (left out under float32: :func:`_precision_now`); nothing for a run
+        that records none."""
+        if self.run_options is None:
+            return
+        options = {name: value for name, value in self.run_options.items() if name != "precision"}
+        precision = _precision_now()
+        if precision is not None:
+            options["precision"] = precision
+        self.run_options = options
 
     def _check_run_options(self):
         """Raises :class:`BackupMismatchError` when the backup recorded other options."""
@@ -970,7 +992,10 @@ def skip_trained_steps(stream, callbacks, epochs=None):
         InputError: a mid-epoch backup and a ``stream`` that is not endless (a dataset
             of one epoch, which ``fit`` iterates again every epoch, cannot skip the
             first batches of one epoch only), before ``fit``: nothing is trained.
+        BackupMismatchError: the backup recorded another precision than the global
+            dtype policy in force now (``train``'s, before ``fit``: :func:`_check_precision`).
     """
+    _check_precision(callbacks)
     backups = _backups(callbacks)
     if not backups:
         return stream
@@ -1310,9 +1335,17 @@ def _csv_line(header, cells, dialect):
     return text.getvalue()
 
 
-def _check_backup_options(backup_dir, run_options):
+def _precision_now():
+    """The ``"precision"`` a backup records: the name of Keras' global dtype policy in
+    force now, None under float32 (a record without it means float32)."""
+    policy = keras.config.dtype_policy().name
+    return None if policy == "float32" else policy
+
+
+def _check_backup_options(backup_dir, run_options, precision=True):
     """Raises :class:`BackupMismatchError` when the backup in ``backup_dir`` recorded other
-    options than ``run_options`` (nothing when either is missing)."""
+    options than ``run_options`` (nothing when either is missing). ``precision=False``:
+    the ``"precision"`` they record is not compared (not known yet)."""
     if run_options is None:
         return
     try:
@@ -1334,6 +1367,8 @@ def _check_backup_options(backup_dir, run_options):
     # a backup made before --precision existed trained in float32, as a run without it does
     for options in (saved, run_options):
         options.setdefault("precision", "float32")
+        if not precision:
+            del options["precision"]
     for name in (set(run_options) ^ set(saved)) & RESUMABLE_CHANGES:
         saved[name] = run_options[name] = run_options.get(name, saved.get(name))
     for name in set(DATA_RECORDS) & (set(saved) ^ set(run_options)):
@@ -1390,6 +1425,7 @@ def record_data(callbacks, **records):
     records = {name: value for name, value in records.items() if value is not None}
     for backup in _backups(callbacks):
         if backup.run_options is not None:
+            backup._record_precision()  # (train calls it under its precision: compared too)
             backup.run_options = _json_normalized({**backup.run_options, **records})
             _check_backup_options(backup.backup_dir, backup.run_options)
 
@@ -1424,12 +1460,17 @@ def _check_not_in_use(backup_dir):
         # (closing the file releases the test's lock)
 
 
-def check_resumable(run_dir, run_options=None, epochs=None):
+def check_resumable(run_dir, run_options=None, epochs=None, precision_known=False):
     """Refuses, before anything is written, a ``train`` that the backup in ``run_dir``
     would refuse when training begins: the run is being trained by another live process
     (:class:`RunInUseError`), its backup recorded other ``run_options``
     (:class:`BackupMismatchError`) or already holds more than ``epochs`` epochs
-    (:class:`BackupAheadError`). Writes nothing.
+    (:class:`BackupAheadError`). Writes nothing. The precision the backup recorded is
+    compared only when ``precision_known`` (``run_options`` then hold the run's
+    ``"precision"``, none for float32): else it is the policy in force when training
+    begins, which an application's ``train(precision=...)`` may set after this
+    (:func:`resume_epoch` and :func:`skip_trained_steps` compare it, in ``train``,
+    before ``fit``).
 
     :func:`resumable_callbacks` calls it: a refusal that came only when ``fit`` began
     came after Keras' ``TensorBoard`` callback had written an events file into the run's
@@ -1442,7 +1483,7 @@ def check_resumable(run_dir, run_options=None, epochs=None):
         return
     _check_not_in_use(backup_dir)
     if run_options is not None:
-        _check_backup_options(backup_dir, _json_normalized(run_options))
+        _check_backup_options(backup_dir, _json_normalized(run_options), precision=precision_known)
     reached = backup_epoch(backup_dir)
     if epochs is not None and reached > epochs:
         raise BackupAheadError(
@@ -1627,14 +1668,20 @@ def resumable_callbacks(run_dir, save_freq="epoch", run_options=None, epochs=Non
         run_options: the run's options, recorded in its backups: resuming the backup
             with other options is refused (:class:`BackupMismatchError`). Default None:
             not recorded. Recorded with them as ``"precision"``: the name of Keras' global
-            dtype policy now (``--precision``), under which the run's model is built,
-            unless float32 (what a record without it means).
+            dtype policy in force when training begins (``--precision``, or an
+            application's ``train(precision=...)``, wherever the callbacks were made),
+            unless float32 (what a record without it means); a ``"precision"`` among
+            them is replaced by it.
         epochs: the epochs the run's ``fit`` trains to, if known: a backup beyond them
             is refused now (:class:`BackupAheadError`), not when ``fit`` begins.
 
     A run that its backup refuses (another live process trains it, other
     ``run_options``, a backup beyond ``epochs``) is refused here, before the callbacks
-    exist (:func:`check_resumable`): nothing is written into ``run_dir`` then.
+    exist (:func:`check_resumable`): nothing is written into ``run_dir`` then. So is a
+    backup of another precision when the callbacks are made inside an application's
+    ``train`` (the command line's too: ``arguments.policy_is_final``); made outside, the
+    precision is compared by the ``train`` (:func:`resume_epoch`), before ``fit``, and
+    when training begins.
 
     A fresh run (no backup in ``run_dir`` when training begins) starts
     ``history.csv`` again; a resumed run appends to it.
@@ -1653,14 +1700,20 @@ def resumable_callbacks(run_dir, save_freq="epoch", run_options=None, epochs=Non
         raise InputError(f"`save_freq` must be 'epoch' or a positive number of steps. Received: save_freq={save_freq!r}")
     save_freq = save_freq if save_freq == "epoch" else int(save_freq)
     if isinstance(run_options, dict):
-        # the Keras dtype policy the run's model is built under (`--precision`, or one the
-        # user set): a resume under another trained the rest of the run in other arithmetic.
-        # float32 is not written: a record without it (also a backup made before) means it
-        run_options, policy = dict(run_options), keras.config.dtype_policy().name
-        run_options.pop("precision", None)
-        if policy != "float32":
-            run_options["precision"] = policy
-    check_resumable(run_dir, run_options, epochs)
+        # The Keras dtype policy the run trains under (`--precision`) is recorded when
+        # training begins (AtomicBackupAndRestore): one read now, when the callbacks are
+        # made, was float32 for a user's callbacks given to train(precision=...), whose
+        # resume under another precision then went on in other arithmetic.
+        run_options = {name: value for name, value in run_options.items() if name != "precision"}
+    from applications.arguments import policy_is_final
+
+    # Made inside an application's train (the command line's too), the policy now is the
+    # run's: a backup of another precision is refused at once, before any data is read
+    # (the model built, caches made). Made outside, the policy is compared when training begins.
+    known = policy_is_final()
+    if known and isinstance(run_options, dict) and _precision_now() is not None:
+        run_options["precision"] = _precision_now()
+    check_resumable(run_dir, run_options, epochs, precision_known=known)
     _write_pending_record(run_dir)  # the command line's record of the run's application
     # (an earlier run's traced steps and model, which TensorFlow's gradient registry kept)
     release_traced_graphs()
@@ -1674,6 +1727,19 @@ def resumable_callbacks(run_dir, save_freq="epoch", run_options=None, epochs=Non
 
 def _backups(callbacks):
     return [c for c in callbacks or () if isinstance(c, AtomicBackupAndRestore)]
+
+
+def _check_precision(callbacks):
+    """Records the global dtype policy in force now as the precision of the runs of the
+    :class:`AtomicBackupAndRestore` among ``callbacks`` that record their options, and
+    refuses a backup of another (:class:`BackupMismatchError`, the backup kept and this
+    process's lock of it released), as ``fit`` would when it begins, but before it: a
+    ``train`` calls it under its precision (:func:`resume_epoch`,
+    :func:`skip_trained_steps`), before callbacks that come before the backup's (Keras'
+    ``TensorBoard``) write anything."""
+    for backup in _backups(callbacks):
+        backup._record_precision()
+        backup._check_run_options()
 
 
 class RunCompleteInterrupt(KeyboardInterrupt):
@@ -1738,7 +1804,12 @@ def resume_epoch(callbacks, epochs=None):
     """The epoch the ``fit`` given ``callbacks`` will start at, read before ``fit``:
     that of the backup of the (first) :class:`AtomicBackupAndRestore` among them, 0
     without one (or without a backup); at most ``epochs`` (when given: a backup
-    beyond it makes ``fit`` raise :class:`BackupAheadError`)."""
+    beyond it makes ``fit`` raise :class:`BackupAheadError`).
+
+    An application's ``train`` calls it under the policy it trains under: a backup that
+    recorded another precision is refused here (:class:`BackupMismatchError`, the backup
+    kept), before ``fit`` writes anything (:func:`_check_precision`)."""
+    _check_precision(callbacks)
     backups = _backups(callbacks)
     epoch = backup_epoch(backups[0].backup_dir) if backups else 0
     return epoch if epochs is None else min(epoch, epochs)

@@ -182,10 +182,9 @@ def train(
             compute in 16 bits, its outputs in float32, its weights stay float32); None
             (the default): the global policy set outside. The policy set before comes
             back after the call, on an error too. The backup callbacks of
-            ``fault_tolerance.resumable_callbacks`` record the policy in force when they
-            are made: make them under ``arguments.precision_policy(precision)`` too, and a
-            resume under another is refused. Another value is an ``InputError``, before
-            anything is read or written.
+            ``fault_tolerance.resumable_callbacks`` record the policy the run trains
+            under, wherever they were made, and a resume under another is refused.
+            Another value is an ``InputError``, before anything is read or written.
         **model_kwargs: further :func:`build_model` arguments.
 
     Returns:

@@ -1259,6 +1259,95 @@ def test_a_backup_records_epochs_where_it_shapes_what_the_run_trains(application
     assert ("epochs" in options) == (application in ("sort_of_clevr", "smallnorb", "sst"))
 
 
+def test_a_backup_records_the_precision_in_force_when_training_begins(tmp_path):
+    # (2026-12-07) The precision was read when resumable_callbacks made the callback: one
+    # made under float32 and trained under mixed_bfloat16 recorded float32, and a resume
+    # under float32 was not refused. Now its on_train_begin records the policy of the fit
+    # (here with no application's train around it), and compares it with the backup's.
+    # (eager, under 1 s: a Dense layer, 2 epochs of one step)
+    from applications import arguments
+
+    backup_dir = tmp_path / "run" / "backup"
+    rng = np.random.default_rng(0)
+    x, y = rng.random((4, 3)).astype("float32"), rng.random((4, 2)).astype("float32")
+
+    def fit(precision, *extra):
+        callback = fault_tolerance.AtomicBackupAndRestore(str(backup_dir), delete_checkpoint=False,
+                                                          run_options={"seed": 0})  # made under float32
+        with arguments.precision_policy(precision):
+            model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+            model.compile(optimizer="sgd", loss="mse")
+            model.fit(x, y, batch_size=4, epochs=2, verbose=0, callbacks=[callback, *extra])
+        return callback
+
+    def recorded():
+        return json.loads((backup_dir / "training_metadata.json").read_text())["options"]
+
+    with pytest.raises(RuntimeError, match="simulated"):
+        fit("mixed_bfloat16", cli_helpers.CrashAt(1))
+    assert recorded() == {"seed": 0, "precision": "mixed_bfloat16"}
+    # an application's train reads the backup under its precision before fit, and refuses it
+    # there (before fit's callbacks write anything): resume_epoch, record_data
+    callback = fault_tolerance.AtomicBackupAndRestore(str(backup_dir), run_options={"seed": 0})
+    for check in (lambda: fault_tolerance.resume_epoch([callback], 2),
+                  lambda: fault_tolerance.record_data([callback], idx_layout="t10k")):
+        with arguments.precision_policy("mixed_bfloat16"):
+            check()
+        with pytest.raises(fault_tolerance.BackupMismatchError, match=r"--precision mixed_bfloat16 \(now float32\);"):
+            check()
+    for other in ("float32", "mixed_float16"):
+        with pytest.raises(fault_tolerance.BackupMismatchError) as error:
+            fit(other)
+        message = str(error.value)
+        assert f"other options: --precision mixed_bfloat16 (now {other});" in message and "\n" not in message, message
+        assert fault_tolerance.backup_epoch(str(backup_dir)) == 1 and recorded()["precision"] == "mixed_bfloat16"
+    assert fit("mixed_bfloat16").restored_epoch == 1
+    assert fault_tolerance.backup_epoch(str(backup_dir)) == 2 and recorded()["precision"] == "mixed_bfloat16"
+    # a backup made before the precision was recorded trained in float32: resumed under it only
+    metadata = json.loads((backup_dir / "training_metadata.json").read_text())
+    (backup_dir / "training_metadata.json").write_text(json.dumps({**metadata, "options": {"seed": 0}}))
+    with pytest.raises(fault_tolerance.BackupMismatchError, match=r"--precision float32 \(now mixed_float16\);"):
+        fit("mixed_float16")
+    assert fit("float32").restored_epoch == 2 and recorded() == {"seed": 0}
+
+
+def test_callbacks_made_inside_a_train_refuse_another_precision_at_once(tmp_path):
+    # Inside an application's train (arguments.trains_under_precision; the command line's
+    # runs too) the policy in force is the run's: resumable_callbacks refuses a backup of
+    # another precision before the train reads its data or writes anything. Outside (a
+    # user's callbacks made before train(precision=...)) it cannot know, and does not refuse.
+    from applications import arguments
+
+    run_dir = tmp_path / "run"
+    backup_dir = run_dir / "backup"
+    rng = np.random.default_rng(0)
+    x, y = rng.random((4, 3)).astype("float32"), rng.random((4, 2)).astype("float32")
+    with arguments.precision_policy("mixed_bfloat16"):
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+        model.compile(optimizer="sgd", loss="mse")
+        callback = fault_tolerance.AtomicBackupAndRestore(str(backup_dir), delete_checkpoint=False,
+                                                          run_options={"seed": 0})
+        with pytest.raises(RuntimeError, match="simulated"):
+            model.fit(x, y, batch_size=4, epochs=2, verbose=0, callbacks=[callback, cli_helpers.CrashAt(1)])
+
+    @arguments.trains_under_precision
+    def train(precision=None):
+        return fault_tolerance.resumable_callbacks(str(run_dir), run_options={"seed": 0}, epochs=2)
+
+    for other in (None, "float32", "mixed_float16"):
+        with pytest.raises(fault_tolerance.BackupMismatchError,
+                           match=rf"--precision mixed_bfloat16 \(now {other or 'float32'}\);"):
+            train(precision=other)
+        assert keras.config.dtype_policy().name == "float32"
+    assert train(precision="mixed_bfloat16")
+    assert not arguments.policy_is_final()
+    # outside a train: not compared yet (resume_epoch and the fit compare it)
+    callbacks = fault_tolerance.resumable_callbacks(str(run_dir), run_options={"seed": 0}, epochs=2)
+    with pytest.raises(fault_tolerance.BackupMismatchError, match=r"--precision mixed_bfloat16 \(now float32\);"):
+        fault_tolerance.resume_epoch(callbacks, 2)
+    assert fault_tolerance.backup_epoch(str(backup_dir)) == 1
+
+
 def test_an_option_a_backup_did_not_record_because_it_was_free_then_is_no_difference(tmp_path):
     # Backups of sst made before --epochs was recorded still resume; a recorded --epochs
     # that differs, or an unrecorded option that was never free, is still refused.

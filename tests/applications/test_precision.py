@@ -496,3 +496,49 @@ def test_a_saved_model_loads_with_its_optimizer_and_its_state(precision, tmp_pat
     assert len(saved) > 2 and len(loaded.optimizer.variables) == len(saved)
     for want, got in zip(saved, loaded.optimizer.variables):
         np.testing.assert_array_equal(got.numpy(), want)
+
+
+def test_backup_callbacks_made_outside_train_record_the_precision_it_trains_under(tmp_path):
+    # (2026-12-07) A backup recorded the policy in force when resumable_callbacks was
+    # called: callbacks made under float32 and given to train(precision="mixed_bfloat16")
+    # recorded float32, and the run was resumed under float32 or mixed_float16 without a
+    # word. The backup now records the policy in force when training begins.
+    # (eager, about 5 s: sort_of_clevr's MAC, one step in each of 2 epochs)
+    from applications import fault_tolerance
+    from applications import sort_of_clevr as soc
+    from tests.applications.cli_helpers import CrashAt
+
+    run_dir = tmp_path / "run"
+    backup = run_dir / fault_tolerance.BACKUP_DIR
+
+    def train(precision, *extra):
+        # made here, under float32, outside train's policy
+        callbacks = [*fault_tolerance.resumable_callbacks(str(run_dir), run_options={"seed": 0}), *extra]
+        return soc.train(str(run_dir), steps=2, epochs=2, batch_size=4, learning_rate=3e-3, validation_examples=2,
+                         verbose=0, model_kwargs={"units": 8, "embedding_dim": 4, "max_steps": 1},
+                         callbacks=callbacks, precision=precision)
+
+    with pytest.raises(RuntimeError, match="simulated"):
+        train("mixed_bfloat16", CrashAt(1))
+    assert keras.config.dtype_policy().name == "float32"
+    assert json.loads((backup / "training_metadata.json").read_text())["options"] == {
+        "seed": 0, "precision": "mixed_bfloat16"}
+
+    def files():
+        return sorted((str(p), p.stat().st_mtime_ns) for p in run_dir.rglob("*") if p.is_file())
+
+    before = files()
+    for other, now in ((None, "float32"), ("float32", "float32"), ("mixed_float16", "mixed_float16")):
+        with pytest.raises(fault_tolerance.BackupMismatchError) as error:
+            train(other)
+        # refused in train before fit, whose TensorBoard callback (before the backup's) wrote logs
+        assert files() == before
+        message = str(error.value)
+        assert f"other options: --precision mixed_bfloat16 (now {now});" in message and "\n" not in message, message
+        assert keras.config.dtype_policy().name == "float32"
+        assert fault_tolerance.backup_epoch(str(backup)) == 1
+    seen = {}
+    result = train("mixed_bfloat16", _Seen(seen))
+    assert seen["policies"] == ["mixed_bfloat16"] and keras.config.dtype_policy().name == "float32"
+    # it resumed at epoch 1 (trained that epoch alone), and finished the run
+    assert len(seen["losses"]) == 1 and result["steps"] == 2 and not backup.exists()
