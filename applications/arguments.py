@@ -133,14 +133,22 @@ def float32_output(x, name):
 
 
 def trains_under_precision(train):
-    """Decorator of an application's Python ``train(..., precision=None)``: the call runs
-    under :func:`precision_policy` of its ``precision`` argument (checked first: a bad
-    value is an ``InputError`` before anything is read or written), so that the model is
-    built, trained and saved under it (and the run's backup records it, wherever its
-    callbacks were made: ``fault_tolerance.resumable_callbacks``; made inside the call,
-    they refuse a backup of another precision at once, :func:`policy_is_final`), and the
-    global policy set before comes back after, on an error too. None: the global policy set outside (the command line
-    sets ``--precision`` around the call)."""
+    """Decorator of an application's Python ``train(..., precision=None)``.
+
+    ``precision`` is one of :data:`PRECISIONS`: the Keras dtype policy under which the
+    call builds, trains and saves its model (:func:`precision_policy`). Under a mixed
+    one the hidden layers compute in 16 bits, the layers making the outputs in float32
+    (:func:`output_dtype`) and every weight stays float32; under ``mixed_float16``
+    Keras' ``compile`` wraps the optimizer in a ``LossScaleOptimizer``. None (the
+    default): the global policy set outside (the command line sets ``--precision``
+    around the call). The policy set before comes back after the call, on an error too.
+    Another value is an ``InputError`` before anything is read or written.
+
+    The run's backup records the precision, wherever its callbacks were made
+    (``fault_tolerance.resumable_callbacks``), and a resume under another is refused:
+    at once for callbacks made inside the call (:func:`policy_is_final`), before
+    ``fit`` for a user's callbacks made outside it.
+    """
     import functools
     import inspect
 

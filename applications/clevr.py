@@ -1104,13 +1104,10 @@ def train(cache_dir, run_dir="runs/clevr", data_dir=None, epochs=25, batch_size=
     ``verbose`` (0, 1 or 2) is ``fit``'s, and 1 or 2 also shows the feature extraction's
     progress.
 
-    ``precision`` is the Keras dtype policy the model is built, trained and saved under:
-    ``"float32"``, ``"mixed_float16"`` or ``"mixed_bfloat16"`` (its hidden layers compute
-    in 16 bits, its outputs in float32, its weights stay float32); None (the default):
-    the global policy set outside. The policy set before comes back after the call, on
-    an error too. The backup callbacks of ``fault_tolerance.resumable_callbacks`` record
-    the policy the run trains under, wherever they were made, and a resume under another
-    is refused. Another value is an ``InputError``, before anything is read or written.
+    ``precision`` (``"float32"``, ``"mixed_float16"`` or ``"mixed_bfloat16"``) is the Keras
+    dtype policy the run builds, trains and saves its model under (its outputs in
+    float32); None (the default): the global one. See
+    ``applications.arguments.trains_under_precision``.
     """
 
     from applications import fault_tolerance

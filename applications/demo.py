@@ -348,13 +348,10 @@ def train(
             ``hidden_capsules``, ``n_iters``, ...).
         callbacks: extra Keras callbacks (after the backup and the CSV logger); the
             backups among them go with the run's (``fault_tolerance.finish_run``).
-        precision: the Keras dtype policy the model is built, trained and saved under:
-            ``"float32"``, ``"mixed_float16"`` or ``"mixed_bfloat16"`` (its hidden layers
-            compute in 16 bits, its outputs in float32, its weights stay float32); None
-            (the default): the global policy set outside. The policy set before comes
-            back after the call, on an error too. A backup of the run
-            (``fault_tolerance.resumable_callbacks``) records it: a resume under another
-            is refused. Another value is an ``InputError``, before anything is read or written.
+        precision: ``"float32"``, ``"mixed_float16"`` or ``"mixed_bfloat16"``, the Keras
+            dtype policy the run builds, trains and saves its model under (its outputs in
+            float32); None (the default): the global one. See
+            ``applications.arguments.trains_under_precision``.
 
     Returns:
         A dict with the test accuracy, the parameter count, the epochs and the paths.

@@ -681,13 +681,10 @@ def train(run_dir="runs/sort_of_clevr", steps=20000, batch_size=64, kb="symbolic
     replicas, ``callbacks`` or ``verbose`` was refused only once it was there, or not at
     all), and all but ``kb`` and the values of ``model_kwargs`` before the model is built.
 
-    ``precision`` is the Keras dtype policy the model is built, trained and saved under:
-    ``"float32"``, ``"mixed_float16"`` or ``"mixed_bfloat16"`` (its hidden layers compute
-    in 16 bits, its outputs in float32, its weights stay float32); None (the default):
-    the global policy set outside. The policy set before comes back after the call, on
-    an error too. The backup callbacks of ``fault_tolerance.resumable_callbacks`` record
-    the policy the run trains under, wherever they were made, and a resume under another
-    is refused. Another value is an ``InputError``, before anything is read or written.
+    ``precision`` (``"float32"``, ``"mixed_float16"`` or ``"mixed_bfloat16"``) is the Keras
+    dtype policy the run builds, trains and saves its model under (its outputs in
+    float32); None (the default): the global one. See
+    ``applications.arguments.trains_under_precision``.
     """
     import os
 

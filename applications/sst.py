@@ -1092,14 +1092,10 @@ def train(
             outputs are written (``fault_tolerance.finish_run``). It records the tree
             files' fingerprint (``fault_tolerance.record_data``): a resume on other files
             is refused before anything is embedded, one on the same files moved is not.
-        precision: the Keras dtype policy the model is built, trained and saved under:
-            ``"float32"``, ``"mixed_float16"`` or ``"mixed_bfloat16"`` (its hidden layers
-            compute in 16 bits, its outputs in float32, its weights stay float32); None
-            (the default): the global policy set outside. The policy set before comes
-            back after the call, on an error too. The backup callbacks of
-            ``fault_tolerance.resumable_callbacks`` record the policy the run trains
-            under, wherever they were made, and a resume under another is refused.
-            Another value is an ``InputError``, before anything is read or written.
+        precision: ``"float32"``, ``"mixed_float16"`` or ``"mixed_bfloat16"``, the Keras
+            dtype policy the run builds, trains and saves its model under (its outputs in
+            float32); None (the default): the global one. See
+            ``applications.arguments.trains_under_precision``.
 
     Returns:
         A dict with the dev and test accuracies, the parameter count, the number of

@@ -1031,13 +1031,10 @@ def train(
     ``verbose`` is ``fit``'s; while it is set, the scoring of the test images after
     training shows its progress bar too (on stderr).
 
-    ``precision`` is the Keras dtype policy the model is built, trained and saved under:
-    ``"float32"``, ``"mixed_float16"`` or ``"mixed_bfloat16"`` (its hidden layers compute
-    in 16 bits, its outputs in float32, its weights stay float32); None (the default):
-    the global policy set outside. The policy set before comes back after the call, on
-    an error too. The backup callbacks of ``fault_tolerance.resumable_callbacks`` record
-    the policy the run trains under, wherever they were made, and a resume under another
-    is refused. Another value is an ``InputError``, before anything is read or written.
+    ``precision`` (``"float32"``, ``"mixed_float16"`` or ``"mixed_bfloat16"``) is the Keras
+    dtype policy the run builds, trains and saves its model under (its outputs in
+    float32); None (the default): the global one. See
+    ``applications.arguments.trains_under_precision``.
 
     Returns:
         A dict with the per-iteration test AMI (and error), the parameter count, the
