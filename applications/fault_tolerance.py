@@ -664,13 +664,8 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         """Puts the global dtype policy in force now into the recorded options, as
         ``"precision"`` (left out under float32: :func:`_precision_now`); nothing for a run
         that records none."""
-        if self.run_options is None:
-            return
-        options = {name: value for name, value in self.run_options.items() if name != "precision"}
-        precision = _precision_now()
-        if precision is not None:
-            options["precision"] = precision
-        self.run_options = options
+        if self.run_options is not None:
+            self.run_options = _with_precision(self.run_options, _precision_now())
 
     def _check_run_options(self):
         """Raises :class:`BackupMismatchError` when the backup recorded other options."""
@@ -1342,6 +1337,15 @@ def _precision_now():
     return None if policy == "float32" else policy
 
 
+def _with_precision(run_options, precision):
+    """``run_options`` (a new dict) with their ``"precision"`` replaced by ``precision``,
+    or left out when it is None (float32, or not known yet)."""
+    options = {name: value for name, value in run_options.items() if name != "precision"}
+    if precision is not None:
+        options["precision"] = precision
+    return options
+
+
 def _check_backup_options(backup_dir, run_options, precision=True):
     """Raises :class:`BackupMismatchError` when the backup in ``backup_dir`` recorded other
     options than ``run_options`` (nothing when either is missing). ``precision=False``:
@@ -1699,20 +1703,18 @@ def resumable_callbacks(run_dir, save_freq="epoch", run_options=None, epochs=Non
     ):
         raise InputError(f"`save_freq` must be 'epoch' or a positive number of steps. Received: save_freq={save_freq!r}")
     save_freq = save_freq if save_freq == "epoch" else int(save_freq)
-    if isinstance(run_options, dict):
-        # The Keras dtype policy the run trains under (`--precision`) is recorded when
-        # training begins (AtomicBackupAndRestore): one read now, when the callbacks are
-        # made, was float32 for a user's callbacks given to train(precision=...), whose
-        # resume under another precision then went on in other arithmetic.
-        run_options = {name: value for name, value in run_options.items() if name != "precision"}
     from applications.arguments import policy_is_final
 
-    # Made inside an application's train (the command line's too), the policy now is the
-    # run's: a backup of another precision is refused at once, before any data is read
-    # (the model built, caches made). Made outside, the policy is compared when training begins.
+    # The Keras dtype policy the run trains under (`--precision`) is recorded when
+    # training begins (AtomicBackupAndRestore): one read now, when the callbacks are
+    # made, was float32 for a user's callbacks given to train(precision=...), whose
+    # resume under another precision then went on in other arithmetic. Made inside an
+    # application's train (the command line's too), the policy now is the run's: a backup
+    # of another precision is refused at once, before any data is read (the model built,
+    # caches made). Made outside, the policy is compared when training begins.
     known = policy_is_final()
-    if known and isinstance(run_options, dict) and _precision_now() is not None:
-        run_options["precision"] = _precision_now()
+    if isinstance(run_options, dict):
+        run_options = _with_precision(run_options, _precision_now() if known else None)
     check_resumable(run_dir, run_options, epochs, precision_known=known)
     _write_pending_record(run_dir)  # the command line's record of the run's application
     # (an earlier run's traced steps and model, which TensorFlow's gradient registry kept)
