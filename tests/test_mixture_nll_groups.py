@@ -13,7 +13,7 @@ import pytest
 from keras.src.backend import set_keras_mask
 
 from keras_capsules.losses import MixtureNLL
-from tests.backends import compiled, value_and_grads
+from tests.backends import compiled, require_float64, value_and_grads
 
 SIGMA = 0.7
 
@@ -135,3 +135,77 @@ def test_a_group_mask_under_xla(from_logits):
     np.testing.assert_allclose(float(value), _expected(x, m, pi, from_logits), rtol=1e-5)
     grad = keras.ops.convert_to_numpy(grad)
     assert np.all(np.isfinite(grad)) and np.all(grad[1, 2] == 0)
+
+
+def _masked_and_reference(from_logits, sigma, dtype, policy_dtype=None):
+    """The summed loss of a masked batch and of the same pixels and groups unmasked, with
+    their gradients with respect to the packed ``y_pred`` (those of the reference put at
+    the positions they came from): sample 0 keeps every group but has a pixel with no
+    group (4), sample 1 only groups 0 and 1. The padding holds NaN and +-inf."""
+    x, m, pi, mask = _case(5)
+    if from_logits:
+        pi = np.log(pi)
+    mask[0, :, 4] = False
+    packed = np.concatenate([m, pi], -1)
+    padded = packed.copy()
+    padded[1, 2] = np.nan
+    padded[1, 2, ::2] = -np.inf
+    padded[0, :, 4] = np.inf
+    cast = (lambda a: keras.ops.cast(keras.ops.convert_to_tensor(a.astype("float64")), dtype))
+    loss = MixtureNLL(sigma=sigma, from_logits=from_logits, reduction="sum", dtype=policy_dtype)
+
+    def masked(p):
+        return loss(cast(x), _masked(p, mask))
+
+    def reference(p0, p1):  # sample 0 without pixel 4, sample 1 without group 2
+        return loss(cast(x[:1, :4]), p0) + loss(cast(x[1:]), p1)
+
+    return masked, reference, cast(padded), (cast(packed[:1, :, :4]), cast(packed[1:, :2]))
+
+
+def _check_against_reference(masked, reference, padded, pieces, run=lambda f: f(), rtol=1e-6):
+    (value, (grad,)), (want, (g0, g1)) = run(
+        lambda: (value_and_grads(masked, [padded])[:2], value_and_grads(reference, list(pieces))[:2]))
+    grad, g0, g1 = (keras.ops.convert_to_numpy(keras.ops.cast(g, "float64")) for g in (grad, g0, g1))
+    assert np.isfinite(float(value)) and np.all(np.isfinite(grad))
+    np.testing.assert_allclose(float(value), float(want), rtol=rtol)
+    expected = np.zeros(grad.shape)
+    expected[:1, :, :4] = g0
+    expected[1:, :2] = g1
+    np.testing.assert_allclose(grad, expected, rtol=10 * rtol, atol=10 * rtol * np.abs(expected).max())
+    assert np.all(grad[1, 2] == 0) and np.all(grad[0, :, 4] == 0)
+
+
+@pytest.mark.parametrize("sigma", [0.7, 1e-5], ids=["sigma0.7", "sigma1e-5"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("from_logits", [False, True], ids=["probabilities", "logits"])
+def test_masked_groups_change_neither_value_nor_gradient(from_logits, dtype, sigma):
+    """The masked log-sum-exp over the groups (finite masking, no -inf): the loss and its
+    gradients are those of the kept pixels and groups alone, eagerly and under XLA, also
+    where every kept term lies far below MASK_VALUE (sigma=1e-5: terms of -1e10, where a
+    plain -1e9 fill took the mixture) and at a pixel with no group kept."""
+    if dtype == "float64":
+        require_float64()
+    masked, reference, padded, pieces = _masked_and_reference(from_logits, sigma, dtype, policy_dtype=dtype)
+    rtol = 1e-5 if dtype == "float32" else 1e-12
+    _check_against_reference(masked, reference, padded, pieces, rtol=rtol)
+    _check_against_reference(masked, reference, padded, pieces, run=lambda f: compiled(f)(), rtol=rtol)
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_masked_groups_under_mixed_precision(policy):
+    """A mixed policy's float16 / bfloat16 outputs: the loss computes in float32, finite,
+    with the masked groups left out, as in float32 from the same (rounded) inputs. (At
+    sigma=1e-5 the gradients, ~1e10, are beyond float16's range: sigma=0.7 here.)"""
+    half = policy.replace("mixed_", "")
+    masked, reference, padded, pieces = _masked_and_reference(True, SIGMA, half, policy_dtype=policy)
+    value, (grad,) = value_and_grads(masked, [padded])[:2]
+    assert keras.backend.standardize_dtype(value.dtype) == half
+    grad = keras.ops.convert_to_numpy(keras.ops.cast(grad, "float32"))
+    assert np.all(np.isfinite(grad)) and np.all(grad[1, 2] == 0) and np.all(grad[0, :, 4] == 0)
+    masked32, *_ = _masked_and_reference(True, SIGMA, "float32")
+    want, (want_grad,) = value_and_grads(masked32, [keras.ops.cast(padded, "float32")])[:2]
+    want_grad = keras.ops.convert_to_numpy(want_grad)
+    # (the value is rounded to the half dtype on return; the gradients come back in it too)
+    np.testing.assert_allclose(float(keras.ops.cast(value, "float32")), float(want), rtol=1e-2)
+    np.testing.assert_allclose(grad, want_grad, rtol=1e-2, atol=1e-2 * np.abs(want_grad).max())

@@ -129,6 +129,35 @@ def test_masked_softmax_with_real_logits_below_the_mask_value():
     np.testing.assert_allclose(grad[1], [-0.25, 0.25, 0.0], atol=1e-6)
 
 
+def _saturated_product_gradients(dtype, scale):
+    """Gradients of ``sum(masked_softmax(u * v, mask) * w)`` for ``u`` of magnitude
+    ``scale`` (its rows saturate: one weight ~1, the others ~0), in ``dtype``."""
+    rng = np.random.default_rng(7)
+    u = (rng.standard_normal((8, 6, 5)) * scale).astype(dtype)
+    v = rng.uniform(-1, 1, (6, 5)).astype(dtype)
+    mask = tensor(rng.random((8, 6, 5)) < 0.8)
+    w = tensor(rng.standard_normal((8, 6, 5)), dtype)
+    got = grads(lambda u, v: keras.ops.sum(ops.masked_softmax(u * v, mask) * w), [tensor(u), tensor(v)])
+    return [np.asarray(g, "float64") for g in got]
+
+
+@pytest.mark.parametrize("scale", [1e4, 1e6, 1e9])
+def test_masked_softmax_gradients_at_saturated_rows_match_float64(scale):
+    """With a mask, masked_softmax kept the fused ``ops.softmax``, whose TensorFlow
+    weights at a saturated row came out 1 - 6e-8 (float64: 1 - 1e-20), and its gradient
+    (g - sum(g * y)) * y was off by that times the upstream gradient: 2e-7 for the
+    logits, times the logits' size through a product (here dv off by 3e-3 at 1e4 where
+    float64 gives 2e-11, by 332 at 1e9 where it gives 0)."""
+    got = _saturated_product_gradients("float32", scale)
+    with float64_enabled():
+        require_float64()
+        want = _saturated_product_gradients("float64", scale)
+    for name, g, w in zip(("u", "v"), got, want):
+        assert np.all(np.isfinite(g)), f"d/d{name} not finite"
+        np.testing.assert_allclose(g, w, rtol=1e-3, atol=1e-4 * max(1.0, np.abs(w).max()),
+                                   err_msg=f"d/d{name} at {scale:g} vs float64")
+
+
 HUGE_AND_TINY = np.array(
     [[3e19, 4e19, 0.0], [1e30, 0.0, 0.0], [3e38, 3e38, 0.0], [-2e25, 1e25, 2e25],
      [3e-30, 4e-30, 0.0], [0.0, 0.0, 0.0], [3.0, 4.0, 0.0]],

@@ -1,9 +1,10 @@
 """The library's written-out softmax (``keras_capsules.ops.shifted_softmax``: routing
-couplings, RTagger's masks, ``masked_softmax`` without a mask) at logits of 1e6 to 1e12.
+couplings, RTagger's masks, ``masked_softmax`` with or without a mask) at logits of 1e6
+to 1e12.
 
 Two defects showed there, as in the routing couplings (see
-``test_routing_large_inputs.py``), while ``masked_softmax`` without a mask called
-``ops.softmax`` (with a mask it still does, for EMRouting's speed):
+``test_routing_large_inputs.py``), while ``masked_softmax`` called ``ops.softmax``
+(without a mask, and with one before the saturated-row test of ``tests/test_ops.py``):
 
 * Under XLA on CPUs with FMA (``jax.jit``, ``tf.function(jit_compile=True)``) the
   weights of a softmax of an elementwise product ``u * v`` were NaN where eager gave
