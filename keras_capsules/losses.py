@@ -55,7 +55,7 @@ from keras import ops
 from keras_capsules._validation import (boolean, concrete_values, exactly_shaped_like, like_values, positive_float,
                                         require_aligned_sizes, require_known_ranks, require_known_weight_rank,
                                         several_replicas)
-from keras_capsules.ops import max_with_initial, maximum, routing_dtype
+from keras_capsules.ops import divide_no_nan, max_with_initial, maximum, routing_dtype
 
 __all__ = ["GlobalBatchLoss", "CapsuleLoss", "MarginLoss", "MixtureNLL", "mixture_nll", "margin_term", "focal_term", "cross_term"]
 
@@ -927,18 +927,6 @@ def _mixture_nll(x, m, pi, sigma, axis, from_logits, epsilon, groups=None):
 _DIVIDING_REDUCTIONS = ("sum_over_batch_size", "mean", "mean_with_sample_weight")
 
 
-def _divide_no_nan(x1, x2):
-    """``x1 / x2``, 0 where ``x2`` is 0, in the operands' dtype.
-
-    ``keras.ops.divide_no_nan`` on torch divides in ``keras.backend.result_type`` of the
-    operands, which is float32 for float64 ones on every backend but TensorFlow.
-    """
-    zero = x2 == 0
-    return ops.where(zero, ops.zeros_like(x1), x1 / ops.where(zero, ops.ones_like(x2), x2))
-
-
-
-
 def _reduce(values, sample_weight, mask, reduction, dtype):
     """Keras' reductions of the per-value losses, with the weights and the mask spread
     over the values from the left (:func:`like_values`), and the means over the global
@@ -1042,8 +1030,8 @@ def _global_mean(values, sample_weight, mask, reduction, dtype, context=None):
         import tensorflow as tf
 
         count = context.all_reduce(tf.distribute.ReduceOp.SUM, count)
-        return _logged_as_one_device(_divide_no_nan(total, count), context)
-    return _divide_no_nan(total, count)
+        return _logged_as_one_device(divide_no_nan(total, count), context)
+    return divide_no_nan(total, count)
 
 
 @keras.saving.register_keras_serializable(package="keras_capsules")

@@ -18,7 +18,7 @@ import numpy as np
 from keras import ops
 
 from keras_capsules._validation import concrete_values, positive_int
-from keras_capsules.ops import routing_dtype
+from keras_capsules.ops import divide_no_nan, routing_dtype
 
 __all__ = ["AdjustedMutualInformation", "adjusted_mutual_info"]
 
@@ -473,7 +473,8 @@ class AdjustedMutualInformation(keras.metrics.Metric):
         return weight
 
     def result(self):
-        return ops.cast(ops.divide_no_nan(self.total, self.count), self.dtype)
+        # (not keras.ops.divide_no_nan: on torch it rounded a float64 AMI to float32)
+        return ops.cast(divide_no_nan(self.total, self.count), self.dtype)
 
     def reset_state(self):
         self.total.assign(0.0)

@@ -13,8 +13,8 @@ from keras import ops
 
 __all__ = [
     "MASK_VALUE", "routing_dtype", "safe_norm", "squash", "matmul", "conv", "conv_sum", "maximum",
-    "minimum", "max_with_initial", "min_with_initial", "mean", "tanh", "masked_softmax", "shifted_softmax",
-    "cond", "recomputed_where",
+    "minimum", "divide_no_nan", "max_with_initial", "min_with_initial", "mean", "tanh", "masked_softmax",
+    "shifted_softmax", "cond", "recomputed_where",
 ]
 
 #: The large finite negative used for masked logits (never -inf or -1e30, which
@@ -341,6 +341,14 @@ def minimum(x1, x2):
     """``keras.ops.minimum(x1, x2)``, float64 for float64 operands on every backend
     (torch's returns float32 for them, see above)."""
     return _extremum(ops.minimum, x1, x2, lambda a, b: a <= b)
+
+
+def divide_no_nan(x1, x2):
+    """``x1 / x2``, 0 where ``x2`` is 0 (with a zero gradient there), in the operands'
+    dtype on every backend (``keras.ops.divide_no_nan`` on torch divides in
+    ``keras.backend.result_type`` of the operands, float32 for float64 ones)."""
+    zero = x2 == 0
+    return ops.where(zero, ops.zeros_like(x1), x1 / ops.where(zero, ops.ones_like(x2), x2))
 
 
 def _reduce_with_initial(reduce, combine, x, axis, keepdims, initial):

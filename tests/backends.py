@@ -46,6 +46,26 @@ if BACKEND == "torch":
         return values.copy() if copy else values
 
     torch.Tensor.__array__ = _detached_array
+
+    def _tensor_operand(method):
+        """``method`` (an arithmetic operator of ``torch.Tensor``) with a numpy operand
+        made a tensor first. torch 2.14 hands ``tensor * ndarray`` to numpy, which reads
+        the tensor through ``__array__`` (detached, above) and wraps the result back into
+        a tensor without autograd history: a test's ``ops.sum(layer(x) * np_weights)``
+        had no gradient on torch ("element 0 of tensors does not require grad"). On
+        TensorFlow and JAX such a product is a tensor op, gradient included."""
+
+        def operator(self, other):
+            if isinstance(other, (np.ndarray, np.generic)):
+                other = torch.as_tensor(other, device=self.device)
+            return method(self, other)
+
+        operator.__name__ = method.__name__
+        return operator
+
+    for _name in ("add", "sub", "mul", "truediv", "pow", "matmul"):
+        for _form in (f"__{_name}__", f"__r{_name}__"):
+            setattr(torch.Tensor, _form, _tensor_operand(getattr(torch.Tensor, _form)))
 SUPPORTED = ("tensorflow", "jax")
 #: backends whose gradients the tests can take (``value_and_grads``); torch has no XLA
 #: compile here, so ``compiled`` skips on it

@@ -8,6 +8,12 @@ import numpy as np
 import pytest
 
 from keras_capsules.callbacks import BudgetLinearDecay, TimeBudget
+from tests.backends import BACKEND
+
+#: Keras' torch trainer refuses steps_per_execution > 1 ("`steps_per_execution` must be 1
+#: with the PyTorch backend", keras/src/backend/torch/trainer.py)
+_ONE_STEP_PER_EXECUTION = pytest.mark.skipif(
+    BACKEND == "torch", reason="Keras' torch trainer supports only steps_per_execution=1")
 
 
 def _model():
@@ -30,6 +36,7 @@ def test_runs_to_the_end_within_the_budget():
     assert not budget.exceeded and budget.steps == 16 and budget.elapsed > 0
 
 
+@_ONE_STEP_PER_EXECUTION
 def test_steps_count_batches_with_steps_per_execution():
     # Audit 9: with steps_per_execution=4 Keras reports every 4 batches, and `steps`
     # counted reports: 6 instead of 20 batches.
@@ -213,6 +220,7 @@ def test_a_budget_spent_in_validation_stops_before_the_next_epoch():
     assert not run(epochs=1)
 
 
+@_ONE_STEP_PER_EXECUTION
 def test_steps_count_the_short_last_execution_of_an_epoch_of_unknown_length():
     # Audit 10: with steps_per_execution=4 and an epoch of unknown length (a filtered
     # dataset) Keras reports the last execution (2 batches of 10) as 4: steps was 24, not 20.

@@ -14,6 +14,7 @@ from keras import ops
 
 from keras_capsules import losses, optimizers
 from keras_capsules.callbacks import BudgetLinearDecay, TimeBudget, estimate_batch_norm_statistics
+from tests.backends import tensorflow_only
 from tests.test_optimizers import _numpy_radam
 
 RNG = np.random.default_rng(209)
@@ -137,6 +138,7 @@ def test_zero_weight_sample_changes_nothing_but_the_count():
 
 @pytest.mark.parametrize("jit", [False, True])
 def test_traced_loss_and_gradient_equal_eager(jit):
+    tensorflow_only("tf.GradientTape and tf.function(jit_compile) around the loss")
     import tensorflow as tf
 
     x = tf.constant(_scores(5, 4))
@@ -222,6 +224,10 @@ def test_radam_follows_the_documented_recurrence(dtype, options):
     var = keras.Variable(theta0.astype(dtype), dtype=dtype)
     expected = _np_radam(theta0, grads, 0.0625, b1, b2, 1e-6, options.get("weight_decay"), options.get("clipnorm"),
                          options.get("clipvalue"))
+    if dtype == "float64" and "clipnorm" in options and keras.backend.backend() == "torch":
+        pytest.skip("Keras' clipnorm (BaseOptimizer._clip_by_norm) takes ops.maximum(norm, clipnorm), "
+                    "which Keras' torch backend computes in float32 for a float64 norm (result_type of a "
+                    "torch dtype and a Python float): ~1e-10 off after one step")
     tol = 1e-5 if dtype == "float32" else 1e-12
     for step, g in enumerate(grads):
         opt.apply([ops.convert_to_tensor(g.astype(dtype))], [var])

@@ -303,6 +303,27 @@ def _folded_taps(kernel, axis, phase, factor, before):
     return first, ops.stack(folded, axis=axis)
 
 
+def zero_pad(x, widths):
+    """``ops.pad(x, widths)`` with zeros, made by concatenating zeros along every axis
+    ``widths`` (one ``(before, after)`` pair per axis) pads; the batch may be unknown.
+
+    Not ``ops.pad``: on torch it makes a Keras ``Operation``, whose automatic name
+    mutates a Keras dict, and ``torch.compile`` then broke its graph at the next Keras
+    layer call (at ``inspect.Signature.bind``: "mapping proxy affected by dictionary
+    mutation"), every step of an RLadder loop whose convolutional combinators upsample.
+    """
+    for axis, (before, after) in enumerate(widths):
+        if not (before or after):
+            continue
+        edge = ops.zeros_like(x[(slice(None),) * axis + (slice(0, 1),)])
+        parts = [ops.repeat(edge, before, axis=axis)] if before else []
+        parts.append(x)
+        if after:
+            parts.append(ops.repeat(edge, after, axis=axis))
+        x = ops.concatenate(parts, axis=axis)
+    return x
+
+
 def upsampled_conv(x, kernel, factor):
     """``conv(upsample_nearest(x, factor), kernel, padding="same")`` for ``x`` of static
     height and width, computed at ``x``'s resolution: output phase ``(a, b)`` (the pixels
@@ -333,13 +354,13 @@ def upsampled_conv(x, kernel, factor):
     cout = kernel.shape[3]
     kernels = []
     for first_h, first_w, k in flat:  # every phase's taps placed in one kernel over all offsets
-        kernels.append(ops.pad(k, [(first_h - lo_h, hi_h - first_h - k.shape[0] + 1),
-                                   (first_w - lo_w, hi_w - first_w - k.shape[1] + 1), (0, 0), (0, 0)]))
+        kernels.append(zero_pad(k, [(first_h - lo_h, hi_h - first_h - k.shape[0] + 1),
+                                    (first_w - lo_w, hi_w - first_w - k.shape[1] + 1), (0, 0), (0, 0)]))
     merged = ops.concatenate(kernels, axis=-1)  # [.., .., in, (a, b, out)]
     if lo_h == -hi_h and lo_w == -hi_w:  # (a 3x3 kernel and a factor of 2: offsets -1, 0, 1)
         out = conv(x, merged, padding="same")  # (no padded copy of x, nor its gradient)
     else:
-        padded = ops.pad(x, [(0, 0), (max(-lo_h, 0), max(hi_h, 0)), (max(-lo_w, 0), max(hi_w, 0)), (0, 0)])
+        padded = zero_pad(x, [(0, 0), (max(-lo_h, 0), max(hi_h, 0)), (max(-lo_w, 0), max(hi_w, 0)), (0, 0)])
         top, left = lo_h + max(-lo_h, 0), lo_w + max(-lo_w, 0)
         window = padded[:, top:top + h + hi_h - lo_h, left:left + w + hi_w - lo_w, :]
         out = conv(window, merged, padding="valid")

@@ -495,7 +495,15 @@ def test_every_weight_gets_a_gradient(use_previous_control, self_attention):
     weight_grads = grads(lambda: keras.ops.sum(net(x)[0] * pull), variables=net.trainable_weights)
     for weight, g in zip(net.trainable_weights, weight_grads):
         assert g is not None, weight.path
-        assert np.any(keras.ops.convert_to_numpy(g) != 0), weight.path
+        g = keras.ops.convert_to_numpy(g)
+        if weight.path.endswith("self_attention_bias"):
+            # shifts every step's self-attention logit alike, which the softmax ignores
+            # (WriteUnit's docstring): its gradient is zero up to rounding. TensorFlow's
+            # rounding left -6e-8 here (2026-12-07), which an "any nonzero" check took for a gradient;
+            # torch gives exactly zero.
+            np.testing.assert_allclose(g, 0.0, atol=1e-6, err_msg=weight.path)
+            continue
+        assert np.any(g != 0), weight.path
 
 
 def test_files_that_hold_an_unread_initial_control_load(tmp_path):
