@@ -1,11 +1,18 @@
 """Occluded Moving MNIST: classifying a moving digit seen through bars (Ilin et al. 2017, 3.1).
 
 A 14x14 (downscaled) MNIST digit moves over a black 32x32 frame with one of 8
-discrete velocities (the 8 compass directions at ``speed`` pixels per frame),
-bouncing off the borders; static vertical bars ``bar_width`` pixels wide, with left
-edges ``bar_spacing`` pixels apart, are drawn *over* the digit, so that no single
-frame shows all of it. A sequence has 5 frames. The task is to name the digit; the
-unsupervised cost is predicting the next (occluded) frame.
+discrete velocities, bouncing off the borders; a static grid of vertical and
+horizontal bars 4 pixels wide with 8 visible pixels between them is drawn *over* the
+digit, so that no single frame shows all of it. The velocities are the paper's,
+(+-1, +-2) and (+-2, +-1) pixels per frame: every one moves along both axes, so that
+over a sequence's 5 frames the digit passes behind the bars and almost all of it shows
+in some frame (:func:`generate`). ``motion="compass", bars="vertical", bar_spacing=8``
+(arguments of :func:`train` and the other data functions; ``--motion compass --bars
+vertical --bar-spacing 8`` on the command line) gives the data of the benchmark's first
+26 rounds, where a quarter of the digits moved only vertically and never showed the
+columns behind their bars; :func:`evaluate` makes the data ``train`` recorded.
+The task is to name the digit; the unsupervised cost is predicting the next
+(occluded) frame.
 
 The model (in the spirit of the paper's Table 7): an RLadder with convolutional
 levels (by default feed-forward, instance-normalized, gated convolutional encoders, see
@@ -68,8 +75,21 @@ DIGIT_SIZE = 14
 NUM_FRAMES = 5
 NUM_CLASSES = 10
 VARIANTS = ("rladder", "no_feedback", "hierarchical", "temporal")
-#: the 8 discrete directions (dy, dx)
+#: the eight velocities (rows, columns per frame) of the paper's section 3.1, ``motion="paper"``:
+#: every one moves along both axes, one pixel along one and two along the other
+PAPER_VELOCITIES = ((-2, -1), (-2, 1), (-1, -2), (-1, 2), (1, -2), (1, 2), (2, -1), (2, 1))
+#: the eight compass directions, ``motion="compass"`` (times ``speed``)
 DIRECTIONS = ((-1, -1), (-1, 0), (-1, 1), (0, -1), (0, 1), (1, -1), (1, 0), (1, 1))
+#: ``generate``'s motions and bar layouts
+MOTIONS = ("paper", "compass")
+BAR_LAYOUTS = ("grid", "vertical")
+#: the options of the sequences' data that :func:`train` (``make_sequences``,
+#: ``make_training_dataset``) passes to every ``generate`` call, at their defaults: the
+#: paper's data; ``train`` records them in ``metrics.json`` (``"sequences"``)
+SEQUENCE_OPTIONS = {"motion": "paper", "bars": "grid", "bar_spacing": 12}
+#: the data before the paper's were the default (the benchmark's first 26 rounds): what
+#: :func:`evaluate` makes for a run whose ``metrics.json`` records no ``"sequences"``
+OLD_SEQUENCE_OPTIONS = {"motion": "compass", "bars": "vertical", "bar_spacing": 8}
 PAPER_ERROR = {"rladder": 0.0074, "temporal": 0.0202, "no_feedback": 0.0160}
 
 
@@ -138,20 +158,47 @@ def _check_bars(bar_width, bar_spacing):
         )
 
 
-def bar_mask(frame_size=FRAME_SIZE, bar_width=4, bar_spacing=8, offset=0):
-    """A ``[frame_size, frame_size]`` bool mask of vertical bars (True on a bar).
+def _check_choice(name, value, choices):
+    """``value`` if it is one of the strings ``choices``, else an ``InputError`` naming them."""
+    if not isinstance(value, str) or value not in choices:
+        raise InputError(f"`{name}` must be one of {', '.join(map(repr, choices))}. Received: {name}={value!r}")
+    return value
 
-    ``offset``: an integer, the column of the first bar's left edge (modulo ``bar_spacing``).
+
+def _check_offset(name, offset):
+    if isinstance(offset, bool) or not isinstance(offset, numbers.Integral):
+        # NaN gave a frame without bars, 0.5 bars of other widths
+        raise InputError(f"`{name}` must be an integer (a pixel index). Received: {name}={offset!r}")
+    return int(offset)
+
+
+def bar_mask(frame_size=FRAME_SIZE, bar_width=4, bar_spacing=12, offset=0, bars="grid", row_offset=0):
+    """A ``[frame_size, frame_size]`` bool mask of the occluding bars (True on a bar).
+
+    Args:
+        frame_size: the frames' height and width.
+        bar_width: a bar's width in pixels.
+        bar_spacing: the distance between the leading edges of neighbouring bars (the
+            default 12: bars 4 pixels wide with 8 visible pixels between them, the
+            paper's); must exceed ``bar_width``.
+        offset: the column of the first vertical bar's left edge (modulo ``bar_spacing``).
+        bars: ``"grid"`` (default: vertical and horizontal bars, the paper's) or
+            ``"vertical"`` (vertical bars only).
+        row_offset: the row of the first horizontal bar's top edge (``"grid"`` only).
     """
     frame_size = integer_at_least("frame_size", frame_size, 1)
     bar_width = integer_at_least("bar_width", bar_width, 0)
     bar_spacing = integer_at_least("bar_spacing", bar_spacing, 1)
     _check_bars(bar_width, bar_spacing)
-    if isinstance(offset, bool) or not isinstance(offset, numbers.Integral):
-        # NaN gave a frame without bars, 0.5 bars of other widths
-        raise InputError(f"`offset` must be an integer (a column). Received: offset={offset!r}")
-    columns = (np.arange(frame_size) - offset) % bar_spacing < bar_width
-    return np.broadcast_to(columns[None, :], (frame_size, frame_size)).copy()
+    offset = _check_offset("offset", offset)
+    row_offset = _check_offset("row_offset", row_offset)
+    bars = _check_choice("bars", bars, BAR_LAYOUTS)
+    line = np.arange(frame_size)
+    columns = (line - offset) % bar_spacing < bar_width
+    mask = np.broadcast_to(columns[None, :], (frame_size, frame_size))
+    if bars == "grid":
+        mask = mask | ((line - row_offset) % bar_spacing < bar_width)[:, None]
+    return mask.copy()
 
 
 def trajectory(start, velocity, num_frames, limit):
@@ -308,31 +355,52 @@ def generate(
     num_frames=NUM_FRAMES,
     frame_size=FRAME_SIZE,
     digit_size=DIGIT_SIZE,
-    speed=3,
+    speed=None,
     bar_width=4,
-    bar_spacing=8,
+    bar_spacing=12,
     bar_value=1.0,
     random_bar_offset=True,
     affine=None,
+    motion="paper",
+    bars="grid",
 ):
     """Occluded moving-digit sequences, deterministic for a seed.
+
+    The defaults are the data of the paper's section 3.1: a grid of vertical and
+    horizontal bars 4 pixels wide with 8 visible pixels between them, and eight
+    velocities that all move along both axes, so that over the five frames the
+    digit passes behind the bars and (but for a few pixels) every part of it shows in
+    some frame. ``motion="compass", bars="vertical", bar_spacing=8`` gives the data of
+    this project's first 26 benchmark rounds (the same draws for the same seed):
+    vertical bars only, half the columns covered, the eight compass directions at
+    3 pixels per frame, where a digit that moves only vertically (a quarter of the
+    sequences) never shows the columns behind its bars.
 
     Args:
         digits: ``[n, 28, 28]`` images in [0, 1] (or already ``digit_size`` wide).
         labels: ``[n]`` their digit classes, integers in [0, 9] (``NUM_CLASSES``).
         num_sequences: how many sequences to make (digits drawn with replacement).
         seed: the generator's seed (an int or a sequence of ints).
-        speed: pixels per frame along each moving axis.
-        bar_width, bar_spacing: width of a bar and distance between left edges of bars.
+        num_frames, frame_size, digit_size: frames per sequence, the frames' side
+            and the (downscaled) digit's side.
+        speed: an integer >= 0 multiplying the velocities; None (default): 1 with
+            ``motion="paper"``, 3 with ``motion="compass"``.
+        bar_width, bar_spacing: width of a bar and distance between the leading
+            edges of neighbouring bars (see :func:`bar_mask`).
         bar_value: intensity of the bars (drawn over the digit), in [0, 1].
         random_bar_offset: shift the bar pattern by a random 0..bar_spacing-1 pixels
-            per sequence (else bars start at column 0).
+            per sequence (the horizontal bars by another draw; else bars start at
+            row and column 0).
         affine: None (default: the digits as they are), or a dict of
             :func:`augment_digits` parameters (``{}``: ``AFFINE_DEFAULTS``): every
             sequence's digit gets its own random affine transform, applied at the
             digits' full resolution before downscaling. For training data only.
             The other draws (digits, starts, velocities, bars) are the same as
             without it for the same seed.
+        motion: ``"paper"`` (default: one of ``PAPER_VELOCITIES``, (+-1, +-2) or
+            (+-2, +-1) pixels per frame, times ``speed``) or ``"compass"`` (one of the
+            eight compass ``DIRECTIONS`` times ``speed``).
+        bars: ``"grid"`` (default: vertical and horizontal bars) or ``"vertical"``.
 
     Returns:
         A dict: ``frames`` ``[num_sequences, num_frames, S, S, 1]`` float32 in [0, 1]
@@ -345,7 +413,9 @@ def generate(
     num_frames = integer_at_least("num_frames", num_frames, 1)
     frame_size = integer_at_least("frame_size", frame_size, 1)
     digit_size = integer_at_least("digit_size", digit_size, 1)
-    speed = integer_at_least("speed", speed, 0)
+    motion = _check_choice("motion", motion, MOTIONS)
+    bars = _check_choice("bars", bars, BAR_LAYOUTS)
+    speed = (1 if motion == "paper" else 3) if speed is None else integer_at_least("speed", speed, 0)
     # ("False", a non-empty string, moved the bars)
     random_bar_offset = checks.true_or_false("random_bar_offset", random_bar_offset)
     bar_width = integer_at_least("bar_width", bar_width, 0)
@@ -363,8 +433,13 @@ def generate(
     limit = _check_frame_size(frame_size, digit_size) - digit_size
     index = rng.integers(0, len(digits), num_sequences)
     starts = rng.integers(0, limit + 1, (num_sequences, 2))
-    directions = np.asarray(DIRECTIONS)[rng.integers(0, len(DIRECTIONS), num_sequences)]
+    table = np.asarray(PAPER_VELOCITIES if motion == "paper" else DIRECTIONS)
+    directions = table[rng.integers(0, len(table), num_sequences)]
     offsets = rng.integers(0, bar_spacing, num_sequences) if random_bar_offset else np.zeros(
+        num_sequences, "int64"
+    )
+    # the rows' offsets after the columns' (no draw for "vertical": its draws stay those of before)
+    row_offsets = rng.integers(0, bar_spacing, num_sequences) if random_bar_offset and bars == "grid" else np.zeros(
         num_sequences, "int64"
     )
     if options is None:
@@ -380,16 +455,19 @@ def generate(
     cols = positions[..., 1, None, None] + span[None, :]  # [n, T, 1, d]
     clean[np.arange(num_sequences)[:, None, None, None], np.arange(num_frames)[None, :, None, None],
           rows, cols] = small[:, None]
-    columns = (np.arange(frame_size)[None, :] - offsets[:, None]) % bar_spacing < bar_width
-    bars = np.broadcast_to(columns[:, None, :], (num_sequences, frame_size, frame_size)).copy()
-    frames = np.where(bars[:, None], np.float32(bar_value), clean)
+    line = np.arange(frame_size)
+    columns = (line[None, :] - offsets[:, None]) % bar_spacing < bar_width
+    masks = np.broadcast_to(columns[:, None, :], (num_sequences, frame_size, frame_size)).copy()
+    if bars == "grid":
+        masks |= ((line[None, :] - row_offsets[:, None]) % bar_spacing < bar_width)[:, :, None]
+    frames = np.where(masks[:, None], np.float32(bar_value), clean)
     return {
         "frames": frames[..., None].astype("float32"),
         "clean": clean[..., None],
         "labels": np.asarray(labels, "int32")[index],
         "positions": positions,
         "velocities": directions * speed,
-        "bars": bars,
+        "bars": masks,
     }
 
 
@@ -409,8 +487,9 @@ def seen_digits(data, num_frames=None, digit_size=DIGIT_SIZE):
     A pixel of the digit is seen when, in some frame, the digit's position puts it where
     no bar is. This is an oracle (it knows where the digit is in every frame): a static
     classifier of these images bounds what integrating the frames can give (the
-    ``fusion`` benchmark of ``benchmarks/rladder.py``). Sequences that move only
-    vertically behind the static vertical bars never show the columns the bars hide.
+    ``fusion`` benchmark of ``benchmarks/rladder.py``). With ``generate``'s
+    ``bars="vertical"``, sequences that move only vertically never show the columns
+    the bars hide; with the default grid and motion nearly every pixel shows.
 
     Args:
         data: ``generate``'s dict (its ``"clean"`` frames, ``"positions"`` and ``"bars"``).
@@ -510,6 +589,24 @@ def check_variant(variant):
         raise InputError(f"`variant` must be one of {VARIANTS}. Received: variant={variant!r}")
 
 
+def check_sequence_options(motion="paper", bars="grid", bar_spacing=12):
+    """The sequences' data options as a dict ``{"motion", "bars", "bar_spacing"}``, checked
+    as :func:`generate` checks them (with its bars 4 pixels wide): an ``InputError`` naming a
+    bad one, so that a caller refuses it before any digit is read or folder made.
+
+    Args:
+        motion: ``"paper"`` (default) or ``"compass"`` (see :func:`generate`).
+        bars: ``"grid"`` (default) or ``"vertical"``.
+        bar_spacing: pixels between the leading edges of neighbouring bars, an integer
+            above the bars' 4 (default 12, the paper's).
+    """
+    motion = _check_choice("motion", motion, MOTIONS)
+    bars = _check_choice("bars", bars, BAR_LAYOUTS)
+    bar_spacing = integer_at_least("bar_spacing", bar_spacing, 1)
+    _check_bars(4, bar_spacing)  # generate's bar_width
+    return {"motion": motion, "bars": bars, "bar_spacing": bar_spacing}
+
+
 def _check_augment(augment, affine):
     if augment not in AUGMENTS:
         raise InputError(f"`augment` must be one of {AUGMENTS}. Received: augment={augment!r}")
@@ -531,6 +628,9 @@ def make_training_dataset(
     first_epoch=0,
     replicas=1,
     endless=False,
+    motion="paper",
+    bars="grid",
+    bar_spacing=12,
 ):
     """A ``tf.data`` pipeline of training ``(frames, targets)`` batches, augmented or not.
 
@@ -563,6 +663,8 @@ def make_training_dataset(
             replicas))``), epoch ``e`` shuffled (or drawn, with ``augment``) from
             ``(seed, e)`` alone: a run resumed at epoch ``e`` trains on what the
             uninterrupted run trained on, in the same order (what :func:`train` does).
+        motion, bars, bar_spacing: the sequences' data, passed to every ``generate``
+            call (defaults: the paper's, see :func:`check_sequence_options`).
 
     Returns:
         A ``tf.data.Dataset``; with ``augment`` it generates an epoch's sequences (in
@@ -574,6 +676,7 @@ def make_training_dataset(
 
     options = _check_augment(augment, affine)
     check_variant(variant)
+    sequence_options = check_sequence_options(motion, bars, bar_spacing)
     batch_size = integer_at_least("batch_size", batch_size, 1)
     num_sequences = integer_at_least("num_sequences", num_sequences, 1)
     first_epoch = integer_at_least("first_epoch", first_epoch, 0)
@@ -582,7 +685,7 @@ def make_training_dataset(
     seed = checks.stream_seed(seed, first_epoch if endless or augment is not None else None)
     batches = training_batches(num_sequences, batch_size, replicas)
     if augment is None:
-        data = generate(digits, labels, num_sequences, seed=seed, frame_size=frame_size)
+        data = generate(digits, labels, num_sequences, seed=seed, frame_size=frame_size, **sequence_options)
         if not endless:
             return distribute.even_batches(make_dataset(data, variant, batch_size, shuffle=True, seed=seed),
                                            replicas, batches)
@@ -608,7 +711,7 @@ def make_training_dataset(
             epoch = passes[0]
             passes[0] += 1
         data = generate(digits, labels, num_sequences, seed=(seed, int(epoch)), frame_size=frame_size,
-                        affine=options)
+                        affine=options, **sequence_options)
         targets = targets_for(variant, data["frames"], data["labels"])
         for lo in range(0, num_sequences, batch_size):
             yield data["frames"][lo : lo + batch_size], {k: v[lo : lo + batch_size] for k, v in targets.items()}
@@ -986,8 +1089,9 @@ def error_per_step(model, data, batch_size=64, verbose=0):
     frames shows it as error falling with the frame. Sequences that do not move
     sideways (``velocities[:, 1] == 0``: they move vertically, or not at all when
     ``generate`` had ``speed=0``) keep the same digit columns behind the static
-    vertical bars in every frame, so no frame shows what the bars hide; they are
-    the ``"vertical_only"`` group. The others move sideways.
+    vertical bars in every frame, so no frame shows what those bars hide; they are
+    the ``"vertical_only"`` group (empty with ``generate``'s default, the paper's
+    motion, where every velocity has a sideways part). The others move sideways.
 
     Args:
         model: a model of :func:`build_model` (any variant), or any model whose
@@ -1064,7 +1168,7 @@ def _hold_out(digits, seed):
 
 
 def make_sequences(source="idx", data_dir=None, num_train=20000, num_test=5000, seed=0, frame_size=FRAME_SIZE,
-                   hold_out=False):
+                   hold_out=False, motion="paper", bars="grid", bar_spacing=12):
     """The training and test sequences of :func:`train` (``generate``'s dicts).
 
     With ``source="idx"`` the IDX folder's digits (``mnist_digits.load_idx_train_test``:
@@ -1079,14 +1183,17 @@ def make_sequences(source="idx", data_dir=None, num_train=20000, num_test=5000, 
     sequences never take part in a choice.
 
     ``seed``: an integer >= 0 (the test sequences are drawn from ``seed + 1``).
+    ``motion``, ``bars``, ``bar_spacing``: the data of both (defaults: the paper's; see
+    :func:`check_sequence_options` and :func:`generate`).
     """
     seed = integer_at_least("seed", seed, 0)  # ([1, 2] failed at seed + 1, after the digits were read)
+    sequence_options = check_sequence_options(motion, bars, bar_spacing)  # before the digits are read
     train_digits, test_digits = _train_test_digits(source, data_dir, seed)
     if hold_out:
         train_digits, test_digits = _hold_out(train_digits, seed)
     return (
-        generate(*train_digits, num_train, seed=seed, frame_size=frame_size),
-        generate(*test_digits, num_test, seed=seed + 1, frame_size=frame_size),
+        generate(*train_digits, num_train, seed=seed, frame_size=frame_size, **sequence_options),
+        generate(*test_digits, num_test, seed=seed + 1, frame_size=frame_size, **sequence_options),
     )
 
 
@@ -1121,6 +1228,9 @@ def train(
     unflatten="broadcast",
     hold_out=False,
     precision=None,
+    motion="paper",
+    bars="grid",
+    bar_spacing=12,
 ):
     """Trains one variant on generated sequences; writes model, plot, metrics and logs.
 
@@ -1152,6 +1262,12 @@ def train(
     ``"scored_on"`` says which (``"test"`` or ``"validation"``), and the figures keep
     their ``test_*`` names.
 
+    ``motion``, ``bars`` and ``bar_spacing`` choose the data of the training and test
+    sequences alike (:func:`check_sequence_options`; defaults: the paper's, a grid of
+    bars 4 pixels wide, 12 apart, and the velocities (+-1, +-2), (+-2, +-1); ``"compass",
+    "vertical", 8``: the data of before, see :func:`generate`); ``metrics.json`` records
+    them (``"sequences"``), and :func:`evaluate` makes the same test sequences.
+
     ``precision`` (``"float32"``, ``"mixed_float16"`` or ``"mixed_bfloat16"``) is the Keras
     dtype policy the run builds, trains and saves its model under (its outputs in
     float32); None (the default): the global one. See
@@ -1169,6 +1285,7 @@ def train(
 
     _check_augment(augment, affine)
     _check_unflatten(unflatten)  # before the data are made
+    sequence_options = check_sequence_options(motion, bars, bar_spacing)
     # num_test=0 failed only after training (drawing the test predictions), epochs=0 saved and
     # scored an untrained model
     num_test = integer_at_least("num_test", num_test, 1)
@@ -1196,11 +1313,11 @@ def train(
     train_dataset = make_training_dataset(
         *train_digits, num_train, variant, batch_size, seed=seed, augment=augment, affine=affine,
         frame_size=frame_size, first_epoch=fault_tolerance.resume_epoch(callbacks, epochs),
-        replicas=strategy.num_replicas_in_sync, endless=True,
+        replicas=strategy.num_replicas_in_sync, endless=True, **sequence_options,
     )
     # (and a mid-epoch backup's epoch goes on after the steps it had trained)
     train_dataset = fault_tolerance.skip_trained_steps(train_dataset, callbacks, epochs)
-    test_data = generate(*test_digits, num_test, seed=seed + 1, frame_size=frame_size)
+    test_data = generate(*test_digits, num_test, seed=seed + 1, frame_size=frame_size, **sequence_options)
     with strategy.scope():
         model = compile_model(
             build_model(
@@ -1268,6 +1385,7 @@ def train(
         # and what the IDX files are: evaluate refuses other digits in that folder (checks.recorded_data)
         **({"data_fingerprint": fingerprint} if fingerprint else {}),
         "num_test": num_test,  # `evaluate` scores as many test sequences by default
+        "sequences": sequence_options,  # and makes them with these data options
         **paths,
     }
     fault_tolerance.write_metrics_json(result, paths["metrics"])
@@ -1275,8 +1393,29 @@ def train(
     return result
 
 
+def _recorded_sequences(model_path, given):
+    """``(options, note)``: the sequences' data options ``given`` (``{"motion", "bars",
+    "bar_spacing"}``, None where not given), those left None taken from ``"sequences"`` in
+    ``metrics.json`` beside the model (as :func:`train` recorded them), else from
+    ``OLD_SEQUENCE_OPTIONS``: a run that records none was trained and tested on those
+    (before the paper's were the default), and ``note`` then says so (None otherwise,
+    or when all three were given)."""
+    recorded = checks.recorded_metrics(model_path).get("sequences")
+    note = None
+    if not isinstance(recorded, dict):
+        recorded = OLD_SEQUENCE_OPTIONS
+        if any(value is None for value in given.values()):
+            metrics = os.path.join(os.path.dirname(os.path.abspath(model_path)), "metrics.json")
+            note = (f"note: {metrics} records no sequence options (a run trained before the paper's data "
+                    "were the default?): scoring the data of before, compass motion and vertical bars 8 px "
+                    "apart (--motion, --bars and --bar-spacing choose others)")
+    chosen = {name: given[name] if given[name] is not None else recorded.get(name, OLD_SEQUENCE_OPTIONS[name])
+              for name in SEQUENCE_OPTIONS}
+    return check_sequence_options(**chosen), note
+
+
 def evaluate(model_path, source=None, data_dir=None, num_test=None, seed=None, batch_size=64, strategy=None,
-             verbose=0):
+             verbose=0, motion=None, bars=None, bar_spacing=None):
     """Classification error of a saved model on the test sequences of :func:`train`: ``seed``,
     ``source`` and ``data_dir`` default to those ``train`` recorded in ``metrics.json`` beside
     the model; others are refused (``checks.recorded_split``), but for a folder of the
@@ -1284,14 +1423,23 @@ def evaluate(model_path, source=None, data_dir=None, num_test=None, seed=None, b
     changed since) are refused too (``checks.recorded_data``). ``num_test`` (None) defaults
     to the number of test sequences ``train`` recorded there, else 5000.
 
+    ``motion``, ``bars`` and ``bar_spacing`` (None) default to the data options ``train``
+    recorded there (``"sequences"``): the test sequences ``train`` scored. A run that
+    records none was trained before the paper's data were the default: its test
+    sequences are those of ``OLD_SEQUENCE_OPTIONS`` (compass motion, vertical bars 8
+    pixels apart), used then, with a note on stderr. Given ones make other test
+    sequences (the same digits, moving or occluded otherwise); see
+    :func:`check_sequence_options`.
+
     ``verbose``: 1 shows Keras' progress bars, on stderr (stdout keeps only the result);
     0 (the default) is silent.
 
     Returns:
-        ``{"test_error": ..., "test_error_per_step": ..., "scored_on": "test", "model":
-        model_path}``: the error of the reported digit and :func:`error_per_step`'s dict
-        (the error after every frame, over all sequences and split by motion), from one
-        prediction, always on test sequences. For a model ``train(hold_out=True)`` made
+        ``{"test_error": ..., "test_error_per_step": ..., "scored_on": "test", "sequences":
+        ..., "model": model_path}``: the error of the reported digit and
+        :func:`error_per_step`'s dict (the error after every frame, over all sequences and
+        split by motion), from one prediction, always on test sequences, and the data
+        options they were made with. For a model ``train(hold_out=True)`` made
         (scored on validation sequences) ``"train_scored_on": "validation"`` says that
         this is not the figure ``train`` reported.
     """
@@ -1317,21 +1465,27 @@ def evaluate(model_path, source=None, data_dir=None, num_test=None, seed=None, b
         num_test = checks.recorded_integers(model_path, ("num_test",), minimum=1).get("num_test", 5000)
     num_test = integer_at_least("num_test", num_test, 1)
     batch_size = integer_at_least("batch_size", batch_size, 1)
+    # the test sequences' data: those train recorded, else those of before (an older run's)
+    sequence_options, sequences_note = _recorded_sequences(
+        model_path, {"motion": motion, "bars": bars, "bar_spacing": bar_spacing})
     strategy = distribute.resolve_strategy(strategy)
     with strategy.scope():
         model = checks.load_model(model_path)
     _check_occluded_mnist_model(model, model_path)
-    if note:  # nothing recorded the split
-        print(note, file=sys.stderr)
+    for said in (note, sequences_note):  # nothing recorded the split, or the sequences' data
+        if said:
+            print(said, file=sys.stderr)
     recorded = checks.recorded_metrics(model_path)
     # the IDX split train used (its test digits, whatever was added to the folder since)
     layout = recorded_idx_layout(recorded.get("split")) if source == "idx" else None
     _, test_digits = _train_test_digits(source, data_dir, seed, test_only=True, layout=layout)
     # [batch, T, S, S, 1]: the sequences the model was built for
     num_frames, frame_size = model.input_shape[1], model.input_shape[2]
-    test_data = generate(*test_digits, num_test, seed=seed + 1, frame_size=frame_size, num_frames=num_frames)
+    test_data = generate(*test_digits, num_test, seed=seed + 1, frame_size=frame_size, num_frames=num_frames,
+                         **sequence_options)
     test_error, errors = _test_errors(model, test_data, batch_size, verbose)
-    result = {"test_error": test_error, "test_error_per_step": errors, "scored_on": "test", "model": model_path}
+    result = {"test_error": test_error, "test_error_per_step": errors, "scored_on": "test",
+              "sequences": sequence_options, "model": model_path}
     # a --hold-out run reported validation sequences (held-out training digits); these are the
     # test digits' sequences: evaluate says so, as its figure is not the one train printed
     trained_on = recorded.get("scored_on")
@@ -1485,7 +1639,7 @@ def plot_error_per_step(errors, path, title=None):
 
 def add_arguments(parser, command):
     """Occluded Moving MNIST's options for ``train``, ``evaluate`` and ``tune``."""
-    from applications.arguments import non_negative_float, positive_float, positive_int
+    from applications.arguments import int_at_least, non_negative_float, positive_float, positive_int
     if command == "train":
         parser.set_defaults(epochs=20)  # the recipe of train()
 
@@ -1511,6 +1665,24 @@ def add_arguments(parser, command):
         recorded_default(parser, "data_dir", "folder of the MNIST IDX files, or TFDS's data folder with --source "
                          "tfds (default: the one that `train` recorded beside the model, else the project's "
                          "shared copy); another folder is refused unless it holds the same IDX files")
+    # the sequences' data (train's motion, bars, bar_spacing); evaluate: None, those train
+    # recorded beside the model (else the data of before, which a run that records none used)
+    recorded = command == "evaluate"
+    then = (" (default: the one `train` recorded beside the model, else {old}, which a run that records "
+            "none was trained on)") if recorded else " (default: %(default)s)"
+    parser.add_argument("--motion", choices=MOTIONS, default=None if recorded else SEQUENCE_OPTIONS["motion"],
+                        help="the digits' velocities: the paper's, (+-1, +-2) and (+-2, +-1) pixels per frame "
+                        "(paper), or the eight compass directions at 3 pixels per frame (compass, the data of "
+                        "before)" + then.format(old=OLD_SEQUENCE_OPTIONS["motion"]))
+    parser.add_argument("--bars", choices=BAR_LAYOUTS, default=None if recorded else SEQUENCE_OPTIONS["bars"],
+                        help="the occluding bars: the paper's grid of vertical and horizontal bars (grid), or "
+                        "vertical bars only (vertical, the data of before)"
+                        + then.format(old=OLD_SEQUENCE_OPTIONS["bars"]))
+    parser.add_argument("--bar-spacing", type=int_at_least(5), metavar="N",
+                        default=None if recorded else SEQUENCE_OPTIONS["bar_spacing"],
+                        help="pixels between the leading edges of neighbouring bars, which are 4 pixels wide: "
+                        "12 is the paper's (8 visible pixels between bars), 8 the data of before"
+                        + then.format(old=OLD_SEQUENCE_OPTIONS["bar_spacing"]))
     if command in ("train", "tune"):
         parser.add_argument("--variant", choices=VARIANTS, default="rladder",
                             help="the RLadder or one of the paper's baselines: without decoder-to-encoder "
@@ -1604,6 +1776,9 @@ def _train_from_args(args, strategy, affine, options):
         affine=affine,
         unflatten=args.unflatten,
         hold_out=args.hold_out,
+        motion=args.motion,
+        bars=args.bars,
+        bar_spacing=args.bar_spacing,
         **options,
     )
 
@@ -1611,4 +1786,4 @@ def _train_from_args(args, strategy, affine, options):
 def run_evaluate(args, strategy):
     return evaluate(args.model, source=args.source, data_dir=args.data_dir, num_test=args.num_test,
                     seed=args.seed, batch_size=distribute.global_batch_size(args.batch_size, strategy), strategy=strategy,
-                    verbose=0 if args.quiet else 1)
+                    verbose=0 if args.quiet else 1, motion=args.motion, bars=args.bars, bar_spacing=args.bar_spacing)

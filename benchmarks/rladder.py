@@ -28,16 +28,19 @@ time budget stops training early if the machine is slower):
         ``--ablate-feedback`` scores the trained full ladder again with its
         decoder-to-encoder feedback kernels set to zero, all at once and one level
         at a time: how much the trained ladder relies on its feedback (nineteenth
-        round).
+        round). The sequences are the paper's data by default (a grid of bars 4 px
+        wide, 12 px apart, and the velocities (+-1, +-2), (+-2, +-1) px per frame, as
+        the run's "data:" line says); ``--motion compass --bars vertical
+        --bar-spacing 8`` draws those of rounds 1-26 (the figures below).
     python benchmarks/rladder.py fusion [--data-dir ../shared/data/mnist]
         A bound for ``occluded``: the test error of a static CNN given what an oracle
         of temporal integration could see of each digit
         (``applications.occluded_mnist.seen_digits``: its pixels shown by any of the
         frames, positions known), after the first frame and after all five, and of
         the digits without bars; the ``occluded`` benchmark's sequences (the same
-        ``--seed``, ``--num-train``, ``--num-test``, ``--frame-size``), each
-        classifier a third of the budget (15 minutes). Thirteenth round of the
-        occluded measurements.
+        ``--seed``, ``--num-train``, ``--num-test``, ``--frame-size``, ``--motion``,
+        ``--bars``, ``--bar-spacing``), each classifier a third of the budget (15
+        minutes). Thirteenth round of the occluded measurements.
     python benchmarks/rladder.py jsb [--data-path ../shared/data/jsb_chorales]
         JSB Chorales test NLL per time step (target below 8.0; paper: RNN 8.76,
         RLadder 5.64). By default one RLadder (gated encoders, dropout between
@@ -145,7 +148,7 @@ sys.path.insert(0, str(REPO))
 
 from applications import console  # noqa: E402  (sets the oneDNN default; loads no TensorFlow)
 # TensorFlow loads after the arguments (_load_tensorflow): --help and a bad value answer at once
-from applications.arguments import fraction, mask_damping, non_negative_float, non_negative_int, positive_float, positive_int, rate, seed_int  # noqa: E402
+from applications.arguments import fraction, int_at_least, mask_damping, non_negative_float, non_negative_int, positive_float, positive_int, rate, seed_int  # noqa: E402
 from applications import jsb_chorales  # noqa: E402  (NumPy only)
 from applications.mnist_digits import default_data_dir  # noqa: E402  (NumPy only)
 
@@ -153,6 +156,10 @@ from applications.mnist_digits import default_data_dir  # noqa: E402  (NumPy onl
 # (tests/test_benchmarks.py checks the copies)
 CONV_ENCODERS = ("convlstm", "conv", "gatedconv")
 UNFLATTENS = ("broadcast", "dense")
+# applications.occluded_mnist's MOTIONS and BAR_LAYOUTS, copied (it loads TensorFlow;
+# tests/applications/test_occluded_mnist_data_options.py checks the copies)
+MOTIONS = ("paper", "compass")
+BAR_LAYOUTS = ("grid", "vertical")
 
 
 def _load_tensorflow():
@@ -214,11 +221,12 @@ def _occluded_variant(args, variant, budget_seconds):
             seed=args.seed,
             verbose=args.verbose,
             callbacks=callbacks,
+            **_sequence_options(args),
         )
         if args.ablate_feedback and variant == "rladder":
             # the sequences train scored (make_sequences draws them as train does)
             _, scored = om.make_sequences("idx", args.data_dir, 1, args.num_test, args.seed, args.frame_size,
-                                          hold_out=args.hold_out)
+                                          hold_out=args.hold_out, **_sequence_options(args))
             import keras
 
             ablation = feedback_ablation(keras.saving.load_model(result["model"]), scored)
@@ -302,6 +310,44 @@ def _print_error_per_step(runs, scored_on="test"):
     sys.stdout.flush()
 
 
+def _percent(wrong):
+    """The percentage of True in ``wrong`` as ``" 12.34%"``, or ``"     -"`` for no sequence
+    (the paper's motion has none that moves only vertically: numpy's mean warned and gave NaN)."""
+    return f"{100 * wrong.mean():5.2f}%" if wrong.size else "     -"
+
+
+def _sequence_options(args):
+    """The data options of the sequences (``occluded_mnist.generate``'s) that ``args`` give."""
+    return {"motion": args.motion, "bars": args.bars, "bar_spacing": args.bar_spacing}
+
+
+def _print_data(args):
+    """Says which data the sequences are: the paper's, those of rounds 1-26, or others."""
+    options = _sequence_options(args)
+    if options == {"motion": "paper", "bars": "grid", "bar_spacing": 12}:
+        print("data: the paper's grid of bars (4 px wide, 12 px apart) and velocities", flush=True)
+        return
+    bars = "a grid of bars" if args.bars == "grid" else "vertical bars"
+    motion = ("the paper's velocities (+-1, +-2), (+-2, +-1) px per frame" if args.motion == "paper"
+              else "the eight compass directions at 3 px per frame")
+    old = options == {"motion": "compass", "bars": "vertical", "bar_spacing": 8}
+    print(f"data: {bars} (4 px wide, {args.bar_spacing} px apart) and {motion}"
+          f"{' (the data of rounds 1-26)' if old else ''}", flush=True)
+
+
+def _add_data_arguments(parser):
+    """``--motion``, ``--bars`` and ``--bar-spacing`` of ``occluded`` and ``fusion``."""
+    parser.add_argument("--motion", default="paper", choices=MOTIONS,
+                        help="the digits' velocities: the paper's (+-1, +-2), (+-2, +-1) px per frame (default), "
+                        "or the compass directions at 3 px per frame (compass: the data of rounds 1-26)")
+    parser.add_argument("--bars", default="grid", choices=BAR_LAYOUTS,
+                        help="the paper's grid of vertical and horizontal bars (default), or vertical bars only "
+                        "(the data of rounds 1-26)")
+    parser.add_argument("--bar-spacing", type=int_at_least(5), default=12, metavar="N",
+                        help="px between the leading edges of neighbouring 4-px bars (default: 12, the paper's; "
+                        "8 in rounds 1-26)")
+
+
 def _print_digits(data_dir):
     """Says which MNIST digits the run trains and tests on (``mnist_digits.idx_layout``)."""
     from applications.mnist_digits import TRAIN_AND_T10K, idx_layout
@@ -314,6 +360,7 @@ def _print_digits(data_dir):
 
 def occluded(args):
     print("at the start,", _load(), flush=True)
+    _print_data(args)
     _print_digits(args.data_dir)
     if args.parallel:
         # every variant in its own process for the whole budget, all at once: the
@@ -391,10 +438,11 @@ def fusion(args):
     from keras_capsules.callbacks import TimeBudget
 
     print("at the start,", _load(), flush=True)
+    _print_data(args)
     _print_digits(args.data_dir)
     start = time.perf_counter()
     train, test = om.make_sequences("idx", args.data_dir, args.num_train, args.num_test, args.seed,
-                                    frame_size=args.frame_size)
+                                    frame_size=args.frame_size, **_sequence_options(args))
     steps = train["frames"].shape[1]
     vertical = test["velocities"][:, 1] == 0
     cases = [("seen in frame 1", lambda data: om.seen_digits(data, 1)),
@@ -415,8 +463,8 @@ def fusion(args):
         wrong = model.predict(x_test, batch_size=256, verbose=0).argmax(-1) != test["labels"]
         seen = float(x_test[..., 1].mean())
         results[name] = float(wrong.mean())
-        print(f"{name:28s} test error {100 * wrong.mean():5.2f}%  sideways {100 * wrong[~vertical].mean():5.2f}%  "
-              f"vertical only {100 * wrong[vertical].mean():5.2f}%  (digit pixels seen {100 * seen:.1f}%; "
+        print(f"{name:28s} test error {100 * wrong.mean():5.2f}%  sideways {_percent(wrong[~vertical])}  "
+              f"vertical only {_percent(wrong[vertical])}  (digit pixels seen {100 * seen:.1f}%; "
               f"{len(history.epoch)} epochs, {time.perf_counter() - began:.0f} s"
               f"{', budget hit' if budget.exceeded else ''})", flush=True)
     print(f"{time.perf_counter() - start:.0f} s in all;", _load())
@@ -658,6 +706,7 @@ def main(argv=None):
     p.add_argument("--parallel", action=argparse.BooleanOptionalAction, default=True,
                    help="train the variants side by side, one process each, every one for the whole "
                    "budget (default), or one after another, each for its share of the budget")
+    _add_data_arguments(p)
     # 17 minutes of training leave time for generating the sequences and testing within 20
     p.set_defaults(run=occluded, default_budget_minutes=17.0)
 
@@ -672,6 +721,7 @@ def main(argv=None):
     p.add_argument("--batch-size", type=positive_int, default=64)
     p.add_argument("--intra-op-threads", type=non_negative_int, default=0,
                    help="TensorFlow threads inside one op (0: all cores)")
+    _add_data_arguments(p)
     p.set_defaults(run=fusion, default_budget_minutes=15.0)
 
     p = sub.add_parser("jsb", parents=[common], help="JSB Chorales test NLL")

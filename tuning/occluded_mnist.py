@@ -15,7 +15,10 @@
 The objective is the accuracy of the digit on validation sequences
 (``val_digit_accuracy``) whose digits are a held-out fifth of the training digits
 (``occluded_mnist.make_sequences(hold_out=True)``; the training sequences use the other
-four fifths): the test digits never take part in the choice of a trial.
+four fifths): the test digits never take part in the choice of a trial. The sequences
+are the paper's data by default (``motion``, ``bars``, ``bar_spacing``: ``--motion``,
+``--bars``, ``--bar-spacing`` of ``tune``, as of ``train``), recorded beside the best model
+for ``evaluate``.
 """
 
 import os
@@ -39,18 +42,21 @@ class OccludedMNISTHyperModel(DatasetHyperModel):
         data_dir: the IDX folder (None: the shared copy) or TFDS's data folder.
         num_train, num_test: generated training sequences, and validation sequences (of
             held-out training digits, never the test digits).
+        motion, bars, bar_spacing: the data of every sequence (defaults: the paper's;
+            ``occluded_mnist.check_sequence_options``).
         **kwargs: ``batch_size``, ``seed``, ``epochs`` of :class:`DatasetHyperModel`.
 
     Raises:
         InputError (a ValueError): ``variant`` or ``source`` not one of the above,
-            ``num_train`` or ``num_test`` not an integer >= 1.
+            ``num_train`` or ``num_test`` not an integer >= 1, or a data option that
+            ``occluded_mnist.generate`` refuses.
     """
 
     application = "occluded_mnist"
     objective = keras_tuner.Objective("val_digit_accuracy", "max")
 
     def __init__(self, variant="rladder", source="idx", data_dir=None, num_train=20000, num_test=5000,
-                 **kwargs):
+                 motion="paper", bars="grid", bar_spacing=12, **kwargs):
         super().__init__(**kwargs)
         # (a bad variant or source was refused only once the search ran: by the first build
         # or the data)
@@ -62,15 +68,24 @@ class OccludedMNISTHyperModel(DatasetHyperModel):
         # (no val_digit_accuracy), and True was refused as `num_sequences`
         self.num_train = checks.integer_at_least("num_train", num_train, 1)
         self.num_test = checks.integer_at_least("num_test", num_test, 1)
+        # (checked here too: a bad one failed only when the search read the data)
+        sequences = occluded_mnist.check_sequence_options(motion, bars, bar_spacing)
+        self.motion, self.bars, self.bar_spacing = sequences["motion"], sequences["bars"], sequences["bar_spacing"]
 
     @classmethod
     def options_from_args(cls, args):
         return {"variant": args.variant, "source": args.source, "data_dir": args.data_dir,
-                "num_train": args.num_train, "num_test": args.num_test}
+                "num_train": args.num_train, "num_test": args.num_test, "motion": args.motion, "bars": args.bars,
+                "bar_spacing": args.bar_spacing}
+
+    @property
+    def sequences(self):
+        """The data options of every sequence, as ``occluded_mnist.train`` records them."""
+        return {"motion": self.motion, "bars": self.bars, "bar_spacing": self.bar_spacing}
 
     def load_data(self):
         return occluded_mnist.make_sequences(self.source, self.data_dir, self.num_train, self.num_test,
-                                             self.seed, hold_out=True)
+                                             self.seed, hold_out=True, **self.sequences)
 
     def build(self, hp):
         conv_units = level_widths(hp, "conv_levels", "conv_units", [16, 32, 64], DEFAULT_CONV_UNITS,
@@ -98,9 +113,11 @@ class OccludedMNISTHyperModel(DatasetHyperModel):
         # the train/test split (as occluded_mnist.train records it): the search's digits are
         # of its training part, so evaluate scores the test sequences, as for a trained model.
         # Not --num-test: it counted the trials' validation sequences, and no test sequence was
-        # scored, so evaluate scores its default number of them unless told otherwise
+        # scored, so evaluate scores its default number of them unless told otherwise. And the
+        # sequences' data options: evaluate makes its test sequences with them
         data_dir = None if self.data_dir is None else os.path.abspath(self.data_dir)
-        return {"variant": self.variant, "split": {"seed": self.seed, "source": self.source, "data_dir": data_dir}}
+        return {"variant": self.variant, "split": {"seed": self.seed, "source": self.source, "data_dir": data_dir},
+                "sequences": self.sequences}
 
 
 __all__ = ["OccludedMNISTHyperModel"]

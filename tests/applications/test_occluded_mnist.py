@@ -31,19 +31,26 @@ def test_generator_shapes_ranges_bars_and_bouncing(digits):
     assert frames.shape == (64, 5, 32, 32, 1) and frames.dtype == np.float32
     assert frames.min() >= 0.0 and frames.max() <= 1.0
     assert data["labels"].shape == (64,) and set(np.unique(data["labels"])) <= set(range(10))
-    # bars: 4 columns on out of every 8, over the digit in every frame
+    # the paper's bars: a grid of vertical and horizontal bars 4 pixels wide, 8 visible pixels between them
+    column_offsets, row_offsets = set(), set()
     for bars, seq in zip(data["bars"], frames[..., 0]):
-        on = bars[0]
-        assert on.sum() == 16 and on[:8].sum() == 4 and np.array_equal(on[:-8], on[8:])
-        assert np.all(seq[:, :, on] == 1.0)
+        columns, rows = bars.all(axis=0), bars.all(axis=1)  # the bars' columns and rows
+        for line in (columns, rows):
+            assert line[:12].sum() == 4 and np.array_equal(line[:-12], line[12:])
+        assert np.array_equal(bars, columns[None, :] | rows[:, None])  # nothing else is covered
+        assert np.all(seq[:, bars] == 1.0)
+        column_offsets.add(int(np.argmax(columns[:12] & ~np.roll(columns[:12], 1))))
+        row_offsets.add(int(np.argmax(rows[:12] & ~np.roll(rows[:12], 1))))
+    assert len(column_offsets) > 4 and len(row_offsets) > 4  # random, drawn apart
     # the clean digit is hidden under the bars
     assert np.any(data["clean"][..., 0][:, :, data["bars"][0]] > 0)
     # bouncing keeps the whole 14x14 digit inside the 32x32 frame
     pos = data["positions"]
     assert pos.min() >= 0 and pos.max() <= 32 - 14
-    steps = np.abs(np.diff(pos, axis=1))
-    assert np.all((steps == 0) | (steps <= 3))
-    assert set(map(tuple, np.sign(data["velocities"]))) <= set(om.DIRECTIONS)
+    # the paper's eight velocities: one pixel per frame along one axis, two along the other
+    assert set(map(tuple, data["velocities"])) == set(om.PAPER_VELOCITIES)
+    # (a bounce reverses the velocity: the steps keep their sizes)
+    assert np.all(np.sort(np.abs(np.diff(pos, axis=1)), axis=-1) == [1, 2])
     # the digit's ink lies within its box
     for i in range(8):
         for t in range(5):
@@ -57,6 +64,78 @@ def test_trajectory_bounces_off_borders():
     path = om.trajectory((0, 17), (-3, 3), 5, limit=18)
     assert path.tolist() == [[0, 17], [3, 14], [6, 11], [9, 8], [12, 5]]
     assert om.trajectory((16, 0), (3, 0), 3, limit=18).tolist() == [[16, 0], [13, 0], [10, 0]]
+
+
+def test_generator_keeps_the_vertical_bars_and_compass_motion_of_before(digits):
+    # the data of the first 26 benchmark rounds: vertical bars 4 of every 8 columns, the compass directions at 3
+    data = om.generate(*digits, 64, seed=3, motion="compass", bars="vertical", bar_spacing=8)
+    for bars, seq in zip(data["bars"], data["frames"][..., 0]):
+        on = bars[0]
+        assert np.all(bars == on[None, :])  # columns only
+        assert on.sum() == 16 and on[:8].sum() == 4 and np.array_equal(on[:-8], on[8:])
+        assert np.all(seq[:, :, on] == 1.0)
+    assert set(map(tuple, data["velocities"])) == {(3 * dy, 3 * dx) for dy, dx in om.DIRECTIONS}
+    vertical = data["velocities"][:, 1] == 0
+    assert 0 < vertical.sum() < 64  # some move only vertically: their columns behind bars never show
+    first, every = om.seen_digits(data, 1)[vertical], om.seen_digits(data)[vertical]
+    np.testing.assert_array_equal(every, first)  # the columns the first frame hid stay hidden
+    assert np.all(every[..., 1].mean(axis=(1, 2)) <= 4 / 7)  # 6 or 8 of the digit's 14 columns at least
+    # the speed scales either motion
+    fast = om.generate(*digits, 64, seed=3, speed=2)
+    assert set(map(tuple, fast["velocities"])) == {(2 * dy, 2 * dx) for dy, dx in om.PAPER_VELOCITIES}
+
+
+def test_grid_bars_and_paper_motion_draw_what_vertical_bars_and_compass_motion_draw(digits):
+    # the horizontal bars' offsets are an extra draw after the others, the velocity table has the same size:
+    # digits, starts, motion (by the table's index) and the columns' bars are those of the old data
+    new = om.generate(*digits, 32, seed=5)
+    old = om.generate(*digits, 32, seed=5, motion="compass", bars="vertical", bar_spacing=12, speed=1)
+    assert np.array_equal(new["labels"], old["labels"]) and np.array_equal(new["positions"][:, 0], old["positions"][:, 0])
+    index = {v: i for i, v in enumerate(om.PAPER_VELOCITIES)}
+    compass = {v: i for i, v in enumerate(om.DIRECTIONS)}
+    assert [index[tuple(v)] for v in new["velocities"]] == [compass[tuple(v)] for v in old["velocities"]]
+    assert np.array_equal(new["bars"].all(axis=1), old["bars"][:, 0])  # the same vertical bars
+    assert np.array_equal(new["clean"][:, 0], old["clean"][:, 0])
+    # and with an affine transform the bars are drawn before it, as the other draws
+    affine = om.generate(*digits, 32, seed=5, affine={})
+    assert np.array_equal(affine["bars"], new["bars"]) and np.array_equal(affine["positions"], new["positions"])
+
+
+def test_the_paper_data_shows_nearly_every_digit_over_its_five_frames(digits):
+    # the reason for the paper's data: the old data hid half of every vertically moving digit for good
+    new, old = om.generate(*digits, 400, seed=0), om.generate(
+        *digits, 400, seed=0, motion="compass", bars="vertical", bar_spacing=8)
+    fractions = {}
+    for name, data in (("new", new), ("old", old)):
+        seen = om.seen_digits(data)
+        ink = data["clean"][:, 0, ..., 0].sum(axis=(1, 2))
+        fractions[name] = seen[..., 0].sum(axis=(1, 2)) / ink
+    assert np.mean(fractions["new"] < 0.6) < 0.02 and np.mean(fractions["old"] < 0.6) > 0.15
+
+
+def test_bar_mask_draws_a_grid_or_vertical_bars():
+    grid = om.bar_mask(12, bar_width=2, bar_spacing=6, offset=1, row_offset=4)
+    columns = np.array([0, 1, 1, 0, 0, 0] * 2, bool)
+    rows = np.array([0, 0, 0, 0, 1, 1] * 2, bool)
+    assert np.array_equal(grid, columns[None, :] | rows[:, None])
+    vertical = om.bar_mask(12, bar_width=2, bar_spacing=6, offset=1, bars="vertical", row_offset=4)
+    assert np.array_equal(vertical, np.broadcast_to(columns[None, :], (12, 12)))
+    assert om.bar_mask().mean() == 1 - (20 / 32) ** 2  # the 32x32 grid at offset 0: bars on 12 of 32 lines each way
+    for kwargs, message in ((dict(bars="horizontal"), "Received: bars='horizontal'"),
+                            (dict(row_offset=1.5), "Received: row_offset=1.5")):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            om.bar_mask(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(motion="random"), "Received: motion='random'"),
+    (dict(motion=None), "Received: motion=None"),
+    (dict(bars="none"), "Received: bars='none'"),
+    (dict(speed=-1), "Received: speed=-1"),
+])
+def test_generator_rejects_unknown_motions_and_bar_layouts(digits, kwargs, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        om.generate(*digits, 2, **kwargs)
 
 
 def test_generator_is_deterministic_by_seed(digits):
@@ -840,7 +919,8 @@ def test_bars_as_wide_as_their_spacing_are_refused(digits):
         om.generate(*digits, 2, bar_width=8, bar_spacing=8)
     with pytest.raises(ValueError, match="Received: bar_width=5, bar_spacing=3"):
         om.bar_mask(bar_width=5, bar_spacing=3)
-    assert om.bar_mask(bar_width=7, bar_spacing=8).mean() == 7 / 8
+    assert om.bar_mask(bar_width=7, bar_spacing=8, bars="vertical").mean() == 7 / 8
+    assert om.bar_mask(bar_width=7, bar_spacing=8).mean() == 1 - 1 / 64
     assert not om.generate(*digits, 2, bar_width=0)["bars"].any()
 
 
@@ -1212,7 +1292,18 @@ def _seen_by_loops(data, num_frames, digit_size=om.DIGIT_SIZE):
 
 
 def test_seen_digits_are_the_digit_pixels_that_some_frame_shows(digits):
+    for data in (om.generate(*digits, 40, seed=5, frame_size=24),
+                 om.generate(*digits, 40, seed=5, frame_size=24, motion="compass", bars="vertical", bar_spacing=8)):
+        for frames in (1, 3, None):
+            expected = _seen_by_loops(data, 5 if frames is None else frames)
+            np.testing.assert_array_equal(om.seen_digits(data, frames), expected)
+        assert np.all(om.seen_digits(data)[..., 1] >= om.seen_digits(data, 1)[..., 1])
+    # the paper's grid and motion: every digit shows more as the frames come
     data = om.generate(*digits, 40, seed=5, frame_size=24)
+    every = om.seen_digits(data)[..., 1].mean(axis=(1, 2))
+    first = om.seen_digits(data, 1)[..., 1].mean(axis=(1, 2))
+    assert np.all(every > first) and every.mean() > 0.8 > 0.5 > first.mean()
+    data = om.generate(*digits, 40, seed=5, frame_size=24, motion="compass", bars="vertical", bar_spacing=8)
     for frames in (1, 3, None):
         expected = _seen_by_loops(data, 5 if frames is None else frames)
         np.testing.assert_array_equal(om.seen_digits(data, frames), expected)
@@ -1251,7 +1342,9 @@ def test_fusion_benchmark_classifies_the_seen_digits(capsys):
     assert list(results) == ["seen in frame 1", "seen in frames 1-5", "no bars (the whole digit)"]
     assert all(0.0 <= error <= 1.0 for error in results.values())
     out = capsys.readouterr().out
-    assert "64 training and 32 test sequences" in out and "vertical only" in out and "load average" in out
+    assert "64 training and 32 test sequences" in out and "load average" in out
+    # the paper's motion: no sequence moves only vertically, a dash (numpy's mean of nothing warned and gave nan)
+    assert "(0 of them move only vertically)" in out and out.count("vertical only      -") == 3 and "nan" not in out
 
 
 # audit 2026-11-28 (Recurrent Ladder applications)
@@ -1508,7 +1601,7 @@ def test_bars_trajectories_and_seeds_refuse_what_they_cannot_use(digits):
     for offset in (float("nan"), 0.5, True, "1"):
         with pytest.raises(InputError, match=rf"`offset` must be an integer.*Received: offset={re.escape(repr(offset))}"):
             om.bar_mask(offset=offset)
-    np.testing.assert_array_equal(om.bar_mask(offset=np.int64(3)), om.bar_mask(offset=3 + 8))
+    np.testing.assert_array_equal(om.bar_mask(offset=np.int64(3)), om.bar_mask(offset=3 + 12))
     for limit in (-5, 2.5):
         with pytest.raises(InputError, match=rf"Received: limit={limit}"):
             om.trajectory((0, 0), (1, 1), 3, limit)
