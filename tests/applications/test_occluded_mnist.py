@@ -1304,9 +1304,6 @@ def test_seen_digits_are_the_digit_pixels_that_some_frame_shows(digits):
     first = om.seen_digits(data, 1)[..., 1].mean(axis=(1, 2))
     assert np.all(every > first) and every.mean() > 0.8 > 0.5 > first.mean()
     data = om.generate(*digits, 40, seed=5, frame_size=24, motion="compass", bars="vertical", bar_spacing=8)
-    for frames in (1, 3, None):
-        expected = _seen_by_loops(data, 5 if frames is None else frames)
-        np.testing.assert_array_equal(om.seen_digits(data, frames), expected)
     # sideways motion at 3 pixels per frame shows more of the digit as the frames come;
     # behind static vertical bars, vertical motion never shows what the first frame hid
     first, every = om.seen_digits(data, 1)[..., 1], om.seen_digits(data)[..., 1]
