@@ -572,7 +572,8 @@ def _occluded_benchmark_arguments(monkeypatch, argv, read):
 
     def fake_variant(args, variant, budget_seconds):
         seen.append((variant, read(args)))
-        return {"variant": variant, "test_error": 0.5, "paper_error": 0.01, "parameters": 1, "epochs_run": 1,
+        return {"variant": variant, "learning_rate": bench.occluded_learning_rate(args, variant),
+                "test_error": 0.5, "paper_error": 0.01, "parameters": 1, "epochs_run": 1,
                 "wall": 0.0, "cpu": 0.0, "budget_hit": False, "error_per_step": FAKE_ERRORS[variant]}
 
     monkeypatch.setattr(bench, "_occluded_variant", fake_variant)
@@ -612,6 +613,36 @@ def test_benchmark_passes_the_augmentation_to_every_variant(monkeypatch, capsys)
         ["vertical", "only", "n=0", "-"],
     ], out
     assert out.index("test error per frame") > out.index("no_feedback  test error")
+
+
+# (TensorFlow runs already in this process: the benchmark's thread setting cannot take effect)
+@pytest.mark.filterwarnings("ignore:could not set TensorFlow's intra-op threads:RuntimeWarning")
+def test_benchmark_trains_each_variant_at_its_own_learning_rate_unless_one_is_given(monkeypatch, capsys):
+    # twenty-eighth round: each variant's rate chosen on validation; --learning-rate sets one for all
+    bench = _rladder_benchmark("rladder_benchmark_learning_rates")
+    errors = {"all": [0.5], "sideways": [0.5], "vertical_only": None,
+              "counts": {"all": 2, "sideways": 2, "vertical_only": 0}}
+    trained = []
+
+    def train(**kwargs):
+        trained.append((kwargs["variant"], kwargs["learning_rate"]))
+        return {"model": "model.keras", "test_error": 0.5, "test_error_per_step": errors, "parameters": 1,
+                "epochs_run": 1}
+
+    monkeypatch.setattr(om, "train", train)
+    variants = ["rladder", "temporal", "no_feedback", "hierarchical"]
+    bench.main(["occluded", "--no-parallel", "--variants", *variants])
+    rates = bench.OCCLUDED_LEARNING_RATES
+    assert set(rates) == {"rladder", "temporal", "no_feedback"} and set(rates) < set(om.VARIANTS)
+    assert trained == [(v, rates.get(v, bench.DEFAULT_LEARNING_RATE)) for v in variants]
+    out = capsys.readouterr().out
+    for variant in variants:  # each variant's line says the rate it trained at
+        line = next(line for line in out.splitlines() if line.startswith(f"{variant} "))
+        assert f"learning rate {rates.get(variant, 1e-3):g}, " in line, line
+    trained.clear()
+    bench.main(["occluded", "--no-parallel", "--variants", *variants, "--learning-rate", "3e-4"])
+    assert trained == [(v, 3e-4) for v in variants]
+    assert capsys.readouterr().out.count("learning rate 0.0003, ") == len(variants)
 
 
 def test_benchmark_hold_out_scores_validation_sequences_and_judges_no_target(monkeypatch, capsys):
@@ -699,8 +730,8 @@ def test_benchmark_prints_the_feedback_ablation_and_needs_the_full_ladder(monkey
 
     def fake_variant(args, variant, budget_seconds):
         ablation = {"trained": [0.5, 0.25], "all zeroed": [0.5, 0.375], "encoder_1": [0.5, 0.3125]}
-        return {"variant": variant, "test_error": 0.25, "paper_error": 0.01, "parameters": 1, "epochs_run": 1,
-                "wall": 0.0, "cpu": 0.0, "budget_hit": False, "error_per_step": FAKE_ERRORS[variant],
+        return {"variant": variant, "learning_rate": 1e-3, "test_error": 0.25, "paper_error": 0.01,
+                "parameters": 1, "epochs_run": 1, "wall": 0.0, "cpu": 0.0, "budget_hit": False, "error_per_step": FAKE_ERRORS[variant],
                 "feedback_ablation": ablation if variant == "rladder" else None}
 
     monkeypatch.setattr(bench, "_occluded_variant", fake_variant)
