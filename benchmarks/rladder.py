@@ -214,6 +214,7 @@ def _occluded_variant(args, variant, budget_seconds):
     callbacks = [budget]
     if args.final_lr_fraction < 1:  # the learning rate decays linearly over the budget
         callbacks.append(BudgetLinearDecay(budget, args.final_lr_fraction))
+    learning_rate = occluded_learning_rate(args, variant)
     start = time.perf_counter()
     cpu_start = resource.getrusage(resource.RUSAGE_SELF)
     ablation = None
@@ -229,7 +230,7 @@ def _occluded_variant(args, variant, budget_seconds):
             batch_size=args.batch_size,
             conv_units=tuple(args.conv_units),
             dense_units=args.dense_units,
-            learning_rate=occluded_learning_rate(args, variant),
+            learning_rate=learning_rate,
             frame_size=args.frame_size,
             classify=args.classify,
             normalization=None if args.normalization == "none" else args.normalization,
@@ -257,7 +258,7 @@ def _occluded_variant(args, variant, budget_seconds):
     cpu_end = resource.getrusage(resource.RUSAGE_SELF)
     return {
         "variant": variant,
-        "learning_rate": occluded_learning_rate(args, variant),
+        "learning_rate": learning_rate,
         "test_error": result["test_error"],
         "error_per_step": result["test_error_per_step"],
         "paper_error": om.PAPER_ERROR.get(variant, float("nan")),
@@ -393,7 +394,10 @@ def occluded(args):
         import concurrent.futures
         import multiprocessing
 
-        print(f"{len(args.variants)} variants side by side, {args.budget_minutes:g} minutes each", flush=True)
+        if len(args.variants) > 1:
+            print(f"{len(args.variants)} variants side by side, {args.budget_minutes:g} minutes each", flush=True)
+        else:
+            print(f"1 variant in a process of its own, {args.budget_minutes:g} minutes", flush=True)
         context = multiprocessing.get_context("spawn")
         with concurrent.futures.ProcessPoolExecutor(len(args.variants), mp_context=context) as pool:
             futures = [pool.submit(_occluded_variant, args, v, args.budget_minutes * 60) for v in args.variants]

@@ -564,6 +564,22 @@ def _rladder_benchmark(name):
     return bench
 
 
+# what a faked ``om.train`` returns to the benchmark (one frame; no sequence moved only vertically)
+FAKE_TRAINED = {"model": "model.keras", "test_error": 0.5, "parameters": 1, "epochs_run": 1,
+                "test_error_per_step": {"all": [0.5], "sideways": [0.5], "vertical_only": None,
+                                        "counts": {"all": 2, "sideways": 2, "vertical_only": 0}}}
+
+
+def _fake_train(record):
+    """A stand-in for ``om.train``: calls ``record(kwargs)``, returns :data:`FAKE_TRAINED`."""
+
+    def train(**kwargs):
+        record(kwargs)
+        return FAKE_TRAINED
+
+    return train
+
+
 def _occluded_benchmark_arguments(monkeypatch, argv, read):
     """``read(args)`` of every variant that ``benchmarks/rladder.py occluded ARGV`` trains
     (each variant's training faked)."""
@@ -620,16 +636,9 @@ def test_benchmark_passes_the_augmentation_to_every_variant(monkeypatch, capsys)
 def test_benchmark_trains_each_variant_at_its_own_learning_rate_unless_one_is_given(monkeypatch, capsys):
     # twenty-eighth round: each variant's rate chosen on validation; --learning-rate sets one for all
     bench = _rladder_benchmark("rladder_benchmark_learning_rates")
-    errors = {"all": [0.5], "sideways": [0.5], "vertical_only": None,
-              "counts": {"all": 2, "sideways": 2, "vertical_only": 0}}
     trained = []
-
-    def train(**kwargs):
-        trained.append((kwargs["variant"], kwargs["learning_rate"]))
-        return {"model": "model.keras", "test_error": 0.5, "test_error_per_step": errors, "parameters": 1,
-                "epochs_run": 1}
-
-    monkeypatch.setattr(om, "train", train)
+    monkeypatch.setattr(om, "train", _fake_train(lambda kwargs: trained.append((kwargs["variant"],
+                                                                               kwargs["learning_rate"]))))
     variants = ["rladder", "temporal", "no_feedback", "hierarchical"]
     bench.main(["occluded", "--no-parallel", "--variants", *variants])
     rates = bench.OCCLUDED_LEARNING_RATES
@@ -1675,3 +1684,47 @@ def test_an_unreadable_idx_file_is_one_line_in_train_and_evaluate(tmp_path, monk
                 lambda: demo.evaluate(demo_run["model"])):
         with pytest.raises(InputError, match=unreadable):  # was a PermissionError traceback
             run()
+
+
+class _InlinePool:
+    """A stand-in for ``ProcessPoolExecutor``: runs every submitted call at once, here."""
+
+    def __init__(self, workers, mp_context=None):
+        self.workers = workers
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        return False
+
+    def submit(self, function, *args):
+        import concurrent.futures
+
+        future = concurrent.futures.Future()
+        future.set_result(function(*args))
+        return future
+
+
+def test_the_parallel_benchmark_says_how_many_variants_share_the_machine(monkeypatch, capsys):
+    import concurrent.futures
+
+    bench = _rladder_benchmark("rladder_benchmark_parallel")
+    budgets, pools = [], []
+
+    def fake_variant(args, variant, budget_seconds):
+        budgets.append((variant, budget_seconds))
+        return {"variant": variant, "learning_rate": 1e-3, "test_error": 0.5, "paper_error": 0.01,
+                "parameters": 1, "epochs_run": 1, "wall": 0.0, "cpu": 0.0, "budget_hit": False,
+                "error_per_step": FAKE_ERRORS[variant]}
+
+    monkeypatch.setattr(bench, "_occluded_variant", fake_variant)
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor",
+                        lambda workers, mp_context=None: pools.append(workers) or _InlinePool(workers))
+    bench.main(["occluded", "--budget-minutes", "2"])
+    assert "3 variants side by side, 2 minutes each\n" in capsys.readouterr().out
+    # each one has the whole budget, in a process of its own
+    assert pools == [3] and budgets == [(v, 120.0) for v in ("rladder", "temporal", "no_feedback")]
+    bench.main(["occluded", "--budget-minutes", "2", "--variants", "rladder"])
+    out = capsys.readouterr().out
+    assert "1 variant in a process of its own, 2 minutes\n" in out and "side by side" not in out

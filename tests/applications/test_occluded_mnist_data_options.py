@@ -17,7 +17,7 @@ import pytest
 from applications import __main__ as cli
 from applications import occluded_mnist as om
 from applications.errors import InputError
-from tests.applications.test_occluded_mnist import _rladder_benchmark
+from tests.applications.test_occluded_mnist import _fake_train, _rladder_benchmark
 from tests.conftest import functions_eager, keras_test_state, shared_path
 
 MNIST_DIR = str(shared_path("data", "mnist"))
@@ -217,19 +217,12 @@ def test_the_benchmarks_pass_the_data_options_to_train_the_ablation_and_fusion(m
     bench = _rladder_benchmark("rladder_benchmark_data_options")
     assert (bench.MOTIONS, bench.BAR_LAYOUTS) == (om.MOTIONS, om.BAR_LAYOUTS)  # the script's copies
     trained, drawn = [], []
-    errors = {"all": [0.5], "sideways": [0.5], "vertical_only": None,
-              "counts": {"all": 2, "sideways": 2, "vertical_only": 0}}
-
-    def train(**kwargs):
-        trained.append(_options(kwargs))
-        return {"model": "model.keras", "test_error": 0.5, "test_error_per_step": errors, "parameters": 1,
-                "epochs_run": 1}
 
     def make_sequences(*args, **kwargs):
         drawn.append({**_options(kwargs), "hold_out": kwargs.get("hold_out")})
         return None, "the sequences train scored"
 
-    monkeypatch.setattr(om, "train", train)
+    monkeypatch.setattr(om, "train", _fake_train(lambda kwargs: trained.append(_options(kwargs))))
     monkeypatch.setattr(om, "make_sequences", make_sequences)
     monkeypatch.setattr(keras.saving, "load_model", lambda path: "the trained model")
     monkeypatch.setattr(bench, "feedback_ablation", lambda model, data: {"trained": [0.5]})
