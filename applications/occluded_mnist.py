@@ -1401,14 +1401,23 @@ def _recorded_sequences(model_path, given):
     (before the paper's were the default), and ``note`` then says so (None otherwise,
     or when all three were given)."""
     recorded = checks.recorded_metrics(model_path).get("sequences")
+    metrics = os.path.join(os.path.dirname(os.path.abspath(model_path)), "metrics.json")
     note = None
     if not isinstance(recorded, dict):
         recorded = OLD_SEQUENCE_OPTIONS
         if any(value is None for value in given.values()):
-            metrics = os.path.join(os.path.dirname(os.path.abspath(model_path)), "metrics.json")
             note = (f"note: {metrics} records no sequence options (a run trained before the paper's data "
                     "were the default?): scoring the data of before, compass motion and vertical bars 8 px "
                     "apart (--motion, --bars and --bar-spacing choose others)")
+    for name in SEQUENCE_OPTIONS:  # a recorded one that train never writes (a hand-edited file): say where
+        if given[name] is None and name in recorded:
+            try:
+                check_sequence_options(**{name: recorded[name]})
+            except InputError as error:
+                raise InputError(
+                    f"{metrics} records test sequences that train does not make (was it edited?): {error}. "
+                    f"Give --{name.replace('_', '-')} (`{name}`) to choose the test sequences' {name}"
+                ) from None
     chosen = {name: given[name] if given[name] is not None else recorded.get(name, OLD_SEQUENCE_OPTIONS[name])
               for name in SEQUENCE_OPTIONS}
     return check_sequence_options(**chosen), note
@@ -1429,7 +1438,8 @@ def evaluate(model_path, source=None, data_dir=None, num_test=None, seed=None, b
     sequences are those of ``OLD_SEQUENCE_OPTIONS`` (compass motion, vertical bars 8
     pixels apart), used then, with a note on stderr. Given ones make other test
     sequences (the same digits, moving or occluded otherwise); see
-    :func:`check_sequence_options`.
+    :func:`check_sequence_options`. A recorded one that ``train`` never writes (the file
+    edited by hand) is refused in one line naming ``metrics.json``, unless given.
 
     ``verbose``: 1 shows Keras' progress bars, on stderr (stdout keeps only the result);
     0 (the default) is silent.

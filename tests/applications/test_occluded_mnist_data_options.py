@@ -287,3 +287,28 @@ def test_the_search_makes_its_sequences_with_the_data_options_and_records_them(t
     calls = _record_generate(monkeypatch)
     assert om.evaluate(paths["model"], num_test=4)["sequences"] == OLD
     assert [options for options, _ in calls] == [OLD]
+
+
+@pytest.mark.parametrize("name, value, received", [
+    ("bars", "horizontal", "bars='horizontal'"),
+    ("motion", None, "motion=None"),
+    ("bar_spacing", 4, "bar_width=4, bar_spacing=4"),
+])
+def test_evaluate_names_metrics_json_when_its_recorded_sequences_were_edited(name, value, received, tmp_path):
+    # a hand-edited record was refused as if the user had given the bad option
+    model = tmp_path / "model.keras"
+    model.write_bytes(b"")
+    (tmp_path / "metrics.json").write_text(json.dumps({"sequences": {**PAPER, name: value}}))
+    given = dict.fromkeys(PAPER)
+    with pytest.raises(InputError) as error:
+        om._recorded_sequences(str(model), given)
+    message = str(error.value)
+    assert message.startswith(f"{tmp_path / 'metrics.json'} records test sequences that train does not make")
+    assert f"Received: {received}" in message and f"Give --{name.replace('_', '-')} (`{name}`)" in message
+    assert "\n" not in message
+    # the option given on the command line replaces the bad record
+    good = {"bars": "vertical", "motion": "compass", "bar_spacing": 8}[name]
+    assert om._recorded_sequences(str(model), {**given, name: good}) == ({**PAPER, name: good}, None)
+    # and a good record is taken as it is
+    (tmp_path / "metrics.json").write_text(json.dumps({"sequences": OLD}))
+    assert om._recorded_sequences(str(model), given) == (OLD, None)
