@@ -580,6 +580,13 @@ def _fake_train(record):
     return train
 
 
+def _fake_run(variant, learning_rate):
+    """What a faked ``_occluded_variant`` of the benchmark returns for ``variant``."""
+    return {"variant": variant, "learning_rate": learning_rate, "test_error": 0.5, "paper_error": 0.01,
+            "parameters": 1, "epochs_run": 1, "wall": 0.0, "cpu": 0.0, "budget_hit": False,
+            "error_per_step": FAKE_ERRORS[variant]}
+
+
 def _occluded_benchmark_arguments(monkeypatch, argv, read):
     """``read(args)`` of every variant that ``benchmarks/rladder.py occluded ARGV`` trains
     (each variant's training faked)."""
@@ -588,9 +595,7 @@ def _occluded_benchmark_arguments(monkeypatch, argv, read):
 
     def fake_variant(args, variant, budget_seconds):
         seen.append((variant, read(args)))
-        return {"variant": variant, "learning_rate": bench.occluded_learning_rate(args, variant),
-                "test_error": 0.5, "paper_error": 0.01, "parameters": 1, "epochs_run": 1,
-                "wall": 0.0, "cpu": 0.0, "budget_hit": False, "error_per_step": FAKE_ERRORS[variant]}
+        return _fake_run(variant, bench.occluded_learning_rate(args, variant))
 
     monkeypatch.setattr(bench, "_occluded_variant", fake_variant)
     bench.main(["occluded", "--no-parallel", *argv])
@@ -1714,9 +1719,7 @@ def test_the_parallel_benchmark_says_how_many_variants_share_the_machine(monkeyp
 
     def fake_variant(args, variant, budget_seconds):
         budgets.append((variant, budget_seconds))
-        return {"variant": variant, "learning_rate": 1e-3, "test_error": 0.5, "paper_error": 0.01,
-                "parameters": 1, "epochs_run": 1, "wall": 0.0, "cpu": 0.0, "budget_hit": False,
-                "error_per_step": FAKE_ERRORS[variant]}
+        return _fake_run(variant, 1e-3)
 
     monkeypatch.setattr(bench, "_occluded_variant", fake_variant)
     monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor",
