@@ -83,6 +83,8 @@ DIRECTIONS = ((-1, -1), (-1, 0), (-1, 1), (0, -1), (0, 1), (1, -1), (1, 0), (1, 
 #: ``generate``'s motions and bar layouts
 MOTIONS = ("paper", "compass")
 BAR_LAYOUTS = ("grid", "vertical")
+#: the bars' width in pixels, the paper's (``generate``'s default; ``train`` has no option for it)
+BAR_WIDTH = 4
 #: the options of the sequences' data that :func:`train` (``make_sequences``,
 #: ``make_training_dataset``) passes to every ``generate`` call, at their defaults: the
 #: paper's data; ``train`` records them in ``metrics.json`` (``"sequences"``)
@@ -172,7 +174,7 @@ def _check_offset(name, offset):
     return int(offset)
 
 
-def bar_mask(frame_size=FRAME_SIZE, bar_width=4, bar_spacing=12, offset=0, bars="grid", row_offset=0):
+def bar_mask(frame_size=FRAME_SIZE, bar_width=BAR_WIDTH, bar_spacing=12, offset=0, bars="grid", row_offset=0):
     """A ``[frame_size, frame_size]`` bool mask of the occluding bars (True on a bar).
 
     Args:
@@ -356,7 +358,7 @@ def generate(
     frame_size=FRAME_SIZE,
     digit_size=DIGIT_SIZE,
     speed=None,
-    bar_width=4,
+    bar_width=BAR_WIDTH,
     bar_spacing=12,
     bar_value=1.0,
     random_bar_offset=True,
@@ -591,19 +593,20 @@ def check_variant(variant):
 
 def check_sequence_options(motion="paper", bars="grid", bar_spacing=12):
     """The sequences' data options as a dict ``{"motion", "bars", "bar_spacing"}``, checked
-    as :func:`generate` checks them (with its bars 4 pixels wide): an ``InputError`` naming a
-    bad one, so that a caller refuses it before any digit is read or folder made.
+    as :func:`generate` checks them (with its bars :data:`BAR_WIDTH` pixels wide): an
+    ``InputError`` naming a bad one, so that a caller refuses it before any digit is read or
+    folder made.
 
     Args:
         motion: ``"paper"`` (default) or ``"compass"`` (see :func:`generate`).
         bars: ``"grid"`` (default) or ``"vertical"``.
         bar_spacing: pixels between the leading edges of neighbouring bars, an integer
-            above the bars' 4 (default 12, the paper's).
+            above the bars' width :data:`BAR_WIDTH` (4; default 12, the paper's).
     """
     motion = _check_choice("motion", motion, MOTIONS)
     bars = _check_choice("bars", bars, BAR_LAYOUTS)
     bar_spacing = integer_at_least("bar_spacing", bar_spacing, 1)
-    _check_bars(4, bar_spacing)  # generate's bar_width
+    _check_bars(BAR_WIDTH, bar_spacing)  # generate's bar_width
     return {"motion": motion, "bars": bars, "bar_spacing": bar_spacing}
 
 
