@@ -172,10 +172,13 @@ UNFLATTENS = ("broadcast", "dense")
 # 1e-3 for every variant before that round; the hierarchical ladder was not probed.
 OCCLUDED_LEARNING_RATES = {"rladder": 4e-3, "temporal": 1e-3, "no_feedback": 2e-3}
 DEFAULT_LEARNING_RATE = 1e-3
-# applications.occluded_mnist's MOTIONS and BAR_LAYOUTS, copied (it loads TensorFlow;
+# applications.occluded_mnist's sequence constants, copied (it loads TensorFlow;
 # tests/applications/test_occluded_mnist_data_options.py checks the copies)
 MOTIONS = ("paper", "compass")
 BAR_LAYOUTS = ("grid", "vertical")
+BAR_WIDTH = 4
+SEQUENCE_OPTIONS = {"motion": "paper", "bars": "grid", "bar_spacing": 12}  # the paper's
+OLD_SEQUENCE_OPTIONS = {"motion": "compass", "bars": "vertical", "bar_spacing": 8}  # rounds 1-26
 
 
 def _load_tensorflow():
@@ -350,28 +353,29 @@ def _sequence_options(args):
 def _print_data(args):
     """Says which data the sequences are: the paper's, those of rounds 1-26, or others."""
     options = _sequence_options(args)
-    if options == {"motion": "paper", "bars": "grid", "bar_spacing": 12}:
-        print("data: the paper's grid of bars (4 px wide, 12 px apart) and velocities", flush=True)
+    if options == SEQUENCE_OPTIONS:
+        print(f"data: the paper's grid of bars ({BAR_WIDTH} px wide, {args.bar_spacing} px apart) and velocities",
+              flush=True)
         return
     bars = "a grid of bars" if args.bars == "grid" else "vertical bars"
     motion = ("the paper's velocities (+-1, +-2), (+-2, +-1) px per frame" if args.motion == "paper"
               else "the eight compass directions at 3 px per frame")
-    old = options == {"motion": "compass", "bars": "vertical", "bar_spacing": 8}
-    print(f"data: {bars} (4 px wide, {args.bar_spacing} px apart) and {motion}"
+    old = options == OLD_SEQUENCE_OPTIONS
+    print(f"data: {bars} ({BAR_WIDTH} px wide, {args.bar_spacing} px apart) and {motion}"
           f"{' (the data of rounds 1-26)' if old else ''}", flush=True)
 
 
 def _add_data_arguments(parser):
     """``--motion``, ``--bars`` and ``--bar-spacing`` of ``occluded`` and ``fusion``."""
-    parser.add_argument("--motion", default="paper", choices=MOTIONS,
+    parser.add_argument("--motion", default=SEQUENCE_OPTIONS["motion"], choices=MOTIONS,
                         help="the digits' velocities: the paper's (+-1, +-2), (+-2, +-1) px per frame (default), "
                         "or the compass directions at 3 px per frame (compass: the data of rounds 1-26)")
-    parser.add_argument("--bars", default="grid", choices=BAR_LAYOUTS,
+    parser.add_argument("--bars", default=SEQUENCE_OPTIONS["bars"], choices=BAR_LAYOUTS,
                         help="the paper's grid of vertical and horizontal bars (default), or vertical bars only "
                         "(the data of rounds 1-26)")
-    parser.add_argument("--bar-spacing", type=int_at_least(5), default=12, metavar="N",
-                        help="px between the leading edges of neighbouring 4-px bars (default: 12, the paper's; "
-                        "8 in rounds 1-26)")
+    parser.add_argument("--bar-spacing", type=int_at_least(BAR_WIDTH + 1), default=SEQUENCE_OPTIONS["bar_spacing"],
+                        metavar="N", help=f"px between the leading edges of neighbouring {BAR_WIDTH}-px bars "
+                        "(default: %(default)s, the paper's; 8 in rounds 1-26)")
 
 
 def _print_digits(data_dir):

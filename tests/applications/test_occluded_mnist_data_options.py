@@ -215,7 +215,8 @@ def test_the_benchmarks_pass_the_data_options_to_train_the_ablation_and_fusion(m
     import keras
 
     bench = _rladder_benchmark("rladder_benchmark_data_options")
-    assert (bench.MOTIONS, bench.BAR_LAYOUTS) == (om.MOTIONS, om.BAR_LAYOUTS)  # the script's copies
+    copies = ("MOTIONS", "BAR_LAYOUTS", "BAR_WIDTH", "SEQUENCE_OPTIONS", "OLD_SEQUENCE_OPTIONS")
+    assert [getattr(bench, name) for name in copies] == [getattr(om, name) for name in copies]  # the script's
     trained, drawn = [], []
 
     def make_sequences(*args, **kwargs):
