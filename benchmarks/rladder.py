@@ -215,8 +215,9 @@ def _occluded_variant(args, variant, budget_seconds):
 
     budget = TimeBudget(budget_seconds)
     callbacks = [budget]
-    if args.final_lr_fraction < 1:  # the learning rate decays linearly over the budget
-        callbacks.append(BudgetLinearDecay(budget, args.final_lr_fraction))
+    if args.final_lr_fraction < 1:  # the learning rate decays linearly over the budget or the epochs
+        updates = args.epochs * om.training_batches(args.num_train, args.batch_size)  # (one replica)
+        callbacks.append(BudgetLinearDecay(budget, args.final_lr_fraction, decay_steps=updates))
     learning_rate = occluded_learning_rate(args, variant)
     start = time.perf_counter()
     cpu_start = resource.getrusage(resource.RUSAGE_SELF)
@@ -717,8 +718,8 @@ def main(argv=None):
                    help="XLA-compile every variant's training step")
     p.add_argument("--frame-weight", type=non_negative_float, default=1.0, help="weight of the next-frame cost")
     p.add_argument("--final-lr-fraction", type=fraction, default=0.05,
-                   help="the learning rate decays linearly over each variant's budget to this fraction "
-                   "of --learning-rate (1: constant; default: %(default)s)")
+                   help="the learning rate decays linearly to this fraction of its start over each "
+                   "variant's budget or its --epochs, whichever ends first (1: constant; default: %(default)s)")
     p.add_argument("--feedback-initializer", default="zeros", choices=("zeros", "default"),
                    help="RLadder's feedback kernels start at zero, or as its other kernels")
     p.add_argument("--unflatten", default="broadcast", choices=UNFLATTENS,

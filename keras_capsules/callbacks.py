@@ -139,7 +139,8 @@ class BudgetLinearDecay(keras.callbacks.Callback):
     ``initial`` is ``initial_learning_rate`` or, if that is None, the learning rate the
     optimizer held when the first ``fit`` began (read before a ``BackupAndRestore``
     in the same ``fit`` restores an already decayed one), and ``elapsed`` is read
-    from ``budget``. Ending training with a small learning rate
+    from ``budget`` (with ``decay_steps`` given, ``elapsed / seconds`` gives way to
+    ``updates / decay_steps`` where that is larger). Ending training with a small learning rate
     usually gives a clearly better final model than a constant one ("budgeted
     training", Li et al. 2020).
 
@@ -151,6 +152,13 @@ class BudgetLinearDecay(keras.callbacks.Callback):
             the initial one, in ``[0, 1]``. Default 0.05.
         initial_learning_rate: the rate the decay starts from, a positive, finite
             number. Default None: the optimizer's rate at the start of the first ``fit``.
+        decay_steps: the optimizer updates after which training ends anyway
+            (``epochs * steps_per_epoch``), a positive integer, or None (the default:
+            the budget alone). The decay then follows whichever of the two is the
+            further spent, ``max(elapsed / seconds, updates / decay_steps)``, so it
+            reaches the floor where training ends when the epochs run out before the
+            budget. ``updates`` is the optimizer's ``iterations``, which a
+            ``BackupAndRestore`` resume restores.
 
     Example:
 
@@ -162,7 +170,7 @@ class BudgetLinearDecay(keras.callbacks.Callback):
     ```
     """
 
-    def __init__(self, budget, final_fraction=0.05, initial_learning_rate=None):
+    def __init__(self, budget, final_fraction=0.05, initial_learning_rate=None, decay_steps=None):
         super().__init__()
         if not isinstance(budget, TimeBudget):
             raise ValueError(
@@ -179,6 +187,8 @@ class BudgetLinearDecay(keras.callbacks.Callback):
             else _validation.positive_float("initial_learning_rate", initial_learning_rate)
         )
         self.initial = self.initial_learning_rate
+        self.decay_steps = _validation.positive_int("decay_steps", decay_steps, allow_none=True)
+        self._updates = 0  # the optimizer's updates when the current batch began
 
     def set_model(self, model):
         super().set_model(model)
@@ -205,7 +215,10 @@ class BudgetLinearDecay(keras.callbacks.Callback):
 
     def factor(self):
         """The current learning rate as a fraction of the initial one."""
-        spent = min(1.0, self.budget.elapsed / self.budget.seconds)
+        spent = self.budget.elapsed / self.budget.seconds
+        if self.decay_steps is not None:
+            spent = max(spent, self._updates / self.decay_steps)
+        spent = min(1.0, spent)
         return 1.0 - (1.0 - self.final_fraction) * spent
 
     def on_train_batch_begin(self, batch, logs=None):
@@ -214,6 +227,8 @@ class BudgetLinearDecay(keras.callbacks.Callback):
                 "BudgetLinearDecay: its TimeBudget is not running; put the budget in the "
                 "same `callbacks` list of `fit`."
             )
+        if self.decay_steps is not None:
+            self._updates = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
         self.model.optimizer.learning_rate = self.initial * self.factor()
 
 

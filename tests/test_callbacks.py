@@ -91,6 +91,59 @@ def test_budget_linear_decay_follows_the_clock_to_the_floor():
     assert budget.exceeded
 
 
+def test_budget_linear_decay_reaches_the_floor_where_the_epochs_end_before_the_budget():
+    # note 100: with 8 epochs under a 60-minute budget the rate ended at ~73% of its start;
+    # with `decay_steps` it follows the larger of the budget's share and the updates' share
+    x, y = np.zeros((32, 3), "float32"), np.zeros((32, 1), "float32")
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    model.compile(keras.optimizers.Adam(0.02), "mse")
+    budget = _FakeClockBudget(100.0)  # one second a batch: 8 of 100 seconds spent by the end
+    record = _RecordLearningRate()
+    model.fit(x, y, batch_size=8, epochs=2, callbacks=[budget, BudgetLinearDecay(budget, 0.1, decay_steps=7), record],
+              verbose=0)
+    # batch k begins after k updates: 0.02 * (1 - 0.9 * min(1, max(k / 100, k / 7)))
+    expected = [0.02 * (1 - 0.9 * min(1.0, k / 7)) for k in range(8)]
+    np.testing.assert_allclose(record.rates, expected, rtol=1e-6)
+    assert record.rates[-1] == pytest.approx(0.002) and not budget.exceeded
+    # where the budget is the further spent, it leads: 4 of 5 seconds against 4 of 100 updates
+    model.compile(keras.optimizers.Adam(0.02), "mse")
+    budget, record = _FakeClockBudget(5.0), _RecordLearningRate()
+    model.fit(x, y, batch_size=8, epochs=1, callbacks=[budget, BudgetLinearDecay(budget, 0.1, decay_steps=100), record],
+              verbose=0)
+    np.testing.assert_allclose(record.rates, [0.02 * (1 - 0.9 * k / 5) for k in range(4)], rtol=1e-6)
+
+
+def test_budget_linear_decay_steps_of_a_resumed_run_count_the_restored_updates(tmp_path):
+    # the updates are the optimizer's iterations, which BackupAndRestore restores: a run
+    # resumed after its first epoch goes on decaying from the fifth update, not from the start
+    x, y = np.zeros((32, 3), "float32"), np.zeros((32, 1), "float32")
+
+    class Crash(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            raise RuntimeError("crash (simulated)")
+
+    def run(*extra):
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+        model.compile(keras.optimizers.Adam(0.02), "mse")
+        budget, record = _FakeClockBudget(100.0), _RecordLearningRate()
+        callbacks = [keras.callbacks.BackupAndRestore(str(tmp_path / "backup")), budget,
+                     BudgetLinearDecay(budget, 0.1, decay_steps=7), record, *extra]
+        model.fit(x, y, batch_size=8, epochs=2, callbacks=callbacks, verbose=0)
+        return record.rates
+
+    with pytest.raises(RuntimeError, match="simulated"):
+        run(Crash())
+    np.testing.assert_allclose(run(), [0.02 * (1 - 0.9 * k / 7) for k in range(4, 8)], rtol=1e-6)
+
+
+@pytest.mark.parametrize("steps", [0, -3, 2.5, True, "8"])
+def test_budget_linear_decay_steps_must_be_a_positive_integer(steps):
+    message = f"`decay_steps` must be a positive integer. Received: decay_steps={steps!r}"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        BudgetLinearDecay(TimeBudget(60.0), decay_steps=steps)
+    assert BudgetLinearDecay(TimeBudget(60.0), decay_steps=np.int64(8)).decay_steps == 8
+
+
 def test_budget_linear_decay_bad_arguments():
     with pytest.raises(ValueError, match="Received: budget="):
         BudgetLinearDecay(10.0)

@@ -659,6 +659,26 @@ def test_benchmark_trains_each_variant_at_its_own_learning_rate_unless_one_is_gi
     assert capsys.readouterr().out.count("learning rate 0.0003, ") == len(variants)
 
 
+# (TensorFlow runs already in this process: the benchmark's thread setting cannot take effect)
+@pytest.mark.filterwarnings("ignore:could not set TensorFlow's intra-op threads:RuntimeWarning")
+def test_benchmark_decays_the_rate_over_the_budget_or_the_epochs_whichever_ends_first(monkeypatch):
+    # note 100: the rate decayed over the wall-time budget alone, so a probe of 8 epochs
+    # under a 60-minute budget ended at ~73% of its rate, not at --final-lr-fraction
+    from keras_capsules.callbacks import BudgetLinearDecay, TimeBudget
+
+    bench = _rladder_benchmark("rladder_benchmark_decay_horizon")
+    given = []
+    monkeypatch.setattr(om, "train", _fake_train(lambda kwargs: given.append(kwargs["callbacks"])))
+    common = ["occluded", "--no-parallel", "--variants", "rladder", "--num-train", "40", "--batch-size", "16"]
+    bench.main([*common, "--epochs", "3", "--budget-minutes", "60", "--final-lr-fraction", "0.1"])
+    budget, decay = given[0]
+    assert isinstance(budget, TimeBudget) and budget.seconds == 3600
+    assert isinstance(decay, BudgetLinearDecay) and decay.budget is budget and decay.final_fraction == 0.1
+    assert decay.decay_steps == 3 * om.training_batches(40, 16) == 9
+    bench.main([*common, "--final-lr-fraction", "1"])  # a constant rate: no decay at all
+    assert [type(c) for c in given[1]] == [TimeBudget]
+
+
 def test_benchmark_hold_out_scores_validation_sequences_and_judges_no_target(monkeypatch, capsys):
     seen = _occluded_benchmark_arguments(monkeypatch, ["--hold-out"], lambda args: args.hold_out)
     assert seen == [(v, True) for v in ("rladder", "temporal", "no_feedback")]

@@ -205,6 +205,26 @@ def test_a_resumed_run_refuses_another_bar_layout(tmp_path, capsys, monkeypatch)
     assert not (run_dir / "model.keras").exists()
 
 
+def test_every_default_of_the_data_options_is_the_papers():
+    # note 100: generate, bar_mask, check_sequence_options, make_training_dataset,
+    # make_sequences and train write the defaults as literals; they must stay SEQUENCE_OPTIONS'
+    import inspect
+
+    expected = {**om.SEQUENCE_OPTIONS, "bar_width": om.BAR_WIDTH}
+    found = {}
+    for name, function in inspect.getmembers(om, inspect.isfunction):
+        if function.__module__ != om.__name__:
+            continue
+        for parameter in inspect.signature(function).parameters.values():
+            # (None: evaluate's "the options train recorded")
+            if parameter.name in expected and parameter.default not in (inspect.Parameter.empty, None):
+                found[(name, parameter.name)] = parameter.default
+    assert {"generate", "bar_mask", "check_sequence_options", "make_training_dataset", "make_sequences",
+            "train"} <= {name for name, _ in found}
+    wrong = {key: value for key, value in found.items() if value != expected[key[1]]}
+    assert not wrong, f"defaults that are not SEQUENCE_OPTIONS' / BAR_WIDTH: {wrong}"
+
+
 class _Stop(Exception):
     pass
 
