@@ -116,24 +116,8 @@ def test_budget_linear_decay_reaches_the_floor_where_the_epochs_end_before_the_b
 def test_budget_linear_decay_steps_of_a_resumed_run_count_the_restored_updates(tmp_path):
     # the updates are the optimizer's iterations, which BackupAndRestore restores: a run
     # resumed after its first epoch goes on decaying from the fifth update, not from the start
-    x, y = np.zeros((32, 3), "float32"), np.zeros((32, 1), "float32")
-
-    class Crash(keras.callbacks.Callback):
-        def on_epoch_end(self, epoch, logs=None):
-            raise RuntimeError("crash (simulated)")
-
-    def run(*extra):
-        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
-        model.compile(keras.optimizers.Adam(0.02), "mse")
-        budget, record = _FakeClockBudget(100.0), _RecordLearningRate()
-        callbacks = [keras.callbacks.BackupAndRestore(str(tmp_path / "backup")), budget,
-                     BudgetLinearDecay(budget, 0.1, decay_steps=7), record, *extra]
-        model.fit(x, y, batch_size=8, epochs=2, callbacks=callbacks, verbose=0)
-        return record.rates
-
-    with pytest.raises(RuntimeError, match="simulated"):
-        run(Crash())
-    np.testing.assert_allclose(run(), [0.02 * (1 - 0.9 * k / 7) for k in range(4, 8)], rtol=1e-6)
+    rates = _rates_resumed_after_a_crash(tmp_path, 32, 100.0, decay_steps=7)
+    np.testing.assert_allclose(rates, [0.02 * (1 - 0.9 * k / 7) for k in range(4, 8)], rtol=1e-6)
 
 
 @pytest.mark.parametrize("steps", [0, -3, 2.5, True, "8"])
@@ -206,29 +190,36 @@ def test_budget_linear_decay_refuses_a_callable_learning_rate():
         model.fit(x, y, epochs=1, callbacks=[budget, BudgetLinearDecay(budget)], verbose=0)
 
 
-def test_budget_linear_decay_of_a_run_resumed_by_backup_and_restore_starts_from_the_compiled_rate(tmp_path):
-    # Audit 9: a run resumed by BackupAndRestore read its initial rate after the restore,
-    # i.e. the already decayed rate of the backup, and decayed it again from there.
-    x, y = np.zeros((64, 3), "float32"), np.zeros((64, 1), "float32")
+class _Crash(keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        raise RuntimeError("crash (simulated)")
 
-    class Crash(keras.callbacks.Callback):
-        def on_epoch_end(self, epoch, logs=None):
-            raise RuntimeError("crash (simulated)")
+
+def _rates_resumed_after_a_crash(tmp_path, num_samples, seconds, **decay):
+    """The learning rates of a 2-epoch fit (batches of 8, Adam at 0.02, a decay to 0.1
+    with ``decay``, a one-second-a-batch budget of ``seconds`` new each run) resumed by ``BackupAndRestore`` after
+    a crash at the end of its first epoch."""
+    x, y = np.zeros((num_samples, 3), "float32"), np.zeros((num_samples, 1), "float32")
 
     def run(*extra):
         model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
         model.compile(keras.optimizers.Adam(0.02), "mse")
-        budget = _FakeClockBudget(4.0)
-        record = _RecordLearningRate()
+        budget, record = _FakeClockBudget(seconds), _RecordLearningRate()
         callbacks = [keras.callbacks.BackupAndRestore(str(tmp_path / "backup")), budget,
-                     BudgetLinearDecay(budget, 0.1), record, *extra]
+                     BudgetLinearDecay(budget, 0.1, **decay), record, *extra]
         model.fit(x, y, batch_size=8, epochs=2, callbacks=callbacks, verbose=0)
         return record.rates
 
     with pytest.raises(RuntimeError, match="simulated"):
-        run(Crash())  # the backup of epoch 0 holds the rate decayed to the floor
-    rates = run()  # a new process: a new budget, from the compiled rate again
-    expected = [0.02 * (1 - 0.9 * min(1.0, k / 4)) for k in range(5)]
+        run(_Crash())  # the backup of epoch 0 holds the decayed rate
+    return run()  # a new process: a new budget
+
+
+def test_budget_linear_decay_of_a_run_resumed_by_backup_and_restore_starts_from_the_compiled_rate(tmp_path):
+    # Audit 9: a run resumed by BackupAndRestore read its initial rate after the restore,
+    # i.e. the already decayed rate of the backup, and decayed it again from there.
+    rates = _rates_resumed_after_a_crash(tmp_path, 64, 4.0)  # the floor by epoch 0's end
+    expected = [0.02 * (1 - 0.9 * min(1.0, k / 4)) for k in range(5)]  # from the compiled rate again
     np.testing.assert_allclose(rates, expected, rtol=1e-6)
 
 
