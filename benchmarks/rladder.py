@@ -95,7 +95,8 @@ the default commands):
   1.32 points below no_feedback on average, NOT MET (clearly below: at least 2 points
   and a fifth). Seeds 3-5 (thirty-ninth round, a slower machine: 4 / 7 / 5 epochs):
   14.35% / 44.10% / 14.50%, 15.70% / 47.95% / 17.55%, 15.65% / 33.15% / 16.90%; over
-  seeds 0-5 the RLadder is 1.20 points below no_feedback on average. At a common 1e-3: 18.92%, 28.25%, 20.38% on average over three seeds.
+  seeds 0-5 the RLadder is 1.20 points below no_feedback on average. At a common 1e-3:
+  18.92%, 28.25%, 20.38% on average over three seeds.
   On the data of rounds 1-26 (``--motion compass --bars vertical --bar-spacing 8``,
   1e-3 for all): test error of the RLadder 9.00%, temporal baseline 9.20%, RLadder
   without feedback 8.20% (the three side by side, 17 minutes each, seed 0, with the
