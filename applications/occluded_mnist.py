@@ -1280,8 +1280,10 @@ def train(
         A dict (also written to ``metrics.json``) with the test classification error
         (``"test_error"``), the error after every frame over all test sequences and
         split by motion (``"test_error_per_step"``: :func:`error_per_step`'s dict,
-        drawn in ``error_per_step.png``, key ``"error_plot"``), the parameter count
-        and the paths (model, ``history.png``, ``predictions.png``, metrics, logs).
+        drawn in ``error_per_step.png``, key ``"error_plot"``), the parameter count,
+        the epochs trained (``"epochs_run"``, one stopped part-way by a time budget
+        included) and the optimizer updates (``"updates"``; both count those before a
+        resume), and the paths (model, ``history.png``, ``predictions.png``, metrics, logs).
     """
     from applications import fault_tolerance
     from applications.demo import plot_history, save_atomically
@@ -1379,6 +1381,9 @@ def train(
         "test_error_per_step": errors,
         "parameters": int(model.count_params()),
         "epochs_run": fault_tolerance.epochs_run(history, callbacks),  # those before a resume too
+        # the optimizer's updates in all (restored by a resume): a time budget that stops an
+        # epoch part-way counts it in epochs_run, here only its batches
+        "updates": int(keras.ops.convert_to_numpy(model.optimizer.iterations)),
         "augment": augment,
         "scored_on": scored_on,
         # what defines the train/test split: `evaluate` uses it (another split overlaps training digits)

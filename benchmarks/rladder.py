@@ -95,7 +95,13 @@ the default commands):
   1.32 points below no_feedback on average, NOT MET (clearly below: at least 2 points
   and a fifth). Seeds 3-5 (thirty-ninth round, a slower machine: 4 / 7 / 5 epochs):
   14.35% / 44.10% / 14.50%, 15.70% / 47.95% / 17.55%, 15.65% / 33.15% / 16.90%; over
-  seeds 0-5 the RLadder is 1.20 points below no_feedback on average. At a common 1e-3:
+  seeds 0-5 the RLadder is 1.20 points below no_feedback on average. ``--augment fresh``
+  widens its lead per update (0.76 / 0.78 times no_feedback's validation error after 5,000
+  updates, seeds 0 / 1; forty-first and forty-third rounds), but in 17 minutes on a slower
+  machine (4 / 6 / 5 epochs) it gave 19.20% / 33.95% / 17.00% at seed 0, against 17.85% /
+  36.55% / 18.05% without (forty-second and forty-third rounds): off by default. Each
+  variant's line gives its epochs and its optimizer updates (a budget may stop the last epoch
+  part-way). At a common 1e-3:
   18.92%, 28.25%, 20.38% on average over three seeds.
   On the data of rounds 1-26 (``--motion compass --bars vertical --bar-spacing 8``,
   1e-3 for all): test error of the RLadder 9.00%, temporal baseline 9.20%, RLadder
@@ -271,6 +277,7 @@ def _occluded_variant(args, variant, budget_seconds):
         "paper_error": om.PAPER_ERROR.get(variant, float("nan")),
         "parameters": result["parameters"],
         "epochs_run": result["epochs_run"],
+        "updates": result["updates"],
         "wall": time.perf_counter() - start,
         "cpu": (cpu_end.ru_utime + cpu_end.ru_stime) - (cpu_start.ru_utime + cpu_start.ru_stime),
         "budget_hit": budget.exceeded,
@@ -419,7 +426,7 @@ def occluded(args):
         print(
             f"{run['variant']:12s} {scored_on} error {100 * run['test_error']:.2f}% "
             f"(paper {100 * run['paper_error']:.2f}%), {run['parameters']:,} parameters, "
-            f"learning rate {run['learning_rate']:g}, {run['epochs_run']} epochs, "
+            f"learning rate {run['learning_rate']:g}, {run['epochs_run']} epochs ({run['updates']:,} updates), "
             f"{run['wall']:.0f} s wall, {run['cpu']:.0f} CPU s"
             f"{' (budget hit)' if run['budget_hit'] else ''}",
             flush=True,

@@ -483,6 +483,7 @@ def test_cli_trains_with_affine_augmentation(tmp_path, capsys):
     assert code == 0, capsys.readouterr().err
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["augment"] == "affine" and metrics["epochs_run"] == 2
+    assert metrics["updates"] == 2 * om.training_batches(8, 8) == 2  # the optimizer's, one a batch
     assert metrics["predictions_plot"] == str(run_dir / "predictions.png") and (run_dir / "predictions.png").is_file()
     # the error after every frame, split by motion, recorded and drawn
     errors = metrics["test_error_per_step"]
@@ -565,7 +566,7 @@ def _rladder_benchmark(name):
 
 
 # what a faked ``om.train`` returns to the benchmark (one frame; no sequence moved only vertically)
-FAKE_TRAINED = {"model": "model.keras", "test_error": 0.5, "parameters": 1, "epochs_run": 1,
+FAKE_TRAINED = {"model": "model.keras", "test_error": 0.5, "parameters": 1, "epochs_run": 1, "updates": 3,
                 "test_error_per_step": {"all": [0.5], "sideways": [0.5], "vertical_only": None,
                                         "counts": {"all": 2, "sideways": 2, "vertical_only": 0}}}
 
@@ -583,7 +584,7 @@ def _fake_train(record):
 def _fake_run(variant, learning_rate):
     """What a faked ``_occluded_variant`` of the benchmark returns for ``variant``."""
     return {"variant": variant, "learning_rate": learning_rate, "test_error": 0.5, "paper_error": 0.01,
-            "parameters": 1, "epochs_run": 1, "wall": 0.0, "cpu": 0.0, "budget_hit": False,
+            "parameters": 1, "epochs_run": 1, "updates": 1250, "wall": 0.0, "cpu": 0.0, "budget_hit": False,
             "error_per_step": FAKE_ERRORS[variant]}
 
 
@@ -653,6 +654,8 @@ def test_benchmark_trains_each_variant_at_its_own_learning_rate_unless_one_is_gi
     for variant in variants:  # each variant's line says the rate it trained at
         line = next(line for line in out.splitlines() if line.startswith(f"{variant} "))
         assert f"learning rate {rates.get(variant, 1e-3):g}, " in line, line
+        # and its epochs with the updates they made (a budget may stop the last one part-way)
+        assert ", 1 epochs (3 updates), " in line, line
     trained.clear()
     bench.main(["occluded", "--no-parallel", "--variants", *variants, "--learning-rate", "3e-4"])
     assert trained == [(v, 3e-4) for v in variants]
@@ -765,7 +768,8 @@ def test_benchmark_prints_the_feedback_ablation_and_needs_the_full_ladder(monkey
     def fake_variant(args, variant, budget_seconds):
         ablation = {"trained": [0.5, 0.25], "all zeroed": [0.5, 0.375], "encoder_1": [0.5, 0.3125]}
         return {"variant": variant, "learning_rate": 1e-3, "test_error": 0.25, "paper_error": 0.01,
-                "parameters": 1, "epochs_run": 1, "wall": 0.0, "cpu": 0.0, "budget_hit": False, "error_per_step": FAKE_ERRORS[variant],
+                "parameters": 1, "epochs_run": 1, "updates": 1, "wall": 0.0, "cpu": 0.0, "budget_hit": False,
+                "error_per_step": FAKE_ERRORS[variant],
                 "feedback_ablation": ablation if variant == "rladder" else None}
 
     monkeypatch.setattr(bench, "_occluded_variant", fake_variant)
@@ -1108,6 +1112,8 @@ def test_a_resumed_run_ends_with_the_weights_of_the_uninterrupted_run(tmp_path, 
     train(str(tmp_path / "whole"))
     result = cli_helpers.crash_and_resume(train, tmp_path / "resumed", (1, 1))
     assert result["epochs_run"] == 2  # was 1: the epochs of the last process only
+    # the updates of both processes: the backup restores the optimizer's count
+    assert result["updates"] == 2 * om.training_batches(16, 8) == 4
     assert cli_helpers.max_weight_difference(tmp_path / "whole" / "model.keras",
                                              tmp_path / "resumed" / "model.keras") == 0.0
     if augment == "fresh":
